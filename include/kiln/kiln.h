@@ -1,0 +1,131 @@
+// kiln/kiln.h — the public C++ API: build an engine from an ONNX model, save/load it, run it.
+//
+//   auto engine = kiln::Engine::build("model.onnx", {.device = kiln::DeviceType::kCUDA});
+//   if (!engine) { std::cerr << engine.status().to_string(); return 1; }
+//   auto ctx = (*engine)->create_context();
+//   auto outs = (*ctx)->run({{"input", kiln::Value::of(tensor)}});
+//
+// Thread safety: an Engine is immutable once built and may be shared by any number of threads.
+// An ExecutionContext holds per-run memory (arena, stream) and must be used by one thread at a
+// time; create one context per thread to run concurrently.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/dtype.h"
+#include "kiln/status.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+const char* version();
+
+// A runtime value: a tensor, a sequence of tensors, or nothing (an empty optional).
+struct Value {
+  enum class Kind { kNone, kTensor, kSequence };
+  Kind kind = Kind::kNone;
+  Tensor tensor;
+  std::vector<Tensor> sequence;
+  DataType seq_dtype = DataType::kUndefined;  // element type of an (empty) sequence
+
+  static Value of(Tensor t) { Value s; s.kind = Kind::kTensor; s.tensor = std::move(t); return s; }
+  static Value of_sequence(std::vector<Tensor> seq, DataType dt) {
+    Value s; s.kind = Kind::kSequence; s.sequence = std::move(seq); s.seq_dtype = dt; return s;
+  }
+};
+
+// A graph input or output as declared: dims are -1 where dynamic, with the symbol in dim_names.
+struct TensorInfo {
+  std::string name;
+  std::string kind = "tensor";  // "tensor", "sequence", "optional", "map"
+  DataType dtype = DataType::kUndefined;
+  bool rank_known = true;
+  std::vector<int64_t> shape;
+  std::vector<std::string> dim_names;
+  // "tensor(float)", "seq(tensor(int64))", ... as ONNX Runtime prints types.
+  std::string type_string() const;
+};
+
+struct BuildOptions {
+  DeviceType device = DeviceType::kCPU;
+  int opt_level = 1;          // 0: none; 1: folding and cleanup
+  bool verbose = false;       // log each planning decision to stderr
+};
+
+class ExecutionContext;
+
+class Engine {
+ public:
+  // Import, optimize and lower an ONNX model. `path` is an .onnx file; external data resolves
+  // relative to its folder.
+  static Expected<std::shared_ptr<Engine>> build(const std::string& onnx_path, const BuildOptions& options = {});
+  // Same from bytes; external data (if any) resolves relative to `base_dir` (refused when empty).
+  static Expected<std::shared_ptr<Engine>> build_from_bytes(const std::string& onnx_bytes, const BuildOptions& options = {},
+                                                            const std::string& base_dir = {});
+  // Loads an engine file written by save(). Fails with kEngineMismatch when it was built for another
+  // device or an incompatible format version, saying what differs.
+  static Expected<std::shared_ptr<Engine>> load(const std::string& engine_path);
+  static Expected<std::shared_ptr<Engine>> load_from_bytes(const std::string& bytes);
+  // Either: an .onnx (built with `options`) or an engine file (by its magic bytes).
+  static Expected<std::shared_ptr<Engine>> open(const std::string& path, const BuildOptions& options = {});
+
+  Status save(const std::string& engine_path) const;
+  Expected<std::string> serialize() const;
+
+  const std::vector<TensorInfo>& inputs() const;
+  const std::vector<TensorInfo>& outputs() const;
+  DeviceType device() const;
+  // One line per step: which kernel runs which node on which device (and why it fell back).
+  std::string placement_report() const;
+  // Header fields recorded in the engine: format, versions, device fingerprint, model hash.
+  std::map<std::string, std::string> metadata() const;
+
+  Expected<std::unique_ptr<ExecutionContext>> create_context() const;
+
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  ~Engine();
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+class ExecutionContext {
+ public:
+  // Runs the engine. `inputs` are CPU tensors by input name (inputs with a default may be left out).
+  // Returns every output in engine order, as CPU tensors. Wrong names, dtypes or shapes give
+  // kInvalidArgument naming the input.
+  Expected<std::vector<Value>> run(const std::map<std::string, Value>& inputs);
+
+  struct Impl;
+  explicit ExecutionContext(std::unique_ptr<Impl> impl);
+  ~ExecutionContext();
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- Model inspection (what `kiln info` prints)
+struct ModelSummary {
+  std::string path, producer, graph_name;
+  int64_t ir_version = 0;
+  std::map<std::string, int> opsets;
+  std::vector<TensorInfo> inputs, outputs;
+  std::map<std::string, int> op_histogram;   // "Conv" → count (domain-qualified when not ai.onnx)
+  int64_t num_parameters = 0;                 // elements in initializers
+  int64_t parameter_bytes = 0;
+  int num_nodes = 0;
+  // Nodes kiln cannot run on the CPU: "node 'x' (Foo): reason".
+  std::vector<std::string> unsupported;
+};
+Expected<ModelSummary> summarize_model(const std::string& onnx_path);
+
+// Reads/writes .npy files (used by the CLI; exposed because it is handy).
+Expected<Tensor> read_npy(const std::string& path);
+Status write_npy(const std::string& path, const Tensor& t);
+
+}  // namespace kiln

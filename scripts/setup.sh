@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs every dependency kiln needs on a fresh Debian 12 machine, then configures and builds.
+# Idempotent: re-running only does what is missing. Usage: scripts/setup.sh [--no-build]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+sudo_=""
+[ "$(id -u)" -eq 0 ] || sudo_="sudo"
+
+pkgs=(cmake ninja-build g++ ccache pkg-config
+      protobuf-compiler libprotobuf-dev
+      flatbuffers-compiler libflatbuffers-dev
+      libcli11-dev nlohmann-json3-dev
+      libdnnl-dev libgtest-dev libgmock-dev)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $sudo_ apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Python: a virtual environment with pinned packages (requirements.txt).
+py=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$py" -m venv .venv
+fi
+if ! cmp -s requirements.txt .venv/.requirements.installed 2>/dev/null; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r requirements.txt
+  cp requirements.txt .venv/.requirements.installed
+fi
+
+[ "${1:-}" = "--no-build" ] && exit 0
+exec "$root/scripts/build.sh"

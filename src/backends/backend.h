@@ -1,0 +1,40 @@
+// backends/backend.h — one device: its kernels, memory, copies and synchronisation.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backends/kernel.h"
+
+namespace kiln {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "cpu", "cuda"
+  virtual Device device() const = 0;
+  virtual const KernelRegistry& kernels() const = 0;
+
+  // Device memory; the Storage frees itself.
+  virtual Expected<std::shared_ptr<Storage>> allocate(size_t bytes) = 0;
+  // Copies between this device and the host, or within this device. Sizes must match.
+  // `state` is a context's device state (stream); may be null for synchronous copies.
+  virtual Status copy(const Tensor& src, Tensor& dst, void* state) = 0;
+  // Per-ExecutionContext state (CUDA: stream, cuBLASLt/cuDNN handles, workspace). May be null.
+  virtual Expected<std::shared_ptr<void>> create_state() = 0;
+  // Waits for all work queued on `state`.
+  virtual Status synchronize(void* state) = 0;
+  // What this engine is built for: "NVIDIA H100 80GB HBM3; sm_90; CUDA 13.0; cuDNN 9.14; cuBLAS 13.1" or
+  // the CPU ISA. Stored in engine files and compared on load.
+  virtual std::string fingerprint() const = 0;
+  // State shared by kernel factories at build/load time.
+  virtual void* build_state() { return nullptr; }
+};
+
+// The process-wide backends. CPU always exists; CUDA fails with a clear Status when kiln was built
+// without CUDA or no GPU is visible.
+Backend& cpu_backend();
+Expected<Backend*> cuda_backend();
+Expected<Backend*> backend_for(DeviceType type);
+
+}  // namespace kiln

@@ -1,0 +1,92 @@
+// backends/cpu/cpu_backend.cpp — the CPU backend: host memory, copies, and the kernel table.
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "backends/backend.h"
+#include "backends/cpu/cpu_kernels.h"
+
+namespace kiln {
+namespace cpu {
+
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  const int64_t max_chunks = (n + grain - 1) / grain;
+  const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), max_chunks));
+  if (threads <= 1 || omp_in_parallel()) {
+    fn(0, n);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    const int nt = omp_get_num_threads();
+    const int64_t chunk = (n + nt - 1) / nt;
+    const int64_t b = t * chunk, e = std::min(n, b + chunk);
+    if (b < e) fn(b, e);
+  }
+}
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend() {
+    register_unary(registry_);
+    register_binary(registry_);
+    register_cast(registry_);
+    register_nn(registry_);
+    register_shape(registry_);
+    register_reduce(registry_);
+    register_control(registry_);
+    register_misc(registry_);
+  }
+  std::string name() const override { return "cpu"; }
+  Device device() const override { return {}; }
+  const KernelRegistry& kernels() const override { return registry_; }
+
+  Expected<std::shared_ptr<Storage>> allocate(size_t bytes) override {
+    auto st = std::make_shared<Storage>();
+    const size_t alloc = ((bytes ? bytes : 1) + 63) / 64 * 64;
+    st->data = std::aligned_alloc(64, alloc);
+    if (!st->data) return runtime_error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+    st->bytes = bytes;
+    st->release = [](void* p) { std::free(p); };
+    return st;
+  }
+  Status copy(const Tensor& src, Tensor& dst, void*) override {
+    if (src.nbytes() != dst.nbytes()) return internal_error("cpu copy: size mismatch");
+    if (src.dtype() == DataType::kString) {
+      for (int64_t i = 0; i < src.numel(); ++i) dst.data<std::string>()[i] = src.data<std::string>()[i];
+    } else if (src.nbytes()) {
+      std::memcpy(dst.raw(), src.raw(), src.nbytes());
+    }
+    return Status::Ok();
+  }
+  Expected<std::shared_ptr<void>> create_state() override { return std::shared_ptr<void>(); }
+  Status synchronize(void*) override { return Status::Ok(); }
+  std::string fingerprint() const override { return "cpu x86_64"; }
+
+ private:
+  KernelRegistry registry_;
+};
+
+}  // namespace cpu
+
+Backend& cpu_backend() {
+  static cpu::CpuBackend backend;
+  return backend;
+}
+
+#ifndef KILN_WITH_CUDA
+Expected<Backend*> cuda_backend() {
+  return unsupported("this kiln was built without CUDA (configure with -DKILN_CUDA=ON on a machine with nvcc)");
+}
+#endif
+
+Expected<Backend*> backend_for(DeviceType type) {
+  if (type == DeviceType::kCPU) return &cpu_backend();
+  return cuda_backend();
+}
+
+}  // namespace kiln

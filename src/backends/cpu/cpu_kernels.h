@@ -1,0 +1,51 @@
+// backends/cpu/cpu_kernels.h — shared helpers for CPU kernel families, and their registration hooks.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "backends/kernel.h"
+#include "ir/float_types.h"
+
+namespace kiln::cpu {
+
+// One registration function per kernel family file (backends/cpu/<family>.cpp).
+void register_unary(KernelRegistry& r);
+void register_binary(KernelRegistry& r);
+void register_cast(KernelRegistry& r);
+void register_nn(KernelRegistry& r);
+void register_shape(KernelRegistry& r);
+void register_reduce(KernelRegistry& r);
+void register_control(KernelRegistry& r);
+void register_misc(KernelRegistry& r);
+
+// Runs fn(begin, end) over [0, n) in parallel chunks of at least `grain` items (OpenMP).
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+// Storage types for the 2-byte floats (raw bits).
+struct f16_t { uint16_t bits; };
+struct bf16_t { uint16_t bits; };
+
+template <typename T> struct Tag { using type = T; };
+
+// Calls f(Tag<T>{}) with T the C++ type of `dt` for the common numeric types (float, double,
+// int8..int64, uint8..uint64, bool). Returns false when `dt` is not one of them.
+template <typename F>
+bool visit_numeric(DataType dt, F&& f) {
+  switch (dt) {
+    case DataType::kFloat32: f(Tag<float>{}); return true;
+    case DataType::kFloat64: f(Tag<double>{}); return true;
+    case DataType::kInt8: f(Tag<int8_t>{}); return true;
+    case DataType::kInt16: f(Tag<int16_t>{}); return true;
+    case DataType::kInt32: f(Tag<int32_t>{}); return true;
+    case DataType::kInt64: f(Tag<int64_t>{}); return true;
+    case DataType::kUInt8: f(Tag<uint8_t>{}); return true;
+    case DataType::kUInt16: f(Tag<uint16_t>{}); return true;
+    case DataType::kUInt32: f(Tag<uint32_t>{}); return true;
+    case DataType::kUInt64: f(Tag<uint64_t>{}); return true;
+    case DataType::kBool: f(Tag<bool>{}); return true;
+    default: return false;
+  }
+}
+
+}  // namespace kiln::cpu

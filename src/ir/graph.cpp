@@ -1,0 +1,332 @@
+#include "ir/graph.h"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+namespace kiln::ir {
+
+std::string Dim::to_string() const {
+  if (is_static()) return std::to_string(value);
+  return symbol.empty() ? "?" : symbol;
+}
+
+SymShape SymShape::of(const Shape& s) {
+  std::vector<Dim> d(s.begin(), s.end());
+  return SymShape(std::move(d));
+}
+
+bool SymShape::is_static() const {
+  if (!known) return false;
+  for (const auto& d : dims) if (!d.is_static()) return false;
+  return true;
+}
+
+Shape SymShape::to_static() const {
+  Shape s;
+  for (const auto& d : dims) s.push_back(d.value);
+  return s;
+}
+
+std::string SymShape::to_string() const {
+  if (!known) return "[*]";
+  std::string r = "[";
+  for (size_t i = 0; i < dims.size(); ++i) r += (i ? "," : "") + dims[i].to_string();
+  return r + "]";
+}
+
+std::string Type::to_string() const {
+  switch (kind) {
+    case Kind::kTensor: return std::string(dtype_name(dtype)) + shape.to_string();
+    case Kind::kSequence: return "seq(" + (elem ? elem->to_string() : "?") + ")";
+    case Kind::kOptional: return "optional(" + (elem ? elem->to_string() : "?") + ")";
+    case Kind::kMap: return "map(" + std::string(dtype_name(key_dtype)) + "," + (elem ? elem->to_string() : "?") + ")";
+    case Kind::kUnknown: return "?";
+  }
+  return "?";
+}
+
+std::string Attribute::to_string() const {
+  std::ostringstream os;
+  auto list = [&](const auto& v) {
+    os << "[";
+    for (size_t k = 0; k < v.size(); ++k) os << (k ? "," : "") << v[k];
+    os << "]";
+  };
+  switch (kind) {
+    case Kind::kFloat: os << f; break;
+    case Kind::kInt: os << i; break;
+    case Kind::kString: os << '"' << s << '"'; break;
+    case Kind::kTensor: os << "tensor<" << dtype_name(t.dtype()) << shape_to_string(t.shape()) << ">"; break;
+    case Kind::kSparseTensor: os << "sparse_tensor"; break;
+    case Kind::kGraph: os << "graph(" << (g ? g->name : "") << ")"; break;
+    case Kind::kFloats: list(floats); break;
+    case Kind::kInts: list(ints); break;
+    case Kind::kStrings: list(strings); break;
+    case Kind::kTensors: os << "tensors[" << tensors.size() << "]"; break;
+    case Kind::kGraphs: os << "graphs[" << graphs.size() << "]"; break;
+    case Kind::kTypeProto: os << (types.empty() ? "type" : types[0].to_string()); break;
+    case Kind::kTypeProtos: os << "types[" << types.size() << "]"; break;
+  }
+  return os.str();
+}
+
+const Attribute* Node::attr(const std::string& key) const {
+  auto it = attrs.find(key);
+  return it == attrs.end() ? nullptr : &it->second;
+}
+int64_t Node::attr_int(const std::string& key, int64_t dflt) const {
+  const Attribute* a = attr(key);
+  return a ? a->i : dflt;
+}
+float Node::attr_float(const std::string& key, float dflt) const {
+  const Attribute* a = attr(key);
+  return a ? a->f : dflt;
+}
+std::string Node::attr_string(const std::string& key, const std::string& dflt) const {
+  const Attribute* a = attr(key);
+  return a ? a->s : dflt;
+}
+std::vector<int64_t> Node::attr_ints(const std::string& key, std::vector<int64_t> dflt) const {
+  const Attribute* a = attr(key);
+  return a ? a->ints : dflt;
+}
+std::vector<float> Node::attr_floats(const std::string& key, std::vector<float> dflt) const {
+  const Attribute* a = attr(key);
+  return a ? a->floats : dflt;
+}
+std::string Node::describe() const {
+  std::string d = domain.empty() ? op_type : domain + "." + op_type;
+  return "node '" + name + "' (" + d + ")";
+}
+
+Value* Graph::add_value(const std::string& name, Type type) {
+  auto v = std::make_unique<Value>();
+  v->name = name;
+  v->type = std::move(type);
+  Value* raw = v.get();
+  value_store_.push_back(std::move(v));
+  values_[name] = raw;
+  return raw;
+}
+
+Value* Graph::new_value(const std::string& hint, Type type) {
+  std::string name;
+  do {
+    name = hint + "__" + std::to_string(fresh_++);
+  } while (values_.count(name));
+  return add_value(name, std::move(type));
+}
+
+Value* Graph::find_value(const std::string& name) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? nullptr : it->second;
+}
+
+Node* Graph::add_node(const std::string& op_type, const std::string& domain, std::vector<Value*> ins,
+                      std::vector<Value*> outs, const std::string& name) {
+  auto n = std::make_unique<Node>();
+  n->op_type = op_type;
+  n->domain = domain;
+  n->name = name.empty() ? op_type + "_" + std::to_string(node_store_.size()) : name;
+  auto it = opsets.find(domain == "ai.onnx" ? "" : domain);
+  n->opset = it == opsets.end() ? 0 : it->second;
+  n->inputs = std::move(ins);
+  n->outputs = std::move(outs);
+  Node* raw = n.get();
+  for (size_t i = 0; i < raw->inputs.size(); ++i)
+    if (raw->inputs[i]) raw->inputs[i]->uses.push_back({raw, static_cast<int>(i)});
+  for (size_t i = 0; i < raw->outputs.size(); ++i)
+    if (raw->outputs[i]) {
+      raw->outputs[i]->producer = raw;
+      raw->outputs[i]->producer_output = static_cast<int>(i);
+    }
+  node_store_.push_back(std::move(n));
+  order_.push_back(raw);
+  return raw;
+}
+
+static void drop_use(Value* v, Node* n, int index) {
+  auto& u = v->uses;
+  u.erase(std::remove_if(u.begin(), u.end(), [&](const Use& x) { return x.node == n && x.input_index == index; }),
+          u.end());
+}
+
+void Graph::set_input(Node* n, int index, Value* v) {
+  if (n->inputs[index]) drop_use(n->inputs[index], n, index);
+  n->inputs[index] = v;
+  if (v) v->uses.push_back({n, index});
+}
+
+void Graph::remove_node(Node* n) {
+  for (size_t i = 0; i < n->inputs.size(); ++i)
+    if (n->inputs[i]) drop_use(n->inputs[i], n, static_cast<int>(i));
+  for (Value* o : n->outputs)
+    if (o && o->producer == n) o->producer = nullptr;
+  order_.erase(std::remove(order_.begin(), order_.end(), n), order_.end());
+  node_store_.erase(std::remove_if(node_store_.begin(), node_store_.end(),
+                                   [&](const std::unique_ptr<Node>& p) { return p.get() == n; }),
+                    node_store_.end());
+}
+
+void Graph::replace_all_uses(Value* from, Value* to) {
+  auto uses = from->uses;
+  for (const Use& u : uses) set_input(u.node, u.input_index, to);
+  for (auto& o : outputs)
+    if (o == from) {
+      o = to;
+      to->is_output = true;
+    }
+  if (std::find(outputs.begin(), outputs.end(), from) == outputs.end()) from->is_output = false;
+}
+
+void Graph::remove_dead_values() {
+  std::set<Value*> keep(inputs.begin(), inputs.end());
+  keep.insert(outputs.begin(), outputs.end());
+  keep.insert(captures.begin(), captures.end());
+  std::vector<std::unique_ptr<Value>> kept;
+  for (auto& v : value_store_) {
+    if (keep.count(v.get()) || v->producer || !v->uses.empty()) {
+      kept.push_back(std::move(v));
+    } else {
+      values_.erase(v->name);
+    }
+  }
+  value_store_ = std::move(kept);
+}
+
+std::vector<Value*> Graph::values() const {
+  std::vector<Value*> r;
+  for (auto& v : value_store_) r.push_back(v.get());
+  return r;
+}
+
+Status Graph::sort() {
+  // Kahn's algorithm, stable with respect to the current order.
+  std::map<Node*, int> pending;
+  std::map<Node*, size_t> position;
+  for (size_t i = 0; i < order_.size(); ++i) position[order_[i]] = i;
+  for (Node* n : order_) {
+    int k = 0;
+    for (Value* v : n->inputs)
+      if (v && v->producer && position.count(v->producer)) ++k;
+    pending[n] = k;
+  }
+  std::set<std::pair<size_t, Node*>> ready;
+  for (Node* n : order_)
+    if (pending[n] == 0) ready.insert({position[n], n});
+  std::vector<Node*> sorted;
+  while (!ready.empty()) {
+    Node* n = ready.begin()->second;
+    ready.erase(ready.begin());
+    sorted.push_back(n);
+    for (Value* o : n->outputs) {
+      if (!o) continue;
+      for (const Use& u : o->uses)
+        if (position.count(u.node) && --pending[u.node] == 0) ready.insert({position[u.node], u.node});
+    }
+  }
+  if (sorted.size() != order_.size()) {
+    for (Node* n : order_)
+      if (pending[n] > 0)
+        return invalid_model("graph '" + name + "' has a cycle through " + n->describe());
+  }
+  order_ = std::move(sorted);
+  return Status::Ok();
+}
+
+Status Graph::verify() const {
+  std::set<const Node*> seen;
+  for (const Node* n : order_) {
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      const Value* v = n->inputs[i];
+      if (!v) continue;
+      if (v->producer && !seen.count(v->producer))
+        return invalid_model(n->describe() + ": input '" + v->name + "' is used before it is produced");
+      if (!v->producer && !v->is_input && !v->constant && !v->is_capture)
+        return invalid_model(n->describe() + ": input '" + v->name +
+                             "' is not produced by any node, nor a graph input or initializer");
+      bool listed = false;
+      for (const Use& u : v->uses) listed |= (u.node == n && u.input_index == static_cast<int>(i));
+      if (!listed) return internal_error(n->describe() + ": use list of '" + v->name + "' is stale");
+    }
+    for (const Value* o : n->outputs)
+      if (o && o->producer != n) return internal_error(n->describe() + ": producer of '" + o->name + "' is stale");
+    seen.insert(n);
+  }
+  for (const Value* o : outputs) {
+    if (!o) return invalid_model("graph '" + name + "': an output is missing");
+    if (!o->producer && !o->is_input && !o->constant && !o->is_capture)
+      return invalid_model("graph '" + name + "': output '" + o->name + "' is never produced");
+  }
+  return Status::Ok();
+}
+
+std::string Graph::to_string() const {
+  std::ostringstream os;
+  os << "graph " << name << " (";
+  for (size_t i = 0; i < inputs.size(); ++i) os << (i ? ", " : "") << inputs[i]->name << ": " << inputs[i]->type.to_string();
+  os << ") {\n";
+  for (const Node* n : order_) {
+    os << "  ";
+    for (size_t i = 0; i < n->outputs.size(); ++i)
+      os << (i ? ", " : "") << (n->outputs[i] ? n->outputs[i]->name + ": " + n->outputs[i]->type.to_string() : "_");
+    os << " = " << (n->domain.empty() ? "" : n->domain + ".") << n->op_type;
+    if (!n->attrs.empty()) {
+      os << "<";
+      bool first = true;
+      for (const auto& [k, a] : n->attrs) {
+        os << (first ? "" : ", ") << k << "=" << a.to_string();
+        first = false;
+      }
+      os << ">";
+    }
+    os << "(";
+    for (size_t i = 0; i < n->inputs.size(); ++i) os << (i ? ", " : "") << (n->inputs[i] ? n->inputs[i]->name : "_");
+    os << ")  # " << n->name << "\n";
+  }
+  os << "  return ";
+  for (size_t i = 0; i < outputs.size(); ++i) os << (i ? ", " : "") << outputs[i]->name;
+  os << "\n}\n";
+  return os.str();
+}
+
+std::unique_ptr<Graph> Graph::clone() const {
+  auto g = std::make_unique<Graph>();
+  g->name = name;
+  g->opsets = opsets;
+  g->fresh_ = fresh_;
+  std::map<const Value*, Value*> vmap;
+  for (const auto& v : value_store_) {
+    Value* c = g->add_value(v->name, v->type);
+    c->constant = v->constant;
+    c->is_input = v->is_input;
+    c->is_output = v->is_output;
+    c->is_capture = v->is_capture;
+    vmap[v.get()] = c;
+  }
+  for (const Node* n : order_) {
+    std::vector<Value*> ins, outs;
+    for (Value* v : n->inputs) ins.push_back(v ? vmap.at(v) : nullptr);
+    for (Value* v : n->outputs) outs.push_back(v ? vmap.at(v) : nullptr);
+    Node* c = g->add_node(n->op_type, n->domain, ins, outs, n->name);
+    c->opset = n->opset;
+    c->attrs = n->attrs;
+    for (auto& [k, a] : c->attrs) {
+      if (a.g) {
+        a.g = std::shared_ptr<Graph>(a.g->clone());
+        a.g->parent = g.get();
+      }
+      for (auto& sg : a.graphs) {
+        sg = std::shared_ptr<Graph>(sg->clone());
+        sg->parent = g.get();
+      }
+    }
+  }
+  for (Value* v : inputs) g->inputs.push_back(vmap.at(v));
+  for (Value* v : outputs) g->outputs.push_back(vmap.at(v));
+  for (Value* v : captures) g->captures.push_back(vmap.at(v));
+  return g;
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,31 @@
+// onnx/importer.h — ONNX protobuf → kiln IR.
+//
+// Handles: initializers (raw_data and typed fields, every ONNX dtype; int4/uint4/float4 unpacked to
+// one element per byte), external data (resolved inside the model's folder only), sparse
+// initializers, opset imports, subgraph attributes (If/Loop/Scan bodies, with outer-scope captures),
+// and model-local functions (inlined). Errors name the file, node, op and reason; nothing crashes on
+// a hostile file.
+#pragma once
+
+#include <string>
+
+#include "ir/graph.h"
+#include "kiln/status.h"
+
+namespace kiln::onnx {
+
+struct ImportOptions {
+  // Folder that external-data locations are resolved against. Empty: external data is refused.
+  std::string base_dir;
+  // Name used in error messages ("model.onnx").
+  std::string source_name = "<bytes>";
+};
+
+Expected<ir::Model> import_file(const std::string& path);
+Expected<ir::Model> import_bytes(const std::string& bytes, const ImportOptions& options);
+
+// The opset range of the default domain kiln accepts.
+constexpr int kMinOpset = 7;
+int max_supported_opset();  // the newest ai.onnx opset of the pinned onnx release
+
+}  // namespace kiln::onnx

@@ -1,0 +1,119 @@
+#include "ops/op_table.h"
+
+#include <map>
+
+namespace kiln::ops {
+
+const std::vector<OpDef>& op_table() {
+  static const std::vector<OpDef> table = [] {
+    std::vector<OpDef> t;
+    add_elementwise_ops(t);
+    add_nn_ops(t);
+    add_shape_ops(t);
+    add_reduce_ops(t);
+    add_control_ops(t);
+    add_misc_ops(t);
+    return t;
+  }();
+  return table;
+}
+
+const OpDef* find_op(const std::string& domain, const std::string& name) {
+  static const std::map<std::pair<std::string, std::string>, const OpDef*> index = [] {
+    std::map<std::pair<std::string, std::string>, const OpDef*> m;
+    for (const OpDef& d : op_table()) m.emplace(std::make_pair(d.domain, d.name), &d);
+    return m;
+  }();
+  auto it = index.find({domain == "ai.onnx" ? "" : domain, name});
+  return it == index.end() ? nullptr : it->second;
+}
+
+// Keeps what is already known about `have` (e.g. from value_info) where inference knows less.
+static void merge_type(ir::Type& have, const ir::Type& inferred) {
+  if (inferred.kind == ir::Type::Kind::kUnknown) return;
+  if (have.kind != inferred.kind || have.dtype == DataType::kUndefined) {
+    if (inferred.kind != ir::Type::Kind::kTensor || inferred.dtype != DataType::kUndefined) {
+      ir::SymShape keep = have.shape;
+      have = inferred;
+      if (!have.shape.known && keep.known) have.shape = keep;
+    }
+    return;
+  }
+  if (inferred.dtype != DataType::kUndefined) have.dtype = inferred.dtype;
+  if (!inferred.shape.known) return;
+  if (!have.shape.known || have.shape.rank() != inferred.shape.rank()) {
+    have.shape = inferred.shape;
+    return;
+  }
+  for (int i = 0; i < have.shape.rank(); ++i) {
+    const ir::Dim& d = inferred.shape.dims[i];
+    if (d.is_static() || (!have.shape.dims[i].is_static() && !d.symbol.empty())) have.shape.dims[i] = d;
+  }
+}
+
+Status infer_node(ir::Node& node) {
+  const OpDef* def = find_op(node.domain, node.op_type);
+  if (!def || !def->infer) return Status::Ok();
+  InferContext ctx{node, {}, {}, {}};
+  for (ir::Value* v : node.inputs) {
+    ctx.in.push_back(v ? &v->type : nullptr);
+    ctx.in_value.push_back(v && v->constant && !v->is_input ? &*v->constant : nullptr);
+  }
+  ctx.out.resize(node.outputs.size());
+  for (auto& t : ctx.out) t.kind = ir::Type::Kind::kUnknown;
+  // Inputs of unknown type: nothing to infer from.
+  Status st = def->infer(ctx);
+  if (!st.ok()) return st;
+  for (size_t i = 0; i < node.outputs.size() && i < ctx.out.size(); ++i)
+    if (node.outputs[i]) merge_type(node.outputs[i]->type, ctx.out[i]);
+  return Status::Ok();
+}
+
+Status infer_graph(ir::Graph& graph) {
+  for (ir::Node* n : graph.nodes()) {
+    for (auto& [k, a] : n->attrs) {
+      if (a.g) KILN_RETURN_IF_ERROR(infer_graph(*a.g));
+      for (auto& g : a.graphs) KILN_RETURN_IF_ERROR(infer_graph(*g));
+    }
+    KILN_RETURN_IF_ERROR(infer_node(*n));
+  }
+  return Status::Ok();
+}
+
+bool broadcast_shapes(const Shape& a, const Shape& b, Shape* out) {
+  const size_t r = std::max(a.size(), b.size());
+  Shape o(r);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da == db || db == 1) o[i] = da;
+    else if (da == 1) o[i] = db;
+    else return false;
+  }
+  *out = std::move(o);
+  return true;
+}
+
+ir::SymShape broadcast_sym(const ir::SymShape& a, const ir::SymShape& b) {
+  if (!a.known || !b.known) return {};
+  const int r = std::max(a.rank(), b.rank());
+  std::vector<ir::Dim> o(r);
+  for (int i = 0; i < r; ++i) {
+    const ir::Dim da = i < r - a.rank() ? ir::Dim(1) : a.dims[i - (r - a.rank())];
+    const ir::Dim db = i < r - b.rank() ? ir::Dim(1) : b.dims[i - (r - b.rank())];
+    if (da.is_static() && da.value == 1) o[i] = db;
+    else if (db.is_static() && db.value == 1) o[i] = da;
+    else if (da.is_static()) o[i] = da;
+    else if (db.is_static()) o[i] = db;
+    else o[i] = da.symbol == db.symbol ? da : ir::Dim();
+  }
+  return ir::SymShape(std::move(o));
+}
+
+bool normalize_axis(int64_t& axis, int64_t rank) {
+  if (axis < -rank || axis >= rank) return false;
+  if (axis < 0) axis += rank;
+  return true;
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,64 @@
+// ops/op_table.h — every operator kiln knows, declared once: name, domain, opset range, how kiln runs
+// it, and its type/shape function. The importer, verifier, `kiln info` and the support table
+// derive from this table.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "kiln/status.h"
+
+namespace kiln::ops {
+
+// What a shape function sees. Input constants are given when known at build time.
+struct InferContext {
+  const ir::Node& node;
+  std::vector<const ir::Type*> in;       // nullptr for an omitted input
+  std::vector<const Tensor*> in_value;   // constant value of input i, or nullptr
+  std::vector<ir::Type> out;             // to fill: one per node output
+
+  int num_inputs() const { return static_cast<int>(in.size()); }
+  bool has(int i) const { return i < num_inputs() && in[i] != nullptr; }
+  const ir::Type& type(int i) const { return *in[i]; }
+  const ir::SymShape& shape(int i) const { return in[i]->shape; }
+  DataType dtype(int i) const { return in[i]->dtype; }
+  const Tensor* value(int i) const { return i < num_inputs() ? in_value[i] : nullptr; }
+  Status error(const std::string& what) const { return invalid_model(node.describe() + ": " + what); }
+};
+
+using InferFn = Status (*)(InferContext&);
+
+struct OpDef {
+  std::string name;
+  std::string domain;  // "" = ai.onnx
+  int since = 1;       // oldest opset version kiln accepts for this op
+  InferFn infer = nullptr;  // null: output types are left unknown until run time
+  // How kiln runs it: "native" (own kernels) or "function" (expanded into its ONNX function body).
+  std::string how = "native";
+};
+
+const std::vector<OpDef>& op_table();
+const OpDef* find_op(const std::string& domain, const std::string& name);
+
+// Runs the op's shape function, filling the node's output types (unknown parts stay unknown).
+Status infer_node(ir::Node& node);
+// Infers types through a whole graph in topological order (subgraph bodies included).
+Status infer_graph(ir::Graph& graph);
+
+// ---- Shared helpers (also used by kernels for concrete shapes)
+// Multidirectional (numpy) broadcasting.
+bool broadcast_shapes(const Shape& a, const Shape& b, Shape* out);
+ir::SymShape broadcast_sym(const ir::SymShape& a, const ir::SymShape& b);
+// Normalizes a possibly negative axis against `rank`; false when out of range.
+bool normalize_axis(int64_t& axis, int64_t rank);
+
+// Per-family registration (one file per family in ops/).
+void add_elementwise_ops(std::vector<OpDef>& t);
+void add_nn_ops(std::vector<OpDef>& t);
+void add_shape_ops(std::vector<OpDef>& t);
+void add_reduce_ops(std::vector<OpDef>& t);
+void add_control_ops(std::vector<OpDef>& t);
+void add_misc_ops(std::vector<OpDef>& t);
+
+}  // namespace kiln::ops

@@ -1,0 +1,55 @@
+#include "runtime/eager.h"
+
+#include "backends/backend.h"
+
+namespace kiln {
+namespace {
+
+class EagerContext final : public KernelContext {
+ public:
+  EagerContext(const ir::Node& node, const std::vector<Slot>& in, std::vector<Slot>& out)
+      : node_(node), in_(in), out_(out) {}
+  int num_inputs() const override { return static_cast<int>(in_.size()); }
+  int num_outputs() const override { return static_cast<int>(out_.size()); }
+  bool has_input(int i) const override { return i < num_inputs() && in_[i].kind != Slot::Kind::kNone; }
+  const Slot& input_slot(int i) const override { return in_[i]; }
+  bool has_output(int i) const override { return node_.has_output(i); }
+  Tensor& output(int i, DataType dtype, const Shape& shape) override {
+    out_[i] = Slot::of(Tensor::empty(dtype, shape));
+    return out_[i].tensor;
+  }
+  Slot& output_slot(int i) override { return out_[i]; }
+  Tensor owned_copy(const Tensor& t) override { return t.clone(); }
+  Status run_subgraph(const CompiledGraph&, std::vector<Slot>, std::vector<Slot>&) override {
+    return unsupported(node_.describe() + ": subgraphs cannot run eagerly");
+  }
+  void* device_state() const override { return nullptr; }
+  const ir::Node& node() const override { return node_; }
+
+ private:
+  const ir::Node& node_;
+  const std::vector<Slot>& in_;
+  std::vector<Slot>& out_;
+};
+
+}  // namespace
+
+Expected<std::vector<Slot>> run_node_eager(const ir::Node& node, const std::vector<Slot>& inputs,
+                                           SubgraphRunner* subgraphs) {
+  std::string why;
+  const KernelDef* def = cpu_backend().kernels().find(node, &why);
+  if (!def) return unsupported(node.describe() + ": no CPU kernel" + (why.empty() ? "" : " (" + why + ")"));
+  KernelInit init;
+  init.subgraphs = subgraphs;
+  KILN_ASSIGN_OR_RETURN(KernelPtr kernel, def->create(node, init));
+  std::vector<Slot> outputs(node.outputs.size());
+  EagerContext ctx(node, inputs, outputs);
+  try {
+    KILN_RETURN_IF_ERROR(kernel->run(ctx));
+  } catch (const std::exception& e) {
+    return runtime_error(node.describe() + ": " + e.what());
+  }
+  return outputs;
+}
+
+}  // namespace kiln
