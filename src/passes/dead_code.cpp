@@ -1,0 +1,21 @@
+// passes/dead_code.cpp — removes nodes none of whose outputs is read or returned.
+#include "passes/passes.h"
+
+namespace kiln::passes {
+
+Expected<bool> eliminate_dead_code(ir::Graph& g, PassContext& ctx) {
+  bool changed = false;
+  const auto nodes = g.nodes();
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    ir::Node* n = *it;
+    bool live = false;
+    for (ir::Value* o : n->outputs) live |= o && (!o->uses.empty() || o->is_output);
+    if (live) continue;
+    ctx.log("dead-code", "removed " + n->describe());
+    g.remove_node(n);
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace kiln::passes
