@@ -208,8 +208,10 @@ def _run_worker(names, start, names_file, args, results, log) -> int:
            "--result-fd", str(write_fd), "--device", args.device]
     if args.verbose:
         cmd.append("--verbose")
+    # stderr goes to a scratch file so a crash can be explained by the worker's last words
+    stderr_file = tempfile.TemporaryFile()  # noqa: SIM115
     sink = log if log else (None if args.verbose else subprocess.DEVNULL)
-    proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdout=sink, stderr=sink)
+    proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdout=sink, stderr=stderr_file)
     os.close(write_fd)
     current, started = None, time.monotonic()
     buffer = b""
@@ -231,9 +233,10 @@ def _run_worker(names, start, names_file, args, results, log) -> int:
                     if rc != 0 and start < len(names) and names[start] not in results:
                         # died before starting a test (import error, ...): count the rest as failed
                         for n in names[start:]:
-                            _record(results, n, "failed", f"worker failed to start (exit {rc})", args)
+                            _record(results, n, "failed", f"worker failed to start (exit {rc}){_last_words(stderr_file, log)}", args)
                     return len(names)
                 why = f"crashed (signal {-rc})" if rc < 0 else f"worker exited with code {rc}"
+                why += _last_words(stderr_file, log)
                 _record(results, current, "failed", why, args)
                 return names.index(current) + 1
             buffer += chunk
@@ -253,6 +256,19 @@ def _run_worker(names, start, names_file, args, results, log) -> int:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if args.verbose or log:
+            stderr_file.seek(0)
+            text = stderr_file.read().decode("utf-8", "replace")
+            (log or sys.stderr).write(text)
+        stderr_file.close()
+
+
+def _last_words(stderr_file, log) -> str:
+    """': <last stderr line>' of a dead worker, or ''."""
+    stderr_file.seek(0)
+    lines = [ln.strip() for ln in stderr_file.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    stderr_file.seek(0, os.SEEK_END)
+    return f": {lines[-1][:200]}" if lines else ""
 
 
 def _record(results, name, outcome, message, args, seconds=None) -> None:
