@@ -15,6 +15,16 @@ namespace kiln {
 
 const char* version() { return KILN_VERSION; }
 
+static std::string cpu_isa() {
+  std::string isa = "x86_64";
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) isa += " avx2";
+  if (__builtin_cpu_supports("fma")) isa += " fma";
+  if (__builtin_cpu_supports("avx512f")) isa += " avx512f";
+  if (__builtin_cpu_supports("avx512bw")) isa += " avx512bw";
+  return isa;
+}
+
 std::string TensorInfo::type_string() const {
   const std::string t = std::string("tensor(") + dtype_onnx_name(dtype) + ")";
   if (kind == "sequence") return "seq(" + t + ")";
@@ -57,6 +67,7 @@ void describe_engine(Engine::Impl& impl, const std::string& model_hash) {
   auto b = backend_for(impl.options.device);
   impl.meta["fingerprint"] = b.ok() ? (*b)->fingerprint() : "unavailable";
   impl.meta["model_hash"] = model_hash;
+  impl.meta["cpu_isa"] = cpu_isa();
   impl.meta["opt_level"] = std::to_string(impl.options.opt_level);
 }
 

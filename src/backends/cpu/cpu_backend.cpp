@@ -65,6 +65,8 @@ class CpuBackend final : public Backend {
   }
   Expected<std::shared_ptr<void>> create_state() override { return std::shared_ptr<void>(); }
   Status synchronize(void*) override { return Status::Ok(); }
+  // Kernels dispatch on the ISA at run time (oneDNN does too), so an engine is tied to the
+  // architecture only; the ISA is still recorded in the engine's metadata (cpu_isa).
   std::string fingerprint() const override { return "cpu x86_64"; }
 
  private:

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs every test: C++ unit tests (ctest), Python API tests (pytest), and onnx's conformance suites.
+# GPU tests report themselves as skipped on machines without a GPU.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+[ -f build/build.ninja ] || scripts/setup.sh --no-build
+scripts/build.sh
+echo "== unit tests"
+(cd build && ctest --output-on-failure -j2 --timeout 300)
+export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
+if [ -d tests/python ]; then
+  echo "== python tests"
+  .venv/bin/python -m pytest -q tests/python
+fi
+if [ -f tests/conformance/run.py ]; then
+  echo "== onnx conformance"
+  .venv/bin/python tests/conformance/run.py
+fi
