@@ -33,7 +33,8 @@ def mlp_model(batch="N") -> onnx.ModelProto:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])],
         initializer=[numpy_helper.from_array(w, "W")],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    # IR 8 so that onnxruntime 1.22 can load it too (for the side-by-side test)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 def mlp_reference(model: onnx.ModelProto, x: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -346,3 +347,14 @@ def test_backend_prepare_skips_initializer_inputs(model):
 def test_backend_devices():
     assert kiln.backend.supports_device("CPU")
     assert kiln.backend.supports_device("CUDA") == kiln.cuda_available()
+
+
+def test_same_metadata_and_outputs_as_onnxruntime(model):
+    ort = pytest.importorskip("onnxruntime")
+    data = model.SerializeToString()
+    ours = kiln.InferenceSession(data, providers=["CPUExecutionProvider"])
+    theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for a, b in zip(ours.get_inputs() + ours.get_outputs(), theirs.get_inputs() + theirs.get_outputs()):
+        assert (a.name, a.shape, a.type) == (b.name, b.shape, b.type)
+    feed = {"x": RNG.standard_normal((3, 4)).astype(np.float32), "b": RNG.standard_normal(4).astype(np.float32)}
+    np.testing.assert_allclose(ours.run(None, feed)[0], theirs.run(None, feed)[0], rtol=1e-5, atol=1e-6)
