@@ -6,6 +6,12 @@ namespace kiln::cpu {
 
 void register_misc(KernelRegistry& r) {
   register_resize(r);
+  register_einsum(r);
+  register_unique(r);
+  register_random(r);
+  register_signal(r);
+  register_string(r);
+  register_detect(r);
 }
 
 }  // namespace kiln::cpu
