@@ -4,6 +4,7 @@
 #include <complex>
 #include <map>
 
+#include "ops/op_table.h"
 #include "test_reduce_helpers.h"
 
 using namespace kiln;
@@ -305,4 +306,53 @@ TEST(MiscDetect, Det) {
   expect_near(p.out(), {-2});
   OneNode bad("Det", 11, {f32({2, 3}, std::vector<float>(6))});
   EXPECT_FALSE(bad.run().ok());
+}
+
+// ---- Shape functions
+
+TEST(MiscShape, ResizeWindowsDftDet) {
+  auto run = [](ir::Node* n) { Status st = ops::infer_node(*n); EXPECT_TRUE(st.ok()) << st.to_string(); };
+  ir::Graph g;
+  auto* x = g.add_value("x", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({1, 3, 4, 6})));
+  auto* scales = g.add_value("scales", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({4})));
+  scales->constant = f32({4}, {1, 1, 2, 0.5f});
+  auto* y = g.add_value("y");
+  ir::Node* n = g.add_node("Resize", "", {x, nullptr, scales}, {y}, "r");
+  n->opset = 13;
+  run(n);
+  EXPECT_EQ(y->type.shape.to_string(), ir::SymShape::of({1, 3, 8, 3}).to_string());
+
+  auto* sizes = g.add_value("sizes", ir::Type::tensor(DataType::kInt64, ir::SymShape::of({2})));
+  sizes->constant = i64({2}, {8, 8});
+  auto* y2 = g.add_value("y2");
+  ir::Node* n2 = g.add_node("Resize", "", {x, nullptr, nullptr, sizes}, {y2}, "r2");
+  n2->opset = 19;
+  ir::Attribute axes; axes.kind = ir::Attribute::Kind::kInts; axes.ints = {2, 3};
+  n2->attrs["axes"] = axes;
+  ir::Attribute pol; pol.kind = ir::Attribute::Kind::kString; pol.s = "not_larger";
+  n2->attrs["keep_aspect_ratio_policy"] = pol;
+  run(n2);
+  // scale = min(8/4, 8/6) = 4/3 → 4*4/3 = 5.33 → 5, 6*4/3 = 8
+  EXPECT_EQ(y2->type.shape.to_string(), ir::SymShape::of({1, 3, 5, 8}).to_string());
+
+  auto* size = g.add_value("size", ir::Type::tensor(DataType::kInt64, ir::SymShape::of({})));
+  size->constant = i64({}, {10});
+  auto* w = g.add_value("w");
+  run(g.add_node("HannWindow", "", {size}, {w}, "h"));
+  EXPECT_EQ(w->type.shape.to_string(), ir::SymShape::of({10}).to_string());
+
+  auto* sig = g.add_value("sig", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({2, 10, 1})));
+  auto* f = g.add_value("f");
+  ir::Node* d = g.add_node("DFT", "", {sig}, {f}, "d");
+  d->opset = 17;
+  ir::Attribute one; one.kind = ir::Attribute::Kind::kInt; one.i = 1;
+  d->attrs["onesided"] = one;
+  run(d);
+  EXPECT_EQ(f->type.shape.to_string(), ir::SymShape::of({2, 6, 2}).to_string());
+
+  auto* m = g.add_value("m", ir::Type::tensor(DataType::kFloat64, ir::SymShape::of({5, 3, 3})));
+  auto* det = g.add_value("det");
+  run(g.add_node("Det", "", {m}, {det}, "det"));
+  EXPECT_EQ(det->type.shape.to_string(), ir::SymShape::of({5}).to_string());
+  EXPECT_EQ(det->type.dtype, DataType::kFloat64);
 }

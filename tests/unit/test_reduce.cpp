@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "ops/op_table.h"
 #include "test_reduce_helpers.h"
 
 using namespace kiln;
@@ -335,4 +336,69 @@ TEST(ReduceCumSum, AllModesAgainstNaive) {
   OneNode ni("CumSum", 11, {make_tensor<int32_t>(DataType::kInt32, {5}, {1, 2, 3, 4, 5}), i64({}, {0})});
   ni.i("exclusive", 1);
   EXPECT_EQ(values<int32_t>(ni.out()), (std::vector<int32_t>{0, 1, 3, 6, 10}));
+}
+
+// ---- Shape functions
+
+namespace {
+
+// Infers `op`'s output types; inputs are (type, optional constant value).
+std::vector<ir::Type> infer(const std::string& op, int opset, std::vector<std::pair<ir::Type, Tensor>> ins,
+                            int nout, std::function<void(ir::Node&)> attrs = {}) {
+  ir::Graph g;
+  std::vector<ir::Value*> in, out;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    ir::Value* v = g.add_value("i" + std::to_string(i), ins[i].first);
+    if (ins[i].second.defined()) v->constant = ins[i].second;
+    in.push_back(v);
+  }
+  for (int i = 0; i < nout; ++i) out.push_back(g.add_value("o" + std::to_string(i)));
+  ir::Node* n = g.add_node(op, "", in, out, "n");
+  n->opset = opset;
+  if (attrs) attrs(*n);
+  Status st = ops::infer_node(*n);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  std::vector<ir::Type> r;
+  for (auto* v : out) r.push_back(v->type);
+  return r;
+}
+
+ir::Type ft(const Shape& s) { return ir::Type::tensor(DataType::kFloat32, ir::SymShape::of(s)); }
+ir::Type it(const Shape& s) { return ir::Type::tensor(DataType::kInt64, ir::SymShape::of(s)); }
+
+}  // namespace
+
+TEST(ReduceShape, ReductionsArgTopK) {
+  auto r = infer("ReduceSum", 13, {{ft({2, 3, 4}), {}}, {it({1}), i64({1}, {-1})}}, 1);
+  EXPECT_EQ(r[0].shape.to_string(), ir::SymShape::of({2, 3, 1}).to_string());
+  r = infer("ReduceMean", 11, {{ft({2, 3, 4}), {}}}, 1, [](ir::Node& n) {
+    ir::Attribute a; a.kind = ir::Attribute::Kind::kInts; a.ints = {0, 2}; n.attrs["axes"] = a;
+    ir::Attribute k; k.kind = ir::Attribute::Kind::kInt; k.i = 0; n.attrs["keepdims"] = k;
+  });
+  EXPECT_EQ(r[0].shape.to_string(), ir::SymShape::of({3}).to_string());
+  EXPECT_EQ(r[0].dtype, DataType::kFloat32);
+  // no axes: all reduced
+  r = infer("ReduceMax", 18, {{ft({2, 3}), {}}}, 1);
+  EXPECT_EQ(r[0].shape.to_string(), ir::SymShape::of({1, 1}).to_string());
+  // runtime axes with keepdims keep the rank
+  r = infer("ReduceMax", 18, {{ft({2, 3}), {}}, {it({1}), {}}}, 1);
+  ASSERT_TRUE(r[0].shape.known);
+  EXPECT_EQ(r[0].shape.rank(), 2);
+  EXPECT_FALSE(r[0].shape.dims[0].is_static());
+  r = infer("ArgMax", 13, {{ft({2, 3, 4}), {}}}, 1, [](ir::Node& n) {
+    ir::Attribute a; a.kind = ir::Attribute::Kind::kInt; a.i = -1; n.attrs["axis"] = a;
+  });
+  EXPECT_EQ(r[0].dtype, DataType::kInt64);
+  EXPECT_EQ(r[0].shape.to_string(), ir::SymShape::of({2, 3, 1}).to_string());
+  r = infer("TopK", 11, {{ft({2, 8}), {}}, {it({1}), i64({1}, {3})}}, 2);
+  EXPECT_EQ(r[0].shape.to_string(), ir::SymShape::of({2, 3}).to_string());
+  EXPECT_EQ(r[1].dtype, DataType::kInt64);
+  // bad axis is an error
+  ir::Graph g;
+  auto* x = g.add_value("x", ft({2, 3}));
+  auto* ax = g.add_value("ax", it({1}));
+  ax->constant = i64({1}, {5});
+  ir::Node* n = g.add_node("ReduceSum", "", {x, ax}, {g.add_value("y")}, "n");
+  n->opset = 13;
+  EXPECT_FALSE(ops::infer_node(*n).ok());
 }
