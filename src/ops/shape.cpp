@@ -56,6 +56,7 @@ std::string reshape_dims(const Shape& in, const std::vector<int64_t>& spec, bool
 SliceDim slice_dim(int64_t dim, int64_t start, int64_t end, int64_t step) {
   SliceDim s;
   s.step = step;
+  if (dim <= 0) return s;
   if (start < 0) start += dim;
   if (end < 0) end += dim;
   if (step > 0) {
