@@ -37,7 +37,11 @@ Type unknown() {
 Type common(const Type& a, const Type& b) {
   if (a.kind != b.kind) return unknown();
   if (a.kind != Type::Kind::kTensor) return a;
-  Type t = Type::tensor(a.dtype == b.dtype ? a.dtype : DataType::kUndefined);
+  // An undefined dtype is "not known yet" and yields to the other side.
+  const DataType dt = a.dtype == DataType::kUndefined ? b.dtype
+                      : b.dtype == DataType::kUndefined || a.dtype == b.dtype ? a.dtype
+                                                                               : DataType::kUndefined;
+  Type t = Type::tensor(dt);
   if (a.shape.known && b.shape.known && a.shape.rank() == b.shape.rank()) {
     std::vector<ir::Dim> d(a.shape.rank());
     for (int i = 0; i < a.shape.rank(); ++i) d[i] = a.shape.dims[i] == b.shape.dims[i] ? a.shape.dims[i] : ir::Dim();

@@ -17,13 +17,18 @@ bool has_subgraphs(const ir::Node& n) {
   return false;
 }
 
-// Names the node's subgraphs (and the subgraphs nested in them, which may reach two or more levels
-// up) read from enclosing graphs. Names the graph holding the node does not define are skipped by
-// the caller; names a nested body defines itself only keep an outer value alive a little longer.
+// Names the node's subgraphs read from enclosing graphs, including what subgraphs nested in them
+// read from two or more levels up (an importer need not list those in the middle graph's captures).
+// Names the graph holding the node does not define are skipped by the caller.
 void collect_captures(const ir::Node& n, std::set<std::string>& names);
 void collect_graph_captures(const ir::Graph& g, std::set<std::string>& names) {
   for (const ir::Value* v : g.captures) names.insert(v->name);
-  for (const ir::Node* inner : g.nodes()) collect_captures(*inner, names);
+  std::set<std::string> nested;
+  for (const ir::Node* inner : g.nodes()) collect_captures(*inner, nested);
+  for (const std::string& name : nested) {
+    const ir::Value* v = g.find_value(name);
+    if (!v || v->is_capture) names.insert(name);  // not defined by `g` itself: it comes from further out
+  }
 }
 void collect_captures(const ir::Node& n, std::set<std::string>& names) {
   for (const auto& [k, a] : n.attrs) {

@@ -214,6 +214,13 @@ TEST(ControlLoop, ZeroIterationsGiveEmptyScanOutputsTypedFromBody) {
     EXPECT_EQ((*r)[1].tensor.shape(), (Shape{0, 2}));
     EXPECT_EQ((*r)[2].tensor.dtype(), DataType::kInt64);
     EXPECT_EQ((*r)[2].tensor.shape(), (Shape{0}));
+    // Inferred types: carried from the body, scan outputs with a new leading dim.
+    const ir::Type& st = m.g->find_value("scan_acc")->type;
+    EXPECT_EQ(st.dtype, DataType::kFloat32);
+    ASSERT_EQ(st.shape.rank(), 2);
+    EXPECT_FALSE(st.shape.dims[0].is_static());
+    EXPECT_EQ(st.shape.dims[1].value, 2);
+    EXPECT_EQ(m.g->find_value("acc")->type.shape.to_string(), "[2]");
   }
 }
 
@@ -362,6 +369,42 @@ TEST(ControlLoop, LoweringKeepsNestedCapturesAlive) {
   const Step& if_step = (*cg)->steps.back();
   ASSERT_EQ(if_step.implicit_in.size(), 1u);
   EXPECT_EQ((*cg)->values[if_step.implicit_in[0]].name, "w");
+}
+
+TEST(ControlLoop, LoweringIgnoresNamesANestedBodyGetsFromTheMiddleGraph) {
+  // The then-branch defines its own "w"; the loop body's capture of "w" refers to that one.
+  G m;
+  auto* c = m.input("c", tensor_type(DataType::kBool, {}));
+  auto* x = m.input("x", kF2);
+  m.add(x, x, "w", kF2);
+  G then_b(21, m.g.get()), else_b(21, m.g.get());
+  auto* xc = then_b.capture("x");
+  then_b.add(xc, xc, "w");
+  G body(21, then_b.g.get());
+  body.input("iter");
+  auto* cin = body.input("cond_in");
+  body.output(cin);
+  auto* wc = body.capture("w");
+  body.output(body.add(wc, wc, "o"));
+  auto* lo = then_b.value("lo");
+  then_b.node("Loop", {then_b.constant("trip", i64s(1)), nullptr}, {lo})->attrs["body"] = graph_attr(body);
+  then_b.output(lo);
+  else_b.output(else_b.constant("k", f32({1, 2}, {0, 0})));
+  auto* out = m.value("out");
+  auto* n = m.node("If", {c}, {out});
+  n->attrs["then_branch"] = graph_attr(then_b);
+  n->attrs["else_branch"] = graph_attr(else_b);
+  m.output(out);
+  register_test_kernels();
+  auto cg = lower(m.g, LowerOptions{});
+  ASSERT_TRUE(cg.ok()) << cg.status().to_string();
+  const Step& if_step = (*cg)->steps.back();
+  ASSERT_EQ(if_step.implicit_in.size(), 1u);
+  EXPECT_EQ((*cg)->values[if_step.implicit_in[0]].name, "x");
+  auto r = run_graph(m, {Slot::of(boolean(true)), Slot::of(f32({2}, {1, 2}))});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(values<float>((*r)[0].tensor), (std::vector<float>{4, 8}));
+  EXPECT_EQ((*r)[0].tensor.shape(), (Shape{1, 2}));
 }
 
 // ---- Scan (opset 9+)
