@@ -112,3 +112,34 @@ Status copy_device(const KernelContext& ctx, const Tensor& src, Tensor& dst) {
 }
 
 }  // namespace kiln::cuda
+
+namespace kiln::cuda {
+
+Expected<Window> window_geometry(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pad_begin, int64_t pad_end,
+                                 const std::string& auto_pad, bool ceil_mode) {
+  if (k < 1 || s < 1 || d < 1) return invalid_argument("kernel, stride and dilation must be positive");
+  const int64_t span = (k - 1) * d + 1;
+  Window w;
+  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    w.out = (in + s - 1) / s;
+    const int64_t total = std::max<int64_t>(0, (w.out - 1) * s + span - in);
+    w.pad_begin = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    w.pad_end = total - w.pad_begin;
+    return w;
+  }
+  if (auto_pad == "VALID") {
+    pad_begin = pad_end = 0;
+  } else if (auto_pad != "NOTSET" && !auto_pad.empty()) {
+    return invalid_argument("unknown auto_pad '" + auto_pad + "'");
+  }
+  w.pad_begin = pad_begin;
+  w.pad_end = pad_end;
+  const int64_t avail = in + pad_begin + pad_end - span;
+  if (avail < 0) return invalid_argument("the window is larger than the padded input");
+  w.out = (ceil_mode ? (avail + s - 1) / s : avail / s) + 1;
+  // A window must start inside the input or its begin pad (ONNX Runtime and PyTorch drop the last otherwise).
+  if (ceil_mode && (w.out - 1) * s >= in + pad_begin) --w.out;
+  return w;
+}
+
+}  // namespace kiln::cuda

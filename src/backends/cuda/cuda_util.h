@@ -36,3 +36,15 @@ bool normalize_axis(int64_t& axis, int64_t rank);
 Status copy_device(const KernelContext& ctx, const Tensor& src, Tensor& dst);
 
 }  // namespace kiln::cuda
+
+namespace kiln::cuda {
+
+// One spatial dim of a windowed op (Conv, pooling): input size in, window k, stride s, dilation d,
+// explicit pads (used when auto_pad is NOTSET). Fills the output size and the effective pads.
+struct Window {
+  int64_t out = 0, pad_begin = 0, pad_end = 0;
+};
+Expected<Window> window_geometry(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pad_begin, int64_t pad_end,
+                                 const std::string& auto_pad, bool ceil_mode);
+
+}  // namespace kiln::cuda
