@@ -271,12 +271,13 @@ TEST(CudaShape, TransposeAndConcat) {
   check_node(*t2.node, {m}, mt, 0, 0, "Transpose default");
 
   for (int64_t axis : {0, 1, -1}) {
-    Tensor a = random_tensor({2, 3, 2}, rng), e = random_tensor({2, 0, 2}, rng);
-    Shape sb = {2, 3, 2};
-    sb[axis < 0 ? axis + 3 : axis] = 4;
-    Tensor b = random_tensor(sb, rng);
+    // a is 3 long on every axis, b 4 along the concat axis: the output is 7 long there.
+    Tensor a = random_tensor({3, 3, 3}, rng), e = random_tensor({3, 0, 3}, rng);
     const int64_t ax = axis < 0 ? axis + 3 : axis;
-    Shape so = {2, 3, 2};
+    Shape sb = {3, 3, 3};
+    sb[ax] = 4;
+    Tensor b = random_tensor(sb, rng);
+    Shape so = {3, 3, 3};
     so[ax] = 7;
     Tensor want_c = Tensor::empty(DataType::kFloat32, so);
     for (int64_t i = 0; i < want_c.numel(); ++i) {
