@@ -17,11 +17,23 @@ bool has_subgraphs(const ir::Node& n) {
   return false;
 }
 
-// Names the node's subgraphs read from the graph that holds the node.
+// Names the node's subgraphs read from enclosing graphs, including what subgraphs nested in them
+// read from two or more levels up (an importer need not list those in the middle graph's captures).
+// Names the graph holding the node does not define are skipped by the caller.
+void collect_captures(const ir::Node& n, std::set<std::string>& names);
+void collect_graph_captures(const ir::Graph& g, std::set<std::string>& names) {
+  for (const ir::Value* v : g.captures) names.insert(v->name);
+  std::set<std::string> nested;
+  for (const ir::Node* inner : g.nodes()) collect_captures(*inner, nested);
+  for (const std::string& name : nested) {
+    const ir::Value* v = g.find_value(name);
+    if (!v || v->is_capture) names.insert(name);  // not defined by `g` itself: it comes from further out
+  }
+}
 void collect_captures(const ir::Node& n, std::set<std::string>& names) {
   for (const auto& [k, a] : n.attrs) {
-    if (a.g) for (const ir::Value* v : a.g->captures) names.insert(v->name);
-    for (const auto& g : a.graphs) for (const ir::Value* v : g->captures) names.insert(v->name);
+    if (a.g) collect_graph_captures(*a.g, names);
+    for (const auto& g : a.graphs) collect_graph_captures(*g, names);
   }
 }
 
@@ -172,7 +184,11 @@ struct Lowering {
       collect_captures(*n, captured);
       for (const std::string& name : captured) {
         auto it = cg->by_name.find(name);
-        if (it != cg->by_name.end()) s.implicit_in.push_back(it->second);
+        if (it == cg->by_name.end()) continue;
+        // Bodies run on the CPU and find captures by name: point the name at a host copy.
+        KILN_ASSIGN_OR_RETURN(int idx, on_device(it->second, backend));
+        s.implicit_in.push_back(idx);
+        it->second = idx;
       }
       KernelInit init;
       init.subgraphs = &subgraphs;

@@ -1,0 +1,421 @@
+#include "onnx/importer.h"
+
+#include <climits>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <new>
+#include <set>
+
+#include "onnx/functions.h"
+#include "onnx/onnx.pb.h"
+#include "onnx/sha256.h"
+#include "onnx/tensor_proto.h"
+#include "ops/op_table.h"
+
+namespace kiln::onnx {
+
+namespace fs = std::filesystem;
+
+// The newest ai.onnx opset of the pinned onnx release (onnx 1.22: onnx.defs.onnx_opset_version()).
+int max_supported_opset() { return 27; }
+
+namespace {
+
+constexpr size_t kMaxProtoBytes = size_t{INT_MAX};  // protobuf's own limit for one message
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+std::string node_label(const ::onnx::NodeProto& n, const std::string& name) {
+  const std::string d = normalize_domain(n.domain());
+  return "node '" + name + "' (" + (d.empty() ? n.op_type() : d + "." + n.op_type()) + ")";
+}
+
+class Importer {
+ public:
+  explicit Importer(const ImportOptions& options) : opt_(options) {}
+  Expected<ir::Model> run(const ::onnx::ModelProto& m);
+
+ private:
+  Status read_opsets(const ::onnx::ModelProto& m, OpsetMap& opsets);
+  Status build_graph(const ::onnx::GraphProto& gp, ir::Graph& g);
+  Status convert_attribute(const ::onnx::AttributeProto& a, ir::Graph& g, const std::string& where,
+                           ir::Attribute& out);
+  Expected<std::shared_ptr<ir::Graph>> build_subgraph(const ::onnx::GraphProto& gp, ir::Graph& parent,
+                                                      const std::string& where);
+  Status check_capture_order(const ir::Graph& g, const std::string& where);
+  std::string where(const ir::Graph& g) const {
+    return g.parent ? opt_.source_name + ": subgraph " + quote(g.name) : opt_.source_name;
+  }
+
+  ImportOptions opt_;
+  FunctionInliner inliner_;
+};
+
+// The value `name` as seen from `g`: its own, or one of an enclosing graph captured into `g` (and
+// into every graph in between, so each graph's captures resolve in its direct parent).
+ir::Value* resolve(ir::Graph& g, const std::string& name) {
+  if (ir::Value* v = g.find_value(name)) return v;
+  if (!g.parent) return nullptr;
+  ir::Value* outer = resolve(*g.parent, name);
+  if (!outer) return nullptr;
+  ir::Value* c = g.add_value(name, outer->type);
+  c->is_capture = true;
+  g.captures.push_back(c);
+  return c;
+}
+
+Status Importer::read_opsets(const ::onnx::ModelProto& m, OpsetMap& opsets) {
+  const std::string range = "[" + std::to_string(kMinOpset) + ", " + std::to_string(max_supported_opset()) + "]";
+  for (const auto& o : m.opset_import()) {
+    const std::string domain = normalize_domain(o.domain());
+    if (o.version() < 1 || o.version() > 1'000'000)
+      return invalid_model(opt_.source_name + ": opset_import of domain " + quote(o.domain()) + " has version " +
+                           std::to_string(o.version()));
+    auto [it, fresh] = opsets.emplace(domain, static_cast<int>(o.version()));
+    if (!fresh && it->second != o.version())
+      return invalid_model(opt_.source_name + ": domain " + quote(o.domain()) + " is imported twice, as opsets " +
+                           std::to_string(it->second) + " and " + std::to_string(o.version()));
+  }
+  auto def = opsets.find("");
+  if (def == opsets.end()) {
+    if (m.ir_version() < 3)
+      return unsupported(opt_.source_name + ": IR version " + std::to_string(m.ir_version()) +
+                         " model without opset_import (ai.onnx opset 1); kiln supports ai.onnx opsets " + range +
+                         "; convert it with onnx.version_converter");
+    return invalid_model(opt_.source_name + ": the model does not import the ai.onnx opset (opset_import with domain '')");
+  }
+  auto check = [&](int v, const std::string& who) -> Status {
+    if (v >= kMinOpset && v <= max_supported_opset()) return Status::Ok();
+    return unsupported(opt_.source_name + ": " + who + " uses ai.onnx opset " + std::to_string(v) +
+                       "; kiln supports opsets " + range +
+                       (v < kMinOpset ? "; convert the model with onnx.version_converter" : ""));
+  };
+  KILN_RETURN_IF_ERROR(check(def->second, "the model"));
+  // Domains only a function imports become known to the graph too.
+  for (const OpsetMap* f : inliner_.function_opsets()) {
+    auto fd = f->find("");
+    if (fd != f->end()) KILN_RETURN_IF_ERROR(check(fd->second, "a model-local function"));
+    for (const auto& [d, v] : *f) opsets.emplace(d, v);
+  }
+  return Status::Ok();
+}
+
+Expected<ir::Model> Importer::run(const ::onnx::ModelProto& m) {
+  if (!m.has_graph()) return invalid_model(opt_.source_name + ": the model has no graph");
+  KILN_RETURN_IF_ERROR(inliner_.init(m, opt_.source_name));
+  ir::Model model;
+  model.ir_version = m.ir_version();
+  model.producer_name = m.producer_name();
+  model.producer_version = m.producer_version();
+  model.domain = m.domain();
+  model.doc = m.doc_string();
+  for (const auto& kv : m.metadata_props()) model.metadata[kv.key()] = kv.value();
+  model.graph = std::make_unique<ir::Graph>();
+  KILN_RETURN_IF_ERROR(read_opsets(m, model.graph->opsets));
+  KILN_RETURN_IF_ERROR(build_graph(m.graph(), *model.graph));
+  Status st = ops::infer_graph(*model.graph);
+  if (!st.ok()) return st.with_context(opt_.source_name);
+  return model;
+}
+
+Status Importer::build_graph(const ::onnx::GraphProto& gp, ir::Graph& g) {
+  g.name = gp.name();
+  const std::string w = where(g);
+  std::map<std::string, std::string> defined_by;  // value name → what defines it, for duplicate errors
+  auto define = [&](const std::string& name, const std::string& by) -> Status {
+    if (name.empty()) return invalid_model(w + ": " + by + " has an empty name");
+    auto [it, fresh] = defined_by.emplace(name, by);
+    if (!fresh) return invalid_model(w + ": duplicate definition of " + quote(name) + ": by " + it->second + " and by " + by);
+    return Status::Ok();
+  };
+
+  // Initializers (dense and sparse) are constants.
+  for (const auto& tp : gp.initializer()) {
+    const std::string what = "initializer " + quote(tp.name());
+    KILN_RETURN_IF_ERROR(define(tp.name(), what));
+    KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(tp, {opt_.base_dir, w + ": " + what}));
+    ir::Value* v = g.add_value(tp.name(), ir::Type::tensor(t.dtype(), ir::SymShape::of(t.shape())));
+    v->constant = std::move(t);
+  }
+  for (const auto& sp : gp.sparse_initializer()) {
+    const std::string& name = sp.values().name();
+    const std::string what = "sparse initializer " + quote(name);
+    KILN_RETURN_IF_ERROR(define(name, what));
+    KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_sparse(sp, {opt_.base_dir, w + ": " + what}));
+    ir::Value* v = g.add_value(name, ir::Type::tensor(t.dtype(), ir::SymShape::of(t.shape())));
+    v->constant = std::move(t);
+  }
+
+  // Inputs. Before IR 4 initializers were also listed as inputs: those are inputs with a default.
+  std::set<std::string> input_names;
+  for (const auto& vi : gp.input()) {
+    const std::string what = "input " + quote(vi.name());
+    if (vi.name().empty()) return invalid_model(w + ": a graph input has an empty name");
+    if (!input_names.insert(vi.name()).second) return invalid_model(w + ": input " + quote(vi.name()) + " is listed twice");
+    ir::Value* v = g.find_value(vi.name());
+    if (!v) {
+      KILN_RETURN_IF_ERROR(define(vi.name(), what));
+      v = g.add_value(vi.name());
+    }
+    if (vi.has_type()) {
+      KILN_ASSIGN_OR_RETURN(v->type, type_from_proto(vi.type(), w + ": " + what));
+    }
+    v->is_input = true;
+    g.inputs.push_back(v);
+  }
+
+  std::map<std::string, const ::onnx::TypeProto*> value_info;
+  for (const auto& vi : gp.value_info())
+    if (vi.has_type()) value_info[vi.name()] = &vi.type();
+
+  std::vector<FlatNode> flat;
+  KILN_RETURN_IF_ERROR(inliner_.expand(gp.node(), w, flat));
+
+  // Pass 1: every node's outputs exist before any input is resolved (so nodes may come in any order,
+  // and subgraphs can see every value of their enclosing graphs).
+  std::vector<std::string> names(flat.size());
+  std::vector<std::vector<ir::Value*>> outs(flat.size());
+  for (size_t i = 0; i < flat.size(); ++i) {
+    const ::onnx::NodeProto& np = *flat[i].node;
+    names[i] = np.name().empty() ? np.op_type() + "_" + std::to_string(i) : np.name();
+    const std::string label = node_label(np, names[i]);
+    if (np.op_type().empty()) return invalid_model(w + ": node #" + std::to_string(i) + " (" + quote(np.name()) + ") has no op_type");
+    for (const auto& o : np.output()) {
+      if (o.empty()) {
+        outs[i].push_back(nullptr);
+        continue;
+      }
+      KILN_RETURN_IF_ERROR(define(o, label));
+      ir::Value* v = g.add_value(o);
+      auto vi = value_info.find(o);
+      if (vi != value_info.end()) {
+        KILN_ASSIGN_OR_RETURN(v->type, type_from_proto(*vi->second, w + ": value_info " + quote(o)));
+      }
+      outs[i].push_back(v);
+    }
+  }
+
+  // Pass 2: inputs, nodes, attributes (subgraphs included).
+  for (size_t i = 0; i < flat.size(); ++i) {
+    const ::onnx::NodeProto& np = *flat[i].node;
+    const std::string label = w + ": " + node_label(np, names[i]);
+    std::vector<ir::Value*> ins;
+    for (const auto& in : np.input()) {
+      if (in.empty()) {
+        ins.push_back(nullptr);
+        continue;
+      }
+      ir::Value* v = resolve(g, in);
+      if (!v)
+        return invalid_model(label + ": dangling input " + quote(in) +
+                             ": no node, graph input or initializer (here or in an enclosing graph) defines it");
+      ins.push_back(v);
+    }
+    const std::string domain = normalize_domain(np.domain());
+    ir::Node* n = g.add_node(np.op_type(), domain, std::move(ins), outs[i], names[i]);
+    if (flat[i].opsets) {
+      auto it = flat[i].opsets->find(domain);
+      if (it != flat[i].opsets->end()) n->opset = it->second;
+    }
+    for (const auto& a : np.attribute()) {
+      if (a.name().empty()) return invalid_model(label + ": an attribute has no name");
+      if (n->attrs.count(a.name())) return invalid_model(label + ": attribute " + quote(a.name()) + " is given twice");
+      ir::Attribute attr;
+      KILN_RETURN_IF_ERROR(convert_attribute(a, g, label + ": attribute " + quote(a.name()), attr));
+      n->attrs.emplace(a.name(), std::move(attr));
+    }
+  }
+
+  // Outputs.
+  std::set<std::string> output_names;
+  for (const auto& vi : gp.output()) {
+    if (vi.name().empty()) return invalid_model(w + ": a graph output has an empty name");
+    if (!output_names.insert(vi.name()).second)
+      return invalid_model(w + ": duplicate graph output " + quote(vi.name()));
+    ir::Value* v = resolve(g, vi.name());
+    if (!v) return invalid_model(w + ": graph output " + quote(vi.name()) + " is never produced");
+    if (vi.has_type() && (v->producer || v->type.kind == ir::Type::Kind::kUnknown ||
+                          (v->type.is_tensor() && v->type.dtype == DataType::kUndefined))) {
+      KILN_ASSIGN_OR_RETURN(v->type, type_from_proto(vi.type(), w + ": output " + quote(vi.name())));
+    }
+    v->is_output = true;
+    g.outputs.push_back(v);
+  }
+
+  KILN_RETURN_IF_ERROR(g.sort().with_context(opt_.source_name));
+  KILN_RETURN_IF_ERROR(check_capture_order(g, w));
+  KILN_RETURN_IF_ERROR(g.verify().with_context(w));
+  return Status::Ok();
+}
+
+// A node whose subgraph captures a value must come after that value's producer: the sort only sees
+// explicit inputs, so an out-of-order capture is reported here rather than run in the wrong order.
+Status Importer::check_capture_order(const ir::Graph& g, const std::string& where) {
+  std::map<const ir::Node*, size_t> pos;
+  for (size_t i = 0; i < g.nodes().size(); ++i) pos[g.nodes()[i]] = i;
+  for (const ir::Node* n : g.nodes())
+    for (const auto& [k, a] : n->attrs) {
+      std::vector<const ir::Graph*> subs;
+      if (a.g) subs.push_back(a.g.get());
+      for (const auto& sg : a.graphs) subs.push_back(sg.get());
+      for (const ir::Graph* sg : subs)
+        for (const ir::Value* c : sg->captures) {
+          const ir::Value* pv = g.find_value(c->name);
+          if (pv && pv->producer && pos.at(pv->producer) >= pos.at(n))
+            return invalid_model(where + ": " + n->describe() + ": its subgraph uses " + quote(c->name) +
+                                 ", which is produced by " + pv->producer->describe() +
+                                 (pv->producer == n ? " itself" : " after it"));
+        }
+    }
+  return Status::Ok();
+}
+
+Expected<std::shared_ptr<ir::Graph>> Importer::build_subgraph(const ::onnx::GraphProto& gp, ir::Graph& parent,
+                                                               const std::string& where) {
+  auto sg = std::make_shared<ir::Graph>();
+  sg->parent = &parent;
+  sg->opsets = parent.opsets;
+  Status st = build_graph(gp, *sg);
+  if (!st.ok()) return st.code() == StatusCode::kInvalidModel || st.code() == StatusCode::kUnsupported
+                           ? Status(st.code(), st.message() + " (in " + where + ")")
+                           : st;
+  return sg;
+}
+
+Status Importer::convert_attribute(const ::onnx::AttributeProto& a, ir::Graph& g, const std::string& where,
+                                   ir::Attribute& out) {
+  using AP = ::onnx::AttributeProto;
+  if (!a.ref_attr_name().empty())
+    return invalid_model(where + ": refers to " + quote(a.ref_attr_name()) +
+                         ", but attribute references are only valid inside a function");
+  AP::AttributeType type = a.type();
+  if (type == AP::UNDEFINED) {  // very old writers leave the type out; infer it from the field set
+    if (a.has_f()) type = AP::FLOAT;
+    else if (a.has_i()) type = AP::INT;
+    else if (a.has_s()) type = AP::STRING;
+    else if (a.has_t()) type = AP::TENSOR;
+    else if (a.has_g()) type = AP::GRAPH;
+    else if (a.has_sparse_tensor()) type = AP::SPARSE_TENSOR;
+    else if (a.has_tp()) type = AP::TYPE_PROTO;
+    else if (a.floats_size()) type = AP::FLOATS;
+    else if (a.ints_size()) type = AP::INTS;
+    else if (a.strings_size()) type = AP::STRINGS;
+    else if (a.tensors_size()) type = AP::TENSORS;
+    else if (a.graphs_size()) type = AP::GRAPHS;
+    else if (a.sparse_tensors_size()) type = AP::SPARSE_TENSORS;
+    else if (a.type_protos_size()) type = AP::TYPE_PROTOS;
+    else return invalid_model(where + ": has no type and no value");
+  }
+  const TensorSource src{opt_.base_dir, where};
+  using K = ir::Attribute::Kind;
+  switch (type) {
+    case AP::FLOAT: out.kind = K::kFloat; out.f = a.f(); return Status::Ok();
+    case AP::INT: out.kind = K::kInt; out.i = a.i(); return Status::Ok();
+    case AP::STRING: out.kind = K::kString; out.s = a.s(); return Status::Ok();
+    case AP::FLOATS: out.kind = K::kFloats; out.floats.assign(a.floats().begin(), a.floats().end()); return Status::Ok();
+    case AP::INTS: out.kind = K::kInts; out.ints.assign(a.ints().begin(), a.ints().end()); return Status::Ok();
+    case AP::STRINGS: out.kind = K::kStrings; out.strings.assign(a.strings().begin(), a.strings().end()); return Status::Ok();
+    case AP::TENSOR: {
+      out.kind = K::kTensor;
+      if (!a.has_t()) return invalid_model(where + ": tensor attribute has no tensor");
+      KILN_ASSIGN_OR_RETURN(out.t, tensor_from_proto(a.t(), src));
+      return Status::Ok();
+    }
+    case AP::SPARSE_TENSOR: {
+      out.kind = K::kSparseTensor;  // densified into `t`
+      if (!a.has_sparse_tensor()) return invalid_model(where + ": sparse tensor attribute has no tensor");
+      KILN_ASSIGN_OR_RETURN(out.t, tensor_from_sparse(a.sparse_tensor(), src));
+      return Status::Ok();
+    }
+    case AP::TENSORS:
+      out.kind = K::kTensors;
+      for (int i = 0; i < a.tensors_size(); ++i) {
+        KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(a.tensors(i), {opt_.base_dir, where + "[" + std::to_string(i) + "]"}));
+        out.tensors.push_back(std::move(t));
+      }
+      return Status::Ok();
+    case AP::SPARSE_TENSORS:  // no list-of-sparse kind in the IR: densified into `tensors`
+      out.kind = K::kTensors;
+      for (int i = 0; i < a.sparse_tensors_size(); ++i) {
+        KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_sparse(a.sparse_tensors(i), {opt_.base_dir, where + "[" + std::to_string(i) + "]"}));
+        out.tensors.push_back(std::move(t));
+      }
+      return Status::Ok();
+    case AP::GRAPH: {
+      out.kind = K::kGraph;
+      if (!a.has_g()) return invalid_model(where + ": graph attribute has no graph");
+      KILN_ASSIGN_OR_RETURN(out.g, build_subgraph(a.g(), g, where));
+      return Status::Ok();
+    }
+    case AP::GRAPHS:
+      out.kind = K::kGraphs;
+      for (const auto& sgp : a.graphs()) {
+        KILN_ASSIGN_OR_RETURN(auto sg, build_subgraph(sgp, g, where));
+        out.graphs.push_back(std::move(sg));
+      }
+      return Status::Ok();
+    case AP::TYPE_PROTO: {
+      out.kind = K::kTypeProto;
+      KILN_ASSIGN_OR_RETURN(ir::Type t, type_from_proto(a.tp(), where));
+      out.types.push_back(std::move(t));
+      return Status::Ok();
+    }
+    case AP::TYPE_PROTOS:
+      out.kind = K::kTypeProtos;
+      for (const auto& tp : a.type_protos()) {
+        KILN_ASSIGN_OR_RETURN(ir::Type t, type_from_proto(tp, where));
+        out.types.push_back(std::move(t));
+      }
+      return Status::Ok();
+    default:
+      return invalid_model(where + ": unknown attribute type " + std::to_string(static_cast<int>(type)));
+  }
+}
+
+}  // namespace
+
+Expected<ir::Model> import_bytes(const std::string& bytes, const ImportOptions& options) {
+  if (bytes.size() > kMaxProtoBytes)
+    return invalid_model(options.source_name + ": the model is " + std::to_string(bytes.size()) +
+                         " bytes; an ONNX protobuf is limited to 2 GiB (store the weights as external data)");
+  try {
+    ::onnx::ModelProto m;
+    if (!m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+      return invalid_model(options.source_name + ": not a valid ONNX model (protobuf parse failed)");
+    Importer importer(options);
+    return importer.run(m);
+  } catch (const std::bad_alloc&) {
+    return runtime_error(options.source_name + ": out of memory while importing the model");
+  } catch (const std::exception& e) {
+    return internal_error(options.source_name + ": unexpected error while importing: " + e.what());
+  }
+}
+
+Expected<ir::Model> import_file(const std::string& path) {
+  std::error_code ec;
+  const fs::path p(path);
+  if (!fs::exists(p, ec)) return io_error("cannot read model '" + path + "': file not found");
+  if (fs::is_directory(p, ec)) return io_error("cannot read model '" + path + "': it is a directory");
+  std::ifstream f(p, std::ios::binary | std::ios::ate);
+  if (!f) return io_error("cannot read model '" + path + "': cannot open the file");
+  const std::streamoff size = f.tellg();
+  if (size < 0) return io_error("cannot read model '" + path + "': cannot determine its size");
+  if (static_cast<uint64_t>(size) > kMaxProtoBytes)
+    return invalid_model(p.filename().string() + ": the file is " + std::to_string(size) +
+                         " bytes; an ONNX protobuf is limited to 2 GiB (store the weights as external data)");
+  std::string bytes(static_cast<size_t>(size), '\0');
+  f.seekg(0);
+  if (size > 0 && !f.read(bytes.data(), size)) return io_error("cannot read model '" + path + "': read failed");
+
+  ImportOptions opt;
+  opt.source_name = p.filename().string();
+  opt.base_dir = fs::absolute(p, ec).parent_path().string();
+  if (ec || opt.base_dir.empty()) opt.base_dir = ".";
+  KILN_ASSIGN_OR_RETURN(ir::Model model, import_bytes(bytes, opt));
+  model.source_path = path;
+  model.source_hash = sha256_hex(bytes.data(), bytes.size());
+  return model;
+}
+
+}  // namespace kiln::onnx

@@ -1,0 +1,35 @@
+// onnx/tensor_proto.h — ONNX TensorProto / SparseTensorProto / TypeProto → kiln values.
+//
+// Internal to the importer. Every size in the file is checked before it is trusted: dims must be
+// non-negative, element counts must not overflow, and the stored bytes or values must match the
+// element count exactly. External data is only read from inside `base_dir`.
+#pragma once
+
+#include <string>
+
+#include "ir/graph.h"
+#include "kiln/status.h"
+#include "kiln/tensor.h"
+#include "onnx/onnx.pb.h"
+
+namespace kiln::onnx {
+
+struct TensorSource {
+  std::string base_dir;  // folder external data is resolved against; empty: external data refused
+  std::string what;      // how errors name the tensor: "model.onnx: initializer 'w'"
+};
+
+// Decodes a tensor stored in raw_data, in the typed fields, or in an external file. Sub-byte types
+// (int4/uint4/float4e2m1) are unpacked to one element per byte (int4 sign-extended).
+Expected<Tensor> tensor_from_proto(const ::onnx::TensorProto& tp, const TensorSource& src);
+
+// Densifies a sparse tensor (indices [NNZ] linearized or [NNZ, rank]); unset elements are zero.
+Expected<Tensor> tensor_from_sparse(const ::onnx::SparseTensorProto& sp, const TensorSource& src);
+
+// A value type from a TypeProto (unset or sparse types become Kind::kUnknown).
+Expected<ir::Type> type_from_proto(const ::onnx::TypeProto& tp, const std::string& what);
+
+// The kiln dtype for an ONNX elem_type code; errors for codes kiln does not know.
+Expected<DataType> dtype_from_onnx(int64_t code, const std::string& what);
+
+}  // namespace kiln::onnx
