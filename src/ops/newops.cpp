@@ -1,5 +1,5 @@
 // ops/newops.cpp — types and shapes of the newer ONNX operators (opset 20–27): Attention,
-// LinearAttention, RotaryEmbedding, CausalConvWithState, TensorScatter, CumProd, BitCast,
+// FlexAttention (ai.onnx.preview), LinearAttention, RotaryEmbedding, CausalConvWithState, TensorScatter, CumProd, BitCast,
 // GridSample, AffineGrid.
 #include "ops/op_table.h"
 
@@ -114,10 +114,21 @@ Status infer_affine_grid(InferContext& c) {
   return Status::Ok();
 }
 
+Status infer_flex_attention(InferContext& c) {
+  if (!c.has(0) || !c.has(2)) return c.error("Q, K and V are required");
+  c.out[0] = Type::tensor(c.dtype(0));
+  if (ranked(c, 0, 4) && ranked(c, 2, 4)) {
+    const auto &q = c.shape(0).dims, &v = c.shape(2).dims;
+    c.out[0].shape = SymShape({q[0], q[1], q[2], v[3]});
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 void add_new_ops(std::vector<OpDef>& t) {
   t.push_back({"Attention", "", 23, infer_attention});
+  t.push_back({"FlexAttention", "ai.onnx.preview", 1, infer_flex_attention});
   t.push_back({"LinearAttention", "", 27, infer_linear_attention});
   t.push_back({"RotaryEmbedding", "", 23, infer_same});
   t.push_back({"CausalConvWithState", "", 27, infer_causal_conv});

@@ -314,6 +314,82 @@ Status linear_attention(KernelContext& ctx, const LinAttrs& a) {
   return Status::Ok();
 }
 
+// ---- FlexAttention (ai.onnx.preview): scores = scale * Q K^T in the softmax precision (float32, or
+// float64 for float64 inputs), then the optional score_mod subgraph, a softmax, the optional
+// prob_mod subgraph and Y = P V. Each modifier runs once on the whole (B, Hq, L, S) tensor.
+struct FlexAttrs {
+  bool has_scale = false;
+  float scale = 0;
+  DataType compute = DataType::kUndefined;  // softmax_precision, or undefined = by input type
+  std::shared_ptr<CompiledGraph> score_mod, prob_mod;
+};
+
+template <typename C>
+Status run_modifier(KernelContext& ctx, const CompiledGraph& g, DataType dt, const Shape& shape, std::vector<C>& buf,
+                    const char* what) {
+  Tensor in = Tensor::empty(dt, shape);
+  for (int64_t i = 0; i < in.numel(); ++i) nn::store_as<C>(in, i, buf[i]);
+  std::vector<Slot> outs;
+  KILN_RETURN_IF_ERROR(ctx.run_subgraph(g, {Slot::of(in)}, outs));
+  if (outs.size() != 1 || outs[0].kind != Slot::Kind::kTensor || outs[0].tensor.shape() != shape)
+    return ctx.error(std::string(what) + " must give one tensor of shape " + shape_to_string(shape));
+  const Tensor& o = outs[0].tensor;
+  for (int64_t i = 0; i < o.numel(); ++i) buf[i] = nn::load_as<C>(o, i);
+  return Status::Ok();
+}
+
+template <typename C>
+Status flex_attention(KernelContext& ctx, const FlexAttrs& a, DataType cdt) {
+  const Tensor &q = ctx.input(0), &k = ctx.input(1), &v = ctx.input(2);
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4) return ctx.error("Q, K and V must be 4-D");
+  const int64_t B = q.dim(0), Hq = q.dim(1), L = q.dim(2), E = q.dim(3);
+  const int64_t Hkv = k.dim(1), S = k.dim(2), Ev = v.dim(3);
+  if (k.dim(0) != B || v.dim(0) != B || k.dim(3) != E || v.dim(1) != Hkv || v.dim(2) != S)
+    return ctx.error("Q, K and V shapes do not agree");
+  if (Hkv == 0 || Hq % Hkv) return ctx.error("q_num_heads must be a multiple of kv_num_heads");
+  const C scale = a.has_scale ? C(a.scale) : C(1) / std::sqrt(C(E));
+  ReadAs<C> qv(q), kv(k), vv(v);
+  const Shape sshape{B, Hq, L, S};
+  std::vector<C> s(static_cast<size_t>(B * Hq * L * S));
+  const int64_t group = Hq / Hkv;
+  parallel_for(B * Hq, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t bh = t0; bh < t1; ++bh) {
+      const int64_t b = bh / Hq, hk = (bh % Hq) / group;
+      nn::gemm<C>(false, true, L, S, E, scale, qv.data() + bh * L * E, E, kv.data() + (b * Hkv + hk) * S * E, E, C(0),
+                  s.data() + bh * L * S, S);
+    }
+  });
+  if (a.score_mod) KILN_RETURN_IF_ERROR(run_modifier<C>(ctx, *a.score_mod, cdt, sshape, s, "score_mod"));
+  parallel_for(B * Hq * L, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      C* row = s.data() + r * S;
+      C mx = -std::numeric_limits<C>::infinity(), sum = 0;
+      for (int64_t j = 0; j < S; ++j) mx = std::max(mx, row[j]);
+      for (int64_t j = 0; j < S; ++j) sum += (row[j] = std::exp(row[j] - mx));
+      for (int64_t j = 0; j < S; ++j) row[j] /= sum;
+    }
+  });
+  if (a.prob_mod) KILN_RETURN_IF_ERROR(run_modifier<C>(ctx, *a.prob_mod, cdt, sshape, s, "prob_mod"));
+  Tensor& y = ctx.output(0, q.dtype(), {B, Hq, L, Ev});
+  WriteAs<C> yw(y);
+  parallel_for(B * Hq, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t bh = t0; bh < t1; ++bh) {
+      const int64_t b = bh / Hq, hk = (bh % Hq) / group;
+      nn::gemm<C>(false, false, L, Ev, S, C(1), s.data() + bh * L * S, S, vv.data() + (b * Hkv + hk) * S * Ev, Ev, C(0),
+                  yw.data() + bh * L * Ev, Ev);
+    }
+  });
+  yw.commit();
+  return Status::Ok();
+}
+
+Expected<std::shared_ptr<CompiledGraph>> optional_graph(const ir::Node& n, KernelInit& init, const char* name) {
+  const ir::Attribute* at = n.attr(name);
+  if (!at || at->kind != ir::Attribute::Kind::kGraph || !at->g) return std::shared_ptr<CompiledGraph>();
+  if (!init.subgraphs) return unsupported(n.describe() + ": " + name + " subgraphs can only run inside a lowered plan");
+  return init.subgraphs->compile(*at->g);
+}
+
 }  // namespace
 
 void register_attention(KernelRegistry& r) {
@@ -349,6 +425,25 @@ void register_attention(KernelRegistry& r) {
            else if (rule == "gated_delta") a.rule = LinRule::kGatedDelta;
            else return Expected<KernelPtr>(invalid_argument(n.describe() + ": unknown update_rule '" + rule + "'"));
            return make_kernel([a](KernelContext& ctx) { return linear_attention(ctx, a); });
+         }});
+  r.add({"FlexAttention", "ai.onnx.preview", 1, 1 << 30, "cpu.FlexAttention.any", real012,
+         [](const ir::Node& n, KernelInit& init) -> Expected<KernelPtr> {
+           FlexAttrs a;
+           a.has_scale = n.attr("scale") != nullptr;
+           a.scale = n.attr_float("scale", 0);
+           if (n.attr("softmax_precision")) {
+             a.compute = static_cast<DataType>(n.attr_int("softmax_precision", 1));
+             if (!nn::is_real(a.compute))
+               return invalid_argument(n.describe() + ": softmax_precision must be a float type");
+           }
+           KILN_ASSIGN_OR_RETURN(a.score_mod, optional_graph(n, init, "score_mod"));
+           KILN_ASSIGN_OR_RETURN(a.prob_mod, optional_graph(n, init, "prob_mod"));
+           return make_kernel([a](KernelContext& ctx) {
+             DataType cdt = a.compute;
+             if (cdt == DataType::kUndefined)
+               cdt = ctx.input(0).dtype() == DataType::kFloat64 ? DataType::kFloat64 : DataType::kFloat32;
+             return cdt == DataType::kFloat64 ? flex_attention<double>(ctx, a, cdt) : flex_attention<float>(ctx, a, cdt);
+           });
          }});
 }
 
