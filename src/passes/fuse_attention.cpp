@@ -1,0 +1,123 @@
+// passes/fuse_attention.cpp — multi-head attention as PyTorch/HuggingFace export it becomes one
+// kiln.Attention:
+//
+//   heads(x)  = Transpose(Reshape(x, [B, S, H, D]), perm)          (Q, V: 0,2,1,3; K: 0,2,3,1)
+//   scores    = MatMul(heads(q) [* cq], heads(k) [* ck]) [/ c | * c] [+ mask]
+//   y         = Reshape(Transpose(MatMul(Softmax(scores), heads(v)), 0,2,1,3), [B, S, H*Dv])
+//
+// q, k, v are the projections [B, S, H*D]; the fused op reads the heads as strided views of them.
+#include "passes/pattern.h"
+
+namespace kiln::passes {
+namespace {
+
+Pat heads(const std::string& x) {
+  return op("Transpose", {op("Reshape", {any(x)}).as(x + "_reshape")}).as(x + "_t");
+}
+
+Pat attention_pattern() {
+  Pat q = maybe(op("Mul", {heads("q"), cst("q_scale")}).commute());
+  Pat k = maybe(op("Mul", {heads("k"), cst("k_scale")}).commute());
+  Pat scores = op("MatMul", {q, k}).as("qk");
+  Pat scaled = maybe(op("Div", {maybe(op("Mul", {scores, cst("mul")}).commute()), cst("div")}));
+  Pat masked = maybe(op("Add", {scaled, any("mask")}).commute());
+  Pat probs = op("Softmax", {masked}).as("softmax");
+  Pat context = op("MatMul", {probs, heads("v")});
+  return op("Reshape", {op("Transpose", {context}).as("out_t")});
+}
+
+bool has_perm(const ir::Node* n, std::vector<int64_t> p) { return n && n->attr_ints("perm") == p; }
+
+bool same_dim(const ir::Dim& a, const ir::Dim& b) {
+  return a.is_static() ? a.value == b.value : (!a.symbol.empty() && a.symbol == b.symbol);
+}
+
+// Checks Reshape(x) → [B, S, H, D] keeps x's first two dims; returns {H, D} or {0, 0}.
+std::pair<int64_t, int64_t> head_split(const ir::Value* x, const ir::Node* reshape, std::string* why) {
+  const ir::Value* y = reshape->outputs[0];
+  const auto& xs = x->type.shape;
+  const auto& ys = y->type.shape;
+  if (!xs.known || xs.rank() != 3 || !ys.known || ys.rank() != 4) {
+    *why = "'" + x->name + "' is not [B, S, hidden] reshaped to [B, S, H, D]";
+    return {0, 0};
+  }
+  if (!ys.dims[2].is_static() || !ys.dims[3].is_static() || !xs.dims[2].is_static() ||
+      ys.dims[2].value * ys.dims[3].value != xs.dims[2].value) {
+    *why = "head sizes of '" + x->name + "' are not static";
+    return {0, 0};
+  }
+  // The first two dims must be kept: known equal, or copied (0) by a constant shape.
+  auto shape = constant_values(reshape->inputs.size() > 1 ? reshape->inputs[1] : nullptr);
+  for (int i = 0; i < 2; ++i) {
+    const bool copied = shape.size() == 4 && shape[i] == 0 && reshape->attr_int("allowzero", 0) == 0;
+    if (!copied && !same_dim(xs.dims[i], ys.dims[i])) {
+      *why = "the head reshape of '" + x->name + "' may not keep dims [B, S]";
+      return {0, 0};
+    }
+  }
+  return {ys.dims[2].value, ys.dims[3].value};
+}
+
+}  // namespace
+
+Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
+  Rewriter rw(g, ctx, "fuse-attention");
+  const std::vector<Rule> rules = {{"multi-head attention", attention_pattern(), 4}};
+  return rw.run(rules, [&](Match& m) -> std::string {
+    if (!has_perm(m.node("q_t"), {0, 2, 1, 3}) || !has_perm(m.node("v_t"), {0, 2, 1, 3}) ||
+        !has_perm(m.node("k_t"), {0, 2, 3, 1}) || !has_perm(m.node("out_t"), {0, 2, 1, 3}))
+      return "head transposes are not (0,2,1,3) for Q, V, output and (0,2,3,1) for K";
+    std::string why;
+    auto [H, D] = head_split(m["q"], m.node("q_reshape"), &why);
+    if (!H) return why;
+    auto [Hk, Dk] = head_split(m["k"], m.node("k_reshape"), &why);
+    if (!Hk) return why;
+    auto [Hv, Dv] = head_split(m["v"], m.node("v_reshape"), &why);
+    if (!Hv) return why;
+    if (Hk != H || Hv != H || Dk != D) return "Q, K, V head counts or sizes differ";
+    for (const char* x : {"q", "k", "v"})
+      if (m[x]->type.dtype != DataType::kFloat32) return "not float32";
+    const ir::Node* sm = m.node("softmax");
+    const int64_t axis = sm->attr_int("axis", sm->opset < 13 ? 1 : -1);
+    if (axis != -1 && axis != 3) return "Softmax is not over the keys";
+    const ir::Value* y = m.root()->outputs[0];
+    const auto& ys = y->type.shape;
+    const auto& qs = m["q"]->type.shape;
+    if (!ys.known || ys.rank() != 3 || !ys.dims[2].is_static() || ys.dims[2].value != H * Dv)
+      return "the output is not reshaped to [B, S, H*Dv]";
+    auto out_shape = constant_values(m.root()->inputs.size() > 1 ? m.root()->inputs[1] : nullptr);
+    for (int i = 0; i < 2; ++i) {
+      const bool copied = out_shape.size() == 3 && out_shape[i] == 0 && m.root()->attr_int("allowzero", 0) == 0;
+      if (!copied && !same_dim(ys.dims[i], qs.dims[i])) return "the output reshape may not restore [B, S]";
+    }
+    double scale = 1;
+    for (const char* c : {"q_scale", "k_scale", "mul"}) {
+      if (!m.has(c)) continue;
+      auto v = scalar_value(m[c]);
+      if (!v) return std::string(c) + " is not a scalar";
+      scale *= *v;
+    }
+    if (m.has("div")) {
+      auto v = scalar_value(m["div"]);
+      if (!v || *v == 0) return "the divisor is not a non-zero scalar";
+      scale /= *v;
+    }
+    std::vector<ir::Value*> ins = {m["q"], m["k"], m["v"]};
+    if (m.has("mask")) {
+      const ir::Value* mask = m["mask"];
+      if (mask->type.dtype != DataType::kFloat32) return "the mask is not float32";
+      if (!mask->type.shape.known || mask->type.shape.rank() > 4) return "the mask's rank is unknown or > 4";
+      ins.push_back(m["mask"]);
+    }
+    const std::string what = m.node("qk")->describe() + " … " + m.root()->describe();
+    ir::Node* n = rw.replace(m, "Attention", "kiln", 1, ins);
+    n->attrs["num_heads"].kind = ir::Attribute::Kind::kInt;
+    n->attrs["num_heads"].i = H;
+    n->attrs["scale"].kind = ir::Attribute::Kind::kFloat;
+    n->attrs["scale"].f = static_cast<float>(scale);
+    rw.log("fused attention (" + std::to_string(H) + " heads of " + std::to_string(D) + ") " + what);
+    return "";
+  });
+}
+
+}  // namespace kiln::passes
