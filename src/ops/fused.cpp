@@ -5,8 +5,10 @@
 //   FusedGemm(A, B[, C])         Gemm attributes + activation, activation_params
 //   FusedMatMul(A, B[, bias])    act(MatMul(A, B) + bias), bias [N] along the last dim
 //   SkipLayerNorm(A, B, gamma[, beta]) → Y[, A+B]   LayerNormalization(A + B) over the last dim, epsilon
-//   Attention(Q, K, V[, mask])   Q [B,S,H*D], K [B,T,H*D], V [B,T,H*Dv], mask additive, broadcast to
-//                                [B,H,S,T]; num_heads, scale → [B,S,H*Dv]
+//   Attention(Q, K, V[, mask[, bool_mask]])   Q [B,S,H*D], K [B,T,H*D], V [B,T,H*Dv]; mask additive and
+//                                bool_mask broadcast to [B,H,S,T]; num_heads, scale, mask_fill,
+//                                mask_fill_where_true → [B,S,H*Dv]:
+//                                softmax(where(bool_mask == mask_fill_where_true, mask_fill, scale * QK^T) + mask) V
 //
 // activation: "" (none), Relu, LeakyRelu (alpha), Clip (min, max), Sigmoid, HardSigmoid (alpha, beta),
 // HardSwish, Silu, Tanh, Gelu, GeluTanh.

@@ -1,6 +1,8 @@
 // passes/fold_shapes.cpp — folds shape arithmetic on partly static shapes: Gather(Shape(x), i) and
 // Slice(Shape(x), ...) are constants when the dims they pick are static, even when other dims of x
 // are symbolic (a dynamic batch). Constant folding then finishes the Concat/Reshape chains.
+// Shape(Transpose(y, perm)) becomes Gather(Shape(y), perm), so shape computations stop reading the
+// transposed value (which lets fusions take the Transpose: attention's head merge).
 #include <algorithm>
 
 #include "passes/pattern.h"
@@ -66,16 +68,46 @@ std::optional<Tensor> slice_dims(const std::vector<ir::Dim>& dims, const ir::Nod
   return int64_tensor(picked, false);
 }
 
+// The Transpose's permutation restricted to Shape's [start, end); empty when the rank is unknown.
+std::vector<int64_t> permuted_dims(const ir::Node& transpose, const ir::Node& shape) {
+  std::vector<int64_t> perm = transpose.attr_ints("perm");
+  const ir::Value* y = transpose.inputs[0];
+  if (perm.empty()) {
+    if (!y->type.shape.known) return {};
+    for (int64_t i = y->type.shape.rank() - 1; i >= 0; --i) perm.push_back(i);
+  }
+  const int64_t rank = static_cast<int64_t>(perm.size());
+  int64_t start = shape.attr_int("start", 0), end = shape.attr_int("end", rank);
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = std::clamp<int64_t>(start, 0, rank);
+  end = std::clamp<int64_t>(end, start, rank);
+  return std::vector<int64_t>(perm.begin() + start, perm.begin() + end);
+}
+
 }  // namespace
 
 Expected<bool> fold_shapes(ir::Graph& g, PassContext& ctx) {
   Rewriter rw(g, ctx, "fold-shapes");
   const std::vector<Rule> rules = {
-      {"Gather(Shape)", op("Gather", {op("Shape", {any()}).as("shape"), cst("indices")}), 99, false},
-      {"Slice(Shape)", op("Slice", {op("Shape", {any()}).as("shape")}), 99, false},
+      {"Gather(Shape)", op("Gather", {op("Shape", {any()}).as("shape"), cst("indices")}), kQuiet, false},
+      {"Slice(Shape)", op("Slice", {op("Shape", {any()}).as("shape")}), kQuiet, false},
+      {"Shape(Transpose)", op("Shape", {op("Transpose", {any("y")}).as("t")}), kQuiet, false},
   };
   return rw.run(rules, [&](Match& m) -> std::string {
     ir::Node* root = m.root();
+    if (root->op_type == "Shape") {
+      const std::vector<int64_t> dims = permuted_dims(*m.node("t"), *root);
+      if (dims.empty()) return "rank unknown";
+      const int64_t rank = static_cast<int64_t>(m.node("t")->attr_ints("perm").size());
+      ir::Value* sy = g.new_value(m["y"]->name + "_shape", ir::Type::tensor(DataType::kInt64, ir::SymShape({rank ? rank : m["y"]->type.shape.rank()})));
+      ir::Node* shape = g.add_node("Shape", "", {m["y"]}, {sy});
+      shape->opset = root->opset;
+      const std::string what = root->describe();
+      rw.replace(m, "Gather", "", 13, {sy, rw.constant("perm", int64_tensor(dims, false))});
+      rw.log("read " + what + " from the Transpose's input");
+      return "";
+    }
     if (root->op_type == "Gather" && root->attr_int("axis", 0) != 0) return "axis is not 0";
     auto dims = shape_dims(*m.node("shape"));
     if (!dims) return "rank unknown";

@@ -2,7 +2,7 @@
 // kiln.Attention:
 //
 //   heads(x)  = Transpose(Reshape(x, [B, S, H, D]), perm)          (Q, V: 0,2,1,3; K: 0,2,3,1)
-//   scores    = MatMul(heads(q) [* cq], heads(k) [* ck]) [/ c | * c] [+ mask]
+//   scores    = MatMul(heads(q) [* cq | / cq], heads(k) [* ck]) [/ c | * c] [Where(cond, ., fill)] [+ mask]
 //   y         = Reshape(Transpose(MatMul(Softmax(scores), heads(v)), 0,2,1,3), [B, S, H*Dv])
 //
 // q, k, v are the projections [B, S, H*D]; the fused op reads the heads as strided views of them.
@@ -15,12 +15,20 @@ Pat heads(const std::string& x) {
   return op("Transpose", {op("Reshape", {any(x)}).as(x + "_reshape")}).as(x + "_t");
 }
 
-Pat attention_pattern() {
-  Pat q = maybe(op("Mul", {heads("q"), cst("q_scale")}).commute());
+enum class WhereForm { kNone, kKeepWhereTrue, kFillWhereTrue };
+
+// The scores may be masked by Where(cond, scores, fill) (GPT-2's causal mask) or
+// Where(cond, fill, scores) (DistilBERT), with cond optionally Expand-ed to the scores' shape.
+Pat attention_pattern(WhereForm where, bool expand_to_constant = false) {
+  Pat q = maybe(op("Div", {maybe(op("Mul", {heads("q"), cst("q_scale")}).commute()), cst("q_div")}));
   Pat k = maybe(op("Mul", {heads("k"), cst("k_scale")}).commute());
   Pat scores = op("MatMul", {q, k}).as("qk");
   Pat scaled = maybe(op("Div", {maybe(op("Mul", {scores, cst("mul")}).commute()), cst("div")}));
-  Pat masked = maybe(op("Add", {scaled, any("mask")}).commute());
+  Pat cond = maybe(op("Expand", {any("cond"), expand_to_constant ? cst("expand_shape") : op("Shape", {op("MatMul").as("qk")})}));
+  Pat masked = scaled;
+  if (where == WhereForm::kKeepWhereTrue) masked = op("Where", {cond, scaled, cst("fill")}).inputs_last_first();
+  if (where == WhereForm::kFillWhereTrue) masked = op("Where", {cond, cst("fill"), scaled}).inputs_last_first();
+  masked = maybe(op("Add", {masked, any("mask")}).commute());
   Pat probs = op("Softmax", {masked}).as("softmax");
   Pat context = op("MatMul", {probs, heads("v")});
   return op("Reshape", {op("Transpose", {context}).as("out_t")});
@@ -62,7 +70,14 @@ std::pair<int64_t, int64_t> head_split(const ir::Value* x, const ir::Node* resha
 
 Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
   Rewriter rw(g, ctx, "fuse-attention");
-  const std::vector<Rule> rules = {{"multi-head attention", attention_pattern(), 4}};
+  const std::vector<Rule> rules = {
+      {"multi-head attention", attention_pattern(WhereForm::kNone), 4},
+      // Expand to a constant shape first: otherwise the Expand would be taken as the condition.
+      {"multi-head attention (Where mask)", attention_pattern(WhereForm::kKeepWhereTrue, true), 4},
+      {"multi-head attention (Where mask)", attention_pattern(WhereForm::kFillWhereTrue, true), 4},
+      {"multi-head attention (Where mask)", attention_pattern(WhereForm::kKeepWhereTrue), 4},
+      {"multi-head attention (Where mask)", attention_pattern(WhereForm::kFillWhereTrue), 4},
+  };
   return rw.run(rules, [&](Match& m) -> std::string {
     if (!has_perm(m.node("q_t"), {0, 2, 1, 3}) || !has_perm(m.node("v_t"), {0, 2, 1, 3}) ||
         !has_perm(m.node("k_t"), {0, 2, 3, 1}) || !has_perm(m.node("out_t"), {0, 2, 1, 3}))
@@ -91,6 +106,11 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
       if (!copied && !same_dim(ys.dims[i], qs.dims[i])) return "the output reshape may not restore [B, S]";
     }
     double scale = 1;
+    if (m.has("q_div")) {
+      auto v = scalar_value(m["q_div"]);
+      if (!v || *v == 0) return "the Q divisor is not a non-zero scalar";
+      scale /= *v;
+    }
     for (const char* c : {"q_scale", "k_scale", "mul"}) {
       if (!m.has(c)) continue;
       auto v = scalar_value(m[c]);
@@ -109,12 +129,43 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
       if (!mask->type.shape.known || mask->type.shape.rank() > 4) return "the mask's rank is unknown or > 4";
       ins.push_back(m["mask"]);
     }
+    std::optional<double> fill;
+    bool fill_where_true = false;
+    if (m.has("cond")) {
+      const ir::Value* cond = m["cond"];
+      if (cond->type.dtype != DataType::kBool) return "the Where condition is not bool";
+      if (!cond->type.shape.known || cond->type.shape.rank() > 4) return "the Where condition's rank is unknown or > 4";
+      if (m.has("expand_shape")) {
+        // Expand to a constant shape: harmless to skip only when it does not enlarge the scores.
+        const auto qk = static_shape(m["qk"]);
+        const auto to = constant_values(m["expand_shape"]);
+        if (!qk || to.size() > qk->size()) return "the mask's Expand may enlarge the scores";
+        for (size_t i = 0; i < to.size(); ++i) {
+          const int64_t d = (*qk)[qk->size() - to.size() + i];
+          if (to[i] != 1 && to[i] != d) return "the mask's Expand may enlarge the scores";
+        }
+      }
+      fill = scalar_value(m["fill"]);
+      if (!fill) return "the Where fill is not a scalar";
+      const ir::Node* where = m.root();  // found below by walking the matched nodes
+      for (const ir::Node* n : m.matched)
+        if (n->op_type == "Where") where = n;
+      fill_where_true = where->inputs[1] == m["fill"];
+      if (ins.size() == 3) ins.push_back(nullptr);
+      ins.push_back(m["cond"]);
+    }
     const std::string what = m.node("qk")->describe() + " … " + m.root()->describe();
     ir::Node* n = rw.replace(m, "Attention", "kiln", 1, ins);
     n->attrs["num_heads"].kind = ir::Attribute::Kind::kInt;
     n->attrs["num_heads"].i = H;
     n->attrs["scale"].kind = ir::Attribute::Kind::kFloat;
     n->attrs["scale"].f = static_cast<float>(scale);
+    if (fill) {
+      n->attrs["mask_fill"].kind = ir::Attribute::Kind::kFloat;
+      n->attrs["mask_fill"].f = static_cast<float>(*fill);
+      n->attrs["mask_fill_where_true"].kind = ir::Attribute::Kind::kInt;
+      n->attrs["mask_fill_where_true"].i = fill_where_true ? 1 : 0;
+    }
     rw.log("fused attention (" + std::to_string(H) + " heads of " + std::to_string(D) + ") " + what);
     return "";
   });

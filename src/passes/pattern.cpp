@@ -75,8 +75,10 @@ bool match_inputs(const Pat& p, ir::Node* n, Match& m) {
     if (first_try.depth > m.depth) m = first_try;  // report the order that got further
     return false;
   }
-  for (size_t i = 0; i < p.in.size(); ++i)
+  for (size_t k = 0; k < p.in.size(); ++k) {
+    const size_t i = p.last_first ? p.in.size() - 1 - k : k;
     if (!match(p.in[i], n->inputs[i], m)) return false;
+  }
   return true;
 }
 
@@ -234,6 +236,7 @@ bool Rewriter::run(const std::vector<Rule>& rules, const Build& build) {
       std::string why = r.exclusive ? check_exclusive(m) : std::string();
       if (why.empty()) why = build(m);
       if (why.empty()) { changed = done = true; break; }
+      if (r.near_miss_depth >= kQuiet) continue;
       m.why = why;
       m.depth = 1 << 20;  // a full match that did not fire beats any partial one
       if (!best_rule || m.depth > best.depth) { best = m; best_rule = &r; }

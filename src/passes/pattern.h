@@ -33,10 +33,13 @@ struct Pat {
   std::vector<Pat> in;           // kOp: patterns for inputs 0..n-1 (further inputs are not looked at)
   bool commutative = false;      // kOp with two input patterns: try both orders
   bool optional = false;         // kOp: may be absent
+  bool last_first = false;       // kOp: match inputs from the last to the first (so a later input's
+                                 // captures are known when an earlier one refers to them by name)
 
   Pat as(std::string n) const { Pat p = *this; p.name = std::move(n); return p; }
   Pat commute() const { Pat p = *this; p.commutative = true; return p; }
   Pat in_domain(std::string d) const { Pat p = *this; p.domain = std::move(d); return p; }
+  Pat inputs_last_first() const { Pat p = *this; p.last_first = true; return p; }
 };
 
 // Any value; a constant (initializer or folded); an op ("A|B" accepts either).
@@ -78,6 +81,9 @@ std::optional<std::vector<double>> per_channel(const ir::Value* c, int rank, int
 std::optional<Shape> static_shape(const ir::Value* v);
 // The reduce axes of a ReduceMean/ReduceSum node (attribute before opset 18, input after).
 std::optional<std::vector<int64_t>> reduce_axes(const ir::Node& n);
+
+// near_miss_depth for rules whose failures are never worth reporting.
+constexpr int kQuiet = 99;
 
 // One rule of a pass: a pattern, a label, and how many nodes must have matched before a failure
 // counts as a near miss.

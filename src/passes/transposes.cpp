@@ -29,7 +29,7 @@ Expected<bool> simplify_transposes(ir::Graph& g, PassContext& ctx) {
   Rewriter rw(g, ctx, "transposes");
   const std::vector<Rule> rules = {
       {"Transpose∘Transpose", op("Transpose", {op("Transpose", {any("x")}).as("inner")}), 2, false},
-      {"identity Transpose", op("Transpose", {any("x")}), 99},
+      {"identity Transpose", op("Transpose", {any("x")}), kQuiet},
   };
   return rw.run(rules, [&](Match& m) -> std::string {
     ir::Node* root = m.root();

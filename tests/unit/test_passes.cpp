@@ -121,7 +121,10 @@ passes::OptimizeStats check(Builder& b, const Expect& e, int level = 2) {
   std::map<std::string, Tensor> feeds;
   for (const ir::Value* v : b.g->inputs) {
     Tensor t = Tensor::empty(v->type.dtype, v->type.shape.to_static());
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (t.dtype() == DataType::kBool) t.data<bool>()[i] = (rng() % 4) != 0;
+      else t.data<float>()[i] = u(rng);
+    }
     feeds[v->name] = t;
   }
   auto want = run(*b.g, feeds);
@@ -356,7 +359,8 @@ TEST(Passes, RmsNorm) {
 }
 
 // HuggingFace BERT self-attention (eager, as exported at opset 14-17), with an additive mask.
-void bert_attention(Builder& b, bool mul_scale) {
+// dynamic_merge: the output reshape's shape is computed from Shape(context) as the exporter does.
+void bert_attention(Builder& b, bool mul_scale, bool dynamic_merge = false) {
   const int64_t B = 2, S = 5, H = 2, D = 4, E = H * D;
   ir::Value* x = b.input("x", {B, S, E});
   ir::Value* mask = b.input("mask", {B, 1, 1, S});
@@ -372,7 +376,12 @@ void bert_attention(Builder& b, bool mul_scale) {
   ir::Value* p = b.node("Softmax", {b.node("Add", {s, mask})}, {{"axis", attr_int(-1)}});
   p = b.node("Dropout", {p});
   ir::Value* ctx = b.node("Transpose", {b.node("MatMul", {p, v})}, {{"perm", attr_ints({0, 2, 1, 3})}});
-  ir::Value* y = b.node("Reshape", {ctx, b.ints({0, 0, E})});
+  ir::Value* merge = b.ints({0, 0, E});
+  if (dynamic_merge) {
+    ir::Value* lead = b.node("Slice", {b.node("Shape", {ctx}), b.ints({0}), b.ints({2})});
+    merge = b.node("Concat", {lead, b.ints({E})}, {{"axis", attr_int(0)}});
+  }
+  ir::Value* y = b.node("Reshape", {ctx, merge});
   b.output(proj(y));
 }
 
@@ -383,6 +392,59 @@ TEST(Passes, BertAttention) {
     check(b, {{{"kiln.Attention", 1}, {"Softmax", 0}, {"Transpose", 0}, {"Reshape", 0}, {"kiln.FusedMatMul", 4}},
               {{"fuse-attention", 1}}});
   }
+}
+
+TEST(Passes, BertAttentionWithShapeReadsOfTheContext) {
+  Builder b;
+  bert_attention(b, false, true);
+  check(b, {{{"kiln.Attention", 1}, {"Softmax", 0}, {"Transpose", 0}}, {{"fuse-attention", 1}}});
+}
+
+// GPT-2 (Where(causal, scores, min) + additive mask) and DistilBERT (Q / sqrt(d), Where(mask, min, scores)).
+TEST(Passes, AttentionWithWhereMasks) {
+  for (bool gpt2 : {true, false}) {
+    Builder b;
+    const int64_t B = 2, S = 6, H = 3, D = 2, E = H * D;
+    ir::Value* x = b.input("x", {B, S, E});
+    ir::Value* cond = b.input("cond", {B, 1, 1, S}, DataType::kBool);
+    ir::Value* madd = b.input("madd", {B, 1, 1, S});
+    auto heads = [&](std::vector<int64_t> perm) {
+      ir::Value* p = b.node("MatMul", {x, b.floats({E, E})});
+      return b.node("Transpose", {b.node("Reshape", {p, b.ints({0, 0, H, D})})}, {{"perm", attr_ints(perm)}});
+    };
+    ir::Value* q = heads({0, 2, 1, 3});
+    ir::Value* k = heads({0, 2, 3, 1});
+    ir::Value* v = heads({0, 2, 1, 3});
+    ir::Value* s;
+    if (gpt2) {
+      Tensor causal = Tensor::empty(DataType::kBool, {1, 1, S, S});
+      for (int64_t i = 0; i < S; ++i)
+        for (int64_t j = 0; j < S; ++j) causal.data<bool>()[i * S + j] = j <= i;
+      s = b.node("Div", {b.node("MatMul", {q, k}), b.scalar(1.5f)});
+      s = b.node("Where", {b.constant(causal), s, b.scalar(-3.4e38f)});
+      s = b.node("Add", {s, madd});
+    } else {
+      ir::Value* qk = b.node("MatMul", {b.node("Div", {q, b.scalar(1.5f)}), k});
+      ir::Value* c = b.node("Expand", {cond, b.node("Shape", {qk})});
+      s = b.node("Where", {c, b.scalar(-3.4e38f), qk});
+    }
+    ir::Value* p = b.node("Softmax", {s}, {{"axis", attr_int(-1)}});
+    ir::Value* ctx = b.node("Transpose", {b.node("MatMul", {p, v})}, {{"perm", attr_ints({0, 2, 1, 3})}});
+    b.output(b.node("Reshape", {ctx, b.ints({0, 0, E})}));
+    if (gpt2) b.output(b.node("Identity", {cond}));  // keep the unused inputs read
+    else b.output(b.node("Identity", {madd}));
+    check(b, {{{"kiln.Attention", 1}, {"Softmax", 0}, {"Where", 0}, {"Expand", 0}}, {{"fuse-attention", 1}}});
+  }
+}
+
+TEST(Passes, SkipLayerNormBroadcastsEmbeddings) {
+  Builder b;
+  ir::Value* x = b.input("x", {2, 5, 8});
+  ir::Value* pos = b.floats({1, 5, 8});
+  ir::Value* ln = b.node("LayerNormalization", {b.node("Add", {x, pos}), b.floats({8}), b.floats({8})},
+                         {{"axis", attr_int(-1)}, {"epsilon", attr_float(1e-5f)}});
+  b.output(ln);
+  check(b, {{{"kiln.SkipLayerNorm", 1}, {"Add", 0}, {"LayerNormalization", 0}}, {{"fuse-skip-layer-norm", 1}}});
 }
 
 TEST(Passes, AttentionWithReadIntermediateDoesNotFuse) {

@@ -5,6 +5,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/fused_common.h"
+#include "ops/op_table.h"
 
 namespace kiln::cpu {
 namespace fused {
@@ -94,20 +95,50 @@ Expected<KernelPtr> make_fused(const ir::Node& n, KernelInit& init, const std::s
   });
 }
 
-// ---- SkipLayerNorm: s = A + B (B as A's shape or one row), Y = (s - mean) / sqrt(var + eps) * gamma + beta.
+// ---- SkipLayerNorm: s = A + B (numpy broadcasting over the rows; both have the full last dim),
+// Y = (s - mean) / sqrt(var + eps) * gamma + beta over the last dim.
+
+// The element offset of each row of `out` (rows of `cols`) in a tensor of shape `in` broadcast to it.
+std::vector<int64_t> row_offsets(const Shape& in, const Shape& out, int64_t cols) {
+  const int r = static_cast<int>(out.size());
+  std::vector<int64_t> stride(r, 0);
+  int64_t s = 1;
+  for (int d = r - 1, k = static_cast<int>(in.size()) - 1; d >= 0; --d, --k) {
+    const int64_t size = k >= 0 ? in[k] : 1;
+    stride[d] = size == 1 ? 0 : s;
+    s *= size;
+  }
+  const int64_t rows = cols ? shape_numel(out) / cols : 0;
+  std::vector<int64_t> off(static_cast<size_t>(rows), 0);
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t rem = row, o = 0;
+    for (int d = r - 2; d >= 0; --d) {
+      o += (rem % out[d]) * stride[d];
+      rem /= out[d];
+    }
+    off[row] = o;
+  }
+  return off;
+}
+
 Status skip_layer_norm(KernelContext& ctx, float eps) {
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
   const Tensor& gamma = ctx.input(2);
-  const int64_t cols = a.rank() ? a.dim(-1) : 1;
-  if (a.rank() == 0 || cols == 0) return ctx.error("A must have a non-empty last dim");
-  const bool b_row = b.shape() != a.shape();
-  if (b_row && b.numel() != cols) return ctx.error("B must have A's shape " + shape_to_string(a.shape()) + ", got " + shape_to_string(b.shape()));
+  Shape shape;
+  if (!ops::broadcast_shapes(a.shape(), b.shape(), &shape) || shape.empty())
+    return ctx.error("A " + shape_to_string(a.shape()) + " and B " + shape_to_string(b.shape()) + " do not broadcast");
+  const int64_t cols = shape.back();
+  if (cols == 0 || a.dim(-1) != cols || b.rank() == 0 || b.dim(-1) != cols)
+    return ctx.error("A and B must both have the last dim " + std::to_string(cols));
   if (gamma.numel() != cols || (ctx.has_input(3) && ctx.input(3).numel() != cols))
     return ctx.error("gamma and beta must have " + std::to_string(cols) + " values");
-  const int64_t rows = a.numel() / cols;
-  Tensor& y = ctx.output(0, DataType::kFloat32, a.shape());
-  float* sum_out = ctx.num_outputs() > 1 && ctx.has_output(1) ? ctx.output(1, DataType::kFloat32, a.shape()).data<float>() : nullptr;
+  const int64_t rows = shape_numel(shape) / cols;
+  const bool same = a.shape() == b.shape();
+  const std::vector<int64_t> oa = same ? std::vector<int64_t>{} : row_offsets(a.shape(), shape, cols);
+  const std::vector<int64_t> ob = same ? std::vector<int64_t>{} : row_offsets(b.shape(), shape, cols);
+  Tensor& y = ctx.output(0, DataType::kFloat32, shape);
+  float* sum_out = ctx.num_outputs() > 1 && ctx.has_output(1) ? ctx.output(1, DataType::kFloat32, shape).data<float>() : nullptr;
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
   const float* g = gamma.data<float>();
@@ -115,8 +146,8 @@ Status skip_layer_norm(KernelContext& ctx, float eps) {
   float* py = y.data<float>();
   parallel_for(rows, std::max<int64_t>(1, 4096 / cols), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const float* x0 = pa + r * cols;
-      const float* x1 = pb + (b_row ? 0 : r * cols);
+      const float* x0 = pa + (same ? r * cols : oa[r]);
+      const float* x1 = pb + (same ? r * cols : ob[r]);
       float* out = py + r * cols;
       float* s = sum_out ? sum_out + r * cols : out;
       double mean = 0;

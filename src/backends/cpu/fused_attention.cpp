@@ -1,5 +1,5 @@
 // backends/cpu/fused_attention.cpp — kiln.Attention on the CPU (float32): per (batch, head),
-// scores = scale * Q K^T (sgemm) + mask, softmax over keys, then P V (sgemm) written straight into
+// scores = scale * Q K^T (sgemm), then the bool mask's fill, + the additive mask, softmax over keys, then P V (sgemm) written straight into
 // the [B, S, H*Dv] output. Q, K, V stay in their projected [B, S, H*D] layout (heads are strided
 // views), so no transposes or reshapes are materialized.
 #include <oneapi/dnnl/dnnl.h>
@@ -14,6 +14,8 @@ namespace {
 struct AttentionAttrs {
   int64_t heads = 1;
   float scale = 1;
+  float fill = 0;               // bool mask: the score where the mask says so
+  bool fill_where_true = false;  // fill where the bool mask is true (else where it is false)
 };
 
 // Strides of a mask right-aligned to [B, H, S, T] (0 along broadcast dims); false when it does not broadcast.
@@ -49,6 +51,14 @@ Status attention(KernelContext& ctx, const AttentionAttrs& a) {
     if (!mask_strides(m.shape(), full, ms)) return ctx.error("mask " + shape_to_string(m.shape()) + " does not broadcast to [B, H, S, T]");
     mask = m.data<float>();
   }
+  int64_t cs[4] = {0, 0, 0, 0};
+  const bool* cond = nullptr;
+  if (ctx.num_inputs() > 4 && ctx.has_input(4)) {
+    const Tensor& c = ctx.input(4);
+    if (c.dtype() != DataType::kBool) return ctx.error("the bool mask must be bool");
+    if (!mask_strides(c.shape(), full, cs)) return ctx.error("bool mask " + shape_to_string(c.shape()) + " does not broadcast to [B, H, S, T]");
+    cond = c.data<bool>();
+  }
   Tensor& y = ctx.output(0, DataType::kFloat32, {B, S, H * Dv});
   if (y.numel() == 0) return Status::Ok();
   const float* pq = q.data<float>();
@@ -70,6 +80,11 @@ Status attention(KernelContext& ctx, const AttentionAttrs& a) {
       dnnl_sgemm('N', 'T', S, T, D, a.scale, qb, H * D, kb, H * D, 0.0f, scores.data(), T);
       for (int64_t s = 0; s < S; ++s) {
         float* row = scores.data() + s * T;
+        if (cond) {
+          const bool* crow = cond + b * cs[0] + h * cs[1] + s * cs[2];
+          for (int64_t t = 0; t < T; ++t)
+            if (crow[t * cs[3]] == a.fill_where_true) row[t] = a.fill;
+        }
         if (mask) {
           const float* mrow = mask + b * ms[0] + h * ms[1] + s * ms[2];
           for (int64_t t = 0; t < T; ++t) row[t] += mrow[t * ms[3]];
@@ -100,7 +115,8 @@ void register_fused_attention(KernelRegistry& r) {
            return n.attr_int("num_heads", 0) > 0 ? "" : "num_heads must be positive";
          },
          [](const ir::Node& n, KernelInit&) {
-           AttentionAttrs a{n.attr_int("num_heads", 1), n.attr_float("scale", 1.0f)};
+           AttentionAttrs a{n.attr_int("num_heads", 1), n.attr_float("scale", 1.0f), n.attr_float("mask_fill", 0.0f),
+                            n.attr_int("mask_fill_where_true", 0) != 0};
            return make_kernel([a](KernelContext& ctx) { return attention(ctx, a); });
          }});
 }
