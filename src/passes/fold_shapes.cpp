@@ -1,9 +1,13 @@
 // passes/fold_shapes.cpp — folds shape arithmetic on partly static shapes: Gather(Shape(x), i) and
 // Slice(Shape(x), ...) are constants when the dims they pick are static, even when other dims of x
 // are symbolic (a dynamic batch). Constant folding then finishes the Concat/Reshape chains.
-// Shape(Transpose(y, perm)) becomes Gather(Shape(y), perm), so shape computations stop reading the
-// transposed value (which lets fusions take the Transpose: attention's head merge).
+// A Reshape whose shape is computed from dims (Concat of Gather(Shape(..)) pieces, as exporters write
+// `x.view(x.size(0), x.size(1), H, D)`) gets a constant shape when each element is a constant, a
+// static dim, or x's own dim at the same position (copied with 0). A dim picked by Gather(Shape(x))
+// that carries a graph input's symbol is read from that input's shape. Shape computations then stop
+// reading intermediate values, which lets fusions take them (attention's heads and context).
 #include <algorithm>
+#include <map>
 
 #include "passes/pattern.h"
 
@@ -68,21 +72,70 @@ std::optional<Tensor> slice_dims(const std::vector<ir::Dim>& dims, const ir::Nod
   return int64_tensor(picked, false);
 }
 
-// The Transpose's permutation restricted to Shape's [start, end); empty when the rank is unknown.
-std::vector<int64_t> permuted_dims(const ir::Node& transpose, const ir::Node& shape) {
-  std::vector<int64_t> perm = transpose.attr_ints("perm");
-  const ir::Value* y = transpose.inputs[0];
-  if (perm.empty()) {
-    if (!y->type.shape.known) return {};
-    for (int64_t i = y->type.shape.rank() - 1; i >= 0; --i) perm.push_back(i);
+// True when e is a dim carrying the same (named) symbol as d: equal by symbolic inference.
+bool same_symbol(const ShapeElem& e, const ir::Dim& d) {
+  const auto& s = e.of->type.shape;
+  if (d.is_static() || d.symbol.empty() || !s.known || e.value >= s.rank()) return false;
+  return s.dims[e.value].symbol == d.symbol;
+}
+
+// Where each named symbol of the graph inputs' dims can be read: symbol → (input, dim).
+std::map<std::string, std::pair<ir::Value*, int64_t>> input_symbols(const ir::Graph& g) {
+  std::map<std::string, std::pair<ir::Value*, int64_t>> r;
+  for (ir::Value* v : g.inputs) {
+    if (v->is_constant() || !v->type.is_tensor() || !v->type.shape.known) continue;
+    for (int i = 0; i < v->type.shape.rank(); ++i) {
+      const ir::Dim& d = v->type.shape.dims[i];
+      if (!d.is_static() && !d.symbol.empty()) r.emplace(d.symbol, std::make_pair(v, i));
+    }
   }
-  const int64_t rank = static_cast<int64_t>(perm.size());
-  int64_t start = shape.attr_int("start", 0), end = shape.attr_int("end", rank);
-  if (start < 0) start += rank;
-  if (end < 0) end += rank;
-  start = std::clamp<int64_t>(start, 0, rank);
-  end = std::clamp<int64_t>(end, start, rank);
-  return std::vector<int64_t>(perm.begin() + start, perm.begin() + end);
+  return r;
+}
+
+// Gather(Shape(x), indices) rebuilt from constants and Gather(Shape(graph input), j); false when a
+// picked dim is anonymous.
+bool gather_from_inputs(Rewriter& rw, Match& m, const std::vector<ir::Dim>& dims) {
+  ir::Graph& g = rw.graph();
+  const auto symbols = input_symbols(g);
+  const ir::Value* indices = m["indices"];
+  const auto idx = constant_values(indices);
+  const bool scalar = indices->constant->rank() == 0;
+  const int64_t n = static_cast<int64_t>(dims.size());
+  std::vector<std::pair<ir::Value*, int64_t>> picks;  // (input, dim) or (nullptr, static size)
+  for (double d : idx) {
+    int64_t i = static_cast<int64_t>(d);
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) return false;
+    if (dims[i].is_static()) { picks.push_back({nullptr, dims[i].value}); continue; }
+    auto it = symbols.find(dims[i].symbol);
+    if (dims[i].symbol.empty() || it == symbols.end() || it->second.first == m.node("shape")->inputs[0]) return false;
+    picks.push_back(it->second);
+  }
+  std::vector<ir::Value*> pieces;
+  for (size_t k = 0; k < picks.size();) {
+    if (!picks[k].first) {  // a run of static dims: one constant
+      std::vector<int64_t> run;
+      for (; k < picks.size() && !picks[k].first; ++k) run.push_back(picks[k].second);
+      pieces.push_back(rw.constant("dims", int64_tensor(run, false)));
+      continue;
+    }
+    ir::Value* in = picks[k].first;
+    ir::Value* shape = g.new_value(in->name + "_shape", ir::Type::tensor(DataType::kInt64, ir::SymShape({in->type.shape.rank()})));
+    g.add_node("Shape", "", {in}, {shape})->opset = m.root()->opset;
+    ir::Value* j = rw.constant("dim", int64_tensor({picks[k].second}, scalar));
+    if (picks.size() == 1) {
+      rw.replace(m, "Gather", "", 13, {shape, j});
+      return true;
+    }
+    ir::Value* one = g.new_value(in->name + "_dim", ir::Type::tensor(DataType::kInt64, ir::SymShape({1})));
+    g.add_node("Gather", "", {shape, j}, {one})->opset = 13;
+    pieces.push_back(one);
+    ++k;
+  }
+  ir::Node* cat = rw.replace(m, "Concat", "", 13, pieces);
+  cat->attrs["axis"].kind = ir::Attribute::Kind::kInt;
+  cat->attrs["axis"].i = 0;
+  return true;
 }
 
 }  // namespace
@@ -92,26 +145,44 @@ Expected<bool> fold_shapes(ir::Graph& g, PassContext& ctx) {
   const std::vector<Rule> rules = {
       {"Gather(Shape)", op("Gather", {op("Shape", {any()}).as("shape"), cst("indices")}), kQuiet, false},
       {"Slice(Shape)", op("Slice", {op("Shape", {any()}).as("shape")}), kQuiet, false},
-      {"Shape(Transpose)", op("Shape", {op("Transpose", {any("y")}).as("t")}), kQuiet, false},
+      {"Reshape shape", op("Reshape", {any("x"), any("shape")}), kQuiet, false},
   };
   return rw.run(rules, [&](Match& m) -> std::string {
     ir::Node* root = m.root();
-    if (root->op_type == "Shape") {
-      const std::vector<int64_t> dims = permuted_dims(*m.node("t"), *root);
-      if (dims.empty()) return "rank unknown";
-      const int64_t rank = static_cast<int64_t>(m.node("t")->attr_ints("perm").size());
-      ir::Value* sy = g.new_value(m["y"]->name + "_shape", ir::Type::tensor(DataType::kInt64, ir::SymShape({rank ? rank : m["y"]->type.shape.rank()})));
-      ir::Node* shape = g.add_node("Shape", "", {m["y"]}, {sy});
-      shape->opset = root->opset;
+    if (root->op_type == "Reshape") {
+      auto elems = shape_value(m["shape"]);
+      if (!elems || root->attr_int("allowzero", 0) != 0 || m["shape"]->is_constant()) return "not simplifiable";
+      const auto& xs = m["x"]->type.shape;
+      if (!xs.known) return "x's rank unknown";
+      std::vector<int64_t> dims;
+      for (size_t i = 0; i < elems->size(); ++i) {
+        const ShapeElem& e = (*elems)[i];
+        if (!e.of) { dims.push_back(e.value); continue; }
+        if (i < xs.dims.size() && (e.of == m["x"] ? e.value == static_cast<int64_t>(i) : same_symbol(e, xs.dims[i]))) {
+          dims.push_back(0);  // x's own dim at this position: copied
+          continue;
+        }
+        if (e.of->type.shape.known && e.value < e.of->type.shape.rank() && e.of->type.shape.dims[e.value].is_static()) {
+          dims.push_back(e.of->type.shape.dims[e.value].value);
+          continue;
+        }
+        return "a dim is computed from another value";
+      }
       const std::string what = root->describe();
-      rw.replace(m, "Gather", "", 13, {sy, rw.constant("perm", int64_tensor(dims, false))});
-      rw.log("read " + what + " from the Transpose's input");
+      g.set_input(root, 1, rw.constant("shape", int64_tensor(dims, false)));
+      rw.log("made the shape of " + what + " constant");
       return "";
     }
     if (root->op_type == "Gather" && root->attr_int("axis", 0) != 0) return "axis is not 0";
     auto dims = shape_dims(*m.node("shape"));
     if (!dims) return "rank unknown";
     auto t = root->op_type == "Gather" ? gather_dims(*dims, m["indices"]) : slice_dims(*dims, *root);
+    if (!t && root->op_type == "Gather" && m["indices"]->constant->rank() <= 1) {
+      const std::string what = root->describe();
+      if (!gather_from_inputs(rw, m, *dims)) return "a picked dim is symbolic";
+      rw.log("read " + what + " from the graph inputs' shapes");
+      return "";
+    }
     if (!t) return "a picked dim is symbolic";
     ir::Value* out = root->outputs[0];
     rw.log("folded " + root->describe() + " to a constant");

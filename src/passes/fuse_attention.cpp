@@ -40,30 +40,44 @@ bool same_dim(const ir::Dim& a, const ir::Dim& b) {
   return a.is_static() ? a.value == b.value : (!a.symbol.empty() && a.symbol == b.symbol);
 }
 
+// True when shape element e is certainly x's dim i: the same value, the same tensor dim, or the
+// same named symbol.
+bool elem_is_dim(const ShapeElem& e, const ir::Value* x, int i) {
+  const ir::Dim& d = x->type.shape.dims[i];
+  if (!e.of) return d.is_static() && d.value == e.value;
+  if (e.of == x && e.value == i) return true;
+  const auto& s = e.of->type.shape;
+  return s.known && e.value < s.rank() && same_dim(s.dims[e.value], d);
+}
+
+// Reshape(x, shape) maps x [B, S, N] to [B, S, rest...] keeping B and S: shape[0] copies (0) or is
+// B; shape[1] copies, is S, or is -1 after a copied/known B (then it is S, as rest multiplies to N).
+bool keeps_batch_and_sequence(const ir::Node& reshape, const ir::Value* x, const std::vector<ShapeElem>& el,
+                              int64_t rest, int64_t n) {
+  if (reshape.attr_int("allowzero", 0) != 0 || el.size() < 3) return false;
+  auto copies = [&](int i) { return (!el[i].of && el[i].value == 0) || elem_is_dim(el[i], x, i); };
+  if (!copies(0)) return false;
+  return copies(1) || (!el[1].of && el[1].value == -1 && rest == n);
+}
+
 // Checks Reshape(x) → [B, S, H, D] keeps x's first two dims; returns {H, D} or {0, 0}.
 std::pair<int64_t, int64_t> head_split(const ir::Value* x, const ir::Node* reshape, std::string* why) {
-  const ir::Value* y = reshape->outputs[0];
   const auto& xs = x->type.shape;
-  const auto& ys = y->type.shape;
-  if (!xs.known || xs.rank() != 3 || !ys.known || ys.rank() != 4) {
+  auto el = shape_value(reshape->inputs.size() > 1 ? reshape->inputs[1] : nullptr);
+  if (!xs.known || xs.rank() != 3 || !xs.dims[2].is_static() || !el || el->size() != 4) {
     *why = "'" + x->name + "' is not [B, S, hidden] reshaped to [B, S, H, D]";
     return {0, 0};
   }
-  if (!ys.dims[2].is_static() || !ys.dims[3].is_static() || !xs.dims[2].is_static() ||
-      ys.dims[2].value * ys.dims[3].value != xs.dims[2].value) {
+  const ShapeElem h = (*el)[2], d = (*el)[3];
+  if (h.of || d.of || h.value <= 0 || d.value <= 0 || h.value * d.value != xs.dims[2].value) {
     *why = "head sizes of '" + x->name + "' are not static";
     return {0, 0};
   }
-  // The first two dims must be kept: known equal, or copied (0) by a constant shape.
-  auto shape = constant_values(reshape->inputs.size() > 1 ? reshape->inputs[1] : nullptr);
-  for (int i = 0; i < 2; ++i) {
-    const bool copied = shape.size() == 4 && shape[i] == 0 && reshape->attr_int("allowzero", 0) == 0;
-    if (!copied && !same_dim(xs.dims[i], ys.dims[i])) {
-      *why = "the head reshape of '" + x->name + "' may not keep dims [B, S]";
-      return {0, 0};
-    }
+  if (!keeps_batch_and_sequence(*reshape, x, *el, h.value * d.value, xs.dims[2].value)) {
+    *why = "the head reshape of '" + x->name + "' may not keep dims [B, S]";
+    return {0, 0};
   }
-  return {ys.dims[2].value, ys.dims[3].value};
+  return {h.value, d.value};
 }
 
 }  // namespace
@@ -95,16 +109,20 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
     const ir::Node* sm = m.node("softmax");
     const int64_t axis = sm->attr_int("axis", sm->opset < 13 ? 1 : -1);
     if (axis != -1 && axis != 3) return "Softmax is not over the keys";
-    const ir::Value* y = m.root()->outputs[0];
-    const auto& ys = y->type.shape;
-    const auto& qs = m["q"]->type.shape;
-    if (!ys.known || ys.rank() != 3 || !ys.dims[2].is_static() || ys.dims[2].value != H * Dv)
+    // The merge: Reshape(context [B, S, H, Dv]) → [B, S, H*Dv].
+    auto out_el = shape_value(m.root()->inputs.size() > 1 ? m.root()->inputs[1] : nullptr);
+    const ir::Value* merged = m.node("out_t")->outputs[0];
+    if (!out_el || out_el->size() != 3 || (*out_el)[2].of || (*out_el)[2].value != H * Dv)
       return "the output is not reshaped to [B, S, H*Dv]";
-    auto out_shape = constant_values(m.root()->inputs.size() > 1 ? m.root()->inputs[1] : nullptr);
-    for (int i = 0; i < 2; ++i) {
-      const bool copied = out_shape.size() == 3 && out_shape[i] == 0 && m.root()->attr_int("allowzero", 0) == 0;
-      if (!copied && !same_dim(ys.dims[i], qs.dims[i])) return "the output reshape may not restore [B, S]";
-    }
+    // Its dims 0 and 1 are B and S: the context's own dims (copied), or the same as Q's.
+    std::vector<ShapeElem> el = *out_el;
+    auto is_q_dim = [&](int i) {
+      const ShapeElem& e = el[i];
+      return (!e.of && e.value == 0) || (e.of == merged && e.value == i) || elem_is_dim(e, m["q"], i);
+    };
+    if (m.root()->attr_int("allowzero", 0) != 0 || !is_q_dim(0) ||
+        !(is_q_dim(1) || (!el[1].of && el[1].value == -1)))
+      return "the output reshape may not restore [B, S]";
     double scale = 1;
     if (m.has("q_div")) {
       auto v = scalar_value(m["q_div"]);
@@ -126,7 +144,8 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
     if (m.has("mask")) {
       const ir::Value* mask = m["mask"];
       if (mask->type.dtype != DataType::kFloat32) return "the mask is not float32";
-      if (!mask->type.shape.known || mask->type.shape.rank() > 4) return "the mask's rank is unknown or > 4";
+      // (an unknown rank is checked by the kernel: it broadcasts masks of rank <= 4 only)
+      if (mask->type.shape.known && mask->type.shape.rank() > 4) return "the mask's rank is > 4";
       ins.push_back(m["mask"]);
     }
     std::optional<double> fill;
@@ -134,7 +153,7 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
     if (m.has("cond")) {
       const ir::Value* cond = m["cond"];
       if (cond->type.dtype != DataType::kBool) return "the Where condition is not bool";
-      if (!cond->type.shape.known || cond->type.shape.rank() > 4) return "the Where condition's rank is unknown or > 4";
+      if (cond->type.shape.known && cond->type.shape.rank() > 4) return "the Where condition's rank is > 4";
       if (m.has("expand_shape")) {
         // Expand to a constant shape: harmless to skip only when it does not enlarge the scores.
         const auto qk = static_shape(m["qk"]);

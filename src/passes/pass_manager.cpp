@@ -47,6 +47,9 @@ Status optimize(ir::Graph& graph, const PassOptions& options, OptimizeStats* sta
   int rounds = 0;
   if (options.level > 0) {
     for (; rounds < 16; ++rounds) {
+      // Near misses of the last round only: an earlier one may have fired since.
+      ctx.near_misses.clear();
+      ctx.seen_near_misses.clear();
       bool changed = false;
       for (const Pass& pass : pipeline()) {
         if (pass.min_level > options.level) continue;

@@ -204,6 +204,78 @@ std::optional<std::vector<int64_t>> reduce_axes(const ir::Node& n) {
   return n.attr_ints("axes");
 }
 
+// The elements of a 1-D int64 shape vector built by Shape/Gather/Slice/Unsqueeze/Squeeze/Concat/Cast
+// from constants and other tensors' dims; nullopt when something else computes it.
+std::optional<std::vector<ShapeElem>> shape_value(const ir::Value* v, int depth) {
+  if (!v || depth > 16) return std::nullopt;
+  if (v->is_constant()) {
+    if (v->constant->rank() > 1 || (v->constant->dtype() != DataType::kInt64 && v->constant->dtype() != DataType::kInt32))
+      return std::nullopt;
+    std::vector<ShapeElem> r;
+    for (double d : constant_values(v)) r.push_back({nullptr, static_cast<int64_t>(d)});
+    return r;
+  }
+  const ir::Node* n = v->producer;
+  if (!n || !n->domain.empty() || v->producer_output != 0 || n->inputs.empty()) return std::nullopt;
+  const std::string& op = n->op_type;
+  if (op == "Shape") {
+    const ir::Value* x = n->inputs[0];
+    if (!x || !x->type.is_tensor() || !x->type.shape.known) return std::nullopt;
+    const int64_t rank = x->type.shape.rank();
+    int64_t start = n->attr_int("start", 0), end = n->attr_int("end", rank);
+    if (start < 0) start += rank;
+    if (end < 0) end += rank;
+    start = std::clamp<int64_t>(start, 0, rank);
+    end = std::clamp<int64_t>(end, start, rank);
+    std::vector<ShapeElem> r;
+    for (int64_t i = start; i < end; ++i) {
+      const ir::Dim& d = x->type.shape.dims[i];
+      r.push_back(d.is_static() ? ShapeElem{nullptr, d.value} : ShapeElem{x, i});
+    }
+    return r;
+  }
+  if (op == "Unsqueeze" || op == "Squeeze" || (op == "Cast" && n->attr_int("to", 0) == static_cast<int64_t>(DataType::kInt64)))
+    return shape_value(n->inputs[0], depth + 1);
+  if (op == "Concat") {
+    std::vector<ShapeElem> r;
+    for (const ir::Value* in : n->inputs) {
+      auto part = shape_value(in, depth + 1);
+      if (!part) return std::nullopt;
+      r.insert(r.end(), part->begin(), part->end());
+    }
+    return r;
+  }
+  if (op == "Gather" && n->attr_int("axis", 0) == 0 && n->has_input(1)) {
+    auto src = shape_value(n->inputs[0], depth + 1);
+    const auto idx = constant_values(n->inputs[1]);
+    if (!src || idx.empty() || n->inputs[1]->constant->rank() > 1) return std::nullopt;
+    std::vector<ShapeElem> r;
+    const int64_t size = static_cast<int64_t>(src->size());
+    for (double d : idx) {
+      int64_t i = static_cast<int64_t>(d);
+      if (i < 0) i += size;
+      if (i < 0 || i >= size) return std::nullopt;
+      r.push_back((*src)[i]);
+    }
+    return r;
+  }
+  if (op == "Slice" && n->opset >= 10 && n->inputs.size() >= 3) {
+    auto src = shape_value(n->inputs[0], depth + 1);
+    const auto starts = constant_values(n->inputs[1]), ends = constant_values(n->inputs[2]);
+    if (!src || starts.size() != 1 || ends.size() != 1) return std::nullopt;
+    if (n->has_input(4) && !is_scalar_constant(n->inputs[4], 1, 0)) return std::nullopt;
+    const int64_t size = static_cast<int64_t>(src->size());
+    int64_t b = static_cast<int64_t>(std::clamp<double>(starts[0], -1e15, 1e15));
+    int64_t e = static_cast<int64_t>(std::clamp<double>(ends[0], -1e15, 1e15));
+    if (b < 0) b += size;
+    if (e < 0) e += size;
+    b = std::clamp<int64_t>(b, 0, size);
+    e = std::clamp<int64_t>(e, b, size);
+    return std::vector<ShapeElem>(src->begin() + b, src->begin() + e);
+  }
+  return std::nullopt;
+}
+
 std::string check_exclusive(const Match& m) {
   for (size_t i = 1; i < m.matched.size(); ++i) {
     const ir::Node* n = m.matched[i];
@@ -226,6 +298,7 @@ bool Rewriter::run(const std::vector<Rule>& rules, const Build& build) {
     if (dead(n) || n->outputs.empty() || !n->outputs[0]) continue;
     Match best;
     const Rule* best_rule = nullptr;
+    std::vector<std::string> full_misses;
     bool done = false;
     for (const Rule& r : rules) {
       Match m;
@@ -237,11 +310,11 @@ bool Rewriter::run(const std::vector<Rule>& rules, const Build& build) {
       if (why.empty()) why = build(m);
       if (why.empty()) { changed = done = true; break; }
       if (r.near_miss_depth >= kQuiet) continue;
-      m.why = why;
-      m.depth = 1 << 20;  // a full match that did not fire beats any partial one
-      if (!best_rule || m.depth > best.depth) { best = m; best_rule = &r; }
+      full_misses.push_back(r.what + " at " + n->describe() + ": " + why);  // each full match that did not fire
     }
-    if (!done && best_rule) near_miss(best_rule->what + " at " + n->describe() + ": " + best.why);
+    if (done) continue;
+    for (const std::string& s : full_misses) near_miss(s);
+    if (full_misses.empty() && best_rule) near_miss(best_rule->what + " at " + n->describe() + ": " + best.why);
   }
   return changed;
 }

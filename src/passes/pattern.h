@@ -85,6 +85,15 @@ std::optional<std::vector<int64_t>> reduce_axes(const ir::Node& n);
 // near_miss_depth for rules whose failures are never worth reporting.
 constexpr int kQuiet = 99;
 
+// One element of a shape vector: a known value (of == nullptr), or dim `value` of tensor `of`.
+struct ShapeElem {
+  const ir::Value* of = nullptr;
+  int64_t value = 0;
+};
+// The elements of a 1-D int64 shape vector built by Shape/Gather/Slice/Unsqueeze/Squeeze/Concat/Cast
+// from constants and tensors' dims (static dims become values); nullopt when computed otherwise.
+std::optional<std::vector<ShapeElem>> shape_value(const ir::Value* v, int depth = 0);
+
 // One rule of a pass: a pattern, a label, and how many nodes must have matched before a failure
 // counts as a near miss.
 struct Rule {
