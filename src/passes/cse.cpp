@@ -68,7 +68,8 @@ Expected<bool> eliminate_common_subexpressions(ir::Graph& g, PassContext& ctx) {
     changed = true;
   }
   std::map<std::string, ir::Node*> seen;
-  for (ir::Node* n : g.nodes()) {
+  const std::vector<ir::Node*> nodes = g.nodes();  // a copy: merged nodes are removed as we go
+  for (ir::Node* n : nodes) {
     if (rw.dead(n)) continue;
     const std::string k = node_key(*n);
     if (k.empty()) continue;

@@ -1,6 +1,4 @@
 // runtime/inspect.cpp — what `kiln inspect` reports: the optimizer's work on a model, pass by pass.
-#include <cstdio>
-#include <cstdlib>
 #include "onnx/importer.h"
 #include "passes/passes.h"
 #include "kiln/kiln.h"
@@ -27,7 +25,6 @@ Expected<OptimizationReport> inspect_model(const std::string& onnx_path, int opt
   passes::OptimizeStats stats;
   KILN_RETURN_IF_ERROR(passes::optimize(*model.graph, po, &stats));
   r.ops_after = histogram(*model.graph, &r.nodes_after);
-  if (std::getenv("KILN_DUMP")) fprintf(stderr, "%s", model.graph->to_string().c_str());
   for (const passes::Pass& p : passes::pipeline()) {
     if (p.min_level > opt_level) continue;
     auto it = stats.fired.find(p.name);
