@@ -180,7 +180,6 @@ void add_rnn_quant_ops(std::vector<OpDef>& t) {
   t.push_back({"Col2Im", "", 18, infer_col2im});
   t.push_back({"DeformConv", "", 19, infer_deform_conv});
   t.push_back({"TfIdfVectorizer", "", 9, infer_tfidf});
-  t.push_back({"BitCast", "", 26, infer_bitcast});
   t.push_back({"Adagrad", "ai.onnx.preview.training", 1, infer_optimizer});
   t.push_back({"Adam", "ai.onnx.preview.training", 1, infer_optimizer});
   t.push_back({"Momentum", "ai.onnx.preview.training", 1, infer_optimizer});

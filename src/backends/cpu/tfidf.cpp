@@ -130,12 +130,6 @@ void register_text(KernelRegistry& r) {
            KILN_ASSIGN_OR_RETURN(TfIdf a, parse_tfidf(n));
            return make_kernel([a](KernelContext& ctx) { return tfidf_kernel(ctx, a); });
          }});
-  r.add({"BitCast", "", 26, 1 << 30, "cpu.BitCast.any", nullptr, [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
-           const int64_t to = n.attr_int("to", 0);
-           if (!dtype_is_valid(static_cast<int32_t>(to)) || to == 0) return invalid_model(n.describe() + ": bad 'to' dtype");
-           const DataType dt = static_cast<DataType>(to);
-           return make_kernel([dt](KernelContext& ctx) { return bitcast_kernel(ctx, dt); });
-         }});
 }
 
 }  // namespace kiln::cpu::rq
