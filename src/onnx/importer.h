@@ -1,6 +1,6 @@
 // onnx/importer.h — ONNX protobuf → kiln IR.
 //
-// Handles: initializers (raw_data and typed fields, every ONNX dtype; int4/uint4/float4 unpacked to
+// Handles: initializers (raw_data and typed fields, every ONNX dtype; int4/uint4/float4/int2/uint2 unpacked to
 // one element per byte), external data (resolved inside the model's folder only), sparse
 // initializers, opset imports, subgraph attributes (If/Loop/Scan bodies, with outer-scope captures),
 // and model-local functions (inlined). Errors name the file, node, op and reason; nothing crashes on
