@@ -75,9 +75,8 @@ SliceDim slice_dim(int64_t dim, int64_t start, int64_t end, int64_t step) {
 std::string equal_split_sizes(int64_t dim, int64_t parts, std::vector<int64_t>* sizes) {
   if (parts < 1) return "split needs at least one output";
   const int64_t chunk = (dim + parts - 1) / parts;
-  if (chunk * (parts - 1) > dim) return "cannot split " + std::to_string(dim) + " into " + std::to_string(parts) + " parts";
-  sizes->assign(parts, chunk);
-  sizes->back() = dim - chunk * (parts - 1);
+  sizes->resize(parts);
+  for (int64_t i = 0; i < parts; ++i) (*sizes)[i] = std::clamp<int64_t>(dim - i * chunk, 0, chunk);
   return "";
 }
 

@@ -22,7 +22,8 @@ struct SliceDim {
 SliceDim slice_dim(int64_t dim, int64_t start, int64_t end, int64_t step);
 
 // Split sizes when no explicit 'split' is given: `parts` chunks of ceil(dim / parts), the last one
-// smaller (opset 18 num_outputs). Returns "" on success.
+// smaller (opset 18 num_outputs). Like onnx's reference, chunks past the end are empty: 5 into 4
+// parts is 2, 2, 1, 0. Returns "" on success.
 std::string equal_split_sizes(int64_t dim, int64_t parts, std::vector<int64_t>* sizes);
 
 }  // namespace kiln::ops
