@@ -24,8 +24,9 @@ struct ImportOptions {
 Expected<ir::Model> import_file(const std::string& path);
 Expected<ir::Model> import_bytes(const std::string& bytes, const ImportOptions& options);
 
-// The opset range of the default domain kiln accepts.
-constexpr int kMinOpset = 7;
+// The opset range of the default domain kiln accepts. Kernels whose semantics changed in old opsets
+// implement the old forms or refuse them through their registered opset range.
+constexpr int kMinOpset = 1;
 int max_supported_opset();  // the newest ai.onnx opset of the pinned onnx release
 
 }  // namespace kiln::onnx

@@ -611,12 +611,34 @@ TEST(OnnxImportGraph, OmittedOptionalInputsAndOutputs) {
 }
 
 TEST(OnnxImportGraph, OpsetRange) {
-  for (int bad : {6, kiln::onnx::max_supported_opset() + 1}) {
+  for (int bad : {kiln::onnx::max_supported_opset() + 1, 1000}) {
     auto m = add_model();
     m.mutable_opset_import(0)->set_version(bad);
     add_init(m.mutable_graph(), "w", 1, {2})->set_raw_data(bytes_of(std::vector<float>{1, 2}));
     expect_error(import(m), StatusCode::kUnsupported,
-                 {std::to_string(bad), "[7, " + std::to_string(kiln::onnx::max_supported_opset()) + "]"});
+                 {std::to_string(bad), "[1, " + std::to_string(kiln::onnx::max_supported_opset()) + "]"});
+  }
+  // Old opsets (1..6) are accepted; their nodes carry the model's version.
+  for (int old : {1, 6}) {
+    auto m = make_model(old);
+    add_input(m.mutable_graph(), "x");
+    add_output(m.mutable_graph(), "y");
+    add_node(m.mutable_graph(), "Relu", {"x"}, {"y"}, "relu");
+    auto r = import(m);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->graph->find_value("y")->producer->opset, old);
+  }
+  // A model from before opset_import (IR version < 3) is ai.onnx opset 1.
+  {
+    auto m = make_model();
+    m.clear_opset_import();
+    m.set_ir_version(2);
+    add_input(m.mutable_graph(), "x");
+    add_output(m.mutable_graph(), "y");
+    add_node(m.mutable_graph(), "Relu", {"x"}, {"y"}, "relu");
+    auto r = import(m);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->graph->find_value("y")->producer->opset, 1);
   }
   // Other domains keep their own versions; "ai.onnx" is the default domain.
   auto m = add_model();
@@ -631,6 +653,26 @@ TEST(OnnxImportGraph, OpsetRange) {
   EXPECT_EQ(r->graph->opsets.at(""), 17);
   EXPECT_EQ(r->graph->find_value("z")->producer->opset, 1);
   EXPECT_EQ(r->graph->find_value("y")->producer->opset, 17);
+}
+
+TEST(OnnxImportGraph, LegacyCastTypeName) {
+  // Cast before opset 6 names its target type; the importer rewrites it to the TensorProto code.
+  auto m = make_model(5);
+  add_input(m.mutable_graph(), "x");
+  add_output(m.mutable_graph(), "y", 7);
+  auto* cast = add_node(m.mutable_graph(), "Cast", {"x"}, {"y"}, "cast");
+  auto* to = cast->add_attribute();
+  to->set_name("to");
+  to->set_type(::onnx::AttributeProto::STRING);
+  to->set_s("int64");
+  auto r = import(m);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const ir::Node* n = r->graph->find_value("y")->producer;
+  EXPECT_EQ(n->attr("to")->kind, ir::Attribute::Kind::kInt);
+  EXPECT_EQ(n->attr_int("to", 0), 7);
+  EXPECT_EQ(r->graph->find_value("y")->type.dtype, DataType::kInt64);
+  to->set_s("QUATERNION");
+  expect_error(import(m), StatusCode::kInvalidModel, {"cast", "QUATERNION"});
 }
 
 TEST(OnnxImportGraph, MissingDefaultOpsetImport) {
@@ -1003,9 +1045,10 @@ TEST(OnnxImportFunction, NestedCallsAndRecursion) {
 TEST(OnnxImportFunction, FunctionOpsetOutOfRangeAndBadBody) {
   auto m = make_model();
   auto* f = add_scale_function(m);
-  f->mutable_opset_import(0)->set_version(3);
+  f->mutable_opset_import(0)->set_version(kiln::onnx::max_supported_opset() + 1);
   add_input(m.mutable_graph(), "x");
-  expect_error(import(m), StatusCode::kUnsupported, {"function", "opset 3"});
+  expect_error(import(m), StatusCode::kUnsupported,
+               {"function", "opset " + std::to_string(kiln::onnx::max_supported_opset() + 1)});
   f->mutable_opset_import(0)->set_version(13);
   f->mutable_node(2)->set_input(0, "undefined_in_body");
   auto* call = add_node(m.mutable_graph(), "Scale", {"x"}, {"y"}, "call");
