@@ -85,7 +85,10 @@ def export_one(name: str, opset: int, path: str) -> float:
     dynamic_axes.update({o: {0: "batch"} for o in spec.outputs})
     tmp = path + ".tmp"
     start = time.perf_counter()
-    with warnings.catch_warnings(), torch.no_grad():
+    # torch 1.13's nn.MultiheadAttention (ViT) takes a fused fast path, which has no ONNX export,
+    # when gradients are off: keep them on for it; every other model is traced under no_grad.
+    grad = name == "vit_b_16"
+    with warnings.catch_warnings(), torch.set_grad_enabled(grad):
         warnings.simplefilter("ignore")  # tracer warnings about Python values in transformers' code
         torch.onnx.export(
             net, args, tmp,
