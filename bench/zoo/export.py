@@ -68,10 +68,38 @@ def build_transformers(name: str) -> torch.nn.Module:
     return _TupleOutputs(net, spec.outputs, input_names)
 
 
+def calibrate_batchnorm(net: torch.nn.Module, spec: zoo.Model) -> None:
+    """Sets BatchNorm running statistics from random inputs (seeded).
+
+    With fresh statistics (mean 0, variance 1) random-weight CNNs shrink their signal layer after
+    layer: MobileNetV2's logits come out near 1e-8, DeepLabV3's output hardly depends on its input.
+    Statistics measured on inputs keep activations near unit scale, like a trained network's, so
+    that the agreement test compares outputs that carry the input's signal.
+    """
+    bns = [m for m in net.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return
+    for bn in bns:
+        bn.reset_running_stats()
+        bn.momentum = None  # a cumulative average over the calibration batches
+    net.train()
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for _ in range(2):
+            shape = spec.inputs[0].concrete_shape(8)
+            net(torch.randn(shape, generator=gen))
+    net.eval()
+
+
 def build(name: str) -> torch.nn.Module:
     torch.manual_seed(0)
     spec = zoo.MODELS[name]
     net = build_torchvision(name) if spec.source == "torchvision" else build_transformers(name)
+    if name == "vit_b_16":
+        # torchvision zero-initializes ViT's classification head: every logit would be 0.
+        torch.nn.init.normal_(net.heads.head.weight, std=0.02)
+        torch.nn.init.normal_(net.heads.head.bias, std=0.02)
+    calibrate_batchnorm(net, spec)
     return net.eval()
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,7 +39,9 @@ class Model:
     inputs: tuple
     outputs: tuple
     note: str = ""
-    extra: dict = field(default_factory=dict)
+    # The agreement test's bound on each output's relative L2 error, kiln vs onnxruntime. 1e-5 unless
+    # fp32 rounding alone moves the model further (measured against a float64 run in torch).
+    rel_l2: float = 1e-5
 
 
 def _image(size: int = 224) -> tuple:
@@ -56,7 +58,8 @@ def _text(vocab: int, seq: int = 128, mask: bool = True) -> tuple:
 MODELS: dict[str, Model] = {
     m.name: m
     for m in (
-        Model("resnet50", "torchvision", _image(), ("logits",)),
+        Model("resnet50", "torchvision", _image(), ("logits",), rel_l2=3e-5,
+              note="fp32 noise floor: onnxruntime is 1.4e-5 and kiln 1.7e-5 (rel L2) from a float64 torch run"),
         Model("mobilenet_v2", "torchvision", _image(), ("logits",)),
         Model("efficientnet_b0", "torchvision", _image(), ("logits",)),
         Model("convnext_tiny", "torchvision", _image(), ("logits",)),

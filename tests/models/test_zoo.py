@@ -2,7 +2,8 @@
 
 For every zoo model present in build/zoo/ (bench/zoo/export.py makes them), both runtimes run
 the same seeded random inputs at batch 1 and batch 2 (the exported batch axis is dynamic); each
-output must agree within a relative L2 error of 1e-5 and hold no NaN. A model not exported is
+output must agree within a relative L2 error of 1e-5 (a model's own bound where fp32 rounding alone
+goes further: see bench/zoo/zoo.py) and hold no NaN. A model not exported is
 skipped with the command that exports it. Each figure is also written to build/zoo/agreement.json.
 """
 
@@ -19,7 +20,6 @@ import zoo
 ort = pytest.importorskip("onnxruntime")
 kiln = pytest.importorskip("kiln")
 
-REL_L2 = 1e-5
 BATCHES = (1, 2)
 CASES = [(m, o, b) for m in zoo.MODELS for o in zoo.OPSETS for b in BATCHES]
 AGREEMENT = os.path.join(zoo.ZOO_DIR, "agreement.json")
@@ -79,5 +79,5 @@ def test_matches_onnxruntime(name: str, opset: int, batch: int) -> None:
         assert not np.isnan(g).any(), f"{out_name}: kiln output has NaN"
         errors[out_name] = rel_l2(g, w)
     record(f"{name}_op{opset}_b{batch}", errors)
-    bad = {k: v for k, v in errors.items() if not v <= REL_L2}
-    assert not bad, f"relative L2 error above {REL_L2}: {bad}"
+    bad = {k: v for k, v in errors.items() if not v <= spec.rel_l2}
+    assert not bad, f"relative L2 error above {spec.rel_l2}: {bad}"
