@@ -256,6 +256,26 @@ def write_readme(result: dict, rel_path: str) -> None:
         f.write(text)
 
 
+def save_result(result: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+    write_readme(result, os.path.relpath(path, HERE))
+
+
+def add_profiles(result: dict, args, save) -> None:
+    """Profiles (at --profile-threads/--profile-batch) each model with kiln/ORT > --profile-slow somewhere."""
+    result["profiles"] = []
+    if args.profile_slow <= 0:
+        return
+    result["config"].update(profile_threads=args.profile_threads, profile_batch=args.profile_batch)
+    order = list(dict.fromkeys(r["model"] for r in result["results"]))
+    slow = [m for m in order if any(r["model"] == m and r["ratio"] > args.profile_slow for r in result["results"])]
+    for name in slow:
+        result["profiles"].append(profile(name, result["config"]["opset"], args.profile_threads, args.profile_batch,
+                                          runs=5, top=args.profile_top))
+        save()
+
+
 def latest_result() -> str | None:
     files = sorted(glob.glob(os.path.join(RESULTS, "cpu_*.json")))
     return files[-1] if files else None
@@ -273,6 +293,10 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=8.0, help="seconds of timed runs per configuration (after min-runs)")
     ap.add_argument("--profile-slow", type=float, default=2.0, help="profile models with kiln/ORT above this (0: none)")
     ap.add_argument("--profile-top", type=int, default=8)
+    ap.add_argument("--profile-threads", type=int, default=1, help="threads for the profiles (default 1)")
+    ap.add_argument("--profile-batch", type=int, default=1, help="batch for the profiles (default 1)")
+    ap.add_argument("--reprofile", action="store_true",
+                    help="only redo the profiles of the latest result file (and the README), no timings")
     ap.add_argument("--note", default="", help="a line for the README (e.g. what was left out and why)")
     ap.add_argument("--out", help="result file (default bench/results/cpu_<date>.json)")
     ap.add_argument("--readme-only", action="store_true", help="regenerate bench/README.md from the latest result file")
@@ -284,6 +308,16 @@ def main() -> int:
 
     if args.profile_one:
         profile_one(args.profile_one, args.opset, int(args.threads.split(",")[0]), args.batch, args.runs)
+        return 0
+    if args.reprofile:
+        path = latest_result()
+        if not path:
+            ap.error("no result file in bench/results/")
+        with open(path) as f:
+            result = json.load(f)
+        result["config"]["profile_slow"] = args.profile_slow
+        add_profiles(result, args, lambda: save_result(result, path))
+        save_result(result, path)
         return 0
     if args.readme_only:
         path = latest_result()
@@ -319,21 +353,12 @@ def main() -> int:
     out = args.out or os.path.join(RESULTS, f"cpu_{date.strftime('%Y-%m-%d')}.json")
 
     def save() -> None:
-        with open(out, "w") as f:
-            json.dump(result, f, indent=2)
-        write_readme(result, os.path.relpath(out, HERE))
+        save_result(result, out)
 
     for name in names:
         result["results"] += bench_model(name, args.opset, threads_list, batches, args)
         save()
-    if args.profile_slow > 0:
-        slow = sorted({r["model"] for r in result["results"] if r["ratio"] > args.profile_slow},
-                      key=names.index)
-        for name in slow:
-            worst = max((r for r in result["results"] if r["model"] == name), key=lambda r: r["ratio"])
-            result["profiles"].append(profile(name, args.opset, worst["threads"], worst["batch"], runs=5,
-                                              top=args.profile_top))
-            save()
+    add_profiles(result, args, save)
     save()
     print(f"wrote {os.path.relpath(out, ROOT)} and bench/README.md")
     return 0
