@@ -158,7 +158,7 @@ Status quantize_kernel(KernelContext& ctx, const QuantAttrs& a) {
     out_t = zp->dtype();
   }
   int64_t lo = 0, hi = 0;
-  SmallFloat sf{};
+  MiniFloat sf{};
   const bool is_int = out_t != DataType::kInt32 && integer_range(out_t, &lo, &hi);
   const bool is_small = small_float_of(out_t, &sf);
   if (!is_int && !is_small) return ctx.error(std::string("cannot quantize to ") + dtype_name(out_t));
@@ -178,7 +178,10 @@ Status quantize_kernel(KernelContext& ctx, const QuantAttrs& a) {
         r = std::clamp(r, static_cast<double>(lo), static_cast<double>(hi));
         store_integer(y, i, static_cast<int64_t>(r));
       } else {
-        y.data<uint8_t>()[i] = f32_to_small(static_cast<float>(q + z[k]), sf, a.saturate);
+        // float8 adds a zero point only when it is not zero (keeps -0); float4 always adds it,
+        // like the reference.
+        const double v = sf == MiniFloat::kE2M1 || z[k] != 0 ? q + z[k] : q;
+        y.data<uint8_t>()[i] = f32_to_mini(static_cast<float>(v), sf, a.saturate);
       }
     }
   });
