@@ -77,21 +77,19 @@ Status Importer::read_opsets(const ::onnx::ModelProto& m, OpsetMap& opsets) {
       return invalid_model(opt_.source_name + ": domain " + quote(o.domain()) + " is imported twice, as opsets " +
                            std::to_string(it->second) + " and " + std::to_string(o.version()));
   }
-  auto def = opsets.find("");
-  if (def == opsets.end()) {
-    if (m.ir_version() < 3)
-      return unsupported(opt_.source_name + ": IR version " + std::to_string(m.ir_version()) +
-                         " model without opset_import (ai.onnx opset 1); kiln supports ai.onnx opsets " + range +
-                         "; convert it with onnx.version_converter");
-    return invalid_model(opt_.source_name + ": the model does not import the ai.onnx opset (opset_import with domain '')");
-  }
+  if (m.opset_import_size() == 0 && m.ir_version() < 3)
+    return unsupported(opt_.source_name + ": IR version " + std::to_string(m.ir_version()) +
+                       " model without opset_import (ai.onnx opset 1); kiln supports ai.onnx opsets " + range +
+                       "; convert it with onnx.version_converter");
+  // A model may import only other domains (ai.onnx.ml, training); its ai.onnx nodes are refused later.
   auto check = [&](int v, const std::string& who) -> Status {
     if (v >= kMinOpset && v <= max_supported_opset()) return Status::Ok();
     return unsupported(opt_.source_name + ": " + who + " uses ai.onnx opset " + std::to_string(v) +
                        "; kiln supports opsets " + range +
                        (v < kMinOpset ? "; convert the model with onnx.version_converter" : ""));
   };
-  KILN_RETURN_IF_ERROR(check(def->second, "the model"));
+  auto def = opsets.find("");
+  if (def != opsets.end()) KILN_RETURN_IF_ERROR(check(def->second, "the model"));
   // Domains only a function imports become known to the graph too.
   for (const OpsetMap* f : inliner_.function_opsets()) {
     auto fd = f->find("");
@@ -218,6 +216,8 @@ Status Importer::build_graph(const ::onnx::GraphProto& gp, ir::Graph& g) {
       auto it = flat[i].opsets->find(domain);
       if (it != flat[i].opsets->end()) n->opset = it->second;
     }
+    if (domain.empty() && n->opset == 0)
+      return invalid_model(label + ": the model does not import the ai.onnx opset (no opset_import with domain '')");
     for (const auto& a : np.attribute()) {
       if (a.name().empty()) return invalid_model(label + ": an attribute has no name");
       if (n->attrs.count(a.name())) return invalid_model(label + ": attribute " + quote(a.name()) + " is given twice");

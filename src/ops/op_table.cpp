@@ -14,6 +14,7 @@ const std::vector<OpDef>& op_table() {
     add_control_ops(t);
     add_misc_ops(t);
     add_rnn_quant_ops(t);
+    add_new_ops(t);
     return t;
   }();
   return table;

@@ -41,6 +41,7 @@ class CpuBackend final : public Backend {
     register_control(registry_);
     register_misc(registry_);
     register_rnn_quant(registry_);
+    register_newops(registry_);
   }
   std::string name() const override { return "cpu"; }
   Device device() const override { return {}; }
