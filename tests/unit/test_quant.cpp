@@ -8,7 +8,8 @@ namespace {
 struct IntRange { DataType dt; double lo, hi; };
 const IntRange kIntTypes[] = {{DataType::kUInt8, 0, 255},      {DataType::kInt8, -128, 127},
                               {DataType::kUInt16, 0, 65535},   {DataType::kInt16, -32768, 32767},
-                              {DataType::kUInt4, 0, 15},       {DataType::kInt4, -8, 7}};
+                              {DataType::kUInt4, 0, 15},       {DataType::kInt4, -8, 7},
+                              {DataType::kUInt2, 0, 3},        {DataType::kInt2, -2, 1}};
 
 // Reference: round half to even of x/s in float, plus zero point, saturated.
 double ref_quant(double x, double s, double zp, double lo, double hi) {
@@ -65,6 +66,22 @@ TEST(Quant, Int4Saturation) {
   auto o = run("QuantizeLinear", 21, {x, s}, {{"output_dtype", attr_int(static_cast<int>(DataType::kInt4))}});
   EXPECT_EQ(o[0].dtype(), DataType::kInt4);
   expect_equal(o[0], {8}, {-8, -8, -8, 0, 0, 6, 7, 7});
+}
+
+TEST(Quant, SubByteInputsReadTheirLowBits) {
+  // int4 -4 may arrive sign-extended (0xfc) or as a bare nibble (0x0c); both mean -4.
+  Tensor x = Tensor::empty(DataType::kInt4, {3});
+  x.data<uint8_t>()[0] = 0xfc;
+  x.data<uint8_t>()[1] = 0x0c;
+  x.data<uint8_t>()[2] = 0x07;
+  auto y = run("DequantizeLinear", 21, {x, from(DataType::kFloat32, {}, {2})}, {});
+  expect_equal(y[0], {3}, {-8, -8, 14});
+  Tensor x2 = Tensor::empty(DataType::kInt2, {3});
+  x2.data<uint8_t>()[0] = 0x02;  // -2
+  x2.data<uint8_t>()[1] = 0xff;  // -1
+  x2.data<uint8_t>()[2] = 0x01;
+  auto y2 = run("DequantizeLinear", 21, {x2, from(DataType::kFloat32, {}, {1}), from(DataType::kInt2, {}, {1})}, {});
+  expect_equal(y2[0], {3}, {-3, -2, 0});
 }
 
 TEST(Quant, PerAxisNegativeAxis) {

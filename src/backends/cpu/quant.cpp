@@ -3,8 +3,8 @@
 // Granularity comes from the scale's shape: a scalar (or [1]) is per tensor, a 1-D scale of
 // x.shape[axis] is per axis, and with block_size > 0 the scale has x's shape except
 // ceil(x.shape[axis] / block_size) along axis. Integer results round half to even and saturate;
-// float8 results round to nearest even (saturating or not, `saturate`); 4-bit results are held
-// one per byte.
+// float8 results round to nearest even (saturating or not, `saturate`); 4- and 2-bit results are
+// held one per byte.
 #include <algorithm>
 #include <limits>
 
@@ -90,6 +90,8 @@ bool integer_range(DataType t, int64_t* lo, int64_t* hi) {
     case DataType::kInt16: *lo = -32768; *hi = 32767; return true;
     case DataType::kUInt4: *lo = 0; *hi = 15; return true;
     case DataType::kInt4: *lo = -8; *hi = 7; return true;
+    case DataType::kUInt2: *lo = 0; *hi = 3; return true;
+    case DataType::kInt2: *lo = -2; *hi = 1; return true;
     case DataType::kInt32: *lo = std::numeric_limits<int32_t>::min(); *hi = std::numeric_limits<int32_t>::max(); return true;
     default: return false;
   }
@@ -97,8 +99,8 @@ bool integer_range(DataType t, int64_t* lo, int64_t* hi) {
 
 void store_integer(Tensor& t, int64_t i, int64_t v) {
   switch (t.dtype()) {
-    case DataType::kUInt8: case DataType::kUInt4: t.data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
-    case DataType::kInt8: case DataType::kInt4: t.data<int8_t>()[i] = static_cast<int8_t>(v); break;
+    case DataType::kUInt8: case DataType::kUInt4: case DataType::kUInt2: t.data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
+    case DataType::kInt8: case DataType::kInt4: case DataType::kInt2: t.data<int8_t>()[i] = static_cast<int8_t>(v); break;
     case DataType::kUInt16: t.data<uint16_t>()[i] = static_cast<uint16_t>(v); break;
     case DataType::kInt16: t.data<int16_t>()[i] = static_cast<int16_t>(v); break;
     case DataType::kInt32: t.data<int32_t>()[i] = static_cast<int32_t>(v); break;

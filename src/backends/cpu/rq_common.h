@@ -32,7 +32,7 @@ inline bool small_float_of(DataType dt, MiniFloat* f) {
 }
 
 // Element i of a numeric tensor as double, for every dtype but strings and complex.
-// int4 is held sign-extended in an int8, uint4 in a uint8, small floats as their code.
+// int4/int2 are held one per byte (sign-extended), uint4/uint2 likewise, small floats as their code.
 inline double load_f64(const Tensor& t, int64_t i) {
   const DataType dt = t.dtype();
   MiniFloat sf;
@@ -41,8 +41,11 @@ inline double load_f64(const Tensor& t, int64_t i) {
     case DataType::kFloat16: return f16_to_f32(t.data<uint16_t>()[i]);
     case DataType::kBFloat16: return bf16_to_f32(t.data<uint16_t>()[i]);
     case DataType::kFloat8E8M0: return e8m0_to_f32(t.data<uint8_t>()[i]);
-    case DataType::kInt4: return t.data<int8_t>()[i];
+    // sub-byte integers: the low bits of their byte, sign-extended or not
+    case DataType::kInt4: return ((t.data<uint8_t>()[i] & 0x0f) ^ 0x08) - 0x08;
     case DataType::kUInt4: return t.data<uint8_t>()[i] & 0x0f;
+    case DataType::kInt2: return ((t.data<uint8_t>()[i] & 0x03) ^ 0x02) - 0x02;
+    case DataType::kUInt2: return t.data<uint8_t>()[i] & 0x03;
     default: {
       double v = 0;
       visit_numeric(dt, [&](auto tag) { v = static_cast<double>(t.data<typename decltype(tag)::type>()[i]); });
