@@ -141,12 +141,6 @@ Status infer_tfidf(InferContext& c) {
   return Status::Ok();
 }
 
-Status infer_bitcast(InferContext& c) {
-  if (!c.has(0)) return Status::Ok();
-  c.out[0] = Type::tensor(attr_dtype(c.node, "to"), c.shape(0));
-  return Status::Ok();
-}
-
 }  // namespace
 
 void add_rnn_quant_ops(std::vector<OpDef>& t) {
@@ -163,7 +157,6 @@ void add_rnn_quant_ops(std::vector<OpDef>& t) {
   t.push_back({"MaxRoiPool", "", 1, infer_roi});
   t.push_back({"DeformConv", "", 19, infer_deform_conv});
   t.push_back({"TfIdfVectorizer", "", 9, infer_tfidf});
-  t.push_back({"BitCast", "", 26, infer_bitcast});
   t.push_back({"Adagrad", "ai.onnx.preview.training", 1, infer_optimizer});
   t.push_back({"Adam", "ai.onnx.preview.training", 1, infer_optimizer});
   t.push_back({"Momentum", "ai.onnx.preview.training", 1, infer_optimizer});
