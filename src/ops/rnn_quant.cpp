@@ -141,12 +141,6 @@ Status infer_tfidf(InferContext& c) {
   return Status::Ok();
 }
 
-Status infer_bitcast(InferContext& c) {
-  if (!c.has(0)) return Status::Ok();
-  c.out[0] = Type::tensor(attr_dtype(c.node, "to"), c.shape(0));
-  return Status::Ok();
-}
-
 }  // namespace
 
 void add_rnn_quant_ops(std::vector<OpDef>& t) {

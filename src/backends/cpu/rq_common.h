@@ -16,7 +16,7 @@ void register_rnn(KernelRegistry& r);
 void register_loss(KernelRegistry& r);
 void register_roi(KernelRegistry& r);
 void register_training(KernelRegistry& r);
-void register_text(KernelRegistry& r);  // TfIdfVectorizer, BitCast (tfidf.cpp)
+void register_text(KernelRegistry& r);  // TfIdfVectorizer (tfidf.cpp)
 
 // ---- small floats held as one code per byte (float8 variants, float4 e2m1 in the low nibble):
 // the conversions of ir/float_types.h (round to nearest even; `saturate` clamps overflow to ±max).
