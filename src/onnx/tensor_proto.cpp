@@ -169,11 +169,28 @@ Expected<Tensor> from_external(const ::onnx::TensorProto& tp, DataType dt, int64
   return t;
 }
 
-template <typename Field>
-Status check_count(const Field& f, int64_t want, const char* field, const TensorSource& src, DataType dt) {
-  if (static_cast<int64_t>(f.size()) == want) return Status::Ok();
-  return bad(src, std::string(field) + " holds " + std::to_string(f.size()) + " values, expected " +
-                      std::to_string(want) + " for " + dtype_name(dt) + " data");
+// The typed field a dtype is stored in, how many values it holds, and how many it must hold.
+struct TypedField {
+  const char* name;
+  int64_t have;
+  int64_t want;
+};
+
+TypedField typed_field(const ::onnx::TensorProto& tp, DataType dt, int64_t numel) {
+  switch (dt) {
+    case DataType::kFloat32: return {"float_data", tp.float_data_size(), numel};
+    case DataType::kComplex64: return {"float_data", tp.float_data_size(), 2 * numel};
+    case DataType::kFloat64: return {"double_data", tp.double_data_size(), numel};
+    case DataType::kComplex128: return {"double_data", tp.double_data_size(), 2 * numel};
+    case DataType::kInt64: return {"int64_data", tp.int64_data_size(), numel};
+    case DataType::kUInt32:
+    case DataType::kUInt64: return {"uint64_data", tp.uint64_data_size(), numel};
+    case DataType::kString: return {"string_data", tp.string_data_size(), numel};
+    case DataType::kInt4:
+    case DataType::kUInt4:
+    case DataType::kFloat4E2M1: return {"int32_data", tp.int32_data_size(), (numel + 1) / 2};  // two per value
+    default: return {"int32_data", tp.int32_data_size(), numel};
+  }
 }
 
 // Copies repeated proto values into `out`, converting each to the element type T.
@@ -184,54 +201,51 @@ void copy_as(const Field& f, Tensor& out) {
 }
 
 Expected<Tensor> from_typed_fields(const ::onnx::TensorProto& tp, DataType dt, int64_t numel, const TensorSource& src) {
+  if (dt == DataType::kUndefined) return bad(src, "has no data type");
+  // Counted before allocating: the dims of a hostile file must not allocate more than it stores.
+  const TypedField field = typed_field(tp, dt, numel);
+  if (field.have != field.want)
+    return bad(src, std::string(field.name) + " holds " + std::to_string(field.have) + " values, expected " +
+                        std::to_string(field.want) + " for " + std::to_string(numel) + " " + dtype_name(dt) +
+                        " elements");
   Tensor t = Tensor::empty(dt, shape_of(tp.dims()));
   switch (dt) {
     case DataType::kFloat32:
     case DataType::kComplex64: {
       const int64_t want = dt == DataType::kComplex64 ? 2 * numel : numel;
-      KILN_RETURN_IF_ERROR(check_count(tp.float_data(), want, "float_data", src, dt));
       if (want) std::memcpy(t.raw(), tp.float_data().data(), want * sizeof(float));
       return t;
     }
     case DataType::kFloat64:
     case DataType::kComplex128: {
       const int64_t want = dt == DataType::kComplex128 ? 2 * numel : numel;
-      KILN_RETURN_IF_ERROR(check_count(tp.double_data(), want, "double_data", src, dt));
       if (want) std::memcpy(t.raw(), tp.double_data().data(), want * sizeof(double));
       return t;
     }
     case DataType::kInt64:
-      KILN_RETURN_IF_ERROR(check_count(tp.int64_data(), numel, "int64_data", src, dt));
       copy_as<int64_t>(tp.int64_data(), t);
       return t;
     case DataType::kUInt32:
-      KILN_RETURN_IF_ERROR(check_count(tp.uint64_data(), numel, "uint64_data", src, dt));
       copy_as<uint32_t>(tp.uint64_data(), t);
       return t;
     case DataType::kUInt64:
-      KILN_RETURN_IF_ERROR(check_count(tp.uint64_data(), numel, "uint64_data", src, dt));
       copy_as<uint64_t>(tp.uint64_data(), t);
       return t;
     case DataType::kInt32:
-      KILN_RETURN_IF_ERROR(check_count(tp.int32_data(), numel, "int32_data", src, dt));
       copy_as<int32_t>(tp.int32_data(), t);
       return t;
     case DataType::kInt16:
-      KILN_RETURN_IF_ERROR(check_count(tp.int32_data(), numel, "int32_data", src, dt));
       copy_as<int16_t>(tp.int32_data(), t);
       return t;
     case DataType::kUInt16:
     case DataType::kFloat16:
     case DataType::kBFloat16:
-      KILN_RETURN_IF_ERROR(check_count(tp.int32_data(), numel, "int32_data", src, dt));
       copy_as<uint16_t>(tp.int32_data(), t);
       return t;
     case DataType::kInt8:
-      KILN_RETURN_IF_ERROR(check_count(tp.int32_data(), numel, "int32_data", src, dt));
       copy_as<int8_t>(tp.int32_data(), t);
       return t;
     case DataType::kBool: {
-      KILN_RETURN_IF_ERROR(check_count(tp.int32_data(), numel, "int32_data", src, dt));
       auto* o = t.data<uint8_t>();
       for (int64_t i = 0; i < numel; ++i) o[i] = tp.int32_data(static_cast<int>(i)) != 0;
       return t;
@@ -242,7 +256,6 @@ Expected<Tensor> from_typed_fields(const ::onnx::TensorProto& tp, DataType dt, i
     case DataType::kFloat8E5M2:
     case DataType::kFloat8E5M2FNUZ:
     case DataType::kFloat8E8M0:
-      KILN_RETURN_IF_ERROR(check_count(tp.int32_data(), numel, "int32_data", src, dt));
       copy_as<uint8_t>(tp.int32_data(), t);
       return t;
     case DataType::kInt4:
@@ -250,14 +263,12 @@ Expected<Tensor> from_typed_fields(const ::onnx::TensorProto& tp, DataType dt, i
     case DataType::kFloat4E2M1: {
       // Two elements per int32 value, low nibble first.
       const int64_t want = (numel + 1) / 2;
-      KILN_RETURN_IF_ERROR(check_count(tp.int32_data(), want, "int32_data", src, dt));
       std::string packed(static_cast<size_t>(want), '\0');
       for (int64_t i = 0; i < want; ++i) packed[i] = static_cast<char>(tp.int32_data(static_cast<int>(i)) & 0xff);
       unpack4(reinterpret_cast<const uint8_t*>(packed.data()), numel, dt == DataType::kInt4, t.data<uint8_t>());
       return t;
     }
     case DataType::kString: {
-      KILN_RETURN_IF_ERROR(check_count(tp.string_data(), numel, "string_data", src, dt));
       auto* o = t.data<std::string>();
       for (int64_t i = 0; i < numel; ++i) o[i] = tp.string_data(static_cast<int>(i));
       return t;
