@@ -33,4 +33,5 @@ if ! cmp -s requirements.txt .venv/.requirements.installed 2>/dev/null; then
 fi
 
 [ "${1:-}" = "--no-build" ] && exit 0
-exec "$root/scripts/build.sh"
+"$root/scripts/build.sh"
+exec "$root/scripts/quickstart.sh"

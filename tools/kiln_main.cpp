@@ -1,1 +1,305 @@
-int main() { return 0; }
+// tools/kiln_main.cpp — the `kiln` command: info, build, run, bench.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <random>
+
+#include "kiln/kiln.h"
+
+namespace {
+
+int fail(const kiln::Status& st) {
+  std::cerr << "kiln: error: " << st.to_string() << "\n";
+  return 1;
+}
+
+std::string dims_string(const kiln::TensorInfo& t) {
+  if (!t.rank_known) return "[*]";
+  std::string s = "[";
+  for (size_t i = 0; i < t.shape.size(); ++i)
+    s += (i ? "," : "") + (t.shape[i] >= 0 ? std::to_string(t.shape[i]) : (t.dim_names[i].empty() ? "?" : t.dim_names[i]));
+  return s + "]";
+}
+
+kiln::DeviceType parse_device(const std::string& d) {
+  return d == "cuda" || d == "gpu" ? kiln::DeviceType::kCUDA : kiln::DeviceType::kCPU;
+}
+
+// Random inputs for a model run without --input: dynamic dims become 1.
+kiln::Expected<kiln::Tensor> random_input(const kiln::TensorInfo& info, std::mt19937& rng) {
+  if (info.kind != "tensor" || !info.rank_known)
+    return kiln::invalid_argument("input '" + info.name + "' needs --input (its type is " + info.type_string() + ")");
+  kiln::Shape shape;
+  for (int64_t d : info.shape) shape.push_back(d >= 0 ? d : 1);
+  kiln::Tensor t = kiln::Tensor::empty(info.dtype, shape);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  switch (info.dtype) {
+    case kiln::DataType::kFloat32: for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng); break;
+    case kiln::DataType::kFloat64: for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = u(rng); break;
+    case kiln::DataType::kInt64: for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = rng() % 2; break;
+    case kiln::DataType::kInt32: for (int64_t i = 0; i < t.numel(); ++i) t.data<int32_t>()[i] = rng() % 2; break;
+    case kiln::DataType::kBool: for (int64_t i = 0; i < t.numel(); ++i) t.data<bool>()[i] = rng() % 2; break;
+    default: return kiln::unsupported("no random generator for input '" + info.name + "' of type " + info.type_string());
+  }
+  return t;
+}
+
+void print_tensor_summary(const std::string& name, const kiln::Tensor& t) {
+  std::printf("  %s: %s %s", name.c_str(), kiln::dtype_name(t.dtype()), kiln::shape_to_string(t.shape()).c_str());
+  if (t.dtype() == kiln::DataType::kFloat32 && t.numel() > 0) {
+    const float* p = t.data<float>();
+    double sum = 0, mn = p[0], mx = p[0];
+    for (int64_t i = 0; i < t.numel(); ++i) { sum += p[i]; mn = std::min<double>(mn, p[i]); mx = std::max<double>(mx, p[i]); }
+    std::printf("  min %.6g max %.6g mean %.6g  first:", mn, mx, sum / t.numel());
+    for (int64_t i = 0; i < std::min<int64_t>(t.numel(), 5); ++i) std::printf(" %.6g", p[i]);
+  } else if (t.dtype() == kiln::DataType::kInt64 && t.numel() > 0) {
+    std::printf("  first:");
+    for (int64_t i = 0; i < std::min<int64_t>(t.numel(), 8); ++i) std::printf(" %lld", static_cast<long long>(t.data<int64_t>()[i]));
+  }
+  std::printf("\n");
+}
+
+struct Inputs {
+  std::vector<std::string> specs;  // name=file.npy
+  unsigned seed = 0;
+};
+
+kiln::Expected<std::map<std::string, kiln::Value>> load_inputs(const kiln::Engine& e, const Inputs& in) {
+  std::map<std::string, kiln::Value> feed;
+  for (const std::string& spec : in.specs) {
+    const auto eq = spec.find('=');
+    if (eq == std::string::npos) return kiln::invalid_argument("--input expects name=file.npy, got '" + spec + "'");
+    KILN_ASSIGN_OR_RETURN(kiln::Tensor t, kiln::read_npy(spec.substr(eq + 1)));
+    feed[spec.substr(0, eq)] = kiln::Value::of(t);
+  }
+  std::mt19937 rng(in.seed);
+  bool announced = false;
+  for (const auto& info : e.inputs()) {
+    if (feed.count(info.name)) continue;
+    if (!announced) { std::printf("no --input for some inputs: using random data (seed %u)\n", in.seed); announced = true; }
+    KILN_ASSIGN_OR_RETURN(kiln::Tensor t, random_input(info, rng));
+    feed[info.name] = kiln::Value::of(t);
+  }
+  return feed;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln: an inference compiler and runtime for ONNX models"};
+  app.set_version_flag("--version", std::string("kiln ") + kiln::version());
+  app.require_subcommand(1);
+
+  // info
+  std::string info_path;
+  auto* info = app.add_subcommand("info", "Describe an ONNX model: inputs, outputs, opsets, ops, parameters, unsupported ops");
+  info->add_option("model", info_path, "model.onnx")->required();
+
+  // build
+  std::string build_path, build_out, build_device = "cpu";
+  int opt_level = 1;
+  bool verbose = false;
+  auto* build = app.add_subcommand("build", "Build an engine file from an ONNX model");
+  build->add_option("model", build_path, "model.onnx")->required();
+  build->add_option("-o,--output", build_out, "engine file to write (default: model.kiln)");
+  build->add_option("--device", build_device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
+  build->add_option("--opt-level", opt_level, "0..1")->check(CLI::Range(0, 3));
+  build->add_flag("-v,--verbose", verbose, "log optimizer and planner decisions");
+
+  // run / bench share their options
+  std::string run_path, run_device = "cpu", out_dir;
+  Inputs inputs;
+  int iterations = 50, warmup = 5;
+  auto* run = app.add_subcommand("run", "Run an engine (or an ONNX model) once and print its outputs");
+  auto* bench = app.add_subcommand("bench", "Time repeated runs (median, min, max)");
+  for (auto* sc : {run, bench}) {
+    sc->add_option("model", run_path, "model.kiln or model.onnx")->required();
+    sc->add_option("--input,-i", inputs.specs, "name=file.npy (repeatable); missing inputs get random data");
+    sc->add_option("--device", run_device, "cpu or cuda (for .onnx files)")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
+    sc->add_option("--seed", inputs.seed, "seed for random inputs");
+  }
+  run->add_option("--output-dir", out_dir, "write each output as <name>.npy here");
+  bench->add_option("-n,--iterations", iterations, "timed runs")->check(CLI::PositiveNumber);
+  bench->add_option("--warmup", warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
+
+  // compare
+  std::string cmp_a, cmp_b, cmp_device_a = "cpu", cmp_device_b = "cuda";
+  Inputs cmp_inputs;
+  double cmp_rtol = 1e-4;
+  auto* compare = app.add_subcommand("compare", "Run a model two ways (devices or engine files) on the same inputs and compare outputs");
+  compare->add_option("model", cmp_a, "model.onnx or model.kiln (side A)")->required();
+  compare->add_option("other", cmp_b, "a second model/engine (side B; default: the same model on --device-b)");
+  compare->add_option("--device-a", cmp_device_a, "device for side A when it is an .onnx")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
+  compare->add_option("--device-b", cmp_device_b, "device for side B when it is an .onnx")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
+  compare->add_option("--input,-i", cmp_inputs.specs, "name=file.npy (repeatable); missing inputs get random data");
+  compare->add_option("--seed", cmp_inputs.seed, "seed for random inputs");
+  compare->add_option("--rtol", cmp_rtol, "fail when an output's relative L2 error exceeds this");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (*compare) {
+    kiln::BuildOptions oa, ob;
+    oa.device = parse_device(cmp_device_a);
+    ob.device = parse_device(cmp_device_b);
+    auto a = kiln::Engine::open(cmp_a, oa);
+    if (!a.ok()) return fail(a.status());
+    auto b = kiln::Engine::open(cmp_b.empty() ? cmp_a : cmp_b, ob);
+    if (!b.ok()) return fail(b.status());
+    auto feed = load_inputs(**a, cmp_inputs);
+    if (!feed.ok()) return fail(feed.status());
+    auto ca = (*a)->create_context();
+    auto cb = (*b)->create_context();
+    if (!ca.ok()) return fail(ca.status());
+    if (!cb.ok()) return fail(cb.status());
+    auto ra = (*ca)->run(*feed);
+    if (!ra.ok()) return fail(ra.status());
+    auto rb = (*cb)->run(*feed);
+    if (!rb.ok()) return fail(rb.status());
+    if (ra->size() != rb->size()) return fail(kiln::invalid_argument("the two sides have different numbers of outputs"));
+    std::printf("A: %s (%s)\nB: %s (%s)\n", cmp_a.c_str(), (*a)->metadata()["device"].c_str(),
+                (cmp_b.empty() ? cmp_a : cmp_b).c_str(), (*b)->metadata()["device"].c_str());
+    bool ok = true;
+    for (size_t i = 0; i < ra->size(); ++i) {
+      const kiln::Tensor& x = (*ra)[i].tensor;
+      const kiln::Tensor& y = (*rb)[i].tensor;
+      const std::string& name = (*a)->outputs()[i].name;
+      if (x.dtype() != kiln::DataType::kFloat32 || y.dtype() != kiln::DataType::kFloat32 || x.shape() != y.shape()) {
+        const bool same = x.dtype() == y.dtype() && x.shape() == y.shape() && x.nbytes() == y.nbytes() &&
+                          (x.dtype() == kiln::DataType::kString || std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0);
+        std::printf("  %s: %s\n", name.c_str(), same ? "identical" : "DIFFERENT (dtype, shape or bytes)");
+        ok &= same;
+        continue;
+      }
+      double diff2 = 0, ref2 = 0, maxabs = 0;
+      int64_t nans = 0;
+      for (int64_t k = 0; k < x.numel(); ++k) {
+        const double d = double(x.data<float>()[k]) - y.data<float>()[k];
+        if (std::isnan(d)) { ++nans; continue; }
+        diff2 += d * d;
+        ref2 += double(x.data<float>()[k]) * x.data<float>()[k];
+        maxabs = std::max(maxabs, std::abs(d));
+      }
+      const double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+      const bool good = rel <= cmp_rtol && nans == 0;
+      ok &= good;
+      std::printf("  %s: %s  max abs diff %.3e  relative L2 %.3e  NaN mismatches %lld  %s\n", name.c_str(),
+                  kiln::shape_to_string(x.shape()).c_str(), maxabs, rel, static_cast<long long>(nans), good ? "OK" : "MISMATCH");
+    }
+    return ok ? 0 : 2;
+  }
+
+  if (*info) {
+    auto s = kiln::summarize_model(info_path);
+    if (!s.ok()) return fail(s.status());
+    std::printf("model: %s\nproducer: %s\nir_version: %lld\nopsets:", s->path.c_str(), s->producer.c_str(),
+                static_cast<long long>(s->ir_version));
+    for (const auto& [d, v] : s->opsets) std::printf(" %s=%d", d.empty() ? "ai.onnx" : d.c_str(), v);
+    std::printf("\ninputs:\n");
+    for (const auto& t : s->inputs) std::printf("  %s: %s %s\n", t.name.c_str(), t.type_string().c_str(), dims_string(t).c_str());
+    std::printf("outputs:\n");
+    for (const auto& t : s->outputs) std::printf("  %s: %s %s\n", t.name.c_str(), t.type_string().c_str(), dims_string(t).c_str());
+    std::printf("parameters: %lld (%.2f MB)\nnodes: %d\nops:\n", static_cast<long long>(s->num_parameters),
+                s->parameter_bytes / 1e6, s->num_nodes);
+    std::vector<std::pair<int, std::string>> hist;
+    for (const auto& [op, n] : s->op_histogram) hist.push_back({-n, op});
+    std::sort(hist.begin(), hist.end());
+    for (const auto& [n, op] : hist) std::printf("  %-28s %d\n", op.c_str(), -n);
+    if (s->unsupported.empty()) {
+      std::printf("unsupported: none (every node has a CPU kernel)\n");
+    } else {
+      std::printf("unsupported (%zu):\n", s->unsupported.size());
+      for (const auto& u : s->unsupported) std::printf("  %s\n", u.c_str());
+    }
+    return 0;
+  }
+
+  if (*build) {
+    kiln::BuildOptions o;
+    o.device = parse_device(build_device);
+    o.opt_level = opt_level;
+    o.verbose = verbose;
+    if (build_out.empty()) build_out = std::filesystem::path(build_path).replace_extension(".kiln").string();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto e = kiln::Engine::build(build_path, o);
+    if (!e.ok()) return fail(e.status());
+    const double build_ms = ms_since(t0);
+    std::printf("placement:\n%s", (*e)->placement_report().c_str());
+    kiln::Status st = (*e)->save(build_out);
+    if (!st.ok()) return fail(st);
+    std::printf("built %s for %s in %.1f ms -> %s (%ju bytes)\n", build_path.c_str(), build_device.c_str(), build_ms,
+                build_out.c_str(), static_cast<uintmax_t>(std::filesystem::file_size(build_out)));
+    return 0;
+  }
+
+  // run / bench
+  kiln::BuildOptions o;
+  o.device = parse_device(run_device);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto e = kiln::Engine::open(run_path, o);
+  if (!e.ok()) return fail(e.status());
+  const double load_ms = ms_since(t0);
+  auto ctx = (*e)->create_context();
+  if (!ctx.ok()) return fail(ctx.status());
+  auto feed = load_inputs(**e, inputs);
+  if (!feed.ok()) return fail(feed.status());
+  std::printf("engine: %s (device %s, loaded/built in %.1f ms)\n", run_path.c_str(),
+              (*e)->metadata()["device"].c_str(), load_ms);
+
+  if (*run) {
+    const auto t1 = std::chrono::steady_clock::now();
+    auto outs = (*ctx)->run(*feed);
+    if (!outs.ok()) return fail(outs.status());
+    const double first_ms = ms_since(t1);
+    const auto t2 = std::chrono::steady_clock::now();
+    auto again = (*ctx)->run(*feed);
+    if (!again.ok()) return fail(again.status());
+    const double warm_ms = ms_since(t2);
+    std::printf("outputs:\n");
+    for (size_t i = 0; i < outs->size(); ++i) {
+      const auto& name = (*e)->outputs()[i].name;
+      const kiln::Value& v = (*outs)[i];
+      if (v.kind == kiln::Value::Kind::kTensor) {
+        print_tensor_summary(name, v.tensor);
+        if (!out_dir.empty()) {
+          std::filesystem::create_directories(out_dir);
+          kiln::Status st = kiln::write_npy((std::filesystem::path(out_dir) / (name + ".npy")).string(), v.tensor);
+          if (!st.ok()) return fail(st);
+        }
+      } else if (v.kind == kiln::Value::Kind::kSequence) {
+        std::printf("  %s: sequence of %zu tensors\n", name.c_str(), v.sequence.size());
+      } else {
+        std::printf("  %s: none\n", name.c_str());
+      }
+    }
+    std::printf("time: first run %.3f ms, second run %.3f ms\n", first_ms, warm_ms);
+    if (!out_dir.empty()) std::printf("outputs written to %s\n", out_dir.c_str());
+    return 0;
+  }
+
+  // bench
+  for (int i = 0; i < warmup; ++i) {
+    auto r = (*ctx)->run(*feed);
+    if (!r.ok()) return fail(r.status());
+  }
+  std::vector<double> ms;
+  for (int i = 0; i < iterations; ++i) {
+    const auto t = std::chrono::steady_clock::now();
+    auto r = (*ctx)->run(*feed);
+    if (!r.ok()) return fail(r.status());
+    ms.push_back(ms_since(t));
+  }
+  std::sort(ms.begin(), ms.end());
+  std::printf("runs: %d (after %d warm-up)\nmedian %.3f ms  min %.3f ms  p90 %.3f ms  max %.3f ms\n", iterations, warmup,
+              ms[ms.size() / 2], ms.front(), ms[ms.size() * 9 / 10], ms.back());
+  return 0;
+}

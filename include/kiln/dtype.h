@@ -33,10 +33,12 @@ enum class DataType : int32_t {
   kInt4 = 22,
   kFloat4E2M1 = 23,
   kFloat8E8M0 = 24,
+  kUInt2 = 25,
+  kInt2 = 26,
 };
 
-// Bytes per element in memory. Sub-byte types (int4, uint4, float4) are held unpacked in memory,
-// one element per byte; they are packed two per byte only in files. kString elements are
+// Bytes per element in memory. Sub-byte types (int4, uint4, float4, int2, uint2) are held unpacked
+// in memory, one element per byte (signed ones sign-extended); they are packed only in files. kString elements are
 // std::string objects.
 size_t dtype_size(DataType t);
 // "float32", "int64", "float8e4m3fn", ... (numpy-like names).

@@ -8,7 +8,7 @@ size_t dtype_size(DataType t) {
     case DataType::kUInt8: case DataType::kInt8: case DataType::kBool:
     case DataType::kFloat8E4M3FN: case DataType::kFloat8E4M3FNUZ: case DataType::kFloat8E5M2:
     case DataType::kFloat8E5M2FNUZ: case DataType::kUInt4: case DataType::kInt4:
-    case DataType::kFloat4E2M1: case DataType::kFloat8E8M0: return 1;
+    case DataType::kFloat4E2M1: case DataType::kFloat8E8M0: case DataType::kUInt2: case DataType::kInt2: return 1;
     case DataType::kUInt16: case DataType::kInt16: case DataType::kFloat16: case DataType::kBFloat16: return 2;
     case DataType::kInt64: case DataType::kFloat64: case DataType::kUInt64: case DataType::kComplex64: return 8;
     case DataType::kComplex128: return 16;
@@ -45,6 +45,8 @@ const char* dtype_name(DataType t) {
     case DataType::kInt4: return "int4";
     case DataType::kFloat4E2M1: return "float4e2m1";
     case DataType::kFloat8E8M0: return "float8e8m0";
+    case DataType::kUInt2: return "uint2";
+    case DataType::kInt2: return "int2";
   }
   return "invalid";
 }
@@ -57,7 +59,7 @@ const char* dtype_onnx_name(DataType t) {
   }
 }
 
-bool dtype_is_valid(int32_t code) { return code >= 1 && code <= 24; }
+bool dtype_is_valid(int32_t code) { return code >= 1 && code <= 26; }
 
 bool dtype_is_float(DataType t) {
   switch (t) {
@@ -72,7 +74,7 @@ bool dtype_is_integer(DataType t) {
   switch (t) {
     case DataType::kUInt8: case DataType::kInt8: case DataType::kUInt16: case DataType::kInt16:
     case DataType::kInt32: case DataType::kInt64: case DataType::kUInt32: case DataType::kUInt64:
-    case DataType::kUInt4: case DataType::kInt4: return true;
+    case DataType::kUInt4: case DataType::kInt4: case DataType::kUInt2: case DataType::kInt2: return true;
     default: return false;
   }
 }
@@ -80,6 +82,7 @@ bool dtype_is_integer(DataType t) {
 bool dtype_is_signed(DataType t) {
   switch (t) {
     case DataType::kInt8: case DataType::kInt16: case DataType::kInt32: case DataType::kInt64: case DataType::kInt4:
+    case DataType::kInt2:
       return true;
     default: return dtype_is_float(t);
   }

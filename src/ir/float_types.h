@@ -57,4 +57,110 @@ inline uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
+// ---- 8-bit and 4-bit floats (stored one per byte), matching ONNX's reference (ml_dtypes) bit for bit.
+//
+// Formats: E4M3FN (no inf; S.1111.111 is NaN; max 448), E4M3FNUZ (no inf, no -0; 0x80 is NaN; max 240),
+// E5M2 (IEEE-like with inf and NaN; max 57344), E5M2FNUZ (0x80 is NaN; max 57344), FLOAT4E2M1 (no inf or
+// NaN; max 6). float → small float rounds to nearest even. With `saturate`, out-of-range values and
+// infinities become ±max; without it they become the format's overflow value (NaN, or inf for E5M2;
+// FLOAT4E2M1 always saturates).
+enum class MiniFloat { kE4M3FN, kE4M3FNUZ, kE5M2, kE5M2FNUZ, kE2M1 };
+
+struct MiniFloatSpec {
+  int mbits;
+  int bias;
+  uint8_t max_code;  // largest finite magnitude code
+  uint8_t sign_bit;
+};
+
+constexpr MiniFloatSpec mini_float_spec(MiniFloat f) {
+  switch (f) {
+    case MiniFloat::kE4M3FN: return {3, 7, 0x7e, 0x80};
+    case MiniFloat::kE4M3FNUZ: return {3, 8, 0x7f, 0x80};
+    case MiniFloat::kE5M2: return {2, 15, 0x7b, 0x80};
+    case MiniFloat::kE5M2FNUZ: return {2, 16, 0x7f, 0x80};
+    case MiniFloat::kE2M1: return {1, 1, 0x07, 0x08};
+  }
+  return {3, 7, 0x7e, 0x80};
+}
+
+inline float mini_to_f32(uint8_t b, MiniFloat f) {
+  const MiniFloatSpec s = mini_float_spec(f);
+  const bool uz = f == MiniFloat::kE4M3FNUZ || f == MiniFloat::kE5M2FNUZ;
+  if (uz && b == 0x80) return NAN;
+  const bool neg = (b & s.sign_bit) != 0;
+  const uint32_t mag = b & (s.sign_bit - 1);
+  if (f == MiniFloat::kE4M3FN && mag == 0x7f) return neg ? -NAN : NAN;
+  if (f == MiniFloat::kE5M2 && mag >= 0x7c) {
+    if (mag == 0x7c) return neg ? -INFINITY : INFINITY;
+    return neg ? -NAN : NAN;
+  }
+  const uint32_t e = mag >> s.mbits, m = mag & ((1u << s.mbits) - 1);
+  const float v = e == 0 ? std::ldexp(static_cast<float>(m), 1 - s.bias - s.mbits)
+                         : std::ldexp(static_cast<float>(m | (1u << s.mbits)), static_cast<int>(e) - s.bias - s.mbits);
+  return neg ? -v : v;
+}
+
+inline uint8_t f32_to_mini(float x, MiniFloat f, bool saturate) {
+  const MiniFloatSpec s = mini_float_spec(f);
+  const bool uz = f == MiniFloat::kE4M3FNUZ || f == MiniFloat::kE5M2FNUZ;
+  const uint8_t sign = std::signbit(x) ? s.sign_bit : 0;
+  // What a value too large (or infinite) becomes.
+  auto overflow = [&]() -> uint8_t {
+    if (saturate || f == MiniFloat::kE2M1) return sign | s.max_code;
+    if (uz) return 0x80;
+    if (f == MiniFloat::kE5M2) return sign | 0x7c;
+    return sign | 0x7f;  // E4M3FN NaN
+  };
+  if (std::isnan(x)) {
+    if (uz) return 0x80;
+    if (f == MiniFloat::kE2M1) return sign ? 0x0 : 0x8;  // what ml_dtypes produces
+    return sign | (f == MiniFloat::kE5M2 ? 0x7e : 0x7f);
+  }
+  const float a = std::fabs(x);
+  if (std::isinf(a)) return overflow();
+  const float min_normal = std::ldexp(1.0f, 1 - s.bias);
+  uint32_t code;
+  if (a < min_normal) {
+    code = static_cast<uint32_t>(std::nearbyint(std::ldexp(a, s.bias - 1 + s.mbits)));  // carries into e=1
+  } else {
+    int e;
+    const float fr = std::frexp(a, &e);  // a = fr * 2^e, fr in [0.5, 1)
+    --e;                                 // a = (2 fr) * 2^e, 2 fr in [1, 2)
+    uint32_t q = static_cast<uint32_t>(std::nearbyint(std::ldexp(2 * fr - 1, s.mbits)));
+    if (q == (1u << s.mbits)) { q = 0; ++e; }
+    const int be = e + s.bias;
+    if (be > 31) return overflow();
+    code = static_cast<uint32_t>(be) << s.mbits | q;
+  }
+  if (code > s.max_code) return overflow();
+  if (code == 0 && uz) return 0;
+  return static_cast<uint8_t>(sign | code);
+}
+
+// FLOAT8E8M0: an exponent only (2^(e-127)); 0xff is NaN. `round_mode` is "up" (default), "down" or
+// "nearest"; `saturate` keeps rounding from reaching NaN.
+enum class E8M0Round { kUp, kDown, kNearest };
+
+inline float e8m0_to_f32(uint8_t b) {
+  if (b == 0xff) return NAN;
+  if (b == 0) return bits_f32(0x00400000u);  // 2^-127, a float32 subnormal
+  return bits_f32(static_cast<uint32_t>(b) << 23);
+}
+
+inline uint8_t f32_to_e8m0(float x, bool saturate, E8M0Round mode) {
+  const uint32_t u = f32_bits(x);
+  uint32_t e = (u >> 23) & 0xff;
+  if (e == 0xff) return 0xff;
+  bool up = false;
+  if (mode == E8M0Round::kUp) {
+    up = (u & 0x7fffff) != 0;
+  } else if (mode == E8M0Round::kNearest) {
+    const bool g = (u & 0x400000) != 0, r = (u & 0x200000) != 0, st = (u & 0x1fffff) != 0;
+    up = g && (r || st || e > 0);
+  }
+  if (up && saturate && e == 0xfe) up = false;
+  return static_cast<uint8_t>(e + (up ? 1 : 0));
+}
+
 }  // namespace kiln

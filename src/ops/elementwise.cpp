@@ -1,10 +1,117 @@
-// ops/elementwise.cpp — types and shapes of the elementwise op family.
+// ops/elementwise.cpp — types and shapes of the elementwise op family: unary ops keep their input's
+// type; binary and variadic ops broadcast (numpy rules); comparisons and tests give bool; Cast gives
+// its 'to' dtype and CastLike its second input's.
 #include "ops/op_table.h"
 
 namespace kiln::ops {
+namespace {
+
+bool tensor_in(const InferContext& c, int i) { return c.has(i) && c.type(i).is_tensor(); }
+
+// ---- Unary
+Status same_type(InferContext& c) {
+  if (tensor_in(c, 0)) c.out[0] = ir::Type::tensor(c.dtype(0), c.shape(0));
+  return Status::Ok();
+}
+
+Status bool_type(InferContext& c) {
+  if (tensor_in(c, 0)) c.out[0] = ir::Type::tensor(DataType::kBool, c.shape(0));
+  return Status::Ok();
+}
+
+// Identity also passes sequences and optionals through.
+Status identity_type(InferContext& c) {
+  if (c.has(0)) c.out[0] = c.type(0);
+  return Status::Ok();
+}
+
+Status cast_type(InferContext& c) {
+  const int64_t to = c.node.attr_int("to", 0);
+  if (!dtype_is_valid(static_cast<int32_t>(to))) return c.error("'to' = " + std::to_string(to) + " is not a known dtype");
+  ir::SymShape s = tensor_in(c, 0) ? c.shape(0) : ir::SymShape();
+  c.out[0] = ir::Type::tensor(static_cast<DataType>(to), s);
+  return Status::Ok();
+}
+
+Status cast_like_type(InferContext& c) {
+  if (!tensor_in(c, 1)) return Status::Ok();
+  ir::SymShape s = tensor_in(c, 0) ? c.shape(0) : ir::SymShape();
+  c.out[0] = ir::Type::tensor(c.dtype(1), s);
+  return Status::Ok();
+}
+
+// ---- Broadcasting
+// The broadcast shape of all present tensor inputs from `first` on; unknown when any is unknown.
+ir::SymShape broadcast_inputs(const InferContext& c, int first) {
+  ir::SymShape s(std::vector<ir::Dim>{});
+  for (int i = first; i < c.num_inputs(); ++i) {
+    if (!c.has(i)) continue;
+    if (!c.type(i).is_tensor()) return {};
+    s = broadcast_sym(s, c.shape(i));
+  }
+  return s;
+}
+
+// Binary ops: opset < 7 with broadcast=1 keeps A's shape.
+ir::SymShape binary_shape(const InferContext& c) {
+  if (c.node.opset != 0 && c.node.opset < 7 && tensor_in(c, 0)) return c.shape(0);
+  return broadcast_inputs(c, 0);
+}
+
+Status binary_type(InferContext& c) {
+  if (tensor_in(c, 0)) c.out[0] = ir::Type::tensor(c.dtype(0), binary_shape(c));
+  return Status::Ok();
+}
+
+Status compare_type(InferContext& c) {
+  c.out[0] = ir::Type::tensor(DataType::kBool, binary_shape(c));
+  return Status::Ok();
+}
+
+Status variadic_type(InferContext& c) {
+  if (tensor_in(c, 0)) c.out[0] = ir::Type::tensor(c.dtype(0), broadcast_inputs(c, 0));
+  return Status::Ok();
+}
+
+Status where_type(InferContext& c) {
+  if (tensor_in(c, 1)) c.out[0] = ir::Type::tensor(c.dtype(1), broadcast_inputs(c, 0));
+  return Status::Ok();
+}
+
+}  // namespace
 
 void add_elementwise_ops(std::vector<OpDef>& t) {
-  (void)t;
+  auto add = [&t](const char* name, int since, InferFn fn) { t.push_back(OpDef{name, "", since, fn, "native"}); };
+  // Unary, same type out.
+  for (const char* op : {"Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Relu", "Sigmoid",
+                         "Tanh", "LeakyRelu", "Elu", "Selu", "HardSigmoid", "Softplus", "Softsign", "Clip"})
+    add(op, 1, same_type);
+  add("Not", 1, same_type);
+  for (const char* op : {"Sin", "Cos", "Tan", "Asin", "Acos", "Atan"}) add(op, 7, same_type);
+  for (const char* op : {"Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Erf", "Sign", "Shrink"}) add(op, 9, same_type);
+  add("ThresholdedRelu", 10, same_type);
+  add("Round", 11, same_type);
+  add("Celu", 12, same_type);
+  add("HardSwish", 14, same_type);
+  add("Mish", 18, same_type);
+  add("BitwiseNot", 18, same_type);
+  add("Gelu", 20, same_type);
+  add("Swish", 24, same_type);
+  add("IsNaN", 9, bool_type);
+  add("IsInf", 10, bool_type);
+  add("Identity", 1, identity_type);
+  add("Cast", 1, cast_type);
+  add("CastLike", 15, cast_like_type);
+  // Binary, broadcasting.
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "PRelu"}) add(op, 1, binary_type);
+  add("Mod", 10, binary_type);
+  add("BitShift", 11, binary_type);
+  for (const char* op : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"}) add(op, 18, binary_type);
+  for (const char* op : {"And", "Or", "Xor", "Equal", "Less", "Greater"}) add(op, 1, compare_type);
+  add("LessOrEqual", 12, compare_type);
+  add("GreaterOrEqual", 12, compare_type);
+  for (const char* op : {"Max", "Min", "Sum", "Mean"}) add(op, 1, variadic_type);
+  add("Where", 9, where_type);
 }
 
 }  // namespace kiln::ops

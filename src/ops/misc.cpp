@@ -1,10 +1,274 @@
-// ops/misc.cpp — types and shapes of the misc op family.
+// ops/misc.cpp — types and shapes of the misc op family: Resize/Upsample, Einsum, Unique, random
+// ops, signal ops (DFT, STFT, windows, MelWeightMatrix), string ops, NonMaxSuppression, Det.
+#include <cmath>
+
 #include "ops/op_table.h"
 
 namespace kiln::ops {
+namespace {
+
+bool const_ints(const Tensor* t, std::vector<int64_t>& out) {
+  if (!t) return false;
+  out.clear();
+  if (t->dtype() == DataType::kInt64) out.assign(t->data<int64_t>(), t->data<int64_t>() + t->numel());
+  else if (t->dtype() == DataType::kInt32) out.assign(t->data<int32_t>(), t->data<int32_t>() + t->numel());
+  else return false;
+  return true;
+}
+
+bool const_floats(const Tensor* t, std::vector<double>& out) {
+  if (!t) return false;
+  out.clear();
+  if (t->dtype() == DataType::kFloat32) out.assign(t->data<float>(), t->data<float>() + t->numel());
+  else if (t->dtype() == DataType::kFloat64) out.assign(t->data<double>(), t->data<double>() + t->numel());
+  else return false;
+  return true;
+}
+
+ir::SymShape unknown_dims(int rank) { return ir::SymShape(std::vector<ir::Dim>(rank)); }
+
+// Resize / Upsample: static where the input dims and the scales or sizes are constant.
+Status infer_resize(InferContext& ctx) {
+  if (!ctx.has(0)) return Status::Ok();
+  ctx.out[0] = ir::Type::tensor(ctx.dtype(0));
+  const ir::SymShape& in = ctx.shape(0);
+  if (!in.known) return Status::Ok();
+  const ir::Node& n = ctx.node;
+  const bool old = n.op_type == "Upsample" || n.opset < 11;
+  std::vector<int64_t> axes = old ? std::vector<int64_t>{} : n.attr_ints("axes");
+  if (axes.empty())
+    for (int i = 0; i < in.rank(); ++i) axes.push_back(i);
+  for (int64_t& a : axes)
+    if (!normalize_axis(a, in.rank())) return ctx.error("axes out of range");
+  std::vector<double> scales;
+  std::vector<int64_t> sizes;
+  bool have_scales = false, have_sizes = false;
+  if (n.op_type == "Upsample" && n.opset < 9) {
+    for (float f : n.attr_floats("scales")) scales.push_back(f);
+    have_scales = true;
+  } else if (old) {
+    have_scales = const_floats(ctx.value(1), scales);
+  } else {
+    have_scales = const_floats(ctx.value(2), scales) && !scales.empty();
+    have_sizes = const_ints(ctx.value(3), sizes) && !sizes.empty();
+  }
+  ir::SymShape out = unknown_dims(in.rank());
+  for (int i = 0; i < in.rank(); ++i) out.dims[i] = in.dims[i];
+  const std::string policy = n.attr_string("keep_aspect_ratio_policy", "stretch");
+  if (have_sizes && sizes.size() == axes.size()) {
+    if (policy != "stretch") {
+      // Needs the input dims of the resized axes.
+      double s = policy == "not_larger" ? INFINITY : 0;
+      for (size_t i = 0; i < axes.size(); ++i) {
+        const ir::Dim& d = in.dims[axes[i]];
+        if (!d.is_static() || d.value == 0) {
+          for (int64_t a : axes) out.dims[a] = ir::Dim();
+          ctx.out[0].shape = out;
+          return Status::Ok();
+        }
+        const double r = static_cast<double>(sizes[i]) / d.value;
+        s = policy == "not_larger" ? std::min(s, r) : std::max(s, r);
+      }
+      for (int64_t a : axes) out.dims[a] = ir::Dim(static_cast<int64_t>(s * in.dims[a].value + 0.5));
+    } else {
+      for (size_t i = 0; i < axes.size(); ++i) out.dims[axes[i]] = ir::Dim(sizes[i]);
+    }
+  } else if (have_scales && scales.size() == axes.size()) {
+    for (size_t i = 0; i < axes.size(); ++i) {
+      const ir::Dim& d = in.dims[axes[i]];
+      out.dims[axes[i]] = d.is_static() ? ir::Dim(static_cast<int64_t>(scales[i] * static_cast<double>(d.value)))
+                          : scales[i] == 1.0 ? d : ir::Dim();
+    }
+  } else {
+    for (int64_t a : axes) out.dims[a] = ir::Dim();
+  }
+  ctx.out[0].shape = out;
+  return Status::Ok();
+}
+
+Status infer_einsum(InferContext& ctx) {
+  if (ctx.has(0)) ctx.out[0] = ir::Type::tensor(ctx.dtype(0));
+  return Status::Ok();
+}
+
+Status infer_unique(InferContext& ctx) {
+  if (!ctx.has(0)) return Status::Ok();
+  ctx.out[0] = ir::Type::tensor(ctx.dtype(0));
+  const bool has_axis = ctx.node.attr("axis") != nullptr;
+  if (!has_axis) ctx.out[0].shape = unknown_dims(1);
+  else if (ctx.shape(0).known) ctx.out[0].shape = unknown_dims(ctx.shape(0).rank());
+  for (size_t i = 1; i < ctx.out.size(); ++i) ctx.out[i] = ir::Type::tensor(DataType::kInt64, unknown_dims(1));
+  return Status::Ok();
+}
+
+Status infer_random(InferContext& ctx) {
+  const ir::Node& n = ctx.node;
+  const bool like = n.op_type.find("Like") != std::string::npos;
+  DataType dt = static_cast<DataType>(n.attr_int("dtype", static_cast<int64_t>(DataType::kFloat32)));
+  if (like) {
+    if (!ctx.has(0)) return Status::Ok();
+    if (!n.attr("dtype")) dt = ctx.dtype(0);
+    ctx.out[0] = ir::Type::tensor(dt, ctx.shape(0));
+  } else {
+    ctx.out[0] = ir::Type::tensor(dt, ir::SymShape::of(n.attr_ints("shape")));
+  }
+  return Status::Ok();
+}
+
+Status infer_bernoulli(InferContext& ctx) {
+  if (!ctx.has(0)) return Status::Ok();
+  const DataType dt = ctx.node.attr("dtype") ? static_cast<DataType>(ctx.node.attr_int("dtype", 1)) : ctx.dtype(0);
+  ctx.out[0] = ir::Type::tensor(dt, ctx.shape(0));
+  return Status::Ok();
+}
+
+Status infer_multinomial(InferContext& ctx) {
+  const auto dt = static_cast<DataType>(ctx.node.attr_int("dtype", static_cast<int64_t>(DataType::kInt32)));
+  ir::SymShape s = unknown_dims(2);
+  if (ctx.has(0) && ctx.shape(0).known && ctx.shape(0).rank() == 2) s.dims[0] = ctx.shape(0).dims[0];
+  s.dims[1] = ir::Dim(ctx.node.attr_int("sample_size", 1));
+  ctx.out[0] = ir::Type::tensor(dt, s);
+  return Status::Ok();
+}
+
+Status infer_window(InferContext& ctx) {
+  const auto dt = static_cast<DataType>(ctx.node.attr_int("output_datatype", 1));
+  std::vector<int64_t> n;
+  ctx.out[0] = ir::Type::tensor(dt, const_ints(ctx.value(0), n) && n.size() == 1 ? ir::SymShape::of({n[0]}) : unknown_dims(1));
+  return Status::Ok();
+}
+
+Status infer_mel(InferContext& ctx) {
+  const auto dt = static_cast<DataType>(ctx.node.attr_int("output_datatype", 1));
+  ir::SymShape s = unknown_dims(2);
+  std::vector<int64_t> v;
+  if (const_ints(ctx.value(1), v) && v.size() == 1) s.dims[0] = ir::Dim(v[0] / 2 + 1);
+  if (const_ints(ctx.value(0), v) && v.size() == 1) s.dims[1] = ir::Dim(v[0]);
+  ctx.out[0] = ir::Type::tensor(dt, s);
+  return Status::Ok();
+}
+
+Status infer_dft(InferContext& ctx) {
+  if (!ctx.has(0)) return Status::Ok();
+  ctx.out[0] = ir::Type::tensor(ctx.dtype(0));
+  const ir::SymShape& in = ctx.shape(0);
+  if (!in.known || in.rank() < 2) return Status::Ok();
+  const ir::Node& n = ctx.node;
+  const bool inverse = n.attr_int("inverse", 0) != 0, onesided = n.attr_int("onesided", 0) != 0;
+  int64_t axis = n.opset >= 20 ? -2 : n.attr_int("axis", 1);
+  std::vector<int64_t> v;
+  ir::SymShape out = in;
+  out.dims.back() = ir::Dim(inverse && onesided ? 1 : 2);
+  if (n.opset >= 20 && ctx.has(2)) {
+    if (!const_ints(ctx.value(2), v) || v.size() != 1) {
+      for (int i = 0; i + 1 < out.rank(); ++i) out.dims[i] = ir::Dim();
+      ctx.out[0].shape = out;
+      return Status::Ok();
+    }
+    axis = v[0];
+  }
+  if (!normalize_axis(axis, in.rank())) return ctx.error("axis out of range");
+  ir::Dim len = in.dims[axis];
+  if (ctx.has(1)) len = const_ints(ctx.value(1), v) && v.size() == 1 ? ir::Dim(v[0]) : ir::Dim();
+  else if (inverse && onesided) len = len.is_static() ? ir::Dim(2 * (len.value - 1)) : ir::Dim();
+  if (!inverse && onesided) len = len.is_static() ? ir::Dim(len.value / 2 + 1) : ir::Dim();
+  out.dims[axis] = len;
+  ctx.out[0].shape = out;
+  return Status::Ok();
+}
+
+Status infer_stft(InferContext& ctx) {
+  if (!ctx.has(0)) return Status::Ok();
+  ctx.out[0] = ir::Type::tensor(ctx.dtype(0), unknown_dims(4));
+  const ir::SymShape& in = ctx.shape(0);
+  if (in.known && in.rank() == 3) ctx.out[0].shape.dims[0] = in.dims[0];
+  ctx.out[0].shape.dims[3] = ir::Dim(2);
+  std::vector<int64_t> step, fl;
+  int64_t flen = -1;
+  if (ctx.has(2) && ctx.shape(2).known && ctx.shape(2).rank() == 1 && ctx.shape(2).dims[0].is_static()) flen = ctx.shape(2).dims[0].value;
+  if (ctx.has(3) && const_ints(ctx.value(3), fl) && fl.size() == 1) flen = fl[0];
+  if (flen > 0) {
+    ctx.out[0].shape.dims[2] = ir::Dim(ctx.node.attr_int("onesided", 1) ? flen / 2 + 1 : flen);
+    if (in.known && in.rank() == 3 && in.dims[1].is_static() && const_ints(ctx.value(1), step) && step.size() == 1 && step[0] > 0)
+      ctx.out[0].shape.dims[1] = ir::Dim((in.dims[1].value - flen) / step[0] + 1);
+  }
+  return Status::Ok();
+}
+
+Status infer_string_same_shape(InferContext& ctx) {
+  if (!ctx.has(0)) return Status::Ok();
+  ctx.out[0] = ir::Type::tensor(ctx.node.op_type == "RegexFullMatch" ? DataType::kBool : DataType::kString, ctx.shape(0));
+  return Status::Ok();
+}
+
+Status infer_string_normalizer(InferContext& ctx) {
+  ctx.out[0] = ir::Type::tensor(DataType::kString);
+  if (ctx.has(0) && ctx.shape(0).known) {
+    ctx.out[0].shape = unknown_dims(ctx.shape(0).rank());
+    if (ctx.shape(0).rank() == 2) ctx.out[0].shape.dims[0] = ir::Dim(1);
+  }
+  return Status::Ok();
+}
+
+Status infer_string_concat(InferContext& ctx) {
+  if (!ctx.has(0) || !ctx.has(1)) return Status::Ok();
+  ctx.out[0] = ir::Type::tensor(DataType::kString, broadcast_sym(ctx.shape(0), ctx.shape(1)));
+  return Status::Ok();
+}
+
+Status infer_string_split(InferContext& ctx) {
+  if (!ctx.has(0)) return Status::Ok();
+  const ir::SymShape& in = ctx.shape(0);
+  ctx.out[0] = ir::Type::tensor(DataType::kString);
+  if (in.known) {
+    ctx.out[0].shape = in;
+    ctx.out[0].shape.dims.push_back(ir::Dim());
+  }
+  if (ctx.out.size() > 1) ctx.out[1] = ir::Type::tensor(DataType::kInt64, in);
+  return Status::Ok();
+}
+
+Status infer_nms(InferContext& ctx) {
+  ir::SymShape s = unknown_dims(2);
+  s.dims[1] = ir::Dim(3);
+  ctx.out[0] = ir::Type::tensor(DataType::kInt64, s);
+  return Status::Ok();
+}
+
+Status infer_det(InferContext& ctx) {
+  if (!ctx.has(0)) return Status::Ok();
+  ctx.out[0] = ir::Type::tensor(ctx.dtype(0));
+  const ir::SymShape& in = ctx.shape(0);
+  if (in.known && in.rank() >= 2)
+    ctx.out[0].shape = ir::SymShape(std::vector<ir::Dim>(in.dims.begin(), in.dims.end() - 2));
+  return Status::Ok();
+}
+
+}  // namespace
 
 void add_misc_ops(std::vector<OpDef>& t) {
-  (void)t;
+  t.push_back({"Resize", "", 10, infer_resize});
+  t.push_back({"Upsample", "", 7, infer_resize});
+  t.push_back({"Einsum", "", 12, infer_einsum});
+  t.push_back({"Unique", "", 11, infer_unique});
+  t.push_back({"RandomNormal", "", 1, infer_random});
+  t.push_back({"RandomUniform", "", 1, infer_random});
+  t.push_back({"RandomNormalLike", "", 1, infer_random});
+  t.push_back({"RandomUniformLike", "", 1, infer_random});
+  t.push_back({"Bernoulli", "", 15, infer_bernoulli});
+  t.push_back({"Multinomial", "", 7, infer_multinomial});
+  t.push_back({"DFT", "", 17, infer_dft});
+  t.push_back({"STFT", "", 17, infer_stft});
+  t.push_back({"HannWindow", "", 17, infer_window});
+  t.push_back({"HammingWindow", "", 17, infer_window});
+  t.push_back({"BlackmanWindow", "", 17, infer_window});
+  t.push_back({"MelWeightMatrix", "", 17, infer_mel});
+  t.push_back({"StringNormalizer", "", 10, infer_string_normalizer});
+  t.push_back({"StringConcat", "", 20, infer_string_concat});
+  t.push_back({"StringSplit", "", 20, infer_string_split});
+  t.push_back({"RegexFullMatch", "", 20, infer_string_same_shape});
+  t.push_back({"NonMaxSuppression", "", 10, infer_nms});
+  t.push_back({"Det", "", 11, infer_det});
 }
 
 }  // namespace kiln::ops

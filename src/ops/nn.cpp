@@ -1,10 +1,340 @@
-// ops/nn.cpp — types and shapes of the nn op family.
+// ops/nn.cpp — types and shapes of the nn op family (matmul/gemm, convolution, pooling,
+// normalization, softmax, dropout), and the window geometry their kernels share.
+#include "ops/nn.h"
+
+#include <algorithm>
+
 #include "ops/op_table.h"
 
 namespace kiln::ops {
 
+using ir::Dim;
+using ir::SymShape;
+using ir::Type;
+
+// ---------------------------------------------------------------- window geometry
+
+WindowAttrs parse_window_attrs(const ir::Node& node) {
+  WindowAttrs a;
+  a.kernel = node.attr_ints("kernel_shape");
+  a.strides = node.attr_ints("strides");
+  a.dilations = node.attr_ints("dilations");
+  a.pads = node.attr_ints("pads");
+  a.auto_pad = node.attr_string("auto_pad", "NOTSET");
+  a.ceil_mode = node.attr_int("ceil_mode", 0) != 0;
+  a.output_padding = node.attr_ints("output_padding");
+  a.output_shape = node.attr_ints("output_shape");
+  return a;
+}
+
+static int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// Fills kernel/strides/dilations/pads with defaults and checks their lengths.
+static Status fill_window(const WindowAttrs& a, size_t n, const std::vector<int64_t>& kernel, WindowGeometry& g) {
+  g.kernel = a.kernel.empty() ? kernel : a.kernel;
+  g.strides = a.strides.empty() ? std::vector<int64_t>(n, 1) : a.strides;
+  g.dilations = a.dilations.empty() ? std::vector<int64_t>(n, 1) : a.dilations;
+  g.pads = a.pads.empty() ? std::vector<int64_t>(2 * n, 0) : a.pads;
+  if (g.kernel.size() != n) return invalid_argument("kernel_shape has " + std::to_string(g.kernel.size()) +
+                                                    " dims, input has " + std::to_string(n) + " spatial dims");
+  if (g.strides.size() != n || g.dilations.size() != n || g.pads.size() != 2 * n)
+    return invalid_argument("strides, dilations and pads must have one entry per spatial dim (pads two)");
+  for (size_t i = 0; i < n; ++i)
+    if (g.kernel[i] < 1 || g.strides[i] < 1 || g.dilations[i] < 1)
+      return invalid_argument("kernel_shape, strides and dilations must be positive");
+  return Status::Ok();
+}
+
+Expected<WindowGeometry> window_geometry(const WindowAttrs& a, const std::vector<int64_t>& in,
+                                         const std::vector<int64_t>& kernel) {
+  const size_t n = in.size();
+  WindowGeometry g;
+  KILN_RETURN_IF_ERROR(fill_window(a, n, kernel, g));
+  g.out.resize(n);
+  const bool same = a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER";
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t s = g.strides[i], dk = (g.kernel[i] - 1) * g.dilations[i] + 1;
+    if (same) {
+      g.out[i] = (in[i] + s - 1) / s;
+      const int64_t total = std::max<int64_t>(0, (g.out[i] - 1) * s + dk - in[i]);
+      g.pads[i] = a.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      g.pads[n + i] = total - g.pads[i];
+      continue;
+    }
+    if (a.auto_pad == "VALID") g.pads[i] = g.pads[n + i] = 0;
+    const int64_t span = in[i] + g.pads[i] + g.pads[n + i] - dk;
+    if (span < 0) {
+      if (in[i] == 0) { g.out[i] = 0; continue; }
+      return invalid_argument("window of " + std::to_string(dk) + " is larger than the padded input (" +
+                              std::to_string(in[i] + g.pads[i] + g.pads[n + i]) + ")");
+    }
+    g.out[i] = (a.ceil_mode ? (span + s - 1) / s : span / s) + 1;
+    // ceil_mode: the last window must start inside the input or its begin padding.
+    if (a.ceil_mode && (g.out[i] - 1) * s >= in[i] + g.pads[i]) --g.out[i];
+  }
+  return g;
+}
+
+Expected<WindowGeometry> transpose_geometry(const WindowAttrs& a, const std::vector<int64_t>& in,
+                                            const std::vector<int64_t>& kernel) {
+  const size_t n = in.size();
+  WindowGeometry g;
+  KILN_RETURN_IF_ERROR(fill_window(a, n, kernel, g));
+  std::vector<int64_t> op = a.output_padding.empty() ? std::vector<int64_t>(n, 0) : a.output_padding;
+  if (op.size() == 2 * n) op.resize(n);
+  if (op.size() != n) return invalid_argument("output_padding must have one entry per spatial dim");
+  std::vector<int64_t> os = a.output_shape;
+  if (os.size() == n + 2) os.erase(os.begin(), os.begin() + 2);
+  if (!os.empty() && os.size() != n) return invalid_argument("output_shape must have one entry per spatial dim");
+  const bool same = a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER";
+  g.out.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t s = g.strides[i], dk = (g.kernel[i] - 1) * g.dilations[i] + 1;
+    const int64_t full = s * (in[i] - 1) + op[i] + dk;
+    if (same && a.pads.empty()) {
+      g.out[i] = os.empty() ? in[i] * s : os[i];
+      const int64_t total = full - g.out[i];
+      const int64_t half = floor_div(total, 2);
+      g.pads[i] = a.auto_pad == "SAME_UPPER" ? half : total - half;
+      g.pads[n + i] = total - g.pads[i];
+      continue;
+    }
+    if (a.auto_pad == "VALID") g.pads[i] = g.pads[n + i] = 0;
+    g.out[i] = os.empty() ? full - g.pads[i] - g.pads[n + i] : os[i];
+    if (g.out[i] < 0) return invalid_argument("ConvTranspose output would have a negative size");
+  }
+  return g;
+}
+
+// ---------------------------------------------------------------- shape helpers
+
+namespace {
+
+bool static_dims(const SymShape& s, int from, std::vector<int64_t>* out) {
+  out->clear();
+  for (int i = from; i < s.rank(); ++i) {
+    if (!s.dims[i].is_static()) return false;
+    out->push_back(s.dims[i].value);
+  }
+  return true;
+}
+
+Status same_as_input(InferContext& c) {
+  if (!c.has(0)) return Status::Ok();
+  c.out[0] = c.type(0);
+  return Status::Ok();
+}
+
+// [N, channels, spatial...] for sliding-window ops; spatial dims unknown when not static.
+Status window_output(InferContext& c, Dim channels, bool transpose, const std::vector<int64_t>& kernel_from_w) {
+  const SymShape& x = c.shape(0);
+  if (!x.known) return Status::Ok();
+  if (x.rank() < 3) return c.error("input must have rank >= 3 ([N, C, spatial...]), got " + x.to_string());
+  std::vector<Dim> dims = {x.dims[0], channels};
+  std::vector<int64_t> sp;
+  const WindowAttrs a = parse_window_attrs(c.node);
+  const std::vector<int64_t>& kernel = a.kernel.empty() ? kernel_from_w : a.kernel;
+  bool done = false;
+  if (static_dims(x, 2, &sp) && kernel.size() == sp.size()) {
+    auto g = transpose ? transpose_geometry(a, sp, kernel) : window_geometry(a, sp, kernel);
+    if (!g.ok()) return c.error(g.status().message());
+    for (int64_t d : g->out) dims.emplace_back(d);
+    done = true;
+  }
+  if (!done)
+    for (int i = 2; i < x.rank(); ++i) dims.emplace_back();
+  for (auto& o : c.out) o = Type::tensor(c.dtype(0), SymShape(dims));
+  return Status::Ok();
+}
+
+std::vector<int64_t> weight_kernel(InferContext& c, int w) {
+  std::vector<int64_t> k;
+  if (c.has(w) && c.shape(w).known) static_dims(c.shape(w), 2, &k);
+  return k;
+}
+
+Status conv_like(InferContext& c, DataType out_dtype) {
+  if (!c.has(0) || !c.has(1)) return Status::Ok();
+  const int w = c.node.op_type == "QLinearConv" ? 3 : 1;
+  Dim m;
+  if (c.has(w) && c.shape(w).known && c.shape(w).rank() >= 1) m = c.shape(w).dims[0];
+  KILN_RETURN_IF_ERROR(window_output(c, m, false, weight_kernel(c, w)));
+  if (c.out[0].kind == Type::Kind::kTensor) c.out[0].dtype = out_dtype;
+  else c.out[0] = Type::tensor(out_dtype);
+  return Status::Ok();
+}
+
+Status infer_conv(InferContext& c) { return c.has(0) ? conv_like(c, c.dtype(0)) : Status::Ok(); }
+Status infer_conv_integer(InferContext& c) { return conv_like(c, DataType::kInt32); }
+Status infer_qlinear_conv(InferContext& c) {
+  if (!c.has(7)) return Status::Ok();
+  return conv_like(c, c.dtype(7));
+}
+
+Status infer_conv_transpose(InferContext& c) {
+  if (!c.has(0) || !c.has(1)) return Status::Ok();
+  Dim m;
+  const SymShape& w = c.shape(1);
+  if (w.known && w.rank() >= 2 && w.dims[1].is_static())
+    m = Dim(w.dims[1].value * c.node.attr_int("group", 1));
+  return window_output(c, m, true, weight_kernel(c, 1));
+}
+
+Status infer_pool(InferContext& c) {
+  if (!c.has(0)) return Status::Ok();
+  const SymShape& x = c.shape(0);
+  KILN_RETURN_IF_ERROR(window_output(c, x.known && x.rank() > 1 ? x.dims[1] : Dim(), false, {}));
+  if (c.out.size() > 1) c.out[1].dtype = DataType::kInt64;
+  return Status::Ok();
+}
+
+Status infer_global_pool(InferContext& c) {
+  if (!c.has(0)) return Status::Ok();
+  const SymShape& x = c.shape(0);
+  if (!x.known) { c.out[0] = Type::tensor(c.dtype(0)); return Status::Ok(); }
+  if (x.rank() < 2) return c.error("input must have rank >= 2");
+  std::vector<Dim> dims = {x.dims[0], x.dims[1]};
+  for (int i = 2; i < x.rank(); ++i) dims.emplace_back(1);
+  c.out[0] = Type::tensor(c.dtype(0), SymShape(dims));
+  return Status::Ok();
+}
+
+Status infer_max_unpool(InferContext& c) {
+  if (!c.has(0)) return Status::Ok();
+  c.out[0] = Type::tensor(c.dtype(0));
+  if (const Tensor* os = c.value(2)) {
+    std::vector<Dim> dims;
+    for (int64_t i = 0; i < os->numel(); ++i) dims.emplace_back(os->data<int64_t>()[i]);
+    c.out[0].shape = SymShape(dims);
+    return Status::Ok();
+  }
+  if (c.has(2)) return Status::Ok();
+  const SymShape& x = c.shape(0);
+  std::vector<int64_t> sp;
+  if (!x.known || x.rank() < 3) return Status::Ok();
+  std::vector<Dim> dims = {x.dims[0], x.dims[1]};
+  const WindowAttrs a = parse_window_attrs(c.node);
+  if (static_dims(x, 2, &sp) && a.kernel.size() == sp.size()) {
+    WindowGeometry g;
+    const size_t n = sp.size();
+    if (!fill_window(a, n, a.kernel, g).ok()) return c.error("bad kernel_shape/strides/pads");
+    for (size_t i = 0; i < n; ++i) dims.emplace_back((sp[i] - 1) * g.strides[i] + g.kernel[i] - g.pads[i] - g.pads[n + i]);
+  } else {
+    for (int i = 2; i < x.rank(); ++i) dims.emplace_back();
+  }
+  c.out[0].shape = SymShape(dims);
+  return Status::Ok();
+}
+
+// numpy matmul: 1-D operands are promoted and the promoted dim removed again.
+Status matmul_like(InferContext& c, int a, int b, DataType out_dtype) {
+  if (!c.has(a) || !c.has(b)) return Status::Ok();
+  c.out[0] = Type::tensor(out_dtype);
+  const SymShape& sa = c.shape(a);
+  const SymShape& sb = c.shape(b);
+  if (!sa.known || !sb.known) return Status::Ok();
+  if (sa.rank() == 0 || sb.rank() == 0) return c.error("MatMul operands must have rank >= 1");
+  std::vector<Dim> da = sa.dims, db = sb.dims;
+  if (da.size() == 1) da.insert(da.begin(), Dim(1));
+  if (db.size() == 1) db.push_back(Dim(1));
+  const Dim& ka = da.back();
+  const Dim& kb = db[db.size() - 2];
+  if (ka.is_static() && kb.is_static() && ka.value != kb.value)
+    return c.error("inner dimensions differ: " + sa.to_string() + " x " + sb.to_string());
+  SymShape batch = broadcast_sym(SymShape(std::vector<Dim>(da.begin(), da.end() - 2)),
+                                 SymShape(std::vector<Dim>(db.begin(), db.end() - 2)));
+  std::vector<Dim> out = batch.dims;
+  if (sa.rank() > 1) out.push_back(da[da.size() - 2]);
+  if (sb.rank() > 1) out.push_back(db.back());
+  c.out[0].shape = SymShape(out);
+  return Status::Ok();
+}
+
+Status infer_matmul(InferContext& c) { return c.has(0) ? matmul_like(c, 0, 1, c.dtype(0)) : Status::Ok(); }
+Status infer_matmul_integer(InferContext& c) { return matmul_like(c, 0, 1, DataType::kInt32); }
+Status infer_qlinear_matmul(InferContext& c) { return c.has(7) ? matmul_like(c, 0, 3, c.dtype(7)) : Status::Ok(); }
+
+Status infer_gemm(InferContext& c) {
+  if (!c.has(0) || !c.has(1)) return Status::Ok();
+  c.out[0] = Type::tensor(c.dtype(0));
+  const SymShape& a = c.shape(0);
+  const SymShape& b = c.shape(1);
+  if (!a.known || !b.known) return Status::Ok();
+  if (a.rank() != 2 || b.rank() != 2) return c.error("A and B must be 2-D");
+  const bool ta = c.node.attr_int("transA", 0), tb = c.node.attr_int("transB", 0);
+  c.out[0].shape = SymShape({a.dims[ta ? 1 : 0], b.dims[tb ? 0 : 1]});
+  return Status::Ok();
+}
+
+Status infer_dropout(InferContext& c) {
+  if (!c.has(0)) return Status::Ok();
+  c.out[0] = c.type(0);
+  if (c.out.size() > 1) {
+    c.out[1] = c.type(0);
+    if (c.node.opset == 0 || c.node.opset >= 10) c.out[1].dtype = DataType::kBool;
+  }
+  return Status::Ok();
+}
+
+Status infer_batch_norm(InferContext& c) {
+  if (!c.has(0)) return Status::Ok();
+  c.out[0] = c.type(0);
+  for (size_t i = 1; i < c.out.size(); ++i) {
+    if (c.has(3)) c.out[i] = c.type(3);
+    else c.out[i] = Type::tensor(c.dtype(0));
+  }
+  return Status::Ok();
+}
+
+DataType stash_dtype(const ir::Node& n, DataType dflt) {
+  const int64_t s = n.attr_int("stash_type", 1);
+  return dtype_is_valid(static_cast<int32_t>(s)) ? static_cast<DataType>(s) : dflt;
+}
+
+Status infer_layer_norm(InferContext& c) {
+  if (!c.has(0)) return Status::Ok();
+  c.out[0] = c.type(0);
+  const DataType u = stash_dtype(c.node, DataType::kFloat32);
+  for (size_t i = 1; i < c.out.size(); ++i) c.out[i] = Type::tensor(u);
+  const SymShape& x = c.shape(0);
+  if (!x.known || c.out.size() < 2) return Status::Ok();
+  int64_t axis = c.node.attr_int("axis", -1);
+  if (!normalize_axis(axis, x.rank())) return c.error("axis out of range");
+  std::vector<Dim> dims(x.dims.begin(), x.dims.begin() + axis);
+  for (int i = static_cast<int>(axis); i < x.rank(); ++i) dims.emplace_back(1);
+  for (size_t i = 1; i < c.out.size(); ++i) c.out[i].shape = SymShape(dims);
+  return Status::Ok();
+}
+
+}  // namespace
+
 void add_nn_ops(std::vector<OpDef>& t) {
-  (void)t;
+  t.push_back({"MatMul", "", 1, infer_matmul});
+  t.push_back({"Gemm", "", 7, infer_gemm});
+  t.push_back({"MatMulInteger", "", 10, infer_matmul_integer});
+  t.push_back({"QLinearMatMul", "", 10, infer_qlinear_matmul});
+  t.push_back({"Conv", "", 1, infer_conv});
+  t.push_back({"ConvInteger", "", 10, infer_conv_integer});
+  t.push_back({"QLinearConv", "", 10, infer_qlinear_conv});
+  t.push_back({"ConvTranspose", "", 1, infer_conv_transpose});
+  t.push_back({"MaxPool", "", 1, infer_pool});
+  t.push_back({"AveragePool", "", 1, infer_pool});
+  t.push_back({"LpPool", "", 2, infer_pool});
+  t.push_back({"GlobalAveragePool", "", 1, infer_global_pool});
+  t.push_back({"GlobalMaxPool", "", 1, infer_global_pool});
+  t.push_back({"GlobalLpPool", "", 2, infer_global_pool});
+  t.push_back({"MaxUnpool", "", 9, infer_max_unpool});
+  t.push_back({"BatchNormalization", "", 7, infer_batch_norm});
+  t.push_back({"InstanceNormalization", "", 6, same_as_input});
+  t.push_back({"LayerNormalization", "", 17, infer_layer_norm});
+  t.push_back({"GroupNormalization", "", 18, same_as_input});
+  t.push_back({"RMSNormalization", "", 23, same_as_input});
+  t.push_back({"LRN", "", 1, same_as_input});
+  t.push_back({"MeanVarianceNormalization", "", 9, same_as_input});
+  t.push_back({"Softmax", "", 1, same_as_input});
+  t.push_back({"LogSoftmax", "", 1, same_as_input});
+  t.push_back({"Hardmax", "", 1, same_as_input});
+  t.push_back({"Dropout", "", 7, infer_dropout});
 }
 
 }  // namespace kiln::ops

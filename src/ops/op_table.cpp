@@ -13,6 +13,8 @@ const std::vector<OpDef>& op_table() {
     add_reduce_ops(t);
     add_control_ops(t);
     add_misc_ops(t);
+    add_rnn_quant_ops(t);
+    add_new_ops(t);
     return t;
   }();
   return table;

@@ -60,5 +60,7 @@ void add_shape_ops(std::vector<OpDef>& t);
 void add_reduce_ops(std::vector<OpDef>& t);
 void add_control_ops(std::vector<OpDef>& t);
 void add_misc_ops(std::vector<OpDef>& t);
+void add_rnn_quant_ops(std::vector<OpDef>& t);
+void add_new_ops(std::vector<OpDef>& t);  // ops/newops.cpp
 
 }  // namespace kiln::ops

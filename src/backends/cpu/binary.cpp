@@ -1,10 +1,329 @@
-// backends/cpu/binary.cpp — CPU kernels of the binary family.
-#include "backends/cpu/cpu_kernels.h"
+// backends/cpu/binary.cpp — CPU kernels of the binary family: arithmetic, comparisons, logic and
+// bitwise ops, Pow, Mod, BitShift, PRelu, the variadic Max/Min/Sum/Mean, and Where. All broadcast
+// multidirectionally (numpy rules); float16/bfloat16 are computed in float.
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/elementwise_common.h"
 
 namespace kiln::cpu {
+namespace {
+
+using namespace ew;
+
+// Applies o[i] = f(a[i], b[i]) over a broadcast. The innermost run has input strides 0 or 1 in the
+// common cases, which get their own loops so the compiler vectorizes them.
+template <typename SA, typename SB, typename R, typename F>
+void binary_apply(const Tensor& A, const Tensor& B, Tensor& O, const Shape& a_shape, const Shape& b_shape, const F& f) {
+  const SA* a = A.data<SA>();
+  const SB* b = B.data<SB>();
+  R* o = O.data<R>();
+  Broadcaster bc(O.shape(), {a_shape, b_shape});
+  bc.run([&](int64_t oo, const int64_t* off, int64_t n, const int64_t* st) {
+    const SA* pa = a + off[0];
+    const SB* pb = b + off[1];
+    R* po = o + oo;
+    if (st[0] == 1 && st[1] == 1) {
+      for (int64_t i = 0; i < n; ++i) po[i] = store<R>(f(load(pa[i]), load(pb[i])));
+    } else if (st[0] == 0 && st[1] == 1) {
+      const auto av = load(pa[0]);
+      for (int64_t i = 0; i < n; ++i) po[i] = store<R>(f(av, load(pb[i])));
+    } else if (st[0] == 1 && st[1] == 0) {
+      const auto bv = load(pb[0]);
+      for (int64_t i = 0; i < n; ++i) po[i] = store<R>(f(load(pa[i]), bv));
+    } else {
+      for (int64_t i = 0; i < n; ++i) po[i] = store<R>(f(load(pa[i * st[0]]), load(pb[i * st[1]])));
+    }
+  });
+}
+
+// Opset < 7 broadcasting (attribute broadcast=1): B aligns with A starting at `axis`.
+Shape legacy_b_shape(const ir::Node& n, const Shape& a, const Shape& b) {
+  if (n.opset == 0 || n.opset >= 7 || n.attr_int("broadcast", 0) == 0) return b;
+  const int64_t ra = static_cast<int64_t>(a.size()), rb = static_cast<int64_t>(b.size());
+  int64_t axis = n.attr_int("axis", ra - rb);
+  if (axis < 0) axis += ra;
+  Shape s = b;
+  for (int64_t i = axis + rb; i < ra; ++i) s.push_back(1);
+  return s;
+}
+
+// Registers a same-dtype binary op over dtype set `Set`; make(node) returns the element function
+// (called with compute-type values). The output is bool for comparisons and logic ops.
+template <unsigned Set, bool BoolOut, typename Make>
+void add_binary(KernelRegistry& r, const std::string& op, int since, Make make) {
+  KernelDef d;
+  d.op = op;
+  d.since = since;
+  d.name = "cpu." + op;
+  d.check = [](const ir::Node& n) {
+    std::string why = check_dtype(n, 0, Set);
+    return why.empty() ? check_dtype(n, 1, Set) : why;
+  };
+  d.create = [make](const ir::Node& node, KernelInit&) -> Expected<KernelPtr> {
+    auto f = make(node);
+    return make_kernel([f](KernelContext& ctx) -> Status {
+      const Tensor& A = ctx.input(0);
+      const Tensor& B = ctx.input(1);
+      if (A.dtype() != B.dtype())
+        return ctx.error(std::string("inputs have different dtypes (") + dtype_name(A.dtype()) + " and " +
+                         dtype_name(B.dtype()) + ")");
+      const Shape b_shape = legacy_b_shape(ctx.node(), A.shape(), B.shape());
+      Shape out;
+      if (!broadcast_all({A.shape(), b_shape}, &out))
+        return ctx.error("shapes " + shape_to_string(A.shape()) + " and " + shape_to_string(B.shape()) +
+                         " do not broadcast");
+      const bool ok = visit<Set>(A.dtype(), [&](auto tag) {
+        using S = typename decltype(tag)::type;
+        using R = std::conditional_t<BoolOut, bool, S>;
+        Tensor& O = ctx.output(0, BoolOut ? DataType::kBool : A.dtype(), out);
+        binary_apply<S, S, R>(A, B, O, A.shape(), b_shape, f);
+      });
+      if (!ok) return ctx.error(std::string("dtype ") + dtype_name(A.dtype()) + " is not supported");
+      return Status::Ok();
+    });
+  };
+  r.add(std::move(d));
+}
+
+template <typename C> constexpr bool is_signed_int_v = std::is_integral_v<C> && std::is_signed_v<C>;
+
+// Integer division truncating toward zero; x/0 gives 0 and MIN/-1 wraps instead of trapping.
+template <typename C> C int_div(C a, C b) {
+  if (b == 0) return 0;
+  if constexpr (is_signed_int_v<C>) {
+    if (b == C(-1)) return static_cast<C>(C(0) - a);
+  }
+  return static_cast<C>(a / b);
+}
+
+template <typename C> C int_rem(C a, C b) {  // C's %, safe
+  if (b == 0) return 0;
+  if constexpr (is_signed_int_v<C>) {
+    if (b == C(-1)) return 0;
+  }
+  return static_cast<C>(a % b);
+}
+
+template <typename C> C float_max(C a, C b) {  // numpy.maximum: NaN propagates
+  if constexpr (is_float_v<C>) {
+    if (a != a) return a;
+    if (b != b) return b;
+  }
+  return a > b ? a : b;
+}
+template <typename C> C float_min(C a, C b) {
+  if constexpr (is_float_v<C>) {
+    if (a != a) return a;
+    if (b != b) return b;
+  }
+  return a < b ? a : b;
+}
+
+// ---- Mod
+template <typename C> C mod_value(C a, C b, bool fmod) {
+  if constexpr (is_float_v<C>) {
+    C r = std::fmod(a, b);
+    if (!fmod && r != 0 && ((r < 0) != (b < 0))) r += b;
+    return r;
+  } else {
+    C r = int_rem(a, b);
+    if constexpr (std::is_signed_v<C>) {
+      if (!fmod && r != 0 && ((r < 0) != (b < 0))) r = static_cast<C>(r + b);
+    }
+    return r;
+  }
+}
+
+// ---- Pow (base and exponent dtypes may differ; the output has the base's dtype)
+template <typename B, typename E> auto pow_value(B base, E e) {
+  if constexpr (std::is_integral_v<B> && std::is_integral_v<E>) {
+    if constexpr (std::is_signed_v<E>) {
+      if (e < 0) return static_cast<B>(base == 1 ? 1 : base == B(-1) ? ((e % 2) ? -1 : 1) : 0);
+    }
+    // Exponentiation by squaring in the unsigned domain (wraps like numpy's integer power).
+    using U = std::make_unsigned_t<std::conditional_t<sizeof(B) < 4, int32_t, B>>;
+    U result = 1, b = static_cast<U>(base);
+    auto n = static_cast<uint64_t>(e);
+    while (n) {
+      if (n & 1) result = static_cast<U>(result * b);
+      b = static_cast<U>(b * b);
+      n >>= 1;
+    }
+    return static_cast<B>(result);
+  } else if constexpr (std::is_same_v<B, float> && !std::is_same_v<E, double>) {
+    return std::pow(base, static_cast<float>(e));
+  } else {
+    return static_cast<B>(std::pow(static_cast<double>(base), static_cast<double>(e)));
+  }
+}
+
+void add_pow(KernelRegistry& r) {
+  constexpr unsigned kSet = kNumeric;
+  KernelDef d;
+  d.op = "Pow";
+  d.since = 1;
+  d.name = "cpu.Pow";
+  d.check = [](const ir::Node& n) {
+    std::string why = check_dtype(n, 0, kSet);
+    return why.empty() ? check_dtype(n, 1, kSet) : why;
+  };
+  d.create = [](const ir::Node&, KernelInit&) -> Expected<KernelPtr> {
+    return make_kernel([](KernelContext& ctx) -> Status {
+      const Tensor& A = ctx.input(0);
+      const Tensor& B = ctx.input(1);
+      const Shape b_shape = legacy_b_shape(ctx.node(), A.shape(), B.shape());
+      Shape out;
+      if (!broadcast_all({A.shape(), b_shape}, &out)) return ctx.error("shapes do not broadcast");
+      bool inner_ok = false;
+      const bool ok = visit<kSet>(A.dtype(), [&](auto ta) {
+        using SA = typename decltype(ta)::type;
+        inner_ok = visit<kSet>(B.dtype(), [&](auto tb) {
+          using SB = typename decltype(tb)::type;
+          Tensor& O = ctx.output(0, A.dtype(), out);
+          binary_apply<SA, SB, SA>(A, B, O, A.shape(), b_shape, [](auto x, auto y) { return pow_value(x, y); });
+        });
+      });
+      if (!ok || !inner_ok)
+        return ctx.error(std::string("Pow of ") + dtype_name(A.dtype()) + " by " + dtype_name(B.dtype()) +
+                         " is not supported");
+      return Status::Ok();
+    });
+  };
+  r.add(std::move(d));
+}
+
+// ---- Max, Min, Sum, Mean: any number of inputs, broadcast together.
+template <unsigned Set, typename F>
+void add_variadic(KernelRegistry& r, const std::string& op, F f, bool mean) {
+  KernelDef d;
+  d.op = op;
+  d.since = 1;
+  d.name = "cpu." + op;
+  d.check = [](const ir::Node& n) { return check_dtype(n, 0, Set); };
+  d.create = [f, mean](const ir::Node&, KernelInit&) -> Expected<KernelPtr> {
+    return make_kernel([f, mean](KernelContext& ctx) -> Status {
+      const int n = ctx.num_inputs();
+      if (n < 1 || !ctx.has_input(0)) return ctx.error("needs at least one input");
+      std::vector<Shape> shapes;
+      const DataType dt = ctx.input(0).dtype();
+      for (int i = 0; i < n; ++i) {
+        if (!ctx.has_input(i)) return ctx.error("input " + std::to_string(i) + " is missing");
+        if (ctx.input(i).dtype() != dt) return ctx.error("inputs have different dtypes");
+        shapes.push_back(ctx.input(i).shape());
+      }
+      Shape out;
+      if (!broadcast_all(shapes, &out)) return ctx.error("input shapes do not broadcast");
+      const bool ok = visit<Set>(dt, [&](auto tag) {
+        using S = typename decltype(tag)::type;
+        Tensor& O = ctx.output(0, dt, out);
+        const Tensor& first = ctx.input(0);
+        binary_apply<S, S, S>(first, first, O, shapes[0], shapes[0], [](auto x, auto) { return x; });
+        for (int i = 1; i < n; ++i) binary_apply<S, S, S>(O, ctx.input(i), O, out, shapes[i], f);
+        if (mean && n > 1) {
+          const Tensor& Ocopy = O;
+          binary_apply<S, S, S>(Ocopy, Ocopy, O, out, out,
+                                [n](auto x, auto) { return x / static_cast<decltype(x)>(n); });
+        }
+      });
+      if (!ok) return ctx.error(std::string("dtype ") + dtype_name(dt) + " is not supported");
+      return Status::Ok();
+    });
+  };
+  r.add(std::move(d));
+}
+
+// ---- Where(cond, X, Y): three-way broadcast, any dtype.
+void add_where(KernelRegistry& r) {
+  KernelDef d;
+  d.op = "Where";
+  d.since = 9;
+  d.name = "cpu.Where";
+  d.create = [](const ir::Node&, KernelInit&) -> Expected<KernelPtr> {
+    return make_kernel([](KernelContext& ctx) -> Status {
+      const Tensor& C = ctx.input(0);
+      const Tensor& X = ctx.input(1);
+      const Tensor& Y = ctx.input(2);
+      if (C.dtype() != DataType::kBool) return ctx.error("condition must be bool");
+      if (X.dtype() != Y.dtype()) return ctx.error("X and Y have different dtypes");
+      Shape out;
+      if (!broadcast_all({C.shape(), X.shape(), Y.shape()}, &out)) return ctx.error("input shapes do not broadcast");
+      Tensor& O = ctx.output(0, X.dtype(), out);
+      auto run = [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const bool* c = C.data<bool>();
+        const T* x = X.data<T>();
+        const T* y = Y.data<T>();
+        T* o = O.data<T>();
+        Broadcaster bc(out, {C.shape(), X.shape(), Y.shape()});
+        bc.run([&](int64_t oo, const int64_t* off, int64_t n, const int64_t* st) {
+          for (int64_t i = 0; i < n; ++i)
+            o[oo + i] = c[off[0] + i * st[0]] ? x[off[1] + i * st[1]] : y[off[2] + i * st[2]];
+        });
+      };
+      if (X.dtype() == DataType::kString) {
+        run(Tag<std::string>{});
+      } else {
+        switch (dtype_size(X.dtype())) {
+          case 1: run(Tag<uint8_t>{}); break;
+          case 2: run(Tag<uint16_t>{}); break;
+          case 4: run(Tag<uint32_t>{}); break;
+          case 8: run(Tag<uint64_t>{}); break;
+          default: return ctx.error(std::string("dtype ") + dtype_name(X.dtype()) + " is not supported");
+        }
+      }
+      return Status::Ok();
+    });
+  };
+  r.add(std::move(d));
+}
+
+}  // namespace
 
 void register_binary(KernelRegistry& r) {
-  (void)r;
+  auto plain = [](auto f) { return [f](const ir::Node&) { return f; }; };
+  constexpr unsigned kArith = kNumeric;
+  add_binary<kArith, false>(r, "Add", 1, plain([](auto a, auto b) { return static_cast<decltype(a)>(a + b); }));
+  add_binary<kArith, false>(r, "Sub", 1, plain([](auto a, auto b) { return static_cast<decltype(a)>(a - b); }));
+  add_binary<kArith, false>(r, "Mul", 1, plain([](auto a, auto b) { return static_cast<decltype(a)>(a * b); }));
+  add_binary<kArith, false>(r, "Div", 1, plain([](auto a, auto b) {
+    using C = decltype(a);
+    if constexpr (std::is_integral_v<C>) return int_div(a, b);
+    else return a / b;
+  }));
+  add_binary<kNumeric, false>(r, "Mod", 10, [](const ir::Node& n) {
+    const bool fmod = n.attr_int("fmod", 0) != 0;
+    return [fmod](auto a, auto b) { return mod_value(a, b, fmod); };
+  });
+  add_binary<kUnsigned, false>(r, "BitShift", 11, [](const ir::Node& n) {
+    const bool left = n.attr_string("direction", "LEFT") != "RIGHT";
+    return [left](auto a, auto b) {
+      using C = decltype(a);
+      if (b >= static_cast<C>(sizeof(C) * 8)) return C(0);
+      return static_cast<C>(left ? a << b : a >> b);
+    };
+  });
+  add_binary<kBoolT, true>(r, "And", 1, plain([](bool a, bool b) { return a && b; }));
+  add_binary<kBoolT, true>(r, "Or", 1, plain([](bool a, bool b) { return a || b; }));
+  add_binary<kBoolT, true>(r, "Xor", 1, plain([](bool a, bool b) { return a != b; }));
+  add_binary<kInts, false>(r, "BitwiseAnd", 18, plain([](auto a, auto b) { return static_cast<decltype(a)>(a & b); }));
+  add_binary<kInts, false>(r, "BitwiseOr", 18, plain([](auto a, auto b) { return static_cast<decltype(a)>(a | b); }));
+  add_binary<kInts, false>(r, "BitwiseXor", 18, plain([](auto a, auto b) { return static_cast<decltype(a)>(a ^ b); }));
+  add_binary<kAll, true>(r, "Equal", 1, plain([](const auto& a, const auto& b) { return a == b; }));
+  constexpr unsigned kOrdered = kNumeric | kBoolT;
+  add_binary<kOrdered, true>(r, "Less", 1, plain([](auto a, auto b) { return a < b; }));
+  add_binary<kOrdered, true>(r, "LessOrEqual", 12, plain([](auto a, auto b) { return a <= b; }));
+  add_binary<kOrdered, true>(r, "Greater", 1, plain([](auto a, auto b) { return a > b; }));
+  add_binary<kOrdered, true>(r, "GreaterOrEqual", 12, plain([](auto a, auto b) { return a >= b; }));
+  add_binary<kFloats | kSigned | kUnsigned, false>(r, "PRelu", 1, plain([](auto x, auto slope) {
+    return static_cast<decltype(x)>(x < 0 ? slope * x : x);
+  }));
+  add_pow(r);
+  add_variadic<kNumeric>(r, "Max", [](auto a, auto b) { return float_max(a, b); }, false);
+  add_variadic<kNumeric>(r, "Min", [](auto a, auto b) { return float_min(a, b); }, false);
+  add_variadic<kNumeric>(r, "Sum", [](auto a, auto b) { return static_cast<decltype(a)>(a + b); }, false);
+  add_variadic<kNumeric>(r, "Mean", [](auto a, auto b) { return static_cast<decltype(a)>(a + b); }, true);
+  add_where(r);
 }
 
 }  // namespace kiln::cpu

@@ -40,6 +40,8 @@ class CpuBackend final : public Backend {
     register_reduce(registry_);
     register_control(registry_);
     register_misc(registry_);
+    register_rnn_quant(registry_);
+    register_newops(registry_);
   }
   std::string name() const override { return "cpu"; }
   Device device() const override { return {}; }
@@ -65,6 +67,8 @@ class CpuBackend final : public Backend {
   }
   Expected<std::shared_ptr<void>> create_state() override { return std::shared_ptr<void>(); }
   Status synchronize(void*) override { return Status::Ok(); }
+  // Kernels dispatch on the ISA at run time (oneDNN does too), so an engine is tied to the
+  // architecture only; the ISA is still recorded in the engine's metadata (cpu_isa).
   std::string fingerprint() const override { return "cpu x86_64"; }
 
  private:

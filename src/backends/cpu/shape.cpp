@@ -1,10 +1,675 @@
-// backends/cpu/shape.cpp — CPU kernels of the shape family.
-#include "backends/cpu/cpu_kernels.h"
+// backends/cpu/shape.cpp — CPU kernels that move data without looking at it: Reshape, Transpose,
+// Concat, Split, Slice, Expand, Tile, Pad, Squeeze, Unsqueeze, Flatten, DepthToSpace, SpaceToDepth,
+// CenterCropPad. All are dtype-generic (see shape_util.h). Index-driven ops live in shape_index.cpp,
+// value-producing ones (Shape, Constant, Range, ...) in shape_misc.cpp.
+#include <numeric>
+#include <set>
+
+#include "backends/cpu/shape_util.h"
+#include "ops/op_table.h"
+#include "ops/shape.h"
 
 namespace kiln::cpu {
+namespace shape_detail {
+
+// ---------------------------------------------------------------- generic movement
+
+namespace {
+
+template <typename T>
+void strided_copy_t(T* dst, const Shape& out, const T* src, int64_t base, const std::vector<int64_t>& st) {
+  const int r = static_cast<int>(out.size());
+  const int64_t n = shape_numel(out);
+  if (n == 0) return;
+  if (r == 0) { dst[0] = src[base]; return; }
+  const int64_t inner = out[r - 1];
+  const int64_t s_in = st[r - 1];
+  const int64_t rows = n / inner;
+  // Columns become rows: tile so that both sides stay in cache.
+  if (r == 2 && s_in != 1 && st[0] == 1 && rows > 1 && inner > 1) {
+    constexpr int64_t B = 32;
+    const int64_t tiles_i = (rows + B - 1) / B;
+    parallel_for(tiles_i, 1, [&](int64_t tb, int64_t te) {
+      for (int64_t ti = tb; ti < te; ++ti) {
+        const int64_t i0 = ti * B, i1 = std::min(rows, i0 + B);
+        for (int64_t j0 = 0; j0 < inner; j0 += B) {
+          const int64_t j1 = std::min(inner, j0 + B);
+          for (int64_t i = i0; i < i1; ++i)
+            for (int64_t j = j0; j < j1; ++j) dst[i * inner + j] = src[base + i + j * s_in];
+        }
+      }
+    });
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(inner, 1));
+  parallel_for(rows, grain, [&](int64_t b, int64_t e) {
+    std::vector<int64_t> idx(r, 0);
+    int64_t rem = b, off = base;
+    for (int d = r - 2; d >= 0; --d) {
+      idx[d] = rem % out[d];
+      rem /= out[d];
+      off += idx[d] * st[d];
+    }
+    for (int64_t row = b; row < e; ++row) {
+      T* o = dst + row * inner;
+      const T* s = src + off;
+      if (s_in == 1) copy_elems(o, s, inner);
+      else if (s_in == 0) std::fill_n(o, inner, s[0]);
+      else for (int64_t j = 0; j < inner; ++j) o[j] = s[j * s_in];
+      for (int d = r - 2; d >= 0; --d) {  // odometer step
+        off += st[d];
+        if (++idx[d] < out[d]) break;
+        off -= st[d] * out[d];
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
+template <typename T>
+void mapped_copy_t(T* dst, const Shape& out, const T* src, const std::vector<int64_t>& in_st,
+                   const std::vector<std::vector<int64_t>>& maps, const T& fill) {
+  const int r = static_cast<int>(out.size());
+  const int64_t n = shape_numel(out);
+  if (n == 0) return;
+  if (r == 0) { dst[0] = src[0]; return; }
+  const int64_t inner = out[r - 1];
+  const int64_t rows = n / inner;
+  const std::vector<int64_t>& last = maps[r - 1];
+  parallel_for(rows, std::max<int64_t>(1, 4096 / inner), [&](int64_t b, int64_t e) {
+    for (int64_t row = b; row < e; ++row) {
+      int64_t rem = row, off = 0;
+      bool outside = false;
+      for (int d = r - 2; d >= 0; --d) {
+        const int64_t m = maps[d][rem % out[d]];
+        rem /= out[d];
+        if (m < 0) outside = true;
+        else off += m * in_st[d];
+      }
+      T* o = dst + row * inner;
+      if (outside) { std::fill_n(o, inner, fill); continue; }
+      const T* s = src + off;
+      for (int64_t j = 0; j < inner; ++j) o[j] = last[j] < 0 ? fill : s[last[j] * in_st[r - 1]];
+    }
+  });
+}
+
+// Removes size-1 dims and merges dims that are contiguous in source and destination.
+void simplify(Shape& out, std::vector<int64_t>& st) {
+  Shape o;
+  std::vector<int64_t> s;
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == 1) continue;
+    if (!o.empty() && s.back() == st[d] * out[d]) {
+      o.back() *= out[d];
+      s.back() = st[d];
+    } else {
+      o.push_back(out[d]);
+      s.push_back(st[d]);
+    }
+  }
+  out = std::move(o);
+  st = std::move(s);
+}
+
+}  // namespace
+
+void strided_copy(DataType dt, void* dst, const Shape& out_shape, const void* src, int64_t base,
+                  std::vector<int64_t> strides) {
+  Shape out = out_shape;
+  if (shape_numel(out) == 0) return;
+  simplify(out, strides);
+  visit_elem(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    strided_copy_t(static_cast<T*>(dst), out, static_cast<const T*>(src), base, strides);
+  });
+}
+
+void mapped_copy(DataType dt, void* dst, const Shape& out, const void* src, const std::vector<int64_t>& in_strides,
+                 const std::vector<std::vector<int64_t>>& maps, const void* fill) {
+  visit_elem(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    mapped_copy_t(static_cast<T*>(dst), out, static_cast<const T*>(src), in_strides, maps,
+                  *static_cast<const T*>(fill));
+  });
+}
+
+void fill_elems(DataType dt, void* dst, int64_t n, const void* value) {
+  visit_elem(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    std::fill_n(static_cast<T*>(dst), n, *static_cast<const T*>(value));
+  });
+}
+
+void add_shape_kernel(KernelRegistry& r, const char* op, int since, int required, KernelFactory f, int until) {
+  KernelDef d;
+  d.op = op;
+  d.since = since;
+  d.until = until;
+  d.name = std::string("cpu.") + op + ".any";
+  d.create = [f = std::move(f), required](const ir::Node& n, KernelInit& init) -> Expected<KernelPtr> {
+    KILN_ASSIGN_OR_RETURN(KernelPtr k, f(n, init));
+    if (required == 0) return k;
+    std::shared_ptr<const Kernel> inner(std::move(k));
+    return make_kernel([inner, required](KernelContext& ctx) -> Status {
+      for (int i = 0; i < required; ++i)
+        if (!ctx.has_input(i)) return ctx.error("missing required input " + std::to_string(i));
+      return inner->run(ctx);
+    });
+  };
+  r.add(std::move(d));
+}
+
+void copy_tensor(const Tensor& src, Tensor& dst) {
+  visit_elem(src.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    copy_elems(dst.data<T>(), src.data<T>(), src.numel());
+  });
+}
+
+}  // namespace shape_detail
+
+namespace {
+
+using namespace shape_detail;
+
+// Ints from an attribute when the node has it (older opsets), else from input `input` (if given).
+Status ints_from(KernelContext& ctx, bool has_attr, const std::vector<int64_t>& attr, int input,
+                 std::vector<int64_t>* out, bool* present, const char* what) {
+  *present = false;
+  if (has_attr) { *out = attr; *present = true; return Status::Ok(); }
+  if (input < 0 || !ctx.has_input(input)) { out->clear(); return Status::Ok(); }
+  if (!read_ints(ctx.input(input), out)) return ctx.error(std::string(what) + " must be int32 or int64");
+  *present = true;
+  return Status::Ok();
+}
+
+// Outputs `x`'s elements under a new shape (Reshape, Squeeze, Unsqueeze, Flatten).
+Status copy_as(KernelContext& ctx, const Tensor& x, const Shape& shape) {
+  if (shape_numel(shape) != x.numel())
+    return ctx.error("cannot view " + shape_to_string(x.shape()) + " as " + shape_to_string(shape));
+  Tensor& y = ctx.output(0, x.dtype(), shape);
+  copy_tensor(x, y);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- Reshape / Squeeze / Unsqueeze / Flatten
+
+Expected<KernelPtr> create_reshape(const ir::Node& n, KernelInit&) {
+  const bool allowzero = n.attr_int("allowzero", 0) != 0;
+  const bool has_attr = n.attr("shape") != nullptr;
+  const std::vector<int64_t> attr = n.attr_ints("shape");
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    std::vector<int64_t> spec;
+    bool present;
+    KILN_RETURN_IF_ERROR(ints_from(ctx, has_attr, attr, 1, &spec, &present, "shape"));
+    if (!present) return ctx.error("missing shape input");
+    const Tensor& x = ctx.input(0);
+    Shape out;
+    std::string err = ops::reshape_dims(x.shape(), spec, allowzero, &out);
+    if (!err.empty()) return ctx.error(err);
+    return copy_as(ctx, x, out);
+  });
+}
+
+Expected<KernelPtr> create_squeeze(const ir::Node& n, KernelInit&) {
+  const bool has_attr = n.attr("axes") != nullptr;
+  const std::vector<int64_t> attr = n.attr_ints("axes");
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    std::vector<int64_t> axes;
+    bool present;
+    KILN_RETURN_IF_ERROR(ints_from(ctx, has_attr, attr, 1, &axes, &present, "axes"));
+    std::vector<bool> drop(x.rank(), false);
+    if (!present) {
+      for (int d = 0; d < x.rank(); ++d) drop[d] = x.dim(d) == 1;
+    }
+    for (int64_t a : axes) {
+      if (!ops::normalize_axis(a, x.rank())) return ctx.error("axis " + std::to_string(a) + " out of range");
+      if (x.dim(static_cast<int>(a)) != 1)
+        return ctx.error("cannot squeeze axis " + std::to_string(a) + " of size " + std::to_string(x.dim(static_cast<int>(a))));
+      drop[a] = true;
+    }
+    Shape out;
+    for (int d = 0; d < x.rank(); ++d)
+      if (!drop[d]) out.push_back(x.dim(d));
+    return copy_as(ctx, x, out);
+  });
+}
+
+Expected<KernelPtr> create_unsqueeze(const ir::Node& n, KernelInit&) {
+  const bool has_attr = n.attr("axes") != nullptr;
+  const std::vector<int64_t> attr = n.attr_ints("axes");
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    std::vector<int64_t> axes;
+    bool present;
+    KILN_RETURN_IF_ERROR(ints_from(ctx, has_attr, attr, 1, &axes, &present, "axes"));
+    if (!present) return ctx.error("missing axes");
+    const int64_t r = x.rank() + static_cast<int64_t>(axes.size());
+    std::vector<bool> inserted(r, false);
+    for (int64_t a : axes) {
+      if (!ops::normalize_axis(a, r)) return ctx.error("axis " + std::to_string(a) + " out of range");
+      if (inserted[a]) return ctx.error("axis " + std::to_string(a) + " repeated");
+      inserted[a] = true;
+    }
+    Shape out;
+    int k = 0;
+    for (int64_t d = 0; d < r; ++d) out.push_back(inserted[d] ? 1 : x.dim(k++));
+    return copy_as(ctx, x, out);
+  });
+}
+
+Expected<KernelPtr> create_flatten(const ir::Node& n, KernelInit&) {
+  const int64_t axis_attr = n.attr_int("axis", 1);
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    int64_t axis = axis_attr;
+    if (axis < 0) axis += x.rank();
+    if (axis < 0 || axis > x.rank()) return ctx.error("axis out of range");
+    return copy_as(ctx, x, {prod(x.shape(), 0, axis), prod(x.shape(), axis, x.rank())});
+  });
+}
+
+// ---------------------------------------------------------------- Transpose
+
+Expected<KernelPtr> create_transpose(const ir::Node& n, KernelInit&) {
+  const std::vector<int64_t> perm_attr = n.attr_ints("perm");
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    const int r = x.rank();
+    std::vector<int64_t> perm = perm_attr;
+    if (perm.empty()) {
+      perm.resize(r);
+      for (int d = 0; d < r; ++d) perm[d] = r - 1 - d;
+    }
+    if (static_cast<int>(perm.size()) != r) return ctx.error("perm has " + std::to_string(perm.size()) + " entries for rank " + std::to_string(r));
+    std::vector<bool> seen(r, false);
+    for (int64_t& p : perm) {
+      if (!ops::normalize_axis(p, r) || seen[p]) return ctx.error("perm is not a permutation");
+      seen[p] = true;
+    }
+    const std::vector<int64_t> in_st = strides_of(x.shape());
+    Shape out(r);
+    std::vector<int64_t> st(r);
+    for (int d = 0; d < r; ++d) {
+      out[d] = x.dim(static_cast<int>(perm[d]));
+      st[d] = in_st[perm[d]];
+    }
+    Tensor& y = ctx.output(0, x.dtype(), out);
+    strided_copy(x.dtype(), y.raw(), out, x.raw(), 0, st);  // identity perms collapse to one copy
+    return Status::Ok();
+  });
+}
+
+// ---------------------------------------------------------------- Concat / Split
+
+Expected<KernelPtr> create_concat(const ir::Node& n, KernelInit&) {
+  const int64_t axis_attr = n.attr_int("axis", 0);
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    std::vector<const Tensor*> xs;
+    for (int i = 0; i < ctx.num_inputs(); ++i)
+      if (ctx.has_input(i)) xs.push_back(&ctx.input(i));
+    if (xs.empty()) return ctx.error("no inputs");
+    const int r = xs[0]->rank();
+    int64_t axis = axis_attr;
+    if (!ops::normalize_axis(axis, r)) return ctx.error("axis " + std::to_string(axis_attr) + " out of range for rank " + std::to_string(r));
+    Shape out = xs[0]->shape();
+    out[axis] = 0;
+    for (const Tensor* t : xs) {
+      if (t->rank() != r || t->dtype() != xs[0]->dtype()) return ctx.error("inputs differ in rank or dtype");
+      for (int d = 0; d < r; ++d)
+        if (d != axis && t->dim(d) != out[d])
+          return ctx.error("input shapes " + shape_to_string(xs[0]->shape()) + " and " + shape_to_string(t->shape()) +
+                           " differ outside the concat axis");
+      out[axis] += t->dim(static_cast<int>(axis));
+    }
+    Tensor& y = ctx.output(0, xs[0]->dtype(), out);
+    const int64_t outer = prod(out, 0, axis), inner = prod(out, axis + 1, r);
+    const int64_t row = out[axis] * inner;
+    visit_elem(y.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* dst = y.data<T>();
+      parallel_for(outer, std::max<int64_t>(1, 16384 / std::max<int64_t>(row, 1)), [&](int64_t b, int64_t e) {
+        for (int64_t o = b; o < e; ++o) {
+          int64_t at = o * row;
+          for (const Tensor* t : xs) {
+            const int64_t chunk = t->dim(static_cast<int>(axis)) * inner;
+            copy_elems(dst + at, t->data<T>() + o * chunk, chunk);
+            at += chunk;
+          }
+        }
+      });
+    });
+    return Status::Ok();
+  });
+}
+
+Expected<KernelPtr> create_split(const ir::Node& n, KernelInit&) {
+  const int64_t axis_attr = n.attr_int("axis", 0);
+  const bool has_attr = n.attr("split") != nullptr;
+  const std::vector<int64_t> attr = n.attr_ints("split");
+  const int64_t num_outputs = n.attr_int("num_outputs", 0);
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    const int r = x.rank();
+    int64_t axis = axis_attr;
+    if (!ops::normalize_axis(axis, r)) return ctx.error("axis out of range");
+    const int64_t dim = x.dim(static_cast<int>(axis));
+    std::vector<int64_t> sizes;
+    bool present;
+    KILN_RETURN_IF_ERROR(ints_from(ctx, has_attr, attr, 1, &sizes, &present, "split"));
+    if (!present || sizes.empty()) {
+      std::string err = ops::equal_split_sizes(dim, num_outputs > 0 ? num_outputs : ctx.num_outputs(), &sizes);
+      if (!err.empty()) return ctx.error(err);
+    }
+    if (static_cast<int>(sizes.size()) != ctx.num_outputs())
+      return ctx.error(std::to_string(sizes.size()) + " split sizes for " + std::to_string(ctx.num_outputs()) + " outputs");
+    int64_t total = 0;
+    for (int64_t s : sizes) {
+      if (s < 0) return ctx.error("negative split size");
+      total += s;
+    }
+    if (total != dim) return ctx.error("split sizes sum to " + std::to_string(total) + ", axis has " + std::to_string(dim));
+    const int64_t inner = prod(x.shape(), axis + 1, r);
+    int64_t at = 0;
+    for (int i = 0; i < ctx.num_outputs(); ++i) {
+      const int64_t start = at;
+      at += sizes[i];
+      if (!ctx.has_output(i)) continue;
+      Shape out = x.shape();
+      out[axis] = sizes[i];
+      Tensor& y = ctx.output(i, x.dtype(), out);
+      std::vector<int64_t> st = strides_of(x.shape());
+      strided_copy(x.dtype(), y.raw(), out, x.raw(), start * inner, st);
+    }
+    return Status::Ok();
+  });
+}
+
+// ---------------------------------------------------------------- Slice
+
+Expected<KernelPtr> create_slice(const ir::Node& n, KernelInit&) {
+  const bool attrs = n.attr("starts") != nullptr;  // opset < 10
+  const std::vector<int64_t> a_starts = n.attr_ints("starts"), a_ends = n.attr_ints("ends"), a_axes = n.attr_ints("axes");
+  const bool a_has_axes = n.attr("axes") != nullptr;
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    const int r = x.rank();
+    std::vector<int64_t> starts, ends, axes, steps;
+    bool present;
+    if (!attrs && (!ctx.has_input(1) || !ctx.has_input(2))) return ctx.error("missing starts or ends");
+    KILN_RETURN_IF_ERROR(ints_from(ctx, attrs, a_starts, 1, &starts, &present, "starts"));
+    KILN_RETURN_IF_ERROR(ints_from(ctx, attrs, a_ends, 2, &ends, &present, "ends"));
+    KILN_RETURN_IF_ERROR(ints_from(ctx, attrs && a_has_axes, a_axes, attrs ? -1 : 3, &axes, &present, "axes"));
+    if (!present) {
+      axes.resize(starts.size());
+      std::iota(axes.begin(), axes.end(), 0);
+    }
+    if (!attrs) KILN_RETURN_IF_ERROR(ints_from(ctx, false, {}, 4, &steps, &present, "steps"));
+    if (steps.empty()) steps.assign(starts.size(), 1);
+    if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+      return ctx.error("starts, ends, axes and steps differ in length");
+    const std::vector<int64_t> in_st = strides_of(x.shape());
+    Shape out = x.shape();
+    std::vector<int64_t> st = in_st;
+    int64_t base = 0;
+    std::vector<bool> seen(r, false);
+    for (size_t i = 0; i < starts.size(); ++i) {
+      int64_t a = axes[i];
+      if (!ops::normalize_axis(a, r) || seen[a]) return ctx.error("bad or repeated axis " + std::to_string(axes[i]));
+      seen[a] = true;
+      if (steps[i] == 0) return ctx.error("step 0");
+      const ops::SliceDim s = ops::slice_dim(x.dim(static_cast<int>(a)), starts[i], ends[i], steps[i]);
+      out[a] = s.count;
+      st[a] = in_st[a] * s.step;
+      if (s.count > 0) base += s.start * in_st[a];
+    }
+    Tensor& y = ctx.output(0, x.dtype(), out);
+    strided_copy(x.dtype(), y.raw(), out, x.raw(), base, st);
+    return Status::Ok();
+  });
+}
+
+// ---------------------------------------------------------------- Expand / Tile
+
+Expected<KernelPtr> create_expand(const ir::Node&, KernelInit&) {
+  return make_kernel([](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    std::vector<int64_t> spec;
+    if (!read_ints(ctx.input(1), &spec)) return ctx.error("shape must be int64");
+    Shape out;
+    if (!ops::broadcast_shapes(x.shape(), spec, &out))
+      return ctx.error("cannot broadcast " + shape_to_string(x.shape()) + " to " + shape_to_string(spec));
+    const std::vector<int64_t> in_st = strides_of(x.shape());
+    const int r = static_cast<int>(out.size()), lead = r - x.rank();
+    std::vector<int64_t> st(r, 0);
+    for (int d = lead; d < r; ++d) st[d] = x.dim(d - lead) == 1 ? 0 : in_st[d - lead];
+    Tensor& y = ctx.output(0, x.dtype(), out);
+    strided_copy(x.dtype(), y.raw(), out, x.raw(), 0, st);
+    return Status::Ok();
+  });
+}
+
+Expected<KernelPtr> create_tile(const ir::Node&, KernelInit&) {
+  return make_kernel([](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    std::vector<int64_t> reps;
+    if (!read_ints(ctx.input(1), &reps)) return ctx.error("repeats must be int64");
+    if (static_cast<int>(reps.size()) != x.rank()) return ctx.error("repeats must have one entry per input dim");
+    const std::vector<int64_t> in_st = strides_of(x.shape());
+    Shape out, view;
+    std::vector<int64_t> st;
+    for (int d = 0; d < x.rank(); ++d) {
+      if (reps[d] < 0) return ctx.error("negative repeat");
+      out.push_back(reps[d] * x.dim(d));
+      view.push_back(reps[d]);  // output index = rep * dim + i: (rep, i) is row-major
+      view.push_back(x.dim(d));
+      st.push_back(0);
+      st.push_back(in_st[d]);
+    }
+    Tensor& y = ctx.output(0, x.dtype(), out);
+    strided_copy(x.dtype(), y.raw(), view, x.raw(), 0, st);
+    return Status::Ok();
+  });
+}
+
+// ---------------------------------------------------------------- Pad / CenterCropPad
+
+enum class PadMode { kConstant, kReflect, kEdge, kWrap };
+
+int64_t pad_source(int64_t i, int64_t n, PadMode mode) {
+  if (i >= 0 && i < n) return i;
+  switch (mode) {
+    case PadMode::kConstant: return -1;
+    case PadMode::kEdge: return i < 0 ? 0 : n - 1;
+    case PadMode::kWrap: return ((i % n) + n) % n;
+    case PadMode::kReflect: {
+      if (n == 1) return 0;
+      const int64_t period = 2 * (n - 1);
+      int64_t m = ((i % period) + period) % period;
+      return m < n ? m : period - m;
+    }
+  }
+  return -1;
+}
+
+// A zeroed element of any dtype (empty string for strings) for fills.
+struct ZeroElem {
+  Block16 bytes{0, 0};
+  std::string str;
+  const void* of(DataType dt) const { return dt == DataType::kString ? static_cast<const void*>(&str) : &bytes; }
+};
+
+// Converts Pad's old float 'value' attribute to one element of dtype dt.
+bool float_to_elem(DataType dt, double v, Block16* out) {
+  *out = {0, 0};
+  if (dt == DataType::kFloat16) { uint16_t h = f32_to_f16(static_cast<float>(v)); std::memcpy(out, &h, 2); return true; }
+  if (dt == DataType::kBFloat16) { uint16_t h = f32_to_bf16(static_cast<float>(v)); std::memcpy(out, &h, 2); return true; }
+  return visit_numeric(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T t = static_cast<T>(v);
+    std::memcpy(out, &t, sizeof(T));
+  });
+}
+
+Expected<KernelPtr> create_pad(const ir::Node& n, KernelInit&) {
+  const std::string mode_s = n.attr_string("mode", "constant");
+  PadMode mode;
+  if (mode_s == "constant") mode = PadMode::kConstant;
+  else if (mode_s == "reflect") mode = PadMode::kReflect;
+  else if (mode_s == "edge") mode = PadMode::kEdge;
+  else if (mode_s == "wrap") mode = PadMode::kWrap;
+  else return invalid_model(n.describe() + ": unknown pad mode '" + mode_s + "'");
+  const bool attrs = n.attr("pads") != nullptr || n.attr("paddings") != nullptr;  // opset < 11
+  const std::vector<int64_t> a_pads = n.attr("pads") ? n.attr_ints("pads") : n.attr_ints("paddings");
+  const float a_value = n.attr_float("value", 0.0f);
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    const int r = x.rank();
+    std::vector<int64_t> pads, axes;
+    bool present;
+    KILN_RETURN_IF_ERROR(ints_from(ctx, attrs, a_pads, 1, &pads, &present, "pads"));
+    if (!attrs) KILN_RETURN_IF_ERROR(ints_from(ctx, false, {}, 3, &axes, &present, "axes"));
+    if (axes.empty()) {
+      axes.resize(r);
+      std::iota(axes.begin(), axes.end(), 0);
+    }
+    const size_t na = axes.size();
+    if (pads.size() != 2 * na) return ctx.error("pads must have 2 entries per padded axis");
+    std::vector<int64_t> before(r, 0), after(r, 0);
+    for (size_t i = 0; i < na; ++i) {
+      int64_t a = axes[i];
+      if (!ops::normalize_axis(a, r)) return ctx.error("axis out of range");
+      before[a] = pads[i];
+      after[a] = pads[i + na];
+    }
+    // The fill value.
+    ZeroElem zero;
+    Block16 conv{0, 0};
+    const void* fill = zero.of(x.dtype());
+    if (attrs) {
+      if (x.dtype() != DataType::kString && !float_to_elem(x.dtype(), a_value, &conv))
+        return ctx.error("value attribute does not fit dtype " + std::string(dtype_name(x.dtype())));
+      if (x.dtype() != DataType::kString) fill = &conv;
+    } else if (ctx.has_input(2) && ctx.input(2).numel() > 0) {
+      if (ctx.input(2).dtype() != x.dtype()) return ctx.error("constant_value dtype differs from data");
+      fill = ctx.input(2).raw();
+    }
+    Shape out(r);
+    std::vector<std::vector<int64_t>> maps(r);
+    for (int d = 0; d < r; ++d) {
+      const int64_t dim = x.dim(d);
+      out[d] = dim + before[d] + after[d];
+      if (out[d] < 0) return ctx.error("pads remove more than axis " + std::to_string(d) + " has");
+      if (mode != PadMode::kConstant && dim == 0 && out[d] > 0) return ctx.error("cannot " + mode_s + "-pad an empty axis");
+      maps[d].resize(out[d]);
+      for (int64_t o = 0; o < out[d]; ++o) maps[d][o] = pad_source(o - before[d], dim, mode);
+    }
+    Tensor& y = ctx.output(0, x.dtype(), out);
+    mapped_copy(x.dtype(), y.raw(), out, x.raw(), strides_of(x.shape()), maps, fill);
+    return Status::Ok();
+  });
+}
+
+Expected<KernelPtr> create_center_crop_pad(const ir::Node& n, KernelInit&) {
+  const std::vector<int64_t> axes_attr = n.attr_ints("axes");
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    const int r = x.rank();
+    std::vector<int64_t> target;
+    if (!read_ints(ctx.input(1), &target)) return ctx.error("shape must be int64");
+    std::vector<int64_t> axes = axes_attr;
+    if (axes.empty()) {
+      axes.resize(r);
+      std::iota(axes.begin(), axes.end(), 0);
+    }
+    if (target.size() != axes.size()) return ctx.error("shape must have one entry per axis");
+    Shape out = x.shape();
+    std::vector<std::vector<int64_t>> maps(r);
+    for (int d = 0; d < r; ++d) {
+      maps[d].resize(x.dim(d));
+      std::iota(maps[d].begin(), maps[d].end(), 0);
+    }
+    for (size_t i = 0; i < axes.size(); ++i) {
+      int64_t a = axes[i];
+      if (!ops::normalize_axis(a, r)) return ctx.error("axis out of range");
+      const int64_t dim = x.dim(static_cast<int>(a)), t = target[i];
+      if (t < 0) return ctx.error("negative target size");
+      out[a] = t;
+      maps[a].resize(t);
+      // Cropping keeps the centre (extra element dropped at the end); padding adds the extra at the end.
+      const int64_t shift = t <= dim ? (dim - t) / 2 : -((t - dim) / 2);
+      for (int64_t o = 0; o < t; ++o) {
+        const int64_t s = o + shift;
+        maps[a][o] = s >= 0 && s < dim ? s : -1;
+      }
+    }
+    ZeroElem zero;
+    Tensor& y = ctx.output(0, x.dtype(), out);
+    mapped_copy(x.dtype(), y.raw(), out, x.raw(), strides_of(x.shape()), maps, zero.of(x.dtype()));
+    return Status::Ok();
+  });
+}
+
+// ---------------------------------------------------------------- DepthToSpace / SpaceToDepth
+
+Expected<KernelPtr> create_depth_to_space(const ir::Node& n, KernelInit&) {
+  const int64_t b = n.attr_int("blocksize", 0);
+  const bool crd = n.attr_string("mode", "DCR") == "CRD";
+  if (b <= 0) return invalid_model(n.describe() + ": blocksize must be positive");
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    if (x.rank() != 4) return ctx.error("input must be 4-D");
+    const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+    if (C % (b * b) != 0) return ctx.error("channels not divisible by blocksize^2");
+    const int64_t c = C / (b * b);
+    // Input viewed as 6-D, then read in the order of the output's 6-D view [N, c, H, b, W, b].
+    Shape in6 = crd ? Shape{N, c, b, b, H, W} : Shape{N, b, b, c, H, W};
+    const std::vector<int64_t> s = strides_of(in6);
+    const std::vector<int64_t> st = crd ? std::vector<int64_t>{s[0], s[1], s[4], s[2], s[5], s[3]}
+                                        : std::vector<int64_t>{s[0], s[3], s[4], s[1], s[5], s[2]};
+    Tensor& y = ctx.output(0, x.dtype(), {N, c, H * b, W * b});
+    strided_copy(x.dtype(), y.raw(), {N, c, H, b, W, b}, x.raw(), 0, st);
+    return Status::Ok();
+  });
+}
+
+Expected<KernelPtr> create_space_to_depth(const ir::Node& n, KernelInit&) {
+  const int64_t b = n.attr_int("blocksize", 0);
+  if (b <= 0) return invalid_model(n.describe() + ": blocksize must be positive");
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    if (x.rank() != 4) return ctx.error("input must be 4-D");
+    const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+    if (H % b != 0 || W % b != 0) return ctx.error("spatial dims not divisible by blocksize");
+    // [N, C, H/b, b, W/b, b] read as [N, b, b, C, H/b, W/b].
+    const std::vector<int64_t> s = strides_of({N, C, H / b, b, W / b, b});
+    Tensor& y = ctx.output(0, x.dtype(), {N, C * b * b, H / b, W / b});
+    strided_copy(x.dtype(), y.raw(), {N, b, b, C, H / b, W / b}, x.raw(), 0, {s[0], s[3], s[5], s[1], s[2], s[4]});
+    return Status::Ok();
+  });
+}
+
+}  // namespace
 
 void register_shape(KernelRegistry& r) {
-  (void)r;
+  add_shape_kernel(r, "Reshape", 1, 1, create_reshape);
+  add_shape_kernel(r, "Squeeze", 1, 1, create_squeeze);
+  add_shape_kernel(r, "Unsqueeze", 1, 1, create_unsqueeze);
+  add_shape_kernel(r, "Flatten", 1, 1, create_flatten);
+  add_shape_kernel(r, "Transpose", 1, 1, create_transpose);
+  add_shape_kernel(r, "Concat", 1, 1, create_concat);
+  add_shape_kernel(r, "Split", 1, 1, create_split);
+  add_shape_kernel(r, "Slice", 1, 1, create_slice);
+  add_shape_kernel(r, "Expand", 8, 2, create_expand);
+  add_shape_kernel(r, "Tile", 6, 2, create_tile);
+  add_shape_kernel(r, "Pad", 2, 1, create_pad);
+  add_shape_kernel(r, "CenterCropPad", 18, 2, create_center_crop_pad);
+  add_shape_kernel(r, "DepthToSpace", 1, 1, create_depth_to_space);
+  add_shape_kernel(r, "SpaceToDepth", 1, 1, create_space_to_depth);
+  shape_detail::register_shape_index(r);
+  shape_detail::register_shape_misc(r);
 }
 
 }  // namespace kiln::cpu

@@ -1,10 +1,296 @@
-// backends/cpu/unary.cpp — CPU kernels of the unary family.
-#include "backends/cpu/cpu_kernels.h"
+// backends/cpu/unary.cpp — CPU kernels of the unary family: math functions, activations, logic and
+// bitwise negation, NaN/Inf tests, Clip, Shrink and Identity. float16/bfloat16 are computed in float;
+// float32 activations on the hot path use the vectorizable approximations of elementwise_math.h.
+// Lets GCC if-convert the branch-free float math of elementwise_math.h and vectorize it (it refuses
+// while FP exceptions must be preserved); kiln never reads FP exception flags.
+#pragma GCC optimize("no-trapping-math")
+
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "backends/cpu/elementwise_common.h"
+#include "backends/cpu/elementwise_math.h"
 
 namespace kiln::cpu {
+namespace {
+
+using namespace ew;
+
+template <typename S, typename R, typename F>
+void unary_apply(const Tensor& X, Tensor& Y, const F& f) {
+  const S* x = X.data<S>();
+  R* y = Y.data<R>();
+  parallel_for(X.numel(), 1 << 14, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = store<R>(f(load(x[i])));
+  });
+}
+
+// Registers a unary op over dtype set `Set`; make(node) returns the element function (called with
+// compute-type values). BoolOut: the output is bool (IsNaN, IsInf).
+// `variant` (e.g. "tanh") names a kernel that only takes nodes passing `accept`.
+template <unsigned Set, bool BoolOut, typename Make>
+void add_unary(KernelRegistry& r, const std::string& op, int since, Make make, const std::string& variant = "",
+               std::function<bool(const ir::Node&)> accept = nullptr) {
+  KernelDef d;
+  d.op = op;
+  d.since = since;
+  d.name = "cpu." + op + (variant.empty() ? "" : "." + variant);
+  d.check = [accept](const ir::Node& n) -> std::string {
+    if (accept && !accept(n)) return "attributes select another variant";
+    return check_dtype(n, 0, Set);
+  };
+  d.create = [make](const ir::Node& node, KernelInit&) -> Expected<KernelPtr> {
+    auto f = make(node);
+    return make_kernel([f](KernelContext& ctx) -> Status {
+      const Tensor& X = ctx.input(0);
+      const bool ok = visit<Set>(X.dtype(), [&](auto tag) {
+        using S = typename decltype(tag)::type;
+        using R = std::conditional_t<BoolOut, bool, S>;
+        Tensor& Y = ctx.output(0, BoolOut ? DataType::kBool : X.dtype(), X.shape());
+        unary_apply<S, R>(X, Y, f);
+      });
+      if (!ok) return ctx.error(std::string("dtype ") + dtype_name(X.dtype()) + " is not supported");
+      return Status::Ok();
+    });
+  };
+  r.add(std::move(d));
+}
+
+// For ops without attributes.
+template <typename F> auto plain(F f) {
+  return [f](const ir::Node&) { return f; };
+}
+
+template <typename C> C sigmoid(C x) {
+  if constexpr (std::is_same_v<C, float>) {
+    return math::sigmoid_f32(x);
+  } else {
+    if (x >= 0) return C(1) / (C(1) + std::exp(-x));
+    const C e = std::exp(x);
+    return e / (C(1) + e);
+  }
+}
+
+template <typename C> C tanh_(C x) {
+  if constexpr (std::is_same_v<C, float>) return math::tanh_f32(x);
+  else return std::tanh(x);
+}
+
+template <typename C> C erf_(C x) {
+  if constexpr (std::is_same_v<C, float>) return math::erf_f32(x);
+  else return std::erf(x);
+}
+
+template <typename C> C softplus(C x) {
+  return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+}
+
+// ---- Clip: bounds are attributes before opset 11, optional scalar inputs from 11 on.
+void add_clip(KernelRegistry& r) {
+  constexpr unsigned kSet = kNumeric;
+  KernelDef d;
+  d.op = "Clip";
+  d.since = 1;
+  d.name = "cpu.Clip";
+  d.check = [](const ir::Node& n) { return check_dtype(n, 0, kSet); };
+  d.create = [](const ir::Node& node, KernelInit&) -> Expected<KernelPtr> {
+    const bool attrs = node.opset != 0 && node.opset < 11;
+    const float amin = node.attr_float("min", -std::numeric_limits<float>::max());
+    const float amax = node.attr_float("max", std::numeric_limits<float>::max());
+    return make_kernel([attrs, amin, amax](KernelContext& ctx) -> Status {
+      const Tensor& X = ctx.input(0);
+      for (int i = 1; i <= 2; ++i) {
+        if (ctx.has_input(i) && (ctx.input(i).numel() != 1 || ctx.input(i).dtype() != X.dtype()))
+          return ctx.error(std::string(i == 1 ? "min" : "max") + " must be a scalar of the input's dtype");
+      }
+      const bool ok = visit<kSet>(X.dtype(), [&](auto tag) {
+        using S = typename decltype(tag)::type;
+        using C = compute_t<S>;
+        C lo = std::numeric_limits<C>::lowest(), hi = std::numeric_limits<C>::max();
+        if (attrs) {
+          lo = static_cast<C>(amin);
+          hi = static_cast<C>(amax);
+        } else {
+          if (ctx.has_input(1)) lo = load(ctx.input(1).data<S>()[0]);
+          if (ctx.has_input(2)) hi = load(ctx.input(2).data<S>()[0]);
+        }
+        Tensor& Y = ctx.output(0, X.dtype(), X.shape());
+        unary_apply<S, S>(X, Y, [lo, hi](C x) {
+          const C v = x < lo ? lo : x;
+          return v > hi ? hi : v;
+        });
+      });
+      if (!ok) return ctx.error(std::string("dtype ") + dtype_name(X.dtype()) + " is not supported");
+      return Status::Ok();
+    });
+  };
+  r.add(std::move(d));
+}
+
+// ---- Identity: tensors, sequences and optionals (copied; outputs never alias inputs).
+void add_identity(KernelRegistry& r) {
+  KernelDef d;
+  d.op = "Identity";
+  d.since = 1;
+  d.name = "cpu.Identity";
+  d.create = [](const ir::Node&, KernelInit&) -> Expected<KernelPtr> {
+    return make_kernel([](KernelContext& ctx) -> Status {
+      if (!ctx.has_input(0)) {
+        ctx.output_slot(0) = Slot{};
+        return Status::Ok();
+      }
+      const Slot& in = ctx.input_slot(0);
+      if (in.kind == Slot::Kind::kSequence) {
+        std::vector<Tensor> seq;
+        seq.reserve(in.sequence.size());
+        for (const Tensor& t : in.sequence) seq.push_back(ctx.owned_copy(t));
+        ctx.output_slot(0) = Slot::of_sequence(std::move(seq), in.seq_dtype);
+        return Status::Ok();
+      }
+      const Tensor& X = in.tensor;
+      Tensor& Y = ctx.output(0, X.dtype(), X.shape());
+      copy_tensor(X, Y);
+      return Status::Ok();
+    });
+  };
+  r.add(std::move(d));
+}
+
+}  // namespace
 
 void register_unary(KernelRegistry& r) {
-  (void)r;
+  // ---- Arithmetic on any numeric type
+  add_unary<kNumeric, false>(r, "Abs", 1, plain([](auto x) {
+    using C = decltype(x);
+    if constexpr (is_float_v<C>) return std::fabs(x);
+    else if constexpr (std::is_signed_v<C>) return static_cast<C>(x < 0 ? -x : x);
+    else return x;
+  }));
+  add_unary<kFloats | kSigned, false>(r, "Neg", 1, plain([](auto x) { return static_cast<decltype(x)>(-x); }));
+  add_unary<kNumeric, false>(r, "Sign", 9, plain([](auto x) {
+    using C = decltype(x);
+    if constexpr (is_float_v<C>) {
+      if (x != x) return x;
+    }
+    return static_cast<C>((x > 0) - (x < 0));
+  }));
+  add_unary<kFloats | kSigned, false>(r, "Relu", 1, plain([](auto x) {
+    using C = decltype(x);
+    return x > C(0) ? x : C(0);
+  }));
+  add_unary<kNumeric, false>(r, "Shrink", 9, [](const ir::Node& n) {
+    const float lambd = n.attr_float("lambd", 0.5f), bias = n.attr_float("bias", 0.0f);
+    return [lambd, bias](auto x) {
+      using C = decltype(x);
+      if constexpr (is_float_v<C>) {
+        return x < -lambd ? static_cast<C>(x + bias) : x > lambd ? static_cast<C>(x - bias) : C(0);
+      } else {
+        const double v = static_cast<double>(x);
+        return v < -lambd ? static_cast<C>(v + bias) : v > lambd ? static_cast<C>(v - bias) : C(0);
+      }
+    };
+  });
+
+  // ---- Math functions (float types)
+  auto fn = [&r](const std::string& op, int since, auto f) { add_unary<kFloats, false>(r, op, since, plain(f)); };
+  fn("Exp", 1, [](auto x) { return std::exp(x); });
+  fn("Log", 1, [](auto x) { return std::log(x); });
+  fn("Sqrt", 1, [](auto x) { return std::sqrt(x); });
+  fn("Reciprocal", 1, [](auto x) { return static_cast<decltype(x)>(1) / x; });
+  fn("Floor", 1, [](auto x) { return std::floor(x); });
+  fn("Ceil", 1, [](auto x) { return std::ceil(x); });
+  fn("Round", 11, [](auto x) { return std::nearbyint(x); });
+  fn("Sin", 7, [](auto x) { return std::sin(x); });
+  fn("Cos", 7, [](auto x) { return std::cos(x); });
+  fn("Tan", 7, [](auto x) { return std::tan(x); });
+  fn("Asin", 7, [](auto x) { return std::asin(x); });
+  fn("Acos", 7, [](auto x) { return std::acos(x); });
+  fn("Atan", 7, [](auto x) { return std::atan(x); });
+  fn("Sinh", 9, [](auto x) { return std::sinh(x); });
+  fn("Cosh", 9, [](auto x) { return std::cosh(x); });
+  fn("Asinh", 9, [](auto x) { return std::asinh(x); });
+  fn("Acosh", 9, [](auto x) { return std::acosh(x); });
+  fn("Atanh", 9, [](auto x) { return std::atanh(x); });
+  fn("Erf", 9, [](auto x) { return erf_(x); });
+  fn("Tanh", 1, [](auto x) { return tanh_(x); });
+  fn("Sigmoid", 1, [](auto x) { return sigmoid(x); });
+  fn("Softplus", 1, [](auto x) { return softplus(x); });
+  fn("Softsign", 1, [](auto x) { return x / (static_cast<decltype(x)>(1) + std::fabs(x)); });
+  fn("Mish", 18, [](auto x) { return x * std::tanh(softplus(x)); });
+
+  // ---- Activations with attributes
+  auto act = [&r](const std::string& op, int since, auto make) { add_unary<kFloats, false>(r, op, since, make); };
+  act("LeakyRelu", 1, [](const ir::Node& n) {
+    const float alpha = n.attr_float("alpha", 0.01f);
+    return [alpha](auto x) { return x < 0 ? static_cast<decltype(x)>(alpha) * x : x; };
+  });
+  act("Elu", 1, [](const ir::Node& n) {
+    const float alpha = n.attr_float("alpha", 1.0f);
+    return [alpha](auto x) {
+      using C = decltype(x);
+      return x < 0 ? static_cast<C>(alpha) * (std::exp(x) - C(1)) : x;
+    };
+  });
+  act("Selu", 1, [](const ir::Node& n) {
+    const float alpha = n.attr_float("alpha", 1.67326319217681884765625f);
+    const float gamma = n.attr_float("gamma", 1.05070102214813232421875f);
+    return [alpha, gamma](auto x) {
+      using C = decltype(x);
+      return x <= 0 ? static_cast<C>(gamma) * (static_cast<C>(alpha) * std::exp(x) - static_cast<C>(alpha))
+                    : static_cast<C>(gamma) * x;
+    };
+  });
+  act("Celu", 12, [](const ir::Node& n) {
+    const float alpha = n.attr_float("alpha", 1.0f);
+    return [alpha](auto x) {
+      using C = decltype(x);
+      const C a = static_cast<C>(alpha);
+      return std::max(C(0), x) + std::min(C(0), a * (std::exp(x / a) - C(1)));
+    };
+  });
+  act("HardSigmoid", 1, [](const ir::Node& n) {
+    const float alpha = n.attr_float("alpha", 0.2f), beta = n.attr_float("beta", 0.5f);
+    return [alpha, beta](auto x) {
+      using C = decltype(x);
+      return std::max(C(0), std::min(C(1), static_cast<C>(alpha) * x + static_cast<C>(beta)));
+    };
+  });
+  act("HardSwish", 14, plain([](auto x) {
+    using C = decltype(x);
+    return x * std::max(C(0), std::min(C(1), x * static_cast<C>(1.0 / 6.0) + C(0.5)));
+  }));
+  act("ThresholdedRelu", 10, [](const ir::Node& n) {
+    const float alpha = n.attr_float("alpha", 1.0f);
+    return [alpha](auto x) { return x > static_cast<decltype(x)>(alpha) ? x : static_cast<decltype(x)>(0); };
+  });
+  // Gelu: one kernel per `approximate` mode, so each inner loop stays branch-free.
+  auto gelu_tanh = [](const ir::Node& n) { return n.attr_string("approximate", "none") == "tanh"; };
+  add_unary<kFloats, false>(r, "Gelu", 20, plain([](auto x) {
+    using C = decltype(x);
+    const C k = static_cast<C>(0.7978845608028654);  // sqrt(2/pi)
+    return C(0.5) * x * (C(1) + tanh_(k * (x + C(0.044715) * x * x * x)));
+  }), "tanh", gelu_tanh);
+  add_unary<kFloats, false>(r, "Gelu", 20, plain([](auto x) {
+    using C = decltype(x);
+    return C(0.5) * x * (C(1) + erf_(x * static_cast<C>(0.7071067811865476)));
+  }), "erf", [gelu_tanh](const ir::Node& n) { return !gelu_tanh(n); });
+  act("Swish", 24, [](const ir::Node& n) {
+    const float alpha = n.attr_float("alpha", 1.0f);
+    return [alpha](auto x) { return x * sigmoid(static_cast<decltype(x)>(alpha) * x); };
+  });
+
+  // ---- Logic, bitwise, classification
+  add_unary<kBoolT, false>(r, "Not", 1, plain([](bool x) { return !x; }));
+  add_unary<kInts, false>(r, "BitwiseNot", 18, plain([](auto x) { return static_cast<decltype(x)>(~x); }));
+  add_unary<kFloats, true>(r, "IsNaN", 9, plain([](auto x) { return x != x; }));
+  add_unary<kFloats, true>(r, "IsInf", 10, [](const ir::Node& n) {
+    const bool pos = n.attr_int("detect_positive", 1) != 0, neg = n.attr_int("detect_negative", 1) != 0;
+    return [pos, neg](auto x) { return std::isinf(x) && ((x > 0 && pos) || (x < 0 && neg)); };
+  });
+
+  add_clip(r);
+  add_identity(r);
 }
 
 }  // namespace kiln::cpu

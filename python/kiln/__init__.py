@@ -1,0 +1,332 @@
+"""kiln: an inference compiler and runtime for ONNX models.
+
+Two ways in:
+
+* ``kiln.InferenceSession`` — a drop-in for ``onnxruntime.InferenceSession``::
+
+      sess = kiln.InferenceSession("model.onnx", providers=["CUDAExecutionProvider"])
+      (y,) = sess.run(None, {"x": x})
+
+* ``kiln.Engine`` — the engine API: build once, save the ``.kiln`` file, load it later::
+
+      engine = kiln.Engine.build("model.onnx", device="cuda")
+      engine.save("model.kiln")
+      ctx = kiln.Engine.load("model.kiln").create_context()
+      outputs = ctx.run({"x": x})
+
+``kiln.backend`` implements onnx's backend protocol (used by the conformance suite).
+Every error kiln reports is a ``kiln.KilnError`` (a ``RuntimeError``) with a ``code`` attribute.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import threading
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from . import _kiln
+from ._kiln import Engine, ExecutionContext, KilnError, TensorInfo, summarize_model
+
+__version__: str = _kiln.__version__
+
+__all__ = [
+    "Engine",
+    "ExecutionContext",
+    "GraphOptimizationLevel",
+    "InferenceSession",
+    "KilnError",
+    "NodeArg",
+    "SessionOptions",
+    "TensorInfo",
+    "cuda_available",
+    "get_available_providers",
+    "summarize_model",
+]
+
+CPU_PROVIDER = "CPUExecutionProvider"
+CUDA_PROVIDER = "CUDAExecutionProvider"
+_KNOWN_PROVIDERS = (CUDA_PROVIDER, CPU_PROVIDER)
+
+# The flatbuffers file identifier of an engine file (bytes 4..8).
+_ENGINE_MAGIC = b"KILN"
+
+
+def _error(code: str, message: str) -> KilnError:
+    err = KilnError(f"{code}: {message}")
+    err.code = code
+    return err
+
+
+# ---- Devices and providers
+
+_cuda_probe: bool | None = None
+_cuda_lock = threading.Lock()
+
+
+def _tiny_model_bytes() -> bytes:
+    """A one-node Identity model (float x[1] → y), serialized."""
+    from onnx import TensorProto, helper  # noqa: PLC0415
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "kiln_probe",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return model.SerializeToString()
+
+
+def cuda_available() -> bool:
+    """Whether kiln can build engines for CUDA here (built with CUDA and a GPU is usable).
+
+    Decided once, by building a one-node model for CUDA; set KILN_DISABLE_CUDA=1 to hide CUDA.
+    """
+    global _cuda_probe
+    if os.environ.get("KILN_DISABLE_CUDA", "") not in ("", "0"):
+        return False
+    with _cuda_lock:
+        if _cuda_probe is None:
+            try:
+                Engine.build_from_bytes(_tiny_model_bytes(), device="cuda")
+                _cuda_probe = True
+            except (KilnError, ImportError):
+                _cuda_probe = False
+        return _cuda_probe
+
+
+def get_available_providers() -> list[str]:
+    """Like onnxruntime.get_available_providers(): CUDA first when usable, then CPU."""
+    return [CUDA_PROVIDER, CPU_PROVIDER] if cuda_available() else [CPU_PROVIDER]
+
+
+def get_device() -> str:
+    """Like onnxruntime.get_device(): "GPU" when CUDA is usable, else "CPU"."""
+    return "GPU" if cuda_available() else "CPU"
+
+
+def _provider_names(providers: Iterable[Any] | None) -> list[str]:
+    names = []
+    for p in providers or []:
+        name = p[0] if isinstance(p, (tuple, list)) else p
+        if not isinstance(name, str):
+            raise ValueError(f"providers must be names or (name, options) tuples, got {p!r}")
+        if name not in _KNOWN_PROVIDERS:
+            raise ValueError(
+                f"Unknown Provider Type: {name} (kiln supports {', '.join(_KNOWN_PROVIDERS)})"
+            )
+        names.append(name)
+    return names
+
+
+# ---- Threads
+
+
+def set_num_threads(n: int) -> None:
+    """Sets the number of CPU threads kiln's kernels use (OpenMP) for runs from this thread.
+
+    n <= 0 leaves the default (all cores, or OMP_NUM_THREADS).
+    """
+    if n <= 0:
+        return
+    lib = ctypes.util.find_library("gomp")
+    if lib is None:
+        return
+    try:
+        ctypes.CDLL(lib).omp_set_num_threads(ctypes.c_int(int(n)))
+    except (OSError, AttributeError):
+        pass
+
+
+# ---- Sessions (ONNX Runtime–compatible)
+
+
+class GraphOptimizationLevel:
+    """Same values as onnxruntime.GraphOptimizationLevel."""
+
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_ALL = 99
+
+
+class ExecutionMode:
+    ORT_SEQUENTIAL = 0
+    ORT_PARALLEL = 1
+
+
+class SessionOptions:
+    """The subset of onnxruntime.SessionOptions kiln honours; the other common fields are accepted."""
+
+    def __init__(self) -> None:
+        self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.intra_op_num_threads = 0
+        self.inter_op_num_threads = 0
+        self.execution_mode = ExecutionMode.ORT_SEQUENTIAL
+        self.log_severity_level = 2
+        self.log_verbosity_level = 0
+        self.enable_profiling = False
+        self.enable_mem_pattern = True
+        self.enable_cpu_mem_arena = True
+        self.optimized_model_filepath = ""
+        self.logid = ""
+
+    def add_session_config_entry(self, key: str, value: str) -> None:  # accepted, ignored
+        pass
+
+
+class RunOptions:
+    """Accepted for compatibility; kiln has no per-run options yet."""
+
+    def __init__(self) -> None:
+        self.log_severity_level = 2
+        self.log_verbosity_level = 0
+        self.logid = ""
+        self.terminate = False
+
+
+class NodeArg:
+    """An input or output as onnxruntime describes it: name, type ("tensor(float)"), shape."""
+
+    def __init__(self, info: TensorInfo) -> None:
+        self.name: str = info.name
+        self.type: str = info.type
+        # ints, or the symbol (str) / None where a dim is dynamic; [] when even the rank is unknown
+        self.shape: list[int | str | None] = list(info.shape)
+
+    def __repr__(self) -> str:
+        return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape!r})"
+
+
+def _normalize_feed(infos: Sequence[TensorInfo], feed: dict[str, Any]) -> dict[str, Any]:
+    """Checks names; turns lists given for tensor inputs into arrays (as onnxruntime does)."""
+    by_name = {i.name: i for i in infos}
+    out = {}
+    for name, value in feed.items():
+        info = by_name.get(name)
+        if info is None:
+            known = ", ".join(repr(i.name) for i in infos) or "none"
+            raise _error("InvalidArgument", f"unknown input '{name}'; the model's inputs are: {known}")
+        if info.kind == "tensor" and isinstance(value, (list, tuple)):
+            value = np.asarray(value)
+        out[name] = value
+    return out
+
+
+def _open_engine(path_or_bytes: Any, device: str, opt_level: int) -> Engine:
+    if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+        data = bytes(path_or_bytes)
+        if data[4:8] == _ENGINE_MAGIC:
+            return Engine.load_from_bytes(data)
+        return Engine.build_from_bytes(data, device=device, opt_level=opt_level)
+    if isinstance(path_or_bytes, (str, os.PathLike)):
+        return Engine.open(os.fspath(path_or_bytes), device=device, opt_level=opt_level)
+    if hasattr(path_or_bytes, "SerializeToString"):  # an onnx.ModelProto
+        return Engine.build_from_bytes(path_or_bytes.SerializeToString(), device=device, opt_level=opt_level)
+    raise TypeError(f"InferenceSession expects a path, bytes or ModelProto, got {type(path_or_bytes).__name__}")
+
+
+class InferenceSession:
+    """Runs an ONNX model (.onnx) or a kiln engine (.kiln) with onnxruntime's session API.
+
+    providers: names or (name, options) tuples; CUDA is used when CUDAExecutionProvider comes first
+    and CUDA is usable, else the CPU. Unknown names raise ValueError. A session may be run from
+    several threads at once (each concurrent run gets its own execution context).
+    """
+
+    def __init__(
+        self,
+        path_or_bytes: Any,
+        sess_options: SessionOptions | None = None,
+        providers: Sequence[Any] | None = None,
+        provider_options: Sequence[dict] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._sess_options = sess_options or SessionOptions()
+        names = _provider_names(providers)
+        device = "cuda" if names and names[0] == CUDA_PROVIDER and cuda_available() else "cpu"
+        opt_level = 0 if self._sess_options.graph_optimization_level == GraphOptimizationLevel.ORT_DISABLE_ALL else 1
+        self._threads = int(self._sess_options.intra_op_num_threads or 0)
+        set_num_threads(self._threads)
+
+        self._engine = _open_engine(path_or_bytes, device, opt_level)
+        self._providers = [CUDA_PROVIDER, CPU_PROVIDER] if self._engine.device == "cuda" else [CPU_PROVIDER]
+        self._inputs = list(self._engine.inputs)
+        self._outputs = list(self._engine.outputs)
+        self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
+        self._pool: list[ExecutionContext] = [self._engine.create_context()]
+        self._pool_lock = threading.Lock()
+        self._model_path = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
+
+    # -- metadata
+    @property
+    def engine(self) -> Engine:
+        """The kiln Engine behind this session (save it with ``sess.engine.save("model.kiln")``)."""
+        return self._engine
+
+    def get_inputs(self) -> list[NodeArg]:
+        return [NodeArg(i) for i in self._inputs]
+
+    def get_outputs(self) -> list[NodeArg]:
+        return [NodeArg(o) for o in self._outputs]
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        return []
+
+    def get_providers(self) -> list[str]:
+        return list(self._providers)
+
+    def get_provider_options(self) -> dict[str, dict]:
+        return {p: {} for p in self._providers}
+
+    def get_session_options(self) -> SessionOptions:
+        return self._sess_options
+
+    def set_providers(self, providers: Sequence[Any] | None = None, provider_options: Any = None) -> None:
+        _provider_names(providers)  # validated; an engine's device is fixed once built
+
+    # -- running
+    def _acquire(self) -> ExecutionContext:
+        with self._pool_lock:
+            if self._pool:
+                return self._pool.pop()
+        return self._engine.create_context()
+
+    def _release(self, ctx: ExecutionContext) -> None:
+        with self._pool_lock:
+            self._pool.append(ctx)
+
+    def run(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: dict[str, Any],
+        run_options: RunOptions | None = None,
+    ) -> list[Any]:
+        """Runs the model; returns the requested outputs (all when output_names is None/empty)."""
+        if not isinstance(input_feed, dict):
+            raise TypeError(f"input_feed must be a dict of name → array, got {type(input_feed).__name__}")
+        indices = None
+        if output_names:
+            indices = []
+            for name in output_names:
+                if name not in self._output_index:
+                    known = ", ".join(repr(o.name) for o in self._outputs)
+                    raise _error("InvalidArgument", f"unknown output '{name}'; the model's outputs are: {known}")
+                indices.append(self._output_index[name])
+        feed = _normalize_feed(self._inputs, input_feed)
+        if self._threads > 0:
+            set_num_threads(self._threads)
+        ctx = self._acquire()
+        try:
+            outputs = ctx.run(feed)
+        finally:
+            self._release(ctx)
+        return outputs if indices is None else [outputs[i] for i in indices]
+
+    def __repr__(self) -> str:
+        src = self._model_path or "<bytes>"
+        return f"kiln.InferenceSession({src!r}, device={self._engine.device!r})"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs every test: C++ unit tests (ctest), Python API tests (pytest), the model zoo's agreement
+# with onnxruntime (models present in build/zoo/), and onnx's conformance suites.
+# GPU tests report themselves as skipped on machines without a GPU.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+[ -f build/build.ninja ] || scripts/setup.sh --no-build
+scripts/build.sh
+echo "== unit tests"
+(cd build && ctest --output-on-failure -j2 --timeout 300)
+export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
+if [ -d tests/python ]; then
+  echo "== python tests"
+  .venv/bin/python -m pytest -q tests/python
+fi
+if [ -d tests/models ]; then
+  # Models exported into build/zoo/ (scripts/zoo.sh, or the CI subset in .ci/run); absent ones skip.
+  echo "== model zoo (kiln vs onnxruntime)"
+  .venv/bin/python -m pytest -q -rs tests/models
+fi
+echo "== onnx conformance (onnx's own backend test runner against kiln.backend)"
+.venv/bin/python tests/conformance/run.py --suite all --json build/conformance.json
+echo "== operator support table is current"
+.venv/bin/python tools/gen_op_table.py --results build/conformance.json --check

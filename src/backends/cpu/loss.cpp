@@ -1,0 +1,110 @@
+// backends/cpu/loss.cpp — SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss on the CPU.
+//
+// Inputs are [N, C, d1..dk] with labels [N, d1..dk]. Each position's loss is -logp[label] times
+// the label's weight (1 without weights); positions whose label equals ignore_index count as zero
+// and carry weight zero. reduction "mean" divides the sum by the total weight of the positions.
+#include <limits>
+
+#include "backends/cpu/rq_common.h"
+
+namespace kiln::cpu::rq {
+namespace {
+
+enum class Reduction { kNone, kSum, kMean };
+
+struct LossAttrs {
+  bool softmax = false;  // SoftmaxCrossEntropyLoss: take log_softmax over C first
+  Reduction reduction = Reduction::kMean;
+  bool has_ignore = false;
+  int64_t ignore_index = 0;
+};
+
+Expected<LossAttrs> parse_loss_attrs(const ir::Node& n, bool softmax) {
+  LossAttrs a;
+  a.softmax = softmax;
+  const std::string r = n.attr_string("reduction", "mean");
+  if (r == "none") a.reduction = Reduction::kNone;
+  else if (r == "sum") a.reduction = Reduction::kSum;
+  else if (r == "mean") a.reduction = Reduction::kMean;
+  else return invalid_model(n.describe() + ": reduction must be none, sum or mean, got '" + r + "'");
+  a.has_ignore = n.attr("ignore_index") != nullptr;
+  a.ignore_index = n.attr_int("ignore_index", 0);
+  return a;
+}
+
+Status loss_kernel(KernelContext& ctx, const LossAttrs& a) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& labels = ctx.input(1);
+  const Tensor* weights = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  if (x.rank() < 2) return ctx.error("scores must have shape [N, C, d1, ...]");
+  const int64_t N = x.dim(0), C = x.dim(1);
+  int64_t D = 1;
+  for (int i = 2; i < x.rank(); ++i) D *= x.dim(i);
+  Shape lshape = x.shape();
+  lshape.erase(lshape.begin() + 1);
+  if (labels.shape() != lshape)
+    return ctx.error("labels must have shape " + shape_to_string(lshape) + ", got " + shape_to_string(labels.shape()));
+  if (labels.dtype() != DataType::kInt32 && labels.dtype() != DataType::kInt64) return ctx.error("labels must be int32 or int64");
+  if (weights && (weights->rank() != 1 || weights->dim(0) != C))
+    return ctx.error("weights must have shape [" + std::to_string(C) + "]");
+  std::vector<double> logp = to_f64(x);
+  if (a.softmax) {
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t d = 0; d < D; ++d) {
+        double* p = &logp[n * C * D + d];
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int64_t c = 0; c < C; ++c) mx = std::max(mx, p[c * D]);
+        double sum = 0;
+        for (int64_t c = 0; c < C; ++c) sum += std::exp(p[c * D] - mx);
+        const double lse = mx + std::log(sum);
+        for (int64_t c = 0; c < C; ++c) p[c * D] -= lse;
+      }
+  }
+  std::vector<double> loss(static_cast<size_t>(N * D)), wsum(static_cast<size_t>(N * D));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t k = n * D + d;
+      const int64_t label = static_cast<int64_t>(load_f64(labels, k));
+      if (a.has_ignore && label == a.ignore_index) {
+        loss[k] = 0;
+        wsum[k] = 0;
+        continue;
+      }
+      if (label < 0 || label >= C)
+        return ctx.error("label " + std::to_string(label) + " out of range [0, " + std::to_string(C) + ")");
+      const double w = weights ? load_f64(*weights, label) : 1.0;
+      loss[k] = -logp[(n * C + label) * D + d] * w;
+      wsum[k] = w;
+    }
+  if (a.reduction == Reduction::kNone) {
+    Tensor& out = ctx.output(0, x.dtype(), lshape);
+    for (int64_t k = 0; k < N * D; ++k) store_float(out, k, loss[k]);
+  } else {
+    double total = 0, weight = 0;
+    for (int64_t k = 0; k < N * D; ++k) {
+      total += loss[k];
+      weight += wsum[k];
+    }
+    store_float(ctx.output(0, x.dtype(), {}), 0, a.reduction == Reduction::kSum ? total : total / weight);
+  }
+  if (a.softmax && ctx.has_output(1)) {
+    Tensor& lp = ctx.output(1, x.dtype(), x.shape());
+    for (int64_t i = 0; i < x.numel(); ++i) store_float(lp, i, logp[i]);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void register_loss(KernelRegistry& r) {
+  const std::pair<const char*, bool> ops[] = {{"SoftmaxCrossEntropyLoss", true}, {"NegativeLogLikelihoodLoss", false}};
+  for (const auto& [name, softmax] : ops) {
+    r.add({name, "", 12, 1 << 30, std::string("cpu.") + name + ".any", [](const ir::Node& n) { return require_float(n, 0); },
+           [softmax](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+             KILN_ASSIGN_OR_RETURN(LossAttrs a, parse_loss_attrs(n, softmax));
+             return make_kernel([a](KernelContext& ctx) { return loss_kernel(ctx, a); });
+           }});
+  }
+}
+
+}  // namespace kiln::cpu::rq

@@ -1,0 +1,136 @@
+// backends/cpu/misc_random.cpp — RandomNormal, RandomUniform (+Like), Bernoulli, Multinomial.
+//
+// With a `seed` attribute every run draws the same numbers (a fresh std::mt19937_64 seeded from it
+// per run keeps `run` const and thread-safe); without one each run is seeded from std::random_device.
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "backends/cpu/misc_kernels.h"
+#include "backends/cpu/numeric.h"
+
+namespace kiln::cpu {
+namespace {
+
+struct Seed {
+  bool has = false;
+  uint64_t value = 0;
+  std::mt19937_64 engine() const {
+    if (has) return std::mt19937_64(value);
+    std::random_device rd;
+    return std::mt19937_64((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  }
+};
+
+Seed seed_of(const ir::Node& n) {
+  Seed s;
+  if (const ir::Attribute* a = n.attr("seed")) {
+    s.has = true;
+    uint32_t bits;
+    std::memcpy(&bits, &a->f, 4);
+    s.value = bits * 0x9E3779B97F4A7C15ull + 12345;
+  }
+  return s;
+}
+
+template <typename Draw>
+Status fill_real(KernelContext& ctx, Tensor& y, Draw&& draw) {
+  bool ok = false;
+  visit_numeric_f16(y.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (Num<T>::is_float) {
+      T* p = y.data<T>();
+      for (int64_t i = 0; i < y.numel(); ++i) p[i] = from_double<T>(draw());
+      ok = true;
+    }
+  });
+  return ok ? Status::Ok() : ctx.error(std::string("output dtype must be a float type, got ") + dtype_name(y.dtype()));
+}
+
+// RandomNormal / RandomUniform and their *Like forms.
+Expected<KernelPtr> create_random(const ir::Node& n, KernelInit&) {
+  const bool normal = n.op_type.find("Normal") != std::string::npos;
+  const bool like = n.op_type.find("Like") != std::string::npos;
+  const double a = normal ? n.attr_float("mean", 0.f) : n.attr_float("low", 0.f);
+  const double b = normal ? n.attr_float("scale", 1.f) : n.attr_float("high", 1.f);
+  const bool has_dtype = n.attr("dtype") != nullptr;
+  const auto dtype = static_cast<DataType>(n.attr_int("dtype", static_cast<int64_t>(DataType::kFloat32)));
+  const Shape shape = n.attr_ints("shape");
+  const Seed seed = seed_of(n);
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    DataType dt = dtype;
+    Shape s = shape;
+    if (like) {
+      s = ctx.input(0).shape();
+      if (!has_dtype) dt = ctx.input(0).dtype();
+    }
+    Tensor& y = ctx.output(0, dt, s);
+    auto g = seed.engine();
+    if (normal) {
+      std::normal_distribution<double> d(a, b);
+      return fill_real(ctx, y, [&] { return d(g); });
+    }
+    std::uniform_real_distribution<double> d(a, b);
+    return fill_real(ctx, y, [&] { return d(g); });
+  });
+}
+
+Expected<KernelPtr> create_bernoulli(const ir::Node& n, KernelInit&) {
+  const bool has_dtype = n.attr("dtype") != nullptr;
+  const auto dtype = static_cast<DataType>(n.attr_int("dtype", 0));
+  const Seed seed = seed_of(n);
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    const Tensor& p = ctx.input(0);
+    std::vector<double> probs;
+    if (!read_reals(p, probs)) return ctx.error("input must be a float tensor");
+    Tensor& y = ctx.output(0, has_dtype ? dtype : p.dtype(), p.shape());
+    auto g = seed.engine();
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    const bool ok = visit_numeric_f16(y.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      for (int64_t i = 0; i < y.numel(); ++i) y.data<T>()[i] = from_double<T>(u(g) < probs[i] ? 1.0 : 0.0);
+    });
+    return ok ? Status::Ok() : ctx.error("unsupported output dtype");
+  });
+}
+
+Expected<KernelPtr> create_multinomial(const ir::Node& n, KernelInit&) {
+  const int64_t samples = n.attr_int("sample_size", 1);
+  const auto dtype = static_cast<DataType>(n.attr_int("dtype", static_cast<int64_t>(DataType::kInt32)));
+  const Seed seed = seed_of(n);
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    if (x.rank() != 2) return ctx.error("input must be 2-D [batch, classes]");
+    if (dtype != DataType::kInt32 && dtype != DataType::kInt64) return ctx.error("dtype must be int32 or int64");
+    std::vector<double> logits;
+    if (!read_reals(x, logits)) return ctx.error("input must be a float tensor");
+    const int64_t batch = x.dim(0), classes = x.dim(1);
+    Tensor& y = ctx.output(0, dtype, {batch, samples});
+    auto g = seed.engine();
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    std::vector<double> cdf(static_cast<size_t>(classes));
+    for (int64_t b = 0; b < batch; ++b) {
+      double m = -INFINITY, total = 0;
+      for (int64_t c = 0; c < classes; ++c) m = std::max(m, logits[b * classes + c]);
+      for (int64_t c = 0; c < classes; ++c) cdf[c] = total += std::exp(logits[b * classes + c] - m);
+      for (int64_t s = 0; s < samples; ++s) {
+        const double r = u(g) * total;
+        const int64_t c = std::min<int64_t>(classes - 1, std::upper_bound(cdf.begin(), cdf.end(), r) - cdf.begin());
+        if (dtype == DataType::kInt32) y.data<int32_t>()[b * samples + s] = static_cast<int32_t>(c);
+        else y.data<int64_t>()[b * samples + s] = c;
+      }
+    }
+    return Status::Ok();
+  });
+}
+
+}  // namespace
+
+void register_random(KernelRegistry& r) {
+  for (const char* op : {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike"})
+    r.add({op, "", 1, 1 << 30, std::string("cpu.") + op + ".any", nullptr, create_random});
+  r.add({"Bernoulli", "", 15, 1 << 30, "cpu.Bernoulli.any", nullptr, create_bernoulli});
+  r.add({"Multinomial", "", 7, 1 << 30, "cpu.Multinomial.any", nullptr, create_multinomial});
+}
+
+}  // namespace kiln::cpu

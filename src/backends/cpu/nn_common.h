@@ -1,0 +1,149 @@
+// backends/cpu/nn_common.h — helpers shared by the CPU nn kernel files (nn_*.cpp): reading and
+// writing float-like tensors in a compute type, GEMM, and the per-file registration hooks.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_kernels.h"
+
+namespace kiln::cpu::nn {
+
+void register_gemm(KernelRegistry& r);
+void register_conv(KernelRegistry& r);
+void register_pool(KernelRegistry& r);
+void register_norm(KernelRegistry& r);
+void register_softmax(KernelRegistry& r);
+
+inline bool is_real(DataType t) {
+  return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kFloat16 || t == DataType::kBFloat16;
+}
+
+// Calls f(Tag<C>{}) with the compute type C of a float-like dtype: double for float64, float for
+// float32/float16/bfloat16. Returns false for other dtypes.
+template <typename F>
+bool visit_real(DataType dt, F&& f) {
+  if (dt == DataType::kFloat64) { f(Tag<double>{}); return true; }
+  if (dt == DataType::kFloat32 || dt == DataType::kFloat16 || dt == DataType::kBFloat16) { f(Tag<float>{}); return true; }
+  return false;
+}
+
+// Element i of a numeric tensor as C (float16/bfloat16 decoded).
+template <typename C>
+C load_as(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DataType::kFloat16: return static_cast<C>(f16_to_f32(t.data<uint16_t>()[i]));
+    case DataType::kBFloat16: return static_cast<C>(bf16_to_f32(t.data<uint16_t>()[i]));
+    default: {
+      C v{};
+      visit_numeric(t.dtype(), [&](auto tag) { v = static_cast<C>(t.data<typename decltype(tag)::type>()[i]); });
+      return v;
+    }
+  }
+}
+
+// The elements of `t` as C: a pointer straight into `t` when its dtype is C, else a converted copy.
+template <typename C>
+class ReadAs {
+ public:
+  explicit ReadAs(const Tensor& t) {
+    if ((std::is_same_v<C, float> && t.dtype() == DataType::kFloat32) ||
+        (std::is_same_v<C, double> && t.dtype() == DataType::kFloat64) ||
+        (std::is_same_v<C, int32_t> && t.dtype() == DataType::kInt32) ||
+        (std::is_same_v<C, int64_t> && t.dtype() == DataType::kInt64)) {
+      p_ = t.data<C>();
+      return;
+    }
+    buf_.resize(static_cast<size_t>(t.numel()));
+    for (int64_t i = 0; i < t.numel(); ++i) buf_[i] = load_as<C>(t, i);
+    p_ = buf_.data();
+  }
+  const C* data() const { return p_; }
+  C operator[](int64_t i) const { return p_[i]; }
+
+ private:
+  const C* p_ = nullptr;
+  std::vector<C> buf_;
+};
+
+// Stores `v` into element i of a float-like tensor.
+template <typename C>
+void store_as(Tensor& t, int64_t i, C v) {
+  switch (t.dtype()) {
+    case DataType::kFloat32: t.data<float>()[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: t.data<double>()[i] = static_cast<double>(v); break;
+    case DataType::kFloat16: t.data<uint16_t>()[i] = f32_to_f16(static_cast<float>(v)); break;
+    case DataType::kBFloat16: t.data<uint16_t>()[i] = f32_to_bf16(static_cast<float>(v)); break;
+    default: visit_numeric(t.dtype(), [&](auto tag) { t.data<typename decltype(tag)::type>()[i] = static_cast<typename decltype(tag)::type>(v); });
+  }
+}
+
+// A C buffer that ends up in `t`: writes go straight into `t` when its dtype is C, else into a
+// scratch buffer that commit() converts.
+template <typename C>
+class WriteAs {
+ public:
+  explicit WriteAs(Tensor& t) : t_(t) {
+    if ((std::is_same_v<C, float> && t.dtype() == DataType::kFloat32) ||
+        (std::is_same_v<C, double> && t.dtype() == DataType::kFloat64)) {
+      p_ = t.data<C>();
+      return;
+    }
+    buf_.resize(static_cast<size_t>(t.numel()));
+    p_ = buf_.data();
+  }
+  C* data() { return p_; }
+  C& operator[](int64_t i) { return p_[i]; }
+  void commit() {
+    if (buf_.empty()) return;
+    const int64_t n = t_.numel();
+    parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) store_as<C>(t_, i, buf_[i]);
+    });
+  }
+
+ private:
+  Tensor& t_;
+  C* p_ = nullptr;
+  std::vector<C> buf_;
+};
+
+// Row-major C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C. float goes to oneDNN's sgemm
+// (itself multi-threaded); other types use plain loops.
+template <typename T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+          int64_t ldb, T beta, T* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (K > 0) {
+      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      return;
+    }
+  }
+  parallel_for(M, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, N * K)), [&](int64_t m0, int64_t m1) {
+    std::vector<T> acc(static_cast<size_t>(N));
+    for (int64_t m = m0; m < m1; ++m) {
+      std::fill(acc.begin(), acc.end(), T(0));
+      for (int64_t k = 0; k < K; ++k) {
+        const T a = ta ? A[k * lda + m] : A[m * lda + k];
+        if (!tb) {
+          const T* brow = B + k * ldb;
+          for (int64_t n = 0; n < N; ++n) acc[n] += a * brow[n];
+        } else {
+          for (int64_t n = 0; n < N; ++n) acc[n] += a * B[n * ldb + k];
+        }
+      }
+      T* c = C + m * ldc;
+      for (int64_t n = 0; n < N; ++n) c[n] = alpha * acc[n] + (beta == T(0) ? T(0) : beta * c[n]);
+    }
+  });
+}
+
+inline std::string require_real(const ir::Node& n, int input) {
+  return require_dtypes(n, input, {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16});
+}
+
+}  // namespace kiln::cpu::nn

@@ -1,0 +1,315 @@
+// backends/cpu/nn_conv.cpp — Conv, ConvTranspose, ConvInteger, QLinearConv on the CPU:
+// im2col (or the input itself for 1x1 windows) times the weights through gemm, col2im for the
+// transposed convolution.
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/nn_common.h"
+#include "ops/nn.h"
+
+namespace kiln::cpu::nn {
+namespace {
+
+using ops::WindowGeometry;
+
+int64_t prod(const std::vector<int64_t>& v) {
+  int64_t p = 1;
+  for (int64_t d : v) p *= d;
+  return p;
+}
+
+// Decodes flat index `i` over `dims` into `coord` (row-major).
+void unflatten(int64_t i, const std::vector<int64_t>& dims, int64_t* coord) {
+  for (size_t d = dims.size(); d-- > 0;) {
+    coord[d] = i % dims[d];
+    i /= dims[d];
+  }
+}
+
+// col[c * K + k][o] = x[c][o * stride - pad + k * dilation] (0 outside), for K window offsets and
+// O output positions. x holds `channels` planes of `in` dims.
+template <typename T>
+void im2col(const T* x, int64_t channels, const std::vector<int64_t>& in, const WindowGeometry& g, T* col) {
+  const size_t n = in.size();
+  const int64_t ksz = prod(g.kernel), osz = prod(g.out), isz = prod(in);
+  const int64_t OL = g.out[n - 1], IL = in[n - 1], SL = g.strides[n - 1], PL = g.pads[n - 1], DL = g.dilations[n - 1];
+  const int64_t outer = OL ? osz / OL : 0;
+  const std::vector<int64_t> outer_dims(g.out.begin(), g.out.end() - 1);
+  parallel_for(channels * ksz, std::max<int64_t>(1, 8192 / std::max<int64_t>(osz, 1)), [&](int64_t r0, int64_t r1) {
+    std::vector<int64_t> kk(n), oc(n);
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xc = x + (r / ksz) * isz;
+      unflatten(r % ksz, g.kernel, kk.data());
+      T* dst = col + r * osz;
+      for (int64_t o = 0; o < outer; ++o, dst += OL) {
+        unflatten(o, outer_dims, oc.data());
+        int64_t off = 0;
+        bool valid = true;
+        for (size_t d = 0; d + 1 < n; ++d) {
+          const int64_t id = oc[d] * g.strides[d] - g.pads[d] + kk[d] * g.dilations[d];
+          valid = valid && id >= 0 && id < in[d];
+          off = off * in[d] + id;
+        }
+        if (!valid) {
+          std::fill(dst, dst + OL, T(0));
+          continue;
+        }
+        const T* base = xc + off * IL;
+        const int64_t shift = kk[n - 1] * DL - PL;
+        for (int64_t ol = 0; ol < OL; ++ol) {
+          const int64_t il = ol * SL + shift;
+          dst[ol] = il >= 0 && il < IL ? base[il] : T(0);
+        }
+      }
+    }
+  });
+}
+
+// y[m][i * stride - pad + k * dilation] += col[m * K + k][i], the adjoint of im2col.
+template <typename T>
+void col2im(const T* col, int64_t channels, const std::vector<int64_t>& in, const WindowGeometry& g, T* y) {
+  const size_t n = in.size();
+  const int64_t ksz = prod(g.kernel), osz = prod(g.out), isz = prod(in);
+  parallel_for(channels, 1, [&](int64_t c0, int64_t c1) {
+    std::vector<int64_t> kk(n), ic(n);
+    for (int64_t c = c0; c < c1; ++c) {
+      T* yc = y + c * osz;
+      for (int64_t k = 0; k < ksz; ++k) {
+        unflatten(k, g.kernel, kk.data());
+        const T* src = col + (c * ksz + k) * isz;
+        for (int64_t i = 0; i < isz; ++i) {
+          unflatten(i, in, ic.data());
+          int64_t off = 0;
+          bool valid = true;
+          for (size_t d = 0; d < n && valid; ++d) {
+            const int64_t od = ic[d] * g.strides[d] - g.pads[d] + kk[d] * g.dilations[d];
+            valid = od >= 0 && od < g.out[d];
+            off = off * g.out[d] + od;
+          }
+          if (valid) yc[off] += src[i];
+        }
+      }
+    }
+  });
+}
+
+struct ConvShapes {
+  int64_t N = 0, C = 0, M = 0, group = 1;
+  std::vector<int64_t> in;
+  WindowGeometry g;
+  Shape y;
+};
+
+// Checks X [N, C, in...] against W [M, C/group, k...] and lays out the windows.
+Status conv_shapes(KernelContext& ctx, const ops::WindowAttrs& a, int64_t group, const Shape& x, const Shape& w,
+                   ConvShapes& s) {
+  if (x.size() < 3) return ctx.error("X must have rank >= 3 ([N, C, spatial...]), got " + shape_to_string(x));
+  if (w.size() != x.size()) return ctx.error("W must have the rank of X, got " + shape_to_string(w));
+  if (group < 1 || x[1] != w[1] * group || w[0] % group != 0)
+    return ctx.error("channels do not match: X " + shape_to_string(x) + ", W " + shape_to_string(w) + ", group " +
+                     std::to_string(group));
+  s.N = x[0];
+  s.C = x[1];
+  s.M = w[0];
+  s.group = group;
+  s.in.assign(x.begin() + 2, x.end());
+  auto g = ops::window_geometry(a, s.in, std::vector<int64_t>(w.begin() + 2, w.end()));
+  if (!g.ok()) return ctx.error(g.status().message());
+  if (a.kernel.size() && a.kernel != std::vector<int64_t>(w.begin() + 2, w.end()))
+    return ctx.error("kernel_shape does not match W's shape " + shape_to_string(w));
+  s.g = *g;
+  s.y = {s.N, s.M};
+  s.y.insert(s.y.end(), s.g.out.begin(), s.g.out.end());
+  return Status::Ok();
+}
+
+bool is_pointwise(const WindowGeometry& g) {
+  for (size_t i = 0; i < g.kernel.size(); ++i)
+    if (g.kernel[i] != 1 || g.strides[i] != 1 || g.pads[i] != 0 || g.pads[g.kernel.size() + i] != 0) return false;
+  return true;
+}
+
+// y[N, M, out] = conv(x[N, C, in], w[M, C/g, k]) (+ bias[M] when given).
+template <typename T>
+void conv_forward(const ConvShapes& s, const T* x, const T* w, const T* bias, T* y) {
+  const int64_t Cg = s.C / s.group, Mg = s.M / s.group, ksz = prod(s.g.kernel), osz = prod(s.g.out), isz = prod(s.in);
+  const int64_t rows = Cg * ksz;
+  const bool direct = is_pointwise(s.g);
+  auto one = [&](int64_t n, int64_t grp, std::vector<T>& col) {
+    const T* xg = x + (n * s.C + grp * Cg) * isz;
+    const T* src = xg;
+    if (!direct) {
+      col.resize(static_cast<size_t>(rows * osz));
+      im2col<T>(xg, Cg, s.in, s.g, col.data());
+      src = col.data();
+    }
+    T* yg = y + (n * s.M + grp * Mg) * osz;
+    gemm<T>(false, false, Mg, osz, rows, T(1), w + grp * Mg * rows, rows, src, osz, T(0), yg, osz);
+    if (rows == 0) std::fill(yg, yg + Mg * osz, T(0));
+  };
+  const int64_t jobs = s.N * s.group;
+  if (s.group > 1 || Mg * osz * rows < (1 << 16)) {
+    parallel_for(jobs, 1, [&](int64_t b, int64_t e) {
+      std::vector<T> col;
+      for (int64_t j = b; j < e; ++j) one(j / s.group, j % s.group, col);
+    });
+  } else {
+    std::vector<T> col;
+    for (int64_t j = 0; j < jobs; ++j) one(j / s.group, j % s.group, col);
+  }
+  if (bias) {
+    parallel_for(s.N * s.M, 16, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        T* p = y + i * osz;
+        const T v = bias[i % s.M];
+        for (int64_t o = 0; o < osz; ++o) p[o] += v;
+      }
+    });
+  }
+}
+
+struct ConvAttrs {
+  ops::WindowAttrs w;
+  int64_t group = 1;
+};
+
+ConvAttrs parse_conv(const ir::Node& n) { return {ops::parse_window_attrs(n), n.attr_int("group", 1)}; }
+
+Status conv_kernel(KernelContext& ctx, const ConvAttrs& a) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& w = ctx.input(1);
+  ConvShapes s;
+  KILN_RETURN_IF_ERROR(conv_shapes(ctx, a.w, a.group, x.shape(), w.shape(), s));
+  if (ctx.has_input(2) && ctx.input(2).numel() != s.M) return ctx.error("B must have M = " + std::to_string(s.M) + " entries");
+  Tensor& y = ctx.output(0, x.dtype(), s.y);
+  visit_real(x.dtype(), [&](auto tag) {
+    using C = typename decltype(tag)::type;
+    ReadAs<C> xv(x), wv(w);
+    std::unique_ptr<ReadAs<C>> bv;
+    if (ctx.has_input(2)) bv = std::make_unique<ReadAs<C>>(ctx.input(2));
+    WriteAs<C> out(y);
+    conv_forward<C>(s, xv.data(), wv.data(), bv ? bv->data() : nullptr, out.data());
+    out.commit();
+  });
+  return Status::Ok();
+}
+
+// ---- Quantized convolutions: int32 accumulation of (x - x_zp) * (w - w_zp[m]).
+
+Status integer_conv(KernelContext& ctx, const ConvAttrs& a, int ix, int ixz, int iw, int iwz, ConvShapes& s,
+                    std::vector<int32_t>& acc) {
+  const Tensor& x = ctx.input(ix);
+  const Tensor& w = ctx.input(iw);
+  for (const Tensor* t : {&x, &w})
+    if (t->dtype() != DataType::kInt8 && t->dtype() != DataType::kUInt8) return ctx.error("x and w must be int8 or uint8");
+  KILN_RETURN_IF_ERROR(conv_shapes(ctx, a.w, a.group, x.shape(), w.shape(), s));
+  const int32_t xz = ctx.has_input(ixz) && ctx.input(ixz).numel() ? load_as<int32_t>(ctx.input(ixz), 0) : 0;
+  const Tensor* wz = ctx.has_input(iwz) && ctx.input(iwz).numel() ? &ctx.input(iwz) : nullptr;
+  if (wz && wz->numel() != 1 && wz->numel() != s.M) return ctx.error("w_zero_point must be a scalar or have M entries");
+  std::vector<int32_t> xv(static_cast<size_t>(x.numel())), wv(static_cast<size_t>(w.numel()));
+  for (int64_t i = 0; i < x.numel(); ++i) xv[i] = load_as<int32_t>(x, i) - xz;
+  const int64_t per_m = s.M ? w.numel() / s.M : 0;
+  for (int64_t i = 0; i < w.numel(); ++i)
+    wv[i] = load_as<int32_t>(w, i) - (wz ? load_as<int32_t>(*wz, wz->numel() == 1 ? 0 : i / per_m) : 0);
+  acc.resize(static_cast<size_t>(shape_numel(s.y)));
+  conv_forward<int32_t>(s, xv.data(), wv.data(), nullptr, acc.data());
+  return Status::Ok();
+}
+
+Status conv_integer_kernel(KernelContext& ctx, const ConvAttrs& a) {
+  ConvShapes s;
+  std::vector<int32_t> acc;
+  KILN_RETURN_IF_ERROR(integer_conv(ctx, a, 0, 2, 1, 3, s, acc));
+  Tensor& y = ctx.output(0, DataType::kInt32, s.y);
+  if (!acc.empty()) std::memcpy(y.raw(), acc.data(), acc.size() * sizeof(int32_t));
+  return Status::Ok();
+}
+
+Status qlinear_conv_kernel(KernelContext& ctx, const ConvAttrs& a) {
+  for (int i : {1, 2, 4, 5, 6, 7})
+    if (!ctx.has_input(i)) return ctx.error("scales and zero points are required");
+  ConvShapes s;
+  std::vector<int32_t> acc;
+  KILN_RETURN_IF_ERROR(integer_conv(ctx, a, 0, 2, 3, 5, s, acc));
+  const Tensor& ws = ctx.input(4);
+  if (ws.numel() != 1 && ws.numel() != s.M) return ctx.error("w_scale must be a scalar or have M entries");
+  const Tensor* bias = ctx.has_input(8) ? &ctx.input(8) : nullptr;
+  if (bias && bias->numel() != s.M) return ctx.error("B must have M entries");
+  const Tensor& yz = ctx.input(7);
+  Tensor& y = ctx.output(0, yz.dtype(), s.y);
+  const float xs = load_as<float>(ctx.input(1), 0), ys = load_as<float>(ctx.input(6), 0);
+  const int32_t zp = load_as<int32_t>(yz, 0);
+  const int64_t osz = prod(s.g.out);
+  const double lo = yz.dtype() == DataType::kUInt8 ? 0 : -128, hi = yz.dtype() == DataType::kUInt8 ? 255 : 127;
+  for (int64_t i = 0; i < static_cast<int64_t>(acc.size()); ++i) {
+    const int64_t m = (i / osz) % s.M;
+    const int32_t v = acc[i] + (bias ? load_as<int32_t>(*bias, m) : 0);
+    const float scale = xs * load_as<float>(ws, ws.numel() == 1 ? 0 : m) / ys;
+    const double q = std::min(hi, std::max(lo, std::nearbyint(static_cast<double>(v) * scale) + zp));
+    if (yz.dtype() == DataType::kUInt8) y.data<uint8_t>()[i] = static_cast<uint8_t>(q);
+    else y.data<int8_t>()[i] = static_cast<int8_t>(q);
+  }
+  return Status::Ok();
+}
+
+// ---- ConvTranspose: X [N, C, in...], W [C, M/group, k...] → Y [N, M, out...].
+
+Status conv_transpose_kernel(KernelContext& ctx, const ConvAttrs& a) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& w = ctx.input(1);
+  const Shape& xs = x.shape();
+  const Shape& wsh = w.shape();
+  if (xs.size() < 3 || wsh.size() != xs.size()) return ctx.error("X and W must have the same rank >= 3");
+  const int64_t group = a.group, N = xs[0], C = xs[1];
+  if (group < 1 || wsh[0] != C || C % group != 0)
+    return ctx.error("channels do not match: X " + shape_to_string(xs) + ", W " + shape_to_string(wsh));
+  const int64_t M = wsh[1] * group, Cg = C / group, Mg = wsh[1];
+  const std::vector<int64_t> in(xs.begin() + 2, xs.end());
+  auto g = ops::transpose_geometry(a.w, in, std::vector<int64_t>(wsh.begin() + 2, wsh.end()));
+  if (!g.ok()) return ctx.error(g.status().message());
+  if (ctx.has_input(2) && ctx.input(2).numel() != M) return ctx.error("B must have M = " + std::to_string(M) + " entries");
+  Shape ys = {N, M};
+  ys.insert(ys.end(), g->out.begin(), g->out.end());
+  Tensor& y = ctx.output(0, x.dtype(), ys);
+  const int64_t ksz = prod(g->kernel), isz = prod(in), osz = prod(g->out);
+  visit_real(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    ReadAs<T> xv(x), wv(w);
+    WriteAs<T> out(y);
+    T* yp = out.data();
+    std::fill(yp, yp + N * M * osz, T(0));
+    std::vector<T> col(static_cast<size_t>(Mg * ksz * isz));
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t grp = 0; grp < group; ++grp) {
+        gemm<T>(true, false, Mg * ksz, isz, Cg, T(1), wv.data() + grp * Cg * Mg * ksz, Mg * ksz,
+                xv.data() + (n * C + grp * Cg) * isz, isz, T(0), col.data(), isz);
+        if (Cg == 0) std::fill(col.begin(), col.end(), T(0));
+        col2im<T>(col.data(), Mg, in, *g, yp + (n * M + grp * Mg) * osz);
+      }
+    if (ctx.has_input(2)) {
+      ReadAs<T> bv(ctx.input(2));
+      for (int64_t i = 0; i < N * M; ++i)
+        for (int64_t o = 0; o < osz; ++o) yp[i * osz + o] += bv[i % M];
+    }
+    out.commit();
+  });
+  return Status::Ok();
+}
+
+template <Status (*Fn)(KernelContext&, const ConvAttrs&)>
+Expected<KernelPtr> make_conv(const ir::Node& n, KernelInit&) {
+  ConvAttrs a = parse_conv(n);
+  return make_kernel([a](KernelContext& ctx) { return Fn(ctx, a); });
+}
+
+}  // namespace
+
+void register_conv(KernelRegistry& r) {
+  auto real = [](const ir::Node& n) { return require_real(n, 0); };
+  r.add({"Conv", "", 1, 1 << 30, "cpu.Conv.any.im2col_sgemm", real, make_conv<conv_kernel>});
+  r.add({"ConvTranspose", "", 1, 1 << 30, "cpu.ConvTranspose.any.sgemm_col2im", real, make_conv<conv_transpose_kernel>});
+  r.add({"ConvInteger", "", 10, 1 << 30, "cpu.ConvInteger.i8.im2col", nullptr, make_conv<conv_integer_kernel>});
+  r.add({"QLinearConv", "", 10, 1 << 30, "cpu.QLinearConv.i8.im2col", nullptr, make_conv<qlinear_conv_kernel>});
+}
+
+}  // namespace kiln::cpu::nn

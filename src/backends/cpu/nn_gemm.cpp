@@ -1,0 +1,297 @@
+// backends/cpu/nn_gemm.cpp — MatMul, Gemm, MatMulInteger, QLinearMatMul on the CPU.
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "backends/cpu/nn_common.h"
+#include "ops/op_table.h"
+
+namespace kiln::cpu::nn {
+namespace {
+
+// numpy matmul over broadcast batch dims: one [M,K] x [K,N] product per output batch entry.
+struct MatMulPlan {
+  Shape out;
+  int64_t M = 0, N = 0, K = 0;
+  std::vector<int64_t> a_batch, b_batch;  // per output batch: batch index into A and into B
+  bool fold_batch_into_m = false;         // B has no batch and A's batches are contiguous rows
+};
+
+// Index of each entry of `out` (a broadcast of `in`) into `in`.
+std::vector<int64_t> broadcast_index(const Shape& in, const Shape& out) {
+  const int64_t n = shape_numel(out);
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  const size_t r = out.size(), off = r - in.size();
+  std::vector<int64_t> coord(r, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t j = 0;
+    for (size_t d = off; d < r; ++d) j = j * in[d - off] + (in[d - off] == 1 ? 0 : coord[d]);
+    idx[i] = j;
+    for (size_t d = r; d-- > 0;) {
+      if (++coord[d] < out[d]) break;
+      coord[d] = 0;
+    }
+  }
+  return idx;
+}
+
+Status plan_matmul(const KernelContext& ctx, const Shape& a0, const Shape& b0, MatMulPlan& p) {
+  if (a0.empty() || b0.empty()) return ctx.error("MatMul operands must have rank >= 1");
+  Shape a = a0, b = b0;
+  if (a.size() == 1) a.insert(a.begin(), 1);
+  if (b.size() == 1) b.push_back(1);
+  p.M = a[a.size() - 2];
+  p.K = a.back();
+  p.N = b.back();
+  if (b[b.size() - 2] != p.K)
+    return ctx.error("inner dimensions differ: " + shape_to_string(a0) + " x " + shape_to_string(b0));
+  const Shape ba(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
+  Shape batch;
+  if (!ops::broadcast_shapes(ba, bb, &batch))
+    return ctx.error("batch dims do not broadcast: " + shape_to_string(a0) + " x " + shape_to_string(b0));
+  p.a_batch = broadcast_index(ba, batch);
+  p.b_batch = broadcast_index(bb, batch);
+  p.fold_batch_into_m = shape_numel(bb) == 1 && shape_numel(ba) == shape_numel(batch);
+  p.out = batch;
+  if (a0.size() > 1) p.out.push_back(p.M);
+  if (b0.size() > 1) p.out.push_back(p.N);
+  return Status::Ok();
+}
+
+template <typename T>
+void run_matmul(const MatMulPlan& p, const T* A, const T* B, T* C) {
+  const int64_t batches = static_cast<int64_t>(p.a_batch.size());
+  if (batches == 0 || p.M == 0 || p.N == 0) return;
+  if (p.fold_batch_into_m) {
+    gemm<T>(false, false, batches * p.M, p.N, p.K, T(1), A, p.K, B, p.N, T(0), C, p.N);
+    return;
+  }
+  auto one = [&](int64_t i) {
+    gemm<T>(false, false, p.M, p.N, p.K, T(1), A + p.a_batch[i] * p.M * p.K, p.K, B + p.b_batch[i] * p.K * p.N, p.N,
+            T(0), C + i * p.M * p.N, p.N);
+  };
+  if (p.M * p.N * p.K < (1 << 16)) {
+    parallel_for(batches, 1, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) one(i); });
+  } else {
+    for (int64_t i = 0; i < batches; ++i) one(i);
+  }
+}
+
+// Runs f(Tag<C>) for the dtypes MatMul/Gemm take: float-like (computed in float/double) and the
+// 32/64-bit integers.
+template <typename F>
+bool visit_matmul_type(DataType dt, F&& f) {
+  if (visit_real(dt, f)) return true;
+  switch (dt) {
+    case DataType::kInt32: f(Tag<int32_t>{}); return true;
+    case DataType::kInt64: f(Tag<int64_t>{}); return true;
+    case DataType::kUInt32: f(Tag<uint32_t>{}); return true;
+    case DataType::kUInt64: f(Tag<uint64_t>{}); return true;
+    default: return false;
+  }
+}
+
+template <typename C>
+const C* as_ptr(const Tensor& t, std::unique_ptr<ReadAs<C>>& hold) {
+  if constexpr (std::is_same_v<C, float> || std::is_same_v<C, double>) {
+    hold = std::make_unique<ReadAs<C>>(t);
+    return hold->data();
+  } else {
+    return t.data<C>();
+  }
+}
+
+Status matmul_kernel(KernelContext& ctx) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  if (a.dtype() != b.dtype()) return ctx.error("A and B must have the same dtype");
+  MatMulPlan p;
+  KILN_RETURN_IF_ERROR(plan_matmul(ctx, a.shape(), b.shape(), p));
+  Tensor& y = ctx.output(0, a.dtype(), p.out);
+  bool ok = visit_matmul_type(a.dtype(), [&](auto tag) {
+    using C = typename decltype(tag)::type;
+    std::unique_ptr<ReadAs<C>> ha, hb;
+    const C* pa = as_ptr<C>(a, ha);
+    const C* pb = as_ptr<C>(b, hb);
+    if constexpr (std::is_same_v<C, float> || std::is_same_v<C, double>) {
+      WriteAs<C> out(y);
+      run_matmul<C>(p, pa, pb, out.data());
+      out.commit();
+    } else {
+      run_matmul<C>(p, pa, pb, y.data<C>());
+    }
+  });
+  return ok ? Status::Ok() : ctx.error(std::string("unsupported dtype ") + dtype_name(a.dtype()));
+}
+
+// ---- Gemm
+
+struct GemmAttrs {
+  bool ta = false, tb = false;
+  double alpha = 1, beta = 1;
+};
+
+Status gemm_kernel(KernelContext& ctx, const GemmAttrs& g) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  if (a.rank() != 2 || b.rank() != 2) return ctx.error("A and B must be 2-D");
+  if (a.dtype() != b.dtype()) return ctx.error("A and B must have the same dtype");
+  const int64_t M = g.ta ? a.dim(1) : a.dim(0), K = g.ta ? a.dim(0) : a.dim(1);
+  const int64_t N = g.tb ? b.dim(0) : b.dim(1), Kb = g.tb ? b.dim(1) : b.dim(0);
+  if (K != Kb) return ctx.error("inner dimensions differ: " + shape_to_string(a.shape()) + " x " + shape_to_string(b.shape()));
+  const bool has_c = ctx.has_input(2) && g.beta != 0;
+  int64_t cm = 0, cn = 0;  // strides of C over (m, n) after unidirectional broadcasting
+  if (ctx.has_input(2)) {
+    const Shape& cs = ctx.input(2).shape();
+    Shape bc;
+    if (cs.size() > 2 || !ops::broadcast_shapes(Shape{M, N}, cs, &bc) || bc != Shape{M, N})
+      return ctx.error("C of shape " + shape_to_string(cs) + " does not broadcast to " + shape_to_string({M, N}));
+    const int64_t cr = cs.size() == 2 ? cs[0] : 1, cc = cs.empty() ? 1 : cs.back();
+    cm = cr == 1 ? 0 : cc;
+    cn = cc == 1 ? 0 : 1;
+  }
+  Tensor& y = ctx.output(0, a.dtype(), {M, N});
+  bool ok = visit_matmul_type(a.dtype(), [&](auto tag) {
+    using C = typename decltype(tag)::type;
+    std::unique_ptr<ReadAs<C>> ha, hb;
+    const C* pa = as_ptr<C>(a, ha);
+    const C* pb = as_ptr<C>(b, hb);
+    auto compute = [&](C* out) {
+      if (has_c) {
+        const Tensor& c = ctx.input(2);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) out[m * N + n] = static_cast<C>(g.beta) * load_as<C>(c, m * cm + n * cn);
+      }
+      if (K == 0 && !has_c) std::fill(out, out + M * N, C(0));
+      gemm<C>(g.ta, g.tb, M, N, K, static_cast<C>(g.alpha), pa, a.dim(1), pb, b.dim(1), has_c ? C(1) : C(0), out, N);
+    };
+    if constexpr (std::is_same_v<C, float> || std::is_same_v<C, double>) {
+      WriteAs<C> out(y);
+      compute(out.data());
+      out.commit();
+    } else {
+      compute(y.data<C>());
+    }
+  });
+  return ok ? Status::Ok() : ctx.error(std::string("unsupported dtype ") + dtype_name(a.dtype()));
+}
+
+// ---- Quantized matmuls
+
+// A quantization parameter (zero point or scale) that is a scalar or given per row of a matrix
+// (numel == rows), or per row of every batch entry (numel == batches * rows).
+template <typename C>
+C quant_param(const Tensor* t, int64_t batch, int64_t row, int64_t rows, C dflt) {
+  if (!t || t->numel() == 0) return dflt;
+  const int64_t n = t->numel();
+  if (n == 1) return load_as<C>(*t, 0);
+  if (n == rows) return load_as<C>(*t, row);
+  return load_as<C>(*t, (batch * rows + row) % n);
+}
+
+Status check_quant_param(KernelContext& ctx, int i, int64_t rows, int64_t batches) {
+  if (!ctx.has_input(i)) return Status::Ok();
+  const int64_t n = ctx.input(i).numel();
+  if (n == 1 || n == rows || n == rows * batches) return Status::Ok();
+  return ctx.error("input " + std::to_string(i) + " must be a scalar or have one entry per row/column, got shape " +
+                   shape_to_string(ctx.input(i).shape()));
+}
+
+// int32 product of (A - a_zp) and (B - b_zp); A/B are int8 or uint8.
+Status integer_matmul(KernelContext& ctx, int ia, int iaz, int ib, int ibz, MatMulPlan& p, std::vector<int32_t>& acc) {
+  const Tensor& a = ctx.input(ia);
+  const Tensor& b = ctx.input(ib);
+  for (const Tensor* t : {&a, &b})
+    if (t->dtype() != DataType::kInt8 && t->dtype() != DataType::kUInt8) return ctx.error("A and B must be int8 or uint8");
+  KILN_RETURN_IF_ERROR(plan_matmul(ctx, a.shape(), b.shape(), p));
+  const Tensor* az = ctx.has_input(iaz) ? &ctx.input(iaz) : nullptr;
+  const Tensor* bz = ctx.has_input(ibz) ? &ctx.input(ibz) : nullptr;
+  const int64_t a_batches = p.M ? a.numel() / (p.M * std::max<int64_t>(p.K, 1)) : 0;
+  const int64_t b_batches = p.N ? b.numel() / (p.N * std::max<int64_t>(p.K, 1)) : 0;
+  KILN_RETURN_IF_ERROR(check_quant_param(ctx, iaz, p.M, a_batches));
+  KILN_RETURN_IF_ERROR(check_quant_param(ctx, ibz, p.N, b_batches));
+  std::vector<int32_t> av(static_cast<size_t>(a.numel())), bv(static_cast<size_t>(b.numel()));
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const int64_t row = p.K ? i / p.K : 0;
+    av[i] = load_as<int32_t>(a, i) - quant_param<int32_t>(az, row / std::max<int64_t>(p.M, 1), row % std::max<int64_t>(p.M, 1), p.M, 0);
+  }
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    const int64_t col = i % p.N, bi = i / (p.N * std::max<int64_t>(p.K, 1));
+    bv[i] = load_as<int32_t>(b, i) - quant_param<int32_t>(bz, bi, col, p.N, 0);
+  }
+  acc.resize(static_cast<size_t>(shape_numel(p.out)));
+  run_matmul<int32_t>(p, av.data(), bv.data(), acc.data());
+  return Status::Ok();
+}
+
+Status matmul_integer_kernel(KernelContext& ctx) {
+  MatMulPlan p;
+  std::vector<int32_t> acc;
+  KILN_RETURN_IF_ERROR(integer_matmul(ctx, 0, 2, 1, 3, p, acc));
+  Tensor& y = ctx.output(0, DataType::kInt32, p.out);
+  if (!acc.empty()) std::memcpy(y.raw(), acc.data(), acc.size() * sizeof(int32_t));
+  return Status::Ok();
+}
+
+template <typename Q>
+Q saturate_round(double v) {
+  v = std::nearbyint(v);
+  v = std::min<double>(std::max<double>(v, std::numeric_limits<Q>::min()), std::numeric_limits<Q>::max());
+  return static_cast<Q>(v);
+}
+
+Status qlinear_matmul_kernel(KernelContext& ctx) {
+  for (int i : {1, 2, 4, 5, 6, 7})
+    if (!ctx.has_input(i)) return ctx.error("scales and zero points are required");
+  MatMulPlan p;
+  std::vector<int32_t> acc;
+  KILN_RETURN_IF_ERROR(integer_matmul(ctx, 0, 2, 3, 5, p, acc));
+  const Tensor& ys = ctx.input(6);
+  const Tensor& yz = ctx.input(7);
+  const int64_t a_batches = p.M ? ctx.input(0).numel() / (p.M * std::max<int64_t>(p.K, 1)) : 0;
+  KILN_RETURN_IF_ERROR(check_quant_param(ctx, 1, p.M, a_batches));
+  const int64_t b_batches = p.N ? ctx.input(3).numel() / (p.N * std::max<int64_t>(p.K, 1)) : 0;
+  KILN_RETURN_IF_ERROR(check_quant_param(ctx, 4, p.N, b_batches));
+  Tensor& y = ctx.output(0, yz.dtype(), p.out);
+  const float y_scale = load_as<float>(ys, 0);
+  const int32_t y_zp = load_as<int32_t>(yz, 0);
+  const int64_t batches = static_cast<int64_t>(p.a_batch.size());
+  for (int64_t bi = 0; bi < batches; ++bi)
+    for (int64_t m = 0; m < p.M; ++m) {
+      const float sa = quant_param<float>(&ctx.input(1), p.a_batch[bi], m, p.M, 1.f);
+      for (int64_t n = 0; n < p.N; ++n) {
+        const float sb = quant_param<float>(&ctx.input(4), p.b_batch[bi], n, p.N, 1.f);
+        const int64_t i = (bi * p.M + m) * p.N + n;
+        const double v = static_cast<double>(acc[i]) * (sa * sb / y_scale) + y_zp;
+        if (yz.dtype() == DataType::kUInt8) y.data<uint8_t>()[i] = saturate_round<uint8_t>(v);
+        else y.data<int8_t>()[i] = saturate_round<int8_t>(v);
+      }
+    }
+  return Status::Ok();
+}
+
+std::string check_matmul_dtype(const ir::Node& n) {
+  return require_dtypes(n, 0, {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+                               DataType::kInt32, DataType::kInt64, DataType::kUInt32, DataType::kUInt64});
+}
+
+}  // namespace
+
+void register_gemm(KernelRegistry& r) {
+  r.add({"MatMul", "", 1, 1 << 30, "cpu.MatMul.any.sgemm", check_matmul_dtype,
+         [](const ir::Node&, KernelInit&) { return make_kernel(matmul_kernel); }});
+  r.add({"Gemm", "", 7, 1 << 30, "cpu.Gemm.any.sgemm", check_matmul_dtype, [](const ir::Node& n, KernelInit&) {
+           GemmAttrs g;
+           g.ta = n.attr_int("transA", 0) != 0;
+           g.tb = n.attr_int("transB", 0) != 0;
+           g.alpha = n.attr_float("alpha", 1.f);
+           g.beta = n.attr_float("beta", 1.f);
+           return make_kernel([g](KernelContext& ctx) { return gemm_kernel(ctx, g); });
+         }});
+  r.add({"MatMulInteger", "", 10, 1 << 30, "cpu.MatMulInteger.i8", nullptr,
+         [](const ir::Node&, KernelInit&) { return make_kernel(matmul_integer_kernel); }});
+  r.add({"QLinearMatMul", "", 10, 1 << 30, "cpu.QLinearMatMul.i8", nullptr,
+         [](const ir::Node&, KernelInit&) { return make_kernel(qlinear_matmul_kernel); }});
+}
+
+}  // namespace kiln::cpu::nn

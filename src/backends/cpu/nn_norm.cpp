@@ -1,0 +1,360 @@
+// backends/cpu/nn_norm.cpp — BatchNormalization, InstanceNormalization, LayerNormalization,
+// GroupNormalization, RMSNormalization, LRN and MeanVarianceNormalization on the CPU. Statistics
+// accumulate in double.
+#include <cmath>
+
+#include "backends/cpu/nn_common.h"
+#include "ops/op_table.h"
+
+namespace kiln::cpu::nn {
+namespace {
+
+// Mean and (biased) variance of n values of p.
+template <typename C>
+void moments(const C* p, int64_t n, double& mean, double& var) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += p[i];
+  mean = n ? s / n : 0;
+  double q = 0;
+  for (int64_t i = 0; i < n; ++i) q += (p[i] - mean) * (p[i] - mean);
+  var = n ? q / n : 0;
+}
+
+// `t` broadcast (numpy rules) to `target`, flattened.
+template <typename C>
+Expected<std::vector<C>> expand_to(const Tensor& t, const Shape& target) {
+  Shape b;
+  if (!ops::broadcast_shapes(target, t.shape(), &b) || b != target)
+    return invalid_argument("shape " + shape_to_string(t.shape()) + " does not broadcast to " + shape_to_string(target));
+  const int64_t n = shape_numel(target);
+  std::vector<C> out(static_cast<size_t>(n));
+  const Shape& s = t.shape();
+  const size_t r = target.size(), off = r - s.size();
+  std::vector<int64_t> coord(r, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t j = 0;
+    for (size_t d = off; d < r; ++d) j = j * s[d - off] + (s[d - off] == 1 ? 0 : coord[d]);
+    out[i] = load_as<C>(t, j);
+    for (size_t d = r; d-- > 0;) {
+      if (++coord[d] < target[d]) break;
+      coord[d] = 0;
+    }
+  }
+  return out;
+}
+
+// ---- BatchNormalization
+
+struct BnAttrs {
+  double eps = 1e-5, momentum = 0.9;
+  bool training = false;
+};
+
+Status batch_norm_kernel(KernelContext& ctx, const BnAttrs& a) {
+  const Tensor& x = ctx.input(0);
+  if (x.rank() < 2) return ctx.error("X must have rank >= 2");
+  for (int i = 1; i < 5; ++i)
+    if (!ctx.has_input(i)) return ctx.error("scale, B, mean and var are required");
+  const int64_t N = x.dim(0), C = x.dim(1), S = (N * C) != 0 ? x.numel() / (N * C) : 0;
+  const int64_t per = C ? ctx.input(1).numel() / C : 0;  // 1, or S for opset-7 spatial=0 parameters
+  for (int i = 1; i < 5; ++i)
+    if (ctx.input(i).numel() != C && !(per == S && ctx.input(i).numel() == C * S))
+      return ctx.error("input " + std::to_string(i) + " must have C = " + std::to_string(C) + " entries");
+  Tensor& y = ctx.output(0, x.dtype(), x.shape());
+  visit_real(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    ReadAs<T> xv(x);
+    WriteAs<T> out(y);
+    std::vector<double> mean(C * per), var(C * per);
+    for (int64_t i = 0; i < C * per; ++i) {
+      mean[i] = load_as<double>(ctx.input(3), i);
+      var[i] = load_as<double>(ctx.input(4), i);
+    }
+    if (a.training) {
+      std::vector<double> bm(C), bv(C);
+      parallel_for(C, 1, [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) {
+          double s = 0, q = 0;
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t i = 0; i < S; ++i) s += xv[(n * C + c) * S + i];
+          const double m = (N * S) != 0 ? s / (N * S) : 0;
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t i = 0; i < S; ++i) {
+              const double d = xv[(n * C + c) * S + i] - m;
+              q += d * d;
+            }
+          bm[c] = m;
+          bv[c] = (N * S) != 0 ? q / (N * S) : 0;
+        }
+      });
+      for (int out_i = 1; out_i <= 2; ++out_i) {
+        if (!ctx.has_output(out_i)) continue;
+        const Tensor& ref = ctx.input(out_i + 2);
+        Tensor& o = ctx.output(out_i, ref.dtype(), ref.shape());
+        for (int64_t c = 0; c < C; ++c)
+          store_as<double>(o, c, (out_i == 1 ? mean[c] : var[c]) * a.momentum + (out_i == 1 ? bm[c] : bv[c]) * (1 - a.momentum));
+      }
+      mean = bm;
+      var = bv;
+    } else {
+      for (int out_i = 1; out_i < ctx.num_outputs(); ++out_i) {  // old opsets: pass the statistics through
+        if (!ctx.has_output(out_i)) continue;
+        const Tensor& ref = ctx.input(out_i % 2 == 1 ? 3 : 4);
+        Tensor& o = ctx.output(out_i, ref.dtype(), ref.shape());
+        std::memcpy(o.raw(), ref.raw(), ref.nbytes());
+      }
+    }
+    std::vector<double> mul(C * per), add(C * per);  // y = x * mul + add
+    for (int64_t i = 0; i < C * per; ++i) {
+      mul[i] = load_as<double>(ctx.input(1), i) / std::sqrt(var[i] + a.eps);
+      add[i] = load_as<double>(ctx.input(2), i) - mean[i] * mul[i];
+    }
+    parallel_for(N * C, 4, [&](int64_t b, int64_t e) {
+      for (int64_t nc = b; nc < e; ++nc) {
+        const int64_t c = nc % C;
+        for (int64_t i = 0; i < S; ++i) {
+          const int64_t pi = c * per + (per == 1 ? 0 : i);
+          out[nc * S + i] = static_cast<T>(xv[nc * S + i] * mul[pi] + add[pi]);
+        }
+      }
+    });
+    out.commit();
+  });
+  return Status::Ok();
+}
+
+// ---- Group-wise normalizations: InstanceNormalization (a group per channel) and GroupNormalization.
+
+// Normalizes x [N, C, S...] over groups of C/G channels; scale/bias are per channel (numel C) or
+// per group (numel G).
+Status group_norm(KernelContext& ctx, int64_t groups, double eps) {
+  const Tensor& x = ctx.input(0);
+  if (x.rank() < 2) return ctx.error("X must have rank >= 2");
+  const int64_t N = x.dim(0), C = x.dim(1), S = (N * C) != 0 ? x.numel() / (N * C) : 0;
+  if (groups < 1 || C % groups != 0) return ctx.error("channels must be divisible by num_groups");
+  const Tensor& sc = ctx.input(1);
+  const Tensor& bi = ctx.input(2);
+  for (const Tensor* p : {&sc, &bi})
+    if (p->numel() != C && p->numel() != groups) return ctx.error("scale and bias must have C or num_groups entries");
+  const int64_t cg = C / groups, len = cg * S;
+  Tensor& y = ctx.output(0, x.dtype(), x.shape());
+  visit_real(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    ReadAs<T> xv(x);
+    WriteAs<T> out(y);
+    parallel_for(N * groups, 1, [&](int64_t b, int64_t e) {
+      for (int64_t ng = b; ng < e; ++ng) {
+        const T* p = xv.data() + ng * len;
+        double mean, var;
+        moments(p, len, mean, var);
+        const double inv = 1.0 / std::sqrt(var + eps);
+        const int64_t g = ng % groups;
+        for (int64_t k = 0; k < cg; ++k) {
+          const int64_t c = g * cg + k;
+          const double s = load_as<double>(sc, sc.numel() == C ? c : g), bb = load_as<double>(bi, bi.numel() == C ? c : g);
+          T* o = out.data() + ng * len + k * S;
+          for (int64_t i = 0; i < S; ++i) o[i] = static_cast<T>((p[k * S + i] - mean) * inv * s + bb);
+        }
+      }
+    });
+    out.commit();
+  });
+  return Status::Ok();
+}
+
+// ---- LayerNormalization / RMSNormalization over the dims from `axis` on.
+
+struct LastDimsAttrs {
+  int64_t axis = -1;
+  double eps = 1e-5;
+  DataType stash = DataType::kFloat32;
+  bool rms = false;
+};
+
+Status last_dims_norm(KernelContext& ctx, const LastDimsAttrs& a) {
+  const Tensor& x = ctx.input(0);
+  int64_t axis = a.axis;
+  if (!ops::normalize_axis(axis, x.rank())) return ctx.error("axis out of range");
+  const Shape inner(x.shape().begin() + axis, x.shape().end());
+  const int64_t D = shape_numel(inner), outer = D ? x.numel() / D : shape_numel(Shape(x.shape().begin(), x.shape().begin() + axis));
+  auto scale = expand_to<double>(ctx.input(1), inner);
+  if (!scale.ok()) return ctx.error("Scale: " + scale.status().message());
+  std::vector<double> bias;
+  if (!a.rms && ctx.has_input(2)) {
+    auto b = expand_to<double>(ctx.input(2), inner);
+    if (!b.ok()) return ctx.error("B: " + b.status().message());
+    bias = std::move(*b);
+  }
+  Tensor& y = ctx.output(0, x.dtype(), x.shape());
+  Shape stat_shape(x.shape().begin(), x.shape().begin() + axis);
+  stat_shape.resize(x.shape().size(), 1);
+  Tensor* mean_t = !a.rms && ctx.has_output(1) ? &ctx.output(1, a.stash, stat_shape) : nullptr;
+  Tensor* inv_t = !a.rms && ctx.has_output(2) ? &ctx.output(2, a.stash, stat_shape) : nullptr;
+  visit_real(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    ReadAs<T> xv(x);
+    WriteAs<T> out(y);
+    parallel_for(outer, 1, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const T* p = xv.data() + r * D;
+        double mean = 0, var = 0;
+        if (a.rms) {
+          for (int64_t i = 0; i < D; ++i) var += static_cast<double>(p[i]) * p[i];
+          var = D ? var / D : 0;
+        } else {
+          moments(p, D, mean, var);
+        }
+        const double inv = 1.0 / std::sqrt(var + a.eps);
+        T* o = out.data() + r * D;
+        for (int64_t i = 0; i < D; ++i)
+          o[i] = static_cast<T>((p[i] - mean) * inv * (*scale)[i] + (bias.empty() ? 0.0 : bias[i]));
+        if (mean_t) store_as<double>(*mean_t, r, mean);
+        if (inv_t) store_as<double>(*inv_t, r, inv);
+      }
+    });
+    out.commit();
+  });
+  return Status::Ok();
+}
+
+// ---- LRN across channels.
+
+struct LrnAttrs {
+  int64_t size = 1;
+  double alpha = 1e-4, beta = 0.75, bias = 1.0;
+};
+
+Status lrn_kernel(KernelContext& ctx, const LrnAttrs& a) {
+  const Tensor& x = ctx.input(0);
+  if (x.rank() < 2) return ctx.error("X must have rank >= 2");
+  if (a.size < 1) return ctx.error("size must be positive");
+  const int64_t N = x.dim(0), C = x.dim(1), S = (N * C) != 0 ? x.numel() / (N * C) : 0;
+  const int64_t before = (a.size - 1) / 2, after = a.size - 1 - before;
+  Tensor& y = ctx.output(0, x.dtype(), x.shape());
+  visit_real(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    ReadAs<T> xv(x);
+    WriteAs<T> out(y);
+    parallel_for(N * C, 1, [&](int64_t b, int64_t e) {
+      for (int64_t nc = b; nc < e; ++nc) {
+        const int64_t n = nc / C, c = nc % C;
+        const int64_t c0 = std::max<int64_t>(0, c - before), c1 = std::min<int64_t>(C - 1, c + after);
+        for (int64_t i = 0; i < S; ++i) {
+          double sq = 0;
+          for (int64_t k = c0; k <= c1; ++k) {
+            const double v = xv[(n * C + k) * S + i];
+            sq += v * v;
+          }
+          out[nc * S + i] = static_cast<T>(xv[nc * S + i] / std::pow(a.bias + a.alpha / a.size * sq, a.beta));
+        }
+      }
+    });
+    out.commit();
+  });
+  return Status::Ok();
+}
+
+// ---- MeanVarianceNormalization over `axes`.
+
+Status mvn_kernel(KernelContext& ctx, const std::vector<int64_t>& axes_attr) {
+  const Tensor& x = ctx.input(0);
+  const int64_t r = x.rank();
+  std::vector<bool> reduced(static_cast<size_t>(r), false);
+  for (int64_t ax : axes_attr) {
+    if (!ops::normalize_axis(ax, r)) return ctx.error("axis " + std::to_string(ax) + " out of range");
+    reduced[ax] = true;
+  }
+  // Each element's index among the kept (not reduced) coordinates.
+  Shape kept_dims;
+  for (int64_t d = 0; d < r; ++d) kept_dims.push_back(reduced[d] ? 1 : x.dim(static_cast<int>(d)));
+  const int64_t groups = shape_numel(kept_dims), n = x.numel();
+  std::vector<int64_t> group_of(static_cast<size_t>(n));
+  std::vector<int64_t> coord(static_cast<size_t>(r), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t g = 0;
+    for (int64_t d = 0; d < r; ++d) g = g * kept_dims[d] + (reduced[d] ? 0 : coord[d]);
+    group_of[i] = g;
+    for (int64_t d = r; d-- > 0;) {
+      if (++coord[d] < x.dim(static_cast<int>(d))) break;
+      coord[d] = 0;
+    }
+  }
+  Tensor& y = ctx.output(0, x.dtype(), x.shape());
+  visit_real(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    ReadAs<T> xv(x);
+    WriteAs<T> out(y);
+    std::vector<double> sum(groups, 0), sq(groups, 0);
+    std::vector<int64_t> cnt(groups, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      sum[group_of[i]] += xv[i];
+      ++cnt[group_of[i]];
+    }
+    for (int64_t g = 0; g < groups; ++g) sum[g] = cnt[g] ? sum[g] / cnt[g] : 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double d = xv[i] - sum[group_of[i]];
+      sq[group_of[i]] += d * d;
+    }
+    for (int64_t g = 0; g < groups; ++g) sq[g] = std::sqrt(cnt[g] ? sq[g] / cnt[g] : 0) + 1e-9;
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>((xv[i] - sum[group_of[i]]) / sq[group_of[i]]);
+    out.commit();
+  });
+  return Status::Ok();
+}
+
+DataType stash_type(const ir::Node& n) {
+  const int64_t s = n.attr_int("stash_type", 1);
+  return dtype_is_valid(static_cast<int32_t>(s)) && is_real(static_cast<DataType>(s)) ? static_cast<DataType>(s)
+                                                                                       : DataType::kFloat32;
+}
+
+}  // namespace
+
+void register_norm(KernelRegistry& r) {
+  auto real = [](const ir::Node& n) { return require_real(n, 0); };
+  r.add({"BatchNormalization", "", 7, 1 << 30, "cpu.BatchNormalization.any", real, [](const ir::Node& n, KernelInit&) {
+           BnAttrs a;
+           a.eps = n.attr_float("epsilon", 1e-5f);
+           a.momentum = n.attr_float("momentum", 0.9f);
+           a.training = n.opset >= 14 && n.attr_int("training_mode", 0) != 0;
+           return make_kernel([a](KernelContext& ctx) { return batch_norm_kernel(ctx, a); });
+         }});
+  r.add({"InstanceNormalization", "", 1, 1 << 30, "cpu.InstanceNormalization.any", real, [](const ir::Node& n, KernelInit&) {
+           const double eps = n.attr_float("epsilon", 1e-5f);
+           return make_kernel([eps](KernelContext& ctx) {
+             if (ctx.input(0).rank() < 2) return ctx.error("X must have rank >= 2");
+             return group_norm(ctx, ctx.input(0).dim(1), eps);
+           });
+         }});
+  r.add({"GroupNormalization", "", 18, 1 << 30, "cpu.GroupNormalization.any", real, [](const ir::Node& n, KernelInit&) {
+           const double eps = n.attr_float("epsilon", 1e-5f);
+           const int64_t groups = n.attr_int("num_groups", 0);
+           return make_kernel([eps, groups](KernelContext& ctx) { return group_norm(ctx, groups, eps); });
+         }});
+  for (bool rms : {false, true}) {
+    r.add({rms ? "RMSNormalization" : "LayerNormalization", "", rms ? 23 : 17, 1 << 30,
+           rms ? "cpu.RMSNormalization.any" : "cpu.LayerNormalization.any", real, [rms](const ir::Node& n, KernelInit&) {
+             LastDimsAttrs a;
+             a.axis = n.attr_int("axis", -1);
+             a.eps = n.attr_float("epsilon", 1e-5f);
+             a.stash = stash_type(n);
+             a.rms = rms;
+             return make_kernel([a](KernelContext& ctx) { return last_dims_norm(ctx, a); });
+           }});
+  }
+  r.add({"LRN", "", 1, 1 << 30, "cpu.LRN.any", real, [](const ir::Node& n, KernelInit&) {
+           LrnAttrs a;
+           a.size = n.attr_int("size", 1);
+           a.alpha = n.attr_float("alpha", 1e-4f);
+           a.beta = n.attr_float("beta", 0.75f);
+           a.bias = n.attr_float("bias", 1.0f);
+           return make_kernel([a](KernelContext& ctx) { return lrn_kernel(ctx, a); });
+         }});
+  r.add({"MeanVarianceNormalization", "", 9, 1 << 30, "cpu.MeanVarianceNormalization.any", real,
+         [](const ir::Node& n, KernelInit&) {
+           const std::vector<int64_t> axes = n.attr_ints("axes", {0, 2, 3});
+           return make_kernel([axes](KernelContext& ctx) { return mvn_kernel(ctx, axes); });
+         }});
+}
+
+}  // namespace kiln::cpu::nn

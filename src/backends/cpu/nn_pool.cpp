@@ -1,0 +1,239 @@
+// backends/cpu/nn_pool.cpp — MaxPool, AveragePool, LpPool, their Global* forms and MaxUnpool on
+// the CPU. One generic N-d window walk; the per-window reduction is the only difference.
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/nn_common.h"
+#include "ops/nn.h"
+
+namespace kiln::cpu::nn {
+namespace {
+
+enum class PoolKind { kMax, kAvg, kLp };
+
+struct PoolAttrs {
+  PoolKind kind = PoolKind::kMax;
+  ops::WindowAttrs w;
+  bool count_include_pad = false;
+  bool column_major = false;  // MaxPool storage_order for Indices
+  double p = 2;
+};
+
+double attr_p(const ir::Node& n) {
+  const ir::Attribute* a = n.attr("p");
+  if (!a) return 2;
+  return a->kind == ir::Attribute::Kind::kFloat ? a->f : static_cast<double>(a->i);
+}
+
+int64_t prod(const std::vector<int64_t>& v) {
+  int64_t p = 1;
+  for (int64_t d : v) p *= d;
+  return p;
+}
+
+// Pools every [N*C] plane of x (spatial dims `in`) into y (dims g.out); idx gets MaxPool's flat
+// input indices when non-null.
+template <typename C>
+void pool_planes(const PoolAttrs& a, const ops::WindowGeometry& g, const std::vector<int64_t>& in, int64_t planes,
+                 const C* x, C* y, int64_t* idx) {
+  const size_t n = in.size();
+  const int64_t isz = prod(in), osz = prod(g.out);
+  std::vector<int64_t> cm_stride(n, 1), rm_stride(n, 1);
+  for (size_t d = 1; d < n; ++d) cm_stride[d] = cm_stride[d - 1] * in[d - 1];
+  for (size_t d = n - 1; d-- > 0;) rm_stride[d] = rm_stride[d + 1] * in[d + 1];
+  parallel_for(planes * osz, 256, [&](int64_t b, int64_t e) {
+    std::vector<int64_t> oc(n), lo(n), hi(n), start(n), j(n);
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t plane = t / osz;
+      int64_t o = t % osz;
+      for (size_t d = n; d-- > 0;) {
+        oc[d] = o % g.out[d];
+        o /= g.out[d];
+      }
+      int64_t padded_count = 1;  // window positions inside the padded input (count_include_pad)
+      bool empty = false;
+      for (size_t d = 0; d < n; ++d) {
+        const int64_t s = oc[d] * g.strides[d] - g.pads[d], dil = g.dilations[d], k = g.kernel[d];
+        start[d] = s;
+        // first/last window step whose position lies inside [0, in)
+        lo[d] = s >= 0 ? 0 : (-s + dil - 1) / dil;
+        const int64_t last = in[d] - 1 - s;  // largest allowed offset
+        hi[d] = last < 0 ? -1 : std::min(k - 1, last / dil);
+        const int64_t plast = in[d] + g.pads[n + d] - 1 - s;
+        padded_count *= plast < 0 ? 0 : std::min(k, plast / dil + 1);
+        if (lo[d] > hi[d]) empty = true;
+      }
+      const C* xp = x + plane * isz;
+      double acc = a.kind == PoolKind::kMax ? -std::numeric_limits<double>::infinity() : 0.0;
+      int64_t best = -1, count = 0;
+      if (!empty) {
+        for (size_t d = 0; d < n; ++d) j[d] = lo[d];
+        while (true) {
+          int64_t off = 0;
+          for (size_t d = 0; d < n; ++d) off += (start[d] + j[d] * g.dilations[d]) * rm_stride[d];
+          const double v = static_cast<double>(xp[off]);
+          if (a.kind == PoolKind::kMax) {
+            if (v > acc || best < 0) { acc = v; best = off; }
+          } else if (a.kind == PoolKind::kAvg) {
+            acc += v;
+          } else {
+            acc += std::pow(std::fabs(v), a.p);
+          }
+          ++count;
+          size_t d = n;
+          while (d-- > 0) {
+            if (++j[d] <= hi[d]) break;
+            j[d] = lo[d];
+          }
+          if (d == static_cast<size_t>(-1)) break;
+        }
+      }
+      C out;
+      if (a.kind == PoolKind::kMax) out = static_cast<C>(acc);
+      else if (a.kind == PoolKind::kAvg) {
+        const int64_t div = a.count_include_pad ? padded_count : count;
+        out = static_cast<C>(div ? acc / div : std::numeric_limits<double>::quiet_NaN());
+      } else {
+        out = static_cast<C>(std::pow(acc, 1.0 / a.p));
+      }
+      y[t] = out;
+      if (idx) {
+        int64_t flat = 0;
+        if (best >= 0) {
+          int64_t r = best;
+          for (size_t d = 0; d < n; ++d) {
+            flat += (a.column_major ? cm_stride[d] : rm_stride[d]) * (r / rm_stride[d]);
+            r %= rm_stride[d];
+          }
+        }
+        idx[t] = plane * isz + flat;
+      }
+    }
+  });
+}
+
+bool pool_dtype_ok(DataType dt, PoolKind k) {
+  return is_real(dt) || (k == PoolKind::kMax && (dt == DataType::kInt8 || dt == DataType::kUInt8));
+}
+
+Status pool_kernel(KernelContext& ctx, const PoolAttrs& a) {
+  const Tensor& x = ctx.input(0);
+  if (x.rank() < 3) return ctx.error("X must have rank >= 3 ([N, C, spatial...]), got " + shape_to_string(x.shape()));
+  if (!pool_dtype_ok(x.dtype(), a.kind)) return ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype()));
+  if (a.w.kernel.empty()) return ctx.error("kernel_shape is required");
+  const std::vector<int64_t> in(x.shape().begin() + 2, x.shape().end());
+  auto g = ops::window_geometry(a.w, in, {});
+  if (!g.ok()) return ctx.error(g.status().message());
+  Shape ys = {x.dim(0), x.dim(1)};
+  ys.insert(ys.end(), g->out.begin(), g->out.end());
+  Tensor& y = ctx.output(0, x.dtype(), ys);
+  int64_t* idx = ctx.has_output(1) ? ctx.output(1, DataType::kInt64, ys).data<int64_t>() : nullptr;
+  const int64_t planes = x.dim(0) * x.dim(1);
+  if (x.dtype() == DataType::kFloat64) {
+    pool_planes<double>(a, *g, in, planes, x.data<double>(), y.data<double>(), idx);
+  } else {
+    ReadAs<float> xv(x);
+    WriteAs<float> out(y);
+    pool_planes<float>(a, *g, in, planes, xv.data(), out.data(), idx);
+    out.commit();
+  }
+  return Status::Ok();
+}
+
+Status global_pool_kernel(KernelContext& ctx, const PoolAttrs& a) {
+  const Tensor& x = ctx.input(0);
+  if (x.rank() < 2) return ctx.error("X must have rank >= 2");
+  if (!is_real(x.dtype())) return ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype()));
+  Shape ys = {x.dim(0), x.dim(1)};
+  for (int i = 2; i < x.rank(); ++i) ys.push_back(1);
+  Tensor& y = ctx.output(0, x.dtype(), ys);
+  const int64_t planes = x.dim(0) * x.dim(1), isz = planes ? x.numel() / planes : 0;
+  visit_real(x.dtype(), [&](auto tag) {
+    using C = typename decltype(tag)::type;
+    ReadAs<C> xv(x);
+    WriteAs<C> out(y);
+    parallel_for(planes, 16, [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) {
+        const C* xp = xv.data() + p * isz;
+        double acc = a.kind == PoolKind::kMax ? -std::numeric_limits<double>::infinity() : 0.0;
+        for (int64_t i = 0; i < isz; ++i) {
+          const double v = xp[i];
+          if (a.kind == PoolKind::kMax) acc = std::max(acc, v);
+          else if (a.kind == PoolKind::kAvg) acc += v;
+          else acc += std::pow(std::fabs(v), a.p);
+        }
+        if (a.kind == PoolKind::kAvg) acc = isz ? acc / isz : std::numeric_limits<double>::quiet_NaN();
+        if (a.kind == PoolKind::kLp) acc = std::pow(acc, 1.0 / a.p);
+        out[p] = static_cast<C>(acc);
+      }
+    });
+    out.commit();
+  });
+  return Status::Ok();
+}
+
+// MaxUnpool: scatters X into zeros at the flat positions given by I (MaxPool's Indices).
+Status max_unpool_kernel(KernelContext& ctx, const PoolAttrs& a) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& ind = ctx.input(1);
+  if (x.rank() < 3) return ctx.error("X must have rank >= 3");
+  if (ind.shape() != x.shape()) return ctx.error("I must have the shape of X");
+  if (!is_real(x.dtype())) return ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype()));
+  Shape ys;
+  if (ctx.has_input(2)) {
+    const Tensor& os = ctx.input(2);
+    for (int64_t i = 0; i < os.numel(); ++i) ys.push_back(load_as<int64_t>(os, i));
+    if (static_cast<int>(ys.size()) != x.rank()) return ctx.error("output_shape must have the rank of X");
+  } else {
+    const size_t n = x.rank() - 2;
+    if (a.w.kernel.size() != n) return ctx.error("kernel_shape must have one entry per spatial dim");
+    ys = {x.dim(0), x.dim(1)};
+    for (size_t d = 0; d < n; ++d) {
+      const int64_t s = a.w.strides.empty() ? 1 : a.w.strides[d];
+      const int64_t pb = a.w.pads.empty() ? 0 : a.w.pads[d], pe = a.w.pads.empty() ? 0 : a.w.pads[n + d];
+      ys.push_back((x.dim(static_cast<int>(d) + 2) - 1) * s + a.w.kernel[d] - pb - pe);
+    }
+  }
+  Tensor& y = ctx.output(0, x.dtype(), ys);
+  const int64_t total = y.numel();
+  const size_t esz = dtype_size(x.dtype());
+  std::memset(y.raw(), 0, total * esz);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const int64_t j = load_as<int64_t>(ind, i);
+    if (j < 0 || j >= total) return ctx.error("index " + std::to_string(j) + " is outside the output");
+    std::memcpy(static_cast<char*>(y.raw()) + j * esz, static_cast<const char*>(x.raw()) + i * esz, esz);
+  }
+  return Status::Ok();
+}
+
+template <PoolKind K, Status (*Fn)(KernelContext&, const PoolAttrs&)>
+Expected<KernelPtr> make_pool(const ir::Node& n, KernelInit&) {
+  PoolAttrs a;
+  a.kind = K;
+  a.w = ops::parse_window_attrs(n);
+  a.count_include_pad = n.attr_int("count_include_pad", 0) != 0;
+  a.column_major = n.attr_int("storage_order", 0) != 0;
+  a.p = attr_p(n);
+  return make_kernel([a](KernelContext& ctx) { return Fn(ctx, a); });
+}
+
+}  // namespace
+
+void register_pool(KernelRegistry& r) {
+  auto real = [](const ir::Node& n) { return require_real(n, 0); };
+  r.add({"MaxPool", "", 1, 1 << 30, "cpu.MaxPool.any.generic",
+         [](const ir::Node& n) {
+           return require_dtypes(n, 0, {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                                        DataType::kBFloat16, DataType::kInt8, DataType::kUInt8});
+         },
+         make_pool<PoolKind::kMax, pool_kernel>});
+  r.add({"AveragePool", "", 1, 1 << 30, "cpu.AveragePool.any.generic", real, make_pool<PoolKind::kAvg, pool_kernel>});
+  r.add({"LpPool", "", 1, 1 << 30, "cpu.LpPool.any.generic", real, make_pool<PoolKind::kLp, pool_kernel>});
+  r.add({"GlobalMaxPool", "", 1, 1 << 30, "cpu.GlobalMaxPool.any", real, make_pool<PoolKind::kMax, global_pool_kernel>});
+  r.add({"GlobalAveragePool", "", 1, 1 << 30, "cpu.GlobalAveragePool.any", real,
+         make_pool<PoolKind::kAvg, global_pool_kernel>});
+  r.add({"GlobalLpPool", "", 1, 1 << 30, "cpu.GlobalLpPool.any", real, make_pool<PoolKind::kLp, global_pool_kernel>});
+  r.add({"MaxUnpool", "", 9, 1 << 30, "cpu.MaxUnpool.any", real, make_pool<PoolKind::kMax, max_unpool_kernel>});
+}
+
+}  // namespace kiln::cpu::nn

@@ -1,0 +1,142 @@
+// backends/cpu/nn_softmax.cpp — Softmax, LogSoftmax, Hardmax and Dropout on the CPU.
+//
+// Opset < 13 treats the input as 2-D [prod(dims[:axis]), prod(dims[axis:])] and normalizes rows;
+// opset >= 13 normalizes along `axis` only.
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "backends/cpu/nn_common.h"
+#include "ops/op_table.h"
+
+namespace kiln::cpu::nn {
+namespace {
+
+enum class SoftKind { kSoftmax, kLogSoftmax, kHardmax };
+
+struct SoftAttrs {
+  SoftKind kind = SoftKind::kSoftmax;
+  int64_t axis = -1;
+  bool coerce_2d = false;
+};
+
+template <typename T>
+void soft_rows(SoftKind kind, const T* x, T* y, int64_t outer, int64_t len, int64_t inner) {
+  parallel_for(outer * inner, std::max<int64_t>(1, 4096 / std::max<int64_t>(len, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t o = t / inner, in = t % inner;
+      const T* xp = x + o * len * inner + in;
+      T* yp = y + o * len * inner + in;
+      T mx = -std::numeric_limits<T>::infinity();
+      int64_t arg = 0;
+      for (int64_t k = 0; k < len; ++k)
+        if (xp[k * inner] > mx) { mx = xp[k * inner]; arg = k; }
+      if (kind == SoftKind::kHardmax) {
+        for (int64_t k = 0; k < len; ++k) yp[k * inner] = k == arg ? T(1) : T(0);
+        continue;
+      }
+      double sum = 0;
+      for (int64_t k = 0; k < len; ++k) sum += std::exp(static_cast<double>(xp[k * inner] - mx));
+      if (kind == SoftKind::kSoftmax) {
+        const double inv = 1.0 / sum;
+        for (int64_t k = 0; k < len; ++k) yp[k * inner] = static_cast<T>(std::exp(static_cast<double>(xp[k * inner] - mx)) * inv);
+      } else {
+        const double lse = std::log(sum);
+        for (int64_t k = 0; k < len; ++k) yp[k * inner] = static_cast<T>(static_cast<double>(xp[k * inner] - mx) - lse);
+      }
+    }
+  });
+}
+
+Status soft_kernel(KernelContext& ctx, const SoftAttrs& a) {
+  const Tensor& x = ctx.input(0);
+  int64_t axis = a.axis;
+  const int64_t rank = x.rank();
+  if (rank == 0) return ctx.error("input must have rank >= 1");
+  if (!ops::normalize_axis(axis, rank)) return ctx.error("axis " + std::to_string(a.axis) + " out of range");
+  int64_t outer = 1, len = 1, inner = 1;
+  for (int64_t d = 0; d < rank; ++d) {
+    const int64_t n = x.dim(static_cast<int>(d));
+    if (d < axis) outer *= n;
+    else if (d == axis || a.coerce_2d) len *= n;
+    else inner *= n;
+  }
+  Tensor& y = ctx.output(0, x.dtype(), x.shape());
+  const bool ok = visit_real(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    ReadAs<T> xv(x);
+    WriteAs<T> out(y);
+    soft_rows<T>(a.kind, xv.data(), out.data(), outer, len, inner);
+    out.commit();
+  });
+  return ok ? Status::Ok() : ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype()));
+}
+
+// ---- Dropout: identity (mask all true) unless training; then elements are dropped with
+// probability `ratio` and the rest scaled by 1/(1-ratio).
+
+struct DropoutAttrs {
+  int opset = 13;
+  float ratio = 0.5f;
+  bool has_seed = false;
+  int64_t seed = 0;
+};
+
+Status dropout_kernel(KernelContext& ctx, const DropoutAttrs& a) {
+  const Tensor& x = ctx.input(0);
+  if (!is_real(x.dtype())) return ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype()));
+  double ratio = a.ratio;
+  bool training = false;
+  if (a.opset >= 12) {
+    if (ctx.has_input(1) && ctx.input(1).numel()) ratio = load_as<double>(ctx.input(1), 0);
+    if (ctx.has_input(2) && ctx.input(2).numel()) training = ctx.input(2).data<bool>()[0];
+  }
+  if (training && (ratio < 0 || ratio >= 1)) return ctx.error("ratio must be in [0, 1)");
+  if (!training) ratio = 0;
+  const int64_t n = x.numel();
+  Tensor& y = ctx.output(0, x.dtype(), x.shape());
+  const bool bool_mask = a.opset >= 10;
+  Tensor* mask = ctx.has_output(1) ? &ctx.output(1, bool_mask ? DataType::kBool : x.dtype(), x.shape()) : nullptr;
+  if (ratio == 0) {
+    if (n) std::memcpy(y.raw(), x.raw(), x.nbytes());
+    if (mask)
+      for (int64_t i = 0; i < n; ++i) bool_mask ? void(mask->data<bool>()[i] = true) : store_as<double>(*mask, i, 1.0);
+    return Status::Ok();
+  }
+  std::mt19937_64 rng(a.has_seed ? static_cast<uint64_t>(a.seed) : std::random_device{}());
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const double scale = 1.0 / (1.0 - ratio);
+  for (int64_t i = 0; i < n; ++i) {
+    const bool keep = u(rng) >= ratio;
+    store_as<double>(y, i, keep ? load_as<double>(x, i) * scale : 0.0);
+    if (mask) bool_mask ? void(mask->data<bool>()[i] = keep) : store_as<double>(*mask, i, keep ? 1.0 : 0.0);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void register_softmax(KernelRegistry& r) {
+  auto real = [](const ir::Node& n) { return require_real(n, 0); };
+  const std::pair<const char*, SoftKind> ops[] = {
+      {"Softmax", SoftKind::kSoftmax}, {"LogSoftmax", SoftKind::kLogSoftmax}, {"Hardmax", SoftKind::kHardmax}};
+  for (const auto& [name, kind] : ops) {
+    r.add({name, "", 1, 1 << 30, std::string("cpu.") + name + ".any", real, [kind](const ir::Node& n, KernelInit&) {
+             SoftAttrs a;
+             a.kind = kind;
+             a.coerce_2d = n.opset != 0 && n.opset < 13;
+             a.axis = n.attr_int("axis", a.coerce_2d ? 1 : -1);
+             return make_kernel([a](KernelContext& ctx) { return soft_kernel(ctx, a); });
+           }});
+  }
+  r.add({"Dropout", "", 7, 1 << 30, "cpu.Dropout.any", real, [](const ir::Node& n, KernelInit&) {
+           DropoutAttrs a;
+           a.opset = n.opset ? n.opset : 22;
+           a.ratio = n.attr_float("ratio", 0.5f);
+           a.has_seed = n.attr("seed") != nullptr;
+           a.seed = n.attr_int("seed", 0);
+           return make_kernel([a](KernelContext& ctx) { return dropout_kernel(ctx, a); });
+         }});
+}
+
+}  // namespace kiln::cpu::nn

@@ -1,0 +1,276 @@
+// backends/cpu/roi.cpp — region and image ops on the CPU: RoiAlign, MaxRoiPool, DeformConv (2-D),
+// and LpNormalization (Col2Im lives with the shape family). All compute in double and store in the
+// input's dtype.
+#include <algorithm>
+#include <limits>
+
+#include "backends/cpu/rq_common.h"
+#include "ops/op_table.h"
+
+namespace kiln::cpu::rq {
+namespace {
+
+// ---------------------------------------------------------------- LpNormalization
+
+Status lp_norm_kernel(KernelContext& ctx, int64_t axis_attr, int64_t p) {
+  const Tensor& x = ctx.input(0);
+  int64_t axis = axis_attr;
+  if (x.rank() == 0) return ctx.error("input must have rank >= 1");
+  if (!ops::normalize_axis(axis, x.rank())) return ctx.error("axis " + std::to_string(axis_attr) + " out of range");
+  if (p != 1 && p != 2) return ctx.error("p must be 1 or 2");
+  int64_t outer = 1, len = x.dim(static_cast<int>(axis)), inner = 1;
+  for (int d = 0; d < x.rank(); ++d) {
+    if (d < axis) outer *= x.dim(d);
+    if (d > axis) inner *= x.dim(d);
+  }
+  Tensor& y = ctx.output(0, x.dtype(), x.shape());
+  parallel_for(outer * inner, 256, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t base = (t / inner) * len * inner + t % inner;
+      double norm = 0;
+      for (int64_t k = 0; k < len; ++k) {
+        const double v = load_f64(x, base + k * inner);
+        norm += p == 1 ? std::fabs(v) : v * v;
+      }
+      if (p == 2) norm = std::sqrt(norm);
+      for (int64_t k = 0; k < len; ++k)
+        store_float(y, base + k * inner, norm == 0 ? 0.0 : load_f64(x, base + k * inner) / norm);
+    }
+  });
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- RoiAlign
+
+struct RoiAlignAttrs {
+  bool max_mode = false;
+  bool half_pixel = true;
+  int64_t out_h = 1, out_w = 1, sampling_ratio = 0;
+  double spatial_scale = 1;
+};
+
+// One bilinear sample: four positions and weights (all zero outside the map).
+struct Sample {
+  int64_t pos[4] = {0, 0, 0, 0};
+  double w[4] = {0, 0, 0, 0};
+};
+
+Sample bilinear_sample(double y, double x, int64_t H, int64_t W) {
+  Sample s;
+  if (y < -1.0 || y > static_cast<double>(H) || x < -1.0 || x > static_cast<double>(W)) return s;
+  y = std::max(y, 0.0);
+  x = std::max(x, 0.0);
+  int64_t y0 = static_cast<int64_t>(y), x0 = static_cast<int64_t>(x), y1, x1;
+  if (y0 >= H - 1) { y1 = y0 = H - 1; y = static_cast<double>(y0); } else { y1 = y0 + 1; }
+  if (x0 >= W - 1) { x1 = x0 = W - 1; x = static_cast<double>(x0); } else { x1 = x0 + 1; }
+  const double ly = y - static_cast<double>(y0), lx = x - static_cast<double>(x0), hy = 1 - ly, hx = 1 - lx;
+  s.pos[0] = y0 * W + x0; s.pos[1] = y0 * W + x1; s.pos[2] = y1 * W + x0; s.pos[3] = y1 * W + x1;
+  s.w[0] = hy * hx; s.w[1] = hy * lx; s.w[2] = ly * hx; s.w[3] = ly * lx;
+  return s;
+}
+
+Status roi_align_kernel(KernelContext& ctx, const RoiAlignAttrs& a) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& rois = ctx.input(1);
+  const Tensor& idx = ctx.input(2);
+  if (x.rank() != 4) return ctx.error("X must be [N, C, H, W]");
+  if (rois.rank() != 2 || rois.dim(1) != 4) return ctx.error("rois must be [num_rois, 4]");
+  const int64_t R = rois.dim(0), N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  if (idx.rank() != 1 || idx.dim(0) != R) return ctx.error("batch_indices must be [num_rois]");
+  const int64_t PH = a.out_h, PW = a.out_w;
+  Tensor& y = ctx.output(0, x.dtype(), {R, C, PH, PW});
+  const std::vector<double> xv = to_f64(x);
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t n = static_cast<int64_t>(load_f64(idx, r));
+    if (n < 0 || n >= N) return ctx.error("batch index " + std::to_string(n) + " out of range");
+  }
+  parallel_for(R, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t n = static_cast<int64_t>(load_f64(idx, r));
+      const double off = a.half_pixel ? 0.5 : 0.0;
+      const double x1 = load_f64(rois, r * 4) * a.spatial_scale - off, y1 = load_f64(rois, r * 4 + 1) * a.spatial_scale - off;
+      const double x2 = load_f64(rois, r * 4 + 2) * a.spatial_scale - off, y2 = load_f64(rois, r * 4 + 3) * a.spatial_scale - off;
+      double rw = x2 - x1, rh = y2 - y1;
+      if (!a.half_pixel) { rw = std::max(rw, 1.0); rh = std::max(rh, 1.0); }
+      const double bh = rh / static_cast<double>(PH), bw = rw / static_cast<double>(PW);
+      const int64_t gh = a.sampling_ratio > 0 ? a.sampling_ratio : static_cast<int64_t>(std::ceil(rh / static_cast<double>(PH)));
+      const int64_t gw = a.sampling_ratio > 0 ? a.sampling_ratio : static_cast<int64_t>(std::ceil(rw / static_cast<double>(PW)));
+      const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
+      std::vector<Sample> samples;
+      for (int64_t ph = 0; ph < PH; ++ph)
+        for (int64_t pw = 0; pw < PW; ++pw)
+          for (int64_t iy = 0; iy < gh; ++iy)
+            for (int64_t ix = 0; ix < gw; ++ix)
+              samples.push_back(bilinear_sample(y1 + ph * bh + (iy + 0.5) * bh / gh, x1 + pw * bw + (ix + 0.5) * bw / gw, H, W));
+      for (int64_t c = 0; c < C; ++c) {
+        const double* plane = &xv[(n * C + c) * H * W];
+        size_t si = 0;
+        for (int64_t ph = 0; ph < PH; ++ph)
+          for (int64_t pw = 0; pw < PW; ++pw) {
+            double acc = 0;
+            bool first = true;
+            for (int64_t k = 0; k < gh * gw; ++k, ++si) {
+              const Sample& s = samples[si];
+              if (!a.max_mode) {
+                for (int q = 0; q < 4; ++q) acc += s.w[q] * plane[s.pos[q]];
+              } else {
+                double v = s.w[0] * plane[s.pos[0]];
+                for (int q = 1; q < 4; ++q) v = std::max(v, s.w[q] * plane[s.pos[q]]);
+                acc = first ? v : std::max(acc, v);
+                first = false;
+              }
+            }
+            store_float(y, ((r * C + c) * PH + ph) * PW + pw, a.max_mode ? acc : acc / count);
+          }
+      }
+    }
+  });
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- MaxRoiPool
+
+Status max_roi_pool_kernel(KernelContext& ctx, int64_t PH, int64_t PW, double scale) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& rois = ctx.input(1);
+  if (x.rank() != 4) return ctx.error("X must be [N, C, H, W]");
+  if (rois.rank() != 2 || rois.dim(1) != 5) return ctx.error("rois must be [num_rois, 5]");
+  const int64_t R = rois.dim(0), N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  Tensor& y = ctx.output(0, x.dtype(), {R, C, PH, PW});
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t n = static_cast<int64_t>(load_f64(rois, r * 5));
+    if (n < 0 || n >= N) return ctx.error("batch index " + std::to_string(n) + " out of range");
+    const auto at = [&](int k) { return static_cast<int64_t>(std::round(load_f64(rois, r * 5 + k) * scale)); };
+    const int64_t sw = at(1), sh = at(2), ew = at(3), eh = at(4);
+    const double bh = static_cast<double>(std::max<int64_t>(eh - sh + 1, 1)) / static_cast<double>(PH);
+    const double bw = static_cast<double>(std::max<int64_t>(ew - sw + 1, 1)) / static_cast<double>(PW);
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t ph = 0; ph < PH; ++ph)
+        for (int64_t pw = 0; pw < PW; ++pw) {
+          const int64_t h0 = std::clamp<int64_t>(static_cast<int64_t>(std::floor(ph * bh)) + sh, 0, H);
+          const int64_t h1 = std::clamp<int64_t>(static_cast<int64_t>(std::ceil((ph + 1) * bh)) + sh, 0, H);
+          const int64_t w0 = std::clamp<int64_t>(static_cast<int64_t>(std::floor(pw * bw)) + sw, 0, W);
+          const int64_t w1 = std::clamp<int64_t>(static_cast<int64_t>(std::ceil((pw + 1) * bw)) + sw, 0, W);
+          double m = h1 <= h0 || w1 <= w0 ? 0.0 : -std::numeric_limits<double>::infinity();
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) m = std::max(m, load_f64(x, ((n * C + c) * H + h) * W + w));
+          store_float(y, ((r * C + c) * PH + ph) * PW + pw, m);
+        }
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- DeformConv (2-D)
+
+struct DeformAttrs {
+  std::vector<int64_t> dilations, pads, strides, kernel;
+  int64_t group = 1, offset_group = 1;
+};
+
+// Bilinear value of a plane at (h, w); zero outside.
+double deform_sample(const double* p, int64_t H, int64_t W, double h, double w) {
+  if (h <= -1 || h >= static_cast<double>(H) || w <= -1 || w >= static_cast<double>(W)) return 0;
+  const int64_t h0 = static_cast<int64_t>(std::floor(h)), w0 = static_cast<int64_t>(std::floor(w));
+  const double lh = h - static_cast<double>(h0), lw = w - static_cast<double>(w0);
+  auto at = [&](int64_t y, int64_t x) { return y >= 0 && y < H && x >= 0 && x < W ? p[y * W + x] : 0.0; };
+  return (1 - lh) * (1 - lw) * at(h0, w0) + (1 - lh) * lw * at(h0, w0 + 1) + lh * (1 - lw) * at(h0 + 1, w0) +
+         lh * lw * at(h0 + 1, w0 + 1);
+}
+
+Status deform_conv_kernel(KernelContext& ctx, const DeformAttrs& a) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& wt = ctx.input(1);
+  const Tensor& offset = ctx.input(2);
+  if (x.rank() != 4 || wt.rank() != 4 || offset.rank() != 4) return ctx.error("only 2-D DeformConv is supported (X, W, offset 4-D)");
+  const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3), OC = wt.dim(0), KH = wt.dim(2), KW = wt.dim(3);
+  const int64_t G = a.group, OG = a.offset_group;
+  if (G <= 0 || OG <= 0 || C % G || OC % G || C % OG || wt.dim(1) != C / G)
+    return ctx.error("group / offset_group do not divide the channels, or W's dim 1 is not C / group");
+  if (!a.kernel.empty() && (a.kernel.size() != 2 || a.kernel[0] != KH || a.kernel[1] != KW))
+    return ctx.error("kernel_shape differs from W's spatial dims");
+  const int64_t sh = a.strides.empty() ? 1 : a.strides[0], sw = a.strides.size() > 1 ? a.strides[1] : 1;
+  const int64_t dh = a.dilations.empty() ? 1 : a.dilations[0], dw = a.dilations.size() > 1 ? a.dilations[1] : 1;
+  const int64_t pt = a.pads.size() == 4 ? a.pads[0] : 0, pl = a.pads.size() == 4 ? a.pads[1] : 0;
+  const int64_t pb = a.pads.size() == 4 ? a.pads[2] : 0, pr = a.pads.size() == 4 ? a.pads[3] : 0;
+  if (sh <= 0 || sw <= 0 || dh <= 0 || dw <= 0) return ctx.error("strides and dilations must be positive");
+  const int64_t OH = (H + pt + pb - (dh * (KH - 1) + 1)) / sh + 1, OW = (W + pl + pr - (dw * (KW - 1) + 1)) / sw + 1;
+  if (OH < 0 || OW < 0) return ctx.error("kernel larger than the padded input");
+  if (offset.shape() != Shape{N, OG * 2 * KH * KW, OH, OW})
+    return ctx.error("offset must have shape " + shape_to_string({N, OG * 2 * KH * KW, OH, OW}));
+  const bool has_b = ctx.has_input(3), has_mask = ctx.has_input(4);
+  if (has_b && ctx.input(3).numel() != OC) return ctx.error("B must have one value per output channel");
+  if (has_mask && ctx.input(4).shape() != Shape{N, OG * KH * KW, OH, OW})
+    return ctx.error("mask must have shape " + shape_to_string({N, OG * KH * KW, OH, OW}));
+  const std::vector<double> xv = to_f64(x), wv = to_f64(wt), ov = to_f64(offset);
+  const std::vector<double> bv = has_b ? to_f64(ctx.input(3)) : std::vector<double>{};
+  const std::vector<double> mv = has_mask ? to_f64(ctx.input(4)) : std::vector<double>{};
+  Tensor& y = ctx.output(0, x.dtype(), {N, OC, OH, OW});
+  const int64_t cpg = C / G, ocpg = OC / G, cpog = C / OG, K = KH * KW;
+  parallel_for(N * OH * OW, 16, [&](int64_t b, int64_t e) {
+    std::vector<double> col(static_cast<size_t>(C * K));  // sampled input for one output position
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t n = t / (OH * OW), oh = (t / OW) % OH, ow = t % OW;
+      for (int64_t c = 0; c < C; ++c) {
+        const int64_t og = c / cpog;
+        for (int64_t i = 0; i < KH; ++i)
+          for (int64_t j = 0; j < KW; ++j) {
+            const int64_t kk = i * KW + j;
+            const double offh = ov[((((n * OG + og) * K + kk) * 2) * OH + oh) * OW + ow];
+            const double offw = ov[((((n * OG + og) * K + kk) * 2 + 1) * OH + oh) * OW + ow];
+            const double m = has_mask ? mv[(((n * OG + og) * K + kk) * OH + oh) * OW + ow] : 1.0;
+            const double hh = static_cast<double>(oh * sh - pt + i * dh) + offh;
+            const double ww = static_cast<double>(ow * sw - pl + j * dw) + offw;
+            col[c * K + kk] = m * deform_sample(&xv[(n * C + c) * H * W], H, W, hh, ww);
+          }
+      }
+      for (int64_t oc = 0; oc < OC; ++oc) {
+        const int64_t g = oc / ocpg;
+        double acc = has_b ? bv[oc] : 0.0;
+        for (int64_t ci = 0; ci < cpg; ++ci)
+          for (int64_t kk = 0; kk < K; ++kk) acc += wv[(oc * cpg + ci) * K + kk] * col[(g * cpg + ci) * K + kk];
+        store_float(y, ((n * OC + oc) * OH + oh) * OW + ow, acc);
+      }
+    }
+  });
+  return Status::Ok();
+}
+
+}  // namespace
+
+void register_roi(KernelRegistry& r) {
+  auto real = [](const ir::Node& n) { return require_float(n, 0); };
+  r.add({"LpNormalization", "", 1, 1 << 30, "cpu.LpNormalization.any", real, [](const ir::Node& n, KernelInit&) {
+           const int64_t axis = n.attr_int("axis", -1), p = n.attr_int("p", 2);
+           return make_kernel([axis, p](KernelContext& ctx) { return lp_norm_kernel(ctx, axis, p); });
+         }});
+  r.add({"RoiAlign", "", 10, 1 << 30, "cpu.RoiAlign.any", real, [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+           RoiAlignAttrs a;
+           const std::string mode = n.attr_string("mode", "avg");
+           if (mode != "avg" && mode != "max") return invalid_model(n.describe() + ": mode must be avg or max");
+           a.max_mode = mode == "max";
+           const std::string ctm = n.attr_string("coordinate_transformation_mode",
+                                                 n.opset && n.opset < 16 ? "output_half_pixel" : "half_pixel");
+           if (ctm != "half_pixel" && ctm != "output_half_pixel")
+             return invalid_model(n.describe() + ": unknown coordinate_transformation_mode '" + ctm + "'");
+           a.half_pixel = ctm == "half_pixel";
+           a.out_h = n.attr_int("output_height", 1);
+           a.out_w = n.attr_int("output_width", 1);
+           a.sampling_ratio = n.attr_int("sampling_ratio", 0);
+           a.spatial_scale = n.attr_float("spatial_scale", 1.0f);
+           if (a.out_h <= 0 || a.out_w <= 0) return invalid_model(n.describe() + ": output size must be positive");
+           return make_kernel([a](KernelContext& ctx) { return roi_align_kernel(ctx, a); });
+         }});
+  r.add({"MaxRoiPool", "", 1, 1 << 30, "cpu.MaxRoiPool.any", real, [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+           const std::vector<int64_t> ps = n.attr_ints("pooled_shape");
+           if (ps.size() != 2 || ps[0] <= 0 || ps[1] <= 0) return invalid_model(n.describe() + ": pooled_shape must be 2 positive ints");
+           const double scale = n.attr_float("spatial_scale", 1.0f);
+           return make_kernel([ps, scale](KernelContext& ctx) { return max_roi_pool_kernel(ctx, ps[0], ps[1], scale); });
+         }});
+  r.add({"DeformConv", "", 19, 1 << 30, "cpu.DeformConv.2d", real, [](const ir::Node& n, KernelInit&) {
+           DeformAttrs a{n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_ints("strides"), n.attr_ints("kernel_shape"),
+                         n.attr_int("group", 1), n.attr_int("offset_group", 1)};
+           return make_kernel([a](KernelContext& ctx) { return deform_conv_kernel(ctx, a); });
+         }});
+}
+
+}  // namespace kiln::cpu::rq

@@ -1,0 +1,226 @@
+// backends/cpu/shape_misc.cpp — shape-family CPU kernels that produce values: Shape, Size,
+// ConstantOfShape, Constant, Range, Trilu, EyeLike.
+#include <cmath>
+
+#include "backends/cpu/shape_util.h"
+#include "ops/op_table.h"
+
+namespace kiln::cpu::shape_detail {
+namespace {
+
+// ---------------------------------------------------------------- Shape / Size
+
+Expected<KernelPtr> create_shape(const ir::Node& n, KernelInit&) {
+  const int64_t start_attr = n.attr_int("start", 0);
+  const bool has_end = n.attr("end") != nullptr;
+  const int64_t end_attr = n.attr_int("end", 0);
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    const int64_t r = x.rank();
+    auto clamp = [r](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + r : v, 0, r); };
+    const int64_t b = clamp(start_attr), e = has_end ? clamp(end_attr) : r;
+    const int64_t len = std::max<int64_t>(0, e - b);
+    Tensor& y = ctx.output(0, DataType::kInt64, {len});
+    for (int64_t i = 0; i < len; ++i) y.data<int64_t>()[i] = x.dim(static_cast<int>(b + i));
+    return Status::Ok();
+  });
+}
+
+Expected<KernelPtr> create_size(const ir::Node&, KernelInit&) {
+  return make_kernel([](KernelContext& ctx) -> Status {
+    Tensor& y = ctx.output(0, DataType::kInt64, {});
+    y.data<int64_t>()[0] = ctx.input(0).numel();
+    return Status::Ok();
+  });
+}
+
+// ---------------------------------------------------------------- Constant / ConstantOfShape
+
+// The tensor a Constant node's attribute describes.
+Expected<Tensor> constant_value(const ir::Node& n) {
+  auto vec = [](DataType dt, int64_t count, Shape shape, auto fill) {
+    Tensor t = Tensor::empty(dt, shape);
+    for (int64_t i = 0; i < count; ++i) fill(t, i);
+    return t;
+  };
+  if (const ir::Attribute* a = n.attr("value")) return a->t;
+  if (const ir::Attribute* a = n.attr("sparse_value")) {
+    if (!a->t.defined()) return unsupported(n.describe() + ": sparse_value was not densified by the importer");
+    return a->t;
+  }
+  if (const ir::Attribute* a = n.attr("value_float"))
+    return vec(DataType::kFloat32, 1, {}, [&](Tensor& t, int64_t) { t.data<float>()[0] = a->f; });
+  if (const ir::Attribute* a = n.attr("value_floats")) {
+    const int64_t k = static_cast<int64_t>(a->floats.size());
+    return vec(DataType::kFloat32, k, {k}, [&](Tensor& t, int64_t i) { t.data<float>()[i] = a->floats[i]; });
+  }
+  if (const ir::Attribute* a = n.attr("value_int"))
+    return vec(DataType::kInt64, 1, {}, [&](Tensor& t, int64_t) { t.data<int64_t>()[0] = a->i; });
+  if (const ir::Attribute* a = n.attr("value_ints")) {
+    const int64_t k = static_cast<int64_t>(a->ints.size());
+    return vec(DataType::kInt64, k, {k}, [&](Tensor& t, int64_t i) { t.data<int64_t>()[i] = a->ints[i]; });
+  }
+  if (const ir::Attribute* a = n.attr("value_string"))
+    return vec(DataType::kString, 1, {}, [&](Tensor& t, int64_t) { t.data<std::string>()[0] = a->s; });
+  if (const ir::Attribute* a = n.attr("value_strings")) {
+    const int64_t k = static_cast<int64_t>(a->strings.size());
+    return vec(DataType::kString, k, {k}, [&](Tensor& t, int64_t i) { t.data<std::string>()[i] = a->strings[i]; });
+  }
+  return invalid_model(n.describe() + ": Constant has no value attribute");
+}
+
+Expected<KernelPtr> create_constant(const ir::Node& n, KernelInit&) {
+  KILN_ASSIGN_OR_RETURN(Tensor value, constant_value(n));
+  return make_kernel([value](KernelContext& ctx) -> Status {
+    Tensor& y = ctx.output(0, value.dtype(), value.shape());
+    copy_tensor(value, y);
+    return Status::Ok();
+  });
+}
+
+Expected<KernelPtr> create_constant_of_shape(const ir::Node& n, KernelInit&) {
+  Tensor value;
+  if (const ir::Attribute* a = n.attr("value")) {
+    value = a->t;
+    if (value.numel() != 1) return invalid_model(n.describe() + ": value must hold exactly one element");
+  } else {
+    value = Tensor::empty(DataType::kFloat32, {1});
+  }
+  return make_kernel([value](KernelContext& ctx) -> Status {
+    std::vector<int64_t> shape;
+    if (!read_ints(ctx.input(0), &shape)) return ctx.error("shape must be int64");
+    for (int64_t d : shape)
+      if (d < 0) return ctx.error("negative dim in shape");
+    Tensor& y = ctx.output(0, value.dtype(), shape);
+    fill_elems(value.dtype(), y.raw(), y.numel(), value.raw());
+    return Status::Ok();
+  });
+}
+
+// ---------------------------------------------------------------- Range
+
+template <typename T>
+void range_fill(T* out, int64_t n, T start, T delta) {
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+}
+
+Expected<KernelPtr> create_range(const ir::Node&, KernelInit&) {
+  return make_kernel([](KernelContext& ctx) -> Status {
+    const Tensor& s = ctx.input(0);
+    const Tensor& l = ctx.input(1);
+    const Tensor& d = ctx.input(2);
+    const DataType dt = s.dtype();
+    if (l.dtype() != dt || d.dtype() != dt || s.numel() != 1 || l.numel() != 1 || d.numel() != 1)
+      return ctx.error("start, limit and delta must be scalars of one dtype");
+    if (dt == DataType::kFloat16 || dt == DataType::kBFloat16) {
+      const bool h = dt == DataType::kFloat16;
+      auto load = [h](const Tensor& t) { uint16_t b = t.data<uint16_t>()[0]; return h ? f16_to_f32(b) : bf16_to_f32(b); };
+      const float start = load(s), limit = load(l), delta = load(d);
+      if (delta == 0) return ctx.error("delta is zero");
+      const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((limit - start) / delta)));
+      Tensor& y = ctx.output(0, dt, {n});
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = start + static_cast<float>(i) * delta;
+        y.data<uint16_t>()[i] = h ? f32_to_f16(v) : f32_to_bf16(v);
+      }
+      return Status::Ok();
+    }
+    Status st = Status::Ok();
+    const bool ok = visit_numeric(dt, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, bool>) {
+        st = ctx.error("Range does not take bool");
+      } else {
+        const T start = s.data<T>()[0], limit = l.data<T>()[0], delta = d.data<T>()[0];
+        if (delta == T(0)) { st = ctx.error("delta is zero"); return; }
+        int64_t n;
+        if constexpr (std::is_floating_point_v<T>) {
+          n = static_cast<int64_t>(std::ceil((static_cast<double>(limit) - start) / delta));
+        } else {  // exact integer ceil-division
+          const int64_t a = static_cast<int64_t>(start), b = static_cast<int64_t>(limit), c = static_cast<int64_t>(delta);
+          n = c > 0 ? (b > a ? (b - a + c - 1) / c : 0) : (a > b ? (a - b - c - 1) / -c : 0);
+        }
+        n = std::max<int64_t>(n, 0);
+        Tensor& y = ctx.output(0, dt, {n});
+        range_fill(y.data<T>(), n, start, delta);
+      }
+    });
+    if (!ok) return ctx.error(std::string("Range does not take dtype ") + dtype_name(dt));
+    return st;
+  });
+}
+
+// ---------------------------------------------------------------- Trilu / EyeLike
+
+Expected<KernelPtr> create_trilu(const ir::Node& n, KernelInit&) {
+  const bool upper = n.attr_int("upper", 1) != 0;
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    if (x.rank() < 2) return ctx.error("input must have rank >= 2");
+    int64_t k = 0;
+    if (ctx.has_input(1)) {
+      if (ctx.input(1).numel() != 1) return ctx.error("k must be a scalar");
+      k = index_at(ctx.input(1), 0);
+    }
+    const int64_t rows = x.dim(-2), cols = x.dim(-1), mats = rows * cols != 0 ? x.numel() / (rows * cols) : 0;
+    Tensor& y = ctx.output(0, x.dtype(), x.shape());
+    visit_elem(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* src = x.data<T>();
+      T* dst = y.data<T>();
+      for (int64_t m = 0; m < mats; ++m)
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < cols; ++j) {
+            const int64_t e = (m * rows + i) * cols + j;
+            const bool keep = upper ? j - i >= k : j - i <= k;
+            dst[e] = keep ? src[e] : T{};
+          }
+    });
+    return Status::Ok();
+  });
+}
+
+// Writes one element equal to 1 of dtype dt into `out`; false for dtypes without a 1.
+bool one_of(DataType dt, Block16* out) {
+  *out = {0, 0};
+  if (dt == DataType::kFloat16) { const uint16_t b = 0x3C00; std::memcpy(out, &b, 2); return true; }
+  if (dt == DataType::kBFloat16) { const uint16_t b = 0x3F80; std::memcpy(out, &b, 2); return true; }
+  return visit_numeric(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T one = T(1);
+    std::memcpy(out, &one, sizeof(T));
+  });
+}
+
+Expected<KernelPtr> create_eye_like(const ir::Node& n, KernelInit&) {
+  const int64_t dtype_attr = n.attr_int("dtype", 0);
+  const int64_t k = n.attr_int("k", 0);
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    if (x.rank() != 2) return ctx.error("input must be 2-D");
+    const DataType dt = dtype_attr ? static_cast<DataType>(dtype_attr) : x.dtype();
+    Block16 one, zero{0, 0};
+    if (!one_of(dt, &one)) return ctx.error(std::string("EyeLike does not take dtype ") + dtype_name(dt));
+    Tensor& y = ctx.output(0, dt, x.shape());
+    const int64_t rows = x.dim(0), cols = x.dim(1);
+    const size_t es = dtype_size(dt);
+    auto* out = static_cast<char*>(y.raw());
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) std::memcpy(out + (i * cols + j) * es, j - i == k ? &one : &zero, es);
+    return Status::Ok();
+  });
+}
+
+}  // namespace
+
+void register_shape_misc(KernelRegistry& r) {
+  add_shape_kernel(r, "Shape", 1, 1, create_shape);
+  add_shape_kernel(r, "Size", 1, 1, create_size);
+  add_shape_kernel(r, "Constant", 1, 0, create_constant);
+  add_shape_kernel(r, "ConstantOfShape", 9, 1, create_constant_of_shape);
+  add_shape_kernel(r, "Range", 11, 3, create_range);
+  add_shape_kernel(r, "Trilu", 14, 1, create_trilu);
+  add_shape_kernel(r, "EyeLike", 9, 1, create_eye_like);
+}
+
+}  // namespace kiln::cpu::shape_detail

@@ -1,0 +1,141 @@
+// backends/cuda/cuda_backend.cpp — the CUDA backend: device memory, copies, per-context state.
+#include "backends/cuda/cuda_backend.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <cstring>
+
+namespace kiln {
+namespace cuda {
+
+Status check_cuda(int err, const char* what) {
+  if (err == cudaSuccess) return Status::Ok();
+  return runtime_error(std::string("cuda: ") + what + ": " + cudaGetErrorString(static_cast<cudaError_t>(err)));
+}
+
+CudaState::~CudaState() {
+  if (workspace) cudaFree(workspace);
+  if (dnn) cudnnDestroy(dnn);
+  if (lt) cublasLtDestroy(lt);
+  if (stream) cudaStreamDestroy(stream);
+}
+
+Expected<std::shared_ptr<CudaState>> make_state() {
+  auto st = std::make_shared<CudaState>();
+  KILN_RETURN_IF_ERROR(check_cuda(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking), "creating a stream"));
+  if (cublasLtCreate(&st->lt) != CUBLAS_STATUS_SUCCESS) return runtime_error("cuda: cublasLtCreate failed");
+  if (cudnnStatus_t s = cudnnCreate(&st->dnn); s != CUDNN_STATUS_SUCCESS)
+    return runtime_error(std::string("cuda: cudnnCreate failed: ") + cudnnGetErrorString(s));
+  if (cudnnSetStream(st->dnn, st->stream) != CUDNN_STATUS_SUCCESS) return runtime_error("cuda: cudnnSetStream failed");
+  KILN_RETURN_IF_ERROR(check_cuda(cudaMalloc(&st->workspace, kWorkspaceBytes), "allocating the workspace"));
+  st->workspace_bytes = kWorkspaceBytes;
+  return st;
+}
+
+namespace {
+
+std::string make_fingerprint() {
+  cudaDeviceProp prop{};
+  std::string name = "unknown GPU";
+  int major = 0, minor = 0;
+  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
+    name = prop.name;
+    major = prop.major;
+    minor = prop.minor;
+  }
+  int rt = 0;
+  cudaRuntimeGetVersion(&rt);
+  const size_t dnn = cudnnGetVersion();
+  const size_t lt = cublasLtGetVersion();
+  auto s = [](auto v) { return std::to_string(v); };
+  return name + "; sm_" + s(major) + s(minor) + "; CUDA runtime " + s(rt / 1000) + "." + s(rt % 1000 / 10) +
+         "; cuDNN " + s(dnn / 10000) + "." + s(dnn % 10000 / 100) + "." + s(dnn % 100) + "; cuBLAS " +
+         s(lt / 10000) + "." + s(lt / 100 % 100) + "." + s(lt % 100);
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend() {
+  register_gemm(registry_);
+  register_conv(registry_);
+  register_nn(registry_);
+  register_elementwise(registry_);
+  register_shape(registry_);
+  fingerprint_ = make_fingerprint();
+}
+
+Expected<std::shared_ptr<Storage>> CudaBackend::allocate(size_t bytes) {
+  auto st = std::make_shared<Storage>();
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, bytes ? bytes : 256);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error so later calls do not see it
+    return runtime_error("cuda: out of device memory allocating " + std::to_string(bytes) + " bytes (" +
+                         cudaGetErrorString(err) + ")");
+  }
+  st->data = p;
+  st->bytes = bytes;
+  st->device = device();
+  st->release = [](void* q) { cudaFree(q); };
+  return st;
+}
+
+Status CudaBackend::copy(const Tensor& src, Tensor& dst, void* state) {
+  if (src.nbytes() != dst.nbytes()) return internal_error("cuda copy: size mismatch");
+  if (src.dtype() == DataType::kString || dst.dtype() == DataType::kString)
+    return unsupported("cuda copy: string tensors cannot live on the GPU");
+  if (src.nbytes() == 0) return Status::Ok();
+  if (src.device().is_cpu() && dst.device().is_cpu()) {
+    std::memcpy(dst.raw(), src.raw(), src.nbytes());
+    return Status::Ok();
+  }
+  // Unified addressing lets the runtime infer the direction (H2D, D2H or D2D).
+  if (state) {
+    auto* cs = static_cast<CudaState*>(state);
+    return check_cuda(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault, cs->stream), "copy");
+  }
+  KILN_RETURN_IF_ERROR(check_cuda(cudaMemcpy(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault), "copy"));
+  return check_cuda(cudaDeviceSynchronize(), "copy");
+}
+
+Expected<std::shared_ptr<void>> CudaBackend::create_state() {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<CudaState> st, make_state());
+  return std::shared_ptr<void>(std::move(st));
+}
+
+Status CudaBackend::synchronize(void* state) {
+  if (!state) return check_cuda(cudaDeviceSynchronize(), "synchronize");
+  return check_cuda(cudaStreamSynchronize(static_cast<CudaState*>(state)->stream), "synchronize");
+}
+
+void* CudaBackend::build_state() {
+  std::lock_guard<std::mutex> lock(build_mu_);
+  if (!build_state_) {
+    auto st = make_state();
+    if (!st.ok()) return nullptr;
+    build_state_ = std::move(st).value();
+  }
+  return build_state_.get();
+}
+
+}  // namespace cuda
+
+Expected<Backend*> cuda_backend() {
+  // Probed once: a process either sees a GPU or it does not.
+  static const Expected<Backend*> backend = []() -> Expected<Backend*> {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return unsupported(std::string("no CUDA GPU visible: ") + cudaGetErrorString(err));
+    }
+    if (count == 0) return unsupported("no CUDA GPU visible: cudaGetDeviceCount found 0 devices");
+    static cuda::CudaBackend instance;
+    return &instance;
+  }();
+  return backend;
+}
+
+}  // namespace kiln

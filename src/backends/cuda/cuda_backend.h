@@ -1,0 +1,77 @@
+// backends/cuda/cuda_backend.h — the CUDA backend (sm_90): device memory, copies, streams, and the
+// per-context state that CUDA kernels find through KernelContext::device_state().
+//
+// No CUDA header is included here: the handle types are forward-declared exactly as the CUDA,
+// cuBLASLt and cuDNN headers declare them, so host modules can include this file freely.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "backends/backend.h"
+
+struct CUstream_st;
+typedef struct CUstream_st* cudaStream_t;  // NOLINT: same typedef as cuda_runtime_api.h
+struct cublasLtContext;
+typedef struct cublasLtContext* cublasLtHandle_t;  // NOLINT: same typedef as cublasLt.h
+struct cudnnContext;
+typedef struct cudnnContext* cudnnHandle_t;  // NOLINT: same typedef as cudnn.h
+
+namespace kiln::cuda {
+
+// One per ExecutionContext (and one for build time). Every kernel of a context queues its work on
+// `stream`; the library handles are bound to that stream; `workspace` is scratch memory that a
+// kernel may use during its own run only (the stream orders the users).
+struct CudaState {
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  cudnnHandle_t dnn = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  ~CudaState();
+};
+
+// Scratch memory every state gets (cuBLASLt and cuDNN algorithms that need more are not chosen).
+constexpr size_t kWorkspaceBytes = size_t{64} << 20;
+
+// Creates a state on the current device: a non-blocking stream, handles and the workspace.
+Expected<std::shared_ptr<CudaState>> make_state();
+
+// The CudaState of a running kernel (never null for kernels placed on CUDA).
+inline CudaState& state_of(const KernelContext& ctx) { return *static_cast<CudaState*>(ctx.device_state()); }
+
+// Kernel families (one table each, see cuda_*.cpp).
+void register_elementwise(KernelRegistry& r);
+void register_shape(KernelRegistry& r);
+void register_nn(KernelRegistry& r);
+void register_gemm(KernelRegistry& r);
+void register_conv(KernelRegistry& r);
+
+// The process-wide backend for device 0 (see cuda_backend() in backend.h).
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend();
+  std::string name() const override { return "cuda"; }
+  Device device() const override { return {DeviceType::kCUDA, 0}; }
+  const KernelRegistry& kernels() const override { return registry_; }
+  Expected<std::shared_ptr<Storage>> allocate(size_t bytes) override;
+  Status copy(const Tensor& src, Tensor& dst, void* state) override;
+  Expected<std::shared_ptr<void>> create_state() override;
+  Status synchronize(void* state) override;
+  std::string fingerprint() const override { return fingerprint_; }
+  // A state for kernel creation (a stream and handles), made on first use; null if that failed.
+  void* build_state() override;
+
+ private:
+  KernelRegistry registry_;
+  std::string fingerprint_;
+  std::shared_ptr<CudaState> build_state_;
+  std::mutex build_mu_;
+};
+
+// "cuda: <what>: <cudaGetErrorString>" for a failed runtime call, or OK.
+Status check_cuda(int err, const char* what);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,231 @@
+// backends/cuda/cuda_gemm.cpp — MatMul and Gemm (float32) through cuBLASLt.
+//
+// kiln's tensors are row-major; cuBLASLt is column-major. A row-major [M,N] matrix is the same
+// memory as a column-major [N,M] one, so C = A·B is computed as Cᵀ = Bᵀ·Aᵀ: the operands swap and
+// m/n swap, with no data movement. Compute is CUBLAS_COMPUTE_32F (no TF32) so results match the CPU.
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <numeric>
+
+#include "backends/cuda/cuda_util.h"
+
+namespace kiln::cuda {
+namespace {
+
+// Owns the cuBLASLt descriptors of one call.
+struct LtDescs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtDescs() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// Row-major problem: Y[M,N] (+)= alpha · op(A)[M,K] · op(B)[K,N] (+ beta · Y), `batch` times at the
+// given element offsets. `trans_a`: A is stored [K,M]; `trans_b`: B is stored [N,K].
+struct GemmProblem {
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  float alpha = 1, beta = 0;
+  const float* a = nullptr;
+  const float* b = nullptr;
+  float* y = nullptr;
+  // One entry per matrix product: element offsets into a, b and y.
+  std::vector<int64_t> off_a, off_b, off_y;
+};
+
+// The largest power of two (≤ 256) dividing every byte address used.
+uint32_t alignment_of(const GemmProblem& p) {
+  uint64_t bits = reinterpret_cast<uintptr_t>(p.a) | reinterpret_cast<uintptr_t>(p.b) | reinterpret_cast<uintptr_t>(p.y);
+  for (size_t i = 0; i < p.off_a.size(); ++i) bits |= (p.off_a[i] | p.off_b[i] | p.off_y[i]) * 4;
+  uint32_t align = 256;
+  while (align > 4 && (bits & (align - 1))) align >>= 1;
+  return align;
+}
+
+Status lt_ok(const KernelContext& ctx, cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+  return runtime_error(ctx.node().describe() + ": cuBLASLt " + what + " failed (status " + std::to_string(int(s)) + ")");
+}
+
+Status run_gemm(const KernelContext& ctx, const GemmProblem& p) {
+  CudaState& st = state_of(ctx);
+  const size_t count = p.off_a.size();
+  if (p.m == 0 || p.n == 0 || count == 0) return Status::Ok();
+  if (p.k == 0) {  // an empty sum: Y = beta·Y (0 when beta is 0; Y was prepared by the caller otherwise)
+    if (p.beta != 0) return Status::Ok();
+    for (size_t i = 0; i < count; ++i)
+      KILN_RETURN_IF_ERROR(launched(ctx, cudaMemsetAsync(p.y + p.off_y[i], 0, p.m * p.n * 4, st.stream)));
+    return Status::Ok();
+  }
+  // Equal steps between consecutive products → one strided-batched call; otherwise one call each.
+  bool strided = count > 1;
+  for (size_t i = 1; i < count && strided; ++i)
+    strided = p.off_a[i] - p.off_a[i - 1] == p.off_a[1] - p.off_a[0] && p.off_b[i] - p.off_b[i - 1] == p.off_b[1] - p.off_b[0] &&
+              p.off_y[i] - p.off_y[i - 1] == p.off_y[1] - p.off_y[0] && p.off_a[1] != p.off_a[0] &&
+              p.off_b[1] != p.off_b[0];
+  const int32_t batch = strided ? static_cast<int32_t>(count) : 1;
+
+  LtDescs d;
+  KILN_RETURN_IF_ERROR(lt_ok(ctx, cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc"));
+  // Column-major view: Yᵀ[N,M] = op(B)ᵀ[N,K] · op(A)ᵀ[K,M]; cuBLASLt's "A" is our B, its "B" our A.
+  const cublasOperation_t op_lt_a = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_lt_b = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_lt_a, sizeof(op_lt_a));
+  cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b, sizeof(op_lt_b));
+  // Stored (pre-op) column-major shapes: B is [N,K] (ld N) or, transposed, [K,N] (ld K).
+  const uint64_t a_rows = p.trans_b ? p.k : p.n, a_cols = p.trans_b ? p.n : p.k;
+  const uint64_t b_rows = p.trans_a ? p.m : p.k, b_cols = p.trans_a ? p.k : p.m;
+  KILN_RETURN_IF_ERROR(lt_ok(ctx, cublasLtMatrixLayoutCreate(&d.a, CUDA_R_32F, a_rows, a_cols, a_rows), "layout"));
+  KILN_RETURN_IF_ERROR(lt_ok(ctx, cublasLtMatrixLayoutCreate(&d.b, CUDA_R_32F, b_rows, b_cols, b_rows), "layout"));
+  KILN_RETURN_IF_ERROR(lt_ok(ctx, cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, p.n, p.m, p.n), "layout"));
+  if (batch > 1) {
+    const int64_t sa = p.off_b[1] - p.off_b[0], sb = p.off_a[1] - p.off_a[0], sc = p.off_y[1] - p.off_y[0];
+    for (auto [layout, stride] : {std::pair{d.a, sa}, std::pair{d.b, sb}, std::pair{d.c, sc}}) {
+      cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch));
+      cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride));
+    }
+  }
+  KILN_RETURN_IF_ERROR(lt_ok(ctx, cublasLtMatmulPreferenceCreate(&d.pref), "preference"));
+  const uint64_t ws = st.workspace_bytes;
+  cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  const uint32_t align = alignment_of(p);
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    cublasLtMatmulPreferenceSetAttribute(d.pref, attr, &align, sizeof(align));
+
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  KILN_RETURN_IF_ERROR(lt_ok(ctx, cublasLtMatmulAlgoGetHeuristic(st.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heur, &found),
+                             "heuristic"));
+  if (found == 0) return runtime_error(ctx.node().describe() + ": cuBLASLt found no algorithm for this GEMM");
+  const size_t calls = strided ? 1 : count;
+  for (size_t i = 0; i < calls; ++i) {
+    const float* a = p.a + p.off_a[i];
+    const float* b = p.b + p.off_b[i];
+    float* y = p.y + p.off_y[i];
+    KILN_RETURN_IF_ERROR(lt_ok(ctx, cublasLtMatmul(st.lt, d.op, &p.alpha, b, d.a, a, d.b, &p.beta, y, d.c, y, d.c,
+                                                   &heur.algo, st.workspace, st.workspace_bytes, st.stream),
+                               "matmul"));
+  }
+  return Status::Ok();
+}
+
+// ---- MatMul: numpy semantics (1-D operands promoted, batch dims broadcast).
+Status run_matmul(KernelContext& ctx) {
+  const Tensor& ta = ctx.input(0);
+  const Tensor& tb = ctx.input(1);
+  if (ta.dtype() != DataType::kFloat32 || tb.dtype() != DataType::kFloat32) return ctx.error("CUDA kernel takes float32 only");
+  if (ta.rank() == 0 || tb.rank() == 0) return ctx.error("MatMul operands must have rank >= 1");
+  Shape sa = ta.shape(), sb = tb.shape();
+  const bool a_vec = sa.size() == 1, b_vec = sb.size() == 1;
+  if (a_vec) sa.insert(sa.begin(), 1);
+  if (b_vec) sb.push_back(1);
+  const int64_t m = sa[sa.size() - 2], k = sa.back(), n = sb.back();
+  if (sb[sb.size() - 2] != k)
+    return ctx.error("shapes " + shape_to_string(ta.shape()) + " and " + shape_to_string(tb.shape()) + " do not multiply");
+  const Shape batch_a(sa.begin(), sa.end() - 2), batch_b(sb.begin(), sb.end() - 2);
+  Shape batch;
+  if (!broadcast_shape(batch_a, batch_b, batch)) return ctx.error("batch dims do not broadcast");
+  Shape out = batch;
+  if (!a_vec) out.push_back(m);
+  if (!b_vec) out.push_back(n);
+  Tensor& y = ctx.output(0, DataType::kFloat32, out);
+
+  GemmProblem p;
+  p.a = ta.data<float>();
+  p.b = tb.data<float>();
+  p.y = y.data<float>();
+  p.k = k;
+  p.n = n;
+  const int64_t nb = shape_numel(batch);
+  if (shape_numel(batch_b) == 1 && shape_numel(batch_a) == nb) {
+    // B is one matrix: fold A's batch into its rows.
+    p.m = m * nb;
+    p.off_a = p.off_b = p.off_y = {0};
+    return run_gemm(ctx, p);
+  }
+  p.m = m;
+  BroadcastIndex idx;
+  if (!make_broadcast_index(batch, batch_a, batch_b, idx)) return ctx.error("too many batch dims for CUDA");
+  for (int64_t i = 0; i < nb; ++i) {
+    int64_t rem = i, ia = 0, ib = 0;
+    for (int d = idx.rank - 1; d >= 0; --d) {
+      const int64_t c = rem % idx.dims[d];
+      rem /= idx.dims[d];
+      ia += c * idx.a_strides[d];
+      ib += c * idx.b_strides[d];
+    }
+    p.off_a.push_back(ia * m * k);
+    p.off_b.push_back(ib * k * n);
+    p.off_y.push_back(i * m * n);
+  }
+  return run_gemm(ctx, p);
+}
+
+// ---- Gemm: Y = alpha·op(A)·op(B) + beta·C, C broadcast to [M,N].
+Expected<KernelPtr> create_gemm(const ir::Node& node) {
+  const bool trans_a = node.attr_int("transA", 0) != 0, trans_b = node.attr_int("transB", 0) != 0;
+  const float alpha = node.attr_float("alpha", 1.f), beta = node.attr_float("beta", 1.f);
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    const Tensor& ta = ctx.input(0);
+    const Tensor& tb = ctx.input(1);
+    if (ta.rank() != 2 || tb.rank() != 2) return ctx.error("A and B must be 2-D");
+    const int64_t m = trans_a ? ta.dim(1) : ta.dim(0), k = trans_a ? ta.dim(0) : ta.dim(1);
+    const int64_t n = trans_b ? tb.dim(0) : tb.dim(1), kb = trans_b ? tb.dim(1) : tb.dim(0);
+    if (k != kb) return ctx.error("inner dims differ: " + std::to_string(k) + " vs " + std::to_string(kb));
+    Tensor& y = ctx.output(0, DataType::kFloat32, {m, n});
+    GemmProblem p;
+    p.trans_a = trans_a;
+    p.trans_b = trans_b;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.alpha = alpha;
+    p.a = ta.data<float>();
+    p.b = tb.data<float>();
+    p.y = y.data<float>();
+    p.off_a = p.off_b = p.off_y = {0};
+    const bool has_c = ctx.num_inputs() > 2 && ctx.has_input(2) && beta != 0.f;
+    if (has_c) {
+      const Tensor& c = ctx.input(2);
+      Shape bs;
+      if (c.rank() > 2 || !broadcast_shape(c.shape(), {m, n}, bs) || bs != Shape{m, n})
+        return ctx.error("C of shape " + shape_to_string(c.shape()) + " does not broadcast to [M,N]");
+      BroadcastIndex idx;
+      make_broadcast_index({m, n}, c.shape(), {m, n}, idx);
+      KILN_RETURN_IF_ERROR(launched(ctx, launch_binary_f32(BinaryOp::kFirst, c.data<float>(), nullptr, y.data<float>(),
+                                                           m * n, idx, state_of(ctx).stream)));
+      p.beta = beta;
+    }
+    return run_gemm(ctx, p);
+  });
+}
+
+}  // namespace
+
+void register_gemm(KernelRegistry& r) {
+  KernelDef mm;
+  mm.op = "MatMul";
+  mm.since = 1;
+  mm.name = "cuda.MatMul.f32.cublaslt";
+  mm.check = require_f32;
+  mm.create = [](const ir::Node&, KernelInit&) { return make_kernel(run_matmul); };
+  r.add(mm);
+
+  KernelDef g;
+  g.op = "Gemm";
+  g.since = 7;
+  g.name = "cuda.Gemm.f32.cublaslt";
+  g.check = require_f32;
+  g.create = [](const ir::Node& n, KernelInit&) { return create_gemm(n); };
+  r.add(g);
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,158 @@
+// backends/cuda/cuda_nn.cpp — the table of float32 NN kernels: Softmax/LogSoftmax, pooling,
+// global pooling and inference BatchNormalization (own kernels in cuda_nn.cu).
+#include "backends/cuda/cuda_util.h"
+
+namespace kiln::cuda {
+namespace {
+
+KernelDef def(const char* op, int since, const char* name, std::function<std::string(const ir::Node&)> check,
+              KernelFactory create) {
+  KernelDef d;
+  d.op = op;
+  d.since = since;
+  d.name = name;
+  d.check = std::move(check);
+  d.create = std::move(create);
+  return d;
+}
+
+// ---- Softmax / LogSoftmax
+Expected<KernelPtr> create_softmax(const ir::Node& n, bool log) {
+  const bool coerce_2d = n.opset > 0 && n.opset < 13;  // before 13: flatten to [prod(<axis), prod(>=axis)]
+  const int64_t axis_attr = n.attr_int("axis", coerce_2d ? 1 : -1);
+  return make_kernel([axis_attr, coerce_2d, log](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    int64_t axis = axis_attr;
+    const int64_t r = x.rank();
+    if (r == 0) return ctx.error("input must have rank >= 1");
+    if (!normalize_axis(axis, r)) return ctx.error("axis out of range");
+    int64_t outer = 1, dim = 1, inner = 1;
+    for (int64_t k = 0; k < axis; ++k) outer *= x.shape()[k];
+    if (coerce_2d) {
+      for (int64_t k = axis; k < r; ++k) dim *= x.shape()[k];
+    } else {
+      dim = x.shape()[axis];
+      for (int64_t k = axis + 1; k < r; ++k) inner *= x.shape()[k];
+    }
+    Tensor& y = ctx.output(0, DataType::kFloat32, x.shape());
+    return launched(ctx, launch_softmax_f32(x.data<float>(), y.data<float>(), outer, dim, inner, log,
+                                            state_of(ctx).stream));
+  });
+}
+
+// ---- MaxPool / AveragePool (1-D and 2-D, NCHW)
+std::string pool_check(const ir::Node& n) {
+  const size_t k = n.attr_ints("kernel_shape").size();
+  if (k != 1 && k != 2) return "only 1-D and 2-D pooling run on CUDA";
+  if (n.has_output(1)) return "the Indices output is not supported on CUDA";
+  return require_f32(n);
+}
+
+Expected<KernelPtr> create_pool(const ir::Node& n, bool max) {
+  const std::vector<int64_t> kernel = n.attr_ints("kernel_shape");
+  const size_t sd = kernel.size();
+  std::vector<int64_t> strides = n.attr_ints("strides", std::vector<int64_t>(sd, 1));
+  std::vector<int64_t> dilations = n.attr_ints("dilations", std::vector<int64_t>(sd, 1));
+  std::vector<int64_t> pads = n.attr_ints("pads", std::vector<int64_t>(2 * sd, 0));
+  if (strides.size() != sd || dilations.size() != sd || pads.size() != 2 * sd)
+    return invalid_model(n.describe() + ": strides/dilations/pads do not match kernel_shape");
+  const std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
+  const bool ceil_mode = n.attr_int("ceil_mode", 0) != 0;
+  const bool include_pad = n.attr_int("count_include_pad", 0) != 0;
+  return make_kernel([=](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    if (x.rank() != static_cast<int>(sd) + 2) return ctx.error("input rank does not match kernel_shape");
+    // 1-D pooling runs as 2-D with a height of 1.
+    const bool one_d = sd == 1;
+    const int64_t h = one_d ? 1 : x.dim(2), w = x.dim(one_d ? 2 : 3);
+    PoolParams p;
+    p.nc = x.dim(0) * x.dim(1);
+    p.h = h;
+    p.w = w;
+    p.max = max;
+    p.count_include_pad = include_pad;
+    Shape out = {x.dim(0), x.dim(1)};
+    for (size_t i = 0; i < sd; ++i) {
+      auto g = window_geometry(x.dim(2 + i), kernel[i], strides[i], dilations[i], pads[i], pads[i + sd], auto_pad,
+                               ceil_mode);
+      if (!g.ok()) return ctx.error(g.status().message());
+      out.push_back(g->out);
+      const bool is_w = one_d || i == 1;
+      (is_w ? p.ow : p.oh) = g->out;
+      (is_w ? p.kw : p.kh) = kernel[i];
+      (is_w ? p.sw : p.sh) = strides[i];
+      (is_w ? p.dw : p.dh) = dilations[i];
+      (is_w ? p.pad_left : p.pad_top) = g->pad_begin;
+      (is_w ? p.pad_right : p.pad_bottom) = g->pad_end;
+    }
+    if (one_d) p.oh = 1;
+    Tensor& y = ctx.output(0, DataType::kFloat32, out);
+    return launched(ctx, launch_pool2d_f32(x.data<float>(), y.data<float>(), p, state_of(ctx).stream));
+  });
+}
+
+// ---- GlobalAveragePool / GlobalMaxPool
+Expected<KernelPtr> create_global_pool(bool max) {
+  return make_kernel([max](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    if (x.rank() < 2) return ctx.error("input must have rank >= 2");
+    Shape out = x.shape();
+    int64_t spatial = 1;
+    for (int k = 2; k < x.rank(); ++k) {
+      spatial *= out[k];
+      out[k] = 1;
+    }
+    if (spatial == 0) return ctx.error("global pooling over an empty spatial extent");
+    Tensor& y = ctx.output(0, DataType::kFloat32, out);
+    return launched(ctx, launch_reduce_rows_f32(x.data<float>(), y.data<float>(), x.dim(0) * x.dim(1), spatial, max,
+                                                state_of(ctx).stream));
+  });
+}
+
+// ---- BatchNormalization (inference)
+std::string batchnorm_check(const ir::Node& n) {
+  if (n.attr_int("training_mode", 0) != 0) return "training_mode is not supported on CUDA";
+  if (n.opset < 9 && n.attr_int("spatial", 1) == 0) return "spatial=0 is not supported on CUDA";
+  for (size_t i = 1; i < n.outputs.size(); ++i)
+    if (n.has_output(i)) return "training outputs (running mean/var) are not supported on CUDA";
+  if (n.inputs.size() != 5) return "needs 5 inputs";
+  return require_f32(n);
+}
+
+Expected<KernelPtr> create_batchnorm(const ir::Node& n) {
+  const float eps = n.attr_float("epsilon", 1e-5f);
+  return make_kernel([eps](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    if (x.rank() < 2) return ctx.error("input must have rank >= 2");
+    const int64_t c = x.dim(1);
+    for (int i = 1; i < 5; ++i)
+      if (ctx.input(i).numel() != c) return ctx.error("scale, B, mean and var must have C elements");
+    const int64_t inner = c ? x.numel() / (x.dim(0) * c) : 0;
+    Tensor& y = ctx.output(0, DataType::kFloat32, x.shape());
+    if (x.numel() == 0) return Status::Ok();
+    return launched(ctx, launch_batchnorm_f32(x.data<float>(), ctx.input(1).data<float>(), ctx.input(2).data<float>(),
+                                              ctx.input(3).data<float>(), ctx.input(4).data<float>(), y.data<float>(),
+                                              x.dim(0), c, inner, eps, state_of(ctx).stream));
+  });
+}
+
+}  // namespace
+
+void register_nn(KernelRegistry& r) {
+  r.add(def("Softmax", 1, "cuda.Softmax.f32", require_f32,
+            [](const ir::Node& n, KernelInit&) { return create_softmax(n, false); }));
+  r.add(def("LogSoftmax", 1, "cuda.LogSoftmax.f32", require_f32,
+            [](const ir::Node& n, KernelInit&) { return create_softmax(n, true); }));
+  r.add(def("MaxPool", 1, "cuda.MaxPool.f32", pool_check,
+            [](const ir::Node& n, KernelInit&) { return create_pool(n, true); }));
+  r.add(def("AveragePool", 1, "cuda.AveragePool.f32", pool_check,
+            [](const ir::Node& n, KernelInit&) { return create_pool(n, false); }));
+  r.add(def("GlobalAveragePool", 1, "cuda.GlobalAveragePool.f32", require_f32,
+            [](const ir::Node&, KernelInit&) { return create_global_pool(false); }));
+  r.add(def("GlobalMaxPool", 1, "cuda.GlobalMaxPool.f32", require_f32,
+            [](const ir::Node&, KernelInit&) { return create_global_pool(true); }));
+  r.add(def("BatchNormalization", 7, "cuda.BatchNormalization.f32", batchnorm_check,
+            [](const ir::Node& n, KernelInit&) { return create_batchnorm(n); }));
+}
+
+}  // namespace kiln::cuda

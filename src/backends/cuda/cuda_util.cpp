@@ -1,0 +1,145 @@
+// backends/cuda/cuda_util.cpp — host-side helpers shared by the CUDA kernel tables.
+#include "backends/cuda/cuda_util.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+namespace kiln::cuda {
+
+std::string require_f32(const ir::Node& n) {
+  auto check = [](const ir::Value* v, const char* what, size_t i) -> std::string {
+    if (!v || !v->type.is_tensor() || v->type.dtype == DataType::kUndefined || v->type.dtype == DataType::kFloat32)
+      return "";
+    return std::string(what) + " " + std::to_string(i) + " is " + dtype_name(v->type.dtype) + ", only float32 runs on CUDA";
+  };
+  for (size_t i = 0; i < n.inputs.size(); ++i)
+    if (std::string r = check(n.inputs[i], "input", i); !r.empty()) return r;
+  for (size_t i = 0; i < n.outputs.size(); ++i)
+    if (std::string r = check(n.outputs[i], "output", i); !r.empty()) return r;
+  for (const ir::Value* v : n.inputs)
+    if (v && !v->type.is_tensor()) return "takes tensors only";
+  return "";
+}
+
+std::string require_constant(const ir::Node& n, int i) {
+  if (!n.has_input(i) || n.inputs[i]->constant.has_value()) return "";
+  return "input " + std::to_string(i) + " must be a constant (run constant folding) to run on CUDA";
+}
+
+std::optional<std::vector<int64_t>> constant_ints(const ir::Node& n, int i) {
+  if (!n.has_input(i) || !n.inputs[i]->constant.has_value()) return std::nullopt;
+  const Tensor& t = *n.inputs[i]->constant;
+  if (!t.device().is_cpu()) return std::nullopt;
+  std::vector<int64_t> v(static_cast<size_t>(t.numel()));
+  if (t.dtype() == DataType::kInt64) {
+    std::copy(t.data<int64_t>(), t.data<int64_t>() + t.numel(), v.begin());
+  } else if (t.dtype() == DataType::kInt32) {
+    std::copy(t.data<int32_t>(), t.data<int32_t>() + t.numel(), v.begin());
+  } else {
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<float> constant_float(const ir::Node& n, int i) {
+  if (!n.has_input(i) || !n.inputs[i]->constant.has_value()) return std::nullopt;
+  const Tensor& t = *n.inputs[i]->constant;
+  if (!t.device().is_cpu() || t.numel() != 1 || t.dtype() != DataType::kFloat32) return std::nullopt;
+  return t.data<float>()[0];
+}
+
+Status launched(const KernelContext& ctx, int err) {
+  if (err == cudaSuccess) return Status::Ok();
+  return runtime_error(ctx.node().describe() + ": CUDA launch failed: " +
+                       cudaGetErrorString(static_cast<cudaError_t>(err)));
+}
+
+bool broadcast_shape(const Shape& a, const Shape& b, Shape& out) {
+  const size_t r = std::max(a.size(), b.size());
+  out.assign(r, 1);
+  for (size_t k = 0; k < r; ++k) {
+    const int64_t da = k < r - a.size() ? 1 : a[k - (r - a.size())];
+    const int64_t db = k < r - b.size() ? 1 : b[k - (r - b.size())];
+    if (da != db && da != 1 && db != 1) return false;
+    out[k] = da == 1 ? db : da;
+  }
+  return true;
+}
+
+bool make_broadcast_index(const Shape& out, const Shape& a, const Shape& b, BroadcastIndex& index) {
+  const size_t r = out.size();
+  // Per output dim: size and whether each input spans it (size > 1 there).
+  std::vector<int64_t> dims;
+  std::vector<bool> in_a, in_b;
+  for (size_t k = 0; k < r; ++k) {
+    const int64_t da = k < r - a.size() ? 1 : a[k - (r - a.size())];
+    const int64_t db = k < r - b.size() ? 1 : b[k - (r - b.size())];
+    if (out[k] == 1) continue;  // size-1 dims do not move any index
+    const bool ua = da != 1, ub = db != 1;
+    if (!dims.empty() && in_a.back() == ua && in_b.back() == ub) {
+      dims.back() *= out[k];  // merge with the previous (outer) dim
+    } else {
+      dims.push_back(out[k]);
+      in_a.push_back(ua);
+      in_b.push_back(ub);
+    }
+  }
+  if (dims.size() > static_cast<size_t>(kMaxRank)) return false;
+  index = {};
+  index.rank = static_cast<int>(dims.size());
+  int64_t sa = 1, sb = 1;
+  for (int k = index.rank - 1; k >= 0; --k) {
+    index.dims[k] = dims[k];
+    index.a_strides[k] = in_a[k] ? sa : 0;
+    index.b_strides[k] = in_b[k] ? sb : 0;
+    if (in_a[k]) sa *= dims[k];
+    if (in_b[k]) sb *= dims[k];
+  }
+  return true;
+}
+
+bool normalize_axis(int64_t& axis, int64_t rank) {
+  if (axis < -rank || axis >= rank) return false;
+  if (axis < 0) axis += rank;
+  return true;
+}
+
+Status copy_device(const KernelContext& ctx, const Tensor& src, Tensor& dst) {
+  if (src.nbytes() == 0) return Status::Ok();
+  return launched(ctx, cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice,
+                                       state_of(ctx).stream));
+}
+
+}  // namespace kiln::cuda
+
+namespace kiln::cuda {
+
+Expected<Window> window_geometry(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pad_begin, int64_t pad_end,
+                                 const std::string& auto_pad, bool ceil_mode) {
+  if (k < 1 || s < 1 || d < 1) return invalid_argument("kernel, stride and dilation must be positive");
+  const int64_t span = (k - 1) * d + 1;
+  Window w;
+  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    w.out = (in + s - 1) / s;
+    const int64_t total = std::max<int64_t>(0, (w.out - 1) * s + span - in);
+    w.pad_begin = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    w.pad_end = total - w.pad_begin;
+    return w;
+  }
+  if (auto_pad == "VALID") {
+    pad_begin = pad_end = 0;
+  } else if (auto_pad != "NOTSET" && !auto_pad.empty()) {
+    return invalid_argument("unknown auto_pad '" + auto_pad + "'");
+  }
+  w.pad_begin = pad_begin;
+  w.pad_end = pad_end;
+  const int64_t avail = in + pad_begin + pad_end - span;
+  if (avail < 0) return invalid_argument("the window is larger than the padded input");
+  w.out = (ceil_mode ? (avail + s - 1) / s : avail / s) + 1;
+  // A window must start inside the input or its begin pad (ONNX Runtime and PyTorch drop the last otherwise).
+  if (ceil_mode && (w.out - 1) * s >= in + pad_begin) --w.out;
+  return w;
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,50 @@
+// backends/cuda/cuda_util.h — host-side helpers shared by the CUDA kernel tables (no CUDA types).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_kernels.h"
+
+namespace kiln::cuda {
+
+// check(): "" when every present input (and output) whose dtype is known is float32.
+std::string require_f32(const ir::Node& n);
+// check(): "" when node input `i` is absent or a constant (its value is needed at creation).
+std::string require_constant(const ir::Node& n, int i);
+
+// The int64/int32 values of a constant node input, or nullopt (absent, not constant, other dtype).
+std::optional<std::vector<int64_t>> constant_ints(const ir::Node& n, int i);
+// The float value of a constant scalar node input, or nullopt.
+std::optional<float> constant_float(const ir::Node& n, int i);
+
+// A failed launch → RuntimeError naming the node.
+Status launched(const KernelContext& ctx, int err);
+
+// Numpy broadcasting of two shapes; false when they do not broadcast.
+bool broadcast_shape(const Shape& a, const Shape& b, Shape& out);
+// The index for reading `a` and `b` (each broadcast to `out`) in out's order; adjacent dims that
+// broadcast the same way are merged. Fails (false) when rank exceeds kMaxRank after merging.
+bool make_broadcast_index(const Shape& out, const Shape& a, const Shape& b, BroadcastIndex& index);
+
+// Normalizes a possibly negative axis into [0, rank); false when out of range.
+bool normalize_axis(int64_t& axis, int64_t rank);
+
+// Device copy of `src` into the already allocated `dst` on the context's stream.
+Status copy_device(const KernelContext& ctx, const Tensor& src, Tensor& dst);
+
+}  // namespace kiln::cuda
+
+namespace kiln::cuda {
+
+// One spatial dim of a windowed op (Conv, pooling): input size in, window k, stride s, dilation d,
+// explicit pads (used when auto_pad is NOTSET). Fills the output size and the effective pads.
+struct Window {
+  int64_t out = 0, pad_begin = 0, pad_end = 0;
+};
+Expected<Window> window_geometry(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pad_begin, int64_t pad_end,
+                                 const std::string& auto_pad, bool ceil_mode);
+
+}  // namespace kiln::cuda

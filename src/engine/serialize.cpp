@@ -1,0 +1,336 @@
+// engine/serialize.cpp — the engine file: FlatBuffers schema engine.fbs, verified on load.
+//
+// The file holds the optimized graph (weights included) and, per top-level node, the kernel and
+// device chosen at build time; loading rebuilds the plan from those choices without re-deciding.
+#include <cstring>
+
+#include "backends/backend.h"
+#include "engine/engine_generated.h"
+#include "runtime/engine_impl.h"
+
+namespace kiln {
+namespace {
+
+namespace fb = kiln::fb;
+using flatbuffers::FlatBufferBuilder;
+using flatbuffers::Offset;
+
+// ---------------------------------------------------------------- writing
+
+class Writer {
+ public:
+  FlatBufferBuilder b{1 << 16};
+
+  Offset<fb::TypeDesc> type(const ir::Type& t) {
+    std::vector<Offset<fb::Dim>> dims;
+    for (const ir::Dim& d : t.shape.dims) dims.push_back(fb::CreateDim(b, d.value, b.CreateString(d.symbol)));
+    auto dv = b.CreateVector(dims);
+    Offset<fb::TypeDesc> elem = t.elem ? type(*t.elem) : 0;
+    return fb::CreateTypeDesc(b, static_cast<int8_t>(t.kind), static_cast<int32_t>(t.dtype), t.shape.known, dv, elem,
+                              static_cast<int32_t>(t.key_dtype));
+  }
+
+  Offset<fb::TensorData> tensor(const Tensor& t) {
+    auto shape = b.CreateVector(t.shape());
+    if (t.dtype() == DataType::kString) {
+      std::vector<Offset<flatbuffers::String>> s;
+      for (int64_t i = 0; i < t.numel(); ++i) s.push_back(b.CreateString(t.data<std::string>()[i]));
+      return fb::CreateTensorData(b, static_cast<int32_t>(t.dtype()), shape, 0, b.CreateVector(s));
+    }
+    b.ForceVectorAlignment(t.nbytes(), 1, 64);
+    auto data = b.CreateVector(static_cast<const uint8_t*>(t.raw()), t.nbytes());
+    return fb::CreateTensorData(b, static_cast<int32_t>(t.dtype()), shape, data);
+  }
+
+  Offset<fb::Attr> attr(const std::string& name, const ir::Attribute& a) {
+    auto n = b.CreateString(name);
+    auto s = b.CreateString(a.s);
+    Offset<fb::TensorData> t = a.t.defined() && a.kind == ir::Attribute::Kind::kTensor ? tensor(a.t) : 0;
+    if (a.kind == ir::Attribute::Kind::kSparseTensor && a.t.defined()) t = tensor(a.t);
+    Offset<fb::GraphDesc> g = a.g ? graph(*a.g, nullptr) : 0;
+    auto floats = b.CreateVector(a.floats);
+    auto ints = b.CreateVector(a.ints);
+    auto strings = b.CreateVectorOfStrings(a.strings);
+    std::vector<Offset<fb::TensorData>> ts;
+    for (const Tensor& x : a.tensors) ts.push_back(tensor(x));
+    auto tv = b.CreateVector(ts);
+    std::vector<Offset<fb::GraphDesc>> gs;
+    for (const auto& x : a.graphs) gs.push_back(graph(*x, nullptr));
+    auto gv = b.CreateVector(gs);
+    std::vector<Offset<fb::TypeDesc>> ty;
+    for (const ir::Type& x : a.types) ty.push_back(type(x));
+    auto tyv = b.CreateVector(ty);
+    return fb::CreateAttr(b, n, static_cast<int8_t>(a.kind), a.f, a.i, s, t, g, floats, ints, strings, tv, gv, tyv);
+  }
+
+  // `choices`: per node in order (kernel, device); null for subgraphs (chosen again on load).
+  Offset<fb::GraphDesc> graph(const ir::Graph& g, const std::vector<std::pair<std::string, int>>* choices) {
+    std::map<const ir::Value*, int> index;
+    std::vector<Offset<fb::ValueDesc>> values;
+    for (const ir::Value* v : g.values()) {
+      index[v] = static_cast<int>(values.size());
+      auto name = b.CreateString(v->name);
+      auto ty = type(v->type);
+      Offset<fb::TensorData> c = v->constant ? tensor(*v->constant) : 0;
+      values.push_back(fb::CreateValueDesc(b, name, ty, c, v->is_input, v->is_output, v->is_capture));
+    }
+    std::vector<Offset<fb::NodeDesc>> nodes;
+    size_t k = 0;
+    for (const ir::Node* n : g.nodes()) {
+      std::vector<int32_t> ins, outs;
+      for (const ir::Value* v : n->inputs) ins.push_back(v ? index.at(v) : -1);
+      for (const ir::Value* v : n->outputs) outs.push_back(v ? index.at(v) : -1);
+      std::vector<Offset<fb::Attr>> attrs;
+      for (const auto& [key, a] : n->attrs) attrs.push_back(attr(key, a));
+      std::string kernel;
+      int device = 0;
+      if (choices && k < choices->size()) std::tie(kernel, device) = (*choices)[k];
+      ++k;
+      nodes.push_back(fb::CreateNodeDesc(b, b.CreateString(n->name), b.CreateString(n->op_type), b.CreateString(n->domain),
+                                         n->opset, b.CreateVector(ins), b.CreateVector(outs), b.CreateVector(attrs),
+                                         b.CreateString(kernel), device));
+    }
+    std::vector<Offset<fb::Meta>> opsets;
+    for (const auto& [d, v] : g.opsets) opsets.push_back(fb::CreateMeta(b, b.CreateString(d), b.CreateString(std::to_string(v))));
+    auto idx = [&](const std::vector<ir::Value*>& vs) {
+      std::vector<int32_t> r;
+      for (const ir::Value* v : vs) r.push_back(index.at(v));
+      return b.CreateVector(r);
+    };
+    auto vv = b.CreateVector(values);
+    auto nv = b.CreateVector(nodes);
+    auto ov = b.CreateVector(opsets);
+    auto iv = idx(g.inputs), outv = idx(g.outputs), cv = idx(g.captures);
+    return fb::CreateGraphDesc(b, b.CreateString(g.name), ov, vv, nv, iv, outv, cv);
+  }
+};
+
+// ---------------------------------------------------------------- reading
+
+Status bad(const std::string& what) { return invalid_model("engine file is corrupt: " + what); }
+
+template <typename V>
+size_t vsize(const V* v) { return v ? v->size() : 0; }
+
+Expected<ir::Type> read_type(const fb::TypeDesc* t, int depth = 0) {
+  ir::Type r;
+  if (!t) return r;
+  if (depth > 16) return bad("type nesting too deep");
+  if (t->kind() < 0 || t->kind() > static_cast<int>(ir::Type::Kind::kUnknown)) return bad("invalid type kind");
+  r.kind = static_cast<ir::Type::Kind>(t->kind());
+  if (t->dtype() != 0 && !dtype_is_valid(t->dtype())) return bad("invalid dtype " + std::to_string(t->dtype()));
+  r.dtype = static_cast<DataType>(t->dtype());
+  r.key_dtype = static_cast<DataType>(dtype_is_valid(t->key_dtype()) ? t->key_dtype() : 0);
+  r.shape.known = t->shape_known();
+  for (size_t i = 0; i < vsize(t->dims()); ++i) {
+    const fb::Dim* d = t->dims()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    ir::Dim dim;
+    dim.value = d->value();
+    if (d->symbol()) dim.symbol = d->symbol()->str();
+    r.shape.dims.push_back(dim);
+  }
+  if (t->elem()) {
+    KILN_ASSIGN_OR_RETURN(ir::Type e, read_type(t->elem(), depth + 1));
+    r.elem = std::make_shared<ir::Type>(std::move(e));
+  }
+  return r;
+}
+
+Expected<Tensor> read_tensor(const fb::TensorData* t) {
+  if (!t) return bad("missing tensor");
+  if (!dtype_is_valid(t->dtype())) return bad("invalid tensor dtype " + std::to_string(t->dtype()));
+  const DataType dt = static_cast<DataType>(t->dtype());
+  Shape shape;
+  int64_t numel = 1;
+  for (size_t i = 0; i < vsize(t->shape()); ++i) {
+    const int64_t d = t->shape()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    if (d < 0 || (d > 0 && numel > (int64_t{1} << 40) / d)) return bad("invalid tensor shape");
+    numel *= d;
+    shape.push_back(d);
+  }
+  if (dt == DataType::kString) {
+    if (static_cast<int64_t>(vsize(t->strings())) != numel) return bad("string tensor size mismatch");
+    Tensor r = Tensor::empty(dt, shape);
+    for (int64_t i = 0; i < numel; ++i) r.data<std::string>()[i] = t->strings()->Get(static_cast<flatbuffers::uoffset_t>(i))->str();
+    return r;
+  }
+  const size_t bytes = static_cast<size_t>(numel) * dtype_size(dt);
+  if (vsize(t->data()) != bytes) return bad("tensor data has " + std::to_string(vsize(t->data())) + " bytes, shape needs " + std::to_string(bytes));
+  Tensor r = Tensor::empty(dt, shape);
+  if (bytes) std::memcpy(r.raw(), t->data()->data(), bytes);
+  return r;
+}
+
+Expected<std::unique_ptr<ir::Graph>> read_graph(const fb::GraphDesc* gd, ir::Graph* parent, int depth,
+                                                std::vector<std::pair<std::string, DeviceType>>* choices);
+
+Expected<ir::Attribute> read_attr(const fb::Attr* a, ir::Graph* owner, int depth) {
+  ir::Attribute r;
+  if (a->kind() < 0 || a->kind() > static_cast<int>(ir::Attribute::Kind::kSparseTensor)) return bad("invalid attribute kind");
+  r.kind = static_cast<ir::Attribute::Kind>(a->kind());
+  r.f = a->f();
+  r.i = a->i();
+  if (a->s()) r.s = a->s()->str();
+  if (a->t()) {KILN_ASSIGN_OR_RETURN(r.t, read_tensor(a->t()));}
+  if (a->g()) {
+    KILN_ASSIGN_OR_RETURN(auto g, read_graph(a->g(), owner, depth + 1, nullptr));
+    r.g = std::shared_ptr<ir::Graph>(std::move(g));
+  }
+  if (a->floats()) r.floats.assign(a->floats()->begin(), a->floats()->end());
+  if (a->ints()) r.ints.assign(a->ints()->begin(), a->ints()->end());
+  for (size_t i = 0; i < vsize(a->strings()); ++i) r.strings.push_back(a->strings()->Get(static_cast<flatbuffers::uoffset_t>(i))->str());
+  for (size_t i = 0; i < vsize(a->tensors()); ++i) {
+    KILN_ASSIGN_OR_RETURN(Tensor t, read_tensor(a->tensors()->Get(static_cast<flatbuffers::uoffset_t>(i))));
+    r.tensors.push_back(t);
+  }
+  for (size_t i = 0; i < vsize(a->graphs()); ++i) {
+    KILN_ASSIGN_OR_RETURN(auto g, read_graph(a->graphs()->Get(static_cast<flatbuffers::uoffset_t>(i)), owner, depth + 1, nullptr));
+    r.graphs.push_back(std::shared_ptr<ir::Graph>(std::move(g)));
+  }
+  for (size_t i = 0; i < vsize(a->types()); ++i) {
+    KILN_ASSIGN_OR_RETURN(ir::Type t, read_type(a->types()->Get(static_cast<flatbuffers::uoffset_t>(i))));
+    r.types.push_back(std::move(t));
+  }
+  return r;
+}
+
+Expected<std::unique_ptr<ir::Graph>> read_graph(const fb::GraphDesc* gd, ir::Graph* parent, int depth,
+                                                std::vector<std::pair<std::string, DeviceType>>* choices) {
+  if (!gd) return bad("missing graph");
+  if (depth > 32) return bad("subgraphs nested too deep");
+  auto g = std::make_unique<ir::Graph>();
+  g->parent = parent;
+  if (gd->name()) g->name = gd->name()->str();
+  for (size_t i = 0; i < vsize(gd->opsets()); ++i) {
+    const fb::Meta* m = gd->opsets()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    if (!m->key() || !m->value()) return bad("opset entry");
+    g->opsets[m->key()->str()] = std::atoi(m->value()->c_str());
+  }
+  std::vector<ir::Value*> values;
+  for (size_t i = 0; i < vsize(gd->values()); ++i) {
+    const fb::ValueDesc* vd = gd->values()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    if (!vd->name()) return bad("value without a name");
+    if (g->find_value(vd->name()->str())) return bad("duplicate value '" + vd->name()->str() + "'");
+    KILN_ASSIGN_OR_RETURN(ir::Type t, read_type(vd->type()));
+    ir::Value* v = g->add_value(vd->name()->str(), std::move(t));
+    if (vd->constant()) {KILN_ASSIGN_OR_RETURN(v->constant, read_tensor(vd->constant()));}
+    v->is_input = vd->is_input();
+    v->is_output = vd->is_output();
+    v->is_capture = vd->is_capture();
+    values.push_back(v);
+  }
+  auto value_at = [&](int32_t i, ir::Value** out) -> Status {
+    if (i == -1) { *out = nullptr; return Status::Ok(); }
+    if (i < 0 || static_cast<size_t>(i) >= values.size()) return bad("value index " + std::to_string(i) + " out of range");
+    *out = values[static_cast<size_t>(i)];
+    return Status::Ok();
+  };
+  for (size_t k = 0; k < vsize(gd->nodes()); ++k) {
+    const fb::NodeDesc* nd = gd->nodes()->Get(static_cast<flatbuffers::uoffset_t>(k));
+    if (!nd->op_type()) return bad("node without an op type");
+    std::vector<ir::Value*> ins, outs;
+    for (size_t i = 0; i < vsize(nd->inputs()); ++i) {
+      ir::Value* v;
+      KILN_RETURN_IF_ERROR(value_at(nd->inputs()->Get(static_cast<flatbuffers::uoffset_t>(i)), &v));
+      ins.push_back(v);
+    }
+    for (size_t i = 0; i < vsize(nd->outputs()); ++i) {
+      ir::Value* v;
+      KILN_RETURN_IF_ERROR(value_at(nd->outputs()->Get(static_cast<flatbuffers::uoffset_t>(i)), &v));
+      if (v && v->producer) return bad("value '" + v->name + "' produced twice");
+      outs.push_back(v);
+    }
+    ir::Node* n = g->add_node(nd->op_type()->str(), nd->domain() ? nd->domain()->str() : "", ins, outs,
+                              nd->name() ? nd->name()->str() : "");
+    n->opset = nd->opset();
+    for (size_t i = 0; i < vsize(nd->attrs()); ++i) {
+      const fb::Attr* a = nd->attrs()->Get(static_cast<flatbuffers::uoffset_t>(i));
+      if (!a->name()) return bad("attribute without a name");
+      KILN_ASSIGN_OR_RETURN(ir::Attribute attr, read_attr(a, g.get(), depth));
+      n->attrs[a->name()->str()] = std::move(attr);
+    }
+    if (choices) {
+      if (nd->device() != 0 && nd->device() != 1) return bad("invalid device");
+      choices->push_back({nd->kernel() ? nd->kernel()->str() : "", static_cast<DeviceType>(nd->device())});
+    }
+  }
+  auto list = [&](const flatbuffers::Vector<int32_t>* v, std::vector<ir::Value*>& out) -> Status {
+    for (size_t i = 0; i < vsize(v); ++i) {
+      ir::Value* x;
+      KILN_RETURN_IF_ERROR(value_at(v->Get(static_cast<flatbuffers::uoffset_t>(i)), &x));
+      if (!x) return bad("missing graph input/output");
+      out.push_back(x);
+    }
+    return Status::Ok();
+  };
+  KILN_RETURN_IF_ERROR(list(gd->inputs(), g->inputs));
+  KILN_RETURN_IF_ERROR(list(gd->outputs(), g->outputs));
+  KILN_RETURN_IF_ERROR(list(gd->captures(), g->captures));
+  Status st = g->verify();
+  if (!st.ok()) return bad(st.message());
+  return g;
+}
+
+}  // namespace
+
+bool looks_like_engine(const std::string& head) {
+  return head.size() >= 8 && std::memcmp(head.data() + 4, "KILN", 4) == 0;
+}
+
+Expected<std::string> serialize_engine(const Engine::Impl& impl) {
+  Writer w;
+  std::vector<std::pair<std::string, int>> choices;
+  for (const Step& s : impl.plan->steps)
+    if (s.kind == Step::Kind::kKernel) choices.push_back({s.kernel_name, static_cast<int>(s.backend->device().type)});
+  auto graph = w.graph(*impl.graph, &choices);
+  std::vector<Offset<fb::Meta>> meta;
+  for (const auto& [k, v] : impl.meta) meta.push_back(fb::CreateMeta(w.b, w.b.CreateString(k), w.b.CreateString(v)));
+  auto mv = w.b.CreateVector(meta);
+  auto root = fb::CreateEngineFile(w.b, kEngineFormatVersion, mv, graph);
+  w.b.Finish(root, fb::EngineFileIdentifier());
+  return std::string(reinterpret_cast<const char*>(w.b.GetBufferPointer()), w.b.GetSize());
+}
+
+Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(const std::string& bytes) {
+  const auto* buf = reinterpret_cast<const uint8_t*>(bytes.data());
+  if (bytes.size() < 8 || !flatbuffers::BufferHasIdentifier(buf, fb::EngineFileIdentifier()))
+    return invalid_model("not a kiln engine file (missing the KILN identifier)");
+  flatbuffers::Verifier verifier(buf, bytes.size(), /*max_depth=*/256, /*max_tables=*/50'000'000);
+  if (!fb::VerifyEngineFileBuffer(verifier)) return bad("the FlatBuffers verifier rejected it (truncated or damaged)");
+  const fb::EngineFile* ef = fb::GetEngineFile(buf);
+  if (ef->format_version() != kEngineFormatVersion)
+    return Status(StatusCode::kEngineMismatch, "engine file format version " + std::to_string(ef->format_version()) +
+                                                   ", this kiln reads version " + std::to_string(kEngineFormatVersion) +
+                                                   "; rebuild the engine from its .onnx");
+  auto impl = std::make_unique<Engine::Impl>();
+  for (size_t i = 0; i < vsize(ef->meta()); ++i) {
+    const fb::Meta* m = ef->meta()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    if (m->key() && m->value()) impl->meta[m->key()->str()] = m->value()->str();
+  }
+  const std::string device = impl->meta["device"];
+  if (device != "cpu" && device != "cuda") return bad("unknown device '" + device + "'");
+  impl->options.device = device == "cuda" ? DeviceType::kCUDA : DeviceType::kCPU;
+  impl->options.opt_level = std::atoi(impl->meta["opt_level"].c_str());
+  auto backend = backend_for(impl->options.device);
+  if (!backend.ok())
+    return Status(StatusCode::kEngineMismatch, "engine was built for " + impl->meta["fingerprint"] +
+                                                   ", which is not available here: " + backend.status().message());
+  const std::string here = (*backend)->fingerprint();
+  if (impl->meta["fingerprint"] != here)
+    return Status(StatusCode::kEngineMismatch, "engine was built for '" + impl->meta["fingerprint"] +
+                                                   "' but this machine is '" + here + "'; rebuild the engine here");
+  std::vector<std::pair<std::string, DeviceType>> choices;
+  KILN_ASSIGN_OR_RETURN(auto graph, read_graph(ef->graph(), nullptr, 0, &choices));
+  impl->graph = std::shared_ptr<ir::Graph>(std::move(graph));
+  LowerOptions lo;
+  lo.device = impl->options.device;
+  lo.forced = &choices;
+  KILN_ASSIGN_OR_RETURN(impl->plan, lower(impl->graph, lo));
+  const std::string hash = impl->meta["model_hash"];
+  auto meta = impl->meta;
+  describe_engine(*impl, hash);
+  impl->meta = meta;
+  return impl;
+}
+
+}  // namespace kiln

@@ -1,0 +1,142 @@
+// ops/newops.cpp — types and shapes of the newer ONNX operators (opset 20–27): Attention,
+// FlexAttention (ai.onnx.preview), LinearAttention, RotaryEmbedding, CausalConvWithState, TensorScatter, CumProd, BitCast,
+// GridSample, AffineGrid.
+#include "ops/op_table.h"
+
+namespace kiln::ops {
+namespace {
+
+using ir::Dim;
+using ir::SymShape;
+using ir::Type;
+
+Dim unknown() { return Dim(); }
+
+Dim dim_div(const Dim& d, int64_t k) {
+  if (d.is_static() && k > 0 && d.value % k == 0) return Dim(d.value / k);
+  return unknown();
+}
+Dim dim_mul(const Dim& d, int64_t k) { return d.is_static() ? Dim(d.value * k) : (k == 1 ? d : unknown()); }
+Dim dim_add(const Dim& a, const Dim& b) {
+  if (a.is_static() && b.is_static()) return Dim(a.value + b.value);
+  if (a.is_static() && a.value == 0) return b;
+  if (b.is_static() && b.value == 0) return a;
+  return unknown();
+}
+
+bool ranked(const InferContext& c, int i, int rank) {
+  return c.has(i) && c.type(i).is_tensor() && c.shape(i).known && c.shape(i).rank() == rank;
+}
+
+// Output 0 has input 0's type and shape.
+Status infer_same(InferContext& c) {
+  if (c.has(0)) c.out[0] = c.type(0);
+  return Status::Ok();
+}
+
+Status infer_attention(InferContext& c) {
+  if (!c.has(0) || !c.has(1) || !c.has(2)) return c.error("Q, K and V are required");
+  const DataType qt = c.dtype(0), kt = c.dtype(1), vt = c.dtype(2);
+  for (auto& o : c.out) o = Type::tensor(qt);
+  if (c.out.size() > 1) c.out[1] = Type::tensor(kt);
+  if (c.out.size() > 2) c.out[2] = Type::tensor(vt);
+  const int64_t hq_attr = c.node.attr_int("q_num_heads", 0), hkv_attr = c.node.attr_int("kv_num_heads", 0);
+  const bool four = ranked(c, 0, 4) && ranked(c, 1, 4) && ranked(c, 2, 4);
+  const bool three = ranked(c, 0, 3) && ranked(c, 1, 3) && ranked(c, 2, 3);
+  if (!four && !three) return Status::Ok();
+  const auto &q = c.shape(0).dims, &k = c.shape(1).dims, &v = c.shape(2).dims;
+  Dim B = q[0], Sq = four ? q[2] : q[1], Skv = four ? k[2] : k[1];
+  Dim Hq = four ? q[1] : Dim(hq_attr), Hkv = four ? k[1] : Dim(hkv_attr);
+  Dim D = four ? q[3] : dim_div(q[2], hq_attr), Dv = four ? v[3] : dim_div(v[2], hkv_attr);
+  if (three && (hq_attr <= 0 || hkv_attr <= 0)) return c.error("3-D inputs need q_num_heads and kv_num_heads");
+  Dim past = Dim(0);
+  if (c.has(4)) past = ranked(c, 4, 4) ? c.shape(4).dims[2] : unknown();
+  const Dim total = dim_add(past, Skv);
+  c.out[0].shape = four ? SymShape({B, Hq, Sq, Dv}) : SymShape({B, Sq, dim_mul(Dv, hq_attr)});
+  if (c.out.size() > 1) c.out[1].shape = SymShape({B, Hkv, total, D});
+  if (c.out.size() > 2) c.out[2].shape = SymShape({B, Hkv, total, Dv});
+  if (c.out.size() > 3) c.out[3].shape = SymShape({B, Hq, Sq, total});
+  return Status::Ok();
+}
+
+Status infer_linear_attention(InferContext& c) {
+  if (!c.has(0) || !c.has(2)) return c.error("query, key and value are required");
+  c.out[0] = Type::tensor(c.dtype(0));
+  if (c.out.size() > 1) c.out[1] = Type::tensor(c.has(3) ? c.dtype(3) : c.dtype(0));
+  const int64_t hq = c.node.attr_int("q_num_heads", 0), hkv = c.node.attr_int("kv_num_heads", 0);
+  if (!ranked(c, 0, 3) || !ranked(c, 2, 3) || hq <= 0 || hkv <= 0) return Status::Ok();
+  const auto &q = c.shape(0).dims, &v = c.shape(2).dims;
+  const Dim dv = dim_div(v[2], hkv);
+  c.out[0].shape = SymShape({q[0], q[1], dim_mul(dv, hq)});
+  if (c.out.size() > 1) c.out[1].shape = SymShape({q[0], Dim(hkv), dim_div(q[2], hq), dv});
+  return Status::Ok();
+}
+
+Status infer_causal_conv(InferContext& c) {
+  if (!c.has(0)) return c.error("input is required");
+  c.out[0] = c.type(0);
+  if (c.out.size() > 1) {
+    c.out[1] = Type::tensor(c.dtype(0));
+    if (ranked(c, 0, 3) && ranked(c, 1, 3) && c.shape(1).dims[2].is_static())
+      c.out[1].shape = SymShape({c.shape(0).dims[0], c.shape(0).dims[1], Dim(c.shape(1).dims[2].value - 1)});
+  }
+  return Status::Ok();
+}
+
+Status infer_bitcast(InferContext& c) {
+  if (!c.has(0)) return c.error("input is required");
+  c.out[0] = Type::tensor(static_cast<DataType>(c.node.attr_int("to", 0)), c.shape(0));
+  return Status::Ok();
+}
+
+Status infer_grid_sample(InferContext& c) {
+  if (!c.has(0) || !c.has(1)) return c.error("X and grid are required");
+  c.out[0] = Type::tensor(c.dtype(0));
+  const SymShape &x = c.shape(0), &g = c.shape(1);
+  if (!x.known || !g.known || g.rank() < 2) return Status::Ok();
+  std::vector<Dim> d{x.dims.empty() ? unknown() : x.dims[0], x.rank() > 1 ? x.dims[1] : unknown()};
+  for (int i = 1; i + 1 < g.rank(); ++i) d.push_back(g.dims[i]);
+  c.out[0].shape = SymShape(d);
+  return Status::Ok();
+}
+
+Status infer_affine_grid(InferContext& c) {
+  if (!c.has(0) || !c.has(1)) return c.error("theta and size are required");
+  c.out[0] = Type::tensor(c.dtype(0));
+  const Tensor* size = c.value(1);
+  if (size && (size->dtype() == DataType::kInt64) && (size->numel() == 4 || size->numel() == 5)) {
+    const int64_t* s = size->data<int64_t>();
+    std::vector<Dim> d{Dim(s[0])};
+    for (int64_t i = 2; i < size->numel(); ++i) d.push_back(Dim(s[i]));
+    d.push_back(Dim(size->numel() - 2));
+    c.out[0].shape = SymShape(d);
+  }
+  return Status::Ok();
+}
+
+Status infer_flex_attention(InferContext& c) {
+  if (!c.has(0) || !c.has(2)) return c.error("Q, K and V are required");
+  c.out[0] = Type::tensor(c.dtype(0));
+  if (ranked(c, 0, 4) && ranked(c, 2, 4)) {
+    const auto &q = c.shape(0).dims, &v = c.shape(2).dims;
+    c.out[0].shape = SymShape({q[0], q[1], q[2], v[3]});
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void add_new_ops(std::vector<OpDef>& t) {
+  t.push_back({"Attention", "", 23, infer_attention});
+  t.push_back({"FlexAttention", "ai.onnx.preview", 1, infer_flex_attention});
+  t.push_back({"LinearAttention", "", 27, infer_linear_attention});
+  t.push_back({"RotaryEmbedding", "", 23, infer_same});
+  t.push_back({"CausalConvWithState", "", 27, infer_causal_conv});
+  t.push_back({"TensorScatter", "", 24, infer_same});
+  t.push_back({"CumProd", "", 26, infer_same});
+  t.push_back({"BitCast", "", 26, infer_bitcast});
+  t.push_back({"GridSample", "", 16, infer_grid_sample});
+  t.push_back({"AffineGrid", "", 20, infer_affine_grid});
+}
+
+}  // namespace kiln::ops

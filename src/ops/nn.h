@@ -1,0 +1,41 @@
+// ops/nn.h — geometry shared by the nn family's shape functions and kernels: how convolution and
+// pooling windows are laid out over the spatial dims (pads, strides, dilations, auto_pad, ceil_mode).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "kiln/status.h"
+
+namespace kiln::ops {
+
+// Attributes of a sliding window (Conv, ConvTranspose, *Pool), parsed once from the node.
+struct WindowAttrs {
+  std::vector<int64_t> kernel;     // empty: taken from the weight shape (Conv) at run time
+  std::vector<int64_t> strides;    // empty: all 1
+  std::vector<int64_t> dilations;  // empty: all 1
+  std::vector<int64_t> pads;       // empty: all 0; else [begin..., end...]
+  std::string auto_pad = "NOTSET";
+  bool ceil_mode = false;
+  // ConvTranspose only.
+  std::vector<int64_t> output_padding, output_shape;
+};
+WindowAttrs parse_window_attrs(const ir::Node& node);
+
+// The window laid over concrete spatial dims: every vector has one entry per spatial dim
+// (pads: 2 per dim, begins first).
+struct WindowGeometry {
+  std::vector<int64_t> kernel, strides, dilations, pads, out;
+};
+
+// Conv / pooling: output dims = windows that fit (ceil_mode: partial ones whose start lies inside
+// the input or the begin padding). `kernel` overrides attrs.kernel when that is empty.
+Expected<WindowGeometry> window_geometry(const WindowAttrs& a, const std::vector<int64_t>& in_spatial,
+                                         const std::vector<int64_t>& kernel);
+// ConvTranspose: pads and output dims from output_shape / output_padding / auto_pad.
+Expected<WindowGeometry> transpose_geometry(const WindowAttrs& a, const std::vector<int64_t>& in_spatial,
+                                            const std::vector<int64_t>& kernel);
+
+}  // namespace kiln::ops

@@ -1,0 +1,28 @@
+// ops/shape.h — concrete shape rules of the shape family, shared by shape inference (ops/shape.cpp)
+// and the kernels that apply them at run time, so both always agree.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln::ops {
+
+// Reshape's target: 0 copies the input dim (unless allowzero), one -1 is inferred.
+// Returns "" on success, else why the spec does not fit `in`.
+std::string reshape_dims(const Shape& in, const std::vector<int64_t>& spec, bool allowzero, Shape* out);
+
+// One sliced axis after ONNX's clamping rules (negative indices count from the end; step != 0).
+struct SliceDim {
+  int64_t start = 0;
+  int64_t step = 1;
+  int64_t count = 0;
+};
+SliceDim slice_dim(int64_t dim, int64_t start, int64_t end, int64_t step);
+
+// Split sizes when no explicit 'split' is given: `parts` chunks of ceil(dim / parts), the last one
+// smaller (opset 18 num_outputs). Returns "" on success.
+std::string equal_split_sizes(int64_t dim, int64_t parts, std::vector<int64_t>* sizes);
+
+}  // namespace kiln::ops

@@ -1,0 +1,29 @@
+// ops/shape_infer_util.h — helpers shared by the shape family's shape functions (ops/shape*.cpp).
+#pragma once
+
+#include <vector>
+
+#include "ops/op_table.h"
+
+namespace kiln::ops {
+
+// Input i's constant value as int64s (int32/int64 tensors); false when not a known constant.
+bool const_ints(const InferContext& c, int i, std::vector<int64_t>* out);
+// For a 1-D "shape" input of static length k whose values are unknown: rank k, every dim unknown.
+ir::SymShape unknown_dims_for_shape_input(const InferContext& c, int i);
+// Dim arithmetic that keeps symbols where it can (x*1 = x, x+0 = x); otherwise an unknown dim.
+ir::Dim dim_mul(const ir::Dim& a, const ir::Dim& b);
+ir::Dim dim_add(const ir::Dim& a, const ir::Dim& b);
+ir::Dim dim_div(const ir::Dim& a, int64_t b);
+ir::Dim dim_product(const ir::SymShape& s, int64_t b, int64_t e);  // dims [b, e)
+
+// Shape functions fail cleanly instead of reading an omitted required input 0.
+template <InferFn F>
+Status needs_input0(InferContext& c) {
+  if (!c.has(0)) return c.error("missing required input 0");
+  return F(c);
+}
+
+void add_shape_index_ops(std::vector<OpDef>& t);
+
+}  // namespace kiln::ops

@@ -1,0 +1,94 @@
+// passes/fold_constants.cpp — evaluates nodes whose inputs are all constants, with the CPU kernels,
+// and folds Shape/Size of statically shaped values. Results larger than the fold limit (and than
+// their inputs) stay computed so weights are not duplicated.
+#include <set>
+
+#include "passes/passes.h"
+#include "runtime/eager.h"
+
+namespace kiln::passes {
+namespace {
+
+bool is_nondeterministic(const ir::Node& n) {
+  static const std::set<std::string> ops = {"RandomNormal", "RandomUniform", "RandomNormalLike",
+                                            "RandomUniformLike", "Bernoulli", "Multinomial"};
+  return n.domain.empty() && ops.count(n.op_type);
+}
+
+bool has_subgraphs(const ir::Node& n) {
+  for (const auto& [k, a] : n.attrs)
+    if (a.g || !a.graphs.empty()) return true;
+  return false;
+}
+
+// Shape/Size of a value whose shape is static.
+bool fold_shape_of(ir::Node& n, Tensor* out) {
+  if (!n.domain.empty() || (n.op_type != "Shape" && n.op_type != "Size") || !n.has_input(0)) return false;
+  const ir::Type& t = n.inputs[0]->type;
+  if (!t.is_tensor() || !t.shape.is_static()) return false;
+  const Shape s = t.shape.to_static();
+  if (n.op_type == "Size") {
+    *out = Tensor::empty(DataType::kInt64, {});
+    *out->data<int64_t>() = shape_numel(s);
+    return true;
+  }
+  int64_t rank = static_cast<int64_t>(s.size());
+  int64_t start = n.attr_int("start", 0), end = n.attr_int("end", rank);
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = std::clamp<int64_t>(start, 0, rank);
+  end = std::clamp<int64_t>(end, start, rank);
+  *out = Tensor::empty(DataType::kInt64, {end - start});
+  for (int64_t i = start; i < end; ++i) out->data<int64_t>()[i - start] = s[i];
+  return true;
+}
+
+}  // namespace
+
+Expected<bool> fold_constants(ir::Graph& g, PassContext& ctx) {
+  bool changed = false;
+  const auto nodes = g.nodes();
+  for (ir::Node* n : nodes) {
+    if (is_nondeterministic(*n) || has_subgraphs(*n)) continue;
+    std::vector<Slot> outputs;
+    Tensor shape_value;
+    if (fold_shape_of(*n, &shape_value)) {
+      outputs.push_back(Slot::of(shape_value));
+    } else {
+      bool all_const = true;
+      size_t input_bytes = 0;
+      std::vector<Slot> inputs;
+      for (ir::Value* v : n->inputs) {
+        if (!v) { inputs.emplace_back(); continue; }
+        if (!v->is_constant()) { all_const = false; break; }
+        input_bytes += v->constant->nbytes();
+        inputs.push_back(Slot::of(*v->constant));
+      }
+      if (!all_const) continue;
+      auto r = run_node_eager(*n, inputs);
+      if (!r.ok()) continue;  // no kernel or a run-time error: leave it for the engine to report
+      size_t out_bytes = 0;
+      bool tensors = true;
+      for (const Slot& s : *r) {
+        tensors &= s.kind == Slot::Kind::kTensor;
+        out_bytes += s.tensor.nbytes();
+      }
+      if (!tensors || (out_bytes > ctx.options.fold_limit_bytes && out_bytes > input_bytes)) continue;
+      outputs = std::move(r).value();
+    }
+    if (outputs.size() < n->outputs.size()) continue;
+    // The outputs become constants in place (names, uses and graph-output roles stay).
+    for (size_t i = 0; i < n->outputs.size(); ++i) {
+      ir::Value* o = n->outputs[i];
+      if (!o) continue;
+      o->constant = outputs[i].tensor;
+      o->type = ir::Type::tensor(outputs[i].tensor.dtype(), ir::SymShape::of(outputs[i].tensor.shape()));
+    }
+    ctx.log("fold-constants", "folded " + n->describe());
+    g.remove_node(n);
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,300 @@
+// plan/lower.cpp — graph → CompiledGraph: placement with fallback, kernels, copies, memory plan.
+#include <algorithm>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+#include "plan/plan.h"
+
+namespace kiln {
+namespace {
+
+constexpr size_t kArenaAlign = 256;
+
+bool has_subgraphs(const ir::Node& n) {
+  for (const auto& [k, a] : n.attrs)
+    if (a.g || !a.graphs.empty()) return true;
+  return false;
+}
+
+// Names the node's subgraphs read from enclosing graphs, including what subgraphs nested in them
+// read from two or more levels up (an importer need not list those in the middle graph's captures).
+// Names the graph holding the node does not define are skipped by the caller.
+void collect_captures(const ir::Node& n, std::set<std::string>& names);
+void collect_graph_captures(const ir::Graph& g, std::set<std::string>& names) {
+  for (const ir::Value* v : g.captures) names.insert(v->name);
+  std::set<std::string> nested;
+  for (const ir::Node* inner : g.nodes()) collect_captures(*inner, nested);
+  for (const std::string& name : nested) {
+    const ir::Value* v = g.find_value(name);
+    if (!v || v->is_capture) names.insert(name);  // not defined by `g` itself: it comes from further out
+  }
+}
+void collect_captures(const ir::Node& n, std::set<std::string>& names) {
+  for (const auto& [k, a] : n.attrs) {
+    if (a.g) collect_graph_captures(*a.g, names);
+    for (const auto& g : a.graphs) collect_graph_captures(*g, names);
+  }
+}
+
+class CpuSubgraphCompiler final : public SubgraphRunner {
+ public:
+  Expected<std::shared_ptr<CompiledGraph>> compile(const ir::Graph& body) override {
+    // The body is owned by its node's attribute, which outlives the compiled plan of the node.
+    std::shared_ptr<ir::Graph> alias(std::shared_ptr<ir::Graph>(), const_cast<ir::Graph*>(&body));
+    LowerOptions o;
+    o.device = DeviceType::kCPU;
+    o.plan_memory = false;
+    return lower(alias, o);
+  }
+};
+
+struct Lowering {
+  const LowerOptions& opt;
+  std::shared_ptr<CompiledGraph> cg = std::make_shared<CompiledGraph>();
+  std::map<const ir::Value*, int> index;
+  std::map<std::pair<int, int>, int> copies;  // (value, device type) → copy's value index
+
+  int add_value(const std::string& name, const ir::Type& type, Device dev) {
+    PlannedValue pv;
+    pv.name = name;
+    pv.type = type;
+    pv.device = dev;
+    cg->values.push_back(std::move(pv));
+    return static_cast<int>(cg->values.size()) - 1;
+  }
+
+  // The index of `v` as seen on `dev`, inserting a copy (or uploading a constant) when needed.
+  Expected<int> on_device(int v, Backend* target) {
+    const Device dev = target->device();
+    if (cg->values[v].device == dev) return v;
+    auto key = std::make_pair(v, static_cast<int>(dev.type));
+    if (auto it = copies.find(key); it != copies.end()) return it->second;
+    PlannedValue& src = cg->values[v];
+    const int c = add_value(src.name + (dev.is_cpu() ? "@cpu" : "@cuda"), src.type, dev);
+    PlannedValue& dst = cg->values[c];
+    if (src.is_constant && src.constant.kind == Slot::Kind::kTensor) {
+      // Weights are uploaded once at build time and shared by every context.
+      const Tensor& t = src.constant.tensor;
+      KILN_ASSIGN_OR_RETURN(auto storage, target->allocate(t.nbytes()));
+      Tensor d = Tensor::with_storage(t.dtype(), t.shape(), storage);
+      KILN_RETURN_IF_ERROR(target->copy(t, d, nullptr));
+      dst.is_constant = true;
+      dst.constant = Slot::of(d);
+    } else {
+      Step s;
+      s.kind = Step::Kind::kCopy;
+      Backend* from = dev.is_cpu() ? nullptr : target;
+      if (!from) {
+        // Copy to host: the source device's backend does it.
+        KILN_ASSIGN_OR_RETURN(Backend* b, backend_for(src.device.type));
+        from = b;
+      }
+      s.backend = from;
+      s.kernel_name = dev.is_cpu() ? "copy.d2h" : "copy.h2d";
+      s.in = {v};
+      s.out = {c};
+      cg->steps.push_back(std::move(s));
+    }
+    copies[key] = c;
+    return c;
+  }
+
+  Expected<Backend*> choose(const ir::Node& n, size_t position, const KernelDef** def, std::string* why) {
+    if (opt.forced && position < opt.forced->size() && !(*opt.forced)[position].first.empty()) {
+      const auto& [kernel, device] = (*opt.forced)[position];
+      KILN_ASSIGN_OR_RETURN(Backend* b, backend_for(device));
+      *def = b->kernels().by_name(kernel);
+      if (!*def) return Status{StatusCode::kEngineMismatch, n.describe() + ": the engine names kernel '" + kernel +
+                                                          "', which this kiln does not have; rebuild the engine"};
+      return b;
+    }
+    if (opt.device == DeviceType::kCUDA && !has_subgraphs(n)) {
+      auto cuda = cuda_backend();
+      if (cuda.ok()) {
+        std::string cuda_why;
+        if ((*def = (*cuda)->kernels().find(n, &cuda_why))) return *cuda;
+        *why = "no CUDA kernel (" + (cuda_why.empty() ? std::string("op not implemented") : cuda_why) + ")";
+      }
+    }
+    std::string cpu_why;
+    *def = cpu_backend().kernels().find(n, &cpu_why);
+    if (!*def) {
+      *why = cpu_why.empty() ? "no kernel for this op" : cpu_why;
+      return static_cast<Backend*>(nullptr);
+    }
+    return &cpu_backend();
+  }
+
+  Expected<std::shared_ptr<CompiledGraph>> run(std::shared_ptr<ir::Graph> graph) {
+    cg->graph = graph;
+    KILN_ASSIGN_OR_RETURN(Backend* preferred, backend_for(opt.device));
+    (void)preferred;
+    const Device host{};
+    for (ir::Value* v : graph->values()) {
+      const int i = add_value(v->name, v->type, host);
+      index[v] = i;
+      cg->by_name[v->name] = i;
+      if (v->constant && !v->is_input) {
+        cg->values[i].is_constant = true;
+        cg->values[i].constant = Slot::of(*v->constant);
+      }
+    }
+    for (ir::Value* v : graph->inputs) cg->inputs.push_back(index.at(v));
+    for (ir::Value* v : graph->captures) cg->captures.push_back(index.at(v));
+
+    // Placement first, so every unsupported node is reported at once.
+    std::vector<std::pair<const KernelDef*, Backend*>> choice;
+    std::vector<std::string> missing;
+    for (const ir::Node* n : graph->nodes()) {
+      const KernelDef* def = nullptr;
+      std::string why;
+      KILN_ASSIGN_OR_RETURN(Backend* b, choose(*n, choice.size(), &def, &why));
+      if (!b) missing.push_back(n->describe() + ": " + why);
+      else if (opt.verbose && opt.device == DeviceType::kCUDA && b->device().is_cpu())
+        std::cerr << "kiln: " << n->describe() << " falls back to CPU: " << why << "\n";
+      choice.push_back({def, b});
+    }
+    if (!missing.empty()) {
+      std::string msg = std::to_string(missing.size()) + " node(s) cannot run:";
+      for (const auto& m : missing) msg += "\n  " + m;
+      return unsupported(msg);
+    }
+
+    CpuSubgraphCompiler subgraphs;
+    size_t k = 0;
+    for (const ir::Node* n : graph->nodes()) {
+      auto [def, backend] = choice[k++];
+      Step s;
+      s.node = n;
+      s.backend = backend;
+      s.kernel_name = def->name;
+      for (ir::Value* v : n->inputs) {
+        if (!v) { s.in.push_back(-1); continue; }
+        KILN_ASSIGN_OR_RETURN(int idx, on_device(index.at(v), backend));
+        s.in.push_back(idx);
+      }
+      for (ir::Value* v : n->outputs) {
+        if (!v) { s.out.push_back(-1); continue; }
+        const int idx = index.at(v);
+        cg->values[idx].device = backend->device();
+        s.out.push_back(idx);
+      }
+      std::set<std::string> captured;
+      collect_captures(*n, captured);
+      for (const std::string& name : captured) {
+        auto it = cg->by_name.find(name);
+        if (it == cg->by_name.end()) continue;
+        // Bodies run on the CPU and find captures by name: point the name at a host copy.
+        KILN_ASSIGN_OR_RETURN(int idx, on_device(it->second, backend));
+        s.implicit_in.push_back(idx);
+        it->second = idx;
+      }
+      KernelInit init;
+      init.subgraphs = &subgraphs;
+      init.device_state = backend->build_state();
+      auto kernel = def->create(*n, init);
+      if (!kernel.ok()) return kernel.status().with_context(n->describe());
+      s.kernel = std::move(kernel).value();
+      cg->steps.push_back(std::move(s));
+    }
+    // Outputs come back to the host.
+    for (ir::Value* v : graph->outputs) {
+      KILN_ASSIGN_OR_RETURN(int idx, on_device(index.at(v), &cpu_backend()));
+      cg->outputs.push_back(idx);
+    }
+    plan_lifetimes();
+    if (opt.plan_memory) plan_arena();
+    return cg;
+  }
+
+  std::vector<int> last_use, first_def;
+
+  void plan_lifetimes() {
+    const int nv = static_cast<int>(cg->values.size());
+    const int ns = static_cast<int>(cg->steps.size());
+    last_use.assign(nv, -1);
+    first_def.assign(nv, -1);
+    for (int s = 0; s < ns; ++s) {
+      const Step& st = cg->steps[s];
+      for (int v : st.in) if (v >= 0) last_use[v] = s;
+      for (int v : st.implicit_in) last_use[v] = s;
+      for (int v : st.out) if (v >= 0 && first_def[v] < 0) first_def[v] = s;
+    }
+    std::set<int> keep(cg->outputs.begin(), cg->outputs.end());
+    keep.insert(cg->captures.begin(), cg->captures.end());
+    for (int v = 0; v < nv; ++v) {
+      if (cg->values[v].is_constant || keep.count(v)) continue;
+      // Values nobody reads die right after they are made.
+      const int s = last_use[v] >= 0 ? last_use[v] : first_def[v];
+      if (s >= 0) cg->steps[s].release.push_back(v);
+    }
+  }
+
+  void plan_arena() {
+    cg->use_arena = true;
+    std::set<int> outputs(cg->outputs.begin(), cg->outputs.end());
+    struct Item { int v; size_t bytes; int begin, end; };
+    std::vector<Item> items;
+    for (int v = 0; v < static_cast<int>(cg->values.size()); ++v) {
+      PlannedValue& pv = cg->values[v];
+      if (pv.is_constant || outputs.count(v) || first_def[v] < 0) continue;
+      if (!pv.type.is_tensor() || !pv.type.shape.is_static() || pv.type.dtype == DataType::kString ||
+          pv.type.dtype == DataType::kUndefined)
+        continue;
+      const size_t bytes = static_cast<size_t>(shape_numel(pv.type.shape.to_static())) * dtype_size(pv.type.dtype);
+      if (bytes == 0) continue;
+      items.push_back({v, (bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign, first_def[v],
+                       std::max(first_def[v], last_use[v])});
+    }
+    std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.bytes > b.bytes; });
+    std::vector<Item> placed;
+    std::vector<size_t> offsets;
+    for (const Item& it : items) {
+      const DeviceType dev = cg->values[it.v].device.type;
+      // Collect the intervals of live-overlapping values on the same device, then first fit.
+      std::vector<std::pair<size_t, size_t>> busy;
+      for (size_t j = 0; j < placed.size(); ++j) {
+        const Item& p = placed[j];
+        if (cg->values[p.v].device.type != dev) continue;
+        if (p.end < it.begin || it.end < p.begin) continue;
+        busy.push_back({offsets[j], offsets[j] + p.bytes});
+      }
+      std::sort(busy.begin(), busy.end());
+      size_t off = 0;
+      for (const auto& [b, e] : busy) {
+        if (off + it.bytes <= b) break;
+        off = std::max(off, e);
+      }
+      placed.push_back(it);
+      offsets.push_back(off);
+      cg->values[it.v].offset = static_cast<int64_t>(off);
+      cg->values[it.v].bytes = it.bytes;
+      size_t& total = cg->arena_bytes[static_cast<int>(dev)];
+      total = std::max(total, off + it.bytes);
+    }
+  }
+};
+
+}  // namespace
+
+Expected<std::shared_ptr<CompiledGraph>> lower(std::shared_ptr<ir::Graph> graph, const LowerOptions& options) {
+  Lowering l{options};
+  return l.run(std::move(graph));
+}
+
+std::string describe_plan(const CompiledGraph& plan) {
+  std::ostringstream os;
+  for (const Step& s : plan.steps) {
+    os << "[" << (s.backend ? s.backend->name() : "?") << "] ";
+    if (s.kind == Step::Kind::kCopy) {
+      os << s.kernel_name << " " << plan.values[s.in[0]].name << "\n";
+    } else {
+      os << s.node->name << " (" << s.node->op_type << ") -> " << s.kernel_name << "\n";
+    }
+  }
+  os << "arena: cpu " << plan.arena_bytes[0] << " bytes, cuda " << plan.arena_bytes[1] << " bytes\n";
+  return os.str();
+}
+
+}  // namespace kiln

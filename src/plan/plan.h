@@ -1,0 +1,68 @@
+// plan/plan.h — a lowered graph: a flat list of steps over numbered values, with memory planned.
+//
+// The plan is data: the runtime walks `steps` in order and never re-derives a decision made here.
+// Values live either at a fixed offset of a per-context arena on their device (static size, known
+// lifetime) or, when their size is only known at run time, in memory allocated as they are produced.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "ir/graph.h"
+
+namespace kiln {
+
+struct PlannedValue {
+  std::string name;
+  ir::Type type;
+  Device device;           // where the value lives
+  int64_t offset = -1;     // arena offset on `device`, or -1: allocated when produced
+  size_t bytes = 0;        // planned size when offset >= 0
+  bool is_constant = false;
+  Slot constant;           // the constant, already on `device`
+};
+
+struct Step {
+  enum class Kind { kKernel, kCopy };
+  Kind kind = Kind::kKernel;
+  const ir::Node* node = nullptr;  // kKernel: the node (owned by CompiledGraph::graph)
+  std::string kernel_name;         // registry name, or "copy.h2d" / "copy.d2h"
+  Backend* backend = nullptr;      // the device that runs it
+  KernelPtr kernel;
+  std::vector<int> in, out;        // value indices (-1: omitted)
+  std::vector<int> implicit_in;    // values read by the node's subgraphs (outer-scope captures)
+  std::vector<int> release;        // values whose last reader is this step
+};
+
+struct CompiledGraph {
+  std::shared_ptr<ir::Graph> graph;    // keeps nodes and constants alive
+  std::vector<PlannedValue> values;
+  std::vector<Step> steps;
+  std::vector<int> inputs, outputs;    // value indices
+  std::vector<int> captures;           // values bound by name from the enclosing frame
+  std::map<std::string, int> by_name;  // graph value name → index (host-side value)
+  size_t arena_bytes[2] = {0, 0};      // per DeviceType
+  bool use_arena = false;              // only the top-level graph plans an arena
+};
+
+struct LowerOptions {
+  DeviceType device = DeviceType::kCPU;
+  bool verbose = false;
+  bool plan_memory = true;
+  // Kernel choices recorded in an engine file, one per node in graph order: (kernel name, device).
+  // When set, the planner reuses them instead of choosing again.
+  const std::vector<std::pair<std::string, DeviceType>>* forced = nullptr;
+};
+
+// Partitions nodes to backends (preferred device first, CPU fallback), creates kernels, inserts
+// copies between devices, and plans memory. Every node without a kernel anywhere is reported in one
+// error listing them all.
+Expected<std::shared_ptr<CompiledGraph>> lower(std::shared_ptr<ir::Graph> graph, const LowerOptions& options);
+
+// A human-readable line per step: "[cuda] conv1 (Conv) → cuda.Conv.f32.cudnn".
+std::string describe_plan(const CompiledGraph& plan);
+
+}  // namespace kiln

@@ -1,0 +1,307 @@
+// Attention and LinearAttention against naive references written from the ONNX spec.
+#include <limits>
+
+#include "test_nn_util.h"
+
+using namespace nntest;
+
+namespace {
+
+struct AttnCase {
+  std::string name;
+  bool packed = false;  // 3-D inputs
+  int64_t B = 2, Hq = 2, Hkv = 2, Sq = 3, Skv = 5, D = 4, Dv = 4, P = 0;
+  DataType dt = DataType::kFloat32;
+  bool causal = false;
+  float scale = 0;  // 0 = default
+  float softcap = 0;
+  int mode = -1;  // qk_matmul_output_mode; -1 = output not requested
+  Shape mask_shape;  // empty = no mask
+  bool bool_mask = false;
+  bool nonpad = false;
+};
+
+double ninf() { return -std::numeric_limits<double>::infinity(); }
+
+struct AttnRef {
+  std::vector<double> y, pk, pv, qk;
+};
+
+// Straight from the spec: concat past, scores, softcap, bias (mask, padding, causal), softmax, PV.
+AttnRef reference(const AttnCase& c, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask,
+                  const Tensor* pk, const Tensor* pv, const std::vector<int64_t>& nonpad) {
+  const int64_t T = c.P + c.Skv, group = c.Hq / c.Hkv;
+  auto qat = [&](int64_t b, int64_t h, int64_t s, int64_t d) {
+    return c.packed ? get(q, ((b * c.Sq + s) * c.Hq + h) * c.D + d) : get(q, ((b * c.Hq + h) * c.Sq + s) * c.D + d);
+  };
+  auto kvat = [&](const Tensor& x, const Tensor* past, int64_t dim, int64_t b, int64_t h, int64_t j, int64_t d) {
+    if (j < c.P) return get(*past, ((b * c.Hkv + h) * c.P + j) * dim + d);
+    j -= c.P;
+    return c.packed ? get(x, ((b * c.Skv + j) * c.Hkv + h) * dim + d) : get(x, ((b * c.Hkv + h) * c.Skv + j) * dim + d);
+  };
+  AttnRef r;
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.Hkv; ++h)
+      for (int64_t j = 0; j < T; ++j) {
+        for (int64_t d = 0; d < c.D; ++d) r.pk.push_back(kvat(k, pk, c.D, b, h, j, d));
+        for (int64_t d = 0; d < c.Dv; ++d) r.pv.push_back(kvat(v, pv, c.Dv, b, h, j, d));
+      }
+  const double scale = c.scale ? c.scale : 1 / std::sqrt(static_cast<double>(c.D));
+  const Shape full{c.B, c.Hq, c.Sq, T};
+  std::vector<double> y(static_cast<size_t>(c.B * c.Hq * c.Sq * c.Dv));
+  r.qk.resize(static_cast<size_t>(numel(full)));
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.Hq; ++h)
+      for (int64_t i = 0; i < c.Sq; ++i) {
+        std::vector<double> s(T);
+        for (int64_t j = 0; j < T; ++j) {
+          double x = 0;
+          for (int64_t d = 0; d < c.D; ++d) x += qat(b, h, i, d) * kvat(k, pk, c.D, b, h / group, j, d);
+          x *= scale;
+          const int64_t at = flat({b, h, i, j}, full);
+          if (c.mode == 0) r.qk[at] = x;
+          if (c.softcap > 0) x = c.softcap * std::tanh(x / c.softcap);
+          if (c.mode == 1) r.qk[at] = x;
+          if (mask) {
+            const Shape& ms = mask->shape();
+            if (j >= ms.back()) {
+              x += ninf();
+            } else {
+              // right-aligned broadcast of the mask onto (b, h, i, j)
+              const int64_t full_idx[4] = {b, h, i, j};
+              int64_t off = 0;
+              for (size_t m = 0; m < ms.size(); ++m) {
+                const int64_t idx = full_idx[4 - ms.size() + m];
+                off = off * ms[m] + (ms[m] == 1 ? 0 : idx);
+              }
+              x += c.bool_mask ? (get(*mask, off) != 0 ? 0.0 : ninf()) : get(*mask, off);
+            }
+          }
+          if (!nonpad.empty() && j >= nonpad[b]) x += ninf();
+          if (c.causal && j > i + c.P) x += ninf();
+          if (c.mode == 2) r.qk[at] = x;
+          s[j] = x;
+        }
+        double mx = ninf(), sum = 0;
+        for (double x : s) mx = std::max(mx, x);
+        for (double& x : s) sum += (x = std::exp(x - mx));
+        for (int64_t j = 0; j < T; ++j) {
+          s[j] /= sum;
+          if (c.mode == 3) r.qk[flat({b, h, i, j}, full)] = s[j];
+        }
+        for (int64_t d = 0; d < c.Dv; ++d) {
+          double acc = 0;
+          for (int64_t j = 0; j < T; ++j) acc += s[j] * kvat(v, pv, c.Dv, b, h / group, j, d);
+          const int64_t at = c.packed ? ((b * c.Sq + i) * c.Hq + h) * c.Dv + d : ((b * c.Hq + h) * c.Sq + i) * c.Dv + d;
+          y[at] = acc;
+        }
+      }
+  r.y = y;
+  return r;
+}
+
+void check_case(const AttnCase& c) {
+  SCOPED_TRACE(c.name);
+  const Shape qs = c.packed ? Shape{c.B, c.Sq, c.Hq * c.D} : Shape{c.B, c.Hq, c.Sq, c.D};
+  const Shape ks = c.packed ? Shape{c.B, c.Skv, c.Hkv * c.D} : Shape{c.B, c.Hkv, c.Skv, c.D};
+  const Shape vs = c.packed ? Shape{c.B, c.Skv, c.Hkv * c.Dv} : Shape{c.B, c.Hkv, c.Skv, c.Dv};
+  Tensor q = random(c.dt, qs), k = random(c.dt, ks), v = random(c.dt, vs);
+  std::vector<Tensor> ins{q, k, v, Tensor(), Tensor(), Tensor(), Tensor()};
+  Tensor mask;
+  if (!c.mask_shape.empty()) {
+    if (c.bool_mask) {
+      mask = Tensor::empty(DataType::kBool, c.mask_shape);
+      for (int64_t i = 0; i < mask.numel(); ++i) mask.data<bool>()[i] = (rng()() % 4) != 0;
+      mask.data<bool>()[0] = true;
+    } else {
+      mask = random(c.dt, c.mask_shape, -2, 2);
+    }
+    ins[3] = mask;
+  }
+  Tensor pk, pv;
+  if (c.P) {
+    pk = random(c.dt, {c.B, c.Hkv, c.P, c.D});
+    pv = random(c.dt, {c.B, c.Hkv, c.P, c.Dv});
+    ins[4] = pk;
+    ins[5] = pv;
+  }
+  std::vector<int64_t> nonpad;
+  if (c.nonpad) {
+    Tensor n = Tensor::empty(DataType::kInt64, {c.B});
+    for (int64_t b = 0; b < c.B; ++b) nonpad.push_back(n.data<int64_t>()[b] = 1 + b % (c.Skv));
+    ins[6] = n;
+  }
+  Attrs attrs;
+  if (c.packed) {
+    attrs["q_num_heads"] = int_attr(c.Hq);
+    attrs["kv_num_heads"] = int_attr(c.Hkv);
+  }
+  if (c.causal) attrs["is_causal"] = int_attr(1);
+  if (c.scale) attrs["scale"] = float_attr(c.scale);
+  if (c.softcap) attrs["softcap"] = float_attr(c.softcap);
+  if (c.mode >= 0) attrs["qk_matmul_output_mode"] = int_attr(c.mode);
+  while (!ins.back().defined()) ins.pop_back();
+  const bool kv_out = c.P > 0;
+  auto out = run("Attention", c.nonpad ? 24 : 23, ins, attrs, 4, {true, kv_out, kv_out, c.mode >= 0});
+  AttnRef want = reference(c, q, k, v, mask.defined() ? &mask : nullptr, c.P ? &pk : nullptr, c.P ? &pv : nullptr, nonpad);
+  const double tol = c.dt == DataType::kFloat16 ? 1e-2 : (c.dt == DataType::kFloat64 ? 1e-10 : 1e-5);
+  const int64_t T = c.P + c.Skv;
+  expect_close(out[0], c.packed ? Shape{c.B, c.Sq, c.Hq * c.Dv} : Shape{c.B, c.Hq, c.Sq, c.Dv}, want.y, tol, tol);
+  if (kv_out) {
+    expect_close(out[1], {c.B, c.Hkv, T, c.D}, want.pk, 0, 0);
+    expect_close(out[2], {c.B, c.Hkv, T, c.Dv}, want.pv, 0, 0);
+  }
+  if (c.mode >= 0) {
+    // masked entries are -inf in both; expect_close treats equal infinities via |g-w| = nan, so compare here.
+    ASSERT_EQ(out[3].numel(), static_cast<int64_t>(want.qk.size()));
+    for (int64_t i = 0; i < out[3].numel(); ++i) {
+      const double g = get(out[3], i), w = want.qk[i];
+      if (std::isinf(w)) EXPECT_EQ(g, w) << i;
+      else EXPECT_NEAR(g, w, tol + tol * std::fabs(w)) << i;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Attention, MatchesReference) {
+  std::vector<AttnCase> cases;
+  auto add = [&](std::string name, auto f) {
+    AttnCase c;
+    c.name = std::move(name);
+    f(c);
+    cases.push_back(c);
+  };
+  add("mha 4d", [](AttnCase&) {});
+  add("mha 3d", [](AttnCase& c) { c.packed = true; });
+  add("causal square", [](AttnCase& c) { c.Skv = 3; c.causal = true; });
+  add("causal rect", [](AttnCase& c) { c.causal = true; });
+  add("float mask 2d", [](AttnCase& c) { c.mask_shape = {3, 5}; });
+  add("float mask 3d bcast", [](AttnCase& c) { c.mask_shape = {2, 1, 3, 5}; });
+  add("bool mask 4d", [](AttnCase& c) { c.mask_shape = {2, 2, 3, 5}; c.bool_mask = true; });
+  add("short mask padded", [](AttnCase& c) { c.mask_shape = {1, 3}; });
+  add("mask + causal", [](AttnCase& c) { c.mask_shape = {3, 5}; c.causal = true; });
+  add("gqa 4d", [](AttnCase& c) { c.Hq = 6; c.Hkv = 2; });
+  add("mqa 3d", [](AttnCase& c) { c.packed = true; c.Hq = 4; c.Hkv = 1; c.mask_shape = {3, 5}; });
+  add("diff head sizes 3d", [](AttnCase& c) { c.packed = true; c.Dv = 6; c.Hq = 4; c.Hkv = 2; });
+  add("past kv", [](AttnCase& c) { c.P = 4; c.mask_shape = {3, 9}; });
+  add("past kv causal gqa 3d", [](AttnCase& c) { c.packed = true; c.P = 2; c.causal = true; c.Hq = 4; c.Hkv = 2; c.Dv = 3; });
+  add("scale", [](AttnCase& c) { c.scale = 0.3f; });
+  add("softcap + mask", [](AttnCase& c) { c.softcap = 0.7f; c.mask_shape = {3, 5}; });
+  for (int m = 0; m < 4; ++m)
+    add("qk mode " + std::to_string(m), [m](AttnCase& c) { c.mode = m; c.softcap = 0.9f; c.mask_shape = {3, 5}; c.causal = true; });
+  add("nonpad kv", [](AttnCase& c) { c.nonpad = true; c.Skv = 6; });
+  add("float64", [](AttnCase& c) { c.dt = DataType::kFloat64; c.causal = true; c.Hq = 4; });
+  add("float16 past", [](AttnCase& c) { c.dt = DataType::kFloat16; c.P = 3; c.mask_shape = {3, 8}; });
+  add("bigger (sgemm path)", [](AttnCase& c) { c.B = 1; c.Hq = 8; c.Hkv = 2; c.Sq = 33; c.Skv = 47; c.D = 32; c.Dv = 16; c.causal = true; });
+  add("single kv token", [](AttnCase& c) { c.Skv = 1; c.Sq = 1; c.P = 5; });
+  for (const AttnCase& c : cases) check_case(c);
+}
+
+TEST(Attention, FullyMaskedRowIsNan) {
+  // Reference semantics: softmax over a row of -inf is 0/0.
+  Tensor q = random(DataType::kFloat32, {1, 1, 2, 4}), k = random(DataType::kFloat32, {1, 1, 3, 4});
+  Tensor v = random(DataType::kFloat32, {1, 1, 3, 4});
+  Tensor m = Tensor::empty(DataType::kBool, {2, 3});
+  for (int i = 0; i < 6; ++i) m.data<bool>()[i] = i >= 3;  // row 0 fully masked
+  auto y = run("Attention", 23, {q, k, v, m}, {});
+  for (int d = 0; d < 4; ++d) EXPECT_TRUE(std::isnan(get(y[0], d)));
+  for (int d = 4; d < 8; ++d) EXPECT_FALSE(std::isnan(get(y[0], d)));
+}
+
+TEST(Attention, BadInputsAreErrors) {
+  Tensor q = random(DataType::kFloat32, {1, 2, 8}), k = random(DataType::kFloat32, {1, 3, 8});
+  EXPECT_FALSE(try_run("Attention", 23, {q, k, k}, {}).ok());  // 3-D without head counts
+  EXPECT_FALSE(try_run("Attention", 23, {q, k, k}, {{"q_num_heads", int_attr(3)}, {"kv_num_heads", int_attr(2)}}).ok());
+  Tensor q4 = random(DataType::kFloat32, {1, 3, 2, 4}), k4 = random(DataType::kFloat32, {1, 2, 2, 4});
+  EXPECT_FALSE(try_run("Attention", 23, {q4, k4, k4}, {}).ok());  // 3 heads over 2 kv heads
+  Tensor bad_mask = random(DataType::kFloat32, {3, 2});
+  Tensor k42 = random(DataType::kFloat32, {1, 3, 2, 4});
+  EXPECT_FALSE(try_run("Attention", 23, {q4, k42, k42, bad_mask}, {}).ok());
+}
+
+// ---- LinearAttention
+
+namespace {
+
+struct LinCase {
+  std::string rule;
+  int64_t B = 2, T = 3, Hq = 2, Hk = 2, dk = 3, dv = 4;
+  bool past = false;
+  bool decay_per_dim = false;
+  bool beta_scalar = false;
+  float scale = 0;
+};
+
+void check_linear(const LinCase& c) {
+  SCOPED_TRACE(c.rule);
+  const bool gated = c.rule == "gated" || c.rule == "gated_delta", delta = c.rule == "delta" || c.rule == "gated_delta";
+  Tensor q = random(DataType::kFloat32, {c.B, c.T, c.Hq * c.dk}), k = random(DataType::kFloat32, {c.B, c.T, c.Hk * c.dk});
+  Tensor v = random(DataType::kFloat32, {c.B, c.T, c.Hk * c.dv});
+  Tensor past = c.past ? random(DataType::kFloat32, {c.B, c.Hk, c.dk, c.dv}) : Tensor();
+  const int64_t gw = c.decay_per_dim ? c.Hk * c.dk : c.Hk, bw = c.beta_scalar ? 1 : c.Hk;
+  Tensor decay = gated ? random(DataType::kFloat32, {c.B, c.T, gw}, -1, 0) : Tensor();
+  Tensor beta = delta ? random(DataType::kFloat32, {c.B, c.T, bw}, 0, 1) : Tensor();
+  Attrs attrs{{"q_num_heads", int_attr(c.Hq)}, {"kv_num_heads", int_attr(c.Hk)}, {"update_rule", string_attr(c.rule)}};
+  if (c.scale) attrs["scale"] = float_attr(c.scale);
+  std::vector<Tensor> ins{q, k, v, past, decay, beta};
+  while (!ins.back().defined()) ins.pop_back();
+  auto out = run("LinearAttention", 27, ins, attrs, 2);
+  const double scale = c.scale ? c.scale : 1 / std::sqrt(static_cast<double>(c.dk));
+  std::vector<double> y(static_cast<size_t>(c.B * c.T * c.Hq * c.dv)), st;
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.Hk; ++h) {
+      std::vector<std::vector<double>> S(c.dk, std::vector<double>(c.dv, 0));
+      if (c.past)
+        for (int64_t d = 0; d < c.dk; ++d)
+          for (int64_t m = 0; m < c.dv; ++m) S[d][m] = get(past, ((b * c.Hk + h) * c.dk + d) * c.dv + m);
+      for (int64_t t = 0; t < c.T; ++t) {
+        auto K = [&](int64_t d) { return get(k, (b * c.T + t) * c.Hk * c.dk + h * c.dk + d); };
+        auto V = [&](int64_t m) { return get(v, (b * c.T + t) * c.Hk * c.dv + h * c.dv + m); };
+        if (gated)
+          for (int64_t d = 0; d < c.dk; ++d) {
+            const double g = std::exp(get(decay, (b * c.T + t) * gw + (c.decay_per_dim ? h * c.dk + d : h)));
+            for (auto& x : S[d]) x *= g;
+          }
+        std::vector<double> u(c.dv);
+        for (int64_t m = 0; m < c.dv; ++m) {
+          u[m] = V(m);
+          if (delta) {
+            double r = 0;
+            for (int64_t d = 0; d < c.dk; ++d) r += S[d][m] * K(d);
+            u[m] = get(beta, (b * c.T + t) * bw + (c.beta_scalar ? 0 : h)) * (u[m] - r);
+          }
+        }
+        for (int64_t d = 0; d < c.dk; ++d)
+          for (int64_t m = 0; m < c.dv; ++m) S[d][m] += K(d) * u[m];
+        for (int64_t hq = h * (c.Hq / c.Hk); hq < (h + 1) * (c.Hq / c.Hk); ++hq)
+          for (int64_t m = 0; m < c.dv; ++m) {
+            double o = 0;
+            for (int64_t d = 0; d < c.dk; ++d) o += get(q, (b * c.T + t) * c.Hq * c.dk + hq * c.dk + d) * S[d][m];
+            y[(b * c.T + t) * c.Hq * c.dv + hq * c.dv + m] = scale * o;
+          }
+      }
+      for (auto& row : S) st.insert(st.end(), row.begin(), row.end());
+    }
+  expect_close(out[0], {c.B, c.T, c.Hq * c.dv}, y);
+  expect_close(out[1], {c.B, c.Hk, c.dk, c.dv}, st);
+}
+
+}  // namespace
+
+TEST(LinearAttention, MatchesReference) {
+  check_linear({"linear"});
+  check_linear({"linear", 1, 1, 2, 2, 3, 4, true});
+  check_linear({"gated", 2, 4, 2, 2, 3, 2, true, true});
+  check_linear({"delta", 2, 3, 4, 2, 3, 4, false, false, true});
+  check_linear({"gated_delta", 1, 5, 3, 1, 4, 3, true, false, false, 0.5f});
+  check_linear({"gated_delta", 2, 2, 4, 2, 2, 2, false, true, false});
+}
+
+TEST(LinearAttention, InputsMustMatchRule) {
+  Tensor q = random(DataType::kFloat32, {1, 2, 4});
+  Attrs attrs{{"q_num_heads", int_attr(2)}, {"kv_num_heads", int_attr(2)}, {"update_rule", string_attr("gated")}};
+  EXPECT_FALSE(try_run("LinearAttention", 27, {q, q, q}, attrs, 2).ok());  // gated without decay
+  attrs["update_rule"] = string_attr("bogus");
+  EXPECT_FALSE(try_run("LinearAttention", 27, {q, q, q}, attrs, 2).ok());
+}

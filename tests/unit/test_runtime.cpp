@@ -1,0 +1,191 @@
+// Runtime: engine build/run, engine files (round trip, corruption, mismatches), memory plan, threads.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "engine/engine_generated.h"
+#include "kiln/kiln.h"
+#include "plan/plan.h"
+#include "runtime/executor.h"
+
+using namespace kiln;
+
+namespace {
+
+const std::string kExample = std::string(KILN_SOURCE_DIR) + "/examples/tiny_cnn.onnx";
+const std::string kExampleInput = std::string(KILN_SOURCE_DIR) + "/examples/tiny_cnn_input.npy";
+
+std::vector<float> run_example(Engine& e, const Tensor& x) {
+  auto ctx = e.create_context();
+  EXPECT_TRUE(ctx.ok()) << ctx.status().to_string();
+  auto out = (*ctx)->run({{"image", Value::of(x)}});
+  EXPECT_TRUE(out.ok()) << out.status().to_string();
+  if (!out.ok()) return {};
+  const Tensor& y = (*out)[0].tensor;
+  return std::vector<float>(y.data<float>(), y.data<float>() + y.numel());
+}
+
+}  // namespace
+
+TEST(Runtime, ExampleRunsAndRoundTripsThroughEngineFile) {
+  auto engine = Engine::build(kExample);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto x = read_npy(kExampleInput);
+  ASSERT_TRUE(x.ok());
+  const auto direct = run_example(**engine, *x);
+  ASSERT_EQ(direct.size(), 10u);
+  float sum = 0;
+  for (float p : direct) sum += p;
+  EXPECT_NEAR(sum, 1.0f, 1e-5);  // softmax output
+
+  auto bytes = (*engine)->serialize();
+  ASSERT_TRUE(bytes.ok());
+  auto loaded = Engine::load_from_bytes(*bytes);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_EQ((*loaded)->metadata()["model_hash"], (*engine)->metadata()["model_hash"]);
+  EXPECT_EQ((*loaded)->metadata()["model_hash"].size(), 64u);
+  const auto again = run_example(**loaded, *x);
+  ASSERT_EQ(again, direct);  // same kernels, same inputs: bit-identical
+}
+
+TEST(Runtime, CorruptEngineBytesGiveErrorsNotCrashes) {
+  auto engine = Engine::build(kExample);
+  ASSERT_TRUE(engine.ok());
+  const std::string good = *(*engine)->serialize();
+  std::mt19937 rng(7);
+  int rejected = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string bad = good;
+    switch (trial % 3) {
+      case 0: bad.resize(rng() % good.size()); break;                       // truncated
+      case 1: for (int k = 0; k < 8; ++k) bad[rng() % bad.size()] ^= static_cast<char>(1 + rng() % 255); break;
+      case 2: bad.replace(rng() % (bad.size() - 64), 64, std::string(64, static_cast<char>(rng()))); break;
+    }
+    auto e = Engine::load_from_bytes(bad);
+    if (!e.ok()) {
+      ++rejected;
+      EXPECT_FALSE(e.status().message().empty());
+    }
+    // A corruption inside weight bytes can load fine; it must still run without crashing.
+    if (e.ok()) {
+      auto x = read_npy(kExampleInput);
+      auto ctx = (*e)->create_context();
+      if (ctx.ok()) (void)(*ctx)->run({{"image", Value::of(*x)}});
+    }
+  }
+  EXPECT_GT(rejected, 100);
+  EXPECT_FALSE(Engine::load_from_bytes("").ok());
+  EXPECT_FALSE(Engine::load_from_bytes("garbage that is not an engine").ok());
+}
+
+TEST(Runtime, OtherFormatVersionIsRefusedClearly) {
+  flatbuffers::FlatBufferBuilder b;
+  auto root = fb::CreateEngineFile(b, 999);
+  b.Finish(root, fb::EngineFileIdentifier());
+  auto e = Engine::load_from_bytes(std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize()));
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kEngineMismatch);
+  EXPECT_NE(e.status().message().find("format version 999"), std::string::npos) << e.status().message();
+}
+
+TEST(Runtime, EngineForAnotherDeviceIsRefusedClearly) {
+  // Built on an H100 by tests/gpu/device_check.sh.
+  auto e = Engine::load(std::string(KILN_SOURCE_DIR) + "/tests/data/tiny_cnn_h100.kiln");
+  if (e.ok()) GTEST_SKIP() << "this machine has the GPU the engine was built for";
+  EXPECT_EQ(e.status().code(), StatusCode::kEngineMismatch) << e.status().to_string();
+  EXPECT_NE(e.status().message().find("H100"), std::string::npos) << e.status().message();
+}
+
+TEST(Runtime, WrongInputsGiveClearErrors) {
+  auto engine = Engine::build(kExample);
+  ASSERT_TRUE(engine.ok());
+  auto ctx = (*engine)->create_context();
+  ASSERT_TRUE(ctx.ok());
+  auto r = (*ctx)->run({{"imag", Value::of(Tensor::empty(DataType::kFloat32, {1, 3, 32, 32}))}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("unknown input 'imag'"), std::string::npos);
+  r = (*ctx)->run({{"image", Value::of(Tensor::empty(DataType::kFloat64, {1, 3, 32, 32}))}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("dtype float32"), std::string::npos) << r.status().message();
+  r = (*ctx)->run({{"image", Value::of(Tensor::empty(DataType::kFloat32, {1, 4, 32, 32}))}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("dimension 1"), std::string::npos) << r.status().message();
+  r = (*ctx)->run({});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("missing input 'image'"), std::string::npos);
+}
+
+TEST(Runtime, MissingAndCorruptModelFiles) {
+  auto e = Engine::build("/nonexistent/model.onnx");
+  ASSERT_FALSE(e.ok());
+  std::ifstream f(kExample, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string bytes = ss.str();
+  for (size_t cut : {size_t{0}, size_t{10}, bytes.size() / 2, bytes.size() - 7}) {
+    auto t = Engine::build_from_bytes(bytes.substr(0, cut));
+    EXPECT_FALSE(t.ok()) << "cut at " << cut;
+  }
+}
+
+TEST(Runtime, ContextsRunConcurrently) {
+  auto engine = Engine::build(kExample);
+  ASSERT_TRUE(engine.ok());
+  auto x = read_npy(kExampleInput);
+  const auto expected = run_example(**engine, *x);
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      auto ctx = (*engine)->create_context();
+      for (int i = 0; i < 10; ++i) {
+        auto out = (*ctx)->run({{"image", Value::of(*x)}});
+        if (!out.ok()) { ++mismatches; continue; }
+        const Tensor& y = (*out)[0].tensor;
+        if (std::vector<float>(y.data<float>(), y.data<float>() + y.numel()) != expected) ++mismatches;
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+// A chain of static-shaped elementwise ops: the arena holds fewer bytes than the intermediates
+// together (lifetimes let values share memory), and outputs stay right.
+TEST(Runtime, ArenaReusesMemoryAcrossLifetimes) {
+  auto g = std::make_shared<ir::Graph>();
+  g->opsets[""] = 17;
+  const Shape shape{256, 64};
+  auto type = ir::Type::tensor(DataType::kFloat32, ir::SymShape::of(shape));
+  ir::Value* x = g->add_value("x", type);
+  x->is_input = true;
+  g->inputs.push_back(x);
+  ir::Value* cur = x;
+  const int n = 6;
+  for (int i = 0; i < n; ++i) {
+    ir::Value* y = g->add_value("y" + std::to_string(i), type);
+    g->add_node(i % 2 ? "Neg" : "Abs", "", {cur}, {y}, "op" + std::to_string(i));
+    cur = y;
+  }
+  cur->is_output = true;
+  g->outputs.push_back(cur);
+  auto plan = lower(g, {});
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  const size_t one = static_cast<size_t>(shape_numel(shape)) * 4;
+  EXPECT_GT((*plan)->arena_bytes[0], 0u);
+  EXPECT_LE((*plan)->arena_bytes[0], 2 * one);  // n-1 intermediates, at most two live at once
+  ContextResources res;
+  res.arena[0] = std::make_shared<Storage>();
+  res.arena[0]->data = std::aligned_alloc(64, (*plan)->arena_bytes[0]);
+  res.arena[0]->bytes = (*plan)->arena_bytes[0];
+  res.arena[0]->release = [](void* p) { std::free(p); };
+  Frame f(**plan, res, nullptr);
+  Tensor in = Tensor::empty(DataType::kFloat32, shape);
+  for (int64_t i = 0; i < in.numel(); ++i) in.data<float>()[i] = static_cast<float>(i % 17) - 8.f;
+  f.slots[(*plan)->inputs[0]] = Value::of(in);
+  ASSERT_TRUE(f.execute().ok());
+  const Tensor& out = f.slots[(*plan)->outputs[0]].tensor;
+  for (int64_t i = 0; i < in.numel(); ++i) ASSERT_EQ(out.data<float>()[i], -std::abs(in.data<float>()[i]));
+}
