@@ -19,13 +19,20 @@ constexpr uint64_t kMaxSparseDenseBytes = uint64_t{1} << 31;
 
 Status bad(const TensorSource& src, const std::string& why) { return invalid_model(src.what + ": " + why); }
 
-bool is_packed4(DataType dt) {
-  return dt == DataType::kInt4 || dt == DataType::kUInt4 || dt == DataType::kFloat4E2M1;
+// Elements per byte in a file: 2 for int4/uint4/float4e2m1, 4 for int2/uint2, else 1 (or fewer).
+int per_byte(DataType dt) {
+  switch (dt) {
+    case DataType::kInt4: case DataType::kUInt4: case DataType::kFloat4E2M1: return 2;
+    case DataType::kInt2: case DataType::kUInt2: return 4;
+    default: return 1;
+  }
 }
+bool is_packed(DataType dt) { return per_byte(dt) > 1; }
 
-// Bytes the elements take in a file (sub-byte types packed two per byte).
+// Bytes the elements take in a file (sub-byte types packed, low bits first).
 uint64_t stored_bytes(DataType dt, int64_t numel) {
-  if (is_packed4(dt)) return (static_cast<uint64_t>(numel) + 1) / 2;
+  const int k = per_byte(dt);
+  if (k > 1) return (static_cast<uint64_t>(numel) + k - 1) / k;
   return static_cast<uint64_t>(numel) * dtype_size(dt);
 }
 
@@ -46,10 +53,15 @@ Expected<int64_t> checked_numel(const google::protobuf::RepeatedField<int64_t>& 
 
 Shape shape_of(const google::protobuf::RepeatedField<int64_t>& dims) { return Shape(dims.begin(), dims.end()); }
 
-void unpack4(const uint8_t* packed, int64_t numel, bool sign_extend, uint8_t* out) {
+// Unpacks sub-byte elements (first element in the lowest bits) to one byte each; int4/int2 are
+// sign-extended.
+void unpack(const uint8_t* packed, int64_t numel, DataType dt, uint8_t* out) {
+  const int k = per_byte(dt), bits = 8 / k, shift = 8 - bits;
+  const uint8_t mask = static_cast<uint8_t>((1u << bits) - 1);
+  const bool sign = dt == DataType::kInt4 || dt == DataType::kInt2;
   for (int64_t i = 0; i < numel; ++i) {
-    const uint8_t nib = (i & 1) ? (packed[i / 2] >> 4) : (packed[i / 2] & 0x0f);
-    out[i] = sign_extend ? static_cast<uint8_t>(static_cast<int8_t>(static_cast<uint8_t>(nib << 4)) >> 4) : nib;
+    const uint8_t v = (packed[i / k] >> ((i % k) * bits)) & mask;
+    out[i] = sign ? static_cast<uint8_t>(static_cast<int8_t>(static_cast<uint8_t>(v << shift)) >> shift) : v;
   }
 }
 
@@ -57,8 +69,8 @@ void unpack4(const uint8_t* packed, int64_t numel, bool sign_extend, uint8_t* ou
 void decode_raw(const uint8_t* p, DataType dt, Tensor& out) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  if (is_packed4(dt)) {
-    unpack4(p, n, dt == DataType::kInt4, out.data<uint8_t>());
+  if (is_packed(dt)) {
+    unpack(p, n, dt, out.data<uint8_t>());
   } else if (dt == DataType::kBool) {
     auto* o = out.data<uint8_t>();
     for (int64_t i = 0; i < n; ++i) o[i] = p[i] != 0;
@@ -159,7 +171,7 @@ Expected<Tensor> from_external(const ::onnx::TensorProto& tp, DataType dt, int64
     return bad(src, "external data has " + std::to_string(ref.length) + " bytes, expected " + std::to_string(want) +
                         " for " + std::to_string(numel) + " " + dtype_name(dt) + " elements");
   Tensor t = Tensor::empty(dt, shape_of(tp.dims()));
-  if (!is_packed4(dt) && dt != DataType::kBool) {
+  if (!is_packed(dt) && dt != DataType::kBool) {
     KILN_RETURN_IF_ERROR(read_range(ref, t.raw(), src));
     return t;
   }
@@ -188,7 +200,10 @@ TypedField typed_field(const ::onnx::TensorProto& tp, DataType dt, int64_t numel
     case DataType::kString: return {"string_data", tp.string_data_size(), numel};
     case DataType::kInt4:
     case DataType::kUInt4:
-    case DataType::kFloat4E2M1: return {"int32_data", tp.int32_data_size(), (numel + 1) / 2};  // two per value
+    case DataType::kFloat4E2M1:
+    case DataType::kInt2:
+    case DataType::kUInt2:  // packed: two or four elements per value
+      return {"int32_data", tp.int32_data_size(), static_cast<int64_t>(stored_bytes(dt, numel))};
     default: return {"int32_data", tp.int32_data_size(), numel};
   }
 }
@@ -260,12 +275,14 @@ Expected<Tensor> from_typed_fields(const ::onnx::TensorProto& tp, DataType dt, i
       return t;
     case DataType::kInt4:
     case DataType::kUInt4:
-    case DataType::kFloat4E2M1: {
-      // Two elements per int32 value, low nibble first.
-      const int64_t want = (numel + 1) / 2;
+    case DataType::kFloat4E2M1:
+    case DataType::kInt2:
+    case DataType::kUInt2: {
+      // Two (4-bit) or four (2-bit) elements per int32 value, lowest bits first.
+      const int64_t want = static_cast<int64_t>(stored_bytes(dt, numel));
       std::string packed(static_cast<size_t>(want), '\0');
       for (int64_t i = 0; i < want; ++i) packed[i] = static_cast<char>(tp.int32_data(static_cast<int>(i)) & 0xff);
-      unpack4(reinterpret_cast<const uint8_t*>(packed.data()), numel, dt == DataType::kInt4, t.data<uint8_t>());
+      unpack(reinterpret_cast<const uint8_t*>(packed.data()), numel, dt, t.data<uint8_t>());
       return t;
     }
     case DataType::kString: {
@@ -283,9 +300,6 @@ Expected<Tensor> from_typed_fields(const ::onnx::TensorProto& tp, DataType dt, i
 
 Expected<DataType> dtype_from_onnx(int64_t code, const std::string& what) {
   if (code == 0) return DataType::kUndefined;
-  if (code == 25 || code == 26)
-    return unsupported(what + ": element type " + (code == 25 ? std::string("uint2") : std::string("int2")) +
-                       " is not supported");
   if (code < 0 || code > std::numeric_limits<int32_t>::max() || !dtype_is_valid(static_cast<int32_t>(code)))
     return invalid_model(what + ": unknown element type code " + std::to_string(code));
   return static_cast<DataType>(code);

@@ -269,6 +269,31 @@ TEST(OnnxImportTensor, Int4UnpackedAndSignExtended) {
   expect_error(import(bad), StatusCode::kInvalidModel, {"'w'", "raw_data has 2 bytes, expected 3"});
 }
 
+TEST(OnnxImportTensor, Int2AndUInt2Unpacked) {
+  // int2 elements 1, -2, -1, 0, 1 → 2-bit codes 01 10 11 00 | 01, lowest bits first.
+  const std::vector<int> want = {1, -2, -1, 0, 1};
+  std::string packed(2, '\0');
+  for (size_t i = 0; i < want.size(); ++i) packed[i / 4] |= static_cast<char>((want[i] & 3) << (2 * (i % 4)));
+  auto raw = add_model();
+  add_init(raw.mutable_graph(), "w", 26, {5})->set_raw_data(packed);
+  auto typed = add_model();
+  auto* t = add_init(typed.mutable_graph(), "w", 26, {5});
+  for (char c : packed) t->add_int32_data(static_cast<uint8_t>(c));  // four elements per int32
+  for (const auto& m : {raw, typed}) {
+    Tensor w = import_initializer(m);
+    ASSERT_EQ(w.dtype(), DataType::kInt2);
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(w.data<int8_t>()[i], want[i]) << i;
+  }
+  auto u = add_model();
+  add_init(u.mutable_graph(), "w", 25, {4})->set_raw_data(std::string(1, static_cast<char>(0xE4)));  // 0,1,2,3
+  Tensor w = import_initializer(u);
+  ASSERT_EQ(w.dtype(), DataType::kUInt2);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(w.data<uint8_t>()[i], i);
+  auto bad = add_model();
+  add_init(bad.mutable_graph(), "w", 26, {5})->set_raw_data(std::string(1, '\0'));
+  expect_error(import(bad), StatusCode::kInvalidModel, {"'w'", "raw_data has 1 bytes, expected 2"});
+}
+
 TEST(OnnxImportTensor, OtherTypedFields) {
   auto m = add_model();
   auto* g = m.mutable_graph();
