@@ -425,6 +425,24 @@ PYBIND11_MODULE(_kiln, m) {
       .def("metadata", &kiln::Engine::metadata)
       .def("create_context", &engine_create_context);
 
+  m.def("list_kernels", [] {
+    py::list out;
+    for (const kiln::KernelInfo& k : kiln::list_kernels()) {
+      py::dict d;
+      d["op"] = k.op;
+      d["domain"] = k.domain;
+      d["name"] = k.name;
+      d["device"] = k.device;
+      d["since"] = k.since;
+      d["until"] = k.until;
+      d["how"] = k.how;
+      py::list dts;
+      for (kiln::DataType t : k.dtypes) dts.append(kiln::dtype_name(t));
+      d["dtypes"] = dts;
+      out.append(d);
+    }
+    return out;
+  }, "Every kernel of every available backend, with the dtypes its first input accepts.");
   m.def("summarize_model", [](const std::string& path) { return summary_dict(unwrap(kiln::summarize_model(path))); },
         py::arg("path"), "What `kiln info` prints, as a dict.");
 }

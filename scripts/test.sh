@@ -19,7 +19,7 @@ if [ -d tests/models ]; then
   echo "== model zoo (kiln vs onnxruntime)"
   .venv/bin/python -m pytest -q -rs tests/models
 fi
-if [ -f tests/conformance/run.py ]; then
-  echo "== onnx conformance"
-  .venv/bin/python tests/conformance/run.py
-fi
+echo "== onnx conformance (onnx's own backend test runner against kiln.backend)"
+.venv/bin/python tests/conformance/run.py --suite all --json build/conformance.json
+echo "== operator support table is current"
+.venv/bin/python tools/gen_op_table.py --results build/conformance.json --check

@@ -109,7 +109,8 @@ Frame::Frame(const CompiledGraph& g, ContextResources& r, const Frame* p) : grap
 const Slot* Frame::lookup(const std::string& name) const {
   for (const Frame* f = this; f; f = f->parent) {
     auto it = f->graph.by_name.find(name);
-    if (it != f->graph.by_name.end() && f->slots[it->second].kind != Slot::Kind::kNone) return &f->slots[it->second];
+    // The nearest frame that defines the name owns it, even when it holds an empty optional.
+    if (it != f->graph.by_name.end()) return &f->slots[it->second];
   }
   return nullptr;
 }
