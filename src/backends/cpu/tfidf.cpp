@@ -1,10 +1,9 @@
-// backends/cpu/tfidf.cpp — TfIdfVectorizer and BitCast on the CPU.
+// backends/cpu/tfidf.cpp — TfIdfVectorizer on the CPU.
 //
 // TfIdfVectorizer counts, per row, the n-grams of the pool (lengths min_gram_length..
 // max_gram_length) found at every start position with every skip distance 1..max_skip_count+1
 // (unigrams once), then weights the counts (TF, IDF or TFIDF).
 #include <algorithm>
-#include <cstring>
 #include <map>
 
 #include "backends/cpu/rq_common.h"
@@ -106,18 +105,6 @@ Status tfidf_kernel(KernelContext& ctx, const TfIdf& a) {
       case TfIdf::Mode::kTFIDF: out[i] = w ? a.weights[col] * f : f; break;
     }
   }
-  return Status::Ok();
-}
-
-Status bitcast_kernel(KernelContext& ctx, DataType to) {
-  const Tensor& x = ctx.input(0);
-  if (x.dtype() == DataType::kString || to == DataType::kString) return ctx.error("BitCast does not take strings");
-  if (dtype_size(x.dtype()) != dtype_size(to))
-    return ctx.error(std::string("BitCast needs types of the same size: ") + dtype_name(x.dtype()) + " → " + dtype_name(to));
-  Tensor& y = ctx.output(0, to, x.shape());
-  if (x.nbytes()) std::memcpy(y.raw(), x.raw(), x.nbytes());
-  if (to == DataType::kBool)  // keep bools 0/1
-    for (int64_t i = 0; i < y.numel(); ++i) y.data<uint8_t>()[i] = y.data<uint8_t>()[i] != 0;
   return Status::Ok();
 }
 
