@@ -28,6 +28,13 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+# kiln's CPU kernels use OpenMP. With libgomp's default (active) waiting, idle worker threads spin,
+# and on a machine whose cores are busy with other work a 2-thread run became 5-70x slower than a
+# 1-thread run (measured, bench/README.md); passive waiting removed that (MobileNetV2, 2 threads,
+# loaded machine: 293 ms -> 45.6 ms). The choice must be made before libgomp loads, i.e. before
+# _kiln is imported; a value the user set wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from . import _kiln
 from ._kiln import Engine, ExecutionContext, KilnError, TensorInfo, summarize_model
 
