@@ -1,4 +1,4 @@
-// tools/kiln_main.cpp — the `kiln` command: info, build, run, bench.
+// tools/kiln_main.cpp — the `kiln` command: info, build, run, bench, inspect.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -95,6 +95,31 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+int run_inspect(const std::string& path, int level, bool verbose) {
+  auto r = kiln::inspect_model(path, level);
+  if (!r.ok()) return fail(r.status());
+  std::printf("model: %s\nopt level: %d\nnodes: %d before, %d after\npasses (rewrites):\n", path.c_str(), r->opt_level,
+              r->nodes_before, r->nodes_after);
+  for (const auto& [name, n] : r->passes) std::printf("  %-24s %d\n", name.c_str(), n);
+  std::vector<std::pair<int, std::string>> hist;
+  for (const auto& [op, n] : r->ops_after) hist.push_back({-n, op});
+  std::sort(hist.begin(), hist.end());
+  std::printf("ops after:\n");
+  for (const auto& [n, op] : hist) {
+    auto it = r->ops_before.find(op);
+    std::printf("  %-28s %d (before %d)\n", op.c_str(), -n, it == r->ops_before.end() ? 0 : it->second);
+  }
+  if (verbose) {
+    std::printf("rewrites (%zu):\n", r->rewrites.size());
+    for (const auto& s : r->rewrites) std::printf("  %s\n", s.c_str());
+    std::printf("near misses (%zu):\n", r->near_misses.size());
+    for (const auto& s : r->near_misses) std::printf("  %s\n", s.c_str());
+  } else if (!r->near_misses.empty()) {
+    std::printf("near misses: %zu (see --verbose)\n", r->near_misses.size());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -122,7 +147,7 @@ int main(int argc, char** argv) {
   build->add_option("model", build_path, "model.onnx")->required();
   build->add_option("-o,--output", build_out, "engine file to write (default: model.kiln)");
   build->add_option("--device", build_device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
-  build->add_option("--opt-level", opt_level, "0..1")->check(CLI::Range(0, 3));
+  build->add_option("--opt-level", opt_level, "0 none, 1 folding/cleanup, 2 + fusions, 3 + aggressive")->check(CLI::Range(0, 3));
   build->add_flag("-v,--verbose", verbose, "log optimizer and planner decisions");
 
   // run / bench share their options
@@ -141,6 +166,15 @@ int main(int argc, char** argv) {
   bench->add_option("-n,--iterations", iterations, "timed runs")->check(CLI::PositiveNumber);
   bench->add_option("--warmup", warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
 
+  // inspect
+  std::string inspect_path;
+  int inspect_level = 2;
+  bool inspect_verbose = false;
+  auto* inspect = app.add_subcommand("inspect", "Show what the optimizer does to a model: rewrites per pass, node counts, near misses");
+  inspect->add_option("model", inspect_path, "model.onnx")->required();
+  inspect->add_option("--opt-level", inspect_level, "0 none, 1 folding/cleanup, 2 + fusions, 3 + aggressive")->check(CLI::Range(0, 3));
+  inspect->add_flag("-v,--verbose", inspect_verbose, "list every rewrite and every near miss (partial match) with its reason");
+
   // compare
   std::string cmp_a, cmp_b, cmp_device_a = "cpu", cmp_device_b = "cuda";
   Inputs cmp_inputs;
@@ -155,6 +189,8 @@ int main(int argc, char** argv) {
   compare->add_option("--rtol", cmp_rtol, "fail when an output's relative L2 error exceeds this");
 
   CLI11_PARSE(app, argc, argv);
+
+  if (*inspect) return run_inspect(inspect_path, inspect_level, inspect_verbose);
 
   if (*compare) {
     kiln::BuildOptions oa, ob;

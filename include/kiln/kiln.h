@@ -51,7 +51,7 @@ struct TensorInfo {
 
 struct BuildOptions {
   DeviceType device = DeviceType::kCPU;
-  int opt_level = 1;          // 0: none; 1: folding and cleanup
+  int opt_level = 1;          // 0: none; 1: folding and cleanup; 2: + fusions (kiln's fused kernels); 3: + aggressive
   bool verbose = false;       // log each planning decision to stderr
 };
 
@@ -133,6 +133,17 @@ struct KernelInfo {
   std::vector<DataType> dtypes;    // element types its first input accepts (probed through its checks)
 };
 std::vector<KernelInfo> list_kernels();
+// ---- Optimizer report (what `kiln inspect` prints)
+struct OptimizationReport {
+  int opt_level = 0;
+  int nodes_before = 0, nodes_after = 0;
+  std::map<std::string, int> ops_before, ops_after;   // op histograms (domain-qualified when not ai.onnx)
+  std::vector<std::pair<std::string, int>> passes;    // every pass that ran at this level, in pipeline order, with its rewrites
+  std::vector<std::string> rewrites;                  // one line per rewrite
+  std::vector<std::string> near_misses;               // patterns that matched partly, and why they did not fire
+};
+// Imports the model and runs the optimizer at `opt_level` (no lowering, no kernels created).
+Expected<OptimizationReport> inspect_model(const std::string& onnx_path, int opt_level);
 
 // Reads/writes .npy files (used by the CLI; exposed because it is handy).
 Expected<Tensor> read_npy(const std::string& path);

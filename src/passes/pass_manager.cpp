@@ -1,3 +1,4 @@
+// passes/pass_manager.cpp — the named pipeline, run to a fixed point.
 #include <iostream>
 
 #include "ops/op_table.h"
@@ -7,36 +8,78 @@ namespace kiln::passes {
 
 void PassContext::log(const std::string& pass, const std::string& what) {
   ++fired[pass];
+  rewrites.push_back("[" + pass + "] " + what);
   if (options.verbose) std::cerr << "kiln: [" << pass << "] " << what << "\n";
 }
 
+void PassContext::near_miss(const std::string& pass, const std::string& what) {
+  std::string line = pass + ": " + what;
+  if (!seen_near_misses.insert(line).second) return;
+  near_misses.push_back(line);
+}
+
+// Cleanup first, so fusions see canonical patterns; fusions from the largest pattern to the
+// smallest (attention before the MatMul+Add it contains, GELU before activation fusion).
 const std::vector<Pass>& pipeline() {
   static const std::vector<Pass> p = {
       {"fold-constants", 1, fold_constants},
+      {"fold-shapes", 1, fold_shapes},
+      {"remove-noops", 1, remove_noops},
+      {"cse", 1, eliminate_common_subexpressions},
+      {"transposes", 1, simplify_transposes},
       {"dead-code", 1, eliminate_dead_code},
+      {"fold-conv-bn", 2, fold_conv_batchnorm},
+      {"fold-conv-affine", 2, fold_conv_affine},
+      {"fold-pad-conv", 2, fold_pad_into_conv},
+      {"fuse-attention", 2, fuse_attention},
+      {"fuse-layer-norm", 2, fuse_layer_norm},
+      {"fuse-rms-norm", 2, fuse_rms_norm},
+      {"fuse-skip-layer-norm", 2, fuse_skip_layer_norm},
+      {"fuse-gelu", 2, fuse_gelu},
+      {"fuse-matmul-add", 2, fuse_matmul_add},
+      {"fuse-activation", 2, fuse_activation},
   };
   return p;
 }
 
-Status optimize(ir::Graph& graph, const PassOptions& options, std::map<std::string, int>* fired) {
-  PassContext ctx{options, {}};
+Status optimize(ir::Graph& graph, const PassOptions& options, OptimizeStats* stats) {
+  PassContext ctx{options, {}, {}, {}, {}};
+  int rounds = 0;
   if (options.level > 0) {
-    for (int round = 0; round < 8; ++round) {
+    for (; rounds < 16; ++rounds) {
+      // Near misses of the last round only: an earlier one may have fired since.
+      ctx.near_misses.clear();
+      ctx.seen_near_misses.clear();
       bool changed = false;
       for (const Pass& pass : pipeline()) {
         if (pass.min_level > options.level) continue;
         auto r = pass.run(graph, ctx);
         if (!r.ok()) return r.status().with_context("pass " + pass.name);
-        changed |= *r;
+        if (*r) {
+          changed = true;
+          // Later passes match on types and producers: keep both current.
+          KILN_RETURN_IF_ERROR(graph.sort().with_context("after pass " + pass.name));
+          KILN_RETURN_IF_ERROR(ops::infer_graph(graph).with_context("after pass " + pass.name));
+        }
       }
       if (!changed) break;
-      KILN_RETURN_IF_ERROR(graph.sort());
-      KILN_RETURN_IF_ERROR(ops::infer_graph(graph));
     }
   }
   graph.remove_dead_values();
   KILN_RETURN_IF_ERROR(graph.verify());
-  if (fired) *fired = ctx.fired;
+  if (stats) {
+    stats->fired = ctx.fired;
+    stats->rewrites = ctx.rewrites;
+    stats->near_misses = ctx.near_misses;
+    stats->rounds = rounds + (options.level > 0 ? 1 : 0);
+  }
+  return Status::Ok();
+}
+
+Status optimize(ir::Graph& graph, const PassOptions& options, std::map<std::string, int>* fired) {
+  OptimizeStats stats;
+  KILN_RETURN_IF_ERROR(optimize(graph, options, &stats));
+  if (fired) *fired = stats.fired;
   return Status::Ok();
 }
 

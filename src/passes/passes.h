@@ -1,11 +1,16 @@
 // passes/passes.h — graph rewrites, run by a pass manager to a fixed point.
 //
-// Every pass keeps the graph's meaning (outputs equal on every input) and returns whether it changed
-// the graph. With `verbose`, each rewrite logs one line to stderr.
+// Every pass keeps the graph's meaning (outputs equal on every input, up to float rounding for
+// fusions) and returns whether it changed the graph. Each rewrite is one log line (printed with
+// `verbose`); a pattern that matched partly and did not fire is a "near miss" with its reason.
+//
+// Levels: 0 nothing; 1 folding and cleanup (constants, shapes, no-ops, CSE, transposes);
+// 2 + fusions into fused kernels (domain "kiln", see ops/fused.cpp); 3 + aggressive rewrites.
 #pragma once
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,7 +20,7 @@
 namespace kiln::passes {
 
 struct PassOptions {
-  int level = 1;          // 0: nothing; 1: folding and cleanup
+  int level = 1;          // 0: nothing; 1: folding and cleanup; 2: + fusions; 3: + aggressive
   bool verbose = false;
   size_t fold_limit_bytes = 1 << 20;  // folded constants larger than this (and than their inputs) stay computed
 };
@@ -23,7 +28,11 @@ struct PassOptions {
 struct PassContext {
   const PassOptions& options;
   std::map<std::string, int> fired;  // pass name → rewrites
+  std::vector<std::string> rewrites;      // one line per rewrite, in order
+  std::vector<std::string> near_misses;   // "pass: what: why", each once
+  std::set<std::string> seen_near_misses;
   void log(const std::string& pass, const std::string& what);
+  void near_miss(const std::string& pass, const std::string& what);
 };
 
 struct Pass {
@@ -32,12 +41,36 @@ struct Pass {
   std::function<Expected<bool>(ir::Graph&, PassContext&)> run;
 };
 
+// What optimize() did, for `kiln inspect` and tests.
+struct OptimizeStats {
+  std::map<std::string, int> fired;
+  std::vector<std::string> rewrites;
+  std::vector<std::string> near_misses;
+  int rounds = 0;
+};
+
+// The named pipeline, in order; a pass runs when options.level >= min_level.
 const std::vector<Pass>& pipeline();
 // Runs the pipeline to a fixed point (bounded), then re-infers types and verifies the graph.
 Status optimize(ir::Graph& graph, const PassOptions& options, std::map<std::string, int>* fired = nullptr);
+Status optimize(ir::Graph& graph, const PassOptions& options, OptimizeStats* stats);
 
 // Individual passes (one file each).
 Expected<bool> fold_constants(ir::Graph& g, PassContext& ctx);
 Expected<bool> eliminate_dead_code(ir::Graph& g, PassContext& ctx);
+Expected<bool> fold_shapes(ir::Graph& g, PassContext& ctx);            // fold_shapes.cpp
+Expected<bool> remove_noops(ir::Graph& g, PassContext& ctx);           // remove_noops.cpp
+Expected<bool> eliminate_common_subexpressions(ir::Graph& g, PassContext& ctx);  // cse.cpp
+Expected<bool> simplify_transposes(ir::Graph& g, PassContext& ctx);    // transposes.cpp
+Expected<bool> fold_conv_batchnorm(ir::Graph& g, PassContext& ctx);    // fuse_conv_bn.cpp
+Expected<bool> fold_conv_affine(ir::Graph& g, PassContext& ctx);       // fuse_conv_affine.cpp
+Expected<bool> fold_pad_into_conv(ir::Graph& g, PassContext& ctx);     // fuse_pad_conv.cpp
+Expected<bool> fuse_matmul_add(ir::Graph& g, PassContext& ctx);        // fuse_matmul_add.cpp
+Expected<bool> fuse_gelu(ir::Graph& g, PassContext& ctx);              // fuse_gelu.cpp
+Expected<bool> fuse_layer_norm(ir::Graph& g, PassContext& ctx);        // fuse_layer_norm.cpp
+Expected<bool> fuse_rms_norm(ir::Graph& g, PassContext& ctx);          // fuse_rms_norm.cpp
+Expected<bool> fuse_skip_layer_norm(ir::Graph& g, PassContext& ctx);   // fuse_skip_layer_norm.cpp
+Expected<bool> fuse_activation(ir::Graph& g, PassContext& ctx);        // fuse_activation.cpp
+Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx);         // fuse_attention.cpp
 
 }  // namespace kiln::passes

@@ -1,0 +1,124 @@
+// backends/cpu/fused_attention.cpp — kiln.Attention on the CPU (float32): per (batch, head),
+// scores = scale * Q K^T (sgemm), then the bool mask's fill, + the additive mask, softmax over keys, then P V (sgemm) written straight into
+// the [B, S, H*Dv] output. Q, K, V stay in their projected [B, S, H*D] layout (heads are strided
+// views), so no transposes or reshapes are materialized.
+#include <oneapi/dnnl/dnnl.h>
+
+#include <limits>
+
+#include "backends/cpu/fused_common.h"
+
+namespace kiln::cpu::fused {
+namespace {
+
+struct AttentionAttrs {
+  int64_t heads = 1;
+  float scale = 1;
+  float fill = 0;               // bool mask: the score where the mask says so
+  bool fill_where_true = false;  // fill where the bool mask is true (else where it is false)
+};
+
+// Strides of a mask right-aligned to [B, H, S, T] (0 along broadcast dims); false when it does not broadcast.
+bool mask_strides(const Shape& m, const int64_t (&full)[4], int64_t (&st)[4]) {
+  if (m.size() > 4) return false;
+  int64_t stride = 1;
+  for (int d = 3; d >= 0; --d) {
+    const int md = d - (4 - static_cast<int>(m.size()));
+    const int64_t size = md >= 0 ? m[md] : 1;
+    if (size != 1 && size != full[d]) return false;
+    st[d] = size == 1 ? 0 : stride;
+    stride *= size;
+  }
+  return true;
+}
+
+Status attention(KernelContext& ctx, const AttentionAttrs& a) {
+  const Tensor& q = ctx.input(0);
+  const Tensor& k = ctx.input(1);
+  const Tensor& v = ctx.input(2);
+  if (q.rank() != 3 || k.rank() != 3 || v.rank() != 3) return ctx.error("Q, K, V must be 3-D");
+  const int64_t B = q.dim(0), S = q.dim(1), T = k.dim(1), H = a.heads;
+  if (k.dim(0) != B || v.dim(0) != B || v.dim(1) != T) return ctx.error("Q, K, V batch or key lengths differ");
+  if (q.dim(2) % H || v.dim(2) % H || k.dim(2) != q.dim(2))
+    return ctx.error("hidden sizes do not split into " + std::to_string(H) + " heads");
+  const int64_t D = q.dim(2) / H, Dv = v.dim(2) / H;
+  const int64_t full[4] = {B, H, S, T};
+  int64_t ms[4] = {0, 0, 0, 0};
+  const float* mask = nullptr;
+  if (ctx.has_input(3)) {
+    const Tensor& m = ctx.input(3);
+    if (m.dtype() != DataType::kFloat32) return ctx.error("mask must be float32");
+    if (!mask_strides(m.shape(), full, ms)) return ctx.error("mask " + shape_to_string(m.shape()) + " does not broadcast to [B, H, S, T]");
+    mask = m.data<float>();
+  }
+  int64_t cs[4] = {0, 0, 0, 0};
+  const bool* cond = nullptr;
+  if (ctx.num_inputs() > 4 && ctx.has_input(4)) {
+    const Tensor& c = ctx.input(4);
+    if (c.dtype() != DataType::kBool) return ctx.error("the bool mask must be bool");
+    if (!mask_strides(c.shape(), full, cs)) return ctx.error("bool mask " + shape_to_string(c.shape()) + " does not broadcast to [B, H, S, T]");
+    cond = c.data<bool>();
+  }
+  Tensor& y = ctx.output(0, DataType::kFloat32, {B, S, H * Dv});
+  if (y.numel() == 0) return Status::Ok();
+  const float* pq = q.data<float>();
+  const float* pk = k.data<float>();
+  const float* pv = v.data<float>();
+  float* py = y.data<float>();
+  if (T == 0) {
+    std::fill(py, py + y.numel(), std::numeric_limits<float>::quiet_NaN());  // softmax over nothing
+    return Status::Ok();
+  }
+  parallel_for(B * H, 1, [&](int64_t j0, int64_t j1) {
+    std::vector<float> scores(static_cast<size_t>(S * T));
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t b = j / H, h = j % H;
+      const float* qb = pq + b * S * H * D + h * D;
+      const float* kb = pk + b * T * H * D + h * D;
+      const float* vb = pv + b * T * H * Dv + h * Dv;
+      float* yb = py + b * S * H * Dv + h * Dv;
+      dnnl_sgemm('N', 'T', S, T, D, a.scale, qb, H * D, kb, H * D, 0.0f, scores.data(), T);
+      for (int64_t s = 0; s < S; ++s) {
+        float* row = scores.data() + s * T;
+        if (cond) {
+          const bool* crow = cond + b * cs[0] + h * cs[1] + s * cs[2];
+          for (int64_t t = 0; t < T; ++t)
+            if (crow[t * cs[3]] == a.fill_where_true) row[t] = a.fill;
+        }
+        if (mask) {
+          const float* mrow = mask + b * ms[0] + h * ms[1] + s * ms[2];
+          for (int64_t t = 0; t < T; ++t) row[t] += mrow[t * ms[3]];
+        }
+        float mx = row[0];
+        for (int64_t t = 1; t < T; ++t) mx = std::max(mx, row[t]);
+        float sum = 0;
+        for (int64_t t = 0; t < T; ++t) {
+          row[t] = math::exp_f32(row[t] - mx);
+          sum += row[t];
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t t = 0; t < T; ++t) row[t] *= inv;
+      }
+      dnnl_sgemm('N', 'N', S, Dv, T, 1.0f, scores.data(), T, vb, H * Dv, 0.0f, yb, H * Dv);
+    }
+  });
+  return Status::Ok();
+}
+
+}  // namespace
+
+void register_fused_attention(KernelRegistry& r) {
+  r.add({"Attention", "kiln", 1, 1 << 30, "cpu.Attention.f32.sgemm",
+         [](const ir::Node& n) -> std::string {
+           for (int i = 0; i < 3; ++i)
+             if (!n.has_input(i) || n.inputs[i]->type.dtype != DataType::kFloat32) return "float32 Q, K, V only";
+           return n.attr_int("num_heads", 0) > 0 ? "" : "num_heads must be positive";
+         },
+         [](const ir::Node& n, KernelInit&) {
+           AttentionAttrs a{n.attr_int("num_heads", 1), n.attr_float("scale", 1.0f), n.attr_float("mask_fill", 0.0f),
+                            n.attr_int("mask_fill_where_true", 0) != 0};
+           return make_kernel([a](KernelContext& ctx) { return attention(ctx, a); });
+         }});
+}
+
+}  // namespace kiln::cpu::fused

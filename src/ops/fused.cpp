@@ -1,0 +1,69 @@
+// ops/fused.cpp — kiln's fused ops (domain "kiln"), created only by the optimizer's fusion passes
+// (passes/fuse_*.cpp); their CPU kernels are in backends/cpu/fused*.cpp.
+//
+//   FusedConv(X, W[, B])         Conv attributes + activation, activation_params
+//   FusedGemm(A, B[, C])         Gemm attributes + activation, activation_params
+//   FusedMatMul(A, B[, bias])    act(MatMul(A, B) + bias), bias [N] along the last dim
+//   SkipLayerNorm(A, B, gamma[, beta]) → Y[, A+B]   LayerNormalization(A + B) over the last dim, epsilon
+//   Attention(Q, K, V[, mask[, bool_mask]])   Q [B,S,H*D], K [B,T,H*D], V [B,T,H*Dv]; mask additive and
+//                                bool_mask broadcast to [B,H,S,T]; num_heads, scale, mask_fill,
+//                                mask_fill_where_true → [B,S,H*Dv]:
+//                                softmax(where(bool_mask == mask_fill_where_true, mask_fill, scale * QK^T) + mask) V
+//
+// activation: "" (none), Relu, LeakyRelu (alpha), Clip (min, max), Sigmoid, HardSigmoid (alpha, beta),
+// HardSwish, Silu, Tanh, Gelu, GeluTanh.
+#include "ops/op_table.h"
+
+namespace kiln::ops {
+namespace {
+
+// Runs the ai.onnx op's shape function on this node's first `inputs` inputs.
+template <const char* Op, int Inputs>
+Status like(InferContext& c) {
+  const OpDef* d = find_op("", Op);
+  if (!d || !d->infer) return Status::Ok();
+  InferContext sub{c.node, {}, {}, {}};
+  for (int i = 0; i < Inputs && i < c.num_inputs(); ++i) {
+    sub.in.push_back(c.in[i]);
+    sub.in_value.push_back(c.in_value[i]);
+  }
+  sub.out.resize(1);
+  sub.out[0].kind = ir::Type::Kind::kUnknown;
+  KILN_RETURN_IF_ERROR(d->infer(sub));
+  c.out[0] = sub.out[0];
+  return Status::Ok();
+}
+
+constexpr char kConv[] = "Conv";
+constexpr char kGemm[] = "Gemm";
+constexpr char kMatMul[] = "MatMul";
+
+Status infer_skip_layer_norm(InferContext& c) {
+  if (!c.has(0) || !c.has(1)) return Status::Ok();
+  ir::Type t = ir::Type::tensor(c.dtype(0), broadcast_sym(c.shape(0), c.shape(1)));
+  for (auto& o : c.out) o = t;
+  return Status::Ok();
+}
+
+Status infer_attention(InferContext& c) {
+  if (!c.has(0) || !c.has(2)) return Status::Ok();
+  c.out[0] = ir::Type::tensor(c.dtype(0));
+  const ir::SymShape& q = c.shape(0);
+  const ir::SymShape& v = c.shape(2);
+  if (!q.known || !v.known) return Status::Ok();
+  if (q.rank() != 3 || v.rank() != 3) return c.error("Q and V must be 3-D [batch, sequence, heads * head_size]");
+  c.out[0].shape = ir::SymShape({q.dims[0], q.dims[1], v.dims[2]});
+  return Status::Ok();
+}
+
+}  // namespace
+
+void add_fused_ops(std::vector<OpDef>& t) {
+  t.push_back({"FusedConv", "kiln", 1, like<kConv, 3>});
+  t.push_back({"FusedGemm", "kiln", 1, like<kGemm, 3>});
+  t.push_back({"FusedMatMul", "kiln", 1, like<kMatMul, 2>});
+  t.push_back({"SkipLayerNorm", "kiln", 1, infer_skip_layer_norm});
+  t.push_back({"Attention", "kiln", 1, infer_attention});
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,199 @@
+// passes/fold_shapes.cpp — folds shape arithmetic on partly static shapes: Gather(Shape(x), i) and
+// Slice(Shape(x), ...) are constants when the dims they pick are static, even when other dims of x
+// are symbolic (a dynamic batch). Constant folding then finishes the Concat/Reshape chains.
+// A Reshape whose shape is computed from dims (Concat of Gather(Shape(..)) pieces, as exporters write
+// `x.view(x.size(0), x.size(1), H, D)`) gets a constant shape when each element is a constant, a
+// static dim, or x's own dim at the same position (copied with 0). A dim picked by Gather(Shape(x))
+// that carries a graph input's symbol is read from that input's shape. Shape computations then stop
+// reading intermediate values, which lets fusions take them (attention's heads and context).
+#include <algorithm>
+#include <map>
+
+#include "passes/pattern.h"
+
+namespace kiln::passes {
+namespace {
+
+// The dims of x's shape that Shape(x) (with its start/end) exposes, or nullopt when x's rank is unknown.
+std::optional<std::vector<ir::Dim>> shape_dims(const ir::Node& shape_node) {
+  const ir::Value* x = shape_node.inputs[0];
+  if (!x || !x->type.is_tensor() || !x->type.shape.known) return std::nullopt;
+  const auto& dims = x->type.shape.dims;
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  int64_t start = shape_node.attr_int("start", 0), end = shape_node.attr_int("end", rank);
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = std::clamp<int64_t>(start, 0, rank);
+  end = std::clamp<int64_t>(end, start, rank);
+  return std::vector<ir::Dim>(dims.begin() + start, dims.begin() + end);
+}
+
+Tensor int64_tensor(const std::vector<int64_t>& v, bool scalar) {
+  Tensor t = Tensor::empty(DataType::kInt64, scalar ? Shape{} : Shape{static_cast<int64_t>(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) t.data<int64_t>()[i] = v[i];
+  return t;
+}
+
+// Picks dims[idx] for Gather's indices (scalar or 1-D); nullopt when one is symbolic or out of range.
+std::optional<Tensor> gather_dims(const std::vector<ir::Dim>& dims, const ir::Value* indices) {
+  const auto idx = constant_values(indices);
+  if (idx.empty() || indices->constant->rank() > 1) return std::nullopt;
+  std::vector<int64_t> picked;
+  const int64_t n = static_cast<int64_t>(dims.size());
+  for (double d : idx) {
+    int64_t i = static_cast<int64_t>(d);
+    if (i < 0) i += n;
+    if (i < 0 || i >= n || !dims[i].is_static()) return std::nullopt;
+    picked.push_back(dims[i].value);
+  }
+  return int64_tensor(picked, indices->constant->rank() == 0);
+}
+
+// Slice(Shape(x), starts, ends[, axes[, steps]]) on the one axis with step 1.
+std::optional<Tensor> slice_dims(const std::vector<ir::Dim>& dims, const ir::Node& slice) {
+  if (slice.opset < 10 || slice.inputs.size() < 3) return std::nullopt;
+  for (size_t i = 1; i < slice.inputs.size(); ++i)
+    if (slice.inputs[i] && !slice.inputs[i]->is_constant()) return std::nullopt;
+  const auto starts = constant_values(slice.inputs[1]), ends = constant_values(slice.inputs[2]);
+  if (starts.size() != 1 || ends.size() != 1) return std::nullopt;
+  if (slice.has_input(4) && !is_scalar_constant(slice.inputs[4], 1)) return std::nullopt;
+  const int64_t n = static_cast<int64_t>(dims.size());
+  int64_t b = static_cast<int64_t>(std::max<double>(std::min<double>(starts[0], 1e15), -1e15));
+  int64_t e = static_cast<int64_t>(std::max<double>(std::min<double>(ends[0], 1e15), -1e15));
+  if (b < 0) b += n;
+  if (e < 0) e += n;
+  b = std::clamp<int64_t>(b, 0, n);
+  e = std::clamp<int64_t>(e, b, n);
+  std::vector<int64_t> picked;
+  for (int64_t i = b; i < e; ++i) {
+    if (!dims[i].is_static()) return std::nullopt;
+    picked.push_back(dims[i].value);
+  }
+  return int64_tensor(picked, false);
+}
+
+// True when e is a dim carrying the same (named) symbol as d: equal by symbolic inference.
+bool same_symbol(const ShapeElem& e, const ir::Dim& d) {
+  const auto& s = e.of->type.shape;
+  if (d.is_static() || d.symbol.empty() || !s.known || e.value >= s.rank()) return false;
+  return s.dims[e.value].symbol == d.symbol;
+}
+
+// Where each named symbol of the graph inputs' dims can be read: symbol → (input, dim).
+std::map<std::string, std::pair<ir::Value*, int64_t>> input_symbols(const ir::Graph& g) {
+  std::map<std::string, std::pair<ir::Value*, int64_t>> r;
+  for (ir::Value* v : g.inputs) {
+    if (v->is_constant() || !v->type.is_tensor() || !v->type.shape.known) continue;
+    for (int i = 0; i < v->type.shape.rank(); ++i) {
+      const ir::Dim& d = v->type.shape.dims[i];
+      if (!d.is_static() && !d.symbol.empty()) r.emplace(d.symbol, std::make_pair(v, i));
+    }
+  }
+  return r;
+}
+
+// Gather(Shape(x), indices) rebuilt from constants and Gather(Shape(graph input), j); false when a
+// picked dim is anonymous.
+bool gather_from_inputs(Rewriter& rw, Match& m, const std::vector<ir::Dim>& dims) {
+  ir::Graph& g = rw.graph();
+  const auto symbols = input_symbols(g);
+  const ir::Value* indices = m["indices"];
+  const auto idx = constant_values(indices);
+  const bool scalar = indices->constant->rank() == 0;
+  const int64_t n = static_cast<int64_t>(dims.size());
+  std::vector<std::pair<ir::Value*, int64_t>> picks;  // (input, dim) or (nullptr, static size)
+  for (double d : idx) {
+    int64_t i = static_cast<int64_t>(d);
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) return false;
+    if (dims[i].is_static()) { picks.push_back({nullptr, dims[i].value}); continue; }
+    auto it = symbols.find(dims[i].symbol);
+    if (dims[i].symbol.empty() || it == symbols.end() || it->second.first == m.node("shape")->inputs[0]) return false;
+    picks.push_back(it->second);
+  }
+  std::vector<ir::Value*> pieces;
+  for (size_t k = 0; k < picks.size();) {
+    if (!picks[k].first) {  // a run of static dims: one constant
+      std::vector<int64_t> run;
+      for (; k < picks.size() && !picks[k].first; ++k) run.push_back(picks[k].second);
+      pieces.push_back(rw.constant("dims", int64_tensor(run, false)));
+      continue;
+    }
+    ir::Value* in = picks[k].first;
+    ir::Value* shape = g.new_value(in->name + "_shape", ir::Type::tensor(DataType::kInt64, ir::SymShape({in->type.shape.rank()})));
+    g.add_node("Shape", "", {in}, {shape})->opset = m.root()->opset;
+    ir::Value* j = rw.constant("dim", int64_tensor({picks[k].second}, scalar));
+    if (picks.size() == 1) {
+      rw.replace(m, "Gather", "", 13, {shape, j});
+      return true;
+    }
+    ir::Value* one = g.new_value(in->name + "_dim", ir::Type::tensor(DataType::kInt64, ir::SymShape({1})));
+    g.add_node("Gather", "", {shape, j}, {one})->opset = 13;
+    pieces.push_back(one);
+    ++k;
+  }
+  ir::Node* cat = rw.replace(m, "Concat", "", 13, pieces);
+  cat->attrs["axis"].kind = ir::Attribute::Kind::kInt;
+  cat->attrs["axis"].i = 0;
+  return true;
+}
+
+}  // namespace
+
+Expected<bool> fold_shapes(ir::Graph& g, PassContext& ctx) {
+  Rewriter rw(g, ctx, "fold-shapes");
+  const std::vector<Rule> rules = {
+      {"Gather(Shape)", op("Gather", {op("Shape", {any()}).as("shape"), cst("indices")}), kQuiet, false},
+      {"Slice(Shape)", op("Slice", {op("Shape", {any()}).as("shape")}), kQuiet, false},
+      {"Reshape shape", op("Reshape", {any("x"), any("shape")}), kQuiet, false},
+  };
+  return rw.run(rules, [&](Match& m) -> std::string {
+    ir::Node* root = m.root();
+    if (root->op_type == "Reshape") {
+      auto elems = shape_value(m["shape"]);
+      if (!elems || root->attr_int("allowzero", 0) != 0 || m["shape"]->is_constant()) return "not simplifiable";
+      const auto& xs = m["x"]->type.shape;
+      if (!xs.known) return "x's rank unknown";
+      std::vector<int64_t> dims;
+      for (size_t i = 0; i < elems->size(); ++i) {
+        const ShapeElem& e = (*elems)[i];
+        if (!e.of) { dims.push_back(e.value); continue; }
+        if (i < xs.dims.size() && (e.of == m["x"] ? e.value == static_cast<int64_t>(i) : same_symbol(e, xs.dims[i]))) {
+          dims.push_back(0);  // x's own dim at this position: copied
+          continue;
+        }
+        if (e.of->type.shape.known && e.value < e.of->type.shape.rank() && e.of->type.shape.dims[e.value].is_static()) {
+          dims.push_back(e.of->type.shape.dims[e.value].value);
+          continue;
+        }
+        return "a dim is computed from another value";
+      }
+      const std::string what = root->describe();
+      g.set_input(root, 1, rw.constant("shape", int64_tensor(dims, false)));
+      rw.log("made the shape of " + what + " constant");
+      return "";
+    }
+    if (root->op_type == "Gather" && root->attr_int("axis", 0) != 0) return "axis is not 0";
+    auto dims = shape_dims(*m.node("shape"));
+    if (!dims) return "rank unknown";
+    auto t = root->op_type == "Gather" ? gather_dims(*dims, m["indices"]) : slice_dims(*dims, *root);
+    if (!t && root->op_type == "Gather" && m["indices"]->constant->rank() <= 1) {
+      const std::string what = root->describe();
+      if (!gather_from_inputs(rw, m, *dims)) return "a picked dim is symbolic";
+      rw.log("read " + what + " from the graph inputs' shapes");
+      return "";
+    }
+    if (!t) return "a picked dim is symbolic";
+    ir::Value* out = root->outputs[0];
+    rw.log("folded " + root->describe() + " to a constant");
+    // The output becomes a constant in place (as constant folding does).
+    out->constant = *t;
+    out->type = ir::Type::tensor(DataType::kInt64, ir::SymShape::of(t->shape()));
+    ir::Node* shape = m.node("shape");
+    g.remove_node(root);
+    rw.remove_unread({shape});
+    return "";
+  });
+}
+
+}  // namespace kiln::passes

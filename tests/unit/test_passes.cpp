@@ -1,0 +1,466 @@
+// Pass tests: each builds a tiny graph shaped like exporter output, optimizes a copy at level 2,
+// checks the op counts after, and runs both graphs node by node (CPU kernels) on random inputs to
+// check the outputs agree.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "ops/op_table.h"
+#include "passes/passes.h"
+#include "runtime/eager.h"
+
+namespace {
+
+using namespace kiln;
+
+ir::Attribute attr_ints(std::vector<int64_t> v) { ir::Attribute a; a.kind = ir::Attribute::Kind::kInts; a.ints = std::move(v); return a; }
+ir::Attribute attr_int(int64_t v) { ir::Attribute a; a.kind = ir::Attribute::Kind::kInt; a.i = v; return a; }
+ir::Attribute attr_float(float v) { ir::Attribute a; a.kind = ir::Attribute::Kind::kFloat; a.f = v; return a; }
+
+// A tiny graph under construction, with random float constants.
+struct Builder {
+  std::unique_ptr<ir::Graph> g = std::make_unique<ir::Graph>();
+  std::mt19937 rng{7};
+  int opset = 17;
+  Builder() { g->opsets[""] = opset; }
+
+  ir::Value* input(const std::string& name, Shape shape, DataType dt = DataType::kFloat32) {
+    ir::Value* v = g->add_value(name, ir::Type::tensor(dt, ir::SymShape::of(shape)));
+    v->is_input = true;
+    g->inputs.push_back(v);
+    return v;
+  }
+  ir::Value* constant(Tensor t) {
+    ir::Value* v = g->new_value("c", ir::Type::tensor(t.dtype(), ir::SymShape::of(t.shape())));
+    v->constant = t;
+    return v;
+  }
+  ir::Value* floats(Shape shape, float lo = -1, float hi = 1) {
+    Tensor t = Tensor::empty(DataType::kFloat32, shape);
+    std::uniform_real_distribution<float> u(lo, hi);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+    return constant(t);
+  }
+  ir::Value* scalar(float x, Shape shape = {}) {
+    Tensor t = Tensor::empty(DataType::kFloat32, shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = x;
+    return constant(t);
+  }
+  ir::Value* ints(std::vector<int64_t> v) {
+    Tensor t = Tensor::empty(DataType::kInt64, {static_cast<int64_t>(v.size())});
+    for (size_t i = 0; i < v.size(); ++i) t.data<int64_t>()[i] = v[i];
+    return constant(t);
+  }
+  ir::Value* node(const std::string& op, std::vector<ir::Value*> in, std::map<std::string, ir::Attribute> attrs = {},
+                  int outputs = 1) {
+    std::vector<ir::Value*> outs;
+    for (int i = 0; i < outputs; ++i) outs.push_back(g->new_value(op));
+    ir::Node* n = g->add_node(op, "", std::move(in), outs);
+    n->attrs = std::move(attrs);
+    n->opset = opset;
+    EXPECT_TRUE(ops::infer_node(*n).ok()) << n->describe();
+    return outs[0];
+  }
+  void output(ir::Value* v) { v->is_output = true; g->outputs.push_back(v); }
+};
+
+std::map<std::string, int> op_counts(const ir::Graph& g) {
+  std::map<std::string, int> h;
+  for (const ir::Node* n : g.nodes()) ++h[n->domain.empty() ? n->op_type : n->domain + "." + n->op_type];
+  return h;
+}
+
+// Runs the graph node by node with the CPU kernels; returns the outputs by name.
+std::map<std::string, Tensor> run(const ir::Graph& g, const std::map<std::string, Tensor>& feeds) {
+  std::map<const ir::Value*, Slot> env;
+  for (const ir::Value* v : g.inputs) env[v] = Slot::of(feeds.at(v->name));
+  for (const ir::Node* n : g.nodes()) {
+    std::vector<Slot> ins;
+    for (const ir::Value* v : n->inputs) {
+      if (!v) ins.emplace_back();
+      else if (v->is_constant()) ins.push_back(Slot::of(*v->constant));
+      else ins.push_back(env.at(v));
+    }
+    auto r = run_node_eager(*n, ins);
+    EXPECT_TRUE(r.ok()) << n->describe() << ": " << r.status().to_string();
+    if (!r.ok()) return {};
+    for (size_t i = 0; i < n->outputs.size(); ++i)
+      if (n->outputs[i]) env[n->outputs[i]] = (*r)[i];
+  }
+  std::map<std::string, Tensor> out;
+  for (const ir::Value* v : g.outputs) out[v->name] = v->is_constant() ? *v->constant : env.at(v).tensor;
+  return out;
+}
+
+struct Expect {
+  std::map<std::string, int> ops;  // op → count after (0 = must be gone)
+  std::map<std::string, int> fired;  // pass → rewrites
+  double tol = 1e-4;
+};
+
+// Optimizes a copy at `level`, checks counts, and compares outputs with the unoptimized graph.
+passes::OptimizeStats check(Builder& b, const Expect& e, int level = 2) {
+  auto opt = b.g->clone();
+  passes::PassOptions po;
+  po.level = level;
+  passes::OptimizeStats stats;
+  Status st = passes::optimize(*opt, po, &stats);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  auto h = op_counts(*opt);
+  for (const auto& [op, n] : e.ops) EXPECT_EQ(h[op], n) << op << "\n" << opt->to_string();
+  for (const auto& [p, n] : e.fired) EXPECT_EQ(stats.fired[p], n) << p;
+  // Output names survive.
+  if (opt->outputs.size() != b.g->outputs.size()) {
+    ADD_FAILURE() << "output count changed";
+    return stats;
+  }
+  for (size_t i = 0; i < opt->outputs.size(); ++i) EXPECT_EQ(opt->outputs[i]->name, b.g->outputs[i]->name);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-2, 2);
+  std::map<std::string, Tensor> feeds;
+  for (const ir::Value* v : b.g->inputs) {
+    Tensor t = Tensor::empty(v->type.dtype, v->type.shape.to_static());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (t.dtype() == DataType::kBool) t.data<bool>()[i] = (rng() % 4) != 0;
+      else t.data<float>()[i] = u(rng);
+    }
+    feeds[v->name] = t;
+  }
+  auto want = run(*b.g, feeds);
+  auto got = run(*opt, feeds);
+  for (const auto& [name, w] : want) {
+    if (!got.count(name) || got.at(name).shape() != w.shape()) {
+      ADD_FAILURE() << name << " missing or reshaped";
+      continue;
+    }
+    const Tensor& gt = got.at(name);
+    double worst = 0;
+    for (int64_t i = 0; i < w.numel(); ++i)
+      worst = std::max(worst, std::fabs(double(gt.data<float>()[i]) - w.data<float>()[i]) /
+                                  std::max(1.0, std::fabs(double(w.data<float>()[i]))));
+    EXPECT_LE(worst, e.tol) << name;
+  }
+  return stats;
+}
+
+TEST(Passes, RemoveNoopsKeepsOutputNames) {
+  Builder b;
+  ir::Value* x = b.input("x", {2, 3});
+  ir::Value* r = b.node("Relu", {x});
+  ir::Value* i = b.node("Identity", {r});
+  ir::Value* c = b.node("Cast", {i}, {{"to", attr_int(1)}});
+  ir::Value* d = b.node("Dropout", {c});
+  ir::Value* a = b.node("Add", {d, b.scalar(0)});
+  ir::Value* m = b.node("Mul", {a, b.scalar(1, {1, 1})});
+  ir::Value* s = b.node("Reshape", {m, b.ints({2, 3})});
+  b.output(s);
+  check(b, {{{"Relu", 1}, {"Identity", 0}, {"Cast", 0}, {"Dropout", 0}, {"Add", 0}, {"Mul", 0}, {"Reshape", 0}},
+            {{"remove-noops", 6}}}, 1);
+}
+
+TEST(Passes, RemoveNoopsKeepsBroadcastsAndReversals) {
+  Builder b;
+  ir::Value* x = b.input("x", {2, 3});
+  b.output(b.node("Add", {x, b.scalar(0, {4, 2, 3})}));  // broadcasts: not a no-op
+  b.output(b.node("Slice", {x, b.ints({-1}), b.ints({-100}), b.ints({1}), b.ints({-1})}));  // reverses
+  check(b, {{{"Add", 1}, {"Slice", 1}}, {{"remove-noops", 0}}}, 1);
+}
+
+TEST(Passes, CseMergesEqualNodesAndConstants) {
+  Builder b;
+  ir::Value* x = b.input("x", {4});
+  ir::Value* a1 = b.node("Add", {x, b.scalar(2)});
+  ir::Value* a2 = b.node("Add", {x, b.scalar(2)});
+  ir::Value* a3 = b.node("Add", {x, b.scalar(3)});
+  b.output(b.node("Mul", {a1, a2}));
+  b.output(a3);
+  check(b, {{{"Add", 2}, {"Mul", 1}}, {}}, 1);
+}
+
+TEST(Passes, CseKeepsBothGraphOutputNames) {
+  Builder b;
+  ir::Value* x = b.input("x", {4});
+  ir::Value* e1 = b.node("Exp", {x});
+  ir::Value* e2 = b.node("Exp", {x});
+  b.output(b.node("Neg", {e1}));
+  b.output(e2);
+  check(b, {{{"Exp", 1}}, {{"cse", 1}}}, 1);
+}
+
+TEST(Passes, FoldShapesOfDynamicBatch) {
+  Builder b;
+  ir::Value* x = b.g->add_value("x", ir::Type::tensor(DataType::kFloat32, ir::SymShape({ir::Dim("batch"), 3, 4})));
+  x->is_input = true;
+  b.g->inputs.push_back(x);
+  ir::Value* sh = b.node("Shape", {x});
+  ir::Value* d2 = b.node("Gather", {sh, b.ints({2})}, {{"axis", attr_int(0)}});
+  ir::Value* d1 = b.node("Slice", {sh, b.ints({1}), b.ints({2})});
+  ir::Value* cat = b.node("Concat", {b.ints({-1}), d1, d2}, {{"axis", attr_int(0)}});
+  b.output(b.node("Reshape", {x, cat}));
+  auto opt = b.g->clone();
+  passes::PassOptions po;
+  passes::OptimizeStats stats;
+  ASSERT_TRUE(passes::optimize(*opt, po, &stats).ok());
+  EXPECT_EQ(stats.fired["fold-shapes"], 3);  // two dims, then the Reshape's shape [-1, 3, 4]
+  auto h = op_counts(*opt);
+  EXPECT_EQ(h["Shape"] + h["Gather"] + h["Slice"] + h["Concat"], 0);
+  EXPECT_EQ(h["Reshape"], 1);
+}
+
+TEST(Passes, TransposesMergeAndCancel) {
+  Builder b;
+  ir::Value* x = b.input("x", {2, 3, 4, 5});
+  ir::Value* t1 = b.node("Transpose", {x}, {{"perm", attr_ints({0, 2, 1, 3})}});
+  ir::Value* t2 = b.node("Transpose", {t1}, {{"perm", attr_ints({0, 1, 3, 2})}});  // → (0,2,3,1)
+  ir::Value* u1 = b.node("Transpose", {b.node("Relu", {x})}, {{"perm", attr_ints({0, 2, 1, 3})}});
+  ir::Value* u2 = b.node("Transpose", {u1}, {{"perm", attr_ints({0, 2, 1, 3})}});   // cancels
+  b.output(t2);
+  b.output(b.node("Neg", {u2}));
+  check(b, {{{"Transpose", 1}}, {{"transposes", 2}}}, 1);
+}
+
+ir::Value* conv(Builder& b, ir::Value* x, int64_t cin, int64_t cout, bool bias, int64_t k = 3) {
+  std::vector<ir::Value*> in = {x, b.floats({cout, cin, k, k})};
+  if (bias) in.push_back(b.floats({cout}));
+  return b.node("Conv", in, {{"pads", attr_ints({k / 2, k / 2, k / 2, k / 2})}});
+}
+
+TEST(Passes, ConvBatchNormFolds) {
+  Builder b;
+  ir::Value* x = b.input("x", {2, 3, 8, 8});
+  ir::Value* c = conv(b, x, 3, 4, false);
+  ir::Value* bn = b.node("BatchNormalization", {c, b.floats({4}), b.floats({4}), b.floats({4}), b.floats({4}, 0.5f, 2.0f)},
+                         {{"epsilon", attr_float(1e-3f)}});
+  b.output(b.node("Relu", {bn}));
+  check(b, {{{"BatchNormalization", 0}, {"Conv", 0}, {"Relu", 0}, {"kiln.FusedConv", 1}},
+            {{"fold-conv-bn", 1}, {"fuse-activation", 1}}});
+}
+
+TEST(Passes, ConvAffineAndPadFold) {
+  Builder b;
+  ir::Value* x = b.input("x", {1, 2, 6, 6});
+  ir::Value* p = b.node("Pad", {x, b.ints({0, 0, 1, 2, 0, 0, 1, 2})});
+  ir::Value* c = b.node("Conv", {p, b.floats({3, 2, 3, 3}), b.floats({3})});
+  ir::Value* m = b.node("Mul", {b.floats({3, 1, 1}), c});
+  ir::Value* a = b.node("Add", {m, b.floats({1, 3, 1, 1})});
+  b.output(a);
+  check(b, {{{"Pad", 0}, {"Mul", 0}, {"Add", 0}, {"Conv", 1}}, {{"fold-pad-conv", 1}, {"fold-conv-affine", 2}}});
+}
+
+TEST(Passes, ConvAffineLeavesNonChannelConstants) {
+  Builder b;
+  ir::Value* x = b.input("x", {1, 2, 6, 6});
+  ir::Value* c = conv(b, x, 2, 3, true);
+  b.output(b.node("Add", {c, b.floats({6})}));  // along the width, not the channels
+  auto stats = check(b, {{{"Add", 1}, {"Conv", 1}}, {{"fold-conv-affine", 0}}});
+  EXPECT_FALSE(stats.near_misses.empty());
+}
+
+TEST(Passes, ConvActivations) {
+  for (const char* act : {"Relu", "Sigmoid", "HardSwish", "LeakyRelu", "Tanh", "HardSigmoid"}) {
+    Builder b;
+    ir::Value* x = b.input("x", {1, 3, 5, 5});
+    b.output(b.node(act, {conv(b, x, 3, 4, true)}));
+    check(b, {{{act, 0}, {"kiln.FusedConv", 1}}, {{"fuse-activation", 1}}});
+  }
+  Builder b;  // Clip with constant bounds (ReLU6), SiLU as x * sigmoid(x)
+  ir::Value* x = b.input("x", {1, 3, 5, 5});
+  ir::Value* c1 = b.node("Clip", {conv(b, x, 3, 4, true), b.scalar(0), b.scalar(6)});
+  ir::Value* c2 = conv(b, c1, 4, 4, false, 1);
+  b.output(b.node("Mul", {c2, b.node("Sigmoid", {c2})}));
+  check(b, {{{"Clip", 0}, {"Sigmoid", 0}, {"Mul", 0}, {"kiln.FusedConv", 2}}, {{"fuse-activation", 2}}});
+}
+
+TEST(Passes, MatMulAddBecomesGemmOrFusedMatMul) {
+  Builder b;
+  ir::Value* x2 = b.input("x2", {4, 8});
+  ir::Value* x3 = b.input("x3", {2, 4, 8});
+  b.output(b.node("Add", {b.node("MatMul", {x2, b.floats({8, 6})}), b.floats({6})}));
+  ir::Value* y3 = b.node("Add", {b.floats({1, 1, 6}), b.node("MatMul", {x3, b.floats({8, 6})})});
+  b.output(b.node("Relu", {y3}));
+  ir::Value* y4 = b.node("Add", {b.node("MatMul", {x2, b.floats({8, 6})}), b.floats({4, 6})});  // not a bias
+  b.output(y4);
+  check(b, {{{"Gemm", 1}, {"kiln.FusedMatMul", 1}, {"Relu", 0}, {"MatMul", 1}, {"Add", 1}},
+            {{"fuse-matmul-add", 2}, {"fuse-activation", 1}}});
+}
+
+TEST(Passes, GemmActivation) {
+  Builder b;
+  ir::Value* x = b.input("x", {4, 8});
+  ir::Value* y = b.node("Gemm", {x, b.floats({6, 8}), b.floats({6})}, {{"transB", attr_int(1)}, {"alpha", attr_float(0.5f)}});
+  b.output(b.node("Clip", {y, b.scalar(-0.5f), b.scalar(0.5f)}));
+  check(b, {{{"Gemm", 0}, {"Clip", 0}, {"kiln.FusedGemm", 1}}, {{"fuse-activation", 1}}});
+}
+
+// BERT's FFN: x @ W1 + b1 → GELU (erf, as nn.GELU exports before opset 20) → @ W2 + b2.
+TEST(Passes, GeluErfFormFusesIntoMatMul) {
+  Builder b;
+  ir::Value* x = b.input("x", {2, 5, 8});
+  ir::Value* h = b.node("Add", {b.node("MatMul", {x, b.floats({8, 16})}), b.floats({16})});
+  ir::Value* e = b.node("Erf", {b.node("Div", {h, b.scalar(1.4142135f)})});
+  ir::Value* g = b.node("Mul", {b.node("Mul", {h, b.node("Add", {e, b.scalar(1)})}), b.scalar(0.5f)});
+  b.output(b.node("Add", {b.node("MatMul", {g, b.floats({16, 8})}), b.floats({8})}));
+  check(b, {{{"Erf", 0}, {"Gelu", 0}, {"Div", 0}, {"Mul", 0}, {"kiln.FusedMatMul", 2}},
+            {{"fuse-gelu", 1}, {"fuse-matmul-add", 2}, {"fuse-activation", 1}}});
+}
+
+// GPT-2's NewGELU: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))).
+TEST(Passes, GeluTanhForm) {
+  Builder b;
+  ir::Value* x = b.input("x", {3, 7});
+  ir::Value* cube = b.node("Mul", {b.scalar(0.044715f), b.node("Pow", {x, b.scalar(3)})});
+  ir::Value* t = b.node("Tanh", {b.node("Mul", {b.scalar(0.7978845608f), b.node("Add", {x, cube})})});
+  b.output(b.node("Mul", {b.node("Mul", {b.scalar(0.5f), x}), b.node("Add", {b.scalar(1), t})}));
+  check(b, {{{"Gelu", 1}, {"Tanh", 0}, {"Pow", 0}}, {{"fuse-gelu", 1}}});
+}
+
+ir::Value* layer_norm(Builder& b, ir::Value* x, int64_t n) {
+  ir::Value* mean = b.node("ReduceMean", {x}, {{"axes", attr_ints({-1})}});
+  ir::Value* d = b.node("Sub", {x, mean});
+  ir::Value* var = b.node("ReduceMean", {b.node("Pow", {d, b.scalar(2)})}, {{"axes", attr_ints({-1})}});
+  ir::Value* nrm = b.node("Div", {d, b.node("Sqrt", {b.node("Add", {var, b.scalar(1e-12f)})})});
+  return b.node("Add", {b.node("Mul", {nrm, b.floats({n})}), b.floats({n})});
+}
+
+TEST(Passes, LayerNormDecomposedAndSkip) {
+  Builder b;
+  ir::Value* x = b.input("x", {2, 4, 16});
+  ir::Value* r = b.input("r", {2, 4, 16});
+  ir::Value* s = b.node("Add", {x, r});
+  ir::Value* y = layer_norm(b, s, 16);
+  b.output(y);
+  b.output(b.node("Neg", {s}));  // the sum is read elsewhere: kept as output 1
+  check(b, {{{"ReduceMean", 0}, {"Sqrt", 0}, {"LayerNormalization", 0}, {"kiln.SkipLayerNorm", 1}, {"Add", 0}},
+            {{"fuse-layer-norm", 1}, {"fuse-skip-layer-norm", 1}}});
+}
+
+TEST(Passes, LayerNormOverWrongAxisIsANearMiss) {
+  Builder b;
+  ir::Value* x = b.input("x", {2, 4, 16});
+  ir::Value* mean = b.node("ReduceMean", {x}, {{"axes", attr_ints({1})}});
+  ir::Value* d = b.node("Sub", {x, mean});
+  ir::Value* var = b.node("ReduceMean", {b.node("Pow", {d, b.scalar(2)})}, {{"axes", attr_ints({1})}});
+  ir::Value* nrm = b.node("Div", {d, b.node("Sqrt", {b.node("Add", {var, b.scalar(1e-5f)})})});
+  b.output(b.node("Add", {b.node("Mul", {nrm, b.floats({16})}), b.floats({16})}));
+  auto stats = check(b, {{{"LayerNormalization", 0}, {"ReduceMean", 2}}, {{"fuse-layer-norm", 0}}});
+  bool found = false;
+  for (const auto& s : stats.near_misses) found |= s.find("last dim") != std::string::npos;
+  EXPECT_TRUE(found);
+}
+
+TEST(Passes, RmsNorm) {
+  Builder b;
+  ir::Value* x = b.input("x", {3, 16});
+  ir::Value* ms = b.node("ReduceMean", {b.node("Pow", {x, b.scalar(2)})}, {{"axes", attr_ints({-1})}});
+  ir::Value* inv = b.node("Reciprocal", {b.node("Sqrt", {b.node("Add", {ms, b.scalar(1e-6f)})})});
+  b.output(b.node("Mul", {b.floats({16}), b.node("Mul", {x, inv})}));
+  check(b, {{{"RMSNormalization", 1}, {"ReduceMean", 0}}, {{"fuse-rms-norm", 1}}});
+}
+
+// HuggingFace BERT self-attention (eager, as exported at opset 14-17), with an additive mask.
+// dynamic_merge: the output reshape's shape is computed from Shape(context) as the exporter does.
+void bert_attention(Builder& b, bool mul_scale, bool dynamic_merge = false) {
+  const int64_t B = 2, S = 5, H = 2, D = 4, E = H * D;
+  ir::Value* x = b.input("x", {B, S, E});
+  ir::Value* mask = b.input("mask", {B, 1, 1, S});
+  auto proj = [&](ir::Value* in) { return b.node("Add", {b.node("MatMul", {in, b.floats({E, E})}), b.floats({E})}); };
+  auto heads = [&](ir::Value* v, std::vector<int64_t> perm) {
+    return b.node("Transpose", {b.node("Reshape", {v, b.ints({0, 0, H, D})})}, {{"perm", attr_ints(perm)}});
+  };
+  ir::Value* q = heads(proj(x), {0, 2, 1, 3});
+  ir::Value* k = b.node("Transpose", {heads(proj(x), {0, 2, 1, 3})}, {{"perm", attr_ints({0, 1, 3, 2})}});
+  ir::Value* v = heads(proj(x), {0, 2, 1, 3});
+  ir::Value* s = b.node("MatMul", {q, k});
+  s = mul_scale ? b.node("Mul", {s, b.scalar(0.5f)}) : b.node("Div", {s, b.scalar(2.0f)});
+  ir::Value* p = b.node("Softmax", {b.node("Add", {s, mask})}, {{"axis", attr_int(-1)}});
+  p = b.node("Dropout", {p});
+  ir::Value* ctx = b.node("Transpose", {b.node("MatMul", {p, v})}, {{"perm", attr_ints({0, 2, 1, 3})}});
+  ir::Value* merge = b.ints({0, 0, E});
+  if (dynamic_merge) {
+    ir::Value* lead = b.node("Slice", {b.node("Shape", {ctx}), b.ints({0}), b.ints({2})});
+    merge = b.node("Concat", {lead, b.ints({E})}, {{"axis", attr_int(0)}});
+  }
+  ir::Value* y = b.node("Reshape", {ctx, merge});
+  b.output(proj(y));
+}
+
+TEST(Passes, BertAttention) {
+  for (bool mul : {false, true}) {
+    Builder b;
+    bert_attention(b, mul);
+    check(b, {{{"kiln.Attention", 1}, {"Softmax", 0}, {"Transpose", 0}, {"Reshape", 0}, {"kiln.FusedMatMul", 4}},
+              {{"fuse-attention", 1}}});
+  }
+}
+
+TEST(Passes, BertAttentionWithShapeReadsOfTheContext) {
+  Builder b;
+  bert_attention(b, false, true);
+  check(b, {{{"kiln.Attention", 1}, {"Softmax", 0}, {"Transpose", 0}}, {{"fuse-attention", 1}}});
+}
+
+// GPT-2 (Where(causal, scores, min) + additive mask) and DistilBERT (Q / sqrt(d), Where(mask, min, scores)).
+TEST(Passes, AttentionWithWhereMasks) {
+  for (bool gpt2 : {true, false}) {
+    Builder b;
+    const int64_t B = 2, S = 6, H = 3, D = 2, E = H * D;
+    ir::Value* x = b.input("x", {B, S, E});
+    ir::Value* cond = b.input("cond", {B, 1, 1, S}, DataType::kBool);
+    ir::Value* madd = b.input("madd", {B, 1, 1, S});
+    auto heads = [&](std::vector<int64_t> perm) {
+      ir::Value* p = b.node("MatMul", {x, b.floats({E, E})});
+      return b.node("Transpose", {b.node("Reshape", {p, b.ints({0, 0, H, D})})}, {{"perm", attr_ints(perm)}});
+    };
+    ir::Value* q = heads({0, 2, 1, 3});
+    ir::Value* k = heads({0, 2, 3, 1});
+    ir::Value* v = heads({0, 2, 1, 3});
+    ir::Value* s;
+    if (gpt2) {
+      Tensor causal = Tensor::empty(DataType::kBool, {1, 1, S, S});
+      for (int64_t i = 0; i < S; ++i)
+        for (int64_t j = 0; j < S; ++j) causal.data<bool>()[i * S + j] = j <= i;
+      s = b.node("Div", {b.node("MatMul", {q, k}), b.scalar(1.5f)});
+      s = b.node("Where", {b.constant(causal), s, b.scalar(-3.4e38f)});
+      s = b.node("Add", {s, madd});
+    } else {
+      ir::Value* qk = b.node("MatMul", {b.node("Div", {q, b.scalar(1.5f)}), k});
+      ir::Value* c = b.node("Expand", {cond, b.node("Shape", {qk})});
+      s = b.node("Where", {c, b.scalar(-3.4e38f), qk});
+    }
+    ir::Value* p = b.node("Softmax", {s}, {{"axis", attr_int(-1)}});
+    ir::Value* ctx = b.node("Transpose", {b.node("MatMul", {p, v})}, {{"perm", attr_ints({0, 2, 1, 3})}});
+    b.output(b.node("Reshape", {ctx, b.ints({0, 0, E})}));
+    if (gpt2) b.output(b.node("Identity", {cond}));  // keep the unused inputs read
+    else b.output(b.node("Identity", {madd}));
+    check(b, {{{"kiln.Attention", 1}, {"Softmax", 0}, {"Where", 0}, {"Expand", 0}}, {{"fuse-attention", 1}}});
+  }
+}
+
+TEST(Passes, SkipLayerNormBroadcastsEmbeddings) {
+  Builder b;
+  ir::Value* x = b.input("x", {2, 5, 8});
+  ir::Value* pos = b.floats({1, 5, 8});
+  ir::Value* ln = b.node("LayerNormalization", {b.node("Add", {x, pos}), b.floats({8}), b.floats({8})},
+                         {{"axis", attr_int(-1)}, {"epsilon", attr_float(1e-5f)}});
+  b.output(ln);
+  check(b, {{{"kiln.SkipLayerNorm", 1}, {"Add", 0}, {"LayerNormalization", 0}}, {{"fuse-skip-layer-norm", 1}}});
+}
+
+TEST(Passes, AttentionWithReadIntermediateDoesNotFuse) {
+  Builder b;
+  bert_attention(b, false);
+  // Also return the attention probabilities: the fusion would lose them.
+  for (ir::Node* n : b.g->nodes())
+    if (n->op_type == "Softmax") b.output(n->outputs[0]);
+  auto stats = check(b, {{{"kiln.Attention", 0}, {"Softmax", 1}}, {{"fuse-attention", 0}}});
+  EXPECT_FALSE(stats.near_misses.empty());
+}
+
+TEST(Passes, Level1DoesNotFuse) {
+  Builder b;
+  bert_attention(b, false);
+  check(b, {{{"kiln.Attention", 0}, {"kiln.FusedMatMul", 0}, {"Dropout", 0}}, {{"fuse-attention", 0}}}, 1);
+}
+
+}  // namespace
