@@ -53,7 +53,7 @@ TEST(ControlIf, OptimizationKeepsValuesReadOnlyByBranches) {
   register_test_kernels();
   passes::PassOptions po;
   po.level = 1;
-  ASSERT_TRUE(passes::optimize(*m.g, po, nullptr).ok());
+  ASSERT_TRUE(passes::optimize(*m.g, po).ok());
   ASSERT_NE(m.g->find_value("s"), nullptr);
   ASSERT_NE(m.g->find_value("k"), nullptr);
   auto r = run_graph(m, {Slot::of(boolean(false)), Slot::of(f32({3}, {1, 2, 3})), Slot::of(f32({3}, {10, 20, 30}))});
