@@ -256,7 +256,9 @@ class InferenceSession:
         self._sess_options = sess_options or SessionOptions()
         names = _provider_names(providers)
         device = "cuda" if names and names[0] == CUDA_PROVIDER and cuda_available() else "cpu"
-        opt_level = 0 if self._sess_options.graph_optimization_level == GraphOptimizationLevel.ORT_DISABLE_ALL else 1
+        # ORT's levels map onto kiln's: disable → 0, basic → 1 (folding, cleanup), extended/all → 2 (+ fusions).
+        level = self._sess_options.graph_optimization_level
+        opt_level = {GraphOptimizationLevel.ORT_DISABLE_ALL: 0, GraphOptimizationLevel.ORT_ENABLE_BASIC: 1}.get(level, 2)
         self._threads = int(self._sess_options.intra_op_num_threads or 0)
         set_num_threads(self._threads)
 
