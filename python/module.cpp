@@ -2,7 +2,7 @@
 //
 // The Python package (python/kiln/) builds the ONNX Runtime–compatible InferenceSession and the onnx
 // backend on top of these few bindings. Conversions:
-//   numpy ndarray      ↔ kTensor Value (every ONNX dtype; bfloat16 / float8 / int4 / float4 through
+//   numpy ndarray      ↔ kTensor Value (every ONNX dtype; bfloat16 / float8 / int4 / int2 / float4 through
 //                        ml_dtypes, the dtypes onnx.numpy_helper itself uses)
 //   list/tuple of them ↔ kSequence Value
 //   None               ↔ kNone Value (an empty optional)
@@ -65,6 +65,8 @@ constexpr ExtDtype kExtDtypes[] = {
     {kiln::DataType::kInt4, "int4"},
     {kiln::DataType::kFloat4E2M1, "float4_e2m1fn"},
     {kiln::DataType::kFloat8E8M0, "float8_e8m0fnu"},
+    {kiln::DataType::kUInt2, "uint2"},
+    {kiln::DataType::kInt2, "int2"},
 };
 
 const char* numpy_builtin_name(kiln::DataType dt) {
@@ -136,10 +138,19 @@ kiln::DataType kiln_dtype(const py::dtype& d) {
   return kiln::DataType::kUndefined;
 }
 
-// int4 is held one element per byte, sign-extended (-8..7); ml_dtypes keeps the low nibble only.
-int8_t sign_extend_int4(uint8_t b) {
-  int v = b & 0x0F;
-  return static_cast<int8_t>(v >= 8 ? v - 16 : v);
+// Sub-byte types are held one element per byte, int4/int2 sign-extended (-8..7, -2..1); ml_dtypes
+// keeps only the low bits. The mask of those bits, or 0 for the other types.
+uint8_t sub_byte_mask(kiln::DataType dt) {
+  switch (dt) {
+    case kiln::DataType::kInt4: case kiln::DataType::kUInt4: case kiln::DataType::kFloat4E2M1: return 0x0F;
+    case kiln::DataType::kInt2: case kiln::DataType::kUInt2: return 0x03;
+    default: return 0;
+  }
+}
+
+int8_t sign_extend(uint8_t b, int bits) {
+  const int v = b & ((1 << bits) - 1);
+  return static_cast<int8_t>(v >= (1 << (bits - 1)) ? v - (1 << bits) : v);
 }
 
 std::string to_utf8(const py::handle& item) {
@@ -174,11 +185,12 @@ kiln::Tensor to_tensor(const py::handle& obj, const std::string& what, KeepAlive
     arr = arr.attr("astype")(dtype.attr("newbyteorder")("="));
   arr = np.attr("ascontiguousarray")(arr);
 
-  if (dt == kiln::DataType::kInt4) {
+  if (dt == kiln::DataType::kInt4 || dt == kiln::DataType::kInt2) {
+    const int bits = dt == kiln::DataType::kInt4 ? 4 : 2;
     kiln::Tensor t = kiln::Tensor::empty(dt, shape);
     const auto* src = static_cast<const uint8_t*>(arr.data());
     auto* dst = t.data<int8_t>();
-    for (int64_t i = 0; i < t.numel(); ++i) dst[i] = sign_extend_int4(src[i]);
+    for (int64_t i = 0; i < t.numel(); ++i) dst[i] = sign_extend(src[i], bits);
     return t;
   }
   keep.push_back(arr);
@@ -228,9 +240,9 @@ py::object to_numpy(const kiln::Tensor& t) {
   const auto& storage = t.storage();
   // Zero copy when this tensor is the sole owner of memory kiln allocated; otherwise (arena views,
   // weights, borrowed input memory) copy, so later runs cannot change a returned array.
+  const uint8_t mask = sub_byte_mask(dt);
   const bool sole_owner = storage && storage.use_count() == 1 && storage->release && storage->device.is_cpu() &&
-                          dt != kiln::DataType::kInt4 && dt != kiln::DataType::kUInt4 &&
-                          dt != kiln::DataType::kFloat4E2M1;
+                          mask == 0;
   if (sole_owner) {
     auto* holder = new kiln::Tensor(t);
     py::capsule owner(holder, [](void* p) { delete static_cast<kiln::Tensor*>(p); });
@@ -239,9 +251,9 @@ py::object to_numpy(const kiln::Tensor& t) {
   py::array out(dtype, shape);
   if (n > 0) {
     std::memcpy(out.mutable_data(), t.raw(), t.nbytes());
-    if (dt == kiln::DataType::kInt4 || dt == kiln::DataType::kUInt4 || dt == kiln::DataType::kFloat4E2M1) {
+    if (mask) {
       auto* p = static_cast<uint8_t*>(out.mutable_data());
-      for (int64_t i = 0; i < n; ++i) p[i] &= 0x0F;
+      for (int64_t i = 0; i < n; ++i) p[i] &= mask;
     }
   }
   return out;
@@ -425,6 +437,24 @@ PYBIND11_MODULE(_kiln, m) {
       .def("metadata", &kiln::Engine::metadata)
       .def("create_context", &engine_create_context);
 
+  m.def("list_kernels", [] {
+    py::list out;
+    for (const kiln::KernelInfo& k : kiln::list_kernels()) {
+      py::dict d;
+      d["op"] = k.op;
+      d["domain"] = k.domain;
+      d["name"] = k.name;
+      d["device"] = k.device;
+      d["since"] = k.since;
+      d["until"] = k.until;
+      d["how"] = k.how;
+      py::list dts;
+      for (kiln::DataType t : k.dtypes) dts.append(kiln::dtype_name(t));
+      d["dtypes"] = dts;
+      out.append(d);
+    }
+    return out;
+  }, "Every kernel of every available backend, with the dtypes its first input accepts.");
   m.def("summarize_model", [](const std::string& path) { return summary_dict(unwrap(kiln::summarize_model(path))); },
         py::arg("path"), "What `kiln info` prints, as a dict.");
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test: C++ unit tests (ctest), Python API tests (pytest), and onnx's conformance suites.
+# Runs every test: C++ unit tests (ctest), Python API tests (pytest), the model zoo's agreement
+# with onnxruntime (models present in build/zoo/), and onnx's conformance suites.
 # GPU tests report themselves as skipped on machines without a GPU.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,7 +14,12 @@ if [ -d tests/python ]; then
   echo "== python tests"
   .venv/bin/python -m pytest -q tests/python
 fi
-if [ -f tests/conformance/run.py ]; then
-  echo "== onnx conformance"
-  .venv/bin/python tests/conformance/run.py
+if [ -d tests/models ]; then
+  # Models exported into build/zoo/ (scripts/zoo.sh, or the CI subset in .ci/run); absent ones skip.
+  echo "== model zoo (kiln vs onnxruntime)"
+  .venv/bin/python -m pytest -q -rs tests/models
 fi
+echo "== onnx conformance (onnx's own backend test runner against kiln.backend)"
+.venv/bin/python tests/conformance/run.py --suite all --json build/conformance.json
+echo "== operator support table is current"
+.venv/bin/python tools/gen_op_table.py --results build/conformance.json --check

@@ -5,6 +5,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <random>
@@ -120,6 +123,13 @@ int run_inspect(const std::string& path, int level, bool verbose) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // libgomp reads OMP_WAIT_POLICY when it loads, before main: re-exec once with passive waiting
+  // unless the user chose a policy (spinning workers on busy cores slowed 2-thread runs 5-70x).
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("KILN_NO_REEXEC")) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    setenv("KILN_NO_REEXEC", "1", 1);
+    execv("/proc/self/exe", argv);  // on failure, carry on with the default policy
+  }
   CLI::App app{"kiln: an inference compiler and runtime for ONNX models"};
   app.set_version_flag("--version", std::string("kiln ") + kiln::version());
   app.require_subcommand(1);
@@ -165,9 +175,73 @@ int main(int argc, char** argv) {
   inspect->add_option("--opt-level", inspect_level, "0 none, 1 folding/cleanup, 2 + fusions, 3 + aggressive")->check(CLI::Range(0, 3));
   inspect->add_flag("-v,--verbose", inspect_verbose, "list every rewrite and every near miss (partial match) with its reason");
 
+  // compare
+  std::string cmp_a, cmp_b, cmp_device_a = "cpu", cmp_device_b = "cuda";
+  Inputs cmp_inputs;
+  double cmp_rtol = 1e-4;
+  auto* compare = app.add_subcommand("compare", "Run a model two ways (devices or engine files) on the same inputs and compare outputs");
+  compare->add_option("model", cmp_a, "model.onnx or model.kiln (side A)")->required();
+  compare->add_option("other", cmp_b, "a second model/engine (side B; default: the same model on --device-b)");
+  compare->add_option("--device-a", cmp_device_a, "device for side A when it is an .onnx")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
+  compare->add_option("--device-b", cmp_device_b, "device for side B when it is an .onnx")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
+  compare->add_option("--input,-i", cmp_inputs.specs, "name=file.npy (repeatable); missing inputs get random data");
+  compare->add_option("--seed", cmp_inputs.seed, "seed for random inputs");
+  compare->add_option("--rtol", cmp_rtol, "fail when an output's relative L2 error exceeds this");
+
   CLI11_PARSE(app, argc, argv);
 
   if (*inspect) return run_inspect(inspect_path, inspect_level, inspect_verbose);
+
+  if (*compare) {
+    kiln::BuildOptions oa, ob;
+    oa.device = parse_device(cmp_device_a);
+    ob.device = parse_device(cmp_device_b);
+    auto a = kiln::Engine::open(cmp_a, oa);
+    if (!a.ok()) return fail(a.status());
+    auto b = kiln::Engine::open(cmp_b.empty() ? cmp_a : cmp_b, ob);
+    if (!b.ok()) return fail(b.status());
+    auto feed = load_inputs(**a, cmp_inputs);
+    if (!feed.ok()) return fail(feed.status());
+    auto ca = (*a)->create_context();
+    auto cb = (*b)->create_context();
+    if (!ca.ok()) return fail(ca.status());
+    if (!cb.ok()) return fail(cb.status());
+    auto ra = (*ca)->run(*feed);
+    if (!ra.ok()) return fail(ra.status());
+    auto rb = (*cb)->run(*feed);
+    if (!rb.ok()) return fail(rb.status());
+    if (ra->size() != rb->size()) return fail(kiln::invalid_argument("the two sides have different numbers of outputs"));
+    std::printf("A: %s (%s)\nB: %s (%s)\n", cmp_a.c_str(), (*a)->metadata()["device"].c_str(),
+                (cmp_b.empty() ? cmp_a : cmp_b).c_str(), (*b)->metadata()["device"].c_str());
+    bool ok = true;
+    for (size_t i = 0; i < ra->size(); ++i) {
+      const kiln::Tensor& x = (*ra)[i].tensor;
+      const kiln::Tensor& y = (*rb)[i].tensor;
+      const std::string& name = (*a)->outputs()[i].name;
+      if (x.dtype() != kiln::DataType::kFloat32 || y.dtype() != kiln::DataType::kFloat32 || x.shape() != y.shape()) {
+        const bool same = x.dtype() == y.dtype() && x.shape() == y.shape() && x.nbytes() == y.nbytes() &&
+                          (x.dtype() == kiln::DataType::kString || std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0);
+        std::printf("  %s: %s\n", name.c_str(), same ? "identical" : "DIFFERENT (dtype, shape or bytes)");
+        ok &= same;
+        continue;
+      }
+      double diff2 = 0, ref2 = 0, maxabs = 0;
+      int64_t nans = 0;
+      for (int64_t k = 0; k < x.numel(); ++k) {
+        const double d = double(x.data<float>()[k]) - y.data<float>()[k];
+        if (std::isnan(d)) { ++nans; continue; }
+        diff2 += d * d;
+        ref2 += double(x.data<float>()[k]) * x.data<float>()[k];
+        maxabs = std::max(maxabs, std::abs(d));
+      }
+      const double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+      const bool good = rel <= cmp_rtol && nans == 0;
+      ok &= good;
+      std::printf("  %s: %s  max abs diff %.3e  relative L2 %.3e  NaN mismatches %lld  %s\n", name.c_str(),
+                  kiln::shape_to_string(x.shape()).c_str(), maxabs, rel, static_cast<long long>(nans), good ? "OK" : "MISMATCH");
+    }
+    return ok ? 0 : 2;
+  }
 
   if (*info) {
     auto s = kiln::summarize_model(info_path);

@@ -124,6 +124,15 @@ struct ModelSummary {
 };
 Expected<ModelSummary> summarize_model(const std::string& onnx_path);
 
+// ---- What this kiln can run (for the operator support table and tooling)
+struct KernelInfo {
+  std::string op, domain, name;    // domain "" = ai.onnx
+  std::string device;              // "cpu" or "cuda"
+  int since = 0, until = 0;        // opset range
+  std::string how;                 // "native" or "function" (from the op table), "" if not declared there
+  std::vector<DataType> dtypes;    // element types its first input accepts (probed through its checks)
+};
+std::vector<KernelInfo> list_kernels();
 // ---- Optimizer report (what `kiln inspect` prints)
 struct OptimizationReport {
   int opt_level = 0;

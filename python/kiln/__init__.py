@@ -28,6 +28,13 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+# kiln's CPU kernels use OpenMP. With libgomp's default (active) waiting, idle worker threads spin,
+# and on a machine whose cores are busy with other work a 2-thread run became 5-70x slower than a
+# 1-thread run (measured, bench/README.md); passive waiting removed that (MobileNetV2, 2 threads,
+# loaded machine: 293 ms -> 45.6 ms). The choice must be made before libgomp loads, i.e. before
+# _kiln is imported; a value the user set wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from . import _kiln
 from ._kiln import Engine, ExecutionContext, KilnError, TensorInfo, summarize_model
 
@@ -249,7 +256,11 @@ class InferenceSession:
         self._sess_options = sess_options or SessionOptions()
         names = _provider_names(providers)
         device = "cuda" if names and names[0] == CUDA_PROVIDER and cuda_available() else "cpu"
-        opt_level = 0 if self._sess_options.graph_optimization_level == GraphOptimizationLevel.ORT_DISABLE_ALL else 1
+        # ORT's levels map onto kiln's: disable → 0, basic → 1 (folding, cleanup), extended/all → 2 (+ fusions).
+        level = self._sess_options.graph_optimization_level
+        opt_level = {GraphOptimizationLevel.ORT_DISABLE_ALL: 0, GraphOptimizationLevel.ORT_ENABLE_BASIC: 1}.get(level, 2)
+        if device == "cuda":
+            opt_level = min(opt_level, 1)  # kiln's fused ops have CPU kernels only so far
         self._threads = int(self._sess_options.intra_op_num_threads or 0)
         set_num_threads(self._threads)
 

@@ -180,13 +180,39 @@ void Graph::replace_all_uses(Value* from, Value* to) {
   if (std::find(outputs.begin(), outputs.end(), from) == outputs.end()) from->is_output = false;
 }
 
+static void graph_reads(const Graph& g, std::set<std::string>& names);
+static void node_reads(const Node& n, std::set<std::string>& names) {
+  for (const auto& [k, a] : n.attrs) {
+    if (a.g) graph_reads(*a.g, names);
+    for (const auto& sub : a.graphs) graph_reads(*sub, names);
+  }
+}
+// What `g` reads from outside itself: its captures, and what its nested subgraphs read that `g`
+// does not define.
+static void graph_reads(const Graph& g, std::set<std::string>& names) {
+  for (const Value* v : g.captures) names.insert(v->name);
+  std::set<std::string> nested;
+  for (const Node* n : g.nodes()) node_reads(*n, nested);
+  for (const std::string& name : nested) {
+    const Value* v = g.find_value(name);
+    if (!v || v->is_capture) names.insert(name);
+  }
+}
+
+std::set<std::string> names_read_by_subgraphs(const Graph& g) {
+  std::set<std::string> names;
+  for (const Node* n : g.nodes()) node_reads(*n, names);
+  return names;
+}
+
 void Graph::remove_dead_values() {
+  const std::set<std::string> read_inside = names_read_by_subgraphs(*this);
   std::set<Value*> keep(inputs.begin(), inputs.end());
   keep.insert(outputs.begin(), outputs.end());
   keep.insert(captures.begin(), captures.end());
   std::vector<std::unique_ptr<Value>> kept;
   for (auto& v : value_store_) {
-    if (keep.count(v.get()) || v->producer || !v->uses.empty()) {
+    if (keep.count(v.get()) || v->producer || !v->uses.empty() || read_inside.count(v->name)) {
       kept.push_back(std::move(v));
     } else {
       values_.erase(v->name);

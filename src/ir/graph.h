@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -168,6 +169,10 @@ class Graph {
   std::vector<Node*> order_;
   int fresh_ = 0;
 };
+
+// Names that subgraphs of g's nodes (at any depth) read from g or from graphs further out. Values
+// read only this way have no `uses` in g, yet are live.
+std::set<std::string> names_read_by_subgraphs(const Graph& g);
 
 // The imported model: the main graph and its metadata.
 struct Model {

@@ -1,5 +1,6 @@
 #include "onnx/importer.h"
 
+#include <cctype>
 #include <climits>
 #include <filesystem>
 #include <fstream>
@@ -54,6 +55,27 @@ class Importer {
 
 // The value `name` as seen from `g`: its own, or one of an enclosing graph captured into `g` (and
 // into every graph in between, so each graph's captures resolve in its direct parent).
+// Cast before opset 6 names its target type as a string ("FLOAT", "INT64", ...): rewrite it to the
+// TensorProto code later opsets use, so kernels and shape functions see one form.
+Status normalize_legacy_cast(ir::Node& n, const std::string& label) {
+  if (!n.domain.empty() || n.op_type != "Cast" || n.opset >= 6) return Status::Ok();
+  auto it = n.attrs.find("to");
+  if (it == n.attrs.end() || it->second.kind != ir::Attribute::Kind::kString) return Status::Ok();
+  std::string name = it->second.s;
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  static const std::map<std::string, int64_t> kCodes = {
+      {"FLOAT", 1}, {"UINT8", 2}, {"INT8", 3}, {"UINT16", 4}, {"INT16", 5}, {"INT32", 6}, {"INT64", 7},
+      {"STRING", 8}, {"BOOL", 9}, {"FLOAT16", 10}, {"DOUBLE", 11}, {"UINT32", 12}, {"UINT64", 13},
+      {"COMPLEX64", 14}, {"COMPLEX128", 15}};
+  auto code = kCodes.find(name);
+  if (code == kCodes.end()) return invalid_model(label + ": Cast 'to' = " + quote(it->second.s) + " is not a type name");
+  ir::Attribute a;
+  a.kind = ir::Attribute::Kind::kInt;
+  a.i = code->second;
+  it->second = a;
+  return Status::Ok();
+}
+
 ir::Value* resolve(ir::Graph& g, const std::string& name) {
   if (ir::Value* v = g.find_value(name)) return v;
   if (!g.parent) return nullptr;
@@ -77,16 +99,13 @@ Status Importer::read_opsets(const ::onnx::ModelProto& m, OpsetMap& opsets) {
       return invalid_model(opt_.source_name + ": domain " + quote(o.domain()) + " is imported twice, as opsets " +
                            std::to_string(it->second) + " and " + std::to_string(o.version()));
   }
-  if (m.opset_import_size() == 0 && m.ir_version() < 3)
-    return unsupported(opt_.source_name + ": IR version " + std::to_string(m.ir_version()) +
-                       " model without opset_import (ai.onnx opset 1); kiln supports ai.onnx opsets " + range +
-                       "; convert it with onnx.version_converter");
+  // IR versions before 3 had no opset_import: such models use ai.onnx opset 1.
+  if (m.opset_import_size() == 0 && m.ir_version() < 3) opsets.emplace("", 1);
   // A model may import only other domains (ai.onnx.ml, training); its ai.onnx nodes are refused later.
   auto check = [&](int v, const std::string& who) -> Status {
     if (v >= kMinOpset && v <= max_supported_opset()) return Status::Ok();
     return unsupported(opt_.source_name + ": " + who + " uses ai.onnx opset " + std::to_string(v) +
-                       "; kiln supports opsets " + range +
-                       (v < kMinOpset ? "; convert the model with onnx.version_converter" : ""));
+                       "; kiln supports opsets " + range);
   };
   auto def = opsets.find("");
   if (def != opsets.end()) KILN_RETURN_IF_ERROR(check(def->second, "the model"));
@@ -225,6 +244,7 @@ Status Importer::build_graph(const ::onnx::GraphProto& gp, ir::Graph& g) {
       KILN_RETURN_IF_ERROR(convert_attribute(a, g, label + ": attribute " + quote(a.name()), attr));
       n->attrs.emplace(a.name(), std::move(attr));
     }
+    KILN_RETURN_IF_ERROR(normalize_legacy_cast(*n, label));
   }
 
   // Outputs.

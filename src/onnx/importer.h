@@ -1,6 +1,6 @@
 // onnx/importer.h — ONNX protobuf → kiln IR.
 //
-// Handles: initializers (raw_data and typed fields, every ONNX dtype; int4/uint4/float4 unpacked to
+// Handles: initializers (raw_data and typed fields, every ONNX dtype; int4/uint4/float4/int2/uint2 unpacked to
 // one element per byte), external data (resolved inside the model's folder only), sparse
 // initializers, opset imports, subgraph attributes (If/Loop/Scan bodies, with outer-scope captures),
 // and model-local functions (inlined). Errors name the file, node, op and reason; nothing crashes on
@@ -24,8 +24,9 @@ struct ImportOptions {
 Expected<ir::Model> import_file(const std::string& path);
 Expected<ir::Model> import_bytes(const std::string& bytes, const ImportOptions& options);
 
-// The opset range of the default domain kiln accepts.
-constexpr int kMinOpset = 7;
+// The opset range of the default domain kiln accepts. Kernels whose semantics changed in old opsets
+// implement the old forms or refuse them through their registered opset range.
+constexpr int kMinOpset = 1;
 int max_supported_opset();  // the newest ai.onnx opset of the pinned onnx release
 
 }  // namespace kiln::onnx

@@ -19,13 +19,20 @@ constexpr uint64_t kMaxSparseDenseBytes = uint64_t{1} << 31;
 
 Status bad(const TensorSource& src, const std::string& why) { return invalid_model(src.what + ": " + why); }
 
-bool is_packed4(DataType dt) {
-  return dt == DataType::kInt4 || dt == DataType::kUInt4 || dt == DataType::kFloat4E2M1;
+// Elements per byte in a file: 2 for int4/uint4/float4e2m1, 4 for int2/uint2, else 1 (or fewer).
+int per_byte(DataType dt) {
+  switch (dt) {
+    case DataType::kInt4: case DataType::kUInt4: case DataType::kFloat4E2M1: return 2;
+    case DataType::kInt2: case DataType::kUInt2: return 4;
+    default: return 1;
+  }
 }
+bool is_packed(DataType dt) { return per_byte(dt) > 1; }
 
-// Bytes the elements take in a file (sub-byte types packed two per byte).
+// Bytes the elements take in a file (sub-byte types packed, low bits first).
 uint64_t stored_bytes(DataType dt, int64_t numel) {
-  if (is_packed4(dt)) return (static_cast<uint64_t>(numel) + 1) / 2;
+  const int k = per_byte(dt);
+  if (k > 1) return (static_cast<uint64_t>(numel) + k - 1) / k;
   return static_cast<uint64_t>(numel) * dtype_size(dt);
 }
 
@@ -46,10 +53,15 @@ Expected<int64_t> checked_numel(const google::protobuf::RepeatedField<int64_t>& 
 
 Shape shape_of(const google::protobuf::RepeatedField<int64_t>& dims) { return Shape(dims.begin(), dims.end()); }
 
-void unpack4(const uint8_t* packed, int64_t numel, bool sign_extend, uint8_t* out) {
+// Unpacks sub-byte elements (first element in the lowest bits) to one byte each; int4/int2 are
+// sign-extended.
+void unpack(const uint8_t* packed, int64_t numel, DataType dt, uint8_t* out) {
+  const int k = per_byte(dt), bits = 8 / k, shift = 8 - bits;
+  const uint8_t mask = static_cast<uint8_t>((1u << bits) - 1);
+  const bool sign = dt == DataType::kInt4 || dt == DataType::kInt2;
   for (int64_t i = 0; i < numel; ++i) {
-    const uint8_t nib = (i & 1) ? (packed[i / 2] >> 4) : (packed[i / 2] & 0x0f);
-    out[i] = sign_extend ? static_cast<uint8_t>(static_cast<int8_t>(static_cast<uint8_t>(nib << 4)) >> 4) : nib;
+    const uint8_t v = (packed[i / k] >> ((i % k) * bits)) & mask;
+    out[i] = sign ? static_cast<uint8_t>(static_cast<int8_t>(static_cast<uint8_t>(v << shift)) >> shift) : v;
   }
 }
 
@@ -57,8 +69,8 @@ void unpack4(const uint8_t* packed, int64_t numel, bool sign_extend, uint8_t* ou
 void decode_raw(const uint8_t* p, DataType dt, Tensor& out) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  if (is_packed4(dt)) {
-    unpack4(p, n, dt == DataType::kInt4, out.data<uint8_t>());
+  if (is_packed(dt)) {
+    unpack(p, n, dt, out.data<uint8_t>());
   } else if (dt == DataType::kBool) {
     auto* o = out.data<uint8_t>();
     for (int64_t i = 0; i < n; ++i) o[i] = p[i] != 0;
@@ -159,7 +171,7 @@ Expected<Tensor> from_external(const ::onnx::TensorProto& tp, DataType dt, int64
     return bad(src, "external data has " + std::to_string(ref.length) + " bytes, expected " + std::to_string(want) +
                         " for " + std::to_string(numel) + " " + dtype_name(dt) + " elements");
   Tensor t = Tensor::empty(dt, shape_of(tp.dims()));
-  if (!is_packed4(dt) && dt != DataType::kBool) {
+  if (!is_packed(dt) && dt != DataType::kBool) {
     KILN_RETURN_IF_ERROR(read_range(ref, t.raw(), src));
     return t;
   }
@@ -169,11 +181,31 @@ Expected<Tensor> from_external(const ::onnx::TensorProto& tp, DataType dt, int64
   return t;
 }
 
-template <typename Field>
-Status check_count(const Field& f, int64_t want, const char* field, const TensorSource& src, DataType dt) {
-  if (static_cast<int64_t>(f.size()) == want) return Status::Ok();
-  return bad(src, std::string(field) + " holds " + std::to_string(f.size()) + " values, expected " +
-                      std::to_string(want) + " for " + dtype_name(dt) + " data");
+// The typed field a dtype is stored in, how many values it holds, and how many it must hold.
+struct TypedField {
+  const char* name;
+  int64_t have;
+  int64_t want;
+};
+
+TypedField typed_field(const ::onnx::TensorProto& tp, DataType dt, int64_t numel) {
+  switch (dt) {
+    case DataType::kFloat32: return {"float_data", tp.float_data_size(), numel};
+    case DataType::kComplex64: return {"float_data", tp.float_data_size(), 2 * numel};
+    case DataType::kFloat64: return {"double_data", tp.double_data_size(), numel};
+    case DataType::kComplex128: return {"double_data", tp.double_data_size(), 2 * numel};
+    case DataType::kInt64: return {"int64_data", tp.int64_data_size(), numel};
+    case DataType::kUInt32:
+    case DataType::kUInt64: return {"uint64_data", tp.uint64_data_size(), numel};
+    case DataType::kString: return {"string_data", tp.string_data_size(), numel};
+    case DataType::kInt4:
+    case DataType::kUInt4:
+    case DataType::kFloat4E2M1:
+    case DataType::kInt2:
+    case DataType::kUInt2:  // packed: two or four elements per value
+      return {"int32_data", tp.int32_data_size(), static_cast<int64_t>(stored_bytes(dt, numel))};
+    default: return {"int32_data", tp.int32_data_size(), numel};
+  }
 }
 
 // Copies repeated proto values into `out`, converting each to the element type T.
@@ -184,54 +216,51 @@ void copy_as(const Field& f, Tensor& out) {
 }
 
 Expected<Tensor> from_typed_fields(const ::onnx::TensorProto& tp, DataType dt, int64_t numel, const TensorSource& src) {
+  if (dt == DataType::kUndefined) return bad(src, "has no data type");
+  // Counted before allocating: the dims of a hostile file must not allocate more than it stores.
+  const TypedField field = typed_field(tp, dt, numel);
+  if (field.have != field.want)
+    return bad(src, std::string(field.name) + " holds " + std::to_string(field.have) + " values, expected " +
+                        std::to_string(field.want) + " for " + std::to_string(numel) + " " + dtype_name(dt) +
+                        " elements");
   Tensor t = Tensor::empty(dt, shape_of(tp.dims()));
   switch (dt) {
     case DataType::kFloat32:
     case DataType::kComplex64: {
       const int64_t want = dt == DataType::kComplex64 ? 2 * numel : numel;
-      KILN_RETURN_IF_ERROR(check_count(tp.float_data(), want, "float_data", src, dt));
       if (want) std::memcpy(t.raw(), tp.float_data().data(), want * sizeof(float));
       return t;
     }
     case DataType::kFloat64:
     case DataType::kComplex128: {
       const int64_t want = dt == DataType::kComplex128 ? 2 * numel : numel;
-      KILN_RETURN_IF_ERROR(check_count(tp.double_data(), want, "double_data", src, dt));
       if (want) std::memcpy(t.raw(), tp.double_data().data(), want * sizeof(double));
       return t;
     }
     case DataType::kInt64:
-      KILN_RETURN_IF_ERROR(check_count(tp.int64_data(), numel, "int64_data", src, dt));
       copy_as<int64_t>(tp.int64_data(), t);
       return t;
     case DataType::kUInt32:
-      KILN_RETURN_IF_ERROR(check_count(tp.uint64_data(), numel, "uint64_data", src, dt));
       copy_as<uint32_t>(tp.uint64_data(), t);
       return t;
     case DataType::kUInt64:
-      KILN_RETURN_IF_ERROR(check_count(tp.uint64_data(), numel, "uint64_data", src, dt));
       copy_as<uint64_t>(tp.uint64_data(), t);
       return t;
     case DataType::kInt32:
-      KILN_RETURN_IF_ERROR(check_count(tp.int32_data(), numel, "int32_data", src, dt));
       copy_as<int32_t>(tp.int32_data(), t);
       return t;
     case DataType::kInt16:
-      KILN_RETURN_IF_ERROR(check_count(tp.int32_data(), numel, "int32_data", src, dt));
       copy_as<int16_t>(tp.int32_data(), t);
       return t;
     case DataType::kUInt16:
     case DataType::kFloat16:
     case DataType::kBFloat16:
-      KILN_RETURN_IF_ERROR(check_count(tp.int32_data(), numel, "int32_data", src, dt));
       copy_as<uint16_t>(tp.int32_data(), t);
       return t;
     case DataType::kInt8:
-      KILN_RETURN_IF_ERROR(check_count(tp.int32_data(), numel, "int32_data", src, dt));
       copy_as<int8_t>(tp.int32_data(), t);
       return t;
     case DataType::kBool: {
-      KILN_RETURN_IF_ERROR(check_count(tp.int32_data(), numel, "int32_data", src, dt));
       auto* o = t.data<uint8_t>();
       for (int64_t i = 0; i < numel; ++i) o[i] = tp.int32_data(static_cast<int>(i)) != 0;
       return t;
@@ -242,22 +271,21 @@ Expected<Tensor> from_typed_fields(const ::onnx::TensorProto& tp, DataType dt, i
     case DataType::kFloat8E5M2:
     case DataType::kFloat8E5M2FNUZ:
     case DataType::kFloat8E8M0:
-      KILN_RETURN_IF_ERROR(check_count(tp.int32_data(), numel, "int32_data", src, dt));
       copy_as<uint8_t>(tp.int32_data(), t);
       return t;
     case DataType::kInt4:
     case DataType::kUInt4:
-    case DataType::kFloat4E2M1: {
-      // Two elements per int32 value, low nibble first.
-      const int64_t want = (numel + 1) / 2;
-      KILN_RETURN_IF_ERROR(check_count(tp.int32_data(), want, "int32_data", src, dt));
+    case DataType::kFloat4E2M1:
+    case DataType::kInt2:
+    case DataType::kUInt2: {
+      // Two (4-bit) or four (2-bit) elements per int32 value, lowest bits first.
+      const int64_t want = static_cast<int64_t>(stored_bytes(dt, numel));
       std::string packed(static_cast<size_t>(want), '\0');
       for (int64_t i = 0; i < want; ++i) packed[i] = static_cast<char>(tp.int32_data(static_cast<int>(i)) & 0xff);
-      unpack4(reinterpret_cast<const uint8_t*>(packed.data()), numel, dt == DataType::kInt4, t.data<uint8_t>());
+      unpack(reinterpret_cast<const uint8_t*>(packed.data()), numel, dt, t.data<uint8_t>());
       return t;
     }
     case DataType::kString: {
-      KILN_RETURN_IF_ERROR(check_count(tp.string_data(), numel, "string_data", src, dt));
       auto* o = t.data<std::string>();
       for (int64_t i = 0; i < numel; ++i) o[i] = tp.string_data(static_cast<int>(i));
       return t;
@@ -272,9 +300,6 @@ Expected<Tensor> from_typed_fields(const ::onnx::TensorProto& tp, DataType dt, i
 
 Expected<DataType> dtype_from_onnx(int64_t code, const std::string& what) {
   if (code == 0) return DataType::kUndefined;
-  if (code == 25 || code == 26)
-    return unsupported(what + ": element type " + (code == 25 ? std::string("uint2") : std::string("int2")) +
-                       " is not supported");
   if (code < 0 || code > std::numeric_limits<int32_t>::max() || !dtype_is_valid(static_cast<int32_t>(code)))
     return invalid_model(what + ": unknown element type code " + std::to_string(code));
   return static_cast<DataType>(code);

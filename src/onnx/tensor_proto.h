@@ -20,7 +20,8 @@ struct TensorSource {
 };
 
 // Decodes a tensor stored in raw_data, in the typed fields, or in an external file. Sub-byte types
-// (int4/uint4/float4e2m1) are unpacked to one element per byte (int4 sign-extended).
+// (int4/uint4/float4e2m1 packed two per byte, int2/uint2 four per byte) are unpacked to one
+// element per byte (int4/int2 sign-extended).
 Expected<Tensor> tensor_from_proto(const ::onnx::TensorProto& tp, const TensorSource& src);
 
 // Densifies a sparse tensor (indices [NNZ] linearized or [NNZ, rank]); unset elements are zero.

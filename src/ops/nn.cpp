@@ -310,7 +310,7 @@ Status infer_layer_norm(InferContext& c) {
 
 void add_nn_ops(std::vector<OpDef>& t) {
   t.push_back({"MatMul", "", 1, infer_matmul});
-  t.push_back({"Gemm", "", 7, infer_gemm});
+  t.push_back({"Gemm", "", 1, infer_gemm});
   t.push_back({"MatMulInteger", "", 10, infer_matmul_integer});
   t.push_back({"QLinearMatMul", "", 10, infer_qlinear_matmul});
   t.push_back({"Conv", "", 1, infer_conv});
@@ -324,7 +324,7 @@ void add_nn_ops(std::vector<OpDef>& t) {
   t.push_back({"GlobalMaxPool", "", 1, infer_global_pool});
   t.push_back({"GlobalLpPool", "", 2, infer_global_pool});
   t.push_back({"MaxUnpool", "", 9, infer_max_unpool});
-  t.push_back({"BatchNormalization", "", 7, infer_batch_norm});
+  t.push_back({"BatchNormalization", "", 1, infer_batch_norm});
   t.push_back({"InstanceNormalization", "", 6, same_as_input});
   t.push_back({"LayerNormalization", "", 17, infer_layer_norm});
   t.push_back({"GroupNormalization", "", 18, same_as_input});
@@ -334,7 +334,7 @@ void add_nn_ops(std::vector<OpDef>& t) {
   t.push_back({"Softmax", "", 1, same_as_input});
   t.push_back({"LogSoftmax", "", 1, same_as_input});
   t.push_back({"Hardmax", "", 1, same_as_input});
-  t.push_back({"Dropout", "", 7, infer_dropout});
+  t.push_back({"Dropout", "", 1, infer_dropout});
 }
 
 }  // namespace kiln::ops

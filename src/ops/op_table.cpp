@@ -15,6 +15,7 @@ const std::vector<OpDef>& op_table() {
     add_misc_ops(t);
     add_rnn_quant_ops(t);
     add_new_ops(t);
+    add_ml_ops(t);
     add_fused_ops(t);
     return t;
   }();

@@ -62,6 +62,7 @@ void add_control_ops(std::vector<OpDef>& t);
 void add_misc_ops(std::vector<OpDef>& t);
 void add_rnn_quant_ops(std::vector<OpDef>& t);
 void add_new_ops(std::vector<OpDef>& t);  // ops/newops.cpp
+void add_ml_ops(std::vector<OpDef>& t);   // ops/ml.cpp: ai.onnx.ml ops
 void add_fused_ops(std::vector<OpDef>& t);  // ops/fused.cpp: kiln's fused ops (domain "kiln")
 
 }  // namespace kiln::ops

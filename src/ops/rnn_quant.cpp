@@ -108,22 +108,6 @@ Status infer_roi(InferContext& c) {
   return Status::Ok();
 }
 
-// Col2Im: [N, C / prod(block_shape), image_shape...] (needs the constant shapes).
-Status infer_col2im(InferContext& c) {
-  if (!c.has(0)) return Status::Ok();
-  c.out[0] = Type::tensor(c.dtype(0));
-  const Tensor* img = c.value(1);
-  const Tensor* blk = c.value(2);
-  const SymShape& x = c.shape(0);
-  if (!img || !blk || !x.known || x.rank() != 3) return Status::Ok();
-  int64_t kprod = 1;
-  for (int64_t i = 0; i < blk->numel(); ++i) kprod *= blk->data<int64_t>()[i];
-  std::vector<Dim> dims = {x.dims[0], x.dims[1].is_static() && kprod > 0 ? Dim(x.dims[1].value / kprod) : Dim()};
-  for (int64_t i = 0; i < img->numel(); ++i) dims.emplace_back(img->data<int64_t>()[i]);
-  c.out[0].shape = SymShape(dims);
-  return Status::Ok();
-}
-
 // DeformConv (2-D): [N, oC, oH, oW] from X, W and the offset's spatial dims.
 Status infer_deform_conv(InferContext& c) {
   if (!c.has(0)) return Status::Ok();
@@ -157,12 +141,6 @@ Status infer_tfidf(InferContext& c) {
   return Status::Ok();
 }
 
-Status infer_bitcast(InferContext& c) {
-  if (!c.has(0)) return Status::Ok();
-  c.out[0] = Type::tensor(attr_dtype(c.node, "to"), c.shape(0));
-  return Status::Ok();
-}
-
 }  // namespace
 
 void add_rnn_quant_ops(std::vector<OpDef>& t) {
@@ -177,10 +155,8 @@ void add_rnn_quant_ops(std::vector<OpDef>& t) {
   t.push_back({"LpNormalization", "", 1, same_as_input});
   t.push_back({"RoiAlign", "", 10, infer_roi});
   t.push_back({"MaxRoiPool", "", 1, infer_roi});
-  t.push_back({"Col2Im", "", 18, infer_col2im});
   t.push_back({"DeformConv", "", 19, infer_deform_conv});
   t.push_back({"TfIdfVectorizer", "", 9, infer_tfidf});
-  t.push_back({"BitCast", "", 26, infer_bitcast});
   t.push_back({"Adagrad", "ai.onnx.preview.training", 1, infer_optimizer});
   t.push_back({"Adam", "ai.onnx.preview.training", 1, infer_optimizer});
   t.push_back({"Momentum", "ai.onnx.preview.training", 1, infer_optimizer});

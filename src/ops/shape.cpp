@@ -72,12 +72,13 @@ SliceDim slice_dim(int64_t dim, int64_t start, int64_t end, int64_t step) {
   return s;
 }
 
+int64_t concat_default_axis(int opset) { return opset != 0 && opset < 4 ? 1 : 0; }
+
 std::string equal_split_sizes(int64_t dim, int64_t parts, std::vector<int64_t>* sizes) {
   if (parts < 1) return "split needs at least one output";
   const int64_t chunk = (dim + parts - 1) / parts;
-  if (chunk * (parts - 1) > dim) return "cannot split " + std::to_string(dim) + " into " + std::to_string(parts) + " parts";
-  sizes->assign(parts, chunk);
-  sizes->back() = dim - chunk * (parts - 1);
+  sizes->resize(parts);
+  for (int64_t i = 0; i < parts; ++i) (*sizes)[i] = std::clamp<int64_t>(dim - i * chunk, 0, chunk);
   return "";
 }
 
@@ -238,7 +239,7 @@ Status infer_concat(InferContext& c) {
   c.out[0] = Type::tensor(dt);
   if (!first) return Status::Ok();
   const int r = first->rank();
-  int64_t axis = c.node.attr_int("axis", 0);
+  int64_t axis = c.node.attr_int("axis", concat_default_axis(c.node.opset));
   if (!normalize_axis(axis, r)) return c.error("axis out of range");
   std::vector<Dim> out = first->dims;
   Dim sum(0);

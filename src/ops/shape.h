@@ -21,8 +21,12 @@ struct SliceDim {
 };
 SliceDim slice_dim(int64_t dim, int64_t start, int64_t end, int64_t step);
 
+// Concat's axis when the attribute is absent: 1 before opset 4 (where it was optional), else 0.
+int64_t concat_default_axis(int opset);
+
 // Split sizes when no explicit 'split' is given: `parts` chunks of ceil(dim / parts), the last one
-// smaller (opset 18 num_outputs). Returns "" on success.
+// smaller (opset 18 num_outputs). Like onnx's reference, chunks past the end are empty: 5 into 4
+// parts is 2, 2, 1, 0. Returns "" on success.
 std::string equal_split_sizes(int64_t dim, int64_t parts, std::vector<int64_t>* sizes);
 
 }  // namespace kiln::ops

@@ -68,7 +68,8 @@ Expected<bool> eliminate_common_subexpressions(ir::Graph& g, PassContext& ctx) {
     changed = true;
   }
   std::map<std::string, ir::Node*> seen;
-  const std::vector<ir::Node*> nodes = g.nodes();  // a copy: merged nodes are removed as we go
+  // Iterate over a copy: merging removes nodes from the graph's order.
+  const std::vector<ir::Node*> nodes = g.nodes();
   for (ir::Node* n : nodes) {
     if (rw.dead(n)) continue;
     const std::string k = node_key(*n);

@@ -70,8 +70,11 @@ struct Lowering {
     if (cg->values[v].device == dev) return v;
     auto key = std::make_pair(v, static_cast<int>(dev.type));
     if (auto it = copies.find(key); it != copies.end()) return it->second;
-    PlannedValue& src = cg->values[v];
-    const int c = add_value(src.name + (dev.is_cpu() ? "@cpu" : "@cuda"), src.type, dev);
+    // add_value grows `values`: take references only after it (a reference taken before would dangle).
+    const std::string copy_name = cg->values[v].name + (dev.is_cpu() ? "@cpu" : "@cuda");
+    const ir::Type copy_type = cg->values[v].type;
+    const int c = add_value(copy_name, copy_type, dev);
+    const PlannedValue& src = cg->values[v];
     PlannedValue& dst = cg->values[c];
     if (src.is_constant && src.constant.kind == Slot::Kind::kTensor) {
       // Weights are uploaded once at build time and shared by every context.

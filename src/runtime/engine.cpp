@@ -162,6 +162,7 @@ Expected<std::unique_ptr<ExecutionContext>> Engine::create_context() const {
   // The context shares ownership of the plan through an aliasing pointer to this engine's impl.
   ci->engine = std::shared_ptr<const Engine::Impl>(std::shared_ptr<const Engine::Impl>(), impl_.get());
   const CompiledGraph& plan = *impl_->plan;
+  if (OpProfile::enabled()) ci->res.profile = std::make_unique<OpProfile>();
   for (int d = 0; d < 2; ++d) {
     const bool used = plan.arena_bytes[d] > 0 || (d == 1 && impl_->options.device == DeviceType::kCUDA);
     if (!used) continue;

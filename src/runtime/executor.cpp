@@ -1,6 +1,34 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
 namespace kiln {
+
+bool OpProfile::enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_PROFILE");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+void OpProfile::print() const {
+  if (runs == 0) return;
+  std::vector<std::pair<std::string, Entry>> rows(by_op.begin(), by_op.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  double total = 0;
+  for (const auto& r : rows) total += r.second.seconds;
+  const double per_run = 1e3 / static_cast<double>(runs);
+  std::fprintf(stderr, "kiln profile: %lld runs, %.3f ms per run in kernels\n", static_cast<long long>(runs), total * per_run);
+  std::fprintf(stderr, "  %-28s %10s %12s %7s\n", "op", "calls/run", "ms/run", "%");
+  for (const auto& [op, e] : rows)
+    std::fprintf(stderr, "  %-28s %10.1f %12.3f %7.1f\n", op.c_str(), static_cast<double>(e.calls) / runs,
+                 e.seconds * per_run, total > 0 ? 100.0 * e.seconds / total : 0.0);
+}
 namespace {
 
 class StepContext final : public KernelContext {
@@ -81,7 +109,8 @@ Frame::Frame(const CompiledGraph& g, ContextResources& r, const Frame* p) : grap
 const Slot* Frame::lookup(const std::string& name) const {
   for (const Frame* f = this; f; f = f->parent) {
     auto it = f->graph.by_name.find(name);
-    if (it != f->graph.by_name.end() && f->slots[it->second].kind != Slot::Kind::kNone) return &f->slots[it->second];
+    // The nearest frame that defines the name owns it, even when it holds an empty optional.
+    if (it != f->graph.by_name.end()) return &f->slots[it->second];
   }
   return nullptr;
 }
@@ -97,7 +126,10 @@ Status Frame::bind_captures() {
 }
 
 Status Frame::execute() {
+  OpProfile* profile = parent ? nullptr : res.profile.get();  // subgraph steps count under their node
+  if (profile) ++profile->runs;
   for (const Step& s : graph.steps) {
+    const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     if (s.kind == Step::Kind::kCopy) {
       const Slot& src = slots[s.in[0]];
       if (src.kind == Slot::Kind::kTensor) {
@@ -134,6 +166,13 @@ Status Frame::execute() {
         st = runtime_error(s.node->describe() + ": " + e.what());
       }
       if (!st.ok()) return st;
+    }
+    if (profile) {
+      const std::string op = s.node ? (s.node->domain.empty() ? s.node->op_type : s.node->domain + "." + s.node->op_type)
+                                    : s.kernel_name;
+      OpProfile::Entry& e = profile->by_op[op];
+      ++e.calls;
+      e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     for (int v : s.release) slots[v] = Slot();
   }

@@ -1,6 +1,7 @@
 // runtime/summary.cpp — what `kiln info` reports about a model.
 #include "backends/backend.h"
 #include "onnx/importer.h"
+#include "ops/op_table.h"
 #include "runtime/engine_impl.h"
 
 namespace kiln {
@@ -38,6 +39,34 @@ Expected<ModelSummary> summarize_model(const std::string& onnx_path) {
     }
   walk(*model.graph, s);
   return s;
+}
+
+std::vector<KernelInfo> list_kernels() {
+  std::vector<KernelInfo> out;
+  std::vector<Backend*> backends = {&cpu_backend()};
+  if (auto cuda = cuda_backend(); cuda.ok()) backends.push_back(*cuda);
+  for (Backend* b : backends) {
+    for (const KernelDef& d : b->kernels().all()) {
+      KernelInfo k;
+      k.op = d.op;
+      k.domain = d.domain;
+      k.name = d.name;
+      k.device = b->name();
+      k.since = d.since;
+      k.until = d.until;
+      if (const ops::OpDef* def = ops::find_op(d.domain, d.op)) k.how = def->how;
+      for (int code = 1; code <= 26; ++code) {
+        const DataType dt = static_cast<DataType>(code);
+        ir::Graph g;
+        ir::Value* in = g.add_value("x", ir::Type::tensor(dt));
+        ir::Node* n = g.add_node(d.op, d.domain, {in}, {g.add_value("y")});
+        n->opset = d.since;
+        if (!d.check || d.check(*n).empty()) k.dtypes.push_back(dt);
+      }
+      out.push_back(std::move(k));
+    }
+  }
+  return out;
 }
 
 }  // namespace kiln

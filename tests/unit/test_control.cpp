@@ -1,5 +1,6 @@
 // Tests for If, Loop and Scan: graphs built in C++, lowered, run through a Frame, and compared with
 // hand-computed results.
+#include "passes/passes.h"
 #include "test_control_util.h"
 
 using namespace kiln;
@@ -39,6 +40,25 @@ TEST(ControlIf, RunsTheChosenBranchWithCapturedValues) {
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_EQ(values<float>((*r)[0].tensor), (std::vector<float>{110, 440, 990}));
   }
+}
+
+TEST(ControlIf, OptimizationKeepsValuesReadOnlyByBranches) {
+  // "s" (computed) and "k" (a constant) are read only inside the branches: dead-code elimination
+  // and dead-value cleanup must keep them.
+  G m = if_graph();
+  G else_b(21, m.g.get());
+  m.constant("k", f32({3}, {1, 1, 1}));
+  else_b.output(else_b.add(else_b.capture("s"), else_b.capture("k"), "e_out"));
+  m.g->nodes().back()->attrs["else_branch"] = graph_attr(else_b);
+  register_test_kernels();
+  passes::PassOptions po;
+  po.level = 1;
+  ASSERT_TRUE(passes::optimize(*m.g, po).ok());
+  ASSERT_NE(m.g->find_value("s"), nullptr);
+  ASSERT_NE(m.g->find_value("k"), nullptr);
+  auto r = run_graph(m, {Slot::of(boolean(false)), Slot::of(f32({3}, {1, 2, 3})), Slot::of(f32({3}, {10, 20, 30}))});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(values<float>((*r)[0].tensor), (std::vector<float>{12, 23, 34}));
 }
 
 TEST(ControlIf, InfersOutputTypeFromBranches) {

@@ -118,6 +118,30 @@ TEST(CastInt4, WrapsLikeReference) {
   EXPECT_EQ(values<int8_t>(*back), values<int8_t>(*i4));
 }
 
+TEST(CastInt2, WrapsLikeReference) {
+  // Expected values from numpy's astype to ml_dtypes.int2 / uint2 (what onnx's reference does).
+  const std::vector<float> x = {-5, -3, -2, -1, 0, 1, 2, 3, 4, 1.5f, -1.5f, 2.5f};
+  auto i2 = cast(f32({12}, x), DataType::kInt2, -1, 25);
+  auto u2 = cast(f32({12}, x), DataType::kUInt2, -1, 25);
+  ASSERT_TRUE(i2.ok() && u2.ok()) << i2.status().to_string();
+  ASSERT_EQ(i2->dtype(), DataType::kInt2);
+  EXPECT_EQ(values<int8_t>(*i2), (std::vector<int8_t>{-1, 1, -2, -1, 0, 1, -2, -1, 0, 1, -1, -2}));
+  EXPECT_EQ(values<uint8_t>(*u2), (std::vector<uint8_t>{3, 1, 2, 3, 0, 1, 2, 3, 0, 1, 3, 2}));
+  // Back to wider types: int2 sign-extends, uint2 does not; int2 → uint2 wraps.
+  auto back = cast(*i2, DataType::kFloat32, -1, 25);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(values<float>(*back), (std::vector<float>{-1, 1, -2, -1, 0, 1, -2, -1, 0, 1, -1, -2}));
+  auto u8 = cast(*u2, DataType::kUInt8, -1, 25);
+  ASSERT_TRUE(u8.ok());
+  EXPECT_EQ(values<uint8_t>(*u8), values<uint8_t>(*u2));
+  auto wrapped = cast(*i2, DataType::kUInt2, -1, 25);
+  ASSERT_TRUE(wrapped.ok());
+  EXPECT_EQ(values<uint8_t>(*wrapped), (std::vector<uint8_t>{3, 1, 2, 3, 0, 1, 2, 3, 0, 1, 3, 2}));
+  auto s = cast(*i2, DataType::kString, -1, 25);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->data<std::string>()[2], "-2");
+}
+
 TEST(CastNumeric, FloatToIntegerAndBack) {
   auto u8 = cast(f32({5}, {200, 300, -1, 3.7f, -3.7f}), DataType::kUInt8);
   ASSERT_TRUE(u8.ok());

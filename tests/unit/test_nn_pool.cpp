@@ -202,6 +202,24 @@ TEST(NnPool, MaxUnpoolInvertsMaxPool) {
   expect_close(u[0], {1, 2, 4, 4}, want);
   auto u2 = run("MaxUnpool", 11, {p[0], p[1], from(DataType::kInt64, {4}, {1, 2, 5, 5})}, at);
   EXPECT_EQ(shape_to_string(u2[0].shape()), shape_to_string({1, 2, 5, 5}));
+  // With output_shape the indices still address the inferred 4x4 block, which sits at the origin of
+  // each 5x5 plane (onnx's reference); the extra row and column stay zero.
+  std::vector<double> want5(50, 0.0);
+  for (int64_t i = 0; i < p[1].numel(); ++i) {
+    const int64_t j = p[1].data<int64_t>()[i], plane = j / 16, r = j % 16 / 4, c = j % 4;
+    want5[plane * 25 + r * 5 + c] = get(p[0], i);
+  }
+  expect_close(u2[0], {1, 2, 5, 5}, want5);
+  // The onnx test's case: 2x2 values unpooled by a 2x2 / stride 2 window into 5x5.
+  auto u3 = run("MaxUnpool", 11,
+                {from(DataType::kFloat32, {1, 1, 2, 2}, {5, 6, 7, 8}), from(DataType::kInt64, {1, 1, 2, 2}, {5, 7, 13, 15}),
+                 from(DataType::kInt64, {4}, {1, 1, 5, 5})},
+                at);
+  std::vector<double> want3(25, 0.0);
+  want3[6] = 5, want3[8] = 6, want3[16] = 7, want3[18] = 8;
+  expect_close(u3[0], {1, 1, 5, 5}, want3);
+  // An output_shape smaller than the unpooled shape is refused.
+  EXPECT_FALSE(try_run("MaxUnpool", 11, {p[0], p[1], from(DataType::kInt64, {4}, {1, 2, 3, 4})}, at).ok());
 }
 
 TEST(NnShapeInfer, PoolCeilAndGlobal) {

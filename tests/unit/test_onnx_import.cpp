@@ -269,6 +269,31 @@ TEST(OnnxImportTensor, Int4UnpackedAndSignExtended) {
   expect_error(import(bad), StatusCode::kInvalidModel, {"'w'", "raw_data has 2 bytes, expected 3"});
 }
 
+TEST(OnnxImportTensor, Int2AndUInt2Unpacked) {
+  // int2 elements 1, -2, -1, 0, 1 → 2-bit codes 01 10 11 00 | 01, lowest bits first.
+  const std::vector<int> want = {1, -2, -1, 0, 1};
+  std::string packed(2, '\0');
+  for (size_t i = 0; i < want.size(); ++i) packed[i / 4] |= static_cast<char>((want[i] & 3) << (2 * (i % 4)));
+  auto raw = add_model();
+  add_init(raw.mutable_graph(), "w", 26, {5})->set_raw_data(packed);
+  auto typed = add_model();
+  auto* t = add_init(typed.mutable_graph(), "w", 26, {5});
+  for (char c : packed) t->add_int32_data(static_cast<uint8_t>(c));  // four elements per int32
+  for (const auto& m : {raw, typed}) {
+    Tensor w = import_initializer(m);
+    ASSERT_EQ(w.dtype(), DataType::kInt2);
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(w.data<int8_t>()[i], want[i]) << i;
+  }
+  auto u = add_model();
+  add_init(u.mutable_graph(), "w", 25, {4})->set_raw_data(std::string(1, static_cast<char>(0xE4)));  // 0,1,2,3
+  Tensor w = import_initializer(u);
+  ASSERT_EQ(w.dtype(), DataType::kUInt2);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(w.data<uint8_t>()[i], i);
+  auto bad = add_model();
+  add_init(bad.mutable_graph(), "w", 26, {5})->set_raw_data(std::string(1, '\0'));
+  expect_error(import(bad), StatusCode::kInvalidModel, {"'w'", "raw_data has 1 bytes, expected 2"});
+}
+
 TEST(OnnxImportTensor, OtherTypedFields) {
   auto m = add_model();
   auto* g = m.mutable_graph();
@@ -319,6 +344,11 @@ TEST(OnnxImportTensor, SizeChecks) {
     auto m = add_model();
     add_init(m.mutable_graph(), "w", 1, {int64_t{1} << 40, int64_t{1} << 40})->set_raw_data("");
     expect_error(import(m), StatusCode::kInvalidModel, {"'w'"});
+  }
+  {  // giant dims with no data: refused before anything is allocated
+    auto m = add_model();
+    add_init(m.mutable_graph(), "w", 1, {int64_t{1} << 20, int64_t{1} << 20});
+    expect_error(import(m), StatusCode::kInvalidModel, {"'w'", "float_data holds 0 values"});
   }
   {  // unknown dtype code
     auto m = add_model();
@@ -583,12 +613,34 @@ TEST(OnnxImportGraph, OmittedOptionalInputsAndOutputs) {
 }
 
 TEST(OnnxImportGraph, OpsetRange) {
-  for (int bad : {6, kiln::onnx::max_supported_opset() + 1}) {
+  for (int bad : {kiln::onnx::max_supported_opset() + 1, 1000}) {
     auto m = add_model();
     m.mutable_opset_import(0)->set_version(bad);
     add_init(m.mutable_graph(), "w", 1, {2})->set_raw_data(bytes_of(std::vector<float>{1, 2}));
     expect_error(import(m), StatusCode::kUnsupported,
-                 {std::to_string(bad), "[7, " + std::to_string(kiln::onnx::max_supported_opset()) + "]"});
+                 {std::to_string(bad), "[1, " + std::to_string(kiln::onnx::max_supported_opset()) + "]"});
+  }
+  // Old opsets (1..6) are accepted; their nodes carry the model's version.
+  for (int old : {1, 6}) {
+    auto m = make_model(old);
+    add_input(m.mutable_graph(), "x");
+    add_output(m.mutable_graph(), "y");
+    add_node(m.mutable_graph(), "Relu", {"x"}, {"y"}, "relu");
+    auto r = import(m);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->graph->find_value("y")->producer->opset, old);
+  }
+  // A model from before opset_import (IR version < 3) is ai.onnx opset 1.
+  {
+    auto m = make_model();
+    m.clear_opset_import();
+    m.set_ir_version(2);
+    add_input(m.mutable_graph(), "x");
+    add_output(m.mutable_graph(), "y");
+    add_node(m.mutable_graph(), "Relu", {"x"}, {"y"}, "relu");
+    auto r = import(m);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->graph->find_value("y")->producer->opset, 1);
   }
   // Other domains keep their own versions; "ai.onnx" is the default domain.
   auto m = add_model();
@@ -603,6 +655,26 @@ TEST(OnnxImportGraph, OpsetRange) {
   EXPECT_EQ(r->graph->opsets.at(""), 17);
   EXPECT_EQ(r->graph->find_value("z")->producer->opset, 1);
   EXPECT_EQ(r->graph->find_value("y")->producer->opset, 17);
+}
+
+TEST(OnnxImportGraph, LegacyCastTypeName) {
+  // Cast before opset 6 names its target type; the importer rewrites it to the TensorProto code.
+  auto m = make_model(5);
+  add_input(m.mutable_graph(), "x");
+  add_output(m.mutable_graph(), "y", 7);
+  auto* cast = add_node(m.mutable_graph(), "Cast", {"x"}, {"y"}, "cast");
+  auto* to = cast->add_attribute();
+  to->set_name("to");
+  to->set_type(::onnx::AttributeProto::STRING);
+  to->set_s("int64");
+  auto r = import(m);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const ir::Node* n = r->graph->find_value("y")->producer;
+  EXPECT_EQ(n->attr("to")->kind, ir::Attribute::Kind::kInt);
+  EXPECT_EQ(n->attr_int("to", 0), 7);
+  EXPECT_EQ(r->graph->find_value("y")->type.dtype, DataType::kInt64);
+  to->set_s("QUATERNION");
+  expect_error(import(m), StatusCode::kInvalidModel, {"cast", "QUATERNION"});
 }
 
 TEST(OnnxImportGraph, MissingDefaultOpsetImport) {
@@ -975,9 +1047,10 @@ TEST(OnnxImportFunction, NestedCallsAndRecursion) {
 TEST(OnnxImportFunction, FunctionOpsetOutOfRangeAndBadBody) {
   auto m = make_model();
   auto* f = add_scale_function(m);
-  f->mutable_opset_import(0)->set_version(3);
+  f->mutable_opset_import(0)->set_version(kiln::onnx::max_supported_opset() + 1);
   add_input(m.mutable_graph(), "x");
-  expect_error(import(m), StatusCode::kUnsupported, {"function", "opset 3"});
+  expect_error(import(m), StatusCode::kUnsupported,
+               {"function", "opset " + std::to_string(kiln::onnx::max_supported_opset() + 1)});
   f->mutable_opset_import(0)->set_version(13);
   f->mutable_node(2)->set_input(0, "undefined_in_body");
   auto* call = add_node(m.mutable_graph(), "Scale", {"x"}, {"y"}, "call");
@@ -1071,4 +1144,65 @@ TEST(OnnxImportBackendModels, WholeSuiteImportsOrFailsCleanly) {
   }
   EXPECT_GT(ok, 1000);
   std::cout << "[ imported " << ok << ", refused " << failed << " ]\n" << failures;
+}
+
+// ---- Mutation fuzzing of a model that uses every feature (subgraphs, captures, functions, sparse)
+
+TEST(OnnxImportHostile, MutatedRichModel) {
+  auto m = make_model();
+  auto* o = m.add_opset_import();
+  o->set_domain("custom");
+  o->set_version(1);
+  add_scale_function(m);
+  auto* g = m.mutable_graph();
+  add_input(g, "trip", 7, {});
+  add_input(g, "cond", 9, {});
+  add_input(g, "y0", 1, {"4"});
+  add_output(g, "y_final");
+  add_init(g, "top", 1, {4})->set_raw_data(bytes_of(std::vector<float>{1, 2, 3, 4}));
+  auto* sp = g->add_sparse_initializer();
+  sp->add_dims(4);
+  sp->mutable_values()->set_name("sparse");
+  sp->mutable_values()->set_data_type(1);
+  sp->mutable_values()->add_dims(1);
+  sp->mutable_values()->add_float_data(1);
+  sp->mutable_indices()->set_data_type(7);
+  sp->mutable_indices()->add_dims(1);
+  sp->mutable_indices()->add_int64_data(3);
+  auto* loop = add_node(g, "Loop", {"trip", "cond", "y0"}, {"y_loop"}, "loop");
+  auto* a = loop->add_attribute();
+  a->set_name("body");
+  a->set_type(::onnx::AttributeProto::GRAPH);
+  auto* body = a->mutable_g();
+  add_input(body, "i", 7, {});
+  add_input(body, "c_in", 9, {});
+  add_input(body, "y_in", 1, {"4"});
+  add_node(body, "Identity", {"c_in"}, {"c_out"});
+  add_if(body, "c_in", "picked", "top", "sparse", "inner_if");
+  add_node(body, "Add", {"y_in", "picked"}, {"y_out"});
+  add_output(body, "c_out", 9);
+  add_output(body, "y_out");
+  auto* call = add_node(g, "Scale", {"y_loop"}, {"y_final"}, "call");
+  call->set_domain("custom");
+  set_float_attr(call, "alpha", 2);
+  std::string bytes;
+  m.SerializeToString(&bytes);
+  kiln::onnx::ImportOptions opt;
+  opt.source_name = "rich.onnx";
+  auto r = kiln::onnx::import_bytes(bytes, opt);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(count_ops(*r->graph, "Mul"), 1);
+
+  std::mt19937 rng(11);
+  int still_ok = 0;
+  for (size_t len = 0; len < bytes.size(); ++len) still_ok += kiln::onnx::import_bytes(bytes.substr(0, len), opt).ok();
+  for (int k = 0; k < 3000; ++k) {
+    std::string b = bytes;
+    const int edits = 1 + rng() % 4;
+    for (int e = 0; e < edits; ++e) b[rng() % b.size()] = static_cast<char>(rng());
+    auto x = kiln::onnx::import_bytes(b, opt);
+    if (!x.ok()) EXPECT_NE(x.status().code(), StatusCode::kInternal) << x.status().to_string();
+    still_ok += x.ok();
+  }
+  std::cout << "[ " << still_ok << " mutants still imported ]\n";
 }

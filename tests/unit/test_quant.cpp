@@ -8,7 +8,8 @@ namespace {
 struct IntRange { DataType dt; double lo, hi; };
 const IntRange kIntTypes[] = {{DataType::kUInt8, 0, 255},      {DataType::kInt8, -128, 127},
                               {DataType::kUInt16, 0, 65535},   {DataType::kInt16, -32768, 32767},
-                              {DataType::kUInt4, 0, 15},       {DataType::kInt4, -8, 7}};
+                              {DataType::kUInt4, 0, 15},       {DataType::kInt4, -8, 7},
+                              {DataType::kUInt2, 0, 3},        {DataType::kInt2, -2, 1}};
 
 // Reference: round half to even of x/s in float, plus zero point, saturated.
 double ref_quant(double x, double s, double zp, double lo, double hi) {
@@ -65,6 +66,22 @@ TEST(Quant, Int4Saturation) {
   auto o = run("QuantizeLinear", 21, {x, s}, {{"output_dtype", attr_int(static_cast<int>(DataType::kInt4))}});
   EXPECT_EQ(o[0].dtype(), DataType::kInt4);
   expect_equal(o[0], {8}, {-8, -8, -8, 0, 0, 6, 7, 7});
+}
+
+TEST(Quant, SubByteInputsReadTheirLowBits) {
+  // int4 -4 may arrive sign-extended (0xfc) or as a bare nibble (0x0c); both mean -4.
+  Tensor x = Tensor::empty(DataType::kInt4, {3});
+  x.data<uint8_t>()[0] = 0xfc;
+  x.data<uint8_t>()[1] = 0x0c;
+  x.data<uint8_t>()[2] = 0x07;
+  auto y = run("DequantizeLinear", 21, {x, from(DataType::kFloat32, {}, {2})}, {});
+  expect_equal(y[0], {3}, {-8, -8, 14});
+  Tensor x2 = Tensor::empty(DataType::kInt2, {3});
+  x2.data<uint8_t>()[0] = 0x02;  // -2
+  x2.data<uint8_t>()[1] = 0xff;  // -1
+  x2.data<uint8_t>()[2] = 0x01;
+  auto y2 = run("DequantizeLinear", 21, {x2, from(DataType::kFloat32, {}, {1}), from(DataType::kInt2, {}, {1})}, {});
+  expect_equal(y2[0], {3}, {-3, -2, 0});
 }
 
 TEST(Quant, PerAxisNegativeAxis) {
@@ -200,8 +217,9 @@ double mag_value(const SmallFmt& f, int code) {
 uint8_t ref_encode(const SmallFmt& f, double x, bool saturate) {
   const bool neg = std::signbit(x);
   const double a = std::fabs(x);
-  int best = std::isinf(a) ? f.max_mag + 1 : 0;
-  for (int c = 1; c <= f.max_mag + 1 && !std::isinf(a); ++c) {
+  const bool beyond = a >= mag_value(f, f.max_mag + 1);
+  int best = beyond ? f.max_mag + 1 : 0;
+  for (int c = 1; c <= f.max_mag + 1 && !beyond; ++c) {
     const double dc = std::fabs(mag_value(f, c) - a), db = std::fabs(mag_value(f, best) - a);
     if (dc < db || (dc == db && c % 2 == 0)) best = c;
   }
@@ -253,7 +271,9 @@ TEST(Quant, SmallFloatRoundTripAllCodes) {
       const uint8_t back = q[0].data<uint8_t>()[c];
       if (std::isnan(v)) continue;
       if (f.fnuz && c == 0x80) continue;
-      if (!f.fnuz && (c & ~f.sign) == 0) { EXPECT_EQ(back, c); continue; }  // ±0 keeps its sign
+      if (std::isinf(v)) { EXPECT_EQ(back, (c & f.sign) | f.max_mag); continue; }  // saturates
+      // ±0 keeps its sign, except float4 which adds the zero point like the reference (-0 + 0 = +0)
+      if (f.dt == DataType::kFloat4E2M1 && c == 0x8) { EXPECT_EQ(back, 0); continue; }
       EXPECT_EQ(back, c) << dtype_name(f.dt) << " value " << v;
     }
   }

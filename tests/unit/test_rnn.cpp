@@ -44,6 +44,11 @@ Result reference(const Case& k, const std::vector<double>& x, const std::vector<
   std::vector<Fn> acts = k.acts;
   if (acts.empty()) acts = {sigmoid, [](double v) { return std::tanh(v); }, [](double v) { return std::tanh(v); }};
   if (k.cell == Cell::kRnn && k.acts.empty()) acts = {[](double v) { return std::tanh(v); }};
+  if (k.cell == Cell::kGru && k.acts.empty()) acts.resize(2);
+  if (k.acts.empty() && nd == 2) {
+    const std::vector<Fn> one = acts;
+    acts.insert(acts.end(), one.begin(), one.end());
+  }
   auto clip = [&](double v) { return k.clip > 0 ? std::clamp(v, -k.clip, k.clip) : v; };
   for (int d = 0; d < nd; ++d) {
     const bool rev = d == 1 || k.direction == "reverse";

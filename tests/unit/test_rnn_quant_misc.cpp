@@ -1,7 +1,5 @@
-// LpNormalization, RoiAlign, MaxRoiPool, Col2Im, DeformConv, TfIdfVectorizer, BitCast and the
+// LpNormalization, RoiAlign, MaxRoiPool, Col2Im, DeformConv, TfIdfVectorizer and the
 // training optimizers (Adagrad, Adam, Momentum) against naive references and invariants.
-#include <cstring>
-
 #include "test_rq_util.h"
 
 using namespace rqtest;
@@ -270,18 +268,6 @@ TEST(RqMisc, TfIdfVectorizer) {
   c["mode"] = attr_str("IDF");
   auto yi = run("TfIdfVectorizer", 9, {sx}, c);
   expect_equal(yi[0], {2}, {0.5, 2.0});
-}
-
-TEST(RqMisc, BitCast) {
-  Tensor x = from(DataType::kFloat32, {2, 2}, {1.0, -2.5, 0, 3.25});
-  auto y = run("BitCast", 26, {x}, {{"to", attr_int(static_cast<int>(DataType::kInt32))}});
-  ASSERT_EQ(y[0].dtype(), DataType::kInt32);
-  for (int i = 0; i < 4; ++i) {
-    int32_t bits;
-    std::memcpy(&bits, &x.data<float>()[i], 4);
-    EXPECT_EQ(y[0].data<int32_t>()[i], bits);
-  }
-  EXPECT_FALSE(try_run("BitCast", 26, {x}, {{"to", attr_int(static_cast<int>(DataType::kInt64))}}).ok());
 }
 
 TEST(RqMisc, Optimizers) {

@@ -77,8 +77,8 @@ inline double get(const Tensor& t, int64_t i) {
     case DataType::kFloat64: return t.data<double>()[i];
     case DataType::kFloat16: return f16_to_f32(t.data<uint16_t>()[i]);
     case DataType::kBFloat16: return bf16_to_f32(t.data<uint16_t>()[i]);
-    case DataType::kInt8: case DataType::kInt4: return t.data<int8_t>()[i];
-    case DataType::kUInt8: case DataType::kUInt4: return t.data<uint8_t>()[i];
+    case DataType::kInt8: case DataType::kInt4: case DataType::kInt2: return t.data<int8_t>()[i];
+    case DataType::kUInt8: case DataType::kUInt4: case DataType::kUInt2: return t.data<uint8_t>()[i];
     case DataType::kInt16: return t.data<int16_t>()[i];
     case DataType::kUInt16: return t.data<uint16_t>()[i];
     case DataType::kInt32: return t.data<int32_t>()[i];
@@ -94,8 +94,8 @@ inline void set(Tensor& t, int64_t i, double v) {
     case DataType::kFloat64: t.data<double>()[i] = v; break;
     case DataType::kFloat16: t.data<uint16_t>()[i] = f32_to_f16(static_cast<float>(v)); break;
     case DataType::kBFloat16: t.data<uint16_t>()[i] = f32_to_bf16(static_cast<float>(v)); break;
-    case DataType::kInt8: case DataType::kInt4: t.data<int8_t>()[i] = static_cast<int8_t>(v); break;
-    case DataType::kUInt8: case DataType::kUInt4: t.data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
+    case DataType::kInt8: case DataType::kInt4: case DataType::kInt2: t.data<int8_t>()[i] = static_cast<int8_t>(v); break;
+    case DataType::kUInt8: case DataType::kUInt4: case DataType::kUInt2: t.data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
     case DataType::kInt16: t.data<int16_t>()[i] = static_cast<int16_t>(v); break;
     case DataType::kUInt16: t.data<uint16_t>()[i] = static_cast<uint16_t>(v); break;
     case DataType::kInt32: t.data<int32_t>()[i] = static_cast<int32_t>(v); break;

@@ -132,6 +132,12 @@ TEST(ShapeSplit, AttrInputAndNumOutputs) {
   EXPECT_EQ(y[0].shape(), (Shape{2, 3}));
   EXPECT_EQ(y[2].shape(), (Shape{2, 1}));
   EXPECT_EQ(values<int64_t>(y[2]), (std::vector<int64_t>{6, 13}));
+  // 5 into 4 parts: chunks of ceil(5/4) = 2 run out early; like onnx's reference the rest is empty.
+  Tensor five = iota_i64({5});
+  y = run("Split", {five}, {{"num_outputs", ai(4)}}, 4, 18);
+  EXPECT_EQ(values<int64_t>(y[1]), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(values<int64_t>(y[2]), (std::vector<int64_t>{4}));
+  EXPECT_EQ(y[3].shape(), (Shape{0}));
   // Equal split by output count along axis 0.
   y = run("Split", {x}, {}, 2, 13);
   EXPECT_EQ(values<int64_t>(y[1]), (std::vector<int64_t>{7, 8, 9, 10, 11, 12, 13}));

@@ -266,6 +266,11 @@ TEST(ShapeInfer, SliceExpandTilePadSplit) {
   InferCase sp("Split", {x}, {}, {{"axis", ai(1)}, {"num_outputs", ai(3)}}, 3);
   EXPECT_EQ(sp.out(0), str({S("B"), 4, S("T")}));
   EXPECT_EQ(sp.out(2), str({S("B"), 2, S("T")}));
+  InferCase sp4("Split", {x}, {}, {{"axis", ai(1)}, {"num_outputs", ai(4)}}, 4);  // 10 → 3, 3, 3, 1
+  EXPECT_EQ(sp4.out(3), str({S("B"), 1, S("T")}));
+  InferCase sp8("Split", {x}, {}, {{"axis", ai(1)}, {"num_outputs", ai(8)}}, 8);  // 10 → 2 ×5, then 0 ×3
+  EXPECT_EQ(sp8.out(4), str({S("B"), 2, S("T")}));
+  EXPECT_EQ(sp8.out(7), str({S("B"), 0, S("T")}));
 }
 
 TEST(ShapeInfer, ValueProducers) {

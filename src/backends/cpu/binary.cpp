@@ -37,8 +37,14 @@ void binary_apply(const Tensor& A, const Tensor& B, Tensor& O, const Shape& a_sh
   });
 }
 
-// Opset < 7 broadcasting (attribute broadcast=1): B aligns with A starting at `axis`.
+// Opset < 7 broadcasting (attribute broadcast=1): B aligns with A starting at `axis`. PRelu before
+// opset 7 has no attribute: a 1-D slope of more than one value is per channel (axis 1).
 Shape legacy_b_shape(const ir::Node& n, const Shape& a, const Shape& b) {
+  if (n.op_type == "PRelu" && n.opset != 0 && n.opset < 7 && b.size() == 1 && b[0] != 1 && a.size() >= 2) {
+    Shape s = b;
+    s.resize(a.size() - 1, 1);
+    return s;
+  }
   if (n.opset == 0 || n.opset >= 7 || n.attr_int("broadcast", 0) == 0) return b;
   const int64_t ra = static_cast<int64_t>(a.size()), rb = static_cast<int64_t>(b.size());
   int64_t axis = n.attr_int("axis", ra - rb);

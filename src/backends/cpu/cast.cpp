@@ -1,10 +1,10 @@
 // backends/cpu/cast.cpp — Cast and CastLike between every kiln dtype: float/double/float16/bfloat16,
-// all integer widths, bool, string, the float8 variants, float4e2m1, float8e8m0, int4 and uint4.
+// all integer widths, bool, string, the float8 variants, float4e2m1, float8e8m0, int4/uint4 and int2/uint2.
 //
 // Values travel through a wide intermediate (double for floating sources, int64 for signed, uint64 for
 // unsigned and bool), in chunks, so each dtype needs one reader and one writer instead of a kernel per
 // pair. Results follow numpy/ml_dtypes as ONNX's reference does: float → int truncates (out-of-range
-// values wrap like x86's conversions), int → narrower int wraps, int4/uint4 keep the low 4 bits,
+// values wrap like x86's conversions), int → narrower int wraps, int4/uint4 (int2/uint2) keep the low 4 (2) bits,
 // float8 rounds to nearest even with `saturate`, strings use numpy's shortest float repr.
 #include <charconv>
 #include <cmath>
@@ -33,9 +33,10 @@ Wide wide_kind(DataType dt) {
     case DataType::kFloat8E5M2FNUZ: case DataType::kFloat4E2M1: case DataType::kFloat8E8M0:
       return Wide::kFloat;
     case DataType::kInt8: case DataType::kInt16: case DataType::kInt32: case DataType::kInt64: case DataType::kInt4:
+    case DataType::kInt2:
       return Wide::kSigned;
     case DataType::kUInt8: case DataType::kUInt16: case DataType::kUInt32: case DataType::kUInt64:
-    case DataType::kUInt4: case DataType::kBool:
+    case DataType::kUInt4: case DataType::kUInt2: case DataType::kBool:
       return Wide::kUnsigned;
     default:
       return Wide::kNone;
@@ -87,6 +88,11 @@ void read_signed(DataType dt, const void* in, int64_t n, int64_t* out) {
     for (int64_t i = 0; i < n; ++i) out[i] = ((b[i] & 0xf) ^ 8) - 8;
     return;
   }
+  if (dt == DataType::kInt2) {
+    const auto* b = static_cast<const uint8_t*>(in);
+    for (int64_t i = 0; i < n; ++i) out[i] = ((b[i] & 0x3) ^ 2) - 2;
+    return;
+  }
   visit<kSigned>(dt, [&](auto tag) {
     using S = typename decltype(tag)::type;
     const S* p = static_cast<const S*>(in);
@@ -98,6 +104,11 @@ void read_unsigned(DataType dt, const void* in, int64_t n, uint64_t* out) {
   if (dt == DataType::kUInt4) {
     const auto* b = static_cast<const uint8_t*>(in);
     for (int64_t i = 0; i < n; ++i) out[i] = b[i] & 0xf;
+    return;
+  }
+  if (dt == DataType::kUInt2) {
+    const auto* b = static_cast<const uint8_t*>(in);
+    for (int64_t i = 0; i < n; ++i) out[i] = b[i] & 0x3;
     return;
   }
   visit<kUnsigned | kBoolT>(dt, [&](auto tag) {
@@ -147,6 +158,12 @@ bool write_wide(DataType dt, const W* in, int64_t n, void* out, const CastOption
       return true;
     case DataType::kUInt4:
       for (int64_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>(int_from<uint64_t>(in[i]) & 0xf);
+      return true;
+    case DataType::kInt2:
+      for (int64_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>(((int_from<int64_t>(in[i]) & 0x3) ^ 2) - 2);
+      return true;
+    case DataType::kUInt2:
+      for (int64_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>(int_from<uint64_t>(in[i]) & 0x3);
       return true;
     case DataType::kBool:
       for (int64_t i = 0; i < n; ++i) static_cast<bool*>(out)[i] = in[i] != 0;

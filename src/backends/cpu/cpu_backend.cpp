@@ -42,6 +42,7 @@ class CpuBackend final : public Backend {
     register_misc(registry_);
     register_rnn_quant(registry_);
     register_newops(registry_);
+    register_ml(registry_);
     register_fused(registry_);
   }
   std::string name() const override { return "cpu"; }

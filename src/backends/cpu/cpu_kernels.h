@@ -20,6 +20,7 @@ void register_control(KernelRegistry& r);
 void register_misc(KernelRegistry& r);
 void register_rnn_quant(KernelRegistry& r);  // quant, rnn, loss, roi, training (rnn_quant.cpp)
 void register_newops(KernelRegistry& r);  // newer ops (opset 20-27): newops*.cpp, attention.cpp
+void register_ml(KernelRegistry& r);  // ai.onnx.ml ops: ml.cpp
 void register_fused(KernelRegistry& r);   // kiln's fused ops (domain "kiln"): fused*.cpp
 
 // Runs fn(begin, end) over [0, n) in parallel chunks of at least `grain` items (OpenMP).

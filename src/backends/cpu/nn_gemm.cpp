@@ -280,7 +280,8 @@ std::string check_matmul_dtype(const ir::Node& n) {
 void register_gemm(KernelRegistry& r) {
   r.add({"MatMul", "", 1, 1 << 30, "cpu.MatMul.any.sgemm", check_matmul_dtype,
          [](const ir::Node&, KernelInit&) { return make_kernel(matmul_kernel); }});
-  r.add({"Gemm", "", 7, 1 << 30, "cpu.Gemm.any.sgemm", check_matmul_dtype, [](const ir::Node& n, KernelInit&) {
+  // Before opset 7 Gemm had a `broadcast` attribute; C broadcasting always is a superset of it.
+  r.add({"Gemm", "", 1, 1 << 30, "cpu.Gemm.any.sgemm", check_matmul_dtype, [](const ir::Node& n, KernelInit&) {
            GemmAttrs g;
            g.ta = n.attr_int("transA", 0) != 0;
            g.tb = n.attr_int("transB", 0) != 0;

@@ -312,7 +312,14 @@ DataType stash_type(const ir::Node& n) {
 
 void register_norm(KernelRegistry& r) {
   auto real = [](const ir::Node& n) { return require_real(n, 0); };
-  r.add({"BatchNormalization", "", 7, 1 << 30, "cpu.BatchNormalization.any", real, [](const ir::Node& n, KernelInit&) {
+  // Before opset 7: `is_test` (default 0, training) and `spatial` (implied by the parameter
+  // shapes here); only test mode is run.
+  auto bn_check = [real](const ir::Node& n) -> std::string {
+    if (n.opset != 0 && n.opset < 7 && n.attr_int("is_test", 0) == 0)
+      return "training-mode BatchNormalization (is_test=0) of opset < 7 is not supported";
+    return real(n);
+  };
+  r.add({"BatchNormalization", "", 1, 1 << 30, "cpu.BatchNormalization.any", bn_check, [](const ir::Node& n, KernelInit&) {
            BnAttrs a;
            a.eps = n.attr_float("epsilon", 1e-5f);
            a.momentum = n.attr_float("momentum", 0.9f);

@@ -172,36 +172,54 @@ Status global_pool_kernel(KernelContext& ctx, const PoolAttrs& a) {
   return Status::Ok();
 }
 
-// MaxUnpool: scatters X into zeros at the flat positions given by I (MaxPool's Indices).
+// MaxUnpool: scatters X into zeros at the flat positions given by I (MaxPool's Indices). The
+// indices address the shape inferred from kernel_shape/strides/pads; an output_shape input only
+// enlarges the output, the inferred block sitting at its origin (onnx's reference, whose data the
+// conformance tests hold).
 Status max_unpool_kernel(KernelContext& ctx, const PoolAttrs& a) {
   const Tensor& x = ctx.input(0);
   const Tensor& ind = ctx.input(1);
   if (x.rank() < 3) return ctx.error("X must have rank >= 3");
   if (ind.shape() != x.shape()) return ctx.error("I must have the shape of X");
   if (!is_real(x.dtype())) return ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype()));
-  Shape ys;
+  const size_t n = x.rank() - 2;
+  if (a.w.kernel.size() != n) return ctx.error("kernel_shape must have one entry per spatial dim");
+  Shape inferred = {x.dim(0), x.dim(1)};
+  for (size_t d = 0; d < n; ++d) {
+    const int64_t s = a.w.strides.empty() ? 1 : a.w.strides[d];
+    const int64_t pb = a.w.pads.empty() ? 0 : a.w.pads[d], pe = a.w.pads.empty() ? 0 : a.w.pads[n + d];
+    inferred.push_back((x.dim(static_cast<int>(d) + 2) - 1) * s + a.w.kernel[d] - pb - pe);
+  }
+  Shape ys = inferred;
   if (ctx.has_input(2)) {
     const Tensor& os = ctx.input(2);
+    ys.clear();
     for (int64_t i = 0; i < os.numel(); ++i) ys.push_back(load_as<int64_t>(os, i));
     if (static_cast<int>(ys.size()) != x.rank()) return ctx.error("output_shape must have the rank of X");
-  } else {
-    const size_t n = x.rank() - 2;
-    if (a.w.kernel.size() != n) return ctx.error("kernel_shape must have one entry per spatial dim");
-    ys = {x.dim(0), x.dim(1)};
-    for (size_t d = 0; d < n; ++d) {
-      const int64_t s = a.w.strides.empty() ? 1 : a.w.strides[d];
-      const int64_t pb = a.w.pads.empty() ? 0 : a.w.pads[d], pe = a.w.pads.empty() ? 0 : a.w.pads[n + d];
-      ys.push_back((x.dim(static_cast<int>(d) + 2) - 1) * s + a.w.kernel[d] - pb - pe);
-    }
+    for (int d = 0; d < x.rank(); ++d)
+      if (ys[d] < inferred[d])
+        return ctx.error("output_shape " + shape_to_string(ys) + " is smaller than the unpooled shape " +
+                         shape_to_string(inferred));
   }
   Tensor& y = ctx.output(0, x.dtype(), ys);
-  const int64_t total = y.numel();
   const size_t esz = dtype_size(x.dtype());
-  std::memset(y.raw(), 0, total * esz);
+  std::memset(y.raw(), 0, y.numel() * esz);
+  const int64_t total = shape_numel(inferred);
+  const bool same = ys == inferred;
   for (int64_t i = 0; i < x.numel(); ++i) {
     const int64_t j = load_as<int64_t>(ind, i);
     if (j < 0 || j >= total) return ctx.error("index " + std::to_string(j) + " is outside the output");
-    std::memcpy(static_cast<char*>(y.raw()) + j * esz, static_cast<const char*>(x.raw()) + i * esz, esz);
+    int64_t at = j;
+    if (!same) {  // j's coordinates in the inferred shape, placed in the larger output
+      at = 0;
+      int64_t rest = j, stride = 1;
+      for (int d = x.rank() - 1; d >= 0; --d) {
+        at += (rest % inferred[d]) * stride;
+        rest /= inferred[d];
+        stride *= ys[d];
+      }
+    }
+    std::memcpy(static_cast<char*>(y.raw()) + at * esz, static_cast<const char*>(x.raw()) + i * esz, esz);
   }
   return Status::Ok();
 }

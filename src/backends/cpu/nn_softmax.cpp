@@ -129,7 +129,13 @@ void register_softmax(KernelRegistry& r) {
              return make_kernel([a](KernelContext& ctx) { return soft_kernel(ctx, a); });
            }});
   }
-  r.add({"Dropout", "", 7, 1 << 30, "cpu.Dropout.any", real, [](const ir::Node& n, KernelInit&) {
+  // Before opset 7 Dropout trains unless `is_test` is set; only test mode (identity) is run.
+  auto dropout_check = [real](const ir::Node& n) -> std::string {
+    if (n.opset != 0 && n.opset < 7 && n.attr_int("is_test", 0) == 0)
+      return "training-mode Dropout (is_test=0) of opset < 7 is not supported";
+    return real(n);
+  };
+  r.add({"Dropout", "", 1, 1 << 30, "cpu.Dropout.any", dropout_check, [](const ir::Node& n, KernelInit&) {
            DropoutAttrs a;
            a.opset = n.opset ? n.opset : 22;
            a.ratio = n.attr_float("ratio", 0.5f);

@@ -3,8 +3,8 @@
 // Granularity comes from the scale's shape: a scalar (or [1]) is per tensor, a 1-D scale of
 // x.shape[axis] is per axis, and with block_size > 0 the scale has x's shape except
 // ceil(x.shape[axis] / block_size) along axis. Integer results round half to even and saturate;
-// float8 results round to nearest even (saturating or not, `saturate`); 4-bit results are held
-// one per byte.
+// float8 results round to nearest even (saturating or not, `saturate`); 4- and 2-bit results are
+// held one per byte.
 #include <algorithm>
 #include <limits>
 
@@ -90,6 +90,8 @@ bool integer_range(DataType t, int64_t* lo, int64_t* hi) {
     case DataType::kInt16: *lo = -32768; *hi = 32767; return true;
     case DataType::kUInt4: *lo = 0; *hi = 15; return true;
     case DataType::kInt4: *lo = -8; *hi = 7; return true;
+    case DataType::kUInt2: *lo = 0; *hi = 3; return true;
+    case DataType::kInt2: *lo = -2; *hi = 1; return true;
     case DataType::kInt32: *lo = std::numeric_limits<int32_t>::min(); *hi = std::numeric_limits<int32_t>::max(); return true;
     default: return false;
   }
@@ -97,8 +99,8 @@ bool integer_range(DataType t, int64_t* lo, int64_t* hi) {
 
 void store_integer(Tensor& t, int64_t i, int64_t v) {
   switch (t.dtype()) {
-    case DataType::kUInt8: case DataType::kUInt4: t.data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
-    case DataType::kInt8: case DataType::kInt4: t.data<int8_t>()[i] = static_cast<int8_t>(v); break;
+    case DataType::kUInt8: case DataType::kUInt4: case DataType::kUInt2: t.data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
+    case DataType::kInt8: case DataType::kInt4: case DataType::kInt2: t.data<int8_t>()[i] = static_cast<int8_t>(v); break;
     case DataType::kUInt16: t.data<uint16_t>()[i] = static_cast<uint16_t>(v); break;
     case DataType::kInt16: t.data<int16_t>()[i] = static_cast<int16_t>(v); break;
     case DataType::kInt32: t.data<int32_t>()[i] = static_cast<int32_t>(v); break;
@@ -158,7 +160,7 @@ Status quantize_kernel(KernelContext& ctx, const QuantAttrs& a) {
     out_t = zp->dtype();
   }
   int64_t lo = 0, hi = 0;
-  SmallFloat sf{};
+  MiniFloat sf{};
   const bool is_int = out_t != DataType::kInt32 && integer_range(out_t, &lo, &hi);
   const bool is_small = small_float_of(out_t, &sf);
   if (!is_int && !is_small) return ctx.error(std::string("cannot quantize to ") + dtype_name(out_t));
@@ -178,7 +180,10 @@ Status quantize_kernel(KernelContext& ctx, const QuantAttrs& a) {
         r = std::clamp(r, static_cast<double>(lo), static_cast<double>(hi));
         store_integer(y, i, static_cast<int64_t>(r));
       } else {
-        y.data<uint8_t>()[i] = f32_to_small(static_cast<float>(q + z[k]), sf, a.saturate);
+        // float8 adds a zero point only when it is not zero (keeps -0); float4 always adds it,
+        // like the reference.
+        const double v = sf == MiniFloat::kE2M1 || z[k] != 0 ? q + z[k] : q;
+        y.data<uint8_t>()[i] = f32_to_mini(static_cast<float>(v), sf, a.saturate);
       }
     }
   });

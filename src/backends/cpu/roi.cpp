@@ -1,5 +1,6 @@
-// backends/cpu/roi.cpp — region and image-layout ops on the CPU: RoiAlign, MaxRoiPool, Col2Im,
-// DeformConv (2-D), and LpNormalization. All compute in double and store in the input's dtype.
+// backends/cpu/roi.cpp — region and image ops on the CPU: RoiAlign, MaxRoiPool, DeformConv (2-D),
+// and LpNormalization (Col2Im lives with the shape family). All compute in double and store in the
+// input's dtype.
 #include <algorithm>
 #include <limits>
 
@@ -159,65 +160,6 @@ Status max_roi_pool_kernel(KernelContext& ctx, int64_t PH, int64_t PW, double sc
   return Status::Ok();
 }
 
-// ---------------------------------------------------------------- Col2Im
-
-struct ColAttrs {
-  std::vector<int64_t> dilations, pads, strides;
-};
-
-Status col2im_kernel(KernelContext& ctx, const ColAttrs& a) {
-  const Tensor& x = ctx.input(0);
-  const Tensor& img = ctx.input(1);
-  const Tensor& blk = ctx.input(2);
-  const int64_t nd = img.numel();
-  if (x.rank() != 3) return ctx.error("input must be [N, C * prod(block_shape), L]");
-  if (blk.numel() != nd || nd == 0) return ctx.error("image_shape and block_shape must have the same length");
-  std::vector<int64_t> im(nd), k(nd), dil(a.dilations), str(a.strides), pad(a.pads), nb(nd);
-  for (int64_t i = 0; i < nd; ++i) {
-    im[i] = static_cast<int64_t>(load_f64(img, i));
-    k[i] = static_cast<int64_t>(load_f64(blk, i));
-  }
-  if (dil.empty()) dil.assign(nd, 1);
-  if (str.empty()) str.assign(nd, 1);
-  if (pad.empty()) pad.assign(2 * nd, 0);
-  if (static_cast<int64_t>(dil.size()) != nd || static_cast<int64_t>(str.size()) != nd || static_cast<int64_t>(pad.size()) != 2 * nd)
-    return ctx.error("dilations, strides (and pads, twice) need one entry per image dim");
-  int64_t kprod = 1, L = 1;
-  for (int64_t i = 0; i < nd; ++i) {
-    if (k[i] <= 0 || str[i] <= 0 || dil[i] <= 0) return ctx.error("block_shape, strides and dilations must be positive");
-    kprod *= k[i];
-    nb[i] = (im[i] + pad[i] + pad[nd + i] - (dil[i] * (k[i] - 1) + 1)) / str[i] + 1;
-    L *= std::max<int64_t>(nb[i], 0);
-  }
-  if (x.dim(1) % kprod != 0) return ctx.error("input dim 1 must be a multiple of prod(block_shape)");
-  if (x.dim(2) != L) return ctx.error("input dim 2 is " + std::to_string(x.dim(2)) + ", the blocks give " + std::to_string(L));
-  const int64_t N = x.dim(0), C = x.dim(1) / kprod;
-  Shape out_shape = {N, C};
-  int64_t plane = 1;
-  for (int64_t v : im) { out_shape.push_back(v); plane *= v; }
-  std::vector<double> acc(static_cast<size_t>(N * C * plane), 0.0);
-  std::vector<int64_t> kc(nd), bc(nd);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t kk = 0; kk < kprod; ++kk) {
-        for (int64_t i = nd - 1, r = kk; i >= 0; --i) { kc[i] = r % k[i]; r /= k[i]; }
-        for (int64_t l = 0; l < L; ++l) {
-          for (int64_t i = nd - 1, r = l; i >= 0; --i) { bc[i] = r % nb[i]; r /= nb[i]; }
-          int64_t pos = 0;
-          bool inside = true;
-          for (int64_t i = 0; i < nd && inside; ++i) {
-            const int64_t p = bc[i] * str[i] - pad[i] + kc[i] * dil[i];
-            inside = p >= 0 && p < im[i];
-            pos = pos * im[i] + p;
-          }
-          if (inside) acc[(n * C + c) * plane + pos] += load_f64(x, ((n * C + c) * kprod + kk) * L + l);
-        }
-      }
-  Tensor& y = ctx.output(0, x.dtype(), out_shape);
-  for (int64_t i = 0; i < y.numel(); ++i) store_float(y, i, acc[i]);
-  return Status::Ok();
-}
-
 // ---------------------------------------------------------------- DeformConv (2-D)
 
 struct DeformAttrs {
@@ -323,10 +265,6 @@ void register_roi(KernelRegistry& r) {
            if (ps.size() != 2 || ps[0] <= 0 || ps[1] <= 0) return invalid_model(n.describe() + ": pooled_shape must be 2 positive ints");
            const double scale = n.attr_float("spatial_scale", 1.0f);
            return make_kernel([ps, scale](KernelContext& ctx) { return max_roi_pool_kernel(ctx, ps[0], ps[1], scale); });
-         }});
-  r.add({"Col2Im", "", 18, 1 << 30, "cpu.Col2Im.any", real, [](const ir::Node& n, KernelInit&) {
-           ColAttrs a{n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_ints("strides")};
-           return make_kernel([a](KernelContext& ctx) { return col2im_kernel(ctx, a); });
          }});
   r.add({"DeformConv", "", 19, 1 << 30, "cpu.DeformConv.2d", real, [](const ir::Node& n, KernelInit&) {
            DeformAttrs a{n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_ints("strides"), n.attr_ints("kernel_shape"),

@@ -305,7 +305,7 @@ Expected<KernelPtr> create_transpose(const ir::Node& n, KernelInit&) {
 // ---------------------------------------------------------------- Concat / Split
 
 Expected<KernelPtr> create_concat(const ir::Node& n, KernelInit&) {
-  const int64_t axis_attr = n.attr_int("axis", 0);
+  const int64_t axis_attr = n.attr_int("axis", ops::concat_default_axis(n.opset));
   return make_kernel([=](KernelContext& ctx) -> Status {
     std::vector<const Tensor*> xs;
     for (int i = 0; i < ctx.num_inputs(); ++i)

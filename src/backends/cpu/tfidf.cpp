@@ -1,10 +1,9 @@
-// backends/cpu/tfidf.cpp — TfIdfVectorizer and BitCast on the CPU.
+// backends/cpu/tfidf.cpp — TfIdfVectorizer on the CPU.
 //
 // TfIdfVectorizer counts, per row, the n-grams of the pool (lengths min_gram_length..
 // max_gram_length) found at every start position with every skip distance 1..max_skip_count+1
 // (unigrams once), then weights the counts (TF, IDF or TFIDF).
 #include <algorithm>
-#include <cstring>
 #include <map>
 
 #include "backends/cpu/rq_common.h"
@@ -109,18 +108,6 @@ Status tfidf_kernel(KernelContext& ctx, const TfIdf& a) {
   return Status::Ok();
 }
 
-Status bitcast_kernel(KernelContext& ctx, DataType to) {
-  const Tensor& x = ctx.input(0);
-  if (x.dtype() == DataType::kString || to == DataType::kString) return ctx.error("BitCast does not take strings");
-  if (dtype_size(x.dtype()) != dtype_size(to))
-    return ctx.error(std::string("BitCast needs types of the same size: ") + dtype_name(x.dtype()) + " → " + dtype_name(to));
-  Tensor& y = ctx.output(0, to, x.shape());
-  if (x.nbytes()) std::memcpy(y.raw(), x.raw(), x.nbytes());
-  if (to == DataType::kBool)  // keep bools 0/1
-    for (int64_t i = 0; i < y.numel(); ++i) y.data<uint8_t>()[i] = y.data<uint8_t>()[i] != 0;
-  return Status::Ok();
-}
-
 }  // namespace
 
 void register_text(KernelRegistry& r) {
@@ -129,12 +116,6 @@ void register_text(KernelRegistry& r) {
          [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
            KILN_ASSIGN_OR_RETURN(TfIdf a, parse_tfidf(n));
            return make_kernel([a](KernelContext& ctx) { return tfidf_kernel(ctx, a); });
-         }});
-  r.add({"BitCast", "", 26, 1 << 30, "cpu.BitCast.any", nullptr, [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
-           const int64_t to = n.attr_int("to", 0);
-           if (!dtype_is_valid(static_cast<int32_t>(to)) || to == 0) return invalid_model(n.describe() + ": bad 'to' dtype");
-           const DataType dt = static_cast<DataType>(to);
-           return make_kernel([dt](KernelContext& ctx) { return bitcast_kernel(ctx, dt); });
          }});
 }
 

@@ -1,7 +1,12 @@
 // backends/cpu/unary.cpp — CPU kernels of the unary family: math functions, activations, logic and
 // bitwise negation, NaN/Inf tests, Clip, Shrink and Identity. float16/bfloat16 are computed in float;
 // float32 activations on the hot path use the vectorizable approximations of elementwise_math.h.
+// Lets GCC if-convert the branch-free float math of elementwise_math.h and vectorize it (it refuses
+// while FP exceptions must be preserved); kiln never reads FP exception flags.
+#pragma GCC optimize("no-trapping-math")
+
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "backends/cpu/elementwise_common.h"
@@ -23,13 +28,18 @@ void unary_apply(const Tensor& X, Tensor& Y, const F& f) {
 
 // Registers a unary op over dtype set `Set`; make(node) returns the element function (called with
 // compute-type values). BoolOut: the output is bool (IsNaN, IsInf).
+// `variant` (e.g. "tanh") names a kernel that only takes nodes passing `accept`.
 template <unsigned Set, bool BoolOut, typename Make>
-void add_unary(KernelRegistry& r, const std::string& op, int since, Make make) {
+void add_unary(KernelRegistry& r, const std::string& op, int since, Make make, const std::string& variant = "",
+               std::function<bool(const ir::Node&)> accept = nullptr) {
   KernelDef d;
   d.op = op;
   d.since = since;
-  d.name = "cpu." + op;
-  d.check = [](const ir::Node& n) { return check_dtype(n, 0, Set); };
+  d.name = "cpu." + op + (variant.empty() ? "" : "." + variant);
+  d.check = [accept](const ir::Node& n) -> std::string {
+    if (accept && !accept(n)) return "attributes select another variant";
+    return check_dtype(n, 0, Set);
+  };
   d.create = [make](const ir::Node& node, KernelInit&) -> Expected<KernelPtr> {
     auto f = make(node);
     return make_kernel([f](KernelContext& ctx) -> Status {
@@ -254,17 +264,17 @@ void register_unary(KernelRegistry& r) {
     const float alpha = n.attr_float("alpha", 1.0f);
     return [alpha](auto x) { return x > static_cast<decltype(x)>(alpha) ? x : static_cast<decltype(x)>(0); };
   });
-  act("Gelu", 20, [](const ir::Node& n) {
-    const bool tanh_approx = n.attr_string("approximate", "none") == "tanh";
-    return [tanh_approx](auto x) {
-      using C = decltype(x);
-      if (tanh_approx) {
-        const C k = static_cast<C>(0.7978845608028654);  // sqrt(2/pi)
-        return C(0.5) * x * (C(1) + tanh_(k * (x + C(0.044715) * x * x * x)));
-      }
-      return C(0.5) * x * (C(1) + erf_(x * static_cast<C>(0.7071067811865476)));
-    };
-  });
+  // Gelu: one kernel per `approximate` mode, so each inner loop stays branch-free.
+  auto gelu_tanh = [](const ir::Node& n) { return n.attr_string("approximate", "none") == "tanh"; };
+  add_unary<kFloats, false>(r, "Gelu", 20, plain([](auto x) {
+    using C = decltype(x);
+    const C k = static_cast<C>(0.7978845608028654);  // sqrt(2/pi)
+    return C(0.5) * x * (C(1) + tanh_(k * (x + C(0.044715) * x * x * x)));
+  }), "tanh", gelu_tanh);
+  add_unary<kFloats, false>(r, "Gelu", 20, plain([](auto x) {
+    using C = decltype(x);
+    return C(0.5) * x * (C(1) + erf_(x * static_cast<C>(0.7071067811865476)));
+  }), "erf", [gelu_tanh](const ir::Node& n) { return !gelu_tanh(n); });
   act("Swish", 24, [](const ir::Node& n) {
     const float alpha = n.attr_float("alpha", 1.0f);
     return [alpha](auto x) { return x * sigmoid(static_cast<decltype(x)>(alpha) * x); };
