@@ -95,6 +95,12 @@ std::vector<float> Node::attr_floats(const std::string& key, std::vector<float> 
   const Attribute* a = attr(key);
   return a ? a->floats : dflt;
 }
+bool Node::has_subgraphs() const {
+  for (const auto& [k, a] : attrs)
+    if (a.g || !a.graphs.empty()) return true;
+  return false;
+}
+
 std::string Node::describe() const {
   std::string d = domain.empty() ? op_type : domain + "." + op_type;
   return "node '" + name + "' (" + d + ")";

@@ -116,6 +116,8 @@ class Node {
   std::string attr_string(const std::string& key, const std::string& dflt) const;
   std::vector<int64_t> attr_ints(const std::string& key, std::vector<int64_t> dflt = {}) const;
   std::vector<float> attr_floats(const std::string& key, std::vector<float> dflt = {}) const;
+  // True when an attribute holds a graph (If/Loop/Scan bodies, ...).
+  bool has_subgraphs() const;
   bool has_input(size_t i) const { return i < inputs.size() && inputs[i] != nullptr; }
   bool has_output(size_t i) const { return i < outputs.size() && outputs[i] != nullptr; }
   // "node 'conv1' (Conv)" — how errors name a node.

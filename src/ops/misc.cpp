@@ -7,15 +7,6 @@
 namespace kiln::ops {
 namespace {
 
-bool const_ints(const Tensor* t, std::vector<int64_t>& out) {
-  if (!t) return false;
-  out.clear();
-  if (t->dtype() == DataType::kInt64) out.assign(t->data<int64_t>(), t->data<int64_t>() + t->numel());
-  else if (t->dtype() == DataType::kInt32) out.assign(t->data<int32_t>(), t->data<int32_t>() + t->numel());
-  else return false;
-  return true;
-}
-
 bool const_floats(const Tensor* t, std::vector<double>& out) {
   if (!t) return false;
   out.clear();

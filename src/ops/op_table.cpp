@@ -1,6 +1,7 @@
 #include "ops/op_table.h"
 
 #include <map>
+#include <set>
 
 namespace kiln::ops {
 
@@ -112,6 +113,21 @@ ir::SymShape broadcast_sym(const ir::SymShape& a, const ir::SymShape& b) {
     else o[i] = da.symbol == db.symbol ? da : ir::Dim();
   }
   return ir::SymShape(std::move(o));
+}
+
+bool const_ints(const Tensor* t, std::vector<int64_t>& out) {
+  if (!t) return false;
+  out.clear();
+  if (t->dtype() == DataType::kInt64) out.assign(t->data<int64_t>(), t->data<int64_t>() + t->numel());
+  else if (t->dtype() == DataType::kInt32) out.assign(t->data<int32_t>(), t->data<int32_t>() + t->numel());
+  else return false;
+  return true;
+}
+
+bool is_nondeterministic(const ir::Node& n) {
+  static const std::set<std::string> ops = {"RandomNormal", "RandomUniform", "RandomNormalLike",
+                                            "RandomUniformLike", "Bernoulli", "Multinomial"};
+  return n.domain.empty() && ops.count(n.op_type);
 }
 
 bool normalize_axis(int64_t& axis, int64_t rank) {

@@ -50,6 +50,10 @@ Status infer_graph(ir::Graph& graph);
 // Multidirectional (numpy) broadcasting.
 bool broadcast_shapes(const Shape& a, const Shape& b, Shape* out);
 ir::SymShape broadcast_sym(const ir::SymShape& a, const ir::SymShape& b);
+// The values of an int64/int32 constant (false when absent or of another dtype).
+bool const_ints(const Tensor* t, std::vector<int64_t>& out);
+// Ops whose outputs differ from run to run (never folded or merged).
+bool is_nondeterministic(const ir::Node& n);
 // Normalizes a possibly negative axis against `rank`; false when out of range.
 bool normalize_axis(int64_t& axis, int64_t rank);
 

@@ -6,15 +6,6 @@
 namespace kiln::ops {
 namespace {
 
-bool const_ints(const Tensor* t, std::vector<int64_t>& out) {
-  if (!t) return false;
-  out.clear();
-  if (t->dtype() == DataType::kInt64) out.assign(t->data<int64_t>(), t->data<int64_t>() + t->numel());
-  else if (t->dtype() == DataType::kInt32) out.assign(t->data<int32_t>(), t->data<int32_t>() + t->numel());
-  else return false;
-  return true;
-}
-
 // Output shape of a reduction over `axes` (all when `all`).
 Status reduce_shape(InferContext& ctx, const std::vector<int64_t>& axes_in, bool all, bool keepdims) {
   const ir::SymShape& in = ctx.shape(0);

@@ -4,6 +4,7 @@
 #include <set>
 #include <sstream>
 
+#include "ops/op_table.h"
 #include "passes/pattern.h"
 
 namespace kiln::passes {
@@ -25,15 +26,9 @@ bool exact_key(const ir::Attribute& a, std::ostringstream& os) {
   }
 }
 
-bool is_nondeterministic(const ir::Node& n) {
-  static const std::set<std::string> ops = {"RandomNormal", "RandomUniform", "RandomNormalLike",
-                                            "RandomUniformLike", "Bernoulli", "Multinomial"};
-  return n.domain.empty() && ops.count(n.op_type);
-}
-
 // A key equal for two nodes that compute the same thing, or "" when n must not be merged.
 std::string node_key(const ir::Node& n) {
-  if (is_nondeterministic(n) || n.outputs.empty()) return "";
+  if (ops::is_nondeterministic(n) || n.outputs.empty()) return "";
   std::ostringstream os;
   os << n.domain << "|" << n.op_type << "|" << n.opset << "|" << n.outputs.size() << "|";
   for (const ir::Value* v : n.inputs) os << static_cast<const void*>(v) << ",";

@@ -3,23 +3,12 @@
 // their inputs) stay computed so weights are not duplicated.
 #include <set>
 
+#include "ops/op_table.h"
 #include "passes/passes.h"
 #include "runtime/eager.h"
 
 namespace kiln::passes {
 namespace {
-
-bool is_nondeterministic(const ir::Node& n) {
-  static const std::set<std::string> ops = {"RandomNormal", "RandomUniform", "RandomNormalLike",
-                                            "RandomUniformLike", "Bernoulli", "Multinomial"};
-  return n.domain.empty() && ops.count(n.op_type);
-}
-
-bool has_subgraphs(const ir::Node& n) {
-  for (const auto& [k, a] : n.attrs)
-    if (a.g || !a.graphs.empty()) return true;
-  return false;
-}
 
 // Shape/Size of a value whose shape is static.
 bool fold_shape_of(ir::Node& n, Tensor* out) {
@@ -49,7 +38,7 @@ Expected<bool> fold_constants(ir::Graph& g, PassContext& ctx) {
   bool changed = false;
   const auto nodes = g.nodes();
   for (ir::Node* n : nodes) {
-    if (is_nondeterministic(*n) || has_subgraphs(*n)) continue;
+    if (ops::is_nondeterministic(*n) || n->has_subgraphs()) continue;
     std::vector<Slot> outputs;
     Tensor shape_value;
     if (fold_shape_of(*n, &shape_value)) {

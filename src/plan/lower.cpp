@@ -11,12 +11,6 @@ namespace {
 
 constexpr size_t kArenaAlign = 256;
 
-bool has_subgraphs(const ir::Node& n) {
-  for (const auto& [k, a] : n.attrs)
-    if (a.g || !a.graphs.empty()) return true;
-  return false;
-}
-
 // Names the node's subgraphs read from enclosing graphs, including what subgraphs nested in them
 // read from two or more levels up (an importer need not list those in the middle graph's captures).
 // Names the graph holding the node does not define are skipped by the caller.
@@ -112,7 +106,7 @@ struct Lowering {
                                                           "', which this kiln does not have; rebuild the engine"};
       return b;
     }
-    if (opt.device == DeviceType::kCUDA && !has_subgraphs(n)) {
+    if (opt.device == DeviceType::kCUDA && !n.has_subgraphs()) {
       auto cuda = cuda_backend();
       if (cuda.ok()) {
         std::string cuda_why;
