@@ -91,15 +91,30 @@ class Engine {
   const Impl& impl() const { return *impl_; }
 
  private:
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared with the contexts, which may outlive the Engine object
 };
 
+// Runs an engine. A context keeps its engine alive; it plans memory once per combination of input
+// shapes it sees (a "signature") and caches that plan, so a run with a seen signature allocates no
+// host or device memory (through run_into with reused output buffers) and synchronizes once.
 class ExecutionContext {
  public:
   // Runs the engine. `inputs` are CPU tensors by input name (inputs with a default may be left out).
   // Returns every output in engine order, as CPU tensors. Wrong names, dtypes or shapes give
   // kInvalidArgument naming the input.
   Expected<std::vector<Value>> run(const std::map<std::string, Value>& inputs);
+
+  // The allocation-free form. `inputs` follow Engine::inputs() order (a kNone Value leaves an input
+  // with a default at its default); they are read in place and must stay alive and unchanged until
+  // the call returns. `outputs` is resized to Engine::outputs(); an element that already holds a CPU
+  // tensor of the output's dtype and shape is written in place (pass the previous run's outputs
+  // back to reuse them), any other is replaced by a new tensor.
+  Status run_into(const std::vector<Value>& inputs, std::vector<Value>& outputs);
+
+  // Input-shape signatures this context has planned, and the arena bytes it holds per device
+  // (index 0: CPU, 1: CUDA).
+  size_t planned_signatures() const;
+  size_t arena_bytes(DeviceType device) const;
 
   struct Impl;
   explicit ExecutionContext(std::unique_ptr<Impl> impl);

@@ -259,8 +259,8 @@ class InferenceSession:
         # ORT's levels map onto kiln's: disable → 0, basic → 1 (folding, cleanup), extended/all → 2 (+ fusions).
         level = self._sess_options.graph_optimization_level
         opt_level = {GraphOptimizationLevel.ORT_DISABLE_ALL: 0, GraphOptimizationLevel.ORT_ENABLE_BASIC: 1}.get(level, 2)
-        if device == "cuda":
-            opt_level = min(opt_level, 1)  # kiln's fused ops have CPU kernels only so far
+        # Fusions fire only into ops the target device has kernels for (the builder checks), so
+        # CUDA sessions take the same levels as CPU ones.
         self._threads = int(self._sess_options.intra_op_num_threads or 0)
         set_num_threads(self._threads)
 

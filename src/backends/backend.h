@@ -1,6 +1,8 @@
 // backends/backend.h — one device: its kernels, memory, copies and synchronisation.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -15,8 +17,10 @@ class Backend {
   virtual Device device() const = 0;
   virtual const KernelRegistry& kernels() const = 0;
 
-  // Device memory; the Storage frees itself.
+  // Device memory; the Storage frees itself. Every call counts in allocation_count().
   virtual Expected<std::shared_ptr<Storage>> allocate(size_t bytes) = 0;
+  // How many times allocate() was called in this process (tests check that runs allocate nothing).
+  uint64_t allocation_count() const { return allocations_.load(std::memory_order_relaxed); }
   // Copies between this device and the host, or within this device. Sizes must match.
   // `state` is a context's device state (stream); may be null for synchronous copies.
   virtual Status copy(const Tensor& src, Tensor& dst, void* state) = 0;
@@ -29,6 +33,12 @@ class Backend {
   virtual std::string fingerprint() const = 0;
   // State shared by kernel factories at build/load time.
   virtual void* build_state() { return nullptr; }
+
+ protected:
+  void count_allocation() { allocations_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> allocations_{0};
 };
 
 // The process-wide backends. CPU always exists; CUDA fails with a clear Status when kiln was built

@@ -2,12 +2,41 @@
 
 namespace kiln {
 
+Status Kernel::reshape(ReshapeContext&) const { return unsupported("kernel plans through its op's shape function"); }
+
+Status AdHocShapes::prepare(const Kernel& k, const KernelContext& ctx,
+                            const std::function<Expected<std::shared_ptr<Storage>>(size_t)>& alloc) {
+  if (!k.has_reshape()) return Status::Ok();
+  ReshapeContext rc{ctx.node(), {}, {}, nullptr, 0, nullptr};
+  rc.in.resize(static_cast<size_t>(ctx.num_inputs()));
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    if (!ctx.has_input(i) || ctx.input_slot(i).kind != Slot::Kind::kTensor) continue;
+    const Tensor& t = ctx.input(i);
+    rc.in[i].present = true;
+    rc.in[i].dtype = t.dtype();
+    rc.in[i].shape = t.shape();
+    rc.in[i].value = t.device().is_cpu() ? &t : nullptr;
+  }
+  rc.out.resize(static_cast<size_t>(ctx.num_outputs()));
+  rc.device_state = ctx.device_state();
+  KILN_RETURN_IF_ERROR(k.reshape(rc));
+  out = std::move(rc.out);
+  state = std::move(rc.state);
+  workspace.reset();
+  if (rc.workspace_bytes) {
+    KILN_ASSIGN_OR_RETURN(workspace, alloc(rc.workspace_bytes));
+  }
+  return Status::Ok();
+}
+
 void KernelRegistry::add(KernelDef def) { defs_.push_back(std::move(def)); }
 
 const KernelDef* KernelRegistry::find(const ir::Node& node, std::string* why) const {
   const std::string domain = node.domain == "ai.onnx" ? "" : node.domain;
+  const KernelDef* best = nullptr;
   for (const KernelDef& d : defs_) {
     if (d.op != node.op_type || d.domain != domain) continue;
+    if (best && d.priority <= best->priority) continue;  // registration order breaks ties
     if (node.opset && (node.opset < d.since || node.opset > d.until)) {
       if (why) *why += d.name + ": opset " + std::to_string(node.opset) + " outside [" + std::to_string(d.since) +
                        "," + std::to_string(d.until) + "]; ";
@@ -20,9 +49,9 @@ const KernelDef* KernelRegistry::find(const ir::Node& node, std::string* why) co
         continue;
       }
     }
-    return &d;
+    best = &d;
   }
-  return nullptr;
+  return best;
 }
 
 const KernelDef* KernelRegistry::by_name(const std::string& name) const {

@@ -1,8 +1,19 @@
-// backends/kernel.h — what a kernel sees, and how backends register kernels as data.
+// backends/kernel.h — the kernel contract: what a kernel sees, and how backends register kernels as data.
 //
-// A kernel is created once per node at build/load time ("prepare": parse attributes, pack weights,
-// pick a tactic) and then run many times, possibly from several ExecutionContexts at once: `run`
-// must not modify the kernel's own state.
+// A kernel goes through four phases (docs/ARCHITECTURE.md, "The kernel contract"):
+//   tactics()  — the candidate implementations it offers (most offer one);
+//   prepare    — its factory (KernelDef::create): once per engine, parses the node's parameters,
+//                packs/converts weights, creates library handles; the kernel object is immutable after;
+//   reshape()  — host only, once per input-shape signature of a context: output shapes, workspace
+//                bytes, and per-shape state (descriptors, geometry) that run() reads back;
+//   run()      — pointers in, work launched: writes its planned outputs, uses its planned workspace,
+//                allocates nothing, synchronizes nothing, decides nothing.
+// A kernel that does not override reshape() is planned from its op's shape function (ops/); the
+// first run of a new signature then records the sizes it really produced. Kernels of ops whose
+// output size depends on input values (KernelDef::data_dependent) always allocate as they run.
+//
+// A kernel may run from several ExecutionContexts at once: `run` and `reshape` must not modify the
+// kernel's own state (per-shape state goes into ReshapeContext::state).
 //
 // Rules for kernels:
 //  * outputs are always written through ctx.output()/ctx.output_slot(); never alias an input
@@ -12,6 +23,7 @@
 //    kernels never log and never abort.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -49,6 +61,13 @@ class KernelContext {
   // Allocates output i on the kernel's device (planned arena memory when the size matches).
   // The memory is NOT initialized: a kernel writes every element of its outputs.
   virtual Tensor& output(int i, DataType dtype, const Shape& shape) = 0;
+  // Output i with the dtype and shape that reshape() gave it (no shape to build: allocation-free).
+  virtual Tensor& output(int i) = 0;
+  // The workspace reshape() asked for (ReshapeContext::workspace_bytes), on the kernel's device;
+  // uninitialized, 256-byte aligned, valid until run() returns. Null when none was asked for.
+  virtual void* workspace() = 0;
+  // What reshape() stored in ReshapeContext::state for these input shapes (null if nothing).
+  virtual const void* shape_state() const = 0;
   // For sequence/optional outputs.
   virtual Slot& output_slot(int i) = 0;
   // A copy of `t` with storage of its own, on the same device.
@@ -63,9 +82,37 @@ class KernelContext {
   Status error(const std::string& what) const { return invalid_argument(node().describe() + ": " + what); }
 };
 
+// What reshape() sees and fills, for one input-shape signature.
+struct ReshapeContext {
+  struct In {
+    bool present = false;
+    DataType dtype = DataType::kUndefined;
+    Shape shape;
+    const Tensor* value = nullptr;  // host value when known before running (constants), else null
+  };
+  const ir::Node& node;
+  std::vector<In> in;
+  std::vector<std::pair<DataType, Shape>> out;  // to fill: one per node output
+  void* device_state = nullptr;                 // the context's device state (CUDA: stream, handles)
+  size_t workspace_bytes = 0;                   // to fill: scratch memory run() needs
+  std::shared_ptr<void> state;                  // to fill (optional): per-shape state for run()
+  Status error(const std::string& what) const { return invalid_argument(node.describe() + ": " + what); }
+};
+
+// A candidate implementation of a kernel, for the tuner: its name is part of the kernel's variant
+// name ("cuda.Conv.f32.cudnn" + "/algo3").
+struct Tactic {
+  std::string name;
+};
+
 class Kernel {
  public:
   virtual ~Kernel() = default;
+  virtual std::vector<Tactic> tactics() const { return {Tactic{"default"}}; }
+  // True when the kernel implements reshape(); otherwise its op's shape function plans it.
+  virtual bool has_reshape() const { return false; }
+  // Host only (may call library planning functions, never launches work on the data).
+  virtual Status reshape(ReshapeContext& ctx) const;
   virtual Status run(KernelContext& ctx) const = 0;
 };
 using KernelPtr = std::unique_ptr<Kernel>;
@@ -81,6 +128,18 @@ class FnKernel final : public Kernel {
 inline Expected<KernelPtr> make_kernel(std::function<Status(KernelContext&)> fn) {
   return KernelPtr(new FnKernel(std::move(fn)));
 }
+
+// Reshape results for contexts that run a kernel outside a plan (eager evaluation, tests, inner
+// kernels of fused ops): prepare() calls the kernel's reshape() for the context's current inputs.
+struct AdHocShapes {
+  std::vector<std::pair<DataType, Shape>> out;
+  std::shared_ptr<void> state;
+  std::shared_ptr<Storage> workspace;
+  // `alloc` makes workspace memory on the kernel's device.
+  Status prepare(const Kernel& k, const KernelContext& ctx,
+                 const std::function<Expected<std::shared_ptr<Storage>>(size_t)>& alloc);
+  void* workspace_ptr() const { return workspace ? workspace->data : nullptr; }
+};
 
 // What a kernel factory may use at creation time.
 struct KernelInit {
@@ -100,6 +159,14 @@ struct KernelDef {
   // Dtype/attribute constraints; null accepts every node. Returns why not, or "" when supported.
   std::function<std::string(const ir::Node&)> check;
   KernelFactory create;
+  // Output sizes depend on input values (NonZero, Unique, control flow, sequences): never planned.
+  bool data_dependent = false;
+  // Element types the first input accepts (informational; `check` has the final word). Empty: any
+  // that `check` accepts.
+  std::vector<DataType> dtypes;
+  std::string layout = "any";     // "nchw", "nhwc", "any": the layout the kernel reads and writes
+  std::string precision = "any";  // "f32", "f16", "any": the math precision it computes in
+  int priority = 0;               // among kernels that accept a node, the highest priority wins
 };
 
 class KernelRegistry {

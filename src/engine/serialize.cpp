@@ -1,7 +1,11 @@
 // engine/serialize.cpp — the engine file: FlatBuffers schema engine.fbs, verified on load.
 //
-// The file holds the optimized graph (weights included) and, per top-level node, the kernel and
-// device chosen at build time; loading rebuilds the plan from those choices without re-deciding.
+// The file holds the optimized graph (weights included) and the whole lowered plan: values with
+// their devices, the steps with their kernels, tactics, buffers and release lists, and the build-time
+// liveness. Loading checks the plan against the graph, instantiates each step's kernel from its
+// registry row (the kernel's prepare) and uploads the weights device steps read: no pass, no
+// placement, no memory planning runs (subgraph bodies of If/Loop/Scan are still lowered when their
+// kernels are created).
 #include <cstring>
 
 #include "backends/backend.h"
@@ -104,6 +108,35 @@ class Writer {
     return fb::CreateGraphDesc(b, b.CreateString(g.name), ov, vv, nv, iv, outv, cv);
   }
 };
+
+Offset<fb::PlanDesc> write_plan(Writer& w, const ir::Graph& g, const CompiledGraph& plan) {
+  auto& b = w.b;
+  std::map<const ir::Node*, int> node_index;
+  for (const ir::Node* n : g.nodes()) node_index.emplace(n, static_cast<int>(node_index.size()));
+  std::vector<Offset<fb::PlanValue>> values;
+  for (const PlannedValue& pv : plan.values)
+    values.push_back(fb::CreatePlanValue(b, b.CreateString(pv.name), w.type(pv.type), static_cast<int8_t>(pv.device.type),
+                                         pv.copy_of, pv.offset, pv.bytes));
+  std::vector<Offset<fb::PlanStep>> steps;
+  for (const Step& s : plan.steps) {
+    const int node = s.node ? node_index.at(s.node) : -1;
+    steps.push_back(fb::CreatePlanStep(b, static_cast<int8_t>(s.kind == Step::Kind::kCopy ? 1 : 0), node,
+                                       b.CreateString(s.kernel_name), b.CreateString(s.tactic),
+                                       static_cast<int8_t>(s.backend->device().type), b.CreateVector(s.in),
+                                       b.CreateVector(s.out), b.CreateVector(s.implicit_in), b.CreateVector(s.release),
+                                       s.data_dependent, s.sync_after));
+  }
+  std::vector<Offset<fb::NameIndex>> names;
+  for (const auto& [name, i] : plan.by_name) names.push_back(fb::CreateNameIndex(b, b.CreateString(name), i));
+  std::vector<uint64_t> arena(plan.arena_bytes, plan.arena_bytes + 2);
+  auto vv = b.CreateVector(values);
+  auto sv = b.CreateVector(steps);
+  auto iv = b.CreateVector(plan.inputs), ov = b.CreateVector(plan.outputs), cv = b.CreateVector(plan.captures);
+  auto nv = b.CreateVector(names);
+  auto fd = b.CreateVector(plan.first_def), lu = b.CreateVector(plan.last_use);
+  auto av = b.CreateVector(arena);
+  return fb::CreatePlanDesc(b, vv, sv, iv, ov, cv, nv, fd, lu, av);
+}
 
 // ---------------------------------------------------------------- reading
 
@@ -271,6 +304,154 @@ Expected<std::unique_ptr<ir::Graph>> read_graph(const fb::GraphDesc* gd, ir::Gra
   return g;
 }
 
+// Rebuilds the plan stored in the file, checking every index against the graph (the file is
+// untrusted), then creates each step's kernel from its recorded registry row.
+Expected<std::shared_ptr<CompiledGraph>> read_plan(const fb::PlanDesc* pd, std::shared_ptr<ir::Graph> graph) {
+  if (!pd) return bad("missing plan");
+  auto cg = std::make_shared<CompiledGraph>();
+  cg->graph = graph;
+  const std::vector<ir::Value*> gvals = graph->values();
+  const std::vector<ir::Node*> gnodes = graph->nodes();
+  std::map<const ir::Value*, int> gindex;
+  for (size_t i = 0; i < gvals.size(); ++i) gindex[gvals[i]] = static_cast<int>(i);
+  const size_t nv = vsize(pd->values());
+  if (nv < gvals.size() || nv > gvals.size() * 4 + 16) return bad("plan values do not match the graph");
+  for (size_t i = 0; i < nv; ++i) {
+    const fb::PlanValue* v = pd->values()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    PlannedValue pv;
+    if (v->name()) pv.name = v->name()->str();
+    KILN_ASSIGN_OR_RETURN(pv.type, read_type(v->type()));
+    if (v->device() != 0 && v->device() != 1) return bad("invalid plan value device");
+    pv.device.type = static_cast<DeviceType>(v->device());
+    pv.copy_of = v->copy_of();
+    pv.offset = v->offset();
+    pv.bytes = v->bytes();
+    if (i < gvals.size()) {
+      if (pv.name != gvals[i]->name || pv.copy_of != -1) return bad("plan value " + std::to_string(i) + " is not graph value '" + gvals[i]->name + "'");
+      if (gvals[i]->constant && !gvals[i]->is_input) {
+        if (!pv.device.is_cpu()) return bad("a weight placed off the host");
+        pv.is_constant = true;
+        pv.constant = Slot::of(*gvals[i]->constant);
+      }
+    } else if (pv.copy_of < 0 || static_cast<size_t>(pv.copy_of) >= i || pv.device == cg->values[pv.copy_of].device) {
+      return bad("plan value " + std::to_string(i) + " is not a copy of an earlier value on another device");
+    }
+    cg->values.push_back(std::move(pv));
+  }
+  auto index_list = [&](const flatbuffers::Vector<int32_t>* v, std::vector<int>& out, bool allow_missing) -> Status {
+    for (size_t i = 0; i < vsize(v); ++i) {
+      const int x = v->Get(static_cast<flatbuffers::uoffset_t>(i));
+      if ((x == -1 && allow_missing) || (x >= 0 && static_cast<size_t>(x) < nv)) out.push_back(x);
+      else return bad("plan value index " + std::to_string(x) + " out of range");
+    }
+    return Status::Ok();
+  };
+  // The graph value a plan value stands for (through its copies).
+  auto origin = [&](int v) {
+    while (v >= 0 && cg->values[v].copy_of >= 0) v = cg->values[v].copy_of;
+    return v;
+  };
+  std::vector<char> node_seen(gnodes.size(), 0);
+  auto subgraphs = make_subgraph_compiler();
+  for (size_t k = 0; k < vsize(pd->steps()); ++k) {
+    const fb::PlanStep* ps = pd->steps()->Get(static_cast<flatbuffers::uoffset_t>(k));
+    Step s;
+    if (ps->kind() != 0 && ps->kind() != 1) return bad("invalid step kind");
+    s.kind = ps->kind() == 1 ? Step::Kind::kCopy : Step::Kind::kKernel;
+    if (ps->device() != 0 && ps->device() != 1) return bad("invalid step device");
+    KILN_ASSIGN_OR_RETURN(s.backend, backend_for(static_cast<DeviceType>(ps->device())));
+    s.kernel_name = ps->kernel() ? ps->kernel()->str() : "";
+    s.tactic = ps->tactic() ? ps->tactic()->str() : "default";
+    KILN_RETURN_IF_ERROR(index_list(ps->inputs(), s.in, s.kind == Step::Kind::kKernel));
+    KILN_RETURN_IF_ERROR(index_list(ps->outputs(), s.out, s.kind == Step::Kind::kKernel));
+    KILN_RETURN_IF_ERROR(index_list(ps->implicit_inputs(), s.implicit_in, false));
+    KILN_RETURN_IF_ERROR(index_list(ps->release(), s.release, false));
+    s.data_dependent = ps->data_dependent();
+    s.sync_after = ps->sync_after();
+    if (s.kind == Step::Kind::kCopy) {
+      if (s.in.size() != 1 || s.out.size() != 1 || cg->values[s.out[0]].copy_of != s.in[0])
+        return bad("copy step " + std::to_string(k) + " does not match its values");
+      cg->steps.push_back(std::move(s));
+      continue;
+    }
+    const int ni = ps->node();
+    if (ni < 0 || static_cast<size_t>(ni) >= gnodes.size() || node_seen[ni]) return bad("step " + std::to_string(k) + ": bad node index");
+    node_seen[ni] = 1;
+    const ir::Node& n = *gnodes[ni];
+    // Every buffer must be the node's own value (or a device copy of it) on the step's device.
+    if (s.in.size() != n.inputs.size() || s.out.size() != n.outputs.size()) return bad(n.describe() + ": step arity differs from the node");
+    for (size_t i = 0; i < s.in.size(); ++i) {
+      const int want = n.inputs[i] ? gindex.at(n.inputs[i]) : -1;
+      if ((s.in[i] < 0 ? -1 : origin(s.in[i])) != want) return bad(n.describe() + ": step input " + std::to_string(i) + " is not the node's");
+      if (s.in[i] >= 0 && cg->values[s.in[i]].device != s.backend->device()) return bad(n.describe() + ": input on another device");
+    }
+    for (size_t i = 0; i < s.out.size(); ++i) {
+      const int want = n.outputs[i] ? gindex.at(n.outputs[i]) : -1;
+      if (s.out[i] != want) return bad(n.describe() + ": step output " + std::to_string(i) + " is not the node's");
+      if (want >= 0 && cg->values[want].device != s.backend->device()) return bad(n.describe() + ": output on another device");
+    }
+    s.node = &n;
+    const KernelDef* def = s.backend->kernels().by_name(s.kernel_name);
+    if (!def)
+      return Status{StatusCode::kEngineMismatch, n.describe() + ": the engine names kernel '" + s.kernel_name +
+                                                     "', which this kiln does not have; rebuild the engine"};
+    if (def->op != n.op_type) return bad(n.describe() + ": kernel '" + s.kernel_name + "' is for another op");
+    KernelInit init;
+    init.subgraphs = subgraphs.get();
+    init.device_state = s.backend->build_state();
+    auto kernel = def->create(n, init);
+    if (!kernel.ok()) return kernel.status().with_context(n.describe());
+    s.kernel = std::move(kernel).value();
+    cg->steps.push_back(std::move(s));
+  }
+  for (size_t i = 0; i < node_seen.size(); ++i)
+    if (!node_seen[i]) return bad(gnodes[i]->describe() + " has no step");
+  KILN_RETURN_IF_ERROR(index_list(pd->inputs(), cg->inputs, false));
+  KILN_RETURN_IF_ERROR(index_list(pd->outputs(), cg->outputs, false));
+  KILN_RETURN_IF_ERROR(index_list(pd->captures(), cg->captures, false));
+  if (cg->inputs.size() != graph->inputs.size() || cg->outputs.size() != graph->outputs.size())
+    return bad("plan inputs/outputs do not match the graph");
+  for (size_t i = 0; i < cg->inputs.size(); ++i)
+    if (cg->inputs[i] != gindex.at(graph->inputs[i])) return bad("plan input " + std::to_string(i) + " is not the graph's");
+  for (size_t i = 0; i < cg->outputs.size(); ++i)
+    if (origin(cg->outputs[i]) != gindex.at(graph->outputs[i]) || !cg->values[cg->outputs[i]].device.is_cpu())
+      return bad("plan output " + std::to_string(i) + " is not the graph's (on the host)");
+  for (size_t i = 0; i < vsize(pd->by_name()); ++i) {
+    const fb::NameIndex* e = pd->by_name()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    if (!e->name() || e->index() < 0 || static_cast<size_t>(e->index()) >= nv) return bad("plan name index");
+    cg->by_name[e->name()->str()] = e->index();
+  }
+  KILN_RETURN_IF_ERROR(index_list(pd->first_def(), cg->first_def, true));
+  KILN_RETURN_IF_ERROR(index_list(pd->last_use(), cg->last_use, true));
+  if (cg->first_def.size() != nv || cg->last_use.size() != nv) return bad("plan liveness");
+  for (size_t v = 0; v < nv; ++v)
+    if (cg->first_def[v] >= static_cast<int>(cg->steps.size()) || cg->last_use[v] >= static_cast<int>(cg->steps.size()))
+      return bad("plan liveness step out of range");
+  if (vsize(pd->arena_bytes()) == 2) {
+    cg->arena_bytes[0] = pd->arena_bytes()->Get(0);
+    cg->arena_bytes[1] = pd->arena_bytes()->Get(1);
+  }
+  cg->use_arena = true;
+  // Weights read on the device are uploaded once, shared by every context.
+  for (PlannedValue& pv : cg->values) {
+    if (pv.copy_of < 0 || !cg->values[pv.copy_of].is_constant) continue;
+    const Slot& src = cg->values[pv.copy_of].constant;
+    if (src.kind != Slot::Kind::kTensor) continue;
+    KILN_ASSIGN_OR_RETURN(Backend * b, backend_for(pv.device.type));
+    KILN_ASSIGN_OR_RETURN(auto storage, b->allocate(src.tensor.nbytes()));
+    Tensor d = Tensor::with_storage(src.tensor.dtype(), src.tensor.shape(), storage);
+    KILN_RETURN_IF_ERROR(b->copy(src.tensor, d, nullptr));
+    pv.is_constant = true;
+    pv.constant = Slot::of(d);
+  }
+  // Offsets recorded at build time must fit the recorded arena (frames without a shape plan use them).
+  for (const PlannedValue& pv : cg->values)
+    if (pv.offset >= 0 && (pv.offset + static_cast<int64_t>(pv.bytes) < pv.offset ||
+                           static_cast<size_t>(pv.offset) + pv.bytes > cg->arena_bytes[static_cast<int>(pv.device.type)]))
+      return bad("plan offset outside the arena");
+  return cg;
+}
+
 }  // namespace
 
 bool looks_like_engine(const std::string& head) {
@@ -283,10 +464,11 @@ Expected<std::string> serialize_engine(const Engine::Impl& impl) {
   for (const Step& s : impl.plan->steps)
     if (s.kind == Step::Kind::kKernel) choices.push_back({s.kernel_name, static_cast<int>(s.backend->device().type)});
   auto graph = w.graph(*impl.graph, &choices);
+  auto plan = write_plan(w, *impl.graph, *impl.plan);
   std::vector<Offset<fb::Meta>> meta;
   for (const auto& [k, v] : impl.meta) meta.push_back(fb::CreateMeta(w.b, w.b.CreateString(k), w.b.CreateString(v)));
   auto mv = w.b.CreateVector(meta);
-  auto root = fb::CreateEngineFile(w.b, kEngineFormatVersion, mv, graph);
+  auto root = fb::CreateEngineFile(w.b, kEngineFormatVersion, mv, graph, plan);
   w.b.Finish(root, fb::EngineFileIdentifier());
   return std::string(reinterpret_cast<const char*>(w.b.GetBufferPointer()), w.b.GetSize());
 }
@@ -298,14 +480,17 @@ Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(const std::string& by
   flatbuffers::Verifier verifier(buf, bytes.size(), /*max_depth=*/256, /*max_tables=*/50'000'000);
   if (!fb::VerifyEngineFileBuffer(verifier)) return bad("the FlatBuffers verifier rejected it (truncated or damaged)");
   const fb::EngineFile* ef = fb::GetEngineFile(buf);
-  if (ef->format_version() != kEngineFormatVersion)
-    return Status(StatusCode::kEngineMismatch, "engine file format version " + std::to_string(ef->format_version()) +
-                                                   ", this kiln reads version " + std::to_string(kEngineFormatVersion) +
-                                                   "; rebuild the engine from its .onnx");
   auto impl = std::make_unique<Engine::Impl>();
   for (size_t i = 0; i < vsize(ef->meta()); ++i) {
     const fb::Meta* m = ef->meta()->Get(static_cast<flatbuffers::uoffset_t>(i));
     if (m->key() && m->value()) impl->meta[m->key()->str()] = m->value()->str();
+  }
+  if (ef->format_version() != kEngineFormatVersion) {
+    const auto fp = impl->meta.find("fingerprint");
+    return Status(StatusCode::kEngineMismatch,
+                  "engine file format version " + std::to_string(ef->format_version()) +
+                      (fp != impl->meta.end() ? " (built for " + fp->second + ")" : std::string()) +
+                      ", this kiln reads version " + std::to_string(kEngineFormatVersion) + "; rebuild the engine from its .onnx");
   }
   const std::string device = impl->meta["device"];
   if (device != "cpu" && device != "cuda") return bad("unknown device '" + device + "'");
@@ -322,10 +507,7 @@ Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(const std::string& by
   std::vector<std::pair<std::string, DeviceType>> choices;
   KILN_ASSIGN_OR_RETURN(auto graph, read_graph(ef->graph(), nullptr, 0, &choices));
   impl->graph = std::shared_ptr<ir::Graph>(std::move(graph));
-  LowerOptions lo;
-  lo.device = impl->options.device;
-  lo.forced = &choices;
-  KILN_ASSIGN_OR_RETURN(impl->plan, lower(impl->graph, lo));
+  KILN_ASSIGN_OR_RETURN(impl->plan, read_plan(ef->plan(), impl->graph));
   const std::string hash = impl->meta["model_hash"];
   auto meta = impl->meta;
   describe_engine(*impl, hash);

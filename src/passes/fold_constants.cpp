@@ -1,11 +1,11 @@
-// passes/fold_constants.cpp — evaluates nodes whose inputs are all constants, with the CPU kernels,
+// passes/fold_constants.cpp — evaluates nodes whose inputs are all constants, through the evaluator
+// the builder hands in (PassOptions::evaluate: the CPU kernels),
 // and folds Shape/Size of statically shaped values. Results larger than the fold limit (and than
 // their inputs) stay computed so weights are not duplicated.
 #include <set>
 
 #include "ops/op_table.h"
 #include "passes/passes.h"
-#include "runtime/eager.h"
 
 namespace kiln::passes {
 namespace {
@@ -39,27 +39,27 @@ Expected<bool> fold_constants(ir::Graph& g, PassContext& ctx) {
   const auto nodes = g.nodes();
   for (ir::Node* n : nodes) {
     if (ops::is_nondeterministic(*n) || n->has_subgraphs()) continue;
-    std::vector<Slot> outputs;
+    std::vector<Value> outputs;
     Tensor shape_value;
     if (fold_shape_of(*n, &shape_value)) {
-      outputs.push_back(Slot::of(shape_value));
+      outputs.push_back(Value::of(shape_value));
     } else {
       bool all_const = true;
       size_t input_bytes = 0;
-      std::vector<Slot> inputs;
+      std::vector<Value> inputs;
       for (ir::Value* v : n->inputs) {
         if (!v) { inputs.emplace_back(); continue; }
         if (!v->is_constant()) { all_const = false; break; }
         input_bytes += v->constant->nbytes();
-        inputs.push_back(Slot::of(*v->constant));
+        inputs.push_back(Value::of(*v->constant));
       }
-      if (!all_const) continue;
-      auto r = run_node_eager(*n, inputs);
+      if (!all_const || !ctx.options.evaluate) continue;
+      auto r = ctx.options.evaluate(*n, inputs);
       if (!r.ok()) continue;  // no kernel or a run-time error: leave it for the engine to report
       size_t out_bytes = 0;
       bool tensors = true;
-      for (const Slot& s : *r) {
-        tensors &= s.kind == Slot::Kind::kTensor;
+      for (const Value& s : *r) {
+        tensors &= s.kind == Value::Kind::kTensor;
         out_bytes += s.tensor.nbytes();
       }
       if (!tensors || (out_bytes > ctx.options.fold_limit_bytes && out_bytes > input_bytes)) continue;

@@ -79,6 +79,7 @@ Expected<bool> fuse_activation(ir::Graph& g, PassContext& ctx) {
       attrs["activation_params"].floats = params;
     }
     const std::string what = p->describe() + " + " + act->describe();
+    if (std::string why = rw.unsupported_on_target("kiln", fused); !why.empty()) return why;
     ir::Node* n = rw.replace(m, fused, "kiln", 1, p->inputs);
     n->attrs = attrs;
     rw.log("fused " + what + " into kiln." + fused);

@@ -174,6 +174,7 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
       ins.push_back(m["cond"]);
     }
     const std::string what = m.node("qk")->describe() + " … " + m.root()->describe();
+    if (std::string why = rw.unsupported_on_target("kiln", "Attention"); !why.empty()) return why;
     ir::Node* n = rw.replace(m, "Attention", "kiln", 1, ins);
     n->attrs["num_heads"].kind = ir::Attribute::Kind::kInt;
     n->attrs["num_heads"].i = H;

@@ -55,6 +55,7 @@ Expected<bool> fuse_gelu(ir::Graph& g, PassContext& ctx) {
     const DataType dt = x->type.dtype;
     if (dt != DataType::kFloat32 && dt != DataType::kFloat64 && dt != DataType::kFloat16) return "not a float type";
     const std::string what = m.root()->describe();
+    if (std::string why = rw.unsupported_on_target("", "Gelu"); !why.empty()) return why;
     ir::Node* n = rw.replace(m, "Gelu", "", 20, {m["x"]});
     if (tanh) {
       n->attrs["approximate"].kind = ir::Attribute::Kind::kString;

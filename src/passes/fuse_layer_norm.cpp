@@ -51,6 +51,7 @@ Expected<bool> fuse_layer_norm(ir::Graph& g, PassContext& ctx) {
       params.push_back(rw.constant(m[p]->name + "_row", t.reshaped({N})));
     }
     const std::string what = m.root()->describe();
+    if (std::string why = rw.unsupported_on_target("", "LayerNormalization"); !why.empty()) return why;
     ir::Node* n = rw.replace(m, "LayerNormalization", "", 17, {m["x"], params[0], params.size() > 1 ? params[1] : nullptr});
     if (!n->inputs[2]) n->inputs.pop_back();
     n->attrs["axis"].kind = ir::Attribute::Kind::kInt;

@@ -28,9 +28,11 @@ Expected<bool> fuse_matmul_add(ir::Graph& g, PassContext& ctx) {
     const bool two_d = a->type.shape.known && a->type.shape.rank() == 2 && b->type.shape.known && b->type.shape.rank() == 2;
     ir::Value* bv = rw.constant(m["bias"]->name + "_row", bias);
     if (two_d) {
+      if (std::string why = rw.unsupported_on_target("", "Gemm"); !why.empty()) return why;
       rw.replace(m, "Gemm", "", 13, {m["a"], m["b"], bv});
       rw.log("fused " + what + " into Gemm");
     } else {
+      if (std::string why = rw.unsupported_on_target("kiln", "FusedMatMul"); !why.empty()) return why;
       rw.replace(m, "FusedMatMul", "kiln", 1, {m["a"], m["b"], bv});
       rw.log("fused " + what + " into kiln.FusedMatMul");
     }

@@ -45,6 +45,7 @@ Expected<bool> fuse_rms_norm(ir::Graph& g, PassContext& ctx) {
       if (gamma.dim(i) != 1) return "gamma is not along the last dim";
     const std::string what = m.root()->describe();
     ir::Value* gv = rw.constant(m["gamma"]->name + "_row", gamma.reshaped({N}));
+    if (std::string why = rw.unsupported_on_target("", "RMSNormalization"); !why.empty()) return why;
     ir::Node* n = rw.replace(m, "RMSNormalization", "", 23, {m["x"], gv});
     n->attrs["axis"].kind = ir::Attribute::Kind::kInt;
     n->attrs["axis"].i = -1;

@@ -46,6 +46,7 @@ Expected<bool> fuse_skip_layer_norm(ir::Graph& g, PassContext& ctx) {
       rw.remove(add);  // the fused node writes the sum in its place
       extra.push_back(sum);
     }
+    if (std::string why = rw.unsupported_on_target("kiln", "SkipLayerNorm"); !why.empty()) return why;
     ir::Node* fused = rw.replace(m, "SkipLayerNorm", "kiln", 1, ins, extra);
     fused->attrs["epsilon"].kind = ir::Attribute::Kind::kFloat;
     fused->attrs["epsilon"].f = eps;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "kiln/kiln.h"
 #include "kiln/status.h"
 
 namespace kiln::passes {
@@ -23,6 +24,13 @@ struct PassOptions {
   int level = 1;          // 0: nothing; 1: folding and cleanup; 2: + fusions; 3: + aggressive
   bool verbose = false;
   size_t fold_limit_bytes = 1 << 20;  // folded constants larger than this (and than their inputs) stay computed
+  // Evaluates one node on constant inputs, for constant folding. The builder hands in the
+  // runtime's CPU evaluator, so passes never include the runtime. Null: only Shape/Size of static
+  // shapes fold.
+  std::function<Expected<std::vector<Value>>(const ir::Node&, const std::vector<Value>&)> evaluate;
+  // Whether the target device has a kernel for (domain, op). Fusions produce an op only where it
+  // does (a fused op the device lacks would run on the CPU, behind two copies). Null: all do.
+  std::function<bool(const std::string& domain, const std::string& op)> has_kernel;
 };
 
 struct PassContext {
@@ -33,6 +41,9 @@ struct PassContext {
   std::set<std::string> seen_near_misses;
   void log(const std::string& pass, const std::string& what);
   void near_miss(const std::string& pass, const std::string& what);
+  bool has_kernel(const std::string& domain, const std::string& op) const {
+    return !options.has_kernel || options.has_kernel(domain, op);
+  }
 };
 
 struct Pass {

@@ -129,6 +129,11 @@ class Rewriter {
   bool dead(ir::Node* n) const { return dead_.count(n) > 0; }
   void log(const std::string& what) { ctx_.log(pass_, what); }
   void near_miss(const std::string& what) { ctx_.near_miss(pass_, what); }
+  // "" when the target device has a kernel for the op a rewrite would produce, else why not.
+  std::string unsupported_on_target(const std::string& domain, const std::string& op) const {
+    if (ctx_.has_kernel(domain, op)) return "";
+    return "the target device has no kernel for " + (domain.empty() ? op : domain + "." + op);
+  }
   ir::Graph& graph() { return g_; }
 
  private:

@@ -1,15 +1,15 @@
 // plan/lower.cpp — graph → CompiledGraph: placement with fallback, kernels, copies, memory plan.
 #include <algorithm>
+#include <atomic>
 #include <iostream>
 #include <set>
 #include <sstream>
 
+#include "plan/memory.h"
 #include "plan/plan.h"
 
 namespace kiln {
 namespace {
-
-constexpr size_t kArenaAlign = 256;
 
 // Names the node's subgraphs read from enclosing graphs, including what subgraphs nested in them
 // read from two or more levels up (an importer need not list those in the middle graph's captures).
@@ -78,6 +78,7 @@ struct Lowering {
       KILN_RETURN_IF_ERROR(target->copy(t, d, nullptr));
       dst.is_constant = true;
       dst.constant = Slot::of(d);
+      dst.copy_of = v;
     } else {
       Step s;
       s.kind = Step::Kind::kCopy;
@@ -166,6 +167,7 @@ struct Lowering {
       s.node = n;
       s.backend = backend;
       s.kernel_name = def->name;
+      s.data_dependent = def->data_dependent || n->has_subgraphs();
       for (ir::Value* v : n->inputs) {
         if (!v) { s.in.push_back(-1); continue; }
         KILN_ASSIGN_OR_RETURN(int idx, on_device(index.at(v), backend));
@@ -218,6 +220,15 @@ struct Lowering {
       for (int v : st.implicit_in) last_use[v] = s;
       for (int v : st.out) if (v >= 0 && first_def[v] < 0) first_def[v] = s;
     }
+    // A copy to the host must finish before a host kernel reads it; copies that only feed the graph's
+    // outputs are waited for once, at the end of the run.
+    for (int s = 0; s < ns; ++s) {
+      Step& st = cg->steps[s];
+      if (st.kind != Step::Kind::kCopy || !cg->values[st.out[0]].device.is_cpu()) continue;
+      st.sync_after = last_use[st.out[0]] > s;
+    }
+    cg->first_def = first_def;
+    cg->last_use = last_use;
     std::set<int> keep(cg->outputs.begin(), cg->outputs.end());
     keep.insert(cg->captures.begin(), cg->captures.end());
     for (int v = 0; v < nv; ++v) {
@@ -231,51 +242,40 @@ struct Lowering {
   void plan_arena() {
     cg->use_arena = true;
     std::set<int> outputs(cg->outputs.begin(), cg->outputs.end());
-    struct Item { int v; size_t bytes; int begin, end; };
-    std::vector<Item> items;
-    for (int v = 0; v < static_cast<int>(cg->values.size()); ++v) {
-      PlannedValue& pv = cg->values[v];
-      if (pv.is_constant || outputs.count(v) || first_def[v] < 0) continue;
-      if (!pv.type.is_tensor() || !pv.type.shape.is_static() || pv.type.dtype == DataType::kString ||
-          pv.type.dtype == DataType::kUndefined)
-        continue;
-      const size_t bytes = static_cast<size_t>(shape_numel(pv.type.shape.to_static())) * dtype_size(pv.type.dtype);
-      if (bytes == 0) continue;
-      items.push_back({v, (bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign, first_def[v],
-                       std::max(first_def[v], last_use[v])});
-    }
-    std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.bytes > b.bytes; });
-    std::vector<Item> placed;
-    std::vector<size_t> offsets;
-    for (const Item& it : items) {
-      const DeviceType dev = cg->values[it.v].device.type;
-      // Collect the intervals of live-overlapping values on the same device, then first fit.
-      std::vector<std::pair<size_t, size_t>> busy;
-      for (size_t j = 0; j < placed.size(); ++j) {
-        const Item& p = placed[j];
-        if (cg->values[p.v].device.type != dev) continue;
-        if (p.end < it.begin || it.end < p.begin) continue;
-        busy.push_back({offsets[j], offsets[j] + p.bytes});
+    for (int d = 0; d < 2; ++d) {
+      std::vector<int> vs;
+      std::vector<BufferRequest> reqs;
+      for (int v = 0; v < static_cast<int>(cg->values.size()); ++v) {
+        PlannedValue& pv = cg->values[v];
+        if (static_cast<int>(pv.device.type) != d || pv.is_constant || outputs.count(v) || first_def[v] < 0) continue;
+        if (!pv.type.is_tensor() || !pv.type.shape.is_static() || pv.type.dtype == DataType::kString ||
+            pv.type.dtype == DataType::kUndefined)
+          continue;
+        const size_t bytes = static_cast<size_t>(shape_numel(pv.type.shape.to_static())) * dtype_size(pv.type.dtype);
+        if (bytes == 0) continue;
+        vs.push_back(v);
+        reqs.push_back({bytes, first_def[v], std::max(first_def[v], last_use[v])});
       }
-      std::sort(busy.begin(), busy.end());
-      size_t off = 0;
-      for (const auto& [b, e] : busy) {
-        if (off + it.bytes <= b) break;
-        off = std::max(off, e);
+      std::vector<size_t> offsets;
+      cg->arena_bytes[d] = plan_offsets(reqs, offsets);
+      for (size_t i = 0; i < vs.size(); ++i) {
+        cg->values[vs[i]].offset = static_cast<int64_t>(offsets[i]);
+        cg->values[vs[i]].bytes = (reqs[i].bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
       }
-      placed.push_back(it);
-      offsets.push_back(off);
-      cg->values[it.v].offset = static_cast<int64_t>(off);
-      cg->values[it.v].bytes = it.bytes;
-      size_t& total = cg->arena_bytes[static_cast<int>(dev)];
-      total = std::max(total, off + it.bytes);
     }
   }
 };
 
+std::atomic<uint64_t> g_lowerings{0};
+
 }  // namespace
 
+uint64_t lowering_count() { return g_lowerings.load(); }
+
+std::unique_ptr<SubgraphRunner> make_subgraph_compiler() { return std::make_unique<CpuSubgraphCompiler>(); }
+
 Expected<std::shared_ptr<CompiledGraph>> lower(std::shared_ptr<ir::Graph> graph, const LowerOptions& options) {
+  g_lowerings.fetch_add(1);
   Lowering l{options};
   return l.run(std::move(graph));
 }
@@ -290,7 +290,6 @@ std::string describe_plan(const CompiledGraph& plan) {
       os << s.node->name << " (" << s.node->op_type << ") -> " << s.kernel_name << "\n";
     }
   }
-  os << "arena: cpu " << plan.arena_bytes[0] << " bytes, cuda " << plan.arena_bytes[1] << " bytes\n";
   return os.str();
 }
 

@@ -23,6 +23,7 @@ struct PlannedValue {
   size_t bytes = 0;        // planned size when offset >= 0
   bool is_constant = false;
   Slot constant;           // the constant, already on `device`
+  int copy_of = -1;        // a device copy of value `copy_of` (its host original, for shape planning)
 };
 
 struct Step {
@@ -30,11 +31,14 @@ struct Step {
   Kind kind = Kind::kKernel;
   const ir::Node* node = nullptr;  // kKernel: the node (owned by CompiledGraph::graph)
   std::string kernel_name;         // registry name, or "copy.h2d" / "copy.d2h"
+  std::string tactic = "default";  // which of the kernel's tactics() it runs
   Backend* backend = nullptr;      // the device that runs it
   KernelPtr kernel;
   std::vector<int> in, out;        // value indices (-1: omitted)
   std::vector<int> implicit_in;    // values read by the node's subgraphs (outer-scope captures)
   std::vector<int> release;        // values whose last reader is this step
+  bool data_dependent = false;     // output sizes depend on input values: never planned ahead
+  bool sync_after = false;         // kCopy to the host that a later host step reads: wait for it
 };
 
 struct CompiledGraph {
@@ -44,6 +48,9 @@ struct CompiledGraph {
   std::vector<int> inputs, outputs;    // value indices
   std::vector<int> captures;           // values bound by name from the enclosing frame
   std::map<std::string, int> by_name;  // graph value name → index (host-side value)
+  std::vector<int> first_def, last_use; // per value: the step that makes it / the last that reads it (-1: none)
+  // The build-time plan of values whose shapes are static (frames run without a shape plan use it;
+  // execution contexts plan every signature themselves, runtime/shape_plan.h).
   size_t arena_bytes[2] = {0, 0};      // per DeviceType
   bool use_arena = false;              // only the top-level graph plans an arena
 };
@@ -61,6 +68,12 @@ struct LowerOptions {
 // copies between devices, and plans memory. Every node without a kernel anywhere is reported in one
 // error listing them all.
 Expected<std::shared_ptr<CompiledGraph>> lower(std::shared_ptr<ir::Graph> graph, const LowerOptions& options);
+
+// How many graphs lower() has lowered in this process (tests check that loading an engine lowers none).
+uint64_t lowering_count();
+
+// Lowers subgraph bodies (If/Loop/Scan) for the CPU when their kernels are created.
+std::unique_ptr<SubgraphRunner> make_subgraph_compiler();
 
 // A human-readable line per step: "[cuda] conv1 (Conv) → cuda.Conv.f32.cudnn".
 std::string describe_plan(const CompiledGraph& plan);

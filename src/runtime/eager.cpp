@@ -18,6 +18,9 @@ class EagerContext final : public KernelContext {
     out_[i] = Slot::of(Tensor::empty(dtype, shape));
     return out_[i].tensor;
   }
+  Tensor& output(int i) override { return output(i, shapes.out[i].first, shapes.out[i].second); }
+  void* workspace() override { return shapes.workspace_ptr(); }
+  const void* shape_state() const override { return shapes.state.get(); }
   Slot& output_slot(int i) override { return out_[i]; }
   Tensor owned_copy(const Tensor& t) override { return t.clone(); }
   Status run_subgraph(const CompiledGraph&, std::vector<Slot>, std::vector<Slot>&) override {
@@ -25,6 +28,7 @@ class EagerContext final : public KernelContext {
   }
   void* device_state() const override { return nullptr; }
   const ir::Node& node() const override { return node_; }
+  AdHocShapes shapes;
 
  private:
   const ir::Node& node_;
@@ -45,6 +49,7 @@ Expected<std::vector<Slot>> run_node_eager(const ir::Node& node, const std::vect
   std::vector<Slot> outputs(node.outputs.size());
   EagerContext ctx(node, inputs, outputs);
   try {
+    KILN_RETURN_IF_ERROR(ctx.shapes.prepare(*kernel, ctx, [](size_t b) { return cpu_backend().allocate(b); }));
     KILN_RETURN_IF_ERROR(kernel->run(ctx));
   } catch (const std::exception& e) {
     return runtime_error(node.describe() + ": " + e.what());

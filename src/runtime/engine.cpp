@@ -1,6 +1,7 @@
 // runtime/engine.cpp — the public API: build (import → optimize → lower), load, run.
 #include <omp.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -8,6 +9,7 @@
 #include "onnx/importer.h"
 #include "ops/op_table.h"
 #include "passes/passes.h"
+#include "runtime/eager.h"
 #include "runtime/engine_impl.h"
 #include "runtime/executor.h"
 
@@ -71,12 +73,25 @@ void describe_engine(Engine::Impl& impl, const std::string& model_hash) {
   impl.meta["opt_level"] = std::to_string(impl.options.opt_level);
 }
 
+passes::PassOptions builder_pass_options(int opt_level, const Backend* target) {
+  passes::PassOptions po;
+  po.level = opt_level;
+  po.evaluate = [](const ir::Node& n, const std::vector<Value>& in) { return run_node_eager(n, in); };
+  if (target)
+    po.has_kernel = [target](const std::string& domain, const std::string& op) {
+      for (const KernelDef& d : target->kernels().all())
+        if (d.op == op && d.domain == domain) return true;
+      return false;
+    };
+  return po;
+}
+
 static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const BuildOptions& options) {
   auto impl = std::make_unique<Engine::Impl>();
   impl->options = options;
   impl->graph = std::shared_ptr<ir::Graph>(std::move(model.graph));
-  passes::PassOptions po;
-  po.level = options.opt_level;
+  KILN_ASSIGN_OR_RETURN(Backend * target, backend_for(options.device));
+  passes::PassOptions po = builder_pass_options(options.opt_level, target);
   po.verbose = options.verbose;
   KILN_RETURN_IF_ERROR(passes::optimize(*impl->graph, po));
   LowerOptions lo;
@@ -147,40 +162,98 @@ Engine::~Engine() = default;
 const std::vector<TensorInfo>& Engine::inputs() const { return impl_->inputs; }
 const std::vector<TensorInfo>& Engine::outputs() const { return impl_->outputs; }
 DeviceType Engine::device() const { return impl_->options.device; }
-std::string Engine::placement_report() const { return describe_plan(*impl_->plan); }
+std::string Engine::placement_report() const {
+  std::string r = describe_plan(*impl_->plan);
+  // The memory plan for the inputs' declared shapes, dynamic dims at 1 (contexts plan each
+  // input-shape signature they see the same way).
+  const CompiledGraph& plan = *impl_->plan;
+  std::vector<Slot> probe(plan.inputs.size());
+  std::vector<Slot*> ptrs;
+  std::string shapes;
+  for (size_t i = 0; i < plan.inputs.size(); ++i) {
+    const ir::Value& decl = *impl_->graph->inputs[i];
+    ptrs.push_back(&probe[i]);
+    if (decl.constant) {
+      probe[i] = Slot::of(*decl.constant);
+      continue;
+    }
+    if (!decl.type.is_tensor() || !decl.type.shape.known) continue;
+    Shape shape;
+    for (const ir::Dim& d : decl.type.shape.dims) shape.push_back(d.is_static() ? d.value : 1);
+    probe[i] = Slot::of(Tensor::borrow(decl.type.dtype, shape, nullptr));
+    shapes += (shapes.empty() ? "" : ", ") + decl.name + "=" + shape_to_string(shape);
+  }
+  ContextResources res;
+  for (int d = 0; d < 2; ++d) {
+    auto b = backend_for(static_cast<DeviceType>(d));
+    if (b.ok()) res.state[d] = std::shared_ptr<void>(std::shared_ptr<void>(), (*b)->build_state());
+  }
+  auto sp = make_shape_plan(plan, ptrs.data(), res);
+  if (sp->ready)
+    r += "arena: cpu " + std::to_string(sp->arena_bytes[0]) + " bytes, cuda " + std::to_string(sp->arena_bytes[1]) +
+         " bytes (planned for " + (shapes.empty() ? std::string("the declared shapes") : shapes) + ")\n";
+  else
+    r += "arena: planned on the first run of each input-shape signature (some shapes are computed while running)\n";
+  return r;
+}
 std::map<std::string, std::string> Engine::metadata() const { return impl_->meta; }
 
 // ---- ExecutionContext
 
 struct ExecutionContext::Impl {
-  std::shared_ptr<const Engine::Impl> engine;  // keeps the plan alive
+  std::shared_ptr<const Engine::Impl> engine;  // keeps the plan (and its kernels) alive
   ContextResources res;
+  // Shape plans, most recently used first; at most kMaxPlans (the least recently used goes).
+  static constexpr size_t kMaxPlans = 16;
+  std::vector<std::unique_ptr<ShapePlan>> plans;
+  std::vector<int64_t> key;         // scratch: the signature of the current run
+  std::vector<Slot*> bound;         // scratch: per graph input, the caller's value (or a default)
+  std::vector<Slot> defaults;       // per graph input: its initializer (inputs with a default)
+  std::vector<int> info_to_input;   // Engine::inputs() index → graph input index
+  Slot none;
 };
 
 Expected<std::unique_ptr<ExecutionContext>> Engine::create_context() const {
   auto ci = std::make_unique<ExecutionContext::Impl>();
-  // The context shares ownership of the plan through an aliasing pointer to this engine's impl.
-  ci->engine = std::shared_ptr<const Engine::Impl>(std::shared_ptr<const Engine::Impl>(), impl_.get());
-  const CompiledGraph& plan = *impl_->plan;
+  ci->engine = impl_;
+  const Engine::Impl& e = *impl_;
   if (OpProfile::enabled()) ci->res.profile = std::make_unique<OpProfile>();
   for (int d = 0; d < 2; ++d) {
-    const bool used = plan.arena_bytes[d] > 0 || (d == 1 && impl_->options.device == DeviceType::kCUDA);
+    const bool used = d == 0 || e.options.device == DeviceType::kCUDA;
     if (!used) continue;
     KILN_ASSIGN_OR_RETURN(Backend* b, backend_for(static_cast<DeviceType>(d)));
     KILN_ASSIGN_OR_RETURN(ci->res.state[d], b->create_state());
-    if (plan.arena_bytes[d] > 0) {
-      KILN_ASSIGN_OR_RETURN(ci->res.arena[d], b->allocate(plan.arena_bytes[d]));
-    }
   }
+  const auto& gin = e.graph->inputs;
+  ci->defaults.resize(gin.size());
+  ci->bound.resize(gin.size());
+  for (size_t i = 0; i < gin.size(); ++i)
+    if (gin[i]->constant) ci->defaults[i] = Slot::of(*gin[i]->constant);
+  for (const TensorInfo& ti : e.inputs)
+    for (size_t i = 0; i < gin.size(); ++i)
+      if (gin[i]->name == ti.name) ci->info_to_input.push_back(static_cast<int>(i));
   return std::make_unique<ExecutionContext>(std::move(ci));
 }
 
 ExecutionContext::ExecutionContext(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ExecutionContext::~ExecutionContext() = default;
 
+size_t ExecutionContext::planned_signatures() const { return impl_->plans.size(); }
+size_t ExecutionContext::arena_bytes(DeviceType device) const {
+  const auto& a = impl_->res.arena[static_cast<int>(device)];
+  return a ? a->bytes : 0;
+}
+
+// "input 'x'", built only when an error needs it (a run that checks fine allocates nothing).
+struct Who {
+  const std::string& name;
+};
+static std::string operator+(const Who& w, const std::string& rest) { return "input '" + w.name + "'" + rest; }
+static std::string operator+(const Who& w, const char* rest) { return "input '" + w.name + "'" + rest; }
+
 static Status check_input(const ir::Value& decl, const Value& given) {
   const ir::Type& t = decl.type;
-  const std::string who = "input '" + decl.name + "'";
+  const Who who{decl.name};
   if (t.kind == ir::Type::Kind::kSequence && given.kind != Value::Kind::kSequence)
     return invalid_argument(who + " expects a sequence of tensors");
   if (t.kind == ir::Type::Kind::kTensor) {
@@ -202,45 +275,94 @@ static Status check_input(const ir::Value& decl, const Value& given) {
   return Status::Ok();
 }
 
+Status ExecutionContext::run_into(const std::vector<Value>& inputs, std::vector<Value>& outputs) {
+  Impl& ci = *impl_;
+  const Engine::Impl& e = *ci.engine;
+  const CompiledGraph& plan = *e.plan;
+  if (inputs.size() != ci.info_to_input.size())
+    return invalid_argument("run_into: expected " + std::to_string(ci.info_to_input.size()) + " inputs (Engine::inputs() order), got " +
+                            std::to_string(inputs.size()));
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const int gi = ci.info_to_input[k];
+    const ir::Value& decl = *e.graph->inputs[gi];
+    const Value& given = inputs[k];
+    if (given.kind == Value::Kind::kNone) {
+      if (decl.constant) ci.bound[gi] = &ci.defaults[gi];
+      else if (decl.type.kind == ir::Type::Kind::kOptional) ci.bound[gi] = &ci.none;
+      else return invalid_argument("missing input '" + decl.name + "'");
+      continue;
+    }
+    KILN_RETURN_IF_ERROR(check_input(decl, given));
+    ci.bound[gi] = const_cast<Value*>(&given);  // read only: inputs are never written or released
+  }
+
+  // The shape plan of this signature (made and cached the first time it is seen).
+  signature_key(plan, ci.bound.data(), ci.key);
+  size_t found = ci.plans.size();
+  for (size_t i = 0; i < ci.plans.size(); ++i)
+    if (ci.plans[i]->key == ci.key) {
+      found = i;
+      break;
+    }
+  if (found == ci.plans.size()) {
+    if (ci.plans.size() >= Impl::kMaxPlans) ci.plans.pop_back();
+    ci.plans.insert(ci.plans.begin(), make_shape_plan(plan, ci.bound.data(), ci.res));
+  } else if (found != 0) {
+    std::rotate(ci.plans.begin(), ci.plans.begin() + static_cast<std::ptrdiff_t>(found),
+                ci.plans.begin() + static_cast<std::ptrdiff_t>(found) + 1);
+  }
+  ShapePlan& sp = *ci.plans.front();
+  const uint64_t generation = ci.res.generation;
+  KILN_RETURN_IF_ERROR(bind_shape_plan(plan, sp, ci.res));
+  if (ci.res.generation != generation)
+    // The arena moved: remake the other plans' views now (this run allocates anyway, being a new
+    // signature's), so the old arena is freed and returning to a seen signature allocates nothing.
+    for (size_t i = 1; i < ci.plans.size(); ++i) KILN_RETURN_IF_ERROR(bind_shape_plan(plan, *ci.plans[i], ci.res));
+
+  outputs.resize(plan.outputs.size());
+  for (size_t i = 0; i < plan.inputs.size(); ++i) sp.at[plan.inputs[i]] = ci.bound[i];
+  for (size_t i = 0; i < plan.outputs.size(); ++i) {
+    const int o = plan.outputs[i];
+    if (plan.values[o].is_constant || sp.at[o] != &sp.slots[o]) continue;  // a constant, an input, or listed twice
+    sp.at[o] = &outputs[i];
+  }
+  Frame frame(plan, ci.res, sp);
+  Status st = frame.execute();
+  for (int d = 0; st.ok() && d < 2; ++d)
+    if (ci.res.state[d] && d != 0) {
+      auto b = backend_for(static_cast<DeviceType>(d));
+      st = b.ok() ? (*b)->synchronize(ci.res.state[d].get()) : b.status();
+    }
+  // Outputs that are not the caller's buffers (constants, inputs, outputs listed twice) are copied.
+  for (size_t i = 0; st.ok() && i < plan.outputs.size(); ++i) {
+    const int o = plan.outputs[i];
+    if (sp.at[o] == &outputs[i]) continue;
+    Value v = *sp.at[o];
+    if (v.kind == Value::Kind::kTensor && v.tensor.device().is_cpu()) v.tensor = v.tensor.clone();
+    outputs[i] = std::move(v);
+  }
+  for (int v : plan.inputs) sp.at[v] = &sp.slots[v];
+  for (int v : plan.outputs) sp.at[v] = &sp.slots[v];
+  if (!st.ok()) return st;
+  if (!sp.ready || sp.dirty) finalize_shape_plan(plan, sp);
+  return Status::Ok();
+}
+
 Expected<std::vector<Value>> ExecutionContext::run(const std::map<std::string, Value>& inputs) {
   const Engine::Impl& e = *impl_->engine;
-  const CompiledGraph& plan = *e.plan;
-  Frame frame(plan, impl_->res, nullptr);
-  std::map<std::string, int> formal;
-  for (size_t i = 0; i < e.graph->inputs.size(); ++i) formal[e.graph->inputs[i]->name] = static_cast<int>(i);
+  std::vector<Value> ordered(e.inputs.size());
   for (const auto& [name, value] : inputs) {
-    auto it = formal.find(name);
-    if (it == formal.end()) {
+    size_t k = 0;
+    while (k < e.inputs.size() && e.inputs[k].name != name) ++k;
+    if (k == e.inputs.size()) {
       std::string names;
       for (const auto& ti : e.inputs) names += (names.empty() ? "" : ", ") + ti.name;
       return invalid_argument("unknown input '" + name + "'; the model's inputs are: " + names);
     }
-    const ir::Value& decl = *e.graph->inputs[it->second];
-    KILN_RETURN_IF_ERROR(check_input(decl, value));
-    frame.slots[plan.inputs[it->second]] = value;
+    ordered[k] = value;
   }
-  for (size_t i = 0; i < e.graph->inputs.size(); ++i) {
-    const ir::Value& decl = *e.graph->inputs[i];
-    Slot& s = frame.slots[plan.inputs[i]];
-    if (inputs.count(decl.name)) continue;
-    if (decl.constant) s = Slot::of(*decl.constant);
-    else if (decl.type.kind != ir::Type::Kind::kOptional) return invalid_argument("missing input '" + decl.name + "'");
-  }
-  KILN_RETURN_IF_ERROR(frame.execute());
-  for (int d = 0; d < 2; ++d)
-    if (impl_->res.state[d]) {
-      KILN_ASSIGN_OR_RETURN(Backend* b, backend_for(static_cast<DeviceType>(d)));
-      KILN_RETURN_IF_ERROR(b->synchronize(impl_->res.state[d].get()));
-    }
   std::vector<Value> out;
-  for (int o : plan.outputs) {
-    Slot s = frame.slots[o];
-    // Never hand out memory the engine or a later run may touch: constants and inputs are copied.
-    if (s.kind == Slot::Kind::kTensor && (plan.values[o].is_constant || !s.tensor.storage() ||
-                                          s.tensor.storage()->release == nullptr))
-      s.tensor = s.tensor.clone();
-    out.push_back(std::move(s));
-  }
+  KILN_RETURN_IF_ERROR(run_into(ordered, out));
   return out;
 }
 

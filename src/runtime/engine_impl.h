@@ -19,15 +19,22 @@ struct Engine::Impl {
   std::map<std::string, std::string> meta;  // kiln_version, device, fingerprint, model_hash, ...
 };
 
+namespace passes { struct PassOptions; }
+class Backend;
+// The optimizer's options for building an engine for `target` (null: no device restriction): the
+// CPU evaluator for constant folding, and fusions only into ops `target` has kernels for.
+passes::PassOptions builder_pass_options(int opt_level, const Backend* target);
+
 // Fills inputs/outputs/meta from graph and plan.
 void describe_engine(Engine::Impl& impl, const std::string& model_hash);
 TensorInfo tensor_info(const ir::Value& v);
 
 // The engine-file format (src/engine/).
-constexpr uint32_t kEngineFormatVersion = 1;
+// 2: the whole plan is stored (format 1 stored kernel names per node and re-lowered on load).
+constexpr uint32_t kEngineFormatVersion = 2;
 Expected<std::string> serialize_engine(const Engine::Impl& impl);
-// Parses and verifies an engine file, checks the device fingerprint, and rebuilds the plan using
-// the kernel choices it records.
+// Parses and verifies an engine file, checks the device fingerprint, and instantiates the plan it
+// stores (kernels created from their recorded rows; no passes, no lowering).
 Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(const std::string& bytes);
 bool looks_like_engine(const std::string& head);
 

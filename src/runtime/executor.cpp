@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "ops/op_table.h"
+#include "plan/memory.h"
+
 namespace kiln {
 
 bool OpProfile::enabled() {
@@ -29,39 +32,142 @@ void OpProfile::print() const {
     std::fprintf(stderr, "  %-28s %10.1f %12.3f %7.1f\n", op.c_str(), static_cast<double>(e.calls) / runs,
                  e.seconds * per_run, total > 0 ? 100.0 * e.seconds / total : 0.0);
 }
+
 namespace {
+
+bool same_shape(const Shape& a, const Shape& b) { return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin()); }
+
+size_t bytes_of(DataType dtype, const Shape& shape) {
+  return static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+}
+
+// The host value of a constant (or of the constant a device copy was made from), for shape planning.
+const Tensor* host_constant(const CompiledGraph& g, int v) {
+  if (v < 0) return nullptr;
+  const PlannedValue& pv = g.values[v];
+  if (!pv.is_constant) return nullptr;
+  if (pv.device.is_cpu() && pv.constant.kind == Slot::Kind::kTensor) return &pv.constant.tensor;
+  return host_constant(g, pv.copy_of);
+}
+
+// Runs step `si`'s reshape() for the inputs it has now (or, when planning, the shapes in `plan`) and
+// records the results in `plan`. `from_frame`: inputs are read from the frame's slots.
+Status reshape_step(const CompiledGraph& g, ShapePlan& plan, int si, const Frame* frame, ContextResources& res) {
+  const Step& s = g.steps[si];
+  ReshapeContext rc{*s.node, {}, {}, nullptr, 0, nullptr};
+  rc.in.resize(s.in.size());
+  for (size_t i = 0; i < s.in.size(); ++i) {
+    const int v = s.in[i];
+    if (v < 0) continue;
+    ReshapeContext::In& in = rc.in[i];
+    if (frame) {
+      const Slot& slot = *frame->at[v];
+      if (slot.kind != Slot::Kind::kTensor) continue;
+      in.present = true;
+      in.dtype = slot.tensor.dtype();
+      in.shape = slot.tensor.shape();
+      in.value = host_constant(g, v);  // only constants: a plan must not depend on input values
+    } else {
+      if (!plan.known[v]) return unsupported("input shape unknown");
+      in.present = true;
+      in.dtype = plan.dtype[v];
+      in.shape = plan.shape[v];
+      in.value = host_constant(g, v);
+    }
+  }
+  rc.out.resize(s.out.size());
+  rc.device_state = res.state_for(s.backend->device());
+  KILN_RETURN_IF_ERROR(s.node ? s.kernel->reshape(rc) : unsupported("copy"));
+  for (size_t o = 0; o < s.out.size() && o < rc.out.size(); ++o) {
+    const int v = s.out[o];
+    if (v < 0) continue;
+    plan.known[v] = 1;
+    plan.dtype[v] = rc.out[o].first;
+    plan.shape[v] = rc.out[o].second;
+    plan.bytes[v] = bytes_of(plan.dtype[v], plan.shape[v]);
+  }
+  plan.reshaped[si] = 1;
+  plan.step_state[si] = std::move(rc.state);
+  plan.ws_bytes[si] = rc.workspace_bytes;
+  return Status::Ok();
+}
+
+// Output types of a kernel step from its op's shape function, on the plan's concrete input shapes.
+void infer_step(const CompiledGraph& g, ShapePlan& plan, const Step& s) {
+  const ops::OpDef* def = ops::find_op(s.node->domain, s.node->op_type);
+  if (!def || !def->infer) return;
+  std::vector<ir::Type> types(s.in.size());
+  ops::InferContext ictx{*s.node, {}, {}, {}};
+  for (size_t i = 0; i < s.in.size(); ++i) {
+    const int v = s.in[i];
+    if (v < 0) {
+      ictx.in.push_back(nullptr);
+      ictx.in_value.push_back(nullptr);
+      continue;
+    }
+    if (!plan.known[v]) return;
+    types[i] = ir::Type::tensor(plan.dtype[v], ir::SymShape::of(plan.shape[v]));
+    ictx.in.push_back(&types[i]);
+    ictx.in_value.push_back(host_constant(g, v));
+  }
+  ictx.out.resize(s.out.size());
+  for (auto& t : ictx.out) t.kind = ir::Type::Kind::kUnknown;
+  if (!def->infer(ictx).ok()) return;
+  for (size_t o = 0; o < s.out.size() && o < ictx.out.size(); ++o) {
+    const int v = s.out[o];
+    const ir::Type& t = ictx.out[o];
+    if (v < 0 || !t.is_tensor() || t.dtype == DataType::kUndefined || !t.shape.is_static()) continue;
+    plan.known[v] = 1;
+    plan.dtype[v] = t.dtype;
+    plan.shape[v] = t.shape.to_static();
+    plan.bytes[v] = bytes_of(t.dtype, plan.shape[v]);
+  }
+}
 
 class StepContext final : public KernelContext {
  public:
-  StepContext(Frame& f, const Step& s) : f_(f), s_(s) {}
+  StepContext(Frame& f, const Step& s, int si, AdHocShapes* adhoc) : f_(f), s_(s), si_(si), adhoc_(adhoc) {}
   int num_inputs() const override { return static_cast<int>(s_.in.size()); }
   int num_outputs() const override { return static_cast<int>(s_.out.size()); }
   bool has_input(int i) const override {
-    return i < num_inputs() && s_.in[i] >= 0 && f_.slots[s_.in[i]].kind != Slot::Kind::kNone;
+    return i < num_inputs() && s_.in[i] >= 0 && f_.at[s_.in[i]]->kind != Slot::Kind::kNone;
   }
   const Slot& input_slot(int i) const override {
     static const Slot kNone;
-    return i < num_inputs() && s_.in[i] >= 0 ? f_.slots[s_.in[i]] : kNone;
+    return i < num_inputs() && s_.in[i] >= 0 ? *f_.at[s_.in[i]] : kNone;
   }
   bool has_output(int i) const override { return i < num_outputs() && s_.out[i] >= 0; }
   Tensor& output(int i, DataType dtype, const Shape& shape) override {
-    static thread_local Slot sink;
     if (!has_output(i)) {
-      sink = Slot::of(alloc(dtype, shape, nullptr));
+      static thread_local Slot sink;
+      sink = Slot::of(alloc_unplanned(dtype, shape));
       return sink.tensor;
     }
-    const PlannedValue& pv = f_.graph.values[s_.out[i]];
-    Slot& slot = f_.slots[s_.out[i]];
-    slot = Slot::of(alloc(dtype, shape, &pv));
-    return slot.tensor;
+    return f_.make_output(s_.out[i], *s_.backend, dtype, shape);
   }
+  Tensor& output(int i) override {
+    if (adhoc_) return output(i, adhoc_->out[i].first, adhoc_->out[i].second);
+    const int v = has_output(i) ? s_.out[i] : -1;
+    if (v < 0 || !f_.plan->known[v]) throw std::runtime_error("output " + std::to_string(i) + " was not planned");
+    return output(i, f_.plan->dtype[v], f_.plan->shape[v]);
+  }
+  void* workspace() override {
+    if (adhoc_) return adhoc_->workspace_ptr();
+    const ShapePlan& p = *f_.plan;
+    if (p.ws_offset[si_] >= 0) {
+      const auto& arena = f_.res.arena[static_cast<int>(s_.backend->device().type)];
+      return static_cast<char*>(arena->data) + p.ws_offset[si_];
+    }
+    return p.ws_tmp[si_] ? p.ws_tmp[si_]->data : nullptr;
+  }
+  const void* shape_state() const override { return adhoc_ ? adhoc_->state.get() : f_.plan->step_state[si_].get(); }
   Slot& output_slot(int i) override {
     static thread_local Slot sink;
     if (!has_output(i)) return sink = Slot();
-    return f_.slots[s_.out[i]];
+    return *f_.at[s_.out[i]];
   }
   Tensor owned_copy(const Tensor& t) override {
-    Tensor c = alloc(t.dtype(), t.shape(), nullptr);
+    Tensor c = alloc_unplanned(t.dtype(), t.shape());
     Status st = s_.backend->copy(t, c, f_.res.state_for(s_.backend->device()));
     if (!st.ok()) throw std::runtime_error(st.message());
     return c;
@@ -82,35 +188,191 @@ class StepContext final : public KernelContext {
   }
 
  private:
-  Tensor alloc(DataType dtype, const Shape& shape, const PlannedValue* pv) {
-    const Device dev = s_.backend->device();
-    const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
-    const auto& arena = f_.res.arena[static_cast<int>(dev.type)];
-    if (pv && pv->offset >= 0 && arena && dtype != DataType::kString && bytes <= pv->bytes)
-      return Tensor::view(arena, static_cast<size_t>(pv->offset), dtype, shape);
-    if (dev.is_cpu()) return Tensor::empty(dtype, shape);
-    auto st = s_.backend->allocate(bytes);
+  Tensor alloc_unplanned(DataType dtype, const Shape& shape) {
+    if (s_.backend->device().is_cpu()) return Tensor::empty(dtype, shape);
+    auto st = s_.backend->allocate(bytes_of(dtype, shape));
     if (!st.ok()) throw std::runtime_error(st.status().message());
     return Tensor::with_storage(dtype, shape, *st);
   }
 
   Frame& f_;
   const Step& s_;
+  int si_;
+  AdHocShapes* adhoc_;
 };
 
 }  // namespace
 
+void signature_key(const CompiledGraph& g, Slot* const* inputs, std::vector<int64_t>& key) {
+  key.clear();
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const Slot& s = *inputs[i];
+    key.push_back(static_cast<int64_t>(s.kind));
+    if (s.kind != Slot::Kind::kTensor) {
+      if (s.kind == Slot::Kind::kSequence) key.push_back(static_cast<int64_t>(s.sequence.size()));
+      continue;
+    }
+    key.push_back(static_cast<int64_t>(s.tensor.dtype()));
+    key.push_back(s.tensor.rank());
+    for (int64_t d : s.tensor.shape()) key.push_back(d);
+  }
+}
+
+std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* inputs, ContextResources& res) {
+  auto p = std::make_unique<ShapePlan>();
+  const size_t nv = g.values.size(), ns = g.steps.size();
+  signature_key(g, inputs, p->key);
+  p->known.assign(nv, 0);
+  p->dtype.assign(nv, DataType::kUndefined);
+  p->shape.assign(nv, Shape{});
+  p->offset.assign(nv, -1);
+  p->bytes.assign(nv, 0);
+  p->reshaped.assign(ns, 0);
+  p->step_state.assign(ns, nullptr);
+  p->ws_bytes.assign(ns, 0);
+  p->ws_offset.assign(ns, -1);
+  p->ws_tmp.assign(ns, nullptr);
+  p->dyn.assign(nv, 0);
+  p->volatile_step.assign(ns, 0);
+  p->slots.resize(nv);
+  p->at.resize(nv);
+  for (size_t v = 0; v < nv; ++v) {
+    p->at[v] = &p->slots[v];
+    const PlannedValue& pv = g.values[v];
+    if (!pv.is_constant) continue;
+    p->slots[v] = pv.constant;
+    if (pv.constant.kind == Slot::Kind::kTensor) {
+      p->known[v] = 1;
+      p->dtype[v] = pv.constant.tensor.dtype();
+      p->shape[v] = pv.constant.tensor.shape();
+    }
+  }
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const Slot& s = *inputs[i];
+    if (s.kind != Slot::Kind::kTensor) continue;
+    const int v = g.inputs[i];
+    p->known[v] = 1;
+    p->dtype[v] = s.tensor.dtype();
+    p->shape[v] = s.tensor.shape();
+  }
+  // Walk the steps host-side: kernels that plan themselves, then the ops' shape functions.
+  bool complete = true;
+  for (size_t si = 0; si < ns; ++si) {
+    const Step& s = g.steps[si];
+    if (s.kind == Step::Kind::kCopy) {
+      const int a = s.in[0], b = s.out[0];
+      if (p->known[a]) {
+        p->known[b] = 1;
+        p->dtype[b] = p->dtype[a];
+        p->shape[b] = p->shape[a];
+        p->bytes[b] = bytes_of(p->dtype[b], p->shape[b]);
+      }
+    } else {
+      bool dyn_in = false;
+      for (int v : s.in) dyn_in = dyn_in || (v >= 0 && p->dyn[v]);
+      for (int v : s.implicit_in) dyn_in = dyn_in || p->dyn[v];
+      if (s.data_dependent || dyn_in) {
+        // Sizes depend on values: its outputs (and all they feed) are made as they run.
+        for (int v : s.out)
+          if (v >= 0) p->dyn[v] = 1;
+        p->volatile_step[si] = 1;
+        continue;
+      }
+      if (!s.kernel->has_reshape() || !reshape_step(g, *p, static_cast<int>(si), nullptr, res).ok())
+        infer_step(g, *p, s);
+    }
+    if (s.kind == Step::Kind::kCopy && p->dyn[s.in[0]]) {
+      p->dyn[s.out[0]] = 1;
+      continue;
+    }
+    for (int v : s.out)
+      if (v >= 0 && !p->known[v] && g.values[v].type.kind != ir::Type::Kind::kSequence &&
+          g.values[v].type.kind != ir::Type::Kind::kOptional)
+        complete = false;
+  }
+  if (complete) finalize_shape_plan(g, *p);
+  return p;
+}
+
+void finalize_shape_plan(const CompiledGraph& g, ShapePlan& p) {
+  std::vector<char> excluded(g.values.size(), 0);
+  for (int v : g.inputs) excluded[v] = 1;
+  for (int v : g.outputs) excluded[v] = 1;
+  for (int v : g.captures) excluded[v] = 1;
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (p.dyn[v]) excluded[v] = 1;
+  std::fill(p.offset.begin(), p.offset.end(), -1);
+  std::fill(p.ws_offset.begin(), p.ws_offset.end(), -1);
+  for (int d = 0; d < 2; ++d) {
+    std::vector<BufferRequest> reqs;
+    std::vector<int> owner;  // value index, or -(step + 1) for a workspace
+    for (size_t v = 0; v < g.values.size(); ++v) {
+      const PlannedValue& pv = g.values[v];
+      if (static_cast<int>(pv.device.type) != d || excluded[v] || pv.is_constant || !p.known[v]) continue;
+      if (g.first_def[v] < 0 || p.dtype[v] == DataType::kString || p.dtype[v] == DataType::kUndefined) continue;
+      if (p.bytes[v] == 0) continue;
+      reqs.push_back({p.bytes[v], g.first_def[v], std::max(g.first_def[v], g.last_use[v])});
+      owner.push_back(static_cast<int>(v));
+    }
+    for (size_t si = 0; si < g.steps.size(); ++si) {
+      const Step& s = g.steps[si];
+      if (!p.ws_bytes[si] || p.volatile_step[si] || !s.backend || static_cast<int>(s.backend->device().type) != d) continue;
+      reqs.push_back({p.ws_bytes[si], static_cast<int>(si), static_cast<int>(si)});
+      owner.push_back(-static_cast<int>(si) - 1);
+    }
+    std::vector<size_t> offsets;
+    p.arena_bytes[d] = plan_offsets(reqs, offsets);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      if (owner[i] >= 0) p.offset[owner[i]] = static_cast<int64_t>(offsets[i]);
+      else p.ws_offset[-owner[i] - 1] = static_cast<int64_t>(offsets[i]);
+    }
+  }
+  std::fill(p.ws_tmp.begin(), p.ws_tmp.end(), nullptr);
+  p.ready = true;
+  p.dirty = false;
+  p.views_generation = ~uint64_t{0};
+}
+
+Status bind_shape_plan(const CompiledGraph& g, ShapePlan& p, ContextResources& res) {
+  if (!p.ready) return Status::Ok();
+  for (int d = 0; d < 2; ++d) {
+    const size_t have = res.arena[d] ? res.arena[d]->bytes : 0;
+    if (p.arena_bytes[d] <= have) continue;
+    KILN_ASSIGN_OR_RETURN(Backend * b, backend_for(static_cast<DeviceType>(d)));
+    res.arena[d].reset();  // free the old arena first (views in other plans are remade on their next run)
+    KILN_ASSIGN_OR_RETURN(res.arena[d], b->allocate(p.arena_bytes[d]));
+    ++res.generation;
+  }
+  if (p.views_generation == res.generation) return Status::Ok();
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    if (p.offset[v] < 0) {
+      if (!g.values[v].is_constant) p.slots[v] = Slot();
+      continue;
+    }
+    const auto& arena = res.arena[static_cast<int>(g.values[v].device.type)];
+    p.slots[v] = Slot::of(Tensor::view(arena, static_cast<size_t>(p.offset[v]), p.dtype[v], p.shape[v]));
+  }
+  p.views_generation = res.generation;
+  return Status::Ok();
+}
+
 Frame::Frame(const CompiledGraph& g, ContextResources& r, const Frame* p) : graph(g), parent(p), res(r) {
   slots.resize(g.values.size());
-  for (size_t i = 0; i < g.values.size(); ++i)
+  own_at_.resize(g.values.size());
+  for (size_t i = 0; i < g.values.size(); ++i) {
+    own_at_[i] = &slots[i];
     if (g.values[i].is_constant) slots[i] = g.values[i].constant;
+  }
+  at = own_at_.data();
 }
+
+Frame::Frame(const CompiledGraph& g, ContextResources& r, ShapePlan& p) : graph(g), at(p.at.data()), res(r), plan(&p) {}
 
 const Slot* Frame::lookup(const std::string& name) const {
   for (const Frame* f = this; f; f = f->parent) {
     auto it = f->graph.by_name.find(name);
     // The nearest frame that defines the name owns it, even when it holds an empty optional.
-    if (it != f->graph.by_name.end()) return &f->slots[it->second];
+    if (it != f->graph.by_name.end()) return f->at[it->second];
   }
   return nullptr;
 }
@@ -120,46 +382,111 @@ Status Frame::bind_captures() {
     const std::string& name = graph.values[c].name;
     const Slot* s = parent ? parent->lookup(name) : nullptr;
     if (!s) return internal_error("subgraph '" + graph.graph->name + "': outer-scope value '" + name + "' is not available");
-    slots[c] = *s;
+    *at[c] = *s;
   }
   return Status::Ok();
+}
+
+Tensor& Frame::make_output(int v, Backend& backend, DataType dtype, const Shape& shape) {
+  Slot& slot = *at[v];
+  // A planned view, a caller's output buffer, or a value made earlier in this frame: reuse it.
+  if (slot.kind == Slot::Kind::kTensor && slot.tensor.dtype() == dtype && same_shape(slot.tensor.shape(), shape) &&
+      slot.tensor.device() == backend.device() && (slot.tensor.raw() || slot.tensor.numel() == 0))
+    return slot.tensor;
+  const size_t bytes = bytes_of(dtype, shape);
+  const Device dev = backend.device();
+  const auto& arena = res.arena[static_cast<int>(dev.type)];
+  Tensor t;
+  if (plan) {
+    // The plan learns what the kernel really made (and is re-planned after this run when it was ready).
+    const bool fits = plan->ready && plan->offset[v] >= 0 && plan->views_generation == res.generation &&
+                      bytes <= plan->bytes[v] && arena && dtype != DataType::kString;
+    const bool as_planned = plan->known[v] && plan->dtype[v] == dtype && same_shape(plan->shape[v], shape);
+    if (!as_planned) {
+      // A size the plan did not foresee (or a first sight): learn it; a ready plan is re-planned.
+      if (plan->ready && !plan->dyn[v]) plan->dirty = true;
+      if (plan->ready && !plan->dyn[v] && std::getenv("KILN_DEBUG_PLAN"))
+        std::fprintf(stderr, "kiln: plan miss for value '%s': %s %s (planned %s)\n", graph.values[v].name.c_str(),
+                     dtype_name(dtype), shape_to_string(shape).c_str(),
+                     plan->known[v] ? shape_to_string(plan->shape[v]).c_str() : "unknown");
+      plan->known[v] = 1;
+      plan->dtype[v] = dtype;
+      plan->shape[v] = shape;
+    }
+    if (fits) t = Tensor::view(arena, static_cast<size_t>(plan->offset[v]), dtype, shape);
+    plan->bytes[v] = bytes;
+  } else {
+    const PlannedValue& pv = graph.values[v];
+    if (pv.offset >= 0 && arena && dtype != DataType::kString && bytes <= pv.bytes)
+      t = Tensor::view(arena, static_cast<size_t>(pv.offset), dtype, shape);
+  }
+  if (!t.defined()) {
+    if (dev.is_cpu()) {
+      t = Tensor::empty(dtype, shape);
+    } else {
+      auto st = backend.allocate(bytes);
+      if (!st.ok()) throw std::runtime_error(st.status().message());
+      t = Tensor::with_storage(dtype, shape, *st);
+    }
+  }
+  slot = Slot::of(std::move(t));
+  return slot.tensor;
 }
 
 Status Frame::execute() {
   OpProfile* profile = parent ? nullptr : res.profile.get();  // subgraph steps count under their node
   if (profile) ++profile->runs;
-  for (const Step& s : graph.steps) {
+  const int ns = static_cast<int>(graph.steps.size());
+  for (int si = 0; si < ns; ++si) {
+    const Step& s = graph.steps[si];
     const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     if (s.kind == Step::Kind::kCopy) {
-      const Slot& src = slots[s.in[0]];
+      const Slot& src = *at[s.in[0]];
       if (src.kind == Slot::Kind::kTensor) {
-        const Device dev = graph.values[s.out[0]].device;
-        Tensor dst;
-        const PlannedValue& pv = graph.values[s.out[0]];
-        const auto& arena = res.arena[static_cast<int>(dev.type)];
-        if (pv.offset >= 0 && arena && src.tensor.nbytes() <= pv.bytes) {
-          dst = Tensor::view(arena, static_cast<size_t>(pv.offset), src.tensor.dtype(), src.tensor.shape());
-        } else if (dev.is_cpu()) {
-          dst = Tensor::empty(src.tensor.dtype(), src.tensor.shape());
-        } else {
-          KILN_ASSIGN_OR_RETURN(auto st, s.backend->allocate(src.tensor.nbytes()));
-          dst = Tensor::with_storage(src.tensor.dtype(), src.tensor.shape(), st);
+        const Device to = graph.values[s.out[0]].device;
+        Backend& dst_backend = to.is_cpu() ? cpu_backend() : *s.backend;
+        Tensor* dst = nullptr;
+        try {
+          dst = &make_output(s.out[0], dst_backend, src.tensor.dtype(), src.tensor.shape());
+        } catch (const std::exception& e) {
+          return runtime_error("copy of '" + graph.values[s.in[0]].name + "': " + e.what());
         }
         void* state = res.state_for(s.backend->device());
-        KILN_RETURN_IF_ERROR(s.backend->copy(src.tensor, dst, state));
-        // Host memory may be reused by the next step: finish the copy before going on.
-        KILN_RETURN_IF_ERROR(s.backend->synchronize(state));
-        slots[s.out[0]] = Slot::of(dst);
+        KILN_RETURN_IF_ERROR(s.backend->copy(src.tensor, *dst, state));
+        // A host kernel reads it next: wait for the copy. (Host-to-device copies from pageable
+        // memory return once the source was read, so the host may reuse it at once.)
+        if (s.sync_after) KILN_RETURN_IF_ERROR(s.backend->synchronize(state));
       } else if (src.kind == Slot::Kind::kNone) {
-        slots[s.out[0]] = Slot();
+        *at[s.out[0]] = Slot();
       } else {
         return unsupported("sequences cannot move between devices yet ('" + graph.values[s.in[0]].name + "')");
       }
-    } else {
-      StepContext ctx(*this, s);
+    } else if (s.kind == Step::Kind::kKernel) {
+      AdHocShapes adhoc;
+      AdHocShapes* adhoc_ptr = nullptr;
       Status st;
       try {
-        st = s.kernel->run(ctx);
+        if (s.kernel->has_reshape()) {
+          if (!plan) {
+            auto alloc = [&s](size_t b) { return s.backend->allocate(b); };
+            StepContext probe(*this, s, si, &adhoc);
+            st = adhoc.prepare(*s.kernel, probe, alloc);
+            adhoc_ptr = &adhoc;
+          } else if (!plan->reshaped[si] || plan->volatile_step[si]) {
+            // Not planned ahead (learning run, or inputs made by data-dependent steps): reshape for
+            // the inputs at hand; the workspace is this run's own.
+            st = reshape_step(graph, *plan, si, this, res);
+            if (st.ok() && plan->ws_bytes[si]) {
+              auto ws = s.backend->allocate(plan->ws_bytes[si]);
+              if (!ws.ok()) st = ws.status();
+              else plan->ws_tmp[si] = *ws;
+            }
+          }
+        }
+        if (st.ok()) {
+          StepContext ctx(*this, s, si, adhoc_ptr);
+          st = s.kernel->run(ctx);
+        }
       } catch (const std::bad_alloc&) {
         st = runtime_error(s.node->describe() + ": out of memory");
       } catch (const std::exception& e) {
@@ -174,7 +501,11 @@ Status Frame::execute() {
       ++e.calls;
       e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
-    for (int v : s.release) slots[v] = Slot();
+    for (int v : s.release) {
+      // Planned values keep their arena views for the next run; the caller's inputs are not ours.
+      if (plan && (plan->offset[v] >= 0 || plan->at[v] != &plan->slots[v])) continue;
+      *at[v] = Slot();
+    }
   }
   return Status::Ok();
 }

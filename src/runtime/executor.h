@@ -1,4 +1,5 @@
-// runtime/executor.h — walks a CompiledGraph's steps over a frame of value slots.
+// runtime/executor.h — walks a CompiledGraph's steps over a frame of value slots, and the per-shape
+// plans that let an execution context run a seen input-shape signature without allocating.
 #pragma once
 
 #include <cstdint>
@@ -30,23 +31,81 @@ struct OpProfile {
 // Per-ExecutionContext resources: device states and arenas.
 struct ContextResources {
   std::shared_ptr<void> state[2];            // per DeviceType (CPU: null)
-  std::shared_ptr<Storage> arena[2];         // per DeviceType, sized from the plan
+  // Per DeviceType. Frames without a shape plan use it at the build-time offsets; shape plans grow
+  // it to the largest signature seen (`generation` counts the reallocations).
+  std::shared_ptr<Storage> arena[2];
+  uint64_t generation = 0;
   std::unique_ptr<OpProfile> profile;        // set when OpProfile::enabled()
   void* state_for(Device d) const { return state[static_cast<int>(d.type)].get(); }
 };
 
+// The plan of one input-shape signature of one context: every value's shape and arena offset, every
+// step's workspace and reshape state, and the value slots themselves, which keep their arena views
+// from run to run. Made the first time a context sees the signature:
+//  * from the kernels' reshape() and the ops' shape functions, host only (`ready` at once), or,
+//    when some shape can only be known by running (a Reshape whose target is computed),
+//  * from the sizes the first run produced (`ready` after it).
+// A kernel that produces a size other than planned still gets memory (correctness never depends on
+// the plan); the plan learns the new size and is re-planned after that run.
+struct ShapePlan {
+  std::vector<int64_t> key;                 // the signature (see signature_key)
+  bool ready = false;                       // offsets are final: runs allocate nothing
+  bool dirty = false;                       // a run produced other sizes than planned: re-plan
+  std::vector<char> known;                  // per value: dtype/shape below are known
+  std::vector<char> dyn;                    // per value: made by (or from) a data-dependent step
+  std::vector<DataType> dtype;
+  std::vector<Shape> shape;
+  std::vector<int64_t> offset;              // per value: arena offset on its device, -1: allocated when made
+  std::vector<size_t> bytes;                // per value: bytes when known
+  std::vector<char> reshaped;               // per step: reshape() ran (state, workspace valid)
+  std::vector<char> volatile_step;          // per step: its input shapes vary within the signature
+  std::vector<std::shared_ptr<void>> step_state;
+  std::vector<size_t> ws_bytes;             // per step
+  std::vector<int64_t> ws_offset;           // per step: arena offset of its workspace, -1: none/allocated
+  std::vector<std::shared_ptr<Storage>> ws_tmp;  // per step: workspace of a run before the plan was ready
+  size_t arena_bytes[2] = {0, 0};
+  uint64_t views_generation = ~uint64_t{0};  // arena generation the views in `slots` were made for
+  std::vector<Slot> slots;                  // persistent slots (planned values hold arena views)
+  std::vector<Slot*> at;                    // per value: where it lives this run
+};
+
+// The signature of a set of top-level inputs: kind, dtype and dims of each, written into `key`
+// (its capacity is reused, so a seen signature costs no allocation).
+void signature_key(const CompiledGraph& g, Slot* const* inputs, std::vector<int64_t>& key);
+
+// Makes the plan for the signature of `inputs` (indexed like g.inputs): shapes from the kernels'
+// reshape() and the ops' shape functions; offsets when every size is known.
+std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* inputs, ContextResources& res);
+
+// Computes offsets from the plan's known sizes and marks it ready.
+void finalize_shape_plan(const CompiledGraph& g, ShapePlan& plan);
+
 // The values of one execution of a graph. Subgraph frames point to their enclosing frame.
 struct Frame {
   const CompiledGraph& graph;
-  std::vector<Slot> slots;
+  std::vector<Slot> slots;        // own slots (frames without a shape plan)
+  Slot* const* at = nullptr;      // per value: where it lives (own slots, or the shape plan's)
   const Frame* parent = nullptr;
   ContextResources& res;
+  ShapePlan* plan = nullptr;      // top-level frames of execution contexts
 
   Frame(const CompiledGraph& g, ContextResources& r, const Frame* p);
+  // A frame over a shape plan: values live where plan.at says.
+  Frame(const CompiledGraph& g, ContextResources& r, ShapePlan& plan);
   // Binds captures by name from enclosing frames; fails naming a capture found nowhere.
   Status bind_captures();
   Status execute();
   const Slot* lookup(const std::string& name) const;
+  Slot& value(int v) { return *at[v]; }
+  // Output memory for value v made on `backend`'s device: the slot's tensor when it already has this
+  // dtype and shape (a planned arena view, a caller's buffer), else planned or fresh memory.
+  Tensor& make_output(int v, Backend& backend, DataType dtype, const Shape& shape);
+
+ private:
+  std::vector<Slot*> own_at_;
 };
+
+// Makes sure the arena holds what `plan` needs and that its slots hold views of the current arena.
+Status bind_shape_plan(const CompiledGraph& g, ShapePlan& plan, ContextResources& res);
 
 }  // namespace kiln

@@ -1,5 +1,7 @@
 // runtime/inspect.cpp — what `kiln inspect` reports: the optimizer's work on a model, pass by pass.
+#include "backends/backend.h"
 #include "onnx/importer.h"
+#include "runtime/engine_impl.h"
 #include "passes/passes.h"
 #include "kiln/kiln.h"
 
@@ -20,8 +22,7 @@ Expected<OptimizationReport> inspect_model(const std::string& onnx_path, int opt
   OptimizationReport r;
   r.opt_level = opt_level;
   r.ops_before = histogram(*model.graph, &r.nodes_before);
-  passes::PassOptions po;
-  po.level = opt_level;
+  passes::PassOptions po = builder_pass_options(opt_level, &cpu_backend());
   passes::OptimizeStats stats;
   KILN_RETURN_IF_ERROR(passes::optimize(*model.graph, po, &stats));
   r.ops_after = histogram(*model.graph, &r.nodes_after);

@@ -1,6 +1,7 @@
 // Tests for If, Loop and Scan: graphs built in C++, lowered, run through a Frame, and compared with
 // hand-computed results.
 #include "passes/passes.h"
+#include "runtime/engine_impl.h"
 #include "test_control_util.h"
 
 using namespace kiln;
@@ -51,8 +52,7 @@ TEST(ControlIf, OptimizationKeepsValuesReadOnlyByBranches) {
   else_b.output(else_b.add(else_b.capture("s"), else_b.capture("k"), "e_out"));
   m.g->nodes().back()->attrs["else_branch"] = graph_attr(else_b);
   register_test_kernels();
-  passes::PassOptions po;
-  po.level = 1;
+  passes::PassOptions po = builder_pass_options(1, nullptr);
   ASSERT_TRUE(passes::optimize(*m.g, po).ok());
   ASSERT_NE(m.g->find_value("s"), nullptr);
   ASSERT_NE(m.g->find_value("k"), nullptr);

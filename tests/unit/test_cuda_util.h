@@ -34,6 +34,9 @@ class DeviceContext final : public KernelContext {
     out_[i] = Slot::of(Tensor::with_storage(dtype, shape, *st));
     return out_[i].tensor;
   }
+  Tensor& output(int i) override { return output(i, shapes.out[i].first, shapes.out[i].second); }
+  void* workspace() override { return shapes.workspace_ptr(); }
+  const void* shape_state() const override { return shapes.state.get(); }
   Slot& output_slot(int i) override { return out_[i]; }
   Tensor owned_copy(const Tensor& t) override {
     Tensor c = Tensor::with_storage(t.dtype(), t.shape(), *be_.allocate(t.nbytes()));
@@ -46,6 +49,7 @@ class DeviceContext final : public KernelContext {
   void* device_state() const override { return state_; }
   const ir::Node& node() const override { return node_; }
   std::vector<Slot>& outputs() { return out_; }
+  AdHocShapes shapes;
 
  private:
   Backend& be_;
@@ -77,6 +81,7 @@ inline Expected<std::vector<Tensor>> run_cuda(const ir::Node& node, const std::v
     dev_in.push_back(Slot::of(d));
   }
   DeviceContext ctx(*be, node, dev_in, state.get());
+  KILN_RETURN_IF_ERROR(ctx.shapes.prepare(*kernel, ctx, [be](size_t b) { return be->allocate(b); }));
   KILN_RETURN_IF_ERROR(kernel->run(ctx));
   KILN_RETURN_IF_ERROR(be->synchronize(state.get()));
   std::vector<Tensor> out;

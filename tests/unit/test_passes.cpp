@@ -8,6 +8,7 @@
 
 #include "ops/op_table.h"
 #include "passes/passes.h"
+#include "runtime/engine_impl.h"
 #include "runtime/eager.h"
 
 namespace {
@@ -102,8 +103,7 @@ struct Expect {
 // Optimizes a copy at `level`, checks counts, and compares outputs with the unoptimized graph.
 passes::OptimizeStats check(Builder& b, const Expect& e, int level = 2) {
   auto opt = b.g->clone();
-  passes::PassOptions po;
-  po.level = level;
+  passes::PassOptions po = builder_pass_options(level, nullptr);
   passes::OptimizeStats stats;
   Status st = passes::optimize(*opt, po, &stats);
   EXPECT_TRUE(st.ok()) << st.to_string();
@@ -199,7 +199,7 @@ TEST(Passes, FoldShapesOfDynamicBatch) {
   ir::Value* cat = b.node("Concat", {b.ints({-1}), d1, d2}, {{"axis", attr_int(0)}});
   b.output(b.node("Reshape", {x, cat}));
   auto opt = b.g->clone();
-  passes::PassOptions po;
+  passes::PassOptions po = builder_pass_options(1, nullptr);
   passes::OptimizeStats stats;
   ASSERT_TRUE(passes::optimize(*opt, po, &stats).ok());
   EXPECT_EQ(stats.fired["fold-shapes"], 3);  // two dims, then the Reshape's shape [-1, 3, 4]

@@ -189,3 +189,52 @@ TEST(Runtime, ArenaReusesMemoryAcrossLifetimes) {
   const Tensor& out = f.slots[(*plan)->outputs[0]].tensor;
   for (int64_t i = 0; i < in.numel(); ++i) ASSERT_EQ(out.data<float>()[i], -std::abs(in.data<float>()[i]));
 }
+
+// Loading an engine instantiates the stored plan: lowering never runs, and the loaded engine gives
+// the built engine's outputs.
+TEST(Runtime, EngineFileLoadsWithoutLowering) {
+  BuildOptions o;
+  o.opt_level = 2;
+  auto engine = Engine::build(kExample, o);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto bytes = (*engine)->serialize();
+  ASSERT_TRUE(bytes.ok());
+  const uint64_t before = lowering_count();
+  auto loaded = Engine::load_from_bytes(*bytes);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_EQ(lowering_count(), before) << "loading an engine ran the lowering";
+  EXPECT_EQ((*loaded)->placement_report(), (*engine)->placement_report());
+  auto x = read_npy(kExampleInput);
+  ASSERT_TRUE(x.ok());
+  EXPECT_EQ(run_example(**loaded, *x), run_example(**engine, *x));
+}
+
+// A stored plan that points a step at another node's values is refused, not run.
+TEST(Runtime, TamperedPlanIsRefused) {
+  auto engine = Engine::build(kExample);
+  ASSERT_TRUE(engine.ok());
+  auto bytes = (*engine)->serialize();
+  ASSERT_TRUE(bytes.ok());
+  std::string b = *bytes;
+  auto* ef = fb::GetMutableEngineFile(b.data());
+  ASSERT_TRUE(ef->plan() && ef->plan()->steps() && ef->plan()->steps()->size() > 2);
+  // Swap the first output of two kernel steps: each now writes a value its node does not make.
+  auto* steps = ef->mutable_plan()->mutable_steps();
+  auto* o0 = steps->GetMutableObject(0)->mutable_outputs();
+  auto* o1 = steps->GetMutableObject(1)->mutable_outputs();
+  const int a = o0->Get(0), c = o1->Get(0);
+  o0->Mutate(0, c);
+  o1->Mutate(0, a);
+  auto loaded = Engine::load_from_bytes(b);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("is not the node's"), std::string::npos) << loaded.status().message();
+}
+
+// `kiln build` reports a memory plan even when the batch axis is dynamic (planned at batch 1).
+TEST(Runtime, PlacementReportHasAnArenaForDynamicBatch) {
+  auto engine = Engine::build(kExample);
+  ASSERT_TRUE(engine.ok());
+  const std::string r = (*engine)->placement_report();
+  EXPECT_EQ(r.find("arena: cpu 0 bytes"), std::string::npos) << r;
+  EXPECT_NE(r.find("planned for image=[1,3,32,32]"), std::string::npos) << r;
+}

@@ -10,21 +10,22 @@
 namespace kiln {
 namespace cpu {
 
-void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+void parallel_for(int64_t n, int64_t grain, RangeFn fn) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
   const int64_t max_chunks = (n + grain - 1) / grain;
-  const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), max_chunks));
-  if (threads <= 1 || omp_in_parallel()) {
+  const int threads = omp_get_max_threads();
+  if (threads <= 1 || max_chunks <= 1 || omp_in_parallel()) {
     fn(0, n);
     return;
   }
+  // Always the same team size (libgomp reallocates its team when the size changes); threads past
+  // the chunks that exist have nothing to do.
+  const int64_t parts = std::min<int64_t>(threads, max_chunks);
+  const int64_t chunk = (n + parts - 1) / parts;
 #pragma omp parallel num_threads(threads)
   {
-    const int t = omp_get_thread_num();
-    const int nt = omp_get_num_threads();
-    const int64_t chunk = (n + nt - 1) / nt;
-    const int64_t b = t * chunk, e = std::min(n, b + chunk);
+    const int64_t b = omp_get_thread_num() * chunk, e = std::min(n, b + chunk);
     if (b < e) fn(b, e);
   }
 }
@@ -50,6 +51,7 @@ class CpuBackend final : public Backend {
   const KernelRegistry& kernels() const override { return registry_; }
 
   Expected<std::shared_ptr<Storage>> allocate(size_t bytes) override {
+    count_allocation();
     auto st = std::make_shared<Storage>();
     const size_t alloc = ((bytes ? bytes : 1) + 63) / 64 * 64;
     st->data = std::aligned_alloc(64, alloc);

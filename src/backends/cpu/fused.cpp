@@ -5,6 +5,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/fused_common.h"
+#include "backends/staged_kernel.h"
 #include "ops/op_table.h"
 
 namespace kiln::cpu {
@@ -24,6 +25,15 @@ class InnerContext final : public KernelContext {
     out0_ = &outer_.output(i, dtype, shape);
     return *out0_;
   }
+  Tensor& output(int i) override {
+    if (planned_) return *(out0_ = &outer_.output(i));
+    return output(i, shapes.out[i].first, shapes.out[i].second);
+  }
+  void* workspace() override { return planned_ ? outer_.workspace() : shapes.workspace_ptr(); }
+  const void* shape_state() const override { return planned_ ? planned_ : shapes.state.get(); }
+  // The inner kernel was reshaped with the fused node's plan: its state, output and workspace are
+  // the fused node's.
+  void use_plan(const void* inner_state) { planned_ = inner_state; }
   Tensor* out0() const { return out0_; }
   Slot& output_slot(int i) override { return outer_.output_slot(i); }
   Tensor owned_copy(const Tensor& t) override { return outer_.owned_copy(t); }
@@ -32,12 +42,14 @@ class InnerContext final : public KernelContext {
   }
   void* device_state() const override { return outer_.device_state(); }
   const ir::Node& node() const override { return node_; }
+  AdHocShapes shapes;  // the inner kernel's reshape, made on each run (fused ops are not planned per shape yet)
 
  private:
   KernelContext& outer_;
   const ir::Node& node_;
   int inputs_;
   Tensor* out0_ = nullptr;
+  const void* planned_ = nullptr;
 };
 
 std::string check_f32(const ir::Node& n) {
@@ -75,11 +87,7 @@ Expected<KernelPtr> make_fused(const ir::Node& n, KernelInit& init, const std::s
   if (!def) return unsupported(n.describe() + ": no " + op + " kernel (" + why + ")");
   KILN_ASSIGN_OR_RETURN(KernelPtr k, def->create(*inner, init));
   std::shared_ptr<Kernel> kernel(std::move(k));
-  return make_kernel([inner, kernel, act, bias_input](KernelContext& ctx) -> Status {
-    InnerContext ic(ctx, *inner, static_cast<int>(inner->inputs.size()));
-    KILN_RETURN_IF_ERROR(kernel->run(ic));
-    if (!ic.out0()) return ctx.error("the inner kernel wrote no output");
-    Tensor& y = *ic.out0();
+  auto epilogue = [act, bias_input](KernelContext& ctx, Tensor& y) -> Status {
     if (y.dtype() != DataType::kFloat32) return ctx.error("float32 only");
     const int64_t cols = y.rank() ? y.dim(-1) : 1;
     const int64_t rows = cols ? y.numel() / cols : 0;
@@ -92,6 +100,34 @@ Expected<KernelPtr> make_fused(const ir::Node& n, KernelInit& init, const std::s
     }
     apply_epilogue(y.data<float>(), rows, cols, bias, act);
     return Status::Ok();
+  };
+  if (kernel->has_reshape()) {
+    // Planned: the inner kernel's reshape is the fused node's (same output, same workspace).
+    auto reshape = [inner, kernel](ReshapeContext& rc) -> Status {
+      ReshapeContext ir{*inner, {}, {}, rc.device_state, 0, nullptr};
+      ir.in.assign(rc.in.begin(), rc.in.begin() + std::min(rc.in.size(), inner->inputs.size()));
+      ir.out.resize(1);
+      KILN_RETURN_IF_ERROR(kernel->reshape(ir));
+      rc.out[0] = ir.out[0];
+      rc.workspace_bytes = ir.workspace_bytes;
+      rc.state = std::move(ir.state);
+      return Status::Ok();
+    };
+    auto run = [inner, kernel, epilogue](KernelContext& ctx) -> Status {
+      InnerContext ic(ctx, *inner, static_cast<int>(inner->inputs.size()));
+      ic.use_plan(ctx.shape_state());
+      KILN_RETURN_IF_ERROR(kernel->run(ic));
+      if (!ic.out0()) return ctx.error("the inner kernel wrote no output");
+      return epilogue(ctx, *ic.out0());
+    };
+    return KernelPtr(new StagedKernel(reshape, run));
+  }
+  return make_kernel([inner, kernel, epilogue](KernelContext& ctx) -> Status {
+    InnerContext ic(ctx, *inner, static_cast<int>(inner->inputs.size()));
+    KILN_RETURN_IF_ERROR(ic.shapes.prepare(*kernel, ic, [](size_t b) { return cpu_backend().allocate(b); }));
+    KILN_RETURN_IF_ERROR(kernel->run(ic));
+    if (!ic.out0()) return ctx.error("the inner kernel wrote no output");
+    return epilogue(ctx, *ic.out0());
   });
 }
 

@@ -4,7 +4,10 @@
 #include <cmath>
 #include <limits>
 
+#include <omp.h>
+
 #include "backends/cpu/nn_common.h"
+#include "backends/staged_kernel.h"
 #include "ops/nn.h"
 
 namespace kiln::cpu::nn {
@@ -18,13 +21,14 @@ int64_t prod(const std::vector<int64_t>& v) {
   return p;
 }
 
-// Decodes flat index `i` over `dims` into `coord` (row-major).
-void unflatten(int64_t i, const std::vector<int64_t>& dims, int64_t* coord) {
-  for (size_t d = dims.size(); d-- > 0;) {
+// Decodes flat index `i` over the first `n` of `dims` into `coord` (row-major).
+void unflatten(int64_t i, const std::vector<int64_t>& dims, size_t n, SmallDims<>& coord) {
+  for (size_t d = n; d-- > 0;) {
     coord[d] = i % dims[d];
     i /= dims[d];
   }
 }
+void unflatten(int64_t i, const std::vector<int64_t>& dims, SmallDims<>& coord) { unflatten(i, dims, dims.size(), coord); }
 
 // col[c * K + k][o] = x[c][o * stride - pad + k * dilation] (0 outside), for K window offsets and
 // O output positions. x holds `channels` planes of `in` dims.
@@ -34,15 +38,14 @@ void im2col(const T* x, int64_t channels, const std::vector<int64_t>& in, const 
   const int64_t ksz = prod(g.kernel), osz = prod(g.out), isz = prod(in);
   const int64_t OL = g.out[n - 1], IL = in[n - 1], SL = g.strides[n - 1], PL = g.pads[n - 1], DL = g.dilations[n - 1];
   const int64_t outer = OL ? osz / OL : 0;
-  const std::vector<int64_t> outer_dims(g.out.begin(), g.out.end() - 1);
   parallel_for(channels * ksz, std::max<int64_t>(1, 8192 / std::max<int64_t>(osz, 1)), [&](int64_t r0, int64_t r1) {
-    std::vector<int64_t> kk(n), oc(n);
+    SmallDims<> kk(n), oc(n);
     for (int64_t r = r0; r < r1; ++r) {
       const T* xc = x + (r / ksz) * isz;
-      unflatten(r % ksz, g.kernel, kk.data());
+      unflatten(r % ksz, g.kernel, kk);
       T* dst = col + r * osz;
       for (int64_t o = 0; o < outer; ++o, dst += OL) {
-        unflatten(o, outer_dims, oc.data());
+        unflatten(o, g.out, n - 1, oc);
         int64_t off = 0;
         bool valid = true;
         for (size_t d = 0; d + 1 < n; ++d) {
@@ -71,14 +74,14 @@ void col2im(const T* col, int64_t channels, const std::vector<int64_t>& in, cons
   const size_t n = in.size();
   const int64_t ksz = prod(g.kernel), osz = prod(g.out), isz = prod(in);
   parallel_for(channels, 1, [&](int64_t c0, int64_t c1) {
-    std::vector<int64_t> kk(n), ic(n);
+    SmallDims<> kk(n), ic(n);
     for (int64_t c = c0; c < c1; ++c) {
       T* yc = y + c * osz;
       for (int64_t k = 0; k < ksz; ++k) {
-        unflatten(k, g.kernel, kk.data());
+        unflatten(k, g.kernel, kk);
         const T* src = col + (c * ksz + k) * isz;
         for (int64_t i = 0; i < isz; ++i) {
-          unflatten(i, in, ic.data());
+          unflatten(i, in, ic);
           int64_t off = 0;
           bool valid = true;
           for (size_t d = 0; d < n && valid; ++d) {
@@ -101,7 +104,8 @@ struct ConvShapes {
 };
 
 // Checks X [N, C, in...] against W [M, C/group, k...] and lays out the windows.
-Status conv_shapes(KernelContext& ctx, const ops::WindowAttrs& a, int64_t group, const Shape& x, const Shape& w,
+template <typename Ctx>
+Status conv_shapes(const Ctx& ctx, const ops::WindowAttrs& a, int64_t group, const Shape& x, const Shape& w,
                    ConvShapes& s) {
   if (x.size() < 3) return ctx.error("X must have rank >= 3 ([N, C, spatial...]), got " + shape_to_string(x));
   if (w.size() != x.size()) return ctx.error("W must have the rank of X, got " + shape_to_string(w));
@@ -129,33 +133,48 @@ bool is_pointwise(const WindowGeometry& g) {
   return true;
 }
 
-// y[N, M, out] = conv(x[N, C, in], w[M, C/g, k]) (+ bias[M] when given).
+// Column buffers conv_forward needs: `count` of `each` elements (none for pointwise windows).
+struct ColBuffers {
+  int64_t count = 0, each = 0;
+};
+ColBuffers col_buffers(const ConvShapes& s, int max_threads) {
+  const int64_t Cg = s.C / s.group, Mg = s.M / s.group, ksz = prod(s.g.kernel), osz = prod(s.g.out);
+  const int64_t rows = Cg * ksz, jobs = s.N * s.group;
+  if (is_pointwise(s.g) || jobs == 0) return {};
+  const bool parallel_jobs = s.group > 1 || Mg * osz * rows < (1 << 16);
+  return {parallel_jobs ? std::max<int64_t>(1, std::min<int64_t>(jobs, max_threads)) : 1, rows * osz};
+}
+
+// y[N, M, out] = conv(x[N, C, in], w[M, C/g, k]) (+ bias[M] when given). `cols` holds
+// col_buffers(s).count buffers of .each elements.
 template <typename T>
-void conv_forward(const ConvShapes& s, const T* x, const T* w, const T* bias, T* y) {
+void conv_forward(const ConvShapes& s, const T* x, const T* w, const T* bias, T* y, T* cols, const ColBuffers& cb) {
   const int64_t Cg = s.C / s.group, Mg = s.M / s.group, ksz = prod(s.g.kernel), osz = prod(s.g.out), isz = prod(s.in);
   const int64_t rows = Cg * ksz;
   const bool direct = is_pointwise(s.g);
-  auto one = [&](int64_t n, int64_t grp, std::vector<T>& col) {
+  auto one = [&](int64_t n, int64_t grp, T* col) {
     const T* xg = x + (n * s.C + grp * Cg) * isz;
     const T* src = xg;
     if (!direct) {
-      col.resize(static_cast<size_t>(rows * osz));
-      im2col<T>(xg, Cg, s.in, s.g, col.data());
-      src = col.data();
+      im2col<T>(xg, Cg, s.in, s.g, col);
+      src = col;
     }
     T* yg = y + (n * s.M + grp * Mg) * osz;
     gemm<T>(false, false, Mg, osz, rows, T(1), w + grp * Mg * rows, rows, src, osz, T(0), yg, osz);
     if (rows == 0) std::fill(yg, yg + Mg * osz, T(0));
   };
   const int64_t jobs = s.N * s.group;
-  if (s.group > 1 || Mg * osz * rows < (1 << 16)) {
-    parallel_for(jobs, 1, [&](int64_t b, int64_t e) {
-      std::vector<T> col;
-      for (int64_t j = b; j < e; ++j) one(j / s.group, j % s.group, col);
+  if (cb.count > 1 || (direct && (s.group > 1 || Mg * osz * rows < (1 << 16)))) {
+    // Job ranges, one column buffer each (never more ranges than buffers, whatever the threads).
+    const int64_t parts = std::max<int64_t>(1, direct ? std::min<int64_t>(jobs, omp_get_max_threads()) : cb.count);
+    parallel_for(parts, 1, [&](int64_t b, int64_t e) {
+      for (int64_t part = b; part < e; ++part) {
+        T* col = direct ? nullptr : cols + part * cb.each;
+        for (int64_t j = part * jobs / parts; j < (part + 1) * jobs / parts; ++j) one(j / s.group, j % s.group, col);
+      }
     });
   } else {
-    std::vector<T> col;
-    for (int64_t j = 0; j < jobs; ++j) one(j / s.group, j % s.group, col);
+    for (int64_t j = 0; j < jobs; ++j) one(j / s.group, j % s.group, cols);
   }
   if (bias) {
     parallel_for(s.N * s.M, 16, [&](int64_t b, int64_t e) {
@@ -168,6 +187,14 @@ void conv_forward(const ConvShapes& s, const T* x, const T* w, const T* bias, T*
   }
 }
 
+// conv_forward with column buffers of its own (quantized and legacy paths).
+template <typename T>
+void conv_forward_alloc(const ConvShapes& s, const T* x, const T* w, const T* bias, T* y) {
+  const ColBuffers cb = col_buffers(s, omp_get_max_threads());
+  std::vector<T> cols(static_cast<size_t>(cb.count * cb.each));
+  conv_forward<T>(s, x, w, bias, y, cols.data(), cb);
+}
+
 struct ConvAttrs {
   ops::WindowAttrs w;
   int64_t group = 1;
@@ -175,20 +202,45 @@ struct ConvAttrs {
 
 ConvAttrs parse_conv(const ir::Node& n) { return {ops::parse_window_attrs(n), n.attr_int("group", 1)}; }
 
-Status conv_kernel(KernelContext& ctx, const ConvAttrs& a) {
+// Conv's per-shape state: geometry and column buffers (float32 columns live in the workspace).
+struct ConvState {
+  ConvShapes s;
+  ColBuffers cb;
+};
+
+Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
+  if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("X and W are required");
+  auto st = std::make_shared<ConvState>();
+  KILN_RETURN_IF_ERROR(conv_shapes(rc, a.w, a.group, rc.in[0].shape, rc.in[1].shape, st->s));
+  if (rc.in.size() > 2 && rc.in[2].present && shape_numel(rc.in[2].shape) != st->s.M)
+    return rc.error("B must have M = " + std::to_string(st->s.M) + " entries");
+  rc.out[0] = {rc.in[0].dtype, st->s.y};
+  if (rc.in[0].dtype == DataType::kFloat32) {
+    st->cb = col_buffers(st->s, omp_get_max_threads());
+    rc.workspace_bytes = static_cast<size_t>(st->cb.count * st->cb.each) * sizeof(float);
+  }
+  rc.state = std::move(st);
+  return Status::Ok();
+}
+
+Status conv_kernel(KernelContext& ctx, const ConvAttrs&) {
+  const ConvState& st = shape_state<ConvState>(ctx);
   const Tensor& x = ctx.input(0);
   const Tensor& w = ctx.input(1);
-  ConvShapes s;
-  KILN_RETURN_IF_ERROR(conv_shapes(ctx, a.w, a.group, x.shape(), w.shape(), s));
-  if (ctx.has_input(2) && ctx.input(2).numel() != s.M) return ctx.error("B must have M = " + std::to_string(s.M) + " entries");
-  Tensor& y = ctx.output(0, x.dtype(), s.y);
+  Tensor& y = ctx.output(0);
+  if (x.dtype() == DataType::kFloat32 && w.dtype() == DataType::kFloat32 &&
+      (!ctx.has_input(2) || ctx.input(2).dtype() == DataType::kFloat32)) {
+    conv_forward<float>(st.s, x.data<float>(), w.data<float>(), ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr,
+                        y.data<float>(), static_cast<float*>(ctx.workspace()), st.cb);
+    return Status::Ok();
+  }
   visit_real(x.dtype(), [&](auto tag) {
     using C = typename decltype(tag)::type;
     ReadAs<C> xv(x), wv(w);
     std::unique_ptr<ReadAs<C>> bv;
     if (ctx.has_input(2)) bv = std::make_unique<ReadAs<C>>(ctx.input(2));
     WriteAs<C> out(y);
-    conv_forward<C>(s, xv.data(), wv.data(), bv ? bv->data() : nullptr, out.data());
+    conv_forward_alloc<C>(st.s, xv.data(), wv.data(), bv ? bv->data() : nullptr, out.data());
     out.commit();
   });
   return Status::Ok();
@@ -212,7 +264,7 @@ Status integer_conv(KernelContext& ctx, const ConvAttrs& a, int ix, int ixz, int
   for (int64_t i = 0; i < w.numel(); ++i)
     wv[i] = load_as<int32_t>(w, i) - (wz ? load_as<int32_t>(*wz, wz->numel() == 1 ? 0 : i / per_m) : 0);
   acc.resize(static_cast<size_t>(shape_numel(s.y)));
-  conv_forward<int32_t>(s, xv.data(), wv.data(), nullptr, acc.data());
+  conv_forward_alloc<int32_t>(s, xv.data(), wv.data(), nullptr, acc.data());
   return Status::Ok();
 }
 
@@ -302,11 +354,17 @@ Expected<KernelPtr> make_conv(const ir::Node& n, KernelInit&) {
   return make_kernel([a](KernelContext& ctx) { return Fn(ctx, a); });
 }
 
+Expected<KernelPtr> make_staged_conv(const ir::Node& n, KernelInit&) {
+  ConvAttrs a = parse_conv(n);
+  return make_staged([a](ReshapeContext& rc) { return conv_reshape(rc, a); },
+                     [a](KernelContext& ctx) { return conv_kernel(ctx, a); });
+}
+
 }  // namespace
 
 void register_conv(KernelRegistry& r) {
   auto real = [](const ir::Node& n) { return require_real(n, 0); };
-  r.add({"Conv", "", 1, 1 << 30, "cpu.Conv.any.im2col_sgemm", real, make_conv<conv_kernel>});
+  r.add({"Conv", "", 1, 1 << 30, "cpu.Conv.any.im2col_sgemm", real, make_staged_conv});
   r.add({"ConvTranspose", "", 1, 1 << 30, "cpu.ConvTranspose.any.sgemm_col2im", real, make_conv<conv_transpose_kernel>});
   r.add({"ConvInteger", "", 10, 1 << 30, "cpu.ConvInteger.i8.im2col", nullptr, make_conv<conv_integer_kernel>});
   r.add({"QLinearConv", "", 10, 1 << 30, "cpu.QLinearConv.i8.im2col", nullptr, make_conv<qlinear_conv_kernel>});

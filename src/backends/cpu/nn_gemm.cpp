@@ -3,7 +3,10 @@
 #include <limits>
 #include <memory>
 
+#include <optional>
+
 #include "backends/cpu/nn_common.h"
+#include "backends/staged_kernel.h"
 #include "ops/op_table.h"
 
 namespace kiln::cpu::nn {
@@ -35,7 +38,8 @@ std::vector<int64_t> broadcast_index(const Shape& in, const Shape& out) {
   return idx;
 }
 
-Status plan_matmul(const KernelContext& ctx, const Shape& a0, const Shape& b0, MatMulPlan& p) {
+template <typename Ctx>
+Status plan_matmul(const Ctx& ctx, const Shape& a0, const Shape& b0, MatMulPlan& p) {
   if (a0.empty() || b0.empty()) return ctx.error("MatMul operands must have rank >= 1");
   Shape a = a0, b = b0;
   if (a.size() == 1) a.insert(a.begin(), 1);
@@ -91,26 +95,35 @@ bool visit_matmul_type(DataType dt, F&& f) {
   }
 }
 
+// The elements of `t` as C (float-like dtypes converted when they differ; no copy when equal).
 template <typename C>
-const C* as_ptr(const Tensor& t, std::unique_ptr<ReadAs<C>>& hold) {
+const C* as_ptr(const Tensor& t, std::optional<ReadAs<C>>& hold) {
   if constexpr (std::is_same_v<C, float> || std::is_same_v<C, double>) {
-    hold = std::make_unique<ReadAs<C>>(t);
+    hold.emplace(t);
     return hold->data();
   } else {
     return t.data<C>();
   }
 }
 
+Status matmul_reshape(ReshapeContext& rc) {
+  if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("A and B are required");
+  if (rc.in[0].dtype != rc.in[1].dtype) return rc.error("A and B must have the same dtype");
+  auto p = std::make_shared<MatMulPlan>();
+  KILN_RETURN_IF_ERROR(plan_matmul(rc, rc.in[0].shape, rc.in[1].shape, *p));
+  rc.out[0] = {rc.in[0].dtype, p->out};
+  rc.state = std::move(p);
+  return Status::Ok();
+}
+
 Status matmul_kernel(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
-  if (a.dtype() != b.dtype()) return ctx.error("A and B must have the same dtype");
-  MatMulPlan p;
-  KILN_RETURN_IF_ERROR(plan_matmul(ctx, a.shape(), b.shape(), p));
-  Tensor& y = ctx.output(0, a.dtype(), p.out);
+  const MatMulPlan& p = shape_state<MatMulPlan>(ctx);
+  Tensor& y = ctx.output(0);
   bool ok = visit_matmul_type(a.dtype(), [&](auto tag) {
     using C = typename decltype(tag)::type;
-    std::unique_ptr<ReadAs<C>> ha, hb;
+    std::optional<ReadAs<C>> ha, hb;
     const C* pa = as_ptr<C>(a, ha);
     const C* pb = as_ptr<C>(b, hb);
     if constexpr (std::is_same_v<C, float> || std::is_same_v<C, double>) {
@@ -131,29 +144,48 @@ struct GemmAttrs {
   double alpha = 1, beta = 1;
 };
 
+struct GemmShape {
+  int64_t M = 0, N = 0, K = 0;
+  int64_t cm = 0, cn = 0;  // strides of C over (m, n) after unidirectional broadcasting
+};
+
+Status gemm_reshape(ReshapeContext& rc, const GemmAttrs& g) {
+  if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("A and B are required");
+  const Shape& a = rc.in[0].shape;
+  const Shape& b = rc.in[1].shape;
+  if (a.size() != 2 || b.size() != 2) return rc.error("A and B must be 2-D");
+  if (rc.in[0].dtype != rc.in[1].dtype) return rc.error("A and B must have the same dtype");
+  auto st = std::make_shared<GemmShape>();
+  const int64_t M = g.ta ? a[1] : a[0], K = g.ta ? a[0] : a[1];
+  const int64_t N = g.tb ? b[0] : b[1], Kb = g.tb ? b[1] : b[0];
+  if (K != Kb) return rc.error("inner dimensions differ: " + shape_to_string(a) + " x " + shape_to_string(b));
+  if (rc.in.size() > 2 && rc.in[2].present) {
+    const Shape& cs = rc.in[2].shape;
+    Shape bc;
+    if (cs.size() > 2 || !ops::broadcast_shapes(Shape{M, N}, cs, &bc) || bc != Shape{M, N})
+      return rc.error("C of shape " + shape_to_string(cs) + " does not broadcast to " + shape_to_string({M, N}));
+    const int64_t cr = cs.size() == 2 ? cs[0] : 1, cc = cs.empty() ? 1 : cs.back();
+    st->cm = cr == 1 ? 0 : cc;
+    st->cn = cc == 1 ? 0 : 1;
+  }
+  st->M = M;
+  st->N = N;
+  st->K = K;
+  rc.out[0] = {rc.in[0].dtype, Shape{M, N}};
+  rc.state = std::move(st);
+  return Status::Ok();
+}
+
 Status gemm_kernel(KernelContext& ctx, const GemmAttrs& g) {
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
-  if (a.rank() != 2 || b.rank() != 2) return ctx.error("A and B must be 2-D");
-  if (a.dtype() != b.dtype()) return ctx.error("A and B must have the same dtype");
-  const int64_t M = g.ta ? a.dim(1) : a.dim(0), K = g.ta ? a.dim(0) : a.dim(1);
-  const int64_t N = g.tb ? b.dim(0) : b.dim(1), Kb = g.tb ? b.dim(1) : b.dim(0);
-  if (K != Kb) return ctx.error("inner dimensions differ: " + shape_to_string(a.shape()) + " x " + shape_to_string(b.shape()));
+  const GemmShape& sh = shape_state<GemmShape>(ctx);
+  const int64_t M = sh.M, N = sh.N, K = sh.K, cm = sh.cm, cn = sh.cn;
   const bool has_c = ctx.has_input(2) && g.beta != 0;
-  int64_t cm = 0, cn = 0;  // strides of C over (m, n) after unidirectional broadcasting
-  if (ctx.has_input(2)) {
-    const Shape& cs = ctx.input(2).shape();
-    Shape bc;
-    if (cs.size() > 2 || !ops::broadcast_shapes(Shape{M, N}, cs, &bc) || bc != Shape{M, N})
-      return ctx.error("C of shape " + shape_to_string(cs) + " does not broadcast to " + shape_to_string({M, N}));
-    const int64_t cr = cs.size() == 2 ? cs[0] : 1, cc = cs.empty() ? 1 : cs.back();
-    cm = cr == 1 ? 0 : cc;
-    cn = cc == 1 ? 0 : 1;
-  }
-  Tensor& y = ctx.output(0, a.dtype(), {M, N});
+  Tensor& y = ctx.output(0);
   bool ok = visit_matmul_type(a.dtype(), [&](auto tag) {
     using C = typename decltype(tag)::type;
-    std::unique_ptr<ReadAs<C>> ha, hb;
+    std::optional<ReadAs<C>> ha, hb;
     const C* pa = as_ptr<C>(a, ha);
     const C* pb = as_ptr<C>(b, hb);
     auto compute = [&](C* out) {
@@ -279,7 +311,7 @@ std::string check_matmul_dtype(const ir::Node& n) {
 
 void register_gemm(KernelRegistry& r) {
   r.add({"MatMul", "", 1, 1 << 30, "cpu.MatMul.any.sgemm", check_matmul_dtype,
-         [](const ir::Node&, KernelInit&) { return make_kernel(matmul_kernel); }});
+         [](const ir::Node&, KernelInit&) { return make_staged(matmul_reshape, matmul_kernel); }});
   // Before opset 7 Gemm had a `broadcast` attribute; C broadcasting always is a superset of it.
   r.add({"Gemm", "", 1, 1 << 30, "cpu.Gemm.any.sgemm", check_matmul_dtype, [](const ir::Node& n, KernelInit&) {
            GemmAttrs g;
@@ -287,7 +319,8 @@ void register_gemm(KernelRegistry& r) {
            g.tb = n.attr_int("transB", 0) != 0;
            g.alpha = n.attr_float("alpha", 1.f);
            g.beta = n.attr_float("beta", 1.f);
-           return make_kernel([g](KernelContext& ctx) { return gemm_kernel(ctx, g); });
+           return make_staged([g](ReshapeContext& rc) { return gemm_reshape(rc, g); },
+                              [g](KernelContext& ctx) { return gemm_kernel(ctx, g); });
          }});
   r.add({"MatMulInteger", "", 10, 1 << 30, "cpu.MatMulInteger.i8", nullptr,
          [](const ir::Node&, KernelInit&) { return make_kernel(matmul_integer_kernel); }});

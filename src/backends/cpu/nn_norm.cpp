@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "backends/cpu/nn_common.h"
+#include "backends/staged_kernel.h"
 #include "ops/op_table.h"
 
 namespace kiln::cpu::nn {
@@ -121,6 +122,54 @@ Status batch_norm_kernel(KernelContext& ctx, const BnAttrs& a) {
     out.commit();
   });
   return Status::Ok();
+}
+
+// Inference with constant statistics: y = x * mul[c] + add[c], folded once at prepare (float32).
+// Returns null when the node does not qualify (the general kernel takes it).
+std::unique_ptr<Kernel> make_constant_batch_norm(const ir::Node& n, const BnAttrs& a) {
+  if (a.training || n.outputs.size() != 1 || n.inputs.size() != 5) return nullptr;
+  if (!n.inputs[0] || n.inputs[0]->type.dtype != DataType::kFloat32) return nullptr;
+  const Tensor* p[4];
+  for (int i = 0; i < 4; ++i) {
+    const ir::Value* v = n.inputs[i + 1];
+    if (!v || !v->is_constant() || v->constant->rank() != 1 || !is_real(v->constant->dtype())) return nullptr;
+    p[i] = &*v->constant;
+  }
+  const int64_t C = p[0]->numel();
+  for (const Tensor* t : p)
+    if (t->numel() != C) return nullptr;
+  auto mul = std::make_shared<std::vector<float>>(C), add = std::make_shared<std::vector<float>>(C);
+  for (int64_t c = 0; c < C; ++c) {
+    const double m = load_as<double>(*p[0], c) / std::sqrt(load_as<double>(*p[3], c) + a.eps);
+    (*mul)[c] = static_cast<float>(m);
+    (*add)[c] = static_cast<float>(load_as<double>(*p[1], c) - load_as<double>(*p[2], c) * m);
+  }
+  auto reshape = [C](ReshapeContext& rc) -> Status {
+    const Shape& x = rc.in[0].shape;
+    if (x.size() < 2 || x[1] != C) return rc.error("X must be [N, " + std::to_string(C) + ", ...], got " + shape_to_string(x));
+    if (rc.in[0].dtype != DataType::kFloat32) return rc.error("X must be float32");
+    rc.out[0] = {DataType::kFloat32, x};
+    return Status::Ok();
+  };
+  auto run = [C, mul, add](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    Tensor& y = ctx.output(0);
+    const int64_t planes = x.dim(0) * C, S = planes ? x.numel() / planes : 0;
+    const float* xp = x.data<float>();
+    float* yp = y.data<float>();
+    const float* mp = mul->data();
+    const float* ap = add->data();
+    parallel_for(planes, std::max<int64_t>(1, 4096 / std::max<int64_t>(S, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t nc = b; nc < e; ++nc) {
+        const float m = mp[nc % C], d = ap[nc % C];
+        const float* xi = xp + nc * S;
+        float* yi = yp + nc * S;
+        for (int64_t i = 0; i < S; ++i) yi[i] = xi[i] * m + d;
+      }
+    });
+    return Status::Ok();
+  };
+  return std::make_unique<StagedKernel>(reshape, run);
 }
 
 // ---- Group-wise normalizations: InstanceNormalization (a group per channel) and GroupNormalization.
@@ -324,6 +373,7 @@ void register_norm(KernelRegistry& r) {
            a.eps = n.attr_float("epsilon", 1e-5f);
            a.momentum = n.attr_float("momentum", 0.9f);
            a.training = n.opset >= 14 && n.attr_int("training_mode", 0) != 0;
+           if (auto k = make_constant_batch_norm(n, a)) return Expected<KernelPtr>(std::move(k));
            return make_kernel([a](KernelContext& ctx) { return batch_norm_kernel(ctx, a); });
          }});
   r.add({"InstanceNormalization", "", 1, 1 << 30, "cpu.InstanceNormalization.any", real, [](const ir::Node& n, KernelInit&) {

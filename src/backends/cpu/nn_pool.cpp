@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "backends/cpu/nn_common.h"
+#include "backends/staged_kernel.h"
 #include "ops/nn.h"
 
 namespace kiln::cpu::nn {
@@ -38,11 +39,11 @@ void pool_planes(const PoolAttrs& a, const ops::WindowGeometry& g, const std::ve
                  const C* x, C* y, int64_t* idx) {
   const size_t n = in.size();
   const int64_t isz = prod(in), osz = prod(g.out);
-  std::vector<int64_t> cm_stride(n, 1), rm_stride(n, 1);
+  SmallDims<> cm_stride(n, 1), rm_stride(n, 1);
   for (size_t d = 1; d < n; ++d) cm_stride[d] = cm_stride[d - 1] * in[d - 1];
   for (size_t d = n - 1; d-- > 0;) rm_stride[d] = rm_stride[d + 1] * in[d + 1];
   parallel_for(planes * osz, 256, [&](int64_t b, int64_t e) {
-    std::vector<int64_t> oc(n), lo(n), hi(n), start(n), j(n);
+    SmallDims<> oc(n), lo(n), hi(n), start(n), j(n);
     for (int64_t t = b; t < e; ++t) {
       const int64_t plane = t / osz;
       int64_t o = t % osz;
@@ -116,37 +117,62 @@ bool pool_dtype_ok(DataType dt, PoolKind k) {
   return is_real(dt) || (k == PoolKind::kMax && (dt == DataType::kInt8 || dt == DataType::kUInt8));
 }
 
-Status pool_kernel(KernelContext& ctx, const PoolAttrs& a) {
-  const Tensor& x = ctx.input(0);
-  if (x.rank() < 3) return ctx.error("X must have rank >= 3 ([N, C, spatial...]), got " + shape_to_string(x.shape()));
-  if (!pool_dtype_ok(x.dtype(), a.kind)) return ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype()));
-  if (a.w.kernel.empty()) return ctx.error("kernel_shape is required");
-  const std::vector<int64_t> in(x.shape().begin() + 2, x.shape().end());
-  auto g = ops::window_geometry(a.w, in, {});
-  if (!g.ok()) return ctx.error(g.status().message());
-  Shape ys = {x.dim(0), x.dim(1)};
+// Pooling's per-shape state: the window geometry over the spatial dims.
+struct PoolState {
+  std::vector<int64_t> in;
+  ops::WindowGeometry g;
+};
+
+Status pool_reshape(ReshapeContext& rc, const PoolAttrs& a) {
+  if (rc.in.empty() || !rc.in[0].present) return rc.error("X is required");
+  const Shape& x = rc.in[0].shape;
+  if (x.size() < 3) return rc.error("X must have rank >= 3 ([N, C, spatial...]), got " + shape_to_string(x));
+  if (!pool_dtype_ok(rc.in[0].dtype, a.kind)) return rc.error(std::string("unsupported dtype ") + dtype_name(rc.in[0].dtype));
+  if (a.w.kernel.empty()) return rc.error("kernel_shape is required");
+  auto st = std::make_shared<PoolState>();
+  st->in.assign(x.begin() + 2, x.end());
+  auto g = ops::window_geometry(a.w, st->in, {});
+  if (!g.ok()) return rc.error(g.status().message());
+  st->g = *g;
+  Shape ys = {x[0], x[1]};
   ys.insert(ys.end(), g->out.begin(), g->out.end());
-  Tensor& y = ctx.output(0, x.dtype(), ys);
-  int64_t* idx = ctx.has_output(1) ? ctx.output(1, DataType::kInt64, ys).data<int64_t>() : nullptr;
+  rc.out[0] = {rc.in[0].dtype, ys};
+  if (rc.out.size() > 1) rc.out[1] = {DataType::kInt64, ys};
+  rc.state = std::move(st);
+  return Status::Ok();
+}
+
+Status pool_kernel(KernelContext& ctx, const PoolAttrs& a) {
+  const PoolState& st = shape_state<PoolState>(ctx);
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.output(0);
+  int64_t* idx = ctx.has_output(1) ? ctx.output(1).data<int64_t>() : nullptr;
   const int64_t planes = x.dim(0) * x.dim(1);
   if (x.dtype() == DataType::kFloat64) {
-    pool_planes<double>(a, *g, in, planes, x.data<double>(), y.data<double>(), idx);
+    pool_planes<double>(a, st.g, st.in, planes, x.data<double>(), y.data<double>(), idx);
   } else {
     ReadAs<float> xv(x);
     WriteAs<float> out(y);
-    pool_planes<float>(a, *g, in, planes, xv.data(), out.data(), idx);
+    pool_planes<float>(a, st.g, st.in, planes, xv.data(), out.data(), idx);
     out.commit();
   }
   return Status::Ok();
 }
 
+Status global_pool_reshape(ReshapeContext& rc) {
+  if (rc.in.empty() || !rc.in[0].present) return rc.error("X is required");
+  const Shape& x = rc.in[0].shape;
+  if (x.size() < 2) return rc.error("X must have rank >= 2");
+  if (!is_real(rc.in[0].dtype)) return rc.error(std::string("unsupported dtype ") + dtype_name(rc.in[0].dtype));
+  Shape ys = {x[0], x[1]};
+  for (size_t i = 2; i < x.size(); ++i) ys.push_back(1);
+  rc.out[0] = {rc.in[0].dtype, ys};
+  return Status::Ok();
+}
+
 Status global_pool_kernel(KernelContext& ctx, const PoolAttrs& a) {
   const Tensor& x = ctx.input(0);
-  if (x.rank() < 2) return ctx.error("X must have rank >= 2");
-  if (!is_real(x.dtype())) return ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype()));
-  Shape ys = {x.dim(0), x.dim(1)};
-  for (int i = 2; i < x.rank(); ++i) ys.push_back(1);
-  Tensor& y = ctx.output(0, x.dtype(), ys);
+  Tensor& y = ctx.output(0);
   const int64_t planes = x.dim(0) * x.dim(1), isz = planes ? x.numel() / planes : 0;
   visit_real(x.dtype(), [&](auto tag) {
     using C = typename decltype(tag)::type;
@@ -224,16 +250,29 @@ Status max_unpool_kernel(KernelContext& ctx, const PoolAttrs& a) {
   return Status::Ok();
 }
 
-template <PoolKind K, Status (*Fn)(KernelContext&, const PoolAttrs&)>
-Expected<KernelPtr> make_pool(const ir::Node& n, KernelInit&) {
+PoolAttrs parse_pool(const ir::Node& n, PoolKind k) {
   PoolAttrs a;
-  a.kind = K;
+  a.kind = k;
   a.w = ops::parse_window_attrs(n);
   a.count_include_pad = n.attr_int("count_include_pad", 0) != 0;
   a.column_major = n.attr_int("storage_order", 0) != 0;
   a.p = attr_p(n);
+  return a;
+}
+
+template <PoolKind K, Status (*Fn)(KernelContext&, const PoolAttrs&)>
+Expected<KernelPtr> make_pool(const ir::Node& n, KernelInit&) {
+  PoolAttrs a = parse_pool(n, K);
   return make_kernel([a](KernelContext& ctx) { return Fn(ctx, a); });
 }
+
+template <PoolKind K, Status (*Reshape)(ReshapeContext&, const PoolAttrs&), Status (*Fn)(KernelContext&, const PoolAttrs&)>
+Expected<KernelPtr> make_staged_pool(const ir::Node& n, KernelInit&) {
+  PoolAttrs a = parse_pool(n, K);
+  return make_staged([a](ReshapeContext& rc) { return Reshape(rc, a); }, [a](KernelContext& ctx) { return Fn(ctx, a); });
+}
+
+Status global_reshape(ReshapeContext& rc, const PoolAttrs&) { return global_pool_reshape(rc); }
 
 }  // namespace
 
@@ -244,13 +283,13 @@ void register_pool(KernelRegistry& r) {
            return require_dtypes(n, 0, {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
                                         DataType::kBFloat16, DataType::kInt8, DataType::kUInt8});
          },
-         make_pool<PoolKind::kMax, pool_kernel>});
-  r.add({"AveragePool", "", 1, 1 << 30, "cpu.AveragePool.any.generic", real, make_pool<PoolKind::kAvg, pool_kernel>});
-  r.add({"LpPool", "", 1, 1 << 30, "cpu.LpPool.any.generic", real, make_pool<PoolKind::kLp, pool_kernel>});
-  r.add({"GlobalMaxPool", "", 1, 1 << 30, "cpu.GlobalMaxPool.any", real, make_pool<PoolKind::kMax, global_pool_kernel>});
+         make_staged_pool<PoolKind::kMax, pool_reshape, pool_kernel>});
+  r.add({"AveragePool", "", 1, 1 << 30, "cpu.AveragePool.any.generic", real, make_staged_pool<PoolKind::kAvg, pool_reshape, pool_kernel>});
+  r.add({"LpPool", "", 1, 1 << 30, "cpu.LpPool.any.generic", real, make_staged_pool<PoolKind::kLp, pool_reshape, pool_kernel>});
+  r.add({"GlobalMaxPool", "", 1, 1 << 30, "cpu.GlobalMaxPool.any", real, make_staged_pool<PoolKind::kMax, global_reshape, global_pool_kernel>});
   r.add({"GlobalAveragePool", "", 1, 1 << 30, "cpu.GlobalAveragePool.any", real,
-         make_pool<PoolKind::kAvg, global_pool_kernel>});
-  r.add({"GlobalLpPool", "", 1, 1 << 30, "cpu.GlobalLpPool.any", real, make_pool<PoolKind::kLp, global_pool_kernel>});
+         make_staged_pool<PoolKind::kAvg, global_reshape, global_pool_kernel>});
+  r.add({"GlobalLpPool", "", 1, 1 << 30, "cpu.GlobalLpPool.any", real, make_staged_pool<PoolKind::kLp, global_reshape, global_pool_kernel>});
   r.add({"MaxUnpool", "", 9, 1 << 30, "cpu.MaxUnpool.any", real, make_pool<PoolKind::kMax, max_unpool_kernel>});
 }
 

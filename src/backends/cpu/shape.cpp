@@ -6,6 +6,7 @@
 #include <set>
 
 #include "backends/cpu/shape_util.h"
+#include "backends/staged_kernel.h"
 #include "ops/op_table.h"
 #include "ops/shape.h"
 
@@ -151,11 +152,18 @@ void add_shape_kernel(KernelRegistry& r, const char* op, int since, int required
     KILN_ASSIGN_OR_RETURN(KernelPtr k, f(n, init));
     if (required == 0) return k;
     std::shared_ptr<const Kernel> inner(std::move(k));
-    return make_kernel([inner, required](KernelContext& ctx) -> Status {
+    auto run = [inner, required](KernelContext& ctx) -> Status {
       for (int i = 0; i < required; ++i)
         if (!ctx.has_input(i)) return ctx.error("missing required input " + std::to_string(i));
       return inner->run(ctx);
-    });
+    };
+    if (!inner->has_reshape()) return make_kernel(run);
+    return make_staged([inner, required](ReshapeContext& rc) -> Status {
+      for (int i = 0; i < required; ++i)
+        if (static_cast<size_t>(i) >= rc.in.size() || !rc.in[i].present)
+          return rc.error("missing required input " + std::to_string(i));
+      return inner->reshape(rc);
+    }, run);
   };
   r.add(std::move(d));
 }
@@ -262,13 +270,20 @@ Expected<KernelPtr> create_unsqueeze(const ir::Node& n, KernelInit&) {
 
 Expected<KernelPtr> create_flatten(const ir::Node& n, KernelInit&) {
   const int64_t axis_attr = n.attr_int("axis", 1);
-  return make_kernel([=](KernelContext& ctx) -> Status {
-    const Tensor& x = ctx.input(0);
-    int64_t axis = axis_attr;
-    if (axis < 0) axis += x.rank();
-    if (axis < 0 || axis > x.rank()) return ctx.error("axis out of range");
-    return copy_as(ctx, x, {prod(x.shape(), 0, axis), prod(x.shape(), axis, x.rank())});
-  });
+  return make_staged(
+      [=](ReshapeContext& rc) -> Status {
+        const Shape& x = rc.in[0].shape;
+        const int rank = static_cast<int>(x.size());
+        int64_t axis = axis_attr;
+        if (axis < 0) axis += rank;
+        if (axis < 0 || axis > rank) return rc.error("axis out of range");
+        rc.out[0] = {rc.in[0].dtype, Shape{prod(x, 0, axis), prod(x, axis, rank)}};
+        return Status::Ok();
+      },
+      [](KernelContext& ctx) -> Status {
+        copy_tensor(ctx.input(0), ctx.output(0));
+        return Status::Ok();
+      });
 }
 
 // ---------------------------------------------------------------- Transpose

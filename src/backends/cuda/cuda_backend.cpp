@@ -67,6 +67,7 @@ CudaBackend::CudaBackend() {
 }
 
 Expected<std::shared_ptr<Storage>> CudaBackend::allocate(size_t bytes) {
+  count_allocation();
   auto st = std::make_shared<Storage>();
   void* p = nullptr;
   const cudaError_t err = cudaMalloc(&p, bytes ? bytes : 256);
