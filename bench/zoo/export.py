@@ -15,6 +15,7 @@ value ranges), outputs, opset, exporter versions and export time.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -118,6 +119,9 @@ def export_one(name: str, opset: int, path: str) -> float:
     grad = name == "vit_b_16"
     with warnings.catch_warnings(), torch.set_grad_enabled(grad):
         warnings.simplefilter("ignore")  # tracer warnings about Python values in transformers' code
+        # The TorchScript exporter on every torch (newer torch defaults to the dynamo exporter, which
+        # takes dynamic_shapes instead of dynamic_axes).
+        extra = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
         torch.onnx.export(
             net, args, tmp,
             opset_version=opset,
@@ -125,6 +129,7 @@ def export_one(name: str, opset: int, path: str) -> float:
             output_names=list(spec.outputs),
             dynamic_axes=dynamic_axes,
             do_constant_folding=True,
+            **extra,
         )
     seconds = time.perf_counter() - start
     os.replace(tmp, path)  # a file that exists is a complete export

@@ -68,6 +68,7 @@ struct Lowering {
     const std::string copy_name = cg->values[v].name + (dev.is_cpu() ? "@cpu" : "@cuda");
     const ir::Type copy_type = cg->values[v].type;
     const int c = add_value(copy_name, copy_type, dev);
+    cg->values[c].copy_of = v;
     const PlannedValue& src = cg->values[v];
     PlannedValue& dst = cg->values[c];
     if (src.is_constant && src.constant.kind == Slot::Kind::kTensor) {
@@ -78,7 +79,6 @@ struct Lowering {
       KILN_RETURN_IF_ERROR(target->copy(t, d, nullptr));
       dst.is_constant = true;
       dst.constant = Slot::of(d);
-      dst.copy_of = v;
     } else {
       Step s;
       s.kind = Step::Kind::kCopy;

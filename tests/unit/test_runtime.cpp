@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "backends/backend.h"
 #include "engine/engine_generated.h"
 #include "kiln/kiln.h"
 #include "plan/plan.h"
@@ -237,4 +238,20 @@ TEST(Runtime, PlacementReportHasAnArenaForDynamicBatch) {
   const std::string r = (*engine)->placement_report();
   EXPECT_EQ(r.find("arena: cpu 0 bytes"), std::string::npos) << r;
   EXPECT_NE(r.find("planned for image=[1,3,32,32]"), std::string::npos) << r;
+}
+
+// A CUDA engine (weights uploaded, copies between devices) round-trips through its file.
+TEST(Runtime, CudaEngineFileRoundTrips) {
+  if (!cuda_backend().ok()) GTEST_SKIP() << "no CUDA GPU";
+  BuildOptions o;
+  o.device = DeviceType::kCUDA;
+  auto engine = Engine::build(kExample, o);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto bytes = (*engine)->serialize();
+  ASSERT_TRUE(bytes.ok());
+  auto loaded = Engine::load_from_bytes(*bytes);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  auto x = read_npy(kExampleInput);
+  ASSERT_TRUE(x.ok());
+  EXPECT_EQ(run_example(**loaded, *x), run_example(**engine, *x));
 }
