@@ -116,12 +116,14 @@ Expected<std::shared_ptr<Engine>> Engine::build_from_bytes(const std::string& by
 }
 
 static Expected<std::string> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) return not_found("cannot open '" + path + "'");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return io_error("error reading '" + path + "'");
-  return ss.str();
+  const std::streamoff size = f.tellg();
+  if (size < 0) return io_error("error reading '" + path + "'");
+  std::string bytes(static_cast<size_t>(size), '\0');
+  f.seekg(0);
+  if (size > 0 && !f.read(bytes.data(), size)) return io_error("error reading '" + path + "'");
+  return bytes;
 }
 
 Expected<std::shared_ptr<Engine>> Engine::load_from_bytes(const std::string& bytes) {

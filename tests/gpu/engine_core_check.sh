@@ -42,6 +42,9 @@ PY
   echo "== ResNet-50 engine: build, save, load time"
   "$bin/kiln" build build/zoo/resnet50_op17.onnx -o "$out/resnet50_cuda.kiln" --device cuda | grep -E "arena|CPU|built"
   "$bin/kiln" bench "$out/resnet50_cuda.kiln" --input input=build/inputs/image_b1.npy -n 30 --warmup 5 | head -1
+  echo "== ResNet-50 CPU engine: load time (read, verify, instantiate; no lowering), 3 loads"
+  "$bin/kiln" build build/zoo/resnet50_op17.onnx -o "$out/resnet50_cpu.kiln" --device cpu | grep -E "built"
+  for i in 1 2 3; do "$bin/kiln" bench "$out/resnet50_cpu.kiln" --input input=build/inputs/image_b1.npy -n 1 --warmup 0 | head -1; done
   echo "== CUDA vs CPU outputs"
   "$bin/kiln" compare build/zoo/resnet50_op17.onnx --device-a cpu --device-b cuda --input input=build/inputs/image_b1.npy 2>&1 | tail -3
   echo "== PyTorch eager FP32, same GPU (CUDA events, median)"
