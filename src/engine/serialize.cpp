@@ -6,6 +6,7 @@
 // registry row (the kernel's prepare) and uploads the weights device steps read: no pass, no
 // placement, no memory planning runs (subgraph bodies of If/Loop/Scan are still lowered when their
 // kernels are created).
+#include <algorithm>
 #include <cstring>
 
 #include "backends/backend.h"
@@ -169,6 +170,10 @@ Expected<ir::Type> read_type(const fb::TypeDesc* t, int depth = 0) {
   return r;
 }
 
+// The engine file being read. Weights whose bytes are suitably aligned are views into it (no copy:
+// the file's storage, an mmap of it for Engine::load, stays alive as long as any of them).
+thread_local const std::shared_ptr<Storage>* t_file = nullptr;
+
 Expected<Tensor> read_tensor(const fb::TensorData* t) {
   if (!t) return bad("missing tensor");
   if (!dtype_is_valid(t->dtype())) return bad("invalid tensor dtype " + std::to_string(t->dtype()));
@@ -189,6 +194,13 @@ Expected<Tensor> read_tensor(const fb::TensorData* t) {
   }
   const size_t bytes = static_cast<size_t>(numel) * dtype_size(dt);
   if (vsize(t->data()) != bytes) return bad("tensor data has " + std::to_string(vsize(t->data())) + " bytes, shape needs " + std::to_string(bytes));
+  if (t_file && bytes) {
+    const auto* base = static_cast<const uint8_t*>((*t_file)->data);
+    const uint8_t* p = t->data()->data();
+    const size_t align = std::max<size_t>(dtype_size(dt), 16);
+    if (p >= base && p + bytes <= base + (*t_file)->bytes && reinterpret_cast<uintptr_t>(p) % align == 0)
+      return Tensor::view(*t_file, static_cast<size_t>(p - base), dt, shape);
+  }
   // Uninitialized memory (the copy writes every byte): zero-filling 100 MB of weights first would
   // double the load time.
   KILN_ASSIGN_OR_RETURN(auto storage, cpu_backend().allocate(bytes));
@@ -477,10 +489,21 @@ Expected<std::string> serialize_engine(const Engine::Impl& impl) {
 }
 
 Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(const std::string& bytes) {
-  const auto* buf = reinterpret_cast<const uint8_t*>(bytes.data());
-  if (bytes.size() < 8 || !flatbuffers::BufferHasIdentifier(buf, fb::EngineFileIdentifier()))
+  KILN_ASSIGN_OR_RETURN(auto file, cpu_backend().allocate(bytes.size()));
+  if (!bytes.empty()) std::memcpy(file->data, bytes.data(), bytes.size());
+  return deserialize_engine(std::move(file));
+}
+
+Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Storage> file) {
+  struct FileScope {
+    explicit FileScope(const std::shared_ptr<Storage>* f) { t_file = f; }
+    ~FileScope() { t_file = nullptr; }
+  } scope(&file);
+  const auto* buf = static_cast<const uint8_t*>(file->data);
+  const size_t size = file->bytes;
+  if (size < 8 || !flatbuffers::BufferHasIdentifier(buf, fb::EngineFileIdentifier()))
     return invalid_model("not a kiln engine file (missing the KILN identifier)");
-  flatbuffers::Verifier verifier(buf, bytes.size(), /*max_depth=*/256, /*max_tables=*/50'000'000);
+  flatbuffers::Verifier verifier(buf, size, /*max_depth=*/256, /*max_tables=*/50'000'000);
   if (!fb::VerifyEngineFileBuffer(verifier)) return bad("the FlatBuffers verifier rejected it (truncated or damaged)");
   const fb::EngineFile* ef = fb::GetEngineFile(buf);
   auto impl = std::make_unique<Engine::Impl>();

@@ -10,7 +10,7 @@
 //                                mask_fill_where_true → [B,S,H*Dv]:
 //                                softmax(where(bool_mask == mask_fill_where_true, mask_fill, scale * QK^T) + mask) V
 //
-// activation: "" (none), Relu, LeakyRelu (alpha), Clip (min, max), Sigmoid, HardSigmoid (alpha, beta),
+// activation (ir/epilogue.h, the one list): "" (none), Relu, LeakyRelu (alpha), Clip (min, max), Sigmoid, HardSigmoid (alpha, beta),
 // HardSwish, Silu, Tanh, Gelu, GeluTanh.
 #include "ops/op_table.h"
 

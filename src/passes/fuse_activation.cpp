@@ -4,6 +4,7 @@
 // and SiLU/Swish written as x * Sigmoid(x).
 #include <limits>
 
+#include "ir/epilogue.h"
 #include "passes/pattern.h"
 
 namespace kiln::passes {
@@ -13,39 +14,6 @@ const char* kProducers = "Conv|Gemm|MatMul";
 
 Pat producer() { return op(kProducers).as("p"); }
 Pat fused_producer() { return op("FusedMatMul").in_domain("kiln").as("p"); }
-
-// The activation name and parameters of node `act` (SiLU when it is the Mul); "" when unsupported.
-std::string activation_of(const ir::Node& act, std::vector<float>* params, std::string* why) {
-  const std::string& op = act.op_type;
-  if (op == "Mul") return "Silu";
-  if (op == "Relu" || op == "Sigmoid" || op == "HardSwish" || op == "Tanh") return op;
-  if (op == "LeakyRelu") { params->push_back(act.attr_float("alpha", 0.01f)); return op; }
-  if (op == "HardSigmoid") {
-    params->push_back(act.attr_float("alpha", 0.2f));
-    params->push_back(act.attr_float("beta", 0.5f));
-    return op;
-  }
-  if (op == "Gelu") return act.attr_string("approximate", "none") == "tanh" ? "GeluTanh" : "Gelu";
-  if (op == "Clip") {
-    float lo = -std::numeric_limits<float>::infinity(), hi = std::numeric_limits<float>::infinity();
-    if (act.opset < 11) {
-      lo = act.attr_float("min", lo);
-      hi = act.attr_float("max", hi);
-    } else {
-      for (int i : {1, 2}) {
-        if (!act.has_input(i)) continue;
-        auto v = scalar_value(act.inputs[i]);
-        if (!v) { *why = "Clip bounds are not constant"; return ""; }
-        (i == 1 ? lo : hi) = static_cast<float>(*v);
-      }
-    }
-    params->push_back(lo);
-    params->push_back(hi);
-    return op;
-  }
-  *why = op + " is not fusable";
-  return "";
-}
 
 }  // namespace
 
@@ -65,19 +33,15 @@ Expected<bool> fuse_activation(ir::Graph& g, PassContext& ctx) {
     for (ir::Value* v : p->inputs)
       if (v && v->type.dtype != DataType::kFloat32) return "an input is not float32";
     if (p->attr("activation")) return "already has an activation";
-    std::vector<float> params;
     std::string why;
-    const std::string name = activation_of(*act, &params, &why);
-    if (name.empty()) return why;
+    const Activation a = act->op_type == "Mul"  // x * Sigmoid(x), matched by the SiLU rule
+                             ? Activation{ActKind::kSilu}
+                             : activation_of(*act, [](const ir::Value* v) { return scalar_value(v); }, &why);
+    if (a.kind == ActKind::kNone) return why;
     std::string fused = p->op_type == "Conv" ? "FusedConv" : p->op_type == "Gemm" ? "FusedGemm" : "FusedMatMul";
     if (p->op_type == "Gemm" && p->opset < 11 && !p->has_input(2)) return "old Gemm without C";
     auto attrs = p->attrs;
-    attrs["activation"].kind = ir::Attribute::Kind::kString;
-    attrs["activation"].s = name;
-    if (!params.empty()) {
-      attrs["activation_params"].kind = ir::Attribute::Kind::kFloats;
-      attrs["activation_params"].floats = params;
-    }
+    write_activation(a, attrs);
     const std::string what = p->describe() + " + " + act->describe();
     if (std::string why = rw.unsupported_on_target("kiln", fused); !why.empty()) return why;
     ir::Node* n = rw.replace(m, fused, "kiln", 1, p->inputs);

@@ -1,5 +1,9 @@
 // runtime/engine.cpp — the public API: build (import → optimize → lower), load, run.
+#include <fcntl.h>
 #include <omp.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -115,27 +119,41 @@ Expected<std::shared_ptr<Engine>> Engine::build_from_bytes(const std::string& by
   return build_from_model(std::move(model), options);
 }
 
-static Expected<std::string> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f) return not_found("cannot open '" + path + "'");
-  const std::streamoff size = f.tellg();
-  if (size < 0) return io_error("error reading '" + path + "'");
-  std::string bytes(static_cast<size_t>(size), '\0');
-  f.seekg(0);
-  if (size > 0 && !f.read(bytes.data(), size)) return io_error("error reading '" + path + "'");
-  return bytes;
-}
 
 Expected<std::shared_ptr<Engine>> Engine::load_from_bytes(const std::string& bytes) {
   KILN_ASSIGN_OR_RETURN(auto impl, deserialize_engine(bytes));
   return std::make_shared<Engine>(std::move(impl));
 }
 
+// The file mapped copy-on-write (never written through, but a kernel bug cannot reach the file).
+static Expected<std::shared_ptr<Storage>> map_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return not_found("cannot open '" + path + "'");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return io_error("'" + path + "' is not a regular file");
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size < 8) {
+    ::close(fd);
+    return invalid_model("'" + path + "' is not a kiln engine file (" + std::to_string(size) + " bytes)");
+  }
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) return io_error("cannot map '" + path + "'");
+  auto storage = std::make_shared<Storage>();
+  storage->data = p;
+  storage->bytes = size;
+  storage->release = [size](void* q) { ::munmap(q, size); };
+  return storage;
+}
+
 Expected<std::shared_ptr<Engine>> Engine::load(const std::string& engine_path) {
-  KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(engine_path));
-  auto e = load_from_bytes(bytes);
-  if (!e.ok()) return e.status().with_context(engine_path);
-  return e;
+  KILN_ASSIGN_OR_RETURN(auto file, map_file(engine_path));
+  auto impl = deserialize_engine(std::move(file));
+  if (!impl.ok()) return impl.status().with_context(engine_path);
+  return std::make_shared<Engine>(std::move(impl).value());
 }
 
 Expected<std::shared_ptr<Engine>> Engine::open(const std::string& path, const BuildOptions& options) {

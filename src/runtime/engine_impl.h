@@ -36,6 +36,8 @@ Expected<std::string> serialize_engine(const Engine::Impl& impl);
 // Parses and verifies an engine file, checks the device fingerprint, and instantiates the plan it
 // stores (kernels created from their recorded rows; no passes, no lowering).
 Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(const std::string& bytes);
+// The same over a file's storage (an mmap): aligned weights become views into it, not copies.
+Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Storage> file);
 bool looks_like_engine(const std::string& head);
 
 }  // namespace kiln

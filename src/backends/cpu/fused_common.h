@@ -9,37 +9,16 @@
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/elementwise_math.h"
+#include "ir/epilogue.h"
 
 namespace kiln::cpu::fused {
 
-enum class ActKind { kNone, kRelu, kLeakyRelu, kClip, kSigmoid, kHardSigmoid, kHardSwish, kSilu, kTanh, kGelu, kGeluTanh };
-
-struct Activation {
-  ActKind kind = ActKind::kNone;
-  float a = 0, b = 0;  // LeakyRelu alpha; Clip min, max; HardSigmoid alpha, beta
-};
+// The activation type and its parsing are declared once, in ir/epilogue.h.
+using ::kiln::ActKind;
+using ::kiln::Activation;
 
 // Parses the node's "activation" / "activation_params"; false with *why for an unknown name.
-inline bool parse_activation(const ir::Node& n, Activation* act, std::string* why) {
-  const std::string name = n.attr_string("activation", "");
-  const std::vector<float> p = n.attr_floats("activation_params");
-  auto param = [&](size_t i, float d) { return i < p.size() ? p[i] : d; };
-  static const std::pair<const char*, ActKind> names[] = {
-      {"", ActKind::kNone},        {"Relu", ActKind::kRelu},       {"LeakyRelu", ActKind::kLeakyRelu},
-      {"Clip", ActKind::kClip},    {"Sigmoid", ActKind::kSigmoid}, {"HardSigmoid", ActKind::kHardSigmoid},
-      {"HardSwish", ActKind::kHardSwish}, {"Silu", ActKind::kSilu}, {"Tanh", ActKind::kTanh},
-      {"Gelu", ActKind::kGelu},    {"GeluTanh", ActKind::kGeluTanh}};
-  for (const auto& [s, k] : names)
-    if (name == s) {
-      act->kind = k;
-      if (k == ActKind::kLeakyRelu) act->a = param(0, 0.01f);
-      if (k == ActKind::kClip) { act->a = param(0, -INFINITY); act->b = param(1, INFINITY); }
-      if (k == ActKind::kHardSigmoid) { act->a = param(0, 0.2f); act->b = param(1, 0.5f); }
-      return true;
-    }
-  *why = "unknown activation '" + name + "'";
-  return false;
-}
+inline bool parse_activation(const ir::Node& n, Activation* act, std::string* why) { return read_activation(n, act, why); }
 
 // p[i] = act(p[i] + bias[i % n]) for i < count (bias may be null). One pass, vectorizable per kind.
 template <ActKind K>

@@ -1,6 +1,7 @@
 // backends/cuda/cuda_gemm.cpp — MatMul and Gemm (float32) through cuBLASLt.
 //
-// kiln's tensors are row-major; cuBLASLt is column-major. A row-major [M,N] matrix is the same
+// reshape() builds the descriptors and asks cuBLASLt's heuristic once per input shape; run() only
+// launches. kiln's tensors are row-major; cuBLASLt is column-major. A row-major [M,N] matrix is the same
 // memory as a column-major [N,M] one, so C = A·B is computed as Cᵀ = Bᵀ·Aᵀ: the operands swap and
 // m/n swap, with no data movement. Compute is CUBLAS_COMPUTE_32F (no TF32) so results match the CPU.
 #include <cublasLt.h>
@@ -9,6 +10,7 @@
 #include <numeric>
 
 #include "backends/cuda/cuda_util.h"
+#include "backends/staged_kernel.h"
 
 namespace kiln::cuda {
 namespace {
@@ -49,31 +51,45 @@ uint32_t alignment_of(const GemmProblem& p) {
   return align;
 }
 
-Status lt_ok(const KernelContext& ctx, cublasStatus_t s, const char* what) {
+Status lt_ok(const ir::Node& node, cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return Status::Ok();
-  return runtime_error(ctx.node().describe() + ": cuBLASLt " + what + " failed (status " + std::to_string(int(s)) + ")");
+  return runtime_error(node.describe() + ": cuBLASLt " + what + " failed (status " + std::to_string(int(s)) + ")");
 }
 
-Status run_gemm(const KernelContext& ctx, const GemmProblem& p) {
-  CudaState& st = state_of(ctx);
+// A GEMM problem made ready to launch: descriptors and the heuristic's algorithm (reshape makes it
+// once per input shape; the pointers come at run time).
+struct GemmPlan {
+  GemmProblem p;           // shape, transposes, alpha/beta, offsets (pointers unset)
+  LtDescs d;
+  cublasLtMatmulHeuristicResult_t heur{};
+  bool strided = false;
+  uint32_t align = 4;      // byte alignment the algorithm was chosen for
+  bool empty = false;      // nothing to compute (m, n or count is 0)
+  // Gemm's C, broadcast into Y before the product (beta != 0).
+  bool has_c = false;
+  BroadcastIndex c_index{};
+};
+
+// Descriptors and algorithm for `p` (its pointers are ignored; every buffer is assumed 256-byte
+// aligned, which planned and allocated device memory is; launch_gemm checks).
+Status plan_gemm(const ir::Node& node, CudaState& st, GemmPlan& g) {
+  GemmProblem& p = g.p;
   const size_t count = p.off_a.size();
-  if (p.m == 0 || p.n == 0 || count == 0) return Status::Ok();
-  if (p.k == 0) {  // an empty sum: Y = beta·Y (0 when beta is 0; Y was prepared by the caller otherwise)
-    if (p.beta != 0) return Status::Ok();
-    for (size_t i = 0; i < count; ++i)
-      KILN_RETURN_IF_ERROR(launched(ctx, cudaMemsetAsync(p.y + p.off_y[i], 0, p.m * p.n * 4, st.stream)));
+  if (p.m == 0 || p.n == 0 || count == 0) {
+    g.empty = true;
     return Status::Ok();
   }
+  if (p.k == 0) return Status::Ok();
   // Equal steps between consecutive products → one strided-batched call; otherwise one call each.
   bool strided = count > 1;
   for (size_t i = 1; i < count && strided; ++i)
     strided = p.off_a[i] - p.off_a[i - 1] == p.off_a[1] - p.off_a[0] && p.off_b[i] - p.off_b[i - 1] == p.off_b[1] - p.off_b[0] &&
               p.off_y[i] - p.off_y[i - 1] == p.off_y[1] - p.off_y[0] && p.off_a[1] != p.off_a[0] &&
               p.off_b[1] != p.off_b[0];
+  g.strided = strided;
   const int32_t batch = strided ? static_cast<int32_t>(count) : 1;
-
-  LtDescs d;
-  KILN_RETURN_IF_ERROR(lt_ok(ctx, cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc"));
+  LtDescs& d = g.d;
+  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc"));
   // Column-major view: Yᵀ[N,M] = op(B)ᵀ[N,K] · op(A)ᵀ[K,M]; cuBLASLt's "A" is our B, its "B" our A.
   const cublasOperation_t op_lt_a = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_lt_b = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -82,9 +98,9 @@ Status run_gemm(const KernelContext& ctx, const GemmProblem& p) {
   // Stored (pre-op) column-major shapes: B is [N,K] (ld N) or, transposed, [K,N] (ld K).
   const uint64_t a_rows = p.trans_b ? p.k : p.n, a_cols = p.trans_b ? p.n : p.k;
   const uint64_t b_rows = p.trans_a ? p.m : p.k, b_cols = p.trans_a ? p.k : p.m;
-  KILN_RETURN_IF_ERROR(lt_ok(ctx, cublasLtMatrixLayoutCreate(&d.a, CUDA_R_32F, a_rows, a_cols, a_rows), "layout"));
-  KILN_RETURN_IF_ERROR(lt_ok(ctx, cublasLtMatrixLayoutCreate(&d.b, CUDA_R_32F, b_rows, b_cols, b_rows), "layout"));
-  KILN_RETURN_IF_ERROR(lt_ok(ctx, cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, p.n, p.m, p.n), "layout"));
+  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatrixLayoutCreate(&d.a, CUDA_R_32F, a_rows, a_cols, a_rows), "layout"));
+  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatrixLayoutCreate(&d.b, CUDA_R_32F, b_rows, b_cols, b_rows), "layout"));
+  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, p.n, p.m, p.n), "layout"));
   if (batch > 1) {
     const int64_t sa = p.off_b[1] - p.off_b[0], sb = p.off_a[1] - p.off_a[0], sc = p.off_y[1] - p.off_y[0];
     for (auto [layout, stride] : {std::pair{d.a, sa}, std::pair{d.b, sb}, std::pair{d.c, sc}}) {
@@ -92,120 +108,160 @@ Status run_gemm(const KernelContext& ctx, const GemmProblem& p) {
       cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride));
     }
   }
-  KILN_RETURN_IF_ERROR(lt_ok(ctx, cublasLtMatmulPreferenceCreate(&d.pref), "preference"));
+  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatmulPreferenceCreate(&d.pref), "preference"));
   const uint64_t ws = st.workspace_bytes;
   cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  const uint32_t align = alignment_of(p);
+  g.align = alignment_of(p);
   for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    cublasLtMatmulPreferenceSetAttribute(d.pref, attr, &align, sizeof(align));
-
-  cublasLtMatmulHeuristicResult_t heur{};
+    cublasLtMatmulPreferenceSetAttribute(d.pref, attr, &g.align, sizeof(g.align));
   int found = 0;
-  KILN_RETURN_IF_ERROR(lt_ok(ctx, cublasLtMatmulAlgoGetHeuristic(st.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heur, &found),
+  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatmulAlgoGetHeuristic(st.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &g.heur, &found),
                              "heuristic"));
-  if (found == 0) return runtime_error(ctx.node().describe() + ": cuBLASLt found no algorithm for this GEMM");
-  const size_t calls = strided ? 1 : count;
+  if (found == 0) return runtime_error(node.describe() + ": cuBLASLt found no algorithm for this GEMM");
+  return Status::Ok();
+}
+
+// Launches a planned GEMM on a, b → y (C, when the plan has one, was broadcast into y by the caller).
+Status launch_gemm(const KernelContext& ctx, const GemmPlan& g, const float* a, const float* b, float* y) {
+  CudaState& st = state_of(ctx);
+  const GemmProblem& p = g.p;
+  const size_t count = p.off_a.size();
+  if (g.empty) return Status::Ok();
+  if (p.k == 0) {  // an empty sum: Y = beta·Y (0 when beta is 0; Y was prepared by the caller otherwise)
+    if (p.beta != 0) return Status::Ok();
+    for (size_t i = 0; i < count; ++i)
+      KILN_RETURN_IF_ERROR(launched(ctx, cudaMemsetAsync(y + p.off_y[i], 0, p.m * p.n * 4, st.stream)));
+    return Status::Ok();
+  }
+  if ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) | reinterpret_cast<uintptr_t>(y)) % g.align != 0) {
+    // Buffers less aligned than planned (a caller's view): plan for these pointers, this once.
+    GemmPlan here;
+    here.p = g.p;
+    here.p.a = a;
+    here.p.b = b;
+    here.p.y = y;
+    KILN_RETURN_IF_ERROR(plan_gemm(ctx.node(), st, here));
+    return launch_gemm(ctx, here, a, b, y);
+  }
+  const size_t calls = g.strided ? 1 : count;
   for (size_t i = 0; i < calls; ++i) {
-    const float* a = p.a + p.off_a[i];
-    const float* b = p.b + p.off_b[i];
-    float* y = p.y + p.off_y[i];
-    KILN_RETURN_IF_ERROR(lt_ok(ctx, cublasLtMatmul(st.lt, d.op, &p.alpha, b, d.a, a, d.b, &p.beta, y, d.c, y, d.c,
-                                                   &heur.algo, st.workspace, st.workspace_bytes, st.stream),
+    const float* ai = a + p.off_a[i];
+    const float* bi = b + p.off_b[i];
+    float* yi = y + p.off_y[i];
+    KILN_RETURN_IF_ERROR(lt_ok(ctx.node(), cublasLtMatmul(st.lt, g.d.op, &p.alpha, bi, g.d.a, ai, g.d.b, &p.beta, yi, g.d.c,
+                                                          yi, g.d.c, &g.heur.algo, st.workspace, st.workspace_bytes, st.stream),
                                "matmul"));
   }
   return Status::Ok();
 }
 
+CudaState* reshape_state(const ReshapeContext& rc) { return static_cast<CudaState*>(rc.device_state); }
+
 // ---- MatMul: numpy semantics (1-D operands promoted, batch dims broadcast).
-Status run_matmul(KernelContext& ctx) {
-  const Tensor& ta = ctx.input(0);
-  const Tensor& tb = ctx.input(1);
-  if (ta.dtype() != DataType::kFloat32 || tb.dtype() != DataType::kFloat32) return ctx.error("CUDA kernel takes float32 only");
-  if (ta.rank() == 0 || tb.rank() == 0) return ctx.error("MatMul operands must have rank >= 1");
-  Shape sa = ta.shape(), sb = tb.shape();
+Status reshape_matmul(ReshapeContext& rc) {
+  if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("A and B are required");
+  if (rc.in[0].dtype != DataType::kFloat32 || rc.in[1].dtype != DataType::kFloat32)
+    return rc.error("CUDA kernel takes float32 only");
+  if (!reshape_state(rc)) return unsupported("no device state to plan with");
+  const Shape& a0 = rc.in[0].shape;
+  const Shape& b0 = rc.in[1].shape;
+  if (a0.empty() || b0.empty()) return rc.error("MatMul operands must have rank >= 1");
+  Shape sa = a0, sb = b0;
   const bool a_vec = sa.size() == 1, b_vec = sb.size() == 1;
   if (a_vec) sa.insert(sa.begin(), 1);
   if (b_vec) sb.push_back(1);
   const int64_t m = sa[sa.size() - 2], k = sa.back(), n = sb.back();
-  if (sb[sb.size() - 2] != k)
-    return ctx.error("shapes " + shape_to_string(ta.shape()) + " and " + shape_to_string(tb.shape()) + " do not multiply");
+  if (sb[sb.size() - 2] != k) return rc.error("shapes " + shape_to_string(a0) + " and " + shape_to_string(b0) + " do not multiply");
   const Shape batch_a(sa.begin(), sa.end() - 2), batch_b(sb.begin(), sb.end() - 2);
   Shape batch;
-  if (!broadcast_shape(batch_a, batch_b, batch)) return ctx.error("batch dims do not broadcast");
+  if (!broadcast_shape(batch_a, batch_b, batch)) return rc.error("batch dims do not broadcast");
   Shape out = batch;
   if (!a_vec) out.push_back(m);
   if (!b_vec) out.push_back(n);
-  Tensor& y = ctx.output(0, DataType::kFloat32, out);
-
-  GemmProblem p;
-  p.a = ta.data<float>();
-  p.b = tb.data<float>();
-  p.y = y.data<float>();
+  rc.out[0] = {DataType::kFloat32, out};
+  auto g = std::make_shared<GemmPlan>();
+  GemmProblem& p = g->p;
   p.k = k;
   p.n = n;
   const int64_t nb = shape_numel(batch);
   if (shape_numel(batch_b) == 1 && shape_numel(batch_a) == nb) {
-    // B is one matrix: fold A's batch into its rows.
-    p.m = m * nb;
+    p.m = m * nb;  // B is one matrix: fold A's batch into its rows
     p.off_a = p.off_b = p.off_y = {0};
-    return run_gemm(ctx, p);
-  }
-  p.m = m;
-  BroadcastIndex idx;
-  if (!make_broadcast_index(batch, batch_a, batch_b, idx)) return ctx.error("too many batch dims for CUDA");
-  for (int64_t i = 0; i < nb; ++i) {
-    int64_t rem = i, ia = 0, ib = 0;
-    for (int d = idx.rank - 1; d >= 0; --d) {
-      const int64_t c = rem % idx.dims[d];
-      rem /= idx.dims[d];
-      ia += c * idx.a_strides[d];
-      ib += c * idx.b_strides[d];
+  } else {
+    p.m = m;
+    BroadcastIndex idx;
+    if (!make_broadcast_index(batch, batch_a, batch_b, idx)) return rc.error("too many batch dims for CUDA");
+    for (int64_t i = 0; i < nb; ++i) {
+      int64_t rem = i, ia = 0, ib = 0;
+      for (int d = idx.rank - 1; d >= 0; --d) {
+        const int64_t c = rem % idx.dims[d];
+        rem /= idx.dims[d];
+        ia += c * idx.a_strides[d];
+        ib += c * idx.b_strides[d];
+      }
+      p.off_a.push_back(ia * m * k);
+      p.off_b.push_back(ib * k * n);
+      p.off_y.push_back(i * m * n);
     }
-    p.off_a.push_back(ia * m * k);
-    p.off_b.push_back(ib * k * n);
-    p.off_y.push_back(i * m * n);
   }
-  return run_gemm(ctx, p);
+  KILN_RETURN_IF_ERROR(plan_gemm(rc.node, *reshape_state(rc), *g));
+  rc.state = std::move(g);
+  return Status::Ok();
 }
 
+Status run_matmul(KernelContext& ctx) {
+  const auto& g = *static_cast<const GemmPlan*>(ctx.shape_state());
+  Tensor& y = ctx.output(0);
+  return launch_gemm(ctx, g, ctx.input(0).data<float>(), ctx.input(1).data<float>(), y.data<float>());
+}
+
+// ---- MatMul: numpy semantics (1-D operands promoted, batch dims broadcast).
 // ---- Gemm: Y = alpha·op(A)·op(B) + beta·C, C broadcast to [M,N].
 Expected<KernelPtr> create_gemm(const ir::Node& node) {
   const bool trans_a = node.attr_int("transA", 0) != 0, trans_b = node.attr_int("transB", 0) != 0;
   const float alpha = node.attr_float("alpha", 1.f), beta = node.attr_float("beta", 1.f);
-  return make_kernel([=](KernelContext& ctx) -> Status {
-    const Tensor& ta = ctx.input(0);
-    const Tensor& tb = ctx.input(1);
-    if (ta.rank() != 2 || tb.rank() != 2) return ctx.error("A and B must be 2-D");
-    const int64_t m = trans_a ? ta.dim(1) : ta.dim(0), k = trans_a ? ta.dim(0) : ta.dim(1);
-    const int64_t n = trans_b ? tb.dim(0) : tb.dim(1), kb = trans_b ? tb.dim(1) : tb.dim(0);
-    if (k != kb) return ctx.error("inner dims differ: " + std::to_string(k) + " vs " + std::to_string(kb));
-    Tensor& y = ctx.output(0, DataType::kFloat32, {m, n});
-    GemmProblem p;
+  auto reshape = [=](ReshapeContext& rc) -> Status {
+    if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("A and B are required");
+    if (!reshape_state(rc)) return unsupported("no device state to plan with");
+    const Shape& a = rc.in[0].shape;
+    const Shape& b = rc.in[1].shape;
+    if (a.size() != 2 || b.size() != 2) return rc.error("A and B must be 2-D");
+    const int64_t m = trans_a ? a[1] : a[0], k = trans_a ? a[0] : a[1];
+    const int64_t n = trans_b ? b[0] : b[1], kb = trans_b ? b[1] : b[0];
+    if (k != kb) return rc.error("inner dims differ: " + std::to_string(k) + " vs " + std::to_string(kb));
+    rc.out[0] = {DataType::kFloat32, Shape{m, n}};
+    auto g = std::make_shared<GemmPlan>();
+    GemmProblem& p = g->p;
     p.trans_a = trans_a;
     p.trans_b = trans_b;
     p.m = m;
     p.n = n;
     p.k = k;
     p.alpha = alpha;
-    p.a = ta.data<float>();
-    p.b = tb.data<float>();
-    p.y = y.data<float>();
     p.off_a = p.off_b = p.off_y = {0};
-    const bool has_c = ctx.num_inputs() > 2 && ctx.has_input(2) && beta != 0.f;
-    if (has_c) {
-      const Tensor& c = ctx.input(2);
+    if (rc.in.size() > 2 && rc.in[2].present && beta != 0.f) {
+      const Shape& c = rc.in[2].shape;
       Shape bs;
-      if (c.rank() > 2 || !broadcast_shape(c.shape(), {m, n}, bs) || bs != Shape{m, n})
-        return ctx.error("C of shape " + shape_to_string(c.shape()) + " does not broadcast to [M,N]");
-      BroadcastIndex idx;
-      make_broadcast_index({m, n}, c.shape(), {m, n}, idx);
-      KILN_RETURN_IF_ERROR(launched(ctx, launch_binary_f32(BinaryOp::kFirst, c.data<float>(), nullptr, y.data<float>(),
-                                                           m * n, idx, state_of(ctx).stream)));
+      if (c.size() > 2 || !broadcast_shape(c, {m, n}, bs) || bs != Shape{m, n})
+        return rc.error("C of shape " + shape_to_string(c) + " does not broadcast to [M,N]");
+      if (!make_broadcast_index({m, n}, c, {m, n}, g->c_index)) return rc.error("C cannot be broadcast on CUDA");
+      g->has_c = true;
       p.beta = beta;
     }
-    return run_gemm(ctx, p);
-  });
+    KILN_RETURN_IF_ERROR(plan_gemm(rc.node, *reshape_state(rc), *g));
+    rc.state = std::move(g);
+    return Status::Ok();
+  };
+  auto run = [](KernelContext& ctx) -> Status {
+    const auto& g = *static_cast<const GemmPlan*>(ctx.shape_state());
+    Tensor& y = ctx.output(0);
+    if (g.has_c)
+      KILN_RETURN_IF_ERROR(launched(ctx, launch_binary_f32(BinaryOp::kFirst, ctx.input(2).data<float>(), nullptr,
+                                                           y.data<float>(), g.p.m * g.p.n, g.c_index, state_of(ctx).stream)));
+    return launch_gemm(ctx, g, ctx.input(0).data<float>(), ctx.input(1).data<float>(), y.data<float>());
+  };
+  return make_staged(reshape, run);
 }
 
 }  // namespace
@@ -216,7 +272,7 @@ void register_gemm(KernelRegistry& r) {
   mm.since = 1;
   mm.name = "cuda.MatMul.f32.cublaslt";
   mm.check = require_f32;
-  mm.create = [](const ir::Node&, KernelInit&) { return make_kernel(run_matmul); };
+  mm.create = [](const ir::Node&, KernelInit&) { return make_staged(reshape_matmul, run_matmul); };
   r.add(mm);
 
   KernelDef g;
