@@ -1,15 +1,15 @@
 // passes/pass_manager.cpp — the named pipeline, run to a fixed point.
-#include <iostream>
 
 #include "ops/op_table.h"
 #include "passes/passes.h"
+#include "util/log.h"
 
 namespace kiln::passes {
 
 void PassContext::log(const std::string& pass, const std::string& what) {
   ++fired[pass];
   rewrites.push_back("[" + pass + "] " + what);
-  if (options.verbose) std::cerr << "kiln: [" << pass << "] " << what << "\n";
+  if (options.verbose || log_enabled(LogLevel::kVerbose)) kiln::log(LogLevel::kVerbose, "[" + pass + "] " + what);
 }
 
 void PassContext::near_miss(const std::string& pass, const std::string& what) {

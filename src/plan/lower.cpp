@@ -7,6 +7,7 @@
 
 #include "plan/memory.h"
 #include "plan/plan.h"
+#include "util/log.h"
 
 namespace kiln {
 namespace {
@@ -150,7 +151,7 @@ struct Lowering {
       KILN_ASSIGN_OR_RETURN(Backend* b, choose(*n, choice.size(), &def, &why));
       if (!b) missing.push_back(n->describe() + ": " + why);
       else if (opt.verbose && opt.device == DeviceType::kCUDA && b->device().is_cpu())
-        std::cerr << "kiln: " << n->describe() << " falls back to CPU: " << why << "\n";
+        log(LogLevel::kVerbose, n->describe() + " falls back to CPU: " + why);
       choice.push_back({def, b});
     }
     if (!missing.empty()) {

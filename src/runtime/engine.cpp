@@ -16,6 +16,7 @@
 #include "runtime/eager.h"
 #include "runtime/engine_impl.h"
 #include "runtime/executor.h"
+#include "util/log.h"
 
 namespace kiln {
 
@@ -94,6 +95,8 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
   auto impl = std::make_unique<Engine::Impl>();
   impl->options = options;
   impl->graph = std::shared_ptr<ir::Graph>(std::move(model.graph));
+  // A verbose build logs every decision (the optimizer's rewrites, placement fallbacks).
+  ScopedLogLevel level(options.verbose ? LogLevel::kVerbose : LogLevel::kError);
   KILN_ASSIGN_OR_RETURN(Backend * target, backend_for(options.device));
   passes::PassOptions po = builder_pass_options(options.opt_level, target);
   po.verbose = options.verbose;

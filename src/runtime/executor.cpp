@@ -8,6 +8,7 @@
 
 #include "ops/op_table.h"
 #include "plan/memory.h"
+#include "util/log.h"
 
 namespace kiln {
 
@@ -405,10 +406,11 @@ Tensor& Frame::make_output(int v, Backend& backend, DataType dtype, const Shape&
     if (!as_planned) {
       // A size the plan did not foresee (or a first sight): learn it; a ready plan is re-planned.
       if (plan->ready && !plan->dyn[v]) plan->dirty = true;
-      if (plan->ready && !plan->dyn[v] && std::getenv("KILN_DEBUG_PLAN"))
-        std::fprintf(stderr, "kiln: plan miss for value '%s': %s %s (planned %s)\n", graph.values[v].name.c_str(),
-                     dtype_name(dtype), shape_to_string(shape).c_str(),
-                     plan->known[v] ? shape_to_string(plan->shape[v]).c_str() : "unknown");
+      if (plan->ready && !plan->dyn[v] && log_enabled(LogLevel::kVerbose))
+        log(LogLevel::kVerbose, "memory plan miss for '" + graph.values[v].name + "': made " + dtype_name(dtype) + " " +
+                                    shape_to_string(shape) + ", planned " +
+                                    (plan->known[v] ? shape_to_string(plan->shape[v]) : std::string("unknown")) +
+                                    " (re-planned after this run)");
       plan->known[v] = 1;
       plan->dtype[v] = dtype;
       plan->shape[v] = shape;
@@ -472,6 +474,12 @@ Status Frame::execute() {
             StepContext probe(*this, s, si, &adhoc);
             st = adhoc.prepare(*s.kernel, probe, alloc);
             adhoc_ptr = &adhoc;
+          } else if (plan->reshaped[si] && !plan->volatile_step[si] && plan->ws_bytes[si] && plan->ws_offset[si] < 0 &&
+                     !plan->ws_tmp[si]) {
+            // Reshaped ahead, but the plan is still learning sizes (no arena yet): a workspace of its own.
+            auto ws = s.backend->allocate(plan->ws_bytes[si]);
+            if (!ws.ok()) st = ws.status();
+            else plan->ws_tmp[si] = *ws;
           } else if (!plan->reshaped[si] || plan->volatile_step[si]) {
             // Not planned ahead (learning run, or inputs made by data-dependent steps): reshape for
             // the inputs at hand; the workspace is this run's own.

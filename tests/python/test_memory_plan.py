@@ -1,0 +1,51 @@
+"""Memory plans per input-shape signature, seen from the Python API: shapes computed while running
+(learning plans), kernels with workspaces, changing batch sizes, against ONNX Runtime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+import kiln
+
+
+def _conv_reshape_model() -> bytes:
+    """Conv (a workspace kernel) → Reshape to a shape given as an input: the host walk cannot know
+    the Reshape's output, so the first run of each batch size learns the sizes (while the Conv's
+    workspace, planned ahead, must still be there)."""
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1]),
+        helper.make_node("Reshape", ["y", "target"], ["flat"]),
+        helper.make_node("Relu", ["flat"], ["r"]),
+        helper.make_node("Conv", ["x", "w"], ["y2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+    ]
+    graph = helper.make_graph(
+        nodes, "learn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 9, 9]),
+         helper.make_tensor_value_info("target", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("r", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("y2", TensorProto.FLOAT, None)],
+        [w, b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_learning_plans_match_onnxruntime_across_batches():
+    data = _conv_reshape_model()
+    sess = kiln.InferenceSession(data, providers=["CPUExecutionProvider"])
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    inputs = {b: rng.standard_normal((b, 3, 9, 9)).astype(np.float32) for b in (1, 4)}
+    # Each batch size: a learning run, then planned runs; alternating must not mix the plans.
+    for b in (1, 4, 1, 4, 1):
+        feed = {"x": inputs[b], "target": np.array([b, -1], np.int64)}
+        got = sess.run(None, feed)
+        want = ref.run(None, feed)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
