@@ -8,6 +8,7 @@
 
 #include "ops/op_table.h"
 #include "plan/memory.h"
+#include "runtime/eager.h"
 #include "util/log.h"
 
 namespace kiln {
@@ -73,7 +74,7 @@ Status reshape_step(const CompiledGraph& g, ShapePlan& plan, int si, const Frame
       in.present = true;
       in.dtype = plan.dtype[v];
       in.shape = plan.shape[v];
-      in.value = host_constant(g, v);
+      in.value = plan.value[v].defined() ? &plan.value[v] : host_constant(g, v);
     }
   }
   rc.out.resize(s.out.size());
@@ -109,7 +110,7 @@ void infer_step(const CompiledGraph& g, ShapePlan& plan, const Step& s) {
     if (!plan.known[v]) return;
     types[i] = ir::Type::tensor(plan.dtype[v], ir::SymShape::of(plan.shape[v]));
     ictx.in.push_back(&types[i]);
-    ictx.in_value.push_back(host_constant(g, v));
+    ictx.in_value.push_back(plan.value[v].defined() ? &plan.value[v] : host_constant(g, v));
   }
   ictx.out.resize(s.out.size());
   for (auto& t : ictx.out) t.kind = ir::Type::Kind::kUnknown;
@@ -122,6 +123,46 @@ void infer_step(const CompiledGraph& g, ShapePlan& plan, const Step& s) {
     plan.dtype[v] = t.dtype;
     plan.shape[v] = t.shape.to_static();
     plan.bytes[v] = bytes_of(t.dtype, plan.shape[v]);
+  }
+}
+
+// Shape values: small integer tensors that follow from the input shapes alone (Shape, Size, and
+// what Gather/Concat/Unsqueeze/Slice/arithmetic make of them and of constants), computed on the
+// host while planning, the way TensorRT treats shape tensors. They let the shape functions plan a
+// Reshape whose target is computed, without a learning run. A pure function of the signature.
+void eval_shape_value(const CompiledGraph& g, ShapePlan& plan, const Step& s) {
+  constexpr int64_t kMaxElems = 64;
+  const bool shape_op = s.node->domain.empty() && (s.node->op_type == "Shape" || s.node->op_type == "Size");
+  for (int v : s.out) {
+    if (v < 0) continue;
+    if (!plan.known[v] ||
+        (plan.dtype[v] != DataType::kInt64 && plan.dtype[v] != DataType::kInt32 && plan.dtype[v] != DataType::kBool) ||
+        shape_numel(plan.shape[v]) > kMaxElems)
+      return;
+  }
+  std::vector<Slot> in(s.in.size());
+  for (size_t i = 0; i < s.in.size(); ++i) {
+    const int v = s.in[i];
+    if (v < 0) continue;
+    if (plan.value[v].defined()) {
+      in[i] = Slot::of(plan.value[v]);
+    } else if (const Tensor* c = host_constant(g, v)) {
+      in[i] = Slot::of(*c);
+    } else if (shape_op && i == 0 && plan.known[v]) {
+      in[i] = Slot::of(Tensor::borrow(plan.dtype[v], plan.shape[v], nullptr));  // only its shape is read
+    } else {
+      return;
+    }
+  }
+  auto out = run_node_eager(*s.node, in);
+  if (!out.ok()) return;
+  for (size_t o = 0; o < s.out.size() && o < out->size(); ++o) {
+    const int v = s.out[o];
+    const Slot& r = (*out)[o];
+    if (v < 0 || r.kind != Slot::Kind::kTensor || r.tensor.dtype() != plan.dtype[v] ||
+        !same_shape(r.tensor.shape(), plan.shape[v]))
+      continue;
+    plan.value[v] = r.tensor;
   }
 }
 
@@ -234,6 +275,7 @@ std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* 
   p->ws_offset.assign(ns, -1);
   p->ws_tmp.assign(ns, nullptr);
   p->dyn.assign(nv, 0);
+  p->value.assign(nv, Tensor());
   p->volatile_step.assign(ns, 0);
   p->slots.resize(nv);
   p->at.resize(nv);
@@ -267,6 +309,7 @@ std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* 
         p->dtype[b] = p->dtype[a];
         p->shape[b] = p->shape[a];
         p->bytes[b] = bytes_of(p->dtype[b], p->shape[b]);
+        p->value[b] = p->value[a];
       }
     } else {
       bool dyn_in = false;
@@ -281,6 +324,7 @@ std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* 
       }
       if (!s.kernel->has_reshape() || !reshape_step(g, *p, static_cast<int>(si), nullptr, res).ok())
         infer_step(g, *p, s);
+      eval_shape_value(g, *p, s);
     }
     if (s.kind == Step::Kind::kCopy && p->dyn[s.in[0]]) {
       p->dyn[s.out[0]] = 1;
@@ -288,8 +332,12 @@ std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* 
     }
     for (int v : s.out)
       if (v >= 0 && !p->known[v] && g.values[v].type.kind != ir::Type::Kind::kSequence &&
-          g.values[v].type.kind != ir::Type::Kind::kOptional)
+          g.values[v].type.kind != ir::Type::Kind::kOptional) {
+        if (complete && s.node && log_enabled(LogLevel::kVerbose))
+          log(LogLevel::kVerbose, "memory plan: the shapes of " + s.node->describe() +
+                                      " are known only by running it; this signature is planned after its first run");
         complete = false;
+      }
   }
   if (complete) finalize_shape_plan(g, *p);
   return p;

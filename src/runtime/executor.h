@@ -53,6 +53,7 @@ struct ShapePlan {
   bool dirty = false;                       // a run produced other sizes than planned: re-plan
   std::vector<char> known;                  // per value: dtype/shape below are known
   std::vector<char> dyn;                    // per value: made by (or from) a data-dependent step
+  std::vector<Tensor> value;                // per value: host value of a shape value (see eval_shape_value)
   std::vector<DataType> dtype;
   std::vector<Shape> shape;
   std::vector<int64_t> offset;              // per value: arena offset on its device, -1: allocated when made

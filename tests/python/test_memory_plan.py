@@ -49,3 +49,46 @@ def test_learning_plans_match_onnxruntime_across_batches():
         for g, w in zip(got, want):
             assert g.shape == w.shape
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def _computed_reshape_model() -> bytes:
+    """The exporters' pattern: Reshape to [Shape(x)[0], -1] built from Shape/Gather/Unsqueeze/Concat,
+    and an Expand whose shape goes through Equal/Where (ViT's class token)."""
+    i0 = numpy_helper.from_array(np.array(0, np.int64), "i0")
+    ax = numpy_helper.from_array(np.array([0], np.int64), "ax")
+    m1 = numpy_helper.from_array(np.array([-1], np.int64), "m1")
+    one = numpy_helper.from_array(np.array([1, 1, 4], np.int64), "one")
+    tok = numpy_helper.from_array(np.arange(4, dtype=np.float32).reshape(1, 1, 4), "tok")
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "i0"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]),
+        helper.make_node("Concat", ["n1", "m1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"]),
+        helper.make_node("Concat", ["n1", "m1", "m1"], ["want"], axis=0),
+        helper.make_node("Equal", ["want", "m1"], ["is_m1"]),
+        helper.make_node("Where", ["is_m1", "one", "want"], ["expand_to"]),
+        helper.make_node("Expand", ["tok", "expand_to"], ["tokens"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "computed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 5])],
+        [helper.make_tensor_value_info("flat", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("tokens", TensorProto.FLOAT, None)],
+        [i0, ax, m1, one, tok])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_shape_values_plan_computed_reshapes_on_the_host():
+    data = _computed_reshape_model()
+    sess = kiln.InferenceSession(data, providers=["CPUExecutionProvider"])
+    report = sess._engine.placement_report()
+    assert "planned for x=[1,3,5]" in report, report
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for b in (1, 3, 1):
+        x = np.random.default_rng(b).standard_normal((b, 3, 5)).astype(np.float32)
+        for g, w in zip(sess.run(None, {"x": x}), ref.run(None, {"x": x})):
+            assert g.shape == w.shape
+            np.testing.assert_array_equal(g, w)
