@@ -335,6 +335,37 @@ void add_nn_ops(std::vector<OpDef>& t) {
   t.push_back({"LogSoftmax", "", 1, same_as_input});
   t.push_back({"Hardmax", "", 1, same_as_input});
   t.push_back({"Dropout", "", 1, infer_dropout});
+
+  // Attributes, declared once (checked at import by check_attributes; parsed by parse_window_attrs).
+  using K = ir::Attribute::Kind;
+  const std::vector<AttrSpec> window = {
+      {"auto_pad", K::kString, false, rule_auto_pad},
+      {"kernel_shape", K::kInts, false, rule_positive_ints},
+      {"strides", K::kInts, false, rule_positive_ints},
+      {"dilations", K::kInts, false, rule_positive_ints},
+      {"pads", K::kInts, false, rule_non_negative_ints},
+  };
+  auto with = [&](std::vector<AttrSpec> extra, bool kernel_required = false) {
+    std::vector<AttrSpec> all = window;
+    all[1].required = kernel_required;
+    all.insert(all.end(), extra.begin(), extra.end());
+    return all;
+  };
+  declare_attrs(t, "Conv", with({{"group", K::kInt, false, rule_positive}}));
+  declare_attrs(t, "ConvTranspose", with({{"group", K::kInt, false, rule_positive},
+                                          {"output_padding", K::kInts, false, rule_non_negative_ints},
+                                          {"output_shape", K::kInts, false, nullptr}}));
+  declare_attrs(t, "MaxPool", with({{"ceil_mode", K::kInt, false, rule_bool}, {"storage_order", K::kInt, false, rule_bool}}, true));
+  declare_attrs(t, "AveragePool", with({{"ceil_mode", K::kInt, false, rule_bool},
+                                        {"count_include_pad", K::kInt, false, rule_bool}}, true));
+  declare_attrs(t, "LpPool", with({{"ceil_mode", K::kInt, false, rule_bool}}, true));
+  declare_attrs(t, "Gemm", {{"alpha", K::kFloat, false, nullptr}, {"beta", K::kFloat, false, nullptr},
+                            {"transA", K::kInt, false, rule_bool}, {"transB", K::kInt, false, rule_bool}});
+  for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"}) declare_attrs(t, op, {{"axis", K::kInt, false, nullptr}});
+  declare_attrs(t, "BatchNormalization", {{"epsilon", K::kFloat, false, nullptr}, {"momentum", K::kFloat, false, nullptr},
+                                          {"training_mode", K::kInt, false, rule_bool}});
+  declare_attrs(t, "LayerNormalization", {{"axis", K::kInt, false, nullptr}, {"epsilon", K::kFloat, false, nullptr},
+                                          {"stash_type", K::kInt, false, nullptr}});
 }
 
 }  // namespace kiln::ops

@@ -56,7 +56,68 @@ static void merge_type(ir::Type& have, const ir::Type& inferred) {
   }
 }
 
+std::string rule_positive_ints(const ir::Attribute& a) {
+  for (int64_t v : a.ints)
+    if (v < 1) return "every value must be >= 1, got " + std::to_string(v);
+  return "";
+}
+std::string rule_non_negative_ints(const ir::Attribute& a) {
+  for (int64_t v : a.ints)
+    if (v < 0) return "every value must be >= 0, got " + std::to_string(v);
+  return "";
+}
+std::string rule_bool(const ir::Attribute& a) {
+  return a.i == 0 || a.i == 1 ? "" : "must be 0 or 1, got " + std::to_string(a.i);
+}
+std::string rule_positive(const ir::Attribute& a) { return a.i >= 1 ? "" : "must be >= 1, got " + std::to_string(a.i); }
+std::string rule_auto_pad(const ir::Attribute& a) {
+  for (const char* v : {"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"})
+    if (a.s == v) return "";
+  return "must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got '" + a.s + "'";
+}
+
+void declare_attrs(std::vector<OpDef>& t, const std::string& name, std::vector<AttrSpec> attrs) {
+  for (OpDef& d : t)
+    if (d.name == name && d.domain.empty()) d.attrs = std::move(attrs);
+}
+
+static const char* kind_name(ir::Attribute::Kind k) {
+  using K = ir::Attribute::Kind;
+  switch (k) {
+    case K::kFloat: return "a float";
+    case K::kInt: return "an int";
+    case K::kString: return "a string";
+    case K::kTensor: return "a tensor";
+    case K::kGraph: return "a graph";
+    case K::kFloats: return "floats";
+    case K::kInts: return "ints";
+    case K::kStrings: return "strings";
+    default: return "another kind";
+  }
+}
+
+Status check_attributes(const ir::Node& node) {
+  const OpDef* def = find_op(node.domain, node.op_type);
+  if (!def) return Status::Ok();
+  for (const AttrSpec& spec : def->attrs) {
+    const ir::Attribute* a = node.attr(spec.name);
+    if (!a) {
+      if (spec.required) return invalid_model(node.describe() + ": attribute '" + spec.name + "' is required");
+      continue;
+    }
+    if (a->kind != spec.kind)
+      return invalid_model(node.describe() + ": attribute '" + spec.name + "' must be " + kind_name(spec.kind) +
+                           ", got " + kind_name(a->kind));
+    if (spec.rule) {
+      const std::string why = spec.rule(*a);
+      if (!why.empty()) return invalid_model(node.describe() + ": attribute '" + spec.name + "' " + why);
+    }
+  }
+  return Status::Ok();
+}
+
 Status infer_node(ir::Node& node) {
+  KILN_RETURN_IF_ERROR(check_attributes(node));
   const OpDef* def = find_op(node.domain, node.op_type);
   if (!def || !def->infer) return Status::Ok();
   InferContext ctx{node, {}, {}, {}};

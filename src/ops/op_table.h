@@ -29,6 +29,24 @@ struct InferContext {
 
 using InferFn = Status (*)(InferContext&);
 
+// One attribute an op declares: name, kind, whether it must be present, and a validity rule.
+// Declared once here; the importer's inference checks every node against it (a clear error naming
+// the node, op and attribute), so shape functions and kernels parse values already known valid.
+struct AttrSpec {
+  std::string name;
+  ir::Attribute::Kind kind = ir::Attribute::Kind::kInt;
+  bool required = false;
+  // "" when the value is valid, else what is wrong ("must be >= 1"). Null: any value of the kind.
+  std::string (*rule)(const ir::Attribute&) = nullptr;
+};
+
+// Common rules.
+std::string rule_positive_ints(const ir::Attribute& a);     // every element >= 1
+std::string rule_non_negative_ints(const ir::Attribute& a); // every element >= 0
+std::string rule_bool(const ir::Attribute& a);              // 0 or 1
+std::string rule_positive(const ir::Attribute& a);          // an int >= 1
+std::string rule_auto_pad(const ir::Attribute& a);          // NOTSET, SAME_UPPER, SAME_LOWER, VALID
+
 struct OpDef {
   std::string name;
   std::string domain;  // "" = ai.onnx
@@ -36,12 +54,20 @@ struct OpDef {
   InferFn infer = nullptr;  // null: output types are left unknown until run time
   // How kiln runs it: "native" (own kernels) or "function" (expanded into its ONNX function body).
   std::string how = "native";
+  // Its attributes, where declared (ops without a list are not checked).
+  std::vector<AttrSpec> attrs;
 };
 
 const std::vector<OpDef>& op_table();
 const OpDef* find_op(const std::string& domain, const std::string& name);
 
+// Checks the node's attributes against its op's declaration (kind, required, rule).
+Status check_attributes(const ir::Node& node);
+// Declares the attributes of op `name` (ai.onnx) in table `t`.
+void declare_attrs(std::vector<OpDef>& t, const std::string& name, std::vector<AttrSpec> attrs);
+
 // Runs the op's shape function, filling the node's output types (unknown parts stay unknown).
+// Checks the node's attributes first.
 Status infer_node(ir::Node& node);
 // Infers types through a whole graph in topological order (subgraph bodies included).
 Status infer_graph(ir::Graph& graph);

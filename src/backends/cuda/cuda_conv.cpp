@@ -10,14 +10,15 @@
 #include <memory>
 
 #include "backends/cuda/cuda_util.h"
+#include "ops/nn.h"
 
 namespace kiln::cuda {
 namespace {
 
+// Conv's parameters: the window as ops/ parses it for shape inference and every backend, plus group.
 struct ConvAttrs {
-  std::string auto_pad;
+  ops::WindowAttrs w;
   int64_t group = 1;
-  std::vector<int64_t> kernel, strides, dilations, pads;  // per spatial dim; pads begin..., end...
 };
 
 // Everything one input shape needs, made by reshape() once per signature: descriptors, the
@@ -73,11 +74,11 @@ class ConvKernel final : public Kernel {
       const int j = sd == 1 ? 1 : i;
       in[j] = x[2 + i];
       k[j] = w[2 + i];
-      if (!at_.kernel.empty() && at_.kernel[i] != k[j]) return rc.error("kernel_shape does not match W");
-      s[j] = at_.strides.empty() ? 1 : at_.strides[i];
-      dil[j] = at_.dilations.empty() ? 1 : at_.dilations[i];
-      const int64_t p0 = at_.pads.empty() ? 0 : at_.pads[i], p1 = at_.pads.empty() ? 0 : at_.pads[i + sd];
-      auto geo = window_geometry(in[j], k[j], s[j], dil[j], p0, p1, at_.auto_pad, false);
+      if (!at_.w.kernel.empty() && at_.w.kernel[i] != k[j]) return rc.error("kernel_shape does not match W");
+      s[j] = at_.w.strides.empty() ? 1 : at_.w.strides[i];
+      dil[j] = at_.w.dilations.empty() ? 1 : at_.w.dilations[i];
+      const int64_t p0 = at_.w.pads.empty() ? 0 : at_.w.pads[i], p1 = at_.w.pads.empty() ? 0 : at_.w.pads[i + sd];
+      auto geo = window_geometry(in[j], k[j], s[j], dil[j], p0, p1, at_.w.auto_pad, false);
       if (!geo.ok()) return rc.error(geo.status().message());
       pb[j] = geo->pad_begin;
       pe[j] = geo->pad_end;
@@ -188,15 +189,12 @@ std::string conv_check(const ir::Node& n) {
 
 Expected<KernelPtr> create_conv(const ir::Node& n) {
   ConvAttrs at;
-  at.auto_pad = n.attr_string("auto_pad", "NOTSET");
+  at.w = ops::parse_window_attrs(n);
   at.group = n.attr_int("group", 1);
-  at.kernel = n.attr_ints("kernel_shape");
-  at.strides = n.attr_ints("strides");
-  at.dilations = n.attr_ints("dilations");
-  at.pads = n.attr_ints("pads");
-  const size_t sd = !at.kernel.empty() ? at.kernel.size() : !at.strides.empty() ? at.strides.size() : at.pads.size() / 2;
-  if ((!at.strides.empty() && at.strides.size() != sd) || (!at.dilations.empty() && at.dilations.size() != sd) ||
-      (!at.pads.empty() && at.pads.size() != 2 * sd))
+  const ops::WindowAttrs& w = at.w;
+  const size_t sd = !w.kernel.empty() ? w.kernel.size() : !w.strides.empty() ? w.strides.size() : w.pads.size() / 2;
+  if ((!w.strides.empty() && w.strides.size() != sd) || (!w.dilations.empty() && w.dilations.size() != sd) ||
+      (!w.pads.empty() && w.pads.size() != 2 * sd))
     return invalid_model(n.describe() + ": kernel_shape, strides, dilations and pads disagree in length");
   return KernelPtr(new ConvKernel(std::move(at)));
 }

@@ -1,5 +1,6 @@
-"""Memory plans per input-shape signature, seen from the Python API: shapes computed while running
-(learning plans), kernels with workspaces, changing batch sizes, against ONNX Runtime."""
+"""The engine core seen from the Python API: memory plans per input-shape signature (shapes computed
+while running, shape values, kernels with workspaces, changing batch sizes) against ONNX Runtime,
+and op attributes checked against their declarations at import."""
 
 from __future__ import annotations
 
@@ -92,3 +93,29 @@ def test_shape_values_plan_computed_reshapes_on_the_host():
         for g, w in zip(sess.run(None, {"x": x}), ref.run(None, {"x": x})):
             assert g.shape == w.shape
             np.testing.assert_array_equal(g, w)
+
+
+def test_declared_attributes_are_checked_at_import():
+    """Op attributes are declared once (ops/op_table): wrong kinds and invalid values are refused at
+    import with the node, op and attribute named."""
+    import pytest
+
+    w = numpy_helper.from_array(np.ones((2, 3, 3, 3), np.float32), "w")
+    cases = [
+        (helper.make_node("Conv", ["x", "w"], ["y"], name="c", strides=[0, 1]), "attribute 'strides' every value must be >= 1"),
+        (helper.make_node("Conv", ["x", "w"], ["y"], name="c", group=0), "attribute 'group' must be >= 1"),
+        (helper.make_node("Conv", ["x", "w"], ["y"], name="c", auto_pad="SAME"), "attribute 'auto_pad' must be NOTSET"),
+        (helper.make_node("MaxPool", ["x"], ["y"], name="c"), "attribute 'kernel_shape' is required"),
+        (helper.make_node("MaxPool", ["x"], ["y"], name="c", kernel_shape=[2, 2], pads=[0, -1, 0, 0]),
+         "attribute 'pads' every value must be >= 0"),
+        (helper.make_node("Softmax", ["x"], ["y"], name="c", axis=1.5), "attribute 'axis' must be an int, got a float"),
+    ]
+    for node, message in cases:
+        graph = helper.make_graph(
+            [node], "bad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w] if "w" in node.input else [])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        with pytest.raises(Exception) as err:
+            kiln.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        assert "node 'c'" in str(err.value) and message in str(err.value), str(err.value)
