@@ -11,6 +11,26 @@ from onnx import TensorProto, helper, numpy_helper
 import kiln
 
 
+def _model_bytes(graph) -> bytes:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _same_as_onnxruntime(data: bytes, feeds: list, exact: bool = False) -> kiln.InferenceSession:
+    """Runs every feed through kiln and ONNX Runtime, in order, and compares all outputs."""
+    sess = kiln.InferenceSession(data, providers=["CPUExecutionProvider"])
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for feed in feeds:
+        for g, w in zip(sess.run(None, feed), ref.run(None, feed)):
+            assert g.shape == w.shape
+            if exact:
+                np.testing.assert_array_equal(g, w)
+            else:
+                np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    return sess
+
+
 def _conv_reshape_model() -> bytes:
     """Conv (a workspace kernel) → Reshape to a shape given as an input: the host walk cannot know
     the Reshape's output, so the first run of each batch size learns the sizes (while the Conv's
@@ -31,25 +51,15 @@ def _conv_reshape_model() -> bytes:
         [helper.make_tensor_value_info("r", TensorProto.FLOAT, None),
          helper.make_tensor_value_info("y2", TensorProto.FLOAT, None)],
         [w, b])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model.SerializeToString()
+    return _model_bytes(graph)
 
 
 def test_learning_plans_match_onnxruntime_across_batches():
-    data = _conv_reshape_model()
-    sess = kiln.InferenceSession(data, providers=["CPUExecutionProvider"])
-    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
     inputs = {b: rng.standard_normal((b, 3, 9, 9)).astype(np.float32) for b in (1, 4)}
     # Each batch size: a learning run, then planned runs; alternating must not mix the plans.
-    for b in (1, 4, 1, 4, 1):
-        feed = {"x": inputs[b], "target": np.array([b, -1], np.int64)}
-        got = sess.run(None, feed)
-        want = ref.run(None, feed)
-        for g, w in zip(got, want):
-            assert g.shape == w.shape
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    _same_as_onnxruntime(_conv_reshape_model(),
+                         [{"x": inputs[b], "target": np.array([b, -1], np.int64)} for b in (1, 4, 1, 4, 1)])
 
 
 def _computed_reshape_model() -> bytes:
@@ -77,22 +87,14 @@ def _computed_reshape_model() -> bytes:
         [helper.make_tensor_value_info("flat", TensorProto.FLOAT, None),
          helper.make_tensor_value_info("tokens", TensorProto.FLOAT, None)],
         [i0, ax, m1, one, tok])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model.SerializeToString()
+    return _model_bytes(graph)
 
 
 def test_shape_values_plan_computed_reshapes_on_the_host():
-    data = _computed_reshape_model()
-    sess = kiln.InferenceSession(data, providers=["CPUExecutionProvider"])
+    feeds = [{"x": np.random.default_rng(b).standard_normal((b, 3, 5)).astype(np.float32)} for b in (1, 3, 1)]
+    sess = _same_as_onnxruntime(_computed_reshape_model(), feeds, exact=True)
     report = sess._engine.placement_report()
     assert "planned for x=[1,3,5]" in report, report
-    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    for b in (1, 3, 1):
-        x = np.random.default_rng(b).standard_normal((b, 3, 5)).astype(np.float32)
-        for g, w in zip(sess.run(None, {"x": x}), ref.run(None, {"x": x})):
-            assert g.shape == w.shape
-            np.testing.assert_array_equal(g, w)
 
 
 def test_declared_attributes_are_checked_at_import():
@@ -114,8 +116,6 @@ def test_declared_attributes_are_checked_at_import():
         graph = helper.make_graph(
             [node], "bad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
             [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w] if "w" in node.input else [])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        model.ir_version = 8
         with pytest.raises(Exception) as err:
-            kiln.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+            kiln.InferenceSession(_model_bytes(graph), providers=["CPUExecutionProvider"])
         assert "node 'c'" in str(err.value) and message in str(err.value), str(err.value)
