@@ -2,6 +2,7 @@
 #include <cfloat>
 
 #include "backends/cuda/cuda_util.h"
+#include "backends/staged_kernel.h"
 
 namespace kiln::cuda {
 namespace {
@@ -110,36 +111,51 @@ constexpr BinaryRow kBinary[] = {
 };
 
 // y = in0 op in1 op in2 ... with numpy broadcasting (two inputs unless the op is variadic).
-Status run_binary(KernelContext& ctx, BinaryOp fn) {
-  const int n = ctx.num_inputs();
-  if (n < 1) return ctx.error("needs at least one input");
-  Shape out = ctx.input(0).shape();
-  for (int i = 0; i < n; ++i) {
-    if (ctx.input(i).dtype() != DataType::kFloat32) return ctx.error("CUDA kernel takes float32 only");
+// reshape() computes the output shape and one broadcast index per launch; run() launches.
+struct BinaryPlan {
+  int64_t numel = 0;
+  std::vector<BroadcastIndex> index;  // launch 0: in0 op in1 (or a copy of in0); then y op in_i
+};
+
+Status reshape_binary(ReshapeContext& rc) {
+  const size_t n = rc.in.size();
+  if (n < 1) return rc.error("needs at least one input");
+  Shape out = rc.in[0].shape;
+  for (size_t i = 0; i < n; ++i) {
+    if (!rc.in[i].present) return rc.error("omitted inputs are not supported");
+    if (rc.in[i].dtype != DataType::kFloat32) return rc.error("CUDA kernel takes float32 only");
     Shape next;
-    if (!broadcast_shape(out, ctx.input(i).shape(), next))
-      return ctx.error("shapes " + shape_to_string(out) + " and " + shape_to_string(ctx.input(i).shape()) +
-                       " do not broadcast");
+    if (!broadcast_shape(out, rc.in[i].shape, next))
+      return rc.error("shapes " + shape_to_string(out) + " and " + shape_to_string(rc.in[i].shape) + " do not broadcast");
     out = next;
   }
-  Tensor& y = ctx.output(0, DataType::kFloat32, out);
-  const int64_t numel = shape_numel(out);
-  cudaStream_t s = state_of(ctx).stream;
+  auto p = std::make_shared<BinaryPlan>();
+  p->numel = shape_numel(out);
   BroadcastIndex idx;
-  if (n == 1) {
-    if (!make_broadcast_index(out, ctx.input(0).shape(), out, idx)) return ctx.error("rank too large for CUDA");
+  if (!make_broadcast_index(out, rc.in[0].shape, n == 1 ? out : rc.in[1].shape, idx)) return rc.error("rank too large for CUDA");
+  p->index.push_back(idx);
+  for (size_t i = 2; i < n; ++i) {
+    if (!make_broadcast_index(out, out, rc.in[i].shape, idx)) return rc.error("rank too large for CUDA");
+    p->index.push_back(idx);
+  }
+  rc.out[0] = {DataType::kFloat32, out};
+  rc.state = std::move(p);
+  return Status::Ok();
+}
+
+Status run_binary(KernelContext& ctx, BinaryOp fn) {
+  const auto& p = *static_cast<const BinaryPlan*>(ctx.shape_state());
+  Tensor& y = ctx.output(0);
+  cudaStream_t s = state_of(ctx).stream;
+  const int n = ctx.num_inputs();
+  if (n == 1)
     return launched(ctx, launch_binary_f32(BinaryOp::kFirst, ctx.input(0).data<float>(), nullptr, y.data<float>(),
-                                           numel, idx, s));
-  }
-  if (!make_broadcast_index(out, ctx.input(0).shape(), ctx.input(1).shape(), idx))
-    return ctx.error("rank too large for CUDA");
+                                           p.numel, p.index[0], s));
   KILN_RETURN_IF_ERROR(launched(ctx, launch_binary_f32(fn, ctx.input(0).data<float>(), ctx.input(1).data<float>(),
-                                                       y.data<float>(), numel, idx, s)));
-  for (int i = 2; i < n; ++i) {  // fold the rest into y, in place (each element reads then writes itself)
-    if (!make_broadcast_index(out, out, ctx.input(i).shape(), idx)) return ctx.error("rank too large for CUDA");
-    KILN_RETURN_IF_ERROR(launched(
-        ctx, launch_binary_f32(fn, y.data<float>(), ctx.input(i).data<float>(), y.data<float>(), numel, idx, s)));
-  }
+                                                       y.data<float>(), p.numel, p.index[0], s)));
+  for (int i = 2; i < n; ++i)  // fold the rest into y, in place (each element reads then writes itself)
+    KILN_RETURN_IF_ERROR(launched(ctx, launch_binary_f32(fn, y.data<float>(), ctx.input(i).data<float>(), y.data<float>(),
+                                                         p.numel, p.index[i - 1], s)));
   return Status::Ok();
 }
 
@@ -159,7 +175,7 @@ KernelDef binary_def(const BinaryRow& row) {
   };
   const BinaryOp fn = row.fn;
   d.create = [fn](const ir::Node&, KernelInit&) {
-    return make_kernel([fn](KernelContext& ctx) { return run_binary(ctx, fn); });
+    return make_staged(reshape_binary, [fn](KernelContext& ctx) { return run_binary(ctx, fn); });
   };
   return d;
 }

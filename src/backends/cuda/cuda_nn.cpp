@@ -1,6 +1,7 @@
 // backends/cuda/cuda_nn.cpp — the table of float32 NN kernels: Softmax/LogSoftmax, pooling,
 // global pooling and inference BatchNormalization (own kernels in cuda_nn.cu).
 #include "backends/cuda/cuda_util.h"
+#include "backends/staged_kernel.h"
 
 namespace kiln::cuda {
 namespace {
@@ -59,54 +60,66 @@ Expected<KernelPtr> create_pool(const ir::Node& n, bool max) {
   const std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
   const bool ceil_mode = n.attr_int("ceil_mode", 0) != 0;
   const bool include_pad = n.attr_int("count_include_pad", 0) != 0;
-  return make_kernel([=](KernelContext& ctx) -> Status {
-    const Tensor& x = ctx.input(0);
-    if (x.rank() != static_cast<int>(sd) + 2) return ctx.error("input rank does not match kernel_shape");
+  auto reshape = [=](ReshapeContext& rc) -> Status {
+    if (rc.in.empty() || !rc.in[0].present) return rc.error("X is required");
+    const Shape& x = rc.in[0].shape;
+    if (x.size() != sd + 2) return rc.error("input rank does not match kernel_shape");
     // 1-D pooling runs as 2-D with a height of 1.
     const bool one_d = sd == 1;
-    const int64_t h = one_d ? 1 : x.dim(2), w = x.dim(one_d ? 2 : 3);
-    PoolParams p;
-    p.nc = x.dim(0) * x.dim(1);
-    p.h = h;
-    p.w = w;
-    p.max = max;
-    p.count_include_pad = include_pad;
-    Shape out = {x.dim(0), x.dim(1)};
+    auto p = std::make_shared<PoolParams>();
+    p->nc = x[0] * x[1];
+    p->h = one_d ? 1 : x[2];
+    p->w = x[one_d ? 2 : 3];
+    p->max = max;
+    p->count_include_pad = include_pad;
+    Shape out = {x[0], x[1]};
     for (size_t i = 0; i < sd; ++i) {
-      auto g = window_geometry(x.dim(2 + i), kernel[i], strides[i], dilations[i], pads[i], pads[i + sd], auto_pad,
-                               ceil_mode);
-      if (!g.ok()) return ctx.error(g.status().message());
+      auto g = window_geometry(x[2 + i], kernel[i], strides[i], dilations[i], pads[i], pads[i + sd], auto_pad, ceil_mode);
+      if (!g.ok()) return rc.error(g.status().message());
       out.push_back(g->out);
       const bool is_w = one_d || i == 1;
-      (is_w ? p.ow : p.oh) = g->out;
-      (is_w ? p.kw : p.kh) = kernel[i];
-      (is_w ? p.sw : p.sh) = strides[i];
-      (is_w ? p.dw : p.dh) = dilations[i];
-      (is_w ? p.pad_left : p.pad_top) = g->pad_begin;
-      (is_w ? p.pad_right : p.pad_bottom) = g->pad_end;
+      (is_w ? p->ow : p->oh) = g->out;
+      (is_w ? p->kw : p->kh) = kernel[i];
+      (is_w ? p->sw : p->sh) = strides[i];
+      (is_w ? p->dw : p->dh) = dilations[i];
+      (is_w ? p->pad_left : p->pad_top) = g->pad_begin;
+      (is_w ? p->pad_right : p->pad_bottom) = g->pad_end;
     }
-    if (one_d) p.oh = 1;
-    Tensor& y = ctx.output(0, DataType::kFloat32, out);
-    return launched(ctx, launch_pool2d_f32(x.data<float>(), y.data<float>(), p, state_of(ctx).stream));
-  });
+    if (one_d) p->oh = 1;
+    rc.out[0] = {DataType::kFloat32, out};
+    rc.state = std::move(p);
+    return Status::Ok();
+  };
+  auto run = [](KernelContext& ctx) -> Status {
+    const auto& p = *static_cast<const PoolParams*>(ctx.shape_state());
+    return launched(ctx, launch_pool2d_f32(ctx.input(0).data<float>(), ctx.output(0).data<float>(), p, state_of(ctx).stream));
+  };
+  return make_staged(reshape, run);
 }
 
 // ---- GlobalAveragePool / GlobalMaxPool
 Expected<KernelPtr> create_global_pool(bool max) {
-  return make_kernel([max](KernelContext& ctx) -> Status {
-    const Tensor& x = ctx.input(0);
-    if (x.rank() < 2) return ctx.error("input must have rank >= 2");
-    Shape out = x.shape();
+  auto reshape = [](ReshapeContext& rc) -> Status {
+    if (rc.in.empty() || !rc.in[0].present) return rc.error("X is required");
+    Shape out = rc.in[0].shape;
+    if (out.size() < 2) return rc.error("input must have rank >= 2");
     int64_t spatial = 1;
-    for (int k = 2; k < x.rank(); ++k) {
+    for (size_t k = 2; k < out.size(); ++k) {
       spatial *= out[k];
       out[k] = 1;
     }
-    if (spatial == 0) return ctx.error("global pooling over an empty spatial extent");
-    Tensor& y = ctx.output(0, DataType::kFloat32, out);
-    return launched(ctx, launch_reduce_rows_f32(x.data<float>(), y.data<float>(), x.dim(0) * x.dim(1), spatial, max,
-                                                state_of(ctx).stream));
-  });
+    if (spatial == 0) return rc.error("global pooling over an empty spatial extent");
+    rc.out[0] = {DataType::kFloat32, out};
+    return Status::Ok();
+  };
+  auto run = [max](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    const int64_t planes = x.dim(0) * x.dim(1);
+    if (planes == 0) return Status::Ok();
+    return launched(ctx, launch_reduce_rows_f32(x.data<float>(), ctx.output(0).data<float>(), planes, x.numel() / planes,
+                                                max, state_of(ctx).stream));
+  };
+  return make_staged(reshape, run);
 }
 
 // ---- BatchNormalization (inference)

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backends/cuda/cuda_util.h"
+#include "backends/staged_kernel.h"
 
 namespace kiln::cuda {
 namespace {
@@ -20,17 +21,26 @@ std::string require_f32_data(const ir::Node& n) {
   return "";
 }
 
-// A kernel that copies input 0 into output 0 with the shape `shape_of` computes.
-using ShapeFn = std::function<Expected<Shape>(const KernelContext&, const Shape&)>;
+// Errors of a shape function, named after the node (used in reshape(), never in run()).
+struct NodeErrors {
+  const ir::Node& node;
+  Status error(const std::string& what) const { return invalid_argument(node.describe() + ": " + what); }
+};
+
+// A kernel that copies input 0 into output 0 with the shape `shape_of` computes: reshape() computes
+// it once per input shape, run() only copies.
+using ShapeFn = std::function<Expected<Shape>(const NodeErrors&, const Shape&)>;
 Expected<KernelPtr> copy_kernel(ShapeFn shape_of) {
-  return make_kernel([shape_of = std::move(shape_of)](KernelContext& ctx) -> Status {
-    const Tensor& x = ctx.input(0);
-    KILN_ASSIGN_OR_RETURN(Shape out, shape_of(ctx, x.shape()));
-    if (shape_numel(out) != x.numel())
-      return ctx.error("cannot reshape " + shape_to_string(x.shape()) + " to " + shape_to_string(out));
-    Tensor& y = ctx.output(0, x.dtype(), out);
-    return copy_device(ctx, x, y);
-  });
+  auto reshape = [shape_of = std::move(shape_of)](ReshapeContext& rc) -> Status {
+    if (rc.in.empty() || !rc.in[0].present) return rc.error("input 0 is required");
+    const Shape& in = rc.in[0].shape;
+    KILN_ASSIGN_OR_RETURN(Shape out, shape_of(NodeErrors{rc.node}, in));
+    if (shape_numel(out) != shape_numel(in))
+      return rc.error("cannot reshape " + shape_to_string(in) + " to " + shape_to_string(out));
+    rc.out[0] = {rc.in[0].dtype, out};
+    return Status::Ok();
+  };
+  return make_staged(reshape, [](KernelContext& ctx) { return copy_device(ctx, ctx.input(0), ctx.output(0)); });
 }
 
 KernelDef def(const char* op, int since, const char* name, std::function<std::string(const ir::Node&)> check,
@@ -55,7 +65,7 @@ Expected<KernelPtr> create_reshape(const ir::Node& n, KernelInit&) {
   auto spec = constant_ints(n, 1);
   if (!spec) return unsupported(n.describe() + ": shape must be a constant int64 tensor to run on CUDA");
   const bool allowzero = n.attr_int("allowzero", 0) != 0;
-  return copy_kernel([spec = *spec, allowzero](const KernelContext& ctx, const Shape& in) -> Expected<Shape> {
+  return copy_kernel([spec = *spec, allowzero](const NodeErrors& ctx, const Shape& in) -> Expected<Shape> {
     Shape out(spec.size());
     int infer = -1;
     int64_t known = 1;
@@ -86,7 +96,7 @@ Expected<KernelPtr> create_reshape(const ir::Node& n, KernelInit&) {
 
 Expected<KernelPtr> create_flatten(const ir::Node& n, KernelInit&) {
   const int64_t axis_attr = n.attr_int("axis", 1);
-  return copy_kernel([axis_attr](const KernelContext& ctx, const Shape& in) -> Expected<Shape> {
+  return copy_kernel([axis_attr](const NodeErrors& ctx, const Shape& in) -> Expected<Shape> {
     int64_t axis = axis_attr;
     const int64_t r = static_cast<int64_t>(in.size());
     if (axis < 0) axis += r;
@@ -105,7 +115,7 @@ std::vector<int64_t> axes_of(const ir::Node& n) {
 }
 
 Expected<KernelPtr> create_squeeze(const ir::Node& n, KernelInit&) {
-  return copy_kernel([axes = axes_of(n)](const KernelContext& ctx, const Shape& in) -> Expected<Shape> {
+  return copy_kernel([axes = axes_of(n)](const NodeErrors& ctx, const Shape& in) -> Expected<Shape> {
     const int64_t r = static_cast<int64_t>(in.size());
     std::vector<bool> drop(in.size(), false);
     if (axes.empty()) {
@@ -124,7 +134,7 @@ Expected<KernelPtr> create_squeeze(const ir::Node& n, KernelInit&) {
 }
 
 Expected<KernelPtr> create_unsqueeze(const ir::Node& n, KernelInit&) {
-  return copy_kernel([axes = axes_of(n)](const KernelContext& ctx, const Shape& in) -> Expected<Shape> {
+  return copy_kernel([axes = axes_of(n)](const NodeErrors& ctx, const Shape& in) -> Expected<Shape> {
     const int64_t r = static_cast<int64_t>(in.size() + axes.size());
     std::vector<bool> inserted(r, false);
     for (int64_t a : axes) {
@@ -139,7 +149,7 @@ Expected<KernelPtr> create_unsqueeze(const ir::Node& n, KernelInit&) {
 }
 
 Expected<KernelPtr> create_identity(const ir::Node&, KernelInit&) {
-  return copy_kernel([](const KernelContext&, const Shape& in) -> Expected<Shape> { return in; });
+  return copy_kernel([](const NodeErrors&, const Shape& in) -> Expected<Shape> { return in; });
 }
 
 Expected<KernelPtr> create_transpose(const ir::Node& n, KernelInit&) {
