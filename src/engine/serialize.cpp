@@ -52,7 +52,7 @@ class Writer {
     auto s = b.CreateString(a.s);
     Offset<fb::TensorData> t = a.t.defined() && a.kind == ir::Attribute::Kind::kTensor ? tensor(a.t) : 0;
     if (a.kind == ir::Attribute::Kind::kSparseTensor && a.t.defined()) t = tensor(a.t);
-    Offset<fb::GraphDesc> g = a.g ? graph(*a.g, nullptr) : 0;
+    Offset<fb::GraphDesc> g = a.g ? graph(*a.g) : 0;
     auto floats = b.CreateVector(a.floats);
     auto ints = b.CreateVector(a.ints);
     auto strings = b.CreateVectorOfStrings(a.strings);
@@ -60,7 +60,7 @@ class Writer {
     for (const Tensor& x : a.tensors) ts.push_back(tensor(x));
     auto tv = b.CreateVector(ts);
     std::vector<Offset<fb::GraphDesc>> gs;
-    for (const auto& x : a.graphs) gs.push_back(graph(*x, nullptr));
+    for (const auto& x : a.graphs) gs.push_back(graph(*x));
     auto gv = b.CreateVector(gs);
     std::vector<Offset<fb::TypeDesc>> ty;
     for (const ir::Type& x : a.types) ty.push_back(type(x));
@@ -68,8 +68,7 @@ class Writer {
     return fb::CreateAttr(b, n, static_cast<int8_t>(a.kind), a.f, a.i, s, t, g, floats, ints, strings, tv, gv, tyv);
   }
 
-  // `choices`: per node in order (kernel, device); null for subgraphs (chosen again on load).
-  Offset<fb::GraphDesc> graph(const ir::Graph& g, const std::vector<std::pair<std::string, int>>* choices) {
+  Offset<fb::GraphDesc> graph(const ir::Graph& g) {
     std::map<const ir::Value*, int> index;
     std::vector<Offset<fb::ValueDesc>> values;
     for (const ir::Value* v : g.values()) {
@@ -80,20 +79,15 @@ class Writer {
       values.push_back(fb::CreateValueDesc(b, name, ty, c, v->is_input, v->is_output, v->is_capture));
     }
     std::vector<Offset<fb::NodeDesc>> nodes;
-    size_t k = 0;
     for (const ir::Node* n : g.nodes()) {
       std::vector<int32_t> ins, outs;
       for (const ir::Value* v : n->inputs) ins.push_back(v ? index.at(v) : -1);
       for (const ir::Value* v : n->outputs) outs.push_back(v ? index.at(v) : -1);
       std::vector<Offset<fb::Attr>> attrs;
       for (const auto& [key, a] : n->attrs) attrs.push_back(attr(key, a));
-      std::string kernel;
-      int device = 0;
-      if (choices && k < choices->size()) std::tie(kernel, device) = (*choices)[k];
-      ++k;
+      // The kernel each node runs is recorded by the plan (PlanStep), not here.
       nodes.push_back(fb::CreateNodeDesc(b, b.CreateString(n->name), b.CreateString(n->op_type), b.CreateString(n->domain),
-                                         n->opset, b.CreateVector(ins), b.CreateVector(outs), b.CreateVector(attrs),
-                                         b.CreateString(kernel), device));
+                                         n->opset, b.CreateVector(ins), b.CreateVector(outs), b.CreateVector(attrs)));
     }
     std::vector<Offset<fb::Meta>> opsets;
     for (const auto& [d, v] : g.opsets) opsets.push_back(fb::CreateMeta(b, b.CreateString(d), b.CreateString(std::to_string(v))));
@@ -170,11 +164,9 @@ Expected<ir::Type> read_type(const fb::TypeDesc* t, int depth = 0) {
   return r;
 }
 
-// The engine file being read. Weights whose bytes are suitably aligned are views into it (no copy:
-// the file's storage, an mmap of it for Engine::load, stays alive as long as any of them).
-thread_local const std::shared_ptr<Storage>* t_file = nullptr;
-
-Expected<Tensor> read_tensor(const fb::TensorData* t) {
+// A tensor of the engine file `file`. Weights whose bytes are suitably aligned are views into it (no
+// copy: the file's storage, an mmap of it for Engine::load, stays alive as long as any of them).
+Expected<Tensor> read_tensor(const fb::TensorData* t, const std::shared_ptr<Storage>& file) {
   if (!t) return bad("missing tensor");
   if (!dtype_is_valid(t->dtype())) return bad("invalid tensor dtype " + std::to_string(t->dtype()));
   const DataType dt = static_cast<DataType>(t->dtype());
@@ -194,12 +186,12 @@ Expected<Tensor> read_tensor(const fb::TensorData* t) {
   }
   const size_t bytes = static_cast<size_t>(numel) * dtype_size(dt);
   if (vsize(t->data()) != bytes) return bad("tensor data has " + std::to_string(vsize(t->data())) + " bytes, shape needs " + std::to_string(bytes));
-  if (t_file && bytes) {
-    const auto* base = static_cast<const uint8_t*>((*t_file)->data);
+  if (file && bytes) {
+    const auto* base = static_cast<const uint8_t*>(file->data);
     const uint8_t* p = t->data()->data();
     const size_t align = std::max<size_t>(dtype_size(dt), 16);
-    if (p >= base && p + bytes <= base + (*t_file)->bytes && reinterpret_cast<uintptr_t>(p) % align == 0)
-      return Tensor::view(*t_file, static_cast<size_t>(p - base), dt, shape);
+    if (p >= base && p + bytes <= base + file->bytes && reinterpret_cast<uintptr_t>(p) % align == 0)
+      return Tensor::view(file, static_cast<size_t>(p - base), dt, shape);
   }
   // Uninitialized memory (the copy writes every byte): zero-filling 100 MB of weights first would
   // double the load time.
@@ -210,29 +202,29 @@ Expected<Tensor> read_tensor(const fb::TensorData* t) {
 }
 
 Expected<std::unique_ptr<ir::Graph>> read_graph(const fb::GraphDesc* gd, ir::Graph* parent, int depth,
-                                                std::vector<std::pair<std::string, DeviceType>>* choices);
+                                                const std::shared_ptr<Storage>& file);
 
-Expected<ir::Attribute> read_attr(const fb::Attr* a, ir::Graph* owner, int depth) {
+Expected<ir::Attribute> read_attr(const fb::Attr* a, ir::Graph* owner, int depth, const std::shared_ptr<Storage>& file) {
   ir::Attribute r;
   if (a->kind() < 0 || a->kind() > static_cast<int>(ir::Attribute::Kind::kSparseTensor)) return bad("invalid attribute kind");
   r.kind = static_cast<ir::Attribute::Kind>(a->kind());
   r.f = a->f();
   r.i = a->i();
   if (a->s()) r.s = a->s()->str();
-  if (a->t()) {KILN_ASSIGN_OR_RETURN(r.t, read_tensor(a->t()));}
+  if (a->t()) {KILN_ASSIGN_OR_RETURN(r.t, read_tensor(a->t(), file));}
   if (a->g()) {
-    KILN_ASSIGN_OR_RETURN(auto g, read_graph(a->g(), owner, depth + 1, nullptr));
+    KILN_ASSIGN_OR_RETURN(auto g, read_graph(a->g(), owner, depth + 1, file));
     r.g = std::shared_ptr<ir::Graph>(std::move(g));
   }
   if (a->floats()) r.floats.assign(a->floats()->begin(), a->floats()->end());
   if (a->ints()) r.ints.assign(a->ints()->begin(), a->ints()->end());
   for (size_t i = 0; i < vsize(a->strings()); ++i) r.strings.push_back(a->strings()->Get(static_cast<flatbuffers::uoffset_t>(i))->str());
   for (size_t i = 0; i < vsize(a->tensors()); ++i) {
-    KILN_ASSIGN_OR_RETURN(Tensor t, read_tensor(a->tensors()->Get(static_cast<flatbuffers::uoffset_t>(i))));
+    KILN_ASSIGN_OR_RETURN(Tensor t, read_tensor(a->tensors()->Get(static_cast<flatbuffers::uoffset_t>(i)), file));
     r.tensors.push_back(t);
   }
   for (size_t i = 0; i < vsize(a->graphs()); ++i) {
-    KILN_ASSIGN_OR_RETURN(auto g, read_graph(a->graphs()->Get(static_cast<flatbuffers::uoffset_t>(i)), owner, depth + 1, nullptr));
+    KILN_ASSIGN_OR_RETURN(auto g, read_graph(a->graphs()->Get(static_cast<flatbuffers::uoffset_t>(i)), owner, depth + 1, file));
     r.graphs.push_back(std::shared_ptr<ir::Graph>(std::move(g)));
   }
   for (size_t i = 0; i < vsize(a->types()); ++i) {
@@ -243,7 +235,7 @@ Expected<ir::Attribute> read_attr(const fb::Attr* a, ir::Graph* owner, int depth
 }
 
 Expected<std::unique_ptr<ir::Graph>> read_graph(const fb::GraphDesc* gd, ir::Graph* parent, int depth,
-                                                std::vector<std::pair<std::string, DeviceType>>* choices) {
+                                                const std::shared_ptr<Storage>& file) {
   if (!gd) return bad("missing graph");
   if (depth > 32) return bad("subgraphs nested too deep");
   auto g = std::make_unique<ir::Graph>();
@@ -261,7 +253,7 @@ Expected<std::unique_ptr<ir::Graph>> read_graph(const fb::GraphDesc* gd, ir::Gra
     if (g->find_value(vd->name()->str())) return bad("duplicate value '" + vd->name()->str() + "'");
     KILN_ASSIGN_OR_RETURN(ir::Type t, read_type(vd->type()));
     ir::Value* v = g->add_value(vd->name()->str(), std::move(t));
-    if (vd->constant()) {KILN_ASSIGN_OR_RETURN(v->constant, read_tensor(vd->constant()));}
+    if (vd->constant()) {KILN_ASSIGN_OR_RETURN(v->constant, read_tensor(vd->constant(), file));}
     v->is_input = vd->is_input();
     v->is_output = vd->is_output();
     v->is_capture = vd->is_capture();
@@ -294,12 +286,8 @@ Expected<std::unique_ptr<ir::Graph>> read_graph(const fb::GraphDesc* gd, ir::Gra
     for (size_t i = 0; i < vsize(nd->attrs()); ++i) {
       const fb::Attr* a = nd->attrs()->Get(static_cast<flatbuffers::uoffset_t>(i));
       if (!a->name()) return bad("attribute without a name");
-      KILN_ASSIGN_OR_RETURN(ir::Attribute attr, read_attr(a, g.get(), depth));
+      KILN_ASSIGN_OR_RETURN(ir::Attribute attr, read_attr(a, g.get(), depth, file));
       n->attrs[a->name()->str()] = std::move(attr);
-    }
-    if (choices) {
-      if (nd->device() != 0 && nd->device() != 1) return bad("invalid device");
-      choices->push_back({nd->kernel() ? nd->kernel()->str() : "", static_cast<DeviceType>(nd->device())});
     }
   }
   auto list = [&](const flatbuffers::Vector<int32_t>* v, std::vector<ir::Value*>& out) -> Status {
@@ -475,10 +463,7 @@ bool looks_like_engine(const std::string& head) {
 
 Expected<std::string> serialize_engine(const Engine::Impl& impl) {
   Writer w;
-  std::vector<std::pair<std::string, int>> choices;
-  for (const Step& s : impl.plan->steps)
-    if (s.kind == Step::Kind::kKernel) choices.push_back({s.kernel_name, static_cast<int>(s.backend->device().type)});
-  auto graph = w.graph(*impl.graph, &choices);
+  auto graph = w.graph(*impl.graph);
   auto plan = write_plan(w, *impl.graph, *impl.plan);
   std::vector<Offset<fb::Meta>> meta;
   for (const auto& [k, v] : impl.meta) meta.push_back(fb::CreateMeta(w.b, w.b.CreateString(k), w.b.CreateString(v)));
@@ -495,10 +480,6 @@ Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(const std::string& by
 }
 
 Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Storage> file) {
-  struct FileScope {
-    explicit FileScope(const std::shared_ptr<Storage>* f) { t_file = f; }
-    ~FileScope() { t_file = nullptr; }
-  } scope(&file);
   const auto* buf = static_cast<const uint8_t*>(file->data);
   const size_t size = file->bytes;
   if (size < 8 || !flatbuffers::BufferHasIdentifier(buf, fb::EngineFileIdentifier()))
@@ -530,8 +511,7 @@ Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Stora
   if (impl->meta["fingerprint"] != here)
     return Status(StatusCode::kEngineMismatch, "engine was built for '" + impl->meta["fingerprint"] +
                                                    "' but this machine is '" + here + "'; rebuild the engine here");
-  std::vector<std::pair<std::string, DeviceType>> choices;
-  KILN_ASSIGN_OR_RETURN(auto graph, read_graph(ef->graph(), nullptr, 0, &choices));
+  KILN_ASSIGN_OR_RETURN(auto graph, read_graph(ef->graph(), nullptr, 0, file));
   impl->graph = std::shared_ptr<ir::Graph>(std::move(graph));
   KILN_ASSIGN_OR_RETURN(impl->plan, read_plan(ef->plan(), impl->graph));
   const std::string hash = impl->meta["model_hash"];

@@ -99,15 +99,7 @@ struct Lowering {
     return c;
   }
 
-  Expected<Backend*> choose(const ir::Node& n, size_t position, const KernelDef** def, std::string* why) {
-    if (opt.forced && position < opt.forced->size() && !(*opt.forced)[position].first.empty()) {
-      const auto& [kernel, device] = (*opt.forced)[position];
-      KILN_ASSIGN_OR_RETURN(Backend* b, backend_for(device));
-      *def = b->kernels().by_name(kernel);
-      if (!*def) return Status{StatusCode::kEngineMismatch, n.describe() + ": the engine names kernel '" + kernel +
-                                                          "', which this kiln does not have; rebuild the engine"};
-      return b;
-    }
+  Expected<Backend*> choose(const ir::Node& n, const KernelDef** def, std::string* why) {
     if (opt.device == DeviceType::kCUDA && !n.has_subgraphs()) {
       auto cuda = cuda_backend();
       if (cuda.ok()) {
@@ -148,7 +140,7 @@ struct Lowering {
     for (const ir::Node* n : graph->nodes()) {
       const KernelDef* def = nullptr;
       std::string why;
-      KILN_ASSIGN_OR_RETURN(Backend* b, choose(*n, choice.size(), &def, &why));
+      KILN_ASSIGN_OR_RETURN(Backend* b, choose(*n, &def, &why));
       if (!b) missing.push_back(n->describe() + ": " + why);
       else if (opt.verbose && opt.device == DeviceType::kCUDA && b->device().is_cpu())
         log(LogLevel::kVerbose, n->describe() + " falls back to CPU: " + why);

@@ -59,9 +59,6 @@ struct LowerOptions {
   DeviceType device = DeviceType::kCPU;
   bool verbose = false;
   bool plan_memory = true;
-  // Kernel choices recorded in an engine file, one per node in graph order: (kernel name, device).
-  // When set, the planner reuses them instead of choosing again.
-  const std::vector<std::pair<std::string, DeviceType>>* forced = nullptr;
 };
 
 // Partitions nodes to backends (preferred device first, CPU fallback), creates kernels, inserts
