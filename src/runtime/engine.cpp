@@ -206,10 +206,11 @@ std::string Engine::placement_report() const {
     probe[i] = Slot::of(Tensor::borrow(decl.type.dtype, shape, nullptr));
     shapes += (shapes.empty() ? "" : ", ") + decl.name + "=" + shape_to_string(shape);
   }
-  ContextResources res;
+  ContextResources res;  // the devices this engine uses, as a context would (CUDA only for CUDA engines)
   for (int d = 0; d < 2; ++d) {
     auto b = backend_for(static_cast<DeviceType>(d));
-    if (b.ok()) res.state[d] = std::shared_ptr<void>(std::shared_ptr<void>(), (*b)->build_state());
+    if (b.ok() && (d == 0 || device() == DeviceType::kCUDA))
+      res.state[d] = std::shared_ptr<void>(std::shared_ptr<void>(), (*b)->build_state());
   }
   auto sp = make_shape_plan(plan, ptrs.data(), res);
   if (sp->ready)
@@ -352,7 +353,7 @@ Status ExecutionContext::run_into(const std::vector<Value>& inputs, std::vector<
   Frame frame(plan, ci.res, sp);
   Status st = frame.execute();
   for (int d = 0; st.ok() && d < 2; ++d)
-    if (ci.res.state[d] && d != 0) {
+    if (ci.res.state[d]) {
       auto b = backend_for(static_cast<DeviceType>(d));
       st = b.ok() ? (*b)->synchronize(ci.res.state[d].get()) : b.status();
     }

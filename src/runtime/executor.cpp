@@ -52,8 +52,8 @@ const Tensor* host_constant(const CompiledGraph& g, int v) {
   return host_constant(g, pv.copy_of);
 }
 
-// Runs step `si`'s reshape() for the inputs it has now (or, when planning, the shapes in `plan`) and
-// records the results in `plan`. `from_frame`: inputs are read from the frame's slots.
+// Runs kernel step `si`'s reshape() and records the results in `plan`. With a `frame`, for the inputs
+// it holds now; without, for the shapes (and shape values) the plan knows.
 Status reshape_step(const CompiledGraph& g, ShapePlan& plan, int si, const Frame* frame, ContextResources& res) {
   const Step& s = g.steps[si];
   ReshapeContext rc{*s.node, {}, {}, nullptr, 0, nullptr};
@@ -79,15 +79,9 @@ Status reshape_step(const CompiledGraph& g, ShapePlan& plan, int si, const Frame
   }
   rc.out.resize(s.out.size());
   rc.device_state = res.state_for(s.backend->device());
-  KILN_RETURN_IF_ERROR(s.node ? s.kernel->reshape(rc) : unsupported("copy"));
-  for (size_t o = 0; o < s.out.size() && o < rc.out.size(); ++o) {
-    const int v = s.out[o];
-    if (v < 0) continue;
-    plan.known[v] = 1;
-    plan.dtype[v] = rc.out[o].first;
-    plan.shape[v] = rc.out[o].second;
-    plan.bytes[v] = bytes_of(plan.dtype[v], plan.shape[v]);
-  }
+  KILN_RETURN_IF_ERROR(s.kernel->reshape(rc));
+  for (size_t o = 0; o < s.out.size() && o < rc.out.size(); ++o)
+    if (s.out[o] >= 0) plan.learn(s.out[o], rc.out[o].first, rc.out[o].second);
   plan.reshaped[si] = 1;
   plan.step_state[si] = std::move(rc.state);
   plan.ws_bytes[si] = rc.workspace_bytes;
@@ -119,10 +113,7 @@ void infer_step(const CompiledGraph& g, ShapePlan& plan, const Step& s) {
     const int v = s.out[o];
     const ir::Type& t = ictx.out[o];
     if (v < 0 || !t.is_tensor() || t.dtype == DataType::kUndefined || !t.shape.is_static()) continue;
-    plan.known[v] = 1;
-    plan.dtype[v] = t.dtype;
-    plan.shape[v] = t.shape.to_static();
-    plan.bytes[v] = bytes_of(t.dtype, plan.shape[v]);
+    plan.learn(v, t.dtype, t.shape.to_static());
   }
 }
 
@@ -284,19 +275,11 @@ std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* 
     const PlannedValue& pv = g.values[v];
     if (!pv.is_constant) continue;
     p->slots[v] = pv.constant;
-    if (pv.constant.kind == Slot::Kind::kTensor) {
-      p->known[v] = 1;
-      p->dtype[v] = pv.constant.tensor.dtype();
-      p->shape[v] = pv.constant.tensor.shape();
-    }
+    if (pv.constant.kind == Slot::Kind::kTensor) p->learn(static_cast<int>(v), pv.constant.tensor.dtype(), pv.constant.tensor.shape());
   }
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     const Slot& s = *inputs[i];
-    if (s.kind != Slot::Kind::kTensor) continue;
-    const int v = g.inputs[i];
-    p->known[v] = 1;
-    p->dtype[v] = s.tensor.dtype();
-    p->shape[v] = s.tensor.shape();
+    if (s.kind == Slot::Kind::kTensor) p->learn(g.inputs[i], s.tensor.dtype(), s.tensor.shape());
   }
   // Walk the steps host-side: kernels that plan themselves, then the ops' shape functions.
   bool complete = true;
@@ -304,11 +287,12 @@ std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* 
     const Step& s = g.steps[si];
     if (s.kind == Step::Kind::kCopy) {
       const int a = s.in[0], b = s.out[0];
+      if (p->dyn[a]) {
+        p->dyn[b] = 1;
+        continue;
+      }
       if (p->known[a]) {
-        p->known[b] = 1;
-        p->dtype[b] = p->dtype[a];
-        p->shape[b] = p->shape[a];
-        p->bytes[b] = bytes_of(p->dtype[b], p->shape[b]);
+        p->learn(b, p->dtype[a], p->shape[a]);
         p->value[b] = p->value[a];
       }
     } else {
@@ -325,10 +309,6 @@ std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* 
       if (!s.kernel->has_reshape() || !reshape_step(g, *p, static_cast<int>(si), nullptr, res).ok())
         infer_step(g, *p, s);
       eval_shape_value(g, *p, s);
-    }
-    if (s.kind == Step::Kind::kCopy && p->dyn[s.in[0]]) {
-      p->dyn[s.out[0]] = 1;
-      continue;
     }
     for (int v : s.out)
       if (v >= 0 && !p->known[v] && g.values[v].type.kind != ir::Type::Kind::kSequence &&
@@ -459,12 +439,9 @@ Tensor& Frame::make_output(int v, Backend& backend, DataType dtype, const Shape&
                                     shape_to_string(shape) + ", planned " +
                                     (plan->known[v] ? shape_to_string(plan->shape[v]) : std::string("unknown")) +
                                     " (re-planned after this run)");
-      plan->known[v] = 1;
-      plan->dtype[v] = dtype;
-      plan->shape[v] = shape;
     }
     if (fits) t = Tensor::view(arena, static_cast<size_t>(plan->offset[v]), dtype, shape);
-    plan->bytes[v] = bytes;
+    plan->learn(v, dtype, shape);
   } else {
     const PlannedValue& pv = graph.values[v];
     if (pv.offset >= 0 && arena && dtype != DataType::kString && bytes <= pv.bytes)
@@ -511,7 +488,7 @@ Status Frame::execute() {
       } else {
         return unsupported("sequences cannot move between devices yet ('" + graph.values[s.in[0]].name + "')");
       }
-    } else if (s.kind == Step::Kind::kKernel) {
+    } else {
       AdHocShapes adhoc;
       AdHocShapes* adhoc_ptr = nullptr;
       Status st;
@@ -522,17 +499,13 @@ Status Frame::execute() {
             StepContext probe(*this, s, si, &adhoc);
             st = adhoc.prepare(*s.kernel, probe, alloc);
             adhoc_ptr = &adhoc;
-          } else if (plan->reshaped[si] && !plan->volatile_step[si] && plan->ws_bytes[si] && plan->ws_offset[si] < 0 &&
-                     !plan->ws_tmp[si]) {
-            // Reshaped ahead, but the plan is still learning sizes (no arena yet): a workspace of its own.
-            auto ws = s.backend->allocate(plan->ws_bytes[si]);
-            if (!ws.ok()) st = ws.status();
-            else plan->ws_tmp[si] = *ws;
-          } else if (!plan->reshaped[si] || plan->volatile_step[si]) {
+          } else {
             // Not planned ahead (learning run, or inputs made by data-dependent steps): reshape for
-            // the inputs at hand; the workspace is this run's own.
-            st = reshape_step(graph, *plan, si, this, res);
-            if (st.ok() && plan->ws_bytes[si]) {
+            // the inputs at hand. A workspace outside the arena (none yet, or sized per run) is the
+            // step's own.
+            const bool again = !plan->reshaped[si] || plan->volatile_step[si];
+            if (again) st = reshape_step(graph, *plan, si, this, res);
+            if (st.ok() && plan->ws_bytes[si] && plan->ws_offset[si] < 0 && (again || !plan->ws_tmp[si])) {
               auto ws = s.backend->allocate(plan->ws_bytes[si]);
               if (!ws.ok()) st = ws.status();
               else plan->ws_tmp[si] = *ws;

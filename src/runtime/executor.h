@@ -68,6 +68,14 @@ struct ShapePlan {
   uint64_t views_generation = ~uint64_t{0};  // arena generation the views in `slots` were made for
   std::vector<Slot> slots;                  // persistent slots (planned values hold arena views)
   std::vector<Slot*> at;                    // per value: where it lives this run
+
+  // Records value v's dtype and shape (and so its bytes) as known.
+  void learn(int v, DataType dt, const Shape& s) {
+    known[v] = 1;
+    dtype[v] = dt;
+    shape[v] = s;
+    bytes[v] = static_cast<size_t>(shape_numel(s)) * dtype_size(dt);
+  }
 };
 
 // The signature of a set of top-level inputs: kind, dtype and dims of each, written into `key`
