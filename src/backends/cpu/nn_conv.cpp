@@ -134,15 +134,20 @@ bool is_pointwise(const WindowGeometry& g) {
 }
 
 // Column buffers conv_forward needs: `count` of `each` elements (none for pointwise windows).
+// How conv_forward splits its (image, group) jobs, and the column buffers that takes.
 struct ColBuffers {
+  bool parallel_jobs = false;  // jobs run in parallel (each GEMM is small); else one after another
   int64_t count = 0, each = 0;
 };
 ColBuffers col_buffers(const ConvShapes& s, int max_threads) {
   const int64_t Cg = s.C / s.group, Mg = s.M / s.group, ksz = prod(s.g.kernel), osz = prod(s.g.out);
   const int64_t rows = Cg * ksz, jobs = s.N * s.group;
-  if (is_pointwise(s.g) || jobs == 0) return {};
-  const bool parallel_jobs = s.group > 1 || Mg * osz * rows < (1 << 16);
-  return {parallel_jobs ? std::max<int64_t>(1, std::min<int64_t>(jobs, max_threads)) : 1, rows * osz};
+  ColBuffers cb;
+  cb.parallel_jobs = s.group > 1 || Mg * osz * rows < (1 << 16);
+  if (is_pointwise(s.g) || jobs == 0) return cb;
+  cb.count = cb.parallel_jobs ? std::max<int64_t>(1, std::min<int64_t>(jobs, max_threads)) : 1;
+  cb.each = rows * osz;
+  return cb;
 }
 
 // y[N, M, out] = conv(x[N, C, in], w[M, C/g, k]) (+ bias[M] when given). `cols` holds
@@ -164,7 +169,7 @@ void conv_forward(const ConvShapes& s, const T* x, const T* w, const T* bias, T*
     if (rows == 0) std::fill(yg, yg + Mg * osz, T(0));
   };
   const int64_t jobs = s.N * s.group;
-  if (cb.count > 1 || (direct && (s.group > 1 || Mg * osz * rows < (1 << 16)))) {
+  if (cb.parallel_jobs) {
     // Job ranges, one column buffer each (never more ranges than buffers, whatever the threads).
     const int64_t parts = std::max<int64_t>(1, direct ? std::min<int64_t>(jobs, omp_get_max_threads()) : cb.count);
     parallel_for(parts, 1, [&](int64_t b, int64_t e) {

@@ -159,7 +159,7 @@ Status pool_kernel(KernelContext& ctx, const PoolAttrs& a) {
   return Status::Ok();
 }
 
-Status global_pool_reshape(ReshapeContext& rc) {
+Status global_pool_reshape(ReshapeContext& rc, const PoolAttrs&) {
   if (rc.in.empty() || !rc.in[0].present) return rc.error("X is required");
   const Shape& x = rc.in[0].shape;
   if (x.size() < 2) return rc.error("X must have rank >= 2");
@@ -272,7 +272,6 @@ Expected<KernelPtr> make_staged_pool(const ir::Node& n, KernelInit&) {
   return make_staged([a](ReshapeContext& rc) { return Reshape(rc, a); }, [a](KernelContext& ctx) { return Fn(ctx, a); });
 }
 
-Status global_reshape(ReshapeContext& rc, const PoolAttrs&) { return global_pool_reshape(rc); }
 
 }  // namespace
 
@@ -286,10 +285,10 @@ void register_pool(KernelRegistry& r) {
          make_staged_pool<PoolKind::kMax, pool_reshape, pool_kernel>});
   r.add({"AveragePool", "", 1, 1 << 30, "cpu.AveragePool.any.generic", real, make_staged_pool<PoolKind::kAvg, pool_reshape, pool_kernel>});
   r.add({"LpPool", "", 1, 1 << 30, "cpu.LpPool.any.generic", real, make_staged_pool<PoolKind::kLp, pool_reshape, pool_kernel>});
-  r.add({"GlobalMaxPool", "", 1, 1 << 30, "cpu.GlobalMaxPool.any", real, make_staged_pool<PoolKind::kMax, global_reshape, global_pool_kernel>});
+  r.add({"GlobalMaxPool", "", 1, 1 << 30, "cpu.GlobalMaxPool.any", real, make_staged_pool<PoolKind::kMax, global_pool_reshape, global_pool_kernel>});
   r.add({"GlobalAveragePool", "", 1, 1 << 30, "cpu.GlobalAveragePool.any", real,
-         make_staged_pool<PoolKind::kAvg, global_reshape, global_pool_kernel>});
-  r.add({"GlobalLpPool", "", 1, 1 << 30, "cpu.GlobalLpPool.any", real, make_staged_pool<PoolKind::kLp, global_reshape, global_pool_kernel>});
+         make_staged_pool<PoolKind::kAvg, global_pool_reshape, global_pool_kernel>});
+  r.add({"GlobalLpPool", "", 1, 1 << 30, "cpu.GlobalLpPool.any", real, make_staged_pool<PoolKind::kLp, global_pool_reshape, global_pool_kernel>});
   r.add({"MaxUnpool", "", 9, 1 << 30, "cpu.MaxUnpool.any", real, make_pool<PoolKind::kMax, max_unpool_kernel>});
 }
 

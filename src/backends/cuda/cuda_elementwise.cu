@@ -58,13 +58,8 @@ __device__ __forceinline__ float apply_binary(BinaryOp op, float a, float b) {
 
 __global__ void binary_kernel(BinaryOp op, const float* a, const float* b, float* y, int64_t n, BroadcastIndex idx) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
-    int64_t rem = i, ia = 0, ib = 0;
-    for (int d = idx.rank - 1; d >= 0; --d) {
-      const int64_t c = rem % idx.dims[d];
-      rem /= idx.dims[d];
-      ia += c * idx.a_strides[d];
-      ib += c * idx.b_strides[d];
-    }
+    int64_t ia, ib;
+    broadcast_offsets(idx, i, ia, ib);
     y[i] = apply_binary(op, a[ia], b ? b[ib] : 0.f);
   }
 }

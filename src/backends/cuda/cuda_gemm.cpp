@@ -193,13 +193,8 @@ Status reshape_matmul(ReshapeContext& rc) {
     BroadcastIndex idx;
     if (!make_broadcast_index(batch, batch_a, batch_b, idx)) return rc.error("too many batch dims for CUDA");
     for (int64_t i = 0; i < nb; ++i) {
-      int64_t rem = i, ia = 0, ib = 0;
-      for (int d = idx.rank - 1; d >= 0; --d) {
-        const int64_t c = rem % idx.dims[d];
-        rem /= idx.dims[d];
-        ia += c * idx.a_strides[d];
-        ib += c * idx.b_strides[d];
-      }
+      int64_t ia, ib;
+      broadcast_offsets(idx, i, ia, ib);
       p.off_a.push_back(ia * m * k);
       p.off_b.push_back(ib * k * n);
       p.off_y.push_back(i * m * n);

@@ -31,6 +31,21 @@ struct BroadcastIndex {
   int64_t a_strides[kMaxRank] = {};
   int64_t b_strides[kMaxRank] = {};
 };
+#if defined(__CUDACC__)
+#define KILN_HOST_DEVICE __host__ __device__
+#else
+#define KILN_HOST_DEVICE
+#endif
+// The offsets into a and b of flat output element i (on the host and in kernels).
+KILN_HOST_DEVICE inline void broadcast_offsets(const BroadcastIndex& idx, int64_t i, int64_t& ia, int64_t& ib) {
+  ia = ib = 0;
+  for (int d = idx.rank - 1; d >= 0; --d) {
+    const int64_t c = i % idx.dims[d];
+    i /= idx.dims[d];
+    ia += c * idx.a_strides[d];
+    ib += c * idx.b_strides[d];
+  }
+}
 // y[i] = op(a[ia], b[ib]) for every output element; kFirst copies a (b may be null): a broadcast copy.
 int launch_binary_f32(BinaryOp op, const float* a, const float* b, float* y, int64_t n, const BroadcastIndex& index,
                       cudaStream_t stream);
