@@ -15,7 +15,9 @@ worker or times out counts as failed, and the run continues in a fresh worker.
 Output: one line per suite, `node: N passed, N failed, N skipped` (counting every CPU test of the
 suite), then the pass percentage over the node suite. Expected failures live in
 expected_failures.txt (`test_name  # reason`); an unlisted failure is a regression (exit code 1); a
-listed test that passes is reported so it can be removed from the list.
+listed test that passes is reported so it can be removed from the list. Tests whose expected values
+are random draws (RANDOM_OUTPUT) are run, but only an error other than a value mismatch counts: they
+are reported as skipped, so their chance agreement with numpy's draws cannot flip the counts.
 """
 
 from __future__ import annotations
@@ -45,6 +47,12 @@ SUITES = {
     "real": "OnnxBackendRealModelTest",  # the "light" models shipped with onnx, run on dummy inputs
 }
 SUITE_ALIASES = {"light": "real"}
+
+# Tests whose expected outputs are numpy.random draws: no backend reproduces them, yet a backend's own
+# draws match by chance now and then (Bernoulli on 10 elements agrees ~2% of runs). They still run, so
+# a crash or a wrong shape/dtype fails; a value mismatch, or a lucky match, reports them as skipped.
+RANDOM_OUTPUT = re.compile(r"^test_bernoulli")
+RANDOM_REASON = "random output: the expected values are numpy.random draws; ran, values not comparable"
 
 if os.path.join(REPO, "python") not in sys.path:
     sys.path.insert(0, os.path.join(REPO, "python"))
@@ -173,6 +181,8 @@ def worker(names_file: str, start: int, result_fd: int, device: str, verbose: bo
         result = _Result()
         t0 = time.perf_counter()
         cases[name](name).run(result)
+        if RANDOM_OUTPUT.match(name) and (result.outcome == "passed" or result.message.startswith("AssertionError")):
+            result.outcome, result.message = "skipped", RANDOM_REASON
         record = {"name": name, "outcome": result.outcome, "message": result.message,
                   "seconds": round(time.perf_counter() - t0, 3)}
         if verbose and result.outcome == "failed":
