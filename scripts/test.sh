@@ -21,5 +21,6 @@ if [ -d tests/models ]; then
 fi
 echo "== onnx conformance (onnx's own backend test runner against kiln.backend)"
 .venv/bin/python tests/conformance/run.py --suite all --json build/conformance.json
-echo "== operator support table is current"
+echo "== operator support table and arity table are current"
 .venv/bin/python tools/gen_op_table.py --results build/conformance.json --check
+.venv/bin/python tools/gen_arity.py --check

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 
+from generated import write_or_check
 import onnx
 import onnx.defs
 
@@ -111,18 +112,7 @@ def main():
     lines += ["", f"{supported} operators with CPU kernels; node suite {passed}/{total} passed.", ""]
     text = "\n".join(lines)
 
-    if args.check:
-        current = open(OUT, encoding="utf-8").read() if os.path.exists(OUT) else ""
-        if current != text:
-            print("docs/operators.md is stale: run tools/gen_op_table.py --results ... and commit it")
-            return 1
-        print("docs/operators.md is current")
-        return 0
-    with open(OUT, "w", encoding="utf-8") as f:
-        f.write(text)
-    print(f"wrote {OUT}: {supported} operators with CPU kernels")
-    return 0
-
+    return write_or_check(OUT, text, args.check, "tools/gen_op_table.py --results ...")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,9 +8,13 @@
 #include <cstdlib>
 #include <unistd.h>
 #include <cstring>
+#include <cctype>
 #include <filesystem>
 #include <iostream>
+#include <new>
 #include <random>
+#include <set>
+#include <system_error>
 
 #include "kiln/kiln.h"
 
@@ -50,6 +54,21 @@ kiln::Expected<kiln::Tensor> random_input(const kiln::TensorInfo& info, std::mt1
     default: return kiln::unsupported("no random generator for input '" + info.name + "' of type " + info.type_string());
   }
   return t;
+}
+
+// A file name for an output: the model names its outputs, so the name is untrusted — any character
+// outside [A-Za-z0-9._-] becomes '_' (no '/', no '..' component, nothing absolute), a leading '.'
+// gets a '_' in front, and a name already taken gets a numeric suffix. Every file stays in the folder.
+std::string output_file_stem(const std::string& name, std::set<std::string>& taken) {
+  std::string stem;
+  for (char c : name.substr(0, 200)) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+    stem += ok ? c : '_';
+  }
+  if (stem.empty() || stem[0] == '.') stem = "_" + stem;
+  std::string unique = stem;
+  for (int k = 2; !taken.insert(unique).second; ++k) unique = stem + "_" + std::to_string(k);
+  return unique;
 }
 
 void print_tensor_summary(const std::string& name, const kiln::Tensor& t) {
@@ -122,7 +141,7 @@ int run_inspect(const std::string& path, int level, bool verbose) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int kiln_main(int argc, char** argv) {
   // libgomp reads OMP_WAIT_POLICY when it loads, before main: re-exec once with passive waiting
   // unless the user chose a policy (spinning workers on busy cores slowed 2-thread runs 5-70x).
   if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("KILN_NO_REEXEC")) {
@@ -188,7 +207,14 @@ int main(int argc, char** argv) {
   compare->add_option("--seed", cmp_inputs.seed, "seed for random inputs");
   compare->add_option("--rtol", cmp_rtol, "fail when an output's relative L2 error exceeds this");
 
+  size_t max_tensor_bytes = 0;
+  for (auto* sc : {build, run, bench, compare})
+    sc->add_option("--max-tensor-bytes", max_tensor_bytes,
+                   "refuse any tensor larger than this many bytes (default: physical memory; also KILN_MAX_TENSOR_BYTES)")
+        ->check(CLI::PositiveNumber);
+
   CLI11_PARSE(app, argc, argv);
+  if (max_tensor_bytes) kiln::set_max_tensor_bytes(max_tensor_bytes);
 
   if (*inspect) return run_inspect(inspect_path, inspect_level, inspect_verbose);
 
@@ -301,6 +327,14 @@ int main(int argc, char** argv) {
               (*e)->metadata()["device"].c_str(), load_ms);
 
   if (*run) {
+    if (!out_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(out_dir, ec);
+      if (ec || !std::filesystem::is_directory(out_dir))
+        return fail(kiln::invalid_argument("--output-dir '" + out_dir + "': cannot create the folder" +
+                                           (ec ? " (" + ec.message() + ")" : std::string(" (a file of that name exists)"))));
+    }
+    std::set<std::string> taken;
     const auto t1 = std::chrono::steady_clock::now();
     auto outs = (*ctx)->run(*feed);
     if (!outs.ok()) return fail(outs.status());
@@ -316,9 +350,10 @@ int main(int argc, char** argv) {
       if (v.kind == kiln::Value::Kind::kTensor) {
         print_tensor_summary(name, v.tensor);
         if (!out_dir.empty()) {
-          std::filesystem::create_directories(out_dir);
-          kiln::Status st = kiln::write_npy((std::filesystem::path(out_dir) / (name + ".npy")).string(), v.tensor);
+          const std::string stem = output_file_stem(name, taken);
+          kiln::Status st = kiln::write_npy((std::filesystem::path(out_dir) / (stem + ".npy")).string(), v.tensor);
           if (!st.ok()) return fail(st);
+          if (stem != name) std::printf("    (written as %s.npy)\n", stem.c_str());
         }
       } else if (v.kind == kiln::Value::Kind::kSequence) {
         std::printf("  %s: sequence of %zu tensors\n", name.c_str(), v.sequence.size());
@@ -354,4 +389,16 @@ int main(int argc, char** argv) {
   std::printf("runs: %d (after %d warm-up)\nmedian %.3f ms  min %.3f ms  p90 %.3f ms  max %.3f ms\n", iterations, warmup,
               ms[ms.size() / 2], ms.front(), ms[ms.size() * 9 / 10], ms.back());
   return 0;
+}
+
+// Nothing escapes as an abort: out-of-memory and any other exception become an error and exit 1.
+int main(int argc, char** argv) {
+  try {
+    return kiln_main(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::cerr << "kiln: error: out of memory\n";
+  } catch (const std::exception& e) {
+    std::cerr << "kiln: error: " << e.what() << "\n";
+  }
+  return 1;
 }

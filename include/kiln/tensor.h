@@ -26,7 +26,20 @@ struct Device {
 };
 
 using Shape = std::vector<int64_t>;
+// Element count of a shape; INT64_MAX when the product overflows (never wraps), so a hostile shape
+// cannot turn into a small size. Negative dims are the caller's to reject (the result is then < 0
+// or meaningless).
 int64_t shape_numel(const Shape& s);
+// Bytes of a dense tensor of this shape; SIZE_MAX when a dim is negative or the size overflows.
+size_t shape_nbytes(DataType dtype, const Shape& s);
+
+// The largest tensor kiln creates, in bytes (default: the machine's physical memory; settable, also
+// through KILN_MAX_TENSOR_BYTES). A larger request fails with an error naming the dtype, shape and
+// size, never a crash or an allocation that exhausts the machine.
+size_t max_tensor_bytes();
+void set_max_tensor_bytes(size_t bytes);
+// "" when a tensor of this dtype and shape may be created, else why not.
+std::string check_tensor_size(DataType dtype, const Shape& s);
 std::string shape_to_string(const Shape& s);
 
 // The bytes behind one or more tensors. `release` frees them (nullptr when borrowed).
@@ -41,7 +54,8 @@ struct Storage {
 class Tensor {
  public:
   Tensor() = default;
-  // A new CPU tensor, zero-initialized (strings empty).
+  // A new CPU tensor, zero-initialized (strings empty). Throws std::length_error when the size fails
+  // check_tensor_size (callers run inside the kernel/executor guards, which turn it into a Status).
   static Tensor empty(DataType dtype, const Shape& shape);
   // A tensor over memory the caller owns and keeps alive (no copy).
   static Tensor borrow(DataType dtype, const Shape& shape, void* data, Device device = {});

@@ -11,6 +11,7 @@
 
 #include "backends/backend.h"
 #include "engine/engine_generated.h"
+#include "ops/op_table.h"
 #include "runtime/engine_impl.h"
 
 namespace kiln {
@@ -289,6 +290,8 @@ Expected<std::unique_ptr<ir::Graph>> read_graph(const fb::GraphDesc* gd, ir::Gra
       KILN_ASSIGN_OR_RETURN(ir::Attribute attr, read_attr(a, g.get(), depth, file));
       n->attrs[a->name()->str()] = std::move(attr);
     }
+    Status arity = ops::check_arity(*n);
+    if (!arity.ok()) return bad(arity.message());
   }
   auto list = [&](const flatbuffers::Vector<int32_t>* v, std::vector<ir::Value*>& out) -> Status {
     for (size_t i = 0; i < vsize(v); ++i) {

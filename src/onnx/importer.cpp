@@ -245,6 +245,7 @@ Status Importer::build_graph(const ::onnx::GraphProto& gp, ir::Graph& g) {
       n->attrs.emplace(a.name(), std::move(attr));
     }
     KILN_RETURN_IF_ERROR(normalize_legacy_cast(*n, label));
+    KILN_RETURN_IF_ERROR(ops::check_arity(*n).with_context(w));
   }
 
   // Outputs.

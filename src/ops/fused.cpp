@@ -59,11 +59,16 @@ Status infer_attention(InferContext& c) {
 }  // namespace
 
 void add_fused_ops(std::vector<OpDef>& t) {
-  t.push_back({"FusedConv", "kiln", 1, like<kConv, 3>});
-  t.push_back({"FusedGemm", "kiln", 1, like<kGemm, 3>});
-  t.push_back({"FusedMatMul", "kiln", 1, like<kMatMul, 2>});
-  t.push_back({"SkipLayerNorm", "kiln", 1, infer_skip_layer_norm});
-  t.push_back({"Attention", "kiln", 1, infer_attention});
+  auto add = [&t](const char* name, InferFn infer, int min_in, int max_in, int min_out, int max_out) {
+    OpDef d{name, "kiln", 1, infer};
+    d.min_inputs = min_in, d.max_inputs = max_in, d.min_outputs = min_out, d.max_outputs = max_out;
+    t.push_back(std::move(d));
+  };
+  add("FusedConv", like<kConv, 3>, 2, 3, 1, 1);
+  add("FusedGemm", like<kGemm, 3>, 2, 3, 1, 1);
+  add("FusedMatMul", like<kMatMul, 2>, 2, 3, 1, 1);
+  add("SkipLayerNorm", infer_skip_layer_norm, 3, 4, 1, 2);
+  add("Attention", infer_attention, 3, 5, 1, 1);
 }
 
 }  // namespace kiln::ops

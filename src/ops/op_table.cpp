@@ -33,6 +33,64 @@ const OpDef* find_op(const std::string& domain, const std::string& name) {
   return it == index.end() ? nullptr : it->second;
 }
 
+namespace {
+
+struct Arity {
+  const char* domain;
+  const char* op;
+  int since, min_in, max_in, first_optional_in, min_out, max_out, first_optional_out;
+};
+
+constexpr Arity kArity[] = {
+#include "ops/arity_table.inc"
+};
+
+// The row for the newest version of the op at or below `opset` (the oldest one when the opset
+// predates the op), or null for ops onnx does not define.
+const Arity* find_arity(const std::string& domain, const std::string& op, int opset) {
+  static const std::map<std::pair<std::string, std::string>, std::vector<const Arity*>> index = [] {
+    std::map<std::pair<std::string, std::string>, std::vector<const Arity*>> m;
+    for (const Arity& a : kArity) m[{a.domain, a.op}].push_back(&a);  // rows are sorted by version
+    return m;
+  }();
+  auto it = index.find({domain == "ai.onnx" ? "" : domain, op});
+  if (it == index.end()) return nullptr;
+  const Arity* best = it->second.front();
+  for (const Arity* a : it->second)
+    if (a->since <= opset) best = a;
+  return best;
+}
+
+std::string count_range(int lo, int hi, const char* what) {
+  std::string w = std::string(what) + (hi == 1 && lo == 1 ? "" : "s");
+  if (lo == hi) return std::to_string(lo) + " " + w;
+  if (hi >= (1 << 30)) return "at least " + std::to_string(lo) + " " + w;
+  return std::to_string(lo) + " to " + std::to_string(hi) + " " + w;
+}
+
+Status check_count(const ir::Node& node, size_t got, int lo, int hi, int first_optional, bool is_input) {
+  const char* what = is_input ? "input" : "output";
+  if (static_cast<int64_t>(got) < lo || static_cast<int64_t>(got) > hi)
+    return invalid_model(node.describe() + ": takes " + count_range(lo, hi, what) + ", got " + std::to_string(got));
+  const auto& list = is_input ? node.inputs : node.outputs;
+  for (size_t i = 0; i < got && static_cast<int64_t>(i) < first_optional; ++i)
+    if (!list[i]) return invalid_model(node.describe() + ": " + what + " " + std::to_string(i) + " is required but empty");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status check_arity(const ir::Node& node) {
+  if (const Arity* a = find_arity(node.domain, node.op_type, node.opset)) {
+    KILN_RETURN_IF_ERROR(check_count(node, node.inputs.size(), a->min_in, a->max_in, a->first_optional_in, true));
+    return check_count(node, node.outputs.size(), a->min_out, a->max_out, a->first_optional_out, false);
+  }
+  const OpDef* def = find_op(node.domain, node.op_type);
+  if (!def || def->min_inputs < 0) return Status::Ok();
+  KILN_RETURN_IF_ERROR(check_count(node, node.inputs.size(), def->min_inputs, def->max_inputs, def->min_inputs, true));
+  return check_count(node, node.outputs.size(), def->min_outputs, def->max_outputs, def->min_outputs, false);
+}
+
 // Keeps what is already known about `have` (e.g. from value_info) where inference knows less.
 static void merge_type(ir::Type& have, const ir::Type& inferred) {
   if (inferred.kind == ir::Type::Kind::kUnknown) return;

@@ -56,11 +56,18 @@ struct OpDef {
   std::string how = "native";
   // Its attributes, where declared (ops without a list are not checked).
   std::vector<AttrSpec> attrs;
+  // Input/output counts for ops onnx does not define (domain "kiln"); onnx's own ops take theirs
+  // from arity_table.inc, per opset version. -1: not declared.
+  int min_inputs = -1, max_inputs = -1, min_outputs = -1, max_outputs = -1;
 };
 
 const std::vector<OpDef>& op_table();
 const OpDef* find_op(const std::string& domain, const std::string& name);
 
+// Checks the node's input and output counts against its op's declaration for the node's opset, and
+// that inputs/outputs the op requires are not omitted (""). The importer and the engine reader call
+// it once per node, so nothing later meets a node of the wrong arity.
+Status check_arity(const ir::Node& node);
 // Checks the node's attributes against its op's declaration (kind, required, rule).
 Status check_attributes(const ir::Node& node);
 // Declares the attributes of op `name` (ai.onnx) in table `t`.

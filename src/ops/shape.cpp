@@ -59,15 +59,18 @@ SliceDim slice_dim(int64_t dim, int64_t start, int64_t end, int64_t step) {
   if (dim <= 0) return s;
   if (start < 0) start += dim;
   if (end < 0) end += dim;
+  // Written so no step, start or end (INT64_MIN/MAX included) overflows: the distances are bounded by
+  // dim once clamped, and a step longer than the dim is the same as one of dim + 1.
   if (step > 0) {
     start = std::clamp<int64_t>(start, 0, dim);
     end = std::clamp<int64_t>(end, 0, dim);
-    s.count = end > start ? (end - start + step - 1) / step : 0;
+    s.count = end > start ? (end - start - 1) / std::min(step, dim) + 1 : 0;
   } else {
     start = std::clamp<int64_t>(start, 0, dim - 1);
     end = std::clamp<int64_t>(end, -1, dim - 1);
-    s.count = start > end ? (start - end - step - 1) / -step : 0;
+    s.count = start > end ? (start - end - 1) / std::min(-std::max(step, -dim), dim) + 1 : 0;
   }
+  if (s.count <= 1) s.step = 1;  // one element (or none): the step is never applied
   s.start = s.count > 0 ? start : 0;
   return s;
 }

@@ -2,6 +2,8 @@
 // the builder hands in (PassOptions::evaluate: the CPU kernels),
 // and folds Shape/Size of statically shaped values. Results larger than the fold limit (and than
 // their inputs) stay computed so weights are not duplicated.
+#include <algorithm>
+#include <cstdint>
 #include <set>
 
 #include "ops/op_table.h"
@@ -32,6 +34,18 @@ bool fold_shape_of(ir::Node& n, Tensor* out) {
   return true;
 }
 
+// Bytes of the node's outputs as inferred (saturating); unknown shapes count as 0 (the size cap after
+// evaluation and max_tensor_bytes still bound them).
+size_t inferred_bytes(const ir::Node& n) {
+  size_t total = 0;
+  for (const ir::Value* o : n.outputs) {
+    if (!o || !o->type.is_tensor() || !o->type.shape.is_static()) continue;
+    const size_t b = shape_nbytes(o->type.dtype, o->type.shape.to_static());
+    total = b > SIZE_MAX - total ? SIZE_MAX : total + b;
+  }
+  return total;
+}
+
 }  // namespace
 
 Expected<bool> fold_constants(ir::Graph& g, PassContext& ctx) {
@@ -54,6 +68,9 @@ Expected<bool> fold_constants(ir::Graph& g, PassContext& ctx) {
         inputs.push_back(Value::of(*v->constant));
       }
       if (!all_const || !ctx.options.evaluate) continue;
+      // Outputs whose inferred size is already over the limit are not evaluated at all (a 95-byte
+      // ConstantOfShape must not make gigabytes at build time just to be thrown away).
+      if (inferred_bytes(*n) > std::max(ctx.options.fold_limit_bytes, input_bytes)) continue;
       auto r = ctx.options.evaluate(*n, inputs);
       if (!r.ok()) continue;  // no kernel or a run-time error: leave it for the engine to report
       size_t out_bytes = 0;

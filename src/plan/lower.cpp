@@ -244,8 +244,9 @@ struct Lowering {
         if (!pv.type.is_tensor() || !pv.type.shape.is_static() || pv.type.dtype == DataType::kString ||
             pv.type.dtype == DataType::kUndefined)
           continue;
-        const size_t bytes = static_cast<size_t>(shape_numel(pv.type.shape.to_static())) * dtype_size(pv.type.dtype);
-        if (bytes == 0) continue;
+        const size_t bytes = shape_nbytes(pv.type.dtype, pv.type.shape.to_static());
+        // Empty, or too large to exist: not planned (a run that makes it fails with a clear error).
+        if (bytes == 0 || bytes > max_tensor_bytes()) continue;
         vs.push_back(v);
         reqs.push_back({bytes, first_def[v], std::max(first_def[v], last_use[v])});
       }

@@ -1,6 +1,7 @@
 #include "plan/memory.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <utility>
 
@@ -11,7 +12,13 @@ size_t plan_offsets(const std::vector<BufferRequest>& reqs, std::vector<size_t>&
   offsets.assign(n, 0);
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t{0});
-  auto rounded = [&](size_t i) { return (reqs[i].bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign; };
+  // Saturating: a request near SIZE_MAX stays huge (and the arena's allocation then fails) instead of
+  // wrapping to a small size.
+  auto rounded = [&](size_t i) {
+    const size_t b = reqs[i].bytes;
+    return b > SIZE_MAX - kArenaAlign ? SIZE_MAX / kArenaAlign * kArenaAlign : (b + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+  };
+  auto add = [](size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rounded(a) > rounded(b); });
   std::vector<size_t> placed;
   std::vector<std::pair<size_t, size_t>> busy;
@@ -22,17 +29,17 @@ size_t plan_offsets(const std::vector<BufferRequest>& reqs, std::vector<size_t>&
     busy.clear();
     for (size_t j : placed) {
       if (reqs[j].end < reqs[i].begin || reqs[i].end < reqs[j].begin) continue;
-      busy.push_back({offsets[j], offsets[j] + rounded(j)});
+      busy.push_back({offsets[j], add(offsets[j], rounded(j))});
     }
     std::sort(busy.begin(), busy.end());
     size_t off = 0;
     for (const auto& [b, e] : busy) {
-      if (off + bytes <= b) break;
+      if (add(off, bytes) <= b) break;
       off = std::max(off, e);
     }
     offsets[i] = off;
     placed.push_back(i);
-    total = std::max(total, off + bytes);
+    total = std::max(total, add(off, bytes));
   }
   return total;
 }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 
 #include "ops/op_table.h"
 #include "plan/memory.h"
@@ -39,8 +40,11 @@ namespace {
 
 bool same_shape(const Shape& a, const Shape& b) { return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin()); }
 
+// Bytes of a value about to be made; throws (caught by the step guard, which names the node) when the
+// shape is negative, overflows, or is over max_tensor_bytes.
 size_t bytes_of(DataType dtype, const Shape& shape) {
-  return static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  if (std::string why = check_tensor_size(dtype, shape); !why.empty()) throw std::length_error(why);
+  return shape_nbytes(dtype, shape);
 }
 
 // The host value of a constant (or of the constant a device copy was made from), for shape planning.
@@ -339,7 +343,9 @@ void finalize_shape_plan(const CompiledGraph& g, ShapePlan& p) {
       const PlannedValue& pv = g.values[v];
       if (static_cast<int>(pv.device.type) != d || excluded[v] || pv.is_constant || !p.known[v]) continue;
       if (g.first_def[v] < 0 || p.dtype[v] == DataType::kString || p.dtype[v] == DataType::kUndefined) continue;
-      if (p.bytes[v] == 0) continue;
+      // Too large to exist (over max_tensor_bytes, or overflowing): left out, so the step that would
+      // make it fails with a clear error instead of the arena's arithmetic wrapping around.
+      if (p.bytes[v] == 0 || p.bytes[v] > max_tensor_bytes()) continue;
       reqs.push_back({p.bytes[v], g.first_def[v], std::max(g.first_def[v], g.last_use[v])});
       owner.push_back(static_cast<int>(v));
     }

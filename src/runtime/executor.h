@@ -74,7 +74,7 @@ struct ShapePlan {
     known[v] = 1;
     dtype[v] = dt;
     shape[v] = s;
-    bytes[v] = static_cast<size_t>(shape_numel(s)) * dtype_size(dt);
+    bytes[v] = shape_nbytes(dt, s);  // SIZE_MAX when it overflows: refused before the arena is planned
   }
 };
 

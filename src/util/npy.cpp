@@ -1,4 +1,5 @@
 // util/npy.cpp — NumPy .npy v1/v2 reading and writing (little-endian, C order).
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -83,11 +84,17 @@ Expected<Tensor> read_npy(const std::string& path) {
       return invalid_argument("'" + path + "': bad shape '" + s + "'");
     }
   }
-  int64_t numel = 1;
-  for (int64_t d : shape) {
-    if (d > 0 && numel > (int64_t{1} << 40) / d) return invalid_argument("'" + path + "': array too large");
-    numel *= d;
-  }
+  // The data must be in the file before anything is allocated for it: a 128-byte file cannot claim
+  // gigabytes.
+  const size_t bytes = shape_nbytes(dt, shape);
+  const std::streamoff data_start = f.tellg();
+  f.seekg(0, std::ios::end);
+  const std::streamoff file_end = f.tellg();
+  f.seekg(data_start);
+  if (bytes == SIZE_MAX || data_start < 0 || file_end < data_start ||
+      bytes > static_cast<size_t>(file_end - data_start))
+    return invalid_argument("'" + path + "': file is shorter than its shape " + shape_to_string(shape) + " says");
+  if (std::string why = check_tensor_size(dt, shape); !why.empty()) return invalid_argument("'" + path + "': " + why);
   Tensor t = Tensor::empty(dt, shape);
   f.read(static_cast<char*>(t.raw()), static_cast<std::streamsize>(t.nbytes()));
   if (static_cast<size_t>(f.gcount()) != t.nbytes()) return invalid_argument("'" + path + "': file is shorter than its shape says");

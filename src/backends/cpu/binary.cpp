@@ -98,7 +98,8 @@ template <typename C> constexpr bool is_signed_int_v = std::is_integral_v<C> && 
 template <typename C> C int_div(C a, C b) {
   if (b == 0) return 0;
   if constexpr (is_signed_int_v<C>) {
-    if (b == C(-1)) return static_cast<C>(C(0) - a);
+    // Negated in the unsigned domain: MIN / -1 wraps to MIN without signed overflow (UB).
+    if (b == C(-1)) return static_cast<C>(std::make_unsigned_t<C>(0) - static_cast<std::make_unsigned_t<C>>(a));
   }
   return static_cast<C>(a / b);
 }

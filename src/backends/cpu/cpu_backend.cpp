@@ -1,8 +1,10 @@
 // backends/cpu/cpu_backend.cpp — the CPU backend: host memory, copies, and the kernel table.
 #include <omp.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
@@ -23,11 +25,22 @@ void parallel_for(int64_t n, int64_t grain, RangeFn fn) {
   // the chunks that exist have nothing to do.
   const int64_t parts = std::min<int64_t>(threads, max_chunks);
   const int64_t chunk = (n + parts - 1) / parts;
+  // An exception must not leave an OpenMP region (that calls std::terminate): the first one thrown
+  // is kept and rethrown on the calling thread, where the step guard turns it into a Status.
+  std::exception_ptr error;
+  std::atomic<bool> failed{false};
 #pragma omp parallel num_threads(threads)
   {
     const int64_t b = omp_get_thread_num() * chunk, e = std::min(n, b + chunk);
-    if (b < e) fn(b, e);
+    if (b < e && !failed.load(std::memory_order_relaxed)) {
+      try {
+        fn(b, e);
+      } catch (...) {
+        if (!failed.exchange(true)) error = std::current_exception();
+      }
+    }
   }
+  if (error) std::rethrow_exception(error);
 }
 
 class CpuBackend final : public Backend {
@@ -52,6 +65,9 @@ class CpuBackend final : public Backend {
 
   Expected<std::shared_ptr<Storage>> allocate(size_t bytes) override {
     count_allocation();
+    if (bytes > max_tensor_bytes())
+      return runtime_error("allocating " + std::to_string(bytes) + " bytes of host memory: over the limit of " +
+                           std::to_string(max_tensor_bytes()) + " (max_tensor_bytes)");
     auto st = std::make_shared<Storage>();
     const size_t alloc = ((bytes ? bytes : 1) + 63) / 64 * 64;
     st->data = std::aligned_alloc(64, alloc);

@@ -2,7 +2,9 @@
 // and LpNormalization (Col2Im lives with the shape family). All compute in double and store in the
 // input's dtype.
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "backends/cpu/rq_common.h"
 #include "ops/op_table.h"
@@ -93,10 +95,23 @@ Status roi_align_kernel(KernelContext& ctx, const RoiAlignAttrs& a) {
       double rw = x2 - x1, rh = y2 - y1;
       if (!a.half_pixel) { rw = std::max(rw, 1.0); rh = std::max(rh, 1.0); }
       const double bh = rh / static_cast<double>(PH), bw = rw / static_cast<double>(PW);
-      const int64_t gh = a.sampling_ratio > 0 ? a.sampling_ratio : static_cast<int64_t>(std::ceil(rh / static_cast<double>(PH)));
-      const int64_t gw = a.sampling_ratio > 0 ? a.sampling_ratio : static_cast<int64_t>(std::ceil(rw / static_cast<double>(PW)));
+      // Adaptive grid: ceil(extent / bins), kept in int64's range for any roi (NaN or negative: none).
+      auto grid = [&](double extent, int64_t bins) -> int64_t {
+        if (a.sampling_ratio > 0) return a.sampling_ratio;
+        const double g = std::ceil(extent / static_cast<double>(bins));
+        return !(g > 0) ? 0 : g > 1e15 ? int64_t{1} << 50 : static_cast<int64_t>(g);
+      };
+      const int64_t gh = grid(rh, PH), gw = grid(rw, PW);
       const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
+      // The sampling grid comes from an attribute or from the roi's size: bound it before making it
+      // (thrown inside the thread team; parallel_for hands it to the step guard).
+      int64_t total = 0;
+      if (gh < 0 || gw < 0 || __builtin_mul_overflow(gh, gw, &total) || __builtin_mul_overflow(total, PH * PW, &total) ||
+          static_cast<uint64_t>(total) > max_tensor_bytes() / sizeof(Sample))
+        throw std::length_error("sampling grid of " + std::to_string(gh) + "x" + std::to_string(gw) + " per bin over " +
+                                std::to_string(PH) + "x" + std::to_string(PW) + " bins is over max_tensor_bytes");
       std::vector<Sample> samples;
+      samples.reserve(static_cast<size_t>(total));
       for (int64_t ph = 0; ph < PH; ++ph)
         for (int64_t pw = 0; pw < PW; ++pw)
           for (int64_t iy = 0; iy < gh; ++iy)

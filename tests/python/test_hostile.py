@@ -1,0 +1,162 @@
+"""Hostile models and files through the `kiln` command: each must give a clear error (exit 1 and a
+message naming what is wrong), never a crash (a signal), an abort or a file written outside the
+folder it was asked for. The regressions of the reliability audit, one test each."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KILN = os.path.join(REPO, "build", "kiln")
+
+
+def kiln(*args, cwd=None, env=None, timeout=60):
+    r = subprocess.run([KILN, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+    assert r.returncode >= 0, f"kiln {args[0]} died of signal {-r.returncode}: {r.stderr[-500:]}"
+    return r
+
+
+def model(tmp_path, name, nodes, inputs=(), outputs=(), inits=(), opset=17):
+    g = h.make_graph(list(nodes), "g", list(inputs), list(outputs), list(inits))
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+    path = tmp_path / name
+    path.write_bytes(m.SerializeToString())  # no checker: these models are wrong on purpose
+    return path
+
+
+def y_out(name="y", shape=None):
+    return h.make_tensor_value_info(name, T.FLOAT, shape)
+
+
+X = h.make_tensor_value_info("x", T.FLOAT, [2, 3])
+
+
+@pytest.mark.parametrize("op,ins,outs,want", [
+    ("Relu", [], ["y"], "takes 1 input, got 0"),
+    ("Relu", ["x", "x", "x"], ["y"], "takes 1 input, got 3"),
+    ("Add", ["x"], ["y"], "takes 2 inputs, got 1"),
+    ("ConvTranspose", ["x"], ["y"], "takes 2 to 3 inputs, got 1"),
+    ("Einsum", ["x"], [], "takes 1 output, got 0"),
+    ("Concat", ["x", ""], ["y"], "input 1 is required but empty"),
+    ("Gemm", ["", "x"], ["y"], "input 0 is required but empty"),
+])
+def test_node_arity_checked_at_import(tmp_path, op, ins, outs, want):
+    p = model(tmp_path, "m.onnx", [h.make_node(op, ins, outs, axis=0) if op == "Concat" else h.make_node(op, ins, outs)],
+              [X] if "x" in ins else [], [y_out()] if outs else [])
+    for cmd in (["info", p], ["build", p, "-o", tmp_path / "m.kiln"], ["run", p]):
+        r = kiln(*cmd)
+        assert r.returncode == 1, (cmd, r.stdout, r.stderr)
+        assert want in r.stderr and f"({op})" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("dims", [[2**32, 2**32], [2**63 - 1], [2**62 + 16], [1 << 40]])
+def test_huge_constant_of_shape_is_an_error(tmp_path, dims):
+    shape = h.make_tensor("s", T.INT64, [len(dims)], dims)
+    p = model(tmp_path, "m.onnx", [h.make_node("ConstantOfShape", ["s"], ["y"])], [], [y_out()], [shape])
+    r = kiln("build", p, "-o", tmp_path / "m.kiln")
+    assert r.returncode == 0, r.stderr  # not folded (too large): the build itself is fine
+    r = kiln("run", p, "--max-tensor-bytes", 1 << 30)
+    assert r.returncode == 1 and "ConstantOfShape" in r.stderr, r.stderr
+    assert "too large" in r.stderr or "over the limit" in r.stderr, r.stderr
+
+
+def test_expand_and_tile_past_the_limit(tmp_path):
+    nodes = [h.make_node("Expand", ["x", "s"], ["e"]), h.make_node("Tile", ["x", "r"], ["y"])]
+    inits = [h.make_tensor("s", T.INT64, [4], [1 << 20, 1 << 20, 2, 3]), h.make_tensor("r", T.INT64, [2], [1 << 31, 1 << 31])]
+    p = model(tmp_path, "m.onnx", nodes, [X], [y_out(), y_out("e")], inits)
+    r = kiln("run", p, "--max-tensor-bytes", 1 << 30)
+    assert r.returncode == 1 and ("too large" in r.stderr or "over the limit" in r.stderr), r.stderr
+
+
+def test_max_tensor_bytes_limits_a_normal_model(tmp_path):
+    shape = h.make_tensor("s", T.INT64, [1], [1 << 20])  # 4 MiB of float32
+    p = model(tmp_path, "m.onnx", [h.make_node("ConstantOfShape", ["s"], ["y"])], [], [y_out()], [shape])
+    assert kiln("run", p).returncode == 0
+    r = kiln("run", p, "--max-tensor-bytes", 1 << 20)
+    assert r.returncode == 1 and "over the limit of 1048576" in r.stderr, r.stderr
+    env = dict(os.environ, KILN_MAX_TENSOR_BYTES=str(1 << 20))
+    r = kiln("run", p, env=env)
+    assert r.returncode == 1 and "max_tensor_bytes" in r.stderr, r.stderr
+
+
+def test_output_names_cannot_escape_the_output_dir(tmp_path):
+    names = ["../../evil", "/tmp/abs_evil", "..", "a/b", "ok"]
+    nodes = [h.make_node("Relu", ["x"], [n]) for n in names]
+    p = model(tmp_path, "m.onnx", nodes, [X], [y_out(n, [2, 3]) for n in names])
+    out = tmp_path / "deep" / "out"
+    r = kiln("run", p, "--output-dir", out)
+    assert r.returncode == 0, r.stderr
+    written = sorted(os.listdir(out))
+    assert len(written) == len(names) and "ok.npy" in written, written
+    for root, _dirs, files in os.walk(tmp_path):
+        for f in files:
+            assert os.path.dirname(os.path.join(root, f)) in (str(out), str(tmp_path)), (root, f)
+    assert not os.path.exists("/tmp/abs_evil.npy")
+    # Every file holds its output.
+    for f in written:
+        assert np.load(out / f).shape == (2, 3)
+
+
+def test_output_dir_that_cannot_be_made(tmp_path):
+    p = model(tmp_path, "m.onnx", [h.make_node("Relu", ["x"], ["y"])], [X], [y_out("y", [2, 3])])
+    (tmp_path / "file").write_text("not a folder")
+    r = kiln("run", p, "--output-dir", tmp_path / "file" / "sub")
+    assert r.returncode == 1 and "--output-dir" in r.stderr and "cannot create" in r.stderr, r.stderr
+
+
+def test_npy_claiming_more_than_it_holds(tmp_path):
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (100000, 100000, 100), }"
+    header += b" " * (117 - len(header)) + b"\n"
+    (tmp_path / "big.npy").write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + b"\0" * 8)
+    p = model(tmp_path, "m.onnx", [h.make_node("Relu", ["x"], ["y"])], [X], [y_out("y", [2, 3])])
+    r = kiln("run", p, "-i", f"x={tmp_path / 'big.npy'}")
+    assert r.returncode == 1 and "shorter than its shape" in r.stderr, r.stderr
+
+
+def test_exception_inside_a_parallel_region_is_an_error(tmp_path):
+    # RoiAlign with an enormous sampling ratio: its sample table is refused inside the thread team
+    # (two rois, two threads); that exception must become an error, not std::terminate.
+    x = h.make_tensor_value_info("x", T.FLOAT, [1, 1, 8, 8])
+    rois = h.make_tensor("rois", T.FLOAT, [2, 4], [0, 0, 7, 7, 0, 0, 7, 7])
+    idx = h.make_tensor("idx", T.INT64, [2], [0, 0])
+    node = h.make_node("RoiAlign", ["x", "rois", "idx"], ["y"], output_height=64, output_width=64,
+                       sampling_ratio=100000)
+    p = model(tmp_path, "m.onnx", [node], [x], [y_out()], [rois, idx])
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    r = kiln("run", p, "--max-tensor-bytes", 1 << 26, env=env, timeout=120)
+    assert r.returncode == 1 and "RoiAlign" in r.stderr and "sampling grid" in r.stderr, r.stderr
+
+
+def test_integer_division_edge_cases(tmp_path):
+    a = h.make_tensor_value_info("a", T.INT64, [3])
+    b = h.make_tensor_value_info("b", T.INT64, [3])
+    p = model(tmp_path, "m.onnx", [h.make_node("Div", ["a", "b"], ["y"])], [a, b], [h.make_tensor_value_info("y", T.INT64, [3])])
+    np.save(tmp_path / "a.npy", np.array([np.iinfo(np.int64).min, 7, -7], dtype=np.int64))
+    np.save(tmp_path / "b.npy", np.array([-1, 0, 2], dtype=np.int64))
+    out = tmp_path / "out"
+    r = kiln("run", p, "-i", f"a={tmp_path / 'a.npy'}", "-i", f"b={tmp_path / 'b.npy'}", "--output-dir", out)
+    assert r.returncode == 0, r.stderr
+    y = np.load(out / "y.npy")
+    assert y[0] == np.iinfo(np.int64).min and y[2] == -3, y  # MIN / -1 wraps (as numpy does); trunc toward 0
+
+
+@pytest.mark.parametrize("step", [2**63 - 1, -(2**63), 2**62, -(2**62)])
+def test_slice_with_extreme_steps(tmp_path, step):
+    x = h.make_tensor_value_info("x", T.FLOAT, [5])
+    inits = [h.make_tensor("st", T.INT64, [1], [0 if step > 0 else 4]),
+             h.make_tensor("en", T.INT64, [1], [2**63 - 1 if step > 0 else -(2**63)]),
+             h.make_tensor("ax", T.INT64, [1], [0]), h.make_tensor("sp", T.INT64, [1], [step])]
+    p = model(tmp_path, "m.onnx", [h.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])], [x], [y_out()], inits)
+    np.save(tmp_path / "x.npy", np.arange(5, dtype=np.float32))
+    out = tmp_path / "out"
+    r = kiln("run", p, "-i", f"x={tmp_path / 'x.npy'}", "--output-dir", out)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(np.load(out / "y.npy"), np.arange(5, dtype=np.float32)[0 if step > 0 else 4::step])
