@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <unordered_set>
 #include <sstream>
 
 namespace kiln::ir {
@@ -140,8 +141,12 @@ Node* Graph::add_node(const std::string& op_type, const std::string& domain, std
   n->inputs = std::move(ins);
   n->outputs = std::move(outs);
   Node* raw = n.get();
+  raw->use_index.assign(raw->inputs.size(), 0);
   for (size_t i = 0; i < raw->inputs.size(); ++i)
-    if (raw->inputs[i]) raw->inputs[i]->uses.push_back({raw, static_cast<int>(i)});
+    if (raw->inputs[i]) {
+      raw->use_index[i] = raw->inputs[i]->uses.size();
+      raw->inputs[i]->uses.push_back({raw, static_cast<int>(i)});
+    }
   for (size_t i = 0; i < raw->outputs.size(); ++i)
     if (raw->outputs[i]) {
       raw->outputs[i]->producer = raw;
@@ -152,27 +157,54 @@ Node* Graph::add_node(const std::string& op_type, const std::string& domain, std
   return raw;
 }
 
+// Records where use (n, index) sits in its value's use list.
+static void note_use_position(const Use& u, size_t pos) {
+  if (u.node->use_index.size() <= static_cast<size_t>(u.input_index)) u.node->use_index.resize(u.input_index + 1, 0);
+  u.node->use_index[u.input_index] = pos;
+}
+
+// O(1): the last use moves into the removed one's place. (Falls back to a search when the index is
+// stale, e.g. after a pass edited `inputs` directly.)
 static void drop_use(Value* v, Node* n, int index) {
   auto& u = v->uses;
-  u.erase(std::remove_if(u.begin(), u.end(), [&](const Use& x) { return x.node == n && x.input_index == index; }),
-          u.end());
+  size_t p = static_cast<size_t>(index) < n->use_index.size() ? n->use_index[index] : u.size();
+  if (p >= u.size() || u[p].node != n || u[p].input_index != index) {
+    p = 0;
+    while (p < u.size() && (u[p].node != n || u[p].input_index != index)) ++p;
+    if (p == u.size()) return;
+  }
+  if (p + 1 != u.size()) {
+    u[p] = u.back();
+    note_use_position(u[p], p);
+  }
+  u.pop_back();
 }
 
 void Graph::set_input(Node* n, int index, Value* v) {
   if (n->inputs[index]) drop_use(n->inputs[index], n, index);
   n->inputs[index] = v;
-  if (v) v->uses.push_back({n, index});
+  if (v) {
+    note_use_position({n, index}, v->uses.size());
+    v->uses.push_back({n, index});
+  }
 }
 
 void Graph::remove_node(Node* n) {
+  if (n->removed) return;
   for (size_t i = 0; i < n->inputs.size(); ++i)
     if (n->inputs[i]) drop_use(n->inputs[i], n, static_cast<int>(i));
   for (Value* o : n->outputs)
     if (o && o->producer == n) o->producer = nullptr;
-  order_.erase(std::remove(order_.begin(), order_.end(), n), order_.end());
+  n->removed = true;
+  ++removed_;
+}
+
+void Graph::compact() const {
+  order_.erase(std::remove_if(order_.begin(), order_.end(), [](const Node* n) { return n->removed; }), order_.end());
   node_store_.erase(std::remove_if(node_store_.begin(), node_store_.end(),
-                                   [&](const std::unique_ptr<Node>& p) { return p.get() == n; }),
+                                   [](const std::unique_ptr<Node>& p) { return p->removed; }),
                     node_store_.end());
+  removed_ = 0;
 }
 
 void Graph::replace_all_uses(Value* from, Value* to) {
@@ -234,6 +266,7 @@ std::vector<Value*> Graph::values() const {
 }
 
 Status Graph::sort() {
+  compact();
   // Kahn's algorithm, stable with respect to the current order.
   std::map<Node*, int> pending;
   std::map<Node*, size_t> position;
@@ -268,8 +301,11 @@ Status Graph::sort() {
 }
 
 Status Graph::verify() const {
-  std::set<const Node*> seen;
-  for (const Node* n : order_) {
+  // Linear in nodes + uses: every (node, input) slot must appear in its value's use list, and every
+  // listed use must be such a slot (so the counts agree).
+  std::unordered_set<const Node*> seen;
+  size_t slots = 0;
+  for (const Node* n : nodes()) {
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       const Value* v = n->inputs[i];
       if (!v) continue;
@@ -278,14 +314,19 @@ Status Graph::verify() const {
       if (!v->producer && !v->is_input && !v->constant && !v->is_capture)
         return invalid_model(n->describe() + ": input '" + v->name +
                              "' is not produced by any node, nor a graph input or initializer");
-      bool listed = false;
-      for (const Use& u : v->uses) listed |= (u.node == n && u.input_index == static_cast<int>(i));
-      if (!listed) return internal_error(n->describe() + ": use list of '" + v->name + "' is stale");
+      const size_t p = i < n->use_index.size() ? n->use_index[i] : v->uses.size();
+      if (p >= v->uses.size() || v->uses[p].node != n || v->uses[p].input_index != static_cast<int>(i))
+        return internal_error(n->describe() + ": use list of '" + v->name + "' is stale");
+      ++slots;
     }
     for (const Value* o : n->outputs)
       if (o && o->producer != n) return internal_error(n->describe() + ": producer of '" + o->name + "' is stale");
     seen.insert(n);
   }
+  size_t listed = 0;
+  for (const auto& v : value_store_) listed += v->uses.size();
+  if (listed != slots) return internal_error("graph '" + name + "': use lists hold " + std::to_string(listed) +
+                                             " uses for " + std::to_string(slots) + " node inputs");
   for (const Value* o : outputs) {
     if (!o) return invalid_model("graph '" + name + "': an output is missing");
     if (!o->producer && !o->is_input && !o->constant && !o->is_capture)
@@ -299,7 +340,7 @@ std::string Graph::to_string() const {
   os << "graph " << name << " (";
   for (size_t i = 0; i < inputs.size(); ++i) os << (i ? ", " : "") << inputs[i]->name << ": " << inputs[i]->type.to_string();
   os << ") {\n";
-  for (const Node* n : order_) {
+  for (const Node* n : nodes()) {
     os << "  ";
     for (size_t i = 0; i < n->outputs.size(); ++i)
       os << (i ? ", " : "") << (n->outputs[i] ? n->outputs[i]->name + ": " + n->outputs[i]->type.to_string() : "_");
@@ -337,7 +378,7 @@ std::unique_ptr<Graph> Graph::clone() const {
     c->is_capture = v->is_capture;
     vmap[v.get()] = c;
   }
-  for (const Node* n : order_) {
+  for (const Node* n : nodes()) {
     std::vector<Value*> ins, outs;
     for (Value* v : n->inputs) ins.push_back(v ? vmap.at(v) : nullptr);
     for (Value* v : n->outputs) outs.push_back(v ? vmap.at(v) : nullptr);

@@ -109,6 +109,10 @@ class Node {
   std::vector<Value*> inputs;   // nullptr for an omitted optional input
   std::vector<Value*> outputs;  // nullptr for an omitted optional output
   std::map<std::string, Attribute> attrs;
+  // Maintained by Graph: per input, its position in inputs[i]->uses (O(1) use removal), and whether
+  // the node was removed (it is freed when the graph next compacts its order).
+  std::vector<size_t> use_index;
+  bool removed = false;
 
   const Attribute* attr(const std::string& key) const;
   int64_t attr_int(const std::string& key, int64_t dflt) const;
@@ -152,7 +156,12 @@ class Graph {
   void remove_dead_values();
 
   // Nodes in a valid topological order (recomputed by `sort`; kept up to date by add_node).
-  const std::vector<Node*>& nodes() const { return order_; }
+  // Removed nodes leave the order (and are freed) here, in one pass, so removing k nodes costs O(n + k)
+  // rather than O(n k).
+  const std::vector<Node*>& nodes() const {
+    if (removed_) compact();
+    return order_;
+  }
   // Re-sorts nodes topologically; fails naming a node on a cycle.
   Status sort();
   // Checks structural invariants: uses/producers agree, every input is produced or is an input,
@@ -165,10 +174,13 @@ class Graph {
   std::unique_ptr<Graph> clone() const;
 
  private:
-  std::vector<std::unique_ptr<Node>> node_store_;
+  void compact() const;
+
+  mutable std::vector<std::unique_ptr<Node>> node_store_;
   std::vector<std::unique_ptr<Value>> value_store_;
   std::map<std::string, Value*> values_;
-  std::vector<Node*> order_;
+  mutable std::vector<Node*> order_;
+  mutable size_t removed_ = 0;  // nodes marked removed, not yet compacted away
   int fresh_ = 0;
 };
 

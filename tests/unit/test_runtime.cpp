@@ -9,6 +9,7 @@
 #include "backends/backend.h"
 #include "engine/engine_generated.h"
 #include "kiln/kiln.h"
+#include "plan/memory.h"
 #include "plan/plan.h"
 #include "runtime/executor.h"
 
@@ -254,4 +255,46 @@ TEST(Runtime, CudaEngineFileRoundTrips) {
   auto x = read_npy(kExampleInput);
   ASSERT_TRUE(x.ok());
   EXPECT_EQ(run_example(**loaded, *x), run_example(**engine, *x));
+}
+
+// Both memory planners give valid plans (buffers alive at the same time never overlap, every buffer
+// inside the arena) on random lifetimes; the sweep (used past 4096 buffers) stays within 1.5x of the
+// greedy plan here, and sizes near SIZE_MAX saturate instead of wrapping.
+TEST(MemoryPlanner, SweepAndGreedyPlansAreValid) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 4; ++trial) {
+    const int n = 1500, steps = 600;
+    std::vector<BufferRequest> reqs(n);
+    for (auto& r : reqs) {
+      r.begin = static_cast<int>(rng() % steps);
+      r.end = r.begin + static_cast<int>(rng() % (trial % 2 ? 8 : 80));
+      r.bytes = (rng() % 4 == 0) ? 0 : 1 + rng() % (trial < 2 ? 4096 : (1 << 20));
+    }
+    size_t live_peak = 0;
+    for (int t = 0; t < steps + 80; ++t) {
+      size_t live = 0;
+      for (const auto& r : reqs)
+        if (r.begin <= t && t <= r.end) live += (r.bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+      live_peak = std::max(live_peak, live);
+    }
+    std::vector<size_t> og, os;
+    const size_t greedy = plan_offsets_greedy(reqs, og), sweep = plan_offsets_sweep(reqs, os);
+    for (const auto& [total, off] : {std::pair<size_t, const std::vector<size_t>*>{greedy, &og}, {sweep, &os}}) {
+      EXPECT_GE(total, live_peak);
+      for (int i = 0; i < n; ++i) {
+        const size_t bi = (reqs[i].bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+        if (!bi) continue;
+        ASSERT_LE((*off)[i] + bi, total);
+        ASSERT_EQ((*off)[i] % kArenaAlign, 0u);
+        for (int j = i + 1; j < n; ++j) {
+          const size_t bj = (reqs[j].bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+          if (!bj || reqs[i].end < reqs[j].begin || reqs[j].end < reqs[i].begin) continue;
+          ASSERT_TRUE((*off)[i] + bi <= (*off)[j] || (*off)[j] + bj <= (*off)[i]) << "buffers " << i << " and " << j;
+        }
+      }
+    }
+    EXPECT_LE(sweep, greedy + greedy / 2) << "trial " << trial;
+  }
+  std::vector<size_t> off;
+  EXPECT_EQ(plan_offsets({{SIZE_MAX - 3, 0, 1}, {512, 0, 1}}, off), SIZE_MAX);
 }
