@@ -12,6 +12,8 @@
 #include "backends/backend.h"
 #include "engine/engine_generated.h"
 #include "ops/op_table.h"
+#include "util/checksum.h"
+#include "util/log.h"
 #include "runtime/engine_impl.h"
 
 namespace kiln {
@@ -20,6 +22,12 @@ namespace {
 namespace fb = kiln::fb;
 using flatbuffers::FlatBufferBuilder;
 using flatbuffers::Offset;
+
+// Weights are stored at this alignment (FlatBuffers' largest: 32; debug builds assert it) so that
+// loading can use them in place.
+constexpr size_t kWeightAlign = 32;
+// After the FlatBuffer: "KILNSUM1", checksum64 of the buffer, the buffer's length.
+constexpr char kTrailerMagic[8] = {'K', 'I', 'L', 'N', 'S', 'U', 'M', '1'};
 
 // ---------------------------------------------------------------- writing
 
@@ -43,7 +51,7 @@ class Writer {
       for (int64_t i = 0; i < t.numel(); ++i) s.push_back(b.CreateString(t.data<std::string>()[i]));
       return fb::CreateTensorData(b, static_cast<int32_t>(t.dtype()), shape, 0, b.CreateVector(s));
     }
-    b.ForceVectorAlignment(t.nbytes(), 1, 64);
+    b.ForceVectorAlignment(t.nbytes(), 1, kWeightAlign);
     auto data = b.CreateVector(static_cast<const uint8_t*>(t.raw()), t.nbytes());
     return fb::CreateTensorData(b, static_cast<int32_t>(t.dtype()), shape, data);
   }
@@ -473,7 +481,13 @@ Expected<std::string> serialize_engine(const Engine::Impl& impl) {
   auto mv = w.b.CreateVector(meta);
   auto root = fb::CreateEngineFile(w.b, kEngineFormatVersion, mv, graph, plan);
   w.b.Finish(root, fb::EngineFileIdentifier());
-  return std::string(reinterpret_cast<const char*>(w.b.GetBufferPointer()), w.b.GetSize());
+  std::string out(reinterpret_cast<const char*>(w.b.GetBufferPointer()), w.b.GetSize());
+  // The trailer: magic, checksum of everything before it, and that length (little-endian).
+  const uint64_t sum = checksum64(out.data(), out.size()), len = out.size();
+  out.append(kTrailerMagic, 8);
+  out.append(reinterpret_cast<const char*>(&sum), 8);
+  out.append(reinterpret_cast<const char*>(&len), 8);
+  return out;
 }
 
 Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(const std::string& bytes) {
@@ -484,7 +498,21 @@ Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(const std::string& by
 
 Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Storage> file) {
   const auto* buf = static_cast<const uint8_t*>(file->data);
-  const size_t size = file->bytes;
+  size_t size = file->bytes;
+  // The checksum trailer (format 3 on): weights, plan and metadata are checked before any is read.
+  bool has_trailer = false;
+  if (size >= 24 + 8 && std::memcmp(buf + size - 24, kTrailerMagic, 8) == 0) {
+    uint64_t stored, len;
+    std::memcpy(&stored, buf + size - 16, 8);
+    std::memcpy(&len, buf + size - 8, 8);
+    if (len != size - 24) return bad("its checksum trailer gives a length of " + std::to_string(len) + " bytes, the file holds " +
+                                     std::to_string(size - 24) + " (truncated or extended)");
+    const uint64_t sum = checksum64(buf, len);
+    if (sum != stored)
+      return bad("checksum mismatch: the file was changed or damaged after it was written; rebuild it from its .onnx");
+    size = static_cast<size_t>(len);
+    has_trailer = true;
+  }
   if (size < 8 || !flatbuffers::BufferHasIdentifier(buf, fb::EngineFileIdentifier()))
     return invalid_model("not a kiln engine file (missing the KILN identifier)");
   flatbuffers::Verifier verifier(buf, size, /*max_depth=*/256, /*max_tables=*/50'000'000);
@@ -502,6 +530,7 @@ Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Stora
                       (fp != impl->meta.end() ? " (built for " + fp->second + ")" : std::string()) +
                       ", this kiln reads version " + std::to_string(kEngineFormatVersion) + "; rebuild the engine from its .onnx");
   }
+  if (!has_trailer) return bad("its checksum trailer is missing (truncated?)");
   const std::string device = impl->meta["device"];
   if (device != "cpu" && device != "cuda") return bad("unknown device '" + device + "'");
   impl->options.device = device == "cuda" ? DeviceType::kCUDA : DeviceType::kCPU;
@@ -514,6 +543,25 @@ Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Stora
   if (impl->meta["fingerprint"] != here)
     return Status(StatusCode::kEngineMismatch, "engine was built for '" + impl->meta["fingerprint"] +
                                                    "' but this machine is '" + here + "'; rebuild the engine here");
+  // Same format and hardware: it runs. Say so when another kiln wrote it, or a CPU with features this
+  // one lacks (kernels choose their ISA at run time, so such an engine still runs, maybe slower).
+  if (impl->meta["kiln_version"] != version())
+    log(LogLevel::kWarning, "engine file written by kiln " + impl->meta["kiln_version"] + ", this is kiln " + version() +
+                                " (same engine format; it runs)");
+  if (impl->options.device == DeviceType::kCPU) {
+    const std::string built = impl->meta["cpu_isa"], here = host_cpu_isa();
+    std::string missing;
+    size_t b = 0;
+    while (b < built.size()) {
+      size_t e = built.find(' ', b);
+      if (e == std::string::npos) e = built.size();
+      const std::string feature = built.substr(b, e - b);
+      if (!feature.empty() && (" " + here + " ").find(" " + feature + " ") == std::string::npos) missing += " " + feature;
+      b = e + 1;
+    }
+    if (!missing.empty())
+      log(LogLevel::kWarning, "engine was built on a CPU with" + missing + ", which this CPU lacks (it runs with the kernels this CPU has)");
+  }
   KILN_ASSIGN_OR_RETURN(auto graph, read_graph(ef->graph(), nullptr, 0, file));
   impl->graph = std::shared_ptr<ir::Graph>(std::move(graph));
   KILN_ASSIGN_OR_RETURN(impl->plan, read_plan(ef->plan(), impl->graph));

@@ -22,7 +22,7 @@ namespace kiln {
 
 const char* version() { return KILN_VERSION; }
 
-static std::string cpu_isa() {
+std::string host_cpu_isa() {
   std::string isa = "x86_64";
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2")) isa += " avx2";
@@ -74,7 +74,7 @@ void describe_engine(Engine::Impl& impl, const std::string& model_hash) {
   auto b = backend_for(impl.options.device);
   impl.meta["fingerprint"] = b.ok() ? (*b)->fingerprint() : "unavailable";
   impl.meta["model_hash"] = model_hash;
-  impl.meta["cpu_isa"] = cpu_isa();
+  impl.meta["cpu_isa"] = host_cpu_isa();
   impl.meta["opt_level"] = std::to_string(impl.options.opt_level);
 }
 

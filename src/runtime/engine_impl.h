@@ -31,7 +31,10 @@ TensorInfo tensor_info(const ir::Value& v);
 
 // The engine-file format (src/engine/).
 // 2: the whole plan is stored (format 1 stored kernel names per node and re-lowered on load).
-constexpr uint32_t kEngineFormatVersion = 2;
+constexpr uint32_t kEngineFormatVersion = 3;  // 3: checksum trailer
+
+// "x86_64 avx2 fma ..." — the CPU features kiln's kernels can use here (recorded in engines as cpu_isa).
+std::string host_cpu_isa();
 Expected<std::string> serialize_engine(const Engine::Impl& impl);
 // Parses and verifies an engine file, checks the device fingerprint, and instantiates the plan it
 // stores (kernels created from their recorded rows; no passes, no lowering).

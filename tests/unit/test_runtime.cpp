@@ -12,6 +12,7 @@
 #include "plan/memory.h"
 #include "plan/plan.h"
 #include "runtime/executor.h"
+#include "util/checksum.h"
 
 using namespace kiln;
 
@@ -53,34 +54,70 @@ TEST(Runtime, ExampleRunsAndRoundTripsThroughEngineFile) {
   ASSERT_EQ(again, direct);  // same kernels, same inputs: bit-identical
 }
 
+// The engine's FlatBuffer with its checksum trailer recomputed: how a mutation gets past the
+// checksum to exercise the parser's own checks.
+std::string reseal(std::string bytes) {
+  if (bytes.size() < 24) return bytes;
+  std::string body = bytes.substr(0, bytes.size() - 24);
+  const uint64_t sum = checksum64(body.data(), body.size()), len = body.size();
+  body.append("KILNSUM1");
+  body.append(reinterpret_cast<const char*>(&sum), 8);
+  body.append(reinterpret_cast<const char*>(&len), 8);
+  return body;
+}
+
 TEST(Runtime, CorruptEngineBytesGiveErrorsNotCrashes) {
   auto engine = Engine::build(kExample);
   ASSERT_TRUE(engine.ok());
   const std::string good = *(*engine)->serialize();
+  ASSERT_TRUE(Engine::load_from_bytes(reseal(good)).ok());
   std::mt19937 rng(7);
   int rejected = 0;
-  for (int trial = 0; trial < 300; ++trial) {
+  for (int trial = 0; trial < 600; ++trial) {
     std::string bad = good;
     switch (trial % 3) {
       case 0: bad.resize(rng() % good.size()); break;                       // truncated
       case 1: for (int k = 0; k < 8; ++k) bad[rng() % bad.size()] ^= static_cast<char>(1 + rng() % 255); break;
       case 2: bad.replace(rng() % (bad.size() - 64), 64, std::string(64, static_cast<char>(rng()))); break;
     }
+    // Half as damaged files (the checksum refuses every one), half resealed past the checksum.
+    const bool sealed = trial % 2 == 1 && trial % 3 != 0;
+    if (sealed) bad = reseal(bad);
     auto e = Engine::load_from_bytes(bad);
     if (!e.ok()) {
       ++rejected;
       EXPECT_FALSE(e.status().message().empty());
-    }
-    // A corruption inside weight bytes can load fine; it must still run without crashing.
-    if (e.ok()) {
+    } else {
+      EXPECT_TRUE(sealed) << "trial " << trial << ": a damaged file loaded";
+      // A corruption inside weight bytes can load fine; it must still run without crashing.
       auto x = read_npy(kExampleInput);
       auto ctx = (*e)->create_context();
       if (ctx.ok()) (void)(*ctx)->run({{"image", Value::of(*x)}});
     }
   }
-  EXPECT_GT(rejected, 100);
+  EXPECT_GT(rejected, 400);
   EXPECT_FALSE(Engine::load_from_bytes("").ok());
   EXPECT_FALSE(Engine::load_from_bytes("garbage that is not an engine").ok());
+}
+
+// One flipped byte anywhere (a weight, the plan, the metadata) is caught by the checksum, and a file
+// without its trailer is refused.
+TEST(Runtime, EngineChecksumCatchesOneFlippedByte) {
+  auto engine = Engine::build(kExample);
+  ASSERT_TRUE(engine.ok());
+  const std::string good = *(*engine)->serialize();
+  for (size_t at : {good.size() / 2, good.size() / 3, size_t{40}, good.size() - 30}) {
+    std::string bad = good;
+    bad[at] ^= 0x01;
+    auto e = Engine::load_from_bytes(bad);
+    ASSERT_FALSE(e.ok()) << "byte " << at;
+    EXPECT_NE(e.status().message().find("checksum mismatch"), std::string::npos) << e.status().message();
+  }
+  auto e = Engine::load_from_bytes(good.substr(0, good.size() - 24));
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("checksum trailer is missing"), std::string::npos) << e.status().message();
+  e = Engine::load_from_bytes(good + "x");
+  ASSERT_FALSE(e.ok());
 }
 
 TEST(Runtime, OtherFormatVersionIsRefusedClearly) {
@@ -227,7 +264,7 @@ TEST(Runtime, TamperedPlanIsRefused) {
   const int a = o0->Get(0), c = o1->Get(0);
   o0->Mutate(0, c);
   o1->Mutate(0, a);
-  auto loaded = Engine::load_from_bytes(b);
+  auto loaded = Engine::load_from_bytes(reseal(b));
   ASSERT_FALSE(loaded.ok());
   EXPECT_NE(loaded.status().message().find("is not the node's"), std::string::npos) << loaded.status().message();
 }
