@@ -173,6 +173,7 @@ static int kiln_main(int argc, char** argv) {
   std::string run_path, run_device = "cpu", out_dir;
   Inputs inputs;
   int iterations = 50, warmup = 5;
+  double run_timeout = 0;
   auto* run = app.add_subcommand("run", "Run an engine (or an ONNX model) once and print its outputs");
   auto* bench = app.add_subcommand("bench", "Time repeated runs (median, min, max)");
   for (auto* sc : {run, bench}) {
@@ -180,6 +181,8 @@ static int kiln_main(int argc, char** argv) {
     sc->add_option("--input,-i", inputs.specs, "name=file.npy (repeatable); missing inputs get random data");
     sc->add_option("--device", run_device, "cpu or cuda (for .onnx files)")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
     sc->add_option("--seed", inputs.seed, "seed for random inputs");
+    sc->add_option("--timeout", run_timeout, "stop any run that takes longer than this many seconds (an error)")
+        ->check(CLI::NonNegativeNumber);
   }
   run->add_option("--output-dir", out_dir, "write each output as <name>.npy here");
   bench->add_option("-n,--iterations", iterations, "timed runs")->check(CLI::PositiveNumber);
@@ -321,6 +324,7 @@ static int kiln_main(int argc, char** argv) {
   const double load_ms = ms_since(t0);
   auto ctx = (*e)->create_context();
   if (!ctx.ok()) return fail(ctx.status());
+  (*ctx)->set_run_timeout(run_timeout);
   auto feed = load_inputs(**e, inputs);
   if (!feed.ok()) return fail(feed.status());
   std::printf("engine: %s (device %s, loaded/built in %.1f ms)\n", run_path.c_str(),

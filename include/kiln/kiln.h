@@ -113,6 +113,11 @@ class ExecutionContext {
 
   // Input-shape signatures this context has planned, and the arena bytes it holds per device
   // (index 0: CPU, 1: CUDA).
+  // Stops the run in progress on this context (callable from any thread): it returns kCancelled
+  // before its next step. The flag clears when a run starts.
+  void terminate();
+  // A time limit for each run (0: none): a run past it stops with kCancelled before its next step.
+  void set_run_timeout(double seconds);
   size_t planned_signatures() const;
   size_t arena_bytes(DeviceType device) const;
 

@@ -22,6 +22,7 @@ enum class StatusCode {
   kEngineMismatch,    // engine built for another device, format or version
   kRuntimeError,      // failure while running (device error, out of memory)
   kInternal,          // a bug in kiln
+  kCancelled,         // the run was stopped (ExecutionContext::terminate, or its time limit)
 };
 
 const char* status_code_name(StatusCode code);
@@ -52,6 +53,7 @@ inline Status not_found(std::string m) { return {StatusCode::kNotFound, std::mov
 inline Status io_error(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
 inline Status runtime_error(std::string m) { return {StatusCode::kRuntimeError, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 
 // A value or the Status saying why there is none.
 template <typename T>

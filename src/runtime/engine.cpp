@@ -235,6 +235,7 @@ struct ExecutionContext::Impl {
   std::vector<Slot> defaults;       // per graph input: its initializer (inputs with a default)
   std::vector<int> info_to_input;   // Engine::inputs() index → graph input index
   Slot none;
+  double timeout_s = 0;             // per run; 0: none
 };
 
 Expected<std::unique_ptr<ExecutionContext>> Engine::create_context() const {
@@ -299,8 +300,16 @@ static Status check_input(const ir::Value& decl, const Value& given) {
   return Status::Ok();
 }
 
+void ExecutionContext::terminate() { impl_->res.terminate.store(true, std::memory_order_relaxed); }
+void ExecutionContext::set_run_timeout(double seconds) { impl_->timeout_s = seconds > 0 ? seconds : 0; }
+
 Status ExecutionContext::run_into(const std::vector<Value>& inputs, std::vector<Value>& outputs) {
   Impl& ci = *impl_;
+  ci.res.terminate.store(false, std::memory_order_relaxed);
+  ci.res.deadline = ci.timeout_s > 0 ? std::chrono::steady_clock::now() +
+                                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                               std::chrono::duration<double>(ci.timeout_s))
+                                     : std::chrono::steady_clock::time_point::max();
   const Engine::Impl& e = *ci.engine;
   const CompiledGraph& plan = *e.plan;
   if (inputs.size() != ci.info_to_input.size())

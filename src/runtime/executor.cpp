@@ -466,12 +466,21 @@ Tensor& Frame::make_output(int v, Backend& backend, DataType dtype, const Shape&
   return slot.tensor;
 }
 
+Status ContextResources::check_stop() const {
+  if (terminate.load(std::memory_order_relaxed)) return cancelled("run stopped: ExecutionContext::terminate() was called");
+  if (deadline != std::chrono::steady_clock::time_point::max() && std::chrono::steady_clock::now() > deadline)
+    return cancelled("run stopped: it ran past its time limit");
+  return Status::Ok();
+}
+
 Status Frame::execute() {
   OpProfile* profile = parent ? nullptr : res.profile.get();  // subgraph steps count under their node
   if (profile) ++profile->runs;
   const int ns = static_cast<int>(graph.steps.size());
+  KILN_RETURN_IF_ERROR(res.check_stop());
   for (int si = 0; si < ns; ++si) {
     const Step& s = graph.steps[si];
+    KILN_RETURN_IF_ERROR(res.check_stop());
     const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     if (s.kind == Step::Kind::kCopy) {
       const Slot& src = *at[s.in[0]];

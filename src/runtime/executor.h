@@ -2,6 +2,8 @@
 // plans that let an execution context run a seen input-shape signature without allocating.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -36,7 +38,12 @@ struct ContextResources {
   std::shared_ptr<Storage> arena[2];
   uint64_t generation = 0;
   std::unique_ptr<OpProfile> profile;        // set when OpProfile::enabled()
+  // Stopping a run: ExecutionContext::terminate() (any thread) or the run's deadline. Checked before
+  // every step at every depth (a Loop's body included), so a run with an enormous trip count ends.
+  std::atomic<bool> terminate{false};
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   void* state_for(Device d) const { return state[static_cast<int>(d.type)].get(); }
+  Status check_stop() const;
 };
 
 // The plan of one input-shape signature of one context: every value's shape and arena offset, every

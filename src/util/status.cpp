@@ -13,6 +13,7 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kEngineMismatch: return "EngineMismatch";
     case StatusCode::kRuntimeError: return "RuntimeError";
     case StatusCode::kInternal: return "Internal";
+    case StatusCode::kCancelled: return "Cancelled";
   }
   return "Unknown";
 }

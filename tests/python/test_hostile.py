@@ -178,3 +178,17 @@ def test_large_graphs_build_in_linear_time(tmp_path, shape):
     for cmd in (["info", p], ["build", p, "-o", tmp_path / "m.kiln"], ["run", tmp_path / "m.kiln"]):
         r = kiln(*cmd, timeout=120)
         assert r.returncode == 0, (cmd, r.stderr[-500:])
+
+
+def test_a_loop_that_never_ends_stops_at_the_timeout(tmp_path):
+    # Loop with trip count 2^62: `--timeout` (ExecutionContext::set_run_timeout) stops it between steps.
+    body = h.make_graph([h.make_node("Add", ["acc", "one"], ["acc2"]), h.make_node("Identity", ["cond"], ["cond2"])],
+                        "body", [h.make_tensor_value_info("it", T.INT64, []), h.make_tensor_value_info("cond", T.BOOL, []),
+                                 h.make_tensor_value_info("acc", T.FLOAT, [1])],
+                        [h.make_tensor_value_info("cond2", T.BOOL, []), h.make_tensor_value_info("acc2", T.FLOAT, [1])],
+                        [h.make_tensor("one", T.FLOAT, [1], [1.0])])
+    inits = [h.make_tensor("n", T.INT64, [], [2**62]), h.make_tensor("t", T.BOOL, [], [True]),
+             h.make_tensor("a0", T.FLOAT, [1], [0.0])]
+    p = model(tmp_path, "m.onnx", [h.make_node("Loop", ["n", "t", "a0"], ["y"], body=body)], [], [y_out("y", [1])], inits)
+    r = kiln("run", p, "--timeout", "1", timeout=60)
+    assert r.returncode == 1 and "Cancelled" in r.stderr and "time limit" in r.stderr, r.stderr

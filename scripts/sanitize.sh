@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The sanitizer job: an ASan + UBSan build with clang (assertions on, CUDA and Python off) in
+# build-asan/, the unit tests under it, then each libFuzzer target for a bounded time over its seed
+# corpus (tests/fuzz/corpus). A sanitizer report, a crash or a fuzzer finding fails the job.
+#   scripts/sanitize.sh                     # CI: unit tests + 60 s per fuzzer
+#   scripts/sanitize.sh --fuzz-seconds 1800 # the longer local run (findings land in build-asan/fuzz-*/)
+#   scripts/sanitize.sh --no-tests          # fuzz only
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+fuzz_seconds=60
+run_tests=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --fuzz-seconds) fuzz_seconds=$2; shift 2 ;;
+    --no-tests) run_tests=0; shift ;;
+    *) echo "usage: $0 [--fuzz-seconds N] [--no-tests]" >&2; exit 2 ;;
+  esac
+done
+
+sudo_=""
+[ "$(id -u)" -eq 0 ] || sudo_="sudo"
+missing=()
+for p in clang-14 libclang-rt-14-dev libomp-14-dev; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  $sudo_ apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+[ -x .venv/bin/python ] || scripts/setup.sh --no-build
+
+if [ ! -f build-asan/build.ninja ]; then
+  launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  CC=clang-14 CXX=clang++-14 cmake -S . -B build-asan -G Ninja "${launcher[@]}" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" \
+    -DKILN_FUZZ=ON -DKILN_CUDA=OFF -DKILN_PYTHON=OFF -DKILN_TESTS=ON
+fi
+cmake --build build-asan --target kiln_cli kiln_tests fuzz_import fuzz_engine fuzz_npy
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export LSAN_OPTIONS=suppressions=$root/tests/fuzz/lsan.supp
+export OMP_NUM_THREADS=2
+if [ "$run_tests" = 1 ]; then
+  echo "== unit tests under ASan + UBSan"
+  # GPU tests skip (no CUDA in this build); the whole-suite import runs every onnx node model.
+  build-asan/kiln_tests --gtest_brief=1
+fi
+
+echo "== fuzzing (${fuzz_seconds} s per target)"
+for t in import engine npy; do
+  work=build-asan/fuzz-$t
+  mkdir -p "$work/corpus"
+  build-asan/fuzz_$t -max_total_time="$fuzz_seconds" -timeout=30 -rss_limit_mb=4096 -max_len=65536 \
+    -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" "tests/fuzz/corpus/$t" 2>"$work/log.txt" || {
+    tail -60 "$work/log.txt"
+    echo "fuzz_$t found a problem: the input is in $work/ (crash-*, timeout-*, leak-*, oom-*)"
+    exit 1
+  }
+  grep -E "^stat::number_of_executed_units|^stat::new_units_added" "$work/log.txt" | sed "s/^/  fuzz_$t: /"
+done
+echo "sanitizer job: clean"

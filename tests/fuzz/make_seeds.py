@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Writes the fuzzers' seed corpora (committed): small ONNX models covering the importer's features
+(initializers, attributes of each kind, subgraphs, functions, sequences, fused patterns), the engine
+files kiln builds from them (without the checksum trailer, which fuzz_engine adds), and .npy files.
+
+    .venv/bin/python tests/fuzz/make_seeds.py      # needs build/kiln
+"""
+
+import os
+import subprocess
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T
+from onnx import helper as h
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KILN = os.path.join(HERE, "..", "..", "build", "kiln")
+
+
+def vi(name, dtype=T.FLOAT, shape=(2, 3)):
+    return h.make_tensor_value_info(name, dtype, list(shape) if shape is not None else None)
+
+
+def const(name, arr):
+    return onnx.numpy_helper.from_array(np.asarray(arr), name)
+
+
+def models():
+    rng = np.random.default_rng(0)
+    yield "add_relu", h.make_graph(
+        [h.make_node("Add", ["x", "w"], ["a"]), h.make_node("Relu", ["a"], ["y"])], "g", [vi("x")], [vi("y")],
+        [const("w", rng.standard_normal((2, 3)).astype(np.float32))])
+    yield "conv_bn_pool", h.make_graph(
+        [h.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[1, 1]),
+         h.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["n"]),
+         h.make_node("Relu", ["n"], ["r"]), h.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+         h.make_node("GlobalAveragePool", ["p"], ["g"]), h.make_node("Flatten", ["g"], ["f"]),
+         h.make_node("Gemm", ["f", "fw", "fb"], ["y"], transB=1)],
+        "g", [vi("x", shape=(1, 2, 6, 6))], [vi("y", shape=(1, 3))],
+        [const("w", rng.standard_normal((4, 2, 3, 3)).astype(np.float32)), const("b", np.zeros(4, np.float32)),
+         const("s", np.ones(4, np.float32)), const("bb", np.zeros(4, np.float32)), const("m", np.zeros(4, np.float32)),
+         const("v", np.ones(4, np.float32)), const("fw", rng.standard_normal((3, 4)).astype(np.float32)),
+         const("fb", np.zeros(3, np.float32))])
+    yield "shape_ops", h.make_graph(
+        [h.make_node("Shape", ["x"], ["s"]), h.make_node("Gather", ["s", "i"], ["d"], axis=0),
+         h.make_node("Unsqueeze", ["d", "ax"], ["u"]), h.make_node("Concat", ["u", "k"], ["t"], axis=0),
+         h.make_node("Reshape", ["x", "t"], ["r"]), h.make_node("Transpose", ["r"], ["tr"], perm=[1, 0]),
+         h.make_node("Slice", ["tr", "st", "en", "ax"], ["sl"]), h.make_node("Expand", ["sl", "es"], ["e"]),
+         h.make_node("ConstantOfShape", ["s"], ["y"], value=h.make_tensor("v", T.FLOAT, [1], [1.5])),
+         h.make_node("Where", ["c", "e", "e"], ["w"])],
+        "g", [vi("x", shape=("N", 6)), vi("c", T.BOOL, (1, 1))], [vi("y", shape=None), vi("w", shape=None)],
+        [const("i", np.array(0, np.int64)), const("ax", np.array([0], np.int64)), const("k", np.array([-1], np.int64)),
+         const("st", np.array([0], np.int64)), const("en", np.array([2], np.int64)), const("es", np.array([2, 1], np.int64))])
+    body = h.make_graph([h.make_node("Add", ["acc", "one"], ["acc2"]), h.make_node("Identity", ["cond"], ["cond2"])],
+                        "body", [vi("it", T.INT64, ()), vi("cond", T.BOOL, ()), vi("acc", shape=(1,))],
+                        [vi("cond2", T.BOOL, ()), vi("acc2", shape=(1,))], [const("one", np.ones(1, np.float32))])
+    then = h.make_graph([h.make_node("Neg", ["x"], ["o"])], "then", [], [vi("o")])
+    other = h.make_graph([h.make_node("Abs", ["x"], ["o"])], "else", [], [vi("o")])
+    yield "control_flow", h.make_graph(
+        [h.make_node("Loop", ["n", "t", "a0"], ["a"], body=body), h.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+         h.make_node("Greater", ["s", "z"], ["p"]), h.make_node("If", ["p"], ["y"], then_branch=then, else_branch=other)],
+        "g", [vi("x")], [vi("y"), vi("a", shape=(1,))],
+        [const("n", np.array(3, np.int64)), const("t", np.array(True)), const("a0", np.zeros(1, np.float32)),
+         const("z", np.array(0, np.float32))])
+    yield "attention_ln", h.make_graph(
+        [h.make_node("MatMul", ["x", "wq"], ["q"]), h.make_node("MatMul", ["x", "wk"], ["k"]),
+         h.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), h.make_node("MatMul", ["q", "kt"], ["qk"]),
+         h.make_node("Softmax", ["qk"], ["p"], axis=-1), h.make_node("MatMul", ["p", "x"], ["o"]),
+         h.make_node("Add", ["o", "x"], ["r"]),
+         h.make_node("LayerNormalization", ["r", "g", "b"], ["ln"], axis=-1, epsilon=1e-5),
+         h.make_node("Erf", ["ln"], ["y"])],
+        "g", [vi("x", shape=(1, 4, 8))], [vi("y", shape=(1, 4, 8))],
+        [const("wq", rng.standard_normal((8, 8)).astype(np.float32)), const("wk", rng.standard_normal((8, 8)).astype(np.float32)),
+         const("g", np.ones(8, np.float32)), const("b", np.zeros(8, np.float32))])
+    yield "sequence_misc", h.make_graph(
+        [h.make_node("SplitToSequence", ["x"], ["sq"], axis=0), h.make_node("SequenceAt", ["sq", "i"], ["e"]),
+         h.make_node("TopK", ["e", "k"], ["v", "ix"], axis=-1), h.make_node("Cast", ["ix"], ["y"], to=T.FLOAT),
+         h.make_node("ArgMax", ["x"], ["am"], axis=1), h.make_node("NonZero", ["am"], ["nz"])],
+        "g", [vi("x")], [vi("y", shape=None), vi("nz", T.INT64, None)],
+        [const("i", np.array(0, np.int64)), const("k", np.array([2], np.int64))])
+
+
+def main():
+    for sub in ("import", "engine", "npy"):
+        os.makedirs(os.path.join(HERE, "corpus", sub), exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, graph in models():
+            m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], producer_name="kiln-seeds")
+            path = os.path.join(HERE, "corpus", "import", name + ".onnx")
+            onnx.save(m, path)
+            eng = os.path.join(tmp, name + ".kiln")
+            r = subprocess.run([KILN, "build", path, "-o", eng, "--opt-level", "2"], capture_output=True, text=True)
+            assert r.returncode == 0, f"{name}: {r.stderr}"
+            data = open(eng, "rb").read()
+            assert data[-24:-16] == b"KILNSUM1"
+            open(os.path.join(HERE, "corpus", "engine", name + ".fb"), "wb").write(data[:-24])
+    for name, arr in [("f32", np.arange(6, dtype=np.float32).reshape(2, 3)), ("i64", np.array([1, -2], np.int64)),
+                      ("bool", np.array([True, False])), ("f16", np.ones((1, 2, 2), np.float16)),
+                      ("scalar", np.array(3.5)), ("empty", np.zeros((0, 4), np.float32))]:
+        np.save(os.path.join(HERE, "corpus", "npy", name + ".npy"), arr)
+
+
+if __name__ == "__main__":
+    main()
