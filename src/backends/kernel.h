@@ -88,7 +88,9 @@ struct ReshapeContext {
     bool present = false;
     DataType dtype = DataType::kUndefined;
     Shape shape;
-    const Tensor* value = nullptr;  // host value when known before running (constants), else null
+    // Host value when known before running (constants, shape values, and host inputs of a step that is
+    // planned as it runs), else null.
+    const Tensor* value = nullptr;
   };
   const ir::Node& node;
   std::vector<In> in;
@@ -167,6 +169,15 @@ struct KernelDef {
   std::string layout = "any";     // "nchw", "nhwc", "any": the layout the kernel reads and writes
   std::string precision = "any";  // "f32", "f16", "any": the math precision it computes in
   int priority = 0;               // among kernels that accept a node, the highest priority wins
+  // Inputs the kernel reads on the host (bit i = input i): shape operands such as Reshape's shape or
+  // Slice's starts. They stay in host memory whatever device runs the kernel; reshape() finds their
+  // values in ReshapeContext::In::value whenever the plan knows them (constants and shape values), and
+  // otherwise the step is re-planned on every run with the value in hand.
+  uint32_t host_inputs = 0;
+  // Inputs of which only the dtype and shape are read (Shape, Size): used where they live, never copied.
+  uint32_t shape_inputs = 0;
+  bool host_input(int i) const { return i < 32 && ((host_inputs >> i) & 1u); }
+  bool shape_input(int i) const { return i < 32 && ((shape_inputs >> i) & 1u); }
 };
 
 class KernelRegistry {

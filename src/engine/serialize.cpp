@@ -394,10 +394,20 @@ Expected<std::shared_ptr<CompiledGraph>> read_plan(const fb::PlanDesc* pd, std::
     const ir::Node& n = *gnodes[ni];
     // Every buffer must be the node's own value (or a device copy of it) on the step's device.
     if (s.in.size() != n.inputs.size() || s.out.size() != n.outputs.size()) return bad(n.describe() + ": step arity differs from the node");
+    const KernelDef* def = s.backend->kernels().by_name(s.kernel_name);
+    if (!def)
+      return Status{StatusCode::kEngineMismatch, n.describe() + ": the engine names kernel '" + s.kernel_name +
+                                                     "', which this kiln does not have; rebuild the engine"};
+    if (def->op != n.op_type) return bad(n.describe() + ": kernel '" + s.kernel_name + "' is for another op");
+    s.host_inputs = def->host_inputs;
     for (size_t i = 0; i < s.in.size(); ++i) {
       const int want = n.inputs[i] ? gindex.at(n.inputs[i]) : -1;
       if ((s.in[i] < 0 ? -1 : origin(s.in[i])) != want) return bad(n.describe() + ": step input " + std::to_string(i) + " is not the node's");
-      if (s.in[i] >= 0 && cg->values[s.in[i]].device != s.backend->device()) return bad(n.describe() + ": input on another device");
+      // Inputs live on the step's device, except host inputs (host memory) and shape-only inputs (anywhere).
+      const int ii = static_cast<int>(i);
+      const Device need = def->host_input(ii) ? Device{} : s.backend->device();
+      if (s.in[i] >= 0 && !def->shape_input(ii) && cg->values[s.in[i]].device != need)
+        return bad(n.describe() + ": input on another device");
     }
     for (size_t i = 0; i < s.out.size(); ++i) {
       const int want = n.outputs[i] ? gindex.at(n.outputs[i]) : -1;
@@ -405,11 +415,6 @@ Expected<std::shared_ptr<CompiledGraph>> read_plan(const fb::PlanDesc* pd, std::
       if (want >= 0 && cg->values[want].device != s.backend->device()) return bad(n.describe() + ": output on another device");
     }
     s.node = &n;
-    const KernelDef* def = s.backend->kernels().by_name(s.kernel_name);
-    if (!def)
-      return Status{StatusCode::kEngineMismatch, n.describe() + ": the engine names kernel '" + s.kernel_name +
-                                                     "', which this kiln does not have; rebuild the engine"};
-    if (def->op != n.op_type) return bad(n.describe() + ": kernel '" + s.kernel_name + "' is for another op");
     KernelInit init;
     init.subgraphs = subgraphs.get();
     init.device_state = s.backend->build_state();

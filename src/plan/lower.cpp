@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <atomic>
 #include <iostream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -99,8 +100,34 @@ struct Lowering {
     return c;
   }
 
+  // Values that live in host memory as placement proceeds: graph inputs, constants, and the
+  // outputs of host steps.
+  std::set<const ir::Value*> on_host;
+
+  // Small integer computations on host-resident shapes (Shape → Gather → Concat → a Reshape target)
+  // stay on the host, as TensorRT keeps shape tensors: every input is in host memory (or only its
+  // shape is read) and every output is an integer or bool tensor of rank <= 1 or at most 64 elements.
+  bool host_shape_math(const ir::Node& n, const KernelDef& cpu_def) const {
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      const ir::Value* v = n.inputs[i];
+      if (!v || cpu_def.shape_input(static_cast<int>(i))) continue;
+      if (!on_host.count(v)) return false;
+    }
+    for (const ir::Value* v : n.outputs) {
+      if (!v) continue;
+      const ir::Type& t = v->type;
+      if (!t.is_tensor() || !t.shape.known) return false;
+      if (t.dtype != DataType::kInt64 && t.dtype != DataType::kInt32 && t.dtype != DataType::kBool) return false;
+      const bool small = t.shape.rank() <= 1 || (t.shape.is_static() && shape_numel(t.shape.to_static()) <= 64);
+      if (!small) return false;
+    }
+    return true;
+  }
+
   Expected<Backend*> choose(const ir::Node& n, const KernelDef** def, std::string* why) {
-    if (opt.device == DeviceType::kCUDA && !n.has_subgraphs()) {
+    std::string cpu_why;
+    const KernelDef* cpu_def = cpu_backend().kernels().find(n, &cpu_why);
+    if (opt.device == DeviceType::kCUDA && !n.has_subgraphs() && !(cpu_def && host_shape_math(n, *cpu_def))) {
       auto cuda = cuda_backend();
       if (cuda.ok()) {
         std::string cuda_why;
@@ -108,12 +135,12 @@ struct Lowering {
         *why = "no CUDA kernel (" + (cuda_why.empty() ? std::string("op not implemented") : cuda_why) + ")";
       }
     }
-    std::string cpu_why;
-    *def = cpu_backend().kernels().find(n, &cpu_why);
+    *def = cpu_def;
     if (!*def) {
       *why = cpu_why.empty() ? "no kernel for this op" : cpu_why;
       return static_cast<Backend*>(nullptr);
     }
+    if (why->empty()) *why = "integer shape computation on host values";
     return &cpu_backend();
   }
 
@@ -133,9 +160,13 @@ struct Lowering {
     }
     for (ir::Value* v : graph->inputs) cg->inputs.push_back(index.at(v));
     for (ir::Value* v : graph->captures) cg->captures.push_back(index.at(v));
+    for (ir::Value* v : graph->values())
+      if (v->is_input || v->constant) on_host.insert(v);
+    for (ir::Value* v : graph->captures) on_host.insert(v);
 
     // Placement first, so every unsupported node is reported at once.
     std::vector<std::pair<const KernelDef*, Backend*>> choice;
+    std::vector<std::string> reasons;
     std::vector<std::string> missing;
     for (const ir::Node* n : graph->nodes()) {
       const KernelDef* def = nullptr;
@@ -144,7 +175,11 @@ struct Lowering {
       if (!b) missing.push_back(n->describe() + ": " + why);
       else if (opt.verbose && opt.device == DeviceType::kCUDA && b->device().is_cpu())
         log(LogLevel::kVerbose, n->describe() + " falls back to CPU: " + why);
+      if (b && b->device().is_cpu())
+        for (const ir::Value* v : n->outputs)
+          if (v) on_host.insert(v);
       choice.push_back({def, b});
+      reasons.push_back(b && b->device().is_cpu() && opt.device != DeviceType::kCPU ? why : std::string());
     }
     if (!missing.empty()) {
       std::string msg = std::to_string(missing.size()) + " node(s) cannot run:";
@@ -155,15 +190,24 @@ struct Lowering {
     CpuSubgraphCompiler subgraphs;
     size_t k = 0;
     for (const ir::Node* n : graph->nodes()) {
-      auto [def, backend] = choice[k++];
+      auto [def, backend] = choice[k];
       Step s;
+      s.why_host = reasons[k++];
       s.node = n;
       s.backend = backend;
       s.kernel_name = def->name;
       s.data_dependent = def->data_dependent || n->has_subgraphs();
-      for (ir::Value* v : n->inputs) {
+      s.host_inputs = def->host_inputs;
+      for (size_t i = 0; i < n->inputs.size(); ++i) {
+        ir::Value* v = n->inputs[i];
         if (!v) { s.in.push_back(-1); continue; }
-        KILN_ASSIGN_OR_RETURN(int idx, on_device(index.at(v), backend));
+        const int at = index.at(v);
+        // Shape-only inputs are read where they live; host inputs come to (or stay in) host memory.
+        if (def->shape_input(static_cast<int>(i))) {
+          s.in.push_back(at);
+          continue;
+        }
+        KILN_ASSIGN_OR_RETURN(int idx, on_device(at, def->host_input(static_cast<int>(i)) ? &cpu_backend() : backend));
         s.in.push_back(idx);
       }
       for (ir::Value* v : n->outputs) {
@@ -276,14 +320,28 @@ Expected<std::shared_ptr<CompiledGraph>> lower(std::shared_ptr<ir::Graph> graph,
 
 std::string describe_plan(const CompiledGraph& plan) {
   std::ostringstream os;
+  std::map<std::string, int> per_device;
+  int copies = 0, host_shape = 0;
   for (const Step& s : plan.steps) {
     os << "[" << (s.backend ? s.backend->name() : "?") << "] ";
     if (s.kind == Step::Kind::kCopy) {
+      ++copies;
       os << s.kernel_name << " " << plan.values[s.in[0]].name << "\n";
     } else {
-      os << s.node->name << " (" << s.node->op_type << ") -> " << s.kernel_name << "\n";
+      ++per_device[s.backend ? s.backend->name() : "?"];
+      os << s.node->name << " (" << s.node->op_type << ") -> " << s.kernel_name;
+      if (!s.why_host.empty()) {
+        os << "  [" << s.why_host << "]";
+        if (s.why_host.rfind("integer shape computation", 0) == 0) ++host_shape;
+      }
+      os << "\n";
     }
   }
+  os << "steps:";
+  for (const auto& [dev, count] : per_device) os << " " << count << " on " << dev << ";";
+  os << " " << copies << " copies";
+  if (host_shape) os << "; " << host_shape << " of the cpu steps are integer shape computations on host values";
+  os << "\n";
   return os.str();
 }
 

@@ -48,24 +48,5 @@ PY
   echo "== CUDA vs CPU outputs"
   "$bin/kiln" compare build/zoo/resnet50_op17.onnx --device-a cpu --device-b cuda --input input=build/inputs/image_b1.npy 2>&1 | tail -3
   echo "== PyTorch eager FP32, same GPU (CUDA events, median)"
-  python3 - <<'PY'
-import torch, torchvision, transformers, statistics
-torch.backends.cuda.matmul.allow_tf32 = False; torch.backends.cudnn.allow_tf32 = False
-def med(fn, n, w):
-    for _ in range(w): fn()
-    ts = []
-    for _ in range(n):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e))
-    return statistics.median(ts)
-with torch.inference_mode():
-    r = torchvision.models.resnet50(weights=None).cuda().eval()
-    cfg = transformers.BertConfig()
-    bert = transformers.BertModel(cfg).cuda().eval()
-    for b in (1, 64):
-        x = torch.randn(b, 3, 224, 224, device="cuda")
-        print(f"torch eager ResNet-50 batch {b}: {med(lambda: r(x), 30, 5):.3f} ms")
-        ids = torch.randint(0, 30522, (b, 128), device="cuda")
-        print(f"torch eager BERT-base batch {b}: {med(lambda: bert(input_ids=ids), 20, 3):.3f} ms")
-PY
+  python3 tests/gpu/torch_eager.py
 } 2>&1 | tee "$out/engine_core.log"

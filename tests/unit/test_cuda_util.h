@@ -70,9 +70,15 @@ inline Expected<std::vector<Tensor>> run_cuda(const ir::Node& node, const std::v
   KILN_ASSIGN_OR_RETURN(KernelPtr kernel, def->create(node, init));
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<void> state, be->create_state());
   std::vector<Slot> dev_in;
-  for (const Tensor& t : inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
     if (!t.defined()) {
       dev_in.emplace_back();
+      continue;
+    }
+    // Host inputs (shape operands) stay in host memory, as the lowering keeps them.
+    if (def->host_input(static_cast<int>(i))) {
+      dev_in.push_back(Slot::of(t));
       continue;
     }
     KILN_ASSIGN_OR_RETURN(auto st, be->allocate(t.nbytes()));

@@ -148,6 +148,8 @@ void add_shape_kernel(KernelRegistry& r, const char* op, int since, int required
   d.since = since;
   d.until = until;
   d.name = std::string("cpu.") + op + ".any";
+  // Shape and Size read only their input's shape: it stays where it lives (no copy from a GPU).
+  if (d.op == "Shape" || d.op == "Size") d.shape_inputs = 0b1;
   d.create = [f = std::move(f), required](const ir::Node& n, KernelInit& init) -> Expected<KernelPtr> {
     KILN_ASSIGN_OR_RETURN(KernelPtr k, f(n, init));
     if (required == 0) return k;

@@ -63,6 +63,7 @@ CudaBackend::CudaBackend() {
   register_nn(registry_);
   register_elementwise(registry_);
   register_shape(registry_);
+  register_reduce(registry_);
   fingerprint_ = make_fingerprint();
 }
 

@@ -48,6 +48,7 @@ void register_shape(KernelRegistry& r);
 void register_nn(KernelRegistry& r);
 void register_gemm(KernelRegistry& r);
 void register_conv(KernelRegistry& r);
+void register_reduce(KernelRegistry& r);
 
 // The process-wide backend for device 0 (see cuda_backend() in backend.h).
 class CudaBackend final : public Backend {

@@ -1,50 +1,123 @@
-// backends/cuda/cuda_elementwise.cpp — the table of float32 unary and broadcasting binary kernels.
+// backends/cuda/cuda_elementwise.cpp — the tables of unary, broadcasting binary (arithmetic,
+// comparison, logic), Where and Cast kernels. Float math runs on float32, float16 and bfloat16
+// (computed in float32); integer arithmetic and comparisons on every integer type.
 #include <cfloat>
+#include <cmath>
+#include <cstring>
 
 #include "backends/cuda/cuda_util.h"
+#include "ir/float_types.h"
 #include "backends/staged_kernel.h"
 
 namespace kiln::cuda {
 namespace {
 
+constexpr DataType kF32 = DataType::kFloat32, kF16 = DataType::kFloat16, kBF16 = DataType::kBFloat16,
+                   kF64 = DataType::kFloat64, kI8 = DataType::kInt8, kI16 = DataType::kInt16, kI32 = DataType::kInt32,
+                   kI64 = DataType::kInt64, kU8 = DataType::kUInt8, kU16 = DataType::kUInt16, kU32 = DataType::kUInt32,
+                   kU64 = DataType::kUInt64, kBool = DataType::kBool;
+
+// The dtype sets rows accept.
+enum class Types { kFloat, kNumeric, kSignedNumeric, kBool, kInteger, kAll };
+
+const std::vector<DataType>& types_of(Types types) {
+  static const std::vector<DataType> kFloat = {kF32, kF16, kBF16};
+  static const std::vector<DataType> kNumeric = {kF32, kF16, kBF16, kF64, kI8, kI16, kI32, kI64, kU8, kU16, kU32, kU64};
+  static const std::vector<DataType> kSigned = {kF32, kF16, kBF16, kI32, kI64};
+  static const std::vector<DataType> kBoolOnly = {kBool};
+  static const std::vector<DataType> kInteger = {kI8, kI16, kI32, kI64, kU8, kU16, kU32, kU64};
+  static const std::vector<DataType> kAll = {kF32, kF16, kBF16, kF64, kI8, kI16, kI32, kI64, kU8, kU16, kU32, kU64, kBool};
+  switch (types) {
+    case Types::kFloat: return kFloat;
+    case Types::kNumeric: return kNumeric;
+    case Types::kSignedNumeric: return kSigned;
+    case Types::kBool: return kBoolOnly;
+    case Types::kInteger: return kInteger;
+    case Types::kAll: break;
+  }
+  return kAll;
+}
+
+std::string check_types(const ir::Node& n, Types types, bool bool_out) {
+  const std::vector<DataType>& allowed = types_of(types);
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    if (!n.inputs[i]) return "omitted inputs are not supported";
+    if (!n.inputs[i]->type.is_tensor()) return "takes tensors only";
+    if (std::string r = require_input_types(n, static_cast<int>(i), allowed); !r.empty()) return r;
+    if (n.inputs[i]->type.shape.known && n.inputs[i]->type.shape.rank() > kMaxRank) return "rank above 8";
+  }
+  if (bool_out) return require_output_types(n, 0, {kBool});
+  return "";
+}
+
+// ---- unary
+
 struct UnaryRow {
   const char* op;
   int since;
   UnaryOp fn;
+  Types types = Types::kFloat;
 };
 
-// Ops whose only parameters are attributes (Clip and Gelu are registered below).
 constexpr UnaryRow kUnary[] = {
     {"Relu", 6, UnaryOp::kRelu},       {"Sigmoid", 6, UnaryOp::kSigmoid},     {"Tanh", 6, UnaryOp::kTanh},
     {"Exp", 6, UnaryOp::kExp},         {"Log", 6, UnaryOp::kLog},             {"Sqrt", 6, UnaryOp::kSqrt},
-    {"Abs", 6, UnaryOp::kAbs},         {"Neg", 6, UnaryOp::kNeg},             {"Erf", 9, UnaryOp::kErf},
+    {"Abs", 6, UnaryOp::kAbs, Types::kSignedNumeric},  {"Neg", 6, UnaryOp::kNeg, Types::kSignedNumeric},
+    {"Sign", 9, UnaryOp::kSign, Types::kSignedNumeric}, {"Erf", 9, UnaryOp::kErf},
     {"LeakyRelu", 6, UnaryOp::kLeakyRelu}, {"HardSigmoid", 6, UnaryOp::kHardSigmoid},
-    {"HardSwish", 14, UnaryOp::kHardSwish},
+    {"HardSwish", 14, UnaryOp::kHardSwish}, {"Reciprocal", 6, UnaryOp::kReciprocal}, {"Floor", 6, UnaryOp::kFloor},
+    {"Ceil", 6, UnaryOp::kCeil},       {"Round", 11, UnaryOp::kRound},        {"Sin", 7, UnaryOp::kSin},
+    {"Cos", 7, UnaryOp::kCos},         {"Tan", 7, UnaryOp::kTan},             {"Atan", 7, UnaryOp::kAtan},
+    {"Asin", 7, UnaryOp::kAsin},       {"Acos", 7, UnaryOp::kAcos},           {"Sinh", 9, UnaryOp::kSinh},
+    {"Cosh", 9, UnaryOp::kCosh},       {"Softplus", 1, UnaryOp::kSoftplus},   {"Softsign", 1, UnaryOp::kSoftsign},
+    {"Elu", 6, UnaryOp::kElu},         {"Selu", 6, UnaryOp::kSelu},           {"Celu", 12, UnaryOp::kCelu},
+    {"Mish", 18, UnaryOp::kMish},      {"ThresholdedRelu", 10, UnaryOp::kThresholdedRelu},
+    {"IsNaN", 9, UnaryOp::kIsNaN},     {"Not", 1, UnaryOp::kNot, Types::kBool},
 };
 
-Status run_unary(KernelContext& ctx, UnaryOp fn, float alpha, float beta) {
-  const Tensor& x = ctx.input(0);
-  if (x.dtype() != DataType::kFloat32) return ctx.error("CUDA kernel takes float32 only");
-  Tensor& y = ctx.output(0, DataType::kFloat32, x.shape());
-  return launched(ctx, launch_unary_f32(fn, x.data<float>(), y.data<float>(), x.numel(), alpha, beta,
-                                        state_of(ctx).stream));
+// Output: same shape; bool for IsNaN, the input's dtype otherwise.
+Status reshape_unary(ReshapeContext& rc, UnaryOp fn) {
+  if (rc.in.empty() || !rc.in[0].present) return rc.error("input 0 is required");
+  if (elem_of(rc.in[0].dtype) < 0) return rc.error("dtype not supported on CUDA");
+  rc.out[0] = {fn == UnaryOp::kIsNaN ? kBool : rc.in[0].dtype, rc.in[0].shape};
+  return Status::Ok();
+}
+
+Expected<KernelPtr> unary_kernel(UnaryOp fn, float alpha, float beta) {
+  return make_staged([fn](ReshapeContext& rc) { return reshape_unary(rc, fn); },
+                     [fn, alpha, beta](KernelContext& ctx) -> Status {
+                       const Tensor& x = ctx.input(0);
+                       Tensor& y = ctx.output(0);
+                       return launched(ctx, launch_unary(fn, elem_of(x.dtype()), x.raw(), y.raw(), x.numel(), alpha,
+                                                         beta, state_of(ctx).stream));
+                     });
 }
 
 KernelDef unary_def(const UnaryRow& row) {
   KernelDef d;
   d.op = row.op;
   d.since = row.since;
-  d.name = std::string("cuda.") + row.op + ".f32";
-  d.check = require_f32;
+  d.name = std::string("cuda.") + row.op;
+  const Types types = row.types;
   const UnaryOp fn = row.fn;
+  d.check = [types, fn](const ir::Node& n) { return check_types(n, types, fn == UnaryOp::kIsNaN); };
   d.create = [fn](const ir::Node& n, KernelInit&) {
     float alpha = 0, beta = 0;
-    if (fn == UnaryOp::kLeakyRelu) alpha = n.attr_float("alpha", 0.01f);
-    if (fn == UnaryOp::kHardSigmoid) {
-      alpha = n.attr_float("alpha", 0.2f);
-      beta = n.attr_float("beta", 0.5f);
+    switch (fn) {
+      case UnaryOp::kLeakyRelu: alpha = n.attr_float("alpha", 0.01f); break;
+      case UnaryOp::kHardSigmoid:
+        alpha = n.attr_float("alpha", 0.2f);
+        beta = n.attr_float("beta", 0.5f);
+        break;
+      case UnaryOp::kElu: case UnaryOp::kCelu: alpha = n.attr_float("alpha", 1.f); break;
+      case UnaryOp::kSelu:
+        alpha = n.attr_float("alpha", 1.67326319217681884765625f);
+        beta = n.attr_float("gamma", 1.05070102214813232421875f);
+        break;
+      case UnaryOp::kThresholdedRelu: alpha = n.attr_float("alpha", 1.f); break;
+      default: break;
     }
-    return make_kernel([fn, alpha, beta](KernelContext& ctx) { return run_unary(ctx, fn, alpha, beta); });
+    return unary_kernel(fn, alpha, beta);
   };
   return d;
 }
@@ -53,61 +126,84 @@ KernelDef gelu_def() {
   KernelDef d;
   d.op = "Gelu";
   d.since = 20;
-  d.name = "cuda.Gelu.f32";
+  d.name = "cuda.Gelu";
   d.check = [](const ir::Node& n) -> std::string {
     const std::string a = n.attr_string("approximate", "none");
     if (a != "none" && a != "tanh") return "approximate='" + a + "' is not 'none' or 'tanh'";
-    return require_f32(n);
+    return check_types(n, Types::kFloat, false);
   };
   d.create = [](const ir::Node& n, KernelInit&) {
-    const UnaryOp fn = n.attr_string("approximate", "none") == "tanh" ? UnaryOp::kGeluTanh : UnaryOp::kGelu;
-    return make_kernel([fn](KernelContext& ctx) { return run_unary(ctx, fn, 0, 0); });
+    return unary_kernel(n.attr_string("approximate", "none") == "tanh" ? UnaryOp::kGeluTanh : UnaryOp::kGelu, 0, 0);
   };
   return d;
 }
 
-// Clip: bounds are attributes before opset 11 and constant inputs from 11 on.
+// Clip: bounds are attributes before opset 11 and inputs from 11 on; they are read on the host.
 KernelDef clip_def() {
   KernelDef d;
   d.op = "Clip";
   d.since = 6;
-  d.name = "cuda.Clip.f32";
-  d.check = [](const ir::Node& n) -> std::string {
-    if (n.opset >= 11) {
-      for (int i : {1, 2}) {
-        if (!n.has_input(i)) continue;
-        if (!constant_float(n, i)) return "min/max must be constant float32 scalars to run on CUDA";
-      }
-    }
-    return require_f32(n);
-  };
+  d.name = "cuda.Clip";
+  d.host_inputs = 0b110;
+  d.check = [](const ir::Node& n) { return require_input_types(n, 0, {kF32, kF16, kBF16}); };
   d.create = [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
-    float lo = -FLT_MAX, hi = FLT_MAX;
-    if (n.opset >= 11 || n.opset == 0) {
-      if (auto v = constant_float(n, 1)) lo = *v;
-      if (auto v = constant_float(n, 2)) hi = *v;
-      if ((n.has_input(1) && !constant_float(n, 1)) || (n.has_input(2) && !constant_float(n, 2)))
-        return unsupported(n.describe() + ": min/max must be constant float32 scalars to run on CUDA");
-    } else {
-      lo = n.attr_float("min", -FLT_MAX);
-      hi = n.attr_float("max", FLT_MAX);
-    }
-    return make_kernel([lo, hi](KernelContext& ctx) { return run_unary(ctx, UnaryOp::kClip, lo, hi); });
+    const bool as_inputs = n.opset >= 11 || n.opset == 0;
+    const float lo_attr = as_inputs ? -INFINITY : n.attr_float("min", -FLT_MAX);
+    const float hi_attr = as_inputs ? INFINITY : n.attr_float("max", FLT_MAX);
+    struct Bounds {
+      float lo, hi;
+    };
+    auto reshape = [lo_attr, hi_attr](ReshapeContext& rc) -> Status {
+      KILN_RETURN_IF_ERROR(reshape_unary(rc, UnaryOp::kClip));
+      Bounds b{lo_attr, hi_attr};
+      for (size_t i : {size_t{1}, size_t{2}}) {
+        if (i >= rc.in.size() || !rc.in[i].present) continue;
+        const Tensor* t = rc.in[i].value;
+        if (!t) return rc.error("min/max must be known before running");
+        if (t->numel() != 1) return rc.error("min/max must be scalars");
+        float v = 0;
+        if (t->dtype() == kF32) v = t->data<float>()[0];
+        else if (t->dtype() == kF16) v = f16_to_f32(t->data<uint16_t>()[0]);
+        else if (t->dtype() == kBF16) v = bf16_to_f32(t->data<uint16_t>()[0]);
+        else return rc.error("min/max dtype not supported");
+        (i == 1 ? b.lo : b.hi) = v;
+      }
+      rc.state = std::make_shared<Bounds>(b);
+      return Status::Ok();
+    };
+    auto run = [](KernelContext& ctx) -> Status {
+      const auto& b = shape_state<Bounds>(ctx);
+      const Tensor& x = ctx.input(0);
+      return launched(ctx, launch_unary(UnaryOp::kClip, elem_of(x.dtype()), x.raw(), ctx.output(0).raw(), x.numel(),
+                                        b.lo, b.hi, state_of(ctx).stream));
+    };
+    return make_staged(reshape, run);
   };
   return d;
 }
+
+// ---- binary
 
 struct BinaryRow {
   const char* op;
   int since;
   BinaryOp fn;
-  bool variadic;
+  Types types;
+  bool variadic = false;
 };
 
 constexpr BinaryRow kBinary[] = {
-    {"Add", 7, BinaryOp::kAdd, false}, {"Sub", 7, BinaryOp::kSub, false}, {"Mul", 7, BinaryOp::kMul, false},
-    {"Div", 7, BinaryOp::kDiv, false}, {"Pow", 7, BinaryOp::kPow, false}, {"Max", 8, BinaryOp::kMax, true},
-    {"Min", 8, BinaryOp::kMin, true},
+    {"Add", 7, BinaryOp::kAdd, Types::kNumeric},        {"Sub", 7, BinaryOp::kSub, Types::kNumeric},
+    {"Mul", 7, BinaryOp::kMul, Types::kNumeric},        {"Div", 7, BinaryOp::kDiv, Types::kNumeric},
+    {"Pow", 7, BinaryOp::kPow, Types::kSignedNumeric},  {"Max", 8, BinaryOp::kMax, Types::kNumeric, true},
+    {"Min", 8, BinaryOp::kMin, Types::kNumeric, true},  {"Sum", 8, BinaryOp::kAdd, Types::kNumeric, true},
+    {"Equal", 7, BinaryOp::kEqual, Types::kAll},        {"Less", 7, BinaryOp::kLess, Types::kNumeric},
+    {"LessOrEqual", 12, BinaryOp::kLessEqual, Types::kNumeric}, {"Greater", 7, BinaryOp::kGreater, Types::kNumeric},
+    {"GreaterOrEqual", 12, BinaryOp::kGreaterEqual, Types::kNumeric},
+    {"And", 7, BinaryOp::kAnd, Types::kBool},           {"Or", 7, BinaryOp::kOr, Types::kBool},
+    {"Xor", 7, BinaryOp::kXor, Types::kBool},           {"BitwiseAnd", 18, BinaryOp::kBitAnd, Types::kInteger},
+    {"BitwiseOr", 18, BinaryOp::kBitOr, Types::kInteger}, {"BitwiseXor", 18, BinaryOp::kBitXor, Types::kInteger},
+    {"PRelu", 7, BinaryOp::kPRelu, Types::kSignedNumeric},
 };
 
 // y = in0 op in1 op in2 ... with numpy broadcasting (two inputs unless the op is variadic).
@@ -117,18 +213,19 @@ struct BinaryPlan {
   std::vector<BroadcastIndex> index;  // launch 0: in0 op in1 (or a copy of in0); then y op in_i
 };
 
-Status reshape_binary(ReshapeContext& rc) {
+Status reshape_binary(ReshapeContext& rc, BinaryOp fn) {
   const size_t n = rc.in.size();
   if (n < 1) return rc.error("needs at least one input");
   Shape out = rc.in[0].shape;
   for (size_t i = 0; i < n; ++i) {
     if (!rc.in[i].present) return rc.error("omitted inputs are not supported");
-    if (rc.in[i].dtype != DataType::kFloat32) return rc.error("CUDA kernel takes float32 only");
+    if (rc.in[i].dtype != rc.in[0].dtype) return rc.error("inputs differ in dtype");
     Shape next;
     if (!broadcast_shape(out, rc.in[i].shape, next))
       return rc.error("shapes " + shape_to_string(out) + " and " + shape_to_string(rc.in[i].shape) + " do not broadcast");
     out = next;
   }
+  if (elem_of(rc.in[0].dtype) < 0) return rc.error("dtype not supported on CUDA");
   auto p = std::make_shared<BinaryPlan>();
   p->numel = shape_numel(out);
   BroadcastIndex idx;
@@ -138,24 +235,24 @@ Status reshape_binary(ReshapeContext& rc) {
     if (!make_broadcast_index(out, out, rc.in[i].shape, idx)) return rc.error("rank too large for CUDA");
     p->index.push_back(idx);
   }
-  rc.out[0] = {DataType::kFloat32, out};
+  rc.out[0] = {is_comparison(fn) ? kBool : rc.in[0].dtype, out};
   rc.state = std::move(p);
   return Status::Ok();
 }
 
 Status run_binary(KernelContext& ctx, BinaryOp fn) {
-  const auto& p = *static_cast<const BinaryPlan*>(ctx.shape_state());
+  const auto& p = shape_state<BinaryPlan>(ctx);
   Tensor& y = ctx.output(0);
   cudaStream_t s = state_of(ctx).stream;
+  const int elem = elem_of(ctx.input(0).dtype());
   const int n = ctx.num_inputs();
   if (n == 1)
-    return launched(ctx, launch_binary_f32(BinaryOp::kFirst, ctx.input(0).data<float>(), nullptr, y.data<float>(),
-                                           p.numel, p.index[0], s));
-  KILN_RETURN_IF_ERROR(launched(ctx, launch_binary_f32(fn, ctx.input(0).data<float>(), ctx.input(1).data<float>(),
-                                                       y.data<float>(), p.numel, p.index[0], s)));
+    return launched(ctx, launch_binary(BinaryOp::kFirst, elem, ctx.input(0).raw(), nullptr, y.raw(), p.numel, p.index[0], s));
+  KILN_RETURN_IF_ERROR(
+      launched(ctx, launch_binary(fn, elem, ctx.input(0).raw(), ctx.input(1).raw(), y.raw(), p.numel, p.index[0], s)));
   for (int i = 2; i < n; ++i)  // fold the rest into y, in place (each element reads then writes itself)
-    KILN_RETURN_IF_ERROR(launched(ctx, launch_binary_f32(fn, y.data<float>(), ctx.input(i).data<float>(), y.data<float>(),
-                                                         p.numel, p.index[i - 1], s)));
+    KILN_RETURN_IF_ERROR(
+        launched(ctx, launch_binary(fn, elem, y.raw(), ctx.input(i).raw(), y.raw(), p.numel, p.index[i - 1], s)));
   return Status::Ok();
 }
 
@@ -163,19 +260,128 @@ KernelDef binary_def(const BinaryRow& row) {
   KernelDef d;
   d.op = row.op;
   d.since = row.since;
-  d.name = std::string("cuda.") + row.op + ".f32";
+  d.name = std::string("cuda.") + row.op;
   const bool variadic = row.variadic;
-  d.check = [variadic](const ir::Node& n) -> std::string {
-    if (!variadic && n.inputs.size() != 2) return "needs exactly two inputs";
-    for (const ir::Value* v : n.inputs)
-      if (!v) return "omitted inputs are not supported";
-    for (const ir::Value* v : n.inputs)
-      if (v->type.shape.known && v->type.shape.rank() > kMaxRank) return "rank above 8";
-    return require_f32(n);
-  };
+  const Types types = row.types;
   const BinaryOp fn = row.fn;
-  d.create = [fn](const ir::Node&, KernelInit&) {
-    return make_staged(reshape_binary, [fn](KernelContext& ctx) { return run_binary(ctx, fn); });
+  d.check = [variadic, types, fn](const ir::Node& n) -> std::string {
+    if (!variadic && n.inputs.size() != 2) return "needs exactly two inputs";
+    return check_types(n, types, is_comparison(fn));
+  };
+  d.create = [fn](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+    BinaryOp f = fn;
+    if (n.op_type == "Mod" && n.attr_int("fmod", 0) != 0) f = BinaryOp::kFmod;
+    return make_staged([f](ReshapeContext& rc) { return reshape_binary(rc, f); },
+                       [f](KernelContext& ctx) { return run_binary(ctx, f); });
+  };
+  return d;
+}
+
+KernelDef mod_def() {
+  KernelDef d = binary_def({"Mod", 10, BinaryOp::kMod, Types::kNumeric});
+  d.check = [](const ir::Node& n) -> std::string {
+    if (n.inputs.size() != 2) return "needs exactly two inputs";
+    const bool fmod = n.attr_int("fmod", 0) != 0;
+    for (const ir::Value* v : n.inputs)
+      if (v && !fmod && (v->type.dtype == kF32 || v->type.dtype == kF16 || v->type.dtype == kBF16 || v->type.dtype == kF64))
+        return "floating-point Mod needs fmod=1";
+    return check_types(n, Types::kNumeric, false);
+  };
+  return d;
+}
+
+// ---- Where(cond, x, y)
+struct WherePlan {
+  int64_t numel = 0;
+  Broadcast3Index index;
+};
+
+Status reshape_where(ReshapeContext& rc) {
+  if (rc.in.size() != 3) return rc.error("needs three inputs");
+  for (const auto& in : rc.in)
+    if (!in.present) return rc.error("omitted inputs are not supported");
+  if (rc.in[0].dtype != kBool) return rc.error("condition must be bool");
+  if (rc.in[1].dtype != rc.in[2].dtype) return rc.error("X and Y differ in dtype");
+  Shape out;
+  if (!broadcast_shape(rc.in[0].shape, rc.in[1].shape, out) || !broadcast_shape(Shape(out), rc.in[2].shape, out))
+    return rc.error("inputs do not broadcast");
+  if (out.size() > static_cast<size_t>(kMaxRank)) return rc.error("rank above 8");
+  auto p = std::make_shared<WherePlan>();
+  p->numel = shape_numel(out);
+  p->index.rank = static_cast<int>(out.size());
+  for (int k = 0; k < p->index.rank; ++k) p->index.dims[k] = out[k];
+  for (int j = 0; j < 3; ++j) {
+    const Shape& s = rc.in[j].shape;
+    int64_t stride = 1;
+    for (int k = p->index.rank - 1; k >= 0; --k) {
+      const int sk = k - (p->index.rank - static_cast<int>(s.size()));
+      const int64_t dim = sk >= 0 ? s[sk] : 1;
+      p->index.strides[j][k] = dim == 1 ? 0 : stride;
+      stride *= dim;
+    }
+  }
+  rc.out[0] = {rc.in[1].dtype, out};
+  rc.state = std::move(p);
+  return Status::Ok();
+}
+
+KernelDef where_def() {
+  KernelDef d;
+  d.op = "Where";
+  d.since = 9;
+  d.name = "cuda.Where";
+  d.check = [](const ir::Node& n) -> std::string {
+    if (n.inputs.size() != 3) return "needs three inputs";
+    for (int i = 1; i < 3; ++i)
+      if (std::string r = require_input_types(n, i, {kF32, kF16, kBF16, kF64, kI8, kI16, kI32, kI64, kU8, kBool}); !r.empty())
+        return r;
+    return require_input_types(n, 0, {kBool});
+  };
+  d.create = [](const ir::Node&, KernelInit&) {
+    return make_staged(reshape_where, [](KernelContext& ctx) -> Status {
+      const auto& p = shape_state<WherePlan>(ctx);
+      Tensor& y = ctx.output(0);
+      return launched(ctx, launch_where(ctx.input(0).data<bool>(), ctx.input(1).raw(), ctx.input(2).raw(), y.raw(), p.numel,
+                                        static_cast<int>(dtype_size(y.dtype())), p.index, state_of(ctx).stream));
+    });
+  };
+  return d;
+}
+
+// ---- Cast / CastLike
+
+KernelDef cast_def(const char* op, int since) {
+  KernelDef d;
+  d.op = op;
+  d.since = since;
+  d.name = std::string("cuda.") + op;
+  const bool like = std::string(op) == "CastLike";
+  d.shape_inputs = like ? 0b10 : 0;  // CastLike reads only its second input's dtype
+  d.check = [like](const ir::Node& n) -> std::string {
+    if (n.attr_int("saturate", 1) != 1) return "saturate=0 applies to float8 only";
+    if (std::string r = require_input_types(n, 0, types_of(Types::kAll)); !r.empty()) return r;
+    if (like) return require_input_types(n, 1, types_of(Types::kAll));
+    const DataType to = static_cast<DataType>(n.attr_int("to", 0));
+    if (elem_of(to) < 0) return std::string("cast to ") + dtype_name(to) + " does not run on CUDA";
+    return "";
+  };
+  d.create = [like](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+    const DataType to_attr = static_cast<DataType>(n.attr_int("to", 0));
+    auto reshape = [like, to_attr](ReshapeContext& rc) -> Status {
+      if (rc.in.empty() || !rc.in[0].present) return rc.error("input 0 is required");
+      const DataType to = like ? (rc.in.size() > 1 ? rc.in[1].dtype : DataType::kUndefined) : to_attr;
+      if (elem_of(to) < 0 || elem_of(rc.in[0].dtype) < 0) return rc.error("dtype not supported on CUDA");
+      rc.out[0] = {to, rc.in[0].shape};
+      return Status::Ok();
+    };
+    auto run = [](KernelContext& ctx) -> Status {
+      const Tensor& x = ctx.input(0);
+      Tensor& y = ctx.output(0);
+      if (x.dtype() == y.dtype()) return copy_device(ctx, x, y);
+      return launched(ctx, launch_cast(x.raw(), elem_of(x.dtype()), y.raw(), elem_of(y.dtype()), x.numel(),
+                                       state_of(ctx).stream));
+    };
+    return make_staged(reshape, run);
   };
   return d;
 }
@@ -187,6 +393,10 @@ void register_elementwise(KernelRegistry& r) {
   r.add(gelu_def());
   r.add(clip_def());
   for (const BinaryRow& row : kBinary) r.add(binary_def(row));
+  r.add(mod_def());
+  r.add(where_def());
+  r.add(cast_def("Cast", 6));
+  r.add(cast_def("CastLike", 15));
 }
 
 }  // namespace kiln::cuda

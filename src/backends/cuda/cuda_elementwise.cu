@@ -1,17 +1,14 @@
-// backends/cuda/cuda_elementwise.cu — unary and broadcasting binary float32 kernels.
-#include <cuda_runtime.h>
+// backends/cuda/cuda_elementwise.cu — elementwise and data-movement kernels for every element type:
+// unary math, broadcasting binary ops and comparisons, Where, Cast, strided copies (Transpose, Slice,
+// Expand), Gather, fills and ranges.
+#include <cfloat>
 
-#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/cuda_types.cuh"
 
 namespace kiln::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
-inline unsigned grid_for(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 65535 * 8 ? blocks : 65535 * 8);  // grid-stride loops cover the rest
-}
+__device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
 __device__ __forceinline__ float apply_unary(UnaryOp op, float x, float alpha, float beta) {
   switch (op) {
@@ -31,52 +28,304 @@ __device__ __forceinline__ float apply_unary(UnaryOp op, float x, float alpha, f
       return 0.5f * x * (1.f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
     case UnaryOp::kHardSigmoid: return fmaxf(0.f, fminf(1.f, alpha * x + beta));
     case UnaryOp::kHardSwish: return x * fmaxf(0.f, fminf(1.f, x / 6.f + 0.5f));
+    case UnaryOp::kReciprocal: return 1.f / x;
+    case UnaryOp::kFloor: return floorf(x);
+    case UnaryOp::kCeil: return ceilf(x);
+    case UnaryOp::kRound: return rintf(x);  // halves to even, as ONNX asks
+    case UnaryOp::kSin: return sinf(x);
+    case UnaryOp::kCos: return cosf(x);
+    case UnaryOp::kTan: return tanf(x);
+    case UnaryOp::kAtan: return atanf(x);
+    case UnaryOp::kAsin: return asinf(x);
+    case UnaryOp::kAcos: return acosf(x);
+    case UnaryOp::kSinh: return sinhf(x);
+    case UnaryOp::kCosh: return coshf(x);
+    case UnaryOp::kSoftplus: return softplus(x);
+    case UnaryOp::kSoftsign: return x / (1.f + fabsf(x));
+    case UnaryOp::kSilu: return x / (1.f + expf(-x));
+    case UnaryOp::kElu: return x > 0.f ? x : alpha * (expf(x) - 1.f);
+    case UnaryOp::kSelu: return beta * (x > 0.f ? x : alpha * (expf(x) - 1.f));
+    case UnaryOp::kCelu: return fmaxf(0.f, x) + fminf(0.f, alpha * (expf(x / alpha) - 1.f));
+    case UnaryOp::kMish: return x * tanhf(softplus(x));
+    case UnaryOp::kThresholdedRelu: return x > alpha ? x : 0.f;
+    case UnaryOp::kSign: return x > 0.f ? 1.f : (x < 0.f ? -1.f : 0.f);
+    default: return x;
   }
-  return x;
 }
 
-__global__ void unary_kernel(UnaryOp op, const float* __restrict__ x, float* __restrict__ y, int64_t n, float alpha,
-                             float beta) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x)
-    y[i] = apply_unary(op, x[i], alpha, beta);
+template <typename T>
+__global__ void unary_kernel(UnaryOp op, const T* __restrict__ x, T* __restrict__ y, int64_t n, float alpha, float beta) {
+  KILN_GRID_LOOP(i, n) y[i] = convert<T>(apply_unary(op, convert<float>(x[i]), alpha, beta));
 }
 
-__device__ __forceinline__ float apply_binary(BinaryOp op, float a, float b) {
+template <typename T>
+__global__ void isnan_kernel(const T* __restrict__ x, bool* __restrict__ y, int64_t n) {
+  KILN_GRID_LOOP(i, n) {
+    const float v = convert<float>(x[i]);
+    y[i] = v != v;
+  }
+}
+
+__global__ void not_kernel(const bool* __restrict__ x, bool* __restrict__ y, int64_t n) {
+  KILN_GRID_LOOP(i, n) y[i] = !x[i];
+}
+
+template <typename T>
+__global__ void int_unary_kernel(UnaryOp op, const T* __restrict__ x, T* __restrict__ y, int64_t n) {
+  KILN_GRID_LOOP(i, n) {
+    const T v = x[i];
+    y[i] = op == UnaryOp::kNeg ? T(-v) : op == UnaryOp::kAbs ? (v < 0 ? T(-v) : v) : T((v > 0) - (v < 0));
+  }
+}
+
+template <typename C>
+__device__ __forceinline__ C apply_binary(BinaryOp op, C a, C b) {
+  constexpr bool kFloat = std::is_floating_point<C>::value;
   switch (op) {
     case BinaryOp::kAdd: return a + b;
     case BinaryOp::kSub: return a - b;
     case BinaryOp::kMul: return a * b;
-    case BinaryOp::kDiv: return a / b;
-    case BinaryOp::kPow: return powf(a, b);
+    case BinaryOp::kDiv:
+      if constexpr (kFloat) return a / b;
+      else return b == C(0) ? C(0) : (std::is_signed<C>::value && b == C(-1)) ? C(0) - a : C(a / b);
+    case BinaryOp::kPow:
+      if constexpr (std::is_same<C, float>::value) return powf(a, b);
+      else return static_cast<C>(pow(static_cast<double>(a), static_cast<double>(b)));
     // NaN propagates as in numpy's maximum/minimum (fmaxf would drop it).
     case BinaryOp::kMax: return (a != a || a > b) ? a : b;
     case BinaryOp::kMin: return (a != a || a < b) ? a : b;
     case BinaryOp::kFirst: return a;
+    case BinaryOp::kFmod:
+      if constexpr (kFloat) return fmod(a, b);
+      else return b == C(0) ? C(0) : (std::is_signed<C>::value && b == C(-1)) ? C(0) : C(a % b);
+    case BinaryOp::kMod:  // the result takes the divisor's sign (Python's %)
+      if constexpr (kFloat) {
+        C r = fmod(a, b);
+        return (r != C(0) && ((r < C(0)) != (b < C(0)))) ? r + b : r;
+      } else {
+        if (b == C(0)) return C(0);
+        if (std::is_signed<C>::value && b == C(-1)) return C(0);
+        C r = a % b;
+        return (r != C(0) && ((r < C(0)) != (b < C(0)))) ? C(r + b) : r;
+      }
+    case BinaryOp::kAnd: return C(a != C(0) && b != C(0));
+    case BinaryOp::kOr: return C(a != C(0) || b != C(0));
+    case BinaryOp::kXor: return C((a != C(0)) != (b != C(0)));
+    case BinaryOp::kBitAnd:
+      if constexpr (!kFloat) return C(a & b);
+      else return a;
+    case BinaryOp::kBitOr:
+      if constexpr (!kFloat) return C(a | b);
+      else return a;
+    case BinaryOp::kBitXor:
+      if constexpr (!kFloat) return C(a ^ b);
+      else return a;
+    case BinaryOp::kPRelu: return a < C(0) ? C(a * b) : a;
+    default: return a;
   }
-  return a;
 }
 
-__global__ void binary_kernel(BinaryOp op, const float* a, const float* b, float* y, int64_t n, BroadcastIndex idx) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
+template <typename C>
+__device__ __forceinline__ bool apply_compare(BinaryOp op, C a, C b) {
+  switch (op) {
+    case BinaryOp::kEqual: return a == b;
+    case BinaryOp::kLess: return a < b;
+    case BinaryOp::kLessEqual: return a <= b;
+    case BinaryOp::kGreater: return a > b;
+    case BinaryOp::kGreaterEqual: return a >= b;
+    default: return false;
+  }
+}
+
+// Bool computes as int (its arithmetic is only the logic ops).
+template <typename T> struct BinCompute { using type = compute_t<T>; };
+template <> struct BinCompute<bool> { using type = int; };
+
+template <typename T>
+__global__ void binary_kernel(BinaryOp op, const T* a, const T* b, void* y, int64_t n, BroadcastIndex idx) {
+  using C = typename BinCompute<T>::type;
+  const bool compare = op >= BinaryOp::kEqual && op <= BinaryOp::kGreaterEqual;
+  KILN_GRID_LOOP(i, n) {
     int64_t ia, ib;
     broadcast_offsets(idx, i, ia, ib);
-    y[i] = apply_binary(op, a[ia], b ? b[ib] : 0.f);
+    const C va = convert<C>(a[ia]);
+    const C vb = b ? convert<C>(b[ib]) : C(0);
+    if (compare) static_cast<bool*>(y)[i] = apply_compare<C>(op, va, vb);
+    else static_cast<T*>(y)[i] = convert<T>(apply_binary<C>(op, va, vb));
+  }
+}
+
+template <typename T>
+__global__ void where_kernel(const bool* cond, const T* x, const T* z, T* y, int64_t n, Broadcast3Index idx) {
+  KILN_GRID_LOOP(i, n) {
+    int64_t rem = i, ic = 0, ix = 0, iz = 0;
+    for (int d = idx.rank - 1; d >= 0; --d) {
+      const int64_t c = rem % idx.dims[d];
+      rem /= idx.dims[d];
+      ic += c * idx.strides[0][d];
+      ix += c * idx.strides[1][d];
+      iz += c * idx.strides[2][d];
+    }
+    y[i] = cond[ic] ? x[ix] : z[iz];
+  }
+}
+
+template <typename T>
+__global__ void strided_copy_kernel(const T* x, T* y, int64_t n, StridedIndex idx) {
+  KILN_GRID_LOOP(i, n) {
+    int64_t rem = i, src = idx.base;
+    for (int d = idx.rank - 1; d >= 0; --d) {
+      src += (rem % idx.out_dims[d]) * idx.in_strides[d];
+      rem /= idx.out_dims[d];
+    }
+    y[i] = x[src];
+  }
+}
+
+template <typename From, typename To>
+__global__ void cast_kernel(const From* __restrict__ x, To* __restrict__ y, int64_t n) {
+  KILN_GRID_LOOP(i, n) {
+    if constexpr (std::is_floating_point<compute_t<From>>::value && std::is_integral<To>::value &&
+                  !std::is_same<To, bool>::value) {
+      // Float to integer: truncation toward zero; NaN gives 0 (C++ leaves it undefined).
+      const double v = convert<double>(x[i]);
+      y[i] = v != v ? To(0) : static_cast<To>(v);
+    } else {
+      y[i] = convert<To>(x[i]);
+    }
+  }
+}
+
+template <typename T, typename I>
+__global__ void gather_kernel(const T* data, const I* indices, T* y, int64_t outer, int64_t axis_dim, int64_t inner,
+                              int64_t n_idx) {
+  const int64_t n = outer * n_idx * inner;
+  KILN_GRID_LOOP(i, n) {
+    const int64_t in = i % inner, j = i / inner % n_idx, o = i / (inner * n_idx);
+    int64_t k = static_cast<int64_t>(indices[j]);
+    if (k < 0) k += axis_dim;
+    y[i] = (k >= 0 && k < axis_dim) ? data[(o * axis_dim + k) * inner + in] : T(0);
+  }
+}
+
+template <typename T>
+__global__ void fill_kernel(T* y, int64_t n, T v) {
+  KILN_GRID_LOOP(i, n) y[i] = v;
+}
+
+template <typename T>
+__global__ void range_kernel(T* y, int64_t n, int64_t istart, int64_t idelta, double start, double delta) {
+  KILN_GRID_LOOP(i, n) {
+    if constexpr (std::is_integral<T>::value) y[i] = static_cast<T>(istart + i * idelta);
+    else y[i] = convert<T>(start + static_cast<double>(i) * delta);
   }
 }
 
 }  // namespace
 
-int launch_unary_f32(UnaryOp op, const float* x, float* y, int64_t n, float alpha, float beta, cudaStream_t stream) {
+int launch_unary(UnaryOp op, int elem, const void* x, void* y, int64_t n, float alpha, float beta, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  unary_kernel<<<grid_for(n), kThreads, 0, stream>>>(op, x, y, n, alpha, beta);
-  return cudaGetLastError();
+  if (op == UnaryOp::kNot) {
+    if (elem != kElemBool) return cudaErrorInvalidValue;
+    not_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const bool*>(x), static_cast<bool*>(y), n);
+    return cudaGetLastError();
+  }
+  if ((op == UnaryOp::kAbs || op == UnaryOp::kNeg || op == UnaryOp::kSign) && (elem == kElemI32 || elem == kElemI64)) {
+    if (elem == kElemI32)
+      int_unary_kernel<<<grid_for(n), kThreads, 0, stream>>>(op, static_cast<const int32_t*>(x), static_cast<int32_t*>(y), n);
+    else
+      int_unary_kernel<<<grid_for(n), kThreads, 0, stream>>>(op, static_cast<const int64_t*>(x), static_cast<int64_t*>(y), n);
+    return cudaGetLastError();
+  }
+  return dispatch_float(elem, [&](auto t) {
+    using T = decltype(t);
+    if (op == UnaryOp::kIsNaN)
+      isnan_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<bool*>(y), n);
+    else
+      unary_kernel<<<grid_for(n), kThreads, 0, stream>>>(op, static_cast<const T*>(x), static_cast<T*>(y), n, alpha, beta);
+    return static_cast<int>(cudaGetLastError());
+  });
 }
 
-int launch_binary_f32(BinaryOp op, const float* a, const float* b, float* y, int64_t n, const BroadcastIndex& index,
-                      cudaStream_t stream) {
+int launch_binary(BinaryOp op, int elem, const void* a, const void* b, void* y, int64_t n, const BroadcastIndex& index,
+                  cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  binary_kernel<<<grid_for(n), kThreads, 0, stream>>>(op, a, b, y, n, index);
-  return cudaGetLastError();
+  return dispatch_numeric(elem, [&](auto t) {
+    using T = decltype(t);
+    binary_kernel<<<grid_for(n), kThreads, 0, stream>>>(op, static_cast<const T*>(a), static_cast<const T*>(b), y, n, index);
+    return static_cast<int>(cudaGetLastError());
+  });
+}
+
+int launch_where(const bool* cond, const void* x, const void* z, void* y, int64_t n, int elem_bytes,
+                 const Broadcast3Index& index, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  return dispatch_bytes(elem_bytes, [&](auto t) {
+    using T = decltype(t);
+    where_kernel<<<grid_for(n), kThreads, 0, stream>>>(cond, static_cast<const T*>(x), static_cast<const T*>(z),
+                                                       static_cast<T*>(y), n, index);
+    return static_cast<int>(cudaGetLastError());
+  });
+}
+
+int launch_strided_copy(const void* x, void* y, int64_t n, int elem_bytes, const StridedIndex& index, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  return dispatch_bytes(elem_bytes, [&](auto t) {
+    using T = decltype(t);
+    strided_copy_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n, index);
+    return static_cast<int>(cudaGetLastError());
+  });
+}
+
+int launch_cast(const void* x, int from, void* y, int to, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  return dispatch_numeric(from, [&](auto f) {
+    using From = decltype(f);
+    return dispatch_numeric(to, [&](auto t) {
+      using To = decltype(t);
+      cast_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const From*>(x), static_cast<To*>(y), n);
+      return static_cast<int>(cudaGetLastError());
+    });
+  });
+}
+
+int launch_gather(const void* data, const void* indices, bool indices64, void* y, int64_t outer, int64_t axis_dim,
+                  int64_t inner, int64_t n_indices, int elem_bytes, cudaStream_t stream) {
+  const int64_t n = outer * n_indices * inner;
+  if (n <= 0) return cudaSuccess;
+  return dispatch_bytes(elem_bytes, [&](auto t) {
+    using T = decltype(t);
+    if (indices64)
+      gather_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(data), static_cast<const int64_t*>(indices),
+                                                          static_cast<T*>(y), outer, axis_dim, inner, n_indices);
+    else
+      gather_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(data), static_cast<const int32_t*>(indices),
+                                                          static_cast<T*>(y), outer, axis_dim, inner, n_indices);
+    return static_cast<int>(cudaGetLastError());
+  });
+}
+
+int launch_fill(void* y, int64_t n, int elem_bytes, uint64_t bits, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  return dispatch_bytes(elem_bytes, [&](auto t) {
+    using T = decltype(t);
+    fill_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<T*>(y), n, static_cast<T>(bits));
+    return static_cast<int>(cudaGetLastError());
+  });
+}
+
+int launch_range(void* y, int elem, int64_t n, int64_t istart, int64_t idelta, double start, double delta,
+                 cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  return dispatch_numeric(elem, [&](auto t) {
+    using T = decltype(t);
+    if constexpr (std::is_same<T, bool>::value) {
+      return static_cast<int>(cudaErrorInvalidValue);
+    } else {
+      range_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<T*>(y), n, istart, idelta, start, delta);
+      return static_cast<int>(cudaGetLastError());
+    }
+  });
 }
 
 }  // namespace kiln::cuda

@@ -15,14 +15,30 @@ namespace kiln::cuda {
 
 constexpr int kMaxRank = 8;
 
+// Element types, by their ONNX numbers (the same as kiln::DataType's).
+enum Elem : int {
+  kElemF32 = 1, kElemU8 = 2, kElemI8 = 3, kElemU16 = 4, kElemI16 = 5, kElemI32 = 6, kElemI64 = 7, kElemBool = 9,
+  kElemF16 = 10, kElemF64 = 11, kElemU32 = 12, kElemU64 = 13, kElemBF16 = 16,
+};
+
 enum class UnaryOp : int {
   kRelu, kSigmoid, kTanh, kExp, kLog, kSqrt, kAbs, kNeg, kErf, kLeakyRelu, kClip, kGelu, kGeluTanh,
-  kHardSigmoid, kHardSwish,
+  kHardSigmoid, kHardSwish, kReciprocal, kFloor, kCeil, kRound, kSin, kCos, kSoftplus, kSoftsign, kSilu, kElu,
+  kSelu, kCelu, kMish, kThresholdedRelu, kSign, kIsNaN, kNot, kTan, kAtan, kAsin, kAcos, kSinh, kCosh,
 };
-// y = op(x) over n elements; `alpha`/`beta` are LeakyRelu's alpha, Clip's min/max, HardSigmoid's alpha/beta.
-int launch_unary_f32(UnaryOp op, const float* x, float* y, int64_t n, float alpha, float beta, cudaStream_t stream);
+// y = op(x) over n elements of a float type (f32, f16, bf16; Not: bool; Abs/Neg/Sign: also i32/i64);
+// IsNaN writes bool. `alpha`/`beta` are the op's parameters (LeakyRelu's alpha, Clip's min/max, ...).
+int launch_unary(UnaryOp op, int elem, const void* x, void* y, int64_t n, float alpha, float beta, cudaStream_t stream);
+inline int launch_unary_f32(UnaryOp op, const float* x, float* y, int64_t n, float alpha, float beta, cudaStream_t stream) {
+  return launch_unary(op, kElemF32, x, y, n, alpha, beta, stream);
+}
 
-enum class BinaryOp : int { kAdd, kSub, kMul, kDiv, kPow, kMax, kMin, kFirst };
+enum class BinaryOp : int {
+  kAdd, kSub, kMul, kDiv, kPow, kMax, kMin, kFirst, kMod, kFmod, kEqual, kLess, kLessEqual, kGreater, kGreaterEqual,
+  kAnd, kOr, kXor, kBitAnd, kBitOr, kBitXor, kPRelu,
+};
+// Comparisons (kEqual..kGreaterEqual) write bool; the others write the inputs' type.
+inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::kEqual && op <= BinaryOp::kGreaterEqual; }
 
 // Output dims and element strides of both inputs (0 along broadcast dims), innermost last.
 struct BroadcastIndex {
@@ -47,22 +63,108 @@ KILN_HOST_DEVICE inline void broadcast_offsets(const BroadcastIndex& idx, int64_
   }
 }
 // y[i] = op(a[ia], b[ib]) for every output element; kFirst copies a (b may be null): a broadcast copy.
-int launch_binary_f32(BinaryOp op, const float* a, const float* b, float* y, int64_t n, const BroadcastIndex& index,
-                      cudaStream_t stream);
+// `elem` is the inputs' type: f32/f16/bf16 compute in float; f64, i8..i64, u8..u64 in their own type;
+// kAnd/kOr/kXor take bool.
+int launch_binary(BinaryOp op, int elem, const void* a, const void* b, void* y, int64_t n, const BroadcastIndex& index,
+                  cudaStream_t stream);
+inline int launch_binary_f32(BinaryOp op, const float* a, const float* b, float* y, int64_t n,
+                             const BroadcastIndex& index, cudaStream_t stream) {
+  return launch_binary(op, kElemF32, a, b, y, n, index, stream);
+}
 
-// Softmax (or log-softmax) of x viewed as [outer, axis, inner], normalized along `axis`.
-int launch_softmax_f32(const float* x, float* y, int64_t outer, int64_t axis, int64_t inner, bool log,
-                       cudaStream_t stream);
+// Three-way broadcast (Where): dims of the output, element strides of each input (0 where broadcast).
+struct Broadcast3Index {
+  int rank = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t strides[3][kMaxRank] = {};
+};
+// y[i] = cond[ic] ? x[ix] : z[iz], elements of `elem_bytes` (1, 2, 4 or 8) bytes.
+int launch_where(const bool* cond, const void* x, const void* z, void* y, int64_t n, int elem_bytes,
+                 const Broadcast3Index& index, cudaStream_t stream);
 
-// y = x transposed: out_dims are y's dims, in_strides[k] is x's stride of the dim that lands at k.
-struct TransposeIndex {
+// y = x converted element by element (every pair of the types in Elem).
+int launch_cast(const void* x, int from, void* y, int to, int64_t n, cudaStream_t stream);
+
+// y[o, j, i] = data[o, indices[j], i] for data viewed as [outer, axis_dim, inner] (inner in elements of
+// `elem_bytes`); negative indices count from the end; indices outside [-axis_dim, axis_dim) give zeros.
+int launch_gather(const void* data, const void* indices, bool indices64, void* y, int64_t outer, int64_t axis_dim,
+                  int64_t inner, int64_t n_indices, int elem_bytes, cudaStream_t stream);
+
+// Fills n elements of `elem_bytes` bytes with the bit pattern `bits` (its low bytes).
+int launch_fill(void* y, int64_t n, int elem_bytes, uint64_t bits, cudaStream_t stream);
+// y[i] = start + i·delta (integer types use the int64 pair, float types the double pair).
+int launch_range(void* y, int elem, int64_t n, int64_t istart, int64_t idelta, double start, double delta,
+                 cudaStream_t stream);
+
+// Reductions over any set of axes: output element o reads input offset base(o) + Σ over the reduced
+// index r of offset(r). `out_*` describe the kept dims (output order) with their input strides,
+// `red_*` the reduced dims with theirs.
+struct ReduceIndex {
+  int out_rank = 0;
+  int64_t out_dims[kMaxRank] = {};
+  int64_t out_strides[kMaxRank] = {};
+  int red_rank = 0;
+  int64_t red_dims[kMaxRank] = {};
+  int64_t red_strides[kMaxRank] = {};
+  int64_t red_count = 1;
+};
+enum class ReduceOp : int { kSum, kMean, kMax, kMin, kProd, kSumSquare, kL1, kL2, kLogSum, kLogSumExp };
+// Float types (f32/f16/bf16 accumulate in float, f64 in double), i32 and i64 (Sum/Mean/Max/Min/Prod).
+// An empty reduction gives the op's identity (Max: -inf, Min: +inf, LogSum(Exp): -inf).
+int launch_reduce(ReduceOp op, int elem, const void* x, void* y, int64_t n_out, const ReduceIndex& index,
+                  cudaStream_t stream);
+// ArgMax/ArgMin along one reduced dim (index.red_rank == 1): the first (or, `last`, the last) extreme.
+int launch_arg_reduce(bool max, bool last, int elem, const void* x, int64_t* y, int64_t n_out,
+                      const ReduceIndex& index, cudaStream_t stream);
+
+// Softmax (or log-softmax) of x viewed as [outer, axis, inner] along `axis`; float types, computed in float.
+int launch_softmax(int elem, const void* x, void* y, int64_t outer, int64_t axis, int64_t inner, bool log,
+                   cudaStream_t stream);
+
+// Layer normalization of x viewed as [rows, n] (statistics in float):
+//   s = x + skip (skip: null, [rows, n], or [n] added to every row) + bias ([n] or null),
+//   y = (s - mean) · rsqrt(var + eps) · gamma + beta   (rms: y = s · rsqrt(mean(s²) + eps) · gamma + beta).
+// `sum` (nullable) receives s; `mean`/`inv_std` (nullable, float) the per-row statistics. Float types.
+struct LayerNormArgs {
+  int elem = kElemF32;
+  const void* x = nullptr;
+  const void* skip = nullptr;
+  bool skip_is_row = false;  // skip is [n], broadcast to every row
+  const void* bias = nullptr;
+  const void* gamma = nullptr;
+  const void* beta = nullptr;
+  void* y = nullptr;
+  void* sum = nullptr;
+  float* mean = nullptr;
+  float* inv_std = nullptr;
+  int64_t rows = 0, n = 0;
+  float epsilon = 1e-5f;
+  bool rms = false;
+};
+int launch_layer_norm(const LayerNormArgs& a, cudaStream_t stream);
+
+inline int launch_softmax_f32(const float* x, float* y, int64_t outer, int64_t axis, int64_t inner, bool log,
+                              cudaStream_t stream) {
+  return launch_softmax(kElemF32, x, y, outer, axis, inner, log, stream);
+}
+
+// A strided copy: y[i] = x[base + Σ_k c_k · in_strides[k]] where c is i's index over out_dims. Covers
+// Transpose (permuted strides), Slice (step-multiplied strides, a base offset; negative strides allowed)
+// and Expand (stride 0 along broadcast dims).
+struct StridedIndex {
   int rank = 0;
   int64_t out_dims[kMaxRank] = {};
   int64_t in_strides[kMaxRank] = {};
+  int64_t base = 0;
 };
+using TransposeIndex = StridedIndex;
 // Any element type of 1, 2, 4 or 8 bytes.
-int launch_transpose(const void* x, void* y, int64_t n, int elem_bytes, const TransposeIndex& index,
-                     cudaStream_t stream);
+int launch_strided_copy(const void* x, void* y, int64_t n, int elem_bytes, const StridedIndex& index,
+                        cudaStream_t stream);
+inline int launch_transpose(const void* x, void* y, int64_t n, int elem_bytes, const TransposeIndex& index,
+                            cudaStream_t stream) {
+  return launch_strided_copy(x, y, n, elem_bytes, index, stream);
+}
 
 // 2-D pooling over NCHW. Pads are begin (top/left) and end (bottom/right).
 struct PoolParams {

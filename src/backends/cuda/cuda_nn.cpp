@@ -1,4 +1,4 @@
-// backends/cuda/cuda_nn.cpp — the table of float32 NN kernels: Softmax/LogSoftmax, pooling,
+// backends/cuda/cuda_nn.cpp — the table of float32 NN kernels: pooling,
 // global pooling and inference BatchNormalization (own kernels in cuda_nn.cu).
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
@@ -15,30 +15,6 @@ KernelDef def(const char* op, int since, const char* name, std::function<std::st
   d.check = std::move(check);
   d.create = std::move(create);
   return d;
-}
-
-// ---- Softmax / LogSoftmax
-Expected<KernelPtr> create_softmax(const ir::Node& n, bool log) {
-  const bool coerce_2d = n.opset > 0 && n.opset < 13;  // before 13: flatten to [prod(<axis), prod(>=axis)]
-  const int64_t axis_attr = n.attr_int("axis", coerce_2d ? 1 : -1);
-  return make_kernel([axis_attr, coerce_2d, log](KernelContext& ctx) -> Status {
-    const Tensor& x = ctx.input(0);
-    int64_t axis = axis_attr;
-    const int64_t r = x.rank();
-    if (r == 0) return ctx.error("input must have rank >= 1");
-    if (!normalize_axis(axis, r)) return ctx.error("axis out of range");
-    int64_t outer = 1, dim = 1, inner = 1;
-    for (int64_t k = 0; k < axis; ++k) outer *= x.shape()[k];
-    if (coerce_2d) {
-      for (int64_t k = axis; k < r; ++k) dim *= x.shape()[k];
-    } else {
-      dim = x.shape()[axis];
-      for (int64_t k = axis + 1; k < r; ++k) inner *= x.shape()[k];
-    }
-    Tensor& y = ctx.output(0, DataType::kFloat32, x.shape());
-    return launched(ctx, launch_softmax_f32(x.data<float>(), y.data<float>(), outer, dim, inner, log,
-                                            state_of(ctx).stream));
-  });
 }
 
 // ---- MaxPool / AveragePool (1-D and 2-D, NCHW)
@@ -152,10 +128,6 @@ Expected<KernelPtr> create_batchnorm(const ir::Node& n) {
 }  // namespace
 
 void register_nn(KernelRegistry& r) {
-  r.add(def("Softmax", 1, "cuda.Softmax.f32", require_f32,
-            [](const ir::Node& n, KernelInit&) { return create_softmax(n, false); }));
-  r.add(def("LogSoftmax", 1, "cuda.LogSoftmax.f32", require_f32,
-            [](const ir::Node& n, KernelInit&) { return create_softmax(n, true); }));
   r.add(def("MaxPool", 1, "cuda.MaxPool.f32", pool_check,
             [](const ir::Node& n, KernelInit&) { return create_pool(n, true); }));
   r.add(def("AveragePool", 1, "cuda.AveragePool.f32", pool_check,

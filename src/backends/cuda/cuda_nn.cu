@@ -1,76 +1,8 @@
-// backends/cuda/cuda_nn.cu — softmax, transpose, pooling, row reductions, batch norm, padding.
-#include <cuda_runtime.h>
-
-#include <cfloat>
-#include <cstdint>
-
-#include "backends/cuda/cuda_kernels.h"
+// backends/cuda/cuda_nn.cu — pooling, row reductions, batch norm, padding (float32).
+#include "backends/cuda/cuda_types.cuh"
 
 namespace kiln::cuda {
 namespace {
-
-constexpr int kThreads = 256;
-
-inline unsigned grid_for(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 65535 * 8 ? blocks : 65535 * 8);
-}
-inline unsigned rows_grid(int64_t rows) { return static_cast<unsigned>(rows < 2147483647 ? rows : 2147483647); }
-
-#define KILN_GRID_LOOP(i, n) \
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{blockDim.x} * gridDim.x)
-
-// Reduces v over the block (sum or max); every thread gets the result.
-__device__ float block_reduce(float v, bool max) {
-  __shared__ float partial[32];
-  __syncthreads();  // partial may still be read by a previous call
-  for (int off = 16; off > 0; off >>= 1) {
-    const float o = __shfl_xor_sync(0xffffffffu, v, off);
-    v = max ? fmaxf(v, o) : v + o;
-  }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  const int warps = blockDim.x / 32;
-  v = lane < warps ? partial[lane] : (max ? -FLT_MAX : 0.f);
-  for (int off = 16; off > 0; off >>= 1) {
-    const float o = __shfl_xor_sync(0xffffffffu, v, off);
-    v = max ? fmaxf(v, o) : v + o;
-  }
-  return v;
-}
-
-// One block per row (outer index o, inner index i); the row's elements are `inner` apart.
-__global__ void softmax_kernel(const float* x, float* y, int64_t rows, int64_t axis, int64_t inner, bool log) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const int64_t base = (r / inner) * axis * inner + r % inner;
-    float m = -FLT_MAX;
-    for (int64_t k = threadIdx.x; k < axis; k += blockDim.x) m = fmaxf(m, x[base + k * inner]);
-    m = block_reduce(m, true);
-    float s = 0.f;
-    for (int64_t k = threadIdx.x; k < axis; k += blockDim.x) s += expf(x[base + k * inner] - m);
-    s = block_reduce(s, false);
-    if (log) {
-      const float ls = logf(s);
-      for (int64_t k = threadIdx.x; k < axis; k += blockDim.x) y[base + k * inner] = x[base + k * inner] - m - ls;
-    } else {
-      const float inv = 1.f / s;
-      for (int64_t k = threadIdx.x; k < axis; k += blockDim.x) y[base + k * inner] = expf(x[base + k * inner] - m) * inv;
-    }
-  }
-}
-
-template <typename T>
-__global__ void transpose_kernel(const T* x, T* y, int64_t n, TransposeIndex idx) {
-  KILN_GRID_LOOP(i, n) {
-    int64_t rem = i, src = 0;
-    for (int d = idx.rank - 1; d >= 0; --d) {
-      src += (rem % idx.out_dims[d]) * idx.in_strides[d];
-      rem /= idx.out_dims[d];
-    }
-    y[i] = x[src];
-  }
-}
 
 __global__ void pool2d_kernel(const float* x, float* y, PoolParams p) {
   const int64_t n = p.nc * p.oh * p.ow;
@@ -129,27 +61,6 @@ __global__ void pad2d_kernel(const float* x, float* y, int64_t nc, int64_t h, in
 }
 
 }  // namespace
-
-int launch_softmax_f32(const float* x, float* y, int64_t outer, int64_t axis, int64_t inner, bool log,
-                       cudaStream_t stream) {
-  const int64_t rows = outer * inner;
-  if (rows <= 0 || axis <= 0) return cudaSuccess;
-  softmax_kernel<<<rows_grid(rows), kThreads, 0, stream>>>(x, y, rows, axis, inner, log);
-  return cudaGetLastError();
-}
-
-int launch_transpose(const void* x, void* y, int64_t n, int elem_bytes, const TransposeIndex& index,
-                     cudaStream_t stream) {
-  if (n <= 0) return cudaSuccess;
-  switch (elem_bytes) {
-    case 1: transpose_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const uint8_t*>(x), static_cast<uint8_t*>(y), n, index); break;
-    case 2: transpose_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y), n, index); break;
-    case 4: transpose_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const uint32_t*>(x), static_cast<uint32_t*>(y), n, index); break;
-    case 8: transpose_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const uint64_t*>(x), static_cast<uint64_t*>(y), n, index); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
-}
 
 int launch_pool2d_f32(const float* x, float* y, const PoolParams& p, cudaStream_t stream) {
   const int64_t n = p.nc * p.oh * p.ow;

@@ -22,6 +22,47 @@ std::string require_f32(const ir::Node& n) {
   return "";
 }
 
+namespace {
+std::string require_types(const ir::Value* v, const char* what, int i, const std::vector<DataType>& allowed) {
+  if (!v || !v->type.is_tensor() || v->type.dtype == DataType::kUndefined) return "";
+  for (DataType d : allowed)
+    if (d == v->type.dtype) return "";
+  return std::string(what) + " " + std::to_string(i) + " is " + dtype_name(v->type.dtype) + ", which this CUDA kernel does not take";
+}
+}  // namespace
+
+std::string require_input_types(const ir::Node& n, int i, const std::vector<DataType>& allowed) {
+  return require_types(n.has_input(i) ? n.inputs[i] : nullptr, "input", i, allowed);
+}
+std::string require_output_types(const ir::Node& n, int i, const std::vector<DataType>& allowed) {
+  return require_types(n.has_output(i) ? n.outputs[i] : nullptr, "output", i, allowed);
+}
+
+int elem_of(DataType t) {
+  switch (t) {
+    case DataType::kFloat32: case DataType::kUInt8: case DataType::kInt8: case DataType::kUInt16:
+    case DataType::kInt16: case DataType::kInt32: case DataType::kInt64: case DataType::kBool:
+    case DataType::kFloat16: case DataType::kFloat64: case DataType::kUInt32: case DataType::kUInt64:
+    case DataType::kBFloat16:
+      return static_cast<int>(t);
+    default:
+      return -1;
+  }
+}
+
+bool is_float_type(DataType t) {
+  return t == DataType::kFloat32 || t == DataType::kFloat16 || t == DataType::kBFloat16;
+}
+
+std::optional<std::vector<int64_t>> host_ints(const Tensor* t) {
+  if (!t || !t->device().is_cpu()) return std::nullopt;
+  std::vector<int64_t> v(static_cast<size_t>(t->numel()));
+  if (t->dtype() == DataType::kInt64) std::copy(t->data<int64_t>(), t->data<int64_t>() + t->numel(), v.begin());
+  else if (t->dtype() == DataType::kInt32) std::copy(t->data<int32_t>(), t->data<int32_t>() + t->numel(), v.begin());
+  else return std::nullopt;
+  return v;
+}
+
 std::string require_constant(const ir::Node& n, int i) {
   if (!n.has_input(i) || n.inputs[i]->constant.has_value()) return "";
   return "input " + std::to_string(i) + " must be a constant (run constant folding) to run on CUDA";

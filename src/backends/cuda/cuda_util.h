@@ -12,6 +12,16 @@ namespace kiln::cuda {
 
 // check(): "" when every present input (and output) whose dtype is known is float32.
 std::string require_f32(const ir::Node& n);
+// check(): "" when input/output `i` (absent, or of unknown dtype, passes) has one of `allowed` dtypes.
+std::string require_input_types(const ir::Node& n, int i, const std::vector<DataType>& allowed);
+std::string require_output_types(const ir::Node& n, int i, const std::vector<DataType>& allowed);
+// Element types the generic kernels take (cuda_kernels.h's Elem): the code, or -1.
+int elem_of(DataType t);
+// Float types every float kernel takes (computed in float32).
+inline constexpr DataType kFloatTypes[] = {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16};
+bool is_float_type(DataType t);
+// The int64/int32 values of a host tensor (a host input's value), or nullopt.
+std::optional<std::vector<int64_t>> host_ints(const Tensor* t);
 // check(): "" when node input `i` is absent or a constant (its value is needed at creation).
 std::string require_constant(const ir::Node& n, int i);
 

@@ -1,0 +1,263 @@
+// backends/cuda/cuda_reduce.cu — reductions over any axes, ArgMax/ArgMin, softmax and layer
+// normalization (with skip/bias and RMS forms), for float types (16-bit floats compute in float).
+#include <cfloat>
+#include <climits>
+
+#include "backends/cuda/cuda_types.cuh"
+
+namespace kiln::cuda {
+namespace {
+
+// The accumulator type of a storage type: float for f16/bf16/f32, double for f64, int64 for integers.
+template <typename T> struct Acc { using type = int64_t; };
+template <> struct Acc<float> { using type = float; };
+template <> struct Acc<__half> { using type = float; };
+template <> struct Acc<__nv_bfloat16> { using type = float; };
+template <> struct Acc<double> { using type = double; };
+
+template <typename A>
+__device__ __forceinline__ A lowest() {
+  if constexpr (std::is_floating_point<A>::value) return -INFINITY;
+  else return LLONG_MIN;
+}
+template <typename A>
+__device__ __forceinline__ A highest() {
+  if constexpr (std::is_floating_point<A>::value) return INFINITY;
+  else return LLONG_MAX;
+}
+
+template <typename A>
+__device__ __forceinline__ A combine(ReduceOp op, A a, A b) {
+  switch (op) {
+    case ReduceOp::kMax: return (a != a || a > b) ? a : b;
+    case ReduceOp::kMin: return (a != a || a < b) ? a : b;
+    case ReduceOp::kProd: return a * b;
+    default: return a + b;
+  }
+}
+
+template <typename A>
+__device__ __forceinline__ A warp_combine(ReduceOp op, A v) {
+  for (int off = 16; off > 0; off >>= 1) v = combine(op, v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+__device__ __forceinline__ int64_t out_base(const ReduceIndex& idx, int64_t o) {
+  int64_t base = 0;
+  for (int d = idx.out_rank - 1; d >= 0; --d) {
+    base += (o % idx.out_dims[d]) * idx.out_strides[d];
+    o /= idx.out_dims[d];
+  }
+  return base;
+}
+__device__ __forceinline__ int64_t red_offset(const ReduceIndex& idx, int64_t r) {
+  if (idx.red_rank == 1) return r * idx.red_strides[0];
+  int64_t off = 0;
+  for (int d = idx.red_rank - 1; d >= 0; --d) {
+    off += (r % idx.red_dims[d]) * idx.red_strides[d];
+    r /= idx.red_dims[d];
+  }
+  return off;
+}
+
+// One warp per output element; lanes stride over the reduced elements.
+template <typename T>
+__global__ void reduce_kernel(ReduceOp op, const T* __restrict__ x, T* __restrict__ y, int64_t n_out, ReduceIndex idx) {
+  using A = typename Acc<T>::type;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (int64_t{gridDim.x} * blockDim.x) >> 5;
+  for (int64_t o = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) >> 5; o < n_out; o += warps) {
+    const T* xo = x + out_base(idx, o);
+    // LogSumExp: the maximum first, so exp never overflows.
+    A shift = A(0);
+    if (op == ReduceOp::kLogSumExp) {
+      A m = lowest<A>();
+      for (int64_t r = lane; r < idx.red_count; r += 32) m = combine(ReduceOp::kMax, m, convert<A>(xo[red_offset(idx, r)]));
+      shift = warp_combine(ReduceOp::kMax, m);
+      if (shift == lowest<A>()) shift = A(0);
+    }
+    const ReduceOp how = (op == ReduceOp::kMax || op == ReduceOp::kMin || op == ReduceOp::kProd) ? op : ReduceOp::kSum;
+    A acc = op == ReduceOp::kMax ? lowest<A>() : op == ReduceOp::kMin ? highest<A>() : op == ReduceOp::kProd ? A(1) : A(0);
+    for (int64_t r = lane; r < idx.red_count; r += 32) {
+      A v = convert<A>(xo[red_offset(idx, r)]);
+      if constexpr (std::is_floating_point<A>::value) {
+        if (op == ReduceOp::kSumSquare || op == ReduceOp::kL2) v = v * v;
+        else if (op == ReduceOp::kL1) v = v < A(0) ? -v : v;
+        else if (op == ReduceOp::kLogSumExp) v = exp(v - shift);
+      }
+      acc = combine(how, acc, v);
+    }
+    acc = warp_combine(how, acc);
+    if (lane == 0) {
+      if constexpr (std::is_floating_point<A>::value) {
+        if (op == ReduceOp::kMean) acc = acc / static_cast<A>(idx.red_count);
+        else if (op == ReduceOp::kL2) acc = sqrt(acc);
+        else if (op == ReduceOp::kLogSum) acc = log(acc);
+        else if (op == ReduceOp::kLogSumExp) acc = log(acc) + shift;
+      } else {
+        if (op == ReduceOp::kMean) acc = idx.red_count ? acc / idx.red_count : 0;
+      }
+      y[o] = convert<T>(acc);
+    }
+  }
+}
+
+template <typename T>
+__global__ void arg_reduce_kernel(bool max, bool last, const T* __restrict__ x, int64_t* __restrict__ y, int64_t n_out,
+                                  ReduceIndex idx) {
+  using A = typename Acc<T>::type;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (int64_t{gridDim.x} * blockDim.x) >> 5;
+  for (int64_t o = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) >> 5; o < n_out; o += warps) {
+    const T* xo = x + out_base(idx, o);
+    A best = max ? lowest<A>() : highest<A>();
+    int64_t at = -1;
+    for (int64_t r = lane; r < idx.red_count; r += 32) {
+      const A v = convert<A>(xo[r * idx.red_strides[0]]);
+      const bool better = max ? v > best : v < best;
+      if (at < 0 || better || (last && v == best)) {
+        best = v;
+        at = r;
+      }
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+      const A ov = __shfl_xor_sync(0xffffffffu, best, off);
+      const int64_t oa = __shfl_xor_sync(0xffffffffu, at, off);
+      if (oa < 0) continue;
+      const bool better = at < 0 || (max ? ov > best : ov < best) || (ov == best && (last ? oa > at : oa < at));
+      if (better) {
+        best = ov;
+        at = oa;
+      }
+    }
+    if (lane == 0) y[o] = at < 0 ? 0 : at;
+  }
+}
+
+// One block per row (outer index o, inner index i); the row's elements are `inner` apart.
+template <typename T>
+__global__ void softmax_kernel(const T* x, T* y, int64_t rows, int64_t axis, int64_t inner, bool log) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = (r / inner) * axis * inner + r % inner;
+    float m = -FLT_MAX;
+    for (int64_t k = threadIdx.x; k < axis; k += blockDim.x) m = fmaxf(m, convert<float>(x[base + k * inner]));
+    m = block_reduce(m, true);
+    float s = 0.f;
+    for (int64_t k = threadIdx.x; k < axis; k += blockDim.x) s += expf(convert<float>(x[base + k * inner]) - m);
+    s = block_reduce(s, false);
+    if (log) {
+      const float ls = logf(s);
+      for (int64_t k = threadIdx.x; k < axis; k += blockDim.x)
+        y[base + k * inner] = convert<T>(convert<float>(x[base + k * inner]) - m - ls);
+    } else {
+      const float inv = 1.f / s;
+      for (int64_t k = threadIdx.x; k < axis; k += blockDim.x)
+        y[base + k * inner] = convert<T>(expf(convert<float>(x[base + k * inner]) - m) * inv);
+    }
+  }
+}
+
+template <typename T>
+__global__ void layer_norm_kernel(LayerNormArgs a) {
+  const T* x = static_cast<const T*>(a.x);
+  const T* skip = static_cast<const T*>(a.skip);
+  const T* bias = static_cast<const T*>(a.bias);
+  const T* gamma = static_cast<const T*>(a.gamma);
+  const T* beta = static_cast<const T*>(a.beta);
+  T* y = static_cast<T*>(a.y);
+  T* sum = static_cast<T*>(a.sum);
+  const int64_t n = a.n;
+  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    const int64_t off = r * n;
+    auto value = [&](int64_t k) {
+      float v = convert<float>(x[off + k]);
+      if (skip) v += convert<float>(skip[(a.skip_is_row ? 0 : off) + k]);
+      if (bias) v += convert<float>(bias[k]);
+      return v;
+    };
+    float mean = 0.f;
+    if (!a.rms || sum) {
+      float s = 0.f;
+      for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+        const float v = value(k);
+        if (sum) sum[off + k] = convert<T>(v);
+        s += v;
+      }
+      s = block_reduce(s, false);
+      if (!a.rms) mean = s / static_cast<float>(n);
+    }
+    float q = 0.f;
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+      const float d = value(k) - mean;
+      q += d * d;
+    }
+    q = block_reduce(q, false);
+    const float inv = rsqrtf(q / static_cast<float>(n) + a.epsilon);
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+      float v = (value(k) - mean) * inv * convert<float>(gamma[k]);
+      if (beta) v += convert<float>(beta[k]);
+      y[off + k] = convert<T>(v);
+    }
+    if (threadIdx.x == 0) {
+      if (a.mean) a.mean[r] = mean;
+      if (a.inv_std) a.inv_std[r] = inv;
+    }
+  }
+}
+
+}  // namespace
+
+int launch_reduce(ReduceOp op, int elem, const void* x, void* y, int64_t n_out, const ReduceIndex& index,
+                  cudaStream_t stream) {
+  if (n_out <= 0) return cudaSuccess;
+  const unsigned grid = grid_for(n_out * 32);
+  return dispatch_numeric(elem, [&](auto t) {
+    using T = decltype(t);
+    if constexpr (std::is_same<T, bool>::value || std::is_unsigned<T>::value) {
+      return static_cast<int>(cudaErrorInvalidValue);
+    } else {
+      reduce_kernel<<<grid, kThreads, 0, stream>>>(op, static_cast<const T*>(x), static_cast<T*>(y), n_out, index);
+      return static_cast<int>(cudaGetLastError());
+    }
+  });
+}
+
+int launch_arg_reduce(bool max, bool last, int elem, const void* x, int64_t* y, int64_t n_out, const ReduceIndex& index,
+                      cudaStream_t stream) {
+  if (n_out <= 0) return cudaSuccess;
+  if (index.red_rank != 1) return cudaErrorInvalidValue;
+  const unsigned grid = grid_for(n_out * 32);
+  return dispatch_numeric(elem, [&](auto t) {
+    using T = decltype(t);
+    if constexpr (std::is_same<T, bool>::value || std::is_unsigned<T>::value) {
+      return static_cast<int>(cudaErrorInvalidValue);
+    } else {
+      arg_reduce_kernel<<<grid, kThreads, 0, stream>>>(max, last, static_cast<const T*>(x), y, n_out, index);
+      return static_cast<int>(cudaGetLastError());
+    }
+  });
+}
+
+int launch_softmax(int elem, const void* x, void* y, int64_t outer, int64_t axis, int64_t inner, bool log,
+                   cudaStream_t stream) {
+  const int64_t rows = outer * inner;
+  if (rows <= 0 || axis <= 0) return cudaSuccess;
+  return dispatch_float(elem, [&](auto t) {
+    using T = decltype(t);
+    softmax_kernel<<<rows_grid(rows), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, axis,
+                                                             inner, log);
+    return static_cast<int>(cudaGetLastError());
+  });
+}
+
+int launch_layer_norm(const LayerNormArgs& a, cudaStream_t stream) {
+  if (a.rows <= 0 || a.n <= 0) return cudaSuccess;
+  const int threads = a.n <= 256 ? 64 : a.n <= 1024 ? 128 : 256;
+  return dispatch_float(a.elem, [&](auto t) {
+    using T = decltype(t);
+    layer_norm_kernel<T><<<rows_grid(a.rows), threads, 0, stream>>>(a);
+    return static_cast<int>(cudaGetLastError());
+  });
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# CUDA breadth check on a machine with an NVIDIA GPU, from a folder holding the built binaries:
+#   tests/gpu/cuda_breadth_check.sh BIN_DIR OUT_DIR [OPSETS]
+# BIN_DIR has kiln, kiln_tests, kiln_alloc_tests, libkiln.so (+ shared libraries the machine lacks).
+# Runs the CUDA unit tests (every CUDA kernel against the CPU kernels, float32/float16/bfloat16 and
+# integer types), exports the nine zoo models with the machine's PyTorch, and for each: builds a CUDA
+# engine (placement summary and every step left on the CPU, with its reason), compares its outputs
+# with the CPU engine's on the same inputs, and times batch 1 (and batch 64 for ResNet-50/BERT-base)
+# next to PyTorch eager FP32 on the same GPU. Writes OUT_DIR/cuda_breadth.log.
+set -uo pipefail
+bin=$(cd "$1" && pwd); out=$2; opsets=${3:-17}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PYTHONUNBUFFERED=1
+cd "$root"
+models="resnet50 mobilenet_v2 efficientnet_b0 convnext_tiny vit_b_16 deeplabv3_mobilenet_v3_large bert_base distilbert gpt2"
+{
+  date -u +"%Y-%m-%d %H:%M UTC"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  echo "== CUDA unit tests"
+  "$bin/kiln_tests" --gtest_filter='Cuda*:Runtime.Cuda*' 2>&1 | grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|tests ran|Failure|error|got|Which is" | head -150
+  echo "== allocation tests (CPU and CUDA)"
+  "$bin/kiln_alloc_tests" 2>&1 | grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|info|Failure|Which is"
+  echo "== export the zoo (opsets $opsets)"
+  python3 bench/zoo/export.py --models "${models// /,}" --opsets "${opsets// /,}" 2>&1 | grep -E "export:|rror" | tail -20
+  python3 - "$opsets" <<'PY'
+import json, os, sys
+import numpy as np
+sys.path.insert(0, "bench/zoo")
+import zoo
+os.makedirs("build/inputs", exist_ok=True)
+for name, model in zoo.MODELS.items():
+    for b in (1, 64):
+        for k, v in zoo.make_inputs(model, b, seed=0).items():
+            np.save(f"build/inputs/{name}_{k}_b{b}.npy", v)
+PY
+  for opset in $opsets; do
+    for m in $models; do
+      f=build/zoo/${m}_op$opset.onnx
+      [ -f "$f" ] || { echo "== $m op$opset: not exported"; continue; }
+      args=()
+      for npy in build/inputs/${m}_*_b1.npy; do
+        k=$(basename "$npy" _b1.npy); k=${k#${m}_}
+        args+=(--input "$k=$npy")
+      done
+      echo "== $m op$opset: CUDA build"
+      "$bin/kiln" build "$f" -o "$out/$m.kiln" --device cuda > "$out/${m}_op${opset}_placement.txt" 2>&1
+      grep -E "^steps:|^arena|^built|rror" "$out/${m}_op${opset}_placement.txt"
+      grep -E "^\[cpu\]" "$out/${m}_op${opset}_placement.txt" | grep -v "integer shape computation" | head -20
+      echo "-- CPU vs CUDA outputs, batch 1"
+      "$bin/kiln" compare "$f" --device-a cpu --device-b cuda "${args[@]}" 2>&1 | tail -4
+      echo "-- CUDA batch 1"
+      "$bin/kiln" bench "$out/$m.kiln" "${args[@]}" -n 30 --warmup 5 2>&1 | tail -2
+      if [ "$m" = resnet50 ] || [ "$m" = bert_base ]; then
+        args64=()
+        for npy in build/inputs/${m}_*_b64.npy; do
+          k=$(basename "$npy" _b64.npy); k=${k#${m}_}
+          args64+=(--input "$k=$npy")
+        done
+        echo "-- CUDA batch 64"
+        "$bin/kiln" bench "$out/$m.kiln" "${args64[@]}" -n 20 --warmup 3 2>&1 | tail -2
+      fi
+      rm -f "$out/$m.kiln"
+    done
+  done
+  echo "== PyTorch eager FP32, same GPU (CUDA events, median)"
+  python3 tests/gpu/torch_eager.py
+} 2>&1 | tee "$out/cuda_breadth.log"

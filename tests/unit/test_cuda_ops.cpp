@@ -1,0 +1,294 @@
+// The dtype-generic CUDA kernels (elementwise, comparison/logic, Where, Cast, data movement with host
+// shape operands, reductions, softmax, normalizations) against the CPU kernels on random inputs.
+// Reduced-precision runs (float16, bfloat16) take inputs rounded to that type, run the CPU reference
+// in float32 on the same values, and compare with a tolerance that fits the type.
+#include <cstring>
+#include <memory>
+
+#include "ir/float_types.h"
+#include "test_cuda_util.h"
+
+using namespace kiln;
+using namespace kiln::cudatest;
+
+namespace {
+
+double element(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DataType::kFloat32: return t.data<float>()[i];
+    case DataType::kFloat64: return t.data<double>()[i];
+    case DataType::kFloat16: return f16_to_f32(t.data<uint16_t>()[i]);
+    case DataType::kBFloat16: return bf16_to_f32(t.data<uint16_t>()[i]);
+    case DataType::kInt64: return static_cast<double>(t.data<int64_t>()[i]);
+    case DataType::kInt32: return t.data<int32_t>()[i];
+    case DataType::kInt8: return t.data<int8_t>()[i];
+    case DataType::kUInt8: return t.data<uint8_t>()[i];
+    case DataType::kBool: return t.data<bool>()[i] ? 1 : 0;
+    default: ADD_FAILURE() << "dtype " << dtype_name(t.dtype()); return 0;
+  }
+}
+
+// `x` (float32) converted to `to` (float16/bfloat16 round to nearest even).
+Tensor convert(const Tensor& x, DataType to) {
+  Tensor y = Tensor::empty(to, x.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double v = element(x, i);
+    switch (to) {
+      case DataType::kFloat32: y.data<float>()[i] = static_cast<float>(v); break;
+      case DataType::kFloat16: y.data<uint16_t>()[i] = f32_to_f16(static_cast<float>(v)); break;
+      case DataType::kBFloat16: y.data<uint16_t>()[i] = f32_to_bf16(static_cast<float>(v)); break;
+      case DataType::kInt64: y.data<int64_t>()[i] = static_cast<int64_t>(v); break;
+      case DataType::kInt32: y.data<int32_t>()[i] = static_cast<int32_t>(v); break;
+      case DataType::kBool: y.data<bool>()[i] = v != 0; break;
+      default: ADD_FAILURE() << "convert to " << dtype_name(to);
+    }
+  }
+  return y;
+}
+
+Tensor ints(const Shape& shape, std::mt19937& rng, int64_t lo, int64_t hi, DataType dt = DataType::kInt64) {
+  Tensor t = Tensor::empty(DataType::kInt64, shape);
+  std::uniform_int_distribution<int64_t> d(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = d(rng);
+  return dt == DataType::kInt64 ? t : convert(t, dt);
+}
+
+Tensor scalar_i64(int64_t v) {
+  Tensor t = Tensor::empty(DataType::kInt64, {});
+  t.data<int64_t>()[0] = v;
+  return t;
+}
+
+Tensor bools(const Shape& shape, std::mt19937& rng) { return convert(ints(shape, rng, 0, 1), DataType::kBool); }
+
+void expect_near(const Tensor& got, const Tensor& want, double atol, double rtol, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  int bad = 0;
+  for (int64_t i = 0; i < want.numel() && bad < 5; ++i) {
+    const double g = element(got, i), w = element(want, i);
+    if (std::isnan(w) && std::isnan(g)) continue;
+    if (std::isinf(w) && g == w) continue;
+    if (!(std::fabs(g - w) <= atol + rtol * std::fabs(w))) {
+      ADD_FAILURE() << what << " element " << i << ": got " << g << ", want " << w;
+      ++bad;
+    }
+  }
+}
+
+using Attrs = std::function<void(OneNode&)>;
+
+// Runs `op` on CUDA with `inputs` converted to `dt` where `as_dt[i]` (float inputs), and the CPU kernel
+// on the float32 originals; compares every output.
+void compare(const std::string& op, int opset, const std::vector<Tensor>& inputs, const Attrs& attrs, DataType dt,
+             const std::string& what, int outputs = 1, std::vector<bool> as_dt = {}) {
+  if (as_dt.empty()) as_dt.assign(inputs.size(), true);
+  std::vector<Tensor> ref_in = inputs, dev_in = inputs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined() || !as_dt[i] || inputs[i].dtype() != DataType::kFloat32 || dt == DataType::kFloat32) continue;
+    dev_in[i] = convert(inputs[i], dt);
+    ref_in[i] = convert(dev_in[i], DataType::kFloat32);  // the reference sees the rounded values
+  }
+  OneNode dn(op, opset, dev_in, outputs);
+  OneNode rn(op, opset, ref_in, outputs);
+  if (attrs) {
+    attrs(dn);
+    attrs(rn);
+  }
+  const std::string label = op + " " + dtype_name(dt) + " " + what;
+  auto got = run_cuda(*dn.node, dev_in);
+  ASSERT_TRUE(got.ok()) << label << ": " << got.status().to_string();
+  std::vector<Slot> cpu_in;
+  for (const Tensor& t : ref_in) cpu_in.push_back(t.defined() ? Slot::of(t) : Slot{});
+  auto want = run_node_eager(*rn.node, cpu_in);
+  ASSERT_TRUE(want.ok()) << label << ": " << want.status().to_string();
+  const double tol = dt == DataType::kFloat16 ? 4e-3 : dt == DataType::kBFloat16 ? 2e-2 : 2e-5;
+  for (int o = 0; o < outputs; ++o) {
+    if (o >= static_cast<int>(got->size()) || !(*got)[o].defined()) continue;
+    const Tensor& w = (*want)[o].tensor;
+    // Outputs of the reduced type are compared as float against the float32 reference.
+    expect_near((*got)[o], w, tol, tol, label + " output " + std::to_string(o));
+  }
+}
+
+constexpr DataType kF32 = DataType::kFloat32, kF16 = DataType::kFloat16, kBF16 = DataType::kBFloat16;
+
+}  // namespace
+
+TEST(CudaOps, UnaryFloatTypes) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(11);
+  struct Case {
+    const char* op;
+    int opset;
+    float lo, hi;
+  };
+  const Case cases[] = {
+      {"Relu", 14, -3, 3},     {"Sigmoid", 13, -5, 5},    {"Tanh", 13, -3, 3},       {"Exp", 13, -3, 3},
+      {"Log", 13, 0.1f, 9},    {"Sqrt", 13, 0, 9},        {"Abs", 13, -3, 3},        {"Neg", 13, -3, 3},
+      {"Erf", 13, -3, 3},      {"Reciprocal", 13, 0.5f, 4}, {"Floor", 13, -5, 5},    {"Ceil", 13, -5, 5},
+      {"Sin", 7, -3, 3},       {"Cos", 7, -3, 3},         {"Softplus", 1, -5, 5},    {"Softsign", 1, -5, 5},
+      {"Elu", 6, -3, 3},       {"Selu", 6, -3, 3},        {"Mish", 18, -3, 3},       {"Sign", 13, -3, 3},
+      {"HardSwish", 14, -5, 5}, {"Atan", 7, -3, 3},       {"Sinh", 9, -2, 2},
+  };
+  for (DataType dt : {kF32, kF16, kBF16})
+    for (const Case& c : cases) compare(c.op, c.opset, {random_tensor({3, 33}, rng, c.lo, c.hi)}, nullptr, dt, "");
+  // Integer Abs/Neg, bool Not, IsNaN.
+  compare("Abs", 13, {ints({40}, rng, -9, 9)}, nullptr, kF32, "int64");
+  compare("Neg", 13, {ints({40}, rng, -9, 9, DataType::kInt32)}, nullptr, kF32, "int32");
+  compare("Not", 1, {bools({3, 5}, rng)}, nullptr, kF32, "bool");
+  Tensor withnan = random_tensor({20}, rng);
+  withnan.data<float>()[3] = NAN;
+  compare("IsNaN", 13, {withnan}, nullptr, kF32, "");
+}
+
+TEST(CudaOps, BinaryBroadcastAllTypes) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(12);
+  for (DataType dt : {kF32, kF16, kBF16})
+    for (const char* op : {"Add", "Sub", "Mul", "Div", "Max", "Min"})
+      compare(op, 14, {random_tensor({2, 1, 5}, rng), random_tensor({3, 1}, rng, 0.5f, 2)}, nullptr, dt, "broadcast");
+  compare("Pow", 15, {random_tensor({4, 6}, rng, 0.1f, 3), random_tensor({6}, rng, -2, 2)}, nullptr, kF32, "");
+  for (DataType it : {DataType::kInt64, DataType::kInt32})
+    for (const char* op : {"Add", "Sub", "Mul", "Div", "Max", "Min"})
+      compare(op, 14, {ints({4, 5}, rng, -50, 50, it), ints({5}, rng, 1, 7, it)}, nullptr, kF32, dtype_name(it));
+  compare("Mod", 13, {ints({30}, rng, -50, 50), ints({30}, rng, 1, 9)}, nullptr, kF32, "int");
+  compare("Mod", 13, {random_tensor({30}, rng, -9, 9), random_tensor({30}, rng, 1, 3)},
+          [](OneNode& n) { n.set_int("fmod", 1); }, kF32, "fmod");
+  compare("Sum", 13, {random_tensor({2, 3}, rng), random_tensor({3}, rng), random_tensor({2, 1}, rng)}, nullptr, kF16,
+          "variadic");
+  // Comparisons (bool out) and logic.
+  for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) {
+    compare(op, 16, {ints({3, 4}, rng, 0, 3), ints({4}, rng, 0, 3)}, nullptr, kF32, "int64");
+    compare(op, 16, {random_tensor({3, 4}, rng), random_tensor({3, 1}, rng)}, nullptr, kF16, "");
+  }
+  for (const char* op : {"And", "Or", "Xor"}) compare(op, 7, {bools({2, 5}, rng), bools({5}, rng)}, nullptr, kF32, "");
+  compare("PRelu", 16, {random_tensor({2, 3, 4}, rng), random_tensor({3, 1}, rng)}, nullptr, kF16, "");
+  // Where with three-way broadcasting, float and int64 data.
+  compare("Where", 16, {bools({2, 1, 4}, rng), random_tensor({3, 4}, rng), random_tensor({2, 3, 1}, rng)}, nullptr, kF16,
+          "", 1, {false, true, true});
+  compare("Where", 16, {bools({4}, rng), ints({3, 4}, rng, -5, 5), ints({1}, rng, 7, 7)}, nullptr, kF32, "int64");
+}
+
+TEST(CudaOps, CastBetweenTypes) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(13);
+  Tensor f = random_tensor({7, 9}, rng, -40, 40);
+  for (DataType to : {kF16, kBF16, DataType::kInt64, DataType::kInt32, DataType::kBool, DataType::kFloat64, kF32})
+    compare("Cast", 19, {f}, [to](OneNode& n) { n.set_int("to", static_cast<int64_t>(to)); }, kF32,
+            std::string("to ") + dtype_name(to));
+  for (DataType from : {DataType::kInt64, DataType::kBool, kF16})
+    compare("Cast", 19, {from == kF16 ? convert(f, kF16) : from == DataType::kBool ? bools({5, 5}, rng) : ints({30}, rng, -9, 9)},
+            [](OneNode& n) { n.set_int("to", static_cast<int64_t>(DataType::kFloat32)); }, kF32,
+            std::string("from ") + dtype_name(from));
+}
+
+TEST(CudaOps, DataMovementWithHostShapes) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(14);
+  Tensor x = random_tensor({2, 3, 4, 5}, rng);
+  for (DataType dt : {kF32, kF16}) {
+    compare("Reshape", 14, {x, int64_tensor({6, -1, 0})}, nullptr, dt, "", 1, {true, false});
+    compare("Expand", 13, {random_tensor({3, 1}, rng), int64_tensor({2, 1, 4})}, nullptr, dt, "", 1, {true, false});
+    compare("Slice", 13, {x, int64_tensor({-1, 1}), int64_tensor({-100, 5}), int64_tensor({1, 3}), int64_tensor({-1, 2})},
+            nullptr, dt, "negative step", 1, {true, false, false, false, false});
+    compare("Slice", 13, {x, int64_tensor({0}), int64_tensor({2}), int64_tensor({-1})}, nullptr, dt, "last axis", 1,
+            {true, false, false, false});
+    compare("Transpose", 13, {x}, [](OneNode& n) { n.set_ints("perm", {2, 0, 3, 1}); }, dt, "");
+    compare("Unsqueeze", 13, {x, int64_tensor({0, -1})}, nullptr, dt, "", 1, {true, false});
+    compare("Squeeze", 13, {random_tensor({3, 1, 4, 1}, rng), int64_tensor({1})}, nullptr, dt, "", 1, {true, false});
+    compare("Concat", 13, {random_tensor({2, 3, 4}, rng), random_tensor({2, 1, 4}, rng)},
+            [](OneNode& n) { n.set_int("axis", 1); }, dt, "");
+    compare("Split", 13, {x, int64_tensor({1, 3})}, [](OneNode& n) { n.set_int("axis", 3); }, dt, "", 2, {true, false});
+    compare("Split", 18, {x}, [](OneNode& n) {
+      n.set_int("axis", 2);
+      n.set_int("num_outputs", 3);
+    }, dt, "equal parts", 3);
+    compare("Gather", 13, {random_tensor({5, 6}, rng), ints({2, 3}, rng, -5, 4)}, nullptr, dt, "axis 0", 1, {true, false});
+    compare("Gather", 13, {x, ints({4}, rng, -4, 3, DataType::kInt32)}, [](OneNode& n) { n.set_int("axis", 2); }, dt,
+            "axis 2 int32", 1, {true, false});
+  }
+  compare("Concat", 13, {ints({3}, rng, 0, 9), ints({2}, rng, 0, 9)}, [](OneNode& n) { n.set_int("axis", 0); }, kF32, "int64");
+  compare("ConstantOfShape", 20, {int64_tensor({2, 3})}, nullptr, kF32, "", 1, {false});
+  compare("Range", 11, {scalar_i64(3), scalar_i64(20), scalar_i64(4)},
+          nullptr, kF32, "int64", 1, {false, false, false});
+  compare("Range", 11, {scalar_f32(1.5f), scalar_f32(-3.f), scalar_f32(-0.5f)}, nullptr, kF32, "float", 1,
+          {false, false, false});
+}
+
+TEST(CudaOps, ReductionsAndArgExtremes) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(15);
+  Tensor x = random_tensor({3, 4, 70}, rng, 0.2f, 2.f);
+  for (DataType dt : {kF32, kF16}) {
+    for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare",
+                           "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"}) {
+      const double scale = std::string(op) == "ReduceProd" ? 0 : 1;
+      if (scale == 0 && dt == kF16) continue;  // products of 70 values leave float16's range
+      compare(op, 18, {x, int64_tensor({-1})}, nullptr, dt, "last axis", 1, {true, false});
+      compare(op, 18, {x, int64_tensor({0, 2})}, [](OneNode& n) { n.set_int("keepdims", 0); }, dt, "axes 0,2", 1,
+              {true, false});
+    }
+    compare("ReduceMean", 13, {x}, [](OneNode& n) { n.set_ints("axes", {1}); }, dt, "opset 13 attribute");
+    compare("ReduceSum", 13, {x}, nullptr, dt, "all axes");
+  }
+  compare("ReduceSum", 13, {ints({4, 6}, rng, -9, 9), int64_tensor({1})}, nullptr, kF32, "int64", 1, {true, false});
+  Tensor ties = convert(ints({4, 9}, rng, 0, 3), kF32);
+  for (const char* op : {"ArgMax", "ArgMin"})
+    for (int64_t last : {0, 1})
+      compare(op, 13, {ties}, [last](OneNode& n) {
+        n.set_int("axis", 1);
+        n.set_int("select_last_index", last);
+      }, kF32, last ? "last index" : "first index");
+  compare("ArgMax", 13, {x}, [](OneNode& n) { n.set_int("keepdims", 0); }, kF16, "axis 0");
+}
+
+TEST(CudaOps, SoftmaxAndNormalizations) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(16);
+  for (DataType dt : {kF32, kF16, kBF16}) {
+    compare("Softmax", 13, {random_tensor({2, 3, 50}, rng, -6, 6)}, nullptr, dt, "last axis");
+    compare("Softmax", 13, {random_tensor({2, 3, 5}, rng, -6, 6)}, [](OneNode& n) { n.set_int("axis", 1); }, dt, "axis 1");
+    compare("LogSoftmax", 13, {random_tensor({4, 33}, rng, -6, 6)}, nullptr, dt, "");
+    compare("LayerNormalization", 17, {random_tensor({2, 5, 96}, rng), random_tensor({96}, rng), random_tensor({96}, rng)},
+            nullptr, dt, "last axis", 3);
+    compare("LayerNormalization", 17, {random_tensor({2, 5, 12}, rng), random_tensor({5, 12}, rng)},
+            [](OneNode& n) {
+              n.set_int("axis", 1);
+              n.set_float("epsilon", 1e-3f);
+            }, dt, "axis 1, no bias", 3);
+  }
+  compare("RMSNormalization", 23, {random_tensor({3, 64}, rng), random_tensor({64}, rng)}, nullptr, kF32, "");
+}
+
+TEST(CudaOps, SkipLayerNormMatchesCpuFusedKernel) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(17);
+  for (DataType dt : {kF32, kF16}) {
+    const std::vector<Tensor> in = {random_tensor({2, 7, 64}, rng), random_tensor({2, 7, 64}, rng),
+                                    random_tensor({64}, rng), random_tensor({64}, rng)};
+    for (bool row_skip : {false, true}) {
+      std::vector<Tensor> ins = in;
+      if (row_skip) ins[1] = random_tensor({64}, rng);
+      // SkipLayerNorm is in kiln's domain: build both nodes by hand.
+      std::vector<Tensor> dev = ins, ref = ins;
+      if (dt != kF32)
+        for (size_t i = 0; i < ins.size(); ++i) {
+          dev[i] = convert(ins[i], dt);
+          ref[i] = convert(dev[i], kF32);
+        }
+      OneNode dn("SkipLayerNorm", 1, dev, 2), rn("SkipLayerNorm", 1, ref, 2);
+      dn.node->domain = rn.node->domain = "kiln";
+      dn.set_float("epsilon", 1e-5f);
+      rn.set_float("epsilon", 1e-5f);
+      auto got = run_cuda(*dn.node, dev);
+      ASSERT_TRUE(got.ok()) << got.status().to_string();
+      std::vector<Slot> cpu_in;
+      for (const Tensor& t : ref) cpu_in.push_back(Slot::of(t));
+      auto want = run_node_eager(*rn.node, cpu_in);
+      ASSERT_TRUE(want.ok()) << want.status().to_string();
+      const double tol = dt == kF16 ? 4e-3 : 2e-5;
+      for (int o = 0; o < 2; ++o)
+        expect_near((*got)[o], (*want)[o].tensor, tol, tol, std::string("SkipLayerNorm output ") + std::to_string(o));
+    }
+  }
+}
