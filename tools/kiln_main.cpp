@@ -37,6 +37,10 @@ kiln::DeviceType parse_device(const std::string& d) {
   return d == "cuda" || d == "gpu" ? kiln::DeviceType::kCUDA : kiln::DeviceType::kCPU;
 }
 
+kiln::Precision parse_precision(const std::string& p) {
+  return p == "fp16" ? kiln::Precision::kFloat16 : p == "bf16" ? kiln::Precision::kBFloat16 : kiln::Precision::kFloat32;
+}
+
 // Random inputs for a model run without --input: dynamic dims become 1.
 kiln::Expected<kiln::Tensor> random_input(const kiln::TensorInfo& info, std::mt19937& rng) {
   if (info.kind != "tensor" || !info.rank_known)
@@ -168,6 +172,11 @@ static int kiln_main(int argc, char** argv) {
   build->add_option("--device", build_device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
   build->add_option("--opt-level", opt_level, "0 none, 1 folding/cleanup, 2 + fusions, 3 + aggressive")->check(CLI::Range(0, 3));
   build->add_flag("-v,--verbose", verbose, "log optimizer and planner decisions");
+  std::string build_precision = "fp32", run_precision = "fp32", cmp_precision_a = "fp32", cmp_precision_b = "fp32";
+  const auto precisions = CLI::IsMember({"fp32", "fp16", "bf16"});
+  build->add_option("--precision", build_precision,
+                    "fp32, or for cuda engines fp16/bf16 (float32 accumulation; inputs and outputs keep their dtypes)")
+      ->check(precisions);
 
   // run / bench share their options
   std::string run_path, run_device = "cpu", out_dir;
@@ -180,6 +189,7 @@ static int kiln_main(int argc, char** argv) {
     sc->add_option("model", run_path, "model.kiln or model.onnx")->required();
     sc->add_option("--input,-i", inputs.specs, "name=file.npy (repeatable); missing inputs get random data");
     sc->add_option("--device", run_device, "cpu or cuda (for .onnx files)")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
+    sc->add_option("--precision", run_precision, "fp32, fp16 or bf16 (for .onnx files on cuda)")->check(precisions);
     sc->add_option("--seed", inputs.seed, "seed for random inputs");
     sc->add_option("--timeout", run_timeout, "stop any run that takes longer than this many seconds (an error)")
         ->check(CLI::NonNegativeNumber);
@@ -206,6 +216,8 @@ static int kiln_main(int argc, char** argv) {
   compare->add_option("other", cmp_b, "a second model/engine (side B; default: the same model on --device-b)");
   compare->add_option("--device-a", cmp_device_a, "device for side A when it is an .onnx")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
   compare->add_option("--device-b", cmp_device_b, "device for side B when it is an .onnx")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
+  compare->add_option("--precision-a", cmp_precision_a, "precision of side A when it is an .onnx")->check(precisions);
+  compare->add_option("--precision-b", cmp_precision_b, "precision of side B when it is an .onnx")->check(precisions);
   compare->add_option("--input,-i", cmp_inputs.specs, "name=file.npy (repeatable); missing inputs get random data");
   compare->add_option("--seed", cmp_inputs.seed, "seed for random inputs");
   compare->add_option("--rtol", cmp_rtol, "fail when an output's relative L2 error exceeds this");
@@ -225,6 +237,8 @@ static int kiln_main(int argc, char** argv) {
     kiln::BuildOptions oa, ob;
     oa.device = parse_device(cmp_device_a);
     ob.device = parse_device(cmp_device_b);
+    oa.precision = parse_precision(cmp_precision_a);
+    ob.precision = parse_precision(cmp_precision_b);
     auto a = kiln::Engine::open(cmp_a, oa);
     if (!a.ok()) return fail(a.status());
     auto b = kiln::Engine::open(cmp_b.empty() ? cmp_a : cmp_b, ob);
@@ -300,6 +314,7 @@ static int kiln_main(int argc, char** argv) {
   if (*build) {
     kiln::BuildOptions o;
     o.device = parse_device(build_device);
+    o.precision = parse_precision(build_precision);
     o.opt_level = opt_level;
     o.verbose = verbose;
     if (build_out.empty()) build_out = std::filesystem::path(build_path).replace_extension(".kiln").string();
@@ -318,6 +333,7 @@ static int kiln_main(int argc, char** argv) {
   // run / bench
   kiln::BuildOptions o;
   o.device = parse_device(run_device);
+  o.precision = parse_precision(run_precision);
   const auto t0 = std::chrono::steady_clock::now();
   auto e = kiln::Engine::open(run_path, o);
   if (!e.ok()) return fail(e.status());

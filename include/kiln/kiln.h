@@ -49,8 +49,15 @@ struct TensorInfo {
   std::string type_string() const;
 };
 
+// The precision of an engine's float tensors. Reduced precisions are for GPU engines: float32 tensors
+// are stored as float16/bfloat16 wherever the kernel takes them, GEMMs and convolutions run on tensor
+// cores, and accumulation, normalization statistics and softmax stay float32; the model's inputs and
+// outputs keep their dtypes.
+enum class Precision : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+
 struct BuildOptions {
   DeviceType device = DeviceType::kCPU;
+  Precision precision = Precision::kFloat32;
   int opt_level = 1;          // 0: none; 1: folding and cleanup; 2: + fusions (kiln's fused kernels); 3: + aggressive
   bool verbose = false;       // log each planning decision to stderr
 };

@@ -176,6 +176,9 @@ struct KernelDef {
   uint32_t host_inputs = 0;
   // Inputs of which only the dtype and shape are read (Shape, Size): used where they live, never copied.
   uint32_t shape_inputs = 0;
+  // Its float tensors may be float16/bfloat16 (math in float32 where it matters): reduced-precision
+  // builds convert the nodes it takes (passes/precision.cpp).
+  bool half_floats = false;
   bool host_input(int i) const { return i < 32 && ((host_inputs >> i) & 1u); }
   bool shape_input(int i) const { return i < 32 && ((shape_inputs >> i) & 1u); }
 };

@@ -60,6 +60,11 @@ struct OptimizeStats {
   int rounds = 0;
 };
 
+// Reduced precision (passes/precision.cpp): float32 tensors become `half` (float16 or bfloat16) where
+// `runs_in_half` says the node's kernel takes it; casts where the precision changes, model inputs
+// and outputs keep their dtypes. Returns how many nodes run in half. Runs after optimize().
+Expected<int> convert_precision(ir::Graph& g, DataType half, const std::function<bool(const ir::Node&)>& runs_in_half);
+
 // The named pipeline, in order; a pass runs when options.level >= min_level.
 const std::vector<Pass>& pipeline();
 // Runs the pipeline to a fixed point (bounded), then re-infers types and verifies the graph.

@@ -76,6 +76,9 @@ void describe_engine(Engine::Impl& impl, const std::string& model_hash) {
   impl.meta["model_hash"] = model_hash;
   impl.meta["cpu_isa"] = host_cpu_isa();
   impl.meta["opt_level"] = std::to_string(impl.options.opt_level);
+  impl.meta["precision"] = impl.options.precision == Precision::kFloat16    ? "fp16"
+                           : impl.options.precision == Precision::kBFloat16 ? "bf16"
+                                                                            : "fp32";
 }
 
 passes::PassOptions builder_pass_options(int opt_level, const Backend* target) {
@@ -101,6 +104,19 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
   passes::PassOptions po = builder_pass_options(options.opt_level, target);
   po.verbose = options.verbose;
   KILN_RETURN_IF_ERROR(passes::optimize(*impl->graph, po));
+  if (options.precision != Precision::kFloat32) {
+    if (options.device != DeviceType::kCUDA)
+      return invalid_argument("float16/bfloat16 engines are GPU engines: build with device cuda (CPU engines compute in float32)");
+    const DataType half = options.precision == Precision::kFloat16 ? DataType::kFloat16 : DataType::kBFloat16;
+    auto runs_in_half = [target](const ir::Node& n) {
+      const std::string domain = n.domain == "ai.onnx" ? "" : n.domain;
+      for (const KernelDef& d : target->kernels().all())
+        if (d.half_floats && d.op == n.op_type && d.domain == domain && (n.opset == 0 || (n.opset >= d.since && n.opset <= d.until)))
+          return true;
+      return false;
+    };
+    KILN_RETURN_IF_ERROR(passes::convert_precision(*impl->graph, half, runs_in_half).status());
+  }
   LowerOptions lo;
   lo.device = options.device;
   lo.verbose = options.verbose;

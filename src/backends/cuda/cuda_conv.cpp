@@ -1,6 +1,8 @@
-// backends/cuda/cuda_conv.cpp — Conv (1-D and 2-D, float32) through cuDNN's convolution API.
+// backends/cuda/cuda_conv.cpp — Conv (1-D and 2-D; float32, float16, bfloat16) through cuDNN's
+// convolution API.
 //
-// FP32 math only (CUDNN_FMA_MATH: no TF32) so results match the CPU. reshape() makes the
+// Float32 runs FP32 math only (CUDNN_FMA_MATH: no TF32) so results match the CPU; float16/bfloat16
+// run on tensor cores with float32 accumulation. reshape() makes the
 // descriptors and picks the algorithm (cuDNN's heuristics) once per input shape; run() only launches.
 // Asymmetric pads (SAME_* with an even window) run on an explicitly zero-padded copy of the input,
 // kept in the kernel's planned workspace.
@@ -31,6 +33,7 @@ struct ConvShape {
   size_t algo_bytes = 0;     // cuDNN workspace, after the padded input in the kernel's workspace
   size_t padded_bytes = 0;   // 0: no explicit padding
   int64_t nc = 0, in_h = 0, in_w = 0, h = 0, wd = 0, pad_t = 0, pad_l = 0, m = 0;
+  int elem_bytes = 4;
   ~ConvShape() {
     if (conv) cudnnDestroyConvolutionDescriptor(conv);
     if (w) cudnnDestroyFilterDescriptor(w);
@@ -85,8 +88,15 @@ class ConvKernel final : public Kernel {
       out[j] = geo->out;
       yshape.push_back(out[j]);
     }
-    rc.out[0] = {DataType::kFloat32, yshape};
+    const DataType dt = rc.in[0].dtype;
+    if (rc.in[1].dtype != dt || (rc.in.size() > 2 && rc.in[2].present && rc.in[2].dtype != dt))
+      return rc.error("X, W and B must have one dtype");
+    const cudnnDataType_t data = dt == DataType::kFloat16 ? CUDNN_DATA_HALF
+                                 : dt == DataType::kBFloat16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    const bool reduced = data != CUDNN_DATA_FLOAT;
+    rc.out[0] = {dt, yshape};
     auto p = std::make_shared<ConvShape>();
+    p->elem_bytes = static_cast<int>(dtype_size(dt));
     p->nc = n * c;
     p->in_h = in[0];
     p->in_w = in[1];
@@ -103,7 +113,7 @@ class ConvKernel final : public Kernel {
       p->wd = in[1] + pb[1] + pe[1];
       p->pad_t = pb[0];
       p->pad_l = pb[1];
-      p->padded_bytes = aligned(static_cast<size_t>(n * c * p->h * p->wd) * sizeof(float));
+      p->padded_bytes = aligned(static_cast<size_t>(n * c * p->h * p->wd) * dtype_size(dt));
       pb[0] = pb[1] = 0;
     }
     auto i32 = [](int64_t v) { return static_cast<int>(v); };
@@ -111,23 +121,25 @@ class ConvKernel final : public Kernel {
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnCreateTensorDescriptor(&p->y), "descriptor"));
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnCreateFilterDescriptor(&p->w), "descriptor"));
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnCreateConvolutionDescriptor(&p->conv), "descriptor"));
-    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i32(n), i32(c),
+    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, data, i32(n), i32(c),
                                                                  i32(p->h), i32(p->wd)), "input descriptor"));
-    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i32(n), i32(m),
+    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, data, i32(n), i32(m),
                                                                  i32(out[0]), i32(out[1])), "output descriptor"));
-    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i32(m),
+    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetFilter4dDescriptor(p->w, data, CUDNN_TENSOR_NCHW, i32(m),
                                                                  i32(c / g), i32(k[0]), i32(k[1])), "filter descriptor"));
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetConvolution2dDescriptor(p->conv, i32(pb[0]), i32(pb[1]), i32(s[0]), i32(s[1]),
                                                                       i32(dil[0]), i32(dil[1]), CUDNN_CROSS_CORRELATION,
                                                                       CUDNN_DATA_FLOAT), "convolution descriptor"));
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetConvolutionGroupCount(p->conv, i32(g)), "group count"));
-    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetConvolutionMathType(p->conv, CUDNN_FMA_MATH), "math type"));
+    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetConvolutionMathType(p->conv, reduced ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+                                "math type"));
     if (rc.in.size() > 2 && rc.in[2].present) {
       KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnCreateTensorDescriptor(&p->bias), "descriptor"));
-      KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, i32(m), 1, 1),
+      KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, data, 1, i32(m), 1, 1),
                                   "bias descriptor"));
     }
-    // The algorithm: cuDNN's heuristic order, FP32 math only (no tensor-op/TF32), workspace ≤ 64 MiB.
+    // The algorithm: cuDNN's heuristic order, workspace <= 64 MiB; float32 takes FP32 math only
+    // (no tensor-op/TF32).
     CudaState& st = *static_cast<CudaState*>(rc.device_state);
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int returned = 0;
@@ -137,12 +149,13 @@ class ConvKernel final : public Kernel {
     bool found = false;
     for (int i = 0; i < returned && !found; ++i) {
       if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kWorkspaceBytes) continue;
-      if (perf[i].mathType == CUDNN_TENSOR_OP_MATH || perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+      if (!reduced && (perf[i].mathType == CUDNN_TENSOR_OP_MATH || perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+        continue;
       p->algo = perf[i].algo;
       p->algo_bytes = aligned(perf[i].memory);
       found = true;
     }
-    if (!found) return runtime_error(node.describe() + ": cuDNN offers no FP32 algorithm for this convolution");
+    if (!found) return runtime_error(node.describe() + ": cuDNN offers no algorithm for this convolution");
     rc.workspace_bytes = p->padded_bytes + p->algo_bytes;
     rc.state = std::move(p);
     return Status::Ok();
@@ -155,21 +168,19 @@ class ConvKernel final : public Kernel {
     if (y.numel() == 0) return Status::Ok();
     CudaState& st = state_of(ctx);
     char* ws = static_cast<char*>(ctx.workspace());
-    const float* xp = ctx.input(0).data<float>();
+    const void* xp = ctx.input(0).raw();
     if (p->padded_bytes) {
-      float* padded = reinterpret_cast<float*>(ws);
-      KILN_RETURN_IF_ERROR(launched(ctx, launch_pad2d_f32(xp, padded, p->nc, p->in_h, p->in_w, p->h, p->wd, p->pad_t,
-                                                          p->pad_l, st.stream)));
-      xp = padded;
+      KILN_RETURN_IF_ERROR(launched(ctx, launch_pad2d(p->elem_bytes, xp, ws, p->nc, p->in_h, p->in_w, p->h, p->wd, p->pad_t,
+                                                      p->pad_l, st.stream)));
+      xp = ws;
     }
     const float one = 1.f, zero = 0.f;
-    KILN_RETURN_IF_ERROR(dnn_ok(ctx.node(), cudnnConvolutionForward(st.dnn, &one, p->x, xp, p->w, ctx.input(1).data<float>(),
+    KILN_RETURN_IF_ERROR(dnn_ok(ctx.node(), cudnnConvolutionForward(st.dnn, &one, p->x, xp, p->w, ctx.input(1).raw(),
                                                                     p->conv, p->algo, p->algo_bytes ? ws + p->padded_bytes : nullptr,
-                                                                    p->algo_bytes, &zero, p->y, y.data<float>()),
+                                                                    p->algo_bytes, &zero, p->y, y.raw()),
                                 "convolution"));
     if (p->bias)
-      KILN_RETURN_IF_ERROR(dnn_ok(ctx.node(), cudnnAddTensor(st.dnn, &one, p->bias, ctx.input(2).data<float>(), &one, p->y,
-                                                             y.data<float>()),
+      KILN_RETURN_IF_ERROR(dnn_ok(ctx.node(), cudnnAddTensor(st.dnn, &one, p->bias, ctx.input(2).raw(), &one, p->y, y.raw()),
                                   "bias"));
     return Status::Ok();
   }
@@ -184,7 +195,7 @@ std::string conv_check(const ir::Node& n) {
   else if (n.has_input(0) && n.inputs[0]->type.shape.known) spatial = n.inputs[0]->type.shape.rank() - 2;
   else if (const ir::Attribute* k = n.attr("kernel_shape")) spatial = static_cast<int>(k->ints.size());
   if (spatial != 1 && spatial != 2) return "only 1-D and 2-D convolutions run on CUDA (spatial rank unknown or other)";
-  return require_f32(n);
+  return require_float(n);
 }
 
 Expected<KernelPtr> create_conv(const ir::Node& n) {
@@ -205,7 +216,8 @@ void register_conv(KernelRegistry& r) {
   KernelDef d;
   d.op = "Conv";
   d.since = 1;
-  d.name = "cuda.Conv.f32.cudnn";
+  d.name = "cuda.Conv.cudnn";
+  d.half_floats = true;
   d.check = conv_check;
   d.create = [](const ir::Node& n, KernelInit&) { return create_conv(n); };
   r.add(d);

@@ -100,6 +100,7 @@ KernelDef unary_def(const UnaryRow& row) {
   d.name = std::string("cuda.") + row.op;
   const Types types = row.types;
   const UnaryOp fn = row.fn;
+  d.half_floats = types != Types::kBool;
   d.check = [types, fn](const ir::Node& n) { return check_types(n, types, fn == UnaryOp::kIsNaN); };
   d.create = [fn](const ir::Node& n, KernelInit&) {
     float alpha = 0, beta = 0;
@@ -127,6 +128,7 @@ KernelDef gelu_def() {
   d.op = "Gelu";
   d.since = 20;
   d.name = "cuda.Gelu";
+  d.half_floats = true;
   d.check = [](const ir::Node& n) -> std::string {
     const std::string a = n.attr_string("approximate", "none");
     if (a != "none" && a != "tanh") return "approximate='" + a + "' is not 'none' or 'tanh'";
@@ -144,6 +146,7 @@ KernelDef clip_def() {
   d.op = "Clip";
   d.since = 6;
   d.name = "cuda.Clip";
+  d.half_floats = true;
   d.host_inputs = 0b110;
   d.check = [](const ir::Node& n) { return require_input_types(n, 0, {kF32, kF16, kBF16}); };
   d.create = [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
@@ -264,6 +267,7 @@ KernelDef binary_def(const BinaryRow& row) {
   const bool variadic = row.variadic;
   const Types types = row.types;
   const BinaryOp fn = row.fn;
+  d.half_floats = types != Types::kBool && types != Types::kInteger;
   d.check = [variadic, types, fn](const ir::Node& n) -> std::string {
     if (!variadic && n.inputs.size() != 2) return "needs exactly two inputs";
     return check_types(n, types, is_comparison(fn));
@@ -330,6 +334,7 @@ KernelDef where_def() {
   d.op = "Where";
   d.since = 9;
   d.name = "cuda.Where";
+  d.half_floats = true;
   d.check = [](const ir::Node& n) -> std::string {
     if (n.inputs.size() != 3) return "needs three inputs";
     for (int i = 1; i < 3; ++i)
@@ -355,6 +360,7 @@ KernelDef cast_def(const char* op, int since) {
   d.op = op;
   d.since = since;
   d.name = std::string("cuda.") + op;
+  d.half_floats = true;
   const bool like = std::string(op) == "CastLike";
   d.shape_inputs = like ? 0b10 : 0;  // CastLike reads only its second input's dtype
   d.check = [like](const ir::Node& n) -> std::string {

@@ -1,9 +1,10 @@
-// backends/cuda/cuda_gemm.cpp — MatMul and Gemm (float32) through cuBLASLt.
+// backends/cuda/cuda_gemm.cpp — MatMul and Gemm (float32, float16, bfloat16) through cuBLASLt.
 //
 // reshape() builds the descriptors and asks cuBLASLt's heuristic once per input shape; run() only
 // launches. kiln's tensors are row-major; cuBLASLt is column-major. A row-major [M,N] matrix is the same
 // memory as a column-major [N,M] one, so C = A·B is computed as Cᵀ = Bᵀ·Aᵀ: the operands swap and
-// m/n swap, with no data movement. Compute is CUBLAS_COMPUTE_32F (no TF32) so results match the CPU.
+// m/n swap, with no data movement. Compute is CUBLAS_COMPUTE_32F for every type (no TF32 for float32,
+// so results match the CPU; float32 accumulation on tensor cores for float16/bfloat16).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -35,9 +36,10 @@ struct GemmProblem {
   bool trans_a = false, trans_b = false;
   int64_t m = 0, n = 0, k = 0;
   float alpha = 1, beta = 0;
-  const float* a = nullptr;
-  const float* b = nullptr;
-  float* y = nullptr;
+  DataType dtype = DataType::kFloat32;  // of A, B and Y
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* y = nullptr;
   // One entry per matrix product: element offsets into a, b and y.
   std::vector<int64_t> off_a, off_b, off_y;
 };
@@ -45,9 +47,10 @@ struct GemmProblem {
 // The largest power of two (≤ 256) dividing every byte address used.
 uint32_t alignment_of(const GemmProblem& p) {
   uint64_t bits = reinterpret_cast<uintptr_t>(p.a) | reinterpret_cast<uintptr_t>(p.b) | reinterpret_cast<uintptr_t>(p.y);
-  for (size_t i = 0; i < p.off_a.size(); ++i) bits |= (p.off_a[i] | p.off_b[i] | p.off_y[i]) * 4;
+  const uint64_t es = dtype_size(p.dtype);
+  for (size_t i = 0; i < p.off_a.size(); ++i) bits |= (p.off_a[i] | p.off_b[i] | p.off_y[i]) * es;
   uint32_t align = 256;
-  while (align > 4 && (bits & (align - 1))) align >>= 1;
+  while (align > es && (bits & (align - 1))) align >>= 1;
   return align;
 }
 
@@ -98,9 +101,12 @@ Status plan_gemm(const ir::Node& node, CudaState& st, GemmPlan& g) {
   // Stored (pre-op) column-major shapes: B is [N,K] (ld N) or, transposed, [K,N] (ld K).
   const uint64_t a_rows = p.trans_b ? p.k : p.n, a_cols = p.trans_b ? p.n : p.k;
   const uint64_t b_rows = p.trans_a ? p.m : p.k, b_cols = p.trans_a ? p.k : p.m;
-  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatrixLayoutCreate(&d.a, CUDA_R_32F, a_rows, a_cols, a_rows), "layout"));
-  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatrixLayoutCreate(&d.b, CUDA_R_32F, b_rows, b_cols, b_rows), "layout"));
-  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, p.n, p.m, p.n), "layout"));
+  const cudaDataType_t t = p.dtype == DataType::kFloat16    ? CUDA_R_16F
+                           : p.dtype == DataType::kBFloat16 ? CUDA_R_16BF
+                                                            : CUDA_R_32F;
+  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatrixLayoutCreate(&d.a, t, a_rows, a_cols, a_rows), "layout"));
+  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatrixLayoutCreate(&d.b, t, b_rows, b_cols, b_rows), "layout"));
+  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatrixLayoutCreate(&d.c, t, p.n, p.m, p.n), "layout"));
   if (batch > 1) {
     const int64_t sa = p.off_b[1] - p.off_b[0], sb = p.off_a[1] - p.off_a[0], sc = p.off_y[1] - p.off_y[0];
     for (auto [layout, stride] : {std::pair{d.a, sa}, std::pair{d.b, sb}, std::pair{d.c, sc}}) {
@@ -123,15 +129,16 @@ Status plan_gemm(const ir::Node& node, CudaState& st, GemmPlan& g) {
 }
 
 // Launches a planned GEMM on a, b → y (C, when the plan has one, was broadcast into y by the caller).
-Status launch_gemm(const KernelContext& ctx, const GemmPlan& g, const float* a, const float* b, float* y) {
+Status launch_gemm(const KernelContext& ctx, const GemmPlan& g, const void* a, const void* b, void* y) {
   CudaState& st = state_of(ctx);
   const GemmProblem& p = g.p;
   const size_t count = p.off_a.size();
+  const int64_t es = static_cast<int64_t>(dtype_size(p.dtype));
   if (g.empty) return Status::Ok();
   if (p.k == 0) {  // an empty sum: Y = beta·Y (0 when beta is 0; Y was prepared by the caller otherwise)
     if (p.beta != 0) return Status::Ok();
     for (size_t i = 0; i < count; ++i)
-      KILN_RETURN_IF_ERROR(launched(ctx, cudaMemsetAsync(y + p.off_y[i], 0, p.m * p.n * 4, st.stream)));
+      KILN_RETURN_IF_ERROR(launched(ctx, cudaMemsetAsync(static_cast<char*>(y) + p.off_y[i] * es, 0, p.m * p.n * es, st.stream)));
     return Status::Ok();
   }
   if ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) | reinterpret_cast<uintptr_t>(y)) % g.align != 0) {
@@ -146,9 +153,9 @@ Status launch_gemm(const KernelContext& ctx, const GemmPlan& g, const float* a, 
   }
   const size_t calls = g.strided ? 1 : count;
   for (size_t i = 0; i < calls; ++i) {
-    const float* ai = a + p.off_a[i];
-    const float* bi = b + p.off_b[i];
-    float* yi = y + p.off_y[i];
+    const void* ai = static_cast<const char*>(a) + p.off_a[i] * es;
+    const void* bi = static_cast<const char*>(b) + p.off_b[i] * es;
+    void* yi = static_cast<char*>(y) + p.off_y[i] * es;
     KILN_RETURN_IF_ERROR(lt_ok(ctx.node(), cublasLtMatmul(st.lt, g.d.op, &p.alpha, bi, g.d.a, ai, g.d.b, &p.beta, yi, g.d.c,
                                                           yi, g.d.c, &g.heur.algo, st.workspace, st.workspace_bytes, st.stream),
                                "matmul"));
@@ -161,8 +168,8 @@ CudaState* reshape_state(const ReshapeContext& rc) { return static_cast<CudaStat
 // ---- MatMul: numpy semantics (1-D operands promoted, batch dims broadcast).
 Status reshape_matmul(ReshapeContext& rc) {
   if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("A and B are required");
-  if (rc.in[0].dtype != DataType::kFloat32 || rc.in[1].dtype != DataType::kFloat32)
-    return rc.error("CUDA kernel takes float32 only");
+  if (!is_float_type(rc.in[0].dtype) || rc.in[1].dtype != rc.in[0].dtype)
+    return rc.error("A and B must have one float dtype");
   if (!reshape_state(rc)) return unsupported("no device state to plan with");
   const Shape& a0 = rc.in[0].shape;
   const Shape& b0 = rc.in[1].shape;
@@ -179,9 +186,10 @@ Status reshape_matmul(ReshapeContext& rc) {
   Shape out = batch;
   if (!a_vec) out.push_back(m);
   if (!b_vec) out.push_back(n);
-  rc.out[0] = {DataType::kFloat32, out};
+  rc.out[0] = {rc.in[0].dtype, out};
   auto g = std::make_shared<GemmPlan>();
   GemmProblem& p = g->p;
+  p.dtype = rc.in[0].dtype;
   p.k = k;
   p.n = n;
   const int64_t nb = shape_numel(batch);
@@ -208,7 +216,7 @@ Status reshape_matmul(ReshapeContext& rc) {
 Status run_matmul(KernelContext& ctx) {
   const auto& g = *static_cast<const GemmPlan*>(ctx.shape_state());
   Tensor& y = ctx.output(0);
-  return launch_gemm(ctx, g, ctx.input(0).data<float>(), ctx.input(1).data<float>(), y.data<float>());
+  return launch_gemm(ctx, g, ctx.input(0).raw(), ctx.input(1).raw(), y.raw());
 }
 
 // ---- MatMul: numpy semantics (1-D operands promoted, batch dims broadcast).
@@ -225,9 +233,13 @@ Expected<KernelPtr> create_gemm(const ir::Node& node) {
     const int64_t m = trans_a ? a[1] : a[0], k = trans_a ? a[0] : a[1];
     const int64_t n = trans_b ? b[0] : b[1], kb = trans_b ? b[1] : b[0];
     if (k != kb) return rc.error("inner dims differ: " + std::to_string(k) + " vs " + std::to_string(kb));
-    rc.out[0] = {DataType::kFloat32, Shape{m, n}};
+    const DataType dt = rc.in[0].dtype;
+    if (!is_float_type(dt) || rc.in[1].dtype != dt || (rc.in.size() > 2 && rc.in[2].present && rc.in[2].dtype != dt))
+      return rc.error("A, B and C must have one float dtype");
+    rc.out[0] = {dt, Shape{m, n}};
     auto g = std::make_shared<GemmPlan>();
     GemmProblem& p = g->p;
+    p.dtype = dt;
     p.trans_a = trans_a;
     p.trans_b = trans_b;
     p.m = m;
@@ -252,9 +264,9 @@ Expected<KernelPtr> create_gemm(const ir::Node& node) {
     const auto& g = *static_cast<const GemmPlan*>(ctx.shape_state());
     Tensor& y = ctx.output(0);
     if (g.has_c)
-      KILN_RETURN_IF_ERROR(launched(ctx, launch_binary_f32(BinaryOp::kFirst, ctx.input(2).data<float>(), nullptr,
-                                                           y.data<float>(), g.p.m * g.p.n, g.c_index, state_of(ctx).stream)));
-    return launch_gemm(ctx, g, ctx.input(0).data<float>(), ctx.input(1).data<float>(), y.data<float>());
+      KILN_RETURN_IF_ERROR(launched(ctx, launch_binary(BinaryOp::kFirst, elem_of(y.dtype()), ctx.input(2).raw(), nullptr,
+                                                       y.raw(), g.p.m * g.p.n, g.c_index, state_of(ctx).stream)));
+    return launch_gemm(ctx, g, ctx.input(0).raw(), ctx.input(1).raw(), y.raw());
   };
   return make_staged(reshape, run);
 }
@@ -265,16 +277,18 @@ void register_gemm(KernelRegistry& r) {
   KernelDef mm;
   mm.op = "MatMul";
   mm.since = 1;
-  mm.name = "cuda.MatMul.f32.cublaslt";
-  mm.check = require_f32;
+  mm.name = "cuda.MatMul.cublaslt";
+  mm.half_floats = true;
+  mm.check = require_float;
   mm.create = [](const ir::Node&, KernelInit&) { return make_staged(reshape_matmul, run_matmul); };
   r.add(mm);
 
   KernelDef g;
   g.op = "Gemm";
   g.since = 7;
-  g.name = "cuda.Gemm.f32.cublaslt";
-  g.check = require_f32;
+  g.name = "cuda.Gemm.cublaslt";
+  g.half_floats = true;
+  g.check = require_float;
   g.create = [](const ir::Node& n, KernelInit&) { return create_gemm(n); };
   r.add(g);
 }

@@ -174,17 +174,18 @@ struct PoolParams {
   bool max = true;
   bool count_include_pad = false;
 };
-int launch_pool2d_f32(const float* x, float* y, const PoolParams& p, cudaStream_t stream);
+// Float types (f32/f16/bf16), computed in float.
+int launch_pool2d(int elem, const void* x, void* y, const PoolParams& p, cudaStream_t stream);
 
-// y[r] = mean (or max) of x[r, 0..n) for each of `rows` rows.
-int launch_reduce_rows_f32(const float* x, float* y, int64_t rows, int64_t n, bool max, cudaStream_t stream);
+// y[r] = mean (or max) of x[r, 0..n) for each of `rows` rows (float types).
+int launch_reduce_rows(int elem, const void* x, void* y, int64_t rows, int64_t n, bool max, cudaStream_t stream);
 
-// Inference batch normalization of x viewed as [outer, c, inner].
-int launch_batchnorm_f32(const float* x, const float* scale, const float* bias, const float* mean, const float* var,
-                         float* y, int64_t outer, int64_t c, int64_t inner, float epsilon, cudaStream_t stream);
+// Inference batch normalization of x viewed as [outer, c, inner]; every operand of type `elem` (float types).
+int launch_batchnorm(int elem, const void* x, const void* scale, const void* bias, const void* mean, const void* var,
+                     void* y, int64_t outer, int64_t c, int64_t inner, float epsilon, cudaStream_t stream);
 
 // y = x zero-padded in its last two dims: x is [nc, h, w], y is [nc, oh, ow] with x at (top, left).
-int launch_pad2d_f32(const float* x, float* y, int64_t nc, int64_t h, int64_t w, int64_t oh, int64_t ow,
-                     int64_t top, int64_t left, cudaStream_t stream);
+int launch_pad2d(int elem_bytes, const void* x, void* y, int64_t nc, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                 int64_t top, int64_t left, cudaStream_t stream);
 
 }  // namespace kiln::cuda

@@ -1,4 +1,4 @@
-// backends/cuda/cuda_nn.cpp — the table of float32 NN kernels: pooling,
+// backends/cuda/cuda_nn.cpp — the table of NN kernels (float32, float16, bfloat16): pooling,
 // global pooling and inference BatchNormalization (own kernels in cuda_nn.cu).
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
@@ -12,6 +12,7 @@ KernelDef def(const char* op, int since, const char* name, std::function<std::st
   d.op = op;
   d.since = since;
   d.name = name;
+  d.half_floats = true;
   d.check = std::move(check);
   d.create = std::move(create);
   return d;
@@ -22,7 +23,7 @@ std::string pool_check(const ir::Node& n) {
   const size_t k = n.attr_ints("kernel_shape").size();
   if (k != 1 && k != 2) return "only 1-D and 2-D pooling run on CUDA";
   if (n.has_output(1)) return "the Indices output is not supported on CUDA";
-  return require_f32(n);
+  return require_float(n);
 }
 
 Expected<KernelPtr> create_pool(const ir::Node& n, bool max) {
@@ -62,13 +63,14 @@ Expected<KernelPtr> create_pool(const ir::Node& n, bool max) {
       (is_w ? p->pad_right : p->pad_bottom) = g->pad_end;
     }
     if (one_d) p->oh = 1;
-    rc.out[0] = {DataType::kFloat32, out};
+    rc.out[0] = {rc.in[0].dtype, out};
     rc.state = std::move(p);
     return Status::Ok();
   };
   auto run = [](KernelContext& ctx) -> Status {
     const auto& p = *static_cast<const PoolParams*>(ctx.shape_state());
-    return launched(ctx, launch_pool2d_f32(ctx.input(0).data<float>(), ctx.output(0).data<float>(), p, state_of(ctx).stream));
+    const Tensor& x = ctx.input(0);
+    return launched(ctx, launch_pool2d(elem_of(x.dtype()), x.raw(), ctx.output(0).raw(), p, state_of(ctx).stream));
   };
   return make_staged(reshape, run);
 }
@@ -85,15 +87,15 @@ Expected<KernelPtr> create_global_pool(bool max) {
       out[k] = 1;
     }
     if (spatial == 0) return rc.error("global pooling over an empty spatial extent");
-    rc.out[0] = {DataType::kFloat32, out};
+    rc.out[0] = {rc.in[0].dtype, out};
     return Status::Ok();
   };
   auto run = [max](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     const int64_t planes = x.dim(0) * x.dim(1);
     if (planes == 0) return Status::Ok();
-    return launched(ctx, launch_reduce_rows_f32(x.data<float>(), ctx.output(0).data<float>(), planes, x.numel() / planes,
-                                                max, state_of(ctx).stream));
+    return launched(ctx, launch_reduce_rows(elem_of(x.dtype()), x.raw(), ctx.output(0).raw(), planes, x.numel() / planes,
+                                            max, state_of(ctx).stream));
   };
   return make_staged(reshape, run);
 }
@@ -105,7 +107,10 @@ std::string batchnorm_check(const ir::Node& n) {
   for (size_t i = 1; i < n.outputs.size(); ++i)
     if (n.has_output(i)) return "training outputs (running mean/var) are not supported on CUDA";
   if (n.inputs.size() != 5) return "needs 5 inputs";
-  return require_f32(n);
+  for (int i = 1; i < 5; ++i)
+    if (n.has_input(i) && n.has_input(0) && n.inputs[i]->type.dtype != n.inputs[0]->type.dtype)
+      return "scale, B, mean and var must have X's dtype on CUDA";
+  return require_float(n);
 }
 
 Expected<KernelPtr> create_batchnorm(const ir::Node& n) {
@@ -117,26 +122,26 @@ Expected<KernelPtr> create_batchnorm(const ir::Node& n) {
     for (int i = 1; i < 5; ++i)
       if (ctx.input(i).numel() != c) return ctx.error("scale, B, mean and var must have C elements");
     const int64_t inner = c ? x.numel() / (x.dim(0) * c) : 0;
-    Tensor& y = ctx.output(0, DataType::kFloat32, x.shape());
+    Tensor& y = ctx.output(0, x.dtype(), x.shape());
     if (x.numel() == 0) return Status::Ok();
-    return launched(ctx, launch_batchnorm_f32(x.data<float>(), ctx.input(1).data<float>(), ctx.input(2).data<float>(),
-                                              ctx.input(3).data<float>(), ctx.input(4).data<float>(), y.data<float>(),
-                                              x.dim(0), c, inner, eps, state_of(ctx).stream));
+    return launched(ctx, launch_batchnorm(elem_of(x.dtype()), x.raw(), ctx.input(1).raw(), ctx.input(2).raw(),
+                                          ctx.input(3).raw(), ctx.input(4).raw(), y.raw(), x.dim(0), c, inner, eps,
+                                          state_of(ctx).stream));
   });
 }
 
 }  // namespace
 
 void register_nn(KernelRegistry& r) {
-  r.add(def("MaxPool", 1, "cuda.MaxPool.f32", pool_check,
+  r.add(def("MaxPool", 1, "cuda.MaxPool", pool_check,
             [](const ir::Node& n, KernelInit&) { return create_pool(n, true); }));
-  r.add(def("AveragePool", 1, "cuda.AveragePool.f32", pool_check,
+  r.add(def("AveragePool", 1, "cuda.AveragePool", pool_check,
             [](const ir::Node& n, KernelInit&) { return create_pool(n, false); }));
-  r.add(def("GlobalAveragePool", 1, "cuda.GlobalAveragePool.f32", require_f32,
+  r.add(def("GlobalAveragePool", 1, "cuda.GlobalAveragePool", require_float,
             [](const ir::Node&, KernelInit&) { return create_global_pool(false); }));
-  r.add(def("GlobalMaxPool", 1, "cuda.GlobalMaxPool.f32", require_f32,
+  r.add(def("GlobalMaxPool", 1, "cuda.GlobalMaxPool", require_float,
             [](const ir::Node&, KernelInit&) { return create_global_pool(true); }));
-  r.add(def("BatchNormalization", 7, "cuda.BatchNormalization.f32", batchnorm_check,
+  r.add(def("BatchNormalization", 7, "cuda.BatchNormalization", batchnorm_check,
             [](const ir::Node& n, KernelInit&) { return create_batchnorm(n); }));
 }
 

@@ -20,6 +20,7 @@ KernelDef def(const std::string& op, int since, const std::string& domain, std::
   d.domain = domain;
   d.since = since;
   d.name = "cuda." + (domain.empty() ? op : domain + "." + op);
+  d.half_floats = true;
   d.check = std::move(check);
   d.create = std::move(create);
   return d;

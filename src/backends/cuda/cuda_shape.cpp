@@ -34,6 +34,7 @@ KernelDef def(const char* op, int since, uint32_t host_inputs, std::function<std
   d.since = since;
   d.name = std::string("cuda.") + op;
   d.host_inputs = host_inputs;
+  d.half_floats = true;  // data movement: any element type
   d.check = std::move(check);
   d.create = std::move(create);
   return d;
@@ -543,13 +544,19 @@ void register_shape(KernelRegistry& r) {
               return require_movable(n, 0);
             },
             create_gather));
-  r.add(def("ConstantOfShape", 9, 0b1, nullptr, create_constant_of_shape));
-  r.add(def("Range", 11, 0b111,
+  // ConstantOfShape and Range make float32 from their attribute and scalars: they stay float32 in
+  // reduced-precision builds.
+  KernelDef cos = def("ConstantOfShape", 9, 0b1, nullptr, create_constant_of_shape);
+  cos.half_floats = false;
+  r.add(std::move(cos));
+  KernelDef range = def("Range", 11, 0b111,
             [](const ir::Node& n) {
               return require_input_types(n, 0, {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kInt64,
                                                 DataType::kInt16});
             },
-            create_range));
+            create_range);
+  range.half_floats = false;
+  r.add(std::move(range));
 }
 
 }  // namespace kiln::cuda

@@ -63,6 +63,20 @@ std::optional<std::vector<int64_t>> host_ints(const Tensor* t) {
   return v;
 }
 
+std::string require_float(const ir::Node& n) {
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    if (n.inputs[i] && !n.inputs[i]->type.is_tensor()) return "takes tensors only";
+    if (std::string r = require_input_types(n, static_cast<int>(i), {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16});
+        !r.empty())
+      return r;
+  }
+  for (size_t i = 0; i < n.outputs.size(); ++i)
+    if (std::string r = require_output_types(n, static_cast<int>(i), {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16});
+        !r.empty())
+      return r;
+  return "";
+}
+
 std::string require_constant(const ir::Node& n, int i) {
   if (!n.has_input(i) || n.inputs[i]->constant.has_value()) return "";
   return "input " + std::to_string(i) + " must be a constant (run constant folding) to run on CUDA";

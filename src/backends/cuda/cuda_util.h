@@ -12,6 +12,8 @@ namespace kiln::cuda {
 
 // check(): "" when every present input (and output) whose dtype is known is float32.
 std::string require_f32(const ir::Node& n);
+// check(): "" when every present tensor input and output whose dtype is known is float32, float16 or bfloat16.
+std::string require_float(const ir::Node& n);
 // check(): "" when input/output `i` (absent, or of unknown dtype, passes) has one of `allowed` dtypes.
 std::string require_input_types(const ir::Node& n, int i, const std::vector<DataType>& allowed);
 std::string require_output_types(const ir::Node& n, int i, const std::vector<DataType>& allowed);

@@ -1,0 +1,128 @@
+// passes/precision.cpp — reduced-precision engines: float32 tensors become float16 (or bfloat16)
+// wherever the target runs the consuming op in that type, with casts only where the precision changes.
+//
+// Decisions (issue: GPU speed):
+//  * A node runs in half when the target has a kernel row for its op that takes half floats
+//    (KernelDef::half_floats; the builder hands that in as `runs_in_half`). Its float32 inputs are
+//    converted (constants once, at build time; computed values by a Cast), its float32 outputs become
+//    half. Other nodes keep float32 and get a Cast back where they read a converted value.
+//  * Kernels accumulate in float32 (GEMM/convolution compute type, norms' and softmax's statistics,
+//    reductions), so half here means half storage and half tensor-core inputs.
+//  * The model's inputs and outputs keep their dtypes: casts at the boundary, and the outputs keep
+//    their names.
+//  * Constants convert with saturation to the half type's finite range: exporters write "minus
+//    infinity" masks as the float32 minimum, and (1 - mask) * min must stay 0 where mask is 1, not
+//    0 * -inf = NaN.
+//  * Shape and Size read only shapes: they take a converted value as it is.
+//  * LayerNormalization's Mean/InvStdDev outputs stay float32 (their stash type).
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "ir/float_types.h"
+#include "passes/passes.h"
+
+namespace kiln::passes {
+namespace {
+
+bool shape_only(const ir::Node& n) { return n.domain.empty() && (n.op_type == "Shape" || n.op_type == "Size"); }
+
+Tensor to_half(const Tensor& t, DataType half) {
+  Tensor h = Tensor::empty(half, t.shape());
+  const float* src = t.data<float>();
+  uint16_t* dst = h.data<uint16_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    float v = src[i];
+    if (half == DataType::kFloat16 && std::isfinite(v)) v = std::fmin(std::fmax(v, -65504.f), 65504.f);
+    dst[i] = half == DataType::kFloat16 ? f32_to_f16(v) : f32_to_bf16(v);
+  }
+  return h;
+}
+
+}  // namespace
+
+Expected<int> convert_precision(ir::Graph& g, DataType half, const std::function<bool(const ir::Node&)>& runs_in_half) {
+  if (half != DataType::kFloat16 && half != DataType::kBFloat16) return invalid_argument("precision must be float16 or bfloat16");
+  const int opset = g.opsets.count("") ? g.opsets.at("") : 19;
+  std::map<const ir::Value*, ir::Value*> as_half, as_float;  // casts and converted constants, made once
+  std::set<const ir::Value*> converted;                      // values whose dtype this pass changed to half
+  int changed = 0;
+  auto cast = [&](ir::Value* v, DataType to) -> ir::Value* {
+    auto& cache = to == DataType::kFloat32 ? as_float : as_half;
+    if (auto it = cache.find(v); it != cache.end()) return it->second;
+    ir::Value* out = nullptr;
+    if (v->constant && !v->is_input && v->constant->device().is_cpu() && to != DataType::kFloat32) {
+      out = g.new_value(v->name + "_half", ir::Type::tensor(half, v->type.shape));
+      out->constant = to_half(*v->constant, half);
+    } else {
+      ir::Type t = v->type;
+      t.dtype = to;
+      out = g.new_value(v->name + (to == DataType::kFloat32 ? "_float" : "_half"), t);
+      ir::Node* c = g.add_node("Cast", "", {v}, {out}, out->name + "_cast");
+      c->opset = opset;
+      ir::Attribute& a = c->attrs["to"];
+      a.kind = ir::Attribute::Kind::kInt;
+      a.i = static_cast<int64_t>(to);
+    }
+    cache[v] = out;
+    return out;
+  };
+  const std::vector<ir::Node*> nodes = g.nodes();  // a snapshot: casts added below are not revisited
+  for (ir::Node* n : nodes) {
+    if (n->has_subgraphs()) continue;
+    const bool h = runs_in_half(*n);
+    if (shape_only(*n)) continue;
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      ir::Value* v = n->inputs[i];
+      if (!v || !v->type.is_tensor()) continue;
+      if (h && v->type.dtype == DataType::kFloat32) {
+        g.set_input(n, static_cast<int>(i), cast(v, half));
+      } else if (!h && converted.count(v)) {
+        g.set_input(n, static_cast<int>(i), cast(v, DataType::kFloat32));
+      }
+    }
+    if (!h) continue;
+    ++changed;
+    if (n->domain.empty() && n->op_type == "Cast" && n->attr_int("to", 0) == static_cast<int64_t>(DataType::kFloat32))
+      n->attrs["to"].i = static_cast<int64_t>(half);
+    const bool layer_norm = n->domain.empty() && n->op_type == "LayerNormalization";
+    for (size_t o = 0; o < n->outputs.size(); ++o) {
+      ir::Value* v = n->outputs[o];
+      if (!v || !v->type.is_tensor() || v->type.dtype != DataType::kFloat32 || (layer_norm && o > 0)) continue;
+      v->type.dtype = half;
+      converted.insert(v);
+    }
+  }
+  // Outputs keep their dtype and name: the half value is renamed, a Cast makes the named output.
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    ir::Value* v = g.outputs[i];
+    if (!converted.count(v)) continue;
+    const std::string name = v->name;
+    ir::Type t = v->type;
+    t.dtype = DataType::kFloat32;
+    ir::Value* renamed = g.new_value(name + "_half", v->type);
+    g.replace_all_uses(v, renamed);  // consumers and the graph-output slot move to `renamed`...
+    ir::Node* producer = v->producer;
+    for (size_t o = 0; producer && o < producer->outputs.size(); ++o)
+      if (producer->outputs[o] == v) producer->outputs[o] = renamed;
+    renamed->producer = producer;
+    renamed->producer_output = v->producer_output;
+    v->producer = nullptr;
+    v->producer_output = -1;
+    v->type = t;
+    ir::Node* c = g.add_node("Cast", "", {renamed}, {v}, name + "_cast");
+    c->opset = opset;
+    ir::Attribute& a = c->attrs["to"];
+    a.kind = ir::Attribute::Kind::kInt;
+    a.i = static_cast<int64_t>(DataType::kFloat32);
+    g.outputs[i] = v;  // ...and the original value, now float32, is the output again
+    v->is_output = true;
+    renamed->is_output = false;
+  }
+  KILN_RETURN_IF_ERROR(g.sort());
+  g.remove_dead_values();
+  KILN_RETURN_IF_ERROR(g.verify());
+  return changed;
+}
+
+}  // namespace kiln::passes
