@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "ir/float_types.h"
 #include "ops/op_table.h"
 #include "passes/passes.h"
 #include "runtime/engine_impl.h"
@@ -464,3 +465,58 @@ TEST(Passes, Level1DoesNotFuse) {
 }
 
 }  // namespace
+
+// Reduced precision: nodes the target runs in half get half inputs (constants converted with
+// saturation, computed values cast), the rest get float32 back; outputs keep their name and dtype.
+TEST(Passes, ConvertPrecisionCastsAtBoundariesAndSaturatesConstants) {
+  ir::Graph g;
+  g.opsets[""] = 17;
+  ir::Value* x = g.add_value("x", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({2, 3})));
+  x->is_input = true;
+  g.inputs.push_back(x);
+  ir::Value* c = g.add_value("c", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({3})));
+  Tensor ct = Tensor::empty(DataType::kFloat32, {3});
+  ct.data<float>()[0] = -3.4e38f;  // an exporter's "minus infinity" mask value
+  ct.data<float>()[1] = 1.f;
+  ct.data<float>()[2] = 7e4f;
+  c->constant = ct;
+  ir::Value* a = g.add_value("a", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({2, 3})));
+  ir::Value* b = g.add_value("b", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({2, 3})));
+  ir::Value* y = g.add_value("y", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({2, 3})));
+  ir::Value* s = g.add_value("s", ir::Type::tensor(DataType::kInt64, ir::SymShape::of({2})));
+  g.add_node("Mul", "", {x, c}, {a}, "mul");
+  g.add_node("Softsign", "", {a}, {b}, "softsign");  // stays float32 here
+  g.add_node("Relu", "", {b}, {y}, "relu");
+  g.add_node("Shape", "", {a}, {s}, "shape");  // reads a's shape only: no cast
+  g.outputs = {y, s};
+  y->is_output = s->is_output = true;
+  auto half = [](const ir::Node& n) { return n.op_type == "Mul" || n.op_type == "Relu"; };
+  auto changed = passes::convert_precision(g, DataType::kFloat16, half);
+  ASSERT_TRUE(changed.ok()) << changed.status().to_string();
+  EXPECT_EQ(*changed, 2);
+  ASSERT_TRUE(g.verify().ok());
+  // The outputs: same values (names), float32 and int64 as before.
+  ASSERT_EQ(g.outputs.size(), 2u);
+  EXPECT_EQ(g.outputs[0]->name, "y");
+  EXPECT_EQ(g.outputs[0]->type.dtype, DataType::kFloat32);
+  EXPECT_EQ(g.outputs[1]->type.dtype, DataType::kInt64);
+  std::map<std::string, int> casts;
+  for (const ir::Node* n : g.nodes()) {
+    if (n->op_type == "Mul") {
+      EXPECT_EQ(n->inputs[0]->type.dtype, DataType::kFloat16);  // x cast at the boundary
+      ASSERT_TRUE(n->inputs[1]->constant.has_value());
+      const Tensor& h = *n->inputs[1]->constant;
+      ASSERT_EQ(h.dtype(), DataType::kFloat16);
+      EXPECT_EQ(f16_to_f32(h.data<uint16_t>()[0]), -65504.f);  // saturated, not -inf
+      EXPECT_EQ(f16_to_f32(h.data<uint16_t>()[1]), 1.f);
+      EXPECT_EQ(f16_to_f32(h.data<uint16_t>()[2]), 65504.f);
+      EXPECT_EQ(n->outputs[0]->type.dtype, DataType::kFloat16);
+    }
+    if (n->op_type == "Softsign") EXPECT_EQ(n->inputs[0]->type.dtype, DataType::kFloat32);
+    if (n->op_type == "Shape") EXPECT_EQ(n->inputs[0]->type.dtype, DataType::kFloat16);
+    if (n->op_type == "Cast") ++casts[std::to_string(n->attr_int("to", 0))];
+  }
+  // x→half, a→float (Softsign), b→half (Relu), y_half→float (output).
+  EXPECT_EQ(casts[std::to_string(static_cast<int>(DataType::kFloat16))], 2);
+  EXPECT_EQ(casts[std::to_string(static_cast<int>(DataType::kFloat32))], 2);
+}
