@@ -39,6 +39,15 @@ Tensor to_half(const Tensor& t, DataType half) {
   return h;
 }
 
+// Adds `out = Cast(in, to)` and returns the node.
+ir::Node* add_cast(ir::Graph& g, ir::Value* in, ir::Value* out, DataType to, const std::string& name) {
+  ir::Node* c = g.add_node("Cast", "", {in}, {out}, name);
+  ir::Attribute& a = c->attrs["to"];
+  a.kind = ir::Attribute::Kind::kInt;
+  a.i = static_cast<int64_t>(to);
+  return c;
+}
+
 }  // namespace
 
 Expected<int> convert_precision(ir::Graph& g, DataType half, const std::function<bool(const ir::Node&)>& runs_in_half) {
@@ -58,11 +67,7 @@ Expected<int> convert_precision(ir::Graph& g, DataType half, const std::function
       ir::Type t = v->type;
       t.dtype = to;
       out = g.new_value(v->name + (to == DataType::kFloat32 ? "_float" : "_half"), t);
-      ir::Node* c = g.add_node("Cast", "", {v}, {out}, out->name + "_cast");
-      c->opset = opset;
-      ir::Attribute& a = c->attrs["to"];
-      a.kind = ir::Attribute::Kind::kInt;
-      a.i = static_cast<int64_t>(to);
+      add_cast(g, v, out, to, out->name + "_cast")->opset = opset;
     }
     cache[v] = out;
     return out;
@@ -110,11 +115,7 @@ Expected<int> convert_precision(ir::Graph& g, DataType half, const std::function
     v->producer = nullptr;
     v->producer_output = -1;
     v->type = t;
-    ir::Node* c = g.add_node("Cast", "", {renamed}, {v}, name + "_cast");
-    c->opset = opset;
-    ir::Attribute& a = c->attrs["to"];
-    a.kind = ir::Attribute::Kind::kInt;
-    a.i = static_cast<int64_t>(DataType::kFloat32);
+    add_cast(g, renamed, v, DataType::kFloat32, name + "_cast")->opset = opset;
     g.outputs[i] = v;  // ...and the original value, now float32, is the output again
     v->is_output = true;
     renamed->is_output = false;

@@ -75,7 +75,7 @@ Status reshape_step(const CompiledGraph& g, ShapePlan& plan, int si, const Frame
       // Only constants, and the host inputs of a step re-planned on every run: a cached plan must not
       // depend on input values.
       in.value = host_constant(g, v);
-      if (!in.value && i < 32 && ((s.host_inputs >> i) & 1u) && slot.tensor.device().is_cpu()) in.value = &slot.tensor;
+      if (!in.value && s.host_input(i) && slot.tensor.device().is_cpu()) in.value = &slot.tensor;
     } else {
       if (!plan.known[v]) return unsupported("input shape unknown");
       in.present = true;
@@ -308,9 +308,9 @@ std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* 
       for (int v : s.implicit_in) dyn_in = dyn_in || p->dyn[v];
       // A host input whose value the plan cannot know (not a constant, not a shape value): the step
       // is planned again on every run, with the value in hand.
-      for (size_t i = 0; i < s.in.size() && i < 32; ++i) {
+      for (size_t i = 0; i < s.in.size(); ++i) {
         const int v = s.in[i];
-        if (v >= 0 && ((s.host_inputs >> i) & 1u) && !p->value[v].defined() && !host_constant(g, v)) dyn_in = true;
+        if (v >= 0 && s.host_input(i) && !p->value[v].defined() && !host_constant(g, v)) dyn_in = true;
       }
       if (s.data_dependent || dyn_in) {
         // Sizes depend on values: its outputs (and all they feed) are made as they run.

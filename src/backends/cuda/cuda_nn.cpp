@@ -6,18 +6,6 @@
 namespace kiln::cuda {
 namespace {
 
-KernelDef def(const char* op, int since, const char* name, std::function<std::string(const ir::Node&)> check,
-              KernelFactory create) {
-  KernelDef d;
-  d.op = op;
-  d.since = since;
-  d.name = name;
-  d.half_floats = true;
-  d.check = std::move(check);
-  d.create = std::move(create);
-  return d;
-}
-
 // ---- MaxPool / AveragePool (1-D and 2-D, NCHW)
 std::string pool_check(const ir::Node& n) {
   const size_t k = n.attr_ints("kernel_shape").size();
@@ -133,15 +121,15 @@ Expected<KernelPtr> create_batchnorm(const ir::Node& n) {
 }  // namespace
 
 void register_nn(KernelRegistry& r) {
-  r.add(def("MaxPool", 1, "cuda.MaxPool", pool_check,
+  r.add(kernel_row("MaxPool", 1, pool_check,
             [](const ir::Node& n, KernelInit&) { return create_pool(n, true); }));
-  r.add(def("AveragePool", 1, "cuda.AveragePool", pool_check,
+  r.add(kernel_row("AveragePool", 1, pool_check,
             [](const ir::Node& n, KernelInit&) { return create_pool(n, false); }));
-  r.add(def("GlobalAveragePool", 1, "cuda.GlobalAveragePool", require_float,
+  r.add(kernel_row("GlobalAveragePool", 1, require_float,
             [](const ir::Node&, KernelInit&) { return create_global_pool(false); }));
-  r.add(def("GlobalMaxPool", 1, "cuda.GlobalMaxPool", require_float,
+  r.add(kernel_row("GlobalMaxPool", 1, require_float,
             [](const ir::Node&, KernelInit&) { return create_global_pool(true); }));
-  r.add(def("BatchNormalization", 7, "cuda.BatchNormalization", batchnorm_check,
+  r.add(kernel_row("BatchNormalization", 7, batchnorm_check,
             [](const ir::Node& n, KernelInit&) { return create_batchnorm(n); }));
 }
 

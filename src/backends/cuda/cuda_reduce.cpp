@@ -13,19 +13,6 @@ const std::vector<DataType> kFloats = {DataType::kFloat32, DataType::kFloat16, D
 const std::vector<DataType> kReduceTypes = {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16,
                                             DataType::kFloat64, DataType::kInt32, DataType::kInt64};
 
-KernelDef def(const std::string& op, int since, const std::string& domain, std::function<std::string(const ir::Node&)> check,
-              KernelFactory create) {
-  KernelDef d;
-  d.op = op;
-  d.domain = domain;
-  d.since = since;
-  d.name = "cuda." + (domain.empty() ? op : domain + "." + op);
-  d.half_floats = true;
-  d.check = std::move(check);
-  d.create = std::move(create);
-  return d;
-}
-
 std::string rank_ok(const ir::Node& n) {
   if (n.has_input(0) && n.inputs[0]->type.shape.known && n.inputs[0]->type.shape.rank() > kMaxRank) return "rank above 8";
   return "";
@@ -279,7 +266,7 @@ std::string norm_check(const ir::Node& n, int inputs_typed) {
 void register_reduce(KernelRegistry& r) {
   for (const ReduceRow& row : kReduce) {
     const ReduceRow* rp = &row;
-    KernelDef d = def(row.op, 1, "",
+    KernelDef d = kernel_row(row.op, 1,
                       [rp](const ir::Node& n) -> std::string {
                         if (std::string w = require_input_types(n, 0, rp->ints ? kReduceTypes : kFloats); !w.empty()) return w;
                         return rank_ok(n);
@@ -289,7 +276,7 @@ void register_reduce(KernelRegistry& r) {
     r.add(std::move(d));
   }
   for (bool max : {true, false}) {
-    r.add(def(max ? "ArgMax" : "ArgMin", 1, "",
+    r.add(kernel_row(max ? "ArgMax" : "ArgMin", 1,
               [](const ir::Node& n) -> std::string {
                 if (std::string w = require_input_types(n, 0, kReduceTypes); !w.empty()) return w;
                 return rank_ok(n);
@@ -297,19 +284,19 @@ void register_reduce(KernelRegistry& r) {
               [max](const ir::Node& n, KernelInit&) { return create_arg(n, max); }));
   }
   for (bool log : {false, true}) {
-    r.add(def(log ? "LogSoftmax" : "Softmax", 1, "",
+    r.add(kernel_row(log ? "LogSoftmax" : "Softmax", 1,
               [](const ir::Node& n) -> std::string {
                 if (std::string w = require_input_types(n, 0, kFloats); !w.empty()) return w;
                 return rank_ok(n);
               },
               [log](const ir::Node& n, KernelInit&) { return create_softmax(n, log); }));
   }
-  r.add(def("LayerNormalization", 17, "", [](const ir::Node& n) { return norm_check(n, 3); },
+  r.add(kernel_row("LayerNormalization", 17, [](const ir::Node& n) { return norm_check(n, 3); },
             [](const ir::Node& n, KernelInit&) { return create_norm(n, Norm::kLayer); }));
-  r.add(def("RMSNormalization", 23, "", [](const ir::Node& n) { return norm_check(n, 2); },
+  r.add(kernel_row("RMSNormalization", 23, [](const ir::Node& n) { return norm_check(n, 2); },
             [](const ir::Node& n, KernelInit&) { return create_norm(n, Norm::kRms); }));
-  r.add(def("SkipLayerNorm", 1, "kiln", [](const ir::Node& n) { return norm_check(n, 4); },
-            [](const ir::Node& n, KernelInit&) { return create_norm(n, Norm::kSkip); }));
+  r.add(kernel_row("SkipLayerNorm", 1, [](const ir::Node& n) { return norm_check(n, 4); },
+                   [](const ir::Node& n, KernelInit&) { return create_norm(n, Norm::kSkip); }, "kiln"));
 }
 
 }  // namespace kiln::cuda

@@ -211,14 +211,10 @@ int launch_reduce(ReduceOp op, int elem, const void* x, void* y, int64_t n_out, 
                   cudaStream_t stream) {
   if (n_out <= 0) return cudaSuccess;
   const unsigned grid = grid_for(n_out * 32);
-  return dispatch_numeric(elem, [&](auto t) {
+  return dispatch_signed(elem, [&](auto t) {
     using T = decltype(t);
-    if constexpr (std::is_same<T, bool>::value || std::is_unsigned<T>::value) {
-      return static_cast<int>(cudaErrorInvalidValue);
-    } else {
-      reduce_kernel<<<grid, kThreads, 0, stream>>>(op, static_cast<const T*>(x), static_cast<T*>(y), n_out, index);
-      return static_cast<int>(cudaGetLastError());
-    }
+    reduce_kernel<<<grid, kThreads, 0, stream>>>(op, static_cast<const T*>(x), static_cast<T*>(y), n_out, index);
+    return static_cast<int>(cudaGetLastError());
   });
 }
 
@@ -227,14 +223,10 @@ int launch_arg_reduce(bool max, bool last, int elem, const void* x, int64_t* y, 
   if (n_out <= 0) return cudaSuccess;
   if (index.red_rank != 1) return cudaErrorInvalidValue;
   const unsigned grid = grid_for(n_out * 32);
-  return dispatch_numeric(elem, [&](auto t) {
+  return dispatch_signed(elem, [&](auto t) {
     using T = decltype(t);
-    if constexpr (std::is_same<T, bool>::value || std::is_unsigned<T>::value) {
-      return static_cast<int>(cudaErrorInvalidValue);
-    } else {
-      arg_reduce_kernel<<<grid, kThreads, 0, stream>>>(max, last, static_cast<const T*>(x), y, n_out, index);
-      return static_cast<int>(cudaGetLastError());
-    }
+    arg_reduce_kernel<<<grid, kThreads, 0, stream>>>(max, last, static_cast<const T*>(x), y, n_out, index);
+    return static_cast<int>(cudaGetLastError());
   });
 }
 

@@ -27,16 +27,11 @@ std::string require_movable(const ir::Node& n, int i) {
 
 int elem_bytes(const Tensor& t) { return static_cast<int>(dtype_size(t.dtype())); }
 
+// A data-movement row (any element type) that reads `host_inputs` on the host.
 KernelDef def(const char* op, int since, uint32_t host_inputs, std::function<std::string(const ir::Node&)> check,
               KernelFactory create) {
-  KernelDef d;
-  d.op = op;
-  d.since = since;
-  d.name = std::string("cuda.") + op;
+  KernelDef d = kernel_row(op, since, std::move(check), std::move(create));
   d.host_inputs = host_inputs;
-  d.half_floats = true;  // data movement: any element type
-  d.check = std::move(check);
-  d.create = std::move(create);
   return d;
 }
 

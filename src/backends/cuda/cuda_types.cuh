@@ -96,6 +96,21 @@ int dispatch_numeric(int elem, F&& f) {
     default: return cudaErrorInvalidValue;
   }
 }
+// The float types and the signed integers (what reductions take).
+template <typename F>
+int dispatch_signed(int elem, F&& f) {
+  switch (elem) {
+    case kElemF32: return f(float{});
+    case kElemF16: return f(__half{});
+    case kElemBF16: return f(__nv_bfloat16{});
+    case kElemF64: return f(double{});
+    case kElemI8: return f(int8_t{});
+    case kElemI16: return f(int16_t{});
+    case kElemI32: return f(int32_t{});
+    case kElemI64: return f(int64_t{});
+    default: return cudaErrorInvalidValue;
+  }
+}
 // By size only (data movement).
 template <typename F>
 int dispatch_bytes(int bytes, F&& f) {

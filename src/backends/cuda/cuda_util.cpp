@@ -7,21 +7,6 @@
 
 namespace kiln::cuda {
 
-std::string require_f32(const ir::Node& n) {
-  auto check = [](const ir::Value* v, const char* what, size_t i) -> std::string {
-    if (!v || !v->type.is_tensor() || v->type.dtype == DataType::kUndefined || v->type.dtype == DataType::kFloat32)
-      return "";
-    return std::string(what) + " " + std::to_string(i) + " is " + dtype_name(v->type.dtype) + ", only float32 runs on CUDA";
-  };
-  for (size_t i = 0; i < n.inputs.size(); ++i)
-    if (std::string r = check(n.inputs[i], "input", i); !r.empty()) return r;
-  for (size_t i = 0; i < n.outputs.size(); ++i)
-    if (std::string r = check(n.outputs[i], "output", i); !r.empty()) return r;
-  for (const ir::Value* v : n.inputs)
-    if (v && !v->type.is_tensor()) return "takes tensors only";
-  return "";
-}
-
 namespace {
 std::string require_types(const ir::Value* v, const char* what, int i, const std::vector<DataType>& allowed) {
   if (!v || !v->type.is_tensor() || v->type.dtype == DataType::kUndefined) return "";
@@ -77,31 +62,17 @@ std::string require_float(const ir::Node& n) {
   return "";
 }
 
-std::string require_constant(const ir::Node& n, int i) {
-  if (!n.has_input(i) || n.inputs[i]->constant.has_value()) return "";
-  return "input " + std::to_string(i) + " must be a constant (run constant folding) to run on CUDA";
-}
-
-std::optional<std::vector<int64_t>> constant_ints(const ir::Node& n, int i) {
-  if (!n.has_input(i) || !n.inputs[i]->constant.has_value()) return std::nullopt;
-  const Tensor& t = *n.inputs[i]->constant;
-  if (!t.device().is_cpu()) return std::nullopt;
-  std::vector<int64_t> v(static_cast<size_t>(t.numel()));
-  if (t.dtype() == DataType::kInt64) {
-    std::copy(t.data<int64_t>(), t.data<int64_t>() + t.numel(), v.begin());
-  } else if (t.dtype() == DataType::kInt32) {
-    std::copy(t.data<int32_t>(), t.data<int32_t>() + t.numel(), v.begin());
-  } else {
-    return std::nullopt;
-  }
-  return v;
-}
-
-std::optional<float> constant_float(const ir::Node& n, int i) {
-  if (!n.has_input(i) || !n.inputs[i]->constant.has_value()) return std::nullopt;
-  const Tensor& t = *n.inputs[i]->constant;
-  if (!t.device().is_cpu() || t.numel() != 1 || t.dtype() != DataType::kFloat32) return std::nullopt;
-  return t.data<float>()[0];
+KernelDef kernel_row(const std::string& op, int since, std::function<std::string(const ir::Node&)> check,
+                     KernelFactory create, const std::string& domain) {
+  KernelDef d;
+  d.op = op;
+  d.domain = domain;
+  d.since = since;
+  d.name = "cuda." + (domain.empty() ? op : domain + "." + op);
+  d.half_floats = true;
+  d.check = std::move(check);
+  d.create = std::move(create);
+  return d;
 }
 
 Status launched(const KernelContext& ctx, int err) {

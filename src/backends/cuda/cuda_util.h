@@ -10,8 +10,6 @@
 
 namespace kiln::cuda {
 
-// check(): "" when every present input (and output) whose dtype is known is float32.
-std::string require_f32(const ir::Node& n);
 // check(): "" when every present tensor input and output whose dtype is known is float32, float16 or bfloat16.
 std::string require_float(const ir::Node& n);
 // check(): "" when input/output `i` (absent, or of unknown dtype, passes) has one of `allowed` dtypes.
@@ -24,13 +22,11 @@ inline constexpr DataType kFloatTypes[] = {DataType::kFloat32, DataType::kFloat1
 bool is_float_type(DataType t);
 // The int64/int32 values of a host tensor (a host input's value), or nullopt.
 std::optional<std::vector<int64_t>> host_ints(const Tensor* t);
-// check(): "" when node input `i` is absent or a constant (its value is needed at creation).
-std::string require_constant(const ir::Node& n, int i);
 
-// The int64/int32 values of a constant node input, or nullopt (absent, not constant, other dtype).
-std::optional<std::vector<int64_t>> constant_ints(const ir::Node& n, int i);
-// The float value of a constant scalar node input, or nullopt.
-std::optional<float> constant_float(const ir::Node& n, int i);
+// A kernel row named "cuda.<op>" ("cuda.<domain>.<op>" outside ai.onnx) whose float tensors may be
+// float16/bfloat16; callers set host_inputs and the like on the result.
+KernelDef kernel_row(const std::string& op, int since, std::function<std::string(const ir::Node&)> check,
+                     KernelFactory create, const std::string& domain = "");
 
 // A failed launch → RuntimeError naming the node.
 Status launched(const KernelContext& ctx, int err);
