@@ -183,6 +183,7 @@ static int kiln_main(int argc, char** argv) {
   Inputs inputs;
   int iterations = 50, warmup = 5;
   double run_timeout = 0;
+  bool no_cuda_graphs = false;
   auto* run = app.add_subcommand("run", "Run an engine (or an ONNX model) once and print its outputs");
   auto* bench = app.add_subcommand("bench", "Time repeated runs (median, min, max)");
   for (auto* sc : {run, bench}) {
@@ -193,6 +194,7 @@ static int kiln_main(int argc, char** argv) {
     sc->add_option("--seed", inputs.seed, "seed for random inputs");
     sc->add_option("--timeout", run_timeout, "stop any run that takes longer than this many seconds (an error)")
         ->check(CLI::NonNegativeNumber);
+    sc->add_flag("--no-cuda-graphs", no_cuda_graphs, "launch every GPU step on its own instead of replaying CUDA graphs");
   }
   run->add_option("--output-dir", out_dir, "write each output as <name>.npy here");
   bench->add_option("-n,--iterations", iterations, "timed runs")->check(CLI::PositiveNumber);
@@ -211,6 +213,7 @@ static int kiln_main(int argc, char** argv) {
   std::string cmp_a, cmp_b, cmp_device_a = "cpu", cmp_device_b = "cuda";
   Inputs cmp_inputs;
   double cmp_rtol = 1e-4;
+  int cmp_runs = 1;
   auto* compare = app.add_subcommand("compare", "Run a model two ways (devices or engine files) on the same inputs and compare outputs");
   compare->add_option("model", cmp_a, "model.onnx or model.kiln (side A)")->required();
   compare->add_option("other", cmp_b, "a second model/engine (side B; default: the same model on --device-b)");
@@ -221,6 +224,8 @@ static int kiln_main(int argc, char** argv) {
   compare->add_option("--input,-i", cmp_inputs.specs, "name=file.npy (repeatable); missing inputs get random data");
   compare->add_option("--seed", cmp_inputs.seed, "seed for random inputs");
   compare->add_option("--rtol", cmp_rtol, "fail when an output's relative L2 error exceeds this");
+  compare->add_option("--runs", cmp_runs, "run each side this many times and compare the last outputs")
+      ->check(CLI::PositiveNumber);
 
   size_t max_tensor_bytes = 0;
   for (auto* sc : {build, run, bench, compare})
@@ -249,9 +254,13 @@ static int kiln_main(int argc, char** argv) {
     auto cb = (*b)->create_context();
     if (!ca.ok()) return fail(ca.status());
     if (!cb.ok()) return fail(cb.status());
+    // With --runs N each side runs N times on one context and the last outputs are compared: the
+    // steady state (replayed CUDA graphs from the third run of a GPU engine), not only the first run.
     auto ra = (*ca)->run(*feed);
+    for (int r = 1; r < cmp_runs && ra.ok(); ++r) ra = (*ca)->run(*feed);
     if (!ra.ok()) return fail(ra.status());
     auto rb = (*cb)->run(*feed);
+    for (int r = 1; r < cmp_runs && rb.ok(); ++r) rb = (*cb)->run(*feed);
     if (!rb.ok()) return fail(rb.status());
     if (ra->size() != rb->size()) return fail(kiln::invalid_argument("the two sides have different numbers of outputs"));
     std::printf("A: %s (%s)\nB: %s (%s)\n", cmp_a.c_str(), (*a)->metadata()["device"].c_str(),
@@ -341,6 +350,7 @@ static int kiln_main(int argc, char** argv) {
   auto ctx = (*e)->create_context();
   if (!ctx.ok()) return fail(ctx.status());
   (*ctx)->set_run_timeout(run_timeout);
+  if (no_cuda_graphs) (*ctx)->set_cuda_graphs(false);
   auto feed = load_inputs(**e, inputs);
   if (!feed.ok()) return fail(feed.status());
   std::printf("engine: %s (device %s, loaded/built in %.1f ms)\n", run_path.c_str(),
@@ -406,6 +416,7 @@ static int kiln_main(int argc, char** argv) {
   std::sort(ms.begin(), ms.end());
   std::printf("arena: cpu %zu bytes, cuda %zu bytes\n", (*ctx)->arena_bytes(kiln::DeviceType::kCPU),
               (*ctx)->arena_bytes(kiln::DeviceType::kCUDA));
+  if ((*e)->device() == kiln::DeviceType::kCUDA) std::printf("cuda graphs: %zu\n", (*ctx)->cuda_graphs());
   std::printf("runs: %d (after %d warm-up)\nmedian %.3f ms  min %.3f ms  p90 %.3f ms  max %.3f ms\n", iterations, warmup,
               ms[ms.size() / 2], ms.front(), ms[ms.size() * 9 / 10], ms.back());
   return 0;

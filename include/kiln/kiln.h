@@ -125,6 +125,14 @@ class ExecutionContext {
   void terminate();
   // A time limit for each run (0: none): a run past it stops with kCancelled before its next step.
   void set_run_timeout(double seconds);
+  // CUDA graphs (on by default; the environment KILN_CUDA_GRAPHS=0 makes the default off): from the
+  // second run of an input-shape signature on, the GPU work between the input and output copies is
+  // replayed from a captured graph with one launch instead of one launch per step. Steps whose work
+  // depends on input values (data-dependent ops, host steps that read GPU results) end a graph, and
+  // a capture that fails leaves that signature running step by step. No effect on CPU engines.
+  void set_cuda_graphs(bool enabled);
+  // Captured graphs over the signatures this context has planned (tests and `kiln bench` report it).
+  size_t cuda_graphs() const;
   size_t planned_signatures() const;
   size_t arena_bytes(DeviceType device) const;
 

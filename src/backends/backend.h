@@ -28,6 +28,12 @@ class Backend {
   virtual Expected<std::shared_ptr<void>> create_state() = 0;
   // Waits for all work queued on `state`.
   virtual Status synchronize(void* state) = 0;
+  // Graphs of queued work (CUDA graphs): work queued on `state` between begin_capture and
+  // end_capture is recorded, not run; launch_graph queues the recorded work again, as one launch.
+  // end_capture must follow every begin_capture that succeeded. Devices without graphs refuse.
+  virtual Status begin_capture(void* state);
+  virtual Expected<std::shared_ptr<void>> end_capture(void* state);
+  virtual Status launch_graph(void* graph, void* state);
   // What this engine is built for: "NVIDIA H100 80GB HBM3; sm_90; CUDA 13.0; cuDNN 9.14; cuBLAS 13.1" or
   // the CPU ISA. Stored in engine files and compared on load.
   virtual std::string fingerprint() const = 0;

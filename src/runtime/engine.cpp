@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -259,6 +261,11 @@ Expected<std::unique_ptr<ExecutionContext>> Engine::create_context() const {
   ci->engine = impl_;
   const Engine::Impl& e = *impl_;
   if (OpProfile::enabled()) ci->res.profile = std::make_unique<OpProfile>();
+  static const bool graphs_default = [] {
+    const char* v = std::getenv("KILN_CUDA_GRAPHS");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  ci->res.cuda_graphs = graphs_default;
   for (int d = 0; d < 2; ++d) {
     const bool used = d == 0 || e.options.device == DeviceType::kCUDA;
     if (!used) continue;
@@ -280,6 +287,13 @@ ExecutionContext::ExecutionContext(std::unique_ptr<Impl> impl) : impl_(std::move
 ExecutionContext::~ExecutionContext() = default;
 
 size_t ExecutionContext::planned_signatures() const { return impl_->plans.size(); }
+void ExecutionContext::set_cuda_graphs(bool enabled) { impl_->res.cuda_graphs = enabled; }
+size_t ExecutionContext::cuda_graphs() const {
+  size_t n = 0;
+  for (const auto& p : impl_->plans)
+    for (const auto& g : p->graphs) n += g.exec != nullptr;
+  return n;
+}
 size_t ExecutionContext::arena_bytes(DeviceType device) const {
   const auto& a = impl_->res.arena[static_cast<int>(device)];
   return a ? a->bytes : 0;
@@ -393,7 +407,15 @@ Status ExecutionContext::run_into(const std::vector<Value>& inputs, std::vector<
   for (int v : plan.inputs) sp.at[v] = &sp.slots[v];
   for (int v : plan.outputs) sp.at[v] = &sp.slots[v];
   if (!st.ok()) return st;
-  if (!sp.ready || sp.dirty) finalize_shape_plan(plan, sp);
+  if (!sp.ready || sp.dirty) {
+    // New offsets: graphs captured over the old ones are void.
+    sp.graphs.clear();
+    sp.graphs_generation = ~uint64_t{0};
+    sp.clean_runs = 0;
+    finalize_shape_plan(plan, sp);
+  } else {
+    ++sp.clean_runs;
+  }
   return Status::Ok();
 }
 

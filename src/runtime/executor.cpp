@@ -482,83 +482,173 @@ Status ContextResources::check_stop() const {
   return Status::Ok();
 }
 
+Status Frame::run_step(int si, OpProfile* profile) {
+  const Step& s = graph.steps[si];
+  const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+  if (s.kind == Step::Kind::kCopy) {
+    const Slot& src = *at[s.in[0]];
+    if (src.kind == Slot::Kind::kTensor) {
+      const Device to = graph.values[s.out[0]].device;
+      Backend& dst_backend = to.is_cpu() ? cpu_backend() : *s.backend;
+      Tensor* dst = nullptr;
+      try {
+        dst = &make_output(s.out[0], dst_backend, src.tensor.dtype(), src.tensor.shape());
+      } catch (const std::exception& e) {
+        return runtime_error("copy of '" + graph.values[s.in[0]].name + "': " + e.what());
+      }
+      void* state = res.state_for(s.backend->device());
+      KILN_RETURN_IF_ERROR(s.backend->copy(src.tensor, *dst, state));
+      // A host kernel reads it next: wait for the copy. (Host-to-device copies from pageable
+      // memory return once the source was read, so the host may reuse it at once.)
+      if (s.sync_after) KILN_RETURN_IF_ERROR(s.backend->synchronize(state));
+    } else if (src.kind == Slot::Kind::kNone) {
+      *at[s.out[0]] = Slot();
+    } else {
+      return unsupported("sequences cannot move between devices yet ('" + graph.values[s.in[0]].name + "')");
+    }
+  } else {
+    AdHocShapes adhoc;
+    AdHocShapes* adhoc_ptr = nullptr;
+    Status st;
+    try {
+      if (s.kernel->has_reshape()) {
+        if (!plan) {
+          auto alloc = [&s](size_t b) { return s.backend->allocate(b); };
+          StepContext probe(*this, s, si, &adhoc);
+          st = adhoc.prepare(*s.kernel, probe, alloc);
+          adhoc_ptr = &adhoc;
+        } else {
+          // Not planned ahead (learning run, or inputs made by data-dependent steps): reshape for
+          // the inputs at hand. A workspace outside the arena (none yet, or sized per run) is the
+          // step's own.
+          const bool again = !plan->reshaped[si] || plan->volatile_step[si];
+          if (again) st = reshape_step(graph, *plan, si, this, res);
+          if (st.ok() && plan->ws_bytes[si] && plan->ws_offset[si] < 0 && (again || !plan->ws_tmp[si])) {
+            auto ws = s.backend->allocate(plan->ws_bytes[si]);
+            if (!ws.ok()) st = ws.status();
+            else plan->ws_tmp[si] = *ws;
+          }
+        }
+      }
+      if (st.ok()) {
+        StepContext ctx(*this, s, si, adhoc_ptr);
+        st = s.kernel->run(ctx);
+      }
+    } catch (const std::bad_alloc&) {
+      st = runtime_error(s.node->describe() + ": out of memory");
+    } catch (const std::exception& e) {
+      st = runtime_error(s.node->describe() + ": " + e.what());
+    }
+    if (!st.ok()) return st;
+  }
+  if (profile) {
+    const std::string op = s.node ? (s.node->domain.empty() ? s.node->op_type : s.node->domain + "." + s.node->op_type)
+                                  : s.kernel_name;
+    OpProfile::Entry& e = profile->by_op[op];
+    ++e.calls;
+    e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  for (int v : s.release) {
+    // Planned values keep their arena views for the next run; the caller's inputs are not ours.
+    if (plan && (plan->offset[v] >= 0 || plan->at[v] != &plan->slots[v])) continue;
+    *at[v] = Slot();
+  }
+  return Status::Ok();
+}
+
+void Frame::find_graph_segments() {
+  ShapePlan& p = *plan;
+  p.graphs.clear();
+  p.graphs_generation = res.generation;
+  // 0: ends a segment; 1: a GPU step whose work is the same every run; 2: a host kernel step (it
+  // cannot read a GPU result without a copy, which ends the segment, so it may run before the replay).
+  auto kind = [&](int si) -> int {
+    const Step& s = graph.steps[si];
+    if (s.kind != Step::Kind::kKernel || s.data_dependent || !s.implicit_in.empty()) return 0;
+    if (s.backend->device().is_cpu()) return 2;
+    if (s.backend->device().type != DeviceType::kCUDA || p.volatile_step[si]) return 0;
+    if (s.kernel->has_reshape() && !p.reshaped[si]) return 0;
+    if (p.ws_bytes[si] && p.ws_offset[si] < 0) return 0;
+    for (int v : s.out)
+      if (v >= 0 && (p.offset[v] < 0 || p.dyn[v] || p.at[v] != &p.slots[v])) return 0;
+    return 1;
+  };
+  constexpr int kMinGpuSteps = 2;  // one launch replacing one launch gains nothing
+  const int ns = static_cast<int>(graph.steps.size());
+  for (int si = 0; si < ns;) {
+    if (kind(si) != 1) {
+      ++si;
+      continue;
+    }
+    int last = si, gpu = 0;
+    for (int k = si; k < ns; ++k) {
+      const int c = kind(k);
+      if (c == 0) break;
+      if (c == 1) {
+        last = k;
+        ++gpu;
+      }
+    }
+    if (gpu >= kMinGpuSteps) p.graphs.push_back({si, last, nullptr});
+    si = last + 1;
+  }
+}
+
+Status Frame::run_segment(ShapePlan::GraphSegment& seg) {
+  const Step& first = graph.steps[seg.first];
+  Backend& gpu = *first.backend;
+  void* state = res.state_for(gpu.device());
+  auto release_all = [&] {
+    for (int si = seg.first; si <= seg.last; ++si)
+      for (int v : graph.steps[si].release)
+        if (plan->offset[v] < 0 && plan->at[v] == &plan->slots[v]) *at[v] = Slot();
+  };
+  if (!seg.exec) {
+    Status st = gpu.begin_capture(state);
+    for (int si = seg.first; st.ok() && si <= seg.last; ++si) st = run_step(si, nullptr);
+    auto graph_exec = gpu.end_capture(state);  // always, so the stream leaves capture mode
+    if (st.ok() && graph_exec.ok()) {
+      seg.exec = *graph_exec;
+    } else {
+      const Status& why = st.ok() ? graph_exec.status() : st;
+      log(LogLevel::kInfo, "CUDA graph capture of steps " + std::to_string(seg.first) + ".." + std::to_string(seg.last) +
+                               " failed (" + why.message() + "); this signature runs step by step");
+      // Nothing captured ran: run the steps now (host steps again; they are pure functions of the plan).
+      const int a = seg.first, b = seg.last;
+      plan->graphs_off = true;
+      plan->graphs.clear();  // `seg` is gone from here on
+      for (int si = a; si <= b; ++si) KILN_RETURN_IF_ERROR(run_step(si, nullptr));
+      return Status::Ok();
+    }
+    release_all();
+    return gpu.launch_graph(seg.exec.get(), state);
+  }
+  for (int si = seg.first; si <= seg.last; ++si)
+    if (graph.steps[si].backend->device().is_cpu()) KILN_RETURN_IF_ERROR(run_step(si, nullptr));
+  release_all();
+  return gpu.launch_graph(seg.exec.get(), state);
+}
+
 Status Frame::execute() {
   OpProfile* profile = parent ? nullptr : res.profile.get();  // subgraph steps count under their node
   if (profile) ++profile->runs;
   const int ns = static_cast<int>(graph.steps.size());
   KILN_RETURN_IF_ERROR(res.check_stop());
+  // CUDA graphs: a top-level frame over a plan that is ready and ran once as planned.
+  const bool graphs = plan && !parent && !profile && res.cuda_graphs && res.state[1] && plan->ready && !plan->dirty &&
+                      !plan->graphs_off && plan->clean_runs >= 1;
+  if (graphs && plan->graphs_generation != res.generation) find_graph_segments();
+  size_t next = 0;
   for (int si = 0; si < ns; ++si) {
-    const Step& s = graph.steps[si];
     KILN_RETURN_IF_ERROR(res.check_stop());
-    const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-    if (s.kind == Step::Kind::kCopy) {
-      const Slot& src = *at[s.in[0]];
-      if (src.kind == Slot::Kind::kTensor) {
-        const Device to = graph.values[s.out[0]].device;
-        Backend& dst_backend = to.is_cpu() ? cpu_backend() : *s.backend;
-        Tensor* dst = nullptr;
-        try {
-          dst = &make_output(s.out[0], dst_backend, src.tensor.dtype(), src.tensor.shape());
-        } catch (const std::exception& e) {
-          return runtime_error("copy of '" + graph.values[s.in[0]].name + "': " + e.what());
-        }
-        void* state = res.state_for(s.backend->device());
-        KILN_RETURN_IF_ERROR(s.backend->copy(src.tensor, *dst, state));
-        // A host kernel reads it next: wait for the copy. (Host-to-device copies from pageable
-        // memory return once the source was read, so the host may reuse it at once.)
-        if (s.sync_after) KILN_RETURN_IF_ERROR(s.backend->synchronize(state));
-      } else if (src.kind == Slot::Kind::kNone) {
-        *at[s.out[0]] = Slot();
-      } else {
-        return unsupported("sequences cannot move between devices yet ('" + graph.values[s.in[0]].name + "')");
-      }
-    } else {
-      AdHocShapes adhoc;
-      AdHocShapes* adhoc_ptr = nullptr;
-      Status st;
-      try {
-        if (s.kernel->has_reshape()) {
-          if (!plan) {
-            auto alloc = [&s](size_t b) { return s.backend->allocate(b); };
-            StepContext probe(*this, s, si, &adhoc);
-            st = adhoc.prepare(*s.kernel, probe, alloc);
-            adhoc_ptr = &adhoc;
-          } else {
-            // Not planned ahead (learning run, or inputs made by data-dependent steps): reshape for
-            // the inputs at hand. A workspace outside the arena (none yet, or sized per run) is the
-            // step's own.
-            const bool again = !plan->reshaped[si] || plan->volatile_step[si];
-            if (again) st = reshape_step(graph, *plan, si, this, res);
-            if (st.ok() && plan->ws_bytes[si] && plan->ws_offset[si] < 0 && (again || !plan->ws_tmp[si])) {
-              auto ws = s.backend->allocate(plan->ws_bytes[si]);
-              if (!ws.ok()) st = ws.status();
-              else plan->ws_tmp[si] = *ws;
-            }
-          }
-        }
-        if (st.ok()) {
-          StepContext ctx(*this, s, si, adhoc_ptr);
-          st = s.kernel->run(ctx);
-        }
-      } catch (const std::bad_alloc&) {
-        st = runtime_error(s.node->describe() + ": out of memory");
-      } catch (const std::exception& e) {
-        st = runtime_error(s.node->describe() + ": " + e.what());
-      }
-      if (!st.ok()) return st;
+    if (graphs && next < plan->graphs.size() && plan->graphs[next].first == si) {
+      ShapePlan::GraphSegment& seg = plan->graphs[next++];
+      const int last = seg.last;
+      KILN_RETURN_IF_ERROR(run_segment(seg));
+      si = last;
+      continue;
     }
-    if (profile) {
-      const std::string op = s.node ? (s.node->domain.empty() ? s.node->op_type : s.node->domain + "." + s.node->op_type)
-                                    : s.kernel_name;
-      OpProfile::Entry& e = profile->by_op[op];
-      ++e.calls;
-      e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    }
-    for (int v : s.release) {
-      // Planned values keep their arena views for the next run; the caller's inputs are not ours.
-      if (plan && (plan->offset[v] >= 0 || plan->at[v] != &plan->slots[v])) continue;
-      *at[v] = Slot();
-    }
+    KILN_RETURN_IF_ERROR(run_step(si, profile));
   }
   return Status::Ok();
 }

@@ -42,6 +42,9 @@ struct ContextResources {
   // every step at every depth (a Loop's body included), so a run with an enormous trip count ends.
   std::atomic<bool> terminate{false};
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // CUDA graphs (ExecutionContext::set_cuda_graphs; environment KILN_CUDA_GRAPHS=0 turns the default
+  // off): a ready plan's runs of GPU steps are captured once and replayed. Never with profiling on.
+  bool cuda_graphs = true;
   void* state_for(Device d) const { return state[static_cast<int>(d.type)].get(); }
   Status check_stop() const;
 };
@@ -75,6 +78,19 @@ struct ShapePlan {
   uint64_t views_generation = ~uint64_t{0};  // arena generation the views in `slots` were made for
   std::vector<Slot> slots;                  // persistent slots (planned values hold arena views)
   std::vector<Slot*> at;                    // per value: where it lives this run
+
+  // CUDA graphs of this signature: maximal runs of steps [first, last] made of GPU steps whose
+  // shapes, workspaces and memory are fixed by the plan (and host steps that need no GPU result),
+  // recorded once and replayed with one launch. Found on the second run of a ready plan (every step
+  // has been reshaped by then); captured on first use; dropped when the arena or the plan changes.
+  struct GraphSegment {
+    int first = 0, last = 0;
+    std::shared_ptr<void> exec;             // the instantiated graph (null: not captured yet)
+  };
+  std::vector<GraphSegment> graphs;
+  uint64_t graphs_generation = ~uint64_t{0};  // arena generation the graphs were captured for
+  int clean_runs = 0;                       // runs since the plan became ready that needed no re-plan
+  bool graphs_off = false;                  // a capture failed: this plan runs step by step
 
   // Records value v's dtype and shape (and so its bytes) as known.
   void learn(int v, DataType dt, const Shape& s) {
@@ -111,6 +127,7 @@ struct Frame {
   // Binds captures by name from enclosing frames; fails naming a capture found nowhere.
   Status bind_captures();
   Status execute();
+
   const Slot* lookup(const std::string& name) const;
   Slot& value(int v) { return *at[v]; }
   // Output memory for value v made on `backend`'s device: the slot's tensor when it already has this
@@ -118,6 +135,11 @@ struct Frame {
   Tensor& make_output(int v, Backend& backend, DataType dtype, const Shape& shape);
 
  private:
+  Status run_step(int si, OpProfile* profile);
+  // Runs the steps of a graph segment: replays its graph, capturing it first if needed (a capture
+  // that fails turns graphs off for the plan and runs the steps one by one).
+  Status run_segment(ShapePlan::GraphSegment& seg);
+  void find_graph_segments();
   std::vector<Slot*> own_at_;
 };
 

@@ -9,7 +9,8 @@
 // cuDNN graphs whose scratch comes from the plan's workspace.
 //
 // The example's kernels all follow the kernel contract on both devices (shapes, descriptors and
-// geometry made in reshape()), so both the CPU and the CUDA tests require zero.
+// geometry made in reshape()), so both the CPU and the CUDA tests require zero. On CUDA the counted
+// runs replay CUDA graphs (captured on the second run of a signature).
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <gtest/gtest.h>
@@ -151,6 +152,7 @@ void expect_no_alloc_on_seen_signature(DeviceType device, int opt_level) {
   std::vector<Value> in{Value::of(random_images(1, 1))};
   std::vector<Value> out;
   ASSERT_TRUE((*ctx)->run_into(in, out).ok());  // plans the signature (and may learn sizes)
+  ASSERT_TRUE((*ctx)->run_into(in, out).ok());  // CUDA: captures the graphs
   ASSERT_TRUE((*ctx)->run_into(in, out).ok());
   const std::vector<float> first(out[0].tensor.data<float>(), out[0].tensor.data<float>() + out[0].tensor.numel());
   const Counted c = counted_run(**ctx, in, out, device);
@@ -188,10 +190,13 @@ void alternate(DeviceType device) {
   const Tensor ref1 = reference(x1), ref8 = reference(x8);
   std::vector<Value> out1, out8;
   const std::vector<Value> in1{Value::of(x1)}, in8{Value::of(x8)};
-  for (int round = 0; round < 3; ++round) {
+  // The first round plans; on CUDA the second captures each signature's graphs (the reference runs
+  // above never replay one, so the equality below checks the replays against step-by-step runs).
+  const int quiet_from = device == DeviceType::kCUDA ? 2 : 1;
+  for (int round = 0; round < 4; ++round) {
     Counted c1 = counted_run(**ctx, in1, out1, device);
     Counted c8 = counted_run(**ctx, in8, out8, device);
-    if (round >= 1) {  // the first round plans; the second learns nothing new
+    if (round >= quiet_from) {
       EXPECT_EQ(c1.host, 0) << "round " << round;
       EXPECT_EQ(c8.host, 0) << "round " << round;
       EXPECT_EQ(c1.device + c8.device, 0u) << "round " << round;
@@ -202,12 +207,37 @@ void alternate(DeviceType device) {
     for (int64_t i = 0; i < ref8.numel(); ++i) ASSERT_EQ(out8[0].tensor.data<float>()[i], ref8.data<float>()[i]);
   }
   EXPECT_EQ((*ctx)->planned_signatures(), 2u);
+  if (device == DeviceType::kCUDA) EXPECT_GE((*ctx)->cuda_graphs(), 2u) << "a graph per signature at least";
 }
 
 TEST(NoAlloc, CpuAlternatingBatchReusesPlans) { alternate(DeviceType::kCPU); }
 TEST(NoAlloc, CudaAlternatingBatchReusesPlans) {
   if (!cuda_backend().ok()) GTEST_SKIP() << "no CUDA GPU";
   alternate(DeviceType::kCUDA);
+}
+
+// With graphs turned off a CUDA context launches step by step, captures nothing, and computes the
+// same outputs as one that replays graphs.
+TEST(NoAlloc, CudaGraphsOffMatchesGraphsOn) {
+  if (!cuda_backend().ok()) GTEST_SKIP() << "no CUDA GPU";
+  auto engine = build_example(DeviceType::kCUDA, 1);
+  ASSERT_TRUE(engine);
+  auto on = engine->create_context();
+  auto off = engine->create_context();
+  ASSERT_TRUE(on.ok() && off.ok());
+  (*off)->set_cuda_graphs(false);
+  const std::vector<Value> in{Value::of(random_images(4, 11))};
+  std::vector<Value> out_on, out_off;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE((*on)->run_into(in, out_on).ok());
+    ASSERT_TRUE((*off)->run_into(in, out_off).ok());
+  }
+  EXPECT_GE((*on)->cuda_graphs(), 1u);
+  EXPECT_EQ((*off)->cuda_graphs(), 0u);
+  const Tensor& a = out_on[0].tensor;
+  const Tensor& b = out_off[0].tensor;
+  ASSERT_EQ(a.shape(), b.shape());
+  for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.data<float>()[i], b.data<float>()[i]);
 }
 
 // A context keeps its engine alive (the engine object may go first).

@@ -9,11 +9,8 @@
 # next to PyTorch eager FP32 on the same GPU; with PRECISIONS, also builds those reduced-precision
 # engines, compares them with the FP32 engine and times them. Writes OUT_DIR/cuda_breadth.log.
 set -uo pipefail
-bin=$(cd "$1" && pwd); out=$2; opsets=${3:-17}
-root=$(cd "$(dirname "$0")/../.." && pwd)
-mkdir -p "$out"
-export LD_LIBRARY_PATH="$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PYTHONUNBUFFERED=1
-cd "$root"
+opsets=${3:-17}
+. "$(dirname "$0")/lib.sh"
 models="resnet50 mobilenet_v2 efficientnet_b0 convnext_tiny vit_b_16 deeplabv3_mobilenet_v3_large bert_base distilbert gpt2"
 {
   date -u +"%Y-%m-%d %H:%M UTC"
@@ -26,17 +23,7 @@ models="resnet50 mobilenet_v2 efficientnet_b0 convnext_tiny vit_b_16 deeplabv3_m
   "$bin/kiln_alloc_tests" 2>&1 | grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|info|Failure|Which is"
   echo "== export the zoo (opsets $opsets)"
   python3 bench/zoo/export.py --models "${models// /,}" --opsets "${opsets// /,}" 2>&1 | grep -E "export:|rror" | tail -20
-  python3 - "$opsets" <<'PY'
-import json, os, sys
-import numpy as np
-sys.path.insert(0, "bench/zoo")
-import zoo
-os.makedirs("build/inputs", exist_ok=True)
-for name, model in zoo.MODELS.items():
-    for b in (1, 64):
-        for k, v in zoo.make_inputs(model, b, seed=0).items():
-            np.save(f"build/inputs/{name}_{k}_b{b}.npy", v)
-PY
+  save_zoo_inputs
   for opset in $opsets; do
     for m in $models; do
       f=build/zoo/${m}_op$opset.onnx

@@ -6,11 +6,7 @@
 # exporter) with the machine's PyTorch, then times kiln's CUDA engines at batch 1 and 64 next to
 # PyTorch eager FP32 on the same GPU, and checks CUDA against CPU outputs. Writes OUT_DIR/engine_core.log.
 set -uo pipefail
-bin=$(cd "$1" && pwd); out=$2
-root=$(cd "$(dirname "$0")/../.." && pwd)
-mkdir -p "$out"
-export LD_LIBRARY_PATH="$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PYTHONUNBUFFERED=1
-cd "$root"
+. "$(dirname "$0")/lib.sh"
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   echo "== CUDA unit tests"

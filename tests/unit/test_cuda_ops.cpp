@@ -292,3 +292,39 @@ TEST(CudaOps, SkipLayerNormMatchesCpuFusedKernel) {
     }
   }
 }
+
+// kiln's fused ops on CUDA (the inner Conv/Gemm/MatMul kernel, then bias and activation in one pass)
+// against the CPU fused kernels, for several activations and the three float types.
+TEST(CudaOps, FusedConvGemmMatMulMatchCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(23);
+  auto fused = [](const char* act, std::vector<float> params = {}) {
+    return [act, params](OneNode& n) {
+      n.node->domain = "kiln";
+      n.set_string("activation", act);
+      if (!params.empty()) n.attr("activation_params", ir::Attribute::Kind::kFloats).floats = params;
+    };
+  };
+  for (DataType dt : {kF32, kF16, kBF16}) {
+    const Tensor x = random_tensor({2, 3, 9, 9}, rng), w = random_tensor({8, 3, 3, 3}, rng, -0.5f, 0.5f);
+    const Tensor b = random_tensor({8}, rng);
+    compare("FusedConv", 1, {x, w, b}, [&](OneNode& n) {
+      fused("Relu")(n);
+      n.set_ints("pads", {1, 1, 1, 1});
+    }, dt, "relu, bias");
+    compare("FusedConv", 1, {x, w}, [&](OneNode& n) {
+      fused("LeakyRelu", {0.2f})(n);
+      n.set_ints("strides", {2, 2});
+    }, dt, "leaky relu, no bias");
+    compare("FusedConv", 1, {x, w, b}, fused("HardSwish"), dt, "hard swish");
+    const Tensor a = random_tensor({2, 5, 16}, rng), m = random_tensor({16, 24}, rng, -0.5f, 0.5f);
+    compare("FusedMatMul", 1, {a, m, random_tensor({24}, rng)}, fused("Gelu"), dt, "gelu, bias");
+    compare("FusedMatMul", 1, {a, m}, fused("Sigmoid"), dt, "sigmoid, no bias");
+    compare("FusedMatMul", 1, {a, m, random_tensor({24}, rng)}, fused("Clip", {-0.5f, 0.5f}), dt, "clip, bias");
+    const Tensor ga = random_tensor({6, 16}, rng), gb = random_tensor({24, 16}, rng, -0.5f, 0.5f);
+    compare("FusedGemm", 1, {ga, gb, random_tensor({24}, rng)}, [&](OneNode& n) {
+      fused("Tanh")(n);
+      n.set_int("transB", 1);
+    }, dt, "tanh, C");
+  }
+}

@@ -97,6 +97,11 @@ class CpuBackend final : public Backend {
 
 }  // namespace cpu
 
+// Graphs of queued work exist only where a device queues work (CUDA overrides these).
+Status Backend::begin_capture(void*) { return unsupported(name() + ": no graphs of queued work"); }
+Expected<std::shared_ptr<void>> Backend::end_capture(void*) { return unsupported(name() + ": no graphs of queued work"); }
+Status Backend::launch_graph(void*, void*) { return unsupported(name() + ": no graphs of queued work"); }
+
 Backend& cpu_backend() {
   static cpu::CpuBackend backend;
   return backend;

@@ -64,6 +64,7 @@ CudaBackend::CudaBackend() {
   register_elementwise(registry_);
   register_shape(registry_);
   register_reduce(registry_);
+  register_fused(registry_);
   fingerprint_ = make_fingerprint();
 }
 
@@ -110,6 +111,36 @@ Expected<std::shared_ptr<void>> CudaBackend::create_state() {
 Status CudaBackend::synchronize(void* state) {
   if (!state) return check_cuda(cudaDeviceSynchronize(), "synchronize");
   return check_cuda(cudaStreamSynchronize(static_cast<CudaState*>(state)->stream), "synchronize");
+}
+
+Status CudaBackend::begin_capture(void* state) {
+  // Thread-local mode: a call on this thread that cannot be recorded (cudaMalloc, a synchronisation)
+  // fails the capture instead of running; other threads' contexts are not affected.
+  return check_cuda(cudaStreamBeginCapture(static_cast<CudaState*>(state)->stream, cudaStreamCaptureModeThreadLocal),
+                    "beginning a graph capture");
+}
+
+Expected<std::shared_ptr<void>> CudaBackend::end_capture(void* state) {
+  cudaGraph_t graph = nullptr;
+  cudaError_t err = cudaStreamEndCapture(static_cast<CudaState*>(state)->stream, &graph);
+  if (err != cudaSuccess || !graph) {
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // capture errors are not sticky; do not leave one for the next check
+    return runtime_error(std::string("cuda: graph capture failed (") + cudaGetErrorString(err) + ")");
+  }
+  cudaGraphExec_t exec = nullptr;
+  err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return runtime_error(std::string("cuda: graph instantiation failed (") + cudaGetErrorString(err) + ")");
+  }
+  return std::shared_ptr<void>(exec, [](void* e) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e)); });
+}
+
+Status CudaBackend::launch_graph(void* graph, void* state) {
+  return check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<CudaState*>(state)->stream),
+                    "launching a graph");
 }
 
 void* CudaBackend::build_state() {

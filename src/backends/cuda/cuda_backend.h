@@ -49,6 +49,7 @@ void register_nn(KernelRegistry& r);
 void register_gemm(KernelRegistry& r);
 void register_conv(KernelRegistry& r);
 void register_reduce(KernelRegistry& r);
+void register_fused(KernelRegistry& r);  // kiln's FusedConv/FusedGemm/FusedMatMul
 
 // The process-wide backend for device 0 (see cuda_backend() in backend.h).
 class CudaBackend final : public Backend {
@@ -61,6 +62,9 @@ class CudaBackend final : public Backend {
   Status copy(const Tensor& src, Tensor& dst, void* state) override;
   Expected<std::shared_ptr<void>> create_state() override;
   Status synchronize(void* state) override;
+  Status begin_capture(void* state) override;
+  Expected<std::shared_ptr<void>> end_capture(void* state) override;
+  Status launch_graph(void* graph, void* state) override;
   std::string fingerprint() const override { return fingerprint_; }
   // A state for kernel creation (a stream and handles), made on first use; null if that failed.
   void* build_state() override;

@@ -247,6 +247,31 @@ int launch_unary(UnaryOp op, int elem, const void* x, void* y, int64_t n, float 
   });
 }
 
+namespace {
+template <typename T>
+__global__ void bias_act_kernel(T* __restrict__ y, const T* __restrict__ bias, int64_t n, int64_t channels, int64_t inner,
+                                bool act, UnaryOp op, float alpha, float beta) {
+  KILN_GRID_LOOP(i, n) {
+    float v = convert<float>(y[i]);
+    if (bias) v += convert<float>(bias[(i / inner) % channels]);
+    if (act) v = apply_unary(op, v, alpha, beta);
+    y[i] = convert<T>(v);
+  }
+}
+}  // namespace
+
+int launch_bias_act(int elem, void* y, const void* bias, int64_t n, int64_t channels, int64_t inner, bool act, UnaryOp op,
+                    float alpha, float beta, cudaStream_t stream) {
+  if (n <= 0 || (!bias && !act)) return cudaSuccess;
+  if (channels <= 0 || inner <= 0) return cudaErrorInvalidValue;
+  return dispatch_float(elem, [&](auto t) {
+    using T = decltype(t);
+    bias_act_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(bias), n, channels,
+                                                          inner, act, op, alpha, beta);
+    return static_cast<int>(cudaGetLastError());
+  });
+}
+
 int launch_binary(BinaryOp op, int elem, const void* a, const void* b, void* y, int64_t n, const BroadcastIndex& index,
                   cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;

@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""GPU side by side: kiln engines against PyTorch eager and torch.compile, same GPU, same run.
+
+Run it on a machine with an NVIDIA GPU, torch, torchvision and transformers, after the models were
+exported (python3 bench/zoo/export.py --models resnet50,bert_base --opsets 17):
+
+    python3 bench/gpu_bench.py --kiln BIN/kiln --models resnet50,bert_base --batches 1,64 \
+        --precisions fp32,fp16 --json out.json
+
+What is timed (median of --iterations after --warmup, milliseconds):
+  * kiln: `kiln bench` on an engine built with `kiln build --device cuda --precision P`: one
+    run_into per call, host (NumPy) inputs in, host outputs out: copy in, run, copy out, wait.
+    With CUDA graphs (the default) and with --no-cuda-graphs.
+  * torch "host": the same unit of work: host inputs copied to the GPU, forward, outputs copied back
+    to the host, wall time. Eager, and torch.compile (--compile-modes, default and reduce-overhead,
+    the CUDA-graph mode PyTorch recommends for small batches).
+  * torch "device": eager with inputs already on the GPU and outputs left there, CUDA events: the
+    GPU-resident figure that most PyTorch numbers quote, for reference.
+FP32 means true FP32 on both sides (TF32 off); FP16 means torch's model.half() against kiln's
+--precision fp16 engine (float32 accumulation in GEMMs and convolutions on both).
+Transformers run with PyTorch's default attention (scaled_dot_product_attention), its fastest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench", "zoo"))
+import zoo  # noqa: E402
+
+
+def kiln_bench(kiln: str, engine: str, args: list, n: int, warmup: int, graphs: bool) -> dict:
+    cmd = [kiln, "bench", engine, *args, "-n", str(n), "--warmup", str(warmup)]
+    if not graphs:
+        cmd.append("--no-cuda-graphs")
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    m = re.search(r"median ([0-9.]+) ms", out.stdout)
+    if out.returncode != 0 or not m:
+        return {"error": (out.stderr or out.stdout).strip().splitlines()[-1:]}
+    g = re.search(r"cuda graphs: (\d+)", out.stdout)
+    return {"ms": float(m.group(1)), "graphs": int(g.group(1)) if g else 0}
+
+
+def torch_model(name: str, precision: str):
+    import torch  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    spec = zoo.MODELS[name]
+    if spec.source == "torchvision":
+        import torchvision  # noqa: PLC0415
+
+        net = getattr(torchvision.models, name)(weights=None)
+        keys = None
+    else:
+        import transformers as tf  # noqa: PLC0415
+
+        if name == "bert_base":
+            net = tf.BertModel(tf.BertConfig())
+        elif name == "distilbert":
+            net = tf.DistilBertModel(tf.DistilBertConfig())
+        elif name == "gpt2":
+            net = tf.GPT2LMHeadModel(tf.GPT2Config(use_cache=False))
+        else:
+            raise ValueError(name)
+        keys = spec.outputs
+    net = net.cuda().eval()
+    if precision == "fp16":
+        net = net.half()
+    names = [i.name for i in spec.inputs]
+
+    def forward(*xs):
+        if keys is None:
+            return (net(*xs),)
+        out = net(**dict(zip(names, xs)))
+        return tuple(out[k] for k in keys)
+
+    return forward
+
+
+def torch_half_error(name: str, feed: dict) -> float:
+    """Relative L2 of PyTorch's own model.half() output against its float32 output, on the very
+    model kiln's ONNX file was exported from (bench/zoo/export.py: same seed, calibrated batch norm):
+    the error a reduced-precision run of this random-weight model has by itself."""
+    import copy  # noqa: PLC0415
+
+    import export  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+
+    spec = zoo.MODELS[name]
+    net = export.build(name).cuda()
+    xs = [torch.from_numpy(feed[i.name]).cuda() for i in spec.inputs]
+    with torch.inference_mode():
+        ref = net(*xs)
+        half = copy.deepcopy(net).half()
+        out = half(*[x.half() if x.is_floating_point() else x for x in xs])
+    ref = ref[0] if isinstance(ref, tuple) else ref
+    out = out[0] if isinstance(out, tuple) else out
+    return float(torch.linalg.vector_norm(out.float() - ref) / torch.linalg.vector_norm(ref))
+
+
+def kiln_half_error(kiln: str, a: str, b: str, args: list) -> float | None:
+    out = subprocess.run([kiln, "compare", a, b, *args, "--rtol", "1"], capture_output=True, text=True, check=False)
+    m = re.search(r"relative L2 ([0-9.e+-]+)", out.stdout)
+    return float(m.group(1)) if m else None
+
+
+def device_inputs(feeds: list, precision: str) -> list:
+    """Host arrays copied to the GPU (float ones as float16 for the fp16 model)."""
+    import torch  # noqa: PLC0415
+
+    xs = [torch.from_numpy(a).cuda() for a in feeds]
+    return [x.half() if precision == "fp16" and x.is_floating_point() else x for x in xs]
+
+
+def time_host(fn, feeds: list, precision: str, n: int, warmup: int) -> float:
+    import torch  # noqa: PLC0415
+
+    def call():
+        xs = device_inputs(feeds, precision)
+        with torch.inference_mode():
+            outs = fn(*xs)
+        return [o.float().cpu() for o in outs]  # .cpu() waits for the GPU
+
+    for _ in range(warmup):
+        call()
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        call()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(ts)
+
+
+def time_device(fn, feeds: list, precision: str, n: int, warmup: int) -> float:
+    import torch  # noqa: PLC0415
+
+    xs = device_inputs(feeds, precision)
+    with torch.inference_mode():
+        for _ in range(warmup):
+            fn(*xs)
+        ts = []
+        for _ in range(n):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn(*xs)
+            e.record()
+            torch.cuda.synchronize()
+            ts.append(s.elapsed_time(e))
+    return statistics.median(ts)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kiln", required=True, help="the kiln command")
+    ap.add_argument("--models", default="resnet50,bert_base")
+    ap.add_argument("--batches", default="1,64")
+    ap.add_argument("--precisions", default="fp32,fp16")
+    ap.add_argument("--compile-modes", default="default,reduce-overhead", help="torch.compile modes ('' for none)")
+    ap.add_argument("--opset", type=int, default=17)
+    ap.add_argument("--iterations", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--json", help="write the figures here")
+    a = ap.parse_args()
+
+    import torch  # noqa: PLC0415
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    rows, accuracy = [], []
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "host": platform.node(),
+        "method": "medians of host wall time per call (host inputs in, host outputs out); torch device = CUDA events",
+    }
+    modes = [m for m in a.compile_modes.split(",") if m]
+    tmp = tempfile.mkdtemp(prefix="kiln_gpu_bench_")
+    for name in a.models.split(","):
+        spec = zoo.MODELS[name]
+        onnx_path = zoo.model_path(name, a.opset)
+        if not os.path.exists(onnx_path):
+            print(f"{name}: {onnx_path} not exported; skipped", flush=True)
+            continue
+        for prec in a.precisions.split(","):
+            engine = os.path.join(tmp, f"{name}_{prec}.kiln")
+            b = subprocess.run([a.kiln, "build", onnx_path, "-o", engine, "--device", "cuda", "--precision", prec],
+                               capture_output=True, text=True, check=False)
+            if b.returncode != 0:
+                print(f"{name} {prec}: kiln build failed: {b.stderr.strip()}", flush=True)
+                continue
+            fn = torch_model(name, prec)
+            compiled = {}
+            for mode in modes:
+                compiled[mode] = torch.compile(fn, mode=None if mode == "default" else mode, dynamic=False)
+            for batch in [int(x) for x in a.batches.split(",")]:
+                feed = zoo.make_inputs(spec, batch, seed=0)
+                args = []
+                for k, v in feed.items():
+                    p = os.path.join(tmp, f"{name}_{k}_b{batch}.npy")
+                    np.save(p, v)
+                    args += ["--input", f"{k}={p}"]
+                feeds = [feed[i.name] for i in spec.inputs]
+                n, w = a.iterations, a.warmup
+                row = {"model": name, "precision": prec, "batch": batch}
+                row["kiln"] = kiln_bench(a.kiln, engine, args, n, w, graphs=True)
+                row["kiln_no_graphs"] = kiln_bench(a.kiln, engine, args, n, w, graphs=False)
+                row["torch_eager_host_ms"] = time_host(fn, feeds, prec, n, w)
+                row["torch_eager_device_ms"] = time_device(fn, feeds, prec, n, w)
+                for mode, cf in compiled.items():
+                    t0 = time.perf_counter()
+                    try:
+                        time_host(cf, feeds, prec, 1, 2)  # compiles (and records graphs)
+                        row[f"torch_compile_{mode}_compile_s"] = round(time.perf_counter() - t0, 1)
+                        row[f"torch_compile_{mode}_host_ms"] = time_host(cf, feeds, prec, n, w)
+                    except Exception as e:  # noqa: BLE001 — report, keep going
+                        row[f"torch_compile_{mode}_host_ms"] = None
+                        row[f"torch_compile_{mode}_error"] = str(e).splitlines()[0][:200]
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+            del fn, compiled
+            torch.cuda.empty_cache()
+        # Accuracy of the float16 engine against the float32 engine, next to PyTorch's own.
+        e32, e16 = (os.path.join(tmp, f"{name}_{p}.kiln") for p in ("fp32", "fp16"))
+        if os.path.exists(e32) and os.path.exists(e16):
+            feed = zoo.make_inputs(spec, 1, seed=0)
+            args = []
+            for k, v in feed.items():
+                p = os.path.join(tmp, f"{name}_{k}_acc.npy")
+                np.save(p, v)
+                args += ["--input", f"{k}={p}"]
+            acc = {"model": name, "kiln_fp16_rel_l2": kiln_half_error(a.kiln, e32, e16, args),
+                   "torch_fp16_rel_l2": torch_half_error(name, feed)}
+            accuracy.append(acc)
+            print(json.dumps(acc), flush=True)
+
+    # The table: kiln against the best torch figure measured the same way (host in, host out).
+    print(f"\n{meta['gpu']}, torch {meta['torch']}, {meta['date']}; ms per call, median (host inputs in, host outputs out)")
+    hdr = "| model | prec | batch | kiln | kiln, no graphs | torch eager | " + " | ".join(
+        f"torch.compile {m}" for m in modes) + " | kiln / best torch | torch eager on-device |"
+    print(hdr)
+    print("|" + "---|" * (hdr.count("|") - 1))
+    for r in rows:
+        k = r["kiln"].get("ms")
+        torch_best = [r["torch_eager_host_ms"]] + [r.get(f"torch_compile_{m}_host_ms") for m in modes]
+        torch_best = min(t for t in torch_best if t is not None)
+        cells = [r["model"], r["precision"], str(r["batch"]), f"{k:.3f}" if k else "error",
+                 f"{r['kiln_no_graphs'].get('ms', float('nan')):.3f}", f"{r['torch_eager_host_ms']:.3f}"]
+        for m in modes:
+            t = r.get(f"torch_compile_{m}_host_ms")
+            cells.append(f"{t:.3f}" if t is not None else "error")
+        cells.append(f"{k / torch_best:.2f}" if k else "-")
+        cells.append(f"{r['torch_eager_device_ms']:.3f}")
+        print("| " + " | ".join(cells) + " |")
+    if accuracy:
+        print("\nfloat16 output against float32 output, batch 1, first output (relative L2)")
+        print("| model | kiln fp16 engine vs fp32 engine | torch model.half() vs float32 |")
+        print("|---|---|---|")
+        for r in accuracy:
+            k = r["kiln_fp16_rel_l2"]
+            print(f"| {r['model']} | {k:.2e} | {r['torch_fp16_rel_l2']:.2e} |" if k is not None else
+                  f"| {r['model']} | error | {r['torch_fp16_rel_l2']:.2e} |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows, "accuracy": accuracy}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
