@@ -169,6 +169,7 @@ def main() -> int:
     ap.add_argument("--precisions", default="fp32,fp16")
     ap.add_argument("--compile-modes", default="default,reduce-overhead", help="torch.compile modes ('' for none)")
     ap.add_argument("--opset", type=int, default=17)
+    ap.add_argument("--opt-level", type=int, default=2, help="kiln's optimization level (2: fusions)")
     ap.add_argument("--iterations", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--json", help="write the figures here")
@@ -185,6 +186,7 @@ def main() -> int:
         "gpu": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
         "host": platform.node(),
+        "kiln_opt_level": a.opt_level,
         "method": "medians of host wall time per call (host inputs in, host outputs out); torch device = CUDA events",
     }
     modes = [m for m in a.compile_modes.split(",") if m]
@@ -197,7 +199,8 @@ def main() -> int:
             continue
         for prec in a.precisions.split(","):
             engine = os.path.join(tmp, f"{name}_{prec}.kiln")
-            b = subprocess.run([a.kiln, "build", onnx_path, "-o", engine, "--device", "cuda", "--precision", prec],
+            b = subprocess.run([a.kiln, "build", onnx_path, "-o", engine, "--device", "cuda", "--precision", prec,
+                                "--opt-level", str(a.opt_level)],
                                capture_output=True, text=True, check=False)
             if b.returncode != 0:
                 print(f"{name} {prec}: kiln build failed: {b.stderr.strip()}", flush=True)

@@ -266,9 +266,13 @@ TEST(CudaOps, SkipLayerNormMatchesCpuFusedKernel) {
   for (DataType dt : {kF32, kF16}) {
     const std::vector<Tensor> in = {random_tensor({2, 7, 64}, rng), random_tensor({2, 7, 64}, rng),
                                     random_tensor({64}, rng), random_tensor({64}, rng)};
-    for (bool row_skip : {false, true}) {
+    // B full, B one row, B [1, 7, 64] repeated over the batch (BERT's position embeddings), and
+    // the same with A the repeated one.
+    for (int variant = 0; variant < 4; ++variant) {
       std::vector<Tensor> ins = in;
-      if (row_skip) ins[1] = random_tensor({64}, rng);
+      if (variant == 1) ins[1] = random_tensor({64}, rng);
+      if (variant >= 2) ins[1] = random_tensor({1, 7, 64}, rng);
+      if (variant == 3) std::swap(ins[0], ins[1]);
       // SkipLayerNorm is in kiln's domain: build both nodes by hand.
       std::vector<Tensor> dev = ins, ref = ins;
       if (dt != kF32)
@@ -327,4 +331,17 @@ TEST(CudaOps, FusedConvGemmMatMulMatchCpu) {
       n.set_int("transB", 1);
     }, dt, "tanh, C");
   }
+}
+
+// ResNet-50's first convolution in float16 at batch 64 (3 input channels, 7x7, stride 2): cuDNN's
+// heuristic offered an algorithm there that the launch refused (CUDNN_STATUS_BAD_PARAM on the H100).
+TEST(CudaOps, HalfConvThreeChannelsBatch64) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(29);
+  const Tensor x = random_tensor({64, 3, 224, 224}, rng), w = random_tensor({64, 3, 7, 7}, rng, -0.2f, 0.2f);
+  compare("Conv", 11, {x, w, random_tensor({64}, rng)}, [](OneNode& n) {
+    n.set_ints("strides", {2, 2});
+    n.set_ints("pads", {3, 3, 3, 3});
+    n.set_ints("kernel_shape", {7, 7});
+  }, kF16, "resnet conv1, batch 64");
 }

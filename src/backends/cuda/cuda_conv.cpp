@@ -146,20 +146,31 @@ class ConvKernel final : public Kernel {
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnGetConvolutionForwardAlgorithm_v7(st.dnn, p->x, p->w, p->conv, p->y,
                                                                              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf),
                                 "choosing an algorithm"));
-    bool found = false;
-    for (int i = 0; i < returned && !found; ++i) {
-      if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kWorkspaceBytes) continue;
-      if (!reduced && (perf[i].mathType == CUDNN_TENSOR_OP_MATH || perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
-        continue;
-      // Half types: implicit-GEMM algorithms only. FFT and non-fused Winograd transform in the data
-      // type and lost accuracy on the zoo's CNNs (relative L2 ~3e-2 against float32).
-      if (reduced && perf[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM &&
-          perf[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM && perf[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_GEMM)
-        continue;
-      p->algo = perf[i].algo;
-      p->algo_bytes = aligned(perf[i].memory);
-      found = true;
-    }
+    // Each candidate is confirmed, and its workspace sized, by cuDNN's workspace query for this exact
+    // problem: the heuristic's list can hold algorithms the launch then refuses (seen on the H100:
+    // float16 NCHW with 3 input channels at batch 64), and its memory figures are estimates.
+    auto pick = [&](bool implicit_gemm_only) {
+      for (int i = 0; i < returned; ++i) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+        if (!reduced && (perf[i].mathType == CUDNN_TENSOR_OP_MATH || perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+          continue;
+        // Half types: implicit-GEMM algorithms first (FFT and Winograd transform in the data type);
+        // any other supported one when none of those is.
+        if (implicit_gemm_only && perf[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM &&
+            perf[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM && perf[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_GEMM)
+          continue;
+        size_t bytes = 0;
+        if (cudnnGetConvolutionForwardWorkspaceSize(st.dnn, p->x, p->w, p->conv, p->y, perf[i].algo, &bytes) !=
+                CUDNN_STATUS_SUCCESS ||
+            bytes > kWorkspaceBytes)
+          continue;
+        p->algo = perf[i].algo;
+        p->algo_bytes = aligned(bytes);
+        return true;
+      }
+      return false;
+    };
+    const bool found = pick(reduced) || (reduced && pick(false));
     if (!found) return runtime_error(node.describe() + ": cuDNN offers no algorithm for this convolution");
     rc.workspace_bytes = p->padded_bytes + p->algo_bytes;
     rc.state = std::move(p);

@@ -127,14 +127,14 @@ int launch_softmax(int elem, const void* x, void* y, int64_t outer, int64_t axis
                    cudaStream_t stream);
 
 // Layer normalization of x viewed as [rows, n] (statistics in float):
-//   s = x + skip (skip: null, [rows, n], or [n] added to every row) + bias ([n] or null),
+//   s = x + skip (skip: null, or rows of n repeated over x's rows, see skip_rows) + bias ([n] or null),
 //   y = (s - mean) · rsqrt(var + eps) · gamma + beta   (rms: y = s · rsqrt(mean(s²) + eps) · gamma + beta).
 // `sum` (nullable) receives s; `mean`/`inv_std` (nullable, float) the per-row statistics. Float types.
 struct LayerNormArgs {
   int elem = kElemF32;
   const void* x = nullptr;
   const void* skip = nullptr;
-  bool skip_is_row = false;  // skip is [n], broadcast to every row
+  int64_t skip_rows = 0;     // rows of skip (0: one per row of x); row r of x adds skip row r % skip_rows
   const void* bias = nullptr;
   const void* gamma = nullptr;
   const void* beta = nullptr;

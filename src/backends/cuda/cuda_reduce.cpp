@@ -187,8 +187,22 @@ enum class Norm { kLayer, kRms, kSkip };
 
 struct NormPlan {
   int64_t rows = 0, n = 0;
-  bool skip_is_row = false;
+  int64_t skip_rows = 0;  // SkipLayerNorm: rows of the smaller operand (0: both are full)
+  bool swap = false;      // SkipLayerNorm: B is the full operand and A the repeated one
 };
+
+// SkipLayerNorm's operands: the full one (the sum's shape) and the other, which must be rows of the
+// last dim repeated over the leading dims ([n], [1, S, n] against [B, S, n], ...). Rows of the
+// smaller one, or -1 when it does not broadcast that way.
+int64_t repeated_rows(const Shape& full, const Shape& small, int64_t n) {
+  if (small.size() > full.size() || n == 0) return -1;
+  const size_t lead = full.size() - small.size();
+  size_t k = 0;
+  while (k < small.size() && small[k] == 1 && full[lead + k] != 1) ++k;  // leading ones broadcast
+  for (size_t i = k; i < small.size(); ++i)
+    if (small[i] != full[lead + i]) return -1;
+  return shape_numel(small) / n;
+}
 
 Expected<KernelPtr> create_norm(const ir::Node& node, Norm kind) {
   const int64_t axis_attr = kind == Norm::kSkip ? -1 : node.attr_int("axis", -1);
@@ -197,7 +211,10 @@ Expected<KernelPtr> create_norm(const ir::Node& node, Norm kind) {
   auto reshape = [=](ReshapeContext& rc) -> Status {
     for (int i = 0; i <= gamma_at; ++i)
       if (static_cast<size_t>(i) >= rc.in.size() || !rc.in[i].present) return rc.error("missing a required input");
-    const Shape& x = rc.in[0].shape;
+    Shape x = rc.in[0].shape;
+    if (kind == Norm::kSkip && !broadcast_shape(rc.in[0].shape, rc.in[1].shape, x))
+      return rc.error("A " + shape_to_string(rc.in[0].shape) + " and B " + shape_to_string(rc.in[1].shape) +
+                      " do not broadcast");
     const int64_t r = static_cast<int64_t>(x.size());
     int64_t axis = axis_attr;
     if (!normalize_axis(axis, r)) return rc.error("axis out of range");
@@ -211,8 +228,12 @@ Expected<KernelPtr> create_norm(const ir::Node& node, Norm kind) {
       if (rc.in[i].dtype != rc.in[0].dtype) return rc.error("inputs differ in dtype");
       const int64_t numel = shape_numel(rc.in[i].shape);
       if (kind == Norm::kSkip && i == 1) {
-        if (numel == p->n) p->skip_is_row = true;
-        else if (rc.in[i].shape != x) return rc.error("B must have A's shape or one row's");
+        p->swap = rc.in[0].shape != x;
+        const Shape& small = p->swap ? rc.in[0].shape : rc.in[1].shape;
+        if (p->swap && rc.in[1].shape != x) return rc.error("A or B must have the shape of their sum");
+        const int64_t rows = repeated_rows(x, small, p->n);
+        if (rows < 0) return rc.error("the smaller of A and B must repeat rows of the last dim");
+        p->skip_rows = rows == p->rows ? 0 : rows;
       } else if (numel != p->n) {
         return rc.error("scale and bias must have one element per normalized element");
       }
@@ -230,7 +251,7 @@ Expected<KernelPtr> create_norm(const ir::Node& node, Norm kind) {
   auto run = [=](KernelContext& ctx) -> Status {
     const auto& p = shape_state<NormPlan>(ctx);
     LayerNormArgs a;
-    const Tensor& x = ctx.input(0);
+    const Tensor& x = ctx.input(kind == Norm::kSkip && p.swap ? 1 : 0);
     a.elem = elem_of(x.dtype());
     a.x = x.raw();
     a.rows = p.rows;
@@ -238,8 +259,8 @@ Expected<KernelPtr> create_norm(const ir::Node& node, Norm kind) {
     a.epsilon = eps;
     a.rms = kind == Norm::kRms;
     if (kind == Norm::kSkip) {
-      a.skip = ctx.input(1).raw();
-      a.skip_is_row = p.skip_is_row;
+      a.skip = ctx.input(p.swap ? 0 : 1).raw();
+      a.skip_rows = p.skip_rows;
       if (ctx.has_output(1)) a.sum = ctx.output(1).raw();
     }
     a.gamma = ctx.input(gamma_at).raw();

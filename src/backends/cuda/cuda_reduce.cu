@@ -169,9 +169,10 @@ __global__ void layer_norm_kernel(LayerNormArgs a) {
   const int64_t n = a.n;
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const int64_t off = r * n;
+    const int64_t skip_off = (a.skip_rows ? r % a.skip_rows : r) * n;
     auto value = [&](int64_t k) {
       float v = convert<float>(x[off + k]);
-      if (skip) v += convert<float>(skip[(a.skip_is_row ? 0 : off) + k]);
+      if (skip) v += convert<float>(skip[skip_off + k]);
       if (bias) v += convert<float>(bias[k]);
       return v;
     };
