@@ -368,4 +368,17 @@ void add_nn_ops(std::vector<OpDef>& t) {
                                           {"stash_type", K::kInt, false, nullptr}});
 }
 
+bool attention_mask_strides(const std::vector<int64_t>& m, const int64_t (&full)[4], int64_t (&strides)[4]) {
+  if (m.size() > 4) return false;
+  int64_t stride = 1;
+  for (int d = 3; d >= 0; --d) {
+    const int md = d - (4 - static_cast<int>(m.size()));
+    const int64_t size = md >= 0 ? m[md] : 1;
+    if (size != 1 && size != full[d]) return false;
+    strides[d] = size == 1 ? 0 : stride;
+    stride *= size;
+  }
+  return true;
+}
+
 }  // namespace kiln::ops

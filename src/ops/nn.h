@@ -38,4 +38,8 @@ Expected<WindowGeometry> window_geometry(const WindowAttrs& a, const std::vector
 Expected<WindowGeometry> transpose_geometry(const WindowAttrs& a, const std::vector<int64_t>& in_spatial,
                                             const std::vector<int64_t>& kernel);
 
+// kiln.Attention's masks: element strides of a tensor of shape `m` right-aligned to [B, H, S, T]
+// (`full`), 0 along broadcast dims; false when it does not broadcast there. (CPU and CUDA kernels.)
+bool attention_mask_strides(const std::vector<int64_t>& m, const int64_t (&full)[4], int64_t (&strides)[4]);
+
 }  // namespace kiln::ops

@@ -68,8 +68,13 @@ std::pair<int64_t, int64_t> head_split(const ir::Value* x, const ir::Node* resha
     *why = "'" + x->name + "' is not [B, S, hidden] reshaped to [B, S, H, D]";
     return {0, 0};
   }
-  const ShapeElem h = (*el)[2], d = (*el)[3];
-  if (h.of || d.of || h.value <= 0 || d.value <= 0 || h.value * d.value != xs.dims[2].value) {
+  ShapeElem h = (*el)[2], d = (*el)[3];
+  // view(B, S, -1, D) (HuggingFace since transformers 5) or view(B, S, H, -1): the -1 is the hidden
+  // size over the other, when dims 0 and 1 are kept (checked below; a Reshape has one -1 at most).
+  const int64_t hidden = xs.dims[2].value;
+  if (!h.of && !d.of && h.value == -1 && d.value > 0 && hidden % d.value == 0) h.value = hidden / d.value;
+  if (!h.of && !d.of && d.value == -1 && h.value > 0 && hidden % h.value == 0) d.value = hidden / h.value;
+  if (h.of || d.of || h.value <= 0 || d.value <= 0 || h.value * d.value != hidden) {
     *why = "head sizes of '" + x->name + "' are not static";
     return {0, 0};
   }
@@ -112,7 +117,7 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
     // The merge: Reshape(context [B, S, H, Dv]) → [B, S, H*Dv].
     auto out_el = shape_value(m.root()->inputs.size() > 1 ? m.root()->inputs[1] : nullptr);
     const ir::Value* merged = m.node("out_t")->outputs[0];
-    if (!out_el || out_el->size() != 3 || (*out_el)[2].of || (*out_el)[2].value != H * Dv)
+    if (!out_el || out_el->size() != 3 || (*out_el)[2].of)
       return "the output is not reshaped to [B, S, H*Dv]";
     // Its dims 0 and 1 are B and S: the context's own dims (copied), or the same as Q's.
     std::vector<ShapeElem> el = *out_el;
@@ -120,6 +125,9 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
       const ShapeElem& e = el[i];
       return (!e.of && e.value == 0) || (e.of == merged && e.value == i) || elem_is_dim(e, m["q"], i);
     };
+    // reshape(B, S, -1) (HuggingFace since transformers 5): the -1 is H*Dv once B and S are kept.
+    if (el[2].value != H * Dv && !(el[2].value == -1 && is_q_dim(0) && is_q_dim(1)))
+      return "the output is not reshaped to [B, S, H*Dv]";
     if (m.root()->attr_int("allowzero", 0) != 0 || !is_q_dim(0) ||
         !(is_q_dim(1) || (!el[1].of && el[1].value == -1)))
       return "the output reshape may not restore [B, S]";

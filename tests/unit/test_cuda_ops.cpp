@@ -345,3 +345,39 @@ TEST(CudaOps, HalfConvThreeChannelsBatch64) {
     n.set_ints("kernel_shape", {7, 7});
   }, kF16, "resnet conv1, batch 64");
 }
+
+// kiln.Attention on CUDA (one kernel, online softmax over key tiles) against the CPU kernel: sequence
+// lengths off the tile sizes, an additive padding mask, a causal bool mask with its fill, head sizes
+// 64 and 40, a value head size other than the key's, every float type.
+TEST(CudaOps, AttentionMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(31);
+  auto attrs = [](int64_t heads, float scale, bool fill) {
+    return [=](OneNode& n) {
+      n.node->domain = "kiln";
+      n.set_int("num_heads", heads);
+      n.set_float("scale", scale);
+      if (fill) {
+        n.set_float("mask_fill", -1e4f);
+        n.set_int("mask_fill_where_true", 0);
+      }
+    };
+  };
+  for (DataType dt : {kF32, kF16, kBF16}) {
+    // BERT-like: B 2, S = T = 77, 4 heads of 64, additive mask [B, 1, 1, T].
+    const int64_t B = 2, S = 77, H = 4, D = 64;
+    Tensor mask = random_tensor({B, 1, 1, S}, rng, -1, 0);
+    for (int64_t t = 60; t < S; ++t) mask.data<float>()[S + t] = -1e4f;  // padding in the second row
+    compare("Attention", 1, {random_tensor({B, S, H * D}, rng), random_tensor({B, S, H * D}, rng),
+                             random_tensor({B, S, H * D}, rng), mask},
+            attrs(H, 0.125f, false), dt, "additive mask");
+    // GPT-2-like causal bool mask [1, 1, S, T] (keep where true), T > S, head size 40, Dv 24.
+    const int64_t S2 = 33, T2 = 150;
+    Tensor cond = Tensor::empty(DataType::kBool, {1, 1, S2, T2});
+    for (int64_t s = 0; s < S2; ++s)
+      for (int64_t t = 0; t < T2; ++t) cond.data<bool>()[s * T2 + t] = t <= s + (T2 - S2);
+    compare("Attention", 1, {random_tensor({1, S2, 3 * 40}, rng), random_tensor({1, T2, 3 * 40}, rng),
+                             random_tensor({1, T2, 3 * 24}, rng), Tensor(), cond},
+            attrs(3, 0.158f, true), dt, "causal bool mask");
+  }
+}

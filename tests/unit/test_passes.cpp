@@ -361,13 +361,15 @@ TEST(Passes, RmsNorm) {
 
 // HuggingFace BERT self-attention (eager, as exported at opset 14-17), with an additive mask.
 // dynamic_merge: the output reshape's shape is computed from Shape(context) as the exporter does.
-void bert_attention(Builder& b, bool mul_scale, bool dynamic_merge = false) {
+// minus_one: heads split as view(B, S, -1, D) and merged as reshape(B, S, -1), as transformers 5
+// exports them.
+void bert_attention(Builder& b, bool mul_scale, bool dynamic_merge = false, bool minus_one = false) {
   const int64_t B = 2, S = 5, H = 2, D = 4, E = H * D;
   ir::Value* x = b.input("x", {B, S, E});
   ir::Value* mask = b.input("mask", {B, 1, 1, S});
   auto proj = [&](ir::Value* in) { return b.node("Add", {b.node("MatMul", {in, b.floats({E, E})}), b.floats({E})}); };
   auto heads = [&](ir::Value* v, std::vector<int64_t> perm) {
-    return b.node("Transpose", {b.node("Reshape", {v, b.ints({0, 0, H, D})})}, {{"perm", attr_ints(perm)}});
+    return b.node("Transpose", {b.node("Reshape", {v, b.ints({0, 0, minus_one ? -1 : H, D})})}, {{"perm", attr_ints(perm)}});
   };
   ir::Value* q = heads(proj(x), {0, 2, 1, 3});
   ir::Value* k = b.node("Transpose", {heads(proj(x), {0, 2, 1, 3})}, {{"perm", attr_ints({0, 1, 3, 2})}});
@@ -377,7 +379,7 @@ void bert_attention(Builder& b, bool mul_scale, bool dynamic_merge = false) {
   ir::Value* p = b.node("Softmax", {b.node("Add", {s, mask})}, {{"axis", attr_int(-1)}});
   p = b.node("Dropout", {p});
   ir::Value* ctx = b.node("Transpose", {b.node("MatMul", {p, v})}, {{"perm", attr_ints({0, 2, 1, 3})}});
-  ir::Value* merge = b.ints({0, 0, E});
+  ir::Value* merge = b.ints({0, 0, minus_one ? -1 : E});
   if (dynamic_merge) {
     ir::Value* lead = b.node("Slice", {b.node("Shape", {ctx}), b.ints({0}), b.ints({2})});
     merge = b.node("Concat", {lead, b.ints({E})}, {{"axis", attr_int(0)}});
@@ -393,6 +395,12 @@ TEST(Passes, BertAttention) {
     check(b, {{{"kiln.Attention", 1}, {"Softmax", 0}, {"Transpose", 0}, {"Reshape", 0}, {"kiln.FusedMatMul", 4}},
               {{"fuse-attention", 1}}});
   }
+}
+
+TEST(Passes, BertAttentionWithMinusOneHeads) {
+  Builder b;
+  bert_attention(b, true, false, true);
+  check(b, {{{"kiln.Attention", 1}, {"Softmax", 0}, {"Transpose", 0}}, {{"fuse-attention", 1}}});
 }
 
 TEST(Passes, BertAttentionWithShapeReadsOfTheContext) {

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "backends/cpu/fused_common.h"
+#include "ops/nn.h"
 
 namespace kiln::cpu::fused {
 namespace {
@@ -18,19 +19,6 @@ struct AttentionAttrs {
   bool fill_where_true = false;  // fill where the bool mask is true (else where it is false)
 };
 
-// Strides of a mask right-aligned to [B, H, S, T] (0 along broadcast dims); false when it does not broadcast.
-bool mask_strides(const Shape& m, const int64_t (&full)[4], int64_t (&st)[4]) {
-  if (m.size() > 4) return false;
-  int64_t stride = 1;
-  for (int d = 3; d >= 0; --d) {
-    const int md = d - (4 - static_cast<int>(m.size()));
-    const int64_t size = md >= 0 ? m[md] : 1;
-    if (size != 1 && size != full[d]) return false;
-    st[d] = size == 1 ? 0 : stride;
-    stride *= size;
-  }
-  return true;
-}
 
 Status attention(KernelContext& ctx, const AttentionAttrs& a) {
   const Tensor& q = ctx.input(0);
@@ -48,7 +36,7 @@ Status attention(KernelContext& ctx, const AttentionAttrs& a) {
   if (ctx.has_input(3)) {
     const Tensor& m = ctx.input(3);
     if (m.dtype() != DataType::kFloat32) return ctx.error("mask must be float32");
-    if (!mask_strides(m.shape(), full, ms)) return ctx.error("mask " + shape_to_string(m.shape()) + " does not broadcast to [B, H, S, T]");
+    if (!ops::attention_mask_strides(m.shape(), full, ms)) return ctx.error("mask " + shape_to_string(m.shape()) + " does not broadcast to [B, H, S, T]");
     mask = m.data<float>();
   }
   int64_t cs[4] = {0, 0, 0, 0};
@@ -56,7 +44,7 @@ Status attention(KernelContext& ctx, const AttentionAttrs& a) {
   if (ctx.num_inputs() > 4 && ctx.has_input(4)) {
     const Tensor& c = ctx.input(4);
     if (c.dtype() != DataType::kBool) return ctx.error("the bool mask must be bool");
-    if (!mask_strides(c.shape(), full, cs)) return ctx.error("bool mask " + shape_to_string(c.shape()) + " does not broadcast to [B, H, S, T]");
+    if (!ops::attention_mask_strides(c.shape(), full, cs)) return ctx.error("bool mask " + shape_to_string(c.shape()) + " does not broadcast to [B, H, S, T]");
     cond = c.data<bool>();
   }
   Tensor& y = ctx.output(0, DataType::kFloat32, {B, S, H * Dv});

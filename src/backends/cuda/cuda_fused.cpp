@@ -1,4 +1,5 @@
-// backends/cuda/cuda_fused.cpp — kiln's FusedConv, FusedGemm and FusedMatMul on CUDA (float32,
+// backends/cuda/cuda_fused.cpp — kiln's fused ops on CUDA. Attention: one kernel (cuda_attention.cu).
+// FusedConv, FusedGemm and FusedMatMul (float32,
 // float16, bfloat16): the CUDA Conv/Gemm/MatMul kernel writes the output, then one pass applies the
 // bias and the activation in place (launch_bias_act). FusedConv's bias is left out of the inner
 // convolution and added in that pass, so a fused convolution costs the convolution and one pass over
@@ -8,6 +9,7 @@
 #include "backends/cuda/cuda_util.h"
 #include "backends/inner_context.h"
 #include "backends/staged_kernel.h"
+#include "ops/nn.h"
 #include "ir/epilogue.h"
 
 namespace kiln::cuda {
@@ -89,9 +91,87 @@ Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int ops
   return make_staged(reshape, run);
 }
 
+// ---- Attention(Q, K, V[, mask[, bool_mask]]): one kernel (launch_attention), no scores tensor.
+
+
+std::string check_attention(const ir::Node& n) {
+  if (n.attr_int("num_heads", 0) <= 0) return "num_heads must be positive";
+  if (n.has_input(4) && n.inputs[4]->type.dtype != DataType::kBool) return "the bool mask must be bool";
+  for (int i = 0; i < 4; ++i) {
+    if (i < 3 && !n.has_input(i)) return "Q, K and V are required";
+    if (!n.has_input(i)) continue;
+    const DataType dt = n.inputs[i]->type.dtype;
+    if (dt != DataType::kUndefined && !is_float_type(dt)) return "float Q, K, V and mask only";
+  }
+  const int64_t heads = n.attr_int("num_heads", 1);
+  for (int i : {0, 2}) {
+    const auto& sh = n.inputs[i]->type.shape;
+    if (sh.known && sh.rank() == 3 && sh.dims[2].is_static() && sh.dims[2].value / heads > kMaxAttentionHead)
+      return "head sizes above " + std::to_string(kMaxAttentionHead) + " do not run on CUDA";
+  }
+  return "";
+}
+
+Expected<KernelPtr> create_attention(const ir::Node& n) {
+  AttentionArgs base;
+  base.heads = n.attr_int("num_heads", 1);
+  base.scale = n.attr_float("scale", 1.0f);
+  base.fill = n.attr_float("mask_fill", 0.0f);
+  base.fill_where_true = n.attr_int("mask_fill_where_true", 0) != 0;
+  auto reshape = [base](ReshapeContext& rc) -> Status {
+    for (int i = 0; i < 3; ++i)
+      if (static_cast<size_t>(i) >= rc.in.size() || !rc.in[i].present) return rc.error("Q, K and V are required");
+    const Shape& q = rc.in[0].shape;
+    const Shape& k = rc.in[1].shape;
+    const Shape& v = rc.in[2].shape;
+    const DataType dt = rc.in[0].dtype;
+    if (q.size() != 3 || k.size() != 3 || v.size() != 3) return rc.error("Q, K, V must be 3-D");
+    if (!is_float_type(dt) || rc.in[1].dtype != dt || rc.in[2].dtype != dt) return rc.error("Q, K, V must have one float dtype");
+    const int64_t B = q[0], S = q[1], T = k[1], H = base.heads;
+    if (k[0] != B || v[0] != B || v[1] != T) return rc.error("Q, K, V batch or key lengths differ");
+    if (q[2] % H || v[2] % H || k[2] != q[2]) return rc.error("hidden sizes do not split into " + std::to_string(H) + " heads");
+    auto a = std::make_shared<AttentionArgs>(base);
+    a->elem = elem_of(dt);
+    a->b = B;
+    a->s = S;
+    a->t = T;
+    a->d = static_cast<int>(q[2] / H);
+    a->dv = static_cast<int>(v[2] / H);
+    if (a->d > kMaxAttentionHead || a->dv > kMaxAttentionHead)
+      return rc.error("head sizes above " + std::to_string(kMaxAttentionHead) + " do not run on CUDA");
+    const int64_t full[4] = {B, H, S, T};
+    if (rc.in.size() > 3 && rc.in[3].present) {
+      if (rc.in[3].dtype != dt) return rc.error("the mask must have Q's dtype");
+      if (!ops::attention_mask_strides(rc.in[3].shape, full, a->ms))
+        return rc.error("mask " + shape_to_string(rc.in[3].shape) + " does not broadcast to [B, H, S, T]");
+    }
+    if (rc.in.size() > 4 && rc.in[4].present) {
+      if (rc.in[4].dtype != DataType::kBool) return rc.error("the bool mask must be bool");
+      if (!ops::attention_mask_strides(rc.in[4].shape, full, a->cs))
+        return rc.error("bool mask " + shape_to_string(rc.in[4].shape) + " does not broadcast to [B, H, S, T]");
+    }
+    rc.out[0] = {dt, Shape{B, S, H * a->dv}};
+    rc.state = std::move(a);
+    return Status::Ok();
+  };
+  auto run = [](KernelContext& ctx) -> Status {
+    AttentionArgs a = shape_state<AttentionArgs>(ctx);
+    a.q = ctx.input(0).raw();
+    a.k = ctx.input(1).raw();
+    a.v = ctx.input(2).raw();
+    a.mask = ctx.has_input(3) ? ctx.input(3).raw() : nullptr;
+    a.cond = ctx.num_inputs() > 4 && ctx.has_input(4) ? ctx.input(4).data<bool>() : nullptr;
+    a.y = ctx.output(0).raw();
+    return launched(ctx, launch_attention(a, state_of(ctx).stream));
+  };
+  return make_staged(reshape, run);
+}
+
 }  // namespace
 
 void register_fused(KernelRegistry& r) {
+  r.add(kernel_row("Attention", 1, check_attention, [](const ir::Node& n, KernelInit&) { return create_attention(n); },
+                   "kiln"));
   r.add(kernel_row("FusedConv", 1, check_fused,
                    [](const ir::Node& n, KernelInit&) { return make_fused(n, "Conv", 11, Bias::kChannels); }, "kiln"));
   r.add(kernel_row("FusedGemm", 1, check_fused,

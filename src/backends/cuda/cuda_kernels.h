@@ -148,6 +148,27 @@ struct LayerNormArgs {
 };
 int launch_layer_norm(const LayerNormArgs& a, cudaStream_t stream);
 
+// kiln.Attention: y[b, s, h·Dv + e] = Σ_t softmax_t(x[b, h, s, t]) · v[b, t, h·Dv + e] with
+// x = scale · Σ_d q[b, s, h·D + d] · k[b, t, h·D + d], then x = fill where cond == fill_where_true,
+// then x += mask. mask (the inputs' type) and cond (bool) are read through element strides over
+// [B, H, S, T] (0 along broadcast dims); either may be null. Float types; D, Dv ≤ kMaxAttentionHead.
+constexpr int kMaxAttentionHead = 128;
+struct AttentionArgs {
+  int elem = kElemF32;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* mask = nullptr;
+  const bool* cond = nullptr;
+  void* y = nullptr;
+  int64_t b = 0, s = 0, t = 0, heads = 0;
+  int d = 0, dv = 0;
+  float scale = 1.f, fill = 0.f;
+  bool fill_where_true = false;
+  int64_t ms[4] = {}, cs[4] = {};
+};
+int launch_attention(const AttentionArgs& a, cudaStream_t stream);
+
 inline int launch_softmax_f32(const float* x, float* y, int64_t outer, int64_t axis, int64_t inner, bool log,
                               cudaStream_t stream) {
   return launch_softmax(kElemF32, x, y, outer, axis, inner, log, stream);
