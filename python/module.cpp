@@ -281,8 +281,13 @@ auto without_gil(F&& f) {
   return f();
 }
 
-kiln::BuildOptions build_options(const std::string& device, int opt_level, bool verbose) {
+kiln::BuildOptions build_options(const std::string& device, int opt_level, bool verbose,
+                                 const std::string& precision = "fp32") {
   kiln::BuildOptions o;
+  if (precision == "fp32") o.precision = kiln::Precision::kFloat32;
+  else if (precision == "fp16") o.precision = kiln::Precision::kFloat16;
+  else if (precision == "bf16") o.precision = kiln::Precision::kBFloat16;
+  else throw py::value_error("kiln: unknown precision '" + precision + "' (expected 'fp32', 'fp16' or 'bf16')");
   if (device == "cpu" || device == "CPU") {
     o.device = kiln::DeviceType::kCPU;
   } else if (device == "cuda" || device == "CUDA" || device == "gpu") {
@@ -336,20 +341,20 @@ py::list shape_list(const kiln::TensorInfo& info) {
   return out;
 }
 
-EnginePtr engine_build(const std::string& path, const std::string& device, int opt_level, bool verbose) {
-  const auto opts = build_options(device, opt_level, verbose);
+EnginePtr engine_build(const std::string& path, const std::string& device, int opt_level, bool verbose, const std::string& precision) {
+  const auto opts = build_options(device, opt_level, verbose, precision);
   return unwrap(without_gil([&] { return kiln::Engine::build(path, opts); }));
 }
 
 EnginePtr engine_build_from_bytes(const py::bytes& data, const std::string& device, int opt_level, bool verbose,
-                                  const std::string& base_dir) {
-  const auto opts = build_options(device, opt_level, verbose);
+                                  const std::string& base_dir, const std::string& precision) {
+  const auto opts = build_options(device, opt_level, verbose, precision);
   const std::string bytes = data;
   return unwrap(without_gil([&] { return kiln::Engine::build_from_bytes(bytes, opts, base_dir); }));
 }
 
-EnginePtr engine_open(const std::string& path, const std::string& device, int opt_level, bool verbose) {
-  const auto opts = build_options(device, opt_level, verbose);
+EnginePtr engine_open(const std::string& path, const std::string& device, int opt_level, bool verbose, const std::string& precision) {
+  const auto opts = build_options(device, opt_level, verbose, precision);
   return unwrap(without_gil([&] { return kiln::Engine::open(path, opts); }));
 }
 
@@ -411,16 +416,23 @@ PYBIND11_MODULE(_kiln, m) {
 
   py::class_<Context, std::shared_ptr<Context>>(m, "ExecutionContext")
       .def("run", &Context::run, py::arg("feeds"),
-           "Runs the engine on {name: ndarray | list of ndarrays | None}; returns all outputs in order.");
+           "Runs the engine on {name: ndarray | list of ndarrays | None}; returns all outputs in order.")
+      .def("set_cuda_graphs", [](Context& c, bool on) { c.ctx->set_cuda_graphs(on); }, py::arg("enabled"),
+           "CUDA graphs from the second run of each input-shape signature (on by default).")
+      .def_property_readonly("cuda_graphs", [](const Context& c) { return c.ctx->cuda_graphs(); },
+                             "CUDA graphs captured so far.");
 
   py::class_<kiln::Engine, EnginePtr>(m, "Engine")
       .def_static("build", &engine_build, py::arg("path"), py::arg("device") = "cpu", py::arg("opt_level") = 1,
-                  py::arg("verbose") = false, "Imports, optimizes and lowers an .onnx file.")
+                  py::arg("verbose") = false, py::arg("precision") = "fp32",
+                  "Imports, optimizes and lowers an .onnx file. precision: fp32, or fp16/bf16 for cuda.")
       .def_static("build_from_bytes", &engine_build_from_bytes, py::arg("data"), py::arg("device") = "cpu",
                   py::arg("opt_level") = 1, py::arg("verbose") = false, py::arg("base_dir") = "",
+                  py::arg("precision") = "fp32",
                   "Same as build() from serialized ModelProto bytes; external data resolves under base_dir.")
       .def_static("open", &engine_open, py::arg("path"), py::arg("device") = "cpu", py::arg("opt_level") = 1,
-                  py::arg("verbose") = false, "Builds an .onnx file or loads an engine file (by its magic).")
+                  py::arg("verbose") = false, py::arg("precision") = "fp32",
+                  "Builds an .onnx file or loads an engine file (by its magic).")
       .def_static("load", &engine_load, py::arg("path"), "Loads an engine file written by save().")
       .def_static("load_from_bytes", &engine_load_from_bytes, py::arg("data"))
       .def("save", [](const kiln::Engine& e, const std::string& path) { check(e.save(path)); }, py::arg("path"))

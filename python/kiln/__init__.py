@@ -130,6 +130,39 @@ def _provider_names(providers: Iterable[Any] | None) -> list[str]:
     return names
 
 
+def _cuda_provider_options(providers: Iterable[Any] | None, provider_options: Sequence[dict] | None) -> dict:
+    """The options given to CUDAExecutionProvider, as (name, options) tuples or in provider_options."""
+    found: dict = {}
+    for i, p in enumerate(providers or []):
+        name = p[0] if isinstance(p, (tuple, list)) else p
+        if name != CUDA_PROVIDER:
+            continue
+        if isinstance(p, (tuple, list)) and len(p) > 1 and p[1]:
+            found.update(dict(p[1]))
+        if provider_options and i < len(provider_options) and provider_options[i]:
+            found.update(dict(provider_options[i]))
+    return found
+
+
+def _truthy(v: Any) -> bool:
+    return v if isinstance(v, bool) else str(v).strip().lower() in ("1", "true", "yes", "on")
+
+
+def _cuda_settings(options: dict) -> tuple[str, bool | None]:
+    """kiln's reading of CUDA provider options: the engine precision ("precision": fp32/fp16/bf16, or
+    TensorRT's trt_fp16_enable / trt_bf16_enable) and CUDA graphs (onnxruntime's enable_cuda_graph;
+    None leaves kiln's default, on). Other keys are accepted and ignored, as onnxruntime does."""
+    precision = str(options.get("precision", "fp32")).lower()
+    if _truthy(options.get("trt_fp16_enable", False)):
+        precision = "fp16"
+    if _truthy(options.get("trt_bf16_enable", False)):
+        precision = "bf16"
+    if precision not in ("fp32", "fp16", "bf16"):
+        raise ValueError(f"CUDAExecutionProvider option precision={precision!r}: expected fp32, fp16 or bf16")
+    graphs = options.get("enable_cuda_graph")
+    return precision, None if graphs is None else _truthy(graphs)
+
+
 # ---- Threads
 
 
@@ -224,16 +257,17 @@ def _normalize_feed(infos: Sequence[TensorInfo], feed: dict[str, Any]) -> dict[s
     return out
 
 
-def _open_engine(path_or_bytes: Any, device: str, opt_level: int) -> Engine:
+def _open_engine(path_or_bytes: Any, device: str, opt_level: int, precision: str = "fp32") -> Engine:
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         data = bytes(path_or_bytes)
         if data[4:8] == _ENGINE_MAGIC:
             return Engine.load_from_bytes(data)
-        return Engine.build_from_bytes(data, device=device, opt_level=opt_level)
+        return Engine.build_from_bytes(data, device=device, opt_level=opt_level, precision=precision)
     if isinstance(path_or_bytes, (str, os.PathLike)):
-        return Engine.open(os.fspath(path_or_bytes), device=device, opt_level=opt_level)
+        return Engine.open(os.fspath(path_or_bytes), device=device, opt_level=opt_level, precision=precision)
     if hasattr(path_or_bytes, "SerializeToString"):  # an onnx.ModelProto
-        return Engine.build_from_bytes(path_or_bytes.SerializeToString(), device=device, opt_level=opt_level)
+        return Engine.build_from_bytes(path_or_bytes.SerializeToString(), device=device, opt_level=opt_level,
+                                         precision=precision)
     raise TypeError(f"InferenceSession expects a path, bytes or ModelProto, got {type(path_or_bytes).__name__}")
 
 
@@ -241,7 +275,9 @@ class InferenceSession:
     """Runs an ONNX model (.onnx) or a kiln engine (.kiln) with onnxruntime's session API.
 
     providers: names or (name, options) tuples; CUDA is used when CUDAExecutionProvider comes first
-    and CUDA is usable, else the CPU. Unknown names raise ValueError. A session may be run from
+    and CUDA is usable, else the CPU. Unknown names raise ValueError. CUDA options kiln reads:
+    "precision" ("fp32", "fp16", "bf16"; TensorRT's "trt_fp16_enable"/"trt_bf16_enable" too) and
+    "enable_cuda_graph" (kiln replays CUDA graphs by default; False turns them off). A session may be run from
     several threads at once (each concurrent run gets its own execution context).
     """
 
@@ -264,12 +300,13 @@ class InferenceSession:
         self._threads = int(self._sess_options.intra_op_num_threads or 0)
         set_num_threads(self._threads)
 
-        self._engine = _open_engine(path_or_bytes, device, opt_level)
+        precision, self._cuda_graphs = _cuda_settings(_cuda_provider_options(providers, provider_options))
+        self._engine = _open_engine(path_or_bytes, device, opt_level, precision if device == "cuda" else "fp32")
         self._providers = [CUDA_PROVIDER, CPU_PROVIDER] if self._engine.device == "cuda" else [CPU_PROVIDER]
         self._inputs = list(self._engine.inputs)
         self._outputs = list(self._engine.outputs)
         self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
-        self._pool: list[ExecutionContext] = [self._engine.create_context()]
+        self._pool: list[ExecutionContext] = [self._new_context()]
         self._pool_lock = threading.Lock()
         self._model_path = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
 
@@ -301,11 +338,17 @@ class InferenceSession:
         _provider_names(providers)  # validated; an engine's device is fixed once built
 
     # -- running
+    def _new_context(self) -> ExecutionContext:
+        ctx = self._engine.create_context()
+        if self._cuda_graphs is not None:
+            ctx.set_cuda_graphs(self._cuda_graphs)
+        return ctx
+
     def _acquire(self) -> ExecutionContext:
         with self._pool_lock:
             if self._pool:
                 return self._pool.pop()
-        return self._engine.create_context()
+        return self._new_context()
 
     def _release(self, ctx: ExecutionContext) -> None:
         with self._pool_lock:

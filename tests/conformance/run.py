@@ -15,9 +15,10 @@ worker or times out counts as failed, and the run continues in a fresh worker.
 Output: one line per suite, `node: N passed, N failed, N skipped` (counting every CPU test of the
 suite), then the pass percentage over the node suite. Expected failures live in
 expected_failures.txt (`test_name  # reason`); an unlisted failure is a regression (exit code 1); a
-listed test that passes is reported so it can be removed from the list. Tests whose expected values
-are random draws (RANDOM_OUTPUT) are run, but only an error other than a value mismatch counts: they
-are reported as skipped, so their chance agreement with numpy's draws cannot flip the counts.
+listed test that passes is reported so it can be removed from the list. Tests whose values cannot
+decide on every machine (NOT_COMPARABLE: random draws, an ill-conditioned light model) are run, but
+only an error other than a value mismatch counts: they are reported as skipped, so chance agreement
+cannot flip the counts either way.
 """
 
 from __future__ import annotations
@@ -51,8 +52,27 @@ SUITE_ALIASES = {"light": "real"}
 # Tests whose expected outputs are numpy.random draws: no backend reproduces them, yet a backend's own
 # draws match by chance now and then (Bernoulli on 10 elements agrees ~2% of runs). They still run, so
 # a crash or a wrong shape/dtype fails; a value mismatch, or a lucky match, reports them as skipped.
-RANDOM_OUTPUT = re.compile(r"^test_bernoulli")
-RANDOM_REASON = "random output: the expected values are numpy.random draws; ran, values not comparable"
+# Tests whose values cannot decide pass or fail on a given machine, with why; handled the same way.
+NOT_COMPARABLE = [
+    (re.compile(r"^test_bernoulli"),
+     "random output: the expected values are numpy.random draws; ran, values not comparable"),
+    # The "light" SqueezeNet has every weight equal (0.02), so its 1000 logits are one value, ~9.5e9,
+    # up to float32 rounding, and the Softmax over them is uniform only where every channel is summed
+    # in the same order. ONNX Runtime's MLAS does that; oneDNN's sgemm picks kernels by CPU, and on
+    # some CPUs (this one on 2026-11-23; a fresh CI clone before) its channels differ by ~1e-7
+    # relative, i.e. by thousands, and the Softmax turns one-hot. Every layer before it agrees with
+    # ONNX Runtime to ≤ 5e-6 relative (checked layer by layer on 2026-11-23).
+    (re.compile(r"^test_squeezenet"),
+     "ill-conditioned: Softmax over 1000 logits of ~9.5e9 equal up to float32 rounding (constant weights); "
+     "ran, values depend on the CPU's sgemm summation order"),
+]
+
+
+def not_comparable(name: str) -> str | None:
+    for pattern, reason in NOT_COMPARABLE:
+        if pattern.match(name):
+            return reason
+    return None
 
 if os.path.join(REPO, "python") not in sys.path:
     sys.path.insert(0, os.path.join(REPO, "python"))
@@ -181,8 +201,9 @@ def worker(names_file: str, start: int, result_fd: int, device: str, verbose: bo
         result = _Result()
         t0 = time.perf_counter()
         cases[name](name).run(result)
-        if RANDOM_OUTPUT.match(name) and (result.outcome == "passed" or result.message.startswith("AssertionError")):
-            result.outcome, result.message = "skipped", RANDOM_REASON
+        reason = not_comparable(name)
+        if reason and (result.outcome == "passed" or result.message.startswith("AssertionError")):
+            result.outcome, result.message = "skipped", reason
         record = {"name": name, "outcome": result.outcome, "message": result.message,
                   "seconds": round(time.perf_counter() - t0, 3)}
         if verbose and result.outcome == "failed":

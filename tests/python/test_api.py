@@ -136,6 +136,34 @@ def test_providers():
     assert sess.get_providers()[0] == expected
 
 
+def test_cuda_provider_options():
+    # kiln's reading of CUDAExecutionProvider options: precision (or TensorRT's flags), CUDA graphs.
+    assert kiln._cuda_settings({}) == ("fp32", None)
+    assert kiln._cuda_settings({"precision": "FP16"}) == ("fp16", None)
+    assert kiln._cuda_settings({"trt_fp16_enable": "True", "enable_cuda_graph": "0"}) == ("fp16", False)
+    assert kiln._cuda_settings({"trt_bf16_enable": True, "enable_cuda_graph": 1}) == ("bf16", True)
+    with pytest.raises(ValueError, match="precision"):
+        kiln._cuda_settings({"precision": "int4"})
+    providers = [("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider"]
+    assert kiln._cuda_provider_options(providers, [{"precision": "fp16"}, {}]) == {"device_id": 0, "precision": "fp16"}
+    proto = mlp_model()
+    m = proto.SerializeToString()
+    sess = kiln.InferenceSession(m, providers=[("CUDAExecutionProvider", {"precision": "fp16"})])
+    x = np.ones((2, 4), np.float32)
+    b = np.zeros(4, np.float32)
+    want = mlp_reference(proto, x, b)
+    if not kiln.cuda_available():  # the CPU takes over, in float32 (as onnxruntime ignores absent providers)
+        assert sess.get_providers() == ["CPUExecutionProvider"]
+        assert sess.engine.metadata()["precision"] == "fp32"
+    got = sess.run(None, {"x": x, "b": b})[0]
+    np.testing.assert_allclose(got, want, rtol=5e-2 if kiln.cuda_available() else 1e-5, atol=1e-2 if kiln.cuda_available() else 0)
+    # Reduced precision is for GPU engines: a CPU build refuses it, naming the reason.
+    with pytest.raises(kiln.KilnError, match="(?i)precision|gpu|cuda"):
+        kiln.Engine.build_from_bytes(m, device="cpu", precision="fp16")
+    with pytest.raises(ValueError, match="precision"):
+        kiln.Engine.build_from_bytes(m, device="cpu", precision="fp12")
+
+
 def test_session_options():
     opts = kiln.SessionOptions()
     opts.graph_optimization_level = kiln.GraphOptimizationLevel.ORT_DISABLE_ALL

@@ -85,6 +85,19 @@ TEST(NnConv, Groups) {
   check_conv(DataType::kFloat32, {1, 4, 5, 5}, 8, {3, 3}, 4, {{1, 1}, {0, 0, 0, 0}, {2, 2}}, false);
 }
 
+// The depthwise kernel (group == C == M): taps falling off every border, strides, dilations,
+// asymmetric pads, windows wider than the input, MobileNet's 3x3 and 5x5, ConvNeXt's 7x7, float64.
+TEST(NnConv, Depthwise) {
+  const DataType f = DataType::kFloat32;
+  check_conv(f, {2, 6, 19, 23}, 6, {3, 3}, 6, {{1, 1}, {1, 1, 1, 1}, {1, 1}}, true);
+  check_conv(f, {1, 5, 17, 18}, 5, {5, 5}, 5, {{2, 2}, {2, 1, 2, 3}, {1, 1}}, true);
+  check_conv(f, {1, 3, 14, 14}, 3, {7, 7}, 3, {{1, 1}, {3, 3, 3, 3}, {1, 1}}, false);
+  check_conv(f, {2, 4, 9, 11}, 4, {3, 3}, 4, {{2, 3}, {0, 2, 1, 0}, {2, 2}}, true);
+  check_conv(f, {1, 2, 3, 4}, 2, {5, 5}, 2, {{1, 1}, {2, 2, 2, 2}, {1, 1}}, true);
+  check_conv(f, {1, 1, 8, 8}, 1, {3, 3}, 1, {{1, 1}, {0, 0, 0, 0}, {1, 1}}, true);
+  check_conv(DataType::kFloat64, {1, 3, 10, 9}, 3, {3, 3}, 3, {{2, 2}, {1, 1, 1, 1}, {1, 1}}, true, 1e-12);
+}
+
 TEST(NnConv, OneDAndThreeD) {
   check_conv(DataType::kFloat32, {2, 3, 17}, 4, {5}, 1, {{2}, {2, 1}, {2}}, true);
   check_conv(DataType::kFloat32, {1, 2, 5, 6, 7}, 3, {3, 2, 3}, 1, {{1, 2, 1}, {1, 0, 1, 1, 1, 0}, {1, 1, 2}}, true);

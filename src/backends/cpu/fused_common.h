@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.h"
@@ -20,23 +21,37 @@ using ::kiln::Activation;
 // Parses the node's "activation" / "activation_params"; false with *why for an unknown name.
 inline bool parse_activation(const ir::Node& n, Activation* act, std::string* why) { return read_activation(n, act, why); }
 
-// p[i] = act(p[i] + bias[i % n]) for i < count (bias may be null). One pass, vectorizable per kind.
+// x → act(x), one kind per instantiation (so the loops below vectorize).
 template <ActKind K>
-inline void epilogue_row(float* p, int64_t count, const float* bias, const Activation& act) {
-  for (int64_t i = 0; i < count; ++i) {
-    float x = p[i] + (bias ? bias[i] : 0.0f);
-    if constexpr (K == ActKind::kRelu) x = x > 0 ? x : 0;
-    else if constexpr (K == ActKind::kLeakyRelu) x = x >= 0 ? x : act.a * x;
-    else if constexpr (K == ActKind::kClip) x = std::min(std::max(x, act.a), act.b);
-    else if constexpr (K == ActKind::kSigmoid) x = math::sigmoid_f32(x);
-    else if constexpr (K == ActKind::kHardSigmoid) x = std::max(0.0f, std::min(1.0f, act.a * x + act.b));
-    else if constexpr (K == ActKind::kHardSwish) x = x * std::max(0.0f, std::min(1.0f, x / 6.0f + 0.5f));
-    else if constexpr (K == ActKind::kSilu) x = x * math::sigmoid_f32(x);
-    else if constexpr (K == ActKind::kTanh) x = math::tanh_f32(x);
-    else if constexpr (K == ActKind::kGelu) x = 0.5f * x * (1.0f + math::erf_f32(x * 0.70710678118654752f));
-    else if constexpr (K == ActKind::kGeluTanh)
-      x = 0.5f * x * (1.0f + math::tanh_f32(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-    p[i] = x;
+inline float activate(float x, const Activation& act) {
+  if constexpr (K == ActKind::kRelu) return x > 0 ? x : 0;
+  else if constexpr (K == ActKind::kLeakyRelu) return x >= 0 ? x : act.a * x;
+  else if constexpr (K == ActKind::kClip) return std::min(std::max(x, act.a), act.b);
+  else if constexpr (K == ActKind::kSigmoid) return math::sigmoid_f32(x);
+  else if constexpr (K == ActKind::kHardSigmoid) return std::max(0.0f, std::min(1.0f, act.a * x + act.b));
+  else if constexpr (K == ActKind::kHardSwish) return x * std::max(0.0f, std::min(1.0f, x / 6.0f + 0.5f));
+  else if constexpr (K == ActKind::kSilu) return x * math::sigmoid_f32(x);
+  else if constexpr (K == ActKind::kTanh) return math::tanh_f32(x);
+  else if constexpr (K == ActKind::kGelu) return 0.5f * x * (1.0f + math::erf_f32(x * 0.70710678118654752f));
+  else if constexpr (K == ActKind::kGeluTanh)
+    return 0.5f * x * (1.0f + math::tanh_f32(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  else return x;
+}
+
+// Rows [r0, r1) of a rows x cols block: y = act(y + bias[col]) (bias may be null). Without a bias
+// the rows are one contiguous run, processed as such: a convolution's rows are its output width
+// (7 to 112 floats), too short to vectorize one at a time.
+template <ActKind K>
+inline void epilogue_rows(float* y, int64_t r0, int64_t r1, int64_t cols, const float* bias, const Activation& act) {
+  if (!bias) {
+    float* p = y + r0 * cols;
+    const int64_t n = (r1 - r0) * cols;
+    for (int64_t i = 0; i < n; ++i) p[i] = activate<K>(p[i], act);
+    return;
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    float* p = y + r * cols;
+    for (int64_t i = 0; i < cols; ++i) p[i] = activate<K>(p[i] + bias[i], act);
   }
 }
 
@@ -44,24 +59,23 @@ inline void epilogue_row(float* p, int64_t count, const float* bias, const Activ
 inline void apply_epilogue(float* y, int64_t rows, int64_t cols, const float* bias, const Activation& act) {
   if (act.kind == ActKind::kNone && !bias) return;
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1));
-  parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      float* p = y + r * cols;
-      switch (act.kind) {
-        case ActKind::kNone: epilogue_row<ActKind::kNone>(p, cols, bias, act); break;
-        case ActKind::kRelu: epilogue_row<ActKind::kRelu>(p, cols, bias, act); break;
-        case ActKind::kLeakyRelu: epilogue_row<ActKind::kLeakyRelu>(p, cols, bias, act); break;
-        case ActKind::kClip: epilogue_row<ActKind::kClip>(p, cols, bias, act); break;
-        case ActKind::kSigmoid: epilogue_row<ActKind::kSigmoid>(p, cols, bias, act); break;
-        case ActKind::kHardSigmoid: epilogue_row<ActKind::kHardSigmoid>(p, cols, bias, act); break;
-        case ActKind::kHardSwish: epilogue_row<ActKind::kHardSwish>(p, cols, bias, act); break;
-        case ActKind::kSilu: epilogue_row<ActKind::kSilu>(p, cols, bias, act); break;
-        case ActKind::kTanh: epilogue_row<ActKind::kTanh>(p, cols, bias, act); break;
-        case ActKind::kGelu: epilogue_row<ActKind::kGelu>(p, cols, bias, act); break;
-        case ActKind::kGeluTanh: epilogue_row<ActKind::kGeluTanh>(p, cols, bias, act); break;
-      }
-    }
-  });
+  auto run = [&](auto kind) {
+    constexpr ActKind K = decltype(kind)::value;
+    parallel_for(rows, grain, [&](int64_t r0, int64_t r1) { epilogue_rows<K>(y, r0, r1, cols, bias, act); });
+  };
+  switch (act.kind) {
+    case ActKind::kNone: run(std::integral_constant<ActKind, ActKind::kNone>{}); break;
+    case ActKind::kRelu: run(std::integral_constant<ActKind, ActKind::kRelu>{}); break;
+    case ActKind::kLeakyRelu: run(std::integral_constant<ActKind, ActKind::kLeakyRelu>{}); break;
+    case ActKind::kClip: run(std::integral_constant<ActKind, ActKind::kClip>{}); break;
+    case ActKind::kSigmoid: run(std::integral_constant<ActKind, ActKind::kSigmoid>{}); break;
+    case ActKind::kHardSigmoid: run(std::integral_constant<ActKind, ActKind::kHardSigmoid>{}); break;
+    case ActKind::kHardSwish: run(std::integral_constant<ActKind, ActKind::kHardSwish>{}); break;
+    case ActKind::kSilu: run(std::integral_constant<ActKind, ActKind::kSilu>{}); break;
+    case ActKind::kTanh: run(std::integral_constant<ActKind, ActKind::kTanh>{}); break;
+    case ActKind::kGelu: run(std::integral_constant<ActKind, ActKind::kGelu>{}); break;
+    case ActKind::kGeluTanh: run(std::integral_constant<ActKind, ActKind::kGeluTanh>{}); break;
+  }
 }
 
 }  // namespace kiln::cpu::fused

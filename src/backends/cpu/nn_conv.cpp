@@ -134,6 +134,48 @@ bool is_pointwise(const WindowGeometry& g) {
 }
 
 // Column buffers conv_forward needs: `count` of `each` elements (none for pointwise windows).
+// Depthwise 2-D convolution: one filter per channel (group == C == M), as MobileNet, EfficientNet
+// and ConvNeXt use it. As one GEMM per (image, channel) it is a 1-row product over an im2col copy;
+// here each tap instead adds w·(a row of x) into the output row, over the output columns where the
+// tap lands inside x: short vectorizable row loops, no column buffer, the output row in L1.
+bool is_depthwise(const ConvShapes& s) { return s.g.kernel.size() == 2 && s.group == s.C && s.M == s.C; }
+
+template <typename T>
+void depthwise2d(const ConvShapes& s, const T* x, const T* w, const T* bias, T* y) {
+  const int64_t IH = s.in[0], IW = s.in[1], OH = s.g.out[0], OW = s.g.out[1];
+  const int64_t KH = s.g.kernel[0], KW = s.g.kernel[1], SH = s.g.strides[0], SW = s.g.strides[1];
+  const int64_t DH = s.g.dilations[0], DW = s.g.dilations[1], PH = s.g.pads[0], PW = s.g.pads[1];
+  parallel_for(s.N * s.C, 1, [&](int64_t b, int64_t e) {
+    for (int64_t plane = b; plane < e; ++plane) {
+      const int64_t c = plane % s.C;
+      const T* xp = x + plane * IH * IW;
+      const T* wp = w + c * KH * KW;
+      T* yp = y + plane * OH * OW;
+      const T b0 = bias ? bias[c] : T(0);
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        T* __restrict yr = yp + oh * OW;
+        for (int64_t ow = 0; ow < OW; ++ow) yr[ow] = b0;
+        for (int64_t kh = 0; kh < KH; ++kh) {
+          const int64_t ih = oh * SH - PH + kh * DH;
+          if (ih < 0 || ih >= IH) continue;
+          const T* __restrict xr = xp + ih * IW;
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            const T wv = wp[kh * KW + kw];
+            const int64_t off = kw * DW - PW;  // input column of output column ow: ow·SW + off
+            const int64_t lo = off >= 0 ? 0 : (-off + SW - 1) / SW;
+            const int64_t hi = off >= IW ? 0 : std::min(OW, (IW - 1 - off) / SW + 1);
+            if (SW == 1) {
+              for (int64_t ow = lo; ow < hi; ++ow) yr[ow] += wv * xr[ow + off];
+            } else {
+              for (int64_t ow = lo; ow < hi; ++ow) yr[ow] += wv * xr[ow * SW + off];
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
 // How conv_forward splits its (image, group) jobs, and the column buffers that takes.
 struct ColBuffers {
   bool parallel_jobs = false;  // jobs run in parallel (each GEMM is small); else one after another
@@ -144,7 +186,7 @@ ColBuffers col_buffers(const ConvShapes& s, int max_threads) {
   const int64_t rows = Cg * ksz, jobs = s.N * s.group;
   ColBuffers cb;
   cb.parallel_jobs = s.group > 1 || Mg * osz * rows < (1 << 16);
-  if (is_pointwise(s.g) || jobs == 0) return cb;
+  if (is_pointwise(s.g) || is_depthwise(s) || jobs == 0) return cb;
   cb.count = cb.parallel_jobs ? std::max<int64_t>(1, std::min<int64_t>(jobs, max_threads)) : 1;
   cb.each = rows * osz;
   return cb;
@@ -155,6 +197,10 @@ ColBuffers col_buffers(const ConvShapes& s, int max_threads) {
 template <typename T>
 void conv_forward(const ConvShapes& s, const T* x, const T* w, const T* bias, T* y, T* cols, const ColBuffers& cb) {
   const int64_t Cg = s.C / s.group, Mg = s.M / s.group, ksz = prod(s.g.kernel), osz = prod(s.g.out), isz = prod(s.in);
+  if (is_depthwise(s)) {
+    depthwise2d<T>(s, x, w, bias, y);
+    return;
+  }
   const int64_t rows = Cg * ksz;
   const bool direct = is_pointwise(s.g);
   auto one = [&](int64_t n, int64_t grp, T* col) {
