@@ -42,7 +42,8 @@ inline float activate(float x, const Activation& act) {
 // the rows are one contiguous run, processed as such: a convolution's rows are its output width
 // (7 to 112 floats), too short to vectorize one at a time.
 template <ActKind K>
-inline void epilogue_rows(float* y, int64_t r0, int64_t r1, int64_t cols, const float* bias, const Activation& act) {
+[[gnu::always_inline]] inline void epilogue_rows_body(float* y, int64_t r0, int64_t r1, int64_t cols, const float* bias,
+                                                       const Activation& act) {
   if (!bias) {
     float* p = y + r0 * cols;
     const int64_t n = (r1 - r0) * cols;
@@ -53,6 +54,20 @@ inline void epilogue_rows(float* y, int64_t r0, int64_t r1, int64_t cols, const 
     float* p = y + r * cols;
     for (int64_t i = 0; i < cols; ++i) p[i] = activate<K>(p[i] + bias[i], act);
   }
+}
+
+// The loops compiled twice: for AVX2+FMA (chosen at run time where the CPU has them) and for the
+// baseline x86-64 the library is built for.
+template <ActKind K>
+[[gnu::target("avx2,fma")]] void epilogue_rows_avx2(float* y, int64_t r0, int64_t r1, int64_t cols, const float* bias,
+                                                     const Activation& act) {
+  epilogue_rows_body<K>(y, r0, r1, cols, bias, act);
+}
+template <ActKind K>
+void epilogue_rows(float* y, int64_t r0, int64_t r1, int64_t cols, const float* bias, const Activation& act) {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2) epilogue_rows_avx2<K>(y, r0, r1, cols, bias, act);
+  else epilogue_rows_body<K>(y, r0, r1, cols, bias, act);
 }
 
 // Applies bias (per column, `cols` wide; may be null) and the activation to rows x cols floats.

@@ -1,8 +1,10 @@
 // backends/cpu/nn_conv.cpp — Conv, ConvTranspose, ConvInteger, QLinearConv on the CPU:
 // im2col (or the input itself for 1x1 windows) times the weights through gemm, col2im for the
 // transposed convolution.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include <omp.h>
 
@@ -140,37 +142,58 @@ bool is_pointwise(const WindowGeometry& g) {
 // tap lands inside x: short vectorizable row loops, no column buffer, the output row in L1.
 bool is_depthwise(const ConvShapes& s) { return s.g.kernel.size() == 2 && s.group == s.C && s.M == s.C; }
 
+struct DwGeom {
+  int64_t IH, IW, OH, OW, KH, KW, SH, SW, DH, DW, PH, PW;
+};
+
+template <typename T>
+[[gnu::always_inline]] inline void dw_plane(const DwGeom g, const T* xp, const T* wp, T b0, T* yp) {
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    T* __restrict yr = yp + oh * g.OW;
+    for (int64_t ow = 0; ow < g.OW; ++ow) yr[ow] = b0;
+    for (int64_t kh = 0; kh < g.KH; ++kh) {
+      const int64_t ih = oh * g.SH - g.PH + kh * g.DH;
+      if (ih < 0 || ih >= g.IH) continue;
+      const T* __restrict xr = xp + ih * g.IW;
+      for (int64_t kw = 0; kw < g.KW; ++kw) {
+        const T wv = wp[kh * g.KW + kw];
+        const int64_t off = kw * g.DW - g.PW;  // input column of output column ow: ow·SW + off
+        const int64_t lo = off >= 0 ? 0 : (-off + g.SW - 1) / g.SW;
+        const int64_t hi = off >= g.IW ? 0 : std::min(g.OW, (g.IW - 1 - off) / g.SW + 1);
+        if (g.SW == 1) {
+          for (int64_t ow = lo; ow < hi; ++ow) yr[ow] += wv * xr[ow + off];
+        } else {
+          for (int64_t ow = lo; ow < hi; ++ow) yr[ow] += wv * xr[ow * g.SW + off];
+        }
+      }
+    }
+  }
+}
+
+// The float plane compiled twice: for AVX2+FMA, chosen at run time where the CPU has them, and for
+// the baseline x86-64 the library is built for.
+[[gnu::target("avx2,fma")]] void dw_plane_avx2(const DwGeom& g, const float* x, const float* w, float b, float* y) {
+  dw_plane<float>(g, x, w, b, y);
+}
+void dw_plane_base(const DwGeom& g, const float* x, const float* w, float b, float* y) { dw_plane<float>(g, x, w, b, y); }
+
 template <typename T>
 void depthwise2d(const ConvShapes& s, const T* x, const T* w, const T* bias, T* y) {
-  const int64_t IH = s.in[0], IW = s.in[1], OH = s.g.out[0], OW = s.g.out[1];
-  const int64_t KH = s.g.kernel[0], KW = s.g.kernel[1], SH = s.g.strides[0], SW = s.g.strides[1];
-  const int64_t DH = s.g.dilations[0], DW = s.g.dilations[1], PH = s.g.pads[0], PW = s.g.pads[1];
+  const DwGeom g{s.in[0],        s.in[1],        s.g.out[0],       s.g.out[1],       s.g.kernel[0], s.g.kernel[1],
+                 s.g.strides[0], s.g.strides[1], s.g.dilations[0], s.g.dilations[1], s.g.pads[0],   s.g.pads[1]};
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   parallel_for(s.N * s.C, 1, [&](int64_t b, int64_t e) {
     for (int64_t plane = b; plane < e; ++plane) {
       const int64_t c = plane % s.C;
-      const T* xp = x + plane * IH * IW;
-      const T* wp = w + c * KH * KW;
-      T* yp = y + plane * OH * OW;
+      const T* xp = x + plane * g.IH * g.IW;
+      const T* wp = w + c * g.KH * g.KW;
+      T* yp = y + plane * g.OH * g.OW;
       const T b0 = bias ? bias[c] : T(0);
-      for (int64_t oh = 0; oh < OH; ++oh) {
-        T* __restrict yr = yp + oh * OW;
-        for (int64_t ow = 0; ow < OW; ++ow) yr[ow] = b0;
-        for (int64_t kh = 0; kh < KH; ++kh) {
-          const int64_t ih = oh * SH - PH + kh * DH;
-          if (ih < 0 || ih >= IH) continue;
-          const T* __restrict xr = xp + ih * IW;
-          for (int64_t kw = 0; kw < KW; ++kw) {
-            const T wv = wp[kh * KW + kw];
-            const int64_t off = kw * DW - PW;  // input column of output column ow: ow·SW + off
-            const int64_t lo = off >= 0 ? 0 : (-off + SW - 1) / SW;
-            const int64_t hi = off >= IW ? 0 : std::min(OW, (IW - 1 - off) / SW + 1);
-            if (SW == 1) {
-              for (int64_t ow = lo; ow < hi; ++ow) yr[ow] += wv * xr[ow + off];
-            } else {
-              for (int64_t ow = lo; ow < hi; ++ow) yr[ow] += wv * xr[ow * SW + off];
-            }
-          }
-        }
+      if constexpr (std::is_same_v<T, float>) {
+        if (avx2) dw_plane_avx2(g, xp, wp, b0, yp);
+        else dw_plane_base(g, xp, wp, b0, yp);
+      } else {
+        dw_plane<T>(g, xp, wp, b0, yp);
       }
     }
   });
