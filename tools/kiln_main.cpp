@@ -17,6 +17,7 @@
 #include <system_error>
 
 #include "kiln/kiln.h"
+#include "conform.h"
 
 namespace {
 
@@ -227,6 +228,22 @@ static int kiln_main(int argc, char** argv) {
   compare->add_option("--runs", cmp_runs, "run each side this many times and compare the last outputs")
       ->check(CLI::PositiveNumber);
 
+  // conform
+  ConformOptions conform_opts;
+  std::string conform_device = "cpu", conform_precision = "fp32";
+  auto* conform = app.add_subcommand(
+      "conform", "Run onnx-style test folders (model.onnx + test_data_set_N/*.pb, as onnx's node tests) and compare outputs");
+  conform->add_option("tests", conform_opts.paths, "test folders, or folders of them (e.g. onnx's backend/test/data/node)")
+      ->required();
+  conform->add_option("--device", conform_device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
+  conform->add_option("--precision", conform_precision, "fp32, fp16 or bf16 (cuda)")->check(precisions);
+  conform->add_option("--opt-level", conform_opts.build.opt_level, "0-3")->check(CLI::Range(0, 3));
+  conform->add_option("--rtol", conform_opts.rtol, "relative tolerance for float outputs (default 1e-3)");
+  conform->add_option("--atol", conform_opts.atol, "absolute tolerance for float outputs (default 1e-7)");
+  conform->add_option("--filter", conform_opts.filter, "regex: run only tests whose name matches");
+  conform->add_option("--json", conform_opts.json, "write one JSON line per test here");
+  conform->add_flag("-v,--verbose", conform_opts.verbose, "print every test, not only failures");
+
   size_t max_tensor_bytes = 0;
   for (auto* sc : {build, run, bench, compare})
     sc->add_option("--max-tensor-bytes", max_tensor_bytes,
@@ -237,6 +254,12 @@ static int kiln_main(int argc, char** argv) {
   if (max_tensor_bytes) kiln::set_max_tensor_bytes(max_tensor_bytes);
 
   if (*inspect) return run_inspect(inspect_path, inspect_level, inspect_verbose);
+
+  if (*conform) {
+    conform_opts.build.device = parse_device(conform_device);
+    conform_opts.build.precision = parse_precision(conform_precision);
+    return run_conform(conform_opts);
+  }
 
   if (*compare) {
     kiln::BuildOptions oa, ob;

@@ -183,5 +183,8 @@ Expected<OptimizationReport> inspect_model(const std::string& onnx_path, int opt
 // Reads/writes .npy files (used by the CLI; exposed because it is handy).
 Expected<Tensor> read_npy(const std::string& path);
 Status write_npy(const std::string& path, const Tensor& t);
+// Reads a file holding one serialized onnx TensorProto (onnx's test data: input_0.pb, output_0.pb);
+// `name` (optional) receives the tensor's name. External data resolves inside the file's folder.
+Expected<Tensor> read_tensor_proto(const std::string& path, std::string* name = nullptr);
 
 }  // namespace kiln

@@ -433,3 +433,23 @@ Expected<ir::Type> type_from_proto(const ::onnx::TypeProto& tp, const std::strin
 }
 
 }  // namespace kiln::onnx
+
+namespace kiln {
+
+Expected<Tensor> read_tensor_proto(const std::string& path, std::string* name) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) return not_found(path + ": " + ec.message());
+  if (size > (size_t{1} << 31)) return invalid_argument(path + ": larger than 2 GiB (protobuf's limit)");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return io_error(path + ": cannot be opened");
+  std::string bytes(static_cast<size_t>(size), '\0');
+  if (!f.read(bytes.data(), static_cast<std::streamsize>(size))) return io_error(path + ": read failed");
+  ::onnx::TensorProto tp;
+  if (!tp.ParseFromString(bytes)) return invalid_model(path + ": not a serialized onnx TensorProto");
+  if (name) *name = tp.name();
+  onnx::TensorSource src{std::filesystem::path(path).parent_path().string(), path};
+  return onnx::tensor_from_proto(tp, src);
+}
+
+}  // namespace kiln
