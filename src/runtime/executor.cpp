@@ -548,12 +548,16 @@ Status Frame::run_step(int si, OpProfile* profile) {
     ++e.calls;
     e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
+  release_after(s);
+  return Status::Ok();
+}
+
+void Frame::release_after(const Step& s) {
   for (int v : s.release) {
     // Planned values keep their arena views for the next run; the caller's inputs are not ours.
     if (plan && (plan->offset[v] >= 0 || plan->at[v] != &plan->slots[v])) continue;
     *at[v] = Slot();
   }
-  return Status::Ok();
 }
 
 void Frame::find_graph_segments() {
@@ -598,11 +602,6 @@ Status Frame::run_segment(ShapePlan::GraphSegment& seg) {
   const Step& first = graph.steps[seg.first];
   Backend& gpu = *first.backend;
   void* state = res.state_for(gpu.device());
-  auto release_all = [&] {
-    for (int si = seg.first; si <= seg.last; ++si)
-      for (int v : graph.steps[si].release)
-        if (plan->offset[v] < 0 && plan->at[v] == &plan->slots[v]) *at[v] = Slot();
-  };
   if (!seg.exec) {
     Status st = gpu.begin_capture(state);
     for (int si = seg.first; st.ok() && si <= seg.last; ++si) st = run_step(si, nullptr);
@@ -620,12 +619,14 @@ Status Frame::run_segment(ShapePlan::GraphSegment& seg) {
       for (int si = a; si <= b; ++si) KILN_RETURN_IF_ERROR(run_step(si, nullptr));
       return Status::Ok();
     }
-    release_all();
-    return gpu.launch_graph(seg.exec.get(), state);
+    return gpu.launch_graph(seg.exec.get(), state);  // the capture ran every step's host part
   }
-  for (int si = seg.first; si <= seg.last; ++si)
-    if (graph.steps[si].backend->device().is_cpu()) KILN_RETURN_IF_ERROR(run_step(si, nullptr));
-  release_all();
+  // Replay: the host steps run (and release) as always; the GPU steps' values are released here.
+  for (int si = seg.first; si <= seg.last; ++si) {
+    const Step& s = graph.steps[si];
+    if (s.backend->device().is_cpu()) KILN_RETURN_IF_ERROR(run_step(si, nullptr));
+    else release_after(s);
+  }
   return gpu.launch_graph(seg.exec.get(), state);
 }
 

@@ -127,7 +127,6 @@ struct Frame {
   // Binds captures by name from enclosing frames; fails naming a capture found nowhere.
   Status bind_captures();
   Status execute();
-
   const Slot* lookup(const std::string& name) const;
   Slot& value(int v) { return *at[v]; }
   // Output memory for value v made on `backend`'s device: the slot's tensor when it already has this
@@ -136,6 +135,8 @@ struct Frame {
 
  private:
   Status run_step(int si, OpProfile* profile);
+  // Drops the values whose last reader is `s` (planned values keep their arena views).
+  void release_after(const Step& s);
   // Runs the steps of a graph segment: replays its graph, capturing it first if needed (a capture
   // that fails turns graphs off for the plan and runs the steps one by one).
   Status run_segment(ShapePlan::GraphSegment& seg);

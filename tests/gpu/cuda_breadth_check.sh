@@ -13,14 +13,7 @@ opsets=${3:-17}
 . "$(dirname "$0")/lib.sh"
 models="resnet50 mobilenet_v2 efficientnet_b0 convnext_tiny vit_b_16 deeplabv3_mobilenet_v3_large bert_base distilbert gpt2"
 {
-  date -u +"%Y-%m-%d %H:%M UTC"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  echo "== CUDA unit tests"
-  "$bin/kiln_tests" --gtest_filter='Cuda*:Runtime.Cuda*' > "$out/cuda_unit_tests.log" 2>&1
-  grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|tests ran" "$out/cuda_unit_tests.log"
-  grep -A4 "Failure" "$out/cuda_unit_tests.log" | head -60
-  echo "== allocation tests (CPU and CUDA)"
-  "$bin/kiln_alloc_tests" 2>&1 | grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|info|Failure|Which is"
+  gpu_unit_and_alloc_tests
   echo "== export the zoo (opsets $opsets)"
   python3 bench/zoo/export.py --models "${models// /,}" --opsets "${opsets// /,}" 2>&1 | grep -E "export:|rror" | tail -20
   save_zoo_inputs

@@ -10,14 +10,7 @@ set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 models="${MODELS:-resnet50 mobilenet_v2 bert_base gpt2}"
 {
-  date -u +"%Y-%m-%d %H:%M UTC"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  echo "== CUDA unit tests"
-  "$bin/kiln_tests" --gtest_filter='Cuda*:Runtime.Cuda*' > "$out/cuda_unit_tests.log" 2>&1
-  grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|tests ran" "$out/cuda_unit_tests.log"
-  grep -B2 -A6 "Failure" "$out/cuda_unit_tests.log" | head -80
-  echo "== allocation tests (CPU and CUDA; CUDA runs replay graphs)"
-  "$bin/kiln_alloc_tests" 2>&1 | grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|info|Failure|Which is|Expected"
+  gpu_unit_and_alloc_tests
   echo "== export"
   python3 bench/zoo/export.py --models "${models// /,}" --opsets 17 2>&1 | grep -E "export:|rror" | tail -8
   save_zoo_inputs

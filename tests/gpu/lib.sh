@@ -20,3 +20,16 @@ for name, model in zoo.MODELS.items():
             np.save(f"build/inputs/{name}_{k}_b{b}.npy", v)
 PY
 }
+
+# The machine, the CUDA unit tests (log in $out/cuda_unit_tests.log: summary and failures printed)
+# and the allocation tests (CPU and CUDA; CUDA runs replay graphs).
+gpu_unit_and_alloc_tests() {
+  date -u +"%Y-%m-%d %H:%M UTC"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  echo "== CUDA unit tests"
+  "$bin/kiln_tests" --gtest_filter='Cuda*:Runtime.Cuda*' > "$out/cuda_unit_tests.log" 2>&1
+  grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|tests ran" "$out/cuda_unit_tests.log"
+  grep -B2 -A6 "Failure" "$out/cuda_unit_tests.log" | head -80
+  echo "== allocation tests (CPU and CUDA; CUDA runs replay graphs)"
+  "$bin/kiln_alloc_tests" 2>&1 | grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|info|Failure|Which is|Expected"
+}

@@ -41,6 +41,13 @@ class RangeFn {
 // Runs fn(begin, end) over [0, n) in parallel chunks of at least `grain` items (OpenMP).
 void parallel_for(int64_t n, int64_t grain, RangeFn fn);
 
+// Whether this CPU runs AVX2 and FMA: hot loops compiled twice (a [[gnu::target("avx2,fma")]] copy
+// and the baseline x86-64 one) pick their copy with it, once per process.
+inline bool has_avx2_fma() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
 // Storage types for the 2-byte floats (raw bits).
 struct f16_t { uint16_t bits; };
 struct bf16_t { uint16_t bits; };

@@ -65,8 +65,7 @@ template <ActKind K>
 }
 template <ActKind K>
 void epilogue_rows(float* y, int64_t r0, int64_t r1, int64_t cols, const float* bias, const Activation& act) {
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx2) epilogue_rows_avx2<K>(y, r0, r1, cols, bias, act);
+  if (has_avx2_fma()) epilogue_rows_avx2<K>(y, r0, r1, cols, bias, act);
   else epilogue_rows_body<K>(y, r0, r1, cols, bias, act);
 }
 

@@ -181,7 +181,7 @@ template <typename T>
 void depthwise2d(const ConvShapes& s, const T* x, const T* w, const T* bias, T* y) {
   const DwGeom g{s.in[0],        s.in[1],        s.g.out[0],       s.g.out[1],       s.g.kernel[0], s.g.kernel[1],
                  s.g.strides[0], s.g.strides[1], s.g.dilations[0], s.g.dilations[1], s.g.pads[0],   s.g.pads[1]};
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx2 = has_avx2_fma();
   parallel_for(s.N * s.C, 1, [&](int64_t b, int64_t e) {
     for (int64_t plane = b; plane < e; ++plane) {
       const int64_t c = plane % s.C;

@@ -50,6 +50,9 @@ void register_gemm(KernelRegistry& r);
 void register_conv(KernelRegistry& r);
 void register_reduce(KernelRegistry& r);
 void register_fused(KernelRegistry& r);  // kiln's FusedConv/FusedGemm/FusedMatMul
+// Conv's placement check (1-D/2-D, float types), also FusedConv's: the fused node has Conv's inputs
+// and attributes.
+std::string conv_check(const ir::Node& n);
 
 // The process-wide backend for device 0 (see cuda_backend() in backend.h).
 class CudaBackend final : public Backend {

@@ -205,6 +205,8 @@ class ConvKernel final : public Kernel {
   ConvAttrs at_;
 };
 
+}  // namespace
+
 std::string conv_check(const ir::Node& n) {
   int spatial = -1;
   if (n.has_input(1) && n.inputs[1]->type.shape.known) spatial = n.inputs[1]->type.shape.rank() - 2;
@@ -213,6 +215,8 @@ std::string conv_check(const ir::Node& n) {
   if (spatial != 1 && spatial != 2) return "only 1-D and 2-D convolutions run on CUDA (spatial rank unknown or other)";
   return require_float(n);
 }
+
+namespace {
 
 Expected<KernelPtr> create_conv(const ir::Node& n) {
   ConvAttrs at;

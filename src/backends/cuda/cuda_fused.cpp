@@ -40,11 +40,7 @@ std::string check_fused(const ir::Node& n) {
   Activation act;
   std::string why;
   if (!read_activation(n, &act, &why)) return why;
-  if (n.op_type == "FusedConv" && n.has_input(1) && n.inputs[1]->type.shape.known) {
-    const int rank = n.inputs[1]->type.shape.rank();
-    if (rank != 3 && rank != 4) return "only 1-D and 2-D convolutions run on CUDA";
-  }
-  return require_float(n);
+  return n.op_type == "FusedConv" ? conv_check(n) : require_float(n);
 }
 
 Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int opset, Bias bias) {
@@ -92,7 +88,6 @@ Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int ops
 }
 
 // ---- Attention(Q, K, V[, mask[, bool_mask]]): one kernel (launch_attention), no scores tensor.
-
 
 std::string check_attention(const ir::Node& n) {
   if (n.attr_int("num_heads", 0) <= 0) return "num_heads must be positive";
