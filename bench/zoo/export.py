@@ -53,17 +53,28 @@ def build_torchvision(name: str) -> torch.nn.Module:
     return getattr(torchvision.models, name)(weights=None)
 
 
+# --tiny: the transformers with 2 layers of 4 heads of 16 (hidden 64), for graph-pattern tests: the
+# same exported structure as the full models (the installed transformers' attention code), small files.
+TINY = {
+    "bert_base": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128),
+    "distilbert": dict(dim=64, n_layers=2, n_heads=4, hidden_dim=128),
+    "gpt2": dict(n_embd=64, n_layer=2, n_head=4),
+}
+_tiny = False
+
+
 def build_transformers(name: str) -> torch.nn.Module:
     import transformers as tf  # noqa: PLC0415
 
     spec = zoo.MODELS[name]
     input_names = tuple(i.name for i in spec.inputs)
+    small = TINY[name] if _tiny and name in TINY else {}
     if name == "bert_base":
-        net = tf.BertModel(tf.BertConfig(attn_implementation="eager"))
+        net = tf.BertModel(tf.BertConfig(attn_implementation="eager", **small))
     elif name == "distilbert":
-        net = tf.DistilBertModel(tf.DistilBertConfig(attn_implementation="eager"))
+        net = tf.DistilBertModel(tf.DistilBertConfig(attn_implementation="eager", **small))
     elif name == "gpt2":
-        net = tf.GPT2LMHeadModel(tf.GPT2Config(use_cache=False, attn_implementation="eager"))
+        net = tf.GPT2LMHeadModel(tf.GPT2Config(use_cache=False, attn_implementation="eager", **small))
     else:
         raise ValueError(name)
     return _TupleOutputs(net, spec.outputs, input_names)
@@ -173,7 +184,23 @@ def main() -> int:
     ap.add_argument("--opsets", help="comma-separated opsets (default: 13,17)")
     ap.add_argument("--small", action="store_true", help="the CI subset: " + ",".join(zoo.SMALL) + " at opset 17")
     ap.add_argument("--force", action="store_true", help="export again even where the file exists")
+    ap.add_argument("--tiny", metavar="DIR",
+                    help="export the transformers (" + ",".join(TINY) + ") with 2 small layers to "
+                    "DIR/<model>_tiny_op<opset>.onnx instead (structure tests; no manifest)")
     args = ap.parse_args()
+    if args.tiny:
+        global _tiny
+        _tiny = True
+        os.makedirs(args.tiny, exist_ok=True)
+        names = [n.strip() for n in (args.models or ",".join(TINY)).split(",") if n.strip()]
+        for name in names:
+            if name not in TINY:
+                ap.error(f"--tiny exports {', '.join(TINY)} only")
+            for opset in [int(o) for o in (args.opsets or "17").split(",")]:
+                path = os.path.join(args.tiny, f"{name}_tiny_op{opset}.onnx")
+                export_one(name, opset, path)
+                print(f"export: {path}: {os.path.getsize(path) / 1e6:.1f} MB", flush=True)
+        return 0
 
     names = list(zoo.SMALL) if args.small else list(zoo.MODELS)
     opsets = list(zoo.SMALL_OPSETS) if args.small else list(zoo.OPSETS)

@@ -40,12 +40,43 @@ bool same_dim(const ir::Dim& a, const ir::Dim& b) {
   return a.is_static() ? a.value == b.value : (!a.symbol.empty() && a.symbol == b.symbol);
 }
 
-// True when shape element e is certainly x's dim i: the same value, the same tensor dim, or the
-// same named symbol.
+// True when dim i of x is dim i of `from` by construction: x is `from`, or made from it (a few steps
+// back) by ops that keep the leading dims — a MatMul by a 2-D matrix, a norm, an elementwise op whose
+// other operands have a lower rank. (Exports read the batch size once, from one tensor, and its
+// dims are often unnamed by then: "?" cannot be compared.)
+bool keeps_leading_dim(const ir::Value* x, const ir::Value* from, int i, int depth = 0) {
+  if (x == from) return true;
+  const ir::Node* p = x->producer;
+  if (!p || depth > 4 || !x->type.shape.known || i >= x->type.shape.rank() - 1 || !p->has_input(0)) return false;
+  const ir::Value* a = p->inputs[0];
+  if (!a->type.shape.known || a->type.shape.rank() != x->type.shape.rank()) return false;
+  const bool matmul = p->op_type == "MatMul" || (p->domain == "kiln" && p->op_type == "FusedMatMul");
+  if (matmul) {
+    const auto& b = p->inputs.size() > 1 && p->inputs[1] ? p->inputs[1]->type.shape : ir::SymShape();
+    if (!b.known || b.rank() != 2) return false;
+    return keeps_leading_dim(a, from, i, depth + 1);
+  }
+  const bool norm = (p->domain.empty() && p->op_type == "LayerNormalization") ||
+                    (p->domain == "kiln" && p->op_type == "SkipLayerNorm" && p->inputs.size() > 1 && p->inputs[1] &&
+                     p->inputs[1]->type.shape.known && p->inputs[1]->type.shape.rank() < a->type.shape.rank() - i);
+  const bool elementwise = p->domain.empty() && (p->op_type == "Add" || p->op_type == "Mul" || p->op_type == "Sub" ||
+                                                 p->op_type == "Div");
+  if (elementwise) {
+    for (size_t k = 1; k < p->inputs.size(); ++k) {
+      const ir::Value* o = p->inputs[k];
+      if (!o || !o->type.shape.known || o->type.shape.rank() >= a->type.shape.rank() - i) return false;
+    }
+    return keeps_leading_dim(a, from, i, depth + 1);
+  }
+  return norm && keeps_leading_dim(a, from, i, depth + 1);
+}
+
+// True when shape element e is certainly x's dim i: the same value, the same tensor dim (of x or of
+// a tensor x keeps it from), or the same named symbol.
 bool elem_is_dim(const ShapeElem& e, const ir::Value* x, int i) {
   const ir::Dim& d = x->type.shape.dims[i];
   if (!e.of) return d.is_static() && d.value == e.value;
-  if (e.of == x && e.value == i) return true;
+  if (e.value == i && keeps_leading_dim(x, e.of, i)) return true;
   const auto& s = e.of->type.shape;
   return s.known && e.value < s.rank() && same_dim(s.dims[e.value], d);
 }
