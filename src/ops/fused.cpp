@@ -1,7 +1,9 @@
 // ops/fused.cpp — kiln's fused ops (domain "kiln"), created only by the optimizer's fusion passes
 // (passes/fuse_*.cpp); their CPU kernels are in backends/cpu/fused*.cpp.
 //
-//   FusedConv(X, W[, B])         Conv attributes + activation, activation_params
+//   FusedConv(X, W[, B])         Conv attributes + activation, activation_params; channels_last = 1
+//                                (made by passes/channels_last.cpp for GPU engines): X [N,H,W,C],
+//                                W [M,kh,kw,C/group], Y [N,OH,OW,M] (2-D only)
 //   FusedGemm(A, B[, C])         Gemm attributes + activation, activation_params
 //   FusedMatMul(A, B[, bias])    act(MatMul(A, B) + bias), bias [N] along the last dim
 //   SkipLayerNorm(A, B, gamma[, beta]) → Y[, A+B]   LayerNormalization(A + B) over the last dim, epsilon
@@ -35,6 +37,39 @@ Status like(InferContext& c) {
 }
 
 constexpr char kConv[] = "Conv";
+
+// [N, H, W, C] ↔ [N, C, H, W] of a symbolic 4-D shape.
+ir::SymShape permuted(const ir::SymShape& s, bool to_first) {
+  if (!s.known || s.rank() != 4) return s;
+  const auto& d = s.dims;
+  return to_first ? ir::SymShape({d[0], d[3], d[1], d[2]}) : ir::SymShape({d[0], d[2], d[3], d[1]});
+}
+
+// FusedConv: Conv's shape function; channels-last X and W are seen channels-first by it, and its
+// output turned back.
+Status infer_fused_conv(InferContext& c) {
+  if (c.node.attr_int("channels_last", 0) == 0) return like<kConv, 3>(c);
+  for (int i = 0; i < 2; ++i)
+    if (c.has(i) && c.shape(i).known && c.shape(i).rank() != 4) return c.error("channels_last convolutions are 2-D (4-D X and W)");
+  std::vector<ir::Type> nchw;
+  nchw.reserve(3);
+  InferContext sub{c.node, {}, {}, {}};
+  for (int i = 0; i < 3 && i < c.num_inputs(); ++i) {
+    nchw.push_back(c.has(i) ? c.type(i) : ir::Type{});
+    if (c.has(i) && i < 2) nchw.back().shape = permuted(c.shape(i), true);
+  }
+  for (int i = 0; i < static_cast<int>(nchw.size()); ++i) {
+    sub.in.push_back(c.has(i) ? &nchw[i] : nullptr);
+    sub.in_value.push_back(nullptr);  // W's value is channels-last: Conv's inference reads shapes only
+  }
+  sub.out.resize(1);
+  sub.out[0].kind = ir::Type::Kind::kUnknown;
+  Status st = like<kConv, 3>(sub);
+  if (!st.ok()) return st;
+  c.out[0] = sub.out[0];
+  c.out[0].shape = permuted(sub.out[0].shape, false);
+  return Status::Ok();
+}
 constexpr char kGemm[] = "Gemm";
 constexpr char kMatMul[] = "MatMul";
 
@@ -64,7 +99,7 @@ void add_fused_ops(std::vector<OpDef>& t) {
     d.min_inputs = min_in, d.max_inputs = max_in, d.min_outputs = min_out, d.max_outputs = max_out;
     t.push_back(std::move(d));
   };
-  add("FusedConv", like<kConv, 3>, 2, 3, 1, 1);
+  add("FusedConv", infer_fused_conv, 2, 3, 1, 1);
   add("FusedGemm", like<kGemm, 3>, 2, 3, 1, 1);
   add("FusedMatMul", like<kMatMul, 2>, 2, 3, 1, 1);
   add("SkipLayerNorm", infer_skip_layer_norm, 3, 4, 1, 2);

@@ -65,6 +65,12 @@ struct OptimizeStats {
 // and outputs keep their dtypes. Returns how many nodes run in half. Runs after optimize().
 Expected<int> convert_precision(ir::Graph& g, DataType half, const std::function<bool(const ir::Node&)>& runs_in_half);
 
+// Channels-last convolution chains (passes/channels_last.cpp): 2-D convolutions that `accepts` takes
+// become kiln.FusedConv with channels_last = 1 (NHWC X/Y, [M,kh,kw,C/g] W), elementwise ops between
+// them follow, transposes only where a chain meets channels-first readers. Returns how many nodes
+// changed layout. Runs after convert_precision() for GPU engines.
+Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(const ir::Node&)>& accepts);
+
 // The named pipeline, in order; a pass runs when options.level >= min_level.
 const std::vector<Pass>& pipeline();
 // Runs the pipeline to a fixed point (bounded), then re-infers types and verifies the graph.

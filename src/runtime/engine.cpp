@@ -118,6 +118,19 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
       return false;
     };
     KILN_RETURN_IF_ERROR(passes::convert_precision(*impl->graph, half, runs_in_half).status());
+    // Tensor-core convolutions run channels-last: whole chains move to NHWC (KILN_CHANNELS_LAST=0
+    // keeps channels-first, to compare).
+    const char* cl = std::getenv("KILN_CHANNELS_LAST");
+    if (options.opt_level >= 1 && !(cl && std::string(cl) == "0")) {
+      auto accepts = [target](const ir::Node& n) {
+        const DataType dt = n.inputs[0]->type.dtype;
+        if (dt != DataType::kFloat16 && dt != DataType::kBFloat16) return false;
+        for (const KernelDef& d : target->kernels().all())
+          if (d.op == "FusedConv" && d.domain == "kiln" && d.half_floats) return true;
+        return false;
+      };
+      KILN_RETURN_IF_ERROR(passes::convert_to_channels_last(*impl->graph, accepts).status());
+    }
   }
   LowerOptions lo;
   lo.device = options.device;

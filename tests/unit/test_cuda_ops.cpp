@@ -2,6 +2,7 @@
 // shape operands, reductions, softmax, normalizations) against the CPU kernels on random inputs.
 // Reduced-precision runs (float16, bfloat16) take inputs rounded to that type, run the CPU reference
 // in float32 on the same values, and compare with a tolerance that fits the type.
+#include <array>
 #include <cstring>
 #include <memory>
 
@@ -379,5 +380,90 @@ TEST(CudaOps, AttentionMatchesCpu) {
     compare("Attention", 1, {random_tensor({1, S2, 3 * 40}, rng), random_tensor({1, T2, 3 * 40}, rng),
                              random_tensor({1, T2, 3 * 24}, rng), Tensor(), cond},
             attrs(3, 0.158f, true), dt, "causal bool mask");
+  }
+}
+
+namespace {
+
+// An [A,B,C,D] tensor with its dims reordered by `perm` (4-D, any element type).
+Tensor permuted(const Tensor& t, const std::array<int, 4>& perm) {
+  const Shape& s = t.shape();
+  Shape out(4);
+  for (int i = 0; i < 4; ++i) out[i] = s[perm[i]];
+  Tensor r = Tensor::empty(t.dtype(), out);
+  const size_t e = dtype_size(t.dtype());
+  int64_t stride[4] = {s[1] * s[2] * s[3], s[2] * s[3], s[3], 1};
+  const char* src = static_cast<const char*>(t.raw());
+  char* dst = static_cast<char*>(r.raw());
+  int64_t o = 0;
+  for (int64_t a = 0; a < out[0]; ++a)
+    for (int64_t b = 0; b < out[1]; ++b)
+      for (int64_t c = 0; c < out[2]; ++c)
+        for (int64_t d = 0; d < out[3]; ++d, ++o) {
+          const int64_t idx[4] = {a, b, c, d};
+          int64_t off = 0;
+          for (int i = 0; i < 4; ++i) off += idx[i] * stride[perm[i]];
+          std::memcpy(dst + o * e, src + off * e, e);
+        }
+  return r;
+}
+
+}  // namespace
+
+// kiln.FusedConv with channels_last = 1 (made by passes/channels_last.cpp for half-precision GPU
+// engines) against the CPU's channels-first FusedConv: X, W, Y permuted; 3x3 with pads, bias and
+// ReLU; a strided 1x1 without bias; a depthwise 3x3; a 7x7 stem with 3 input channels; batch 64 of a
+// ResNet bottleneck shape.
+TEST(CudaOps, ChannelsLastFusedConvMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(37);
+  struct Case {
+    Shape x, w;
+    std::vector<int64_t> pads, strides;
+    int64_t group;
+    const char* act;
+    bool bias;
+  };
+  const Case cases[] = {
+      {{2, 16, 9, 9}, {32, 16, 3, 3}, {1, 1, 1, 1}, {1, 1}, 1, "Relu", true},
+      {{3, 32, 8, 8}, {64, 32, 1, 1}, {0, 0, 0, 0}, {2, 2}, 1, "", false},
+      {{2, 24, 7, 7}, {24, 1, 3, 3}, {1, 1, 1, 1}, {1, 1}, 24, "HardSwish", true},
+      {{4, 3, 32, 32}, {16, 3, 7, 7}, {3, 3, 3, 3}, {2, 2}, 1, "Relu", true},
+      {{64, 64, 14, 14}, {256, 64, 1, 1}, {0, 0, 0, 0}, {1, 1}, 1, "", true},
+  };
+  const std::array<int, 4> to_nhwc = {0, 2, 3, 1}, to_nchw = {0, 3, 1, 2};
+  for (DataType dt : {kF16, kBF16}) {
+    for (const Case& c : cases) {
+      const Tensor x = convert(random_tensor(c.x, rng), dt), w = convert(random_tensor(c.w, rng, -0.3f, 0.3f), dt);
+      const Tensor b = convert(random_tensor({c.w[0]}, rng), dt);
+      auto attrs = [&](OneNode& n, bool last) {
+        n.node->domain = "kiln";
+        n.set_string("activation", c.act);
+        n.set_ints("pads", c.pads);
+        n.set_ints("strides", c.strides);
+        n.set_int("group", c.group);
+        if (last) n.set_int("channels_last", 1);
+      };
+      std::vector<Tensor> dev_in = {permuted(x, to_nhwc), permuted(w, to_nhwc)};
+      std::vector<Tensor> ref_in = {convert(x, kF32), convert(w, kF32)};
+      if (c.bias) {
+        dev_in.push_back(b);
+        ref_in.push_back(convert(b, kF32));
+      }
+      OneNode dn("FusedConv", 1, dev_in, 1);
+      OneNode rn("FusedConv", 1, ref_in, 1);
+      attrs(dn, true);
+      attrs(rn, false);
+      const std::string label = std::string("channels-last FusedConv ") + dtype_name(dt) + " " + shape_to_string(c.x) +
+                                " * " + shape_to_string(c.w);
+      auto got = run_cuda(*dn.node, dev_in);
+      ASSERT_TRUE(got.ok()) << label << ": " << got.status().to_string();
+      std::vector<Slot> cpu_in;
+      for (const Tensor& t : ref_in) cpu_in.push_back(Slot::of(t));
+      auto want = run_node_eager(*rn.node, cpu_in);
+      ASSERT_TRUE(want.ok()) << label << ": " << want.status().to_string();
+      const double tol = dt == kF16 ? 4e-3 : 2e-2;
+      expect_near(permuted((*got)[0], to_nchw), (*want)[0].tensor, tol, tol, label);
+    }
   }
 }

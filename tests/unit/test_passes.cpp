@@ -528,3 +528,103 @@ TEST(Passes, ConvertPrecisionCastsAtBoundariesAndSaturatesConstants) {
   EXPECT_EQ(casts[std::to_string(static_cast<int>(DataType::kFloat16))], 2);
   EXPECT_EQ(casts[std::to_string(static_cast<int>(DataType::kFloat32))], 2);
 }
+
+// [N,H,W,C] → [N,C,H,W] (to_first) or back, float32.
+static Tensor permute_4d(const Tensor& t, bool to_first) {
+  const Shape& s = t.shape();
+  const Shape out = to_first ? Shape{s[0], s[3], s[1], s[2]} : Shape{s[0], s[2], s[3], s[1]};
+  Tensor r = Tensor::empty(DataType::kFloat32, out);
+  const int64_t n = s[0], a = s[1], b = s[2], c = s[3];  // source dims
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t x = 0; x < a; ++x)
+      for (int64_t y = 0; y < b; ++y)
+        for (int64_t z = 0; z < c; ++z) {
+          const float v = t.data<float>()[((i * a + x) * b + y) * c + z];
+          // to_first: source [N,H,W,C] = (x=h, y=w, z=c) → [N,C,H,W]; else source [N,C,H,W] → [N,H,W,C]
+          const int64_t o = to_first ? ((i * c + z) * a + x) * b + y : ((i * b + y) * c + z) * a + x;
+          r.data<float>()[o] = v;
+        }
+  return r;
+}
+
+TEST(Passes, ChannelsLastChainsWithTransposesAtTheEdges) {
+  Builder b;
+  ir::Value* x = b.input("x", {2, 4, 6, 6});
+  ir::Value* c1 = b.node("Conv", {x, b.floats({8, 4, 3, 3}), b.floats({8})}, {{"pads", attr_ints({1, 1, 1, 1})}});
+  ir::Value* r1 = b.node("Relu", {c1});
+  ir::Value* c2 = b.node("Conv", {r1, b.floats({8, 8, 1, 1})});
+  ir::Value* s = b.node("Mul", {c2, b.scalar(0.5f)});
+  ir::Value* a = b.node("Add", {s, r1});  // the residual: both operands NHWC
+  ir::Value* r2 = b.node("Relu", {a});
+  ir::Value* y = b.node("GlobalAveragePool", {r2});  // needs channels-first: a Transpose before it
+  b.output(y);
+  b.output(r1);  // a graph output inside the chain keeps its name and NCHW shape
+  auto g = b.g->clone();
+  auto changed = passes::convert_to_channels_last(*g, [](const ir::Node&) { return true; });
+  ASSERT_TRUE(changed.ok()) << changed.status().to_string();
+  EXPECT_EQ(*changed, 6);  // 2 convolutions, Relu, Mul, Add, Relu
+  ASSERT_TRUE(g->verify().ok());
+  auto h = op_counts(*g);
+  EXPECT_EQ(h["kiln.FusedConv"], 2);
+  EXPECT_EQ(h["Conv"], 0);
+  EXPECT_EQ(h["Transpose"], 3);  // x in; r2 to the pool; r1 to its graph output
+  for (const ir::Node* n : g->nodes()) {
+    if (n->op_type == "FusedConv") {
+      EXPECT_EQ(n->attr_int("channels_last", 0), 1);
+      EXPECT_EQ(n->inputs[0]->type.shape.rank(), 4);
+    }
+  }
+  ASSERT_EQ(g->outputs.size(), 2u);
+  EXPECT_EQ(g->outputs[1]->name, b.g->outputs[1]->name);
+  EXPECT_EQ(g->outputs[1]->type.shape.to_static(), (Shape{2, 8, 6, 6}));
+  // The rewired graph computes what the original does: channels-last convolutions are evaluated
+  // here as what they mean (X and W turned channels-first, a plain convolution, Y turned back).
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  Tensor xt = Tensor::empty(DataType::kFloat32, {2, 4, 6, 6});
+  for (int64_t i = 0; i < xt.numel(); ++i) xt.data<float>()[i] = u(rng);
+  auto want = run(*b.g, {{"x", xt}});
+  std::map<const ir::Value*, Tensor> env{{g->inputs[0], xt}};
+  for (const ir::Node* n : g->nodes()) {
+    std::vector<Slot> ins;
+    for (const ir::Value* v : n->inputs) {
+      if (!v) ins.emplace_back();
+      else ins.push_back(Slot::of(v->is_constant() ? *v->constant : env.at(v)));
+    }
+    if (n->attr_int("channels_last", 0)) {
+      ir::Node plain = *n;
+      plain.attrs.erase("channels_last");
+      for (int i = 0; i < 2; ++i) ins[i] = Slot::of(permute_4d(ins[i].tensor, true));
+      auto r = run_node_eager(plain, ins);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      env[n->outputs[0]] = permute_4d((*r)[0].tensor, false);
+      continue;
+    }
+    auto r = run_node_eager(*n, ins);
+    ASSERT_TRUE(r.ok()) << n->describe() << ": " << r.status().to_string();
+    env[n->outputs[0]] = (*r)[0].tensor;
+  }
+  for (int o = 0; o < 2; ++o) {
+    const Tensor& w = want.at(b.g->outputs[o]->name);
+    const Tensor& got = env.at(g->outputs[o]);
+    ASSERT_EQ(got.shape(), w.shape());
+    for (int64_t i = 0; i < w.numel(); ++i) EXPECT_NEAR(got.data<float>()[i], w.data<float>()[i], 1e-5) << o << " " << i;
+  }
+}
+
+TEST(Passes, ChannelsLastLeavesWhatTheTargetRefuses) {
+  Builder b;
+  ir::Value* x = b.input("x", {1, 3, 8, 8});
+  ir::Value* c = b.node("Conv", {x, b.floats({4, 3, 3, 3})}, {{"pads", attr_ints({0, 0, 1, 1})}});  // asymmetric pads
+  b.output(b.node("Relu", {b.node("Conv", {c, b.floats({4, 4, 1, 1})})}));
+  auto g = b.g->clone();
+  auto refuse = passes::convert_to_channels_last(*g, [](const ir::Node&) { return false; });
+  ASSERT_TRUE(refuse.ok());
+  EXPECT_EQ(*refuse, 0);
+  EXPECT_EQ(op_counts(*g)["Transpose"], 0);
+  auto changed = passes::convert_to_channels_last(*g, [](const ir::Node&) { return true; });
+  ASSERT_TRUE(changed.ok());
+  EXPECT_EQ(*changed, 2);  // the 1x1 convolution and the Relu; the asymmetric one stays channels-first
+  EXPECT_EQ(op_counts(*g)["Conv"], 1);
+  EXPECT_EQ(op_counts(*g)["Transpose"], 2);
+}

@@ -9,7 +9,12 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <cstdlib>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
 
 #include "backends/cuda/cuda_util.h"
 #include "ops/nn.h"
@@ -21,6 +26,7 @@ namespace {
 struct ConvAttrs {
   ops::WindowAttrs w;
   int64_t group = 1;
+  bool nhwc = false;  // channels_last (kiln.FusedConv from passes/channels_last.cpp): X, W, Y channels-last
 };
 
 // Everything one input shape needs, made by reshape() once per signature: descriptors, the
@@ -48,6 +54,42 @@ Status dnn_ok(const ir::Node& node, cudnnStatus_t s, const char* what) {
   return runtime_error(node.describe() + ": cuDNN " + what + ": " + cudnnGetErrorString(s));
 }
 
+// How the convolution algorithm is chosen: cuDNN's heuristics (default) or, with KILN_CONV_ALGO=find,
+// cuDNN's timing of every algorithm on the device (slower plans, once per problem per process).
+enum class AlgoMode { kHeuristic, kFind };
+AlgoMode conv_algo_mode() {
+  static const AlgoMode mode = [] {
+    const char* v = std::getenv("KILN_CONV_ALGO");
+    return v && std::string(v) == "find" ? AlgoMode::kFind : AlgoMode::kHeuristic;
+  }();
+  return mode;
+}
+
+// Timed choices, per problem, for the process: a model's repeated layers and later plans reuse them.
+std::mutex g_algo_mutex;
+std::map<std::string, std::pair<cudnnConvolutionFwdAlgo_t, size_t>>& algo_cache() {
+  static std::map<std::string, std::pair<cudnnConvolutionFwdAlgo_t, size_t>> cache;
+  return cache;
+}
+std::optional<std::pair<cudnnConvolutionFwdAlgo_t, size_t>> cached_algo(const std::string& key) {
+  if (conv_algo_mode() != AlgoMode::kFind) return std::nullopt;
+  std::lock_guard<std::mutex> lock(g_algo_mutex);
+  auto it = algo_cache().find(key);
+  if (it == algo_cache().end()) return std::nullopt;
+  return it->second;
+}
+void remember_algo(const std::string& key, cudnnConvolutionFwdAlgo_t algo, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_algo_mutex);
+  algo_cache()[key] = {algo, bytes};
+}
+std::string problem_key(DataType dt, int64_t n, int64_t c, int64_t h, int64_t w, int64_t m, int64_t cg, const int64_t* k,
+                        const int64_t* pad, const int64_t* stride, const int64_t* dil, int64_t g) {
+  std::string s = std::to_string(static_cast<int>(dt));
+  for (int64_t v : {n, c, h, w, m, cg, k[0], k[1], pad[0], pad[1], stride[0], stride[1], dil[0], dil[1], g})
+    s += "," + std::to_string(v);
+  return s;
+}
+
 constexpr size_t kAlign = 256;
 size_t aligned(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
@@ -65,8 +107,11 @@ class ConvKernel final : public Kernel {
     const int sd = static_cast<int>(x.size()) - 2;
     if (sd != 1 && sd != 2) return rc.error("only 1-D and 2-D convolutions run on CUDA");
     if (w.size() != x.size()) return rc.error("W must have the rank of X");
-    const int64_t n = x[0], c = x[1], m = w[0], g = at_.group;
-    if (g < 1 || c % g != 0 || m % g != 0 || w[1] != c / g)
+    if (at_.nhwc && sd != 2) return rc.error("channels_last convolutions are 2-D");
+    // Channels-last X [N,H,W,C] and W [M,kh,kw,C/g] are read through their channels-first dims.
+    const int cdim = at_.nhwc ? 3 : 1, sdim = at_.nhwc ? 1 : 2;
+    const int64_t n = x[0], c = x[cdim], m = w[0], g = at_.group;
+    if (g < 1 || c % g != 0 || m % g != 0 || w[cdim] != c / g)
       return rc.error("channels (" + std::to_string(c) + ") and W " + shape_to_string(w) + " do not fit group=" +
                       std::to_string(g));
     if (rc.in.size() > 2 && rc.in[2].present && shape_numel(rc.in[2].shape) != m) return rc.error("B must have M elements");
@@ -75,8 +120,8 @@ class ConvKernel final : public Kernel {
     Shape yshape = {n, m};
     for (int i = 0; i < sd; ++i) {
       const int j = sd == 1 ? 1 : i;
-      in[j] = x[2 + i];
-      k[j] = w[2 + i];
+      in[j] = x[sdim + i];
+      k[j] = w[sdim + i];
       if (!at_.w.kernel.empty() && at_.w.kernel[i] != k[j]) return rc.error("kernel_shape does not match W");
       s[j] = at_.w.strides.empty() ? 1 : at_.w.strides[i];
       dil[j] = at_.w.dilations.empty() ? 1 : at_.w.dilations[i];
@@ -88,6 +133,7 @@ class ConvKernel final : public Kernel {
       out[j] = geo->out;
       yshape.push_back(out[j]);
     }
+    if (at_.nhwc) yshape = {n, out[0], out[1], m};
     const DataType dt = rc.in[0].dtype;
     if (rc.in[1].dtype != dt || (rc.in.size() > 2 && rc.in[2].present && rc.in[2].dtype != dt))
       return rc.error("X, W and B must have one dtype");
@@ -108,6 +154,7 @@ class ConvKernel final : public Kernel {
       return Status::Ok();
     }
     // Asymmetric pads: pad explicitly into the workspace, then convolve without padding.
+    if ((pb[0] != pe[0] || pb[1] != pe[1]) && at_.nhwc) return rc.error("channels_last convolutions take symmetric pads only");
     if (pb[0] != pe[0] || pb[1] != pe[1]) {
       p->h = in[0] + pb[0] + pe[0];
       p->wd = in[1] + pb[1] + pe[1];
@@ -121,11 +168,12 @@ class ConvKernel final : public Kernel {
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnCreateTensorDescriptor(&p->y), "descriptor"));
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnCreateFilterDescriptor(&p->w), "descriptor"));
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnCreateConvolutionDescriptor(&p->conv), "descriptor"));
-    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, data, i32(n), i32(c),
+    const cudnnTensorFormat_t format = at_.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetTensor4dDescriptor(p->x, format, data, i32(n), i32(c),
                                                                  i32(p->h), i32(p->wd)), "input descriptor"));
-    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, data, i32(n), i32(m),
+    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetTensor4dDescriptor(p->y, format, data, i32(n), i32(m),
                                                                  i32(out[0]), i32(out[1])), "output descriptor"));
-    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetFilter4dDescriptor(p->w, data, CUDNN_TENSOR_NCHW, i32(m),
+    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetFilter4dDescriptor(p->w, data, format, i32(m),
                                                                  i32(c / g), i32(k[0]), i32(k[1])), "filter descriptor"));
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetConvolution2dDescriptor(p->conv, i32(pb[0]), i32(pb[1]), i32(s[0]), i32(s[1]),
                                                                       i32(dil[0]), i32(dil[1]), CUDNN_CROSS_CORRELATION,
@@ -135,43 +183,57 @@ class ConvKernel final : public Kernel {
                                 "math type"));
     if (rc.in.size() > 2 && rc.in[2].present) {
       KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnCreateTensorDescriptor(&p->bias), "descriptor"));
-      KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, data, 1, i32(m), 1, 1),
+      KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetTensor4dDescriptor(p->bias, format, data, 1, i32(m), 1, 1),
                                   "bias descriptor"));
     }
-    // The algorithm: cuDNN's heuristic order, workspace <= 64 MiB; float32 takes FP32 math only
-    // (no tensor-op/TF32).
+    // The algorithm: cuDNN's heuristic order (default), or with KILN_CONV_ALGO=find the fastest by
+    // cuDNN's own timing on this device, once per problem in the process. Workspace <= 64 MiB; float32
+    // takes FP32 math only (no tensor-op/TF32).
     CudaState& st = *static_cast<CudaState*>(rc.device_state);
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    int returned = 0;
-    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnGetConvolutionForwardAlgorithm_v7(st.dnn, p->x, p->w, p->conv, p->y,
-                                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf),
-                                "choosing an algorithm"));
-    // Each candidate is confirmed, and its workspace sized, by cuDNN's workspace query for this exact
-    // problem: the heuristic's list can hold algorithms the launch then refuses (seen on the H100:
-    // float16 NCHW with 3 input channels at batch 64), and its memory figures are estimates.
-    auto pick = [&](bool implicit_gemm_only) {
-      for (int i = 0; i < returned; ++i) {
-        if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-        if (!reduced && (perf[i].mathType == CUDNN_TENSOR_OP_MATH || perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
-          continue;
-        // Half types: implicit-GEMM algorithms first (FFT and Winograd transform in the data type);
-        // any other supported one when none of those is.
-        if (implicit_gemm_only && perf[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM &&
-            perf[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM && perf[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_GEMM)
-          continue;
-        size_t bytes = 0;
-        if (cudnnGetConvolutionForwardWorkspaceSize(st.dnn, p->x, p->w, p->conv, p->y, perf[i].algo, &bytes) !=
-                CUDNN_STATUS_SUCCESS ||
-            bytes > kWorkspaceBytes)
-          continue;
-        p->algo = perf[i].algo;
-        p->algo_bytes = aligned(bytes);
-        return true;
-      }
-      return false;
-    };
-    const bool found = pick(reduced) || (reduced && pick(false));
-    if (!found) return runtime_error(node.describe() + ": cuDNN offers no algorithm for this convolution");
+    const std::string key = problem_key(dt, n, c, p->h, p->wd, m, c / g, k, pb, s, dil, g) + (at_.nhwc ? ",nhwc" : "");
+    if (auto hit = cached_algo(key)) {
+      p->algo = hit->first;
+      p->algo_bytes = hit->second;
+    } else {
+      const bool find = conv_algo_mode() == AlgoMode::kFind;
+      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      int returned = 0;
+      if (find)
+        KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnFindConvolutionForwardAlgorithm(st.dnn, p->x, p->w, p->conv, p->y,
+                                                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf),
+                                    "timing the algorithms"));
+      else
+        KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnGetConvolutionForwardAlgorithm_v7(st.dnn, p->x, p->w, p->conv, p->y,
+                                                                                 CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf),
+                                    "choosing an algorithm"));
+      // Each candidate is confirmed, and its workspace sized, by cuDNN's workspace query for this exact
+      // problem: the heuristic's list can hold algorithms the launch then refuses (seen on the H100:
+      // float16 NCHW with 3 input channels at batch 64), and its memory figures are estimates.
+      auto pick = [&](bool implicit_gemm_only) {
+        for (int i = 0; i < returned; ++i) {
+          if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+          if (!reduced && (perf[i].mathType == CUDNN_TENSOR_OP_MATH || perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+            continue;
+          // Half types by heuristic: implicit-GEMM algorithms first (FFT and Winograd transform in the
+          // data type); any other supported one when none of those is. Timed: the fastest.
+          if (implicit_gemm_only && perf[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM &&
+              perf[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM && perf[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_GEMM)
+            continue;
+          size_t bytes = 0;
+          if (cudnnGetConvolutionForwardWorkspaceSize(st.dnn, p->x, p->w, p->conv, p->y, perf[i].algo, &bytes) !=
+                  CUDNN_STATUS_SUCCESS ||
+              bytes > kWorkspaceBytes)
+            continue;
+          p->algo = perf[i].algo;
+          p->algo_bytes = aligned(bytes);
+          return true;
+        }
+        return false;
+      };
+      const bool found = pick(reduced && !find) || (reduced && !find && pick(false));
+      if (!found) return runtime_error(node.describe() + ": cuDNN offers no algorithm for this convolution");
+      if (find) remember_algo(key, p->algo, p->algo_bytes);
+    }
     rc.workspace_bytes = p->padded_bytes + p->algo_bytes;
     rc.state = std::move(p);
     return Status::Ok();
@@ -213,6 +275,7 @@ std::string conv_check(const ir::Node& n) {
   else if (n.has_input(0) && n.inputs[0]->type.shape.known) spatial = n.inputs[0]->type.shape.rank() - 2;
   else if (const ir::Attribute* k = n.attr("kernel_shape")) spatial = static_cast<int>(k->ints.size());
   if (spatial != 1 && spatial != 2) return "only 1-D and 2-D convolutions run on CUDA (spatial rank unknown or other)";
+  if (n.attr_int("channels_last", 0) != 0 && spatial != 2) return "channels_last convolutions are 2-D";
   return require_float(n);
 }
 
@@ -222,6 +285,7 @@ Expected<KernelPtr> create_conv(const ir::Node& n) {
   ConvAttrs at;
   at.w = ops::parse_window_attrs(n);
   at.group = n.attr_int("group", 1);
+  at.nhwc = n.attr_int("channels_last", 0) != 0;
   const ops::WindowAttrs& w = at.w;
   const size_t sd = !w.kernel.empty() ? w.kernel.size() : !w.strides.empty() ? w.strides.size() : w.pads.size() / 2;
   if ((!w.strides.empty() && w.strides.size() != sd) || (!w.dilations.empty() && w.dilations.size() != sd) ||

@@ -168,7 +168,10 @@ void register_fused(KernelRegistry& r) {
   r.add(kernel_row("Attention", 1, check_attention, [](const ir::Node& n, KernelInit&) { return create_attention(n); },
                    "kiln"));
   r.add(kernel_row("FusedConv", 1, check_fused,
-                   [](const ir::Node& n, KernelInit&) { return make_fused(n, "Conv", 11, Bias::kChannels); }, "kiln"));
+                   [](const ir::Node& n, KernelInit&) {
+                     // channels_last: the bias runs along the last dim
+                     return make_fused(n, "Conv", 11, n.attr_int("channels_last", 0) ? Bias::kLastDim : Bias::kChannels);
+                   }, "kiln"));
   r.add(kernel_row("FusedGemm", 1, check_fused,
                    [](const ir::Node& n, KernelInit&) { return make_fused(n, "Gemm", 13, Bias::kInner); }, "kiln"));
   r.add(kernel_row("FusedMatMul", 1, check_fused,

@@ -1,0 +1,158 @@
+// passes/channels_last.cpp — GPU engines run 2-D convolutions channels-last (NHWC): tensor-core
+// convolution kernels read and write NHWC, and a channels-first tensor costs cuDNN a transpose before
+// and after every convolution. This pass moves whole chains to NHWC, with transposes only where a
+// chain meets an op that needs channels-first.
+//
+// Decisions (issue: GPU speed):
+//  * A convolution converts when `accepts` says the target runs it channels-last (the builder: a
+//    CUDA engine in float16/bfloat16; float32 convolutions keep FP32 math, where NHWC does not pay)
+//    and it is 2-D with a constant weight and symmetric explicit pads (auto_pad NOTSET or VALID).
+//    It becomes kiln.FusedConv with channels_last = 1 (a plain Conv gets no activation); its weight
+//    is transposed once, here, to [M, kh, kw, C/group].
+//  * Elementwise ops follow the layout of their inputs: an op converts when every 4-D input already
+//    has an NHWC form and every other input is one element (a scalar or [1,1,1,1]) — broadcasting
+//    of inputs permuted the same way is unchanged — or a 4-D constant (transposed here). So
+//    residual Adds and activations between convolutions stay NHWC; anything else (pooling,
+//    reshapes, reductions) reads a channels-first copy made once per value.
+//  * Values keep their names and channels-first shapes where anything outside a chain (an op, a
+//    graph output) reads them: the NHWC form is a new value, and a Transpose back to the original
+//    value is added only when the original still has a reader.
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "passes/passes.h"
+
+namespace kiln::passes {
+namespace {
+
+const std::set<std::string>& layout_free_ops() {
+  static const std::set<std::string> ops = {
+      "Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish",
+      "Tanh", "Clip", "Elu", "Selu", "Softplus", "Erf", "Abs", "Neg", "Exp", "Sqrt", "Identity", "Mish"};
+  return ops;
+}
+
+ir::SymShape to_nhwc_shape(const ir::SymShape& s) {
+  const auto& d = s.dims;
+  return ir::SymShape({d[0], d[2], d[3], d[1]});
+}
+
+bool is_4d(const ir::Value* v) { return v && v->type.is_tensor() && v->type.shape.known && v->type.shape.rank() == 4; }
+
+bool one_element(const ir::Value* v) {
+  if (!v || !v->type.shape.known || !v->type.shape.is_static() || v->type.shape.rank() > 4) return false;
+  return shape_numel(v->type.shape.to_static()) == 1;
+}
+
+// An NCHW tensor's bytes in NHWC order (any element type).
+Tensor nhwc_copy(const Tensor& t) {
+  const Shape& s = t.shape();
+  const int64_t n = s[0], c = s[1], h = s[2], w = s[3];
+  Tensor out = Tensor::empty(t.dtype(), {n, h, w, c});
+  const size_t e = dtype_size(t.dtype());
+  const char* src = static_cast<const char*>(t.raw());
+  char* dst = static_cast<char*>(out.raw());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t ci = 0; ci < c; ++ci)
+      for (int64_t y = 0; y < h; ++y)
+        for (int64_t x = 0; x < w; ++x)
+          std::memcpy(dst + (((i * h + y) * w + x) * c + ci) * e, src + (((i * c + ci) * h + y) * w + x) * e, e);
+  return out;
+}
+
+bool symmetric_pads(const ir::Node& n) {
+  const std::string ap = n.attr_string("auto_pad", "NOTSET");
+  if (ap != "NOTSET" && ap != "VALID") return false;
+  const auto p = n.attr_ints("pads");
+  return p.empty() || (p.size() == 4 && p[0] == p[2] && p[1] == p[3]);
+}
+
+bool convertible_conv(const ir::Node& n) {
+  const bool conv = (n.domain.empty() && n.op_type == "Conv") || (n.domain == "kiln" && n.op_type == "FusedConv");
+  if (!conv || n.attr_int("channels_last", 0) != 0 || n.outputs.size() != 1 || !n.has_output(0)) return false;
+  if (!is_4d(n.inputs[0]) || !n.has_input(1) || !n.inputs[1]->is_constant() || n.inputs[1]->constant->rank() != 4)
+    return false;
+  if (!n.inputs[1]->constant->device().is_cpu() || !is_4d(n.outputs[0])) return false;
+  return symmetric_pads(n);
+}
+
+}  // namespace
+
+Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(const ir::Node&)>& accepts) {
+  const int opset = g.opsets.count("") ? g.opsets.at("") : 19;
+  std::map<const ir::Value*, ir::Value*> nhwc;  // a channels-first value → its NHWC form
+  std::vector<ir::Value*> moved;                // values whose producer now writes the NHWC form
+  int converted = 0;
+  auto transpose = [&](ir::Value* in, ir::Value* out, std::vector<int64_t> perm) {
+    ir::Node* t = g.add_node("Transpose", "", {in}, {out}, out->name + "_transpose");
+    t->opset = opset;
+    ir::Attribute& a = t->attrs["perm"];
+    a.kind = ir::Attribute::Kind::kInts;
+    a.ints = std::move(perm);
+  };
+  // The NHWC form of a 4-D value: its converted producer's output, a transposed constant, or a
+  // Transpose (made once per value).
+  auto to_nhwc = [&](ir::Value* v) -> ir::Value* {
+    if (auto it = nhwc.find(v); it != nhwc.end()) return it->second;
+    ir::Value* t = g.new_value(v->name + "_nhwc", ir::Type::tensor(v->type.dtype, to_nhwc_shape(v->type.shape)));
+    if (v->is_constant() && v->constant->device().is_cpu()) t->constant = nhwc_copy(*v->constant);
+    else transpose(v, t, {0, 2, 3, 1});
+    nhwc[v] = t;
+    return t;
+  };
+  // n now writes the NHWC form of its output 0; the original value is made from it at the end if
+  // anything still reads it.
+  auto retarget = [&](ir::Node* n) {
+    ir::Value* v = n->outputs[0];
+    ir::Value* t = g.new_value(v->name + "_nhwc", ir::Type::tensor(v->type.dtype, to_nhwc_shape(v->type.shape)));
+    n->outputs[0] = t;
+    t->producer = n;
+    t->producer_output = 0;
+    v->producer = nullptr;
+    v->producer_output = -1;
+    nhwc[v] = t;
+    moved.push_back(v);
+  };
+  const std::vector<ir::Node*> nodes = g.nodes();  // a snapshot: transposes added below are not revisited
+  for (ir::Node* n : nodes) {
+    if (convertible_conv(*n) && accepts(*n)) {
+      g.set_input(n, 0, to_nhwc(n->inputs[0]));
+      g.set_input(n, 1, to_nhwc(n->inputs[1]));  // [M, C/g, kh, kw] → [M, kh, kw, C/g]
+      if (n->domain.empty()) {
+        n->op_type = "FusedConv";
+        n->domain = "kiln";
+        n->opset = 1;
+      }
+      n->attrs["channels_last"].kind = ir::Attribute::Kind::kInt;
+      n->attrs["channels_last"].i = 1;
+      retarget(n);
+      ++converted;
+      continue;
+    }
+    if (!n->domain.empty() || !layout_free_ops().count(n->op_type) || n->outputs.size() != 1 || !is_4d(n->outputs[0]))
+      continue;
+    bool all = true, any_moved = false;
+    for (ir::Value* v : n->inputs) {
+      if (!v) continue;
+      const bool has_form = nhwc.count(v) && !v->is_constant();
+      any_moved |= has_form;
+      if (!has_form && !one_element(v) && !(is_4d(v) && v->is_constant() && v->constant->device().is_cpu())) all = false;
+    }
+    if (!all || !any_moved) continue;
+    for (size_t i = 0; i < n->inputs.size(); ++i)
+      if (n->inputs[i] && is_4d(n->inputs[i]) && !one_element(n->inputs[i]))
+        g.set_input(n, static_cast<int>(i), to_nhwc(n->inputs[i]));
+    retarget(n);
+    ++converted;
+  }
+  // Channels-first values still read outside the chains (or graph outputs) come back by a Transpose.
+  for (ir::Value* v : moved)
+    if (!v->uses.empty() || v->is_output) transpose(nhwc[v], v, {0, 3, 1, 2});
+  KILN_RETURN_IF_ERROR(g.sort());
+  g.remove_dead_values();
+  KILN_RETURN_IF_ERROR(g.verify());
+  return converted;
+}
+
+}  // namespace kiln::passes
