@@ -1,7 +1,8 @@
 // ops/fused.cpp — kiln's fused ops (domain "kiln"), created only by the optimizer's fusion passes
 // (passes/fuse_*.cpp); their CPU kernels are in backends/cpu/fused*.cpp.
 //
-//   FusedConv(X, W[, B])         Conv attributes + activation, activation_params; channels_last = 1
+//   FusedConv(X, W[, B[, Z]])    Conv attributes + activation, activation_params: act(conv + B + Z), Z
+//                                a residual of Y's shape (passes/fuse_activation.cpp); channels_last = 1
 //                                (made by passes/channels_last.cpp for GPU engines): X [N,H,W,C],
 //                                W [M,kh,kw,C/group], Y [N,OH,OW,M] (2-D only)
 //   FusedGemm(A, B[, C])         Gemm attributes + activation, activation_params
@@ -99,7 +100,7 @@ void add_fused_ops(std::vector<OpDef>& t) {
     d.min_inputs = min_in, d.max_inputs = max_in, d.min_outputs = min_out, d.max_outputs = max_out;
     t.push_back(std::move(d));
   };
-  add("FusedConv", infer_fused_conv, 2, 3, 1, 1);
+  add("FusedConv", infer_fused_conv, 2, 4, 1, 1);
   add("FusedGemm", like<kGemm, 3>, 2, 3, 1, 1);
   add("FusedMatMul", like<kMatMul, 2>, 2, 3, 1, 1);
   add("SkipLayerNorm", infer_skip_layer_norm, 3, 4, 1, 2);

@@ -8,7 +8,7 @@
 //    CUDA engine in float16/bfloat16; float32 convolutions keep FP32 math, where NHWC does not pay)
 //    and it is 2-D with a constant weight and symmetric explicit pads (auto_pad NOTSET or VALID).
 //    It becomes kiln.FusedConv with channels_last = 1 (a plain Conv gets no activation); its weight
-//    is transposed once, here, to [M, kh, kw, C/group].
+//    is transposed once, here, to [M, kh, kw, C/group]; a fused residual (input 3) goes NHWC too.
 //  * Elementwise ops follow the layout of their inputs: an op converts when every 4-D input already
 //    has an NHWC form and every other input is one element (a scalar or [1,1,1,1]) — broadcasting
 //    of inputs permuted the same way is unchanged — or a 4-D constant (transposed here). So
@@ -71,6 +71,7 @@ bool symmetric_pads(const ir::Node& n) {
 bool convertible_conv(const ir::Node& n) {
   const bool conv = (n.domain.empty() && n.op_type == "Conv") || (n.domain == "kiln" && n.op_type == "FusedConv");
   if (!conv || n.attr_int("channels_last", 0) != 0 || n.outputs.size() != 1 || !n.has_output(0)) return false;
+  if (n.has_input(3) && !is_4d(n.inputs[3])) return false;
   if (!is_4d(n.inputs[0]) || !n.has_input(1) || !n.inputs[1]->is_constant() || n.inputs[1]->constant->rank() != 4)
     return false;
   if (!n.inputs[1]->constant->device().is_cpu() || !is_4d(n.outputs[0])) return false;
@@ -119,6 +120,7 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
     if (convertible_conv(*n) && accepts(*n)) {
       g.set_input(n, 0, to_nhwc(n->inputs[0]));
       g.set_input(n, 1, to_nhwc(n->inputs[1]));  // [M, C/g, kh, kw] → [M, kh, kw, C/g]
+      if (n->has_input(3)) g.set_input(n, 3, to_nhwc(n->inputs[3]));  // the residual
       if (n->domain.empty()) {
         n->op_type = "FusedConv";
         n->domain = "kiln";

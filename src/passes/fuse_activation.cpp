@@ -52,3 +52,59 @@ Expected<bool> fuse_activation(ir::Graph& g, PassContext& ctx) {
 }
 
 }  // namespace kiln::passes
+
+namespace kiln::passes {
+
+// A convolution whose output is added to a tensor of its own shape (a ResNet block's residual), with
+// the activation after the sum, becomes kiln.FusedConv(X, W, B, Z): act(conv(X, W) + B + Z) — one
+// pass over the output instead of a bias, an add and an activation pass.
+Expected<bool> fuse_conv_residual(ir::Graph& g, PassContext& ctx) {
+  Rewriter rw(g, ctx, "fuse-conv-residual");
+  const std::string acts = "Relu|LeakyRelu|Clip|Sigmoid|HardSigmoid|HardSwish|Tanh|Gelu";
+  // Both operand orders as separate rules (not commute()): when the first operand is a convolution
+  // with other readers (a MobileNetV2 block's input), the second one still gets its try.
+  auto sum = [](Pat conv, bool conv_first) {
+    return (conv_first ? op("Add", {std::move(conv), any("z")}) : op("Add", {any("z"), std::move(conv)})).as("add");
+  };
+  std::vector<Rule> rules;
+  for (bool with_act : {true, false})
+    for (bool conv_first : {true, false})
+      for (const Pat& conv : {op("Conv").as("p"), op("FusedConv").in_domain("kiln").as("p")})
+        rules.push_back(with_act ? Rule{"conv+residual+activation", op(acts, {sum(conv, conv_first)}), 3}
+                                 : Rule{"conv+residual", sum(conv, conv_first), kQuiet});
+  return rw.run(rules, [&](Match& m) -> std::string {
+    ir::Node* p = m.node("p");
+    const ir::Value* z = m["z"];
+    const ir::Value* y = p->outputs[0];
+    if (p->attr("activation") && !p->attr_string("activation", "").empty()) return "the convolution has an activation";
+    if (p->inputs.size() > 3 || p->attr_int("channels_last", 0) != 0) return "already fused";
+    if (y->type.dtype != DataType::kFloat32 || z->type.dtype != DataType::kFloat32) return "not float32";
+    if (z == y || !y->type.shape.known || !(z->type.shape.known && z->type.shape.dims == y->type.shape.dims))
+      return "the residual does not have the convolution's shape";
+    if (z->type.shape.rank() < 3 || y->type.shape.rank() < 3) return "not a convolution output";
+    Activation a;
+    std::string why;
+    ir::Node* root = m.root();
+    const ir::Value* sum_out = m.node("add")->outputs[0];
+    if (root == m.node("add") && sum_out->uses.size() == 1 && !sum_out->is_output &&
+        sum_out->uses[0].node->domain.empty() && ("|" + acts + "|").find("|" + sum_out->uses[0].node->op_type + "|") != std::string::npos)
+      return "left for the rule with the activation";
+    if (root != m.node("add")) {
+      a = activation_of(*root, [](const ir::Value* v) { return scalar_value(v); }, &why);
+      if (a.kind == ActKind::kNone) return why;
+    }
+    auto attrs = p->attrs;
+    write_activation(a, attrs);
+    std::vector<ir::Value*> ins = p->inputs;
+    ins.resize(3, nullptr);
+    ins.push_back(m["z"]);
+    const std::string what = p->describe() + " + " + m.node("add")->describe() + (root != m.node("add") ? " + " + root->describe() : "");
+    if (std::string why2 = rw.unsupported_on_target("kiln", "FusedConv"); !why2.empty()) return why2;
+    ir::Node* n = rw.replace(m, "FusedConv", "kiln", 1, ins);
+    n->attrs = attrs;
+    rw.log("fused " + what + " into kiln.FusedConv with a residual");
+    return "";
+  });
+}
+
+}  // namespace kiln::passes

@@ -38,6 +38,7 @@ const std::vector<Pass>& pipeline() {
       {"fuse-gelu", 2, fuse_gelu},
       {"fuse-matmul-add", 2, fuse_matmul_add},
       {"fuse-activation", 2, fuse_activation},
+      {"fuse-conv-residual", 2, fuse_conv_residual},
   };
   return p;
 }

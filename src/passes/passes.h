@@ -93,6 +93,7 @@ Expected<bool> fuse_layer_norm(ir::Graph& g, PassContext& ctx);        // fuse_l
 Expected<bool> fuse_rms_norm(ir::Graph& g, PassContext& ctx);          // fuse_rms_norm.cpp
 Expected<bool> fuse_skip_layer_norm(ir::Graph& g, PassContext& ctx);   // fuse_skip_layer_norm.cpp
 Expected<bool> fuse_activation(ir::Graph& g, PassContext& ctx);        // fuse_activation.cpp
+Expected<bool> fuse_conv_residual(ir::Graph& g, PassContext& ctx);     // fuse_activation.cpp
 Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx);         // fuse_attention.cpp
 
 }  // namespace kiln::passes

@@ -322,6 +322,10 @@ TEST(CudaOps, FusedConvGemmMatMulMatchCpu) {
       n.set_ints("strides", {2, 2});
     }, dt, "leaky relu, no bias");
     compare("FusedConv", 1, {x, w, b}, fused("HardSwish"), dt, "hard swish");
+    compare("FusedConv", 1, {x, w, b, random_tensor({2, 8, 9, 9}, rng)}, [&](OneNode& n) {
+      fused("Relu")(n);
+      n.set_ints("pads", {1, 1, 1, 1});
+    }, dt, "residual, relu");
     const Tensor a = random_tensor({2, 5, 16}, rng), m = random_tensor({16, 24}, rng, -0.5f, 0.5f);
     compare("FusedMatMul", 1, {a, m, random_tensor({24}, rng)}, fused("Gelu"), dt, "gelu, bias");
     compare("FusedMatMul", 1, {a, m}, fused("Sigmoid"), dt, "sigmoid, no bias");
@@ -423,8 +427,10 @@ TEST(CudaOps, ChannelsLastFusedConvMatchesCpu) {
     int64_t group;
     const char* act;
     bool bias;
+    bool residual = false;
   };
   const Case cases[] = {
+      {{2, 16, 8, 8}, {16, 16, 3, 3}, {1, 1, 1, 1}, {1, 1}, 1, "Relu", true, true},
       {{2, 16, 9, 9}, {32, 16, 3, 3}, {1, 1, 1, 1}, {1, 1}, 1, "Relu", true},
       {{3, 32, 8, 8}, {64, 32, 1, 1}, {0, 0, 0, 0}, {2, 2}, 1, "", false},
       {{2, 24, 7, 7}, {24, 1, 3, 3}, {1, 1, 1, 1}, {1, 1}, 24, "HardSwish", true},
@@ -446,9 +452,14 @@ TEST(CudaOps, ChannelsLastFusedConvMatchesCpu) {
       };
       std::vector<Tensor> dev_in = {permuted(x, to_nhwc), permuted(w, to_nhwc)};
       std::vector<Tensor> ref_in = {convert(x, kF32), convert(w, kF32)};
-      if (c.bias) {
-        dev_in.push_back(b);
-        ref_in.push_back(convert(b, kF32));
+      if (c.bias || c.residual) {
+        dev_in.push_back(c.bias ? b : Tensor());
+        ref_in.push_back(c.bias ? convert(b, kF32) : Tensor());
+      }
+      if (c.residual) {  // of Y's shape: [N, M, OH, OW] here (stride 1, same pads)
+        const Tensor z = convert(random_tensor({c.x[0], c.w[0], c.x[2], c.x[3]}, rng), dt);
+        dev_in.push_back(permuted(z, to_nhwc));
+        ref_in.push_back(convert(z, kF32));
       }
       OneNode dn("FusedConv", 1, dev_in, 1);
       OneNode rn("FusedConv", 1, ref_in, 1);
@@ -459,7 +470,7 @@ TEST(CudaOps, ChannelsLastFusedConvMatchesCpu) {
       auto got = run_cuda(*dn.node, dev_in);
       ASSERT_TRUE(got.ok()) << label << ": " << got.status().to_string();
       std::vector<Slot> cpu_in;
-      for (const Tensor& t : ref_in) cpu_in.push_back(Slot::of(t));
+      for (const Tensor& t : ref_in) cpu_in.push_back(t.defined() ? Slot::of(t) : Slot{});
       auto want = run_node_eager(*rn.node, cpu_in);
       ASSERT_TRUE(want.ok()) << label << ": " << want.status().to_string();
       const double tol = dt == kF16 ? 4e-3 : 2e-2;

@@ -273,6 +273,21 @@ TEST(Passes, ConvActivations) {
   check(b, {{{"Clip", 0}, {"Sigmoid", 0}, {"Mul", 0}, {"kiln.FusedConv", 2}}, {{"fuse-activation", 2}}});
 }
 
+// A ResNet bottleneck's tail: conv → Add(residual) → Relu becomes one FusedConv with the residual as
+// input 3; a downsampling block (both Add operands convolutions) fuses one of them; a residual Add
+// without an activation fuses too; a broadcast Add (not the output's shape) does not.
+TEST(Passes, ConvResidualFuses) {
+  Builder b;
+  ir::Value* x = b.input("x", {2, 4, 6, 6});
+  ir::Value* r1 = b.node("Relu", {conv(b, x, 4, 4, true)});
+  ir::Value* block = b.node("Relu", {b.node("Add", {conv(b, r1, 4, 4, true, 1), x})});
+  ir::Value* down = b.node("Relu", {b.node("Add", {conv(b, block, 4, 8, true, 1), conv(b, block, 4, 8, false, 1)})});
+  ir::Value* plain = b.node("Add", {conv(b, down, 8, 8, true, 1), down});
+  ir::Value* bcast = b.node("Add", {conv(b, plain, 8, 8, true, 1), b.node("GlobalAveragePool", {plain})});
+  b.output(bcast);
+  check(b, {{{"Relu", 0}, {"Add", 1}, {"kiln.FusedConv", 4}, {"Conv", 2}}, {{"fuse-conv-residual", 3}}});
+}
+
 TEST(Passes, MatMulAddBecomesGemmOrFusedMatMul) {
   Builder b;
   ir::Value* x2 = b.input("x2", {4, 8});

@@ -46,6 +46,17 @@ Expected<KernelPtr> make_fused(const ir::Node& n, KernelInit& init, const std::s
         return ctx.error("bias must have " + std::to_string(cols) + " float32 values");
       bias = b.data<float>();
     }
+    // FusedConv's residual Z (input 3), added before the activation: act(conv + B + Z).
+    if (ctx.num_inputs() > 3 && ctx.has_input(3)) {
+      const Tensor& z = ctx.input(3);
+      if (z.shape() != y.shape() || z.dtype() != DataType::kFloat32)
+        return ctx.error("the residual must be float32 of the output's shape " + shape_to_string(y.shape()));
+      const float* pz = z.data<float>();
+      float* py = y.data<float>();
+      parallel_for(y.numel(), 1 << 14, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) py[i] += pz[i];
+      });
+    }
     apply_epilogue(y.data<float>(), rows, cols, bias, act);
     return Status::Ok();
   };

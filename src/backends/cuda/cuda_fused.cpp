@@ -1,7 +1,7 @@
 // backends/cuda/cuda_fused.cpp — kiln's fused ops on CUDA. Attention: one kernel (cuda_attention.cu).
 // FusedConv, FusedGemm and FusedMatMul (float32,
 // float16, bfloat16): the CUDA Conv/Gemm/MatMul kernel writes the output, then one pass applies the
-// bias and the activation in place (launch_bias_act). FusedConv's bias is left out of the inner
+// bias, FusedConv's residual (input 3) and the activation in place (launch_bias_act). FusedConv's bias is left out of the inner
 // convolution and added in that pass, so a fused convolution costs the convolution and one pass over
 // its output instead of the convolution, a bias pass and an activation pass.
 #include <memory>
@@ -64,6 +64,8 @@ Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int ops
       if (rc.in[2].dtype != dtype || shape_numel(rc.in[2].shape) != want)
         return rc.error("bias must have " + std::to_string(want) + " values of the output's dtype");
     }
+    if (rc.in.size() > 3 && rc.in[3].present && (rc.in[3].dtype != dtype || rc.in[3].shape != shape))
+      return rc.error("the residual must have the output's dtype and shape " + shape_to_string(shape));
     return Status::Ok();
   };
   auto run = [inner, kernel, act, epi_bias, bias](KernelContext& ctx) -> Status {
@@ -80,7 +82,8 @@ Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int ops
     } else if (b) {
       channels = y.rank() ? y.dim(-1) : 1;
     }
-    return launched(ctx, launch_bias_act(elem_of(y.dtype()), y.raw(), b, y.numel(), std::max<int64_t>(channels, 1),
+    const void* z = ctx.num_inputs() > 3 && ctx.has_input(3) ? ctx.input(3).raw() : nullptr;
+    return launched(ctx, launch_bias_act(elem_of(y.dtype()), y.raw(), b, z, y.numel(), std::max<int64_t>(channels, 1),
                                          std::max<int64_t>(per, 1), act.kind != ActKind::kNone, unary_of(act.kind), act.a,
                                          act.b, state_of(ctx).stream));
   };

@@ -33,10 +33,11 @@ inline int launch_unary_f32(UnaryOp op, const float* x, float* y, int64_t n, flo
   return launch_unary(op, kElemF32, x, y, n, alpha, beta, stream);
 }
 
-// In place, the epilogue of a fused convolution or GEMM: y[i] = act(y[i] + bias[(i / inner) % channels])
-// (bias nullable; act: apply `op` with alpha/beta as launch_unary does). Float types, computed in float.
-int launch_bias_act(int elem, void* y, const void* bias, int64_t n, int64_t channels, int64_t inner, bool act, UnaryOp op,
-                    float alpha, float beta, cudaStream_t stream);
+// In place, the epilogue of a fused convolution or GEMM: y[i] = act(y[i] + bias[(i / inner) % channels] + z[i])
+// (bias and the residual z nullable; act: apply `op` with alpha/beta as launch_unary does). Float
+// types, computed in float; 8 values per thread for 2-byte types with the bias along the last dim.
+int launch_bias_act(int elem, void* y, const void* bias, const void* z, int64_t n, int64_t channels, int64_t inner, bool act,
+                    UnaryOp op, float alpha, float beta, cudaStream_t stream);
 
 enum class BinaryOp : int {
   kAdd, kSub, kMul, kDiv, kPow, kMax, kMin, kFirst, kMod, kFmod, kEqual, kLess, kLessEqual, kGreater, kGreaterEqual,
