@@ -96,6 +96,43 @@ struct Inputs {
   unsigned seed = 0;
 };
 
+// Prints, per output, A against B: relative L2 and max abs difference for float32 outputs (bytes
+// for others); false when one differs beyond `rtol` (or has NaNs where the other has none).
+bool print_comparison(const kiln::Engine& a, const std::vector<kiln::Value>& ra, const std::vector<kiln::Value>& rb,
+                      double rtol, const char* indent = "  ") {
+  bool ok = true;
+  for (size_t i = 0; i < ra.size() && i < rb.size(); ++i) {
+    const kiln::Tensor& x = ra[i].tensor;
+    const kiln::Tensor& y = rb[i].tensor;
+    const std::string& name = a.outputs()[i].name;
+    if (x.dtype() != kiln::DataType::kFloat32 || y.dtype() != kiln::DataType::kFloat32 || x.shape() != y.shape()) {
+      const bool same = x.dtype() == y.dtype() && x.shape() == y.shape() && x.nbytes() == y.nbytes() &&
+                        (x.dtype() == kiln::DataType::kString || std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0);
+      std::printf("%s%s: %s\n", indent, name.c_str(), same ? "identical" : "DIFFERENT (dtype, shape or bytes)");
+      ok &= same;
+      continue;
+    }
+    double diff2 = 0, ref2 = 0, maxabs = 0;
+    int64_t nans = 0;
+    for (int64_t k = 0; k < x.numel(); ++k) {
+      const double d = double(x.data<float>()[k]) - y.data<float>()[k];
+      if (std::isnan(d)) {
+        ++nans;
+        continue;
+      }
+      diff2 += d * d;
+      ref2 += double(x.data<float>()[k]) * x.data<float>()[k];
+      maxabs = std::max(maxabs, std::abs(d));
+    }
+    const double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+    const bool good = rel <= rtol && nans == 0;
+    ok &= good;
+    std::printf("%s%s: %s  max abs diff %.3e  relative L2 %.3e  NaN mismatches %lld  %s\n", indent, name.c_str(),
+                kiln::shape_to_string(x.shape()).c_str(), maxabs, rel, static_cast<long long>(nans), good ? "OK" : "MISMATCH");
+  }
+  return ok;
+}
+
 kiln::Expected<std::map<std::string, kiln::Value>> load_inputs(const kiln::Engine& e, const Inputs& in) {
   std::map<std::string, kiln::Value> feed;
   for (const std::string& spec : in.specs) {
@@ -166,13 +203,17 @@ static int kiln_main(int argc, char** argv) {
   // build
   std::string build_path, build_out, build_device = "cpu";
   int opt_level = 1;
-  bool verbose = false;
+  bool verbose = false, build_no_check = false;
+  double build_check_rtol = 5e-2;
   auto* build = app.add_subcommand("build", "Build an engine file from an ONNX model");
   build->add_option("model", build_path, "model.onnx")->required();
   build->add_option("-o,--output", build_out, "engine file to write (default: model.kiln)");
   build->add_option("--device", build_device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
   build->add_option("--opt-level", opt_level, "0 none, 1 folding/cleanup, 2 + fusions, 3 + aggressive")->check(CLI::Range(0, 3));
   build->add_flag("-v,--verbose", verbose, "log optimizer and planner decisions");
+  build->add_flag("--no-accuracy-check", build_no_check,
+                  "skip running a reduced-precision engine against a float32 engine after the build");
+  build->add_option("--accuracy-rtol", build_check_rtol, "relative L2 above which the accuracy check flags an output");
   std::string build_precision = "fp32", run_precision = "fp32", cmp_precision_a = "fp32", cmp_precision_b = "fp32";
   const auto precisions = CLI::IsMember({"fp32", "fp16", "bf16"});
   build->add_option("--precision", build_precision,
@@ -288,33 +329,7 @@ static int kiln_main(int argc, char** argv) {
     if (ra->size() != rb->size()) return fail(kiln::invalid_argument("the two sides have different numbers of outputs"));
     std::printf("A: %s (%s)\nB: %s (%s)\n", cmp_a.c_str(), (*a)->metadata()["device"].c_str(),
                 (cmp_b.empty() ? cmp_a : cmp_b).c_str(), (*b)->metadata()["device"].c_str());
-    bool ok = true;
-    for (size_t i = 0; i < ra->size(); ++i) {
-      const kiln::Tensor& x = (*ra)[i].tensor;
-      const kiln::Tensor& y = (*rb)[i].tensor;
-      const std::string& name = (*a)->outputs()[i].name;
-      if (x.dtype() != kiln::DataType::kFloat32 || y.dtype() != kiln::DataType::kFloat32 || x.shape() != y.shape()) {
-        const bool same = x.dtype() == y.dtype() && x.shape() == y.shape() && x.nbytes() == y.nbytes() &&
-                          (x.dtype() == kiln::DataType::kString || std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0);
-        std::printf("  %s: %s\n", name.c_str(), same ? "identical" : "DIFFERENT (dtype, shape or bytes)");
-        ok &= same;
-        continue;
-      }
-      double diff2 = 0, ref2 = 0, maxabs = 0;
-      int64_t nans = 0;
-      for (int64_t k = 0; k < x.numel(); ++k) {
-        const double d = double(x.data<float>()[k]) - y.data<float>()[k];
-        if (std::isnan(d)) { ++nans; continue; }
-        diff2 += d * d;
-        ref2 += double(x.data<float>()[k]) * x.data<float>()[k];
-        maxabs = std::max(maxabs, std::abs(d));
-      }
-      const double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
-      const bool good = rel <= cmp_rtol && nans == 0;
-      ok &= good;
-      std::printf("  %s: %s  max abs diff %.3e  relative L2 %.3e  NaN mismatches %lld  %s\n", name.c_str(),
-                  kiln::shape_to_string(x.shape()).c_str(), maxabs, rel, static_cast<long long>(nans), good ? "OK" : "MISMATCH");
-    }
+    const bool ok = print_comparison(**a, *ra, *rb, cmp_rtol);
     return ok ? 0 : 2;
   }
 
@@ -357,6 +372,30 @@ static int kiln_main(int argc, char** argv) {
     std::printf("placement:\n%s", (*e)->placement_report().c_str());
     kiln::Status st = (*e)->save(build_out);
     if (!st.ok()) return fail(st);
+    // A reduced-precision engine is checked against a float32 engine of the same model on random
+    // inputs (dynamic dims 1), steady-state runs (third, a replayed CUDA graph), output by output.
+    if (o.precision != kiln::Precision::kFloat32 && !build_no_check) {
+      kiln::BuildOptions o32 = o;
+      o32.precision = kiln::Precision::kFloat32;
+      o32.verbose = false;
+      auto check = [&]() -> kiln::Status {
+        KILN_ASSIGN_OR_RETURN(auto ref, kiln::Engine::build(build_path, o32));
+        KILN_ASSIGN_OR_RETURN(auto feed, load_inputs(*ref, Inputs{}));
+        KILN_ASSIGN_OR_RETURN(auto c32, ref->create_context());
+        KILN_ASSIGN_OR_RETURN(auto c16, (*e)->create_context());
+        std::vector<kiln::Value> r32, r16;
+        for (int r = 0; r < 3; ++r) {
+          KILN_ASSIGN_OR_RETURN(r32, c32->run(feed));
+          KILN_ASSIGN_OR_RETURN(r16, c16->run(feed));
+        }
+        std::printf("accuracy against a float32 engine (random inputs, dynamic dims 1; relative L2 > %.0e is flagged):\n",
+                    build_check_rtol);
+        print_comparison(*ref, r32, r16, build_check_rtol);
+        return kiln::Status::Ok();
+      };
+      if (kiln::Status cs = check(); !cs.ok())
+        std::printf("accuracy check against a float32 engine: not run (%s)\n", cs.to_string().c_str());
+    }
     std::printf("built %s for %s in %.1f ms -> %s (%ju bytes)\n", build_path.c_str(), build_device.c_str(), build_ms,
                 build_out.c_str(), static_cast<uintmax_t>(std::filesystem::file_size(build_out)));
     return 0;

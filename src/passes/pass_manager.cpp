@@ -53,7 +53,7 @@ Status optimize(ir::Graph& graph, const PassOptions& options, OptimizeStats* sta
       ctx.seen_near_misses.clear();
       bool changed = false;
       for (const Pass& pass : pipeline()) {
-        if (pass.min_level > options.level) continue;
+        if (pass.min_level > options.level || options.disabled.count(pass.name)) continue;
         auto r = pass.run(graph, ctx);
         if (!r.ok()) return r.status().with_context("pass " + pass.name);
         if (*r) {

@@ -31,6 +31,8 @@ struct PassOptions {
   // Whether the target device has a kernel for (domain, op). Fusions produce an op only where it
   // does (a fused op the device lacks would run on the CPU, behind two copies). Null: all do.
   std::function<bool(const std::string& domain, const std::string& op)> has_kernel;
+  // Passes of the pipeline not to run, by name (as ONNX Runtime's disabled optimizers).
+  std::set<std::string> disabled;
 };
 
 struct PassContext {

@@ -220,8 +220,8 @@ def test_gelu_tanh_gpt2_form():
 ZOO_EXPECT = {
     "bert_base": {"Attention": 12, "SkipLayerNorm": 25, "FusedMatMul": 72, "Softmax": 0},
     "distilbert": {"Attention": 6, "SkipLayerNorm": 13, "FusedMatMul": 36, "Softmax": 0},
-    "resnet50": {"BatchNormalization": 0, "FusedConv": 33},
-    "mobilenet_v2": {"BatchNormalization": 0},
+    "resnet50": {"BatchNormalization": 0, "FusedConv": 49, "Add": 0, "Relu": 0},  # 16 residual blocks fused
+    "mobilenet_v2": {"BatchNormalization": 0, "Add": 0},
     "efficientnet_b0": {"BatchNormalization": 0},
     "vit_b_16": {"Gelu": 0, "Erf": 0},
 }

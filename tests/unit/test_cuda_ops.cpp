@@ -384,6 +384,22 @@ TEST(CudaOps, AttentionMatchesCpu) {
     compare("Attention", 1, {random_tensor({1, S2, 3 * 40}, rng), random_tensor({1, T2, 3 * 40}, rng),
                              random_tensor({1, T2, 3 * 24}, rng), Tensor(), cond},
             attrs(3, 0.158f, true), dt, "causal bool mask");
+    // Head sizes that are multiples of 16 take the tensor-core kernel in float16/bfloat16: the causal
+    // case over several key tiles (T 150, S 70 over two query tiles), head size 64, Dv 32; and BERT's
+    // shape at batch 3 with an additive padding mask and a bool mask together, head size 128.
+    Tensor cond3 = Tensor::empty(DataType::kBool, {1, 1, 70, T2});
+    for (int64_t s = 0; s < 70; ++s)
+      for (int64_t t = 0; t < T2; ++t) cond3.data<bool>()[s * T2 + t] = t <= s + (T2 - 70);
+    compare("Attention", 1, {random_tensor({2, 70, 2 * 64}, rng), random_tensor({2, T2, 2 * 64}, rng),
+                             random_tensor({2, T2, 2 * 32}, rng), Tensor(), cond3},
+            attrs(2, 0.125f, true), dt, "causal bool mask, head 64");
+    Tensor mask3 = random_tensor({3, 1, 1, 128}, rng, -1, 0);
+    for (int64_t t = 100; t < 128; ++t) mask3.data<float>()[2 * 128 + t] = -1e4f;
+    Tensor keep = Tensor::empty(DataType::kBool, {3, 1, 1, 128});
+    for (int64_t i = 0; i < keep.numel(); ++i) keep.data<bool>()[i] = (i % 7) != 3;
+    compare("Attention", 1, {random_tensor({3, 128, 2 * 128}, rng), random_tensor({3, 128, 2 * 128}, rng),
+                             random_tensor({3, 128, 2 * 128}, rng), mask3, keep},
+            attrs(2, 0.088f, true), dt, "both masks, head 128");
   }
 }
 

@@ -8,6 +8,16 @@
 // 8 threads agree on the running maximum and sum with warp shuffles, write their probabilities to
 // shared memory, and accumulate P·V for 1/8 of the row's Dv output columns in registers.
 // Float math throughout (float16/bfloat16 inputs are widened on load).
+//
+// Float16/bfloat16 with head sizes that are multiples of 16 take a tensor-core kernel instead
+// (attention_mma_kernel, WMMA 16x16x16 with float accumulation): one block of 4 warps per (64 queries,
+// head, batch), each warp owning 16 query rows; per tile of 64 keys the warps compute their scores
+// S = Q·Kᵀ on tensor cores into shared memory, take the online softmax over them in float (2 lanes per
+// row; scale, bool mask and additive mask applied there), rescale their rows of the float output
+// accumulator O in shared memory, and add P·V on tensor cores. K and V tiles are loaded with 16-byte
+// vector loads.
+#include <mma.h>
+
 #include <cfloat>
 
 #include "backends/cuda/cuda_types.cuh"
@@ -107,9 +117,162 @@ __global__ void __launch_bounds__(kRows * kLanes) attention_kernel(AttentionArgs
   }
 }
 
+// ---- Tensor-core kernel (float16, bfloat16; D, Dv multiples of 16, 16-byte aligned rows).
+
+constexpr int kMmaRows = 64;   // queries per block (4 warps x 16)
+constexpr int kMmaKeys = 64;   // keys per tile
+constexpr int kMmaWarps = 4;
+constexpr int kPadH = 8;       // row padding of half tiles (elements): keeps WMMA ldm a multiple of 8
+constexpr int kPadF = 4;       // row padding of float tiles
+
+size_t mma_smem_bytes(int d, int dv) {
+  return sizeof(uint16_t) * (size_t(kMmaRows) * (d + kPadH) + size_t(kMmaKeys) * (d + kPadH) + size_t(kMmaKeys) * (dv + kPadH) +
+                             size_t(kMmaRows) * (kMmaKeys + kPadH)) +
+         sizeof(float) * (size_t(kMmaRows) * (kMmaKeys + kPadF) + size_t(kMmaRows) * (dv + kPadF));
+}
+
+// Rows [r0, r0 + rows) of a [*, ld]-strided matrix of `cols` 2-byte values into shared memory with row
+// pitch `pitch`, 8 values per 16-byte load; rows past `valid` are zero.
+template <typename T>
+__device__ void load_tile(T* dst, int pitch, const T* src, int64_t ld, int64_t r0, int rows, int cols, int64_t valid) {
+  const int vecs = cols / 8;
+  for (int i = threadIdx.x; i < rows * vecs; i += blockDim.x) {
+    const int r = i / vecs, c = (i % vecs) * 8;
+    uint4 x{};
+    if (r0 + r < valid) x = *reinterpret_cast<const uint4*>(src + (r0 + r) * ld + c);
+    *reinterpret_cast<uint4*>(dst + r * pitch + c) = x;
+  }
+}
+
+template <typename T, typename M>
+__global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(AttentionArgs a) {
+  using namespace nvcuda;
+  extern __shared__ __align__(128) unsigned char mma_smem[];
+  const int D = a.d, Dv = a.dv;
+  const int qp = D + kPadH, vp = Dv + kPadH, pp = kMmaKeys + kPadH, sp = kMmaKeys + kPadF, op = Dv + kPadF;
+  T* qs = reinterpret_cast<T*>(mma_smem);      // [64][qp]
+  T* ks = qs + kMmaRows * qp;                  // [64][qp]  keys as rows
+  T* vs = ks + kMmaKeys * qp;                  // [64][vp]
+  T* ps = vs + kMmaKeys * vp;                  // [64][pp]  probabilities
+  float* ss = reinterpret_cast<float*>(ps + kMmaRows * pp);  // [64][sp] scores
+  float* os = ss + kMmaRows * sp;                            // [64][op] output accumulator
+  const int b = blockIdx.z, h = blockIdx.y;
+  const int64_t s0 = int64_t{blockIdx.x} * kMmaRows;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t S = a.s, NT = a.t, H = a.heads;
+  const T* q = static_cast<const T*>(a.q) + b * S * H * D + h * D;
+  const T* k = static_cast<const T*>(a.k) + b * NT * H * D + h * D;
+  const T* v = static_cast<const T*>(a.v) + b * NT * H * Dv + h * Dv;
+  const M* mask = static_cast<const M*>(a.mask);
+  const bool* cond = a.cond;
+
+  load_tile(qs, qp, q, H * D, s0, kMmaRows, D, S);
+  for (int i = threadIdx.x; i < kMmaRows * op; i += blockDim.x) os[i] = 0.f;
+  // Softmax state: lanes 2r and 2r+1 of a warp share its row r (of 16), each taking half of the keys.
+  const int wrow = lane / 2, half = lane % 2, row = warp * 16 + wrow;
+  const int64_t s = s0 + row;
+  float m = -INFINITY, l = 0.f;
+
+  for (int64_t t0 = 0; t0 < NT; t0 += kMmaKeys) {
+    __syncthreads();  // the previous tile's K/V are no longer read (and Q, O are written, first time)
+    load_tile(ks, qp, k, H * D, t0, kMmaKeys, D, NT);
+    load_tile(vs, vp, v, H * Dv, t0, kMmaKeys, Dv, NT);
+    __syncthreads();
+    // S = Q·Kᵀ for this warp's 16 rows: 4 blocks of 16 keys.
+    for (int n = 0; n < kMmaKeys / 16; ++n) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.f);
+      for (int kk = 0; kk < D; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
+        wmma::load_matrix_sync(fa, qs + warp * 16 * qp + kk, qp);
+        wmma::load_matrix_sync(fb, ks + n * 16 * qp + kk, qp);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(ss + warp * 16 * sp + n * 16, acc, sp, wmma::mem_row_major);
+    }
+    __syncwarp();
+    // Online softmax over the row's 64 scores (32 per lane).
+    float* sr = ss + row * sp;
+    float tile_max = -INFINITY;
+    for (int j = half * 32; j < half * 32 + 32; ++j) {
+      const int64_t t = t0 + j;
+      float x = -INFINITY;
+      if (t < NT && s < S) {
+        x = sr[j] * a.scale;
+        if (cond && cond[b * a.cs[0] + h * a.cs[1] + s * a.cs[2] + t * a.cs[3]] == a.fill_where_true) x = a.fill;
+        if (mask) x += convert<float>(mask[b * a.ms[0] + h * a.ms[1] + s * a.ms[2] + t * a.ms[3]]);
+      }
+      sr[j] = x;
+      tile_max = fmaxf(tile_max, x);
+    }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    const float m_new = fmaxf(m, tile_max);
+    const float corr = m_new == -INFINITY ? 1.f : __expf(m - m_new);
+    float sum = 0.f;
+    T* pr = ps + row * pp;
+    for (int j = half * 32; j < half * 32 + 32; ++j) {
+      const float p = m_new == -INFINITY ? 0.f : __expf(sr[j] - m_new);
+      const T pt = convert<T>(p);
+      pr[j] = pt;
+      sum += convert<float>(pt);  // the sum of the probabilities P·V uses
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    l = l * corr + sum;
+    m = m_new;
+    float* orow = os + row * op;
+    for (int c = half; c < Dv; c += 2) orow[c] *= corr;
+    __syncwarp();
+    // O += P·V for this warp's rows.
+    for (int n = 0; n < Dv; n += 16) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::load_matrix_sync(acc, os + warp * 16 * op + n, op, wmma::mem_row_major);
+      for (int kk = 0; kk < kMmaKeys; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, ps + warp * 16 * pp + kk, pp);
+        wmma::load_matrix_sync(fb, vs + kk * vp + n, vp);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(os + warp * 16 * op + n, acc, op, wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+  __syncthreads();  // O's zeros are visible when there were no keys at all
+  if (s >= S) return;
+  T* y = static_cast<T*>(a.y) + (b * S + s) * H * Dv + h * Dv;
+  const float inv = 1.f / l;  // l == 0 (no keys, or every key -inf): NaN, as softmax over nothing
+  const float* orow = os + row * op;
+  for (int c = half; c < Dv; c += 2) y[c] = convert<T>(orow[c] * inv);
+}
+
+bool mma_fits(const AttentionArgs& a) {
+  if (a.elem == kElemF32 || a.d % 16 || a.dv % 16) return false;
+  auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  return (a.heads * a.d) % 8 == 0 && (a.heads * a.dv) % 8 == 0 && aligned(a.q) && aligned(a.k) && aligned(a.v) &&
+         a.s <= 65535 * int64_t{kMmaRows};
+}
+
+template <typename T>
+int launch_mma(const AttentionArgs& a, cudaStream_t stream) {
+  auto kernel = attention_mma_kernel<T, T>;
+  static const cudaError_t opt_in = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                         static_cast<int>(mma_smem_bytes(kMaxAttentionHead, kMaxAttentionHead)));
+  if (opt_in != cudaSuccess) return static_cast<int>(opt_in);
+  const dim3 grid(static_cast<unsigned>((a.s + kMmaRows - 1) / kMmaRows), static_cast<unsigned>(a.heads),
+                  static_cast<unsigned>(a.b));
+  kernel<<<grid, kMmaWarps * 32, mma_smem_bytes(a.d, a.dv), stream>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
 }  // namespace
 
 int launch_attention(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.b > 0 && a.s > 0 && a.heads > 0 && a.dv > 0 && a.d > 0 && a.d <= kMaxAttentionHead && a.dv <= kMaxAttentionHead &&
+      a.heads <= 65535 && a.b <= 65535 && mma_fits(a)) {
+    if (a.elem == kElemF16) return launch_mma<__half>(a, stream);
+    if (a.elem == kElemBF16) return launch_mma<__nv_bfloat16>(a, stream);
+  }
   if (a.b == 0 || a.s == 0 || a.heads == 0 || a.dv == 0) return cudaSuccess;
   if (a.d <= 0 || a.d > kMaxAttentionHead || a.dv > kMaxAttentionHead) return cudaErrorInvalidValue;
   if (a.s > 65535 * int64_t{kRows} || a.heads > 65535 || a.b > 65535) return cudaErrorInvalidValue;

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The GPU-speed figures on a machine with an NVIDIA GPU, from the repository root with the built
+# binaries in BIN_DIR:  tests/gpu/bench_run.sh BIN_DIR OUT_DIR
+# 1. cuDNN's heuristic order against its first choice for half types (KILN_CONV_ALGO=first) on the
+#    CNNs' FP16 engines; the build's accuracy report of a reduced-precision engine.
+# 2. bench/gpu_bench.py: kiln against PyTorch eager and torch.compile, ResNet-50 and BERT-base, FP32
+#    and FP16, batch 1 and 64 (JSON and log per model in OUT_DIR).
+set -uo pipefail
+. "$(dirname "$0")/lib.sh"
+{
+  date -u +"%Y-%m-%d %H:%M UTC"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 bench/zoo/export.py --models resnet50,mobilenet_v2,bert_base --opsets 17 2>&1 | grep -E "export:|rror" | tail -3
+  save_zoo_inputs
+  for m in resnet50 mobilenet_v2; do
+    echo "== $m fp16: the build's accuracy report"
+    "$bin/kiln" build build/zoo/${m}_op17.onnx -o "$out/$m.kiln" --device cuda --opt-level 2 --precision fp16 2>&1 |
+      grep -A3 "accuracy"
+    for algo in heuristic first; do
+      echo "-- conv algorithms: $algo"
+      KILN_CONV_ALGO=$algo "$bin/kiln" bench "$out/$m.kiln" --input input=build/inputs/${m}_input_b1.npy -n 50 --warmup 5 2>&1 | grep -E "median|rror" | sed 's/^/b1: /'
+      KILN_CONV_ALGO=$algo "$bin/kiln" bench "$out/$m.kiln" --input input=build/inputs/${m}_input_b64.npy -n 10 --warmup 3 2>&1 | grep -E "median|rror" | sed 's/^/b64: /'
+    done
+    rm -f "$out/$m.kiln"
+  done
+} 2>&1 | tee "$out/bench_run.log"
+python3 bench/gpu_bench.py --kiln "$bin/kiln" --models resnet50 --compile-modes reduce-overhead --json "$out/gpu_bench_resnet50.json" \
+  > "$out/gpu_bench_resnet50.log" 2>&1
+python3 bench/gpu_bench.py --kiln "$bin/kiln" --models bert_base --compile-modes default,reduce-overhead --json "$out/gpu_bench_bert_base.json" \
+  > "$out/gpu_bench_bert_base.log" 2>&1
+tail -30 "$out/gpu_bench_resnet50.log" "$out/gpu_bench_bert_base.log"
