@@ -30,6 +30,30 @@ constexpr int kKeys = 64;       // keys per tile
 constexpr int kLanes = 8;       // threads per query row
 constexpr int kMaxAcc = kMaxAttentionHead / kLanes;
 
+// The (batch b, head h) slices of Q, K, V (rows strided by H·D), and the masks.
+template <typename T, typename M>
+struct HeadViews {
+  const T* q;
+  const T* k;
+  const T* v;
+  const M* mask;
+  const bool* cond;
+  __device__ HeadViews(const AttentionArgs& a, int64_t b, int64_t h) {
+    const int64_t S = a.s, NT = a.t, H = a.heads, D = a.d, Dv = a.dv;
+    q = static_cast<const T*>(a.q) + b * S * H * D + h * D;
+    k = static_cast<const T*>(a.k) + b * NT * H * D + h * D;
+    v = static_cast<const T*>(a.v) + b * NT * H * Dv + h * Dv;
+    mask = static_cast<const M*>(a.mask);
+    cond = a.cond;
+  }
+  // The score of query s against key t after the bool mask (fill) and the additive mask.
+  __device__ float masked(const AttentionArgs& a, int64_t b, int64_t h, int64_t s, int64_t t, float x) const {
+    if (cond && cond[b * a.cs[0] + h * a.cs[1] + s * a.cs[2] + t * a.cs[3]] == a.fill_where_true) x = a.fill;
+    if (mask) x += convert<float>(mask[b * a.ms[0] + h * a.ms[1] + s * a.ms[2] + t * a.ms[3]]);
+    return x;
+  }
+};
+
 template <typename T, typename M>
 __global__ void __launch_bounds__(kRows * kLanes) attention_kernel(AttentionArgs a) {
   extern __shared__ float smem[];
@@ -42,11 +66,8 @@ __global__ void __launch_bounds__(kRows * kLanes) attention_kernel(AttentionArgs
   const int b = blockIdx.z, h = blockIdx.y, s0 = blockIdx.x * kRows;
   const int tid = threadIdx.x, row = tid / kLanes, lane = tid % kLanes;
   const int64_t S = a.s, NT = a.t, H = a.heads;
-  const T* q = static_cast<const T*>(a.q) + b * S * H * D + h * D;
-  const T* k = static_cast<const T*>(a.k) + b * NT * H * D + h * D;
-  const T* v = static_cast<const T*>(a.v) + b * NT * H * Dv + h * Dv;
-  const M* mask = static_cast<const M*>(a.mask);
-  const bool* cond = a.cond;
+  const HeadViews<T, M> hv(a, b, h);
+  const T *q = hv.q, *k = hv.k, *v = hv.v;
 
   for (int i = tid; i < kRows * D; i += blockDim.x) {
     const int r = i / D, c = i % D;
@@ -79,8 +100,7 @@ __global__ void __launch_bounds__(kRows * kLanes) attention_kernel(AttentionArgs
         const float* qr = qs + row * kd;
         const float* kr = ks + c * kd;
         for (int d = 0; d < D; ++d) x = fmaf(qr[d], kr[d], x);
-        if (cond && cond[b * a.cs[0] + h * a.cs[1] + s * a.cs[2] + t * a.cs[3]] == a.fill_where_true) x = a.fill;
-        if (mask) x += convert<float>(mask[b * a.ms[0] + h * a.ms[1] + s * a.ms[2] + t * a.ms[3]]);
+        x = hv.masked(a, b, h, s, t, x);
       }
       sc[j] = x;
       tile_max = fmaxf(tile_max, x);
@@ -160,11 +180,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(Attention
   const int64_t s0 = int64_t{blockIdx.x} * kMmaRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t S = a.s, NT = a.t, H = a.heads;
-  const T* q = static_cast<const T*>(a.q) + b * S * H * D + h * D;
-  const T* k = static_cast<const T*>(a.k) + b * NT * H * D + h * D;
-  const T* v = static_cast<const T*>(a.v) + b * NT * H * Dv + h * Dv;
-  const M* mask = static_cast<const M*>(a.mask);
-  const bool* cond = a.cond;
+  const HeadViews<T, M> hv(a, b, h);
+  const T *q = hv.q, *k = hv.k, *v = hv.v;
 
   load_tile(qs, qp, q, H * D, s0, kMmaRows, D, S);
   for (int i = threadIdx.x; i < kMmaRows * op; i += blockDim.x) os[i] = 0.f;
@@ -200,8 +217,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(Attention
       float x = -INFINITY;
       if (t < NT && s < S) {
         x = sr[j] * a.scale;
-        if (cond && cond[b * a.cs[0] + h * a.cs[1] + s * a.cs[2] + t * a.cs[3]] == a.fill_where_true) x = a.fill;
-        if (mask) x += convert<float>(mask[b * a.ms[0] + h * a.ms[1] + s * a.ms[2] + t * a.ms[3]]);
+        x = hv.masked(a, b, h, s, t, x);
       }
       sr[j] = x;
       tile_max = fmaxf(tile_max, x);
