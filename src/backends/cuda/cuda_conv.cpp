@@ -9,7 +9,6 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
-#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -148,8 +147,10 @@ class ConvKernel final : public Kernel {
                                   "bias descriptor"));
     }
     // The algorithm: cuDNN's heuristic order, workspace <= 64 MiB; float32 takes FP32 math only (no
-    // tensor-op/TF32). (cuDNN's own timing, cudnnFind, was measured on the H100 and lost: ResNet-50
-    // float16 batch 64 16.1 ms against 13.8 ms, batch 1 2.6 ms against 0.57 ms.)
+    // tensor-op/TF32). Measured on the H100 and lost (tests/gpu/results/h100_layout_run1.log,
+    // h100_bench_run4.log): cuDNN's own timing (cudnnFind; ResNet-50 float16 batch 64 16.1 against
+    // 13.8 ms, batch 1 2.6 against 0.57 ms) and the heuristic's first choice without the implicit-GEMM
+    // preference (batch 64 10.9 against 10.2 ms, MobileNetV2 8.8 against 6.7 ms).
     CudaState& st = *static_cast<CudaState*>(rc.device_state);
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int returned = 0;
@@ -180,12 +181,7 @@ class ConvKernel final : public Kernel {
       }
       return false;
     };
-    // KILN_CONV_ALGO=first: the heuristic's first usable algorithm for half types too (measuring).
-    static const bool first = [] {
-      const char* e = std::getenv("KILN_CONV_ALGO");
-      return e && std::string(e) == "first";
-    }();
-    const bool found = pick(reduced && !first) || (reduced && pick(false));
+    const bool found = pick(reduced) || (reduced && pick(false));
     if (!found) return runtime_error(node.describe() + ": cuDNN offers no algorithm for this convolution");
     rc.workspace_bytes = p->padded_bytes + p->algo_bytes;
     rc.state = std::move(p);
