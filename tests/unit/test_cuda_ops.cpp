@@ -330,6 +330,11 @@ TEST(CudaOps, FusedConvGemmMatMulMatchCpu) {
     compare("FusedMatMul", 1, {a, m, random_tensor({24}, rng)}, fused("Gelu"), dt, "gelu, bias");
     compare("FusedMatMul", 1, {a, m}, fused("Sigmoid"), dt, "sigmoid, no bias");
     compare("FusedMatMul", 1, {a, m, random_tensor({24}, rng)}, fused("Clip", {-0.5f, 0.5f}), dt, "clip, bias");
+    // The bias (and a ReLU) in cuBLASLt's epilogue: one matrix, and batched operands (strided batch).
+    compare("FusedMatMul", 1, {a, m, random_tensor({24}, rng)}, fused("Relu"), dt, "relu, bias (epilogue)");
+    compare("FusedMatMul", 1, {a, m, random_tensor({24}, rng)}, fused(""), dt, "bias only (epilogue)");
+    compare("FusedMatMul", 1, {a, random_tensor({2, 16, 24}, rng, -0.5f, 0.5f), random_tensor({24}, rng)}, fused("Relu"), dt,
+            "batched B, relu, bias (epilogue)");
     const Tensor ga = random_tensor({6, 16}, rng), gb = random_tensor({24, 16}, rng, -0.5f, 0.5f);
     compare("FusedGemm", 1, {ga, gb, random_tensor({24}, rng)}, [&](OneNode& n) {
       fused("Tanh")(n);

@@ -49,7 +49,13 @@ void register_nn(KernelRegistry& r);
 void register_gemm(KernelRegistry& r);
 void register_conv(KernelRegistry& r);
 void register_reduce(KernelRegistry& r);
-void register_fused(KernelRegistry& r);  // kiln's FusedConv/FusedGemm/FusedMatMul
+void register_fused(KernelRegistry& r);
+// The CUDA MatMul kernel as kiln.FusedMatMul's inner kernel: an inner node with attribute
+// kBiasEpilogueAttr = 1 (bias) or 2 (bias and ReLU) and the bias as input 2 asks for them in
+// cuBLASLt's epilogue; matmul_epilogue_applied(plan) says what the plan took (0: nothing, 1: the
+// bias, 2: bias and ReLU), the rest is the caller's.
+inline constexpr const char* kBiasEpilogueAttr = "kiln_bias_epilogue";
+int matmul_epilogue_applied(const void* shape_state);  // kiln's FusedConv/FusedGemm/FusedMatMul
 // Conv's placement check (1-D/2-D, float types), also FusedConv's: the fused node has Conv's inputs
 // and attributes.
 std::string conv_check(const ir::Node& n);

@@ -47,7 +47,14 @@ Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int ops
   Activation act;
   std::string why;
   if (!read_activation(n, &act, &why)) return invalid_model(n.describe() + ": " + why);
-  auto inner = inner_node(n, op, opset, bias == Bias::kInner ? 3 : 2);
+  // FusedMatMul: the bias (and a ReLU) go to cuBLASLt's epilogue where it has an algorithm for it.
+  const bool lt_bias = op == "MatMul" && bias == Bias::kLastDim && n.has_input(2);
+  auto inner = inner_node(n, op, opset, bias == Bias::kInner || lt_bias ? 3 : 2);
+  if (lt_bias) {
+    ir::Attribute& e = inner->attrs[kBiasEpilogueAttr];
+    e.kind = ir::Attribute::Kind::kInt;
+    e.i = act.kind == ActKind::kRelu ? 2 : 1;
+  }
   KILN_ASSIGN_OR_RETURN(Backend * gpu, cuda_backend());
   const KernelDef* def = gpu->kernels().find(*inner, &why);
   if (!def) return unsupported(n.describe() + ": no CUDA " + op + " kernel (" + why + ")");
@@ -68,13 +75,15 @@ Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int ops
       return rc.error("the residual must have the output's dtype and shape " + shape_to_string(shape));
     return Status::Ok();
   };
-  auto run = [inner, kernel, act, epi_bias, bias](KernelContext& ctx) -> Status {
+  auto run = [inner, kernel, act, epi_bias, bias, lt_bias](KernelContext& ctx) -> Status {
     InnerContext ic(ctx, *inner, static_cast<int>(inner->inputs.size()));
     ic.use_plan(ctx.shape_state());
     KILN_RETURN_IF_ERROR(kernel->run(ic));
     if (!ic.out0()) return ctx.error("the inner kernel wrote no output");
     Tensor& y = *ic.out0();
-    const void* b = epi_bias && ctx.has_input(2) ? ctx.input(2).raw() : nullptr;
+    const int applied = lt_bias ? matmul_epilogue_applied(ctx.shape_state()) : 0;
+    if (applied == 2 || (applied == 1 && act.kind == ActKind::kNone)) return Status::Ok();
+    const void* b = epi_bias && ctx.has_input(2) && !applied ? ctx.input(2).raw() : nullptr;
     int64_t channels = 1, per = 1;
     if (b && bias == Bias::kChannels) {
       channels = y.dim(1);

@@ -42,6 +42,9 @@ struct GemmProblem {
   void* y = nullptr;
   // One entry per matrix product: element offsets into a, b and y.
   std::vector<int64_t> off_a, off_b, off_y;
+  // cuBLASLt's epilogue: DEFAULT, BIAS (+ bias[n] along Y's last dim) or RELU_BIAS (kiln.FusedMatMul's
+  // bias, and its ReLU, applied by the GEMM: no pass over Y after it).
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
 };
 
 // The largest power of two (≤ 256) dividing every byte address used.
@@ -122,14 +125,30 @@ Status plan_gemm(const ir::Node& node, CudaState& st, GemmPlan& g) {
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     cublasLtMatmulPreferenceSetAttribute(d.pref, attr, &g.align, sizeof(g.align));
   int found = 0;
-  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatmulAlgoGetHeuristic(st.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &g.heur, &found),
-                             "heuristic"));
+  if (p.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    // The bias pointer is set at launch (the plan does not know it yet); any 16-byte-aligned one here.
+    static const float kAnyBias alignas(256)[4] = {};
+    const void* any = kAnyBias;
+    cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.epilogue, sizeof(p.epilogue));
+    cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &any, sizeof(any));
+    if (cublasLtMatmulAlgoGetHeuristic(st.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &g.heur, &found) != CUBLAS_STATUS_SUCCESS ||
+        found == 0) {
+      p.epilogue = CUBLASLT_EPILOGUE_DEFAULT;  // no algorithm with it: the caller applies the bias itself
+      cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.epilogue, sizeof(p.epilogue));
+      found = 0;
+    }
+  }
+  if (found == 0)
+    KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatmulAlgoGetHeuristic(st.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &g.heur, &found),
+                               "heuristic"));
   if (found == 0) return runtime_error(node.describe() + ": cuBLASLt found no algorithm for this GEMM");
   return Status::Ok();
 }
 
-// Launches a planned GEMM on a, b → y (C, when the plan has one, was broadcast into y by the caller).
-Status launch_gemm(const KernelContext& ctx, const GemmPlan& g, const void* a, const void* b, void* y) {
+// Launches a planned GEMM on a, b → y (C, when the plan has one, was broadcast into y by the caller;
+// `bias` feeds the plan's epilogue, when it has one).
+Status launch_gemm(const KernelContext& ctx, const GemmPlan& g, const void* a, const void* b, void* y,
+                   const void* bias = nullptr) {
   CudaState& st = state_of(ctx);
   const GemmProblem& p = g.p;
   const size_t count = p.off_a.size();
@@ -141,6 +160,13 @@ Status launch_gemm(const KernelContext& ctx, const GemmPlan& g, const void* a, c
       KILN_RETURN_IF_ERROR(launched(ctx, cudaMemsetAsync(static_cast<char*>(y) + p.off_y[i] * es, 0, p.m * p.n * es, st.stream)));
     return Status::Ok();
   }
+  if (p.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    if (!bias || reinterpret_cast<uintptr_t>(bias) % 16 != 0) return ctx.error("the GEMM's bias epilogue needs an aligned bias");
+    // The descriptor belongs to this context's plan: setting its bias pointer races with nothing.
+    KILN_RETURN_IF_ERROR(lt_ok(ctx.node(), cublasLtMatmulDescSetAttribute(g.d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                                          sizeof(bias)),
+                               "bias pointer"));
+  }
   if ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) | reinterpret_cast<uintptr_t>(y)) % g.align != 0) {
     // Buffers less aligned than planned (a caller's view): plan for these pointers, this once.
     GemmPlan here;
@@ -149,7 +175,8 @@ Status launch_gemm(const KernelContext& ctx, const GemmPlan& g, const void* a, c
     here.p.b = b;
     here.p.y = y;
     KILN_RETURN_IF_ERROR(plan_gemm(ctx.node(), st, here));
-    return launch_gemm(ctx, here, a, b, y);
+    if (here.p.epilogue != p.epilogue) return ctx.error("the GEMM's epilogue has no algorithm for these buffers");
+    return launch_gemm(ctx, here, a, b, y, bias);
   }
   const size_t calls = g.strided ? 1 : count;
   for (size_t i = 0; i < calls; ++i) {
@@ -208,6 +235,12 @@ Status reshape_matmul(ReshapeContext& rc) {
       p.off_y.push_back(i * m * n);
     }
   }
+  // kiln.FusedMatMul's inner MatMul (cuda_fused.cpp) asks for its bias [N] (input 2), and a ReLU, in
+  // the GEMM's epilogue; it gets them when cuBLASLt has an algorithm with it.
+  const int64_t want = rc.node.attr_int(kBiasEpilogueAttr, 0);
+  if (want && rc.in.size() > 2 && rc.in[2].present && rc.in[2].dtype == p.dtype && shape_numel(rc.in[2].shape) == n &&
+      !b_vec)
+    p.epilogue = want == 2 ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
   KILN_RETURN_IF_ERROR(plan_gemm(rc.node, *reshape_state(rc), *g));
   rc.state = std::move(g);
   return Status::Ok();
@@ -216,7 +249,8 @@ Status reshape_matmul(ReshapeContext& rc) {
 Status run_matmul(KernelContext& ctx) {
   const auto& g = *static_cast<const GemmPlan*>(ctx.shape_state());
   Tensor& y = ctx.output(0);
-  return launch_gemm(ctx, g, ctx.input(0).raw(), ctx.input(1).raw(), y.raw());
+  const void* bias = g.p.epilogue != CUBLASLT_EPILOGUE_DEFAULT ? ctx.input(2).raw() : nullptr;
+  return launch_gemm(ctx, g, ctx.input(0).raw(), ctx.input(1).raw(), y.raw(), bias);
 }
 
 // ---- MatMul: numpy semantics (1-D operands promoted, batch dims broadcast).
@@ -272,6 +306,12 @@ Expected<KernelPtr> create_gemm(const ir::Node& node) {
 }
 
 }  // namespace
+
+int matmul_epilogue_applied(const void* shape_state) {
+  const auto* g = static_cast<const GemmPlan*>(shape_state);
+  if (!g) return 0;
+  return g->p.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS ? 2 : g->p.epilogue == CUBLASLT_EPILOGUE_BIAS ? 1 : 0;
+}
 
 void register_gemm(KernelRegistry& r) {
   KernelDef mm;
