@@ -287,7 +287,9 @@ kiln::BuildOptions build_options(const std::string& device, int opt_level, bool 
   if (precision == "fp32") o.precision = kiln::Precision::kFloat32;
   else if (precision == "fp16") o.precision = kiln::Precision::kFloat16;
   else if (precision == "bf16") o.precision = kiln::Precision::kBFloat16;
-  else throw py::value_error("kiln: unknown precision '" + precision + "' (expected 'fp32', 'fp16' or 'bf16')");
+  else if (precision == "tf32") o.precision = kiln::Precision::kTF32;
+  else if (precision == "best") o.precision = kiln::Precision::kBest;
+  else throw py::value_error("kiln: unknown precision '" + precision + "' (expected 'fp32', 'tf32', 'fp16', 'bf16' or 'best')");
   if (device == "cpu" || device == "CPU") {
     o.device = kiln::DeviceType::kCPU;
   } else if (device == "cuda" || device == "CUDA" || device == "gpu") {

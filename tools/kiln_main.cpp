@@ -39,7 +39,11 @@ kiln::DeviceType parse_device(const std::string& d) {
 }
 
 kiln::Precision parse_precision(const std::string& p) {
-  return p == "fp16" ? kiln::Precision::kFloat16 : p == "bf16" ? kiln::Precision::kBFloat16 : kiln::Precision::kFloat32;
+  return p == "fp16"   ? kiln::Precision::kFloat16
+         : p == "bf16" ? kiln::Precision::kBFloat16
+         : p == "tf32" ? kiln::Precision::kTF32
+         : p == "best" ? kiln::Precision::kBest
+                       : kiln::Precision::kFloat32;
 }
 
 // Random inputs for a model run without --input: dynamic dims become 1.
@@ -215,9 +219,10 @@ static int kiln_main(int argc, char** argv) {
                   "skip running a reduced-precision engine against a float32 engine after the build");
   build->add_option("--accuracy-rtol", build_check_rtol, "relative L2 above which the accuracy check flags an output");
   std::string build_precision = "fp32", run_precision = "fp32", cmp_precision_a = "fp32", cmp_precision_b = "fp32";
-  const auto precisions = CLI::IsMember({"fp32", "fp16", "bf16"});
+  const auto precisions = CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "best"});
   build->add_option("--precision", build_precision,
-                    "fp32, or for cuda engines fp16/bf16 (float32 accumulation; inputs and outputs keep their dtypes)")
+                    "fp32, or for cuda engines tf32 (TF32 tensor cores for float32 convolutions/GEMMs), fp16/bf16 "
+                    "(float32 accumulation; inputs and outputs keep their dtypes) or best (fp16 + tf32)")
       ->check(precisions);
 
   // run / bench share their options
@@ -232,7 +237,7 @@ static int kiln_main(int argc, char** argv) {
     sc->add_option("model", run_path, "model.kiln or model.onnx")->required();
     sc->add_option("--input,-i", inputs.specs, "name=file.npy (repeatable); missing inputs get random data");
     sc->add_option("--device", run_device, "cpu or cuda (for .onnx files)")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
-    sc->add_option("--precision", run_precision, "fp32, fp16 or bf16 (for .onnx files on cuda)")->check(precisions);
+    sc->add_option("--precision", run_precision, "fp32, tf32, fp16, bf16 or best (for .onnx files on cuda)")->check(precisions);
     sc->add_option("--seed", inputs.seed, "seed for random inputs");
     sc->add_option("--timeout", run_timeout, "stop any run that takes longer than this many seconds (an error)")
         ->check(CLI::NonNegativeNumber);
@@ -277,7 +282,7 @@ static int kiln_main(int argc, char** argv) {
   conform->add_option("tests", conform_opts.paths, "test folders, or folders of them (e.g. onnx's backend/test/data/node)")
       ->required();
   conform->add_option("--device", conform_device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
-  conform->add_option("--precision", conform_precision, "fp32, fp16 or bf16 (cuda)")->check(precisions);
+  conform->add_option("--precision", conform_precision, "fp32, tf32, fp16, bf16 or best (cuda)")->check(precisions);
   conform->add_option("--opt-level", conform_opts.build.opt_level, "0-3")->check(CLI::Range(0, 3));
   conform->add_option("--rtol", conform_opts.rtol, "relative tolerance for float outputs (default 1e-3)");
   conform->add_option("--atol", conform_opts.atol, "absolute tolerance for float outputs (default 1e-7)");

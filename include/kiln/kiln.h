@@ -53,7 +53,11 @@ struct TensorInfo {
 // are stored as float16/bfloat16 wherever the kernel takes them, GEMMs and convolutions run on tensor
 // cores, and accumulation, normalization statistics and softmax stay float32; the model's inputs and
 // outputs keep their dtypes.
-enum class Precision : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+// Precision of a GPU engine's math. kFloat32: true FP32 (no TF32). kTF32: float32 tensors, with
+// convolutions and GEMMs on TF32 tensor cores (10-bit mantissa products, FP32 accumulation).
+// kFloat16/kBFloat16: half tensors wherever the GPU has a half kernel, FP32 accumulation and
+// statistics. kBest: float16 where the GPU has a half kernel, TF32 for the float32 rest.
+enum class Precision : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kTF32 = 3, kBest = 4 };
 
 struct BuildOptions {
   DeviceType device = DeviceType::kCPU;

@@ -149,7 +149,7 @@ def _truthy(v: Any) -> bool:
 
 
 def _cuda_settings(options: dict) -> tuple[str, bool | None]:
-    """kiln's reading of CUDA provider options: the engine precision ("precision": fp32/fp16/bf16, or
+    """kiln's reading of CUDA provider options: the engine precision ("precision": fp32/tf32/fp16/bf16/best, or
     TensorRT's trt_fp16_enable / trt_bf16_enable) and CUDA graphs (onnxruntime's enable_cuda_graph;
     None leaves kiln's default, on). Other keys are accepted and ignored, as onnxruntime does."""
     precision = str(options.get("precision", "fp32")).lower()
@@ -157,8 +157,8 @@ def _cuda_settings(options: dict) -> tuple[str, bool | None]:
         precision = "fp16"
     if _truthy(options.get("trt_bf16_enable", False)):
         precision = "bf16"
-    if precision not in ("fp32", "fp16", "bf16"):
-        raise ValueError(f"CUDAExecutionProvider option precision={precision!r}: expected fp32, fp16 or bf16")
+    if precision not in ("fp32", "tf32", "fp16", "bf16", "best"):
+        raise ValueError(f"CUDAExecutionProvider option precision={precision!r}: expected fp32, tf32, fp16, bf16 or best")
     graphs = options.get("enable_cuda_graph")
     return precision, None if graphs is None else _truthy(graphs)
 
@@ -276,7 +276,7 @@ class InferenceSession:
 
     providers: names or (name, options) tuples; CUDA is used when CUDAExecutionProvider comes first
     and CUDA is usable, else the CPU. Unknown names raise ValueError. CUDA options kiln reads:
-    "precision" ("fp32", "fp16", "bf16"; TensorRT's "trt_fp16_enable"/"trt_bf16_enable" too) and
+    "precision" ("fp32", "tf32", "fp16", "bf16", "best"; TensorRT's "trt_fp16_enable"/"trt_bf16_enable" too) and
     "enable_cuda_graph" (kiln replays CUDA graphs by default; False turns them off). A session may be run from
     several threads at once (each concurrent run gets its own execution context).
     """

@@ -67,6 +67,12 @@ struct OptimizeStats {
 // and outputs keep their dtypes. Returns how many nodes run in half. Runs after optimize().
 Expected<int> convert_precision(ir::Graph& g, DataType half, const std::function<bool(const ir::Node&)>& runs_in_half);
 
+// TF32 engines (passes/precision.cpp): float32 convolutions and GEMMs (Conv, Gemm, MatMul and their
+// kiln.Fused forms) get the attribute kTF32Attr = 1, which GPU kernels read as leave to use TF32
+// tensor cores (CPU kernels ignore it). Returns how many nodes it marked.
+inline constexpr const char* kTF32Attr = "kiln_tf32";
+int allow_tf32(ir::Graph& g);
+
 // Channels-last convolution chains (passes/channels_last.cpp): 2-D convolutions that `accepts` takes
 // become kiln.FusedConv with channels_last = 1 (NHWC X/Y, [M,kh,kw,C/g] W), elementwise ops between
 // them follow, transposes only where a chain meets channels-first readers. Returns how many nodes

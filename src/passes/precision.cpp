@@ -126,4 +126,18 @@ Expected<int> convert_precision(ir::Graph& g, DataType half, const std::function
   return changed;
 }
 
+int allow_tf32(ir::Graph& g) {
+  static const std::set<std::string> ops = {"Conv", "Gemm", "MatMul", "FusedConv", "FusedGemm", "FusedMatMul"};
+  int marked = 0;
+  for (ir::Node* n : g.nodes()) {
+    if (!ops.count(n->op_type) || !(n->domain.empty() || n->domain == "kiln")) continue;
+    if (!n->has_input(0) || n->inputs[0]->type.dtype != DataType::kFloat32) continue;
+    ir::Attribute& a = n->attrs[kTF32Attr];
+    a.kind = ir::Attribute::Kind::kInt;
+    a.i = 1;
+    ++marked;
+  }
+  return marked;
+}
+
 }  // namespace kiln::passes

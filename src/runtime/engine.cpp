@@ -61,6 +61,17 @@ TensorInfo tensor_info(const ir::Value& v) {
   return ti;
 }
 
+static const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::kFloat16: return "fp16";
+    case Precision::kBFloat16: return "bf16";
+    case Precision::kTF32: return "tf32";
+    case Precision::kBest: return "best";
+    case Precision::kFloat32: break;
+  }
+  return "fp32";
+}
+
 void describe_engine(Engine::Impl& impl, const std::string& model_hash) {
   impl.inputs.clear();
   impl.outputs.clear();
@@ -78,9 +89,7 @@ void describe_engine(Engine::Impl& impl, const std::string& model_hash) {
   impl.meta["model_hash"] = model_hash;
   impl.meta["cpu_isa"] = host_cpu_isa();
   impl.meta["opt_level"] = std::to_string(impl.options.opt_level);
-  impl.meta["precision"] = impl.options.precision == Precision::kFloat16    ? "fp16"
-                           : impl.options.precision == Precision::kBFloat16 ? "bf16"
-                                                                            : "fp32";
+  impl.meta["precision"] = precision_name(impl.options.precision);
 }
 
 passes::PassOptions builder_pass_options(int opt_level, const Backend* target) {
@@ -108,12 +117,16 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
   // Float32 attention on CUDA runs faster unfused (cuBLAS's FP32 GEMMs for Q·Kᵀ and P·V against the
   // fused kernel's CUDA-core loops; H100, BERT-base: batch 1 1.82 vs 2.23 ms, batch 64 44.5 vs 46.7
   // ms); float16/bfloat16 engines fuse it (tensor-core kernel: batch 64 9.2 vs 15.2 ms).
-  if (options.device == DeviceType::kCUDA && options.precision == Precision::kFloat32) po.disabled.insert("fuse-attention");
+  if (options.device == DeviceType::kCUDA && (options.precision == Precision::kFloat32 || options.precision == Precision::kTF32))
+    po.disabled.insert("fuse-attention");
   KILN_RETURN_IF_ERROR(passes::optimize(*impl->graph, po));
-  if (options.precision != Precision::kFloat32) {
-    if (options.device != DeviceType::kCUDA)
-      return invalid_argument("float16/bfloat16 engines are GPU engines: build with device cuda (CPU engines compute in float32)");
-    const DataType half = options.precision == Precision::kFloat16 ? DataType::kFloat16 : DataType::kBFloat16;
+  if (options.precision != Precision::kFloat32 && options.device != DeviceType::kCUDA)
+    return invalid_argument(std::string(precision_name(options.precision)) +
+                            " engines are GPU engines: build with device cuda (CPU engines compute in float32)");
+  const bool half_engine = options.precision == Precision::kFloat16 || options.precision == Precision::kBFloat16 ||
+                           options.precision == Precision::kBest;
+  if (half_engine) {
+    const DataType half = options.precision == Precision::kBFloat16 ? DataType::kBFloat16 : DataType::kFloat16;
     auto runs_in_half = [target](const ir::Node& n) {
       const std::string domain = n.domain == "ai.onnx" ? "" : n.domain;
       for (const KernelDef& d : target->kernels().all())
@@ -136,6 +149,7 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
       KILN_RETURN_IF_ERROR(passes::convert_to_channels_last(*impl->graph, accepts).status());
     }
   }
+  if (options.precision == Precision::kTF32 || options.precision == Precision::kBest) passes::allow_tf32(*impl->graph);
   LowerOptions lo;
   lo.device = options.device;
   lo.verbose = options.verbose;

@@ -3,10 +3,12 @@
 // Reduced-precision runs (float16, bfloat16) take inputs rounded to that type, run the CPU reference
 // in float32 on the same values, and compare with a tolerance that fits the type.
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <memory>
 
 #include "ir/float_types.h"
+#include "passes/passes.h"
 #include "test_cuda_util.h"
 
 using namespace kiln;
@@ -497,5 +499,50 @@ TEST(CudaOps, ChannelsLastFusedConvMatchesCpu) {
       const double tol = dt == kF16 ? 4e-3 : 2e-2;
       expect_near(permuted((*got)[0], to_nchw), (*want)[0].tensor, tol, tol, label);
     }
+  }
+}
+
+// TF32 engines (passes::allow_tf32): float32 convolutions and GEMMs with the attribute run on TF32
+// tensor cores, within TF32's rounding (10-bit mantissa products) of the CPU's FP32 result; without
+// it they stay true FP32.
+TEST(CudaOps, Tf32ConvolutionsAndGemms) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(41);
+  // A ResNet-50 stage-1 convolution: big enough that cuDNN's heuristic takes a tensor-core algorithm
+  // when allowed (a small one may keep an FMA kernel, and the same bits).
+  const Tensor x = random_tensor({2, 64, 56, 56}, rng), w = random_tensor({64, 64, 3, 3}, rng, -0.1f, 0.1f);
+  const Tensor a = random_tensor({3, 40, 256}, rng), m = random_tensor({256, 96}, rng, -0.2f, 0.2f);
+  const Tensor ga = random_tensor({40, 256}, rng), gb = random_tensor({256, 96}, rng, -0.2f, 0.2f), gc = random_tensor({96}, rng);
+  struct Case {
+    const char* op;
+    int opset;
+    std::vector<Tensor> in;
+  };
+  const Case cases[] = {{"Conv", 11, {x, w}}, {"MatMul", 13, {a, m}}, {"Gemm", 13, {ga, gb, gc}}};
+  for (const Case& c : cases) {
+    std::vector<Tensor> results;
+    for (bool tf32 : {true, false}) {
+      OneNode dn(c.op, c.opset, c.in, 1);
+      OneNode rn(c.op, c.opset, c.in, 1);
+      if (std::string(c.op) == "Conv") {
+        dn.set_ints("pads", {1, 1, 1, 1});
+        rn.set_ints("pads", {1, 1, 1, 1});
+      }
+      if (tf32) dn.set_int(passes::kTF32Attr, 1);
+      auto got = run_cuda(*dn.node, c.in);
+      ASSERT_TRUE(got.ok()) << c.op << ": " << got.status().to_string();
+      std::vector<Slot> cpu_in;
+      for (const Tensor& t : c.in) cpu_in.push_back(Slot::of(t));
+      auto want = run_node_eager(*rn.node, cpu_in);
+      ASSERT_TRUE(want.ok()) << c.op << ": " << want.status().to_string();
+      const double tol = tf32 ? 5e-3 : 2e-5;
+      expect_near((*got)[0], (*want)[0].tensor, tol, tol, std::string(c.op) + (tf32 ? " tf32" : " fp32"));
+      results.push_back((*got)[0]);
+    }
+    // The attribute took effect: TF32's rounding shows in the result.
+    double diff = 0;
+    for (int64_t i = 0; i < results[0].numel(); ++i)
+      diff = std::max(diff, std::fabs(double(results[0].data<float>()[i]) - results[1].data<float>()[i]));
+    EXPECT_GT(diff, 1e-5) << c.op << ": the TF32 and FP32 results are the same";
   }
 }

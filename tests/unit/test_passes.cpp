@@ -643,3 +643,16 @@ TEST(Passes, ChannelsLastLeavesWhatTheTargetRefuses) {
   EXPECT_EQ(op_counts(*g)["Conv"], 1);
   EXPECT_EQ(op_counts(*g)["Transpose"], 2);
 }
+
+TEST(Passes, AllowTf32MarksFloatConvolutionsAndGemmsOnly) {
+  Builder b;
+  ir::Value* x = b.input("x", {1, 3, 6, 6});
+  ir::Value* c = b.node("Relu", {conv(b, x, 3, 4, true)});
+  ir::Value* f = b.node("Flatten", {c});
+  ir::Value* m = b.node("MatMul", {f, b.floats({144, 8})});
+  b.output(b.node("Gemm", {m, b.floats({8, 2})}));
+  auto g = b.g->clone();
+  EXPECT_EQ(passes::allow_tf32(*g), 3);  // Conv, MatMul, Gemm; not Relu, Flatten
+  for (const ir::Node* n : g->nodes())
+    EXPECT_EQ(n->attr_int(passes::kTF32Attr, 0), n->op_type == "Relu" || n->op_type == "Flatten" ? 0 : 1) << n->describe();
+}

@@ -14,6 +14,7 @@
 
 #include "backends/cuda/cuda_util.h"
 #include "ops/nn.h"
+#include "passes/passes.h"
 
 namespace kiln::cuda {
 namespace {
@@ -23,6 +24,7 @@ struct ConvAttrs {
   ops::WindowAttrs w;
   int64_t group = 1;
   bool nhwc = false;  // channels_last (kiln.FusedConv from passes/channels_last.cpp): X, W, Y channels-last
+  bool tf32 = false;  // float32 on TF32 tensor cores (TF32 engines, passes::allow_tf32)
 };
 
 // Everything one input shape needs, made by reshape() once per signature: descriptors, the
@@ -100,6 +102,7 @@ class ConvKernel final : public Kernel {
     const cudnnDataType_t data = dt == DataType::kFloat16 ? CUDNN_DATA_HALF
                                  : dt == DataType::kBFloat16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
     const bool reduced = data != CUDNN_DATA_FLOAT;
+    const bool tensor_ops = reduced || at_.tf32;  // float32 takes tensor-op (TF32) algorithms only when allowed
     rc.out[0] = {dt, yshape};
     auto p = std::make_shared<ConvShape>();
     p->elem_bytes = static_cast<int>(dtype_size(dt));
@@ -139,7 +142,7 @@ class ConvKernel final : public Kernel {
                                                                       i32(dil[0]), i32(dil[1]), CUDNN_CROSS_CORRELATION,
                                                                       CUDNN_DATA_FLOAT), "convolution descriptor"));
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetConvolutionGroupCount(p->conv, i32(g)), "group count"));
-    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetConvolutionMathType(p->conv, reduced ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetConvolutionMathType(p->conv, tensor_ops ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
                                 "math type"));
     if (rc.in.size() > 2 && rc.in[2].present) {
       KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnCreateTensorDescriptor(&p->bias), "descriptor"));
@@ -163,7 +166,7 @@ class ConvKernel final : public Kernel {
     auto pick = [&](bool implicit_gemm_only) {
       for (int i = 0; i < returned; ++i) {
         if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-        if (!reduced && (perf[i].mathType == CUDNN_TENSOR_OP_MATH || perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+        if (!tensor_ops && (perf[i].mathType == CUDNN_TENSOR_OP_MATH || perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
           continue;
         // Half types: implicit-GEMM algorithms first (FFT and Winograd transform in the data type);
         // any other supported one when none of those is.
@@ -235,6 +238,7 @@ Expected<KernelPtr> create_conv(const ir::Node& n) {
   at.w = ops::parse_window_attrs(n);
   at.group = n.attr_int("group", 1);
   at.nhwc = n.attr_int("channels_last", 0) != 0;
+  at.tf32 = n.attr_int(passes::kTF32Attr, 0) != 0;
   const ops::WindowAttrs& w = at.w;
   const size_t sd = !w.kernel.empty() ? w.kernel.size() : !w.strides.empty() ? w.strides.size() : w.pads.size() / 2;
   if ((!w.strides.empty() && w.strides.size() != sd) || (!w.dilations.empty() && w.dilations.size() != sd) ||

@@ -4,7 +4,8 @@
 // launches. kiln's tensors are row-major; cuBLASLt is column-major. A row-major [M,N] matrix is the same
 // memory as a column-major [N,M] one, so C = A·B is computed as Cᵀ = Bᵀ·Aᵀ: the operands swap and
 // m/n swap, with no data movement. Compute is CUBLAS_COMPUTE_32F for every type (no TF32 for float32,
-// so results match the CPU; float32 accumulation on tensor cores for float16/bfloat16).
+// so results match the CPU; float32 accumulation on tensor cores for float16/bfloat16), or
+// CUBLAS_COMPUTE_32F_FAST_TF32 for float32 nodes of TF32 engines.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -12,6 +13,7 @@
 
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
+#include "passes/passes.h"
 
 namespace kiln::cuda {
 namespace {
@@ -45,6 +47,7 @@ struct GemmProblem {
   // cuBLASLt's epilogue: DEFAULT, BIAS (+ bias[n] along Y's last dim) or RELU_BIAS (kiln.FusedMatMul's
   // bias, and its ReLU, applied by the GEMM: no pass over Y after it).
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  bool tf32 = false;  // float32 on TF32 tensor cores (TF32 engines, passes::allow_tf32)
 };
 
 // The largest power of two (≤ 256) dividing every byte address used.
@@ -95,7 +98,9 @@ Status plan_gemm(const ir::Node& node, CudaState& st, GemmPlan& g) {
   g.strided = strided;
   const int32_t batch = strided ? static_cast<int32_t>(count) : 1;
   LtDescs& d = g.d;
-  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc"));
+  const cublasComputeType_t compute =
+      p.tf32 && p.dtype == DataType::kFloat32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F), "desc"));
   // Column-major view: Yᵀ[N,M] = op(B)ᵀ[N,K] · op(A)ᵀ[K,M]; cuBLASLt's "A" is our B, its "B" our A.
   const cublasOperation_t op_lt_a = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_lt_b = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -217,6 +222,7 @@ Status reshape_matmul(ReshapeContext& rc) {
   auto g = std::make_shared<GemmPlan>();
   GemmProblem& p = g->p;
   p.dtype = rc.in[0].dtype;
+  p.tf32 = rc.node.attr_int(passes::kTF32Attr, 0) != 0;
   p.k = k;
   p.n = n;
   const int64_t nb = shape_numel(batch);
@@ -258,6 +264,7 @@ Status run_matmul(KernelContext& ctx) {
 Expected<KernelPtr> create_gemm(const ir::Node& node) {
   const bool trans_a = node.attr_int("transA", 0) != 0, trans_b = node.attr_int("transB", 0) != 0;
   const float alpha = node.attr_float("alpha", 1.f), beta = node.attr_float("beta", 1.f);
+  const bool tf32 = node.attr_int(passes::kTF32Attr, 0) != 0;
   auto reshape = [=](ReshapeContext& rc) -> Status {
     if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("A and B are required");
     if (!reshape_state(rc)) return unsupported("no device state to plan with");
@@ -280,6 +287,7 @@ Expected<KernelPtr> create_gemm(const ir::Node& node) {
     p.n = n;
     p.k = k;
     p.alpha = alpha;
+    p.tf32 = tf32;
     p.off_a = p.off_b = p.off_y = {0};
     if (rc.in.size() > 2 && rc.in[2].present && beta != 0.f) {
       const Shape& c = rc.in[2].shape;
