@@ -17,9 +17,7 @@ models="${MODELS:-resnet50 mobilenet_v2 bert_base gpt2}"
   for m in $models; do
     f=build/zoo/${m}_op17.onnx
     [ -f "$f" ] || { echo "== $m: not exported"; continue; }
-    args=(); args64=()
-    for npy in build/inputs/${m}_*_b1.npy; do k=$(basename "$npy" _b1.npy); k=${k#${m}_}; args+=(--input "$k=$npy"); done
-    for npy in build/inputs/${m}_*_b64.npy; do k=$(basename "$npy" _b64.npy); k=${k#${m}_}; args64+=(--input "$k=$npy"); done
+    args=$(zoo_args $m 1); args64=$(zoo_args $m 64)
     for lvl in 1 2; do
       echo "== $m opt level $lvl: CUDA FP32 build"
       "$bin/kiln" build "$f" -o "$out/$m.kiln" --device cuda --opt-level $lvl > "$out/${m}_o${lvl}_placement.txt" 2>&1
@@ -27,17 +25,17 @@ models="${MODELS:-resnet50 mobilenet_v2 bert_base gpt2}"
       grep -E "^\[cpu\]" "$out/${m}_o${lvl}_placement.txt" | grep -v "integer shape computation" | head -5
       grep -oE "kiln\.Fused[A-Za-z]+|kiln\.SkipLayerNorm" "$out/${m}_o${lvl}_placement.txt" | sort | uniq -c
       echo "-- CPU engine (opt level $lvl) vs CUDA engine, third run (graph replay), batch 1"
-      "$bin/kiln" compare "$f" "$out/$m.kiln" --device-a cpu "${args[@]}" --runs 3 2>&1 | grep -E "relative L2|rror"
+      "$bin/kiln" compare "$f" "$out/$m.kiln" --device-a cpu $args --runs 3 2>&1 | grep -E "relative L2|rror"
       echo "-- CUDA FP32 batch 1: graphs / no graphs"
-      "$bin/kiln" bench "$out/$m.kiln" "${args[@]}" -n 50 --warmup 5 2>&1 | grep -E "cuda graphs|median|rror"
-      "$bin/kiln" bench "$out/$m.kiln" "${args[@]}" -n 50 --warmup 5 --no-cuda-graphs 2>&1 | grep -E "median|rror"
+      "$bin/kiln" bench "$out/$m.kiln" $args -n 50 --warmup 5 2>&1 | grep -E "cuda graphs|median|rror"
+      "$bin/kiln" bench "$out/$m.kiln" $args -n 50 --warmup 5 --no-cuda-graphs 2>&1 | grep -E "median|rror"
       echo "-- CUDA FP32 batch 64 (graphs)"
-      "$bin/kiln" bench "$out/$m.kiln" "${args64[@]}" -n 10 --warmup 3 2>&1 | grep -E "median|rror"
+      "$bin/kiln" bench "$out/$m.kiln" $args64 -n 10 --warmup 3 2>&1 | grep -E "median|rror"
       echo "-- FP16 engine: accuracy against the FP32 CUDA engine (third runs), batch 1 and 64 times"
       "$bin/kiln" build "$f" -o "$out/${m}_fp16.kiln" --device cuda --opt-level $lvl --precision fp16 2>&1 | grep -E "^steps:|rror"
-      "$bin/kiln" compare "$out/$m.kiln" "$out/${m}_fp16.kiln" "${args[@]}" --runs 3 --rtol 5e-3 2>&1 | grep -E "relative L2|rror"
-      "$bin/kiln" bench "$out/${m}_fp16.kiln" "${args[@]}" -n 50 --warmup 5 2>&1 | grep -E "median|rror"
-      "$bin/kiln" bench "$out/${m}_fp16.kiln" "${args64[@]}" -n 10 --warmup 3 2>&1 | grep -E "median|rror" | sed 's/^/batch 64: /'
+      "$bin/kiln" compare "$out/$m.kiln" "$out/${m}_fp16.kiln" $args --runs 3 --rtol 5e-3 2>&1 | grep -E "relative L2|rror"
+      "$bin/kiln" bench "$out/${m}_fp16.kiln" $args -n 50 --warmup 5 2>&1 | grep -E "median|rror"
+      "$bin/kiln" bench "$out/${m}_fp16.kiln" $args64 -n 10 --warmup 3 2>&1 | grep -E "median|rror" | sed 's/^/batch 64: /'
       rm -f "$out/$m.kiln" "$out/${m}_fp16.kiln"
     done
   done

@@ -11,11 +11,6 @@ set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 cnns="${CNNS:-resnet50 mobilenet_v2}"
 tfs="${TRANSFORMERS:-bert_base}"
-inputs() {  # inputs M B → --input args
-  local a=()
-  for npy in build/inputs/${1}_*_b${2}.npy; do k=$(basename "$npy" _b${2}.npy); k=${k#${1}_}; a+=(--input "$k=$npy"); done
-  echo "${a[@]}"
-}
 profile() {  # profile ENGINE ARGS...
   CUDA_LAUNCH_BLOCKING=1 KILN_PROFILE=1 "$bin/kiln" bench "$@" -n 5 --warmup 2 --no-cuda-graphs 2>&1 |
     grep -vE "^(median|min|engine|arena|cuda graphs|runs)" | head -16
@@ -26,7 +21,7 @@ profile() {  # profile ENGINE ARGS...
   python3 bench/zoo/export.py --models "${all// /,}" --opsets 17 2>&1 | grep -E "export:|rror" | tail -6
   save_zoo_inputs
   for m in $cnns; do
-    f=build/zoo/${m}_op17.onnx; a1=$(inputs $m 1); a64=$(inputs $m 64)
+    f=build/zoo/${m}_op17.onnx; a1=$(zoo_args $m 1); a64=$(zoo_args $m 64)
     "$bin/kiln" build "$f" -o "$out/${m}32.kiln" --device cuda --opt-level 2 > /dev/null 2>&1
     for cl in 1 0; do
       KILN_CHANNELS_LAST=$cl "$bin/kiln" build "$f" -o "$out/${m}16.kiln" --device cuda --opt-level 2 --precision fp16 \
@@ -40,7 +35,7 @@ profile() {  # profile ENGINE ARGS...
     done
   done
   for m in $tfs; do
-    f=build/zoo/${m}_op17.onnx; a1=$(inputs $m 1); a64=$(inputs $m 64)
+    f=build/zoo/${m}_op17.onnx; a1=$(zoo_args $m 1); a64=$(zoo_args $m 64)
     for p in fp32 fp16; do
       "$bin/kiln" build "$f" -o "$out/$m$p.kiln" --device cuda --opt-level 2 --precision $p > "$out/${m}_${p}_placement.txt" 2>&1
       echo "== $m $p: $(grep -E '^steps:' "$out/${m}_${p}_placement.txt")"

@@ -33,3 +33,13 @@ gpu_unit_and_alloc_tests() {
   echo "== allocation tests (CPU and CUDA; CUDA runs replay graphs)"
   "$bin/kiln_alloc_tests" 2>&1 | grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|info|Failure|Which is|Expected"
 }
+
+# The --input arguments for model M's saved inputs at batch B (after save_zoo_inputs), for unquoted
+# use: "$bin/kiln" bench ENGINE $(zoo_args M B).
+zoo_args() {
+  local npy k
+  for npy in build/inputs/${1}_*_b${2}.npy; do
+    k=$(basename "$npy" "_b${2}.npy")
+    printf -- '--input %s=%s ' "${k#${1}_}" "$npy"
+  done
+}

@@ -12,15 +12,13 @@ models="${MODELS:-resnet50 bert_base}"
   python3 bench/zoo/export.py --models "${models// /,}" --opsets 17 2>&1 | grep -E "export:|rror" | tail -3
   save_zoo_inputs
   for m in $models; do
-    args=(); args64=()
-    for npy in build/inputs/${m}_*_b1.npy; do k=$(basename "$npy" _b1.npy); k=${k#${m}_}; args+=(--input "$k=$npy"); done
-    for npy in build/inputs/${m}_*_b64.npy; do k=$(basename "$npy" _b64.npy); k=${k#${m}_}; args64+=(--input "$k=$npy"); done
+    args=$(zoo_args $m 1); args64=$(zoo_args $m 64)
     for p in fp32 tf32 fp16 bf16 best; do
       echo "== $m $p"
       "$bin/kiln" build build/zoo/${m}_op17.onnx -o "$out/$m.kiln" --device cuda --opt-level 2 --precision $p 2>&1 |
         grep -E "relative L2|rror|not run"
-      "$bin/kiln" bench "$out/$m.kiln" "${args[@]}" -n 50 --warmup 5 2>&1 | grep -E "median|rror" | sed 's/^/b1: /'
-      "$bin/kiln" bench "$out/$m.kiln" "${args64[@]}" -n 10 --warmup 3 2>&1 | grep -E "median|rror" | sed 's/^/b64: /'
+      "$bin/kiln" bench "$out/$m.kiln" $args -n 50 --warmup 5 2>&1 | grep -E "median|rror" | sed 's/^/b1: /'
+      "$bin/kiln" bench "$out/$m.kiln" $args64 -n 10 --warmup 3 2>&1 | grep -E "median|rror" | sed 's/^/b64: /'
     done
     rm -f "$out/$m.kiln"
   done

@@ -13,19 +13,17 @@ models="${MODELS:-resnet50 bert_base}"
   python3 bench/zoo/export.py --models "${models// /,}" --opsets 17 2>&1 | grep -E "export:|rror" | tail -4
   save_zoo_inputs
   for m in $models; do
-    f=build/zoo/${m}_op17.onnx; args=(); args64=()
-    for npy in build/inputs/${m}_*_b1.npy; do k=$(basename "$npy" _b1.npy); k=${k#${m}_}; args+=(--input "$k=$npy"); done
-    for npy in build/inputs/${m}_*_b64.npy; do k=$(basename "$npy" _b64.npy); k=${k#${m}_}; args64+=(--input "$k=$npy"); done
+    f=build/zoo/${m}_op17.onnx; args=$(zoo_args $m 1); args64=$(zoo_args $m 64)
     for p in fp32 fp16; do
       echo "== $m $p opt level 2"
       "$bin/kiln" build "$f" -o "$out/$m.kiln" --device cuda --opt-level 2 --precision $p > "$out/${m}_${p}_placement.txt" 2>&1
       grep -E "^steps:|rror" "$out/${m}_${p}_placement.txt"
       grep -oE "kiln\.[A-Za-z]+" "$out/${m}_${p}_placement.txt" | sort | uniq -c
-      "$bin/kiln" compare "$f" "$out/$m.kiln" --device-a cpu "${args[@]}" --runs 3 --rtol 5e-2 2>&1 | grep -E "relative L2|rror"
-      "$bin/kiln" bench "$out/$m.kiln" "${args[@]}" -n 50 --warmup 5 2>&1 | grep -E "median|rror" | sed 's/^/b1: /'
-      "$bin/kiln" bench "$out/$m.kiln" "${args64[@]}" -n 10 --warmup 3 2>&1 | grep -E "median|rror" | sed 's/^/b64: /'
+      "$bin/kiln" compare "$f" "$out/$m.kiln" --device-a cpu $args --runs 3 --rtol 5e-2 2>&1 | grep -E "relative L2|rror"
+      "$bin/kiln" bench "$out/$m.kiln" $args -n 50 --warmup 5 2>&1 | grep -E "median|rror" | sed 's/^/b1: /'
+      "$bin/kiln" bench "$out/$m.kiln" $args64 -n 10 --warmup 3 2>&1 | grep -E "median|rror" | sed 's/^/b64: /'
       echo "-- profile, batch 64, no graphs, launch blocking"
-      CUDA_LAUNCH_BLOCKING=1 KILN_PROFILE=1 "$bin/kiln" bench "$out/$m.kiln" "${args64[@]}" -n 5 --warmup 2 \
+      CUDA_LAUNCH_BLOCKING=1 KILN_PROFILE=1 "$bin/kiln" bench "$out/$m.kiln" $args64 -n 5 --warmup 2 \
         --no-cuda-graphs 2>&1 | grep -vE "^(median|min)" | head -40
       rm -f "$out/$m.kiln"
     done
