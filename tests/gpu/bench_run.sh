@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPU-speed figures on a machine with an NVIDIA GPU, from the repository root with the built
 # binaries in BIN_DIR:  tests/gpu/bench_run.sh BIN_DIR OUT_DIR
-# 1. The CNNs' FP16 engines: the build's accuracy report, batch 1 and 64 times.
+# 1. FP16 engines of ResNet-50, MobileNetV2 and BERT-base: the build's accuracy report, batch 1 and 64
+#    times, and batch 64 with the host copies straight through cudaMemcpyAsync (KILN_STAGED_COPIES=0)
+#    instead of kiln's pinned staging buffers.
 # 2. bench/gpu_bench.py: kiln against PyTorch eager and torch.compile, ResNet-50 and BERT-base, FP32
 #    and FP16, batch 1 and 64 (JSON and log per model in OUT_DIR).
 set -uo pipefail
@@ -11,12 +13,14 @@ set -uo pipefail
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 bench/zoo/export.py --models resnet50,mobilenet_v2,bert_base --opsets 17 2>&1 | grep -E "export:|rror" | tail -3
   save_zoo_inputs
-  for m in resnet50 mobilenet_v2; do
+  for m in resnet50 mobilenet_v2 bert_base; do
     echo "== $m fp16: the build's accuracy report"
     "$bin/kiln" build build/zoo/${m}_op17.onnx -o "$out/$m.kiln" --device cuda --opt-level 2 --precision fp16 2>&1 |
       grep -A3 "accuracy"
-    "$bin/kiln" bench "$out/$m.kiln" --input input=build/inputs/${m}_input_b1.npy -n 50 --warmup 5 2>&1 | grep -E "median|rror" | sed 's/^/b1: /'
-    "$bin/kiln" bench "$out/$m.kiln" --input input=build/inputs/${m}_input_b64.npy -n 10 --warmup 3 2>&1 | grep -E "median|rror" | sed 's/^/b64: /'
+    "$bin/kiln" bench "$out/$m.kiln" $(zoo_args $m 1) -n 50 --warmup 5 2>&1 | grep -E "median|rror" | sed 's/^/b1: /'
+    "$bin/kiln" bench "$out/$m.kiln" $(zoo_args $m 64) -n 10 --warmup 3 2>&1 | grep -E "median|rror" | sed 's/^/b64: /'
+    KILN_STAGED_COPIES=0 "$bin/kiln" bench "$out/$m.kiln" $(zoo_args $m 64) -n 10 --warmup 3 2>&1 | grep -E "median|rror" |
+      sed 's/^/b64, copies not staged: /'
     rm -f "$out/$m.kiln"
   done
 } 2>&1 | tee "$out/bench_run.log"

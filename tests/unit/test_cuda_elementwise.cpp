@@ -1,6 +1,7 @@
 // CUDA backend basics, elementwise kernels and data-movement kernels against naive references.
 #include <algorithm>
 #include <cfloat>
+#include <cstring>
 #include <functional>
 
 #include "test_cuda_util.h"
@@ -68,6 +69,31 @@ TEST(CudaBackend, FingerprintAndCopies) {
   Tensor back2 = Tensor::empty(DataType::kFloat32, {3, 5});
   ASSERT_TRUE(be->copy(d1, back2, nullptr).ok());
   expect_close(back2, h, 0, 0);
+}
+
+// Copies between pageable host memory and the GPU of 1 MiB and more go through the state's pinned
+// staging buffers in 8 MiB chunks: sizes around the chunk edges, both directions, back to back (the
+// buffers are reused while earlier transfers may still run), and a device-to-device copy between.
+TEST(CudaBackend, LargeCopiesThroughStagingBuffers) {
+  KILN_REQUIRE_GPU();
+  Backend* be = *cuda_backend();
+  auto state = be->create_state();
+  ASSERT_TRUE(state.ok()) << state.status().to_string();
+  for (int64_t bytes : {int64_t{1} << 20, (int64_t{8} << 20) - 4, (int64_t{8} << 20) + 4, (int64_t{16} << 20) + 12,
+                        (int64_t{37} << 20) + 8}) {
+    const int64_t n = bytes / 4;
+    Tensor h = Tensor::empty(DataType::kInt32, {n}), back = Tensor::empty(DataType::kInt32, {n});
+    for (int64_t i = 0; i < n; ++i) h.data<int32_t>()[i] = static_cast<int32_t>(i * 2654435761u);
+    Tensor d1 = Tensor::with_storage(DataType::kInt32, {n}, *be->allocate(h.nbytes()));
+    Tensor d2 = Tensor::with_storage(DataType::kInt32, {n}, *be->allocate(h.nbytes()));
+    Tensor h2 = h.clone();
+    ASSERT_TRUE(be->copy(h, d1, state->get()).ok());
+    ASSERT_TRUE(be->copy(h2, d2, state->get()).ok());  // reuses the staging buffers right away
+    ASSERT_TRUE(be->copy(d2, d1, state->get()).ok());
+    ASSERT_TRUE(be->copy(d1, back, state->get()).ok());
+    ASSERT_TRUE(be->synchronize(state->get()).ok());
+    ASSERT_EQ(std::memcmp(back.raw(), h.raw(), h.nbytes()), 0) << bytes << " bytes";
+  }
 }
 
 TEST(CudaBackend, ChecksRefuseWhatTheyCannotRun) {

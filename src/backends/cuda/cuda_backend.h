@@ -14,6 +14,8 @@
 
 struct CUstream_st;
 typedef struct CUstream_st* cudaStream_t;  // NOLINT: same typedef as cuda_runtime_api.h
+struct CUevent_st;
+typedef struct CUevent_st* cudaEvent_t;  // NOLINT: same typedef as cuda_runtime_api.h
 struct cublasLtContext;
 typedef struct cublasLtContext* cublasLtHandle_t;  // NOLINT: same typedef as cublasLt.h
 struct cudnnContext;
@@ -30,8 +32,17 @@ struct CudaState {
   cudnnHandle_t dnn = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // Two pinned host buffers for copies between pageable host memory and the GPU (CudaBackend::copy),
+  // each with the event of the last transfer that used it; null when pinned memory was refused.
+  void* staging[2] = {nullptr, nullptr};
+  cudaEvent_t staged[2] = {nullptr, nullptr};
+  int next_staging = 0;
   ~CudaState();
 };
+
+// Each staging buffer's size, and the smallest copy that goes through them.
+constexpr size_t kStagingBytes = size_t{8} << 20;
+constexpr size_t kStagedMinBytes = size_t{1} << 20;
 
 // Scratch memory every state gets (cuBLASLt and cuDNN algorithms that need more are not chosen).
 constexpr size_t kWorkspaceBytes = size_t{64} << 20;
