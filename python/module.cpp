@@ -419,6 +419,12 @@ PYBIND11_MODULE(_kiln, m) {
   py::class_<Context, std::shared_ptr<Context>>(m, "ExecutionContext")
       .def("run", &Context::run, py::arg("feeds"),
            "Runs the engine on {name: ndarray | list of ndarrays | None}; returns all outputs in order.")
+      .def(
+          "set_cuda_stream",
+          [](Context& c, uintptr_t stream) { check(c.ctx->set_cuda_stream(reinterpret_cast<void*>(stream))); },
+          py::arg("stream"),
+          "Queues this context's GPU work on the caller's CUDA stream (an integer cudaStream_t, e.g. "
+          "torch.cuda.current_stream().cuda_stream); 0 goes back to the context's own stream.")
       .def("set_cuda_graphs", [](Context& c, bool on) { c.ctx->set_cuda_graphs(on); }, py::arg("enabled"),
            "CUDA graphs from the second run of each input-shape signature (on by default).")
       .def_property_readonly("cuda_graphs", [](const Context& c) { return c.ctx->cuda_graphs(); },

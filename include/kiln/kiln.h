@@ -135,6 +135,12 @@ class ExecutionContext {
   // depends on input values (data-dependent ops, host steps that read GPU results) end a graph, and
   // a capture that fails leaves that signature running step by step. No effect on CPU engines.
   void set_cuda_graphs(bool enabled);
+  // The caller's CUDA stream (a cudaStream_t) for this context's GPU work: copies, kernels and graph
+  // replays are queued on it instead of the context's own stream, so they order with the caller's
+  // work on it (a run still waits for it before returning, its outputs being host tensors). Work
+  // queued on the previous stream is waited for first; nullptr goes back to the context's own
+  // stream. kInvalidArgument for a CPU engine.
+  Status set_cuda_stream(void* stream);
   // Captured graphs over the signatures this context has planned (tests and `kiln bench` report it).
   size_t cuda_graphs() const;
   size_t planned_signatures() const;

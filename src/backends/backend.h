@@ -34,6 +34,9 @@ class Backend {
   virtual Status begin_capture(void* state);
   virtual Expected<std::shared_ptr<void>> end_capture(void* state);
   virtual Status launch_graph(void* graph, void* state);
+  // Queues `state`'s work on `stream` (a device stream of the caller's; null: the state's own) from
+  // now on. Devices without streams refuse.
+  virtual Status use_stream(void* state, void* stream);
   // What this engine is built for: "NVIDIA H100 80GB HBM3; sm_90; CUDA 13.0; cuDNN 9.14; cuBLAS 13.1" or
   // the CPU ISA. Stored in engine files and compared on load.
   virtual std::string fingerprint() const = 0;

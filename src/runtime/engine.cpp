@@ -319,6 +319,14 @@ ExecutionContext::~ExecutionContext() = default;
 
 size_t ExecutionContext::planned_signatures() const { return impl_->plans.size(); }
 void ExecutionContext::set_cuda_graphs(bool enabled) { impl_->res.cuda_graphs = enabled; }
+
+Status ExecutionContext::set_cuda_stream(void* stream) {
+  const int cuda = static_cast<int>(DeviceType::kCUDA);
+  if (impl_->engine->options.device != DeviceType::kCUDA || !impl_->res.state[cuda])
+    return invalid_argument("set_cuda_stream: a CPU engine has no stream");
+  KILN_ASSIGN_OR_RETURN(Backend * b, backend_for(DeviceType::kCUDA));
+  return b->use_stream(impl_->res.state[cuda].get(), stream);
+}
 size_t ExecutionContext::cuda_graphs() const {
   size_t n = 0;
   for (const auto& p : impl_->plans)

@@ -238,6 +238,9 @@ def test_engine_save_load_roundtrip(model, tmp_path):
     assert [i.name for i in loaded.inputs] == ["x", "b"]
     assert [o.name for o in loaded.outputs] == ["y"]
     np.testing.assert_allclose(loaded.create_context().run({"x": x, "b": b})[0], want, rtol=1e-5, atol=1e-5)
+    # A CPU engine's context has no CUDA stream to take (tests/unit/test_runtime.cpp covers CUDA's).
+    with pytest.raises(kiln.KilnError, match="(?i)stream"):
+        loaded.create_context().set_cuda_stream(1)
 
     # the same through InferenceSession, from the path and from the bytes
     for src in (str(path), engine.serialize()):

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "backends/backend.h"
+#include "backends/cuda/cuda_backend.h"
 #include "engine/engine_generated.h"
 #include "kiln/kiln.h"
 #include "plan/memory.h"
@@ -292,6 +293,64 @@ TEST(Runtime, CudaEngineFileRoundTrips) {
   auto x = read_npy(kExampleInput);
   ASSERT_TRUE(x.ok());
   EXPECT_EQ(run_example(**loaded, *x), run_example(**engine, *x));
+}
+
+// A context's GPU work on the caller's stream: the same outputs as on its own stream, also on graph
+// replays (third run on) and after switching back; a CPU engine refuses. Then four contexts of one
+// engine run concurrently from four threads (each on its own stream), every run equal to the
+// single-thread result.
+TEST(Runtime, CudaCallersStreamAndConcurrentContexts) {
+  if (!cuda_backend().ok()) GTEST_SKIP() << "no CUDA GPU";
+  BuildOptions o;
+  o.device = DeviceType::kCUDA;
+  o.opt_level = 2;
+  auto engine = Engine::build(kExample, o);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto x = read_npy(kExampleInput);
+  ASSERT_TRUE(x.ok());
+  const auto want = run_example(**engine, *x);
+  auto caller = (*cuda_backend())->create_state();  // a stream that no context owns
+  ASSERT_TRUE(caller.ok());
+  void* stream = static_cast<cuda::CudaState*>(caller->get())->stream;
+  auto ctx = (*engine)->create_context();
+  ASSERT_TRUE(ctx.ok());
+  ASSERT_TRUE((*ctx)->set_cuda_stream(stream).ok());
+  auto values = [](const std::vector<Value>& out) {
+    const Tensor& y = out[0].tensor;
+    return std::vector<float>(y.data<float>(), y.data<float>() + y.numel());
+  };
+  for (int r = 0; r < 4; ++r) {
+    auto out = (*ctx)->run({{"image", Value::of(*x)}});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    EXPECT_EQ(values(*out), want) << "run " << r << " on the caller's stream";
+  }
+  EXPECT_GE((*ctx)->cuda_graphs(), 1u);  // replays happened on the caller's stream
+  ASSERT_TRUE((*ctx)->set_cuda_stream(nullptr).ok());
+  auto back = (*ctx)->run({{"image", Value::of(*x)}});
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(values(*back), want);
+  auto cpu_engine = Engine::build(kExample);
+  ASSERT_TRUE(cpu_engine.ok());
+  auto cpu_ctx = (*cpu_engine)->create_context();
+  ASSERT_TRUE(cpu_ctx.ok());
+  EXPECT_EQ((*cpu_ctx)->set_cuda_stream(stream).code(), StatusCode::kInvalidArgument);
+
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      auto c = (*engine)->create_context();
+      if (!c.ok()) {
+        mismatches[t] = -1;
+        return;
+      }
+      for (int r = 0; r < 20; ++r) {
+        auto out = (*c)->run({{"image", Value::of(*x)}});
+        if (!out.ok() || values(*out) != want) ++mismatches[t];
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
 // Both memory planners give valid plans (buffers alive at the same time never overlap, every buffer

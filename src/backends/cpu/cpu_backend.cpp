@@ -101,6 +101,7 @@ class CpuBackend final : public Backend {
 Status Backend::begin_capture(void*) { return unsupported(name() + ": no graphs of queued work"); }
 Expected<std::shared_ptr<void>> Backend::end_capture(void*) { return unsupported(name() + ": no graphs of queued work"); }
 Status Backend::launch_graph(void*, void*) { return unsupported(name() + ": no graphs of queued work"); }
+Status Backend::use_stream(void*, void*) { return unsupported(name() + ": no streams"); }
 
 Backend& cpu_backend() {
   static cpu::CpuBackend backend;

@@ -28,12 +28,13 @@ CudaState::~CudaState() {
   if (workspace) cudaFree(workspace);
   if (dnn) cudnnDestroy(dnn);
   if (lt) cublasLtDestroy(lt);
-  if (stream) cudaStreamDestroy(stream);
+  if (own_stream) cudaStreamDestroy(own_stream);
 }
 
 Expected<std::shared_ptr<CudaState>> make_state() {
   auto st = std::make_shared<CudaState>();
-  KILN_RETURN_IF_ERROR(check_cuda(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking), "creating a stream"));
+  KILN_RETURN_IF_ERROR(check_cuda(cudaStreamCreateWithFlags(&st->own_stream, cudaStreamNonBlocking), "creating a stream"));
+  st->stream = st->own_stream;
   if (cublasLtCreate(&st->lt) != CUBLAS_STATUS_SUCCESS) return runtime_error("cuda: cublasLtCreate failed");
   if (cudnnStatus_t s = cudnnCreate(&st->dnn); s != CUDNN_STATUS_SUCCESS)
     return runtime_error(std::string("cuda: cudnnCreate failed: ") + cudnnGetErrorString(s));
@@ -238,6 +239,19 @@ Expected<std::shared_ptr<void>> CudaBackend::end_capture(void* state) {
 Status CudaBackend::launch_graph(void* graph, void* state) {
   return check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<CudaState*>(state)->stream),
                     "launching a graph");
+}
+
+Status CudaBackend::use_stream(void* state, void* stream) {
+  auto* cs = static_cast<CudaState*>(state);
+  if (!cs) return invalid_argument("cuda: no state to set a stream on");
+  cudaStream_t next = stream ? static_cast<cudaStream_t>(stream) : cs->own_stream;
+  if (next == cs->stream) return Status::Ok();
+  // Work queued on the old stream (a staged copy's last transfer) finishes before any on the new.
+  KILN_RETURN_IF_ERROR(check_cuda(cudaStreamSynchronize(cs->stream), "switching streams"));
+  if (cudnnStatus_t s = cudnnSetStream(cs->dnn, next); s != CUDNN_STATUS_SUCCESS)
+    return runtime_error(std::string("cuda: cudnnSetStream failed: ") + cudnnGetErrorString(s));
+  cs->stream = next;
+  return Status::Ok();
 }
 
 void* CudaBackend::build_state() {

@@ -27,7 +27,8 @@ namespace kiln::cuda {
 // `stream`; the library handles are bound to that stream; `workspace` is scratch memory that a
 // kernel may use during its own run only (the stream orders the users).
 struct CudaState {
-  cudaStream_t stream = nullptr;
+  cudaStream_t stream = nullptr;      // where work is queued: own_stream, or the caller's (use_stream)
+  cudaStream_t own_stream = nullptr;  // created with the state, destroyed with it
   cublasLtHandle_t lt = nullptr;
   cudnnHandle_t dnn = nullptr;
   void* workspace = nullptr;
@@ -85,6 +86,7 @@ class CudaBackend final : public Backend {
   Status begin_capture(void* state) override;
   Expected<std::shared_ptr<void>> end_capture(void* state) override;
   Status launch_graph(void* graph, void* state) override;
+  Status use_stream(void* state, void* stream) override;
   std::string fingerprint() const override { return fingerprint_; }
   // A state for kernel creation (a stream and handles), made on first use; null if that failed.
   void* build_state() override;
