@@ -100,15 +100,28 @@ struct Inputs {
   unsigned seed = 0;
 };
 
-// Prints, per output, A against B: relative L2 and max abs difference for float32 outputs (bytes
-// for others); false when one differs beyond `rtol` (or has NaNs where the other has none).
-bool print_comparison(const kiln::Engine& a, const std::vector<kiln::Value>& ra, const std::vector<kiln::Value>& rb,
-                      double rtol, const char* indent = "  ") {
+// Prints, per output of A, A against B's output of the same name (by position when B has no output
+// of that name): relative L2 and max abs difference for float32 outputs (bytes for others); false
+// when one differs beyond `rtol` (or has NaNs where the other has none) or has no counterpart.
+bool print_comparison(const kiln::Engine& a, const std::vector<kiln::Value>& ra, const kiln::Engine& b,
+                      const std::vector<kiln::Value>& rb, double rtol, const char* indent = "  ") {
   bool ok = true;
-  for (size_t i = 0; i < ra.size() && i < rb.size(); ++i) {
-    const kiln::Tensor& x = ra[i].tensor;
-    const kiln::Tensor& y = rb[i].tensor;
+  for (size_t i = 0; i < ra.size(); ++i) {
     const std::string& name = a.outputs()[i].name;
+    size_t j = 0;
+    while (j < b.outputs().size() && b.outputs()[j].name != name) ++j;
+    if (j == b.outputs().size()) {
+      j = i;
+      if (j >= rb.size()) {
+        std::printf("%s%s: MISSING in B\n", indent, name.c_str());
+        ok = false;
+        continue;
+      }
+      std::printf("%s%s: B has no output of this name; compared with B's output %zu ('%s')\n", indent, name.c_str(), j,
+                  b.outputs()[j].name.c_str());
+    }
+    const kiln::Tensor& x = ra[i].tensor;
+    const kiln::Tensor& y = rb[j].tensor;
     if (x.dtype() != kiln::DataType::kFloat32 || y.dtype() != kiln::DataType::kFloat32 || x.shape() != y.shape()) {
       const bool same = x.dtype() == y.dtype() && x.shape() == y.shape() && x.nbytes() == y.nbytes() &&
                         (x.dtype() == kiln::DataType::kString || std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0);
@@ -265,7 +278,10 @@ static int kiln_main(int argc, char** argv) {
   compare->add_option("model", cmp_a, "model.onnx or model.kiln (side A)")->required();
   compare->add_option("other", cmp_b, "a second model/engine (side B; default: the same model on --device-b)");
   compare->add_option("--device-a", cmp_device_a, "device for side A when it is an .onnx")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
-  compare->add_option("--device-b", cmp_device_b, "device for side B when it is an .onnx")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
+  auto* device_b_opt =
+      compare->add_option("--device-b", cmp_device_b,
+                          "device for side B when it is an .onnx (default: cuda for one model, side A's device for two)")
+          ->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
   compare->add_option("--precision-a", cmp_precision_a, "precision of side A when it is an .onnx")->check(precisions);
   compare->add_option("--precision-b", cmp_precision_b, "precision of side B when it is an .onnx")->check(precisions);
   compare->add_option("--input,-i", cmp_inputs.specs, "name=file.npy (repeatable); missing inputs get random data");
@@ -309,6 +325,8 @@ static int kiln_main(int argc, char** argv) {
 
   if (*compare) {
     kiln::BuildOptions oa, ob;
+    // Two models are compared on one device unless told otherwise; one model, across devices.
+    if (!cmp_b.empty() && device_b_opt->count() == 0) cmp_device_b = cmp_device_a;
     oa.device = parse_device(cmp_device_a);
     ob.device = parse_device(cmp_device_b);
     oa.precision = parse_precision(cmp_precision_a);
@@ -331,10 +349,11 @@ static int kiln_main(int argc, char** argv) {
     auto rb = (*cb)->run(*feed);
     for (int r = 1; r < cmp_runs && rb.ok(); ++r) rb = (*cb)->run(*feed);
     if (!rb.ok()) return fail(rb.status());
-    if (ra->size() != rb->size()) return fail(kiln::invalid_argument("the two sides have different numbers of outputs"));
+    if (ra->size() != rb->size())
+      std::printf("note: A has %zu outputs, B %zu; each of A's is compared with B's of the same name\n", ra->size(), rb->size());
     std::printf("A: %s (%s)\nB: %s (%s)\n", cmp_a.c_str(), (*a)->metadata()["device"].c_str(),
                 (cmp_b.empty() ? cmp_a : cmp_b).c_str(), (*b)->metadata()["device"].c_str());
-    const bool ok = print_comparison(**a, *ra, *rb, cmp_rtol);
+    const bool ok = print_comparison(**a, *ra, **b, *rb, cmp_rtol);
     return ok ? 0 : 2;
   }
 
@@ -395,7 +414,7 @@ static int kiln_main(int argc, char** argv) {
         }
         std::printf("accuracy against a float32 engine (random inputs, dynamic dims 1; relative L2 > %.0e is flagged):\n",
                     build_check_rtol);
-        print_comparison(*ref, r32, r16, build_check_rtol);
+        print_comparison(*ref, r32, **e, r16, build_check_rtol);
         return kiln::Status::Ok();
       };
       if (kiln::Status cs = check(); !cs.ok())
