@@ -11,6 +11,8 @@ namespace kiln::passes {
 namespace {
 
 const char* kProducers = "Conv|Gemm|MatMul";
+// The activations an epilogue applies (ir/epilogue.h), as pattern alternatives.
+const std::string kActivations = "Relu|LeakyRelu|Clip|Sigmoid|HardSigmoid|HardSwish|Tanh|Gelu";
 
 Pat producer() { return op(kProducers).as("p"); }
 Pat fused_producer() { return op("FusedMatMul").in_domain("kiln").as("p"); }
@@ -19,7 +21,7 @@ Pat fused_producer() { return op("FusedMatMul").in_domain("kiln").as("p"); }
 
 Expected<bool> fuse_activation(ir::Graph& g, PassContext& ctx) {
   Rewriter rw(g, ctx, "fuse-activation");
-  const std::string acts = "Relu|LeakyRelu|Clip|Sigmoid|HardSigmoid|HardSwish|Tanh|Gelu";
+  const std::string& acts = kActivations;
   const std::vector<Rule> rules = {
       {"op+activation", op(acts, {producer()})},
       {"op+activation", op(acts, {fused_producer()})},
@@ -51,16 +53,12 @@ Expected<bool> fuse_activation(ir::Graph& g, PassContext& ctx) {
   });
 }
 
-}  // namespace kiln::passes
-
-namespace kiln::passes {
-
 // A convolution whose output is added to a tensor of its own shape (a ResNet block's residual), with
 // the activation after the sum, becomes kiln.FusedConv(X, W, B, Z): act(conv(X, W) + B + Z) — one
 // pass over the output instead of a bias, an add and an activation pass.
 Expected<bool> fuse_conv_residual(ir::Graph& g, PassContext& ctx) {
   Rewriter rw(g, ctx, "fuse-conv-residual");
-  const std::string acts = "Relu|LeakyRelu|Clip|Sigmoid|HardSigmoid|HardSwish|Tanh|Gelu";
+  const std::string& acts = kActivations;
   // Both operand orders as separate rules (not commute()): when the first operand is a convolution
   // with other readers (a MobileNetV2 block's input), the second one still gets its try.
   auto sum = [](Pat conv, bool conv_first) {

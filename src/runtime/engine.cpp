@@ -112,6 +112,9 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
   // A verbose build logs every decision (the optimizer's rewrites, placement fallbacks).
   ScopedLogLevel level(options.verbose ? LogLevel::kVerbose : LogLevel::kError);
   KILN_ASSIGN_OR_RETURN(Backend * target, backend_for(options.device));
+  if (options.precision != Precision::kFloat32 && options.device != DeviceType::kCUDA)
+    return invalid_argument(std::string(precision_name(options.precision)) +
+                            " engines are GPU engines: build with device cuda (CPU engines compute in float32)");
   passes::PassOptions po = builder_pass_options(options.opt_level, target);
   po.verbose = options.verbose;
   // Float32 attention on CUDA runs faster unfused (cuBLAS's FP32 GEMMs for Q·Kᵀ and P·V against the
@@ -120,9 +123,6 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
   if (options.device == DeviceType::kCUDA && (options.precision == Precision::kFloat32 || options.precision == Precision::kTF32))
     po.disabled.insert("fuse-attention");
   KILN_RETURN_IF_ERROR(passes::optimize(*impl->graph, po));
-  if (options.precision != Precision::kFloat32 && options.device != DeviceType::kCUDA)
-    return invalid_argument(std::string(precision_name(options.precision)) +
-                            " engines are GPU engines: build with device cuda (CPU engines compute in float32)");
   const bool half_engine = options.precision == Precision::kFloat16 || options.precision == Precision::kBFloat16 ||
                            options.precision == Precision::kBest;
   if (half_engine) {
@@ -138,13 +138,13 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
     // Tensor-core convolutions run channels-last: whole chains move to NHWC (KILN_CHANNELS_LAST=0
     // keeps channels-first, to compare).
     const char* cl = std::getenv("KILN_CHANNELS_LAST");
-    if (options.opt_level >= 1 && !(cl && std::string(cl) == "0")) {
-      auto accepts = [target](const ir::Node& n) {
+    bool half_fused_conv = false;
+    for (const KernelDef& d : target->kernels().all())
+      half_fused_conv |= d.op == "FusedConv" && d.domain == "kiln" && d.half_floats;
+    if (half_fused_conv && options.opt_level >= 1 && !(cl && std::string(cl) == "0")) {
+      auto accepts = [](const ir::Node& n) {
         const DataType dt = n.inputs[0]->type.dtype;
-        if (dt != DataType::kFloat16 && dt != DataType::kBFloat16) return false;
-        for (const KernelDef& d : target->kernels().all())
-          if (d.op == "FusedConv" && d.domain == "kiln" && d.half_floats) return true;
-        return false;
+        return dt == DataType::kFloat16 || dt == DataType::kBFloat16;
       };
       KILN_RETURN_IF_ERROR(passes::convert_to_channels_last(*impl->graph, accepts).status());
     }

@@ -11,8 +11,7 @@ set -uo pipefail
 {
   date -u +"%Y-%m-%d %H:%M UTC"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python3 bench/zoo/export.py --models resnet50,mobilenet_v2,bert_base --opsets 17 2>&1 | grep -E "export:|rror" | tail -3
-  save_zoo_inputs
+  prepare_zoo resnet50 mobilenet_v2 bert_base
   for m in resnet50 mobilenet_v2 bert_base; do
     echo "== $m fp16: the build's accuracy report"
     "$bin/kiln" build build/zoo/${m}_op17.onnx -o "$out/$m.kiln" --device cuda --opt-level 2 --precision fp16 2>&1 |

@@ -12,8 +12,7 @@ models="${MODELS:-resnet50 mobilenet_v2 bert_base gpt2}"
 {
   gpu_unit_and_alloc_tests
   echo "== export"
-  python3 bench/zoo/export.py --models "${models// /,}" --opsets 17 2>&1 | grep -E "export:|rror" | tail -8
-  save_zoo_inputs
+  prepare_zoo $models
   for m in $models; do
     f=build/zoo/${m}_op17.onnx
     [ -f "$f" ] || { echo "== $m: not exported"; continue; }

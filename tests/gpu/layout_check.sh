@@ -18,8 +18,7 @@ profile() {  # profile ENGINE ARGS...
 {
   gpu_unit_and_alloc_tests
   all="$cnns $tfs"
-  python3 bench/zoo/export.py --models "${all// /,}" --opsets 17 2>&1 | grep -E "export:|rror" | tail -6
-  save_zoo_inputs
+  prepare_zoo $all
   for m in $cnns; do
     f=build/zoo/${m}_op17.onnx; a1=$(zoo_args $m 1); a64=$(zoo_args $m 64)
     "$bin/kiln" build "$f" -o "$out/${m}32.kiln" --device cuda --opt-level 2 > /dev/null 2>&1

@@ -21,6 +21,14 @@ for name, model in zoo.MODELS.items():
 PY
 }
 
+# Exports the zoo models named (space-separated) at opset 17 with the machine's PyTorch, printing
+# each export's line, then saves the zoo's inputs.
+prepare_zoo() {
+  local models="$*"
+  python3 bench/zoo/export.py --models "${models// /,}" --opsets 17 2>&1 | grep -E "export:|rror"
+  save_zoo_inputs
+}
+
 # The machine, the CUDA unit tests (log in $out/cuda_unit_tests.log: summary and failures printed)
 # and the allocation tests (CPU and CUDA; CUDA runs replay graphs).
 gpu_unit_and_alloc_tests() {

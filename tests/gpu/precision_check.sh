@@ -9,8 +9,7 @@ set -uo pipefail
 models="${MODELS:-resnet50 bert_base}"
 {
   gpu_unit_and_alloc_tests
-  python3 bench/zoo/export.py --models "${models// /,}" --opsets 17 2>&1 | grep -E "export:|rror" | tail -3
-  save_zoo_inputs
+  prepare_zoo $models
   for m in $models; do
     args=$(zoo_args $m 1); args64=$(zoo_args $m 64)
     for p in fp32 tf32 fp16 bf16 best; do

@@ -82,6 +82,33 @@ using Attrs = std::function<void(OneNode&)>;
 
 // Runs `op` on CUDA with `inputs` converted to `dt` where `as_dt[i]` (float inputs), and the CPU kernel
 // on the float32 originals; compares every output.
+// `dev` run by the CUDA backend on `dev_in` and `ref` by the CPU kernels on `ref_in` (undefined
+// tensors are omitted inputs); a failure of either is reported under `label` and leaves ok false.
+struct BothRuns {
+  bool ok = false;
+  std::vector<Tensor> got, want;
+};
+BothRuns run_both(const ir::Node& dev, const std::vector<Tensor>& dev_in, const ir::Node& ref, const std::vector<Tensor>& ref_in,
+                  const std::string& label) {
+  BothRuns r;
+  auto got = run_cuda(dev, dev_in);
+  if (!got.ok()) {
+    ADD_FAILURE() << label << ": " << got.status().to_string();
+    return r;
+  }
+  std::vector<Slot> cpu_in;
+  for (const Tensor& t : ref_in) cpu_in.push_back(t.defined() ? Slot::of(t) : Slot{});
+  auto want = run_node_eager(ref, cpu_in);
+  if (!want.ok()) {
+    ADD_FAILURE() << label << ": " << want.status().to_string();
+    return r;
+  }
+  r.got = std::move(*got);
+  for (const Slot& s : *want) r.want.push_back(s.tensor);
+  r.ok = true;
+  return r;
+}
+
 void compare(const std::string& op, int opset, const std::vector<Tensor>& inputs, const Attrs& attrs, DataType dt,
              const std::string& what, int outputs = 1, std::vector<bool> as_dt = {}) {
   if (as_dt.empty()) as_dt.assign(inputs.size(), true);
@@ -98,18 +125,13 @@ void compare(const std::string& op, int opset, const std::vector<Tensor>& inputs
     attrs(rn);
   }
   const std::string label = op + " " + dtype_name(dt) + " " + what;
-  auto got = run_cuda(*dn.node, dev_in);
-  ASSERT_TRUE(got.ok()) << label << ": " << got.status().to_string();
-  std::vector<Slot> cpu_in;
-  for (const Tensor& t : ref_in) cpu_in.push_back(t.defined() ? Slot::of(t) : Slot{});
-  auto want = run_node_eager(*rn.node, cpu_in);
-  ASSERT_TRUE(want.ok()) << label << ": " << want.status().to_string();
+  const BothRuns r = run_both(*dn.node, dev_in, *rn.node, ref_in, label);
+  if (!r.ok) return;
   const double tol = dt == DataType::kFloat16 ? 4e-3 : dt == DataType::kBFloat16 ? 2e-2 : 2e-5;
   for (int o = 0; o < outputs; ++o) {
-    if (o >= static_cast<int>(got->size()) || !(*got)[o].defined()) continue;
-    const Tensor& w = (*want)[o].tensor;
+    if (o >= static_cast<int>(r.got.size()) || !r.got[o].defined()) continue;
     // Outputs of the reduced type are compared as float against the float32 reference.
-    expect_near((*got)[o], w, tol, tol, label + " output " + std::to_string(o));
+    expect_near(r.got[o], r.want[o], tol, tol, label + " output " + std::to_string(o));
   }
 }
 
@@ -490,14 +512,10 @@ TEST(CudaOps, ChannelsLastFusedConvMatchesCpu) {
       attrs(rn, false);
       const std::string label = std::string("channels-last FusedConv ") + dtype_name(dt) + " " + shape_to_string(c.x) +
                                 " * " + shape_to_string(c.w);
-      auto got = run_cuda(*dn.node, dev_in);
-      ASSERT_TRUE(got.ok()) << label << ": " << got.status().to_string();
-      std::vector<Slot> cpu_in;
-      for (const Tensor& t : ref_in) cpu_in.push_back(t.defined() ? Slot::of(t) : Slot{});
-      auto want = run_node_eager(*rn.node, cpu_in);
-      ASSERT_TRUE(want.ok()) << label << ": " << want.status().to_string();
+      const BothRuns r = run_both(*dn.node, dev_in, *rn.node, ref_in, label);
+      ASSERT_TRUE(r.ok) << label;
       const double tol = dt == kF16 ? 4e-3 : 2e-2;
-      expect_near(permuted((*got)[0], to_nchw), (*want)[0].tensor, tol, tol, label);
+      expect_near(permuted(r.got[0], to_nchw), r.want[0], tol, tol, label);
     }
   }
 }
@@ -529,15 +547,12 @@ TEST(CudaOps, Tf32ConvolutionsAndGemms) {
         rn.set_ints("pads", {1, 1, 1, 1});
       }
       if (tf32) dn.set_int(passes::kTF32Attr, 1);
-      auto got = run_cuda(*dn.node, c.in);
-      ASSERT_TRUE(got.ok()) << c.op << ": " << got.status().to_string();
-      std::vector<Slot> cpu_in;
-      for (const Tensor& t : c.in) cpu_in.push_back(Slot::of(t));
-      auto want = run_node_eager(*rn.node, cpu_in);
-      ASSERT_TRUE(want.ok()) << c.op << ": " << want.status().to_string();
+      const std::string label = std::string(c.op) + (tf32 ? " tf32" : " fp32");
+      const BothRuns r = run_both(*dn.node, c.in, *rn.node, c.in, label);
+      ASSERT_TRUE(r.ok) << label;
       const double tol = tf32 ? 5e-3 : 2e-5;
-      expect_near((*got)[0], (*want)[0].tensor, tol, tol, std::string(c.op) + (tf32 ? " tf32" : " fp32"));
-      results.push_back((*got)[0]);
+      expect_near(r.got[0], r.want[0], tol, tol, label);
+      results.push_back(r.got[0]);
     }
     // The attribute took effect: TF32's rounding shows in the result.
     double diff = 0;

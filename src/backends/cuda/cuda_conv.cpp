@@ -117,8 +117,8 @@ class ConvKernel final : public Kernel {
       return Status::Ok();
     }
     // Asymmetric pads: pad explicitly into the workspace, then convolve without padding.
-    if ((pb[0] != pe[0] || pb[1] != pe[1]) && at_.nhwc) return rc.error("channels_last convolutions take symmetric pads only");
     if (pb[0] != pe[0] || pb[1] != pe[1]) {
+      if (at_.nhwc) return rc.error("channels_last convolutions take symmetric pads only");
       p->h = in[0] + pb[0] + pe[0];
       p->wd = in[1] + pb[1] + pe[1];
       p->pad_t = pb[0];
