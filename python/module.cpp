@@ -343,20 +343,48 @@ py::list shape_list(const kiln::TensorInfo& info) {
   return out;
 }
 
-EnginePtr engine_build(const std::string& path, const std::string& device, int opt_level, bool verbose, const std::string& precision) {
-  const auto opts = build_options(device, opt_level, verbose, precision);
+// Shape profiles from Python: a list of {input name: (min, opt, max)} dicts, each shape a sequence of
+// ints; tune: None (cuda engines tune), True or False; timing_cache: a file path or "".
+void tuning_options(kiln::BuildOptions& o, const py::object& profiles, const py::object& tune, const std::string& timing_cache) {
+  if (!profiles.is_none()) {
+    for (const py::handle& item : profiles) {
+      if (!py::isinstance<py::dict>(item)) throw py::type_error("kiln: each profile is a dict {input name: (min, opt, max)}");
+      kiln::ShapeProfile p;
+      for (const auto& [k, v] : py::reinterpret_borrow<py::dict>(item)) {
+        const std::string name = py::str(k);
+        const auto shapes = py::cast<std::vector<std::vector<int64_t>>>(v);
+        if (shapes.size() != 3) throw py::value_error("kiln: profile entry '" + name + "' needs (min, opt, max) shapes");
+        p.min[name] = shapes[0];
+        p.opt[name] = shapes[1];
+        p.max[name] = shapes[2];
+      }
+      o.profiles.push_back(std::move(p));
+    }
+  }
+  o.tune = tune.is_none() ? -1 : py::cast<bool>(tune) ? 1 : 0;
+  o.timing_cache = timing_cache;
+}
+
+EnginePtr engine_build(const std::string& path, const std::string& device, int opt_level, bool verbose, const std::string& precision,
+                       const py::object& profiles, const py::object& tune, const std::string& timing_cache) {
+  auto opts = build_options(device, opt_level, verbose, precision);
+  tuning_options(opts, profiles, tune, timing_cache);
   return unwrap(without_gil([&] { return kiln::Engine::build(path, opts); }));
 }
 
 EnginePtr engine_build_from_bytes(const py::bytes& data, const std::string& device, int opt_level, bool verbose,
-                                  const std::string& base_dir, const std::string& precision) {
-  const auto opts = build_options(device, opt_level, verbose, precision);
+                                  const std::string& base_dir, const std::string& precision, const py::object& profiles,
+                                  const py::object& tune, const std::string& timing_cache) {
+  auto opts = build_options(device, opt_level, verbose, precision);
+  tuning_options(opts, profiles, tune, timing_cache);
   const std::string bytes = data;
   return unwrap(without_gil([&] { return kiln::Engine::build_from_bytes(bytes, opts, base_dir); }));
 }
 
-EnginePtr engine_open(const std::string& path, const std::string& device, int opt_level, bool verbose, const std::string& precision) {
-  const auto opts = build_options(device, opt_level, verbose, precision);
+EnginePtr engine_open(const std::string& path, const std::string& device, int opt_level, bool verbose, const std::string& precision,
+                      const py::object& profiles, const py::object& tune, const std::string& timing_cache) {
+  auto opts = build_options(device, opt_level, verbose, precision);
+  tuning_options(opts, profiles, tune, timing_cache);
   return unwrap(without_gil([&] { return kiln::Engine::open(path, opts); }));
 }
 
@@ -428,19 +456,38 @@ PYBIND11_MODULE(_kiln, m) {
       .def("set_cuda_graphs", [](Context& c, bool on) { c.ctx->set_cuda_graphs(on); }, py::arg("enabled"),
            "CUDA graphs from the second run of each input-shape signature (on by default).")
       .def_property_readonly("cuda_graphs", [](const Context& c) { return c.ctx->cuda_graphs(); },
-                             "CUDA graphs captured so far.");
+                             "CUDA graphs captured so far.")
+      .def_property_readonly("active_profile", [](const Context& c) { return c.ctx->active_profile(); },
+                             "The shape profile of the last run's input shapes.");
 
   py::class_<kiln::Engine, EnginePtr>(m, "Engine")
       .def_static("build", &engine_build, py::arg("path"), py::arg("device") = "cpu", py::arg("opt_level") = 1,
-                  py::arg("verbose") = false, py::arg("precision") = "fp32",
-                  "Imports, optimizes and lowers an .onnx file. precision: fp32, or fp16/bf16 for cuda.")
+                  py::arg("verbose") = false, py::arg("precision") = "fp32", py::arg("profiles") = py::none(),
+                  py::arg("tune") = py::none(), py::arg("timing_cache") = "",
+                  "Imports, optimizes and lowers an .onnx file. precision: fp32, or fp16/bf16 for cuda. profiles: a "
+                  "list of {input: (min, opt, max)} shape ranges; tune: time each layer's tactics (default: cuda "
+                  "engines); timing_cache: a file of measured tactic times to reuse and extend.")
       .def_static("build_from_bytes", &engine_build_from_bytes, py::arg("data"), py::arg("device") = "cpu",
                   py::arg("opt_level") = 1, py::arg("verbose") = false, py::arg("base_dir") = "",
-                  py::arg("precision") = "fp32",
+                  py::arg("precision") = "fp32", py::arg("profiles") = py::none(), py::arg("tune") = py::none(),
+                  py::arg("timing_cache") = "",
                   "Same as build() from serialized ModelProto bytes; external data resolves under base_dir.")
       .def_static("open", &engine_open, py::arg("path"), py::arg("device") = "cpu", py::arg("opt_level") = 1,
-                  py::arg("verbose") = false, py::arg("precision") = "fp32",
+                  py::arg("verbose") = false, py::arg("precision") = "fp32", py::arg("profiles") = py::none(),
+                  py::arg("tune") = py::none(), py::arg("timing_cache") = "",
                   "Builds an .onnx file or loads an engine file (by its magic).")
+      .def_property_readonly("profiles",
+                             [](const kiln::Engine& e) {
+                               py::list out;
+                               for (const kiln::ShapeProfile& p : e.profiles()) {
+                                 py::dict d;
+                                 for (const auto& [name, opt] : p.opt)
+                                   d[py::str(name)] = py::make_tuple(p.min.at(name), opt, p.max.at(name));
+                                 out.append(d);
+                               }
+                               return out;
+                             },
+                             "The engine's shape profiles: a list of {input: (min, opt, max)}.")
       .def_static("load", &engine_load, py::arg("path"), "Loads an engine file written by save().")
       .def_static("load_from_bytes", &engine_load_from_bytes, py::arg("data"))
       .def("save", [](const kiln::Engine& e, const std::string& path) { check(e.save(path)); }, py::arg("path"))

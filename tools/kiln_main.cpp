@@ -12,7 +12,10 @@
 #include <filesystem>
 #include <iostream>
 #include <new>
+#include <map>
+#include <memory>
 #include <random>
+#include <functional>
 #include <set>
 #include <system_error>
 
@@ -173,7 +176,99 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// `kiln inspect` on an engine file: what it was built for, its shape profiles, and per step the
+// kernel and the tactic the tuner chose.
+int inspect_engine(const std::string& path) {
+  auto e = kiln::Engine::load(path);
+  if (!e.ok()) return fail(e.status());
+  std::printf("engine: %s\n", path.c_str());
+  for (const auto& [k, v] : (*e)->metadata()) std::printf("  %s: %s\n", k.c_str(), v.c_str());
+  const auto& profiles = (*e)->profiles();
+  std::printf("shape profiles: %zu%s\n", profiles.size(), profiles.empty() ? " (the declared shapes)" : "");
+  for (size_t p = 0; p < profiles.size(); ++p) {
+    std::printf("  profile %zu:\n", p);
+    for (const auto& [name, opt] : profiles[p].opt) {
+      auto dims = [](const std::vector<int64_t>& d) {
+        std::string s;
+        for (size_t i = 0; i < d.size(); ++i) s += (i ? "x" : "") + std::to_string(d[i]);
+        return s;
+      };
+      std::printf("    %s: min %s opt %s max %s\n", name.c_str(), dims(profiles[p].min.at(name)).c_str(), dims(opt).c_str(),
+                  dims(profiles[p].max.at(name)).c_str());
+    }
+  }
+  std::printf("plan (kernel, and the tuner's tactic per profile where it chose one):\n%s", (*e)->placement_report().c_str());
+  return 0;
+}
+
+bool is_engine_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return false;
+  char head[8] = {};
+  const size_t n = std::fread(head, 1, 8, f);
+  std::fclose(f);
+  return n == 8 && std::memcmp(head + 4, "KILN", 4) == 0;
+}
+
+// "name:1x3x224x224,mask:1x128" (trtexec's form) into `out`; false with `why` when malformed.
+bool parse_shapes(const std::string& spec, std::map<std::string, std::vector<int64_t>>& out, std::string& why) {
+  size_t b = 0;
+  while (b <= spec.size()) {
+    size_t e = spec.find(',', b);
+    if (e == std::string::npos) e = spec.size();
+    const std::string item = spec.substr(b, e - b);
+    const size_t colon = item.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == item.size()) {
+      why = "'" + item + "' is not name:dims (dims like 1x3x224x224)";
+      return false;
+    }
+    std::vector<int64_t> dims;
+    const std::string d = item.substr(colon + 1);
+    size_t k = 0;
+    while (k <= d.size()) {
+      size_t x = d.find('x', k);
+      if (x == std::string::npos) x = d.size();
+      const std::string num = d.substr(k, x - k);
+      if (num.empty() || num.size() > 18 || num.find_first_not_of("0123456789") != std::string::npos) {
+        why = "'" + item + "': dims must be non-negative integers separated by 'x'";
+        return false;
+      }
+      dims.push_back(std::stoll(num));
+      k = x + 1;
+    }
+    out[item.substr(0, colon)] = dims;
+    b = e + 1;
+  }
+  return true;
+}
+
+// Build progress on stderr: one line rewritten in place on a terminal, plain lines otherwise (for
+// tuning, one every tenth of the layers).
+std::function<void(const kiln::BuildProgress&)> progress_printer() {
+  const bool tty = isatty(2);
+  auto last_tenth = std::make_shared<int>(-1);
+  return [tty, last_tenth](const kiln::BuildProgress& p) {
+    if (p.stage == "tune" && p.total > 0) {
+      const double eta = p.done > 0 ? p.seconds / p.done * (p.total - p.done) : 0;  // rough: time so far includes earlier stages
+      if (tty) {
+        std::fprintf(stderr, "\r\033[K[%6.1fs] tune %d/%d %s (eta %.0fs)", p.seconds, p.done, p.total, p.detail.c_str(), eta);
+      } else if (p.done * 10 / p.total != *last_tenth) {
+        *last_tenth = p.done * 10 / p.total;
+        std::fprintf(stderr, "[%6.1fs] tune %d/%d %s\n", p.seconds, p.done, p.total, p.detail.c_str());
+      }
+      return;
+    }
+    if (tty) std::fprintf(stderr, "\r\033[K");
+    if (p.stage == "done") {
+      std::fprintf(stderr, "[%6.1fs] built\n", p.seconds);
+      return;
+    }
+    std::fprintf(stderr, tty ? "[%6.1fs] %s" : "[%6.1fs] %s\n", p.seconds, p.stage.c_str());
+  };
+}
+
 int run_inspect(const std::string& path, int level, bool verbose) {
+  if (is_engine_file(path)) return inspect_engine(path);
   auto r = kiln::inspect_model(path, level);
   if (!r.ok()) return fail(r.status());
   std::printf("model: %s\nopt level: %d\nnodes: %d before, %d after\npasses (rewrites):\n", path.c_str(), r->opt_level,
@@ -231,12 +326,37 @@ static int kiln_main(int argc, char** argv) {
   build->add_flag("--no-accuracy-check", build_no_check,
                   "skip running a reduced-precision engine against a float32 engine after the build");
   build->add_option("--accuracy-rtol", build_check_rtol, "relative L2 above which the accuracy check flags an output");
+  bool build_tune = false, build_no_tune = false, build_quiet = false;
+  std::string timing_cache, shapes_spec;
+  std::vector<std::string> min_shapes, opt_shapes, max_shapes;
+  double tune_layer_seconds = 2.0;
+  build->add_flag("--tune", build_tune, "time every layer's candidate kernels (tactics) on the device and keep the fastest "
+                                        "(default for cuda engines)");
+  build->add_flag("--no-tune", build_no_tune, "no tuning: every kernel runs its own choice");
+  build->add_option("--timing-cache", timing_cache, "read measured tactic times from FILE and add this build's to it");
+  build->add_option("--tune-layer-seconds", tune_layer_seconds, "time limit for tuning one layer")->check(CLI::PositiveNumber);
+  build->add_option("--shapes", shapes_spec, "fixed input shapes, e.g. input:1x3x224x224,mask:1x128 (one profile, min = opt = max)");
+  build->add_option("--min-shapes", min_shapes, "smallest input shapes of a profile (repeat --min/--opt/--max-shapes for more profiles)");
+  build->add_option("--opt-shapes", opt_shapes, "the shapes a profile is tuned for");
+  build->add_option("--max-shapes", max_shapes, "largest input shapes of a profile");
+  build->add_flag("-q,--quiet", build_quiet, "no progress lines");
   std::string build_precision = "fp32", run_precision = "fp32", cmp_precision_a = "fp32", cmp_precision_b = "fp32";
   const auto precisions = CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "best"});
   build->add_option("--precision", build_precision,
                     "fp32, or for cuda engines tf32 (TF32 tensor cores for float32 convolutions/GEMMs), fp16/bf16 "
                     "(float32 accumulation; inputs and outputs keep their dtypes) or best (fp16 + tf32)")
       ->check(precisions);
+
+  // cache
+  auto* cache = app.add_subcommand("cache", "Timing caches: merge several into one, or describe one");
+  cache->require_subcommand(1);
+  std::vector<std::string> merge_inputs;
+  std::string merge_out, cache_info_path;
+  auto* cache_merge = cache->add_subcommand("merge", "Merge timing caches of one device (the fastest time of each tactic)");
+  cache_merge->add_option("caches", merge_inputs, "timing cache files")->required();
+  cache_merge->add_option("-o,--output", merge_out, "the merged cache")->required();
+  auto* cache_info = cache->add_subcommand("info", "Show a timing cache's device and size");
+  cache_info->add_option("cache", cache_info_path, "timing cache file")->required();
 
   // run / bench share their options
   std::string run_path, run_device = "cpu", out_dir;
@@ -265,7 +385,7 @@ static int kiln_main(int argc, char** argv) {
   int inspect_level = 2;
   bool inspect_verbose = false;
   auto* inspect = app.add_subcommand("inspect", "Show what the optimizer does to a model: rewrites per pass, node counts, near misses");
-  inspect->add_option("model", inspect_path, "model.onnx")->required();
+  inspect->add_option("model", inspect_path, "model.onnx, or an engine file (its plan and chosen tactics)")->required();
   inspect->add_option("--opt-level", inspect_level, "0 none, 1 folding/cleanup, 2 + fusions, 3 + aggressive")->check(CLI::Range(0, 3));
   inspect->add_flag("-v,--verbose", inspect_verbose, "list every rewrite and every near miss (partial match) with its reason");
 
@@ -316,6 +436,20 @@ static int kiln_main(int argc, char** argv) {
   if (max_tensor_bytes) kiln::set_max_tensor_bytes(max_tensor_bytes);
 
   if (*inspect) return run_inspect(inspect_path, inspect_level, inspect_verbose);
+
+  if (*cache_merge) {
+    if (kiln::Status st = kiln::merge_timing_caches(merge_inputs, merge_out); !st.ok()) return fail(st);
+    auto d = kiln::describe_timing_cache(merge_out);
+    if (!d.ok()) return fail(d.status());
+    std::printf("merged %zu caches -> %s\n%s", merge_inputs.size(), merge_out.c_str(), d->c_str());
+    return 0;
+  }
+  if (*cache_info) {
+    auto d = kiln::describe_timing_cache(cache_info_path);
+    if (!d.ok()) return fail(d.status());
+    std::printf("%s", d->c_str());
+    return 0;
+  }
 
   if (*conform) {
     conform_opts.build.device = parse_device(conform_device);
@@ -388,6 +522,37 @@ static int kiln_main(int argc, char** argv) {
     o.precision = parse_precision(build_precision);
     o.opt_level = opt_level;
     o.verbose = verbose;
+    o.tune = build_no_tune ? 0 : build_tune ? 1 : -1;
+    o.timing_cache = timing_cache;
+    o.tune_layer_seconds = tune_layer_seconds;
+    if (!build_quiet) o.progress = progress_printer();
+    std::string why;
+    if (!shapes_spec.empty()) {
+      if (!min_shapes.empty() || !opt_shapes.empty() || !max_shapes.empty())
+        return fail(kiln::invalid_argument("give either --shapes or --min/--opt/--max-shapes"));
+      kiln::ShapeProfile p;
+      if (!parse_shapes(shapes_spec, p.opt, why)) return fail(kiln::invalid_argument("--shapes: " + why));
+      p.min = p.max = p.opt;
+      o.profiles.push_back(p);
+    }
+    if (min_shapes.size() != opt_shapes.size() || max_shapes.size() != opt_shapes.size())
+      return fail(kiln::invalid_argument("each profile needs --min-shapes, --opt-shapes and --max-shapes (got " +
+                                         std::to_string(min_shapes.size()) + ", " + std::to_string(opt_shapes.size()) + ", " +
+                                         std::to_string(max_shapes.size()) + ")"));
+    for (size_t k = 0; k < opt_shapes.size(); ++k) {
+      kiln::ShapeProfile p;
+      if (!parse_shapes(min_shapes[k], p.min, why) || !parse_shapes(opt_shapes[k], p.opt, why) ||
+          !parse_shapes(max_shapes[k], p.max, why))
+        return fail(kiln::invalid_argument("profile " + std::to_string(k) + ": " + why));
+      for (const auto* m : {&p.min, &p.max})
+        for (const auto& [name, dims] : *m)
+          if (!p.opt.count(name))
+            return fail(kiln::invalid_argument("profile " + std::to_string(k) + ": '" + name + "' has min/max shapes but no opt shape"));
+      for (const auto& [name, dims] : p.opt)
+        if (!p.min.count(name) || !p.max.count(name))
+          return fail(kiln::invalid_argument("profile " + std::to_string(k) + ": '" + name + "' needs min, opt and max shapes"));
+      o.profiles.push_back(p);
+    }
     if (build_out.empty()) build_out = std::filesystem::path(build_path).replace_extension(".kiln").string();
     const auto t0 = std::chrono::steady_clock::now();
     auto e = kiln::Engine::build(build_path, o);
@@ -402,6 +567,9 @@ static int kiln_main(int argc, char** argv) {
       kiln::BuildOptions o32 = o;
       o32.precision = kiln::Precision::kFloat32;
       o32.verbose = false;
+      o32.tune = 0;
+      o32.timing_cache.clear();
+      o32.progress = nullptr;
       auto check = [&]() -> kiln::Status {
         KILN_ASSIGN_OR_RETURN(auto ref, kiln::Engine::build(build_path, o32));
         KILN_ASSIGN_OR_RETURN(auto feed, load_inputs(*ref, Inputs{}));

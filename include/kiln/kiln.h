@@ -10,6 +10,7 @@
 // time; create one context per thread to run concurrently.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -59,11 +60,40 @@ struct TensorInfo {
 // statistics. kBest: float16 where the GPU has a half kernel, TF32 for the float32 rest.
 enum class Precision : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kTF32 = 3, kBest = 4 };
 
+// A range of input shapes an engine accepts (TensorRT's optimization profile): per named input, the
+// smallest, the typical and the largest dims. The builder tunes each profile at its `opt` shapes; a
+// context runs a shape inside some profile's [min, max] (the first that holds it) with that profile's
+// tactics, and refuses one outside every profile. Inputs a profile does not name keep their declared
+// dims (dynamic dims tuned at 1).
+struct ShapeProfile {
+  std::map<std::string, std::vector<int64_t>> min, opt, max;
+};
+
+// What the builder reports while it works (BuildOptions::progress): `stage` is "import", "optimize",
+// "lower", "tune" or "done"; for "tune", `done` of `total` layers are tuned and `detail` names the
+// layer; `seconds` is the time since the build started.
+struct BuildProgress {
+  std::string stage;
+  int done = 0, total = 0;
+  std::string detail;
+  double seconds = 0;
+};
+
 struct BuildOptions {
   DeviceType device = DeviceType::kCPU;
   Precision precision = Precision::kFloat32;
   int opt_level = 1;          // 0: none; 1: folding and cleanup; 2: + fusions (kiln's fused kernels); 3: + aggressive
-  bool verbose = false;       // log each planning decision to stderr
+  bool verbose = false;       // log each planning decision (and each tuned layer's candidates) to stderr
+  std::vector<ShapeProfile> profiles;  // empty: one profile, the declared shapes (dynamic dims 1 to any)
+  // Auto-tuning: time each layer's candidate tactics on the device, keep the fastest that computes
+  // the same result. -1: tune CUDA engines, not CPU ones; 0: never; 1: always.
+  int tune = -1;
+  double tune_layer_seconds = 2.0;  // time limit per layer (candidates not reached are skipped)
+  // A timing cache file: read before tuning (layers found in it are not timed again) and written
+  // after, with this build's measurements added. A corrupt file, or one written for another device or
+  // kiln version, is ignored with a warning (and a foreign one is not overwritten).
+  std::string timing_cache;
+  std::function<void(const BuildProgress&)> progress;  // called from the building thread
 };
 
 class ExecutionContext;
@@ -88,6 +118,8 @@ class Engine {
 
   const std::vector<TensorInfo>& inputs() const;
   const std::vector<TensorInfo>& outputs() const;
+  // The shape profiles it was built with (empty: the declared shapes).
+  const std::vector<ShapeProfile>& profiles() const;
   DeviceType device() const;
   // One line per step: which kernel runs which node on which device (and why it fell back).
   std::string placement_report() const;
@@ -144,6 +176,8 @@ class ExecutionContext {
   // Captured graphs over the signatures this context has planned (tests and `kiln bench` report it).
   size_t cuda_graphs() const;
   size_t planned_signatures() const;
+  // The shape profile of the last run's input shapes (0 when the engine has none).
+  int active_profile() const;
   size_t arena_bytes(DeviceType device) const;
 
   struct Impl;
@@ -189,6 +223,13 @@ struct OptimizationReport {
 };
 // Imports the model and runs the optimizer at `opt_level` (no lowering, no kernels created).
 Expected<OptimizationReport> inspect_model(const std::string& onnx_path, int opt_level);
+
+// ---- Timing caches (BuildOptions::timing_cache)
+// Merges timing caches written on one device by one kiln version into `out` (for each layer and
+// tactic the fastest time measured); refuses files that are corrupt or from different devices.
+Status merge_timing_caches(const std::vector<std::string>& inputs, const std::string& out);
+// A description of a timing cache: its device line and layer count (what `kiln cache info` prints).
+Expected<std::string> describe_timing_cache(const std::string& path);
 
 // Reads/writes .npy files (used by the CLI; exposed because it is handy).
 Expected<Tensor> read_npy(const std::string& path);

@@ -163,6 +163,55 @@ def _cuda_settings(options: dict) -> tuple[str, bool | None]:
     return precision, None if graphs is None else _truthy(graphs)
 
 
+def _trt_shapes(spec: str) -> list[tuple[str, list[int]]]:
+    items = []
+    for item in filter(None, (x.strip() for x in str(spec).split(","))):
+        name, sep, dims = item.rpartition(":")
+        if not sep or not name or not dims:
+            raise ValueError(f"shape {item!r}: expected name:dims like input:1x3x224x224")
+        try:
+            items.append((name, [int(d) for d in dims.split("x")]))
+        except ValueError:
+            raise ValueError(f"shape {item!r}: dims must be integers separated by 'x'") from None
+    return items
+
+
+def _build_settings(options: dict) -> dict:
+    """Shape profiles and tuning from provider options, spelled as ONNX Runtime's TensorRT provider spells them:
+    trt_profile_min_shapes / trt_profile_opt_shapes / trt_profile_max_shapes ("in:1x3x224x224,mask:1x128"; an input
+    named again starts the next profile), trt_timing_cache_enable and trt_timing_cache_path (a file, or a folder that
+    gets kiln_timing_cache.txt); "tune" (True/False) forces tuning on or off."""
+    out: dict = {}
+    keys = ("trt_profile_min_shapes", "trt_profile_opt_shapes", "trt_profile_max_shapes")
+    given = [k for k in keys if options.get(k)]
+    if given:
+        if len(given) != 3:
+            raise ValueError("shape profiles need trt_profile_min_shapes, trt_profile_opt_shapes and trt_profile_max_shapes")
+        parsed = [_trt_shapes(options[k]) for k in keys]
+        profiles: list[dict] = []
+        for which, items in enumerate(parsed):
+            seen: dict[str, int] = {}
+            for name, dims in items:
+                index = seen.get(name, 0)
+                seen[name] = index + 1
+                while len(profiles) <= index:
+                    profiles.append({})
+                profiles[index].setdefault(name, [None, None, None])[which] = dims
+        for p in profiles:
+            for name, triple in p.items():
+                if any(t is None for t in triple):
+                    raise ValueError(f"shape profile input {name!r} needs min, opt and max shapes")
+                p[name] = tuple(triple)
+        out["profiles"] = profiles
+    if "tune" in options:
+        out["tune"] = _truthy(options["tune"])
+    path = options.get("trt_timing_cache_path")
+    if path and _truthy(options.get("trt_timing_cache_enable", True)):
+        path = os.fspath(path)
+        out["timing_cache"] = os.path.join(path, "kiln_timing_cache.txt") if os.path.isdir(path) else path
+    return out
+
+
 # ---- Threads
 
 
@@ -257,17 +306,17 @@ def _normalize_feed(infos: Sequence[TensorInfo], feed: dict[str, Any]) -> dict[s
     return out
 
 
-def _open_engine(path_or_bytes: Any, device: str, opt_level: int, precision: str = "fp32") -> Engine:
+def _open_engine(path_or_bytes: Any, device: str, opt_level: int, precision: str = "fp32", **build: Any) -> Engine:
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         data = bytes(path_or_bytes)
         if data[4:8] == _ENGINE_MAGIC:
             return Engine.load_from_bytes(data)
-        return Engine.build_from_bytes(data, device=device, opt_level=opt_level, precision=precision)
+        return Engine.build_from_bytes(data, device=device, opt_level=opt_level, precision=precision, **build)
     if isinstance(path_or_bytes, (str, os.PathLike)):
-        return Engine.open(os.fspath(path_or_bytes), device=device, opt_level=opt_level, precision=precision)
+        return Engine.open(os.fspath(path_or_bytes), device=device, opt_level=opt_level, precision=precision, **build)
     if hasattr(path_or_bytes, "SerializeToString"):  # an onnx.ModelProto
         return Engine.build_from_bytes(path_or_bytes.SerializeToString(), device=device, opt_level=opt_level,
-                                         precision=precision)
+                                         precision=precision, **build)
     raise TypeError(f"InferenceSession expects a path, bytes or ModelProto, got {type(path_or_bytes).__name__}")
 
 
@@ -277,7 +326,8 @@ class InferenceSession:
     providers: names or (name, options) tuples; CUDA is used when CUDAExecutionProvider comes first
     and CUDA is usable, else the CPU. Unknown names raise ValueError. CUDA options kiln reads:
     "precision" ("fp32", "tf32", "fp16", "bf16", "best"; TensorRT's "trt_fp16_enable"/"trt_bf16_enable" too) and
-    "enable_cuda_graph" (kiln replays CUDA graphs by default; False turns them off). A session may be run from
+    "enable_cuda_graph" (kiln replays CUDA graphs by default; False turns them off), and shape profiles, tuning and
+    the timing cache as TensorRT's provider names them (see _build_settings). A session may be run from
     several threads at once (each concurrent run gets its own execution context).
     """
 
@@ -300,8 +350,10 @@ class InferenceSession:
         self._threads = int(self._sess_options.intra_op_num_threads or 0)
         set_num_threads(self._threads)
 
-        precision, self._cuda_graphs = _cuda_settings(_cuda_provider_options(providers, provider_options))
-        self._engine = _open_engine(path_or_bytes, device, opt_level, precision if device == "cuda" else "fp32")
+        cuda_options = _cuda_provider_options(providers, provider_options)
+        precision, self._cuda_graphs = _cuda_settings(cuda_options)
+        self._engine = _open_engine(path_or_bytes, device, opt_level, precision if device == "cuda" else "fp32",
+                                    **_build_settings(cuda_options))
         self._providers = [CUDA_PROVIDER, CPU_PROVIDER] if self._engine.device == "cuda" else [CPU_PROVIDER]
         self._inputs = list(self._engine.inputs)
         self._outputs = list(self._engine.outputs)

@@ -30,7 +30,7 @@ inline std::shared_ptr<ir::Node> inner_node(const ir::Node& n, const std::string
 
 // The inner kernel's reshape as the fused node's: same output, workspace and per-shape state.
 inline Status reshape_inner(const ir::Node& inner, const Kernel& kernel, ReshapeContext& rc) {
-  ReshapeContext ir{inner, {}, {}, rc.device_state, 0, nullptr};
+  ReshapeContext ir{inner, {}, {}, rc.device_state, 0, nullptr, rc.tactic};
   ir.in.assign(rc.in.begin(), rc.in.begin() + std::min(rc.in.size(), inner.inputs.size()));
   ir.out.resize(1);
   KILN_RETURN_IF_ERROR(kernel.reshape(ir));
@@ -38,6 +38,14 @@ inline Status reshape_inner(const ir::Node& inner, const Kernel& kernel, Reshape
   rc.workspace_bytes = ir.workspace_bytes;
   rc.state = std::move(ir.state);
   return Status::Ok();
+}
+
+// The inner kernel's tactics for the fused node's shapes (a fused op tunes as its inner op does).
+inline std::vector<std::string> inner_tactics(const ir::Node& inner, const Kernel& kernel, const ReshapeContext& rc) {
+  ReshapeContext ir{inner, {}, {}, rc.device_state, 0, nullptr, {}};
+  ir.in.assign(rc.in.begin(), rc.in.begin() + std::min(rc.in.size(), inner.inputs.size()));
+  ir.out.resize(1);
+  return kernel.tactics(ir);
 }
 
 // Runs an inner kernel with the fused node's inputs and output 0.

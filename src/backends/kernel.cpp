@@ -3,11 +3,13 @@
 namespace kiln {
 
 Status Kernel::reshape(ReshapeContext&) const { return unsupported("kernel plans through its op's shape function"); }
+std::vector<std::string> Kernel::tactics(const ReshapeContext&) const { return {}; }
 
 Status AdHocShapes::prepare(const Kernel& k, const KernelContext& ctx,
-                            const std::function<Expected<std::shared_ptr<Storage>>(size_t)>& alloc) {
+                            const std::function<Expected<std::shared_ptr<Storage>>(size_t)>& alloc,
+                            const std::string& tactic) {
   if (!k.has_reshape()) return Status::Ok();
-  ReshapeContext rc{ctx.node(), {}, {}, nullptr, 0, nullptr};
+  ReshapeContext rc{ctx.node(), {}, {}, nullptr, 0, nullptr, tactic};
   rc.in.resize(static_cast<size_t>(ctx.num_inputs()));
   for (int i = 0; i < ctx.num_inputs(); ++i) {
     if (!ctx.has_input(i) || ctx.input_slot(i).kind != Slot::Kind::kTensor) continue;

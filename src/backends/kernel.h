@@ -1,7 +1,9 @@
 // backends/kernel.h — the kernel contract: what a kernel sees, and how backends register kernels as data.
 //
 // A kernel goes through four phases (docs/ARCHITECTURE.md, "The kernel contract"):
-//   tactics()  — the candidate implementations it offers (most offer one);
+//   tactics()  — host only, per input-shape signature: the candidate implementations it offers for
+//                those shapes (most offer none: one way to run); the builder's tuner times them and
+//                the plan records the fastest per shape profile (Step::tactics);
 //   prepare    — its factory (KernelDef::create): once per engine, parses the node's parameters,
 //                packs/converts weights, creates library handles; the kernel object is immutable after;
 //   reshape()  — host only, once per input-shape signature of a context: output shapes, workspace
@@ -98,19 +100,18 @@ struct ReshapeContext {
   void* device_state = nullptr;                 // the context's device state (CUDA: stream, handles)
   size_t workspace_bytes = 0;                   // to fill: scratch memory run() needs
   std::shared_ptr<void> state;                  // to fill (optional): per-shape state for run()
+  // The tactic to plan: one of the names tactics() offered for these shapes, chosen by the tuner; empty
+  // (or a name the kernel does not offer for these shapes) means the kernel's own choice.
+  std::string tactic;
   Status error(const std::string& what) const { return invalid_argument(node.describe() + ": " + what); }
-};
-
-// A candidate implementation of a kernel, for the tuner: its name is part of the kernel's variant
-// name ("cuda.Conv.f32.cudnn" + "/algo3").
-struct Tactic {
-  std::string name;
 };
 
 class Kernel {
  public:
   virtual ~Kernel() = default;
-  virtual std::vector<Tactic> tactics() const { return {Tactic{"default"}}; }
+  // Host only: the tactics reshape() accepts for these input shapes (ctx.in filled; nothing else read),
+  // as short stable names ("algo1", "heur2", "im2col"). Fewer than two: nothing to tune.
+  virtual std::vector<std::string> tactics(const ReshapeContext& ctx) const;
   // True when the kernel implements reshape(); otherwise its op's shape function plans it.
   virtual bool has_reshape() const { return false; }
   // Host only (may call library planning functions, never launches work on the data).
@@ -139,7 +140,7 @@ struct AdHocShapes {
   std::shared_ptr<Storage> workspace;
   // `alloc` makes workspace memory on the kernel's device.
   Status prepare(const Kernel& k, const KernelContext& ctx,
-                 const std::function<Expected<std::shared_ptr<Storage>>(size_t)>& alloc);
+                 const std::function<Expected<std::shared_ptr<Storage>>(size_t)>& alloc, const std::string& tactic = {});
   void* workspace_ptr() const { return workspace ? workspace->data : nullptr; }
 };
 

@@ -15,18 +15,25 @@ class StagedKernel final : public Kernel {
  public:
   using ReshapeFn = std::function<Status(ReshapeContext&)>;
   using RunFn = std::function<Status(KernelContext&)>;
-  StagedKernel(ReshapeFn reshape, RunFn run) : reshape_(std::move(reshape)), run_(std::move(run)) {}
+  using TacticsFn = std::function<std::vector<std::string>(const ReshapeContext&)>;
+  StagedKernel(ReshapeFn reshape, RunFn run, TacticsFn tactics = nullptr)
+      : reshape_(std::move(reshape)), run_(std::move(run)), tactics_(std::move(tactics)) {}
   bool has_reshape() const override { return true; }
   Status reshape(ReshapeContext& ctx) const override { return reshape_(ctx); }
   Status run(KernelContext& ctx) const override { return run_(ctx); }
+  std::vector<std::string> tactics(const ReshapeContext& ctx) const override {
+    return tactics_ ? tactics_(ctx) : std::vector<std::string>{};
+  }
 
  private:
   ReshapeFn reshape_;
   RunFn run_;
+  TacticsFn tactics_;
 };
 
-inline Expected<KernelPtr> make_staged(StagedKernel::ReshapeFn reshape, StagedKernel::RunFn run) {
-  return KernelPtr(new StagedKernel(std::move(reshape), std::move(run)));
+inline Expected<KernelPtr> make_staged(StagedKernel::ReshapeFn reshape, StagedKernel::RunFn run,
+                                       StagedKernel::TacticsFn tactics = nullptr) {
+  return KernelPtr(new StagedKernel(std::move(reshape), std::move(run), std::move(tactics)));
 }
 
 // The per-shape state reshape() stored, typed.

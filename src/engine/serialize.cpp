@@ -125,10 +125,12 @@ Offset<fb::PlanDesc> write_plan(Writer& w, const ir::Graph& g, const CompiledGra
   for (const Step& s : plan.steps) {
     const int node = s.node ? node_index.at(s.node) : -1;
     steps.push_back(fb::CreatePlanStep(b, static_cast<int8_t>(s.kind == Step::Kind::kCopy ? 1 : 0), node,
-                                       b.CreateString(s.kernel_name), b.CreateString(s.tactic),
+                                       b.CreateString(s.kernel_name), 0,
                                        static_cast<int8_t>(s.backend->device().type), b.CreateVector(s.in),
                                        b.CreateVector(s.out), b.CreateVector(s.implicit_in), b.CreateVector(s.release),
-                                       s.data_dependent, s.sync_after));
+                                       s.data_dependent, s.sync_after,
+                                       s.tactics.empty() ? 0 : b.CreateVectorOfStrings(s.tactics),
+                                       s.tactic_ms.empty() ? 0 : b.CreateVector(s.tactic_ms)));
   }
   std::vector<Offset<fb::NameIndex>> names;
   for (const auto& [name, i] : plan.by_name) names.push_back(fb::CreateNameIndex(b, b.CreateString(name), i));
@@ -375,7 +377,12 @@ Expected<std::shared_ptr<CompiledGraph>> read_plan(const fb::PlanDesc* pd, std::
     if (ps->device() != 0 && ps->device() != 1) return bad("invalid step device");
     KILN_ASSIGN_OR_RETURN(s.backend, backend_for(static_cast<DeviceType>(ps->device())));
     s.kernel_name = ps->kernel() ? ps->kernel()->str() : "";
-    s.tactic = ps->tactic() ? ps->tactic()->str() : "default";
+    for (size_t t = 0; t < vsize(ps->tactics()); ++t) {
+      const auto* name = ps->tactics()->Get(static_cast<flatbuffers::uoffset_t>(t));
+      s.tactics.push_back(name ? name->str() : std::string());
+      if (s.tactics.back().size() > 256) return bad("step " + std::to_string(k) + ": tactic name too long");
+    }
+    for (size_t t = 0; t < vsize(ps->tactic_ms()); ++t) s.tactic_ms.push_back(ps->tactic_ms()->Get(static_cast<flatbuffers::uoffset_t>(t)));
     KILN_RETURN_IF_ERROR(index_list(ps->inputs(), s.in, s.kind == Step::Kind::kKernel));
     KILN_RETURN_IF_ERROR(index_list(ps->outputs(), s.out, s.kind == Step::Kind::kKernel));
     KILN_RETURN_IF_ERROR(index_list(ps->implicit_inputs(), s.implicit_in, false));
@@ -484,7 +491,16 @@ Expected<std::string> serialize_engine(const Engine::Impl& impl) {
   std::vector<Offset<fb::Meta>> meta;
   for (const auto& [k, v] : impl.meta) meta.push_back(fb::CreateMeta(w.b, w.b.CreateString(k), w.b.CreateString(v)));
   auto mv = w.b.CreateVector(meta);
-  auto root = fb::CreateEngineFile(w.b, kEngineFormatVersion, mv, graph, plan);
+  std::vector<Offset<fb::ProfileDesc>> profiles;
+  for (const ShapeProfile& p : impl.options.profiles) {
+    std::vector<Offset<fb::ProfileDim>> dims;
+    for (const auto& [name, opt] : p.opt)
+      dims.push_back(fb::CreateProfileDim(w.b, w.b.CreateString(name), w.b.CreateVector(p.min.at(name)), w.b.CreateVector(opt),
+                                          w.b.CreateVector(p.max.at(name))));
+    profiles.push_back(fb::CreateProfileDesc(w.b, w.b.CreateVector(dims)));
+  }
+  auto pv = profiles.empty() ? 0 : w.b.CreateVector(profiles);
+  auto root = fb::CreateEngineFile(w.b, kEngineFormatVersion, mv, graph, plan, pv);
   w.b.Finish(root, fb::EngineFileIdentifier());
   std::string out(reinterpret_cast<const char*>(w.b.GetBufferPointer()), w.b.GetSize());
   // The trailer: magic, checksum of everything before it, and that length (little-endian).
@@ -570,6 +586,29 @@ Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Stora
   KILN_ASSIGN_OR_RETURN(auto graph, read_graph(ef->graph(), nullptr, 0, file));
   impl->graph = std::shared_ptr<ir::Graph>(std::move(graph));
   KILN_ASSIGN_OR_RETURN(impl->plan, read_plan(ef->plan(), impl->graph));
+  if (vsize(ef->profiles()) > kMaxProfiles) return bad("too many shape profiles");
+  for (size_t i = 0; i < vsize(ef->profiles()); ++i) {
+    const fb::ProfileDesc* pd = ef->profiles()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    ShapeProfile p;
+    for (size_t k = 0; k < vsize(pd->inputs()); ++k) {
+      const fb::ProfileDim* d = pd->inputs()->Get(static_cast<flatbuffers::uoffset_t>(k));
+      if (!d->name()) return bad("a shape profile names no input");
+      auto dims = [](const flatbuffers::Vector<int64_t>* v) {
+        std::vector<int64_t> r;
+        for (size_t j = 0; j < vsize(v); ++j) r.push_back(v->Get(static_cast<flatbuffers::uoffset_t>(j)));
+        return r;
+      };
+      const std::string name = d->name()->str();
+      p.min[name] = dims(d->min());
+      p.opt[name] = dims(d->opt());
+      p.max[name] = dims(d->max());
+    }
+    impl->options.profiles.push_back(std::move(p));
+  }
+  KILN_RETURN_IF_ERROR(validate_profiles(*impl->graph, impl->options.profiles).with_context("engine file"));
+  for (const Step& s : impl->plan->steps)
+    if (s.tactics.size() > std::max<size_t>(1, impl->options.profiles.size()) || s.tactic_ms.size() > s.tactics.size())
+      return bad("a step holds more tactics than the engine has shape profiles");
   const std::string hash = impl->meta["model_hash"];
   auto meta = impl->meta;
   describe_engine(*impl, hash);

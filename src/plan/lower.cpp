@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <atomic>
 #include <iostream>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <sstream>
@@ -330,6 +331,21 @@ std::string describe_plan(const CompiledGraph& plan) {
     } else {
       ++per_device[s.backend ? s.backend->name() : "?"];
       os << s.node->name << " (" << s.node->op_type << ") -> " << s.kernel_name;
+      bool any = false;
+      for (const std::string& t : s.tactics) any = any || !t.empty();
+      if (any) {
+        os << "  {tactic";
+        for (size_t p = 0; p < s.tactics.size(); ++p) {
+          if (s.tactics.size() > 1) os << (p ? "; " : " ") << "profile " << p << ":";
+          os << " " << (s.tactics[p].empty() ? "(own)" : s.tactics[p]);
+          if (p < s.tactic_ms.size() && s.tactic_ms[p] > 0) {
+            char buf[32];
+            std::snprintf(buf, sizeof buf, " %.4f ms", s.tactic_ms[p]);
+            os << buf;
+          }
+        }
+        os << "}";
+      }
       if (!s.why_host.empty()) {
         os << "  [" << s.why_host << "]";
         if (s.why_host.rfind("integer shape computation", 0) == 0) ++host_shape;

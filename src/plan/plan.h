@@ -31,7 +31,14 @@ struct Step {
   Kind kind = Kind::kKernel;
   const ir::Node* node = nullptr;  // kKernel: the node (owned by CompiledGraph::graph)
   std::string kernel_name;         // registry name, or "copy.h2d" / "copy.d2h"
-  std::string tactic = "default";  // which of the kernel's tactics() it runs
+  // Per shape profile: the tactic the tuner chose (ReshapeContext::tactic) and its measured time in
+  // milliseconds (0: not measured — from a timing cache, or not tuned). Empty: the kernel's own choice.
+  std::vector<std::string> tactics;
+  std::vector<double> tactic_ms;
+  const std::string& tactic(int profile) const {
+    static const std::string kNone;
+    return profile >= 0 && static_cast<size_t>(profile) < tactics.size() ? tactics[profile] : kNone;
+  }
   Backend* backend = nullptr;      // the device that runs it
   KernelPtr kernel;
   std::vector<int> in, out;        // value indices (-1: omitted)

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -105,16 +106,47 @@ passes::PassOptions builder_pass_options(int opt_level, const Backend* target) {
   return po;
 }
 
-static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const BuildOptions& options) {
+using BuildClock = std::chrono::steady_clock;
+
+static void report(const BuildOptions& o, BuildClock::time_point start, const std::string& stage, int done = 0, int total = 0,
+                   const std::string& detail = {}) {
+  if (!o.progress) return;
+  BuildProgress p;
+  p.stage = stage;
+  p.done = done;
+  p.total = total;
+  p.detail = detail;
+  p.seconds = std::chrono::duration<double>(BuildClock::now() - start).count();
+  o.progress(p);
+}
+
+// An input that every profile fixes to one shape (a single profile with min = max) gets those dims in
+// the graph, so the optimizer folds what follows from them.
+static void fix_profile_shapes(ir::Graph& g, const std::vector<ShapeProfile>& profiles) {
+  if (profiles.size() != 1) return;
+  const ShapeProfile& p = profiles[0];
+  for (ir::Value* v : g.inputs) {
+    const auto lo = p.min.find(v->name);
+    if (lo == p.min.end() || lo->second != p.max.at(v->name) || !v->type.is_tensor()) continue;
+    v->type.shape = ir::SymShape::of(lo->second);
+  }
+}
+
+static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const BuildOptions& options,
+                                                          BuildClock::time_point start) {
   auto impl = std::make_unique<Engine::Impl>();
   impl->options = options;
+  impl->options.progress = nullptr;
   impl->graph = std::shared_ptr<ir::Graph>(std::move(model.graph));
-  // A verbose build logs every decision (the optimizer's rewrites, placement fallbacks).
-  ScopedLogLevel level(options.verbose ? LogLevel::kVerbose : LogLevel::kError);
+  // A verbose build logs every decision (the optimizer's rewrites, placement fallbacks, tuning).
+  ScopedLogLevel level(options.verbose ? LogLevel::kVerbose : LogLevel::kWarning);
   KILN_ASSIGN_OR_RETURN(Backend * target, backend_for(options.device));
   if (options.precision != Precision::kFloat32 && options.device != DeviceType::kCUDA)
     return invalid_argument(std::string(precision_name(options.precision)) +
                             " engines are GPU engines: build with device cuda (CPU engines compute in float32)");
+  KILN_RETURN_IF_ERROR(validate_profiles(*impl->graph, options.profiles));
+  fix_profile_shapes(*impl->graph, options.profiles);
+  report(options, start, "optimize");
   passes::PassOptions po = builder_pass_options(options.opt_level, target);
   po.verbose = options.verbose;
   // Float32 attention on CUDA runs faster unfused (cuBLAS's FP32 GEMMs for Q·Kᵀ and P·V against the
@@ -153,22 +185,35 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
   LowerOptions lo;
   lo.device = options.device;
   lo.verbose = options.verbose;
+  report(options, start, "lower");
   KILN_ASSIGN_OR_RETURN(impl->plan, lower(impl->graph, lo));
+  const bool tune = options.tune > 0 || (options.tune < 0 && options.device == DeviceType::kCUDA);
+  if (tune) {
+    report(options, start, "tune");
+    KILN_RETURN_IF_ERROR(tune_engine(*impl, options, [&](int done, int total, const std::string& layer) {
+      report(options, start, "tune", done, total, layer);
+    }));
+  }
   describe_engine(*impl, model.source_hash);
+  report(options, start, "done");
   return std::make_shared<Engine>(std::move(impl));
 }
 
 Expected<std::shared_ptr<Engine>> Engine::build(const std::string& onnx_path, const BuildOptions& options) {
+  const auto start = BuildClock::now();
+  report(options, start, "import");
   KILN_ASSIGN_OR_RETURN(ir::Model model, onnx::import_file(onnx_path));
-  return build_from_model(std::move(model), options);
+  return build_from_model(std::move(model), options, start);
 }
 
 Expected<std::shared_ptr<Engine>> Engine::build_from_bytes(const std::string& bytes, const BuildOptions& options,
                                                            const std::string& base_dir) {
   onnx::ImportOptions io;
   io.base_dir = base_dir;
+  const auto start = BuildClock::now();
+  report(options, start, "import");
   KILN_ASSIGN_OR_RETURN(ir::Model model, onnx::import_bytes(bytes, io));
-  return build_from_model(std::move(model), options);
+  return build_from_model(std::move(model), options, start);
 }
 
 
@@ -233,6 +278,7 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 const std::vector<TensorInfo>& Engine::inputs() const { return impl_->inputs; }
 const std::vector<TensorInfo>& Engine::outputs() const { return impl_->outputs; }
+const std::vector<ShapeProfile>& Engine::profiles() const { return impl_->options.profiles; }
 DeviceType Engine::device() const { return impl_->options.device; }
 std::string Engine::placement_report() const {
   std::string r = describe_plan(*impl_->plan);
@@ -317,6 +363,7 @@ Expected<std::unique_ptr<ExecutionContext>> Engine::create_context() const {
 ExecutionContext::ExecutionContext(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ExecutionContext::~ExecutionContext() = default;
 
+int ExecutionContext::active_profile() const { return impl_->plans.empty() ? 0 : impl_->plans.front()->profile; }
 size_t ExecutionContext::planned_signatures() const { return impl_->plans.size(); }
 void ExecutionContext::set_cuda_graphs(bool enabled) { impl_->res.cuda_graphs = enabled; }
 
@@ -407,8 +454,10 @@ Status ExecutionContext::run_into(const std::vector<Value>& inputs, std::vector<
       break;
     }
   if (found == ci.plans.size()) {
+    // A new signature: the shape profile that holds it (refused when none does).
+    KILN_ASSIGN_OR_RETURN(const int profile, choose_profile(*e.graph, e.options.profiles, ci.bound.data()));
     if (ci.plans.size() >= Impl::kMaxPlans) ci.plans.pop_back();
-    ci.plans.insert(ci.plans.begin(), make_shape_plan(plan, ci.bound.data(), ci.res));
+    ci.plans.insert(ci.plans.begin(), make_shape_plan(plan, ci.bound.data(), ci.res, profile));
   } else if (found != 0) {
     std::rotate(ci.plans.begin(), ci.plans.begin() + static_cast<std::ptrdiff_t>(found),
                 ci.plans.begin() + static_cast<std::ptrdiff_t>(found) + 1);

@@ -1,6 +1,7 @@
 // runtime/engine_impl.h — what an Engine holds (shared by the runtime and the engine-file code).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -42,5 +43,20 @@ Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(const std::string& by
 // The same over a file's storage (an mmap): aligned weights become views into it, not copies.
 Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Storage> file);
 bool looks_like_engine(const std::string& head);
+
+// Shape profiles (BuildOptions::profiles).
+constexpr size_t kMaxProfiles = 64;
+// Every profile names graph inputs, with min <= opt <= max of the input's rank, agreeing with its
+// static dims; kInvalidArgument naming the profile and input otherwise.
+Status validate_profiles(const ir::Graph& g, const std::vector<ShapeProfile>& profiles);
+// The first profile whose ranges hold the shapes of `inputs` (indexed like g.inputs; null: absent),
+// or an error naming the first input outside every profile, its shape and the ranges. 0 when there
+// are no profiles.
+// Auto-tuning (runtime/tuner.cpp): per shape profile, times the candidate tactics of every step that
+// offers several on the engine's device at the profile's opt shapes and records the fastest valid one
+// in the plan. `progress` (may be null) hears each layer as it is tuned: done, total, layer.
+Status tune_engine(Engine::Impl& impl, const BuildOptions& options,
+                   const std::function<void(int, int, const std::string&)>& progress);
+Expected<int> choose_profile(const ir::Graph& g, const std::vector<ShapeProfile>& profiles, Slot* const* inputs);
 
 }  // namespace kiln

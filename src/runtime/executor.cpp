@@ -60,7 +60,7 @@ const Tensor* host_constant(const CompiledGraph& g, int v) {
 // it holds now; without, for the shapes (and shape values) the plan knows.
 Status reshape_step(const CompiledGraph& g, ShapePlan& plan, int si, const Frame* frame, ContextResources& res) {
   const Step& s = g.steps[si];
-  ReshapeContext rc{*s.node, {}, {}, nullptr, 0, nullptr};
+  ReshapeContext rc{*s.node, {}, {}, nullptr, 0, nullptr, s.tactic(plan.profile)};
   rc.in.resize(s.in.size());
   for (size_t i = 0; i < s.in.size(); ++i) {
     const int v = s.in[i];
@@ -258,8 +258,10 @@ void signature_key(const CompiledGraph& g, Slot* const* inputs, std::vector<int6
   }
 }
 
-std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* inputs, ContextResources& res) {
+std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* inputs, ContextResources& res,
+                                           int profile) {
   auto p = std::make_unique<ShapePlan>();
+  p->profile = profile;
   const size_t nv = g.values.size(), ns = g.steps.size();
   signature_key(g, inputs, p->key);
   p->known.assign(nv, 0);
@@ -530,6 +532,7 @@ Status Frame::run_step(int si, OpProfile* profile) {
           }
         }
       }
+      if (st.ok() && plan && res.before_step) st = res.before_step(*this, si);
       if (st.ok()) {
         StepContext ctx(*this, s, si, adhoc_ptr);
         st = s.kernel->run(ctx);
@@ -549,6 +552,52 @@ Status Frame::run_step(int si, OpProfile* profile) {
     e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   release_after(s);
+  return Status::Ok();
+}
+
+Status Frame::run_tactic(int si, const std::string& tactic, const TacticTiming& how, std::vector<double>* sample_ms) {
+  const Step& s = graph.steps[si];
+  if (s.kind != Step::Kind::kKernel) return invalid_argument("run_tactic: not a kernel step");
+  void* state = res.state_for(s.backend->device());
+  try {
+    AdHocShapes adhoc;
+    auto alloc = [&s](size_t b) { return s.backend->allocate(b); };
+    StepContext probe(*this, s, si, &adhoc);
+    KILN_RETURN_IF_ERROR(adhoc.prepare(*s.kernel, probe, alloc, tactic));
+    StepContext ctx(*this, s, si, &adhoc);
+    for (int i = 0; i < how.warmup; ++i) KILN_RETURN_IF_ERROR(s.kernel->run(ctx));
+    KILN_RETURN_IF_ERROR(s.backend->synchronize(state));
+    if (how.graph && sample_ms && s.backend->device().type == DeviceType::kCUDA) {
+      Status st = s.backend->begin_capture(state);
+      for (int i = 0; st.ok() && i < how.iters; ++i) st = s.kernel->run(ctx);
+      auto exec = s.backend->end_capture(state);  // always, so the stream leaves capture mode
+      if (!st.ok()) return st;
+      if (!exec.ok()) return runtime_error("its calls cannot be captured in a CUDA graph (" + exec.status().message() + ")");
+      KILN_RETURN_IF_ERROR(s.backend->launch_graph(exec->get(), state));
+      KILN_RETURN_IF_ERROR(s.backend->synchronize(state));
+      for (int k = 0; k < how.samples; ++k) {
+        const auto t0 = std::chrono::steady_clock::now();
+        KILN_RETURN_IF_ERROR(s.backend->launch_graph(exec->get(), state));
+        KILN_RETURN_IF_ERROR(s.backend->synchronize(state));
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        sample_ms->push_back(ms / std::max(1, how.iters));
+        if (std::chrono::steady_clock::now() > how.deadline) break;
+      }
+      return Status::Ok();
+    }
+    for (int k = 0; sample_ms && k < how.samples; ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < how.iters; ++i) KILN_RETURN_IF_ERROR(s.kernel->run(ctx));
+      KILN_RETURN_IF_ERROR(s.backend->synchronize(state));
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      sample_ms->push_back(ms / std::max(1, how.iters));
+      if (std::chrono::steady_clock::now() > how.deadline) break;
+    }
+  } catch (const std::bad_alloc&) {
+    return runtime_error(s.node->describe() + ": out of memory");
+  } catch (const std::exception& e) {
+    return runtime_error(s.node->describe() + ": " + e.what());
+  }
   return Status::Ok();
 }
 

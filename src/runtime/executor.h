@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -13,6 +14,18 @@
 #include "plan/plan.h"
 
 namespace kiln {
+
+struct Frame;
+
+// How Frame::run_tactic times a tactic.
+struct TacticTiming {
+  int warmup = 1, iters = 1, samples = 0;
+  // Time replays of a CUDA graph holding the `iters` runs (how an engine's GPU steps run): launch
+  // overhead as replayed, and a tactic whose calls cannot be captured fails (it would stop the
+  // engine's graphs). Ignored on devices without graphs.
+  bool graph = false;
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+};
 
 // Opt-in timing (environment KILN_PROFILE=1): wall time of each top-level step, summed per op type,
 // printed to stderr as a table when the context goes away. Steps of subgraphs count under their
@@ -45,6 +58,10 @@ struct ContextResources {
   // CUDA graphs (ExecutionContext::set_cuda_graphs; environment KILN_CUDA_GRAPHS=0 turns the default
   // off): a ready plan's runs of GPU steps are captured once and replayed. Never with profiling on.
   bool cuda_graphs = true;
+  // Build-time tuning (runtime/tuner.cpp): called in a tuning context before each planned kernel step
+  // runs, its inputs bound and its outputs planned; it may run the step's kernel with other tactics
+  // (Frame::run_tactic) before the step runs as planned.
+  std::function<Status(Frame&, int)> before_step;
   void* state_for(Device d) const { return state[static_cast<int>(d.type)].get(); }
   Status check_stop() const;
 };
@@ -59,6 +76,7 @@ struct ContextResources {
 // the plan); the plan learns the new size and is re-planned after that run.
 struct ShapePlan {
   std::vector<int64_t> key;                 // the signature (see signature_key)
+  int profile = 0;                          // the shape profile whose tactics its steps run
   bool ready = false;                       // offsets are final: runs allocate nothing
   bool dirty = false;                       // a run produced other sizes than planned: re-plan
   std::vector<char> known;                  // per value: dtype/shape below are known
@@ -107,7 +125,8 @@ void signature_key(const CompiledGraph& g, Slot* const* inputs, std::vector<int6
 
 // Makes the plan for the signature of `inputs` (indexed like g.inputs): shapes from the kernels'
 // reshape() and the ops' shape functions; offsets when every size is known.
-std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* inputs, ContextResources& res);
+std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* inputs, ContextResources& res,
+                                           int profile = 0);
 
 // Computes offsets from the plan's known sizes and marks it ready.
 void finalize_shape_plan(const CompiledGraph& g, ShapePlan& plan);
@@ -132,6 +151,12 @@ struct Frame {
   // Output memory for value v made on `backend`'s device: the slot's tensor when it already has this
   // dtype and shape (a planned arena view, a caller's buffer), else planned or fresh memory.
   Tensor& make_output(int v, Backend& backend, DataType dtype, const Shape& shape);
+  // Build-time tuning: plans kernel step si with `tactic` for the inputs at hand (a workspace of its
+  // own), runs it `how.warmup` times, then, with `sample_ms`, `how.samples` timed batches of
+  // `how.iters` runs (host clock around device synchronization; ms per run appended; with
+  // `how.graph`, replays of one captured graph of the `iters` runs), stopping early past
+  // `how.deadline`. The step's outputs hold the tactic's result when it returns.
+  Status run_tactic(int si, const std::string& tactic, const TacticTiming& how, std::vector<double>* sample_ms);
 
  private:
   Status run_step(int si, OpProfile* profile);

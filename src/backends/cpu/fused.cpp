@@ -70,7 +70,8 @@ Expected<KernelPtr> make_fused(const ir::Node& n, KernelInit& init, const std::s
       if (!ic.out0()) return ctx.error("the inner kernel wrote no output");
       return epilogue(ctx, *ic.out0());
     };
-    return KernelPtr(new StagedKernel(reshape, run));
+    auto tactics = [inner, kernel](const ReshapeContext& rc) { return inner_tactics(*inner, *kernel, rc); };
+    return KernelPtr(new StagedKernel(reshape, run, tactics));
   }
   return make_kernel([inner, kernel, epilogue](KernelContext& ctx) -> Status {
     InnerContext ic(ctx, *inner, static_cast<int>(inner->inputs.size()));

@@ -200,16 +200,24 @@ void depthwise2d(const ConvShapes& s, const T* x, const T* w, const T* bias, T* 
 }
 
 // How conv_forward splits its (image, group) jobs, and the column buffers that takes.
+// The tactics (conv_tactics): "depthwise" / "im2col" for depthwise convolutions (the row-wise kernel
+// or the generic im2col + GEMM per channel); "jobs-parallel" / "jobs-serial" for several (image,
+// group) GEMMs (in parallel, one thread each, or one after another, each GEMM threaded). Without a
+// tactic: the row-wise depthwise kernel, and jobs in parallel when grouped or small.
 struct ColBuffers {
   bool parallel_jobs = false;  // jobs run in parallel (each GEMM is small); else one after another
+  bool generic_depthwise = false;  // a depthwise convolution through im2col + GEMM ("im2col")
   int64_t count = 0, each = 0;
 };
-ColBuffers col_buffers(const ConvShapes& s, int max_threads) {
+ColBuffers col_buffers(const ConvShapes& s, int max_threads, const std::string& tactic = {}) {
   const int64_t Cg = s.C / s.group, Mg = s.M / s.group, ksz = prod(s.g.kernel), osz = prod(s.g.out);
   const int64_t rows = Cg * ksz, jobs = s.N * s.group;
   ColBuffers cb;
+  cb.generic_depthwise = is_depthwise(s) && tactic == "im2col";
   cb.parallel_jobs = s.group > 1 || Mg * osz * rows < (1 << 16);
-  if (is_pointwise(s.g) || is_depthwise(s) || jobs == 0) return cb;
+  if (tactic == "jobs-parallel") cb.parallel_jobs = true;
+  if (tactic == "jobs-serial") cb.parallel_jobs = false;
+  if (is_pointwise(s.g) || (is_depthwise(s) && !cb.generic_depthwise) || jobs == 0) return cb;
   cb.count = cb.parallel_jobs ? std::max<int64_t>(1, std::min<int64_t>(jobs, max_threads)) : 1;
   cb.each = rows * osz;
   return cb;
@@ -220,7 +228,7 @@ ColBuffers col_buffers(const ConvShapes& s, int max_threads) {
 template <typename T>
 void conv_forward(const ConvShapes& s, const T* x, const T* w, const T* bias, T* y, T* cols, const ColBuffers& cb) {
   const int64_t Cg = s.C / s.group, Mg = s.M / s.group, ksz = prod(s.g.kernel), osz = prod(s.g.out), isz = prod(s.in);
-  if (is_depthwise(s)) {
+  if (is_depthwise(s) && !cb.generic_depthwise) {
     depthwise2d<T>(s, x, w, bias, y);
     return;
   }
@@ -290,11 +298,20 @@ Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
     return rc.error("B must have M = " + std::to_string(st->s.M) + " entries");
   rc.out[0] = {rc.in[0].dtype, st->s.y};
   if (rc.in[0].dtype == DataType::kFloat32) {
-    st->cb = col_buffers(st->s, omp_get_max_threads());
+    st->cb = col_buffers(st->s, omp_get_max_threads(), rc.tactic);
     rc.workspace_bytes = static_cast<size_t>(st->cb.count * st->cb.each) * sizeof(float);
   }
   rc.state = std::move(st);
   return Status::Ok();
+}
+
+std::vector<std::string> conv_tactics(const ReshapeContext& rc, const ConvAttrs& a) {
+  if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present || rc.in[0].dtype != DataType::kFloat32) return {};
+  ConvShapes s;
+  if (!conv_shapes(rc, a.w, a.group, rc.in[0].shape, rc.in[1].shape, s).ok()) return {};
+  if (is_depthwise(s)) return {"depthwise", "im2col"};
+  if (s.N * s.group > 1) return {"jobs-parallel", "jobs-serial"};
+  return {};
 }
 
 Status conv_kernel(KernelContext& ctx, const ConvAttrs&) {
@@ -431,7 +448,8 @@ Expected<KernelPtr> make_conv(const ir::Node& n, KernelInit&) {
 Expected<KernelPtr> make_staged_conv(const ir::Node& n, KernelInit&) {
   ConvAttrs a = parse_conv(n);
   return make_staged([a](ReshapeContext& rc) { return conv_reshape(rc, a); },
-                     [a](KernelContext& ctx) { return conv_kernel(ctx, a); });
+                     [a](KernelContext& ctx) { return conv_kernel(ctx, a); },
+                     [a](const ReshapeContext& rc) { return conv_tactics(rc, a); });
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <algorithm>
+
 #include <memory>
 #include <string>
 
@@ -35,6 +37,7 @@ struct ConvShape {
   cudnnConvolutionDescriptor_t conv = nullptr;
   cudnnConvolutionFwdAlgo_t algo{};
   size_t algo_bytes = 0;     // cuDNN workspace, after the padded input in the kernel's workspace
+  std::vector<int> viable;   // the algorithms usable here, in the heuristic's order (the tactics "algo<N>")
   size_t padded_bytes = 0;   // 0: no explicit padding
   int64_t nc = 0, in_h = 0, in_w = 0, h = 0, wd = 0, pad_t = 0, pad_l = 0, m = 0;
   int elem_bytes = 4;
@@ -162,33 +165,52 @@ class ConvKernel final : public Kernel {
                                 "choosing an algorithm"));
     // Each candidate is confirmed, and its workspace sized, by cuDNN's workspace query for this exact
     // problem: the heuristic's list can hold algorithms the launch then refuses (seen on the H100:
-    // float16 NCHW with 3 input channels at batch 64), and its memory figures are estimates.
-    auto pick = [&](bool implicit_gemm_only) {
-      for (int i = 0; i < returned; ++i) {
-        if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-        if (!tensor_ops && (perf[i].mathType == CUDNN_TENSOR_OP_MATH || perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
-          continue;
-        // Half types: implicit-GEMM algorithms first (FFT and Winograd transform in the data type);
-        // any other supported one when none of those is.
-        if (implicit_gemm_only && perf[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM &&
-            perf[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM && perf[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_GEMM)
-          continue;
-        size_t bytes = 0;
-        if (cudnnGetConvolutionForwardWorkspaceSize(st.dnn, p->x, p->w, p->conv, p->y, perf[i].algo, &bytes) !=
-                CUDNN_STATUS_SUCCESS ||
-            bytes > kWorkspaceBytes)
-          continue;
-        p->algo = perf[i].algo;
-        p->algo_bytes = aligned(bytes);
-        return true;
-      }
-      return false;
+    // float16 NCHW with 3 input channels at batch 64), and its memory figures are estimates. The tuner
+    // times every confirmed one (tactics()); without a tactic the heuristic's first runs.
+    // Half types: implicit-GEMM algorithms only (FFT and Winograd transform in the data type), unless
+    // there is none of those.
+    auto usable = [&](int i, bool implicit_gemm_only, size_t* bytes) {
+      if (perf[i].status != CUDNN_STATUS_SUCCESS) return false;
+      if (!tensor_ops && (perf[i].mathType == CUDNN_TENSOR_OP_MATH || perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+        return false;
+      if (implicit_gemm_only && perf[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM &&
+          perf[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM && perf[i].algo != CUDNN_CONVOLUTION_FWD_ALGO_GEMM)
+        return false;
+      return cudnnGetConvolutionForwardWorkspaceSize(st.dnn, p->x, p->w, p->conv, p->y, perf[i].algo, bytes) ==
+                 CUDNN_STATUS_SUCCESS &&
+             *bytes <= kWorkspaceBytes;
     };
-    const bool found = pick(reduced) || (reduced && pick(false));
-    if (!found) return runtime_error(node.describe() + ": cuDNN offers no algorithm for this convolution");
+    bool implicit_only = reduced;
+    size_t bytes = 0;
+    for (int pass = 0; pass < 2 && p->viable.empty(); ++pass, implicit_only = false) {
+      for (int i = 0; i < returned; ++i)
+        if (usable(i, implicit_only, &bytes) &&
+            std::find(p->viable.begin(), p->viable.end(), static_cast<int>(perf[i].algo)) == p->viable.end())
+          p->viable.push_back(static_cast<int>(perf[i].algo));
+      if (!reduced) break;
+    }
+    if (p->viable.empty()) return runtime_error(node.describe() + ": cuDNN offers no algorithm for this convolution");
+    // The tactic ("algo<N>") when it is usable here, else the heuristic's first.
+    int algo = p->viable[0];
+    for (int a : p->viable)
+      if (rc.tactic == "algo" + std::to_string(a)) algo = a;
+    p->algo = static_cast<cudnnConvolutionFwdAlgo_t>(algo);
+    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnGetConvolutionForwardWorkspaceSize(st.dnn, p->x, p->w, p->conv, p->y, p->algo, &bytes),
+                                "workspace size"));
+    p->algo_bytes = aligned(bytes);
     rc.workspace_bytes = p->padded_bytes + p->algo_bytes;
     rc.state = std::move(p);
     return Status::Ok();
+  }
+
+  std::vector<std::string> tactics(const ReshapeContext& rc) const override {
+    ReshapeContext probe = rc;
+    probe.tactic.clear();
+    probe.out.assign(1, {});
+    if (!reshape(probe).ok() || !probe.state) return {};
+    std::vector<std::string> names;
+    for (int a : static_cast<const ConvShape*>(probe.state.get())->viable) names.push_back("algo" + std::to_string(a));
+    return names;
   }
 
   Status run(KernelContext& ctx) const override {

@@ -96,7 +96,7 @@ Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int ops
                                          std::max<int64_t>(per, 1), act.kind != ActKind::kNone, unary_of(act.kind), act.a,
                                          act.b, state_of(ctx).stream));
   };
-  return make_staged(reshape, run);
+  return make_staged(reshape, run, [inner, kernel](const ReshapeContext& rc) { return inner_tactics(*inner, *kernel, rc); });
 }
 
 // ---- Attention(Q, K, V[, mask[, bool_mask]]): one kernel (launch_attention), no scores tensor.

@@ -9,6 +9,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <functional>
 #include <numeric>
 
 #include "backends/cuda/cuda_util.h"
@@ -48,7 +50,11 @@ struct GemmProblem {
   // bias, and its ReLU, applied by the GEMM: no pass over Y after it).
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   bool tf32 = false;  // float32 on TF32 tensor cores (TF32 engines, passes::allow_tf32)
+  int heur_index = 0;  // the tactic: which of cuBLASLt's heuristic results ("heur<i>"; past the end: the last)
 };
+
+// cuBLASLt's heuristic results a GEMM may choose among (its tactics).
+constexpr int kMaxHeuristics = 8;
 
 // The largest power of two (≤ 256) dividing every byte address used.
 uint32_t alignment_of(const GemmProblem& p) {
@@ -71,6 +77,7 @@ struct GemmPlan {
   GemmProblem p;           // shape, transposes, alpha/beta, offsets (pointers unset)
   LtDescs d;
   cublasLtMatmulHeuristicResult_t heur{};
+  int candidates = 0;      // how many algorithms the heuristic returned
   bool strided = false;
   uint32_t align = 4;      // byte alignment the algorithm was chosen for
   bool empty = false;      // nothing to compute (m, n or count is 0)
@@ -130,13 +137,15 @@ Status plan_gemm(const ir::Node& node, CudaState& st, GemmPlan& g) {
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     cublasLtMatmulPreferenceSetAttribute(d.pref, attr, &g.align, sizeof(g.align));
   int found = 0;
+  cublasLtMatmulHeuristicResult_t results[kMaxHeuristics];
   if (p.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     // The bias pointer is set at launch (the plan does not know it yet); any 16-byte-aligned one here.
     static const float kAnyBias alignas(256)[4] = {};
     const void* any = kAnyBias;
     cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.epilogue, sizeof(p.epilogue));
     cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &any, sizeof(any));
-    if (cublasLtMatmulAlgoGetHeuristic(st.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &g.heur, &found) != CUBLAS_STATUS_SUCCESS ||
+    if (cublasLtMatmulAlgoGetHeuristic(st.lt, d.op, d.a, d.b, d.c, d.c, d.pref, kMaxHeuristics, results, &found) !=
+            CUBLAS_STATUS_SUCCESS ||
         found == 0) {
       p.epilogue = CUBLASLT_EPILOGUE_DEFAULT;  // no algorithm with it: the caller applies the bias itself
       cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.epilogue, sizeof(p.epilogue));
@@ -144,10 +153,37 @@ Status plan_gemm(const ir::Node& node, CudaState& st, GemmPlan& g) {
     }
   }
   if (found == 0)
-    KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatmulAlgoGetHeuristic(st.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &g.heur, &found),
+    KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatmulAlgoGetHeuristic(st.lt, d.op, d.a, d.b, d.c, d.c, d.pref, kMaxHeuristics,
+                                                                    results, &found),
                                "heuristic"));
   if (found == 0) return runtime_error(node.describe() + ": cuBLASLt found no algorithm for this GEMM");
+  g.candidates = found;
+  g.heur = results[std::clamp(p.heur_index, 0, found - 1)];
   return Status::Ok();
+}
+
+// The tactic named in `rc` ("heur<i>"), or 0.
+int heuristic_index(const ReshapeContext& rc) {
+  if (rc.tactic.size() < 5 || rc.tactic.compare(0, 4, "heur") != 0) return 0;
+  int i = 0;
+  for (size_t k = 4; k < rc.tactic.size(); ++k) {
+    if (rc.tactic[k] < '0' || rc.tactic[k] > '9' || i > kMaxHeuristics) return 0;
+    i = i * 10 + (rc.tactic[k] - '0');
+  }
+  return i < kMaxHeuristics ? i : 0;
+}
+
+// A GEMM's tactics: one per algorithm of cuBLASLt's heuristic for these shapes ("heur0" is its first
+// choice, the kernel's own).
+std::vector<std::string> gemm_tactics(const ReshapeContext& rc, const std::function<Status(ReshapeContext&)>& reshape) {
+  ReshapeContext probe = rc;
+  probe.tactic.clear();
+  probe.out.assign(rc.out.size() ? rc.out.size() : 1, {});
+  if (!reshape(probe).ok() || !probe.state) return {};
+  const auto* g = static_cast<const GemmPlan*>(probe.state.get());
+  std::vector<std::string> names;
+  for (int i = 0; i < g->candidates; ++i) names.push_back("heur" + std::to_string(i));
+  return names;
 }
 
 // Launches a planned GEMM on a, b → y (C, when the plan has one, was broadcast into y by the caller;
@@ -223,6 +259,7 @@ Status reshape_matmul(ReshapeContext& rc) {
   GemmProblem& p = g->p;
   p.dtype = rc.in[0].dtype;
   p.tf32 = rc.node.attr_int(passes::kTF32Attr, 0) != 0;
+  p.heur_index = heuristic_index(rc);
   p.k = k;
   p.n = n;
   const int64_t nb = shape_numel(batch);
@@ -288,6 +325,7 @@ Expected<KernelPtr> create_gemm(const ir::Node& node) {
     p.k = k;
     p.alpha = alpha;
     p.tf32 = tf32;
+    p.heur_index = heuristic_index(rc);
     p.off_a = p.off_b = p.off_y = {0};
     if (rc.in.size() > 2 && rc.in[2].present && beta != 0.f) {
       const Shape& c = rc.in[2].shape;
@@ -310,7 +348,7 @@ Expected<KernelPtr> create_gemm(const ir::Node& node) {
                                                        y.raw(), g.p.m * g.p.n, g.c_index, state_of(ctx).stream)));
     return launch_gemm(ctx, g, ctx.input(0).raw(), ctx.input(1).raw(), y.raw());
   };
-  return make_staged(reshape, run);
+  return make_staged(reshape, run, [reshape](const ReshapeContext& rc) { return gemm_tactics(rc, reshape); });
 }
 
 }  // namespace
@@ -328,7 +366,9 @@ void register_gemm(KernelRegistry& r) {
   mm.name = "cuda.MatMul.cublaslt";
   mm.half_floats = true;
   mm.check = require_float;
-  mm.create = [](const ir::Node&, KernelInit&) { return make_staged(reshape_matmul, run_matmul); };
+  mm.create = [](const ir::Node&, KernelInit&) {
+    return make_staged(reshape_matmul, run_matmul, [](const ReshapeContext& rc) { return gemm_tactics(rc, reshape_matmul); });
+  };
   r.add(mm);
 
   KernelDef g;

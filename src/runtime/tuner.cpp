@@ -1,0 +1,402 @@
+// runtime/tuner.cpp — auto-tuning: the builder times each layer's candidate tactics on the device.
+//
+// Per shape profile, the plan runs once in a tuning context on synthetic inputs of the profile's opt
+// shapes (floats uniform in [-1, 1], integers 0, which every index input accepts). Before a kernel
+// step with two or more tactics for its shapes runs, the tuner runs each candidate on the step's real
+// inputs: a candidate that fails or whose outputs differ from the kernel's own choice beyond the
+// precision's tolerance is rejected; the others are timed (warm-up, then the median of several timed
+// batches, within a per-layer time limit), and the fastest is recorded in the step for that profile.
+// Then the step runs as planned, so the layers after it see the same inputs as in a real run.
+// Measurements go into the timing cache (when given), keyed by the layer's signature; a layer found
+// there is not timed again.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "ir/float_types.h"
+#include "onnx/sha256.h"
+#include "runtime/engine_impl.h"
+#include "runtime/executor.h"
+#include "runtime/timing_cache.h"
+#include "util/log.h"
+
+namespace kiln {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string shape_text(DataType dt, const Shape& s) { return std::string(dtype_name(dt)) + shape_to_string(s); }
+
+// The layer's signature: kernel, input dtypes and shapes, and a hash of what else decides its work
+// (op, opset, attributes; tensor attributes by dtype and shape).
+std::string layer_key(const Step& s, const ReshapeContext& rc) {
+  std::string key = s.kernel_name + " ";
+  for (const ReshapeContext::In& in : rc.in) key += in.present ? shape_text(in.dtype, in.shape) : std::string("-");
+  std::string what = s.node->domain + "/" + s.node->op_type + "/" + std::to_string(s.node->opset);
+  for (const auto& [name, a] : s.node->attrs) {
+    what += ";" + name + "=" + std::to_string(static_cast<int>(a.kind)) + ":" + std::to_string(a.i) + ":" + std::to_string(a.f) + ":" + a.s;
+    for (int64_t v : a.ints) what += "," + std::to_string(v);
+    for (float v : a.floats) what += "," + std::to_string(v);
+    for (const std::string& v : a.strings) what += "," + v;
+    if (a.t.defined()) what += "," + shape_text(a.t.dtype(), a.t.shape());
+  }
+  for (char& c : key)
+    if (c == '\t' || c == '\n' || c == '\r') c = ' ';
+  return key + " #" + onnx::sha256_hex(what.data(), what.size()).substr(0, 16);
+}
+
+// Host copies of a step's outputs (tensors only).
+Expected<std::vector<Tensor>> host_outputs(Frame& f, const Step& s) {
+  std::vector<Tensor> r;
+  for (int v : s.out) {
+    if (v < 0 || f.value(v).kind != Slot::Kind::kTensor) {
+      r.emplace_back();
+      continue;
+    }
+    const Tensor& t = f.value(v).tensor;
+    if (t.device().is_cpu()) {
+      r.push_back(t.clone());
+      continue;
+    }
+    Tensor h = Tensor::empty(t.dtype(), t.shape());
+    KILN_RETURN_IF_ERROR(s.backend->copy(t, h, f.res.state_for(s.backend->device())));
+    KILN_RETURN_IF_ERROR(s.backend->synchronize(f.res.state_for(s.backend->device())));
+    r.push_back(std::move(h));
+  }
+  return r;
+}
+
+double element(const Tensor& t, size_t i) {
+  switch (t.dtype()) {
+    case DataType::kFloat32: return static_cast<const float*>(t.raw())[i];
+    case DataType::kFloat64: return static_cast<const double*>(t.raw())[i];
+    case DataType::kFloat16: return f16_to_f32(static_cast<const uint16_t*>(t.raw())[i]);
+    case DataType::kBFloat16: return bf16_to_f32(static_cast<const uint16_t*>(t.raw())[i]);
+    default: return 0;
+  }
+}
+
+// "" when `got` matches `want` (floats: relative L2 within `tol`; other types: bit for bit).
+std::string mismatch(const std::vector<Tensor>& want, const std::vector<Tensor>& got, double tol) {
+  for (size_t o = 0; o < want.size() && o < got.size(); ++o) {
+    const Tensor& a = want[o];
+    const Tensor& b = got[o];
+    if (!a.defined() && !b.defined()) continue;
+    if (a.defined() != b.defined() || a.dtype() != b.dtype() || a.shape() != b.shape()) return "output " + std::to_string(o) + " differs in shape";
+    const DataType dt = a.dtype();
+    if (dt == DataType::kFloat32 || dt == DataType::kFloat64 || dt == DataType::kFloat16 || dt == DataType::kBFloat16) {
+      double num = 0, den = 0;
+      for (size_t i = 0, n = static_cast<size_t>(a.numel()); i < n; ++i) {
+        const double x = element(a, i), y = element(b, i);
+        if (std::isnan(x) != std::isnan(y)) return "output " + std::to_string(o) + " has NaNs where the reference has none";
+        if (std::isnan(x)) continue;
+        num += (x - y) * (x - y);
+        den += x * x;
+      }
+      const double rel = std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+      if (rel > tol) {
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "output %zu relative L2 %.2e > %.0e", o, rel, tol);
+        return buf;
+      }
+    } else if (a.nbytes() != b.nbytes() || std::memcmp(a.raw(), b.raw(), a.nbytes()) != 0) {
+      return "output " + std::to_string(o) + " differs";
+    }
+  }
+  return "";
+}
+
+// Synthetic inputs at the profile's opt shapes (declared dims elsewhere, dynamic dims 1).
+Expected<std::vector<Slot>> tuning_inputs(const ir::Graph& g, const ShapeProfile* p) {
+  std::vector<Slot> r(g.inputs.size());
+  std::mt19937 rng(1234);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const ir::Value& v = *g.inputs[i];
+    if (v.constant) {
+      r[i] = Slot::of(*v.constant);
+      continue;
+    }
+    if (!v.type.is_tensor() || !v.type.shape.known)
+      return unsupported("input '" + v.name + "' is not a tensor of known rank");
+    Shape shape;
+    const auto it = p ? p->opt.find(v.name) : decltype(p->opt.end()){};
+    if (p && it != p->opt.end()) shape = it->second;
+    else
+      for (const ir::Dim& d : v.type.shape.dims) shape.push_back(d.is_static() ? d.value : 1);
+    Tensor t = Tensor::empty(v.type.dtype, shape);
+    if (t.dtype() == DataType::kString) return unsupported("input '" + v.name + "' holds strings");
+    std::memset(t.raw(), 0, t.nbytes());
+    for (size_t k = 0, n = static_cast<size_t>(t.numel()); k < n; ++k) {
+      const float x = u(rng);
+      switch (t.dtype()) {
+        case DataType::kFloat32: t.data<float>()[k] = x; break;
+        case DataType::kFloat64: t.data<double>()[k] = x; break;
+        case DataType::kFloat16: t.data<uint16_t>()[k] = f32_to_f16(x); break;
+        case DataType::kBFloat16: t.data<uint16_t>()[k] = f32_to_bf16(x); break;
+        default: break;  // integers and bools: 0
+      }
+    }
+    r[i] = Slot::of(std::move(t));
+  }
+  return r;
+}
+
+// What reshape() would see for step s with the frame's current inputs.
+ReshapeContext reshape_context(Frame& f, const Step& s) {
+  ReshapeContext rc{*s.node, {}, {}, nullptr, 0, nullptr, {}};
+  rc.in.resize(s.in.size());
+  for (size_t i = 0; i < s.in.size(); ++i) {
+    if (s.in[i] < 0) continue;
+    const Slot& slot = f.value(s.in[i]);
+    if (slot.kind != Slot::Kind::kTensor) continue;
+    rc.in[i].present = true;
+    rc.in[i].dtype = slot.tensor.dtype();
+    rc.in[i].shape = slot.tensor.shape();
+    rc.in[i].value = slot.tensor.device().is_cpu() ? &slot.tensor : nullptr;
+  }
+  rc.out.resize(s.out.size());
+  rc.device_state = f.res.state_for(s.backend->device());
+  return rc;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+std::string ms_text(double ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f ms", ms);
+  return buf;
+}
+
+struct Tuner {
+  CompiledGraph& g;
+  const BuildOptions& options;
+  TimingCache* cache;
+  int profile = 0, profiles = 1;
+  int done = 0, total = 0;
+  std::function<void(int, int, const std::string&)> progress;
+
+  Status before_step(Frame& f, int si) {
+    Step& s = g.steps[si];
+    if (s.kind != Step::Kind::kKernel || !s.kernel->has_reshape() || f.plan->volatile_step[si]) return Status::Ok();
+    ReshapeContext rc = reshape_context(f, s);
+    const std::vector<std::string> cands = s.kernel->tactics(rc);
+    if (cands.size() < 2) return Status::Ok();
+    ++done;
+    if (progress) progress(done, total, s.node->describe());
+    s.tactics.resize(static_cast<size_t>(profiles));
+    s.tactic_ms.resize(static_cast<size_t>(profiles), 0.0);
+    const std::string key = layer_key(s, rc);
+    std::string shapes;
+    for (const ReshapeContext::In& in : rc.in)
+      if (in.present) shapes += (shapes.empty() ? "" : ", ") + shape_text(in.dtype, in.shape);
+    const std::string who = s.node->describe() + " " + s.kernel_name + " [" + shapes + "]";
+    // From the cache: the fastest of the candidates it has times for, when it has them all.
+    if (cache) {
+      const auto it = cache->layers.find(key);
+      if (it != cache->layers.end() &&
+          std::all_of(cands.begin(), cands.end(), [&](const std::string& c) { return it->second.count(c) != 0; })) {
+        std::string best;
+        for (const std::string& c : cands)
+          if (best.empty() || it->second.at(c) < it->second.at(best)) best = c;
+        s.tactics[profile] = best;
+        s.tactic_ms[profile] = it->second.at(best);
+        log(LogLevel::kVerbose, "tune " + who + ": " + best + " (" + ms_text(it->second.at(best)) + ", from the timing cache)");
+        return Status::Ok();
+      }
+    }
+    // The kernel's own choice is the reference a candidate must agree with.
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.tune_layer_seconds));
+    KILN_RETURN_IF_ERROR(f.run_tactic(si, "", TacticTiming{}, nullptr));
+    KILN_ASSIGN_OR_RETURN(std::vector<Tensor> want, host_outputs(f, s));
+    bool half = false;
+    for (const Tensor& t : want) half = half || (t.defined() && (t.dtype() == DataType::kFloat16 || t.dtype() == DataType::kBFloat16));
+    const double tol = half ? 2e-2 : 1e-3;
+    // GPU steps are timed as the engine runs them, replayed from CUDA graphs.
+    const bool graphs = s.backend->device().type == DeviceType::kCUDA;
+    std::string report, best;
+    double best_ms = 0;
+    for (const std::string& c : cands) {
+      if (Clock::now() > deadline) {
+        report += " " + c + " skipped (layer time limit);";
+        continue;
+      }
+      Status st = f.run_tactic(si, c, TacticTiming{}, nullptr);
+      if (!st.ok()) {
+        report += " " + c + " failed (" + st.message() + ");";
+        continue;
+      }
+      KILN_ASSIGN_OR_RETURN(std::vector<Tensor> got, host_outputs(f, s));
+      if (std::string why = mismatch(want, got, tol); !why.empty()) {
+        report += " " + c + " rejected (" + why + ");";
+        continue;
+      }
+      // One timed run sizes the batches: each sample lasts about 0.5 ms (at most 100 runs).
+      std::vector<double> probe;
+      TacticTiming how;
+      how.warmup = 2;
+      how.samples = 1;
+      how.deadline = deadline;
+      how.graph = graphs;
+      st = f.run_tactic(si, c, how, &probe);
+      if (st.ok() && !probe.empty()) {
+        how.warmup = 0;
+        how.iters = static_cast<int>(std::clamp(0.5 / std::max(probe[0], 1e-6), 1.0, 100.0));
+        how.samples = 5;
+        std::vector<double> samples;
+        st = f.run_tactic(si, c, how, &samples);
+        if (st.ok()) {
+          const double ms = median(samples.empty() ? probe : samples);
+          report += " " + c + " " + ms_text(ms) + ";";
+          if (cache) cache->record(key, c, ms);
+          if (best.empty() || ms < best_ms) {
+            best = c;
+            best_ms = ms;
+          }
+          continue;
+        }
+      }
+      report += " " + c + " failed while timed (" + st.message() + ");";
+    }
+    if (!report.empty()) report.pop_back();
+    if (best.empty()) {
+      log(LogLevel::kVerbose, "tune " + who + ":" + report + " -> no candidate usable; the kernel's own choice");
+      return Status::Ok();
+    }
+    s.tactics[profile] = best;
+    s.tactic_ms[profile] = best_ms;
+    // The first candidate is the kernel's own choice where it ranks them (cuDNN's and cuBLASLt's heuristics).
+    log(LogLevel::kVerbose, "tune " + who + ":" + report + " -> " + best + (best == cands.front() ? " (= first)" : ""));
+    return Status::Ok();
+  }
+};
+
+// Steps with two or more tactics at the plan's shapes (for progress totals), host only.
+int count_tunable(const CompiledGraph& g, const ShapePlan& p, const ContextResources& res) {
+  int n = 0;
+  for (const Step& s : g.steps) {
+    if (s.kind != Step::Kind::kKernel || !s.kernel->has_reshape()) continue;
+    ReshapeContext rc{*s.node, {}, {}, res.state_for(s.backend->device()), 0, nullptr, {}};
+    rc.in.resize(s.in.size());
+    rc.out.resize(s.out.size());
+    bool known = true;
+    for (size_t i = 0; i < s.in.size(); ++i) {
+      const int v = s.in[i];
+      if (v < 0) continue;
+      if (!p.known[v]) {
+        known = false;
+        break;
+      }
+      rc.in[i].present = true;
+      rc.in[i].dtype = p.dtype[v];
+      rc.in[i].shape = p.shape[v];
+    }
+    if (known && s.kernel->tactics(rc).size() >= 2) ++n;
+  }
+  return n;
+}
+
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      return colon == std::string::npos ? std::string() : line.substr(colon + 2);
+    }
+  return "unknown cpu";
+}
+
+std::string device_key(const CompiledGraph& g) {
+  std::string key = std::string("kiln ") + version();
+  bool seen[2] = {false, false};
+  for (const Step& s : g.steps)
+    if (s.backend) seen[static_cast<int>(s.backend->device().type)] = true;
+  for (int d = 0; d < 2; ++d) {
+    if (!seen[d]) continue;
+    auto b = backend_for(static_cast<DeviceType>(d));
+    if (b.ok()) key += " | " + (*b)->fingerprint();
+    // CPU timings depend on the processor, its features and the threads used.
+    if (d == 0) key += " " + cpu_model_name() + " [" + host_cpu_isa() + "] threads " + std::to_string(omp_get_max_threads());
+  }
+  for (char& c : key)
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  return key;
+}
+
+}  // namespace
+
+Status tune_engine(Engine::Impl& impl, const BuildOptions& options, const std::function<void(int, int, const std::string&)>& progress) {
+  CompiledGraph& g = *impl.plan;
+  const std::string dev = device_key(g);
+  TimingCache cache;
+  cache.device = dev;
+  bool write_cache = !options.timing_cache.empty();
+  if (write_cache) {
+    std::ifstream probe(options.timing_cache);
+    if (probe) {
+      auto read = TimingCache::read(options.timing_cache);
+      if (!read.ok()) {
+        log(LogLevel::kWarning, read.status().message() + "; ignoring it (it is rewritten after this build)");
+      } else if (read->device != dev) {
+        log(LogLevel::kWarning, "timing cache '" + options.timing_cache + "' was written for '" + read->device + "', not '" + dev +
+                                    "'; ignoring it (and leaving it as it is)");
+        write_cache = false;
+      } else {
+        cache = std::move(read).value();
+      }
+    }
+  }
+  const int nprof = std::max<int>(1, static_cast<int>(options.profiles.size()));
+  Tuner t{g, options, write_cache ? &cache : nullptr};
+  t.profiles = nprof;
+  t.progress = progress;
+  for (int p = 0; p < nprof; ++p) {
+    const ShapeProfile* prof = options.profiles.empty() ? nullptr : &options.profiles[p];
+    auto inputs = tuning_inputs(*impl.graph, prof);
+    if (!inputs.ok()) {
+      log(LogLevel::kWarning, "not tuned: " + inputs.status().message());
+      return Status::Ok();
+    }
+    ContextResources res;
+    res.cuda_graphs = false;
+    for (int d = 0; d < 2; ++d) {
+      if (d == 1 && impl.options.device != DeviceType::kCUDA) continue;
+      KILN_ASSIGN_OR_RETURN(Backend * b, backend_for(static_cast<DeviceType>(d)));
+      KILN_ASSIGN_OR_RETURN(res.state[d], b->create_state());
+    }
+    std::vector<Slot*> ptrs;
+    for (Slot& s : *inputs) ptrs.push_back(&s);
+    auto sp = make_shape_plan(g, ptrs.data(), res, p);
+    t.profile = p;
+    t.total += count_tunable(g, *sp, res);
+    KILN_RETURN_IF_ERROR(bind_shape_plan(g, *sp, res));
+    for (size_t i = 0; i < g.inputs.size(); ++i) sp->at[g.inputs[i]] = ptrs[i];
+    res.before_step = [&t](Frame& f, int si) { return t.before_step(f, si); };
+    Frame frame(g, res, *sp);
+    Status st = frame.execute();
+    for (int d = 0; d < 2; ++d)
+      if (res.state[d]) {
+        auto b = backend_for(static_cast<DeviceType>(d));
+        if (b.ok()) (void)(*b)->synchronize(res.state[d].get());
+      }
+    for (int v : g.inputs) sp->at[v] = &sp->slots[v];
+    KILN_RETURN_IF_ERROR(st.with_context("tuning run (profile " + std::to_string(p) + ")"));
+  }
+  if (write_cache) {
+    Status st = cache.write(options.timing_cache);
+    if (!st.ok()) log(LogLevel::kWarning, st.message());
+  }
+  return Status::Ok();
+}
+
+}  // namespace kiln

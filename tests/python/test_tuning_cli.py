@@ -1,0 +1,143 @@
+"""Tuning from the command line and Python: `kiln build --tune` with shape profiles and a timing cache,
+`kiln inspect` on the engine (the chosen tactics), `kiln cache merge/info`, progress lines, and the
+same options through kiln.Engine.build. CPU engines (their convolutions offer tactics at batch > 1);
+the CUDA side runs on the GPU machine (tests/gpu/tuning_check.sh)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KILN = os.path.join(REPO, "build", "kiln")
+EXAMPLE = os.path.join(REPO, "examples", "tiny_cnn.onnx")
+
+
+def kiln(*args, timeout=120):
+    r = subprocess.run([KILN, *args], capture_output=True, text=True, timeout=timeout)
+    return r.returncode, r.stdout, r.stderr
+
+
+def depthwise_model(path):
+    """A depthwise convolution (its tactics: the row-wise kernel or im2col) and a dynamic batch."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 1, 3, 3)).astype(np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], group=8, pads=[1, 1, 1, 1])
+    g = helper.make_graph([node], "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    path.write_bytes(m.SerializeToString())
+    return str(path)
+
+
+def test_build_tunes_and_inspect_shows_tactics(tmp_path):
+    engine = tmp_path / "m.kiln"
+    cache = tmp_path / "cache.txt"
+    code, out, err = kiln("build", EXAMPLE, "-o", str(engine), "--tune", "--timing-cache", str(cache),
+                          "--min-shapes", "image:1x3x32x32", "--opt-shapes", "image:4x3x32x32", "--max-shapes", "image:8x3x32x32",
+                          "-v")
+    assert code == 0, out + err
+    # -v prints each tuned layer's candidates with their times and the choice.
+    assert len([line for line in err.splitlines() if "jobs-parallel" in line and "jobs-serial" in line and "->" in line]) == 3, err
+    # Progress lines on a pipe: the stages in order.
+    stages = [s for s in ("] optimize", "] lower", "] tune", "] built") if s in err]
+    assert stages == ["] optimize", "] lower", "] tune", "] built"], err
+    code, out, err = kiln("inspect", str(engine))
+    assert code == 0, out + err
+    assert "profile 0:" in out and "image: min 1x3x32x32 opt 4x3x32x32 max 8x3x32x32" in out, out
+    assert out.count("{tactic jobs-") == 3, out
+    code, out, err = kiln("cache", "info", str(cache))
+    assert code == 0 and "layers: 3" in out and "measurements: 6" in out, out + err
+    # The engine runs a batch inside the profile and refuses one outside, naming the input.
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((9, 3, 32, 32), np.float32))
+    code, out, err = kiln("run", str(engine), "--input", f"image={x}")
+    assert code != 0 and "'image'" in err and "[9,3,32,32]" in err and "[1,3,32,32]..[8,3,32,32]" in err, out + err
+
+
+def test_quiet_and_fixed_shapes(tmp_path):
+    engine = tmp_path / "m.kiln"
+    code, out, err = kiln("build", EXAMPLE, "-o", str(engine), "--shapes", "image:2x3x32x32", "--quiet")
+    assert code == 0, out + err
+    assert "] optimize" not in err, err
+    code, out, err = kiln("inspect", str(engine))
+    assert "image: min 2x3x32x32 opt 2x3x32x32 max 2x3x32x32" in out, out
+
+
+@pytest.mark.parametrize("args, want", [
+    (["--shapes", "image:1x3xAx32"], "non-negative integers"),
+    (["--shapes", "image"], "is not name:dims"),
+    (["--min-shapes", "image:1x3x32x32", "--opt-shapes", "image:1x3x32x32"], "needs --min-shapes, --opt-shapes and --max-shapes"),
+    (["--shapes", "nope:1x3x32x32"], "'nope', which is not an input"),
+    (["--min-shapes", "image:4x3x32x32", "--opt-shapes", "image:2x3x32x32", "--max-shapes", "image:8x3x32x32"], "min <= opt <= max"),
+])
+def test_bad_shape_options_are_clear_errors(tmp_path, args, want):
+    code, out, err = kiln("build", EXAMPLE, "-o", str(tmp_path / "m.kiln"), *args)
+    assert code != 0 and want in err, out + err
+
+
+def test_cache_merge(tmp_path):
+    a, b, c = tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "c.txt"
+    for cache, opt in ((a, "4"), (b, "6")):
+        code, out, err = kiln("build", EXAMPLE, "-o", str(tmp_path / "m.kiln"), "--tune", "--timing-cache", str(cache), "-q",
+                              "--min-shapes", "image:1x3x32x32", "--opt-shapes", f"image:{opt}x3x32x32",
+                              "--max-shapes", "image:8x3x32x32")
+        assert code == 0, out + err
+    code, out, err = kiln("cache", "merge", str(a), str(b), "-o", str(c))
+    assert code == 0 and "layers: 6" in out and "measurements: 12" in out, out + err
+    c.write_text(c.read_text().replace("jobs-serial", "jobs-serail", 1))
+    code, out, err = kiln("cache", "info", str(c))
+    assert code != 0 and "damaged" in err, out + err
+
+
+def test_python_build_options(tmp_path):
+    import kiln as k
+
+    path = depthwise_model(tmp_path / "dw.onnx")
+    cache = str(tmp_path / "cache.txt")
+    e = k.Engine.build(path, tune=True, timing_cache=cache,
+                       profiles=[{"x": ((1, 8, 16, 16), (1, 8, 16, 16), (2, 8, 16, 16))},
+                                 {"x": ((3, 8, 16, 16), (4, 8, 16, 16), (8, 8, 16, 16))}])
+    assert e.profiles[1]["x"] == ([3, 8, 16, 16], [4, 8, 16, 16], [8, 8, 16, 16])
+    ctx = e.create_context()
+    x = np.random.default_rng(1).standard_normal((4, 8, 16, 16)).astype(np.float32)
+    (y,) = ctx.run({"x": x})
+    assert ctx.active_profile == 1
+    ref = k.Engine.build(path, tune=False).create_context().run({"x": x})[0]
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+    with pytest.raises(Exception, match="outside every shape profile"):
+        ctx.run({"x": np.zeros((9, 8, 16, 16), np.float32)})
+    # Both depthwise schedules were measured, per profile.
+    text = open(cache).read()
+    assert text.count("\tdepthwise\t") == 2 and text.count("\tim2col\t") == 2, text
+
+
+def test_trt_style_provider_options(tmp_path):
+    import warnings
+
+    import kiln as k
+
+    settings = k._build_settings({"trt_profile_min_shapes": "x:1x8x16x16,x:3x8x16x16",
+                                  "trt_profile_opt_shapes": "x:1x8x16x16,x:4x8x16x16",
+                                  "trt_profile_max_shapes": "x:2x8x16x16,x:8x8x16x16",
+                                  "trt_timing_cache_path": str(tmp_path), "tune": "1"})
+    assert settings["profiles"] == [{"x": ([1, 8, 16, 16], [1, 8, 16, 16], [2, 8, 16, 16])},
+                                    {"x": ([3, 8, 16, 16], [4, 8, 16, 16], [8, 8, 16, 16])}]
+    assert settings["tune"] is True and settings["timing_cache"] == str(tmp_path / "kiln_timing_cache.txt")
+    with pytest.raises(ValueError, match="need trt_profile_min_shapes"):
+        k._build_settings({"trt_profile_min_shapes": "x:1x8x16x16"})
+    with pytest.raises(ValueError, match="integers"):
+        k._build_settings({"trt_profile_min_shapes": "x:1xA", "trt_profile_opt_shapes": "x:1", "trt_profile_max_shapes": "x:1"})
+    path = depthwise_model(tmp_path / "dw.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no GPU here: the session says it runs on the CPU
+        sess = k.InferenceSession(path, providers=[("CUDAExecutionProvider", {
+            "trt_profile_min_shapes": "x:1x8x16x16", "trt_profile_opt_shapes": "x:2x8x16x16",
+            "trt_profile_max_shapes": "x:4x8x16x16"})])
+    assert sess.engine.profiles == [{"x": ([1, 8, 16, 16], [2, 8, 16, 16], [4, 8, 16, 16])}]
+    with pytest.raises(Exception, match="outside every shape profile"):
+        sess.run(None, {"x": np.zeros((5, 8, 16, 16), np.float32)})

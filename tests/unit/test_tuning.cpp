@@ -1,0 +1,286 @@
+// Tuning: tactics chosen by timing on the device, the timing cache, shape profiles, build progress.
+// Runs on the CPU (its convolution offers tactics: how (image, group) GEMMs are scheduled, and
+// depthwise through its own kernel or im2col); tests/gpu/ runs the CUDA side on the H100.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "kiln/kiln.h"
+#include "plan/plan.h"
+#include "runtime/engine_impl.h"
+#include "runtime/timing_cache.h"
+
+using namespace kiln;
+
+namespace {
+
+const std::string kExample = std::string(KILN_SOURCE_DIR) + "/examples/tiny_cnn.onnx";
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("kiln_tuning_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+Tensor images(int64_t batch, uint32_t seed = 3) {
+  Tensor t = Tensor::empty(DataType::kFloat32, {batch, 3, 32, 32});
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+  return t;
+}
+
+std::vector<float> run(const Engine& e, const Tensor& x, int* profile = nullptr) {
+  auto ctx = e.create_context();
+  EXPECT_TRUE(ctx.ok()) << ctx.status().to_string();
+  auto out = (*ctx)->run({{"image", Value::of(x)}});
+  EXPECT_TRUE(out.ok()) << out.status().to_string();
+  if (!out.ok()) return {};
+  if (profile) *profile = (*ctx)->active_profile();
+  const Tensor& y = (*out)[0].tensor;
+  return std::vector<float>(y.data<float>(), y.data<float>() + y.numel());
+}
+
+ShapeProfile batch_profile(int64_t lo, int64_t opt, int64_t hi) {
+  ShapeProfile p;
+  p.min["image"] = {lo, 3, 32, 32};
+  p.opt["image"] = {opt, 3, 32, 32};
+  p.max["image"] = {hi, 3, 32, 32};
+  return p;
+}
+
+// Steps of a built engine that the tuner gave a tactic, by node name.
+std::map<std::string, std::vector<std::string>> tactics_of(const Engine& e) {
+  std::map<std::string, std::vector<std::string>> r;
+  for (const Step& s : e.impl().plan->steps)
+    if (!s.tactics.empty()) r[s.node->name] = s.tactics;
+  return r;
+}
+
+}  // namespace
+
+TEST(Tuning, CpuConvolutionsGetTimedTacticsThatComputeTheSameResult) {
+  BuildOptions o;
+  o.profiles = {batch_profile(1, 4, 8)};
+  o.tune = 1;
+  auto tuned = Engine::build(kExample, o);
+  ASSERT_TRUE(tuned.ok()) << tuned.status().to_string();
+  const auto chosen = tactics_of(**tuned);
+  ASSERT_EQ(chosen.size(), 3u) << "every convolution of tiny_cnn has two schedules at batch 4";
+  for (const Step& s : (*tuned)->impl().plan->steps) {
+    if (s.tactics.empty()) continue;
+    ASSERT_EQ(s.tactics.size(), 1u);
+    EXPECT_TRUE(s.tactics[0] == "jobs-parallel" || s.tactics[0] == "jobs-serial") << s.tactics[0];
+    ASSERT_EQ(s.tactic_ms.size(), 1u);
+    EXPECT_GT(s.tactic_ms[0], 0.0);
+  }
+  o.tune = 0;
+  auto plain = Engine::build(kExample, o);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(tactics_of(**plain).empty());
+  const Tensor x = images(4);
+  const auto a = run(**tuned, x), b = run(**plain, x);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5);
+  // The choice survives the engine file and shows in the plan report.
+  auto bytes = (*tuned)->serialize();
+  ASSERT_TRUE(bytes.ok());
+  auto loaded = Engine::load_from_bytes(*bytes);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_EQ(tactics_of(**loaded), chosen);
+  EXPECT_EQ(run(**loaded, x), a);
+  EXPECT_NE((*loaded)->placement_report().find("{tactic jobs-"), std::string::npos) << (*loaded)->placement_report();
+}
+
+TEST(Tuning, EachProfileIsTunedAndChosenByInputShape) {
+  BuildOptions o;
+  o.profiles = {batch_profile(1, 1, 2), batch_profile(3, 6, 16)};
+  o.tune = 1;
+  auto e = Engine::build(kExample, o);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  // Batch 1 has one GEMM per convolution (nothing to tune); batch 6 has six.
+  for (const Step& s : (*e)->impl().plan->steps) {
+    if (s.tactics.empty()) continue;
+    ASSERT_EQ(s.tactics.size(), 2u);
+    EXPECT_EQ(s.tactics[0], "");
+    EXPECT_FALSE(s.tactics[1].empty());
+  }
+  EXPECT_EQ(tactics_of(**e).size(), 3u);
+  int profile = -1;
+  EXPECT_EQ(run(**e, images(2), &profile).size(), 20u);
+  EXPECT_EQ(profile, 0);
+  EXPECT_EQ(run(**e, images(5), &profile).size(), 50u);
+  EXPECT_EQ(profile, 1);
+  // Outside every profile: an error naming the input, its shape and the ranges.
+  auto ctx = (*e)->create_context();
+  ASSERT_TRUE(ctx.ok());
+  auto out = (*ctx)->run({{"image", Value::of(images(17))}});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
+  const std::string msg = out.status().message();
+  EXPECT_NE(msg.find("'image'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[17,3,32,32]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[3,3,32,32]..[16,3,32,32]"), std::string::npos) << msg;
+  // Profiles are kept in the engine file, and enforced after loading.
+  auto loaded = Engine::load_from_bytes(*(*e)->serialize());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  ASSERT_EQ((*loaded)->profiles().size(), 2u);
+  EXPECT_EQ((*loaded)->profiles()[1].opt.at("image"), (std::vector<int64_t>{6, 3, 32, 32}));
+  auto lctx = (*loaded)->create_context();
+  ASSERT_TRUE(lctx.ok());
+  EXPECT_FALSE((*lctx)->run({{"image", Value::of(images(17))}}).ok());
+}
+
+TEST(Tuning, BadProfilesAreRefusedAtBuild) {
+  auto refuse = [](ShapeProfile p, const std::string& want) {
+    BuildOptions o;
+    o.profiles = {std::move(p)};
+    auto e = Engine::build(kExample, o);
+    ASSERT_FALSE(e.ok());
+    EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(e.status().message().find(want), std::string::npos) << e.status().message();
+  };
+  refuse(batch_profile(4, 2, 8), "min <= opt <= max");
+  ShapeProfile unknown = batch_profile(1, 1, 1);
+  unknown.min["nope"] = unknown.opt["nope"] = unknown.max["nope"] = {1};
+  refuse(unknown, "'nope', which is not an input");
+  ShapeProfile fixed = batch_profile(1, 1, 1);
+  fixed.max["image"] = {1, 3, 64, 32};
+  refuse(fixed, "fixed at 32 by the model");
+  ShapeProfile rank = batch_profile(1, 1, 1);
+  rank.min["image"] = rank.opt["image"] = rank.max["image"] = {1, 3, 32};
+  refuse(rank, "rank 4");
+}
+
+TEST(Tuning, FixedShapesBecomeStaticInputs) {
+  BuildOptions o;
+  ShapeProfile p = batch_profile(2, 2, 2);
+  o.profiles = {p};
+  auto e = Engine::build(kExample, o);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_EQ((*e)->inputs()[0].shape, (std::vector<int64_t>{2, 3, 32, 32}));
+  EXPECT_EQ(run(**e, images(2)).size(), 20u);
+}
+
+TEST(Tuning, TimingCacheIsReusedAndDecidesTheChoice) {
+  const std::string path = temp_path("cache.txt");
+  std::remove(path.c_str());
+  BuildOptions o;
+  o.profiles = {batch_profile(1, 4, 8)};
+  o.tune = 1;
+  o.timing_cache = path;
+  auto first = Engine::build(kExample, o);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  auto cache = TimingCache::read(path);
+  ASSERT_TRUE(cache.ok()) << cache.status().to_string();
+  EXPECT_EQ(cache->layers.size(), 3u);
+  EXPECT_EQ(cache->entries(), 6u);
+  EXPECT_NE(cache->device.find(version()), std::string::npos);
+  // Rewrite the cache so that "jobs-serial" looks fastest everywhere: the next build must follow the
+  // cache (no timing), which shows that it reads it.
+  TimingCache edited = *cache;
+  for (auto& [layer, tactics] : edited.layers) {
+    tactics["jobs-serial"] = 1e-6;
+    tactics["jobs-parallel"] = 1e3;
+  }
+  ASSERT_TRUE(edited.write(path).ok());
+  auto second = Engine::build(kExample, o);
+  ASSERT_TRUE(second.ok());
+  for (const auto& [node, t] : tactics_of(**second)) EXPECT_EQ(t[0], "jobs-serial") << node;
+  for (const Step& s : (*second)->impl().plan->steps)
+    if (!s.tactics.empty()) EXPECT_DOUBLE_EQ(s.tactic_ms[0], 1e-6);
+  std::remove(path.c_str());
+}
+
+TEST(Tuning, DamagedOrForeignCachesAreNotTrusted) {
+  const std::string path = temp_path("bad.txt");
+  BuildOptions o;
+  o.profiles = {batch_profile(1, 4, 8)};
+  o.tune = 1;
+  o.timing_cache = path;
+  ASSERT_TRUE(Engine::build(kExample, o).ok());
+  std::string text;
+  {
+    std::ifstream f(path);
+    text.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  // One changed digit: the checksum refuses it; the build warns, tunes, and writes a good cache.
+  const size_t digit = text.find_first_of("0123456789", text.find('\t'));
+  ASSERT_NE(digit, std::string::npos);
+  std::string damaged = text;
+  damaged[digit] = damaged[digit] == '9' ? '8' : '9';
+  {
+    std::ofstream f(path, std::ios::trunc);
+    f << damaged;
+  }
+  EXPECT_FALSE(TimingCache::read(path).ok());
+  ASSERT_TRUE(Engine::build(kExample, o).ok());
+  EXPECT_TRUE(TimingCache::read(path).ok());
+  // Another device's cache: ignored, and left as it was.
+  TimingCache foreign;
+  foreign.device = "kiln 0.0 | some other machine";
+  foreign.record("cpu.Conv.any.im2col_sgemm x #0", "jobs-serial", 1.0);
+  ASSERT_TRUE(foreign.write(path).ok());
+  auto e = Engine::build(kExample, o);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(tactics_of(**e).size(), 3u);
+  auto after = TimingCache::read(path);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->device, foreign.device);
+  EXPECT_EQ(after->entries(), 1u);
+  // Garbage of any kind is an error, never a crash.
+  for (const std::string& junk : {std::string(), std::string("kiln-timing-cache 1\n"), std::string("\0\0\0", 3),
+                                  std::string("kiln-timing-cache 1\ndevice x\na\tb\tnan\nend 0\n")}) {
+    {
+      std::ofstream f(path, std::ios::trunc | std::ios::binary);
+      f << junk;
+    }
+    EXPECT_FALSE(TimingCache::read(path).ok());
+  }
+  std::remove(path.c_str());
+}
+
+TEST(Tuning, CachesMergeKeepingTheFastestAndRefuseOtherDevices) {
+  const std::string a = temp_path("a.txt"), b = temp_path("b.txt"), c = temp_path("c.txt");
+  TimingCache x, y;
+  x.device = y.device = "dev";
+  x.record("L1", "t0", 2.0);
+  x.record("L1", "t1", 3.0);
+  y.record("L1", "t0", 1.5);
+  y.record("L2", "t0", 4.0);
+  ASSERT_TRUE(x.write(a).ok());
+  ASSERT_TRUE(y.write(b).ok());
+  ASSERT_TRUE(merge_timing_caches({a, b}, c).ok());
+  auto m = TimingCache::read(c);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->entries(), 3u);
+  EXPECT_DOUBLE_EQ(m->layers["L1"]["t0"], 1.5);
+  EXPECT_DOUBLE_EQ(m->layers["L1"]["t1"], 3.0);
+  y.device = "other";
+  ASSERT_TRUE(y.write(b).ok());
+  Status st = merge_timing_caches({a, b}, c);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("different devices"), std::string::npos);
+  for (const auto& p : {a, b, c}) std::remove(p.c_str());
+}
+
+TEST(Tuning, BuildReportsProgressByStage) {
+  BuildOptions o;
+  o.profiles = {batch_profile(1, 4, 8)};
+  o.tune = 1;
+  std::vector<std::string> stages;
+  int tuned = 0, total = 0;
+  o.progress = [&](const BuildProgress& p) {
+    if (stages.empty() || stages.back() != p.stage) stages.push_back(p.stage);
+    if (p.stage == "tune" && p.total) {
+      tuned = p.done;
+      total = p.total;
+    }
+  };
+  ASSERT_TRUE(Engine::build(kExample, o).ok());
+  EXPECT_EQ(stages, (std::vector<std::string>{"import", "optimize", "lower", "tune", "done"}));
+  EXPECT_EQ(tuned, 3);
+  EXPECT_EQ(total, 3);
+}
