@@ -4,6 +4,7 @@
 #include <climits>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <new>
 #include <set>
@@ -433,10 +434,15 @@ Expected<ir::Model> import_file(const std::string& path) {
   opt.source_name = p.filename().string();
   opt.base_dir = fs::absolute(p, ec).parent_path().string();
   if (ec || opt.base_dir.empty()) opt.base_dir = ".";
-  KILN_ASSIGN_OR_RETURN(ir::Model model, import_bytes(bytes, opt));
-  model.source_path = path;
-  model.source_hash = sha256_hex(bytes.data(), bytes.size());
-  return model;
+  // The file's SHA-256 (the engine's model_hash: what `sha256sum model.onnx` prints) is computed on
+  // another thread while the bytes are parsed: for ResNet-50 (100 MB) it was a quarter of the build.
+  auto hash = std::async(std::launch::async, [&bytes] { return sha256_hex(bytes.data(), bytes.size()); });
+  auto model = import_bytes(bytes, opt);
+  std::string digest = hash.get();
+  if (!model.ok()) return model.status();
+  model->source_path = path;
+  model->source_hash = std::move(digest);
+  return std::move(model).value();
 }
 
 }  // namespace kiln::onnx

@@ -36,7 +36,7 @@ bool clean_field(const std::string& s) {
 }  // namespace
 
 void TimingCache::record(const std::string& layer, const std::string& tactic, double ms) {
-  if (!clean_field(layer) || !clean_field(tactic) || !std::isfinite(ms) || ms < 0) return;
+  if (!clean_field(layer) || !clean_field(tactic) || std::isnan(ms) || ms < 0) return;
   auto [it, fresh] = layers[layer].emplace(tactic, ms);
   if (!fresh && ms < it->second) it->second = ms;
 }
@@ -81,7 +81,7 @@ Expected<TimingCache> TimingCache::read(const std::string& path) {
     const std::string layer = line.substr(0, a), tactic = line.substr(a + 1, b - a - 1), t = line.substr(b + 1);
     char* endp = nullptr;
     const double ms = std::strtod(t.c_str(), &endp);
-    if (!clean_field(layer) || !clean_field(tactic) || t.empty() || *endp != '\0' || !std::isfinite(ms) || ms < 0)
+    if (!clean_field(layer) || !clean_field(tactic) || t.empty() || *endp != '\0' || std::isnan(ms) || ms < 0)
       return bad("a malformed entry");
     c.record(layer, tactic, ms);
   }
@@ -93,7 +93,8 @@ Status TimingCache::write(const std::string& path) const {
   char buf[64];
   for (const auto& [layer, tactics] : layers)
     for (const auto& [tactic, ms] : tactics) {
-      std::snprintf(buf, sizeof buf, "%.6g", ms);
+      if (std::isinf(ms)) std::snprintf(buf, sizeof buf, "inf");  // a candidate that was not usable
+      else std::snprintf(buf, sizeof buf, "%.6g", ms);
       body += layer + "\t" + tactic + "\t" + buf + "\n";
     }
   body += "end " + hex64(checksum64(body.data(), body.size())) + "\n";

@@ -16,7 +16,9 @@ namespace kiln {
 
 struct TimingCache {
   std::string device;                                        // whose measurements these are
-  std::map<std::string, std::map<std::string, double>> layers;  // layer key → tactic → ms
+  // layer key → tactic → ms (infinity: the candidate failed, computed another result or was not
+  // reached in the time limit; never chosen)
+  std::map<std::string, std::map<std::string, double>> layers;
 
   // Reads a cache file; kInvalidModel when it is damaged (bad header, line or checksum) or too large.
   static Expected<TimingCache> read(const std::string& path);

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include "ir/float_types.h"
@@ -30,6 +31,10 @@ namespace kiln {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A candidate that failed, computed another result, or was not reached in the layer's time limit:
+// recorded so that a build with a warm cache needs no run, never chosen.
+constexpr double kNotUsable = std::numeric_limits<double>::infinity();
 
 std::string shape_text(DataType dt, const Shape& s) { return std::string(dtype_name(dt)) + shape_to_string(s); }
 
@@ -91,8 +96,10 @@ std::string mismatch(const std::vector<Tensor>& want, const std::vector<Tensor>&
     if (a.defined() != b.defined() || a.dtype() != b.dtype() || a.shape() != b.shape()) return "output " + std::to_string(o) + " differs in shape";
     const DataType dt = a.dtype();
     if (dt == DataType::kFloat32 || dt == DataType::kFloat64 || dt == DataType::kFloat16 || dt == DataType::kBFloat16) {
+      // At most about a million elements, evenly strided (a wrong algorithm differs everywhere).
       double num = 0, den = 0;
-      for (size_t i = 0, n = static_cast<size_t>(a.numel()); i < n; ++i) {
+      const size_t n = static_cast<size_t>(a.numel()), step = std::max<size_t>(1, n >> 20);
+      for (size_t i = 0; i < n; i += step) {
         const double x = element(a, i), y = element(b, i);
         if (std::isnan(x) != std::isnan(y)) return "output " + std::to_string(o) + " has NaNs where the reference has none";
         if (std::isnan(x)) continue;
@@ -185,6 +192,76 @@ struct Tuner {
   int done = 0, total = 0;
   std::function<void(int, int, const std::string&)> progress;
 
+  // From the cache: the fastest of the candidates it has times for, when it has them all.
+  bool from_cache(Step& s, const std::string& key, const std::vector<std::string>& cands, const std::string& who,
+                  std::vector<std::string>* lines = nullptr) {
+    if (!cache) return false;
+    const auto it = cache->layers.find(key);
+    if (it == cache->layers.end() ||
+        !std::all_of(cands.begin(), cands.end(), [&](const std::string& c) { return it->second.count(c) != 0; }))
+      return false;
+    std::string best;
+    for (const std::string& c : cands)
+      if (std::isfinite(it->second.at(c)) && (best.empty() || it->second.at(c) < it->second.at(best))) best = c;
+    if (best.empty()) {  // none usable when measured: the kernel's own choice
+      const std::string line = "tune " + who + ": no candidate usable (timing cache); the kernel's own choice";
+      if (lines) lines->push_back(line);
+      else log(LogLevel::kVerbose, line);
+      return true;
+    }
+    s.tactics.resize(static_cast<size_t>(profiles));
+    s.tactic_ms.resize(static_cast<size_t>(profiles), 0.0);
+    s.tactics[profile] = best;
+    s.tactic_ms[profile] = it->second.at(best);
+    const std::string line = "tune " + who + ": " + best + " (" + ms_text(it->second.at(best)) + ", from the timing cache)";
+    if (lines) lines->push_back(line);
+    else log(LogLevel::kVerbose, line);
+    return true;
+  }
+
+  // Host only, from the plan's shapes: counts the layers to tune and takes those the cache holds.
+  // True when the cache held every one (and every shape was known): no tuning run is needed.
+  bool plan_pass(const ShapePlan& p, const ContextResources& res) {
+    bool all = true;
+    std::vector<std::string> lines;
+    for (Step& s : g.steps) {
+      if (s.kind != Step::Kind::kKernel || !s.kernel->has_reshape()) continue;
+      ReshapeContext rc{*s.node, {}, {}, res.state_for(s.backend->device()), 0, nullptr, {}};
+      rc.in.resize(s.in.size());
+      rc.out.resize(s.out.size());
+      bool known = true;
+      for (size_t i = 0; i < s.in.size(); ++i) {
+        const int v = s.in[i];
+        if (v < 0) continue;
+        if (!p.known[v] || p.dyn[v]) {
+          known = false;
+          break;
+        }
+        rc.in[i].present = true;
+        rc.in[i].dtype = p.dtype[v];
+        rc.in[i].shape = p.shape[v];
+      }
+      if (!known) {
+        all = false;  // shapes found only by running: the run decides
+        continue;
+      }
+      const std::vector<std::string> cands = s.kernel->tactics(rc);
+      if (cands.size() < 2) continue;
+      ++total;
+      std::string shapes;
+      for (const ReshapeContext::In& in : rc.in)
+        if (in.present) shapes += (shapes.empty() ? "" : ", ") + shape_text(in.dtype, in.shape);
+      if (!from_cache(s, layer_key(s, rc), cands, s.node->describe() + " " + s.kernel_name + " [" + shapes + "]", &lines))
+        all = false;
+    }
+    if (all) {
+      for (const std::string& line : lines) log(LogLevel::kVerbose, line);
+      done += static_cast<int>(lines.size());
+      if (progress && !lines.empty()) progress(done, total, "from the timing cache");
+    }
+    return all;
+  }
+
   Status before_step(Frame& f, int si) {
     Step& s = g.steps[si];
     if (s.kind != Step::Kind::kKernel || !s.kernel->has_reshape() || f.plan->volatile_step[si]) return Status::Ok();
@@ -192,7 +269,7 @@ struct Tuner {
     const std::vector<std::string> cands = s.kernel->tactics(rc);
     if (cands.size() < 2) return Status::Ok();
     ++done;
-    if (progress) progress(done, total, s.node->describe());
+    if (progress) progress(done, std::max(done, total), s.node->describe());
     s.tactics.resize(static_cast<size_t>(profiles));
     s.tactic_ms.resize(static_cast<size_t>(profiles), 0.0);
     const std::string key = layer_key(s, rc);
@@ -200,20 +277,7 @@ struct Tuner {
     for (const ReshapeContext::In& in : rc.in)
       if (in.present) shapes += (shapes.empty() ? "" : ", ") + shape_text(in.dtype, in.shape);
     const std::string who = s.node->describe() + " " + s.kernel_name + " [" + shapes + "]";
-    // From the cache: the fastest of the candidates it has times for, when it has them all.
-    if (cache) {
-      const auto it = cache->layers.find(key);
-      if (it != cache->layers.end() &&
-          std::all_of(cands.begin(), cands.end(), [&](const std::string& c) { return it->second.count(c) != 0; })) {
-        std::string best;
-        for (const std::string& c : cands)
-          if (best.empty() || it->second.at(c) < it->second.at(best)) best = c;
-        s.tactics[profile] = best;
-        s.tactic_ms[profile] = it->second.at(best);
-        log(LogLevel::kVerbose, "tune " + who + ": " + best + " (" + ms_text(it->second.at(best)) + ", from the timing cache)");
-        return Status::Ok();
-      }
-    }
+    if (from_cache(s, key, cands, who)) return Status::Ok();
     // The kernel's own choice is the reference a candidate must agree with.
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.tune_layer_seconds));
     KILN_RETURN_IF_ERROR(f.run_tactic(si, "", TacticTiming{}, nullptr));
@@ -228,16 +292,19 @@ struct Tuner {
     for (const std::string& c : cands) {
       if (Clock::now() > deadline) {
         report += " " + c + " skipped (layer time limit);";
+        if (cache) cache->record(key, c, kNotUsable);
         continue;
       }
       Status st = f.run_tactic(si, c, TacticTiming{}, nullptr);
       if (!st.ok()) {
         report += " " + c + " failed (" + st.message() + ");";
+        if (cache) cache->record(key, c, kNotUsable);
         continue;
       }
       KILN_ASSIGN_OR_RETURN(std::vector<Tensor> got, host_outputs(f, s));
       if (std::string why = mismatch(want, got, tol); !why.empty()) {
         report += " " + c + " rejected (" + why + ");";
+        if (cache) cache->record(key, c, kNotUsable);
         continue;
       }
       // One timed run sizes the batches: each sample lasts about 0.5 ms (at most 100 runs).
@@ -266,6 +333,7 @@ struct Tuner {
         }
       }
       report += " " + c + " failed while timed (" + st.message() + ");";
+      if (cache) cache->record(key, c, kNotUsable);
     }
     if (!report.empty()) report.pop_back();
     if (best.empty()) {
@@ -279,31 +347,6 @@ struct Tuner {
     return Status::Ok();
   }
 };
-
-// Steps with two or more tactics at the plan's shapes (for progress totals), host only.
-int count_tunable(const CompiledGraph& g, const ShapePlan& p, const ContextResources& res) {
-  int n = 0;
-  for (const Step& s : g.steps) {
-    if (s.kind != Step::Kind::kKernel || !s.kernel->has_reshape()) continue;
-    ReshapeContext rc{*s.node, {}, {}, res.state_for(s.backend->device()), 0, nullptr, {}};
-    rc.in.resize(s.in.size());
-    rc.out.resize(s.out.size());
-    bool known = true;
-    for (size_t i = 0; i < s.in.size(); ++i) {
-      const int v = s.in[i];
-      if (v < 0) continue;
-      if (!p.known[v]) {
-        known = false;
-        break;
-      }
-      rc.in[i].present = true;
-      rc.in[i].dtype = p.dtype[v];
-      rc.in[i].shape = p.shape[v];
-    }
-    if (known && s.kernel->tactics(rc).size() >= 2) ++n;
-  }
-  return n;
-}
 
 std::string cpu_model_name() {
   std::ifstream f("/proc/cpuinfo");
@@ -378,7 +421,8 @@ Status tune_engine(Engine::Impl& impl, const BuildOptions& options, const std::f
     for (Slot& s : *inputs) ptrs.push_back(&s);
     auto sp = make_shape_plan(g, ptrs.data(), res, p);
     t.profile = p;
-    t.total += count_tunable(g, *sp, res);
+    // Every layer in the timing cache: nothing to run.
+    if (t.plan_pass(*sp, res)) continue;
     KILN_RETURN_IF_ERROR(bind_shape_plan(g, *sp, res));
     for (size_t i = 0; i < g.inputs.size(); ++i) sp->at[g.inputs[i]] = ptrs[i];
     res.before_step = [&t](Frame& f, int si) { return t.before_step(f, si); };

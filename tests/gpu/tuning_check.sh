@@ -7,7 +7,7 @@
 # first wrote. Writes OUT_DIR/tuning.log.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-models="${MODELS:-resnet50 mobilenet_v2 bert_base}"
+models="${MODELS:-resnet50 mobilenet_v2 bert_base}"  # MODELS=... SKIP_UNIT=1 for more runs
 # name:BxCx...,name2:... for model M's saved inputs at batch B.
 shapes_spec() {
   python3 - "$1" "$2" <<'PY'
@@ -23,7 +23,7 @@ PY
 }
 now() { date +%s.%N; }
 {
-  gpu_unit_and_alloc_tests
+  [ -n "${SKIP_UNIT:-}" ] || gpu_unit_and_alloc_tests
   prepare_zoo $models
   cache="$out/timing_cache.txt"
   rm -f "$cache"
@@ -37,7 +37,7 @@ now() { date +%s.%N; }
       $base --tune --timing-cache "$cache" -o "$out/cached.kiln" > /dev/null 2>&1; t3=$(now)
       printf "== %s fp16 b%s: build untuned %.1fs, tuned %.1fs, tuned from the cache %.1fs; %s layers tuned, %s changed from the heuristic's choice\n" \
         $m $b $(awk "BEGIN{print $t1 - $t0}") $(awk "BEGIN{print $t2 - $t1}") $(awk "BEGIN{print $t3 - $t2}") \
-        $(grep -c "^kiln: tune " "$out/${m}_b${b}_tune.txt") $(grep "^kiln: tune " "$out/${m}_b${b}_tune.txt" | grep -vc -- "(= first)" )
+        $(grep -c "^kiln: tune " "$out/${m}_b${b}_tune.txt") $(grep "^kiln: tune " "$out/${m}_b${b}_tune.txt" | grep -- "->" | grep -vc -- "(= first)" )
       grep "^kiln: tune " "$out/${m}_b${b}_tune.txt" | head -3 | cut -c1-400
       "$bin/kiln" compare "$out/plain.kiln" "$out/tuned.kiln" $args --runs 3 --rtol 5e-2 2>&1 | grep -E "relative L2|rror"
       "$bin/kiln" compare "$out/tuned.kiln" "$out/cached.kiln" $args --runs 3 --rtol 5e-2 2>&1 | grep -E "relative L2|rror" | sed 's/^/cached vs tuned: /'

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include "kiln/kiln.h"
@@ -183,10 +184,19 @@ TEST(Tuning, TimingCacheIsReusedAndDecidesTheChoice) {
   TimingCache edited = *cache;
   for (auto& [layer, tactics] : edited.layers) {
     tactics["jobs-serial"] = 1e-6;
-    tactics["jobs-parallel"] = 1e3;
+    tactics["jobs-parallel"] = std::numeric_limits<double>::infinity();  // "not usable": never chosen
   }
   ASSERT_TRUE(edited.write(path).ok());
+  auto reread = TimingCache::read(path);
+  ASSERT_TRUE(reread.ok()) << reread.status().to_string();
+  EXPECT_TRUE(std::isinf(reread->layers.begin()->second.at("jobs-parallel")));
+  // Every layer is in the cache: the build takes them from the plan's shapes without a tuning run.
+  std::vector<std::string> details;
+  o.progress = [&](const BuildProgress& p) {
+    if (p.stage == "tune" && p.total) details.push_back(p.detail);
+  };
   auto second = Engine::build(kExample, o);
+  EXPECT_EQ(details, std::vector<std::string>{"from the timing cache"});
   ASSERT_TRUE(second.ok());
   for (const auto& [node, t] : tactics_of(**second)) EXPECT_EQ(t[0], "jobs-serial") << node;
   for (const Step& s : (*second)->impl().plan->steps)

@@ -167,8 +167,7 @@ class ConvKernel final : public Kernel {
     // problem: the heuristic's list can hold algorithms the launch then refuses (seen on the H100:
     // float16 NCHW with 3 input channels at batch 64), and its memory figures are estimates. The tuner
     // times every confirmed one (tactics()); without a tactic the heuristic's first runs.
-    // Half types: implicit-GEMM algorithms only (FFT and Winograd transform in the data type), unless
-    // there is none of those.
+    // `implicit_gemm_only`: the implicit-GEMM family (FFT and Winograd transform in the data type).
     auto usable = [&](int i, bool implicit_gemm_only, size_t* bytes) {
       if (perf[i].status != CUDNN_STATUS_SUCCESS) return false;
       if (!tensor_ops && (perf[i].mathType == CUDNN_TENSOR_OP_MATH || perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
@@ -180,15 +179,15 @@ class ConvKernel final : public Kernel {
                  CUDNN_STATUS_SUCCESS &&
              *bytes <= kWorkspaceBytes;
     };
-    bool implicit_only = reduced;
+    // Half types list the implicit-GEMM family first (the kernel's own choice is among them whenever
+    // there is one), then the others: the tuner may pick one of those where it measures faster and
+    // its result agrees with the first's.
     size_t bytes = 0;
-    for (int pass = 0; pass < 2 && p->viable.empty(); ++pass, implicit_only = false) {
+    for (int pass = reduced ? 0 : 1; pass < 2; ++pass)
       for (int i = 0; i < returned; ++i)
-        if (usable(i, implicit_only, &bytes) &&
+        if (usable(i, pass == 0, &bytes) &&
             std::find(p->viable.begin(), p->viable.end(), static_cast<int>(perf[i].algo)) == p->viable.end())
           p->viable.push_back(static_cast<int>(perf[i].algo));
-      if (!reduced) break;
-    }
     if (p->viable.empty()) return runtime_error(node.describe() + ": cuDNN offers no algorithm for this convolution");
     // The tactic ("algo<N>") when it is usable here, else the heuristic's first.
     int algo = p->viable[0];
