@@ -16,6 +16,9 @@ What is timed (median of --iterations after --warmup, milliseconds):
     the CUDA-graph mode PyTorch recommends for small batches).
   * torch "device": eager with inputs already on the GPU and outputs left there, CUDA events: the
     GPU-resident figure that most PyTorch numbers quote, for reference.
+  * GPU-resident, both sides timed the same way (second table): inputs already in GPU memory and
+    outputs left there, host clock around each call and a wait for the GPU: kiln `bench --device-io`
+    (run_into with CUDA tensors), torch eager and torch.compile with torch.cuda.synchronize().
 FP32 means true FP32 on both sides (TF32 off); FP16 means torch's model.half() against kiln's
 --precision fp16 engine (float32 accumulation in GEMMs and convolutions on both).
 Transformers run with PyTorch's default attention (scaled_dot_product_attention), its fastest.
@@ -41,10 +44,12 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "zoo"))
 import zoo  # noqa: E402
 
 
-def kiln_bench(kiln: str, engine: str, args: list, n: int, warmup: int, graphs: bool) -> dict:
+def kiln_bench(kiln: str, engine: str, args: list, n: int, warmup: int, graphs: bool, device_io: bool = False) -> dict:
     cmd = [kiln, "bench", engine, *args, "-n", str(n), "--warmup", str(warmup)]
     if not graphs:
         cmd.append("--no-cuda-graphs")
+    if device_io:
+        cmd.append("--device-io")
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     m = re.search(r"median ([0-9.]+) ms", out.stdout)
     if out.returncode != 0 or not m:
@@ -161,6 +166,25 @@ def time_device(fn, feeds: list, precision: str, n: int, warmup: int) -> float:
     return statistics.median(ts)
 
 
+def time_device_sync(fn, feeds: list, precision: str, n: int, warmup: int) -> float:
+    """GPU-resident inputs and outputs, host clock around each call plus a wait for the GPU: the way
+    `kiln bench --device-io` times kiln."""
+    import torch  # noqa: PLC0415
+
+    xs = device_inputs(feeds, precision)
+    with torch.inference_mode():
+        for _ in range(warmup):
+            fn(*xs)
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn(*xs)
+            torch.cuda.synchronize()
+            ts.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(ts)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kiln", required=True, help="the kiln command")
@@ -221,14 +245,17 @@ def main() -> int:
                 row = {"model": name, "precision": prec, "batch": batch}
                 row["kiln"] = kiln_bench(a.kiln, engine, args, n, w, graphs=True)
                 row["kiln_no_graphs"] = kiln_bench(a.kiln, engine, args, n, w, graphs=False)
+                row["kiln_device_io"] = kiln_bench(a.kiln, engine, args, n, w, graphs=True, device_io=True)
                 row["torch_eager_host_ms"] = time_host(fn, feeds, prec, n, w)
                 row["torch_eager_device_ms"] = time_device(fn, feeds, prec, n, w)
+                row["torch_eager_device_sync_ms"] = time_device_sync(fn, feeds, prec, n, w)
                 for mode, cf in compiled.items():
                     t0 = time.perf_counter()
                     try:
                         time_host(cf, feeds, prec, 1, 2)  # compiles (and records graphs)
                         row[f"torch_compile_{mode}_compile_s"] = round(time.perf_counter() - t0, 1)
                         row[f"torch_compile_{mode}_host_ms"] = time_host(cf, feeds, prec, n, w)
+                        row[f"torch_compile_{mode}_device_sync_ms"] = time_device_sync(cf, feeds, prec, n, w)
                     except Exception as e:  # noqa: BLE001 — report, keep going
                         row[f"torch_compile_{mode}_host_ms"] = None
                         row[f"torch_compile_{mode}_error"] = str(e).splitlines()[0][:200]
@@ -267,6 +294,21 @@ def main() -> int:
             cells.append(f"{t:.3f}" if t is not None else "error")
         cells.append(f"{k / torch_best:.2f}" if k else "-")
         cells.append(f"{r['torch_eager_device_ms']:.3f}")
+        print("| " + " | ".join(cells) + " |")
+    # GPU-resident on both sides, timed the same way.
+    print("\nGPU-resident inputs and outputs, host clock around each call and a wait for the GPU (ms, median)")
+    hdr = "| model | prec | batch | kiln --device-io | torch eager | " + " | ".join(f"torch.compile {m}" for m in modes) + \
+        " | kiln / best torch |"
+    print(hdr)
+    print("|" + "---|" * (hdr.count("|") - 1))
+    for r in rows:
+        k = r["kiln_device_io"].get("ms")
+        ts = [r["torch_eager_device_sync_ms"]] + [r.get(f"torch_compile_{m}_device_sync_ms") for m in modes]
+        best = min(t for t in ts if t is not None)
+        cells = [r["model"], r["precision"], str(r["batch"]), f"{k:.3f}" if k else "error",
+                 f"{r['torch_eager_device_sync_ms']:.3f}"]
+        cells += [f"{t:.3f}" if t is not None else "error" for t in ts[1:]]
+        cells.append(f"{k / best:.2f}" if k else "-")
         print("| " + " | ".join(cells) + " |")
     if accuracy:
         print("\nfloat16 output against float32 output, batch 1, first output (relative L2)")

@@ -142,16 +142,20 @@ class Engine {
 // host or device memory (through run_into with reused output buffers) and synchronizes once.
 class ExecutionContext {
  public:
-  // Runs the engine. `inputs` are CPU tensors by input name (inputs with a default may be left out).
-  // Returns every output in engine order, as CPU tensors. Wrong names, dtypes or shapes give
-  // kInvalidArgument naming the input.
+  // Runs the engine. `inputs` are CPU tensors by input name (inputs with a default may be left out);
+  // a CUDA engine also takes CUDA tensors (allocate_tensor, or Tensor::borrow of the caller's device
+  // memory), read on the device with no host round trip, unless a host step of the engine reads that
+  // input's values (then kInvalidArgument names the step). Returns every output in engine order, as
+  // CPU tensors. Wrong names, dtypes or shapes give kInvalidArgument naming the input.
   Expected<std::vector<Value>> run(const std::map<std::string, Value>& inputs);
 
   // The allocation-free form. `inputs` follow Engine::inputs() order (a kNone Value leaves an input
   // with a default at its default); they are read in place and must stay alive and unchanged until
   // the call returns. `outputs` is resized to Engine::outputs(); an element that already holds a CPU
   // tensor of the output's dtype and shape is written in place (pass the previous run's outputs
-  // back to reuse them), any other is replaced by a new tensor.
+  // back to reuse them), any other is replaced by a new tensor. A CUDA engine writes an element that
+  // holds a CUDA tensor of the output's dtype and shape on the device (device-resident outputs;
+  // IOBinding in ONNX Runtime's terms).
   Status run_into(const std::vector<Value>& inputs, std::vector<Value>& outputs);
 
   // Input-shape signatures this context has planned, and the arena bytes it holds per device
@@ -223,6 +227,13 @@ struct OptimizationReport {
 };
 // Imports the model and runs the optimizer at `opt_level` (no lowering, no kernels created).
 Expected<OptimizationReport> inspect_model(const std::string& onnx_path, int opt_level);
+
+// ---- Device memory for inputs and outputs that stay on the device (ExecutionContext::run_into)
+// A tensor of `dtype` and `shape` on `device`, allocated through kiln's backend for it (freed with
+// its last copy). Uninitialized. kUnsupported when the device is not usable here.
+Expected<Tensor> allocate_tensor(DataType dtype, const Shape& shape, Device device);
+// Copies `src` into `dst` (same dtype and size; host or device on either side) and waits for it.
+Status transfer(const Tensor& src, Tensor& dst);
 
 // ---- Timing caches (BuildOptions::timing_cache)
 // Merges timing caches written on one device by one kiln version into `out` (for each layer and

@@ -329,6 +329,9 @@ struct ExecutionContext::Impl {
   std::vector<Slot*> bound;         // scratch: per graph input, the caller's value (or a default)
   std::vector<Slot> defaults;       // per graph input: its initializer (inputs with a default)
   std::vector<int> info_to_input;   // Engine::inputs() index → graph input index
+  // Per graph input: "" when a CUDA tensor may be given for it (every reader is a device copy or
+  // reads only its shape), else the step that reads its values on the host.
+  std::vector<std::string> host_reader;
   Slot none;
   double timeout_s = 0;             // per run; 0: none
 };
@@ -350,6 +353,22 @@ Expected<std::unique_ptr<ExecutionContext>> Engine::create_context() const {
     KILN_ASSIGN_OR_RETURN(ci->res.state[d], b->create_state());
   }
   const auto& gin = e.graph->inputs;
+  ci->host_reader.assign(gin.size(), e.options.device == DeviceType::kCUDA ? "" : "this is a CPU engine");
+  for (size_t i = 0; e.options.device == DeviceType::kCUDA && i < gin.size(); ++i) {
+    const int v = e.plan->inputs[i];
+    for (const Step& s : e.plan->steps) {
+      if (s.kind != Step::Kind::kKernel) continue;
+      const KernelDef* def = s.backend->kernels().by_name(s.kernel_name);
+      const bool host_step = s.backend->device().is_cpu();
+      for (size_t k = 0; k < s.in.size(); ++k)
+        if (s.in[k] == v && ((host_step && !(def && def->shape_input(static_cast<int>(k)))) || s.host_input(k)) &&
+            ci->host_reader[i].empty())
+          ci->host_reader[i] = s.node->describe() + " reads it on the host";
+      if (!host_step) continue;
+      for (int w : s.implicit_in)
+        if (w == v && ci->host_reader[i].empty()) ci->host_reader[i] = s.node->describe() + " reads it on the host";
+    }
+  }
   ci->defaults.resize(gin.size());
   ci->bound.resize(gin.size());
   for (size_t i = 0; i < gin.size(); ++i)
@@ -392,7 +411,7 @@ struct Who {
 static std::string operator+(const Who& w, const std::string& rest) { return "input '" + w.name + "'" + rest; }
 static std::string operator+(const Who& w, const char* rest) { return "input '" + w.name + "'" + rest; }
 
-static Status check_input(const ir::Value& decl, const Value& given) {
+static Status check_input(const ir::Value& decl, const Value& given, const std::string& host_reader) {
   const ir::Type& t = decl.type;
   const Who who{decl.name};
   if (t.kind == ir::Type::Kind::kSequence && given.kind != Value::Kind::kSequence)
@@ -400,7 +419,10 @@ static Status check_input(const ir::Value& decl, const Value& given) {
   if (t.kind == ir::Type::Kind::kTensor) {
     if (given.kind != Value::Kind::kTensor) return invalid_argument(who + " expects a tensor");
     const Tensor& x = given.tensor;
-    if (!x.device().is_cpu()) return invalid_argument(who + ": inputs must be CPU tensors");
+    if (!x.device().is_cpu() && (x.device().type != DeviceType::kCUDA || !host_reader.empty()))
+      return invalid_argument(who + ": a " + (x.device().type == DeviceType::kCUDA ? "CUDA" : "device") +
+                              " tensor cannot be given here (" + (host_reader.empty() ? "unknown device" : host_reader) +
+                              "); pass a CPU tensor");
     if (t.dtype != DataType::kUndefined && x.dtype() != t.dtype)
       return invalid_argument(who + " expects dtype " + dtype_name(t.dtype) + ", got " + dtype_name(x.dtype()));
     if (t.shape.known) {
@@ -441,7 +463,7 @@ Status ExecutionContext::run_into(const std::vector<Value>& inputs, std::vector<
       else return invalid_argument("missing input '" + decl.name + "'");
       continue;
     }
-    KILN_RETURN_IF_ERROR(check_input(decl, given));
+    KILN_RETURN_IF_ERROR(check_input(decl, given, ci.host_reader[gi]));
     ci.bound[gi] = const_cast<Value*>(&given);  // read only: inputs are never written or released
   }
 
@@ -505,6 +527,24 @@ Status ExecutionContext::run_into(const std::vector<Value>& inputs, std::vector<
     ++sp.clean_runs;
   }
   return Status::Ok();
+}
+
+Expected<Tensor> allocate_tensor(DataType dtype, const Shape& shape, Device device) {
+  if (std::string why = check_tensor_size(dtype, shape); !why.empty()) return invalid_argument(why);
+  if (device.is_cpu()) return Tensor::empty(dtype, shape);
+  if (dtype == DataType::kString) return invalid_argument("string tensors live on the host only");
+  KILN_ASSIGN_OR_RETURN(Backend * b, backend_for(device.type));
+  KILN_ASSIGN_OR_RETURN(auto storage, b->allocate(shape_nbytes(dtype, shape)));
+  return Tensor::with_storage(dtype, shape, std::move(storage));
+}
+
+Status transfer(const Tensor& src, Tensor& dst) {
+  if (src.dtype() != dst.dtype() || src.nbytes() != dst.nbytes())
+    return invalid_argument("transfer: " + std::string(dtype_name(src.dtype())) + shape_to_string(src.shape()) + " into " +
+                            dtype_name(dst.dtype()) + shape_to_string(dst.shape()) + " (dtype and size must match)");
+  const Device d = !src.device().is_cpu() ? src.device() : dst.device();
+  KILN_ASSIGN_OR_RETURN(Backend * b, backend_for(d.type));
+  return b->copy(src, dst, nullptr);  // no state: a synchronous copy
 }
 
 Expected<std::vector<Value>> ExecutionContext::run(const std::map<std::string, Value>& inputs) {

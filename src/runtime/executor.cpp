@@ -493,8 +493,15 @@ Status Frame::run_step(int si, OpProfile* profile) {
       const Device to = graph.values[s.out[0]].device;
       Backend& dst_backend = to.is_cpu() ? cpu_backend() : *s.backend;
       Tensor* dst = nullptr;
+      Slot& out_slot = *at[s.out[0]];
+      // A caller's device buffer for an engine output (ExecutionContext::run_into): the copy to the
+      // host becomes a copy on the device, into it.
+      const bool device_out = to.is_cpu() && out_slot.kind == Slot::Kind::kTensor &&
+                              out_slot.tensor.device() == s.backend->device() && !s.backend->device().is_cpu() &&
+                              out_slot.tensor.dtype() == src.tensor.dtype() &&
+                              same_shape(out_slot.tensor.shape(), src.tensor.shape()) && out_slot.tensor.raw();
       try {
-        dst = &make_output(s.out[0], dst_backend, src.tensor.dtype(), src.tensor.shape());
+        dst = device_out ? &out_slot.tensor : &make_output(s.out[0], dst_backend, src.tensor.dtype(), src.tensor.shape());
       } catch (const std::exception& e) {
         return runtime_error("copy of '" + graph.values[s.in[0]].name + "': " + e.what());
       }

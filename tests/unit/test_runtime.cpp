@@ -1,6 +1,7 @@
 // Runtime: engine build/run, engine files (round trip, corruption, mismatches), memory plan, threads.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -10,6 +11,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "engine/engine_generated.h"
 #include "kiln/kiln.h"
+#include "onnx/onnx.pb.h"
 #include "plan/memory.h"
 #include "plan/plan.h"
 #include "runtime/executor.h"
@@ -393,4 +395,91 @@ TEST(MemoryPlanner, SweepAndGreedyPlansAreValid) {
   }
   std::vector<size_t> off;
   EXPECT_EQ(plan_offsets({{SIZE_MAX - 3, 0, 1}, {512, 0, 1}}, off), SIZE_MAX);
+}
+
+// Device-resident inputs and outputs (IOBinding): CUDA tensors in and out of run_into give the host
+// run's outputs bit for bit, outputs written in place on the device (also on graph replays); an input
+// whose values a step reads on the host is refused naming the step; CPU engines refuse CUDA tensors.
+TEST(Runtime, CudaDeviceResidentInputsAndOutputs) {
+  if (!cuda_backend().ok()) GTEST_SKIP() << "no CUDA GPU";
+  BuildOptions o;
+  o.device = DeviceType::kCUDA;
+  o.opt_level = 2;
+  auto engine = Engine::build(kExample, o);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto x = read_npy(kExampleInput);
+  ASSERT_TRUE(x.ok());
+  const auto want = run_example(**engine, *x);
+  const Device gpu{DeviceType::kCUDA};
+  auto dx = allocate_tensor(x->dtype(), x->shape(), gpu);
+  ASSERT_TRUE(dx.ok()) << dx.status().to_string();
+  ASSERT_TRUE(transfer(*x, *dx).ok());
+  auto dy = allocate_tensor(DataType::kFloat32, {1, 10}, gpu);
+  ASSERT_TRUE(dy.ok());
+  auto ctx = (*engine)->create_context();
+  ASSERT_TRUE(ctx.ok());
+  std::vector<Value> in{Value::of(*dx)}, out{Value::of(*dy)};
+  const void* where = dy->raw();
+  for (int r = 0; r < 4; ++r) {  // the third run on replays a CUDA graph
+    Tensor clear = Tensor::empty(DataType::kFloat32, {1, 10});
+    std::memset(clear.raw(), 0, clear.nbytes());
+    ASSERT_TRUE(transfer(clear, out[0].tensor).ok());
+    ASSERT_TRUE((*ctx)->run_into(in, out).ok());
+    ASSERT_EQ(out[0].tensor.raw(), where) << "the output was not written in place";
+    Tensor host = Tensor::empty(DataType::kFloat32, {1, 10});
+    ASSERT_TRUE(transfer(out[0].tensor, host).ok());
+    EXPECT_EQ(std::vector<float>(host.data<float>(), host.data<float>() + 10), want) << "run " << r;
+  }
+  EXPECT_GE((*ctx)->cuda_graphs(), 1u);
+  // A CPU engine refuses device tensors, naming the input.
+  auto cpu = Engine::build(kExample);
+  ASSERT_TRUE(cpu.ok());
+  auto cctx = (*cpu)->create_context();
+  auto r = (*cctx)->run({{"image", Value::of(*dx)}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'image'"), std::string::npos) << r.status().message();
+}
+
+TEST(Runtime, CudaInputReadOnTheHostMustBeACpuTensor) {
+  if (!cuda_backend().ok()) GTEST_SKIP() << "no CUDA GPU";
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  g->set_name("g");
+  auto input = [&](const std::string& name, int elem, std::vector<int64_t> dims) {
+    auto* vi = g->add_input();
+    vi->set_name(name);
+    auto* t = vi->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(elem);
+    for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+  };
+  input("x", 1, {2, 6});
+  input("s", 7, {2});
+  auto* n = g->add_node();
+  n->set_op_type("Reshape");
+  n->add_input("x");
+  n->add_input("s");
+  n->add_output("y");
+  g->add_output()->set_name("y");
+  BuildOptions o;
+  o.device = DeviceType::kCUDA;
+  auto engine = Engine::build_from_bytes(m.SerializeAsString(), o, ".");
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  Tensor x = Tensor::empty(DataType::kFloat32, {2, 6}), s = Tensor::empty(DataType::kInt64, {2});
+  for (int i = 0; i < 12; ++i) x.data<float>()[i] = static_cast<float>(i);
+  s.data<int64_t>()[0] = 3;
+  s.data<int64_t>()[1] = 4;
+  auto dx = allocate_tensor(DataType::kFloat32, {2, 6}, Device{DeviceType::kCUDA});
+  auto ds = allocate_tensor(DataType::kInt64, {2}, Device{DeviceType::kCUDA});
+  ASSERT_TRUE(dx.ok() && ds.ok());
+  ASSERT_TRUE(transfer(x, *dx).ok() && transfer(s, *ds).ok());
+  auto ctx = (*engine)->create_context();
+  auto bad = (*ctx)->run({{"x", Value::of(*dx)}, {"s", Value::of(*ds)}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("reads it on the host"), std::string::npos) << bad.status().message();
+  auto good = (*ctx)->run({{"x", Value::of(*dx)}, {"s", Value::of(s)}});
+  ASSERT_TRUE(good.ok()) << good.status().to_string();
+  EXPECT_EQ((*good)[0].tensor.shape(), (Shape{3, 4}));
+  EXPECT_EQ((*good)[0].tensor.data<float>()[11], 11.f);
 }

@@ -294,3 +294,26 @@ TEST(Tuning, BuildReportsProgressByStage) {
   EXPECT_EQ(tuned, 3);
   EXPECT_EQ(total, 3);
 }
+
+// Device tensors on a machine without that device, or of the wrong size: errors, never a crash.
+TEST(DeviceIo, ClearErrorsWithoutTheDevice) {
+  Tensor host = Tensor::empty(DataType::kFloat32, {2, 3});
+  Tensor other = Tensor::empty(DataType::kFloat32, {3, 3});
+  Status st = transfer(host, other);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("dtype and size must match"), std::string::npos) << st.message();
+  auto cpu = allocate_tensor(DataType::kFloat32, {2, 3}, Device{});
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_TRUE(cpu->device().is_cpu());
+  EXPECT_FALSE(allocate_tensor(DataType::kFloat32, {-1}, Device{}).ok());
+  // A CPU engine refuses a tensor that claims to live on a GPU, whether or not one is here.
+  float fake[3 * 32 * 32];
+  Tensor dev = Tensor::borrow(DataType::kFloat32, {1, 3, 32, 32}, fake, Device{DeviceType::kCUDA});
+  auto e = Engine::build(kExample);
+  ASSERT_TRUE(e.ok());
+  auto ctx = (*e)->create_context();
+  auto r = (*ctx)->run({{"image", Value::of(dev)}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("CUDA tensor cannot be given here (this is a CPU engine)"), std::string::npos)
+      << r.status().message();
+}
