@@ -277,39 +277,31 @@ def main() -> int:
             accuracy.append(acc)
             print(json.dumps(acc), flush=True)
 
-    # The table: kiln against the best torch figure measured the same way (host in, host out).
-    print(f"\n{meta['gpu']}, torch {meta['torch']}, {meta['date']}; ms per call, median (host inputs in, host outputs out)")
-    hdr = "| model | prec | batch | kiln | kiln, no graphs | torch eager | " + " | ".join(
-        f"torch.compile {m}" for m in modes) + " | kiln / best torch | torch eager on-device |"
-    print(hdr)
-    print("|" + "---|" * (hdr.count("|") - 1))
-    for r in rows:
-        k = r["kiln"].get("ms")
-        torch_best = [r["torch_eager_host_ms"]] + [r.get(f"torch_compile_{m}_host_ms") for m in modes]
-        torch_best = min(t for t in torch_best if t is not None)
-        cells = [r["model"], r["precision"], str(r["batch"]), f"{k:.3f}" if k else "error",
-                 f"{r['kiln_no_graphs'].get('ms', float('nan')):.3f}", f"{r['torch_eager_host_ms']:.3f}"]
-        for m in modes:
-            t = r.get(f"torch_compile_{m}_host_ms")
-            cells.append(f"{t:.3f}" if t is not None else "error")
-        cells.append(f"{k / torch_best:.2f}" if k else "-")
-        cells.append(f"{r['torch_eager_device_ms']:.3f}")
-        print("| " + " | ".join(cells) + " |")
-    # GPU-resident on both sides, timed the same way.
-    print("\nGPU-resident inputs and outputs, host clock around each call and a wait for the GPU (ms, median)")
-    hdr = "| model | prec | batch | kiln --device-io | torch eager | " + " | ".join(f"torch.compile {m}" for m in modes) + \
-        " | kiln / best torch |"
-    print(hdr)
-    print("|" + "---|" * (hdr.count("|") - 1))
-    for r in rows:
-        k = r["kiln_device_io"].get("ms")
-        ts = [r["torch_eager_device_sync_ms"]] + [r.get(f"torch_compile_{m}_device_sync_ms") for m in modes]
-        best = min(t for t in ts if t is not None)
-        cells = [r["model"], r["precision"], str(r["batch"]), f"{k:.3f}" if k else "error",
-                 f"{r['torch_eager_device_sync_ms']:.3f}"]
-        cells += [f"{t:.3f}" if t is not None else "error" for t in ts[1:]]
-        cells.append(f"{k / best:.2f}" if k else "-")
-        print("| " + " | ".join(cells) + " |")
+    def table(title: str, kiln_cols: list, torch_key: str, extra: tuple = ()) -> None:
+        """kiln's columns, then torch eager and each torch.compile mode timed as `torch_key` says, then
+        kiln (first column) over the fastest torch figure, then any extra (header, row key) columns."""
+        print(title)
+        hdr = "| model | prec | batch | " + " | ".join(h for h, _ in kiln_cols) + " | torch eager | " + \
+            " | ".join(f"torch.compile {m}" for m in modes) + " | kiln / best torch |" + "".join(f" {h} |" for h, _ in extra)
+        print(hdr)
+        print("|" + "---|" * (hdr.count("|") - 1))
+        for r in rows:
+            ks = [r[key].get("ms") for _, key in kiln_cols]
+            ts = [r[f"torch_eager_{torch_key}_ms"]] + [r.get(f"torch_compile_{m}_{torch_key}_ms") for m in modes]
+            best = min(t for t in ts if t is not None)
+            cells = [r["model"], r["precision"], str(r["batch"])]
+            cells += [f"{k:.3f}" if k else "error" for k in ks]
+            cells += [f"{t:.3f}" if t is not None else "error" for t in ts]
+            cells.append(f"{ks[0] / best:.2f}" if ks[0] else "-")
+            cells += [f"{r[key]:.3f}" for _, key in extra]
+            print("| " + " | ".join(cells) + " |")
+
+    # kiln against the best torch figure measured the same way: host in, host out; then GPU-resident.
+    table(f"\n{meta['gpu']}, torch {meta['torch']}, {meta['date']}; ms per call, median (host inputs in, host outputs out)",
+          [("kiln", "kiln"), ("kiln, no graphs", "kiln_no_graphs")], "host",
+          extra=(("torch eager on-device", "torch_eager_device_ms"),))
+    table("\nGPU-resident inputs and outputs, host clock around each call and a wait for the GPU (ms, median)",
+          [("kiln --device-io", "kiln_device_io")], "device_sync")
     if accuracy:
         print("\nfloat16 output against float32 output, batch 1, first output (relative L2)")
         print("| model | kiln fp16 engine vs fp32 engine | torch model.half() vs float32 |")

@@ -297,16 +297,21 @@ TEST(Runtime, CudaEngineFileRoundTrips) {
   EXPECT_EQ(run_example(**loaded, *x), run_example(**engine, *x));
 }
 
+// The example model as a CUDA engine with fusions (opt level 2).
+Expected<std::shared_ptr<Engine>> cuda_example_engine() {
+  BuildOptions o;
+  o.device = DeviceType::kCUDA;
+  o.opt_level = 2;
+  return Engine::build(kExample, o);
+}
+
 // A context's GPU work on the caller's stream: the same outputs as on its own stream, also on graph
 // replays (third run on) and after switching back; a CPU engine refuses. Then four contexts of one
 // engine run concurrently from four threads (each on its own stream), every run equal to the
 // single-thread result.
 TEST(Runtime, CudaCallersStreamAndConcurrentContexts) {
   if (!cuda_backend().ok()) GTEST_SKIP() << "no CUDA GPU";
-  BuildOptions o;
-  o.device = DeviceType::kCUDA;
-  o.opt_level = 2;
-  auto engine = Engine::build(kExample, o);
+  auto engine = cuda_example_engine();
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   auto x = read_npy(kExampleInput);
   ASSERT_TRUE(x.ok());
@@ -402,10 +407,7 @@ TEST(MemoryPlanner, SweepAndGreedyPlansAreValid) {
 // whose values a step reads on the host is refused naming the step; CPU engines refuse CUDA tensors.
 TEST(Runtime, CudaDeviceResidentInputsAndOutputs) {
   if (!cuda_backend().ok()) GTEST_SKIP() << "no CUDA GPU";
-  BuildOptions o;
-  o.device = DeviceType::kCUDA;
-  o.opt_level = 2;
-  auto engine = Engine::build(kExample, o);
+  auto engine = cuda_example_engine();
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   auto x = read_npy(kExampleInput);
   ASSERT_TRUE(x.ok());
