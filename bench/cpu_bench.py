@@ -90,11 +90,17 @@ def versions() -> dict:
 # ---- Sessions
 
 
-def kiln_session(path: str, threads: int):
+def kiln_session(path: str, threads: int, tune: bool = False):
     import kiln  # noqa: PLC0415
 
     so = kiln.SessionOptions()
     so.intra_op_num_threads = threads
+    if tune:
+        # An engine tuned at this thread count (each layer's tactics timed: the kernel's own
+        # convolution schedules against oneDNN's primitive), at the declared shapes (dynamic dims 1).
+        kiln.set_num_threads(threads)
+        engine = kiln.Engine.build(path, opt_level=2, tune=True)
+        return kiln.InferenceSession(engine.serialize(), so, providers=["CPUExecutionProvider"])
     return kiln.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
@@ -151,7 +157,7 @@ def bench_model(name: str, opset: int, threads_list: list[int], batches: list[in
     spec = zoo.MODELS[name]
     rows = []
     for threads in threads_list:
-        k_sess = kiln_session(path, threads)
+        k_sess = kiln_session(path, threads, args.kiln_tune)
         o_sess = ort_session(path, threads)
         for batch in batches:
             feed = zoo.make_inputs(spec, batch, seed=batch)
@@ -297,6 +303,7 @@ def main() -> int:
     ap.add_argument("--profile-batch", type=int, default=1, help="batch for the profiles (default 1)")
     ap.add_argument("--reprofile", action="store_true",
                     help="only redo the profiles of the latest result file (and the README), no timings")
+    ap.add_argument("--kiln-tune", action="store_true", help="kiln engines built with --tune (per-layer tactics timed)")
     ap.add_argument("--note", default="", help="a line for the README (e.g. what was left out and why)")
     ap.add_argument("--out", help="result file (default bench/results/cpu_<date>.json)")
     ap.add_argument("--readme-only", action="store_true", help="regenerate bench/README.md from the latest result file")
@@ -343,7 +350,7 @@ def main() -> int:
         "config": {"opset": args.opset, "threads": threads_list, "batches": batches, "warmup": args.warmup,
                    "min_runs": args.min_runs, "max_runs": args.max_runs, "budget_s": args.budget,
                    "profile_slow": args.profile_slow, "ort_graph_optimization": "ORT_ENABLE_ALL",
-                   "ort_inter_op_threads": 1, "order": "ABBA alternating"},
+                   "ort_inter_op_threads": 1, "order": "ABBA alternating", "kiln_tune": args.kiln_tune},
         "note": args.note,
         "skipped_not_exported": missing,
         "results": [],

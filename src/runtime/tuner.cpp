@@ -240,6 +240,9 @@ struct Tuner {
         rc.in[i].present = true;
         rc.in[i].dtype = p.dtype[v];
         rc.in[i].shape = p.shape[v];
+        // Constants (weights) by value, as the tuning run shows them: some tactics need them.
+        const PlannedValue& pv = g.values[v];
+        if (pv.is_constant && pv.device.is_cpu() && pv.constant.kind == Slot::Kind::kTensor) rc.in[i].value = &pv.constant.tensor;
       }
       if (!known) {
         all = false;  // shapes found only by running: the run decides

@@ -52,6 +52,16 @@ ShapeProfile batch_profile(int64_t lo, int64_t opt, int64_t hi) {
   return p;
 }
 
+// Tuned builds with a fresh timing cache at `path`.
+BuildOptions tuned_with_cache(const std::string& path, ShapeProfile p) {
+  std::remove(path.c_str());
+  BuildOptions o;
+  o.profiles = {std::move(p)};
+  o.tune = 1;
+  o.timing_cache = path;
+  return o;
+}
+
 // Steps of a built engine that the tuner gave a tactic, by node name.
 std::map<std::string, std::vector<std::string>> tactics_of(const Engine& e) {
   std::map<std::string, std::vector<std::string>> r;
@@ -73,7 +83,7 @@ TEST(Tuning, CpuConvolutionsGetTimedTacticsThatComputeTheSameResult) {
   for (const Step& s : (*tuned)->impl().plan->steps) {
     if (s.tactics.empty()) continue;
     ASSERT_EQ(s.tactics.size(), 1u);
-    EXPECT_TRUE(s.tactics[0] == "jobs-parallel" || s.tactics[0] == "jobs-serial") << s.tactics[0];
+    EXPECT_TRUE(s.tactics[0] == "jobs-parallel" || s.tactics[0] == "jobs-serial" || s.tactics[0] == "onednn") << s.tactics[0];
     ASSERT_EQ(s.tactic_ms.size(), 1u);
     EXPECT_GT(s.tactic_ms[0], 0.0);
   }
@@ -92,7 +102,7 @@ TEST(Tuning, CpuConvolutionsGetTimedTacticsThatComputeTheSameResult) {
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   EXPECT_EQ(tactics_of(**loaded), chosen);
   EXPECT_EQ(run(**loaded, x), a);
-  EXPECT_NE((*loaded)->placement_report().find("{tactic jobs-"), std::string::npos) << (*loaded)->placement_report();
+  EXPECT_NE((*loaded)->placement_report().find("{tactic "), std::string::npos) << (*loaded)->placement_report();
 }
 
 TEST(Tuning, EachProfileIsTunedAndChosenByInputShape) {
@@ -101,12 +111,12 @@ TEST(Tuning, EachProfileIsTunedAndChosenByInputShape) {
   o.tune = 1;
   auto e = Engine::build(kExample, o);
   ASSERT_TRUE(e.ok()) << e.status().to_string();
-  // Batch 1 has one GEMM per convolution (nothing to tune); batch 6 has six.
+  // Batch 1 has one GEMM per convolution (im2col or oneDNN); batch 6 has six (scheduled two ways, or oneDNN).
   for (const Step& s : (*e)->impl().plan->steps) {
     if (s.tactics.empty()) continue;
     ASSERT_EQ(s.tactics.size(), 2u);
-    EXPECT_EQ(s.tactics[0], "");
-    EXPECT_FALSE(s.tactics[1].empty());
+    EXPECT_TRUE(s.tactics[0] == "im2col" || s.tactics[0] == "onednn") << s.tactics[0];
+    EXPECT_TRUE(s.tactics[1] == "jobs-parallel" || s.tactics[1] == "jobs-serial" || s.tactics[1] == "onednn") << s.tactics[1];
   }
   EXPECT_EQ(tactics_of(**e).size(), 3u);
   int profile = -1;
@@ -167,17 +177,13 @@ TEST(Tuning, FixedShapesBecomeStaticInputs) {
 
 TEST(Tuning, TimingCacheIsReusedAndDecidesTheChoice) {
   const std::string path = temp_path("cache.txt");
-  std::remove(path.c_str());
-  BuildOptions o;
-  o.profiles = {batch_profile(1, 4, 8)};
-  o.tune = 1;
-  o.timing_cache = path;
+  BuildOptions o = tuned_with_cache(path, batch_profile(1, 4, 8));
   auto first = Engine::build(kExample, o);
   ASSERT_TRUE(first.ok()) << first.status().to_string();
   auto cache = TimingCache::read(path);
   ASSERT_TRUE(cache.ok()) << cache.status().to_string();
   EXPECT_EQ(cache->layers.size(), 3u);
-  EXPECT_EQ(cache->entries(), 6u);
+  EXPECT_EQ(cache->entries(), 9u);  // jobs-parallel, jobs-serial, onednn
   EXPECT_NE(cache->device.find(version()), std::string::npos);
   // Rewrite the cache so that "jobs-serial" looks fastest everywhere: the next build must follow the
   // cache (no timing), which shows that it reads it.
@@ -316,4 +322,38 @@ TEST(DeviceIo, ClearErrorsWithoutTheDevice) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("CUDA tensor cannot be given here (this is a CPU engine)"), std::string::npos)
       << r.status().message();
+}
+
+// The "onednn" tactic (oneDNN's convolution primitive, weights reordered once per shape) forced on
+// every convolution through the cache computes what im2col does, also after the engine file.
+// (Depthwise convolutions through it: tests/python/test_tuning_cli.py.)
+TEST(Tuning, OneDnnConvolutionTacticMatchesIm2col) {
+  const std::string path = temp_path("onednn.txt");
+  BuildOptions o = tuned_with_cache(path, batch_profile(2, 2, 2));
+  ASSERT_TRUE(Engine::build(kExample, o).ok());
+  auto cache = TimingCache::read(path);
+  ASSERT_TRUE(cache.ok());
+  TimingCache forced = *cache;
+  for (auto& [layer, tactics] : forced.layers) {
+    ASSERT_TRUE(tactics.count("onednn")) << layer;
+    for (auto& [name, ms] : tactics) ms = name == "onednn" ? 1e-6 : 1.0;
+  }
+  ASSERT_TRUE(forced.write(path).ok());
+  auto e = Engine::build(kExample, o);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  const auto chosen = tactics_of(**e);
+  ASSERT_EQ(chosen.size(), 3u);
+  for (const auto& [node, t] : chosen) EXPECT_EQ(t[0], "onednn") << node;
+  o.tune = 0;
+  o.timing_cache.clear();
+  auto plain = Engine::build(kExample, o);
+  ASSERT_TRUE(plain.ok());
+  const Tensor x = images(2, 11);
+  const auto a = run(**e, x), b = run(**plain, x);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << i;
+  auto loaded = Engine::load_from_bytes(*(*e)->serialize());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_EQ(run(**loaded, x), a);
+  std::remove(path.c_str());
 }

@@ -8,6 +8,8 @@
 
 #include <omp.h>
 
+#include <oneapi/dnnl/dnnl.hpp>
+
 #include "backends/cpu/nn_common.h"
 #include "backends/staged_kernel.h"
 #include "ops/nn.h"
@@ -285,9 +287,140 @@ struct ConvAttrs {
 ConvAttrs parse_conv(const ir::Node& n) { return {ops::parse_window_attrs(n), n.attr_int("group", 1)}; }
 
 // Conv's per-shape state: geometry and column buffers (float32 columns live in the workspace).
+// ---- The "onednn" tactic: oneDNN's convolution primitive (float32, 2-D, constant weights), in the
+// blocked layouts it chooses: the input is reordered into the workspace, the weights once per shape
+// signature (held by the state), the output reordered back to NCHW. Bias in the primitive.
+const dnnl::engine& dnnl_cpu() {
+  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// Everything a run needs, made at reshape: the run only points the memory objects at this run's
+// buffers and executes through oneDNN's C API with argument lists built here (the C++ wrapper's
+// execute() and memory constructors allocate). The state belongs to one context's shape plan, which
+// one thread runs at a time, so the memory objects may be re-pointed in place.
+struct DnnlConv {
+  dnnl::convolution_forward conv;
+  dnnl::memory::desc src_user_md, dst_user_md, src_md, dst_md, bias_md, scratch_md;
+  dnnl::memory weights;            // reordered for the primitive
+  dnnl::reorder src_in, dst_out;   // when the primitive's layouts differ from NCHW
+  bool reorder_src = false, reorder_dst = false, bias = false;
+  size_t src_off = 0, dst_off = 0, scratch_off = 0, workspace = 0;
+  dnnl::stream strm;
+  dnnl::memory src_user, dst_user, src, dst, scratch, bias_mem;
+  std::vector<dnnl_exec_arg_t> conv_args, src_args, dst_args;
+};
+
+size_t align64(size_t b) { return (b + 63) & ~size_t{63}; }
+
+// Whether the oneDNN tactic can take this convolution.
+bool dnnl_eligible(const ReshapeContext& rc, const ConvShapes& s) {
+  return rc.in[0].dtype == DataType::kFloat32 && rc.in[1].dtype == DataType::kFloat32 && s.g.kernel.size() == 2 &&
+         rc.in[1].value != nullptr && s.N > 0 && s.M > 0 && s.g.out[0] > 0 && s.g.out[1] > 0 &&
+         (rc.in.size() <= 2 || !rc.in[2].present || rc.in[2].dtype == DataType::kFloat32);
+}
+
+Expected<std::shared_ptr<DnnlConv>> make_dnnl_conv(const ReshapeContext& rc, const ConvShapes& s) {
+  using dnnl::memory;
+  using tag = memory::format_tag;
+  const auto f32 = memory::data_type::f32;
+  auto d = std::make_shared<DnnlConv>();
+  try {
+    const memory::dims src{s.N, s.C, s.in[0], s.in[1]}, dst{s.N, s.M, s.g.out[0], s.g.out[1]};
+    const memory::dims strides{s.g.strides[0], s.g.strides[1]};
+    const memory::dims dil{s.g.dilations[0] - 1, s.g.dilations[1] - 1};
+    const memory::dims pad_l{s.g.pads[0], s.g.pads[1]}, pad_r{s.g.pads[2], s.g.pads[3]};
+    const int64_t kh = s.g.kernel[0], kw = s.g.kernel[1];
+    memory::dims wdims;
+    memory::desc w_user;
+    if (s.group > 1) {
+      wdims = {s.group, s.M / s.group, s.C / s.group, kh, kw};
+      w_user = memory::desc(wdims, f32, tag::goihw);
+    } else {
+      wdims = {s.M, s.C, kh, kw};
+      w_user = memory::desc(wdims, f32, tag::oihw);
+    }
+    d->src_user_md = memory::desc(src, f32, tag::nchw);
+    d->dst_user_md = memory::desc(dst, f32, tag::nchw);
+    const memory::desc src_any(src, f32, tag::any), dst_any(dst, f32, tag::any), w_any(wdims, f32, tag::any);
+    d->bias = rc.in.size() > 2 && rc.in[2].present;
+    d->bias_md = memory::desc({s.M}, f32, tag::x);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const auto desc = d->bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                                dnnl::algorithm::convolution_direct, src_any, w_any,
+                                                                d->bias_md, dst_any, strides, dil, pad_l, pad_r)
+                              : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                                dnnl::algorithm::convolution_direct, src_any, w_any,
+                                                                dst_any, strides, dil, pad_l, pad_r);
+    const dnnl::convolution_forward::primitive_desc pd(desc, attr, dnnl_cpu());
+    d->conv = dnnl::convolution_forward(pd);
+    d->src_md = pd.src_desc();
+    d->dst_md = pd.dst_desc();
+    d->reorder_src = d->src_md != d->src_user_md;
+    d->reorder_dst = d->dst_md != d->dst_user_md;
+    if (d->reorder_src) d->src_in = dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_cpu(), d->src_user_md, dnnl_cpu(), d->src_md));
+    if (d->reorder_dst) d->dst_out = dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_cpu(), d->dst_md, dnnl_cpu(), d->dst_user_md));
+    d->scratch_md = pd.scratchpad_desc();
+    size_t off = 0;
+    if (d->reorder_src) {
+      d->src_off = off;
+      off += align64(d->src_md.get_size());
+    }
+    if (d->reorder_dst) {
+      d->dst_off = off;
+      off += align64(d->dst_md.get_size());
+    }
+    d->scratch_off = off;
+    off += align64(d->scratch_md.get_size());
+    d->workspace = off;
+    // The weights, once, in the primitive's layout.
+    d->weights = memory(pd.weights_desc(), dnnl_cpu());
+    memory w_src(w_user, dnnl_cpu(), const_cast<void*>(rc.in[1].value->raw()));
+    d->strm = dnnl::stream(dnnl_cpu());
+    dnnl::reorder(w_src, d->weights).execute(d->strm, w_src, d->weights);
+    d->strm.wait();
+    // Memory objects for the run's buffers (pointed at them by each run), and the argument lists.
+    d->src_user = memory(d->src_user_md, dnnl_cpu(), DNNL_MEMORY_NONE);
+    d->dst_user = memory(d->dst_user_md, dnnl_cpu(), DNNL_MEMORY_NONE);
+    d->src = d->reorder_src ? memory(d->src_md, dnnl_cpu(), DNNL_MEMORY_NONE) : d->src_user;
+    d->dst = d->reorder_dst ? memory(d->dst_md, dnnl_cpu(), DNNL_MEMORY_NONE) : d->dst_user;
+    d->scratch = memory(d->scratch_md, dnnl_cpu(), DNNL_MEMORY_NONE);
+    d->conv_args = {{DNNL_ARG_SRC, d->src.get()}, {DNNL_ARG_WEIGHTS, d->weights.get()}, {DNNL_ARG_DST, d->dst.get()},
+                    {DNNL_ARG_SCRATCHPAD, d->scratch.get()}};
+    if (d->bias) {
+      d->bias_mem = memory(d->bias_md, dnnl_cpu(), DNNL_MEMORY_NONE);
+      d->conv_args.push_back({DNNL_ARG_BIAS, d->bias_mem.get()});
+    }
+    d->src_args = {{DNNL_ARG_FROM, d->src_user.get()}, {DNNL_ARG_TO, d->src.get()}};
+    d->dst_args = {{DNNL_ARG_FROM, d->dst.get()}, {DNNL_ARG_TO, d->dst_user.get()}};
+  } catch (const dnnl::error& e) {
+    return unsupported(rc.node.describe() + ": oneDNN has no convolution for this (" + e.what() + ")");
+  }
+  return d;
+}
+
+Status run_dnnl_conv(const DnnlConv& d, const Tensor& x, const float* bias, Tensor& y, void* workspace) {
+  char* ws = static_cast<char*>(workspace);
+  auto ok = [](dnnl_status_t st) { return st == dnnl_success; };
+  bool good = ok(dnnl_memory_set_data_handle(d.src_user.get(), const_cast<void*>(x.raw()))) &&
+              ok(dnnl_memory_set_data_handle(d.dst_user.get(), y.raw())) &&
+              (!d.reorder_src || ok(dnnl_memory_set_data_handle(d.src.get(), ws + d.src_off))) &&
+              (!d.reorder_dst || ok(dnnl_memory_set_data_handle(d.dst.get(), ws + d.dst_off))) &&
+              ok(dnnl_memory_set_data_handle(d.scratch.get(), ws + d.scratch_off)) &&
+              (!d.bias || ok(dnnl_memory_set_data_handle(d.bias_mem.get(), const_cast<float*>(bias))));
+  auto exec = [&](const dnnl::primitive& p, const std::vector<dnnl_exec_arg_t>& args) {
+    return ok(dnnl_primitive_execute(p.get(), d.strm.get(), static_cast<int>(args.size()), args.data()));
+  };
+  good = good && (!d.reorder_src || exec(d.src_in, d.src_args)) && exec(d.conv, d.conv_args) &&
+         (!d.reorder_dst || exec(d.dst_out, d.dst_args)) && ok(dnnl_stream_wait(d.strm.get()));
+  return good ? Status::Ok() : runtime_error("the oneDNN convolution failed");
+}
+
 struct ConvState {
   ConvShapes s;
   ColBuffers cb;
+  std::shared_ptr<DnnlConv> dnnl;  // the "onednn" tactic
 };
 
 Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
@@ -297,6 +430,20 @@ Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
   if (rc.in.size() > 2 && rc.in[2].present && shape_numel(rc.in[2].shape) != st->s.M)
     return rc.error("B must have M = " + std::to_string(st->s.M) + " entries");
   rc.out[0] = {rc.in[0].dtype, st->s.y};
+  // oneDNN's primitive when the tuner chose it, and by default for windows larger than 1x1 (what the
+  // tuner picked on nearly all of them: bench/results/cpu_tuning.md); the kernel's own
+  // GEMM for 1x1 windows (no im2col there) and when oneDNN has no primitive for the problem.
+  const bool own_choice = rc.tactic.empty() || rc.tactic == "default";
+  if ((rc.tactic == "onednn" || (own_choice && !is_pointwise(st->s.g))) && dnnl_eligible(rc, st->s)) {
+    auto d = make_dnnl_conv(rc, st->s);
+    if (d.ok()) {
+      st->dnnl = std::move(d).value();
+      rc.workspace_bytes = st->dnnl->workspace;
+      rc.state = std::move(st);
+      return Status::Ok();
+    }
+    if (!own_choice) return d.status();
+  }
   if (rc.in[0].dtype == DataType::kFloat32) {
     st->cb = col_buffers(st->s, omp_get_max_threads(), rc.tactic);
     rc.workspace_bytes = static_cast<size_t>(st->cb.count * st->cb.each) * sizeof(float);
@@ -309,9 +456,14 @@ std::vector<std::string> conv_tactics(const ReshapeContext& rc, const ConvAttrs&
   if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present || rc.in[0].dtype != DataType::kFloat32) return {};
   ConvShapes s;
   if (!conv_shapes(rc, a.w, a.group, rc.in[0].shape, rc.in[1].shape, s).ok()) return {};
-  if (is_depthwise(s)) return {"depthwise", "im2col"};
-  if (s.N * s.group > 1) return {"jobs-parallel", "jobs-serial"};
-  return {};
+  std::vector<std::string> r;
+  if (is_depthwise(s)) r = {"depthwise", "im2col"};
+  else if (s.N * s.group > 1) r = {"jobs-parallel", "jobs-serial"};
+  else r = {"im2col"};  // the kernel's own GEMM, as a candidate next to oneDNN's
+  // The kernel's own choice first: oneDNN for windows larger than 1x1 (see conv_reshape).
+  if (dnnl_eligible(rc, s)) r.insert(is_pointwise(s.g) ? r.end() : r.begin(), "onednn");
+  if (r.size() < 2) r.clear();
+  return r;
 }
 
 Status conv_kernel(KernelContext& ctx, const ConvAttrs&) {
@@ -319,6 +471,10 @@ Status conv_kernel(KernelContext& ctx, const ConvAttrs&) {
   const Tensor& x = ctx.input(0);
   const Tensor& w = ctx.input(1);
   Tensor& y = ctx.output(0);
+  if (st.dnnl) {
+    Status r = run_dnnl_conv(*st.dnnl, x, ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr, y, ctx.workspace());
+    return r.ok() ? r : ctx.error(r.message());
+  }
   if (x.dtype() == DataType::kFloat32 && w.dtype() == DataType::kFloat32 &&
       (!ctx.has_input(2) || ctx.input(2).dtype() == DataType::kFloat32)) {
     conv_forward<float>(st.s, x.data<float>(), w.data<float>(), ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr,
