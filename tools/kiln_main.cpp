@@ -18,6 +18,7 @@
 #include <functional>
 #include <set>
 #include <system_error>
+#include <thread>
 
 #include "kiln/kiln.h"
 #include "conform.h"
@@ -380,6 +381,12 @@ static int kiln_main(int argc, char** argv) {
   bench->add_option("-n,--iterations", iterations, "timed runs")->check(CLI::PositiveNumber);
   bench->add_option("--warmup", warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
   bool device_io = false;
+  int streams = 1;
+  double duration = 0;
+  std::string bench_json;
+  bench->add_option("--streams", streams, "run N contexts concurrently, one thread each (throughput)")->check(CLI::Range(1, 64));
+  bench->add_option("--duration", duration, "time runs for this many seconds instead of -n runs")->check(CLI::PositiveNumber);
+  bench->add_option("--json", bench_json, "also write the figures to this JSON file");
   bench->add_flag("--device-io", device_io,
                   "CUDA engines: inputs and outputs stay in GPU memory (uploaded once; no host copies timed)");
 
@@ -653,16 +660,18 @@ static int kiln_main(int argc, char** argv) {
     return 0;
   }
 
-  // bench: the allocation-free form (inputs in engine order, outputs reused from run to run)
-  std::vector<kiln::Value> in_order, outs;
+  // bench: the allocation-free form (inputs in engine order, outputs reused from run to run); with
+  // --streams N, N contexts on N threads, each with its own outputs.
+  std::vector<kiln::Value> in_order;
   for (const kiln::TensorInfo& ti : (*e)->inputs()) {
     auto it = feed->find(ti.name);
     in_order.push_back(it == feed->end() ? kiln::Value() : it->second);
   }
+  const kiln::Device gpu{kiln::DeviceType::kCUDA};
   if (device_io) {
     if ((*e)->device() != kiln::DeviceType::kCUDA) return fail(kiln::invalid_argument("--device-io needs a CUDA engine"));
-    // Inputs uploaded once; outputs in device buffers of the shapes a first run gives.
-    const kiln::Device gpu{kiln::DeviceType::kCUDA};
+    // Inputs uploaded once (shared, read only); each stream's outputs in device buffers of the shapes a
+    // first run gives.
     for (kiln::Value& v : in_order) {
       if (v.kind != kiln::Value::Kind::kTensor) continue;
       auto d = kiln::allocate_tensor(v.tensor.dtype(), v.tensor.shape(), gpu);
@@ -670,37 +679,100 @@ static int kiln_main(int argc, char** argv) {
       if (kiln::Status st = kiln::transfer(v.tensor, *d); !st.ok()) return fail(st);
       v.tensor = *d;
     }
-    if (kiln::Status st = (*ctx)->run_into(in_order, outs); !st.ok()) return fail(st);
-    for (kiln::Value& v : outs) {
-      if (v.kind != kiln::Value::Kind::kTensor) continue;
-      auto d = kiln::allocate_tensor(v.tensor.dtype(), v.tensor.shape(), gpu);
-      if (!d.ok()) return fail(d.status());
-      v.tensor = *d;
-    }
     std::printf("inputs and outputs in GPU memory (--device-io)\n");
   }
-  for (int i = 0; i < warmup; ++i) {
-    kiln::Status st = (*ctx)->run_into(in_order, outs);
-    if (!st.ok()) return fail(st);
+  std::vector<std::unique_ptr<kiln::ExecutionContext>> ctxs;
+  ctxs.push_back(std::move(*ctx));
+  for (int k = 1; k < streams; ++k) {
+    auto c = (*e)->create_context();
+    if (!c.ok()) return fail(c.status());
+    (*c)->set_run_timeout(run_timeout);
+    if (no_cuda_graphs) (*c)->set_cuda_graphs(false);
+    ctxs.push_back(std::move(*c));
   }
+  std::vector<std::vector<kiln::Value>> outs(ctxs.size());
+  std::vector<std::vector<double>> lat(ctxs.size());
+  std::vector<kiln::Status> status(ctxs.size());
+  auto loop = [&](size_t k) {
+    auto& c = *ctxs[k];
+    kiln::Status st = c.run_into(in_order, outs[k]);
+    if (st.ok() && device_io)
+      for (kiln::Value& v : outs[k]) {
+        if (v.kind != kiln::Value::Kind::kTensor) continue;
+        auto d = kiln::allocate_tensor(v.tensor.dtype(), v.tensor.shape(), gpu);
+        if (!d.ok()) {
+          st = d.status();
+          break;
+        }
+        v.tensor = *d;
+      }
+    for (int i = 0; st.ok() && i < warmup; ++i) st = c.run_into(in_order, outs[k]);
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; st.ok(); ++i) {
+      if (duration > 0 ? (i > 0 && ms_since(start) >= duration * 1e3) : i >= iterations) break;
+      const auto t = std::chrono::steady_clock::now();
+      st = c.run_into(in_order, outs[k]);
+      lat[k].push_back(ms_since(t));
+    }
+    status[k] = st;
+  };
+  const auto wall0 = std::chrono::steady_clock::now();
+  if (ctxs.size() == 1) {
+    loop(0);
+  } else {
+    std::vector<std::thread> threads;
+    for (size_t k = 0; k < ctxs.size(); ++k) threads.emplace_back(loop, k);
+    for (auto& t : threads) t.join();
+  }
+  const double wall_ms = ms_since(wall0);
+  for (const kiln::Status& st : status)
+    if (!st.ok()) return fail(st);
   std::vector<double> ms;
-  for (int i = 0; i < iterations; ++i) {
-    const auto t = std::chrono::steady_clock::now();
-    kiln::Status st = (*ctx)->run_into(in_order, outs);
-    if (!st.ok()) return fail(st);
-    ms.push_back(ms_since(t));
-  }
+  for (const auto& l : lat) ms.insert(ms.end(), l.begin(), l.end());
   std::sort(ms.begin(), ms.end());
+  double mean = 0;
+  for (double m : ms) mean += m / static_cast<double>(ms.size());
+  auto pct = [&](double q) { return ms[std::min(ms.size() - 1, static_cast<size_t>(q * static_cast<double>(ms.size())))]; };
+  // Throughput over the timed window (warm-up excluded per stream; streams overlap).
+  const double runs_per_s = static_cast<double>(ms.size()) / (wall_ms / 1e3);
+  int64_t batch = 0;
+  for (const kiln::Value& v : in_order)
+    if (v.kind == kiln::Value::Kind::kTensor && v.tensor.rank() > 0) {
+      batch = v.tensor.shape()[0];
+      break;
+    }
   if (device_io) {
     size_t on_device = 0;
-    for (const kiln::Value& v : outs) on_device += v.kind == kiln::Value::Kind::kTensor && !v.tensor.device().is_cpu();
-    std::printf("outputs left on the GPU: %zu of %zu\n", on_device, outs.size());
+    for (const kiln::Value& v : outs[0]) on_device += v.kind == kiln::Value::Kind::kTensor && !v.tensor.device().is_cpu();
+    std::printf("outputs left on the GPU: %zu of %zu\n", on_device, outs[0].size());
   }
-  std::printf("arena: cpu %zu bytes, cuda %zu bytes\n", (*ctx)->arena_bytes(kiln::DeviceType::kCPU),
-              (*ctx)->arena_bytes(kiln::DeviceType::kCUDA));
-  if ((*e)->device() == kiln::DeviceType::kCUDA) std::printf("cuda graphs: %zu\n", (*ctx)->cuda_graphs());
-  std::printf("runs: %d (after %d warm-up)\nmedian %.3f ms  min %.3f ms  p90 %.3f ms  max %.3f ms\n", iterations, warmup,
-              ms[ms.size() / 2], ms.front(), ms[ms.size() * 9 / 10], ms.back());
+  std::printf("arena: cpu %zu bytes, cuda %zu bytes\n", ctxs[0]->arena_bytes(kiln::DeviceType::kCPU),
+              ctxs[0]->arena_bytes(kiln::DeviceType::kCUDA));
+  if ((*e)->device() == kiln::DeviceType::kCUDA) std::printf("cuda graphs: %zu\n", ctxs[0]->cuda_graphs());
+  std::printf("runs: %zu on %zu stream(s) (after %d warm-up each)\nmedian %.3f ms  min %.3f ms  p90 %.3f ms  max %.3f ms\n",
+              ms.size(), ctxs.size(), warmup, pct(0.5), ms.front(), pct(0.9), ms.back());
+  std::printf("mean %.3f ms  p99 %.3f ms  throughput %.1f runs/s", mean, pct(0.99), runs_per_s);
+  if (batch > 0) std::printf(" (%.1f items/s at batch %lld)", runs_per_s * static_cast<double>(batch), static_cast<long long>(batch));
+  std::printf("\n");
+  if (!bench_json.empty()) {
+    std::FILE* f = std::fopen(bench_json.c_str(), "w");
+    if (!f) return fail(kiln::io_error("cannot write '" + bench_json + "'"));
+    std::string model;
+    for (char ch : run_path) {
+      if (ch == '"' || ch == '\\') model += '\\';
+      model += ch;
+    }
+    std::fprintf(f,
+                 "{\"model\": \"%s\", \"device\": \"%s\", \"streams\": %zu, \"warmup\": %d, \"runs\": %zu, "
+                 "\"device_io\": %s, \"cuda_graphs\": %zu, \"batch\": %lld, \"median_ms\": %.6f, \"mean_ms\": %.6f, "
+                 "\"min_ms\": %.6f, \"p90_ms\": %.6f, \"p99_ms\": %.6f, \"max_ms\": %.6f, \"wall_s\": %.6f, "
+                 "\"throughput_runs_per_s\": %.3f, \"throughput_items_per_s\": %.3f}\n",
+                 model.c_str(), (*e)->metadata()["device"].c_str(), ctxs.size(), warmup, ms.size(), device_io ? "true" : "false",
+                 (*e)->device() == kiln::DeviceType::kCUDA ? ctxs[0]->cuda_graphs() : size_t{0}, static_cast<long long>(batch),
+                 pct(0.5), mean, ms.front(), pct(0.9), pct(0.99), ms.back(), wall_ms / 1e3, runs_per_s,
+                 runs_per_s * static_cast<double>(std::max<int64_t>(batch, 1)));
+    std::fclose(f);
+  }
   return 0;
 }
 
