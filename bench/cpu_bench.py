@@ -104,10 +104,15 @@ def kiln_session(path: str, threads: int, tune: bool = False):
     return kiln.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def ort_session(path: str, threads: int):
+def ort_session(path: str, threads: int, spin: bool = True):
     import onnxruntime as ort  # noqa: PLC0415
 
     so = ort.SessionOptions()
+    if not spin:
+        # ORT's workers spin after each run by default; alternating with kiln on as many threads as
+        # cores, the spinning steals the cores kiln's (passively waiting) threads need, and kiln's
+        # spinning (OMP_WAIT_POLICY=ACTIVE) steals ORT's in turn: bench/results/cpu_tuning.md.
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -158,7 +163,7 @@ def bench_model(name: str, opset: int, threads_list: list[int], batches: list[in
     rows = []
     for threads in threads_list:
         k_sess = kiln_session(path, threads, args.kiln_tune)
-        o_sess = ort_session(path, threads)
+        o_sess = ort_session(path, threads, not args.ort_no_spin)
         for batch in batches:
             feed = zoo.make_inputs(spec, batch, seed=batch)
             k_times, o_times = bench_pair(k_sess, o_sess, feed, args.warmup, args.min_runs, args.max_runs, args.budget)
@@ -303,6 +308,7 @@ def main() -> int:
     ap.add_argument("--profile-batch", type=int, default=1, help="batch for the profiles (default 1)")
     ap.add_argument("--reprofile", action="store_true",
                     help="only redo the profiles of the latest result file (and the README), no timings")
+    ap.add_argument("--ort-no-spin", action="store_true", help="ORT workers sleep between runs, as kiln's do by default")
     ap.add_argument("--kiln-tune", action="store_true", help="kiln engines built with --tune (per-layer tactics timed)")
     ap.add_argument("--note", default="", help="a line for the README (e.g. what was left out and why)")
     ap.add_argument("--out", help="result file (default bench/results/cpu_<date>.json)")
@@ -350,7 +356,8 @@ def main() -> int:
         "config": {"opset": args.opset, "threads": threads_list, "batches": batches, "warmup": args.warmup,
                    "min_runs": args.min_runs, "max_runs": args.max_runs, "budget_s": args.budget,
                    "profile_slow": args.profile_slow, "ort_graph_optimization": "ORT_ENABLE_ALL",
-                   "ort_inter_op_threads": 1, "order": "ABBA alternating", "kiln_tune": args.kiln_tune},
+                   "ort_inter_op_threads": 1, "order": "ABBA alternating", "kiln_tune": args.kiln_tune,
+                   "ort_allow_spinning": not args.ort_no_spin},
         "note": args.note,
         "skipped_not_exported": missing,
         "results": [],
