@@ -297,10 +297,12 @@ int run_inspect(const std::string& path, int level, bool verbose) {
 }  // namespace
 
 static int kiln_main(int argc, char** argv) {
-  // libgomp reads OMP_WAIT_POLICY when it loads, before main: re-exec once with passive waiting
-  // unless the user chose a policy (spinning workers on busy cores slowed 2-thread runs 5-70x).
-  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("KILN_NO_REEXEC")) {
+  // libgomp reads OMP_WAIT_POLICY when it loads, before main: re-exec once with passive waiting after
+  // a short spin unless the user chose a policy (libgomp's default spinning on busy cores slowed
+  // 2-thread runs 5-70x; passive alone pays a wake-up per parallel region: python/kiln/__init__.py).
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT") && !std::getenv("KILN_NO_REEXEC")) {
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    setenv("GOMP_SPINCOUNT", "10000", 1);
     setenv("KILN_NO_REEXEC", "1", 1);
     execv("/proc/self/exe", argv);  // on failure, carry on with the default policy
   }

@@ -32,8 +32,14 @@ import numpy as np
 # and on a machine whose cores are busy with other work a 2-thread run became 5-70x slower than a
 # 1-thread run (measured, bench/README.md); passive waiting removed that (MobileNetV2, 2 threads,
 # loaded machine: 293 ms -> 45.6 ms). The choice must be made before libgomp loads, i.e. before
-# _kiln is imported; a value the user set wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# _kiln is imported; a value the user set wins. Passive waiting alone costs a thread wake-up per
+# parallel region (MobileNetV2 was slower on 2 threads than on 1), so workers first spin briefly
+# (GOMP_SPINCOUNT, which libgomp prefers to the policy): on 2 idle cores MobileNetV2 23.3 -> 16.1 ms;
+# with another runtime's threads spinning on the same cores 23.1 -> 25.7 ms
+# (bench/results/cpu_tuning.md).
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    os.environ["GOMP_SPINCOUNT"] = "10000"
 
 from . import _kiln
 from ._kiln import Engine, ExecutionContext, KilnError, TensorInfo, summarize_model
