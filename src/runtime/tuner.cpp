@@ -426,18 +426,25 @@ Status tune_engine(Engine::Impl& impl, const BuildOptions& options, const std::f
     t.profile = p;
     // Every layer in the timing cache: nothing to run.
     if (t.plan_pass(*sp, res)) continue;
-    KILN_RETURN_IF_ERROR(bind_shape_plan(g, *sp, res));
-    for (size_t i = 0; i < g.inputs.size(); ++i) sp->at[g.inputs[i]] = ptrs[i];
-    res.before_step = [&t](Frame& f, int si) { return t.before_step(f, si); };
-    Frame frame(g, res, *sp);
-    Status st = frame.execute();
-    for (int d = 0; d < 2; ++d)
-      if (res.state[d]) {
-        auto b = backend_for(static_cast<DeviceType>(d));
-        if (b.ok()) (void)(*b)->synchronize(res.state[d].get());
-      }
-    for (int v : g.inputs) sp->at[v] = &sp->slots[v];
-    KILN_RETURN_IF_ERROR(st.with_context("tuning run (profile " + std::to_string(p) + ")"));
+    Status st = bind_shape_plan(g, *sp, res);
+    if (st.ok()) {
+      for (size_t i = 0; i < g.inputs.size(); ++i) sp->at[g.inputs[i]] = ptrs[i];
+      res.before_step = [&t](Frame& f, int si) { return t.before_step(f, si); };
+      Frame frame(g, res, *sp);
+      st = frame.execute();
+      for (int d = 0; d < 2; ++d)
+        if (res.state[d]) {
+          auto b = backend_for(static_cast<DeviceType>(d));
+          if (b.ok()) (void)(*b)->synchronize(res.state[d].get());
+        }
+      for (int v : g.inputs) sp->at[v] = &sp->slots[v];
+    }
+    // The synthetic inputs may be values the model cannot take (an index out of range, a shape it
+    // computes from its inputs): the layers tuned so far keep their tactics, the rest their kernels'
+    // own choices, and the build goes on.
+    if (!st.ok())
+      log(LogLevel::kWarning, "tuning run of shape profile " + std::to_string(p) + " stopped (" + st.message() +
+                                  "); layers not reached keep their kernels' own choices");
   }
   if (write_cache) {
     Status st = cache.write(options.timing_cache);

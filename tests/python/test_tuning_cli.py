@@ -141,3 +141,26 @@ def test_trt_style_provider_options(tmp_path):
     assert sess.engine.profiles == [{"x": ([1, 8, 16, 16], [2, 8, 16, 16], [4, 8, 16, 16])}]
     with pytest.raises(Exception, match="outside every shape profile"):
         sess.run(None, {"x": np.zeros((5, 8, 16, 16), np.float32)})
+
+
+def test_tuning_survives_inputs_the_model_refuses(tmp_path):
+    """The tuning run feeds zeros to integer inputs; a model that refuses them (Range with delta 0)
+    still builds: tuning stops with a warning and the layers keep their kernels' own choices."""
+    import kiln as k
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    zero = numpy_helper.from_array(np.array(0, np.int64), "zero")
+    five = numpy_helper.from_array(np.array(5, np.int64), "five")
+    nodes = [helper.make_node("Range", ["zero", "five", "d"], ["r"]),
+             helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8, 8]),
+                                       helper.make_tensor_value_info("d", TensorProto.INT64, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("r", TensorProto.INT64, None)], [w, zero, five])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    path = tmp_path / "range.onnx"
+    path.write_bytes(m.SerializeToString())
+    e = k.Engine.build(str(path), tune=True)
+    y, r = e.create_context().run({"x": np.ones((2, 3, 8, 8), np.float32), "d": np.array(1, np.int64)})
+    assert r.tolist() == [0, 1, 2, 3, 4] and y.shape == (2, 4, 8, 8)
