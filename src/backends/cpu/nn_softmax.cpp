@@ -2,10 +2,17 @@
 //
 // Opset < 13 treats the input as 2-D [prod(dims[:axis]), prod(dims[axis:])] and normalizes rows;
 // opset >= 13 normalizes along `axis` only.
+// float32 rows along the last axis (attention's softmax) take a vectorized path: the branch-free exp
+// of elementwise_math.h, compiled for AVX2+FMA where the CPU has it; others compute in double.
+// Lets GCC if-convert and vectorize that exp (see unary.cpp); kiln never reads FP exception flags.
+#pragma GCC optimize("no-trapping-math")
+
 #include <cmath>
 #include <limits>
 #include <random>
 
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/elementwise_math.h"
 #include "backends/cpu/nn_common.h"
 #include "ops/op_table.h"
 
@@ -48,6 +55,36 @@ void soft_rows(SoftKind kind, const T* x, T* y, int64_t outer, int64_t len, int6
   });
 }
 
+// Softmax / LogSoftmax of contiguous float32 rows [r0, r1) of `len`, in float: max, exp into the
+// output (vectorized), sum, scale. Matches the double path to a few ulp per element.
+inline void soft_rows_f32_body(bool log, const float* x, float* y, int64_t r0, int64_t r1, int64_t len) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xp = x + r * len;
+    float* yp = y + r * len;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t k = 0; k < len; ++k) mx = xp[k] > mx ? xp[k] : mx;
+    for (int64_t k = 0; k < len; ++k) yp[k] = math::exp_f32(xp[k] - mx);
+    float sum = 0;
+    for (int64_t k = 0; k < len; ++k) sum += yp[k];
+    if (log) {
+      const float lse = std::log(sum);
+      for (int64_t k = 0; k < len; ++k) yp[k] = (xp[k] - mx) - lse;
+    } else {
+      const float inv = 1.0f / sum;
+      for (int64_t k = 0; k < len; ++k) yp[k] *= inv;
+    }
+  }
+}
+[[gnu::target("avx2,fma")]] void soft_rows_f32_avx2(bool log, const float* x, float* y, int64_t r0, int64_t r1, int64_t len) {
+  soft_rows_f32_body(log, x, y, r0, r1, len);
+}
+void soft_rows_f32(bool log, const float* x, float* y, int64_t rows, int64_t len) {
+  parallel_for(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(len, 1)), [&](int64_t b, int64_t e) {
+    if (has_avx2_fma()) soft_rows_f32_avx2(log, x, y, b, e, len);
+    else soft_rows_f32_body(log, x, y, b, e, len);
+  });
+}
+
 Status soft_kernel(KernelContext& ctx, const SoftAttrs& a) {
   const Tensor& x = ctx.input(0);
   int64_t axis = a.axis;
@@ -62,6 +99,10 @@ Status soft_kernel(KernelContext& ctx, const SoftAttrs& a) {
     else inner *= n;
   }
   Tensor& y = ctx.output(0, x.dtype(), x.shape());
+  if (x.dtype() == DataType::kFloat32 && inner == 1 && len > 0 && a.kind != SoftKind::kHardmax) {
+    soft_rows_f32(a.kind == SoftKind::kLogSoftmax, x.data<float>(), y.data<float>(), outer, len);
+    return Status::Ok();
+  }
   const bool ok = visit_real(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     ReadAs<T> xv(x);
