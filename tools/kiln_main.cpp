@@ -177,6 +177,17 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Replaces each tensor of `vs` by one of its dtype and shape on `device` (its data copied when `copy`).
+kiln::Status to_device(std::vector<kiln::Value>& vs, kiln::Device device, bool copy) {
+  for (kiln::Value& v : vs) {
+    if (v.kind != kiln::Value::Kind::kTensor) continue;
+    KILN_ASSIGN_OR_RETURN(kiln::Tensor d, kiln::allocate_tensor(v.tensor.dtype(), v.tensor.shape(), device));
+    if (copy) KILN_RETURN_IF_ERROR(kiln::transfer(v.tensor, d));
+    v.tensor = std::move(d);
+  }
+  return kiln::Status::Ok();
+}
+
 // `kiln inspect` on an engine file: what it was built for, its shape profiles, and per step the
 // kernel and the tactic the tuner chose.
 int inspect_engine(const std::string& path) {
@@ -613,10 +624,15 @@ static int kiln_main(int argc, char** argv) {
   auto e = kiln::Engine::open(run_path, o);
   if (!e.ok()) return fail(e.status());
   const double load_ms = ms_since(t0);
-  auto ctx = (*e)->create_context();
+  // A context as the options ask (bench --streams makes more of them).
+  auto new_context = [&]() -> kiln::Expected<std::unique_ptr<kiln::ExecutionContext>> {
+    KILN_ASSIGN_OR_RETURN(auto c, (*e)->create_context());
+    c->set_run_timeout(run_timeout);
+    if (no_cuda_graphs) c->set_cuda_graphs(false);
+    return c;
+  };
+  auto ctx = new_context();
   if (!ctx.ok()) return fail(ctx.status());
-  (*ctx)->set_run_timeout(run_timeout);
-  if (no_cuda_graphs) (*ctx)->set_cuda_graphs(false);
   auto feed = load_inputs(**e, inputs);
   if (!feed.ok()) return fail(feed.status());
   std::printf("engine: %s (device %s, loaded/built in %.1f ms)\n", run_path.c_str(),
@@ -674,22 +690,14 @@ static int kiln_main(int argc, char** argv) {
     if ((*e)->device() != kiln::DeviceType::kCUDA) return fail(kiln::invalid_argument("--device-io needs a CUDA engine"));
     // Inputs uploaded once (shared, read only); each stream's outputs in device buffers of the shapes a
     // first run gives.
-    for (kiln::Value& v : in_order) {
-      if (v.kind != kiln::Value::Kind::kTensor) continue;
-      auto d = kiln::allocate_tensor(v.tensor.dtype(), v.tensor.shape(), gpu);
-      if (!d.ok()) return fail(d.status());
-      if (kiln::Status st = kiln::transfer(v.tensor, *d); !st.ok()) return fail(st);
-      v.tensor = *d;
-    }
+    if (kiln::Status st = to_device(in_order, gpu, /*copy=*/true); !st.ok()) return fail(st);
     std::printf("inputs and outputs in GPU memory (--device-io)\n");
   }
   std::vector<std::unique_ptr<kiln::ExecutionContext>> ctxs;
   ctxs.push_back(std::move(*ctx));
   for (int k = 1; k < streams; ++k) {
-    auto c = (*e)->create_context();
+    auto c = new_context();
     if (!c.ok()) return fail(c.status());
-    (*c)->set_run_timeout(run_timeout);
-    if (no_cuda_graphs) (*c)->set_cuda_graphs(false);
     ctxs.push_back(std::move(*c));
   }
   std::vector<std::vector<kiln::Value>> outs(ctxs.size());
@@ -698,16 +706,7 @@ static int kiln_main(int argc, char** argv) {
   auto loop = [&](size_t k) {
     auto& c = *ctxs[k];
     kiln::Status st = c.run_into(in_order, outs[k]);
-    if (st.ok() && device_io)
-      for (kiln::Value& v : outs[k]) {
-        if (v.kind != kiln::Value::Kind::kTensor) continue;
-        auto d = kiln::allocate_tensor(v.tensor.dtype(), v.tensor.shape(), gpu);
-        if (!d.ok()) {
-          st = d.status();
-          break;
-        }
-        v.tensor = *d;
-      }
+    if (st.ok() && device_io) st = to_device(outs[k], gpu, /*copy=*/false);
     for (int i = 0; st.ok() && i < warmup; ++i) st = c.run_into(in_order, outs[k]);
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; st.ok(); ++i) {

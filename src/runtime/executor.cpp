@@ -56,12 +56,13 @@ const Tensor* host_constant(const CompiledGraph& g, int v) {
   return host_constant(g, pv.copy_of);
 }
 
-// Runs kernel step `si`'s reshape() and records the results in `plan`. With a `frame`, for the inputs
-// it holds now; without, for the shapes (and shape values) the plan knows.
-Status reshape_step(const CompiledGraph& g, ShapePlan& plan, int si, const Frame* frame, ContextResources& res) {
+}  // namespace
+
+Status fill_reshape_context(const CompiledGraph& g, const ShapePlan& plan, int si, const Frame* frame,
+                            const ContextResources& res, ReshapeContext& rc) {
   const Step& s = g.steps[si];
-  ReshapeContext rc{*s.node, {}, {}, nullptr, 0, nullptr, s.tactic(plan.profile)};
-  rc.in.resize(s.in.size());
+  rc.tactic = s.tactic(plan.profile);
+  rc.in.assign(s.in.size(), {});
   for (size_t i = 0; i < s.in.size(); ++i) {
     const int v = s.in[i];
     if (v < 0) continue;
@@ -84,8 +85,19 @@ Status reshape_step(const CompiledGraph& g, ShapePlan& plan, int si, const Frame
       in.value = plan.value[v].defined() ? &plan.value[v] : host_constant(g, v);
     }
   }
-  rc.out.resize(s.out.size());
+  rc.out.assign(s.out.size(), {});
   rc.device_state = res.state_for(s.backend->device());
+  return Status::Ok();
+}
+
+namespace {
+
+// Runs kernel step `si`'s reshape() and records the results in `plan`. With a `frame`, for the inputs
+// it holds now; without, for the shapes (and shape values) the plan knows.
+Status reshape_step(const CompiledGraph& g, ShapePlan& plan, int si, const Frame* frame, ContextResources& res) {
+  const Step& s = g.steps[si];
+  ReshapeContext rc{*s.node, {}, {}, nullptr, 0, nullptr, {}};
+  KILN_RETURN_IF_ERROR(fill_reshape_context(g, plan, si, frame, res, rc));
   KILN_RETURN_IF_ERROR(s.kernel->reshape(rc));
   for (size_t o = 0; o < s.out.size() && o < rc.out.size(); ++o)
     if (s.out[o] >= 0) plan.learn(s.out[o], rc.out[o].first, rc.out[o].second);
@@ -574,27 +586,24 @@ Status Frame::run_tactic(int si, const std::string& tactic, const TacticTiming& 
     StepContext ctx(*this, s, si, &adhoc);
     for (int i = 0; i < how.warmup; ++i) KILN_RETURN_IF_ERROR(s.kernel->run(ctx));
     KILN_RETURN_IF_ERROR(s.backend->synchronize(state));
-    if (how.graph && sample_ms && s.backend->device().type == DeviceType::kCUDA) {
+    if (!sample_ms) return Status::Ok();
+    // A timed batch: one replay of a graph of the `iters` runs, or the runs launched one by one.
+    std::shared_ptr<void> graph;
+    if (how.graph && s.backend->device().type == DeviceType::kCUDA) {
       Status st = s.backend->begin_capture(state);
       for (int i = 0; st.ok() && i < how.iters; ++i) st = s.kernel->run(ctx);
       auto exec = s.backend->end_capture(state);  // always, so the stream leaves capture mode
       if (!st.ok()) return st;
       if (!exec.ok()) return runtime_error("its calls cannot be captured in a CUDA graph (" + exec.status().message() + ")");
-      KILN_RETURN_IF_ERROR(s.backend->launch_graph(exec->get(), state));
+      graph = *exec;
+      KILN_RETURN_IF_ERROR(s.backend->launch_graph(graph.get(), state));  // the first replay is not timed
       KILN_RETURN_IF_ERROR(s.backend->synchronize(state));
-      for (int k = 0; k < how.samples; ++k) {
-        const auto t0 = std::chrono::steady_clock::now();
-        KILN_RETURN_IF_ERROR(s.backend->launch_graph(exec->get(), state));
-        KILN_RETURN_IF_ERROR(s.backend->synchronize(state));
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        sample_ms->push_back(ms / std::max(1, how.iters));
-        if (std::chrono::steady_clock::now() > how.deadline) break;
-      }
-      return Status::Ok();
     }
-    for (int k = 0; sample_ms && k < how.samples; ++k) {
+    for (int k = 0; k < how.samples; ++k) {
       const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < how.iters; ++i) KILN_RETURN_IF_ERROR(s.kernel->run(ctx));
+      if (graph) KILN_RETURN_IF_ERROR(s.backend->launch_graph(graph.get(), state));
+      else
+        for (int i = 0; i < how.iters; ++i) KILN_RETURN_IF_ERROR(s.kernel->run(ctx));
       KILN_RETURN_IF_ERROR(s.backend->synchronize(state));
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       sample_ms->push_back(ms / std::max(1, how.iters));

@@ -128,6 +128,14 @@ void signature_key(const CompiledGraph& g, Slot* const* inputs, std::vector<int6
 std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* inputs, ContextResources& res,
                                            int profile = 0);
 
+// What kernel step si's reshape() sees, filled into `rc` (its node set): the step's tactic for the
+// plan's profile, input dtypes, shapes and the values a plan may depend on (constants, shape values,
+// host inputs of a step re-planned every run), outputs sized, the device state. With a `frame`, for
+// the inputs it holds now; without, for the shapes the plan knows (kUnsupported where one is not).
+// The planner and the tuner (runtime/tuner.cpp) both use it, so tactics() sees what reshape() sees.
+Status fill_reshape_context(const CompiledGraph& g, const ShapePlan& plan, int si, const Frame* frame,
+                            const ContextResources& res, ReshapeContext& rc);
+
 // Computes offsets from the plan's known sizes and marks it ready.
 void finalize_shape_plan(const CompiledGraph& g, ShapePlan& plan);
 

@@ -56,6 +56,14 @@ std::string layer_key(const Step& s, const ReshapeContext& rc) {
   return key + " #" + onnx::sha256_hex(what.data(), what.size()).substr(0, 16);
 }
 
+// "node 'x' (Conv) cpu.Conv... [float32[1,3,224,224], ...]": how the log names a tuned layer.
+std::string describe_layer(const Step& s, const ReshapeContext& rc) {
+  std::string shapes;
+  for (const ReshapeContext::In& in : rc.in)
+    if (in.present) shapes += (shapes.empty() ? "" : ", ") + shape_text(in.dtype, in.shape);
+  return s.node->describe() + " " + s.kernel_name + " [" + shapes + "]";
+}
+
 // Host copies of a step's outputs (tensors only).
 Expected<std::vector<Tensor>> host_outputs(Frame& f, const Step& s) {
   std::vector<Tensor> r;
@@ -155,24 +163,6 @@ Expected<std::vector<Slot>> tuning_inputs(const ir::Graph& g, const ShapeProfile
   return r;
 }
 
-// What reshape() would see for step s with the frame's current inputs.
-ReshapeContext reshape_context(Frame& f, const Step& s) {
-  ReshapeContext rc{*s.node, {}, {}, nullptr, 0, nullptr, {}};
-  rc.in.resize(s.in.size());
-  for (size_t i = 0; i < s.in.size(); ++i) {
-    if (s.in[i] < 0) continue;
-    const Slot& slot = f.value(s.in[i]);
-    if (slot.kind != Slot::Kind::kTensor) continue;
-    rc.in[i].present = true;
-    rc.in[i].dtype = slot.tensor.dtype();
-    rc.in[i].shape = slot.tensor.shape();
-    rc.in[i].value = slot.tensor.device().is_cpu() ? &slot.tensor : nullptr;
-  }
-  rc.out.resize(s.out.size());
-  rc.device_state = f.res.state_for(s.backend->device());
-  return rc;
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -192,7 +182,16 @@ struct Tuner {
   int done = 0, total = 0;
   std::function<void(int, int, const std::string&)> progress;
 
-  // From the cache: the fastest of the candidates it has times for, when it has them all.
+  // Records `tactic` (measured at `ms`) as step s's choice for the current profile.
+  void choose(Step& s, const std::string& tactic, double ms) {
+    s.tactics.resize(static_cast<size_t>(profiles));
+    s.tactic_ms.resize(static_cast<size_t>(profiles), 0.0);
+    s.tactics[profile] = tactic;
+    s.tactic_ms[profile] = ms;
+  }
+
+  // From the cache: the fastest of the candidates it has times for, when it has them all. The log
+  // line goes to `lines` when given (the plan pass logs only when every layer was cached).
   bool from_cache(Step& s, const std::string& key, const std::vector<std::string>& cands, const std::string& who,
                   std::vector<std::string>* lines = nullptr) {
     if (!cache) return false;
@@ -203,17 +202,13 @@ struct Tuner {
     std::string best;
     for (const std::string& c : cands)
       if (std::isfinite(it->second.at(c)) && (best.empty() || it->second.at(c) < it->second.at(best))) best = c;
+    std::string line = "tune " + who + ": ";
     if (best.empty()) {  // none usable when measured: the kernel's own choice
-      const std::string line = "tune " + who + ": no candidate usable (timing cache); the kernel's own choice";
-      if (lines) lines->push_back(line);
-      else log(LogLevel::kVerbose, line);
-      return true;
+      line += "no candidate usable (timing cache); the kernel's own choice";
+    } else {
+      choose(s, best, it->second.at(best));
+      line += best + " (" + ms_text(it->second.at(best)) + ", from the timing cache)";
     }
-    s.tactics.resize(static_cast<size_t>(profiles));
-    s.tactic_ms.resize(static_cast<size_t>(profiles), 0.0);
-    s.tactics[profile] = best;
-    s.tactic_ms[profile] = it->second.at(best);
-    const std::string line = "tune " + who + ": " + best + " (" + ms_text(it->second.at(best)) + ", from the timing cache)";
     if (lines) lines->push_back(line);
     else log(LogLevel::kVerbose, line);
     return true;
@@ -224,38 +219,18 @@ struct Tuner {
   bool plan_pass(const ShapePlan& p, const ContextResources& res) {
     bool all = true;
     std::vector<std::string> lines;
-    for (Step& s : g.steps) {
-      if (s.kind != Step::Kind::kKernel || !s.kernel->has_reshape()) continue;
-      ReshapeContext rc{*s.node, {}, {}, res.state_for(s.backend->device()), 0, nullptr, {}};
-      rc.in.resize(s.in.size());
-      rc.out.resize(s.out.size());
-      bool known = true;
-      for (size_t i = 0; i < s.in.size(); ++i) {
-        const int v = s.in[i];
-        if (v < 0) continue;
-        if (!p.known[v] || p.dyn[v]) {
-          known = false;
-          break;
-        }
-        rc.in[i].present = true;
-        rc.in[i].dtype = p.dtype[v];
-        rc.in[i].shape = p.shape[v];
-        // Constants (weights) by value, as the tuning run shows them: some tactics need them.
-        const PlannedValue& pv = g.values[v];
-        if (pv.is_constant && pv.device.is_cpu() && pv.constant.kind == Slot::Kind::kTensor) rc.in[i].value = &pv.constant.tensor;
-      }
-      if (!known) {
+    for (size_t si = 0; si < g.steps.size(); ++si) {
+      Step& s = g.steps[si];
+      if (s.kind != Step::Kind::kKernel || !s.kernel->has_reshape() || p.volatile_step[si]) continue;
+      ReshapeContext rc{*s.node, {}, {}, nullptr, 0, nullptr, {}};
+      if (!fill_reshape_context(g, p, static_cast<int>(si), nullptr, res, rc).ok()) {
         all = false;  // shapes found only by running: the run decides
         continue;
       }
       const std::vector<std::string> cands = s.kernel->tactics(rc);
       if (cands.size() < 2) continue;
       ++total;
-      std::string shapes;
-      for (const ReshapeContext::In& in : rc.in)
-        if (in.present) shapes += (shapes.empty() ? "" : ", ") + shape_text(in.dtype, in.shape);
-      if (!from_cache(s, layer_key(s, rc), cands, s.node->describe() + " " + s.kernel_name + " [" + shapes + "]", &lines))
-        all = false;
+      if (!from_cache(s, layer_key(s, rc), cands, describe_layer(s, rc), &lines)) all = false;
     }
     if (all) {
       for (const std::string& line : lines) log(LogLevel::kVerbose, line);
@@ -268,18 +243,14 @@ struct Tuner {
   Status before_step(Frame& f, int si) {
     Step& s = g.steps[si];
     if (s.kind != Step::Kind::kKernel || !s.kernel->has_reshape() || f.plan->volatile_step[si]) return Status::Ok();
-    ReshapeContext rc = reshape_context(f, s);
+    ReshapeContext rc{*s.node, {}, {}, nullptr, 0, nullptr, {}};
+    KILN_RETURN_IF_ERROR(fill_reshape_context(g, *f.plan, si, &f, f.res, rc));
     const std::vector<std::string> cands = s.kernel->tactics(rc);
     if (cands.size() < 2) return Status::Ok();
     ++done;
     if (progress) progress(done, std::max(done, total), s.node->describe());
-    s.tactics.resize(static_cast<size_t>(profiles));
-    s.tactic_ms.resize(static_cast<size_t>(profiles), 0.0);
     const std::string key = layer_key(s, rc);
-    std::string shapes;
-    for (const ReshapeContext::In& in : rc.in)
-      if (in.present) shapes += (shapes.empty() ? "" : ", ") + shape_text(in.dtype, in.shape);
-    const std::string who = s.node->describe() + " " + s.kernel_name + " [" + shapes + "]";
+    const std::string who = describe_layer(s, rc);
     if (from_cache(s, key, cands, who)) return Status::Ok();
     // The kernel's own choice is the reference a candidate must agree with.
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.tune_layer_seconds));
@@ -292,22 +263,24 @@ struct Tuner {
     const bool graphs = s.backend->device().type == DeviceType::kCUDA;
     std::string report, best;
     double best_ms = 0;
+    // A candidate not used: said in the report, and recorded so a warm cache needs no run.
+    auto reject = [&](const std::string& c, const std::string& why) {
+      report += " " + c + " " + why + ";";
+      if (cache) cache->record(key, c, kNotUsable);
+    };
     for (const std::string& c : cands) {
       if (Clock::now() > deadline) {
-        report += " " + c + " skipped (layer time limit);";
-        if (cache) cache->record(key, c, kNotUsable);
+        reject(c, "skipped (layer time limit)");
         continue;
       }
       Status st = f.run_tactic(si, c, TacticTiming{}, nullptr);
       if (!st.ok()) {
-        report += " " + c + " failed (" + st.message() + ");";
-        if (cache) cache->record(key, c, kNotUsable);
+        reject(c, "failed (" + st.message() + ")");
         continue;
       }
       KILN_ASSIGN_OR_RETURN(std::vector<Tensor> got, host_outputs(f, s));
       if (std::string why = mismatch(want, got, tol); !why.empty()) {
-        report += " " + c + " rejected (" + why + ");";
-        if (cache) cache->record(key, c, kNotUsable);
+        reject(c, "rejected (" + why + ")");
         continue;
       }
       // One timed run sizes the batches: each sample lasts about 0.5 ms (at most 100 runs).
@@ -335,16 +308,14 @@ struct Tuner {
           continue;
         }
       }
-      report += " " + c + " failed while timed (" + st.message() + ");";
-      if (cache) cache->record(key, c, kNotUsable);
+      reject(c, "failed while timed (" + st.message() + ")");
     }
     if (!report.empty()) report.pop_back();
     if (best.empty()) {
       log(LogLevel::kVerbose, "tune " + who + ":" + report + " -> no candidate usable; the kernel's own choice");
       return Status::Ok();
     }
-    s.tactics[profile] = best;
-    s.tactic_ms[profile] = best_ms;
+    choose(s, best, best_ms);
     // The first candidate is the kernel's own choice where it ranks them (cuDNN's and cuBLASLt's heuristics).
     log(LogLevel::kVerbose, "tune " + who + ":" + report + " -> " + best + (best == cands.front() ? " (= first)" : ""));
     return Status::Ok();
