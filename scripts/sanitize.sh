@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The sanitizer job: an ASan + UBSan build with clang (assertions on, CUDA and Python off) in
-# build-asan/, the unit tests under it, then each libFuzzer target for a bounded time over its seed
-# corpus (tests/fuzz/corpus). A sanitizer report, a crash or a fuzzer finding fails the job.
-#   scripts/sanitize.sh                     # CI: unit tests + 60 s per fuzzer
+# build-asan/; under it the unit tests, onnx's whole node suite through the `kiln conform` command,
+# the hostile-input tests (tests/python/test_hostile.py) through the sanitized `kiln`, then each
+# libFuzzer target for a bounded time over its seed corpus (tests/fuzz/corpus). A sanitizer report,
+# a crash or a fuzzer finding fails the job. CI runs it after the tests (about 16 min on 2 cores:
+# 12 of them the build).
+#   scripts/sanitize.sh                     # CI: the suites + 60 s per fuzzer
 #   scripts/sanitize.sh --fuzz-seconds 1800 # the longer local run (findings land in build-asan/fuzz-*/)
 #   scripts/sanitize.sh --no-tests          # fuzz only
 set -euo pipefail
@@ -35,6 +38,7 @@ if [ ! -f build-asan/build.ninja ]; then
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" \
     -DKILN_FUZZ=ON -DKILN_CUDA=OFF -DKILN_PYTHON=OFF -DKILN_TESTS=ON
 fi
+export CCACHE_DIR=${CCACHE_DIR:-$root/.ccache}
 cmake --build build-asan --target kiln_cli kiln_tests fuzz_import fuzz_engine fuzz_npy
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1
@@ -45,6 +49,20 @@ if [ "$run_tests" = 1 ]; then
   echo "== unit tests under ASan + UBSan"
   # GPU tests skip (no CUDA in this build); the whole-suite import runs every onnx node model.
   build-asan/kiln_tests --gtest_brief=1
+  echo "== onnx's node suite through the sanitized kiln"
+  node_dir=$(.venv/bin/python -c "import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), 'backend/test/data/node'))")
+  # Conformance failures are scripts/test.sh's business (it checks the counts); here any sanitizer
+  # report aborts the process (abort_on_error), which is what fails the job.
+  rc=0
+  build-asan/kiln conform "$node_dir" > build-asan/conform_node.log 2>&1 || rc=$?
+  tail -1 build-asan/conform_node.log
+  if [ "$rc" -gt 2 ] || grep -q -E "runtime error|AddressSanitizer|LeakSanitizer" build-asan/conform_node.log; then
+    grep -m1 -B2 -A30 -E "runtime error|AddressSanitizer|LeakSanitizer" build-asan/conform_node.log || tail -40 build-asan/conform_node.log
+    echo "the node suite under the sanitizers failed (exit $rc)"
+    exit 1
+  fi
+  echo "== hostile inputs through the sanitized kiln"
+  KILN_CLI="$root/build-asan/kiln" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/test_hostile.py
 fi
 
 echo "== fuzzing (${fuzz_seconds} s per target)"

@@ -449,14 +449,20 @@ static int kiln_main(int argc, char** argv) {
   conform->add_option("--json", conform_opts.json, "write one JSON line per test here");
   conform->add_flag("-v,--verbose", conform_opts.verbose, "print every test, not only failures");
 
-  size_t max_tensor_bytes = 0;
-  for (auto* sc : {build, run, bench, compare})
+  size_t max_tensor_bytes = 0, max_memory = 0;
+  for (auto* sc : {build, run, bench, compare}) {
     sc->add_option("--max-tensor-bytes", max_tensor_bytes,
                    "refuse any tensor larger than this many bytes (default: physical memory; also KILN_MAX_TENSOR_BYTES)")
         ->check(CLI::PositiveNumber);
+    sc->add_option("--max-memory", max_memory,
+                   "stop with an error when kiln would hold more host memory than this many bytes at once (default: "
+                   "physical memory; also KILN_MAX_MEMORY_BYTES)")
+        ->check(CLI::PositiveNumber);
+  }
 
   CLI11_PARSE(app, argc, argv);
   if (max_tensor_bytes) kiln::set_max_tensor_bytes(max_tensor_bytes);
+  if (max_memory) kiln::set_max_memory_bytes(max_memory);
 
   if (*inspect) return run_inspect(inspect_path, inspect_level, inspect_verbose);
 

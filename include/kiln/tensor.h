@@ -38,6 +38,13 @@ size_t shape_nbytes(DataType dtype, const Shape& s);
 // size, never a crash or an allocation that exhausts the machine.
 size_t max_tensor_bytes();
 void set_max_tensor_bytes(size_t bytes);
+// The most host memory kiln's tensors, arenas and workspaces may hold at once, across the process
+// (default: the machine's physical memory; settable, also through KILN_MAX_MEMORY_BYTES). An
+// allocation past it fails with an error naming the request, the bytes in use and the limit; a build
+// or run that meets it stops with that error, never an abort. 0 restores the default.
+size_t max_memory_bytes();
+void set_max_memory_bytes(size_t bytes);
+size_t host_memory_in_use();  // bytes kiln holds now (what max_memory_bytes bounds)
 // "" when a tensor of this dtype and shape may be created, else why not.
 std::string check_tensor_size(DataType dtype, const Shape& s);
 std::string shape_to_string(const Shape& s);

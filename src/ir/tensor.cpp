@@ -1,4 +1,5 @@
 #include "kiln/tensor.h"
+#include "ir/host_memory.h"
 
 #include <unistd.h>
 
@@ -36,8 +37,9 @@ size_t shape_nbytes(DataType dtype, const Shape& s) {
 
 namespace {
 
-size_t default_max_tensor_bytes() {
-  if (const char* env = std::getenv("KILN_MAX_TENSOR_BYTES")) {
+// A limit's default: the environment variable when it holds a positive number, else physical memory.
+size_t default_limit(const char* env_name) {
+  if (const char* env = std::getenv(env_name)) {
     char* end = nullptr;
     const unsigned long long v = std::strtoull(env, &end, 10);
     if (end != env && *end == '\0' && v > 0) return static_cast<size_t>(v);
@@ -46,9 +48,19 @@ size_t default_max_tensor_bytes() {
   if (pages > 0 && page > 0) return static_cast<size_t>(pages) * static_cast<size_t>(page);
   return size_t{1} << 40;
 }
+size_t default_max_tensor_bytes() { return default_limit("KILN_MAX_TENSOR_BYTES"); }
+size_t default_max_memory_bytes() { return default_limit("KILN_MAX_MEMORY_BYTES"); }
 
 std::atomic<size_t>& max_bytes() {
   static std::atomic<size_t> v{default_max_tensor_bytes()};
+  return v;
+}
+std::atomic<size_t>& max_memory() {
+  static std::atomic<size_t> v{default_max_memory_bytes()};
+  return v;
+}
+std::atomic<size_t>& in_use() {
+  static std::atomic<size_t> v{0};
   return v;
 }
 
@@ -56,6 +68,45 @@ std::atomic<size_t>& max_bytes() {
 
 size_t max_tensor_bytes() { return max_bytes().load(std::memory_order_relaxed); }
 void set_max_tensor_bytes(size_t bytes) { max_bytes().store(bytes ? bytes : default_max_tensor_bytes()); }
+size_t max_memory_bytes() { return max_memory().load(std::memory_order_relaxed); }
+void set_max_memory_bytes(size_t bytes) { max_memory().store(bytes ? bytes : default_max_memory_bytes()); }
+size_t host_memory_in_use() { return in_use().load(std::memory_order_relaxed); }
+
+std::string reserve_host_memory(size_t bytes) {
+  const size_t limit = max_memory_bytes();
+  size_t cur = in_use().load(std::memory_order_relaxed);
+  do {
+    if (bytes > limit || cur > limit - bytes)
+      return "allocating " + std::to_string(bytes) + " bytes of host memory with " + std::to_string(cur) +
+             " in use: over the limit of " + std::to_string(limit) + " (max_memory_bytes)";
+  } while (!in_use().compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed));
+  return "";
+}
+
+void release_host_memory(size_t bytes) { in_use().fetch_sub(bytes, std::memory_order_relaxed); }
+
+std::shared_ptr<Storage> allocate_host_storage(size_t bytes, std::string* why) {
+  if (std::string w = reserve_host_memory(bytes); !w.empty()) {
+    *why = std::move(w);
+    return nullptr;
+  }
+  // 64-byte alignment for vector loads; at least one byte so data() is never null.
+  const size_t alloc = ((bytes ? bytes : 1) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, alloc);
+  if (!p) {
+    release_host_memory(bytes);
+    *why = "out of host memory allocating " + std::to_string(bytes) + " bytes";
+    return nullptr;
+  }
+  auto st = std::make_shared<Storage>();
+  st->data = p;
+  st->bytes = bytes;
+  st->release = [bytes](void* q) {
+    std::free(q);
+    release_host_memory(bytes);
+  };
+  return st;
+}
 
 std::string check_tensor_size(DataType dtype, const Shape& s) {
   for (int64_t d : s)
@@ -88,23 +139,28 @@ Tensor Tensor::empty(DataType dtype, const Shape& shape) {
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = shape;
-  auto st = std::make_shared<Storage>();
+  std::shared_ptr<Storage> st;
   const size_t n = static_cast<size_t>(shape_numel(shape));
   if (dtype == DataType::kString) {
-    auto* strings = new std::string[n ? n : 1];
-    st->data = strings;
-    st->bytes = n * sizeof(std::string);
-    st->release = [](void* p) { delete[] static_cast<std::string*>(p); };
-  } else {
-    const size_t bytes = n * dtype_size(dtype);
-    // 64-byte alignment for vector loads; at least one byte so data() is never null.
-    const size_t alloc = ((bytes ? bytes : 1) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, alloc);
-    if (!p) throw std::bad_alloc();
-    std::memset(p, 0, alloc);
-    st->data = p;
+    const size_t bytes = n * sizeof(std::string);
+    if (std::string why = reserve_host_memory(bytes); !why.empty()) throw std::length_error(why);
+    st = std::make_shared<Storage>();
+    try {
+      st->data = new std::string[n ? n : 1];
+    } catch (...) {
+      release_host_memory(bytes);
+      throw;
+    }
     st->bytes = bytes;
-    st->release = [](void* q) { std::free(q); };
+    st->release = [bytes](void* p) {
+      delete[] static_cast<std::string*>(p);
+      release_host_memory(bytes);
+    };
+  } else {
+    std::string why;
+    st = allocate_host_storage(n * dtype_size(dtype), &why);
+    if (!st) throw std::length_error(why);
+    std::memset(st->data, 0, ((st->bytes ? st->bytes : 1) + 63) / 64 * 64);
   }
   t.data_ = st->data;
   t.storage_ = std::move(st);

@@ -15,7 +15,8 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-KILN = os.path.join(REPO, "build", "kiln")
+# KILN_CLI: another build of the command (scripts/sanitize.sh runs these through the sanitized one).
+KILN = os.environ.get("KILN_CLI") or os.path.join(REPO, "build", "kiln")
 
 
 def kiln(*args, cwd=None, env=None, timeout=60):
@@ -85,6 +86,21 @@ def test_max_tensor_bytes_limits_a_normal_model(tmp_path):
     env = dict(os.environ, KILN_MAX_TENSOR_BYTES=str(1 << 20))
     r = kiln("run", p, env=env)
     assert r.returncode == 1 and "max_tensor_bytes" in r.stderr, r.stderr
+
+
+def test_max_memory_bounds_what_a_run_holds_at_once(tmp_path):
+    # Each tensor is under the tensor limit; together (weights, activations) they are over the
+    # memory limit: the build or run stops with the limit named, exit 1, no abort.
+    w = h.make_tensor("w", T.FLOAT, [512, 512], np.ones(512 * 512, np.float32))
+    nodes = [h.make_node("MatMul", ["x", "w"], ["a"]), h.make_node("Relu", ["a"], ["b"]),
+             h.make_node("MatMul", ["b", "w"], ["y"])]
+    xin = h.make_tensor_value_info("x", T.FLOAT, [256, 512])
+    p = model(tmp_path, "m.onnx", nodes, [xin], [y_out("y", [256, 512])], [w])
+    assert kiln("run", p).returncode == 0
+    for args, env in ((("--max-memory", 1 << 20), None), ((), dict(os.environ, KILN_MAX_MEMORY_BYTES=str(1 << 20)))):
+        r = kiln("run", p, *args, env=env)
+        assert r.returncode == 1 and "max_memory_bytes" in r.stderr, r.stderr
+        assert "over the limit of 1048576" in r.stderr, r.stderr
 
 
 def test_output_names_cannot_escape_the_output_dir(tmp_path):

@@ -520,6 +520,74 @@ TEST(CudaOps, ChannelsLastFusedConvMatchesCpu) {
   }
 }
 
+// kiln.FusedConv with a bias and ReLU (or no activation) offers cuDNN's fused convolution (bias,
+// residual and ReLU in the convolution's epilogue: tactics "fused<N>") beside the plain convolution
+// and kiln's epilogue pass ("algo<N>"). Every tactic, in float32 and float16, channels-first and
+// channels-last, matches the CPU's FusedConv.
+TEST(CudaOps, FusedConvEveryTacticMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(29);
+  struct Case {
+    Shape x, w;
+    int64_t pad;
+    const char* act;
+    bool residual;
+    bool last;
+  };
+  const Case cases[] = {
+      {{2, 16, 10, 10}, {32, 16, 3, 3}, 1, "Relu", true, false},
+      {{2, 32, 7, 7}, {64, 32, 1, 1}, 0, "", true, false},
+      {{3, 8, 9, 9}, {16, 8, 3, 3}, 1, "Relu", false, false},
+      {{2, 16, 8, 8}, {32, 16, 3, 3}, 1, "Relu", true, true},
+      {{4, 32, 7, 7}, {64, 32, 1, 1}, 0, "", true, true},
+  };
+  const std::array<int, 4> to_nhwc = {0, 2, 3, 1}, to_nchw = {0, 3, 1, 2};
+  for (DataType dt : {kF32, kF16}) {
+    for (const Case& c : cases) {
+      if (c.last && dt == kF32) continue;  // channels-last convolutions are made for half types
+      const Tensor x = convert(random_tensor(c.x, rng), dt), w = convert(random_tensor(c.w, rng, -0.3f, 0.3f), dt);
+      const Tensor b = convert(random_tensor({c.w[0]}, rng), dt);
+      const Shape ys = {c.x[0], c.w[0], c.x[2] + 2 * c.pad - c.w[2] + 1, c.x[3] + 2 * c.pad - c.w[3] + 1};
+      const Tensor z = convert(random_tensor(ys, rng), dt);
+      std::vector<Tensor> dev_in = {c.last ? permuted(x, to_nhwc) : x, c.last ? permuted(w, to_nhwc) : w, b};
+      std::vector<Tensor> ref_in = {convert(x, kF32), convert(w, kF32), convert(b, kF32)};
+      if (c.residual) {
+        dev_in.push_back(c.last ? permuted(z, to_nhwc) : z);
+        ref_in.push_back(convert(z, kF32));
+      }
+      OneNode dn("FusedConv", 1, dev_in, 1), rn("FusedConv", 1, ref_in, 1);
+      for (OneNode* n : {&dn, &rn}) {
+        n->node->domain = "kiln";
+        n->set_string("activation", c.act);
+        n->set_ints("pads", {c.pad, c.pad, c.pad, c.pad});
+      }
+      if (c.last) dn.set_int("channels_last", 1);
+      const std::string label = std::string("FusedConv ") + dtype_name(dt) + " " + shape_to_string(c.x) + " * " +
+                                shape_to_string(c.w) + " act '" + c.act + "'" + (c.residual ? " + residual" : "") +
+                                (c.last ? " channels-last" : "");
+      std::vector<Slot> cpu_in;
+      for (const Tensor& t : ref_in) cpu_in.push_back(Slot::of(t));
+      auto want = run_node_eager(*rn.node, cpu_in);
+      ASSERT_TRUE(want.ok()) << label << ": " << want.status().to_string();
+      std::vector<std::string> tactics;
+      auto first = run_cuda(*dn.node, dev_in, {}, &tactics);
+      ASSERT_TRUE(first.ok()) << label << ": " << first.status().to_string();
+      int fused = 0, plain = 0;
+      for (const std::string& t : tactics) (t.rfind("fused", 0) == 0 ? fused : plain) += 1;
+      EXPECT_GE(fused, 1) << label << ": no fused tactic";
+      EXPECT_GE(plain, 1) << label << ": no plain tactic";
+      tactics.push_back("");  // the kernel's own choice
+      const double tol = dt == kF16 ? 4e-3 : 2e-5;
+      for (const std::string& t : tactics) {
+        auto got = run_cuda(*dn.node, dev_in, t);
+        ASSERT_TRUE(got.ok()) << label << " tactic '" << t << "': " << got.status().to_string();
+        expect_near(c.last ? permuted((*got)[0], to_nchw) : (*got)[0], (*want)[0].tensor, tol, tol,
+                    label + " tactic '" + t + "'");
+      }
+    }
+  }
+}
+
 // TF32 engines (passes::allow_tf32): float32 convolutions and GEMMs with the attribute run on TF32
 // tensor cores, within TF32's rounding (10-bit mantissa products) of the CPU's FP32 result; without
 // it they stay true FP32.

@@ -59,8 +59,10 @@ class DeviceContext final : public KernelContext {
   void* state_;
 };
 
-// Uploads `inputs`, runs the node's CUDA kernel, downloads every produced output.
-inline Expected<std::vector<Tensor>> run_cuda(const ir::Node& node, const std::vector<Tensor>& inputs) {
+// Uploads `inputs`, runs the node's CUDA kernel (with `tactic`, or the kernel's own choice), downloads
+// every produced output. `tactics`, when given, receives the tactics the kernel offers for them.
+inline Expected<std::vector<Tensor>> run_cuda(const ir::Node& node, const std::vector<Tensor>& inputs,
+                                              const std::string& tactic = {}, std::vector<std::string>* tactics = nullptr) {
   KILN_ASSIGN_OR_RETURN(Backend * be, cuda_backend());
   std::string why;
   const KernelDef* def = be->kernels().find(node, &why);
@@ -87,7 +89,21 @@ inline Expected<std::vector<Tensor>> run_cuda(const ir::Node& node, const std::v
     dev_in.push_back(Slot::of(d));
   }
   DeviceContext ctx(*be, node, dev_in, state.get());
-  KILN_RETURN_IF_ERROR(ctx.shapes.prepare(*kernel, ctx, [be](size_t b) { return be->allocate(b); }));
+  if (tactics) {
+    ReshapeContext rc{node, {}, {}, state.get(), 0, nullptr, {}};
+    for (const Slot& s : dev_in) {
+      ReshapeContext::In in;
+      if (s.kind == Slot::Kind::kTensor) {
+        in.present = true;
+        in.dtype = s.tensor.dtype();
+        in.shape = s.tensor.shape();
+      }
+      rc.in.push_back(in);
+    }
+    rc.out.resize(node.outputs.size());
+    *tactics = kernel->tactics(rc);
+  }
+  KILN_RETURN_IF_ERROR(ctx.shapes.prepare(*kernel, ctx, [be](size_t b) { return be->allocate(b); }, tactic));
   KILN_RETURN_IF_ERROR(kernel->run(ctx));
   KILN_RETURN_IF_ERROR(be->synchronize(state.get()));
   std::vector<Tensor> out;

@@ -6,6 +6,8 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <atomic>
+#include <memory>
 
 #include "backends/backend.h"
 #include "backends/cuda/cuda_backend.h"
@@ -192,6 +194,75 @@ TEST(Runtime, ContextsRunConcurrently) {
     });
   for (auto& t : threads) t.join();
   EXPECT_EQ(mismatches.load(), 0);
+}
+
+// The soak: 16 threads, each with contexts of its own (a new one every few runs), alternate batch
+// sizes 1, 3 and 8 for 30 runs; every output is bit-identical to the single-threaded result for its
+// batch. Threads share the engine (weights, kernels, reordered-weight caches) and nothing else.
+TEST(Runtime, SixteenThreadSoakIsBitExact) {
+  auto engine = Engine::build(kExample);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  const int64_t batches[] = {1, 3, 8};
+  std::vector<Tensor> xs;
+  std::vector<std::vector<float>> expected;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (int64_t b : batches) {
+    Tensor x = Tensor::empty(DataType::kFloat32, {b, 3, 32, 32});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
+    expected.push_back(run_example(**engine, x));
+    ASSERT_EQ(expected.back().size(), static_cast<size_t>(10 * b));
+    xs.push_back(std::move(x));
+  }
+  std::atomic<int> mismatches{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16; ++t)
+    threads.emplace_back([&, t] {
+      std::unique_ptr<ExecutionContext> ctx;
+      for (int i = 0; i < 30; ++i) {
+        if (i % 7 == 0) {
+          auto c = (*engine)->create_context();
+          if (!c.ok()) { ++errors; return; }
+          ctx = std::move(*c);
+        }
+        const size_t k = static_cast<size_t>(t + i) % xs.size();
+        auto out = ctx->run({{"image", Value::of(xs[k])}});
+        if (!out.ok()) { ++errors; continue; }
+        const Tensor& y = (*out)[0].tensor;
+        if (y.numel() != static_cast<int64_t>(expected[k].size()) ||
+            std::memcmp(y.data<float>(), expected[k].data(), expected[k].size() * sizeof(float)) != 0)
+          ++mismatches;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+// max_memory_bytes bounds the host memory kiln holds at once: tensors are counted while alive and
+// given back when freed; a build or run past the limit fails with an error naming it.
+TEST(Runtime, HostMemoryLimitIsAClearError) {
+  const size_t base = host_memory_in_use();
+  {
+    Tensor t = Tensor::empty(DataType::kFloat32, {1 << 16});
+    EXPECT_GE(host_memory_in_use(), base + (size_t{1} << 18));
+  }
+  EXPECT_EQ(host_memory_in_use(), base);
+  auto engine = Engine::build(kExample);
+  ASSERT_TRUE(engine.ok());
+  Tensor x = Tensor::empty(DataType::kFloat32, {64, 3, 32, 32});
+  set_max_memory_bytes(host_memory_in_use() + 4096);
+  EXPECT_THROW(Tensor::empty(DataType::kFloat32, {1 << 20}), std::length_error);
+  auto ctx = (*engine)->create_context();
+  Status st = ctx.ok() ? (*ctx)->run({{"image", Value::of(x)}}).status() : ctx.status();
+  auto again = Engine::build(kExample);
+  set_max_memory_bytes(0);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("max_memory_bytes"), std::string::npos) << st.to_string();
+  EXPECT_FALSE(again.ok()) << "a build holding the weights must not fit in 4 KiB more";
+  EXPECT_NE(again.status().message().find("max_memory_bytes"), std::string::npos) << again.status().to_string();
+  // With the default limit back, the same context runs.
+  if (ctx.ok()) EXPECT_TRUE((*ctx)->run({{"image", Value::of(x)}}).ok());
 }
 
 // A chain of static-shaped elementwise ops: the arena holds fewer bytes than the intermediates

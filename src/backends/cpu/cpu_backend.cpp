@@ -8,6 +8,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "ir/host_memory.h"
 
 namespace kiln {
 namespace cpu {
@@ -68,12 +69,9 @@ class CpuBackend final : public Backend {
     if (bytes > max_tensor_bytes())
       return runtime_error("allocating " + std::to_string(bytes) + " bytes of host memory: over the limit of " +
                            std::to_string(max_tensor_bytes()) + " (max_tensor_bytes)");
-    auto st = std::make_shared<Storage>();
-    const size_t alloc = ((bytes ? bytes : 1) + 63) / 64 * 64;
-    st->data = std::aligned_alloc(64, alloc);
-    if (!st->data) return runtime_error("out of host memory allocating " + std::to_string(bytes) + " bytes");
-    st->bytes = bytes;
-    st->release = [](void* p) { std::free(p); };
+    std::string why;
+    std::shared_ptr<Storage> st = allocate_host_storage(bytes, &why);
+    if (!st) return runtime_error(why);
     return st;
   }
   Status copy(const Tensor& src, Tensor& dst, void*) override {

@@ -9,7 +9,9 @@
 namespace kiln::cpu::math {
 
 inline float exp_f32(float x) {
-  const float xc = x < -104.0f ? -104.0f : (x > 88.8f ? 88.8f : x);
+  // NaN computes on 0 (converting NaN to int is undefined) and is returned as itself at the end.
+  const float xs = x != x ? 0.0f : x;
+  const float xc = xs < -104.0f ? -104.0f : (xs > 88.8f ? 88.8f : xs);
   // n = round(x / ln2) by the 1.5 * 2^23 trick (round to nearest even, vectorizable).
   const float nf = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   const float r = (xc - nf * 0.693359375f) + nf * 2.12194440e-4f;

@@ -100,7 +100,7 @@ void register_loss(KernelRegistry& r) {
   const std::pair<const char*, bool> ops[] = {{"SoftmaxCrossEntropyLoss", true}, {"NegativeLogLikelihoodLoss", false}};
   for (const auto& [name, softmax] : ops) {
     r.add({name, "", 12, 1 << 30, std::string("cpu.") + name + ".any", [](const ir::Node& n) { return require_float(n, 0); },
-           [softmax](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+           [softmax = softmax](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
              KILN_ASSIGN_OR_RETURN(LossAttrs a, parse_loss_attrs(n, softmax));
              return make_kernel([a](KernelContext& ctx) { return loss_kernel(ctx, a); });
            }});

@@ -162,7 +162,7 @@ void register_softmax(KernelRegistry& r) {
   const std::pair<const char*, SoftKind> ops[] = {
       {"Softmax", SoftKind::kSoftmax}, {"LogSoftmax", SoftKind::kLogSoftmax}, {"Hardmax", SoftKind::kHardmax}};
   for (const auto& [name, kind] : ops) {
-    r.add({name, "", 1, 1 << 30, std::string("cpu.") + name + ".any", real, [kind](const ir::Node& n, KernelInit&) {
+    r.add({name, "", 1, 1 << 30, std::string("cpu.") + name + ".any", real, [kind = kind](const ir::Node& n, KernelInit&) {
              SoftAttrs a;
              a.kind = kind;
              a.coerce_2d = n.opset != 0 && n.opset < 13;

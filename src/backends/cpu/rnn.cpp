@@ -331,7 +331,7 @@ void register_rnn(KernelRegistry& r) {
   const std::pair<const char*, Cell> cells[] = {{"RNN", Cell::kRnn}, {"GRU", Cell::kGru}, {"LSTM", Cell::kLstm}};
   for (const auto& [name, cell] : cells) {
     r.add({name, "", 7, 1 << 30, std::string("cpu.") + name + ".any", [](const ir::Node& n) { return require_float(n, 0); },
-           [cell](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+           [cell = cell](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
              KILN_ASSIGN_OR_RETURN(RnnAttrs a, parse_rnn_attrs(n, cell));
              return make_kernel([a](KernelContext& ctx) { return rnn_kernel(ctx, a); });
            }});

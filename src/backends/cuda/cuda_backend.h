@@ -68,6 +68,10 @@ void register_fused(KernelRegistry& r);
 // bias, 2: bias and ReLU), the rest is the caller's.
 inline constexpr const char* kBiasEpilogueAttr = "kiln_bias_epilogue";
 int matmul_epilogue_applied(const void* shape_state);  // kiln's FusedConv/FusedGemm/FusedMatMul
+// The CUDA Conv kernel as kiln.FusedConv's inner kernel: kBiasEpilogueAttr = 1 (bias, residual as
+// input 3) or 2 (and a ReLU) asks for them in cuDNN's fused convolution; conv_epilogue_applied(plan)
+// is non-zero when the plan took them all.
+int conv_epilogue_applied(const void* shape_state);
 // Conv's placement check (1-D/2-D, float types), also FusedConv's: the fused node has Conv's inputs
 // and attributes.
 std::string conv_check(const ir::Node& n);

@@ -10,7 +10,7 @@
 #include <cudnn.h>
 
 #include <algorithm>
-
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -27,6 +27,9 @@ struct ConvAttrs {
   int64_t group = 1;
   bool nhwc = false;  // channels_last (kiln.FusedConv from passes/channels_last.cpp): X, W, Y channels-last
   bool tf32 = false;  // float32 on TF32 tensor cores (TF32 engines, passes::allow_tf32)
+  // kiln.FusedConv's inner Conv (cuda_fused.cpp): kBiasEpilogueAttr = 1 asks for the bias (input 2)
+  // and the residual (input 3, optional) in the convolution, 2 also for a ReLU after them.
+  int epilogue = 0;
 };
 
 // Everything one input shape needs, made by reshape() once per signature: descriptors, the
@@ -38,10 +41,17 @@ struct ConvShape {
   cudnnConvolutionFwdAlgo_t algo{};
   size_t algo_bytes = 0;     // cuDNN workspace, after the padded input in the kernel's workspace
   std::vector<int> viable;   // the algorithms usable here, in the heuristic's order (the tactics "algo<N>")
+  std::vector<int> fusable;  // those that run the fused epilogue here (the tactics "fused<N>")
   size_t padded_bytes = 0;   // 0: no explicit padding
   int64_t nc = 0, in_h = 0, in_w = 0, h = 0, wd = 0, pad_t = 0, pad_l = 0, m = 0;
   int elem_bytes = 4;
+  // The epilogue (bias, residual, ReLU) in cuDNN's fused call (cudnnConvolutionBiasActivationForward),
+  // so the output is written once: kBiasEpilogueAttr's value, 0 when the caller applies it.
+  int fused = 0;
+  int64_t bias_inner = 1;  // values per (image, channel) along which the bias repeats; 1 for NHWC
+  cudnnActivationDescriptor_t act = nullptr;
   ~ConvShape() {
+    if (act) cudnnDestroyActivationDescriptor(act);
     if (conv) cudnnDestroyConvolutionDescriptor(conv);
     if (w) cudnnDestroyFilterDescriptor(w);
     if (bias) cudnnDestroyTensorDescriptor(bias);
@@ -189,11 +199,40 @@ class ConvKernel final : public Kernel {
             std::find(p->viable.begin(), p->viable.end(), static_cast<int>(perf[i].algo)) == p->viable.end())
           p->viable.push_back(static_cast<int>(perf[i].algo));
     if (p->viable.empty()) return runtime_error(node.describe() + ": cuDNN offers no algorithm for this convolution");
-    // The tactic ("algo<N>") when it is usable here, else the heuristic's first.
+    // The fused epilogue (kiln.FusedConv with a bias; ReLU or no activation): cuDNN's fused call takes
+    // any algorithm before a ReLU, implicit-precomp-GEMM only without one. Its tactics are "fused<N>";
+    // "algo<N>" leaves the epilogue to the caller. Without a tactic the fused form runs where it can
+    // (KILN_CUDNN_FUSED=0: never, to measure the two against each other).
+    if (at_.epilogue && rc.in.size() > 2 && rc.in[2].present)
+      for (int a : p->viable)
+        if (at_.epilogue == 2 || a == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) p->fusable.push_back(a);
     int algo = p->viable[0];
-    for (int a : p->viable)
-      if (rc.tactic == "algo" + std::to_string(a)) algo = a;
+    bool fused = false;
+    if (rc.tactic.empty()) {
+      const char* env = std::getenv("KILN_CUDNN_FUSED");
+      if (!p->fusable.empty() && !(env && std::string(env) == "0")) {
+        algo = p->fusable[0];
+        fused = true;
+      }
+    } else {
+      for (int a : p->viable)
+        if (rc.tactic == "algo" + std::to_string(a)) algo = a;
+      for (int a : p->fusable)
+        if (rc.tactic == "fused" + std::to_string(a)) {
+          algo = a;
+          fused = true;
+        }
+    }
     p->algo = static_cast<cudnnConvolutionFwdAlgo_t>(algo);
+    if (fused) {
+      p->fused = at_.epilogue;
+      p->bias_inner = at_.nhwc ? 1 : out[0] * out[1];
+      KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnCreateActivationDescriptor(&p->act), "descriptor"));
+      KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetActivationDescriptor(p->act, at_.epilogue == 2 ? CUDNN_ACTIVATION_RELU
+                                                                                                : CUDNN_ACTIVATION_IDENTITY,
+                                                                     CUDNN_NOT_PROPAGATE_NAN, 0.0),
+                                  "activation descriptor"));
+    }
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnGetConvolutionForwardWorkspaceSize(st.dnn, p->x, p->w, p->conv, p->y, p->algo, &bytes),
                                 "workspace size"));
     p->algo_bytes = aligned(bytes);
@@ -207,8 +246,10 @@ class ConvKernel final : public Kernel {
     probe.tactic.clear();
     probe.out.assign(1, {});
     if (!reshape(probe).ok() || !probe.state) return {};
+    const auto* p = static_cast<const ConvShape*>(probe.state.get());
     std::vector<std::string> names;
-    for (int a : static_cast<const ConvShape*>(probe.state.get())->viable) names.push_back("algo" + std::to_string(a));
+    for (int a : p->fusable) names.push_back("fused" + std::to_string(a));
+    for (int a : p->viable) names.push_back("algo" + std::to_string(a));
     return names;
   }
 
@@ -226,11 +267,30 @@ class ConvKernel final : public Kernel {
       xp = ws;
     }
     const float one = 1.f, zero = 0.f;
+    void* algo_ws = p->algo_bytes ? ws + p->padded_bytes : nullptr;
+    if (p->fused) {
+      // y = act(conv(x) + z + bias); with no residual alpha2 = 0 and z aliases y (cuDNN allows it).
+      const bool has_z = ctx.num_inputs() > 3 && ctx.has_input(3);
+      const float alpha2 = has_z ? 1.f : 0.f;
+      const void* z = has_z ? ctx.input(3).raw() : y.raw();
+      const cudnnStatus_t fs = cudnnConvolutionBiasActivationForward(
+          st.dnn, &one, p->x, xp, p->w, ctx.input(1).raw(), p->conv, p->algo, algo_ws, p->algo_bytes, &alpha2, p->y, z,
+          p->bias, ctx.input(2).raw(), p->act, p->y, y.raw());
+      if (fs == CUDNN_STATUS_SUCCESS) return Status::Ok();
+      if (fs != CUDNN_STATUS_NOT_SUPPORTED && fs != CUDNN_STATUS_BAD_PARAM) return dnn_ok(ctx.node(), fs, "fused convolution");
+      // No fused kernel in this cuDNN for the problem: the convolution, then one epilogue pass.
+      KILN_RETURN_IF_ERROR(dnn_ok(ctx.node(), cudnnConvolutionForward(st.dnn, &one, p->x, xp, p->w, ctx.input(1).raw(), p->conv,
+                                                                      p->algo, algo_ws, p->algo_bytes, &zero, p->y, y.raw()),
+                                  "convolution"));
+      return launched(ctx, launch_bias_act(elem_of(y.dtype()), y.raw(), ctx.input(2).raw(), has_z ? z : nullptr, y.numel(),
+                                           p->m, p->bias_inner, p->fused == 2, UnaryOp::kRelu, 0.f, 0.f, st.stream));
+    }
     KILN_RETURN_IF_ERROR(dnn_ok(ctx.node(), cudnnConvolutionForward(st.dnn, &one, p->x, xp, p->w, ctx.input(1).raw(),
-                                                                    p->conv, p->algo, p->algo_bytes ? ws + p->padded_bytes : nullptr,
-                                                                    p->algo_bytes, &zero, p->y, y.raw()),
+                                                                    p->conv, p->algo, algo_ws, p->algo_bytes, &zero, p->y,
+                                                                    y.raw()),
                                 "convolution"));
-    if (p->bias)
+    // Inside kiln.FusedConv (an epilogue asked for, not fused here) the bias is the caller's.
+    if (p->bias && !at_.epilogue)
       KILN_RETURN_IF_ERROR(dnn_ok(ctx.node(), cudnnAddTensor(st.dnn, &one, p->bias, ctx.input(2).raw(), &one, p->y, y.raw()),
                                   "bias"));
     return Status::Ok();
@@ -241,6 +301,11 @@ class ConvKernel final : public Kernel {
 };
 
 }  // namespace
+
+int conv_epilogue_applied(const void* shape_state) {
+  const auto* p = static_cast<const ConvShape*>(shape_state);
+  return p ? p->fused : 0;
+}
 
 std::string conv_check(const ir::Node& n) {
   int spatial = -1;
@@ -260,6 +325,7 @@ Expected<KernelPtr> create_conv(const ir::Node& n) {
   at.group = n.attr_int("group", 1);
   at.nhwc = n.attr_int("channels_last", 0) != 0;
   at.tf32 = n.attr_int(passes::kTF32Attr, 0) != 0;
+  at.epilogue = static_cast<int>(n.attr_int(kBiasEpilogueAttr, 0));
   const ops::WindowAttrs& w = at.w;
   const size_t sd = !w.kernel.empty() ? w.kernel.size() : !w.strides.empty() ? w.strides.size() : w.pads.size() / 2;
   if ((!w.strides.empty() && w.strides.size() != sd) || (!w.dilations.empty() && w.dilations.size() != sd) ||

@@ -1,7 +1,8 @@
 // backends/cuda/cuda_fused.cpp — kiln's fused ops on CUDA. Attention: one kernel (cuda_attention.cu).
 // FusedConv, FusedGemm and FusedMatMul (float32,
 // float16, bfloat16): the CUDA Conv/Gemm/MatMul kernel writes the output, then one pass applies the
-// bias, FusedConv's residual (input 3) and the activation in place (launch_bias_act). FusedConv's bias is left out of the inner
+// bias, FusedConv's residual (input 3) and the activation in place (launch_bias_act), unless the
+// library took them into its own epilogue (cuBLASLt's bias/ReLU, cuDNN's fused convolution). FusedConv's bias is left out of the inner
 // convolution and added in that pass, so a fused convolution costs the convolution and one pass over
 // its output instead of the convolution, a bias pass and an activation pass.
 #include <memory>
@@ -48,9 +49,12 @@ Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int ops
   std::string why;
   if (!read_activation(n, &act, &why)) return invalid_model(n.describe() + ": " + why);
   // FusedMatMul: the bias (and a ReLU) go to cuBLASLt's epilogue where it has an algorithm for it.
+  // FusedConv with a bias and a ReLU or no activation: bias, residual and ReLU go into cuDNN's fused
+  // convolution where the plan takes it (cuda_conv.cpp).
   const bool lt_bias = op == "MatMul" && bias == Bias::kLastDim && n.has_input(2);
-  auto inner = inner_node(n, op, opset, bias == Bias::kInner || lt_bias ? 3 : 2);
-  if (lt_bias) {
+  const bool dnn_fused = op == "Conv" && n.has_input(2) && (act.kind == ActKind::kRelu || act.kind == ActKind::kNone);
+  auto inner = inner_node(n, op, opset, dnn_fused ? 4 : bias == Bias::kInner || lt_bias ? 3 : 2);
+  if (lt_bias || dnn_fused) {
     ir::Attribute& e = inner->attrs[kBiasEpilogueAttr];
     e.kind = ir::Attribute::Kind::kInt;
     e.i = act.kind == ActKind::kRelu ? 2 : 1;
@@ -75,12 +79,13 @@ Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int ops
       return rc.error("the residual must have the output's dtype and shape " + shape_to_string(shape));
     return Status::Ok();
   };
-  auto run = [inner, kernel, act, epi_bias, bias, lt_bias](KernelContext& ctx) -> Status {
+  auto run = [inner, kernel, act, epi_bias, bias, lt_bias, dnn_fused](KernelContext& ctx) -> Status {
     InnerContext ic(ctx, *inner, static_cast<int>(inner->inputs.size()));
     ic.use_plan(ctx.shape_state());
     KILN_RETURN_IF_ERROR(kernel->run(ic));
     if (!ic.out0()) return ctx.error("the inner kernel wrote no output");
     Tensor& y = *ic.out0();
+    if (dnn_fused && conv_epilogue_applied(ctx.shape_state())) return Status::Ok();
     const int applied = lt_bias ? matmul_epilogue_applied(ctx.shape_state()) : 0;
     if (applied == 2 || (applied == 1 && act.kind == ActKind::kNone)) return Status::Ok();
     const void* b = epi_bias && ctx.has_input(2) && !applied ? ctx.input(2).raw() : nullptr;
