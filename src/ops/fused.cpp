@@ -8,6 +8,9 @@
 //   FusedGemm(A, B[, C])         Gemm attributes + activation, activation_params
 //   FusedMatMul(A, B[, bias])    act(MatMul(A, B) + bias), bias [N] along the last dim
 //   SkipLayerNorm(A, B, gamma[, beta]) → Y[, A+B]   LayerNormalization(A + B) over the last dim, epsilon
+//   ChannelsLastPool(X) → Y      MaxPool, AveragePool, GlobalMaxPool or GlobalAveragePool (attribute
+//                                `op`, with that op's attributes) on X [N,H,W,C] → Y [N,OH,OW,C]
+//                                (passes/channels_last.cpp, GPU engines)
 //   Attention(Q, K, V[, mask[, bool_mask]])   Q [B,S,H*D], K [B,T,H*D], V [B,T,H*Dv]; mask additive and
 //                                bool_mask broadcast to [B,H,S,T]; num_heads, scale, mask_fill,
 //                                mask_fill_where_true → [B,S,H*Dv]:
@@ -71,6 +74,25 @@ Status infer_fused_conv(InferContext& c) {
   c.out[0].shape = permuted(sub.out[0].shape, false);
   return Status::Ok();
 }
+// ChannelsLastPool: the shape function of the op named by `op`, on the channels-first view.
+Status infer_channels_last_pool(InferContext& c) {
+  const std::string op = c.node.attr_string("op", "");
+  const OpDef* d = op == "MaxPool" || op == "AveragePool" || op == "GlobalMaxPool" || op == "GlobalAveragePool"
+                       ? find_op("", op) : nullptr;
+  if (!d || !d->infer) return c.error("unknown pooling op '" + op + "'");
+  if (!c.has(0)) return Status::Ok();
+  if (c.shape(0).known && c.shape(0).rank() != 4) return c.error("channels-last pooling takes a 4-D input");
+  ir::Type nchw = c.type(0);
+  nchw.shape = permuted(c.shape(0), true);
+  InferContext sub{c.node, {&nchw}, {nullptr}, {}};
+  sub.out.resize(c.out.size());
+  for (auto& o : sub.out) o.kind = ir::Type::Kind::kUnknown;
+  KILN_RETURN_IF_ERROR(d->infer(sub));
+  c.out[0] = sub.out[0];
+  c.out[0].shape = permuted(sub.out[0].shape, false);
+  return Status::Ok();
+}
+
 constexpr char kGemm[] = "Gemm";
 constexpr char kMatMul[] = "MatMul";
 
@@ -105,6 +127,7 @@ void add_fused_ops(std::vector<OpDef>& t) {
   add("FusedMatMul", like<kMatMul, 2>, 2, 3, 1, 1);
   add("SkipLayerNorm", infer_skip_layer_norm, 3, 4, 1, 2);
   add("Attention", infer_attention, 3, 5, 1, 1);
+  add("ChannelsLastPool", infer_channels_last_pool, 1, 1, 1, 1);
 }
 
 }  // namespace kiln::ops

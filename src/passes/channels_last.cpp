@@ -14,6 +14,9 @@
 //    of inputs permuted the same way is unchanged — or a 4-D constant (transposed here). So
 //    residual Adds and activations between convolutions stay NHWC; anything else (pooling,
 //    reshapes, reductions) reads a channels-first copy made once per value.
+//  * Pooling whose input is already NHWC (2-D MaxPool/AveragePool without Indices, the global pools)
+//    becomes kiln.ChannelsLastPool (attribute `op`) where `accepts` takes it, so a max pool between
+//    convolutions or the pooling of a squeeze-excitation block costs no transposes.
 //  * Values keep their names and channels-first shapes where anything outside a chain (an op, a
 //    graph output) reads them: the NHWC form is a new value, and a Transpose back to the original
 //    value is added only when the original still has a reader.
@@ -66,6 +69,13 @@ bool symmetric_pads(const ir::Node& n) {
   if (ap != "NOTSET" && ap != "VALID") return false;
   const auto p = n.attr_ints("pads");
   return p.empty() || (p.size() == 4 && p[0] == p[2] && p[1] == p[3]);
+}
+
+bool convertible_pool(const ir::Node& n) {
+  if (!n.domain.empty() || n.outputs.size() != 1 || !n.has_output(0) || n.inputs.size() != 1) return false;
+  if (!is_4d(n.inputs[0]) || !is_4d(n.outputs[0])) return false;
+  if (n.op_type == "GlobalAveragePool" || n.op_type == "GlobalMaxPool") return true;
+  return (n.op_type == "MaxPool" || n.op_type == "AveragePool") && n.attr_ints("kernel_shape").size() == 2;
 }
 
 bool convertible_conv(const ir::Node& n) {
@@ -128,6 +138,19 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
       }
       n->attrs["channels_last"].kind = ir::Attribute::Kind::kInt;
       n->attrs["channels_last"].i = 1;
+      retarget(n);
+      ++converted;
+      continue;
+    }
+    if (convertible_pool(*n) && nhwc.count(n->inputs[0]) && !n->inputs[0]->is_constant() && accepts(*n)) {
+      g.set_input(n, 0, to_nhwc(n->inputs[0]));
+      ir::Attribute& op = n->attrs["op"];
+      op.kind = ir::Attribute::Kind::kString;
+      op.s = n->op_type;
+      n->attrs.erase("storage_order");  // only for MaxPool's Indices, which a converted pool has not
+      n->op_type = "ChannelsLastPool";
+      n->domain = "kiln";
+      n->opset = 1;
       retarget(n);
       ++converted;
       continue;

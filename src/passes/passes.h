@@ -75,7 +75,8 @@ int allow_tf32(ir::Graph& g);
 
 // Channels-last convolution chains (passes/channels_last.cpp): 2-D convolutions that `accepts` takes
 // become kiln.FusedConv with channels_last = 1 (NHWC X/Y, [M,kh,kw,C/g] W), elementwise ops between
-// them follow, transposes only where a chain meets channels-first readers. Returns how many nodes
+// them follow, pooling of an NHWC value becomes kiln.ChannelsLastPool (when `accepts` takes the
+// pool node), transposes only where a chain meets channels-first readers. Returns how many nodes
 // changed layout. Runs after convert_precision() for GPU engines.
 Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(const ir::Node&)>& accepts);
 

@@ -170,13 +170,16 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
     // Tensor-core convolutions run channels-last: whole chains move to NHWC (KILN_CHANNELS_LAST=0
     // keeps channels-first, to compare).
     const char* cl = std::getenv("KILN_CHANNELS_LAST");
-    bool half_fused_conv = false;
-    for (const KernelDef& d : target->kernels().all())
+    bool half_fused_conv = false, half_pool = false;
+    for (const KernelDef& d : target->kernels().all()) {
       half_fused_conv |= d.op == "FusedConv" && d.domain == "kiln" && d.half_floats;
+      half_pool |= d.op == "ChannelsLastPool" && d.domain == "kiln" && d.half_floats;
+    }
     if (half_fused_conv && options.opt_level >= 1 && !(cl && std::string(cl) == "0")) {
-      auto accepts = [](const ir::Node& n) {
+      auto accepts = [half_pool](const ir::Node& n) {
         const DataType dt = n.inputs[0]->type.dtype;
-        return dt == DataType::kFloat16 || dt == DataType::kBFloat16;
+        const bool conv = n.op_type == "Conv" || n.op_type == "FusedConv";
+        return (conv || half_pool) && (dt == DataType::kFloat16 || dt == DataType::kBFloat16);
       };
       KILN_RETURN_IF_ERROR(passes::convert_to_channels_last(*impl->graph, accepts).status());
     }

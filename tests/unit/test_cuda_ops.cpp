@@ -520,6 +520,52 @@ TEST(CudaOps, ChannelsLastFusedConvMatchesCpu) {
   }
 }
 
+// kiln.ChannelsLastPool (made by passes/channels_last.cpp) on NHWC tensors against the CPU's
+// channels-first pools: max and average (pads, strides, count_include_pad, ceil_mode) and the
+// global pools, among them a 112x112 plane whose reduction is split over blocks.
+TEST(CudaOps, ChannelsLastPoolsMatchCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(43);
+  struct Case {
+    const char* op;
+    Shape x;  // NCHW
+    std::vector<int64_t> kernel, strides, pads;
+    int64_t include_pad = 0, ceil = 0;
+  };
+  const Case cases[] = {
+      {"MaxPool", {2, 16, 15, 15}, {3, 3}, {2, 2}, {1, 1, 1, 1}},
+      {"MaxPool", {1, 8, 9, 9}, {2, 2}, {2, 2}, {0, 0, 0, 0}, 0, 1},
+      {"AveragePool", {2, 24, 10, 10}, {3, 3}, {1, 1}, {1, 1, 1, 1}, 0},
+      {"AveragePool", {2, 24, 10, 10}, {3, 3}, {1, 1}, {1, 1, 1, 1}, 1},
+      {"GlobalAveragePool", {3, 40, 7, 7}, {}, {}, {}},
+      {"GlobalMaxPool", {2, 33, 5, 6}, {}, {}, {}},
+      {"GlobalAveragePool", {2, 32, 112, 112}, {}, {}, {}},
+  };
+  const std::array<int, 4> to_nhwc = {0, 2, 3, 1}, to_nchw = {0, 3, 1, 2};
+  for (DataType dt : {kF32, kF16}) {
+    for (const Case& c : cases) {
+      const Tensor x = convert(random_tensor(c.x, rng), dt);
+      std::vector<Tensor> dev_in = {permuted(x, to_nhwc)}, ref_in = {convert(x, kF32)};
+      OneNode dn("ChannelsLastPool", 1, dev_in, 1), rn(c.op, 13, ref_in, 1);
+      dn.node->domain = "kiln";
+      dn.set_string("op", c.op);
+      for (OneNode* n : {&dn, &rn}) {
+        if (c.kernel.empty()) continue;
+        n->set_ints("kernel_shape", c.kernel);
+        n->set_ints("strides", c.strides);
+        n->set_ints("pads", c.pads);
+        n->set_int("ceil_mode", c.ceil);
+        if (std::string(c.op) == "AveragePool") n->set_int("count_include_pad", c.include_pad);
+      }
+      const std::string label = std::string("ChannelsLastPool ") + c.op + " " + dtype_name(dt) + " " + shape_to_string(c.x);
+      const BothRuns r = run_both(*dn.node, dev_in, *rn.node, ref_in, label);
+      ASSERT_TRUE(r.ok) << label;
+      const double tol = dt == kF16 ? 4e-3 : 2e-5;
+      expect_near(permuted(r.got[0], to_nchw), r.want[0], tol, tol, label);
+    }
+  }
+}
+
 // kiln.FusedConv with a bias and ReLU (or no activation) offers cuDNN's fused convolution (bias,
 // residual and ReLU in the convolution's epilogue: tactics "fused<N>") beside the plain convolution
 // and kiln's epilogue pass ("algo<N>"). Every tactic, in float32 and float16, channels-first and

@@ -571,18 +571,23 @@ TEST(Passes, ChannelsLastChainsWithTransposesAtTheEdges) {
   ir::Value* s = b.node("Mul", {c2, b.scalar(0.5f)});
   ir::Value* a = b.node("Add", {s, r1});  // the residual: both operands NHWC
   ir::Value* r2 = b.node("Relu", {a});
-  ir::Value* y = b.node("GlobalAveragePool", {r2});  // needs channels-first: a Transpose before it
+  // Pooling of an NHWC value goes channels-last too (kiln.ChannelsLastPool).
+  ir::Value* mp = b.node("MaxPool", {r2}, {{"kernel_shape", attr_ints({3, 3})}, {"strides", attr_ints({2, 2})},
+                                           {"pads", attr_ints({1, 1, 1, 1})}});
+  ir::Value* y = b.node("GlobalAveragePool", {mp});
   b.output(y);
   b.output(r1);  // a graph output inside the chain keeps its name and NCHW shape
   auto g = b.g->clone();
   auto changed = passes::convert_to_channels_last(*g, [](const ir::Node&) { return true; });
   ASSERT_TRUE(changed.ok()) << changed.status().to_string();
-  EXPECT_EQ(*changed, 6);  // 2 convolutions, Relu, Mul, Add, Relu
+  EXPECT_EQ(*changed, 8);  // 2 convolutions, Relu, Mul, Add, Relu, the two pools
   ASSERT_TRUE(g->verify().ok());
   auto h = op_counts(*g);
   EXPECT_EQ(h["kiln.FusedConv"], 2);
+  EXPECT_EQ(h["kiln.ChannelsLastPool"], 2);
   EXPECT_EQ(h["Conv"], 0);
-  EXPECT_EQ(h["Transpose"], 3);  // x in; r2 to the pool; r1 to its graph output
+  EXPECT_EQ(h["MaxPool"] + h["GlobalAveragePool"], 0);
+  EXPECT_EQ(h["Transpose"], 3);  // x in; the pooled output y and r1 back to their graph outputs
   for (const ir::Node* n : g->nodes()) {
     if (n->op_type == "FusedConv") {
       EXPECT_EQ(n->attr_int("channels_last", 0), 1);
@@ -605,6 +610,18 @@ TEST(Passes, ChannelsLastChainsWithTransposesAtTheEdges) {
     for (const ir::Value* v : n->inputs) {
       if (!v) ins.emplace_back();
       else ins.push_back(Slot::of(v->is_constant() ? *v->constant : env.at(v)));
+    }
+    if (n->op_type == "ChannelsLastPool") {  // the pool it stands for, channels-first
+      ir::Node plain = *n;
+      plain.op_type = n->attr_string("op", "");
+      plain.domain.clear();
+      plain.opset = 13;
+      plain.attrs.erase("op");
+      ins[0] = Slot::of(permute_4d(ins[0].tensor, true));
+      auto r = run_node_eager(plain, ins);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      env[n->outputs[0]] = permute_4d((*r)[0].tensor, false);
+      continue;
     }
     if (n->attr_int("channels_last", 0)) {
       ir::Node plain = *n;

@@ -42,7 +42,12 @@ struct ConvShape {
   size_t algo_bytes = 0;     // cuDNN workspace, after the padded input in the kernel's workspace
   std::vector<int> viable;   // the algorithms usable here, in the heuristic's order (the tactics "algo<N>")
   std::vector<int> fusable;  // those that run the fused epilogue here (the tactics "fused<N>")
-  size_t padded_bytes = 0;   // 0: no explicit padding
+  size_t padded_bytes = 0;   // 0: no explicit padding (spatial, or of the channels below)
+  // Channels-last half convolutions with a few input channels (a stem's RGB image): X and W padded
+  // with zero channels to `cpad` in the workspace, where cuDNN has tensor-core kernels (for C = 3 it
+  // runs a generic one, 5-10x slower). 0: not padded.
+  int64_t cpad = 0, c_in = 0, x_rows = 0, w_rows = 0;
+  size_t wpad_offset = 0;
   int64_t nc = 0, in_h = 0, in_w = 0, h = 0, wd = 0, pad_t = 0, pad_l = 0, m = 0;
   int elem_bytes = 4;
   // The epilogue (bias, residual, ReLU) in cuDNN's fused call (cudnnConvolutionBiasActivationForward),
@@ -63,6 +68,12 @@ struct ConvShape {
 Status dnn_ok(const ir::Node& node, cudnnStatus_t s, const char* what) {
   if (s == CUDNN_STATUS_SUCCESS) return Status::Ok();
   return runtime_error(node.describe() + ": cuDNN " + what + ": " + cudnnGetErrorString(s));
+}
+
+// An A/B switch for measurements: the variable is set to "0".
+bool env_is_zero(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == "0";
 }
 
 constexpr size_t kAlign = 256;
@@ -145,12 +156,21 @@ class ConvKernel final : public Kernel {
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnCreateFilterDescriptor(&p->w), "descriptor"));
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnCreateConvolutionDescriptor(&p->conv), "descriptor"));
     const cudnnTensorFormat_t format = at_.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
-    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetTensor4dDescriptor(p->x, format, data, i32(n), i32(c),
+    int64_t cx = c;  // X's channels as cuDNN sees them
+    if (at_.nhwc && reduced && g == 1 && c % 8 != 0 && c < 32 && !env_is_zero("KILN_CONV_PAD_CHANNELS")) {
+      p->cpad = cx = (c + 7) / 8 * 8;
+      p->c_in = c;
+      p->x_rows = n * in[0] * in[1];
+      p->w_rows = m * k[0] * k[1];
+      p->wpad_offset = aligned(static_cast<size_t>(p->x_rows * cx) * dtype_size(dt));
+      p->padded_bytes = p->wpad_offset + aligned(static_cast<size_t>(p->w_rows * cx) * dtype_size(dt));
+    }
+    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetTensor4dDescriptor(p->x, format, data, i32(n), i32(cx),
                                                                  i32(p->h), i32(p->wd)), "input descriptor"));
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetTensor4dDescriptor(p->y, format, data, i32(n), i32(m),
                                                                  i32(out[0]), i32(out[1])), "output descriptor"));
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetFilter4dDescriptor(p->w, data, format, i32(m),
-                                                                 i32(c / g), i32(k[0]), i32(k[1])), "filter descriptor"));
+                                                                 i32(cx / g), i32(k[0]), i32(k[1])), "filter descriptor"));
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetConvolution2dDescriptor(p->conv, i32(pb[0]), i32(pb[1]), i32(s[0]), i32(s[1]),
                                                                       i32(dil[0]), i32(dil[1]), CUDNN_CROSS_CORRELATION,
                                                                       CUDNN_DATA_FLOAT), "convolution descriptor"));
@@ -209,8 +229,7 @@ class ConvKernel final : public Kernel {
     int algo = p->viable[0];
     bool fused = false;
     if (rc.tactic.empty()) {
-      const char* env = std::getenv("KILN_CUDNN_FUSED");
-      if (!p->fusable.empty() && !(env && std::string(env) == "0")) {
+      if (!p->fusable.empty() && !env_is_zero("KILN_CUDNN_FUSED")) {
         algo = p->fusable[0];
         fused = true;
       }
@@ -261,7 +280,14 @@ class ConvKernel final : public Kernel {
     CudaState& st = state_of(ctx);
     char* ws = static_cast<char*>(ctx.workspace());
     const void* xp = ctx.input(0).raw();
-    if (p->padded_bytes) {
+    const void* wp = ctx.input(1).raw();
+    if (p->cpad) {
+      KILN_RETURN_IF_ERROR(launched(ctx, launch_pad_rows(p->elem_bytes, xp, ws, p->x_rows, p->c_in, p->cpad, st.stream)));
+      KILN_RETURN_IF_ERROR(launched(ctx, launch_pad_rows(p->elem_bytes, wp, ws + p->wpad_offset, p->w_rows, p->c_in, p->cpad,
+                                                         st.stream)));
+      xp = ws;
+      wp = ws + p->wpad_offset;
+    } else if (p->padded_bytes) {
       KILN_RETURN_IF_ERROR(launched(ctx, launch_pad2d(p->elem_bytes, xp, ws, p->nc, p->in_h, p->in_w, p->h, p->wd, p->pad_t,
                                                       p->pad_l, st.stream)));
       xp = ws;
@@ -274,20 +300,19 @@ class ConvKernel final : public Kernel {
       const float alpha2 = has_z ? 1.f : 0.f;
       const void* z = has_z ? ctx.input(3).raw() : y.raw();
       const cudnnStatus_t fs = cudnnConvolutionBiasActivationForward(
-          st.dnn, &one, p->x, xp, p->w, ctx.input(1).raw(), p->conv, p->algo, algo_ws, p->algo_bytes, &alpha2, p->y, z,
+          st.dnn, &one, p->x, xp, p->w, wp, p->conv, p->algo, algo_ws, p->algo_bytes, &alpha2, p->y, z,
           p->bias, ctx.input(2).raw(), p->act, p->y, y.raw());
       if (fs == CUDNN_STATUS_SUCCESS) return Status::Ok();
       if (fs != CUDNN_STATUS_NOT_SUPPORTED && fs != CUDNN_STATUS_BAD_PARAM) return dnn_ok(ctx.node(), fs, "fused convolution");
       // No fused kernel in this cuDNN for the problem: the convolution, then one epilogue pass.
-      KILN_RETURN_IF_ERROR(dnn_ok(ctx.node(), cudnnConvolutionForward(st.dnn, &one, p->x, xp, p->w, ctx.input(1).raw(), p->conv,
+      KILN_RETURN_IF_ERROR(dnn_ok(ctx.node(), cudnnConvolutionForward(st.dnn, &one, p->x, xp, p->w, wp, p->conv,
                                                                       p->algo, algo_ws, p->algo_bytes, &zero, p->y, y.raw()),
                                   "convolution"));
       return launched(ctx, launch_bias_act(elem_of(y.dtype()), y.raw(), ctx.input(2).raw(), has_z ? z : nullptr, y.numel(),
                                            p->m, p->bias_inner, p->fused == 2, UnaryOp::kRelu, 0.f, 0.f, st.stream));
     }
-    KILN_RETURN_IF_ERROR(dnn_ok(ctx.node(), cudnnConvolutionForward(st.dnn, &one, p->x, xp, p->w, ctx.input(1).raw(),
-                                                                    p->conv, p->algo, algo_ws, p->algo_bytes, &zero, p->y,
-                                                                    y.raw()),
+    KILN_RETURN_IF_ERROR(dnn_ok(ctx.node(), cudnnConvolutionForward(st.dnn, &one, p->x, xp, p->w, wp, p->conv, p->algo,
+                                                                    algo_ws, p->algo_bytes, &zero, p->y, y.raw()),
                                 "convolution"));
     // Inside kiln.FusedConv (an epilogue asked for, not fused here) the bias is the caller's.
     if (p->bias && !at_.epilogue)

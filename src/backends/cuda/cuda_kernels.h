@@ -200,9 +200,25 @@ struct PoolParams {
   int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
   bool max = true;
   bool count_include_pad = false;
+  int64_t c = 0;  // channels-last (X [N,H,W,C], Y [N,OH,OW,C]) with C = c channels; 0: NCHW
 };
 // Float types (f32/f16/bf16), computed in float.
 int launch_pool2d(int elem, const void* x, void* y, const PoolParams& p, cudaStream_t stream);
+
+// Global max/average pooling of channels-last X [N, HW, C] → Y [N, C] (float types, computed in
+// float). Large HW is split over `global_pool_splits` blocks per channel tile, with partial results
+// in `workspace` (global_pool_workspace bytes; null when that is 0).
+int64_t global_pool_splits(int64_t n, int64_t hw, int64_t c);
+inline size_t global_pool_workspace(int64_t n, int64_t hw, int64_t c) {
+  const int64_t s = global_pool_splits(n, hw, c);
+  return s > 1 ? static_cast<size_t>(s * n * c) * sizeof(float) : 0;
+}
+int launch_global_pool_nhwc(int elem, const void* x, void* y, void* workspace, int64_t n, int64_t hw, int64_t c, bool max,
+                            cudaStream_t stream);
+
+// Copies rows of `c` elements into rows of `cp` >= c elements, the extra ones zero (channel padding
+// of channels-last tensors).
+int launch_pad_rows(int elem_bytes, const void* x, void* y, int64_t rows, int64_t c, int64_t cp, cudaStream_t stream);
 
 // y[r] = mean (or max) of x[r, 0..n) for each of `rows` rows (float types).
 int launch_reduce_rows(int elem, const void* x, void* y, int64_t rows, int64_t n, bool max, cudaStream_t stream);

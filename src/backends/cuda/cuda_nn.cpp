@@ -1,12 +1,13 @@
 // backends/cuda/cuda_nn.cpp — the table of NN kernels (float32, float16, bfloat16): pooling,
-// global pooling and inference BatchNormalization (own kernels in cuda_nn.cu).
+// global pooling (channels-first, and channels-last as kiln.ChannelsLastPool from
+// passes/channels_last.cpp) and inference BatchNormalization (own kernels in cuda_nn.cu).
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
 
 namespace kiln::cuda {
 namespace {
 
-// ---- MaxPool / AveragePool (1-D and 2-D, NCHW)
+// ---- MaxPool / AveragePool (1-D and 2-D, NCHW; 2-D NHWC for kiln.ChannelsLastPool)
 std::string pool_check(const ir::Node& n) {
   const size_t k = n.attr_ints("kernel_shape").size();
   if (k != 1 && k != 2) return "only 1-D and 2-D pooling run on CUDA";
@@ -14,7 +15,7 @@ std::string pool_check(const ir::Node& n) {
   return require_float(n);
 }
 
-Expected<KernelPtr> create_pool(const ir::Node& n, bool max) {
+Expected<KernelPtr> create_pool(const ir::Node& n, bool max, bool nhwc = false) {
   const std::vector<int64_t> kernel = n.attr_ints("kernel_shape");
   const size_t sd = kernel.size();
   std::vector<int64_t> strides = n.attr_ints("strides", std::vector<int64_t>(sd, 1));
@@ -27,8 +28,11 @@ Expected<KernelPtr> create_pool(const ir::Node& n, bool max) {
   const bool include_pad = n.attr_int("count_include_pad", 0) != 0;
   auto reshape = [=](ReshapeContext& rc) -> Status {
     if (rc.in.empty() || !rc.in[0].present) return rc.error("X is required");
-    const Shape& x = rc.in[0].shape;
+    // Channels-last X [N,H,W,C] is read through its channels-first dims.
+    Shape x = rc.in[0].shape;
     if (x.size() != sd + 2) return rc.error("input rank does not match kernel_shape");
+    if (nhwc && sd != 2) return rc.error("channels-last pooling is 2-D");
+    if (nhwc) x = {x[0], x[3], x[1], x[2]};
     // 1-D pooling runs as 2-D with a height of 1.
     const bool one_d = sd == 1;
     auto p = std::make_shared<PoolParams>();
@@ -37,6 +41,7 @@ Expected<KernelPtr> create_pool(const ir::Node& n, bool max) {
     p->w = x[one_d ? 2 : 3];
     p->max = max;
     p->count_include_pad = include_pad;
+    p->c = nhwc ? x[1] : 0;
     Shape out = {x[0], x[1]};
     for (size_t i = 0; i < sd; ++i) {
       auto g = window_geometry(x[2 + i], kernel[i], strides[i], dilations[i], pads[i], pads[i + sd], auto_pad, ceil_mode);
@@ -51,6 +56,7 @@ Expected<KernelPtr> create_pool(const ir::Node& n, bool max) {
       (is_w ? p->pad_right : p->pad_bottom) = g->pad_end;
     }
     if (one_d) p->oh = 1;
+    if (nhwc) out = {out[0], out[2], out[3], out[1]};
     rc.out[0] = {rc.in[0].dtype, out};
     rc.state = std::move(p);
     return Status::Ok();
@@ -63,8 +69,25 @@ Expected<KernelPtr> create_pool(const ir::Node& n, bool max) {
   return make_staged(reshape, run);
 }
 
-// ---- GlobalAveragePool / GlobalMaxPool
-Expected<KernelPtr> create_global_pool(bool max) {
+// ---- GlobalAveragePool / GlobalMaxPool (channels-first; channels-last [N,H,W,C] → [N,1,1,C])
+Expected<KernelPtr> create_global_pool(bool max, bool nhwc = false) {
+  if (nhwc) {
+    auto reshape = [](ReshapeContext& rc) -> Status {
+      if (rc.in.empty() || !rc.in[0].present) return rc.error("X is required");
+      const Shape& x = rc.in[0].shape;
+      if (x.size() != 4) return rc.error("channels-last global pooling takes a 4-D input");
+      if (x[1] * x[2] == 0) return rc.error("global pooling over an empty spatial extent");
+      rc.out[0] = {rc.in[0].dtype, Shape{x[0], 1, 1, x[3]}};
+      rc.workspace_bytes = global_pool_workspace(x[0], x[1] * x[2], x[3]);
+      return Status::Ok();
+    };
+    auto run = [max](KernelContext& ctx) -> Status {
+      const Tensor& x = ctx.input(0);
+      return launched(ctx, launch_global_pool_nhwc(elem_of(x.dtype()), x.raw(), ctx.output(0).raw(), ctx.workspace(), x.dim(0),
+                                                   x.dim(1) * x.dim(2), x.dim(3), max, state_of(ctx).stream));
+    };
+    return make_staged(reshape, run);
+  }
   auto reshape = [](ReshapeContext& rc) -> Status {
     if (rc.in.empty() || !rc.in[0].present) return rc.error("X is required");
     Shape out = rc.in[0].shape;
@@ -129,6 +152,21 @@ void register_nn(KernelRegistry& r) {
             [](const ir::Node&, KernelInit&) { return create_global_pool(false); }));
   r.add(kernel_row("GlobalMaxPool", 1, require_float,
             [](const ir::Node&, KernelInit&) { return create_global_pool(true); }));
+  // kiln.ChannelsLastPool: the pooling op named by attribute `op` on NHWC tensors.
+  r.add(kernel_row("ChannelsLastPool", 1,
+                   [](const ir::Node& n) -> std::string {
+                     const std::string op = n.attr_string("op", "");
+                     if (op == "GlobalAveragePool" || op == "GlobalMaxPool") return require_float(n);
+                     if (op != "MaxPool" && op != "AveragePool") return "unknown pooling op '" + op + "'";
+                     if (n.attr_ints("kernel_shape").size() != 2) return "channels-last pooling is 2-D";
+                     return pool_check(n);
+                   },
+                   [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+                     const std::string op = n.attr_string("op", "");
+                     if (op == "GlobalAveragePool" || op == "GlobalMaxPool") return create_global_pool(op == "GlobalMaxPool", true);
+                     return create_pool(n, op == "MaxPool", true);
+                   },
+                   "kiln"));
   r.add(kernel_row("BatchNormalization", 7, batchnorm_check,
             [](const ir::Node& n, KernelInit&) { return create_batchnorm(n); }));
 }

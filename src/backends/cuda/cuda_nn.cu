@@ -1,15 +1,31 @@
 // backends/cuda/cuda_nn.cu — pooling, row reductions, batch norm, padding (float types, computed in float).
+#include <algorithm>
+
 #include "backends/cuda/cuda_types.cuh"
 
 namespace kiln::cuda {
 namespace {
 
-template <typename T>
+// NCHW: one thread per output element, the plane's pixels one apart. Channels-last: consecutive
+// threads take consecutive channels of one output pixel (coalesced reads), pixels C apart.
+template <typename T, bool kNhwc>
 __global__ void pool2d_kernel(const T* x, T* y, PoolParams p) {
   const int64_t n = p.nc * p.oh * p.ow;
   KILN_GRID_LOOP(i, n) {
-    const int64_t ox = i % p.ow, oy = i / p.ow % p.oh, c = i / (p.ow * p.oh);
-    const T* plane = x + c * p.h * p.w;
+    int64_t ox, oy, step;
+    const T* plane;
+    if (kNhwc) {
+      const int64_t ch = i % p.c, pix = i / p.c;
+      ox = pix % p.ow;
+      oy = pix / p.ow % p.oh;
+      plane = x + pix / (p.ow * p.oh) * p.h * p.w * p.c + ch;
+      step = p.c;
+    } else {
+      ox = i % p.ow;
+      oy = i / p.ow % p.oh;
+      plane = x + i / (p.ow * p.oh) * p.h * p.w;
+      step = 1;
+    }
     const int64_t y0 = oy * p.sh - p.pad_top, x0 = ox * p.sw - p.pad_left;
     float acc = p.max ? -INFINITY : 0.f;
     int64_t count = 0, padded_count = 0;
@@ -21,7 +37,7 @@ __global__ void pool2d_kernel(const T* x, T* y, PoolParams p) {
         if (ix >= p.w + p.pad_right) break;
         ++padded_count;
         if (iy < 0 || ix < 0 || iy >= p.h || ix >= p.w) continue;
-        const float v = convert<float>(plane[iy * p.w + ix]);
+        const float v = convert<float>(plane[(iy * p.w + ix) * step]);
         acc = p.max ? fmaxf(acc, v) : acc + v;
         ++count;
       }
@@ -31,6 +47,45 @@ __global__ void pool2d_kernel(const T* x, T* y, PoolParams p) {
       acc = div > 0 ? acc / static_cast<float>(div) : 0.f;
     }
     y[i] = convert<T>(acc);
+  }
+}
+
+// Global pooling, channels-last: block (32 channels, 8 pixel lanes), grid (channel tiles, N, splits of
+// HW). Each block reduces its HW slice; one split writes Y, several write float partials.
+template <typename T>
+__global__ void global_pool_nhwc_kernel(const T* x, T* y, float* partial, int64_t n, int64_t hw, int64_t c,
+                                        int64_t per_split, bool max) {
+  __shared__ float part[8][33];
+  const int64_t ch = blockIdx.x * 32 + threadIdx.x, b = blockIdx.y;
+  const int64_t s0 = blockIdx.z * per_split, s1 = min(hw, s0 + per_split);
+  float acc = max ? -INFINITY : 0.f;
+  if (ch < c)
+    for (int64_t s = s0 + threadIdx.y; s < s1; s += 8) {
+      const float e = convert<float>(x[(b * hw + s) * c + ch]);
+      acc = max ? fmaxf(acc, e) : acc + e;
+    }
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || ch >= c) return;
+  for (int k = 1; k < 8; ++k) acc = max ? fmaxf(acc, part[k][threadIdx.x]) : acc + part[k][threadIdx.x];
+  if (gridDim.z == 1) y[b * c + ch] = convert<T>(max ? acc : acc / static_cast<float>(hw));
+  else partial[(blockIdx.z * n + b) * c + ch] = acc;
+}
+
+template <typename T>
+__global__ void global_pool_finish_kernel(const float* partial, T* y, int64_t nc, int64_t splits, int64_t hw, bool max) {
+  KILN_GRID_LOOP(i, nc) {
+    float acc = partial[i];
+    for (int64_t s = 1; s < splits; ++s) acc = max ? fmaxf(acc, partial[s * nc + i]) : acc + partial[s * nc + i];
+    y[i] = convert<T>(max ? acc : acc / static_cast<float>(hw));
+  }
+}
+
+template <typename T>
+__global__ void pad_rows_kernel(const T* x, T* y, int64_t rows, int64_t c, int64_t cp) {
+  KILN_GRID_LOOP(i, rows * cp) {
+    const int64_t r = i / cp, k = i % cp;
+    y[i] = k < c ? x[r * c + k] : T(0);
   }
 }
 
@@ -75,7 +130,42 @@ int launch_pool2d(int elem, const void* x, void* y, const PoolParams& p, cudaStr
   if (n <= 0) return cudaSuccess;
   return dispatch_float(elem, [&](auto t) {
     using T = decltype(t);
-    pool2d_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), p);
+    if (p.c > 0) pool2d_kernel<T, true><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), p);
+    else pool2d_kernel<T, false><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), p);
+    return static_cast<int>(cudaGetLastError());
+  });
+}
+
+int64_t global_pool_splits(int64_t n, int64_t hw, int64_t c) {
+  // Enough blocks for two waves on a large GPU; a split keeps at least 64 pixels.
+  const int64_t blocks = (c + 31) / 32 * n;
+  const int64_t want = (264 + blocks - 1) / blocks;
+  return std::max<int64_t>(1, std::min<int64_t>(want, hw / 64));
+}
+
+int launch_global_pool_nhwc(int elem, const void* x, void* y, void* workspace, int64_t n, int64_t hw, int64_t c, bool max,
+                            cudaStream_t stream) {
+  if (n <= 0 || c <= 0) return cudaSuccess;
+  const int64_t splits = global_pool_splits(n, hw, c);
+  if (splits > 1 && !workspace) return static_cast<int>(cudaErrorInvalidValue);
+  const int64_t per_split = (hw + splits - 1) / splits;
+  const dim3 grid(static_cast<unsigned>((c + 31) / 32), static_cast<unsigned>(n), static_cast<unsigned>(splits));
+  return dispatch_float(elem, [&](auto t) {
+    using T = decltype(t);
+    float* partial = static_cast<float*>(workspace);
+    global_pool_nhwc_kernel<<<grid, dim3(32, 8), 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), partial, n, hw, c,
+                                                              per_split, max);
+    if (splits > 1)
+      global_pool_finish_kernel<<<grid_for(n * c), kThreads, 0, stream>>>(partial, static_cast<T*>(y), n * c, splits, hw, max);
+    return static_cast<int>(cudaGetLastError());
+  });
+}
+
+int launch_pad_rows(int elem_bytes, const void* x, void* y, int64_t rows, int64_t c, int64_t cp, cudaStream_t stream) {
+  if (rows * cp <= 0) return cudaSuccess;
+  return dispatch_bytes(elem_bytes, [&](auto t) {
+    using T = decltype(t);
+    pad_rows_kernel<<<grid_for(rows * cp), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, c, cp);
     return static_cast<int>(cudaGetLastError());
   });
 }
