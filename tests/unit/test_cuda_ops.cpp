@@ -535,6 +535,7 @@ TEST(CudaOps, ChannelsLastPoolsMatchCpu) {
   const Case cases[] = {
       {"MaxPool", {2, 16, 15, 15}, {3, 3}, {2, 2}, {1, 1, 1, 1}},
       {"MaxPool", {1, 8, 9, 9}, {2, 2}, {2, 2}, {0, 0, 0, 0}, 0, 1},
+      {"MaxPool", {2, 6, 9, 9}, {3, 3}, {1, 1}, {1, 1, 1, 1}},  // 6 channels: not 16-byte vectors
       {"AveragePool", {2, 24, 10, 10}, {3, 3}, {1, 1}, {1, 1, 1, 1}, 0},
       {"AveragePool", {2, 24, 10, 10}, {3, 3}, {1, 1}, {1, 1, 1, 1}, 1},
       {"GlobalAveragePool", {3, 40, 7, 7}, {}, {}, {}},

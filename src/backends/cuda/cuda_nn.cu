@@ -81,10 +81,52 @@ __global__ void global_pool_finish_kernel(const float* partial, T* y, int64_t nc
   }
 }
 
-template <typename T>
-__global__ void pad_rows_kernel(const T* x, T* y, int64_t rows, int64_t c, int64_t cp) {
-  KILN_GRID_LOOP(i, rows * cp) {
-    const int64_t r = i / cp, k = i % cp;
+// Channels-last pooling, V = 16 bytes of channels per thread (c % V == 0, 16-byte aligned tensors):
+// one 16-byte load per window pixel; 32-bit indices when the tensors are small enough, so the
+// index arithmetic does not dominate (64-bit division is slow on the GPU).
+template <typename T, typename Idx>
+__global__ void pool2d_nhwc_vec_kernel(const T* x, T* y, PoolParams p) {
+  constexpr int V = 16 / sizeof(T);
+  const Idx c = static_cast<Idx>(p.c), cv = c / V, h = static_cast<Idx>(p.h), w = static_cast<Idx>(p.w);
+  const Idx oh = static_cast<Idx>(p.oh), ow = static_cast<Idx>(p.ow);
+  const Idx n = static_cast<Idx>(p.nc / p.c) * oh * ow * cv;
+  for (Idx i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const Idx vc = i % cv, pix = i / cv, ox = pix % ow, oy = pix / ow % oh, b = pix / (ow * oh);
+    const T* base = x + b * h * w * c + vc * V;
+    const Idx y0 = oy * static_cast<Idx>(p.sh) - static_cast<Idx>(p.pad_top);
+    const Idx x0 = ox * static_cast<Idx>(p.sw) - static_cast<Idx>(p.pad_left);
+    float acc[V];
+    for (int v = 0; v < V; ++v) acc[v] = p.max ? -INFINITY : 0.f;
+    int count = 0, padded_count = 0;
+    for (Idx ky = 0; ky < static_cast<Idx>(p.kh); ++ky) {
+      const Idx iy = y0 + ky * static_cast<Idx>(p.dh);
+      if (iy >= h + static_cast<Idx>(p.pad_bottom)) break;
+      for (Idx kx = 0; kx < static_cast<Idx>(p.kw); ++kx) {
+        const Idx ix = x0 + kx * static_cast<Idx>(p.dw);
+        if (ix >= w + static_cast<Idx>(p.pad_right)) break;
+        ++padded_count;
+        if (iy < 0 || ix < 0 || iy >= h || ix >= w) continue;
+        const uint4 raw = *reinterpret_cast<const uint4*>(base + (iy * w + ix) * c);
+        const T* e = reinterpret_cast<const T*>(&raw);
+        for (int v = 0; v < V; ++v) {
+          const float f = convert<float>(e[v]);
+          acc[v] = p.max ? fmaxf(acc[v], f) : acc[v] + f;
+        }
+        ++count;
+      }
+    }
+    const int div = p.count_include_pad ? padded_count : count;
+    uint4 out;
+    T* o = reinterpret_cast<T*>(&out);
+    for (int v = 0; v < V; ++v) o[v] = convert<T>(p.max ? acc[v] : (div > 0 ? acc[v] / static_cast<float>(div) : 0.f));
+    *reinterpret_cast<uint4*>(y + i * V) = out;
+  }
+}
+
+template <typename T, typename Idx>
+__global__ void pad_rows_kernel(const T* x, T* y, Idx rows, Idx c, Idx cp) {
+  for (Idx i = blockIdx.x * blockDim.x + threadIdx.x; i < rows * cp; i += gridDim.x * blockDim.x) {
+    const Idx r = i / cp, k = i % cp;
     y[i] = k < c ? x[r * c + k] : T(0);
   }
 }
@@ -130,7 +172,16 @@ int launch_pool2d(int elem, const void* x, void* y, const PoolParams& p, cudaStr
   if (n <= 0) return cudaSuccess;
   return dispatch_float(elem, [&](auto t) {
     using T = decltype(t);
-    if (p.c > 0) pool2d_kernel<T, true><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), p);
+    constexpr int V = 16 / sizeof(T);
+    const bool vec = p.c > 0 && p.c % V == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(y) % 16 == 0;
+    const bool small = p.nc * std::max(p.h * p.w, p.oh * p.ow) < (int64_t{1} << 31);
+    if (vec && small)
+      pool2d_nhwc_vec_kernel<T, int32_t><<<grid_for(n / V), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), p);
+    else if (vec)
+      pool2d_nhwc_vec_kernel<T, int64_t><<<grid_for(n / V), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), p);
+    else if (p.c > 0)
+      pool2d_kernel<T, true><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), p);
     else pool2d_kernel<T, false><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), p);
     return static_cast<int>(cudaGetLastError());
   });
@@ -165,7 +216,12 @@ int launch_pad_rows(int elem_bytes, const void* x, void* y, int64_t rows, int64_
   if (rows * cp <= 0) return cudaSuccess;
   return dispatch_bytes(elem_bytes, [&](auto t) {
     using T = decltype(t);
-    pad_rows_kernel<<<grid_for(rows * cp), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, c, cp);
+    if (rows * cp < (int64_t{1} << 31))
+      pad_rows_kernel<T, int32_t><<<grid_for(rows * cp), kThreads, 0, stream>>>(
+          static_cast<const T*>(x), static_cast<T*>(y), static_cast<int32_t>(rows), static_cast<int32_t>(c), static_cast<int32_t>(cp));
+    else
+      pad_rows_kernel<T, int64_t><<<grid_for(rows * cp), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, c,
+                                                                              cp);
     return static_cast<int>(cudaGetLastError());
   });
 }
