@@ -453,6 +453,11 @@ PYBIND11_MODULE(_kiln, m) {
           py::arg("stream"),
           "Queues this context's GPU work on the caller's CUDA stream (an integer cudaStream_t, e.g. "
           "torch.cuda.current_stream().cuda_stream); 0 goes back to the context's own stream.")
+      .def("terminate", [](Context& c) { c.ctx->terminate(); },
+           "Stops the run in progress on this context (from any thread): it raises KilnError (Cancelled) "
+           "before its next step. A run that starts later clears the request.")
+      .def("set_run_timeout", [](Context& c, double seconds) { c.ctx->set_run_timeout(seconds); }, py::arg("seconds"),
+           "A time limit for each run (0: none); a run past it raises KilnError (Cancelled) before its next step.")
       .def("set_cuda_graphs", [](Context& c, bool on) { c.ctx->set_cuda_graphs(on); }, py::arg("enabled"),
            "CUDA graphs from the second run of each input-shape signature (on by default).")
       .def_property_readonly("cuda_graphs", [](const Context& c) { return c.ctx->cuda_graphs(); },

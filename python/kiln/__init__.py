@@ -275,13 +275,50 @@ class SessionOptions:
 
 
 class RunOptions:
-    """Accepted for compatibility; kiln has no per-run options yet."""
+    """Per-run options, as onnxruntime's RunOptions.
+
+    ``terminate = True`` (from any thread) stops every run using these options: a run in progress
+    raises KilnError (Cancelled) before its next step, and runs started while it is set raise at
+    once; set it back to False to run again. ``run_timeout_s`` (kiln's own) limits each run's time
+    the same way (0: none). The log fields are accepted for compatibility.
+    """
 
     def __init__(self) -> None:
         self.log_severity_level = 2
         self.log_verbosity_level = 0
         self.logid = ""
-        self.terminate = False
+        self.run_timeout_s = 0.0
+        self._terminate = False
+        self._active: set = set()
+        self._lock = threading.Lock()
+
+    @property
+    def terminate(self) -> bool:
+        return self._terminate
+
+    @terminate.setter
+    def terminate(self, value: bool) -> None:
+        with self._lock:
+            self._terminate = bool(value)
+            if self._terminate:
+                for ctx in self._active:
+                    ctx.terminate()
+
+    def _enter(self, ctx) -> None:
+        with self._lock:
+            if self._terminate:
+                raise _error("Cancelled", "the run was terminated: RunOptions.terminate is set")
+            self._active.add(ctx)
+
+    def _leave(self, ctx) -> None:
+        with self._lock:
+            self._active.discard(ctx)
+
+    def _check(self) -> None:
+        # Set while the run was starting (a run clears a request made before it began): the run
+        # finished, but its caller asked for it to stop.
+        if self._terminate:
+            raise _error("Cancelled", "the run was terminated: RunOptions.terminate is set")
 
 
 class NodeArg:
@@ -434,7 +471,17 @@ class InferenceSession:
             set_num_threads(self._threads)
         ctx = self._acquire()
         try:
-            outputs = ctx.run(feed)
+            if run_options is None:
+                outputs = ctx.run(feed)
+            else:
+                ctx.set_run_timeout(float(run_options.run_timeout_s or 0))
+                run_options._enter(ctx)
+                try:
+                    outputs = ctx.run(feed)
+                finally:
+                    ctx.set_run_timeout(0.0)
+                    run_options._leave(ctx)
+                run_options._check()
         finally:
             self._release(ctx)
         return outputs if indices is None else [outputs[i] for i in indices]

@@ -33,23 +33,27 @@ Status AdHocShapes::prepare(const Kernel& k, const KernelContext& ctx,
 
 void KernelRegistry::add(KernelDef def) { defs_.push_back(std::move(def)); }
 
+namespace {
+std::string node_domain(const ir::Node& node) { return node.domain == "ai.onnx" ? "" : node.domain; }
+}  // namespace
+
+std::string KernelDef::rejects(const ir::Node& node) const {
+  if (op != node.op_type || domain != node_domain(node)) return "it is for op " + (domain.empty() ? "" : domain + ".") + op;
+  if (node.opset && (node.opset < since || node.opset > until))
+    return "opset " + std::to_string(node.opset) + " outside [" + std::to_string(since) + "," + std::to_string(until) + "]";
+  return check ? check(node) : std::string();
+}
+
 const KernelDef* KernelRegistry::find(const ir::Node& node, std::string* why) const {
-  const std::string domain = node.domain == "ai.onnx" ? "" : node.domain;
+  const std::string domain = node_domain(node);
   const KernelDef* best = nullptr;
   for (const KernelDef& d : defs_) {
     if (d.op != node.op_type || d.domain != domain) continue;
     if (best && d.priority <= best->priority) continue;  // registration order breaks ties
-    if (node.opset && (node.opset < d.since || node.opset > d.until)) {
-      if (why) *why += d.name + ": opset " + std::to_string(node.opset) + " outside [" + std::to_string(d.since) +
-                       "," + std::to_string(d.until) + "]; ";
+    const std::string reason = d.rejects(node);
+    if (!reason.empty()) {
+      if (why) *why += d.name + ": " + reason + "; ";
       continue;
-    }
-    if (d.check) {
-      std::string reason = d.check(node);
-      if (!reason.empty()) {
-        if (why) *why += d.name + ": " + reason + "; ";
-        continue;
-      }
     }
     best = &d;
   }

@@ -182,6 +182,9 @@ struct KernelDef {
   bool half_floats = false;
   bool host_input(int i) const { return i < 32 && ((host_inputs >> i) & 1u); }
   bool shape_input(int i) const { return i < 32 && ((shape_inputs >> i) & 1u); }
+  // Why this kernel cannot run `node` (op, domain, opset range, `check`), or "" when it can. Lowering
+  // picks among the kernels that accept a node; an engine file's choice must be one of them.
+  std::string rejects(const ir::Node& node) const;
 };
 
 class KernelRegistry {

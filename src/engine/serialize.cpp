@@ -409,6 +409,10 @@ Expected<std::shared_ptr<CompiledGraph>> read_plan(const fb::PlanDesc* pd, std::
       return Status{StatusCode::kEngineMismatch, n.describe() + ": the engine names kernel '" + s.kernel_name +
                                                      "', which this kiln does not have; rebuild the engine"};
     if (def->op != n.op_type) return bad(n.describe() + ": kernel '" + s.kernel_name + "' is for another op");
+    // The same test lowering applies (domain, opset range, dtypes and attributes), so a file cannot
+    // bind a node to a kernel that would misread it.
+    if (const std::string why = def->rejects(n); !why.empty())
+      return bad(n.describe() + ": kernel '" + s.kernel_name + "' cannot run this node: " + why);
     s.host_inputs = def->host_inputs;
     for (size_t i = 0; i < s.in.size(); ++i) {
       const int want = n.inputs[i] ? gindex.at(n.inputs[i]) : -1;

@@ -202,7 +202,7 @@ def worker(names_file: str, start: int, result_fd: int, device: str, verbose: bo
         t0 = time.perf_counter()
         cases[name](name).run(result)
         reason = not_comparable(name)
-        if reason and (result.outcome == "passed" or result.message.startswith("AssertionError")):
+        if reason and (result.outcome == "passed" or value_mismatch(result.message)):
             result.outcome, result.message = "skipped", reason
         record = {"name": name, "outcome": result.outcome, "message": result.message,
                   "seconds": round(time.perf_counter() - t0, 3)}
@@ -210,6 +210,13 @@ def worker(names_file: str, start: int, result_fd: int, device: str, verbose: bo
             sys.stderr.write(f"---- {name}\n{result.traceback}\n")
         out.write(json.dumps(record) + "\n")
     return 0
+
+
+def value_mismatch(message: str) -> bool:
+    """A failure of numpy's value comparison alone (not a shape, dtype or output-count mismatch, and no
+    error): the only failure a NOT_COMPARABLE test may turn into a skip."""
+    values = "Not equal to tolerance" in message or "Arrays are not equal" in message
+    return message.startswith("AssertionError") and values and "mismatch)" not in message
 
 
 # ---- Driver: runs the workers, restarting after a crash or a timeout

@@ -343,6 +343,83 @@ TEST(Runtime, TamperedPlanIsRefused) {
   EXPECT_NE(loaded.status().message().find("is not the node's"), std::string::npos) << loaded.status().message();
 }
 
+// A stored plan that binds a node to another op's kernel is refused, not run: each kernel step's name
+// is swapped in place for every CPU kernel name of the same length that belongs to another op.
+TEST(Runtime, EngineKernelOfAnotherOpIsRefused) {
+  auto engine = Engine::build(kExample);
+  ASSERT_TRUE(engine.ok());
+  const std::string good = *(*engine)->serialize();
+  auto cpu = backend_for(DeviceType::kCPU);
+  ASSERT_TRUE(cpu.ok());
+  const auto* steps = fb::GetEngineFile(good.data())->plan()->steps();
+  int tried = 0;
+  for (flatbuffers::uoffset_t k = 0; k < steps->size(); ++k) {
+    const auto* name = steps->Get(k)->kernel();
+    if (!name || name->size() == 0) continue;
+    const KernelDef* own = (*cpu)->kernels().by_name(name->str());
+    ASSERT_NE(own, nullptr) << name->str();
+    for (const KernelDef& d : (*cpu)->kernels().all()) {
+      if (d.name.size() != name->size() || d.op == own->op) continue;
+      std::string b = good;
+      auto* mname = fb::GetMutableEngineFile(b.data())->mutable_plan()->mutable_steps()->GetMutableObject(k)->mutable_kernel();
+      std::memcpy(const_cast<char*>(mname->c_str()), d.name.data(), d.name.size());
+      auto loaded = Engine::load_from_bytes(reseal(b));
+      ++tried;
+      ASSERT_FALSE(loaded.ok()) << "step " << k << " bound to '" << d.name << "' (was '" << name->str() << "') loaded";
+      EXPECT_NE(loaded.status().message().find("is for another op"), std::string::npos) << loaded.status().message();
+    }
+  }
+  EXPECT_GT(tried, 0);
+}
+
+// A context keeps its engine alive: the Engine object may go first (here in kiln_tests, so that the
+// sanitizer job's ASan build sees any use after free).
+TEST(Runtime, ContextOutlivesItsEngine) {
+  auto built = Engine::build(kExample);
+  ASSERT_TRUE(built.ok());
+  std::shared_ptr<Engine> engine = std::move(*built);
+  auto x = read_npy(kExampleInput);
+  ASSERT_TRUE(x.ok());
+  const std::vector<float> want = run_example(*engine, *x);
+  auto ctx = engine->create_context();
+  ASSERT_TRUE(ctx.ok());
+  engine.reset();
+  EXPECT_EQ(engine.use_count(), 0);
+  for (int k = 0; k < 2; ++k) {
+    auto r = (*ctx)->run({{"image", Value::of(*x)}});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    const Tensor& y = (*r)[0].tensor;
+    EXPECT_EQ(std::vector<float>(y.data<float>(), y.data<float>() + y.numel()), want);
+  }
+}
+
+// The test lowering and engine loading share: op and domain, opset range, then the kernel's check.
+TEST(Runtime, KernelRejectsNamesTheReason) {
+  auto cpu = backend_for(DeviceType::kCPU);
+  ASSERT_TRUE(cpu.ok());
+  ir::Graph g;
+  ir::Value* x = g.add_value("x", ir::Type::tensor(DataType::kFloat32, ir::SymShape{{2, 3}}));
+  ir::Node* n = g.add_node("Softmax", "", {x}, {g.add_value("y", ir::Type::tensor(DataType::kFloat32, ir::SymShape{{2, 3}}))}, "sm");
+  n->opset = 13;
+  const KernelDef* softmax = (*cpu)->kernels().find(*n);
+  ASSERT_NE(softmax, nullptr);
+  EXPECT_EQ(softmax->rejects(*n), "");
+  const KernelDef* relu = nullptr;
+  for (const KernelDef& d : (*cpu)->kernels().all())
+    if (d.op == "Relu") relu = &d;
+  ASSERT_NE(relu, nullptr);
+  EXPECT_NE(relu->rejects(*n).find("it is for op Relu"), std::string::npos) << relu->rejects(*n);
+  KernelDef old = *softmax;
+  old.until = 10;
+  EXPECT_NE(old.rejects(*n).find("opset 13 outside [1,10]"), std::string::npos) << old.rejects(*n);
+  KernelDef other_domain = *softmax;
+  other_domain.domain = "kiln";
+  EXPECT_NE(other_domain.rejects(*n).find("it is for op kiln.Softmax"), std::string::npos) << other_domain.rejects(*n);
+  KernelDef picky = *softmax;
+  picky.check = [](const ir::Node&) { return std::string("input 0 has dtype float32 which it does not take"); };
+  EXPECT_EQ(picky.rejects(*n), "input 0 has dtype float32 which it does not take");
+}
+
 // `kiln build` reports a memory plan even when the batch axis is dynamic (planned at batch 1).
 TEST(Runtime, PlacementReportHasAnArenaForDynamicBatch) {
   auto engine = Engine::build(kExample);

@@ -104,6 +104,16 @@ template <typename C> C int_div(C a, C b) {
   return static_cast<C>(a / b);
 }
 
+// Integer +, -, * wrap around as two's complement (as numpy and ONNX Runtime do): computed on uint64
+// values, so neither signed overflow nor the promotion of small unsigned types to int (65535 * 65535)
+// is undefined behaviour. Other types use their own operator.
+template <typename C, typename F> C wrapping(C a, C b, F f) {
+  if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>)
+    return static_cast<C>(f(static_cast<uint64_t>(a), static_cast<uint64_t>(b)));
+  else
+    return static_cast<C>(f(a, b));
+}
+
 template <typename C> C int_rem(C a, C b) {  // C's %, safe
   if (b == 0) return 0;
   if constexpr (is_signed_int_v<C>) {
@@ -290,9 +300,9 @@ void add_where(KernelRegistry& r) {
 void register_binary(KernelRegistry& r) {
   auto plain = [](auto f) { return [f](const ir::Node&) { return f; }; };
   constexpr unsigned kArith = kNumeric;
-  add_binary<kArith, false>(r, "Add", 1, plain([](auto a, auto b) { return static_cast<decltype(a)>(a + b); }));
-  add_binary<kArith, false>(r, "Sub", 1, plain([](auto a, auto b) { return static_cast<decltype(a)>(a - b); }));
-  add_binary<kArith, false>(r, "Mul", 1, plain([](auto a, auto b) { return static_cast<decltype(a)>(a * b); }));
+  add_binary<kArith, false>(r, "Add", 1, plain([](auto a, auto b) { return wrapping(a, b, [](auto x, auto y) { return x + y; }); }));
+  add_binary<kArith, false>(r, "Sub", 1, plain([](auto a, auto b) { return wrapping(a, b, [](auto x, auto y) { return x - y; }); }));
+  add_binary<kArith, false>(r, "Mul", 1, plain([](auto a, auto b) { return wrapping(a, b, [](auto x, auto y) { return x * y; }); }));
   add_binary<kArith, false>(r, "Div", 1, plain([](auto a, auto b) {
     using C = decltype(a);
     if constexpr (std::is_integral_v<C>) return int_div(a, b);

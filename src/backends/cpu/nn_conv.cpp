@@ -430,6 +430,9 @@ Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
   if (rc.in.size() > 2 && rc.in[2].present && shape_numel(rc.in[2].shape) != st->s.M)
     return rc.error("B must have M = " + std::to_string(st->s.M) + " entries");
   rc.out[0] = {rc.in[0].dtype, st->s.y};
+  // The output's size is checked before any library sees the problem: oneDNN sizes its buffers from
+  // the geometry (a damaged file's pads made it reserve tens of GB while choosing an implementation).
+  if (const std::string why = check_tensor_size(rc.in[0].dtype, st->s.y); !why.empty()) return rc.error(why);
   // oneDNN's primitive when the tuner chose it, and by default for windows larger than 1x1 (what the
   // tuner picked on nearly all of them: bench/results/cpu_tuning.md); the kernel's own
   // GEMM for 1x1 windows (no im2col there) and when oneDNN has no primitive for the problem.

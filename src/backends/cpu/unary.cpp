@@ -164,10 +164,15 @@ void register_unary(KernelRegistry& r) {
   add_unary<kNumeric, false>(r, "Abs", 1, plain([](auto x) {
     using C = decltype(x);
     if constexpr (is_float_v<C>) return std::fabs(x);
-    else if constexpr (std::is_signed_v<C>) return static_cast<C>(x < 0 ? -x : x);
+    else if constexpr (std::is_signed_v<C>) return x < 0 ? static_cast<C>(0ull - static_cast<unsigned long long>(x)) : x;
     else return x;
   }));
-  add_unary<kFloats | kSigned, false>(r, "Neg", 1, plain([](auto x) { return static_cast<decltype(x)>(-x); }));
+  // Integers negate in the unsigned domain: -MIN wraps to MIN (as numpy) instead of overflowing (UB).
+  add_unary<kFloats | kSigned, false>(r, "Neg", 1, plain([](auto x) {
+    using C = decltype(x);
+    if constexpr (std::is_integral_v<C>) return static_cast<C>(0ull - static_cast<unsigned long long>(x));
+    else return static_cast<C>(-x);
+  }));
   add_unary<kNumeric, false>(r, "Sign", 9, plain([](auto x) {
     using C = decltype(x);
     if constexpr (is_float_v<C>) {
