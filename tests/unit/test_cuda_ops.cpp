@@ -281,8 +281,14 @@ TEST(CudaOps, SoftmaxAndNormalizations) {
               n.set_int("axis", 1);
               n.set_float("epsilon", 1e-3f);
             }, dt, "axis 1, no bias", 3);
+    // Rows held in registers by the 16-bit kernel: 1, 2 and 4 vectors per thread (BERT's 768, 1536,
+    // 4000); and a width it leaves to the generic kernel (4104 > 4096).
+    for (int64_t n : {768, 1536, 4000, 4104})
+      compare("LayerNormalization", 17, {random_tensor({3, n}, rng), random_tensor({n}, rng), random_tensor({n}, rng)},
+              nullptr, dt, "width " + std::to_string(n), 3);
   }
   compare("RMSNormalization", 23, {random_tensor({3, 64}, rng), random_tensor({64}, rng)}, nullptr, kF32, "");
+  compare("RMSNormalization", 23, {random_tensor({3, 768}, rng), random_tensor({768}, rng)}, nullptr, kF16, "16-bit rows");
 }
 
 TEST(CudaOps, SkipLayerNormMatchesCpuFusedKernel) {

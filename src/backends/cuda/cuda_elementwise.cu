@@ -294,12 +294,14 @@ int launch_bias_act(int elem, void* y, const void* bias, const void* z, int64_t 
   if (channels <= 0 || inner <= 0) return cudaErrorInvalidValue;
   return dispatch_float(elem, [&](auto t) {
     using T = decltype(t);
-    if (sizeof(T) == 2 && inner == 1 && channels % 8 == 0 && channels < (1 << 30) && n % 8 == 0 && aligned16(y) &&
-        (!bias || aligned16(bias)) && (!z || aligned16(z))) {
+    // Without a bias (cuBLASLt applied it: the GELU after BERT's first FFN GEMM) any layout vectorizes.
+    const bool bias_ok = !bias || (inner == 1 && channels % 8 == 0 && channels < (1 << 30) && aligned16(bias));
+    if (sizeof(T) == 2 && bias_ok && n % 8 == 0 && aligned16(y) && (!z || aligned16(z))) {
       const int64_t vecs = n / 8;
       bias_act_last8_kernel<<<grid_for(vecs), kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(bias),
-                                                                     static_cast<const T*>(z), vecs, static_cast<int>(channels),
-                                                                     act, op, alpha, beta);
+                                                                     static_cast<const T*>(z), vecs,
+                                                                     bias ? static_cast<int>(channels) : 8, act, op, alpha,
+                                                                     beta);
     } else {
       bias_act_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(bias),
                                                             static_cast<const T*>(z), n, channels, inner, act, op, alpha, beta);

@@ -206,6 +206,84 @@ __global__ void layer_norm_kernel(LayerNormArgs a) {
   }
 }
 
+// 2-byte types with n % 8 == 0, n <= 1024 * kIters, 16-byte aligned rows: a block of 128 threads per
+// row holds the row in registers (kIters 16-byte vectors per thread), so x and skip are read once,
+// the statistics come from registers and y is written once (the generic kernel above reads the row
+// three times). Same math: mean, then the centred sum of squares, in float.
+template <typename T, int kIters>
+__global__ void __launch_bounds__(128) layer_norm_vec_kernel(LayerNormArgs a) {
+  const int vecs = static_cast<int>(a.n / 8);
+  const uint4* x = static_cast<const uint4*>(a.x);
+  const uint4* skip = static_cast<const uint4*>(a.skip);
+  const uint4* bias = static_cast<const uint4*>(a.bias);
+  const uint4* gamma = static_cast<const uint4*>(a.gamma);
+  const uint4* beta = static_cast<const uint4*>(a.beta);
+  uint4* y = static_cast<uint4*>(a.y);
+  uint4* sum = static_cast<uint4*>(a.sum);
+  const float nf = static_cast<float>(a.n);
+  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    const int64_t off = r * vecs, skip_off = (a.skip_rows ? r % a.skip_rows : r) * vecs;
+    float v[kIters][8];
+    float s = 0.f;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int k = threadIdx.x + it * 128;
+      if (k >= vecs) break;
+      uint4 raw = x[off + k];
+      const T* e = reinterpret_cast<const T*>(&raw);
+      for (int j = 0; j < 8; ++j) v[it][j] = convert<float>(e[j]);
+      if (skip) {
+        raw = skip[skip_off + k];
+        for (int j = 0; j < 8; ++j) v[it][j] += convert<float>(e[j]);
+      }
+      if (bias) {
+        raw = bias[k];
+        for (int j = 0; j < 8; ++j) v[it][j] += convert<float>(e[j]);
+      }
+      if (sum) {
+        uint4 out;
+        T* o = reinterpret_cast<T*>(&out);
+        for (int j = 0; j < 8; ++j) o[j] = convert<T>(v[it][j]);
+        sum[off + k] = out;
+      }
+      for (int j = 0; j < 8; ++j) s += v[it][j];
+    }
+    const float mean = a.rms ? 0.f : block_reduce(s, false) / nf;
+    float q = 0.f;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      if (threadIdx.x + it * 128 >= vecs) break;
+      for (int j = 0; j < 8; ++j) {
+        const float d = v[it][j] - mean;
+        q += d * d;
+      }
+    }
+    const float inv = rsqrtf(block_reduce(q, false) / nf + a.epsilon);
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int k = threadIdx.x + it * 128;
+      if (k >= vecs) break;
+      uint4 gr = gamma[k], br{}, out;
+      if (beta) br = beta[k];
+      const T* g = reinterpret_cast<const T*>(&gr);
+      const T* b = reinterpret_cast<const T*>(&br);
+      T* o = reinterpret_cast<T*>(&out);
+      for (int j = 0; j < 8; ++j) {
+        float w = (v[it][j] - mean) * inv * convert<float>(g[j]);
+        if (beta) w += convert<float>(b[j]);
+        o[j] = convert<T>(w);
+      }
+      y[off + k] = out;
+    }
+    if (threadIdx.x == 0) {
+      if (a.mean) a.mean[r] = mean;
+      if (a.inv_std) a.inv_std[r] = inv;
+    }
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
 }  // namespace
 
 int launch_reduce(ReduceOp op, int elem, const void* x, void* y, int64_t n_out, const ReduceIndex& index,
@@ -246,8 +324,18 @@ int launch_softmax(int elem, const void* x, void* y, int64_t outer, int64_t axis
 int launch_layer_norm(const LayerNormArgs& a, cudaStream_t stream) {
   if (a.rows <= 0 || a.n <= 0) return cudaSuccess;
   const int threads = a.n <= 256 ? 64 : a.n <= 1024 ? 128 : 256;
+  const bool vec = a.n % 8 == 0 && a.n <= 4096 && aligned16(a.x) && aligned16(a.y) && aligned16(a.gamma) &&
+                   (!a.skip || aligned16(a.skip)) && (!a.bias || aligned16(a.bias)) && (!a.beta || aligned16(a.beta)) &&
+                   (!a.sum || aligned16(a.sum));
   return dispatch_float(a.elem, [&](auto t) {
     using T = decltype(t);
+    if (sizeof(T) == 2 && vec) {
+      const int iters = static_cast<int>((a.n / 8 + 127) / 128);
+      if (iters == 1) layer_norm_vec_kernel<T, 1><<<rows_grid(a.rows), 128, 0, stream>>>(a);
+      else if (iters == 2) layer_norm_vec_kernel<T, 2><<<rows_grid(a.rows), 128, 0, stream>>>(a);
+      else layer_norm_vec_kernel<T, 4><<<rows_grid(a.rows), 128, 0, stream>>>(a);
+      return static_cast<int>(cudaGetLastError());
+    }
     layer_norm_kernel<T><<<rows_grid(a.rows), threads, 0, stream>>>(a);
     return static_cast<int>(cudaGetLastError());
   });
