@@ -428,6 +428,11 @@ TEST(CudaOps, AttentionMatchesCpu) {
     compare("Attention", 1, {random_tensor({2, 70, 2 * 64}, rng), random_tensor({2, T2, 2 * 64}, rng),
                              random_tensor({2, T2, 2 * 32}, rng), Tensor(), cond3},
             attrs(2, 0.125f, true), dt, "causal bool mask, head 64");
+    // The register-resident kernel (D = Dv = 64) over three key tiles, the last one partial, with a
+    // causal mask whose first rows see only part of a tile.
+    compare("Attention", 1, {random_tensor({2, 70, 2 * 64}, rng), random_tensor({2, T2, 2 * 64}, rng),
+                             random_tensor({2, T2, 2 * 64}, rng), Tensor(), cond3},
+            attrs(2, 0.125f, true), dt, "causal bool mask, head 64, Dv 64");
     Tensor mask3 = random_tensor({3, 1, 1, 128}, rng, -1, 0);
     for (int64_t t = 100; t < 128; ++t) mask3.data<float>()[2 * 128 + t] = -1e4f;
     Tensor keep = Tensor::empty(DataType::kBool, {3, 1, 1, 128});

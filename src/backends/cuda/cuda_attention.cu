@@ -19,6 +19,8 @@
 #include <mma.h>
 
 #include <cfloat>
+#include <cstdlib>
+#include <type_traits>
 
 #include "backends/cuda/cuda_types.cuh"
 
@@ -262,6 +264,166 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(Attention
   for (int c = half; c < Dv; c += 2) y[c] = convert<T>(orow[c] * inv);
 }
 
+// ---- Register-resident tensor-core kernel (float16, bfloat16; D = Dv = 64 or 128): FlashAttention-2's
+// layout with PTX mma.sync m16n8k16. One block of 4 warps per (64 queries, head, batch); each warp keeps
+// its 16 query rows of Q, the scores of a 64-key tile, the probabilities and the output accumulator in
+// registers (the scores' accumulator layout is the probabilities' operand layout, so P never goes
+// through shared memory); K and Vᵀ tiles are staged in shared memory, with pitches that make every
+// fragment load conflict-free. A row's 64 scores are spread over the 4 lanes of a quad (16 each), so
+// its maximum and sum take two shuffles. Same math as the kernels above: scores scaled, masked, online
+// softmax in float, probabilities rounded to T before P·V and before they are summed.
+
+constexpr int kFaRows = 64;  // queries per block (4 warps x 16)
+constexpr int kFaKeys = 64;  // keys per tile
+constexpr int kFaPad = 8;    // row padding (elements) of the K and Vᵀ tiles
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats rounded to T, packed as one register (the first in the low half); `sum` gets the rounded values.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float x, float y, float& sum) {
+  const T tx = convert<T>(x), ty = convert<T>(y);
+  sum += convert<float>(tx) + convert<float>(ty);
+  const uint16_t lo = *reinterpret_cast<const uint16_t*>(&tx), hi = *reinterpret_cast<const uint16_t*>(&ty);
+  return uint32_t{lo} | (uint32_t{hi} << 16);
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t ld32(const T* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+template <typename T, int D>
+__global__ void __launch_bounds__(128) attention_fa_kernel(AttentionArgs a) {
+  extern __shared__ __align__(16) unsigned char fa_smem[];
+  constexpr int kp = D + kFaPad, vp = kFaKeys + kFaPad;
+  T* ks = reinterpret_cast<T*>(fa_smem);  // [kFaKeys][kp]: the tile's keys as rows
+  T* vt = ks + kFaKeys * kp;              // [D][vp]: the tile's values, transposed
+  const int b = blockIdx.z, h = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  const int64_t S = a.s, NT = a.t, H = a.heads;
+  const HeadViews<T, T> hv(a, b, h);
+  const int64_t row0 = int64_t{blockIdx.x} * kFaRows + warp * 16;
+  const int64_t rows[2] = {row0 + g, row0 + g + 8};  // this lane's two query rows
+
+  // Q as A fragments: register j of step kk holds row rows[j & 1], columns kk*16 + tq*2 (+8 for j >= 2).
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t r = rows[j & 1];
+      qf[kk][j] = r < S ? ld32(hv.q + r * H * D + kk * 16 + tq * 2 + (j >> 1) * 8) : 0u;
+    }
+  float o[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+  for (int64_t t0 = 0; t0 < NT; t0 += kFaKeys) {
+    __syncthreads();  // the previous tile is no longer read
+    load_tile(ks, kp, hv.k, H * D, t0, kFaKeys, D, NT);
+    // Vᵀ: a warp takes 32 consecutive keys of one 8-column chunk, so its 2-byte stores hit 16 words.
+    for (int i = threadIdx.x; i < kFaKeys * (D / 8); i += blockDim.x) {
+      const int r = i % kFaKeys, c = (i / kFaKeys) * 8;
+      uint4 x{};
+      if (t0 + r < NT) x = *reinterpret_cast<const uint4*>(hv.v + (t0 + r) * H * D + c);
+      const T* e = reinterpret_cast<const T*>(&x);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) vt[(c + j) * vp + r] = e[j];
+    }
+    __syncthreads();
+
+    // S = Q·Kᵀ: 8 blocks of 8 keys; sc[n][e] is row rows[e >> 1], key t0 + n*8 + tq*2 + (e & 1).
+    float sc[kFaKeys / 8][4];
+#pragma unroll
+    for (int n = 0; n < kFaKeys / 8; ++n) {
+      sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
+      const T* kr = ks + (n * 8 + g) * kp + tq * 2;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) mma16816<T>(sc[n], qf[kk], ld32(kr + kk * 16), ld32(kr + kk * 16 + 8));
+    }
+    float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kFaKeys / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t r = rows[e >> 1], t = t0 + n * 8 + tq * 2 + (e & 1);
+        float x = -INFINITY;
+        if (t < NT && r < S) x = hv.masked(a, b, h, r, t, sc[n][e] * a.scale);
+        sc[n][e] = x;
+        tmax[e >> 1] = fmaxf(tmax[e >> 1], x);
+      }
+    float corr[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      tmax[i] = fmaxf(tmax[i], __shfl_xor_sync(0xffffffffu, tmax[i], 1));
+      tmax[i] = fmaxf(tmax[i], __shfl_xor_sync(0xffffffffu, tmax[i], 2));
+      const float m_new = fmaxf(m[i], tmax[i]);
+      // Nothing seen yet on this row (every score -inf so far): no rescaling, no probability.
+      corr[i] = m_new == -INFINITY ? 1.f : __expf(m[i] - m_new);
+      m[i] = m_new;
+    }
+    // P as A fragments for P·V: keys 16kk.. are score blocks 2kk (registers 0, 1) and 2kk+1 (2, 3).
+    uint32_t pf[kFaKeys / 16][4];
+    float sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < kFaKeys / 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const bool none = m[i] == -INFINITY;
+        const float p0 = none ? 0.f : __expf(sc[n][2 * i] - m[i]), p1 = none ? 0.f : __expf(sc[n][2 * i + 1] - m[i]);
+        pf[n / 2][i + 2 * (n & 1)] = pack2<T>(p0, p1, sum[i]);
+      }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 1);
+      sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 2);
+      l[i] = l[i] * corr[i] + sum[i];
+    }
+    // O = O·corr + P·V: 8-column blocks of Dv, B fragments from Vᵀ rows.
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      o[n][0] *= corr[0];
+      o[n][1] *= corr[0];
+      o[n][2] *= corr[1];
+      o[n][3] *= corr[1];
+      const T* vr = vt + (n * 8 + g) * vp + tq * 2;
+#pragma unroll
+      for (int kk = 0; kk < kFaKeys / 16; ++kk) mma16816<T>(o[n], pf[kk], ld32(vr + kk * 16), ld32(vr + kk * 16 + 8));
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (rows[i] >= S) continue;
+    T* y = static_cast<T*>(a.y) + (b * S + rows[i]) * H * D + h * D + tq * 2;
+    const float inv = 1.f / l[i];  // l == 0 (no keys, or every key -inf): NaN, as softmax over nothing
+    float unused = 0.f;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<uint32_t*>(y + n * 8) = pack2<T>(o[n][2 * i] * inv, o[n][2 * i + 1] * inv, unused);
+  }
+}
+
+size_t fa_smem_bytes(int d) { return sizeof(uint16_t) * (size_t(kFaKeys) * (d + kFaPad) + size_t(d) * (kFaKeys + kFaPad)); }
+
+template <typename T, int D>
+int launch_fa(const AttentionArgs& a, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((a.s + kFaRows - 1) / kFaRows), static_cast<unsigned>(a.heads),
+                  static_cast<unsigned>(a.b));
+  attention_fa_kernel<T, D><<<grid, 128, fa_smem_bytes(D), stream>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
 bool mma_fits(const AttentionArgs& a) {
   if (a.elem == kElemF32 || a.d % 16 || a.dv % 16) return false;
   auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
@@ -271,6 +433,11 @@ bool mma_fits(const AttentionArgs& a) {
 
 template <typename T>
 int launch_mma(const AttentionArgs& a, cudaStream_t stream) {
+  // The register-resident kernel for the head sizes transformers use (64: BERT, GPT-2, ViT; 128).
+  // KILN_ATTENTION_WMMA=1 keeps the WMMA kernel (to compare the two in one run).
+  static const bool wmma_only = std::getenv("KILN_ATTENTION_WMMA") != nullptr;
+  if (a.d == a.dv && (a.d == 64 || a.d == 128) && (reinterpret_cast<uintptr_t>(a.y) & 3) == 0 && !wmma_only)
+    return a.d == 64 ? launch_fa<T, 64>(a, stream) : launch_fa<T, 128>(a, stream);
   auto kernel = attention_mma_kernel<T, T>;
   static const cudaError_t opt_in = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                          static_cast<int>(mma_smem_bytes(kMaxAttentionHead, kMaxAttentionHead)));
