@@ -8,6 +8,8 @@
 // kernels are created).
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "backends/backend.h"
 #include "engine/engine_generated.h"
@@ -154,6 +156,24 @@ Status bad(const std::string& what) { return invalid_model("engine file is corru
 template <typename V>
 size_t vsize(const V* v) { return v ? v->size() : 0; }
 
+// Element i of a vector of 8-byte scalars ([long], [ulong], [double]). The FlatBuffers verifier checks
+// only the 4-byte alignment of a vector's length field, so in a damaged or hostile file these elements
+// can sit at an address that is 4 mod 8, where Vector::Get would be a misaligned load (undefined
+// behaviour; found by fuzz_engine). Copy the bytes instead; the format is little-endian, as the hosts.
+template <typename T>
+T scalar_at(const flatbuffers::Vector<T>* v, size_t i) {
+  static_assert(std::is_arithmetic_v<T>);
+  T x;
+  std::memcpy(&x, v->Data() + i * sizeof(T), sizeof(T));
+  return x;
+}
+template <typename T>
+std::vector<T> scalars(const flatbuffers::Vector<T>* v) {
+  std::vector<T> r(vsize(v));
+  if (!r.empty()) std::memcpy(r.data(), v->Data(), r.size() * sizeof(T));
+  return r;
+}
+
 Expected<ir::Type> read_type(const fb::TypeDesc* t, int depth = 0) {
   ir::Type r;
   if (!t) return r;
@@ -187,7 +207,7 @@ Expected<Tensor> read_tensor(const fb::TensorData* t, const std::shared_ptr<Stor
   Shape shape;
   int64_t numel = 1;
   for (size_t i = 0; i < vsize(t->shape()); ++i) {
-    const int64_t d = t->shape()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    const int64_t d = scalar_at(t->shape(), i);
     if (d < 0 || (d > 0 && numel > (int64_t{1} << 40) / d)) return bad("invalid tensor shape");
     numel *= d;
     shape.push_back(d);
@@ -231,7 +251,7 @@ Expected<ir::Attribute> read_attr(const fb::Attr* a, ir::Graph* owner, int depth
     r.g = std::shared_ptr<ir::Graph>(std::move(g));
   }
   if (a->floats()) r.floats.assign(a->floats()->begin(), a->floats()->end());
-  if (a->ints()) r.ints.assign(a->ints()->begin(), a->ints()->end());
+  r.ints = scalars(a->ints());
   for (size_t i = 0; i < vsize(a->strings()); ++i) r.strings.push_back(a->strings()->Get(static_cast<flatbuffers::uoffset_t>(i))->str());
   for (size_t i = 0; i < vsize(a->tensors()); ++i) {
     KILN_ASSIGN_OR_RETURN(Tensor t, read_tensor(a->tensors()->Get(static_cast<flatbuffers::uoffset_t>(i)), file));
@@ -385,7 +405,7 @@ Expected<std::shared_ptr<CompiledGraph>> read_plan(const fb::PlanDesc* pd, std::
       s.tactics.push_back(name ? name->str() : std::string());
       if (s.tactics.back().size() > 256) return bad("step " + std::to_string(k) + ": tactic name too long");
     }
-    for (size_t t = 0; t < vsize(ps->tactic_ms()); ++t) s.tactic_ms.push_back(ps->tactic_ms()->Get(static_cast<flatbuffers::uoffset_t>(t)));
+    s.tactic_ms = scalars(ps->tactic_ms());
     KILN_RETURN_IF_ERROR(index_list(ps->inputs(), s.in, s.kind == Step::Kind::kKernel));
     KILN_RETURN_IF_ERROR(index_list(ps->outputs(), s.out, s.kind == Step::Kind::kKernel));
     KILN_RETURN_IF_ERROR(index_list(ps->implicit_inputs(), s.implicit_in, false));
@@ -461,8 +481,8 @@ Expected<std::shared_ptr<CompiledGraph>> read_plan(const fb::PlanDesc* pd, std::
     if (cg->first_def[v] >= static_cast<int>(cg->steps.size()) || cg->last_use[v] >= static_cast<int>(cg->steps.size()))
       return bad("plan liveness step out of range");
   if (vsize(pd->arena_bytes()) == 2) {
-    cg->arena_bytes[0] = pd->arena_bytes()->Get(0);
-    cg->arena_bytes[1] = pd->arena_bytes()->Get(1);
+    cg->arena_bytes[0] = scalar_at(pd->arena_bytes(), 0);
+    cg->arena_bytes[1] = scalar_at(pd->arena_bytes(), 1);
   }
   cg->use_arena = true;
   // Weights read on the device are uploaded once, shared by every context.
@@ -605,15 +625,10 @@ Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Stora
     for (size_t k = 0; k < vsize(pd->inputs()); ++k) {
       const fb::ProfileDim* d = pd->inputs()->Get(static_cast<flatbuffers::uoffset_t>(k));
       if (!d->name()) return bad("a shape profile names no input");
-      auto dims = [](const flatbuffers::Vector<int64_t>* v) {
-        std::vector<int64_t> r;
-        for (size_t j = 0; j < vsize(v); ++j) r.push_back(v->Get(static_cast<flatbuffers::uoffset_t>(j)));
-        return r;
-      };
       const std::string name = d->name()->str();
-      p.min[name] = dims(d->min());
-      p.opt[name] = dims(d->opt());
-      p.max[name] = dims(d->max());
+      p.min[name] = scalars(d->min());
+      p.opt[name] = scalars(d->opt());
+      p.max[name] = scalars(d->max());
     }
     impl->options.profiles.push_back(std::move(p));
   }
