@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 #include "ir/float_types.h"
 #include "passes/passes.h"
@@ -440,6 +441,75 @@ TEST(CudaOps, AttentionMatchesCpu) {
     compare("Attention", 1, {random_tensor({3, 128, 2 * 128}, rng), random_tensor({3, 128, 2 * 128}, rng),
                              random_tensor({3, 128, 2 * 128}, rng), mask3, keep},
             attrs(2, 0.088f, true), dt, "both masks, head 128");
+  }
+}
+
+// Every tactic kiln.Attention offers (the register-resident kernel with 2, 4 and 8 warps per block,
+// the WMMA kernel) against the CPU kernel, in float16 and bfloat16: BERT's head size 64 with a padding
+// mask over two query tiles of the 8-warp variant, and head size 128 with a causal bool mask over
+// several key tiles. Float32 and head sizes off 64/128 offer none.
+TEST(CudaOps, AttentionEveryTacticMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(37);
+  struct Case {
+    int64_t b, s, t, heads, d;
+    bool causal;
+  };
+  const Case cases[] = {{2, 130, 130, 3, 64, false}, {1, 70, 150, 2, 128, true}};
+  for (DataType dt : {kF16, kBF16}) {
+    for (const Case& c : cases) {
+      std::vector<Tensor> ref_in = {random_tensor({c.b, c.s, c.heads * c.d}, rng), random_tensor({c.b, c.t, c.heads * c.d}, rng),
+                                    random_tensor({c.b, c.t, c.heads * c.d}, rng)};
+      for (Tensor& t : ref_in) t = convert(convert(t, dt), kF32);  // the reference sees the rounded values
+      std::vector<Tensor> dev_in;
+      for (const Tensor& t : ref_in) dev_in.push_back(convert(t, dt));
+      if (c.causal) {
+        Tensor cond = Tensor::empty(DataType::kBool, {1, 1, c.s, c.t});
+        for (int64_t s = 0; s < c.s; ++s)
+          for (int64_t t = 0; t < c.t; ++t) cond.data<bool>()[s * c.t + t] = t <= s + (c.t - c.s);
+        ref_in.insert(ref_in.end(), {Tensor(), cond});
+        dev_in.insert(dev_in.end(), {Tensor(), cond});
+      } else {
+        Tensor mask = random_tensor({c.b, 1, 1, c.t}, rng, -1, 0);
+        for (int64_t t = c.t - 20; t < c.t; ++t) mask.data<float>()[t] = -1e4f;  // padding in the first row
+        ref_in.push_back(mask);
+        dev_in.push_back(convert(mask, dt));
+      }
+      OneNode dn("Attention", 1, dev_in, 1), rn("Attention", 1, ref_in, 1);
+      for (OneNode* n : {&dn, &rn}) {
+        n->node->domain = "kiln";
+        n->set_int("num_heads", c.heads);
+        n->set_float("scale", 1.f / std::sqrt(static_cast<float>(c.d)));
+        if (c.causal) n->set_float("mask_fill", -1e4f);
+      }
+      const std::string label = std::string("Attention ") + dtype_name(dt) + " head " + std::to_string(c.d);
+      std::vector<Slot> cpu_in;
+      for (const Tensor& t : ref_in) cpu_in.push_back(t.defined() ? Slot::of(t) : Slot{});
+      auto want = run_node_eager(*rn.node, cpu_in);
+      ASSERT_TRUE(want.ok()) << label << ": " << want.status().to_string();
+      std::vector<std::string> tactics;
+      ASSERT_TRUE(run_cuda(*dn.node, dev_in, {}, &tactics).ok()) << label;
+      EXPECT_EQ(tactics, (std::vector<std::string>{"fa4", "fa2", "fa8", "wmma"})) << label;
+      tactics.push_back("");  // the kernel's own choice
+      const double tol = dt == kF16 ? 4e-3 : 2e-2;
+      for (const std::string& t : tactics) {
+        auto got = run_cuda(*dn.node, dev_in, t);
+        ASSERT_TRUE(got.ok()) << label << " tactic '" << t << "': " << got.status().to_string();
+        expect_near((*got)[0], (*want)[0].tensor, tol, tol, label + " tactic '" + t + "'");
+      }
+      EXPECT_FALSE(run_cuda(*dn.node, dev_in, "fa16").ok()) << label << ": an unknown tactic is refused";
+    }
+  }
+  // No variants to time: float32, and head size 40.
+  for (const auto& [dt, d] : {std::pair{kF32, int64_t{64}}, std::pair{kF16, int64_t{40}}}) {
+    std::vector<Tensor> in;
+    for (int i = 0; i < 3; ++i) in.push_back(convert(random_tensor({1, 16, 2 * d}, rng), dt));
+    OneNode n("Attention", 1, in, 1);
+    n.node->domain = "kiln";
+    n.set_int("num_heads", 2);
+    std::vector<std::string> tactics = {"x"};
+    ASSERT_TRUE(run_cuda(*n.node, in, {}, &tactics).ok());
+    EXPECT_TRUE(tactics.empty()) << dtype_name(dt) << " head " << d;
   }
 }
 

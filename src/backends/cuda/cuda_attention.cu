@@ -265,7 +265,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(Attention
 }
 
 // ---- Register-resident tensor-core kernel (float16, bfloat16; D = Dv = 64 or 128): FlashAttention-2's
-// layout with PTX mma.sync m16n8k16. One block of 4 warps per (64 queries, head, batch); each warp keeps
+// layout with PTX mma.sync m16n8k16. One block of W warps (2, 4 or 8: a tactic each; 4 by default) per
+// (16·W queries, head, batch); each warp keeps
 // its 16 query rows of Q, the scores of a 64-key tile, the probabilities and the output accumulator in
 // registers (the scores' accumulator layout is the probabilities' operand layout, so P never goes
 // through shared memory); K and Vᵀ tiles are staged in shared memory, with pitches that make every
@@ -273,7 +274,6 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(Attention
 // its maximum and sum take two shuffles. Same math as the kernels above: scores scaled, masked, online
 // softmax in float, probabilities rounded to T before P·V and before they are summed.
 
-constexpr int kFaRows = 64;  // queries per block (4 warps x 16)
 constexpr int kFaKeys = 64;  // keys per tile
 constexpr int kFaPad = 8;    // row padding (elements) of the K and Vᵀ tiles
 
@@ -302,8 +302,8 @@ __device__ __forceinline__ uint32_t pack2(float x, float y, float& sum) {
 template <typename T>
 __device__ __forceinline__ uint32_t ld32(const T* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(128) attention_fa_kernel(AttentionArgs a) {
+template <typename T, int D, int W>
+__global__ void __launch_bounds__(W * 32) attention_fa_kernel(AttentionArgs a) {
   extern __shared__ __align__(16) unsigned char fa_smem[];
   constexpr int kp = D + kFaPad, vp = kFaKeys + kFaPad;
   T* ks = reinterpret_cast<T*>(fa_smem);  // [kFaKeys][kp]: the tile's keys as rows
@@ -312,7 +312,7 @@ __global__ void __launch_bounds__(128) attention_fa_kernel(AttentionArgs a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
   const int64_t S = a.s, NT = a.t, H = a.heads;
   const HeadViews<T, T> hv(a, b, h);
-  const int64_t row0 = int64_t{blockIdx.x} * kFaRows + warp * 16;
+  const int64_t row0 = int64_t{blockIdx.x} * (W * 16) + warp * 16;
   const int64_t rows[2] = {row0 + g, row0 + g + 8};  // this lane's two query rows
 
   // Q as A fragments: register j of step kk holds row rows[j & 1], columns kk*16 + tq*2 (+8 for j >= 2).
@@ -416,28 +416,44 @@ __global__ void __launch_bounds__(128) attention_fa_kernel(AttentionArgs a) {
 
 size_t fa_smem_bytes(int d) { return sizeof(uint16_t) * (size_t(kFaKeys) * (d + kFaPad) + size_t(d) * (kFaKeys + kFaPad)); }
 
-template <typename T, int D>
+template <typename T, int D, int W>
 int launch_fa(const AttentionArgs& a, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((a.s + kFaRows - 1) / kFaRows), static_cast<unsigned>(a.heads),
+  const dim3 grid(static_cast<unsigned>((a.s + W * 16 - 1) / (W * 16)), static_cast<unsigned>(a.heads),
                   static_cast<unsigned>(a.b));
-  attention_fa_kernel<T, D><<<grid, 128, fa_smem_bytes(D), stream>>>(a);
+  attention_fa_kernel<T, D, W><<<grid, W * 32, fa_smem_bytes(D), stream>>>(a);
   return static_cast<int>(cudaGetLastError());
 }
 
-bool mma_fits(const AttentionArgs& a) {
-  if (a.elem == kElemF32 || a.d % 16 || a.dv % 16) return false;
-  auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  return (a.heads * a.d) % 8 == 0 && (a.heads * a.dv) % 8 == 0 && aligned(a.q) && aligned(a.k) && aligned(a.v) &&
-         a.s <= 65535 * int64_t{kMmaRows};
+template <typename T, int D>
+int launch_fa_warps(const AttentionArgs& a, int warps, cudaStream_t stream) {
+  if (warps == 2) return launch_fa<T, D, 2>(a, stream);
+  if (warps == 8) return launch_fa<T, D, 8>(a, stream);
+  return launch_fa<T, D, 4>(a, stream);
 }
+
+// Shapes and dtype alone (what reshape() knows): the tensor-core kernels apply.
+bool mma_shapes_fit(const AttentionArgs& a) {
+  return a.elem != kElemF32 && a.d % 16 == 0 && a.dv % 16 == 0 && (a.heads * a.d) % 8 == 0 &&
+         (a.heads * a.dv) % 8 == 0 && a.s <= 65535 * int64_t{kMmaRows};
+}
+bool fa_shapes_fit(const AttentionArgs& a) { return mma_shapes_fit(a) && a.d == a.dv && (a.d == 64 || a.d == 128); }
+
+// The pointers too (known at run): 16-byte rows of Q, K, V for the fragment loads, 4-byte output pairs.
+bool mma_fits(const AttentionArgs& a) {
+  auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  return mma_shapes_fit(a) && aligned(a.q) && aligned(a.k) && aligned(a.v);
+}
+bool fa_fits(const AttentionArgs& a) { return fa_shapes_fit(a) && mma_fits(a) && (reinterpret_cast<uintptr_t>(a.y) & 3) == 0; }
 
 template <typename T>
 int launch_mma(const AttentionArgs& a, cudaStream_t stream) {
-  // The register-resident kernel for the head sizes transformers use (64: BERT, GPT-2, ViT; 128).
-  // KILN_ATTENTION_WMMA=1 keeps the WMMA kernel (to compare the two in one run).
-  static const bool wmma_only = std::getenv("KILN_ATTENTION_WMMA") != nullptr;
-  if (a.d == a.dv && (a.d == 64 || a.d == 128) && (reinterpret_cast<uintptr_t>(a.y) & 3) == 0 && !wmma_only)
-    return a.d == 64 ? launch_fa<T, 64>(a, stream) : launch_fa<T, 128>(a, stream);
+  // The register-resident kernel for the head sizes transformers use (64: BERT, GPT-2, ViT; 128),
+  // unless the plan chose the WMMA kernel (tactic "wmma").
+  const int variant = a.variant == kAttentionAuto ? kAttentionFa4 : a.variant;
+  if (variant != kAttentionWmma && fa_fits(a)) {
+    const int warps = variant == kAttentionFa2 ? 2 : variant == kAttentionFa8 ? 8 : 4;
+    return a.d == 64 ? launch_fa_warps<T, 64>(a, warps, stream) : launch_fa_warps<T, 128>(a, warps, stream);
+  }
   auto kernel = attention_mma_kernel<T, T>;
   static const cudaError_t opt_in = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                          static_cast<int>(mma_smem_bytes(kMaxAttentionHead, kMaxAttentionHead)));
@@ -449,6 +465,10 @@ int launch_mma(const AttentionArgs& a, cudaStream_t stream) {
 }
 
 }  // namespace
+
+bool attention_variants_apply(const AttentionArgs& a) {
+  return a.b > 0 && a.s > 0 && a.heads > 0 && a.heads <= 65535 && a.b <= 65535 && fa_shapes_fit(a);
+}
 
 int launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.b > 0 && a.s > 0 && a.heads > 0 && a.dv > 0 && a.d > 0 && a.d <= kMaxAttentionHead && a.dv <= kMaxAttentionHead &&

@@ -5,7 +5,11 @@
 // library took them into its own epilogue (cuBLASLt's bias/ReLU, cuDNN's fused convolution). FusedConv's bias is left out of the inner
 // convolution and added in that pass, so a fused convolution costs the convolution and one pass over
 // its output instead of the convolution, a bias pass and an activation pass.
+#include <algorithm>
+#include <iterator>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "backends/cuda/cuda_util.h"
 #include "backends/inner_context.h"
@@ -106,6 +110,9 @@ Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int ops
 
 // ---- Attention(Q, K, V[, mask[, bool_mask]]): one kernel (launch_attention), no scores tensor.
 
+// Tactic names by AttentionVariant (index 0, auto, is the empty tactic).
+const std::string kAttentionTactics[] = {"", "fa2", "fa4", "fa8", "wmma"};
+
 std::string check_attention(const ir::Node& n) {
   if (n.attr_int("num_heads", 0) <= 0) return "num_heads must be positive";
   if (n.has_input(4) && n.inputs[4]->type.dtype != DataType::kBool) return "the bool mask must be bool";
@@ -162,9 +169,24 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
       if (!ops::attention_mask_strides(rc.in[4].shape, full, a->cs))
         return rc.error("bool mask " + shape_to_string(rc.in[4].shape) + " does not broadcast to [B, H, S, T]");
     }
+    if (!rc.tactic.empty()) {
+      const auto v = std::find(std::begin(kAttentionTactics), std::end(kAttentionTactics), rc.tactic);
+      if (v == std::end(kAttentionTactics) || !attention_variants_apply(*a))
+        return rc.error("tactic '" + rc.tactic + "' does not apply to these shapes");
+      a->variant = static_cast<int>(v - std::begin(kAttentionTactics));
+    }
     rc.out[0] = {dt, Shape{B, S, H * a->dv}};
     rc.state = std::move(a);
     return Status::Ok();
+  };
+  // Tactics: the kernel variants, timed where the register-resident kernels apply (fa4, the default, first).
+  auto tactics = [reshape](const ReshapeContext& rc) -> std::vector<std::string> {
+    ReshapeContext probe = rc;
+    probe.tactic.clear();
+    probe.out.assign(1, {});
+    if (!reshape(probe).ok() || !probe.state || !attention_variants_apply(*static_cast<const AttentionArgs*>(probe.state.get())))
+      return {};
+    return {"fa4", "fa2", "fa8", "wmma"};
   };
   auto run = [](KernelContext& ctx) -> Status {
     AttentionArgs a = shape_state<AttentionArgs>(ctx);
@@ -176,7 +198,7 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
     a.y = ctx.output(0).raw();
     return launched(ctx, launch_attention(a, state_of(ctx).stream));
   };
-  return make_staged(reshape, run);
+  return make_staged(reshape, run, tactics);
 }
 
 }  // namespace

@@ -154,8 +154,14 @@ int launch_layer_norm(const LayerNormArgs& a, cudaStream_t stream);
 // then x += mask. mask (the inputs' type) and cond (bool) are read through element strides over
 // [B, H, S, T] (0 along broadcast dims); either may be null. Float types; D, Dv ≤ kMaxAttentionHead.
 constexpr int kMaxAttentionHead = 128;
+// The implementations launch_attention offers for float16/bfloat16 with head size 64 or 128 (the
+// Attention kernel's tactics "fa2", "fa4", "fa8", "wmma"): the register-resident mma.sync kernel with
+// 2, 4 or 8 warps per block, or the WMMA kernel. Auto is fa4 where it applies.
+enum AttentionVariant : int { kAttentionAuto = 0, kAttentionFa2, kAttentionFa4, kAttentionFa8, kAttentionWmma };
+
 struct AttentionArgs {
   int elem = kElemF32;
+  int variant = kAttentionAuto;
   const void* q = nullptr;
   const void* k = nullptr;
   const void* v = nullptr;
@@ -169,6 +175,9 @@ struct AttentionArgs {
   int64_t ms[4] = {}, cs[4] = {};
 };
 int launch_attention(const AttentionArgs& a, cudaStream_t stream);
+// Whether these shapes and dtype (no pointers needed) take the register-resident kernels, so that the
+// variants above are worth timing.
+bool attention_variants_apply(const AttentionArgs& a);
 
 inline int launch_softmax_f32(const float* x, float* y, int64_t outer, int64_t axis, int64_t inner, bool log,
                               cudaStream_t stream) {
