@@ -15,6 +15,7 @@
 #include "engine/engine_generated.h"
 #include "ops/op_table.h"
 #include "util/checksum.h"
+#include "util/guard.h"
 #include "util/log.h"
 #include "runtime/engine_impl.h"
 
@@ -497,10 +498,39 @@ Expected<std::shared_ptr<CompiledGraph>> read_plan(const fb::PlanDesc* pd, std::
     pv.is_constant = true;
     pv.constant = Slot::of(d);
   }
+  // The file's lifetimes and releases must be the ones its steps imply, and a step may read only values
+  // made before it (or there from the start: inputs, captures, weights) and write only values nothing
+  // else provides: so no step reads a missing or released buffer, and no two live values share memory.
+  {
+    const Lifetimes life = derive_lifetimes(*cg);
+    if (life.first_def != cg->first_def || life.last_use != cg->last_use) return bad("plan lifetimes differ from its steps");
+    std::vector<char> given(nv, 0);
+    for (int v : cg->inputs) given[v] = 1;
+    for (int v : cg->captures) given[v] = 1;
+    for (size_t v = 0; v < nv; ++v)
+      if (cg->values[v].is_constant) given[v] = 1;
+    for (size_t k = 0; k < cg->steps.size(); ++k) {
+      const Step& s = cg->steps[k];
+      std::vector<int> rel = s.release, want = life.release[k];
+      std::sort(rel.begin(), rel.end());
+      std::sort(want.begin(), want.end());
+      if (rel != want) return bad("step " + std::to_string(k) + ": its release list differs from its values' lifetimes");
+      auto made_before = [&](int v) { return given[v] || (cg->first_def[v] >= 0 && cg->first_def[v] < static_cast<int>(k)); };
+      for (int v : s.in)
+        if (v >= 0 && !made_before(v)) return bad("step " + std::to_string(k) + " reads a value no earlier step makes");
+      for (int v : s.implicit_in)
+        if (!made_before(v)) return bad("step " + std::to_string(k) + " reads a value no earlier step makes");
+      for (int v : s.out)
+        if (v >= 0 && (given[v] || cg->first_def[v] != static_cast<int>(k)))
+          return bad("step " + std::to_string(k) + " writes a value that is given or made elsewhere");
+    }
+    for (int v : cg->outputs)
+      if (!given[v] && cg->first_def[v] < 0) return bad("a plan output is never made");
+  }
   // Offsets recorded at build time must fit the recorded arena (frames without a shape plan use them).
   for (const PlannedValue& pv : cg->values)
-    if (pv.offset >= 0 && (pv.offset + static_cast<int64_t>(pv.bytes) < pv.offset ||
-                           static_cast<size_t>(pv.offset) + pv.bytes > cg->arena_bytes[static_cast<int>(pv.device.type)]))
+    if (size_t end; pv.offset >= 0 && (__builtin_add_overflow(static_cast<size_t>(pv.offset), pv.bytes, &end) ||
+                                       end > cg->arena_bytes[static_cast<int>(pv.device.type)]))
       return bad("plan offset outside the arena");
   return cg;
 }
@@ -549,7 +579,13 @@ Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(const std::string& by
   return deserialize_engine(std::move(file));
 }
 
+static Expected<std::unique_ptr<Engine::Impl>> deserialize_unguarded(std::shared_ptr<Storage> file);
+
 Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Storage> file) {
+  return guarded("loading the engine file", [&] { return deserialize_unguarded(std::move(file)); });
+}
+
+static Expected<std::unique_ptr<Engine::Impl>> deserialize_unguarded(std::shared_ptr<Storage> file) {
   const auto* buf = static_cast<const uint8_t*>(file->data);
   size_t size = file->bytes;
   // The checksum trailer (format 3 on): weights, plan and metadata are checked before any is read.

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ops/op_table.h"
+#include "util/checked.h"
 
 namespace kiln::ops {
 namespace {
@@ -60,14 +61,18 @@ Status infer_resize(InferContext& ctx) {
         const double r = static_cast<double>(sizes[i]) / d.value;
         s = policy == "not_larger" ? std::min(s, r) : std::max(s, r);
       }
-      for (int64_t a : axes) out.dims[a] = ir::Dim(static_cast<int64_t>(s * in.dims[a].value + 0.5));
+      for (int64_t a : axes) {
+        int64_t v;
+        out.dims[a] = count_from_double(s * static_cast<double>(in.dims[a].value) + 0.5, &v) && v >= 0 ? ir::Dim(v) : ir::Dim();
+      }
     } else {
       for (size_t i = 0; i < axes.size(); ++i) out.dims[axes[i]] = ir::Dim(sizes[i]);
     }
   } else if (have_scales && scales.size() == axes.size()) {
     for (size_t i = 0; i < axes.size(); ++i) {
       const ir::Dim& d = in.dims[axes[i]];
-      out.dims[axes[i]] = d.is_static() ? ir::Dim(static_cast<int64_t>(scales[i] * static_cast<double>(d.value)))
+      int64_t v;
+      out.dims[axes[i]] = d.is_static() ? (count_from_double(scales[i] * static_cast<double>(d.value), &v) && v >= 0 ? ir::Dim(v) : ir::Dim())
                           : scales[i] == 1.0 ? d : ir::Dim();
     }
   } else {

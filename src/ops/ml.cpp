@@ -23,8 +23,7 @@ Status infer_array_feature_extractor(InferContext& c) {
     int64_t n = 1;
     bool all = true;
     for (const Dim& d : c.shape(1).dims) {
-      if (d.is_static()) n *= d.value;
-      else all = false;
+      if (!d.is_static() || __builtin_mul_overflow(n, d.value, &n)) all = false;
     }
     if (all) k = Dim(n);
   }

@@ -2,6 +2,7 @@
 // FlexAttention (ai.onnx.preview), LinearAttention, RotaryEmbedding, CausalConvWithState, TensorScatter, CumProd, BitCast,
 // GridSample, AffineGrid.
 #include "ops/op_table.h"
+#include "ops/shape_infer_util.h"
 
 namespace kiln::ops {
 namespace {
@@ -12,17 +13,7 @@ using ir::Type;
 
 Dim unknown() { return Dim(); }
 
-Dim dim_div(const Dim& d, int64_t k) {
-  if (d.is_static() && k > 0 && d.value % k == 0) return Dim(d.value / k);
-  return unknown();
-}
-Dim dim_mul(const Dim& d, int64_t k) { return d.is_static() ? Dim(d.value * k) : (k == 1 ? d : unknown()); }
-Dim dim_add(const Dim& a, const Dim& b) {
-  if (a.is_static() && b.is_static()) return Dim(a.value + b.value);
-  if (a.is_static() && a.value == 0) return b;
-  if (b.is_static() && b.value == 0) return a;
-  return unknown();
-}
+Dim dim_mul(const Dim& d, int64_t k) { return ops::dim_mul(d, Dim(k)); }
 
 bool ranked(const InferContext& c, int i, int rank) {
   return c.has(i) && c.type(i).is_tensor() && c.shape(i).known && c.shape(i).rank() == rank;

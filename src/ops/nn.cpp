@@ -30,6 +30,13 @@ WindowAttrs parse_window_attrs(const ir::Node& node) {
 static int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
 // Fills kernel/strides/dilations/pads with defaults and checks their lengths.
+// Sliding-window geometry multiplies a window value by another (kernel by dilation, stride by size) and
+// adds a few such terms: with every value and spatial size within ±2^30 none of it can leave int64.
+constexpr int64_t kMaxWindowValue = int64_t{1} << 30;
+static bool window_values_fit(const std::vector<int64_t>& v) {
+  return std::all_of(v.begin(), v.end(), [](int64_t x) { return x >= -kMaxWindowValue && x <= kMaxWindowValue; });
+}
+
 static Status fill_window(const WindowAttrs& a, size_t n, const std::vector<int64_t>& kernel, WindowGeometry& g) {
   g.kernel = a.kernel.empty() ? kernel : a.kernel;
   g.strides = a.strides.empty() ? std::vector<int64_t>(n, 1) : a.strides;
@@ -42,6 +49,8 @@ static Status fill_window(const WindowAttrs& a, size_t n, const std::vector<int6
   for (size_t i = 0; i < n; ++i)
     if (g.kernel[i] < 1 || g.strides[i] < 1 || g.dilations[i] < 1)
       return invalid_argument("kernel_shape, strides and dilations must be positive");
+  if (!window_values_fit(g.kernel) || !window_values_fit(g.strides) || !window_values_fit(g.dilations) || !window_values_fit(g.pads))
+    return invalid_argument("kernel_shape, strides, dilations and pads must be within ±2^30");
   return Status::Ok();
 }
 
@@ -50,6 +59,7 @@ Expected<WindowGeometry> window_geometry(const WindowAttrs& a, const std::vector
   const size_t n = in.size();
   WindowGeometry g;
   KILN_RETURN_IF_ERROR(fill_window(a, n, kernel, g));
+  if (!window_values_fit(in)) return invalid_argument("spatial sizes past 2^30 are not supported");
   g.out.resize(n);
   const bool same = a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER";
   for (size_t i = 0; i < n; ++i) {
@@ -86,6 +96,8 @@ Expected<WindowGeometry> transpose_geometry(const WindowAttrs& a, const std::vec
   std::vector<int64_t> os = a.output_shape;
   if (os.size() == n + 2) os.erase(os.begin(), os.begin() + 2);
   if (!os.empty() && os.size() != n) return invalid_argument("output_shape must have one entry per spatial dim");
+  if (!window_values_fit(in) || !window_values_fit(op) || !window_values_fit(os))
+    return invalid_argument("spatial sizes, output_padding and output_shape must be within ±2^30");
   const bool same = a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER";
   g.out.resize(n);
   for (size_t i = 0; i < n; ++i) {
@@ -176,7 +188,7 @@ Status infer_conv_transpose(InferContext& c) {
   Dim m;
   const SymShape& w = c.shape(1);
   if (w.known && w.rank() >= 2 && w.dims[1].is_static())
-    m = Dim(w.dims[1].value * c.node.attr_int("group", 1));
+    if (int64_t v; !__builtin_mul_overflow(w.dims[1].value, c.node.attr_int("group", 1), &v)) m = Dim(v);
   return window_output(c, m, true, weight_kernel(c, 1));
 }
 
@@ -217,7 +229,7 @@ Status infer_max_unpool(InferContext& c) {
   if (static_dims(x, 2, &sp) && a.kernel.size() == sp.size()) {
     WindowGeometry g;
     const size_t n = sp.size();
-    if (!fill_window(a, n, a.kernel, g).ok()) return c.error("bad kernel_shape/strides/pads");
+    if (!fill_window(a, n, a.kernel, g).ok() || !window_values_fit(sp)) return c.error("bad kernel_shape/strides/pads");
     for (size_t i = 0; i < n; ++i) dims.emplace_back((sp[i] - 1) * g.strides[i] + g.kernel[i] - g.pads[i] - g.pads[n + i]);
   } else {
     for (int i = 2; i < x.rank(); ++i) dims.emplace_back();

@@ -14,6 +14,7 @@
 
 #include "ops/op_table.h"
 #include "ops/shape_infer_util.h"
+#include "util/checked.h"
 
 namespace kiln::ops {
 
@@ -36,7 +37,7 @@ std::string reshape_dims(const Shape& in, const std::vector<int64_t>& spec, bool
       return "shape entry " + std::to_string(d) + " is invalid";
     }
     (*out)[i] = d;
-    known *= d;
+    if (__builtin_mul_overflow(known, d, &known)) return "shape entries multiply past int64";
   }
   const int64_t total = shape_numel(in);
   if (infer_at >= 0) {
@@ -99,14 +100,18 @@ Dim infer_minus_one(const SymShape& in, const std::vector<Dim>& out, int at) {
   int64_t num = 1, den = 1;
   std::vector<std::string> syms;
   for (const Dim& d : in.dims) {
-    if (d.is_static()) num *= d.value;
-    else if (!d.symbol.empty()) syms.push_back(d.symbol);
+    if (d.is_static()) {
+      if (__builtin_mul_overflow(num, d.value, &num)) return Dim();
+    } else if (!d.symbol.empty()) syms.push_back(d.symbol);
     else return Dim();
   }
   for (size_t i = 0; i < out.size(); ++i) {
     if (static_cast<int>(i) == at) continue;
     const Dim& d = out[i];
-    if (d.is_static()) { den *= d.value; continue; }
+    if (d.is_static()) {
+      if (__builtin_mul_overflow(den, d.value, &den)) return Dim();
+      continue;
+    }
     auto it = d.symbol.empty() ? syms.end() : std::find(syms.begin(), syms.end(), d.symbol);
     if (it == syms.end()) return Dim();
     syms.erase(it);
@@ -396,7 +401,9 @@ Status infer_pad(InferContext& c) {
     for (size_t i = 0; i < axes.size(); ++i) {
       int64_t a = axes[i];
       if (!normalize_axis(a, r)) return c.error("axis out of range");
-      out[a] = dim_add(in.dims[a], Dim(pads[i] + pads[i + axes.size()]));
+      int64_t both;
+      if (__builtin_add_overflow(pads[i], pads[i + axes.size()], &both)) return c.error("pads overflow int64");
+      out[a] = dim_add(in.dims[a], Dim(both));
     }
   }
   c.out[0].shape = SymShape(std::move(out));
@@ -431,7 +438,7 @@ Status infer_depth_to_space(InferContext& c) {
   const SymShape& in = c.shape(0);
   const int64_t b = c.node.attr_int("blocksize", 0);
   c.out[0] = Type::tensor(c.dtype(0));
-  if (b <= 0) return c.error("blocksize must be positive");
+  if (b <= 0 || b > kMaxBlocksize) return c.error("blocksize must be in [1, " + std::to_string(kMaxBlocksize) + "]");
   if (!in.known) return Status::Ok();
   if (in.rank() != 4) return c.error("input must be 4-D");
   c.out[0].shape = SymShape({in.dims[0], dim_div(in.dims[1], b * b), dim_mul(in.dims[2], Dim(b)), dim_mul(in.dims[3], Dim(b))});
@@ -442,7 +449,7 @@ Status infer_space_to_depth(InferContext& c) {
   const SymShape& in = c.shape(0);
   const int64_t b = c.node.attr_int("blocksize", 0);
   c.out[0] = Type::tensor(c.dtype(0));
-  if (b <= 0) return c.error("blocksize must be positive");
+  if (b <= 0 || b > kMaxBlocksize) return c.error("blocksize must be in [1, " + std::to_string(kMaxBlocksize) + "]");
   if (!in.known) return Status::Ok();
   if (in.rank() != 4) return c.error("input must be 4-D");
   c.out[0].shape = SymShape({in.dims[0], dim_mul(in.dims[1], Dim(b * b)), dim_div(in.dims[2], b), dim_div(in.dims[3], b)});
@@ -516,7 +523,9 @@ Status infer_range(InferContext& c) {
   double s, l, d;
   if (const_scalar(c, 0, &s) && const_scalar(c, 1, &l) && const_scalar(c, 2, &d)) {
     if (d == 0) return c.error("delta is zero");
-    c.out[0].shape.dims[0] = Dim(std::max<int64_t>(0, static_cast<int64_t>(std::ceil((l - s) / d))));
+    int64_t n;
+    if (!count_from_double(std::ceil((l - s) / d), &n)) return c.error("Range's length is NaN, infinite or past 2^53");
+    c.out[0].shape.dims[0] = Dim(std::max<int64_t>(0, n));
   }
   return Status::Ok();
 }
@@ -549,12 +558,14 @@ bool const_ints(const InferContext& c, int i, std::vector<int64_t>* out) {
 ir::SymShape unknown_dims_for_shape_input(const InferContext& c, int i) {
   if (!c.has(i)) return {};
   const ir::SymShape& s = c.shape(i);
-  if (!s.known || s.rank() != 1 || !s.dims[0].is_static()) return {};
+  // A rank past kMaxInferredRank is left unknown (a hostile model declares a shape input of 2^40 entries).
+  if (!s.known || s.rank() != 1 || !s.dims[0].is_static() || s.dims[0].value < 0 || s.dims[0].value > kMaxInferredRank) return {};
   return ir::SymShape(std::vector<ir::Dim>(static_cast<size_t>(s.dims[0].value)));
 }
 
 ir::Dim dim_mul(const ir::Dim& a, const ir::Dim& b) {
-  if (a.is_static() && b.is_static()) return ir::Dim(a.value * b.value);
+  int64_t r;
+  if (a.is_static() && b.is_static()) return __builtin_mul_overflow(a.value, b.value, &r) ? ir::Dim() : ir::Dim(r);
   if ((a.is_static() && a.value == 0) || (b.is_static() && b.value == 0)) return ir::Dim(0);
   if (a.is_static() && a.value == 1) return b;
   if (b.is_static() && b.value == 1) return a;
@@ -562,7 +573,8 @@ ir::Dim dim_mul(const ir::Dim& a, const ir::Dim& b) {
 }
 
 ir::Dim dim_add(const ir::Dim& a, const ir::Dim& b) {
-  if (a.is_static() && b.is_static()) return ir::Dim(a.value + b.value);
+  int64_t r;
+  if (a.is_static() && b.is_static()) return __builtin_add_overflow(a.value, b.value, &r) ? ir::Dim() : ir::Dim(r);
   if (a.is_static() && a.value == 0) return b;
   if (b.is_static() && b.value == 0) return a;
   return ir::Dim();

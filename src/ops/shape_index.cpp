@@ -96,7 +96,8 @@ Status infer_col2im(InferContext& c) {
   std::vector<int64_t> img, blk;
   if (!x.known || x.rank() != 3 || !const_ints(c, 1, &img) || !const_ints(c, 2, &blk)) return Status::Ok();
   int64_t kprod = 1;
-  for (int64_t b : blk) kprod *= b;
+  for (int64_t b : blk)
+    if (b <= 0 || __builtin_mul_overflow(kprod, b, &kprod)) return c.error("block_shape entries must be positive and their product fit int64");
   std::vector<Dim> out = {x.dims[0], dim_div(x.dims[1], kprod)};
   for (int64_t d : img) out.push_back(Dim(d));
   c.out[0].shape = SymShape(std::move(out));

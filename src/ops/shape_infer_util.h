@@ -7,11 +7,16 @@
 
 namespace kiln::ops {
 
+// Bounds of what shape inference believes; past them a dim or rank is left unknown or refused, so that
+// a hostile model cannot make inference allocate or overflow (the runtime checks real sizes again).
+constexpr int64_t kMaxInferredRank = 4096;
+constexpr int64_t kMaxBlocksize = 1 << 15;  // DepthToSpace/SpaceToDepth: b*b stays far inside int64
+
 // Input i's constant value as int64s (int32/int64 tensors); false when not a known constant.
 bool const_ints(const InferContext& c, int i, std::vector<int64_t>* out);
 // For a 1-D "shape" input of static length k whose values are unknown: rank k, every dim unknown.
 ir::SymShape unknown_dims_for_shape_input(const InferContext& c, int i);
-// Dim arithmetic that keeps symbols where it can (x*1 = x, x+0 = x); otherwise an unknown dim.
+// Dim arithmetic that keeps symbols where it can (x*1 = x, x+0 = x); otherwise (or past int64) an unknown dim.
 ir::Dim dim_mul(const ir::Dim& a, const ir::Dim& b);
 ir::Dim dim_add(const ir::Dim& a, const ir::Dim& b);
 ir::Dim dim_div(const ir::Dim& a, int64_t b);

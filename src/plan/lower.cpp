@@ -248,16 +248,10 @@ struct Lowering {
   std::vector<int> last_use, first_def;
 
   void plan_lifetimes() {
-    const int nv = static_cast<int>(cg->values.size());
     const int ns = static_cast<int>(cg->steps.size());
-    last_use.assign(nv, -1);
-    first_def.assign(nv, -1);
-    for (int s = 0; s < ns; ++s) {
-      const Step& st = cg->steps[s];
-      for (int v : st.in) if (v >= 0) last_use[v] = s;
-      for (int v : st.implicit_in) last_use[v] = s;
-      for (int v : st.out) if (v >= 0 && first_def[v] < 0) first_def[v] = s;
-    }
+    Lifetimes life = derive_lifetimes(*cg);
+    last_use = life.last_use;
+    first_def = life.first_def;
     // A copy to the host must finish before a host kernel reads it; copies that only feed the graph's
     // outputs are waited for once, at the end of the run.
     for (int s = 0; s < ns; ++s) {
@@ -267,14 +261,7 @@ struct Lowering {
     }
     cg->first_def = first_def;
     cg->last_use = last_use;
-    std::set<int> keep(cg->outputs.begin(), cg->outputs.end());
-    keep.insert(cg->captures.begin(), cg->captures.end());
-    for (int v = 0; v < nv; ++v) {
-      if (cg->values[v].is_constant || keep.count(v)) continue;
-      // Values nobody reads die right after they are made.
-      const int s = last_use[v] >= 0 ? last_use[v] : first_def[v];
-      if (s >= 0) cg->steps[s].release.push_back(v);
-    }
+    for (int s = 0; s < ns; ++s) cg->steps[s].release = std::move(life.release[s]);
   }
 
   void plan_arena() {
@@ -359,6 +346,31 @@ std::string describe_plan(const CompiledGraph& plan) {
   if (host_shape) os << "; " << host_shape << " of the cpu steps are integer shape computations on host values";
   os << "\n";
   return os.str();
+}
+
+Lifetimes derive_lifetimes(const CompiledGraph& cg) {
+  const int nv = static_cast<int>(cg.values.size());
+  const int ns = static_cast<int>(cg.steps.size());
+  Lifetimes r;
+  r.last_use.assign(nv, -1);
+  r.first_def.assign(nv, -1);
+  r.release.resize(ns);
+  for (int s = 0; s < ns; ++s) {
+    const Step& st = cg.steps[s];
+    for (int v : st.in) if (v >= 0 && v < nv) r.last_use[v] = s;
+    for (int v : st.implicit_in) if (v >= 0 && v < nv) r.last_use[v] = s;
+    for (int v : st.out) if (v >= 0 && v < nv && r.first_def[v] < 0) r.first_def[v] = s;
+  }
+  std::vector<char> keep(nv, 0);
+  for (int v : cg.outputs) if (v >= 0 && v < nv) keep[v] = 1;
+  for (int v : cg.captures) if (v >= 0 && v < nv) keep[v] = 1;
+  for (int v = 0; v < nv; ++v) {
+    if (cg.values[v].is_constant || keep[v]) continue;
+    // Values nobody reads die right after they are made.
+    const int s = r.last_use[v] >= 0 ? r.last_use[v] : r.first_def[v];
+    if (s >= 0) r.release[s].push_back(v);
+  }
+  return r;
 }
 
 }  // namespace kiln

@@ -65,6 +65,16 @@ struct CompiledGraph {
   bool use_arena = false;              // only the top-level graph plans an arena
 };
 
+// Lifetimes as the steps imply them: per value the first step that makes it and the last that reads
+// it (-1: none); per step the values whose life ends there (every value but constants, graph outputs
+// and captures: after its last reader, or after the step that made it when nobody reads it). Lowering
+// records them; loading an engine file checks the file's against them.
+struct Lifetimes {
+  std::vector<int> first_def, last_use;
+  std::vector<std::vector<int>> release;
+};
+Lifetimes derive_lifetimes(const CompiledGraph& cg);
+
 struct LowerOptions {
   DeviceType device = DeviceType::kCPU;
   bool verbose = false;

@@ -19,6 +19,7 @@
 #include "runtime/eager.h"
 #include "runtime/engine_impl.h"
 #include "runtime/executor.h"
+#include "util/guard.h"
 #include "util/log.h"
 
 namespace kiln {
@@ -206,7 +207,7 @@ Expected<std::shared_ptr<Engine>> Engine::build(const std::string& onnx_path, co
   const auto start = BuildClock::now();
   report(options, start, "import");
   KILN_ASSIGN_OR_RETURN(ir::Model model, onnx::import_file(onnx_path));
-  return build_from_model(std::move(model), options, start);
+  return guarded("building the engine", [&] { return build_from_model(std::move(model), options, start); });
 }
 
 Expected<std::shared_ptr<Engine>> Engine::build_from_bytes(const std::string& bytes, const BuildOptions& options,
@@ -216,7 +217,7 @@ Expected<std::shared_ptr<Engine>> Engine::build_from_bytes(const std::string& by
   const auto start = BuildClock::now();
   report(options, start, "import");
   KILN_ASSIGN_OR_RETURN(ir::Model model, onnx::import_bytes(bytes, io));
-  return build_from_model(std::move(model), options, start);
+  return guarded("building the engine", [&] { return build_from_model(std::move(model), options, start); });
 }
 
 

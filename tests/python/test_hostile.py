@@ -240,3 +240,54 @@ def test_a_loop_that_never_ends_stops_at_the_timeout(tmp_path):
     p = model(tmp_path, "m.onnx", [h.make_node("Loop", ["n", "t", "a0"], ["y"], body=body)], [], [y_out("y", [1])], inits)
     r = kiln("run", p, "--timeout", "1", timeout=60)
     assert r.returncode == 1 and "Cancelled" in r.stderr and "time limit" in r.stderr, r.stderr
+
+
+I64_MIN, I64_MAX = -(2**63), 2**63 - 1
+
+
+def _shape_arith_case(case):
+    """(nodes, inputs, initializers, what the error must say or None) of one shape-arithmetic case."""
+    x4 = h.make_tensor_value_info("x", T.FLOAT, [1, 1, 2, 2])
+    f = lambda name, vals: h.make_tensor(name, T.FLOAT, [], vals)  # noqa: E731
+    i = lambda name, vals, dims=None: h.make_tensor(name, T.INT64, [len(vals)] if dims is None else dims, vals)  # noqa: E731
+    if case == "reshape_shape_input_2^40":  # a shape input of 2^40 entries: inference leaves the rank unknown
+        s = h.make_tensor_value_info("s", T.INT64, [1 << 40])
+        return [h.make_node("Reshape", ["x", "s"], ["y"])], [X, s], [], None
+    if case == "reshape_product_past_int64":
+        return [h.make_node("Reshape", ["x", "s"], ["y"])], [X], [i("s", [2**62, 4])], "multiply past int64"
+    if case == "range_nan":
+        return [h.make_node("Range", ["a", "b", "c"], ["y"])], [], [f("a", [0]), f("b", [float("nan")]), f("c", [1])], "past 2^53"
+    if case == "range_int64_extremes":
+        return [h.make_node("Range", ["a", "b", "c"], ["y"])], [], [i("a", [I64_MIN], []), i("b", [I64_MAX], []), i("c", [1], [])], "Range"
+    if case == "conv_dilation_2^62":
+        x = h.make_tensor_value_info("x", T.FLOAT, [1, 1, 8])
+        w = h.make_tensor("w", T.FLOAT, [1, 1, 3], [1, 1, 1])
+        return [h.make_node("Conv", ["x", "w"], ["y"], dilations=[2**62])], [x], [w], "2^30"
+    if case == "conv_transpose_stride_2^62":
+        x = h.make_tensor_value_info("x", T.FLOAT, [1, 1, 8])
+        w = h.make_tensor("w", T.FLOAT, [1, 1, 3], [1, 1, 1])
+        return [h.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2**62])], [x], [w], "2^30"
+    if case == "depth_to_space_blocksize_2^40":
+        return [h.make_node("DepthToSpace", ["x"], ["y"], blocksize=1 << 40)], [x4], [], "blocksize"
+    if case == "resize_scales_1e30":
+        scales = h.make_tensor("sc", T.FLOAT, [4], [1, 1, 1e30, 1e30])
+        return [h.make_node("Resize", ["x", "", "sc"], ["y"])], [x4], [scales], "not a finite count"
+    if case == "pad_pads_int64_max":
+        return [h.make_node("Pad", ["x", "p"], ["y"])], [X], [i("p", [0, I64_MAX, 0, I64_MAX])], "pads"
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", ["reshape_shape_input_2^40", "reshape_product_past_int64", "range_nan",
+                                  "range_int64_extremes", "conv_dilation_2^62", "conv_transpose_stride_2^62",
+                                  "depth_to_space_blocksize_2^40", "resize_scales_1e30", "pad_pads_int64_max"])
+def test_shape_arithmetic_past_int64_is_an_error(tmp_path, case):
+    # Shape inference and the kernels multiply and add dims and attributes a model controls: past int64
+    # (signed overflow, float-to-int of NaN or 1e30) each must be a clear error or an unknown dim, never
+    # undefined behaviour (the sanitizer job runs these through the UBSan build) or a huge allocation.
+    nodes, inputs, inits, want = _shape_arith_case(case)
+    p = model(tmp_path, "m.onnx", nodes, inputs, [y_out()], inits)
+    assert kiln("info", p).returncode in (0, 1)
+    r = kiln("run", p, "--max-tensor-bytes", 1 << 30)
+    assert r.returncode == 1, (case, r.stdout[-300:], r.stderr[-300:])
+    if want:
+        assert want in r.stderr, (case, r.stderr[-500:])

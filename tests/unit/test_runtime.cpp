@@ -343,6 +343,44 @@ TEST(Runtime, TamperedPlanIsRefused) {
   EXPECT_NE(loaded.status().message().find("is not the node's"), std::string::npos) << loaded.status().message();
 }
 
+// A stored plan whose lifetimes or release lists differ from what its steps imply is refused: a value
+// released early (or kept past its readers) would let a step read a freed buffer or two live values
+// share arena memory.
+TEST(Runtime, TamperedLifetimesAreRefused) {
+  auto engine = Engine::build(kExample);
+  ASSERT_TRUE(engine.ok());
+  const std::string good = *(*engine)->serialize();
+  const auto* plan = fb::GetEngineFile(good.data())->plan();
+  ASSERT_TRUE(plan && plan->first_def() && plan->last_use());
+  // A value read after the step that makes it: end its life there.
+  int shortened = 0;
+  for (flatbuffers::uoffset_t v = 0; v < plan->last_use()->size() && !shortened; ++v) {
+    const int def = plan->first_def()->Get(v), use = plan->last_use()->Get(v);
+    if (def < 0 || use <= def) continue;
+    std::string b = good;
+    fb::GetMutableEngineFile(b.data())->mutable_plan()->mutable_last_use()->Mutate(v, def);
+    auto loaded = Engine::load_from_bytes(reseal(b));
+    ASSERT_FALSE(loaded.ok()) << "value " << v << " released early loaded";
+    EXPECT_NE(loaded.status().message().find("lifetimes differ"), std::string::npos) << loaded.status().message();
+    ++shortened;
+  }
+  EXPECT_EQ(shortened, 1);
+  // A release list naming another value (one that lives on) than the step's own.
+  int swapped = 0;
+  for (flatbuffers::uoffset_t k = 0; k < plan->steps()->size() && !swapped; ++k) {
+    const auto* rel = plan->steps()->Get(k)->release();
+    if (!rel || rel->size() == 0) continue;
+    std::string b = good;
+    auto* mrel = fb::GetMutableEngineFile(b.data())->mutable_plan()->mutable_steps()->GetMutableObject(k)->mutable_release();
+    mrel->Mutate(0, plan->outputs()->Get(0));  // a graph output: never released
+    auto loaded = Engine::load_from_bytes(reseal(b));
+    ASSERT_FALSE(loaded.ok()) << "step " << k << " releasing the output loaded";
+    EXPECT_NE(loaded.status().message().find("release list differs"), std::string::npos) << loaded.status().message();
+    ++swapped;
+  }
+  EXPECT_EQ(swapped, 1);
+}
+
 // A stored plan that binds a node to another op's kernel is refused, not run: each kernel step's name
 // is swapped in place for every CPU kernel name of the same length that belongs to another op.
 TEST(Runtime, EngineKernelOfAnotherOpIsRefused) {

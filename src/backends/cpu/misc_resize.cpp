@@ -9,6 +9,7 @@
 
 #include "backends/cpu/misc_kernels.h"
 #include "backends/cpu/numeric.h"
+#include "util/checked.h"
 
 namespace kiln::cpu {
 namespace {
@@ -182,7 +183,8 @@ Status run_resize(KernelContext& ctx, const ResizeAttrs& at) {
     for (size_t i = 0; i < na; ++i) {
       if (!(given_scales[i] > 0)) return ctx.error("scales must be positive");
       scales[axes[i]] = given_scales[i];
-      out[axes[i]] = static_cast<int64_t>(given_scales[i] * static_cast<double>(in[axes[i]]));
+      if (!count_from_double(given_scales[i] * static_cast<double>(in[axes[i]]), &out[axes[i]]))
+        return ctx.error("scales give an output size that is not a finite count");
     }
   } else {
     if (sizes.size() != na) return ctx.error("sizes must have one value per resized axis");
@@ -196,7 +198,8 @@ Status run_resize(KernelContext& ctx, const ResizeAttrs& at) {
       for (int64_t a : axes) s = at.aspect == Aspect::kNotLarger ? std::min(s, scales[a]) : std::max(s, scales[a]);
       for (int64_t a : axes) {
         scales[a] = s;
-        out[a] = static_cast<int64_t>(s * static_cast<double>(in[a]) + 0.5);
+        if (!count_from_double(s * static_cast<double>(in[a]) + 0.5, &out[a]))
+          return ctx.error("sizes give an output size that is not a finite count");
       }
     }
   }

@@ -4,6 +4,7 @@
 
 #include "backends/cpu/shape_util.h"
 #include "ops/op_table.h"
+#include "util/checked.h"
 
 namespace kiln::cpu::shape_detail {
 namespace {
@@ -117,7 +118,9 @@ Expected<KernelPtr> create_range(const ir::Node&, KernelInit&) {
       auto load = [h](const Tensor& t) { uint16_t b = t.data<uint16_t>()[0]; return h ? f16_to_f32(b) : bf16_to_f32(b); };
       const float start = load(s), limit = load(l), delta = load(d);
       if (delta == 0) return ctx.error("delta is zero");
-      const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((limit - start) / delta)));
+      int64_t n;
+      if (!count_from_double(std::ceil((limit - start) / delta), &n)) return ctx.error("Range's length is NaN, infinite or past 2^53");
+      n = std::max<int64_t>(0, n);
       Tensor& y = ctx.output(0, dt, {n});
       for (int64_t i = 0; i < n; ++i) {
         const float v = start + static_cast<float>(i) * delta;
@@ -135,10 +138,18 @@ Expected<KernelPtr> create_range(const ir::Node&, KernelInit&) {
         if (delta == T(0)) { st = ctx.error("delta is zero"); return; }
         int64_t n;
         if constexpr (std::is_floating_point_v<T>) {
-          n = static_cast<int64_t>(std::ceil((static_cast<double>(limit) - start) / delta));
-        } else {  // exact integer ceil-division
-          const int64_t a = static_cast<int64_t>(start), b = static_cast<int64_t>(limit), c = static_cast<int64_t>(delta);
-          n = c > 0 ? (b > a ? (b - a + c - 1) / c : 0) : (a > b ? (a - b - c - 1) / -c : 0);
+          if (!count_from_double(std::ceil((static_cast<double>(limit) - start) / delta), &n)) {
+            st = ctx.error("Range's length is NaN, infinite or past 2^53");
+            return;
+          }
+        } else {  // exact integer ceil-division, in 128 bits (limit - start can pass int64)
+          const __int128 a = static_cast<int64_t>(start), b = static_cast<int64_t>(limit), c = static_cast<int64_t>(delta);
+          const __int128 w = c > 0 ? (b > a ? (b - a + c - 1) / c : 0) : (a > b ? (a - b - c - 1) / -c : 0);
+          if (w > INT64_MAX) {
+            st = ctx.error("Range's length passes int64");
+            return;
+          }
+          n = static_cast<int64_t>(w);
         }
         n = std::max<int64_t>(n, 0);
         Tensor& y = ctx.output(0, dt, {n});
