@@ -26,8 +26,8 @@ struct Device {
 };
 
 using Shape = std::vector<int64_t>;
-// Element count of a shape; INT64_MAX when the product overflows (never wraps), so a hostile shape
-// cannot turn into a small size. Negative dims are the caller's to reject (the result is then < 0
+// Element count of a shape; 0 when any dim is 0, else INT64_MAX when the product overflows (never
+// wraps), so a hostile shape cannot turn into a small size. Negative dims are the caller's to reject (the result is then < 0
 // or meaningless).
 int64_t shape_numel(const Shape& s);
 // Bytes of a dense tensor of this shape; SIZE_MAX when a dim is negative or the size overflows.

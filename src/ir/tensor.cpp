@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -19,6 +20,9 @@ std::string Device::to_string() const {
 }
 
 int64_t shape_numel(const Shape& s) {
+  // A zero dim makes the count 0 wherever it stands (a product that overflows before it must not win;
+  // shape_nbytes agrees, so a size check and an allocation never disagree: fuzz_npy found one that did).
+  if (std::find(s.begin(), s.end(), 0) != s.end()) return 0;
   int64_t n = 1;
   for (int64_t d : s) {
     if (__builtin_mul_overflow(n, d, &n)) return std::numeric_limits<int64_t>::max();
@@ -27,6 +31,8 @@ int64_t shape_numel(const Shape& s) {
 }
 
 size_t shape_nbytes(DataType dtype, const Shape& s) {
+  if (std::any_of(s.begin(), s.end(), [](int64_t d) { return d < 0; })) return SIZE_MAX;
+  if (std::find(s.begin(), s.end(), 0) != s.end()) return 0;
   size_t n = 1;
   for (int64_t d : s) {
     if (d < 0 || __builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) return SIZE_MAX;

@@ -6,6 +6,7 @@
 
 #include "ir/float_types.h"
 #include "kiln/kiln.h"
+#include "util/guard.h"
 
 namespace kiln {
 namespace {
@@ -39,9 +40,17 @@ std::string field(const std::string& header, const std::string& key) {
   return header.substr(p, e - p);
 }
 
+Expected<Tensor> read_npy_unguarded(const std::string& path);
+
 }  // namespace
 
 Expected<Tensor> read_npy(const std::string& path) {
+  return guarded("reading '" + path + "'", [&] { return read_npy_unguarded(path); });
+}
+
+namespace {
+
+Expected<Tensor> read_npy_unguarded(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return not_found("cannot open '" + path + "'");
   char magic[8];
@@ -100,6 +109,8 @@ Expected<Tensor> read_npy(const std::string& path) {
   if (static_cast<size_t>(f.gcount()) != t.nbytes()) return invalid_argument("'" + path + "': file is shorter than its shape says");
   return t;
 }
+
+}  // namespace
 
 Status write_npy(const std::string& path, const Tensor& t) {
   const char* descr = nullptr;

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <limits>
 
 #include "ir/graph.h"
 
@@ -32,4 +33,18 @@ TEST(Graph, SortOrdersProducersFirst) {
   ASSERT_TRUE(g.sort().ok());
   EXPECT_EQ(g.nodes()[0]->name, "first");
   EXPECT_TRUE(g.verify().ok());
+}
+
+// A zero dim makes a shape empty wherever it stands, also after dims whose product overflows int64
+// but not uint64 (fuzz_npy: a size check passed at 0 bytes while the allocation asked for 2^64 - 2).
+TEST(Tensor, ZeroDimAfterAnOverflowingProductIsEmpty) {
+  const Shape s = {3, int64_t{1} << 62, 0};
+  EXPECT_EQ(shape_numel(s), 0);
+  EXPECT_EQ(shape_nbytes(DataType::kFloat16, s), 0u);
+  EXPECT_EQ(check_tensor_size(DataType::kFloat16, s), "");
+  const Tensor t = Tensor::empty(DataType::kFloat16, s);
+  EXPECT_EQ(t.numel(), 0);
+  EXPECT_EQ(t.nbytes(), 0u);
+  EXPECT_EQ(shape_numel({int64_t{1} << 62, 4}), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(shape_nbytes(DataType::kFloat32, {-1, 0}), SIZE_MAX);
 }
