@@ -753,7 +753,11 @@ static int kiln_main(int argc, char** argv) {
   std::sort(ms.begin(), ms.end());
   double mean = 0;
   for (double m : ms) mean += m / static_cast<double>(ms.size());
-  auto pct = [&](double q) { return ms[std::min(ms.size() - 1, static_cast<size_t>(q * static_cast<double>(ms.size())))]; };
+  // The q-quantile of sorted, non-empty samples.
+  const auto quantile = [](const std::vector<double>& v, double q) {
+    return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+  };
+  const auto pct = [&](double q) { return quantile(ms, q); };
   // Throughput over the timed window (warm-up excluded per stream; streams overlap).
   const double runs_per_s = static_cast<double>(ms.size()) / (wall_ms / 1e3);
   int64_t batch = 0;
@@ -781,7 +785,7 @@ static int kiln_main(int argc, char** argv) {
     for (double m : l)
       if (m >= 0) gms.push_back(m);
   std::sort(gms.begin(), gms.end());
-  const auto gpct = [&](double q) { return gms[std::min(gms.size() - 1, static_cast<size_t>(q * static_cast<double>(gms.size())))]; };
+  const auto gpct = [&](double q) { return quantile(gms, q); };
   if (!gms.empty())
     std::printf("gpu median %.3f ms  min %.3f ms  p90 %.3f ms  max %.3f ms (CUDA events, %zu runs)\n", gpct(0.5), gms.front(),
                 gpct(0.9), gms.back(), gms.size());

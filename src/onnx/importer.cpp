@@ -14,6 +14,7 @@
 #include "onnx/sha256.h"
 #include "onnx/tensor_proto.h"
 #include "ops/op_table.h"
+#include "util/guard.h"
 
 namespace kiln::onnx {
 
@@ -401,17 +402,13 @@ Expected<ir::Model> import_bytes(const std::string& bytes, const ImportOptions& 
   if (bytes.size() > kMaxProtoBytes)
     return invalid_model(options.source_name + ": the model is " + std::to_string(bytes.size()) +
                          " bytes; an ONNX protobuf is limited to 2 GiB (store the weights as external data)");
-  try {
+  return guarded("importing " + options.source_name, [&]() -> Expected<ir::Model> {
     ::onnx::ModelProto m;
     if (!m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
       return invalid_model(options.source_name + ": not a valid ONNX model (protobuf parse failed)");
     Importer importer(options);
     return importer.run(m);
-  } catch (const std::bad_alloc&) {
-    return runtime_error(options.source_name + ": out of memory while importing the model");
-  } catch (const std::exception& e) {
-    return internal_error(options.source_name + ": unexpected error while importing: " + e.what());
-  }
+  });
 }
 
 Expected<ir::Model> import_file(const std::string& path) {

@@ -13,7 +13,6 @@ using ir::Type;
 
 Dim unknown() { return Dim(); }
 
-Dim dim_mul(const Dim& d, int64_t k) { return ops::dim_mul(d, Dim(k)); }
 
 bool ranked(const InferContext& c, int i, int rank) {
   return c.has(i) && c.type(i).is_tensor() && c.shape(i).known && c.shape(i).rank() == rank;
@@ -43,7 +42,7 @@ Status infer_attention(InferContext& c) {
   Dim past = Dim(0);
   if (c.has(4)) past = ranked(c, 4, 4) ? c.shape(4).dims[2] : unknown();
   const Dim total = dim_add(past, Skv);
-  c.out[0].shape = four ? SymShape({B, Hq, Sq, Dv}) : SymShape({B, Sq, dim_mul(Dv, hq_attr)});
+  c.out[0].shape = four ? SymShape({B, Hq, Sq, Dv}) : SymShape({B, Sq, dim_mul(Dv, Dim(hq_attr))});
   if (c.out.size() > 1) c.out[1].shape = SymShape({B, Hkv, total, D});
   if (c.out.size() > 2) c.out[2].shape = SymShape({B, Hkv, total, Dv});
   if (c.out.size() > 3) c.out[3].shape = SymShape({B, Hq, Sq, total});
@@ -58,7 +57,7 @@ Status infer_linear_attention(InferContext& c) {
   if (!ranked(c, 0, 3) || !ranked(c, 2, 3) || hq <= 0 || hkv <= 0) return Status::Ok();
   const auto &q = c.shape(0).dims, &v = c.shape(2).dims;
   const Dim dv = dim_div(v[2], hkv);
-  c.out[0].shape = SymShape({q[0], q[1], dim_mul(dv, hq)});
+  c.out[0].shape = SymShape({q[0], q[1], dim_mul(dv, Dim(hq))});
   if (c.out.size() > 1) c.out[1].shape = SymShape({q[0], Dim(hkv), dim_div(q[2], hq), dv});
   return Status::Ok();
 }

@@ -250,8 +250,8 @@ struct Lowering {
   void plan_lifetimes() {
     const int ns = static_cast<int>(cg->steps.size());
     Lifetimes life = derive_lifetimes(*cg);
-    last_use = life.last_use;
-    first_def = life.first_def;
+    last_use = std::move(life.last_use);
+    first_def = std::move(life.first_def);
     // A copy to the host must finish before a host kernel reads it; copies that only feed the graph's
     // outputs are waited for once, at the end of the run.
     for (int s = 0; s < ns; ++s) {

@@ -186,7 +186,8 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
     probe.out.assign(1, {});
     if (!reshape(probe).ok() || !probe.state || !attention_variants_apply(*static_cast<const AttentionArgs*>(probe.state.get())))
       return {};
-    return {"fa4", "fa2", "fa8", "wmma"};
+    return {kAttentionTactics[kAttentionFa4], kAttentionTactics[kAttentionFa2], kAttentionTactics[kAttentionFa8],
+            kAttentionTactics[kAttentionWmma]};
   };
   auto run = [](KernelContext& ctx) -> Status {
     AttentionArgs a = shape_state<AttentionArgs>(ctx);
