@@ -3,7 +3,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -22,23 +21,27 @@ std::string Device::to_string() const {
 int64_t shape_numel(const Shape& s) {
   // A zero dim makes the count 0 wherever it stands (a product that overflows before it must not win;
   // shape_nbytes agrees, so a size check and an allocation never disagree: fuzz_npy found one that did).
-  if (std::find(s.begin(), s.end(), 0) != s.end()) return 0;
+  // One pass: this is Tensor::numel().
   int64_t n = 1;
+  bool overflow = false;
   for (int64_t d : s) {
-    if (__builtin_mul_overflow(n, d, &n)) return std::numeric_limits<int64_t>::max();
+    if (d == 0) return 0;
+    overflow = overflow || __builtin_mul_overflow(n, d, &n);
   }
-  return n;
+  return overflow ? std::numeric_limits<int64_t>::max() : n;
 }
 
 size_t shape_nbytes(DataType dtype, const Shape& s) {
-  if (std::any_of(s.begin(), s.end(), [](int64_t d) { return d < 0; })) return SIZE_MAX;
-  if (std::find(s.begin(), s.end(), 0) != s.end()) return 0;
   size_t n = 1;
+  bool overflow = false, zero = false;
   for (int64_t d : s) {
-    if (d < 0 || __builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) return SIZE_MAX;
+    if (d < 0) return SIZE_MAX;
+    if (d == 0) zero = true;
+    else overflow = overflow || __builtin_mul_overflow(n, static_cast<uint64_t>(d), &n);
   }
+  if (zero) return 0;
   const size_t esz = dtype == DataType::kString ? sizeof(std::string) : dtype_size(dtype);
-  return __builtin_mul_overflow(n, esz, &n) ? SIZE_MAX : n;
+  return overflow || __builtin_mul_overflow(n, esz, &n) ? SIZE_MAX : n;
 }
 
 namespace {
