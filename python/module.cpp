@@ -30,11 +30,38 @@ namespace {
 
 PyObject* g_kiln_error = nullptr;  // kiln.KilnError, created at module init
 
+// KilnError's subclasses, named as ONNX Runtime names its exceptions where the meaning is the same
+// (onnxruntime.capi.onnxruntime_pybind11_state.InvalidArgument, ...), so code written against one
+// catches the other's by name. Per status code; index = StatusCode.
+struct ErrorClass {
+  kiln::StatusCode code;
+  const char* name;
+  const char* doc;
+};
+constexpr ErrorClass kErrorClasses[] = {
+    {kiln::StatusCode::kInvalidArgument, "InvalidArgument", "A wrong argument: an input's name, dtype or shape, an option."},
+    {kiln::StatusCode::kInvalidModel, "InvalidGraph", "The model file is malformed or inconsistent."},
+    {kiln::StatusCode::kUnsupported, "NotImplemented", "Valid, but kiln cannot run it (yet)."},
+    {kiln::StatusCode::kNotFound, "NoSuchFile", "A file (or a named input/output) does not exist."},
+    {kiln::StatusCode::kIoError, "FileError", "Reading or writing a file failed."},
+    {kiln::StatusCode::kEngineMismatch, "EngineError", "An engine file built for another device, format or version."},
+    {kiln::StatusCode::kRuntimeError, "RuntimeException", "A failure while running (device error, out of memory)."},
+    {kiln::StatusCode::kInternal, "Fail", "A failure inside kiln (a bug: please report it)."},
+    {kiln::StatusCode::kCancelled, "Cancelled", "The run was stopped (terminate, or its time limit)."},
+};
+std::map<int, PyObject*> g_error_types;  // StatusCode → class
+
+PyObject* error_type(kiln::StatusCode code) {
+  auto it = g_error_types.find(static_cast<int>(code));
+  return it == g_error_types.end() ? g_kiln_error : it->second;
+}
+
 [[noreturn]] void raise_status(const kiln::Status& st) {
-  py::object type = py::reinterpret_borrow<py::object>(g_kiln_error);
+  PyObject* cls = error_type(st.code());
+  py::object type = py::reinterpret_borrow<py::object>(cls);
   py::object exc = type(st.to_string());
   exc.attr("code") = py::str(kiln::status_code_name(st.code()));
-  PyErr_SetObject(g_kiln_error, exc.ptr());
+  PyErr_SetObject(cls, exc.ptr());
   throw py::error_already_set();
 }
 
@@ -272,14 +299,203 @@ py::object to_python(const kiln::Value& v) {
   return py::none();
 }
 
-// ---- Engine / context wrappers
-
 // Runs f() with the GIL released (kiln calls never touch Python objects).
 template <typename F>
 auto without_gil(F&& f) {
   py::gil_scoped_release nogil;
   return f();
 }
+
+template <typename F>
+kiln::Status without_gil_status(F&& f) {
+  py::gil_scoped_release nogil;
+  return f();
+}
+
+// ---- kiln.Tensor: a tensor on a device (ONNX Runtime's OrtValue), with DLPack in and out
+
+// DLPack's C ABI (the data-exchange protocol numpy, PyTorch and CuPy speak), declared from its
+// specification: the unversioned capsule "dltensor", renamed "used_dltensor" by the consumer.
+namespace dlpack {
+enum : int32_t { kCPU = 1, kCUDA = 2, kCUDAHost = 3 };
+enum : uint8_t { kInt = 0, kUInt = 1, kFloat = 2, kBfloat = 4, kComplex = 5, kBool = 6 };
+struct Device {
+  int32_t device_type;
+  int32_t device_id;
+};
+struct DataType {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  Device device;
+  int32_t ndim;
+  DataType dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+};
+struct Managed {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(Managed*);
+};
+}  // namespace dlpack
+
+bool dlpack_dtype(kiln::DataType dt, dlpack::DataType& out) {
+  using D = kiln::DataType;
+  const auto set = [&](uint8_t code, uint8_t bits) {
+    out = {code, bits, 1};
+    return true;
+  };
+  switch (dt) {
+    case D::kFloat32: return set(dlpack::kFloat, 32);
+    case D::kFloat64: return set(dlpack::kFloat, 64);
+    case D::kFloat16: return set(dlpack::kFloat, 16);
+    case D::kBFloat16: return set(dlpack::kBfloat, 16);
+    case D::kInt8: return set(dlpack::kInt, 8);
+    case D::kInt16: return set(dlpack::kInt, 16);
+    case D::kInt32: return set(dlpack::kInt, 32);
+    case D::kInt64: return set(dlpack::kInt, 64);
+    case D::kUInt8: return set(dlpack::kUInt, 8);
+    case D::kUInt16: return set(dlpack::kUInt, 16);
+    case D::kUInt32: return set(dlpack::kUInt, 32);
+    case D::kUInt64: return set(dlpack::kUInt, 64);
+    case D::kBool: return set(dlpack::kBool, 8);
+    case D::kComplex64: return set(dlpack::kComplex, 64);
+    case D::kComplex128: return set(dlpack::kComplex, 128);
+    default: return false;
+  }
+}
+
+kiln::DataType kiln_dtype_of(const dlpack::DataType& d) {
+  for (int c = 1; c <= static_cast<int>(kiln::DataType::kBFloat16); ++c) {
+    dlpack::DataType x{};
+    if (dlpack_dtype(static_cast<kiln::DataType>(c), x) && x.code == d.code && x.bits == d.bits && d.lanes == 1)
+      return static_cast<kiln::DataType>(c);
+  }
+  return kiln::DataType::kUndefined;
+}
+
+// A tensor held by Python. Its storage may be kiln's (allocate_tensor, run outputs), a numpy array's
+// (kept alive in `owner`) or a DLPack producer's (released through the producer's deleter).
+struct PyTensor {
+  kiln::Tensor t;
+  py::object owner;
+};
+
+PyTensor tensor_from_numpy(const py::handle& obj, const std::string& device, int device_id) {
+  KeepAlive keep;
+  kiln::Tensor host = to_tensor(obj, "tensor", keep);
+  if (host.dtype() == kiln::DataType::kString && device != "cpu")
+    throw py::value_error("kiln: string tensors stay on the CPU");
+  if (device == "cpu") {
+    PyTensor out;
+    out.t = host;
+    if (!keep.empty()) out.owner = keep.back();
+    return out;
+  }
+  if (device != "cuda") throw py::value_error("kiln: unknown device '" + device + "' (expected 'cpu' or 'cuda')");
+  PyTensor out;
+  const kiln::Device d{kiln::DeviceType::kCUDA, device_id};
+  out.t = unwrap(kiln::allocate_tensor(host.dtype(), host.shape(), d));
+  check(without_gil_status([&] { return kiln::transfer(host, out.t); }));
+  return out;
+}
+
+py::object tensor_to_numpy(const PyTensor& p) {
+  if (p.t.device().is_cpu()) return to_numpy(p.t);
+  kiln::Tensor host = kiln::Tensor::empty(p.t.dtype(), p.t.shape());
+  check(without_gil_status([&] { return kiln::transfer(p.t, host); }));
+  return to_numpy(host);
+}
+
+void dlpack_capsule_destructor(PyObject* capsule) {
+  // Only a capsule nobody consumed still owns its tensor.
+  if (!PyCapsule_IsValid(capsule, "dltensor")) return;
+  auto* m = static_cast<dlpack::Managed*>(PyCapsule_GetPointer(capsule, "dltensor"));
+  if (m && m->deleter) m->deleter(m);
+}
+
+struct ExportCtx {
+  kiln::Tensor t;  // shares the storage for as long as the consumer holds it
+  std::vector<int64_t> shape;
+};
+
+py::object tensor_dlpack(const PyTensor& p) {
+  dlpack::DataType dt{};
+  if (!dlpack_dtype(p.t.dtype(), dt))
+    throw py::type_error(std::string("kiln: DLPack has no dtype for ") + kiln::dtype_name(p.t.dtype()));
+  auto* ctx = new ExportCtx{p.t, p.t.shape()};
+  auto* m = new dlpack::Managed{};
+  m->dl_tensor.data = const_cast<void*>(p.t.raw());
+  m->dl_tensor.device = {p.t.device().is_cpu() ? dlpack::kCPU : dlpack::kCUDA, p.t.device().is_cpu() ? 0 : p.t.device().index};
+  m->dl_tensor.ndim = static_cast<int32_t>(ctx->shape.size());
+  m->dl_tensor.dtype = dt;
+  m->dl_tensor.shape = ctx->shape.empty() ? nullptr : ctx->shape.data();
+  m->dl_tensor.strides = nullptr;  // compact row-major
+  m->dl_tensor.byte_offset = 0;
+  m->manager_ctx = ctx;
+  m->deleter = [](dlpack::Managed* self) {
+    delete static_cast<ExportCtx*>(self->manager_ctx);
+    delete self;
+  };
+  PyObject* cap = PyCapsule_New(m, "dltensor", dlpack_capsule_destructor);
+  if (!cap) {
+    m->deleter(m);
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::object>(cap);
+}
+
+// Takes a DLPack capsule (or an object with __dlpack__): zero copy, the producer's memory is used
+// in place and released through its deleter when the last kiln handle goes.
+PyTensor tensor_from_dlpack(const py::object& obj) {
+  py::object cap = obj;
+  if (py::hasattr(obj, "__dlpack__")) cap = obj.attr("__dlpack__")();
+  if (!PyCapsule_IsValid(cap.ptr(), "dltensor"))
+    throw py::type_error("kiln: from_dlpack expects an object with __dlpack__ or an unused 'dltensor' capsule");
+  auto* m = static_cast<dlpack::Managed*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"));
+  const dlpack::DLTensor& d = m->dl_tensor;
+  std::string why;
+  const kiln::DataType dt = kiln_dtype_of(d.dtype);
+  kiln::Device device;
+  if (d.device.device_type == dlpack::kCPU || d.device.device_type == dlpack::kCUDAHost) device = {};
+  else if (d.device.device_type == dlpack::kCUDA) device = {kiln::DeviceType::kCUDA, d.device.device_id};
+  else why = "device type " + std::to_string(d.device.device_type) + " (kiln takes CPU and CUDA tensors)";
+  if (dt == kiln::DataType::kUndefined && why.empty())
+    why = "dtype code " + std::to_string(d.dtype.code) + " bits " + std::to_string(d.dtype.bits) + " lanes " + std::to_string(d.dtype.lanes);
+  if (d.ndim < 0 || (d.ndim > 0 && !d.shape)) why = "a malformed shape";
+  kiln::Shape shape;
+  if (why.empty()) shape.assign(d.shape, d.shape + d.ndim);
+  if (why.empty() && d.strides) {
+    int64_t expect = 1;
+    for (int i = d.ndim - 1; i >= 0; --i) {
+      if (shape[i] != 1 && d.strides[i] != expect) {
+        why = "a strided (non-contiguous) tensor: make it contiguous first";
+        break;
+      }
+      expect *= shape[i];
+    }
+  }
+  if (!why.empty()) throw py::value_error("kiln: from_dlpack: " + why);
+  PyCapsule_SetName(cap.ptr(), "used_dltensor");
+  auto storage = std::make_shared<kiln::Storage>();
+  storage->data = static_cast<char*>(d.data) + d.byte_offset;
+  storage->bytes = kiln::shape_nbytes(dt, shape);
+  storage->device = device;
+  storage->release = [m](void*) {
+    py::gil_scoped_acquire gil;  // a producer's deleter may touch Python objects (numpy's does)
+    if (m->deleter) m->deleter(m);
+  };
+  PyTensor out;
+  out.t = kiln::Tensor::with_storage(dt, shape, storage);
+  return out;
+}
+
+// ---- Engine / context wrappers
 
 kiln::BuildOptions build_options(const std::string& device, int opt_level, bool verbose,
                                  const std::string& precision = "fp32") {
@@ -326,6 +542,56 @@ struct Context {
     std::vector<kiln::Value> values = unwrap(std::move(outs));
     py::list result;
     for (const auto& v : values) result.append(to_python(v));
+    return result;
+  }
+
+  // The allocation-free form (IOBinding): inputs in engine order (kiln.Tensor on the CPU or the
+  // engine's GPU, numpy arrays, None for an input with a default); outputs: per engine output a
+  // kiln.Tensor to write in place (of its dtype and shape, on the CPU or the engine's GPU) or None.
+  // Returns every output as a kiln.Tensor (the bound ones are those same tensors).
+  py::list run_into(const py::sequence& inputs, const py::sequence& outputs) {
+    const auto& infos = engine->inputs();
+    if (static_cast<size_t>(py::len(inputs)) != infos.size())
+      throw py::value_error("kiln: run_into expects " + std::to_string(infos.size()) + " inputs in engine order, got " +
+                            std::to_string(py::len(inputs)));
+    KeepAlive keep;
+    std::vector<PyTensor> held;  // keeps bound tensors' owners alive across the run
+    std::vector<kiln::Value> in(infos.size());
+    for (size_t i = 0; i < infos.size(); ++i) {
+      py::handle obj = inputs[i];
+      if (obj.is_none()) continue;
+      if (py::isinstance<PyTensor>(obj)) {
+        held.push_back(obj.cast<PyTensor>());
+        in[i] = kiln::Value::of(held.back().t);
+      } else {
+        in[i] = to_value(obj, infos[i].name, &infos[i], keep);
+      }
+    }
+    std::vector<kiln::Value> out(engine->outputs().size());
+    for (size_t i = 0; i < out.size() && i < static_cast<size_t>(py::len(outputs)); ++i) {
+      py::handle obj = outputs[i];
+      if (py::isinstance<PyTensor>(obj)) out[i] = kiln::Value::of(obj.cast<PyTensor>().t);
+    }
+    check(without_gil_status([&] {
+      std::lock_guard<std::mutex> lock(mu);
+      kiln::Status st = ctx->run_into(in, out);
+      in.clear();
+      return st;
+    }));
+    py::list result;
+    for (size_t i = 0; i < out.size(); ++i) {
+      const kiln::Value& v = out[i];
+      if (v.kind != kiln::Value::Kind::kTensor) {
+        result.append(to_python(v));
+        continue;
+      }
+      py::handle bound = i < static_cast<size_t>(py::len(outputs)) ? outputs[i] : py::handle(Py_None);
+      if (py::isinstance<PyTensor>(bound) && bound.cast<PyTensor>().t.raw() == v.tensor.raw()) {
+        result.append(bound);  // written in place
+      } else {
+        result.append(py::cast(PyTensor{v.tensor, py::none()}));
+      }
+    }
     return result;
   }
 };
@@ -429,6 +695,24 @@ PYBIND11_MODULE(_kiln, m) {
   g_kiln_error = PyErr_NewExceptionWithDoc("kiln.KilnError", "An error reported by kiln (message and .code).",
                                            PyExc_RuntimeError, nullptr);
   m.attr("KilnError") = py::reinterpret_borrow<py::object>(g_kiln_error);
+  for (const ErrorClass& e : kErrorClasses) {
+    const std::string qualified = std::string("kiln.") + e.name;
+    PyObject* cls = PyErr_NewExceptionWithDoc(qualified.c_str(), e.doc, g_kiln_error, nullptr);
+    if (!cls) throw py::error_already_set();
+    g_error_types[static_cast<int>(e.code)] = cls;
+    m.attr(e.name) = py::reinterpret_borrow<py::object>(cls);
+  }
+  m.def("error_class", [](const std::string& code) {
+    for (int c = 0; c <= static_cast<int>(kiln::StatusCode::kCancelled); ++c)
+      if (code == kiln::status_code_name(static_cast<kiln::StatusCode>(c)))
+        return py::reinterpret_borrow<py::object>(error_type(static_cast<kiln::StatusCode>(c)));
+    return py::reinterpret_borrow<py::object>(g_kiln_error);
+  }, py::arg("code"), "The exception class kiln raises for a status code name (\"InvalidArgument\", ...).");
+  m.def("set_default_logger_severity", &kiln::set_logger_severity, py::arg("severity"),
+        "Process-wide log severity, as onnxruntime numbers it: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal.");
+  m.def("profile_to_chrome_trace", [](const std::vector<kiln::ProfileEvent>& events, const std::string& name) {
+    return kiln::profile_to_chrome_trace(events, name);
+  });
   m.attr("__version__") = kiln::version();
 
   py::class_<kiln::TensorInfo>(m, "TensorInfo")
@@ -437,6 +721,8 @@ PYBIND11_MODULE(_kiln, m) {
       .def_property_readonly("dtype", [](const kiln::TensorInfo& i) { return std::string(kiln::dtype_name(i.dtype)); })
       .def_property_readonly("onnx_dtype", [](const kiln::TensorInfo& i) { return static_cast<int>(i.dtype); })
       .def_readonly("rank_known", &kiln::TensorInfo::rank_known)
+      .def_readonly("has_default", &kiln::TensorInfo::has_default,
+                    "an input backed by an initializer (feeding it is optional): an overridable initializer")
       .def_property_readonly("shape", &shape_list, "dims: int, or the symbol (str) / None where dynamic")
       .def_property_readonly("type", &kiln::TensorInfo::type_string)
       .def("__repr__", [](const kiln::TensorInfo& i) {
@@ -444,9 +730,91 @@ PYBIND11_MODULE(_kiln, m) {
                std::string(py::repr(shape_list(i))) + ")";
       });
 
+  py::class_<kiln::ProfileEvent>(m, "ProfileEvent")
+      .def_readonly("run", &kiln::ProfileEvent::run)
+      .def_readonly("step", &kiln::ProfileEvent::step)
+      .def_readonly("name", &kiln::ProfileEvent::name)
+      .def_readonly("op", &kiln::ProfileEvent::op)
+      .def_readonly("kernel", &kiln::ProfileEvent::kernel)
+      .def_readonly("device", &kiln::ProfileEvent::device)
+      .def_readonly("tactic", &kiln::ProfileEvent::tactic)
+      .def_readonly("inputs", &kiln::ProfileEvent::inputs)
+      .def_readonly("outputs", &kiln::ProfileEvent::outputs)
+      .def_readonly("output_bytes", &kiln::ProfileEvent::output_bytes)
+      .def_readonly("start_us", &kiln::ProfileEvent::start_us)
+      .def_readonly("dur_us", &kiln::ProfileEvent::dur_us)
+      .def("__repr__", [](const kiln::ProfileEvent& e) {
+        return "ProfileEvent(run=" + std::to_string(e.run) + ", step=" + std::to_string(e.step) + ", name='" + e.name +
+               "', op='" + e.op + "', dur_us=" + std::to_string(e.dur_us) + ")";
+      });
+
+  py::class_<PyTensor>(m, "Tensor", "A tensor on a device (ONNX Runtime's OrtValue); DLPack in and out.")
+      .def_static("from_numpy", &tensor_from_numpy, py::arg("array"), py::arg("device") = "cpu", py::arg("device_id") = 0,
+                  "A tensor holding `array`: on the CPU it shares the array's memory (a contiguous copy when it is not "
+                  "contiguous); on 'cuda' a copy in GPU memory.")
+      .def_static("empty",
+                  [](const std::vector<int64_t>& shape, const py::object& dtype, const std::string& device, int device_id) {
+                    const kiln::DataType dt = kiln_dtype(py::dtype::from_args(dtype));
+                    if (dt == kiln::DataType::kUndefined || dt == kiln::DataType::kString)
+                      throw py::type_error("kiln: Tensor.empty: unsupported dtype " + std::string(py::str(dtype)));
+                    kiln::Device d;
+                    if (device == "cuda") d = {kiln::DeviceType::kCUDA, device_id};
+                    else if (device != "cpu") throw py::value_error("kiln: unknown device '" + device + "'");
+                    PyTensor out;
+                    out.t = unwrap(kiln::allocate_tensor(dt, shape, d));
+                    return out;
+                  },
+                  py::arg("shape"), py::arg("dtype"), py::arg("device") = "cpu", py::arg("device_id") = 0,
+                  "An uninitialized tensor (ONNX Runtime's ortvalue_from_shape_and_type).")
+      .def_static("from_pointer",
+                  [](uintptr_t ptr, const std::vector<int64_t>& shape, const py::object& dtype, const std::string& device,
+                     int device_id) {
+                    const kiln::DataType dt = kiln_dtype(py::dtype::from_args(dtype));
+                    if (dt == kiln::DataType::kUndefined || dt == kiln::DataType::kString)
+                      throw py::type_error("kiln: Tensor.from_pointer: unsupported dtype " + std::string(py::str(dtype)));
+                    if (!ptr && kiln::shape_numel(shape) != 0) throw py::value_error("kiln: Tensor.from_pointer: null pointer");
+                    if (kiln::shape_nbytes(dt, shape) == SIZE_MAX) throw py::value_error("kiln: Tensor.from_pointer: bad shape");
+                    kiln::Device d;
+                    if (device == "cuda") d = {kiln::DeviceType::kCUDA, device_id};
+                    else if (device != "cpu") throw py::value_error("kiln: unknown device '" + device + "'");
+                    return PyTensor{kiln::Tensor::borrow(dt, shape, reinterpret_cast<void*>(ptr), d), py::none()};
+                  },
+                  py::arg("ptr"), py::arg("shape"), py::arg("dtype"), py::arg("device") = "cpu", py::arg("device_id") = 0,
+                  "A tensor over memory the caller owns and keeps alive (ONNX Runtime's bind_input with a buffer_ptr).")
+      .def_static("from_dlpack", &tensor_from_dlpack, py::arg("obj"),
+                  "Zero copy from a DLPack producer (a torch/CuPy/numpy array, or a 'dltensor' capsule); contiguous "
+                  "CPU or CUDA tensors. For a CUDA tensor, finish the producer's work first (e.g. torch.cuda.synchronize()).")
+      .def("numpy", &tensor_to_numpy, "A numpy array of the tensor's values (copied from the GPU when it is there).")
+      .def("shape", [](const PyTensor& p) { return std::vector<int64_t>(p.t.shape().begin(), p.t.shape().end()); })
+      .def_property_readonly("dtype", [](const PyTensor& p) { return numpy_dtype(p.t.dtype()); })
+      .def("element_type", [](const PyTensor& p) { return std::string("tensor(") + kiln::dtype_onnx_name(p.t.dtype()) + ")"; })
+      .def("data_type", [](const PyTensor& p) { return std::string("tensor(") + kiln::dtype_onnx_name(p.t.dtype()) + ")"; })
+      .def("device_name", [](const PyTensor& p) { return p.t.device().is_cpu() ? "cpu" : "cuda"; })
+      .def("device_id", [](const PyTensor& p) { return p.t.device().index; })
+      .def("data_ptr", [](const PyTensor& p) { return reinterpret_cast<uintptr_t>(p.t.raw()); })
+      .def("is_tensor", [](const PyTensor&) { return true; })
+      .def("__dlpack__", [](const PyTensor& p, const py::args&, const py::kwargs&) { return tensor_dlpack(p); },
+           "A DLPack capsule sharing this tensor's memory (runs have finished when they return: no stream to wait for).")
+      .def("__dlpack_device__", [](const PyTensor& p) {
+        return py::make_tuple(p.t.device().is_cpu() ? dlpack::kCPU : dlpack::kCUDA, p.t.device().is_cpu() ? 0 : p.t.device().index);
+      })
+      .def("__repr__", [](const PyTensor& p) {
+        return std::string("kiln.Tensor(") + kiln::dtype_name(p.t.dtype()) + kiln::shape_to_string(p.t.shape()) + ", " +
+               (p.t.device().is_cpu() ? "cpu" : "cuda") + ")";
+      });
+
   py::class_<Context, std::shared_ptr<Context>>(m, "ExecutionContext")
       .def("run", &Context::run, py::arg("feeds"),
            "Runs the engine on {name: ndarray | list of ndarrays | None}; returns all outputs in order.")
+      .def("run_into", &Context::run_into, py::arg("inputs"), py::arg("outputs"),
+           "The allocation-free form: inputs in engine order (kiln.Tensor, ndarray or None), outputs per engine output a "
+           "kiln.Tensor to write in place (CPU or the engine's GPU) or None; returns kiln.Tensors.")
+      .def("set_num_threads", [](Context& c, int n) { c.ctx->set_num_threads(n); }, py::arg("n"),
+           "CPU threads for this context's runs (0: the calling thread's default); never changes other contexts.")
+      .def("set_profiling", [](Context& c, bool on) { c.ctx->set_profiling(on); }, py::arg("enabled"),
+           "Record every step's time while on (GPU steps waited for one by one, no CUDA graphs).")
+      .def("take_profile", [](Context& c) { return c.ctx->take_profile(); },
+           "The ProfileEvents recorded since profiling was turned on or last taken.")
       .def(
           "set_cuda_stream",
           [](Context& c, uintptr_t stream) { check(c.ctx->set_cuda_stream(reinterpret_cast<void*>(stream))); },

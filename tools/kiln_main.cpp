@@ -20,6 +20,8 @@
 #include <system_error>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "kiln/kiln.h"
 #include "conform.h"
 #include "gpu_timer.h"
@@ -51,7 +53,28 @@ kiln::Precision parse_precision(const std::string& p) {
                        : kiln::Precision::kFloat32;
 }
 
-// Random inputs for a model run without --input: dynamic dims become 1.
+// Random inputs for a model run without --input: dynamic dims become 1. Floats uniform in [-1, 1),
+// integers 0 or 1 (safe as indices and sizes), bools either, strings short random words.
+uint16_t float_to_half_bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const int32_t exp = static_cast<int32_t>((x >> 23) & 0xFF) - 127 + 15;
+  uint32_t mant = x & 0x7FFFFFu;
+  if (exp <= 0) return static_cast<uint16_t>(sign);  // |f| < 2^-14: zero is fine for random data
+  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7C00u);
+  uint32_t h = sign | (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
+  if ((mant & 0x1FFFu) > 0x1000u || ((mant & 0x1FFFu) == 0x1000u && (h & 1u))) ++h;  // round to nearest even
+  return static_cast<uint16_t>(h);
+}
+
+uint16_t float_to_bfloat16_bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  x += 0x7FFFu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
 kiln::Expected<kiln::Tensor> random_input(const kiln::TensorInfo& info, std::mt19937& rng) {
   if (info.kind != "tensor" || !info.rank_known)
     return kiln::invalid_argument("input '" + info.name + "' needs --input (its type is " + info.type_string() + ")");
@@ -59,13 +82,34 @@ kiln::Expected<kiln::Tensor> random_input(const kiln::TensorInfo& info, std::mt1
   for (int64_t d : info.shape) shape.push_back(d >= 0 ? d : 1);
   kiln::Tensor t = kiln::Tensor::empty(info.dtype, shape);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const int64_t n = t.numel();
+  auto fill = [&](auto* p, auto gen) {
+    for (int64_t i = 0; i < n; ++i) p[i] = gen();
+  };
+  auto bit = [&] { return static_cast<int>(rng() % 2); };
   switch (info.dtype) {
-    case kiln::DataType::kFloat32: for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng); break;
-    case kiln::DataType::kFloat64: for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = u(rng); break;
-    case kiln::DataType::kInt64: for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = rng() % 2; break;
-    case kiln::DataType::kInt32: for (int64_t i = 0; i < t.numel(); ++i) t.data<int32_t>()[i] = rng() % 2; break;
-    case kiln::DataType::kBool: for (int64_t i = 0; i < t.numel(); ++i) t.data<bool>()[i] = rng() % 2; break;
-    default: return kiln::unsupported("no random generator for input '" + info.name + "' of type " + info.type_string());
+    case kiln::DataType::kFloat32: fill(t.data<float>(), [&] { return u(rng); }); break;
+    case kiln::DataType::kFloat64: fill(t.data<double>(), [&] { return double(u(rng)); }); break;
+    case kiln::DataType::kFloat16: fill(t.data<uint16_t>(), [&] { return float_to_half_bits(u(rng)); }); break;
+    case kiln::DataType::kBFloat16: fill(t.data<uint16_t>(), [&] { return float_to_bfloat16_bits(u(rng)); }); break;
+    case kiln::DataType::kInt8: fill(t.data<int8_t>(), [&] { return int8_t(bit()); }); break;
+    case kiln::DataType::kUInt8: fill(t.data<uint8_t>(), [&] { return uint8_t(bit()); }); break;
+    case kiln::DataType::kInt16: fill(t.data<int16_t>(), [&] { return int16_t(bit()); }); break;
+    case kiln::DataType::kUInt16: fill(t.data<uint16_t>(), [&] { return uint16_t(bit()); }); break;
+    case kiln::DataType::kInt32: fill(t.data<int32_t>(), [&] { return int32_t(bit()); }); break;
+    case kiln::DataType::kUInt32: fill(t.data<uint32_t>(), [&] { return uint32_t(bit()); }); break;
+    case kiln::DataType::kInt64: fill(t.data<int64_t>(), [&] { return int64_t(bit()); }); break;
+    case kiln::DataType::kUInt64: fill(t.data<uint64_t>(), [&] { return uint64_t(bit()); }); break;
+    case kiln::DataType::kBool: fill(t.data<bool>(), [&] { return bit() != 0; }); break;
+    case kiln::DataType::kString:
+      fill(t.data<std::string>(), [&] {
+        std::string w(1 + rng() % 8, 'a');
+        for (char& c : w) c = static_cast<char>('a' + rng() % 26);
+        return w;
+      });
+      break;
+    default: return kiln::unsupported("no random generator for input '" + info.name + "' of type " + info.type_string() +
+                                      ": give it with --input name=file.npy");
   }
   return t;
 }
@@ -166,7 +210,8 @@ kiln::Expected<std::map<std::string, kiln::Value>> load_inputs(const kiln::Engin
   std::mt19937 rng(in.seed);
   bool announced = false;
   for (const auto& info : e.inputs()) {
-    if (feed.count(info.name)) continue;
+    // An input backed by an initializer (weights listed as inputs, IR < 4) keeps it unless given.
+    if (feed.count(info.name) || info.has_default) continue;
     if (!announced) { std::printf("no --input for some inputs: using random data (seed %u)\n", in.seed); announced = true; }
     KILN_ASSIGN_OR_RETURN(kiln::Tensor t, random_input(info, rng));
     feed[info.name] = kiln::Value::of(t);
@@ -306,6 +351,116 @@ int run_inspect(const std::string& path, int level, bool verbose) {
   return 0;
 }
 
+// `kiln profile`: the report template (tools/profile_report.html) with one placeholder line.
+constexpr const char kReportHtml[] =
+#include "profile_report.inc"
+    ;
+
+// Writes `text` to `path`; an error naming the file when it cannot.
+kiln::Status write_text(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return kiln::io_error("cannot write '" + path + "'");
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) return kiln::io_error("cannot write '" + path + "'");
+  return kiln::Status::Ok();
+}
+
+struct ProfileArgs {
+  int runs = 20, warmup = 3;
+  std::string out;  // prefix: PREFIX.json and PREFIX.html
+};
+
+// Runs the engine `warmup` times, then `runs` times with profiling on; writes the Chrome trace and
+// the HTML report (per layer: op, kernel, device, precision, tactic, shapes, mean time) and prints
+// the ten slowest layers.
+int run_profile(const std::string& model_path, const kiln::Engine& e, kiln::ExecutionContext& ctx,
+                const std::map<std::string, kiln::Value>& feed, const ProfileArgs& pa, const std::string& precision) {
+  for (int i = 0; i < pa.warmup; ++i)
+    if (auto r = ctx.run(feed); !r.ok()) return fail(r.status());
+  std::vector<double> run_ms;
+  ctx.set_profiling(true);
+  for (int i = 0; i < pa.runs; ++i)
+    if (auto r = ctx.run(feed); !r.ok()) return fail(r.status());
+  const std::vector<kiln::ProfileEvent> events = ctx.take_profile();
+  ctx.set_profiling(false);
+
+  // Per step, in execution order: the first run's description, every run's time.
+  struct Layer {
+    const kiln::ProfileEvent* first = nullptr;
+    int64_t calls = 0;
+    double total_us = 0;
+  };
+  std::map<int, Layer> layers;
+  for (const kiln::ProfileEvent& ev : events) {
+    if (ev.step < 0) {
+      run_ms.push_back(ev.dur_us / 1e3);
+      continue;
+    }
+    Layer& l = layers[ev.step];
+    if (!l.first) l.first = &ev;
+    ++l.calls;
+    l.total_us += ev.dur_us;
+  }
+  std::sort(run_ms.begin(), run_ms.end());
+  const double median_ms = run_ms.empty() ? 0 : run_ms[run_ms.size() / 2];
+  const int nruns = std::max(1, pa.runs);
+
+  using nlohmann::json;
+  json data;
+  auto meta = e.metadata();
+  data["kiln_version"] = kiln::version();
+  data["model"] = std::filesystem::path(model_path).filename().string();
+  data["device"] = meta["device"];
+  data["device_name"] = meta["fingerprint"];
+  data["precision"] = meta.count("precision") ? meta["precision"] : precision;
+  data["runs"] = pa.runs;
+  data["wall_ms_per_run"] = median_ms;
+  data["arena_bytes"] = {{"cpu", ctx.arena_bytes(kiln::DeviceType::kCPU)}, {"cuda", ctx.arena_bytes(kiln::DeviceType::kCUDA)}};
+  json rows = json::array();
+  std::vector<std::pair<double, const Layer*>> slowest;
+  for (const auto& [step, l] : layers) {
+    const kiln::ProfileEvent& ev = *l.first;
+    std::string prec;
+    if (!ev.outputs.empty()) prec = ev.outputs[0].substr(0, ev.outputs[0].find('['));
+    const double mean_ms = l.total_us / 1e3 / static_cast<double>(nruns);
+    rows.push_back({{"step", step}, {"name", ev.name}, {"op", ev.op}, {"kernel", ev.kernel}, {"device", ev.device},
+                    {"precision", prec}, {"tactic", ev.tactic}, {"inputs", ev.inputs}, {"outputs", ev.outputs},
+                    {"output_bytes", ev.output_bytes}, {"calls", l.calls}, {"total_ms", l.total_us / 1e3}, {"mean_ms", mean_ms}});
+    slowest.push_back({mean_ms, &l});
+  }
+  data["layers"] = std::move(rows);
+
+  std::string prefix = pa.out.empty() ? std::filesystem::path(model_path).replace_extension("").string() + "_profile" : pa.out;
+  std::string trace = kiln::profile_to_chrome_trace(events, "kiln " + data["model"].get<std::string>());
+  // The data goes inside a <script> element: every '<' becomes \u003c (it can only stand in strings).
+  std::string blob = data.dump(-1, ' ', false, json::error_handler_t::replace), safe;
+  for (char c : blob) {
+    if (c == '<') safe += "\\u003c";
+    else safe += c;
+  }
+  std::string html = kReportHtml;
+  const std::string mark = "__KILN_PROFILE_DATA__";
+  const size_t at = html.find(mark);
+  if (at == std::string::npos) return fail(kiln::internal_error("the report template has no data placeholder"));
+  html.replace(at, mark.size(), safe);
+  if (kiln::Status st = write_text(prefix + ".json", trace); !st.ok()) return fail(st);
+  if (kiln::Status st = write_text(prefix + ".html", html); !st.ok()) return fail(st);
+
+  std::sort(slowest.begin(), slowest.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  double sum = 0;
+  for (const auto& [ms, l] : slowest) sum += ms;
+  std::printf("profiled %d runs (after %d warm-up): median %.3f ms per run, %.3f ms in %zu steps\n", pa.runs, pa.warmup,
+              median_ms, sum, layers.size());
+  std::printf("  %-32s %-22s %-28s %-5s %10s %6s\n", "layer", "op", "kernel", "dev", "ms/run", "%");
+  for (size_t i = 0; i < std::min<size_t>(10, slowest.size()); ++i) {
+    const kiln::ProfileEvent& ev = *slowest[i].second->first;
+    std::printf("  %-32.32s %-22.22s %-28.28s %-5s %10.4f %6.1f\n", ev.name.c_str(), ev.op.c_str(), ev.kernel.c_str(),
+                ev.device.c_str(), slowest[i].first, sum > 0 ? 100 * slowest[i].first / sum : 0.0);
+  }
+  std::printf("trace: %s.json (chrome://tracing, ui.perfetto.dev)\nreport: %s.html\n", prefix.c_str(), prefix.c_str());
+  return 0;
+}
+
 }  // namespace
 
 static int kiln_main(int argc, char** argv) {
@@ -321,6 +476,17 @@ static int kiln_main(int argc, char** argv) {
   CLI::App app{"kiln: an inference compiler and runtime for ONNX models"};
   app.set_version_flag("--version", std::string("kiln ") + kiln::version());
   app.require_subcommand(1);
+  // --help shows every option's default (subcommands inherit this).
+  app.option_defaults()->always_capture_default();
+  app.footer(
+      "Examples:\n"
+      "  kiln info model.onnx\n"
+      "  kiln build model.onnx -o model.kiln --device cuda --precision fp16\n"
+      "  kiln run model.kiln -i input=x.npy --output-dir out/\n"
+      "  kiln bench model.kiln --streams 2 --json bench.json\n"
+      "  kiln compare model.onnx --against onnxruntime\n"
+      "  kiln profile model.onnx -o prof   # prof.json (Chrome trace) and prof.html\n"
+      "Run 'kiln <command> --help' for a command's options.");
 
   // info
   std::string info_path;
@@ -381,7 +547,13 @@ static int kiln_main(int argc, char** argv) {
   bool no_cuda_graphs = false;
   auto* run = app.add_subcommand("run", "Run an engine (or an ONNX model) once and print its outputs");
   auto* bench = app.add_subcommand("bench", "Time repeated runs (median, min, max)");
-  for (auto* sc : {run, bench}) {
+  auto* profile = app.add_subcommand("profile", "Time every layer: a Chrome trace (PREFIX.json) and an HTML report (PREFIX.html)");
+  ProfileArgs profile_args;
+  profile->add_option("--runs", profile_args.runs, "profiled runs")->check(CLI::PositiveNumber);
+  profile->add_option("--warmup", profile_args.warmup, "unprofiled runs first")->check(CLI::NonNegativeNumber);
+  profile->add_option("-o,--output", profile_args.out, "prefix of the files to write (default: <model>_profile)");
+  profile->footer("Example:\n  kiln profile model.onnx --runs 50 -o prof   # writes prof.json and prof.html");
+  for (auto* sc : {run, bench, profile}) {
     sc->add_option("model", run_path, "model.kiln or model.onnx")->required();
     sc->add_option("--input,-i", inputs.specs, "name=file.npy (repeatable); missing inputs get random data");
     sc->add_option("--device", run_device, "cpu or cuda (for .onnx files)")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
@@ -462,6 +634,13 @@ static int kiln_main(int argc, char** argv) {
   }
 
   CLI11_PARSE(app, argc, argv);
+  // Options that only apply when an .onnx is built are ignored for an engine file: say so.
+  for (auto* sc : {run, bench, profile})
+    if (*sc && is_engine_file(run_path))
+      for (const char* opt : {"--device", "--precision"})
+        if (sc->count(opt))
+          std::fprintf(stderr, "kiln: warning: %s is ignored for an engine file (%s was built for its device and precision)\n",
+                       opt, run_path.c_str());
   if (max_tensor_bytes) kiln::set_max_tensor_bytes(max_tensor_bytes);
   if (max_memory) kiln::set_max_memory_bytes(max_memory);
 
@@ -644,6 +823,7 @@ static int kiln_main(int argc, char** argv) {
   if (!feed.ok()) return fail(feed.status());
   std::printf("engine: %s (device %s, loaded/built in %.1f ms)\n", run_path.c_str(),
               (*e)->metadata()["device"].c_str(), load_ms);
+  if (*profile) return run_profile(run_path, **e, **ctx, *feed, profile_args, run_precision);
 
   if (*run) {
     if (!out_dir.empty()) {
@@ -668,7 +848,9 @@ static int kiln_main(int argc, char** argv) {
       const kiln::Value& v = (*outs)[i];
       if (v.kind == kiln::Value::Kind::kTensor) {
         print_tensor_summary(name, v.tensor);
-        if (!out_dir.empty()) {
+        if (!out_dir.empty() && v.tensor.dtype() == kiln::DataType::kString) {
+          std::printf("    (not written: .npy holds strings only as pickled objects)\n");
+        } else if (!out_dir.empty()) {
           const std::string stem = output_file_stem(name, taken);
           kiln::Status st = kiln::write_npy((std::filesystem::path(out_dir) / (stem + ".npy")).string(), v.tensor);
           if (!st.ok()) return fail(st);

@@ -46,6 +46,9 @@ struct TensorInfo {
   bool rank_known = true;
   std::vector<int64_t> shape;
   std::vector<std::string> dim_names;
+  // An input backed by an initializer (a model before IR 4 lists its weights as inputs; ONNX Runtime
+  // calls these overridable initializers): feeding it is optional, the initializer is its default.
+  bool has_default = false;
   // "tensor(float)", "seq(tensor(int64))", ... as ONNX Runtime prints types.
   std::string type_string() const;
 };
@@ -97,6 +100,25 @@ struct BuildOptions {
 };
 
 class ExecutionContext;
+
+// One timed step of a profiled run (ExecutionContext::set_profiling). Times are host wall times from
+// when profiling was turned on; on a GPU each step is waited for before its end is taken (and CUDA
+// graphs are off while profiling), so a step's time is its device time plus one launch.
+struct ProfileEvent {
+  int64_t run = 0;        // runs counted from when profiling was turned on (0 first)
+  int step = -1;          // the plan's step index; -1 for the event spanning a whole run
+  std::string name;       // the node's name ("run" for the whole run)
+  std::string op;         // "Conv", "com.microsoft.FusedMatMul", "copy" (between devices)
+  std::string kernel;     // the kernel's registry name ("cpu.Conv.onednn", "copy.h2d")
+  std::string device;     // "cpu" or "cuda"
+  std::string tactic;     // the tuner's choice, "" for the kernel's own
+  std::vector<std::string> inputs, outputs;  // "float32[1,3,224,224]" per tensor ("" when absent)
+  size_t output_bytes = 0;
+  double start_us = 0, dur_us = 0;
+};
+// The events as a Chrome trace (chrome://tracing, Perfetto): a JSON object with "traceEvents", one
+// complete ("X") event per step with the op, kernel, device, tactic and shapes as args.
+std::string profile_to_chrome_trace(const std::vector<ProfileEvent>& events, const std::string& process_name);
 
 class Engine {
  public:
@@ -163,6 +185,10 @@ class ExecutionContext {
   // Stops the run in progress on this context (callable from any thread): it returns kCancelled
   // before its next step. The flag clears when a run starts.
   void terminate();
+  // CPU threads for this context's runs (ONNX Runtime's intra_op_num_threads): set for each run on
+  // the calling thread and restored after it, so it never changes other contexts' runs; 0 (the
+  // default) uses the calling thread's OpenMP setting (all cores, or OMP_NUM_THREADS).
+  void set_num_threads(int n);
   // A time limit for each run (0: none): a run past it stops with kCancelled before its next step.
   void set_run_timeout(double seconds);
   // CUDA graphs (on by default; the environment KILN_CUDA_GRAPHS=0 makes the default off): from the
@@ -177,6 +203,12 @@ class ExecutionContext {
   // queued on the previous stream is waited for first; nullptr goes back to the context's own
   // stream. kInvalidArgument for a CPU engine.
   Status set_cuda_stream(void* stream);
+  // Profiling: while on, every run records a ProfileEvent per top-level step and one per run
+  // (subgraph steps count under their If/Loop/Scan node); GPU steps are waited for one by one and
+  // CUDA graphs are not used. Turning it on clears earlier events.
+  void set_profiling(bool on);
+  // The events recorded since profiling was turned on or last taken, in order; clears them.
+  std::vector<ProfileEvent> take_profile();
   // Captured graphs over the signatures this context has planned (tests and `kiln bench` report it).
   size_t cuda_graphs() const;
   size_t planned_signatures() const;
@@ -234,6 +266,11 @@ Expected<OptimizationReport> inspect_model(const std::string& onnx_path, int opt
 Expected<Tensor> allocate_tensor(DataType dtype, const Shape& shape, Device device);
 // Copies `src` into `dst` (same dtype and size; host or device on either side) and waits for it.
 Status transfer(const Tensor& src, Tensor& dst);
+
+// ---- Logging
+// The severity below which kiln's log messages are dropped, numbered as ONNX Runtime numbers them:
+// 0 verbose, 1 info, 2 warning (the default; also KILN_LOG_LEVEL), 3 error, 4 fatal. Process-wide.
+void set_logger_severity(int severity);
 
 // ---- Timing caches (BuildOptions::timing_cache)
 // Merges timing caches written on one device by one kiln version into `out` (for each layer and

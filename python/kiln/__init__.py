@@ -15,7 +15,11 @@ Two ways in:
       outputs = ctx.run({"x": x})
 
 ``kiln.backend`` implements onnx's backend protocol (used by the conformance suite).
-Every error kiln reports is a ``kiln.KilnError`` (a ``RuntimeError``) with a ``code`` attribute.
+Every error kiln reports is a ``kiln.KilnError`` (a ``RuntimeError``) with a ``code`` attribute, raised
+as the subclass ONNX Runtime names the same way: ``InvalidArgument``, ``InvalidGraph``,
+``NotImplemented``, ``NoSuchFile``, ``EngineError``, ``RuntimeException``, ``Fail``, plus kiln's
+``FileError`` and ``Cancelled`` (``kiln.NotImplemented`` is not exported by ``from kiln import *``:
+it would hide Python's builtin of that name).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import ctypes
 import ctypes.util
 import os
 import threading
+import time
+import warnings
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -42,12 +48,52 @@ if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
     os.environ["GOMP_SPINCOUNT"] = "10000"
 
 from . import _kiln
-from ._kiln import Engine, ExecutionContext, KilnError, TensorInfo, summarize_model
+from ._kiln import (
+    Cancelled,
+    Engine,
+    EngineError,
+    ExecutionContext,
+    Fail,
+    InvalidArgument,
+    InvalidGraph,
+    FileError,
+    KilnError,
+    NoSuchFile,
+    NotImplemented,  # noqa: A004
+    ProfileEvent,
+    RuntimeException,
+    Tensor,
+    TensorInfo,
+    set_default_logger_severity,
+    summarize_model,
+)
+
+# ONNX Runtime's OrtValue spelled as kiln's Tensor, with its factory names.
+OrtValue = Tensor
+Tensor.ortvalue_from_numpy = staticmethod(Tensor.from_numpy)
+Tensor.ortvalue_from_shape_and_type = staticmethod(
+    lambda shape, element_type, device_type="cpu", device_id=0: Tensor.empty(shape, element_type, device_type, device_id)
+)
 
 __version__: str = _kiln.__version__
 
 __all__ = [
+    "Cancelled",
     "Engine",
+    "EngineError",
+    "Fail",
+    "IOBinding",
+    "InvalidArgument",
+    "InvalidGraph",
+    "ModelMetadata",
+    "FileError",
+    "NoSuchFile",
+    "OrtValue",
+    "ProfileEvent",
+    "RunOptions",
+    "RuntimeException",
+    "Tensor",
+    "set_default_logger_severity",
     "ExecutionContext",
     "GraphOptimizationLevel",
     "InferenceSession",
@@ -69,7 +115,7 @@ _ENGINE_MAGIC = b"KILN"
 
 
 def _error(code: str, message: str) -> KilnError:
-    err = KilnError(f"{code}: {message}")
+    err = _kiln.error_class(code)(f"{code}: {message}")
     err.code = code
     return err
 
@@ -123,15 +169,31 @@ def get_device() -> str:
 
 
 def _provider_names(providers: Iterable[Any] | None) -> list[str]:
+    """The usable providers asked for, in order. As onnxruntime does, a provider that is unknown or not
+    available here is skipped with a warning (the session falls back to the next one, then the CPU)."""
     names = []
+    available = None
     for p in providers or []:
         name = p[0] if isinstance(p, (tuple, list)) else p
         if not isinstance(name, str):
             raise ValueError(f"providers must be names or (name, options) tuples, got {p!r}")
         if name not in _KNOWN_PROVIDERS:
-            raise ValueError(
-                f"Unknown Provider Type: {name} (kiln supports {', '.join(_KNOWN_PROVIDERS)})"
+            warnings.warn(
+                f"Specified provider '{name}' is not in available provider names. "
+                f"Available providers: '{', '.join(get_available_providers())}' (kiln knows "
+                f"{', '.join(_KNOWN_PROVIDERS)})",
+                stacklevel=3,
             )
+            continue
+        if available is None:
+            available = get_available_providers()
+        if name not in available:
+            warnings.warn(
+                f"Specified provider '{name}' is not in available provider names. "
+                f"Available providers: '{', '.join(available)}' (no usable CUDA GPU here: running on the CPU)",
+                stacklevel=3,
+            )
+            continue
         names.append(name)
     return names
 
@@ -255,23 +317,69 @@ class ExecutionMode:
 
 
 class SessionOptions:
-    """The subset of onnxruntime.SessionOptions kiln honours; the other common fields are accepted."""
+    """onnxruntime.SessionOptions. What kiln does with each field:
+
+    * graph_optimization_level: disable → kiln opt level 0, basic → 1, extended/all → 2 (fusions).
+    * intra_op_num_threads: CPU threads of this session's runs (0: all cores or OMP_NUM_THREADS); set
+      per run and restored after it, so sessions never change each other's thread count.
+    * enable_profiling / profile_file_prefix: every run records each step's time;
+      InferenceSession.end_profiling() writes them as a Chrome trace and returns the file name.
+    * log_severity_level: 0 or 1 logs the build's decisions (a verbose build); 3 or 4 lowers kiln's
+      process-wide logging to errors (as set_default_logger_severity).
+    * optimized_model_filepath: kiln's optimized form of a model is its engine, not an .onnx: a
+      warning, and nothing is written (save ``session.engine`` instead).
+    * inter_op_num_threads, execution_mode, enable_mem_pattern, enable_cpu_mem_arena,
+      log_verbosity_level, logid: accepted; they change nothing in kiln (its memory is always
+      planned, its steps run in order).
+    Setting a field that onnxruntime's SessionOptions does not have raises AttributeError, as there.
+    """
+
+    __slots__ = (
+        "graph_optimization_level",
+        "intra_op_num_threads",
+        "inter_op_num_threads",
+        "execution_mode",
+        "execution_order",
+        "log_severity_level",
+        "log_verbosity_level",
+        "enable_profiling",
+        "profile_file_prefix",
+        "enable_mem_pattern",
+        "enable_mem_reuse",
+        "enable_cpu_mem_arena",
+        "optimized_model_filepath",
+        "logid",
+        "use_deterministic_compute",
+        "_config",
+    )
 
     def __init__(self) -> None:
         self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
         self.intra_op_num_threads = 0
         self.inter_op_num_threads = 0
         self.execution_mode = ExecutionMode.ORT_SEQUENTIAL
+        self.execution_order = 0
         self.log_severity_level = 2
         self.log_verbosity_level = 0
         self.enable_profiling = False
+        self.profile_file_prefix = "kiln_profile"
         self.enable_mem_pattern = True
+        self.enable_mem_reuse = True
         self.enable_cpu_mem_arena = True
         self.optimized_model_filepath = ""
         self.logid = ""
+        self.use_deterministic_compute = False
+        self._config: dict[str, str] = {}
 
-    def add_session_config_entry(self, key: str, value: str) -> None:  # accepted, ignored
-        pass
+    def add_session_config_entry(self, key: str, value: str) -> None:
+        """Stored (get_session_config_entry returns it); kiln reads no session config keys."""
+        self._config[str(key)] = str(value)
+
+    def get_session_config_entry(self, key: str) -> str:
+        return self._config[str(key)]
+
+    def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
+        raise NotImplemented("free dimension overrides: give shape profiles instead (providers option trt_profile_*_shapes)")
 
 
 class RunOptions:
@@ -344,7 +452,11 @@ def _normalize_feed(infos: Sequence[TensorInfo], feed: dict[str, Any]) -> dict[s
             known = ", ".join(repr(i.name) for i in infos) or "none"
             raise _error("InvalidArgument", f"unknown input '{name}'; the model's inputs are: {known}")
         if info.kind == "tensor" and isinstance(value, (list, tuple)):
-            value = np.asarray(value)
+            try:
+                dtype = np.dtype(info.dtype) if info.dtype != "string" else object
+            except TypeError:
+                dtype = None  # an extended type (bfloat16, float8): numpy's own choice
+            value = np.asarray(value, dtype=dtype)
         out[name] = value
     return out
 
@@ -363,11 +475,119 @@ def _open_engine(path_or_bytes: Any, device: str, opt_level: int, precision: str
     raise TypeError(f"InferenceSession expects a path, bytes or ModelProto, got {type(path_or_bytes).__name__}")
 
 
+class ModelMetadata:
+    """What onnxruntime's InferenceSession.get_modelmeta() returns (read from the model, and kept in
+    engine files)."""
+
+    def __init__(self, meta: dict[str, str]) -> None:
+        self.producer_name: str = meta.get("model.producer_name", "")
+        self.graph_name: str = meta.get("model.graph_name", "")
+        self.domain: str = meta.get("model.domain", "")
+        self.description: str = meta.get("model.description", "")
+        self.graph_description: str = meta.get("model.graph_description", "")
+        try:
+            self.version: int = int(meta.get("model.version", "0"))
+        except ValueError:
+            self.version = 0
+        prefix = "model.custom."
+        self.custom_metadata_map: dict[str, str] = {k[len(prefix):]: v for k, v in meta.items() if k.startswith(prefix)}
+
+    def __repr__(self) -> str:
+        return (f"ModelMetadata(producer_name={self.producer_name!r}, graph_name={self.graph_name!r}, "
+                f"version={self.version}, custom_metadata_map={self.custom_metadata_map!r})")
+
+
+class IOBinding:
+    """onnxruntime's IOBinding: inputs and outputs bound to CPU or GPU memory ahead of runs.
+
+    Inputs: numpy arrays (bind_cpu_input), kiln.Tensor / OrtValue (bind_ortvalue_input; DLPack from
+    torch or CuPy through kiln.Tensor.from_dlpack), or raw device pointers (bind_input). Outputs: a
+    device to leave them on (bind_output(name, "cuda")), a caller's buffer (buffer_ptr), or a
+    kiln.Tensor to write in place. A CUDA engine reads GPU inputs and writes GPU outputs on the device
+    with no host copy. Runs finish before run_with_iobinding returns, so synchronize_* have nothing to
+    wait for.
+    """
+
+    def __init__(self, session: "InferenceSession") -> None:
+        self._session = session
+        self._inputs: dict[str, Any] = {}
+        self._outputs: dict[str, Any] = {}  # name -> Tensor, or (device, device_id) to allocate
+        self._results: dict[str, Tensor] = {}
+
+    def _check_input(self, name: str) -> None:
+        if name not in self._session._input_index:
+            known = ", ".join(repr(i.name) for i in self._session._inputs)
+            raise _error("InvalidArgument", f"unknown input '{name}'; the model's inputs are: {known}")
+
+    def _check_output(self, name: str) -> None:
+        if name not in self._session._output_index:
+            known = ", ".join(repr(o.name) for o in self._session._outputs)
+            raise _error("InvalidArgument", f"unknown output '{name}'; the model's outputs are: {known}")
+
+    def bind_cpu_input(self, name: str, arr_on_cpu: Any) -> None:
+        self._check_input(name)
+        self._inputs[name] = np.asarray(arr_on_cpu)
+
+    def bind_input(self, name: str, device_type: str, device_id: int, element_type: Any, shape: Sequence[int],
+                   buffer_ptr: int) -> None:
+        """Binds memory the caller owns (and keeps alive while bound): a pointer on `device_type`
+        ("cpu" or "cuda") holding a dense tensor of numpy dtype `element_type` and `shape`."""
+        self._check_input(name)
+        self._inputs[name] = Tensor.from_pointer(int(buffer_ptr), list(shape), element_type, str(device_type).lower(),
+                                                 int(device_id))
+
+    def bind_ortvalue_input(self, name: str, ortvalue: Tensor) -> None:
+        self._check_input(name)
+        self._inputs[name] = ortvalue
+
+    def bind_output(self, name: str, device_type: str = "cpu", device_id: int = 0, element_type: Any = None,
+                    shape: Sequence[int] | None = None, buffer_ptr: int | None = None) -> None:
+        self._check_output(name)
+        device = str(device_type).lower()
+        if device not in ("cpu", "cuda"):
+            raise _error("InvalidArgument", f"bind_output '{name}': unknown device type '{device_type}'")
+        if buffer_ptr is not None:
+            if element_type is None or shape is None:
+                raise _error("InvalidArgument", f"bind_output '{name}': a buffer_ptr needs element_type and shape")
+            self._outputs[name] = Tensor.from_pointer(int(buffer_ptr), list(shape), element_type, device, int(device_id))
+        else:
+            self._outputs[name] = (device, int(device_id))
+
+    def bind_ortvalue_output(self, name: str, ortvalue: Tensor) -> None:
+        self._check_output(name)
+        self._outputs[name] = ortvalue
+
+    def clear_binding_inputs(self) -> None:
+        self._inputs.clear()
+
+    def clear_binding_outputs(self) -> None:
+        self._outputs.clear()
+        self._results.clear()
+
+    def synchronize_inputs(self) -> None:
+        pass
+
+    def synchronize_outputs(self) -> None:
+        pass
+
+    def get_outputs(self) -> list[Tensor]:
+        """The outputs of the last run, in binding order (every output when none was bound)."""
+        names = list(self._outputs) or [o.name for o in self._session._outputs]
+        missing = [n for n in names if n not in self._results]
+        if missing:
+            raise _error("InvalidArgument", f"no run has produced {missing[0]!r} yet: call run_with_iobinding first")
+        return [self._results[n] for n in names]
+
+    def copy_outputs_to_cpu(self) -> list[Any]:
+        return [t.numpy() for t in self.get_outputs()]
+
+
 class InferenceSession:
     """Runs an ONNX model (.onnx) or a kiln engine (.kiln) with onnxruntime's session API.
 
     providers: names or (name, options) tuples; CUDA is used when CUDAExecutionProvider comes first
-    and CUDA is usable, else the CPU. Unknown names raise ValueError. CUDA options kiln reads:
+    and CUDA is usable, else the CPU (an unknown or unavailable provider is skipped with a warning, as
+    onnxruntime does). CUDA options kiln reads:
     "precision" ("fp32", "tf32", "fp16", "bf16", "best"; TensorRT's "trt_fp16_enable"/"trt_bf16_enable" too) and
     "enable_cuda_graph" (kiln replays CUDA graphs by default; False turns them off), and shape profiles, tuning and
     the timing cache as TensorRT's provider names them (see _build_settings). A session may be run from
@@ -383,26 +603,49 @@ class InferenceSession:
         **kwargs: Any,
     ) -> None:
         self._sess_options = sess_options or SessionOptions()
+        opts = self._sess_options
         names = _provider_names(providers)
-        device = "cuda" if names and names[0] == CUDA_PROVIDER and cuda_available() else "cpu"
+        device = "cuda" if names and names[0] == CUDA_PROVIDER else "cpu"
         # ORT's levels map onto kiln's: disable → 0, basic → 1 (folding, cleanup), extended/all → 2 (+ fusions).
-        level = self._sess_options.graph_optimization_level
+        level = opts.graph_optimization_level
         opt_level = {GraphOptimizationLevel.ORT_DISABLE_ALL: 0, GraphOptimizationLevel.ORT_ENABLE_BASIC: 1}.get(level, 2)
         # Fusions fire only into ops the target device has kernels for (the builder checks), so
         # CUDA sessions take the same levels as CPU ones.
-        self._threads = int(self._sess_options.intra_op_num_threads or 0)
-        set_num_threads(self._threads)
+        self._threads = max(0, int(opts.intra_op_num_threads or 0))
+        if opts.optimized_model_filepath:
+            warnings.warn(
+                "SessionOptions.optimized_model_filepath: kiln does not write optimized .onnx models (its optimized "
+                "form is the engine: session.engine.save('model.kiln')); nothing was written",
+                stacklevel=2,
+            )
+        severity = int(opts.log_severity_level)
+        if severity >= 3:
+            set_default_logger_severity(severity)
 
         cuda_options = _cuda_provider_options(providers, provider_options)
         precision, self._cuda_graphs = _cuda_settings(cuda_options)
+        self._provider_options = {CUDA_PROVIDER: {str(k): str(v) for k, v in cuda_options.items()}} if device == "cuda" else {}
+        self._load_start = time.time()
         self._engine = _open_engine(path_or_bytes, device, opt_level, precision if device == "cuda" else "fp32",
-                                    **_build_settings(cuda_options))
+                                    verbose=severity <= 1, **_build_settings(cuda_options))
+        self._load_ms = (time.time() - self._load_start) * 1e3
+        if device == "cuda" and self._engine.device != "cuda":
+            warnings.warn("the engine file was built for the CPU: CUDAExecutionProvider does not apply to it", stacklevel=2)
         self._providers = [CUDA_PROVIDER, CPU_PROVIDER] if self._engine.device == "cuda" else [CPU_PROVIDER]
-        self._inputs = list(self._engine.inputs)
+        for p in self._providers:
+            self._provider_options.setdefault(p, {})
+        self._all_inputs = list(self._engine.inputs)
+        # Inputs backed by an initializer (weights listed as inputs before IR 4) are overridable
+        # initializers, not inputs a caller must feed.
+        self._inputs = [i for i in self._all_inputs if not i.has_default]
+        self._overridable = [i for i in self._all_inputs if i.has_default]
+        self._input_index = {i.name: k for k, i in enumerate(self._all_inputs)}
         self._outputs = list(self._engine.outputs)
         self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
-        self._pool: list[ExecutionContext] = [self._new_context()]
+        self._profiling = bool(opts.enable_profiling)
+        self._profile_contexts: list[ExecutionContext] = []
         self._pool_lock = threading.Lock()
+        self._pool: list[ExecutionContext] = [self._new_context()]
         self._model_path = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
 
     # -- metadata
@@ -418,25 +661,60 @@ class InferenceSession:
         return [NodeArg(o) for o in self._outputs]
 
     def get_overridable_initializers(self) -> list[NodeArg]:
-        return []
+        return [NodeArg(i) for i in self._overridable]
+
+    def get_modelmeta(self) -> ModelMetadata:
+        return ModelMetadata(self._engine.metadata())
 
     def get_providers(self) -> list[str]:
         return list(self._providers)
 
     def get_provider_options(self) -> dict[str, dict]:
-        return {p: {} for p in self._providers}
+        return {p: dict(o) for p, o in self._provider_options.items()}
 
     def get_session_options(self) -> SessionOptions:
         return self._sess_options
 
+    def get_profiling_start_time_ns(self) -> int:
+        return int(self._load_start * 1e9)
+
     def set_providers(self, providers: Sequence[Any] | None = None, provider_options: Any = None) -> None:
         _provider_names(providers)  # validated; an engine's device is fixed once built
+
+    # -- profiling
+    def end_profiling(self) -> str:
+        """Writes the runs recorded since profiling began (SessionOptions.enable_profiling) as a Chrome
+        trace (chrome://tracing, Perfetto) named <profile_file_prefix>_<date>.json and returns its name;
+        "" when profiling is off. Later runs start a new profile."""
+        if not self._profiling:
+            return ""
+        with self._pool_lock:
+            contexts = list(self._profile_contexts)
+        events: list[ProfileEvent] = []
+        for ctx in contexts:
+            events.extend(ctx.take_profile())
+        stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime())
+        path = f"{self._sess_options.profile_file_prefix}_{stamp}.json"
+        k = 1
+        while os.path.exists(path):
+            k += 1
+            path = f"{self._sess_options.profile_file_prefix}_{stamp}_{k}.json"
+        name = os.path.basename(self._model_path) if self._model_path else "model"
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(_kiln.profile_to_chrome_trace(events, f"kiln {name}"))
+        return path
 
     # -- running
     def _new_context(self) -> ExecutionContext:
         ctx = self._engine.create_context()
         if self._cuda_graphs is not None:
             ctx.set_cuda_graphs(self._cuda_graphs)
+        if self._threads:
+            ctx.set_num_threads(self._threads)
+        if self._profiling:
+            ctx.set_profiling(True)
+            with self._pool_lock:
+                self._profile_contexts.append(ctx)
         return ctx
 
     def _acquire(self) -> ExecutionContext:
@@ -449,6 +727,23 @@ class InferenceSession:
         with self._pool_lock:
             self._pool.append(ctx)
 
+    def _with_context(self, run_options: RunOptions | None, fn):
+        ctx = self._acquire()
+        try:
+            if run_options is None:
+                return fn(ctx)
+            ctx.set_run_timeout(float(run_options.run_timeout_s or 0))
+            run_options._enter(ctx)
+            try:
+                result = fn(ctx)
+            finally:
+                ctx.set_run_timeout(0.0)
+                run_options._leave(ctx)
+            run_options._check()
+            return result
+        finally:
+            self._release(ctx)
+
     def run(
         self,
         output_names: Sequence[str] | None,
@@ -458,33 +753,68 @@ class InferenceSession:
         """Runs the model; returns the requested outputs (all when output_names is None/empty)."""
         if not isinstance(input_feed, dict):
             raise TypeError(f"input_feed must be a dict of name → array, got {type(input_feed).__name__}")
-        indices = None
-        if output_names:
-            indices = []
-            for name in output_names:
-                if name not in self._output_index:
-                    known = ", ".join(repr(o.name) for o in self._outputs)
-                    raise _error("InvalidArgument", f"unknown output '{name}'; the model's outputs are: {known}")
-                indices.append(self._output_index[name])
-        feed = _normalize_feed(self._inputs, input_feed)
-        if self._threads > 0:
-            set_num_threads(self._threads)
-        ctx = self._acquire()
-        try:
-            if run_options is None:
-                outputs = ctx.run(feed)
-            else:
-                ctx.set_run_timeout(float(run_options.run_timeout_s or 0))
-                run_options._enter(ctx)
-                try:
-                    outputs = ctx.run(feed)
-                finally:
-                    ctx.set_run_timeout(0.0)
-                    run_options._leave(ctx)
-                run_options._check()
-        finally:
-            self._release(ctx)
+        indices = self._output_indices(output_names)
+        feed = _normalize_feed(self._all_inputs, input_feed)
+        if any(isinstance(v, Tensor) for v in feed.values()):
+            return self.run_with_ort_values(output_names, feed, run_options)
+        outputs = self._with_context(run_options, lambda ctx: ctx.run(feed))
         return outputs if indices is None else [outputs[i] for i in indices]
+
+    def _output_indices(self, output_names: Sequence[str] | None) -> list[int] | None:
+        if not output_names:
+            return None
+        indices = []
+        for name in output_names:
+            if name not in self._output_index:
+                known = ", ".join(repr(o.name) for o in self._outputs)
+                raise _error("InvalidArgument", f"unknown output '{name}'; the model's outputs are: {known}")
+            indices.append(self._output_index[name])
+        return indices
+
+    def _ordered_inputs(self, feed: dict[str, Any]) -> list[Any]:
+        ordered = []
+        for info in self._all_inputs:
+            value = feed.get(info.name)
+            if value is None and not info.has_default:
+                raise _error("InvalidArgument", f"input '{info.name}' was not given (the model's inputs are: "
+                             + ", ".join(repr(i.name) for i in self._inputs) + ")")
+            ordered.append(value)
+        return ordered
+
+    def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: dict[str, Any],
+                            run_options: RunOptions | None = None) -> list[Tensor]:
+        """Like run(), with kiln.Tensor (OrtValue) inputs on the CPU or the engine's GPU (numpy arrays
+        also accepted); returns kiln.Tensors."""
+        indices = self._output_indices(output_names)
+        feed = _normalize_feed(self._all_inputs, input_dict_ort_values)
+        ordered = self._ordered_inputs(feed)
+        outputs = self._with_context(run_options, lambda ctx: ctx.run_into(ordered, [None] * len(self._outputs)))
+        return outputs if indices is None else [outputs[i] for i in indices]
+
+    def io_binding(self) -> IOBinding:
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: IOBinding, run_options: RunOptions | None = None) -> None:
+        """Runs with the binding's inputs; outputs go where they are bound (get_outputs() returns them)."""
+        ordered = self._ordered_inputs(iobinding._inputs)
+        bound: list[Any] = [None] * len(self._outputs)
+        for name, target in iobinding._outputs.items():
+            if isinstance(target, Tensor):
+                bound[self._output_index[name]] = target
+            else:
+                prev = iobinding._results.get(name)  # reuse last run's device buffer when it still fits
+                if prev is not None and prev.device_name() == target[0]:
+                    bound[self._output_index[name]] = prev
+        results = self._with_context(run_options, lambda ctx: ctx.run_into(ordered, bound))
+        out: dict[str, Tensor] = {}
+        for k, o in enumerate(self._outputs):
+            t = results[k]
+            target = iobinding._outputs.get(o.name)
+            if isinstance(t, Tensor) and isinstance(target, tuple) and t.device_name() != target[0]:
+                # Not written in place (first run, or the shape changed): move it where it was bound.
+                t = Tensor.from_numpy(t.numpy(), target[0], target[1])
+            out[o.name] = t
+        iobinding._results = out
 
     def __repr__(self) -> str:
         src = self._model_path or "<bytes>"

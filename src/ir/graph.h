@@ -192,6 +192,7 @@ std::set<std::string> names_read_by_subgraphs(const Graph& g);
 struct Model {
   std::unique_ptr<Graph> graph;
   int64_t ir_version = 0;
+  int64_t model_version = 0;
   std::string producer_name, producer_version, domain, doc;
   std::map<std::string, std::string> metadata;
   std::string source_path;   // the file it came from (empty for bytes)

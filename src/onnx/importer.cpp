@@ -129,6 +129,7 @@ Expected<ir::Model> Importer::run(const ::onnx::ModelProto& m) {
   model.producer_version = m.producer_version();
   model.domain = m.domain();
   model.doc = m.doc_string();
+  model.model_version = m.model_version();
   for (const auto& kv : m.metadata_props()) model.metadata[kv.key()] = kv.value();
   model.graph = std::make_unique<ir::Graph>();
   KILN_RETURN_IF_ERROR(read_opsets(m, model.graph->opsets));

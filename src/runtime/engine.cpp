@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "backends/backend.h"
 #include "onnx/importer.h"
@@ -55,6 +56,7 @@ TensorInfo tensor_info(const ir::Value& v) {
     t = t->elem.get();
   }
   ti.dtype = t->dtype;
+  ti.has_default = v.is_input && v.constant.has_value();
   ti.rank_known = t->shape.known;
   for (const ir::Dim& d : t->shape.dims) {
     ti.shape.push_back(d.is_static() ? d.value : -1);
@@ -199,6 +201,14 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
     }));
   }
   describe_engine(*impl, model.source_hash);
+  // What ONNX Runtime's get_modelmeta() reports, kept in the engine file with the other header fields.
+  impl->meta["model.producer_name"] = model.producer_name;
+  impl->meta["model.producer_version"] = model.producer_version;
+  impl->meta["model.graph_name"] = impl->graph->name;
+  impl->meta["model.domain"] = model.domain;
+  impl->meta["model.description"] = model.doc;
+  impl->meta["model.version"] = std::to_string(model.model_version);
+  for (const auto& [k, val] : model.metadata) impl->meta["model.custom." + k] = val;
   report(options, start, "done");
   return std::make_shared<Engine>(std::move(impl));
 }
@@ -338,6 +348,7 @@ struct ExecutionContext::Impl {
   std::vector<std::string> host_reader;
   Slot none;
   double timeout_s = 0;             // per run; 0: none
+  int threads = 0;                  // CPU threads per run; 0: the calling thread's OpenMP setting
 };
 
 Expected<std::unique_ptr<ExecutionContext>> Engine::create_context() const {
@@ -442,11 +453,46 @@ static Status check_input(const ir::Value& decl, const Value& given, const std::
   return Status::Ok();
 }
 
+void ExecutionContext::set_profiling(bool on) {
+  if (on) impl_->res.trace = std::make_unique<StepTrace>();
+  else impl_->res.trace.reset();
+}
+
+std::vector<ProfileEvent> ExecutionContext::take_profile() {
+  if (!impl_->res.trace) return {};
+  return std::exchange(impl_->res.trace->events, {});
+}
+
 void ExecutionContext::terminate() { impl_->res.terminate.store(true, std::memory_order_relaxed); }
 void ExecutionContext::set_run_timeout(double seconds) { impl_->timeout_s = seconds > 0 ? seconds : 0; }
 
+namespace {
+
+// The OpenMP thread count of the calling thread for one run (ExecutionContext::set_num_threads),
+// restored after it: a context's setting never leaks into other contexts run on the same thread.
+class ThreadCountScope {
+ public:
+  explicit ThreadCountScope(int n) : saved_(n > 0 ? omp_get_max_threads() : 0) {
+    if (n > 0 && n != saved_) omp_set_num_threads(n);
+    else saved_ = 0;
+  }
+  ~ThreadCountScope() {
+    if (saved_ > 0) omp_set_num_threads(saved_);
+  }
+  ThreadCountScope(const ThreadCountScope&) = delete;
+  ThreadCountScope& operator=(const ThreadCountScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+}  // namespace
+
+void ExecutionContext::set_num_threads(int n) { impl_->threads = n > 0 ? n : 0; }
+
 Status ExecutionContext::run_into(const std::vector<Value>& inputs, std::vector<Value>& outputs) {
   Impl& ci = *impl_;
+  ThreadCountScope threads(ci.threads);
   ci.res.terminate.store(false, std::memory_order_relaxed);
   ci.res.deadline = ci.timeout_s > 0 ? std::chrono::steady_clock::now() +
                                            std::chrono::duration_cast<std::chrono::steady_clock::duration>(

@@ -498,7 +498,8 @@ Status ContextResources::check_stop() const {
 
 Status Frame::run_step(int si, OpProfile* profile) {
   const Step& s = graph.steps[si];
-  const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+  StepTrace* trace = parent ? nullptr : res.trace.get();
+  const auto start = profile || trace ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
   if (s.kind == Step::Kind::kCopy) {
     const Slot& src = *at[s.in[0]];
     if (src.kind == Slot::Kind::kTensor) {
@@ -569,6 +570,11 @@ Status Frame::run_step(int si, OpProfile* profile) {
     OpProfile::Entry& e = profile->by_op[op];
     ++e.calls;
     e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  if (trace) {
+    // A GPU step's time is its device time: wait for it before taking the end.
+    if (!s.backend->device().is_cpu()) KILN_RETURN_IF_ERROR(s.backend->synchronize(res.state_for(s.backend->device())));
+    trace_step(si, start);
   }
   release_after(s);
   return Status::Ok();
@@ -695,13 +701,55 @@ Status Frame::run_segment(ShapePlan::GraphSegment& seg) {
   return gpu.launch_graph(seg.exec.get(), state);
 }
 
+namespace {
+
+std::string type_shape(const Slot& v) {
+  if (v.kind == Slot::Kind::kNone) return "";
+  if (v.kind == Slot::Kind::kSequence) return "sequence";
+  return std::string(dtype_name(v.tensor.dtype())) + shape_to_string(v.tensor.shape());
+}
+
+double micros(std::chrono::steady_clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+}  // namespace
+
+void Frame::trace_step(int si, std::chrono::steady_clock::time_point start) {
+  const Step& s = graph.steps[si];
+  StepTrace& t = *res.trace;
+  ProfileEvent e;
+  e.run = t.runs - 1;
+  e.step = si;
+  if (s.node) {
+    e.name = s.node->name;
+    e.op = s.node->domain.empty() ? s.node->op_type : s.node->domain + "." + s.node->op_type;
+  } else {
+    e.name = "copy of " + graph.values[s.in[0]].name;
+    e.op = "copy";
+  }
+  e.kernel = s.kernel_name;
+  e.device = s.backend->device().is_cpu() ? "cpu" : "cuda";
+  e.tactic = s.tactic(plan ? plan->profile : 0);
+  for (int v : s.in) e.inputs.push_back(v >= 0 && at[v] ? type_shape(*at[v]) : "");
+  for (int v : s.out) {
+    e.outputs.push_back(v >= 0 && at[v] ? type_shape(*at[v]) : "");
+    if (v >= 0 && at[v] && at[v]->kind == Slot::Kind::kTensor) e.output_bytes += at[v]->tensor.nbytes();
+  }
+  const auto end = std::chrono::steady_clock::now();
+  e.start_us = micros(start - t.origin);
+  e.dur_us = micros(end - start);
+  t.events.push_back(std::move(e));
+}
+
 Status Frame::execute() {
   OpProfile* profile = parent ? nullptr : res.profile.get();  // subgraph steps count under their node
   if (profile) ++profile->runs;
+  StepTrace* trace = parent ? nullptr : res.trace.get();
+  const auto run_start = std::chrono::steady_clock::now();
+  if (trace) ++trace->runs;
   const int ns = static_cast<int>(graph.steps.size());
   KILN_RETURN_IF_ERROR(res.check_stop());
   // CUDA graphs: a top-level frame over a plan that is ready and ran once as planned.
-  const bool graphs = plan && !parent && !profile && res.cuda_graphs && res.state[1] && plan->ready && !plan->dirty &&
+  const bool graphs = plan && !parent && !profile && !trace && res.cuda_graphs && res.state[1] && plan->ready && !plan->dirty &&
                       !plan->graphs_off && plan->clean_runs >= 1;
   if (graphs && plan->graphs_generation != res.generation) find_graph_segments();
   size_t next = 0;
@@ -715,6 +763,14 @@ Status Frame::execute() {
       continue;
     }
     KILN_RETURN_IF_ERROR(run_step(si, profile));
+  }
+  if (trace) {
+    ProfileEvent e;
+    e.run = trace->runs - 1;
+    e.name = e.op = "run";
+    e.start_us = micros(run_start - trace->origin);
+    e.dur_us = micros(std::chrono::steady_clock::now() - run_start);
+    trace->events.push_back(std::move(e));
   }
   return Status::Ok();
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/kiln.h"
 #include "plan/plan.h"
 
 namespace kiln {
@@ -43,6 +44,13 @@ struct OpProfile {
   ~OpProfile() { print(); }
 };
 
+// Per-step trace of a context's runs (ExecutionContext::set_profiling).
+struct StepTrace {
+  std::chrono::steady_clock::time_point origin = std::chrono::steady_clock::now();
+  int64_t runs = 0;
+  std::vector<ProfileEvent> events;
+};
+
 // Per-ExecutionContext resources: device states and arenas.
 struct ContextResources {
   std::shared_ptr<void> state[2];            // per DeviceType (CPU: null)
@@ -51,6 +59,7 @@ struct ContextResources {
   std::shared_ptr<Storage> arena[2];
   uint64_t generation = 0;
   std::unique_ptr<OpProfile> profile;        // set when OpProfile::enabled()
+  std::unique_ptr<StepTrace> trace;          // set while profiling (ExecutionContext::set_profiling)
   // Stopping a run: ExecutionContext::terminate() (any thread) or the run's deadline. Checked before
   // every step at every depth (a Loop's body included), so a run with an enormous trip count ends.
   std::atomic<bool> terminate{false};
@@ -168,6 +177,8 @@ struct Frame {
 
  private:
   Status run_step(int si, OpProfile* profile);
+  // Appends step si's event (profiling): names, shapes of its values as they are now, its time.
+  void trace_step(int si, std::chrono::steady_clock::time_point start);
   // Drops the values whose last reader is `s` (planned values keep their arena views).
   void release_after(const Step& s);
   // Runs the steps of a graph segment: replays its graph, capturing it first if needed (a capture

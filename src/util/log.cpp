@@ -1,5 +1,7 @@
 #include "util/log.h"
 
+#include "kiln/kiln.h"
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +43,12 @@ void log(LogLevel level, const std::string& message) {
     return;
   }
   std::fprintf(stderr, "kiln: %s\n", message.c_str());
+}
+
+void set_logger_severity(int severity) {
+  // ONNX Runtime's numbering: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal (kiln has no fatal level).
+  set_log_level(severity <= 0 ? LogLevel::kVerbose : severity == 1 ? LogLevel::kInfo : severity == 2 ? LogLevel::kWarning
+                                                                                                      : LogLevel::kError);
 }
 
 ScopedLogLevel::ScopedLogLevel(LogLevel level) : saved_(log_level()) {

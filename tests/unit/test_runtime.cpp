@@ -671,3 +671,49 @@ TEST(Runtime, CudaInputReadOnTheHostMustBeACpuTensor) {
   EXPECT_EQ((*good)[0].tensor.shape(), (Shape{3, 4}));
   EXPECT_EQ((*good)[0].tensor.data<float>()[11], 11.f);
 }
+
+// Profiling records one event per step per run (named after its node, with the kernel and the shapes
+// the run saw) and one per run spanning its steps; off again, runs record nothing.
+TEST(Runtime, ProfilingRecordsEveryStepOfEveryRun) {
+  auto built = Engine::build(kExample);
+  ASSERT_TRUE(built.ok());
+  auto x = read_npy(kExampleInput);
+  ASSERT_TRUE(x.ok());
+  auto ctx = (*built)->create_context();
+  ASSERT_TRUE(ctx.ok());
+  ASSERT_TRUE((*ctx)->run({{"image", Value::of(*x)}}).ok());
+  EXPECT_TRUE((*ctx)->take_profile().empty());
+  (*ctx)->set_profiling(true);
+  for (int k = 0; k < 3; ++k) ASSERT_TRUE((*ctx)->run({{"image", Value::of(*x)}}).ok());
+  const std::vector<ProfileEvent> ev = (*ctx)->take_profile();
+  std::map<int64_t, int> steps_per_run;
+  std::set<std::string> ops;
+  int run_events = 0;
+  for (const ProfileEvent& e : ev) {
+    EXPECT_GE(e.dur_us, 0.0);
+    if (e.step < 0) {
+      ++run_events;
+      continue;
+    }
+    ++steps_per_run[e.run];
+    ops.insert(e.op);
+    EXPECT_FALSE(e.name.empty());
+    EXPECT_FALSE(e.kernel.empty());
+    EXPECT_EQ(e.device, "cpu");
+    ASSERT_FALSE(e.outputs.empty());
+    EXPECT_EQ(e.outputs[0].rfind("float32[", 0), 0u) << e.outputs[0];
+    EXPECT_GT(e.output_bytes, 0u);
+  }
+  EXPECT_EQ(run_events, 3);
+  ASSERT_EQ(steps_per_run.size(), 3u);
+  EXPECT_EQ(steps_per_run[0], steps_per_run[2]);
+  EXPECT_GT(steps_per_run[0], 3);
+  EXPECT_TRUE(ops.count("Conv"));
+  const std::string trace = profile_to_chrome_trace(ev, "tiny <cnn>");
+  EXPECT_NE(trace.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(trace.find("\"op_name\": \"Conv\""), std::string::npos);
+  EXPECT_TRUE((*ctx)->take_profile().empty());
+  (*ctx)->set_profiling(false);
+  ASSERT_TRUE((*ctx)->run({{"image", Value::of(*x)}}).ok());
+  EXPECT_TRUE((*ctx)->take_profile().empty());
+}
