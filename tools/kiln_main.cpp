@@ -355,6 +355,12 @@ int inspect_engine(const std::string& path) {
   if (!e.ok()) return fail(e.status());
   std::printf("engine: %s\n", path.c_str());
   for (const auto& [k, v] : (*e)->metadata()) std::printf("  %s: %s\n", k.c_str(), v.c_str());
+  std::printf("inputs:\n");
+  for (const auto& t : (*e)->inputs())
+    std::printf("  %s: %s %s%s\n", t.name.c_str(), t.type_string().c_str(), dims_string(t).c_str(),
+                t.has_default ? "  (has a default: an initializer)" : "");
+  std::printf("outputs:\n");
+  for (const auto& t : (*e)->outputs()) std::printf("  %s: %s %s\n", t.name.c_str(), t.type_string().c_str(), dims_string(t).c_str());
   const auto& profiles = (*e)->profiles();
   std::printf("shape profiles: %zu%s\n", profiles.size(), profiles.empty() ? " (the declared shapes)" : "");
   for (size_t p = 0; p < profiles.size(); ++p) {
@@ -678,7 +684,7 @@ static int kiln_main(int argc, char** argv) {
   // info
   std::string info_path;
   auto* info = app.add_subcommand("info", "Describe an ONNX model: inputs, outputs, opsets, ops, parameters, unsupported ops");
-  info->add_option("model", info_path, "model.onnx")->required();
+  info->add_option("model", info_path, "model.onnx, or an engine file (as kiln inspect)")->required();
 
   // build
   std::string build_path, build_out, build_device = "cpu";
@@ -928,6 +934,7 @@ static int kiln_main(int argc, char** argv) {
   }
 
   if (*info) {
+    if (is_engine_file(info_path)) return inspect_engine(info_path);
     auto s = kiln::summarize_model(info_path);
     if (!s.ok()) return fail(s.status());
     std::printf("model: %s\nproducer: %s\nir_version: %lld\nopsets:", s->path.c_str(), s->producer.c_str(),

@@ -306,15 +306,16 @@ Expected<std::shared_ptr<CompiledGraph>> lower(std::shared_ptr<ir::Graph> graph,
   return l.run(std::move(graph));
 }
 
-std::string describe_plan(const CompiledGraph& plan) {
+std::string describe_plan(const CompiledGraph& plan, const std::function<std::string(int)>& annotate) {
   std::ostringstream os;
   std::map<std::string, int> per_device;
   int copies = 0, host_shape = 0;
-  for (const Step& s : plan.steps) {
+  for (size_t si = 0; si < plan.steps.size(); ++si) {
+    const Step& s = plan.steps[si];
     os << "[" << (s.backend ? s.backend->name() : "?") << "] ";
     if (s.kind == Step::Kind::kCopy) {
       ++copies;
-      os << s.kernel_name << " " << plan.values[s.in[0]].name << "\n";
+      os << s.kernel_name << " " << plan.values[s.in[0]].name << (annotate ? annotate(static_cast<int>(si)) : "") << "\n";
     } else {
       ++per_device[s.backend ? s.backend->name() : "?"];
       os << s.node->name << " (" << s.node->op_type << ") -> " << s.kernel_name;
@@ -333,6 +334,7 @@ std::string describe_plan(const CompiledGraph& plan) {
         }
         os << "}";
       }
+      if (annotate) os << annotate(static_cast<int>(si));
       if (!s.why_host.empty()) {
         os << "  [" << s.why_host << "]";
         if (s.why_host.rfind("integer shape computation", 0) == 0) ++host_shape;

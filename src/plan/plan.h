@@ -5,6 +5,7 @@
 // lifetime) or, when their size is only known at run time, in memory allocated as they are produced.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -93,6 +94,8 @@ uint64_t lowering_count();
 std::unique_ptr<SubgraphRunner> make_subgraph_compiler();
 
 // A human-readable line per step: "[cuda] conv1 (Conv) → cuda.Conv.f32.cudnn".
-std::string describe_plan(const CompiledGraph& plan);
+// One line per step (device, node, op, kernel, tactics, why on the host); `annotate`, when given,
+// adds text to step i's line (the engine adds output dtypes and shapes from a shape plan).
+std::string describe_plan(const CompiledGraph& plan, const std::function<std::string(int)>& annotate = {});
 
 }  // namespace kiln

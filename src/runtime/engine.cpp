@@ -295,18 +295,19 @@ const std::vector<TensorInfo>& Engine::outputs() const { return impl_->outputs; 
 const std::vector<ShapeProfile>& Engine::profiles() const { return impl_->options.profiles; }
 DeviceType Engine::device() const { return impl_->options.device; }
 std::string Engine::placement_report() const {
-  std::string r = describe_plan(*impl_->plan);
   // The memory plan for the inputs' declared shapes, dynamic dims at 1 (contexts plan each
   // input-shape signature they see the same way).
   const CompiledGraph& plan = *impl_->plan;
   std::vector<Slot> probe(plan.inputs.size());
   std::vector<Slot*> ptrs;
   std::string shapes;
+  size_t default_bytes = 0;  // initializers of inputs with a default (held on the host)
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     const ir::Value& decl = *impl_->graph->inputs[i];
     ptrs.push_back(&probe[i]);
     if (decl.constant) {
       probe[i] = Slot::of(*decl.constant);
+      default_bytes += decl.constant->nbytes();
       continue;
     }
     if (!decl.type.is_tensor() || !decl.type.shape.known) continue;
@@ -322,6 +323,20 @@ std::string Engine::placement_report() const {
       res.state[d] = std::shared_ptr<void>(std::shared_ptr<void>(), (*b)->build_state());
   }
   auto sp = make_shape_plan(plan, ptrs.data(), res);
+  // Each step's outputs as planned: "  -> float16[1,64,56,56]" (the precision a step computes in).
+  std::string r = describe_plan(plan, [&](int si) {
+    std::string out;
+    for (int v : plan.steps[si].out) {
+      if (v < 0 || !sp->known[v]) continue;
+      out += (out.empty() ? "  => " : ", ") + std::string(dtype_name(sp->dtype[v])) + shape_to_string(sp->shape[v]);
+    }
+    return out;
+  });
+  // Weights held by the engine, per device.
+  size_t weights[2] = {default_bytes, 0};
+  for (const PlannedValue& pv : plan.values)
+    if (pv.is_constant && pv.constant.kind == Slot::Kind::kTensor) weights[pv.device.is_cpu() ? 0 : 1] += pv.constant.tensor.nbytes();
+  r += "weights: cpu " + std::to_string(weights[0]) + " bytes, cuda " + std::to_string(weights[1]) + " bytes\n";
   if (sp->ready)
     r += "arena: cpu " + std::to_string(sp->arena_bytes[0]) + " bytes, cuda " + std::to_string(sp->arena_bytes[1]) +
          " bytes (planned for " + (shapes.empty() ? std::string("the declared shapes") : shapes) + ")\n";

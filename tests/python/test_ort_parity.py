@@ -329,3 +329,16 @@ def test_cli_warns_when_device_is_given_for_an_engine_file(conv_model, tmp_path)
     r = subprocess.run([KILN, "run", str(engine), "--device", "cuda"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "--device is ignored for an engine file" in r.stderr
+
+
+def test_cli_info_on_an_engine_shows_layers_shapes_kernels_and_memory(conv_model, tmp_path):
+    _, path = conv_model
+    engine = tmp_path / "m.kiln"
+    assert subprocess.run([KILN, "build", path, "-o", str(engine), "-q"], capture_output=True, timeout=120).returncode == 0
+    for cmd in ("info", "inspect"):
+        r = subprocess.run([KILN, cmd, str(engine)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        out = r.stdout
+        assert "x: tensor(float) [1,2,8]" in out and "W: tensor(float) [4,2,3]  (has a default" in out
+        assert "(Conv) -> cpu.Conv" in out and "=> float32[1,4,8]" in out  # kernel, output precision and shape
+        assert "weights: cpu 112 bytes" in out and "arena: cpu" in out and "precision: fp32" in out
