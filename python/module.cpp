@@ -796,7 +796,8 @@ PYBIND11_MODULE(_kiln, m) {
       .def("__dlpack__", [](const PyTensor& p, const py::args&, const py::kwargs&) { return tensor_dlpack(p); },
            "A DLPack capsule sharing this tensor's memory (runs have finished when they return: no stream to wait for).")
       .def("__dlpack_device__", [](const PyTensor& p) {
-        return py::make_tuple(p.t.device().is_cpu() ? dlpack::kCPU : dlpack::kCUDA, p.t.device().is_cpu() ? 0 : p.t.device().index);
+        const int type = p.t.device().is_cpu() ? dlpack::kCPU : dlpack::kCUDA;
+        return py::make_tuple(type, p.t.device().is_cpu() ? 0 : p.t.device().index);
       })
       .def("__repr__", [](const PyTensor& p) {
         return std::string("kiln.Tensor(") + kiln::dtype_name(p.t.dtype()) + kiln::shape_to_string(p.t.shape()) + ", " +
