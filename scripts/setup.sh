@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs every dependency kiln needs on a fresh Debian 12 machine, then configures and builds.
-# Idempotent: re-running only does what is missing. Usage: scripts/setup.sh [--no-build]
+# Installs every dependency kiln needs on a fresh Debian 12 machine, then configures and builds
+# (build/), installs the kiln package into .venv (scripts/install.sh: `import kiln` and the `kiln`
+# command there) and runs the example. Idempotent: re-running only does what is missing.
+# Usage: scripts/setup.sh [--no-build] (--no-build: the Debian packages and .venv only)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -12,7 +14,8 @@ pkgs=(cmake ninja-build g++ ccache pkg-config
       protobuf-compiler libprotobuf-dev
       flatbuffers-compiler libflatbuffers-dev
       libcli11-dev nlohmann-json3-dev
-      libdnnl-dev libgtest-dev libgmock-dev)
+      libdnnl-dev libgtest-dev libgmock-dev
+      chromium)  # headless, for the test that opens `kiln profile`'s HTML report (tests/python/test_profile_html.py)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -34,4 +37,5 @@ fi
 
 [ "${1:-}" = "--no-build" ] && exit 0
 "$root/scripts/build.sh"
+"$root/scripts/install.sh"
 exec "$root/scripts/quickstart.sh"

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Runs every test: C++ unit tests (ctest), Python API tests (pytest), the model zoo's agreement
-# with onnxruntime (models present in build/zoo/), and onnx's conformance suites.
-# GPU tests report themselves as skipped on machines without a GPU.
+# with onnxruntime (models present in build/zoo/), onnx's conformance suites, and the installed
+# packages (scripts/check_install.sh: the wheel in a fresh environment, find_package(kiln)).
+# The Python tests run against the kiln package installed into .venv (scripts/install.sh), not
+# python/ in the source tree. GPU tests report themselves as skipped on machines without a GPU.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 [ -f build/build.ninja ] || scripts/setup.sh --no-build
 scripts/build.sh
+scripts/install.sh
 echo "== unit tests"
 (cd build && ctest --output-on-failure -j2 --timeout 300)
-export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
+unset PYTHONPATH
 if [ -d tests/python ]; then
   echo "== python tests"
   .venv/bin/python -m pytest -q tests/python
@@ -24,3 +27,5 @@ echo "== onnx conformance (onnx's own backend test runner against kiln.backend)"
 echo "== operator support table and arity table are current"
 .venv/bin/python tools/gen_op_table.py --results build/conformance.json --check
 .venv/bin/python tools/gen_arity.py --check
+echo "== the wheel in a fresh environment, and the C++ package (find_package(kiln))"
+scripts/check_install.sh

@@ -10,5 +10,6 @@ cd "$root"
 [ -x .venv/bin/python ] || scripts/setup.sh --no-build
 scripts/setup_zoo.sh
 scripts/build.sh
+scripts/install.sh
 .venv-zoo/bin/python bench/zoo/export.py "$@"
-PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}" .venv/bin/python -m pytest -q -rs tests/models
+.venv/bin/python -m pytest -q -rs tests/models

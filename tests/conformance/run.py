@@ -74,8 +74,8 @@ def not_comparable(name: str) -> str | None:
             return reason
     return None
 
-if os.path.join(REPO, "python") not in sys.path:
-    sys.path.insert(0, os.path.join(REPO, "python"))
+# kiln is the installed package (scripts/install.sh puts it into .venv; PYTHONPATH=python runs the
+# source tree's instead).
 # The real/light suite writes its generated test data under ONNX_HOME; keep it out of $HOME.
 os.environ.setdefault("ONNX_HOME", os.path.join(tempfile.gettempdir(), "kiln-onnx-home"))
 

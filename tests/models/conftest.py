@@ -1,7 +1,14 @@
 import os
 import sys
 
-# The kiln package from the source tree (CMake builds _kiln into python/kiln/) and the zoo's list.
-_root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-sys.path.insert(0, os.path.join(_root, "python"))
-sys.path.insert(0, os.path.join(_root, "bench", "zoo"))
+# The installed kiln package (scripts/install.sh; PYTHONPATH=python for the source tree's) and the
+# zoo's list.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "zoo"))
+
+
+def pytest_report_header(config):
+    try:
+        import kiln  # noqa: PLC0415
+    except ImportError as e:  # tests of the `kiln` command alone (scripts/sanitize.sh) need no package
+        return f"kiln: not importable ({e})"
+    return f"kiln {kiln.__version__} from {os.path.dirname(os.path.abspath(kiln.__file__))}"
