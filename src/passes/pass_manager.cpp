@@ -1,5 +1,7 @@
 // passes/pass_manager.cpp — the named pipeline, run to a fixed point.
 
+#include <atomic>
+
 #include "ops/op_table.h"
 #include "passes/passes.h"
 #include "util/log.h"
@@ -43,7 +45,14 @@ const std::vector<Pass>& pipeline() {
   return p;
 }
 
+namespace {
+std::atomic<uint64_t> g_optimize_runs{0};
+}  // namespace
+
+uint64_t optimize_count() { return g_optimize_runs.load(); }
+
 Status optimize(ir::Graph& graph, const PassOptions& options, OptimizeStats* stats) {
+  g_optimize_runs.fetch_add(1);
   PassContext ctx{options, {}, {}, {}, {}};
   int rounds = 0;
   if (options.level > 0) {

@@ -84,6 +84,8 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
 const std::vector<Pass>& pipeline();
 // Runs the pipeline to a fixed point (bounded), then re-infers types and verifies the graph.
 Status optimize(ir::Graph& graph, const PassOptions& options, std::map<std::string, int>* fired = nullptr);
+// How many times optimize() has run in this process (tests: loading an engine runs no pass).
+uint64_t optimize_count();
 Status optimize(ir::Graph& graph, const PassOptions& options, OptimizeStats* stats);
 
 // Individual passes (one file each).

@@ -15,6 +15,7 @@
 #include "kiln/kiln.h"
 #include "onnx/onnx.pb.h"
 #include "plan/memory.h"
+#include "passes/passes.h"
 #include "plan/plan.h"
 #include "runtime/executor.h"
 #include "util/checksum.h"
@@ -312,10 +313,11 @@ TEST(Runtime, EngineFileLoadsWithoutLowering) {
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   auto bytes = (*engine)->serialize();
   ASSERT_TRUE(bytes.ok());
-  const uint64_t before = lowering_count();
+  const uint64_t before = lowering_count(), passes_before = passes::optimize_count();
   auto loaded = Engine::load_from_bytes(*bytes);
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   EXPECT_EQ(lowering_count(), before) << "loading an engine ran the lowering";
+  EXPECT_EQ(passes::optimize_count(), passes_before) << "loading an engine ran the optimizer's passes";
   EXPECT_EQ((*loaded)->placement_report(), (*engine)->placement_report());
   auto x = read_npy(kExampleInput);
   ASSERT_TRUE(x.ok());
