@@ -469,7 +469,11 @@ PyTensor tensor_from_dlpack(const py::object& obj) {
     why = "dtype code " + std::to_string(d.dtype.code) + " bits " + std::to_string(d.dtype.bits) + " lanes " + std::to_string(d.dtype.lanes);
   if (d.ndim < 0 || (d.ndim > 0 && !d.shape)) why = "a malformed shape";
   kiln::Shape shape;
+  if (why.empty() && d.ndim > 64) why = "rank " + std::to_string(d.ndim) + " (at most 64)";
   if (why.empty()) shape.assign(d.shape, d.shape + d.ndim);
+  for (int64_t dim : shape)
+    if (why.empty() && dim < 0) why = "a negative dim";
+  if (why.empty() && dt != kiln::DataType::kUndefined && kiln::shape_nbytes(dt, shape) == SIZE_MAX) why = "a size that overflows";
   if (why.empty() && d.strides) {
     int64_t expect = 1;
     for (int i = d.ndim - 1; i >= 0; --i) {

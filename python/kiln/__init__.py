@@ -806,6 +806,14 @@ class InferenceSession:
                 if prev is not None and prev.device_name() == target[0]:
                     bound[self._output_index[name]] = prev
         results = self._with_context(run_options, lambda ctx: ctx.run_into(ordered, bound))
+        for k, o in enumerate(self._outputs):
+            target = iobinding._outputs.get(o.name)
+            if isinstance(target, Tensor) and results[k] is not target:
+                got = results[k]
+                raise _error("InvalidArgument",
+                             f"output '{o.name}' is bound to a {target.element_type()} {target.shape()} tensor on "
+                             f"{target.device_name()}, but the run made {got.element_type()} {got.shape()} on "
+                             f"{got.device_name()}: bind a buffer of that dtype and shape (or bind the output to a device)")
         out: dict[str, Tensor] = {}
         for k, o in enumerate(self._outputs):
             t = results[k]

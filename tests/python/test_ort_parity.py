@@ -290,6 +290,10 @@ def test_run_with_ort_values_and_iobinding_on_the_cpu(conv_model):
     binding.bind_output("y", "cpu", 0, np.float32, out.shape, out.ctypes.data)
     sess.run_with_iobinding(binding)
     np.testing.assert_array_equal(out, want)
+    # A bound buffer of the wrong shape is an error, not a silently unwritten buffer.
+    binding.bind_ortvalue_output("y", kiln.Tensor.from_numpy(np.zeros((1, 4, 7), np.float32)))
+    with pytest.raises(kiln.InvalidArgument, match="bind a buffer of that dtype and shape"):
+        sess.run_with_iobinding(binding)
     with pytest.raises(kiln.InvalidArgument):
         binding.bind_cpu_input("nope", x)
     with pytest.raises(kiln.InvalidArgument):
