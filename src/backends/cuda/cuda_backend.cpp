@@ -84,6 +84,7 @@ CudaBackend::CudaBackend() {
   register_gemm(registry_);
   register_conv(registry_);
   register_nn(registry_);
+  register_resize(registry_);
   register_elementwise(registry_);
   register_shape(registry_);
   register_reduce(registry_);

@@ -58,6 +58,7 @@ inline CudaState& state_of(const KernelContext& ctx) { return *static_cast<CudaS
 void register_elementwise(KernelRegistry& r);
 void register_shape(KernelRegistry& r);
 void register_nn(KernelRegistry& r);
+void register_resize(KernelRegistry& r);
 void register_gemm(KernelRegistry& r);
 void register_conv(KernelRegistry& r);
 void register_reduce(KernelRegistry& r);

@@ -7,7 +7,10 @@
 
 #include <cstdint>
 
-// Compiled by nvcc as C++17: this header includes no kiln header (they need C++20).
+// Compiled by nvcc as C++17: this header includes no kiln header (they need C++20) but
+// ops/resize_math.h, which is written for both.
+#include "ops/resize_math.h"
+
 struct CUstream_st;
 typedef struct CUstream_st* cudaStream_t;  // NOLINT: same typedef as cuda_runtime_api.h
 
@@ -239,5 +242,17 @@ int launch_batchnorm(int elem, const void* x, const void* scale, const void* bia
 // y = x zero-padded in its last two dims: x is [nc, h, w], y is [nc, oh, ow] with x at (top, left).
 int launch_pad2d(int elem_bytes, const void* x, void* y, int64_t nc, int64_t h, int64_t w, int64_t oh, int64_t ow,
                  int64_t top, int64_t left, cudaStream_t stream);
+
+// Resize (every mode but antialias): output dims, input strides, and per axis its mapping
+// (ops/resize_math.h); each output element sums its taps' products along the resized axes, in double.
+struct ResizeIndex {
+  int rank = 0;
+  int64_t out_dims[kMaxRank] = {};
+  int64_t in_strides[kMaxRank] = {};
+  bool resized[kMaxRank] = {};
+  resize::Axis axes[kMaxRank] = {};
+};
+int launch_resize(int elem, const void* x, void* y, int64_t n, const ResizeIndex& index, const resize::Coef& coef,
+                  double extrapolation, cudaStream_t stream);
 
 }  // namespace kiln::cuda
