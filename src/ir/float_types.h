@@ -1,17 +1,41 @@
 // ir/float_types.h — bit-exact conversions for the small float types kiln stores as raw bits
 // (float16/bfloat16 as uint16_t; float8 variants as uint8_t). Round-to-nearest-even throughout.
+// Host and device: the CUDA Cast kernel (backends/cuda/cuda_cast_ext.cu) uses the same functions, so
+// this header stays C++17 and includes no other kiln header.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
+#if defined(__CUDACC__)
+#define KILN_FT_HD __host__ __device__
+#else
+#define KILN_FT_HD
+#endif
+
 namespace kiln {
 
-inline uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-inline float bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+KILN_FT_HD inline uint32_t f32_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+KILN_FT_HD inline float bits_f32(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
 
-inline float f16_to_f32(uint16_t h) {
+KILN_FT_HD inline float f16_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
   uint32_t exp = (h >> 10) & 0x1f;
   uint32_t mant = h & 0x3ff;
@@ -27,7 +51,7 @@ inline float f16_to_f32(uint16_t h) {
   return bits_f32(sign | (exp + 112) << 23 | mant << 13);
 }
 
-inline uint16_t f32_to_f16(float f) {
+KILN_FT_HD inline uint16_t f32_to_f16(float f) {
   const uint32_t u = f32_bits(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000);
   const uint32_t abs = u & 0x7fffffffu;
@@ -48,9 +72,9 @@ inline uint16_t f32_to_f16(float f) {
   return sign | static_cast<uint16_t>(h);
 }
 
-inline float bf16_to_f32(uint16_t b) { return bits_f32(static_cast<uint32_t>(b) << 16); }
+KILN_FT_HD inline float bf16_to_f32(uint16_t b) { return bits_f32(static_cast<uint32_t>(b) << 16); }
 
-inline uint16_t f32_to_bf16(float f) {
+KILN_FT_HD inline uint16_t f32_to_bf16(float f) {
   uint32_t u = f32_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet nan
   u += 0x7fff + ((u >> 16) & 1);
@@ -73,7 +97,7 @@ struct MiniFloatSpec {
   uint8_t sign_bit;
 };
 
-constexpr MiniFloatSpec mini_float_spec(MiniFloat f) {
+KILN_FT_HD constexpr MiniFloatSpec mini_float_spec(MiniFloat f) {
   switch (f) {
     case MiniFloat::kE4M3FN: return {3, 7, 0x7e, 0x80};
     case MiniFloat::kE4M3FNUZ: return {3, 8, 0x7f, 0x80};
@@ -84,7 +108,7 @@ constexpr MiniFloatSpec mini_float_spec(MiniFloat f) {
   return {3, 7, 0x7e, 0x80};
 }
 
-inline float mini_to_f32(uint8_t b, MiniFloat f) {
+KILN_FT_HD inline float mini_to_f32(uint8_t b, MiniFloat f) {
   const MiniFloatSpec s = mini_float_spec(f);
   const bool uz = f == MiniFloat::kE4M3FNUZ || f == MiniFloat::kE5M2FNUZ;
   if (uz && b == 0x80) return NAN;
@@ -101,7 +125,7 @@ inline float mini_to_f32(uint8_t b, MiniFloat f) {
   return neg ? -v : v;
 }
 
-inline uint8_t f32_to_mini(float x, MiniFloat f, bool saturate) {
+KILN_FT_HD inline uint8_t f32_to_mini(float x, MiniFloat f, bool saturate) {
   const MiniFloatSpec s = mini_float_spec(f);
   const bool uz = f == MiniFloat::kE4M3FNUZ || f == MiniFloat::kE5M2FNUZ;
   const uint8_t sign = std::signbit(x) ? s.sign_bit : 0;
@@ -142,13 +166,13 @@ inline uint8_t f32_to_mini(float x, MiniFloat f, bool saturate) {
 // "nearest"; `saturate` keeps rounding from reaching NaN.
 enum class E8M0Round { kUp, kDown, kNearest };
 
-inline float e8m0_to_f32(uint8_t b) {
+KILN_FT_HD inline float e8m0_to_f32(uint8_t b) {
   if (b == 0xff) return NAN;
   if (b == 0) return bits_f32(0x00400000u);  // 2^-127, a float32 subnormal
   return bits_f32(static_cast<uint32_t>(b) << 23);
 }
 
-inline uint8_t f32_to_e8m0(float x, bool saturate, E8M0Round mode) {
+KILN_FT_HD inline uint8_t f32_to_e8m0(float x, bool saturate, E8M0Round mode) {
   const uint32_t u = f32_bits(x);
   uint32_t e = (u >> 23) & 0xff;
   if (e == 0xff) return 0xff;

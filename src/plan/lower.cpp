@@ -106,13 +106,16 @@ struct Lowering {
   std::set<const ir::Value*> on_host;
 
   // Small integer computations on host-resident shapes (Shape → Gather → Concat → a Reshape target)
-  // stay on the host, as TensorRT keeps shape tensors: every input is in host memory (or only its
-  // shape is read) and every output is an integer or bool tensor of rank <= 1 or at most 64 elements.
+  // stay on the host, as TensorRT keeps shape tensors: every input whose values are read is an integer
+  // or bool tensor in host memory (a float tensor is data, not shape metadata, even when it is a small
+  // graph input), and every output is an integer or bool tensor of rank <= 1 or at most 64 elements.
   bool host_shape_math(const ir::Node& n, const KernelDef& cpu_def) const {
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       const ir::Value* v = n.inputs[i];
       if (!v || cpu_def.shape_input(static_cast<int>(i))) continue;
       if (!on_host.count(v)) return false;
+      const DataType dt = v->type.dtype;
+      if (dt != DataType::kInt64 && dt != DataType::kInt32 && dt != DataType::kBool) return false;
     }
     for (const ir::Value* v : n.outputs) {
       if (!v) continue;

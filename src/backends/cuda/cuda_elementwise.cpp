@@ -270,6 +270,11 @@ KernelDef binary_def(const BinaryRow& row) {
   d.half_floats = types != Types::kBool && types != Types::kInteger;
   d.check = [variadic, types, fn](const ir::Node& n) -> std::string {
     if (!variadic && n.inputs.size() != 2) return "needs exactly two inputs";
+    // Pow takes a base and an exponent of different types; the CUDA kernels take one dtype.
+    for (const ir::Value* v : n.inputs)
+      if (v && n.inputs[0] && v->type.dtype != DataType::kUndefined && n.inputs[0]->type.dtype != DataType::kUndefined &&
+          v->type.dtype != n.inputs[0]->type.dtype)
+        return "inputs of different dtypes (the CUDA kernel takes one)";
     return check_types(n, types, is_comparison(fn));
   };
   d.create = [fn](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
@@ -354,6 +359,19 @@ KernelDef where_def() {
 }
 
 // ---- Cast / CastLike
+// The common types through launch_cast; any pair with a small type (float8 variants, float4e2m1,
+// float8e8m0, int4/uint4, int2/uint2) through launch_cast_ext, with the CPU kernel's rules.
+bool small_type(DataType t) {
+  switch (t) {
+    case DataType::kFloat8E4M3FN: case DataType::kFloat8E4M3FNUZ: case DataType::kFloat8E5M2:
+    case DataType::kFloat8E5M2FNUZ: case DataType::kFloat4E2M1: case DataType::kFloat8E8M0:
+    case DataType::kInt4: case DataType::kUInt4: case DataType::kInt2: case DataType::kUInt2:
+      return true;
+    default:
+      return false;
+  }
+}
+bool castable(DataType t) { return elem_of(t) >= 0 || small_type(t); }
 
 KernelDef cast_def(const char* op, int since) {
   KernelDef d;
@@ -364,26 +382,38 @@ KernelDef cast_def(const char* op, int since) {
   const bool like = std::string(op) == "CastLike";
   d.shape_inputs = like ? 0b10 : 0;  // CastLike reads only its second input's dtype
   d.check = [like](const ir::Node& n) -> std::string {
-    if (n.attr_int("saturate", 1) != 1) return "saturate=0 applies to float8 only";
-    if (std::string r = require_input_types(n, 0, types_of(Types::kAll)); !r.empty()) return r;
-    if (like) return require_input_types(n, 1, types_of(Types::kAll));
-    const DataType to = static_cast<DataType>(n.attr_int("to", 0));
-    if (elem_of(to) < 0) return std::string("cast to ") + dtype_name(to) + " does not run on CUDA";
+    for (int i = 0; i < (like ? 2 : 1); ++i) {
+      if (!n.has_input(i)) continue;
+      const DataType t = n.inputs[i]->type.dtype;
+      if (t != DataType::kUndefined && !castable(t)) return std::string(dtype_name(t)) + " does not run on CUDA";
+    }
+    if (!like) {
+      const DataType to = static_cast<DataType>(n.attr_int("to", 0));
+      if (!castable(to)) return std::string("cast to ") + dtype_name(to) + " does not run on CUDA";
+    }
+    const std::string round = n.attr_string("round_mode", "up");
+    if (round != "up" && round != "down" && round != "nearest") return "unknown round_mode '" + round + "'";
     return "";
   };
   d.create = [like](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
     const DataType to_attr = static_cast<DataType>(n.attr_int("to", 0));
+    const bool saturate = n.attr_int("saturate", 1) != 0;
+    const std::string rm = n.attr_string("round_mode", "up");
+    const int round = rm == "down" ? 1 : rm == "nearest" ? 2 : 0;
     auto reshape = [like, to_attr](ReshapeContext& rc) -> Status {
       if (rc.in.empty() || !rc.in[0].present) return rc.error("input 0 is required");
       const DataType to = like ? (rc.in.size() > 1 ? rc.in[1].dtype : DataType::kUndefined) : to_attr;
-      if (elem_of(to) < 0 || elem_of(rc.in[0].dtype) < 0) return rc.error("dtype not supported on CUDA");
+      if (!castable(to) || !castable(rc.in[0].dtype)) return rc.error("dtype not supported on CUDA");
       rc.out[0] = {to, rc.in[0].shape};
       return Status::Ok();
     };
-    auto run = [](KernelContext& ctx) -> Status {
+    auto run = [saturate, round](KernelContext& ctx) -> Status {
       const Tensor& x = ctx.input(0);
       Tensor& y = ctx.output(0);
       if (x.dtype() == y.dtype()) return copy_device(ctx, x, y);
+      if (small_type(x.dtype()) || small_type(y.dtype()))
+        return launched(ctx, launch_cast_ext(x.raw(), static_cast<int>(x.dtype()), y.raw(), static_cast<int>(y.dtype()),
+                                             x.numel(), saturate, round, state_of(ctx).stream));
       return launched(ctx, launch_cast(x.raw(), elem_of(x.dtype()), y.raw(), elem_of(y.dtype()), x.numel(),
                                        state_of(ctx).stream));
     };

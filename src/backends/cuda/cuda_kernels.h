@@ -255,4 +255,9 @@ struct ResizeIndex {
 int launch_resize(int elem, const void* x, void* y, int64_t n, const ResizeIndex& index, const resize::Coef& coef,
                   double extrapolation, cudaStream_t stream);
 
+// Cast where either side is a small type (float8 variants, float4e2m1, float8e8m0, int4/uint4,
+// int2/uint2, one per byte) — `from`/`to` are ONNX dtype numbers; the CPU kernel's rules bit for bit.
+// e8m0_round: 0 up, 1 down, 2 nearest.
+int launch_cast_ext(const void* x, int from, void* y, int to, int64_t n, bool saturate, int e8m0_round, cudaStream_t stream);
+
 }  // namespace kiln::cuda

@@ -1,0 +1,126 @@
+// backends/cuda/cuda_cast_ext.cu — Cast to and from the small types (float8 variants, float4e2m1,
+// float8e8m0, int4/uint4, int2/uint2; stored one per byte) on the GPU, with the CPU kernel's rules:
+// values travel through a wide value (double for floats, int64 signed, uint64 unsigned) and the
+// conversions are ir/float_types.h's own, so results match the CPU bit for bit.
+#include "backends/cuda/cuda_types.cuh"
+#include "ir/float_types.h"
+
+namespace kiln::cuda {
+namespace {
+
+enum Code : int {
+  kF32 = 1, kU8 = 2, kI8 = 3, kU16 = 4, kI16 = 5, kI32 = 6, kI64 = 7, kBool = 9, kF16 = 10, kF64 = 11, kU32 = 12,
+  kU64 = 13, kBF16 = 16, kE4M3FN = 17, kE4M3FNUZ = 18, kE5M2 = 19, kE5M2FNUZ = 20, kU4 = 21, kI4 = 22, kE2M1 = 23,
+  kE8M0 = 24, kU2 = 25, kI2 = 26,
+};
+
+struct Wide {
+  int kind;  // 0 float, 1 signed, 2 unsigned
+  double f;
+  int64_t s;
+  uint64_t u;
+};
+
+__device__ bool mini_of(int code, MiniFloat* m) {
+  switch (code) {
+    case kE4M3FN: *m = MiniFloat::kE4M3FN; return true;
+    case kE4M3FNUZ: *m = MiniFloat::kE4M3FNUZ; return true;
+    case kE5M2: *m = MiniFloat::kE5M2; return true;
+    case kE5M2FNUZ: *m = MiniFloat::kE5M2FNUZ; return true;
+    case kE2M1: *m = MiniFloat::kE2M1; return true;
+    default: return false;
+  }
+}
+
+__device__ Wide read(const void* x, int code, int64_t i) {
+  Wide w{0, 0, 0, 0};
+  const auto* b = static_cast<const uint8_t*>(x);
+  MiniFloat m;
+  if (mini_of(code, &m)) {
+    w.f = mini_to_f32(b[i], m);
+    return w;
+  }
+  switch (code) {
+    case kE8M0: w.f = e8m0_to_f32(b[i]); break;
+    case kF32: w.f = static_cast<const float*>(x)[i]; break;
+    case kF64: w.f = static_cast<const double*>(x)[i]; break;
+    case kF16: w.f = f16_to_f32(static_cast<const uint16_t*>(x)[i]); break;
+    case kBF16: w.f = bf16_to_f32(static_cast<const uint16_t*>(x)[i]); break;
+    case kI4: w.kind = 1; w.s = ((b[i] & 0xf) ^ 8) - 8; break;
+    case kI2: w.kind = 1; w.s = ((b[i] & 0x3) ^ 2) - 2; break;
+    case kU4: w.kind = 2; w.u = b[i] & 0xf; break;
+    case kU2: w.kind = 2; w.u = b[i] & 0x3; break;
+    case kI8: w.kind = 1; w.s = static_cast<const int8_t*>(x)[i]; break;
+    case kI16: w.kind = 1; w.s = static_cast<const int16_t*>(x)[i]; break;
+    case kI32: w.kind = 1; w.s = static_cast<const int32_t*>(x)[i]; break;
+    case kI64: w.kind = 1; w.s = static_cast<const int64_t*>(x)[i]; break;
+    case kU8: w.kind = 2; w.u = b[i]; break;
+    case kBool: w.kind = 2; w.u = b[i] != 0; break;
+    case kU16: w.kind = 2; w.u = static_cast<const uint16_t*>(x)[i]; break;
+    case kU32: w.kind = 2; w.u = static_cast<const uint32_t*>(x)[i]; break;
+    case kU64: w.kind = 2; w.u = static_cast<const uint64_t*>(x)[i]; break;
+    default: break;
+  }
+  return w;
+}
+
+__device__ float as_f32(const Wide& w) {
+  return w.kind == 0 ? static_cast<float>(w.f) : w.kind == 1 ? static_cast<float>(w.s) : static_cast<float>(w.u);
+}
+
+// double → integer as numpy on x86 (the CPU kernel's rule): through int32 for types narrower than 32
+// bits and int32, through int64 otherwise; NaN and out-of-range give the minimum, then wrap.
+__device__ int64_t via_int32(double d) {
+  return (d > -2147483649.0 && d < 2147483648.0) ? static_cast<int32_t>(d) : INT32_MIN;
+}
+__device__ int64_t via_int64(double d) {
+  return (d >= -9223372036854775808.0 && d < 9223372036854775808.0) ? static_cast<int64_t>(d) : INT64_MIN;
+}
+__device__ int64_t as_int(const Wide& w, bool narrow) {
+  if (w.kind == 0) return narrow ? via_int32(w.f) : via_int64(w.f);
+  return w.kind == 1 ? w.s : static_cast<int64_t>(w.u);
+}
+
+__device__ void write(void* y, int code, int64_t i, const Wide& w, bool saturate, int round) {
+  auto* b = static_cast<uint8_t*>(y);
+  MiniFloat m;
+  if (mini_of(code, &m)) {
+    b[i] = f32_to_mini(as_f32(w), m, saturate);
+    return;
+  }
+  switch (code) {
+    case kE8M0: b[i] = f32_to_e8m0(as_f32(w), saturate, static_cast<E8M0Round>(round)); break;
+    case kI4: b[i] = static_cast<uint8_t>(((as_int(w, false) & 0xf) ^ 8) - 8); break;
+    case kU4: b[i] = static_cast<uint8_t>(as_int(w, false) & 0xf); break;
+    case kI2: b[i] = static_cast<uint8_t>(((as_int(w, false) & 0x3) ^ 2) - 2); break;
+    case kU2: b[i] = static_cast<uint8_t>(as_int(w, false) & 0x3); break;
+    case kBool: b[i] = w.kind == 0 ? w.f != 0 : w.kind == 1 ? w.s != 0 : w.u != 0; break;
+    case kF32: static_cast<float*>(y)[i] = as_f32(w); break;
+    case kF64: static_cast<double*>(y)[i] = w.kind == 0 ? w.f : w.kind == 1 ? static_cast<double>(w.s) : static_cast<double>(w.u); break;
+    case kF16: static_cast<uint16_t*>(y)[i] = f32_to_f16(as_f32(w)); break;
+    case kBF16: static_cast<uint16_t*>(y)[i] = f32_to_bf16(as_f32(w)); break;
+    case kI8: static_cast<int8_t*>(y)[i] = static_cast<int8_t>(as_int(w, true)); break;
+    case kI16: static_cast<int16_t*>(y)[i] = static_cast<int16_t>(as_int(w, true)); break;
+    case kI32: static_cast<int32_t*>(y)[i] = static_cast<int32_t>(as_int(w, true)); break;
+    case kI64: static_cast<int64_t*>(y)[i] = as_int(w, false); break;
+    case kU8: b[i] = static_cast<uint8_t>(as_int(w, true)); break;
+    case kU16: static_cast<uint16_t*>(y)[i] = static_cast<uint16_t>(as_int(w, true)); break;
+    case kU32: static_cast<uint32_t*>(y)[i] = static_cast<uint32_t>(as_int(w, false)); break;
+    case kU64: static_cast<uint64_t*>(y)[i] = static_cast<uint64_t>(as_int(w, false)); break;
+    default: break;
+  }
+}
+
+__global__ void cast_ext_kernel(const void* x, int from, void* y, int to, int64_t n, bool saturate, int round) {
+  KILN_GRID_LOOP(i, n) { write(y, to, i, read(x, from, i), saturate, round); }
+}
+
+}  // namespace
+
+int launch_cast_ext(const void* x, int from, void* y, int to, int64_t n, bool saturate, int e8m0_round, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  cast_ext_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, from, y, to, n, saturate, e8m0_round);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace kiln::cuda
