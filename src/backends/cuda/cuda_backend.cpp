@@ -85,6 +85,7 @@ CudaBackend::CudaBackend() {
   register_conv(registry_);
   register_nn(registry_);
   register_resize(registry_);
+  register_misc(registry_);
   register_elementwise(registry_);
   register_shape(registry_);
   register_reduce(registry_);

@@ -59,6 +59,7 @@ void register_elementwise(KernelRegistry& r);
 void register_shape(KernelRegistry& r);
 void register_nn(KernelRegistry& r);
 void register_resize(KernelRegistry& r);
+void register_misc(KernelRegistry& r);
 void register_gemm(KernelRegistry& r);
 void register_conv(KernelRegistry& r);
 void register_reduce(KernelRegistry& r);

@@ -260,4 +260,11 @@ int launch_resize(int elem, const void* x, void* y, int64_t n, const ResizeIndex
 // e8m0_round: 0 up, 1 down, 2 nearest.
 int launch_cast_ext(const void* x, int from, void* y, int to, int64_t n, bool saturate, int e8m0_round, cudaStream_t stream);
 
+// CumSum (product=false) / CumProd along the middle dim of (outer, len, inner); numeric types but bool.
+int launch_cumulative(int elem, bool product, const void* x, void* y, int64_t outer, int64_t len, int64_t inner,
+                      bool exclusive, bool reverse, cudaStream_t stream);
+// Trilu over n elements of (..., rows, cols), any element size: keeps j - i >= k (upper) or <= k.
+int launch_trilu(const void* x, void* y, int elem_bytes, int64_t n, int64_t rows, int64_t cols, int64_t k, bool upper,
+                 cudaStream_t stream);
+
 }  // namespace kiln::cuda
