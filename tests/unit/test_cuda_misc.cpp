@@ -78,3 +78,37 @@ TEST(CudaMisc, TriluMatchesTheCpu) {
 
 }  // namespace
 }  // namespace kiln::cudatest
+
+namespace kiln::cudatest {
+namespace {
+
+// The float-only reductions on float64 (accumulated in double) against the CPU kernel.
+TEST(CudaMisc, Float64ReductionsMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(43);
+  for (const char* op : {"ReduceLogSumExp", "ReduceLogSum", "ReduceL2", "ReduceL1", "ReduceSumSquare"})
+    for (int64_t axis : {0, 1, -1}) {
+      Tensor x = Tensor::empty(DataType::kFloat64, {3, 4, 5});
+      std::uniform_real_distribution<double> u(0.1, 3.0);
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] = u(rng);
+      Tensor axes = Tensor::empty(DataType::kInt64, {1});
+      axes.data<int64_t>()[0] = axis;
+      std::vector<Tensor> in = {x, axes};
+      OneNode n(op, 18, in, 1, {false, true});
+      n.set_int("keepdims", axis == 0 ? 0 : 1);
+      auto got = run_cuda(*n.node, in);
+      ASSERT_TRUE(got.ok()) << op << ": " << got.status().to_string();
+      auto want = run_node_eager(*n.node, {Slot::of(x), Slot::of(axes)});
+      ASSERT_TRUE(want.ok()) << op;
+      const Tensor& g = (*got)[0];
+      const Tensor& w = (*want)[0].tensor;
+      ASSERT_EQ(g.dtype(), DataType::kFloat64) << op;
+      ASSERT_EQ(g.shape(), w.shape()) << op;
+      for (int64_t i = 0; i < w.numel(); ++i)
+        ASSERT_NEAR(g.data<double>()[i], w.data<double>()[i], 1e-12 * (1 + std::fabs(w.data<double>()[i])))
+            << op << " axis " << axis << " element " << i;
+    }
+}
+
+}  // namespace
+}  // namespace kiln::cudatest

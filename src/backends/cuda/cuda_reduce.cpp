@@ -10,6 +10,8 @@ namespace kiln::cuda {
 namespace {
 
 const std::vector<DataType> kFloats = {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16};
+// The float-only reductions (SumSquare, L1, L2, LogSum, LogSumExp) also take float64 (accumulated in double).
+const std::vector<DataType> kReduceFloats = {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16, DataType::kFloat64};
 const std::vector<DataType> kReduceTypes = {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16,
                                             DataType::kFloat64, DataType::kInt32, DataType::kInt64};
 
@@ -289,7 +291,7 @@ void register_reduce(KernelRegistry& r) {
     const ReduceRow* rp = &row;
     KernelDef d = kernel_row(row.op, 1,
                       [rp](const ir::Node& n) -> std::string {
-                        if (std::string w = require_input_types(n, 0, rp->ints ? kReduceTypes : kFloats); !w.empty()) return w;
+                        if (std::string w = require_input_types(n, 0, rp->ints ? kReduceTypes : kReduceFloats); !w.empty()) return w;
                         return rank_ok(n);
                       },
                       [rp](const ir::Node& n, KernelInit&) { return create_reduce(n, *rp); });
