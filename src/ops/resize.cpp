@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ir/float_types.h"
 #include "ops/op_table.h"
 #include "util/checked.h"
 
@@ -52,8 +53,11 @@ Expected<ResizeParams> parse_resize(const ir::Node& n) {
   return p;
 }
 
-std::string resize_geometry(const ResizeParams& p, const Shape& in, const std::vector<double>& given_scales_in,
-                            const std::vector<int64_t>& sizes, const std::vector<double>& given_roi, ResizeGeometry* g) {
+namespace {
+
+// The geometry from the values given for scales, sizes and roi (empty when absent).
+std::string geometry(const ResizeParams& p, const Shape& in, const std::vector<double>& given_scales_in,
+                     const std::vector<int64_t>& sizes, const std::vector<double>& given_roi, ResizeGeometry* g) {
   const int64_t r = static_cast<int64_t>(in.size());
   std::vector<int64_t> axes = p.axes;
   if (axes.empty())
@@ -110,6 +114,59 @@ std::string resize_geometry(const ResizeParams& p, const Shape& in, const std::v
                       (p.coef.ctm != resize::kTfCropAndResize || default_roi));
   }
   return "";
+}
+
+// A host tensor's values as doubles (any numeric type); false for other types.
+bool read_doubles(const Tensor& t, std::vector<double>& out) {
+  const int64_t n = t.numel();
+  out.resize(static_cast<size_t>(n));
+  auto copy = [&](auto* p) {
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<double>(p[i]);
+    return true;
+  };
+  switch (t.dtype()) {
+    case DataType::kFloat32: return copy(t.data<float>());
+    case DataType::kFloat64: return copy(t.data<double>());
+    case DataType::kFloat16:
+      for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(t.data<uint16_t>()[i]);
+      return true;
+    case DataType::kBFloat16:
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(t.data<uint16_t>()[i]);
+      return true;
+    case DataType::kInt8: return copy(t.data<int8_t>());
+    case DataType::kInt16: return copy(t.data<int16_t>());
+    case DataType::kInt32: return copy(t.data<int32_t>());
+    case DataType::kInt64: return copy(t.data<int64_t>());
+    case DataType::kUInt8: return copy(t.data<uint8_t>());
+    case DataType::kUInt16: return copy(t.data<uint16_t>());
+    case DataType::kUInt32: return copy(t.data<uint32_t>());
+    case DataType::kUInt64: return copy(t.data<uint64_t>());
+    case DataType::kBool: return copy(t.data<bool>());
+    default: return false;
+  }
+}
+
+bool read_int64s(const Tensor& t, std::vector<int64_t>& out) {
+  if (t.dtype() == DataType::kInt64) out.assign(t.data<int64_t>(), t.data<int64_t>() + t.numel());
+  else if (t.dtype() == DataType::kInt32) out.assign(t.data<int32_t>(), t.data<int32_t>() + t.numel());
+  else return false;
+  return true;
+}
+
+}  // namespace
+
+std::string resize_geometry(const ResizeParams& p, const Shape& in, const std::vector<const Tensor*>& inputs,
+                            ResizeGeometry* g) {
+  auto given = [&](int i) -> const Tensor* {
+    if (i < 0 || static_cast<size_t>(i) >= inputs.size() || !inputs[i] || inputs[i]->numel() == 0) return nullptr;
+    return inputs[i];
+  };
+  std::vector<double> scales, roi;
+  std::vector<int64_t> sizes;
+  if (const Tensor* t = given(p.scales_input); t && !read_doubles(*t, scales)) return "scales must be float";
+  if (const Tensor* t = given(p.sizes_input); t && !read_int64s(*t, sizes)) return "sizes must be int64";
+  if (const Tensor* t = given(p.roi_input); t && !read_doubles(*t, roi)) return "roi must be float";
+  return geometry(p, in, scales, sizes, roi, g);
 }
 
 }  // namespace kiln::ops

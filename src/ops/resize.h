@@ -30,9 +30,11 @@ struct ResizeGeometry {
   std::vector<char> resized;       // per input axis: it changes (a pass runs over it)
 };
 
-// The geometry for input shape `in` and the values given for scales, sizes and roi (empty when
-// absent); "" or what is wrong with them.
-std::string resize_geometry(const ResizeParams& p, const Shape& in, const std::vector<double>& scales,
-                            const std::vector<int64_t>& sizes, const std::vector<double>& roi, ResizeGeometry* g);
+// The geometry for input shape `in` from the operand tensors as the node gives them, indexed like
+// the node's inputs (a null or empty tensor: absent; host memory): roi and scales of any numeric
+// type, sizes int64/int32. "" or what is wrong with them. Both backends' kernels call this, so they
+// read the operands by one rule.
+std::string resize_geometry(const ResizeParams& p, const Shape& in, const std::vector<const Tensor*>& inputs,
+                            ResizeGeometry* g);
 
 }  // namespace kiln::ops

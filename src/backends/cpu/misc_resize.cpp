@@ -68,17 +68,10 @@ Status run_resize(KernelContext& ctx, const ops::ResizeParams& at) {
   const Tensor& x = ctx.input(0);
   const int64_t r = x.rank();
   const Shape& in = x.shape();
-  std::vector<double> given_scales, given_roi;
-  std::vector<int64_t> sizes;
-  if (at.scales_input >= 0 && ctx.has_input(at.scales_input) && ctx.input(at.scales_input).numel() > 0)
-    if (!read_reals(ctx.input(at.scales_input), given_scales)) return ctx.error("scales must be float");
-  if (at.sizes_input >= 0 && ctx.has_input(at.sizes_input) && ctx.input(at.sizes_input).numel() > 0)
-    if (!read_ints(ctx.input(at.sizes_input), sizes)) return ctx.error("sizes must be int64");
-  if (at.roi_input >= 0 && ctx.has_input(at.roi_input) && ctx.input(at.roi_input).numel() > 0)
-    if (!read_reals(ctx.input(at.roi_input), given_roi)) return ctx.error("roi must be float");
+  std::vector<const Tensor*> operands;
+  for (int i = 0; i < ctx.num_inputs(); ++i) operands.push_back(ctx.has_input(i) ? &ctx.input(i) : nullptr);
   ops::ResizeGeometry geo;
-  if (std::string why = ops::resize_geometry(at, in, given_scales, sizes, given_roi, &geo); !why.empty())
-    return ctx.error(why);
+  if (std::string why = ops::resize_geometry(at, in, operands, &geo); !why.empty()) return ctx.error(why);
   Tensor& y = ctx.output(0, x.dtype(), geo.out);
   if (y.numel() == 0) return Status::Ok();
   if (x.numel() == 0) return ctx.error("cannot resize an empty input to a non-empty output");

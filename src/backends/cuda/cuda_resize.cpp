@@ -6,7 +6,6 @@
 
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
-#include "ir/float_types.h"
 #include "ops/resize.h"
 
 namespace kiln::cuda {
@@ -21,21 +20,6 @@ std::string resize_check(const ir::Node& n) {
   return "";
 }
 
-// A host tensor's values as doubles (float32/float64/float16), or false.
-bool host_reals(const Tensor* t, std::vector<double>& out) {
-  if (!t) return false;
-  out.clear();
-  const int64_t n = t->numel();
-  switch (t->dtype()) {
-    case DataType::kFloat32: for (int64_t i = 0; i < n; ++i) out.push_back(t->data<float>()[i]); return true;
-    case DataType::kFloat64: for (int64_t i = 0; i < n; ++i) out.push_back(t->data<double>()[i]); return true;
-    case DataType::kFloat16:
-      for (int64_t i = 0; i < n; ++i) out.push_back(f16_to_f32(t->data<uint16_t>()[i]));
-      return true;
-    default: return false;
-  }
-}
-
 struct ResizePlan {
   ResizeIndex index;
   int64_t numel = 0;
@@ -43,25 +27,19 @@ struct ResizePlan {
 
 Expected<KernelPtr> create_resize(const ir::Node& n, KernelInit&) {
   KILN_ASSIGN_OR_RETURN(ops::ResizeParams p, ops::parse_resize(n));
-  auto given = [](const ReshapeContext& rc, int i) { return i >= 0 && static_cast<size_t>(i) < rc.in.size() && rc.in[i].present; };
-  auto reshape = [p, given](ReshapeContext& rc) -> Status {
-    if (!given(rc, 0)) return rc.error("input X is required");
+  auto reshape = [p](ReshapeContext& rc) -> Status {
+    if (rc.in.empty() || !rc.in[0].present) return rc.error("input X is required");
     const Shape& in = rc.in[0].shape;
     if (in.size() > static_cast<size_t>(kMaxRank)) return rc.error("rank above 8 is not supported on CUDA");
-    std::vector<double> scales, roi;
-    std::vector<int64_t> sizes;
-    if (given(rc, p.scales_input) && shape_numel(rc.in[p.scales_input].shape) > 0 &&
-        !host_reals(rc.in[p.scales_input].value, scales))
-      return rc.error("scales must be float values known on the host");
-    if (given(rc, p.sizes_input) && shape_numel(rc.in[p.sizes_input].shape) > 0) {
-      auto v = host_ints(rc.in[p.sizes_input].value);
-      if (!v) return rc.error("sizes must be int64 values known on the host");
-      sizes = *v;
+    // roi, scales and sizes are host inputs: their values are known while planning.
+    std::vector<const Tensor*> operands(rc.in.size(), nullptr);
+    for (size_t i = 1; i < rc.in.size(); ++i) {
+      if (!rc.in[i].present || shape_numel(rc.in[i].shape) == 0) continue;
+      if (!rc.in[i].value) return rc.error("input " + std::to_string(i) + " (roi, scales or sizes) must be known on the host");
+      operands[i] = rc.in[i].value;
     }
-    if (given(rc, p.roi_input) && shape_numel(rc.in[p.roi_input].shape) > 0 && !host_reals(rc.in[p.roi_input].value, roi))
-      return rc.error("roi must be float values known on the host");
     ops::ResizeGeometry g;
-    if (std::string why = ops::resize_geometry(p, in, scales, sizes, roi, &g); !why.empty()) return rc.error(why);
+    if (std::string why = ops::resize_geometry(p, in, operands, &g); !why.empty()) return rc.error(why);
     if (shape_numel(g.out) > 0 && shape_numel(in) == 0) return rc.error("cannot resize an empty input to a non-empty output");
     auto plan = std::make_shared<ResizePlan>();
     ResizeIndex& ix = plan->index;
