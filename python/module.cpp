@@ -386,20 +386,40 @@ struct PyTensor {
   py::object owner;
 };
 
+// "cpu" or "cuda" with its index: where a Tensor factory puts the tensor; ValueError otherwise.
+kiln::Device tensor_device(const std::string& device, int device_id) {
+  if (device == "cpu") return {};
+  if (device == "cuda") return {kiln::DeviceType::kCUDA, device_id};
+  throw py::value_error("kiln: unknown device '" + device + "' (expected 'cpu' or 'cuda')");
+}
+
+const char* device_name(const kiln::Tensor& t) { return t.device().is_cpu() ? "cpu" : "cuda"; }
+
+// The element type of a numpy dtype (or anything numpy.dtype takes) for a Tensor factory: plain
+// elements only (no strings); TypeError naming the factory otherwise.
+kiln::DataType element_dtype(const py::object& dtype, const char* factory) {
+  const kiln::DataType dt = kiln_dtype(py::dtype::from_args(dtype));
+  if (dt == kiln::DataType::kUndefined || dt == kiln::DataType::kString)
+    throw py::type_error(std::string("kiln: ") + factory + ": unsupported dtype " + std::string(py::str(dtype)));
+  return dt;
+}
+
+// ONNX Runtime's name of the element type: "tensor(float)".
+std::string element_type(const PyTensor& p) { return std::string("tensor(") + kiln::dtype_onnx_name(p.t.dtype()) + ")"; }
+
 PyTensor tensor_from_numpy(const py::handle& obj, const std::string& device, int device_id) {
   KeepAlive keep;
   kiln::Tensor host = to_tensor(obj, "tensor", keep);
   if (host.dtype() == kiln::DataType::kString && device != "cpu")
     throw py::value_error("kiln: string tensors stay on the CPU");
-  if (device == "cpu") {
+  const kiln::Device d = tensor_device(device, device_id);
+  if (d.is_cpu()) {
     PyTensor out;
     out.t = host;
     if (!keep.empty()) out.owner = keep.back();
     return out;
   }
-  if (device != "cuda") throw py::value_error("kiln: unknown device '" + device + "' (expected 'cpu' or 'cuda')");
   PyTensor out;
-  const kiln::Device d{kiln::DeviceType::kCUDA, device_id};
   out.t = unwrap(kiln::allocate_tensor(host.dtype(), host.shape(), d));
   check(without_gil_status([&] { return kiln::transfer(host, out.t); }));
   return out;
@@ -758,14 +778,9 @@ PYBIND11_MODULE(_kiln, m) {
                   "contiguous); on 'cuda' a copy in GPU memory.")
       .def_static("empty",
                   [](const std::vector<int64_t>& shape, const py::object& dtype, const std::string& device, int device_id) {
-                    const kiln::DataType dt = kiln_dtype(py::dtype::from_args(dtype));
-                    if (dt == kiln::DataType::kUndefined || dt == kiln::DataType::kString)
-                      throw py::type_error("kiln: Tensor.empty: unsupported dtype " + std::string(py::str(dtype)));
-                    kiln::Device d;
-                    if (device == "cuda") d = {kiln::DeviceType::kCUDA, device_id};
-                    else if (device != "cpu") throw py::value_error("kiln: unknown device '" + device + "'");
                     PyTensor out;
-                    out.t = unwrap(kiln::allocate_tensor(dt, shape, d));
+                    out.t = unwrap(kiln::allocate_tensor(element_dtype(dtype, "Tensor.empty"), shape,
+                                                         tensor_device(device, device_id)));
                     return out;
                   },
                   py::arg("shape"), py::arg("dtype"), py::arg("device") = "cpu", py::arg("device_id") = 0,
@@ -773,15 +788,11 @@ PYBIND11_MODULE(_kiln, m) {
       .def_static("from_pointer",
                   [](uintptr_t ptr, const std::vector<int64_t>& shape, const py::object& dtype, const std::string& device,
                      int device_id) {
-                    const kiln::DataType dt = kiln_dtype(py::dtype::from_args(dtype));
-                    if (dt == kiln::DataType::kUndefined || dt == kiln::DataType::kString)
-                      throw py::type_error("kiln: Tensor.from_pointer: unsupported dtype " + std::string(py::str(dtype)));
+                    const kiln::DataType dt = element_dtype(dtype, "Tensor.from_pointer");
                     if (!ptr && kiln::shape_numel(shape) != 0) throw py::value_error("kiln: Tensor.from_pointer: null pointer");
                     if (kiln::shape_nbytes(dt, shape) == SIZE_MAX) throw py::value_error("kiln: Tensor.from_pointer: bad shape");
-                    kiln::Device d;
-                    if (device == "cuda") d = {kiln::DeviceType::kCUDA, device_id};
-                    else if (device != "cpu") throw py::value_error("kiln: unknown device '" + device + "'");
-                    return PyTensor{kiln::Tensor::borrow(dt, shape, reinterpret_cast<void*>(ptr), d), py::none()};
+                    return PyTensor{kiln::Tensor::borrow(dt, shape, reinterpret_cast<void*>(ptr), tensor_device(device, device_id)),
+                                    py::none()};
                   },
                   py::arg("ptr"), py::arg("shape"), py::arg("dtype"), py::arg("device") = "cpu", py::arg("device_id") = 0,
                   "A tensor over memory the caller owns and keeps alive (ONNX Runtime's bind_input with a buffer_ptr).")
@@ -791,9 +802,9 @@ PYBIND11_MODULE(_kiln, m) {
       .def("numpy", &tensor_to_numpy, "A numpy array of the tensor's values (copied from the GPU when it is there).")
       .def("shape", [](const PyTensor& p) { return std::vector<int64_t>(p.t.shape().begin(), p.t.shape().end()); })
       .def_property_readonly("dtype", [](const PyTensor& p) { return numpy_dtype(p.t.dtype()); })
-      .def("element_type", [](const PyTensor& p) { return std::string("tensor(") + kiln::dtype_onnx_name(p.t.dtype()) + ")"; })
-      .def("data_type", [](const PyTensor& p) { return std::string("tensor(") + kiln::dtype_onnx_name(p.t.dtype()) + ")"; })
-      .def("device_name", [](const PyTensor& p) { return p.t.device().is_cpu() ? "cpu" : "cuda"; })
+      .def("element_type", &element_type)
+      .def("data_type", &element_type)
+      .def("device_name", [](const PyTensor& p) { return device_name(p.t); })
       .def("device_id", [](const PyTensor& p) { return p.t.device().index; })
       .def("data_ptr", [](const PyTensor& p) { return reinterpret_cast<uintptr_t>(p.t.raw()); })
       .def("is_tensor", [](const PyTensor&) { return true; })
@@ -805,7 +816,7 @@ PYBIND11_MODULE(_kiln, m) {
       })
       .def("__repr__", [](const PyTensor& p) {
         return std::string("kiln.Tensor(") + kiln::dtype_name(p.t.dtype()) + kiln::shape_to_string(p.t.shape()) + ", " +
-               (p.t.device().is_cpu() ? "cpu" : "cuda") + ")";
+               device_name(p.t) + ")";
       });
 
   py::class_<Context, std::shared_ptr<Context>>(m, "ExecutionContext")

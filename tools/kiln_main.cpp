@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ir/float_types.h"  // header only: the library's float16/bfloat16 conversions
 #include "kiln/kiln.h"
 #include "conform.h"
 #include "gpu_timer.h"
@@ -57,26 +58,6 @@ kiln::Precision parse_precision(const std::string& p) {
 
 // Random inputs for a model run without --input: dynamic dims become 1. Floats uniform in [-1, 1),
 // integers 0 or 1 (safe as indices and sizes), bools either, strings short random words.
-uint16_t float_to_half_bits(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const int32_t exp = static_cast<int32_t>((x >> 23) & 0xFF) - 127 + 15;
-  uint32_t mant = x & 0x7FFFFFu;
-  if (exp <= 0) return static_cast<uint16_t>(sign);  // |f| < 2^-14: zero is fine for random data
-  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7C00u);
-  uint32_t h = sign | (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
-  if ((mant & 0x1FFFu) > 0x1000u || ((mant & 0x1FFFu) == 0x1000u && (h & 1u))) ++h;  // round to nearest even
-  return static_cast<uint16_t>(h);
-}
-
-uint16_t float_to_bfloat16_bits(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  x += 0x7FFFu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>(x >> 16);
-}
-
 kiln::Expected<kiln::Tensor> random_input(const kiln::TensorInfo& info, std::mt19937& rng) {
   if (info.kind != "tensor" || !info.rank_known)
     return kiln::invalid_argument("input '" + info.name + "' needs --input (its type is " + info.type_string() + ")");
@@ -92,8 +73,8 @@ kiln::Expected<kiln::Tensor> random_input(const kiln::TensorInfo& info, std::mt1
   switch (info.dtype) {
     case kiln::DataType::kFloat32: fill(t.data<float>(), [&] { return u(rng); }); break;
     case kiln::DataType::kFloat64: fill(t.data<double>(), [&] { return double(u(rng)); }); break;
-    case kiln::DataType::kFloat16: fill(t.data<uint16_t>(), [&] { return float_to_half_bits(u(rng)); }); break;
-    case kiln::DataType::kBFloat16: fill(t.data<uint16_t>(), [&] { return float_to_bfloat16_bits(u(rng)); }); break;
+    case kiln::DataType::kFloat16: fill(t.data<uint16_t>(), [&] { return kiln::f32_to_f16(u(rng)); }); break;
+    case kiln::DataType::kBFloat16: fill(t.data<uint16_t>(), [&] { return kiln::f32_to_bf16(u(rng)); }); break;
     case kiln::DataType::kInt8: fill(t.data<int8_t>(), [&] { return int8_t(bit()); }); break;
     case kiln::DataType::kUInt8: fill(t.data<uint8_t>(), [&] { return uint8_t(bit()); }); break;
     case kiln::DataType::kInt16: fill(t.data<int16_t>(), [&] { return int16_t(bit()); }); break;
@@ -151,45 +132,14 @@ struct Inputs {
   unsigned seed = 0;
 };
 
-float half_bits_to_float(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FFu;
-  uint32_t x;
-  if (exp == 0) {
-    if (mant == 0) {
-      x = sign;
-    } else {  // subnormal: normalize
-      int e = -1;
-      uint32_t m = mant;
-      do {
-        ++e;
-        m <<= 1;
-      } while (!(m & 0x400u));
-      x = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (m & 0x3FFu) << 13;
-    }
-  } else if (exp == 31) {
-    x = sign | 0x7F800000u | mant << 13;
-  } else {
-    x = sign | (exp + 127 - 15) << 23 | mant << 13;
-  }
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
-}
-
 // Element i of a numeric tensor as a double; false for dtypes compared by bytes only.
 bool element_as_double(const kiln::Tensor& t, int64_t i, double& out) {
   using D = kiln::DataType;
   switch (t.dtype()) {
     case D::kFloat32: out = t.data<float>()[i]; return true;
     case D::kFloat64: out = t.data<double>()[i]; return true;
-    case D::kFloat16: out = half_bits_to_float(t.data<uint16_t>()[i]); return true;
-    case D::kBFloat16: {
-      const uint32_t x = static_cast<uint32_t>(t.data<uint16_t>()[i]) << 16;
-      float f;
-      std::memcpy(&f, &x, 4);
-      out = f;
-      return true;
-    }
+    case D::kFloat16: out = kiln::f16_to_f32(t.data<uint16_t>()[i]); return true;
+    case D::kBFloat16: out = kiln::bf16_to_f32(t.data<uint16_t>()[i]); return true;
     case D::kInt8: out = t.data<int8_t>()[i]; return true;
     case D::kUInt8: out = t.data<uint8_t>()[i]; return true;
     case D::kInt16: out = t.data<int16_t>()[i]; return true;
@@ -872,23 +822,31 @@ static int kiln_main(int argc, char** argv) {
   if (*compare) {
     if (cmp_rtol_given >= 0) cmp_rtol = cmp_rtol_given;
     Tolerance tol{cmp_rtol, std::max(cmp_atol, 0.0), cmp_atol >= 0};
-    if (!cmp_against.empty()) {
+    const bool against = !cmp_against.empty();
+    if (against) {
       if (!cmp_b.empty()) return fail(kiln::invalid_argument("give either a second model or --against, not both"));
       if (is_engine_file(cmp_a)) return fail(kiln::invalid_argument("--against onnxruntime needs an .onnx model, not an engine file"));
       tol.elementwise = true;
       if (cmp_atol < 0) tol.atol = 1e-5;
-      kiln::BuildOptions oa;
-      oa.device = parse_device(cmp_device_a);
-      oa.precision = parse_precision(cmp_precision_a);
-      auto a = kiln::Engine::open(cmp_a, oa);
-      if (!a.ok()) return fail(a.status());
-      auto feed = load_inputs(**a, cmp_inputs);
-      if (!feed.ok()) return fail(feed.status());
-      auto ca = (*a)->create_context();
-      if (!ca.ok()) return fail(ca.status());
-      auto ra = (*ca)->run(*feed);
-      for (int r = 1; r < cmp_runs && ra.ok(); ++r) ra = (*ca)->run(*feed);
-      if (!ra.ok()) return fail(ra.status());
+    }
+    kiln::BuildOptions oa;
+    oa.device = parse_device(cmp_device_a);
+    oa.precision = parse_precision(cmp_precision_a);
+    auto a = kiln::Engine::open(cmp_a, oa);
+    if (!a.ok()) return fail(a.status());
+    auto feed = load_inputs(**a, cmp_inputs);
+    if (!feed.ok()) return fail(feed.status());
+    // With --runs N each side runs N times on one context and the last outputs are compared: the
+    // steady state (replayed CUDA graphs from the third run of a GPU engine), not only the first run.
+    auto run_side = [&](const kiln::Engine& e) -> kiln::Expected<std::vector<kiln::Value>> {
+      KILN_ASSIGN_OR_RETURN(auto ctx, e.create_context());
+      auto r = ctx->run(*feed);
+      for (int k = 1; k < cmp_runs && r.ok(); ++k) r = ctx->run(*feed);
+      return r;
+    };
+    auto ra = run_side(**a);
+    if (!ra.ok()) return fail(ra.status());
+    if (against) {
       std::vector<std::string> ref_names;
       std::vector<kiln::Value> ref;
       std::string ort_version;
@@ -899,31 +857,14 @@ static int kiln_main(int argc, char** argv) {
       std::printf("%s\n", ok ? "PASSED" : "FAILED");
       return ok ? 0 : 2;
     }
-    tol.rtol = cmp_rtol;
-    kiln::BuildOptions oa, ob;
     // Two models are compared on one device unless told otherwise; one model, across devices.
     if (!cmp_b.empty() && device_b_opt->count() == 0) cmp_device_b = cmp_device_a;
-    oa.device = parse_device(cmp_device_a);
+    kiln::BuildOptions ob;
     ob.device = parse_device(cmp_device_b);
-    oa.precision = parse_precision(cmp_precision_a);
     ob.precision = parse_precision(cmp_precision_b);
-    auto a = kiln::Engine::open(cmp_a, oa);
-    if (!a.ok()) return fail(a.status());
     auto b = kiln::Engine::open(cmp_b.empty() ? cmp_a : cmp_b, ob);
     if (!b.ok()) return fail(b.status());
-    auto feed = load_inputs(**a, cmp_inputs);
-    if (!feed.ok()) return fail(feed.status());
-    auto ca = (*a)->create_context();
-    auto cb = (*b)->create_context();
-    if (!ca.ok()) return fail(ca.status());
-    if (!cb.ok()) return fail(cb.status());
-    // With --runs N each side runs N times on one context and the last outputs are compared: the
-    // steady state (replayed CUDA graphs from the third run of a GPU engine), not only the first run.
-    auto ra = (*ca)->run(*feed);
-    for (int r = 1; r < cmp_runs && ra.ok(); ++r) ra = (*ca)->run(*feed);
-    if (!ra.ok()) return fail(ra.status());
-    auto rb = (*cb)->run(*feed);
-    for (int r = 1; r < cmp_runs && rb.ok(); ++r) rb = (*cb)->run(*feed);
+    auto rb = run_side(**b);
     if (!rb.ok()) return fail(rb.status());
     if (ra->size() != rb->size())
       std::printf("note: A has %zu outputs, B %zu; each of A's is compared with B's of the same name\n", ra->size(), rb->size());

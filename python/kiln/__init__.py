@@ -442,6 +442,12 @@ class NodeArg:
         return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape!r})"
 
 
+def _unknown_name(kind: str, name: str, infos: Iterable[Any]) -> KilnError:
+    """InvalidArgument for an input or output name the model does not have, listing the ones it has."""
+    known = ", ".join(repr(i.name) for i in infos) or "none"
+    return _error("InvalidArgument", f"unknown {kind} '{name}'; the model's {kind}s are: {known}")
+
+
 def _normalize_feed(infos: Sequence[TensorInfo], feed: dict[str, Any]) -> dict[str, Any]:
     """Checks names; turns lists given for tensor inputs into arrays (as onnxruntime does)."""
     by_name = {i.name: i for i in infos}
@@ -449,8 +455,7 @@ def _normalize_feed(infos: Sequence[TensorInfo], feed: dict[str, Any]) -> dict[s
     for name, value in feed.items():
         info = by_name.get(name)
         if info is None:
-            known = ", ".join(repr(i.name) for i in infos) or "none"
-            raise _error("InvalidArgument", f"unknown input '{name}'; the model's inputs are: {known}")
+            raise _unknown_name("input", name, infos)
         if info.kind == "tensor" and isinstance(value, (list, tuple)):
             try:
                 dtype = np.dtype(info.dtype) if info.dtype != "string" else object
@@ -516,13 +521,11 @@ class IOBinding:
 
     def _check_input(self, name: str) -> None:
         if name not in self._session._input_index:
-            known = ", ".join(repr(i.name) for i in self._session._inputs)
-            raise _error("InvalidArgument", f"unknown input '{name}'; the model's inputs are: {known}")
+            raise _unknown_name("input", name, self._session._inputs)
 
     def _check_output(self, name: str) -> None:
         if name not in self._session._output_index:
-            known = ", ".join(repr(o.name) for o in self._session._outputs)
-            raise _error("InvalidArgument", f"unknown output '{name}'; the model's outputs are: {known}")
+            raise _unknown_name("output", name, self._session._outputs)
 
     def bind_cpu_input(self, name: str, arr_on_cpu: Any) -> None:
         self._check_input(name)
@@ -766,8 +769,7 @@ class InferenceSession:
         indices = []
         for name in output_names:
             if name not in self._output_index:
-                known = ", ".join(repr(o.name) for o in self._outputs)
-                raise _error("InvalidArgument", f"unknown output '{name}'; the model's outputs are: {known}")
+                raise _unknown_name("output", name, self._outputs)
             indices.append(self._output_index[name])
         return indices
 
