@@ -4,8 +4,9 @@
 // ships no test data and whose Python cannot load a module built elsewhere: carry the folders
 // (a 2 MB .tar.xz) and the kiln command.
 //
-// Outcomes: "pass" (every output matches and every node ran on the requested device), "pass-fallback"
-// (matches, but some nodes ran on the CPU), "fail" (an output differs), "error" (build or run
+// Outcomes: "pass" (every output matches and every node ran on the requested device, or stayed on the
+// host as an integer shape computation on host metadata, as the placement rule allows), "pass-fallback"
+// (matches, but some nodes fell back to the CPU), "fail" (an output differs), "error" (build or run
 // failed, or test data kiln cannot read, e.g. sequence inputs). Float outputs are compared as
 // numpy.testing.assert_allclose does (|got - want| <= atol + rtol·|want|, NaN where NaN; float16 and
 // bfloat16 too), other types exactly, as onnx's runner does (rtol 1e-3, atol 1e-7 by default).
@@ -21,6 +22,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
 namespace fs = std::filesystem;
@@ -29,8 +31,12 @@ namespace {
 
 struct Outcome {
   std::string status, message;
-  int device_steps = 0, cpu_steps = 0;
+  // cpu_steps: nodes that fell back to the CPU; host_shape_steps: integer shape computations on host
+  // metadata, which the placement rule keeps on the host in GPU engines too (not a fallback).
+  int device_steps = 0, cpu_steps = 0, host_shape_steps = 0;
 };
+
+bool host_shape_reason(const std::string& why) { return why.rfind("integer shape computation", 0) == 0; }
 
 // IEEE binary16 bits → value (subnormals, infinities and NaN included).
 double half_value(uint16_t h) {
@@ -110,7 +116,9 @@ void count_steps(const std::string& placement, const std::string& device, Outcom
   while (std::getline(in, line)) {
     if (line.find(" -> ") == std::string::npos) continue;  // copies and the summary
     if (line.rfind("[" + device + "]", 0) == 0) ++o.device_steps;
-    else if (line.rfind("[cpu]", 0) == 0) ++o.cpu_steps;
+    else if (line.rfind("[cpu]", 0) != 0) continue;
+    else if (line.find("  [integer shape computation") != std::string::npos) ++o.host_shape_steps;
+    else ++o.cpu_steps;
   }
 }
 
@@ -131,13 +139,38 @@ std::vector<fs::path> numbered(const fs::path& dir, const std::string& prefix) {
   return out;
 }
 
+// Placement only: "placed" when every node would run on the device, else "placed-fallback" (the ops
+// that would not are added to `cpu_ops`), "error" when the model cannot be planned.
+Outcome place_one(const fs::path& dir, const ConformOptions& o, std::map<std::string, int>& cpu_ops) {
+  Outcome r;
+  auto placed = kiln::Engine::plan_placement((dir / "model.onnx").string(), o.build);
+  if (!placed.ok()) return {"error", "placement: " + placed.status().to_string()};
+  std::set<std::string> ops;
+  for (const auto& e : *placed) {
+    if (e.device == "cpu" && o.build.device != kiln::DeviceType::kCPU && host_shape_reason(e.why)) {
+      ++r.host_shape_steps;
+    } else if (e.device == "cpu" && o.build.device != kiln::DeviceType::kCPU) {
+      ++r.cpu_steps;
+      ops.insert(e.op + (e.why.rfind("no CUDA kernel", 0) == 0 ? "" : " (" + e.why + ")"));
+    } else if (e.device.empty()) {
+      return {"error", "placement: " + e.op + ": " + e.why};
+    } else {
+      ++r.device_steps;
+    }
+  }
+  for (const auto& op : ops) ++cpu_ops[op];
+  r.status = r.cpu_steps ? "placed-fallback" : "placed";
+  for (const auto& op : ops) r.message += (r.message.empty() ? "" : ", ") + op;
+  return r;
+}
+
 Outcome run_one(const fs::path& dir, const ConformOptions& o) {
   Outcome r;
   auto engine = kiln::Engine::build((dir / "model.onnx").string(), o.build);
   if (!engine.ok()) return {"error", "build: " + engine.status().to_string()};
   const bool on_device = o.build.device != kiln::DeviceType::kCPU;
   count_steps((*engine)->placement_report(), on_device ? "cuda" : "cpu", r);
-  if (!on_device) r.cpu_steps = 0;
+  if (!on_device) r.cpu_steps = r.host_shape_steps = 0;
   auto ctx = (*engine)->create_context();
   if (!ctx.ok()) return {"error", "context: " + ctx.status().to_string()};
   const auto& infos = (*engine)->inputs();
@@ -183,6 +216,29 @@ Outcome run_one(const fs::path& dir, const ConformOptions& o) {
   return r;
 }
 
+}  // namespace
+
+std::string format_placement(const std::vector<kiln::PlacementEntry>& placed) {
+  std::ostringstream os;
+  std::map<std::string, int> per_device;
+  int host_shape = 0;
+  for (const auto& e : placed) {
+    const std::string dev = e.device.empty() ? "none" : e.device;
+    ++per_device[dev];
+    os << "[" << dev << "] " << e.node << " (" << e.op << ") -> " << (e.kernel.empty() ? "-" : e.kernel);
+    if (!e.why.empty()) os << "  [" << e.why << "]";
+    os << "\n";
+    host_shape += host_shape_reason(e.why);
+  }
+  os << "steps:";
+  for (const auto& [dev, n] : per_device) os << " " << n << " on " << dev << ";";
+  if (host_shape) os << " " << host_shape << " of the cpu steps are integer shape computations on host values";
+  os << "\n";
+  return os.str();
+}
+
+namespace {
+
 std::string json_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -220,14 +276,14 @@ int run_conform(const ConformOptions& o) {
       return 1;
     }
   }
-  std::map<std::string, int> counts;
+  std::map<std::string, int> counts, cpu_ops;
   const auto t0 = std::chrono::steady_clock::now();
   for (const fs::path& dir : tests) {
     const std::string name = dir.filename().string();
     if (!std::regex_search(name, filter)) continue;
     Outcome r;
     try {
-      r = run_one(dir, o);
+      r = o.placement_only ? place_one(dir, o, cpu_ops) : run_one(dir, o);
     } catch (const std::exception& e) {
       r = {"error", std::string("exception: ") + e.what()};
     }
@@ -237,11 +293,21 @@ int run_conform(const ConformOptions& o) {
     if (json)
       json << "{\"name\": \"" << json_escape(name) << "\", \"outcome\": \"" << r.status << "\", \"message\": \""
            << json_escape(r.message) << "\", \"device_steps\": " << r.device_steps << ", \"cpu_steps\": " << r.cpu_steps
-           << "}\n";
+           << ", \"host_shape_steps\": " << r.host_shape_steps << "}\n";
   }
   int total = 0;
   for (const auto& [k, n] : counts) total += n;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (o.placement_only) {
+    std::vector<std::pair<int, std::string>> by_count;
+    for (const auto& [op, n] : cpu_ops) by_count.push_back({-n, op});
+    std::sort(by_count.begin(), by_count.end());
+    if (!by_count.empty()) std::printf("ops that keep tests off the device (tests per op):\n");
+    for (const auto& [n, op] : by_count) std::printf("  %4d  %s\n", -n, op.c_str());
+    std::printf("%d tests in %.1f s: %d placed wholly on the device, %d with CPU steps, %d error\n", total, secs,
+                counts["placed"], counts["placed-fallback"], counts["error"]);
+    return counts["error"] ? 2 : 0;
+  }
   std::printf("%d tests in %.1f s: %d pass, %d pass with CPU fallback, %d fail, %d error\n", total, secs, counts["pass"],
               counts["pass-fallback"], counts["fail"], counts["error"]);
   return counts["fail"] || counts["error"] ? 2 : 0;

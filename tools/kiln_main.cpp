@@ -664,6 +664,9 @@ static int kiln_main(int argc, char** argv) {
   build->add_option("--opt-shapes", opt_shapes, "the shapes a profile is tuned for");
   build->add_option("--max-shapes", max_shapes, "largest input shapes of a profile");
   build->add_flag("-q,--quiet", build_quiet, "no progress lines");
+  bool build_placement_only = false;
+  build->add_flag("--placement-only", build_placement_only,
+                  "import and optimize, then print where each node would run and why (no engine is written; needs no GPU)");
   std::string build_precision = "fp32", run_precision = "fp32", cmp_precision_a = "fp32", cmp_precision_b = "fp32";
   const auto precisions = CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "best"});
   build->add_option("--precision", build_precision,
@@ -774,6 +777,9 @@ static int kiln_main(int argc, char** argv) {
   conform->add_option("--filter", conform_opts.filter, "regex: run only tests whose name matches");
   conform->add_option("--json", conform_opts.json, "write one JSON line per test here");
   conform->add_flag("-v,--verbose", conform_opts.verbose, "print every test, not only failures");
+  conform->add_flag("--placement-only", conform_opts.placement_only,
+                    "plan placement only (no GPU needed): a test is 'placed' when every node would run on the device, "
+                    "'placed-fallback' when some would run on the CPU; the CPU nodes are counted per op");
 
   size_t max_tensor_bytes = 0, max_memory = 0;
   for (auto* sc : {build, run, bench, compare}) {
@@ -936,6 +942,12 @@ static int kiln_main(int argc, char** argv) {
         if (!p.min.count(name) || !p.max.count(name))
           return fail(kiln::invalid_argument("profile " + std::to_string(k) + ": '" + name + "' needs min, opt and max shapes"));
       o.profiles.push_back(p);
+    }
+    if (build_placement_only) {
+      auto placed = kiln::Engine::plan_placement(build_path, o);
+      if (!placed.ok()) return fail(placed.status());
+      std::printf("%s", format_placement(*placed).c_str());
+      return 0;
     }
     if (build_out.empty()) build_out = std::filesystem::path(build_path).replace_extension(".kiln").string();
     const auto t0 = std::chrono::steady_clock::now();

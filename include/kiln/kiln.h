@@ -101,6 +101,12 @@ struct BuildOptions {
 
 class ExecutionContext;
 
+// Where one node would run (Engine::plan_placement): its device ("cuda", "cpu"; empty when no kernel
+// anywhere takes it), kernel row, and why it stays on the CPU in a GPU engine.
+struct PlacementEntry {
+  std::string node, op, device, kernel, why;
+};
+
 // One timed step of a profiled run (ExecutionContext::set_profiling). Times are host wall times from
 // when profiling was turned on; on a GPU each step is waited for before its end is taken (and CUDA
 // graphs are off while profiling), so a step's time is its device time plus one launch.
@@ -128,6 +134,10 @@ class Engine {
   // Same from bytes; external data (if any) resolves relative to `base_dir` (refused when empty).
   static Expected<std::shared_ptr<Engine>> build_from_bytes(const std::string& onnx_bytes, const BuildOptions& options = {},
                                                             const std::string& base_dir = {});
+  // Where a build with `options` would run each node, and why a node would stay on the CPU: imports and
+  // optimizes as build() does, then places every node from the kernel rows alone (no kernel is made,
+  // no device touched), so a CUDA placement can be planned on a machine without a GPU.
+  static Expected<std::vector<PlacementEntry>> plan_placement(const std::string& onnx_path, const BuildOptions& options = {});
   // Loads an engine file written by save(). Fails with kEngineMismatch when it was built for another
   // device or an incompatible format version, saying what differs.
   static Expected<std::shared_ptr<Engine>> load(const std::string& engine_path);

@@ -54,6 +54,9 @@ class Backend {
 // without CUDA or no GPU is visible.
 Backend& cpu_backend();
 Expected<Backend*> cuda_backend();
+// The CUDA backend's kernel rows, available with or without a GPU (null in a build without CUDA):
+// what placement would choose can be planned anywhere.
+const KernelRegistry* cuda_kernel_registry();
 Expected<Backend*> backend_for(DeviceType type);
 
 }  // namespace kiln

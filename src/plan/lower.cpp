@@ -101,14 +101,15 @@ struct Lowering {
     return c;
   }
 
-  // Values that live in host memory as placement proceeds: graph inputs, constants, and the
-  // outputs of host steps.
+  // Host-side metadata as placement proceeds: constants, captures and the outputs of host steps (a
+  // Shape's output, what is computed from it). Graph inputs are not: they are the caller's data, fed on
+  // the device as well as from host memory, and an integer input is data like any other.
   std::set<const ir::Value*> on_host;
 
   // Small integer computations on host-resident shapes (Shape → Gather → Concat → a Reshape target)
   // stay on the host, as TensorRT keeps shape tensors: every input whose values are read is an integer
-  // or bool tensor in host memory (a float tensor is data, not shape metadata, even when it is a small
-  // graph input), and every output is an integer or bool tensor of rank <= 1 or at most 64 elements.
+  // or bool tensor of host metadata (a constant or a host step's output; never a graph input, never a
+  // float tensor), and every output is an integer or bool tensor of rank <= 1 or at most 64 elements.
   bool host_shape_math(const ir::Node& n, const KernelDef& cpu_def) const {
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       const ir::Value* v = n.inputs[i];
@@ -128,30 +129,58 @@ struct Lowering {
     return true;
   }
 
-  Expected<Backend*> choose(const ir::Node& n, const KernelDef** def, std::string* why) {
+  // The target's kernel rows (CUDA engines); null for CPU engines.
+  const KernelRegistry* target_kernels = nullptr;
+
+  // Where one node runs: a kernel row of the target or of the CPU, and why it stays on the host.
+  struct Placed {
+    const KernelDef* def = nullptr;  // null: no kernel anywhere (`why` says so)
+    bool on_target = false;
+    std::string why;
+  };
+
+  Placed choose(const ir::Node& n) const {
+    Placed p;
     std::string cpu_why;
     const KernelDef* cpu_def = cpu_backend().kernels().find(n, &cpu_why);
-    if (opt.device == DeviceType::kCUDA && !n.has_subgraphs() && !(cpu_def && host_shape_math(n, *cpu_def))) {
-      auto cuda = cuda_backend();
-      if (cuda.ok()) {
-        std::string cuda_why;
-        if ((*def = (*cuda)->kernels().find(n, &cuda_why))) return *cuda;
-        *why = "no CUDA kernel (" + (cuda_why.empty() ? std::string("op not implemented") : cuda_why) + ")";
+    if (target_kernels && !n.has_subgraphs() && !(cpu_def && host_shape_math(n, *cpu_def))) {
+      std::string cuda_why;
+      if ((p.def = target_kernels->find(n, &cuda_why))) {
+        p.on_target = true;
+        return p;
       }
+      p.why = "no CUDA kernel (" + (cuda_why.empty() ? std::string("op not implemented") : cuda_why) + ")";
     }
-    *def = cpu_def;
-    if (!*def) {
-      *why = cpu_why.empty() ? "no kernel for this op" : cpu_why;
-      return static_cast<Backend*>(nullptr);
+    p.def = cpu_def;
+    if (!p.def) {
+      p.why = cpu_why.empty() ? "no kernel for this op" : cpu_why;
+      return p;
     }
-    if (why->empty()) *why = "integer shape computation on host values";
-    return &cpu_backend();
+    if (p.why.empty())
+      p.why = n.has_subgraphs() ? "control flow: its subgraphs run on the CPU" : "integer shape computation on host values";
+    if (!target_kernels) p.why.clear();
+    return p;
+  }
+
+  // Places every node in order (a host step's outputs are host values for the nodes after it).
+  std::vector<Placed> place(const ir::Graph& graph) {
+    for (const ir::Value* v : graph.values())
+      if (v->constant && !v->is_input) on_host.insert(v);
+    for (const ir::Value* v : graph.captures) on_host.insert(v);
+    std::vector<Placed> placed;
+    for (const ir::Node* n : graph.nodes()) {
+      Placed p = choose(*n);
+      if (p.def && !p.on_target)
+        for (const ir::Value* v : n->outputs)
+          if (v) on_host.insert(v);
+      placed.push_back(std::move(p));
+    }
+    return placed;
   }
 
   Expected<std::shared_ptr<CompiledGraph>> run(std::shared_ptr<ir::Graph> graph) {
     cg->graph = graph;
     KILN_ASSIGN_OR_RETURN(Backend* preferred, backend_for(opt.device));
-    (void)preferred;
     const Device host{};
     for (ir::Value* v : graph->values()) {
       const int i = add_value(v->name, v->type, host);
@@ -164,26 +193,16 @@ struct Lowering {
     }
     for (ir::Value* v : graph->inputs) cg->inputs.push_back(index.at(v));
     for (ir::Value* v : graph->captures) cg->captures.push_back(index.at(v));
-    for (ir::Value* v : graph->values())
-      if (v->is_input || v->constant) on_host.insert(v);
-    for (ir::Value* v : graph->captures) on_host.insert(v);
+    if (opt.device == DeviceType::kCUDA) target_kernels = &preferred->kernels();
 
     // Placement first, so every unsupported node is reported at once.
-    std::vector<std::pair<const KernelDef*, Backend*>> choice;
-    std::vector<std::string> reasons;
+    const std::vector<Placed> placed = place(*graph);
     std::vector<std::string> missing;
+    size_t at = 0;
     for (const ir::Node* n : graph->nodes()) {
-      const KernelDef* def = nullptr;
-      std::string why;
-      KILN_ASSIGN_OR_RETURN(Backend* b, choose(*n, &def, &why));
-      if (!b) missing.push_back(n->describe() + ": " + why);
-      else if (opt.verbose && opt.device == DeviceType::kCUDA && b->device().is_cpu())
-        log(LogLevel::kVerbose, n->describe() + " falls back to CPU: " + why);
-      if (b && b->device().is_cpu())
-        for (const ir::Value* v : n->outputs)
-          if (v) on_host.insert(v);
-      choice.push_back({def, b});
-      reasons.push_back(b && b->device().is_cpu() && opt.device != DeviceType::kCPU ? why : std::string());
+      const Placed& p = placed[at++];
+      if (!p.def) missing.push_back(n->describe() + ": " + p.why);
+      else if (opt.verbose && !p.why.empty()) log(LogLevel::kVerbose, n->describe() + " falls back to CPU: " + p.why);
     }
     if (!missing.empty()) {
       std::string msg = std::to_string(missing.size()) + " node(s) cannot run:";
@@ -194,9 +213,11 @@ struct Lowering {
     CpuSubgraphCompiler subgraphs;
     size_t k = 0;
     for (const ir::Node* n : graph->nodes()) {
-      auto [def, backend] = choice[k];
+      const Placed& p = placed[k++];
+      const KernelDef* def = p.def;
+      Backend* backend = p.on_target ? preferred : &cpu_backend();
       Step s;
-      s.why_host = reasons[k++];
+      s.why_host = p.why;
       s.node = n;
       s.backend = backend;
       s.kernel_name = def->name;
@@ -307,6 +328,30 @@ Expected<std::shared_ptr<CompiledGraph>> lower(std::shared_ptr<ir::Graph> graph,
   g_lowerings.fetch_add(1);
   Lowering l{options};
   return l.run(std::move(graph));
+}
+
+Expected<std::vector<PlacementEntry>> preview_placement(const ir::Graph& graph, DeviceType device) {
+  LowerOptions o;
+  o.device = device;
+  Lowering l{o};
+  if (device == DeviceType::kCUDA) {
+    l.target_kernels = cuda_kernel_registry();
+    if (!l.target_kernels) return unsupported("this kiln was built without CUDA: it has no CUDA kernels to place");
+  }
+  const auto placed = l.place(graph);
+  std::vector<PlacementEntry> out;
+  size_t at = 0;
+  for (const ir::Node* n : graph.nodes()) {
+    const auto& p = placed[at++];
+    PlacementEntry e;
+    e.node = n->name;
+    e.op = n->op_type;
+    e.device = p.def ? (p.on_target ? "cuda" : "cpu") : "";
+    e.kernel = p.def ? p.def->name : "";
+    e.why = p.why;
+    out.push_back(std::move(e));
+  }
+  return out;
 }
 
 std::string describe_plan(const CompiledGraph& plan, const std::function<std::string(int)>& annotate) {

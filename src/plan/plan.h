@@ -13,6 +13,7 @@
 
 #include "backends/backend.h"
 #include "ir/graph.h"
+#include "kiln/kiln.h"
 
 namespace kiln {
 
@@ -86,6 +87,11 @@ struct LowerOptions {
 // copies between devices, and plans memory. Every node without a kernel anywhere is reported in one
 // error listing them all.
 Expected<std::shared_ptr<CompiledGraph>> lower(std::shared_ptr<ir::Graph> graph, const LowerOptions& options);
+
+// Where lower() would place each node of an optimized graph, and why a node stays on the CPU, without
+// creating kernels or touching a device: CUDA placement is planned from the kernel rows alone, so it
+// works on a machine without a GPU (and in CI). `device` empty: no kernel anywhere (`why` says why).
+Expected<std::vector<PlacementEntry>> preview_placement(const ir::Graph& graph, DeviceType device);
 
 // How many graphs lower() has lowered in this process (tests check that loading an engine lowers none).
 uint64_t lowering_count();

@@ -96,13 +96,13 @@ void describe_engine(Engine::Impl& impl, const std::string& model_hash) {
   impl.meta["precision"] = precision_name(impl.options.precision);
 }
 
-passes::PassOptions builder_pass_options(int opt_level, const Backend* target) {
+passes::PassOptions builder_pass_options(int opt_level, const KernelRegistry* target) {
   passes::PassOptions po;
   po.level = opt_level;
   po.evaluate = [](const ir::Node& n, const std::vector<Value>& in) { return run_node_eager(n, in); };
   if (target)
     po.has_kernel = [target](const std::string& domain, const std::string& op) {
-      for (const KernelDef& d : target->kernels().all())
+      for (const KernelDef& d : target->all())
         if (d.op == op && d.domain == domain) return true;
       return false;
     };
@@ -135,46 +135,40 @@ static void fix_profile_shapes(ir::Graph& g, const std::vector<ShapeProfile>& pr
   }
 }
 
-static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const BuildOptions& options,
-                                                          BuildClock::time_point start) {
-  auto impl = std::make_unique<Engine::Impl>();
-  impl->options = options;
-  impl->options.progress = nullptr;
-  impl->graph = std::shared_ptr<ir::Graph>(std::move(model.graph));
-  // A verbose build logs every decision (the optimizer's rewrites, placement fallbacks, tuning).
-  ScopedLogLevel level(options.verbose ? LogLevel::kVerbose : LogLevel::kWarning);
-  KILN_ASSIGN_OR_RETURN(Backend * target, backend_for(options.device));
+// Import-to-placement steps shared by a build and a placement plan: checks the options, fixes profile
+// shapes, optimizes for the target's kernels, converts precision and layout. `target` is the kernel
+// rows of the device the engine is for (the CUDA rows exist without a GPU).
+static Status prepare_graph(ir::Graph& graph, const BuildOptions& options, const KernelRegistry& target) {
   if (options.precision != Precision::kFloat32 && options.device != DeviceType::kCUDA)
     return invalid_argument(std::string(precision_name(options.precision)) +
                             " engines are GPU engines: build with device cuda (CPU engines compute in float32)");
-  KILN_RETURN_IF_ERROR(validate_profiles(*impl->graph, options.profiles));
-  fix_profile_shapes(*impl->graph, options.profiles);
-  report(options, start, "optimize");
-  passes::PassOptions po = builder_pass_options(options.opt_level, target);
+  KILN_RETURN_IF_ERROR(validate_profiles(graph, options.profiles));
+  fix_profile_shapes(graph, options.profiles);
+  passes::PassOptions po = builder_pass_options(options.opt_level, &target);
   po.verbose = options.verbose;
   // Float32 attention on CUDA runs faster unfused (cuBLAS's FP32 GEMMs for Q·Kᵀ and P·V against the
   // fused kernel's CUDA-core loops; H100, BERT-base: batch 1 1.82 vs 2.23 ms, batch 64 44.5 vs 46.7
   // ms); float16/bfloat16 engines fuse it (tensor-core kernel: batch 64 9.2 vs 15.2 ms).
   if (options.device == DeviceType::kCUDA && (options.precision == Precision::kFloat32 || options.precision == Precision::kTF32))
     po.disabled.insert("fuse-attention");
-  KILN_RETURN_IF_ERROR(passes::optimize(*impl->graph, po));
+  KILN_RETURN_IF_ERROR(passes::optimize(graph, po));
   const bool half_engine = options.precision == Precision::kFloat16 || options.precision == Precision::kBFloat16 ||
                            options.precision == Precision::kBest;
   if (half_engine) {
     const DataType half = options.precision == Precision::kBFloat16 ? DataType::kBFloat16 : DataType::kFloat16;
-    auto runs_in_half = [target](const ir::Node& n) {
+    auto runs_in_half = [&target](const ir::Node& n) {
       const std::string domain = n.domain == "ai.onnx" ? "" : n.domain;
-      for (const KernelDef& d : target->kernels().all())
+      for (const KernelDef& d : target.all())
         if (d.half_floats && d.op == n.op_type && d.domain == domain && (n.opset == 0 || (n.opset >= d.since && n.opset <= d.until)))
           return true;
       return false;
     };
-    KILN_RETURN_IF_ERROR(passes::convert_precision(*impl->graph, half, runs_in_half).status());
+    KILN_RETURN_IF_ERROR(passes::convert_precision(graph, half, runs_in_half).status());
     // Tensor-core convolutions run channels-last: whole chains move to NHWC (KILN_CHANNELS_LAST=0
     // keeps channels-first, to compare).
     const char* cl = std::getenv("KILN_CHANNELS_LAST");
     bool half_fused_conv = false, half_pool = false;
-    for (const KernelDef& d : target->kernels().all()) {
+    for (const KernelDef& d : target.all()) {
       half_fused_conv |= d.op == "FusedConv" && d.domain == "kiln" && d.half_floats;
       half_pool |= d.op == "ChannelsLastPool" && d.domain == "kiln" && d.half_floats;
     }
@@ -184,10 +178,24 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
         const bool conv = n.op_type == "Conv" || n.op_type == "FusedConv";
         return (conv || half_pool) && (dt == DataType::kFloat16 || dt == DataType::kBFloat16);
       };
-      KILN_RETURN_IF_ERROR(passes::convert_to_channels_last(*impl->graph, accepts).status());
+      KILN_RETURN_IF_ERROR(passes::convert_to_channels_last(graph, accepts).status());
     }
   }
-  if (options.precision == Precision::kTF32 || options.precision == Precision::kBest) passes::allow_tf32(*impl->graph);
+  if (options.precision == Precision::kTF32 || options.precision == Precision::kBest) passes::allow_tf32(graph);
+  return Status::Ok();
+}
+
+static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const BuildOptions& options,
+                                                          BuildClock::time_point start) {
+  auto impl = std::make_unique<Engine::Impl>();
+  impl->options = options;
+  impl->options.progress = nullptr;
+  impl->graph = std::shared_ptr<ir::Graph>(std::move(model.graph));
+  // A verbose build logs every decision (the optimizer's rewrites, placement fallbacks, tuning).
+  ScopedLogLevel level(options.verbose ? LogLevel::kVerbose : LogLevel::kWarning);
+  KILN_ASSIGN_OR_RETURN(Backend * target, backend_for(options.device));
+  report(options, start, "optimize");
+  KILN_RETURN_IF_ERROR(prepare_graph(*impl->graph, options, target->kernels()));
   LowerOptions lo;
   lo.device = options.device;
   lo.verbose = options.verbose;
@@ -218,6 +226,17 @@ Expected<std::shared_ptr<Engine>> Engine::build(const std::string& onnx_path, co
   report(options, start, "import");
   KILN_ASSIGN_OR_RETURN(ir::Model model, onnx::import_file(onnx_path));
   return guarded("building the engine", [&] { return build_from_model(std::move(model), options, start); });
+}
+
+Expected<std::vector<PlacementEntry>> Engine::plan_placement(const std::string& onnx_path, const BuildOptions& options) {
+  KILN_ASSIGN_OR_RETURN(ir::Model model, onnx::import_file(onnx_path));
+  return guarded("planning placement", [&]() -> Expected<std::vector<PlacementEntry>> {
+    ScopedLogLevel level(options.verbose ? LogLevel::kVerbose : LogLevel::kWarning);
+    const KernelRegistry* target = options.device == DeviceType::kCUDA ? cuda_kernel_registry() : &cpu_backend().kernels();
+    if (!target) return unsupported("this kiln was built without CUDA: it has no CUDA kernels to place");
+    KILN_RETURN_IF_ERROR(prepare_graph(*model.graph, options, *target));
+    return preview_placement(*model.graph, options.device);
+  });
 }
 
 Expected<std::shared_ptr<Engine>> Engine::build_from_bytes(const std::string& bytes, const BuildOptions& options,

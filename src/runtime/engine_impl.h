@@ -24,7 +24,7 @@ namespace passes { struct PassOptions; }
 class Backend;
 // The optimizer's options for building an engine for `target` (null: no device restriction): the
 // CPU evaluator for constant folding, and fusions only into ops `target` has kernels for.
-passes::PassOptions builder_pass_options(int opt_level, const Backend* target);
+passes::PassOptions builder_pass_options(int opt_level, const KernelRegistry* target);
 
 // Fills inputs/outputs/meta from graph and plan.
 void describe_engine(Engine::Impl& impl, const std::string& model_hash);

@@ -22,7 +22,7 @@ Expected<OptimizationReport> inspect_model(const std::string& onnx_path, int opt
   OptimizationReport r;
   r.opt_level = opt_level;
   r.ops_before = histogram(*model.graph, &r.nodes_before);
-  passes::PassOptions po = builder_pass_options(opt_level, &cpu_backend());
+  passes::PassOptions po = builder_pass_options(opt_level, &cpu_backend().kernels());
   passes::OptimizeStats stats;
   KILN_RETURN_IF_ERROR(passes::optimize(*model.graph, po, &stats));
   r.ops_after = histogram(*model.graph, &r.nodes_after);

@@ -110,6 +110,7 @@ Backend& cpu_backend() {
 Expected<Backend*> cuda_backend() {
   return unsupported("this kiln was built without CUDA (configure with -DKILN_CUDA=ON on a machine with nvcc)");
 }
+const KernelRegistry* cuda_kernel_registry() { return nullptr; }
 #endif
 
 Expected<Backend*> backend_for(DeviceType type) {

@@ -80,16 +80,21 @@ std::string make_fingerprint() {
 
 }  // namespace
 
+void register_all(KernelRegistry& r) {
+  register_gemm(r);
+  register_conv(r);
+  register_nn(r);
+  register_resize(r);
+  register_misc(r);
+  register_elementwise(r);
+  register_shape(r);
+  register_reduce(r);
+  register_fused(r);
+  register_index(r);
+}
+
 CudaBackend::CudaBackend() {
-  register_gemm(registry_);
-  register_conv(registry_);
-  register_nn(registry_);
-  register_resize(registry_);
-  register_misc(registry_);
-  register_elementwise(registry_);
-  register_shape(registry_);
-  register_reduce(registry_);
-  register_fused(registry_);
+  register_all(registry_);
   fingerprint_ = make_fingerprint();
 }
 
@@ -267,6 +272,16 @@ void* CudaBackend::build_state() {
 }
 
 }  // namespace cuda
+
+const KernelRegistry* cuda_kernel_registry() {
+  // The rows only: registering touches no device, so placement can be planned without a GPU.
+  static const KernelRegistry* registry = [] {
+    auto* r = new KernelRegistry;
+    cuda::register_all(*r);
+    return r;
+  }();
+  return registry;
+}
 
 Expected<Backend*> cuda_backend() {
   // Probed once: a process either sees a GPU or it does not.

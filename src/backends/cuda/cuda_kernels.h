@@ -267,4 +267,55 @@ int launch_cumulative(int elem, bool product, const void* x, void* y, int64_t ou
 int launch_trilu(const void* x, void* y, int elem_bytes, int64_t n, int64_t rows, int64_t cols, int64_t k, bool upper,
                  cudaStream_t stream);
 
+// GatherElements / ScatterElements: for element e of indices (dims ind_dims, row-major), the data
+// offset of e's position with dim `axis` replaced by its index (negative counts from the end).
+struct ElementsIndex {
+  int rank = 0, axis = 0;
+  int64_t axis_dim = 0;
+  int64_t ind_dims[kMaxRank] = {};
+  int64_t data_strides[kMaxRank] = {};
+};
+// GatherND / ScatterND: `tuples` index tuples of k components over data dims [batch, k dims, block];
+// tuple t reads/writes the block at (t / per_batch)·batch_stride + Σ_j idx[t, j]·strides[j].
+struct NdIndex {
+  int k = 0;
+  int64_t tuples = 0, block = 1, per_batch = 1, batch_stride = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t strides[kMaxRank] = {};
+};
+enum class ScatterReduce : int { kNone, kAdd, kMul, kMax, kMin };
+// An index outside [-dim, dim) reads zeros (gathers) or is skipped (scatters); the CPU kernels refuse it.
+int launch_gather_elements(const void* x, const void* ind, bool ind64, void* y, int64_t n, const ElementsIndex& index,
+                           int elem_bytes, cudaStream_t stream);
+int launch_gather_nd(const void* x, const void* ind, bool ind64, void* y, const NdIndex& index, int elem_bytes,
+                     cudaStream_t stream);
+// In place on y (a copy of data): reduction kNone writes in parallel (duplicate indices: one of the
+// writes wins, as the spec leaves it); the others apply every write in index order, so duplicates
+// combine as the CPU kernel combines them. `elem`: numeric types (bool with kNone only).
+int launch_scatter_elements(void* y, const void* ind, bool ind64, const void* upd, int64_t n, const ElementsIndex& index,
+                            int elem, ScatterReduce reduce, cudaStream_t stream);
+int launch_scatter_nd(void* y, const void* ind, bool ind64, const void* upd, const NdIndex& index, int elem,
+                      ScatterReduce reduce, cudaStream_t stream);
+
+// SoftmaxCrossEntropyLoss (softmax) / NegativeLogLikelihoodLoss over x [N, C, D] (D the trailing dims
+// flattened), labels [N, D]; computed in double. reduction 0 none (loss [N, D] of x's type), 1 sum,
+// 2 mean (a scalar; the per-position losses and weights go through `workspace`, 2·N·D doubles). A label
+// outside [0, C) (and not ignore_index) gives NaN; the CPU kernel refuses it. log_prob (nullable, x's
+// type and shape) receives log_softmax(x) when softmax.
+struct LossArgs {
+  int elem = kElemF32;
+  const void* x = nullptr;
+  const void* labels = nullptr;
+  bool labels64 = true;
+  const void* weight = nullptr;
+  void* y = nullptr;
+  void* log_prob = nullptr;
+  double* workspace = nullptr;
+  int64_t n = 0, c = 0, d = 1;
+  bool softmax = false, has_ignore = false;
+  int64_t ignore_index = 0;
+  int reduction = 2;
+};
+int launch_loss(const LossArgs& a, cudaStream_t stream);
+
 }  // namespace kiln::cuda
