@@ -91,6 +91,7 @@ void register_all(KernelRegistry& r) {
   register_reduce(r);
   register_fused(r);
   register_index(r);
+  register_attention_op(r);
 }
 
 CudaBackend::CudaBackend() {

@@ -18,17 +18,19 @@ constexpr DataType kF32 = DataType::kFloat32, kF16 = DataType::kFloat16, kBF16 =
                    kU64 = DataType::kUInt64, kBool = DataType::kBool;
 
 // The dtype sets rows accept.
-enum class Types { kFloat, kNumeric, kSignedNumeric, kBool, kInteger, kAll };
+enum class Types { kFloat, kReal, kNumeric, kSignedNumeric, kBool, kInteger, kAll };
 
 const std::vector<DataType>& types_of(Types types) {
   static const std::vector<DataType> kFloat = {kF32, kF16, kBF16};
+  static const std::vector<DataType> kReal = {kF32, kF16, kBF16, kF64};
   static const std::vector<DataType> kNumeric = {kF32, kF16, kBF16, kF64, kI8, kI16, kI32, kI64, kU8, kU16, kU32, kU64};
-  static const std::vector<DataType> kSigned = {kF32, kF16, kBF16, kI32, kI64};
+  static const std::vector<DataType> kSigned = {kF32, kF16, kBF16, kF64, kI32, kI64};
   static const std::vector<DataType> kBoolOnly = {kBool};
   static const std::vector<DataType> kInteger = {kI8, kI16, kI32, kI64, kU8, kU16, kU32, kU64};
   static const std::vector<DataType> kAll = {kF32, kF16, kBF16, kF64, kI8, kI16, kI32, kI64, kU8, kU16, kU32, kU64, kBool};
   switch (types) {
     case Types::kFloat: return kFloat;
+    case Types::kReal: return kReal;
     case Types::kNumeric: return kNumeric;
     case Types::kSignedNumeric: return kSigned;
     case Types::kBool: return kBoolOnly;
@@ -56,7 +58,7 @@ struct UnaryRow {
   const char* op;
   int since;
   UnaryOp fn;
-  Types types = Types::kFloat;
+  Types types = Types::kReal;  // float32/16/bf16 in float, float64 in double
 };
 
 constexpr UnaryRow kUnary[] = {

@@ -53,6 +53,58 @@ __device__ __forceinline__ float apply_unary(UnaryOp op, float x, float alpha, f
   }
 }
 
+// The same ops in double, for float64 tensors (the float version's formulas, double math).
+__device__ __forceinline__ double apply_unary_f64(UnaryOp op, double x, double alpha, double beta) {
+  auto softplus_d = [](double v) { return v > 40.0 ? v : log1p(exp(v)); };
+  switch (op) {
+    case UnaryOp::kRelu: return x > 0 ? x : 0;
+    case UnaryOp::kSigmoid: return 1 / (1 + exp(-x));
+    case UnaryOp::kTanh: return tanh(x);
+    case UnaryOp::kExp: return exp(x);
+    case UnaryOp::kLog: return log(x);
+    case UnaryOp::kSqrt: return sqrt(x);
+    case UnaryOp::kAbs: return fabs(x);
+    case UnaryOp::kNeg: return -x;
+    case UnaryOp::kErf: return erf(x);
+    case UnaryOp::kLeakyRelu: return x >= 0 ? x : alpha * x;
+    case UnaryOp::kHardSigmoid: return fmax(0.0, fmin(1.0, alpha * x + beta));
+    case UnaryOp::kHardSwish: return x * fmax(0.0, fmin(1.0, x / 6 + 0.5));
+    case UnaryOp::kReciprocal: return 1 / x;
+    case UnaryOp::kFloor: return floor(x);
+    case UnaryOp::kCeil: return ceil(x);
+    case UnaryOp::kRound: return rint(x);
+    case UnaryOp::kSin: return sin(x);
+    case UnaryOp::kCos: return cos(x);
+    case UnaryOp::kTan: return tan(x);
+    case UnaryOp::kAtan: return atan(x);
+    case UnaryOp::kAsin: return asin(x);
+    case UnaryOp::kAcos: return acos(x);
+    case UnaryOp::kSinh: return sinh(x);
+    case UnaryOp::kCosh: return cosh(x);
+    case UnaryOp::kSoftplus: return softplus_d(x);
+    case UnaryOp::kSoftsign: return x / (1 + fabs(x));
+    case UnaryOp::kSilu: return x / (1 + exp(-x));
+    case UnaryOp::kElu: return x > 0 ? x : alpha * (exp(x) - 1);
+    case UnaryOp::kSelu: return beta * (x > 0 ? x : alpha * (exp(x) - 1));
+    case UnaryOp::kCelu: return fmax(0.0, x) + fmin(0.0, alpha * (exp(x / alpha) - 1));
+    case UnaryOp::kMish: return x * tanh(softplus_d(x));
+    case UnaryOp::kThresholdedRelu: return x > alpha ? x : 0;
+    case UnaryOp::kSign: return x > 0 ? 1 : (x < 0 ? -1 : 0);
+    case UnaryOp::kGelu: return 0.5 * x * (1 + erf(x * 0.70710678118654752440));
+    case UnaryOp::kGeluTanh: return 0.5 * x * (1 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
+    default: return x;
+  }
+}
+
+__global__ void unary_f64_kernel(UnaryOp op, const double* __restrict__ x, double* __restrict__ y, int64_t n, float alpha,
+                                 float beta) {
+  KILN_GRID_LOOP(i, n) y[i] = apply_unary_f64(op, x[i], alpha, beta);
+}
+
+__global__ void isnan_f64_kernel(const double* __restrict__ x, bool* __restrict__ y, int64_t n) {
+  KILN_GRID_LOOP(i, n) y[i] = x[i] != x[i];
+}
+
 template <typename T>
 __global__ void unary_kernel(UnaryOp op, const T* __restrict__ x, T* __restrict__ y, int64_t n, float alpha, float beta) {
   KILN_GRID_LOOP(i, n) y[i] = convert<T>(apply_unary(op, convert<float>(x[i]), alpha, beta));
@@ -235,6 +287,14 @@ int launch_unary(UnaryOp op, int elem, const void* x, void* y, int64_t n, float 
       int_unary_kernel<<<grid_for(n), kThreads, 0, stream>>>(op, static_cast<const int32_t*>(x), static_cast<int32_t*>(y), n);
     else
       int_unary_kernel<<<grid_for(n), kThreads, 0, stream>>>(op, static_cast<const int64_t*>(x), static_cast<int64_t*>(y), n);
+    return cudaGetLastError();
+  }
+  if (elem == kElemF64) {
+    if (op == UnaryOp::kIsNaN)
+      isnan_f64_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const double*>(x), static_cast<bool*>(y), n);
+    else
+      unary_f64_kernel<<<grid_for(n), kThreads, 0, stream>>>(op, static_cast<const double*>(x), static_cast<double*>(y), n,
+                                                             alpha, beta);
     return cudaGetLastError();
   }
   return dispatch_float(elem, [&](auto t) {

@@ -29,7 +29,8 @@ enum class UnaryOp : int {
   kHardSigmoid, kHardSwish, kReciprocal, kFloor, kCeil, kRound, kSin, kCos, kSoftplus, kSoftsign, kSilu, kElu,
   kSelu, kCelu, kMish, kThresholdedRelu, kSign, kIsNaN, kNot, kTan, kAtan, kAsin, kAcos, kSinh, kCosh,
 };
-// y = op(x) over n elements of a float type (f32, f16, bf16; Not: bool; Abs/Neg/Sign: also i32/i64);
+// y = op(x) over n elements of a float type (f32, f16, bf16 in float; f64 in double; Not: bool;
+// Abs/Neg/Sign: also i32/i64);
 // IsNaN writes bool. `alpha`/`beta` are the op's parameters (LeakyRelu's alpha, Clip's min/max, ...).
 int launch_unary(UnaryOp op, int elem, const void* x, void* y, int64_t n, float alpha, float beta, cudaStream_t stream);
 inline int launch_unary_f32(UnaryOp op, const float* x, float* y, int64_t n, float alpha, float beta, cudaStream_t stream) {
@@ -317,5 +318,44 @@ struct LossArgs {
   int reduction = 2;
 };
 int launch_loss(const LossArgs& a, cudaStream_t stream);
+
+// The ONNX Attention op (23+): per (batch, query head) scores = scale·Q·Kᵀ over the past and new
+// keys, softcap, the additive mask (bool: false → -inf), is_causal and nonpad_kv_seqlen, a row softmax
+// (a fully masked row gives NaN), Y = P·V. Q/K/V are 4-D [B, H, S, D] or packed 3-D [B, S, H·D].
+// Float types (f32/f16/bf16 computed in float, f64 in double). `workspace` holds K and V gathered
+// with the past ([B, Hkv, T, D] unless written straight into present_k/present_v) and the scores.
+struct OnnxAttentionArgs {
+  int elem = kElemF32;
+  const void *q = nullptr, *k = nullptr, *v = nullptr, *past_k = nullptr, *past_v = nullptr, *mask = nullptr;
+  bool mask_bool = false;
+  const int64_t* nonpad = nullptr;  // [B] valid key lengths, or null
+  void *y = nullptr, *present_k = nullptr, *present_v = nullptr, *qk_out = nullptr, *workspace = nullptr;
+  int64_t b = 0, hq = 0, hkv = 0, sq = 0, skv = 0, past = 0, d = 0, dv = 0;
+  bool q_packed = false, kv_packed = false;
+  double scale = 1, softcap = 0;
+  bool causal = false;
+  int mode = -1;  // qk_matmul_output_mode written to qk_out (when not null)
+  int64_t mask_len = 0, mask_strides[4] = {};
+};
+size_t onnx_attention_workspace(const OnnxAttentionArgs& a);
+int launch_onnx_attention(const OnnxAttentionArgs& a, cudaStream_t stream);
+
+// Pad (and Tile, CenterCropPad, which are pads): output element c reads input c - before per dim;
+// outside the input, mode 0 constant (`value_bits`, the element's bytes), 1 reflect, 2 edge, 3 wrap.
+// Negative `before` crops. Any element size (1, 2, 4, 8 bytes).
+struct PadIndex {
+  int rank = 0, mode = 0;
+  int64_t out_dims[kMaxRank] = {};
+  int64_t in_dims[kMaxRank] = {};
+  int64_t in_strides[kMaxRank] = {};
+  int64_t before[kMaxRank] = {};
+};
+int launch_pad(const void* x, void* y, int64_t n, int elem_bytes, const PadIndex& index, uint64_t value_bits,
+               cudaStream_t stream);
+
+// Hardmax over x viewed as [outer, len, inner] along the middle dim: 1 at the first maximum, 0
+// elsewhere (float types). IsInf: bool y = x is +inf (positive) or -inf (negative), float types.
+int launch_hardmax(int elem, const void* x, void* y, int64_t outer, int64_t len, int64_t inner, cudaStream_t stream);
+int launch_isinf(int elem, const void* x, bool* y, int64_t n, bool positive, bool negative, cudaStream_t stream);
 
 }  // namespace kiln::cuda
