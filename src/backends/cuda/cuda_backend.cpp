@@ -92,6 +92,8 @@ void register_all(KernelRegistry& r) {
   register_fused(r);
   register_index(r);
   register_attention_op(r);
+  register_quant(r);
+  register_pool_nd(r);
 }
 
 CudaBackend::CudaBackend() {

@@ -115,7 +115,100 @@ __global__ void cast_ext_kernel(const void* x, int from, void* y, int to, int64_
   KILN_GRID_LOOP(i, n) { write(y, to, i, read(x, from, i), saturate, round); }
 }
 
+// ---- QuantizeLinear / DequantizeLinear (backends/cpu/quant.cpp's rules, element for element)
+
+__device__ double wide_value(const Wide& w) {
+  return w.kind == 0 ? w.f : w.kind == 1 ? static_cast<double>(w.s) : static_cast<double>(w.u);
+}
+
+__device__ int64_t scale_index(const QuantArgs& a, int64_t i) {
+  switch (a.map_kind) {
+    case 1: return (i / a.inner) % a.len;
+    case 2: {
+      const int64_t in = i % a.inner, d = (i / a.inner) % a.len, o = i / (a.inner * a.len);
+      return (o * a.blocks + d / a.block) * a.inner + in;
+    }
+    default: return 0;
+  }
+}
+
+// x / s in the reference's precision: 0 float, 1 double, 2 float16, 3 bfloat16 (operands and result rounded).
+__device__ double divide(double x, double s, int t) {
+  switch (t) {
+    case 1: return x / s;
+    case 2: {
+      auto r = [](double v) { return static_cast<double>(f16_to_f32(f32_to_f16(static_cast<float>(v)))); };
+      return r(r(x) / r(s));
+    }
+    case 3: {
+      auto r = [](double v) { return static_cast<double>(bf16_to_f32(f32_to_bf16(static_cast<float>(v)))); };
+      return r(r(x) / r(s));
+    }
+    default: return static_cast<float>(x) / static_cast<float>(s);
+  }
+}
+
+__device__ bool int_range(int code, int64_t* lo, int64_t* hi) {
+  switch (code) {
+    case kU8: *lo = 0; *hi = 255; return true;
+    case kI8: *lo = -128; *hi = 127; return true;
+    case kU16: *lo = 0; *hi = 65535; return true;
+    case kI16: *lo = -32768; *hi = 32767; return true;
+    case kU4: *lo = 0; *hi = 15; return true;
+    case kI4: *lo = -8; *hi = 7; return true;
+    case kU2: *lo = 0; *hi = 3; return true;
+    case kI2: *lo = -2; *hi = 1; return true;
+    default: return false;
+  }
+}
+
+__global__ void quantize_kernel(QuantArgs a) {
+  KILN_GRID_LOOP(i, a.n) {
+    const int64_t k = scale_index(a, i);
+    const double q = divide(wide_value(read(a.x, a.x_code, i)), wide_value(read(a.scale, a.scale_code, k)), a.div_type);
+    const double z = a.zp ? wide_value(read(a.zp, a.zp_code, k)) : 0.0;
+    int64_t lo, hi;
+    MiniFloat m;
+    if (int_range(a.y_code, &lo, &hi)) {
+      double r = isnan(q) ? static_cast<double>(lo) : rint(q) + z;
+      r = fmin(fmax(r, static_cast<double>(lo)), static_cast<double>(hi));
+      Wide w{1, 0, static_cast<int64_t>(r), 0};
+      write(a.y, a.y_code, i, w, true, 0);
+    } else if (mini_of(a.y_code, &m)) {
+      // float8 adds a zero point only when it is not zero (keeps -0); float4 always adds it.
+      const double v = m == MiniFloat::kE2M1 || z != 0 ? q + z : q;
+      static_cast<uint8_t*>(a.y)[i] = f32_to_mini(static_cast<float>(v), m, a.saturate);
+    }
+  }
+}
+
+__global__ void dequantize_kernel(QuantArgs a) {
+  KILN_GRID_LOOP(i, a.n) {
+    const int64_t k = scale_index(a, i);
+    const double x = wide_value(read(a.x, a.x_code, i));
+    const double s = wide_value(read(a.scale, a.scale_code, k));
+    const double z = a.zp ? wide_value(read(a.zp, a.zp_code, k)) : 0.0;
+    // The reference computes int32 in double and everything else in float.
+    const double v = a.x_code == kI32 ? (x - z) * s
+                                      : static_cast<double>((static_cast<float>(x) - static_cast<float>(z)) * static_cast<float>(s));
+    Wide w{0, v, 0, 0};
+    write(a.y, a.y_code, i, w, true, 0);
+  }
+}
+
 }  // namespace
+
+int launch_quantize(const QuantArgs& a, cudaStream_t stream) {
+  if (a.n == 0) return cudaSuccess;
+  quantize_kernel<<<grid_for(a.n), kThreads, 0, stream>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int launch_dequantize(const QuantArgs& a, cudaStream_t stream) {
+  if (a.n == 0) return cudaSuccess;
+  dequantize_kernel<<<grid_for(a.n), kThreads, 0, stream>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
 
 int launch_cast_ext(const void* x, int from, void* y, int to, int64_t n, bool saturate, int e8m0_round, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;

@@ -358,4 +358,44 @@ int launch_pad(const void* x, void* y, int64_t n, int elem_bytes, const PadIndex
 int launch_hardmax(int elem, const void* x, void* y, int64_t outer, int64_t len, int64_t inner, cudaStream_t stream);
 int launch_isinf(int elem, const void* x, bool* y, int64_t n, bool positive, bool negative, cudaStream_t stream);
 
+// QuantizeLinear / DequantizeLinear with the CPU kernel's rules (backends/cpu/quant.cpp): types by
+// ONNX number (the small types one per byte); the scale of element i by map_kind 0 per tensor, 1 per
+// axis ((i / inner) % len), 2 blocked (block, blocks along the axis). Quantize divides in div_type
+// (0 float, 1 double, 2 float16, 3 bfloat16), rounds half to even and saturates integers; float8
+// saturates or not (`saturate`). Dequantize computes int32 in double, the rest in float.
+struct QuantArgs {
+  const void* x = nullptr;
+  int x_code = 0;
+  const void* scale = nullptr;
+  int scale_code = 0;
+  const void* zp = nullptr;  // nullable
+  int zp_code = 0;
+  void* y = nullptr;
+  int y_code = 0;
+  int64_t n = 0;
+  int map_kind = 0;
+  int64_t len = 1, inner = 1, block = 1, blocks = 1;
+  bool saturate = true;
+  int div_type = 0;
+};
+int launch_quantize(const QuantArgs& a, cudaStream_t stream);
+int launch_dequantize(const QuantArgs& a, cudaStream_t stream);
+
+// Generic N-d pooling (the CPU kernel's window walk, backends/cpu/nn_pool.cpp): X [planes, in...] →
+// Y [planes, out...] over `n` spatial dims; kind 0 max (indices: int64 flat input positions per
+// plane-major order, column-major within a plane when column_major), 1 average, 2 Lp (p). Computed
+// in double; float types, float64, and int8/uint8 for max.
+struct PoolNdArgs {
+  int elem = kElemF32, n = 0, kind = 0;
+  int64_t planes = 0;
+  int64_t in[kMaxRank] = {}, out[kMaxRank] = {}, kernel[kMaxRank] = {}, strides[kMaxRank] = {},
+          dilations[kMaxRank] = {}, pad_begin[kMaxRank] = {}, pad_end[kMaxRank] = {};
+  bool count_include_pad = false, column_major = false;
+  double p = 2;
+  const void* x = nullptr;
+  void* y = nullptr;
+  int64_t* indices = nullptr;
+};
+int launch_pool_nd(const PoolNdArgs& a, cudaStream_t stream);
+
 }  // namespace kiln::cuda
