@@ -1,14 +1,12 @@
 // backends/cpu/newops_grid.cpp — GridSample (opset 16, N-D from 20) and AffineGrid (opset 20) on
 // the CPU. Computed in float (double for float64).
 //
-// GridSample follows the reference's per-dimension rules: grid holds normalized coordinates in
-// (x, y, z) order (the last spatial dim first); each is mapped to pixel space, then clamped
-// (border) or reflected (reflection) when outside the valid range, then interpolated with 1
-// (nearest), 2 (linear) or 4 (cubic) taps per dimension; taps outside the image read zero, the
-// clamped pixel, or the reflected pixel according to padding_mode.
+// GridSample: grid holds normalized coordinates in (x, y, z) order (the last spatial dim first);
+// each dimension's taps come from ops/grid_math.h (shared with the CUDA kernel).
 #include <cmath>
 
 #include "backends/cpu/nn_common.h"
+#include "ops/grid_math.h"
 
 namespace kiln::cpu {
 namespace {
@@ -16,85 +14,9 @@ namespace {
 using nn::ReadAs;
 using nn::WriteAs;
 
-enum class GsMode { kNearest, kLinear, kCubic };
-enum class GsPad { kZeros, kBorder, kReflection };
-
-struct GsAttrs {
-  GsMode mode = GsMode::kLinear;
-  GsPad pad = GsPad::kZeros;
-  bool align = false;
-};
-
-double reflect(double x, double lo, double hi) {
-  const double rng = hi - lo;
-  if (rng <= 0) return lo;
-  if (x < lo) {
-    const double dx = lo - x;
-    const auto n = static_cast<int64_t>(dx / rng);
-    const double r = dx - static_cast<double>(n) * rng;
-    return n % 2 == 0 ? lo + r : hi - r;
-  }
-  if (x > hi) {
-    const double dx = x - hi;
-    const auto n = static_cast<int64_t>(dx / rng);
-    const double r = dx - static_cast<double>(n) * rng;
-    return n % 2 == 0 ? hi - r : lo + r;
-  }
-  return x;
-}
-
-void cubic_coeffs(double t, double c[4]) {
-  const double A = -0.75, x = std::fabs(t);
-  c[0] = ((A * (x + 1) - 5 * A) * (x + 1) + 8 * A) * (x + 1) - 4 * A;
-  c[1] = ((A + 2) * x - (A + 3)) * x * x + 1;
-  c[2] = ((A + 2) * (1 - x) - (A + 3)) * (1 - x) * (1 - x) + 1;
-  c[3] = ((A * (2 - x) - 5 * A) * (2 - x) + 8 * A) * (2 - x) - 4 * A;
-}
-
-// One tap along one dimension: the pixel index to read (-1 = zero) and its weight.
-struct Tap {
-  int64_t index;
-  double weight;
-};
-
-int64_t tap_index(int64_t i, int64_t size, GsPad pad, double lo, double hi) {
-  switch (pad) {
-    case GsPad::kZeros: return i >= 0 && i < size ? i : -1;
-    case GsPad::kBorder: return std::clamp<int64_t>(i, 0, size - 1);
-    case GsPad::kReflection: {
-      const auto r = static_cast<int64_t>(reflect(static_cast<double>(i), lo, hi));
-      return std::clamp<int64_t>(r, 0, size - 1);
-    }
-  }
-  return -1;
-}
-
-// The taps along one dimension for normalized coordinate g.
-int dim_taps(const GsAttrs& a, double g, int64_t size, Tap taps[4]) {
-  double x = a.align ? (g + 1) / 2.0 * static_cast<double>(size - 1) : ((g + 1) * static_cast<double>(size) - 1) / 2.0;
-  const double lo = a.align ? 0.0 : -0.5, hi = a.align ? static_cast<double>(size - 1) : static_cast<double>(size) - 0.5;
-  if (a.mode == GsMode::kNearest) x = std::nearbyint(x);
-  if (x < lo || x > hi) {
-    if (a.pad == GsPad::kBorder) x = std::clamp(x, 0.0, static_cast<double>(size - 1));
-    else if (a.pad == GsPad::kReflection) x = reflect(x, lo, hi);
-  }
-  if (a.mode == GsMode::kNearest) {
-    taps[0] = {tap_index(static_cast<int64_t>(x), size, a.pad, lo, hi), 1.0};
-    return 1;
-  }
-  const double f = std::floor(x);
-  const auto x0 = static_cast<int64_t>(f);
-  const double t = x - f;
-  if (a.mode == GsMode::kLinear) {
-    taps[0] = {tap_index(x0, size, a.pad, lo, hi), 1 - t};
-    taps[1] = {tap_index(x0 + 1, size, a.pad, lo, hi), t};
-    return 2;
-  }
-  double c[4];
-  cubic_coeffs(t, c);
-  for (int i = 0; i < 4; ++i) taps[i] = {tap_index(x0 - 1 + i, size, a.pad, lo, hi), c[i]};
-  return 4;
-}
+using GsAttrs = grid::Rule;
+using grid::Tap;
+using grid::dim_taps;
 
 template <typename C>
 Status grid_sample(KernelContext& ctx, const GsAttrs& a) {
@@ -157,10 +79,7 @@ Status grid_sample(KernelContext& ctx, const GsAttrs& a) {
 }
 
 // ---- AffineGrid: grid[n, (d,) h, w] = theta[n] @ (x, y, (z,) 1) over an evenly spaced base grid.
-double base_coord(int64_t i, int64_t n, bool align) {
-  if (align) return n <= 1 ? -1.0 : -1.0 + 2.0 * static_cast<double>(i) / static_cast<double>(n - 1);
-  return -1.0 + (2.0 * static_cast<double>(i) + 1.0) / static_cast<double>(n);
-}
+using grid::base_coord;
 
 template <typename C>
 Status affine_grid(KernelContext& ctx, bool align) {
@@ -216,13 +135,13 @@ void register_newops_grid(KernelRegistry& r) {
            const std::string mode = n.attr_string("mode", n.opset != 0 && n.opset < 20 ? "bilinear" : "linear");
            const std::string pad = n.attr_string("padding_mode", "zeros");
            a.align = n.attr_int("align_corners", 0) != 0;
-           if (mode == "bilinear" || mode == "linear") a.mode = GsMode::kLinear;
-           else if (mode == "bicubic" || mode == "cubic") a.mode = GsMode::kCubic;
-           else if (mode == "nearest") a.mode = GsMode::kNearest;
+           if (mode == "bilinear" || mode == "linear") a.mode = grid::kLinear;
+           else if (mode == "bicubic" || mode == "cubic") a.mode = grid::kCubic;
+           else if (mode == "nearest") a.mode = grid::kNearest;
            else return Expected<KernelPtr>(invalid_argument(n.describe() + ": unknown mode '" + mode + "'"));
-           if (pad == "zeros") a.pad = GsPad::kZeros;
-           else if (pad == "border") a.pad = GsPad::kBorder;
-           else if (pad == "reflection") a.pad = GsPad::kReflection;
+           if (pad == "zeros") a.pad = grid::kZeros;
+           else if (pad == "border") a.pad = grid::kBorder;
+           else if (pad == "reflection") a.pad = grid::kReflection;
            else return Expected<KernelPtr>(invalid_argument(n.describe() + ": unknown padding_mode '" + pad + "'"));
            return make_kernel([a](KernelContext& ctx) {
              return ctx.input(0).dtype() == DataType::kFloat64 ? grid_sample<double>(ctx, a) : grid_sample<float>(ctx, a);

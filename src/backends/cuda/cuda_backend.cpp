@@ -94,6 +94,8 @@ void register_all(KernelRegistry& r) {
   register_attention_op(r);
   register_quant(r);
   register_pool_nd(r);
+  register_grid(r);
+  register_conv_transpose(r);
 }
 
 CudaBackend::CudaBackend() {

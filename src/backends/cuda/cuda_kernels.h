@@ -8,7 +8,8 @@
 #include <cstdint>
 
 // Compiled by nvcc as C++17: this header includes no kiln header (they need C++20) but
-// ops/resize_math.h, which is written for both.
+// ops/resize_math.h and ops/grid_math.h, which are written for both.
+#include "ops/grid_math.h"
 #include "ops/resize_math.h"
 
 struct CUstream_st;
@@ -397,5 +398,33 @@ struct PoolNdArgs {
   int64_t* indices = nullptr;
 };
 int launch_pool_nd(const PoolNdArgs& a, cudaStream_t stream);
+
+// GridSample over X [N, C, in...] (r spatial dims, r <= 4) with grid [N, out..., r] (normalized
+// coordinates, the last spatial dim first); per dimension the taps of ops/grid_math.h, sums in double.
+// AffineGrid: grid [N, out..., r] = theta [N, r, r+1] · (base coords, 1). Float types and float64.
+struct GridSampleArgs {
+  int elem = kElemF32, r = 0;
+  int64_t n = 0, c = 0;
+  int64_t in[4] = {}, out[4] = {};
+  grid::Rule rule;
+  const void* x = nullptr;
+  const void* grid = nullptr;
+  void* y = nullptr;
+};
+int launch_grid_sample(const GridSampleArgs& a, cudaStream_t stream);
+int launch_affine_grid(int elem, const void* theta, void* y, int64_t n, int r, const int64_t* sizes, bool align,
+                       cudaStream_t stream);
+
+// ConvTranspose, direct (gather form): Y[n, m, o...] = B[m] + Σ over the group's input channels c and
+// window offsets k of X[n, c, i...] · W[c, m mod Mg, k...] where o = i·stride - pad_begin + k·dilation.
+// Any number of spatial dims (<= 6); float types in float, float64 in double.
+struct ConvTransposeArgs {
+  int elem = kElemF32, n_sp = 0;
+  int64_t batch = 0, c = 0, m = 0, group = 1;
+  int64_t in[6] = {}, out[6] = {}, kernel[6] = {}, strides[6] = {}, dilations[6] = {}, pad_begin[6] = {};
+  const void *x = nullptr, *w = nullptr, *bias = nullptr;
+  void* y = nullptr;
+};
+int launch_conv_transpose(const ConvTransposeArgs& a, cudaStream_t stream);
 
 }  // namespace kiln::cuda
