@@ -96,6 +96,7 @@ void register_all(KernelRegistry& r) {
   register_pool_nd(r);
   register_grid(r);
   register_conv_transpose(r);
+  register_more(r);
 }
 
 CudaBackend::CudaBackend() {

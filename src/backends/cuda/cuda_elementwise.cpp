@@ -75,6 +75,8 @@ constexpr UnaryRow kUnary[] = {
     {"Elu", 6, UnaryOp::kElu},         {"Selu", 6, UnaryOp::kSelu},           {"Celu", 12, UnaryOp::kCelu},
     {"Mish", 18, UnaryOp::kMish},      {"ThresholdedRelu", 10, UnaryOp::kThresholdedRelu},
     {"IsNaN", 9, UnaryOp::kIsNaN},     {"Not", 1, UnaryOp::kNot, Types::kBool},
+    {"Asinh", 9, UnaryOp::kAsinh},     {"Acosh", 9, UnaryOp::kAcosh},         {"Atanh", 9, UnaryOp::kAtanh},
+    {"Shrink", 9, UnaryOp::kShrink},   {"BitwiseNot", 18, UnaryOp::kBitNot, Types::kInteger},
 };
 
 // Output: same shape; bool for IsNaN, the input's dtype otherwise.
@@ -102,7 +104,7 @@ KernelDef unary_def(const UnaryRow& row) {
   d.name = std::string("cuda.") + row.op;
   const Types types = row.types;
   const UnaryOp fn = row.fn;
-  d.half_floats = types != Types::kBool;
+  d.half_floats = types != Types::kBool && types != Types::kInteger;
   d.check = [types, fn](const ir::Node& n) { return check_types(n, types, fn == UnaryOp::kIsNaN); };
   d.create = [fn](const ir::Node& n, KernelInit&) {
     float alpha = 0, beta = 0;
@@ -118,6 +120,10 @@ KernelDef unary_def(const UnaryRow& row) {
         beta = n.attr_float("gamma", 1.05070102214813232421875f);
         break;
       case UnaryOp::kThresholdedRelu: alpha = n.attr_float("alpha", 1.f); break;
+      case UnaryOp::kShrink:
+        alpha = n.attr_float("lambd", 0.5f);
+        beta = n.attr_float("bias", 0.f);
+        break;
       default: break;
     }
     return unary_kernel(fn, alpha, beta);
@@ -208,7 +214,7 @@ constexpr BinaryRow kBinary[] = {
     {"And", 7, BinaryOp::kAnd, Types::kBool},           {"Or", 7, BinaryOp::kOr, Types::kBool},
     {"Xor", 7, BinaryOp::kXor, Types::kBool},           {"BitwiseAnd", 18, BinaryOp::kBitAnd, Types::kInteger},
     {"BitwiseOr", 18, BinaryOp::kBitOr, Types::kInteger}, {"BitwiseXor", 18, BinaryOp::kBitXor, Types::kInteger},
-    {"PRelu", 7, BinaryOp::kPRelu, Types::kSignedNumeric},
+    {"PRelu", 7, BinaryOp::kPRelu, Types::kSignedNumeric}, {"Mean", 8, BinaryOp::kAdd, Types::kReal, true},
 };
 
 // y = in0 op in1 op in2 ... with numpy broadcasting (two inputs unless the op is variadic).
@@ -216,15 +222,28 @@ constexpr BinaryRow kBinary[] = {
 struct BinaryPlan {
   int64_t numel = 0;
   std::vector<BroadcastIndex> index;  // launch 0: in0 op in1 (or a copy of in0); then y op in_i
+  double mean_scale = 0;              // Mean: y *= 1/n after the sum
+  bool cast_b = false;                // Pow: the exponent is cast to the base's dtype first (workspace)
 };
+
+// Pow's exponent may have another numeric dtype than its base; it is converted to the base's dtype
+// first (exact for the integer exponents models use; a float exponent of an integer base stays on the CPU).
+bool pow_exponent_castable(DataType base, DataType exp) {
+  const bool base_float = base == kF32 || base == kF16 || base == kBF16 || base == kF64;
+  const bool exp_float = exp == kF32 || exp == kF16 || exp == kBF16 || exp == kF64;
+  return elem_of(exp) >= 0 && exp != kBool && (base_float || !exp_float);
+}
 
 Status reshape_binary(ReshapeContext& rc, BinaryOp fn) {
   const size_t n = rc.in.size();
   if (n < 1) return rc.error("needs at least one input");
   Shape out = rc.in[0].shape;
+  const bool pow_mixed = fn == BinaryOp::kPow && n == 2 && rc.in[1].dtype != rc.in[0].dtype;
+  if (pow_mixed && !pow_exponent_castable(rc.in[0].dtype, rc.in[1].dtype))
+    return rc.error("this exponent dtype does not run on CUDA for this base");
   for (size_t i = 0; i < n; ++i) {
     if (!rc.in[i].present) return rc.error("omitted inputs are not supported");
-    if (rc.in[i].dtype != rc.in[0].dtype) return rc.error("inputs differ in dtype");
+    if (rc.in[i].dtype != rc.in[0].dtype && !(pow_mixed && i == 1)) return rc.error("inputs differ in dtype");
     Shape next;
     if (!broadcast_shape(out, rc.in[i].shape, next))
       return rc.error("shapes " + shape_to_string(out) + " and " + shape_to_string(rc.in[i].shape) + " do not broadcast");
@@ -240,6 +259,11 @@ Status reshape_binary(ReshapeContext& rc, BinaryOp fn) {
     if (!make_broadcast_index(out, out, rc.in[i].shape, idx)) return rc.error("rank too large for CUDA");
     p->index.push_back(idx);
   }
+  if (pow_mixed) {
+    p->cast_b = true;
+    rc.workspace_bytes = shape_nbytes(rc.in[0].dtype, rc.in[1].shape);
+  }
+  if (rc.node.op_type == "Mean") p->mean_scale = 1.0 / static_cast<double>(n);
   rc.out[0] = {is_comparison(fn) ? kBool : rc.in[0].dtype, out};
   rc.state = std::move(p);
   return Status::Ok();
@@ -251,13 +275,23 @@ Status run_binary(KernelContext& ctx, BinaryOp fn) {
   cudaStream_t s = state_of(ctx).stream;
   const int elem = elem_of(ctx.input(0).dtype());
   const int n = ctx.num_inputs();
-  if (n == 1)
-    return launched(ctx, launch_binary(BinaryOp::kFirst, elem, ctx.input(0).raw(), nullptr, y.raw(), p.numel, p.index[0], s));
-  KILN_RETURN_IF_ERROR(
-      launched(ctx, launch_binary(fn, elem, ctx.input(0).raw(), ctx.input(1).raw(), y.raw(), p.numel, p.index[0], s)));
+  if (n == 1) {
+    KILN_RETURN_IF_ERROR(
+        launched(ctx, launch_binary(BinaryOp::kFirst, elem, ctx.input(0).raw(), nullptr, y.raw(), p.numel, p.index[0], s)));
+  } else {
+    const void* b = ctx.input(1).raw();
+    if (p.cast_b) {
+      const Tensor& e = ctx.input(1);
+      KILN_RETURN_IF_ERROR(launched(ctx, launch_cast(e.raw(), elem_of(e.dtype()), ctx.workspace(), elem, e.numel(), s)));
+      b = ctx.workspace();
+    }
+    KILN_RETURN_IF_ERROR(launched(ctx, launch_binary(fn, elem, ctx.input(0).raw(), b, y.raw(), p.numel, p.index[0], s)));
+  }
   for (int i = 2; i < n; ++i)  // fold the rest into y, in place (each element reads then writes itself)
     KILN_RETURN_IF_ERROR(
         launched(ctx, launch_binary(fn, elem, y.raw(), ctx.input(i).raw(), y.raw(), p.numel, p.index[i - 1], s)));
+  if (p.mean_scale != 0)  // Mean: the sum times 1/n, in the output's own type
+    KILN_RETURN_IF_ERROR(launched(ctx, launch_scale(elem, y.raw(), p.numel, p.mean_scale, s)));
   return Status::Ok();
 }
 
@@ -272,16 +306,34 @@ KernelDef binary_def(const BinaryRow& row) {
   d.half_floats = types != Types::kBool && types != Types::kInteger;
   d.check = [variadic, types, fn](const ir::Node& n) -> std::string {
     if (!variadic && n.inputs.size() != 2) return "needs exactly two inputs";
-    // Pow takes a base and an exponent of different types; the CUDA kernels take one dtype.
+    // Pow takes a base and an exponent of different types (the exponent is cast to the base's dtype
+    // where that is exact); every other op takes one dtype.
+    const bool pow = fn == BinaryOp::kPow && n.inputs.size() == 2 && n.inputs[0] && n.inputs[1];
     for (const ir::Value* v : n.inputs)
       if (v && n.inputs[0] && v->type.dtype != DataType::kUndefined && n.inputs[0]->type.dtype != DataType::kUndefined &&
-          v->type.dtype != n.inputs[0]->type.dtype)
+          v->type.dtype != n.inputs[0]->type.dtype) {
+        if (pow && v == n.inputs[1] && pow_exponent_castable(n.inputs[0]->type.dtype, v->type.dtype))
+          return check_types(n, Types::kNumeric, false);
         return "inputs of different dtypes (the CUDA kernel takes one)";
+      }
     return check_types(n, types, is_comparison(fn));
   };
   d.create = [fn](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
     BinaryOp f = fn;
     if (n.op_type == "Mod" && n.attr_int("fmod", 0) != 0) f = BinaryOp::kFmod;
+    return make_staged([f](ReshapeContext& rc) { return reshape_binary(rc, f); },
+                       [f](KernelContext& ctx) { return run_binary(ctx, f); });
+  };
+  return d;
+}
+
+KernelDef bitshift_def() {
+  KernelDef d = binary_def({"BitShift", 11, BinaryOp::kShiftLeft, Types::kInteger});
+  d.half_floats = false;
+  d.create = [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+    const std::string dir = n.attr_string("direction", "LEFT");
+    if (dir != "LEFT" && dir != "RIGHT") return invalid_model(n.describe() + ": direction must be LEFT or RIGHT");
+    const BinaryOp f = dir == "LEFT" ? BinaryOp::kShiftLeft : BinaryOp::kShiftRight;
     return make_staged([f](ReshapeContext& rc) { return reshape_binary(rc, f); },
                        [f](KernelContext& ctx) { return run_binary(ctx, f); });
   };
@@ -432,6 +484,7 @@ void register_elementwise(KernelRegistry& r) {
   r.add(clip_def());
   for (const BinaryRow& row : kBinary) r.add(binary_def(row));
   r.add(mod_def());
+  r.add(bitshift_def());
   r.add(where_def());
   r.add(cast_def("Cast", 6));
   r.add(cast_def("CastLike", 15));

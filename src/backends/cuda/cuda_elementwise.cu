@@ -40,6 +40,10 @@ __device__ __forceinline__ float apply_unary(UnaryOp op, float x, float alpha, f
     case UnaryOp::kAcos: return acosf(x);
     case UnaryOp::kSinh: return sinhf(x);
     case UnaryOp::kCosh: return coshf(x);
+    case UnaryOp::kAsinh: return asinhf(x);
+    case UnaryOp::kAcosh: return acoshf(x);
+    case UnaryOp::kAtanh: return atanhf(x);
+    case UnaryOp::kShrink: return x < -alpha ? x + beta : x > alpha ? x - beta : 0.f;
     case UnaryOp::kSoftplus: return softplus(x);
     case UnaryOp::kSoftsign: return x / (1.f + fabsf(x));
     case UnaryOp::kSilu: return x / (1.f + expf(-x));
@@ -81,6 +85,10 @@ __device__ __forceinline__ double apply_unary_f64(UnaryOp op, double x, double a
     case UnaryOp::kAcos: return acos(x);
     case UnaryOp::kSinh: return sinh(x);
     case UnaryOp::kCosh: return cosh(x);
+    case UnaryOp::kAsinh: return asinh(x);
+    case UnaryOp::kAcosh: return acosh(x);
+    case UnaryOp::kAtanh: return atanh(x);
+    case UnaryOp::kShrink: return x < -alpha ? x + beta : x > alpha ? x - beta : 0.0;
     case UnaryOp::kSoftplus: return softplus_d(x);
     case UnaryOp::kSoftsign: return x / (1 + fabs(x));
     case UnaryOp::kSilu: return x / (1 + exp(-x));
@@ -116,6 +124,11 @@ __global__ void isnan_kernel(const T* __restrict__ x, bool* __restrict__ y, int6
     const float v = convert<float>(x[i]);
     y[i] = v != v;
   }
+}
+
+template <typename T>
+__global__ void bitnot_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n) {
+  KILN_GRID_LOOP(i, n) y[i] = static_cast<T>(~x[i]);
 }
 
 __global__ void not_kernel(const bool* __restrict__ x, bool* __restrict__ y, int64_t n) {
@@ -173,6 +186,12 @@ __device__ __forceinline__ C apply_binary(BinaryOp op, C a, C b) {
       if constexpr (!kFloat) return C(a ^ b);
       else return a;
     case BinaryOp::kPRelu: return a < C(0) ? C(a * b) : a;
+    case BinaryOp::kShiftLeft:  // a shift past the width gives 0 (the CPU kernel's rule)
+      if constexpr (!kFloat) return b >= C(sizeof(C) * 8) ? C(0) : C(a << b);
+      else return a;
+    case BinaryOp::kShiftRight:
+      if constexpr (!kFloat) return b >= C(sizeof(C) * 8) ? C(0) : C(a >> b);
+      else return a;
     default: return a;
   }
 }
@@ -282,6 +301,17 @@ int launch_unary(UnaryOp op, int elem, const void* x, void* y, int64_t n, float 
     not_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const bool*>(x), static_cast<bool*>(y), n);
     return cudaGetLastError();
   }
+  if (op == UnaryOp::kBitNot) {
+    return dispatch_numeric(elem, [&](auto t) {
+      using T = decltype(t);
+      if constexpr (std::is_integral<T>::value && !std::is_same<T, bool>::value) {
+        bitnot_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
+        return static_cast<int>(cudaGetLastError());
+      } else {
+        return static_cast<int>(cudaErrorInvalidValue);
+      }
+    });
+  }
   if ((op == UnaryOp::kAbs || op == UnaryOp::kNeg || op == UnaryOp::kSign) && (elem == kElemI32 || elem == kElemI64)) {
     if (elem == kElemI32)
       int_unary_kernel<<<grid_for(n), kThreads, 0, stream>>>(op, static_cast<const int32_t*>(x), static_cast<int32_t*>(y), n);
@@ -378,6 +408,24 @@ int launch_binary(BinaryOp op, int elem, const void* a, const void* b, void* y, 
     binary_kernel<<<grid_for(n), kThreads, 0, stream>>>(op, static_cast<const T*>(a), static_cast<const T*>(b), y, n, index);
     return static_cast<int>(cudaGetLastError());
   });
+}
+
+namespace {
+template <typename T>
+__global__ void scale_kernel(T* y, int64_t n, double s) {
+  KILN_GRID_LOOP(i, n) y[i] = convert<T>(convert<compute_t<T>>(y[i]) * compute_t<T>(s));
+}
+}  // namespace
+
+int launch_scale(int elem, void* y, int64_t n, double scale, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  auto go = [&](auto t) {
+    using T = decltype(t);
+    scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<T*>(y), n, scale);
+    return static_cast<int>(cudaGetLastError());
+  };
+  if (elem == kElemF64) return go(double{});
+  return dispatch_float(elem, go);
 }
 
 int launch_where(const bool* cond, const void* x, const void* z, void* y, int64_t n, int elem_bytes,

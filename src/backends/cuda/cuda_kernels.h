@@ -29,6 +29,7 @@ enum class UnaryOp : int {
   kRelu, kSigmoid, kTanh, kExp, kLog, kSqrt, kAbs, kNeg, kErf, kLeakyRelu, kClip, kGelu, kGeluTanh,
   kHardSigmoid, kHardSwish, kReciprocal, kFloor, kCeil, kRound, kSin, kCos, kSoftplus, kSoftsign, kSilu, kElu,
   kSelu, kCelu, kMish, kThresholdedRelu, kSign, kIsNaN, kNot, kTan, kAtan, kAsin, kAcos, kSinh, kCosh,
+  kAsinh, kAcosh, kAtanh, kShrink, kBitNot,
 };
 // y = op(x) over n elements of a float type (f32, f16, bf16 in float; f64 in double; Not: bool;
 // Abs/Neg/Sign: also i32/i64);
@@ -46,7 +47,7 @@ int launch_bias_act(int elem, void* y, const void* bias, const void* z, int64_t 
 
 enum class BinaryOp : int {
   kAdd, kSub, kMul, kDiv, kPow, kMax, kMin, kFirst, kMod, kFmod, kEqual, kLess, kLessEqual, kGreater, kGreaterEqual,
-  kAnd, kOr, kXor, kBitAnd, kBitOr, kBitXor, kPRelu,
+  kAnd, kOr, kXor, kBitAnd, kBitOr, kBitXor, kPRelu, kShiftLeft, kShiftRight,
 };
 // Comparisons (kEqual..kGreaterEqual) write bool; the others write the inputs' type.
 inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::kEqual && op <= BinaryOp::kGreaterEqual; }
@@ -82,6 +83,9 @@ inline int launch_binary_f32(BinaryOp op, const float* a, const float* b, float*
                              const BroadcastIndex& index, cudaStream_t stream) {
   return launch_binary(op, kElemF32, a, b, y, n, index, stream);
 }
+
+// y[i] *= scale in place over n elements of a float type (float64 in double).
+int launch_scale(int elem, void* y, int64_t n, double scale, cudaStream_t stream);
 
 // Three-way broadcast (Where): dims of the output, element strides of each input (0 where broadcast).
 struct Broadcast3Index {
@@ -426,5 +430,18 @@ struct ConvTransposeArgs {
   void* y = nullptr;
 };
 int launch_conv_transpose(const ConvTransposeArgs& a, cudaStream_t stream);
+
+// EyeLike: y [rows, cols] of `elem_bytes` bytes, one_bits on the k-th diagonal, zeros elsewhere.
+int launch_eye(void* y, int64_t rows, int64_t cols, int64_t k, int elem_bytes, uint64_t one_bits, cudaStream_t stream);
+// OneHot: y[o, d, i] = values[1] where index[o, i] (negative: + depth) == d, else values[0]; indices of
+// numeric type `index_elem` (floats truncate), values of `elem_bytes` bytes.
+int launch_one_hot(const void* indices, int index_elem, const void* values, void* y, int64_t outer, int64_t depth,
+                   int64_t inner, int elem_bytes, cudaStream_t stream);
+// LpNormalization along the middle dim of [outer, len, inner], p 1 or 2 (a zero norm gives 0); float
+// types in float, float64 in double.
+int launch_lp_norm(int elem, const void* x, void* y, int64_t outer, int64_t len, int64_t inner, int p, cudaStream_t stream);
+// BitCast between types of one width: a byte copy, except 4-bit types (one per byte) whose high nibble
+// is the sign extension for int4 and zero for uint4.
+int launch_bitcast_nibbles(const uint8_t* x, uint8_t* y, int64_t n, bool to_int4, cudaStream_t stream);
 
 }  // namespace kiln::cuda
