@@ -97,6 +97,7 @@ void register_all(KernelRegistry& r) {
   register_grid(r);
   register_conv_transpose(r);
   register_more(r);
+  register_seq(r);
 }
 
 CudaBackend::CudaBackend() {

@@ -444,4 +444,42 @@ int launch_lp_norm(int elem, const void* x, void* y, int64_t outer, int64_t len,
 // is the sign extension for int4 and zero for uint4.
 int launch_bitcast_nibbles(const uint8_t* x, uint8_t* y, int64_t n, bool to_int4, cudaStream_t stream);
 
+// RotaryEmbedding (23+): X (B, H, S, Dh) or packed (B, S, H·Dh); cos/sin caches rows of rd/2, row of
+// (b, s) = position_ids[b, s] (int64, nullable), else b·S + s (cache_rows_per_batch = S) or s. A
+// position outside the cache gives NaN (the CPU kernel refuses it). Float types in float, f64 in double.
+struct RotaryArgs {
+  int elem = kElemF32;
+  const void *x = nullptr, *cos = nullptr, *sin = nullptr;
+  const int64_t* positions = nullptr;
+  void* y = nullptr;
+  int64_t b = 0, s = 0, h = 0, dh = 0, rd = 0, cache_rows = 0;
+  bool packed = false, interleaved = false, per_batch_rows = false;
+};
+int launch_rotary(const RotaryArgs& a, cudaStream_t stream);
+
+// CausalConvWithState (27+): depthwise causal 1-D convolution of [past (B, C, k-1), x (B, C, L)] with
+// w (C, 1, k), bias (C) and SiLU (rounded to the input type first, as the reference); present (nullable)
+// gets the last k-1 positions.
+struct CausalConvArgs {
+  int elem = kElemF32;
+  const void *x = nullptr, *w = nullptr, *bias = nullptr, *past = nullptr;
+  void *y = nullptr, *present = nullptr;
+  int64_t b = 0, c = 0, l = 0, k = 1;
+  bool silu = false;
+};
+int launch_causal_conv(const CausalConvArgs& a, cudaStream_t stream);
+
+// LinearAttention (27+): a recurrent state S [dk, dv] per (batch, kv head), updated token by token
+// (rule 0 linear, 1 gated, 2 delta, 3 gated delta), in float in `workspace` (B·Hk·dk·dv floats); one
+// thread per state column. q/k/v packed (B, T, H·d); decay (B, T, Hk or Hk·dk), beta (B, T, Hk or 1).
+struct LinearAttentionArgs {
+  int elem = kElemF32, rule = 3;
+  const void *q = nullptr, *k = nullptr, *v = nullptr, *past = nullptr, *decay = nullptr, *beta = nullptr;
+  void *y = nullptr, *present = nullptr;
+  float* workspace = nullptr;
+  int64_t b = 0, t = 0, hq = 0, hk = 0, dk = 0, dv = 0, decay_w = 0, beta_w = 0;
+  float scale = 1;
+};
+int launch_linear_attention(const LinearAttentionArgs& a, cudaStream_t stream);
+
 }  // namespace kiln::cuda
