@@ -250,11 +250,21 @@ TEST(CudaPool, MaxAndAverage) {
     n.set_string("auto_pad", "SAME_UPPER");
     check_node(*n.node, {x}, ref_pool(x, {2, 2, 1, 1, 0, 0, 1, 1, true}), 0, 0, "MaxPool SAME_UPPER");
   }
-  {  // the Indices output is refused
-    Tensor x = random_tensor({1, 1, 4, 4}, rng);
-    OneNode n("MaxPool", 12, {x}, 2);
-    n.set_ints("kernel_shape", {2, 2});
-    EXPECT_EQ((*cuda_backend())->kernels().find(*n.node), nullptr);
+  {  // the Indices output runs through the N-d kernel, row- and column-major, as the CPU computes it
+    Tensor x = random_tensor({2, 3, 5, 4}, rng);
+    for (int order = 0; order < 2; ++order) {
+      OneNode n("MaxPool", 12, {x}, 2);
+      n.set_ints("kernel_shape", {2, 2});
+      n.set_int("storage_order", order);
+      auto got = run_cuda(*n.node, {x});
+      ASSERT_TRUE(got.ok()) << got.status().to_string();
+      auto want = run_node_eager(*n.node, {Slot::of(x)});
+      ASSERT_TRUE(want.ok()) << want.status().to_string();
+      expect_close((*got)[0], (*want)[0].tensor, 0, 0, "MaxPool values");
+      const Tensor &gi = (*got)[1], &wi = (*want)[1].tensor;
+      ASSERT_EQ(gi.shape(), wi.shape());
+      for (int64_t i = 0; i < wi.numel(); ++i) EXPECT_EQ(gi.data<int64_t>()[i], wi.data<int64_t>()[i]) << "index " << i;
+    }
   }
 }
 

@@ -1,0 +1,301 @@
+// The CUDA kernels added for breadth against the CPU kernels (which pass onnx's node suite), on random
+// inputs of shapes the node suite does not use: every output of each node, float32 within 1e-5
+// (float64 1e-12), integer and bool outputs bit for bit. onnx's own cases for the same ops run on the
+// GPU through `kiln conform` (tests/gpu/cuda_conformance.sh).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "test_cuda_util.h"
+
+namespace kiln::cudatest {
+namespace {
+
+template <typename T>
+Tensor filled(DataType dt, const Shape& shape, const std::function<T(int64_t)>& f) {
+  Tensor t = Tensor::empty(dt, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<T>()[i] = f(i);
+  return t;
+}
+Tensor i64(const Shape& shape, const std::function<int64_t(int64_t)>& f) { return filled<int64_t>(DataType::kInt64, shape, f); }
+Tensor f64(const Shape& shape, std::mt19937& rng) {
+  std::uniform_real_distribution<double> u(-2, 2);
+  return filled<double>(DataType::kFloat64, shape, [&](int64_t) { return u(rng); });
+}
+
+// Runs the node on the GPU and on the CPU and compares every output the CPU produces.
+void expect_all_same(const ir::Node& node, const std::vector<Tensor>& in, const std::string& what) {
+  auto got = run_cuda(node, in);
+  ASSERT_TRUE(got.ok()) << what << ": " << got.status().to_string();
+  std::vector<Slot> cpu_in;
+  for (const Tensor& t : in) cpu_in.push_back(t.defined() ? Slot::of(t) : Slot{});
+  auto want = run_node_eager(node, cpu_in);
+  ASSERT_TRUE(want.ok()) << what << ": " << want.status().to_string();
+  ASSERT_LE(want->size(), got->size()) << what;
+  for (size_t k = 0; k < want->size(); ++k) {
+    const Tensor& w = (*want)[k].tensor;
+    const Tensor& g = (*got)[k];
+    const std::string at = what + " output " + std::to_string(k);
+    ASSERT_EQ(g.shape(), w.shape()) << at;
+    ASSERT_EQ(g.dtype(), w.dtype()) << at;
+    if (w.dtype() == DataType::kFloat32) {
+      expect_close(g, w, 1e-5f, 1e-5f, at);
+    } else if (w.dtype() == DataType::kFloat64) {
+      for (int64_t i = 0; i < w.numel(); ++i)
+        ASSERT_NEAR(g.data<double>()[i], w.data<double>()[i], 1e-12 + 1e-12 * std::fabs(w.data<double>()[i])) << at << " [" << i << "]";
+    } else {
+      ASSERT_EQ(std::memcmp(g.raw(), w.raw(), w.nbytes()), 0) << at;
+    }
+  }
+}
+
+TEST(CudaBreadth, IndexOpsMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(101);
+  Tensor x = random_tensor({4, 5, 6}, rng);
+  for (int64_t axis : {0, 1, 2, -1}) {
+    const int64_t dim = x.dim(static_cast<int>((axis + 3) % 3));
+    Tensor ind = i64({3, 4, 5}, [&](int64_t) { return static_cast<int64_t>(rng() % (2 * dim)) - dim; });
+    OneNode g("GatherElements", 13, {x, ind});
+    g.set_int("axis", axis);
+    expect_all_same(*g.node, {x, ind}, "GatherElements axis " + std::to_string(axis));
+  }
+  for (const char* red : {"none", "add", "mul", "max", "min"}) {
+    // Distinct indices along the axis for "none" (duplicates leave the winner unspecified).
+    Tensor ind = i64({4, 2, 6}, [&](int64_t i) { return std::string(red) == "none" ? (i / 6) % 2 * 2 : static_cast<int64_t>(rng() % 5); });
+    Tensor upd = random_tensor({4, 2, 6}, rng);
+    OneNode s("ScatterElements", 18, {x, ind, upd});
+    s.set_int("axis", 1);
+    s.set_string("reduction", red);
+    expect_all_same(*s.node, {x, ind, upd}, std::string("ScatterElements ") + red);
+    Tensor nd_ind = i64({3, 2}, [&](int64_t i) { return std::string(red) == "none" ? (i % 2 ? i / 2 : 1) : static_cast<int64_t>(rng() % 4); });
+    Tensor nd_upd = random_tensor({3, 6}, rng);
+    OneNode snd("ScatterND", 18, {x, nd_ind, nd_upd});
+    snd.set_string("reduction", red);
+    expect_all_same(*snd.node, {x, nd_ind, nd_upd}, std::string("ScatterND ") + red);
+  }
+  for (int64_t b : {0, 1}) {
+    Tensor ind = b ? i64({4, 3, 1}, [&](int64_t) { return static_cast<int64_t>(rng() % 5); })
+                   : i64({2, 3, 2}, [&](int64_t i) { return static_cast<int64_t>(rng() % (i % 2 ? 5 : 4)); });
+    OneNode g("GatherND", 13, {x, ind});
+    g.set_int("batch_dims", b);
+    expect_all_same(*g.node, {x, ind}, "GatherND batch_dims " + std::to_string(b));
+  }
+}
+
+TEST(CudaBreadth, LossesMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(102);
+  Tensor scores = random_tensor({3, 5, 4}, rng);
+  Tensor labels = i64({3, 4}, [&](int64_t) { return static_cast<int64_t>(rng() % 5); });
+  labels.data<int64_t>()[2] = 1;  // the ignored class appears
+  Tensor weights = random_tensor({5}, rng, 0.5f, 1.5f);
+  for (const char* op : {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"})
+    for (const char* red : {"none", "sum", "mean"})
+      for (int weighted = 0; weighted < 2; ++weighted) {
+        const bool sce = std::string(op)[0] == 'S';
+        std::vector<Tensor> in = {scores, labels};
+        if (weighted) in.push_back(weights);
+        OneNode n(op, 13, in, sce ? 2 : 1);
+        n.set_string("reduction", red);
+        n.set_int("ignore_index", 1);
+        expect_all_same(*n.node, in, std::string(op) + " " + red + (weighted ? " weighted" : ""));
+      }
+}
+
+TEST(CudaBreadth, AttentionOpMatchesTheCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(103);
+  // GQA 4 query heads over 2 kv heads, past keys, a float mask broadcast over heads, causal, softcap,
+  // every qk output mode; then packed 3-D inputs with a bool mask.
+  Tensor q = random_tensor({2, 4, 3, 8}, rng), k = random_tensor({2, 2, 5, 8}, rng), v = random_tensor({2, 2, 5, 6}, rng);
+  Tensor pk = random_tensor({2, 2, 2, 8}, rng), pv = random_tensor({2, 2, 2, 6}, rng);
+  Tensor mask = random_tensor({2, 1, 3, 7}, rng);
+  for (int mode = 0; mode < 4; ++mode) {
+    std::vector<Tensor> in = {q, k, v, mask, pk, pv};
+    OneNode n("Attention", 23, in, 4);
+    n.set_int("is_causal", 1);
+    n.set_float("softcap", 3.0f);
+    n.set_int("qk_matmul_output_mode", mode);
+    expect_all_same(*n.node, in, "Attention 4-D mode " + std::to_string(mode));
+  }
+  Tensor q3 = random_tensor({2, 3, 4 * 8}, rng), k3 = random_tensor({2, 5, 2 * 8}, rng), v3 = random_tensor({2, 5, 2 * 6}, rng);
+  Tensor bmask = filled<bool>(DataType::kBool, {3, 5}, [&](int64_t i) { return i % 3 != 1; });
+  std::vector<Tensor> in = {q3, k3, v3, bmask};
+  OneNode n("Attention", 23, in, 1);
+  n.set_int("q_num_heads", 4);
+  n.set_int("kv_num_heads", 2);
+  n.set_float("scale", 0.3f);
+  expect_all_same(*n.node, in, "Attention 3-D bool mask");
+}
+
+TEST(CudaBreadth, PadTileCropMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(104);
+  Tensor x = random_tensor({2, 3, 4, 5}, rng);
+  Tensor pads = i64({8}, [](int64_t i) { const int64_t p[8] = {0, 1, 3, -1, 1, 0, 2, 6}; return p[i]; });
+  Tensor value = filled<float>(DataType::kFloat32, {}, [](int64_t) { return 1.5f; });
+  for (const char* mode : {"constant", "reflect", "edge", "wrap"}) {
+    std::vector<Tensor> in = {x, pads, value};
+    OneNode n("Pad", 19, in, 1, {false, true, true});
+    n.set_string("mode", mode);
+    expect_all_same(*n.node, in, std::string("Pad ") + mode);
+  }
+  Tensor reps = i64({4}, [](int64_t i) { return i == 0 ? 1 : i + 1; });
+  OneNode t("Tile", 13, {x, reps}, 1, {false, true});
+  expect_all_same(*t.node, {x, reps}, "Tile");
+  Tensor target = i64({2}, [](int64_t i) { return i ? 8 : 3; });
+  OneNode c("CenterCropPad", 18, {x, target}, 1, {false, true});
+  c.set_ints("axes", {2, 3});
+  expect_all_same(*c.node, {x, target}, "CenterCropPad");
+}
+
+TEST(CudaBreadth, PoolingGridAndConvTransposeMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(105);
+  Tensor x3 = random_tensor({1, 2, 5, 6, 7}, rng);
+  for (const char* op : {"MaxPool", "AveragePool", "LpPool"}) {
+    OneNode n(op, 18, {x3}, std::string(op) == "MaxPool" ? 2 : 1);
+    n.set_ints("kernel_shape", {2, 3, 2});
+    n.set_ints("strides", {2, 1, 2});
+    n.set_ints("pads", {1, 0, 1, 0, 1, 1});
+    if (std::string(op) == "MaxPool") n.set_ints("dilations", {1, 2, 1});
+    if (std::string(op) == "AveragePool") n.set_int("count_include_pad", 1);
+    if (std::string(op) == "LpPool") n.set_int("p", 3);
+    expect_all_same(*n.node, {x3}, std::string(op) + " 3-D");
+  }
+  Tensor x = random_tensor({2, 3, 5, 6}, rng);
+  Tensor grid = random_tensor({2, 4, 7, 2}, rng, -1.2f, 1.2f);
+  for (const char* mode : {"linear", "nearest", "cubic"})
+    for (const char* pad : {"zeros", "border", "reflection"}) {
+      OneNode n("GridSample", 20, {x, grid});
+      n.set_string("mode", mode);
+      n.set_string("padding_mode", pad);
+      n.set_int("align_corners", std::string(pad) == "border");
+      expect_all_same(*n.node, {x, grid}, std::string("GridSample ") + mode + " " + pad);
+    }
+  Tensor w = random_tensor({3, 2, 3, 2}, rng), b = random_tensor({6}, rng);
+  OneNode ct("ConvTranspose", 11, {x, w, b});
+  ct.set_int("group", 3);
+  ct.set_ints("strides", {2, 3});
+  ct.set_ints("dilations", {1, 2});
+  ct.set_ints("pads", {1, 0, 0, 1});
+  ct.set_ints("output_padding", {1, 0});
+  expect_all_same(*ct.node, {x, w, b}, "ConvTranspose groups strides dilations");
+}
+
+TEST(CudaBreadth, QuantizeAndDequantizeMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(106);
+  Tensor x = random_tensor({3, 4, 6}, rng, -20.f, 20.f);
+  Tensor scale_axis = random_tensor({4}, rng, 0.05f, 0.3f);
+  for (DataType q : {DataType::kInt8, DataType::kUInt8, DataType::kInt16, DataType::kInt4, DataType::kFloat8E4M3FN}) {
+    Tensor zp = Tensor::empty(q, {4});
+    std::memset(zp.raw(), 0, zp.nbytes());
+    if (q == DataType::kUInt8) for (int i = 0; i < 4; ++i) zp.data<uint8_t>()[i] = static_cast<uint8_t>(100 + i);
+    std::vector<Tensor> in = {x, scale_axis, zp};
+    OneNode n("QuantizeLinear", 21, in);
+    n.set_int("axis", 1);
+    expect_all_same(*n.node, in, std::string("QuantizeLinear per axis to ") + dtype_name(q));
+    auto quantized = run_node_eager(*n.node, {Slot::of(x), Slot::of(scale_axis), Slot::of(zp)});
+    ASSERT_TRUE(quantized.ok());
+    std::vector<Tensor> din = {(*quantized)[0].tensor, scale_axis, zp};
+    OneNode d("DequantizeLinear", 21, din);
+    d.set_int("axis", 1);
+    expect_all_same(*d.node, din, std::string("DequantizeLinear per axis from ") + dtype_name(q));
+  }
+  Tensor scale_blocked = random_tensor({3, 4, 2}, rng, 0.05f, 0.3f);
+  OneNode b("QuantizeLinear", 21, {x, scale_blocked});
+  b.set_int("axis", 2);
+  b.set_int("block_size", 3);
+  expect_all_same(*b.node, {x, scale_blocked}, "QuantizeLinear blocked");
+}
+
+TEST(CudaBreadth, SmallOpsMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(107);
+  Tensor x = random_tensor({3, 4, 5}, rng);
+  {
+    OneNode n("Hardmax", 13, {x});
+    n.set_int("axis", 1);
+    expect_all_same(*n.node, {x}, "Hardmax");
+  }
+  {
+    OneNode n("LpNormalization", 1, {x});
+    n.set_int("axis", 1);
+    n.set_int("p", 1);
+    expect_all_same(*n.node, {x}, "LpNormalization p=1");
+  }
+  Tensor d = f64({4, 7}, rng);
+  for (const char* op : {"Exp", "Tanh", "Sigmoid", "Erf", "Asinh", "Softplus"}) {
+    OneNode n(op, 13, {d});
+    expect_all_same(*n.node, {d}, std::string(op) + " float64");
+  }
+  {
+    Tensor ind = i64({2, 3}, [&](int64_t) { return static_cast<int64_t>(rng() % 9) - 4; });
+    Tensor depth = i64({}, [](int64_t) { return 5; });
+    Tensor values = filled<float>(DataType::kFloat32, {2}, [](int64_t i) { return i ? 7.f : -1.f; });
+    OneNode n("OneHot", 11, {ind, depth, values}, 1, {false, true, false});
+    n.set_int("axis", 1);
+    expect_all_same(*n.node, {ind, depth, values}, "OneHot");
+  }
+  {
+    Tensor a = filled<uint32_t>(DataType::kUInt32, {2, 5}, [&](int64_t) { return static_cast<uint32_t>(rng()); });
+    Tensor s = filled<uint32_t>(DataType::kUInt32, {5}, [](int64_t i) { return static_cast<uint32_t>(i * 9); });
+    for (const char* dir : {"LEFT", "RIGHT"}) {
+      OneNode n("BitShift", 11, {a, s});
+      n.set_string("direction", dir);
+      expect_all_same(*n.node, {a, s}, std::string("BitShift ") + dir);
+    }
+  }
+  {
+    Tensor exp5 = i64({5}, [](int64_t i) { return i % 4; });
+    OneNode p("Pow", 15, {x, exp5});
+    expect_all_same(*p.node, {x, exp5}, "Pow float by int64");
+  }
+  {
+    Tensor a = random_tensor({3, 1, 5}, rng), b = random_tensor({4, 5}, rng);
+    OneNode n("Mean", 13, {x, a, b});
+    expect_all_same(*n.node, {x, a, b}, "Mean of three");
+  }
+}
+
+TEST(CudaBreadth, SequenceOpsMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(108);
+  {
+    Tensor x = random_tensor({2, 3, 4 * 8}, rng);
+    Tensor pos = i64({2, 3}, [](int64_t i) { return (i * 5) % 9; });
+    Tensor cs = random_tensor({9, 3}, rng), sn = random_tensor({9, 3}, rng);
+    for (int inter = 0; inter < 2; ++inter) {
+      OneNode n("RotaryEmbedding", 23, {x, cs, sn, pos});
+      n.set_int("num_heads", 4);
+      n.set_int("rotary_embedding_dim", 6);
+      n.set_int("interleaved", inter);
+      expect_all_same(*n.node, {x, cs, sn, pos}, "RotaryEmbedding interleaved " + std::to_string(inter));
+    }
+  }
+  {
+    Tensor x = random_tensor({2, 3, 6}, rng), w = random_tensor({3, 1, 4}, rng), b = random_tensor({3}, rng);
+    Tensor past = random_tensor({2, 3, 3}, rng);
+    OneNode n("CausalConvWithState", 27, {x, w, b, past}, 2);
+    n.set_string("activation", "silu");
+    expect_all_same(*n.node, {x, w, b, past}, "CausalConvWithState");
+  }
+  {
+    const int64_t B = 2, T = 4, Hq = 4, Hk = 2, dk = 3, dv = 5;
+    Tensor q = random_tensor({B, T, Hq * dk}, rng), k = random_tensor({B, T, Hk * dk}, rng, -0.5f, 0.5f);
+    Tensor v = random_tensor({B, T, Hk * dv}, rng), past = random_tensor({B, Hk, dk, dv}, rng);
+    Tensor decay = random_tensor({B, T, Hk * dk}, rng, -0.5f, 0.f), beta = random_tensor({B, T, Hk}, rng, 0.f, 1.f);
+    std::vector<Tensor> in = {q, k, v, past, decay, beta};
+    OneNode n("LinearAttention", 27, in, 2);
+    n.set_int("q_num_heads", Hq);
+    n.set_int("kv_num_heads", Hk);
+    expect_all_same(*n.node, in, "LinearAttention gated_delta");
+  }
+}
+
+}  // namespace
+}  // namespace kiln::cudatest
