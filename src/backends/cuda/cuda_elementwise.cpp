@@ -76,7 +76,7 @@ constexpr UnaryRow kUnary[] = {
     {"Mish", 18, UnaryOp::kMish},      {"ThresholdedRelu", 10, UnaryOp::kThresholdedRelu},
     {"IsNaN", 9, UnaryOp::kIsNaN},     {"Not", 1, UnaryOp::kNot, Types::kBool},
     {"Asinh", 9, UnaryOp::kAsinh},     {"Acosh", 9, UnaryOp::kAcosh},         {"Atanh", 9, UnaryOp::kAtanh},
-    {"Shrink", 9, UnaryOp::kShrink},   {"BitwiseNot", 18, UnaryOp::kBitNot, Types::kInteger},
+    {"Shrink", 9, UnaryOp::kShrink},   {"Swish", 24, UnaryOp::kSwish},   {"BitwiseNot", 18, UnaryOp::kBitNot, Types::kInteger},
 };
 
 // Output: same shape; bool for IsNaN, the input's dtype otherwise.
@@ -120,6 +120,7 @@ KernelDef unary_def(const UnaryRow& row) {
         beta = n.attr_float("gamma", 1.05070102214813232421875f);
         break;
       case UnaryOp::kThresholdedRelu: alpha = n.attr_float("alpha", 1.f); break;
+      case UnaryOp::kSwish: alpha = n.attr_float("alpha", 1.f); break;
       case UnaryOp::kShrink:
         alpha = n.attr_float("lambd", 0.5f);
         beta = n.attr_float("bias", 0.f);
@@ -148,7 +149,8 @@ KernelDef gelu_def() {
   return d;
 }
 
-// Clip: bounds are attributes before opset 11 and inputs from 11 on; they are read on the host.
+// Clip: bounds are attributes before opset 11 and inputs from 11 on; they are read on the host. Float
+// types through launch_unary (in float), float64 and the integer types in their own type.
 KernelDef clip_def() {
   KernelDef d;
   d.op = "Clip";
@@ -156,27 +158,58 @@ KernelDef clip_def() {
   d.name = "cuda.Clip";
   d.half_floats = true;
   d.host_inputs = 0b110;
-  d.check = [](const ir::Node& n) { return require_input_types(n, 0, {kF32, kF16, kBF16}); };
+  d.check = [](const ir::Node& n) {
+    return require_input_types(n, 0, {kF32, kF16, kBF16, kF64, kI8, kI16, kI32, kI64, kU8, kU16, kU32, kU64});
+  };
   d.create = [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
     const bool as_inputs = n.opset >= 11 || n.opset == 0;
-    const float lo_attr = as_inputs ? -INFINITY : n.attr_float("min", -FLT_MAX);
-    const float hi_attr = as_inputs ? INFINITY : n.attr_float("max", FLT_MAX);
+    const double lo_attr = as_inputs ? -INFINITY : n.attr_float("min", -FLT_MAX);
+    const double hi_attr = as_inputs ? INFINITY : n.attr_float("max", FLT_MAX);
     struct Bounds {
-      float lo, hi;
+      double lo, hi;
     };
     auto reshape = [lo_attr, hi_attr](ReshapeContext& rc) -> Status {
       KILN_RETURN_IF_ERROR(reshape_unary(rc, UnaryOp::kClip));
+      const DataType dt = rc.in[0].dtype;
       Bounds b{lo_attr, hi_attr};
+      const bool integral = dt != kF32 && dt != kF16 && dt != kBF16 && dt != kF64;
+      if (integral) {  // absent bounds are the type's limits
+        const auto lim = [dt](bool hi) -> double {
+          switch (dt) {
+            case kI8: return hi ? 127.0 : -128.0;
+            case kU8: return hi ? 255.0 : 0.0;
+            case kI16: return hi ? 32767.0 : -32768.0;
+            case kU16: return hi ? 65535.0 : 0.0;
+            case kI32: return hi ? 2147483647.0 : -2147483648.0;
+            case kU32: return hi ? 4294967295.0 : 0.0;
+            case kI64: return hi ? 9.2233720368547748e18 : -9.2233720368547758e18;
+            default: return hi ? 1.8446744073709550e19 : 0.0;
+          }
+        };
+        b = {lim(false), lim(true)};
+      }
       for (size_t i : {size_t{1}, size_t{2}}) {
         if (i >= rc.in.size() || !rc.in[i].present) continue;
         const Tensor* t = rc.in[i].value;
         if (!t) return rc.error("min/max must be known before running");
         if (t->numel() != 1) return rc.error("min/max must be scalars");
-        float v = 0;
-        if (t->dtype() == kF32) v = t->data<float>()[0];
-        else if (t->dtype() == kF16) v = f16_to_f32(t->data<uint16_t>()[0]);
-        else if (t->dtype() == kBF16) v = bf16_to_f32(t->data<uint16_t>()[0]);
-        else return rc.error("min/max dtype not supported");
+        if (t->dtype() != dt) return rc.error("min/max must have the input's dtype");
+        double v = 0;
+        switch (dt) {
+          case kF32: v = t->data<float>()[0]; break;
+          case kF16: v = f16_to_f32(t->data<uint16_t>()[0]); break;
+          case kBF16: v = bf16_to_f32(t->data<uint16_t>()[0]); break;
+          case kF64: v = t->data<double>()[0]; break;
+          case kI8: v = t->data<int8_t>()[0]; break;
+          case kU8: v = t->data<uint8_t>()[0]; break;
+          case kI16: v = t->data<int16_t>()[0]; break;
+          case kU16: v = t->data<uint16_t>()[0]; break;
+          case kI32: v = t->data<int32_t>()[0]; break;
+          case kU32: v = t->data<uint32_t>()[0]; break;
+          case kI64: v = static_cast<double>(t->data<int64_t>()[0]); break;
+          case kU64: v = static_cast<double>(t->data<uint64_t>()[0]); break;
+          default: return rc.error("min/max dtype not supported");
+        }
         (i == 1 ? b.lo : b.hi) = v;
       }
       rc.state = std::make_shared<Bounds>(b);
@@ -185,8 +218,11 @@ KernelDef clip_def() {
     auto run = [](KernelContext& ctx) -> Status {
       const auto& b = shape_state<Bounds>(ctx);
       const Tensor& x = ctx.input(0);
-      return launched(ctx, launch_unary(UnaryOp::kClip, elem_of(x.dtype()), x.raw(), ctx.output(0).raw(), x.numel(),
-                                        b.lo, b.hi, state_of(ctx).stream));
+      const DataType dt = x.dtype();
+      if (dt == kF32 || dt == kF16 || dt == kBF16)
+        return launched(ctx, launch_unary(UnaryOp::kClip, elem_of(dt), x.raw(), ctx.output(0).raw(), x.numel(),
+                                          static_cast<float>(b.lo), static_cast<float>(b.hi), state_of(ctx).stream));
+      return launched(ctx, launch_clip(elem_of(dt), x.raw(), ctx.output(0).raw(), x.numel(), b.lo, b.hi, state_of(ctx).stream));
     };
     return make_staged(reshape, run);
   };

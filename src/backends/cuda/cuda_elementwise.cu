@@ -40,6 +40,7 @@ __device__ __forceinline__ float apply_unary(UnaryOp op, float x, float alpha, f
     case UnaryOp::kAcos: return acosf(x);
     case UnaryOp::kSinh: return sinhf(x);
     case UnaryOp::kCosh: return coshf(x);
+    case UnaryOp::kSwish: return x / (1.f + expf(-alpha * x));
     case UnaryOp::kAsinh: return asinhf(x);
     case UnaryOp::kAcosh: return acoshf(x);
     case UnaryOp::kAtanh: return atanhf(x);
@@ -85,6 +86,7 @@ __device__ __forceinline__ double apply_unary_f64(UnaryOp op, double x, double a
     case UnaryOp::kAcos: return acos(x);
     case UnaryOp::kSinh: return sinh(x);
     case UnaryOp::kCosh: return cosh(x);
+    case UnaryOp::kSwish: return x / (1 + exp(-alpha * x));
     case UnaryOp::kAsinh: return asinh(x);
     case UnaryOp::kAcosh: return acosh(x);
     case UnaryOp::kAtanh: return atanh(x);
@@ -288,6 +290,7 @@ template <typename T>
 __global__ void range_kernel(T* y, int64_t n, int64_t istart, int64_t idelta, double start, double delta) {
   KILN_GRID_LOOP(i, n) {
     if constexpr (std::is_integral<T>::value) y[i] = static_cast<T>(istart + i * idelta);
+    else if constexpr (sizeof(T) == 2) y[i] = convert<T>(static_cast<float>(start) + static_cast<float>(i) * static_cast<float>(delta));
     else y[i] = convert<T>(start + static_cast<double>(i) * delta);
   }
 }

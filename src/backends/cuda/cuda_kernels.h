@@ -29,7 +29,7 @@ enum class UnaryOp : int {
   kRelu, kSigmoid, kTanh, kExp, kLog, kSqrt, kAbs, kNeg, kErf, kLeakyRelu, kClip, kGelu, kGeluTanh,
   kHardSigmoid, kHardSwish, kReciprocal, kFloor, kCeil, kRound, kSin, kCos, kSoftplus, kSoftsign, kSilu, kElu,
   kSelu, kCelu, kMish, kThresholdedRelu, kSign, kIsNaN, kNot, kTan, kAtan, kAsin, kAcos, kSinh, kCosh,
-  kAsinh, kAcosh, kAtanh, kShrink, kBitNot,
+  kAsinh, kAcosh, kAtanh, kShrink, kBitNot, kSwish,
 };
 // y = op(x) over n elements of a float type (f32, f16, bf16 in float; f64 in double; Not: bool;
 // Abs/Neg/Sign: also i32/i64);
@@ -132,7 +132,8 @@ int launch_reduce(ReduceOp op, int elem, const void* x, void* y, int64_t n_out, 
 int launch_arg_reduce(bool max, bool last, int elem, const void* x, int64_t* y, int64_t n_out,
                       const ReduceIndex& index, cudaStream_t stream);
 
-// Softmax (or log-softmax) of x viewed as [outer, axis, inner] along `axis`; float types, computed in float.
+// Softmax (or log-softmax) of x viewed as [outer, axis, inner] along `axis`; float types, computed in
+// float (float64 in double).
 int launch_softmax(int elem, const void* x, void* y, int64_t outer, int64_t axis, int64_t inner, bool log,
                    cudaStream_t stream);
 
@@ -431,6 +432,8 @@ struct ConvTransposeArgs {
 };
 int launch_conv_transpose(const ConvTransposeArgs& a, cudaStream_t stream);
 
+// Clip of numeric x (integers in their own type, floats in float/double) to [lo, hi].
+int launch_clip(int elem, const void* x, void* y, int64_t n, double lo, double hi, cudaStream_t stream);
 // EyeLike: y [rows, cols] of `elem_bytes` bytes, one_bits on the k-th diagonal, zeros elsewhere.
 int launch_eye(void* y, int64_t rows, int64_t cols, int64_t k, int elem_bytes, uint64_t one_bits, cudaStream_t stream);
 // OneHot: y[o, d, i] = values[1] where index[o, i] (negative: + depth) == d, else values[0]; indices of

@@ -43,7 +43,29 @@ __global__ void nibble_kernel(const uint8_t* x, uint8_t* y, int64_t n, bool to_i
   }
 }
 
+template <typename T>
+__global__ void clip_kernel(const T* x, T* y, int64_t n, T lo, T hi) {
+  KILN_GRID_LOOP(i, n) {
+    const T v = x[i];
+    y[i] = v < lo ? lo : (v > hi ? hi : v);
+  }
+}
+
 }  // namespace
+
+int launch_clip(int elem, const void* x, void* y, int64_t n, double lo, double hi, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  return dispatch_numeric(elem, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same<T, bool>::value || sizeof(T) == 2 && !std::is_integral<T>::value) {
+      return static_cast<int>(cudaErrorInvalidValue);  // bool; the 16-bit floats go through launch_unary
+    } else {
+      clip_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n, static_cast<T>(lo),
+                                                           static_cast<T>(hi));
+      return static_cast<int>(cudaGetLastError());
+    }
+  });
+}
 
 int launch_eye(void* y, int64_t rows, int64_t cols, int64_t k, int elem_bytes, uint64_t one_bits, cudaStream_t stream) {
   if (rows * cols == 0) return cudaSuccess;

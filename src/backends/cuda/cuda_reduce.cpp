@@ -309,7 +309,10 @@ void register_reduce(KernelRegistry& r) {
   for (bool log : {false, true}) {
     r.add(kernel_row(log ? "LogSoftmax" : "Softmax", 1,
               [](const ir::Node& n) -> std::string {
-                if (std::string w = require_input_types(n, 0, kFloats); !w.empty()) return w;
+                if (std::string w = require_input_types(n, 0, {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16,
+                                                               DataType::kFloat64});
+                    !w.empty())
+                  return w;
                 return rank_ok(n);
               },
               [log](const ir::Node& n, KernelInit&) { return create_softmax(n, log); }));

@@ -309,10 +309,30 @@ int launch_arg_reduce(bool max, bool last, int elem, const void* x, int64_t* y, 
   });
 }
 
+namespace {
+// float64: one thread per row, in double.
+__global__ void softmax_f64_kernel(const double* x, double* y, int64_t rows, int64_t axis, int64_t inner, bool log) {
+  KILN_GRID_LOOP(r, rows) {
+    const int64_t o = r / inner, in = r % inner;
+    const double* xp = x + o * axis * inner + in;
+    double* yp = y + o * axis * inner + in;
+    double mx = -INFINITY, sum = 0;
+    for (int64_t k = 0; k < axis; ++k) mx = fmax(mx, xp[k * inner]);
+    for (int64_t k = 0; k < axis; ++k) sum += exp(xp[k * inner] - mx);
+    for (int64_t k = 0; k < axis; ++k) yp[k * inner] = log ? xp[k * inner] - mx - ::log(sum) : exp(xp[k * inner] - mx) / sum;
+  }
+}
+}  // namespace
+
 int launch_softmax(int elem, const void* x, void* y, int64_t outer, int64_t axis, int64_t inner, bool log,
                    cudaStream_t stream) {
   const int64_t rows = outer * inner;
   if (rows <= 0 || axis <= 0) return cudaSuccess;
+  if (elem == kElemF64) {
+    softmax_f64_kernel<<<grid_for(rows), kThreads, 0, stream>>>(static_cast<const double*>(x), static_cast<double*>(y), rows,
+                                                                axis, inner, log);
+    return static_cast<int>(cudaGetLastError());
+  }
   return dispatch_float(elem, [&](auto t) {
     using T = decltype(t);
     softmax_kernel<<<rows_grid(rows), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, axis,

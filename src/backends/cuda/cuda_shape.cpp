@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "backends/cuda/cuda_util.h"
+#include "ir/float_types.h"
 #include "backends/staged_kernel.h"
 #include "ops/shape.h"
 
@@ -471,6 +472,8 @@ double scalar_as_double(const Tensor& t) {
     case DataType::kInt32: return t.data<int32_t>()[0];
     case DataType::kInt64: return static_cast<double>(t.data<int64_t>()[0]);
     case DataType::kInt16: return t.data<int16_t>()[0];
+    case DataType::kFloat16: return f16_to_f32(t.data<uint16_t>()[0]);
+    case DataType::kBFloat16: return bf16_to_f32(t.data<uint16_t>()[0]);
     default: return 0;
   }
 }
@@ -504,7 +507,11 @@ Expected<KernelPtr> create_range(const ir::Node&, KernelInit&) {
       if (d == 0) return rc.error("delta is 0");
       p->start = s;
       p->delta = d;
-      p->n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((l - s) / d)));
+      // The 16-bit floats count in float, as the CPU kernel does.
+      const bool half = dt == DataType::kFloat16 || dt == DataType::kBFloat16;
+      const double count = half ? std::ceil((static_cast<float>(l) - static_cast<float>(s)) / static_cast<float>(d))
+                                : std::ceil((l - s) / d);
+      p->n = std::max<int64_t>(0, static_cast<int64_t>(count));
     }
     if (elem_of(dt) < 0) return rc.error("dtype not supported on CUDA");
     rc.out[0] = {dt, Shape{p->n}};
@@ -547,7 +554,7 @@ void register_shape(KernelRegistry& r) {
   KernelDef range = def("Range", 11, 0b111,
             [](const ir::Node& n) {
               return require_input_types(n, 0, {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kInt64,
-                                                DataType::kInt16});
+                                                DataType::kInt16, DataType::kFloat16, DataType::kBFloat16});
             },
             create_range);
   range.half_floats = false;
