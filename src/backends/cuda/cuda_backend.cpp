@@ -98,6 +98,7 @@ void register_all(KernelRegistry& r) {
   register_conv_transpose(r);
   register_more(r);
   register_seq(r);
+  register_norm_misc(r);
 }
 
 CudaBackend::CudaBackend() {

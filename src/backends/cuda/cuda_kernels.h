@@ -485,4 +485,24 @@ struct LinearAttentionArgs {
 };
 int launch_linear_attention(const LinearAttentionArgs& a, cudaStream_t stream);
 
+// InstanceNormalization / GroupNormalization of x [N, C, S] over groups of C/groups channels (statistics
+// in double, one thread per (n, group)); scale/bias per channel (numel C) or per group.
+int launch_group_norm(int elem, const void* x, const void* scale, const void* bias, bool per_channel, void* y, int64_t n,
+                      int64_t c, int64_t s, int64_t groups, double eps, cudaStream_t stream);
+// LRN across channels of x [N, C, S].
+int launch_lrn(int elem, const void* x, void* y, int64_t n, int64_t c, int64_t s, int64_t size, double alpha, double beta,
+               double bias, cudaStream_t stream);
+// Hann (0), Hamming (1) or Blackman (2) window of n points (periodic: denominator n, else n - 1), any
+// numeric output type.
+int launch_window(int kind, int elem, void* y, int64_t n, bool periodic, cudaStream_t stream);
+// Batched MatMul by direct dot products (float64 and the integer types; the float types go through
+// cuBLASLt): y[b, m, n] = Σ_k a[b, m, k] · b[b, k, n] with per-batch element offsets from the
+// broadcast batch index (a_strides/b_strides over out batch dims; 0 where broadcast).
+struct MatMulIndex {
+  int rank = 0;  // batch dims
+  int64_t dims[kMaxRank] = {}, a_strides[kMaxRank] = {}, b_strides[kMaxRank] = {};
+  int64_t m = 1, n = 1, k = 1;
+};
+int launch_matmul_direct(int elem, const void* a, const void* b, void* y, const MatMulIndex& index, cudaStream_t stream);
+
 }  // namespace kiln::cuda
