@@ -99,6 +99,7 @@ void register_all(KernelRegistry& r) {
   register_more(r);
   register_seq(r);
   register_norm_misc(r);
+  register_tail(r);
 }
 
 CudaBackend::CudaBackend() {

@@ -505,4 +505,42 @@ struct MatMulIndex {
 };
 int launch_matmul_direct(int elem, const void* a, const void* b, void* y, const MatMulIndex& index, cudaStream_t stream);
 
+// MatMulInteger (int32 y) and QLinearMatMul (int8/uint8 y = saturate(rint(acc·(sa·sb/sy)) + zy)) over
+// int8/uint8 A and B with scalar zero points and scales (nullable zero points are 0); acc = Σ_k
+// (a - za)(b - zb) in int32. Scales are float or float16 (`scale_f16`).
+struct QMatMulArgs {
+  MatMulIndex index;
+  const void *a = nullptr, *b = nullptr, *za = nullptr, *zb = nullptr;
+  bool a_signed = true, b_signed = true;
+  bool qlinear = false, scale_f16 = false, y_signed = true;
+  const void *sa = nullptr, *sb = nullptr, *sy = nullptr, *zy = nullptr;
+  void* y = nullptr;
+};
+int launch_qmatmul(const QMatMulArgs& a, cudaStream_t stream);
+
+// TopK along the middle dim of [outer, n, inner]: the k first in the order (largest: greater first;
+// else smaller first), ties by lower index, NaN largest — the CPU kernel's order; one thread per line.
+int launch_topk(int elem, const void* x, void* values, int64_t* indices, int64_t outer, int64_t n, int64_t inner, int64_t k,
+                bool largest, cudaStream_t stream);
+// DFT along the middle dim of x [outer, len, inner, 1 or 2] (real or complex) into y [outer, m, inner, 2 or
+// 1]: a direct transform of length `n` in double (inverse: scaled by 1/n; onesided inverse: the half
+// spectrum's Hermitian extension, real output). Float types and float64.
+struct DftArgs {
+  int elem = kElemF32;
+  const void* x = nullptr;
+  void* y = nullptr;
+  int64_t outer = 1, len = 0, inner = 1, n = 0, m = 0;
+  bool complex_in = false, inverse = false, real_out = false;
+};
+int launch_dft(const DftArgs& a, cudaStream_t stream);
+// Col2Im: x [N, C·prod(block), L] summed into y [N, C, image...] (s spatial dims <= 6).
+struct Col2ImArgs {
+  int elem = kElemF32, s = 0;
+  int64_t nc = 0, kprod = 1, l = 1;
+  int64_t img[6] = {}, blk[6] = {}, nblk[6] = {}, str[6] = {}, dil[6] = {}, pad[6] = {};
+  const void* x = nullptr;
+  void* y = nullptr;
+};
+int launch_col2im(const Col2ImArgs& a, cudaStream_t stream);
+
 }  // namespace kiln::cuda

@@ -77,6 +77,43 @@ __global__ void matmul_direct_kernel(const T* a, const T* b, T* y, MatMulIndex i
   }
 }
 
+__device__ __forceinline__ int32_t q8(const void* p, bool is_signed, int64_t i) {
+  return is_signed ? static_cast<const int8_t*>(p)[i] : static_cast<const uint8_t*>(p)[i];
+}
+__device__ __forceinline__ float scale_at(const void* p, bool f16) {
+  return f16 ? __half2float(static_cast<const __half*>(p)[0]) : static_cast<const float*>(p)[0];
+}
+
+__global__ void qmatmul_kernel(QMatMulArgs q) {
+  const MatMulIndex& ix = q.index;
+  int64_t batches = 1;
+  for (int d = 0; d < ix.rank; ++d) batches *= ix.dims[d];
+  const int32_t za = q.za ? q8(q.za, q.a_signed, 0) : 0, zb = q.zb ? q8(q.zb, q.b_signed, 0) : 0;
+  KILN_GRID_LOOP(t, batches * ix.m * ix.n) {
+    const int64_t j = t % ix.n, i = t / ix.n % ix.m, bt = t / (ix.n * ix.m);
+    int64_t rest = bt, ao = 0, bo = 0;
+    for (int d = ix.rank - 1; d >= 0; --d) {
+      const int64_t cd = rest % ix.dims[d];
+      rest /= ix.dims[d];
+      ao += cd * ix.a_strides[d];
+      bo += cd * ix.b_strides[d];
+    }
+    int32_t acc = 0;
+    for (int64_t k = 0; k < ix.k; ++k)
+      acc += (q8(q.a, q.a_signed, ao + i * ix.k + k) - za) * (q8(q.b, q.b_signed, bo + k * ix.n + j) - zb);
+    if (!q.qlinear) {
+      static_cast<int32_t*>(q.y)[t] = acc;
+      continue;
+    }
+    const float f = scale_at(q.sa, q.scale_f16) * scale_at(q.sb, q.scale_f16) / scale_at(q.sy, q.scale_f16);
+    double v = rint(static_cast<double>(acc) * static_cast<double>(f) + (q.zy ? q8(q.zy, q.y_signed, 0) : 0));
+    const double lo = q.y_signed ? -128.0 : 0.0, hi = q.y_signed ? 127.0 : 255.0;
+    v = v < lo ? lo : v > hi ? hi : v;
+    if (q.y_signed) static_cast<int8_t*>(q.y)[t] = static_cast<int8_t>(v);
+    else static_cast<uint8_t*>(q.y)[t] = static_cast<uint8_t>(v);
+  }
+}
+
 template <typename F>
 int dispatch_real(int elem, F&& f) {
   if (elem == kElemF64) return f(double{});
@@ -115,6 +152,14 @@ int launch_window(int kind, int elem, void* y, int64_t n, bool periodic, cudaStr
     window_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(kind, static_cast<T*>(y), n, periodic);
     return static_cast<int>(cudaGetLastError());
   });
+}
+
+int launch_qmatmul(const QMatMulArgs& a, cudaStream_t stream) {
+  int64_t total = a.index.m * a.index.n;
+  for (int d = 0; d < a.index.rank; ++d) total *= a.index.dims[d];
+  if (total == 0) return cudaSuccess;
+  qmatmul_kernel<<<grid_for(total), kThreads, 0, stream>>>(a);
+  return static_cast<int>(cudaGetLastError());
 }
 
 int launch_matmul_direct(int elem, const void* a, const void* b, void* y, const MatMulIndex& index, cudaStream_t stream) {
