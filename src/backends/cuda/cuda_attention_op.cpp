@@ -144,10 +144,68 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
   return make_staged(reshape, run);
 }
 
+// FlexAttention (ai.onnx.preview) without score_mod/prob_mod subgraphs is plain scaled dot-product
+// attention over 4-D Q [B, Hq, L, E], K [B, Hkv, S, E], V [B, Hkv, S, Ev]: the Attention kernels with no
+// mask. A softmax precision other than the one the input's type computes in stays on the CPU.
+std::string check_flex(const ir::Node& n) {
+  if (n.attr("score_mod") || n.attr("prob_mod")) return "score_mod/prob_mod subgraphs run on the CPU";
+  for (int i = 0; i < 3; ++i)
+    if (!n.has_input(i) || !n.inputs[i]->type.is_tensor()) return "Q, K and V are required";
+  const DataType dt = n.inputs[0]->type.dtype;
+  if (dt != DataType::kUndefined && !attention_float(dt)) return std::string(dtype_name(dt)) + " does not run on CUDA";
+  for (int i = 1; i < 3; ++i)
+    if (n.inputs[i]->type.dtype != DataType::kUndefined && n.inputs[i]->type.dtype != dt) return "Q, K and V must share one dtype";
+  if (n.attr("softmax_precision")) {
+    const auto p = static_cast<DataType>(n.attr_int("softmax_precision", 1));
+    const DataType computes = dt == DataType::kFloat64 ? DataType::kFloat64 : DataType::kFloat32;
+    if (p != computes) return "this softmax_precision runs on the CPU";
+  }
+  return "";
+}
+
+Expected<KernelPtr> create_flex(const ir::Node& n) {
+  const bool has_scale = n.attr("scale") != nullptr;
+  const double scale_attr = n.attr_float("scale", 0);
+  auto reshape = [=](ReshapeContext& rc) -> Status {
+    const Shape &q = rc.in[0].shape, &k = rc.in[1].shape, &v = rc.in[2].shape;
+    if (q.size() != 4 || k.size() != 4 || v.size() != 4) return rc.error("Q, K and V must be 4-D");
+    if (k[0] != q[0] || v[0] != q[0] || k[3] != q[3] || v[1] != k[1] || v[2] != k[2])
+      return rc.error("Q, K and V shapes disagree");
+    if (k[1] == 0 || q[1] % k[1] != 0) return rc.error("query heads must be a multiple of key/value heads");
+    auto p = std::make_shared<AttentionPlan>();
+    OnnxAttentionArgs& a = p->args;
+    a.elem = elem_of(rc.in[0].dtype);
+    a.b = q[0];
+    a.hq = q[1];
+    a.hkv = k[1];
+    a.sq = q[2];
+    a.skv = k[2];
+    a.d = q[3];
+    a.dv = v[3];
+    a.scale = has_scale ? scale_attr : 1.0 / std::sqrt(static_cast<double>(q[3]));
+    rc.out[0] = {rc.in[0].dtype, Shape{q[0], q[1], q[2], v[3]}};
+    rc.workspace_bytes = onnx_attention_workspace(a);
+    rc.state = std::move(p);
+    return Status::Ok();
+  };
+  auto run = [](KernelContext& ctx) -> Status {
+    OnnxAttentionArgs a = shape_state<AttentionPlan>(ctx).args;
+    a.q = ctx.input(0).raw();
+    a.k = ctx.input(1).raw();
+    a.v = ctx.input(2).raw();
+    a.y = ctx.output(0).raw();
+    a.workspace = ctx.workspace();
+    return launched(ctx, launch_onnx_attention(a, state_of(ctx).stream));
+  };
+  return make_staged(reshape, run);
+}
+
 }  // namespace
 
 void register_attention_op(KernelRegistry& r) {
   r.add(kernel_row("Attention", 23, check_attention, [](const ir::Node& n, KernelInit&) { return create_attention(n); }));
+  r.add(kernel_row("FlexAttention", 1, check_flex, [](const ir::Node& n, KernelInit&) { return create_flex(n); },
+                   "ai.onnx.preview"));
 }
 
 }  // namespace kiln::cuda
