@@ -100,6 +100,7 @@ void register_all(KernelRegistry& r) {
   register_seq(r);
   register_norm_misc(r);
   register_tail(r);
+  register_train(r);
 }
 
 CudaBackend::CudaBackend() {

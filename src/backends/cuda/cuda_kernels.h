@@ -543,4 +543,27 @@ struct Col2ImArgs {
 };
 int launch_col2im(const Col2ImArgs& a, cudaStream_t stream);
 
+// The training optimizers (ai.onnx.preview.training): per element of one X with its gradient G and
+// state(s), computed in double with the CPU kernel's formulas; outputs nullable. kind 0 Adagrad, 1 Adam,
+// 2 Momentum. Float types and float64.
+struct OptimizerArgs {
+  int kind = 0, elem = kElemF32;
+  const void *x = nullptr, *g = nullptr, *s1 = nullptr, *s2 = nullptr;
+  void *xo = nullptr, *s1o = nullptr, *s2o = nullptr;
+  int64_t n = 0;
+  double r = 0, t = 0, decay_factor = 0, epsilon = 1e-6, norm_coefficient = 0, norm_coefficient_post = 0, alpha = 0.9,
+         beta = 0.999;
+  bool nesterov = false;
+};
+int launch_optimizer(const OptimizerArgs& a, cudaStream_t stream);
+// DynamicQuantizeLinear (float32 x): scale = (max(0, max x) - min(0, min x)) / 255, zero point the
+// rounded clamped -min/scale, y = saturate(rint(x/scale) + zp) as uint8; scale/zp written to device
+// memory by one block, then read by the quantizing kernel.
+int launch_dynamic_quantize(const float* x, uint8_t* y, float* scale, uint8_t* zp, int64_t n, cudaStream_t stream);
+// TensorScatter: y (a copy of past, [prefix, max_len, inner] around the axis) gets update [prefix, len,
+// inner] written at write_indices[b] (+ s, modulo max_len when circular; outside the cache: skipped —
+// the CPU kernel refuses it); per_batch prefixes per batch entry.
+int launch_tensor_scatter(void* y, const void* update, const int64_t* write_indices, int64_t prefix, int64_t per_batch,
+                          int64_t max_len, int64_t len, int64_t inner, int elem_bytes, bool circular, cudaStream_t stream);
+
 }  // namespace kiln::cuda
