@@ -1,82 +1,14 @@
-// backends/cpu/misc_einsum.cpp — Einsum on the CPU: a general contraction loop.
-//
-// Every label (letter, or one per broadcast dim of "...") gets a size; each input gets a stride per
-// label (repeated labels add up, so "ii" walks the diagonal; broadcast size-1 dims get stride 0).
-// Each output element then sums, over the contracted labels, the product of the inputs.
+// backends/cpu/misc_einsum.cpp — Einsum on the CPU: a general contraction loop over the plan of
+// ops/einsum.h (shared with the CUDA kernel).
 #include <algorithm>
-#include <map>
+
+#include "ops/einsum.h"
 
 #include "backends/cpu/misc_kernels.h"
 #include "backends/cpu/numeric.h"
 
 namespace kiln::cpu {
 namespace {
-
-constexpr int kEllipsisBase = 256;  // label of broadcast dim k of "..." is kEllipsisBase + k
-
-struct Term {
-  std::vector<int> labels;  // letters as chars; -1 marks where "..." stood
-  bool has_ellipsis = false;
-};
-
-bool parse_term(const std::string& s, Term& t) {
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (c == ' ') continue;
-    if (c == '.') {
-      if (s.compare(i, 3, "...") != 0 || t.has_ellipsis) return false;
-      t.has_ellipsis = true;
-      t.labels.push_back(-1);
-      i += 2;
-    } else if (std::isalpha(static_cast<unsigned char>(c))) {
-      t.labels.push_back(c);
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
-
-struct EinsumSpec {
-  std::vector<Term> inputs;
-  Term output;
-  bool explicit_output = false;
-};
-
-bool parse_equation(const std::string& eq, EinsumSpec& spec) {
-  std::string lhs = eq, rhs;
-  const size_t arrow = eq.find("->");
-  if (arrow != std::string::npos) {
-    lhs = eq.substr(0, arrow);
-    rhs = eq.substr(arrow + 2);
-    spec.explicit_output = true;
-    if (!parse_term(rhs, spec.output)) return false;
-  }
-  size_t start = 0;
-  while (true) {
-    const size_t comma = lhs.find(',', start);
-    Term t;
-    if (!parse_term(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start), t)) return false;
-    spec.inputs.push_back(t);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return true;
-}
-
-// Expands "..." of a term into labels for `rank` dims, given the widest ellipsis `e_max`.
-bool expand(const Term& t, int64_t rank, int64_t e_max, std::vector<int>& out) {
-  const int64_t letters = static_cast<int64_t>(t.labels.size()) - (t.has_ellipsis ? 1 : 0);
-  const int64_t e = rank - letters;
-  if (e < 0 || (!t.has_ellipsis && e != 0)) return false;
-  out.clear();
-  for (int l : t.labels) {
-    if (l != -1) out.push_back(l);
-    else
-      for (int64_t k = 0; k < e; ++k) out.push_back(kEllipsisBase + static_cast<int>(e_max - e + k));
-  }
-  return true;
-}
 
 template <typename T>
 void contract(const std::vector<const T*>& in, T* y, const std::vector<int64_t>& out_sizes,
@@ -116,75 +48,29 @@ void contract(const std::vector<const T*>& in, T* y, const std::vector<int64_t>&
   });
 }
 
-Status run_einsum(KernelContext& ctx, const EinsumSpec& spec) {
+Status run_einsum(KernelContext& ctx, const ops::EinsumSpec& spec) {
   const int n = ctx.num_inputs();
-  if (n != static_cast<int>(spec.inputs.size())) return ctx.error("equation has " + std::to_string(spec.inputs.size()) + " inputs, node has " + std::to_string(n));
-  int64_t e_max = 0;
+  std::vector<Shape> shapes;
   for (int k = 0; k < n; ++k) {
-    const Term& t = spec.inputs[k];
-    const int64_t letters = static_cast<int64_t>(t.labels.size()) - (t.has_ellipsis ? 1 : 0);
-    if (t.has_ellipsis) e_max = std::max<int64_t>(e_max, ctx.input(k).rank() - letters);
+    if (ctx.input(k).dtype() != ctx.input(0).dtype()) return ctx.error("all inputs must have the same dtype");
+    shapes.push_back(ctx.input(k).shape());
   }
-  std::vector<std::vector<int>> labels(n);
-  std::map<int, int64_t> size;
-  std::map<int, int> count;
-  for (int k = 0; k < n; ++k) {
-    const Tensor& x = ctx.input(k);
-    if (x.dtype() != ctx.input(0).dtype()) return ctx.error("all inputs must have the same dtype");
-    if (!expand(spec.inputs[k], x.rank(), e_max, labels[k])) return ctx.error("term " + std::to_string(k) + " does not match the input's rank");
-    for (size_t d = 0; d < labels[k].size(); ++d) {
-      const int l = labels[k][d];
-      ++count[l];
-      auto it = size.find(l);
-      if (it == size.end() || it->second == 1) size[l] = x.shape()[d];
-      else if (x.shape()[d] != 1 && x.shape()[d] != it->second) return ctx.error("dimension mismatch for an einsum label");
-    }
-  }
-  std::vector<int> out_labels;
-  if (spec.explicit_output) {
-    if (!expand(spec.output, e_max + static_cast<int64_t>(spec.output.labels.size()) - (spec.output.has_ellipsis ? 1 : 0), e_max, out_labels))
-      return ctx.error("bad output term");
-    for (int l : out_labels)
-      if (!size.count(l)) return ctx.error("output label not found in the inputs");
-  } else {
-    for (int64_t k = 0; k < e_max; ++k) out_labels.push_back(kEllipsisBase + static_cast<int>(k));
-    for (auto& [l, c] : count)
-      if (l < kEllipsisBase && c == 1) out_labels.push_back(l);
-  }
-  std::vector<int> red_labels;
-  for (auto& [l, s] : size)
-    if (std::find(out_labels.begin(), out_labels.end(), l) == out_labels.end()) red_labels.push_back(l);
-
-  auto strides_for = [&](const std::vector<int>& ls, std::vector<std::vector<int64_t>>& st) {
-    st.assign(n, std::vector<int64_t>(ls.size(), 0));
-    for (int k = 0; k < n; ++k) {
-      const Tensor& x = ctx.input(k);
-      const auto xs = strides_of(x.shape());
-      for (size_t j = 0; j < ls.size(); ++j)
-        for (size_t d = 0; d < labels[k].size(); ++d)
-          if (labels[k][d] == ls[j] && x.shape()[d] != 1) st[k][j] += xs[d];
-    }
-  };
-  std::vector<std::vector<int64_t>> out_st, red_st;
-  strides_for(out_labels, out_st);
-  strides_for(red_labels, red_st);
-  Shape out_shape, red_sizes;
-  for (int l : out_labels) out_shape.push_back(size[l]);
-  for (int l : red_labels) red_sizes.push_back(size[l]);
-  Tensor& y = ctx.output(0, ctx.input(0).dtype(), out_shape);
+  auto plan = ops::plan_einsum(spec, shapes);
+  if (!plan.ok()) return ctx.error(plan.status().message());
+  Tensor& y = ctx.output(0, ctx.input(0).dtype(), plan->out_shape);
   const bool ok = visit_numeric_f16(y.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     std::vector<const T*> ptrs;
     for (int k = 0; k < n; ++k) ptrs.push_back(ctx.input(k).template data<T>());
-    contract<T>(ptrs, y.data<T>(), out_shape, out_st, red_sizes, red_st);
+    contract<T>(ptrs, y.data<T>(), plan->out_shape, plan->out_strides, plan->red_sizes, plan->red_strides);
   });
   return ok ? Status::Ok() : ctx.error("unsupported dtype");
 }
 
 Expected<KernelPtr> create_einsum(const ir::Node& n, KernelInit&) {
-  EinsumSpec spec;
+  ops::EinsumSpec spec;
   const std::string eq = n.attr_string("equation", "");
-  if (!parse_equation(eq, spec)) return invalid_model(n.describe() + ": cannot parse equation '" + eq + "'");
+  if (!ops::parse_einsum(eq, spec)) return invalid_model(n.describe() + ": cannot parse equation '" + eq + "'");
   return make_kernel([spec](KernelContext& ctx) { return run_einsum(ctx, spec); });
 }
 

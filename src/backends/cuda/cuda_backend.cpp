@@ -101,6 +101,7 @@ void register_all(KernelRegistry& r) {
   register_norm_misc(r);
   register_tail(r);
   register_train(r);
+  register_detect(r);
 }
 
 CudaBackend::CudaBackend() {

@@ -566,4 +566,38 @@ int launch_dynamic_quantize(const float* x, uint8_t* y, float* scale, uint8_t* z
 int launch_tensor_scatter(void* y, const void* update, const int64_t* write_indices, int64_t prefix, int64_t per_batch,
                           int64_t max_len, int64_t len, int64_t inner, int elem_bytes, bool circular, cudaStream_t stream);
 
+// Einsum by its contraction plan (ops/einsum.h): each output element sums over the reduced labels the
+// product of up to 4 inputs; up to 8 output and 8 reduced labels. Float types (in float), float64,
+// int32, int64.
+constexpr int kMaxEinsumInputs = 4;
+struct EinsumArgs {
+  int elem = kElemF32, inputs = 0, out_rank = 0, red_rank = 0;
+  const void* in[kMaxEinsumInputs] = {};
+  void* y = nullptr;
+  int64_t out_sizes[kMaxRank] = {}, red_sizes[kMaxRank] = {};
+  int64_t out_strides[kMaxEinsumInputs][kMaxRank] = {}, red_strides[kMaxEinsumInputs][kMaxRank] = {};
+};
+int launch_einsum(const EinsumArgs& a, cudaStream_t stream);
+
+// Det of `count` m×m matrices (LU with partial pivoting in double, in `workspace`: count·m·m doubles).
+int launch_det(int elem, const void* x, void* y, double* workspace, int64_t count, int64_t m, cudaStream_t stream);
+// DeformConv (2-D): y [N, OC, OH, OW] from x sampled bilinearly at the offset (and masked) window taps.
+struct DeformConvArgs {
+  int elem = kElemF32;
+  int64_t n = 0, c = 0, h = 0, w = 0, oc = 0, kh = 1, kw = 1, oh = 0, ow = 0;
+  int64_t sh = 1, sw = 1, dh = 1, dw = 1, pt = 0, pl = 0, group = 1, offset_group = 1;
+  const void *x = nullptr, *weight = nullptr, *offset = nullptr, *bias = nullptr, *mask = nullptr;
+  void* y = nullptr;
+};
+int launch_deform_conv(const DeformConvArgs& a, cudaStream_t stream);
+// MaxUnpool: y (zeroed here) gets x[i] at flat index ind[i] of the inferred shape, placed in y's
+// (possibly larger) shape; an index outside the inferred shape is skipped (the CPU kernel refuses it).
+struct UnpoolIndex {
+  int rank = 0;
+  int64_t inferred[kMaxRank] = {}, out[kMaxRank] = {};
+  bool same = true;
+};
+int launch_max_unpool(int elem_bytes, const void* x, const int64_t* ind, void* y, int64_t n, int64_t y_numel,
+                      const UnpoolIndex& index, cudaStream_t stream);
+
 }  // namespace kiln::cuda
