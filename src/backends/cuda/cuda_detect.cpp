@@ -1,4 +1,5 @@
-// backends/cuda/cuda_detect.cpp — Det (11+), DeformConv (19+, 2-D) and MaxUnpool (9+) on the GPU;
+// backends/cuda/cuda_detect.cpp — Det (11+), DeformConv (19+, 2-D), MaxUnpool (9+), ConvInteger and
+// QLinearConv (10+) on the GPU;
 // shapes checked as the CPU kernels check them (launchers in cuda_detect.cu).
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
@@ -132,9 +133,114 @@ Expected<KernelPtr> create_max_unpool(const ir::Node& n) {
   return make_staged(reshape, run);
 }
 
+// ConvInteger (x, w, x_zero_point, w_zero_point) and QLinearConv (x, x_scale, x_zp, w, w_scale, w_zp,
+// y_scale, y_zp, B): int8/uint8 operands; the scalar-or-per-channel rules are checked from the static
+// shapes (what cannot be known before running stays on the CPU).
+bool is_q8(DataType t) { return t == DataType::kInt8 || t == DataType::kUInt8; }
+int64_t static_numel(const ir::Value* v) {
+  if (!v || !v->type.is_tensor() || !v->type.shape.known || !v->type.shape.is_static()) return -1;
+  return shape_numel(v->type.shape.to_static());
+}
+
+std::string check_qconv(const ir::Node& n, bool qlinear) {
+  const int ix = 0, iw = qlinear ? 3 : 1;
+  for (int i : {ix, iw})
+    if (!n.has_input(i) || !is_q8(n.inputs[i]->type.dtype)) return "x and w must be int8 or uint8";
+  const ir::Value* w = n.inputs[iw];
+  if (!w->type.shape.known || w->type.shape.rank() < 3 || w->type.shape.rank() > 5) return "1-3 spatial dims with W's rank known";
+  const std::vector<int> scalars = qlinear ? std::vector<int>{1, 2, 6, 7} : std::vector<int>{2};
+  for (int i : scalars) {
+    if (!n.has_input(i)) {
+      if (qlinear) return "scales and zero points are required";
+      continue;
+    }
+    if (static_numel(n.inputs[i]) != 1) return "x/y zero points and scales must be scalars";
+  }
+  for (int i : qlinear ? std::vector<int>{4, 5} : std::vector<int>{3}) {
+    if (!n.has_input(i)) {
+      if (qlinear) return "scales and zero points are required";
+      continue;
+    }
+    if (static_numel(n.inputs[i]) < 1) return "w's zero point and scale must have a static shape";
+  }
+  if (qlinear) {
+    for (int i : {1, 4, 6})
+      if (n.inputs[i]->type.dtype != DataType::kFloat32) return "scales must be float32";
+    if (!is_q8(n.inputs[7]->type.dtype)) return "y_zero_point must be int8 or uint8";
+    if (n.has_input(8) && n.inputs[8]->type.dtype != DataType::kInt32) return "B must be int32";
+  }
+  return "";
+}
+
+Expected<KernelPtr> create_qconv(const ir::Node& n, bool qlinear) {
+  const ops::WindowAttrs w = ops::parse_window_attrs(n);
+  const int64_t group = n.attr_int("group", 1);
+  auto reshape = [w, group, qlinear](ReshapeContext& rc) -> Status {
+    const int ix = 0, iw = qlinear ? 3 : 1;
+    const Shape &xs = rc.in[ix].shape, &ws = rc.in[iw].shape;
+    if (xs.size() != ws.size() || xs.size() < 3 || xs.size() > 5) return rc.error("X and W must have the same rank, 3 to 5");
+    const int64_t C = xs[1], M = ws[0];
+    if (group < 1 || C % group || M % group || ws[1] != C / group) return rc.error("channels do not match the group");
+    const std::vector<int64_t> in(xs.begin() + 2, xs.end()), k(ws.begin() + 2, ws.end());
+    auto g = ops::window_geometry(w, in, k);
+    if (!g.ok()) return rc.error(g.status().message());
+    auto a = std::make_shared<QConvArgs>();
+    a->n_sp = static_cast<int>(in.size());
+    a->batch = xs[0], a->c = C, a->m = M, a->group = group;
+    Shape ys = {xs[0], M};
+    for (int d = 0; d < a->n_sp; ++d) {
+      a->in[d] = in[d];
+      a->out[d] = g->out[d];
+      a->kernel[d] = g->kernel[d];
+      a->strides[d] = g->strides[d];
+      a->dilations[d] = g->dilations[d];
+      a->pad_begin[d] = g->pads[d];
+      ys.push_back(g->out[d]);
+    }
+    a->x_signed = rc.in[ix].dtype == DataType::kInt8;
+    a->w_signed = rc.in[iw].dtype == DataType::kInt8;
+    const int iwz = qlinear ? 5 : 3;
+    if (rc.in.size() > static_cast<size_t>(iwz) && rc.in[iwz].present) {
+      const int64_t nz = shape_numel(rc.in[iwz].shape);
+      if (nz != 1 && nz != M) return rc.error("w_zero_point must be a scalar or have M entries");
+      a->wz_per_m = nz == M && M != 1;
+    }
+    a->qlinear = qlinear;
+    if (qlinear) {
+      const int64_t nws = shape_numel(rc.in[4].shape);
+      if (nws != 1 && nws != M) return rc.error("w_scale must be a scalar or have M entries");
+      a->ws_per_m = nws == M && M != 1;
+      if (rc.in.size() > 8 && rc.in[8].present && shape_numel(rc.in[8].shape) != M) return rc.error("B must have M entries");
+      a->y_signed = rc.in[7].dtype == DataType::kInt8;
+    }
+    rc.out[0] = {qlinear ? rc.in[7].dtype : DataType::kInt32, ys};
+    rc.state = std::move(a);
+    return Status::Ok();
+  };
+  auto run = [qlinear](KernelContext& ctx) -> Status {
+    QConvArgs a = shape_state<QConvArgs>(ctx);
+    auto ptr = [&](int i) -> const void* { return ctx.has_input(i) ? ctx.input(i).raw() : nullptr; };
+    if (qlinear) {
+      a.x = ptr(0), a.xs = static_cast<const float*>(ptr(1)), a.xz = ptr(2), a.w = ptr(3), a.ws = static_cast<const float*>(ptr(4));
+      a.wz = ptr(5), a.ys = static_cast<const float*>(ptr(6)), a.yz = ptr(7), a.bias = static_cast<const int32_t*>(ptr(8));
+    } else {
+      a.x = ptr(0), a.w = ptr(1), a.xz = ptr(2), a.wz = ptr(3);
+    }
+    a.y = ctx.output(0).raw();
+    return launched(ctx, launch_qconv(a, state_of(ctx).stream));
+  };
+  return make_staged(reshape, run);
+}
+
 }  // namespace
 
 void register_detect(KernelRegistry& r) {
+  for (bool ql : {false, true}) {
+    KernelDef q = kernel_row(ql ? "QLinearConv" : "ConvInteger", 10, [ql](const ir::Node& n) { return check_qconv(n, ql); },
+                             [ql](const ir::Node& n, KernelInit&) { return create_qconv(n, ql); });
+    q.half_floats = false;
+    r.add(q);
+  }
   r.add(kernel_row("Det", 11, [](const ir::Node& n) { return check_real(n, 1); }, [](const ir::Node&, KernelInit&) { return create_det(); }));
   r.add(kernel_row("DeformConv", 19, [](const ir::Node& n) { return check_real(n, 3); },
                    [](const ir::Node& n, KernelInit&) { return create_deform_conv(n); }));

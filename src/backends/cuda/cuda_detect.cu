@@ -97,6 +97,60 @@ __global__ void unpool_kernel(const T* x, const int64_t* ind, T* y, int64_t n, U
   }
 }
 
+__device__ __forceinline__ int32_t q8v(const void* p, bool is_signed, int64_t i) {
+  return is_signed ? static_cast<const int8_t*>(p)[i] : static_cast<const uint8_t*>(p)[i];
+}
+
+__global__ void qconv_kernel(QConvArgs a) {
+  int64_t isz = 1, osz = 1, ksz = 1;
+  for (int d = 0; d < a.n_sp; ++d) {
+    isz *= a.in[d];
+    osz *= a.out[d];
+    ksz *= a.kernel[d];
+  }
+  const int64_t cg = a.c / a.group, mg = a.m / a.group;
+  const int32_t xz = a.xz ? q8v(a.xz, a.x_signed, 0) : 0;
+  KILN_GRID_LOOP(t, a.batch * a.m * osz) {
+    const int64_t o_flat = t % osz, m = t / osz % a.m, n = t / (osz * a.m), grp = m / mg;
+    const int32_t wz = a.wz ? q8v(a.wz, a.w_signed, a.wz_per_m ? m : 0) : 0;
+    int64_t oc[3];
+    int64_t rest = o_flat;
+    for (int d = a.n_sp - 1; d >= 0; --d) {
+      oc[d] = rest % a.out[d];
+      rest /= a.out[d];
+    }
+    int32_t acc = 0;
+    for (int64_t kf = 0; kf < ksz; ++kf) {
+      int64_t koff = kf, ioff = 0, mul = 1;
+      bool ok = true;
+      for (int d = a.n_sp - 1; d >= 0; --d) {
+        const int64_t k = koff % a.kernel[d];
+        koff /= a.kernel[d];
+        const int64_t i = oc[d] * a.strides[d] - a.pad_begin[d] + k * a.dilations[d];
+        if (i < 0 || i >= a.in[d]) ok = false;
+        ioff += i * mul;
+        mul *= a.in[d];
+      }
+      if (!ok) continue;
+      for (int64_t c = 0; c < cg; ++c) {
+        const int64_t ci = grp * cg + c;
+        acc += (q8v(a.x, a.x_signed, (n * a.c + ci) * isz + ioff) - xz) * (q8v(a.w, a.w_signed, (m * cg + c) * ksz + kf) - wz);
+      }
+    }
+    if (!a.qlinear) {
+      static_cast<int32_t*>(a.y)[t] = acc;
+      continue;
+    }
+    const int32_t v = acc + (a.bias ? a.bias[m] : 0);
+    const float scale = a.xs[0] * a.ws[a.ws_per_m ? m : 0] / a.ys[0];
+    const double lo = a.y_signed ? -128.0 : 0.0, hi = a.y_signed ? 127.0 : 255.0;
+    double q = rint(static_cast<double>(v) * scale) + (a.yz ? q8v(a.yz, a.y_signed, 0) : 0);
+    q = q < lo ? lo : q > hi ? hi : q;
+    if (a.y_signed) static_cast<int8_t*>(a.y)[t] = static_cast<int8_t>(q);
+    else static_cast<uint8_t*>(a.y)[t] = static_cast<uint8_t>(q);
+  }
+}
+
 template <typename F>
 int dispatch_real(int elem, F&& f) {
   if (elem == kElemF64) return f(double{});
@@ -104,6 +158,15 @@ int dispatch_real(int elem, F&& f) {
 }
 
 }  // namespace
+
+int launch_qconv(const QConvArgs& a, cudaStream_t stream) {
+  int64_t total = a.batch * a.m;
+  for (int d = 0; d < a.n_sp; ++d) total *= a.out[d];
+  if (total == 0) return cudaSuccess;
+  if (a.n_sp < 1 || a.n_sp > 3 || a.group < 1) return cudaErrorInvalidValue;
+  qconv_kernel<<<grid_for(total), kThreads, 0, stream>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
 
 int launch_det(int elem, const void* x, void* y, double* workspace, int64_t count, int64_t m, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;

@@ -600,4 +600,22 @@ struct UnpoolIndex {
 int launch_max_unpool(int elem_bytes, const void* x, const int64_t* ind, void* y, int64_t n, int64_t y_numel,
                       const UnpoolIndex& index, cudaStream_t stream);
 
+// ConvInteger (int32 y) and QLinearConv (int8/uint8 y, the CPU kernel's requantization) as a direct
+// gather over int8/uint8 X [N, C, in...] and W [M, C/group, k...] (up to 3 spatial dims); x's zero point
+// and the scales of x and y are scalars, w's zero point and scale scalars or one per output channel;
+// padded taps contribute nothing. Scales are float32.
+struct QConvArgs {
+  int n_sp = 0;
+  int64_t batch = 0, c = 0, m = 0, group = 1;
+  int64_t in[3] = {}, out[3] = {}, kernel[3] = {}, strides[3] = {}, dilations[3] = {}, pad_begin[3] = {};
+  const void *x = nullptr, *w = nullptr, *xz = nullptr, *wz = nullptr;
+  bool x_signed = true, w_signed = true, wz_per_m = false;
+  bool qlinear = false, y_signed = true, ws_per_m = false;
+  const float *xs = nullptr, *ws = nullptr, *ys = nullptr;
+  const void* yz = nullptr;
+  const int32_t* bias = nullptr;
+  void* y = nullptr;
+};
+int launch_qconv(const QConvArgs& a, cudaStream_t stream);
+
 }  // namespace kiln::cuda
