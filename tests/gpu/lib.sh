@@ -21,11 +21,11 @@ for name, model in zoo.MODELS.items():
 PY
 }
 
-# Exports the zoo models named (space-separated) at opset 17 with the machine's PyTorch, printing
-# each export's line, then saves the zoo's inputs.
+# Exports the zoo models named (space-separated) at the opsets in $OPSETS (default 17; e.g. "13,17")
+# with the machine's PyTorch, printing each export's line, then saves the zoo's inputs.
 prepare_zoo() {
   local models="$*"
-  python3 bench/zoo/export.py --models "${models// /,}" --opsets 17 2>&1 | grep -E "export:|rror"
+  python3 bench/zoo/export.py --models "${models// /,}" --opsets "${OPSETS:-17}" 2>&1 | grep -E "export:|rror"
   save_zoo_inputs
 }
 

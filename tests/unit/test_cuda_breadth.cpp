@@ -297,5 +297,200 @@ TEST(CudaBreadth, SequenceOpsMatchTheCpu) {
   }
 }
 
+Tensor q8(DataType dt, const Shape& shape, std::mt19937& rng) {
+  Tensor t = Tensor::empty(dt, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(rng());
+  return t;
+}
+Tensor scalar_of(DataType dt, double v) {
+  Tensor t = Tensor::empty(dt, {});
+  if (dt == DataType::kFloat32) t.data<float>()[0] = static_cast<float>(v);
+  else if (dt == DataType::kInt8) t.data<int8_t>()[0] = static_cast<int8_t>(v);
+  else if (dt == DataType::kUInt8) t.data<uint8_t>()[0] = static_cast<uint8_t>(v);
+  else t.data<int64_t>()[0] = static_cast<int64_t>(v);
+  return t;
+}
+
+TEST(CudaBreadth, SelectionTransformsAndContractionsMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(109);
+  Tensor x = random_tensor({3, 7, 4}, rng);
+  x.data<float>()[5] = x.data<float>()[9];  // a tie
+  for (int largest = 0; largest < 2; ++largest) {
+    Tensor k = i64({1}, [](int64_t) { return 3; });
+    OneNode n("TopK", 11, {x, k}, 2, {false, true});
+    n.set_int("axis", 1);
+    n.set_int("largest", largest);
+    expect_all_same(*n.node, {x, k}, "TopK largest " + std::to_string(largest));
+  }
+  {
+    Tensor sig = random_tensor({2, 6, 3, 2}, rng);
+    for (int inverse = 0; inverse < 2; ++inverse) {
+      OneNode n("DFT", 17, {sig});
+      n.set_int("axis", 1);
+      n.set_int("inverse", inverse);
+      expect_all_same(*n.node, {sig}, "DFT inverse " + std::to_string(inverse));
+    }
+    Tensor real = random_tensor({2, 8, 1}, rng);
+    OneNode n("DFT", 17, {real});
+    n.set_int("onesided", 1);
+    expect_all_same(*n.node, {real}, "DFT onesided");
+  }
+  {
+    Tensor cols = random_tensor({2, 3 * 4, 12}, rng);
+    Tensor img = i64({2}, [](int64_t i) { return i ? 5 : 4; }), blk = i64({2}, [](int64_t) { return 2; });
+    OneNode n("Col2Im", 18, {cols, img, blk}, 1, {false, true, true});
+    n.set_ints("pads", {0, 1, 1, 0});
+    expect_all_same(*n.node, {cols, img, blk}, "Col2Im");
+  }
+  {
+    Tensor a = random_tensor({2, 3, 4}, rng), b = random_tensor({2, 4, 5}, rng), c = random_tensor({3, 3}, rng);
+    OneNode n("Einsum", 12, {a, b});
+    n.set_string("equation", "bij,bjk->bik");
+    expect_all_same(*n.node, {a, b}, "Einsum batched matmul");
+    OneNode d("Einsum", 12, {c});
+    d.set_string("equation", "ii->i");
+    expect_all_same(*d.node, {c}, "Einsum diagonal");
+    OneNode e("Einsum", 12, {a});
+    e.set_string("equation", "...j->...");
+    expect_all_same(*e.node, {a}, "Einsum ellipsis sum");
+  }
+  {
+    Tensor a = f64({2, 3, 4}, rng), b = f64({4, 2}, rng);
+    OneNode n("MatMul", 13, {a, b});
+    expect_all_same(*n.node, {a, b}, "MatMul float64 broadcast");
+  }
+}
+
+TEST(CudaBreadth, QuantizedMatMulAndConvMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(110);
+  for (DataType t : {DataType::kInt8, DataType::kUInt8}) {
+    Tensor a = q8(t, {2, 3, 5}, rng), b = q8(t, {5, 4}, rng);
+    Tensor az = scalar_of(t, 3), bz = scalar_of(t, 7);
+    OneNode mi("MatMulInteger", 10, {a, b, az, bz});
+    expect_all_same(*mi.node, {a, b, az, bz}, std::string("MatMulInteger ") + dtype_name(t));
+    Tensor sa = scalar_of(DataType::kFloat32, 0.02), sb = scalar_of(DataType::kFloat32, 0.05), sy = scalar_of(DataType::kFloat32, 0.3);
+    Tensor zy = scalar_of(t, t == DataType::kUInt8 ? 128 : -3);
+    std::vector<Tensor> in = {a, sa, az, b, sb, bz, sy, zy};
+    OneNode ql("QLinearMatMul", 10, in);
+    expect_all_same(*ql.node, in, std::string("QLinearMatMul ") + dtype_name(t));
+    Tensor x = q8(t, {1, 4, 6, 5}, rng), w = q8(t, {6, 2, 3, 3}, rng);
+    OneNode ci("ConvInteger", 10, {x, w, az, bz});
+    ci.set_int("group", 2);
+    ci.set_ints("pads", {1, 0, 1, 2});
+    expect_all_same(*ci.node, {x, w, az, bz}, std::string("ConvInteger ") + dtype_name(t));
+    Tensor wscale = random_tensor({6}, rng, 0.01f, 0.05f);
+    Tensor wzero = Tensor::empty(t, {6});
+    std::memset(wzero.raw(), 0, wzero.nbytes());
+    Tensor bias = filled<int32_t>(DataType::kInt32, {6}, [&](int64_t i) { return static_cast<int32_t>(i * 37) - 90; });
+    std::vector<Tensor> qin = {x, sa, az, w, wscale, wzero, sy, zy, bias};
+    OneNode qc("QLinearConv", 10, qin);
+    qc.set_int("group", 2);
+    qc.set_ints("strides", {2, 1});
+    expect_all_same(*qc.node, qin, std::string("QLinearConv per-channel ") + dtype_name(t));
+  }
+  Tensor x = random_tensor({3, 7}, rng, -4.f, 3.f);
+  OneNode dq("DynamicQuantizeLinear", 11, {x}, 3);
+  expect_all_same(*dq.node, {x}, "DynamicQuantizeLinear");
+}
+
+TEST(CudaBreadth, NormalizationsAndShapesMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(111);
+  Tensor x = random_tensor({2, 6, 3, 4}, rng);
+  {
+    Tensor sc = random_tensor({6}, rng), bi = random_tensor({6}, rng);
+    OneNode in("InstanceNormalization", 6, {x, sc, bi});
+    expect_all_same(*in.node, {x, sc, bi}, "InstanceNormalization");
+    Tensor gs = random_tensor({3}, rng), gb = random_tensor({3}, rng);
+    OneNode gn("GroupNormalization", 18, {x, gs, gb});
+    gn.set_int("num_groups", 3);
+    expect_all_same(*gn.node, {x, gs, gb}, "GroupNormalization per group");
+    OneNode lrn("LRN", 13, {x});
+    lrn.set_int("size", 3);
+    expect_all_same(*lrn.node, {x}, "LRN");
+  }
+  for (const char* mode : {"DCR", "CRD"}) {
+    Tensor y = random_tensor({2, 8, 3, 2}, rng);
+    OneNode d("DepthToSpace", 13, {y});
+    d.set_int("blocksize", 2);
+    d.set_string("mode", mode);
+    expect_all_same(*d.node, {y}, std::string("DepthToSpace ") + mode);
+  }
+  {
+    OneNode s("SpaceToDepth", 13, {x});
+    s.set_int("blocksize", 1);
+    expect_all_same(*s.node, {x}, "SpaceToDepth 1");
+    Tensor y = random_tensor({1, 2, 4, 6}, rng);
+    OneNode s2("SpaceToDepth", 13, {y});
+    s2.set_int("blocksize", 2);
+    expect_all_same(*s2.node, {y}, "SpaceToDepth 2");
+  }
+  for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) {
+    Tensor size = scalar_of(DataType::kInt64, 10);
+    OneNode w(op, 17, {size}, 1, {true});
+    w.set_int("periodic", 0);
+    expect_all_same(*w.node, {size}, op);
+  }
+  {
+    Tensor m = f64({3, 4, 4}, rng);
+    OneNode d("Det", 11, {m});
+    expect_all_same(*d.node, {m}, "Det");
+  }
+  {
+    Tensor c = filled<int8_t>(DataType::kInt8, {12}, [](int64_t i) { return static_cast<int8_t>(i * 23 - 120); });
+    Tensor lo = scalar_of(DataType::kInt8, -50), hi = scalar_of(DataType::kInt8, 60);
+    OneNode n("Clip", 13, {c, lo, hi}, 1, {false, true, true});
+    expect_all_same(*n.node, {c, lo, hi}, "Clip int8");
+  }
+}
+
+TEST(CudaBreadth, OptimizersScattersAndSamplersMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(112);
+  {
+    Tensor r = scalar_of(DataType::kFloat32, 0.1), t = scalar_of(DataType::kInt64, 3);
+    Tensor x = random_tensor({5}, rng), g = random_tensor({5}, rng), v = random_tensor({5}, rng), h = random_tensor({5}, rng, 0.f, 1.f);
+    std::vector<Tensor> in = {r, t, x, g, v, h};
+    OneNode n("Adam", 1, in, 3, {true, true});
+    n.node->domain = "ai.onnx.preview.training";
+    n.set_float("alpha", 0.8f);
+    n.set_float("beta", 0.95f);
+    n.set_float("epsilon", 1e-3f);
+    expect_all_same(*n.node, in, "Adam");
+  }
+  {
+    Tensor past = random_tensor({2, 3, 6, 4}, rng), upd = random_tensor({2, 3, 2, 4}, rng);
+    Tensor widx = i64({2}, [](int64_t i) { return i ? 5 : 1; });
+    OneNode n("TensorScatter", 24, {past, upd, widx});
+    n.set_string("mode", "circular");
+    expect_all_same(*n.node, {past, upd, widx}, "TensorScatter circular");
+  }
+  {
+    Tensor x = random_tensor({1, 4, 6, 5}, rng), w = random_tensor({6, 2, 3, 3}, rng);
+    Tensor off = random_tensor({1, 2 * 9, 4, 3}, rng, -1.5f, 1.5f), b = random_tensor({6}, rng);
+    OneNode n("DeformConv", 19, {x, w, off, b});
+    n.set_int("group", 2);
+    n.set_ints("strides", {1, 1});
+    expect_all_same(*n.node, {x, w, off, b}, "DeformConv");
+  }
+  {
+    Tensor x = random_tensor({1, 2, 2, 3}, rng);
+    Tensor ind = i64({1, 2, 2, 3}, [](int64_t i) { return (i / 6) * 24 + (i % 6) * 4 + 1; });
+    OneNode n("MaxUnpool", 11, {x, ind});
+    n.set_ints("kernel_shape", {2, 2});
+    n.set_ints("strides", {2, 2});
+    expect_all_same(*n.node, {x, ind}, "MaxUnpool");
+  }
+  {
+    Tensor q = random_tensor({2, 4, 3, 8}, rng), k = random_tensor({2, 2, 5, 8}, rng), v = random_tensor({2, 2, 5, 6}, rng);
+    OneNode n("FlexAttention", 1, {q, k, v});
+    n.node->domain = "ai.onnx.preview";
+    n.set_float("scale", 0.4f);
+    expect_all_same(*n.node, {q, k, v}, "FlexAttention");
+  }
+}
+
 }  // namespace
 }  // namespace kiln::cudatest
