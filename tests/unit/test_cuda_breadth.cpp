@@ -337,7 +337,7 @@ TEST(CudaBreadth, SelectionTransformsAndContractionsMatchTheCpu) {
     expect_all_same(*n.node, {real}, "DFT onesided");
   }
   {
-    Tensor cols = random_tensor({2, 3 * 4, 12}, rng);
+    Tensor cols = random_tensor({2, 3 * 4, 20}, rng);  // 4x5 image, 2x2 blocks, pads: 4x5 block positions
     Tensor img = i64({2}, [](int64_t i) { return i ? 5 : 4; }), blk = i64({2}, [](int64_t) { return 2; });
     OneNode n("Col2Im", 18, {cols, img, blk}, 1, {false, true, true});
     n.set_ints("pads", {0, 1, 1, 0});
