@@ -492,5 +492,41 @@ TEST(CudaBreadth, OptimizersScattersAndSamplersMatchTheCpu) {
   }
 }
 
+TEST(CudaBreadth, RecurrentCellsMatchTheCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(113);
+  const int64_t S = 5, B = 3, I = 4, H = 6;
+  Tensor lens = filled<int32_t>(DataType::kInt32, {B}, [](int64_t i) { return static_cast<int32_t>(5 - 2 * i); });
+  struct Case {
+    const char* op;
+    int gates;
+    const char* direction;
+    int layout;
+    int lbr;
+  };
+  const Case cases[] = {{"LSTM", 4, "bidirectional", 0, 0}, {"LSTM", 4, "reverse", 1, 0}, {"GRU", 3, "forward", 0, 0},
+                        {"GRU", 3, "bidirectional", 0, 1}, {"RNN", 1, "forward", 1, 0}};
+  for (const Case& c : cases) {
+    const int64_t nd = std::string(c.direction) == "bidirectional" ? 2 : 1;
+    Tensor x = random_tensor(c.layout ? Shape{B, S, I} : Shape{S, B, I}, rng);
+    Tensor w = random_tensor({nd, c.gates * H, I}, rng, -0.5f, 0.5f), r = random_tensor({nd, c.gates * H, H}, rng, -0.5f, 0.5f);
+    Tensor b = random_tensor({nd, 2 * c.gates * H}, rng, -0.5f, 0.5f);
+    Tensor h0 = random_tensor(c.layout ? Shape{B, nd, H} : Shape{nd, B, H}, rng);
+    std::vector<Tensor> in = {x, w, r, b, lens, h0};
+    const bool lstm = std::string(c.op) == "LSTM";
+    if (lstm) {
+      in.push_back(random_tensor(c.layout ? Shape{B, nd, H} : Shape{nd, B, H}, rng));
+      in.push_back(random_tensor({nd, 3 * H}, rng, -0.5f, 0.5f));
+    }
+    OneNode n(c.op, 14, in, lstm ? 3 : 2);
+    n.set_int("hidden_size", H);
+    n.set_string("direction", c.direction);
+    n.set_int("layout", c.layout);
+    if (c.lbr) n.set_int("linear_before_reset", 1);
+    if (lstm) n.set_float("clip", 2.5f);
+    expect_all_same(*n.node, in, std::string(c.op) + " " + c.direction + " layout " + std::to_string(c.layout));
+  }
+}
+
 }  // namespace
 }  // namespace kiln::cudatest

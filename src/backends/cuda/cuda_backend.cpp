@@ -102,6 +102,7 @@ void register_all(KernelRegistry& r) {
   register_tail(r);
   register_train(r);
   register_detect(r);
+  register_rnn(r);
 }
 
 CudaBackend::CudaBackend() {

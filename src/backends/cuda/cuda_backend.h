@@ -76,6 +76,7 @@ void register_norm_misc(KernelRegistry& r);
 void register_tail(KernelRegistry& r);
 void register_train(KernelRegistry& r);
 void register_detect(KernelRegistry& r);
+void register_rnn(KernelRegistry& r);
 // The CUDA MatMul kernel as kiln.FusedMatMul's inner kernel: an inner node with attribute
 // kBiasEpilogueAttr = 1 (bias) or 2 (bias and ReLU) and the bias as input 2 asks for them in
 // cuBLASLt's epilogue; matmul_epilogue_applied(plan) says what the plan took (0: nothing, 1: the

@@ -618,4 +618,27 @@ struct QConvArgs {
 };
 int launch_qconv(const QConvArgs& a, cudaStream_t stream);
 
+// RNN (cell 0), GRU (1) and LSTM (2): one block per (direction, batch entry) walks the sequence; its
+// threads own hidden units, the previous state double-buffered in `workspace` (rnn_workspace bytes).
+// Gates in double with the CPU kernel's formulas (ONNX gate orders, clip, peepholes, input_forget,
+// linear_before_reset, sequence_lens, layout 0/1, any activation of the ONNX list). Y (zeroed past each
+// entry's length), Y_h and Y_c nullable. Float types and float64.
+struct RnnAct {
+  int kind = 1;  // 0 Relu 1 Tanh 2 Sigmoid 3 Affine 4 LeakyRelu 5 ThresholdedRelu 6 ScaledTanh 7 HardSigmoid 8 Elu 9 Softsign 10 Softplus
+  double alpha = 0, beta = 0;
+};
+struct RnnArgs {
+  int elem = kElemF32, cell = 2, num_dir = 1, layout = 0;
+  bool reverse_only = false, linear_before_reset = false, input_forget = false, has_clip = false;
+  double clip = 0;
+  RnnAct acts[6];
+  int64_t seq = 0, batch = 0, input = 0, hidden = 0;
+  const void *x = nullptr, *w = nullptr, *r = nullptr, *b = nullptr, *h0 = nullptr, *c0 = nullptr, *p = nullptr;
+  const int32_t* lens = nullptr;
+  void *y = nullptr, *yh = nullptr, *yc = nullptr;
+  double* workspace = nullptr;
+};
+size_t rnn_workspace(const RnnArgs& a);
+int launch_rnn(const RnnArgs& a, cudaStream_t stream);
+
 }  // namespace kiln::cuda

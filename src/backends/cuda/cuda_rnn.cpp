@@ -1,0 +1,156 @@
+// backends/cuda/cuda_rnn.cpp — RNN, GRU and LSTM (7+; `layout` from 14) on the GPU: attributes parsed
+// as the CPU kernel parses them, shapes checked at reshape; the recurrence in cuda_rnn.cu.
+#include <cctype>
+
+#include "backends/cuda/cuda_util.h"
+#include "backends/staged_kernel.h"
+
+namespace kiln::cuda {
+namespace {
+
+int acts_of(int cell) { return cell == 0 ? 1 : cell == 1 ? 2 : 3; }
+
+Expected<std::vector<RnnAct>> parse_acts(const ir::Node& n, int cell, int num_dir) {
+  std::vector<std::string> names;
+  if (const ir::Attribute* a = n.attr("activations")) names = a->strings;
+  const int per = acts_of(cell);
+  if (names.empty()) {
+    const std::vector<std::string> dflt = cell == 0   ? std::vector<std::string>{"Tanh"}
+                                          : cell == 1 ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                                      : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
+    for (int d = 0; d < num_dir; ++d) names.insert(names.end(), dflt.begin(), dflt.end());
+  }
+  if (static_cast<int>(names.size()) == per && num_dir == 2) {
+    const std::vector<std::string> one = names;
+    names.insert(names.end(), one.begin(), one.end());
+  }
+  if (static_cast<int>(names.size()) != per * num_dir)
+    return invalid_model(n.describe() + ": activations must list " + std::to_string(per * num_dir) + " functions");
+  const std::vector<float> alphas = n.attr_floats("activation_alpha"), betas = n.attr_floats("activation_beta");
+  size_t ai = 0, bi = 0;
+  std::vector<RnnAct> acts;
+  for (std::string l : names) {
+    for (char& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    RnnAct a;
+    double da = 0, db = 0;
+    bool uses_a = true, uses_b = false;
+    if (l == "relu") { a.kind = 0; uses_a = false; }
+    else if (l == "tanh") { a.kind = 1; uses_a = false; }
+    else if (l == "sigmoid") { a.kind = 2; uses_a = false; }
+    else if (l == "affine") { a.kind = 3; da = 1; uses_b = true; }
+    else if (l == "leakyrelu") { a.kind = 4; da = 0.01; }
+    else if (l == "thresholdedrelu") { a.kind = 5; da = 1; }
+    else if (l == "scaledtanh") { a.kind = 6; da = 1; db = 1; uses_b = true; }
+    else if (l == "hardsigmoid") { a.kind = 7; da = 0.2; db = 0.5; uses_b = true; }
+    else if (l == "elu") { a.kind = 8; da = 1; }
+    else if (l == "softsign") { a.kind = 9; uses_a = false; }
+    else if (l == "softplus") { a.kind = 10; uses_a = false; }
+    else return unsupported(n.describe() + ": unknown activation '" + l + "'");
+    a.alpha = uses_a && ai < alphas.size() ? alphas[ai++] : da;
+    a.beta = uses_b && bi < betas.size() ? betas[bi++] : db;
+    acts.push_back(a);
+  }
+  return acts;
+}
+
+std::string check_rnn(const ir::Node& n) {
+  for (int i = 0; i < 3; ++i)
+    if (!n.has_input(i)) return "X, W and R are required";
+  const DataType dt = n.inputs[0]->type.dtype;
+  if (dt != DataType::kUndefined && !is_float_type(dt) && dt != DataType::kFloat64)
+    return std::string(dtype_name(dt)) + " does not run on CUDA";
+  for (size_t i = 1; i < n.inputs.size(); ++i) {
+    if (!n.inputs[i]) continue;
+    const DataType t = n.inputs[i]->type.dtype;
+    if (i == 4) {
+      if (t != DataType::kUndefined && t != DataType::kInt32) return "sequence_lens must be int32";
+    } else if (t != DataType::kUndefined && dt != DataType::kUndefined && t != dt) {
+      return "every float input must have X's dtype";
+    }
+  }
+  return "";
+}
+
+Expected<KernelPtr> create_rnn(const ir::Node& n, int cell) {
+  RnnArgs base;
+  base.cell = cell;
+  const std::string dir = n.attr_string("direction", "forward");
+  if (dir == "bidirectional") base.num_dir = 2;
+  else if (dir == "reverse") base.reverse_only = true;
+  else if (dir != "forward") return invalid_model(n.describe() + ": unknown direction '" + dir + "'");
+  const int64_t hidden_attr = n.attr_int("hidden_size", 0);
+  base.layout = static_cast<int>(n.attr_int("layout", 0));
+  base.linear_before_reset = n.attr_int("linear_before_reset", 0) != 0;
+  base.input_forget = n.attr_int("input_forget", 0) != 0;
+  if (n.attr("clip")) {
+    base.has_clip = true;
+    base.clip = n.attr_float("clip", 0);
+  }
+  KILN_ASSIGN_OR_RETURN(std::vector<RnnAct> acts, parse_acts(n, cell, base.num_dir));
+  for (size_t i = 0; i < acts.size() && i < 6; ++i) base.acts[i] = acts[i];
+  auto reshape = [base, hidden_attr](ReshapeContext& rc) -> Status {
+    auto present = [&](size_t i) { return rc.in.size() > i && rc.in[i].present; };
+    const Shape &x = rc.in[0].shape, &w = rc.in[1].shape, &r = rc.in[2].shape;
+    if (x.size() != 3 || w.size() != 3 || r.size() != 3) return rc.error("X, W and R must be 3-D");
+    auto a = std::make_shared<RnnArgs>(base);
+    a->elem = elem_of(rc.in[0].dtype);
+    a->seq = base.layout == 1 ? x[1] : x[0];
+    a->batch = base.layout == 1 ? x[0] : x[1];
+    a->input = x[2];
+    a->hidden = r[2];
+    if (hidden_attr && hidden_attr != a->hidden) return rc.error("hidden_size differs from R's last dim");
+    const int64_t nd = a->num_dir, G = base.cell == 0 ? 1 : base.cell == 1 ? 3 : 4, GH = G * a->hidden, B = a->batch,
+                  H = a->hidden;
+    auto want = [&](size_t i, const char* name, const Shape& s) -> Status {
+      if (!present(i) || rc.in[i].shape == s) return Status::Ok();
+      return rc.error(std::string(name) + " must have shape " + shape_to_string(s) + ", got " + shape_to_string(rc.in[i].shape));
+    };
+    KILN_RETURN_IF_ERROR(want(1, "W", {nd, GH, a->input}));
+    KILN_RETURN_IF_ERROR(want(2, "R", {nd, GH, H}));
+    KILN_RETURN_IF_ERROR(want(3, "B", {nd, 2 * GH}));
+    KILN_RETURN_IF_ERROR(want(4, "sequence_lens", {B}));
+    const Shape state = base.layout == 1 ? Shape{B, nd, H} : Shape{nd, B, H};
+    KILN_RETURN_IF_ERROR(want(5, "initial_h", state));
+    if (base.cell == 2) {
+      KILN_RETURN_IF_ERROR(want(6, "initial_c", state));
+      KILN_RETURN_IF_ERROR(want(7, "P", {nd, 3 * H}));
+    }
+    if (present(4) && rc.in[4].value) {  // lengths known while planning are checked here
+      const Tensor& l = *rc.in[4].value;
+      for (int64_t i = 0; i < l.numel(); ++i)
+        if (l.data<int32_t>()[i] < 0 || l.data<int32_t>()[i] > a->seq) return rc.error("sequence_lens entries must lie in [0, seq]");
+    }
+    const DataType dt = rc.in[0].dtype;
+    rc.out[0] = {dt, base.layout == 1 ? Shape{B, a->seq, nd, H} : Shape{a->seq, nd, B, H}};
+    if (rc.out.size() > 1) rc.out[1] = {dt, state};
+    if (rc.out.size() > 2 && base.cell == 2) rc.out[2] = {dt, state};
+    rc.workspace_bytes = rnn_workspace(*a);
+    rc.state = std::move(a);
+    return Status::Ok();
+  };
+  auto run = [cell](KernelContext& ctx) -> Status {
+    RnnArgs a = shape_state<RnnArgs>(ctx);
+    auto in = [&](int i) -> const void* { return ctx.has_input(i) ? ctx.input(i).raw() : nullptr; };
+    a.x = in(0), a.w = in(1), a.r = in(2), a.b = in(3);
+    a.lens = ctx.has_input(4) ? ctx.input(4).data<int32_t>() : nullptr;
+    a.h0 = in(5);
+    a.c0 = cell == 2 ? in(6) : nullptr;
+    a.p = cell == 2 ? in(7) : nullptr;
+    a.y = ctx.has_output(0) ? ctx.output(0).raw() : nullptr;
+    a.yh = ctx.has_output(1) ? ctx.output(1).raw() : nullptr;
+    a.yc = cell == 2 && ctx.has_output(2) ? ctx.output(2).raw() : nullptr;
+    a.workspace = static_cast<double*>(ctx.workspace());
+    return launched(ctx, launch_rnn(a, state_of(ctx).stream));
+  };
+  return make_staged(reshape, run);
+}
+
+}  // namespace
+
+void register_rnn(KernelRegistry& r) {
+  const std::pair<const char*, int> cells[] = {{"RNN", 0}, {"GRU", 1}, {"LSTM", 2}};
+  for (const auto& [op, cell] : cells)
+    r.add(kernel_row(op, 7, check_rnn, [cell = cell](const ir::Node& n, KernelInit&) { return create_rnn(n, cell); }));
+}
+
+}  // namespace kiln::cuda
