@@ -25,32 +25,6 @@ Tensor f64(const Shape& shape, std::mt19937& rng) {
   return filled<double>(DataType::kFloat64, shape, [&](int64_t) { return u(rng); });
 }
 
-// Runs the node on the GPU and on the CPU and compares every output the CPU produces.
-void expect_all_same(const ir::Node& node, const std::vector<Tensor>& in, const std::string& what) {
-  auto got = run_cuda(node, in);
-  ASSERT_TRUE(got.ok()) << what << ": " << got.status().to_string();
-  std::vector<Slot> cpu_in;
-  for (const Tensor& t : in) cpu_in.push_back(t.defined() ? Slot::of(t) : Slot{});
-  auto want = run_node_eager(node, cpu_in);
-  ASSERT_TRUE(want.ok()) << what << ": " << want.status().to_string();
-  ASSERT_LE(want->size(), got->size()) << what;
-  for (size_t k = 0; k < want->size(); ++k) {
-    const Tensor& w = (*want)[k].tensor;
-    const Tensor& g = (*got)[k];
-    const std::string at = what + " output " + std::to_string(k);
-    ASSERT_EQ(g.shape(), w.shape()) << at;
-    ASSERT_EQ(g.dtype(), w.dtype()) << at;
-    if (w.dtype() == DataType::kFloat32) {
-      expect_close(g, w, 1e-5f, 1e-5f, at);
-    } else if (w.dtype() == DataType::kFloat64) {
-      for (int64_t i = 0; i < w.numel(); ++i)
-        ASSERT_NEAR(g.data<double>()[i], w.data<double>()[i], 1e-12 + 1e-12 * std::fabs(w.data<double>()[i])) << at << " [" << i << "]";
-    } else {
-      ASSERT_EQ(std::memcmp(g.raw(), w.raw(), w.nbytes()), 0) << at;
-    }
-  }
-}
-
 TEST(CudaBreadth, IndexOpsMatchTheCpu) {
   KILN_REQUIRE_GPU();
   std::mt19937 rng(101);

@@ -21,24 +21,6 @@ Tensor scalar_i64(int64_t v) {
   return t;
 }
 
-void expect_same(const ir::Node& node, const std::vector<Tensor>& in, const std::string& what) {
-  auto got = run_cuda(node, in);
-  ASSERT_TRUE(got.ok()) << what << ": " << got.status().to_string();
-  std::vector<Slot> cpu_in;
-  for (const Tensor& t : in) cpu_in.push_back(t.defined() ? Slot::of(t) : Slot{});
-  auto want = run_node_eager(node, cpu_in);
-  ASSERT_TRUE(want.ok()) << what << ": " << want.status().to_string();
-  const Tensor& w = (*want)[0].tensor;
-  const Tensor& g = (*got)[0];
-  ASSERT_EQ(g.shape(), w.shape()) << what;
-  if (w.dtype() == DataType::kFloat32) {
-    expect_close(g, w, 1e-5f, 1e-5f, what);
-  } else {
-    ASSERT_EQ(g.nbytes(), w.nbytes()) << what;
-    EXPECT_EQ(std::memcmp(g.raw(), w.raw(), w.nbytes()), 0) << what;
-  }
-}
-
 TEST(CudaMisc, CumSumAndCumProdMatchTheCpu) {
   KILN_REQUIRE_GPU();
   std::mt19937 rng(41);
@@ -52,7 +34,7 @@ TEST(CudaMisc, CumSumAndCumProdMatchTheCpu) {
             OneNode n(op, std::string(op) == "CumSum" ? 14 : 26, in, 1, {false, true});
             n.set_int("exclusive", exclusive);
             n.set_int("reverse", reverse);
-            expect_same(*n.node, in, std::string(op) + " axis " + std::to_string(axis) + " ex " + std::to_string(exclusive) +
+            expect_all_same(*n.node, in, std::string(op) + " axis " + std::to_string(axis) + " ex " + std::to_string(exclusive) +
                                          " rev " + std::to_string(reverse) + (f ? " float" : " int32"));
           }
 }
@@ -69,11 +51,11 @@ TEST(CudaMisc, TriluMatchesTheCpu) {
         if (with_k) in.push_back(scalar_i64(k));
         OneNode n("Trilu", 14, in, 1, {false, true});
         n.set_int("upper", upper);
-        expect_same(*n.node, in, std::string(upper ? "upper" : "lower") + " k " + std::to_string(k));
+        expect_all_same(*n.node, in, std::string(upper ? "upper" : "lower") + " k " + std::to_string(k));
       }
   Tensor xi = ints32({4, 4}, rng);
   OneNode n("Trilu", 14, {xi});
-  expect_same(*n.node, {xi}, "int32 upper");
+  expect_all_same(*n.node, {xi}, "int32 upper");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -199,5 +200,32 @@ inline void check_node(const ir::Node& node, const std::vector<Tensor>& inputs, 
   if (cpu.ok() && (*cpu)[0].kind == Slot::Kind::kTensor)
     expect_close((*got)[0], (*cpu)[0].tensor, atol, rtol, what + " vs CPU kernel");
 }
+
+// Runs the node on the GPU and on the CPU and compares every output the CPU produces.
+inline void expect_all_same(const ir::Node& node, const std::vector<Tensor>& in, const std::string& what) {
+  auto got = run_cuda(node, in);
+  ASSERT_TRUE(got.ok()) << what << ": " << got.status().to_string();
+  std::vector<Slot> cpu_in;
+  for (const Tensor& t : in) cpu_in.push_back(t.defined() ? Slot::of(t) : Slot{});
+  auto want = run_node_eager(node, cpu_in);
+  ASSERT_TRUE(want.ok()) << what << ": " << want.status().to_string();
+  ASSERT_LE(want->size(), got->size()) << what;
+  for (size_t k = 0; k < want->size(); ++k) {
+    const Tensor& w = (*want)[k].tensor;
+    const Tensor& g = (*got)[k];
+    const std::string at = what + " output " + std::to_string(k);
+    ASSERT_EQ(g.shape(), w.shape()) << at;
+    ASSERT_EQ(g.dtype(), w.dtype()) << at;
+    if (w.dtype() == DataType::kFloat32) {
+      expect_close(g, w, 1e-5f, 1e-5f, at);
+    } else if (w.dtype() == DataType::kFloat64) {
+      for (int64_t i = 0; i < w.numel(); ++i)
+        ASSERT_NEAR(g.data<double>()[i], w.data<double>()[i], 1e-12 + 1e-12 * std::fabs(w.data<double>()[i])) << at << " [" << i << "]";
+    } else {
+      ASSERT_EQ(std::memcmp(g.raw(), w.raw(), w.nbytes()), 0) << at;
+    }
+  }
+}
+
 
 }  // namespace kiln::cudatest

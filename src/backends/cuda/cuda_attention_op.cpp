@@ -51,6 +51,25 @@ struct AttentionPlan {
   OnnxAttentionArgs args;
 };
 
+// A run of Attention or FlexAttention (which has no mask, past or extra outputs: absent inputs and
+// outputs are null pointers).
+Status run_attention(KernelContext& ctx) {
+  OnnxAttentionArgs a = shape_state<AttentionPlan>(ctx).args;
+  a.q = ctx.input(0).raw();
+  a.k = ctx.input(1).raw();
+  a.v = ctx.input(2).raw();
+  a.mask = ctx.has_input(3) ? ctx.input(3).raw() : nullptr;
+  a.past_k = ctx.has_input(4) ? ctx.input(4).raw() : nullptr;
+  a.past_v = ctx.has_input(5) ? ctx.input(5).raw() : nullptr;
+  a.nonpad = ctx.has_input(6) ? ctx.input(6).data<int64_t>() : nullptr;
+  a.y = ctx.output(0).raw();
+  a.present_k = ctx.has_output(1) ? ctx.output(1).raw() : nullptr;
+  a.present_v = ctx.has_output(2) ? ctx.output(2).raw() : nullptr;
+  a.qk_out = ctx.has_output(3) ? ctx.output(3).raw() : nullptr;
+  a.workspace = ctx.workspace();
+  return launched(ctx, launch_onnx_attention(a, state_of(ctx).stream));
+}
+
 Expected<KernelPtr> create_attention(const ir::Node& n) {
   const int64_t q_heads = n.attr_int("q_num_heads", 0), kv_heads = n.attr_int("kv_num_heads", 0);
   const bool has_scale = n.attr("scale") != nullptr;
@@ -125,23 +144,7 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
     rc.state = std::move(p);
     return Status::Ok();
   };
-  auto run = [](KernelContext& ctx) -> Status {
-    OnnxAttentionArgs a = shape_state<AttentionPlan>(ctx).args;
-    a.q = ctx.input(0).raw();
-    a.k = ctx.input(1).raw();
-    a.v = ctx.input(2).raw();
-    a.mask = ctx.has_input(3) ? ctx.input(3).raw() : nullptr;
-    a.past_k = ctx.has_input(4) ? ctx.input(4).raw() : nullptr;
-    a.past_v = ctx.has_input(5) ? ctx.input(5).raw() : nullptr;
-    a.nonpad = ctx.has_input(6) ? ctx.input(6).data<int64_t>() : nullptr;
-    a.y = ctx.output(0).raw();
-    a.present_k = ctx.has_output(1) ? ctx.output(1).raw() : nullptr;
-    a.present_v = ctx.has_output(2) ? ctx.output(2).raw() : nullptr;
-    a.qk_out = ctx.has_output(3) ? ctx.output(3).raw() : nullptr;
-    a.workspace = ctx.workspace();
-    return launched(ctx, launch_onnx_attention(a, state_of(ctx).stream));
-  };
-  return make_staged(reshape, run);
+  return make_staged(reshape, run_attention);
 }
 
 // FlexAttention (ai.onnx.preview) without score_mod/prob_mod subgraphs is plain scaled dot-product
@@ -188,16 +191,7 @@ Expected<KernelPtr> create_flex(const ir::Node& n) {
     rc.state = std::move(p);
     return Status::Ok();
   };
-  auto run = [](KernelContext& ctx) -> Status {
-    OnnxAttentionArgs a = shape_state<AttentionPlan>(ctx).args;
-    a.q = ctx.input(0).raw();
-    a.k = ctx.input(1).raw();
-    a.v = ctx.input(2).raw();
-    a.y = ctx.output(0).raw();
-    a.workspace = ctx.workspace();
-    return launched(ctx, launch_onnx_attention(a, state_of(ctx).stream));
-  };
-  return make_staged(reshape, run);
+  return make_staged(reshape, run_attention);
 }
 
 }  // namespace

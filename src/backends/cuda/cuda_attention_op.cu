@@ -96,17 +96,6 @@ __global__ void pv_kernel(OnnxAttentionArgs a, const C* scores, const T* vbuf) {
   }
 }
 
-template <typename F>
-int dispatch_attention(int elem, F&& f) {
-  switch (elem) {
-    case kElemF32: return f(float{}, float{});
-    case kElemF16: return f(__half{}, float{});
-    case kElemBF16: return f(__nv_bfloat16{}, float{});
-    case kElemF64: return f(double{}, double{});
-    default: return cudaErrorInvalidValue;
-  }
-}
-
 size_t elem_bytes(int elem) { return elem == kElemF64 ? 8 : elem == kElemF32 ? 4 : 2; }
 
 }  // namespace
@@ -121,7 +110,7 @@ size_t onnx_attention_workspace(const OnnxAttentionArgs& a) {
 int launch_onnx_attention(const OnnxAttentionArgs& a, cudaStream_t stream) {
   const int64_t total = a.past + a.skv;
   if (a.hkv <= 0 || a.hq % a.hkv != 0) return cudaErrorInvalidValue;
-  return dispatch_attention(a.elem, [&](auto tt, auto ct) {
+  return dispatch_real_compute(a.elem, [&](auto tt, auto ct) {
     using T = decltype(tt);
     using C = decltype(ct);
     char* ws = static_cast<char*>(a.workspace);

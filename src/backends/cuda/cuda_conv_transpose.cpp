@@ -42,21 +42,13 @@ Expected<KernelPtr> create_conv_transpose(const ir::Node& n) {
     }
     auto a = std::make_shared<ConvTransposeArgs>();
     a->elem = elem_of(rc.in[0].dtype);
-    a->n_sp = static_cast<int>(in.size());
+    a->win = window_index(*g, in);
     a->batch = xs[0];
     a->c = C;
     a->m = M;
     a->group = group;
     Shape ys = {xs[0], M};
-    for (int d = 0; d < a->n_sp; ++d) {
-      a->in[d] = in[d];
-      a->out[d] = g->out[d];
-      a->kernel[d] = g->kernel[d];
-      a->strides[d] = g->strides[d];
-      a->dilations[d] = g->dilations[d];
-      a->pad_begin[d] = g->pads[d];
-      ys.push_back(g->out[d]);
-    }
+    ys.insert(ys.end(), g->out.begin(), g->out.end());
     rc.out[0] = {rc.in[0].dtype, ys};
     rc.state = std::move(a);
     return Status::Ok();

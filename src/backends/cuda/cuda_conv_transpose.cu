@@ -8,10 +8,10 @@ namespace {
 template <typename T, typename C>
 __global__ void conv_transpose_kernel(ConvTransposeArgs a) {
   int64_t isz = 1, osz = 1, ksz = 1;
-  for (int d = 0; d < a.n_sp; ++d) {
-    isz *= a.in[d];
-    osz *= a.out[d];
-    ksz *= a.kernel[d];
+  for (int d = 0; d < a.win.n; ++d) {
+    isz *= a.win.in[d];
+    osz *= a.win.out[d];
+    ksz *= a.win.kernel[d];
   }
   const int64_t cg = a.c / a.group, mg = a.m / a.group;
   const T* x = static_cast<const T*>(a.x);
@@ -23,27 +23,27 @@ __global__ void conv_transpose_kernel(ConvTransposeArgs a) {
     const int64_t grp = m / mg, mi = m % mg;
     int64_t oc[6];
     int64_t rest = o_flat;
-    for (int d = a.n_sp - 1; d >= 0; --d) {
-      oc[d] = rest % a.out[d];
-      rest /= a.out[d];
+    for (int d = a.win.n - 1; d >= 0; --d) {
+      oc[d] = rest % a.win.out[d];
+      rest /= a.win.out[d];
     }
     C acc = bias ? convert<C>(bias[m]) : C(0);
     for (int64_t kf = 0; kf < ksz; ++kf) {
       // The input position this tap reads, if the output lands on the stride grid.
       int64_t koff = kf, ioff = 0;
       bool ok = true;
-      for (int d = a.n_sp - 1; d >= 0 && ok; --d) {
-        const int64_t k = koff % a.kernel[d];
-        koff /= a.kernel[d];
-        const int64_t num = oc[d] + a.pad_begin[d] - k * a.dilations[d];
-        if (num < 0 || num % a.strides[d] != 0) {
+      for (int d = a.win.n - 1; d >= 0 && ok; --d) {
+        const int64_t k = koff % a.win.kernel[d];
+        koff /= a.win.kernel[d];
+        const int64_t num = oc[d] + a.win.pad_begin[d] - k * a.win.dilations[d];
+        if (num < 0 || num % a.win.strides[d] != 0) {
           ok = false;
           break;
         }
-        const int64_t i = num / a.strides[d];
-        if (i >= a.in[d]) ok = false;
+        const int64_t i = num / a.win.strides[d];
+        if (i >= a.win.in[d]) ok = false;
         int64_t mul = 1;
-        for (int e = d + 1; e < a.n_sp; ++e) mul *= a.in[e];
+        for (int e = d + 1; e < a.win.n; ++e) mul *= a.win.in[e];
         ioff += i * mul;
       }
       if (!ok) continue;
@@ -59,9 +59,9 @@ __global__ void conv_transpose_kernel(ConvTransposeArgs a) {
 }  // namespace
 
 int launch_conv_transpose(const ConvTransposeArgs& a, cudaStream_t stream) {
-  if (a.n_sp < 1 || a.n_sp > 6 || a.group < 1) return cudaErrorInvalidValue;
+  if (a.win.n < 1 || a.win.n > 6 || a.group < 1) return cudaErrorInvalidValue;
   int64_t total = a.batch * a.m;
-  for (int d = 0; d < a.n_sp; ++d) total *= a.out[d];
+  for (int d = 0; d < a.win.n; ++d) total *= a.win.out[d];
   if (total == 0) return cudaSuccess;
   switch (a.elem) {
     case kElemF64:

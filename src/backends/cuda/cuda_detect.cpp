@@ -185,18 +185,10 @@ Expected<KernelPtr> create_qconv(const ir::Node& n, bool qlinear) {
     auto g = ops::window_geometry(w, in, k);
     if (!g.ok()) return rc.error(g.status().message());
     auto a = std::make_shared<QConvArgs>();
-    a->n_sp = static_cast<int>(in.size());
+    a->win = window_index(*g, in);
     a->batch = xs[0], a->c = C, a->m = M, a->group = group;
     Shape ys = {xs[0], M};
-    for (int d = 0; d < a->n_sp; ++d) {
-      a->in[d] = in[d];
-      a->out[d] = g->out[d];
-      a->kernel[d] = g->kernel[d];
-      a->strides[d] = g->strides[d];
-      a->dilations[d] = g->dilations[d];
-      a->pad_begin[d] = g->pads[d];
-      ys.push_back(g->out[d]);
-    }
+    ys.insert(ys.end(), g->out.begin(), g->out.end());
     a->x_signed = rc.in[ix].dtype == DataType::kInt8;
     a->w_signed = rc.in[iw].dtype == DataType::kInt8;
     const int iwz = qlinear ? 5 : 3;

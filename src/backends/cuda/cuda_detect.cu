@@ -103,10 +103,10 @@ __device__ __forceinline__ int32_t q8v(const void* p, bool is_signed, int64_t i)
 
 __global__ void qconv_kernel(QConvArgs a) {
   int64_t isz = 1, osz = 1, ksz = 1;
-  for (int d = 0; d < a.n_sp; ++d) {
-    isz *= a.in[d];
-    osz *= a.out[d];
-    ksz *= a.kernel[d];
+  for (int d = 0; d < a.win.n; ++d) {
+    isz *= a.win.in[d];
+    osz *= a.win.out[d];
+    ksz *= a.win.kernel[d];
   }
   const int64_t cg = a.c / a.group, mg = a.m / a.group;
   const int32_t xz = a.xz ? q8v(a.xz, a.x_signed, 0) : 0;
@@ -115,21 +115,21 @@ __global__ void qconv_kernel(QConvArgs a) {
     const int32_t wz = a.wz ? q8v(a.wz, a.w_signed, a.wz_per_m ? m : 0) : 0;
     int64_t oc[3];
     int64_t rest = o_flat;
-    for (int d = a.n_sp - 1; d >= 0; --d) {
-      oc[d] = rest % a.out[d];
-      rest /= a.out[d];
+    for (int d = a.win.n - 1; d >= 0; --d) {
+      oc[d] = rest % a.win.out[d];
+      rest /= a.win.out[d];
     }
     int32_t acc = 0;
     for (int64_t kf = 0; kf < ksz; ++kf) {
       int64_t koff = kf, ioff = 0, mul = 1;
       bool ok = true;
-      for (int d = a.n_sp - 1; d >= 0; --d) {
-        const int64_t k = koff % a.kernel[d];
-        koff /= a.kernel[d];
-        const int64_t i = oc[d] * a.strides[d] - a.pad_begin[d] + k * a.dilations[d];
-        if (i < 0 || i >= a.in[d]) ok = false;
+      for (int d = a.win.n - 1; d >= 0; --d) {
+        const int64_t k = koff % a.win.kernel[d];
+        koff /= a.win.kernel[d];
+        const int64_t i = oc[d] * a.win.strides[d] - a.win.pad_begin[d] + k * a.win.dilations[d];
+        if (i < 0 || i >= a.win.in[d]) ok = false;
         ioff += i * mul;
-        mul *= a.in[d];
+        mul *= a.win.in[d];
       }
       if (!ok) continue;
       for (int64_t c = 0; c < cg; ++c) {
@@ -161,9 +161,9 @@ int dispatch_real(int elem, F&& f) {
 
 int launch_qconv(const QConvArgs& a, cudaStream_t stream) {
   int64_t total = a.batch * a.m;
-  for (int d = 0; d < a.n_sp; ++d) total *= a.out[d];
+  for (int d = 0; d < a.win.n; ++d) total *= a.win.out[d];
   if (total == 0) return cudaSuccess;
-  if (a.n_sp < 1 || a.n_sp > 3 || a.group < 1) return cudaErrorInvalidValue;
+  if (a.win.n < 1 || a.win.n > 3 || a.group < 1) return cudaErrorInvalidValue;
   qconv_kernel<<<grid_for(total), kThreads, 0, stream>>>(a);
   return static_cast<int>(cudaGetLastError());
 }

@@ -387,15 +387,22 @@ struct QuantArgs {
 int launch_quantize(const QuantArgs& a, cudaStream_t stream);
 int launch_dequantize(const QuantArgs& a, cudaStream_t stream);
 
+// A window laid over n spatial dims (pooling, ConvTranspose, the integer convolutions): input and
+// output sizes, kernel, strides, dilations and pads per dim (ops::window_geometry's result).
+struct WindowIndex {
+  int n = 0;
+  int64_t in[kMaxRank] = {}, out[kMaxRank] = {}, kernel[kMaxRank] = {}, strides[kMaxRank] = {}, dilations[kMaxRank] = {},
+          pad_begin[kMaxRank] = {}, pad_end[kMaxRank] = {};
+};
+
 // Generic N-d pooling (the CPU kernel's window walk, backends/cpu/nn_pool.cpp): X [planes, in...] →
 // Y [planes, out...] over `n` spatial dims; kind 0 max (indices: int64 flat input positions per
 // plane-major order, column-major within a plane when column_major), 1 average, 2 Lp (p). Computed
 // in double; float types, float64, and int8/uint8 for max.
 struct PoolNdArgs {
-  int elem = kElemF32, n = 0, kind = 0;
+  int elem = kElemF32, kind = 0;
   int64_t planes = 0;
-  int64_t in[kMaxRank] = {}, out[kMaxRank] = {}, kernel[kMaxRank] = {}, strides[kMaxRank] = {},
-          dilations[kMaxRank] = {}, pad_begin[kMaxRank] = {}, pad_end[kMaxRank] = {};
+  WindowIndex win;
   bool count_include_pad = false, column_major = false;
   double p = 2;
   const void* x = nullptr;
@@ -424,9 +431,9 @@ int launch_affine_grid(int elem, const void* theta, void* y, int64_t n, int r, c
 // window offsets k of X[n, c, i...] · W[c, m mod Mg, k...] where o = i·stride - pad_begin + k·dilation.
 // Any number of spatial dims (<= 6); float types in float, float64 in double.
 struct ConvTransposeArgs {
-  int elem = kElemF32, n_sp = 0;
+  int elem = kElemF32;
   int64_t batch = 0, c = 0, m = 0, group = 1;
-  int64_t in[6] = {}, out[6] = {}, kernel[6] = {}, strides[6] = {}, dilations[6] = {}, pad_begin[6] = {};
+  WindowIndex win;
   const void *x = nullptr, *w = nullptr, *bias = nullptr;
   void* y = nullptr;
 };
@@ -605,9 +612,8 @@ int launch_max_unpool(int elem_bytes, const void* x, const int64_t* ind, void* y
 // and the scales of x and y are scalars, w's zero point and scale scalars or one per output channel;
 // padded taps contribute nothing. Scales are float32.
 struct QConvArgs {
-  int n_sp = 0;
   int64_t batch = 0, c = 0, m = 0, group = 1;
-  int64_t in[3] = {}, out[3] = {}, kernel[3] = {}, strides[3] = {}, dilations[3] = {}, pad_begin[3] = {};
+  WindowIndex win;
   const void *x = nullptr, *w = nullptr, *xz = nullptr, *wz = nullptr;
   bool x_signed = true, w_signed = true, wz_per_m = false;
   bool qlinear = false, y_signed = true, ws_per_m = false;

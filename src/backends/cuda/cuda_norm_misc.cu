@@ -5,6 +5,17 @@
 namespace kiln::cuda {
 namespace {
 
+// The element offsets of batch entry bt in A and B (broadcast batch dims have stride 0).
+__device__ __forceinline__ void batch_offsets(const MatMulIndex& ix, int64_t bt, int64_t& ao, int64_t& bo) {
+  ao = bo = 0;
+  for (int d = ix.rank - 1; d >= 0; --d) {
+    const int64_t cd = bt % ix.dims[d];
+    bt /= ix.dims[d];
+    ao += cd * ix.a_strides[d];
+    bo += cd * ix.b_strides[d];
+  }
+}
+
 template <typename T>
 __global__ void group_norm_kernel(const T* x, const T* scale, const T* bias, bool per_channel, T* y, int64_t n, int64_t c,
                                   int64_t s, int64_t groups, double eps) {
@@ -64,13 +75,8 @@ __global__ void matmul_direct_kernel(const T* a, const T* b, T* y, MatMulIndex i
   for (int d = 0; d < ix.rank; ++d) batches *= ix.dims[d];
   KILN_GRID_LOOP(t, batches * ix.m * ix.n) {
     const int64_t j = t % ix.n, i = t / ix.n % ix.m, bt = t / (ix.n * ix.m);
-    int64_t rest = bt, ao = 0, bo = 0;
-    for (int d = ix.rank - 1; d >= 0; --d) {
-      const int64_t cd = rest % ix.dims[d];
-      rest /= ix.dims[d];
-      ao += cd * ix.a_strides[d];
-      bo += cd * ix.b_strides[d];
-    }
+    int64_t ao, bo;
+    batch_offsets(ix, bt, ao, bo);
     compute_t<T> acc = 0;
     for (int64_t k = 0; k < ix.k; ++k) acc += convert<compute_t<T>>(a[ao + i * ix.k + k]) * convert<compute_t<T>>(b[bo + k * ix.n + j]);
     y[t] = convert<T>(acc);
@@ -91,13 +97,8 @@ __global__ void qmatmul_kernel(QMatMulArgs q) {
   const int32_t za = q.za ? q8(q.za, q.a_signed, 0) : 0, zb = q.zb ? q8(q.zb, q.b_signed, 0) : 0;
   KILN_GRID_LOOP(t, batches * ix.m * ix.n) {
     const int64_t j = t % ix.n, i = t / ix.n % ix.m, bt = t / (ix.n * ix.m);
-    int64_t rest = bt, ao = 0, bo = 0;
-    for (int d = ix.rank - 1; d >= 0; --d) {
-      const int64_t cd = rest % ix.dims[d];
-      rest /= ix.dims[d];
-      ao += cd * ix.a_strides[d];
-      bo += cd * ix.b_strides[d];
-    }
+    int64_t ao, bo;
+    batch_offsets(ix, bt, ao, bo);
     int32_t acc = 0;
     for (int64_t k = 0; k < ix.k; ++k)
       acc += (q8(q.a, q.a_signed, ao + i * ix.k + k) - za) * (q8(q.b, q.b_signed, bo + k * ix.n + j) - zb);

@@ -40,23 +40,14 @@ Expected<KernelPtr> create_pool_nd(const ir::Node& n, int kind) {
     if (!g.ok()) return rc.error(g.status().message());
     auto a = std::make_shared<PoolNdArgs>();
     a->elem = elem_of(rc.in[0].dtype);
-    a->n = static_cast<int>(in.size());
+    a->win = window_index(*g, in);
     a->kind = kind;
     a->planes = x[0] * x[1];
     a->count_include_pad = include_pad;
     a->column_major = column_major;
     a->p = p;
     Shape ys = {x[0], x[1]};
-    for (int d = 0; d < a->n; ++d) {
-      a->in[d] = in[d];
-      a->out[d] = g->out[d];
-      a->kernel[d] = g->kernel[d];
-      a->strides[d] = g->strides[d];
-      a->dilations[d] = g->dilations[d];
-      a->pad_begin[d] = g->pads[d];
-      a->pad_end[d] = g->pads[a->n + d];
-      ys.push_back(g->out[d]);
-    }
+    ys.insert(ys.end(), g->out.begin(), g->out.end());
     rc.out[0] = {rc.in[0].dtype, ys};
     if (rc.out.size() > 1) rc.out[1] = {DataType::kInt64, ys};
     rc.state = std::move(a);

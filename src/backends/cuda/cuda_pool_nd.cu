@@ -8,9 +8,9 @@ namespace {
 template <typename T>
 __global__ void pool_nd_kernel(PoolNdArgs a) {
   int64_t isz = 1, osz = 1;
-  for (int d = 0; d < a.n; ++d) {
-    isz *= a.in[d];
-    osz *= a.out[d];
+  for (int d = 0; d < a.win.n; ++d) {
+    isz *= a.win.in[d];
+    osz *= a.win.out[d];
   }
   const T* x = static_cast<const T*>(a.x);
   T* y = static_cast<T*>(a.y);
@@ -18,21 +18,21 @@ __global__ void pool_nd_kernel(PoolNdArgs a) {
     const int64_t plane = t / osz;
     int64_t o = t % osz;
     int64_t oc[kMaxRank], lo[kMaxRank], hi[kMaxRank], start[kMaxRank], j[kMaxRank], rm[kMaxRank];
-    for (int d = a.n - 1; d >= 0; --d) {
-      oc[d] = o % a.out[d];
-      o /= a.out[d];
+    for (int d = a.win.n - 1; d >= 0; --d) {
+      oc[d] = o % a.win.out[d];
+      o /= a.win.out[d];
     }
-    rm[a.n - 1] = 1;
-    for (int d = a.n - 2; d >= 0; --d) rm[d] = rm[d + 1] * a.in[d + 1];
+    rm[a.win.n - 1] = 1;
+    for (int d = a.win.n - 2; d >= 0; --d) rm[d] = rm[d + 1] * a.win.in[d + 1];
     int64_t padded_count = 1;
     bool empty = false;
-    for (int d = 0; d < a.n; ++d) {
-      const int64_t s = oc[d] * a.strides[d] - a.pad_begin[d], dil = a.dilations[d], k = a.kernel[d];
+    for (int d = 0; d < a.win.n; ++d) {
+      const int64_t s = oc[d] * a.win.strides[d] - a.win.pad_begin[d], dil = a.win.dilations[d], k = a.win.kernel[d];
       start[d] = s;
       lo[d] = s >= 0 ? 0 : (-s + dil - 1) / dil;
-      const int64_t last = a.in[d] - 1 - s;
+      const int64_t last = a.win.in[d] - 1 - s;
       hi[d] = last < 0 ? -1 : (k - 1 < last / dil ? k - 1 : last / dil);
-      const int64_t plast = a.in[d] + a.pad_end[d] - 1 - s;
+      const int64_t plast = a.win.in[d] + a.win.pad_end[d] - 1 - s;
       padded_count *= plast < 0 ? 0 : (k < plast / dil + 1 ? k : plast / dil + 1);
       if (lo[d] > hi[d]) empty = true;
     }
@@ -40,10 +40,10 @@ __global__ void pool_nd_kernel(PoolNdArgs a) {
     double acc = a.kind == 0 ? -INFINITY : 0.0;
     int64_t best = -1, count = 0;
     if (!empty) {
-      for (int d = 0; d < a.n; ++d) j[d] = lo[d];
+      for (int d = 0; d < a.win.n; ++d) j[d] = lo[d];
       while (true) {
         int64_t off = 0;
-        for (int d = 0; d < a.n; ++d) off += (start[d] + j[d] * a.dilations[d]) * rm[d];
+        for (int d = 0; d < a.win.n; ++d) off += (start[d] + j[d] * a.win.dilations[d]) * rm[d];
         const double v = convert<double>(xp[off]);
         if (a.kind == 0) {
           if (v > acc || best < 0) {
@@ -56,7 +56,7 @@ __global__ void pool_nd_kernel(PoolNdArgs a) {
           acc += pow(fabs(v), a.p);
         }
         ++count;
-        int d = a.n - 1;
+        int d = a.win.n - 1;
         for (; d >= 0; --d) {
           if (++j[d] <= hi[d]) break;
           j[d] = lo[d];
@@ -78,11 +78,11 @@ __global__ void pool_nd_kernel(PoolNdArgs a) {
       if (best >= 0) {
         int64_t r = best, cm = 1;
         int64_t cms[kMaxRank];
-        for (int d = 0; d < a.n; ++d) {
+        for (int d = 0; d < a.win.n; ++d) {
           cms[d] = cm;
-          cm *= a.in[d];
+          cm *= a.win.in[d];
         }
-        for (int d = 0; d < a.n; ++d) {
+        for (int d = 0; d < a.win.n; ++d) {
           flat += (a.column_major ? cms[d] : rm[d]) * (r / rm[d]);
           r %= rm[d];
         }
@@ -95,9 +95,9 @@ __global__ void pool_nd_kernel(PoolNdArgs a) {
 }  // namespace
 
 int launch_pool_nd(const PoolNdArgs& a, cudaStream_t stream) {
-  if (a.n < 1 || a.n > kMaxRank) return cudaErrorInvalidValue;
+  if (a.win.n < 1 || a.win.n > kMaxRank) return cudaErrorInvalidValue;
   int64_t osz = a.planes;
-  for (int d = 0; d < a.n; ++d) osz *= a.out[d];
+  for (int d = 0; d < a.win.n; ++d) osz *= a.win.out[d];
   if (osz == 0) return cudaSuccess;
   auto go = [&](auto tag) {
     using T = decltype(tag);

@@ -108,23 +108,12 @@ __global__ void linear_attention_kernel(LinearAttentionArgs a) {
   }
 }
 
-template <typename F>
-int dispatch_real2(int elem, F&& f) {
-  switch (elem) {
-    case kElemF32: return f(float{}, float{});
-    case kElemF16: return f(__half{}, float{});
-    case kElemBF16: return f(__nv_bfloat16{}, float{});
-    case kElemF64: return f(double{}, double{});
-    default: return cudaErrorInvalidValue;
-  }
-}
-
 }  // namespace
 
 int launch_rotary(const RotaryArgs& a, cudaStream_t stream) {
   const int64_t n = a.b * a.s * a.h;
   if (n == 0) return cudaSuccess;
-  return dispatch_real2(a.elem, [&](auto tt, auto ct) {
+  return dispatch_real_compute(a.elem, [&](auto tt, auto ct) {
     using T = decltype(tt);
     using C = decltype(ct);
     rotary_kernel<T, C><<<grid_for(n), kThreads, 0, stream>>>(a);
@@ -135,7 +124,7 @@ int launch_rotary(const RotaryArgs& a, cudaStream_t stream) {
 int launch_causal_conv(const CausalConvArgs& a, cudaStream_t stream) {
   const int64_t n = a.b * a.c * (a.l > a.k ? a.l : a.k);
   if (n == 0) return cudaSuccess;
-  return dispatch_real2(a.elem, [&](auto tt, auto ct) {
+  return dispatch_real_compute(a.elem, [&](auto tt, auto ct) {
     using T = decltype(tt);
     using C = decltype(ct);
     causal_conv_kernel<T, C><<<grid_for(n), kThreads, 0, stream>>>(a);
@@ -147,7 +136,7 @@ int launch_linear_attention(const LinearAttentionArgs& a, cudaStream_t stream) {
   const int64_t n = a.b * a.hk * a.dv;
   if (n == 0) return cudaSuccess;
   if (a.hk <= 0 || a.hq % a.hk != 0) return cudaErrorInvalidValue;
-  return dispatch_real2(a.elem, [&](auto tt, auto) {
+  return dispatch_real_compute(a.elem, [&](auto tt, auto) {
     using T = decltype(tt);
     linear_attention_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(a);
     return static_cast<int>(cudaGetLastError());

@@ -111,6 +111,18 @@ int dispatch_signed(int elem, F&& f) {
     default: return cudaErrorInvalidValue;
   }
 }
+// Calls f(T{}, C{}) with T the storage type of a float `elem` and C the type it computes in: float for
+// the 16-bit floats and float32, double for float64.
+template <typename F>
+int dispatch_real_compute(int elem, F&& f) {
+  switch (elem) {
+    case kElemF32: return f(float{}, float{});
+    case kElemF16: return f(__half{}, float{});
+    case kElemBF16: return f(__nv_bfloat16{}, float{});
+    case kElemF64: return f(double{}, double{});
+    default: return cudaErrorInvalidValue;
+  }
+}
 // By size only (data movement).
 template <typename F>
 int dispatch_bytes(int bytes, F&& f) {

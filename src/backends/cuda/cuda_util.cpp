@@ -131,6 +131,21 @@ bool normalize_axis(int64_t& axis, int64_t rank) {
   return true;
 }
 
+WindowIndex window_index(const ops::WindowGeometry& g, const std::vector<int64_t>& in) {
+  WindowIndex w;
+  w.n = static_cast<int>(in.size());
+  for (int d = 0; d < w.n && d < kMaxRank; ++d) {
+    w.in[d] = in[d];
+    w.out[d] = g.out[d];
+    w.kernel[d] = g.kernel[d];
+    w.strides[d] = g.strides[d];
+    w.dilations[d] = g.dilations[d];
+    w.pad_begin[d] = g.pads[d];
+    w.pad_end[d] = g.pads[w.n + d];
+  }
+  return w;
+}
+
 Status copy_device(const KernelContext& ctx, const Tensor& src, Tensor& dst) {
   if (src.nbytes() == 0) return Status::Ok();
   return launched(ctx, cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice,

@@ -7,6 +7,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "ops/nn.h"
 
 namespace kiln::cuda {
 
@@ -39,6 +40,10 @@ bool make_broadcast_index(const Shape& out, const Shape& a, const Shape& b, Broa
 
 // Normalizes a possibly negative axis into [0, rank); false when out of range.
 bool normalize_axis(int64_t& axis, int64_t rank);
+
+// The window arrays a launcher takes, from ops::window_geometry's result over spatial dims `in`
+// (at most kMaxRank of them).
+WindowIndex window_index(const ops::WindowGeometry& g, const std::vector<int64_t>& in);
 
 // Device copy of `src` into the already allocated `dst` on the context's stream.
 Status copy_device(const KernelContext& ctx, const Tensor& src, Tensor& dst);
