@@ -58,6 +58,56 @@ std::vector<double> resize_pass(const std::vector<double>& src, int64_t outer, i
   return dst;
 }
 
+// float32 with only the last two axes resized (or only the last; NCHW up/down-sampling): one output
+// row at a time, the vertical taps blended into a row of doubles, then the horizontal taps — the same
+// sums in the same order as the two generic passes, so the same bits, without converting the whole
+// tensor to double or materializing the intermediate tensor.
+bool resize_rows_f32(const Tensor& x, Tensor& y, const Shape& in, const ops::ResizeGeometry& geo, const resize::Coef& c) {
+  const int64_t r = static_cast<int64_t>(in.size());
+  if (x.dtype() != DataType::kFloat32 || r < 2) return false;
+  for (int64_t a = 0; a < r - 2; ++a)
+    if (geo.resized[a]) return false;
+  const int64_t H = in[r - 2], W = in[r - 1], OH = geo.out[r - 2], OW = geo.out[r - 1];
+  AxisTaps th, tw;
+  if (geo.resized[r - 2]) th = make_taps(c, geo.axes[r - 2]);
+  else
+    for (int64_t j = 0; j <= H; ++j) th.first.push_back(j), th.idx.push_back(j), th.w.push_back(1.0), th.extrapolate.push_back(0);
+  if (geo.resized[r - 1]) tw = make_taps(c, geo.axes[r - 1]);
+  else
+    for (int64_t j = 0; j <= W; ++j) tw.first.push_back(j), tw.idx.push_back(j), tw.w.push_back(1.0), tw.extrapolate.push_back(0);
+  for (const AxisTaps* t : {&th, &tw})
+    for (char e : t->extrapolate)
+      if (e) return false;  // tf_crop_and_resize outside the input: the generic path
+  const int64_t planes = H * W ? x.numel() / (H * W) : 0;
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  const bool keep_w = !geo.resized[r - 1];
+  parallel_for(planes * OH, std::max<int64_t>(1, 16384 / std::max<int64_t>(OW, 1)), [&](int64_t b, int64_t e) {
+    std::vector<double> row(static_cast<size_t>(W));
+    for (int64_t pr = b; pr < e; ++pr) {
+      const int64_t p = pr / OH, oy = pr % OH;
+      const float* plane = xp + p * H * W;
+      std::fill(row.begin(), row.end(), 0.0);
+      for (int64_t k = th.first[oy]; k < th.first[oy + 1]; ++k) {
+        const float* src = plane + th.idx[k] * W;
+        const double w = th.w[k];
+        for (int64_t i = 0; i < W; ++i) row[i] += w * static_cast<double>(src[i]);
+      }
+      float* dst = yp + pr * OW;
+      if (keep_w) {
+        for (int64_t i = 0; i < W; ++i) dst[i] = static_cast<float>(row[i]);
+        continue;
+      }
+      for (int64_t ox = 0; ox < OW; ++ox) {
+        double d = 0.0;
+        for (int64_t k = tw.first[ox]; k < tw.first[ox + 1]; ++k) d += tw.w[k] * row[tw.idx[k]];
+        dst[ox] = static_cast<float>(d);
+      }
+    }
+  });
+  return true;
+}
+
 template <typename T>
 T store_rounded(double v) {
   if constexpr (Num<T>::is_float) return from_double<T>(v);
@@ -75,6 +125,7 @@ Status run_resize(KernelContext& ctx, const ops::ResizeParams& at) {
   Tensor& y = ctx.output(0, x.dtype(), geo.out);
   if (y.numel() == 0) return Status::Ok();
   if (x.numel() == 0) return ctx.error("cannot resize an empty input to a non-empty output");
+  if (resize_rows_f32(x, y, in, geo, at.coef)) return Status::Ok();
 
   std::vector<double> buf;
   if (!read_reals(x, buf)) return ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype()));
