@@ -9,6 +9,7 @@
 
 #include "backends/cpu/nn_common.h"
 #include "backends/cpu/rq_common.h"
+#include "ops/rnn.h"
 
 namespace kiln::cpu::rq {
 namespace {
@@ -18,30 +19,7 @@ enum class Cell { kRnn, kGru, kLstm };
 int gates_of(Cell c) { return c == Cell::kRnn ? 1 : c == Cell::kGru ? 3 : 4; }
 int acts_of(Cell c) { return c == Cell::kRnn ? 1 : c == Cell::kGru ? 2 : 3; }
 
-// One activation function with its parameters (ONNX's RNN activation list).
-struct Act {
-  enum class Kind { kRelu, kTanh, kSigmoid, kAffine, kLeakyRelu, kThresholdedRelu, kScaledTanh, kHardSigmoid, kElu,
-                    kSoftsign, kSoftplus };
-  Kind kind = Kind::kTanh;
-  double alpha = 0, beta = 0;
-
-  double operator()(double x) const {
-    switch (kind) {
-      case Kind::kRelu: return x > 0 ? x : 0;
-      case Kind::kTanh: return std::tanh(x);
-      case Kind::kSigmoid: return 1 / (1 + std::exp(-x));
-      case Kind::kAffine: return alpha * x + beta;
-      case Kind::kLeakyRelu: return x >= 0 ? x : alpha * x;
-      case Kind::kThresholdedRelu: return x > alpha ? x : 0;
-      case Kind::kScaledTanh: return alpha * std::tanh(beta * x);
-      case Kind::kHardSigmoid: return std::clamp(alpha * x + beta, 0.0, 1.0);
-      case Kind::kElu: return x >= 0 ? x : alpha * (std::exp(x) - 1);
-      case Kind::kSoftsign: return x / (1 + std::fabs(x));
-      case Kind::kSoftplus: return x > 30 ? x : std::log1p(std::exp(x));
-    }
-    return x;
-  }
-};
+using Act = rnn::Activation;
 
 struct RnnAttrs {
   Cell cell = Cell::kLstm;
@@ -55,55 +33,6 @@ struct RnnAttrs {
   double clip = 0;
   std::vector<Act> acts;  // acts_of(cell) per direction, forward first
 };
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-// Parses the activations list; alpha/beta values are taken in order by the functions that have them.
-Expected<std::vector<Act>> parse_acts(const ir::Node& n, Cell cell, int num_dir) {
-  std::vector<std::string> names;
-  if (const ir::Attribute* a = n.attr("activations")) names = a->strings;
-  const int per = acts_of(cell);
-  if (names.empty()) {
-    const std::vector<std::string> dflt = cell == Cell::kRnn   ? std::vector<std::string>{"Tanh"}
-                                          : cell == Cell::kGru ? std::vector<std::string>{"Sigmoid", "Tanh"}
-                                                               : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
-    for (int d = 0; d < num_dir; ++d) names.insert(names.end(), dflt.begin(), dflt.end());
-  }
-  if (static_cast<int>(names.size()) == per && num_dir == 2) {
-    const std::vector<std::string> one = names;  // one list for both directions
-    names.insert(names.end(), one.begin(), one.end());
-  }
-  if (static_cast<int>(names.size()) != per * num_dir)
-    return invalid_model(n.describe() + ": activations must list " + std::to_string(per * num_dir) + " functions");
-  const std::vector<float> alphas = n.attr_floats("activation_alpha"), betas = n.attr_floats("activation_beta");
-  size_t ai = 0, bi = 0;
-  std::vector<Act> acts;
-  for (const std::string& name : names) {
-    const std::string l = lower(name);
-    Act a;
-    double da = 0, db = 0;
-    bool uses_a = true, uses_b = false;
-    if (l == "relu") { a.kind = Act::Kind::kRelu; uses_a = false; }
-    else if (l == "tanh") { a.kind = Act::Kind::kTanh; uses_a = false; }
-    else if (l == "sigmoid") { a.kind = Act::Kind::kSigmoid; uses_a = false; }
-    else if (l == "affine") { a.kind = Act::Kind::kAffine; da = 1; uses_b = true; }
-    else if (l == "leakyrelu") { a.kind = Act::Kind::kLeakyRelu; da = 0.01; }
-    else if (l == "thresholdedrelu") { a.kind = Act::Kind::kThresholdedRelu; da = 1; }
-    else if (l == "scaledtanh") { a.kind = Act::Kind::kScaledTanh; da = 1; db = 1; uses_b = true; }
-    else if (l == "hardsigmoid") { a.kind = Act::Kind::kHardSigmoid; da = 0.2; db = 0.5; uses_b = true; }
-    else if (l == "elu") { a.kind = Act::Kind::kElu; da = 1; }
-    else if (l == "softsign") { a.kind = Act::Kind::kSoftsign; uses_a = false; }
-    else if (l == "softplus") { a.kind = Act::Kind::kSoftplus; uses_a = false; }
-    else return unsupported(n.describe() + ": unknown activation '" + name + "'");
-    a.alpha = uses_a && ai < alphas.size() ? alphas[ai++] : da;
-    a.beta = uses_b && bi < betas.size() ? betas[bi++] : db;
-    acts.push_back(a);
-  }
-  return acts;
-}
 
 Expected<RnnAttrs> parse_rnn_attrs(const ir::Node& n, Cell cell) {
   RnnAttrs a;
@@ -120,7 +49,7 @@ Expected<RnnAttrs> parse_rnn_attrs(const ir::Node& n, Cell cell) {
     a.has_clip = true;
     a.clip = n.attr_float("clip", 0);
   }
-  KILN_ASSIGN_OR_RETURN(a.acts, parse_acts(n, cell, a.num_dir));
+  KILN_ASSIGN_OR_RETURN(a.acts, ops::parse_rnn_activations(n, acts_of(cell), a.num_dir));
   return a;
 }
 

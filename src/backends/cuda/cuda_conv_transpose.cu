@@ -7,12 +7,7 @@ namespace {
 
 template <typename T, typename C>
 __global__ void conv_transpose_kernel(ConvTransposeArgs a) {
-  int64_t isz = 1, osz = 1, ksz = 1;
-  for (int d = 0; d < a.win.n; ++d) {
-    isz *= a.win.in[d];
-    osz *= a.win.out[d];
-    ksz *= a.win.kernel[d];
-  }
+  const int64_t isz = a.win.in_size(), osz = a.win.out_size(), ksz = a.win.kernel_size();
   const int64_t cg = a.c / a.group, mg = a.m / a.group;
   const T* x = static_cast<const T*>(a.x);
   const T* w = static_cast<const T*>(a.w);
@@ -60,8 +55,7 @@ __global__ void conv_transpose_kernel(ConvTransposeArgs a) {
 
 int launch_conv_transpose(const ConvTransposeArgs& a, cudaStream_t stream) {
   if (a.win.n < 1 || a.win.n > 6 || a.group < 1) return cudaErrorInvalidValue;
-  int64_t total = a.batch * a.m;
-  for (int d = 0; d < a.win.n; ++d) total *= a.win.out[d];
+  const int64_t total = a.batch * a.m * a.win.out_size();
   if (total == 0) return cudaSuccess;
   switch (a.elem) {
     case kElemF64:

@@ -102,12 +102,7 @@ __device__ __forceinline__ int32_t q8v(const void* p, bool is_signed, int64_t i)
 }
 
 __global__ void qconv_kernel(QConvArgs a) {
-  int64_t isz = 1, osz = 1, ksz = 1;
-  for (int d = 0; d < a.win.n; ++d) {
-    isz *= a.win.in[d];
-    osz *= a.win.out[d];
-    ksz *= a.win.kernel[d];
-  }
+  const int64_t isz = a.win.in_size(), osz = a.win.out_size(), ksz = a.win.kernel_size();
   const int64_t cg = a.c / a.group, mg = a.m / a.group;
   const int32_t xz = a.xz ? q8v(a.xz, a.x_signed, 0) : 0;
   KILN_GRID_LOOP(t, a.batch * a.m * osz) {
@@ -160,8 +155,7 @@ int dispatch_real(int elem, F&& f) {
 }  // namespace
 
 int launch_qconv(const QConvArgs& a, cudaStream_t stream) {
-  int64_t total = a.batch * a.m;
-  for (int d = 0; d < a.win.n; ++d) total *= a.win.out[d];
+  const int64_t total = a.batch * a.m * a.win.out_size();
   if (total == 0) return cudaSuccess;
   if (a.win.n < 1 || a.win.n > 3 || a.group < 1) return cudaErrorInvalidValue;
   qconv_kernel<<<grid_for(total), kThreads, 0, stream>>>(a);

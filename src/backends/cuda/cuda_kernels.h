@@ -8,8 +8,10 @@
 #include <cstdint>
 
 // Compiled by nvcc as C++17: this header includes no kiln header (they need C++20) but
-// ops/resize_math.h and ops/grid_math.h, which are written for both.
+// the ops/*_math.h headers, which are written for both.
 #include "ops/grid_math.h"
+#include "ops/optimizer_math.h"
+#include "ops/rnn_math.h"
 #include "ops/resize_math.h"
 
 struct CUstream_st;
@@ -393,6 +395,15 @@ struct WindowIndex {
   int n = 0;
   int64_t in[kMaxRank] = {}, out[kMaxRank] = {}, kernel[kMaxRank] = {}, strides[kMaxRank] = {}, dilations[kMaxRank] = {},
           pad_begin[kMaxRank] = {}, pad_end[kMaxRank] = {};
+  // Elements of one spatial plane of the input, of the output, and taps of the kernel.
+  KILN_HOST_DEVICE int64_t in_size() const { return product(in); }
+  KILN_HOST_DEVICE int64_t out_size() const { return product(out); }
+  KILN_HOST_DEVICE int64_t kernel_size() const { return product(kernel); }
+  KILN_HOST_DEVICE int64_t product(const int64_t* dims) const {
+    int64_t p = 1;
+    for (int d = 0; d < n; ++d) p *= dims[d];
+    return p;
+  }
 };
 
 // Generic N-d pooling (the CPU kernel's window walk, backends/cpu/nn_pool.cpp): X [planes, in...] →
@@ -551,16 +562,15 @@ struct Col2ImArgs {
 int launch_col2im(const Col2ImArgs& a, cudaStream_t stream);
 
 // The training optimizers (ai.onnx.preview.training): per element of one X with its gradient G and
-// state(s), computed in double with the CPU kernel's formulas; outputs nullable. kind 0 Adagrad, 1 Adam,
-// 2 Momentum. Float types and float64.
+// state(s), optimizer::step (ops/optimizer_math.h, the CPU kernel's own) in double; outputs nullable.
+// Float types and float64.
 struct OptimizerArgs {
-  int kind = 0, elem = kElemF32;
+  int elem = kElemF32;
+  optimizer::Attrs attrs;
   const void *x = nullptr, *g = nullptr, *s1 = nullptr, *s2 = nullptr;
   void *xo = nullptr, *s1o = nullptr, *s2o = nullptr;
   int64_t n = 0;
-  double r = 0, t = 0, decay_factor = 0, epsilon = 1e-6, norm_coefficient = 0, norm_coefficient_post = 0, alpha = 0.9,
-         beta = 0.999;
-  bool nesterov = false;
+  double r = 0, t = 0;
 };
 int launch_optimizer(const OptimizerArgs& a, cudaStream_t stream);
 // DynamicQuantizeLinear (float32 x): scale = (max(0, max x) - min(0, min x)) / 255, zero point the
@@ -627,17 +637,13 @@ int launch_qconv(const QConvArgs& a, cudaStream_t stream);
 // RNN (cell 0), GRU (1) and LSTM (2): one block per (direction, batch entry) walks the sequence; its
 // threads own hidden units, the previous state double-buffered in `workspace` (rnn_workspace bytes).
 // Gates in double with the CPU kernel's formulas (ONNX gate orders, clip, peepholes, input_forget,
-// linear_before_reset, sequence_lens, layout 0/1, any activation of the ONNX list). Y (zeroed past each
-// entry's length), Y_h and Y_c nullable. Float types and float64.
-struct RnnAct {
-  int kind = 1;  // 0 Relu 1 Tanh 2 Sigmoid 3 Affine 4 LeakyRelu 5 ThresholdedRelu 6 ScaledTanh 7 HardSigmoid 8 Elu 9 Softsign 10 Softplus
-  double alpha = 0, beta = 0;
-};
+// linear_before_reset, sequence_lens, layout 0/1, the activations of ops/rnn_math.h). Y (zeroed past
+// each entry's length), Y_h and Y_c nullable. Float types and float64.
 struct RnnArgs {
   int elem = kElemF32, cell = 2, num_dir = 1, layout = 0;
   bool reverse_only = false, linear_before_reset = false, input_forget = false, has_clip = false;
   double clip = 0;
-  RnnAct acts[6];
+  rnn::Activation acts[6];
   int64_t seq = 0, batch = 0, input = 0, hidden = 0;
   const void *x = nullptr, *w = nullptr, *r = nullptr, *b = nullptr, *h0 = nullptr, *c0 = nullptr, *p = nullptr;
   const int32_t* lens = nullptr;

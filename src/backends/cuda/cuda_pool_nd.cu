@@ -7,11 +7,7 @@ namespace {
 
 template <typename T>
 __global__ void pool_nd_kernel(PoolNdArgs a) {
-  int64_t isz = 1, osz = 1;
-  for (int d = 0; d < a.win.n; ++d) {
-    isz *= a.win.in[d];
-    osz *= a.win.out[d];
-  }
+  const int64_t isz = a.win.in_size(), osz = a.win.out_size();
   const T* x = static_cast<const T*>(a.x);
   T* y = static_cast<T*>(a.y);
   KILN_GRID_LOOP(t, a.planes * osz) {
@@ -96,8 +92,7 @@ __global__ void pool_nd_kernel(PoolNdArgs a) {
 
 int launch_pool_nd(const PoolNdArgs& a, cudaStream_t stream) {
   if (a.win.n < 1 || a.win.n > kMaxRank) return cudaErrorInvalidValue;
-  int64_t osz = a.planes;
-  for (int d = 0; d < a.win.n; ++d) osz *= a.win.out[d];
+  const int64_t osz = a.planes * a.win.out_size();
   if (osz == 0) return cudaSuccess;
   auto go = [&](auto tag) {
     using T = decltype(tag);

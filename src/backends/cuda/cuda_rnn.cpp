@@ -1,57 +1,13 @@
 // backends/cuda/cuda_rnn.cpp — RNN, GRU and LSTM (7+; `layout` from 14) on the GPU: attributes parsed
 // as the CPU kernel parses them, shapes checked at reshape; the recurrence in cuda_rnn.cu.
-#include <cctype>
-
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
+#include "ops/rnn.h"
 
 namespace kiln::cuda {
 namespace {
 
 int acts_of(int cell) { return cell == 0 ? 1 : cell == 1 ? 2 : 3; }
-
-Expected<std::vector<RnnAct>> parse_acts(const ir::Node& n, int cell, int num_dir) {
-  std::vector<std::string> names;
-  if (const ir::Attribute* a = n.attr("activations")) names = a->strings;
-  const int per = acts_of(cell);
-  if (names.empty()) {
-    const std::vector<std::string> dflt = cell == 0   ? std::vector<std::string>{"Tanh"}
-                                          : cell == 1 ? std::vector<std::string>{"Sigmoid", "Tanh"}
-                                                      : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
-    for (int d = 0; d < num_dir; ++d) names.insert(names.end(), dflt.begin(), dflt.end());
-  }
-  if (static_cast<int>(names.size()) == per && num_dir == 2) {
-    const std::vector<std::string> one = names;
-    names.insert(names.end(), one.begin(), one.end());
-  }
-  if (static_cast<int>(names.size()) != per * num_dir)
-    return invalid_model(n.describe() + ": activations must list " + std::to_string(per * num_dir) + " functions");
-  const std::vector<float> alphas = n.attr_floats("activation_alpha"), betas = n.attr_floats("activation_beta");
-  size_t ai = 0, bi = 0;
-  std::vector<RnnAct> acts;
-  for (std::string l : names) {
-    for (char& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    RnnAct a;
-    double da = 0, db = 0;
-    bool uses_a = true, uses_b = false;
-    if (l == "relu") { a.kind = 0; uses_a = false; }
-    else if (l == "tanh") { a.kind = 1; uses_a = false; }
-    else if (l == "sigmoid") { a.kind = 2; uses_a = false; }
-    else if (l == "affine") { a.kind = 3; da = 1; uses_b = true; }
-    else if (l == "leakyrelu") { a.kind = 4; da = 0.01; }
-    else if (l == "thresholdedrelu") { a.kind = 5; da = 1; }
-    else if (l == "scaledtanh") { a.kind = 6; da = 1; db = 1; uses_b = true; }
-    else if (l == "hardsigmoid") { a.kind = 7; da = 0.2; db = 0.5; uses_b = true; }
-    else if (l == "elu") { a.kind = 8; da = 1; }
-    else if (l == "softsign") { a.kind = 9; uses_a = false; }
-    else if (l == "softplus") { a.kind = 10; uses_a = false; }
-    else return unsupported(n.describe() + ": unknown activation '" + l + "'");
-    a.alpha = uses_a && ai < alphas.size() ? alphas[ai++] : da;
-    a.beta = uses_b && bi < betas.size() ? betas[bi++] : db;
-    acts.push_back(a);
-  }
-  return acts;
-}
 
 std::string check_rnn(const ir::Node& n) {
   for (int i = 0; i < 3; ++i)
@@ -86,7 +42,7 @@ Expected<KernelPtr> create_rnn(const ir::Node& n, int cell) {
     base.has_clip = true;
     base.clip = n.attr_float("clip", 0);
   }
-  KILN_ASSIGN_OR_RETURN(std::vector<RnnAct> acts, parse_acts(n, cell, base.num_dir));
+  KILN_ASSIGN_OR_RETURN(std::vector<rnn::Activation> acts, ops::parse_rnn_activations(n, acts_of(cell), base.num_dir));
   for (size_t i = 0; i < acts.size() && i < 6; ++i) base.acts[i] = acts[i];
   auto reshape = [base, hidden_attr](ReshapeContext& rc) -> Status {
     auto present = [&](size_t i) { return rc.in.size() > i && rc.in[i].present; };

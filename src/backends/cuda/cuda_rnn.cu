@@ -5,22 +5,6 @@
 namespace kiln::cuda {
 namespace {
 
-__device__ double act(const RnnAct& a, double x) {
-  switch (a.kind) {
-    case 0: return x > 0 ? x : 0;
-    case 1: return tanh(x);
-    case 2: return 1 / (1 + exp(-x));
-    case 3: return a.alpha * x + a.beta;
-    case 4: return x >= 0 ? x : a.alpha * x;
-    case 5: return x > a.alpha ? x : 0;
-    case 6: return a.alpha * tanh(a.beta * x);
-    case 7: return fmin(fmax(a.alpha * x + a.beta, 0.0), 1.0);
-    case 8: return x >= 0 ? x : a.alpha * (exp(x) - 1);
-    case 9: return x / (1 + fabs(x));
-    default: return x > 30 ? x : log1p(exp(x));
-  }
-}
-
 template <typename T>
 __global__ void rnn_kernel(RnnArgs a) {
   const int dir = blockIdx.x / a.batch;
@@ -33,7 +17,7 @@ __global__ void rnn_kernel(RnnArgs a) {
   const T* r = static_cast<const T*>(a.r) + dir * G * H * H;
   const T* bias = a.b ? static_cast<const T*>(a.b) + dir * 2 * G * H : nullptr;
   const T* peep = a.p ? static_cast<const T*>(a.p) + dir * 3 * H : nullptr;
-  const RnnAct* f = a.acts + dir * (a.cell == 0 ? 1 : a.cell == 1 ? 2 : 3);
+  const rnn::Activation* f = a.acts + dir * (a.cell == 0 ? 1 : a.cell == 1 ? 2 : 3);
   // State buffers of this block: h (2 copies), c, r⊙h (GRU).
   double* hbuf = a.workspace + static_cast<int64_t>(blockIdx.x) * 4 * H;
   double* cbuf = hbuf + 2 * H;
@@ -68,26 +52,26 @@ __global__ void rnn_kernel(RnnArgs a) {
       return v;
     };
     if (a.cell == 0) {
-      for (int64_t j = threadIdx.x; j < H; j += blockDim.x) hn[j] = act(f[0], clip(pre(0, j, true) + wb(0, j) + rb(0, j)));
+      for (int64_t j = threadIdx.x; j < H; j += blockDim.x) hn[j] = f[0](clip(pre(0, j, true) + wb(0, j) + rb(0, j)));
     } else if (a.cell == 2) {
       for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
         const double pi = peep ? convert<double>(peep[j]) : 0, po = peep ? convert<double>(peep[H + j]) : 0,
                      pf = peep ? convert<double>(peep[2 * H + j]) : 0;
         const double cprev = cbuf[j];
-        const double i = act(f[0], clip(pre(0, j, true) + wb(0, j) + rb(0, j) + pi * cprev));
-        const double fg = a.input_forget ? 1 - i : act(f[0], clip(pre(2, j, true) + wb(2, j) + rb(2, j) + pf * cprev));
-        const double g = act(f[1], clip(pre(3, j, true) + wb(3, j) + rb(3, j)));
+        const double i = f[0](clip(pre(0, j, true) + wb(0, j) + rb(0, j) + pi * cprev));
+        const double fg = a.input_forget ? 1 - i : f[0](clip(pre(2, j, true) + wb(2, j) + rb(2, j) + pf * cprev));
+        const double g = f[1](clip(pre(3, j, true) + wb(3, j) + rb(3, j)));
         const double cn = fg * cprev + i * g;
-        const double o = act(f[0], clip(pre(1, j, true) + wb(1, j) + rb(1, j) + po * cn));
+        const double o = f[0](clip(pre(1, j, true) + wb(1, j) + rb(1, j) + po * cn));
         cbuf[j] = cn;  // only this thread reads c[j]
-        hn[j] = o * act(f[2], cn);
+        hn[j] = o * f[2](cn);
       }
     } else {
       // GRU: z and r first; without linear_before_reset the candidate reads (r ⊙ h)·R_hᵀ, which needs
       // every unit's r: a barrier between the two halves.
       for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
-        const double z = act(f[0], clip(pre(0, j, true) + wb(0, j) + rb(0, j)));
-        const double rv = act(f[0], clip(pre(1, j, true) + wb(1, j) + rb(1, j)));
+        const double z = f[0](clip(pre(0, j, true) + wb(0, j) + rb(0, j)));
+        const double rv = f[0](clip(pre(1, j, true) + wb(1, j) + rb(1, j)));
         hn[j] = z;  // z parked in h_t until the candidate is known
         rh[j] = a.linear_before_reset ? rv : rv * h[j];
       }
@@ -104,7 +88,7 @@ __global__ void rnn_kernel(RnnArgs a) {
           for (int64_t k = 0; k < H; ++k) c += rh[k] * convert<double>(rr[k]);
           lin = c + rb(2, j);
         }
-        const double ht = act(f[1], clip(pre(2, j, false) + wb(2, j) + lin));
+        const double ht = f[1](clip(pre(2, j, false) + wb(2, j) + lin));
         const double z = hn[j];
         hn[j] = (1 - z) * ht + z * h[j];
       }

@@ -4,6 +4,7 @@
 
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
+#include "ops/rnn.h"
 
 namespace kiln::cuda {
 namespace {
@@ -42,21 +43,8 @@ struct OptimizerPlan {
 
 Expected<KernelPtr> create_optimizer(const ir::Node& n, int kind) {
   OptimizerArgs base;
-  base.kind = kind;
-  base.decay_factor = n.attr_float("decay_factor", 0);
-  base.epsilon = n.attr_float("epsilon", 1e-6f);
-  base.norm_coefficient = n.attr_float("norm_coefficient", 0);
-  base.norm_coefficient_post = n.attr_float("norm_coefficient_post", 0);
-  base.alpha = n.attr_float("alpha", 0.9f);
-  base.beta = n.attr_float("beta", 0.999f);
-  if (kind == 2) {
-    if (!n.attr("alpha") || !n.attr("beta") || !n.attr("norm_coefficient") || !n.attr("mode"))
-      return invalid_model(n.describe() + ": Momentum needs alpha, beta, mode and norm_coefficient");
-    const std::string mode = n.attr_string("mode", "standard");
-    if (mode != "standard" && mode != "nesterov") return invalid_model(n.describe() + ": mode must be standard or nesterov");
-    base.nesterov = mode == "nesterov";
-  }
-  const int per = kind == 1 ? 4 : 3;  // X, G, states
+  KILN_ASSIGN_OR_RETURN(base.attrs, ops::parse_optimizer(n, kind));
+  const int per = 2 + optimizer::states_of(kind);  // X, G, states
   auto reshape = [base, per](ReshapeContext& rc) -> Status {
     const int n_in = static_cast<int>(rc.in.size()) - 2;
     if (n_in <= 0 || n_in % per != 0) return rc.error("expects R, T and " + std::to_string(per) + " tensors per updated input");

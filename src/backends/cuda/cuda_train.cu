@@ -11,22 +11,9 @@ __global__ void optimizer_kernel(OptimizerArgs a) {
   const T* s1 = static_cast<const T*>(a.s1);
   const T* s2 = static_cast<const T*>(a.s2);
   KILN_GRID_LOOP(e, a.n) {
-    const double xv = convert<double>(x[e]), gr = a.norm_coefficient * xv + convert<double>(g[e]);
-    double x_new = xv, st1 = 0, st2 = 0;
-    if (a.kind == 0) {
-      const double rr = a.r / (1 + a.t * a.decay_factor);
-      st1 = convert<double>(s1[e]) + gr * gr;
-      x_new = xv - rr * gr / (sqrt(st1) + a.epsilon);
-    } else if (a.kind == 1) {
-      st1 = a.alpha * convert<double>(s1[e]) + (1 - a.alpha) * gr;
-      st2 = a.beta * convert<double>(s2[e]) + (1 - a.beta) * gr * gr;
-      const double ra = a.t > 0 ? a.r * sqrt(1 - pow(a.beta, a.t)) / (1 - pow(a.alpha, a.t)) : a.r;
-      x_new = (1 - a.norm_coefficient_post) * (xv - ra * (st1 / (sqrt(st2) + a.epsilon)));
-    } else {
-      const double beta = a.t > 0 ? a.beta : 1.0;
-      st1 = a.alpha * convert<double>(s1[e]) + beta * gr;
-      x_new = a.nesterov ? xv - a.r * (gr + a.alpha * st1) : xv - a.r * st1;
-    }
+    double x_new, st1, st2;
+    optimizer::step(a.attrs, a.r, a.t, convert<double>(x[e]), convert<double>(g[e]), convert<double>(s1[e]),
+                    s2 ? convert<double>(s2[e]) : 0.0, x_new, st1, st2);
     if (a.xo) static_cast<T*>(a.xo)[e] = convert<T>(x_new);
     if (a.s1o) static_cast<T*>(a.s1o)[e] = convert<T>(st1);
     if (a.s2o) static_cast<T*>(a.s2o)[e] = convert<T>(st2);
