@@ -11,6 +11,14 @@
 //   ChannelsLastPool(X) → Y      MaxPool, AveragePool, GlobalMaxPool or GlobalAveragePool (attribute
 //                                `op`, with that op's attributes) on X [N,H,W,C] → Y [N,OH,OW,C]
 //                                (passes/channels_last.cpp, GPU engines)
+//   QConv(X, x_scale, x_zero_point, W, w_scale, w_zero_point[, y_scale, y_zero_point[, B]])
+//                                Conv attributes + activation: DequantizeLinear of X and of W
+//                                (int8, per-tensor or per-output-channel scale, zero point 0), the
+//                                convolution + B (float32, or int32 in x_scale·w_scale units), the
+//                                activation, and QuantizeLinear with y_scale/y_zero_point when given
+//                                (else a float32 output) (passes/fuse_qdq.cpp)
+//   QMatMul(A, a_scale, a_zero_point, B, b_scale, b_zero_point[, y_scale, y_zero_point[, bias]])
+//                                the same for MatMul with a 2-D B [K, N] (scale per column)
 //   Attention(Q, K, V[, mask[, bool_mask]])   Q [B,S,H*D], K [B,T,H*D], V [B,T,H*Dv]; mask additive and
 //                                bool_mask broadcast to [B,H,S,T]; num_heads, scale, mask_fill,
 //                                mask_fill_where_true → [B,S,H*Dv]:
@@ -114,6 +122,21 @@ Status infer_attention(InferContext& c) {
   return Status::Ok();
 }
 
+// QConv / QMatMul (passes/fuse_qdq.cpp): the float op's shape function on X (input 0) and W (input 3);
+// the output is float32, or y_zero_point's type when y_scale is given.
+template <const char* Op>
+Status infer_quantized(InferContext& c) {
+  if (!c.has(0) || !c.has(3)) return Status::Ok();
+  const OpDef* d = find_op("", Op);
+  InferContext sub{c.node, {c.in[0], c.in[3]}, {c.in_value[0], c.in_value[3]}, {}};
+  sub.out.resize(1);
+  sub.out[0].kind = ir::Type::Kind::kUnknown;
+  KILN_RETURN_IF_ERROR(d->infer(sub));
+  c.out[0] = sub.out[0];
+  c.out[0].dtype = c.has(6) && c.has(7) ? c.dtype(7) : DataType::kFloat32;
+  return Status::Ok();
+}
+
 }  // namespace
 
 void add_fused_ops(std::vector<OpDef>& t) {
@@ -128,6 +151,8 @@ void add_fused_ops(std::vector<OpDef>& t) {
   add("SkipLayerNorm", infer_skip_layer_norm, 3, 4, 1, 2);
   add("Attention", infer_attention, 3, 5, 1, 1);
   add("ChannelsLastPool", infer_channels_last_pool, 1, 1, 1, 1);
+  add("QConv", infer_quantized<kConv>, 5, 9, 1, 1);
+  add("QMatMul", infer_quantized<kMatMul>, 5, 9, 1, 1);
 }
 
 }  // namespace kiln::ops

@@ -52,7 +52,7 @@ Expected<bool> fold_constants(ir::Graph& g, PassContext& ctx) {
   bool changed = false;
   const auto nodes = g.nodes();
   for (ir::Node* n : nodes) {
-    if (ops::is_nondeterministic(*n) || n->has_subgraphs()) continue;
+    if (ops::is_nondeterministic(*n) || n->has_subgraphs() || keep_dequantize_for_fusion(*n, ctx)) continue;
     std::vector<Value> outputs;
     Tensor shape_value;
     if (fold_shape_of(*n, &shape_value)) {

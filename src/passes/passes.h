@@ -99,6 +99,9 @@ Expected<bool> fold_conv_batchnorm(ir::Graph& g, PassContext& ctx);    // fuse_c
 Expected<bool> fold_conv_affine(ir::Graph& g, PassContext& ctx);       // fuse_conv_affine.cpp
 Expected<bool> fold_pad_into_conv(ir::Graph& g, PassContext& ctx);     // fuse_pad_conv.cpp
 Expected<bool> fuse_matmul_add(ir::Graph& g, PassContext& ctx);        // fuse_matmul_add.cpp
+Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx);               // fuse_qdq.cpp
+// A weights' DequantizeLinear that fuse_qdq will fold into an integer kernel (constant folding skips it).
+bool keep_dequantize_for_fusion(const ir::Node& n, const PassContext& ctx);
 Expected<bool> fuse_gelu(ir::Graph& g, PassContext& ctx);              // fuse_gelu.cpp
 Expected<bool> fuse_layer_norm(ir::Graph& g, PassContext& ctx);        // fuse_layer_norm.cpp
 Expected<bool> fuse_rms_norm(ir::Graph& g, PassContext& ctx);          // fuse_rms_norm.cpp

@@ -7,6 +7,7 @@ namespace kiln::cpu {
 void register_nn(KernelRegistry& r) {
   nn::register_gemm(r);
   nn::register_conv(r);
+  nn::register_qconv(r);
   nn::register_pool(r);
   nn::register_norm(r);
   nn::register_softmax(r);

@@ -14,6 +14,7 @@ namespace kiln::cpu::nn {
 
 void register_gemm(KernelRegistry& r);
 void register_conv(KernelRegistry& r);
+void register_qconv(KernelRegistry& r);  // nn_qconv.cpp: kiln.QConv, kiln.QMatMul
 void register_pool(KernelRegistry& r);
 void register_norm(KernelRegistry& r);
 void register_softmax(KernelRegistry& r);

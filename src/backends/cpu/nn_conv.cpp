@@ -10,6 +10,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "backends/cpu/conv_shapes.h"
 #include "backends/cpu/nn_common.h"
 #include "backends/staged_kernel.h"
 #include "ops/nn.h"
@@ -98,43 +99,6 @@ void col2im(const T* col, int64_t channels, const std::vector<int64_t>& in, cons
       }
     }
   });
-}
-
-struct ConvShapes {
-  int64_t N = 0, C = 0, M = 0, group = 1;
-  std::vector<int64_t> in;
-  WindowGeometry g;
-  Shape y;
-};
-
-// Checks X [N, C, in...] against W [M, C/group, k...] and lays out the windows.
-template <typename Ctx>
-Status conv_shapes(const Ctx& ctx, const ops::WindowAttrs& a, int64_t group, const Shape& x, const Shape& w,
-                   ConvShapes& s) {
-  if (x.size() < 3) return ctx.error("X must have rank >= 3 ([N, C, spatial...]), got " + shape_to_string(x));
-  if (w.size() != x.size()) return ctx.error("W must have the rank of X, got " + shape_to_string(w));
-  if (group < 1 || x[1] != w[1] * group || w[0] % group != 0)
-    return ctx.error("channels do not match: X " + shape_to_string(x) + ", W " + shape_to_string(w) + ", group " +
-                     std::to_string(group));
-  s.N = x[0];
-  s.C = x[1];
-  s.M = w[0];
-  s.group = group;
-  s.in.assign(x.begin() + 2, x.end());
-  auto g = ops::window_geometry(a, s.in, std::vector<int64_t>(w.begin() + 2, w.end()));
-  if (!g.ok()) return ctx.error(g.status().message());
-  if (a.kernel.size() && a.kernel != std::vector<int64_t>(w.begin() + 2, w.end()))
-    return ctx.error("kernel_shape does not match W's shape " + shape_to_string(w));
-  s.g = *g;
-  s.y = {s.N, s.M};
-  s.y.insert(s.y.end(), s.g.out.begin(), s.g.out.end());
-  return Status::Ok();
-}
-
-bool is_pointwise(const WindowGeometry& g) {
-  for (size_t i = 0; i < g.kernel.size(); ++i)
-    if (g.kernel[i] != 1 || g.strides[i] != 1 || g.pads[i] != 0 || g.pads[g.kernel.size() + i] != 0) return false;
-  return true;
 }
 
 // Column buffers conv_forward needs: `count` of `each` elements (none for pointwise windows).
@@ -290,10 +254,6 @@ ConvAttrs parse_conv(const ir::Node& n) { return {ops::parse_window_attrs(n), n.
 // ---- The "onednn" tactic: oneDNN's convolution primitive (float32, 2-D, constant weights), in the
 // blocked layouts it chooses: the input is reordered into the workspace, the weights once per shape
 // signature (held by the state), the output reordered back to NCHW. Bias in the primitive.
-const dnnl::engine& dnnl_cpu() {
-  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
 
 // Everything a run needs, made at reshape: the run only points the memory objects at this run's
 // buffers and executes through oneDNN's C API with argument lists built here (the C++ wrapper's
@@ -311,7 +271,6 @@ struct DnnlConv {
   std::vector<dnnl_exec_arg_t> conv_args, src_args, dst_args;
 };
 
-size_t align64(size_t b) { return (b + 63) & ~size_t{63}; }
 
 // Whether the oneDNN tactic can take this convolution.
 bool dnnl_eligible(const ReshapeContext& rc, const ConvShapes& s) {

@@ -1,0 +1,61 @@
+// backends/cpu/conv_shapes.h — the geometry of a CPU convolution (X [N, C, in...] against
+// W [M, C/group, k...]) and the process's oneDNN CPU engine, shared by the float convolutions
+// (nn_conv.cpp) and the quantized ones (nn_qconv.cpp).
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <string>
+#include <vector>
+
+#include "ops/nn.h"
+#include "kiln/status.h"
+
+namespace kiln::cpu::nn {
+
+struct ConvShapes {
+  int64_t N = 0, C = 0, M = 0, group = 1;
+  std::vector<int64_t> in;
+  ops::WindowGeometry g;
+  Shape y;
+};
+
+// Checks X [N, C, in...] against W [M, C/group, k...] and lays out the windows.
+template <typename Ctx>
+Status conv_shapes(const Ctx& ctx, const ops::WindowAttrs& a, int64_t group, const Shape& x, const Shape& w,
+                   ConvShapes& s) {
+  if (x.size() < 3) return ctx.error("X must have rank >= 3 ([N, C, spatial...]), got " + shape_to_string(x));
+  if (w.size() != x.size()) return ctx.error("W must have the rank of X, got " + shape_to_string(w));
+  if (group < 1 || x[1] != w[1] * group || w[0] % group != 0)
+    return ctx.error("channels do not match: X " + shape_to_string(x) + ", W " + shape_to_string(w) + ", group " +
+                     std::to_string(group));
+  s.N = x[0];
+  s.C = x[1];
+  s.M = w[0];
+  s.group = group;
+  s.in.assign(x.begin() + 2, x.end());
+  auto g = ops::window_geometry(a, s.in, std::vector<int64_t>(w.begin() + 2, w.end()));
+  if (!g.ok()) return ctx.error(g.status().message());
+  if (a.kernel.size() && a.kernel != std::vector<int64_t>(w.begin() + 2, w.end()))
+    return ctx.error("kernel_shape does not match W's shape " + shape_to_string(w));
+  s.g = *g;
+  s.y = {s.N, s.M};
+  s.y.insert(s.y.end(), s.g.out.begin(), s.g.out.end());
+  return Status::Ok();
+}
+
+inline bool is_pointwise(const ops::WindowGeometry& g) {
+  for (size_t i = 0; i < g.kernel.size(); ++i)
+    if (g.kernel[i] != 1 || g.strides[i] != 1 || g.pads[i] != 0 || g.pads[g.kernel.size() + i] != 0) return false;
+  return true;
+}
+
+// The process's oneDNN CPU engine.
+inline const dnnl::engine& dnnl_cpu() {
+  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+inline size_t align64(size_t b) { return (b + 63) & ~size_t{63}; }
+
+}  // namespace kiln::cpu::nn

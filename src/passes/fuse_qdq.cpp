@@ -1,0 +1,187 @@
+// passes/fuse_qdq.cpp — explicitly quantized products become integer kernels.
+//
+// A QDQ model (ONNX Runtime's quantize_static, TensorRT-style explicit quantization, or kiln's own
+// calibration, passes/quantize.cpp) writes an 8-bit product as float ops between
+// DequantizeLinear and QuantizeLinear:
+//
+//   Q?(act?(Conv|MatMul|Gemm(DequantizeLinear(x_q, xs, xz), DequantizeLinear(W_q, ws, 0) [, bias])))
+//
+// This pass replaces that chain by one kiln.QConv / kiln.QMatMul (ops/fused.cpp) that reads x_q and
+// W_q and accumulates in int32; with the QuantizeLinear it writes 8-bit output, without it float32.
+// It fires only where the target has the kernel, for weights that are constant int8 with zero points
+// 0 (per tensor or per output channel), activations uint8/int8 with one scale and zero point, and
+// 2-D convolutions. The weights' DequantizeLinear is kept from constant folding for it
+// (fold_constants.cpp asks keep_dequantize_for_fusion).
+#include "ir/epilogue.h"
+#include "passes/pattern.h"
+
+namespace kiln::passes {
+namespace {
+
+bool is_8bit(DataType t) { return t == DataType::kUInt8 || t == DataType::kInt8; }
+
+const ir::Value* input_or_null(const ir::Node* n, size_t i) { return n && n->has_input(i) ? n->inputs[i] : nullptr; }
+
+// "" when the DequantizeLinear/QuantizeLinear node `n` has one float32 scale and (optionally) one zero
+// point of the quantized type `q`.
+std::string per_tensor(const ir::Node* n, DataType q, const char* what) {
+  const ir::Value* s = input_or_null(n, 1);
+  if (!s || !s->is_constant() || s->type.dtype != DataType::kFloat32 || s->constant->numel() != 1)
+    return std::string(what) + "'s scale is not one float32 constant";
+  if (!(s->constant->data<float>()[0] > 0)) return std::string(what) + "'s scale is not positive";
+  const ir::Value* z = input_or_null(n, 2);
+  if (z && (!z->is_constant() || z->constant->numel() != 1 || z->type.dtype != q))
+    return std::string(what) + "'s zero point is not one constant of its type";
+  return "";
+}
+
+// The activation node's kind (ai.onnx ops the kernels take as post-ops), or nullopt.
+std::optional<Activation> activation_node(const ir::Node* n) {
+  if (!n || !n->domain.empty()) return std::nullopt;
+  std::string why;
+  const Activation a = activation_of(*n, [](const ir::Value* v) { return scalar_value(v); }, &why);
+  if (a.kind == ActKind::kNone) return std::nullopt;
+  return a;
+}
+
+// The single reader of v (not a graph output), or null.
+ir::Node* sole_reader(const ir::Value* v) {
+  if (!v || v->is_output || v->uses.size() != 1) return nullptr;
+  return v->uses[0].node;
+}
+
+bool is_quantize(const ir::Node* n) { return n && n->domain.empty() && n->op_type == "QuantizeLinear"; }
+
+}  // namespace
+
+bool keep_dequantize_for_fusion(const ir::Node& n, const PassContext& ctx) {
+  if (ctx.options.level < 1 || ctx.options.disabled.count("fuse-qdq") || n.op_type != "DequantizeLinear" ||
+      !n.domain.empty() || !n.has_input(0) || n.inputs[0]->type.dtype != DataType::kInt8 || !n.outputs[0])
+    return false;
+  for (const ir::Use& u : n.outputs[0]->uses) {
+    const ir::Node* r = u.node;
+    if (!r->domain.empty() || u.input_index != 1) continue;
+    if (r->op_type == "Conv" && ctx.has_kernel("kiln", "QConv")) return true;
+    if ((r->op_type == "MatMul" || r->op_type == "Gemm") && ctx.has_kernel("kiln", "QMatMul")) return true;
+  }
+  return false;
+}
+
+Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
+  Rewriter rw(g, ctx, "fuse-qdq");
+  const Pat dqx = op("DequantizeLinear", {any("xq"), cst("xs")}).as("dqx");
+  const Pat dqw = op("DequantizeLinear", {cst("wq"), cst("ws")}).as("dqw");
+  const Pat prod = op("Conv|MatMul|Gemm", {dqx, dqw}).as("prod");
+  const Pat act = op("Relu|LeakyRelu|Clip|Sigmoid|HardSigmoid|HardSwish|Tanh", {prod}).as("act");
+  std::vector<Rule> rules = {
+      {"DQ+product+act?+Q", op("QuantizeLinear", {maybe(act), cst("ys")}).as("q")},
+      {"DQ+product+act", act},
+      {"DQ+product", prod},
+  };
+  for (Rule& r : rules) r.exclusive = false;  // x's DequantizeLinear may have other readers
+  return rw.run(rules, [&](Match& m) -> std::string {
+    ir::Node* p = m.node("prod");
+    ir::Node* a = m.has("act") ? m.node("act") : nullptr;
+    ir::Node* q = m.has("q") ? m.node("q") : nullptr;
+    // A product or activation whose only reader is a QuantizeLinear (or activation) is fused when that
+    // reader is the root, so the 8-bit output is not lost to an earlier float-output match.
+    ir::Node* after = sole_reader((a ? a : p)->outputs[0]);
+    if (!q && (is_quantize(after) || (!a && activation_node(after)))) return "fused with its reader";
+    if (a && (!activation_node(a) || sole_reader(p->outputs[0]) != a)) return "activation not fusable";
+    if (q && sole_reader((a ? a : p)->outputs[0]) != q) return "the product's output has other readers";
+    const bool conv = p->op_type == "Conv";
+    const std::string fused_op = conv ? "QConv" : "QMatMul";
+    if (std::string why = rw.unsupported_on_target("kiln", fused_op); !why.empty()) return why;
+    const ir::Node* nx = m.node("dqx");
+    const ir::Node* nw = m.node("dqw");
+    const DataType xt = m["xq"]->type.dtype;
+    if (!is_8bit(xt)) return "x is not 8-bit";
+    if (std::string why = per_tensor(nx, xt, "x"); !why.empty()) return why;
+    if (nx->attr_int("block_size", 0) != 0 || nw->attr_int("block_size", 0) != 0) return "blocked quantization";
+    if (nx->outputs[0]->type.dtype != DataType::kFloat32 || nw->outputs[0]->type.dtype != DataType::kFloat32)
+      return "dequantized to a type other than float32";
+    const Tensor& wq = m.constant("wq");
+    if (wq.dtype() != DataType::kInt8) return "W is not int8";
+    if (const ir::Value* wz = input_or_null(nw, 2)) {
+      if (!wz->is_constant()) return "W's zero point is not constant";
+      for (double z : constant_values(wz))
+        if (z != 0) return "W's zero point is not 0";
+    }
+    const Tensor& ws = m.constant("ws");
+    if (ws.dtype() != DataType::kFloat32) return "W's scale is not float32";
+    for (double s : constant_values(m["ws"]))
+      if (!(s > 0)) return "W's scale is not positive";
+    const Shape& wsh = wq.shape();
+    const int wrank = static_cast<int>(wsh.size());
+    int64_t axis = nw->attr_int("axis", 1);
+    if (axis < 0) axis += wrank;
+    // Per-channel scales must run along the output channels: W's axis 0 for Conv and a transposed
+    // Gemm, axis 1 for MatMul and Gemm.
+    std::vector<ir::Value*> ins(9, nullptr);
+    ins[0] = m["xq"];
+    ins[1] = m["xs"];
+    ins[2] = input_or_null(nx, 2) ? nx->inputs[2] : nullptr;
+    Tensor w = wq;
+    std::map<std::string, ir::Attribute> attrs;
+    if (conv) {
+      if (wrank != 4) return "not a 2-D convolution";
+      if (ws.numel() != 1 && (axis != 0 || ws.numel() != wsh[0])) return "W's scales are not per output channel";
+      if (p->has_input(2) && !p->inputs[2]->is_constant()) return "the bias is not constant";
+      if (p->has_input(2) && p->inputs[2]->type.dtype != DataType::kFloat32) return "the bias is not float32";
+      for (const char* k : {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})
+        if (const ir::Attribute* at = p->attr(k)) attrs[k] = *at;
+      if (p->has_input(2)) ins[8] = p->inputs[2];
+    } else {
+      if (wrank != 2) return "W is not 2-D";
+      const bool gemm = p->op_type == "Gemm";
+      const bool trans_b = gemm && p->attr_int("transB", 0) != 0;
+      if (gemm) {
+        if (p->attr_int("transA", 0) != 0 || p->attr_float("alpha", 1.0f) != 1.0f) return "Gemm with transA or alpha";
+        if (p->has_input(2) && p->attr_float("beta", 1.0f) != 1.0f) return "Gemm with beta != 1";
+        const ir::Value* a_in = p->inputs[0];
+        if (!a_in->type.shape.known || a_in->type.shape.rank() != 2) return "Gemm's A is not 2-D";
+      }
+      const int64_t n_axis = trans_b ? 0 : 1;
+      if (ws.numel() != 1 && (axis != n_axis || ws.numel() != wsh[n_axis])) return "W's scales are not per output column";
+      const int64_t N = wsh[n_axis];
+      if (gemm && p->has_input(2)) {
+        const ir::Value* c = p->inputs[2];
+        if (!c->is_constant() || c->type.dtype != DataType::kFloat32 || c->constant->numel() != N) return "Gemm's C is not a float32 row";
+        ins[8] = rw.constant(c->name + "_row", c->constant->reshaped({N}));
+      }
+      if (trans_b) {
+        Tensor t = Tensor::empty(DataType::kInt8, {wsh[1], wsh[0]});
+        const int8_t* src = wq.data<int8_t>();
+        int8_t* dst = t.data<int8_t>();
+        for (int64_t r = 0; r < wsh[0]; ++r)
+          for (int64_t c = 0; c < wsh[1]; ++c) dst[c * wsh[0] + r] = src[r * wsh[1] + c];
+        w = std::move(t);
+      }
+    }
+    ins[3] = w.raw() == wq.raw() ? m["wq"] : rw.constant(m["wq"]->name + "_kn", w);
+    ins[4] = ws.shape().size() <= 1 ? m["ws"] : rw.constant(m["ws"]->name + "_flat", ws.reshaped({ws.numel()}));
+    if (q) {
+      if (q->attr_int("output_dtype", 0) != 0 && !q->has_input(2)) return "QuantizeLinear's output type set by attribute";
+      const DataType yt = q->has_input(2) ? q->inputs[2]->type.dtype : DataType::kUInt8;
+      if (!is_8bit(yt)) return "y is not 8-bit";
+      if (std::string why = per_tensor(q, yt, "y"); !why.empty()) return why;
+      ins[6] = m["ys"];
+      if (q->has_input(2)) {
+        ins[7] = q->inputs[2];
+      } else {
+        Tensor z = Tensor::empty(DataType::kUInt8, {});
+        z.data<uint8_t>()[0] = 0;
+        ins[7] = rw.constant(q->name + "_zero_point", z);
+      }
+    }
+    if (a) write_activation(*activation_node(a), attrs);
+    while (!ins.empty() && ins.back() == nullptr) ins.pop_back();
+    const std::string what = p->describe() + (a ? " + " + a->describe() : "") + (q ? " + " + q->describe() : "");
+    ir::Node* n = rw.replace(m, fused_op, "kiln", 1, ins);
+    n->attrs = std::move(attrs);
+    rw.log("fused " + what + " into kiln." + fused_op + (q ? " (8-bit output)" : " (float output)"));
+    return "";
+  });
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,204 @@
+"""8-bit inference on the CPU: explicitly quantized (QDQ) graphs fold into kiln.QConv / kiln.QMatMul
+(passes/fuse_qdq.cpp, backends/cpu/nn_qconv.cpp) and give what the unfused graph gives (opt level 0:
+DequantizeLinear, the float op, QuantizeLinear, each run alone) and what ONNX Runtime gives.
+
+Integer outputs may differ by one step where x·s lands within rounding of a half (the float op and
+the integer kernel compute the same sum in a different order); everything else must agree."""
+
+from __future__ import annotations
+
+import collections
+import re
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import kiln
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def ops_of(engine) -> collections.Counter:
+    c = collections.Counter()
+    for line in engine.placement_report().splitlines():
+        m = re.match(r"\[\w+\] .* \(([\w.]+)\) -> ", line)
+        if m:
+            c[m.group(1)] += 1
+    return c
+
+
+def const(name, arr):
+    return numpy_helper.from_array(np.asarray(arr), name)
+
+
+def np_quant(x, scale, zp, dtype):
+    info = np.iinfo(dtype)
+    return np.clip(np.rint(x / scale) + zp, info.min, info.max).astype(dtype)
+
+
+def qdq_model(kind, rng, *, xtype=np.uint8, ytype=np.int8, per_channel=True, bias=True, act="Relu",
+              quant_out=True, group=1, stride=1, pad=1, trans_b=False):
+    """x (float) → Q → DQ → Conv/MatMul/Gemm(DQ(W int8)) [+ bias] → act → Q → DQ → y (float)."""
+    nodes, inits = [], []
+    tp = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
+    xs, xz = np.float32(rng.uniform(0.01, 0.05)), (xtype(rng.integers(100, 156)) if xtype == np.uint8 else xtype(rng.integers(-20, 20)))
+    inits += [const("xs", xs), const("xz", np.array(xz, dtype=xtype))]
+    if kind == "conv":
+        C, M, k = 8, 16, 3
+        xshape = [2, C, 9, 11]
+        wshape = [M, C // group, k, k]
+        channels, axis = M, 0
+    else:
+        K, N = 24, 12
+        xshape = [3, 5, K] if kind == "matmul" else [6, K]
+        wshape = [N, K] if trans_b else [K, N]
+        channels, axis = N, (0 if trans_b else 1)
+    w = rng.integers(-127, 128, size=wshape).astype(np.int8)
+    ws = rng.uniform(0.002, 0.02, size=channels if per_channel else ()).astype(np.float32)
+    inits += [const("w", w), const("ws", ws), const("wz", np.zeros(ws.shape, np.int8))]
+    nodes += [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+              helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+              helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=axis)]
+    ins = ["xd", "wd"]
+    if bias:
+        inits.append(const("b", rng.standard_normal(channels).astype(np.float32)))
+        ins.append("b")
+    if kind == "conv":
+        nodes.append(helper.make_node("Conv", ins, ["p"], kernel_shape=[3, 3], pads=[pad] * 4, strides=[stride] * 2,
+                                      group=group))
+    elif kind == "matmul":
+        nodes.append(helper.make_node("MatMul", ins[:2], ["p0"]))
+        nodes.append(helper.make_node("Add", ["p0", "b"], ["p"]) if bias else helper.make_node("Identity", ["p0"], ["p"]))
+    else:
+        nodes.append(helper.make_node("Gemm", ins, ["p"], transB=int(trans_b)))
+    last = "p"
+    if act == "Relu":
+        nodes.append(helper.make_node("Relu", ["p"], ["a"]))
+        last = "a"
+    elif act == "Sigmoid":
+        nodes.append(helper.make_node("Sigmoid", ["p"], ["a"]))
+        last = "a"
+    elif act == "Clip":
+        inits += [const("lo", np.float32(-0.5)), const("hi", np.float32(1.5))]
+        nodes.append(helper.make_node("Clip", ["p", "lo", "hi"], ["a"]))
+        last = "a"
+    if quant_out:
+        ys = np.float32(0.02 if act == "Sigmoid" else 0.1)
+        yz = np.array(3 if ytype == np.int8 else 120, dtype=ytype)
+        inits += [const("ys", ys), const("yz", yz)]
+        nodes += [helper.make_node("QuantizeLinear", [last, "ys", "yz"], ["yq"]),
+                  helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+    else:
+        nodes.append(helper.make_node("Identity", [last], ["y"]))
+    g = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, xshape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = (rng.standard_normal(xshape) * 1.5).astype(np.float32)
+    step = float(ys) if quant_out else None
+    return m, x, step
+
+
+def run_kiln(model, x, level):
+    e = kiln.Engine.build_from_bytes(model.SerializeToString(), opt_level=level)
+    return e, e.create_context().run({"x": x})[0]
+
+
+def check(model, x, step, fused_op):
+    e_fused, got = run_kiln(model, x, 1)
+    assert ops_of(e_fused)[fused_op] == 1, e_fused.placement_report()
+    _, ref = run_kiln(model, x, 0)
+    ort_out = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.shape == ref.shape == ort_out.shape
+    for other in (ref, ort_out):
+        if step is None:  # float output: the same real sum
+            np.testing.assert_allclose(got, other, rtol=1e-5, atol=1e-4 * float(np.abs(other).max()))
+        else:  # 8-bit output: at most one step apart, and rarely
+            d = np.abs(got - other) / step
+            assert d.max() <= 1.0 + 1e-3, d.max()
+            assert np.mean(d > 0.5) < 0.01, np.mean(d > 0.5)
+
+
+@pytest.mark.parametrize("xtype,ytype", [(np.uint8, np.int8), (np.int8, np.uint8), (np.int8, np.int8)])
+@pytest.mark.parametrize("act", ["Relu", "Sigmoid", "Clip", None])
+def test_conv_qdq_folds_and_matches(xtype, ytype, act):
+    rng = np.random.default_rng(hash((str(xtype), str(ytype), str(act))) % 2**32)
+    m, x, step = qdq_model("conv", rng, xtype=xtype, ytype=ytype, act=act)
+    check(m, x, step, "QConv")
+
+
+@pytest.mark.parametrize("group,stride,pad,per_channel,bias", [(2, 2, 0, True, True), (1, 1, 1, False, False),
+                                                               (8, 1, 1, True, True)])
+def test_conv_geometry_and_scales(group, stride, pad, per_channel, bias):
+    rng = np.random.default_rng(7 + group)
+    m, x, step = qdq_model("conv", rng, group=group, stride=stride, pad=pad, per_channel=per_channel, bias=bias)
+    check(m, x, step, "QConv")
+
+
+def test_conv_float_output():
+    rng = np.random.default_rng(3)
+    m, x, step = qdq_model("conv", rng, quant_out=False, act="Relu")
+    check(m, x, step, "QConv")
+
+
+@pytest.mark.parametrize("kind,trans_b", [("matmul", False), ("gemm", False), ("gemm", True)])
+@pytest.mark.parametrize("quant_out", [True, False])
+def test_matmul_and_gemm_qdq(kind, trans_b, quant_out):
+    rng = np.random.default_rng(11 + trans_b + 2 * quant_out)
+    m, x, step = qdq_model(kind, rng, trans_b=trans_b, quant_out=quant_out, act=None if kind == "matmul" else "Relu",
+                           bias=kind != "matmul")
+    check(m, x, step, "QMatMul")
+
+
+def test_nonzero_weight_zero_point_stays_unfused():
+    rng = np.random.default_rng(5)
+    m, x, _ = qdq_model("conv", rng)
+    for t in m.graph.initializer:
+        if t.name == "wz":
+            t.CopyFrom(const("wz", np.full(16, 1, np.int8)))
+    e, got = run_kiln(m, x, 1)
+    assert ops_of(e)["QConv"] == 0
+    _, ref = run_kiln(m, x, 0)
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_ort_quantize_static_model(tmp_path):
+    """A model ONNX Runtime's quantize_static wrote (QDQ, per-channel int8 weights) folds into integer
+    kernels and agrees with ONNX Runtime."""
+    quant = pytest.importorskip("onnxruntime.quantization")
+    rng = np.random.default_rng(0)
+    C = [3, 8, 16]
+    nodes, inits = [], []
+    x = "x"
+    for i in range(2):
+        inits += [const(f"w{i}", (rng.standard_normal((C[i + 1], C[i], 3, 3)) * 0.3).astype(np.float32)),
+                  const(f"b{i}", rng.standard_normal(C[i + 1]).astype(np.float32) * 0.1)]
+        nodes += [helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        x = f"r{i}"
+    nodes += [helper.make_node("GlobalAveragePool", [x], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
+              helper.make_node("Gemm", ["f", "fw", "fb"], ["y"], transB=1)]
+    inits += [const("fw", rng.standard_normal((10, 16)).astype(np.float32)), const("fb", np.zeros(10, np.float32))]
+    g = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], initializer=inits)
+    fp32 = tmp_path / "fp32.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), fp32)
+    feeds = [{"x": rng.random((1, 3, 16, 16), dtype=np.float32)} for _ in range(8)]
+
+    class Reader(quant.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    qdq = tmp_path / "qdq.onnx"
+    quant.quantize_static(str(fp32), str(qdq), Reader(), quant_format=quant.QuantFormat.QDQ, per_channel=True)
+    sess = kiln.InferenceSession(str(qdq))
+    ref = ort.InferenceSession(str(qdq), providers=["CPUExecutionProvider"])
+    counts = ops_of(sess._engine)
+    assert counts["QConv"] == 2 and counts["QMatMul"] == 1, counts
+    for f in feeds:
+        got, want = sess.run(None, f)[0], ref.run(None, f)[0]
+        np.testing.assert_allclose(got, want, atol=0.05 * float(np.abs(want).max()))
