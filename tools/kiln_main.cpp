@@ -674,6 +674,22 @@ static int kiln_main(int argc, char** argv) {
                     "(float32 accumulation; inputs and outputs keep their dtypes) or best (fp16 + tf32)")
       ->check(precisions);
 
+  bool build_int8 = false;
+  std::string calib_dir, calib_method = "minmax", calib_cache;
+  double calib_percentile = 99.99;
+  build->add_flag("--int8", build_int8,
+                  "run Conv/MatMul/Gemm with constant weights in 8 bits (cpu engines): uint8 activations with ranges from "
+                  "--calibration, int8 weights with a scale per output channel");
+  build->add_option("--calibration", calib_dir,
+                    "folder of calibration input sets: one subfolder per set with <input name>.npy, or one .npy per set "
+                    "for a one-input model");
+  build->add_option("--calibration-method", calib_method, "minmax, entropy (least KL divergence) or percentile")
+      ->check(CLI::IsMember({"minmax", "entropy", "percentile"}));
+  build->add_option("--percentile", calib_percentile, "the percentile of |x| kept by --calibration-method percentile")
+      ->check(CLI::Range(0.0, 100.0));
+  build->add_option("--calibration-cache", calib_cache,
+                    "read the ranges from FILE when it was written for this model and method, else write them to it");
+
   // cache
   auto* cache = app.add_subcommand("cache", "Timing caches: merge several into one, or describe one");
   cache->require_subcommand(1);
@@ -915,6 +931,13 @@ static int kiln_main(int argc, char** argv) {
     o.tune = build_no_tune ? 0 : build_tune ? 1 : -1;
     o.timing_cache = timing_cache;
     o.tune_layer_seconds = tune_layer_seconds;
+    o.int8 = build_int8;
+    o.calibration_dir = calib_dir;
+    o.calibration_method = calib_method;
+    o.calibration_percentile = calib_percentile;
+    o.calibration_cache = calib_cache;
+    if (!build_int8 && (!calib_dir.empty() || !calib_cache.empty()))
+      return fail(kiln::invalid_argument("--calibration and --calibration-cache are for --int8 builds"));
     if (!build_quiet) o.progress = progress_printer();
     std::string why;
     if (!shapes_spec.empty()) {
@@ -957,6 +980,14 @@ static int kiln_main(int argc, char** argv) {
     std::printf("placement:\n%s", (*e)->placement_report().c_str());
     kiln::Status st = (*e)->save(build_out);
     if (!st.ok()) return fail(st);
+    if (o.int8) {
+      const auto meta = (*e)->metadata();
+      auto get = [&meta](const std::string& k) { auto it = meta.find(k); return it == meta.end() ? std::string("?") : it->second; };
+      std::printf("int8: %s products in 8 bits; activation ranges from %s\n", get("int8.products").c_str(), get("int8.calibration").c_str());
+      for (const auto& [k, v] : meta)
+        if (k.rfind("int8.rel_l2.", 0) == 0)
+          std::printf("int8: output '%s' relative L2 against the float32 engine %s (first calibration set)\n", k.substr(12).c_str(), v.c_str());
+    }
     // A reduced-precision engine is checked against a float32 engine of the same model on random
     // inputs (dynamic dims 1), steady-state runs (third, a replayed CUDA graph), output by output.
     if (o.precision != kiln::Precision::kFloat32 && !build_no_check) {

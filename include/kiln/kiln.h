@@ -97,7 +97,24 @@ struct BuildOptions {
   // kiln version, is ignored with a warning (and a foreign one is not overwritten).
   std::string timing_cache;
   std::function<void(const BuildProgress&)> progress;  // called from the building thread
+  // INT8 (CPU engines): every Conv (2-D), MatMul and Gemm with constant weights runs in 8 bits, its
+  // activation as uint8 with a scale and zero point measured on `calibration` (input sets by name,
+  // run through the float32 graph), its weights as int8 with one scale per output channel. Method:
+  // "minmax" (the range seen), "entropy" (the clipping threshold of least KL divergence) or
+  // "percentile" (of |x|, `calibration_percentile`). `calibration_cache`: ranges read from it when it
+  // was written for this model and method (then no data is needed), else written to it.
+  bool int8 = false;
+  std::vector<std::map<std::string, Tensor>> calibration;
+  std::string calibration_dir;  // read_calibration_dir's folder, when `calibration` is empty
+  std::string calibration_method = "minmax";
+  double calibration_percentile = 99.99;
+  std::string calibration_cache;
 };
+
+// Calibration input sets from a folder: one subfolder per set holding <input name>.npy for every
+// input, or (for a one-input model) one .npy file per set; in name order.
+Expected<std::vector<std::map<std::string, Tensor>>> read_calibration_dir(const std::string& dir,
+                                                                         const std::vector<std::string>& input_names);
 
 class ExecutionContext;
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "onnx/importer.h"
 #include "ops/op_table.h"
 #include "passes/passes.h"
+#include "runtime/calibrate.h"
 #include "runtime/eager.h"
 #include "runtime/engine_impl.h"
 #include "runtime/executor.h"
@@ -193,9 +195,83 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
   impl->graph = std::shared_ptr<ir::Graph>(std::move(model.graph));
   // A verbose build logs every decision (the optimizer's rewrites, placement fallbacks, tuning).
   ScopedLogLevel level(options.verbose ? LogLevel::kVerbose : LogLevel::kWarning);
+  if (options.int8 && options.device != DeviceType::kCPU)
+    return unsupported("INT8 engines run on the CPU in this version (kiln has no CUDA int8 kernels yet): build with device cpu");
+  if (options.int8 && options.opt_level < 1)
+    return invalid_argument("an INT8 build needs opt level 1 or more (the QDQ fusion makes its integer kernels)");
   KILN_ASSIGN_OR_RETURN(Backend * target, backend_for(options.device));
   report(options, start, "optimize");
-  KILN_RETURN_IF_ERROR(prepare_graph(*impl->graph, options, target->kernels()));
+  if (options.int8) {
+    // Quantize the graph optimized without fusions (the QDQ fusion wants plain Conv/MatMul/Gemm),
+    // then optimize it at the requested level: fuse-qdq first, the float fusions for the rest.
+    BuildOptions plain = options;
+    plain.opt_level = 1;
+    KILN_RETURN_IF_ERROR(prepare_graph(*impl->graph, plain, target->kernels()));
+    auto float_graph = impl->graph->clone();
+    auto build_float = [&](std::unique_ptr<ir::Graph> g) -> Expected<std::shared_ptr<Engine>> {
+      ir::Model m;
+      m.graph = std::move(g);
+      BuildOptions f;
+      f.opt_level = 0;
+      f.tune = 0;
+      return build_from_model(std::move(m), f, BuildClock::now());
+    };
+    report(options, start, "calibrate");
+    BuildOptions calib = options;
+    if (calib.calibration.empty() && !calib.calibration_dir.empty()) {
+      std::vector<std::string> names;
+      for (const ir::Value* v : impl->graph->inputs)
+        if (!v->constant) names.push_back(v->name);
+      KILN_ASSIGN_OR_RETURN(calib.calibration, read_calibration_dir(calib.calibration_dir, names));
+    }
+    KILN_ASSIGN_OR_RETURN(Int8Report q, quantize_int8(*impl->graph, calib, model.source_hash, build_float));
+    KILN_RETURN_IF_ERROR(passes::optimize(*impl->graph, builder_pass_options(options.opt_level, &target->kernels())));
+    int fused = 0;
+    for (const ir::Node* n : impl->graph->nodes()) fused += n->domain == "kiln" && (n->op_type == "QConv" || n->op_type == "QMatMul");
+    impl->meta["int8.products"] = std::to_string(fused) + " of " + std::to_string(q.products);
+    impl->meta["int8.calibration"] = q.from_cache ? "cache" : options.calibration_method + ", " + std::to_string(q.calibration_sets) + " input sets";
+    log(LogLevel::kInfo, "int8: " + impl->meta["int8.products"] + " products in 8 bits; ranges from " + impl->meta["int8.calibration"]);
+    for (const auto& r : q.ranges) {
+      char buf[160];
+      std::snprintf(buf, sizeof(buf), "int8:   %s range [%.6g, %.6g] scale %.6g zero point %d", r.name.c_str(), r.lo, r.hi, r.scale, r.zero_point);
+      log(LogLevel::kVerbose, buf);
+    }
+    // The build checks itself as reduced-precision builds do: the float32 engine and this one on the
+    // first calibration set, relative L2 per output (kept in the engine's metadata).
+    if (!calib.calibration.empty()) {
+      KILN_ASSIGN_OR_RETURN(auto ref, build_float(std::move(float_graph)));
+      ir::Model qm;
+      qm.graph = impl->graph->clone();
+      BuildOptions qo;
+      qo.opt_level = 0;
+      qo.tune = 0;
+      KILN_ASSIGN_OR_RETURN(auto quant, build_from_model(std::move(qm), qo, BuildClock::now()));
+      std::map<std::string, Value> in;
+      for (const auto& [k, t] : calib.calibration.front()) in[k] = Value::of(t);
+      KILN_ASSIGN_OR_RETURN(auto rc, ref->create_context());
+      KILN_ASSIGN_OR_RETURN(auto qc, quant->create_context());
+      KILN_ASSIGN_OR_RETURN(auto want, rc->run(in));
+      KILN_ASSIGN_OR_RETURN(auto got, qc->run(in));
+      for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+        const Tensor& a = want[i].tensor;
+        const Tensor& b = got[i].tensor;
+        if (a.dtype() != DataType::kFloat32 || b.dtype() != DataType::kFloat32 || a.numel() != b.numel()) continue;
+        double num = 0, den = 0;
+        for (int64_t j = 0; j < a.numel(); ++j) {
+          const double d = static_cast<double>(b.data<float>()[j]) - a.data<float>()[j];
+          num += d * d;
+          den += static_cast<double>(a.data<float>()[j]) * a.data<float>()[j];
+        }
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), "%.3e", den > 0 ? std::sqrt(num / den) : std::sqrt(num));
+        impl->meta["int8.rel_l2." + ref->outputs()[i].name] = buf;
+        log(LogLevel::kInfo, "int8: output '" + ref->outputs()[i].name + "' relative L2 against float32 " + buf +
+                                 " (first calibration set)");
+      }
+    }
+  } else {
+    KILN_RETURN_IF_ERROR(prepare_graph(*impl->graph, options, target->kernels()));
+  }
   LowerOptions lo;
   lo.device = options.device;
   lo.verbose = options.verbose;

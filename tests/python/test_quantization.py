@@ -202,3 +202,132 @@ def test_ort_quantize_static_model(tmp_path):
     for f in feeds:
         got, want = sess.run(None, f)[0], ref.run(None, f)[0]
         np.testing.assert_allclose(got, want, atol=0.05 * float(np.abs(want).max()))
+
+
+# ---- INT8 engines from float models: calibration (runtime/calibrate.cpp)
+
+def small_cnn(rng, outlier=False):
+    """Conv → Relu → Conv → Relu → Add(residual) → GlobalAveragePool → Flatten → Gemm, float32."""
+    C = 8
+    inits = [const("w0", (rng.standard_normal((C, 3, 3, 3)) * 0.4).astype(np.float32)),
+             const("b0", (rng.standard_normal(C) * 0.1).astype(np.float32)),
+             const("w1", (rng.standard_normal((C, C, 3, 3)) * 0.2).astype(np.float32)),
+             const("b1", (rng.standard_normal(C) * 0.1).astype(np.float32)),
+             const("fw", rng.standard_normal((10, C)).astype(np.float32)),
+             const("fb", (rng.standard_normal(10) * 0.1).astype(np.float32))]
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Add", ["r0", "r1"], ["s"]),
+             helper.make_node("GlobalAveragePool", ["s"], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "fw", "fb"], ["y"], transB=1)]
+    g = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 12, 12])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def images(rng, n, outlier=False):
+    x = rng.standard_normal((n, 3, 12, 12)).astype(np.float32)
+    if outlier:
+        x[0, 0, 0, 0] = 80.0  # one extreme pixel: minmax keeps it, entropy/percentile clip it
+    return x
+
+
+def rel_l2(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def build_int8(model, calib, **kw):
+    return kiln.Engine.build_from_bytes(model.SerializeToString(), int8=True,
+                                        calibration=[{"x": c} for c in calib], **kw)
+
+
+@pytest.mark.parametrize("method", ["minmax", "entropy", "percentile"])
+def test_int8_build_quantizes_every_product_and_stays_close(method):
+    rng = np.random.default_rng(21)
+    m = small_cnn(rng)
+    calib = [images(rng, 4) for _ in range(6)]
+    e = build_int8(m, calib, calibration_method=method)
+    counts = ops_of(e)
+    assert counts["QConv"] == 2 and counts["QMatMul"] == 1 and counts["Conv"] == 0, counts
+    meta = e.metadata()
+    assert meta["int8.products"] == "3 of 3"
+    assert float(meta["int8.rel_l2.y"]) < 0.05
+    ref = kiln.Engine.build_from_bytes(m.SerializeToString())
+    x = images(rng, 8)
+    got = e.create_context().run({"x": x})[0]
+    want = ref.create_context().run({"x": x})[0]
+    assert rel_l2(got, want) < 0.05, rel_l2(got, want)
+    assert rel_l2(got, want) > 0  # it does run in 8 bits
+
+
+def test_int8_clipping_methods_ignore_an_outlier():
+    """With one extreme input pixel, minmax spends the 256 levels on it; entropy and percentile clip
+    it, and the bulk of the images comes out closer to float32."""
+    rng = np.random.default_rng(4)
+    m = small_cnn(rng)
+    calib = [images(rng, 4, outlier=(i == 0)) for i in range(6)]
+    ref = kiln.Engine.build_from_bytes(m.SerializeToString())
+    x = images(rng, 16)
+    want = ref.create_context().run({"x": x})[0]
+    err = {}
+    for method in ("minmax", "entropy", "percentile"):
+        e = build_int8(m, calib, calibration_method=method, calibration_percentile=99.9)
+        err[method] = rel_l2(e.create_context().run({"x": x})[0], want)
+    assert err["entropy"] < err["minmax"] and err["percentile"] < err["minmax"], err
+
+
+def test_int8_calibration_cache_is_reused_and_checked(tmp_path):
+    rng = np.random.default_rng(9)
+    m = small_cnn(rng)
+    cache = str(tmp_path / "calib.txt")
+    calib = [images(rng, 4) for _ in range(4)]
+    a = build_int8(m, calib, calibration_cache=cache)
+    text = open(cache).read()
+    assert text.startswith("kiln-calibration 1 ")
+    # No data: the ranges come from the cache, and the engine is the same.
+    b = kiln.Engine.build_from_bytes(m.SerializeToString(), int8=True, calibration_cache=cache)
+    assert b.metadata()["int8.calibration"] == "cache"
+    x = images(rng, 3)
+    np.testing.assert_array_equal(a.create_context().run({"x": x})[0], b.create_context().run({"x": x})[0])
+    # Another method's cache is not used; with no data that is an error that says what is missing.
+    with pytest.raises(kiln.KilnError, match="calibration data"):
+        kiln.Engine.build_from_bytes(m.SerializeToString(), int8=True, calibration_cache=cache, calibration_method="entropy")
+    # A damaged cache is not trusted either.
+    open(cache, "w").write(text.replace("\n", "\nbroken\n", 1))
+    with pytest.raises(kiln.KilnError, match="calibration data"):
+        kiln.Engine.build_from_bytes(m.SerializeToString(), int8=True, calibration_cache=cache)
+
+
+def test_int8_errors_are_clear():
+    m = small_cnn(np.random.default_rng(1))
+    with pytest.raises(kiln.KilnError, match="calibration data"):
+        kiln.Engine.build_from_bytes(m.SerializeToString(), int8=True)
+    with pytest.raises(kiln.KilnError, match="minmax, entropy or percentile"):
+        build_int8(m, [images(np.random.default_rng(0), 2)], calibration_method="kl")
+    with pytest.raises(kiln.KilnError, match="CPU"):
+        build_int8(m, [images(np.random.default_rng(0), 2)], device="cuda")
+
+
+def test_int8_cli_from_a_folder(tmp_path):
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    exe = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "build", "kiln")
+    rng = np.random.default_rng(2)
+    path = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(rng), path)
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    for i in range(4):
+        np.save(calib / f"set{i}.npy", images(rng, 2))
+    out = tmp_path / "cnn.kiln"
+    r = subprocess.run([exe, "build", str(path), "-o", str(out), "--int8", "--calibration", str(calib), "-q"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "int8: 3 of 3 products in 8 bits; activation ranges from minmax, 4 input sets" in r.stdout, r.stdout
+    assert "QConv" in r.stdout
+    # The engine file keeps the quantized plan.
+    e = kiln.Engine.load(str(out))
+    assert ops_of(e)["QConv"] == 2

@@ -1,0 +1,379 @@
+// runtime/calibrate.cpp — INT8 engines from a float model: calibration and quantization.
+//
+// kiln build --int8 quantizes every Conv (2-D), MatMul and Gemm whose weights are constant:
+//   1. the activations they read get a range, measured by running the float32 graph (an engine of
+//      it, opt level 0, with those values made outputs) on the calibration input sets: minmax (the
+//      range seen), percentile (of |x|, the rest clipped) or entropy (the clipping threshold whose
+//      8-bit histogram is closest, by KL divergence, to the measured one);
+//   2. the graph gets QuantizeLinear → DequantizeLinear on those activations (uint8 with a zero point
+//      on the CPU, whose int8 kernels read uint8 natively) and int8 weights with one scale per output
+//      channel (symmetric, zero point 0) behind a DequantizeLinear;
+//   3. the optimizer's fuse-qdq pass (passes/fuse_qdq.cpp) then turns each product into kiln.QConv or
+//      kiln.QMatMul, as for a model that arrived quantized.
+// The ranges can be kept in a calibration cache (text: a header naming the model's hash and the
+// method, then one line per tensor) and reused by later builds without calibration data.
+#include "runtime/calibrate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "util/log.h"
+
+namespace kiln {
+namespace {
+
+constexpr int kBins = 2048;
+
+struct Range {
+  double lo = std::numeric_limits<double>::infinity(), hi = -std::numeric_limits<double>::infinity();
+  std::vector<double> hist;  // of |x| over [0, amax], kBins bins (entropy, percentile)
+  double amax() const { return std::max(std::fabs(lo), std::fabs(hi)); }
+};
+
+bool is_float_const(const ir::Value* v, int rank) {
+  return v && v->is_constant() && v->constant->dtype() == DataType::kFloat32 && static_cast<int>(v->constant->shape().size()) == rank;
+}
+
+// Conv (2-D), MatMul and Gemm with constant float32 weights: the products INT8 engines quantize.
+bool quantizable(const ir::Node& n) {
+  if (!n.domain.empty() || !n.has_input(0) || !n.has_input(1) || n.inputs[0]->type.dtype != DataType::kFloat32) return false;
+  if (n.op_type == "Conv")
+    return is_float_const(n.inputs[1], 4) && (!n.has_input(2) || is_float_const(n.inputs[2], 1));
+  if (n.op_type == "MatMul") return is_float_const(n.inputs[1], 2);
+  if (n.op_type == "Gemm") {
+    if (!is_float_const(n.inputs[1], 2) || n.attr_int("transA", 0) != 0 || n.attr_float("alpha", 1.0f) != 1.0f) return false;
+    if (!n.inputs[0]->type.shape.known || n.inputs[0]->type.shape.rank() != 2) return false;
+    return !n.has_input(2) || (n.inputs[2]->is_constant() && n.attr_float("beta", 1.0f) == 1.0f);
+  }
+  return false;
+}
+
+void add_to_hist(Range& r, const float* x, int64_t n) {
+  const double amax = r.amax();
+  if (!(amax > 0)) return;
+  if (r.hist.empty()) r.hist.assign(kBins, 0.0);
+  const double k = kBins / amax;
+  for (int64_t i = 0; i < n; ++i) {
+    // Exact zeros (half of every ReLU output) quantize exactly whatever the threshold; counted, their
+    // spike in the first bin would make KL divergence favour heavy clipping.
+    if (x[i] == 0.0f || !std::isfinite(x[i])) continue;
+    const int b = std::min(kBins - 1, static_cast<int>(std::fabs(static_cast<double>(x[i])) * k));
+    r.hist[b] += 1;
+  }
+}
+
+// The |x| below which `pct` percent of the histogram lies.
+double percentile_threshold(const Range& r, double pct) {
+  double total = 0;
+  for (double h : r.hist) total += h;
+  if (total == 0) return r.amax();
+  double acc = 0;
+  for (int b = 0; b < kBins; ++b) {
+    acc += r.hist[b];
+    if (acc >= total * pct / 100.0) return (b + 1) * r.amax() / kBins;
+  }
+  return r.amax();
+}
+
+// KL(P || Q) of two histograms of equal length (P's mass where Q has none counts as a large penalty,
+// as a smoothed Q would).
+double kl(const std::vector<double>& p, const std::vector<double>& q) {
+  double sp = 0, sq = 0;
+  for (size_t i = 0; i < p.size(); ++i) sp += p[i], sq += q[i];
+  if (sp == 0 || sq == 0) return std::numeric_limits<double>::infinity();
+  double d = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == 0) continue;
+    const double pi = p[i] / sp, qi = std::max(q[i] / sq, 1e-12);
+    d += pi * std::log(pi / qi);
+  }
+  return d;
+}
+
+// The clipping threshold whose 8-bit version of the |x| histogram (`levels` levels) diverges least
+// from the histogram clipped there (the outliers folded into the last kept bin).
+double entropy_threshold(const Range& r, int levels) {
+  if (r.hist.empty()) return r.amax();
+  double best = std::numeric_limits<double>::infinity();
+  int best_i = kBins;
+  for (int i = levels; i <= kBins; i += 8) {
+    std::vector<double> p(r.hist.begin(), r.hist.begin() + i);
+    for (int b = i; b < kBins; ++b) p[i - 1] += r.hist[b];
+    // Q: the first i bins merged into `levels` groups, each group's mass spread over its nonzero bins.
+    std::vector<double> q(static_cast<size_t>(i), 0.0);
+    const double per = static_cast<double>(i) / levels;
+    for (int l = 0; l < levels; ++l) {
+      const int b0 = static_cast<int>(std::floor(l * per)), b1 = std::min(i, static_cast<int>(std::floor((l + 1) * per)));
+      double mass = 0;
+      int nonzero = 0;
+      for (int b = b0; b < b1; ++b) {
+        mass += r.hist[b];
+        nonzero += r.hist[b] != 0;
+      }
+      for (int b = b0; b < b1; ++b)
+        if (r.hist[b] != 0) q[b] = mass / nonzero;
+    }
+    const double d = kl(p, q);
+    if (d < best) {
+      best = d;
+      best_i = i;
+    }
+  }
+  return (best_i + 0.5) * r.amax() / kBins;
+}
+
+// A value's uint8 quantization (scale, zero point) for the range [lo, hi] (0 included).
+std::pair<float, uint8_t> uint8_params(double lo, double hi) {
+  lo = std::min(lo, 0.0);
+  hi = std::max(hi, 0.0);
+  if (!(hi - lo > 0) || !std::isfinite(hi - lo)) return {1.0f, 0};
+  const double scale = (hi - lo) / 255.0;
+  const double zp = std::clamp(std::nearbyint(-lo / scale), 0.0, 255.0);
+  return {static_cast<float>(scale), static_cast<uint8_t>(zp)};
+}
+
+std::string cache_header(const std::string& model_hash, const std::string& method) {
+  return "kiln-calibration 1 " + (model_hash.empty() ? std::string("-") : model_hash) + " " + method;
+}
+
+Status write_cache(const std::string& path, const std::string& header, const std::map<std::string, std::pair<double, double>>& ranges) {
+  std::ofstream f(path);
+  if (!f) return io_error("cannot write the calibration cache '" + path + "'");
+  f << header << "\n";
+  char buf[64];
+  for (const auto& [name, r] : ranges) {
+    std::snprintf(buf, sizeof(buf), " %.9g %.9g", r.first, r.second);
+    f << name.size() << " " << name << buf << "\n";
+  }
+  return f ? Status::Ok() : io_error("cannot write the calibration cache '" + path + "'");
+}
+
+// Ranges from a cache written for this model and method; nullopt (with a warning) for anything else.
+std::optional<std::map<std::string, std::pair<double, double>>> read_cache(const std::string& path, const std::string& header) {
+  std::ifstream f(path);
+  if (!f) return std::nullopt;
+  std::string line;
+  if (!std::getline(f, line) || line != header) {
+    log(LogLevel::kWarning, "calibration cache '" + path + "' was written for another model or method: calibrating again");
+    return std::nullopt;
+  }
+  std::map<std::string, std::pair<double, double>> r;
+  while (std::getline(f, line)) {
+    std::istringstream is(line);
+    size_t len = 0;
+    if (!(is >> len) || len == 0 || len > line.size()) return std::nullopt;
+    is.get();
+    std::string name(len, '\0');
+    if (!is.read(name.data(), static_cast<std::streamsize>(len))) return std::nullopt;
+    double lo = 0, hi = 0;
+    if (!(is >> lo >> hi) || !std::isfinite(lo) || !std::isfinite(hi) || lo > hi) {
+      log(LogLevel::kWarning, "calibration cache '" + path + "' is damaged: calibrating again");
+      return std::nullopt;
+    }
+    r[name] = {lo, hi};
+  }
+  return r;
+}
+
+Tensor scalar_f32(float v) {
+  Tensor t = Tensor::empty(DataType::kFloat32, {});
+  t.data<float>()[0] = v;
+  return t;
+}
+
+// Replaces the weights (input 1) of `n` by DequantizeLinear(int8 weights, per-channel scales).
+void quantize_weights(ir::Graph& g, ir::Node& n) {
+  const Tensor& w = *n.inputs[1]->constant;
+  const Shape& s = w.shape();
+  // The output channels: W's axis 0 for Conv and a transposed Gemm, axis 1 for MatMul and Gemm.
+  const bool axis0 = n.op_type == "Conv" || (n.op_type == "Gemm" && n.attr_int("transB", 0) != 0);
+  const int64_t channels = axis0 ? s[0] : s[1];
+  const int64_t inner = axis0 ? w.numel() / std::max<int64_t>(channels, 1) : 1;
+  const int64_t outer_stride = axis0 ? 0 : channels;  // MatMul/Gemm [K, N]: element (k, c) at k * N + c
+  const float* src = w.data<float>();
+  std::vector<double> amax(static_cast<size_t>(channels), 0.0);
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    const int64_t c = axis0 ? i / inner : i % outer_stride;
+    amax[c] = std::max(amax[c], std::fabs(static_cast<double>(src[i])));
+  }
+  Tensor scales = Tensor::empty(DataType::kFloat32, {channels});
+  Tensor q = Tensor::empty(DataType::kInt8, s);
+  for (int64_t c = 0; c < channels; ++c) scales.data<float>()[c] = amax[c] > 0 ? static_cast<float>(amax[c] / 127.0) : 1.0f;
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    const int64_t c = axis0 ? i / inner : i % outer_stride;
+    const double v = std::nearbyint(src[i] / static_cast<double>(scales.data<float>()[c]));
+    q.data<int8_t>()[i] = static_cast<int8_t>(std::clamp(v, -127.0, 127.0));
+  }
+  const std::string base = n.inputs[1]->name;
+  ir::Value* qv = g.new_value(base + "_int8", ir::Type::tensor(DataType::kInt8, ir::SymShape::of(s)));
+  qv->constant = std::move(q);
+  ir::Value* sv = g.new_value(base + "_scale", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({channels})));
+  sv->constant = std::move(scales);
+  ir::Value* out = g.new_value(base + "_dq", n.inputs[1]->type);
+  ir::Node* dq = g.add_node("DequantizeLinear", "", {qv, sv}, {out}, base + "_DequantizeLinear");
+  dq->opset = 21;
+  dq->attrs["axis"].kind = ir::Attribute::Kind::kInt;
+  dq->attrs["axis"].i = axis0 ? 0 : 1;
+  g.set_input(&n, 1, out);
+}
+
+}  // namespace
+
+Expected<Int8Report> quantize_int8(ir::Graph& g, const BuildOptions& options, const std::string& model_hash,
+                                   const std::function<Expected<std::shared_ptr<Engine>>(std::unique_ptr<ir::Graph>)>& build_float) {
+  const std::string method = options.calibration_method.empty() ? "minmax" : options.calibration_method;
+  if (method != "minmax" && method != "entropy" && method != "percentile")
+    return invalid_argument("calibration method '" + method + "': use minmax, entropy or percentile");
+  if (method == "percentile" && !(options.calibration_percentile > 0 && options.calibration_percentile <= 100))
+    return invalid_argument("the calibration percentile must be in (0, 100]");
+  Int8Report report;
+  std::vector<ir::Node*> targets;
+  std::vector<std::string> acts;  // activation values to calibrate, in graph order
+  std::set<std::string> seen;
+  for (ir::Node* n : g.nodes()) {
+    if (!quantizable(*n)) continue;
+    targets.push_back(n);
+    if (seen.insert(n->inputs[0]->name).second) acts.push_back(n->inputs[0]->name);
+  }
+  report.products = static_cast<int>(targets.size());
+  if (targets.empty()) return report;
+
+  const std::string header = cache_header(model_hash, method + (method == "percentile" ? "@" + std::to_string(options.calibration_percentile) : ""));
+  std::map<std::string, std::pair<double, double>> ranges;
+  bool from_cache = false;
+  if (!options.calibration_cache.empty()) {
+    if (auto c = read_cache(options.calibration_cache, header)) {
+      ranges = std::move(*c);
+      from_cache = true;
+      for (const std::string& a : acts)
+        if (!ranges.count(a)) from_cache = false;
+      if (!from_cache) log(LogLevel::kWarning, "calibration cache '" + options.calibration_cache + "' lacks some tensors: calibrating again");
+    }
+  }
+  if (!from_cache) {
+    if (options.calibration.empty())
+      return invalid_argument("an INT8 build needs calibration data (input sets, e.g. kiln build --calibration DIR) or a calibration cache written for this model");
+    // A float32 engine of this graph whose outputs include every activation to calibrate.
+    auto copy = g.clone();
+    std::set<std::string> outs;
+    for (const ir::Value* v : copy->outputs) outs.insert(v->name);
+    for (const std::string& a : acts) {
+      ir::Value* v = copy->find_value(a);
+      if (!v || v->is_input || outs.count(a)) continue;
+      v->is_output = true;
+      copy->outputs.push_back(v);
+    }
+    KILN_ASSIGN_OR_RETURN(auto engine, build_float(std::move(copy)));
+    KILN_ASSIGN_OR_RETURN(auto ctx, engine->create_context());
+    std::map<std::string, int> index;
+    for (size_t i = 0; i < engine->outputs().size(); ++i) index[engine->outputs()[i].name] = static_cast<int>(i);
+    std::map<std::string, Range> r;
+    auto visit = [&](const std::map<std::string, Tensor>& feeds, const std::vector<Value>& outputs, auto&& fn) -> Status {
+      for (const std::string& a : acts) {
+        const Tensor* t = nullptr;
+        if (auto f = feeds.find(a); f != feeds.end()) t = &f->second;
+        else if (auto o = index.find(a); o != index.end()) t = &outputs[o->second].tensor;
+        if (!t || t->dtype() != DataType::kFloat32) return invalid_argument("calibration: no float32 value for '" + a + "'");
+        fn(r[a], t->data<float>(), t->numel());
+      }
+      return Status::Ok();
+    };
+    const bool hist = method != "minmax";
+    for (int pass = 0; pass < (hist ? 2 : 1); ++pass) {
+      for (const auto& feeds : options.calibration) {
+        std::map<std::string, Value> in;
+        for (const auto& [k, t] : feeds) in[k] = Value::of(t);
+        auto out = ctx->run(in);
+        if (!out.ok()) return out.status().with_context("calibration run");
+        KILN_RETURN_IF_ERROR(visit(feeds, *out, [pass](Range& rg, const float* x, int64_t n) {
+          if (pass == 0) {
+            for (int64_t i = 0; i < n; ++i)
+              if (std::isfinite(x[i])) rg.lo = std::min(rg.lo, static_cast<double>(x[i])), rg.hi = std::max(rg.hi, static_cast<double>(x[i]));
+          } else {
+            add_to_hist(rg, x, n);
+          }
+        }));
+      }
+    }
+    for (auto& [name, rg] : r) {
+      if (!std::isfinite(rg.lo)) rg.lo = rg.hi = 0;
+      double lo = rg.lo, hi = rg.hi;
+      if (hist) {
+        // uint8 with a zero point: the threshold clips both sides of a signed tensor alike.
+        const double t = method == "entropy" ? entropy_threshold(rg, rg.lo >= 0 ? 255 : 128)
+                                             : percentile_threshold(rg, options.calibration_percentile);
+        lo = std::max(lo, -t);
+        hi = std::min(hi, t);
+      }
+      ranges[name] = {lo, hi};
+    }
+    report.calibration_sets = static_cast<int>(options.calibration.size());
+    if (!options.calibration_cache.empty()) KILN_RETURN_IF_ERROR(write_cache(options.calibration_cache, header, ranges));
+  }
+  report.from_cache = from_cache;
+
+  // Q → DQ on each calibrated activation, read by the products (other readers keep the float value).
+  std::map<std::string, ir::Value*> dequantized;
+  for (const std::string& a : acts) {
+    ir::Value* v = g.find_value(a);
+    const auto& [lo, hi] = ranges.at(a);
+    const auto [scale, zp] = uint8_params(lo, hi);
+    ir::Value* sv = g.new_value(a + "_scale", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({})));
+    sv->constant = scalar_f32(scale);
+    Tensor z = Tensor::empty(DataType::kUInt8, {});
+    z.data<uint8_t>()[0] = zp;
+    ir::Value* zv = g.new_value(a + "_zero_point", ir::Type::tensor(DataType::kUInt8, ir::SymShape::of({})));
+    zv->constant = std::move(z);
+    ir::Value* q = g.new_value(a + "_uint8", ir::Type::tensor(DataType::kUInt8, v->type.shape));
+    ir::Value* d = g.new_value(a + "_dq", v->type);
+    g.add_node("QuantizeLinear", "", {v, sv, zv}, {q}, a + "_QuantizeLinear")->opset = 21;
+    g.add_node("DequantizeLinear", "", {q, sv, zv}, {d}, a + "_DequantizeLinear")->opset = 21;
+    dequantized[a] = d;
+    report.ranges.push_back({a, lo, hi, scale, zp});
+  }
+  for (ir::Node* n : targets) {
+    g.set_input(n, 0, dequantized.at(n->inputs[0]->name));
+    quantize_weights(g, *n);
+  }
+  KILN_RETURN_IF_ERROR(g.sort());
+  return report;
+}
+
+Expected<std::vector<std::map<std::string, Tensor>>> read_calibration_dir(const std::string& dir,
+                                                                         const std::vector<std::string>& input_names) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return not_found("calibration data: '" + dir + "' is not a folder");
+  std::vector<std::map<std::string, Tensor>> sets;
+  std::vector<fs::path> entries;
+  for (const auto& e : fs::directory_iterator(dir, ec)) entries.push_back(e.path());
+  std::sort(entries.begin(), entries.end());
+  for (const fs::path& p : entries) {
+    if (fs::is_directory(p, ec)) {
+      // One input set per subfolder: <input name>.npy for each input.
+      std::map<std::string, Tensor> set;
+      for (const std::string& name : input_names) {
+        KILN_ASSIGN_OR_RETURN(Tensor t, read_npy((p / (name + ".npy")).string()));
+        set[name] = std::move(t);
+      }
+      sets.push_back(std::move(set));
+    } else if (p.extension() == ".npy") {
+      // Files straight in the folder: one input set each, for a model with one input.
+      if (input_names.size() != 1)
+        return invalid_argument("calibration data: a model with " + std::to_string(input_names.size()) +
+                                " inputs needs one subfolder per input set, each with <input name>.npy");
+      KILN_ASSIGN_OR_RETURN(Tensor t, read_npy(p.string()));
+      sets.push_back({{input_names[0], std::move(t)}});
+    }
+  }
+  if (ec) return io_error("calibration data: cannot list '" + dir + "': " + ec.message());
+  if (sets.empty()) return invalid_argument("calibration data: '" + dir + "' holds no .npy input sets");
+  return sets;
+}
+
+}  // namespace kiln
