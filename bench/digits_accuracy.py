@@ -9,6 +9,9 @@ the float32 engine. onnxruntime (CPU, float32) is the reference row where it is 
 
     python3 bench/digits_accuracy.py --kiln BIN/kiln --data build/digits --device cuda \
         --precisions fp32,tf32,fp16,bf16,best --json out.json
+
+On the CPU, --int8 minmax,entropy,percentile adds INT8 engines (`kiln build --int8 --calibration`),
+calibrated on 256 training images (digits_calib_x.npy, 8 sets of 32) that the test set never sees.
 """
 
 from __future__ import annotations
@@ -28,10 +31,13 @@ def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm((a - b).ravel()) / max(np.linalg.norm(b.ravel()), 1e-30))
 
 
-def kiln_logits(kiln: str, model: str, x_path: str, device: str, precision: str, tmp: str) -> np.ndarray:
+def kiln_logits(kiln: str, model: str, x_path: str, device: str, precision: str, tmp: str,
+                calibration: str | None = None) -> np.ndarray:
     engine = os.path.join(tmp, f"digits_{device}_{precision}.kiln")
     cmd = [kiln, "build", model, "-o", engine, "--device", device, "--opt-level", "2", "--no-accuracy-check"]
-    if device != "cpu":
+    if precision.startswith("int8-"):
+        cmd += ["--int8", "--calibration", calibration, "--calibration-method", precision[5:]]
+    elif device != "cpu":
         cmd += ["--precision", precision]
     b = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if b.returncode != 0:
@@ -50,6 +56,7 @@ def main() -> int:
     ap.add_argument("--data", default="build/digits")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--precisions", default="fp32,fp16")
+    ap.add_argument("--int8", default="", help="calibration methods of INT8 engines (cpu): minmax,entropy,percentile")
     ap.add_argument("--json")
     a = ap.parse_args()
 
@@ -68,9 +75,17 @@ def main() -> int:
     except ImportError:
         ort_logits = None
     precisions = a.precisions.split(",") if a.device != "cpu" else ["fp32"]
+    calibration = None
+    if a.int8:
+        calibration = os.path.join(tmp, "calibration")
+        os.makedirs(calibration)
+        calib_x = np.load(os.path.join(a.data, "digits_calib_x.npy"))
+        for i in range(0, len(calib_x), 32):
+            np.save(os.path.join(calibration, f"set{i // 32:02d}.npy"), calib_x[i:i + 32])
+        precisions += [f"int8-{m}" for m in a.int8.split(",")]
     for prec in precisions:
         try:
-            logits = kiln_logits(a.kiln, model, x_path, a.device, prec, tmp)
+            logits = kiln_logits(a.kiln, model, x_path, a.device, prec, tmp, calibration)
         except RuntimeError as e:
             rows.append({"engine": f"kiln {a.device} {prec}", "error": str(e)[:300]})
             continue
@@ -82,6 +97,31 @@ def main() -> int:
         if ort_logits is not None:
             row["rel_l2_vs_onnxruntime"] = rel_l2(logits, ort_logits)
         rows.append(row)
+    if a.int8 and ort_logits is not None:
+        # The same calibration sets through ONNX Runtime's quantize_static (QDQ, per-channel int8
+        # weights, uint8 activations, MinMax), run by ONNX Runtime and by kiln.
+        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static  # noqa: PLC0415
+
+        calib_x = np.load(os.path.join(a.data, "digits_calib_x.npy"))
+
+        class Reader(CalibrationDataReader):
+            def __init__(self):
+                self.it = iter([{"x": calib_x[i:i + 32]} for i in range(0, len(calib_x), 32)])
+
+            def get_next(self):
+                return next(self.it, None)
+
+        qdq = os.path.join(tmp, "digits_qdq.onnx")
+        quantize_static(model, qdq, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        x = np.load(x_path)
+        ort_q = ort.InferenceSession(qdq, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        kiln_q = kiln_logits(a.kiln, qdq, x_path, a.device, "fp32-qdq", tmp)
+        for label, lg in ((f"onnxruntime {ort.__version__} cpu int8 (its quantize_static QDQ model)", ort_q),
+                          ("kiln cpu int8 (ORT's quantize_static QDQ model)", kiln_q)):
+            rows.append({"engine": label, "top1": float((lg.argmax(1) == y).mean()), "rel_l2_vs_fp32_engine": rel_l2(lg, ref),
+                         "top1_agreement_vs_fp32_engine": float((lg.argmax(1) == ref.argmax(1)).mean()),
+                         "rel_l2_vs_onnxruntime": rel_l2(lg, ort_logits)})
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "test_images": int(len(y)), "device": a.device}
     print(f"digits CNN, {len(y)} test images, {meta['date']}")
     print("| engine | top-1 | rel L2 vs fp32 engine | top-1 agreement vs fp32 engine | rel L2 vs onnxruntime |")

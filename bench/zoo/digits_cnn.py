@@ -11,6 +11,7 @@ dynamic batch axis, next to its held-out test set:
     OUT/digits_cnn.onnx          the trained model (opset 17, input "x" [N,1,32,32], output "logits")
     OUT/digits_test_x.npy        the test images, float32 [360,1,32,32]
     OUT/digits_test_y.npy        their labels, int64 [360]
+    OUT/digits_calib_x.npy       256 training images (never test images), for INT8 calibration
     OUT/digits_cnn.json          training record: seed, epochs, float32 test accuracy in PyTorch
 
 Needs PyTorch and scikit-learn (in .venv-zoo: `.venv-zoo/bin/python -m pip install scikit-learn`).
@@ -115,6 +116,7 @@ def main() -> int:
                       dynamic_axes={"x": {0: "N"}, "logits": {0: "N"}}, opset_version=17, do_constant_folding=True)
     np.save(os.path.join(a.out, "digits_test_x.npy"), xte)
     np.save(os.path.join(a.out, "digits_test_y.npy"), yte)
+    np.save(os.path.join(a.out, "digits_calib_x.npy"), xtr[:256])
     np.save(os.path.join(a.out, "digits_test_logits_torch.npy"), logits.numpy())
     with open(os.path.join(a.out, "digits_cnn.json"), "w") as f:
         json.dump({"seed": a.seed, "epochs": a.epochs, "train": int(len(ytr)), "test": int(len(yte)),

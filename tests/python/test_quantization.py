@@ -331,3 +331,29 @@ def test_int8_cli_from_a_folder(tmp_path):
     # The engine file keeps the quantized plan.
     e = kiln.Engine.load(str(out))
     assert ops_of(e)["QConv"] == 2
+
+
+@pytest.mark.parametrize("qtype", [np.uint8, np.int8])
+def test_quantize_and_dequantize_fast_paths_round_half_to_even_and_saturate(qtype):
+    """The per-tensor float32 ↔ 8-bit loops: ties to even, saturation, NaN to the lowest value, as
+    the ONNX reference (numpy here, float32 division)."""
+    rng = np.random.default_rng(17)
+    s = np.float32(0.05)
+    zp = qtype(7 if qtype == np.uint8 else -3)
+    ties = (np.arange(-300, 300).astype(np.float32) + np.float32(0.5)) * s
+    x = np.concatenate([ties, rng.standard_normal(5000).astype(np.float32) * 10,
+                        np.array([np.nan, np.inf, -np.inf, 1e30, -1e30, 0.0, -0.0], np.float32)])
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])]
+    g = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [len(x)])],
+                          [helper.make_tensor_value_info("q", TensorProto.UINT8 if qtype == np.uint8 else TensorProto.INT8, [len(x)]),
+                           helper.make_tensor_value_info("y", TensorProto.FLOAT, [len(x)])],
+                          initializer=[const("s", s), const("z", np.array(zp, qtype))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    q, y = kiln.Engine.build_from_bytes(m.SerializeToString(), opt_level=0).create_context().run({"x": x})
+    info = np.iinfo(qtype)
+    with np.errstate(invalid="ignore"):
+        want = np.rint(x / s).astype(np.float64) + int(zp)
+    want = np.where(np.isnan(want), info.min, np.clip(want, info.min, info.max)).astype(qtype)
+    np.testing.assert_array_equal(q, want)
+    np.testing.assert_array_equal(y, (want.astype(np.float32) - np.float32(zp)) * s)
