@@ -113,6 +113,70 @@ void pool_planes(const PoolAttrs& a, const ops::WindowGeometry& g, const std::ve
   });
 }
 
+// The common case, 2-D max/average pooling of float32 without Indices: the same results as
+// pool_planes (the first element of a window starts a max, later ones replace it when greater;
+// averages sum in double in window order and divide once), with the window bounds per output row and
+// column worked out once instead of an N-d walk per element.
+void pool_planes_2d(const PoolAttrs& a, const ops::WindowGeometry& g, const std::vector<int64_t>& in, int64_t planes,
+                    const float* x, float* y) {
+  const int64_t H = in[0], W = in[1], OH = g.out[0], OW = g.out[1];
+  const int64_t sh = g.strides[0], sw = g.strides[1], ph = g.pads[0], pw = g.pads[1], dh = g.dilations[0], dw = g.dilations[1];
+  const int64_t kh = g.kernel[0], kw = g.kernel[1];
+  // Per output column: first and last window step inside [0, W), and the padded window's count.
+  struct Span { int64_t lo, hi, padded; };
+  auto spans = [](int64_t out, int64_t in_len, int64_t stride, int64_t pad_b, int64_t pad_e, int64_t dil, int64_t k) {
+    std::vector<Span> v(static_cast<size_t>(out));
+    for (int64_t o = 0; o < out; ++o) {
+      const int64_t s = o * stride - pad_b;
+      const int64_t lo = s >= 0 ? 0 : (-s + dil - 1) / dil;
+      const int64_t last = in_len - 1 - s;
+      const int64_t hi = last < 0 ? -1 : std::min(k - 1, last / dil);
+      const int64_t plast = in_len + pad_e - 1 - s;
+      v[o] = {lo, hi, plast < 0 ? 0 : std::min(k, plast / dil + 1)};
+    }
+    return v;
+  };
+  const std::vector<Span> rows = spans(OH, H, sh, ph, g.pads[2], dh, kh), cols = spans(OW, W, sw, pw, g.pads[3], dw, kw);
+  const bool is_max = a.kind == PoolKind::kMax;
+  parallel_for(planes * OH, std::max<int64_t>(1, 4096 / std::max<int64_t>(OW * kh * kw, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t plane = t / OH, oh = t % OH;
+      const Span& r = rows[oh];
+      const float* xp = x + plane * H * W;
+      const int64_t h0 = oh * sh - ph;  // the window's first row (may lie in the padding)
+      float* yp = y + t * OW;
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const Span& c = cols[ow];
+        const int64_t w0 = ow * sw - pw;
+        if (r.lo > r.hi || c.lo > c.hi) {
+          yp[ow] = is_max ? -std::numeric_limits<float>::infinity()
+                          : (a.count_include_pad && r.padded * c.padded ? 0.0f : std::numeric_limits<float>::quiet_NaN());
+          continue;
+        }
+        if (is_max) {
+          float m = xp[(h0 + r.lo * dh) * W + w0 + c.lo * dw];
+          for (int64_t i = r.lo; i <= r.hi; ++i) {
+            const float* row = xp + (h0 + i * dh) * W;
+            for (int64_t j = i == r.lo ? c.lo + 1 : c.lo; j <= c.hi; ++j) {
+              const float v = row[w0 + j * dw];
+              m = v > m ? v : m;
+            }
+          }
+          yp[ow] = m;
+        } else {
+          double acc = 0;
+          for (int64_t i = r.lo; i <= r.hi; ++i) {
+            const float* row = xp + (h0 + i * dh) * W;
+            for (int64_t j = c.lo; j <= c.hi; ++j) acc += static_cast<double>(row[w0 + j * dw]);
+          }
+          const int64_t div = a.count_include_pad ? r.padded * c.padded : (r.hi - r.lo + 1) * (c.hi - c.lo + 1);
+          yp[ow] = static_cast<float>(acc / div);
+        }
+      }
+    }
+  });
+}
+
 bool pool_dtype_ok(DataType dt, PoolKind k) {
   return is_real(dt) || (k == PoolKind::kMax && (dt == DataType::kInt8 || dt == DataType::kUInt8));
 }
@@ -148,6 +212,10 @@ Status pool_kernel(KernelContext& ctx, const PoolAttrs& a) {
   Tensor& y = ctx.output(0);
   int64_t* idx = ctx.has_output(1) ? ctx.output(1).data<int64_t>() : nullptr;
   const int64_t planes = x.dim(0) * x.dim(1);
+  if (x.dtype() == DataType::kFloat32 && !idx && st.in.size() == 2 && a.kind != PoolKind::kLp) {
+    pool_planes_2d(a, st.g, st.in, planes, x.data<float>(), y.data<float>());
+    return Status::Ok();
+  }
   if (x.dtype() == DataType::kFloat64) {
     pool_planes<double>(a, st.g, st.in, planes, x.data<double>(), y.data<double>(), idx);
   } else {
