@@ -152,27 +152,36 @@ Status check_zero_point(KernelContext& ctx, const Tensor& scale, const Tensor* z
 // compiler vectorizes; the same results as the general kernels below (float division, round half to
 // even, saturation, NaN to the lowest value). Rounding adds and subtracts 1.5·2^23 after the clamp
 // (|q| < 2^9 there), which rounds half to even in the default rounding mode.
+// One chunk, with everything in locals and restrict pointers: a uint8_t store may alias anything,
+// so values read through the lambda's captures would be reloaded every iteration and the loop would
+// not vectorize.
+template <typename Q>
+void quantize_chunk(const float* __restrict x, Q* __restrict y, int64_t n, float s, float lo, float hi, int32_t z) {
+  constexpr float kMagic = 12582912.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    float q = x[i] / s;
+    q = q >= lo ? q : lo;
+    q = q <= hi ? q : hi;
+    q = (q + kMagic) - kMagic;
+    y[i] = static_cast<Q>(static_cast<int32_t>(q) + z);
+  }
+}
+
 template <typename Q>
 void quantize_f32(const float* x, int64_t n, float s, int32_t z, Q* y) {
   const float lo = static_cast<float>(std::numeric_limits<Q>::min() - z), hi = static_cast<float>(std::numeric_limits<Q>::max() - z);
-  constexpr float kMagic = 12582912.0f;
-  parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      float q = x[i] / s;
-      q = q >= lo ? q : lo;
-      q = q <= hi ? q : hi;
-      q = (q + kMagic) - kMagic;
-      y[i] = static_cast<Q>(static_cast<int32_t>(q) + z);
-    }
-  });
+  parallel_for(n, 1 << 14, [=](int64_t b, int64_t e) { quantize_chunk(x + b, y + b, e - b, s, lo, hi, z); });
+}
+
+template <typename Q>
+void dequantize_chunk(const Q* __restrict x, float* __restrict y, int64_t n, float s, float zf) {
+  for (int64_t i = 0; i < n; ++i) y[i] = (static_cast<float>(x[i]) - zf) * s;
 }
 
 template <typename Q>
 void dequantize_f32(const Q* x, int64_t n, float s, int32_t z, float* y) {
   const float zf = static_cast<float>(z);
-  parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) y[i] = (static_cast<float>(x[i]) - zf) * s;
-  });
+  parallel_for(n, 1 << 14, [=](int64_t b, int64_t e) { dequantize_chunk(x + b, y + b, e - b, s, zf); });
 }
 
 bool per_tensor_8bit(const Tensor& scale, const Tensor* zp, DataType q, const QuantAttrs& a) {
