@@ -16,7 +16,8 @@
 //                                (int8, per-tensor or per-output-channel scale, zero point 0), the
 //                                convolution + B (float32, or int32 in x_scale·w_scale units), the
 //                                activation, and QuantizeLinear with y_scale/y_zero_point when given
-//                                (else a float32 output) (passes/fuse_qdq.cpp)
+//                                (else a float32 output) (passes/fuse_qdq.cpp); channels_last = 1 as
+//                                FusedConv's (CPU engines, passes/channels_last.cpp)
 //   QMatMul(A, a_scale, a_zero_point, B, b_scale, b_zero_point[, y_scale, y_zero_point[, bias]])
 //                                the same for MatMul with a 2-D B [K, N] (scale per column)
 //   Attention(Q, K, V[, mask[, bool_mask]])   Q [B,S,H*D], K [B,T,H*D], V [B,T,H*Dv]; mask additive and
@@ -124,15 +125,26 @@ Status infer_attention(InferContext& c) {
 
 // QConv / QMatMul (passes/fuse_qdq.cpp): the float op's shape function on X (input 0) and W (input 3);
 // the output is float32, or y_zero_point's type when y_scale is given.
+// A channels-last QConv (passes/channels_last.cpp: X [N,H,W,C], W [M,kh,kw,C/group]) is seen
+// channels-first by Conv's shape function and its output turned back.
 template <const char* Op>
 Status infer_quantized(InferContext& c) {
   if (!c.has(0) || !c.has(3)) return Status::Ok();
   const OpDef* d = find_op("", Op);
-  InferContext sub{c.node, {c.in[0], c.in[3]}, {c.in_value[0], c.in_value[3]}, {}};
+  const bool nhwc = c.node.attr_int("channels_last", 0) != 0;
+  ir::Type x = c.type(0), w = c.type(3);
+  if (nhwc) {
+    if ((x.shape.known && x.shape.rank() != 4) || (w.shape.known && w.shape.rank() != 4))
+      return c.error("channels_last convolutions are 2-D (4-D X and W)");
+    x.shape = permuted(x.shape, true);
+    w.shape = permuted(w.shape, true);
+  }
+  InferContext sub{c.node, {&x, &w}, {nhwc ? nullptr : c.in_value[0], nhwc ? nullptr : c.in_value[3]}, {}};
   sub.out.resize(1);
   sub.out[0].kind = ir::Type::Kind::kUnknown;
   KILN_RETURN_IF_ERROR(d->infer(sub));
   c.out[0] = sub.out[0];
+  if (nhwc) c.out[0].shape = permuted(sub.out[0].shape, false);
   c.out[0].dtype = c.has(6) && c.has(7) ? c.dtype(7) : DataType::kFloat32;
   return Status::Ok();
 }

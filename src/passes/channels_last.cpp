@@ -1,7 +1,9 @@
 // passes/channels_last.cpp — GPU engines run 2-D convolutions channels-last (NHWC): tensor-core
 // convolution kernels read and write NHWC, and a channels-first tensor costs cuDNN a transpose before
 // and after every convolution. This pass moves whole chains to NHWC, with transposes only where a
-// chain meets an op that needs channels-first.
+// chain meets an op that needs channels-first. CPU engines do the same for their 8-bit convolutions
+// (kiln.QConv: oneDNN's int8 kernels work in NHWC; per-layer reorders cost ResNet-50 a third of its
+// INT8 time), with per-tensor QuantizeLinear/DequantizeLinear as elementwise ops of the chain.
 //
 // Decisions (issue: GPU speed):
 //  * A convolution converts when `accepts` says the target runs it channels-last (the builder: a
@@ -32,7 +34,8 @@ namespace {
 const std::set<std::string>& layout_free_ops() {
   static const std::set<std::string> ops = {
       "Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish",
-      "Tanh", "Clip", "Elu", "Selu", "Softplus", "Erf", "Abs", "Neg", "Exp", "Sqrt", "Identity", "Mish"};
+      "Tanh", "Clip", "Elu", "Selu", "Softplus", "Erf", "Abs", "Neg", "Exp", "Sqrt", "Identity", "Mish",
+      "QuantizeLinear", "DequantizeLinear"};  // per tensor only: a per-axis scale is not one element
   return ops;
 }
 
@@ -78,13 +81,19 @@ bool convertible_pool(const ir::Node& n) {
   return (n.op_type == "MaxPool" || n.op_type == "AveragePool") && n.attr_ints("kernel_shape").size() == 2;
 }
 
+bool is_qconv(const ir::Node& n) { return n.domain == "kiln" && n.op_type == "QConv"; }
+
+// The input holding a convolution's weights: 1, or 3 for kiln.QConv (after X's scale and zero point).
+int weight_input(const ir::Node& n) { return is_qconv(n) ? 3 : 1; }
+
 bool convertible_conv(const ir::Node& n) {
-  const bool conv = (n.domain.empty() && n.op_type == "Conv") || (n.domain == "kiln" && n.op_type == "FusedConv");
+  const bool conv = (n.domain.empty() && n.op_type == "Conv") || (n.domain == "kiln" && n.op_type == "FusedConv") || is_qconv(n);
   if (!conv || n.attr_int("channels_last", 0) != 0 || n.outputs.size() != 1 || !n.has_output(0)) return false;
-  if (n.has_input(3) && !is_4d(n.inputs[3])) return false;
-  if (!is_4d(n.inputs[0]) || !n.has_input(1) || !n.inputs[1]->is_constant() || n.inputs[1]->constant->rank() != 4)
+  if (!is_qconv(n) && n.has_input(3) && !is_4d(n.inputs[3])) return false;
+  const int wi = weight_input(n);
+  if (!is_4d(n.inputs[0]) || !n.has_input(wi) || !n.inputs[wi]->is_constant() || n.inputs[wi]->constant->rank() != 4)
     return false;
-  if (!n.inputs[1]->constant->device().is_cpu() || !is_4d(n.outputs[0])) return false;
+  if (!n.inputs[wi]->constant->device().is_cpu() || !is_4d(n.outputs[0])) return false;
   return symmetric_pads(n);
 }
 
@@ -129,8 +138,9 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
   for (ir::Node* n : nodes) {
     if (convertible_conv(*n) && accepts(*n)) {
       g.set_input(n, 0, to_nhwc(n->inputs[0]));
-      g.set_input(n, 1, to_nhwc(n->inputs[1]));  // [M, C/g, kh, kw] → [M, kh, kw, C/g]
-      if (n->has_input(3)) g.set_input(n, 3, to_nhwc(n->inputs[3]));  // the residual
+      const int wi = weight_input(*n);
+      g.set_input(n, wi, to_nhwc(n->inputs[wi]));  // [M, C/g, kh, kw] → [M, kh, kw, C/g]
+      if (!is_qconv(*n) && n->has_input(3)) g.set_input(n, 3, to_nhwc(n->inputs[3]));  // the residual
       if (n->domain.empty()) {
         n->op_type = "FusedConv";
         n->domain = "kiln";

@@ -137,6 +137,23 @@ static void fix_profile_shapes(ir::Graph& g, const std::vector<ShapeProfile>& pr
   }
 }
 
+// CPU engines run their 8-bit convolutions channels-last (oneDNN's int8 kernels are NHWC): chains of
+// kiln.QConv and the per-tensor Q/DQ and elementwise ops between them move to NHWC, float32 pools
+// inside a chain become kiln.ChannelsLastPool. Nothing changes in a graph without kiln.QConv.
+static Status cpu_channels_last(ir::Graph& graph, const BuildOptions& options, const KernelRegistry& target) {
+  bool qconv = false;
+  for (const ir::Node* n : graph.nodes()) qconv |= n->domain == "kiln" && n->op_type == "QConv";
+  const char* cl = std::getenv("KILN_CHANNELS_LAST");
+  if (!qconv || options.opt_level < 1 || (cl && std::string(cl) == "0")) return Status::Ok();
+  bool pool = false;
+  for (const KernelDef& d : target.all()) pool |= d.op == "ChannelsLastPool" && d.domain == "kiln";
+  auto accepts = [pool](const ir::Node& n) {
+    if (n.domain == "kiln" && n.op_type == "QConv") return true;
+    return pool && n.op_type != "Conv" && n.op_type != "FusedConv" && n.inputs[0]->type.dtype == DataType::kFloat32;
+  };
+  return passes::convert_to_channels_last(graph, accepts).status();
+}
+
 // Import-to-placement steps shared by a build and a placement plan: checks the options, fixes profile
 // shapes, optimizes for the target's kernels, converts precision and layout. `target` is the kernel
 // rows of the device the engine is for (the CUDA rows exist without a GPU).
@@ -184,6 +201,7 @@ static Status prepare_graph(ir::Graph& graph, const BuildOptions& options, const
     }
   }
   if (options.precision == Precision::kTF32 || options.precision == Precision::kBest) passes::allow_tf32(graph);
+  if (options.device == DeviceType::kCPU) KILN_RETURN_IF_ERROR(cpu_channels_last(graph, options, target));
   return Status::Ok();
 }
 
@@ -226,6 +244,7 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
     }
     KILN_ASSIGN_OR_RETURN(Int8Report q, quantize_int8(*impl->graph, calib, model.source_hash, build_float));
     KILN_RETURN_IF_ERROR(passes::optimize(*impl->graph, builder_pass_options(options.opt_level, &target->kernels())));
+    KILN_RETURN_IF_ERROR(cpu_channels_last(*impl->graph, options, target->kernels()));
     int fused = 0;
     for (const ir::Node* n : impl->graph->nodes()) fused += n->domain == "kiln" && (n->op_type == "QConv" || n->op_type == "QMatMul");
     impl->meta["int8.products"] = std::to_string(fused) + " of " + std::to_string(q.products);

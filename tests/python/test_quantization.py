@@ -357,3 +357,39 @@ def test_quantize_and_dequantize_fast_paths_round_half_to_even_and_saturate(qtyp
     want = np.where(np.isnan(want), info.min, np.clip(want, info.min, info.max)).astype(qtype)
     np.testing.assert_array_equal(q, want)
     np.testing.assert_array_equal(y, (want.astype(np.float32) - np.float32(zp)) * s)
+
+
+@pytest.mark.parametrize("global_op", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_int8_chain_runs_channels_last_with_the_same_bits(monkeypatch, global_op):
+    """CPU engines move kiln.QConv chains (and the pools and per-tensor Q/DQ between them) to NHWC:
+    the result equals the channels-first engine's bit for bit (KILN_CHANNELS_LAST=0)."""
+    rng = np.random.default_rng(31)
+    inits = [const("xs", np.float32(0.03)), const("xz", np.array(128, np.uint8)),
+             const("w0", rng.integers(-127, 128, (16, 3, 3, 3)).astype(np.int8)),
+             const("ws0", rng.uniform(0.002, 0.02, 16).astype(np.float32)), const("b0", rng.standard_normal(16).astype(np.float32)),
+             const("s1", np.float32(0.05)), const("z1", np.array(0, np.uint8)),
+             const("w1", rng.integers(-127, 128, (8, 16, 1, 1)).astype(np.int8)),
+             const("ws1", rng.uniform(0.002, 0.02, 8).astype(np.float32))]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w0", "ws0"], ["w0d"], axis=0),
+             helper.make_node("Conv", ["xd", "w0d", "b0"], ["c0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("MaxPool", ["r0"], ["p0"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("AveragePool", ["p0"], ["p1"], kernel_shape=[2, 2], strides=[1, 1], pads=[0, 0, 1, 1]),
+             helper.make_node("QuantizeLinear", ["p1", "s1", "z1"], ["q1"]),
+             helper.make_node("DequantizeLinear", ["q1", "s1", "z1"], ["d1"]),
+             helper.make_node("DequantizeLinear", ["w1", "ws1"], ["w1d"], axis=0),
+             helper.make_node("Conv", ["d1", "w1d"], ["c1"], kernel_shape=[1, 1]),
+             helper.make_node(global_op, ["c1"], ["y"])]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 15, 13])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = rng.standard_normal((2, 3, 15, 13)).astype(np.float32)
+    e, got = run_kiln(m, x, 1)
+    counts = ops_of(e)
+    assert counts["QConv"] == 2 and counts["ChannelsLastPool"] == 3, counts
+    monkeypatch.setenv("KILN_CHANNELS_LAST", "0")
+    e0, want = run_kiln(m, x, 1)
+    assert ops_of(e0)["ChannelsLastPool"] == 0
+    np.testing.assert_array_equal(got, want)

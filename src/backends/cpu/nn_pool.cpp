@@ -177,6 +177,99 @@ void pool_planes_2d(const PoolAttrs& a, const ops::WindowGeometry& g, const std:
   });
 }
 
+// kiln.ChannelsLastPool (passes/channels_last.cpp) on float32 X [N, H, W, C]: the same windows and
+// arithmetic as pool_planes_2d per channel, with the channels innermost (contiguous, vectorizable).
+// Global pools have one window covering H x W.
+void pool_nhwc_2d(const PoolAttrs& a, const ops::WindowGeometry& g, bool global, int64_t N, int64_t H, int64_t W, int64_t C,
+                  const float* x, float* y) {
+  const int64_t OH = g.out[0], OW = g.out[1];
+  const int64_t sh = g.strides[0], sw = g.strides[1], ph = g.pads[0], pw = g.pads[1], dh = g.dilations[0], dw = g.dilations[1];
+  auto span = [](int64_t o, int64_t in_len, int64_t stride, int64_t pad_b, int64_t pad_e, int64_t dil, int64_t k, int64_t* lo,
+                 int64_t* hi, int64_t* padded) {
+    const int64_t s = o * stride - pad_b;
+    *lo = s >= 0 ? 0 : (-s + dil - 1) / dil;
+    const int64_t last = in_len - 1 - s;
+    *hi = last < 0 ? -1 : std::min(k - 1, last / dil);
+    const int64_t plast = in_len + pad_e - 1 - s;
+    *padded = plast < 0 ? 0 : std::min(k, plast / dil + 1);
+  };
+  const bool is_max = a.kind == PoolKind::kMax;
+  parallel_for(N * OH * OW, std::max<int64_t>(1, 4096 / std::max<int64_t>(C * g.kernel[0] * g.kernel[1], 1)), [&](int64_t b, int64_t e) {
+    std::vector<double> acc(is_max ? 0 : static_cast<size_t>(C));
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t n = t / (OH * OW), oh = (t / OW) % OH, ow = t % OW;
+      int64_t rlo, rhi, rpad, clo, chi, cpad;
+      span(oh, H, sh, ph, g.pads[2], dh, g.kernel[0], &rlo, &rhi, &rpad);
+      span(ow, W, sw, pw, g.pads[3], dw, g.kernel[1], &clo, &chi, &cpad);
+      float* __restrict yp = y + t * C;
+      if (rlo > rhi || clo > chi) {
+        const float v = is_max ? -std::numeric_limits<float>::infinity()
+                               : (a.count_include_pad && rpad * cpad ? 0.0f : std::numeric_limits<float>::quiet_NaN());
+        for (int64_t c = 0; c < C; ++c) yp[c] = v;
+        continue;
+      }
+      const int64_t h0 = oh * sh - ph, w0 = ow * sw - pw;
+      auto at = [&](int64_t i, int64_t j) { return x + ((n * H + h0 + i * dh) * W + w0 + j * dw) * C; };
+      if (is_max) {
+        // A window starts from its first element (pool_planes), a global pool from -inf
+        // (global_pool_kernel's std::max): a NaN there is kept or skipped as those kernels do.
+        const float* first = at(rlo, clo);
+        for (int64_t c = 0; c < C; ++c) yp[c] = global ? -std::numeric_limits<float>::infinity() : first[c];
+        for (int64_t i = rlo; i <= rhi; ++i)
+          for (int64_t j = i == rlo && !global ? clo + 1 : clo; j <= chi; ++j) {
+            const float* __restrict xp = at(i, j);
+            for (int64_t c = 0; c < C; ++c) yp[c] = xp[c] > yp[c] ? xp[c] : yp[c];
+          }
+      } else {
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t i = rlo; i <= rhi; ++i)
+          for (int64_t j = clo; j <= chi; ++j) {
+            const float* __restrict xp = at(i, j);
+            for (int64_t c = 0; c < C; ++c) acc[c] += static_cast<double>(xp[c]);
+          }
+        const int64_t div = a.count_include_pad ? rpad * cpad : (rhi - rlo + 1) * (chi - clo + 1);
+        for (int64_t c = 0; c < C; ++c) yp[c] = static_cast<float>(acc[c] / div);
+      }
+    }
+  });
+}
+
+struct NhwcPoolState {
+  ops::WindowGeometry g;
+  bool global = false;
+};
+
+Status nhwc_pool_reshape(ReshapeContext& rc, const PoolAttrs& a, bool global) {
+  if (rc.in.empty() || !rc.in[0].present) return rc.error("X is required");
+  const Shape& x = rc.in[0].shape;
+  if (x.size() != 4) return rc.error("channels-last pooling takes X [N, H, W, C], got " + shape_to_string(x));
+  if (rc.in[0].dtype != DataType::kFloat32) return rc.error("channels-last pooling takes float32");
+  auto st = std::make_shared<NhwcPoolState>();
+  st->global = global;
+  if (global) {
+    st->g.kernel = {x[1], x[2]};
+    st->g.strides = {1, 1};
+    st->g.dilations = {1, 1};
+    st->g.pads = {0, 0, 0, 0};
+    st->g.out = {1, 1};
+  } else {
+    if (a.w.kernel.size() != 2) return rc.error("channels-last pooling is 2-D");
+    auto g = ops::window_geometry(a.w, {x[1], x[2]}, {});
+    if (!g.ok()) return rc.error(g.status().message());
+    st->g = *g;
+  }
+  rc.out[0] = {DataType::kFloat32, {x[0], st->g.out[0], st->g.out[1], x[3]}};
+  rc.state = std::move(st);
+  return Status::Ok();
+}
+
+Status nhwc_pool_kernel(KernelContext& ctx, const PoolAttrs& a) {
+  const NhwcPoolState& st = shape_state<NhwcPoolState>(ctx);
+  const Tensor& x = ctx.input(0);
+  pool_nhwc_2d(a, st.g, st.global, x.dim(0), x.dim(1), x.dim(2), x.dim(3), x.data<float>(), ctx.output(0).data<float>());
+  return Status::Ok();
+}
+
 bool pool_dtype_ok(DataType dt, PoolKind k) {
   return is_real(dt) || (k == PoolKind::kMax && (dt == DataType::kInt8 || dt == DataType::kUInt8));
 }
@@ -358,6 +451,20 @@ void register_pool(KernelRegistry& r) {
          make_staged_pool<PoolKind::kAvg, global_pool_reshape, global_pool_kernel>});
   r.add({"GlobalLpPool", "", 1, 1 << 30, "cpu.GlobalLpPool.any", real, make_staged_pool<PoolKind::kLp, global_pool_reshape, global_pool_kernel>});
   r.add({"MaxUnpool", "", 9, 1 << 30, "cpu.MaxUnpool.any", real, make_pool<PoolKind::kMax, max_unpool_kernel>});
+  r.add({"ChannelsLastPool", "kiln", 1, 1 << 30, "cpu.ChannelsLastPool.f32",
+         [](const ir::Node& n) -> std::string {
+           const std::string op = n.attr_string("op", "");
+           if (op != "MaxPool" && op != "AveragePool" && op != "GlobalMaxPool" && op != "GlobalAveragePool")
+             return "op must be MaxPool, AveragePool, GlobalMaxPool or GlobalAveragePool";
+           return require_dtypes(n, 0, {DataType::kFloat32});
+         },
+         [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+           const std::string op = n.attr_string("op", "");
+           const bool global = op.rfind("Global", 0) == 0;
+           PoolAttrs a = parse_pool(n, op.find("Max") != std::string::npos ? PoolKind::kMax : PoolKind::kAvg);
+           return make_staged([a, global](ReshapeContext& rc) { return nhwc_pool_reshape(rc, a, global); },
+                              [a](KernelContext& ctx) { return nhwc_pool_kernel(ctx, a); });
+         }});
 }
 
 }  // namespace kiln::cpu::nn

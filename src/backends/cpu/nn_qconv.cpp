@@ -219,24 +219,33 @@ Status run_quant(const DnnlQuant& d, KernelContext& ctx) {
   return good ? Status::Ok() : ctx.error("the oneDNN int8 primitive failed");
 }
 
-// ---- kiln.QConv: 2-D convolution, X [N, C, H, W] uint8/int8, W [M, C/group, kh, kw] int8.
+// ---- kiln.QConv: 2-D convolution, X [N, C, H, W] uint8/int8, W [M, C/group, kh, kw] int8 (or
+// channels-last, from passes/channels_last.cpp: oneDNN's int8 kernels work in NHWC, so a chain of
+// them in NHWC needs no reorder between layers).
 
 struct QConvAttrs {
   ops::WindowAttrs w;
   int64_t group = 1;
   Activation act;
+  bool nhwc = false;  // channels_last: X [N,H,W,C], W [M,kh,kw,C/group], Y [N,OH,OW,M]
 };
+
+Shape to_nchw(const Shape& s) { return s.size() == 4 ? Shape{s[0], s[3], s[1], s[2]} : s; }
 
 Status qconv_reshape(ReshapeContext& rc, const QConvAttrs& a) {
   if (!present(rc, kX) || !present(rc, kW)) return rc.error("X and W are required");
   ConvShapes s;
-  KILN_RETURN_IF_ERROR(conv_shapes(rc, a.w, a.group, rc.in[kX].shape, rc.in[kW].shape, s));
+  if (a.nhwc && (rc.in[kX].shape.size() != 4 || rc.in[kW].shape.size() != 4))
+    return rc.error("channels_last convolutions are 2-D (4-D X and W)");
+  const Shape xs = a.nhwc ? to_nchw(rc.in[kX].shape) : rc.in[kX].shape;
+  const Shape wsh = a.nhwc ? to_nchw(rc.in[kW].shape) : rc.in[kW].shape;
+  KILN_RETURN_IF_ERROR(conv_shapes(rc, a.w, a.group, xs, wsh, s));
   if (s.g.kernel.size() != 2) return rc.error("quantized convolutions are 2-D here");
   const Tensor* w = const_input(rc, kW);
   if (!w) return rc.error("W must be a constant");
   QuantConsts q;
   KILN_RETURN_IF_ERROR(read_consts(rc, s.M, q));
-  rc.out[0] = {q.out, s.y};
+  rc.out[0] = {q.out, a.nhwc ? Shape{s.y[0], s.y[2], s.y[3], s.y[1]} : s.y};
   if (const std::string why = check_tensor_size(q.out, s.y); !why.empty()) return rc.error(why);
   if (shape_numel(s.y) == 0) return Status::Ok();
   auto d = std::make_shared<DnnlQuant>();
@@ -248,9 +257,10 @@ Status qconv_reshape(ReshapeContext& rc, const QConvAttrs& a) {
     const int64_t kh = s.g.kernel[0], kw = s.g.kernel[1];
     const memory::dims wdims = s.group > 1 ? memory::dims{s.group, s.M / s.group, s.C / s.group, kh, kw}
                                            : memory::dims{s.M, s.C, kh, kw};
-    const memory::desc w_user(wdims, memory::data_type::s8, s.group > 1 ? tag::goihw : tag::oihw);
+    const memory::desc w_user(wdims, memory::data_type::s8,
+                              s.group > 1 ? (a.nhwc ? tag::gohwi : tag::goihw) : (a.nhwc ? tag::ohwi : tag::oihw));
     const auto xt = dnnl_type(rc.in[kX].dtype), yt = dnnl_type(q.out);
-    const memory::desc src_user(src, xt, tag::nchw), dst_user(dst, yt, tag::nchw);
+    const memory::desc src_user(src, xt, a.nhwc ? tag::nhwc : tag::nchw), dst_user(dst, yt, a.nhwc ? tag::nhwc : tag::nchw);
     const memory::desc src_any(src, xt, tag::any), dst_any(dst, yt, tag::any), w_any(wdims, memory::data_type::s8, tag::any);
     const dnnl::primitive_attr attr = make_attr(q, a.act, 1 << 1, &d->bias);
     const memory::desc bias_md({s.M}, memory::data_type::f32, tag::x);
@@ -343,7 +353,7 @@ std::string check_quant(const ir::Node& n) {
 void register_qconv(KernelRegistry& r) {
   r.add({"QConv", "kiln", 1, 1 << 30, "cpu.QConv.i8.onednn", check_quant, [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
            KILN_ASSIGN_OR_RETURN(Activation act, parse_act(n));
-           QConvAttrs a{ops::parse_window_attrs(n), n.attr_int("group", 1), act};
+           QConvAttrs a{ops::parse_window_attrs(n), n.attr_int("group", 1), act, n.attr_int("channels_last", 0) != 0};
            return make_staged([a](ReshapeContext& rc) { return qconv_reshape(rc, a); }, quant_run);
          }});
   r.add({"QMatMul", "kiln", 1, 1 << 30, "cpu.QMatMul.i8.onednn", check_quant,
