@@ -658,8 +658,10 @@ void tuning_options(kiln::BuildOptions& o, const py::object& profiles, const py:
 // INT8 builds: calibration is an iterable of {input name: array} dicts (or a folder path), the rest as
 // BuildOptions. The arrays are borrowed: `keep` holds them until the build returns.
 void int8_options(kiln::BuildOptions& o, bool int8, const py::object& calibration, const std::string& method,
-                  double percentile, const std::string& cache, KeepAlive& keep) {
+                  double percentile, const std::string& cache, double budget, const std::string& metric, KeepAlive& keep) {
   o.int8 = int8;
+  o.accuracy_budget = budget;
+  o.accuracy_metric = metric;
   o.calibration_method = method;
   o.calibration_percentile = percentile;
   o.calibration_cache = cache;
@@ -682,11 +684,12 @@ void int8_options(kiln::BuildOptions& o, bool int8, const py::object& calibratio
 EnginePtr engine_build(const std::string& path, const std::string& device, int opt_level, bool verbose, const std::string& precision,
                        const py::object& profiles, const py::object& tune, const std::string& timing_cache, bool int8,
                        const py::object& calibration, const std::string& calibration_method, double calibration_percentile,
-                       const std::string& calibration_cache) {
+                       const std::string& calibration_cache, double accuracy_budget, const std::string& accuracy_metric) {
   auto opts = build_options(device, opt_level, verbose, precision);
   tuning_options(opts, profiles, tune, timing_cache);
   KeepAlive keep;
-  int8_options(opts, int8, calibration, calibration_method, calibration_percentile, calibration_cache, keep);
+  int8_options(opts, int8, calibration, calibration_method, calibration_percentile, calibration_cache, accuracy_budget,
+               accuracy_metric, keep);
   return unwrap(without_gil([&] { return kiln::Engine::build(path, opts); }));
 }
 
@@ -694,11 +697,13 @@ EnginePtr engine_build_from_bytes(const py::bytes& data, const std::string& devi
                                   const std::string& base_dir, const std::string& precision, const py::object& profiles,
                                   const py::object& tune, const std::string& timing_cache, bool int8,
                                   const py::object& calibration, const std::string& calibration_method,
-                                  double calibration_percentile, const std::string& calibration_cache) {
+                                  double calibration_percentile, const std::string& calibration_cache, double accuracy_budget,
+                                  const std::string& accuracy_metric) {
   auto opts = build_options(device, opt_level, verbose, precision);
   tuning_options(opts, profiles, tune, timing_cache);
   KeepAlive keep;
-  int8_options(opts, int8, calibration, calibration_method, calibration_percentile, calibration_cache, keep);
+  int8_options(opts, int8, calibration, calibration_method, calibration_percentile, calibration_cache, accuracy_budget,
+               accuracy_metric, keep);
   const std::string bytes = data;
   return unwrap(without_gil([&] { return kiln::Engine::build_from_bytes(bytes, opts, base_dir); }));
 }
@@ -887,18 +892,20 @@ PYBIND11_MODULE(_kiln, m) {
                   py::arg("tune") = py::none(), py::arg("timing_cache") = "", py::arg("int8") = false,
                   py::arg("calibration") = py::none(), py::arg("calibration_method") = "minmax",
                   py::arg("calibration_percentile") = 99.99, py::arg("calibration_cache") = "",
+                  py::arg("accuracy_budget") = 0.0, py::arg("accuracy_metric") = "rel_l2",
                   "Imports, optimizes and lowers an .onnx file. precision: fp32, or fp16/bf16 for cuda. profiles: a "
                   "list of {input: (min, opt, max)} shape ranges; tune: time each layer's tactics (default: cuda "
                   "engines); timing_cache: a file of measured tactic times to reuse and extend. int8 (cpu engines): "
                   "Conv/MatMul/Gemm in 8 bits with activation ranges from calibration (an iterable of {input: array} "
                   "dicts, or a folder as kiln build --calibration), calibration_method minmax/entropy/percentile, "
-                  "calibration_cache a file of ranges to reuse or write.")
+                  "calibration_cache a file of ranges to reuse or write; accuracy_budget > 0 keeps the most sensitive "
+                  "products in float32, as few as hold accuracy_metric (rel_l2 or top1) within it.")
       .def_static("build_from_bytes", &engine_build_from_bytes, py::arg("data"), py::arg("device") = "cpu",
                   py::arg("opt_level") = 1, py::arg("verbose") = false, py::arg("base_dir") = "",
                   py::arg("precision") = "fp32", py::arg("profiles") = py::none(), py::arg("tune") = py::none(),
                   py::arg("timing_cache") = "", py::arg("int8") = false, py::arg("calibration") = py::none(),
                   py::arg("calibration_method") = "minmax", py::arg("calibration_percentile") = 99.99,
-                  py::arg("calibration_cache") = "",
+                  py::arg("calibration_cache") = "", py::arg("accuracy_budget") = 0.0, py::arg("accuracy_metric") = "rel_l2",
                   "Same as build() from serialized ModelProto bytes; external data resolves under base_dir.")
       .def_static("open", &engine_open, py::arg("path"), py::arg("device") = "cpu", py::arg("opt_level") = 1,
                   py::arg("verbose") = false, py::arg("precision") = "fp32", py::arg("profiles") = py::none(),

@@ -687,6 +687,14 @@ static int kiln_main(int argc, char** argv) {
       ->check(CLI::IsMember({"minmax", "entropy", "percentile"}));
   build->add_option("--percentile", calib_percentile, "the percentile of |x| kept by --calibration-method percentile")
       ->check(CLI::Range(0.0, 100.0));
+  double accuracy_budget = 0;
+  std::string accuracy_metric = "rel_l2";
+  build->add_option("--accuracy-budget", accuracy_budget,
+                    "--int8: keep the products whose 8-bit error costs most in float32, as few as hold the engine within "
+                    "this error against float32 on the calibration data")
+      ->check(CLI::NonNegativeNumber);
+  build->add_option("--accuracy-metric", accuracy_metric, "the budget's metric: rel_l2 (outputs) or top1 (share of changed argmax)")
+      ->check(CLI::IsMember({"rel_l2", "top1"}));
   build->add_option("--calibration-cache", calib_cache,
                     "read the ranges from FILE when it was written for this model and method, else write them to it");
 
@@ -936,6 +944,9 @@ static int kiln_main(int argc, char** argv) {
     o.calibration_method = calib_method;
     o.calibration_percentile = calib_percentile;
     o.calibration_cache = calib_cache;
+    o.accuracy_budget = accuracy_budget;
+    o.accuracy_metric = accuracy_metric;
+    if (!build_int8 && accuracy_budget > 0) return fail(kiln::invalid_argument("--accuracy-budget is for --int8 builds"));
     if (!build_int8 && (!calib_dir.empty() || !calib_cache.empty()))
       return fail(kiln::invalid_argument("--calibration and --calibration-cache are for --int8 builds"));
     if (!build_quiet) o.progress = progress_printer();
@@ -984,6 +995,13 @@ static int kiln_main(int argc, char** argv) {
       const auto meta = (*e)->metadata();
       auto get = [&meta](const std::string& k) { auto it = meta.find(k); return it == meta.end() ? std::string("?") : it->second; };
       std::printf("int8: %s products in 8 bits; activation ranges from %s\n", get("int8.products").c_str(), get("int8.calibration").c_str());
+      if (meta.count("int8.layers")) {
+        std::printf("int8: per product (precision, the metric with only it in 8 bits):\n");
+        std::istringstream lines(meta.at("int8.layers"));
+        std::string name, op, prec, sens;
+        while (lines >> name >> op >> prec >> sens) std::printf("  %-40s %-8s %-5s %s\n", name.c_str(), op.c_str(), prec.c_str(), sens.c_str());
+        std::printf("int8: measured on the calibration data: %s\n", get("int8.error").c_str());
+      }
       for (const auto& [k, v] : meta)
         if (k.rfind("int8.rel_l2.", 0) == 0)
           std::printf("int8: output '%s' relative L2 against the float32 engine %s (first calibration set)\n", k.substr(12).c_str(), v.c_str());

@@ -109,6 +109,12 @@ struct BuildOptions {
   std::string calibration_method = "minmax";
   double calibration_percentile = 99.99;
   std::string calibration_cache;
+  // Mixed precision (INT8 builds): with a budget > 0, products whose 8-bit error costs most stay
+  // float32 — as few as keep the engine within the budget against float32 on the calibration sets,
+  // by `accuracy_metric`: "rel_l2" (relative L2 of the outputs) or "top1" (the share of rows of the
+  // first output whose argmax changes). The build reports each product's precision and sensitivity.
+  double accuracy_budget = 0;
+  std::string accuracy_metric = "rel_l2";
 };
 
 // Calibration input sets from a folder: one subfolder per set holding <input name>.npy for every

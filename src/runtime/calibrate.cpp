@@ -224,28 +224,42 @@ void quantize_weights(ir::Graph& g, ir::Node& n) {
 
 }  // namespace
 
-Expected<Int8Report> quantize_int8(ir::Graph& g, const BuildOptions& options, const std::string& model_hash,
-                                   const std::function<Expected<std::shared_ptr<Engine>>(std::unique_ptr<ir::Graph>)>& build_float) {
+namespace {
+
+// The products to quantize (graph order) and the activations they read (each once, graph order);
+// nodes named in `keep_float` stay float.
+void find_targets(ir::Graph& g, const std::set<std::string>& keep_float, std::vector<ir::Node*>* targets,
+                  std::vector<std::string>* acts) {
+  std::set<std::string> seen;
+  for (ir::Node* n : g.nodes()) {
+    if (!quantizable(*n) || keep_float.count(n->name)) continue;
+    targets->push_back(n);
+    if (seen.insert(n->inputs[0]->name).second) acts->push_back(n->inputs[0]->name);
+  }
+}
+
+struct Calibration {
+  std::map<std::string, std::pair<double, double>> ranges;
+  bool from_cache = false;
+  int sets = 0;
+};
+
+Expected<Calibration> calibrate(ir::Graph& g, const BuildOptions& options, const std::string& model_hash,
+                                const BuildFn& build_float) {
   const std::string method = options.calibration_method.empty() ? "minmax" : options.calibration_method;
   if (method != "minmax" && method != "entropy" && method != "percentile")
     return invalid_argument("calibration method '" + method + "': use minmax, entropy or percentile");
   if (method == "percentile" && !(options.calibration_percentile > 0 && options.calibration_percentile <= 100))
     return invalid_argument("the calibration percentile must be in (0, 100]");
-  Int8Report report;
+  Calibration cal;
   std::vector<ir::Node*> targets;
   std::vector<std::string> acts;  // activation values to calibrate, in graph order
-  std::set<std::string> seen;
-  for (ir::Node* n : g.nodes()) {
-    if (!quantizable(*n)) continue;
-    targets.push_back(n);
-    if (seen.insert(n->inputs[0]->name).second) acts.push_back(n->inputs[0]->name);
-  }
-  report.products = static_cast<int>(targets.size());
-  if (targets.empty()) return report;
+  find_targets(g, {}, &targets, &acts);
+  if (targets.empty()) return cal;
 
   const std::string header = cache_header(model_hash, method + (method == "percentile" ? "@" + std::to_string(options.calibration_percentile) : ""));
-  std::map<std::string, std::pair<double, double>> ranges;
-  bool from_cache = false;
+  auto& ranges = cal.ranges;
+  bool& from_cache = cal.from_cache;
   if (!options.calibration_cache.empty()) {
     if (auto c = read_cache(options.calibration_cache, header)) {
       ranges = std::move(*c);
@@ -312,12 +326,19 @@ Expected<Int8Report> quantize_int8(ir::Graph& g, const BuildOptions& options, co
       }
       ranges[name] = {lo, hi};
     }
-    report.calibration_sets = static_cast<int>(options.calibration.size());
+    cal.sets = static_cast<int>(options.calibration.size());
     if (!options.calibration_cache.empty()) KILN_RETURN_IF_ERROR(write_cache(options.calibration_cache, header, ranges));
   }
-  report.from_cache = from_cache;
+  return cal;
+}
 
-  // Q → DQ on each calibrated activation, read by the products (other readers keep the float value).
+// Q → DQ on each calibrated activation, read by the products (other readers keep the float value),
+// and int8 weights behind a DequantizeLinear; nodes named in keep_float stay float.
+Status insert_qdq(ir::Graph& g, const Calibration& cal, const std::set<std::string>& keep_float, Int8Report* report) {
+  std::vector<ir::Node*> targets;
+  std::vector<std::string> acts;
+  find_targets(g, keep_float, &targets, &acts);
+  const auto& ranges = cal.ranges;
   std::map<std::string, ir::Value*> dequantized;
   for (const std::string& a : acts) {
     ir::Value* v = g.find_value(a);
@@ -334,13 +355,139 @@ Expected<Int8Report> quantize_int8(ir::Graph& g, const BuildOptions& options, co
     g.add_node("QuantizeLinear", "", {v, sv, zv}, {q}, a + "_QuantizeLinear")->opset = 21;
     g.add_node("DequantizeLinear", "", {q, sv, zv}, {d}, a + "_DequantizeLinear")->opset = 21;
     dequantized[a] = d;
-    report.ranges.push_back({a, lo, hi, scale, zp});
+    if (report) report->ranges.push_back({a, lo, hi, scale, static_cast<int>(zp)});
   }
   for (ir::Node* n : targets) {
     g.set_input(n, 0, dequantized.at(n->inputs[0]->name));
     quantize_weights(g, *n);
   }
-  KILN_RETURN_IF_ERROR(g.sort());
+  return g.sort();
+}
+
+// The calibration sets' outputs of an engine.
+Expected<std::vector<std::vector<Value>>> run_sets(const Engine& e, const std::vector<std::map<std::string, Tensor>>& sets) {
+  KILN_ASSIGN_OR_RETURN(auto ctx, e.create_context());
+  std::vector<std::vector<Value>> out;
+  for (const auto& feeds : sets) {
+    std::map<std::string, Value> in;
+    for (const auto& [k, t] : feeds) in[k] = Value::of(t);
+    KILN_ASSIGN_OR_RETURN(auto o, ctx->run(in));
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+// The accuracy metric of `got` against `want` over all sets: "rel_l2" (relative L2 of every float32
+// output, pooled) or "top1" (the share of rows of output 0 — its last axis the classes — whose
+// argmax differs).
+double metric(const std::string& kind, const std::vector<std::vector<Value>>& got, const std::vector<std::vector<Value>>& want) {
+  double num = 0, den = 0;
+  int64_t rows = 0, differ = 0;
+  for (size_t s = 0; s < want.size(); ++s)
+    for (size_t i = 0; i < want[s].size() && i < got[s].size(); ++i) {
+      const Tensor& a = got[s][i].tensor;
+      const Tensor& b = want[s][i].tensor;
+      if (a.dtype() != DataType::kFloat32 || b.dtype() != DataType::kFloat32 || a.numel() != b.numel()) continue;
+      const float* pa = a.data<float>();
+      const float* pb = b.data<float>();
+      if (kind == "top1") {
+        if (i != 0 || b.rank() == 0) continue;
+        const int64_t classes = b.shape().back();
+        for (int64_t r = 0; classes > 0 && r < b.numel() / classes; ++r) {
+          const float* ra = pa + r * classes;
+          const float* rb = pb + r * classes;
+          differ += std::max_element(ra, ra + classes) - ra != std::max_element(rb, rb + classes) - rb;
+          ++rows;
+        }
+        continue;
+      }
+      for (int64_t j = 0; j < a.numel(); ++j) {
+        const double d = static_cast<double>(pa[j]) - pb[j];
+        num += d * d;
+        den += static_cast<double>(pb[j]) * pb[j];
+      }
+    }
+  if (kind == "top1") return rows ? static_cast<double>(differ) / rows : 0.0;
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+}  // namespace
+
+Expected<Int8Report> quantize_int8(ir::Graph& g, const BuildOptions& options, const std::string& model_hash,
+                                   const BuildFn& build_float, const BuildFn& build_quantized) {
+  const std::string method = options.calibration_method.empty() ? "minmax" : options.calibration_method;
+  const std::string kind = options.accuracy_metric.empty() ? "rel_l2" : options.accuracy_metric;
+  if (kind != "rel_l2" && kind != "top1") return invalid_argument("accuracy metric '" + kind + "': use rel_l2 or top1");
+  if (options.accuracy_budget < 0 || !std::isfinite(options.accuracy_budget))
+    return invalid_argument("the accuracy budget must be a finite number >= 0");
+  KILN_ASSIGN_OR_RETURN(Calibration cal, calibrate(g, options, model_hash, build_float));
+  Int8Report report;
+  report.from_cache = cal.from_cache;
+  report.calibration_sets = cal.sets;
+  std::vector<ir::Node*> targets;
+  std::vector<std::string> acts;
+  find_targets(g, {}, &targets, &acts);
+  for (const ir::Node* n : targets) report.layers.push_back({n->name, n->op_type, true, -1});
+  std::set<std::string> keep_float;
+  if (options.accuracy_budget > 0 && !targets.empty()) {
+    // Mixed precision under a budget: each product's own error (only it in 8 bits), then the most
+    // sensitive ones back to float32 — as few as keep the whole engine within the budget (the
+    // smallest count found by bisection over the sensitivity order, checked by measuring it).
+    if (options.calibration.empty())
+      return invalid_argument("an accuracy budget is measured on calibration data: give calibration input sets");
+    report.metric = kind;
+    report.budget = options.accuracy_budget;
+    const size_t nsets = std::min<size_t>(options.calibration.size(), 8);
+    const std::vector<std::map<std::string, Tensor>> sets(options.calibration.begin(), options.calibration.begin() + nsets);
+    KILN_ASSIGN_OR_RETURN(auto ref_engine, build_float(g.clone()));
+    KILN_ASSIGN_OR_RETURN(auto want, run_sets(*ref_engine, sets));
+    auto error_with = [&](const std::set<std::string>& keep) -> Expected<double> {
+      auto copy = g.clone();
+      KILN_RETURN_IF_ERROR(insert_qdq(*copy, cal, keep, nullptr));
+      KILN_ASSIGN_OR_RETURN(auto e, build_quantized(std::move(copy)));
+      KILN_ASSIGN_OR_RETURN(auto got, run_sets(*e, sets));
+      return metric(kind, got, want);
+    };
+    std::set<std::string> all;
+    for (const ir::Node* n : targets) all.insert(n->name);
+    for (auto& layer : report.layers) {
+      std::set<std::string> others = all;
+      others.erase(layer.node);
+      KILN_ASSIGN_OR_RETURN(layer.sensitivity, error_with(others));
+    }
+    std::vector<size_t> order(report.layers.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return report.layers[a].sensitivity > report.layers[b].sensitivity; });
+    auto first_k = [&](size_t k) {
+      std::set<std::string> keep;
+      for (size_t i = 0; i < k; ++i) keep.insert(report.layers[order[i]].node);
+      return keep;
+    };
+    size_t lo = 0, hi = order.size();  // hi: all float32, within any budget
+    double err_hi = 0;
+    KILN_ASSIGN_OR_RETURN(double err0, error_with({}));
+    if (err0 <= options.accuracy_budget) {
+      hi = 0;
+      err_hi = err0;
+    } else {
+      while (hi - lo > 1) {
+        const size_t mid = (lo + hi) / 2;
+        KILN_ASSIGN_OR_RETURN(double e, error_with(first_k(mid)));
+        if (e <= options.accuracy_budget) {
+          hi = mid;
+          err_hi = e;
+        } else {
+          lo = mid;
+        }
+      }
+    }
+    keep_float = first_k(hi);
+    for (auto& layer : report.layers) layer.int8 = !keep_float.count(layer.node);
+    report.error = err_hi;
+  }
+  for (const auto& layer : report.layers) report.products += layer.int8;
+  KILN_RETURN_IF_ERROR(insert_qdq(g, cal, keep_float, &report));
   return report;
 }
 

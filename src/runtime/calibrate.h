@@ -11,8 +11,15 @@
 
 namespace kiln {
 
+using BuildFn = std::function<Expected<std::shared_ptr<Engine>>(std::unique_ptr<ir::Graph>)>;
+
 // What quantize_int8 did, for the build's report.
 struct Int8Report {
+  struct Layer {
+    std::string node, op;
+    bool int8 = true;
+    double sensitivity = -1;  // the metric with only this product in 8 bits (budget builds), else -1
+  };
   struct TensorRange {
     std::string name;
     double lo = 0, hi = 0;  // the range kept (after clipping)
@@ -20,6 +27,9 @@ struct Int8Report {
     int zero_point = 0;
   };
   int products = 0;          // Conv/MatMul/Gemm given 8-bit inputs
+  std::vector<Layer> layers;  // every quantizable product, graph order
+  std::string metric;         // budget builds: "rel_l2" or "top1"
+  double budget = 0, error = -1;  // the budget, and the measured metric of the chosen assignment
   int calibration_sets = 0;  // input sets run (0 when the ranges came from the cache)
   bool from_cache = false;
   std::vector<TensorRange> ranges;
@@ -27,9 +37,11 @@ struct Int8Report {
 
 // Puts QuantizeLinear/DequantizeLinear around the inputs of every quantizable product of `g` (an
 // optimized float32 graph), with activation ranges from options.calibration (through `build_float`,
-// which builds a float32 CPU engine of a graph) or options.calibration_cache. fuse-qdq then makes the
-// integer kernels.
+// which builds a float32 CPU engine of a graph as it is) or options.calibration_cache. fuse-qdq then
+// makes the integer kernels. With options.accuracy_budget > 0 the most sensitive products stay
+// float32, as few as keep options.accuracy_metric within the budget against the float32 graph on
+// the calibration sets (`build_quantized` builds a candidate as the final engine will be).
 Expected<Int8Report> quantize_int8(ir::Graph& g, const BuildOptions& options, const std::string& model_hash,
-                                   const std::function<Expected<std::shared_ptr<Engine>>(std::unique_ptr<ir::Graph>)>& build_float);
+                                   const BuildFn& build_float, const BuildFn& build_quantized);
 
 }  // namespace kiln

@@ -242,12 +242,30 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
         if (!v->constant) names.push_back(v->name);
       KILN_ASSIGN_OR_RETURN(calib.calibration, read_calibration_dir(calib.calibration_dir, names));
     }
-    KILN_ASSIGN_OR_RETURN(Int8Report q, quantize_int8(*impl->graph, calib, model.source_hash, build_float));
+    auto build_quantized = [&](std::unique_ptr<ir::Graph> g) -> Expected<std::shared_ptr<Engine>> {
+      KILN_RETURN_IF_ERROR(passes::optimize(*g, builder_pass_options(options.opt_level, &target->kernels())));
+      KILN_RETURN_IF_ERROR(cpu_channels_last(*g, options, target->kernels()));
+      return build_float(std::move(g));
+    };
+    KILN_ASSIGN_OR_RETURN(Int8Report q, quantize_int8(*impl->graph, calib, model.source_hash, build_float, build_quantized));
+    if (q.budget > 0) {
+      // The per-product table: precision and sensitivity (the metric with only it in 8 bits).
+      std::string table;
+      for (const auto& l : q.layers) {
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), " %s %.4g\n", l.int8 ? "int8" : "fp32", l.sensitivity);
+        table += l.node + " " + l.op + buf;
+      }
+      char buf[96];
+      std::snprintf(buf, sizeof(buf), "%s %.4g (budget %.4g)", q.metric.c_str(), q.error, q.budget);
+      impl->meta["int8.layers"] = table;
+      impl->meta["int8.error"] = buf;
+    }
     KILN_RETURN_IF_ERROR(passes::optimize(*impl->graph, builder_pass_options(options.opt_level, &target->kernels())));
     KILN_RETURN_IF_ERROR(cpu_channels_last(*impl->graph, options, target->kernels()));
     int fused = 0;
     for (const ir::Node* n : impl->graph->nodes()) fused += n->domain == "kiln" && (n->op_type == "QConv" || n->op_type == "QMatMul");
-    impl->meta["int8.products"] = std::to_string(fused) + " of " + std::to_string(q.products);
+    impl->meta["int8.products"] = std::to_string(fused) + " of " + std::to_string(q.layers.size());
     impl->meta["int8.calibration"] = q.from_cache ? "cache" : options.calibration_method + ", " + std::to_string(q.calibration_sets) + " input sets";
     log(LogLevel::kInfo, "int8: " + impl->meta["int8.products"] + " products in 8 bits; ranges from " + impl->meta["int8.calibration"]);
     for (const auto& r : q.ranges) {

@@ -393,3 +393,39 @@ def test_int8_chain_runs_channels_last_with_the_same_bits(monkeypatch, global_op
     e0, want = run_kiln(m, x, 1)
     assert ops_of(e0)["ChannelsLastPool"] == 0
     np.testing.assert_array_equal(got, want)
+
+
+def test_int8_accuracy_budget_keeps_the_most_sensitive_products_in_float32():
+    rng = np.random.default_rng(8)
+    m = small_cnn(rng)
+    calib = [images(rng, 4) for _ in range(4)]
+    ref = kiln.Engine.build_from_bytes(m.SerializeToString())
+    want = [ref.create_context().run({"x": c})[0] for c in calib]
+
+    def measured(e):  # the budget's rel_l2: pooled over the calibration sets
+        got = [e.create_context().run({"x": c})[0] for c in calib]
+        num = sum(float(np.sum((g.astype(np.float64) - w) ** 2)) for g, w in zip(got, want))
+        return (num / sum(float(np.sum(w.astype(np.float64) ** 2)) for w in want)) ** 0.5
+
+    full = measured(build_int8(m, calib))
+    assert full > 0
+    # A budget below the all-INT8 error: some products go back to float32, and the engine keeps it.
+    e = build_int8(m, calib, accuracy_budget=full / 3)
+    meta = e.metadata()
+    layers = [line.split() for line in meta["int8.layers"].splitlines()]
+    assert len(layers) == 3 and {p for _, _, p, _ in layers} == {"int8", "fp32"}, layers
+    fp32 = [name for name, _, p, _ in layers if p == "fp32"]
+    # The ones kept in float32 are the most sensitive.
+    sens = {name: float(s) for name, _, _, s in layers}
+    assert min(sens[n] for n in fp32) >= max(s for n, s in sens.items() if n not in fp32)
+    assert measured(e) <= full / 3 * (1 + 1e-6), (measured(e), full)
+    reported = float(meta["int8.error"].split()[1])
+    assert abs(reported - measured(e)) <= 1e-6 + 1e-3 * reported
+    counts = ops_of(e)
+    assert counts["QConv"] + counts["QMatMul"] == 3 - len(fp32), counts
+    # A generous budget changes nothing; top-1 as the metric works the same way.
+    assert build_int8(m, calib, accuracy_budget=1.0).metadata()["int8.products"] == "3 of 3"
+    t = build_int8(m, calib, accuracy_budget=1e-9, accuracy_metric="top1").metadata()
+    assert t["int8.error"].startswith("top1 ")
+    with pytest.raises(kiln.KilnError, match="rel_l2 or top1"):
+        build_int8(m, calib, accuracy_budget=0.1, accuracy_metric="l1")

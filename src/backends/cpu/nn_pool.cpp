@@ -117,26 +117,29 @@ void pool_planes(const PoolAttrs& a, const ops::WindowGeometry& g, const std::ve
 // pool_planes (the first element of a window starts a max, later ones replace it when greater;
 // averages sum in double in window order and divide once), with the window bounds per output row and
 // column worked out once instead of an N-d walk per element.
+// Per output row (or column): the first and last window step inside [0, in), and the padded window's
+// count (count_include_pad). Made once per shape signature.
+struct Span {
+  int64_t lo, hi, padded;
+};
+std::vector<Span> window_spans(int64_t out, int64_t in_len, int64_t stride, int64_t pad_b, int64_t pad_e, int64_t dil, int64_t k) {
+  std::vector<Span> v(static_cast<size_t>(out));
+  for (int64_t o = 0; o < out; ++o) {
+    const int64_t s = o * stride - pad_b;
+    const int64_t lo = s >= 0 ? 0 : (-s + dil - 1) / dil;
+    const int64_t last = in_len - 1 - s;
+    const int64_t hi = last < 0 ? -1 : std::min(k - 1, last / dil);
+    const int64_t plast = in_len + pad_e - 1 - s;
+    v[o] = {lo, hi, plast < 0 ? 0 : std::min(k, plast / dil + 1)};
+  }
+  return v;
+}
+
 void pool_planes_2d(const PoolAttrs& a, const ops::WindowGeometry& g, const std::vector<int64_t>& in, int64_t planes,
-                    const float* x, float* y) {
+                    const std::vector<Span>& rows, const std::vector<Span>& cols, const float* x, float* y) {
   const int64_t H = in[0], W = in[1], OH = g.out[0], OW = g.out[1];
   const int64_t sh = g.strides[0], sw = g.strides[1], ph = g.pads[0], pw = g.pads[1], dh = g.dilations[0], dw = g.dilations[1];
   const int64_t kh = g.kernel[0], kw = g.kernel[1];
-  // Per output column: first and last window step inside [0, W), and the padded window's count.
-  struct Span { int64_t lo, hi, padded; };
-  auto spans = [](int64_t out, int64_t in_len, int64_t stride, int64_t pad_b, int64_t pad_e, int64_t dil, int64_t k) {
-    std::vector<Span> v(static_cast<size_t>(out));
-    for (int64_t o = 0; o < out; ++o) {
-      const int64_t s = o * stride - pad_b;
-      const int64_t lo = s >= 0 ? 0 : (-s + dil - 1) / dil;
-      const int64_t last = in_len - 1 - s;
-      const int64_t hi = last < 0 ? -1 : std::min(k - 1, last / dil);
-      const int64_t plast = in_len + pad_e - 1 - s;
-      v[o] = {lo, hi, plast < 0 ? 0 : std::min(k, plast / dil + 1)};
-    }
-    return v;
-  };
-  const std::vector<Span> rows = spans(OH, H, sh, ph, g.pads[2], dh, kh), cols = spans(OW, W, sw, pw, g.pads[3], dw, kw);
   const bool is_max = a.kind == PoolKind::kMax;
   parallel_for(planes * OH, std::max<int64_t>(1, 4096 / std::max<int64_t>(OW * kh * kw, 1)), [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
@@ -180,27 +183,16 @@ void pool_planes_2d(const PoolAttrs& a, const ops::WindowGeometry& g, const std:
 // kiln.ChannelsLastPool (passes/channels_last.cpp) on float32 X [N, H, W, C]: the same windows and
 // arithmetic as pool_planes_2d per channel, with the channels innermost (contiguous, vectorizable).
 // Global pools have one window covering H x W.
-void pool_nhwc_2d(const PoolAttrs& a, const ops::WindowGeometry& g, bool global, int64_t N, int64_t H, int64_t W, int64_t C,
-                  const float* x, float* y) {
+void pool_nhwc_2d(const PoolAttrs& a, const ops::WindowGeometry& g, bool global, const std::vector<Span>& rows,
+                  const std::vector<Span>& cols, int64_t N, int64_t H, int64_t W, int64_t C, const float* x, float* y) {
   const int64_t OH = g.out[0], OW = g.out[1];
   const int64_t sh = g.strides[0], sw = g.strides[1], ph = g.pads[0], pw = g.pads[1], dh = g.dilations[0], dw = g.dilations[1];
-  auto span = [](int64_t o, int64_t in_len, int64_t stride, int64_t pad_b, int64_t pad_e, int64_t dil, int64_t k, int64_t* lo,
-                 int64_t* hi, int64_t* padded) {
-    const int64_t s = o * stride - pad_b;
-    *lo = s >= 0 ? 0 : (-s + dil - 1) / dil;
-    const int64_t last = in_len - 1 - s;
-    *hi = last < 0 ? -1 : std::min(k - 1, last / dil);
-    const int64_t plast = in_len + pad_e - 1 - s;
-    *padded = plast < 0 ? 0 : std::min(k, plast / dil + 1);
-  };
   const bool is_max = a.kind == PoolKind::kMax;
   parallel_for(N * OH * OW, std::max<int64_t>(1, 4096 / std::max<int64_t>(C * g.kernel[0] * g.kernel[1], 1)), [&](int64_t b, int64_t e) {
-    std::vector<double> acc(is_max ? 0 : static_cast<size_t>(C));
     for (int64_t t = b; t < e; ++t) {
       const int64_t n = t / (OH * OW), oh = (t / OW) % OH, ow = t % OW;
-      int64_t rlo, rhi, rpad, clo, chi, cpad;
-      span(oh, H, sh, ph, g.pads[2], dh, g.kernel[0], &rlo, &rhi, &rpad);
-      span(ow, W, sw, pw, g.pads[3], dw, g.kernel[1], &clo, &chi, &cpad);
+      const int64_t rlo = rows[oh].lo, rhi = rows[oh].hi, rpad = rows[oh].padded;
+      const int64_t clo = cols[ow].lo, chi = cols[ow].hi, cpad = cols[ow].padded;
       float* __restrict yp = y + t * C;
       if (rlo > rhi || clo > chi) {
         const float v = is_max ? -std::numeric_limits<float>::infinity()
@@ -221,14 +213,14 @@ void pool_nhwc_2d(const PoolAttrs& a, const ops::WindowGeometry& g, bool global,
             for (int64_t c = 0; c < C; ++c) yp[c] = xp[c] > yp[c] ? xp[c] : yp[c];
           }
       } else {
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int64_t i = rlo; i <= rhi; ++i)
-          for (int64_t j = clo; j <= chi; ++j) {
-            const float* __restrict xp = at(i, j);
-            for (int64_t c = 0; c < C; ++c) acc[c] += static_cast<double>(xp[c]);
-          }
+        // One channel at a time: a double accumulator per channel would need memory of its own.
         const int64_t div = a.count_include_pad ? rpad * cpad : (rhi - rlo + 1) * (chi - clo + 1);
-        for (int64_t c = 0; c < C; ++c) yp[c] = static_cast<float>(acc[c] / div);
+        for (int64_t c = 0; c < C; ++c) {
+          double acc = 0;
+          for (int64_t i = rlo; i <= rhi; ++i)
+            for (int64_t j = clo; j <= chi; ++j) acc += static_cast<double>(at(i, j)[c]);
+          yp[c] = static_cast<float>(acc / div);
+        }
       }
     }
   });
@@ -237,6 +229,7 @@ void pool_nhwc_2d(const PoolAttrs& a, const ops::WindowGeometry& g, bool global,
 struct NhwcPoolState {
   ops::WindowGeometry g;
   bool global = false;
+  std::vector<Span> rows, cols;
 };
 
 Status nhwc_pool_reshape(ReshapeContext& rc, const PoolAttrs& a, bool global) {
@@ -259,6 +252,9 @@ Status nhwc_pool_reshape(ReshapeContext& rc, const PoolAttrs& a, bool global) {
     st->g = *g;
   }
   rc.out[0] = {DataType::kFloat32, {x[0], st->g.out[0], st->g.out[1], x[3]}};
+  const ops::WindowGeometry& g = st->g;
+  st->rows = window_spans(g.out[0], x[1], g.strides[0], g.pads[0], g.pads[2], g.dilations[0], g.kernel[0]);
+  st->cols = window_spans(g.out[1], x[2], g.strides[1], g.pads[1], g.pads[3], g.dilations[1], g.kernel[1]);
   rc.state = std::move(st);
   return Status::Ok();
 }
@@ -266,7 +262,7 @@ Status nhwc_pool_reshape(ReshapeContext& rc, const PoolAttrs& a, bool global) {
 Status nhwc_pool_kernel(KernelContext& ctx, const PoolAttrs& a) {
   const NhwcPoolState& st = shape_state<NhwcPoolState>(ctx);
   const Tensor& x = ctx.input(0);
-  pool_nhwc_2d(a, st.g, st.global, x.dim(0), x.dim(1), x.dim(2), x.dim(3), x.data<float>(), ctx.output(0).data<float>());
+  pool_nhwc_2d(a, st.g, st.global, st.rows, st.cols, x.dim(0), x.dim(1), x.dim(2), x.dim(3), x.data<float>(), ctx.output(0).data<float>());
   return Status::Ok();
 }
 
@@ -278,6 +274,7 @@ bool pool_dtype_ok(DataType dt, PoolKind k) {
 struct PoolState {
   std::vector<int64_t> in;
   ops::WindowGeometry g;
+  std::vector<Span> rows, cols;  // 2-D: pool_planes_2d's window bounds
 };
 
 Status pool_reshape(ReshapeContext& rc, const PoolAttrs& a) {
@@ -291,6 +288,10 @@ Status pool_reshape(ReshapeContext& rc, const PoolAttrs& a) {
   auto g = ops::window_geometry(a.w, st->in, {});
   if (!g.ok()) return rc.error(g.status().message());
   st->g = *g;
+  if (st->in.size() == 2) {
+    st->rows = window_spans(g->out[0], st->in[0], g->strides[0], g->pads[0], g->pads[2], g->dilations[0], g->kernel[0]);
+    st->cols = window_spans(g->out[1], st->in[1], g->strides[1], g->pads[1], g->pads[3], g->dilations[1], g->kernel[1]);
+  }
   Shape ys = {x[0], x[1]};
   ys.insert(ys.end(), g->out.begin(), g->out.end());
   rc.out[0] = {rc.in[0].dtype, ys};
@@ -306,7 +307,7 @@ Status pool_kernel(KernelContext& ctx, const PoolAttrs& a) {
   int64_t* idx = ctx.has_output(1) ? ctx.output(1).data<int64_t>() : nullptr;
   const int64_t planes = x.dim(0) * x.dim(1);
   if (x.dtype() == DataType::kFloat32 && !idx && st.in.size() == 2 && a.kind != PoolKind::kLp) {
-    pool_planes_2d(a, st.g, st.in, planes, x.data<float>(), y.data<float>());
+    pool_planes_2d(a, st.g, st.in, planes, st.rows, st.cols, x.data<float>(), y.data<float>());
     return Status::Ok();
   }
   if (x.dtype() == DataType::kFloat64) {
