@@ -144,12 +144,20 @@ static Status cpu_channels_last(ir::Graph& graph, const BuildOptions& options, c
   bool qconv = false;
   for (const ir::Node* n : graph.nodes()) qconv |= n->domain == "kiln" && n->op_type == "QConv";
   const char* cl = std::getenv("KILN_CHANNELS_LAST");
-  if (!qconv || options.opt_level < 1 || (cl && std::string(cl) == "0")) return Status::Ok();
+  const char* f32 = std::getenv("KILN_CPU_NHWC");
+  // Float32 convolutions too, from opt level 2 (oneDNN's NHWC kernels instead of a reorder to its
+  // blocked layout and back around every layer).
+  const bool float_convs = options.opt_level >= 2 && !(f32 && std::string(f32) == "0");
+  if ((!qconv && !float_convs) || options.opt_level < 1 || (cl && std::string(cl) == "0")) return Status::Ok();
   bool pool = false;
   for (const KernelDef& d : target.all()) pool |= d.op == "ChannelsLastPool" && d.domain == "kiln";
-  auto accepts = [pool](const ir::Node& n) {
+  auto accepts = [pool, float_convs](const ir::Node& n) {
     if (n.domain == "kiln" && n.op_type == "QConv") return true;
-    return pool && n.op_type != "Conv" && n.op_type != "FusedConv" && n.inputs[0]->type.dtype == DataType::kFloat32;
+    const bool conv = n.op_type == "Conv" || n.op_type == "FusedConv";
+    if (conv)
+      return float_convs && n.inputs[0]->type.dtype == DataType::kFloat32 && n.inputs[1]->type.dtype == DataType::kFloat32 &&
+             (!n.has_input(2) || n.inputs[2]->type.dtype == DataType::kFloat32);
+    return pool && n.inputs[0]->type.dtype == DataType::kFloat32;
   };
   return passes::convert_to_channels_last(graph, accepts).status();
 }

@@ -8,7 +8,7 @@ import itertools
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import kiln
 
@@ -47,3 +47,57 @@ def test_2d_pooling_fast_path_matches_the_general_kernel(op, attrs):
     y32 = run(pool_model(op, np.float32, shape, **attrs), x)
     y64 = run(pool_model(op, np.float64, shape, **attrs), x.astype(np.float64))
     np.testing.assert_array_equal(y32, y64.astype(np.float32))
+
+
+def conv_chain_model():
+    """Conv (strided) → Relu → depthwise Conv (dilated) → squeeze-excitation (GlobalAveragePool,
+    1x1 convs, Sigmoid, Mul) → grouped Conv + residual Add → MaxPool → Conv → output."""
+    rng = np.random.default_rng(12)
+    C = 16
+
+    def w(*shape, s=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * s).astype(np.float32))
+
+    inits = []
+    for name, arr in [("w0", w(C, 3, 3, 3)), ("b0", w(C)), ("wd", w(C, 1, 3, 3)), ("bd", w(C)), ("ws1", w(4, C, 1, 1)),
+                      ("bs1", w(4)), ("ws2", w(C, 4, 1, 1)), ("bs2", w(C)), ("wg", w(C, C // 4, 3, 3)), ("bg", w(C)),
+                      ("w3", w(8, C, 1, 1)), ("b3", w(8))]:
+        arr.name = name
+        inits.append(arr)
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w0", "b0"], ["c0"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             n("Relu", ["c0"], ["r0"]),
+             n("Conv", ["r0", "wd", "bd"], ["cd"], kernel_shape=[3, 3], group=C, dilations=[2, 2], pads=[2, 2, 2, 2]),
+             n("Relu", ["cd"], ["rd"]),
+             n("GlobalAveragePool", ["rd"], ["g"]),
+             n("Conv", ["g", "ws1", "bs1"], ["s1"], kernel_shape=[1, 1]), n("Relu", ["s1"], ["s1r"]),
+             n("Conv", ["s1r", "ws2", "bs2"], ["s2"], kernel_shape=[1, 1]), n("Sigmoid", ["s2"], ["s2s"]),
+             n("Mul", ["rd", "s2s"], ["se"]),
+             n("Conv", ["se", "wg", "bg"], ["cg"], kernel_shape=[3, 3], group=4, pads=[1, 1, 1, 1]),
+             n("Add", ["cg", "r0"], ["res"]), n("Relu", ["res"], ["rr"]),
+             n("MaxPool", ["rr"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             n("Conv", ["p", "w3", "b3"], ["y"], kernel_shape=[1, 1])]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 20, 18])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_float_convolution_chains_run_channels_last(monkeypatch):
+    """CPU engines at opt level 2 run float32 convolutions channels-last (oneDNN's NHWC kernels); the
+    chain's pools, squeeze-excitation and residual follow, and the result equals the channels-first
+    engine's within float32 rounding."""
+    import re  # noqa: PLC0415
+
+    m = conv_chain_model().SerializeToString()
+    x = np.random.default_rng(3).standard_normal((2, 3, 20, 18)).astype(np.float32)
+    e = kiln.Engine.build_from_bytes(m, opt_level=2)
+    report = e.placement_report()
+    assert len(re.findall(r"\(ChannelsLastPool\)", report)) == 2, report
+    assert len(re.findall(r"\(Transpose\)", report)) == 2, report  # in at the input, out at the output
+    got = e.create_context().run({"x": x})[0]
+    monkeypatch.setenv("KILN_CPU_NHWC", "0")
+    e0 = kiln.Engine.build_from_bytes(m, opt_level=2)
+    assert "ChannelsLastPool" not in e0.placement_report()
+    want = e0.create_context().run({"x": x})[0]
+    assert got.shape == want.shape == (2, 8, 5, 4)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))

@@ -17,7 +17,6 @@ std::string check_f32(const ir::Node& n) {
   std::string why;
   Activation act;
   if (!parse_activation(n, &act, &why)) return why;
-  if (n.attr_int("channels_last", 0) != 0) return "channels-last convolutions run on CUDA only";
   for (size_t i = 0; i < n.inputs.size(); ++i)
     if (n.inputs[i] && n.inputs[i]->type.dtype != DataType::kFloat32) return "float32 only";
   return "";

@@ -246,9 +246,17 @@ void conv_forward_alloc(const ConvShapes& s, const T* x, const T* w, const T* bi
 struct ConvAttrs {
   ops::WindowAttrs w;
   int64_t group = 1;
+  // channels_last (passes/channels_last.cpp, kiln.FusedConv of CPU engines): X [N,H,W,C],
+  // W [M,kh,kw,C/group], Y [N,OH,OW,M]; run by oneDNN's primitive with NHWC buffers, so a chain of
+  // convolutions needs no reorder between layers.
+  bool nhwc = false;
 };
 
-ConvAttrs parse_conv(const ir::Node& n) { return {ops::parse_window_attrs(n), n.attr_int("group", 1)}; }
+ConvAttrs parse_conv(const ir::Node& n) {
+  return {ops::parse_window_attrs(n), n.attr_int("group", 1), n.attr_int("channels_last", 0) != 0};
+}
+
+Shape nchw_of(const Shape& s) { return s.size() == 4 ? Shape{s[0], s[3], s[1], s[2]} : s; }
 
 // Conv's per-shape state: geometry and column buffers (float32 columns live in the workspace).
 // ---- The "onednn" tactic: oneDNN's convolution primitive (float32, 2-D, constant weights), in the
@@ -279,7 +287,7 @@ bool dnnl_eligible(const ReshapeContext& rc, const ConvShapes& s) {
          (rc.in.size() <= 2 || !rc.in[2].present || rc.in[2].dtype == DataType::kFloat32);
 }
 
-Expected<std::shared_ptr<DnnlConv>> make_dnnl_conv(const ReshapeContext& rc, const ConvShapes& s) {
+Expected<std::shared_ptr<DnnlConv>> make_dnnl_conv(const ReshapeContext& rc, const ConvShapes& s, bool nhwc = false) {
   using dnnl::memory;
   using tag = memory::format_tag;
   const auto f32 = memory::data_type::f32;
@@ -294,13 +302,13 @@ Expected<std::shared_ptr<DnnlConv>> make_dnnl_conv(const ReshapeContext& rc, con
     memory::desc w_user;
     if (s.group > 1) {
       wdims = {s.group, s.M / s.group, s.C / s.group, kh, kw};
-      w_user = memory::desc(wdims, f32, tag::goihw);
+      w_user = memory::desc(wdims, f32, nhwc ? tag::gohwi : tag::goihw);
     } else {
       wdims = {s.M, s.C, kh, kw};
-      w_user = memory::desc(wdims, f32, tag::oihw);
+      w_user = memory::desc(wdims, f32, nhwc ? tag::ohwi : tag::oihw);
     }
-    d->src_user_md = memory::desc(src, f32, tag::nchw);
-    d->dst_user_md = memory::desc(dst, f32, tag::nchw);
+    d->src_user_md = memory::desc(src, f32, nhwc ? tag::nhwc : tag::nchw);
+    d->dst_user_md = memory::desc(dst, f32, nhwc ? tag::nhwc : tag::nchw);
     const memory::desc src_any(src, f32, tag::any), dst_any(dst, f32, tag::any), w_any(wdims, f32, tag::any);
     d->bias = rc.in.size() > 2 && rc.in[2].present;
     d->bias_md = memory::desc({s.M}, f32, tag::x);
@@ -385,10 +393,21 @@ struct ConvState {
 Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
   if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("X and W are required");
   auto st = std::make_shared<ConvState>();
-  KILN_RETURN_IF_ERROR(conv_shapes(rc, a.w, a.group, rc.in[0].shape, rc.in[1].shape, st->s));
+  if (a.nhwc && (rc.in[0].shape.size() != 4 || rc.in[1].shape.size() != 4))
+    return rc.error("channels_last convolutions are 2-D (4-D X and W)");
+  KILN_RETURN_IF_ERROR(conv_shapes(rc, a.w, a.group, a.nhwc ? nchw_of(rc.in[0].shape) : rc.in[0].shape,
+                                   a.nhwc ? nchw_of(rc.in[1].shape) : rc.in[1].shape, st->s));
   if (rc.in.size() > 2 && rc.in[2].present && shape_numel(rc.in[2].shape) != st->s.M)
     return rc.error("B must have M = " + std::to_string(st->s.M) + " entries");
-  rc.out[0] = {rc.in[0].dtype, st->s.y};
+  rc.out[0] = {rc.in[0].dtype, a.nhwc ? Shape{st->s.y[0], st->s.y[2], st->s.y[3], st->s.y[1]} : st->s.y};
+  if (a.nhwc) {
+    // Channels-last runs only as oneDNN's primitive (the pass converts only what it takes).
+    if (!dnnl_eligible(rc, st->s)) return rc.error("channels_last convolutions need float32 and constant weights");
+    KILN_ASSIGN_OR_RETURN(st->dnnl, make_dnnl_conv(rc, st->s, true));
+    rc.workspace_bytes = st->dnnl->workspace;
+    rc.state = std::move(st);
+    return Status::Ok();
+  }
   // The output's size is checked before any library sees the problem: oneDNN sizes its buffers from
   // the geometry (a damaged file's pads made it reserve tens of GB while choosing an implementation).
   if (const std::string why = check_tensor_size(rc.in[0].dtype, st->s.y); !why.empty()) return rc.error(why);
@@ -415,7 +434,7 @@ Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
 }
 
 std::vector<std::string> conv_tactics(const ReshapeContext& rc, const ConvAttrs& a) {
-  if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present || rc.in[0].dtype != DataType::kFloat32) return {};
+  if (a.nhwc || rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present || rc.in[0].dtype != DataType::kFloat32) return {};
   ConvShapes s;
   if (!conv_shapes(rc, a.w, a.group, rc.in[0].shape, rc.in[1].shape, s).ok()) return {};
   std::vector<std::string> r;
