@@ -44,7 +44,7 @@ void strided_copy_t(T* dst, const Shape& out, const T* src, int64_t base, const 
   }
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(inner, 1));
   parallel_for(rows, grain, [&](int64_t b, int64_t e) {
-    std::vector<int64_t> idx(r, 0);
+    SmallDims<> idx(static_cast<size_t>(r));
     int64_t rem = b, off = base;
     for (int d = r - 2; d >= 0; --d) {
       idx[d] = rem % out[d];
@@ -290,31 +290,53 @@ Expected<KernelPtr> create_flatten(const ir::Node& n, KernelInit&) {
 
 // ---------------------------------------------------------------- Transpose
 
+// Planned per shape signature: the output shape, and the copy's dims and source strides simplified
+// once, so a run only copies (no allocation: the channels-last pass puts Transposes in CPU chains).
+struct TransposePlan {
+  Shape copy_shape;
+  std::vector<int64_t> copy_strides;
+};
+
 Expected<KernelPtr> create_transpose(const ir::Node& n, KernelInit&) {
   const std::vector<int64_t> perm_attr = n.attr_ints("perm");
-  return make_kernel([=](KernelContext& ctx) -> Status {
-    const Tensor& x = ctx.input(0);
-    const int r = x.rank();
+  auto reshape = [perm_attr](ReshapeContext& rc) -> Status {
+    if (rc.in.empty() || !rc.in[0].present) return rc.error("X is required");
+    const Shape& xs = rc.in[0].shape;
+    const int r = static_cast<int>(xs.size());
     std::vector<int64_t> perm = perm_attr;
     if (perm.empty()) {
       perm.resize(r);
       for (int d = 0; d < r; ++d) perm[d] = r - 1 - d;
     }
-    if (static_cast<int>(perm.size()) != r) return ctx.error("perm has " + std::to_string(perm.size()) + " entries for rank " + std::to_string(r));
+    if (static_cast<int>(perm.size()) != r) return rc.error("perm has " + std::to_string(perm.size()) + " entries for rank " + std::to_string(r));
     std::vector<bool> seen(r, false);
     for (int64_t& p : perm) {
-      if (!ops::normalize_axis(p, r) || seen[p]) return ctx.error("perm is not a permutation");
+      if (!ops::normalize_axis(p, r) || seen[p]) return rc.error("perm is not a permutation");
       seen[p] = true;
     }
-    const std::vector<int64_t> in_st = strides_of(x.shape());
+    const std::vector<int64_t> in_st = strides_of(xs);
     Shape out(r);
-    std::vector<int64_t> st(r);
+    auto plan = std::make_shared<TransposePlan>();
+    plan->copy_strides.resize(r);
     for (int d = 0; d < r; ++d) {
-      out[d] = x.dim(static_cast<int>(perm[d]));
-      st[d] = in_st[perm[d]];
+      out[d] = xs[perm[d]];
+      plan->copy_strides[d] = in_st[perm[d]];
     }
-    Tensor& y = ctx.output(0, x.dtype(), out);
-    strided_copy(x.dtype(), y.raw(), out, x.raw(), 0, st);  // identity perms collapse to one copy
+    rc.out[0] = {rc.in[0].dtype, out};
+    plan->copy_shape = out;
+    simplify(plan->copy_shape, plan->copy_strides);  // identity perms collapse to one copy
+    rc.state = std::move(plan);
+    return Status::Ok();
+  };
+  return make_staged(reshape, [](KernelContext& ctx) -> Status {
+    const TransposePlan& p = shape_state<TransposePlan>(ctx);
+    const Tensor& x = ctx.input(0);
+    Tensor& y = ctx.output(0);
+    if (y.numel() == 0) return Status::Ok();
+    visit_elem(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      strided_copy_t(static_cast<T*>(y.raw()), p.copy_shape, static_cast<const T*>(x.raw()), 0, p.copy_strides);
+    });
     return Status::Ok();
   });
 }
