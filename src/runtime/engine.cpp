@@ -159,7 +159,18 @@ static Status cpu_channels_last(ir::Graph& graph, const BuildOptions& options, c
              (!n.has_input(2) || n.inputs[2]->type.dtype == DataType::kFloat32);
     return pool && n.inputs[0]->type.dtype == DataType::kFloat32;
   };
-  return passes::convert_to_channels_last(graph, accepts).status();
+  KILN_ASSIGN_OR_RETURN(int converted, passes::convert_to_channels_last(graph, accepts));
+  if (converted == 0) return Status::Ok();
+  // A model's own layout Transposes (ConvNeXt's permutes around LayerNorm) now meet the pass's
+  // Transposes back and forth: the pairs cancel.
+  passes::PassOptions po = builder_pass_options(options.opt_level, &target);
+  passes::PassContext ctx{po, {}, {}, {}, {}};
+  for (int round = 0; round < 4; ++round) {
+    KILN_ASSIGN_OR_RETURN(bool changed, passes::simplify_transposes(graph, ctx));
+    KILN_RETURN_IF_ERROR(passes::eliminate_dead_code(graph, ctx).status());
+    if (!changed) break;
+  }
+  return graph.sort();
 }
 
 // Import-to-placement steps shared by a build and a placement plan: checks the options, fixes profile
