@@ -5,6 +5,9 @@
 
 #include <optional>
 
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "backends/cpu/conv_shapes.h"
 #include "backends/cpu/nn_common.h"
 #include "backends/staged_kernel.h"
 #include "ops/op_table.h"
@@ -12,8 +15,11 @@
 namespace kiln::cpu::nn {
 namespace {
 
+struct DnnlMatMul;
+
 // numpy matmul over broadcast batch dims: one [M,K] x [K,N] product per output batch entry.
 struct MatMulPlan {
+  std::shared_ptr<DnnlMatMul> dnnl;  // the "onednn" tactic (B constant and 2-D: A's rows folded into M)
   Shape out;
   int64_t M = 0, N = 0, K = 0;
   std::vector<int64_t> a_batch, b_batch;  // per output batch: batch index into A and into B
@@ -81,6 +87,71 @@ void run_matmul(const MatMulPlan& p, const T* A, const T* B, T* C) {
   }
 }
 
+// ---- The "onednn" tactic: float32 products with a constant 2-D B run as oneDNN's matmul primitive
+// with B reordered once into the primitive's packed layout (sgemm packs B again on every call).
+// Planned at reshape; a run points the memory objects at its buffers and executes through the C API.
+struct DnnlMatMul {
+  dnnl::matmul prim;
+  dnnl::memory src, dst, weights, bias, scratch;
+  dnnl::stream strm;
+  std::vector<dnnl_exec_arg_t> args;
+};
+
+// y[M,N] = op(A)[M,K] · op(B)[K,N] (+ bias row [N]); B constant (its user layout [K,N], or [N,K]
+// transposed).
+Expected<std::shared_ptr<DnnlMatMul>> make_dnnl_matmul(const ReshapeContext& rc, int64_t M, int64_t N, int64_t K, bool ta,
+                                                       bool tb, const Tensor& b, const Tensor* bias, size_t* workspace) {
+  using dnnl::memory;
+  using tag = memory::format_tag;
+  const auto f32 = memory::data_type::f32;
+  auto d = std::make_shared<DnnlMatMul>();
+  try {
+    const memory::desc src_md({M, K}, f32, ta ? tag::ba : tag::ab), dst_md({M, N}, f32, tag::ab);
+    const memory::desc w_user({K, N}, f32, tb ? tag::ba : tag::ab), w_any({K, N}, f32, tag::any);
+    const memory::desc bias_md({1, N}, f32, tag::ab);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const auto desc = bias ? dnnl::matmul::desc(src_md, w_any, bias_md, dst_md) : dnnl::matmul::desc(src_md, w_any, dst_md);
+    const dnnl::matmul::primitive_desc pd(desc, attr, dnnl_cpu());
+    d->prim = dnnl::matmul(pd);
+    d->strm = dnnl::stream(dnnl_cpu());
+    d->weights = memory(pd.weights_desc(), dnnl_cpu());
+    memory w_src(w_user, dnnl_cpu(), const_cast<void*>(b.raw()));
+    dnnl::reorder(w_src, d->weights).execute(d->strm, w_src, d->weights);
+    d->strm.wait();
+    d->src = memory(src_md, dnnl_cpu(), DNNL_MEMORY_NONE);
+    d->dst = memory(dst_md, dnnl_cpu(), DNNL_MEMORY_NONE);
+    d->scratch = memory(pd.scratchpad_desc(), dnnl_cpu(), DNNL_MEMORY_NONE);
+    *workspace = align64(pd.scratchpad_desc().get_size());
+    d->args = {{DNNL_ARG_SRC, d->src.get()}, {DNNL_ARG_WEIGHTS, d->weights.get()}, {DNNL_ARG_DST, d->dst.get()},
+               {DNNL_ARG_SCRATCHPAD, d->scratch.get()}};
+    if (bias) {
+      d->bias = memory(bias_md, dnnl_cpu(), const_cast<void*>(bias->raw()));
+      d->args.push_back({DNNL_ARG_BIAS, d->bias.get()});
+    }
+  } catch (const dnnl::error& e) {
+    return unsupported(rc.node.describe() + ": oneDNN has no matmul for this (" + e.what() + ")");
+  }
+  return d;
+}
+
+Status run_dnnl_matmul(const DnnlMatMul& d, const void* a, void* y, void* workspace) {
+  auto ok = [](dnnl_status_t st) { return st == dnnl_success; };
+  const bool good = ok(dnnl_memory_set_data_handle(d.src.get(), const_cast<void*>(a))) &&
+                    ok(dnnl_memory_set_data_handle(d.dst.get(), y)) &&
+                    ok(dnnl_memory_set_data_handle(d.scratch.get(), workspace)) &&
+                    ok(dnnl_primitive_execute(d.prim.get(), d.strm.get(), static_cast<int>(d.args.size()), d.args.data())) &&
+                    ok(dnnl_stream_wait(d.strm.get()));
+  return good ? Status::Ok() : runtime_error("the oneDNN matmul failed");
+}
+
+// Whether a product may take the "onednn" tactic: float32 A, a constant float32 2-D B, something to
+// compute.
+bool dnnl_matmul_eligible(const ReshapeContext& rc, int64_t M, int64_t N, int64_t K) {
+  return rc.in[0].dtype == DataType::kFloat32 && rc.in[1].dtype == DataType::kFloat32 && rc.in[1].value &&
+         rc.in[1].shape.size() == 2 && M > 0 && N > 0 && K > 0;
+}
+
 // Runs f(Tag<C>) for the dtypes MatMul/Gemm take: float-like (computed in float/double) and the
 // 32/64-bit integers.
 template <typename F>
@@ -112,8 +183,22 @@ Status matmul_reshape(ReshapeContext& rc) {
   auto p = std::make_shared<MatMulPlan>();
   KILN_RETURN_IF_ERROR(plan_matmul(rc, rc.in[0].shape, rc.in[1].shape, *p));
   rc.out[0] = {rc.in[0].dtype, p->out};
+  const int64_t rows = p->M * static_cast<int64_t>(p->a_batch.size());
+  if (rc.tactic != "sgemm" && p->fold_batch_into_m && dnnl_matmul_eligible(rc, rows, p->N, p->K)) {
+    auto d = make_dnnl_matmul(rc, rows, p->N, p->K, false, false, *rc.in[1].value, nullptr, &rc.workspace_bytes);
+    if (d.ok()) p->dnnl = std::move(d).value();
+    else if (rc.tactic == "onednn") return d.status();
+  }
   rc.state = std::move(p);
   return Status::Ok();
+}
+
+std::vector<std::string> matmul_tactics(const ReshapeContext& rc) {
+  if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return {};
+  MatMulPlan p;
+  if (!plan_matmul(rc, rc.in[0].shape, rc.in[1].shape, p).ok() || !p.fold_batch_into_m) return {};
+  if (!dnnl_matmul_eligible(rc, p.M * static_cast<int64_t>(p.a_batch.size()), p.N, p.K)) return {};
+  return {"onednn", "sgemm"};
 }
 
 Status matmul_kernel(KernelContext& ctx) {
@@ -121,6 +206,10 @@ Status matmul_kernel(KernelContext& ctx) {
   const Tensor& b = ctx.input(1);
   const MatMulPlan& p = shape_state<MatMulPlan>(ctx);
   Tensor& y = ctx.output(0);
+  if (p.dnnl) {
+    const Status r = run_dnnl_matmul(*p.dnnl, a.raw(), y.raw(), ctx.workspace());
+    return r.ok() ? r : ctx.error(r.message());
+  }
   bool ok = visit_matmul_type(a.dtype(), [&](auto tag) {
     using C = typename decltype(tag)::type;
     std::optional<ReadAs<C>> ha, hb;
@@ -145,6 +234,8 @@ struct GemmAttrs {
 };
 
 struct GemmShape {
+  std::shared_ptr<DnnlMatMul> dnnl;  // the "onednn" tactic
+  std::optional<Tensor> bias_row;    // C as the primitive's bias row (beta·C), when it is one
   int64_t M = 0, N = 0, K = 0;
   int64_t cm = 0, cn = 0;  // strides of C over (m, n) after unidirectional broadcasting
 };
@@ -172,8 +263,35 @@ Status gemm_reshape(ReshapeContext& rc, const GemmAttrs& g) {
   st->N = N;
   st->K = K;
   rc.out[0] = {rc.in[0].dtype, Shape{M, N}};
+  // oneDNN's primitive for alpha = 1 and C absent (or beta = 0) or a constant row (or scalar) of N.
+  const bool has_c = rc.in.size() > 2 && rc.in[2].present && g.beta != 0;
+  const bool c_row = has_c && rc.in[2].value && rc.in[2].dtype == DataType::kFloat32 && st->cm == 0;
+  if (rc.tactic != "sgemm" && g.alpha == 1 && (!has_c || c_row) && dnnl_matmul_eligible(rc, M, N, K)) {
+    if (c_row) {
+      Tensor row = Tensor::empty(DataType::kFloat32, {N});
+      const Tensor& c = *rc.in[2].value;
+      for (int64_t n = 0; n < N; ++n) row.data<float>()[n] = static_cast<float>(g.beta) * c.data<float>()[n * st->cn];
+      st->bias_row = std::move(row);
+    }
+    auto d = make_dnnl_matmul(rc, M, N, K, g.ta, g.tb, *rc.in[1].value, st->bias_row ? &*st->bias_row : nullptr,
+                              &rc.workspace_bytes);
+    if (d.ok()) st->dnnl = std::move(d).value();
+    else if (rc.tactic == "onednn") return d.status();
+  }
   rc.state = std::move(st);
   return Status::Ok();
+}
+
+std::vector<std::string> gemm_tactics(const ReshapeContext& rc, const GemmAttrs& g) {
+  if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present || rc.in[0].shape.size() != 2 || rc.in[1].shape.size() != 2)
+    return {};
+  const int64_t M = g.ta ? rc.in[0].shape[1] : rc.in[0].shape[0], K = g.ta ? rc.in[0].shape[0] : rc.in[0].shape[1];
+  const int64_t N = g.tb ? rc.in[1].shape[0] : rc.in[1].shape[1];
+  const bool has_c = rc.in.size() > 2 && rc.in[2].present && g.beta != 0;
+  if (g.alpha != 1 || !dnnl_matmul_eligible(rc, M, N, K)) return {};
+  if (has_c && (!rc.in[2].value || rc.in[2].dtype != DataType::kFloat32 || (rc.in[2].shape.size() == 2 && rc.in[2].shape[0] != 1)))
+    return {};
+  return {"onednn", "sgemm"};
 }
 
 Status gemm_kernel(KernelContext& ctx, const GemmAttrs& g) {
@@ -183,6 +301,10 @@ Status gemm_kernel(KernelContext& ctx, const GemmAttrs& g) {
   const int64_t M = sh.M, N = sh.N, K = sh.K, cm = sh.cm, cn = sh.cn;
   const bool has_c = ctx.has_input(2) && g.beta != 0;
   Tensor& y = ctx.output(0);
+  if (sh.dnnl) {
+    const Status r = run_dnnl_matmul(*sh.dnnl, a.raw(), y.raw(), ctx.workspace());
+    return r.ok() ? r : ctx.error(r.message());
+  }
   bool ok = visit_matmul_type(a.dtype(), [&](auto tag) {
     using C = typename decltype(tag)::type;
     std::optional<ReadAs<C>> ha, hb;
@@ -311,7 +433,7 @@ std::string check_matmul_dtype(const ir::Node& n) {
 
 void register_gemm(KernelRegistry& r) {
   r.add({"MatMul", "", 1, 1 << 30, "cpu.MatMul.any.sgemm", check_matmul_dtype,
-         [](const ir::Node&, KernelInit&) { return make_staged(matmul_reshape, matmul_kernel); }});
+         [](const ir::Node&, KernelInit&) { return make_staged(matmul_reshape, matmul_kernel, matmul_tactics); }});
   // Before opset 7 Gemm had a `broadcast` attribute; C broadcasting always is a superset of it.
   r.add({"Gemm", "", 1, 1 << 30, "cpu.Gemm.any.sgemm", check_matmul_dtype, [](const ir::Node& n, KernelInit&) {
            GemmAttrs g;
@@ -320,7 +442,8 @@ void register_gemm(KernelRegistry& r) {
            g.alpha = n.attr_float("alpha", 1.f);
            g.beta = n.attr_float("beta", 1.f);
            return make_staged([g](ReshapeContext& rc) { return gemm_reshape(rc, g); },
-                              [g](KernelContext& ctx) { return gemm_kernel(ctx, g); });
+                              [g](KernelContext& ctx) { return gemm_kernel(ctx, g); },
+                              [g](const ReshapeContext& rc) { return gemm_tactics(rc, g); });
          }});
   r.add({"MatMulInteger", "", 10, 1 << 30, "cpu.MatMulInteger.i8", nullptr,
          [](const ir::Node&, KernelInit&) { return make_kernel(matmul_integer_kernel); }});
