@@ -79,11 +79,13 @@ TEST(Tuning, CpuConvolutionsGetTimedTacticsThatComputeTheSameResult) {
   auto tuned = Engine::build(kExample, o);
   ASSERT_TRUE(tuned.ok()) << tuned.status().to_string();
   const auto chosen = tactics_of(**tuned);
-  ASSERT_EQ(chosen.size(), 3u) << "every convolution of tiny_cnn has two schedules at batch 4";
+  ASSERT_EQ(chosen.size(), 4u) << "every convolution of tiny_cnn has two schedules at batch 4, its Gemm two kernels";
   for (const Step& s : (*tuned)->impl().plan->steps) {
     if (s.tactics.empty()) continue;
     ASSERT_EQ(s.tactics.size(), 1u);
-    EXPECT_TRUE(s.tactics[0] == "jobs-parallel" || s.tactics[0] == "jobs-serial" || s.tactics[0] == "onednn") << s.tactics[0];
+    EXPECT_TRUE(s.tactics[0] == "jobs-parallel" || s.tactics[0] == "jobs-serial" || s.tactics[0] == "onednn" ||
+                s.tactics[0] == "sgemm")
+        << s.tactics[0];
     ASSERT_EQ(s.tactic_ms.size(), 1u);
     EXPECT_GT(s.tactic_ms[0], 0.0);
   }
@@ -115,10 +117,12 @@ TEST(Tuning, EachProfileIsTunedAndChosenByInputShape) {
   for (const Step& s : (*e)->impl().plan->steps) {
     if (s.tactics.empty()) continue;
     ASSERT_EQ(s.tactics.size(), 2u);
-    EXPECT_TRUE(s.tactics[0] == "im2col" || s.tactics[0] == "onednn") << s.tactics[0];
-    EXPECT_TRUE(s.tactics[1] == "jobs-parallel" || s.tactics[1] == "jobs-serial" || s.tactics[1] == "onednn") << s.tactics[1];
+    EXPECT_TRUE(s.tactics[0] == "im2col" || s.tactics[0] == "onednn" || s.tactics[0] == "sgemm") << s.tactics[0];
+    EXPECT_TRUE(s.tactics[1] == "jobs-parallel" || s.tactics[1] == "jobs-serial" || s.tactics[1] == "onednn" ||
+                s.tactics[1] == "sgemm")
+        << s.tactics[1];
   }
-  EXPECT_EQ(tactics_of(**e).size(), 3u);
+  EXPECT_EQ(tactics_of(**e).size(), 4u);  // three convolutions and the Gemm
   int profile = -1;
   EXPECT_EQ(run(**e, images(2), &profile).size(), 20u);
   EXPECT_EQ(profile, 0);
@@ -182,13 +186,17 @@ TEST(Tuning, TimingCacheIsReusedAndDecidesTheChoice) {
   ASSERT_TRUE(first.ok()) << first.status().to_string();
   auto cache = TimingCache::read(path);
   ASSERT_TRUE(cache.ok()) << cache.status().to_string();
-  EXPECT_EQ(cache->layers.size(), 3u);
-  EXPECT_EQ(cache->entries(), 9u);  // jobs-parallel, jobs-serial, onednn
+  EXPECT_EQ(cache->layers.size(), 4u);
+  EXPECT_EQ(cache->entries(), 11u);  // convolutions: jobs-parallel, jobs-serial, onednn; the Gemm: onednn, sgemm
   EXPECT_NE(cache->device.find(version()), std::string::npos);
   // Rewrite the cache so that "jobs-serial" looks fastest everywhere: the next build must follow the
   // cache (no timing), which shows that it reads it.
   TimingCache edited = *cache;
   for (auto& [layer, tactics] : edited.layers) {
+    if (!tactics.count("jobs-serial")) {  // the Gemm: sgemm looks fastest
+      tactics["sgemm"] = 1e-6;
+      continue;
+    }
     tactics["jobs-serial"] = 1e-6;
     tactics["jobs-parallel"] = std::numeric_limits<double>::infinity();  // "not usable": never chosen
   }
@@ -204,7 +212,7 @@ TEST(Tuning, TimingCacheIsReusedAndDecidesTheChoice) {
   auto second = Engine::build(kExample, o);
   EXPECT_EQ(details, std::vector<std::string>{"from the timing cache"});
   ASSERT_TRUE(second.ok());
-  for (const auto& [node, t] : tactics_of(**second)) EXPECT_EQ(t[0], "jobs-serial") << node;
+  for (const auto& [node, t] : tactics_of(**second)) EXPECT_EQ(t[0], node == "fc" ? "sgemm" : "jobs-serial") << node;
   for (const Step& s : (*second)->impl().plan->steps)
     if (!s.tactics.empty()) EXPECT_DOUBLE_EQ(s.tactic_ms[0], 1e-6);
   std::remove(path.c_str());
@@ -241,7 +249,7 @@ TEST(Tuning, DamagedOrForeignCachesAreNotTrusted) {
   ASSERT_TRUE(foreign.write(path).ok());
   auto e = Engine::build(kExample, o);
   ASSERT_TRUE(e.ok());
-  EXPECT_EQ(tactics_of(**e).size(), 3u);
+  EXPECT_EQ(tactics_of(**e).size(), 4u);
   auto after = TimingCache::read(path);
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(after->device, foreign.device);
@@ -297,8 +305,8 @@ TEST(Tuning, BuildReportsProgressByStage) {
   };
   ASSERT_TRUE(Engine::build(kExample, o).ok());
   EXPECT_EQ(stages, (std::vector<std::string>{"import", "optimize", "lower", "tune", "done"}));
-  EXPECT_EQ(tuned, 3);
-  EXPECT_EQ(total, 3);
+  EXPECT_EQ(tuned, 4);
+  EXPECT_EQ(total, 4);
 }
 
 // Device tensors on a machine without that device, or of the wrong size: errors, never a crash.
@@ -342,7 +350,7 @@ TEST(Tuning, OneDnnConvolutionTacticMatchesIm2col) {
   auto e = Engine::build(kExample, o);
   ASSERT_TRUE(e.ok()) << e.status().to_string();
   const auto chosen = tactics_of(**e);
-  ASSERT_EQ(chosen.size(), 3u);
+  ASSERT_EQ(chosen.size(), 4u);  // the Gemm offers "onednn" too
   for (const auto& [node, t] : chosen) EXPECT_EQ(t[0], "onednn") << node;
   o.tune = 0;
   o.timing_cache.clear();
