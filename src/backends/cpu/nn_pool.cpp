@@ -213,13 +213,20 @@ void pool_nhwc_2d(const PoolAttrs& a, const ops::WindowGeometry& g, bool global,
             for (int64_t c = 0; c < C; ++c) yp[c] = xp[c] > yp[c] ? xp[c] : yp[c];
           }
       } else {
-        // One channel at a time: a double accumulator per channel would need memory of its own.
+        // Blocks of channels with their double accumulators on the stack: contiguous loads, each
+        // channel summed in window order as the NCHW path sums it.
         const int64_t div = a.count_include_pad ? rpad * cpad : (rhi - rlo + 1) * (chi - clo + 1);
-        for (int64_t c = 0; c < C; ++c) {
-          double acc = 0;
+        constexpr int64_t kBlock = 128;
+        for (int64_t c0 = 0; c0 < C; c0 += kBlock) {
+          const int64_t nc = std::min(kBlock, C - c0);
+          double acc[kBlock];
+          for (int64_t c = 0; c < nc; ++c) acc[c] = 0;
           for (int64_t i = rlo; i <= rhi; ++i)
-            for (int64_t j = clo; j <= chi; ++j) acc += static_cast<double>(at(i, j)[c]);
-          yp[c] = static_cast<float>(acc / div);
+            for (int64_t j = clo; j <= chi; ++j) {
+              const float* __restrict xp = at(i, j) + c0;
+              for (int64_t c = 0; c < nc; ++c) acc[c] += static_cast<double>(xp[c]);
+            }
+          for (int64_t c = 0; c < nc; ++c) yp[c0 + c] = static_cast<float>(acc[c] / div);
         }
       }
     }
