@@ -429,3 +429,30 @@ def test_int8_accuracy_budget_keeps_the_most_sensitive_products_in_float32():
     assert t["int8.error"].startswith("top1 ")
     with pytest.raises(kiln.KilnError, match="rel_l2 or top1"):
         build_int8(m, calib, accuracy_budget=0.1, accuracy_metric="l1")
+
+
+def test_ort_quantize_dynamic_model_runs_and_matches(tmp_path):
+    """A model ONNX Runtime's quantize_dynamic wrote (DynamicQuantizeLinear + MatMulInteger + scale
+    Muls) runs and agrees with ONNX Runtime."""
+    quant = pytest.importorskip("onnxruntime.quantization")
+    rng = np.random.default_rng(2)
+    inits = [const("w1", (rng.standard_normal((32, 64)) * 0.2).astype(np.float32)),
+             const("b1", (rng.standard_normal(64) * 0.1).astype(np.float32)),
+             const("w2", (rng.standard_normal((64, 16)) * 0.2).astype(np.float32))]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h0"]), helper.make_node("Add", ["h0", "b1"], ["h1"]),
+             helper.make_node("Relu", ["h1"], ["h"]), helper.make_node("MatMul", ["h", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    fp32, dyn = tmp_path / "fp32.onnx", tmp_path / "dyn.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), fp32)
+    quant.quantize_dynamic(str(fp32), str(dyn), weight_type=quant.QuantType.QInt8)
+    ops = {n.op_type for n in onnx.load(str(dyn)).graph.node}
+    assert "MatMulInteger" in ops and "DynamicQuantizeLinear" in ops, ops
+    ref = ort.InferenceSession(str(dyn), providers=["CPUExecutionProvider"])
+    sess = kiln.InferenceSession(str(dyn))
+    for n in (1, 3):
+        x = rng.standard_normal((n, 8, 32)).astype(np.float32)
+        want = ref.run(None, {"x": x})[0]
+        got = sess.run(None, {"x": x})[0]
+        # The same integer products and scales; only float rounding of the rescale may differ.
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
