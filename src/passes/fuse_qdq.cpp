@@ -11,7 +11,8 @@
 // It fires only where the target has the kernel, for weights that are constant int8 with zero points
 // 0 (per tensor or per output channel), activations uint8/int8 with one scale and zero point, and
 // 2-D convolutions. The weights' DequantizeLinear is kept from constant folding for it
-// (fold_constants.cpp asks keep_dequantize_for_fusion).
+// (fold_constants.cpp asks keep_dequantize_for_fusion). ONNX's own QLinearConv / QLinearMatMul
+// (ONNX Runtime's QOperator format) take the same kernels when their weights qualify.
 #include "ir/epilogue.h"
 #include "passes/pattern.h"
 
@@ -67,7 +68,56 @@ bool keep_dequantize_for_fusion(const ir::Node& n, const PassContext& ctx) {
   return false;
 }
 
+namespace {
+
+bool const_scalar(const ir::Value* v) { return v && v->is_constant() && v->constant->numel() == 1; }
+
+// "" when ONNX's QLinearConv / QLinearMatMul node `n` (ONNX Runtime's QOperator format) can run as
+// kiln.QConv / kiln.QMatMul: their inputs are the same, in the same order; the weights must be
+// constant int8 with zero points 0 and float32 scales per tensor or per output channel.
+std::string qlinear_fits(const ir::Node& n, bool conv) {
+  for (int i = 0; i < 8; ++i)
+    if (!n.has_input(i)) return "input " + std::to_string(i) + " is absent";
+  if (!is_8bit(n.inputs[0]->type.dtype)) return "x is not 8-bit";
+  const ir::Value* w = n.inputs[3];
+  if (!w->is_constant() || w->constant->dtype() != DataType::kInt8) return "W is not a constant int8";
+  const Shape& ws = w->constant->shape();
+  if (ws.size() != (conv ? 4u : 2u)) return conv ? "not a 2-D convolution" : "B is not 2-D";
+  const int64_t channels = conv ? ws[0] : ws[1];
+  for (int i : {1, 4, 6})
+    if (!n.inputs[i]->is_constant() || n.inputs[i]->type.dtype != DataType::kFloat32) return "a scale is not a float32 constant";
+  if (!const_scalar(n.inputs[1]) || !const_scalar(n.inputs[6])) return "x or y has more than one scale";
+  if (n.inputs[4]->constant->numel() != 1 && n.inputs[4]->constant->numel() != channels) return "W's scales are not per output channel";
+  for (double v : constant_values(n.inputs[4]))
+    if (!(v > 0)) return "W's scale is not positive";
+  if (!const_scalar(n.inputs[2]) || !const_scalar(n.inputs[7]) || !is_8bit(n.inputs[7]->type.dtype)) return "zero points are not constant scalars";
+  if (!n.inputs[5]->is_constant()) return "W's zero point is not constant";
+  for (double z : constant_values(n.inputs[5]))
+    if (z != 0) return "W's zero point is not 0";
+  if (conv && n.has_input(8) && (!n.inputs[8]->is_constant() || n.inputs[8]->constant->numel() != channels))
+    return "the bias is not a constant of one value per output channel";
+  return "";
+}
+
+}  // namespace
+
 Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
+  bool changed = false;
+  for (ir::Node* n : g.nodes()) {
+    if (!n->domain.empty() || (n->op_type != "QLinearConv" && n->op_type != "QLinearMatMul")) continue;
+    const bool conv = n->op_type == "QLinearConv";
+    const std::string op = conv ? "QConv" : "QMatMul";
+    if (!ctx.has_kernel("kiln", op)) continue;
+    if (std::string why = qlinear_fits(*n, conv); !why.empty()) {
+      ctx.near_miss("fuse-qdq", n->describe() + ": " + why);
+      continue;
+    }
+    ctx.log("fuse-qdq", "ran " + n->describe() + " as kiln." + op);
+    n->op_type = op;
+    n->domain = "kiln";
+    n->opset = 1;
+    changed = true;
+  }
   Rewriter rw(g, ctx, "fuse-qdq");
   const Pat dqx = op("DequantizeLinear", {any("xq"), cst("xs")}).as("dqx");
   const Pat dqw = op("DequantizeLinear", {cst("wq"), cst("ws")}).as("dqw");
@@ -181,7 +231,7 @@ Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
     n->attrs = std::move(attrs);
     rw.log("fused " + what + " into kiln." + fused_op + (q ? " (8-bit output)" : " (float output)"));
     return "";
-  });
+  }) || changed;
 }
 
 }  // namespace kiln::passes

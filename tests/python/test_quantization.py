@@ -456,3 +456,54 @@ def test_ort_quantize_dynamic_model_runs_and_matches(tmp_path):
         got = sess.run(None, {"x": x})[0]
         # The same integer products and scales; only float rounding of the rescale may differ.
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+def test_ort_qoperator_model_runs_on_the_integer_kernels(tmp_path):
+    """ONNX Runtime's QOperator format (QLinearConv / QLinearMatMul with constant int8 weights) runs
+    as kiln.QConv / kiln.QMatMul, at most one output step from the general QLinear kernels (opt level
+    0, which pass onnx's tests) and from ONNX Runtime."""
+    quant = pytest.importorskip("onnxruntime.quantization")
+    rng = np.random.default_rng(13)
+    inits = [const("w0", (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)),
+             const("b0", (rng.standard_normal(8) * 0.1).astype(np.float32)),
+             const("w1", (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32)),
+             const("b1", (rng.standard_normal(16) * 0.1).astype(np.float32)),
+             const("fw", (rng.standard_normal((400, 10)) * 0.1).astype(np.float32))]
+    # (No pooling: ONNX Runtime writes com.microsoft.QLinearGlobalAveragePool for it, a contrib op.)
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"], kernel_shape=[3, 3], strides=[2, 2]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Flatten", ["r1"], ["f"]), helper.make_node("MatMul", ["f", "fw"], ["y"])]
+    g = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 12, 12])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 10])], initializer=inits)
+    fp32, qop = tmp_path / "fp32.onnx", tmp_path / "qop.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), fp32)
+    feeds = [{"x": rng.standard_normal((2, 3, 12, 12)).astype(np.float32)} for _ in range(6)]
+
+    class Reader(quant.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quant.quantize_static(str(fp32), str(qop), Reader(), quant_format=quant.QuantFormat.QOperator, per_channel=True,
+                          activation_type=quant.QuantType.QUInt8, weight_type=quant.QuantType.QInt8)
+    m = onnx.load(str(qop))
+    kinds = [n.op_type for n in m.graph.node]
+    assert kinds.count("QLinearConv") == 2 and kinds.count("QLinearMatMul") == 1, kinds
+    # The output step: the scale of the DequantizeLinear that makes y.
+    dq = next(n for n in m.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == "y")
+    step = float(numpy_helper.to_array(next(t for t in m.graph.initializer if t.name == dq.input[1])))
+    fused = kiln.Engine.build(str(qop), opt_level=1)
+    counts = ops_of(fused)
+    assert counts["QConv"] == 2 and counts["QMatMul"] == 1 and counts["QLinearConv"] == 0, counts
+    general = kiln.Engine.build(str(qop), opt_level=0)
+    assert ops_of(general)["QLinearConv"] == 2
+    ref = ort.InferenceSession(str(qop), providers=["CPUExecutionProvider"])
+    for f in feeds:
+        got = fused.create_context().run(f)[0]
+        for other in (general.create_context().run(f)[0], ref.run(None, f)[0]):
+            d = np.abs(got - other) / step
+            assert d.max() <= 1.0 + 1e-3, d.max()
