@@ -58,4 +58,28 @@ inline const dnnl::engine& dnnl_cpu() {
 
 inline size_t align64(size_t b) { return (b + 63) & ~size_t{63}; }
 
+// A 2-D convolution's geometry as oneDNN takes it (dilations counted from 0, grouped weights 5-D), and
+// the user layouts of its buffers: NCHW / [M, C/g, kh, kw], or channels-last NHWC / [M, kh, kw, C/g].
+struct DnnlConvDims {
+  dnnl::memory::dims src, dst, strides, dil, pad_l, pad_r, weights;
+  dnnl::memory::format_tag data_tag, weights_tag;
+};
+
+inline DnnlConvDims dnnl_conv_dims(const ConvShapes& s, bool nhwc) {
+  using tag = dnnl::memory::format_tag;
+  const int64_t kh = s.g.kernel[0], kw = s.g.kernel[1];
+  DnnlConvDims d;
+  d.src = {s.N, s.C, s.in[0], s.in[1]};
+  d.dst = {s.N, s.M, s.g.out[0], s.g.out[1]};
+  d.strides = {s.g.strides[0], s.g.strides[1]};
+  d.dil = {s.g.dilations[0] - 1, s.g.dilations[1] - 1};
+  d.pad_l = {s.g.pads[0], s.g.pads[1]};
+  d.pad_r = {s.g.pads[2], s.g.pads[3]};
+  const bool grouped = s.group > 1;
+  d.weights = grouped ? dnnl::memory::dims{s.group, s.M / s.group, s.C / s.group, kh, kw} : dnnl::memory::dims{s.M, s.C, kh, kw};
+  d.data_tag = nhwc ? tag::nhwc : tag::nchw;
+  d.weights_tag = grouped ? (nhwc ? tag::gohwi : tag::goihw) : (nhwc ? tag::ohwi : tag::oihw);
+  return d;
+}
+
 }  // namespace kiln::cpu::nn

@@ -293,33 +293,21 @@ Expected<std::shared_ptr<DnnlConv>> make_dnnl_conv(const ReshapeContext& rc, con
   const auto f32 = memory::data_type::f32;
   auto d = std::make_shared<DnnlConv>();
   try {
-    const memory::dims src{s.N, s.C, s.in[0], s.in[1]}, dst{s.N, s.M, s.g.out[0], s.g.out[1]};
-    const memory::dims strides{s.g.strides[0], s.g.strides[1]};
-    const memory::dims dil{s.g.dilations[0] - 1, s.g.dilations[1] - 1};
-    const memory::dims pad_l{s.g.pads[0], s.g.pads[1]}, pad_r{s.g.pads[2], s.g.pads[3]};
-    const int64_t kh = s.g.kernel[0], kw = s.g.kernel[1];
-    memory::dims wdims;
-    memory::desc w_user;
-    if (s.group > 1) {
-      wdims = {s.group, s.M / s.group, s.C / s.group, kh, kw};
-      w_user = memory::desc(wdims, f32, nhwc ? tag::gohwi : tag::goihw);
-    } else {
-      wdims = {s.M, s.C, kh, kw};
-      w_user = memory::desc(wdims, f32, nhwc ? tag::ohwi : tag::oihw);
-    }
-    d->src_user_md = memory::desc(src, f32, nhwc ? tag::nhwc : tag::nchw);
-    d->dst_user_md = memory::desc(dst, f32, nhwc ? tag::nhwc : tag::nchw);
-    const memory::desc src_any(src, f32, tag::any), dst_any(dst, f32, tag::any), w_any(wdims, f32, tag::any);
+    const DnnlConvDims g = dnnl_conv_dims(s, nhwc);
+    const memory::desc w_user(g.weights, f32, g.weights_tag);
+    d->src_user_md = memory::desc(g.src, f32, g.data_tag);
+    d->dst_user_md = memory::desc(g.dst, f32, g.data_tag);
+    const memory::desc src_any(g.src, f32, tag::any), dst_any(g.dst, f32, tag::any), w_any(g.weights, f32, tag::any);
     d->bias = rc.in.size() > 2 && rc.in[2].present;
     d->bias_md = memory::desc({s.M}, f32, tag::x);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     const auto desc = d->bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                                 dnnl::algorithm::convolution_direct, src_any, w_any,
-                                                                d->bias_md, dst_any, strides, dil, pad_l, pad_r)
+                                                                d->bias_md, dst_any, g.strides, g.dil, g.pad_l, g.pad_r)
                               : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                                 dnnl::algorithm::convolution_direct, src_any, w_any,
-                                                                dst_any, strides, dil, pad_l, pad_r);
+                                                                dst_any, g.strides, g.dil, g.pad_l, g.pad_r);
     const dnnl::convolution_forward::primitive_desc pd(desc, attr, dnnl_cpu());
     d->conv = dnnl::convolution_forward(pd);
     d->src_md = pd.src_desc();

@@ -250,26 +250,19 @@ Status qconv_reshape(ReshapeContext& rc, const QConvAttrs& a) {
   if (shape_numel(s.y) == 0) return Status::Ok();
   auto d = std::make_shared<DnnlQuant>();
   try {
-    const memory::dims src{s.N, s.C, s.in[0], s.in[1]}, dst{s.N, s.M, s.g.out[0], s.g.out[1]};
-    const memory::dims strides{s.g.strides[0], s.g.strides[1]};
-    const memory::dims dil{s.g.dilations[0] - 1, s.g.dilations[1] - 1};
-    const memory::dims pad_l{s.g.pads[0], s.g.pads[1]}, pad_r{s.g.pads[2], s.g.pads[3]};
-    const int64_t kh = s.g.kernel[0], kw = s.g.kernel[1];
-    const memory::dims wdims = s.group > 1 ? memory::dims{s.group, s.M / s.group, s.C / s.group, kh, kw}
-                                           : memory::dims{s.M, s.C, kh, kw};
-    const memory::desc w_user(wdims, memory::data_type::s8,
-                              s.group > 1 ? (a.nhwc ? tag::gohwi : tag::goihw) : (a.nhwc ? tag::ohwi : tag::oihw));
+    const DnnlConvDims g = dnnl_conv_dims(s, a.nhwc);
+    const memory::desc w_user(g.weights, memory::data_type::s8, g.weights_tag);
     const auto xt = dnnl_type(rc.in[kX].dtype), yt = dnnl_type(q.out);
-    const memory::desc src_user(src, xt, a.nhwc ? tag::nhwc : tag::nchw), dst_user(dst, yt, a.nhwc ? tag::nhwc : tag::nchw);
-    const memory::desc src_any(src, xt, tag::any), dst_any(dst, yt, tag::any), w_any(wdims, memory::data_type::s8, tag::any);
+    const memory::desc src_user(g.src, xt, g.data_tag), dst_user(g.dst, yt, g.data_tag);
+    const memory::desc src_any(g.src, xt, tag::any), dst_any(g.dst, yt, tag::any), w_any(g.weights, memory::data_type::s8, tag::any);
     const dnnl::primitive_attr attr = make_attr(q, a.act, 1 << 1, &d->bias);
     const memory::desc bias_md({s.M}, memory::data_type::f32, tag::x);
     using CF = dnnl::convolution_forward;
     const auto desc = d->bias.empty()
                           ? CF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_any, w_any,
-                                     dst_any, strides, dil, pad_l, pad_r)
+                                     dst_any, g.strides, g.dil, g.pad_l, g.pad_r)
                           : CF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_any, w_any,
-                                     bias_md, dst_any, strides, dil, pad_l, pad_r);
+                                     bias_md, dst_any, g.strides, g.dil, g.pad_l, g.pad_r);
     const CF::primitive_desc pd(desc, attr, dnnl_cpu());
     d->prim = CF(pd);
     finish(*d, src_user, dst_user, pd.src_desc(), pd.dst_desc(), w_user, pd.weights_desc(), pd.scratchpad_desc(), w->raw(), q);
