@@ -401,17 +401,23 @@ double metric(const std::string& kind, const std::vector<std::vector<Value>>& go
         }
         continue;
       }
-      for (int64_t j = 0; j < a.numel(); ++j) {
-        const double d = static_cast<double>(pa[j]) - pb[j];
-        num += d * d;
-        den += static_cast<double>(pb[j]) * pb[j];
-      }
+      add_squared_error(a, b, &num, &den);
     }
   if (kind == "top1") return rows ? static_cast<double>(differ) / rows : 0.0;
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 }  // namespace
+
+void add_squared_error(const Tensor& got, const Tensor& want, double* num, double* den) {
+  const float* pa = got.data<float>();
+  const float* pb = want.data<float>();
+  for (int64_t j = 0; j < want.numel(); ++j) {
+    const double d = static_cast<double>(pa[j]) - pb[j];
+    *num += d * d;
+    *den += static_cast<double>(pb[j]) * pb[j];
+  }
+}
 
 Expected<Int8Report> quantize_int8(ir::Graph& g, const BuildOptions& options, const std::string& model_hash,
                                    const BuildFn& build_float, const BuildFn& build_quantized) {

@@ -44,4 +44,8 @@ struct Int8Report {
 Expected<Int8Report> quantize_int8(ir::Graph& g, const BuildOptions& options, const std::string& model_hash,
                                    const BuildFn& build_float, const BuildFn& build_quantized);
 
+// Adds Σ(got − want)² to *num and Σ want² to *den (float32 tensors of one size): relative L2 is
+// sqrt(num / den), pooled over as many tensors as are added.
+void add_squared_error(const Tensor& got, const Tensor& want, double* num, double* den);
+
 }  // namespace kiln

@@ -313,11 +313,7 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
         const Tensor& b = got[i].tensor;
         if (a.dtype() != DataType::kFloat32 || b.dtype() != DataType::kFloat32 || a.numel() != b.numel()) continue;
         double num = 0, den = 0;
-        for (int64_t j = 0; j < a.numel(); ++j) {
-          const double d = static_cast<double>(b.data<float>()[j]) - a.data<float>()[j];
-          num += d * d;
-          den += static_cast<double>(a.data<float>()[j]) * a.data<float>()[j];
-        }
+        add_squared_error(b, a, &num, &den);
         char buf[64];
         std::snprintf(buf, sizeof(buf), "%.3e", den > 0 ? std::sqrt(num / den) : std::sqrt(num));
         impl->meta["int8.rel_l2." + ref->outputs()[i].name] = buf;
