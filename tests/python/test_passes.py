@@ -5,7 +5,6 @@ The zoo checks run on the real exported models when they exist (build/zoo, or $K
 
 from __future__ import annotations
 
-import collections
 import os
 import re
 
@@ -15,20 +14,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
+from placement import ops_after
 
 RNG = np.random.default_rng(0)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ZOO_DIR = os.environ.get("KILN_ZOO_DIR", os.path.join(ROOT, "build", "zoo"))
-
-
-def ops_after(engine) -> collections.Counter:
-    """op type → count of the optimized graph's steps (fused ops appear as their own op types)."""
-    c = collections.Counter()
-    for line in engine.placement_report().splitlines():
-        m = re.match(r"\[\w+\] .* \(([\w.]+)\) -> ", line)
-        if m:
-            c[m.group(1)] += 1
-    return c
 
 
 def build(model: onnx.ModelProto | str, level: int):

@@ -7,8 +7,6 @@ the integer kernel compute the same sum in a different order); everything else m
 
 from __future__ import annotations
 
-import collections
-import re
 
 import numpy as np
 import onnx
@@ -16,17 +14,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
+from placement import ops_after as ops_of
 
 ort = pytest.importorskip("onnxruntime")
-
-
-def ops_of(engine) -> collections.Counter:
-    c = collections.Counter()
-    for line in engine.placement_report().splitlines():
-        m = re.match(r"\[\w+\] .* \(([\w.]+)\) -> ", line)
-        if m:
-            c[m.group(1)] += 1
-    return c
 
 
 def const(name, arr):
