@@ -221,7 +221,9 @@ Expected<Tensor> read_tensor(const fb::TensorData* t, const std::shared_ptr<Stor
   }
   const size_t bytes = static_cast<size_t>(numel) * dtype_size(dt);
   if (vsize(t->data()) != bytes) return bad("tensor data has " + std::to_string(vsize(t->data())) + " bytes, shape needs " + std::to_string(bytes));
-  if (file && bytes) {
+  // A bool is one byte that must be 0 or 1 (any other byte read as a C++ bool is undefined): bool
+  // tensors are always copied and normalized, never viewed.
+  if (file && bytes && dt != DataType::kBool) {
     const auto* base = static_cast<const uint8_t*>(file->data);
     const uint8_t* p = t->data()->data();
     const size_t align = std::max<size_t>(dtype_size(dt), 16);
@@ -233,6 +235,10 @@ Expected<Tensor> read_tensor(const fb::TensorData* t, const std::shared_ptr<Stor
   KILN_ASSIGN_OR_RETURN(auto storage, cpu_backend().allocate(bytes));
   Tensor r = Tensor::with_storage(dt, shape, storage);
   if (bytes) std::memcpy(r.raw(), t->data()->data(), bytes);
+  if (dt == DataType::kBool) {
+    auto* b = static_cast<uint8_t*>(r.raw());
+    for (size_t i = 0; i < bytes; ++i) b[i] = b[i] != 0;
+  }
   return r;
 }
 

@@ -107,6 +107,10 @@ Expected<Tensor> read_npy_unguarded(const std::string& path) {
   Tensor t = Tensor::empty(dt, shape);
   f.read(static_cast<char*>(t.raw()), static_cast<std::streamsize>(t.nbytes()));
   if (static_cast<size_t>(f.gcount()) != t.nbytes()) return invalid_argument("'" + path + "': file is shorter than its shape says");
+  if (dt == DataType::kBool) {  // any byte but 0/1 read as a C++ bool is undefined: nonzero is true
+    auto* b = static_cast<uint8_t*>(t.raw());
+    for (size_t i = 0; i < t.nbytes(); ++i) b[i] = b[i] != 0;
+  }
   return t;
 }
 

@@ -72,6 +72,66 @@ std::string reseal(std::string bytes) {
   return body;
 }
 
+// A bool constant of an engine file whose bytes are not 0/1 (a damaged or hostile file) reads as
+// true, not as undefined behaviour: bool tensors are copied and normalized on load. Found by
+// fuzz_engine (a Loop condition byte of 2 loaded as a C++ bool).
+TEST(Runtime, EngineBoolConstantBytesAreNormalized) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  g->set_name("where");
+  for (const char* name : {"x", "y"}) {
+    auto* in = g->add_input();
+    in->set_name(name);
+    auto* tt = in->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(::onnx::TensorProto::FLOAT);
+    tt->mutable_shape()->add_dim()->set_dim_value(4);
+  }
+  auto* c = g->add_initializer();
+  c->set_name("c");
+  c->set_data_type(::onnx::TensorProto::BOOL);
+  c->add_dims(4);
+  c->set_raw_data(std::string("\x01\x00\x01\x00", 4));
+  auto* n = g->add_node();
+  n->set_op_type("Where");
+  n->add_input("c");
+  n->add_input("x");
+  n->add_input("y");
+  n->add_output("z");
+  auto* out = g->add_output();
+  out->set_name("z");
+  out->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::FLOAT);
+  auto engine = Engine::build_from_bytes(m.SerializeAsString());
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  std::string b = *(*engine)->serialize();
+  // Every bool constant's bytes become {2, 0, 255, 0}: nonzero is true.
+  int patched = 0;
+  auto* values = fb::GetMutableEngineFile(b.data())->mutable_graph()->mutable_values();
+  for (flatbuffers::uoffset_t v = 0; v < values->size(); ++v) {
+    auto* k = values->GetMutableObject(v)->mutable_constant();
+    if (!k || k->dtype() != static_cast<int>(DataType::kBool) || !k->data() || k->data()->size() != 4) continue;
+    auto* d = k->mutable_data();
+    d->Mutate(0, 2);
+    d->Mutate(2, 255);
+    ++patched;
+  }
+  ASSERT_EQ(patched, 1);
+  auto loaded = Engine::load_from_bytes(reseal(b));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  auto ctx = (*loaded)->create_context();
+  ASSERT_TRUE(ctx.ok());
+  Tensor x = Tensor::empty(DataType::kFloat32, {4}), y = Tensor::empty(DataType::kFloat32, {4});
+  for (int i = 0; i < 4; ++i) x.data<float>()[i] = 10.0f + i, y.data<float>()[i] = -1.0f - i;
+  auto r = (*ctx)->run({{"x", Value::of(x)}, {"y", Value::of(y)}});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const float* z = (*r)[0].tensor.data<float>();
+  EXPECT_EQ(z[0], 10.0f);
+  EXPECT_EQ(z[1], -2.0f);
+  EXPECT_EQ(z[2], 12.0f);
+  EXPECT_EQ(z[3], -4.0f);
+}
+
 TEST(Runtime, CorruptEngineBytesGiveErrorsNotCrashes) {
   auto engine = Engine::build(kExample);
   ASSERT_TRUE(engine.ok());
