@@ -219,3 +219,46 @@ TEST(NnShapeInfer, MatMulAndGemm) {
   ASSERT_TRUE(ops::infer_node(*n3).ok());
   EXPECT_EQ(y3->type.shape.to_string(), ir::SymShape({ir::Dim("m"), 9}).to_string());
 }
+
+// The "packed" tactic's kernel (backends/cpu/packed_gemm.h) against a double reference: tile edges
+// in M (not a multiple of 6) and N (not a multiple of 16), k blocks (K past 256, not a multiple of
+// it), K = 0, B transposed or not, with and without a bias row, strided A and C, 1 and 2 threads.
+#include <omp.h>
+
+#include "backends/cpu/packed_gemm.h"
+
+TEST(NnPackedGemm, MatchesDoubleReference) {
+  if (!kiln::cpu::packed_gemm_available()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  struct Case { int64_t M, K, N; };
+  for (const Case cs : {Case{1, 1, 1}, Case{5, 7, 3}, Case{6, 16, 16}, Case{7, 257, 17}, Case{13, 300, 33},
+                        Case{97, 513, 130}, Case{200, 40, 300}, Case{3, 0, 20}})
+    for (bool transposed : {false, true})
+      for (bool with_bias : {false, true})
+        for (int threads : {1, 2}) {
+          SCOPED_TRACE("M " + std::to_string(cs.M) + " K " + std::to_string(cs.K) + " N " + std::to_string(cs.N) +
+                       (transposed ? " transB" : "") + (with_bias ? " bias" : "") + " threads " + std::to_string(threads));
+          const int64_t lda = cs.K + 3, ldc = cs.N + 5;
+          std::vector<float> a(cs.M * lda), b(cs.K * cs.N), bias(cs.N), c(cs.M * ldc, -7.f);
+          for (auto& v : a) v = u(rng);
+          for (auto& v : b) v = u(rng);
+          for (auto& v : bias) v = u(rng);
+          auto pb = kiln::cpu::pack_b(b.data(), cs.K, cs.N, transposed);
+          ASSERT_TRUE(pb.ok());
+          omp_set_num_threads(threads);
+          kiln::cpu::packed_gemm(cs.M, a.data(), lda, **pb, with_bias ? bias.data() : nullptr, c.data(), ldc);
+          omp_set_num_threads(2);
+          double worst = 0;
+          for (int64_t m = 0; m < cs.M; ++m) {
+            for (int64_t n = 0; n < cs.N; ++n) {
+              double s = with_bias ? bias[n] : 0.0;
+              for (int64_t k = 0; k < cs.K; ++k)
+                s += static_cast<double>(a[m * lda + k]) * (transposed ? b[n * cs.K + k] : b[k * cs.N + n]);
+              worst = std::max(worst, std::abs(c[m * ldc + n] - s) / (1.0 + std::abs(s)));
+            }
+            for (int64_t n = cs.N; n < ldc; ++n) ASSERT_EQ(c[m * ldc + n], -7.f) << "wrote past N at row " << m;
+          }
+          EXPECT_LT(worst, 1e-5 * std::sqrt(static_cast<double>(cs.K + 1)));
+        }
+}

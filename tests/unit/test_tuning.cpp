@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 
+#include "backends/cpu/packed_gemm.h"
 #include "kiln/kiln.h"
 #include "plan/plan.h"
 #include "runtime/engine_impl.h"
@@ -84,7 +85,7 @@ TEST(Tuning, CpuConvolutionsGetTimedTacticsThatComputeTheSameResult) {
     if (s.tactics.empty()) continue;
     ASSERT_EQ(s.tactics.size(), 1u);
     EXPECT_TRUE(s.tactics[0] == "jobs-parallel" || s.tactics[0] == "jobs-serial" || s.tactics[0] == "onednn" ||
-                s.tactics[0] == "sgemm")
+                s.tactics[0] == "sgemm" || s.tactics[0] == "packed")
         << s.tactics[0];
     ASSERT_EQ(s.tactic_ms.size(), 1u);
     EXPECT_GT(s.tactic_ms[0], 0.0);
@@ -117,9 +118,10 @@ TEST(Tuning, EachProfileIsTunedAndChosenByInputShape) {
   for (const Step& s : (*e)->impl().plan->steps) {
     if (s.tactics.empty()) continue;
     ASSERT_EQ(s.tactics.size(), 2u);
-    EXPECT_TRUE(s.tactics[0] == "im2col" || s.tactics[0] == "onednn" || s.tactics[0] == "sgemm") << s.tactics[0];
+    EXPECT_TRUE(s.tactics[0] == "im2col" || s.tactics[0] == "onednn" || s.tactics[0] == "sgemm" || s.tactics[0] == "packed")
+        << s.tactics[0];
     EXPECT_TRUE(s.tactics[1] == "jobs-parallel" || s.tactics[1] == "jobs-serial" || s.tactics[1] == "onednn" ||
-                s.tactics[1] == "sgemm")
+                s.tactics[1] == "sgemm" || s.tactics[1] == "packed")
         << s.tactics[1];
   }
   EXPECT_EQ(tactics_of(**e).size(), 4u);  // three convolutions and the Gemm
@@ -187,7 +189,8 @@ TEST(Tuning, TimingCacheIsReusedAndDecidesTheChoice) {
   auto cache = TimingCache::read(path);
   ASSERT_TRUE(cache.ok()) << cache.status().to_string();
   EXPECT_EQ(cache->layers.size(), 4u);
-  EXPECT_EQ(cache->entries(), 11u);  // convolutions: jobs-parallel, jobs-serial, onednn; the Gemm: onednn, sgemm
+  // Convolutions: jobs-parallel, jobs-serial, onednn; the Gemm: onednn, sgemm, and packed where AVX2/FMA runs.
+  EXPECT_EQ(cache->entries(), kiln::cpu::packed_gemm_available() ? 12u : 11u);
   EXPECT_NE(cache->device.find(version()), std::string::npos);
   // Rewrite the cache so that "jobs-serial" looks fastest everywhere: the next build must follow the
   // cache (no timing), which shows that it reads it.

@@ -2,13 +2,14 @@
 #include <cmath>
 #include <limits>
 #include <memory>
-
+#include <mutex>
 #include <optional>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "backends/cpu/conv_shapes.h"
 #include "backends/cpu/nn_common.h"
+#include "backends/cpu/packed_gemm.h"
 #include "backends/staged_kernel.h"
 #include "ops/op_table.h"
 
@@ -17,9 +18,29 @@ namespace {
 
 struct DnnlMatMul;
 
+// The "packed" tactic's B, packed once per kernel (shared by every shape signature: B is constant).
+struct PackCache {
+  std::mutex mu;
+  std::shared_ptr<PackedB> b;
+  Expected<std::shared_ptr<PackedB>> get(const Tensor& t, int64_t K, int64_t N, bool transposed) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!b) {
+      KILN_ASSIGN_OR_RETURN(b, pack_b(t.data<float>(), K, N, transposed));
+    }
+    return b;
+  }
+};
+
+// Whether reshape plans the "packed" tactic: the tuner asked for it, or nothing was asked and it is
+// this machine's better default.
+bool wants_packed(const std::string& tactic) {
+  return packed_gemm_available() && (tactic == "packed" || (tactic.empty() && packed_gemm_preferred()));
+}
+
 // numpy matmul over broadcast batch dims: one [M,K] x [K,N] product per output batch entry.
 struct MatMulPlan {
   std::shared_ptr<DnnlMatMul> dnnl;  // the "onednn" tactic (B constant and 2-D: A's rows folded into M)
+  std::shared_ptr<PackedB> packed;   // the "packed" tactic (same conditions)
   Shape out;
   int64_t M = 0, N = 0, K = 0;
   std::vector<int64_t> a_batch, b_batch;  // per output batch: batch index into A and into B
@@ -177,14 +198,20 @@ const C* as_ptr(const Tensor& t, std::optional<ReadAs<C>>& hold) {
   }
 }
 
-Status matmul_reshape(ReshapeContext& rc) {
+Status matmul_reshape(ReshapeContext& rc, PackCache& cache) {
   if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("A and B are required");
   if (rc.in[0].dtype != rc.in[1].dtype) return rc.error("A and B must have the same dtype");
   auto p = std::make_shared<MatMulPlan>();
   KILN_RETURN_IF_ERROR(plan_matmul(rc, rc.in[0].shape, rc.in[1].shape, *p));
   rc.out[0] = {rc.in[0].dtype, p->out};
   const int64_t rows = p->M * static_cast<int64_t>(p->a_batch.size());
-  if (rc.tactic != "sgemm" && p->fold_batch_into_m && dnnl_matmul_eligible(rc, rows, p->N, p->K)) {
+  if (wants_packed(rc.tactic) && p->fold_batch_into_m && dnnl_matmul_eligible(rc, rows, p->N, p->K)) {
+    auto b = cache.get(*rc.in[1].value, p->K, p->N, false);
+    if (b.ok()) p->packed = std::move(b).value();
+    else if (rc.tactic == "packed") return b.status();
+  }
+  if (!p->packed && rc.tactic != "sgemm" && rc.tactic != "packed" && p->fold_batch_into_m &&
+      dnnl_matmul_eligible(rc, rows, p->N, p->K)) {
     auto d = make_dnnl_matmul(rc, rows, p->N, p->K, false, false, *rc.in[1].value, nullptr, &rc.workspace_bytes);
     if (d.ok()) p->dnnl = std::move(d).value();
     else if (rc.tactic == "onednn") return d.status();
@@ -198,6 +225,7 @@ std::vector<std::string> matmul_tactics(const ReshapeContext& rc) {
   MatMulPlan p;
   if (!plan_matmul(rc, rc.in[0].shape, rc.in[1].shape, p).ok() || !p.fold_batch_into_m) return {};
   if (!dnnl_matmul_eligible(rc, p.M * static_cast<int64_t>(p.a_batch.size()), p.N, p.K)) return {};
+  if (packed_gemm_available()) return {"onednn", "sgemm", "packed"};
   return {"onednn", "sgemm"};
 }
 
@@ -206,6 +234,10 @@ Status matmul_kernel(KernelContext& ctx) {
   const Tensor& b = ctx.input(1);
   const MatMulPlan& p = shape_state<MatMulPlan>(ctx);
   Tensor& y = ctx.output(0);
+  if (p.packed) {
+    packed_gemm(p.M * static_cast<int64_t>(p.a_batch.size()), a.data<float>(), p.K, *p.packed, nullptr, y.data<float>(), p.N);
+    return Status::Ok();
+  }
   if (p.dnnl) {
     const Status r = run_dnnl_matmul(*p.dnnl, a.raw(), y.raw(), ctx.workspace());
     return r.ok() ? r : ctx.error(r.message());
@@ -235,12 +267,13 @@ struct GemmAttrs {
 
 struct GemmShape {
   std::shared_ptr<DnnlMatMul> dnnl;  // the "onednn" tactic
+  std::shared_ptr<PackedB> packed;   // the "packed" tactic (alpha 1, A not transposed)
   std::optional<Tensor> bias_row;    // C as the primitive's bias row (beta·C), when it is one
   int64_t M = 0, N = 0, K = 0;
   int64_t cm = 0, cn = 0;  // strides of C over (m, n) after unidirectional broadcasting
 };
 
-Status gemm_reshape(ReshapeContext& rc, const GemmAttrs& g) {
+Status gemm_reshape(ReshapeContext& rc, const GemmAttrs& g, PackCache& cache) {
   if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("A and B are required");
   const Shape& a = rc.in[0].shape;
   const Shape& b = rc.in[1].shape;
@@ -266,13 +299,19 @@ Status gemm_reshape(ReshapeContext& rc, const GemmAttrs& g) {
   // oneDNN's primitive for alpha = 1 and C absent (or beta = 0) or a constant row (or scalar) of N.
   const bool has_c = rc.in.size() > 2 && rc.in[2].present && g.beta != 0;
   const bool c_row = has_c && rc.in[2].value && rc.in[2].dtype == DataType::kFloat32 && st->cm == 0;
-  if (rc.tactic != "sgemm" && g.alpha == 1 && (!has_c || c_row) && dnnl_matmul_eligible(rc, M, N, K)) {
-    if (c_row) {
-      Tensor row = Tensor::empty(DataType::kFloat32, {N});
-      const Tensor& c = *rc.in[2].value;
-      for (int64_t n = 0; n < N; ++n) row.data<float>()[n] = static_cast<float>(g.beta) * c.data<float>()[n * st->cn];
-      st->bias_row = std::move(row);
-    }
+  const bool planned = rc.tactic != "sgemm" && g.alpha == 1 && (!has_c || c_row) && dnnl_matmul_eligible(rc, M, N, K);
+  if (planned && c_row) {
+    Tensor row = Tensor::empty(DataType::kFloat32, {N});
+    const Tensor& c = *rc.in[2].value;
+    for (int64_t n = 0; n < N; ++n) row.data<float>()[n] = static_cast<float>(g.beta) * c.data<float>()[n * st->cn];
+    st->bias_row = std::move(row);
+  }
+  if (planned && !g.ta && wants_packed(rc.tactic)) {
+    auto pb = cache.get(*rc.in[1].value, K, N, g.tb);
+    if (pb.ok()) st->packed = std::move(pb).value();
+    else if (rc.tactic == "packed") return pb.status();
+  }
+  if (planned && !st->packed && rc.tactic != "packed") {
     auto d = make_dnnl_matmul(rc, M, N, K, g.ta, g.tb, *rc.in[1].value, st->bias_row ? &*st->bias_row : nullptr,
                               &rc.workspace_bytes);
     if (d.ok()) st->dnnl = std::move(d).value();
@@ -291,6 +330,7 @@ std::vector<std::string> gemm_tactics(const ReshapeContext& rc, const GemmAttrs&
   if (g.alpha != 1 || !dnnl_matmul_eligible(rc, M, N, K)) return {};
   if (has_c && (!rc.in[2].value || rc.in[2].dtype != DataType::kFloat32 || (rc.in[2].shape.size() == 2 && rc.in[2].shape[0] != 1)))
     return {};
+  if (!g.ta && packed_gemm_available()) return {"onednn", "sgemm", "packed"};
   return {"onednn", "sgemm"};
 }
 
@@ -301,6 +341,10 @@ Status gemm_kernel(KernelContext& ctx, const GemmAttrs& g) {
   const int64_t M = sh.M, N = sh.N, K = sh.K, cm = sh.cm, cn = sh.cn;
   const bool has_c = ctx.has_input(2) && g.beta != 0;
   Tensor& y = ctx.output(0);
+  if (sh.packed) {
+    packed_gemm(M, a.data<float>(), K, *sh.packed, sh.bias_row ? sh.bias_row->data<float>() : nullptr, y.data<float>(), N);
+    return Status::Ok();
+  }
   if (sh.dnnl) {
     const Status r = run_dnnl_matmul(*sh.dnnl, a.raw(), y.raw(), ctx.workspace());
     return r.ok() ? r : ctx.error(r.message());
@@ -433,7 +477,11 @@ std::string check_matmul_dtype(const ir::Node& n) {
 
 void register_gemm(KernelRegistry& r) {
   r.add({"MatMul", "", 1, 1 << 30, "cpu.MatMul.any.sgemm", check_matmul_dtype,
-         [](const ir::Node&, KernelInit&) { return make_staged(matmul_reshape, matmul_kernel, matmul_tactics); }});
+         [](const ir::Node&, KernelInit&) {
+           auto cache = std::make_shared<PackCache>();
+           return make_staged([cache](ReshapeContext& rc) { return matmul_reshape(rc, *cache); }, matmul_kernel,
+                              matmul_tactics);
+         }});
   // Before opset 7 Gemm had a `broadcast` attribute; C broadcasting always is a superset of it.
   r.add({"Gemm", "", 1, 1 << 30, "cpu.Gemm.any.sgemm", check_matmul_dtype, [](const ir::Node& n, KernelInit&) {
            GemmAttrs g;
@@ -441,7 +489,8 @@ void register_gemm(KernelRegistry& r) {
            g.tb = n.attr_int("transB", 0) != 0;
            g.alpha = n.attr_float("alpha", 1.f);
            g.beta = n.attr_float("beta", 1.f);
-           return make_staged([g](ReshapeContext& rc) { return gemm_reshape(rc, g); },
+           auto cache = std::make_shared<PackCache>();
+           return make_staged([g, cache](ReshapeContext& rc) { return gemm_reshape(rc, g, *cache); },
                               [g](KernelContext& ctx) { return gemm_kernel(ctx, g); },
                               [g](const ReshapeContext& rc) { return gemm_tactics(rc, g); });
          }});
