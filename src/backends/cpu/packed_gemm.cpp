@@ -141,16 +141,22 @@ Expected<std::shared_ptr<PackedB>> pack_b(const float* b, int64_t K, int64_t N, 
 void packed_gemm(int64_t M, const float* a, int64_t lda, const PackedB& b, const float* bias, float* c, int64_t ldc) {
   const int64_t panels = (b.N + kP - 1) / kP;
   if (M <= 0 || panels == 0) return;
+  // Row blocks of at most kMc rows, equal up to a tile (128 rows: 66 + 62, not 96 + 32).
   const int64_t mblocks = (M + kMc - 1) / kMc;
+  const int64_t mc = ((M + mblocks - 1) / mblocks + kMr - 1) / kMr * kMr;
   // Column chunks of 8 panels (128 columns: 128 KiB of a k block, in L2 with the row block); more,
   // narrower chunks when there are too few tasks to keep the threads busy.
   int64_t chunk = 8;
   while (chunk > 1 && mblocks * ((panels + chunk - 1) / chunk) < 8) chunk /= 2;
   const int64_t chunks = (panels + chunk - 1) / chunk;
+  // Tasks column-chunk major: parallel_for hands each thread a contiguous range, so each reads its
+  // own part of B (the weights) rather than all of it.
   parallel_for(mblocks * chunks, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t mb = t / chunks, ch = t % chunks;
-      block(mb * kMc, std::min(M, mb * kMc + kMc), ch * chunk, std::min(panels, ch * chunk + chunk), a, lda, b, bias, c, ldc);
+      const int64_t ch = t / mblocks, mb = t % mblocks;
+      const int64_t m0 = std::min(M, mb * mc), m1 = std::min(M, m0 + mc);
+      if (m0 < m1)
+        block(m0, m1, ch * chunk, std::min(panels, ch * chunk + chunk), a, lda, b, bias, c, ldc);
     }
   });
 }
