@@ -33,6 +33,7 @@ const std::vector<Pass>& pipeline() {
       {"fold-conv-bn", 2, fold_conv_batchnorm},
       {"fold-conv-affine", 2, fold_conv_affine},
       {"fold-pad-conv", 2, fold_pad_into_conv},
+      {"trim-conv-taps", 2, trim_conv_taps},
       {"fuse-qdq", 1, fuse_qdq},
       {"fuse-attention", 2, fuse_attention},
       {"fuse-layer-norm", 2, fuse_layer_norm},

@@ -98,6 +98,7 @@ Expected<bool> simplify_transposes(ir::Graph& g, PassContext& ctx);    // transp
 Expected<bool> fold_conv_batchnorm(ir::Graph& g, PassContext& ctx);    // fuse_conv_bn.cpp
 Expected<bool> fold_conv_affine(ir::Graph& g, PassContext& ctx);       // fuse_conv_affine.cpp
 Expected<bool> fold_pad_into_conv(ir::Graph& g, PassContext& ctx);     // fuse_pad_conv.cpp
+Expected<bool> trim_conv_taps(ir::Graph& g, PassContext& ctx);         // trim_conv_taps.cpp
 Expected<bool> fuse_matmul_add(ir::Graph& g, PassContext& ctx);        // fuse_matmul_add.cpp
 Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx);               // fuse_qdq.cpp
 // A weights' DequantizeLinear that fuse_qdq will fold into an integer kernel (constant folding skips it).

@@ -252,3 +252,44 @@ def test_zoo_fusions(name, monkeypatch):
     model = re.sub(r"_op\d+\.onnx$", "", name)
     for op, n in ZOO_EXPECT.get(model, {}).items():
         assert ops[op] == n, (op, dict(ops))
+
+
+# ---- Conv taps that read only padding
+def dilated_conv(dilation, pads, size=(9, 11), kernel=(3, 3), strides=(1, 1), group=1, channels=4):
+    """A Conv on a fixed spatial size whose outer taps may land wholly in the padding."""
+    w = f32(6, channels // group, *kernel)
+    b = f32(6)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", channels, *size])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], dilations=list(dilation), pads=list(pads),
+                            strides=list(strides), group=group, kernel_shape=list(kernel))
+    return make([node], [x], [y], [const("w", w), const("b", b)])
+
+
+@pytest.mark.parametrize("dilation,pads,size,kernel,strides,group,trimmed", [
+    ((36, 36), (36, 36, 36, 36), (9, 11), (3, 3), (1, 1), 1, "[3,3] -> [1,1]"),  # ASPP at dilation 36 on a small map
+    ((12, 1), (12, 1, 12, 1), (9, 11), (3, 3), (1, 1), 1, "[3,3] -> [1,3]"),     # one axis only
+    ((12, 12), (12, 12, 12, 12), (9, 11), (3, 3), (2, 2), 2, "[3,3] -> [1,1]"),  # strided, grouped
+    ((5, 5), (10, 0, 10, 5), (4, 6), (5, 3), (1, 1), 1, "[5,3] -> [1,2]"),       # uneven pads: cut on one side
+    ((4, 4), (4, 4, 4, 4), (9, 11), (3, 3), (1, 1), 1, None),                    # every tap reads the input
+])
+def test_conv_taps_that_read_only_padding_are_cut(tmp_path, dilation, pads, size, kernel, strides, group, trimmed):
+    """trim-conv-taps cuts a Conv's kernel to the taps that read the input (the others multiply only
+    padding); the outputs equal the unoptimized engine's and ONNX Runtime's."""
+    import subprocess  # noqa: PLC0415
+    import onnxruntime as ort  # noqa: PLC0415
+
+    m = dilated_conv(dilation, pads, size, kernel, strides, group)
+    x = f32(2, 4, *size)
+    assert_same(m, {"x": x}, rtol=1e-5, atol=1e-5)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = run(build(m, 2), {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    r = subprocess.run([os.path.join(ROOT, "build", "kiln"), "inspect", str(path), "--verbose"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    if trimmed:
+        assert f"[trim-conv-taps] trimmed node 'Conv_0' (Conv): kernel {trimmed}" in r.stdout, r.stdout
+    else:
+        assert "[trim-conv-taps]" not in r.stdout, r.stdout
