@@ -335,6 +335,10 @@ Expected<Activation> parse_act(const ir::Node& n) {
 
 // Why the node's static types are not ones the kernels take ("" when they are).
 std::string check_quant(const ir::Node& n) {
+  // Without VNNI oneDNN's u8·s8 kernels sum pairs of products in saturating int16 (vpmaddubsw): outputs
+  // measured 3-5 quantization steps off on an AVX2-only CPU. There the Q/DQ graph runs unfused (exact).
+  static const bool vnni = __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
+  if (!vnni) return "this CPU has no VNNI (oneDNN's int8 kernels would saturate int16 sums)";
   if (!n.has_input(kX) || !n.has_input(kW)) return "X and W are required";
   const DataType x = n.inputs[kX]->type.dtype;
   if (x != DataType::kUInt8 && x != DataType::kInt8) return "X must be uint8 or int8";
