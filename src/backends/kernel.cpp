@@ -41,6 +41,8 @@ std::string KernelDef::rejects(const ir::Node& node) const {
   if (op != node.op_type || domain != node_domain(node)) return "it is for op " + (domain.empty() ? "" : domain + ".") + op;
   if (node.opset && (node.opset < since || node.opset > until))
     return "opset " + std::to_string(node.opset) + " outside [" + std::to_string(since) + "," + std::to_string(until) + "]";
+  if (unavailable)
+    if (std::string why = unavailable(); !why.empty()) return why;
   return check ? check(node) : std::string();
 }
 

@@ -180,9 +180,13 @@ struct KernelDef {
   // Its float tensors may be float16/bfloat16 (math in float32 where it matters): reduced-precision
   // builds convert the nodes it takes (passes/precision.cpp).
   bool half_floats = false;
+  // Why this machine cannot run the kernel (a CPU feature it needs), or "" when it can; null: any
+  // machine with the backend. Unlike `check` it does not depend on the node: a pass does not produce
+  // the op of a kernel that this machine cannot run (PassOptions::has_kernel asks it).
+  std::function<std::string()> unavailable;
   bool host_input(int i) const { return i < 32 && ((host_inputs >> i) & 1u); }
   bool shape_input(int i) const { return i < 32 && ((shape_inputs >> i) & 1u); }
-  // Why this kernel cannot run `node` (op, domain, opset range, `check`), or "" when it can. Lowering
+  // Why this kernel cannot run `node` (op, domain, opset range, `unavailable`, `check`), or "" when it can. Lowering
   // picks among the kernels that accept a node; an engine file's choice must be one of them.
   std::string rejects(const ir::Node& node) const;
 };

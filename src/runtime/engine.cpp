@@ -105,7 +105,7 @@ passes::PassOptions builder_pass_options(int opt_level, const KernelRegistry* ta
   if (target)
     po.has_kernel = [target](const std::string& domain, const std::string& op) {
       for (const KernelDef& d : target->all())
-        if (d.op == op && d.domain == domain) return true;
+        if (d.op == op && d.domain == domain && (!d.unavailable || d.unavailable().empty())) return true;
       return false;
     };
   return po;

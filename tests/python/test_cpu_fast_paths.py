@@ -141,3 +141,20 @@ def test_matmul_with_constant_weights_folds_batches_into_rows():
     for batch in (2, 1, 2):  # a new signature re-plans; a seen one reuses its primitive
         x = a[:batch]
         np.testing.assert_allclose(ctx.run({"a": x})[0], x @ b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(__import__("test_quantization")._has_vnni(), reason="this CPU has VNNI: test_quantization checks the int8 kernels")
+@pytest.mark.parametrize("kind,shape", [("conv", (2, 8, 9, 11)), ("matmul", (3, 5, 24)), ("gemm", (6, 24))])
+def test_qdq_models_run_unfused_without_vnni(kind, shape):
+    """Without VNNI the int8 kernels are unavailable (their int16 pair sums would saturate): fuse-qdq
+    leaves the Q/DQ graph alone and the engine matches ONNX Runtime exactly."""
+    import onnxruntime as ort  # noqa: PLC0415
+    import test_quantization as tq  # noqa: PLC0415
+
+    rng = np.random.default_rng(2)
+    m = tq.qdq_model(kind, rng)[0]
+    x = rng.standard_normal(shape).astype(np.float32)
+    e, got = tq.run_kiln(m, x, 2)
+    assert "QConv" not in e.placement_report() and "QMatMul" not in e.placement_report(), e.placement_report()
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)

@@ -26,7 +26,7 @@ def _has_vnni() -> bool:
     return "avx512_vnni" in flags or "avx_vnni" in flags
 
 
-# kiln's int8 kernels (oneDNN) are used only with VNNI: without it their u8*s8 pair sums saturate in
+# kiln's int8 kernels (oneDNN) are available only with VNNI: without it their u8*s8 pair sums saturate in
 # int16, and kiln runs Q/DQ graphs unfused instead (exact, not fast). These tests check the int8
 # kernels and the fusions into them, so they skip where the kernels are off.
 pytestmark = pytest.mark.skipif(not _has_vnni(), reason="no VNNI on this CPU: kiln's oneDNN int8 kernels are off")

@@ -335,29 +335,36 @@ Expected<Activation> parse_act(const ir::Node& n) {
 
 // Why the node's static types are not ones the kernels take ("" when they are).
 std::string check_quant(const ir::Node& n) {
-  // Without VNNI oneDNN's u8·s8 kernels sum pairs of products in saturating int16 (vpmaddubsw): outputs
-  // measured 3-5 quantization steps off on an AVX2-only CPU. There the Q/DQ graph runs unfused (exact).
-  static const bool vnni = __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
-  if (!vnni) return "this CPU has no VNNI (oneDNN's int8 kernels would saturate int16 sums)";
   if (!n.has_input(kX) || !n.has_input(kW)) return "X and W are required";
   const DataType x = n.inputs[kX]->type.dtype;
   if (x != DataType::kUInt8 && x != DataType::kInt8) return "X must be uint8 or int8";
   return n.inputs[kW]->type.dtype == DataType::kInt8 ? "" : "W must be int8";
 }
 
+// Without VNNI oneDNN's u8·s8 kernels sum pairs of products in saturating int16 (vpmaddubsw): outputs
+// measured 3-5 quantization steps off on an AVX2-only CPU. There the kernels are unavailable, fuse-qdq
+// leaves Q/DQ graphs as they are, and they run unfused (exact, not fast).
+std::string needs_vnni() {
+  static const bool vnni = __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
+  return vnni ? "" : "this CPU has no VNNI (oneDNN's int8 kernels would saturate int16 sums)";
+}
+
 }  // namespace
 
 void register_qconv(KernelRegistry& r) {
-  r.add({"QConv", "kiln", 1, 1 << 30, "cpu.QConv.i8.onednn", check_quant, [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
-           KILN_ASSIGN_OR_RETURN(Activation act, parse_act(n));
-           QConvAttrs a{ops::parse_window_attrs(n), n.attr_int("group", 1), act, n.attr_int("channels_last", 0) != 0};
-           return make_staged([a](ReshapeContext& rc) { return qconv_reshape(rc, a); }, quant_run);
-         }});
-  r.add({"QMatMul", "kiln", 1, 1 << 30, "cpu.QMatMul.i8.onednn", check_quant,
-         [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
-           KILN_ASSIGN_OR_RETURN(Activation act, parse_act(n));
-           return make_staged([act](ReshapeContext& rc) { return qmatmul_reshape(rc, act); }, quant_run);
-         }});
+  KernelDef conv{"QConv", "kiln", 1, 1 << 30, "cpu.QConv.i8.onednn", check_quant, [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+                   KILN_ASSIGN_OR_RETURN(Activation act, parse_act(n));
+                   QConvAttrs a{ops::parse_window_attrs(n), n.attr_int("group", 1), act, n.attr_int("channels_last", 0) != 0};
+                   return make_staged([a](ReshapeContext& rc) { return qconv_reshape(rc, a); }, quant_run);
+                 }};
+  KernelDef matmul{"QMatMul", "kiln", 1, 1 << 30, "cpu.QMatMul.i8.onednn", check_quant,
+                   [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+                     KILN_ASSIGN_OR_RETURN(Activation act, parse_act(n));
+                     return make_staged([act](ReshapeContext& rc) { return qmatmul_reshape(rc, act); }, quant_run);
+                   }};
+  conv.unavailable = matmul.unavailable = needs_vnni;
+  r.add(std::move(conv));
+  r.add(std::move(matmul));
 }
 
 }  // namespace kiln::cpu::nn
