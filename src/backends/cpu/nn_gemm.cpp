@@ -31,6 +31,13 @@ struct PackCache {
   }
 };
 
+// The tactics of a product with a constant 2-D B: oneDNN's matmul, sgemm, and kiln's packed kernel
+// where this CPU runs it (and `packed_ok`: Gemm's transA rules it out).
+std::vector<std::string> constant_b_tactics(bool packed_ok) {
+  if (packed_ok && packed_gemm_available()) return {"onednn", "sgemm", "packed"};
+  return {"onednn", "sgemm"};
+}
+
 // Whether reshape plans the "packed" tactic: the tuner asked for it, or nothing was asked and it is
 // this machine's better default.
 bool wants_packed(const std::string& tactic) {
@@ -205,13 +212,13 @@ Status matmul_reshape(ReshapeContext& rc, PackCache& cache) {
   KILN_RETURN_IF_ERROR(plan_matmul(rc, rc.in[0].shape, rc.in[1].shape, *p));
   rc.out[0] = {rc.in[0].dtype, p->out};
   const int64_t rows = p->M * static_cast<int64_t>(p->a_batch.size());
-  if (wants_packed(rc.tactic) && p->fold_batch_into_m && dnnl_matmul_eligible(rc, rows, p->N, p->K)) {
+  const bool constant_b = p->fold_batch_into_m && dnnl_matmul_eligible(rc, rows, p->N, p->K);
+  if (constant_b && wants_packed(rc.tactic)) {
     auto b = cache.get(*rc.in[1].value, p->K, p->N, false);
     if (b.ok()) p->packed = std::move(b).value();
     else if (rc.tactic == "packed") return b.status();
   }
-  if (!p->packed && rc.tactic != "sgemm" && rc.tactic != "packed" && p->fold_batch_into_m &&
-      dnnl_matmul_eligible(rc, rows, p->N, p->K)) {
+  if (constant_b && !p->packed && rc.tactic != "sgemm" && rc.tactic != "packed") {
     auto d = make_dnnl_matmul(rc, rows, p->N, p->K, false, false, *rc.in[1].value, nullptr, &rc.workspace_bytes);
     if (d.ok()) p->dnnl = std::move(d).value();
     else if (rc.tactic == "onednn") return d.status();
@@ -225,8 +232,7 @@ std::vector<std::string> matmul_tactics(const ReshapeContext& rc) {
   MatMulPlan p;
   if (!plan_matmul(rc, rc.in[0].shape, rc.in[1].shape, p).ok() || !p.fold_batch_into_m) return {};
   if (!dnnl_matmul_eligible(rc, p.M * static_cast<int64_t>(p.a_batch.size()), p.N, p.K)) return {};
-  if (packed_gemm_available()) return {"onednn", "sgemm", "packed"};
-  return {"onednn", "sgemm"};
+  return constant_b_tactics(true);
 }
 
 Status matmul_kernel(KernelContext& ctx) {
@@ -330,8 +336,7 @@ std::vector<std::string> gemm_tactics(const ReshapeContext& rc, const GemmAttrs&
   if (g.alpha != 1 || !dnnl_matmul_eligible(rc, M, N, K)) return {};
   if (has_c && (!rc.in[2].value || rc.in[2].dtype != DataType::kFloat32 || (rc.in[2].shape.size() == 2 && rc.in[2].shape[0] != 1)))
     return {};
-  if (!g.ta && packed_gemm_available()) return {"onednn", "sgemm", "packed"};
-  return {"onednn", "sgemm"};
+  return constant_b_tactics(!g.ta);
 }
 
 Status gemm_kernel(KernelContext& ctx, const GemmAttrs& g) {

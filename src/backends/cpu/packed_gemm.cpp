@@ -81,8 +81,9 @@ constexpr TileFn kTiles[kMr + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>,
   const float* panels = pb.data();
   alignas(32) float edge[kMr * kP];  // the last panel's tile when N is not a multiple of 16
   alignas(32) float edge_bias[kP];
-  for (int64_t k0 = 0; k0 < K || (K == 0 && k0 == 0); k0 += kKc) {
-    const int64_t kc = std::min(kKc, K - k0);
+  const int64_t kblocks = std::max<int64_t>(1, (K + kKc - 1) / kKc);  // K = 0: one block, C = bias or 0
+  for (int64_t kb = 0; kb < kblocks; ++kb) {
+    const int64_t k0 = kb * kKc, kc = std::min(kKc, K - k0);
     const bool accumulate = k0 > 0;
     for (int64_t p = p0; p < p1; ++p) {
       const float* bp = panels + p * K * kP + k0 * kP;
@@ -107,7 +108,6 @@ constexpr TileFn kTiles[kMr + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>,
         for (int64_t r = 0; r < rows; ++r) std::memcpy(cp + r * ldc, edge + r * kP, static_cast<size_t>(nw) * sizeof(float));
       }
     }
-    if (K == 0) break;
   }
 }
 
