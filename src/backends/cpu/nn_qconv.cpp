@@ -10,6 +10,7 @@
 // linear post-op (folded into the output scale for activations that commute with a positive scale),
 // and x's and y's zero points as run-time zero points. Everything is decided at reshape; the weights
 // are reordered once into the primitive's layout.
+#include <cpuid.h>
 #include <cmath>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -344,8 +345,15 @@ std::string check_quant(const ir::Node& n) {
 // Without VNNI oneDNN's u8·s8 kernels sum pairs of products in saturating int16 (vpmaddubsw): outputs
 // measured 3-5 quantization steps off on an AVX2-only CPU. There the kernels are unavailable, fuse-qdq
 // leaves Q/DQ graphs as they are, and they run unfused (exact, not fast).
+// AVX-VNNI (CPUID leaf 7 subleaf 1, EAX bit 4) is read from CPUID: clang 14's __builtin_cpu_supports
+// does not know it.
+bool has_avx_vnni() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __builtin_cpu_supports("avx2") && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4));
+}
+
 std::string needs_vnni() {
-  static const bool vnni = __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
+  static const bool vnni = __builtin_cpu_supports("avx512vnni") || has_avx_vnni();
   return vnni ? "" : "this CPU has no VNNI (oneDNN's int8 kernels would saturate int16 sums)";
 }
 
