@@ -12,6 +12,9 @@ the float32 engine. onnxruntime (CPU, float32) is the reference row where it is 
 
 On the CPU, --int8 minmax,entropy,percentile adds INT8 engines (`kiln build --int8 --calibration`),
 calibrated on 256 training images (digits_calib_x.npy, 8 sets of 32) that the test set never sees.
+fp8 in --precisions builds `--precision fp8` engines calibrated on the same sets (on a CPU engine the
+FP8 products are emulated in float32). --model digits_mlp measures the trained MLP (digits_cnn.py
+--arch mlp), whose matrix products FP8 quantizes (the CNN's convolutions stay float).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ def kiln_logits(kiln: str, model: str, x_path: str, device: str, precision: str,
     cmd = [kiln, "build", model, "-o", engine, "--device", device, "--opt-level", "2", "--no-accuracy-check"]
     if precision.startswith("int8-"):
         cmd += ["--int8", "--calibration", calibration, "--calibration-method", precision[5:]]
+    elif precision == "fp8":
+        cmd += ["--precision", "fp8", "--calibration", calibration]
     elif device != "cpu":
         cmd += ["--precision", precision]
     b = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -58,9 +63,10 @@ def main() -> int:
     ap.add_argument("--precisions", default="fp32,fp16")
     ap.add_argument("--int8", default="", help="calibration methods of INT8 engines (cpu): minmax,entropy,percentile")
     ap.add_argument("--json")
+    ap.add_argument("--model", default="digits_cnn", help="digits_cnn or digits_mlp (in --data)")
     a = ap.parse_args()
 
-    model = os.path.join(a.data, "digits_cnn.onnx")
+    model = os.path.join(a.data, f"{a.model}.onnx")
     x_path = os.path.join(a.data, "digits_test_x.npy")
     y = np.load(os.path.join(a.data, "digits_test_y.npy"))
     tmp = tempfile.mkdtemp(prefix="kiln_digits_")
@@ -74,15 +80,15 @@ def main() -> int:
         rows.append({"engine": f"onnxruntime {ort.__version__} cpu fp32", "top1": float((ort_logits.argmax(1) == y).mean())})
     except ImportError:
         ort_logits = None
-    precisions = a.precisions.split(",") if a.device != "cpu" else ["fp32"]
+    precisions = a.precisions.split(",") if a.device != "cpu" else ["fp32"] + (["fp8"] if "fp8" in a.precisions.split(",") else [])
     calibration = None
-    if a.int8:
+    if a.int8 or "fp8" in precisions:
         calibration = os.path.join(tmp, "calibration")
         os.makedirs(calibration)
         calib_x = np.load(os.path.join(a.data, "digits_calib_x.npy"))
         for i in range(0, len(calib_x), 32):
             np.save(os.path.join(calibration, f"set{i // 32:02d}.npy"), calib_x[i:i + 32])
-        precisions += [f"int8-{m}" for m in a.int8.split(",")]
+        precisions += [f"int8-{m}" for m in a.int8.split(",") if m]
     for prec in precisions:
         try:
             logits = kiln_logits(a.kiln, model, x_path, a.device, prec, tmp, calibration)
@@ -122,8 +128,9 @@ def main() -> int:
             rows.append({"engine": label, "top1": float((lg.argmax(1) == y).mean()), "rel_l2_vs_fp32_engine": rel_l2(lg, ref),
                          "top1_agreement_vs_fp32_engine": float((lg.argmax(1) == ref.argmax(1)).mean()),
                          "rel_l2_vs_onnxruntime": rel_l2(lg, ort_logits)})
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "test_images": int(len(y)), "device": a.device}
-    print(f"digits CNN, {len(y)} test images, {meta['date']}")
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "test_images": int(len(y)), "device": a.device,
+            "model": a.model}
+    print(f"{a.model}, {len(y)} test images, {meta['date']}")
     print("| engine | top-1 | rel L2 vs fp32 engine | top-1 agreement vs fp32 engine | rel L2 vs onnxruntime |")
     print("|---|---|---|---|---|")
     for r in rows:

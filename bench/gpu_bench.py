@@ -25,7 +25,11 @@ What is timed (median of --iterations after --warmup, milliseconds):
     waits for the host inside a call count on both sides; the host time before the first launch
     does not.
 FP32 means true FP32 on both sides (TF32 off); FP16 means torch's model.half() against kiln's
---precision fp16 engine (float32 accumulation in GEMMs and convolutions on both).
+--precision fp16 engine (float32 accumulation in GEMMs and convolutions on both). FP8 means kiln's
+--precision fp8 engine (E4M3 GEMMs with constant weights, scales calibrated on --calibration-sets
+input sets drawn from other seeds than the timed input, the rest float16) against torch's FP16
+figures of the same run (PyTorch has no FP8 inference path for these models without extra
+libraries): list fp16 before fp8 in --precisions.
 Transformers run with PyTorch's default attention (scaled_dot_product_attention), its fastest.
 """
 
@@ -204,6 +208,7 @@ def main() -> int:
     ap.add_argument("--iterations", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--calibration-sets", type=int, default=8, help="fp8: input sets (batch 4, seeds 1..N) to calibrate on")
     a = ap.parse_args()
 
     import torch  # noqa: PLC0415
@@ -223,6 +228,16 @@ def main() -> int:
     }
     modes = [m for m in a.compile_modes.split(",") if m]
     tmp = tempfile.mkdtemp(prefix="kiln_gpu_bench_")
+    def saved_feed(name: str, batch: int) -> tuple:
+        """The timed input of `name` at `batch` (seed 0), saved as .npy, and kiln's --input arguments."""
+        feed = zoo.make_inputs(zoo.MODELS[name], batch, seed=0)
+        args = []
+        for k, v in feed.items():
+            p = os.path.join(tmp, f"{name}_{k}_b{batch}.npy")
+            np.save(p, v)
+            args += ["--input", f"{k}={p}"]
+        return feed, args
+
     for name in a.models.split(","):
         spec = zoo.MODELS[name]
         onnx_path = zoo.model_path(name, a.opset)
@@ -231,23 +246,48 @@ def main() -> int:
             continue
         for prec in a.precisions.split(","):
             engine = os.path.join(tmp, f"{name}_{prec}.kiln")
+            extra_args = []
+            if prec == "fp8":
+                calib = os.path.join(tmp, f"{name}_calibration")
+                for s in range(1, a.calibration_sets + 1):
+                    os.makedirs(os.path.join(calib, f"set{s:02d}"), exist_ok=True)
+                    for k, v in zoo.make_inputs(spec, 4, seed=s).items():
+                        np.save(os.path.join(calib, f"set{s:02d}", f"{k}.npy"), v)
+                extra_args = ["--calibration", calib]
+            t_build = time.perf_counter()
             b = subprocess.run([a.kiln, "build", onnx_path, "-o", engine, "--device", "cuda", "--precision", prec,
-                                "--opt-level", str(a.opt_level)],
+                                "--opt-level", str(a.opt_level)] + extra_args,
                                capture_output=True, text=True, check=False)
+            build_s = round(time.perf_counter() - t_build, 1)
             if b.returncode != 0:
                 print(f"{name} {prec}: kiln build failed: {b.stderr.strip()}", flush=True)
+                continue
+            report = [line for line in b.stdout.splitlines() if line.startswith(("fp8:", "int8:")) or "relative L2" in line]
+            if prec == "fp8":  # torch's figures: the fp16 rows of this run
+                for batch in [int(x) for x in a.batches.split(",")]:
+                    peer = next((r for r in rows if r["model"] == name and r["precision"] == "fp16" and r["batch"] == batch), None)
+                    feed, args = saved_feed(name, batch)
+                    n, w = a.iterations, a.warmup
+                    row = {"model": name, "precision": prec, "batch": batch, "build_s": build_s, "build_report": report,
+                           "torch_peer": "the fp16 row's torch figures"}
+                    row["kiln"] = kiln_bench(a.kiln, engine, args, n, w, graphs=True)
+                    row["kiln_no_graphs"] = kiln_bench(a.kiln, engine, args, n, w, graphs=False)
+                    row["kiln_device_io"] = kiln_bench(a.kiln, engine, args, n, w, graphs=True, device_io=True)
+                    for k, v in (peer or {}).items():
+                        if k.startswith("torch_"):
+                            row[k] = v
+                    row.setdefault("torch_eager_host_ms", None)
+                    row.setdefault("torch_eager_device_ms", None)
+                    row.setdefault("torch_eager_device_sync_ms", None)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
                 continue
             fn = torch_model(name, prec)
             compiled = {}
             for mode in modes:
                 compiled[mode] = torch.compile(fn, mode=None if mode == "default" else mode, dynamic=False)
             for batch in [int(x) for x in a.batches.split(",")]:
-                feed = zoo.make_inputs(spec, batch, seed=0)
-                args = []
-                for k, v in feed.items():
-                    p = os.path.join(tmp, f"{name}_{k}_b{batch}.npy")
-                    np.save(p, v)
-                    args += ["--input", f"{k}={p}"]
+                feed, args = saved_feed(name, batch)
                 feeds = [feed[i.name] for i in spec.inputs]
                 n, w = a.iterations, a.warmup
                 row = {"model": name, "precision": prec, "batch": batch}
@@ -304,7 +344,7 @@ def main() -> int:
             cells += [f"{k:.3f}" if k else "error" for k in ks]
             cells += [f"{t:.3f}" if t is not None else "error" for t in ts]
             cells.append(f"{ks[0] / best:.2f}" if ks[0] else "-")
-            cells += [f"{r[key]:.3f}" for _, key in extra]
+            cells += [f"{r[key]:.3f}" if r.get(key) is not None else "-" for _, key in extra]
             print("| " + " | ".join(cells) + " |")
 
     # kiln against the best torch figure measured the same way: host in, host out; then GPU-resident.

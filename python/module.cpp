@@ -529,7 +529,8 @@ kiln::BuildOptions build_options(const std::string& device, int opt_level, bool 
   else if (precision == "bf16") o.precision = kiln::Precision::kBFloat16;
   else if (precision == "tf32") o.precision = kiln::Precision::kTF32;
   else if (precision == "best") o.precision = kiln::Precision::kBest;
-  else throw py::value_error("kiln: unknown precision '" + precision + "' (expected 'fp32', 'tf32', 'fp16', 'bf16' or 'best')");
+  else if (precision == "fp8") o.precision = kiln::Precision::kFP8;
+  else throw py::value_error("kiln: unknown precision '" + precision + "' (expected 'fp32', 'tf32', 'fp16', 'bf16', 'best' or 'fp8')");
   if (device == "cpu" || device == "CPU") {
     o.device = kiln::DeviceType::kCPU;
   } else if (device == "cuda" || device == "CUDA" || device == "gpu") {
@@ -655,7 +656,7 @@ void tuning_options(kiln::BuildOptions& o, const py::object& profiles, const py:
   o.timing_cache = timing_cache;
 }
 
-// INT8 builds: calibration is an iterable of {input name: array} dicts (or a folder path), the rest as
+// INT8 and FP8 builds: calibration is an iterable of {input name: array} dicts (or a folder path), the rest as
 // BuildOptions. The arrays are borrowed: `keep` holds them until the build returns.
 void int8_options(kiln::BuildOptions& o, bool int8, const py::object& calibration, const std::string& method,
                   double percentile, const std::string& cache, double budget, const std::string& metric, KeepAlive& keep) {

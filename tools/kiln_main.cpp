@@ -53,6 +53,7 @@ kiln::Precision parse_precision(const std::string& p) {
          : p == "bf16" ? kiln::Precision::kBFloat16
          : p == "tf32" ? kiln::Precision::kTF32
          : p == "best" ? kiln::Precision::kBest
+         : p == "fp8"  ? kiln::Precision::kFP8
                        : kiln::Precision::kFloat32;
 }
 
@@ -671,8 +672,10 @@ static int kiln_main(int argc, char** argv) {
   const auto precisions = CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "best"});
   build->add_option("--precision", build_precision,
                     "fp32, or for cuda engines tf32 (TF32 tensor cores for float32 convolutions/GEMMs), fp16/bf16 "
-                    "(float32 accumulation; inputs and outputs keep their dtypes) or best (fp16 + tf32)")
-      ->check(precisions);
+                    "(float32 accumulation; inputs and outputs keep their dtypes), best (fp16 + tf32) or fp8 (MatMul/Gemm "
+                    "with constant weights in FP8 E4M3 on Hopper, scales from --calibration, the rest fp16; a cpu "
+                    "engine emulates the FP8 products, to measure their accuracy)")
+      ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "best", "fp8"}));
 
   bool build_int8 = false;
   std::string calib_dir, calib_method = "minmax", calib_cache;
@@ -946,9 +949,10 @@ static int kiln_main(int argc, char** argv) {
     o.calibration_cache = calib_cache;
     o.accuracy_budget = accuracy_budget;
     o.accuracy_metric = accuracy_metric;
-    if (!build_int8 && accuracy_budget > 0) return fail(kiln::invalid_argument("--accuracy-budget is for --int8 builds"));
-    if (!build_int8 && (!calib_dir.empty() || !calib_cache.empty()))
-      return fail(kiln::invalid_argument("--calibration and --calibration-cache are for --int8 builds"));
+    const bool eight_bit = build_int8 || o.precision == kiln::Precision::kFP8;
+    if (!eight_bit && accuracy_budget > 0) return fail(kiln::invalid_argument("--accuracy-budget is for --int8 and --precision fp8 builds"));
+    if (!eight_bit && (!calib_dir.empty() || !calib_cache.empty()))
+      return fail(kiln::invalid_argument("--calibration and --calibration-cache are for --int8 and --precision fp8 builds"));
     if (!build_quiet) o.progress = progress_printer();
     std::string why;
     if (!shapes_spec.empty()) {
@@ -991,20 +995,27 @@ static int kiln_main(int argc, char** argv) {
     std::printf("placement:\n%s", (*e)->placement_report().c_str());
     kiln::Status st = (*e)->save(build_out);
     if (!st.ok()) return fail(st);
-    if (o.int8) {
+    if (eight_bit) {
       const auto meta = (*e)->metadata();
-      auto get = [&meta](const std::string& k) { auto it = meta.find(k); return it == meta.end() ? std::string("?") : it->second; };
-      std::printf("int8: %s products in 8 bits; activation ranges from %s\n", get("int8.products").c_str(), get("int8.calibration").c_str());
-      if (meta.count("int8.layers")) {
-        std::printf("int8: per product (precision, the metric with only it in 8 bits):\n");
-        std::istringstream lines(meta.at("int8.layers"));
+      const std::string tag = o.int8 ? "int8" : "fp8";
+      const char* t = tag.c_str();
+      auto get = [&meta, &tag](const std::string& k) {
+        auto it = meta.find(tag + "." + k);
+        return it == meta.end() ? std::string("?") : it->second;
+      };
+      std::printf("%s: %s products in 8 bits; activation ranges from %s\n", t, get("products").c_str(), get("calibration").c_str());
+      if (meta.count(tag + ".layers")) {
+        std::printf("%s: per product (precision, the metric with only it in 8 bits):\n", t);
+        std::istringstream lines(meta.at(tag + ".layers"));
         std::string name, op, prec, sens;
         while (lines >> name >> op >> prec >> sens) std::printf("  %-40s %-8s %-5s %s\n", name.c_str(), op.c_str(), prec.c_str(), sens.c_str());
-        std::printf("int8: measured on the calibration data: %s\n", get("int8.error").c_str());
+        std::printf("%s: measured on the calibration data: %s\n", t, get("error").c_str());
       }
+      const std::string rel = tag + ".rel_l2.";
       for (const auto& [k, v] : meta)
-        if (k.rfind("int8.rel_l2.", 0) == 0)
-          std::printf("int8: output '%s' relative L2 against the float32 engine %s (first calibration set)\n", k.substr(12).c_str(), v.c_str());
+        if (k.rfind(rel, 0) == 0)
+          std::printf("%s: output '%s' relative L2 against the float32 engine %s (first calibration set)\n", t, k.substr(rel.size()).c_str(),
+                      v.c_str());
     }
     // A reduced-precision engine is checked against a float32 engine of the same model on random
     // inputs (dynamic dims 1), steady-state runs (third, a replayed CUDA graph), output by output.

@@ -14,8 +14,12 @@ dynamic batch axis, next to its held-out test set:
     OUT/digits_calib_x.npy       256 training images (never test images), for INT8 calibration
     OUT/digits_cnn.json          training record: seed, epochs, float32 test accuracy in PyTorch
 
+With --arch mlp it trains a multilayer perceptron instead (Flatten, Linear 1024→256, ReLU, Linear
+256→128, ReLU, Linear 128→10), written as OUT/digits_mlp.onnx: a model made of matrix products, for
+the engines that quantize only those (FP8, `--precision fp8`).
+
 Needs PyTorch and scikit-learn (in .venv-zoo: `.venv-zoo/bin/python -m pip install scikit-learn`).
-Usage: bench/zoo/digits_cnn.py [--out build/digits] [--epochs 30]
+Usage: bench/zoo/digits_cnn.py [--out build/digits] [--epochs 30] [--arch cnn|mlp]
 Then bench/digits_accuracy.py measures kiln's engines of it (each precision) on the test set.
 """
 
@@ -69,11 +73,18 @@ def build_model():
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
 
 
+def build_mlp():
+    import torch.nn as nn  # noqa: PLC0415
+
+    return nn.Sequential(nn.Flatten(), nn.Linear(1024, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="build/digits")
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--arch", choices=["cnn", "mlp"], default="cnn")
     a = ap.parse_args()
 
     import torch  # noqa: PLC0415
@@ -81,7 +92,7 @@ def main() -> int:
     torch.manual_seed(a.seed)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     xtr, ytr, xte, yte = data(a.seed)
-    net = build_model()
+    net = build_model() if a.arch == "cnn" else build_mlp()
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=a.epochs * ((len(ytr) + 63) // 64))
     gen = np.random.default_rng(a.seed)
@@ -111,14 +122,14 @@ def main() -> int:
     print(f"float32 test accuracy (PyTorch): {acc:.4f} on {len(yte)} images", flush=True)
 
     os.makedirs(a.out, exist_ok=True)
-    path = os.path.join(a.out, "digits_cnn.onnx")
+    path = os.path.join(a.out, f"digits_{a.arch}.onnx")
     torch.onnx.export(net, torch.from_numpy(xte[:1]), path, input_names=["x"], output_names=["logits"],
                       dynamic_axes={"x": {0: "N"}, "logits": {0: "N"}}, opset_version=17, do_constant_folding=True)
     np.save(os.path.join(a.out, "digits_test_x.npy"), xte)
     np.save(os.path.join(a.out, "digits_test_y.npy"), yte)
     np.save(os.path.join(a.out, "digits_calib_x.npy"), xtr[:256])
-    np.save(os.path.join(a.out, "digits_test_logits_torch.npy"), logits.numpy())
-    with open(os.path.join(a.out, "digits_cnn.json"), "w") as f:
+    np.save(os.path.join(a.out, f"digits_test_logits_torch{'' if a.arch == 'cnn' else '_mlp'}.npy"), logits.numpy())
+    with open(os.path.join(a.out, f"digits_{a.arch}.json"), "w") as f:
         json.dump({"seed": a.seed, "epochs": a.epochs, "train": int(len(ytr)), "test": int(len(yte)),
                    "torch": torch.__version__, "float32_test_accuracy_torch": acc}, f, indent=1)
     print(f"wrote {path}", flush=True)

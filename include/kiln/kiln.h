@@ -61,7 +61,10 @@ struct TensorInfo {
 // convolutions and GEMMs on TF32 tensor cores (10-bit mantissa products, FP32 accumulation).
 // kFloat16/kBFloat16: half tensors wherever the GPU has a half kernel, FP32 accumulation and
 // statistics. kBest: float16 where the GPU has a half kernel, TF32 for the float32 rest.
-enum class Precision : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kTF32 = 3, kBest = 4 };
+// kFP8: the products with constant weights (MatMul, Gemm) in FP8 E4M3 (Hopper tensor cores) with
+// per-tensor scales from calibration data (BuildOptions::calibration, as for INT8), the rest as kFloat16;
+// on a CPU engine the FP8 products are emulated in float32 (the accuracy of FP8, not its speed).
+enum class Precision : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kTF32 = 3, kBest = 4, kFP8 = 5 };
 
 // A range of input shapes an engine accepts (TensorRT's optimization profile): per named input, the
 // smallest, the typical and the largest dims. The builder tunes each profile at its `opt` shapes; a
@@ -109,8 +112,8 @@ struct BuildOptions {
   std::string calibration_method = "minmax";
   double calibration_percentile = 99.99;
   std::string calibration_cache;
-  // Mixed precision (INT8 builds): with a budget > 0, products whose 8-bit error costs most stay
-  // float32 — as few as keep the engine within the budget against float32 on the calibration sets,
+  // Mixed precision (INT8 and FP8 builds): with a budget > 0, products whose 8-bit error costs most stay
+  // float32 (float16 in a CUDA FP8 engine) — as few as keep the engine within the budget against float32 on the calibration sets,
   // by `accuracy_metric`: "rel_l2" (relative L2 of the outputs) or "top1" (the share of rows of the
   // first output whose argmax changes). The build reports each product's precision and sensitivity.
   double accuracy_budget = 0;

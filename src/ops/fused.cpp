@@ -20,6 +20,12 @@
 //                                FusedConv's (CPU engines, passes/channels_last.cpp)
 //   QMatMul(A, a_scale, a_zero_point, B, b_scale, b_zero_point[, y_scale, y_zero_point[, bias]])
 //                                the same for MatMul with a 2-D B [K, N] (scale per column)
+//   F8MatMul(A, B8[, bias])    FP8 (E4M3) product of A [..., K] (float) and a constant B8 [N, K]
+//                                (float8e4m3fn, stored transposed, as cuBLASLt's FP8 kernels read it):
+//                                A is quantized as E4M3(A / a_scale) (saturating at ±448, nearest even),
+//                                Y = act(a_scale · b_scale · (A8 · B8ᵀ) + bias), bias [N], activation
+//                                as FusedMatMul's; Y has A's dtype (runtime/calibrate.cpp, `--precision
+//                                fp8` builds)
 //   Attention(Q, K, V[, mask[, bool_mask]])   Q [B,S,H*D], K [B,T,H*D], V [B,T,H*Dv]; mask additive and
 //                                bool_mask broadcast to [B,H,S,T]; num_heads, scale, mask_fill,
 //                                mask_fill_where_true → [B,S,H*Dv]:
@@ -149,6 +155,21 @@ Status infer_quantized(InferContext& c) {
   return Status::Ok();
 }
 
+// F8MatMul: A [..., K] and B8 [N, K] → [..., N] in A's dtype.
+Status infer_f8_matmul(InferContext& c) {
+  if (!c.has(0)) return Status::Ok();
+  c.out[0] = ir::Type::tensor(c.dtype(0));
+  if (c.has(1) && c.dtype(1) != DataType::kFloat8E4M3FN) return c.error("B must be float8e4m3fn");
+  const ir::SymShape& a = c.shape(0);
+  if (!c.has(1) || !a.known || !c.shape(1).known) return Status::Ok();
+  const ir::SymShape& b = c.shape(1);
+  if (a.rank() < 2 || b.rank() != 2) return c.error("A must have rank >= 2 and B8 rank 2 ([N, K])");
+  std::vector<ir::Dim> dims = a.dims;
+  dims.back() = b.dims[0];
+  c.out[0].shape = ir::SymShape(dims);
+  return Status::Ok();
+}
+
 }  // namespace
 
 void add_fused_ops(std::vector<OpDef>& t) {
@@ -165,6 +186,7 @@ void add_fused_ops(std::vector<OpDef>& t) {
   add("ChannelsLastPool", infer_channels_last_pool, 1, 1, 1, 1);
   add("QConv", infer_quantized<kConv>, 5, 9, 1, 1);
   add("QMatMul", infer_quantized<kMatMul>, 5, 9, 1, 1);
+  add("F8MatMul", infer_f8_matmul, 2, 3, 1, 1);
 }
 
 }  // namespace kiln::ops

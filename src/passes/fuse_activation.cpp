@@ -1,5 +1,6 @@
 // passes/fuse_activation.cpp — Conv / Gemm / MatMul (and kiln.FusedMatMul with a bias) followed by
-// an activation become kiln.FusedConv / kiln.FusedGemm / kiln.FusedMatMul applying it as an epilogue.
+// an activation become kiln.FusedConv / kiln.FusedGemm / kiln.FusedMatMul applying it as an epilogue;
+// kiln.F8MatMul takes it as its own attribute.
 // Activations: Relu, LeakyRelu, Clip (constant bounds), Sigmoid, HardSigmoid, HardSwish, Tanh, Gelu,
 // and SiLU/Swish written as x * Sigmoid(x).
 #include <limits>
@@ -16,6 +17,8 @@ const std::string kActivations = "Relu|LeakyRelu|Clip|Sigmoid|HardSigmoid|HardSw
 
 Pat producer() { return op(kProducers).as("p"); }
 Pat fused_producer() { return op("FusedMatMul").in_domain("kiln").as("p"); }
+// kiln.F8MatMul (FP8 engines) takes the activation itself: it stays an F8MatMul.
+Pat f8_producer() { return op("F8MatMul").in_domain("kiln").as("p"); }
 
 }  // namespace
 
@@ -27,20 +30,23 @@ Expected<bool> fuse_activation(ir::Graph& g, PassContext& ctx) {
       {"op+activation", op(acts, {fused_producer()})},
       {"op+SiLU", op("Mul", {producer(), op("Sigmoid", {producer()})}).commute(), 3},
       {"op+SiLU", op("Mul", {fused_producer(), op("Sigmoid", {fused_producer()})}).commute(), 3},
+      {"op+activation", op(acts, {f8_producer()})},
+      {"op+SiLU", op("Mul", {f8_producer(), op("Sigmoid", {f8_producer()})}).commute(), 3},
   };
   return rw.run(rules, [&](Match& m) -> std::string {
     ir::Node* act = m.root();
     ir::Node* p = m.node("p");
+    const bool f8 = p->op_type == "F8MatMul";
     if (p->outputs[0]->type.dtype != DataType::kFloat32) return "not float32";
     for (ir::Value* v : p->inputs)
-      if (v && v->type.dtype != DataType::kFloat32) return "an input is not float32";
+      if (v && v->type.dtype != DataType::kFloat32 && !(f8 && v == p->inputs[1])) return "an input is not float32";
     if (p->attr("activation")) return "already has an activation";
     std::string why;
     const Activation a = act->op_type == "Mul"  // x * Sigmoid(x), matched by the SiLU rule
                              ? Activation{ActKind::kSilu}
                              : activation_of(*act, [](const ir::Value* v) { return scalar_value(v); }, &why);
     if (a.kind == ActKind::kNone) return why;
-    std::string fused = p->op_type == "Conv" ? "FusedConv" : p->op_type == "Gemm" ? "FusedGemm" : "FusedMatMul";
+    std::string fused = f8 ? "F8MatMul" : p->op_type == "Conv" ? "FusedConv" : p->op_type == "Gemm" ? "FusedGemm" : "FusedMatMul";
     if (p->op_type == "Gemm" && p->opset < 11 && !p->has_input(2)) return "old Gemm without C";
     auto attrs = p->attrs;
     write_activation(a, attrs);

@@ -50,8 +50,8 @@ bool keeps_leading_dim(const ir::Value* x, const ir::Value* from, int i, int dep
   if (!p || depth > 4 || !x->type.shape.known || i >= x->type.shape.rank() - 1 || !p->has_input(0)) return false;
   const ir::Value* a = p->inputs[0];
   if (!a->type.shape.known || a->type.shape.rank() != x->type.shape.rank()) return false;
-  const bool matmul = p->op_type == "MatMul" || (p->domain == "kiln" && p->op_type == "FusedMatMul");
-  if (matmul) {
+  const bool matmul = p->op_type == "MatMul" || (p->domain == "kiln" && (p->op_type == "FusedMatMul" || p->op_type == "F8MatMul"));
+  if (matmul) {  // F8MatMul's B8 is [N, K]: 2-D as well
     const auto& b = p->inputs.size() > 1 && p->inputs[1] ? p->inputs[1]->type.shape : ir::SymShape();
     if (!b.known || b.rank() != 2) return false;
     return keeps_leading_dim(a, from, i, depth + 1);

@@ -1,4 +1,4 @@
-// runtime/calibrate.cpp — INT8 engines from a float model: calibration and quantization.
+// runtime/calibrate.cpp — INT8 and FP8 engines from a float model: calibration and quantization.
 //
 // kiln build --int8 quantizes every Conv (2-D), MatMul and Gemm whose weights are constant:
 //   1. the activations they read get a range, measured by running the float32 graph (an engine of
@@ -10,6 +10,11 @@
 //      channel (symmetric, zero point 0) behind a DequantizeLinear;
 //   3. the optimizer's fuse-qdq pass (passes/fuse_qdq.cpp) then turns each product into kiln.QConv or
 //      kiln.QMatMul, as for a model that arrived quantized.
+// FP8 builds (Precision::kFP8) calibrate the same way and quantize MatMul/Gemm with constant weights
+// (K and N divisible by 16, as cuBLASLt's FP8 kernels need) to kiln.F8MatMul: E4M3 activations with
+// one scale, amax / 448 of the calibrated range; E4M3 weights with one scale (amax / 448), stored
+// transposed [N, K]; Gemm's C, or MatMul's Add of a constant row, as the bias. Convolutions stay in
+// the engine's float type (no FP8 convolution yet).
 // The ranges can be kept in a calibration cache (text: a header naming the model's hash and the
 // method, then one line per tensor) and reused by later builds without calibration data.
 #include "runtime/calibrate.h"
@@ -22,6 +27,7 @@
 #include <set>
 #include <sstream>
 
+#include "ir/float_types.h"
 #include "util/log.h"
 
 namespace kiln {
@@ -51,6 +57,24 @@ bool quantizable(const ir::Node& n) {
     return !n.has_input(2) || (n.inputs[2]->is_constant() && n.attr_float("beta", 1.0f) == 1.0f);
   }
   return false;
+}
+
+// The products an FP8 engine quantizes: MatMul/Gemm with constant float32 weights whose K and N are
+// multiples of 16, A of rank >= 2, and Gemm's C (if any) one value per column.
+bool fp8_quantizable(const ir::Node& n) {
+  if (!quantizable(n) || n.op_type == "Conv") return false;
+  const ir::SymShape& a = n.inputs[0]->type.shape;
+  if (!a.known || a.rank() < 2) return false;
+  const Shape& w = n.inputs[1]->constant->shape();
+  const bool trans_b = n.op_type == "Gemm" && n.attr_int("transB", 0) != 0;
+  const int64_t k = trans_b ? w[1] : w[0], nn = trans_b ? w[0] : w[1];
+  if (k % 16 != 0 || nn % 16 != 0 || k == 0 || nn == 0) return false;
+  if (n.op_type == "Gemm" && n.has_input(2)) {
+    const ir::Value* c = n.inputs[2];
+    if (c->constant->dtype() != DataType::kFloat32 || c->constant->numel() != nn) return false;
+    if (c->constant->shape().size() == 2 && c->constant->shape()[0] != 1) return false;
+  }
+  return true;
 }
 
 void add_to_hist(Range& r, const float* x, int64_t n) {
@@ -226,13 +250,13 @@ void quantize_weights(ir::Graph& g, ir::Node& n) {
 
 namespace {
 
-// The products to quantize (graph order) and the activations they read (each once, graph order);
-// nodes named in `keep_float` stay float.
-void find_targets(ir::Graph& g, const std::set<std::string>& keep_float, std::vector<ir::Node*>* targets,
+// The products to quantize (graph order; `fp8`: those an FP8 engine takes) and the activations they
+// read (each once, graph order); nodes named in `keep_float` stay float.
+void find_targets(ir::Graph& g, bool fp8, const std::set<std::string>& keep_float, std::vector<ir::Node*>* targets,
                   std::vector<std::string>* acts) {
   std::set<std::string> seen;
   for (ir::Node* n : g.nodes()) {
-    if (!quantizable(*n) || keep_float.count(n->name)) continue;
+    if (!(fp8 ? fp8_quantizable(*n) : quantizable(*n)) || keep_float.count(n->name)) continue;
     targets->push_back(n);
     if (seen.insert(n->inputs[0]->name).second) acts->push_back(n->inputs[0]->name);
   }
@@ -254,7 +278,7 @@ Expected<Calibration> calibrate(ir::Graph& g, const BuildOptions& options, const
   Calibration cal;
   std::vector<ir::Node*> targets;
   std::vector<std::string> acts;  // activation values to calibrate, in graph order
-  find_targets(g, {}, &targets, &acts);
+  find_targets(g, options.precision == Precision::kFP8, {}, &targets, &acts);
   if (targets.empty()) return cal;
 
   const std::string header = cache_header(model_hash, method + (method == "percentile" ? "@" + std::to_string(options.calibration_percentile) : ""));
@@ -271,7 +295,7 @@ Expected<Calibration> calibrate(ir::Graph& g, const BuildOptions& options, const
   }
   if (!from_cache) {
     if (options.calibration.empty())
-      return invalid_argument("an INT8 build needs calibration data (input sets, e.g. kiln build --calibration DIR) or a calibration cache written for this model");
+      return invalid_argument("an INT8 or FP8 build needs calibration data (input sets, e.g. kiln build --calibration DIR) or a calibration cache written for this model");
     // A float32 engine of this graph whose outputs include every activation to calibrate.
     auto copy = g.clone();
     std::set<std::string> outs;
@@ -337,7 +361,7 @@ Expected<Calibration> calibrate(ir::Graph& g, const BuildOptions& options, const
 Status insert_qdq(ir::Graph& g, const Calibration& cal, const std::set<std::string>& keep_float, Int8Report* report) {
   std::vector<ir::Node*> targets;
   std::vector<std::string> acts;
-  find_targets(g, keep_float, &targets, &acts);
+  find_targets(g, false, keep_float, &targets, &acts);
   const auto& ranges = cal.ranges;
   std::map<std::string, ir::Value*> dequantized;
   for (const std::string& a : acts) {
@@ -360,6 +384,85 @@ Status insert_qdq(ir::Graph& g, const Calibration& cal, const std::set<std::stri
   for (ir::Node* n : targets) {
     g.set_input(n, 0, dequantized.at(n->inputs[0]->name));
     quantize_weights(g, *n);
+  }
+  return g.sort();
+}
+
+// The E4M3 scale of a tensor whose magnitudes reach `amax` (1 for an all-zero tensor).
+float e4m3_scale(double amax) { return amax > 0 && std::isfinite(amax) ? static_cast<float>(amax / 448.0) : 1.0f; }
+
+// The constant row [N] of MatMul's sole reader when it is Add(product, row) or Add(row, product): the
+// bias an F8MatMul takes over; else null.
+ir::Node* bias_add_of(const ir::Node& mm, int64_t n, const ir::Value** row) {
+  const ir::Value* y = mm.outputs[0];
+  if (y->is_output || y->uses.size() != 1) return nullptr;
+  ir::Node* add = y->uses[0].node;
+  if (!add->domain.empty() || add->op_type != "Add" || !add->has_input(0) || !add->has_input(1)) return nullptr;
+  const ir::Value* other = add->inputs[y->uses[0].input_index == 0 ? 1 : 0];
+  if (other == y || !other->is_constant() || other->constant->dtype() != DataType::kFloat32 || other->constant->numel() != n)
+    return nullptr;
+  const Shape& s = other->constant->shape();
+  if (s.empty() || s.back() != n || s.size() > mm.outputs[0]->type.shape.dims.size()) return nullptr;
+  *row = other;
+  return add;
+}
+
+// Every FP8 product (find_targets with fp8) becomes kiln.F8MatMul(A, B8 [N, K], bias?) with a_scale
+// from A's calibrated range and b_scale from the weights; nodes named in keep_float stay float.
+Status insert_fp8(ir::Graph& g, const Calibration& cal, const std::set<std::string>& keep_float, Int8Report* report) {
+  std::vector<ir::Node*> targets;
+  std::vector<std::string> acts;
+  find_targets(g, true, keep_float, &targets, &acts);
+  std::map<std::string, float> a_scale;
+  for (const std::string& a : acts) {
+    const auto& [lo, hi] = cal.ranges.at(a);
+    a_scale[a] = e4m3_scale(std::max(std::fabs(lo), std::fabs(hi)));
+    if (report) report->ranges.push_back({a, lo, hi, a_scale[a], 0});
+  }
+  for (ir::Node* n : targets) {
+    const Tensor& w = *n->inputs[1]->constant;
+    const bool trans_b = n->op_type == "Gemm" && n->attr_int("transB", 0) != 0;
+    const int64_t k = trans_b ? w.shape()[1] : w.shape()[0], nn = trans_b ? w.shape()[0] : w.shape()[1];
+    const float* src = w.data<float>();
+    double amax = 0;
+    for (int64_t i = 0; i < w.numel(); ++i) amax = std::max(amax, std::fabs(static_cast<double>(src[i])));
+    const float b_scale = e4m3_scale(amax);
+    Tensor b8 = Tensor::empty(DataType::kFloat8E4M3FN, {nn, k});
+    uint8_t* dst = static_cast<uint8_t*>(b8.raw());
+    for (int64_t r = 0; r < nn; ++r)
+      for (int64_t c = 0; c < k; ++c) {
+        const float v = trans_b ? src[r * k + c] : src[c * nn + r];
+        dst[r * k + c] = f32_to_mini(v / b_scale, MiniFloat::kE4M3FN, true);
+      }
+    ir::Value* bv = g.new_value(n->inputs[1]->name + "_e4m3", ir::Type::tensor(DataType::kFloat8E4M3FN, ir::SymShape::of({nn, k})));
+    bv->constant = std::move(b8);
+    std::vector<ir::Value*> ins = {n->inputs[0], bv};
+    ir::Value* out = n->outputs[0];
+    ir::Node* add = nullptr;
+    const ir::Value* row = nullptr;
+    if (n->op_type == "Gemm" && n->has_input(2)) {
+      row = n->inputs[2];
+    } else if (n->op_type == "MatMul") {
+      add = bias_add_of(*n, nn, &row);
+    }
+    if (row) {
+      ir::Value* rv = g.new_value(row->name + "_row", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({nn})));
+      rv->constant = row->constant->reshaped({nn});
+      ins.push_back(rv);
+    }
+    if (add) out = add->outputs[0];
+    const std::string name = n->name;
+    std::vector<ir::Value*> outs = {out};
+    if (add) {
+      g.remove_node(add);
+    }
+    g.remove_node(n);
+    ir::Node* f = g.add_node("F8MatMul", "kiln", ins, outs, name);
+    f->opset = 1;
+    f->attrs["a_scale"].kind = ir::Attribute::Kind::kFloat;
+    f->attrs["a_scale"].f = a_scale.at(ins[0]->name);
+    f->attrs["b_scale"].kind = ir::Attribute::Kind::kFloat;
+    f->attrs["b_scale"].f = b_scale;
   }
   return g.sort();
 }
@@ -419,8 +522,10 @@ void add_squared_error(const Tensor& got, const Tensor& want, double* num, doubl
   }
 }
 
-Expected<Int8Report> quantize_int8(ir::Graph& g, const BuildOptions& options, const std::string& model_hash,
+Expected<Int8Report> quantize_8bit(ir::Graph& g, const BuildOptions& options, const std::string& model_hash,
                                    const BuildFn& build_float, const BuildFn& build_quantized) {
+  const bool fp8 = options.precision == Precision::kFP8;
+  const auto insert = fp8 ? insert_fp8 : insert_qdq;
   const std::string method = options.calibration_method.empty() ? "minmax" : options.calibration_method;
   const std::string kind = options.accuracy_metric.empty() ? "rel_l2" : options.accuracy_metric;
   if (kind != "rel_l2" && kind != "top1") return invalid_argument("accuracy metric '" + kind + "': use rel_l2 or top1");
@@ -432,7 +537,7 @@ Expected<Int8Report> quantize_int8(ir::Graph& g, const BuildOptions& options, co
   report.calibration_sets = cal.sets;
   std::vector<ir::Node*> targets;
   std::vector<std::string> acts;
-  find_targets(g, {}, &targets, &acts);
+  find_targets(g, fp8, {}, &targets, &acts);
   for (const ir::Node* n : targets) report.layers.push_back({n->name, n->op_type, true, -1});
   std::set<std::string> keep_float;
   if (options.accuracy_budget > 0 && !targets.empty()) {
@@ -449,7 +554,7 @@ Expected<Int8Report> quantize_int8(ir::Graph& g, const BuildOptions& options, co
     KILN_ASSIGN_OR_RETURN(auto want, run_sets(*ref_engine, sets));
     auto error_with = [&](const std::set<std::string>& keep) -> Expected<double> {
       auto copy = g.clone();
-      KILN_RETURN_IF_ERROR(insert_qdq(*copy, cal, keep, nullptr));
+      KILN_RETURN_IF_ERROR(insert(*copy, cal, keep, nullptr));
       KILN_ASSIGN_OR_RETURN(auto e, build_quantized(std::move(copy)));
       KILN_ASSIGN_OR_RETURN(auto got, run_sets(*e, sets));
       return metric(kind, got, want);
@@ -493,7 +598,7 @@ Expected<Int8Report> quantize_int8(ir::Graph& g, const BuildOptions& options, co
     report.error = err_hi;
   }
   for (const auto& layer : report.layers) report.products += layer.int8;
-  KILN_RETURN_IF_ERROR(insert_qdq(g, cal, keep_float, &report));
+  KILN_RETURN_IF_ERROR(insert(g, cal, keep_float, &report));
   return report;
 }
 

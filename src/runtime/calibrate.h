@@ -1,4 +1,4 @@
-// runtime/calibrate.h — INT8 quantization of a float graph from calibration data (calibrate.cpp).
+// runtime/calibrate.h — INT8 and FP8 quantization of a float graph from calibration data (calibrate.cpp).
 #pragma once
 
 #include <functional>
@@ -13,11 +13,11 @@ namespace kiln {
 
 using BuildFn = std::function<Expected<std::shared_ptr<Engine>>(std::unique_ptr<ir::Graph>)>;
 
-// What quantize_int8 did, for the build's report.
+// What quantize_8bit did, for the build's report.
 struct Int8Report {
   struct Layer {
     std::string node, op;
-    bool int8 = true;
+    bool int8 = true;  // in 8 bits (int8, or fp8 in FP8 builds)
     double sensitivity = -1;  // the metric with only this product in 8 bits (budget builds), else -1
   };
   struct TensorRange {
@@ -41,7 +41,8 @@ struct Int8Report {
 // makes the integer kernels. With options.accuracy_budget > 0 the most sensitive products stay
 // float32, as few as keep options.accuracy_metric within the budget against the float32 graph on
 // the calibration sets (`build_quantized` builds a candidate as the final engine will be).
-Expected<Int8Report> quantize_int8(ir::Graph& g, const BuildOptions& options, const std::string& model_hash,
+// options.precision == Precision::kFP8: the products become kiln.F8MatMul instead (calibrate.cpp).
+Expected<Int8Report> quantize_8bit(ir::Graph& g, const BuildOptions& options, const std::string& model_hash,
                                    const BuildFn& build_float, const BuildFn& build_quantized);
 
 // Adds Σ(got − want)² to *num and Σ want² to *den (float32 tensors of one size): relative L2 is

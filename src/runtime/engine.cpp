@@ -73,6 +73,7 @@ static const char* precision_name(Precision p) {
     case Precision::kBFloat16: return "bf16";
     case Precision::kTF32: return "tf32";
     case Precision::kBest: return "best";
+    case Precision::kFP8: return "fp8";
     case Precision::kFloat32: break;
   }
   return "fp32";
@@ -177,6 +178,7 @@ static Status cpu_channels_last(ir::Graph& graph, const BuildOptions& options, c
 // shapes, optimizes for the target's kernels, converts precision and layout. `target` is the kernel
 // rows of the device the engine is for (the CUDA rows exist without a GPU).
 static Status prepare_graph(ir::Graph& graph, const BuildOptions& options, const KernelRegistry& target) {
+  if (options.precision == Precision::kFP8) return invalid_argument("an FP8 graph is prepared by the 8-bit build path");
   if (options.precision != Precision::kFloat32 && options.device != DeviceType::kCUDA)
     return invalid_argument(std::string(precision_name(options.precision)) +
                             " engines are GPU engines: build with device cuda (CPU engines compute in float32)");
@@ -232,27 +234,39 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
   impl->graph = std::shared_ptr<ir::Graph>(std::move(model.graph));
   // A verbose build logs every decision (the optimizer's rewrites, placement fallbacks, tuning).
   ScopedLogLevel level(options.verbose ? LogLevel::kVerbose : LogLevel::kWarning);
+  const bool fp8 = options.precision == Precision::kFP8;
   if (options.int8 && options.device != DeviceType::kCPU)
-    return unsupported("INT8 engines run on the CPU in this version (kiln has no CUDA int8 kernels yet): build with device cpu");
-  if (options.int8 && options.opt_level < 1)
-    return invalid_argument("an INT8 build needs opt level 1 or more (the QDQ fusion makes its integer kernels)");
+    return unsupported("INT8 engines run on the CPU in this version (kiln has no CUDA int8 kernels yet): on a Hopper GPU "
+                       "build with --precision fp8, or build with device cpu");
+  if (options.int8 && fp8) return invalid_argument("choose INT8 or FP8, not both");
+  if ((options.int8 || fp8) && options.opt_level < 1)
+    return invalid_argument("an INT8 or FP8 build needs opt level 1 or more");
   KILN_ASSIGN_OR_RETURN(Backend * target, backend_for(options.device));
   report(options, start, "optimize");
-  if (options.int8) {
+  if (options.int8 || fp8) {
     // Quantize the graph optimized without fusions (the QDQ fusion wants plain Conv/MatMul/Gemm),
     // then optimize it at the requested level: fuse-qdq first, the float fusions for the rest.
+    // FP8 engines: the products become kiln.F8MatMul, and the rest of a CUDA engine is float16.
     BuildOptions plain = options;
     plain.opt_level = 1;
+    plain.precision = Precision::kFloat32;
+    BuildOptions rest = options;  // how the quantized graph is optimized
+    rest.precision = fp8 && options.device == DeviceType::kCUDA ? Precision::kFloat16 : Precision::kFloat32;
     KILN_RETURN_IF_ERROR(prepare_graph(*impl->graph, plain, target->kernels()));
     auto float_graph = impl->graph->clone();
-    auto build_float = [&](std::unique_ptr<ir::Graph> g) -> Expected<std::shared_ptr<Engine>> {
+    // A graph as it is (opt level 0, untuned) on `device`: the float32 reference and calibration
+    // engines run on the CPU, quantized candidates on the engine's device.
+    auto build_on = [](std::unique_ptr<ir::Graph> g, DeviceType device) -> Expected<std::shared_ptr<Engine>> {
       ir::Model m;
       m.graph = std::move(g);
       BuildOptions f;
       f.opt_level = 0;
       f.tune = 0;
+      f.device = device;
       return build_from_model(std::move(m), f, BuildClock::now());
     };
+    auto build_float = [&](std::unique_ptr<ir::Graph> g) { return build_on(std::move(g), DeviceType::kCPU); };
+    auto build_as_is = [&](std::unique_ptr<ir::Graph> g) { return build_on(std::move(g), options.device); };
     report(options, start, "calibrate");
     BuildOptions calib = options;
     if (calib.calibration.empty() && !calib.calibration_dir.empty()) {
@@ -261,47 +275,50 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
         if (!v->constant) names.push_back(v->name);
       KILN_ASSIGN_OR_RETURN(calib.calibration, read_calibration_dir(calib.calibration_dir, names));
     }
-    auto build_quantized = [&](std::unique_ptr<ir::Graph> g) -> Expected<std::shared_ptr<Engine>> {
-      KILN_RETURN_IF_ERROR(passes::optimize(*g, builder_pass_options(options.opt_level, &target->kernels())));
-      KILN_RETURN_IF_ERROR(cpu_channels_last(*g, options, target->kernels()));
-      return build_float(std::move(g));
+    // The finished graph of a quantized candidate: INT8 fuses Q/DQ and moves convolutions
+    // channels-last; FP8 optimizes (and converts to float16 for CUDA) as prepare_graph does.
+    auto finish = [&](ir::Graph& g) -> Status {
+      if (fp8) return prepare_graph(g, rest, target->kernels());
+      KILN_RETURN_IF_ERROR(passes::optimize(g, builder_pass_options(options.opt_level, &target->kernels())));
+      return cpu_channels_last(g, options, target->kernels());
     };
-    KILN_ASSIGN_OR_RETURN(Int8Report q, quantize_int8(*impl->graph, calib, model.source_hash, build_float, build_quantized));
+    auto build_quantized = [&](std::unique_ptr<ir::Graph> g) -> Expected<std::shared_ptr<Engine>> {
+      KILN_RETURN_IF_ERROR(finish(*g));
+      return build_as_is(std::move(g));
+    };
+    const std::string tag = fp8 ? "fp8" : "int8";  // the report's metadata keys and log lines
+    KILN_ASSIGN_OR_RETURN(Int8Report q, quantize_8bit(*impl->graph, calib, model.source_hash, build_float, build_quantized));
     if (q.budget > 0) {
       // The per-product table: precision and sensitivity (the metric with only it in 8 bits).
       std::string table;
       for (const auto& l : q.layers) {
         char buf[64];
-        std::snprintf(buf, sizeof(buf), " %s %.4g\n", l.int8 ? "int8" : "fp32", l.sensitivity);
+        std::snprintf(buf, sizeof(buf), " %s %.4g\n", l.int8 ? (fp8 ? "fp8" : "int8") : rest.precision == Precision::kFloat16 ? "fp16" : "fp32",
+                      l.sensitivity);
         table += l.node + " " + l.op + buf;
       }
       char buf[96];
       std::snprintf(buf, sizeof(buf), "%s %.4g (budget %.4g)", q.metric.c_str(), q.error, q.budget);
-      impl->meta["int8.layers"] = table;
-      impl->meta["int8.error"] = buf;
+      impl->meta[tag + ".layers"] = table;
+      impl->meta[tag + ".error"] = buf;
     }
-    KILN_RETURN_IF_ERROR(passes::optimize(*impl->graph, builder_pass_options(options.opt_level, &target->kernels())));
-    KILN_RETURN_IF_ERROR(cpu_channels_last(*impl->graph, options, target->kernels()));
+    KILN_RETURN_IF_ERROR(finish(*impl->graph));
     int fused = 0;
-    for (const ir::Node* n : impl->graph->nodes()) fused += n->domain == "kiln" && (n->op_type == "QConv" || n->op_type == "QMatMul");
-    impl->meta["int8.products"] = std::to_string(fused) + " of " + std::to_string(q.layers.size());
-    impl->meta["int8.calibration"] = q.from_cache ? "cache" : options.calibration_method + ", " + std::to_string(q.calibration_sets) + " input sets";
-    log(LogLevel::kInfo, "int8: " + impl->meta["int8.products"] + " products in 8 bits; ranges from " + impl->meta["int8.calibration"]);
+    for (const ir::Node* n : impl->graph->nodes())
+      fused += n->domain == "kiln" && (n->op_type == "QConv" || n->op_type == "QMatMul" || n->op_type == "F8MatMul");
+    impl->meta[tag + ".products"] = std::to_string(fused) + " of " + std::to_string(q.layers.size());
+    impl->meta[tag + ".calibration"] = q.from_cache ? "cache" : options.calibration_method + ", " + std::to_string(q.calibration_sets) + " input sets";
+    log(LogLevel::kInfo, tag + ": " + impl->meta[tag + ".products"] + " products in 8 bits; ranges from " + impl->meta[tag + ".calibration"]);
     for (const auto& r : q.ranges) {
       char buf[160];
-      std::snprintf(buf, sizeof(buf), "int8:   %s range [%.6g, %.6g] scale %.6g zero point %d", r.name.c_str(), r.lo, r.hi, r.scale, r.zero_point);
+      std::snprintf(buf, sizeof(buf), "%s:   %s range [%.6g, %.6g] scale %.6g zero point %d", tag.c_str(), r.name.c_str(), r.lo, r.hi, r.scale, r.zero_point);
       log(LogLevel::kVerbose, buf);
     }
     // The build checks itself as reduced-precision builds do: the float32 engine and this one on the
     // first calibration set, relative L2 per output (kept in the engine's metadata).
     if (!calib.calibration.empty()) {
       KILN_ASSIGN_OR_RETURN(auto ref, build_float(std::move(float_graph)));
-      ir::Model qm;
-      qm.graph = impl->graph->clone();
-      BuildOptions qo;
-      qo.opt_level = 0;
-      qo.tune = 0;
-      KILN_ASSIGN_OR_RETURN(auto quant, build_from_model(std::move(qm), qo, BuildClock::now()));
+      KILN_ASSIGN_OR_RETURN(auto quant, build_as_is(impl->graph->clone()));
       std::map<std::string, Value> in;
       for (const auto& [k, t] : calib.calibration.front()) in[k] = Value::of(t);
       KILN_ASSIGN_OR_RETURN(auto rc, ref->create_context());
@@ -316,8 +333,8 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
         add_squared_error(b, a, &num, &den);
         char buf[64];
         std::snprintf(buf, sizeof(buf), "%.3e", den > 0 ? std::sqrt(num / den) : std::sqrt(num));
-        impl->meta["int8.rel_l2." + ref->outputs()[i].name] = buf;
-        log(LogLevel::kInfo, "int8: output '" + ref->outputs()[i].name + "' relative L2 against float32 " + buf +
+        impl->meta[tag + ".rel_l2." + ref->outputs()[i].name] = buf;
+        log(LogLevel::kInfo, tag + ": output '" + ref->outputs()[i].name + "' relative L2 against float32 " + buf +
                                  " (first calibration set)");
       }
     }
@@ -362,7 +379,12 @@ Expected<std::vector<PlacementEntry>> Engine::plan_placement(const std::string& 
     ScopedLogLevel level(options.verbose ? LogLevel::kVerbose : LogLevel::kWarning);
     const KernelRegistry* target = options.device == DeviceType::kCUDA ? cuda_kernel_registry() : &cpu_backend().kernels();
     if (!target) return unsupported("this kiln was built without CUDA: it has no CUDA kernels to place");
-    KILN_RETURN_IF_ERROR(prepare_graph(*model.graph, options, *target));
+    // An FP8 plan needs calibration data to exist; its placement is the float16 engine's (CUDA) or the
+    // float32 one's (CPU), the products it quantizes being placed as the GEMMs they replace.
+    BuildOptions po = options;
+    if (po.precision == Precision::kFP8)
+      po.precision = po.device == DeviceType::kCUDA ? Precision::kFloat16 : Precision::kFloat32;
+    KILN_RETURN_IF_ERROR(prepare_graph(*model.graph, po, *target));
     return preview_placement(*model.graph, options.device);
   });
 }

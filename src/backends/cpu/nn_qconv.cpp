@@ -16,9 +16,11 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "backends/cpu/conv_shapes.h"
+#include "backends/cpu/fused_common.h"
 #include "backends/cpu/nn_common.h"
 #include "backends/staged_kernel.h"
 #include "ir/epilogue.h"
+#include "ir/float_types.h"
 
 namespace kiln::cpu::nn {
 namespace {
@@ -357,6 +359,58 @@ std::string needs_vnni() {
   return vnni ? "" : "this CPU has no VNNI (oneDNN's int8 kernels would saturate int16 sums)";
 }
 
+// ---- kiln.F8MatMul on the CPU: the reference for the CUDA kernel and the emulation behind CPU
+// `--precision fp8` builds (which measure FP8's accuracy on machines without a Hopper GPU). A is
+// quantized to E4M3 exactly as the GPU does it (x · (1 / a_scale), nearest even, saturating), the
+// E4M3 values are multiplied in float32 (each product is exact in float32) and scaled once; then the
+// bias and the activation (fuse-activation's, ir/epilogue.h).
+struct F8State {
+  std::vector<float> b;  // B8 decoded, [N, K]
+  int64_t m = 0, n = 0, k = 0;
+};
+
+Status f8_reshape(ReshapeContext& rc) {
+  if (!present(rc, 0) || !present(rc, 1)) return rc.error("A and B8 are required");
+  if (rc.in[0].dtype != DataType::kFloat32) return rc.error("A must be float32 on the CPU");
+  const Tensor* b = const_input(rc, 1);
+  if (!b || b->dtype() != DataType::kFloat8E4M3FN || b->shape().size() != 2) return rc.error("B8 must be a constant float8e4m3fn [N, K]");
+  const Shape& as = rc.in[0].shape;
+  const int64_t n = b->shape()[0], k = b->shape()[1];
+  if (as.size() < 2 || as.back() != k) return rc.error("A's last dim must be B8's K (" + std::to_string(k) + ")");
+  if (present(rc, 2) && (rc.in[2].dtype != DataType::kFloat32 || shape_numel(rc.in[2].shape) != n))
+    return rc.error("the bias must be float32 [N]");
+  Shape ys = as;
+  ys.back() = n;
+  rc.out[0] = {DataType::kFloat32, ys};
+  auto st = std::make_shared<F8State>();
+  st->m = shape_numel(as) / std::max<int64_t>(k, 1);
+  st->n = n;
+  st->k = k;
+  st->b.resize(static_cast<size_t>(n * k));
+  const uint8_t* q = static_cast<const uint8_t*>(b->raw());
+  for (int64_t i = 0; i < n * k; ++i) st->b[i] = mini_to_f32(q[i], MiniFloat::kE4M3FN);
+  rc.workspace_bytes = static_cast<size_t>(st->m * k) * sizeof(float);
+  rc.state = std::move(st);
+  return Status::Ok();
+}
+
+Status f8_run(KernelContext& ctx, float a_scale, float b_scale, const Activation& act) {
+  const F8State& st = shape_state<F8State>(ctx);
+  Tensor& y = ctx.output(0);
+  if (st.m == 0 || st.n == 0) return Status::Ok();
+  const float* a = ctx.input(0).data<float>();
+  float* aq = static_cast<float*>(ctx.workspace());
+  const float inv = 1.0f / a_scale;
+  parallel_for(st.m * st.k, 1 << 14, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) aq[i] = mini_to_f32(f32_to_mini(a[i] * inv, MiniFloat::kE4M3FN, true), MiniFloat::kE4M3FN);
+  });
+  float* out = y.data<float>();
+  gemm<float>(false, true, st.m, st.n, st.k, a_scale * b_scale, aq, st.k, st.b.data(), st.k, 0.0f, out, st.n);
+  const float* bias = ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr;
+  if (bias || act.kind != ActKind::kNone) fused::apply_epilogue(out, st.m, st.n, bias, act);
+  return Status::Ok();
+}
+
 }  // namespace
 
 void register_qconv(KernelRegistry& r) {
@@ -373,6 +427,19 @@ void register_qconv(KernelRegistry& r) {
   conv.unavailable = matmul.unavailable = needs_vnni;
   r.add(std::move(conv));
   r.add(std::move(matmul));
+  KernelDef f8{"F8MatMul", "kiln", 1, 1 << 30, "cpu.F8MatMul.f32.emulated",
+               [](const ir::Node& n) -> std::string {
+                 if (!n.has_input(0) || !n.has_input(1)) return "A and B8 are required";
+                 return n.inputs[0]->type.dtype == DataType::kFloat32 ? "" : "A must be float32 on the CPU";
+               },
+               [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+                 const float as = n.attr_float("a_scale", 0), bs = n.attr_float("b_scale", 0);
+                 if (!(as > 0) || !(bs > 0) || !std::isfinite(as) || !std::isfinite(bs))
+                   return invalid_argument(n.describe() + ": a_scale and b_scale must be positive");
+                 KILN_ASSIGN_OR_RETURN(Activation act, parse_act(n));
+                 return make_staged(f8_reshape, [as, bs, act](KernelContext& ctx) { return f8_run(ctx, as, bs, act); });
+               }};
+  r.add(std::move(f8));
 }
 
 }  // namespace kiln::cpu::nn

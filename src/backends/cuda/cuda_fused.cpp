@@ -18,7 +18,6 @@
 #include "ir/epilogue.h"
 
 namespace kiln::cuda {
-namespace {
 
 UnaryOp unary_of(ActKind k) {
   switch (k) {
@@ -36,6 +35,9 @@ UnaryOp unary_of(ActKind k) {
   }
   return UnaryOp::kRelu;  // not reached: kNone applies no activation
 }
+
+namespace {
+
 
 // Where the fused node's input 2 goes: into the inner op (Gemm's C), or into the epilogue along a dim
 // of the output (Conv: channels, dim 1; MatMul: the last dim).

@@ -1,4 +1,5 @@
-// backends/cuda/cuda_gemm.cpp — MatMul and Gemm (float32, float16, bfloat16) through cuBLASLt.
+// backends/cuda/cuda_gemm.cpp — MatMul and Gemm (float32, float16, bfloat16), and kiln.F8MatMul (FP8
+// E4M3 operands), through cuBLASLt.
 //
 // reshape() builds the descriptors and asks cuBLASLt's heuristic once per input shape; run() only
 // launches. kiln's tensors are row-major; cuBLASLt is column-major. A row-major [M,N] matrix is the same
@@ -10,11 +11,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <numeric>
 
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
+#include "ir/epilogue.h"
 #include "passes/passes.h"
 
 namespace kiln::cuda {
@@ -40,7 +43,8 @@ struct GemmProblem {
   bool trans_a = false, trans_b = false;
   int64_t m = 0, n = 0, k = 0;
   float alpha = 1, beta = 0;
-  DataType dtype = DataType::kFloat32;  // of A, B and Y
+  DataType dtype = DataType::kFloat32;  // of Y (and of A and B unless ab_dtype says otherwise)
+  DataType ab_dtype = DataType::kUndefined;  // A's and B's when they differ from Y's (float8e4m3fn)
   const void* a = nullptr;
   const void* b = nullptr;
   void* y = nullptr;
@@ -51,6 +55,9 @@ struct GemmProblem {
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   bool tf32 = false;  // float32 on TF32 tensor cores (TF32 engines, passes::allow_tf32)
   int heur_index = 0;  // the tactic: which of cuBLASLt's heuristic results ("heur<i>"; past the end: the last)
+  // FP8 only: FP8 fast accumulation (partial sums never promoted to float32 inside the kernel; tactics
+  // "fast<i>"), faster at the cost of accumulation bits far below FP8's own rounding.
+  bool fast_accum = false;
 };
 
 // cuBLASLt's heuristic results a GEMM may choose among (its tactics).
@@ -59,7 +66,7 @@ constexpr int kMaxHeuristics = 8;
 // The largest power of two (≤ 256) dividing every byte address used.
 uint32_t alignment_of(const GemmProblem& p) {
   uint64_t bits = reinterpret_cast<uintptr_t>(p.a) | reinterpret_cast<uintptr_t>(p.b) | reinterpret_cast<uintptr_t>(p.y);
-  const uint64_t es = dtype_size(p.dtype);
+  const uint64_t es = p.ab_dtype == DataType::kUndefined ? dtype_size(p.dtype) : std::min(dtype_size(p.dtype), dtype_size(p.ab_dtype));
   for (size_t i = 0; i < p.off_a.size(); ++i) bits |= (p.off_a[i] | p.off_b[i] | p.off_y[i]) * es;
   uint32_t align = 256;
   while (align > es && (bits & (align - 1))) align >>= 1;
@@ -113,14 +120,21 @@ Status plan_gemm(const ir::Node& node, CudaState& st, GemmPlan& g) {
   const cublasOperation_t op_lt_b = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_lt_a, sizeof(op_lt_a));
   cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b, sizeof(op_lt_b));
+  if (p.ab_dtype == DataType::kFloat8E4M3FN) {
+    const int8_t fast = p.fast_accum ? 1 : 0;
+    cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast));
+  }
   // Stored (pre-op) column-major shapes: B is [N,K] (ld N) or, transposed, [K,N] (ld K).
   const uint64_t a_rows = p.trans_b ? p.k : p.n, a_cols = p.trans_b ? p.n : p.k;
   const uint64_t b_rows = p.trans_a ? p.m : p.k, b_cols = p.trans_a ? p.k : p.m;
-  const cudaDataType_t t = p.dtype == DataType::kFloat16    ? CUDA_R_16F
-                           : p.dtype == DataType::kBFloat16 ? CUDA_R_16BF
-                                                            : CUDA_R_32F;
-  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatrixLayoutCreate(&d.a, t, a_rows, a_cols, a_rows), "layout"));
-  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatrixLayoutCreate(&d.b, t, b_rows, b_cols, b_rows), "layout"));
+  auto cuda_type = [](DataType dt) {
+    return dt == DataType::kFloat16 ? CUDA_R_16F : dt == DataType::kBFloat16 ? CUDA_R_16BF
+                                                 : dt == DataType::kFloat8E4M3FN ? CUDA_R_8F_E4M3 : CUDA_R_32F;
+  };
+  const cudaDataType_t t = cuda_type(p.dtype);
+  const cudaDataType_t tab = p.ab_dtype == DataType::kUndefined ? t : cuda_type(p.ab_dtype);
+  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatrixLayoutCreate(&d.a, tab, a_rows, a_cols, a_rows), "layout"));
+  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatrixLayoutCreate(&d.b, tab, b_rows, b_cols, b_rows), "layout"));
   KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatrixLayoutCreate(&d.c, t, p.n, p.m, p.n), "layout"));
   if (batch > 1) {
     const int64_t sa = p.off_b[1] - p.off_b[0], sb = p.off_a[1] - p.off_a[0], sc = p.off_y[1] - p.off_y[0];
@@ -138,33 +152,41 @@ Status plan_gemm(const ir::Node& node, CudaState& st, GemmPlan& g) {
     cublasLtMatmulPreferenceSetAttribute(d.pref, attr, &g.align, sizeof(g.align));
   int found = 0;
   cublasLtMatmulHeuristicResult_t results[kMaxHeuristics];
+  // cuBLASLt's candidates, keeping only results whose state is SUCCESS (the other fields of the rest
+  // are undefined: FP8 problems get such results, and launching one fails with INVALID_VALUE).
+  auto heuristic = [&]() -> cublasStatus_t {
+    const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(st.lt, d.op, d.a, d.b, d.c, d.c, d.pref, kMaxHeuristics, results, &found);
+    int usable = 0;
+    for (int i = 0; s == CUBLAS_STATUS_SUCCESS && i < found; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) results[usable++] = results[i];
+    found = s == CUBLAS_STATUS_SUCCESS ? usable : 0;
+    return s;
+  };
   if (p.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     // The bias pointer is set at launch (the plan does not know it yet); any 16-byte-aligned one here.
     static const float kAnyBias alignas(256)[4] = {};
     const void* any = kAnyBias;
     cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.epilogue, sizeof(p.epilogue));
     cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &any, sizeof(any));
-    if (cublasLtMatmulAlgoGetHeuristic(st.lt, d.op, d.a, d.b, d.c, d.c, d.pref, kMaxHeuristics, results, &found) !=
-            CUBLAS_STATUS_SUCCESS ||
-        found == 0) {
+    // FP8 products with a float16/bfloat16 Y: the bias has Y's type. (With a float32 Y there is no FP8
+    // bias epilogue: the heuristic finds nothing, and the caller adds the bias.)
+    if (tab != t && t != CUDA_R_32F) cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t, sizeof(t));
+    if (heuristic() != CUBLAS_STATUS_SUCCESS || found == 0) {
       p.epilogue = CUBLASLT_EPILOGUE_DEFAULT;  // no algorithm with it: the caller applies the bias itself
       cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.epilogue, sizeof(p.epilogue));
       found = 0;
     }
   }
-  if (found == 0)
-    KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatmulAlgoGetHeuristic(st.lt, d.op, d.a, d.b, d.c, d.c, d.pref, kMaxHeuristics,
-                                                                    results, &found),
-                               "heuristic"));
+  if (found == 0) KILN_RETURN_IF_ERROR(lt_ok(node, heuristic(), "heuristic"));
   if (found == 0) return runtime_error(node.describe() + ": cuBLASLt found no algorithm for this GEMM");
   g.candidates = found;
   g.heur = results[std::clamp(p.heur_index, 0, found - 1)];
   return Status::Ok();
 }
 
-// The tactic named in `rc` ("heur<i>"), or 0.
-int heuristic_index(const ReshapeContext& rc) {
-  if (rc.tactic.size() < 5 || rc.tactic.compare(0, 4, "heur") != 0) return 0;
+// The index of the tactic named in `rc` ("<prefix><i>": "heur<i>", or FP8's "fast<i>"), or 0.
+int heuristic_index(const ReshapeContext& rc, const char* prefix = "heur") {
+  if (rc.tactic.size() < 5 || rc.tactic.compare(0, 4, prefix) != 0) return 0;
   int i = 0;
   for (size_t k = 4; k < rc.tactic.size(); ++k) {
     if (rc.tactic[k] < '0' || rc.tactic[k] > '9' || i > kMaxHeuristics) return 0;
@@ -351,6 +373,99 @@ Expected<KernelPtr> create_gemm(const ir::Node& node) {
   return make_staged(reshape, run, [reshape](const ReshapeContext& rc) { return gemm_tactics(rc, reshape); });
 }
 
+// ---- kiln.F8MatMul (runtime/calibrate.cpp's FP8 products, Hopper): A [..., K] (float32/16/bf16) is
+// quantized to E4M3 into the workspace, then one cuBLASLt FP8 GEMM against the constant B8 [N, K]
+// (stored transposed: cuBLASLt's FP8 kernels take only the "TN" layout) with alpha = a_scale ·
+// b_scale and the bias [N] in the epilogue (float16/bfloat16 Y), the activation (and a float32 Y's
+// bias) in one pass after it; Y has A's dtype. The plan is a GemmPlan, so the tuner times cuBLASLt's
+// candidates as for any GEMM, with and without fast accumulation.
+std::string f8_check(const ir::Node& n) {
+  if (!n.has_input(0) || !n.has_input(1)) return "A and B8 are required";
+  const DataType a = n.inputs[0]->type.dtype;
+  if (a != DataType::kFloat32 && a != DataType::kFloat16 && a != DataType::kBFloat16) return "A must be float32, float16 or bfloat16";
+  if (n.inputs[1]->type.dtype != DataType::kFloat8E4M3FN) return "B8 must be float8e4m3fn";
+  return "";
+}
+
+Status reshape_f8(ReshapeContext& rc, float alpha) {
+  if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("A and B8 are required");
+  if (!reshape_state(rc)) return unsupported("no device state to plan with");
+  const DataType dt = rc.in[0].dtype;
+  const Shape& as = rc.in[0].shape;
+  const Shape& bs = rc.in[1].shape;
+  if (rc.in[1].dtype != DataType::kFloat8E4M3FN || bs.size() != 2) return rc.error("B8 must be float8e4m3fn [N, K]");
+  const int64_t n = bs[0], k = bs[1];
+  if (as.size() < 2 || as.back() != k) return rc.error("A's last dim must be B8's K (" + std::to_string(k) + ")");
+  if (k % 16 != 0 || n % 16 != 0) return rc.error("FP8 products need K and N divisible by 16");
+  const bool bias = rc.in.size() > 2 && rc.in[2].present;
+  if (bias && (rc.in[2].dtype != dt || shape_numel(rc.in[2].shape) != n)) return rc.error("the bias must be [N] of A's dtype");
+  Shape ys = as;
+  ys.back() = n;
+  rc.out[0] = {dt, ys};
+  auto g = std::make_shared<GemmPlan>();
+  GemmProblem& p = g->p;
+  p.dtype = dt;
+  p.ab_dtype = DataType::kFloat8E4M3FN;
+  p.trans_b = true;
+  p.m = shape_numel(as) / k;
+  p.n = n;
+  p.k = k;
+  p.alpha = alpha;
+  p.fast_accum = rc.tactic.rfind("fast", 0) == 0;
+  p.heur_index = heuristic_index(rc, p.fast_accum ? "fast" : "heur");
+  p.off_a = p.off_b = p.off_y = {0};
+  // cuBLASLt's FP8 bias epilogue takes a float16/bfloat16 bias; a float32 Y gets the bias from run_f8.
+  if (bias && dt != DataType::kFloat32) p.epilogue = CUBLASLT_EPILOGUE_BIAS;
+  KILN_RETURN_IF_ERROR(plan_gemm(rc.node, *reshape_state(rc), *g));
+  rc.workspace_bytes = static_cast<size_t>((p.m * p.k + 255) / 256 * 256);
+  rc.state = std::move(g);
+  return Status::Ok();
+}
+
+Status run_f8(KernelContext& ctx, float a_scale, const Activation& act) {
+  const auto& g = *static_cast<const GemmPlan*>(ctx.shape_state());
+  Tensor& y = ctx.output(0);
+  if (g.empty) return Status::Ok();
+  CudaState& st = state_of(ctx);
+  const Tensor& a = ctx.input(0);
+  auto* a8 = static_cast<uint8_t*>(ctx.workspace());
+  KILN_RETURN_IF_ERROR(launched(ctx, launch_quantize_e4m3(elem_of(a.dtype()), a.raw(), a8, g.p.m * g.p.k, 1.0f / a_scale, st.stream)));
+  const bool bias = ctx.has_input(2);
+  const bool in_epilogue = g.p.epilogue != CUBLASLT_EPILOGUE_DEFAULT;
+  KILN_RETURN_IF_ERROR(launch_gemm(ctx, g, a8, ctx.input(1).raw(), y.raw(), in_epilogue ? ctx.input(2).raw() : nullptr));
+  // The bias when the GEMM did not take it, and the activation: one pass over Y.
+  const bool apply_act = act.kind != ActKind::kNone;
+  if ((bias && !in_epilogue) || apply_act)
+    return launched(ctx, launch_bias_act(elem_of(y.dtype()), y.raw(), bias && !in_epilogue ? ctx.input(2).raw() : nullptr, nullptr,
+                                         y.numel(), g.p.n, 1, apply_act, unary_of(act.kind), act.a, act.b, st.stream));
+  return Status::Ok();
+}
+
+// FP8's tactics: cuBLASLt's candidates with float32 promotion of the partial sums ("heur<i>", the
+// kernel's own choice is heur0) and with fast accumulation ("fast<i>").
+std::vector<std::string> f8_tactics(const ReshapeContext& rc, const std::function<Status(ReshapeContext&)>& reshape) {
+  std::vector<std::string> names = gemm_tactics(rc, reshape);
+  ReshapeContext probe = rc;
+  probe.tactic = "fast0";
+  probe.out.assign(rc.out.size() ? rc.out.size() : 1, {});
+  if (!reshape(probe).ok() || !probe.state) return names;
+  const int n = static_cast<const GemmPlan*>(probe.state.get())->candidates;
+  for (int i = 0; i < n; ++i) names.push_back("fast" + std::to_string(i));
+  return names;
+}
+
+Expected<KernelPtr> create_f8(const ir::Node& n) {
+  const float as = n.attr_float("a_scale", 0), bs = n.attr_float("b_scale", 0);
+  if (!(as > 0) || !(bs > 0) || !std::isfinite(as) || !std::isfinite(bs))
+    return invalid_argument(n.describe() + ": a_scale and b_scale must be positive");
+  Activation act;
+  std::string why;
+  if (!read_activation(n, &act, &why)) return invalid_model(n.describe() + ": " + why);
+  auto reshape = [alpha = as * bs](ReshapeContext& rc) { return reshape_f8(rc, alpha); };
+  return make_staged(reshape, [as, act](KernelContext& ctx) { return run_f8(ctx, as, act); },
+                     [reshape](const ReshapeContext& rc) { return f8_tactics(rc, reshape); });
+}
+
 }  // namespace
 
 int matmul_epilogue_applied(const void* shape_state) {
@@ -379,6 +494,16 @@ void register_gemm(KernelRegistry& r) {
   g.check = require_float;
   g.create = [](const ir::Node& n, KernelInit&) { return create_gemm(n); };
   r.add(g);
+
+  KernelDef f8;
+  f8.op = "F8MatMul";
+  f8.domain = "kiln";
+  f8.name = "cuda.F8MatMul.e4m3.cublaslt";
+  f8.half_floats = true;
+  f8.precision = "f8";
+  f8.check = f8_check;
+  f8.create = [](const ir::Node& n, KernelInit&) { return create_f8(n); };
+  r.add(f8);
 }
 
 }  // namespace kiln::cuda

@@ -41,6 +41,10 @@ inline int launch_unary_f32(UnaryOp op, const float* x, float* y, int64_t n, flo
   return launch_unary(op, kElemF32, x, y, n, alpha, beta, stream);
 }
 
+// y[i] = E4M3(x[i] · inv_scale) for n values of a float type (f32, f16, bf16): nearest even, saturating
+// at ±448 (kiln.F8MatMul's activation; x and y 16-byte aligned).
+int launch_quantize_e4m3(int elem, const void* x, uint8_t* y, int64_t n, float inv_scale, cudaStream_t stream);
+
 // In place, the epilogue of a fused convolution or GEMM: y[i] = act(y[i] + bias[(i / inner) % channels] + z[i])
 // (bias and the residual z nullable; act: apply `op` with alpha/beta as launch_unary does). Float
 // types, computed in float; 8 values per thread for 2-byte types with the bias along the last dim.

@@ -7,6 +7,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "ir/epilogue.h"
 #include "ops/nn.h"
 
 namespace kiln::cuda {
@@ -18,6 +19,8 @@ std::string require_input_types(const ir::Node& n, int i, const std::vector<Data
 std::string require_output_types(const ir::Node& n, int i, const std::vector<DataType>& allowed);
 // Element types the generic kernels take (cuda_kernels.h's Elem): the code, or -1.
 int elem_of(DataType t);
+// The launch_unary/launch_bias_act op of a fused activation (cuda_fused.cpp; kNone is not one).
+UnaryOp unary_of(ActKind k);
 // Float types every float kernel takes (computed in float32).
 inline constexpr DataType kFloatTypes[] = {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16};
 bool is_float_type(DataType t);
