@@ -99,6 +99,7 @@ Expected<bool> fold_conv_batchnorm(ir::Graph& g, PassContext& ctx);    // fuse_c
 Expected<bool> fold_conv_affine(ir::Graph& g, PassContext& ctx);       // fuse_conv_affine.cpp
 Expected<bool> fold_pad_into_conv(ir::Graph& g, PassContext& ctx);     // fuse_pad_conv.cpp
 Expected<bool> trim_conv_taps(ir::Graph& g, PassContext& ctx);         // trim_conv_taps.cpp
+Expected<bool> patchify_conv(ir::Graph& g, PassContext& ctx);          // patchify_conv.cpp
 Expected<bool> fuse_matmul_add(ir::Graph& g, PassContext& ctx);        // fuse_matmul_add.cpp
 Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx);               // fuse_qdq.cpp
 // A weights' DequantizeLinear that fuse_qdq will fold into an integer kernel (constant folding skips it).

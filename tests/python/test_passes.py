@@ -293,3 +293,32 @@ def test_conv_taps_that_read_only_padding_are_cut(tmp_path, dilation, pads, size
         assert f"[trim-conv-taps] trimmed node 'Conv_0' (Conv): kernel {trimmed}" in r.stdout, r.stdout
     else:
         assert "[trim-conv-taps]" not in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("kernel,size,bias,applies", [
+    ((4, 4), (16, 12), True, True),     # ViT's patch embedding, scaled down
+    ((2, 3), (8, 9), False, True),      # a non-square patch, no bias
+    ((4, 4), (18, 16), True, False),    # 18 rows: the kernel does not tile the input
+])
+def test_patchify_conv_runs_as_a_matrix_product(tmp_path, kernel, size, bias, applies):
+    """patchify-conv: a Conv with kernel = stride and no padding becomes Reshape/Transpose/MatMul; the
+    outputs equal the unoptimized engine's and ONNX Runtime's."""
+    import subprocess  # noqa: PLC0415
+    import onnxruntime as ort  # noqa: PLC0415
+
+    w, b = f32(5, 3, *kernel), f32(5)
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, *size])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    node = helper.make_node("Conv", ["x", "w", "b"] if bias else ["x", "w"], ["y"], kernel_shape=list(kernel),
+                            strides=list(kernel))
+    m = make([node], [x_info], [y_info], [const("w", w)] + ([const("b", b)] if bias else []))
+    x = f32(2, 3, *size)
+    counts = assert_same(m, {"x": x}, rtol=1e-5, atol=1e-5)
+    assert (counts["Conv"] + counts["FusedConv"] == 0) == applies, counts
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(run(build(m, 2), {"x": x})[0], want, rtol=1e-5, atol=1e-5)
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    r = subprocess.run([os.path.join(ROOT, "build", "kiln"), "inspect", str(path), "--verbose"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert ("[patchify-conv] ran node 'Conv_0' (Conv)" in r.stdout) == applies, r.stdout
