@@ -168,7 +168,7 @@ struct KernelDef {
   // that `check` accepts.
   std::vector<DataType> dtypes;
   std::string layout = "any";     // "nchw", "nhwc", "any": the layout the kernel reads and writes
-  std::string precision = "any";  // "f32", "f16", "any": the math precision it computes in
+  std::string precision = "any";  // "f32", "f16", "f8", "any": the math precision it computes in
   int priority = 0;               // among kernels that accept a node, the highest priority wins
   // Inputs the kernel reads on the host (bit i = input i): shape operands such as Reshape's shape or
   // Slice's starts. They stay in host memory whatever device runs the kernel; reshape() finds their

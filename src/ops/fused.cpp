@@ -22,7 +22,8 @@
 //                                the same for MatMul with a 2-D B [K, N] (scale per column)
 //   F8MatMul(A, B8[, bias])    FP8 (E4M3) product of A [..., K] (float) and a constant B8 [N, K]
 //                                (float8e4m3fn, stored transposed, as cuBLASLt's FP8 kernels read it):
-//                                A is quantized as E4M3(A / a_scale) (saturating at ±448, nearest even),
+//                                A is quantized as E4M3(A · (1 / a_scale)) (saturating at ±448, nearest
+//                                even),
 //                                Y = act(a_scale · b_scale · (A8 · B8ᵀ) + bias), bias [N], activation
 //                                as FusedMatMul's; Y has A's dtype (runtime/calibrate.cpp, `--precision
 //                                fp8` builds)
@@ -160,10 +161,15 @@ Status infer_f8_matmul(InferContext& c) {
   if (!c.has(0)) return Status::Ok();
   c.out[0] = ir::Type::tensor(c.dtype(0));
   if (c.has(1) && c.dtype(1) != DataType::kFloat8E4M3FN) return c.error("B must be float8e4m3fn");
+  const DataType at = c.dtype(0);
+  if (at != DataType::kUndefined && at != DataType::kFloat32 && at != DataType::kFloat16 && at != DataType::kBFloat16)
+    return c.error("A must be float32, float16 or bfloat16");
   const ir::SymShape& a = c.shape(0);
   if (!c.has(1) || !a.known || !c.shape(1).known) return Status::Ok();
   const ir::SymShape& b = c.shape(1);
   if (a.rank() < 2 || b.rank() != 2) return c.error("A must have rank >= 2 and B8 rank 2 ([N, K])");
+  if (a.dims.back().is_static() && b.dims[1].is_static() && a.dims.back().value != b.dims[1].value)
+    return c.error("A's last dim differs from B8's K");
   std::vector<ir::Dim> dims = a.dims;
   dims.back() = b.dims[0];
   c.out[0].shape = ir::SymShape(dims);

@@ -31,7 +31,8 @@ ir::Attribute ints(std::vector<int64_t> v) {
 Expected<bool> patchify_conv(ir::Graph& g, PassContext& ctx) {
   Rewriter rw(g, ctx, "patchify-conv");
   const std::vector<Rule> rules = {{"Conv", op("Conv", {any("x"), cst("w")}), 1}};
-  const int opset = g.opsets.count("") ? static_cast<int>(g.opsets.at("")) : 17;
+  // The new nodes take their opset-13 forms (Reshape's shape an input), whatever the model's opset.
+  const int opset = std::max(13, g.opsets.count("") ? static_cast<int>(g.opsets.at("")) : 17);
   return rw.run(rules, [&](Match& m) -> std::string {
     ir::Node* conv = m.root();
     const Tensor& w = m.constant("w");
@@ -51,7 +52,8 @@ Expected<bool> patchify_conv(ir::Graph& g, PassContext& ctx) {
     const int64_t H = xs.dims[2].value, W = xs.dims[3].value;
     if (H % kh != 0 || W % kw != 0) return "the kernel does not tile the input";
     const ir::Value* b = conv->has_input(2) ? conv->inputs[2] : nullptr;
-    if (b && (!b->is_constant() || b->type.dtype != DataType::kFloat32 || b->constant->numel() != M)) return "bias is not a constant [M]";
+    if (b && (!b->is_constant() || b->type.dtype != DataType::kFloat32 || b->constant->rank() != 1 || b->constant->numel() != M))
+      return "bias is not a constant [M]";
     if (!conv->outputs[0] || m["x"]->type.dtype != DataType::kFloat32) return "not float32";
     const int64_t OH = H / kh, OW = W / kw, K = C * kh * kw;
     // Wt [K, M]: Wt[(c*kh + i)*kw + j, m] = W[m, c, i, j].

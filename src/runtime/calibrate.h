@@ -39,7 +39,7 @@ struct Int8Report {
 // optimized float32 graph), with activation ranges from options.calibration (through `build_float`,
 // which builds a float32 CPU engine of a graph as it is) or options.calibration_cache. fuse-qdq then
 // makes the integer kernels. With options.accuracy_budget > 0 the most sensitive products stay
-// float32, as few as keep options.accuracy_metric within the budget against the float32 graph on
+// float32 (float16 in a CUDA FP8 engine), as few as keep options.accuracy_metric within the budget against the float32 graph on
 // the calibration sets (`build_quantized` builds a candidate as the final engine will be).
 // options.precision == Precision::kFP8: the products become kiln.F8MatMul instead (calibrate.cpp).
 Expected<Int8Report> quantize_8bit(ir::Graph& g, const BuildOptions& options, const std::string& model_hash,

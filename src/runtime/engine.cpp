@@ -249,7 +249,7 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
     // FP8 engines: the products become kiln.F8MatMul, and the rest of a CUDA engine is float16.
     BuildOptions plain = options;
     plain.opt_level = 1;
-    plain.precision = Precision::kFloat32;
+    if (fp8) plain.precision = Precision::kFloat32;  // (an INT8 build keeps it: prepare_graph checks it)
     BuildOptions rest = options;  // how the quantized graph is optimized
     rest.precision = fp8 && options.device == DeviceType::kCUDA ? Precision::kFloat16 : Precision::kFloat32;
     KILN_RETURN_IF_ERROR(prepare_graph(*impl->graph, plain, target->kernels()));
@@ -315,7 +315,9 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
       log(LogLevel::kVerbose, buf);
     }
     // The build checks itself as reduced-precision builds do: the float32 engine and this one on the
-    // first calibration set, relative L2 per output (kept in the engine's metadata).
+    // first calibration set, relative L2 per output (kept in the engine's metadata). Like the budget's
+    // candidates, the engine checked is untuned; the tuner may then pick FP8 fast accumulation, each
+    // layer within its tolerance of the untuned choice (runtime/tuner.cpp), far below FP8's rounding.
     if (!calib.calibration.empty()) {
       KILN_ASSIGN_OR_RETURN(auto ref, build_float(std::move(float_graph)));
       KILN_ASSIGN_OR_RETURN(auto quant, build_as_is(impl->graph->clone()));

@@ -377,6 +377,7 @@ Status f8_reshape(ReshapeContext& rc) {
   const Shape& as = rc.in[0].shape;
   const int64_t n = b->shape()[0], k = b->shape()[1];
   if (as.size() < 2 || as.back() != k) return rc.error("A's last dim must be B8's K (" + std::to_string(k) + ")");
+  if (k <= 0 || n <= 0) return rc.error("FP8 products need K and N positive");
   if (present(rc, 2) && (rc.in[2].dtype != DataType::kFloat32 || shape_numel(rc.in[2].shape) != n))
     return rc.error("the bias must be float32 [N]");
   Shape ys = as;

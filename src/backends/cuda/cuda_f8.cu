@@ -1,7 +1,8 @@
 // backends/cuda/cuda_f8.cu — the activation side of kiln.F8MatMul (cuda_gemm.cpp): float32, float16
 // or bfloat16 values to float8 E4M3 (x · inv_scale, nearest even, saturating at ±448; NaN stays NaN),
 // as the CPU reference does it (backends/cpu/nn_qconv.cpp). Eight values per thread (a 16-byte load of
-// 2-byte types, an 8-byte store) where the pointers are 16-byte aligned, else one.
+// 2-byte types, an 8-byte store) where the pointers are 16-byte aligned and n is a multiple of 8 (always,
+// for F8MatMul: K is), else one.
 #include <cuda_fp8.h>
 
 #include "backends/cuda/cuda_types.cuh"
@@ -33,11 +34,6 @@ __global__ void quantize_e4m3_kernel(const T* __restrict__ x, uint8_t* __restric
     for (int j = 0; j < 8; ++j) q[j] = e4m3(to_float(v[j]) * inv);
     reinterpret_cast<uint2*>(y)[g] = *reinterpret_cast<const uint2*>(q);
   }
-  // The tail (n not a multiple of 8): the first block's first threads.
-  if (blockIdx.x == 0 && threadIdx.x < n - groups * 8) {
-    const int64_t i = groups * 8 + threadIdx.x;
-    y[i] = e4m3(to_float(x[i]) * inv);
-  }
 }
 
 // One value per thread, for pointers without the vector kernel's alignment.
@@ -49,10 +45,10 @@ __global__ void quantize_e4m3_scalar(const T* __restrict__ x, uint8_t* __restric
 template <typename T>
 void launch_typed(const void* x, uint8_t* y, int64_t n, float inv, cudaStream_t stream) {
   const T* xt = static_cast<const T*>(x);
-  if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y)) % 16 != 0)
+  if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y)) % 16 != 0 || n % 8 != 0)
     quantize_e4m3_scalar<<<grid_for(n), kThreads, 0, stream>>>(xt, y, n, inv);
   else
-    quantize_e4m3_kernel<<<grid_for(n / 8 > 0 ? n / 8 : 1), kThreads, 0, stream>>>(xt, y, n, inv);
+    quantize_e4m3_kernel<<<grid_for(n / 8), kThreads, 0, stream>>>(xt, y, n, inv);
 }
 
 }  // namespace

@@ -215,7 +215,8 @@ Status launch_gemm(const KernelContext& ctx, const GemmPlan& g, const void* a, c
   CudaState& st = state_of(ctx);
   const GemmProblem& p = g.p;
   const size_t count = p.off_a.size();
-  const int64_t es = static_cast<int64_t>(dtype_size(p.dtype));
+  const int64_t es = static_cast<int64_t>(dtype_size(p.dtype));  // Y's elements
+  const int64_t es_ab = p.ab_dtype == DataType::kUndefined ? es : static_cast<int64_t>(dtype_size(p.ab_dtype));
   if (g.empty) return Status::Ok();
   if (p.k == 0) {  // an empty sum: Y = beta·Y (0 when beta is 0; Y was prepared by the caller otherwise)
     if (p.beta != 0) return Status::Ok();
@@ -243,8 +244,8 @@ Status launch_gemm(const KernelContext& ctx, const GemmPlan& g, const void* a, c
   }
   const size_t calls = g.strided ? 1 : count;
   for (size_t i = 0; i < calls; ++i) {
-    const void* ai = static_cast<const char*>(a) + p.off_a[i] * es;
-    const void* bi = static_cast<const char*>(b) + p.off_b[i] * es;
+    const void* ai = static_cast<const char*>(a) + p.off_a[i] * es_ab;
+    const void* bi = static_cast<const char*>(b) + p.off_b[i] * es_ab;
     void* yi = static_cast<char*>(y) + p.off_y[i] * es;
     KILN_RETURN_IF_ERROR(lt_ok(ctx.node(), cublasLtMatmul(st.lt, g.d.op, &p.alpha, bi, g.d.a, ai, g.d.b, &p.beta, yi, g.d.c,
                                                           yi, g.d.c, &g.heur.algo, st.workspace, st.workspace_bytes, st.stream),
@@ -396,7 +397,7 @@ Status reshape_f8(ReshapeContext& rc, float alpha) {
   if (rc.in[1].dtype != DataType::kFloat8E4M3FN || bs.size() != 2) return rc.error("B8 must be float8e4m3fn [N, K]");
   const int64_t n = bs[0], k = bs[1];
   if (as.size() < 2 || as.back() != k) return rc.error("A's last dim must be B8's K (" + std::to_string(k) + ")");
-  if (k % 16 != 0 || n % 16 != 0) return rc.error("FP8 products need K and N divisible by 16");
+  if (k <= 0 || n <= 0 || k % 16 != 0 || n % 16 != 0) return rc.error("FP8 products need K and N positive and divisible by 16");
   const bool bias = rc.in.size() > 2 && rc.in[2].present;
   if (bias && (rc.in[2].dtype != dt || shape_numel(rc.in[2].shape) != n)) return rc.error("the bias must be [N] of A's dtype");
   Shape ys = as;

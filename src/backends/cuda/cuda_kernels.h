@@ -42,7 +42,8 @@ inline int launch_unary_f32(UnaryOp op, const float* x, float* y, int64_t n, flo
 }
 
 // y[i] = E4M3(x[i] · inv_scale) for n values of a float type (f32, f16, bf16): nearest even, saturating
-// at ±448 (kiln.F8MatMul's activation; x and y 16-byte aligned).
+// at ±448 (kiln.F8MatMul's activation; eight values per thread when x and y are 16-byte aligned and n
+// is a multiple of 8, else one).
 int launch_quantize_e4m3(int elem, const void* x, uint8_t* y, int64_t n, float inv_scale, cudaStream_t stream);
 
 // In place, the epilogue of a fused convolution or GEMM: y[i] = act(y[i] + bias[(i / inner) % channels] + z[i])
