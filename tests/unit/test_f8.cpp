@@ -90,16 +90,27 @@ float max_abs(const Tensor& t) {
   return m;
 }
 
+// The case's node run by the CPU kernel.
+Expected<std::vector<Slot>> run_cpu(const F8Case& c) {
+  auto node = f8_node(c);
+  std::vector<Slot> in;
+  for (const Tensor& t : inputs_of(c)) in.push_back(Slot::of(t));
+  return run_node_eager(*node->node, in);
+}
+
+// The CPU kernel refuses the case with an error that says `what`.
+void expect_error(const F8Case& c, const std::string& what) {
+  auto got = run_cpu(c);
+  ASSERT_FALSE(got.ok()) << what;
+  EXPECT_NE(got.status().message().find(what), std::string::npos) << got.status().to_string();
+}
+
 TEST(F8MatMul, CpuKernelMatchesDoubleReference) {
   std::mt19937 rng(7);
   for (int variant = 0; variant < 3; ++variant) {
-    const bool bias = variant > 0;
-    F8Case c = make_case({3, 5, 64}, 48, bias, rng);
+    F8Case c = make_case({3, 5, 64}, 48, variant > 0, rng);
     c.gelu = variant == 2;
-    auto node = f8_node(c);
-    std::vector<Slot> in;
-    for (const Tensor& t : inputs_of(c)) in.push_back(Slot::of(t));
-    auto got = run_node_eager(*node->node, in);
+    auto got = run_cpu(c);
     ASSERT_TRUE(got.ok()) << got.status().to_string();
     const Tensor want = reference(c);
     ASSERT_EQ((*got)[0].tensor.shape(), (Shape{3, 5, 48}));
@@ -108,35 +119,17 @@ TEST(F8MatMul, CpuKernelMatchesDoubleReference) {
 }
 
 TEST(F8MatMul, BadScalesAndShapesAreErrors) {
-  {  // K = 0: an error, not a division by zero
-    std::mt19937 r0(3);
-    F8Case z = make_case({4, 16}, 16, false, r0);
-    z.a = Tensor::empty(DataType::kFloat32, {4, 0});
-    z.b8 = Tensor::empty(DataType::kFloat8E4M3FN, {16, 0});
-    auto node = f8_node(z);
-    std::vector<Slot> in;
-    for (const Tensor& t : inputs_of(z)) in.push_back(Slot::of(t));
-    auto got = run_node_eager(*node->node, in);
-    ASSERT_FALSE(got.ok());
-    EXPECT_NE(got.status().message().find("K and N positive"), std::string::npos) << got.status().to_string();
-  }
   std::mt19937 rng(8);
+  F8Case z = make_case({4, 16}, 16, false, rng);
+  z.a = Tensor::empty(DataType::kFloat32, {4, 0});
+  z.b8 = Tensor::empty(DataType::kFloat8E4M3FN, {16, 0});
+  expect_error(z, "K and N positive");  // an error, not a division by zero
   F8Case c = make_case({4, 32}, 16, false, rng);
   c.a_scale = 0;
-  auto node = f8_node(c);
-  std::vector<Slot> in;
-  for (const Tensor& t : inputs_of(c)) in.push_back(Slot::of(t));
-  auto got = run_node_eager(*node->node, in);
-  ASSERT_FALSE(got.ok());
-  EXPECT_NE(got.status().message().find("a_scale and b_scale must be positive"), std::string::npos) << got.status().to_string();
+  expect_error(c, "a_scale and b_scale must be positive");
   F8Case d = make_case({4, 32}, 16, false, rng);
   d.a = cudatest::random_tensor({4, 30}, rng);  // K differs from B8's
-  auto node2 = f8_node(d);
-  std::vector<Slot> in2;
-  for (const Tensor& t : inputs_of(d)) in2.push_back(Slot::of(t));
-  auto got2 = run_node_eager(*node2->node, in2);
-  ASSERT_FALSE(got2.ok());
-  EXPECT_NE(got2.status().message().find("B8's K"), std::string::npos) << got2.status().to_string();
+  expect_error(d, "B8's K");
 }
 
 TEST(CudaF8MatMul, MatchesReferenceEveryTactic) {
