@@ -41,7 +41,7 @@ std::optional<Tensor> gather_dims(const std::vector<ir::Dim>& dims, const ir::Va
   std::vector<int64_t> picked;
   const int64_t n = static_cast<int64_t>(dims.size());
   for (double d : idx) {
-    int64_t i = static_cast<int64_t>(d);
+    int64_t i = saturating_int64(d);
     if (i < 0) i += n;
     if (i < 0 || i >= n || !dims[i].is_static()) return std::nullopt;
     picked.push_back(dims[i].value);
@@ -103,7 +103,7 @@ bool gather_from_inputs(Rewriter& rw, Match& m, const std::vector<ir::Dim>& dims
   const int64_t n = static_cast<int64_t>(dims.size());
   std::vector<std::pair<ir::Value*, int64_t>> picks;  // (input, dim) or (nullptr, static size)
   for (double d : idx) {
-    int64_t i = static_cast<int64_t>(d);
+    int64_t i = saturating_int64(d);
     if (i < 0) i += n;
     if (i < 0 || i >= n) return false;
     if (dims[i].is_static()) { picks.push_back({nullptr, dims[i].value}); continue; }

@@ -192,14 +192,27 @@ std::optional<Shape> static_shape(const ir::Value* v) {
   return v->type.shape.to_static();
 }
 
+namespace {
+// The elements of a constant int32/int64 tensor, exactly (through double, INT64_MAX would round to
+// 2^63, past int64: undefined behaviour, found by fuzz_import); nullopt for other types.
+std::optional<std::vector<int64_t>> integer_values(const Tensor& t) {
+  std::vector<int64_t> r(static_cast<size_t>(t.numel()));
+  if (t.dtype() == DataType::kInt64)
+    for (int64_t i = 0; i < t.numel(); ++i) r[i] = t.data<int64_t>()[i];
+  else if (t.dtype() == DataType::kInt32)
+    for (int64_t i = 0; i < t.numel(); ++i) r[i] = t.data<int32_t>()[i];
+  else
+    return std::nullopt;
+  return r;
+}
+}  // namespace
+
 std::optional<std::vector<int64_t>> reduce_axes(const ir::Node& n) {
   const int axes_input_since = n.op_type == "ReduceSum" ? 13 : 18;
   if (n.opset >= axes_input_since) {
     if (!n.has_input(1)) return std::vector<int64_t>{};
     if (!n.inputs[1]->is_constant()) return std::nullopt;
-    std::vector<int64_t> r;
-    for (double d : constant_values(n.inputs[1])) r.push_back(static_cast<int64_t>(d));
-    return r;
+    return integer_values(*n.inputs[1]->constant);
   }
   return n.attr_ints("axes");
 }
@@ -212,7 +225,7 @@ std::optional<std::vector<ShapeElem>> shape_value(const ir::Value* v, int depth)
     if (v->constant->rank() > 1 || (v->constant->dtype() != DataType::kInt64 && v->constant->dtype() != DataType::kInt32))
       return std::nullopt;
     std::vector<ShapeElem> r;
-    for (double d : constant_values(v)) r.push_back({nullptr, static_cast<int64_t>(d)});
+    for (int64_t d : *integer_values(*v->constant)) r.push_back({nullptr, d});
     return r;
   }
   const ir::Node* n = v->producer;
@@ -252,7 +265,7 @@ std::optional<std::vector<ShapeElem>> shape_value(const ir::Value* v, int depth)
     std::vector<ShapeElem> r;
     const int64_t size = static_cast<int64_t>(src->size());
     for (double d : idx) {
-      int64_t i = static_cast<int64_t>(d);
+      int64_t i = saturating_int64(d);
       if (i < 0) i += size;
       if (i < 0 || i >= size) return std::nullopt;
       r.push_back((*src)[i]);

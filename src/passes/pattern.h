@@ -14,6 +14,7 @@
 // replacement (returns "") or says why not (a near miss, logged with --verbose).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <set>
@@ -68,6 +69,14 @@ bool match(const Pat& p, ir::Value* v, Match& m);
 // ---- Reading constants
 // The constant as a vector of doubles (any numeric dtype), or empty when not constant/numeric.
 std::vector<double> constant_values(const ir::Value* v);
+// d as an int64, saturated to [INT64_MIN, INT64_MAX] (NaN: 0): a cast of a double past int64's range is
+// undefined behaviour, and constant_values of an int64 constant holds such values (2^63 - 1 rounds up).
+inline int64_t saturating_int64(double d) {
+  if (!(d == d)) return 0;
+  if (d >= 9223372036854775807.0) return INT64_MAX;
+  if (d <= -9223372036854775808.0) return INT64_MIN;
+  return static_cast<int64_t>(d);
+}
 // True when v is a constant whose every element equals x (within tol).
 bool is_scalar_constant(const ir::Value* v, double x, double tol = 1e-6);
 // The single value of a constant with one element (scalar or [1]), or nullopt.

@@ -291,3 +291,28 @@ def test_shape_arithmetic_past_int64_is_an_error(tmp_path, case):
     assert r.returncode == 1, (case, r.stdout[-300:], r.stderr[-300:])
     if want:
         assert want in r.stderr, (case, r.stderr[-500:])
+
+
+def test_int64_extremes_in_shape_vectors_and_pads(tmp_path):
+    """fuzz_import (seed 1, 2026-11-26): a shape vector Concat-ed with INT64_MAX went through the
+    optimizer's shape reading as a double (2^63, past int64 when cast back: undefined behaviour under
+    UBSan). Constants are now read as integers, other double-to-int64 reads saturate, and a Pad of
+    extreme size is not folded into a Conv. The build ends with an answer or an error, never a signal."""
+    xi = h.make_tensor_value_info("x", T.FLOAT, ["N", 6])
+    i64 = lambda name, v: h.make_tensor(name, T.INT64, [len(v)] if isinstance(v, list) else [], v if isinstance(v, list) else [v])  # noqa: E731
+    p = model(tmp_path, "shape.onnx", [
+        h.make_node("Shape", ["x"], ["s"]), h.make_node("Gather", ["s", "i"], ["d"], axis=0),
+        h.make_node("Unsqueeze", ["d", "ax"], ["u"]), h.make_node("Concat", ["u", "k"], ["t"], axis=0),
+        h.make_node("Reshape", ["x", "t"], ["y"])],
+        [xi], [y_out()], [i64("i", 0), i64("ax", [0]), i64("k", [2**63 - 1])])
+    r = kiln("build", p, "-o", tmp_path / "shape.kiln", "--opt-level", "2")
+    assert r.returncode in (0, 1), r.stderr
+    xc = h.make_tensor_value_info("x", T.FLOAT, [1, 1, 4, 4])
+    p2 = model(tmp_path, "pad.onnx", [
+        h.make_node("Pad", ["x", "pads"], ["xp"]),
+        h.make_node("Conv", ["xp", "w"], ["y"], kernel_shape=[1, 1])],
+        [xc], [y_out()], [i64("pads", [0, 0, 2**63 - 1, 0, 0, 0, 0, 0]),
+                          h.make_tensor("w", T.FLOAT, [1, 1, 1, 1], [1.0])])
+    r = kiln("build", p2, "-o", tmp_path / "pad.kiln", "--opt-level", "2")
+    assert r.returncode in (0, 1), r.stderr
+    assert "Traceback" not in r.stderr
