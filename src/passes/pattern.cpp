@@ -224,8 +224,9 @@ std::optional<std::vector<ShapeElem>> shape_value(const ir::Value* v, int depth)
   if (v->is_constant()) {
     if (v->constant->rank() > 1 || (v->constant->dtype() != DataType::kInt64 && v->constant->dtype() != DataType::kInt32))
       return std::nullopt;
+    const std::optional<std::vector<int64_t>> values = integer_values(*v->constant);  // (kept: the loop reads it)
     std::vector<ShapeElem> r;
-    for (int64_t d : *integer_values(*v->constant)) r.push_back({nullptr, d});
+    for (int64_t d : *values) r.push_back({nullptr, d});
     return r;
   }
   const ir::Node* n = v->producer;
