@@ -34,6 +34,9 @@
 //
 // activation (ir/epilogue.h, the one list): "" (none), Relu, LeakyRelu (alpha), Clip (min, max), Sigmoid, HardSigmoid (alpha, beta),
 // HardSwish, Silu, Tanh, Gelu, GeluTanh.
+#include <cmath>
+
+#include "ops/nn.h"
 #include "ops/op_table.h"
 
 namespace kiln::ops {
@@ -193,6 +196,17 @@ void add_fused_ops(std::vector<OpDef>& t) {
   add("QConv", infer_quantized<kConv>, 5, 9, 1, 1);
   add("QMatMul", infer_quantized<kMatMul>, 5, 9, 1, 1);
   add("F8MatMul", infer_f8_matmul, 2, 3, 1, 1);
+}
+
+Expected<F8MatMulParams> parse_f8_matmul(const ir::Node& n) {
+  F8MatMulParams p;
+  p.a_scale = n.attr_float("a_scale", 0);
+  p.b_scale = n.attr_float("b_scale", 0);
+  if (!(p.a_scale > 0) || !(p.b_scale > 0) || !std::isfinite(p.a_scale) || !std::isfinite(p.b_scale))
+    return invalid_argument(n.describe() + ": a_scale and b_scale must be positive");
+  std::string why;
+  if (!read_activation(n, &p.act, &why)) return invalid_argument(n.describe() + ": " + why);
+  return p;
 }
 
 }  // namespace kiln::ops

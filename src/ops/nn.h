@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/epilogue.h"
 #include "ir/graph.h"
 #include "kiln/status.h"
 
@@ -41,5 +42,13 @@ Expected<WindowGeometry> transpose_geometry(const WindowAttrs& a, const std::vec
 // kiln.Attention's masks: element strides of a tensor of shape `m` right-aligned to [B, H, S, T]
 // (`full`), 0 along broadcast dims; false when it does not broadcast there. (CPU and CUDA kernels.)
 bool attention_mask_strides(const std::vector<int64_t>& m, const int64_t (&full)[4], int64_t (&strides)[4]);
+
+// kiln.F8MatMul's attributes (ops/fused.cpp), parsed once for both backends' kernels: the two E4M3
+// scales (positive, finite) and the fused activation.
+struct F8MatMulParams {
+  float a_scale = 1, b_scale = 1;
+  Activation act;
+};
+Expected<F8MatMulParams> parse_f8_matmul(const ir::Node& n);
 
 }  // namespace kiln::ops

@@ -28,12 +28,6 @@ std::optional<std::vector<ir::Dim>> shape_dims(const ir::Node& shape_node) {
   return std::vector<ir::Dim>(dims.begin() + start, dims.begin() + end);
 }
 
-Tensor int64_tensor(const std::vector<int64_t>& v, bool scalar) {
-  Tensor t = Tensor::empty(DataType::kInt64, scalar ? Shape{} : Shape{static_cast<int64_t>(v.size())});
-  for (size_t i = 0; i < v.size(); ++i) t.data<int64_t>()[i] = v[i];
-  return t;
-}
-
 // Picks dims[idx] for Gather's indices (scalar or 1-D); nullopt when one is symbolic or out of range.
 std::optional<Tensor> gather_dims(const std::vector<ir::Dim>& dims, const ir::Value* indices) {
   const auto idx = constant_values(indices);

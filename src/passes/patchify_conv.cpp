@@ -13,12 +13,6 @@
 namespace kiln::passes {
 namespace {
 
-Tensor int64s(const std::vector<int64_t>& v) {
-  Tensor t = Tensor::empty(DataType::kInt64, {static_cast<int64_t>(v.size())});
-  for (size_t i = 0; i < v.size(); ++i) t.data<int64_t>()[i] = v[i];
-  return t;
-}
-
 ir::Attribute ints(std::vector<int64_t> v) {
   ir::Attribute a;
   a.kind = ir::Attribute::Kind::kInts;
@@ -72,12 +66,12 @@ Expected<bool> patchify_conv(ir::Graph& g, PassContext& ctx) {
     ir::Value* r2 = value("_patch_rows");
     ir::Value* mm = value("_matmul");
     rw.remove(conv);
-    g.add_node("Reshape", "", {x, rw.constant(base + "_patch_shape", int64s({0, C, OH, kh, OW, kw}))}, {r1}, base + "_patchify_reshape")
+    g.add_node("Reshape", "", {x, rw.constant(base + "_patch_shape", int64_tensor({0, C, OH, kh, OW, kw}))}, {r1}, base + "_patchify_reshape")
         ->opset = opset;
     ir::Node* tr = g.add_node("Transpose", "", {r1}, {t1}, base + "_patchify_transpose");
     tr->opset = opset;
     tr->attrs["perm"] = ints({0, 2, 4, 1, 3, 5});
-    g.add_node("Reshape", "", {t1, rw.constant(base + "_rows_shape", int64s({0, OH, OW, K}))}, {r2}, base + "_patchify_rows")->opset = opset;
+    g.add_node("Reshape", "", {t1, rw.constant(base + "_rows_shape", int64_tensor({0, OH, OW, K}))}, {r2}, base + "_patchify_rows")->opset = opset;
     g.add_node("MatMul", "", {r2, rw.constant(base + "_patch_weights", wt)}, {mm}, base + "_patchify_matmul")->opset = opset;
     ir::Value* pre = mm;
     if (b) {

@@ -192,6 +192,12 @@ std::optional<Shape> static_shape(const ir::Value* v) {
   return v->type.shape.to_static();
 }
 
+Tensor int64_tensor(const std::vector<int64_t>& v, bool scalar) {
+  Tensor t = Tensor::empty(DataType::kInt64, scalar ? Shape{} : Shape{static_cast<int64_t>(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) t.data<int64_t>()[i] = v[i];
+  return t;
+}
+
 namespace {
 // The elements of a constant int32/int64 tensor, exactly (through double, INT64_MAX would round to
 // 2^63, past int64: undefined behaviour, found by fuzz_import); nullopt for other types.

@@ -59,15 +59,24 @@ bool quantizable(const ir::Node& n) {
   return false;
 }
 
+// A MatMul/Gemm's 2-D constant weights as [K, N] (trans_b: stored [N, K], Gemm's transB).
+struct WeightsKN {
+  bool trans_b;
+  int64_t k, n;
+};
+WeightsKN weights_kn(const ir::Node& n) {
+  const Shape& w = n.inputs[1]->constant->shape();
+  const bool trans_b = n.op_type == "Gemm" && n.attr_int("transB", 0) != 0;
+  return {trans_b, trans_b ? w[1] : w[0], trans_b ? w[0] : w[1]};
+}
+
 // The products an FP8 engine quantizes: MatMul/Gemm with constant float32 weights whose K and N are
 // multiples of 16, A of rank >= 2, and Gemm's C (if any) one value per column.
 bool fp8_quantizable(const ir::Node& n) {
   if (!quantizable(n) || n.op_type == "Conv") return false;
   const ir::SymShape& a = n.inputs[0]->type.shape;
   if (!a.known || a.rank() < 2) return false;
-  const Shape& w = n.inputs[1]->constant->shape();
-  const bool trans_b = n.op_type == "Gemm" && n.attr_int("transB", 0) != 0;
-  const int64_t k = trans_b ? w[1] : w[0], nn = trans_b ? w[0] : w[1];
+  const auto [trans_b, k, nn] = weights_kn(n);
   if (k % 16 != 0 || nn % 16 != 0 || k == 0 || nn == 0) return false;
   if (n.op_type == "Gemm" && n.has_input(2)) {
     const ir::Value* c = n.inputs[2];
@@ -421,8 +430,7 @@ Status insert_fp8(ir::Graph& g, const Calibration& cal, const std::set<std::stri
   }
   for (ir::Node* n : targets) {
     const Tensor& w = *n->inputs[1]->constant;
-    const bool trans_b = n->op_type == "Gemm" && n->attr_int("transB", 0) != 0;
-    const int64_t k = trans_b ? w.shape()[1] : w.shape()[0], nn = trans_b ? w.shape()[0] : w.shape()[1];
+    const auto [trans_b, k, nn] = weights_kn(*n);
     const float* src = w.data<float>();
     double amax = 0;
     for (int64_t i = 0; i < w.numel(); ++i) amax = std::max(amax, std::fabs(static_cast<double>(src[i])));
@@ -452,12 +460,9 @@ Status insert_fp8(ir::Graph& g, const Calibration& cal, const std::set<std::stri
     }
     if (add) out = add->outputs[0];
     const std::string name = n->name;
-    std::vector<ir::Value*> outs = {out};
-    if (add) {
-      g.remove_node(add);
-    }
+    if (add) g.remove_node(add);
     g.remove_node(n);
-    ir::Node* f = g.add_node("F8MatMul", "kiln", ins, outs, name);
+    ir::Node* f = g.add_node("F8MatMul", "kiln", ins, {out}, name);
     f->opset = 1;
     f->attrs["a_scale"].kind = ir::Attribute::Kind::kFloat;
     f->attrs["a_scale"].f = a_scale.at(ins[0]->name);

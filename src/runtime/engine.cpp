@@ -67,6 +67,11 @@ TensorInfo tensor_info(const ir::Value& v) {
   return ti;
 }
 
+// The precision the rest of an FP8 engine runs in (everything but its kiln.F8MatMul products).
+static Precision fp8_rest_precision(DeviceType device) {
+  return device == DeviceType::kCUDA ? Precision::kFloat16 : Precision::kFloat32;
+}
+
 static const char* precision_name(Precision p) {
   switch (p) {
     case Precision::kFloat16: return "fp16";
@@ -251,7 +256,7 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
     plain.opt_level = 1;
     if (fp8) plain.precision = Precision::kFloat32;  // (an INT8 build keeps it: prepare_graph checks it)
     BuildOptions rest = options;  // how the quantized graph is optimized
-    rest.precision = fp8 && options.device == DeviceType::kCUDA ? Precision::kFloat16 : Precision::kFloat32;
+    rest.precision = fp8 ? fp8_rest_precision(options.device) : Precision::kFloat32;
     KILN_RETURN_IF_ERROR(prepare_graph(*impl->graph, plain, target->kernels()));
     auto float_graph = impl->graph->clone();
     // A graph as it is (opt level 0, untuned) on `device`: the float32 reference and calibration
@@ -384,8 +389,7 @@ Expected<std::vector<PlacementEntry>> Engine::plan_placement(const std::string& 
     // An FP8 plan needs calibration data to exist; its placement is the float16 engine's (CUDA) or the
     // float32 one's (CPU), the products it quantizes being placed as the GEMMs they replace.
     BuildOptions po = options;
-    if (po.precision == Precision::kFP8)
-      po.precision = po.device == DeviceType::kCUDA ? Precision::kFloat16 : Precision::kFloat32;
+    if (po.precision == Precision::kFP8) po.precision = fp8_rest_precision(po.device);
     KILN_RETURN_IF_ERROR(prepare_graph(*model.graph, po, *target));
     return preview_placement(*model.graph, options.device);
   });

@@ -384,7 +384,7 @@ Status f8_reshape(ReshapeContext& rc) {
   ys.back() = n;
   rc.out[0] = {DataType::kFloat32, ys};
   auto st = std::make_shared<F8State>();
-  st->m = shape_numel(as) / std::max<int64_t>(k, 1);
+  st->m = shape_numel(as) / k;
   st->n = n;
   st->k = k;
   st->b.resize(static_cast<size_t>(n * k));
@@ -395,20 +395,20 @@ Status f8_reshape(ReshapeContext& rc) {
   return Status::Ok();
 }
 
-Status f8_run(KernelContext& ctx, float a_scale, float b_scale, const Activation& act) {
+Status f8_run(KernelContext& ctx, const ops::F8MatMulParams& p) {
   const F8State& st = shape_state<F8State>(ctx);
   Tensor& y = ctx.output(0);
   if (st.m == 0 || st.n == 0) return Status::Ok();
   const float* a = ctx.input(0).data<float>();
   float* aq = static_cast<float*>(ctx.workspace());
-  const float inv = 1.0f / a_scale;
+  const float inv = 1.0f / p.a_scale;
   parallel_for(st.m * st.k, 1 << 14, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) aq[i] = mini_to_f32(f32_to_mini(a[i] * inv, MiniFloat::kE4M3FN, true), MiniFloat::kE4M3FN);
   });
   float* out = y.data<float>();
-  gemm<float>(false, true, st.m, st.n, st.k, a_scale * b_scale, aq, st.k, st.b.data(), st.k, 0.0f, out, st.n);
+  gemm<float>(false, true, st.m, st.n, st.k, p.a_scale * p.b_scale, aq, st.k, st.b.data(), st.k, 0.0f, out, st.n);
   const float* bias = ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr;
-  if (bias || act.kind != ActKind::kNone) fused::apply_epilogue(out, st.m, st.n, bias, act);
+  if (bias || p.act.kind != ActKind::kNone) fused::apply_epilogue(out, st.m, st.n, bias, p.act);
   return Status::Ok();
 }
 
@@ -434,11 +434,8 @@ void register_qconv(KernelRegistry& r) {
                  return n.inputs[0]->type.dtype == DataType::kFloat32 ? "" : "A must be float32 on the CPU";
                },
                [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
-                 const float as = n.attr_float("a_scale", 0), bs = n.attr_float("b_scale", 0);
-                 if (!(as > 0) || !(bs > 0) || !std::isfinite(as) || !std::isfinite(bs))
-                   return invalid_argument(n.describe() + ": a_scale and b_scale must be positive");
-                 KILN_ASSIGN_OR_RETURN(Activation act, parse_act(n));
-                 return make_staged(f8_reshape, [as, bs, act](KernelContext& ctx) { return f8_run(ctx, as, bs, act); });
+                 KILN_ASSIGN_OR_RETURN(ops::F8MatMulParams p, ops::parse_f8_matmul(n));
+                 return make_staged(f8_reshape, [p](KernelContext& ctx) { return f8_run(ctx, p); });
                }};
   r.add(std::move(f8));
 }

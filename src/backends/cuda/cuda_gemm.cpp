@@ -11,7 +11,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cmath>
 #include <functional>
 #include <numeric>
 
@@ -185,10 +184,10 @@ Status plan_gemm(const ir::Node& node, CudaState& st, GemmPlan& g) {
 }
 
 // The index of the tactic named in `rc` ("<prefix><i>": "heur<i>", or FP8's "fast<i>"), or 0.
-int heuristic_index(const ReshapeContext& rc, const char* prefix = "heur") {
-  if (rc.tactic.size() < 5 || rc.tactic.compare(0, 4, prefix) != 0) return 0;
+int heuristic_index(const ReshapeContext& rc, const std::string& prefix = "heur") {
+  if (rc.tactic.size() <= prefix.size() || rc.tactic.compare(0, prefix.size(), prefix) != 0) return 0;
   int i = 0;
-  for (size_t k = 4; k < rc.tactic.size(); ++k) {
+  for (size_t k = prefix.size(); k < rc.tactic.size(); ++k) {
     if (rc.tactic[k] < '0' || rc.tactic[k] > '9' || i > kMaxHeuristics) return 0;
     i = i * 10 + (rc.tactic[k] - '0');
   }
@@ -197,14 +196,21 @@ int heuristic_index(const ReshapeContext& rc, const char* prefix = "heur") {
 
 // A GEMM's tactics: one per algorithm of cuBLASLt's heuristic for these shapes ("heur0" is its first
 // choice, the kernel's own).
-std::vector<std::string> gemm_tactics(const ReshapeContext& rc, const std::function<Status(ReshapeContext&)>& reshape) {
+// `prefix`<i> for each of cuBLASLt's candidates of a plan made with tactic `probe_tactic` (none when
+// the probe plans nothing).
+void add_tactics(const ReshapeContext& rc, const std::function<Status(ReshapeContext&)>& reshape, const std::string& probe_tactic,
+                 const std::string& prefix, std::vector<std::string>* names) {
   ReshapeContext probe = rc;
-  probe.tactic.clear();
+  probe.tactic = probe_tactic;
   probe.out.assign(rc.out.size() ? rc.out.size() : 1, {});
-  if (!reshape(probe).ok() || !probe.state) return {};
-  const auto* g = static_cast<const GemmPlan*>(probe.state.get());
+  if (!reshape(probe).ok() || !probe.state) return;
+  const int n = static_cast<const GemmPlan*>(probe.state.get())->candidates;
+  for (int i = 0; i < n; ++i) names->push_back(prefix + std::to_string(i));
+}
+
+std::vector<std::string> gemm_tactics(const ReshapeContext& rc, const std::function<Status(ReshapeContext&)>& reshape) {
   std::vector<std::string> names;
-  for (int i = 0; i < g->candidates; ++i) names.push_back("heur" + std::to_string(i));
+  add_tactics(rc, reshape, "", "heur", &names);
   return names;
 }
 
@@ -423,22 +429,22 @@ Status reshape_f8(ReshapeContext& rc, float alpha) {
   return Status::Ok();
 }
 
-Status run_f8(KernelContext& ctx, float a_scale, const Activation& act) {
+Status run_f8(KernelContext& ctx, const ops::F8MatMulParams& params) {
   const auto& g = *static_cast<const GemmPlan*>(ctx.shape_state());
   Tensor& y = ctx.output(0);
   if (g.empty) return Status::Ok();
   CudaState& st = state_of(ctx);
   const Tensor& a = ctx.input(0);
   auto* a8 = static_cast<uint8_t*>(ctx.workspace());
-  KILN_RETURN_IF_ERROR(launched(ctx, launch_quantize_e4m3(elem_of(a.dtype()), a.raw(), a8, g.p.m * g.p.k, 1.0f / a_scale, st.stream)));
+  KILN_RETURN_IF_ERROR(launched(ctx, launch_quantize_e4m3(elem_of(a.dtype()), a.raw(), a8, g.p.m * g.p.k, 1.0f / params.a_scale, st.stream)));
   const bool bias = ctx.has_input(2);
   const bool in_epilogue = g.p.epilogue != CUBLASLT_EPILOGUE_DEFAULT;
   KILN_RETURN_IF_ERROR(launch_gemm(ctx, g, a8, ctx.input(1).raw(), y.raw(), in_epilogue ? ctx.input(2).raw() : nullptr));
   // The bias when the GEMM did not take it, and the activation: one pass over Y.
-  const bool apply_act = act.kind != ActKind::kNone;
+  const bool apply_act = params.act.kind != ActKind::kNone;
   if ((bias && !in_epilogue) || apply_act)
     return launched(ctx, launch_bias_act(elem_of(y.dtype()), y.raw(), bias && !in_epilogue ? ctx.input(2).raw() : nullptr, nullptr,
-                                         y.numel(), g.p.n, 1, apply_act, unary_of(act.kind), act.a, act.b, st.stream));
+                                         y.numel(), g.p.n, 1, apply_act, unary_of(params.act.kind), params.act.a, params.act.b, st.stream));
   return Status::Ok();
 }
 
@@ -446,24 +452,14 @@ Status run_f8(KernelContext& ctx, float a_scale, const Activation& act) {
 // kernel's own choice is heur0) and with fast accumulation ("fast<i>").
 std::vector<std::string> f8_tactics(const ReshapeContext& rc, const std::function<Status(ReshapeContext&)>& reshape) {
   std::vector<std::string> names = gemm_tactics(rc, reshape);
-  ReshapeContext probe = rc;
-  probe.tactic = "fast0";
-  probe.out.assign(rc.out.size() ? rc.out.size() : 1, {});
-  if (!reshape(probe).ok() || !probe.state) return names;
-  const int n = static_cast<const GemmPlan*>(probe.state.get())->candidates;
-  for (int i = 0; i < n; ++i) names.push_back("fast" + std::to_string(i));
+  add_tactics(rc, reshape, "fast0", "fast", &names);
   return names;
 }
 
 Expected<KernelPtr> create_f8(const ir::Node& n) {
-  const float as = n.attr_float("a_scale", 0), bs = n.attr_float("b_scale", 0);
-  if (!(as > 0) || !(bs > 0) || !std::isfinite(as) || !std::isfinite(bs))
-    return invalid_argument(n.describe() + ": a_scale and b_scale must be positive");
-  Activation act;
-  std::string why;
-  if (!read_activation(n, &act, &why)) return invalid_model(n.describe() + ": " + why);
-  auto reshape = [alpha = as * bs](ReshapeContext& rc) { return reshape_f8(rc, alpha); };
-  return make_staged(reshape, [as, act](KernelContext& ctx) { return run_f8(ctx, as, act); },
+  KILN_ASSIGN_OR_RETURN(ops::F8MatMulParams params, ops::parse_f8_matmul(n));
+  auto reshape = [alpha = params.a_scale * params.b_scale](ReshapeContext& rc) { return reshape_f8(rc, alpha); };
+  return make_staged(reshape, [params](KernelContext& ctx) { return run_f8(ctx, params); },
                      [reshape](const ReshapeContext& rc) { return f8_tactics(rc, reshape); });
 }
 
