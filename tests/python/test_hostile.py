@@ -316,3 +316,16 @@ def test_int64_extremes_in_shape_vectors_and_pads(tmp_path):
     r = kiln("build", p2, "-o", tmp_path / "pad.kiln", "--opt-level", "2")
     assert r.returncode in (0, 1), r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_batchnorm_parameters_of_two_sizes_are_an_error(tmp_path):
+    """fuzz_import (seed 1, 2026-11-26): BatchNormalization whose scale had C x spatial entries (it was X
+    itself) and whose mean had C: the kernel took the scale's size for all four and read past the mean.
+    Every parameter must now have the scale's size, C or C x spatial."""
+    xi = h.make_tensor_value_info("x", T.FLOAT, [1, 2, 3, 3])
+    c = lambda name: h.make_tensor(name, T.FLOAT, [2], [0.5, 1.0])  # noqa: E731
+    p = model(tmp_path, "bn.onnx", [h.make_node("BatchNormalization", ["x", "x", "b", "m", "v"], ["y"])],
+              [xi], [y_out()], [c("b"), c("m"), c("v")])
+    r = kiln("run", p)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "must have C = 2 entries" in r.stderr, r.stderr

@@ -57,10 +57,13 @@ Status batch_norm_kernel(KernelContext& ctx, const BnAttrs& a) {
   for (int i = 1; i < 5; ++i)
     if (!ctx.has_input(i)) return ctx.error("scale, B, mean and var are required");
   const int64_t N = x.dim(0), C = x.dim(1), S = (N * C) != 0 ? x.numel() / (N * C) : 0;
-  const int64_t per = C ? ctx.input(1).numel() / C : 0;  // 1, or S for opset-7 spatial=0 parameters
+  // 1, or S for opset-7 spatial=0 parameters (the scale's size says which); every parameter has the
+  // scale's C * per entries (a scale of C * S beside a mean of C read past the mean: fuzz_import).
+  const int64_t per = S > 1 && ctx.input(1).numel() == C * S ? S : 1;
   for (int i = 1; i < 5; ++i)
-    if (ctx.input(i).numel() != C && !(per == S && ctx.input(i).numel() == C * S))
-      return ctx.error("input " + std::to_string(i) + " must have C = " + std::to_string(C) + " entries");
+    if (ctx.input(i).numel() != C * per)
+      return ctx.error("input " + std::to_string(i) + " must have C = " + std::to_string(C) + " entries" +
+                       (per > 1 ? " per spatial position, as the scale has" : ""));
   Tensor& y = ctx.output(0, x.dtype(), x.shape());
   visit_real(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
