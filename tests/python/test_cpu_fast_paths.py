@@ -158,3 +158,60 @@ def test_qdq_models_run_unfused_without_vnni(kind, shape):
     assert "QConv" not in e.placement_report() and "QMatMul" not in e.placement_report(), e.placement_report()
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, want)
+
+
+FUSED_ACTIVATIONS = [("Relu", {}), ("LeakyRelu", {"alpha": 0.1}), ("Clip", {}), ("Sigmoid", {}),
+                     ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}), ("HardSwish", {}), ("Tanh", {}), ("SiLU", {}),
+                     ("Gelu", {}), (None, {})]
+
+
+def fused_conv_model(act, attrs, residual, kind):
+    """x → Conv(kind) → (+ residual Add of the first conv's output) → activation, the second conv of
+    a two-conv chain (so a channels-last engine keeps it inside the chain)."""
+    rng = np.random.default_rng(21)
+    C = 16
+    k, group = {"dense": (3, 1), "pointwise": (1, 1), "depthwise": (3, C)}[kind]
+    inits = [numpy_helper.from_array((rng.standard_normal((C, 3, 3, 3)) * 0.3).astype(np.float32), "w0"),
+             numpy_helper.from_array((rng.standard_normal((C, C // group, k, k)) * 0.3).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.standard_normal(C).astype(np.float32), "b1")]
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w0"], ["c0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             n("Conv", ["c0", "w1", "b1"], ["c1"], kernel_shape=[k, k], pads=[k // 2] * 4, group=group)]
+    out = "c1"
+    if residual:
+        nodes.append(n("Add", ["c1", "c0"], ["r"]))
+        out = "r"
+    if act == "Clip":
+        inits += [numpy_helper.from_array(np.array(-0.5, np.float32), "lo"),
+                  numpy_helper.from_array(np.array(0.7, np.float32), "hi")]
+        nodes.append(n("Clip", [out, "lo", "hi"], ["y"]))
+    elif act == "SiLU":
+        nodes += [n("Sigmoid", [out], ["s"]), n("Mul", [out, "s"], ["y"])]
+    elif act is not None:
+        nodes.append(n(act, [out], ["y"], **attrs))
+    else:
+        nodes.append(n("Identity", [out], ["y"]))
+    g = helper.make_graph(nodes, "fused", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 9, 11])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+
+
+@pytest.mark.parametrize("nhwc", ["1", "0"])
+@pytest.mark.parametrize("kind", ["dense", "pointwise", "depthwise"])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("act,attrs", FUSED_ACTIVATIONS, ids=[a or "none" for a, _ in FUSED_ACTIVATIONS])
+def test_fused_convolution_epilogues_match_the_unfused_graph(monkeypatch, act, attrs, residual, kind, nhwc):
+    """kiln.FusedConv applies bias, residual and activation as act(conv + B + Z): inside oneDNN's
+    primitive (post-ops) where it can, in kiln's epilogue otherwise (HardSigmoid; the residual of a
+    blocked-layout primitive). Either way the result is the unfused graph's (opt level 0) within
+    float32 rounding."""
+    monkeypatch.setenv("KILN_CPU_NHWC", nhwc)
+    m = fused_conv_model(act, attrs, residual, kind).SerializeToString()
+    x = np.random.default_rng(4).standard_normal((2, 3, 9, 11)).astype(np.float32)
+    fused = kiln.Engine.build_from_bytes(m, opt_level=2)
+    if act is not None or residual:  # a bare Conv stays a Conv
+        assert "(FusedConv)" in fused.placement_report()
+    got = fused.create_context().run({"x": x})[0]
+    want = kiln.Engine.build_from_bytes(m, opt_level=0).create_context().run({"x": x})[0]
+    assert got.shape == want.shape == (2, 16, 9, 11)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6 * float(np.abs(want).max()))

@@ -1,6 +1,6 @@
-// backends/cpu/fused.cpp — kiln's fused ops on the CPU (float32): FusedConv, FusedGemm and FusedMatMul
-// run the Conv/Gemm/MatMul kernel straight into their output and apply bias and activation as one
-// epilogue pass over it; SkipLayerNorm adds and normalizes each row in one pass.
+// backends/cpu/fused.cpp — kiln's fused ops on the CPU (float32): FusedGemm and FusedMatMul run the
+// Gemm/MatMul kernel straight into their output and apply bias and activation as one epilogue pass
+// over it; SkipLayerNorm adds and normalizes each row in one pass. (FusedConv: nn_conv.cpp.)
 #include <memory>
 
 #include "backends/backend.h"
@@ -22,7 +22,8 @@ std::string check_f32(const ir::Node& n) {
   return "";
 }
 
-// FusedConv / FusedGemm: the inner kernel writes the output; the activation follows in place.
+// FusedGemm: the inner kernel writes the output; the activation follows in place. (FusedConv is
+// the convolution kernel's own: nn_conv.cpp, where oneDNN applies the epilogue as post-ops.)
 // FusedMatMul: MatMul of inputs 0, 1; bias (input 2) and activation in one pass.
 Expected<KernelPtr> make_fused(const ir::Node& n, KernelInit& init, const std::string& op, int opset, int inputs,
                                bool bias_input) {
@@ -44,17 +45,6 @@ Expected<KernelPtr> make_fused(const ir::Node& n, KernelInit& init, const std::s
       if (b.numel() != cols || b.dtype() != DataType::kFloat32)
         return ctx.error("bias must have " + std::to_string(cols) + " float32 values");
       bias = b.data<float>();
-    }
-    // FusedConv's residual Z (input 3), added before the activation: act(conv + B + Z).
-    if (ctx.num_inputs() > 3 && ctx.has_input(3)) {
-      const Tensor& z = ctx.input(3);
-      if (z.shape() != y.shape() || z.dtype() != DataType::kFloat32)
-        return ctx.error("the residual must be float32 of the output's shape " + shape_to_string(y.shape()));
-      const float* pz = z.data<float>();
-      float* py = y.data<float>();
-      parallel_for(y.numel(), 1 << 14, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) py[i] += pz[i];
-      });
     }
     apply_epilogue(y.data<float>(), rows, cols, bias, act);
     return Status::Ok();
@@ -164,9 +154,6 @@ void register_fused_attention(KernelRegistry& r);  // fused_attention.cpp
 
 void register_fused(KernelRegistry& r) {
   using fused::make_fused;
-  r.add({"FusedConv", "kiln", 1, 1 << 30, "cpu.FusedConv.f32", fused::check_f32, [](const ir::Node& n, KernelInit& i) {
-           return make_fused(n, i, "Conv", 11, 3, false);
-         }});
   r.add({"FusedGemm", "kiln", 1, 1 << 30, "cpu.FusedGemm.f32", fused::check_f32, [](const ir::Node& n, KernelInit& i) {
            return make_fused(n, i, "Gemm", 13, 3, false);
          }});

@@ -11,6 +11,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "backends/cpu/conv_shapes.h"
+#include "backends/cpu/fused_common.h"
 #include "backends/cpu/nn_common.h"
 #include "backends/staged_kernel.h"
 #include "ops/nn.h"
@@ -247,13 +248,53 @@ struct ConvAttrs {
   ops::WindowAttrs w;
   int64_t group = 1;
   // channels_last (passes/channels_last.cpp, kiln.FusedConv of CPU engines): X [N,H,W,C],
-  // W [M,kh,kw,C/group], Y [N,OH,OW,M]; run by oneDNN's primitive with NHWC buffers, so a chain of
-  // convolutions needs no reorder between layers.
+  // W [M,kh,kw,C/group], Y [N,OH,OW,M]; run by oneDNN's primitive on the NHWC buffers themselves
+  // (no reorder into a blocked layout and back around each layer) where oneDNN has a kernel for them.
   bool nhwc = false;
+  // kiln.FusedConv: Y = act(conv(X, W) + B + Z), Z (input 3, optional) a residual of Y's shape. oneDNN
+  // applies both as post-ops where it can (no pass over Y after the convolution); otherwise the
+  // epilogue below does.
+  bool fused = false;
+  Activation act;
 };
 
 ConvAttrs parse_conv(const ir::Node& n) {
-  return {ops::parse_window_attrs(n), n.attr_int("group", 1), n.attr_int("channels_last", 0) != 0};
+  ConvAttrs a;
+  a.w = ops::parse_window_attrs(n);
+  a.group = n.attr_int("group", 1);
+  a.nhwc = n.attr_int("channels_last", 0) != 0;
+  return a;
+}
+
+Expected<ConvAttrs> parse_fused_conv(const ir::Node& n) {
+  ConvAttrs a = parse_conv(n);
+  a.fused = true;
+  std::string why;
+  if (!read_activation(n, &a.act, &why)) return invalid_model(n.describe() + ": " + why);
+  return a;
+}
+
+// The oneDNN eltwise post-op computing `act` as kiln's epilogue does (same function; oneDNN's
+// vectorized transcendental approximations are within float32 rounding of kiln's), or nothing.
+// HardSigmoid has no oneDNN 2.x algorithm; a Clip with min > max is left to kiln's definition.
+std::optional<std::tuple<dnnl::algorithm, float, float>> dnnl_eltwise(const Activation& act) {
+  using alg = dnnl::algorithm;
+  switch (act.kind) {
+    case ActKind::kRelu: return std::make_tuple(alg::eltwise_relu, 0.0f, 0.0f);
+    case ActKind::kLeakyRelu: return std::make_tuple(alg::eltwise_relu, act.a, 0.0f);
+    case ActKind::kClip:
+      if (!(act.a <= act.b)) return std::nullopt;
+      return std::make_tuple(alg::eltwise_clip, act.a, act.b);
+    case ActKind::kSigmoid: return std::make_tuple(alg::eltwise_logistic, 0.0f, 0.0f);
+    case ActKind::kTanh: return std::make_tuple(alg::eltwise_tanh, 0.0f, 0.0f);
+    case ActKind::kHardSwish: return std::make_tuple(alg::eltwise_hardswish, 0.0f, 0.0f);
+    case ActKind::kSilu: return std::make_tuple(alg::eltwise_swish, 1.0f, 0.0f);
+    case ActKind::kGelu: return std::make_tuple(alg::eltwise_gelu_erf, 0.0f, 0.0f);
+    case ActKind::kGeluTanh: return std::make_tuple(alg::eltwise_gelu_tanh, 0.0f, 0.0f);
+    case ActKind::kHardSigmoid:
+    case ActKind::kNone: return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 Shape nchw_of(const Shape& s) { return s.size() == 4 ? Shape{s[0], s[3], s[1], s[2]} : s; }
@@ -271,8 +312,10 @@ struct DnnlConv {
   dnnl::convolution_forward conv;
   dnnl::memory::desc src_user_md, dst_user_md, src_md, dst_md, bias_md, scratch_md;
   dnnl::memory weights;            // reordered for the primitive
-  dnnl::reorder src_in, dst_out;   // when the primitive's layouts differ from NCHW
+  dnnl::reorder src_in, dst_out;   // when the primitive's layouts differ from the tensors'
   bool reorder_src = false, reorder_dst = false, bias = false;
+  bool post_act = false;  // the primitive applies the fused activation
+  bool post_sum = false;  // the primitive adds the residual (Y holds Z when it starts)
   size_t src_off = 0, dst_off = 0, scratch_off = 0, workspace = 0;
   dnnl::stream strm;
   dnnl::memory src_user, dst_user, src, dst, scratch, bias_mem;
@@ -287,7 +330,12 @@ bool dnnl_eligible(const ReshapeContext& rc, const ConvShapes& s) {
          (rc.in.size() <= 2 || !rc.in[2].present || rc.in[2].dtype == DataType::kFloat32);
 }
 
-Expected<std::shared_ptr<DnnlConv>> make_dnnl_conv(const ReshapeContext& rc, const ConvShapes& s, bool nhwc = false) {
+// `direct`: the primitive takes the tensors' own layout (NHWC) for X and Y rather than the layout it
+// prefers; the caller retries without when that gives oneDNN's reference kernel. `residual`: the
+// node adds Z; a sum post-op does so only with `direct` (Y's buffer must hold Z in the primitive's
+// layout), and otherwise the activation is left to the epilogue too (it follows the sum).
+Expected<std::shared_ptr<DnnlConv>> make_dnnl_conv(const ReshapeContext& rc, const ConvShapes& s, bool nhwc,
+                                                   const ConvAttrs& a, bool direct, bool residual) {
   using dnnl::memory;
   using tag = memory::format_tag;
   const auto f32 = memory::data_type::f32;
@@ -297,11 +345,23 @@ Expected<std::shared_ptr<DnnlConv>> make_dnnl_conv(const ReshapeContext& rc, con
     const memory::desc w_user(g.weights, f32, g.weights_tag);
     d->src_user_md = memory::desc(g.src, f32, g.data_tag);
     d->dst_user_md = memory::desc(g.dst, f32, g.data_tag);
-    const memory::desc src_any(g.src, f32, tag::any), dst_any(g.dst, f32, tag::any), w_any(g.weights, f32, tag::any);
+    const tag data = direct ? g.data_tag : tag::any;
+    const memory::desc src_any(g.src, f32, data), dst_any(g.dst, f32, data), w_any(g.weights, f32, tag::any);
     d->bias = rc.in.size() > 2 && rc.in[2].present;
     d->bias_md = memory::desc({s.M}, f32, tag::x);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    // act(conv + B + Z): the sum first, then the activation.
+    dnnl::post_ops ops;
+    d->post_sum = residual && direct;
+    if (d->post_sum) ops.append_sum(1.0f);
+    if (a.fused && (!residual || d->post_sum)) {  // the activation follows the residual
+      if (const auto e = dnnl_eltwise(a.act)) {
+        ops.append_eltwise(1.0f, std::get<0>(*e), std::get<1>(*e), std::get<2>(*e));
+        d->post_act = true;
+      }
+    }
+    if (ops.len() > 0) attr.set_post_ops(ops);
     const auto desc = d->bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                                 dnnl::algorithm::convolution_direct, src_any, w_any,
                                                                 d->bias_md, dst_any, g.strides, g.dil, g.pad_l, g.pad_r)
@@ -309,6 +369,8 @@ Expected<std::shared_ptr<DnnlConv>> make_dnnl_conv(const ReshapeContext& rc, con
                                                                 dnnl::algorithm::convolution_direct, src_any, w_any,
                                                                 dst_any, g.strides, g.dil, g.pad_l, g.pad_r);
     const dnnl::convolution_forward::primitive_desc pd(desc, attr, dnnl_cpu());
+    if (direct && std::string(pd.impl_info_str()).find("ref") != std::string::npos)
+      return unsupported(rc.node.describe() + ": oneDNN has only its reference kernel for this layout");
     d->conv = dnnl::convolution_forward(pd);
     d->src_md = pd.src_desc();
     d->dst_md = pd.dst_desc();
@@ -355,8 +417,9 @@ Expected<std::shared_ptr<DnnlConv>> make_dnnl_conv(const ReshapeContext& rc, con
   return d;
 }
 
-Status run_dnnl_conv(const DnnlConv& d, const Tensor& x, const float* bias, Tensor& y, void* workspace) {
+Status run_dnnl_conv(const DnnlConv& d, const Tensor& x, const float* bias, const Tensor* z, Tensor& y, void* workspace) {
   char* ws = static_cast<char*>(workspace);
+  if (d.post_sum && z->raw() != y.raw()) std::memcpy(y.raw(), z->raw(), y.nbytes());
   auto ok = [](dnnl_status_t st) { return st == dnnl_success; };
   bool good = ok(dnnl_memory_set_data_handle(d.src_user.get(), const_cast<void*>(x.raw()))) &&
               ok(dnnl_memory_set_data_handle(d.dst_user.get(), y.raw())) &&
@@ -371,6 +434,12 @@ Status run_dnnl_conv(const DnnlConv& d, const Tensor& x, const float* bias, Tens
          (!d.reorder_dst || exec(d.dst_out, d.dst_args)) && ok(dnnl_stream_wait(d.strm.get()));
   return good ? Status::Ok() : runtime_error("the oneDNN convolution failed");
 }
+
+// Whether a channels-last convolution runs on the NHWC tensors by default. Measured with oneDNN 2.6's
+// AVX2 kernels at 1 thread (bench/results/cpu_tuning.md): pointwise and depthwise kernels run as fast
+// on NHWC as on the blocked layout, so the two reorders are pure cost (MobileNetV2 12.1 -> 10.4 ms);
+// dense KxK kernels take 1.5-1.8x as long on NHWC (ResNet-50's 3x3 layers), more than the reorders.
+bool nhwc_direct_first(const ConvShapes& s) { return is_pointwise(s.g) || is_depthwise(s); }
 
 struct ConvState {
   ConvShapes s;
@@ -388,10 +457,20 @@ Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
   if (rc.in.size() > 2 && rc.in[2].present && shape_numel(rc.in[2].shape) != st->s.M)
     return rc.error("B must have M = " + std::to_string(st->s.M) + " entries");
   rc.out[0] = {rc.in[0].dtype, a.nhwc ? Shape{st->s.y[0], st->s.y[2], st->s.y[3], st->s.y[1]} : st->s.y};
+  const bool residual = a.fused && rc.in.size() > 3 && rc.in[3].present;
+  if (residual && (rc.in[3].shape != rc.out[0].second || rc.in[3].dtype != DataType::kFloat32))
+    return rc.error("the residual must be float32 of the output's shape " + shape_to_string(rc.out[0].second));
   if (a.nhwc) {
-    // Channels-last runs only as oneDNN's primitive (the pass converts only what it takes).
+    // Channels-last runs only as oneDNN's primitive (the pass converts only what it takes), on the
+    // NHWC tensors themselves ("onednn-direct") or through oneDNN's blocked layout with a reorder in
+    // and out ("onednn-blocked"); the tuner times both (conv_tactics), and the untuned choice is
+    // nhwc_direct_first's. A direct primitive that would be oneDNN's reference kernel falls back.
     if (!dnnl_eligible(rc, st->s)) return rc.error("channels_last convolutions need float32 and constant weights");
-    KILN_ASSIGN_OR_RETURN(st->dnnl, make_dnnl_conv(rc, st->s, true));
+    const bool direct = rc.tactic == "onednn-direct" || (rc.tactic != "onednn-blocked" && nhwc_direct_first(st->s));
+    auto d = make_dnnl_conv(rc, st->s, true, a, direct, residual);
+    if (!d.ok() && direct) d = make_dnnl_conv(rc, st->s, true, a, false, residual);
+    KILN_RETURN_IF_ERROR(d.status());
+    st->dnnl = std::move(d).value();
     rc.workspace_bytes = st->dnnl->workspace;
     rc.state = std::move(st);
     return Status::Ok();
@@ -404,7 +483,7 @@ Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
   // GEMM for 1x1 windows (no im2col there) and when oneDNN has no primitive for the problem.
   const bool own_choice = rc.tactic.empty() || rc.tactic == "default";
   if ((rc.tactic == "onednn" || (own_choice && !is_pointwise(st->s.g))) && dnnl_eligible(rc, st->s)) {
-    auto d = make_dnnl_conv(rc, st->s);
+    auto d = make_dnnl_conv(rc, st->s, false, a, false, residual);
     if (d.ok()) {
       st->dnnl = std::move(d).value();
       rc.workspace_bytes = st->dnnl->workspace;
@@ -422,6 +501,13 @@ Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
 }
 
 std::vector<std::string> conv_tactics(const ReshapeContext& rc, const ConvAttrs& a) {
+  if (a.nhwc && rc.in.size() >= 2 && rc.in[0].present && rc.in[1].present && rc.in[0].shape.size() == 4 &&
+      rc.in[1].shape.size() == 4) {
+    ConvShapes s;
+    if (!conv_shapes(rc, a.w, a.group, nchw_of(rc.in[0].shape), nchw_of(rc.in[1].shape), s).ok()) return {};
+    if (nhwc_direct_first(s)) return {"onednn-direct", "onednn-blocked"};
+    return {"onednn-blocked", "onednn-direct"};
+  }
   if (a.nhwc || rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present || rc.in[0].dtype != DataType::kFloat32) return {};
   ConvShapes s;
   if (!conv_shapes(rc, a.w, a.group, rc.in[0].shape, rc.in[1].shape, s).ok()) return {};
@@ -435,14 +521,37 @@ std::vector<std::string> conv_tactics(const ReshapeContext& rc, const ConvAttrs&
   return r;
 }
 
-Status conv_kernel(KernelContext& ctx, const ConvAttrs&) {
+// FusedConv's epilogue where oneDNN did not apply it: y += Z, then y = act(y).
+void fused_conv_epilogue(KernelContext& ctx, const ConvAttrs& a, const DnnlConv* d, Tensor& y) {
+  if (!a.fused) return;
+  if (ctx.num_inputs() > 3 && ctx.has_input(3) && !(d && d->post_sum)) {
+    const float* pz = ctx.input(3).data<float>();
+    float* py = y.data<float>();
+    parallel_for(y.numel(), 1 << 14, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) py[i] += pz[i];
+    });
+  }
+  if (!(d && d->post_act)) fused::apply_epilogue(y.data<float>(), y.numel(), 1, nullptr, a.act);
+}
+
+Status conv_kernel(KernelContext& ctx, const ConvAttrs& a) {
   const ConvState& st = shape_state<ConvState>(ctx);
   const Tensor& x = ctx.input(0);
   const Tensor& w = ctx.input(1);
   Tensor& y = ctx.output(0);
   if (st.dnnl) {
-    Status r = run_dnnl_conv(*st.dnnl, x, ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr, y, ctx.workspace());
-    return r.ok() ? r : ctx.error(r.message());
+    const Tensor* z = ctx.num_inputs() > 3 && ctx.has_input(3) ? &ctx.input(3) : nullptr;
+    Status r = run_dnnl_conv(*st.dnnl, x, ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr, z, y, ctx.workspace());
+    if (!r.ok()) return ctx.error(r.message());
+    fused_conv_epilogue(ctx, a, st.dnnl.get(), y);
+    return Status::Ok();
+  }
+  if (a.fused) {
+    if (x.dtype() != DataType::kFloat32 || w.dtype() != DataType::kFloat32) return ctx.error("float32 only");
+    conv_forward<float>(st.s, x.data<float>(), w.data<float>(), ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr,
+                        y.data<float>(), static_cast<float*>(ctx.workspace()), st.cb);
+    fused_conv_epilogue(ctx, a, nullptr, y);
+    return Status::Ok();
   }
   if (x.dtype() == DataType::kFloat32 && w.dtype() == DataType::kFloat32 &&
       (!ctx.has_input(2) || ctx.input(2).dtype() == DataType::kFloat32)) {
@@ -571,7 +680,7 @@ Expected<KernelPtr> make_conv(const ir::Node& n, KernelInit&) {
 }
 
 Expected<KernelPtr> make_staged_conv(const ir::Node& n, KernelInit&) {
-  ConvAttrs a = parse_conv(n);
+  KILN_ASSIGN_OR_RETURN(ConvAttrs a, n.op_type == "FusedConv" ? parse_fused_conv(n) : Expected<ConvAttrs>(parse_conv(n)));
   return make_staged([a](ReshapeContext& rc) { return conv_reshape(rc, a); },
                      [a](KernelContext& ctx) { return conv_kernel(ctx, a); },
                      [a](const ReshapeContext& rc) { return conv_tactics(rc, a); });
@@ -582,6 +691,17 @@ Expected<KernelPtr> make_staged_conv(const ir::Node& n, KernelInit&) {
 void register_conv(KernelRegistry& r) {
   auto real = [](const ir::Node& n) { return require_real(n, 0); };
   r.add({"Conv", "", 1, 1 << 30, "cpu.Conv.any.im2col_sgemm", real, make_staged_conv});
+  // kiln.FusedConv (passes/fuse_activation.cpp): the same kernel with its epilogue; float32 only.
+  r.add({"FusedConv", "kiln", 1, 1 << 30, "cpu.FusedConv.f32",
+         [](const ir::Node& n) -> std::string {
+           std::string why;
+           Activation act;
+           if (!read_activation(n, &act, &why)) return why;
+           for (const ir::Value* v : n.inputs)
+             if (v && v->type.dtype != DataType::kFloat32) return "float32 only";
+           return "";
+         },
+         make_staged_conv});
   r.add({"ConvTranspose", "", 1, 1 << 30, "cpu.ConvTranspose.any.sgemm_col2im", real, make_conv<conv_transpose_kernel>});
   r.add({"ConvInteger", "", 10, 1 << 30, "cpu.ConvInteger.i8.im2col", nullptr, make_conv<conv_integer_kernel>});
   r.add({"QLinearConv", "", 10, 1 << 30, "cpu.QLinearConv.i8.im2col", nullptr, make_conv<qlinear_conv_kernel>});
