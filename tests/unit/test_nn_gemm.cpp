@@ -221,8 +221,8 @@ TEST(NnShapeInfer, MatMulAndGemm) {
 }
 
 // The "packed" tactic's kernel (backends/cpu/packed_gemm.h) against a double reference: tile edges
-// in M (not a multiple of 6) and N (not a multiple of 16), k blocks (K past 256, not a multiple of
-// it), K = 0, B transposed or not, with and without a bias row, strided A and C, 1 and 2 threads.
+// in M (not a multiple of 6) and N (not a multiple of 16), one k block (K up to 1024), several equal
+// ones (K past 1024: 1500 = 2 x 750, 2305 = 3 x 577 + 574), K = 0, B transposed or not, with and without a bias row, strided A and C, 1 and 2 threads.
 #include <omp.h>
 
 #include "backends/cpu/packed_gemm.h"
@@ -233,7 +233,8 @@ TEST(NnPackedGemm, MatchesDoubleReference) {
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   struct Case { int64_t M, K, N; };
   for (const Case cs : {Case{1, 1, 1}, Case{5, 7, 3}, Case{6, 16, 16}, Case{7, 257, 17}, Case{13, 300, 33},
-                        Case{97, 513, 130}, Case{200, 40, 300}, Case{3, 0, 20}})
+                        Case{97, 513, 130}, Case{200, 40, 300}, Case{3, 0, 20},
+                        Case{11, 1500, 40}, Case{9, 2305, 18}})
     for (bool transposed : {false, true})
       for (bool with_bias : {false, true})
         for (int threads : {1, 2}) {
