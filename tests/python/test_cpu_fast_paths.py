@@ -215,3 +215,35 @@ def test_fused_convolution_epilogues_match_the_unfused_graph(monkeypatch, act, a
     want = kiln.Engine.build_from_bytes(m, opt_level=0).create_context().run({"x": x})[0]
     assert got.shape == want.shape == (2, 16, 9, 11)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("axis,scale_shape,with_bias", [(-1, (24,), True), (-1, (24,), False), (-2, (5, 24), True),
+                                                        (1, (5, 24), True), (-2, (1, 24), True)])
+def test_float32_layer_norm_rows_match_the_double_kernel(axis, scale_shape, with_bias):
+    """float32 LayerNormalization with float32 Scale/B of the normalized dims runs the vectorized row
+    (norm_rows.h; a Scale that broadcasts, (1, 24) over (5, 24), takes the general kernel); float64
+    runs the general kernel. Y, Mean and InvStdDev agree within float32
+    rounding, rows with a large offset included (a one-pass variance would lose them)."""
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((3, 5, 24)) + 1e3 * rng.standard_normal((3, 5, 1))).astype(np.float32)
+    scale = rng.standard_normal(scale_shape).astype(np.float32)
+    bias = rng.standard_normal(scale_shape).astype(np.float32)
+
+    def run_ln(dtype):
+        t = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+        inits = [numpy_helper.from_array(scale.astype(dtype), "s")]
+        ins = ["x", "s"]
+        if with_bias:
+            inits.append(numpy_helper.from_array(bias.astype(dtype), "b"))
+            ins.append("b")
+        node = helper.make_node("LayerNormalization", ins, ["y", "mean", "inv"], axis=axis, epsilon=1e-3)
+        g = helper.make_graph([node], "ln", [helper.make_tensor_value_info("x", t, list(x.shape))],
+                              [helper.make_tensor_value_info(o, t, None) for o in ("y", "mean", "inv")], initializer=inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+        return kiln.Engine.build_from_bytes(m.SerializeToString(), opt_level=0).create_context().run({"x": x.astype(dtype)})
+
+    y32, mean32, inv32 = run_ln(np.float32)
+    y64, mean64, inv64 = run_ln(np.float64)
+    np.testing.assert_allclose(y32, y64, rtol=1e-5, atol=1e-5 * float(np.abs(y64).max()))
+    np.testing.assert_allclose(mean32, mean64, rtol=1e-6)
+    np.testing.assert_allclose(inv32, inv64, rtol=1e-5)

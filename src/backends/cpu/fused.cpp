@@ -5,6 +5,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/fused_common.h"
+#include "backends/cpu/norm_rows.h"
 #include "backends/inner_context.h"
 #include "backends/staged_kernel.h"
 #include "ops/op_table.h"
@@ -120,28 +121,15 @@ Status skip_layer_norm(KernelContext& ctx, float eps) {
   const float* g = gamma.data<float>();
   const float* be = ctx.has_input(3) ? ctx.input(3).data<float>() : nullptr;
   float* py = y.data<float>();
+  NormRow nr;
+  nr.D = cols;
+  nr.gamma = g;
+  nr.beta = be;
+  nr.eps = eps;
   parallel_for(rows, std::max<int64_t>(1, 4096 / cols), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* x0 = pa + (same ? r * cols : oa[r]);
-      const float* x1 = pb + (same ? r * cols : ob[r]);
-      float* out = py + r * cols;
-      float* s = sum_out ? sum_out + r * cols : out;
-      double mean = 0;
-      for (int64_t c = 0; c < cols; ++c) {
-        s[c] = x0[c] + x1[c];
-        mean += s[c];
-      }
-      mean /= cols;
-      double var = 0;
-      for (int64_t c = 0; c < cols; ++c) {
-        const double d = s[c] - mean;
-        var += d * d;
-      }
-      var /= cols;
-      const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
-      const float m = static_cast<float>(mean);
-      for (int64_t c = 0; c < cols; ++c) out[c] = (s[c] - m) * inv * g[c] + (be ? be[c] : 0.0f);
-    }
+    for (int64_t r = r0; r < r1; ++r)
+      norm_row(nr, pa + (same ? r * cols : oa[r]), pb + (same ? r * cols : ob[r]), sum_out ? sum_out + r * cols : nullptr,
+               py + r * cols);
   });
   return Status::Ok();
 }

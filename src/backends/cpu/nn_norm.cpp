@@ -1,9 +1,11 @@
 // backends/cpu/nn_norm.cpp — BatchNormalization, InstanceNormalization, LayerNormalization,
 // GroupNormalization, RMSNormalization, LRN and MeanVarianceNormalization on the CPU. Statistics
-// accumulate in double.
+// accumulate in double (float32 Layer/RMS normalization as vector reductions: norm_rows.h).
+#include <algorithm>
 #include <cmath>
 
 #include "backends/cpu/nn_common.h"
+#include "backends/cpu/norm_rows.h"
 #include "backends/staged_kernel.h"
 #include "ops/op_table.h"
 
@@ -223,12 +225,55 @@ struct LastDimsAttrs {
   bool rms = false;
 };
 
+// Whether `t` holds exactly `inner`'s elements in order: its shape is `inner`'s trailing dims and
+// the dims before them are 1 (what broadcasting it to `inner` leaves as it is).
+bool matches_inner(const Tensor& t, const Shape& inner) {
+  const Shape& s = t.shape();
+  if (s.size() > inner.size()) return false;
+  const size_t lead = inner.size() - s.size();
+  for (size_t d = 0; d < lead; ++d)
+    if (inner[d] != 1) return false;
+  return std::equal(s.begin(), s.end(), inner.begin() + static_cast<std::ptrdiff_t>(lead));
+}
+
+// float32 with float32 Scale/B of exactly the normalized dims: the vectorized row (norm_rows.h).
+void last_dims_norm_f32(KernelContext& ctx, const LastDimsAttrs& a, int64_t outer, int64_t D, Tensor& y, Tensor* mean_t,
+                        Tensor* inv_t) {
+  NormRow r;
+  r.D = D;
+  r.gamma = ctx.input(1).data<float>();
+  r.beta = !a.rms && ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr;
+  r.eps = a.eps;
+  r.rms = a.rms;
+  const float* x = ctx.input(0).data<float>();
+  float* out = y.data<float>();
+  parallel_for(outer, std::max<int64_t>(1, 4096 / std::max<int64_t>(D, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t row = b; row < e; ++row) {
+      double mean = 0, inv = 0;
+      norm_row(r, x + row * D, nullptr, nullptr, out + row * D, &mean, &inv);
+      if (mean_t) store_as<double>(*mean_t, row, mean);
+      if (inv_t) store_as<double>(*inv_t, row, inv);
+    }
+  });
+}
+
 Status last_dims_norm(KernelContext& ctx, const LastDimsAttrs& a) {
   const Tensor& x = ctx.input(0);
   int64_t axis = a.axis;
   if (!ops::normalize_axis(axis, x.rank())) return ctx.error("axis out of range");
   const Shape inner(x.shape().begin() + axis, x.shape().end());
   const int64_t D = shape_numel(inner), outer = D ? x.numel() / D : shape_numel(Shape(x.shape().begin(), x.shape().begin() + axis));
+  const bool has_b = !a.rms && ctx.has_input(2);
+  if (x.dtype() == DataType::kFloat32 && ctx.input(1).dtype() == DataType::kFloat32 && matches_inner(ctx.input(1), inner) &&
+      (!has_b || (ctx.input(2).dtype() == DataType::kFloat32 && matches_inner(ctx.input(2), inner)))) {
+    Tensor& y = ctx.output(0, x.dtype(), x.shape());
+    Shape stat_shape(x.shape().begin(), x.shape().begin() + axis);
+    stat_shape.resize(x.shape().size(), 1);
+    Tensor* mean_t = !a.rms && ctx.has_output(1) ? &ctx.output(1, a.stash, stat_shape) : nullptr;
+    Tensor* inv_t = !a.rms && ctx.has_output(2) ? &ctx.output(2, a.stash, stat_shape) : nullptr;
+    last_dims_norm_f32(ctx, a, outer, D, y, mean_t, inv_t);
+    return Status::Ok();
+  }
   auto scale = expand_to<double>(ctx.input(1), inner);
   if (!scale.ok()) return ctx.error("Scale: " + scale.status().message());
   std::vector<double> bias;
