@@ -888,7 +888,7 @@ PYBIND11_MODULE(_kiln, m) {
                              "The shape profile of the last run's input shapes.");
 
   py::class_<kiln::Engine, EnginePtr>(m, "Engine")
-      .def_static("build", &engine_build, py::arg("path"), py::arg("device") = "cpu", py::arg("opt_level") = 1,
+      .def_static("build", &engine_build, py::arg("path"), py::arg("device") = "cpu", py::arg("opt_level") = 2,
                   py::arg("verbose") = false, py::arg("precision") = "fp32", py::arg("profiles") = py::none(),
                   py::arg("tune") = py::none(), py::arg("timing_cache") = "", py::arg("int8") = false,
                   py::arg("calibration") = py::none(), py::arg("calibration_method") = "minmax",
@@ -902,13 +902,13 @@ PYBIND11_MODULE(_kiln, m) {
                   "calibration_cache a file of ranges to reuse or write; accuracy_budget > 0 keeps the most sensitive "
                   "products in float32, as few as hold accuracy_metric (rel_l2 or top1) within it.")
       .def_static("build_from_bytes", &engine_build_from_bytes, py::arg("data"), py::arg("device") = "cpu",
-                  py::arg("opt_level") = 1, py::arg("verbose") = false, py::arg("base_dir") = "",
+                  py::arg("opt_level") = 2, py::arg("verbose") = false, py::arg("base_dir") = "",
                   py::arg("precision") = "fp32", py::arg("profiles") = py::none(), py::arg("tune") = py::none(),
                   py::arg("timing_cache") = "", py::arg("int8") = false, py::arg("calibration") = py::none(),
                   py::arg("calibration_method") = "minmax", py::arg("calibration_percentile") = 99.99,
                   py::arg("calibration_cache") = "", py::arg("accuracy_budget") = 0.0, py::arg("accuracy_metric") = "rel_l2",
                   "Same as build() from serialized ModelProto bytes; external data resolves under base_dir.")
-      .def_static("open", &engine_open, py::arg("path"), py::arg("device") = "cpu", py::arg("opt_level") = 1,
+      .def_static("open", &engine_open, py::arg("path"), py::arg("device") = "cpu", py::arg("opt_level") = 2,
                   py::arg("verbose") = false, py::arg("precision") = "fp32", py::arg("profiles") = py::none(),
                   py::arg("tune") = py::none(), py::arg("timing_cache") = "",
                   "Builds an .onnx file or loads an engine file (by its magic).")

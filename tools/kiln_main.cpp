@@ -639,14 +639,14 @@ static int kiln_main(int argc, char** argv) {
 
   // build
   std::string build_path, build_out, build_device = "cpu";
-  int opt_level = 1;
+  int opt_level = 2;
   bool verbose = false, build_no_check = false;
   double build_check_rtol = 5e-2;
   auto* build = app.add_subcommand("build", "Build an engine file from an ONNX model");
   build->add_option("model", build_path, "model.onnx")->required();
   build->add_option("-o,--output", build_out, "engine file to write (default: model.kiln)");
   build->add_option("--device", build_device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
-  build->add_option("--opt-level", opt_level, "0 none, 1 folding/cleanup, 2 + fusions, 3 + aggressive")->check(CLI::Range(0, 3));
+  build->add_option("--opt-level", opt_level, "0 none, 1 folding/cleanup, 2 + fusions (default), 3 + aggressive")->check(CLI::Range(0, 3));
   build->add_flag("-v,--verbose", verbose, "log optimizer and planner decisions");
   build->add_flag("--no-accuracy-check", build_no_check,
                   "skip running a reduced-precision engine against a float32 engine after the build");

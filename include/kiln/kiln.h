@@ -88,7 +88,9 @@ struct BuildProgress {
 struct BuildOptions {
   DeviceType device = DeviceType::kCPU;
   Precision precision = Precision::kFloat32;
-  int opt_level = 1;          // 0: none; 1: folding and cleanup; 2: + fusions (kiln's fused kernels); 3: + aggressive
+  // 0: none; 1: folding and cleanup; 2 (default, as ONNX Runtime's ORT_ENABLE_ALL): + fusions into kiln's fused
+  // kernels; 3: + aggressive (as 2 for now)
+  int opt_level = 2;
   bool verbose = false;       // log each planning decision (and each tuned layer's candidates) to stderr
   std::vector<ShapeProfile> profiles;  // empty: one profile, the declared shapes (dynamic dims 1 to any)
   // Auto-tuning: time each layer's candidate tactics on the device, keep the fastest that computes

@@ -1,6 +1,8 @@
 """Tuning from the command line and Python: `kiln build --tune` with shape profiles and a timing cache,
 `kiln inspect` on the engine (the chosen tactics), `kiln cache merge/info`, progress lines, and the
-same options through kiln.Engine.build. CPU engines (their convolutions offer tactics at batch > 1);
+same options through kiln.Engine.build. CPU engines at opt level 1, where the model's convolutions stay
+plain channels-first Convs that offer their batch schedules as tactics at batch > 1 (level 2, the
+default, runs them fused and channels-last: tests/unit/test_tuning.cpp's ChannelsLastConvolutionTactics);
 the CUDA side runs on the GPU machine (tests/gpu/tuning_check.sh)."""
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def depthwise_model(path):
 def test_build_tunes_and_inspect_shows_tactics(tmp_path):
     engine = tmp_path / "m.kiln"
     cache = tmp_path / "cache.txt"
-    code, out, err = kiln("build", EXAMPLE, "-o", str(engine), "--tune", "--timing-cache", str(cache),
+    code, out, err = kiln("build", EXAMPLE, "-o", str(engine), "--opt-level", "1", "--tune", "--timing-cache", str(cache),
                           "--min-shapes", "image:1x3x32x32", "--opt-shapes", "image:4x3x32x32", "--max-shapes", "image:8x3x32x32",
                           "-v")
     assert code == 0, out + err
@@ -90,7 +92,8 @@ def gemm_tactics(cache_info: str) -> int:
 def test_cache_merge(tmp_path):
     a, b, c = tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "c.txt"
     for cache, opt in ((a, "4"), (b, "6")):
-        code, out, err = kiln("build", EXAMPLE, "-o", str(tmp_path / "m.kiln"), "--tune", "--timing-cache", str(cache), "-q",
+        code, out, err = kiln("build", EXAMPLE, "-o", str(tmp_path / "m.kiln"), "--opt-level", "1", "--tune",
+                              "--timing-cache", str(cache), "-q",
                               "--min-shapes", "image:1x3x32x32", "--opt-shapes", f"image:{opt}x3x32x32",
                               "--max-shapes", "image:8x3x32x32")
         assert code == 0, out + err
@@ -106,7 +109,7 @@ def test_python_build_options(tmp_path):
 
     path = depthwise_model(tmp_path / "dw.onnx")
     cache = str(tmp_path / "cache.txt")
-    e = k.Engine.build(path, tune=True, timing_cache=cache,
+    e = k.Engine.build(path, opt_level=1, tune=True, timing_cache=cache,
                        profiles=[{"x": ((1, 8, 16, 16), (1, 8, 16, 16), (2, 8, 16, 16))},
                                  {"x": ((3, 8, 16, 16), (4, 8, 16, 16), (8, 8, 16, 16))}])
     assert e.profiles[1]["x"] == ([3, 8, 16, 16], [4, 8, 16, 16], [8, 8, 16, 16])
@@ -114,7 +117,7 @@ def test_python_build_options(tmp_path):
     x = np.random.default_rng(1).standard_normal((4, 8, 16, 16)).astype(np.float32)
     (y,) = ctx.run({"x": x})
     assert ctx.active_profile == 1
-    ref = k.Engine.build(path, tune=False).create_context().run({"x": x})[0]
+    ref = k.Engine.build(path, opt_level=1, tune=False).create_context().run({"x": x})[0]
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
     with pytest.raises(Exception, match="outside every shape profile"):
         ctx.run({"x": np.zeros((9, 8, 16, 16), np.float32)})

@@ -57,6 +57,7 @@ ShapeProfile batch_profile(int64_t lo, int64_t opt, int64_t hi) {
 BuildOptions tuned_with_cache(const std::string& path, ShapeProfile p) {
   std::remove(path.c_str());
   BuildOptions o;
+  o.opt_level = 1;  // the model as written: plain Conv nodes with their channels-first tactics
   o.profiles = {std::move(p)};
   o.tune = 1;
   o.timing_cache = path;
@@ -75,6 +76,7 @@ std::map<std::string, std::vector<std::string>> tactics_of(const Engine& e) {
 
 TEST(Tuning, CpuConvolutionsGetTimedTacticsThatComputeTheSameResult) {
   BuildOptions o;
+  o.opt_level = 1;  // plain Conv nodes (level 2 fuses them channels-last: ChannelsLastConvolutionTactics below)
   o.profiles = {batch_profile(1, 4, 8)};
   o.tune = 1;
   auto tuned = Engine::build(kExample, o);
@@ -110,6 +112,7 @@ TEST(Tuning, CpuConvolutionsGetTimedTacticsThatComputeTheSameResult) {
 
 TEST(Tuning, EachProfileIsTunedAndChosenByInputShape) {
   BuildOptions o;
+  o.opt_level = 1;
   o.profiles = {batch_profile(1, 1, 2), batch_profile(3, 6, 16)};
   o.tune = 1;
   auto e = Engine::build(kExample, o);
@@ -366,5 +369,47 @@ TEST(Tuning, OneDnnConvolutionTacticMatchesIm2col) {
   auto loaded = Engine::load_from_bytes(*(*e)->serialize());
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   EXPECT_EQ(run(**loaded, x), a);
+  std::remove(path.c_str());
+}
+
+// At opt level 2 the example's convolutions run fused and channels-last: the tuner times oneDNN's
+// primitive on the NHWC tensors ("onednn-direct") against its blocked layout ("onednn-blocked"), and
+// either choice, forced through the timing cache, computes the untuned engine's result.
+TEST(Tuning, ChannelsLastConvolutionTactics) {
+  const std::string path = temp_path("nhwc.txt");
+  BuildOptions o = tuned_with_cache(path, batch_profile(2, 2, 2));
+  o.opt_level = 2;
+  ASSERT_TRUE(Engine::build(kExample, o).ok());
+  auto cache = TimingCache::read(path);
+  ASSERT_TRUE(cache.ok());
+  int convs = 0;
+  for (const auto& [layer, tactics] : cache->layers)
+    if (tactics.count("onednn-direct")) {
+      EXPECT_TRUE(tactics.count("onednn-blocked")) << layer;
+      ++convs;
+    }
+  EXPECT_EQ(convs, 3);
+  BuildOptions plain_o = o;
+  plain_o.tune = 0;
+  plain_o.timing_cache.clear();
+  auto plain = Engine::build(kExample, plain_o);
+  ASSERT_TRUE(plain.ok());
+  const Tensor x = images(2, 5);
+  const auto want = run(**plain, x);
+  for (const std::string forced : {"onednn-direct", "onednn-blocked"}) {
+    TimingCache edited = *cache;
+    for (auto& [layer, tactics] : edited.layers)
+      for (auto& [name, ms] : tactics) ms = name == forced ? 1e-6 : 1.0;
+    ASSERT_TRUE(edited.write(path).ok());
+    auto e = Engine::build(kExample, o);
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    int chosen = 0;
+    for (const auto& [node, t] : tactics_of(**e))
+      if (t[0] == forced) ++chosen;
+    EXPECT_EQ(chosen, 3) << forced;
+    const auto got = run(**e, x);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << forced << " " << i;
+  }
   std::remove(path.c_str());
 }
