@@ -42,7 +42,7 @@ bool same_dim(const ir::Dim& a, const ir::Dim& b) {
 
 // True when dim i of x is dim i of `from` by construction: x is `from`, or made from it (a few steps
 // back) by ops that keep the leading dims — a MatMul by a 2-D matrix, a norm, an elementwise op whose
-// other operands have a lower rank. (Exports read the batch size once, from one tensor, and its
+// other operands have a lower rank, a Split along a later axis (whose outputs share the dims). (Exports read the batch size once, from one tensor, and its
 // dims are often unnamed by then: "?" cannot be compared.)
 bool keeps_leading_dim(const ir::Value* x, const ir::Value* from, int i, int depth = 0) {
   if (x == from) return true;
@@ -50,6 +50,14 @@ bool keeps_leading_dim(const ir::Value* x, const ir::Value* from, int i, int dep
   if (!p || depth > 4 || !x->type.shape.known || i >= x->type.shape.rank() - 1 || !p->has_input(0)) return false;
   const ir::Value* a = p->inputs[0];
   if (!a->type.shape.known || a->type.shape.rank() != x->type.shape.rank()) return false;
+  // Split along another axis (GPT-2's fused QKV projection split in three): every output keeps its
+  // input's dim i, so it shares it with its sibling outputs.
+  if (p->domain.empty() && p->op_type == "Split") {
+    int64_t axis = p->attr_int("axis", 0);
+    if (axis < 0) axis += a->type.shape.rank();
+    if (axis == i) return false;
+    return from->producer == p || keeps_leading_dim(a, from, i, depth + 1);
+  }
   const bool matmul = p->op_type == "MatMul" || (p->domain == "kiln" && (p->op_type == "FusedMatMul" || p->op_type == "F8MatMul"));
   if (matmul) {  // F8MatMul's B8 is [N, K]: 2-D as well
     const auto& b = p->inputs.size() > 1 && p->inputs[1] ? p->inputs[1]->type.shape : ir::SymShape();

@@ -471,6 +471,60 @@ TEST(Passes, SkipLayerNormBroadcastsEmbeddings) {
   check(b, {{{"kiln.SkipLayerNorm", 1}, {"Add", 0}, {"LayerNormalization", 0}}, {{"fuse-skip-layer-norm", 1}}});
 }
 
+// GPT-2 as transformers 5 exports it: one Gemm for Q, K and V on the flattened rows, reshaped back
+// to [batch, seq, 3E] (dims unnamed from there on) and Split in three; the V heads' reshape reads its
+// batch and sequence sizes from K's shape (its Split sibling). Symbolic batch and sequence dims.
+TEST(Passes, AttentionAfterASplitQkvProjection) {
+  Builder b;
+  const int64_t H = 3, D = 2, E = H * D;
+  ir::Value* x = b.g->add_value("x", ir::Type::tensor(DataType::kFloat32, ir::SymShape({ir::Dim("batch"), ir::Dim("seq"), E})));
+  x->is_input = true;
+  b.g->inputs.push_back(x);
+  auto dim0 = [&](ir::Value* of, int64_t i) {  // a 1-element shape value (Gather of a 1-element index)
+    return b.node("Gather", {b.node("Shape", {of}), b.ints({i})}, {{"axis", attr_int(0)}});
+  };
+  ir::Value* rows = b.node("Reshape", {x, b.ints({-1, E})});
+  ir::Value* qkv2 = b.node("Gemm", {rows, b.floats({E, 3 * E}), b.floats({3 * E})});
+  ir::Value* qkv = b.node("Reshape", {qkv2, b.node("Concat", {dim0(x, 0), dim0(x, 1), b.ints({3 * E})}, {{"axis", attr_int(0)}})});
+  std::vector<ir::Value*> outs;
+  {
+    std::vector<ir::Value*> o;
+    for (int i = 0; i < 3; ++i) o.push_back(b.g->new_value("Split"));
+    ir::Node* n = b.g->add_node("Split", "", {qkv, b.ints({E, E, E})}, o);
+    n->attrs["axis"] = attr_int(2);
+    n->opset = b.opset;
+    ASSERT_TRUE(ops::infer_node(*n).ok());
+    outs = o;
+  }
+  ir::Value *q = outs[0], *k = outs[1], *v = outs[2];
+  auto heads = [&](ir::Value* t, ir::Value* sizes_of, std::vector<int64_t> perm) {
+    ir::Value* shape = b.node("Concat", {dim0(sizes_of, 0), dim0(sizes_of, 1), b.ints({H}), b.ints({D})}, {{"axis", attr_int(0)}});
+    return b.node("Transpose", {b.node("Reshape", {t, shape})}, {{"perm", attr_ints(perm)}});
+  };
+  ir::Value* s = b.node("Mul", {b.node("MatMul", {heads(q, q, {0, 2, 1, 3}), heads(k, k, {0, 2, 3, 1})}), b.scalar(0.5f)});
+  ir::Value* p = b.node("Softmax", {s}, {{"axis", attr_int(-1)}});
+  ir::Value* ctx = b.node("Transpose", {b.node("MatMul", {p, heads(v, k, {0, 2, 1, 3})})}, {{"perm", attr_ints({0, 2, 1, 3})}});
+  ir::Value* y = b.node("Reshape", {ctx, b.node("Concat", {dim0(ctx, 0), dim0(ctx, 1), b.ints({E})}, {{"axis", attr_int(0)}})});
+  b.output(y);
+  auto opt = b.g->clone();
+  passes::PassOptions po = builder_pass_options(2, nullptr);
+  passes::OptimizeStats stats;
+  ASSERT_TRUE(passes::optimize(*opt, po, &stats).ok());
+  EXPECT_EQ(stats.fired["fuse-attention"], 1) << opt->to_string();
+  EXPECT_EQ(op_counts(*opt)["Softmax"], 0);
+  // The same numbers as the unfused graph, at batch 2, sequence 5.
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-2, 2);
+  Tensor xt = Tensor::empty(DataType::kFloat32, {2, 5, E});
+  for (int64_t i = 0; i < xt.numel(); ++i) xt.data<float>()[i] = u(rng);
+  const auto want = run(*b.g, {{"x", xt}}), got = run(*opt, {{"x", xt}});
+  ASSERT_EQ(got.size(), 1u);
+  const Tensor& w = want.begin()->second;
+  const Tensor& g2 = got.begin()->second;
+  ASSERT_EQ(g2.shape(), w.shape());
+  for (int64_t i = 0; i < w.numel(); ++i) EXPECT_NEAR(g2.data<float>()[i], w.data<float>()[i], 1e-4) << i;
+}
+
 TEST(Passes, AttentionWithReadIntermediateDoesNotFuse) {
   Builder b;
   bert_attention(b, false);
