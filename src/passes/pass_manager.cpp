@@ -35,6 +35,7 @@ const std::vector<Pass>& pipeline() {
       {"fold-pad-conv", 2, fold_pad_into_conv},
       {"trim-conv-taps", 2, trim_conv_taps},
       {"patchify-conv", 2, patchify_conv},
+      {"pad-matmul-columns", 2, pad_matmul_columns},
       {"fuse-qdq", 1, fuse_qdq},
       {"fuse-attention", 2, fuse_attention},
       {"fuse-layer-norm", 2, fuse_layer_norm},

@@ -31,6 +31,9 @@ struct PassOptions {
   // Whether the target device has a kernel for (domain, op). Fusions produce an op only where it
   // does (a fused op the device lacks would run on the CPU, behind two copies). Null: all do.
   std::function<bool(const std::string& domain, const std::string& op)> has_kernel;
+  // pad-matmul-columns: products with a constant weight get zero columns up to a multiple of this
+  // (the target's GEMM kernels want aligned rows: 8 on CUDA); 0 or 1: never.
+  int pad_matmul_columns = 0;
   // Passes of the pipeline not to run, by name (as ONNX Runtime's disabled optimizers).
   std::set<std::string> disabled;
 };
@@ -100,6 +103,7 @@ Expected<bool> fold_conv_affine(ir::Graph& g, PassContext& ctx);       // fuse_c
 Expected<bool> fold_pad_into_conv(ir::Graph& g, PassContext& ctx);     // fuse_pad_conv.cpp
 Expected<bool> trim_conv_taps(ir::Graph& g, PassContext& ctx);         // trim_conv_taps.cpp
 Expected<bool> patchify_conv(ir::Graph& g, PassContext& ctx);          // patchify_conv.cpp
+Expected<bool> pad_matmul_columns(ir::Graph& g, PassContext& ctx);     // pad_matmul_columns.cpp
 Expected<bool> fuse_matmul_add(ir::Graph& g, PassContext& ctx);        // fuse_matmul_add.cpp
 Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx);               // fuse_qdq.cpp
 // A weights' DequantizeLinear that fuse_qdq will fold into an integer kernel (constant folding skips it).

@@ -196,6 +196,8 @@ static Status prepare_graph(ir::Graph& graph, const BuildOptions& options, const
   // ms); float16/bfloat16 engines fuse it (tensor-core kernel: batch 64 9.2 vs 15.2 ms).
   if (options.device == DeviceType::kCUDA && (options.precision == Precision::kFloat32 || options.precision == Precision::kTF32))
     po.disabled.insert("fuse-attention");
+  // cuBLASLt's tensor-core kernels want 16-byte rows: 8 float16 columns (4 float32 ones).
+  if (options.device == DeviceType::kCUDA) po.pad_matmul_columns = 8;
   KILN_RETURN_IF_ERROR(passes::optimize(graph, po));
   const bool half_engine = options.precision == Precision::kFloat16 || options.precision == Precision::kBFloat16 ||
                            options.precision == Precision::kBest;

@@ -95,18 +95,23 @@ TEST(CudaMatMul, BatchedAndBroadcast) {
   }
 }
 
+// beta 1 with C a row of N ([N] or [1, N]) takes cuBLASLt's bias epilogue; the other C shapes and
+// betas are broadcast into Y first. K = 0: Y = beta·C.
 TEST(CudaGemm, TransposesAlphaBetaBias) {
   KILN_REQUIRE_GPU();
   std::mt19937 rng(12);
-  const int64_t M = 5, N = 7, K = 6;
+  const int64_t M = 5;
+  for (int64_t N : {7, 8})
+  for (int64_t K : {6, 0})
+  for (float beta : {1.3f, 1.0f})
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb)
-      for (const Shape& cs : {Shape{N}, Shape{M, 1}, Shape{}, Shape{M, N}, Shape{-1}}) {
+      for (const Shape& cs : {Shape{N}, Shape{1, N}, Shape{M, 1}, Shape{}, Shape{M, N}, Shape{-1}}) {
         Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, rng);
         Tensor b = random_tensor(tb ? Shape{N, K} : Shape{K, N}, rng);
         const bool has_c = cs != Shape{-1};
         Tensor c = has_c ? random_tensor(cs, rng) : Tensor();
-        const float alpha = 0.7f, beta = 1.3f;
+        const float alpha = 0.7f;
         // Reference: op(A), op(B) made explicit, then alpha·AB + beta·C.
         Tensor at = Tensor::empty(DataType::kFloat32, {M, K}), bt = Tensor::empty(DataType::kFloat32, {K, N});
         for (int64_t i = 0; i < M; ++i)
@@ -133,7 +138,8 @@ TEST(CudaGemm, TransposesAlphaBetaBias) {
         n.set_float("alpha", alpha);
         n.set_float("beta", beta);
         check_node(*n.node, ins, want, 1e-4f, 1e-4f,
-                   "Gemm tA=" + std::to_string(ta) + " tB=" + std::to_string(tb) + " C=" + shape_to_string(cs));
+                   "Gemm N=" + std::to_string(N) + " K=" + std::to_string(K) + " beta=" + std::to_string(beta) + " tA=" + std::to_string(ta) +
+                       " tB=" + std::to_string(tb) + " C=" + shape_to_string(cs));
       }
 }
 

@@ -525,6 +525,46 @@ TEST(Passes, AttentionAfterASplitQkvProjection) {
   for (int64_t i = 0; i < w.numel(); ++i) EXPECT_NEAR(g2.data<float>()[i], w.data<float>()[i], 1e-4) << i;
 }
 
+// CUDA builds pad a constant weight's columns to a multiple of 8 (aligned GEMM rows; GPT-2's LM
+// head has 50257): MatMul + bias → the padded product, the padded bias, a Slice back; same numbers.
+TEST(Passes, PadMatMulColumnsForAlignedRows) {
+  for (bool with_bias : {false, true}) {
+    Builder b;
+    ir::Value* a = b.input("a", {2, 3, 16});
+    ir::Value* y = b.node("MatMul", {a, b.floats({16, 515})});
+    if (with_bias) y = b.node("Add", {y, b.floats({515})});
+    b.output(b.node("Relu", {y}));
+    b.output(b.node("MatMul", {a, b.floats({16, 40})}));  // 40 columns: aligned, left alone
+    auto opt = b.g->clone();
+    passes::PassOptions po = builder_pass_options(2, nullptr);
+    po.pad_matmul_columns = 8;
+    passes::OptimizeStats stats;
+    ASSERT_TRUE(passes::optimize(*opt, po, &stats).ok());
+    EXPECT_EQ(stats.fired["pad-matmul-columns"], 1);
+    EXPECT_EQ(op_counts(*opt)["Slice"], 1) << opt->to_string();
+    bool padded = false;
+    for (const ir::Node* n : opt->nodes())
+      for (const ir::Value* v : n->inputs)
+        if (v && v->is_constant() && v->constant->shape() == Shape{16, 520}) padded = true;
+    EXPECT_TRUE(padded) << opt->to_string();
+    Tensor at = Tensor::empty(DataType::kFloat32, {2, 3, 16});
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (int64_t i = 0; i < at.numel(); ++i) at.data<float>()[i] = u(rng);
+    const auto want = run(*b.g, {{"a", at}}), got = run(*opt, {{"a", at}});
+    for (const auto& [name, w] : want) {
+      ASSERT_TRUE(got.count(name)) << name;
+      ASSERT_EQ(got.at(name).shape(), w.shape()) << name;
+      for (int64_t i = 0; i < w.numel(); ++i) EXPECT_FLOAT_EQ(got.at(name).data<float>()[i], w.data<float>()[i]) << name << " " << i;
+    }
+    // Without the option (CPU builds) nothing is padded.
+    auto cpu = b.g->clone();
+    passes::OptimizeStats cpu_stats;
+    ASSERT_TRUE(passes::optimize(*cpu, builder_pass_options(2, nullptr), &cpu_stats).ok());
+    EXPECT_EQ(cpu_stats.fired["pad-matmul-columns"], 0);
+  }
+}
+
 TEST(Passes, AttentionWithReadIntermediateDoesNotFuse) {
   Builder b;
   bert_attention(b, false);
