@@ -220,6 +220,15 @@ TEST(CudaOps, DataMovementWithHostShapes) {
     compare("Slice", 13, {x, int64_tensor({0}), int64_tensor({2}), int64_tensor({-1})}, nullptr, dt, "last axis", 1,
             {true, false, false, false});
     compare("Transpose", 13, {x}, [](OneNode& n) { n.set_ints("perm", {2, 0, 3, 1}); }, dt, "");
+    // Copies that keep the last axis contiguous take the rows path (pieces of up to 16 bytes).
+    compare("Transpose", 13, {random_tensor({2, 5, 3, 64}, rng)}, [](OneNode& n) { n.set_ints("perm", {0, 2, 1, 3}); }, dt,
+            "heads (rows of 64)");
+    compare("Transpose", 13, {random_tensor({5, 6, 96}, rng)}, [](OneNode& n) { n.set_ints("perm", {1, 0, 2}); }, dt,
+            "sequence-first (rows of 96)");
+    compare("Slice", 13, {random_tensor({3, 4, 77}, rng), int64_tensor({0}), int64_tensor({73}), int64_tensor({-1})}, nullptr, dt,
+            "last axis, odd rows", 1, {true, false, false, false});
+    compare("Slice", 13, {random_tensor({3, 4, 80}, rng), int64_tensor({8}), int64_tensor({72}), int64_tensor({2})}, nullptr, dt,
+            "last axis, offset rows", 1, {true, false, false, false});
     compare("Unsqueeze", 13, {x, int64_tensor({0, -1})}, nullptr, dt, "", 1, {true, false});
     compare("Squeeze", 13, {random_tensor({3, 1, 4, 1}, rng), int64_tensor({1})}, nullptr, dt, "", 1, {true, false});
     compare("Concat", 13, {random_tensor({2, 3, 4}, rng), random_tensor({2, 1, 4}, rng)},

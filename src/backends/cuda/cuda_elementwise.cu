@@ -255,6 +255,26 @@ __global__ void strided_copy_kernel(const T* x, T* y, int64_t n, StridedIndex id
   }
 }
 
+// A strided copy whose innermost dim is contiguous in the source (a Slice of the last axis, the
+// Transposes that keep the last axis): work items are V-sized pieces of rows (up to 16 bytes), each
+// decoded once, in I (32-bit when every index fits). strided_copy_kernel decodes every element in
+// 64-bit integer divisions, which cost more than the copy itself (GPT-2's [8192, 50264] -> 50257
+// column slice: 2.28 ms, 0.36 TB/s, on an H200). idx's base and strides are in units of V here.
+template <typename V, typename I>
+__global__ void strided_rows_kernel(const V* __restrict__ x, V* __restrict__ y, I total, I vcols, StridedIndex idx) {
+  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); i < total; i += step) {
+    const I r = i / vcols, c = i - r * vcols;
+    I rem = r, src = static_cast<I>(idx.base);
+    for (int d = idx.rank - 2; d >= 0; --d) {
+      const I od = static_cast<I>(idx.out_dims[d]);
+      src += (rem % od) * static_cast<I>(idx.in_strides[d]);
+      rem /= od;
+    }
+    y[i] = x[src + c];
+  }
+}
+
 template <typename From, typename To>
 __global__ void cast_kernel(const From* __restrict__ x, To* __restrict__ y, int64_t n) {
   KILN_GRID_LOOP(i, n) {
@@ -442,8 +462,62 @@ int launch_where(const bool* cond, const void* x, const void* z, void* y, int64_
   });
 }
 
+// The rows path of a strided copy (strided_rows_kernel), when the innermost dim is contiguous in the
+// source; false when it does not apply.
+bool launch_strided_rows(const void* x, void* y, int64_t n, int elem_bytes, const StridedIndex& index, cudaStream_t stream,
+                         int* status) {
+  const int r = index.rank;
+  if (r < 1 || index.in_strides[r - 1] != 1 || index.out_dims[r - 1] <= 0) return false;
+  const int64_t cols = index.out_dims[r - 1], rows = n / cols;
+  if (rows * cols != n) return false;
+  // The widest piece (16, 8, 4, 2 or 1 bytes) that divides a row, the base, every row stride and
+  // both pointers.
+  int64_t vb = 16;
+  auto fits = [&](int64_t b) {
+    if ((cols * elem_bytes) % b || (index.base * elem_bytes) % b || reinterpret_cast<uintptr_t>(x) % b ||
+        reinterpret_cast<uintptr_t>(y) % b)
+      return false;
+    for (int d = 0; d + 1 < r; ++d)
+      if ((index.in_strides[d] * elem_bytes) % b) return false;
+    return true;
+  };
+  while (vb > elem_bytes && !fits(vb)) vb /= 2;
+  if (vb < elem_bytes || !fits(vb)) return false;
+  const int64_t per = vb / elem_bytes;
+  StridedIndex v = index;
+  v.base /= per;
+  for (int d = 0; d + 1 < r; ++d) v.in_strides[d] /= per;
+  const int64_t vcols = cols / per, total = rows * vcols;
+  int64_t reach = v.base + vcols;  // one past the furthest piece read
+  for (int d = 0; d + 1 < r; ++d) reach += (v.out_dims[d] - 1) * (v.in_strides[d] < 0 ? 0 : v.in_strides[d]);
+  bool negative = v.base < 0;
+  for (int d = 0; d + 1 < r; ++d) negative = negative || v.in_strides[d] < 0;
+  const bool narrow = !negative && total < (int64_t{1} << 30) && reach < (int64_t{1} << 30);
+  auto go = [&](auto piece) {
+    using V = decltype(piece);
+    const V* xs = static_cast<const V*>(x);
+    V* ys = static_cast<V*>(y);
+    if (narrow)
+      strided_rows_kernel<V, int32_t><<<grid_for(total), kThreads, 0, stream>>>(xs, ys, static_cast<int32_t>(total),
+                                                                                 static_cast<int32_t>(vcols), v);
+    else
+      strided_rows_kernel<V, int64_t><<<grid_for(total), kThreads, 0, stream>>>(xs, ys, total, vcols, v);
+    *status = static_cast<int>(cudaGetLastError());
+  };
+  switch (vb) {
+    case 16: go(uint4{}); break;
+    case 8: go(uint2{}); break;
+    case 4: go(uint32_t{}); break;
+    case 2: go(uint16_t{}); break;
+    default: go(uint8_t{}); break;
+  }
+  return true;
+}
+
 int launch_strided_copy(const void* x, void* y, int64_t n, int elem_bytes, const StridedIndex& index, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
+  int status = cudaSuccess;
+  if (launch_strided_rows(x, y, n, elem_bytes, index, stream, &status)) return status;
   return dispatch_bytes(elem_bytes, [&](auto t) {
     using T = decltype(t);
     strided_copy_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n, index);
