@@ -225,7 +225,13 @@ Status launch_gemm(const KernelContext& ctx, const GemmPlan& g, const void* a, c
   const int64_t es_ab = p.ab_dtype == DataType::kUndefined ? es : static_cast<int64_t>(dtype_size(p.ab_dtype));
   if (g.empty) return Status::Ok();
   if (p.k == 0) {  // an empty sum: Y = beta·Y (0 when beta is 0; Y was prepared by the caller otherwise)
-    if (p.beta != 0) return Status::Ok();
+    if (p.beta != 0) {
+      if (p.beta == 1) return Status::Ok();
+      for (size_t i = 0; i < count; ++i)
+        KILN_RETURN_IF_ERROR(launched(ctx, launch_scale(elem_of(p.dtype), static_cast<char*>(y) + p.off_y[i] * es, p.m * p.n,
+                                                        p.beta, st.stream)));
+      return Status::Ok();
+    }
     for (size_t i = 0; i < count; ++i)
       KILN_RETURN_IF_ERROR(launched(ctx, cudaMemsetAsync(static_cast<char*>(y) + p.off_y[i] * es, 0, p.m * p.n * es, st.stream)));
     return Status::Ok();
