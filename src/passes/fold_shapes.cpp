@@ -149,6 +149,7 @@ Expected<bool> fold_shapes(ir::Graph& g, PassContext& ctx) {
       const auto& xs = m["x"]->type.shape;
       if (!xs.known) return "x's rank unknown";
       std::vector<int64_t> dims;
+      int unknown = -1;  // the one element read from another tensor's dynamic dim (-1 in the new shape)
       for (size_t i = 0; i < elems->size(); ++i) {
         const ShapeElem& e = (*elems)[i];
         if (!e.of) { dims.push_back(e.value); continue; }
@@ -160,8 +161,15 @@ Expected<bool> fold_shapes(ir::Graph& g, PassContext& ctx) {
           dims.push_back(e.of->type.shape.dims[e.value].value);
           continue;
         }
-        return "a dim is computed from another value";
+        if (unknown >= 0) return "two dims are computed from other values";
+        unknown = static_cast<int>(i);
+        dims.push_back(-1);
       }
+      // One dim read from another tensor (torchvision's attention: the batch, from a transposed copy):
+      // the element count fixes it, so it becomes -1 and shape inference learns every other dim.
+      if (unknown >= 0)
+        for (size_t i = 0; i < dims.size(); ++i)
+          if (static_cast<int>(i) != unknown && dims[i] < 0) return "a -1 already";
       const std::string what = root->describe();
       g.set_input(root, 1, rw.constant("shape", int64_tensor(dims, false)));
       rw.log("made the shape of " + what + " constant");

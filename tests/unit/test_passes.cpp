@@ -209,6 +209,38 @@ TEST(Passes, FoldShapesOfDynamicBatch) {
   EXPECT_EQ(h["Reshape"], 1);
 }
 
+// A Reshape whose shape has one element read from another tensor's anonymous dynamic dim (and the
+// rest static) gets a constant shape with -1 there: the element count fixes that dim.
+TEST(Passes, FoldShapesMakesOneComputedDimMinusOne) {
+  Builder b;
+  ir::Value* x = b.g->add_value("x", ir::Type::tensor(DataType::kFloat32, ir::SymShape({ir::Dim("batch"), 6, 4})));
+  x->is_input = true;
+  b.g->inputs.push_back(x);
+  ir::Value* flat = b.node("Relu", {b.node("Reshape", {x, b.ints({-1, 4})})});  // [?, 4]: an anonymous dim
+  ir::Value* rows = b.node("Gather", {b.node("Shape", {flat}), b.ints({0})}, {{"axis", attr_int(0)}});
+  ir::Value* shape = b.node("Concat", {b.ints({2}), rows, b.ints({2})}, {{"axis", attr_int(0)}});
+  b.output(b.node("Reshape", {b.node("Exp", {x}), shape}));
+  auto opt = b.g->clone();
+  passes::OptimizeStats stats;
+  ASSERT_TRUE(passes::optimize(*opt, builder_pass_options(1, nullptr), &stats).ok());
+  const ir::Node* reshape = opt->outputs[0]->producer;
+  ASSERT_TRUE(reshape && reshape->op_type == "Reshape") << opt->to_string();
+  ASSERT_TRUE(reshape->inputs[1]->is_constant()) << opt->to_string();
+  const Tensor& c = *reshape->inputs[1]->constant;
+  EXPECT_EQ(std::vector<int64_t>(c.data<int64_t>(), c.data<int64_t>() + c.numel()), (std::vector<int64_t>{2, -1, 2}));
+  const auto& ys = opt->outputs[0]->type.shape;
+  ASSERT_TRUE(ys.known && ys.rank() == 3);
+  EXPECT_TRUE(ys.dims[0].is_static() && ys.dims[0].value == 2 && ys.dims[2].is_static() && ys.dims[2].value == 2);
+  Tensor xt = Tensor::empty(DataType::kFloat32, {3, 6, 4});
+  for (int64_t i = 0; i < xt.numel(); ++i) xt.data<float>()[i] = 0.01f * static_cast<float>(i);
+  const auto want = run(*b.g, {{"x", xt}}), got = run(*opt, {{"x", xt}});
+  const Tensor& w = want.begin()->second;
+  const Tensor& g2 = got.begin()->second;
+  ASSERT_EQ(g2.shape(), w.shape());
+  EXPECT_EQ(w.shape(), (Shape{2, 18, 2}));  // the computed dim: 3 x 6 rows
+  for (int64_t i = 0; i < w.numel(); ++i) EXPECT_EQ(g2.data<float>()[i], w.data<float>()[i]);
+}
+
 TEST(Passes, TransposesMergeAndCancel) {
   Builder b;
   ir::Value* x = b.input("x", {2, 3, 4, 5});
