@@ -4,8 +4,10 @@
 // A Reshape whose shape is computed from dims (Concat of Gather(Shape(..)) pieces, as exporters write
 // `x.view(x.size(0), x.size(1), H, D)`) gets a constant shape when each element is a constant, a
 // static dim, or x's own dim at the same position (copied with 0). A dim picked by Gather(Shape(x))
-// that carries a graph input's symbol is read from that input's shape. Shape computations then stop
-// reading intermediate values, which lets fusions take them (attention's heads and context).
+// that carries a graph input's symbol is read from that input's shape. Shape(Transpose(x)) and
+// Shape(Reshape(x, constant)) read x's shape, and a Gather/Slice of such a rebuilt shape vector is a
+// constant when the dims it picks are static. Shape computations then stop reading intermediate
+// values, which lets fusions take them (attention's heads and context).
 #include <algorithm>
 #include <map>
 
@@ -140,9 +142,67 @@ Expected<bool> fold_shapes(ir::Graph& g, PassContext& ctx) {
       {"Gather(Shape)", op("Gather", {op("Shape", {any()}).as("shape"), cst("indices")}), kQuiet, false},
       {"Slice(Shape)", op("Slice", {op("Shape", {any()}).as("shape")}), kQuiet, false},
       {"Reshape shape", op("Reshape", {any("x"), any("shape")}), kQuiet, false},
+      {"Gather(shape vector)", op("Gather", {op("Concat").as("vec"), cst("indices")}), kQuiet, false},
+      {"Slice(shape vector)", op("Slice", {op("Concat").as("vec")}), kQuiet, false},
+      {"Shape(Transpose)", op("Shape", {op("Transpose", {any("x")}).as("moved")}), kQuiet, false},
+      {"Shape(Reshape)", op("Shape", {op("Reshape", {any("x"), cst("to")}).as("moved")}), kQuiet, false},
   };
   return rw.run(rules, [&](Match& m) -> std::string {
     ir::Node* root = m.root();
+    if (root->op_type == "Shape") {
+      // The shape of a Transpose or of a Reshape to a constant shape, read from its input's shape:
+      // the moved tensor loses a reader that only wanted its dims (GPT-2's causal-mask sizes read
+      // from Q's and K's head transposes, which kept fuse-attention from taking them).
+      if (root->attrs.count("start") || root->attrs.count("end")) return "a Shape with start/end";
+      const ir::Node* moved = m.node("moved");
+      ir::Value* x = m["x"];
+      const auto& xs = x->type.shape;
+      std::vector<int64_t> pick;  // per output dim: x's dim index, or -(static size) - 1
+      if (moved->op_type == "Transpose") {
+        if (!xs.known) return "rank unknown";
+        std::vector<int64_t> perm = moved->attr_ints("perm", {});
+        if (perm.empty())
+          for (int64_t i = xs.rank() - 1; i >= 0; --i) perm.push_back(i);
+        if (static_cast<int64_t>(perm.size()) != xs.rank()) return "perm does not match the rank";
+        for (int64_t p : perm)
+          if (p < 0 || p >= xs.rank()) return "bad perm";
+        pick = perm;
+      } else {
+        if (moved->attr_int("allowzero", 0) != 0) return "allowzero";
+        const Tensor& to = *m["to"]->constant;
+        if (to.dtype() != DataType::kInt64 || to.rank() != 1) return "shape is not 1-D int64";
+        for (int64_t i = 0; i < to.numel(); ++i) {
+          const int64_t d = to.data<int64_t>()[i];
+          if (d < 0) return "a -1 in the shape";
+          if (d == 0 && (!xs.known || i >= xs.rank())) return "a copied dim past x's rank";
+          pick.push_back(d == 0 ? i : -d - 1);
+        }
+      }
+      const std::string what = root->describe();
+      ir::Value* shape = g.new_value(x->name + "_shape", ir::Type::tensor(DataType::kInt64, ir::SymShape({xs.known ? xs.rank() : 0})));
+      g.add_node("Shape", "", {x}, {shape})->opset = root->opset;
+      std::vector<ir::Value*> pieces;
+      for (size_t k = 0; k < pick.size();) {
+        std::vector<int64_t> run;
+        const bool from_x = pick[k] >= 0;
+        for (; k < pick.size() && (pick[k] >= 0) == from_x; ++k) run.push_back(from_x ? pick[k] : -pick[k] - 1);
+        if (!from_x) {
+          pieces.push_back(rw.constant("dims", int64_tensor(run, false)));
+          continue;
+        }
+        ir::Value* dims = g.new_value(x->name + "_dims", ir::Type::tensor(DataType::kInt64, ir::SymShape({static_cast<int64_t>(run.size())})));
+        ir::Node* gather = g.add_node("Gather", "", {shape, rw.constant("picks", int64_tensor(run, false))}, {dims});
+        gather->opset = 13;
+        gather->attrs["axis"].kind = ir::Attribute::Kind::kInt;
+        gather->attrs["axis"].i = 0;
+        pieces.push_back(dims);
+      }
+      ir::Node* cat = rw.replace(m, "Concat", "", 13, pieces);
+      cat->attrs["axis"].kind = ir::Attribute::Kind::kInt;
+      cat->attrs["axis"].i = 0;
+      rw.log("read " + what + " from the shape of " + x->name);
+      return "";
+    }
     if (root->op_type == "Reshape") {
       auto elems = shape_value(m["shape"]);
       if (!elems || root->attr_int("allowzero", 0) != 0 || m["shape"]->is_constant()) return "not simplifiable";
@@ -176,6 +236,29 @@ Expected<bool> fold_shapes(ir::Graph& g, PassContext& ctx) {
       return "";
     }
     if (root->op_type == "Gather" && root->attr_int("axis", 0) != 0) return "axis is not 0";
+    if (m.has("vec")) {
+      // Gather/Slice of a shape vector built from pieces (Concat of dims and constants, as the
+      // Shape(Transpose/Reshape) rewrites below make): a constant when the picked pieces are static.
+      auto elems = shape_value(m["vec"]);
+      if (!elems) return "not a shape vector";
+      std::vector<ir::Dim> dims;
+      for (const ShapeElem& e : *elems) {
+        const ir::SymShape* es = e.of ? &e.of->type.shape : nullptr;
+        if (!e.of) dims.push_back(ir::Dim(e.value));
+        else if (es->known && e.value < es->rank() && es->dims[e.value].is_static()) dims.push_back(es->dims[e.value]);
+        else dims.push_back(ir::Dim(std::string()));
+      }
+      auto t = root->op_type == "Gather" ? gather_dims(dims, m["indices"]) : slice_dims(dims, *root);
+      if (!t) return "a picked dim is dynamic";
+      ir::Value* out = root->outputs[0];
+      rw.log("folded " + root->describe() + " to a constant");
+      out->constant = *t;
+      out->type = ir::Type::tensor(DataType::kInt64, ir::SymShape::of(t->shape()));
+      ir::Node* vec = m.node("vec");
+      g.remove_node(root);
+      rw.remove_unread({vec});
+      return "";
+    }
     auto dims = shape_dims(*m.node("shape"));
     if (!dims) return "rank unknown";
     auto t = root->op_type == "Gather" ? gather_dims(*dims, m["indices"]) : slice_dims(*dims, *root);

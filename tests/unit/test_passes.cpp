@@ -241,6 +241,41 @@ TEST(Passes, FoldShapesMakesOneComputedDimMinusOne) {
   for (int64_t i = 0; i < w.numel(); ++i) EXPECT_EQ(g2.data<float>()[i], w.data<float>()[i]);
 }
 
+// Shape(Transpose(x)) and Shape(Reshape(x, constant)) read x's shape instead, so the moved tensors
+// lose their metadata readers; a Slice/Gather of the rebuilt shape vector whose picked dims are static
+// folds to a constant (GPT-2's causal-mask sizes and head scale, as torch 1.13 exported them).
+TEST(Passes, ShapesOfMovedTensorsReadTheirInputs) {
+  Builder b;
+  ir::Value* x = b.g->add_value("x", ir::Type::tensor(DataType::kFloat32, ir::SymShape({ir::Dim("batch"), 5, 6})));
+  x->is_input = true;
+  b.g->inputs.push_back(x);
+  ir::Value* t = b.node("Transpose", {x}, {{"perm", attr_ints({0, 2, 1})}});
+  ir::Value* r = b.node("Reshape", {x, b.ints({0, 0, 2, 3})});
+  ir::Value* st = b.node("Shape", {t});
+  ir::Value* sr = b.node("Shape", {r});
+  b.output(b.node("Relu", {t}));
+  b.output(b.node("Exp", {r}));
+  b.output(st);
+  b.output(sr);
+  b.output(b.node("Slice", {b.node("Shape", {t}), b.ints({-1}), b.ints({1000})}));  // [5]: static
+  auto opt = b.g->clone();
+  passes::OptimizeStats stats;
+  ASSERT_TRUE(passes::optimize(*opt, builder_pass_options(1, nullptr), &stats).ok());
+  for (const ir::Node* n : opt->nodes())
+    if (n->op_type == "Shape") EXPECT_EQ(n->inputs[0]->name, "x") << opt->to_string();
+  EXPECT_TRUE(opt->outputs[4]->is_constant()) << opt->to_string();
+  Tensor xt = Tensor::empty(DataType::kFloat32, {3, 5, 6});
+  for (int64_t i = 0; i < xt.numel(); ++i) xt.data<float>()[i] = 0.01f * static_cast<float>(i);
+  const auto want = run(*b.g, {{"x", xt}}), got = run(*opt, {{"x", xt}});
+  for (const auto& [name, w] : want) {
+    ASSERT_TRUE(got.count(name)) << name;
+    const Tensor& g2 = got.at(name);
+    ASSERT_EQ(g2.shape(), w.shape()) << name;
+    ASSERT_EQ(g2.dtype(), w.dtype()) << name;
+    EXPECT_EQ(std::memcmp(g2.raw(), w.raw(), w.nbytes()), 0) << name;
+  }
+}
+
 TEST(Passes, TransposesMergeAndCancel) {
   Builder b;
   ir::Value* x = b.input("x", {2, 3, 4, 5});
