@@ -147,6 +147,16 @@ Expected<bool> fold_shapes(ir::Graph& g, PassContext& ctx) {
       {"Shape(Transpose)", op("Shape", {op("Transpose", {any("x")}).as("moved")}), kQuiet, false},
       {"Shape(Reshape)", op("Shape", {op("Reshape", {any("x"), cst("to")}).as("moved")}), kQuiet, false},
   };
+  // Makes the root's output the constant t in place (as constant folding does), dropping the root and
+  // its shape-producing input when nothing else reads it.
+  auto fold = [&](ir::Node* root, const Tensor& t, ir::Node* source) {
+    ir::Value* out = root->outputs[0];
+    rw.log("folded " + root->describe() + " to a constant");
+    out->constant = t;
+    out->type = ir::Type::tensor(DataType::kInt64, ir::SymShape::of(t.shape()));
+    g.remove_node(root);
+    rw.remove_unread({source});
+  };
   return rw.run(rules, [&](Match& m) -> std::string {
     ir::Node* root = m.root();
     if (root->op_type == "Shape") {
@@ -250,13 +260,7 @@ Expected<bool> fold_shapes(ir::Graph& g, PassContext& ctx) {
       }
       auto t = root->op_type == "Gather" ? gather_dims(dims, m["indices"]) : slice_dims(dims, *root);
       if (!t) return "a picked dim is dynamic";
-      ir::Value* out = root->outputs[0];
-      rw.log("folded " + root->describe() + " to a constant");
-      out->constant = *t;
-      out->type = ir::Type::tensor(DataType::kInt64, ir::SymShape::of(t->shape()));
-      ir::Node* vec = m.node("vec");
-      g.remove_node(root);
-      rw.remove_unread({vec});
+      fold(root, *t, m.node("vec"));
       return "";
     }
     auto dims = shape_dims(*m.node("shape"));
@@ -269,14 +273,7 @@ Expected<bool> fold_shapes(ir::Graph& g, PassContext& ctx) {
       return "";
     }
     if (!t) return "a picked dim is symbolic";
-    ir::Value* out = root->outputs[0];
-    rw.log("folded " + root->describe() + " to a constant");
-    // The output becomes a constant in place (as constant folding does).
-    out->constant = *t;
-    out->type = ir::Type::tensor(DataType::kInt64, ir::SymShape::of(t->shape()));
-    ir::Node* shape = m.node("shape");
-    g.remove_node(root);
-    rw.remove_unread({shape});
+    fold(root, *t, m.node("shape"));
     return "";
   });
 }

@@ -29,6 +29,24 @@ inline float exp_f32(float x) {
   return x != x ? x : y;
 }
 
+// y[k] = exp(x[k] - max(x)) over a row of n > 0 values (y may be x); returns the sum of the y and sets
+// *mx. The max and the sum are vector reductions (omp simd lets them reassociate; a scalar sum is one
+// dependent add per element). A NaN anywhere makes the sum NaN either way (exp of NaN - mx, or of
+// x - NaN). Softmax's rows and the attention kernel's score rows.
+[[gnu::always_inline]] inline float exp_row_f32(const float* x, float* y, int64_t n, float* mx_out) {
+  float mx = x[0];
+#pragma omp simd reduction(max : mx)
+  for (int64_t k = 1; k < n; ++k) mx = x[k] > mx ? x[k] : mx;
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t k = 0; k < n; ++k) {
+    y[k] = exp_f32(x[k] - mx);
+    sum += y[k];
+  }
+  *mx_out = mx;
+  return sum;
+}
+
 inline float sigmoid_f32(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
 
 inline float tanh_f32(float x) {

@@ -34,16 +34,8 @@ struct AttentionAttrs {
   } else if (mrow) {
     for (int64_t t = 0; t < T; ++t) row[t] += mrow[t * mstride];
   }
-  float mx = row[0];
-#pragma omp simd reduction(max : mx)
-  for (int64_t t = 1; t < T; ++t) mx = row[t] > mx ? row[t] : mx;
-  float sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t t = 0; t < T; ++t) {
-    row[t] = math::exp_f32(row[t] - mx);
-    sum += row[t];
-  }
-  const float inv = 1.0f / sum;
+  float mx = 0;
+  const float inv = 1.0f / math::exp_row_f32(row, row, T, &mx);
 #pragma omp simd
   for (int64_t t = 0; t < T; ++t) row[t] *= inv;
 }
