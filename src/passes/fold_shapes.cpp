@@ -68,6 +68,14 @@ std::optional<Tensor> slice_dims(const std::vector<ir::Dim>& dims, const ir::Nod
   return int64_tensor(picked, false);
 }
 
+// The value of shape element e when it is a constant or a static dim of its tensor.
+std::optional<int64_t> static_value(const ShapeElem& e) {
+  if (!e.of) return e.value;
+  const auto& s = e.of->type.shape;
+  if (s.known && e.value < s.rank() && s.dims[e.value].is_static()) return s.dims[e.value].value;
+  return std::nullopt;
+}
+
 // True when e is a dim carrying the same (named) symbol as d: equal by symbolic inference.
 bool same_symbol(const ShapeElem& e, const ir::Dim& d) {
   const auto& s = e.of->type.shape;
@@ -227,8 +235,8 @@ Expected<bool> fold_shapes(ir::Graph& g, PassContext& ctx) {
           dims.push_back(0);  // x's own dim at this position: copied
           continue;
         }
-        if (e.of->type.shape.known && e.value < e.of->type.shape.rank() && e.of->type.shape.dims[e.value].is_static()) {
-          dims.push_back(e.of->type.shape.dims[e.value].value);
+        if (const auto v = static_value(e)) {
+          dims.push_back(*v);
           continue;
         }
         if (unknown >= 0) return "two dims are computed from other values";
@@ -253,10 +261,8 @@ Expected<bool> fold_shapes(ir::Graph& g, PassContext& ctx) {
       if (!elems) return "not a shape vector";
       std::vector<ir::Dim> dims;
       for (const ShapeElem& e : *elems) {
-        const ir::SymShape* es = e.of ? &e.of->type.shape : nullptr;
-        if (!e.of) dims.push_back(ir::Dim(e.value));
-        else if (es->known && e.value < es->rank() && es->dims[e.value].is_static()) dims.push_back(es->dims[e.value]);
-        else dims.push_back(ir::Dim(std::string()));
+        const auto v = static_value(e);
+        dims.push_back(v ? ir::Dim(*v) : ir::Dim(std::string()));
       }
       auto t = root->op_type == "Gather" ? gather_dims(dims, m["indices"]) : slice_dims(dims, *root);
       if (!t) return "a picked dim is dynamic";

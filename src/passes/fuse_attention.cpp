@@ -42,8 +42,9 @@ bool same_dim(const ir::Dim& a, const ir::Dim& b) {
 
 // True when dim i of x is dim i of `from` by construction: x is `from`, or made from it (a few steps
 // back) by ops that keep the leading dims — a MatMul by a 2-D matrix, a norm, an elementwise op whose
-// other operands have a lower rank, a Split along a later axis (whose outputs share the dims). (Exports read the batch size once, from one tensor, and its
-// dims are often unnamed by then: "?" cannot be compared.)
+// other operands have a lower rank, a Split along a later axis (whose outputs share the dims).
+// (Exports read the batch size once, from one tensor, and its dims are often unnamed by then: "?"
+// cannot be compared.)
 bool keeps_leading_dim(const ir::Value* x, const ir::Value* from, int i, int depth = 0) {
   if (x == from) return true;
   const ir::Node* p = x->producer;

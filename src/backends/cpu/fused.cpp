@@ -14,15 +14,6 @@ namespace kiln::cpu {
 namespace fused {
 namespace {
 
-std::string check_f32(const ir::Node& n) {
-  std::string why;
-  Activation act;
-  if (!parse_activation(n, &act, &why)) return why;
-  for (size_t i = 0; i < n.inputs.size(); ++i)
-    if (n.inputs[i] && n.inputs[i]->type.dtype != DataType::kFloat32) return "float32 only";
-  return "";
-}
-
 // FusedGemm: the inner kernel writes the output; the activation follows in place. (FusedConv is
 // the convolution kernel's own: nn_conv.cpp, where oneDNN applies the epilogue as post-ops.)
 // FusedMatMul: MatMul of inputs 0, 1; bias (input 2) and activation in one pass.

@@ -21,6 +21,17 @@ using ::kiln::Activation;
 // Parses the node's "activation" / "activation_params"; false with *why for an unknown name.
 inline bool parse_activation(const ir::Node& n, Activation* act, std::string* why) { return read_activation(n, act, why); }
 
+// The node check of kiln's float32 fused ops (FusedConv, FusedGemm, FusedMatMul, SkipLayerNorm): a
+// known activation attribute and float32 inputs.
+inline std::string check_f32(const ir::Node& n) {
+  std::string why;
+  Activation act;
+  if (!parse_activation(n, &act, &why)) return why;
+  for (size_t i = 0; i < n.inputs.size(); ++i)
+    if (n.inputs[i] && n.inputs[i]->type.dtype != DataType::kFloat32) return "float32 only";
+  return "";
+}
+
 // x → act(x), one kind per instantiation (so the loops below vectorize).
 template <ActKind K>
 inline float activate(float x, const Activation& act) {

@@ -546,19 +546,14 @@ Status conv_kernel(KernelContext& ctx, const ConvAttrs& a) {
     fused_conv_epilogue(ctx, a, st.dnnl.get(), y);
     return Status::Ok();
   }
-  if (a.fused) {
-    if (x.dtype() != DataType::kFloat32 || w.dtype() != DataType::kFloat32) return ctx.error("float32 only");
+  if (x.dtype() == DataType::kFloat32 && w.dtype() == DataType::kFloat32 &&
+      (!ctx.has_input(2) || ctx.input(2).dtype() == DataType::kFloat32)) {
     conv_forward<float>(st.s, x.data<float>(), w.data<float>(), ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr,
                         y.data<float>(), static_cast<float*>(ctx.workspace()), st.cb);
     fused_conv_epilogue(ctx, a, nullptr, y);
     return Status::Ok();
   }
-  if (x.dtype() == DataType::kFloat32 && w.dtype() == DataType::kFloat32 &&
-      (!ctx.has_input(2) || ctx.input(2).dtype() == DataType::kFloat32)) {
-    conv_forward<float>(st.s, x.data<float>(), w.data<float>(), ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr,
-                        y.data<float>(), static_cast<float*>(ctx.workspace()), st.cb);
-    return Status::Ok();
-  }
+  if (a.fused) return ctx.error("float32 only");
   visit_real(x.dtype(), [&](auto tag) {
     using C = typename decltype(tag)::type;
     ReadAs<C> xv(x), wv(w);
@@ -692,16 +687,7 @@ void register_conv(KernelRegistry& r) {
   auto real = [](const ir::Node& n) { return require_real(n, 0); };
   r.add({"Conv", "", 1, 1 << 30, "cpu.Conv.any.im2col_sgemm", real, make_staged_conv});
   // kiln.FusedConv (passes/fuse_activation.cpp): the same kernel with its epilogue; float32 only.
-  r.add({"FusedConv", "kiln", 1, 1 << 30, "cpu.FusedConv.f32",
-         [](const ir::Node& n) -> std::string {
-           std::string why;
-           Activation act;
-           if (!read_activation(n, &act, &why)) return why;
-           for (const ir::Value* v : n.inputs)
-             if (v && v->type.dtype != DataType::kFloat32) return "float32 only";
-           return "";
-         },
-         make_staged_conv});
+  r.add({"FusedConv", "kiln", 1, 1 << 30, "cpu.FusedConv.f32", fused::check_f32, make_staged_conv});
   r.add({"ConvTranspose", "", 1, 1 << 30, "cpu.ConvTranspose.any.sgemm_col2im", real, make_conv<conv_transpose_kernel>});
   r.add({"ConvInteger", "", 10, 1 << 30, "cpu.ConvInteger.i8.im2col", nullptr, make_conv<conv_integer_kernel>});
   r.add({"QLinearConv", "", 10, 1 << 30, "cpu.QLinearConv.i8.im2col", nullptr, make_conv<qlinear_conv_kernel>});

@@ -236,7 +236,7 @@ bool matches_inner(const Tensor& t, const Shape& inner) {
   return std::equal(s.begin(), s.end(), inner.begin() + static_cast<std::ptrdiff_t>(lead));
 }
 
-// float32 with float32 Scale/B of exactly the normalized dims: the vectorized row (norm_rows.h).
+// The float32 rows (norm_rows.h).
 void last_dims_norm_f32(KernelContext& ctx, const LastDimsAttrs& a, int64_t outer, int64_t D, Tensor& y, Tensor* mean_t,
                         Tensor* inv_t) {
   NormRow r;
@@ -264,29 +264,31 @@ Status last_dims_norm(KernelContext& ctx, const LastDimsAttrs& a) {
   const Shape inner(x.shape().begin() + axis, x.shape().end());
   const int64_t D = shape_numel(inner), outer = D ? x.numel() / D : shape_numel(Shape(x.shape().begin(), x.shape().begin() + axis));
   const bool has_b = !a.rms && ctx.has_input(2);
-  if (x.dtype() == DataType::kFloat32 && ctx.input(1).dtype() == DataType::kFloat32 && matches_inner(ctx.input(1), inner) &&
-      (!has_b || (ctx.input(2).dtype() == DataType::kFloat32 && matches_inner(ctx.input(2), inner)))) {
-    Tensor& y = ctx.output(0, x.dtype(), x.shape());
-    Shape stat_shape(x.shape().begin(), x.shape().begin() + axis);
-    stat_shape.resize(x.shape().size(), 1);
-    Tensor* mean_t = !a.rms && ctx.has_output(1) ? &ctx.output(1, a.stash, stat_shape) : nullptr;
-    Tensor* inv_t = !a.rms && ctx.has_output(2) ? &ctx.output(2, a.stash, stat_shape) : nullptr;
-    last_dims_norm_f32(ctx, a, outer, D, y, mean_t, inv_t);
-    return Status::Ok();
-  }
-  auto scale = expand_to<double>(ctx.input(1), inner);
-  if (!scale.ok()) return ctx.error("Scale: " + scale.status().message());
-  std::vector<double> bias;
-  if (!a.rms && ctx.has_input(2)) {
-    auto b = expand_to<double>(ctx.input(2), inner);
-    if (!b.ok()) return ctx.error("B: " + b.status().message());
-    bias = std::move(*b);
+  // float32 with float32 Scale/B of exactly the normalized dims: the vectorized row; otherwise Scale
+  // and B broadcast to them, in double.
+  const bool f32_rows = x.dtype() == DataType::kFloat32 && ctx.input(1).dtype() == DataType::kFloat32 &&
+                        matches_inner(ctx.input(1), inner) &&
+                        (!has_b || (ctx.input(2).dtype() == DataType::kFloat32 && matches_inner(ctx.input(2), inner)));
+  std::vector<double> scale, bias;
+  if (!f32_rows) {
+    auto sc = expand_to<double>(ctx.input(1), inner);
+    if (!sc.ok()) return ctx.error("Scale: " + sc.status().message());
+    scale = std::move(*sc);
+    if (has_b) {
+      auto b = expand_to<double>(ctx.input(2), inner);
+      if (!b.ok()) return ctx.error("B: " + b.status().message());
+      bias = std::move(*b);
+    }
   }
   Tensor& y = ctx.output(0, x.dtype(), x.shape());
   Shape stat_shape(x.shape().begin(), x.shape().begin() + axis);
   stat_shape.resize(x.shape().size(), 1);
   Tensor* mean_t = !a.rms && ctx.has_output(1) ? &ctx.output(1, a.stash, stat_shape) : nullptr;
   Tensor* inv_t = !a.rms && ctx.has_output(2) ? &ctx.output(2, a.stash, stat_shape) : nullptr;
+  if (f32_rows) {
+    last_dims_norm_f32(ctx, a, outer, D, y, mean_t, inv_t);
+    return Status::Ok();
+  }
   visit_real(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     ReadAs<T> xv(x);
@@ -304,7 +306,7 @@ Status last_dims_norm(KernelContext& ctx, const LastDimsAttrs& a) {
         const double inv = 1.0 / std::sqrt(var + a.eps);
         T* o = out.data() + r * D;
         for (int64_t i = 0; i < D; ++i)
-          o[i] = static_cast<T>((p[i] - mean) * inv * (*scale)[i] + (bias.empty() ? 0.0 : bias[i]));
+          o[i] = static_cast<T>((p[i] - mean) * inv * scale[i] + (bias.empty() ? 0.0 : bias[i]));
         if (mean_t) store_as<double>(*mean_t, r, mean);
         if (inv_t) store_as<double>(*inv_t, r, inv);
       }

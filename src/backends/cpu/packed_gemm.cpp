@@ -145,7 +145,8 @@ void packed_gemm(int64_t M, const float* a, int64_t lda, const PackedB& b, const
   const int64_t panels = (b.N + kP - 1) / kP;
   if (M <= 0 || panels == 0) return;
   // k blocks: all of K up to kKcWhole, else equal blocks of at most kKc (3072 = 4 x 768).
-  const int64_t kcmax = b.K <= kKcWhole ? std::max<int64_t>(1, b.K) : (b.K + (b.K + kKc - 1) / kKc - 1) / ((b.K + kKc - 1) / kKc);
+  const int64_t kparts = b.K <= kKcWhole ? 1 : (b.K + kKc - 1) / kKc;
+  const int64_t kcmax = std::max<int64_t>(1, (b.K + kparts - 1) / kparts);
   // Row blocks of at most kMc rows, equal up to a tile (128 rows: 66 + 62, not 96 + 32).
   const int64_t mblocks = (M + kMc - 1) / kMc;
   const int64_t mc = ((M + mblocks - 1) / mblocks + kMr - 1) / kMr * kMr;

@@ -380,9 +380,10 @@ Expected<KernelPtr> create_gemm(const ir::Node& node) {
     }
     KILN_RETURN_IF_ERROR(plan_gemm(rc.node, *reshape_state(rc), *g));
     if (rc.in.size() > 2 && rc.in[2].present && beta != 0.f && !g->has_c && p.epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
-      g->has_c = true;  // no algorithm with the bias epilogue: broadcast C and add it as beta·Y
+      // No algorithm with the bias epilogue (plan_gemm then chose one without it): broadcast C and
+      // add it as beta·Y. beta is a launch argument, so the plan stands.
+      g->has_c = true;
       p.beta = beta;
-      KILN_RETURN_IF_ERROR(plan_gemm(rc.node, *reshape_state(rc), *g));
     }
     rc.state = std::move(g);
     return Status::Ok();
