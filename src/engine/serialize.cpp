@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "engine/engine_file.h"
 #include "engine/engine_generated.h"
 #include "ops/op_table.h"
 #include "util/checksum.h"
 #include "util/guard.h"
 #include "util/log.h"
-#include "runtime/engine_impl.h"
 
 namespace kiln {
 namespace {
@@ -119,20 +119,16 @@ class Writer {
   }
 };
 
-Offset<fb::PlanDesc> write_plan(Writer& w, const ir::Graph& g, const CompiledGraph& plan) {
+Offset<fb::PlanDesc> write_plan(Writer& w, const CompiledGraph& plan) {
   auto& b = w.b;
-  std::map<const ir::Node*, int> node_index;
-  for (const ir::Node* n : g.nodes()) node_index.emplace(n, static_cast<int>(node_index.size()));
   std::vector<Offset<fb::PlanValue>> values;
   for (const PlannedValue& pv : plan.values)
     values.push_back(fb::CreatePlanValue(b, b.CreateString(pv.name), w.type(pv.type), static_cast<int8_t>(pv.device.type),
                                          pv.copy_of, pv.offset, pv.bytes));
   std::vector<Offset<fb::PlanStep>> steps;
   for (const Step& s : plan.steps) {
-    const int node = s.node ? node_index.at(s.node) : -1;
-    steps.push_back(fb::CreatePlanStep(b, static_cast<int8_t>(s.kind == Step::Kind::kCopy ? 1 : 0), node,
-                                       b.CreateString(s.kernel_name), 0,
-                                       static_cast<int8_t>(s.backend->device().type), b.CreateVector(s.in),
+    steps.push_back(fb::CreatePlanStep(b, static_cast<int8_t>(s.kind == Step::Kind::kCopy ? 1 : 0), s.node,
+                                       b.CreateString(s.kernel_name), 0, static_cast<int8_t>(s.device), b.CreateVector(s.in),
                                        b.CreateVector(s.out), b.CreateVector(s.implicit_in), b.CreateVector(s.release),
                                        s.data_dependent, s.sync_after,
                                        s.tactics.empty() ? 0 : b.CreateVectorOfStrings(s.tactics),
@@ -351,13 +347,14 @@ Expected<std::unique_ptr<ir::Graph>> read_graph(const fb::GraphDesc* gd, ir::Gra
 }
 
 // Rebuilds the plan stored in the file, checking every index against the graph (the file is
-// untrusted), then creates each step's kernel from its recorded registry row.
+// untrusted), then creates each step's kernel from its recorded registry row (instantiate_kernels).
 Expected<std::shared_ptr<CompiledGraph>> read_plan(const fb::PlanDesc* pd, std::shared_ptr<ir::Graph> graph) {
   if (!pd) return bad("missing plan");
   auto cg = std::make_shared<CompiledGraph>();
   cg->graph = graph;
   const std::vector<ir::Value*> gvals = graph->values();
-  const std::vector<ir::Node*> gnodes = graph->nodes();
+  const std::vector<ir::Node*>& gnodes = graph->nodes();
+  cg->nodes.assign(gnodes.begin(), gnodes.end());
   std::map<const ir::Value*, int> gindex;
   for (size_t i = 0; i < gvals.size(); ++i) gindex[gvals[i]] = static_cast<int>(i);
   const size_t nv = vsize(pd->values());
@@ -398,14 +395,14 @@ Expected<std::shared_ptr<CompiledGraph>> read_plan(const fb::PlanDesc* pd, std::
     return v;
   };
   std::vector<char> node_seen(gnodes.size(), 0);
-  auto subgraphs = make_subgraph_compiler();
   for (size_t k = 0; k < vsize(pd->steps()); ++k) {
     const fb::PlanStep* ps = pd->steps()->Get(static_cast<flatbuffers::uoffset_t>(k));
     Step s;
     if (ps->kind() != 0 && ps->kind() != 1) return bad("invalid step kind");
     s.kind = ps->kind() == 1 ? Step::Kind::kCopy : Step::Kind::kKernel;
     if (ps->device() != 0 && ps->device() != 1) return bad("invalid step device");
-    KILN_ASSIGN_OR_RETURN(s.backend, backend_for(static_cast<DeviceType>(ps->device())));
+    s.device = static_cast<DeviceType>(ps->device());
+    KILN_ASSIGN_OR_RETURN(Backend * backend, backend_for(s.device));
     s.kernel_name = ps->kernel() ? ps->kernel()->str() : "";
     for (size_t t = 0; t < vsize(ps->tactics()); ++t) {
       const auto* name = ps->tactics()->Get(static_cast<flatbuffers::uoffset_t>(t));
@@ -431,7 +428,7 @@ Expected<std::shared_ptr<CompiledGraph>> read_plan(const fb::PlanDesc* pd, std::
     const ir::Node& n = *gnodes[ni];
     // Every buffer must be the node's own value (or a device copy of it) on the step's device.
     if (s.in.size() != n.inputs.size() || s.out.size() != n.outputs.size()) return bad(n.describe() + ": step arity differs from the node");
-    const KernelDef* def = s.backend->kernels().by_name(s.kernel_name);
+    const KernelDef* def = backend->kernels().by_name(s.kernel_name);
     if (!def)
       return Status{StatusCode::kEngineMismatch, n.describe() + ": the engine names kernel '" + s.kernel_name +
                                                      "', which this kiln does not have; rebuild the engine"};
@@ -446,22 +443,16 @@ Expected<std::shared_ptr<CompiledGraph>> read_plan(const fb::PlanDesc* pd, std::
       if ((s.in[i] < 0 ? -1 : origin(s.in[i])) != want) return bad(n.describe() + ": step input " + std::to_string(i) + " is not the node's");
       // Inputs live on the step's device, except host inputs (host memory) and shape-only inputs (anywhere).
       const int ii = static_cast<int>(i);
-      const Device need = def->host_input(ii) ? Device{} : s.backend->device();
+      const Device need = def->host_input(ii) ? Device{} : backend->device();
       if (s.in[i] >= 0 && !def->shape_input(ii) && cg->values[s.in[i]].device != need)
         return bad(n.describe() + ": input on another device");
     }
     for (size_t i = 0; i < s.out.size(); ++i) {
       const int want = n.outputs[i] ? gindex.at(n.outputs[i]) : -1;
       if (s.out[i] != want) return bad(n.describe() + ": step output " + std::to_string(i) + " is not the node's");
-      if (want >= 0 && cg->values[want].device != s.backend->device()) return bad(n.describe() + ": output on another device");
+      if (want >= 0 && cg->values[want].device != backend->device()) return bad(n.describe() + ": output on another device");
     }
-    s.node = &n;
-    KernelInit init;
-    init.subgraphs = subgraphs.get();
-    init.device_state = s.backend->build_state();
-    auto kernel = def->create(n, init);
-    if (!kernel.ok()) return kernel.status().with_context(n.describe());
-    s.kernel = std::move(kernel).value();
+    s.node = ni;
     cg->steps.push_back(std::move(s));
   }
   for (size_t i = 0; i < node_seen.size(); ++i)
@@ -535,27 +526,40 @@ Expected<std::shared_ptr<CompiledGraph>> read_plan(const fb::PlanDesc* pd, std::
     if (size_t end; pv.offset >= 0 && (__builtin_add_overflow(static_cast<size_t>(pv.offset), pv.bytes, &end) ||
                                        end > cg->arena_bytes[static_cast<int>(pv.device.type)]))
       return bad("plan offset outside the arena");
+  // Every check passed: the plan is sound as data. Its kernels come from it as after lowering.
+  auto subgraphs = make_subgraph_compiler();
+  KILN_RETURN_IF_ERROR(instantiate_kernels(*cg, subgraphs.get()));
   return cg;
 }
 
 }  // namespace
 
+std::string host_cpu_isa() {
+  std::string isa = "x86_64";
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) isa += " avx2";
+  if (__builtin_cpu_supports("fma")) isa += " fma";
+  if (__builtin_cpu_supports("avx512f")) isa += " avx512f";
+  if (__builtin_cpu_supports("avx512bw")) isa += " avx512bw";
+  return isa;
+}
+
 bool looks_like_engine(const std::string& head) {
   return head.size() >= 8 && std::memcmp(head.data() + 4, "KILN", 4) == 0;
 }
 
-Expected<std::string> serialize_engine(const Engine::Impl& impl) {
+Expected<std::string> write_engine_file(const EngineFile& e) {
   size_t weight_bytes = 0;
-  for (const ir::Value* v : impl.graph->values())
+  for (const ir::Value* v : e.graph->values())
     if (v->constant) weight_bytes += v->constant->nbytes() + 64;
   Writer w(weight_bytes);
-  auto graph = w.graph(*impl.graph);
-  auto plan = write_plan(w, *impl.graph, *impl.plan);
+  auto graph = w.graph(*e.graph);
+  auto plan = write_plan(w, *e.plan);
   std::vector<Offset<fb::Meta>> meta;
-  for (const auto& [k, v] : impl.meta) meta.push_back(fb::CreateMeta(w.b, w.b.CreateString(k), w.b.CreateString(v)));
+  for (const auto& [k, v] : e.meta) meta.push_back(fb::CreateMeta(w.b, w.b.CreateString(k), w.b.CreateString(v)));
   auto mv = w.b.CreateVector(meta);
   std::vector<Offset<fb::ProfileDesc>> profiles;
-  for (const ShapeProfile& p : impl.options.profiles) {
+  for (const ShapeProfile& p : e.profiles) {
     std::vector<Offset<fb::ProfileDim>> dims;
     for (const auto& [name, opt] : p.opt)
       dims.push_back(fb::CreateProfileDim(w.b, w.b.CreateString(name), w.b.CreateVector(p.min.at(name)), w.b.CreateVector(opt),
@@ -576,19 +580,13 @@ Expected<std::string> serialize_engine(const Engine::Impl& impl) {
   return out;
 }
 
-Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(const std::string& bytes) {
-  KILN_ASSIGN_OR_RETURN(auto file, cpu_backend().allocate(bytes.size()));
-  if (!bytes.empty()) std::memcpy(file->data, bytes.data(), bytes.size());
-  return deserialize_engine(std::move(file));
+static Expected<EngineFile> read_unguarded(std::shared_ptr<Storage> file);
+
+Expected<EngineFile> read_engine_file(std::shared_ptr<Storage> file) {
+  return guarded("loading the engine file", [&] { return read_unguarded(std::move(file)); });
 }
 
-static Expected<std::unique_ptr<Engine::Impl>> deserialize_unguarded(std::shared_ptr<Storage> file);
-
-Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Storage> file) {
-  return guarded("loading the engine file", [&] { return deserialize_unguarded(std::move(file)); });
-}
-
-static Expected<std::unique_ptr<Engine::Impl>> deserialize_unguarded(std::shared_ptr<Storage> file) {
+static Expected<EngineFile> read_unguarded(std::shared_ptr<Storage> file) {
   const auto* buf = static_cast<const uint8_t*>(file->data);
   size_t size = file->bytes;
   // The checksum trailer (format 3 on): weights, plan and metadata are checked before any is read.
@@ -610,38 +608,37 @@ static Expected<std::unique_ptr<Engine::Impl>> deserialize_unguarded(std::shared
   flatbuffers::Verifier verifier(buf, size, /*max_depth=*/256, /*max_tables=*/50'000'000);
   if (!fb::VerifyEngineFileBuffer(verifier)) return bad("the FlatBuffers verifier rejected it (truncated or damaged)");
   const fb::EngineFile* ef = fb::GetEngineFile(buf);
-  auto impl = std::make_unique<Engine::Impl>();
+  EngineFile e;
   for (size_t i = 0; i < vsize(ef->meta()); ++i) {
     const fb::Meta* m = ef->meta()->Get(static_cast<flatbuffers::uoffset_t>(i));
-    if (m->key() && m->value()) impl->meta[m->key()->str()] = m->value()->str();
+    if (m->key() && m->value()) e.meta[m->key()->str()] = m->value()->str();
   }
   if (ef->format_version() != kEngineFormatVersion) {
-    const auto fp = impl->meta.find("fingerprint");
+    const auto fp = e.meta.find("fingerprint");
     return Status(StatusCode::kEngineMismatch,
                   "engine file format version " + std::to_string(ef->format_version()) +
-                      (fp != impl->meta.end() ? " (built for " + fp->second + ")" : std::string()) +
+                      (fp != e.meta.end() ? " (built for " + fp->second + ")" : std::string()) +
                       ", this kiln reads version " + std::to_string(kEngineFormatVersion) + "; rebuild the engine from its .onnx");
   }
   if (!has_trailer) return bad("its checksum trailer is missing (truncated?)");
-  const std::string device = impl->meta["device"];
+  const std::string device = e.meta["device"];
   if (device != "cpu" && device != "cuda") return bad("unknown device '" + device + "'");
-  impl->options.device = device == "cuda" ? DeviceType::kCUDA : DeviceType::kCPU;
-  impl->options.opt_level = std::atoi(impl->meta["opt_level"].c_str());
-  auto backend = backend_for(impl->options.device);
+  const DeviceType device_type = device == "cuda" ? DeviceType::kCUDA : DeviceType::kCPU;
+  auto backend = backend_for(device_type);
   if (!backend.ok())
-    return Status(StatusCode::kEngineMismatch, "engine was built for " + impl->meta["fingerprint"] +
+    return Status(StatusCode::kEngineMismatch, "engine was built for " + e.meta["fingerprint"] +
                                                    ", which is not available here: " + backend.status().message());
   const std::string here = (*backend)->fingerprint();
-  if (impl->meta["fingerprint"] != here)
-    return Status(StatusCode::kEngineMismatch, "engine was built for '" + impl->meta["fingerprint"] +
+  if (e.meta["fingerprint"] != here)
+    return Status(StatusCode::kEngineMismatch, "engine was built for '" + e.meta["fingerprint"] +
                                                    "' but this machine is '" + here + "'; rebuild the engine here");
   // Same format and hardware: it runs. Say so when another kiln wrote it, or a CPU with features this
   // one lacks (kernels choose their ISA at run time, so such an engine still runs, maybe slower).
-  if (impl->meta["kiln_version"] != version())
-    log(LogLevel::kWarning, "engine file written by kiln " + impl->meta["kiln_version"] + ", this is kiln " + version() +
+  if (e.meta["kiln_version"] != version())
+    log(LogLevel::kWarning, "engine file written by kiln " + e.meta["kiln_version"] + ", this is kiln " + version() +
                                 " (same engine format; it runs)");
-  if (impl->options.device == DeviceType::kCPU) {
-    const std::string built = impl->meta["cpu_isa"], here = host_cpu_isa();
+  if (device_type == DeviceType::kCPU) {
+    const std::string built = e.meta["cpu_isa"], here = host_cpu_isa();
     std::string missing;
     size_t b = 0;
     while (b < built.size()) {
@@ -655,8 +652,8 @@ static Expected<std::unique_ptr<Engine::Impl>> deserialize_unguarded(std::shared
       log(LogLevel::kWarning, "engine was built on a CPU with" + missing + ", which this CPU lacks (it runs with the kernels this CPU has)");
   }
   KILN_ASSIGN_OR_RETURN(auto graph, read_graph(ef->graph(), nullptr, 0, file));
-  impl->graph = std::shared_ptr<ir::Graph>(std::move(graph));
-  KILN_ASSIGN_OR_RETURN(impl->plan, read_plan(ef->plan(), impl->graph));
+  e.graph = std::shared_ptr<ir::Graph>(std::move(graph));
+  KILN_ASSIGN_OR_RETURN(e.plan, read_plan(ef->plan(), e.graph));
   if (vsize(ef->profiles()) > kMaxProfiles) return bad("too many shape profiles");
   for (size_t i = 0; i < vsize(ef->profiles()); ++i) {
     const fb::ProfileDesc* pd = ef->profiles()->Get(static_cast<flatbuffers::uoffset_t>(i));
@@ -669,17 +666,12 @@ static Expected<std::unique_ptr<Engine::Impl>> deserialize_unguarded(std::shared
       p.opt[name] = scalars(d->opt());
       p.max[name] = scalars(d->max());
     }
-    impl->options.profiles.push_back(std::move(p));
+    e.profiles.push_back(std::move(p));
   }
-  KILN_RETURN_IF_ERROR(validate_profiles(*impl->graph, impl->options.profiles).with_context("engine file"));
-  for (const Step& s : impl->plan->steps)
-    if (s.tactics.size() > std::max<size_t>(1, impl->options.profiles.size()) || s.tactic_ms.size() > s.tactics.size())
+  for (const Step& s : e.plan->steps)
+    if (s.tactics.size() > std::max<size_t>(1, e.profiles.size()) || s.tactic_ms.size() > s.tactics.size())
       return bad("a step holds more tactics than the engine has shape profiles");
-  const std::string hash = impl->meta["model_hash"];
-  auto meta = impl->meta;
-  describe_engine(*impl, hash);
-  impl->meta = meta;
-  return impl;
+  return e;
 }
 
 }  // namespace kiln

@@ -91,7 +91,7 @@ struct Lowering {
         KILN_ASSIGN_OR_RETURN(Backend* b, backend_for(src.device.type));
         from = b;
       }
-      s.backend = from;
+      s.device = from->device().type;
       s.kernel_name = dev.is_cpu() ? "copy.d2h" : "copy.h2d";
       s.in = {v};
       s.out = {c};
@@ -180,6 +180,7 @@ struct Lowering {
 
   Expected<std::shared_ptr<CompiledGraph>> run(std::shared_ptr<ir::Graph> graph) {
     cg->graph = graph;
+    cg->nodes.assign(graph->nodes().begin(), graph->nodes().end());
     KILN_ASSIGN_OR_RETURN(Backend* preferred, backend_for(opt.device));
     const Device host{};
     for (ir::Value* v : graph->values()) {
@@ -210,7 +211,6 @@ struct Lowering {
       return unsupported(msg);
     }
 
-    CpuSubgraphCompiler subgraphs;
     size_t k = 0;
     for (const ir::Node* n : graph->nodes()) {
       const Placed& p = placed[k++];
@@ -218,8 +218,8 @@ struct Lowering {
       Backend* backend = p.on_target ? preferred : &cpu_backend();
       Step s;
       s.why_host = p.why;
-      s.node = n;
-      s.backend = backend;
+      s.node = static_cast<int>(k - 1);
+      s.device = backend->device().type;
       s.kernel_name = def->name;
       s.data_dependent = def->data_dependent || n->has_subgraphs();
       s.host_inputs = def->host_inputs;
@@ -251,12 +251,6 @@ struct Lowering {
         s.implicit_in.push_back(idx);
         it->second = idx;
       }
-      KernelInit init;
-      init.subgraphs = &subgraphs;
-      init.device_state = backend->build_state();
-      auto kernel = def->create(*n, init);
-      if (!kernel.ok()) return kernel.status().with_context(n->describe());
-      s.kernel = std::move(kernel).value();
       cg->steps.push_back(std::move(s));
     }
     // Outputs come back to the host.
@@ -266,6 +260,9 @@ struct Lowering {
     }
     plan_lifetimes();
     if (opt.plan_memory) plan_arena();
+    // The plan is complete as data; its kernels come from it as an engine file's do.
+    CpuSubgraphCompiler subgraphs;
+    KILN_RETURN_IF_ERROR(instantiate_kernels(*cg, &subgraphs));
     return cg;
   }
 
@@ -324,6 +321,38 @@ uint64_t lowering_count() { return g_lowerings.load(); }
 
 std::unique_ptr<SubgraphRunner> make_subgraph_compiler() { return std::make_unique<CpuSubgraphCompiler>(); }
 
+Status instantiate_kernels(CompiledGraph& cg, SubgraphRunner* subgraphs) {
+  cg.kernels.clear();
+  cg.kernels.resize(cg.steps.size());
+  for (size_t si = 0; si < cg.steps.size(); ++si) {
+    const Step& s = cg.steps[si];
+    Backend*& backend = cg.backends[static_cast<int>(s.device)];
+    if (!backend) {
+      KILN_ASSIGN_OR_RETURN(backend, backend_for(s.device));
+    }
+    if (s.kind != Step::Kind::kKernel) continue;
+    if (s.node < 0 || static_cast<size_t>(s.node) >= cg.nodes.size())
+      return invalid_model("step " + std::to_string(si) + " names no node of its graph");
+    const ir::Node& n = cg.node(s);
+    const KernelDef* def = backend->kernels().by_name(s.kernel_name);
+    if (!def)
+      return Status{StatusCode::kEngineMismatch, n.describe() + ": the plan names kernel '" + s.kernel_name +
+                                                     "', which this kiln does not have; rebuild the engine"};
+    if (def->op != n.op_type) return invalid_model(n.describe() + ": kernel '" + s.kernel_name + "' is for another op");
+    // The test placement applies (domain, opset range, dtypes and attributes), so a plan cannot bind
+    // a node to a kernel that would misread it.
+    if (const std::string why = def->rejects(n); !why.empty())
+      return invalid_model(n.describe() + ": kernel '" + s.kernel_name + "' cannot run this node: " + why);
+    KernelInit init;
+    init.subgraphs = subgraphs;
+    init.device_state = backend->build_state();
+    auto kernel = def->create(n, init);
+    if (!kernel.ok()) return kernel.status().with_context(n.describe());
+    cg.kernels[si] = std::move(kernel).value();
+  }
+  return Status::Ok();
+}
+
 Expected<std::shared_ptr<CompiledGraph>> lower(std::shared_ptr<ir::Graph> graph, const LowerOptions& options) {
   g_lowerings.fetch_add(1);
   Lowering l{options};
@@ -360,13 +389,15 @@ std::string describe_plan(const CompiledGraph& plan, const std::function<std::st
   int copies = 0, host_shape = 0;
   for (size_t si = 0; si < plan.steps.size(); ++si) {
     const Step& s = plan.steps[si];
-    os << "[" << (s.backend ? s.backend->name() : "?") << "] ";
+    const char* device = s.device == DeviceType::kCUDA ? "cuda" : "cpu";
+    os << "[" << device << "] ";
     if (s.kind == Step::Kind::kCopy) {
       ++copies;
       os << s.kernel_name << " " << plan.values[s.in[0]].name << (annotate ? annotate(static_cast<int>(si)) : "") << "\n";
     } else {
-      ++per_device[s.backend ? s.backend->name() : "?"];
-      os << s.node->name << " (" << s.node->op_type << ") -> " << s.kernel_name;
+      ++per_device[device];
+      const ir::Node& n = plan.node(s);
+      os << n.name << " (" << n.op_type << ") -> " << s.kernel_name;
       bool any = false;
       for (const std::string& t : s.tactics) any = any || !t.empty();
       if (any) {

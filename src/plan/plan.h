@@ -28,11 +28,16 @@ struct PlannedValue {
   int copy_of = -1;        // a device copy of value `copy_of` (its host original, for shape planning)
 };
 
+// One step of the plan, as data: which node (an index into CompiledGraph::nodes), which kernel row on
+// which device, the tuner's tactics, and buffer ids. No pointers to live objects: the kernels a plan
+// runs are instantiated from these rows (instantiate_kernels), the same way after lowering and after
+// loading an engine file, and held beside the steps (CompiledGraph::kernels).
 struct Step {
   enum class Kind { kKernel, kCopy };
   Kind kind = Kind::kKernel;
-  const ir::Node* node = nullptr;  // kKernel: the node (owned by CompiledGraph::graph)
+  int node = -1;                   // kKernel: index into CompiledGraph::nodes
   std::string kernel_name;         // registry name, or "copy.h2d" / "copy.d2h"
+  DeviceType device = DeviceType::kCPU;  // the backend that runs it (a copy: the device side's)
   // Per shape profile: the tactic the tuner chose (ReshapeContext::tactic) and its measured time in
   // milliseconds (0: not measured — from a timing cache, or not tuned). Empty: the kernel's own choice.
   std::vector<std::string> tactics;
@@ -41,8 +46,6 @@ struct Step {
     static const std::string kNone;
     return profile >= 0 && static_cast<size_t>(profile) < tactics.size() ? tactics[profile] : kNone;
   }
-  Backend* backend = nullptr;      // the device that runs it
-  KernelPtr kernel;
   std::vector<int> in, out;        // value indices (-1: omitted)
   std::vector<int> implicit_in;    // values read by the node's subgraphs (outer-scope captures)
   std::vector<int> release;        // values whose last reader is this step
@@ -55,6 +58,7 @@ struct Step {
 
 struct CompiledGraph {
   std::shared_ptr<ir::Graph> graph;    // keeps nodes and constants alive
+  std::vector<const ir::Node*> nodes;  // graph->nodes() in order: what Step::node indexes
   std::vector<PlannedValue> values;
   std::vector<Step> steps;
   std::vector<int> inputs, outputs;    // value indices
@@ -65,7 +69,23 @@ struct CompiledGraph {
   // execution contexts plan every signature themselves, runtime/shape_plan.h).
   size_t arena_bytes[2] = {0, 0};      // per DeviceType
   bool use_arena = false;              // only the top-level graph plans an arena
+
+  // Live objects made from the data above by instantiate_kernels (never stored in an engine file):
+  // per step its kernel (null for copies), and per DeviceType its backend (null: no step there).
+  std::vector<KernelPtr> kernels;
+  Backend* backends[2] = {nullptr, nullptr};
+
+  const ir::Node& node(const Step& s) const { return *nodes[static_cast<size_t>(s.node)]; }
+  Backend& backend(const Step& s) const { return *backends[static_cast<int>(s.device)]; }
+  Kernel& kernel(size_t step) const { return *kernels[step]; }
 };
+
+// Creates the kernel of every kernel step from its row (Step::kernel_name on Step::device) and the
+// node it runs, and binds each device's backend. Lowering and engine loading both end here, so a plan
+// read from a file runs exactly as the plan lowering made. A row that is missing, for another op, or
+// that rejects its node is an error naming the node (kEngineMismatch for a missing row: the file was
+// written by a kiln with other kernels).
+Status instantiate_kernels(CompiledGraph& cg, SubgraphRunner* subgraphs);
 
 // Lifetimes as the steps imply them: per value the first step that makes it and the last that reads
 // it (-1: none); per step the values whose life ends there (every value but constants, graph outputs

@@ -29,16 +29,6 @@ namespace kiln {
 
 const char* version() { return KILN_VERSION; }
 
-std::string host_cpu_isa() {
-  std::string isa = "x86_64";
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) isa += " avx2";
-  if (__builtin_cpu_supports("fma")) isa += " fma";
-  if (__builtin_cpu_supports("avx512f")) isa += " avx512f";
-  if (__builtin_cpu_supports("avx512bw")) isa += " avx512bw";
-  return isa;
-}
-
 std::string TensorInfo::type_string() const {
   const std::string t = std::string("tensor(") + dtype_onnx_name(dtype) + ")";
   if (kind == "sequence") return "seq(" + t + ")";
@@ -408,8 +398,33 @@ Expected<std::shared_ptr<Engine>> Engine::build_from_bytes(const std::string& by
 }
 
 
+Expected<std::string> serialize_engine(const Engine::Impl& impl) {
+  EngineFile e;
+  e.graph = impl.graph;
+  e.plan = impl.plan;
+  e.meta = impl.meta;
+  e.profiles = impl.options.profiles;
+  return write_engine_file(e);
+}
+
+Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Storage> file) {
+  KILN_ASSIGN_OR_RETURN(EngineFile e, read_engine_file(std::move(file)));
+  auto impl = std::make_unique<Engine::Impl>();
+  impl->graph = std::move(e.graph);
+  impl->plan = std::move(e.plan);
+  impl->options.device = e.meta["device"] == "cuda" ? DeviceType::kCUDA : DeviceType::kCPU;
+  impl->options.opt_level = std::atoi(e.meta["opt_level"].c_str());
+  impl->options.profiles = std::move(e.profiles);
+  KILN_RETURN_IF_ERROR(validate_profiles(*impl->graph, impl->options.profiles).with_context("engine file"));
+  describe_engine(*impl, e.meta["model_hash"]);
+  impl->meta = std::move(e.meta);  // as written (describe_engine fills the meta of a fresh build)
+  return impl;
+}
+
 Expected<std::shared_ptr<Engine>> Engine::load_from_bytes(const std::string& bytes) {
-  KILN_ASSIGN_OR_RETURN(auto impl, deserialize_engine(bytes));
+  KILN_ASSIGN_OR_RETURN(auto file, cpu_backend().allocate(bytes.size()));
+  if (!bytes.empty()) std::memcpy(file->data, bytes.data(), bytes.size());
+  KILN_ASSIGN_OR_RETURN(auto impl, deserialize_engine(std::move(file)));
   return std::make_shared<Engine>(std::move(impl));
 }
 
@@ -565,15 +580,15 @@ Expected<std::unique_ptr<ExecutionContext>> Engine::create_context() const {
     const int v = e.plan->inputs[i];
     for (const Step& s : e.plan->steps) {
       if (s.kind != Step::Kind::kKernel) continue;
-      const KernelDef* def = s.backend->kernels().by_name(s.kernel_name);
-      const bool host_step = s.backend->device().is_cpu();
+      const KernelDef* def = e.plan->backend(s).kernels().by_name(s.kernel_name);
+      const bool host_step = s.device == DeviceType::kCPU;
       for (size_t k = 0; k < s.in.size(); ++k)
         if (s.in[k] == v && ((host_step && !(def && def->shape_input(static_cast<int>(k)))) || s.host_input(k)) &&
             ci->host_reader[i].empty())
-          ci->host_reader[i] = s.node->describe() + " reads it on the host";
+          ci->host_reader[i] = e.plan->node(s).describe() + " reads it on the host";
       if (!host_step) continue;
       for (int w : s.implicit_in)
-        if (w == v && ci->host_reader[i].empty()) ci->host_reader[i] = s.node->describe() + " reads it on the host";
+        if (w == v && ci->host_reader[i].empty()) ci->host_reader[i] = e.plan->node(s).describe() + " reads it on the host";
     }
   }
   ci->defaults.resize(gin.size());

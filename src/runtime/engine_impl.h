@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/engine_file.h"
 #include "ir/graph.h"
 #include "kiln/kiln.h"
 #include "plan/plan.h"
@@ -30,22 +31,12 @@ passes::PassOptions builder_pass_options(int opt_level, const KernelRegistry* ta
 void describe_engine(Engine::Impl& impl, const std::string& model_hash);
 TensorInfo tensor_info(const ir::Value& v);
 
-// The engine-file format (src/engine/).
-// 2: the whole plan is stored (format 1 stored kernel names per node and re-lowered on load).
-constexpr uint32_t kEngineFormatVersion = 3;  // 3: checksum trailer
-
-// "x86_64 avx2 fma ..." — the CPU features kiln's kernels can use here (recorded in engines as cpu_isa).
-std::string host_cpu_isa();
+// The engine file (engine/engine_file.h) holds graph, plan, meta and profiles; these convert between
+// it and an Engine. Loading checks the profiles against the graph and describes the engine's I/O.
 Expected<std::string> serialize_engine(const Engine::Impl& impl);
-// Parses and verifies an engine file, checks the device fingerprint, and instantiates the plan it
-// stores (kernels created from their recorded rows; no passes, no lowering).
-Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(const std::string& bytes);
-// The same over a file's storage (an mmap): aligned weights become views into it, not copies.
 Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Storage> file);
-bool looks_like_engine(const std::string& head);
 
-// Shape profiles (BuildOptions::profiles).
-constexpr size_t kMaxProfiles = 64;
+// Shape profiles (BuildOptions::profiles; at most kMaxProfiles, engine/engine_file.h).
 // Every profile names graph inputs, with min <= opt <= max of the input's rank, agreeing with its
 // static dims; kInvalidArgument naming the profile and input otherwise.
 Status validate_profiles(const ir::Graph& g, const std::vector<ShapeProfile>& profiles);

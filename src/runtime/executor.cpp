@@ -86,7 +86,7 @@ Status fill_reshape_context(const CompiledGraph& g, const ShapePlan& plan, int s
     }
   }
   rc.out.assign(s.out.size(), {});
-  rc.device_state = res.state_for(s.backend->device());
+  rc.device_state = res.state_for(g.backend(s).device());
   return Status::Ok();
 }
 
@@ -96,9 +96,9 @@ namespace {
 // it holds now; without, for the shapes (and shape values) the plan knows.
 Status reshape_step(const CompiledGraph& g, ShapePlan& plan, int si, const Frame* frame, ContextResources& res) {
   const Step& s = g.steps[si];
-  ReshapeContext rc{*s.node, {}, {}, nullptr, 0, nullptr, {}};
+  ReshapeContext rc{g.node(s), {}, {}, nullptr, 0, nullptr, {}};
   KILN_RETURN_IF_ERROR(fill_reshape_context(g, plan, si, frame, res, rc));
-  KILN_RETURN_IF_ERROR(s.kernel->reshape(rc));
+  KILN_RETURN_IF_ERROR(g.kernel(si).reshape(rc));
   for (size_t o = 0; o < s.out.size() && o < rc.out.size(); ++o)
     if (s.out[o] >= 0) plan.learn(s.out[o], rc.out[o].first, rc.out[o].second);
   plan.reshaped[si] = 1;
@@ -109,10 +109,10 @@ Status reshape_step(const CompiledGraph& g, ShapePlan& plan, int si, const Frame
 
 // Output types of a kernel step from its op's shape function, on the plan's concrete input shapes.
 void infer_step(const CompiledGraph& g, ShapePlan& plan, const Step& s) {
-  const ops::OpDef* def = ops::find_op(s.node->domain, s.node->op_type);
+  const ops::OpDef* def = ops::find_op(g.node(s).domain, g.node(s).op_type);
   if (!def || !def->infer) return;
   std::vector<ir::Type> types(s.in.size());
-  ops::InferContext ictx{*s.node, {}, {}, {}};
+  ops::InferContext ictx{g.node(s), {}, {}, {}};
   for (size_t i = 0; i < s.in.size(); ++i) {
     const int v = s.in[i];
     if (v < 0) {
@@ -142,7 +142,7 @@ void infer_step(const CompiledGraph& g, ShapePlan& plan, const Step& s) {
 // Reshape whose target is computed, without a learning run. A pure function of the signature.
 void eval_shape_value(const CompiledGraph& g, ShapePlan& plan, const Step& s) {
   constexpr int64_t kMaxElems = 64;
-  const bool shape_op = s.node->domain.empty() && (s.node->op_type == "Shape" || s.node->op_type == "Size");
+  const bool shape_op = g.node(s).domain.empty() && (g.node(s).op_type == "Shape" || g.node(s).op_type == "Size");
   for (int v : s.out) {
     if (v < 0) continue;
     if (!plan.known[v] ||
@@ -164,7 +164,7 @@ void eval_shape_value(const CompiledGraph& g, ShapePlan& plan, const Step& s) {
       return;
     }
   }
-  auto out = run_node_eager(*s.node, in);
+  auto out = run_node_eager(g.node(s), in);
   if (!out.ok()) return;
   for (size_t o = 0; o < s.out.size() && o < out->size(); ++o) {
     const int v = s.out[o];
@@ -178,7 +178,8 @@ void eval_shape_value(const CompiledGraph& g, ShapePlan& plan, const Step& s) {
 
 class StepContext final : public KernelContext {
  public:
-  StepContext(Frame& f, const Step& s, int si, AdHocShapes* adhoc) : f_(f), s_(s), si_(si), adhoc_(adhoc) {}
+  StepContext(Frame& f, const Step& s, int si, AdHocShapes* adhoc)
+      : f_(f), s_(s), b_(f.graph.backend(s)), si_(si), adhoc_(adhoc) {}
   int num_inputs() const override { return static_cast<int>(s_.in.size()); }
   int num_outputs() const override { return static_cast<int>(s_.out.size()); }
   bool has_input(int i) const override {
@@ -195,7 +196,7 @@ class StepContext final : public KernelContext {
       sink = Slot::of(alloc_unplanned(dtype, shape));
       return sink.tensor;
     }
-    return f_.make_output(s_.out[i], *s_.backend, dtype, shape);
+    return f_.make_output(s_.out[i], b_, dtype, shape);
   }
   Tensor& output(int i) override {
     if (adhoc_) return output(i, adhoc_->out[i].first, adhoc_->out[i].second);
@@ -207,7 +208,7 @@ class StepContext final : public KernelContext {
     if (adhoc_) return adhoc_->workspace_ptr();
     const ShapePlan& p = *f_.plan;
     if (p.ws_offset[si_] >= 0) {
-      const auto& arena = f_.res.arena[static_cast<int>(s_.backend->device().type)];
+      const auto& arena = f_.res.arena[static_cast<int>(b_.device().type)];
       return static_cast<char*>(arena->data) + p.ws_offset[si_];
     }
     return p.ws_tmp[si_] ? p.ws_tmp[si_]->data : nullptr;
@@ -220,7 +221,7 @@ class StepContext final : public KernelContext {
   }
   Tensor owned_copy(const Tensor& t) override {
     Tensor c = alloc_unplanned(t.dtype(), t.shape());
-    Status st = s_.backend->copy(t, c, f_.res.state_for(s_.backend->device()));
+    Status st = b_.copy(t, c, f_.res.state_for(b_.device()));
     if (!st.ok()) throw std::runtime_error(st.message());
     return c;
   }
@@ -233,22 +234,23 @@ class StepContext final : public KernelContext {
     for (int o : body.outputs) outputs.push_back(sub.slots[o]);
     return Status::Ok();
   }
-  void* device_state() const override { return f_.res.state_for(s_.backend->device()); }
+  void* device_state() const override { return f_.res.state_for(b_.device()); }
   const ir::Node& node() const override {
     static const ir::Node kCopyNode = [] { ir::Node n; n.name = "copy"; n.op_type = "Copy"; return n; }();
-    return s_.node ? *s_.node : kCopyNode;
+    return s_.node >= 0 ? f_.graph.node(s_) : kCopyNode;
   }
 
  private:
   Tensor alloc_unplanned(DataType dtype, const Shape& shape) {
-    if (s_.backend->device().is_cpu()) return Tensor::empty(dtype, shape);
-    auto st = s_.backend->allocate(bytes_of(dtype, shape));
+    if (b_.device().is_cpu()) return Tensor::empty(dtype, shape);
+    auto st = b_.allocate(bytes_of(dtype, shape));
     if (!st.ok()) throw std::runtime_error(st.status().message());
     return Tensor::with_storage(dtype, shape, *st);
   }
 
   Frame& f_;
   const Step& s_;
+  Backend& b_;  // the backend that runs the step
   int si_;
   AdHocShapes* adhoc_;
 };
@@ -333,15 +335,15 @@ std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* 
         p->volatile_step[si] = 1;
         continue;
       }
-      if (!s.kernel->has_reshape() || !reshape_step(g, *p, static_cast<int>(si), nullptr, res).ok())
+      if (!g.kernel(si).has_reshape() || !reshape_step(g, *p, static_cast<int>(si), nullptr, res).ok())
         infer_step(g, *p, s);
       eval_shape_value(g, *p, s);
     }
     for (int v : s.out)
       if (v >= 0 && !p->known[v] && g.values[v].type.kind != ir::Type::Kind::kSequence &&
           g.values[v].type.kind != ir::Type::Kind::kOptional) {
-        if (complete && s.node && log_enabled(LogLevel::kVerbose))
-          log(LogLevel::kVerbose, "memory plan: the shapes of " + s.node->describe() +
+        if (complete && s.node >= 0 && log_enabled(LogLevel::kVerbose))
+          log(LogLevel::kVerbose, "memory plan: the shapes of " + g.node(s).describe() +
                                       " are known only by running it; this signature is planned after its first run");
         complete = false;
       }
@@ -374,7 +376,7 @@ void finalize_shape_plan(const CompiledGraph& g, ShapePlan& p) {
     }
     for (size_t si = 0; si < g.steps.size(); ++si) {
       const Step& s = g.steps[si];
-      if (!p.ws_bytes[si] || p.volatile_step[si] || !s.backend || static_cast<int>(s.backend->device().type) != d) continue;
+      if (!p.ws_bytes[si] || p.volatile_step[si] || static_cast<int>(s.device) != d) continue;
       reqs.push_back({p.ws_bytes[si], static_cast<int>(si), static_cast<int>(si)});
       owner.push_back(-static_cast<int>(si) - 1);
     }
@@ -504,13 +506,13 @@ Status Frame::run_step(int si, OpProfile* profile) {
     const Slot& src = *at[s.in[0]];
     if (src.kind == Slot::Kind::kTensor) {
       const Device to = graph.values[s.out[0]].device;
-      Backend& dst_backend = to.is_cpu() ? cpu_backend() : *s.backend;
+      Backend& dst_backend = to.is_cpu() ? cpu_backend() : graph.backend(s);
       Tensor* dst = nullptr;
       Slot& out_slot = *at[s.out[0]];
       // A caller's device buffer for an engine output (ExecutionContext::run_into): the copy to the
       // host becomes a copy on the device, into it.
       const bool device_out = to.is_cpu() && out_slot.kind == Slot::Kind::kTensor &&
-                              out_slot.tensor.device() == s.backend->device() && !s.backend->device().is_cpu() &&
+                              out_slot.tensor.device() == graph.backend(s).device() && !graph.backend(s).device().is_cpu() &&
                               out_slot.tensor.dtype() == src.tensor.dtype() &&
                               same_shape(out_slot.tensor.shape(), src.tensor.shape()) && out_slot.tensor.raw();
       try {
@@ -518,11 +520,11 @@ Status Frame::run_step(int si, OpProfile* profile) {
       } catch (const std::exception& e) {
         return runtime_error("copy of '" + graph.values[s.in[0]].name + "': " + e.what());
       }
-      void* state = res.state_for(s.backend->device());
-      KILN_RETURN_IF_ERROR(s.backend->copy(src.tensor, *dst, state));
+      void* state = res.state_for(graph.backend(s).device());
+      KILN_RETURN_IF_ERROR(graph.backend(s).copy(src.tensor, *dst, state));
       // A host kernel reads it next: wait for the copy. (Host-to-device copies from pageable
       // memory return once the source was read, so the host may reuse it at once.)
-      if (s.sync_after) KILN_RETURN_IF_ERROR(s.backend->synchronize(state));
+      if (s.sync_after) KILN_RETURN_IF_ERROR(graph.backend(s).synchronize(state));
     } else if (src.kind == Slot::Kind::kNone) {
       *at[s.out[0]] = Slot();
     } else {
@@ -533,11 +535,11 @@ Status Frame::run_step(int si, OpProfile* profile) {
     AdHocShapes* adhoc_ptr = nullptr;
     Status st;
     try {
-      if (s.kernel->has_reshape()) {
+      if (graph.kernel(si).has_reshape()) {
         if (!plan) {
-          auto alloc = [&s](size_t b) { return s.backend->allocate(b); };
+          auto alloc = [this, &s](size_t bytes) { return graph.backend(s).allocate(bytes); };
           StepContext probe(*this, s, si, &adhoc);
-          st = adhoc.prepare(*s.kernel, probe, alloc);
+          st = adhoc.prepare(graph.kernel(si), probe, alloc);
           adhoc_ptr = &adhoc;
         } else {
           // Not planned ahead (learning run, or inputs made by data-dependent steps): reshape for
@@ -546,7 +548,7 @@ Status Frame::run_step(int si, OpProfile* profile) {
           const bool again = !plan->reshaped[si] || plan->volatile_step[si];
           if (again) st = reshape_step(graph, *plan, si, this, res);
           if (st.ok() && plan->ws_bytes[si] && plan->ws_offset[si] < 0 && (again || !plan->ws_tmp[si])) {
-            auto ws = s.backend->allocate(plan->ws_bytes[si]);
+            auto ws = graph.backend(s).allocate(plan->ws_bytes[si]);
             if (!ws.ok()) st = ws.status();
             else plan->ws_tmp[si] = *ws;
           }
@@ -555,17 +557,17 @@ Status Frame::run_step(int si, OpProfile* profile) {
       if (st.ok() && plan && res.before_step) st = res.before_step(*this, si);
       if (st.ok()) {
         StepContext ctx(*this, s, si, adhoc_ptr);
-        st = s.kernel->run(ctx);
+        st = graph.kernel(si).run(ctx);
       }
     } catch (const std::bad_alloc&) {
-      st = runtime_error(s.node->describe() + ": out of memory");
+      st = runtime_error(graph.node(s).describe() + ": out of memory");
     } catch (const std::exception& e) {
-      st = runtime_error(s.node->describe() + ": " + e.what());
+      st = runtime_error(graph.node(s).describe() + ": " + e.what());
     }
     if (!st.ok()) return st;
   }
   if (profile) {
-    const std::string op = s.node ? (s.node->domain.empty() ? s.node->op_type : s.node->domain + "." + s.node->op_type)
+    const std::string op = s.node >= 0 ? (graph.node(s).domain.empty() ? graph.node(s).op_type : graph.node(s).domain + "." + graph.node(s).op_type)
                                   : s.kernel_name;
     OpProfile::Entry& e = profile->by_op[op];
     ++e.calls;
@@ -573,7 +575,10 @@ Status Frame::run_step(int si, OpProfile* profile) {
   }
   if (trace) {
     // A GPU step's time is its device time: wait for it before taking the end.
-    if (!s.backend->device().is_cpu()) KILN_RETURN_IF_ERROR(s.backend->synchronize(res.state_for(s.backend->device())));
+    if (s.device != DeviceType::kCPU) {
+      Backend& b = graph.backend(s);
+      KILN_RETURN_IF_ERROR(b.synchronize(res.state_for(b.device())));
+    }
     trace_step(si, start);
   }
   release_after(s);
@@ -583,42 +588,44 @@ Status Frame::run_step(int si, OpProfile* profile) {
 Status Frame::run_tactic(int si, const std::string& tactic, const TacticTiming& how, std::vector<double>* sample_ms) {
   const Step& s = graph.steps[si];
   if (s.kind != Step::Kind::kKernel) return invalid_argument("run_tactic: not a kernel step");
-  void* state = res.state_for(s.backend->device());
+  Backend& backend = graph.backend(s);
+  Kernel& kernel = graph.kernel(si);
+  void* state = res.state_for(backend.device());
   try {
     AdHocShapes adhoc;
-    auto alloc = [&s](size_t b) { return s.backend->allocate(b); };
+    auto alloc = [&backend](size_t b) { return backend.allocate(b); };
     StepContext probe(*this, s, si, &adhoc);
-    KILN_RETURN_IF_ERROR(adhoc.prepare(*s.kernel, probe, alloc, tactic));
+    KILN_RETURN_IF_ERROR(adhoc.prepare(kernel, probe, alloc, tactic));
     StepContext ctx(*this, s, si, &adhoc);
-    for (int i = 0; i < how.warmup; ++i) KILN_RETURN_IF_ERROR(s.kernel->run(ctx));
-    KILN_RETURN_IF_ERROR(s.backend->synchronize(state));
+    for (int i = 0; i < how.warmup; ++i) KILN_RETURN_IF_ERROR(kernel.run(ctx));
+    KILN_RETURN_IF_ERROR(backend.synchronize(state));
     if (!sample_ms) return Status::Ok();
     // A timed batch: one replay of a graph of the `iters` runs, or the runs launched one by one.
-    std::shared_ptr<void> graph;
-    if (how.graph && s.backend->device().type == DeviceType::kCUDA) {
-      Status st = s.backend->begin_capture(state);
-      for (int i = 0; st.ok() && i < how.iters; ++i) st = s.kernel->run(ctx);
-      auto exec = s.backend->end_capture(state);  // always, so the stream leaves capture mode
+    std::shared_ptr<void> exec_graph;
+    if (how.graph && backend.device().type == DeviceType::kCUDA) {
+      Status st = backend.begin_capture(state);
+      for (int i = 0; st.ok() && i < how.iters; ++i) st = kernel.run(ctx);
+      auto exec = backend.end_capture(state);  // always, so the stream leaves capture mode
       if (!st.ok()) return st;
       if (!exec.ok()) return runtime_error("its calls cannot be captured in a CUDA graph (" + exec.status().message() + ")");
-      graph = *exec;
-      KILN_RETURN_IF_ERROR(s.backend->launch_graph(graph.get(), state));  // the first replay is not timed
-      KILN_RETURN_IF_ERROR(s.backend->synchronize(state));
+      exec_graph = *exec;
+      KILN_RETURN_IF_ERROR(backend.launch_graph(exec_graph.get(), state));  // the first replay is not timed
+      KILN_RETURN_IF_ERROR(backend.synchronize(state));
     }
     for (int k = 0; k < how.samples; ++k) {
       const auto t0 = std::chrono::steady_clock::now();
-      if (graph) KILN_RETURN_IF_ERROR(s.backend->launch_graph(graph.get(), state));
+      if (exec_graph) KILN_RETURN_IF_ERROR(backend.launch_graph(exec_graph.get(), state));
       else
-        for (int i = 0; i < how.iters; ++i) KILN_RETURN_IF_ERROR(s.kernel->run(ctx));
-      KILN_RETURN_IF_ERROR(s.backend->synchronize(state));
+        for (int i = 0; i < how.iters; ++i) KILN_RETURN_IF_ERROR(kernel.run(ctx));
+      KILN_RETURN_IF_ERROR(backend.synchronize(state));
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       sample_ms->push_back(ms / std::max(1, how.iters));
       if (std::chrono::steady_clock::now() > how.deadline) break;
     }
   } catch (const std::bad_alloc&) {
-    return runtime_error(s.node->describe() + ": out of memory");
+    return runtime_error(graph.node(s).describe() + ": out of memory");
   } catch (const std::exception& e) {
-    return runtime_error(s.node->describe() + ": " + e.what());
+    return runtime_error(graph.node(s).describe() + ": " + e.what());
   }
   return Status::Ok();
 }
@@ -640,9 +647,9 @@ void Frame::find_graph_segments() {
   auto kind = [&](int si) -> int {
     const Step& s = graph.steps[si];
     if (s.kind != Step::Kind::kKernel || s.data_dependent || !s.implicit_in.empty()) return 0;
-    if (s.backend->device().is_cpu()) return 2;
-    if (s.backend->device().type != DeviceType::kCUDA || p.volatile_step[si]) return 0;
-    if (s.kernel->has_reshape() && !p.reshaped[si]) return 0;
+    if (s.device == DeviceType::kCPU) return 2;
+    if (s.device != DeviceType::kCUDA || p.volatile_step[si]) return 0;
+    if (graph.kernel(si).has_reshape() && !p.reshaped[si]) return 0;
     if (p.ws_bytes[si] && p.ws_offset[si] < 0) return 0;
     for (int v : s.out)
       if (v >= 0 && (p.offset[v] < 0 || p.dyn[v] || p.at[v] != &p.slots[v])) return 0;
@@ -671,7 +678,7 @@ void Frame::find_graph_segments() {
 
 Status Frame::run_segment(ShapePlan::GraphSegment& seg) {
   const Step& first = graph.steps[seg.first];
-  Backend& gpu = *first.backend;
+  Backend& gpu = graph.backend(first);
   void* state = res.state_for(gpu.device());
   if (!seg.exec) {
     Status st = gpu.begin_capture(state);
@@ -695,7 +702,7 @@ Status Frame::run_segment(ShapePlan::GraphSegment& seg) {
   // Replay: the host steps run (and release) as always; the GPU steps' values are released here.
   for (int si = seg.first; si <= seg.last; ++si) {
     const Step& s = graph.steps[si];
-    if (s.backend->device().is_cpu()) KILN_RETURN_IF_ERROR(run_step(si, nullptr));
+    if (s.device == DeviceType::kCPU) KILN_RETURN_IF_ERROR(run_step(si, nullptr));
     else release_after(s);
   }
   return gpu.launch_graph(seg.exec.get(), state);
@@ -719,15 +726,15 @@ void Frame::trace_step(int si, std::chrono::steady_clock::time_point start) {
   ProfileEvent e;
   e.run = t.runs - 1;
   e.step = si;
-  if (s.node) {
-    e.name = s.node->name;
-    e.op = s.node->domain.empty() ? s.node->op_type : s.node->domain + "." + s.node->op_type;
+  if (s.node >= 0) {
+    e.name = graph.node(s).name;
+    e.op = graph.node(s).domain.empty() ? graph.node(s).op_type : graph.node(s).domain + "." + graph.node(s).op_type;
   } else {
     e.name = "copy of " + graph.values[s.in[0]].name;
     e.op = "copy";
   }
   e.kernel = s.kernel_name;
-  e.device = s.backend->device().is_cpu() ? "cpu" : "cuda";
+  e.device = s.device == DeviceType::kCPU ? "cpu" : "cuda";
   e.tactic = s.tactic(plan ? plan->profile : 0);
   for (int v : s.in) e.inputs.push_back(v >= 0 && at[v] ? type_shape(*at[v]) : "");
   for (int v : s.out) {

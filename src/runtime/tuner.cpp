@@ -41,10 +41,11 @@ std::string shape_text(DataType dt, const Shape& s) { return std::string(dtype_n
 // The layer's signature: kernel, input dtypes and shapes, and a hash of what else decides its work
 // (op, opset, attributes; tensor attributes by dtype and shape).
 std::string layer_key(const Step& s, const ReshapeContext& rc) {
+  const ir::Node& n = rc.node;
   std::string key = s.kernel_name + " ";
   for (const ReshapeContext::In& in : rc.in) key += in.present ? shape_text(in.dtype, in.shape) : std::string("-");
-  std::string what = s.node->domain + "/" + s.node->op_type + "/" + std::to_string(s.node->opset);
-  for (const auto& [name, a] : s.node->attrs) {
+  std::string what = n.domain + "/" + n.op_type + "/" + std::to_string(n.opset);
+  for (const auto& [name, a] : n.attrs) {
     what += ";" + name + "=" + std::to_string(static_cast<int>(a.kind)) + ":" + std::to_string(a.i) + ":" + std::to_string(a.f) + ":" + a.s;
     for (int64_t v : a.ints) what += "," + std::to_string(v);
     for (float v : a.floats) what += "," + std::to_string(v);
@@ -61,7 +62,7 @@ std::string describe_layer(const Step& s, const ReshapeContext& rc) {
   std::string shapes;
   for (const ReshapeContext::In& in : rc.in)
     if (in.present) shapes += (shapes.empty() ? "" : ", ") + shape_text(in.dtype, in.shape);
-  return s.node->describe() + " " + s.kernel_name + " [" + shapes + "]";
+  return rc.node.describe() + " " + s.kernel_name + " [" + shapes + "]";
 }
 
 // Host copies of a step's outputs (tensors only).
@@ -78,8 +79,9 @@ Expected<std::vector<Tensor>> host_outputs(Frame& f, const Step& s) {
       continue;
     }
     Tensor h = Tensor::empty(t.dtype(), t.shape());
-    KILN_RETURN_IF_ERROR(s.backend->copy(t, h, f.res.state_for(s.backend->device())));
-    KILN_RETURN_IF_ERROR(s.backend->synchronize(f.res.state_for(s.backend->device())));
+    Backend& b = f.graph.backend(s);
+    KILN_RETURN_IF_ERROR(b.copy(t, h, f.res.state_for(b.device())));
+    KILN_RETURN_IF_ERROR(b.synchronize(f.res.state_for(b.device())));
     r.push_back(std::move(h));
   }
   return r;
@@ -221,13 +223,13 @@ struct Tuner {
     std::vector<std::string> lines;
     for (size_t si = 0; si < g.steps.size(); ++si) {
       Step& s = g.steps[si];
-      if (s.kind != Step::Kind::kKernel || !s.kernel->has_reshape() || p.volatile_step[si]) continue;
-      ReshapeContext rc{*s.node, {}, {}, nullptr, 0, nullptr, {}};
+      if (s.kind != Step::Kind::kKernel || !g.kernel(si).has_reshape() || p.volatile_step[si]) continue;
+      ReshapeContext rc{g.node(s), {}, {}, nullptr, 0, nullptr, {}};
       if (!fill_reshape_context(g, p, static_cast<int>(si), nullptr, res, rc).ok()) {
         all = false;  // shapes found only by running: the run decides
         continue;
       }
-      const std::vector<std::string> cands = s.kernel->tactics(rc);
+      const std::vector<std::string> cands = g.kernel(si).tactics(rc);
       if (cands.size() < 2) continue;
       ++total;
       if (!from_cache(s, layer_key(s, rc), cands, describe_layer(s, rc), &lines)) all = false;
@@ -242,13 +244,13 @@ struct Tuner {
 
   Status before_step(Frame& f, int si) {
     Step& s = g.steps[si];
-    if (s.kind != Step::Kind::kKernel || !s.kernel->has_reshape() || f.plan->volatile_step[si]) return Status::Ok();
-    ReshapeContext rc{*s.node, {}, {}, nullptr, 0, nullptr, {}};
+    if (s.kind != Step::Kind::kKernel || !g.kernel(si).has_reshape() || f.plan->volatile_step[si]) return Status::Ok();
+    ReshapeContext rc{g.node(s), {}, {}, nullptr, 0, nullptr, {}};
     KILN_RETURN_IF_ERROR(fill_reshape_context(g, *f.plan, si, &f, f.res, rc));
-    const std::vector<std::string> cands = s.kernel->tactics(rc);
+    const std::vector<std::string> cands = g.kernel(si).tactics(rc);
     if (cands.size() < 2) return Status::Ok();
     ++done;
-    if (progress) progress(done, std::max(done, total), s.node->describe());
+    if (progress) progress(done, std::max(done, total), g.node(s).describe());
     const std::string key = layer_key(s, rc);
     const std::string who = describe_layer(s, rc);
     if (from_cache(s, key, cands, who)) return Status::Ok();
@@ -260,7 +262,7 @@ struct Tuner {
     for (const Tensor& t : want) half = half || (t.defined() && (t.dtype() == DataType::kFloat16 || t.dtype() == DataType::kBFloat16));
     const double tol = half ? 2e-2 : 1e-3;
     // GPU steps are timed as the engine runs them, replayed from CUDA graphs.
-    const bool graphs = s.backend->device().type == DeviceType::kCUDA;
+    const bool graphs = s.device == DeviceType::kCUDA;
     std::string report, best;
     double best_ms = 0;
     // A candidate not used: said in the report, and recorded so a warm cache needs no run.
@@ -336,8 +338,7 @@ std::string cpu_model_name() {
 std::string device_key(const CompiledGraph& g) {
   std::string key = std::string("kiln ") + version();
   bool seen[2] = {false, false};
-  for (const Step& s : g.steps)
-    if (s.backend) seen[static_cast<int>(s.backend->device().type)] = true;
+  for (const Step& s : g.steps) seen[static_cast<int>(s.device)] = true;
   for (int d = 0; d < 2; ++d) {
     if (!seen[d]) continue;
     auto b = backend_for(static_cast<DeviceType>(d));

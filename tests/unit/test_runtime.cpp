@@ -17,6 +17,7 @@
 #include "plan/memory.h"
 #include "passes/passes.h"
 #include "plan/plan.h"
+#include "runtime/engine_impl.h"
 #include "runtime/executor.h"
 #include "util/checksum.h"
 
@@ -470,6 +471,55 @@ TEST(Runtime, EngineKernelOfAnotherOpIsRefused) {
     }
   }
   EXPECT_GT(tried, 0);
+}
+
+// The plan is data: its steps name node, kernel row and device, and the kernels are made from those
+// alone. A copy of a built plan's data, without its kernels, instantiates to the same rows; a step
+// naming a row this kiln lacks, or a node the graph lacks, is refused with the step named.
+TEST(Runtime, PlanDataInstantiatesItsKernels) {
+  auto engine = Engine::build(kExample);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  const CompiledGraph& built = *(*engine)->impl().plan;
+  auto data_copy = [&] {
+    auto c = std::make_unique<CompiledGraph>();
+    c->graph = built.graph;
+    c->nodes = built.nodes;
+    c->values = built.values;
+    c->steps = built.steps;
+    c->inputs = built.inputs;
+    c->outputs = built.outputs;
+    c->by_name = built.by_name;
+    return c;
+  };
+  auto subgraphs = make_subgraph_compiler();
+  auto copy = data_copy();
+  ASSERT_TRUE(copy->kernels.empty());
+  ASSERT_TRUE(instantiate_kernels(*copy, subgraphs.get()).ok());
+  ASSERT_EQ(copy->kernels.size(), built.steps.size());
+  int kernels = 0;
+  for (size_t si = 0; si < built.steps.size(); ++si) {
+    const Step& s = built.steps[si];
+    EXPECT_EQ(copy->kernels[si] != nullptr, s.kind == Step::Kind::kKernel) << si;
+    if (s.kind != Step::Kind::kKernel) continue;
+    ++kernels;
+    EXPECT_EQ(&copy->node(s), &built.node(s));
+    EXPECT_EQ(copy->backend(s).device().type, s.device);
+  }
+  EXPECT_GT(kernels, 2);
+
+  auto missing_row = data_copy();
+  size_t k = 0;
+  while (missing_row->steps[k].kind != Step::Kind::kKernel) ++k;
+  missing_row->steps[k].kernel_name = "cpu.NoSuchOp.f32";
+  Status st = instantiate_kernels(*missing_row, subgraphs.get());
+  EXPECT_EQ(st.code(), StatusCode::kEngineMismatch) << st.to_string();
+  EXPECT_NE(st.message().find(missing_row->node(missing_row->steps[k]).describe()), std::string::npos) << st.message();
+
+  auto bad_node = data_copy();
+  bad_node->steps[k].node = static_cast<int>(bad_node->nodes.size());
+  st = instantiate_kernels(*bad_node, subgraphs.get());
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("step " + std::to_string(k)), std::string::npos) << st.message();
 }
 
 // A context keeps its engine alive: the Engine object may go first (here in kiln_tests, so that the

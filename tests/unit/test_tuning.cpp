@@ -68,7 +68,7 @@ BuildOptions tuned_with_cache(const std::string& path, ShapeProfile p) {
 std::map<std::string, std::vector<std::string>> tactics_of(const Engine& e) {
   std::map<std::string, std::vector<std::string>> r;
   for (const Step& s : e.impl().plan->steps)
-    if (!s.tactics.empty()) r[s.node->name] = s.tactics;
+    if (!s.tactics.empty()) r[e.impl().plan->node(s).name] = s.tactics;
   return r;
 }
 

@@ -1,0 +1,43 @@
+// engine/engine_file.h — the engine file: what it holds, and how it is written and read.
+//
+// This sits below the runtime: it knows the graph, the plan and the backends, never the Engine or an
+// execution context. The runtime turns an EngineFile into an Engine (runtime/engine.cpp).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "kiln/kiln.h"
+#include "plan/plan.h"
+
+namespace kiln {
+
+// 2: the whole plan is stored (format 1 stored kernel names per node and re-lowered on load).
+// 3: checksum trailer.
+constexpr uint32_t kEngineFormatVersion = 3;
+// The most shape profiles an engine holds (BuildOptions::profiles).
+constexpr size_t kMaxProfiles = 64;
+
+struct EngineFile {
+  std::shared_ptr<ir::Graph> graph;        // the optimized graph, weights included
+  std::shared_ptr<CompiledGraph> plan;     // lowered from `graph`; kernels instantiated once read
+  std::map<std::string, std::string> meta; // kiln_version, device, fingerprint, opt_level, cpu_isa, ...
+  std::vector<ShapeProfile> profiles;      // the build's shape profiles (tactics are per profile)
+};
+
+// "x86_64 avx2 fma ..." — the CPU features kiln's kernels can use here (recorded as meta "cpu_isa").
+std::string host_cpu_isa();
+
+bool looks_like_engine(const std::string& head);
+Expected<std::string> write_engine_file(const EngineFile& e);
+// Verifies the file (checksum trailer, FlatBuffers verifier, format version, the device fingerprint
+// against this machine's, every plan index against the graph), then instantiates the plan's kernels
+// from their recorded rows: no pass, no placement, no memory planning runs. Weights whose bytes are
+// aligned stay views into `file` (an mmap for Engine::load).
+Expected<EngineFile> read_engine_file(std::shared_ptr<Storage> file);
+
+}  // namespace kiln
