@@ -2,6 +2,7 @@
 // optionals. Bodies are inferred first (infer_graph walks subgraphs before their node), so their
 // declared or inferred output types are available here.
 #include "ops/op_table.h"
+#include "ops/params_ml.h"
 
 namespace kiln::ops {
 namespace {
@@ -95,11 +96,12 @@ Status infer_loop(InferContext& ctx) {
 Status infer_scan(InferContext& ctx) {
   const ir::Graph* g = body(ctx, "body");
   if (!g) return ctx.error("missing body");
-  const int m = static_cast<int>(ctx.node.attr_int("num_scan_inputs", 0));
-  const bool v8 = ctx.node.opset > 0 && ctx.node.opset < 9;
+  const ScanParams p = parse_scan_unchecked(ctx.node);
+  const int m = p.num_scan_inputs;
+  const bool v8 = p.opset8;
   const int n = static_cast<int>(ctx.node.inputs.size()) - m - (v8 ? 1 : 0);
   if (n < 0) return ctx.error("num_scan_inputs is larger than the number of inputs");
-  const std::vector<int64_t> out_axes = ctx.node.attr_ints("scan_output_axes");
+  const std::vector<int64_t>& out_axes = p.output_axes;
   for (size_t i = 0; i < ctx.out.size() && i < g->outputs.size(); ++i) {
     const Type& t = g->outputs[i]->type;
     if (static_cast<int>(i) < n) {
@@ -126,7 +128,7 @@ Status infer_sequence_construct(InferContext& ctx) {
 }
 
 Status infer_sequence_empty(InferContext& ctx) {
-  ctx.out[0] = sequence_of(Type::tensor(static_cast<DataType>(ctx.node.attr_int("dtype", 1))));
+  ctx.out[0] = sequence_of(Type::tensor(parse_sequence_empty_unchecked(ctx.node).dtype));
   return Status::Ok();
 }
 
@@ -158,10 +160,11 @@ Status infer_split_to_sequence(InferContext& ctx) {
   Type e = Type::tensor(ctx.dtype(0));
   const ir::SymShape& s = ctx.shape(0);
   if (s.known) {
-    int64_t axis = ctx.node.attr_int("axis", 0);
+    const SplitToSequenceParams p = parse_split_to_sequence(ctx.node);
+    int64_t axis = p.axis;
     if (!normalize_axis(axis, s.rank())) return ctx.error("axis is out of range");
     std::vector<ir::Dim> dims = s.dims;
-    const bool squeeze = !ctx.has(1) && ctx.node.attr_int("keepdims", 1) == 0;
+    const bool squeeze = !ctx.has(1) && !p.keepdims;
     if (squeeze) dims.erase(dims.begin() + axis);
     else dims[axis] = ctx.has(1) ? ir::Dim() : ir::Dim(1);
     e.shape = ir::SymShape(std::move(dims));
@@ -176,8 +179,9 @@ Status infer_concat_from_sequence(InferContext& ctx) {
   if (e.kind != Type::Kind::kTensor) return Status::Ok();
   Type t = Type::tensor(e.dtype);
   if (e.shape.known) {
-    const bool new_axis = ctx.node.attr_int("new_axis", 0) != 0;
-    int64_t axis = ctx.node.attr_int("axis", 0);
+    const ConcatFromSequenceParams p = parse_concat_from_sequence_unchecked(ctx.node);
+    const bool new_axis = p.new_axis;
+    int64_t axis = p.axis;
     const int r = e.shape.rank() + (new_axis ? 1 : 0);
     if (!normalize_axis(axis, r)) return ctx.error("axis is out of range");
     std::vector<ir::Dim> dims = e.shape.dims;
@@ -199,8 +203,8 @@ Status infer_sequence_map(InferContext& ctx) {
 Status infer_optional(InferContext& ctx) {
   if (ctx.has(0)) {
     ctx.out[0] = optional_of(ctx.type(0));
-  } else if (const ir::Attribute* a = ctx.node.attr("type"); a && !a->types.empty()) {
-    ctx.out[0] = optional_of(a->types[0]);
+  } else if (const OptionalParams p = parse_optional(ctx.node); p.has_type) {
+    ctx.out[0] = optional_of(p.type);
   }
   return Status::Ok();
 }

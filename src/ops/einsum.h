@@ -11,19 +11,11 @@
 
 #include "kiln/status.h"
 #include "kiln/tensor.h"
+#include "ops/params_shape.h"
 
 namespace kiln::ops {
 
-struct EinsumTerm {
-  std::vector<int> labels;  // letters as chars; -1 marks where "..." stood
-  bool has_ellipsis = false;
-};
-
-struct EinsumSpec {
-  std::vector<EinsumTerm> inputs;
-  EinsumTerm output;
-  bool explicit_output = false;
-};
+// EinsumTerm and EinsumSpec are declared with Einsum's parameters (ops/params_shape.h).
 
 // False when the equation does not parse.
 bool parse_einsum(const std::string& equation, EinsumSpec& spec);

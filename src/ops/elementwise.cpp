@@ -2,6 +2,7 @@
 // type; binary and variadic ops broadcast (numpy rules); comparisons and tests give bool; Cast gives
 // its 'to' dtype and CastLike its second input's.
 #include "ops/op_table.h"
+#include "ops/params_misc.h"
 
 namespace kiln::ops {
 namespace {
@@ -26,10 +27,9 @@ Status identity_type(InferContext& c) {
 }
 
 Status cast_type(InferContext& c) {
-  const int64_t to = c.node.attr_int("to", 0);
-  if (!dtype_is_valid(static_cast<int32_t>(to))) return c.error("'to' = " + std::to_string(to) + " is not a known dtype");
+  KILN_ASSIGN_OR_RETURN(const CastParams p, parse_cast(c.node));
   ir::SymShape s = tensor_in(c, 0) ? c.shape(0) : ir::SymShape();
-  c.out[0] = ir::Type::tensor(static_cast<DataType>(to), s);
+  c.out[0] = ir::Type::tensor(p.to, s);
   return Status::Ok();
 }
 

@@ -38,6 +38,7 @@
 
 #include "ops/nn.h"
 #include "ops/op_table.h"
+#include "ops/params_nn.h"
 
 namespace kiln::ops {
 namespace {
@@ -71,7 +72,7 @@ ir::SymShape permuted(const ir::SymShape& s, bool to_first) {
 // FusedConv: Conv's shape function; channels-last X and W are seen channels-first by it, and its
 // output turned back.
 Status infer_fused_conv(InferContext& c) {
-  if (c.node.attr_int("channels_last", 0) == 0) return like<kConv, 3>(c);
+  if (!parse_conv(c.node).channels_last) return like<kConv, 3>(c);
   for (int i = 0; i < 2; ++i)
     if (c.has(i) && c.shape(i).known && c.shape(i).rank() != 4) return c.error("channels_last convolutions are 2-D (4-D X and W)");
   std::vector<ir::Type> nchw;
@@ -95,10 +96,9 @@ Status infer_fused_conv(InferContext& c) {
 }
 // ChannelsLastPool: the shape function of the op named by `op`, on the channels-first view.
 Status infer_channels_last_pool(InferContext& c) {
-  const std::string op = c.node.attr_string("op", "");
-  const OpDef* d = op == "MaxPool" || op == "AveragePool" || op == "GlobalMaxPool" || op == "GlobalAveragePool"
-                       ? find_op("", op) : nullptr;
-  if (!d || !d->infer) return c.error("unknown pooling op '" + op + "'");
+  const ChannelsLastPoolParams p = parse_channels_last_pool(c.node);
+  const OpDef* d = p.known ? find_op("", p.op) : nullptr;
+  if (!d || !d->infer) return c.error("unknown pooling op '" + p.op + "'");
   if (!c.has(0)) return Status::Ok();
   if (c.shape(0).known && c.shape(0).rank() != 4) return c.error("channels-last pooling takes a 4-D input");
   ir::Type nchw = c.type(0);
@@ -141,7 +141,7 @@ template <const char* Op>
 Status infer_quantized(InferContext& c) {
   if (!c.has(0) || !c.has(3)) return Status::Ok();
   const OpDef* d = find_op("", Op);
-  const bool nhwc = c.node.attr_int("channels_last", 0) != 0;
+  const bool nhwc = parse_conv(c.node).channels_last;
   ir::Type x = c.type(0), w = c.type(3);
   if (nhwc) {
     if ((x.shape.known && x.shape.rank() != 4) || (w.shape.known && w.shape.rank() != 4))

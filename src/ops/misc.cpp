@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "ops/op_table.h"
+#include "ops/params_misc.h"
+#include "ops/resize.h"
 #include "util/checked.h"
 
 namespace kiln::ops {
@@ -25,9 +27,11 @@ Status infer_resize(InferContext& ctx) {
   ctx.out[0] = ir::Type::tensor(ctx.dtype(0));
   const ir::SymShape& in = ctx.shape(0);
   if (!in.known) return Status::Ok();
-  const ir::Node& n = ctx.node;
-  const bool old = n.op_type == "Upsample" || n.opset < 11;
-  std::vector<int64_t> axes = old ? std::vector<int64_t>{} : n.attr_ints("axes");
+  const Expected<ResizeParams> parsed = parse_resize(ctx.node);
+  // An invalid attribute is the kernels' error, raised when they are made: the shape stays unknown.
+  if (!parsed.ok()) return Status::Ok();
+  const ResizeParams& p = *parsed;
+  std::vector<int64_t> axes = p.axes;
   if (axes.empty())
     for (int i = 0; i < in.rank(); ++i) axes.push_back(i);
   for (int64_t& a : axes)
@@ -35,22 +39,22 @@ Status infer_resize(InferContext& ctx) {
   std::vector<double> scales;
   std::vector<int64_t> sizes;
   bool have_scales = false, have_sizes = false;
-  if (n.op_type == "Upsample" && n.opset < 9) {
-    for (float f : n.attr_floats("scales")) scales.push_back(f);
+  if (p.scales_input < 0) {  // Upsample-7: an attribute
+    for (float f : p.scales_attr) scales.push_back(f);
     have_scales = true;
-  } else if (old) {
-    have_scales = const_floats(ctx.value(1), scales);
+  } else if (p.sizes_input < 0) {  // opset 10, Upsample-9: (X, scales)
+    have_scales = const_floats(ctx.value(p.scales_input), scales);
   } else {
-    have_scales = const_floats(ctx.value(2), scales) && !scales.empty();
-    have_sizes = const_ints(ctx.value(3), sizes) && !sizes.empty();
+    have_scales = const_floats(ctx.value(p.scales_input), scales) && !scales.empty();
+    have_sizes = const_ints(ctx.value(p.sizes_input), sizes) && !sizes.empty();
   }
   ir::SymShape out = unknown_dims(in.rank());
   for (int i = 0; i < in.rank(); ++i) out.dims[i] = in.dims[i];
-  const std::string policy = n.attr_string("keep_aspect_ratio_policy", "stretch");
   if (have_sizes && sizes.size() == axes.size()) {
-    if (policy != "stretch") {
+    if (p.aspect != ResizeParams::Aspect::kStretch) {
       // Needs the input dims of the resized axes.
-      double s = policy == "not_larger" ? INFINITY : 0;
+      const bool not_larger = p.aspect == ResizeParams::Aspect::kNotLarger;
+      double s = not_larger ? INFINITY : 0;
       for (size_t i = 0; i < axes.size(); ++i) {
         const ir::Dim& d = in.dims[axes[i]];
         if (!d.is_static() || d.value == 0) {
@@ -59,7 +63,7 @@ Status infer_resize(InferContext& ctx) {
           return Status::Ok();
         }
         const double r = static_cast<double>(sizes[i]) / d.value;
-        s = policy == "not_larger" ? std::min(s, r) : std::max(s, r);
+        s = not_larger ? std::min(s, r) : std::max(s, r);
       }
       for (int64_t a : axes) {
         int64_t v;
@@ -90,52 +94,49 @@ Status infer_einsum(InferContext& ctx) {
 Status infer_unique(InferContext& ctx) {
   if (!ctx.has(0)) return Status::Ok();
   ctx.out[0] = ir::Type::tensor(ctx.dtype(0));
-  const bool has_axis = ctx.node.attr("axis") != nullptr;
-  if (!has_axis) ctx.out[0].shape = unknown_dims(1);
+  if (!parse_unique(ctx.node).has_axis) ctx.out[0].shape = unknown_dims(1);
   else if (ctx.shape(0).known) ctx.out[0].shape = unknown_dims(ctx.shape(0).rank());
   for (size_t i = 1; i < ctx.out.size(); ++i) ctx.out[i] = ir::Type::tensor(DataType::kInt64, unknown_dims(1));
   return Status::Ok();
 }
 
 Status infer_random(InferContext& ctx) {
-  const ir::Node& n = ctx.node;
-  const bool like = n.op_type.find("Like") != std::string::npos;
-  DataType dt = static_cast<DataType>(n.attr_int("dtype", static_cast<int64_t>(DataType::kFloat32)));
+  const bool like = ctx.node.op_type.find("Like") != std::string::npos;
+  const RandomParams p = parse_random(ctx.node);
   if (like) {
     if (!ctx.has(0)) return Status::Ok();
-    if (!n.attr("dtype")) dt = ctx.dtype(0);
-    ctx.out[0] = ir::Type::tensor(dt, ctx.shape(0));
+    ctx.out[0] = ir::Type::tensor(p.has_dtype ? p.dtype : ctx.dtype(0), ctx.shape(0));
   } else {
-    ctx.out[0] = ir::Type::tensor(dt, ir::SymShape::of(n.attr_ints("shape")));
+    ctx.out[0] = ir::Type::tensor(p.dtype, ir::SymShape::of(p.shape));
   }
   return Status::Ok();
 }
 
 Status infer_bernoulli(InferContext& ctx) {
   if (!ctx.has(0)) return Status::Ok();
-  const DataType dt = ctx.node.attr("dtype") ? static_cast<DataType>(ctx.node.attr_int("dtype", 1)) : ctx.dtype(0);
-  ctx.out[0] = ir::Type::tensor(dt, ctx.shape(0));
+  const BernoulliParams p = parse_bernoulli(ctx.node);
+  ctx.out[0] = ir::Type::tensor(p.has_dtype ? p.dtype : ctx.dtype(0), ctx.shape(0));
   return Status::Ok();
 }
 
 Status infer_multinomial(InferContext& ctx) {
-  const auto dt = static_cast<DataType>(ctx.node.attr_int("dtype", static_cast<int64_t>(DataType::kInt32)));
+  const MultinomialParams p = parse_multinomial(ctx.node);
   ir::SymShape s = unknown_dims(2);
   if (ctx.has(0) && ctx.shape(0).known && ctx.shape(0).rank() == 2) s.dims[0] = ctx.shape(0).dims[0];
-  s.dims[1] = ir::Dim(ctx.node.attr_int("sample_size", 1));
-  ctx.out[0] = ir::Type::tensor(dt, s);
+  s.dims[1] = ir::Dim(p.sample_size);
+  ctx.out[0] = ir::Type::tensor(p.dtype, s);
   return Status::Ok();
 }
 
 Status infer_window(InferContext& ctx) {
-  const auto dt = static_cast<DataType>(ctx.node.attr_int("output_datatype", 1));
+  const DataType dt = parse_signal_window(ctx.node).output_datatype;
   std::vector<int64_t> n;
   ctx.out[0] = ir::Type::tensor(dt, const_ints(ctx.value(0), n) && n.size() == 1 ? ir::SymShape::of({n[0]}) : unknown_dims(1));
   return Status::Ok();
 }
 
 Status infer_mel(InferContext& ctx) {
-  const auto dt = static_cast<DataType>(ctx.node.attr_int("output_datatype", 1));
+  const DataType dt = parse_mel_weight_matrix(ctx.node).output_datatype;
   ir::SymShape s = unknown_dims(2);
   std::vector<int64_t> v;
   if (const_ints(ctx.value(1), v) && v.size() == 1) s.dims[0] = ir::Dim(v[0] / 2 + 1);
@@ -149,13 +150,13 @@ Status infer_dft(InferContext& ctx) {
   ctx.out[0] = ir::Type::tensor(ctx.dtype(0));
   const ir::SymShape& in = ctx.shape(0);
   if (!in.known || in.rank() < 2) return Status::Ok();
-  const ir::Node& n = ctx.node;
-  const bool inverse = n.attr_int("inverse", 0) != 0, onesided = n.attr_int("onesided", 0) != 0;
-  int64_t axis = n.opset >= 20 ? -2 : n.attr_int("axis", 1);
+  const DftParams p = parse_dft(ctx.node);
+  const bool inverse = p.inverse, onesided = p.onesided;
+  int64_t axis = p.axis;
   std::vector<int64_t> v;
   ir::SymShape out = in;
   out.dims.back() = ir::Dim(inverse && onesided ? 1 : 2);
-  if (n.opset >= 20 && ctx.has(2)) {
+  if (p.axis_input && ctx.has(2)) {
     if (!const_ints(ctx.value(2), v) || v.size() != 1) {
       for (int i = 0; i + 1 < out.rank(); ++i) out.dims[i] = ir::Dim();
       ctx.out[0].shape = out;
@@ -184,7 +185,7 @@ Status infer_stft(InferContext& ctx) {
   if (ctx.has(2) && ctx.shape(2).known && ctx.shape(2).rank() == 1 && ctx.shape(2).dims[0].is_static()) flen = ctx.shape(2).dims[0].value;
   if (ctx.has(3) && const_ints(ctx.value(3), fl) && fl.size() == 1) flen = fl[0];
   if (flen > 0) {
-    ctx.out[0].shape.dims[2] = ir::Dim(ctx.node.attr_int("onesided", 1) ? flen / 2 + 1 : flen);
+    ctx.out[0].shape.dims[2] = ir::Dim(parse_stft(ctx.node).onesided ? flen / 2 + 1 : flen);
     if (in.known && in.rank() == 3 && in.dims[1].is_static() && const_ints(ctx.value(1), step) && step.size() == 1 && step[0] > 0)
       ctx.out[0].shape.dims[1] = ir::Dim((in.dims[1].value - flen) / step[0] + 1);
   }

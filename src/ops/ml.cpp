@@ -1,6 +1,7 @@
 // ops/ml.cpp — types and shapes of the ai.onnx.ml ops kiln runs: ArrayFeatureExtractor, Binarizer,
 // LabelEncoder, TreeEnsemble.
 #include "ops/op_table.h"
+#include "ops/params_ml.h"
 
 namespace kiln::ops {
 namespace {
@@ -38,21 +39,9 @@ Status infer_same(InferContext& c) {
   return Status::Ok();
 }
 
-// The values' dtype, from whichever values_* attribute is set (classes_strings: the other side of
-// the input's type).
-DataType label_values_dtype(const ir::Node& n, DataType in) {
-  if (n.attr("values_strings")) return DataType::kString;
-  if (n.attr("values_int64s")) return DataType::kInt64;
-  if (n.attr("values_floats")) return DataType::kFloat32;
-  if (const ir::Attribute* a = n.attr("values_tensor")) return a->t.dtype();
-  if (n.attr("classes_strings") && in != DataType::kUndefined)
-    return in == DataType::kString ? DataType::kInt64 : DataType::kString;
-  return DataType::kUndefined;
-}
-
 Status infer_label_encoder(InferContext& c) {
   if (!c.has(0)) return Status::Ok();
-  c.out[0] = Type::tensor(label_values_dtype(c.node, c.dtype(0)));
+  c.out[0] = Type::tensor(parse_label_encoder_unchecked(c.node).inferred_dtype);
   c.out[0].shape = c.shape(0);
   return Status::Ok();
 }
@@ -61,7 +50,7 @@ Status infer_tree_ensemble(InferContext& c) {
   if (!c.has(0)) return Status::Ok();
   c.out[0] = Type::tensor(c.dtype(0));
   if (!known_tensor(c, 0) || c.shape(0).rank() != 2) return Status::Ok();
-  const int64_t targets = c.node.attr_int("n_targets", 0);
+  const int64_t targets = parse_tree_ensemble_unchecked(c.node).n_targets;
   c.out[0].shape = SymShape({c.shape(0).dims[0], targets > 0 ? Dim(targets) : Dim()});
   return Status::Ok();
 }

@@ -2,6 +2,7 @@
 // FlexAttention (ai.onnx.preview), LinearAttention, RotaryEmbedding, CausalConvWithState, TensorScatter, CumProd, BitCast,
 // GridSample, AffineGrid.
 #include "ops/op_table.h"
+#include "ops/params_misc.h"
 #include "ops/shape_infer_util.h"
 
 namespace kiln::ops {
@@ -30,7 +31,10 @@ Status infer_attention(InferContext& c) {
   for (auto& o : c.out) o = Type::tensor(qt);
   if (c.out.size() > 1) c.out[1] = Type::tensor(kt);
   if (c.out.size() > 2) c.out[2] = Type::tensor(vt);
-  const int64_t hq_attr = c.node.attr_int("q_num_heads", 0), hkv_attr = c.node.attr_int("kv_num_heads", 0);
+  const Expected<AttentionParams> p = parse_attention(c.node);
+  // An invalid attribute is the kernels' error, raised when they are made: the shapes stay unknown.
+  if (!p.ok()) return Status::Ok();
+  const int64_t hq_attr = p->q_num_heads, hkv_attr = p->kv_num_heads;
   const bool four = ranked(c, 0, 4) && ranked(c, 1, 4) && ranked(c, 2, 4);
   const bool three = ranked(c, 0, 3) && ranked(c, 1, 3) && ranked(c, 2, 3);
   if (!four && !three) return Status::Ok();
@@ -53,7 +57,10 @@ Status infer_linear_attention(InferContext& c) {
   if (!c.has(0) || !c.has(2)) return c.error("query, key and value are required");
   c.out[0] = Type::tensor(c.dtype(0));
   if (c.out.size() > 1) c.out[1] = Type::tensor(c.has(3) ? c.dtype(3) : c.dtype(0));
-  const int64_t hq = c.node.attr_int("q_num_heads", 0), hkv = c.node.attr_int("kv_num_heads", 0);
+  const Expected<LinearAttentionParams> p = parse_linear_attention(c.node);
+  // An invalid attribute is the kernels' error, raised when they are made: the shapes stay unknown.
+  if (!p.ok()) return Status::Ok();
+  const int64_t hq = p->q_num_heads, hkv = p->kv_num_heads;
   if (!ranked(c, 0, 3) || !ranked(c, 2, 3) || hq <= 0 || hkv <= 0) return Status::Ok();
   const auto &q = c.shape(0).dims, &v = c.shape(2).dims;
   const Dim dv = dim_div(v[2], hkv);
@@ -75,7 +82,7 @@ Status infer_causal_conv(InferContext& c) {
 
 Status infer_bitcast(InferContext& c) {
   if (!c.has(0)) return c.error("input is required");
-  c.out[0] = Type::tensor(static_cast<DataType>(c.node.attr_int("to", 0)), c.shape(0));
+  c.out[0] = Type::tensor(parse_bit_cast(c.node).to, c.shape(0));
   return Status::Ok();
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "ops/op_table.h"
+#include "ops/params_nn.h"
 
 namespace kiln::ops {
 
@@ -138,13 +139,13 @@ Status same_as_input(InferContext& c) {
 }
 
 // [N, channels, spatial...] for sliding-window ops; spatial dims unknown when not static.
-Status window_output(InferContext& c, Dim channels, bool transpose, const std::vector<int64_t>& kernel_from_w) {
+Status window_output(InferContext& c, const WindowAttrs& a, Dim channels, bool transpose,
+                     const std::vector<int64_t>& kernel_from_w) {
   const SymShape& x = c.shape(0);
   if (!x.known) return Status::Ok();
   if (x.rank() < 3) return c.error("input must have rank >= 3 ([N, C, spatial...]), got " + x.to_string());
   std::vector<Dim> dims = {x.dims[0], channels};
   std::vector<int64_t> sp;
-  const WindowAttrs a = parse_window_attrs(c.node);
   const std::vector<int64_t>& kernel = a.kernel.empty() ? kernel_from_w : a.kernel;
   bool done = false;
   if (static_dims(x, 2, &sp) && kernel.size() == sp.size()) {
@@ -170,7 +171,7 @@ Status conv_like(InferContext& c, DataType out_dtype) {
   const int w = c.node.op_type == "QLinearConv" ? 3 : 1;
   Dim m;
   if (c.has(w) && c.shape(w).known && c.shape(w).rank() >= 1) m = c.shape(w).dims[0];
-  KILN_RETURN_IF_ERROR(window_output(c, m, false, weight_kernel(c, w)));
+  KILN_RETURN_IF_ERROR(window_output(c, parse_conv(c.node).window, m, false, weight_kernel(c, w)));
   if (c.out[0].kind == Type::Kind::kTensor) c.out[0].dtype = out_dtype;
   else c.out[0] = Type::tensor(out_dtype);
   return Status::Ok();
@@ -186,16 +187,18 @@ Status infer_qlinear_conv(InferContext& c) {
 Status infer_conv_transpose(InferContext& c) {
   if (!c.has(0) || !c.has(1)) return Status::Ok();
   Dim m;
+  const ConvParams p = parse_conv(c.node);
   const SymShape& w = c.shape(1);
   if (w.known && w.rank() >= 2 && w.dims[1].is_static())
-    if (int64_t v; !__builtin_mul_overflow(w.dims[1].value, c.node.attr_int("group", 1), &v)) m = Dim(v);
-  return window_output(c, m, true, weight_kernel(c, 1));
+    if (int64_t v; !__builtin_mul_overflow(w.dims[1].value, p.group, &v)) m = Dim(v);
+  return window_output(c, p.window, m, true, weight_kernel(c, 1));
 }
 
 Status infer_pool(InferContext& c) {
   if (!c.has(0)) return Status::Ok();
   const SymShape& x = c.shape(0);
-  KILN_RETURN_IF_ERROR(window_output(c, x.known && x.rank() > 1 ? x.dims[1] : Dim(), false, {}));
+  const Dim channels = x.known && x.rank() > 1 ? x.dims[1] : Dim();
+  KILN_RETURN_IF_ERROR(window_output(c, parse_pool(c.node).window, channels, false, {}));
   if (c.out.size() > 1) c.out[1].dtype = DataType::kInt64;
   return Status::Ok();
 }
@@ -225,7 +228,7 @@ Status infer_max_unpool(InferContext& c) {
   std::vector<int64_t> sp;
   if (!x.known || x.rank() < 3) return Status::Ok();
   std::vector<Dim> dims = {x.dims[0], x.dims[1]};
-  const WindowAttrs a = parse_window_attrs(c.node);
+  const WindowAttrs a = parse_pool(c.node).window;
   if (static_dims(x, 2, &sp) && a.kernel.size() == sp.size()) {
     WindowGeometry g;
     const size_t n = sp.size();
@@ -273,8 +276,8 @@ Status infer_gemm(InferContext& c) {
   const SymShape& b = c.shape(1);
   if (!a.known || !b.known) return Status::Ok();
   if (a.rank() != 2 || b.rank() != 2) return c.error("A and B must be 2-D");
-  const bool ta = c.node.attr_int("transA", 0), tb = c.node.attr_int("transB", 0);
-  c.out[0].shape = SymShape({a.dims[ta ? 1 : 0], b.dims[tb ? 0 : 1]});
+  const GemmParams p = parse_gemm(c.node);
+  c.out[0].shape = SymShape({a.dims[p.trans_a ? 1 : 0], b.dims[p.trans_b ? 0 : 1]});
   return Status::Ok();
 }
 
@@ -283,7 +286,7 @@ Status infer_dropout(InferContext& c) {
   c.out[0] = c.type(0);
   if (c.out.size() > 1) {
     c.out[1] = c.type(0);
-    if (c.node.opset == 0 || c.node.opset >= 10) c.out[1].dtype = DataType::kBool;
+    if (parse_dropout(c.node).bool_mask) c.out[1].dtype = DataType::kBool;
   }
   return Status::Ok();
 }
@@ -298,19 +301,14 @@ Status infer_batch_norm(InferContext& c) {
   return Status::Ok();
 }
 
-DataType stash_dtype(const ir::Node& n, DataType dflt) {
-  const int64_t s = n.attr_int("stash_type", 1);
-  return dtype_is_valid(static_cast<int32_t>(s)) ? static_cast<DataType>(s) : dflt;
-}
-
 Status infer_layer_norm(InferContext& c) {
   if (!c.has(0)) return Status::Ok();
   c.out[0] = c.type(0);
-  const DataType u = stash_dtype(c.node, DataType::kFloat32);
-  for (size_t i = 1; i < c.out.size(); ++i) c.out[i] = Type::tensor(u);
+  const LayerNormParams p = parse_layer_norm(c.node);
+  for (size_t i = 1; i < c.out.size(); ++i) c.out[i] = Type::tensor(p.stash);
   const SymShape& x = c.shape(0);
   if (!x.known || c.out.size() < 2) return Status::Ok();
-  int64_t axis = c.node.attr_int("axis", -1);
+  int64_t axis = p.axis;
   if (!normalize_axis(axis, x.rank())) return c.error("axis out of range");
   std::vector<Dim> dims(x.dims.begin(), x.dims.begin() + axis);
   for (int i = static_cast<int>(axis); i < x.rank(); ++i) dims.emplace_back(1);
@@ -348,7 +346,7 @@ void add_nn_ops(std::vector<OpDef>& t) {
   t.push_back({"Hardmax", "", 1, same_as_input});
   t.push_back({"Dropout", "", 1, infer_dropout});
 
-  // Attributes, declared once (checked at import by check_attributes; parsed by parse_window_attrs).
+  // Attributes, declared once (checked at import by check_attributes; parsed in params_nn.cpp).
   using K = ir::Attribute::Kind;
   const std::vector<AttrSpec> window = {
       {"auto_pad", K::kString, false, rule_auto_pad},

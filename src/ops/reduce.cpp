@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "ops/op_table.h"
+#include "ops/params_nn.h"
 
 namespace kiln::ops {
 namespace {
@@ -24,17 +25,14 @@ Status reduce_shape(InferContext& ctx, const std::vector<int64_t>& axes_in, bool
   return Status::Ok();
 }
 
-Status infer_reduce_impl(InferContext& ctx, int axes_input_since) {
+Status infer_reduce(InferContext& ctx) {
   if (!ctx.has(0)) return Status::Ok();
   ctx.out[0] = ir::Type::tensor(ctx.dtype(0));
-  const ir::Node& n = ctx.node;
-  const bool keepdims = n.attr_int("keepdims", 1) != 0;
+  const ReduceParams p = parse_reduce(ctx.node);
+  const bool keepdims = p.keepdims;
+  if (!p.axes_input) return reduce_shape(ctx, p.axes, p.axes.empty(), keepdims);
   std::vector<int64_t> axes;
-  if (n.opset < axes_input_since) {
-    axes = n.attr_ints("axes");
-    return reduce_shape(ctx, axes, axes.empty(), keepdims);
-  }
-  const bool noop = n.attr_int("noop_with_empty_axes", 0) != 0;
+  const bool noop = p.noop_with_empty_axes;
   if (!ctx.has(1)) {
     if (noop) ctx.out[0].shape = ctx.shape(0);
     else return reduce_shape(ctx, {}, true, keepdims);
@@ -54,14 +52,11 @@ Status infer_reduce_impl(InferContext& ctx, int axes_input_since) {
   return Status::Ok();
 }
 
-Status infer_reduce13(InferContext& ctx) { return infer_reduce_impl(ctx, 13); }
-Status infer_reduce18(InferContext& ctx) { return infer_reduce_impl(ctx, 18); }
-
 Status infer_arg(InferContext& ctx) {
   if (!ctx.has(0)) return Status::Ok();
   ctx.out[0] = ir::Type::tensor(DataType::kInt64);
-  int64_t axis = ctx.node.attr_int("axis", 0);
-  return reduce_shape(ctx, {axis}, false, ctx.node.attr_int("keepdims", 1) != 0);
+  const ArgReduceParams p = parse_arg_reduce(ctx.node);
+  return reduce_shape(ctx, {p.axis}, false, p.keepdims);
 }
 
 Status infer_topk(InferContext& ctx) {
@@ -70,12 +65,13 @@ Status infer_topk(InferContext& ctx) {
   if (ctx.out.size() > 1) ctx.out[1] = ir::Type::tensor(DataType::kInt64);
   const ir::SymShape& in = ctx.shape(0);
   if (!in.known) return Status::Ok();
-  int64_t axis = ctx.node.attr_int("axis", -1);
+  const TopKParams p = parse_topk(ctx.node);
+  int64_t axis = p.axis;
   if (!normalize_axis(axis, in.rank())) return ctx.error("axis out of range");
   ir::SymShape s = in;
   s.dims[axis] = ir::Dim();
   std::vector<int64_t> k;
-  if (ctx.node.opset < 10) s.dims[axis] = ir::Dim(ctx.node.attr_int("k", -1));
+  if (!p.k_input) s.dims[axis] = ir::Dim(p.k);
   else if (const_ints(ctx.value(1), k) && k.size() == 1) s.dims[axis] = ir::Dim(k[0]);
   ctx.out[0].shape = s;
   if (ctx.out.size() > 1) ctx.out[1].shape = s;
@@ -90,10 +86,10 @@ Status infer_same(InferContext& ctx) {
 }  // namespace
 
 void add_reduce_ops(std::vector<OpDef>& t) {
-  t.push_back({"ReduceSum", "", 1, infer_reduce13});
+  t.push_back({"ReduceSum", "", 1, infer_reduce});
   for (const char* op : {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
                          "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"})
-    t.push_back({op, "", 1, infer_reduce18});
+    t.push_back({op, "", 1, infer_reduce});
   t.push_back({"ArgMax", "", 1, infer_arg});
   t.push_back({"ArgMin", "", 1, infer_arg});
   t.push_back({"TopK", "", 1, infer_topk});

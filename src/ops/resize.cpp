@@ -5,6 +5,7 @@
 
 #include "ir/float_types.h"
 #include "ops/op_table.h"
+#include "ops/shape_infer_util.h"
 #include "util/checked.h"
 
 namespace kiln::ops {
@@ -116,6 +117,16 @@ std::string geometry(const ResizeParams& p, const Shape& in, const std::vector<d
   return "";
 }
 
+
+bool read_int64s(const Tensor& t, std::vector<int64_t>& out) {
+  if (t.dtype() == DataType::kInt64) out.assign(t.data<int64_t>(), t.data<int64_t>() + t.numel());
+  else if (t.dtype() == DataType::kInt32) out.assign(t.data<int32_t>(), t.data<int32_t>() + t.numel());
+  else return false;
+  return true;
+}
+
+}  // namespace
+
 // A host tensor's values as doubles (any numeric type); false for other types.
 bool read_doubles(const Tensor& t, std::vector<double>& out) {
   const int64_t n = t.numel();
@@ -145,15 +156,6 @@ bool read_doubles(const Tensor& t, std::vector<double>& out) {
     default: return false;
   }
 }
-
-bool read_int64s(const Tensor& t, std::vector<int64_t>& out) {
-  if (t.dtype() == DataType::kInt64) out.assign(t.data<int64_t>(), t.data<int64_t>() + t.numel());
-  else if (t.dtype() == DataType::kInt32) out.assign(t.data<int32_t>(), t.data<int32_t>() + t.numel());
-  else return false;
-  return true;
-}
-
-}  // namespace
 
 std::string resize_geometry(const ResizeParams& p, const Shape& in, const std::vector<const Tensor*>& inputs,
                             ResizeGeometry* g) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ops/op_table.h"
+#include "ops/params_ml.h"
 
 namespace kiln::ops {
 
@@ -17,14 +18,16 @@ Status same_as_input(InferContext& c) {
   return Status::Ok();
 }
 
-DataType attr_dtype(const ir::Node& n, const char* key) {
-  const int64_t v = n.attr_int(key, 0);
-  return v && dtype_is_valid(static_cast<int32_t>(v)) ? static_cast<DataType>(v) : DataType::kUndefined;
+// output_dtype where it names a dtype (0 and invalid codes: not given).
+DataType output_dtype(const ir::Node& n) {
+  const DataType dt = parse_quantize(n).output_dtype;
+  const int32_t code = static_cast<int32_t>(dt);
+  return code && dtype_is_valid(code) ? dt : DataType::kUndefined;
 }
 
 Status infer_quantize(InferContext& c) {
   if (!c.has(0)) return Status::Ok();
-  DataType dt = attr_dtype(c.node, "output_dtype");
+  DataType dt = output_dtype(c.node);
   if (c.has(2)) dt = c.dtype(2);
   if (dt == DataType::kUndefined) dt = DataType::kUInt8;
   c.out[0] = Type::tensor(dt, c.shape(0));
@@ -33,7 +36,7 @@ Status infer_quantize(InferContext& c) {
 
 Status infer_dequantize(InferContext& c) {
   if (!c.has(0)) return Status::Ok();
-  DataType dt = attr_dtype(c.node, "output_dtype");
+  DataType dt = output_dtype(c.node);
   if (dt == DataType::kUndefined && c.has(1)) dt = c.dtype(1);
   c.out[0] = Type::tensor(dt, c.shape(0));
   return Status::Ok();
@@ -51,10 +54,11 @@ Status infer_dynamic_quantize(InferContext& c) {
 // [dirs, batch, hidden] (layout 1: [batch, dirs, hidden]).
 Status infer_rnn(InferContext& c) {
   if (!c.has(0)) return Status::Ok();
-  const int64_t layout = c.node.attr_int("layout", 0);
-  const Dim dirs(c.node.attr_string("direction", "forward") == "bidirectional" ? 2 : 1);
+  const RnnParams p = parse_rnn_unchecked(c.node);
+  const int64_t layout = p.layout;
+  const Dim dirs(p.num_dir);
   Dim hidden;
-  if (const ir::Attribute* h = c.node.attr("hidden_size")) hidden = Dim(h->i);
+  if (p.has_hidden_size) hidden = Dim(p.hidden_size);
   else if (c.has(2) && c.shape(2).known && c.shape(2).rank() == 3) hidden = c.shape(2).dims[2];
   Dim seq, batch;
   const SymShape& x = c.shape(0);
@@ -77,7 +81,7 @@ Status infer_rnn(InferContext& c) {
 Status infer_loss(InferContext& c) {
   if (!c.has(0)) return Status::Ok();
   const DataType dt = c.dtype(0);
-  if (c.node.attr_string("reduction", "mean") != "none") {
+  if (parse_loss_unchecked(c.node).reduction != LossParams::Reduction::kNone) {
     c.out[0] = Type::tensor(dt, SymShape(std::vector<Dim>{}));
   } else {
     c.out[0] = Type::tensor(dt);
@@ -96,10 +100,11 @@ Status infer_roi(InferContext& c) {
   if (c.has(1) && c.shape(1).known && c.shape(1).rank() == 2) rois = c.shape(1).dims[0];
   if (c.shape(0).known && c.shape(0).rank() == 4) ch = c.shape(0).dims[1];
   if (align) {
-    oh = Dim(c.node.attr_int("output_height", 1));
-    ow = Dim(c.node.attr_int("output_width", 1));
+    const RoiAlignParams p = parse_roi_align_unchecked(c.node);
+    oh = Dim(p.output_height);
+    ow = Dim(p.output_width);
   } else {
-    const std::vector<int64_t> ps = c.node.attr_ints("pooled_shape");
+    const std::vector<int64_t> ps = parse_max_roi_pool_unchecked(c.node).pooled_shape;
     if (ps.size() != 2) return c.error("pooled_shape must have 2 values");
     oh = Dim(ps[0]);
     ow = Dim(ps[1]);
@@ -132,8 +137,7 @@ Status infer_optimizer(InferContext& c) {
 }
 
 Status infer_tfidf(InferContext& c) {
-  int64_t size = 0;
-  for (int64_t v : c.node.attr_ints("ngram_indexes")) size = std::max(size, v + 1);
+  const int64_t size = parse_tfidf_unchecked(c.node).out_size;
   c.out[0] = Type::tensor(DataType::kFloat32);
   if (!c.has(0) || !c.shape(0).known) return Status::Ok();
   if (c.shape(0).rank() == 2) c.out[0].shape = SymShape({c.shape(0).dims[0], Dim(size)});

@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "ops/op_table.h"
+#include "ops/params_shape.h"
 #include "ops/shape_infer_util.h"
 #include "util/checked.h"
 
@@ -123,9 +124,10 @@ Dim infer_minus_one(const SymShape& in, const std::vector<Dim>& out, int at) {
 }
 
 Status infer_reshape(InferContext& c) {
-  const bool allowzero = c.node.attr_int("allowzero", 0) != 0;
+  const ReshapeParams p = parse_reshape(c.node);
+  const bool allowzero = p.allowzero;
   std::vector<int64_t> spec;
-  const bool known = c.node.attr("shape") ? (spec = c.node.attr_ints("shape"), true) : const_ints(c, 1, &spec);
+  const bool known = p.has_shape_attr ? (spec = p.shape, true) : const_ints(c, 1, &spec);
   if (!known) {
     c.out[0] = Type::tensor(c.dtype(0), unknown_dims_for_shape_input(c, 1));
     return Status::Ok();
@@ -154,7 +156,8 @@ Status infer_reshape(InferContext& c) {
 // ---------------------------------------------------------------- Squeeze / Unsqueeze / Flatten
 
 bool axes_of(InferContext& c, int input, std::vector<int64_t>* axes) {
-  if (c.node.attr("axes")) { *axes = c.node.attr_ints("axes"); return true; }
+  const SqueezeParams p = parse_squeeze(c.node);
+  if (p.has_axes_attr) { *axes = p.axes; return true; }
   if (!c.has(input)) { axes->clear(); return true; }
   return const_ints(c, input, axes);
 }
@@ -208,7 +211,7 @@ Status infer_flatten(InferContext& c) {
     c.out[0].shape = SymShape({Dim(), Dim()});
     return Status::Ok();
   }
-  int64_t axis = c.node.attr_int("axis", 1);
+  int64_t axis = parse_flatten(c.node).axis;
   if (axis < 0) axis += in.rank();
   if (axis < 0 || axis > in.rank()) return c.error("axis out of range");
   c.out[0].shape = SymShape({dim_product(in, 0, axis), dim_product(in, axis, in.rank())});
@@ -221,7 +224,7 @@ Status infer_transpose(InferContext& c) {
   const SymShape& in = c.shape(0);
   c.out[0] = Type::tensor(c.dtype(0));
   if (!in.known) return Status::Ok();
-  std::vector<int64_t> perm = c.node.attr_ints("perm");
+  std::vector<int64_t> perm = parse_transpose(c.node).perm;
   const int r = in.rank();
   if (perm.empty())
     for (int d = r - 1; d >= 0; --d) perm.push_back(d);
@@ -247,7 +250,7 @@ Status infer_concat(InferContext& c) {
   c.out[0] = Type::tensor(dt);
   if (!first) return Status::Ok();
   const int r = first->rank();
-  int64_t axis = c.node.attr_int("axis", concat_default_axis(c.node.opset));
+  int64_t axis = parse_concat(c.node).axis;
   if (!normalize_axis(axis, r)) return c.error("axis out of range");
   std::vector<Dim> out = first->dims;
   Dim sum(0);
@@ -273,17 +276,18 @@ Status infer_split(InferContext& c) {
   const SymShape& in = c.shape(0);
   for (auto& t : c.out) t = Type::tensor(c.dtype(0));
   if (!in.known) return Status::Ok();
-  int64_t axis = c.node.attr_int("axis", 0);
+  const SplitParams p = parse_split(c.node);
+  int64_t axis = p.axis;
   if (!normalize_axis(axis, in.rank())) return c.error("axis out of range");
   std::vector<int64_t> sizes;
   bool have = false;
-  if (c.node.attr("split")) { sizes = c.node.attr_ints("split"); have = true; }
+  if (p.has_split_attr) { sizes = p.split; have = true; }
   else if (c.has(1)) have = const_ints(c, 1, &sizes);
   const Dim& dim = in.dims[axis];
   const int n = static_cast<int>(c.out.size());
   if ((!have || sizes.empty()) && (!c.has(1) || have)) {
     if (dim.is_static()) {
-      const int64_t parts = c.node.attr_int("num_outputs", n);
+      const int64_t parts = p.has_num_outputs ? p.num_outputs : n;
       std::string err = equal_split_sizes(dim.value, parts, &sizes);
       if (!err.empty()) return c.error(err);
       have = true;
@@ -307,10 +311,11 @@ Status infer_slice(InferContext& c) {
   const int r = in.rank();
   std::vector<int64_t> starts, ends, axes, steps;
   bool ok = true;
-  if (c.node.attr("starts")) {
-    starts = c.node.attr_ints("starts");
-    ends = c.node.attr_ints("ends");
-    axes = c.node.attr_ints("axes");
+  const SliceParams p = parse_slice(c.node);
+  if (p.has_starts_attr) {
+    starts = p.starts;
+    ends = p.ends;
+    axes = p.axes;
   } else {
     ok = const_ints(c, 1, &starts) && const_ints(c, 2, &ends);
     if (c.has(3)) ok = const_ints(c, 3, &axes) && ok;
@@ -385,10 +390,12 @@ Status infer_pad(InferContext& c) {
   c.out[0] = Type::tensor(c.dtype(0));
   if (!in.known) return Status::Ok();
   const int r = in.rank();
+  const Expected<PadParams> p = parse_pad(c.node);
+  // An unknown mode is the kernels' error, raised when they are made: the shape is left unknown.
+  if (!p.ok()) return Status::Ok();
   std::vector<int64_t> pads, axes;
   bool ok;
-  if (c.node.attr("pads")) { pads = c.node.attr_ints("pads"); ok = true; }
-  else if (c.node.attr("paddings")) { pads = c.node.attr_ints("paddings"); ok = true; }
+  if (p->has_pads_attr) { pads = p->pads; ok = true; }
   else ok = const_ints(c, 1, &pads) && (!c.has(3) || const_ints(c, 3, &axes));
   std::vector<Dim> out(r);
   if (ok) {
@@ -415,7 +422,7 @@ Status infer_center_crop_pad(InferContext& c) {
   c.out[0] = Type::tensor(c.dtype(0));
   if (!in.known) return Status::Ok();
   const int r = in.rank();
-  std::vector<int64_t> target, axes = c.node.attr_ints("axes");
+  std::vector<int64_t> target, axes = parse_center_crop_pad(c.node).axes;
   if (axes.empty()) {
     axes.resize(r);
     std::iota(axes.begin(), axes.end(), 0);
@@ -434,11 +441,21 @@ Status infer_center_crop_pad(InferContext& c) {
 
 // ---------------------------------------------------------------- DepthToSpace / SpaceToDepth
 
+// The kernels refuse a blocksize below 1 (parse_depth_to_space); inference also refuses one whose square
+// could overflow, with one message for both.
+Expected<int64_t> blocksize_of(InferContext& c) {
+  const Expected<DepthToSpaceParams> p = parse_depth_to_space(c.node);
+  if (!p.ok() || p->blocksize > kMaxBlocksize)
+    return c.error("blocksize must be in [1, " + std::to_string(kMaxBlocksize) + "]");
+  return p->blocksize;
+}
+
 Status infer_depth_to_space(InferContext& c) {
   const SymShape& in = c.shape(0);
-  const int64_t b = c.node.attr_int("blocksize", 0);
+  const Expected<int64_t> bs = blocksize_of(c);
   c.out[0] = Type::tensor(c.dtype(0));
-  if (b <= 0 || b > kMaxBlocksize) return c.error("blocksize must be in [1, " + std::to_string(kMaxBlocksize) + "]");
+  if (!bs.ok()) return bs.status();
+  const int64_t b = *bs;
   if (!in.known) return Status::Ok();
   if (in.rank() != 4) return c.error("input must be 4-D");
   c.out[0].shape = SymShape({in.dims[0], dim_div(in.dims[1], b * b), dim_mul(in.dims[2], Dim(b)), dim_mul(in.dims[3], Dim(b))});
@@ -447,9 +464,10 @@ Status infer_depth_to_space(InferContext& c) {
 
 Status infer_space_to_depth(InferContext& c) {
   const SymShape& in = c.shape(0);
-  const int64_t b = c.node.attr_int("blocksize", 0);
+  const Expected<int64_t> bs = blocksize_of(c);
   c.out[0] = Type::tensor(c.dtype(0));
-  if (b <= 0 || b > kMaxBlocksize) return c.error("blocksize must be in [1, " + std::to_string(kMaxBlocksize) + "]");
+  if (!bs.ok()) return bs.status();
+  const int64_t b = *bs;
   if (!in.known) return Status::Ok();
   if (in.rank() != 4) return c.error("input must be 4-D");
   c.out[0].shape = SymShape({in.dims[0], dim_mul(in.dims[1], Dim(b * b)), dim_div(in.dims[2], b), dim_div(in.dims[3], b)});
@@ -464,8 +482,9 @@ Status infer_shape(InferContext& c) {
   if (!in.known) return Status::Ok();
   const int64_t r = in.rank();
   auto clamp = [r](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + r : v, 0, r); };
-  const int64_t b = clamp(c.node.attr_int("start", 0));
-  const int64_t e = c.node.attr("end") ? clamp(c.node.attr_int("end", r)) : r;
+  const ShapeParams p = parse_shape(c.node);
+  const int64_t b = clamp(p.start);
+  const int64_t e = p.has_end ? clamp(p.end) : r;
   c.out[0].shape = SymShape({Dim(std::max<int64_t>(0, e - b))});
   return Status::Ok();
 }
@@ -476,23 +495,14 @@ Status infer_size(InferContext& c) {
 }
 
 Status infer_constant(InferContext& c) {
-  const ir::Node& n = c.node;
-  auto set = [&](DataType dt, std::vector<Dim> dims) { c.out[0] = Type::tensor(dt, SymShape(std::move(dims))); };
-  if (const ir::Attribute* a = n.attr("value")) set(a->t.dtype(), SymShape::of(a->t.shape()).dims);
-  else if (const ir::Attribute* a = n.attr("sparse_value")) set(a->t.dtype(), SymShape::of(a->t.shape()).dims);
-  else if (n.attr("value_float")) set(DataType::kFloat32, {});
-  else if (const ir::Attribute* a = n.attr("value_floats")) set(DataType::kFloat32, {Dim(static_cast<int64_t>(a->floats.size()))});
-  else if (n.attr("value_int")) set(DataType::kInt64, {});
-  else if (const ir::Attribute* a = n.attr("value_ints")) set(DataType::kInt64, {Dim(static_cast<int64_t>(a->ints.size()))});
-  else if (n.attr("value_string")) set(DataType::kString, {});
-  else if (const ir::Attribute* a = n.attr("value_strings")) set(DataType::kString, {Dim(static_cast<int64_t>(a->strings.size()))});
-  else return c.error("Constant has no value attribute");
+  KILN_ASSIGN_OR_RETURN(const ConstantParams p, parse_constant(c.node));
+  c.out[0] = Type::tensor(p.dtype, SymShape::of(p.shape));
   return Status::Ok();
 }
 
 Status infer_constant_of_shape(InferContext& c) {
-  const ir::Attribute* v = c.node.attr("value");
-  const DataType dt = v ? v->t.dtype() : DataType::kFloat32;
+  const ConstantOfShapeParams p = parse_constant_of_shape(c.node);
+  const DataType dt = p.has_value ? p.value.dtype() : DataType::kFloat32;
   std::vector<int64_t> spec;
   if (const_ints(c, 0, &spec)) {
     for (int64_t d : spec)
@@ -536,7 +546,7 @@ Status infer_same(InferContext& c) {
 }
 
 Status infer_eye_like(InferContext& c) {
-  const int64_t dt = c.node.attr_int("dtype", 0);
+  const int64_t dt = parse_eye_like(c.node).dtype;
   c.out[0] = Type::tensor(dt ? static_cast<DataType>(dt) : c.dtype(0), c.shape(0));
   return Status::Ok();
 }

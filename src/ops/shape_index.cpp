@@ -2,6 +2,7 @@
 // GatherElements, GatherND, ScatterElements, Scatter, ScatterND, OneHot, NonZero, Compress,
 // ReverseSequence, Col2Im.
 #include "ops/op_table.h"
+#include "ops/params_shape.h"
 #include "ops/shape_infer_util.h"
 
 namespace kiln::ops {
@@ -15,7 +16,7 @@ Status infer_gather(InferContext& c) {
   c.out[0] = Type::tensor(c.dtype(0));
   const SymShape& x = c.shape(0);
   if (!x.known || !c.has(1) || !c.shape(1).known) return Status::Ok();
-  int64_t axis = c.node.attr_int("axis", 0);
+  int64_t axis = parse_gather(c.node).axis;
   if (!normalize_axis(axis, x.rank())) return c.error("axis out of range");
   std::vector<Dim> out(x.dims.begin(), x.dims.begin() + axis);
   out.insert(out.end(), c.shape(1).dims.begin(), c.shape(1).dims.end());
@@ -39,7 +40,7 @@ Status infer_gather_nd(InferContext& c) {
   const SymShape& x = c.shape(0);
   if (!x.known || !c.has(1) || !c.shape(1).known) return Status::Ok();
   const SymShape& ind = c.shape(1);
-  const int64_t b = c.node.attr_int("batch_dims", 0);
+  const int64_t b = parse_gather_nd(c.node).batch_dims;
   if (ind.rank() < 1 || !ind.dims.back().is_static()) return Status::Ok();
   const int64_t k = ind.dims.back().value;
   if (b < 0 || b + k > x.rank()) return c.error("indices' last dim too large for data rank");
@@ -53,7 +54,7 @@ Status infer_one_hot(InferContext& c) {
   c.out[0] = Type::tensor(c.has(2) ? c.dtype(2) : DataType::kUndefined);
   const SymShape& ind = c.shape(0);
   if (!ind.known) return Status::Ok();
-  int64_t axis = c.node.attr_int("axis", -1);
+  int64_t axis = parse_one_hot(c.node).axis;
   if (!normalize_axis(axis, ind.rank() + 1)) return c.error("axis out of range");
   Dim depth;
   const Tensor* d = c.value(1);
@@ -77,12 +78,13 @@ Status infer_non_zero(InferContext& c) {
 Status infer_compress(InferContext& c) {
   const SymShape& x = c.shape(0);
   c.out[0] = Type::tensor(c.dtype(0));
-  if (!c.node.attr("axis")) {
+  const CompressParams p = parse_compress(c.node);
+  if (!p.has_axis) {
     c.out[0].shape = SymShape({Dim()});
     return Status::Ok();
   }
   if (!x.known) return Status::Ok();
-  int64_t axis = c.node.attr_int("axis", 0);
+  int64_t axis = p.axis;
   if (!normalize_axis(axis, x.rank())) return c.error("axis out of range");
   std::vector<Dim> out = x.dims;
   out[axis] = Dim();

@@ -1,4 +1,4 @@
-// ops/shape_infer_util.h — helpers shared by the shape family's shape functions (ops/shape*.cpp).
+// ops/shape_infer_util.h — helpers shared by shape functions and attribute parsers in ops/.
 #pragma once
 
 #include <vector>
@@ -12,6 +12,9 @@ namespace kiln::ops {
 constexpr int64_t kMaxInferredRank = 4096;
 constexpr int64_t kMaxBlocksize = 1 << 15;  // DepthToSpace/SpaceToDepth: b*b stays far inside int64
 
+// A host tensor's values as doubles (any numeric dtype, float16 and bfloat16 included); false for
+// other dtypes. Defined in resize.cpp; also read by TreeEnsemble's tensor attributes (params_ml.cpp).
+bool read_doubles(const Tensor& t, std::vector<double>& out);
 // Input i's constant value as int64s (int32/int64 tensors); false when not a known constant.
 bool const_ints(const InferContext& c, int i, std::vector<int64_t>* out);
 // For a 1-D "shape" input of static length k whose values are unknown: rank k, every dim unknown.

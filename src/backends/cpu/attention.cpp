@@ -10,21 +10,13 @@
 #include <memory>
 
 #include "backends/cpu/nn_common.h"
+#include "ops/params_misc.h"
 
 namespace kiln::cpu {
 namespace {
 
 using nn::ReadAs;
 using nn::WriteAs;
-
-struct AttnAttrs {
-  int64_t q_heads = 0, kv_heads = 0;  // 0 = not given
-  bool has_scale = false;
-  float scale = 0;
-  bool causal = false;
-  float softcap = 0;
-  int64_t mode = 0;  // qk_matmul_output_mode
-};
 
 // Geometry of one Q/K/V-like input: element (b, h, s, d) lives at base(b, h) + s * row + d.
 struct HeadLayout {
@@ -101,16 +93,16 @@ void write_present(KernelContext& ctx, int idx, DataType dt, const Shape& shape,
 }
 
 template <typename C>
-Status attention(KernelContext& ctx, const AttnAttrs& a) {
+Status attention(KernelContext& ctx, const ops::AttentionParams& a) {
   const Tensor &q = ctx.input(0), &k = ctx.input(1), &v = ctx.input(2);
   if (q.rank() != k.rank() || q.rank() != v.rank() || (q.rank() != 3 && q.rank() != 4))
     return ctx.error("Q, K and V must all be 3-D or all 4-D");
   const int64_t B = q.dim(0);
   if (k.dim(0) != B || v.dim(0) != B) return ctx.error("Q, K and V must have the same batch size");
   HeadLayout ql, kl, vl;
-  KILN_RETURN_IF_ERROR(head_layout(ctx, q, a.q_heads, "Q", ql));
-  KILN_RETURN_IF_ERROR(head_layout(ctx, k, a.kv_heads, "K", kl));
-  KILN_RETURN_IF_ERROR(head_layout(ctx, v, a.kv_heads, "V", vl));
+  KILN_RETURN_IF_ERROR(head_layout(ctx, q, a.q_num_heads, "Q", ql));
+  KILN_RETURN_IF_ERROR(head_layout(ctx, k, a.kv_num_heads, "K", kl));
+  KILN_RETURN_IF_ERROR(head_layout(ctx, v, a.kv_num_heads, "V", vl));
   const int64_t Hq = ql.heads, Hkv = kl.heads, Sq = ql.seq, D = ql.dim, Dv = vl.dim;
   if (kl.dim != D) return ctx.error("Q and K head sizes differ");
   if (vl.heads != Hkv || vl.seq != kl.seq) return ctx.error("K and V disagree in heads or sequence length");
@@ -181,16 +173,16 @@ Status attention(KernelContext& ctx, const AttnAttrs& a) {
         C mx = ninf;
         for (int64_t j = 0; j < T; ++j) {
           C x = row[j];
-          if (qko && a.mode == 0) qko[i * T + j] = x;
+          if (qko && a.qk_matmul_output_mode == 0) qko[i * T + j] = x;
           if (cap > 0) x = cap * std::tanh(x / cap);
-          if (qko && a.mode == 1) qko[i * T + j] = x;
+          if (qko && a.qk_matmul_output_mode == 1) qko[i * T + j] = x;
           if (has_mask) {
             if (j >= mv.len) x = ninf;
             else x += mask[b * mv.stride[0] + h * mv.stride[1] + i * mv.stride[2] + j * mv.stride[3]];
           }
-          if (a.causal && j > i + P) x = ninf;
+          if (a.is_causal && j > i + P) x = ninf;
           if (j >= limit) x = ninf;
-          if (qko && a.mode == 2) qko[i * T + j] = x;
+          if (qko && a.qk_matmul_output_mode == 2) qko[i * T + j] = x;
           row[j] = x;
           mx = std::max(mx, x);
         }
@@ -202,7 +194,7 @@ Status attention(KernelContext& ctx, const AttnAttrs& a) {
           const C inv = C(1) / sum;
           for (int64_t j = 0; j < T; ++j) row[j] *= inv;
         }
-        if (qko && a.mode == 3) std::copy(row, row + T, qko + i * T);
+        if (qko && a.qk_matmul_output_mode == 3) std::copy(row, row + T, qko + i * T);
       }
       C* yp = yw.data() + (ql.packed ? b * Sq * Hq * Dv + h * Dv : bh * Sq * Dv);
       nn::gemm<C>(false, false, Sq, Dv, T, C(1), s.data(), T, vp, Dv, C(0), yp, ydim_row);
@@ -215,20 +207,13 @@ Status attention(KernelContext& ctx, const AttnAttrs& a) {
 
 // ---- LinearAttention: a recurrent state S [d_k, d_v] per (batch, kv head), updated token by token.
 
-enum class LinRule { kLinear, kGated, kDelta, kGatedDelta };
-
-struct LinAttrs {
-  int64_t q_heads = 0, kv_heads = 0;
-  float scale = 0;
-  LinRule rule = LinRule::kGatedDelta;
-};
-
-Status linear_attention(KernelContext& ctx, const LinAttrs& a) {
+Status linear_attention(KernelContext& ctx, const ops::LinearAttentionParams& a) {
+  using LinRule = ops::LinearAttentionParams::UpdateRule;
   const Tensor &q = ctx.input(0), &k = ctx.input(1), &v = ctx.input(2);
-  const bool gated = a.rule == LinRule::kGated || a.rule == LinRule::kGatedDelta;
-  const bool delta = a.rule == LinRule::kDelta || a.rule == LinRule::kGatedDelta;
+  const bool gated = a.update_rule == LinRule::kGated || a.update_rule == LinRule::kGatedDelta;
+  const bool delta = a.update_rule == LinRule::kDelta || a.update_rule == LinRule::kGatedDelta;
   if (q.rank() != 3 || k.rank() != 3 || v.rank() != 3) return ctx.error("query, key and value must be 3-D (B, T, H*D)");
-  const int64_t Hq = a.q_heads, Hk = a.kv_heads;
+  const int64_t Hq = a.q_num_heads, Hk = a.kv_num_heads;
   if (Hq <= 0 || Hk <= 0 || Hq % Hk != 0) return ctx.error("q_num_heads must be a positive multiple of kv_num_heads");
   const int64_t B = q.dim(0), T = q.dim(1);
   if (q.dim(2) % Hq || k.dim(2) % Hk || v.dim(2) % Hk) return ctx.error("hidden sizes are not divisible by the heads");
@@ -318,9 +303,7 @@ Status linear_attention(KernelContext& ctx, const LinAttrs& a) {
 // float64 for float64 inputs), then the optional score_mod subgraph, a softmax, the optional
 // prob_mod subgraph and Y = P V. Each modifier runs once on the whole (B, Hq, L, S) tensor.
 struct FlexAttrs {
-  bool has_scale = false;
-  float scale = 0;
-  DataType compute = DataType::kUndefined;  // softmax_precision, or undefined = by input type
+  ops::FlexAttentionParams p;
   std::shared_ptr<CompiledGraph> score_mod, prob_mod;
 };
 
@@ -347,7 +330,7 @@ Status flex_attention(KernelContext& ctx, const FlexAttrs& a, DataType cdt) {
   if (k.dim(0) != B || v.dim(0) != B || k.dim(3) != E || v.dim(1) != Hkv || v.dim(2) != S)
     return ctx.error("Q, K and V shapes do not agree");
   if (Hkv == 0 || Hq % Hkv) return ctx.error("q_num_heads must be a multiple of kv_num_heads");
-  const C scale = a.has_scale ? C(a.scale) : C(1) / std::sqrt(C(E));
+  const C scale = a.p.has_scale ? C(a.p.scale) : C(1) / std::sqrt(C(E));
   ReadAs<C> qv(q), kv(k), vv(v);
   const Shape sshape{B, Hq, L, S};
   std::vector<C> s(static_cast<size_t>(B * Hq * L * S));
@@ -398,49 +381,27 @@ void register_attention(KernelRegistry& r) {
       if (auto why = nn::require_real(n, i); !why.empty()) return why;
     return std::string();
   };
-  r.add({"Attention", "", 23, 1 << 30, "cpu.Attention.any", real012, [](const ir::Node& n, KernelInit&) {
-           AttnAttrs a;
-           a.q_heads = n.attr_int("q_num_heads", 0);
-           a.kv_heads = n.attr_int("kv_num_heads", 0);
-           a.has_scale = n.attr("scale") != nullptr;
-           a.scale = n.attr_float("scale", 0);
-           a.causal = n.attr_int("is_causal", 0) != 0;
-           a.softcap = n.attr_float("softcap", 0);
-           a.mode = n.attr_int("qk_matmul_output_mode", 0);
-           if (a.mode < 0 || a.mode > 3)
-             return Expected<KernelPtr>(invalid_argument(n.describe() + ": qk_matmul_output_mode must be 0..3"));
+  r.add({"Attention", "", 23, 1 << 30, "cpu.Attention.any", real012,
+         [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+           KILN_ASSIGN_OR_RETURN(const ops::AttentionParams a, ops::parse_attention(n));
            return make_kernel([a](KernelContext& ctx) {
              return ctx.input(0).dtype() == DataType::kFloat64 ? attention<double>(ctx, a) : attention<float>(ctx, a);
            });
          }});
-  r.add({"LinearAttention", "", 27, 1 << 30, "cpu.LinearAttention.any", real012, [](const ir::Node& n, KernelInit&) {
-           LinAttrs a;
-           a.q_heads = n.attr_int("q_num_heads", 0);
-           a.kv_heads = n.attr_int("kv_num_heads", 0);
-           a.scale = n.attr_float("scale", 0);
-           const std::string rule = n.attr_string("update_rule", "gated_delta");
-           if (rule == "linear") a.rule = LinRule::kLinear;
-           else if (rule == "gated") a.rule = LinRule::kGated;
-           else if (rule == "delta") a.rule = LinRule::kDelta;
-           else if (rule == "gated_delta") a.rule = LinRule::kGatedDelta;
-           else return Expected<KernelPtr>(invalid_argument(n.describe() + ": unknown update_rule '" + rule + "'"));
+  r.add({"LinearAttention", "", 27, 1 << 30, "cpu.LinearAttention.any", real012,
+         [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+           KILN_ASSIGN_OR_RETURN(const ops::LinearAttentionParams a, ops::parse_linear_attention(n));
            return make_kernel([a](KernelContext& ctx) { return linear_attention(ctx, a); });
          }});
   r.add({"FlexAttention", "ai.onnx.preview", 1, 1 << 30, "cpu.FlexAttention.any", real012,
          [](const ir::Node& n, KernelInit& init) -> Expected<KernelPtr> {
            FlexAttrs a;
-           a.has_scale = n.attr("scale") != nullptr;
-           a.scale = n.attr_float("scale", 0);
-           if (n.attr("softmax_precision")) {
-             a.compute = static_cast<DataType>(n.attr_int("softmax_precision", 1));
-             if (!nn::is_real(a.compute))
-               return invalid_argument(n.describe() + ": softmax_precision must be a float type");
-           }
+           KILN_ASSIGN_OR_RETURN(a.p, ops::parse_flex_attention(n));
            KILN_ASSIGN_OR_RETURN(a.score_mod, optional_graph(n, init, "score_mod"));
            KILN_ASSIGN_OR_RETURN(a.prob_mod, optional_graph(n, init, "prob_mod"));
            return make_kernel([a](KernelContext& ctx) {
-             DataType cdt = a.compute;
-             if (cdt == DataType::kUndefined)
+             DataType cdt = a.p.softmax_precision;
+             if (!a.p.has_softmax_precision)
                cdt = ctx.input(0).dtype() == DataType::kFloat64 ? DataType::kFloat64 : DataType::kFloat32;
              return cdt == DataType::kFloat64 ? flex_attention<double>(ctx, a, cdt) : flex_attention<float>(ctx, a, cdt);
            });

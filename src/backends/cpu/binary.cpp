@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "backends/cpu/elementwise_common.h"
+#include "ops/params_misc.h"
 
 namespace kiln::cpu {
 namespace {
@@ -39,15 +40,15 @@ void binary_apply(const Tensor& A, const Tensor& B, Tensor& O, const Shape& a_sh
 
 // Opset < 7 broadcasting (attribute broadcast=1): B aligns with A starting at `axis`. PRelu before
 // opset 7 has no attribute: a 1-D slope of more than one value is per channel (axis 1).
-Shape legacy_b_shape(const ir::Node& n, const Shape& a, const Shape& b) {
-  if (n.op_type == "PRelu" && n.opset != 0 && n.opset < 7 && b.size() == 1 && b[0] != 1 && a.size() >= 2) {
+Shape legacy_b_shape(const ops::BinaryParams& p, const Shape& a, const Shape& b) {
+  if (p.legacy_prelu && b.size() == 1 && b[0] != 1 && a.size() >= 2) {
     Shape s = b;
     s.resize(a.size() - 1, 1);
     return s;
   }
-  if (n.opset == 0 || n.opset >= 7 || n.attr_int("broadcast", 0) == 0) return b;
+  if (!p.legacy_broadcast) return b;
   const int64_t ra = static_cast<int64_t>(a.size()), rb = static_cast<int64_t>(b.size());
-  int64_t axis = n.attr_int("axis", ra - rb);
+  int64_t axis = p.has_axis ? p.axis : ra - rb;
   if (axis < 0) axis += ra;
   Shape s = b;
   for (int64_t i = axis + rb; i < ra; ++i) s.push_back(1);
@@ -68,13 +69,14 @@ void add_binary(KernelRegistry& r, const std::string& op, int since, Make make) 
   };
   d.create = [make](const ir::Node& node, KernelInit&) -> Expected<KernelPtr> {
     auto f = make(node);
-    return make_kernel([f](KernelContext& ctx) -> Status {
+    const ops::BinaryParams p = ops::parse_binary(node);
+    return make_kernel([f, p](KernelContext& ctx) -> Status {
       const Tensor& A = ctx.input(0);
       const Tensor& B = ctx.input(1);
       if (A.dtype() != B.dtype())
         return ctx.error(std::string("inputs have different dtypes (") + dtype_name(A.dtype()) + " and " +
                          dtype_name(B.dtype()) + ")");
-      const Shape b_shape = legacy_b_shape(ctx.node(), A.shape(), B.shape());
+      const Shape b_shape = legacy_b_shape(p, A.shape(), B.shape());
       Shape out;
       if (!broadcast_all({A.shape(), b_shape}, &out))
         return ctx.error("shapes " + shape_to_string(A.shape()) + " and " + shape_to_string(B.shape()) +
@@ -185,11 +187,12 @@ void add_pow(KernelRegistry& r) {
     std::string why = check_dtype(n, 0, kSet);
     return why.empty() ? check_dtype(n, 1, kSet) : why;
   };
-  d.create = [](const ir::Node&, KernelInit&) -> Expected<KernelPtr> {
-    return make_kernel([](KernelContext& ctx) -> Status {
+  d.create = [](const ir::Node& node, KernelInit&) -> Expected<KernelPtr> {
+    const ops::BinaryParams p = ops::parse_binary(node);
+    return make_kernel([p](KernelContext& ctx) -> Status {
       const Tensor& A = ctx.input(0);
       const Tensor& B = ctx.input(1);
-      const Shape b_shape = legacy_b_shape(ctx.node(), A.shape(), B.shape());
+      const Shape b_shape = legacy_b_shape(p, A.shape(), B.shape());
       Shape out;
       if (!broadcast_all({A.shape(), b_shape}, &out)) return ctx.error("shapes do not broadcast");
       bool inner_ok = false;
@@ -309,11 +312,11 @@ void register_binary(KernelRegistry& r) {
     else return a / b;
   }));
   add_binary<kNumeric, false>(r, "Mod", 10, [](const ir::Node& n) {
-    const bool fmod = n.attr_int("fmod", 0) != 0;
+    const bool fmod = ops::parse_mod(n).fmod;
     return [fmod](auto a, auto b) { return mod_value(a, b, fmod); };
   });
   add_binary<kUnsigned, false>(r, "BitShift", 11, [](const ir::Node& n) {
-    const bool left = n.attr_string("direction", "LEFT") != "RIGHT";
+    const bool left = ops::parse_bit_shift(n).left;
     return [left](auto a, auto b) {
       using C = decltype(a);
       if (b >= static_cast<C>(sizeof(C) * 8)) return C(0);

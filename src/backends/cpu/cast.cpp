@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "backends/cpu/elementwise_common.h"
+#include "ops/params_misc.h"
 
 namespace kiln::cpu {
 namespace {
@@ -369,11 +370,13 @@ Status cast_tensor(const Tensor& X, Tensor& Y, const CastOptions& o) {
   return Status::Ok();
 }
 
-CastOptions parse_options(const ir::Node& node) {
+CastOptions options_of(const ops::CastParams& p) {
+  using Round = ops::CastParams::Round;
   CastOptions o;
-  o.saturate = node.attr_int("saturate", 1) != 0;
-  const std::string mode = node.attr_string("round_mode", "up");
-  o.round = mode == "nearest" ? E8M0Round::kNearest : mode == "down" ? E8M0Round::kDown : E8M0Round::kUp;
+  o.saturate = p.saturate;
+  o.round = p.round == Round::kNearest ? E8M0Round::kNearest
+            : p.round == Round::kDown  ? E8M0Round::kDown
+                                       : E8M0Round::kUp;
   return o;
 }
 
@@ -383,18 +386,15 @@ void add_cast(KernelRegistry& r, bool like) {
   d.since = like ? 15 : 1;
   d.name = like ? "cpu.CastLike" : "cpu.Cast";
   d.check = [like](const ir::Node& n) -> std::string {
-    if (!like && !n.attr("to")) return "Cast needs the 'to' attribute";
+    // parse_cast would reject a missing 'to' as dtype 0; name the attribute instead, and leave an invalid
+    // code to the factory's error.
+    if (!like && !ops::parse_cast_unchecked(n).has_to) return "Cast needs the 'to' attribute";
     return "";
   };
   d.create = [like](const ir::Node& node, KernelInit&) -> Expected<KernelPtr> {
-    const CastOptions o = parse_options(node);
-    DataType to = DataType::kUndefined;
-    if (!like) {
-      const int64_t code = node.attr_int("to", 0);
-      if (!dtype_is_valid(static_cast<int32_t>(code)))
-        return invalid_model(node.describe() + ": 'to' = " + std::to_string(code) + " is not a known dtype");
-      to = static_cast<DataType>(code);
-    }
+    KILN_ASSIGN_OR_RETURN(const ops::CastParams p, ops::parse_cast(node));
+    const CastOptions o = options_of(p);
+    const DataType to = p.to;  // CastLike: undefined, its target is input 1's dtype
     return make_kernel([like, to, o](KernelContext& ctx) -> Status {
       const Tensor& X = ctx.input(0);
       const DataType target = like ? ctx.input(1).dtype() : to;

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "backends/cpu/control_common.h"
+#include "ops/params_ml.h"
 
 namespace kiln::cpu::control {
 namespace {
@@ -138,13 +139,8 @@ Expected<KernelPtr> create_loop(const ir::Node& node, KernelInit& init) {
 
 // ---- Scan
 
-struct ScanAttrs {
-  int num_scan_inputs = 0;
-  std::vector<int64_t> in_axes, in_dirs, out_axes, out_dirs;
-};
-
 // Opset 9+: inputs (state..., scan...), no batch axis.
-Status run_scan9(KernelContext& ctx, const CompiledGraph& body, const ir::Graph& body_ir, const ScanAttrs& a) {
+Status run_scan9(KernelContext& ctx, const CompiledGraph& body, const ir::Graph& body_ir, const ops::ScanParams& a) {
   const int m = a.num_scan_inputs;
   const int n = ctx.num_inputs() - m;
   const int k_out = static_cast<int>(body_ir.outputs.size()) - n;
@@ -155,7 +151,7 @@ Status run_scan9(KernelContext& ctx, const CompiledGraph& body, const ir::Graph&
     if (!ctx.has_input(n + j) || ctx.input_slot(n + j).kind != Slot::Kind::kTensor)
       return ctx.error("scan input " + std::to_string(j) + " must be a tensor");
     const Tensor& x = ctx.input(n + j);
-    int64_t ax = j < static_cast<int>(a.in_axes.size()) ? a.in_axes[j] : 0;
+    int64_t ax = j < static_cast<int>(a.input_axes.size()) ? a.input_axes[j] : 0;
     if (!ops::normalize_axis(ax, x.rank()))
       return ctx.error("scan_input_axes[" + std::to_string(j) + "] is out of range for rank " + std::to_string(x.rank()));
     axes[j] = static_cast<int>(ax);
@@ -172,7 +168,7 @@ Status run_scan9(KernelContext& ctx, const CompiledGraph& body, const ir::Graph&
   for (int64_t t = 0; t < seq_len; ++t) {
     std::vector<Slot> in = state;
     for (int j = 0; j < m; ++j) {
-      const bool rev = j < static_cast<int>(a.in_dirs.size()) && a.in_dirs[j] == 1;
+      const bool rev = j < static_cast<int>(a.input_directions.size()) && a.input_directions[j] == 1;
       in.push_back(Slot::of(take_along(ctx.input(n + j), axes[j], rev ? seq_len - 1 - t : t)));
     }
     KILN_RETURN_IF_ERROR(ctx.run_subgraph(body, std::move(in), outs));
@@ -187,15 +183,15 @@ Status run_scan9(KernelContext& ctx, const CompiledGraph& body, const ir::Graph&
   }
   for (int i = 0; i < n; ++i) KILN_RETURN_IF_ERROR(set_output(ctx, i, state[i]));
   for (int k = 0; k < k_out; ++k) {
-    const int axis = k < static_cast<int>(a.out_axes.size()) ? static_cast<int>(a.out_axes[k]) : 0;
-    const bool rev = k < static_cast<int>(a.out_dirs.size()) && a.out_dirs[k] == 1;
+    const int axis = k < static_cast<int>(a.output_axes.size()) ? static_cast<int>(a.output_axes[k]) : 0;
+    const bool rev = k < static_cast<int>(a.output_directions.size()) && a.output_directions[k] == 1;
     KILN_RETURN_IF_ERROR(write_stacked(ctx, n + k, scans[k], axis, rev, body_ir.outputs[n + k]->type));
   }
   return Status::Ok();
 }
 
 // Opset 8: inputs (sequence_lens?, state..., scan...); axis 0 is the batch, axis 1 the sequence.
-Status run_scan8(KernelContext& ctx, const CompiledGraph& body, const ir::Graph& body_ir, const ScanAttrs& a) {
+Status run_scan8(KernelContext& ctx, const CompiledGraph& body, const ir::Graph& body_ir, const ops::ScanParams& a) {
   const int m = a.num_scan_inputs;
   const int n = ctx.num_inputs() - 1 - m;
   const int k_out = static_cast<int>(body_ir.outputs.size()) - n;
@@ -233,7 +229,7 @@ Status run_scan8(KernelContext& ctx, const CompiledGraph& body, const ir::Graph&
     for (int64_t t = 0; t < lens[b]; ++t) {
       std::vector<Slot> in = state;
       for (int j = 0; j < m; ++j) {
-        const bool rev = j < static_cast<int>(a.in_dirs.size()) && a.in_dirs[j] == 1;
+        const bool rev = j < static_cast<int>(a.input_directions.size()) && a.input_directions[j] == 1;
         in.push_back(Slot::of(take_along(xs[j], 0, rev ? lens[b] - 1 - t : t)));
       }
       KILN_RETURN_IF_ERROR(ctx.run_subgraph(body, std::move(in), outs));
@@ -279,23 +275,9 @@ Status run_scan8(KernelContext& ctx, const CompiledGraph& body, const ir::Graph&
 Expected<KernelPtr> create_scan(const ir::Node& node, KernelInit& init) {
   KILN_ASSIGN_OR_RETURN(GraphPtr body, compile_attr(node, init, "body"));
   const ir::Graph* body_ir = graph_attr(node, "body");
-  ScanAttrs a;
-  const ir::Attribute* ns = node.attr("num_scan_inputs");
-  if (!ns) return invalid_model(node.describe() + ": missing attribute num_scan_inputs");
-  a.num_scan_inputs = static_cast<int>(ns->i);
-  const bool v8 = node.opset > 0 && node.opset < 9;
-  if (v8) {
-    a.in_dirs = node.attr_ints("directions");
-  } else {
-    a.in_axes = node.attr_ints("scan_input_axes");
-    a.in_dirs = node.attr_ints("scan_input_directions");
-    a.out_axes = node.attr_ints("scan_output_axes");
-    a.out_dirs = node.attr_ints("scan_output_directions");
-  }
-  if (a.num_scan_inputs < 0 || static_cast<size_t>(a.num_scan_inputs) > node.inputs.size())
-    return invalid_model(node.describe() + ": num_scan_inputs is out of range");
-  return make_kernel([body, body_ir, a, v8](KernelContext& ctx) {
-    return v8 ? run_scan8(ctx, *body, *body_ir, a) : run_scan9(ctx, *body, *body_ir, a);
+  KILN_ASSIGN_OR_RETURN(const ops::ScanParams a, ops::parse_scan(node));
+  return make_kernel([body, body_ir, a](KernelContext& ctx) {
+    return a.opset8 ? run_scan8(ctx, *body, *body_ir, a) : run_scan9(ctx, *body, *body_ir, a);
   });
 }
 

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "backends/cpu/control_common.h"
+#include "ops/params_ml.h"
 
 namespace kiln::cpu::control {
 namespace {
@@ -30,11 +31,6 @@ Expected<int64_t> seq_position(const KernelContext& ctx, const Tensor& p, int64_
   if (pos < -n || pos > hi)
     return ctx.error("position " + std::to_string(pos) + " is out of range for a sequence of length " + std::to_string(n));
   return pos < 0 ? pos + n : pos;
-}
-
-DataType attr_dtype(const ir::Node& node, DataType dflt) {
-  const ir::Attribute* a = node.attr("dtype");
-  return a ? static_cast<DataType>(a->i) : dflt;
 }
 
 Status set_sequence(KernelContext& ctx, int i, std::vector<Tensor> seq, DataType dt) {
@@ -251,24 +247,18 @@ KernelFactory plain(Status (*fn)(KernelContext&)) {
 }
 
 Expected<KernelPtr> create_sequence_empty(const ir::Node& node, KernelInit&) {
-  const DataType dt = attr_dtype(node, DataType::kFloat32);
-  if (!dtype_is_valid(static_cast<int32_t>(dt)) || dt == DataType::kUndefined)
-    return invalid_model(node.describe() + ": dtype " + std::to_string(static_cast<int>(dt)) + " is not a tensor type");
-  return make_kernel([dt](KernelContext& ctx) { return set_sequence(ctx, 0, {}, dt); });
+  KILN_ASSIGN_OR_RETURN(const ops::SequenceEmptyParams p, ops::parse_sequence_empty(node));
+  return make_kernel([dt = p.dtype](KernelContext& ctx) { return set_sequence(ctx, 0, {}, dt); });
 }
 
 Expected<KernelPtr> create_split_to_sequence(const ir::Node& node, KernelInit&) {
-  const int64_t axis = node.attr_int("axis", 0);
-  const bool keepdims = node.attr_int("keepdims", 1) != 0;
-  return make_kernel([axis, keepdims](KernelContext& ctx) { return split_to_sequence(ctx, axis, keepdims); });
+  const ops::SplitToSequenceParams p = ops::parse_split_to_sequence(node);
+  return make_kernel([p](KernelContext& ctx) { return split_to_sequence(ctx, p.axis, p.keepdims); });
 }
 
 Expected<KernelPtr> create_concat_from_sequence(const ir::Node& node, KernelInit&) {
-  const ir::Attribute* a = node.attr("axis");
-  if (!a) return invalid_model(node.describe() + ": missing attribute 'axis'");
-  const int64_t axis = a->i;
-  const bool new_axis = node.attr_int("new_axis", 0) != 0;
-  return make_kernel([axis, new_axis](KernelContext& ctx) { return concat_from_sequence(ctx, axis, new_axis); });
+  KILN_ASSIGN_OR_RETURN(const ops::ConcatFromSequenceParams p, ops::parse_concat_from_sequence(node));
+  return make_kernel([p](KernelContext& ctx) { return concat_from_sequence(ctx, p.axis, p.new_axis); });
 }
 
 Expected<KernelPtr> create_sequence_map(const ir::Node& node, KernelInit& init) {

@@ -9,6 +9,7 @@
 #include "backends/inner_context.h"
 #include "backends/staged_kernel.h"
 #include "ops/op_table.h"
+#include "ops/params_nn.h"
 
 namespace kiln::cpu {
 namespace fused {
@@ -140,7 +141,7 @@ void register_fused(KernelRegistry& r) {
          [](const ir::Node& n, KernelInit& i) { return make_fused(n, i, "MatMul", 13, 2, true); }});
   r.add({"SkipLayerNorm", "kiln", 1, 1 << 30, "cpu.SkipLayerNorm.f32", fused::check_f32,
          [](const ir::Node& n, KernelInit&) {
-           const float eps = n.attr_float("epsilon", 1e-5f);
+           const float eps = ops::parse_skip_layer_norm(n).epsilon;
            return make_kernel([eps](KernelContext& ctx) { return fused::skip_layer_norm(ctx, eps); });
          }});
   fused::register_fused_attention(r);

@@ -8,6 +8,7 @@
 
 #include "backends/cpu/fused_common.h"
 #include "ops/nn.h"
+#include "ops/params_nn.h"
 
 namespace kiln::cpu::fused {
 namespace {
@@ -110,11 +111,11 @@ void register_fused_attention(KernelRegistry& r) {
          [](const ir::Node& n) -> std::string {
            for (int i = 0; i < 3; ++i)
              if (!n.has_input(i) || n.inputs[i]->type.dtype != DataType::kFloat32) return "float32 Q, K, V only";
-           return n.attr_int("num_heads", 0) > 0 ? "" : "num_heads must be positive";
+           return ops::parse_fused_attention(n).num_heads > 0 ? "" : "num_heads must be positive";
          },
          [](const ir::Node& n, KernelInit&) {
-           AttentionAttrs a{n.attr_int("num_heads", 1), n.attr_float("scale", 1.0f), n.attr_float("mask_fill", 0.0f),
-                            n.attr_int("mask_fill_where_true", 0) != 0};
+           const ops::FusedAttentionParams p = ops::parse_fused_attention(n);
+           AttentionAttrs a{p.num_heads, p.scale, p.mask_fill, p.mask_fill_where_true};
            return make_kernel([a](KernelContext& ctx) { return attention(ctx, a); });
          }});
 }

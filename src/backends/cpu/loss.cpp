@@ -6,33 +6,15 @@
 #include <limits>
 
 #include "backends/cpu/rq_common.h"
+#include "ops/params_ml.h"
 
 namespace kiln::cpu::rq {
 namespace {
 
-enum class Reduction { kNone, kSum, kMean };
+using Reduction = ops::LossParams::Reduction;
 
-struct LossAttrs {
-  bool softmax = false;  // SoftmaxCrossEntropyLoss: take log_softmax over C first
-  Reduction reduction = Reduction::kMean;
-  bool has_ignore = false;
-  int64_t ignore_index = 0;
-};
-
-Expected<LossAttrs> parse_loss_attrs(const ir::Node& n, bool softmax) {
-  LossAttrs a;
-  a.softmax = softmax;
-  const std::string r = n.attr_string("reduction", "mean");
-  if (r == "none") a.reduction = Reduction::kNone;
-  else if (r == "sum") a.reduction = Reduction::kSum;
-  else if (r == "mean") a.reduction = Reduction::kMean;
-  else return invalid_model(n.describe() + ": reduction must be none, sum or mean, got '" + r + "'");
-  a.has_ignore = n.attr("ignore_index") != nullptr;
-  a.ignore_index = n.attr_int("ignore_index", 0);
-  return a;
-}
-
-Status loss_kernel(KernelContext& ctx, const LossAttrs& a) {
+// softmax: SoftmaxCrossEntropyLoss, which takes log_softmax over C first.
+Status loss_kernel(KernelContext& ctx, const ops::LossParams& a, bool softmax) {
   const Tensor& x = ctx.input(0);
   const Tensor& labels = ctx.input(1);
   const Tensor* weights = ctx.has_input(2) ? &ctx.input(2) : nullptr;
@@ -48,7 +30,7 @@ Status loss_kernel(KernelContext& ctx, const LossAttrs& a) {
   if (weights && (weights->rank() != 1 || weights->dim(0) != C))
     return ctx.error("weights must have shape [" + std::to_string(C) + "]");
   std::vector<double> logp = to_f64(x);
-  if (a.softmax) {
+  if (softmax) {
     for (int64_t n = 0; n < N; ++n)
       for (int64_t d = 0; d < D; ++d) {
         double* p = &logp[n * C * D + d];
@@ -65,7 +47,7 @@ Status loss_kernel(KernelContext& ctx, const LossAttrs& a) {
     for (int64_t d = 0; d < D; ++d) {
       const int64_t k = n * D + d;
       const int64_t label = static_cast<int64_t>(load_f64(labels, k));
-      if (a.has_ignore && label == a.ignore_index) {
+      if (a.has_ignore_index && label == a.ignore_index) {
         loss[k] = 0;
         wsum[k] = 0;
         continue;
@@ -87,7 +69,7 @@ Status loss_kernel(KernelContext& ctx, const LossAttrs& a) {
     }
     store_float(ctx.output(0, x.dtype(), {}), 0, a.reduction == Reduction::kSum ? total : total / weight);
   }
-  if (a.softmax && ctx.has_output(1)) {
+  if (softmax && ctx.has_output(1)) {
     Tensor& lp = ctx.output(1, x.dtype(), x.shape());
     for (int64_t i = 0; i < x.numel(); ++i) store_float(lp, i, logp[i]);
   }
@@ -101,8 +83,8 @@ void register_loss(KernelRegistry& r) {
   for (const auto& [name, softmax] : ops) {
     r.add({name, "", 12, 1 << 30, std::string("cpu.") + name + ".any", [](const ir::Node& n) { return require_float(n, 0); },
            [softmax = softmax](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
-             KILN_ASSIGN_OR_RETURN(LossAttrs a, parse_loss_attrs(n, softmax));
-             return make_kernel([a](KernelContext& ctx) { return loss_kernel(ctx, a); });
+             KILN_ASSIGN_OR_RETURN(const ops::LossParams a, ops::parse_loss(n));
+             return make_kernel([a, softmax](KernelContext& ctx) { return loss_kernel(ctx, a, softmax); });
            }});
   }
 }

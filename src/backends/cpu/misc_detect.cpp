@@ -5,6 +5,7 @@
 
 #include "backends/cpu/misc_kernels.h"
 #include "backends/cpu/numeric.h"
+#include "ops/params_misc.h"
 
 namespace kiln::cpu {
 namespace {
@@ -28,7 +29,7 @@ double iou(const Box& a, const Box& b) {
 }
 
 Expected<KernelPtr> create_nms(const ir::Node& nd, KernelInit&) {
-  const bool center = nd.attr_int("center_point_box", 0) != 0;
+  const bool center = ops::parse_non_max_suppression(nd).center_point_box;
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& boxes_t = ctx.input(0);
     const Tensor& scores_t = ctx.input(1);

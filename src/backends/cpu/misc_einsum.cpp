@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ops/einsum.h"
+#include "ops/params_shape.h"
 
 #include "backends/cpu/misc_kernels.h"
 #include "backends/cpu/numeric.h"
@@ -68,10 +69,8 @@ Status run_einsum(KernelContext& ctx, const ops::EinsumSpec& spec) {
 }
 
 Expected<KernelPtr> create_einsum(const ir::Node& n, KernelInit&) {
-  ops::EinsumSpec spec;
-  const std::string eq = n.attr_string("equation", "");
-  if (!ops::parse_einsum(eq, spec)) return invalid_model(n.describe() + ": cannot parse equation '" + eq + "'");
-  return make_kernel([spec](KernelContext& ctx) { return run_einsum(ctx, spec); });
+  KILN_ASSIGN_OR_RETURN(const ops::EinsumParams p, ops::parse_einsum(n));
+  return make_kernel([spec = p.spec](KernelContext& ctx) { return run_einsum(ctx, spec); });
 }
 
 }  // namespace

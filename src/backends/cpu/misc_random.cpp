@@ -8,6 +8,7 @@
 
 #include "backends/cpu/misc_kernels.h"
 #include "backends/cpu/numeric.h"
+#include "ops/params_misc.h"
 
 namespace kiln::cpu {
 namespace {
@@ -22,12 +23,14 @@ struct Seed {
   }
 };
 
-Seed seed_of(const ir::Node& n) {
+// P: any of the random ops' params (has_seed, seed).
+template <typename P>
+Seed seed_of(const P& p) {
   Seed s;
-  if (const ir::Attribute* a = n.attr("seed")) {
+  if (p.has_seed) {
     s.has = true;
     uint32_t bits;
-    std::memcpy(&bits, &a->f, 4);
+    std::memcpy(&bits, &p.seed, 4);
     s.value = bits * 0x9E3779B97F4A7C15ull + 12345;
   }
   return s;
@@ -51,12 +54,13 @@ Status fill_real(KernelContext& ctx, Tensor& y, Draw&& draw) {
 Expected<KernelPtr> create_random(const ir::Node& n, KernelInit&) {
   const bool normal = n.op_type.find("Normal") != std::string::npos;
   const bool like = n.op_type.find("Like") != std::string::npos;
-  const double a = normal ? n.attr_float("mean", 0.f) : n.attr_float("low", 0.f);
-  const double b = normal ? n.attr_float("scale", 1.f) : n.attr_float("high", 1.f);
-  const bool has_dtype = n.attr("dtype") != nullptr;
-  const auto dtype = static_cast<DataType>(n.attr_int("dtype", static_cast<int64_t>(DataType::kFloat32)));
-  const Shape shape = n.attr_ints("shape");
-  const Seed seed = seed_of(n);
+  const ops::RandomParams p = ops::parse_random(n);
+  const double a = normal ? p.mean : p.low;
+  const double b = normal ? p.scale : p.high;
+  const bool has_dtype = p.has_dtype;
+  const DataType dtype = p.dtype;
+  const Shape shape = p.shape;
+  const Seed seed = seed_of(p);
   return make_kernel([=](KernelContext& ctx) -> Status {
     DataType dt = dtype;
     Shape s = shape;
@@ -76,9 +80,10 @@ Expected<KernelPtr> create_random(const ir::Node& n, KernelInit&) {
 }
 
 Expected<KernelPtr> create_bernoulli(const ir::Node& n, KernelInit&) {
-  const bool has_dtype = n.attr("dtype") != nullptr;
-  const auto dtype = static_cast<DataType>(n.attr_int("dtype", 0));
-  const Seed seed = seed_of(n);
+  const ops::BernoulliParams params = ops::parse_bernoulli(n);
+  const bool has_dtype = params.has_dtype;
+  const DataType dtype = params.dtype;
+  const Seed seed = seed_of(params);
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& p = ctx.input(0);
     std::vector<double> probs;
@@ -95,9 +100,10 @@ Expected<KernelPtr> create_bernoulli(const ir::Node& n, KernelInit&) {
 }
 
 Expected<KernelPtr> create_multinomial(const ir::Node& n, KernelInit&) {
-  const int64_t samples = n.attr_int("sample_size", 1);
-  const auto dtype = static_cast<DataType>(n.attr_int("dtype", static_cast<int64_t>(DataType::kInt32)));
-  const Seed seed = seed_of(n);
+  const ops::MultinomialParams p = ops::parse_multinomial(n);
+  const int64_t samples = p.sample_size;
+  const DataType dtype = p.dtype;
+  const Seed seed = seed_of(p);
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     if (x.rank() != 2) return ctx.error("input must be 2-D [batch, classes]");

@@ -5,6 +5,7 @@
 
 #include "backends/cpu/misc_kernels.h"
 #include "backends/cpu/numeric.h"
+#include "ops/params_misc.h"
 
 namespace kiln::cpu {
 namespace {
@@ -108,15 +109,12 @@ Status run_dft(KernelContext& ctx, int64_t axis_attr, bool axis_input, bool inve
 }
 
 Expected<KernelPtr> create_dft(const ir::Node& n, KernelInit&) {
-  const bool axis_input = n.opset >= 20;
-  const int64_t axis = axis_input ? -2 : n.attr_int("axis", 1);
-  const bool inverse = n.attr_int("inverse", 0) != 0;
-  const bool onesided = n.attr_int("onesided", 0) != 0;
-  return make_kernel([=](KernelContext& ctx) { return run_dft(ctx, axis, axis_input, inverse, onesided); });
+  const ops::DftParams p = ops::parse_dft(n);
+  return make_kernel([p](KernelContext& ctx) { return run_dft(ctx, p.axis, p.axis_input, p.inverse, p.onesided); });
 }
 
 Expected<KernelPtr> create_stft(const ir::Node& nd, KernelInit&) {
-  const bool onesided = nd.attr_int("onesided", 1) != 0;
+  const bool onesided = ops::parse_stft(nd).onesided;
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     if (x.rank() != 3 || (x.dim(2) != 1 && x.dim(2) != 2)) return ctx.error("signal must be [batch, length, 1 or 2]");
@@ -169,8 +167,9 @@ enum class Window { kHann, kHamming, kBlackman };
 
 Expected<KernelPtr> create_window(const ir::Node& nd, KernelInit&) {
   const Window w = nd.op_type == "HannWindow" ? Window::kHann : nd.op_type == "HammingWindow" ? Window::kHamming : Window::kBlackman;
-  const bool periodic = nd.attr_int("periodic", 1) != 0;
-  const auto dt = static_cast<DataType>(nd.attr_int("output_datatype", 1));
+  const ops::SignalWindowParams p = ops::parse_signal_window(nd);
+  const bool periodic = p.periodic;
+  const DataType dt = p.output_datatype;
   return make_kernel([=](KernelContext& ctx) -> Status {
     std::vector<int64_t> v;
     if (!read_ints(ctx.input(0), v) || v.size() != 1 || v[0] < 0) return ctx.error("size must be a non-negative scalar int");
@@ -193,7 +192,7 @@ Expected<KernelPtr> create_window(const ir::Node& nd, KernelInit&) {
 }
 
 Expected<KernelPtr> create_mel(const ir::Node& nd, KernelInit&) {
-  const auto dt = static_cast<DataType>(nd.attr_int("output_datatype", 1));
+  const DataType dt = ops::parse_mel_weight_matrix(nd).output_datatype;
   return make_kernel([=](KernelContext& ctx) -> Status {
     std::vector<int64_t> v;
     std::vector<double> f;

@@ -7,6 +7,7 @@
 
 #include "backends/cpu/misc_kernels.h"
 #include "backends/cpu/numeric.h"
+#include "ops/params_misc.h"
 
 namespace kiln::cpu {
 namespace {
@@ -17,13 +18,12 @@ std::string to_case(std::string s, bool upper) {
 }
 
 Expected<KernelPtr> create_normalizer(const ir::Node& n, KernelInit&) {
-  const std::string action = n.attr_string("case_change_action", "NONE");
-  const bool sensitive = n.attr_int("is_case_sensitive", 0) != 0;
+  KILN_ASSIGN_OR_RETURN(const ops::StringNormalizerParams p, ops::parse_string_normalizer(n));
+  using CaseChange = ops::StringNormalizerParams::CaseChange;
+  const CaseChange action = p.case_change;
+  const bool sensitive = p.case_sensitive;
   std::set<std::string> stop;
-  if (const ir::Attribute* a = n.attr("stopwords"))
-    for (const auto& w : a->strings) stop.insert(sensitive ? w : to_case(w, false));
-  if (action != "NONE" && action != "LOWER" && action != "UPPER")
-    return invalid_model(n.describe() + ": case_change_action must be NONE, LOWER or UPPER");
+  for (const auto& w : p.stopwords) stop.insert(sensitive ? w : to_case(w, false));
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     if (x.dtype() != DataType::kString) return ctx.error("input must be strings");
@@ -32,7 +32,7 @@ Expected<KernelPtr> create_normalizer(const ir::Node& n, KernelInit&) {
     for (int64_t i = 0; i < x.numel(); ++i) {
       const std::string& s = x.data<std::string>()[i];
       if (stop.count(sensitive ? s : to_case(s, false))) continue;
-      kept.push_back(action == "NONE" ? s : to_case(s, action == "UPPER"));
+      kept.push_back(action == CaseChange::kNone ? s : to_case(s, action == CaseChange::kUpper));
     }
     if (kept.empty()) kept.emplace_back();  // all filtered: one empty string
     const int64_t c = static_cast<int64_t>(kept.size());
@@ -114,8 +114,9 @@ std::vector<std::string> split(const std::string& s, const std::string& delim, i
 }
 
 Expected<KernelPtr> create_split(const ir::Node& n, KernelInit&) {
-  const std::string delim = n.attr_string("delimiter", "");
-  const int64_t maxsplit = n.attr("maxsplit") ? n.attr_int("maxsplit", -1) : -1;
+  const ops::StringSplitParams p = ops::parse_string_split(n);
+  const std::string delim = p.delimiter;
+  const int64_t maxsplit = p.maxsplit;
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     if (x.dtype() != DataType::kString) return ctx.error("input must be strings");
@@ -139,7 +140,7 @@ Expected<KernelPtr> create_split(const ir::Node& n, KernelInit&) {
 }
 
 Expected<KernelPtr> create_regex(const ir::Node& n, KernelInit&) {
-  const std::string pattern = n.attr_string("pattern", "");
+  const std::string pattern = ops::parse_regex_full_match(n).pattern;
   std::shared_ptr<const std::regex> re;
   try {
     re = std::make_shared<const std::regex>(pattern, std::regex::ECMAScript);

@@ -5,6 +5,7 @@
 
 #include "backends/cpu/misc_kernels.h"
 #include "backends/cpu/numeric.h"
+#include "ops/params_misc.h"
 
 namespace kiln::cpu {
 namespace {
@@ -81,9 +82,9 @@ Status unique_typed(KernelContext& ctx, const Tensor& x, bool has_axis, int64_t 
 }
 
 Expected<KernelPtr> create_unique(const ir::Node& nd, KernelInit&) {
-  const bool has_axis = nd.attr("axis") != nullptr;
-  const int64_t axis_attr = nd.attr_int("axis", 0);
-  const bool sorted = nd.attr_int("sorted", 1) != 0;
+  const ops::UniqueParams p = ops::parse_unique(nd);
+  const bool has_axis = p.has_axis, sorted = p.sorted;
+  const int64_t axis_attr = p.axis;
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     int64_t axis = axis_attr;

@@ -2,9 +2,9 @@
 // (1, 2, 4) and TreeEnsemble (5).
 //
 // LabelEncoder keeps its keys in a hash map built once at creation; float keys compare by value,
-// with every NaN key matching every NaN input. TreeEnsemble validates the node arrays at creation
-// (ids in range, membership sets complete) and bounds each walk by the node count, so a cyclic
-// tree gives an error instead of a hang.
+// with every NaN key matching every NaN input. TreeEnsemble's node arrays are checked at creation
+// (ops::parse_tree_ensemble: ids in range, membership sets complete) and each walk is bounded by the
+// node count, so a cyclic tree gives an error instead of a hang.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "backends/cpu/numeric.h"
+#include "ops/params_ml.h"
 
 namespace kiln::cpu {
 namespace {
@@ -50,7 +51,7 @@ Status array_feature_extractor(KernelContext& ctx) {
 
 // ---------------------------------------------------------------- Binarizer
 Expected<KernelPtr> create_binarizer(const ir::Node& n, KernelInit&) {
-  const double threshold = n.attr_float("threshold", 0.0f);
+  const double threshold = ops::parse_binarizer(n).threshold;
   return make_kernel([threshold](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     Tensor& y = ctx.output(0, x.dtype(), x.shape());
@@ -90,39 +91,6 @@ double float_at(const Tensor& t, int64_t i) {
   return t.dtype() == DataType::kFloat64 ? t.data<double>()[i] : t.data<float>()[i];
 }
 
-Tensor strings_tensor(const std::vector<std::string>& v) {
-  Tensor t = Tensor::empty(DataType::kString, {static_cast<int64_t>(v.size())});
-  for (size_t i = 0; i < v.size(); ++i) t.data<std::string>()[i] = v[i];
-  return t;
-}
-
-Tensor ints_tensor(const std::vector<int64_t>& v) {
-  Tensor t = Tensor::empty(DataType::kInt64, {static_cast<int64_t>(v.size())});
-  if (!v.empty()) std::memcpy(t.raw(), v.data(), v.size() * sizeof(int64_t));
-  return t;
-}
-
-Tensor floats_tensor(const std::vector<float>& v) {
-  Tensor t = Tensor::empty(DataType::kFloat32, {static_cast<int64_t>(v.size())});
-  if (!v.empty()) std::memcpy(t.raw(), v.data(), v.size() * sizeof(float));
-  return t;
-}
-
-// A one-element tensor of `dt` holding the spec's default: "_Unused", -1 or -0.0.
-Tensor spec_default(DataType dt) {
-  Tensor t = Tensor::empty(dt, {1});
-  switch (dt) {
-    case DataType::kString: t.data<std::string>()[0] = "_Unused"; break;
-    case DataType::kInt64: t.data<int64_t>()[0] = -1; break;
-    case DataType::kInt32: t.data<int32_t>()[0] = -1; break;
-    case DataType::kInt16: t.data<int16_t>()[0] = -1; break;
-    case DataType::kFloat32: t.data<float>()[0] = -0.0f; break;
-    case DataType::kFloat64: t.data<double>()[0] = -0.0; break;
-    default: break;
-  }
-  return t;
-}
-
 // The key → position table; values[pos] (or the default) is what a key maps to.
 struct LabelMap {
   KeyKind kind = KeyKind::kString;
@@ -154,53 +122,13 @@ struct LabelMap {
   }
 };
 
-// Builds the map from the node's keys_* / values_* / default_* attributes (opset 2 and 4), or from
-// classes_strings (opset 1: string ↔ int64 by position, direction chosen by the input's dtype).
-Expected<LabelMap> make_label_map(const ir::Node& n, DataType in_dtype) {
+// The key → position table of the node's checked keys and values (ops::parse_label_encoder).
+LabelMap make_label_map(const ops::LabelEncoderParams& p) {
   LabelMap m;
-  Tensor keys, values;
-  if (const ir::Attribute* c = n.attr("classes_strings"); c && n.opset < 2) {
-    std::vector<int64_t> pos(c->strings.size());
-    for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int64_t>(i);
-    if (in_dtype == DataType::kString) {
-      keys = strings_tensor(c->strings);
-      values = ints_tensor(pos);
-      m.default_val = ints_tensor({n.attr_int("default_int64", -1)});
-    } else {
-      keys = ints_tensor(pos);
-      values = strings_tensor(c->strings);
-      m.default_val = strings_tensor({n.attr_string("default_string", "_Unused")});
-    }
-  } else {
-    if (const ir::Attribute* a = n.attr("keys_strings")) keys = strings_tensor(a->strings);
-    else if (const ir::Attribute* a = n.attr("keys_int64s")) keys = ints_tensor(a->ints);
-    else if (const ir::Attribute* a = n.attr("keys_floats")) keys = floats_tensor(a->floats);
-    else if (const ir::Attribute* a = n.attr("keys_tensor")) keys = a->t;
-    if (const ir::Attribute* a = n.attr("values_strings")) {
-      values = strings_tensor(a->strings);
-      m.default_val = strings_tensor({n.attr_string("default_string", "_Unused")});
-    } else if (const ir::Attribute* a = n.attr("values_int64s")) {
-      values = ints_tensor(a->ints);
-      m.default_val = ints_tensor({n.attr_int("default_int64", -1)});
-    } else if (const ir::Attribute* a = n.attr("values_floats")) {
-      values = floats_tensor(a->floats);
-      m.default_val = floats_tensor({n.attr_float("default_float", -0.0f)});
-    } else if (const ir::Attribute* a = n.attr("values_tensor")) {
-      values = a->t;
-      const ir::Attribute* d = n.attr("default_tensor");
-      m.default_val = d ? d->t : spec_default(values.dtype());
-      if (m.default_val.dtype() != values.dtype() || m.default_val.numel() != 1)
-        return invalid_model(n.describe() + ": default_tensor must hold one value of the values' dtype");
-    }
-  }
-  if (!keys.defined() || !values.defined()) return invalid_model(n.describe() + ": needs one keys_* and one values_* attribute");
-  if (keys.numel() != values.numel())
-    return invalid_model(n.describe() + ": " + std::to_string(keys.numel()) + " keys but " +
-                         std::to_string(values.numel()) + " values");
-  KeyKind vk;
-  if (!key_kind(keys.dtype(), &m.kind) || !key_kind(values.dtype(), &vk))
-    return invalid_model(n.describe() + ": keys and values must be string, int64/32/16, float or double");
-  m.values = values;
+  const Tensor& keys = p.keys;
+  key_kind(keys.dtype(), &m.kind);  // parse_label_encoder checked the keys' dtype
+  m.default_val = p.default_value;
+  m.values = p.values;
   for (int64_t i = 0; i < keys.numel(); ++i) {  // a repeated key: the last one wins
     switch (m.kind) {
       case KeyKind::kString: m.strings[keys.data<std::string>()[i]] = i; break;
@@ -217,8 +145,8 @@ Expected<LabelMap> make_label_map(const ir::Node& n, DataType in_dtype) {
 }
 
 Expected<KernelPtr> create_label_encoder(const ir::Node& n, KernelInit&) {
-  const DataType in_dtype = n.inputs.empty() || !n.inputs[0] ? DataType::kUndefined : n.inputs[0]->type.dtype;
-  KILN_ASSIGN_OR_RETURN(LabelMap m, make_label_map(n, in_dtype));
+  KILN_ASSIGN_OR_RETURN(const ops::LabelEncoderParams params, ops::parse_label_encoder(n));
+  LabelMap m = make_label_map(params);
   return make_kernel([m = std::move(m)](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     KeyKind k;
@@ -247,42 +175,11 @@ Expected<KernelPtr> create_label_encoder(const ir::Node& n, KernelInit&) {
 }
 
 // ---------------------------------------------------------------- TreeEnsemble
-enum class Branch : uint8_t { kLeq, kLt, kGte, kGt, kEq, kNeq, kMember };
-enum class Aggregate { kAverage, kSum, kMin, kMax };
-enum class Post { kNone, kSoftmax, kLogistic, kSoftmaxZero, kProbit };
-
-struct TreeNode {
-  Branch mode;
-  int64_t feature;
-  double split;
-  bool missing_true;
-  std::vector<double> members;  // sorted, for kMember
-  int64_t child[2];             // [false, true]
-  bool leaf[2];
-};
-
-struct Ensemble {
-  std::vector<TreeNode> nodes;
-  std::vector<int64_t> roots;
-  std::vector<double> leaf_weights;
-  std::vector<int64_t> leaf_targets;
-  int64_t n_targets = 0;
-  Aggregate agg = Aggregate::kSum;
-  Post post = Post::kNone;
-};
-
-Expected<std::vector<double>> reals_attr(const ir::Node& n, const char* name, bool required) {
-  std::vector<double> v;
-  const ir::Attribute* a = n.attr(name);
-  if (!a) {
-    if (required) return invalid_model(n.describe() + ": needs the '" + std::string(name) + "' attribute");
-    return v;
-  }
-  if (a->kind == ir::Attribute::Kind::kFloats) return std::vector<double>(a->floats.begin(), a->floats.end());
-  if (a->kind != ir::Attribute::Kind::kTensor || !read_reals(a->t, v))
-    return invalid_model(n.describe() + ": '" + std::string(name) + "' must be a float, double or float16 tensor");
-  return v;
-}
+using Ensemble = ops::TreeEnsembleParams;
+using TreeNode = Ensemble::Node;
+using Branch = Ensemble::Branch;
+using Aggregate = Ensemble::Aggregate;
+using Post = Ensemble::Post;
 
 bool branch_true(const TreeNode& t, double x) {
   if (std::isnan(x) && t.missing_true) return true;
@@ -296,69 +193,6 @@ bool branch_true(const TreeNode& t, double x) {
     case Branch::kMember: return !std::isnan(x) && std::binary_search(t.members.begin(), t.members.end(), x);
   }
   return false;
-}
-
-Expected<Ensemble> make_ensemble(const ir::Node& n) {
-  Ensemble e;
-  auto bad = [&](const std::string& why) { return invalid_model(n.describe() + ": " + why); };
-  KILN_ASSIGN_OR_RETURN(std::vector<double> splits, reals_attr(n, "nodes_splits", true));
-  KILN_ASSIGN_OR_RETURN(e.leaf_weights, reals_attr(n, "leaf_weights", true));
-  KILN_ASSIGN_OR_RETURN(std::vector<double> members, reals_attr(n, "membership_values", false));
-  const ir::Attribute* modes_attr = n.attr("nodes_modes");
-  if (!modes_attr || modes_attr->kind != ir::Attribute::Kind::kTensor || modes_attr->t.dtype() != DataType::kUInt8)
-    return bad("nodes_modes must be a uint8 tensor");
-  const Tensor& modes = modes_attr->t;
-  const auto features = n.attr_ints("nodes_featureids"), true_ids = n.attr_ints("nodes_truenodeids"),
-             false_ids = n.attr_ints("nodes_falsenodeids"), true_leafs = n.attr_ints("nodes_trueleafs"),
-             false_leafs = n.attr_ints("nodes_falseleafs"), missing = n.attr_ints("nodes_missing_value_tracks_true");
-  e.leaf_targets = n.attr_ints("leaf_targetids");
-  e.roots = n.attr_ints("tree_roots");
-  e.n_targets = n.attr_int("n_targets", 0);
-  const size_t count = splits.size();
-  if (modes.numel() != static_cast<int64_t>(count) || features.size() != count || true_ids.size() != count ||
-      false_ids.size() != count || true_leafs.size() != count || false_leafs.size() != count ||
-      (!missing.empty() && missing.size() != count))
-    return bad("the nodes_* attributes must all have the same length");
-  if (e.leaf_targets.size() != e.leaf_weights.size()) return bad("leaf_targetids and leaf_weights differ in length");
-  if (e.n_targets <= 0) return bad("n_targets must be positive");
-  for (int64_t t : e.leaf_targets)
-    if (t < 0 || t >= e.n_targets) return bad("leaf target id " + std::to_string(t) + " is outside [0, n_targets)");
-  for (int64_t r : e.roots)
-    if (r < 0 || r >= static_cast<int64_t>(count)) return bad("tree root " + std::to_string(r) + " is not a node");
-  const int64_t agg = n.attr_int("aggregate_function", 1), post = n.attr_int("post_transform", 0);
-  if (agg < 0 || agg > 3) return bad("aggregate_function must be 0..3");
-  if (post < 0 || post > 4) return bad("post_transform must be 0..4");
-  e.agg = static_cast<Aggregate>(agg);
-  e.post = static_cast<Post>(post);
-  size_t next_member = 0;
-  for (size_t i = 0; i < count; ++i) {
-    TreeNode t;
-    const uint8_t mode = modes.data<uint8_t>()[i];
-    if (mode > 6) return bad("node mode " + std::to_string(mode) + " is not 0..6");
-    t.mode = static_cast<Branch>(mode);
-    t.feature = features[i];
-    if (t.feature < 0) return bad("negative feature id");
-    t.split = splits[i];
-    t.missing_true = !missing.empty() && missing[i] != 0;
-    t.child[0] = false_ids[i];
-    t.child[1] = true_ids[i];
-    t.leaf[0] = false_leafs[i] != 0;
-    t.leaf[1] = true_leafs[i] != 0;
-    for (int b = 0; b < 2; ++b) {
-      const int64_t limit = t.leaf[b] ? static_cast<int64_t>(e.leaf_weights.size()) : static_cast<int64_t>(count);
-      if (t.child[b] < 0 || t.child[b] >= limit)
-        return bad("node " + std::to_string(i) + " points to " + (t.leaf[b] ? "leaf " : "node ") +
-                   std::to_string(t.child[b]) + ", which does not exist");
-    }
-    if (t.mode == Branch::kMember) {  // the next NaN-terminated run of membership_values
-      if (next_member >= members.size()) return bad("membership_values has too few sets for the BRANCH_MEMBER nodes");
-      while (next_member < members.size() && !std::isnan(members[next_member])) t.members.push_back(members[next_member++]);
-      ++next_member;  // the NaN
-      std::sort(t.members.begin(), t.members.end());
-    }
-    e.nodes.push_back(std::move(t));
-  }
-  return e;
 }
 
 // Inverse of the standard normal CDF at p: sqrt(2) * erfinv(2p - 1), refined by Newton steps.
@@ -404,8 +238,8 @@ Status run_ensemble(KernelContext& ctx, const Ensemble& e) {
   std::vector<double> xs;
   if (!read_reals(x, xs)) return ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype()));
   Tensor& y = ctx.output(0, x.dtype(), {rows, nt});
-  const double start = e.agg == Aggregate::kMin ? std::numeric_limits<double>::max()
-                       : e.agg == Aggregate::kMax ? std::numeric_limits<double>::lowest() : 0.0;
+  const double start = e.aggregate == Aggregate::kMin ? std::numeric_limits<double>::max()
+                       : e.aggregate == Aggregate::kMax ? std::numeric_limits<double>::lowest() : 0.0;
   const int64_t max_steps = static_cast<int64_t>(e.nodes.size());
   std::vector<double> out(static_cast<size_t>(rows * nt), start);
   std::atomic<bool> cyclic{false};
@@ -429,15 +263,15 @@ Status run_ensemble(KernelContext& ctx, const Ensemble& e) {
         if (!leaf) break;
         const double w = e.leaf_weights[at];
         double& a = acc[e.leaf_targets[at]];
-        switch (e.agg) {
+        switch (e.aggregate) {
           case Aggregate::kSum: case Aggregate::kAverage: a += w; break;
           case Aggregate::kMin: a = std::min(a, w); break;
           case Aggregate::kMax: a = std::max(a, w); break;
         }
       }
-      if (e.agg == Aggregate::kAverage && !e.roots.empty())
+      if (e.aggregate == Aggregate::kAverage && !e.roots.empty())
         for (int64_t k = 0; k < nt; ++k) acc[k] /= static_cast<double>(e.roots.size());
-      post_transform(e.post, acc, nt);
+      post_transform(e.post_transform, acc, nt);
     }
   });
   if (cyclic.load()) return ctx.error("a tree does not end in a leaf (its nodes form a cycle)");
@@ -449,7 +283,7 @@ Status run_ensemble(KernelContext& ctx, const Ensemble& e) {
 }
 
 Expected<KernelPtr> create_tree_ensemble(const ir::Node& n, KernelInit&) {
-  KILN_ASSIGN_OR_RETURN(Ensemble e, make_ensemble(n));
+  KILN_ASSIGN_OR_RETURN(Ensemble e, ops::parse_tree_ensemble(n));
   return make_kernel([e = std::move(e)](KernelContext& ctx) { return run_ensemble(ctx, e); });
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backends/cpu/nn_common.h"
+#include "ops/params_misc.h"
 
 namespace kiln::cpu {
 
@@ -148,20 +149,17 @@ void register_newops(KernelRegistry& r) {
   register_newops_seq(r);
   register_newops_grid(r);
   r.add({"BitCast", "", 26, 1 << 30, "cpu.BitCast.any", nullptr, [](const ir::Node& n, KernelInit&) {
-           const auto to = static_cast<DataType>(n.attr_int("to", 0));
+           const DataType to = ops::parse_bit_cast(n).to;
            return make_kernel([to](KernelContext& ctx) { return bitcast(ctx, to); });
          }});
   r.add({"CumProd", "", 26, 1 << 30, "cpu.CumProd.any", nullptr, [](const ir::Node& n, KernelInit&) {
-           const bool exclusive = n.attr_int("exclusive", 0) != 0, reverse = n.attr_int("reverse", 0) != 0;
-           return make_kernel([=](KernelContext& ctx) { return cumprod(ctx, exclusive, reverse); });
+           const ops::CumProdParams p = ops::parse_cum_prod(n);
+           return make_kernel([p](KernelContext& ctx) { return cumprod(ctx, p.exclusive, p.reverse); });
          }});
-  r.add({"TensorScatter", "", 24, 1 << 30, "cpu.TensorScatter.any", nullptr, [](const ir::Node& n, KernelInit&) {
-           const int64_t axis = n.attr_int("axis", -2);
-           const std::string mode = n.attr_string("mode", "linear");
-           if (mode != "linear" && mode != "circular")
-             return Expected<KernelPtr>(invalid_argument(n.describe() + ": mode must be 'linear' or 'circular'"));
-           const bool circular = mode == "circular";
-           return make_kernel([=](KernelContext& ctx) { return tensor_scatter(ctx, axis, circular); });
+  r.add({"TensorScatter", "", 24, 1 << 30, "cpu.TensorScatter.any", nullptr,
+         [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+           KILN_ASSIGN_OR_RETURN(const ops::TensorScatterParams p, ops::parse_tensor_scatter(n));
+           return make_kernel([p](KernelContext& ctx) { return tensor_scatter(ctx, p.axis, p.circular); });
          }});
 }
 

@@ -7,6 +7,7 @@
 
 #include "backends/cpu/nn_common.h"
 #include "ops/grid_math.h"
+#include "ops/params_misc.h"
 
 namespace kiln::cpu {
 namespace {
@@ -130,25 +131,19 @@ Status affine_grid(KernelContext& ctx, bool align) {
 
 void register_newops_grid(KernelRegistry& r) {
   auto real0 = [](const ir::Node& n) { return nn::require_real(n, 0); };
-  r.add({"GridSample", "", 16, 1 << 30, "cpu.GridSample.any", real0, [](const ir::Node& n, KernelInit&) {
+  r.add({"GridSample", "", 16, 1 << 30, "cpu.GridSample.any", real0,
+         [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+           KILN_ASSIGN_OR_RETURN(const ops::GridSampleParams p, ops::parse_grid_sample(n));
            GsAttrs a;
-           const std::string mode = n.attr_string("mode", n.opset != 0 && n.opset < 20 ? "bilinear" : "linear");
-           const std::string pad = n.attr_string("padding_mode", "zeros");
-           a.align = n.attr_int("align_corners", 0) != 0;
-           if (mode == "bilinear" || mode == "linear") a.mode = grid::kLinear;
-           else if (mode == "bicubic" || mode == "cubic") a.mode = grid::kCubic;
-           else if (mode == "nearest") a.mode = grid::kNearest;
-           else return Expected<KernelPtr>(invalid_argument(n.describe() + ": unknown mode '" + mode + "'"));
-           if (pad == "zeros") a.pad = grid::kZeros;
-           else if (pad == "border") a.pad = grid::kBorder;
-           else if (pad == "reflection") a.pad = grid::kReflection;
-           else return Expected<KernelPtr>(invalid_argument(n.describe() + ": unknown padding_mode '" + pad + "'"));
+           a.mode = p.mode;
+           a.pad = p.padding;
+           a.align = p.align_corners;
            return make_kernel([a](KernelContext& ctx) {
              return ctx.input(0).dtype() == DataType::kFloat64 ? grid_sample<double>(ctx, a) : grid_sample<float>(ctx, a);
            });
          }});
   r.add({"AffineGrid", "", 20, 1 << 30, "cpu.AffineGrid.any", real0, [](const ir::Node& n, KernelInit&) {
-           const bool align = n.attr_int("align_corners", 0) != 0;
+           const bool align = ops::parse_affine_grid(n).align_corners;
            return make_kernel([align](KernelContext& ctx) {
              return ctx.input(0).dtype() == DataType::kFloat64 ? affine_grid<double>(ctx, align) : affine_grid<float>(ctx, align);
            });

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "backends/cpu/nn_common.h"
+#include "ops/params_misc.h"
 
 namespace kiln::cpu {
 namespace {
@@ -12,14 +13,8 @@ using nn::WriteAs;
 
 // ---- RotaryEmbedding. X is (B, H, S, Dh) or (B, S, H*Dh) with num_heads; cos/sin caches are
 // (max_pos, rd/2) indexed by position_ids (B, S), or (B, S, rd/2) without position_ids.
-struct RopeAttrs {
-  int64_t num_heads = 0;
-  int64_t rotary_dim = 0;
-  bool interleaved = false;
-};
-
 template <typename C>
-Status rotary(KernelContext& ctx, const RopeAttrs& a) {
+Status rotary(KernelContext& ctx, const ops::RotaryEmbeddingParams& a) {
   const Tensor &x = ctx.input(0), &cosc = ctx.input(1), &sinc = ctx.input(2);
   if (x.rank() != 3 && x.rank() != 4) return ctx.error("X must be 3-D or 4-D");
   const bool packed = x.rank() == 3;
@@ -34,7 +29,7 @@ Status rotary(KernelContext& ctx, const RopeAttrs& a) {
     H = x.dim(1);
     Dh = x.dim(3);
   }
-  const int64_t rd = a.rotary_dim > 0 ? a.rotary_dim : Dh;
+  const int64_t rd = a.rotary_embedding_dim > 0 ? a.rotary_embedding_dim : Dh;
   if (rd > Dh || rd % 2) return ctx.error("rotary_embedding_dim must be even and at most the head size");
   const int64_t half = rd / 2;
   if (cosc.shape() != sinc.shape() || cosc.rank() < 2 || cosc.dim(-1) != half)
@@ -144,20 +139,15 @@ Status causal_conv(KernelContext& ctx, bool silu) {
 void register_newops_seq(KernelRegistry& r) {
   auto real0 = [](const ir::Node& n) { return nn::require_real(n, 0); };
   r.add({"RotaryEmbedding", "", 23, 1 << 30, "cpu.RotaryEmbedding.any", real0, [](const ir::Node& n, KernelInit&) {
-           RopeAttrs a;
-           a.num_heads = n.attr_int("num_heads", 0);
-           a.rotary_dim = n.attr_int("rotary_embedding_dim", 0);
-           a.interleaved = n.attr_int("interleaved", 0) != 0;
+           const ops::RotaryEmbeddingParams a = ops::parse_rotary_embedding(n);
            return make_kernel([a](KernelContext& ctx) {
              return ctx.input(0).dtype() == DataType::kFloat64 ? rotary<double>(ctx, a) : rotary<float>(ctx, a);
            });
          }});
   r.add({"CausalConvWithState", "", 27, 1 << 30, "cpu.CausalConvWithState.any", real0,
-         [](const ir::Node& n, KernelInit&) {
-           const std::string act = n.attr_string("activation", "none");
-           if (act != "none" && act != "silu" && act != "swish")
-             return Expected<KernelPtr>(invalid_argument(n.describe() + ": activation must be none, silu or swish"));
-           const bool silu = act != "none";
+         [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+           KILN_ASSIGN_OR_RETURN(const ops::CausalConvWithStateParams p, ops::parse_causal_conv_with_state(n));
+           const bool silu = p.silu;
            return make_kernel([silu](KernelContext& ctx) {
              return ctx.input(0).dtype() == DataType::kFloat64 ? causal_conv<double>(ctx, silu)
                                                                : causal_conv<float>(ctx, silu);

@@ -15,6 +15,7 @@
 #include "backends/cpu/nn_common.h"
 #include "backends/staged_kernel.h"
 #include "ops/nn.h"
+#include "ops/params_nn.h"
 
 namespace kiln::cpu::nn {
 namespace {
@@ -258,16 +259,17 @@ struct ConvAttrs {
   Activation act;
 };
 
-ConvAttrs parse_conv(const ir::Node& n) {
+ConvAttrs conv_attrs(const ir::Node& n) {
+  const ops::ConvParams p = ops::parse_conv(n);
   ConvAttrs a;
-  a.w = ops::parse_window_attrs(n);
-  a.group = n.attr_int("group", 1);
-  a.nhwc = n.attr_int("channels_last", 0) != 0;
+  a.w = p.window;
+  a.group = p.group;
+  a.nhwc = p.channels_last;
   return a;
 }
 
-Expected<ConvAttrs> parse_fused_conv(const ir::Node& n) {
-  ConvAttrs a = parse_conv(n);
+Expected<ConvAttrs> fused_conv_attrs(const ir::Node& n) {
+  ConvAttrs a = conv_attrs(n);
   a.fused = true;
   std::string why;
   if (!read_activation(n, &a.act, &why)) return invalid_model(n.describe() + ": " + why);
@@ -670,12 +672,13 @@ Status conv_transpose_kernel(KernelContext& ctx, const ConvAttrs& a) {
 
 template <Status (*Fn)(KernelContext&, const ConvAttrs&)>
 Expected<KernelPtr> make_conv(const ir::Node& n, KernelInit&) {
-  ConvAttrs a = parse_conv(n);
+  ConvAttrs a = conv_attrs(n);
   return make_kernel([a](KernelContext& ctx) { return Fn(ctx, a); });
 }
 
 Expected<KernelPtr> make_staged_conv(const ir::Node& n, KernelInit&) {
-  KILN_ASSIGN_OR_RETURN(ConvAttrs a, n.op_type == "FusedConv" ? parse_fused_conv(n) : Expected<ConvAttrs>(parse_conv(n)));
+  KILN_ASSIGN_OR_RETURN(ConvAttrs a,
+                        n.op_type == "FusedConv" ? fused_conv_attrs(n) : Expected<ConvAttrs>(conv_attrs(n)));
   return make_staged([a](ReshapeContext& rc) { return conv_reshape(rc, a); },
                      [a](KernelContext& ctx) { return conv_kernel(ctx, a); },
                      [a](const ReshapeContext& rc) { return conv_tactics(rc, a); });

@@ -12,6 +12,7 @@
 #include "backends/cpu/packed_gemm.h"
 #include "backends/staged_kernel.h"
 #include "ops/op_table.h"
+#include "ops/params_nn.h"
 
 namespace kiln::cpu::nn {
 namespace {
@@ -489,11 +490,12 @@ void register_gemm(KernelRegistry& r) {
          }});
   // Before opset 7 Gemm had a `broadcast` attribute; C broadcasting always is a superset of it.
   r.add({"Gemm", "", 1, 1 << 30, "cpu.Gemm.any.sgemm", check_matmul_dtype, [](const ir::Node& n, KernelInit&) {
+           const ops::GemmParams p = ops::parse_gemm(n);
            GemmAttrs g;
-           g.ta = n.attr_int("transA", 0) != 0;
-           g.tb = n.attr_int("transB", 0) != 0;
-           g.alpha = n.attr_float("alpha", 1.f);
-           g.beta = n.attr_float("beta", 1.f);
+           g.ta = p.trans_a;
+           g.tb = p.trans_b;
+           g.alpha = p.alpha;
+           g.beta = p.beta;
            auto cache = std::make_shared<PackCache>();
            return make_staged([g, cache](ReshapeContext& rc) { return gemm_reshape(rc, g, *cache); },
                               [g](KernelContext& ctx) { return gemm_kernel(ctx, g); },

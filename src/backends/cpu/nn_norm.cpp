@@ -8,6 +8,7 @@
 #include "backends/cpu/norm_rows.h"
 #include "backends/staged_kernel.h"
 #include "ops/op_table.h"
+#include "ops/params_nn.h"
 
 namespace kiln::cpu::nn {
 namespace {
@@ -401,12 +402,6 @@ Status mvn_kernel(KernelContext& ctx, const std::vector<int64_t>& axes_attr) {
   return Status::Ok();
 }
 
-DataType stash_type(const ir::Node& n) {
-  const int64_t s = n.attr_int("stash_type", 1);
-  return dtype_is_valid(static_cast<int32_t>(s)) && is_real(static_cast<DataType>(s)) ? static_cast<DataType>(s)
-                                                                                       : DataType::kFloat32;
-}
-
 }  // namespace
 
 void register_norm(KernelRegistry& r) {
@@ -414,52 +409,57 @@ void register_norm(KernelRegistry& r) {
   // Before opset 7: `is_test` (default 0, training) and `spatial` (implied by the parameter
   // shapes here); only test mode is run.
   auto bn_check = [real](const ir::Node& n) -> std::string {
-    if (n.opset != 0 && n.opset < 7 && n.attr_int("is_test", 0) == 0)
+    if (ops::parse_batch_norm(n).legacy_training)
       return "training-mode BatchNormalization (is_test=0) of opset < 7 is not supported";
     return real(n);
   };
   r.add({"BatchNormalization", "", 1, 1 << 30, "cpu.BatchNormalization.any", bn_check, [](const ir::Node& n, KernelInit&) {
+           const ops::BatchNormParams p = ops::parse_batch_norm(n);
            BnAttrs a;
-           a.eps = n.attr_float("epsilon", 1e-5f);
-           a.momentum = n.attr_float("momentum", 0.9f);
-           a.training = n.opset >= 14 && n.attr_int("training_mode", 0) != 0;
+           a.eps = p.epsilon;
+           a.momentum = p.momentum;
+           a.training = p.training;
            if (auto k = make_constant_batch_norm(n, a)) return Expected<KernelPtr>(std::move(k));
            return make_kernel([a](KernelContext& ctx) { return batch_norm_kernel(ctx, a); });
          }});
   r.add({"InstanceNormalization", "", 1, 1 << 30, "cpu.InstanceNormalization.any", real, [](const ir::Node& n, KernelInit&) {
-           const double eps = n.attr_float("epsilon", 1e-5f);
+           const double eps = ops::parse_instance_norm(n).epsilon;
            return make_kernel([eps](KernelContext& ctx) {
              if (ctx.input(0).rank() < 2) return ctx.error("X must have rank >= 2");
              return group_norm(ctx, ctx.input(0).dim(1), eps);
            });
          }});
   r.add({"GroupNormalization", "", 18, 1 << 30, "cpu.GroupNormalization.any", real, [](const ir::Node& n, KernelInit&) {
-           const double eps = n.attr_float("epsilon", 1e-5f);
-           const int64_t groups = n.attr_int("num_groups", 0);
+           const ops::GroupNormParams p = ops::parse_group_norm(n);
+           const double eps = p.epsilon;
+           const int64_t groups = p.num_groups;
            return make_kernel([eps, groups](KernelContext& ctx) { return group_norm(ctx, groups, eps); });
          }});
   for (bool rms : {false, true}) {
     r.add({rms ? "RMSNormalization" : "LayerNormalization", "", rms ? 23 : 17, 1 << 30,
            rms ? "cpu.RMSNormalization.any" : "cpu.LayerNormalization.any", real, [rms](const ir::Node& n, KernelInit&) {
+             const ops::LayerNormParams p = ops::parse_layer_norm(n);
              LastDimsAttrs a;
-             a.axis = n.attr_int("axis", -1);
-             a.eps = n.attr_float("epsilon", 1e-5f);
-             a.stash = stash_type(n);
+             a.axis = p.axis;
+             a.eps = p.epsilon;
+             // The statistics outputs hold a float type only (shape inference takes any valid dtype).
+             a.stash = is_real(p.stash) ? p.stash : DataType::kFloat32;
              a.rms = rms;
              return make_kernel([a](KernelContext& ctx) { return last_dims_norm(ctx, a); });
            }});
   }
   r.add({"LRN", "", 1, 1 << 30, "cpu.LRN.any", real, [](const ir::Node& n, KernelInit&) {
+           const ops::LrnParams p = ops::parse_lrn(n);
            LrnAttrs a;
-           a.size = n.attr_int("size", 1);
-           a.alpha = n.attr_float("alpha", 1e-4f);
-           a.beta = n.attr_float("beta", 0.75f);
-           a.bias = n.attr_float("bias", 1.0f);
+           a.size = p.size;
+           a.alpha = p.alpha;
+           a.beta = p.beta;
+           a.bias = p.bias;
            return make_kernel([a](KernelContext& ctx) { return lrn_kernel(ctx, a); });
          }});
   r.add({"MeanVarianceNormalization", "", 9, 1 << 30, "cpu.MeanVarianceNormalization.any", real,
          [](const ir::Node& n, KernelInit&) {
-           const std::vector<int64_t> axes = n.attr_ints("axes", {0, 2, 3});
+           const std::vector<int64_t> axes = ops::parse_mvn(n).axes;
            return make_kernel([axes](KernelContext& ctx) { return mvn_kernel(ctx, axes); });
          }});
 }

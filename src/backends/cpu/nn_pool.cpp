@@ -6,6 +6,7 @@
 #include "backends/cpu/nn_common.h"
 #include "backends/staged_kernel.h"
 #include "ops/nn.h"
+#include "ops/params_nn.h"
 
 namespace kiln::cpu::nn {
 namespace {
@@ -19,12 +20,6 @@ struct PoolAttrs {
   bool column_major = false;  // MaxPool storage_order for Indices
   double p = 2;
 };
-
-double attr_p(const ir::Node& n) {
-  const ir::Attribute* a = n.attr("p");
-  if (!a) return 2;
-  return a->kind == ir::Attribute::Kind::kFloat ? a->f : static_cast<double>(a->i);
-}
 
 int64_t prod(const std::vector<int64_t>& v) {
   int64_t p = 1;
@@ -419,25 +414,25 @@ Status max_unpool_kernel(KernelContext& ctx, const PoolAttrs& a) {
   return Status::Ok();
 }
 
-PoolAttrs parse_pool(const ir::Node& n, PoolKind k) {
+PoolAttrs pool_attrs(const ops::PoolParams& p, PoolKind k) {
   PoolAttrs a;
   a.kind = k;
-  a.w = ops::parse_window_attrs(n);
-  a.count_include_pad = n.attr_int("count_include_pad", 0) != 0;
-  a.column_major = n.attr_int("storage_order", 0) != 0;
-  a.p = attr_p(n);
+  a.w = p.window;
+  a.count_include_pad = p.count_include_pad;
+  a.column_major = p.column_major;
+  a.p = p.p;
   return a;
 }
 
 template <PoolKind K, Status (*Fn)(KernelContext&, const PoolAttrs&)>
 Expected<KernelPtr> make_pool(const ir::Node& n, KernelInit&) {
-  PoolAttrs a = parse_pool(n, K);
+  PoolAttrs a = pool_attrs(ops::parse_pool(n), K);
   return make_kernel([a](KernelContext& ctx) { return Fn(ctx, a); });
 }
 
 template <PoolKind K, Status (*Reshape)(ReshapeContext&, const PoolAttrs&), Status (*Fn)(KernelContext&, const PoolAttrs&)>
 Expected<KernelPtr> make_staged_pool(const ir::Node& n, KernelInit&) {
-  PoolAttrs a = parse_pool(n, K);
+  PoolAttrs a = pool_attrs(ops::parse_pool(n), K);
   return make_staged([a](ReshapeContext& rc) { return Reshape(rc, a); }, [a](KernelContext& ctx) { return Fn(ctx, a); });
 }
 
@@ -461,15 +456,14 @@ void register_pool(KernelRegistry& r) {
   r.add({"MaxUnpool", "", 9, 1 << 30, "cpu.MaxUnpool.any", real, make_pool<PoolKind::kMax, max_unpool_kernel>});
   r.add({"ChannelsLastPool", "kiln", 1, 1 << 30, "cpu.ChannelsLastPool.f32",
          [](const ir::Node& n) -> std::string {
-           const std::string op = n.attr_string("op", "");
-           if (op != "MaxPool" && op != "AveragePool" && op != "GlobalMaxPool" && op != "GlobalAveragePool")
+           if (!ops::parse_channels_last_pool(n).known)
              return "op must be MaxPool, AveragePool, GlobalMaxPool or GlobalAveragePool";
            return require_dtypes(n, 0, {DataType::kFloat32});
          },
          [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
-           const std::string op = n.attr_string("op", "");
-           const bool global = op.rfind("Global", 0) == 0;
-           PoolAttrs a = parse_pool(n, op.find("Max") != std::string::npos ? PoolKind::kMax : PoolKind::kAvg);
+           const ops::ChannelsLastPoolParams p = ops::parse_channels_last_pool(n);
+           const bool global = p.global;
+           PoolAttrs a = pool_attrs(p.pool, p.max ? PoolKind::kMax : PoolKind::kAvg);
            return make_staged([a, global](ReshapeContext& rc) { return nhwc_pool_reshape(rc, a, global); },
                               [a](KernelContext& ctx) { return nhwc_pool_kernel(ctx, a); });
          }});

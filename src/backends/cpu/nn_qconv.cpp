@@ -21,6 +21,7 @@
 #include "backends/staged_kernel.h"
 #include "ir/epilogue.h"
 #include "ir/float_types.h"
+#include "ops/params_nn.h"
 
 namespace kiln::cpu::nn {
 namespace {
@@ -417,7 +418,8 @@ Status f8_run(KernelContext& ctx, const ops::F8MatMulParams& p) {
 void register_qconv(KernelRegistry& r) {
   KernelDef conv{"QConv", "kiln", 1, 1 << 30, "cpu.QConv.i8.onednn", check_quant, [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
                    KILN_ASSIGN_OR_RETURN(Activation act, parse_act(n));
-                   QConvAttrs a{ops::parse_window_attrs(n), n.attr_int("group", 1), act, n.attr_int("channels_last", 0) != 0};
+                   const ops::ConvParams p = ops::parse_conv(n);
+                   QConvAttrs a{p.window, p.group, act, p.channels_last};
                    return make_staged([a](ReshapeContext& rc) { return qconv_reshape(rc, a); }, quant_run);
                  }};
   KernelDef matmul{"QMatMul", "kiln", 1, 1 << 30, "cpu.QMatMul.i8.onednn", check_quant,

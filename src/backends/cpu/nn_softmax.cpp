@@ -15,6 +15,7 @@
 #include "backends/cpu/elementwise_math.h"
 #include "backends/cpu/nn_common.h"
 #include "ops/op_table.h"
+#include "ops/params_nn.h"
 
 namespace kiln::cpu::nn {
 namespace {
@@ -114,19 +115,12 @@ Status soft_kernel(KernelContext& ctx, const SoftAttrs& a) {
 // ---- Dropout: identity (mask all true) unless training; then elements are dropped with
 // probability `ratio` and the rest scaled by 1/(1-ratio).
 
-struct DropoutAttrs {
-  int opset = 13;
-  float ratio = 0.5f;
-  bool has_seed = false;
-  int64_t seed = 0;
-};
-
-Status dropout_kernel(KernelContext& ctx, const DropoutAttrs& a) {
+Status dropout_kernel(KernelContext& ctx, const ops::DropoutParams& a) {
   const Tensor& x = ctx.input(0);
   if (!is_real(x.dtype())) return ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype()));
   double ratio = a.ratio;
   bool training = false;
-  if (a.opset >= 12) {
+  if (a.ratio_inputs) {
     if (ctx.has_input(1) && ctx.input(1).numel()) ratio = load_as<double>(ctx.input(1), 0);
     if (ctx.has_input(2) && ctx.input(2).numel()) training = ctx.input(2).data<bool>()[0];
   }
@@ -134,7 +128,7 @@ Status dropout_kernel(KernelContext& ctx, const DropoutAttrs& a) {
   if (!training) ratio = 0;
   const int64_t n = x.numel();
   Tensor& y = ctx.output(0, x.dtype(), x.shape());
-  const bool bool_mask = a.opset >= 10;
+  const bool bool_mask = a.bool_mask;
   Tensor* mask = ctx.has_output(1) ? &ctx.output(1, bool_mask ? DataType::kBool : x.dtype(), x.shape()) : nullptr;
   if (ratio == 0) {
     if (n) std::memcpy(y.raw(), x.raw(), x.nbytes());
@@ -161,26 +155,23 @@ void register_softmax(KernelRegistry& r) {
       {"Softmax", SoftKind::kSoftmax}, {"LogSoftmax", SoftKind::kLogSoftmax}, {"Hardmax", SoftKind::kHardmax}};
   for (const auto& [name, kind] : ops) {
     r.add({name, "", 1, 1 << 30, std::string("cpu.") + name + ".any", real, [kind = kind](const ir::Node& n, KernelInit&) {
+             const ops::SoftmaxParams p = ops::parse_softmax(n);
              SoftAttrs a;
              a.kind = kind;
-             a.coerce_2d = n.opset != 0 && n.opset < 13;
-             a.axis = n.attr_int("axis", a.coerce_2d ? 1 : -1);
+             a.coerce_2d = p.coerce_2d;
+             a.axis = p.axis;
              return make_kernel([a](KernelContext& ctx) { return soft_kernel(ctx, a); });
            }});
   }
   // Before opset 7 Dropout trains unless `is_test` is set; only test mode (identity) is run.
   auto dropout_check = [real](const ir::Node& n) -> std::string {
-    if (n.opset != 0 && n.opset < 7 && n.attr_int("is_test", 0) == 0)
+    if (ops::parse_dropout(n).legacy_training)
       return "training-mode Dropout (is_test=0) of opset < 7 is not supported";
     return real(n);
   };
   r.add({"Dropout", "", 1, 1 << 30, "cpu.Dropout.any", dropout_check, [](const ir::Node& n, KernelInit&) {
-           DropoutAttrs a;
-           a.opset = n.opset ? n.opset : 22;
-           a.ratio = n.attr_float("ratio", 0.5f);
-           a.has_seed = n.attr("seed") != nullptr;
-           a.seed = n.attr_int("seed", 0);
-           return make_kernel([a](KernelContext& ctx) { return dropout_kernel(ctx, a); });
+           const ops::DropoutParams p = ops::parse_dropout(n);
+           return make_kernel([p](KernelContext& ctx) { return dropout_kernel(ctx, p); });
          }});
 }
 

@@ -10,29 +10,10 @@
 
 #include "backends/cpu/rq_common.h"
 #include "ops/op_table.h"
+#include "ops/params_ml.h"
 
 namespace kiln::cpu::rq {
 namespace {
-
-struct QuantAttrs {
-  int opset = 25;
-  int64_t axis = 1;
-  int64_t block_size = 0;
-  bool saturate = true;
-  DataType output_dtype = DataType::kUndefined;
-  DataType precision = DataType::kUndefined;
-};
-
-QuantAttrs parse_quant_attrs(const ir::Node& n) {
-  QuantAttrs a;
-  a.opset = n.opset ? n.opset : 25;
-  a.axis = n.attr_int("axis", 1);
-  a.block_size = n.attr_int("block_size", 0);
-  a.saturate = n.attr_int("saturate", 1) != 0;
-  a.output_dtype = static_cast<DataType>(n.attr_int("output_dtype", 0));
-  a.precision = static_cast<DataType>(n.attr_int("precision", 0));
-  return a;
-}
 
 // Maps an element of x (viewed as [outer, len, inner] around axis) to its scale index.
 struct ScaleMap {
@@ -52,7 +33,8 @@ struct ScaleMap {
   }
 };
 
-Status make_scale_map(KernelContext& ctx, const Tensor& x, const Tensor& scale, const QuantAttrs& a, ScaleMap& m) {
+Status make_scale_map(KernelContext& ctx, const Tensor& x, const Tensor& scale, const ops::QuantizeParams& a,
+                      ScaleMap& m) {
   if (scale.rank() == 0 || (scale.rank() == 1 && scale.numel() == 1 && a.block_size == 0)) {
     m.kind = ScaleMap::Kind::kTensor;
     return Status::Ok();
@@ -184,7 +166,7 @@ void dequantize_f32(const Q* x, int64_t n, float s, int32_t z, float* y) {
   parallel_for(n, 1 << 14, [=](int64_t b, int64_t e) { dequantize_chunk(x + b, y + b, e - b, s, zf); });
 }
 
-bool per_tensor_8bit(const Tensor& scale, const Tensor* zp, DataType q, const QuantAttrs& a) {
+bool per_tensor_8bit(const Tensor& scale, const Tensor* zp, DataType q, const ops::QuantizeParams& a) {
   return scale.dtype() == DataType::kFloat32 && scale.numel() == 1 && (scale.rank() == 0 || a.block_size == 0) &&
          a.precision == DataType::kUndefined && (q == DataType::kUInt8 || q == DataType::kInt8) &&
          (!zp || (zp->numel() == 1 && zp->dtype() == q));
@@ -195,7 +177,7 @@ int32_t zero_point_of(const Tensor* zp) {
   return zp->dtype() == DataType::kUInt8 ? zp->data<uint8_t>()[0] : zp->data<int8_t>()[0];
 }
 
-Status quantize_kernel(KernelContext& ctx, const QuantAttrs& a) {
+Status quantize_kernel(KernelContext& ctx, const ops::QuantizeParams& a) {
   const Tensor& x = ctx.input(0);
   const Tensor& scale = ctx.input(1);
   const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
@@ -244,7 +226,7 @@ Status quantize_kernel(KernelContext& ctx, const QuantAttrs& a) {
   return Status::Ok();
 }
 
-Status dequantize_kernel(KernelContext& ctx, const QuantAttrs& a) {
+Status dequantize_kernel(KernelContext& ctx, const ops::QuantizeParams& a) {
   const Tensor& x = ctx.input(0);
   const Tensor& scale = ctx.input(1);
   const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
@@ -310,11 +292,11 @@ void register_quant(KernelRegistry& r) {
     return require_dtypes(n, 0, {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16, DataType::kInt32});
   };
   r.add({"QuantizeLinear", "", 10, 1 << 30, "cpu.QuantizeLinear.any", x_check, [](const ir::Node& n, KernelInit&) {
-           QuantAttrs a = parse_quant_attrs(n);
+           const ops::QuantizeParams a = ops::parse_quantize(n);
            return make_kernel([a](KernelContext& ctx) { return quantize_kernel(ctx, a); });
          }});
   r.add({"DequantizeLinear", "", 10, 1 << 30, "cpu.DequantizeLinear.any", nullptr, [](const ir::Node& n, KernelInit&) {
-           QuantAttrs a = parse_quant_attrs(n);
+           const ops::QuantizeParams a = ops::parse_quantize(n);
            return make_kernel([a](KernelContext& ctx) { return dequantize_kernel(ctx, a); });
          }});
   r.add({"DynamicQuantizeLinear", "", 11, 1 << 30, "cpu.DynamicQuantizeLinear.f32",

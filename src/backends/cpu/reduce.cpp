@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "backends/cpu/numeric.h"
+#include "ops/params_nn.h"
 
 namespace kiln::cpu {
 namespace {
@@ -172,12 +173,12 @@ std::string numeric_check(const ir::Node& n) {
                                D::kInt64, D::kUInt8, D::kUInt16, D::kUInt32, D::kUInt64, D::kBool});
 }
 
-void add_reduce(KernelRegistry& r, const std::string& op, RK kind, int axes_input_since) {
-  auto create = [kind, axes_input_since](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
-    ReduceAttrs a{kind, n.opset >= axes_input_since, {}, false, n.attr_int("keepdims", 1) != 0,
-                  n.attr_int("noop_with_empty_axes", 0) != 0};
-    if (!a.axes_input && n.attr("axes")) {
-      a.axes = n.attr_ints("axes");
+void add_reduce(KernelRegistry& r, const std::string& op, RK kind) {
+  auto create = [kind](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+    const ops::ReduceParams p = ops::parse_reduce(n);
+    ReduceAttrs a{kind, p.axes_input, {}, false, p.keepdims, p.noop_with_empty_axes};
+    if (!a.axes_input && p.has_axes_attr) {
+      a.axes = p.axes;
       a.has_axes_attr = true;
     }
     if (!a.axes_input) a.noop_with_empty_axes = false;
@@ -222,9 +223,10 @@ void arg_typed(const T* x, int64_t* y, int64_t outer, int64_t n, int64_t inner, 
 
 void add_arg(KernelRegistry& r, const std::string& op, bool is_max) {
   auto create = [is_max](const ir::Node& nd, KernelInit&) -> Expected<KernelPtr> {
-    const int64_t axis_attr = nd.attr_int("axis", 0);
-    const bool keepdims = nd.attr_int("keepdims", 1) != 0;
-    const bool last = nd.attr_int("select_last_index", 0) != 0;
+    const ops::ArgReduceParams p = ops::parse_arg_reduce(nd);
+    const int64_t axis_attr = p.axis;
+    const bool keepdims = p.keepdims;
+    const bool last = p.select_last_index;
     return make_kernel([=](KernelContext& ctx) -> Status {
       const Tensor& x = ctx.input(0);
       int64_t axis = axis_attr;
@@ -283,10 +285,11 @@ void topk_typed(const T* x, T* vals, int64_t* idx, int64_t outer, int64_t n, int
 }
 
 Expected<KernelPtr> create_topk(const ir::Node& nd, KernelInit&) {
-  const int64_t axis_attr = nd.attr_int("axis", -1);
-  const bool largest = nd.attr_int("largest", 1) != 0;
-  const bool k_input = nd.opset >= 10;
-  const int64_t k_attr = nd.attr_int("k", -1);
+  const ops::TopKParams p = ops::parse_topk(nd);
+  const int64_t axis_attr = p.axis;
+  const bool largest = p.largest;
+  const bool k_input = p.k_input;
+  const int64_t k_attr = p.k;
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     int64_t axis = axis_attr;
@@ -340,8 +343,8 @@ void cumsum_typed(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, boo
 }
 
 Expected<KernelPtr> create_cumsum(const ir::Node& nd, KernelInit&) {
-  const bool exclusive = nd.attr_int("exclusive", 0) != 0;
-  const bool reverse = nd.attr_int("reverse", 0) != 0;
+  const ops::CumSumParams p = ops::parse_cumsum(nd);
+  const bool exclusive = p.exclusive, reverse = p.reverse;
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     std::vector<int64_t> av;
@@ -363,16 +366,16 @@ Expected<KernelPtr> create_cumsum(const ir::Node& nd, KernelInit&) {
 }  // namespace
 
 void register_reduce(KernelRegistry& r) {
-  add_reduce(r, "ReduceSum", RK::kSum, 13);
-  add_reduce(r, "ReduceMean", RK::kMean, 18);
-  add_reduce(r, "ReduceMax", RK::kMax, 18);
-  add_reduce(r, "ReduceMin", RK::kMin, 18);
-  add_reduce(r, "ReduceProd", RK::kProd, 18);
-  add_reduce(r, "ReduceL1", RK::kL1, 18);
-  add_reduce(r, "ReduceL2", RK::kL2, 18);
-  add_reduce(r, "ReduceLogSum", RK::kLogSum, 18);
-  add_reduce(r, "ReduceLogSumExp", RK::kLogSumExp, 18);
-  add_reduce(r, "ReduceSumSquare", RK::kSumSquare, 18);
+  add_reduce(r, "ReduceSum", RK::kSum);
+  add_reduce(r, "ReduceMean", RK::kMean);
+  add_reduce(r, "ReduceMax", RK::kMax);
+  add_reduce(r, "ReduceMin", RK::kMin);
+  add_reduce(r, "ReduceProd", RK::kProd);
+  add_reduce(r, "ReduceL1", RK::kL1);
+  add_reduce(r, "ReduceL2", RK::kL2);
+  add_reduce(r, "ReduceLogSum", RK::kLogSum);
+  add_reduce(r, "ReduceLogSumExp", RK::kLogSumExp);
+  add_reduce(r, "ReduceSumSquare", RK::kSumSquare);
   add_arg(r, "ArgMax", true);
   add_arg(r, "ArgMin", false);
   r.add({"TopK", "", 1, 1 << 30, "cpu.TopK.any", numeric_check, create_topk});

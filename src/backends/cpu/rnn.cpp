@@ -9,49 +9,17 @@
 
 #include "backends/cpu/nn_common.h"
 #include "backends/cpu/rq_common.h"
-#include "ops/rnn.h"
+#include "ops/params_ml.h"
 
 namespace kiln::cpu::rq {
 namespace {
 
-enum class Cell { kRnn, kGru, kLstm };
+using Cell = ops::RnnParams::Cell;
 
 int gates_of(Cell c) { return c == Cell::kRnn ? 1 : c == Cell::kGru ? 3 : 4; }
 int acts_of(Cell c) { return c == Cell::kRnn ? 1 : c == Cell::kGru ? 2 : 3; }
 
 using Act = rnn::Activation;
-
-struct RnnAttrs {
-  Cell cell = Cell::kLstm;
-  int num_dir = 1;
-  bool reverse_only = false;
-  int64_t hidden = 0;  // 0: from R's shape
-  int64_t layout = 0;
-  bool linear_before_reset = false;
-  bool input_forget = false;
-  bool has_clip = false;
-  double clip = 0;
-  std::vector<Act> acts;  // acts_of(cell) per direction, forward first
-};
-
-Expected<RnnAttrs> parse_rnn_attrs(const ir::Node& n, Cell cell) {
-  RnnAttrs a;
-  a.cell = cell;
-  const std::string dir = n.attr_string("direction", "forward");
-  if (dir == "bidirectional") a.num_dir = 2;
-  else if (dir == "reverse") a.reverse_only = true;
-  else if (dir != "forward") return invalid_model(n.describe() + ": unknown direction '" + dir + "'");
-  a.hidden = n.attr_int("hidden_size", 0);
-  a.layout = n.attr_int("layout", 0);
-  a.linear_before_reset = n.attr_int("linear_before_reset", 0) != 0;
-  a.input_forget = n.attr_int("input_forget", 0) != 0;
-  if (n.attr("clip")) {
-    a.has_clip = true;
-    a.clip = n.attr_float("clip", 0);
-  }
-  KILN_ASSIGN_OR_RETURN(a.acts, ops::parse_rnn_activations(n, acts_of(cell), a.num_dir));
-  return a;
-}
 
 // The shapes of one run, checked against the inputs.
 struct Dims {
@@ -79,7 +47,7 @@ std::vector<T> swap01(const std::vector<T>& v, int64_t d0, int64_t d1, int64_t r
 // y: [seq, num_dir, batch, hidden]; yh/yc: [batch, hidden].
 template <typename T>
 struct Direction {
-  const RnnAttrs& a;
+  const ops::RnnParams& a;
   const Dims& d;
   int dir;
   bool reverse;
@@ -164,7 +132,7 @@ struct Direction {
 };
 
 template <typename T>
-Status rnn_run(KernelContext& ctx, const RnnAttrs& a, const Dims& d) {
+Status rnn_run(KernelContext& ctx, const ops::RnnParams& a, const Dims& d) {
   const int64_t S = d.seq, B = d.batch, H = d.hidden, GH = d.gates * H;
   const int nd = d.num_dir;
   std::vector<T> x = read_all<T>(ctx.input(0));
@@ -225,7 +193,7 @@ Status check_shape(KernelContext& ctx, int i, const char* name, const Shape& wan
                    shape_to_string(ctx.input(i).shape()));
 }
 
-Status rnn_kernel(KernelContext& ctx, const RnnAttrs& a) {
+Status rnn_kernel(KernelContext& ctx, const ops::RnnParams& a) {
   const Tensor& x = ctx.input(0);
   const Tensor& w = ctx.input(1);
   const Tensor& r = ctx.input(2);
@@ -237,8 +205,9 @@ Status rnn_kernel(KernelContext& ctx, const RnnAttrs& a) {
   d.batch = a.layout == 1 ? x.dim(0) : x.dim(1);
   d.input = x.dim(2);
   d.hidden = r.dim(2);
-  if (a.hidden && a.hidden != d.hidden)
-    return ctx.error("hidden_size " + std::to_string(a.hidden) + " differs from R's last dim " + std::to_string(d.hidden));
+  if (a.hidden_size && a.hidden_size != d.hidden)
+    return ctx.error("hidden_size " + std::to_string(a.hidden_size) + " differs from R's last dim " +
+                     std::to_string(d.hidden));
   const int64_t nd = d.num_dir, GH = d.gates * d.hidden, B = d.batch, H = d.hidden;
   KILN_RETURN_IF_ERROR(check_shape(ctx, 1, "W", {nd, GH, d.input}));
   KILN_RETURN_IF_ERROR(check_shape(ctx, 2, "R", {nd, GH, H}));
@@ -257,11 +226,10 @@ Status rnn_kernel(KernelContext& ctx, const RnnAttrs& a) {
 }  // namespace
 
 void register_rnn(KernelRegistry& r) {
-  const std::pair<const char*, Cell> cells[] = {{"RNN", Cell::kRnn}, {"GRU", Cell::kGru}, {"LSTM", Cell::kLstm}};
-  for (const auto& [name, cell] : cells) {
+  for (const char* name : {"RNN", "GRU", "LSTM"}) {
     r.add({name, "", 7, 1 << 30, std::string("cpu.") + name + ".any", [](const ir::Node& n) { return require_float(n, 0); },
-           [cell = cell](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
-             KILN_ASSIGN_OR_RETURN(RnnAttrs a, parse_rnn_attrs(n, cell));
+           [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+             KILN_ASSIGN_OR_RETURN(ops::RnnParams a, ops::parse_rnn(n));  // the cell from the op type
              return make_kernel([a](KernelContext& ctx) { return rnn_kernel(ctx, a); });
            }});
   }

@@ -8,6 +8,7 @@
 
 #include "backends/cpu/rq_common.h"
 #include "ops/op_table.h"
+#include "ops/params_ml.h"
 
 namespace kiln::cpu::rq {
 namespace {
@@ -44,13 +45,6 @@ Status lp_norm_kernel(KernelContext& ctx, int64_t axis_attr, int64_t p) {
 
 // ---------------------------------------------------------------- RoiAlign
 
-struct RoiAlignAttrs {
-  bool max_mode = false;
-  bool half_pixel = true;
-  int64_t out_h = 1, out_w = 1, sampling_ratio = 0;
-  double spatial_scale = 1;
-};
-
 // One bilinear sample: four positions and weights (all zero outside the map).
 struct Sample {
   int64_t pos[4] = {0, 0, 0, 0};
@@ -71,7 +65,7 @@ Sample bilinear_sample(double y, double x, int64_t H, int64_t W) {
   return s;
 }
 
-Status roi_align_kernel(KernelContext& ctx, const RoiAlignAttrs& a) {
+Status roi_align_kernel(KernelContext& ctx, const ops::RoiAlignParams& a) {
   const Tensor& x = ctx.input(0);
   const Tensor& rois = ctx.input(1);
   const Tensor& idx = ctx.input(2);
@@ -79,7 +73,7 @@ Status roi_align_kernel(KernelContext& ctx, const RoiAlignAttrs& a) {
   if (rois.rank() != 2 || rois.dim(1) != 4) return ctx.error("rois must be [num_rois, 4]");
   const int64_t R = rois.dim(0), N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
   if (idx.rank() != 1 || idx.dim(0) != R) return ctx.error("batch_indices must be [num_rois]");
-  const int64_t PH = a.out_h, PW = a.out_w;
+  const int64_t PH = a.output_height, PW = a.output_width;
   Tensor& y = ctx.output(0, x.dtype(), {R, C, PH, PW});
   const std::vector<double> xv = to_f64(x);
   for (int64_t r = 0; r < R; ++r) {
@@ -177,11 +171,6 @@ Status max_roi_pool_kernel(KernelContext& ctx, int64_t PH, int64_t PW, double sc
 
 // ---------------------------------------------------------------- DeformConv (2-D)
 
-struct DeformAttrs {
-  std::vector<int64_t> dilations, pads, strides, kernel;
-  int64_t group = 1, offset_group = 1;
-};
-
 // Bilinear value of a plane at (h, w); zero outside.
 double deform_sample(const double* p, int64_t H, int64_t W, double h, double w) {
   if (h <= -1 || h >= static_cast<double>(H) || w <= -1 || w >= static_cast<double>(W)) return 0;
@@ -192,7 +181,7 @@ double deform_sample(const double* p, int64_t H, int64_t W, double h, double w) 
          lh * lw * at(h0 + 1, w0 + 1);
 }
 
-Status deform_conv_kernel(KernelContext& ctx, const DeformAttrs& a) {
+Status deform_conv_kernel(KernelContext& ctx, const ops::DeformConvParams& a) {
   const Tensor& x = ctx.input(0);
   const Tensor& wt = ctx.input(1);
   const Tensor& offset = ctx.input(2);
@@ -201,7 +190,7 @@ Status deform_conv_kernel(KernelContext& ctx, const DeformAttrs& a) {
   const int64_t G = a.group, OG = a.offset_group;
   if (G <= 0 || OG <= 0 || C % G || OC % G || C % OG || wt.dim(1) != C / G)
     return ctx.error("group / offset_group do not divide the channels, or W's dim 1 is not C / group");
-  if (!a.kernel.empty() && (a.kernel.size() != 2 || a.kernel[0] != KH || a.kernel[1] != KW))
+  if (!a.kernel_shape.empty() && (a.kernel_shape.size() != 2 || a.kernel_shape[0] != KH || a.kernel_shape[1] != KW))
     return ctx.error("kernel_shape differs from W's spatial dims");
   const int64_t sh = a.strides.empty() ? 1 : a.strides[0], sw = a.strides.size() > 1 ? a.strides[1] : 1;
   const int64_t dh = a.dilations.empty() ? 1 : a.dilations[0], dw = a.dilations.size() > 1 ? a.dilations[1] : 1;
@@ -255,35 +244,21 @@ Status deform_conv_kernel(KernelContext& ctx, const DeformAttrs& a) {
 void register_roi(KernelRegistry& r) {
   auto real = [](const ir::Node& n) { return require_float(n, 0); };
   r.add({"LpNormalization", "", 1, 1 << 30, "cpu.LpNormalization.any", real, [](const ir::Node& n, KernelInit&) {
-           const int64_t axis = n.attr_int("axis", -1), p = n.attr_int("p", 2);
-           return make_kernel([axis, p](KernelContext& ctx) { return lp_norm_kernel(ctx, axis, p); });
+           const ops::LpNormalizationParams a = ops::parse_lp_normalization(n);
+           return make_kernel([a](KernelContext& ctx) { return lp_norm_kernel(ctx, a.axis, a.p); });
          }});
   r.add({"RoiAlign", "", 10, 1 << 30, "cpu.RoiAlign.any", real, [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
-           RoiAlignAttrs a;
-           const std::string mode = n.attr_string("mode", "avg");
-           if (mode != "avg" && mode != "max") return invalid_model(n.describe() + ": mode must be avg or max");
-           a.max_mode = mode == "max";
-           const std::string ctm = n.attr_string("coordinate_transformation_mode",
-                                                 n.opset && n.opset < 16 ? "output_half_pixel" : "half_pixel");
-           if (ctm != "half_pixel" && ctm != "output_half_pixel")
-             return invalid_model(n.describe() + ": unknown coordinate_transformation_mode '" + ctm + "'");
-           a.half_pixel = ctm == "half_pixel";
-           a.out_h = n.attr_int("output_height", 1);
-           a.out_w = n.attr_int("output_width", 1);
-           a.sampling_ratio = n.attr_int("sampling_ratio", 0);
-           a.spatial_scale = n.attr_float("spatial_scale", 1.0f);
-           if (a.out_h <= 0 || a.out_w <= 0) return invalid_model(n.describe() + ": output size must be positive");
+           KILN_ASSIGN_OR_RETURN(const ops::RoiAlignParams a, ops::parse_roi_align(n));
            return make_kernel([a](KernelContext& ctx) { return roi_align_kernel(ctx, a); });
          }});
   r.add({"MaxRoiPool", "", 1, 1 << 30, "cpu.MaxRoiPool.any", real, [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
-           const std::vector<int64_t> ps = n.attr_ints("pooled_shape");
-           if (ps.size() != 2 || ps[0] <= 0 || ps[1] <= 0) return invalid_model(n.describe() + ": pooled_shape must be 2 positive ints");
-           const double scale = n.attr_float("spatial_scale", 1.0f);
-           return make_kernel([ps, scale](KernelContext& ctx) { return max_roi_pool_kernel(ctx, ps[0], ps[1], scale); });
+           KILN_ASSIGN_OR_RETURN(const ops::MaxRoiPoolParams a, ops::parse_max_roi_pool(n));
+           const int64_t ph = a.pooled_shape[0], pw = a.pooled_shape[1];
+           const double scale = a.spatial_scale;
+           return make_kernel([ph, pw, scale](KernelContext& ctx) { return max_roi_pool_kernel(ctx, ph, pw, scale); });
          }});
   r.add({"DeformConv", "", 19, 1 << 30, "cpu.DeformConv.2d", real, [](const ir::Node& n, KernelInit&) {
-           DeformAttrs a{n.attr_ints("dilations"), n.attr_ints("pads"), n.attr_ints("strides"), n.attr_ints("kernel_shape"),
-                         n.attr_int("group", 1), n.attr_int("offset_group", 1)};
+           const ops::DeformConvParams a = ops::parse_deform_conv(n);
            return make_kernel([a](KernelContext& ctx) { return deform_conv_kernel(ctx, a); });
          }});
 }

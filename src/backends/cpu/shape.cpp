@@ -8,6 +8,7 @@
 #include "backends/cpu/shape_util.h"
 #include "backends/staged_kernel.h"
 #include "ops/op_table.h"
+#include "ops/params_shape.h"
 #include "ops/shape.h"
 
 namespace kiln::cpu {
@@ -206,30 +207,27 @@ Status copy_as(KernelContext& ctx, const Tensor& x, const Shape& shape) {
 // ---------------------------------------------------------------- Reshape / Squeeze / Unsqueeze / Flatten
 
 Expected<KernelPtr> create_reshape(const ir::Node& n, KernelInit&) {
-  const bool allowzero = n.attr_int("allowzero", 0) != 0;
-  const bool has_attr = n.attr("shape") != nullptr;
-  const std::vector<int64_t> attr = n.attr_ints("shape");
-  return make_kernel([=](KernelContext& ctx) -> Status {
+  const ops::ReshapeParams p = ops::parse_reshape(n);
+  return make_kernel([p](KernelContext& ctx) -> Status {
     std::vector<int64_t> spec;
     bool present;
-    KILN_RETURN_IF_ERROR(ints_from(ctx, has_attr, attr, 1, &spec, &present, "shape"));
+    KILN_RETURN_IF_ERROR(ints_from(ctx, p.has_shape_attr, p.shape, 1, &spec, &present, "shape"));
     if (!present) return ctx.error("missing shape input");
     const Tensor& x = ctx.input(0);
     Shape out;
-    std::string err = ops::reshape_dims(x.shape(), spec, allowzero, &out);
+    std::string err = ops::reshape_dims(x.shape(), spec, p.allowzero, &out);
     if (!err.empty()) return ctx.error(err);
     return copy_as(ctx, x, out);
   });
 }
 
 Expected<KernelPtr> create_squeeze(const ir::Node& n, KernelInit&) {
-  const bool has_attr = n.attr("axes") != nullptr;
-  const std::vector<int64_t> attr = n.attr_ints("axes");
-  return make_kernel([=](KernelContext& ctx) -> Status {
+  const ops::SqueezeParams p = ops::parse_squeeze(n);
+  return make_kernel([p](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     std::vector<int64_t> axes;
     bool present;
-    KILN_RETURN_IF_ERROR(ints_from(ctx, has_attr, attr, 1, &axes, &present, "axes"));
+    KILN_RETURN_IF_ERROR(ints_from(ctx, p.has_axes_attr, p.axes, 1, &axes, &present, "axes"));
     std::vector<bool> drop(x.rank(), false);
     if (!present) {
       for (int d = 0; d < x.rank(); ++d) drop[d] = x.dim(d) == 1;
@@ -248,13 +246,12 @@ Expected<KernelPtr> create_squeeze(const ir::Node& n, KernelInit&) {
 }
 
 Expected<KernelPtr> create_unsqueeze(const ir::Node& n, KernelInit&) {
-  const bool has_attr = n.attr("axes") != nullptr;
-  const std::vector<int64_t> attr = n.attr_ints("axes");
-  return make_kernel([=](KernelContext& ctx) -> Status {
+  const ops::SqueezeParams p = ops::parse_squeeze(n);
+  return make_kernel([p](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     std::vector<int64_t> axes;
     bool present;
-    KILN_RETURN_IF_ERROR(ints_from(ctx, has_attr, attr, 1, &axes, &present, "axes"));
+    KILN_RETURN_IF_ERROR(ints_from(ctx, p.has_axes_attr, p.axes, 1, &axes, &present, "axes"));
     if (!present) return ctx.error("missing axes");
     const int64_t r = x.rank() + static_cast<int64_t>(axes.size());
     std::vector<bool> inserted(r, false);
@@ -271,12 +268,12 @@ Expected<KernelPtr> create_unsqueeze(const ir::Node& n, KernelInit&) {
 }
 
 Expected<KernelPtr> create_flatten(const ir::Node& n, KernelInit&) {
-  const int64_t axis_attr = n.attr_int("axis", 1);
+  const ops::FlattenParams p = ops::parse_flatten(n);
   return make_staged(
-      [=](ReshapeContext& rc) -> Status {
+      [p](ReshapeContext& rc) -> Status {
         const Shape& x = rc.in[0].shape;
         const int rank = static_cast<int>(x.size());
-        int64_t axis = axis_attr;
+        int64_t axis = p.axis;
         if (axis < 0) axis += rank;
         if (axis < 0 || axis > rank) return rc.error("axis out of range");
         rc.out[0] = {rc.in[0].dtype, Shape{prod(x, 0, axis), prod(x, axis, rank)}};
@@ -298,12 +295,12 @@ struct TransposePlan {
 };
 
 Expected<KernelPtr> create_transpose(const ir::Node& n, KernelInit&) {
-  const std::vector<int64_t> perm_attr = n.attr_ints("perm");
-  auto reshape = [perm_attr](ReshapeContext& rc) -> Status {
+  const ops::TransposeParams p = ops::parse_transpose(n);
+  auto reshape = [p](ReshapeContext& rc) -> Status {
     if (rc.in.empty() || !rc.in[0].present) return rc.error("X is required");
     const Shape& xs = rc.in[0].shape;
     const int r = static_cast<int>(xs.size());
-    std::vector<int64_t> perm = perm_attr;
+    std::vector<int64_t> perm = p.perm;
     if (perm.empty()) {
       perm.resize(r);
       for (int d = 0; d < r; ++d) perm[d] = r - 1 - d;
@@ -344,15 +341,16 @@ Expected<KernelPtr> create_transpose(const ir::Node& n, KernelInit&) {
 // ---------------------------------------------------------------- Concat / Split
 
 Expected<KernelPtr> create_concat(const ir::Node& n, KernelInit&) {
-  const int64_t axis_attr = n.attr_int("axis", ops::concat_default_axis(n.opset));
-  return make_kernel([=](KernelContext& ctx) -> Status {
+  const ops::ConcatParams p = ops::parse_concat(n);
+  return make_kernel([p](KernelContext& ctx) -> Status {
     std::vector<const Tensor*> xs;
     for (int i = 0; i < ctx.num_inputs(); ++i)
       if (ctx.has_input(i)) xs.push_back(&ctx.input(i));
     if (xs.empty()) return ctx.error("no inputs");
     const int r = xs[0]->rank();
-    int64_t axis = axis_attr;
-    if (!ops::normalize_axis(axis, r)) return ctx.error("axis " + std::to_string(axis_attr) + " out of range for rank " + std::to_string(r));
+    int64_t axis = p.axis;
+    if (!ops::normalize_axis(axis, r))
+      return ctx.error("axis " + std::to_string(p.axis) + " out of range for rank " + std::to_string(r));
     Shape out = xs[0]->shape();
     out[axis] = 0;
     for (const Tensor* t : xs) {
@@ -385,21 +383,18 @@ Expected<KernelPtr> create_concat(const ir::Node& n, KernelInit&) {
 }
 
 Expected<KernelPtr> create_split(const ir::Node& n, KernelInit&) {
-  const int64_t axis_attr = n.attr_int("axis", 0);
-  const bool has_attr = n.attr("split") != nullptr;
-  const std::vector<int64_t> attr = n.attr_ints("split");
-  const int64_t num_outputs = n.attr_int("num_outputs", 0);
-  return make_kernel([=](KernelContext& ctx) -> Status {
+  const ops::SplitParams p = ops::parse_split(n);
+  return make_kernel([p](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     const int r = x.rank();
-    int64_t axis = axis_attr;
+    int64_t axis = p.axis;
     if (!ops::normalize_axis(axis, r)) return ctx.error("axis out of range");
     const int64_t dim = x.dim(static_cast<int>(axis));
     std::vector<int64_t> sizes;
     bool present;
-    KILN_RETURN_IF_ERROR(ints_from(ctx, has_attr, attr, 1, &sizes, &present, "split"));
+    KILN_RETURN_IF_ERROR(ints_from(ctx, p.has_split_attr, p.split, 1, &sizes, &present, "split"));
     if (!present || sizes.empty()) {
-      std::string err = ops::equal_split_sizes(dim, num_outputs > 0 ? num_outputs : ctx.num_outputs(), &sizes);
+      std::string err = ops::equal_split_sizes(dim, p.num_outputs > 0 ? p.num_outputs : ctx.num_outputs(), &sizes);
       if (!err.empty()) return ctx.error(err);
     }
     if (static_cast<int>(sizes.size()) != ctx.num_outputs())
@@ -429,18 +424,17 @@ Expected<KernelPtr> create_split(const ir::Node& n, KernelInit&) {
 // ---------------------------------------------------------------- Slice
 
 Expected<KernelPtr> create_slice(const ir::Node& n, KernelInit&) {
-  const bool attrs = n.attr("starts") != nullptr;  // opset < 10
-  const std::vector<int64_t> a_starts = n.attr_ints("starts"), a_ends = n.attr_ints("ends"), a_axes = n.attr_ints("axes");
-  const bool a_has_axes = n.attr("axes") != nullptr;
-  return make_kernel([=](KernelContext& ctx) -> Status {
+  const ops::SliceParams p = ops::parse_slice(n);
+  return make_kernel([p](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     const int r = x.rank();
+    const bool attrs = p.has_starts_attr;
     std::vector<int64_t> starts, ends, axes, steps;
     bool present;
     if (!attrs && (!ctx.has_input(1) || !ctx.has_input(2))) return ctx.error("missing starts or ends");
-    KILN_RETURN_IF_ERROR(ints_from(ctx, attrs, a_starts, 1, &starts, &present, "starts"));
-    KILN_RETURN_IF_ERROR(ints_from(ctx, attrs, a_ends, 2, &ends, &present, "ends"));
-    KILN_RETURN_IF_ERROR(ints_from(ctx, attrs && a_has_axes, a_axes, attrs ? -1 : 3, &axes, &present, "axes"));
+    KILN_RETURN_IF_ERROR(ints_from(ctx, attrs, p.starts, 1, &starts, &present, "starts"));
+    KILN_RETURN_IF_ERROR(ints_from(ctx, attrs, p.ends, 2, &ends, &present, "ends"));
+    KILN_RETURN_IF_ERROR(ints_from(ctx, attrs && p.has_axes_attr, p.axes, attrs ? -1 : 3, &axes, &present, "axes"));
     if (!present) {
       axes.resize(starts.size());
       std::iota(axes.begin(), axes.end(), 0);
@@ -515,7 +509,7 @@ Expected<KernelPtr> create_tile(const ir::Node&, KernelInit&) {
 
 // ---------------------------------------------------------------- Pad / CenterCropPad
 
-enum class PadMode { kConstant, kReflect, kEdge, kWrap };
+using ops::PadMode;
 
 int64_t pad_source(int64_t i, int64_t n, PadMode mode) {
   if (i >= 0 && i < n) return i;
@@ -553,22 +547,14 @@ bool float_to_elem(DataType dt, double v, Block16* out) {
 }
 
 Expected<KernelPtr> create_pad(const ir::Node& n, KernelInit&) {
-  const std::string mode_s = n.attr_string("mode", "constant");
-  PadMode mode;
-  if (mode_s == "constant") mode = PadMode::kConstant;
-  else if (mode_s == "reflect") mode = PadMode::kReflect;
-  else if (mode_s == "edge") mode = PadMode::kEdge;
-  else if (mode_s == "wrap") mode = PadMode::kWrap;
-  else return invalid_model(n.describe() + ": unknown pad mode '" + mode_s + "'");
-  const bool attrs = n.attr("pads") != nullptr || n.attr("paddings") != nullptr;  // opset < 11
-  const std::vector<int64_t> a_pads = n.attr("pads") ? n.attr_ints("pads") : n.attr_ints("paddings");
-  const float a_value = n.attr_float("value", 0.0f);
-  return make_kernel([=](KernelContext& ctx) -> Status {
+  KILN_ASSIGN_OR_RETURN(const ops::PadParams p, ops::parse_pad(n));
+  return make_kernel([p](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     const int r = x.rank();
+    const bool attrs = p.has_pads_attr;
     std::vector<int64_t> pads, axes;
     bool present;
-    KILN_RETURN_IF_ERROR(ints_from(ctx, attrs, a_pads, 1, &pads, &present, "pads"));
+    KILN_RETURN_IF_ERROR(ints_from(ctx, attrs, p.pads, 1, &pads, &present, "pads"));
     if (!attrs) KILN_RETURN_IF_ERROR(ints_from(ctx, false, {}, 3, &axes, &present, "axes"));
     if (axes.empty()) {
       axes.resize(r);
@@ -588,7 +574,7 @@ Expected<KernelPtr> create_pad(const ir::Node& n, KernelInit&) {
     Block16 conv{0, 0};
     const void* fill = zero.of(x.dtype());
     if (attrs) {
-      if (x.dtype() != DataType::kString && !float_to_elem(x.dtype(), a_value, &conv))
+      if (x.dtype() != DataType::kString && !float_to_elem(x.dtype(), p.value, &conv))
         return ctx.error("value attribute does not fit dtype " + std::string(dtype_name(x.dtype())));
       if (x.dtype() != DataType::kString) fill = &conv;
     } else if (ctx.has_input(2) && ctx.input(2).numel() > 0) {
@@ -601,9 +587,10 @@ Expected<KernelPtr> create_pad(const ir::Node& n, KernelInit&) {
       const int64_t dim = x.dim(d);
       out[d] = dim + before[d] + after[d];
       if (out[d] < 0) return ctx.error("pads remove more than axis " + std::to_string(d) + " has");
-      if (mode != PadMode::kConstant && dim == 0 && out[d] > 0) return ctx.error("cannot " + mode_s + "-pad an empty axis");
+      if (p.mode != PadMode::kConstant && dim == 0 && out[d] > 0)
+        return ctx.error("cannot " + p.mode_name + "-pad an empty axis");
       maps[d].resize(out[d]);
-      for (int64_t o = 0; o < out[d]; ++o) maps[d][o] = pad_source(o - before[d], dim, mode);
+      for (int64_t o = 0; o < out[d]; ++o) maps[d][o] = pad_source(o - before[d], dim, p.mode);
     }
     Tensor& y = ctx.output(0, x.dtype(), out);
     mapped_copy(x.dtype(), y.raw(), out, x.raw(), strides_of(x.shape()), maps, fill);
@@ -612,13 +599,13 @@ Expected<KernelPtr> create_pad(const ir::Node& n, KernelInit&) {
 }
 
 Expected<KernelPtr> create_center_crop_pad(const ir::Node& n, KernelInit&) {
-  const std::vector<int64_t> axes_attr = n.attr_ints("axes");
-  return make_kernel([=](KernelContext& ctx) -> Status {
+  const ops::CenterCropPadParams p = ops::parse_center_crop_pad(n);
+  return make_kernel([p](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     const int r = x.rank();
     std::vector<int64_t> target;
     if (!read_ints(ctx.input(1), &target)) return ctx.error("shape must be int64");
-    std::vector<int64_t> axes = axes_attr;
+    std::vector<int64_t> axes = p.axes;
     if (axes.empty()) {
       axes.resize(r);
       std::iota(axes.begin(), axes.end(), 0);
@@ -654,9 +641,9 @@ Expected<KernelPtr> create_center_crop_pad(const ir::Node& n, KernelInit&) {
 // ---------------------------------------------------------------- DepthToSpace / SpaceToDepth
 
 Expected<KernelPtr> create_depth_to_space(const ir::Node& n, KernelInit&) {
-  const int64_t b = n.attr_int("blocksize", 0);
-  const bool crd = n.attr_string("mode", "DCR") == "CRD";
-  if (b <= 0) return invalid_model(n.describe() + ": blocksize must be positive");
+  KILN_ASSIGN_OR_RETURN(const ops::DepthToSpaceParams p, ops::parse_depth_to_space(n));
+  const int64_t b = p.blocksize;
+  const bool crd = p.crd;
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     if (x.rank() != 4) return ctx.error("input must be 4-D");
@@ -675,8 +662,8 @@ Expected<KernelPtr> create_depth_to_space(const ir::Node& n, KernelInit&) {
 }
 
 Expected<KernelPtr> create_space_to_depth(const ir::Node& n, KernelInit&) {
-  const int64_t b = n.attr_int("blocksize", 0);
-  if (b <= 0) return invalid_model(n.describe() + ": blocksize must be positive");
+  KILN_ASSIGN_OR_RETURN(const ops::DepthToSpaceParams p, ops::parse_depth_to_space(n));
+  const int64_t b = p.blocksize;
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     if (x.rank() != 4) return ctx.error("input must be 4-D");

@@ -4,6 +4,7 @@
 // errors, never out-of-bounds reads.
 #include "backends/cpu/shape_util.h"
 #include "ops/op_table.h"
+#include "ops/params_shape.h"
 
 namespace kiln::cpu::shape_detail {
 namespace {
@@ -28,17 +29,7 @@ bool load_indices(const Tensor& t, int64_t dim, std::vector<int64_t>* out, std::
 
 // ---------------------------------------------------------------- reductions for scatters
 
-enum class Reduction { kNone, kAdd, kMul, kMax, kMin };
-
-bool parse_reduction(const std::string& s, Reduction* r) {
-  if (s == "none") *r = Reduction::kNone;
-  else if (s == "add") *r = Reduction::kAdd;
-  else if (s == "mul") *r = Reduction::kMul;
-  else if (s == "max") *r = Reduction::kMax;
-  else if (s == "min") *r = Reduction::kMin;
-  else return false;
-  return true;
-}
+using Reduction = ops::ScatterReduction;
 
 template <typename T>
 T combine(T a, T b, Reduction r) {
@@ -87,7 +78,7 @@ Status apply_writes(KernelContext& ctx, DataType dt, Reduction red, void* out, c
 // ---------------------------------------------------------------- Gather
 
 Expected<KernelPtr> create_gather(const ir::Node& n, KernelInit&) {
-  const int64_t axis_attr = n.attr_int("axis", 0);
+  const int64_t axis_attr = ops::parse_gather(n).axis;
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     const Tensor& ind = ctx.input(1);
@@ -147,7 +138,7 @@ Status check_elementwise_indices(KernelContext& ctx, const Tensor& x, const Tens
 }
 
 Expected<KernelPtr> create_gather_elements(const ir::Node& n, KernelInit&) {
-  const int64_t axis_attr = n.attr_int("axis", 0);
+  const int64_t axis_attr = ops::parse_gather(n).axis;
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     const Tensor& ind = ctx.input(1);
@@ -170,10 +161,9 @@ Expected<KernelPtr> create_gather_elements(const ir::Node& n, KernelInit&) {
 }
 
 Expected<KernelPtr> create_scatter_elements(const ir::Node& n, KernelInit&) {
-  const int64_t axis_attr = n.attr_int("axis", 0);
-  Reduction red;
-  if (!parse_reduction(n.attr_string("reduction", "none"), &red))
-    return invalid_model(n.describe() + ": unknown reduction '" + n.attr_string("reduction", "") + "'");
+  KILN_ASSIGN_OR_RETURN(const ops::ScatterParams p, ops::parse_scatter(n));
+  const int64_t axis_attr = p.axis;
+  const Reduction red = p.reduction;
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     const Tensor& ind = ctx.input(1);
@@ -229,7 +219,7 @@ Status nd_offsets(KernelContext& ctx, const Tensor& x, const Tensor& ind, int64_
 }
 
 Expected<KernelPtr> create_gather_nd(const ir::Node& n, KernelInit&) {
-  const int64_t batch_dims = n.attr_int("batch_dims", 0);
+  const int64_t batch_dims = ops::parse_gather_nd(n).batch_dims;
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     const Tensor& ind = ctx.input(1);
@@ -248,9 +238,8 @@ Expected<KernelPtr> create_gather_nd(const ir::Node& n, KernelInit&) {
 }
 
 Expected<KernelPtr> create_scatter_nd(const ir::Node& n, KernelInit&) {
-  Reduction red;
-  if (!parse_reduction(n.attr_string("reduction", "none"), &red))
-    return invalid_model(n.describe() + ": unknown reduction '" + n.attr_string("reduction", "") + "'");
+  KILN_ASSIGN_OR_RETURN(const ops::ScatterParams p, ops::parse_scatter(n));
+  const Reduction red = p.reduction;
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     const Tensor& ind = ctx.input(1);
@@ -285,7 +274,7 @@ bool numeric_as_int64(const Tensor& t, std::vector<int64_t>* out) {
 }
 
 Expected<KernelPtr> create_one_hot(const ir::Node& n, KernelInit&) {
-  const int64_t axis_attr = n.attr_int("axis", -1);
+  const int64_t axis_attr = ops::parse_one_hot(n).axis;
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& ind = ctx.input(0);
     const Tensor& vals = ctx.input(2);
@@ -365,8 +354,9 @@ Expected<KernelPtr> create_non_zero(const ir::Node&, KernelInit&) {
 }
 
 Expected<KernelPtr> create_compress(const ir::Node& n, KernelInit&) {
-  const bool has_axis = n.attr("axis") != nullptr;
-  const int64_t axis_attr = n.attr_int("axis", 0);
+  const ops::CompressParams p = ops::parse_compress(n);
+  const bool has_axis = p.has_axis;
+  const int64_t axis_attr = p.axis;
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     const Tensor& cond = ctx.input(1);
@@ -403,9 +393,8 @@ Expected<KernelPtr> create_compress(const ir::Node& n, KernelInit&) {
 // ---------------------------------------------------------------- ReverseSequence
 
 Expected<KernelPtr> create_reverse_sequence(const ir::Node& n, KernelInit&) {
-  const int64_t batch_axis = n.attr_int("batch_axis", 1), time_axis = n.attr_int("time_axis", 0);
-  if (batch_axis == time_axis || batch_axis < 0 || batch_axis > 1 || time_axis < 0 || time_axis > 1)
-    return invalid_model(n.describe() + ": batch_axis and time_axis must be 0 and 1 in some order");
+  KILN_ASSIGN_OR_RETURN(const ops::ReverseSequenceParams p, ops::parse_reverse_sequence(n));
+  const int64_t batch_axis = p.batch_axis, time_axis = p.time_axis;
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     if (x.rank() < 2) return ctx.error("input must have rank >= 2");
@@ -434,16 +423,16 @@ Expected<KernelPtr> create_reverse_sequence(const ir::Node& n, KernelInit&) {
 // ---------------------------------------------------------------- Col2Im
 
 Expected<KernelPtr> create_col2im(const ir::Node& n, KernelInit&) {
-  const std::vector<int64_t> dil_a = n.attr_ints("dilations"), pads_a = n.attr_ints("pads"), str_a = n.attr_ints("strides");
-  return make_kernel([=](KernelContext& ctx) -> Status {
+  const ops::Col2ImParams p = ops::parse_col2im(n);
+  return make_kernel([p](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     std::vector<int64_t> img, blk;
     if (!read_ints(ctx.input(1), &img) || !read_ints(ctx.input(2), &blk) || img.size() != blk.size() || img.empty())
       return ctx.error("image_shape and block_shape must be int64 of equal length");
     const size_t s = img.size();
-    std::vector<int64_t> dil = dil_a.empty() ? std::vector<int64_t>(s, 1) : dil_a;
-    std::vector<int64_t> str = str_a.empty() ? std::vector<int64_t>(s, 1) : str_a;
-    std::vector<int64_t> pads = pads_a.empty() ? std::vector<int64_t>(2 * s, 0) : pads_a;
+    std::vector<int64_t> dil = p.dilations.empty() ? std::vector<int64_t>(s, 1) : p.dilations;
+    std::vector<int64_t> str = p.strides.empty() ? std::vector<int64_t>(s, 1) : p.strides;
+    std::vector<int64_t> pads = p.pads.empty() ? std::vector<int64_t>(2 * s, 0) : p.pads;
     if (dil.size() != s || str.size() != s || pads.size() != 2 * s) return ctx.error("attribute lengths do not match image rank");
     if (x.rank() != 3) return ctx.error("input must be [N, C*prod(block), L]");
     const int64_t kprod = prod(blk, 0, s);

@@ -4,6 +4,7 @@
 
 #include "backends/cpu/shape_util.h"
 #include "ops/op_table.h"
+#include "ops/params_shape.h"
 #include "util/checked.h"
 
 namespace kiln::cpu::shape_detail {
@@ -12,14 +13,12 @@ namespace {
 // ---------------------------------------------------------------- Shape / Size
 
 Expected<KernelPtr> create_shape(const ir::Node& n, KernelInit&) {
-  const int64_t start_attr = n.attr_int("start", 0);
-  const bool has_end = n.attr("end") != nullptr;
-  const int64_t end_attr = n.attr_int("end", 0);
-  return make_kernel([=](KernelContext& ctx) -> Status {
+  const ops::ShapeParams p = ops::parse_shape(n);
+  return make_kernel([p](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     const int64_t r = x.rank();
     auto clamp = [r](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + r : v, 0, r); };
-    const int64_t b = clamp(start_attr), e = has_end ? clamp(end_attr) : r;
+    const int64_t b = clamp(p.start), e = p.has_end ? clamp(p.end) : r;
     const int64_t len = std::max<int64_t>(0, e - b);
     Tensor& y = ctx.output(0, DataType::kInt64, {len});
     for (int64_t i = 0; i < len; ++i) y.data<int64_t>()[i] = x.dim(static_cast<int>(b + i));
@@ -39,35 +38,24 @@ Expected<KernelPtr> create_size(const ir::Node&, KernelInit&) {
 
 // The tensor a Constant node's attribute describes.
 Expected<Tensor> constant_value(const ir::Node& n) {
-  auto vec = [](DataType dt, int64_t count, Shape shape, auto fill) {
-    Tensor t = Tensor::empty(dt, shape);
-    for (int64_t i = 0; i < count; ++i) fill(t, i);
+  using S = ops::ConstantParams::Source;
+  KILN_ASSIGN_OR_RETURN(const ops::ConstantParams p, ops::parse_constant(n));
+  auto vec = [&p](const auto& values) {
+    Tensor t = Tensor::empty(p.dtype, p.shape);
+    using T = typename std::decay_t<decltype(values)>::value_type;
+    for (size_t i = 0; i < values.size(); ++i) t.data<T>()[i] = values[i];
     return t;
   };
-  if (const ir::Attribute* a = n.attr("value")) return a->t;
-  if (const ir::Attribute* a = n.attr("sparse_value")) {
-    if (!a->t.defined()) return unsupported(n.describe() + ": sparse_value was not densified by the importer");
-    return a->t;
+  switch (p.source) {
+    case S::kTensor: return p.tensor;
+    case S::kSparseTensor:
+      if (!p.tensor.defined()) return unsupported(n.describe() + ": sparse_value was not densified by the importer");
+      return p.tensor;
+    case S::kFloats: return vec(p.floats);
+    case S::kInts: return vec(p.ints);
+    case S::kStrings: return vec(p.strings);
   }
-  if (const ir::Attribute* a = n.attr("value_float"))
-    return vec(DataType::kFloat32, 1, {}, [&](Tensor& t, int64_t) { t.data<float>()[0] = a->f; });
-  if (const ir::Attribute* a = n.attr("value_floats")) {
-    const int64_t k = static_cast<int64_t>(a->floats.size());
-    return vec(DataType::kFloat32, k, {k}, [&](Tensor& t, int64_t i) { t.data<float>()[i] = a->floats[i]; });
-  }
-  if (const ir::Attribute* a = n.attr("value_int"))
-    return vec(DataType::kInt64, 1, {}, [&](Tensor& t, int64_t) { t.data<int64_t>()[0] = a->i; });
-  if (const ir::Attribute* a = n.attr("value_ints")) {
-    const int64_t k = static_cast<int64_t>(a->ints.size());
-    return vec(DataType::kInt64, k, {k}, [&](Tensor& t, int64_t i) { t.data<int64_t>()[i] = a->ints[i]; });
-  }
-  if (const ir::Attribute* a = n.attr("value_string"))
-    return vec(DataType::kString, 1, {}, [&](Tensor& t, int64_t) { t.data<std::string>()[0] = a->s; });
-  if (const ir::Attribute* a = n.attr("value_strings")) {
-    const int64_t k = static_cast<int64_t>(a->strings.size());
-    return vec(DataType::kString, k, {k}, [&](Tensor& t, int64_t i) { t.data<std::string>()[i] = a->strings[i]; });
-  }
-  return invalid_model(n.describe() + ": Constant has no value attribute");
+  return p.tensor;
 }
 
 Expected<KernelPtr> create_constant(const ir::Node& n, KernelInit&) {
@@ -80,9 +68,10 @@ Expected<KernelPtr> create_constant(const ir::Node& n, KernelInit&) {
 }
 
 Expected<KernelPtr> create_constant_of_shape(const ir::Node& n, KernelInit&) {
+  const ops::ConstantOfShapeParams p = ops::parse_constant_of_shape(n);
   Tensor value;
-  if (const ir::Attribute* a = n.attr("value")) {
-    value = a->t;
+  if (p.has_value) {
+    value = p.value;
     if (value.numel() != 1) return invalid_model(n.describe() + ": value must hold exactly one element");
   } else {
     value = Tensor::empty(DataType::kFloat32, {1});
@@ -164,7 +153,7 @@ Expected<KernelPtr> create_range(const ir::Node&, KernelInit&) {
 // ---------------------------------------------------------------- Trilu / EyeLike
 
 Expected<KernelPtr> create_trilu(const ir::Node& n, KernelInit&) {
-  const bool upper = n.attr_int("upper", 1) != 0;
+  const bool upper = ops::parse_trilu(n).upper;
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     if (x.rank() < 2) return ctx.error("input must have rank >= 2");
@@ -204,12 +193,11 @@ bool one_of(DataType dt, Block16* out) {
 }
 
 Expected<KernelPtr> create_eye_like(const ir::Node& n, KernelInit&) {
-  const int64_t dtype_attr = n.attr_int("dtype", 0);
-  const int64_t k = n.attr_int("k", 0);
-  return make_kernel([=](KernelContext& ctx) -> Status {
+  const ops::EyeLikeParams p = ops::parse_eye_like(n);
+  return make_kernel([p](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     if (x.rank() != 2) return ctx.error("input must be 2-D");
-    const DataType dt = dtype_attr ? static_cast<DataType>(dtype_attr) : x.dtype();
+    const DataType dt = p.dtype ? static_cast<DataType>(p.dtype) : x.dtype();
     Block16 one, zero{0, 0};
     if (!one_of(dt, &one)) return ctx.error(std::string("EyeLike does not take dtype ") + dtype_name(dt));
     Tensor& y = ctx.output(0, dt, x.shape());
@@ -217,7 +205,7 @@ Expected<KernelPtr> create_eye_like(const ir::Node& n, KernelInit&) {
     const size_t es = dtype_size(dt);
     auto* out = static_cast<char*>(y.raw());
     for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) std::memcpy(out + (i * cols + j) * es, j - i == k ? &one : &zero, es);
+      for (int64_t j = 0; j < cols; ++j) std::memcpy(out + (i * cols + j) * es, j - i == p.k ? &one : &zero, es);
     return Status::Ok();
   });
 }

@@ -11,6 +11,7 @@
 
 #include "backends/cpu/elementwise_common.h"
 #include "backends/cpu/elementwise_math.h"
+#include "ops/params_misc.h"
 
 namespace kiln::cpu {
 namespace {
@@ -110,10 +111,8 @@ void add_clip(KernelRegistry& r) {
   d.name = "cpu.Clip";
   d.check = [](const ir::Node& n) { return check_dtype(n, 0, kSet); };
   d.create = [](const ir::Node& node, KernelInit&) -> Expected<KernelPtr> {
-    const bool attrs = node.opset != 0 && node.opset < 11;
-    const float amin = node.attr_float("min", -std::numeric_limits<float>::max());
-    const float amax = node.attr_float("max", std::numeric_limits<float>::max());
-    return make_kernel([attrs, amin, amax](KernelContext& ctx) -> Status {
+    const ops::ClipParams p = ops::parse_clip(node);
+    return make_kernel([p](KernelContext& ctx) -> Status {
       const Tensor& X = ctx.input(0);
       for (int i = 1; i <= 2; ++i) {
         if (ctx.has_input(i) && (ctx.input(i).numel() != 1 || ctx.input(i).dtype() != X.dtype()))
@@ -123,9 +122,9 @@ void add_clip(KernelRegistry& r) {
         using S = typename decltype(tag)::type;
         using C = compute_t<S>;
         C lo = std::numeric_limits<C>::lowest(), hi = std::numeric_limits<C>::max();
-        if (attrs) {
-          lo = static_cast<C>(amin);
-          hi = static_cast<C>(amax);
+        if (!p.bounds_from_inputs) {
+          lo = static_cast<C>(p.min);
+          hi = static_cast<C>(p.max);
         } else {
           if (ctx.has_input(1)) lo = load(ctx.input(1).data<S>()[0]);
           if (ctx.has_input(2)) hi = load(ctx.input(2).data<S>()[0]);
@@ -200,7 +199,8 @@ void register_unary(KernelRegistry& r) {
     return x > C(0) ? x : C(0);
   }));
   add_unary<kNumeric, false>(r, "Shrink", 9, [](const ir::Node& n) {
-    const float lambd = n.attr_float("lambd", 0.5f), bias = n.attr_float("bias", 0.0f);
+    const ops::ActivationParams p = ops::parse_activation(n);
+    const float lambd = p.alpha, bias = p.beta;
     return [lambd, bias](auto x) {
       using C = decltype(x);
       if constexpr (is_float_v<C>) {
@@ -242,19 +242,19 @@ void register_unary(KernelRegistry& r) {
   // ---- Activations with attributes
   auto act = [&r](const std::string& op, int since, auto make) { add_unary<kFloats, false>(r, op, since, make); };
   act("LeakyRelu", 1, [](const ir::Node& n) {
-    const float alpha = n.attr_float("alpha", 0.01f);
+    const float alpha = ops::parse_activation(n).alpha;
     return [alpha](auto x) { return x < 0 ? static_cast<decltype(x)>(alpha) * x : x; };
   });
   act("Elu", 1, [](const ir::Node& n) {
-    const float alpha = n.attr_float("alpha", 1.0f);
+    const float alpha = ops::parse_activation(n).alpha;
     return [alpha](auto x) {
       using C = decltype(x);
       return x < 0 ? static_cast<C>(alpha) * (std::exp(x) - C(1)) : x;
     };
   });
   act("Selu", 1, [](const ir::Node& n) {
-    const float alpha = n.attr_float("alpha", 1.67326319217681884765625f);
-    const float gamma = n.attr_float("gamma", 1.05070102214813232421875f);
+    const ops::ActivationParams p = ops::parse_activation(n);
+    const float alpha = p.alpha, gamma = p.beta;
     return [alpha, gamma](auto x) {
       using C = decltype(x);
       return x <= 0 ? static_cast<C>(gamma) * (static_cast<C>(alpha) * std::exp(x) - static_cast<C>(alpha))
@@ -262,7 +262,7 @@ void register_unary(KernelRegistry& r) {
     };
   });
   act("Celu", 12, [](const ir::Node& n) {
-    const float alpha = n.attr_float("alpha", 1.0f);
+    const float alpha = ops::parse_activation(n).alpha;
     return [alpha](auto x) {
       using C = decltype(x);
       const C a = static_cast<C>(alpha);
@@ -270,7 +270,8 @@ void register_unary(KernelRegistry& r) {
     };
   });
   act("HardSigmoid", 1, [](const ir::Node& n) {
-    const float alpha = n.attr_float("alpha", 0.2f), beta = n.attr_float("beta", 0.5f);
+    const ops::ActivationParams p = ops::parse_activation(n);
+    const float alpha = p.alpha, beta = p.beta;
     return [alpha, beta](auto x) {
       using C = decltype(x);
       return std::max(C(0), std::min(C(1), static_cast<C>(alpha) * x + static_cast<C>(beta)));
@@ -281,11 +282,11 @@ void register_unary(KernelRegistry& r) {
     return x * std::max(C(0), std::min(C(1), x * static_cast<C>(1.0 / 6.0) + C(0.5)));
   }));
   act("ThresholdedRelu", 10, [](const ir::Node& n) {
-    const float alpha = n.attr_float("alpha", 1.0f);
+    const float alpha = ops::parse_activation(n).alpha;
     return [alpha](auto x) { return x > static_cast<decltype(x)>(alpha) ? x : static_cast<decltype(x)>(0); };
   });
   // Gelu: one kernel per `approximate` mode, so each inner loop stays branch-free.
-  auto gelu_tanh = [](const ir::Node& n) { return n.attr_string("approximate", "none") == "tanh"; };
+  auto gelu_tanh = [](const ir::Node& n) { return ops::parse_gelu(n).tanh; };
   add_unary<kFloats, false>(r, "Gelu", 20, plain([](auto x) {
     using C = decltype(x);
     const C k = static_cast<C>(0.7978845608028654);  // sqrt(2/pi)
@@ -296,7 +297,7 @@ void register_unary(KernelRegistry& r) {
     return C(0.5) * x * (C(1) + erf_(x * static_cast<C>(0.7071067811865476)));
   }), "erf", [gelu_tanh](const ir::Node& n) { return !gelu_tanh(n); });
   act("Swish", 24, [](const ir::Node& n) {
-    const float alpha = n.attr_float("alpha", 1.0f);
+    const float alpha = ops::parse_activation(n).alpha;
     return [alpha](auto x) { return x * sigmoid(static_cast<decltype(x)>(alpha) * x); };
   });
 
@@ -305,7 +306,8 @@ void register_unary(KernelRegistry& r) {
   add_unary<kInts, false>(r, "BitwiseNot", 18, plain([](auto x) { return static_cast<decltype(x)>(~x); }));
   add_unary<kFloats, true>(r, "IsNaN", 9, plain([](auto x) { return x != x; }));
   add_unary<kFloats, true>(r, "IsInf", 10, [](const ir::Node& n) {
-    const bool pos = n.attr_int("detect_positive", 1) != 0, neg = n.attr_int("detect_negative", 1) != 0;
+    const ops::IsInfParams p = ops::parse_is_inf(n);
+    const bool pos = p.detect_positive, neg = p.detect_negative;
     return [pos, neg](auto x) { return std::isinf(x) && ((x > 0 && pos) || (x < 0 && neg)); };
   });
 

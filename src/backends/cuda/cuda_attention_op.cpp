@@ -5,6 +5,7 @@
 
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
+#include "ops/params_misc.h"
 
 namespace kiln::cuda {
 namespace {
@@ -27,8 +28,8 @@ std::string check_attention(const ir::Node& n) {
   }
   if (n.has_input(6) && n.inputs[6]->type.dtype != DataType::kUndefined && n.inputs[6]->type.dtype != DataType::kInt64)
     return "nonpad_kv_seqlen must be int64";
-  const int64_t mode = n.attr_int("qk_matmul_output_mode", 0);
-  if (mode < 0 || mode > 3) return "qk_matmul_output_mode must be 0..3";
+  // parse_attention rejects only a qk_matmul_output_mode outside 0..3.
+  if (!ops::parse_attention(n).ok()) return "qk_matmul_output_mode must be 0..3";
   return "";
 }
 
@@ -71,12 +72,13 @@ Status run_attention(KernelContext& ctx) {
 }
 
 Expected<KernelPtr> create_attention(const ir::Node& n) {
-  const int64_t q_heads = n.attr_int("q_num_heads", 0), kv_heads = n.attr_int("kv_num_heads", 0);
-  const bool has_scale = n.attr("scale") != nullptr;
-  const double scale_attr = n.attr_float("scale", 0);
-  const bool causal = n.attr_int("is_causal", 0) != 0;
-  const double softcap = n.attr_float("softcap", 0);
-  const int mode = static_cast<int>(n.attr_int("qk_matmul_output_mode", 0));
+  KILN_ASSIGN_OR_RETURN(const ops::AttentionParams ap, ops::parse_attention(n));
+  const int64_t q_heads = ap.q_num_heads, kv_heads = ap.kv_num_heads;
+  const bool has_scale = ap.has_scale;
+  const double scale_attr = ap.scale;
+  const bool causal = ap.is_causal;
+  const double softcap = ap.softcap;
+  const int mode = static_cast<int>(ap.qk_matmul_output_mode);
   auto reshape = [=](ReshapeContext& rc) -> Status {
     auto present = [&](int i) { return static_cast<int>(rc.in.size()) > i && rc.in[i].present; };
     const Shape &qs = rc.in[0].shape, &ks = rc.in[1].shape, &vs = rc.in[2].shape;
@@ -158,17 +160,20 @@ std::string check_flex(const ir::Node& n) {
   if (dt != DataType::kUndefined && !attention_float(dt)) return std::string(dtype_name(dt)) + " does not run on CUDA";
   for (int i = 1; i < 3; ++i)
     if (n.inputs[i]->type.dtype != DataType::kUndefined && n.inputs[i]->type.dtype != dt) return "Q, K and V must share one dtype";
-  if (n.attr("softmax_precision")) {
-    const auto p = static_cast<DataType>(n.attr_int("softmax_precision", 1));
+  // parse_flex_attention rejects only a softmax_precision that is not a float type, never the computed one.
+  const Expected<ops::FlexAttentionParams> p = ops::parse_flex_attention(n);
+  if (!p.ok()) return "this softmax_precision runs on the CPU";
+  if (p->has_softmax_precision) {
     const DataType computes = dt == DataType::kFloat64 ? DataType::kFloat64 : DataType::kFloat32;
-    if (p != computes) return "this softmax_precision runs on the CPU";
+    if (p->softmax_precision != computes) return "this softmax_precision runs on the CPU";
   }
   return "";
 }
 
 Expected<KernelPtr> create_flex(const ir::Node& n) {
-  const bool has_scale = n.attr("scale") != nullptr;
-  const double scale_attr = n.attr_float("scale", 0);
+  KILN_ASSIGN_OR_RETURN(const ops::FlexAttentionParams fp, ops::parse_flex_attention(n));
+  const bool has_scale = fp.has_scale;
+  const double scale_attr = fp.scale;
   auto reshape = [=](ReshapeContext& rc) -> Status {
     const Shape &q = rc.in[0].shape, &k = rc.in[1].shape, &v = rc.in[2].shape;
     if (q.size() != 4 || k.size() != 4 || v.size() != 4) return rc.error("Q, K and V must be 4-D");

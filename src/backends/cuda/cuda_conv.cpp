@@ -16,6 +16,7 @@
 
 #include "backends/cuda/cuda_util.h"
 #include "ops/nn.h"
+#include "ops/params_nn.h"
 #include "passes/passes.h"
 
 namespace kiln::cuda {
@@ -336,22 +337,24 @@ int conv_epilogue_applied(const void* shape_state) {
 }
 
 std::string conv_check(const ir::Node& n) {
-  int spatial = -1;
+  const ops::ConvParams p = ops::parse_conv(n);
+  int spatial = -1;  // unknown (no typed input, and kernel_shape absent or empty): rejected below
   if (n.has_input(1) && n.inputs[1]->type.shape.known) spatial = n.inputs[1]->type.shape.rank() - 2;
   else if (n.has_input(0) && n.inputs[0]->type.shape.known) spatial = n.inputs[0]->type.shape.rank() - 2;
-  else if (const ir::Attribute* k = n.attr("kernel_shape")) spatial = static_cast<int>(k->ints.size());
+  else if (!p.window.kernel.empty()) spatial = static_cast<int>(p.window.kernel.size());
   if (spatial != 1 && spatial != 2) return "only 1-D and 2-D convolutions run on CUDA (spatial rank unknown or other)";
-  if (n.attr_int("channels_last", 0) != 0 && spatial != 2) return "channels_last convolutions are 2-D";
+  if (p.channels_last && spatial != 2) return "channels_last convolutions are 2-D";
   return require_float(n);
 }
 
 namespace {
 
 Expected<KernelPtr> create_conv(const ir::Node& n) {
+  const ops::ConvParams p = ops::parse_conv(n);
   ConvAttrs at;
-  at.w = ops::parse_window_attrs(n);
-  at.group = n.attr_int("group", 1);
-  at.nhwc = n.attr_int("channels_last", 0) != 0;
+  at.w = p.window;
+  at.group = p.group;
+  at.nhwc = p.channels_last;
   at.tf32 = n.attr_int(passes::kTF32Attr, 0) != 0;
   at.epilogue = static_cast<int>(n.attr_int(kBiasEpilogueAttr, 0));
   const ops::WindowAttrs& w = at.w;

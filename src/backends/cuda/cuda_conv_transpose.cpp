@@ -4,6 +4,7 @@
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
 #include "ops/nn.h"
+#include "ops/params_nn.h"
 
 namespace kiln::cuda {
 namespace {
@@ -21,8 +22,9 @@ std::string check_conv_transpose(const ir::Node& n) {
 }
 
 Expected<KernelPtr> create_conv_transpose(const ir::Node& n) {
-  const ops::WindowAttrs w = ops::parse_window_attrs(n);
-  const int64_t group = n.attr_int("group", 1);
+  const ops::ConvParams p = ops::parse_conv(n);
+  const ops::WindowAttrs w = p.window;
+  const int64_t group = p.group;
   auto reshape = [w, group](ReshapeContext& rc) -> Status {
     const Shape &xs = rc.in[0].shape, &ws = rc.in[1].shape;
     if (xs.size() < 3 || ws.size() != xs.size()) return rc.error("X and W must have the same rank >= 3");

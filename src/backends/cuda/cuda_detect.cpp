@@ -4,6 +4,8 @@
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
 #include "ops/nn.h"
+#include "ops/params_ml.h"
+#include "ops/params_nn.h"
 
 namespace kiln::cuda {
 namespace {
@@ -44,9 +46,9 @@ Expected<KernelPtr> create_det() {
 }
 
 Expected<KernelPtr> create_deform_conv(const ir::Node& n) {
-  const std::vector<int64_t> dil = n.attr_ints("dilations"), pads = n.attr_ints("pads"), str = n.attr_ints("strides"),
-                             kernel = n.attr_ints("kernel_shape");
-  const int64_t group = n.attr_int("group", 1), offset_group = n.attr_int("offset_group", 1);
+  const ops::DeformConvParams dp = ops::parse_deform_conv(n);
+  const std::vector<int64_t> dil = dp.dilations, pads = dp.pads, str = dp.strides, kernel = dp.kernel_shape;
+  const int64_t group = dp.group, offset_group = dp.offset_group;
   auto reshape = [=](ReshapeContext& rc) -> Status {
     const Shape &x = rc.in[0].shape, &wt = rc.in[1].shape, &off = rc.in[2].shape;
     if (x.size() != 4 || wt.size() != 4 || off.size() != 4) return rc.error("only 2-D DeformConv is supported (X, W, offset 4-D)");
@@ -92,7 +94,7 @@ Expected<KernelPtr> create_deform_conv(const ir::Node& n) {
 }
 
 Expected<KernelPtr> create_max_unpool(const ir::Node& n) {
-  const ops::WindowAttrs w = ops::parse_window_attrs(n);
+  const ops::WindowAttrs w = ops::parse_pool(n).window;
   auto reshape = [w](ReshapeContext& rc) -> Status {
     const Shape& x = rc.in[0].shape;
     if (x.size() < 3 || x.size() > static_cast<size_t>(kMaxRank)) return rc.error("X must have rank 3 to 8");
@@ -173,8 +175,9 @@ std::string check_qconv(const ir::Node& n, bool qlinear) {
 }
 
 Expected<KernelPtr> create_qconv(const ir::Node& n, bool qlinear) {
-  const ops::WindowAttrs w = ops::parse_window_attrs(n);
-  const int64_t group = n.attr_int("group", 1);
+  const ops::ConvParams cp = ops::parse_conv(n);
+  const ops::WindowAttrs w = cp.window;
+  const int64_t group = cp.group;
   auto reshape = [w, group, qlinear](ReshapeContext& rc) -> Status {
     const int ix = 0, iw = qlinear ? 3 : 1;
     const Shape &xs = rc.in[ix].shape, &ws = rc.in[iw].shape;

@@ -1,13 +1,13 @@
 // backends/cuda/cuda_elementwise.cpp — the tables of unary, broadcasting binary (arithmetic,
 // comparison, logic), Where and Cast kernels. Float math runs on float32, float16 and bfloat16
 // (computed in float32); integer arithmetic and comparisons on every integer type.
-#include <cfloat>
 #include <cmath>
 #include <cstring>
 
 #include "backends/cuda/cuda_util.h"
 #include "ir/float_types.h"
 #include "backends/staged_kernel.h"
+#include "ops/params_misc.h"
 
 namespace kiln::cuda {
 namespace {
@@ -107,27 +107,9 @@ KernelDef unary_def(const UnaryRow& row) {
   d.half_floats = types != Types::kBool && types != Types::kInteger;
   d.check = [types, fn](const ir::Node& n) { return check_types(n, types, fn == UnaryOp::kIsNaN); };
   d.create = [fn](const ir::Node& n, KernelInit&) {
-    float alpha = 0, beta = 0;
-    switch (fn) {
-      case UnaryOp::kLeakyRelu: alpha = n.attr_float("alpha", 0.01f); break;
-      case UnaryOp::kHardSigmoid:
-        alpha = n.attr_float("alpha", 0.2f);
-        beta = n.attr_float("beta", 0.5f);
-        break;
-      case UnaryOp::kElu: case UnaryOp::kCelu: alpha = n.attr_float("alpha", 1.f); break;
-      case UnaryOp::kSelu:
-        alpha = n.attr_float("alpha", 1.67326319217681884765625f);
-        beta = n.attr_float("gamma", 1.05070102214813232421875f);
-        break;
-      case UnaryOp::kThresholdedRelu: alpha = n.attr_float("alpha", 1.f); break;
-      case UnaryOp::kSwish: alpha = n.attr_float("alpha", 1.f); break;
-      case UnaryOp::kShrink:
-        alpha = n.attr_float("lambd", 0.5f);
-        beta = n.attr_float("bias", 0.f);
-        break;
-      default: break;
-    }
-    return unary_kernel(fn, alpha, beta);
+    // The launch's (alpha, beta) are the op's ActivationParams (Selu: alpha, gamma; Shrink: lambd, bias).
+    const ops::ActivationParams p = ops::parse_activation(n);
+    return unary_kernel(fn, p.alpha, p.beta);
   };
   return d;
 }
@@ -139,12 +121,12 @@ KernelDef gelu_def() {
   d.name = "cuda.Gelu";
   d.half_floats = true;
   d.check = [](const ir::Node& n) -> std::string {
-    const std::string a = n.attr_string("approximate", "none");
+    const std::string a = ops::parse_gelu(n).approximate;
     if (a != "none" && a != "tanh") return "approximate='" + a + "' is not 'none' or 'tanh'";
     return check_types(n, Types::kFloat, false);
   };
   d.create = [](const ir::Node& n, KernelInit&) {
-    return unary_kernel(n.attr_string("approximate", "none") == "tanh" ? UnaryOp::kGeluTanh : UnaryOp::kGelu, 0, 0);
+    return unary_kernel(ops::parse_gelu(n).tanh ? UnaryOp::kGeluTanh : UnaryOp::kGelu, 0, 0);
   };
   return d;
 }
@@ -162,9 +144,9 @@ KernelDef clip_def() {
     return require_input_types(n, 0, {kF32, kF16, kBF16, kF64, kI8, kI16, kI32, kI64, kU8, kU16, kU32, kU64});
   };
   d.create = [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
-    const bool as_inputs = n.opset >= 11 || n.opset == 0;
-    const double lo_attr = as_inputs ? -INFINITY : n.attr_float("min", -FLT_MAX);
-    const double hi_attr = as_inputs ? INFINITY : n.attr_float("max", FLT_MAX);
+    // Float types start from these (∓inf when the bounds are inputs); integer types from their limits.
+    const ops::ClipParams p = ops::parse_clip(n);
+    const double lo_attr = p.min, hi_attr = p.max;
     struct Bounds {
       double lo, hi;
     };
@@ -356,7 +338,7 @@ KernelDef binary_def(const BinaryRow& row) {
   };
   d.create = [fn](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
     BinaryOp f = fn;
-    if (n.op_type == "Mod" && n.attr_int("fmod", 0) != 0) f = BinaryOp::kFmod;
+    if (n.op_type == "Mod" && ops::parse_mod(n).fmod) f = BinaryOp::kFmod;
     return make_staged([f](ReshapeContext& rc) { return reshape_binary(rc, f); },
                        [f](KernelContext& ctx) { return run_binary(ctx, f); });
   };
@@ -367,9 +349,9 @@ KernelDef bitshift_def() {
   KernelDef d = binary_def({"BitShift", 11, BinaryOp::kShiftLeft, Types::kInteger});
   d.half_floats = false;
   d.create = [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
-    const std::string dir = n.attr_string("direction", "LEFT");
-    if (dir != "LEFT" && dir != "RIGHT") return invalid_model(n.describe() + ": direction must be LEFT or RIGHT");
-    const BinaryOp f = dir == "LEFT" ? BinaryOp::kShiftLeft : BinaryOp::kShiftRight;
+    const ops::BitShiftParams p = ops::parse_bit_shift(n);
+    if (!p.direction_known) return invalid_model(n.describe() + ": direction must be LEFT or RIGHT");
+    const BinaryOp f = p.left ? BinaryOp::kShiftLeft : BinaryOp::kShiftRight;
     return make_staged([f](ReshapeContext& rc) { return reshape_binary(rc, f); },
                        [f](KernelContext& ctx) { return run_binary(ctx, f); });
   };
@@ -380,7 +362,7 @@ KernelDef mod_def() {
   KernelDef d = binary_def({"Mod", 10, BinaryOp::kMod, Types::kNumeric});
   d.check = [](const ir::Node& n) -> std::string {
     if (n.inputs.size() != 2) return "needs exactly two inputs";
-    const bool fmod = n.attr_int("fmod", 0) != 0;
+    const bool fmod = ops::parse_mod(n).fmod;
     for (const ir::Value* v : n.inputs)
       if (v && !fmod && (v->type.dtype == kF32 || v->type.dtype == kF16 || v->type.dtype == kBF16 || v->type.dtype == kF64))
         return "floating-point Mod needs fmod=1";
@@ -477,19 +459,19 @@ KernelDef cast_def(const char* op, int since) {
       const DataType t = n.inputs[i]->type.dtype;
       if (t != DataType::kUndefined && !castable(t)) return std::string(dtype_name(t)) + " does not run on CUDA";
     }
-    if (!like) {
-      const DataType to = static_cast<DataType>(n.attr_int("to", 0));
-      if (!castable(to)) return std::string("cast to ") + dtype_name(to) + " does not run on CUDA";
-    }
-    const std::string round = n.attr_string("round_mode", "up");
+    const Expected<ops::CastParams> p = ops::parse_cast(n);
+    if (!p.ok()) return p.status().message();
+    if (!like && !castable(p->to)) return std::string("cast to ") + dtype_name(p->to) + " does not run on CUDA";
+    const std::string& round = p->round_mode;
     if (round != "up" && round != "down" && round != "nearest") return "unknown round_mode '" + round + "'";
     return "";
   };
   d.create = [like](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
-    const DataType to_attr = static_cast<DataType>(n.attr_int("to", 0));
-    const bool saturate = n.attr_int("saturate", 1) != 0;
-    const std::string rm = n.attr_string("round_mode", "up");
-    const int round = rm == "down" ? 1 : rm == "nearest" ? 2 : 0;
+    KILN_ASSIGN_OR_RETURN(const ops::CastParams p, ops::parse_cast(n));
+    const DataType to_attr = p.to;
+    const bool saturate = p.saturate;
+    using Round = ops::CastParams::Round;
+    const int round = p.round == Round::kDown ? 1 : p.round == Round::kNearest ? 2 : 0;
     auto reshape = [like, to_attr](ReshapeContext& rc) -> Status {
       if (rc.in.empty() || !rc.in[0].present) return rc.error("input 0 is required");
       const DataType to = like ? (rc.in.size() > 1 ? rc.in[1].dtype : DataType::kUndefined) : to_attr;

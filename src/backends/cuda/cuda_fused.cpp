@@ -15,6 +15,7 @@
 #include "backends/inner_context.h"
 #include "backends/staged_kernel.h"
 #include "ops/nn.h"
+#include "ops/params_nn.h"
 #include "ir/epilogue.h"
 
 namespace kiln::cuda {
@@ -116,7 +117,8 @@ Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int ops
 const std::string kAttentionTactics[] = {"", "fa2", "fa4", "fa8", "wmma"};
 
 std::string check_attention(const ir::Node& n) {
-  if (n.attr_int("num_heads", 0) <= 0) return "num_heads must be positive";
+  const int64_t heads = ops::parse_fused_attention(n).num_heads;
+  if (heads <= 0) return "num_heads must be positive";
   if (n.has_input(4) && n.inputs[4]->type.dtype != DataType::kBool) return "the bool mask must be bool";
   for (int i = 0; i < 4; ++i) {
     if (i < 3 && !n.has_input(i)) return "Q, K and V are required";
@@ -124,7 +126,6 @@ std::string check_attention(const ir::Node& n) {
     const DataType dt = n.inputs[i]->type.dtype;
     if (dt != DataType::kUndefined && !is_float_type(dt)) return "float Q, K, V and mask only";
   }
-  const int64_t heads = n.attr_int("num_heads", 1);
   for (int i : {0, 2}) {
     const auto& sh = n.inputs[i]->type.shape;
     if (sh.known && sh.rank() == 3 && sh.dims[2].is_static() && sh.dims[2].value / heads > kMaxAttentionHead)
@@ -134,11 +135,12 @@ std::string check_attention(const ir::Node& n) {
 }
 
 Expected<KernelPtr> create_attention(const ir::Node& n) {
+  const ops::FusedAttentionParams p = ops::parse_fused_attention(n);
   AttentionArgs base;
-  base.heads = n.attr_int("num_heads", 1);
-  base.scale = n.attr_float("scale", 1.0f);
-  base.fill = n.attr_float("mask_fill", 0.0f);
-  base.fill_where_true = n.attr_int("mask_fill_where_true", 0) != 0;
+  base.heads = p.num_heads;
+  base.scale = p.scale;
+  base.fill = p.mask_fill;
+  base.fill_where_true = p.mask_fill_where_true;
   auto reshape = [base](ReshapeContext& rc) -> Status {
     for (int i = 0; i < 3; ++i)
       if (static_cast<size_t>(i) >= rc.in.size() || !rc.in[i].present) return rc.error("Q, K and V are required");
@@ -212,7 +214,8 @@ void register_fused(KernelRegistry& r) {
   r.add(kernel_row("FusedConv", 1, check_fused,
                    [](const ir::Node& n, KernelInit&) {
                      // channels_last: the bias runs along the last dim
-                     return make_fused(n, "Conv", 11, n.attr_int("channels_last", 0) ? Bias::kLastDim : Bias::kChannels);
+                     const bool nhwc = ops::parse_conv(n).channels_last;
+                     return make_fused(n, "Conv", 11, nhwc ? Bias::kLastDim : Bias::kChannels);
                    }, "kiln"));
   r.add(kernel_row("FusedGemm", 1, check_fused,
                    [](const ir::Node& n, KernelInit&) { return make_fused(n, "Gemm", 13, Bias::kInner); }, "kiln"));

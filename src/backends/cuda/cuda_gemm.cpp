@@ -17,6 +17,7 @@
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
 #include "ir/epilogue.h"
+#include "ops/params_nn.h"
 #include "passes/passes.h"
 
 namespace kiln::cuda {
@@ -334,8 +335,9 @@ Status run_matmul(KernelContext& ctx) {
 // ---- MatMul: numpy semantics (1-D operands promoted, batch dims broadcast).
 // ---- Gemm: Y = alpha·op(A)·op(B) + beta·C, C broadcast to [M,N].
 Expected<KernelPtr> create_gemm(const ir::Node& node) {
-  const bool trans_a = node.attr_int("transA", 0) != 0, trans_b = node.attr_int("transB", 0) != 0;
-  const float alpha = node.attr_float("alpha", 1.f), beta = node.attr_float("beta", 1.f);
+  const ops::GemmParams gp = ops::parse_gemm(node);
+  const bool trans_a = gp.trans_a, trans_b = gp.trans_b;
+  const float alpha = gp.alpha, beta = gp.beta;
   const bool tf32 = node.attr_int(passes::kTF32Attr, 0) != 0;
   auto reshape = [=](ReshapeContext& rc) -> Status {
     if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("A and B are required");

@@ -2,6 +2,7 @@
 // (20+; its size operand is a host input) on the GPU.
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
+#include "ops/params_misc.h"
 
 namespace kiln::cuda {
 namespace {
@@ -17,18 +18,11 @@ std::string check_real(const ir::Node& n) {
 }
 
 Expected<KernelPtr> create_grid_sample(const ir::Node& n) {
+  KILN_ASSIGN_OR_RETURN(const ops::GridSampleParams p, ops::parse_grid_sample(n));
   grid::Rule rule;
-  const std::string mode = n.attr_string("mode", n.opset != 0 && n.opset < 20 ? "bilinear" : "linear");
-  const std::string pad = n.attr_string("padding_mode", "zeros");
-  rule.align = n.attr_int("align_corners", 0) != 0;
-  if (mode == "bilinear" || mode == "linear") rule.mode = grid::kLinear;
-  else if (mode == "bicubic" || mode == "cubic") rule.mode = grid::kCubic;
-  else if (mode == "nearest") rule.mode = grid::kNearest;
-  else return invalid_argument(n.describe() + ": unknown mode '" + mode + "'");
-  if (pad == "zeros") rule.pad = grid::kZeros;
-  else if (pad == "border") rule.pad = grid::kBorder;
-  else if (pad == "reflection") rule.pad = grid::kReflection;
-  else return invalid_argument(n.describe() + ": unknown padding_mode '" + pad + "'");
+  rule.mode = p.mode;
+  rule.pad = p.padding;
+  rule.align = p.align_corners;
   auto reshape = [rule](ReshapeContext& rc) -> Status {
     const Shape &x = rc.in[0].shape, &g = rc.in[1].shape;
     const int r = static_cast<int>(x.size()) - 2;
@@ -74,7 +68,7 @@ struct AffinePlan {
 };
 
 Expected<KernelPtr> create_affine_grid(const ir::Node& n) {
-  const bool align = n.attr_int("align_corners", 0) != 0;
+  const bool align = ops::parse_affine_grid(n).align_corners;
   auto reshape = [](ReshapeContext& rc) -> Status {
     auto sz = host_ints(rc.in[1].value);
     if (!sz || (sz->size() != 4 && sz->size() != 5)) return rc.error("size must be (N, C, H, W) or (N, C, D, H, W) on the host");

@@ -3,6 +3,8 @@
 // and geometry computed at reshape; a run launches only.
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
+#include "ops/params_ml.h"
+#include "ops/params_shape.h"
 
 namespace kiln::cuda {
 namespace {
@@ -23,14 +25,15 @@ std::string check_indexed(const ir::Node& n, int data, int indices, int updates 
   return "";
 }
 
-Expected<ScatterReduce> parse_reduce(const ir::Node& n) {
-  const std::string r = n.attr_string("reduction", "none");
-  if (r == "none") return ScatterReduce::kNone;
-  if (r == "add") return ScatterReduce::kAdd;
-  if (r == "mul") return ScatterReduce::kMul;
-  if (r == "max") return ScatterReduce::kMax;
-  if (r == "min") return ScatterReduce::kMin;
-  return invalid_model(n.describe() + ": unknown reduction '" + r + "'");
+ScatterReduce reduce_of(ops::ScatterReduction r) {
+  switch (r) {
+    case ops::ScatterReduction::kNone: return ScatterReduce::kNone;
+    case ops::ScatterReduction::kAdd: return ScatterReduce::kAdd;
+    case ops::ScatterReduction::kMul: return ScatterReduce::kMul;
+    case ops::ScatterReduction::kMax: return ScatterReduce::kMax;
+    case ops::ScatterReduction::kMin: return ScatterReduce::kMin;
+  }
+  return ScatterReduce::kNone;
 }
 
 // ---- GatherElements / ScatterElements
@@ -59,7 +62,7 @@ Expected<ElementsIndex> elements_index(const ReshapeContext& rc, int64_t axis) {
 }
 
 Expected<KernelPtr> create_gather_elements(const ir::Node& n) {
-  const int64_t axis = n.attr_int("axis", 0);
+  const int64_t axis = ops::parse_gather(n).axis;
   auto reshape = [axis](ReshapeContext& rc) -> Status {
     KILN_ASSIGN_OR_RETURN(ElementsIndex ix, elements_index(rc, axis));
     rc.out[0] = {rc.in[0].dtype, rc.in[1].shape};
@@ -77,8 +80,9 @@ Expected<KernelPtr> create_gather_elements(const ir::Node& n) {
 }
 
 Expected<KernelPtr> create_scatter_elements(const ir::Node& n) {
-  const int64_t axis = n.attr_int("axis", 0);
-  KILN_ASSIGN_OR_RETURN(ScatterReduce reduce, parse_reduce(n));
+  KILN_ASSIGN_OR_RETURN(const ops::ScatterParams p, ops::parse_scatter(n));
+  const int64_t axis = p.axis;
+  const ScatterReduce reduce = reduce_of(p.reduction);
   auto reshape = [axis](ReshapeContext& rc) -> Status {
     KILN_ASSIGN_OR_RETURN(ElementsIndex ix, elements_index(rc, axis));
     if (rc.in[2].shape != rc.in[1].shape) return rc.error("updates must have the shape of indices");
@@ -132,7 +136,7 @@ Expected<NdIndex> nd_index(const ReshapeContext& rc, int64_t b) {
 }
 
 Expected<KernelPtr> create_gather_nd(const ir::Node& n) {
-  const int64_t batch_dims = n.attr_int("batch_dims", 0);
+  const int64_t batch_dims = ops::parse_gather_nd(n).batch_dims;
   auto reshape = [batch_dims](ReshapeContext& rc) -> Status {
     KILN_ASSIGN_OR_RETURN(NdIndex ix, nd_index(rc, batch_dims));
     const Shape& x = rc.in[0].shape;
@@ -154,7 +158,8 @@ Expected<KernelPtr> create_gather_nd(const ir::Node& n) {
 }
 
 Expected<KernelPtr> create_scatter_nd(const ir::Node& n) {
-  KILN_ASSIGN_OR_RETURN(ScatterReduce reduce, parse_reduce(n));
+  KILN_ASSIGN_OR_RETURN(const ops::ScatterParams p, ops::parse_scatter(n));
+  const ScatterReduce reduce = reduce_of(p.reduction);
   auto reshape = [](ReshapeContext& rc) -> Status {
     KILN_ASSIGN_OR_RETURN(NdIndex ix, nd_index(rc, 0));
     const Shape& x = rc.in[0].shape;
@@ -189,8 +194,7 @@ std::string check_loss(const ir::Node& n) {
     return std::string(dtype_name(dt)) + " scores do not run on CUDA";
   const DataType lt = n.inputs[1]->type.dtype;
   if (lt != DataType::kUndefined && !is_index_type(lt)) return "labels must be int64 or int32";
-  const std::string r = n.attr_string("reduction", "mean");
-  if (r != "none" && r != "sum" && r != "mean") return "reduction must be none, sum or mean";
+  if (!ops::parse_loss(n).ok()) return "reduction must be none, sum or mean";  // parse_loss's only rejection
   return "";
 }
 
@@ -199,12 +203,13 @@ struct LossPlan {
 };
 
 Expected<KernelPtr> create_loss(const ir::Node& n, bool softmax) {
+  using Reduction = ops::LossParams::Reduction;
+  KILN_ASSIGN_OR_RETURN(const ops::LossParams lp, ops::parse_loss(n));
   LossArgs base;
   base.softmax = softmax;
-  const std::string r = n.attr_string("reduction", "mean");
-  base.reduction = r == "none" ? 0 : r == "sum" ? 1 : 2;
-  base.has_ignore = n.attr("ignore_index") != nullptr;
-  base.ignore_index = n.attr_int("ignore_index", 0);
+  base.reduction = lp.reduction == Reduction::kNone ? 0 : lp.reduction == Reduction::kSum ? 1 : 2;
+  base.has_ignore = lp.has_ignore_index;
+  base.ignore_index = lp.ignore_index;
   auto reshape = [base](ReshapeContext& rc) -> Status {
     const Shape& x = rc.in[0].shape;
     if (x.size() < 2) return rc.error("scores must have shape [N, C, d1, ...]");
@@ -251,8 +256,12 @@ void register_index(KernelRegistry& r) {
                    [](const ir::Node& n, KernelInit&) { return create_gather_nd(n); }));
   auto scatter_check = [](const ir::Node& n) {
     std::string why = check_indexed(n, 0, 1, 2);
-    if (why.empty() && n.attr_string("reduction", "none") != "none" && n.inputs[0]->type.dtype == DataType::kBool)
-      why = "a reduction over bool data does not run on CUDA";
+    if (why.empty() && n.inputs[0]->type.dtype == DataType::kBool) {
+      // An unknown reduction counts as one here; the factory reports it.
+      const Expected<ops::ScatterParams> p = ops::parse_scatter(n);
+      if (!p.ok() || p->reduction != ops::ScatterReduction::kNone)
+        why = "a reduction over bool data does not run on CUDA";
+    }
     return why;
   };
   r.add(kernel_row("ScatterElements", 11, scatter_check,

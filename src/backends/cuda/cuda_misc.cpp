@@ -7,6 +7,9 @@
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
 #include "ir/float_types.h"
+#include "ops/params_misc.h"
+#include "ops/params_nn.h"
+#include "ops/params_shape.h"
 
 namespace kiln::cuda {
 namespace {
@@ -34,7 +37,16 @@ struct LinePlan {
 };
 
 Expected<KernelPtr> create_cumulative(const ir::Node& n, bool product) {
-  const bool exclusive = n.attr_int("exclusive", 0) != 0, reverse = n.attr_int("reverse", 0) != 0;
+  bool exclusive = false, reverse = false;
+  if (product) {
+    const ops::CumProdParams cp = ops::parse_cum_prod(n);
+    exclusive = cp.exclusive;
+    reverse = cp.reverse;
+  } else {
+    const ops::CumSumParams cp = ops::parse_cumsum(n);
+    exclusive = cp.exclusive;
+    reverse = cp.reverse;
+  }
   auto reshape = [](ReshapeContext& rc) -> Status {
     if (rc.in.empty() || !rc.in[0].present) return rc.error("input 0 is required");
     KILN_ASSIGN_OR_RETURN(int64_t axis, scalar_of(rc, 1, "axis"));
@@ -64,7 +76,7 @@ struct TriluPlan {
 };
 
 Expected<KernelPtr> create_trilu(const ir::Node& n) {
-  const bool upper = n.attr_int("upper", 1) != 0;
+  const bool upper = ops::parse_trilu(n).upper;
   auto reshape = [](ReshapeContext& rc) -> Status {
     if (rc.in.empty() || !rc.in[0].present) return rc.error("input 0 is required");
     const Shape& x = rc.in[0].shape;
@@ -115,7 +127,7 @@ uint64_t one_bits(DataType t) {
 }
 
 Expected<KernelPtr> create_dropout(const ir::Node& n) {
-  const bool bool_mask = n.opset == 0 || n.opset >= 10;
+  const bool bool_mask = ops::parse_dropout(n).bool_mask;
   auto reshape = [bool_mask](ReshapeContext& rc) -> Status {
     if (rc.in.empty() || !rc.in[0].present) return rc.error("input 0 is required");
     rc.out[0] = {rc.in[0].dtype, rc.in[0].shape};
@@ -190,16 +202,11 @@ bool value_bits_of(DataType t, double v, uint64_t* bits) {
 }
 
 Expected<KernelPtr> create_pad(const ir::Node& n) {
-  const std::string mode_s = n.attr_string("mode", "constant");
-  int mode;
-  if (mode_s == "constant") mode = 0;
-  else if (mode_s == "reflect") mode = 1;
-  else if (mode_s == "edge") mode = 2;
-  else if (mode_s == "wrap") mode = 3;
-  else return invalid_model(n.describe() + ": unknown pad mode '" + mode_s + "'");
-  const bool attrs = n.attr("pads") != nullptr || n.attr("paddings") != nullptr;  // opset < 11
-  const std::vector<int64_t> a_pads = n.attr("pads") ? n.attr_ints("pads") : n.attr_ints("paddings");
-  const double a_value = n.attr_float("value", 0.0f);
+  KILN_ASSIGN_OR_RETURN(const ops::PadParams pp, ops::parse_pad(n));
+  const int mode = static_cast<int>(pp.mode);  // PadMode is in pad_index's order
+  const bool attrs = pp.has_pads_attr;  // opset < 11
+  const std::vector<int64_t> a_pads = pp.pads;
+  const double a_value = pp.value;
   auto reshape = [=](ReshapeContext& rc) -> Status {
     if (rc.in.empty() || !rc.in[0].present) return rc.error("input 0 is required");
     const Shape& x = rc.in[0].shape;
@@ -266,7 +273,7 @@ Expected<KernelPtr> create_tile() {
 }
 
 Expected<KernelPtr> create_center_crop_pad(const ir::Node& n) {
-  const std::vector<int64_t> axes_attr = n.attr_ints("axes");
+  const std::vector<int64_t> axes_attr = ops::parse_center_crop_pad(n).axes;
   auto reshape = [axes_attr](ReshapeContext& rc) -> Status {
     if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("input and shape are required");
     const Shape& x = rc.in[0].shape;
@@ -308,8 +315,9 @@ std::string check_float_in(const ir::Node& n, bool f64) {
 }
 
 Expected<KernelPtr> create_hardmax(const ir::Node& n) {
-  const bool coerce_2d = n.opset != 0 && n.opset < 13;
-  const int64_t axis_attr = n.attr_int("axis", coerce_2d ? 1 : -1);
+  const ops::SoftmaxParams sp = ops::parse_softmax(n);
+  const bool coerce_2d = sp.coerce_2d;
+  const int64_t axis_attr = sp.axis;
   auto reshape = [coerce_2d, axis_attr](ReshapeContext& rc) -> Status {
     if (rc.in.empty() || !rc.in[0].present) return rc.error("input 0 is required");
     const Shape& x = rc.in[0].shape;
@@ -335,7 +343,8 @@ Expected<KernelPtr> create_hardmax(const ir::Node& n) {
 }
 
 Expected<KernelPtr> create_isinf(const ir::Node& n) {
-  const bool positive = n.attr_int("detect_positive", 1) != 0, negative = n.attr_int("detect_negative", 1) != 0;
+  const ops::IsInfParams p = ops::parse_is_inf(n);
+  const bool positive = p.detect_positive, negative = p.detect_negative;
   auto reshape = [](ReshapeContext& rc) -> Status {
     if (rc.in.empty() || !rc.in[0].present) return rc.error("input 0 is required");
     rc.out[0] = {DataType::kBool, rc.in[0].shape};

@@ -5,6 +5,9 @@
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
 #include "ir/float_types.h"
+#include "ops/params_misc.h"
+#include "ops/params_ml.h"
+#include "ops/params_shape.h"
 
 namespace kiln::cuda {
 namespace {
@@ -35,8 +38,9 @@ bool one_bits(DataType t, uint64_t* bits) {
 }
 
 Expected<KernelPtr> create_eye_like(const ir::Node& n) {
-  const auto dtype_attr = static_cast<DataType>(n.attr_int("dtype", 0));
-  const int64_t k = n.attr_int("k", 0);
+  const ops::EyeLikeParams ep = ops::parse_eye_like(n);
+  const auto dtype_attr = static_cast<DataType>(ep.dtype);
+  const int64_t k = ep.k;
   auto reshape = [dtype_attr](ReshapeContext& rc) -> Status {
     if (rc.in[0].shape.size() != 2) return rc.error("input must be 2-D");
     const DataType dt = dtype_attr != DataType::kUndefined ? dtype_attr : rc.in[0].dtype;
@@ -60,7 +64,7 @@ struct OneHotPlan {
 };
 
 Expected<KernelPtr> create_one_hot(const ir::Node& n) {
-  const int64_t axis_attr = n.attr_int("axis", -1);
+  const int64_t axis_attr = ops::parse_one_hot(n).axis;
   auto reshape = [axis_attr](ReshapeContext& rc) -> Status {
     const Tensor* dv = rc.in[1].value;
     if (!dv || dv->numel() != 1) return rc.error("depth must be one value known on the host");
@@ -104,7 +108,8 @@ struct LinePlan {
 };
 
 Expected<KernelPtr> create_lp_norm(const ir::Node& n) {
-  const int64_t axis_attr = n.attr_int("axis", -1), p = n.attr_int("p", 2);
+  const ops::LpNormalizationParams lpp = ops::parse_lp_normalization(n);
+  const int64_t axis_attr = lpp.axis, p = lpp.p;
   if (p != 1 && p != 2) return invalid_model(n.describe() + ": p must be 1 or 2");
   auto reshape = [axis_attr](ReshapeContext& rc) -> Status {
     const Shape& x = rc.in[0].shape;
@@ -133,7 +138,7 @@ Expected<KernelPtr> create_lp_norm(const ir::Node& n) {
 bool four_bit(DataType t) { return t == DataType::kInt4 || t == DataType::kUInt4; }
 
 Expected<KernelPtr> create_bitcast(const ir::Node& n) {
-  const auto to = static_cast<DataType>(n.attr_int("to", 0));
+  const DataType to = ops::parse_bit_cast(n).to;
   auto reshape = [to](ReshapeContext& rc) -> Status {
     const DataType from = rc.in[0].dtype;
     if (from == DataType::kString || to == DataType::kString) return rc.error("BitCast does not take strings");

@@ -3,29 +3,33 @@
 // passes/channels_last.cpp) and inference BatchNormalization (own kernels in cuda_nn.cu).
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
+#include "ops/params_nn.h"
 
 namespace kiln::cuda {
 namespace {
 
 // ---- MaxPool / AveragePool (1-D and 2-D, NCHW; 2-D NHWC for kiln.ChannelsLastPool)
 std::string pool_check(const ir::Node& n) {
-  const size_t k = n.attr_ints("kernel_shape").size();
+  const size_t k = ops::parse_pool(n).window.kernel.size();
   if (k != 1 && k != 2) return "only 1-D and 2-D pooling run on CUDA";
   if (n.has_output(1)) return "the Indices output is not supported on CUDA";
   return require_float(n);
 }
 
 Expected<KernelPtr> create_pool(const ir::Node& n, bool max, bool nhwc = false) {
-  const std::vector<int64_t> kernel = n.attr_ints("kernel_shape");
+  const ops::PoolParams pp = ops::parse_pool(n);
+  const ops::WindowAttrs& w = pp.window;
+  const std::vector<int64_t> kernel = w.kernel;
   const size_t sd = kernel.size();
-  std::vector<int64_t> strides = n.attr_ints("strides", std::vector<int64_t>(sd, 1));
-  std::vector<int64_t> dilations = n.attr_ints("dilations", std::vector<int64_t>(sd, 1));
-  std::vector<int64_t> pads = n.attr_ints("pads", std::vector<int64_t>(2 * sd, 0));
+  // Empty strides, dilations or pads take their defaults (as ops::window_geometry does).
+  const std::vector<int64_t> strides = w.strides.empty() ? std::vector<int64_t>(sd, 1) : w.strides;
+  const std::vector<int64_t> dilations = w.dilations.empty() ? std::vector<int64_t>(sd, 1) : w.dilations;
+  const std::vector<int64_t> pads = w.pads.empty() ? std::vector<int64_t>(2 * sd, 0) : w.pads;
   if (strides.size() != sd || dilations.size() != sd || pads.size() != 2 * sd)
     return invalid_model(n.describe() + ": strides/dilations/pads do not match kernel_shape");
-  const std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
-  const bool ceil_mode = n.attr_int("ceil_mode", 0) != 0;
-  const bool include_pad = n.attr_int("count_include_pad", 0) != 0;
+  const std::string auto_pad = w.auto_pad;
+  const bool ceil_mode = w.ceil_mode;
+  const bool include_pad = pp.count_include_pad;
   auto reshape = [=](ReshapeContext& rc) -> Status {
     if (rc.in.empty() || !rc.in[0].present) return rc.error("X is required");
     // Channels-last X [N,H,W,C] is read through its channels-first dims.
@@ -113,8 +117,9 @@ Expected<KernelPtr> create_global_pool(bool max, bool nhwc = false) {
 
 // ---- BatchNormalization (inference)
 std::string batchnorm_check(const ir::Node& n) {
-  if (n.attr_int("training_mode", 0) != 0) return "training_mode is not supported on CUDA";
-  if (n.opset < 9 && n.attr_int("spatial", 1) == 0) return "spatial=0 is not supported on CUDA";
+  const ops::BatchNormParams p = ops::parse_batch_norm(n);
+  if (p.training_mode) return "training_mode is not supported on CUDA";
+  if (!p.spatial) return "spatial=0 is not supported on CUDA";
   for (size_t i = 1; i < n.outputs.size(); ++i)
     if (n.has_output(i)) return "training outputs (running mean/var) are not supported on CUDA";
   if (n.inputs.size() != 5) return "needs 5 inputs";
@@ -125,7 +130,7 @@ std::string batchnorm_check(const ir::Node& n) {
 }
 
 Expected<KernelPtr> create_batchnorm(const ir::Node& n) {
-  const float eps = n.attr_float("epsilon", 1e-5f);
+  const float eps = ops::parse_batch_norm(n).epsilon;
   return make_kernel([eps](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
     if (x.rank() < 2) return ctx.error("input must have rank >= 2");
@@ -155,16 +160,16 @@ void register_nn(KernelRegistry& r) {
   // kiln.ChannelsLastPool: the pooling op named by attribute `op` on NHWC tensors.
   r.add(kernel_row("ChannelsLastPool", 1,
                    [](const ir::Node& n) -> std::string {
-                     const std::string op = n.attr_string("op", "");
-                     if (op == "GlobalAveragePool" || op == "GlobalMaxPool") return require_float(n);
-                     if (op != "MaxPool" && op != "AveragePool") return "unknown pooling op '" + op + "'";
-                     if (n.attr_ints("kernel_shape").size() != 2) return "channels-last pooling is 2-D";
+                     const ops::ChannelsLastPoolParams p = ops::parse_channels_last_pool(n);
+                     if (p.global) return require_float(n);
+                     if (!p.known) return "unknown pooling op '" + p.op + "'";
+                     if (p.pool.window.kernel.size() != 2) return "channels-last pooling is 2-D";
                      return pool_check(n);
                    },
                    [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
-                     const std::string op = n.attr_string("op", "");
-                     if (op == "GlobalAveragePool" || op == "GlobalMaxPool") return create_global_pool(op == "GlobalMaxPool", true);
-                     return create_pool(n, op == "MaxPool", true);
+                     const ops::ChannelsLastPoolParams p = ops::parse_channels_last_pool(n);
+                     if (p.global) return create_global_pool(p.max, true);
+                     return create_pool(n, p.max, true);
                    },
                    "kiln"));
   r.add(kernel_row("BatchNormalization", 7, batchnorm_check,

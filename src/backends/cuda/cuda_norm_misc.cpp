@@ -2,6 +2,9 @@
 // functions, DepthToSpace/SpaceToDepth and MatMul for float64 and integer types on the GPU.
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
+#include "ops/params_misc.h"
+#include "ops/params_nn.h"
+#include "ops/params_shape.h"
 
 namespace kiln::cuda {
 namespace {
@@ -28,8 +31,15 @@ struct GroupPlan {
 };
 
 Expected<KernelPtr> create_group_norm(const ir::Node& n, bool instance) {
-  const double eps = n.attr_float("epsilon", 1e-5f);
-  const int64_t groups_attr = n.attr_int("num_groups", 0);
+  double eps = 0;
+  int64_t groups_attr = 0;  // InstanceNormalization: unused, a group per channel
+  if (instance) {
+    eps = ops::parse_instance_norm(n).epsilon;
+  } else {
+    const ops::GroupNormParams p = ops::parse_group_norm(n);
+    eps = p.epsilon;
+    groups_attr = p.num_groups;
+  }
   auto reshape = [instance, groups_attr](ReshapeContext& rc) -> Status {
     const Shape& x = rc.in[0].shape;
     if (x.size() < 2) return rc.error("X must have rank >= 2");
@@ -59,8 +69,9 @@ Expected<KernelPtr> create_group_norm(const ir::Node& n, bool instance) {
 }
 
 Expected<KernelPtr> create_lrn(const ir::Node& n) {
-  const int64_t size = n.attr_int("size", 1);
-  const double alpha = n.attr_float("alpha", 1e-4f), beta = n.attr_float("beta", 0.75f), bias = n.attr_float("bias", 1.0f);
+  const ops::LrnParams p = ops::parse_lrn(n);
+  const int64_t size = p.size;
+  const double alpha = p.alpha, beta = p.beta, bias = p.bias;
   if (size < 1) return invalid_model(n.describe() + ": size must be positive");
   auto reshape = [](ReshapeContext& rc) -> Status {
     if (rc.in[0].shape.size() < 2) return rc.error("X must have rank >= 2");
@@ -78,8 +89,9 @@ Expected<KernelPtr> create_lrn(const ir::Node& n) {
 
 Expected<KernelPtr> create_window(const ir::Node& n) {
   const int kind = n.op_type == "HannWindow" ? 0 : n.op_type == "HammingWindow" ? 1 : 2;
-  const bool periodic = n.attr_int("periodic", 1) != 0;
-  const auto dt = static_cast<DataType>(n.attr_int("output_datatype", 1));
+  const ops::SignalWindowParams wp = ops::parse_signal_window(n);
+  const bool periodic = wp.periodic;
+  const DataType dt = wp.output_datatype;
   auto reshape = [dt](ReshapeContext& rc) -> Status {
     auto v = host_ints(rc.in[0].value);
     if (!v || v->size() != 1 || (*v)[0] < 0) return rc.error("size must be a non-negative scalar int known on the host");
@@ -96,9 +108,9 @@ Expected<KernelPtr> create_window(const ir::Node& n) {
 
 // DepthToSpace (DCR/CRD) and SpaceToDepth as one strided copy over a 6-D view of X.
 Expected<KernelPtr> create_depth_space(const ir::Node& n, bool to_space) {
-  const int64_t b = n.attr_int("blocksize", 0);
-  const bool crd = n.attr_string("mode", "DCR") == "CRD";
-  if (b < 1) return invalid_model(n.describe() + ": blocksize must be positive");
+  KILN_ASSIGN_OR_RETURN(const ops::DepthToSpaceParams dp, ops::parse_depth_to_space(n));
+  const int64_t b = dp.blocksize;
+  const bool crd = dp.crd;
   auto reshape = [b, crd, to_space](ReshapeContext& rc) -> Status {
     const Shape& x = rc.in[0].shape;
     if (x.size() != 4) return rc.error("X must be 4-D");
@@ -279,7 +291,7 @@ void register_norm_misc(KernelRegistry& r) {
                    [](const ir::Node& n, KernelInit&) { return create_lrn(n); }));
   for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) {
     KernelDef w = kernel_row(op, 17, [](const ir::Node& n) -> std::string {
-      const auto dt = static_cast<DataType>(n.attr_int("output_datatype", 1));
+      const DataType dt = ops::parse_signal_window(n).output_datatype;
       return elem_of(dt) < 0 ? std::string(dtype_name(dt)) + " output does not run on CUDA" : "";
     }, [](const ir::Node& n, KernelInit&) { return create_window(n); });
     w.host_inputs = 0b1;

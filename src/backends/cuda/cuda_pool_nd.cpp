@@ -4,15 +4,10 @@
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
 #include "ops/nn.h"
+#include "ops/params_nn.h"
 
 namespace kiln::cuda {
 namespace {
-
-double attr_p(const ir::Node& n) {
-  const ir::Attribute* a = n.attr("p");
-  if (!a) return 2;
-  return a->kind == ir::Attribute::Kind::kFloat ? a->f : static_cast<double>(a->i);
-}
 
 std::string check_pool_nd(const ir::Node& n, int kind) {
   if (!n.has_input(0) || !n.inputs[0]->type.is_tensor()) return "X is required";
@@ -20,16 +15,17 @@ std::string check_pool_nd(const ir::Node& n, int kind) {
   const bool ok = is_float_type(dt) || dt == DataType::kFloat64 || dt == DataType::kUndefined ||
                   (kind == 0 && (dt == DataType::kInt8 || dt == DataType::kUInt8));
   if (!ok) return std::string(dtype_name(dt)) + " does not run on CUDA";
-  const size_t k = n.attr_ints("kernel_shape").size();
+  const size_t k = ops::parse_pool(n).window.kernel.size();
   if (k < 1 || k > static_cast<size_t>(kMaxRank)) return "kernel_shape must have 1 to 8 dims";
   return "";
 }
 
 Expected<KernelPtr> create_pool_nd(const ir::Node& n, int kind) {
-  const ops::WindowAttrs w = ops::parse_window_attrs(n);
-  const bool include_pad = n.attr_int("count_include_pad", 0) != 0;
-  const bool column_major = n.attr_int("storage_order", 0) != 0;
-  const double p = attr_p(n);
+  const ops::PoolParams pp = ops::parse_pool(n);
+  const ops::WindowAttrs w = pp.window;
+  const bool include_pad = pp.count_include_pad;
+  const bool column_major = pp.column_major;
+  const double p = pp.p;
   auto reshape = [=](ReshapeContext& rc) -> Status {
     if (rc.in.empty() || !rc.in[0].present) return rc.error("X is required");
     const Shape& x = rc.in[0].shape;

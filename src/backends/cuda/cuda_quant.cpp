@@ -3,6 +3,7 @@
 // and float4 types (one per byte), with the CPU kernel's rules (launchers in cuda_cast_ext.cu).
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
+#include "ops/params_ml.h"
 
 namespace kiln::cuda {
 namespace {
@@ -23,24 +24,8 @@ bool small_float(DataType t) {
 }
 bool float_out(DataType t) { return is_float_type(t) || t == DataType::kFloat64; }
 
-struct QuantAttrs {
-  int64_t axis = 1, block_size = 0;
-  bool saturate = true;
-  DataType output_dtype = DataType::kUndefined, precision = DataType::kUndefined;
-};
-
-QuantAttrs parse(const ir::Node& n) {
-  QuantAttrs a;
-  a.axis = n.attr_int("axis", 1);
-  a.block_size = n.attr_int("block_size", 0);
-  a.saturate = n.attr_int("saturate", 1) != 0;
-  a.output_dtype = static_cast<DataType>(n.attr_int("output_dtype", 0));
-  a.precision = static_cast<DataType>(n.attr_int("precision", 0));
-  return a;
-}
-
 // The quantized type a QuantizeLinear node writes: its zero point's, else output_dtype, else uint8.
-DataType quantized_type(const ir::Node& n, const QuantAttrs& a) {
+DataType quantized_type(const ir::Node& n, const ops::QuantizeParams& a) {
   if (n.has_input(2) && n.inputs[2]->type.dtype != DataType::kUndefined) return n.inputs[2]->type.dtype;
   return a.output_dtype != DataType::kUndefined ? a.output_dtype : DataType::kUInt8;
 }
@@ -53,7 +38,7 @@ std::string check_quantize(const ir::Node& n) {
   if (x != DataType::kUndefined && !is_float_type(x) && x != DataType::kInt32) return std::string(dtype_name(x)) + " x";
   const DataType s = n.inputs[1]->type.dtype;
   if (s != DataType::kUndefined && !float_out(s)) return "scale must be a float type";
-  const DataType q = quantized_type(n, parse(n));
+  const DataType q = quantized_type(n, ops::parse_quantize(n));
   if (!quantized_int(q) && !small_float(q)) return std::string("cannot quantize to ") + dtype_name(q) + " on CUDA";
   return "";
 }
@@ -67,7 +52,7 @@ std::string check_dequantize(const ir::Node& n) {
     return std::string(dtype_name(x)) + " x does not run on CUDA";
   const DataType s = n.inputs[1]->type.dtype;
   if (s != DataType::kUndefined && !float_out(s)) return "scale must be a float type";
-  const QuantAttrs a = parse(n);
+  const ops::QuantizeParams a = ops::parse_quantize(n);
   if (a.output_dtype != DataType::kUndefined && !float_out(a.output_dtype)) return "output_dtype must be a float type";
   return "";
 }
@@ -77,7 +62,7 @@ struct QuantPlan {
 };
 
 // The scale's granularity from its shape (backends/cpu/quant.cpp's make_scale_map).
-Status scale_map(const ReshapeContext& rc, const QuantAttrs& a, QuantArgs& q) {
+Status scale_map(const ReshapeContext& rc, const ops::QuantizeParams& a, QuantArgs& q) {
   const Shape& x = rc.in[0].shape;
   const Shape& s = rc.in[1].shape;
   int64_t sn = 1;
@@ -128,7 +113,7 @@ int div_type(DataType x, DataType scale, DataType precision) {
 }
 
 Expected<KernelPtr> create_quant(const ir::Node& n, bool quantize) {
-  const QuantAttrs a = parse(n);
+  const ops::QuantizeParams a = ops::parse_quantize(n);
   const DataType qtype = quantize ? quantized_type(n, a) : DataType::kUndefined;
   auto reshape = [a, quantize, qtype](ReshapeContext& rc) -> Status {
     auto p = std::make_shared<QuantPlan>();

@@ -5,6 +5,7 @@
 
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
+#include "ops/params_nn.h"
 
 namespace kiln::cuda {
 namespace {
@@ -24,16 +25,15 @@ std::string rank_ok(const ir::Node& n) {
 struct ReduceRow {
   const char* op;
   ReduceOp fn;
-  int axes_input_since;  // the opset from which axes is an input (ReduceSum 13, the others 18)
-  bool ints;             // takes int32/int64
+  bool ints;  // takes int32/int64
 };
 
 constexpr ReduceRow kReduce[] = {
-    {"ReduceSum", ReduceOp::kSum, 13, true},        {"ReduceMean", ReduceOp::kMean, 18, true},
-    {"ReduceMax", ReduceOp::kMax, 18, true},        {"ReduceMin", ReduceOp::kMin, 18, true},
-    {"ReduceProd", ReduceOp::kProd, 18, true},      {"ReduceSumSquare", ReduceOp::kSumSquare, 18, false},
-    {"ReduceL1", ReduceOp::kL1, 18, false},         {"ReduceL2", ReduceOp::kL2, 18, false},
-    {"ReduceLogSum", ReduceOp::kLogSum, 18, false}, {"ReduceLogSumExp", ReduceOp::kLogSumExp, 18, false},
+    {"ReduceSum", ReduceOp::kSum, true},        {"ReduceMean", ReduceOp::kMean, true},
+    {"ReduceMax", ReduceOp::kMax, true},        {"ReduceMin", ReduceOp::kMin, true},
+    {"ReduceProd", ReduceOp::kProd, true},      {"ReduceSumSquare", ReduceOp::kSumSquare, false},
+    {"ReduceL1", ReduceOp::kL1, false},         {"ReduceL2", ReduceOp::kL2, false},
+    {"ReduceLogSum", ReduceOp::kLogSum, false}, {"ReduceLogSumExp", ReduceOp::kLogSumExp, false},
 };
 
 struct ReducePlan {
@@ -66,10 +66,13 @@ bool make_reduce_index(const Shape& x, const std::vector<bool>& reduce, ReduceIn
 }
 
 Expected<KernelPtr> create_reduce(const ir::Node& n, const ReduceRow& row) {
-  const bool axes_input = n.opset >= row.axes_input_since || n.opset == 0;
-  const std::vector<int64_t> axes_attr = n.attr_ints("axes");
-  const bool keepdims = n.attr_int("keepdims", 1) != 0;
-  const bool noop_empty = n.attr_int("noop_with_empty_axes", 0) != 0;
+  const ops::ReduceParams rp = ops::parse_reduce(n);
+  // A node without an opset (0: made in code) takes axes from input 1 here, as the newest opsets do;
+  // the shape function and the CPU kernel read the attribute for it.
+  const bool axes_input = rp.axes_input || n.opset == 0;
+  const std::vector<int64_t> axes_attr = rp.axes;
+  const bool keepdims = rp.keepdims;
+  const bool noop_empty = rp.noop_with_empty_axes;
   const ReduceOp fn = row.fn;
   auto reshape = [=](ReshapeContext& rc) -> Status {
     if (rc.in.empty() || !rc.in[0].present) return rc.error("data is required");
@@ -109,9 +112,10 @@ Expected<KernelPtr> create_reduce(const ir::Node& n, const ReduceRow& row) {
 
 // ---- ArgMax / ArgMin
 Expected<KernelPtr> create_arg(const ir::Node& n, bool max) {
-  const int64_t axis_attr = n.attr_int("axis", 0);
-  const bool keepdims = n.attr_int("keepdims", 1) != 0;
-  const bool last = n.attr_int("select_last_index", 0) != 0;
+  const ops::ArgReduceParams p = ops::parse_arg_reduce(n);
+  const int64_t axis_attr = p.axis;
+  const bool keepdims = p.keepdims;
+  const bool last = p.select_last_index;
   auto reshape = [=](ReshapeContext& rc) -> Status {
     if (rc.in.empty() || !rc.in[0].present) return rc.error("data is required");
     const Shape& x = rc.in[0].shape;
@@ -153,8 +157,9 @@ struct SoftmaxPlan {
 };
 
 Expected<KernelPtr> create_softmax(const ir::Node& n, bool log) {
-  const bool coerce_2d = n.opset > 0 && n.opset < 13;  // before 13: flatten to [prod(<axis), prod(>=axis)]
-  const int64_t axis_attr = n.attr_int("axis", coerce_2d ? 1 : -1);
+  const ops::SoftmaxParams p = ops::parse_softmax(n);
+  const bool coerce_2d = p.coerce_2d;  // before 13: flatten to [prod(<axis), prod(>=axis)]
+  const int64_t axis_attr = p.axis;
   auto reshape = [axis_attr, coerce_2d](ReshapeContext& rc) -> Status {
     if (rc.in.empty() || !rc.in[0].present) return rc.error("input is required");
     const Shape& x = rc.in[0].shape;
@@ -207,8 +212,15 @@ int64_t repeated_rows(const Shape& full, const Shape& small, int64_t n) {
 }
 
 Expected<KernelPtr> create_norm(const ir::Node& node, Norm kind) {
-  const int64_t axis_attr = kind == Norm::kSkip ? -1 : node.attr_int("axis", -1);
-  const float eps = node.attr_float("epsilon", 1e-5f);
+  int64_t axis_attr = -1;  // SkipLayerNorm: the last dim
+  float eps = 0;
+  if (kind == Norm::kSkip) {
+    eps = ops::parse_skip_layer_norm(node).epsilon;
+  } else {
+    const ops::LayerNormParams p = ops::parse_layer_norm(node);
+    axis_attr = p.axis;
+    eps = p.epsilon;
+  }
   const int gamma_at = kind == Norm::kSkip ? 2 : 1;
   auto reshape = [=](ReshapeContext& rc) -> Status {
     for (int i = 0; i <= gamma_at; ++i)
@@ -278,7 +290,7 @@ Expected<KernelPtr> create_norm(const ir::Node& node, Norm kind) {
 }
 
 std::string norm_check(const ir::Node& n, int inputs_typed) {
-  if (n.attr_int("stash_type", 1) != 1) return "stash_type other than float32";
+  if (ops::parse_layer_norm(n).stash_type != 1) return "stash_type other than float32";
   for (int i = 0; i < inputs_typed; ++i)
     if (std::string r = require_input_types(n, i, kFloats); !r.empty()) return r;
   return rank_ok(n);

@@ -12,8 +12,9 @@ namespace kiln::cuda {
 namespace {
 
 std::string resize_check(const ir::Node& n) {
-  const std::string mode = n.attr_string("mode", "nearest");
-  if (n.attr_int("antialias", 0) != 0 && mode != "nearest") return "antialias is not supported on CUDA";
+  const Expected<ops::ResizeParams> p = ops::parse_resize(n);
+  if (!p.ok()) return p.status().message();
+  if (p->coef.antialias) return "antialias is not supported on CUDA";
   if (n.has_input(0) && n.inputs[0]->type.shape.known && n.inputs[0]->type.shape.rank() > kMaxRank) return "rank above 8";
   if (n.has_input(0) && n.inputs[0]->type.dtype != DataType::kUndefined && !is_float_type(n.inputs[0]->type.dtype))
     return std::string("X is ") + dtype_name(n.inputs[0]->type.dtype) + " (CUDA Resize takes float types)";

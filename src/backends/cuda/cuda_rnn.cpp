@@ -1,13 +1,11 @@
-// backends/cuda/cuda_rnn.cpp — RNN, GRU and LSTM (7+; `layout` from 14) on the GPU: attributes parsed
-// as the CPU kernel parses them, shapes checked at reshape; the recurrence in cuda_rnn.cu.
+// backends/cuda/cuda_rnn.cpp — RNN, GRU and LSTM (7+; `layout` from 14) on the GPU: attributes from
+// ops::parse_rnn as on the CPU, shapes checked at reshape; the recurrence in cuda_rnn.cu.
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
-#include "ops/rnn.h"
+#include "ops/params_ml.h"
 
 namespace kiln::cuda {
 namespace {
-
-int acts_of(int cell) { return cell == 0 ? 1 : cell == 1 ? 2 : 3; }
 
 std::string check_rnn(const ir::Node& n) {
   for (int i = 0; i < 3; ++i)
@@ -27,23 +25,20 @@ std::string check_rnn(const ir::Node& n) {
   return "";
 }
 
-Expected<KernelPtr> create_rnn(const ir::Node& n, int cell) {
+Expected<KernelPtr> create_rnn(const ir::Node& n) {
+  KILN_ASSIGN_OR_RETURN(const ops::RnnParams p, ops::parse_rnn(n));
   RnnArgs base;
+  const int cell = p.cell;
   base.cell = cell;
-  const std::string dir = n.attr_string("direction", "forward");
-  if (dir == "bidirectional") base.num_dir = 2;
-  else if (dir == "reverse") base.reverse_only = true;
-  else if (dir != "forward") return invalid_model(n.describe() + ": unknown direction '" + dir + "'");
-  const int64_t hidden_attr = n.attr_int("hidden_size", 0);
-  base.layout = static_cast<int>(n.attr_int("layout", 0));
-  base.linear_before_reset = n.attr_int("linear_before_reset", 0) != 0;
-  base.input_forget = n.attr_int("input_forget", 0) != 0;
-  if (n.attr("clip")) {
-    base.has_clip = true;
-    base.clip = n.attr_float("clip", 0);
-  }
-  KILN_ASSIGN_OR_RETURN(std::vector<rnn::Activation> acts, ops::parse_rnn_activations(n, acts_of(cell), base.num_dir));
-  for (size_t i = 0; i < acts.size() && i < 6; ++i) base.acts[i] = acts[i];
+  base.num_dir = p.num_dir;
+  base.reverse_only = p.reverse_only;
+  const int64_t hidden_attr = p.hidden_size;
+  base.layout = static_cast<int>(p.layout);
+  base.linear_before_reset = p.linear_before_reset;
+  base.input_forget = p.input_forget;
+  base.has_clip = p.has_clip;
+  base.clip = p.clip;
+  for (size_t i = 0; i < p.acts.size() && i < 6; ++i) base.acts[i] = p.acts[i];
   auto reshape = [base, hidden_attr](ReshapeContext& rc) -> Status {
     auto present = [&](size_t i) { return rc.in.size() > i && rc.in[i].present; };
     const Shape &x = rc.in[0].shape, &w = rc.in[1].shape, &r = rc.in[2].shape;
@@ -104,9 +99,8 @@ Expected<KernelPtr> create_rnn(const ir::Node& n, int cell) {
 }  // namespace
 
 void register_rnn(KernelRegistry& r) {
-  const std::pair<const char*, int> cells[] = {{"RNN", 0}, {"GRU", 1}, {"LSTM", 2}};
-  for (const auto& [op, cell] : cells)
-    r.add(kernel_row(op, 7, check_rnn, [cell = cell](const ir::Node& n, KernelInit&) { return create_rnn(n, cell); }));
+  for (const char* op : {"RNN", "GRU", "LSTM"})
+    r.add(kernel_row(op, 7, check_rnn, [](const ir::Node& n, KernelInit&) { return create_rnn(n); }));
 }
 
 }  // namespace kiln::cuda

@@ -4,6 +4,7 @@
 
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
+#include "ops/params_misc.h"
 
 namespace kiln::cuda {
 namespace {
@@ -30,8 +31,9 @@ std::string check_same_float(const ir::Node& n, size_t required, uint32_t ints =
 }
 
 Expected<KernelPtr> create_rotary(const ir::Node& n) {
-  const int64_t num_heads = n.attr_int("num_heads", 0), rotary_dim = n.attr_int("rotary_embedding_dim", 0);
-  const bool interleaved = n.attr_int("interleaved", 0) != 0;
+  const ops::RotaryEmbeddingParams rp = ops::parse_rotary_embedding(n);
+  const int64_t num_heads = rp.num_heads, rotary_dim = rp.rotary_embedding_dim;
+  const bool interleaved = rp.interleaved;
   auto reshape = [=](ReshapeContext& rc) -> Status {
     const Shape& x = rc.in[0].shape;
     if (x.size() != 3 && x.size() != 4) return rc.error("X must be 3-D or 4-D");
@@ -87,10 +89,8 @@ Expected<KernelPtr> create_rotary(const ir::Node& n) {
 }
 
 Expected<KernelPtr> create_causal_conv(const ir::Node& n) {
-  const std::string act = n.attr_string("activation", "none");
-  if (act != "none" && act != "silu" && act != "swish")
-    return invalid_argument(n.describe() + ": activation must be none, silu or swish");
-  const bool silu = act != "none";
+  KILN_ASSIGN_OR_RETURN(const ops::CausalConvWithStateParams cp, ops::parse_causal_conv_with_state(n));
+  const bool silu = cp.silu;
   auto reshape = [silu](ReshapeContext& rc) -> Status {
     const Shape &x = rc.in[0].shape, &w = rc.in[1].shape;
     if (x.size() != 3) return rc.error("input must be (batch, channels, length)");
@@ -128,15 +128,14 @@ Expected<KernelPtr> create_causal_conv(const ir::Node& n) {
 }
 
 Expected<KernelPtr> create_linear_attention(const ir::Node& n) {
-  const int64_t q_heads = n.attr_int("q_num_heads", 0), kv_heads = n.attr_int("kv_num_heads", 0);
-  const float scale_attr = n.attr_float("scale", 0);
-  const std::string rule_s = n.attr_string("update_rule", "gated_delta");
-  int rule;
-  if (rule_s == "linear") rule = 0;
-  else if (rule_s == "gated") rule = 1;
-  else if (rule_s == "delta") rule = 2;
-  else if (rule_s == "gated_delta") rule = 3;
-  else return invalid_argument(n.describe() + ": unknown update_rule '" + rule_s + "'");
+  using Rule = ops::LinearAttentionParams::UpdateRule;
+  KILN_ASSIGN_OR_RETURN(const ops::LinearAttentionParams lp, ops::parse_linear_attention(n));
+  const int64_t q_heads = lp.q_num_heads, kv_heads = lp.kv_num_heads;
+  const float scale_attr = lp.scale;
+  const int rule = lp.update_rule == Rule::kLinear  ? 0
+                   : lp.update_rule == Rule::kGated ? 1
+                   : lp.update_rule == Rule::kDelta ? 2
+                                                    : 3;  // kGatedDelta
   auto reshape = [=](ReshapeContext& rc) -> Status {
     auto present = [&](size_t i) { return rc.in.size() > i && rc.in[i].present; };
     const bool gated = rule == 1 || rule == 3, delta = rule == 2 || rule == 3;

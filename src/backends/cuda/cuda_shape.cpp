@@ -11,6 +11,7 @@
 #include "backends/cuda/cuda_util.h"
 #include "ir/float_types.h"
 #include "backends/staged_kernel.h"
+#include "ops/params_shape.h"
 #include "ops/shape.h"
 
 namespace kiln::cuda {
@@ -63,7 +64,7 @@ Expected<KernelPtr> copy_kernel(ShapeFn shape_of) {
 }
 
 Expected<KernelPtr> create_reshape(const ir::Node& n, KernelInit&) {
-  const bool allowzero = n.attr_int("allowzero", 0) != 0;
+  const bool allowzero = ops::parse_reshape(n).allowzero;  // the 'shape' attribute predates this row (opset 5)
   return copy_kernel([allowzero](const ReshapeContext& rc, const Shape& in) -> Expected<Shape> {
     KILN_ASSIGN_OR_RETURN(std::vector<int64_t> spec, ints_of(rc, 1, "shape"));
     Shape out;
@@ -73,9 +74,9 @@ Expected<KernelPtr> create_reshape(const ir::Node& n, KernelInit&) {
 }
 
 Expected<KernelPtr> create_flatten(const ir::Node& n, KernelInit&) {
-  const int64_t axis_attr = n.attr_int("axis", 1);
-  return copy_kernel([axis_attr](const ReshapeContext& rc, const Shape& in) -> Expected<Shape> {
-    int64_t axis = axis_attr;
+  const ops::FlattenParams p = ops::parse_flatten(n);
+  return copy_kernel([p](const ReshapeContext& rc, const Shape& in) -> Expected<Shape> {
+    int64_t axis = p.axis;
     const int64_t r = static_cast<int64_t>(in.size());
     if (axis < 0) axis += r;
     if (axis < 0 || axis > r) return rc.error("axis out of range");
@@ -88,18 +89,15 @@ Expected<KernelPtr> create_flatten(const ir::Node& n, KernelInit&) {
 }
 
 // Squeeze/Unsqueeze axes: an attribute before opset 13, a host input from 13 on.
-Expected<std::vector<int64_t>> axes_of(const ReshapeContext& rc, const std::vector<int64_t>& attr_axes, bool as_input) {
-  if (!as_input) return attr_axes;
+Expected<std::vector<int64_t>> axes_of(const ReshapeContext& rc, const ops::SqueezeParams& p) {
+  if (!p.axes_as_input) return p.axes;
   if (rc.in.size() < 2 || !rc.in[1].present) return std::vector<int64_t>{};
   return ints_of(rc, 1, "axes");
 }
 
-bool axes_as_input(const ir::Node& n) { return n.opset >= 13 || n.opset == 0; }
-
 Expected<KernelPtr> create_squeeze(const ir::Node& n, KernelInit&) {
-  const bool as_input = axes_as_input(n);
-  return copy_kernel([attr = n.attr_ints("axes"), as_input](const ReshapeContext& rc, const Shape& in) -> Expected<Shape> {
-    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> axes, axes_of(rc, attr, as_input));
+  return copy_kernel([p = ops::parse_squeeze(n)](const ReshapeContext& rc, const Shape& in) -> Expected<Shape> {
+    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> axes, axes_of(rc, p));
     const int64_t r = static_cast<int64_t>(in.size());
     std::vector<bool> drop(in.size(), false);
     if (axes.empty())
@@ -117,9 +115,8 @@ Expected<KernelPtr> create_squeeze(const ir::Node& n, KernelInit&) {
 }
 
 Expected<KernelPtr> create_unsqueeze(const ir::Node& n, KernelInit&) {
-  const bool as_input = axes_as_input(n);
-  return copy_kernel([attr = n.attr_ints("axes"), as_input](const ReshapeContext& rc, const Shape& in) -> Expected<Shape> {
-    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> axes, axes_of(rc, attr, as_input));
+  return copy_kernel([p = ops::parse_squeeze(n)](const ReshapeContext& rc, const Shape& in) -> Expected<Shape> {
+    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> axes, axes_of(rc, p));
     const int64_t r = static_cast<int64_t>(in.size() + axes.size());
     std::vector<bool> inserted(r, false);
     for (int64_t a : axes) {
@@ -157,12 +154,12 @@ std::vector<int64_t> contiguous_strides(const Shape& s) {
 }
 
 Expected<KernelPtr> create_transpose(const ir::Node& n, KernelInit&) {
-  const std::vector<int64_t> perm_attr = n.attr_ints("perm");
-  auto reshape = [perm_attr](ReshapeContext& rc) -> Status {
+  const ops::TransposeParams tp = ops::parse_transpose(n);
+  auto reshape = [tp](ReshapeContext& rc) -> Status {
     if (rc.in.empty() || !rc.in[0].present) return rc.error("input 0 is required");
     const Shape& x = rc.in[0].shape;
     const int r = static_cast<int>(x.size());
-    std::vector<int64_t> perm = perm_attr;
+    std::vector<int64_t> perm = tp.perm;
     if (perm.empty())
       for (int k = r - 1; k >= 0; --k) perm.push_back(k);
     if (static_cast<int>(perm.size()) != r) return rc.error("perm has the wrong length");
@@ -218,14 +215,13 @@ Expected<KernelPtr> create_expand(const ir::Node&, KernelInit&) {
 
 // Slice: starts/ends/axes/steps are attributes before opset 10 and host inputs from 10 on.
 Expected<KernelPtr> create_slice(const ir::Node& n, KernelInit&) {
-  const bool as_inputs = n.opset >= 10 || n.opset == 0;
-  const std::vector<int64_t> a_starts = n.attr_ints("starts"), a_ends = n.attr_ints("ends"), a_axes = n.attr_ints("axes");
-  auto reshape = [=](ReshapeContext& rc) -> Status {
+  const ops::SliceParams sp = ops::parse_slice(n);
+  auto reshape = [sp](ReshapeContext& rc) -> Status {
     if (rc.in.empty() || !rc.in[0].present) return rc.error("input 0 is required");
     const Shape& x = rc.in[0].shape;
     const int64_t r = static_cast<int64_t>(x.size());
-    std::vector<int64_t> starts = a_starts, ends = a_ends, axes = a_axes, steps;
-    if (as_inputs) {
+    std::vector<int64_t> starts = sp.starts, ends = sp.ends, axes = sp.axes, steps;
+    if (sp.bounds_as_inputs) {
       KILN_ASSIGN_OR_RETURN(starts, ints_of(rc, 1, "starts"));
       KILN_ASSIGN_OR_RETURN(ends, ints_of(rc, 2, "ends"));
       axes.clear();
@@ -279,14 +275,15 @@ struct ConcatPlan {
 };
 
 Expected<KernelPtr> create_concat(const ir::Node& n, KernelInit&) {
-  const int64_t axis_attr = n.attr_int("axis", 0);
-  auto reshape = [axis_attr](ReshapeContext& rc) -> Status {
+  // The row starts at opset 4, where the axis is required (before, it defaulted to 1).
+  const ops::ConcatParams cp = ops::parse_concat(n);
+  auto reshape = [cp](ReshapeContext& rc) -> Status {
     if (rc.in.empty()) return rc.error("needs at least one input");
     for (const auto& in : rc.in)
       if (!in.present) return rc.error("omitted inputs are not supported");
     const Shape& first = rc.in[0].shape;
     const int64_t r = static_cast<int64_t>(first.size());
-    int64_t axis = axis_attr;
+    int64_t axis = cp.axis;
     if (!normalize_axis(axis, r)) return rc.error("axis out of range");
     Shape out = first;
     out[axis] = 0;
@@ -339,23 +336,20 @@ std::string concat_check(const ir::Node& n) {
 
 // Split: sizes from the `split` host input (opset 13+), the attribute (before 13), or equal parts.
 Expected<KernelPtr> create_split(const ir::Node& n, KernelInit&) {
-  const int64_t axis_attr = n.attr_int("axis", 0);
-  const std::vector<int64_t> split_attr = n.attr_ints("split");
-  const bool as_input = n.opset >= 13 || n.opset == 0;
-  const int64_t num_outputs_attr = n.attr_int("num_outputs", 0);
-  auto reshape = [=](ReshapeContext& rc) -> Status {
+  const ops::SplitParams sp = ops::parse_split(n);
+  auto reshape = [sp](ReshapeContext& rc) -> Status {
     if (rc.in.empty() || !rc.in[0].present) return rc.error("input 0 is required");
     const Shape& x = rc.in[0].shape;
     const int64_t r = static_cast<int64_t>(x.size());
-    int64_t axis = axis_attr;
+    int64_t axis = sp.axis;
     if (!normalize_axis(axis, r)) return rc.error("axis out of range");
     const int64_t parts = static_cast<int64_t>(rc.out.size());
-    std::vector<int64_t> sizes = split_attr;
-    if (as_input && rc.in.size() > 1 && rc.in[1].present) {
+    std::vector<int64_t> sizes = sp.split;
+    if (sp.split_as_input && rc.in.size() > 1 && rc.in[1].present) {
       KILN_ASSIGN_OR_RETURN(sizes, ints_of(rc, 1, "split"));
     }
     if (sizes.empty()) {
-      if (std::string why = ops::equal_split_sizes(x[axis], num_outputs_attr > 0 ? num_outputs_attr : parts, &sizes);
+      if (std::string why = ops::equal_split_sizes(x[axis], sp.num_outputs > 0 ? sp.num_outputs : parts, &sizes);
           !why.empty())
         return rc.error(why);
     }
@@ -407,14 +401,14 @@ struct GatherPlan {
 };
 
 Expected<KernelPtr> create_gather(const ir::Node& n, KernelInit&) {
-  const int64_t axis_attr = n.attr_int("axis", 0);
-  auto reshape = [axis_attr](ReshapeContext& rc) -> Status {
+  const ops::GatherParams gp = ops::parse_gather(n);
+  auto reshape = [gp](ReshapeContext& rc) -> Status {
     if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("data and indices are required");
     if (rc.in[1].dtype != DataType::kInt64 && rc.in[1].dtype != DataType::kInt32) return rc.error("indices must be int32/int64");
     const Shape& x = rc.in[0].shape;
     const Shape& idx = rc.in[1].shape;
     const int64_t r = static_cast<int64_t>(x.size());
-    int64_t axis = axis_attr;
+    int64_t axis = gp.axis;
     if (!normalize_axis(axis, r)) return rc.error("axis out of range");
     auto p = std::make_shared<GatherPlan>();
     p->outer = 1;
@@ -445,10 +439,11 @@ Expected<KernelPtr> create_gather(const ir::Node& n, KernelInit&) {
 Expected<KernelPtr> create_constant_of_shape(const ir::Node& n, KernelInit&) {
   DataType dt = DataType::kFloat32;
   uint64_t bits = 0;
-  if (const ir::Attribute* a = n.attr("value"); a && a->kind == ir::Attribute::Kind::kTensor && a->t.defined()) {
-    if (a->t.numel() != 1 || !a->t.device().is_cpu()) return invalid_model(n.describe() + ": value must hold one element");
-    dt = a->t.dtype();
-    std::memcpy(&bits, a->t.raw(), dtype_size(dt));
+  const ops::ConstantOfShapeParams cp = ops::parse_constant_of_shape(n);
+  if (const Tensor& v = cp.value; cp.value_is_tensor && v.defined()) {
+    if (v.numel() != 1 || !v.device().is_cpu()) return invalid_model(n.describe() + ": value must hold one element");
+    dt = v.dtype();
+    std::memcpy(&bits, v.raw(), dtype_size(dt));
   }
   if (elem_of(dt) < 0) return unsupported(n.describe() + ": value dtype does not run on CUDA");
   auto reshape = [dt](ReshapeContext& rc) -> Status {

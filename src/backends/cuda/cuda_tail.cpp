@@ -3,6 +3,9 @@
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
 #include "ops/einsum.h"
+#include "ops/params_misc.h"
+#include "ops/params_nn.h"
+#include "ops/params_shape.h"
 
 namespace kiln::cuda {
 namespace {
@@ -21,10 +24,13 @@ struct TopkPlan {
 };
 
 Expected<KernelPtr> create_topk(const ir::Node& nd) {
-  const int64_t axis_attr = nd.attr_int("axis", -1);
-  const bool largest = nd.attr_int("largest", 1) != 0;
-  const bool k_input = nd.opset == 0 || nd.opset >= 10;
-  const int64_t k_attr = nd.attr_int("k", -1);
+  const ops::TopKParams tp = ops::parse_topk(nd);
+  const int64_t axis_attr = tp.axis;
+  const bool largest = tp.largest;
+  // A node without an opset (0: made in code) takes K from input 1 here, as the newest opsets do;
+  // the shape function and the CPU kernel read the attribute for it.
+  const bool k_input = tp.k_input || nd.opset == 0;
+  const int64_t k_attr = tp.k;
   auto reshape = [=](ReshapeContext& rc) -> Status {
     const Shape& x = rc.in[0].shape;
     int64_t axis = axis_attr;
@@ -68,9 +74,10 @@ Expected<KernelPtr> create_topk(const ir::Node& nd) {
 }
 
 Expected<KernelPtr> create_dft(const ir::Node& nd) {
-  const bool axis_input = nd.opset >= 20;
-  const int64_t axis_attr = axis_input ? -2 : nd.attr_int("axis", 1);
-  const bool inverse = nd.attr_int("inverse", 0) != 0, onesided = nd.attr_int("onesided", 0) != 0;
+  const ops::DftParams p = ops::parse_dft(nd);
+  const bool axis_input = p.axis_input;
+  const int64_t axis_attr = p.axis;
+  const bool inverse = p.inverse, onesided = p.onesided;
   auto reshape = [=](ReshapeContext& rc) -> Status {
     const Shape& x = rc.in[0].shape;
     const int64_t r = static_cast<int64_t>(x.size());
@@ -115,7 +122,8 @@ Expected<KernelPtr> create_dft(const ir::Node& nd) {
 }
 
 Expected<KernelPtr> create_col2im(const ir::Node& n) {
-  const std::vector<int64_t> dil_a = n.attr_ints("dilations"), pads_a = n.attr_ints("pads"), str_a = n.attr_ints("strides");
+  const ops::Col2ImParams cp = ops::parse_col2im(n);
+  const std::vector<int64_t> dil_a = cp.dilations, pads_a = cp.pads, str_a = cp.strides;
   auto reshape = [=](ReshapeContext& rc) -> Status {
     auto img = host_ints(rc.in[1].value), blk = host_ints(rc.in[2].value);
     if (!img || !blk || img->size() != blk->size() || img->empty() || img->size() > 6)
@@ -164,9 +172,8 @@ Expected<KernelPtr> create_col2im(const ir::Node& n) {
 }
 
 Expected<KernelPtr> create_einsum(const ir::Node& n) {
-  ops::EinsumSpec spec;
-  const std::string eq = n.attr_string("equation", "");
-  if (!ops::parse_einsum(eq, spec)) return invalid_model(n.describe() + ": cannot parse equation '" + eq + "'");
+  KILN_ASSIGN_OR_RETURN(const ops::EinsumParams p, ops::parse_einsum(n));
+  const ops::EinsumSpec spec = p.spec;
   auto reshape = [spec](ReshapeContext& rc) -> Status {
     std::vector<Shape> shapes;
     for (const auto& in : rc.in) {

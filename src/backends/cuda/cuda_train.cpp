@@ -4,6 +4,7 @@
 
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
+#include "ops/params_misc.h"
 #include "ops/rnn.h"
 
 namespace kiln::cuda {
@@ -120,10 +121,9 @@ struct ScatterPlan {
 };
 
 Expected<KernelPtr> create_tensor_scatter(const ir::Node& n) {
-  const int64_t axis_attr = n.attr_int("axis", -2);
-  const std::string mode = n.attr_string("mode", "linear");
-  if (mode != "linear" && mode != "circular") return invalid_argument(n.describe() + ": mode must be 'linear' or 'circular'");
-  const bool circular = mode == "circular";
+  KILN_ASSIGN_OR_RETURN(const ops::TensorScatterParams params, ops::parse_tensor_scatter(n));
+  const int64_t axis_attr = params.axis;
+  const bool circular = params.circular;
   auto reshape = [axis_attr](ReshapeContext& rc) -> Status {
     const Shape &past = rc.in[0].shape, &upd = rc.in[1].shape;
     const int64_t rank = static_cast<int64_t>(past.size());

@@ -1,0 +1,443 @@
+// ops/params_ml.cpp — parse_<op> for the structs of ops/params_ml.h. One reader per op serves both
+// parse_<op> and parse_<op>_unchecked, so they cannot drift apart: it sets the fields the shape function
+// uses first, stops there when `all` is false (shape inference runs after every pass that fires, and a
+// tree ensemble's node list is large), else reads the rest and returns the first rejection.
+#include "ops/params_ml.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "ops/rnn.h"
+#include "ops/shape_infer_util.h"
+
+namespace kiln::ops {
+namespace {
+
+template <typename P>
+Expected<P> checked(const ir::Node& n, Status (*read)(const ir::Node&, P&, bool)) {
+  P p;
+  KILN_RETURN_IF_ERROR(read(n, p, true));
+  return p;
+}
+
+template <typename P>
+P unchecked(const ir::Node& n, Status (*read)(const ir::Node&, P&, bool)) {
+  P p;
+  (void)read(n, p, false);  // reads no further than the shape function's fields: nothing to reject
+  return p;
+}
+
+// ---------------------------------------------------------------- LabelEncoder
+
+Tensor strings_tensor(const std::vector<std::string>& v) {
+  Tensor t = Tensor::empty(DataType::kString, {static_cast<int64_t>(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) t.data<std::string>()[i] = v[i];
+  return t;
+}
+
+Tensor ints_tensor(const std::vector<int64_t>& v) {
+  Tensor t = Tensor::empty(DataType::kInt64, {static_cast<int64_t>(v.size())});
+  if (!v.empty()) std::memcpy(t.raw(), v.data(), v.size() * sizeof(int64_t));
+  return t;
+}
+
+Tensor floats_tensor(const std::vector<float>& v) {
+  Tensor t = Tensor::empty(DataType::kFloat32, {static_cast<int64_t>(v.size())});
+  if (!v.empty()) std::memcpy(t.raw(), v.data(), v.size() * sizeof(float));
+  return t;
+}
+
+// A one-element tensor of `dt` holding the spec's default: "_Unused", -1 or -0.0.
+Tensor spec_default(DataType dt) {
+  Tensor t = Tensor::empty(dt, {1});
+  switch (dt) {
+    case DataType::kString: t.data<std::string>()[0] = "_Unused"; break;
+    case DataType::kInt64: t.data<int64_t>()[0] = -1; break;
+    case DataType::kInt32: t.data<int32_t>()[0] = -1; break;
+    case DataType::kInt16: t.data<int16_t>()[0] = -1; break;
+    case DataType::kFloat32: t.data<float>()[0] = -0.0f; break;
+    case DataType::kFloat64: t.data<double>()[0] = -0.0; break;
+    default: break;
+  }
+  return t;
+}
+
+bool label_dtype(DataType dt) {
+  switch (dt) {
+    case DataType::kString: case DataType::kInt64: case DataType::kInt32: case DataType::kInt16:
+    case DataType::kFloat32: case DataType::kFloat64: return true;
+    default: return false;
+  }
+}
+
+Status read_label_encoder(const ir::Node& n, LabelEncoderParams& p, bool all) {
+  const DataType in = n.inputs.empty() || !n.inputs[0] ? DataType::kUndefined : n.inputs[0]->type.dtype;
+  const ir::Attribute* classes = n.attr("classes_strings");
+  if (n.attr("values_strings")) p.inferred_dtype = DataType::kString;
+  else if (n.attr("values_int64s")) p.inferred_dtype = DataType::kInt64;
+  else if (n.attr("values_floats")) p.inferred_dtype = DataType::kFloat32;
+  else if (const ir::Attribute* a = n.attr("values_tensor")) p.inferred_dtype = a->t.dtype();
+  else if (classes && in != DataType::kUndefined)
+    p.inferred_dtype = in == DataType::kString ? DataType::kInt64 : DataType::kString;
+  if (!all) return Status::Ok();
+
+  if (classes && n.opset < 2) {
+    std::vector<int64_t> pos(classes->strings.size());
+    for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int64_t>(i);
+    if (in == DataType::kString) {
+      p.keys = strings_tensor(classes->strings);
+      p.values = ints_tensor(pos);
+      p.default_value = ints_tensor({n.attr_int("default_int64", -1)});
+    } else {
+      p.keys = ints_tensor(pos);
+      p.values = strings_tensor(classes->strings);
+      p.default_value = strings_tensor({n.attr_string("default_string", "_Unused")});
+    }
+  } else {
+    if (const ir::Attribute* a = n.attr("keys_strings")) p.keys = strings_tensor(a->strings);
+    else if (const ir::Attribute* a = n.attr("keys_int64s")) p.keys = ints_tensor(a->ints);
+    else if (const ir::Attribute* a = n.attr("keys_floats")) p.keys = floats_tensor(a->floats);
+    else if (const ir::Attribute* a = n.attr("keys_tensor")) p.keys = a->t;
+    if (const ir::Attribute* a = n.attr("values_strings")) {
+      p.values = strings_tensor(a->strings);
+      p.default_value = strings_tensor({n.attr_string("default_string", "_Unused")});
+    } else if (const ir::Attribute* a = n.attr("values_int64s")) {
+      p.values = ints_tensor(a->ints);
+      p.default_value = ints_tensor({n.attr_int("default_int64", -1)});
+    } else if (const ir::Attribute* a = n.attr("values_floats")) {
+      p.values = floats_tensor(a->floats);
+      p.default_value = floats_tensor({n.attr_float("default_float", -0.0f)});
+    } else if (const ir::Attribute* a = n.attr("values_tensor")) {
+      p.values = a->t;
+      const ir::Attribute* d = n.attr("default_tensor");
+      p.default_value = d ? d->t : spec_default(p.values.dtype());
+      if (p.default_value.dtype() != p.values.dtype() || p.default_value.numel() != 1)
+        return invalid_model(n.describe() + ": default_tensor must hold one value of the values' dtype");
+    }
+  }
+  if (!p.keys.defined() || !p.values.defined())
+    return invalid_model(n.describe() + ": needs one keys_* and one values_* attribute");
+  if (p.keys.numel() != p.values.numel())
+    return invalid_model(n.describe() + ": " + std::to_string(p.keys.numel()) + " keys but " +
+                         std::to_string(p.values.numel()) + " values");
+  if (!label_dtype(p.keys.dtype()) || !label_dtype(p.values.dtype()))
+    return invalid_model(n.describe() + ": keys and values must be string, int64/32/16, float or double");
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- TreeEnsemble
+
+// A real-valued attribute: floats, or a numeric tensor (how opset 5 writes them).
+Expected<std::vector<double>> reals_attr(const ir::Node& n, const char* name, bool required) {
+  std::vector<double> v;
+  const ir::Attribute* a = n.attr(name);
+  if (!a) {
+    if (required) return invalid_model(n.describe() + ": needs the '" + std::string(name) + "' attribute");
+    return v;
+  }
+  if (a->kind == ir::Attribute::Kind::kFloats) return std::vector<double>(a->floats.begin(), a->floats.end());
+  if (a->kind != ir::Attribute::Kind::kTensor || !read_doubles(a->t, v))
+    return invalid_model(n.describe() + ": '" + std::string(name) + "' must be a float, double or float16 tensor");
+  return v;
+}
+
+Status read_tree_ensemble(const ir::Node& n, TreeEnsembleParams& e, bool all) {
+  using Tree = TreeEnsembleParams;
+  e.n_targets = n.attr_int("n_targets", 0);
+  if (!all) return Status::Ok();
+  auto bad = [&](const std::string& why) { return invalid_model(n.describe() + ": " + why); };
+  KILN_ASSIGN_OR_RETURN(std::vector<double> splits, reals_attr(n, "nodes_splits", true));
+  KILN_ASSIGN_OR_RETURN(e.leaf_weights, reals_attr(n, "leaf_weights", true));
+  KILN_ASSIGN_OR_RETURN(std::vector<double> members, reals_attr(n, "membership_values", false));
+  const ir::Attribute* modes_attr = n.attr("nodes_modes");
+  if (!modes_attr || modes_attr->kind != ir::Attribute::Kind::kTensor || modes_attr->t.dtype() != DataType::kUInt8)
+    return bad("nodes_modes must be a uint8 tensor");
+  const Tensor& modes = modes_attr->t;
+  const auto features = n.attr_ints("nodes_featureids"), true_ids = n.attr_ints("nodes_truenodeids"),
+             false_ids = n.attr_ints("nodes_falsenodeids"), true_leafs = n.attr_ints("nodes_trueleafs"),
+             false_leafs = n.attr_ints("nodes_falseleafs"), missing = n.attr_ints("nodes_missing_value_tracks_true");
+  e.leaf_targets = n.attr_ints("leaf_targetids");
+  e.roots = n.attr_ints("tree_roots");
+  const size_t count = splits.size();
+  if (modes.numel() != static_cast<int64_t>(count) || features.size() != count || true_ids.size() != count ||
+      false_ids.size() != count || true_leafs.size() != count || false_leafs.size() != count ||
+      (!missing.empty() && missing.size() != count))
+    return bad("the nodes_* attributes must all have the same length");
+  if (e.leaf_targets.size() != e.leaf_weights.size()) return bad("leaf_targetids and leaf_weights differ in length");
+  if (e.n_targets <= 0) return bad("n_targets must be positive");
+  for (int64_t t : e.leaf_targets)
+    if (t < 0 || t >= e.n_targets) return bad("leaf target id " + std::to_string(t) + " is outside [0, n_targets)");
+  for (int64_t r : e.roots)
+    if (r < 0 || r >= static_cast<int64_t>(count)) return bad("tree root " + std::to_string(r) + " is not a node");
+  const int64_t agg = n.attr_int("aggregate_function", 1), post = n.attr_int("post_transform", 0);
+  if (agg < 0 || agg > 3) return bad("aggregate_function must be 0..3");
+  if (post < 0 || post > 4) return bad("post_transform must be 0..4");
+  e.aggregate = static_cast<Tree::Aggregate>(agg);
+  e.post_transform = static_cast<Tree::Post>(post);
+  size_t next_member = 0;
+  for (size_t i = 0; i < count; ++i) {
+    Tree::Node t;
+    const uint8_t mode = modes.data<uint8_t>()[i];
+    if (mode > 6) return bad("node mode " + std::to_string(mode) + " is not 0..6");
+    t.mode = static_cast<Tree::Branch>(mode);
+    t.feature = features[i];
+    if (t.feature < 0) return bad("negative feature id");
+    t.split = splits[i];
+    t.missing_true = !missing.empty() && missing[i] != 0;
+    t.child[0] = false_ids[i];
+    t.child[1] = true_ids[i];
+    t.leaf[0] = false_leafs[i] != 0;
+    t.leaf[1] = true_leafs[i] != 0;
+    for (int b = 0; b < 2; ++b) {
+      const int64_t limit = t.leaf[b] ? static_cast<int64_t>(e.leaf_weights.size()) : static_cast<int64_t>(count);
+      if (t.child[b] < 0 || t.child[b] >= limit)
+        return bad("node " + std::to_string(i) + " points to " + (t.leaf[b] ? "leaf " : "node ") +
+                   std::to_string(t.child[b]) + ", which does not exist");
+    }
+    if (t.mode == Tree::Branch::kMember) {  // the next NaN-terminated run of membership_values
+      if (next_member >= members.size()) return bad("membership_values has too few sets for the BRANCH_MEMBER nodes");
+      while (next_member < members.size() && !std::isnan(members[next_member]))
+        t.members.push_back(members[next_member++]);
+      ++next_member;  // the NaN
+      std::sort(t.members.begin(), t.members.end());
+    }
+    e.nodes.push_back(std::move(t));
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- RNN / GRU / LSTM
+
+Status read_rnn(const ir::Node& n, RnnParams& p, bool all) {
+  const ir::Attribute* h = n.attr("hidden_size");
+  p.has_hidden_size = h != nullptr;
+  p.hidden_size = h ? h->i : 0;
+  p.layout = n.attr_int("layout", 0);
+  const std::string dir = n.attr_string("direction", "forward");
+  p.num_dir = dir == "bidirectional" ? 2 : 1;
+  if (!all) return Status::Ok();
+  p.cell = n.op_type == "RNN" ? RnnParams::kRnn : n.op_type == "GRU" ? RnnParams::kGru : RnnParams::kLstm;
+  p.reverse_only = dir == "reverse";
+  p.linear_before_reset = n.attr_int("linear_before_reset", 0) != 0;
+  p.input_forget = n.attr_int("input_forget", 0) != 0;
+  if (n.attr("clip")) {
+    p.has_clip = true;
+    p.clip = n.attr_float("clip", 0);
+  }
+  if (dir != "forward" && dir != "reverse" && dir != "bidirectional")
+    return invalid_model(n.describe() + ": unknown direction '" + dir + "'");
+  const int per = p.cell == RnnParams::kRnn ? 1 : p.cell == RnnParams::kGru ? 2 : 3;
+  KILN_ASSIGN_OR_RETURN(p.acts, parse_rnn_activations(n, per, p.num_dir));
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- losses, ROI, TfIdf
+
+Status read_loss(const ir::Node& n, LossParams& p, bool all) {
+  const std::string r = n.attr_string("reduction", "mean");
+  p.reduction = r == "none" ? LossParams::Reduction::kNone
+                : r == "sum" ? LossParams::Reduction::kSum
+                             : LossParams::Reduction::kMean;
+  if (!all) return Status::Ok();
+  p.has_ignore_index = n.attr("ignore_index") != nullptr;
+  p.ignore_index = n.attr_int("ignore_index", 0);
+  if (r != "none" && r != "sum" && r != "mean")
+    return invalid_model(n.describe() + ": reduction must be none, sum or mean, got '" + r + "'");
+  return Status::Ok();
+}
+
+Status read_roi_align(const ir::Node& n, RoiAlignParams& p, bool all) {
+  p.output_height = n.attr_int("output_height", 1);
+  p.output_width = n.attr_int("output_width", 1);
+  if (!all) return Status::Ok();
+  p.sampling_ratio = n.attr_int("sampling_ratio", 0);
+  p.spatial_scale = n.attr_float("spatial_scale", 1.0f);
+  const std::string mode = n.attr_string("mode", "avg");
+  p.max_mode = mode == "max";
+  const std::string ctm =
+      n.attr_string("coordinate_transformation_mode", n.opset && n.opset < 16 ? "output_half_pixel" : "half_pixel");
+  p.half_pixel = ctm == "half_pixel";
+  if (mode != "avg" && mode != "max") return invalid_model(n.describe() + ": mode must be avg or max");
+  if (ctm != "half_pixel" && ctm != "output_half_pixel")
+    return invalid_model(n.describe() + ": unknown coordinate_transformation_mode '" + ctm + "'");
+  if (p.output_height <= 0 || p.output_width <= 0)
+    return invalid_model(n.describe() + ": output size must be positive");
+  return Status::Ok();
+}
+
+Status read_max_roi_pool(const ir::Node& n, MaxRoiPoolParams& p, bool all) {
+  p.pooled_shape = n.attr_ints("pooled_shape");
+  if (!all) return Status::Ok();
+  p.spatial_scale = n.attr_float("spatial_scale", 1.0f);
+  const std::vector<int64_t>& ps = p.pooled_shape;
+  if (ps.size() != 2 || ps[0] <= 0 || ps[1] <= 0)
+    return invalid_model(n.describe() + ": pooled_shape must be 2 positive ints");
+  return Status::Ok();
+}
+
+Status read_tfidf(const ir::Node& n, TfIdfParams& p, bool all) {
+  const std::vector<int64_t> indexes = n.attr_ints("ngram_indexes");
+  for (int64_t v : indexes) p.out_size = std::max(p.out_size, v + 1);
+  if (!all) return Status::Ok();
+  const std::vector<int64_t> counts = n.attr_ints("ngram_counts");
+  p.min_gram_length = n.attr_int("min_gram_length", 1);
+  p.max_gram_length = n.attr_int("max_gram_length", 1);
+  p.max_skip_count = n.attr_int("max_skip_count", 0);
+  const std::string mode = n.attr_string("mode", "TF");
+  if (mode == "TF") p.mode = TfIdfParams::Mode::kTF;
+  else if (mode == "IDF") p.mode = TfIdfParams::Mode::kIDF;
+  else if (mode == "TFIDF") p.mode = TfIdfParams::Mode::kTFIDF;
+  else return invalid_model(n.describe() + ": mode must be TF, IDF or TFIDF");
+  if (p.min_gram_length < 1 || p.max_gram_length < p.min_gram_length || p.max_skip_count < 0)
+    return invalid_model(n.describe() + ": need 1 <= min_gram_length <= max_gram_length and max_skip_count >= 0");
+  p.pool_int64s = n.attr_ints("pool_int64s");
+  if (const ir::Attribute* ps = n.attr("pool_strings")) p.pool_strings = ps->strings;
+  p.strings = !p.pool_strings.empty();
+  p.weights = n.attr_floats("weights");
+  const int64_t total =
+      p.strings ? static_cast<int64_t>(p.pool_strings.size()) : static_cast<int64_t>(p.pool_int64s.size());
+  // ngram_counts[i]: where the pool's (i+1)-grams start; ngram_indexes: each n-gram's column, in pool order.
+  int64_t gram_id = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const int64_t size = static_cast<int64_t>(i) + 1, begin = counts[i];
+    const int64_t end = i + 1 < counts.size() ? counts[i + 1] : total;
+    if (begin < 0 || end > total || end < begin)
+      return invalid_model(n.describe() + ": ngram_counts out of the pool's range");
+    for (int64_t at = begin; at + size <= end; at += size, ++gram_id) {
+      if (gram_id >= static_cast<int64_t>(indexes.size()))
+        return invalid_model(n.describe() + ": ngram_indexes too short");
+      if (size < p.min_gram_length || size > p.max_gram_length) continue;
+      p.ngrams.push_back({at, size, indexes[gram_id]});
+    }
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- control and sequences
+
+Status read_scan(const ir::Node& n, ScanParams& p, bool all) {
+  p.opset8 = n.opset > 0 && n.opset < 9;
+  const ir::Attribute* ns = n.attr("num_scan_inputs");
+  p.num_scan_inputs = ns ? static_cast<int>(ns->i) : 0;
+  if (p.opset8) {
+    p.input_directions = n.attr_ints("directions");
+  } else {
+    p.input_axes = n.attr_ints("scan_input_axes");
+    p.input_directions = n.attr_ints("scan_input_directions");
+    p.output_axes = n.attr_ints("scan_output_axes");
+    p.output_directions = n.attr_ints("scan_output_directions");
+  }
+  if (!all) return Status::Ok();
+  if (!ns) return invalid_model(n.describe() + ": missing attribute num_scan_inputs");
+  if (p.num_scan_inputs < 0 || static_cast<size_t>(p.num_scan_inputs) > n.inputs.size())
+    return invalid_model(n.describe() + ": num_scan_inputs is out of range");
+  return Status::Ok();
+}
+
+Status read_sequence_empty(const ir::Node& n, SequenceEmptyParams& p, bool all) {
+  const ir::Attribute* a = n.attr("dtype");
+  p.dtype = a ? static_cast<DataType>(a->i) : DataType::kFloat32;
+  if (!all) return Status::Ok();
+  if (!dtype_is_valid(static_cast<int32_t>(p.dtype)) || p.dtype == DataType::kUndefined)
+    return invalid_model(n.describe() + ": dtype " + std::to_string(static_cast<int>(p.dtype)) +
+                         " is not a tensor type");
+  return Status::Ok();
+}
+
+Status read_concat_from_sequence(const ir::Node& n, ConcatFromSequenceParams& p, bool all) {
+  const ir::Attribute* a = n.attr("axis");
+  p.axis = a ? a->i : 0;
+  p.new_axis = n.attr_int("new_axis", 0) != 0;
+  if (!all) return Status::Ok();
+  if (!a) return invalid_model(n.describe() + ": missing attribute 'axis'");
+  return Status::Ok();
+}
+
+}  // namespace
+
+BinarizerParams parse_binarizer(const ir::Node& n) {
+  BinarizerParams p;
+  p.threshold = n.attr_float("threshold", 0.0f);
+  return p;
+}
+
+Expected<LabelEncoderParams> parse_label_encoder(const ir::Node& n) { return checked(n, read_label_encoder); }
+LabelEncoderParams parse_label_encoder_unchecked(const ir::Node& n) { return unchecked(n, read_label_encoder); }
+
+Expected<TreeEnsembleParams> parse_tree_ensemble(const ir::Node& n) { return checked(n, read_tree_ensemble); }
+TreeEnsembleParams parse_tree_ensemble_unchecked(const ir::Node& n) { return unchecked(n, read_tree_ensemble); }
+
+QuantizeParams parse_quantize(const ir::Node& n) {
+  QuantizeParams p;
+  p.axis = n.attr_int("axis", 1);
+  p.block_size = n.attr_int("block_size", 0);
+  p.saturate = n.attr_int("saturate", 1) != 0;
+  p.output_dtype = static_cast<DataType>(n.attr_int("output_dtype", 0));
+  p.precision = static_cast<DataType>(n.attr_int("precision", 0));
+  return p;
+}
+
+Expected<RnnParams> parse_rnn(const ir::Node& n) { return checked(n, read_rnn); }
+RnnParams parse_rnn_unchecked(const ir::Node& n) { return unchecked(n, read_rnn); }
+
+Expected<LossParams> parse_loss(const ir::Node& n) { return checked(n, read_loss); }
+LossParams parse_loss_unchecked(const ir::Node& n) { return unchecked(n, read_loss); }
+
+Expected<RoiAlignParams> parse_roi_align(const ir::Node& n) { return checked(n, read_roi_align); }
+RoiAlignParams parse_roi_align_unchecked(const ir::Node& n) { return unchecked(n, read_roi_align); }
+
+Expected<MaxRoiPoolParams> parse_max_roi_pool(const ir::Node& n) { return checked(n, read_max_roi_pool); }
+MaxRoiPoolParams parse_max_roi_pool_unchecked(const ir::Node& n) { return unchecked(n, read_max_roi_pool); }
+
+DeformConvParams parse_deform_conv(const ir::Node& n) {
+  DeformConvParams p;
+  p.dilations = n.attr_ints("dilations");
+  p.pads = n.attr_ints("pads");
+  p.strides = n.attr_ints("strides");
+  p.kernel_shape = n.attr_ints("kernel_shape");
+  p.group = n.attr_int("group", 1);
+  p.offset_group = n.attr_int("offset_group", 1);
+  return p;
+}
+
+LpNormalizationParams parse_lp_normalization(const ir::Node& n) {
+  LpNormalizationParams p;
+  p.axis = n.attr_int("axis", -1);
+  p.p = n.attr_int("p", 2);
+  return p;
+}
+
+Expected<TfIdfParams> parse_tfidf(const ir::Node& n) { return checked(n, read_tfidf); }
+TfIdfParams parse_tfidf_unchecked(const ir::Node& n) { return unchecked(n, read_tfidf); }
+
+Expected<ScanParams> parse_scan(const ir::Node& n) { return checked(n, read_scan); }
+ScanParams parse_scan_unchecked(const ir::Node& n) { return unchecked(n, read_scan); }
+
+Expected<SequenceEmptyParams> parse_sequence_empty(const ir::Node& n) { return checked(n, read_sequence_empty); }
+SequenceEmptyParams parse_sequence_empty_unchecked(const ir::Node& n) { return unchecked(n, read_sequence_empty); }
+
+SplitToSequenceParams parse_split_to_sequence(const ir::Node& n) {
+  SplitToSequenceParams p;
+  p.axis = n.attr_int("axis", 0);
+  p.keepdims = n.attr_int("keepdims", 1) != 0;
+  return p;
+}
+
+Expected<ConcatFromSequenceParams> parse_concat_from_sequence(const ir::Node& n) {
+  return checked(n, read_concat_from_sequence);
+}
+ConcatFromSequenceParams parse_concat_from_sequence_unchecked(const ir::Node& n) {
+  return unchecked(n, read_concat_from_sequence);
+}
+
+OptionalParams parse_optional(const ir::Node& n) {
+  OptionalParams p;
+  if (const ir::Attribute* a = n.attr("type"); a && !a->types.empty()) {
+    p.has_type = true;
+    p.type = a->types[0];
+  }
+  return p;
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,197 @@
+// ops/params_ml.h — the attributes of the ai.onnx.ml ops (ops/ml.cpp), the ops of ops/rnn_quant.cpp
+// (quantization, RNN/GRU/LSTM, losses, ROI, DeformConv, LpNormalization, TfIdfVectorizer) and of the
+// control and sequence ops (ops/control.cpp), parsed once per node into typed structs. Shape functions
+// and the CPU and CUDA kernels read these instead of the node's attributes. The optimizers' attributes
+// are ops::parse_optimizer's (ops/rnn.h); subgraph bodies are read from the node.
+//
+// parse_<op> returns Expected where kernels reject attribute values (invalid_model naming the node).
+// Shape functions have always typed nodes that kernels then reject (a TreeEnsemble with only n_targets,
+// a LabelEncoder without keys), so parse_<op>_unchecked reads the fields its shape function uses (named
+// beside it) the same way, without the kernels' checks; the other fields may keep their defaults.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "kiln/status.h"
+#include "ops/rnn_math.h"
+
+namespace kiln::ops {
+
+// ---------------------------------------------------------------- ai.onnx.ml
+
+struct BinarizerParams {
+  double threshold = 0;  // elements greater than this become 1
+};
+BinarizerParams parse_binarizer(const ir::Node& n);
+
+// LabelEncoder 1/2/4: keys_* / values_* / default_* (or default_tensor), or opset 1's classes_strings
+// (string <-> int64 by position, the direction chosen by the input's dtype).
+struct LabelEncoderParams {
+  Tensor keys;           // 1-D: string, int64/32/16, float or double
+  Tensor values;         // 1-D, one per key; its dtype is the output's
+  Tensor default_value;  // one element of values' dtype, for inputs no key matches
+  // The output dtype shape inference gives: values_* first, else classes_strings against a known input
+  // dtype at any opset; undefined when neither. (The kernels take classes_strings only before opset 2.)
+  DataType inferred_dtype = DataType::kUndefined;
+};
+Expected<LabelEncoderParams> parse_label_encoder(const ir::Node& n);
+LabelEncoderParams parse_label_encoder_unchecked(const ir::Node& n);  // inferred_dtype
+
+// TreeEnsemble 5: the node arrays as a checked list of tree nodes (ids in range, one membership set per
+// BRANCH_MEMBER node), so a walk needs no bounds checks other than its step limit.
+struct TreeEnsembleParams {
+  enum class Branch : uint8_t { kLeq, kLt, kGte, kGt, kEq, kNeq, kMember };  // nodes_modes 0..6
+  enum class Aggregate { kAverage, kSum, kMin, kMax };                       // aggregate_function 0..3
+  enum class Post { kNone, kSoftmax, kLogistic, kSoftmaxZero, kProbit };     // post_transform 0..4
+  struct Node {
+    Branch mode = Branch::kLeq;
+    int64_t feature = 0;
+    double split = 0;
+    bool missing_true = false;    // a NaN feature takes the true branch
+    std::vector<double> members;  // kMember: the set, sorted
+    int64_t child[2] = {0, 0};    // [false, true]: a node index, or a leaf index where leaf[] says so
+    bool leaf[2] = {false, false};
+  };
+  std::vector<Node> nodes;
+  std::vector<int64_t> roots;         // tree_roots: node indices
+  std::vector<double> leaf_weights;   // per leaf
+  std::vector<int64_t> leaf_targets;  // per leaf, in [0, n_targets)
+  int64_t n_targets = 0;              // positive once checked; unchecked: as written, 0 when absent
+  Aggregate aggregate = Aggregate::kSum;
+  Post post_transform = Post::kNone;
+};
+Expected<TreeEnsembleParams> parse_tree_ensemble(const ir::Node& n);
+TreeEnsembleParams parse_tree_ensemble_unchecked(const ir::Node& n);  // n_targets
+
+// ---------------------------------------------------------------- ops/rnn_quant.cpp
+
+// QuantizeLinear / DequantizeLinear.
+struct QuantizeParams {
+  int64_t axis = 1;        // as written, may be negative; unused for a per-tensor scale
+  int64_t block_size = 0;  // 0: per tensor or per axis; as written (kernels reject negative values)
+  bool saturate = true;    // float8 outputs: clamp to the largest finite value
+  DataType output_dtype = DataType::kUndefined;  // as written (0: not given), not checked as a dtype code
+  DataType precision = DataType::kUndefined;     // as written (0: not given)
+};
+QuantizeParams parse_quantize(const ir::Node& n);
+
+// RNN / GRU / LSTM (opset 7+; layout from 14).
+struct RnnParams {
+  enum Cell : int { kRnn = 0, kGru = 1, kLstm = 2 };  // from the op type
+  Cell cell = kLstm;
+  int num_dir = 1;            // 2 for bidirectional
+  bool reverse_only = false;  // direction "reverse"
+  int64_t hidden_size = 0;    // 0: not given (taken from R's shape)
+  bool has_hidden_size = false;
+  int64_t layout = 0;  // 1: X is [batch, seq, input], the states [batch, dirs, hidden]
+  bool linear_before_reset = false;  // GRU
+  bool input_forget = false;         // LSTM: f = 1 - i
+  bool has_clip = false;
+  double clip = 0;                       // gate inputs are clamped to [-clip, clip] when has_clip
+  std::vector<rnn::Activation> acts;     // ops::parse_rnn_activations: per direction, forward first
+};
+// Rejects an unknown direction and activation lists of the wrong length (unsupported: unknown names).
+Expected<RnnParams> parse_rnn(const ir::Node& n);
+RnnParams parse_rnn_unchecked(const ir::Node& n);  // num_dir, has_hidden_size / hidden_size, layout
+
+// SoftmaxCrossEntropyLoss / NegativeLogLikelihoodLoss.
+struct LossParams {
+  enum class Reduction { kNone, kSum, kMean };
+  Reduction reduction = Reduction::kMean;  // unchecked: kNone only for "none" (anything else reads as kMean)
+  bool has_ignore_index = false;
+  int64_t ignore_index = 0;  // labels equal to it count as zero with zero weight, when has_ignore_index
+};
+Expected<LossParams> parse_loss(const ir::Node& n);
+LossParams parse_loss_unchecked(const ir::Node& n);  // reduction
+
+struct RoiAlignParams {
+  bool max_mode = false;    // mode "max" (else "avg")
+  bool half_pixel = true;   // coordinate_transformation_mode "half_pixel"; opset < 16 defaults to "output_half_pixel"
+  int64_t output_height = 1, output_width = 1;  // positive once checked
+  int64_t sampling_ratio = 0;  // <= 0: adaptive, ceil(roi extent / bins)
+  double spatial_scale = 1;
+};
+Expected<RoiAlignParams> parse_roi_align(const ir::Node& n);
+RoiAlignParams parse_roi_align_unchecked(const ir::Node& n);  // output_height, output_width
+
+struct MaxRoiPoolParams {
+  std::vector<int64_t> pooled_shape;  // [height, width]; two positive values once checked
+  double spatial_scale = 1;
+};
+Expected<MaxRoiPoolParams> parse_max_roi_pool(const ir::Node& n);
+MaxRoiPoolParams parse_max_roi_pool_unchecked(const ir::Node& n);  // pooled_shape as written
+
+// DeformConv (2-D): the window attributes as written (empty: the defaults, kernel from W's shape).
+struct DeformConvParams {
+  std::vector<int64_t> dilations, pads, strides, kernel_shape;
+  int64_t group = 1, offset_group = 1;
+};
+DeformConvParams parse_deform_conv(const ir::Node& n);
+
+struct LpNormalizationParams {
+  int64_t axis = -1;  // as written, may be negative
+  int64_t p = 2;      // as written; the kernels support 1 and 2
+};
+LpNormalizationParams parse_lp_normalization(const ir::Node& n);
+
+// TfIdfVectorizer 9.
+struct TfIdfParams {
+  enum class Mode { kTF, kIDF, kTFIDF };
+  struct NGram {
+    int64_t begin = 0, size = 1;  // pool[begin, begin + size)
+    int64_t column = 0;           // the output column it counts into
+  };
+  int64_t min_gram_length = 1, max_gram_length = 1, max_skip_count = 0;
+  Mode mode = Mode::kTF;
+  bool strings = false;  // the pool is pool_strings (else pool_int64s)
+  std::vector<int64_t> pool_int64s;
+  std::vector<std::string> pool_strings;
+  std::vector<NGram> ngrams;   // the pool's n-grams of length min..max_gram_length, in pool order
+  std::vector<float> weights;  // per output column; empty: 1
+  int64_t out_size = 0;        // output columns: max(ngram_indexes) + 1
+};
+Expected<TfIdfParams> parse_tfidf(const ir::Node& n);
+TfIdfParams parse_tfidf_unchecked(const ir::Node& n);  // out_size
+
+// ---------------------------------------------------------------- ops/control.cpp
+
+// Scan 8/9+ (the body is the node's graph attribute).
+struct ScanParams {
+  bool opset8 = false;  // inputs start with sequence_lens; axis 0 is the batch and axis 1 the sequence
+  int num_scan_inputs = 0;  // 0 when absent (unchecked); within the node's input count once checked
+  std::vector<int64_t> input_axes, input_directions;    // opset 8: input_directions only ("directions")
+  std::vector<int64_t> output_axes, output_directions;  // empty at opset 8
+};
+Expected<ScanParams> parse_scan(const ir::Node& n);
+ScanParams parse_scan_unchecked(const ir::Node& n);  // opset8, num_scan_inputs, output_axes
+
+struct SequenceEmptyParams {
+  DataType dtype = DataType::kFloat32;  // a tensor element type once checked
+};
+Expected<SequenceEmptyParams> parse_sequence_empty(const ir::Node& n);
+SequenceEmptyParams parse_sequence_empty_unchecked(const ir::Node& n);  // dtype as written
+
+struct SplitToSequenceParams {
+  int64_t axis = 0;  // as written, may be negative
+  bool keepdims = true;  // without a split input: keep the split axis (of length 1)
+};
+SplitToSequenceParams parse_split_to_sequence(const ir::Node& n);
+
+struct ConcatFromSequenceParams {
+  int64_t axis = 0;  // as written, may be negative; required (unchecked: 0 when absent)
+  bool new_axis = false;  // stack along a new axis instead of concatenating
+};
+Expected<ConcatFromSequenceParams> parse_concat_from_sequence(const ir::Node& n);
+ConcatFromSequenceParams parse_concat_from_sequence_unchecked(const ir::Node& n);  // axis, new_axis
+
+// Optional 15: the element type declared by the `type` attribute (used without an input).
+struct OptionalParams {
+  bool has_type = false;
+  ir::Type type;
+};
+OptionalParams parse_optional(const ir::Node& n);
+
+}  // namespace kiln::ops

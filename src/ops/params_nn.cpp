@@ -1,0 +1,162 @@
+// ops/params_nn.cpp — parsing of the attributes declared in ops/params_nn.h: the only place the nn,
+// normalization, softmax, pooling, GEMM, convolution, reduction and kiln fused ops read them.
+#include "ops/params_nn.h"
+
+namespace kiln::ops {
+
+GemmParams parse_gemm(const ir::Node& n) {
+  GemmParams p;
+  p.trans_a = n.attr_int("transA", 0) != 0;
+  p.trans_b = n.attr_int("transB", 0) != 0;
+  p.alpha = n.attr_float("alpha", 1.f);
+  p.beta = n.attr_float("beta", 1.f);
+  return p;
+}
+
+ConvParams parse_conv(const ir::Node& n) {
+  ConvParams p;
+  p.window = parse_window_attrs(n);
+  p.group = n.attr_int("group", 1);
+  p.channels_last = n.attr_int("channels_last", 0) != 0;
+  return p;
+}
+
+PoolParams parse_pool(const ir::Node& n) {
+  PoolParams p;
+  p.window = parse_window_attrs(n);
+  p.count_include_pad = n.attr_int("count_include_pad", 0) != 0;
+  p.column_major = n.attr_int("storage_order", 0) != 0;
+  if (const ir::Attribute* a = n.attr("p"))
+    p.p = a->kind == ir::Attribute::Kind::kFloat ? a->f : static_cast<double>(a->i);
+  return p;
+}
+
+ChannelsLastPoolParams parse_channels_last_pool(const ir::Node& n) {
+  ChannelsLastPoolParams p;
+  p.op = n.attr_string("op", "");
+  p.known = p.op == "MaxPool" || p.op == "AveragePool" || p.op == "GlobalMaxPool" || p.op == "GlobalAveragePool";
+  p.global = p.known && p.op.rfind("Global", 0) == 0;
+  p.max = p.known && p.op.find("Max") != std::string::npos;
+  p.pool = parse_pool(n);
+  return p;
+}
+
+BatchNormParams parse_batch_norm(const ir::Node& n) {
+  BatchNormParams p;
+  p.epsilon = n.attr_float("epsilon", 1e-5f);
+  p.momentum = n.attr_float("momentum", 0.9f);
+  p.training_mode = n.attr_int("training_mode", 0) != 0;
+  p.training = n.opset >= 14 && p.training_mode;
+  p.spatial = n.opset >= 9 || n.attr_int("spatial", 1) != 0;
+  p.legacy_training = n.opset != 0 && n.opset < 7 && n.attr_int("is_test", 0) == 0;
+  return p;
+}
+
+InstanceNormParams parse_instance_norm(const ir::Node& n) {
+  InstanceNormParams p;
+  p.epsilon = n.attr_float("epsilon", 1e-5f);
+  return p;
+}
+
+GroupNormParams parse_group_norm(const ir::Node& n) {
+  GroupNormParams p;
+  p.epsilon = n.attr_float("epsilon", 1e-5f);
+  p.num_groups = n.attr_int("num_groups", 0);
+  return p;
+}
+
+LayerNormParams parse_layer_norm(const ir::Node& n) {
+  LayerNormParams p;
+  p.axis = n.attr_int("axis", -1);
+  p.epsilon = n.attr_float("epsilon", 1e-5f);
+  p.stash_type = n.attr_int("stash_type", 1);
+  if (dtype_is_valid(static_cast<int32_t>(p.stash_type))) p.stash = static_cast<DataType>(p.stash_type);
+  return p;
+}
+
+SkipLayerNormParams parse_skip_layer_norm(const ir::Node& n) {
+  SkipLayerNormParams p;
+  p.epsilon = n.attr_float("epsilon", 1e-5f);
+  return p;
+}
+
+LrnParams parse_lrn(const ir::Node& n) {
+  LrnParams p;
+  p.size = n.attr_int("size", 1);
+  p.alpha = n.attr_float("alpha", 1e-4f);
+  p.beta = n.attr_float("beta", 0.75f);
+  p.bias = n.attr_float("bias", 1.0f);
+  return p;
+}
+
+MvnParams parse_mvn(const ir::Node& n) {
+  MvnParams p;
+  p.axes = n.attr_ints("axes", {0, 2, 3});
+  return p;
+}
+
+SoftmaxParams parse_softmax(const ir::Node& n) {
+  SoftmaxParams p;
+  p.coerce_2d = n.opset != 0 && n.opset < 13;
+  p.axis = n.attr_int("axis", p.coerce_2d ? 1 : -1);
+  return p;
+}
+
+DropoutParams parse_dropout(const ir::Node& n) {
+  DropoutParams p;
+  p.ratio = n.attr_float("ratio", 0.5f);
+  p.has_seed = n.attr("seed") != nullptr;
+  p.seed = n.attr_int("seed", 0);
+  // opset 0 (a node made in code) is read as the newest version.
+  p.ratio_inputs = n.opset == 0 || n.opset >= 12;
+  p.bool_mask = n.opset == 0 || n.opset >= 10;
+  p.legacy_training = n.opset != 0 && n.opset < 7 && n.attr_int("is_test", 0) == 0;
+  return p;
+}
+
+ReduceParams parse_reduce(const ir::Node& n) {
+  ReduceParams p;
+  p.axes_input = n.opset >= (n.op_type == "ReduceSum" ? 13 : 18);
+  if (const ir::Attribute* a = n.attr("axes")) {
+    p.axes = a->ints;
+    p.has_axes_attr = true;
+  }
+  p.keepdims = n.attr_int("keepdims", 1) != 0;
+  p.noop_with_empty_axes = n.attr_int("noop_with_empty_axes", 0) != 0;
+  return p;
+}
+
+ArgReduceParams parse_arg_reduce(const ir::Node& n) {
+  ArgReduceParams p;
+  p.axis = n.attr_int("axis", 0);
+  p.keepdims = n.attr_int("keepdims", 1) != 0;
+  p.select_last_index = n.attr_int("select_last_index", 0) != 0;
+  return p;
+}
+
+TopKParams parse_topk(const ir::Node& n) {
+  TopKParams p;
+  p.axis = n.attr_int("axis", -1);
+  p.largest = n.attr_int("largest", 1) != 0;
+  p.k_input = n.opset >= 10;
+  p.k = n.attr_int("k", -1);
+  return p;
+}
+
+CumSumParams parse_cumsum(const ir::Node& n) {
+  CumSumParams p;
+  p.exclusive = n.attr_int("exclusive", 0) != 0;
+  p.reverse = n.attr_int("reverse", 0) != 0;
+  return p;
+}
+
+FusedAttentionParams parse_fused_attention(const ir::Node& n) {
+  FusedAttentionParams p;
+  p.num_heads = n.attr_int("num_heads", 0);
+  p.scale = n.attr_float("scale", 1.0f);
+  p.mask_fill = n.attr_float("mask_fill", 0.0f);
+  p.mask_fill_where_true = n.attr_int("mask_fill_where_true", 0) != 0;
+  return p;
+}
+
+}  // namespace kiln::ops

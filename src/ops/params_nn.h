@@ -1,0 +1,168 @@
+// ops/params_nn.h — the attributes of the nn, normalization, softmax, pooling, GEMM, convolution,
+// reduction and kiln fused op families, each parsed once (params_nn.cpp) into a typed struct that the
+// op's shape function (ops/nn.cpp, reduce.cpp, fused.cpp) and every backend kernel read. Defaults and
+// opset-dependent meanings are decided here, so consumers never read attributes or n.opset for them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "kiln/status.h"
+#include "ops/nn.h"  // WindowAttrs, the sliding window shared by convolutions and pooling
+
+namespace kiln::ops {
+
+// ---------------------------------------------------------------- GEMM, convolution, pooling
+
+// Gemm (and kiln.FusedGemm's inner Gemm).
+struct GemmParams {
+  bool trans_a = false, trans_b = false;
+  float alpha = 1, beta = 1;
+};
+GemmParams parse_gemm(const ir::Node& n);
+
+// Conv, ConvInteger, QLinearConv, ConvTranspose, kiln.FusedConv and kiln.QConv.
+struct ConvParams {
+  WindowAttrs window;
+  int64_t group = 1;
+  // kiln.FusedConv / kiln.QConv (passes/channels_last.cpp): X [N,H,W,C], W [M,kh,kw,C/group], Y [N,OH,OW,M]
+  bool channels_last = false;
+};
+ConvParams parse_conv(const ir::Node& n);
+
+// MaxPool, AveragePool, LpPool, their Global* forms and MaxUnpool.
+struct PoolParams {
+  WindowAttrs window;
+  bool count_include_pad = false;  // AveragePool
+  bool column_major = false;       // MaxPool storage_order = 1: Indices count along columns
+  double p = 2;                    // LpPool / GlobalLpPool (an int attribute in old opsets, a float later)
+};
+PoolParams parse_pool(const ir::Node& n);
+
+// kiln.ChannelsLastPool: the pooling op named by `op` on [N,H,W,C] tensors, with that op's attributes.
+struct ChannelsLastPoolParams {
+  std::string op;       // as written
+  bool known = false;   // op is MaxPool, AveragePool, GlobalMaxPool or GlobalAveragePool
+  bool global = false;  // GlobalMaxPool / GlobalAveragePool
+  bool max = false;     // MaxPool / GlobalMaxPool
+  PoolParams pool;
+};
+ChannelsLastPoolParams parse_channels_last_pool(const ir::Node& n);
+
+// ---------------------------------------------------------------- normalization, softmax, dropout
+
+struct BatchNormParams {
+  float epsilon = 1e-5f;
+  float momentum = 0.9f;
+  bool training_mode = false;    // as written, whatever the opset (the attribute exists from opset 14)
+  bool training = false;         // opset >= 14 with training_mode: batch statistics, running ones updated
+  bool spatial = true;           // opset < 9: attribute `spatial`; 0 asks for per-activation statistics
+  bool legacy_training = false;  // opset 1-6 with is_test = 0: the old training mode
+};
+BatchNormParams parse_batch_norm(const ir::Node& n);
+
+struct InstanceNormParams {
+  float epsilon = 1e-5f;
+};
+InstanceNormParams parse_instance_norm(const ir::Node& n);
+
+struct GroupNormParams {
+  float epsilon = 1e-5f;
+  int64_t num_groups = 0;  // as written, 0 when absent (the kernels reject < 1 and non-divisors of C)
+};
+GroupNormParams parse_group_norm(const ir::Node& n);
+
+// LayerNormalization and RMSNormalization.
+struct LayerNormParams {
+  int64_t axis = -1;  // first normalized dim, as written (may be negative)
+  float epsilon = 1e-5f;
+  int64_t stash_type = 1;               // as written, unchecked (1 = float32)
+  DataType stash = DataType::kFloat32;  // stash_type when it names a valid dtype, else float32
+};
+LayerNormParams parse_layer_norm(const ir::Node& n);
+
+// kiln.SkipLayerNorm (always over the last dim).
+struct SkipLayerNormParams {
+  float epsilon = 1e-5f;
+};
+SkipLayerNormParams parse_skip_layer_norm(const ir::Node& n);
+
+struct LrnParams {
+  int64_t size = 1;  // channels in the window, as written (kernels reject < 1)
+  float alpha = 1e-4f, beta = 0.75f, bias = 1.0f;
+};
+LrnParams parse_lrn(const ir::Node& n);
+
+// MeanVarianceNormalization.
+struct MvnParams {
+  std::vector<int64_t> axes = {0, 2, 3};  // as written (may be negative)
+};
+MvnParams parse_mvn(const ir::Node& n);
+
+// Softmax, LogSoftmax and Hardmax.
+struct SoftmaxParams {
+  int64_t axis = -1;  // as written (may be negative); default 1 when coerce_2d, else -1
+  // opset < 13: the input is seen as 2-D [prod(dims[:axis]), prod(dims[axis:])] and rows normalized
+  bool coerce_2d = false;
+};
+SoftmaxParams parse_softmax(const ir::Node& n);
+
+struct DropoutParams {
+  float ratio = 0.5f;  // the attribute; from opset 12 input 1 (when given) replaces it
+  bool has_seed = false;
+  int64_t seed = 0;
+  bool ratio_inputs = true;      // opset >= 12 (or unversioned): ratio and training_mode are inputs 1 and 2
+  bool bool_mask = true;         // opset >= 10 (or unversioned): the mask output is bool, else X's dtype
+  bool legacy_training = false;  // opset 1-6 with is_test = 0: the old training mode
+};
+DropoutParams parse_dropout(const ir::Node& n);
+
+// ---------------------------------------------------------------- reductions
+
+// ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1, ReduceL2, ReduceLogSum,
+// ReduceLogSumExp and ReduceSumSquare.
+struct ReduceParams {
+  // opset >= 13 (ReduceSum) or 18 (the others): axes are input 1, else the `axes` attribute
+  bool axes_input = false;
+  std::vector<int64_t> axes;   // the attribute as written (may be negative), empty when absent
+  bool has_axes_attr = false;  // the attribute is present (even when empty)
+  bool keepdims = true;
+  bool noop_with_empty_axes = false;  // as written, whatever the opset
+};
+ReduceParams parse_reduce(const ir::Node& n);
+
+// ArgMax and ArgMin.
+struct ArgReduceParams {
+  int64_t axis = 0;  // as written (may be negative)
+  bool keepdims = true;
+  bool select_last_index = false;
+};
+ArgReduceParams parse_arg_reduce(const ir::Node& n);
+
+struct TopKParams {
+  int64_t axis = -1;  // as written (may be negative)
+  bool largest = true;
+  bool k_input = false;  // opset >= 10: K is input 1, else the `k` attribute
+  int64_t k = -1;        // opset < 10: the attribute, -1 when absent
+};
+TopKParams parse_topk(const ir::Node& n);
+
+struct CumSumParams {
+  bool exclusive = false, reverse = false;
+};
+CumSumParams parse_cumsum(const ir::Node& n);
+
+// ---------------------------------------------------------------- kiln fused ops
+
+// kiln.Attention (passes/fuse_attention.cpp); ops/fused.cpp describes its inputs.
+struct FusedAttentionParams {
+  int64_t num_heads = 0;  // as written, 0 when absent (the kernels' checks reject < 1)
+  float scale = 1;        // multiplies QK^T
+  float mask_fill = 0;    // the score where the bool mask selects
+  bool mask_fill_where_true = false;  // fill where the bool mask is true (else where it is false)
+};
+FusedAttentionParams parse_fused_attention(const ir::Node& n);
+
+}  // namespace kiln::ops
