@@ -102,7 +102,8 @@ struct BuildOptions {
   // kiln version, is ignored with a warning (and a foreign one is not overwritten).
   std::string timing_cache;
   std::function<void(const BuildProgress&)> progress;  // called from the building thread
-  // INT8 (CPU engines): every Conv (2-D), MatMul and Gemm with constant weights runs in 8 bits, its
+  // INT8: every Conv (2-D), MatMul and Gemm with constant weights runs in 8 bits (CUDA engines: MatMul
+  // and Gemm, kiln.QMatMul on int8 tensor cores; the rest in float32), its
   // activation as uint8 with a scale and zero point measured on `calibration` (input sets by name,
   // run through the float32 graph), its weights as int8 with one scale per output channel. Method:
   // "minmax" (the range seen), "entropy" (the clipping threshold of least KL divergence) or

@@ -1,6 +1,7 @@
 // runtime/calibrate.cpp — INT8 and FP8 engines from a float model: calibration and quantization.
 //
-// kiln build --int8 quantizes every Conv (2-D), MatMul and Gemm whose weights are constant:
+// kiln build --int8 quantizes every Conv (2-D), MatMul and Gemm whose weights are constant (CUDA
+// engines: MatMul and Gemm, the products with a CUDA int8 kernel):
 //   1. the activations they read get a range, measured by running the float32 graph (an engine of
 //      it, opt level 0, with those values made outputs) on the calibration input sets: minmax (the
 //      range seen), percentile (of |x|, the rest clipped) or entropy (the clipping threshold whose
@@ -259,13 +260,23 @@ void quantize_weights(ir::Graph& g, ir::Node& n) {
 
 namespace {
 
-// The products to quantize (graph order; `fp8`: those an FP8 engine takes) and the activations they
-// read (each once, graph order); nodes named in `keep_float` stay float.
-void find_targets(ir::Graph& g, bool fp8, const std::set<std::string>& keep_float, std::vector<ir::Node*>* targets,
+// Which products an engine quantizes: FP8 engines MatMul/Gemm (fp8_quantizable); INT8 engines every
+// quantizable product on the CPU, and MatMul/Gemm on CUDA, which has an int8 kernel for those
+// (kiln.QMatMul) but none for convolutions — a convolution between Q/DQ there would only add passes.
+struct Products {
+  bool fp8 = false;
+  bool convs = true;
+};
+Products products_of(const BuildOptions& o) { return {o.precision == Precision::kFP8, o.device == DeviceType::kCPU}; }
+
+// The products to quantize (graph order) and the activations they read (each once, graph order);
+// nodes named in `keep_float` stay float.
+void find_targets(ir::Graph& g, Products which, const std::set<std::string>& keep_float, std::vector<ir::Node*>* targets,
                   std::vector<std::string>* acts) {
   std::set<std::string> seen;
   for (ir::Node* n : g.nodes()) {
-    if (!(fp8 ? fp8_quantizable(*n) : quantizable(*n)) || keep_float.count(n->name)) continue;
+    const bool take = which.fp8 ? fp8_quantizable(*n) : quantizable(*n) && (which.convs || n->op_type != "Conv");
+    if (!take || keep_float.count(n->name)) continue;
     targets->push_back(n);
     if (seen.insert(n->inputs[0]->name).second) acts->push_back(n->inputs[0]->name);
   }
@@ -287,7 +298,7 @@ Expected<Calibration> calibrate(ir::Graph& g, const BuildOptions& options, const
   Calibration cal;
   std::vector<ir::Node*> targets;
   std::vector<std::string> acts;  // activation values to calibrate, in graph order
-  find_targets(g, options.precision == Precision::kFP8, {}, &targets, &acts);
+  find_targets(g, products_of(options), {}, &targets, &acts);
   if (targets.empty()) return cal;
 
   const std::string header = cache_header(model_hash, method + (method == "percentile" ? "@" + std::to_string(options.calibration_percentile) : ""));
@@ -367,10 +378,11 @@ Expected<Calibration> calibrate(ir::Graph& g, const BuildOptions& options, const
 
 // Q → DQ on each calibrated activation, read by the products (other readers keep the float value),
 // and int8 weights behind a DequantizeLinear; nodes named in keep_float stay float.
-Status insert_qdq(ir::Graph& g, const Calibration& cal, const std::set<std::string>& keep_float, Int8Report* report) {
+Status insert_qdq(ir::Graph& g, Products which, const Calibration& cal, const std::set<std::string>& keep_float,
+                  Int8Report* report) {
   std::vector<ir::Node*> targets;
   std::vector<std::string> acts;
-  find_targets(g, false, keep_float, &targets, &acts);
+  find_targets(g, which, keep_float, &targets, &acts);
   const auto& ranges = cal.ranges;
   std::map<std::string, ir::Value*> dequantized;
   for (const std::string& a : acts) {
@@ -418,10 +430,11 @@ ir::Node* bias_add_of(const ir::Node& mm, int64_t n, const ir::Value** row) {
 
 // Every FP8 product (find_targets with fp8) becomes kiln.F8MatMul(A, B8 [N, K], bias?) with a_scale
 // from A's calibrated range and b_scale from the weights; nodes named in keep_float stay float.
-Status insert_fp8(ir::Graph& g, const Calibration& cal, const std::set<std::string>& keep_float, Int8Report* report) {
+Status insert_fp8(ir::Graph& g, Products which, const Calibration& cal, const std::set<std::string>& keep_float,
+                  Int8Report* report) {
   std::vector<ir::Node*> targets;
   std::vector<std::string> acts;
-  find_targets(g, true, keep_float, &targets, &acts);
+  find_targets(g, which, keep_float, &targets, &acts);
   std::map<std::string, float> a_scale;
   for (const std::string& a : acts) {
     const auto& [lo, hi] = cal.ranges.at(a);
@@ -542,7 +555,7 @@ Expected<Int8Report> quantize_8bit(ir::Graph& g, const BuildOptions& options, co
   report.calibration_sets = cal.sets;
   std::vector<ir::Node*> targets;
   std::vector<std::string> acts;
-  find_targets(g, fp8, {}, &targets, &acts);
+  find_targets(g, products_of(options), {}, &targets, &acts);
   for (const ir::Node* n : targets) report.layers.push_back({n->name, n->op_type, true, -1});
   std::set<std::string> keep_float;
   if (options.accuracy_budget > 0 && !targets.empty()) {
@@ -559,7 +572,7 @@ Expected<Int8Report> quantize_8bit(ir::Graph& g, const BuildOptions& options, co
     KILN_ASSIGN_OR_RETURN(auto want, run_sets(*ref_engine, sets));
     auto error_with = [&](const std::set<std::string>& keep) -> Expected<double> {
       auto copy = g.clone();
-      KILN_RETURN_IF_ERROR(insert(*copy, cal, keep, nullptr));
+      KILN_RETURN_IF_ERROR(insert(*copy, products_of(options), cal, keep, nullptr));
       KILN_ASSIGN_OR_RETURN(auto e, build_quantized(std::move(copy)));
       KILN_ASSIGN_OR_RETURN(auto got, run_sets(*e, sets));
       return metric(kind, got, want);
@@ -603,7 +616,7 @@ Expected<Int8Report> quantize_8bit(ir::Graph& g, const BuildOptions& options, co
     report.error = err_hi;
   }
   for (const auto& layer : report.layers) report.products += layer.int8;
-  KILN_RETURN_IF_ERROR(insert(g, cal, keep_float, &report));
+  KILN_RETURN_IF_ERROR(insert(g, products_of(options), cal, keep_float, &report));
   return report;
 }
 

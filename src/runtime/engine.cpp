@@ -232,9 +232,6 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
   // A verbose build logs every decision (the optimizer's rewrites, placement fallbacks, tuning).
   ScopedLogLevel level(options.verbose ? LogLevel::kVerbose : LogLevel::kWarning);
   const bool fp8 = options.precision == Precision::kFP8;
-  if (options.int8 && options.device != DeviceType::kCPU)
-    return unsupported("INT8 engines run on the CPU in this version (kiln has no CUDA int8 kernels yet): on a Hopper GPU "
-                       "build with --precision fp8, or build with device cpu");
   if (options.int8 && fp8) return invalid_argument("choose INT8 or FP8, not both");
   if ((options.int8 || fp8) && options.opt_level < 1)
     return invalid_argument("an INT8 or FP8 build needs opt level 1 or more");

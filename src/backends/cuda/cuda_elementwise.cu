@@ -423,6 +423,76 @@ int launch_bias_act(int elem, void* y, const void* bias, const void* z, int64_t 
   });
 }
 
+// ---- kiln.QMatMul's passes around cuBLASLt's int8 product (cuda_gemm.cpp)
+namespace {
+// Four bytes per thread: row i of A [m, k] into row i of out [m, kp] (kp % 4 == 0), uint8 values
+// shifted to int8 (x ^ 0x80 == x - 128), the columns from k on zero.
+__global__ void int8_rows_kernel(const uint8_t* __restrict__ a, bool from_uint8, int8_t* __restrict__ out, int64_t m, int64_t k,
+                                 int64_t kp) {
+  const int64_t quads = kp / 4;
+  const uint8_t flip = from_uint8 ? 0x80 : 0;
+  KILN_GRID_LOOP(q, m * quads) {
+    const int64_t i = q / quads, j0 = (q % quads) * 4;
+    uint32_t packed = 0;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const int64_t j = j0 + t;
+      const uint8_t v = j < k ? static_cast<uint8_t>(a[i * k + j] ^ flip) : 0;
+      packed |= static_cast<uint32_t>(v) << (8 * t);
+    }
+    reinterpret_cast<uint32_t*>(out + i * kp)[j0 / 4] = packed;
+  }
+}
+
+// v = scale[j] · acc[i, j] + offset[j], the activation, then float32 y or saturate(rne(v / ys) + yz).
+template <typename Out>
+__global__ void int8_epilogue_kernel(const int32_t* __restrict__ acc, int64_t ldacc, const float* __restrict__ scale,
+                                     const float* __restrict__ offset, Out* __restrict__ y, int64_t m, int64_t n, bool act,
+                                     UnaryOp op, float alpha, float beta, float ys, int32_t yz, int32_t lo, int32_t hi) {
+  KILN_GRID_LOOP(e, m * n) {
+    const int64_t i = e / n, j = e % n;
+    float v = fmaf(scale[j], static_cast<float>(acc[i * ldacc + j]), offset[j]);
+    if (act) v = apply_unary(op, v, alpha, beta);
+    if constexpr (sizeof(Out) == 4) {
+      y[e] = v;
+    } else {
+      const float q = rintf(v / ys) + static_cast<float>(yz);
+      y[e] = static_cast<Out>(static_cast<int32_t>(fminf(fmaxf(q, static_cast<float>(lo)), static_cast<float>(hi))));
+    }
+  }
+}
+}  // namespace
+
+int launch_int8_rows(const uint8_t* a, bool from_uint8, int8_t* out, int64_t m, int64_t k, int64_t kp, cudaStream_t stream) {
+  if (m <= 0 || kp <= 0) return cudaSuccess;
+  if (kp % 4 != 0 || kp < k || (reinterpret_cast<uintptr_t>(out) & 3)) return cudaErrorInvalidValue;
+  int8_rows_kernel<<<grid_for(m * (kp / 4)), kThreads, 0, stream>>>(a, from_uint8, out, m, k, kp);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int launch_int8_epilogue(const int32_t* acc, int64_t ldacc, const float* scale, const float* offset, void* y, int64_t m,
+                         int64_t n, bool act, UnaryOp op, float alpha, float beta, int out_type, float ys, int32_t yz,
+                         cudaStream_t stream) {
+  if (m <= 0 || n <= 0) return cudaSuccess;
+  const unsigned grid = grid_for(m * n);
+  switch (out_type) {
+    case 0:
+      int8_epilogue_kernel<float><<<grid, kThreads, 0, stream>>>(acc, ldacc, scale, offset, static_cast<float*>(y), m, n, act, op,
+                                                                 alpha, beta, ys, yz, 0, 0);
+      break;
+    case 1:
+      int8_epilogue_kernel<uint8_t><<<grid, kThreads, 0, stream>>>(acc, ldacc, scale, offset, static_cast<uint8_t*>(y), m, n, act,
+                                                                   op, alpha, beta, ys, yz, 0, 255);
+      break;
+    case 2:
+      int8_epilogue_kernel<int8_t><<<grid, kThreads, 0, stream>>>(acc, ldacc, scale, offset, static_cast<int8_t*>(y), m, n, act,
+                                                                  op, alpha, beta, ys, yz, -128, 127);
+      break;
+    default: return cudaErrorInvalidValue;
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
 int launch_binary(BinaryOp op, int elem, const void* a, const void* b, void* y, int64_t n, const BroadcastIndex& index,
                   cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;

@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <numeric>
 
@@ -18,6 +19,7 @@
 #include "backends/staged_kernel.h"
 #include "ir/epilogue.h"
 #include "ops/params_nn.h"
+#include "ops/shape_infer_util.h"
 #include "passes/passes.h"
 
 namespace kiln::cuda {
@@ -44,7 +46,7 @@ struct GemmProblem {
   int64_t m = 0, n = 0, k = 0;
   float alpha = 1, beta = 0;
   DataType dtype = DataType::kFloat32;  // of Y (and of A and B unless ab_dtype says otherwise)
-  DataType ab_dtype = DataType::kUndefined;  // A's and B's when they differ from Y's (float8e4m3fn)
+  DataType ab_dtype = DataType::kUndefined;  // A's and B's when they differ from Y's (float8e4m3fn; int8 with an int32 Y)
   const void* a = nullptr;
   const void* b = nullptr;
   void* y = nullptr;
@@ -112,9 +114,12 @@ Status plan_gemm(const ir::Node& node, CudaState& st, GemmPlan& g) {
   g.strided = strided;
   const int32_t batch = strided ? static_cast<int32_t>(count) : 1;
   LtDescs& d = g.d;
-  const cublasComputeType_t compute =
-      p.tf32 && p.dtype == DataType::kFloat32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F), "desc"));
+  // int8 operands: integer tensor-core products summed exactly in int32 (alpha and beta are int32).
+  const bool integer = p.ab_dtype == DataType::kInt8;
+  const cublasComputeType_t compute = integer ? CUBLAS_COMPUTE_32I
+                                      : p.tf32 && p.dtype == DataType::kFloat32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                                : CUBLAS_COMPUTE_32F;
+  KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatmulDescCreate(&d.op, compute, integer ? CUDA_R_32I : CUDA_R_32F), "desc"));
   // Column-major view: Yᵀ[N,M] = op(B)ᵀ[N,K] · op(A)ᵀ[K,M]; cuBLASLt's "A" is our B, its "B" our A.
   const cublasOperation_t op_lt_a = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_lt_b = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -128,8 +133,14 @@ Status plan_gemm(const ir::Node& node, CudaState& st, GemmPlan& g) {
   const uint64_t a_rows = p.trans_b ? p.k : p.n, a_cols = p.trans_b ? p.n : p.k;
   const uint64_t b_rows = p.trans_a ? p.m : p.k, b_cols = p.trans_a ? p.k : p.m;
   auto cuda_type = [](DataType dt) {
-    return dt == DataType::kFloat16 ? CUDA_R_16F : dt == DataType::kBFloat16 ? CUDA_R_16BF
-                                                 : dt == DataType::kFloat8E4M3FN ? CUDA_R_8F_E4M3 : CUDA_R_32F;
+    switch (dt) {
+      case DataType::kFloat16: return CUDA_R_16F;
+      case DataType::kBFloat16: return CUDA_R_16BF;
+      case DataType::kFloat8E4M3FN: return CUDA_R_8F_E4M3;
+      case DataType::kInt8: return CUDA_R_8I;
+      case DataType::kInt32: return CUDA_R_32I;
+      default: return CUDA_R_32F;
+    }
   };
   const cudaDataType_t t = cuda_type(p.dtype);
   const cudaDataType_t tab = p.ab_dtype == DataType::kUndefined ? t : cuda_type(p.ab_dtype);
@@ -260,8 +271,12 @@ Status launch_gemm(const KernelContext& ctx, const GemmPlan& g, const void* a, c
     const void* ai = static_cast<const char*>(a) + p.off_a[i] * es_ab;
     const void* bi = static_cast<const char*>(b) + p.off_b[i] * es_ab;
     void* yi = static_cast<char*>(y) + p.off_y[i] * es;
-    KILN_RETURN_IF_ERROR(lt_ok(ctx.node(), cublasLtMatmul(st.lt, g.d.op, &p.alpha, bi, g.d.a, ai, g.d.b, &p.beta, yi, g.d.c,
-                                                          yi, g.d.c, &g.heur.algo, st.workspace, st.workspace_bytes, st.stream),
+    static const int32_t kOne = 1, kZero = 0;  // an int8 product's alpha and beta (its scale type is int32)
+    const bool integer = p.ab_dtype == DataType::kInt8;
+    const void* alpha = integer ? static_cast<const void*>(&kOne) : &p.alpha;
+    const void* beta = integer ? static_cast<const void*>(&kZero) : &p.beta;
+    KILN_RETURN_IF_ERROR(lt_ok(ctx.node(), cublasLtMatmul(st.lt, g.d.op, alpha, bi, g.d.a, ai, g.d.b, beta, yi, g.d.c, yi, g.d.c,
+                                                          &g.heur.algo, st.workspace, st.workspace_bytes, st.stream),
                                "matmul"));
   }
   return Status::Ok();
@@ -485,6 +500,176 @@ Expected<KernelPtr> create_f8(const ir::Node& n) {
                      [reshape](const ReshapeContext& rc) { return f8_tactics(rc, reshape); });
 }
 
+// ---- kiln.QMatMul (passes/fuse_qdq.cpp's 8-bit products): A [..., K] uint8/int8 times a constant
+// B [K, N] int8 (zero point 0; scale per tensor or per column), through cuBLASLt's int8 tensor-core
+// kernels (exact int32 sums), then one pass over the sums:
+//   y = act(xs·ws[j] · (Σ_k a'[i,k]·b[k,j] − z'·Σ_k b[k,j]) + bias[j]), requantized to y_scale /
+//   y_zero_point's type when given (saturate(rne(y / ys) + yz)), else float32.
+// a' is A as int8 (uint8 values shifted by −128, so z' = xz − 128): cuBLASLt's integer kernels take
+// signed operands only. The column sums, scales and bias fold into one scale and one offset per column
+// at prepare, when B is also stored transposed ([N, K], the "TN" layout those kernels take) with rows
+// padded to 16 bytes; prepare uploads all three once. Run: A to int8 rows (skipped when A is int8 and
+// K % 16 == 0), the product into int32 sums in the workspace, the epilogue.
+enum QIn { kQX = 0, kQXScale, kQXZero, kQW, kQWScale, kQWZero, kQYScale, kQYZero, kQBias };
+
+struct QMatMulConsts {
+  Activation act;
+  bool a_uint8 = false;
+  int64_t k = 0, n = 0, kp = 0, np = 0;  // kp: K rounded up to 16; np: N rounded up to 4 (the sums' row)
+  int out_type = 0;                       // launch_int8_epilogue's: 0 float32, 1 uint8, 2 int8
+  float ys = 1;
+  int32_t yz = 0;
+  Tensor bt, scale, offset;               // device: int8 [np, kp], float32 [n], float32 [n]
+};
+
+const Tensor* q_const(const ir::Node& n, int i) {
+  return n.has_input(static_cast<size_t>(i)) && n.inputs[i]->is_constant() ? &*n.inputs[i]->constant : nullptr;
+}
+
+std::string qmatmul_check(const ir::Node& n) {
+  if (!n.has_input(kQX) || !n.has_input(kQW)) return "A and B are required";
+  const DataType a = n.inputs[kQX]->type.dtype;
+  if (a != DataType::kUInt8 && a != DataType::kInt8) return "A must be uint8 or int8";
+  const Tensor* w = q_const(n, kQW);
+  if (!w || w->dtype() != DataType::kInt8 || w->shape().size() != 2) return "B must be a constant int8 [K, N]";
+  for (int i : {kQXScale, kQXZero, kQWScale, kQWZero, kQYScale, kQYZero, kQBias})
+    if (n.has_input(static_cast<size_t>(i)) && !q_const(n, i)) return "scales, zero points and the bias must be constants";
+  if (!q_const(n, kQXScale) || !q_const(n, kQWScale)) return "x_scale and w_scale are required";
+  if (n.has_input(kQYScale) != n.has_input(kQYZero)) return "y_scale and y_zero_point come together";
+  return "";
+}
+
+// Reads, checks and uploads what every run of the node uses (the CPU kernel's rules and messages).
+Expected<std::shared_ptr<const QMatMulConsts>> prepare_qmatmul(const ir::Node& n) {
+  auto c = std::make_shared<QMatMulConsts>();
+  std::string why;
+  if (!read_activation(n, &c->act, &why)) return invalid_argument(n.describe() + ": " + why);
+  const Tensor& w = *q_const(n, kQW);
+  c->k = w.shape()[0];
+  c->n = w.shape()[1];
+  c->kp = (c->k + 15) / 16 * 16;
+  c->np = (c->n + 3) / 4 * 4;
+  c->a_uint8 = n.inputs[kQX]->type.dtype == DataType::kUInt8;
+  auto values = [&](int i, std::vector<double>& v) -> Status {
+    const Tensor* t = q_const(n, i);
+    if (t && !ops::read_doubles(*t, v)) return invalid_argument(n.describe() + ": input " + std::to_string(i) + " is not numeric");
+    if (!t) v.clear();
+    return Status::Ok();
+  };
+  std::vector<double> xs, xz, ws, wz, ys, yz, bias;
+  for (auto [i, v] : {std::pair{int(kQXScale), &xs}, std::pair{int(kQXZero), &xz}, std::pair{int(kQWScale), &ws},
+                      std::pair{int(kQWZero), &wz}, std::pair{int(kQYScale), &ys}, std::pair{int(kQYZero), &yz},
+                      std::pair{int(kQBias), &bias}})
+    KILN_RETURN_IF_ERROR(values(i, *v));
+  if (xs.size() != 1 || !(xs[0] > 0) || !std::isfinite(xs[0])) return invalid_argument(n.describe() + ": x_scale must be one positive finite value");
+  if (xz.size() > 1) return invalid_argument(n.describe() + ": x_zero_point must be one value of X's type");
+  if (ws.size() != 1 && static_cast<int64_t>(ws.size()) != c->n)
+    return invalid_argument(n.describe() + ": w_scale must have 1 or " + std::to_string(c->n) + " values");
+  for (double z : wz)
+    if (z != 0) return invalid_argument(n.describe() + ": w_zero_point must be 0 (symmetric weights)");
+  if (!ys.empty()) {
+    const DataType yt = n.inputs[kQYZero]->type.dtype;
+    if (ys.size() != 1 || yz.size() != 1 || (yt != DataType::kUInt8 && yt != DataType::kInt8))
+      return invalid_argument(n.describe() + ": y_scale and y_zero_point must be one value each, y_zero_point uint8 or int8");
+    if (!(ys[0] > 0) || !std::isfinite(ys[0])) return invalid_argument(n.describe() + ": y_scale must be positive and finite");
+    c->ys = static_cast<float>(ys[0]);
+    c->yz = static_cast<int32_t>(yz[0]);
+    c->out_type = yt == DataType::kUInt8 ? 1 : 2;
+  }
+  const Tensor* b = q_const(n, kQBias);
+  if (b && (static_cast<int64_t>(bias.size()) != c->n || (b->dtype() != DataType::kFloat32 && b->dtype() != DataType::kInt32)))
+    return invalid_argument(n.describe() + ": B must be float32 or int32 with " + std::to_string(c->n) + " values");
+  // The product runs on a' = a − 128 for uint8 A, so its zero point moves by as much.
+  const int64_t zp = (xz.empty() ? 0 : static_cast<int64_t>(xz[0])) - (c->a_uint8 ? 128 : 0);
+  const int8_t* wq = w.data<int8_t>();
+  Tensor bt = Tensor::empty(DataType::kInt8, {c->np, c->kp});  // zeroed: padding adds nothing to the sums
+  Tensor scale = Tensor::empty(DataType::kFloat32, {c->n});
+  Tensor offset = Tensor::empty(DataType::kFloat32, {c->n});
+  int8_t* btq = bt.data<int8_t>();
+  for (int64_t j = 0; j < c->n; ++j) {
+    int64_t colsum = 0;
+    for (int64_t kk = 0; kk < c->k; ++kk) {
+      btq[j * c->kp + kk] = wq[kk * c->n + j];
+      colsum += wq[kk * c->n + j];
+    }
+    const double sj = xs[0] * ws[ws.size() == 1 ? 0 : j];
+    // An int32 bias is in accumulator units (xs·ws[j]), as QLinearConv's and ONNX Runtime's QDQ models'.
+    const double bj = !b ? 0.0 : b->dtype() == DataType::kInt32 ? bias[j] * sj : bias[j];
+    scale.data<float>()[j] = static_cast<float>(sj);
+    offset.data<float>()[j] = static_cast<float>(bj - sj * static_cast<double>(zp * colsum));
+  }
+  KILN_ASSIGN_OR_RETURN(Backend * gpu, backend_for(DeviceType::kCUDA));
+  for (auto [host, dev] : {std::pair{&bt, &c->bt}, std::pair{&scale, &c->scale}, std::pair{&offset, &c->offset}}) {
+    KILN_ASSIGN_OR_RETURN(auto storage, gpu->allocate(host->nbytes()));
+    *dev = Tensor::with_storage(host->dtype(), host->shape(), storage);
+    KILN_RETURN_IF_ERROR(gpu->copy(*host, *dev, nullptr));
+  }
+  return std::shared_ptr<const QMatMulConsts>(std::move(c));
+}
+
+// Whether A goes through launch_int8_rows first (uint8 values, or rows not a multiple of 16 bytes).
+bool qmatmul_converts(const QMatMulConsts& c) { return c.a_uint8 || c.kp != c.k; }
+
+Status reshape_qmatmul(ReshapeContext& rc, const QMatMulConsts& c) {
+  if (rc.in.size() <= kQW || !rc.in[kQX].present) return rc.error("A and B are required");
+  if (!reshape_state(rc)) return unsupported("no device state to plan with");
+  const Shape& as = rc.in[kQX].shape;
+  if (as.empty() || as.back() != c.k)
+    return rc.error("A's last dim must be B's K (" + std::to_string(c.k) + "), A is " + shape_to_string(as));
+  Shape ys = as;
+  if (as.size() == 1) ys = {c.n};
+  else ys.back() = c.n;
+  rc.out[0] = {c.out_type == 0 ? DataType::kFloat32 : c.out_type == 1 ? DataType::kUInt8 : DataType::kInt8, ys};
+  const int64_t m = shape_numel(as) / std::max<int64_t>(c.k, 1);
+  auto g = std::make_shared<GemmPlan>();
+  GemmProblem& p = g->p;
+  p.dtype = DataType::kInt32;
+  p.ab_dtype = DataType::kInt8;
+  p.trans_b = true;
+  p.m = m;
+  p.n = c.np;
+  p.k = c.kp;
+  p.heur_index = heuristic_index(rc);
+  p.off_a = p.off_b = p.off_y = {0};
+  if (c.k == 0 && m * c.n != 0) return rc.error("K = 0 is not supported by the int8 product");
+  KILN_RETURN_IF_ERROR(plan_gemm(rc.node, *reshape_state(rc), *g));
+  const size_t a_bytes = qmatmul_converts(c) ? static_cast<size_t>((m * c.kp + 255) / 256 * 256) : 0;
+  rc.workspace_bytes = a_bytes + static_cast<size_t>(m * c.np) * sizeof(int32_t);
+  rc.state = std::move(g);
+  return Status::Ok();
+}
+
+Status run_qmatmul(KernelContext& ctx, const QMatMulConsts& c) {
+  const auto& g = *static_cast<const GemmPlan*>(ctx.shape_state());
+  Tensor& y = ctx.output(0);
+  if (g.empty) return Status::Ok();
+  CudaState& st = state_of(ctx);
+  const Tensor& a = ctx.input(kQX);
+  const int64_t m = g.p.m;
+  auto* ws = static_cast<char*>(ctx.workspace());
+  const void* a8 = a.raw();
+  size_t a_bytes = 0;
+  if (qmatmul_converts(c)) {
+    a_bytes = static_cast<size_t>((m * c.kp + 255) / 256 * 256);
+    KILN_RETURN_IF_ERROR(launched(ctx, launch_int8_rows(static_cast<const uint8_t*>(a.raw()), c.a_uint8,
+                                                        reinterpret_cast<int8_t*>(ws), m, c.k, c.kp, st.stream)));
+    a8 = ws;
+  }
+  auto* acc = reinterpret_cast<int32_t*>(ws + a_bytes);
+  KILN_RETURN_IF_ERROR(launch_gemm(ctx, g, a8, c.bt.raw(), acc));
+  const bool act = c.act.kind != ActKind::kNone;
+  return launched(ctx, launch_int8_epilogue(acc, c.np, c.scale.data<float>(), c.offset.data<float>(), y.raw(), m, c.n, act,
+                                            act ? unary_of(c.act.kind) : UnaryOp::kRelu, c.act.a, c.act.b, c.out_type, c.ys, c.yz,
+                                            st.stream));
+}
+
+Expected<KernelPtr> create_qmatmul(const ir::Node& n) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<const QMatMulConsts> c, prepare_qmatmul(n));
+  auto reshape = [c](ReshapeContext& rc) { return reshape_qmatmul(rc, *c); };
+  return make_staged(reshape, [c](KernelContext& ctx) { return run_qmatmul(ctx, *c); },
+                     [reshape](const ReshapeContext& rc) { return gemm_tactics(rc, reshape); });
+}
+
 }  // namespace
 
 int matmul_epilogue_applied(const void* shape_state) {
@@ -523,6 +708,15 @@ void register_gemm(KernelRegistry& r) {
   f8.check = f8_check;
   f8.create = [](const ir::Node& n, KernelInit&) { return create_f8(n); };
   r.add(f8);
+
+  KernelDef q;
+  q.op = "QMatMul";
+  q.domain = "kiln";
+  q.name = "cuda.QMatMul.i8.cublaslt";
+  q.precision = "i8";
+  q.check = qmatmul_check;
+  q.create = [](const ir::Node& n, KernelInit&) { return create_qmatmul(n); };
+  r.add(q);
 }
 
 }  // namespace kiln::cuda

@@ -52,6 +52,16 @@ int launch_quantize_e4m3(int elem, const void* x, uint8_t* y, int64_t n, float i
 int launch_bias_act(int elem, void* y, const void* bias, const void* z, int64_t n, int64_t channels, int64_t inner, bool act,
                     UnaryOp op, float alpha, float beta, cudaStream_t stream);
 
+// kiln.QMatMul (cuda_gemm.cpp), around cuBLASLt's int8 product. launch_int8_rows: A [m, k] (uint8 or
+// int8) as int8 rows of kp (% 4 == 0) bytes for the product: uint8 values shifted by -128, columns
+// from k on zero. launch_int8_epilogue: v = scale[j] · acc[i · ldacc + j] + offset[j], the activation
+// (as launch_unary), then y [m, n] as float32 (out_type 0) or saturate(rne(v / ys) + yz) as uint8 (1) or
+// int8 (2), QuantizeLinear's rounding.
+int launch_int8_rows(const uint8_t* a, bool from_uint8, int8_t* out, int64_t m, int64_t k, int64_t kp, cudaStream_t stream);
+int launch_int8_epilogue(const int32_t* acc, int64_t ldacc, const float* scale, const float* offset, void* y, int64_t m,
+                         int64_t n, bool act, UnaryOp op, float alpha, float beta, int out_type, float ys, int32_t yz,
+                         cudaStream_t stream);
+
 enum class BinaryOp : int {
   kAdd, kSub, kMul, kDiv, kPow, kMax, kMin, kFirst, kMod, kFmod, kEqual, kLess, kLessEqual, kGreater, kGreaterEqual,
   kAnd, kOr, kXor, kBitAnd, kBitOr, kBitXor, kPRelu, kShiftLeft, kShiftRight,
