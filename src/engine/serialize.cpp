@@ -428,15 +428,11 @@ Expected<std::shared_ptr<CompiledGraph>> read_plan(const fb::PlanDesc* pd, std::
     const ir::Node& n = *gnodes[ni];
     // Every buffer must be the node's own value (or a device copy of it) on the step's device.
     if (s.in.size() != n.inputs.size() || s.out.size() != n.outputs.size()) return bad(n.describe() + ": step arity differs from the node");
-    const KernelDef* def = backend->kernels().by_name(s.kernel_name);
-    if (!def)
-      return Status{StatusCode::kEngineMismatch, n.describe() + ": the engine names kernel '" + s.kernel_name +
-                                                     "', which this kiln does not have; rebuild the engine"};
-    if (def->op != n.op_type) return bad(n.describe() + ": kernel '" + s.kernel_name + "' is for another op");
-    // The same test lowering applies (domain, opset range, dtypes and attributes), so a file cannot
-    // bind a node to a kernel that would misread it.
-    if (const std::string why = def->rejects(n); !why.empty())
-      return bad(n.describe() + ": kernel '" + s.kernel_name + "' cannot run this node: " + why);
+    // The row must exist here, be the node's op's and accept the node, as instantiate_kernels checks
+    // again; a file that fails it is corrupt (or, for a missing row, written by another kiln).
+    auto row = step_kernel_row(*backend, s, n);
+    if (!row.ok()) return row.status().code() == StatusCode::kEngineMismatch ? row.status() : bad(row.status().message());
+    const KernelDef* def = *row;
     s.host_inputs = def->host_inputs;
     for (size_t i = 0; i < s.in.size(); ++i) {
       const int want = n.inputs[i] ? gindex.at(n.inputs[i]) : -1;

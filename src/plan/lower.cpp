@@ -321,6 +321,19 @@ uint64_t lowering_count() { return g_lowerings.load(); }
 
 std::unique_ptr<SubgraphRunner> make_subgraph_compiler() { return std::make_unique<CpuSubgraphCompiler>(); }
 
+Expected<const KernelDef*> step_kernel_row(Backend& backend, const Step& s, const ir::Node& n) {
+  const KernelDef* def = backend.kernels().by_name(s.kernel_name);
+  if (!def)
+    return Status{StatusCode::kEngineMismatch, n.describe() + ": the plan names kernel '" + s.kernel_name +
+                                                   "', which this kiln does not have; rebuild the engine"};
+  if (def->op != n.op_type) return invalid_model(n.describe() + ": kernel '" + s.kernel_name + "' is for another op");
+  // The test placement applies (domain, opset range, dtypes and attributes), so a plan cannot bind a
+  // node to a kernel that would misread it.
+  if (const std::string why = def->rejects(n); !why.empty())
+    return invalid_model(n.describe() + ": kernel '" + s.kernel_name + "' cannot run this node: " + why);
+  return def;
+}
+
 Status instantiate_kernels(CompiledGraph& cg, SubgraphRunner* subgraphs) {
   cg.kernels.clear();
   cg.kernels.resize(cg.steps.size());
@@ -334,15 +347,7 @@ Status instantiate_kernels(CompiledGraph& cg, SubgraphRunner* subgraphs) {
     if (s.node < 0 || static_cast<size_t>(s.node) >= cg.nodes.size())
       return invalid_model("step " + std::to_string(si) + " names no node of its graph");
     const ir::Node& n = cg.node(s);
-    const KernelDef* def = backend->kernels().by_name(s.kernel_name);
-    if (!def)
-      return Status{StatusCode::kEngineMismatch, n.describe() + ": the plan names kernel '" + s.kernel_name +
-                                                     "', which this kiln does not have; rebuild the engine"};
-    if (def->op != n.op_type) return invalid_model(n.describe() + ": kernel '" + s.kernel_name + "' is for another op");
-    // The test placement applies (domain, opset range, dtypes and attributes), so a plan cannot bind
-    // a node to a kernel that would misread it.
-    if (const std::string why = def->rejects(n); !why.empty())
-      return invalid_model(n.describe() + ": kernel '" + s.kernel_name + "' cannot run this node: " + why);
+    KILN_ASSIGN_OR_RETURN(const KernelDef* def, step_kernel_row(*backend, s, n));
     KernelInit init;
     init.subgraphs = subgraphs;
     init.device_state = backend->build_state();

@@ -86,6 +86,9 @@ struct CompiledGraph {
 // that rejects its node is an error naming the node (kEngineMismatch for a missing row: the file was
 // written by a kiln with other kernels).
 Status instantiate_kernels(CompiledGraph& cg, SubgraphRunner* subgraphs);
+// The kernel row step `s` names on `backend`, checked against the node it runs: kEngineMismatch when
+// this kiln has no such row, InvalidModel when the row is another op's or does not accept the node.
+Expected<const KernelDef*> step_kernel_row(Backend& backend, const Step& s, const ir::Node& n);
 
 // Lifetimes as the steps imply them: per value the first step that makes it and the last that reads
 // it (-1: none); per step the values whose life ends there (every value but constants, graph outputs
