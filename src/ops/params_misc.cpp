@@ -270,13 +270,6 @@ Expected<TensorScatterParams> parse_tensor_scatter(const ir::Node& n) {
   return p;
 }
 
-CumProdParams parse_cum_prod(const ir::Node& n) {
-  CumProdParams p;
-  p.exclusive = n.attr_int("exclusive", 0) != 0;
-  p.reverse = n.attr_int("reverse", 0) != 0;
-  return p;
-}
-
 BitCastParams parse_bit_cast(const ir::Node& n) { return BitCastParams{static_cast<DataType>(n.attr_int("to", 0))}; }
 
 Expected<GridSampleParams> parse_grid_sample(const ir::Node& n) {

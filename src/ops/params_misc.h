@@ -209,11 +209,6 @@ struct TensorScatterParams {
 };
 Expected<TensorScatterParams> parse_tensor_scatter(const ir::Node& n);
 
-struct CumProdParams {
-  bool exclusive = false, reverse = false;
-};
-CumProdParams parse_cum_prod(const ir::Node& n);
-
 struct BitCastParams {
   DataType to = DataType::kUndefined;  // as written
 };

@@ -143,8 +143,8 @@ TopKParams parse_topk(const ir::Node& n) {
   return p;
 }
 
-CumSumParams parse_cumsum(const ir::Node& n) {
-  CumSumParams p;
+CumulativeParams parse_cumulative(const ir::Node& n) {
+  CumulativeParams p;
   p.exclusive = n.attr_int("exclusive", 0) != 0;
   p.reverse = n.attr_int("reverse", 0) != 0;
   return p;

@@ -149,10 +149,11 @@ struct TopKParams {
 };
 TopKParams parse_topk(const ir::Node& n);
 
-struct CumSumParams {
+// CumSum (ops/reduce.cpp) and CumProd (ops/newops.cpp): the same two attributes.
+struct CumulativeParams {
   bool exclusive = false, reverse = false;
 };
-CumSumParams parse_cumsum(const ir::Node& n);
+CumulativeParams parse_cumulative(const ir::Node& n);
 
 // ---------------------------------------------------------------- kiln fused ops
 

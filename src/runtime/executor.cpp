@@ -506,13 +506,14 @@ Status Frame::run_step(int si, OpProfile* profile) {
     const Slot& src = *at[s.in[0]];
     if (src.kind == Slot::Kind::kTensor) {
       const Device to = graph.values[s.out[0]].device;
-      Backend& dst_backend = to.is_cpu() ? cpu_backend() : graph.backend(s);
+      Backend& backend = graph.backend(s);  // the device side's (copies run there)
+      Backend& dst_backend = to.is_cpu() ? cpu_backend() : backend;
       Tensor* dst = nullptr;
       Slot& out_slot = *at[s.out[0]];
       // A caller's device buffer for an engine output (ExecutionContext::run_into): the copy to the
       // host becomes a copy on the device, into it.
       const bool device_out = to.is_cpu() && out_slot.kind == Slot::Kind::kTensor &&
-                              out_slot.tensor.device() == graph.backend(s).device() && !graph.backend(s).device().is_cpu() &&
+                              out_slot.tensor.device() == backend.device() && !backend.device().is_cpu() &&
                               out_slot.tensor.dtype() == src.tensor.dtype() &&
                               same_shape(out_slot.tensor.shape(), src.tensor.shape()) && out_slot.tensor.raw();
       try {
@@ -520,11 +521,11 @@ Status Frame::run_step(int si, OpProfile* profile) {
       } catch (const std::exception& e) {
         return runtime_error("copy of '" + graph.values[s.in[0]].name + "': " + e.what());
       }
-      void* state = res.state_for(graph.backend(s).device());
-      KILN_RETURN_IF_ERROR(graph.backend(s).copy(src.tensor, *dst, state));
+      void* state = res.state_for(backend.device());
+      KILN_RETURN_IF_ERROR(backend.copy(src.tensor, *dst, state));
       // A host kernel reads it next: wait for the copy. (Host-to-device copies from pageable
       // memory return once the source was read, so the host may reuse it at once.)
-      if (s.sync_after) KILN_RETURN_IF_ERROR(graph.backend(s).synchronize(state));
+      if (s.sync_after) KILN_RETURN_IF_ERROR(backend.synchronize(state));
     } else if (src.kind == Slot::Kind::kNone) {
       *at[s.out[0]] = Slot();
     } else {

@@ -5,6 +5,7 @@
 
 #include "backends/cpu/nn_common.h"
 #include "ops/params_misc.h"
+#include "ops/params_nn.h"
 
 namespace kiln::cpu {
 
@@ -153,7 +154,7 @@ void register_newops(KernelRegistry& r) {
            return make_kernel([to](KernelContext& ctx) { return bitcast(ctx, to); });
          }});
   r.add({"CumProd", "", 26, 1 << 30, "cpu.CumProd.any", nullptr, [](const ir::Node& n, KernelInit&) {
-           const ops::CumProdParams p = ops::parse_cum_prod(n);
+           const ops::CumulativeParams p = ops::parse_cumulative(n);
            return make_kernel([p](KernelContext& ctx) { return cumprod(ctx, p.exclusive, p.reverse); });
          }});
   r.add({"TensorScatter", "", 24, 1 << 30, "cpu.TensorScatter.any", nullptr,

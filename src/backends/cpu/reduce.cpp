@@ -343,7 +343,7 @@ void cumsum_typed(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, boo
 }
 
 Expected<KernelPtr> create_cumsum(const ir::Node& nd, KernelInit&) {
-  const ops::CumSumParams p = ops::parse_cumsum(nd);
+  const ops::CumulativeParams p = ops::parse_cumulative(nd);
   const bool exclusive = p.exclusive, reverse = p.reverse;
   return make_kernel([=](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);

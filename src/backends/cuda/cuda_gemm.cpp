@@ -607,8 +607,11 @@ Expected<std::shared_ptr<const QMatMulConsts>> prepare_qmatmul(const ir::Node& n
   return std::shared_ptr<const QMatMulConsts>(std::move(c));
 }
 
-// Whether A goes through launch_int8_rows first (uint8 values, or rows not a multiple of 16 bytes).
-bool qmatmul_converts(const QMatMulConsts& c) { return c.a_uint8 || c.kp != c.k; }
+// The workspace bytes A's int8 rows take ahead of the int32 sums: 0 when A is read as it is (int8,
+// rows a multiple of 16 bytes), else m rows of kp bytes through launch_int8_rows, 256-byte aligned.
+size_t qmatmul_a_bytes(const QMatMulConsts& c, int64_t m) {
+  return c.a_uint8 || c.kp != c.k ? static_cast<size_t>((m * c.kp + 255) / 256 * 256) : 0;
+}
 
 Status reshape_qmatmul(ReshapeContext& rc, const QMatMulConsts& c) {
   if (rc.in.size() <= kQW || !rc.in[kQX].present) return rc.error("A and B are required");
@@ -633,8 +636,7 @@ Status reshape_qmatmul(ReshapeContext& rc, const QMatMulConsts& c) {
   p.off_a = p.off_b = p.off_y = {0};
   if (c.k == 0 && m * c.n != 0) return rc.error("K = 0 is not supported by the int8 product");
   KILN_RETURN_IF_ERROR(plan_gemm(rc.node, *reshape_state(rc), *g));
-  const size_t a_bytes = qmatmul_converts(c) ? static_cast<size_t>((m * c.kp + 255) / 256 * 256) : 0;
-  rc.workspace_bytes = a_bytes + static_cast<size_t>(m * c.np) * sizeof(int32_t);
+  rc.workspace_bytes = qmatmul_a_bytes(c, m) + static_cast<size_t>(m * c.np) * sizeof(int32_t);
   rc.state = std::move(g);
   return Status::Ok();
 }
@@ -648,9 +650,8 @@ Status run_qmatmul(KernelContext& ctx, const QMatMulConsts& c) {
   const int64_t m = g.p.m;
   auto* ws = static_cast<char*>(ctx.workspace());
   const void* a8 = a.raw();
-  size_t a_bytes = 0;
-  if (qmatmul_converts(c)) {
-    a_bytes = static_cast<size_t>((m * c.kp + 255) / 256 * 256);
+  const size_t a_bytes = qmatmul_a_bytes(c, m);
+  if (a_bytes) {
     KILN_RETURN_IF_ERROR(launched(ctx, launch_int8_rows(static_cast<const uint8_t*>(a.raw()), c.a_uint8,
                                                         reinterpret_cast<int8_t*>(ws), m, c.k, c.kp, st.stream)));
     a8 = ws;

@@ -37,16 +37,8 @@ struct LinePlan {
 };
 
 Expected<KernelPtr> create_cumulative(const ir::Node& n, bool product) {
-  bool exclusive = false, reverse = false;
-  if (product) {
-    const ops::CumProdParams cp = ops::parse_cum_prod(n);
-    exclusive = cp.exclusive;
-    reverse = cp.reverse;
-  } else {
-    const ops::CumSumParams cp = ops::parse_cumsum(n);
-    exclusive = cp.exclusive;
-    reverse = cp.reverse;
-  }
+  const ops::CumulativeParams cp = ops::parse_cumulative(n);
+  const bool exclusive = cp.exclusive, reverse = cp.reverse;
   auto reshape = [](ReshapeContext& rc) -> Status {
     if (rc.in.empty() || !rc.in[0].present) return rc.error("input 0 is required");
     KILN_ASSIGN_OR_RETURN(int64_t axis, scalar_of(rc, 1, "axis"));
