@@ -13,6 +13,7 @@
 #include "backends/cpu/conv_shapes.h"
 #include "backends/cpu/fused_common.h"
 #include "backends/cpu/nn_common.h"
+#include "backends/cpu/packed_conv.h"
 #include "backends/staged_kernel.h"
 #include "ops/nn.h"
 #include "ops/params_nn.h"
@@ -446,8 +447,35 @@ bool nhwc_direct_first(const ConvShapes& s) { return is_pointwise(s.g) || is_dep
 struct ConvState {
   ConvShapes s;
   ColBuffers cb;
-  std::shared_ptr<DnnlConv> dnnl;  // the "onednn" tactic
+  std::shared_ptr<DnnlConv> dnnl;      // the "onednn" tactics
+  std::shared_ptr<PackedConv> packed;  // the "packed-direct" tactic
 };
+
+// The packed kernel's view of a channels-last convolution (group 1, 2-D).
+PackedConvGeometry packed_geometry(const ConvShapes& s) {
+  PackedConvGeometry g;
+  g.N = s.N, g.C = s.C, g.M = s.M, g.H = s.in[0], g.W = s.in[1];
+  g.kh = s.g.kernel[0], g.kw = s.g.kernel[1];
+  g.stride_h = s.g.strides[0], g.stride_w = s.g.strides[1];
+  g.dil_h = s.g.dilations[0], g.dil_w = s.g.dilations[1];
+  g.pad_top = s.g.pads[0], g.pad_left = s.g.pads[1];
+  g.OH = s.g.out[0], g.OW = s.g.out[1];
+  return g;
+}
+
+// Whether the "packed-direct" tactic takes this channels-last convolution (dnnl_eligible's float32
+// and constant weights, group 1).
+bool packed_eligible(const ReshapeContext& rc, const ConvShapes& s) {
+  return s.group == 1 && s.g.kernel.size() == 2 && dnnl_eligible(rc, s) && packed_conv_eligible(packed_geometry(s));
+}
+
+// The untuned choice for a dense channels-last convolution (not pointwise, not depthwise): kiln's
+// packed direct kernel on CPUs where the packed GEMM is preferred (AVX2 without AVX-512), where
+// oneDNN 2.6's AVX2 kernels in their blocked layout (with a reorder in and out) measured slower on
+// ResNet-50's 3x3 layers (bench/results/cpu_packed_conv.md); oneDNN elsewhere.
+bool packed_first(const ReshapeContext& rc, const ConvShapes& s) {
+  return packed_gemm_preferred() && !nhwc_direct_first(s) && packed_eligible(rc, s);
+}
 
 Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
   if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("X and W are required");
@@ -463,11 +491,19 @@ Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
   if (residual && (rc.in[3].shape != rc.out[0].second || rc.in[3].dtype != DataType::kFloat32))
     return rc.error("the residual must be float32 of the output's shape " + shape_to_string(rc.out[0].second));
   if (a.nhwc) {
-    // Channels-last runs only as oneDNN's primitive (the pass converts only what it takes), on the
+    // Channels-last runs as kiln's packed direct kernel ("packed-direct", dense windows with 8 or
+    // more channels) or as oneDNN's primitive (the pass converts only what oneDNN takes), on the
     // NHWC tensors themselves ("onednn-direct") or through oneDNN's blocked layout with a reorder in
-    // and out ("onednn-blocked"); the tuner times both (conv_tactics), and the untuned choice is
-    // nhwc_direct_first's. A direct primitive that would be oneDNN's reference kernel falls back.
+    // and out ("onednn-blocked"); the tuner times them (conv_tactics), and the untuned choice is
+    // packed_first's, then nhwc_direct_first's. A direct primitive that would be oneDNN's reference
+    // kernel falls back.
     if (!dnnl_eligible(rc, st->s)) return rc.error("channels_last convolutions need float32 and constant weights");
+    if (rc.tactic == "packed-direct" || ((rc.tactic.empty() || rc.tactic == "default") && packed_first(rc, st->s))) {
+      if (!packed_eligible(rc, st->s)) return rc.error("the packed-direct tactic does not take this convolution");
+      KILN_ASSIGN_OR_RETURN(st->packed, pack_conv(packed_geometry(st->s), static_cast<const float*>(rc.in[1].value->raw())));
+      rc.state = std::move(st);
+      return Status::Ok();
+    }
     const bool direct = rc.tactic == "onednn-direct" || (rc.tactic != "onednn-blocked" && nhwc_direct_first(st->s));
     auto d = make_dnnl_conv(rc, st->s, true, a, direct, residual);
     if (!d.ok() && direct) d = make_dnnl_conv(rc, st->s, true, a, false, residual);
@@ -507,8 +543,10 @@ std::vector<std::string> conv_tactics(const ReshapeContext& rc, const ConvAttrs&
       rc.in[1].shape.size() == 4) {
     ConvShapes s;
     if (!conv_shapes(rc, a.w, a.group, nchw_of(rc.in[0].shape), nchw_of(rc.in[1].shape), s).ok()) return {};
-    if (nhwc_direct_first(s)) return {"onednn-direct", "onednn-blocked"};
-    return {"onednn-blocked", "onednn-direct"};
+    std::vector<std::string> r = nhwc_direct_first(s) ? std::vector<std::string>{"onednn-direct", "onednn-blocked"}
+                                                      : std::vector<std::string>{"onednn-blocked", "onednn-direct"};
+    if (packed_eligible(rc, s)) r.insert(packed_first(rc, s) ? r.begin() : r.end(), "packed-direct");
+    return r;
   }
   if (a.nhwc || rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present || rc.in[0].dtype != DataType::kFloat32) return {};
   ConvShapes s;
@@ -541,6 +579,13 @@ Status conv_kernel(KernelContext& ctx, const ConvAttrs& a) {
   const Tensor& x = ctx.input(0);
   const Tensor& w = ctx.input(1);
   Tensor& y = ctx.output(0);
+  if (st.packed) {
+    const Tensor* z = a.fused && ctx.num_inputs() > 3 && ctx.has_input(3) ? &ctx.input(3) : nullptr;
+    if (z && z->raw() == y.raw()) return ctx.error("the residual must not share the output's buffer");
+    packed_conv(*st.packed, x.data<float>(), ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr,
+                z ? z->data<float>() : nullptr, a.fused ? a.act : Activation{}, y.data<float>());
+    return Status::Ok();
+  }
   if (st.dnnl) {
     const Tensor* z = ctx.num_inputs() > 3 && ctx.has_input(3) ? &ctx.input(3) : nullptr;
     Status r = run_dnnl_conv(*st.dnnl, x, ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr, z, y, ctx.workspace());
