@@ -13,7 +13,8 @@
 //    is transposed once, here, to [M, kh, kw, C/group]; a fused residual (input 3) goes NHWC too.
 //  * Elementwise ops follow the layout of their inputs: an op converts when every 4-D input already
 //    has an NHWC form and every other input is one element (a scalar or [1,1,1,1]) — broadcasting
-//    of inputs permuted the same way is unchanged — or a 4-D constant (transposed here). So
+//    of inputs permuted the same way is unchanged — or a constant of rank <= 4 (transposed here,
+//    with leading ones: ConvNeXt's layer scale [C, 1, 1] becomes [1, 1, 1, C]). So
 //    residual Adds and activations between convolutions stay NHWC; anything else (pooling,
 //    reshapes, reductions) reads a channels-first copy made once per value.
 //  * Pooling whose input is already NHWC (2-D MaxPool/AveragePool without Indices, the global pools)
@@ -51,9 +52,11 @@ bool one_element(const ir::Value* v) {
   return shape_numel(v->type.shape.to_static()) == 1;
 }
 
-// An NCHW tensor's bytes in NHWC order (any element type).
+// An NCHW tensor's bytes in NHWC order (any element type). A constant of lower rank broadcasts
+// against NCHW from the right ([C, 1, 1] is [1, C, 1, 1]): it is taken as 4-D with leading ones.
 Tensor nhwc_copy(const Tensor& t) {
-  const Shape& s = t.shape();
+  Shape s = t.shape();
+  while (s.size() < 4) s.insert(s.begin(), 1);
   const int64_t n = s[0], c = s[1], h = s[2], w = s[3];
   Tensor out = Tensor::empty(t.dtype(), {n, h, w, c});
   const size_t e = dtype_size(t.dtype());
@@ -82,6 +85,18 @@ bool convertible_pool(const ir::Node& n) {
 }
 
 bool is_qconv(const ir::Node& n) { return n.domain == "kiln" && n.op_type == "QConv"; }
+
+// A constant an elementwise op of a chain can take in NHWC form: 4-D, or of lower rank (broadcast
+// from the right against NCHW, as a layer scale [C, 1, 1] is), on the CPU.
+bool layout_constant(const ir::Value* v) {
+  return v && v->is_constant() && v->constant->device().is_cpu() && v->type.shape.known && v->type.shape.rank() <= 4;
+}
+
+// A Transpose by `perm` of a 4-D tensor.
+bool is_transpose(const ir::Node& n, const std::vector<int64_t>& perm) {
+  return n.domain.empty() && n.op_type == "Transpose" && n.inputs.size() == 1 && n.outputs.size() == 1 &&
+         n.has_output(0) && is_4d(n.inputs[0]) && n.attr_ints("perm") == perm;
+}
 
 // The input holding a convolution's weights: 1, or 3 for kiln.QConv (after X's scale and zero point).
 int weight_input(const ir::Node& n) { return is_qconv(n) ? 3 : 1; }
@@ -115,9 +130,15 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
   // Transpose (made once per value).
   auto to_nhwc = [&](ir::Value* v) -> ir::Value* {
     if (auto it = nhwc.find(v); it != nhwc.end()) return it->second;
+    if (v->is_constant() && v->constant->device().is_cpu()) {
+      Tensor c = nhwc_copy(*v->constant);
+      ir::Value* t = g.new_value(v->name + "_nhwc", ir::Type::tensor(v->type.dtype, ir::SymShape::of(c.shape())));
+      t->constant = std::move(c);
+      nhwc[v] = t;
+      return t;
+    }
     ir::Value* t = g.new_value(v->name + "_nhwc", ir::Type::tensor(v->type.dtype, to_nhwc_shape(v->type.shape)));
-    if (v->is_constant() && v->constant->device().is_cpu()) t->constant = nhwc_copy(*v->constant);
-    else transpose(v, t, {0, 2, 3, 1});
+    transpose(v, t, {0, 2, 3, 1});
     nhwc[v] = t;
     return t;
   };
@@ -165,6 +186,19 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
       ++converted;
       continue;
     }
+    // A model's own permutes between layouts (ConvNeXt's around its LayerNorm and MLP): the output
+    // of Transpose(y, [0, 3, 1, 2]) is channels-first, and y is its NHWC form; Transpose(x,
+    // [0, 2, 3, 1]) of a value with an NHWC form is that form. So a residual stream whose blocks
+    // permute in and out keeps NHWC through them, with no transposes left.
+    if (is_transpose(*n, {0, 3, 1, 2}) && !n->inputs[0]->is_constant() && !nhwc.count(n->outputs[0])) {
+      nhwc[n->outputs[0]] = n->inputs[0];
+      continue;
+    }
+    if (is_transpose(*n, {0, 2, 3, 1}) && nhwc.count(n->inputs[0]) && !n->inputs[0]->is_constant() &&
+        !n->outputs[0]->is_output) {
+      g.replace_all_uses(n->outputs[0], nhwc[n->inputs[0]]);
+      continue;
+    }
     if (!n->domain.empty() || !layout_free_ops().count(n->op_type) || n->outputs.size() != 1 || !is_4d(n->outputs[0]))
       continue;
     bool all = true, any_moved = false;
@@ -172,11 +206,11 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
       if (!v) continue;
       const bool has_form = nhwc.count(v) && !v->is_constant();
       any_moved |= has_form;
-      if (!has_form && !one_element(v) && !(is_4d(v) && v->is_constant() && v->constant->device().is_cpu())) all = false;
+      if (!has_form && !one_element(v) && !layout_constant(v)) all = false;
     }
     if (!all || !any_moved) continue;
     for (size_t i = 0; i < n->inputs.size(); ++i)
-      if (n->inputs[i] && is_4d(n->inputs[i]) && !one_element(n->inputs[i]))
+      if (n->inputs[i] && !one_element(n->inputs[i]) && (is_4d(n->inputs[i]) || layout_constant(n->inputs[i])))
         g.set_input(n, static_cast<int>(i), to_nhwc(n->inputs[i]));
     retarget(n);
     ++converted;

@@ -103,6 +103,61 @@ def test_float_convolution_chains_run_channels_last(monkeypatch):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
 
 
+def convnext_blocks_model(blocks: int = 3, C: int = 16):
+    """ConvNeXt's block, `blocks` times on a residual stream: depthwise 7x7, permute to NHWC,
+    LayerNorm, MLP with GELU, permute back, layer scale [C, 1, 1], residual Add."""
+    rng = np.random.default_rng(6)
+    inits, nodes = [], []
+    n = helper.make_node
+
+    def const(name, arr):
+        inits.append(numpy_helper.from_array(arr.astype(np.float32), name))
+        return name
+
+    x = "x"
+    for b in range(blocks):
+        p = f"b{b}_"
+        nodes += [
+            n("Conv", [x, const(p + "wd", rng.standard_normal((C, 1, 7, 7)) * 0.2), const(p + "bd", rng.standard_normal(C))],
+              [p + "dw"], kernel_shape=[7, 7], pads=[3, 3, 3, 3], group=C),
+            n("Transpose", [p + "dw"], [p + "t0"], perm=[0, 2, 3, 1]),
+            n("LayerNormalization", [p + "t0", const(p + "g", 1 + 0.1 * rng.standard_normal(C)),
+                                     const(p + "be", 0.1 * rng.standard_normal(C))], [p + "ln"], axis=-1, epsilon=1e-6),
+            n("MatMul", [p + "ln", const(p + "w1", rng.standard_normal((C, 4 * C)) * 0.2)], [p + "m1"]),
+            n("Add", [p + "m1", const(p + "b1", 0.1 * rng.standard_normal(4 * C))], [p + "a1"]),
+            n("Relu", [p + "a1"], [p + "ge"]),
+            n("MatMul", [p + "ge", const(p + "w2", rng.standard_normal((4 * C, C)) * 0.2)], [p + "m2"]),
+            n("Add", [p + "m2", const(p + "b2", 0.1 * rng.standard_normal(C))], [p + "a2"]),
+            n("Transpose", [p + "a2"], [p + "t1"], perm=[0, 3, 1, 2]),
+            n("Mul", [p + "t1", const(p + "ls", 0.5 + rng.random((C, 1, 1)))], [p + "sc"]),
+            n("Add", [x, p + "sc"], [p + "out"]),
+        ]
+        x = p + "out"
+    nodes.append(n("GlobalAveragePool", [x], ["y"]))
+    g = helper.make_graph(nodes, "convnext", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, 12, 10])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_convnext_permutes_keep_the_residual_stream_channels_last(monkeypatch):
+    """A model's own permutes around its LayerNorm/MLP (ConvNeXt) meet the channels-last chain: the
+    permute back to NCHW is read as NHWC, the layer scale [C, 1, 1] and the residual Add follow, and
+    the next block's depthwise convolution reads the stream as it is: a Transpose in and one out,
+    none per block (there were two per block). The result equals the channels-first engine's."""
+    import re  # noqa: PLC0415
+
+    m = convnext_blocks_model().SerializeToString()
+    x = np.random.default_rng(2).standard_normal((1, 16, 12, 10)).astype(np.float32)
+    e = kiln.Engine.build_from_bytes(m, opt_level=2)
+    report = e.placement_report()
+    assert len(re.findall(r"\(Transpose\)", report)) == 2, report  # in at the input, out at the output
+    got = e.create_context().run({"x": x})[0]
+    monkeypatch.setenv("KILN_CPU_NHWC", "0")
+    want = kiln.Engine.build_from_bytes(m, opt_level=0).create_context().run({"x": x})[0]
+    assert got.shape == want.shape == (1, 16, 1, 1)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+
+
 @pytest.mark.parametrize("ta,tb,c_shape,alpha,beta", [(0, 0, None, 1.0, 1.0), (1, 0, (7,), 1.0, 1.0), (0, 1, (1, 7), 1.0, 0.5),
                                                        (1, 1, (), 1.0, 2.0), (0, 0, (5, 7), 1.0, 1.0), (0, 1, (7,), 0.5, 1.0)])
 def test_gemm_with_constant_weights_matches_numpy(ta, tb, c_shape, alpha, beta):
