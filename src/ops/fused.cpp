@@ -30,7 +30,8 @@
 //   Attention(Q, K, V[, mask[, bool_mask]])   Q [B,S,H*D], K [B,T,H*D], V [B,T,H*Dv]; mask additive and
 //                                bool_mask broadcast to [B,H,S,T]; num_heads, scale, mask_fill,
 //                                mask_fill_where_true → [B,S,H*Dv]:
-//                                softmax(where(bool_mask == mask_fill_where_true, mask_fill, scale * QK^T) + mask) V
+//                                softmax(where(bool_mask == mask_fill_where_true, mask_fill, scale * QK^T) + mask) V;
+//                                sequence_first = 1: Q [S,B,H*D], K, V [T,B,...], Y [S,B,H*Dv]
 //
 // activation (ir/epilogue.h, the one list): "" (none), Relu, LeakyRelu (alpha), Clip (min, max), Sigmoid, HardSigmoid (alpha, beta),
 // HardSwish, Silu, Tanh, Gelu, GeluTanh.
@@ -128,7 +129,7 @@ Status infer_attention(InferContext& c) {
   const ir::SymShape& q = c.shape(0);
   const ir::SymShape& v = c.shape(2);
   if (!q.known || !v.known) return Status::Ok();
-  if (q.rank() != 3 || v.rank() != 3) return c.error("Q and V must be 3-D [batch, sequence, heads * head_size]");
+  if (q.rank() != 3 || v.rank() != 3) return c.error("Q and V must be 3-D ([batch, sequence, heads * head_size], or sequence-first)");
   c.out[0].shape = ir::SymShape({q.dims[0], q.dims[1], v.dims[2]});
   return Status::Ok();
 }

@@ -163,6 +163,9 @@ struct FusedAttentionParams {
   float scale = 1;        // multiplies QK^T
   float mask_fill = 0;    // the score where the bool mask selects
   bool mask_fill_where_true = false;  // fill where the bool mask is true (else where it is false)
+  // Q [S, B, H*D], K and V [T, B, H*D], Y [S, B, H*Dv] (torch's nn.MultiheadAttention as exported:
+  // sequence-first) instead of [B, S, H*D]
+  bool sequence_first = false;
 };
 FusedAttentionParams parse_fused_attention(const ir::Node& n);
 

@@ -222,14 +222,21 @@ Expected<bool> fold_shapes(ir::Graph& g, PassContext& ctx) {
       return "";
     }
     if (root->op_type == "Reshape") {
-      auto elems = shape_value(m["shape"]);
+      // (An element computed otherwise, torchvision's B*H, is the one -1 below when all others are known.)
+      auto elems = shape_value_partial(m["shape"]);
       if (!elems || root->attr_int("allowzero", 0) != 0 || m["shape"]->is_constant()) return "not simplifiable";
       const auto& xs = m["x"]->type.shape;
       if (!xs.known) return "x's rank unknown";
       std::vector<int64_t> dims;
       int unknown = -1;  // the one element read from another tensor's dynamic dim (-1 in the new shape)
       for (size_t i = 0; i < elems->size(); ++i) {
-        const ShapeElem& e = (*elems)[i];
+        if (!(*elems)[i]) {
+          if (unknown >= 0) return "two dims are computed from other values";
+          unknown = static_cast<int>(i);
+          dims.push_back(-1);
+          continue;
+        }
+        const ShapeElem& e = *(*elems)[i];
         if (!e.of) { dims.push_back(e.value); continue; }
         if (i < xs.dims.size() && (e.of == m["x"] ? e.value == static_cast<int64_t>(i) : same_symbol(e, xs.dims[i]))) {
           dims.push_back(0);  // x's own dim at this position: copied

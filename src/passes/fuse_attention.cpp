@@ -6,6 +6,15 @@
 //   y         = Reshape(Transpose(MatMul(Softmax(scores), heads(v)), 0,2,1,3), [B, S, H*Dv])
 //
 // q, k, v are the projections [B, S, H*D]; the fused op reads the heads as strided views of them.
+//
+// torch's nn.MultiheadAttention exports sequence-first 3-D heads (ViT):
+//
+//   heads(x)  = Transpose(Reshape(x, [S, B*H, D]), perm)           (Q, V: 1,0,2; K: 1,2,0)
+//   y         = Reshape(Transpose(MatMul(Softmax(scores), heads(v)), 1,0,2), shape)
+//
+// with q, k, v [S, B, H*D]: they become kiln.Attention(q, k, v, sequence_first = 1) [S, B, H*Dv],
+// which y reshapes as before (the context [S, B*H, Dv] has the same elements in the same order).
+// torch 2.x makes the heads 4-D first (attention_pattern_4d): the same fusion.
 #include "passes/pattern.h"
 
 namespace kiln::passes {
@@ -34,6 +43,24 @@ Pat attention_pattern(WhereForm where, bool expand_to_constant = false) {
   return op("Reshape", {op("Transpose", {context}).as("out_t")});
 }
 
+// torch 2.x's export of nn.MultiheadAttention: sequence-first heads made 4-D before the products.
+//   heads4(x) = Reshape(Transpose(Reshape(x, [S, B*H, D]), 1,0,2), [B, H, S, D])
+//   scores    = MatMul(heads4(q) [* cq], Transpose(heads4(k), 0,1,3,2) [* ck])
+//   y         = Reshape(Transpose(MatMul(Softmax(scores), heads4(v)), 2,0,1,3), [S*B, H*Dv])
+Pat heads4(const std::string& x) {
+  return op("Reshape", {op("Transpose", {op("Reshape", {any(x)}).as(x + "_reshape")}).as(x + "_t")}).as(x + "_r4");
+}
+
+Pat attention_pattern_4d() {
+  Pat q = maybe(op("Mul", {heads4("q"), cst("q_scale")}).commute());
+  Pat k = maybe(op("Mul", {op("Transpose", {heads4("k")}).as("k_t4"), cst("k_scale")}).commute());
+  Pat scores = op("MatMul", {q, k}).as("qk");
+  Pat scaled = maybe(op("Div", {maybe(op("Mul", {scores, cst("mul")}).commute()), cst("div")}));
+  Pat probs = op("Softmax", {scaled}).as("softmax");
+  Pat context = op("MatMul", {probs, heads4("v")});
+  return op("Reshape", {op("Transpose", {context}).as("out_t")});
+}
+
 bool has_perm(const ir::Node* n, std::vector<int64_t> p) { return n && n->attr_ints("perm") == p; }
 
 bool same_dim(const ir::Dim& a, const ir::Dim& b) {
@@ -59,6 +86,21 @@ bool keeps_leading_dim(const ir::Value* x, const ir::Value* from, int i, int dep
     if (axis == i) return false;
     return from->producer == p || keeps_leading_dim(a, from, i, depth + 1);
   }
+  // Slice along later axes (a fused QKV projection sliced in three): dim i is the input's.
+  if (p->domain.empty() && p->op_type == "Slice") {
+    const int64_t rank = a->type.shape.rank();
+    std::vector<int64_t> axes;
+    if (p->has_input(3)) {
+      const std::vector<double> av = constant_values(p->inputs[3]);
+      if (av.empty()) return false;
+      for (double d : av) axes.push_back(saturating_int64(d));
+    } else {
+      for (int64_t k = 0; k < rank; ++k) axes.push_back(k);
+    }
+    for (int64_t ax : axes)
+      if ((ax < 0 ? ax + rank : ax) == i) return false;
+    return keeps_leading_dim(a, from, i, depth + 1);
+  }
   const bool matmul = p->op_type == "MatMul" || (p->domain == "kiln" && (p->op_type == "FusedMatMul" || p->op_type == "F8MatMul"));
   if (matmul) {  // F8MatMul's B8 is [N, K]: 2-D as well
     const auto& b = p->inputs.size() > 1 && p->inputs[1] ? p->inputs[1]->type.shape : ir::SymShape();
@@ -71,11 +113,18 @@ bool keeps_leading_dim(const ir::Value* x, const ir::Value* from, int i, int dep
   const bool elementwise = p->domain.empty() && (p->op_type == "Add" || p->op_type == "Mul" || p->op_type == "Sub" ||
                                                  p->op_type == "Div");
   if (elementwise) {
-    for (size_t k = 1; k < p->inputs.size(); ++k) {
-      const ir::Value* o = p->inputs[k];
-      if (!o || !o->type.shape.known || o->type.shape.rank() >= a->type.shape.rank() - i) return false;
+    // The operand of x's rank (the bias of Add(bias, MatMul(...)) may come first); the others lower.
+    const ir::Value* full = nullptr;
+    for (const ir::Value* o : p->inputs) {
+      if (!o || !o->type.shape.known) return false;
+      if (o->type.shape.rank() == x->type.shape.rank()) {
+        if (full) return false;
+        full = o;
+      } else if (o->type.shape.rank() >= x->type.shape.rank() - i) {
+        return false;
+      }
     }
-    return keeps_leading_dim(a, from, i, depth + 1);
+    return full && keeps_leading_dim(full, from, i, depth + 1);
   }
   return norm && keeps_leading_dim(a, from, i, depth + 1);
 }
@@ -125,11 +174,136 @@ std::pair<int64_t, int64_t> head_split(const ir::Value* x, const ir::Node* resha
   return {h.value, d.value};
 }
 
+// The product of the scores' scalar factors (Q's divisor and multiplier, K's multiplier, the scores'
+// multiplier and divisor); nullopt when one is not a scalar (or a divisor is zero).
+std::optional<double> attention_scale(Match& m) {
+  double scale = 1;
+  for (const char* c : {"q_div", "div"})
+    if (m.has(c)) {
+      auto v = scalar_value(m[c]);
+      if (!v || *v == 0) return std::nullopt;
+      scale /= *v;
+    }
+  for (const char* c : {"q_scale", "k_scale", "mul"})
+    if (m.has(c)) {
+      auto v = scalar_value(m[c]);
+      if (!v) return std::nullopt;
+      scale *= *v;
+    }
+  return scale;
+}
+
+// Checks Reshape(x [S, B, E]) → [S, B*H, D] (sequence-first heads): dim 0 kept, D static; the middle
+// is then B*H by the element count. Returns {H, D} or {0, 0}.
+std::pair<int64_t, int64_t> head_split_sequence_first(const ir::Value* x, const ir::Node* reshape, std::string* why) {
+  const auto& xs = x->type.shape;
+  const auto el = shape_value_partial(reshape->inputs.size() > 1 ? reshape->inputs[1] : nullptr);
+  if (!xs.known || xs.rank() != 3 || !xs.dims[2].is_static() || !el || el->size() != 3 ||
+      reshape->attr_int("allowzero", 0) != 0) {
+    *why = "'" + x->name + "' is not [S, B, hidden] reshaped to [S, B*H, D]";
+    return {0, 0};
+  }
+  const auto& e0 = (*el)[0];
+  const auto& e2 = (*el)[2];
+  const int64_t hidden = xs.dims[2].value;
+  if (!e2 || e2->of || e2->value <= 0 || hidden % e2->value != 0) {
+    *why = "the head size of '" + x->name + "' is not static";
+    return {0, 0};
+  }
+  if (!e0 || !((!e0->of && e0->value == 0) || elem_is_dim(*e0, x, 0))) {
+    *why = "the head reshape of '" + x->name + "' may not keep the sequence dim";
+    return {0, 0};
+  }
+  return {hidden / e2->value, e2->value};
+}
+
+// True when a and b (sequence-first [S, B, E]) certainly share dim 1: parts of one projection, cut
+// by Slices of one tensor along its last axis (torch 1.x), or by Gathers along axis 0 of one
+// [3, S, B, E] tensor (torch 2.x), whose outputs have the same shape.
+bool same_batch_siblings(const ir::Value* a, const ir::Value* b) {
+  const ir::Node* pa = a->producer;
+  const ir::Node* pb = b->producer;
+  if (!pa || !pb || !pa->domain.empty() || pa->op_type != pb->op_type || pa->inputs.empty() || pb->inputs.empty() ||
+      pa->inputs[0] != pb->inputs[0])
+    return false;
+  const ir::Value* src = pa->inputs[0];
+  if (pa->op_type == "Gather")
+    return pa->attr_int("axis", 0) == 0 && pb->attr_int("axis", 0) == 0 && scalar_value(pa->inputs[1]).has_value() &&
+           scalar_value(pb->inputs[1]).has_value();
+  if (pa->op_type == "Slice") return keeps_leading_dim(a, src, 1) && keeps_leading_dim(b, src, 1);
+  return false;
+}
+
+// Q's, K's and V's head splits by `split` (head_split or head_split_sequence_first): one head count
+// and one key head size for the three. "" when they agree, else why not.
+struct Heads {
+  int64_t h = 0, d = 0, dv = 0;
+};
+using HeadSplit = std::pair<int64_t, int64_t> (*)(const ir::Value*, const ir::Node*, std::string*);
+std::string split_heads(Match& m, HeadSplit split, Heads* out) {
+  std::string why;
+  std::pair<int64_t, int64_t> hd[3];
+  const char* names[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i) {
+    hd[i] = split(m[names[i]], m.node(std::string(names[i]) + "_reshape"), &why);
+    if (!hd[i].first) return why;
+  }
+  if (hd[1].first != hd[0].first || hd[2].first != hd[0].first || hd[1].second != hd[0].second)
+    return "Q, K, V head counts or sizes differ";
+  *out = {hd[0].first, hd[0].second, hd[2].second};
+  return "";
+}
+
+// The sequence-first form (see the top of the file): kiln.Attention(q, k, v, sequence_first = 1),
+// reshaped by the match's own output Reshape; the scores have rank `scores_rank` (3, or 4 for
+// torch 2.x's heads). "" when rewritten, else why not.
+std::string fuse_sequence_first(Rewriter& rw, Match& m, int64_t scores_rank) {
+  for (const char* x : {"q", "k", "v"})
+    if (m[x]->type.dtype != DataType::kFloat32) return "not float32";
+  const ir::Node* sm = m.node("softmax");
+  const int64_t axis = sm->attr_int("axis", sm->opset < 13 ? 1 : -1);
+  if (axis != -1 && axis != scores_rank - 1) return "Softmax is not over the keys";
+  const auto scale = attention_scale(m);
+  if (!scale) return "a scale is not a non-zero scalar";
+  Heads hs;
+  if (std::string why = split_heads(m, head_split_sequence_first, &hs); !why.empty()) return why;
+  const int64_t H = hs.h, D = hs.d, Dv = hs.dv;
+  // Masks of this form are [B*H, S, T], not the fused op's [B, H, S, T]: left unfused.
+  if (m.has("mask") || m.has("cond")) return "a masked sequence-first attention";
+  // The batch dims of K and V must be Q's: the same dim, or parts of one projection.
+  for (const char* x : {"k", "v"})
+    if (!same_dim(m[x]->type.shape.dims[1], m["q"]->type.shape.dims[1]) && !same_batch_siblings(m["q"], m[x]))
+      return "the batch dims of Q, K and V may differ";
+  ir::Node* root = m.root();
+  const auto out_el = shape_value_partial(root->inputs.size() > 1 ? root->inputs[1] : nullptr);
+  if (!out_el || out_el->size() != 2 || !(*out_el)[1] || (*out_el)[1]->of || (*out_el)[1]->value != H * Dv ||
+      root->attr_int("allowzero", 0) != 0)
+    return "the output is not reshaped to [S*B, H*Dv]";
+  if (std::string w = rw.unsupported_on_target("kiln", "Attention"); !w.empty()) return w;
+  ir::Graph& g = rw.graph();
+  const ir::SymShape& qs = m["q"]->type.shape;
+  ir::Value* y = g.new_value(root->outputs[0]->name + "_attention",
+                             ir::Type::tensor(m["q"]->type.dtype, ir::SymShape({qs.dims[0], qs.dims[1], ir::Dim(H * Dv)})));
+  ir::Node* att = g.add_node("Attention", "kiln", {m["q"], m["k"], m["v"]}, {y}, root->name + "_attention");
+  att->opset = 1;
+  att->attrs["num_heads"].kind = ir::Attribute::Kind::kInt;
+  att->attrs["num_heads"].i = H;
+  att->attrs["scale"].kind = ir::Attribute::Kind::kFloat;
+  att->attrs["scale"].f = static_cast<float>(*scale);
+  att->attrs["sequence_first"].kind = ir::Attribute::Kind::kInt;
+  att->attrs["sequence_first"].i = 1;
+  const std::string what = m.node("qk")->describe() + " … " + root->describe();
+  rw.replace(m, "Reshape", "", root->opset, {y, root->inputs[1]});
+  rw.log("fused sequence-first attention (" + std::to_string(H) + " heads of " + std::to_string(D) + ") " + what);
+  return "";
+}
+
 }  // namespace
 
 Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
   Rewriter rw(g, ctx, "fuse-attention");
   const std::vector<Rule> rules = {
+      {"multi-head attention (sequence-first, 4-D heads)", attention_pattern_4d(), 6},
       {"multi-head attention", attention_pattern(WhereForm::kNone), 4},
       // Expand to a constant shape first: otherwise the Expand would be taken as the condition.
       {"multi-head attention (Where mask)", attention_pattern(WhereForm::kKeepWhereTrue, true), 4},
@@ -138,17 +312,36 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
       {"multi-head attention (Where mask)", attention_pattern(WhereForm::kFillWhereTrue), 4},
   };
   return rw.run(rules, [&](Match& m) -> std::string {
+    if (m.node("q_r4")) {
+      if (!has_perm(m.node("q_t"), {1, 0, 2}) || !has_perm(m.node("k_t"), {1, 0, 2}) || !has_perm(m.node("v_t"), {1, 0, 2}) ||
+          !has_perm(m.node("k_t4"), {0, 1, 3, 2}) || !has_perm(m.node("out_t"), {2, 0, 1, 3}))
+        return "head transposes are not (1,0,2) then (0,1,3,2) for K, and (2,0,1,3) for the output";
+      // Each 4-D reshape splits [B*H, S, D] into [B, H, S, D]: H, S and D as the first reshape made
+      // them (B then follows from the element count).
+      for (const char* x : {"q", "k", "v"}) {
+        std::string why;
+        const auto [H, D] = head_split_sequence_first(m[x], m.node(std::string(x) + "_reshape"), &why);
+        if (!H) return why;
+        const ir::Node* r4 = m.node(std::string(x) + "_r4");
+        const auto el = shape_value_partial(r4->inputs.size() > 1 ? r4->inputs[1] : nullptr);
+        if (!el || el->size() != 4 || r4->attr_int("allowzero", 0) != 0) return "a 4-D head reshape is not [B, H, S, D]";
+        const auto& h = (*el)[1];
+        const auto& sq = (*el)[2];
+        const auto& d = (*el)[3];
+        if (!h || h->of || h->value != H || !d || d->of || d->value != D || !sq || !elem_is_dim(*sq, m[x], 0))
+          return "a 4-D head reshape is not [B, H, S, D]";
+      }
+      return fuse_sequence_first(rw, m, 4);
+    }
+    if (has_perm(m.node("q_t"), {1, 0, 2}) && has_perm(m.node("v_t"), {1, 0, 2}) && has_perm(m.node("k_t"), {1, 2, 0}) &&
+        has_perm(m.node("out_t"), {1, 0, 2}))
+      return fuse_sequence_first(rw, m, 3);
     if (!has_perm(m.node("q_t"), {0, 2, 1, 3}) || !has_perm(m.node("v_t"), {0, 2, 1, 3}) ||
         !has_perm(m.node("k_t"), {0, 2, 3, 1}) || !has_perm(m.node("out_t"), {0, 2, 1, 3}))
       return "head transposes are not (0,2,1,3) for Q, V, output and (0,2,3,1) for K";
-    std::string why;
-    auto [H, D] = head_split(m["q"], m.node("q_reshape"), &why);
-    if (!H) return why;
-    auto [Hk, Dk] = head_split(m["k"], m.node("k_reshape"), &why);
-    if (!Hk) return why;
-    auto [Hv, Dv] = head_split(m["v"], m.node("v_reshape"), &why);
-    if (!Hv) return why;
-    if (Hk != H || Hv != H || Dk != D) return "Q, K, V head counts or sizes differ";
+    Heads hs;
+    if (std::string why = split_heads(m, head_split, &hs); !why.empty()) return why;
+    const int64_t H = hs.h, D = hs.d, Dv = hs.dv;
     for (const char* x : {"q", "k", "v"})
       if (m[x]->type.dtype != DataType::kFloat32) return "not float32";
     const ir::Node* sm = m.node("softmax");
@@ -171,23 +364,9 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
     if (m.root()->attr_int("allowzero", 0) != 0 || !is_q_dim(0) ||
         !(is_q_dim(1) || (!el[1].of && el[1].value == -1)))
       return "the output reshape may not restore [B, S]";
-    double scale = 1;
-    if (m.has("q_div")) {
-      auto v = scalar_value(m["q_div"]);
-      if (!v || *v == 0) return "the Q divisor is not a non-zero scalar";
-      scale /= *v;
-    }
-    for (const char* c : {"q_scale", "k_scale", "mul"}) {
-      if (!m.has(c)) continue;
-      auto v = scalar_value(m[c]);
-      if (!v) return std::string(c) + " is not a scalar";
-      scale *= *v;
-    }
-    if (m.has("div")) {
-      auto v = scalar_value(m["div"]);
-      if (!v || *v == 0) return "the divisor is not a non-zero scalar";
-      scale /= *v;
-    }
+    const auto scale_or = attention_scale(m);
+    if (!scale_or) return "a scale is not a non-zero scalar";
+    const double scale = *scale_or;
     std::vector<ir::Value*> ins = {m["q"], m["k"], m["v"]};
     if (m.has("mask")) {
       const ir::Value* mask = m["mask"];

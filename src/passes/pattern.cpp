@@ -296,6 +296,28 @@ std::optional<std::vector<ShapeElem>> shape_value(const ir::Value* v, int depth)
   return std::nullopt;
 }
 
+std::optional<std::vector<std::optional<ShapeElem>>> shape_value_partial(const ir::Value* v) {
+  std::vector<std::optional<ShapeElem>> r;
+  if (auto all = shape_value(v)) {
+    for (const ShapeElem& e : *all) r.push_back(e);
+    return r;
+  }
+  const ir::Node* n = v ? v->producer : nullptr;
+  if (!n || !n->domain.empty() || n->op_type != "Concat") return std::nullopt;
+  for (const ir::Value* in : n->inputs) {
+    if (auto part = shape_value(in)) {
+      for (const ShapeElem& e : *part) r.push_back(e);
+      continue;
+    }
+    // An element computed otherwise: a 1-element 1-D part.
+    if (!in || !in->type.shape.known || in->type.shape.rank() != 1 || !in->type.shape.dims[0].is_static() ||
+        in->type.shape.dims[0].value != 1)
+      return std::nullopt;
+    r.push_back(std::nullopt);
+  }
+  return r;
+}
+
 std::string check_exclusive(const Match& m) {
   for (size_t i = 1; i < m.matched.size(); ++i) {
     const ir::Node* n = m.matched[i];

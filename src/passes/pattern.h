@@ -104,6 +104,9 @@ struct ShapeElem {
 // The elements of a 1-D int64 shape vector built by Shape/Gather/Slice/Unsqueeze/Squeeze/Concat/Cast
 // from constants and tensors' dims (static dims become values); nullopt when computed otherwise.
 std::optional<std::vector<ShapeElem>> shape_value(const ir::Value* v, int depth = 0);
+// shape_value's elements, where 1-element parts of a Concat that are computed otherwise (an
+// exporter's B*H: a Mul of a dim and a constant) are nullopt.
+std::optional<std::vector<std::optional<ShapeElem>>> shape_value_partial(const ir::Value* v);
 
 // One rule of a pass: a pattern, a label, and how many nodes must have matched before a failure
 // counts as a near miss.

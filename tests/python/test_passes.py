@@ -204,6 +204,95 @@ def test_gelu_tanh_gpt2_form():
     assert ops["Gelu"] == 1 and ops["Tanh"] == 0
 
 
+# ---- torch's nn.MultiheadAttention (ViT), sequence-first, as torch 1.x and 2.x export it
+def mha_layer(form: str, seq=6, heads=2, head=4):
+    """x [B, S, E] -> the block's Transpose to [S, B, E] -> fused QKV projection -> heads -> attention
+    -> out projection -> back to [B, S, E]. form "3d": Q, K, V sliced from the projection, heads
+    [B*H, S, D] (torch 1.x); "4d": Q, K, V gathered from it made [3, S, B, E], heads made [B, H, S, D]
+    and both scores operands scaled by sqrt(1/sqrt(D)) (torch 2.x). The batch dim is
+    symbolic, so the exporter's shape arithmetic (B*H) stays in the graph."""
+    E = heads * head
+    nodes, inits = [], [const("w_in", f32(E, 3 * E) * 0.3), const("b_in", f32(3 * E) * 0.1),
+                        const("w_out", f32(E, E) * 0.3), const("b_out", f32(E) * 0.1),
+                        const("i0", np.array(0, np.int64)), const("i1", np.array(1, np.int64)),
+                        const("ax0", np.array([0], np.int64)), const("H", np.array(heads, np.int64))]
+    n = helper.make_node
+
+    def vec(name, values):
+        inits.append(const(name, np.array(values, np.int64)))
+        return name
+
+    nodes += [n("Transpose", ["x"], ["xs"], perm=[1, 0, 2]),  # [S, B, E]
+              n("Shape", ["xs"], ["shp"]), n("Gather", ["shp", "i0"], ["S_"], axis=0),
+              n("Gather", ["shp", "i1"], ["B_"], axis=0), n("Mul", ["B_", "H"], ["BH"]),
+              n("Unsqueeze", ["S_", "ax0"], ["S1"]), n("Unsqueeze", ["B_", "ax0"], ["B1"]),
+              n("Unsqueeze", ["BH", "ax0"], ["BH1"]),
+              n("Concat", ["S1", "BH1", vec("D1", [head])], ["heads_shape"], axis=0),
+              n("MatMul", ["xs", "w_in"], ["qkv0"]), n("Add", ["b_in", "qkv0"], ["qkv"])]
+    if form == "4d":  # torch 2.x: [S, B, 3, E] -> [3, S, B, E] -> Gather 0, 1, 2
+        nodes += [n("Concat", ["S1", "B1", vec("three", [3]), vec("E0", [E])], ["split_shape"], axis=0),
+                  n("Reshape", ["qkv", "split_shape"], ["qkv4"]), n("Unsqueeze", ["qkv4", "ax0"], ["qkv5"]),
+                  n("Transpose", ["qkv5"], ["qkv5t"], perm=[3, 1, 2, 0, 4]),
+                  n("Squeeze", ["qkv5t", vec("ax3", [3])], ["qkv3"])]
+    for i, x in enumerate("qkv"):
+        if form == "4d":
+            nodes.append(n("Gather", ["qkv3", const_name(inits, x + "_idx", np.array(i, np.int64))], [x], axis=0))
+        else:
+            nodes.append(n("Slice", ["qkv", vec(x + "_st", [i * E]), vec(x + "_en", [(i + 1) * E]), vec(x + "_ax", [-1])], [x]))
+        nodes.append(n("Reshape", [x, "heads_shape"], [x + "_r"]))
+        nodes.append(n("Transpose", [x + "_r"], [x + "_h"], perm=[1, 2, 0] if (x == "k" and form == "3d") else [1, 0, 2]))
+    if form == "3d":
+        nodes += [n("Div", ["q_h", const_name(inits, "div8", np.float32(np.sqrt(head)))], ["qd"]),
+                  n("MatMul", ["qd", "k_h"], ["sc"]), n("Softmax", ["sc"], ["p"], axis=-1),
+                  n("MatMul", ["p", "v_h"], ["ctx"]), n("Transpose", ["ctx"], ["ctx_t"], perm=[1, 0, 2])]
+    else:
+        nodes.append(n("Concat", ["B1", vec("H1", [heads]), "S1", vec("D4", [head])], ["shape4"], axis=0))
+        for x in "qkv":
+            nodes.append(n("Reshape", [x + "_h", "shape4"], [x + "_4"]))
+        c = const_name(inits, "sqrt_scale", np.float32(np.sqrt(1 / np.sqrt(head))))
+        nodes += [n("Transpose", ["k_4"], ["k_4t"], perm=[0, 1, 3, 2]), n("Mul", ["q_4", c], ["qm"]),
+                  n("Mul", ["k_4t", c], ["km"]), n("MatMul", ["qm", "km"], ["sc"]), n("Softmax", ["sc"], ["p"], axis=-1),
+                  n("MatMul", ["p", "v_4"], ["ctx"]), n("Transpose", ["ctx"], ["ctx_t"], perm=[2, 0, 1, 3])]
+    nodes += [n("Mul", ["S_", "B_"], ["SB"]), n("Unsqueeze", ["SB", "ax0"], ["SB1"]),
+              n("Concat", ["SB1", vec("E1", [E])], ["merge_shape"], axis=0),
+              n("Reshape", ["ctx_t", "merge_shape"], ["merged"]),
+              n("Gemm", ["merged", "w_out", "b_out"], ["o"]),
+              n("Concat", ["S1", "B1", vec("E2", [E])], ["o_shape"], axis=0), n("Reshape", ["o", "o_shape"], ["o3"]),
+              n("Transpose", ["o3"], ["y"], perm=[1, 0, 2])]
+    return make(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", seq, E])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+
+
+def const_name(inits, name, value):
+    inits.append(const(name, np.asarray(value)))
+    return name
+
+
+@pytest.mark.parametrize("form", ["3d", "4d"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_sequence_first_multi_head_attention_fuses(form, batch):
+    """torch's nn.MultiheadAttention exports (ViT): kiln.Attention reads the sequence-first
+    projections in place (sequence_first = 1), no scores, no head transposes; the result is the
+    unfused graph's, at batch 1 and 3 (the strides differ)."""
+    ops = assert_same(mha_layer(form), {"x": f32(batch, 6, 8)})
+    assert ops["Attention"] == 1 and ops["Softmax"] == 0, dict(ops)
+
+
+def test_torch2_vit_export_fuses_every_attention(tmp_path):
+    """ViT-B/16 as torch 2.11 exports it (bench/zoo/structures/, random weights restored): its 12
+    attentions take the shape arithmetic of a dynamic batch (B*H computed by Mul, the key's dims read
+    back through Shape) and still fuse; the engine agrees with the unfused one at batch 2."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    model = str(tmp_path / "vit.onnx")
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "strip_weights.py"),
+                    os.path.join(ROOT, "bench", "zoo", "structures", "vit_b_16_torch211_stripped.onnx"), model, "--restore"],
+                   check=True)
+    ops = assert_same(model, {"input": f32(2, 3, 224, 224)}, rtol=1e-3, atol=1e-4)
+    assert ops["Attention"] == 12 and ops["Softmax"] == 0, dict(ops)
+
+
 # ---- The zoo: fusions on real exporter output (skipped when the models are not exported)
 
 # Expected rewrites per model at opt level 2, as `kiln inspect` counts them; None: not checked.
@@ -213,7 +302,7 @@ ZOO_EXPECT = {
     "resnet50": {"BatchNormalization": 0, "FusedConv": 49, "Add": 0, "Relu": 0},  # 16 residual blocks fused
     "mobilenet_v2": {"BatchNormalization": 0, "Add": 0},
     "efficientnet_b0": {"BatchNormalization": 0},
-    "vit_b_16": {"Gelu": 0, "Erf": 0},
+    "vit_b_16": {"Gelu": 0, "Erf": 0, "Attention": 12, "Softmax": 0},
 }
 
 

@@ -453,6 +453,80 @@ TEST(CudaOps, AttentionMatchesCpu) {
   }
 }
 
+// [A, B, C] float32 as [B, A, C].
+Tensor swap01(const Tensor& x) {
+  const int64_t A = x.dim(0), Bd = x.dim(1), C = x.dim(2);
+  Tensor y = Tensor::empty(DataType::kFloat32, {Bd, A, C});
+  for (int64_t a = 0; a < A; ++a)
+    for (int64_t b = 0; b < Bd; ++b)
+      std::memcpy(y.data<float>() + (b * A + a) * C, x.data<float>() + (a * Bd + b) * C, C * sizeof(float));
+  return y;
+}
+
+// kiln.Attention over sequence-first tensors (sequence_first = 1: Q [S, B, H*D], K, V [T, B, ...],
+// Y [S, B, H*Dv], as torch's nn.MultiheadAttention exports them) on the CPU: the batch-first op on the
+// transposed tensors, transposed back.
+TEST(FusedAttention, SequenceFirstIsTheBatchFirstOpOnTransposedTensors) {
+  std::mt19937 rng(41);
+  const int64_t B = 3, S = 37, T = 45, H = 2, D = 16, Dv = 8;
+  const Tensor q = random_tensor({S, B, H * D}, rng), k = random_tensor({T, B, H * D}, rng), v = random_tensor({T, B, H * Dv}, rng);
+  auto node = [&](const std::vector<Tensor>& in, bool seq_first) {
+    auto n = std::make_unique<OneNode>("Attention", 1, in, 1);
+    n->node->domain = "kiln";
+    n->set_int("num_heads", H);
+    n->set_float("scale", 0.25f);
+    if (seq_first) n->set_int("sequence_first", 1);
+    return n;
+  };
+  auto sf = node({q, k, v}, true);
+  auto bf = node({swap01(q), swap01(k), swap01(v)}, false);
+  auto got = run_node_eager(*sf->node, {Slot::of(q), Slot::of(k), Slot::of(v)});
+  auto want = run_node_eager(*bf->node, {Slot::of(swap01(q)), Slot::of(swap01(k)), Slot::of(swap01(v))});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_TRUE(want.ok()) << want.status().to_string();
+  ASSERT_EQ((*got)[0].tensor.shape(), (Shape{S, B, H * Dv}));
+  expect_near((*got)[0].tensor, swap01((*want)[0].tensor), 1e-6, 1e-5, "sequence-first vs batch-first");
+}
+
+// The same on CUDA for every kernel (float32; float16 and bfloat16 with each tactic): ViT's shape
+// (197 tokens, head size 64, batch 3) and head size 128 over several key tiles, against the CPU op.
+TEST(CudaOps, SequenceFirstAttentionEveryTacticMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(43);
+  struct Case {
+    int64_t b, s, t, heads, d;
+  };
+  for (const Case& c : {Case{3, 197, 197, 2, 64}, Case{2, 70, 150, 2, 128}})
+    for (DataType dt : {kF32, kF16, kBF16}) {
+      std::vector<Tensor> ref_in = {random_tensor({c.s, c.b, c.heads * c.d}, rng), random_tensor({c.t, c.b, c.heads * c.d}, rng),
+                                    random_tensor({c.t, c.b, c.heads * c.d}, rng)};
+      for (Tensor& t : ref_in) t = convert(convert(t, dt), kF32);
+      std::vector<Tensor> dev_in;
+      for (const Tensor& t : ref_in) dev_in.push_back(convert(t, dt));
+      OneNode dn("Attention", 1, dev_in, 1), rn("Attention", 1, ref_in, 1);
+      for (OneNode* n : {&dn, &rn}) {
+        n->node->domain = "kiln";
+        n->set_int("num_heads", c.heads);
+        n->set_float("scale", 1.f / std::sqrt(static_cast<float>(c.d)));
+        n->set_int("sequence_first", 1);
+      }
+      const std::string label = std::string("sequence-first Attention ") + dtype_name(dt) + " head " + std::to_string(c.d);
+      auto want = run_node_eager(*rn.node, {Slot::of(ref_in[0]), Slot::of(ref_in[1]), Slot::of(ref_in[2])});
+      ASSERT_TRUE(want.ok()) << label << ": " << want.status().to_string();
+      std::vector<std::string> tactics;
+      ASSERT_TRUE(run_cuda(*dn.node, dev_in, {}, &tactics).ok()) << label;
+      if (dt != kF32) EXPECT_EQ(tactics, (std::vector<std::string>{"fa4", "fa2", "fa8", "wmma"})) << label;
+      tactics.push_back("");
+      const double tol = dt == kF32 ? 1e-4 : dt == kF16 ? 4e-3 : 2e-2;
+      for (const std::string& t : tactics) {
+        auto got = run_cuda(*dn.node, dev_in, t);
+        ASSERT_TRUE(got.ok()) << label << " tactic '" << t << "': " << got.status().to_string();
+        ASSERT_EQ((*got)[0].shape(), (Shape{c.s, c.b, c.heads * c.d})) << label;
+        expect_near((*got)[0], (*want)[0].tensor, tol, tol, label + " tactic '" + t + "'");
+      }
+    }
+}
+
 // Every tactic kiln.Attention offers (the register-resident kernel with 2, 4 and 8 warps per block,
 // the WMMA kernel) against the CPU kernel, in float16 and bfloat16: BERT's head size 64 with a padding
 // mask over two query tiles of the 8-warp variant, and head size 128 with a causal bool mask over

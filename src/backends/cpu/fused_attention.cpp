@@ -1,7 +1,8 @@
 // backends/cpu/fused_attention.cpp — kiln.Attention on the CPU (float32): per (batch, head),
 // scores = scale * Q K^T (sgemm), then the bool mask's fill, + the additive mask, softmax over keys, then P V (sgemm) written straight into
 // the [B, S, H*Dv] output. Q, K, V stay in their projected [B, S, H*D] layout (heads are strided
-// views), so no transposes or reshapes are materialized.
+// views), so no transposes or reshapes are materialized; sequence-first [S, B, H*D] tensors (torch's
+// nn.MultiheadAttention) are read the same way with other strides.
 #include <oneapi/dnnl/dnnl.h>
 
 #include <limits>
@@ -18,6 +19,7 @@ struct AttentionAttrs {
   float scale = 1;
   float fill = 0;               // bool mask: the score where the mask says so
   bool fill_where_true = false;  // fill where the bool mask is true (else where it is false)
+  bool sequence_first = false;   // Q [S, B, H*D], K/V [T, B, ...], Y [S, B, H*Dv]
 };
 
 
@@ -55,8 +57,10 @@ Status attention(KernelContext& ctx, const AttentionAttrs& a) {
   const Tensor& k = ctx.input(1);
   const Tensor& v = ctx.input(2);
   if (q.rank() != 3 || k.rank() != 3 || v.rank() != 3) return ctx.error("Q, K, V must be 3-D");
-  const int64_t B = q.dim(0), S = q.dim(1), T = k.dim(1), H = a.heads;
-  if (k.dim(0) != B || v.dim(0) != B || v.dim(1) != T) return ctx.error("Q, K, V batch or key lengths differ");
+  // Batch-first [B, S, H*D], or sequence-first [S, B, H*D]: dim `bd` is the batch, `sd` the sequence.
+  const int bd = a.sequence_first ? 1 : 0, sd = 1 - bd;
+  const int64_t B = q.dim(bd), S = q.dim(sd), T = k.dim(sd), H = a.heads;
+  if (k.dim(bd) != B || v.dim(bd) != B || v.dim(sd) != T) return ctx.error("Q, K, V batch or key lengths differ");
   if (q.dim(2) % H || v.dim(2) % H || k.dim(2) != q.dim(2))
     return ctx.error("hidden sizes do not split into " + std::to_string(H) + " heads");
   const int64_t D = q.dim(2) / H, Dv = v.dim(2) / H;
@@ -77,7 +81,7 @@ Status attention(KernelContext& ctx, const AttentionAttrs& a) {
     if (!ops::attention_mask_strides(c.shape(), full, cs)) return ctx.error("bool mask " + shape_to_string(c.shape()) + " does not broadcast to [B, H, S, T]");
     cond = c.data<bool>();
   }
-  Tensor& y = ctx.output(0, DataType::kFloat32, {B, S, H * Dv});
+  Tensor& y = ctx.output(0, DataType::kFloat32, a.sequence_first ? Shape{S, B, H * Dv} : Shape{B, S, H * Dv});
   if (y.numel() == 0) return Status::Ok();
   const float* pq = q.data<float>();
   const float* pk = k.data<float>();
@@ -87,18 +91,23 @@ Status attention(KernelContext& ctx, const AttentionAttrs& a) {
     std::fill(py, py + y.numel(), std::numeric_limits<float>::quiet_NaN());  // softmax over nothing
     return Status::Ok();
   }
+  // Row strides (one sequence step) and batch strides of Q/K, V and Y, in elements.
+  const bool sf = a.sequence_first;
+  const int64_t qk_row = sf ? B * H * D : H * D, v_row = sf ? B * H * Dv : H * Dv;
+  const int64_t qk_batch = sf ? H * D : S * H * D, k_batch = sf ? H * D : T * H * D;
+  const int64_t v_batch = sf ? H * Dv : T * H * Dv, y_batch = sf ? H * Dv : S * H * Dv;
   parallel_for(B * H, 1, [&](int64_t j0, int64_t j1) {
     std::vector<float> scores(static_cast<size_t>(S * T));
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t b = j / H, h = j % H;
-      const float* qb = pq + b * S * H * D + h * D;
-      const float* kb = pk + b * T * H * D + h * D;
-      const float* vb = pv + b * T * H * Dv + h * Dv;
-      float* yb = py + b * S * H * Dv + h * Dv;
-      dnnl_sgemm('N', 'T', S, T, D, a.scale, qb, H * D, kb, H * D, 0.0f, scores.data(), T);
+      const float* qb = pq + b * qk_batch + h * D;
+      const float* kb = pk + b * k_batch + h * D;
+      const float* vb = pv + b * v_batch + h * Dv;
+      float* yb = py + b * y_batch + h * Dv;
+      dnnl_sgemm('N', 'T', S, T, D, a.scale, qb, qk_row, kb, qk_row, 0.0f, scores.data(), T);
       for (int64_t s = 0; s < S; ++s) softmax_row(scores.data() + s * T, T, cond ? cond + b * cs[0] + h * cs[1] + s * cs[2] : nullptr,
                                                   cs[3], mask ? mask + b * ms[0] + h * ms[1] + s * ms[2] : nullptr, ms[3], a);
-      dnnl_sgemm('N', 'N', S, Dv, T, 1.0f, scores.data(), T, vb, H * Dv, 0.0f, yb, H * Dv);
+      dnnl_sgemm('N', 'N', S, Dv, T, 1.0f, scores.data(), T, vb, v_row, 0.0f, yb, v_row);
     }
   });
   return Status::Ok();
@@ -115,7 +124,7 @@ void register_fused_attention(KernelRegistry& r) {
          },
          [](const ir::Node& n, KernelInit&) {
            const ops::FusedAttentionParams p = ops::parse_fused_attention(n);
-           AttentionAttrs a{p.num_heads, p.scale, p.mask_fill, p.mask_fill_where_true};
+           AttentionAttrs a{p.num_heads, p.scale, p.mask_fill, p.mask_fill_where_true, p.sequence_first};
            return make_kernel([a](KernelContext& ctx) { return attention(ctx, a); });
          }});
 }

@@ -32,7 +32,7 @@ constexpr int kKeys = 64;       // keys per tile
 constexpr int kLanes = 8;       // threads per query row
 constexpr int kMaxAcc = kMaxAttentionHead / kLanes;
 
-// The (batch b, head h) slices of Q, K, V (rows strided by H·D), and the masks.
+// The (batch b, head h) slices of Q, K, V (rows strided by a.q_row, a.k_row, a.v_row), and the masks.
 template <typename T, typename M>
 struct HeadViews {
   const T* q;
@@ -41,10 +41,9 @@ struct HeadViews {
   const M* mask;
   const bool* cond;
   __device__ HeadViews(const AttentionArgs& a, int64_t b, int64_t h) {
-    const int64_t S = a.s, NT = a.t, H = a.heads, D = a.d, Dv = a.dv;
-    q = static_cast<const T*>(a.q) + b * S * H * D + h * D;
-    k = static_cast<const T*>(a.k) + b * NT * H * D + h * D;
-    v = static_cast<const T*>(a.v) + b * NT * H * Dv + h * Dv;
+    q = static_cast<const T*>(a.q) + b * a.q_batch + h * a.d;
+    k = static_cast<const T*>(a.k) + b * a.k_batch + h * a.d;
+    v = static_cast<const T*>(a.v) + b * a.v_batch + h * a.dv;
     mask = static_cast<const M*>(a.mask);
     cond = a.cond;
   }
@@ -67,13 +66,13 @@ __global__ void __launch_bounds__(kRows * kLanes) attention_kernel(AttentionArgs
   float* ps = vs + kKeys * Dv;         // [kRows][kKeys]
   const int b = blockIdx.z, h = blockIdx.y, s0 = blockIdx.x * kRows;
   const int tid = threadIdx.x, row = tid / kLanes, lane = tid % kLanes;
-  const int64_t S = a.s, NT = a.t, H = a.heads;
+  const int64_t S = a.s, NT = a.t;
   const HeadViews<T, M> hv(a, b, h);
   const T *q = hv.q, *k = hv.k, *v = hv.v;
 
   for (int i = tid; i < kRows * D; i += blockDim.x) {
     const int r = i / D, c = i % D;
-    qs[r * kd + c] = s0 + r < S ? convert<float>(q[(s0 + r) * H * D + c]) * a.scale : 0.f;
+    qs[r * kd + c] = s0 + r < S ? convert<float>(q[(s0 + r) * a.q_row + c]) * a.scale : 0.f;
   }
   const int64_t s = s0 + row;
   float m = -INFINITY, l = 0.f, acc[kMaxAcc];
@@ -84,11 +83,11 @@ __global__ void __launch_bounds__(kRows * kLanes) attention_kernel(AttentionArgs
     __syncthreads();  // the previous tile's K/V/P are no longer read
     for (int i = tid; i < kKeys * D; i += blockDim.x) {
       const int r = i / D, c = i % D;
-      ks[r * kd + c] = t0 + r < NT ? convert<float>(k[(t0 + r) * H * D + c]) : 0.f;
+      ks[r * kd + c] = t0 + r < NT ? convert<float>(k[(t0 + r) * a.k_row + c]) : 0.f;
     }
     for (int i = tid; i < kKeys * Dv; i += blockDim.x) {
       const int r = i / Dv, c = i % Dv;
-      vs[r * Dv + c] = t0 + r < NT ? convert<float>(v[(t0 + r) * H * Dv + c]) : 0.f;
+      vs[r * Dv + c] = t0 + r < NT ? convert<float>(v[(t0 + r) * a.v_row + c]) : 0.f;
     }
     __syncthreads();
     float sc[kKeys / kLanes];
@@ -131,7 +130,7 @@ __global__ void __launch_bounds__(kRows * kLanes) attention_kernel(AttentionArgs
     }
   }
   if (s >= S) return;
-  T* y = static_cast<T*>(a.y) + (b * S + s) * H * Dv + h * Dv;
+  T* y = static_cast<T*>(a.y) + b * a.y_batch + s * a.y_row + h * Dv;
   const float inv = 1.f / l;  // l == 0 (no keys, or every key -inf): NaN, as softmax over nothing
   for (int j = 0; j < kMaxAcc; ++j) {
     const int d = lane + kLanes * j;
@@ -181,11 +180,11 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(Attention
   const int b = blockIdx.z, h = blockIdx.y;
   const int64_t s0 = int64_t{blockIdx.x} * kMmaRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t S = a.s, NT = a.t, H = a.heads;
+  const int64_t S = a.s, NT = a.t;
   const HeadViews<T, M> hv(a, b, h);
   const T *q = hv.q, *k = hv.k, *v = hv.v;
 
-  load_tile(qs, qp, q, H * D, s0, kMmaRows, D, S);
+  load_tile(qs, qp, q, a.q_row, s0, kMmaRows, D, S);
   for (int i = threadIdx.x; i < kMmaRows * op; i += blockDim.x) os[i] = 0.f;
   // Softmax state: lanes 2r and 2r+1 of a warp share its row r (of 16), each taking half of the keys.
   const int wrow = lane / 2, half = lane % 2, row = warp * 16 + wrow;
@@ -194,8 +193,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(Attention
 
   for (int64_t t0 = 0; t0 < NT; t0 += kMmaKeys) {
     __syncthreads();  // the previous tile's K/V are no longer read (and Q, O are written, first time)
-    load_tile(ks, qp, k, H * D, t0, kMmaKeys, D, NT);
-    load_tile(vs, vp, v, H * Dv, t0, kMmaKeys, Dv, NT);
+    load_tile(ks, qp, k, a.k_row, t0, kMmaKeys, D, NT);
+    load_tile(vs, vp, v, a.v_row, t0, kMmaKeys, Dv, NT);
     __syncthreads();
     // S = Q·Kᵀ for this warp's 16 rows: 4 blocks of 16 keys.
     for (int n = 0; n < kMmaKeys / 16; ++n) {
@@ -258,7 +257,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(Attention
   }
   __syncthreads();  // O's zeros are visible when there were no keys at all
   if (s >= S) return;
-  T* y = static_cast<T*>(a.y) + (b * S + s) * H * Dv + h * Dv;
+  T* y = static_cast<T*>(a.y) + b * a.y_batch + s * a.y_row + h * Dv;
   const float inv = 1.f / l;  // l == 0 (no keys, or every key -inf): NaN, as softmax over nothing
   const float* orow = os + row * op;
   for (int c = half; c < Dv; c += 2) y[c] = convert<T>(orow[c] * inv);
@@ -310,7 +309,7 @@ __global__ void __launch_bounds__(W * 32) attention_fa_kernel(AttentionArgs a) {
   T* vt = ks + kFaKeys * kp;              // [D][vp]: the tile's values, transposed
   const int b = blockIdx.z, h = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-  const int64_t S = a.s, NT = a.t, H = a.heads;
+  const int64_t S = a.s, NT = a.t;
   const HeadViews<T, T> hv(a, b, h);
   const int64_t row0 = int64_t{blockIdx.x} * (W * 16) + warp * 16;
   const int64_t rows[2] = {row0 + g, row0 + g + 8};  // this lane's two query rows
@@ -322,7 +321,7 @@ __global__ void __launch_bounds__(W * 32) attention_fa_kernel(AttentionArgs a) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int64_t r = rows[j & 1];
-      qf[kk][j] = r < S ? ld32(hv.q + r * H * D + kk * 16 + tq * 2 + (j >> 1) * 8) : 0u;
+      qf[kk][j] = r < S ? ld32(hv.q + r * a.q_row + kk * 16 + tq * 2 + (j >> 1) * 8) : 0u;
     }
   float o[D / 8][4];
 #pragma unroll
@@ -331,12 +330,12 @@ __global__ void __launch_bounds__(W * 32) attention_fa_kernel(AttentionArgs a) {
 
   for (int64_t t0 = 0; t0 < NT; t0 += kFaKeys) {
     __syncthreads();  // the previous tile is no longer read
-    load_tile(ks, kp, hv.k, H * D, t0, kFaKeys, D, NT);
+    load_tile(ks, kp, hv.k, a.k_row, t0, kFaKeys, D, NT);
     // Vᵀ: a warp takes 32 consecutive keys of one 8-column chunk, so its 2-byte stores hit 16 words.
     for (int i = threadIdx.x; i < kFaKeys * (D / 8); i += blockDim.x) {
       const int r = i % kFaKeys, c = (i / kFaKeys) * 8;
       uint4 x{};
-      if (t0 + r < NT) x = *reinterpret_cast<const uint4*>(hv.v + (t0 + r) * H * D + c);
+      if (t0 + r < NT) x = *reinterpret_cast<const uint4*>(hv.v + (t0 + r) * a.v_row + c);
       const T* e = reinterpret_cast<const T*>(&x);
 #pragma unroll
       for (int j = 0; j < 8; ++j) vt[(c + j) * vp + r] = e[j];
@@ -405,7 +404,7 @@ __global__ void __launch_bounds__(W * 32) attention_fa_kernel(AttentionArgs a) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     if (rows[i] >= S) continue;
-    T* y = static_cast<T*>(a.y) + (b * S + rows[i]) * H * D + h * D + tq * 2;
+    T* y = static_cast<T*>(a.y) + b * a.y_batch + rows[i] * a.y_row + h * D + tq * 2;
     const float inv = 1.f / l[i];  // l == 0 (no keys, or every key -inf): NaN, as softmax over nothing
     float unused = 0.f;
 #pragma unroll

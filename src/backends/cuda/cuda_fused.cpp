@@ -141,7 +141,7 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
   base.scale = p.scale;
   base.fill = p.mask_fill;
   base.fill_where_true = p.mask_fill_where_true;
-  auto reshape = [base](ReshapeContext& rc) -> Status {
+  auto reshape = [base, sequence_first = p.sequence_first](ReshapeContext& rc) -> Status {
     for (int i = 0; i < 3; ++i)
       if (static_cast<size_t>(i) >= rc.in.size() || !rc.in[i].present) return rc.error("Q, K and V are required");
     const Shape& q = rc.in[0].shape;
@@ -150,8 +150,9 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
     const DataType dt = rc.in[0].dtype;
     if (q.size() != 3 || k.size() != 3 || v.size() != 3) return rc.error("Q, K, V must be 3-D");
     if (!is_float_type(dt) || rc.in[1].dtype != dt || rc.in[2].dtype != dt) return rc.error("Q, K, V must have one float dtype");
-    const int64_t B = q[0], S = q[1], T = k[1], H = base.heads;
-    if (k[0] != B || v[0] != B || v[1] != T) return rc.error("Q, K, V batch or key lengths differ");
+    const int bd = sequence_first ? 1 : 0, sd = 1 - bd;  // the batch and sequence dims
+    const int64_t B = q[bd], S = q[sd], T = k[sd], H = base.heads;
+    if (k[bd] != B || v[bd] != B || v[sd] != T) return rc.error("Q, K, V batch or key lengths differ");
     if (q[2] % H || v[2] % H || k[2] != q[2]) return rc.error("hidden sizes do not split into " + std::to_string(H) + " heads");
     auto a = std::make_shared<AttentionArgs>(base);
     a->elem = elem_of(dt);
@@ -162,6 +163,7 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
     a->dv = static_cast<int>(v[2] / H);
     if (a->d > kMaxAttentionHead || a->dv > kMaxAttentionHead)
       return rc.error("head sizes above " + std::to_string(kMaxAttentionHead) + " do not run on CUDA");
+    attention_strides(*a, sequence_first);
     const int64_t full[4] = {B, H, S, T};
     if (rc.in.size() > 3 && rc.in[3].present) {
       if (rc.in[3].dtype != dt) return rc.error("the mask must have Q's dtype");
@@ -179,7 +181,7 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
         return rc.error("tactic '" + rc.tactic + "' does not apply to these shapes");
       a->variant = static_cast<int>(v - std::begin(kAttentionTactics));
     }
-    rc.out[0] = {dt, Shape{B, S, H * a->dv}};
+    rc.out[0] = {dt, sequence_first ? Shape{S, B, H * a->dv} : Shape{B, S, H * a->dv}};
     rc.state = std::move(a);
     return Status::Ok();
   };
