@@ -241,6 +241,12 @@ TEST(CudaOps, DataMovementWithHostShapes) {
     compare("Gather", 13, {random_tensor({5, 6}, rng), ints({2, 3}, rng, -5, 4)}, nullptr, dt, "axis 0", 1, {true, false});
     compare("Gather", 13, {x, ints({4}, rng, -4, 3, DataType::kInt32)}, [](OneNode& n) { n.set_int("axis", 2); }, dt,
             "axis 2 int32", 1, {true, false});
+    // Rows of whole 16-byte words (the vectorized path): ViT's scalar index along axis 0, and a
+    // batch of indices (negative ones too) along axis 1.
+    compare("Gather", 13, {random_tensor({3, 5, 2, 16}, rng), scalar_i64(-2)}, nullptr, dt, "scalar index, word rows", 1,
+            {true, false});
+    compare("Gather", 13, {random_tensor({2, 6, 32}, rng), ints({4}, rng, -6, 5, DataType::kInt32)},
+            [](OneNode& n) { n.set_int("axis", 1); }, dt, "axis 1, word rows", 1, {true, false});
   }
   compare("Concat", 13, {ints({3}, rng, 0, 9), ints({2}, rng, 0, 9)}, [](OneNode& n) { n.set_int("axis", 0); }, kF32, "int64");
   compare("ConstantOfShape", 20, {int64_tensor({2, 3})}, nullptr, kF32, "", 1, {false});
