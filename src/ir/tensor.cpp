@@ -1,6 +1,7 @@
 #include "kiln/tensor.h"
 #include "ir/host_memory.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -99,9 +100,17 @@ std::shared_ptr<Storage> allocate_host_storage(size_t bytes, std::string* why) {
     *why = std::move(w);
     return nullptr;
   }
-  // 64-byte alignment for vector loads; at least one byte so data() is never null.
+  // 64-byte alignment for vector loads; at least one byte so data() is never null. Buffers of 4 MiB
+  // and more start on a 2 MiB boundary and ask the kernel for transparent huge pages (in its default
+  // "madvise" mode it gives them only on request): a 25 MiB output written for the first time
+  // faulted 6,282 times in 4 KiB pages (GPT-2's logits, 20-40 ms of a 150 ms product at 1 thread).
   const size_t alloc = ((bytes ? bytes : 1) + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, alloc);
+  constexpr size_t kHuge = size_t{2} << 20;
+  const bool huge = alloc >= 2 * kHuge;
+  void* p = std::aligned_alloc(huge ? kHuge : 64, huge ? (alloc + kHuge - 1) / kHuge * kHuge : alloc);
+#ifdef MADV_HUGEPAGE
+  if (p && huge) madvise(p, alloc / kHuge * kHuge, MADV_HUGEPAGE);  // advice only: failure changes nothing
+#endif
   if (!p) {
     release_host_memory(bytes);
     *why = "out of host memory allocating " + std::to_string(bytes) + " bytes";
