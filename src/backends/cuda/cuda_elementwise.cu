@@ -607,34 +607,36 @@ int launch_cast(const void* x, int from, void* y, int to, int64_t n, cudaStream_
   });
 }
 
+namespace {
+
+// The gather kernel over elements of type T (indices int64 or int32).
+template <typename T>
+int gather_as(const void* data, const void* indices, bool indices64, void* y, int64_t outer, int64_t axis_dim,
+              int64_t inner, int64_t n_indices, cudaStream_t stream) {
+  const int64_t n = outer * n_indices * inner;
+  if (indices64)
+    gather_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(data), static_cast<const int64_t*>(indices),
+                                                        static_cast<T*>(y), outer, axis_dim, inner, n_indices);
+  else
+    gather_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(data), static_cast<const int32_t*>(indices),
+                                                        static_cast<T*>(y), outer, axis_dim, inner, n_indices);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace
+
 int launch_gather(const void* data, const void* indices, bool indices64, void* y, int64_t outer, int64_t axis_dim,
                   int64_t inner, int64_t n_indices, int elem_bytes, cudaStream_t stream) {
-  const int64_t n = outer * n_indices * inner;
-  if (n <= 0) return cudaSuccess;
+  if (outer * n_indices * inner <= 0) return cudaSuccess;
   // Rows of `inner` elements move whole: as 16-byte words when they are whole words and both tensors
   // are 16-byte aligned (ViT's Q, K, V cut out of a [3, S, B, E] projection: a scalar index along
   // axis 0, rows of S*B*E halves, went at a sixth of the copy bandwidth one half at a time).
   const int64_t row_bytes = inner * elem_bytes;
   const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  if (elem_bytes < 16 && row_bytes % 16 == 0 && aligned(data) && aligned(y)) {
-    const int64_t words = row_bytes / 16, nw = outer * n_indices * words;
-    if (indices64)
-      gather_kernel<<<grid_for(nw), kThreads, 0, stream>>>(static_cast<const uint4*>(data), static_cast<const int64_t*>(indices),
-                                                           static_cast<uint4*>(y), outer, axis_dim, words, n_indices);
-    else
-      gather_kernel<<<grid_for(nw), kThreads, 0, stream>>>(static_cast<const uint4*>(data), static_cast<const int32_t*>(indices),
-                                                           static_cast<uint4*>(y), outer, axis_dim, words, n_indices);
-    return static_cast<int>(cudaGetLastError());
-  }
+  if (elem_bytes < 16 && row_bytes % 16 == 0 && aligned(data) && aligned(y))
+    return gather_as<uint4>(data, indices, indices64, y, outer, axis_dim, row_bytes / 16, n_indices, stream);
   return dispatch_bytes(elem_bytes, [&](auto t) {
-    using T = decltype(t);
-    if (indices64)
-      gather_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(data), static_cast<const int64_t*>(indices),
-                                                          static_cast<T*>(y), outer, axis_dim, inner, n_indices);
-    else
-      gather_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(data), static_cast<const int32_t*>(indices),
-                                                          static_cast<T*>(y), outer, axis_dim, inner, n_indices);
-    return static_cast<int>(cudaGetLastError());
+    return gather_as<decltype(t)>(data, indices, indices64, y, outer, axis_dim, inner, n_indices, stream);
   });
 }
 
