@@ -90,11 +90,15 @@ def versions() -> dict:
 # ---- Sessions
 
 
-def kiln_session(path: str, threads: int, tune: bool = False):
+def kiln_session(path: str, threads: int, tune: bool = False, profile_prefix: str | None = None):
+    """profile_prefix: per-node profiling on, its trace written there by end_profiling()."""
     import kiln  # noqa: PLC0415
 
     so = kiln.SessionOptions()
     so.intra_op_num_threads = threads
+    if profile_prefix:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
     if tune:
         # An engine tuned at this thread count (each layer's tactics timed: the kernel's own
         # convolution schedules against oneDNN's primitive), at the declared shapes (dynamic dims 1).
@@ -104,10 +108,13 @@ def kiln_session(path: str, threads: int, tune: bool = False):
     return kiln.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def ort_session(path: str, threads: int, spin: bool = True):
+def ort_session(path: str, threads: int, spin: bool = True, profile_prefix: str | None = None):
     import onnxruntime as ort  # noqa: PLC0415
 
     so = ort.SessionOptions()
+    if profile_prefix:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
     if not spin:
         # ORT's workers spin after each run by default; alternating with kiln on as many threads as
         # cores, the spinning steals the cores kiln's (passively waiting) threads need, and kiln's

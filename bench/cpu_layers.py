@@ -25,26 +25,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "zoo"))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+sys.path.insert(0, HERE)
 import zoo  # noqa: E402
-
-
-def sessions(path: str, threads: int, prefix: str):
-    import kiln  # noqa: PLC0415
-    import onnxruntime as ort  # noqa: PLC0415
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.enable_profiling = True
-    so.profile_file_prefix = os.path.join(prefix, "ort")
-    ks = kiln.SessionOptions()
-    ks.intra_op_num_threads = threads
-    ks.enable_profiling = True
-    ks.profile_file_prefix = os.path.join(prefix, "kiln")
-    return (kiln.InferenceSession(path, ks, providers=["CPUExecutionProvider"]),
-            ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]))
+from cpu_bench import kiln_session, ort_session  # noqa: E402
 
 
 def per_node(trace_file: str, kiln_side: bool, skip: int) -> tuple[dict, dict]:
@@ -88,7 +71,9 @@ def main() -> int:
     path = zoo.model_path(args.model, args.opset)
     feed = zoo.make_inputs(zoo.MODELS[args.model], args.batch, seed=args.batch)
     with tempfile.TemporaryDirectory() as tmp:
-        k, o = sessions(path, args.threads, tmp)
+        # The sessions as bench/cpu_bench.py makes them (ORT spinning off), with profiling on.
+        k = kiln_session(path, args.threads, profile_prefix=os.path.join(tmp, "kiln"))
+        o = ort_session(path, args.threads, spin=False, profile_prefix=os.path.join(tmp, "ort"))
         for i in range(args.runs + 2):
             for s in ((k, o) if i % 2 == 0 else (o, k)):
                 s.run(None, feed)

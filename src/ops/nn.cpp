@@ -391,4 +391,15 @@ bool attention_mask_strides(const std::vector<int64_t>& m, const int64_t (&full)
   return true;
 }
 
+AttentionStrides attention_strides(int64_t B, int64_t S, int64_t T, int64_t H, int64_t D, int64_t Dv, bool sequence_first) {
+  AttentionStrides a;
+  a.q_row = a.k_row = sequence_first ? B * H * D : H * D;
+  a.v_row = a.y_row = sequence_first ? B * H * Dv : H * Dv;
+  a.q_batch = sequence_first ? H * D : S * H * D;
+  a.k_batch = sequence_first ? H * D : T * H * D;
+  a.v_batch = sequence_first ? H * Dv : T * H * Dv;
+  a.y_batch = sequence_first ? H * Dv : S * H * Dv;
+  return a;
+}
+
 }  // namespace kiln::ops

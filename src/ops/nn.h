@@ -43,6 +43,14 @@ Expected<WindowGeometry> transpose_geometry(const WindowAttrs& a, const std::vec
 // (`full`), 0 along broadcast dims; false when it does not broadcast there. (CPU and CUDA kernels.)
 bool attention_mask_strides(const std::vector<int64_t>& m, const int64_t (&full)[4], int64_t (&strides)[4]);
 
+// kiln.Attention's Q, K, V and Y element strides: of one sequence step (row) and of one batch entry.
+// Batch-first [B, S, H*D] tensors have rows of H*D and batches of S*H*D; sequence-first [S, B, H*D]
+// ones (sequence_first = 1) rows of B*H*D and batches of H*D. (CPU and CUDA kernels.)
+struct AttentionStrides {
+  int64_t q_row = 0, k_row = 0, v_row = 0, y_row = 0, q_batch = 0, k_batch = 0, v_batch = 0, y_batch = 0;
+};
+AttentionStrides attention_strides(int64_t B, int64_t S, int64_t T, int64_t H, int64_t D, int64_t Dv, bool sequence_first);
+
 // kiln.F8MatMul's attributes (ops/fused.cpp), parsed once for both backends' kernels: the two E4M3
 // scales (positive, finite) and the fused activation.
 struct F8MatMulParams {

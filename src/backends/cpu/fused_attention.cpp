@@ -91,23 +91,19 @@ Status attention(KernelContext& ctx, const AttentionAttrs& a) {
     std::fill(py, py + y.numel(), std::numeric_limits<float>::quiet_NaN());  // softmax over nothing
     return Status::Ok();
   }
-  // Row strides (one sequence step) and batch strides of Q/K, V and Y, in elements.
-  const bool sf = a.sequence_first;
-  const int64_t qk_row = sf ? B * H * D : H * D, v_row = sf ? B * H * Dv : H * Dv;
-  const int64_t qk_batch = sf ? H * D : S * H * D, k_batch = sf ? H * D : T * H * D;
-  const int64_t v_batch = sf ? H * Dv : T * H * Dv, y_batch = sf ? H * Dv : S * H * Dv;
+  const ops::AttentionStrides st = ops::attention_strides(B, S, T, H, D, Dv, a.sequence_first);
   parallel_for(B * H, 1, [&](int64_t j0, int64_t j1) {
     std::vector<float> scores(static_cast<size_t>(S * T));
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t b = j / H, h = j % H;
-      const float* qb = pq + b * qk_batch + h * D;
-      const float* kb = pk + b * k_batch + h * D;
-      const float* vb = pv + b * v_batch + h * Dv;
-      float* yb = py + b * y_batch + h * Dv;
-      dnnl_sgemm('N', 'T', S, T, D, a.scale, qb, qk_row, kb, qk_row, 0.0f, scores.data(), T);
+      const float* qb = pq + b * st.q_batch + h * D;
+      const float* kb = pk + b * st.k_batch + h * D;
+      const float* vb = pv + b * st.v_batch + h * Dv;
+      float* yb = py + b * st.y_batch + h * Dv;
+      dnnl_sgemm('N', 'T', S, T, D, a.scale, qb, st.q_row, kb, st.k_row, 0.0f, scores.data(), T);
       for (int64_t s = 0; s < S; ++s) softmax_row(scores.data() + s * T, T, cond ? cond + b * cs[0] + h * cs[1] + s * cs[2] : nullptr,
                                                   cs[3], mask ? mask + b * ms[0] + h * ms[1] + s * ms[2] : nullptr, ms[3], a);
-      dnnl_sgemm('N', 'N', S, Dv, T, 1.0f, scores.data(), T, vb, v_row, 0.0f, yb, v_row);
+      dnnl_sgemm('N', 'N', S, Dv, T, 1.0f, scores.data(), T, vb, st.v_row, 0.0f, yb, st.y_row);
     }
   });
   return Status::Ok();

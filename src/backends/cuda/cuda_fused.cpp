@@ -163,7 +163,9 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
     a->dv = static_cast<int>(v[2] / H);
     if (a->d > kMaxAttentionHead || a->dv > kMaxAttentionHead)
       return rc.error("head sizes above " + std::to_string(kMaxAttentionHead) + " do not run on CUDA");
-    attention_strides(*a, sequence_first);
+    const ops::AttentionStrides st = ops::attention_strides(B, S, T, H, a->d, a->dv, sequence_first);
+    a->q_row = st.q_row, a->k_row = st.k_row, a->v_row = st.v_row, a->y_row = st.y_row;
+    a->q_batch = st.q_batch, a->k_batch = st.k_batch, a->v_batch = st.v_batch, a->y_batch = st.y_batch;
     const int64_t full[4] = {B, H, S, T};
     if (rc.in.size() > 3 && rc.in[3].present) {
       if (rc.in[3].dtype != dt) return rc.error("the mask must have Q's dtype");

@@ -200,21 +200,10 @@ struct AttentionArgs {
   float scale = 1.f, fill = 0.f;
   bool fill_where_true = false;
   int64_t ms[4] = {}, cs[4] = {};
-  // Element strides of one sequence step (row) and of one batch entry of Q, K, V and Y: [B, S, H*D]
-  // tensors have rows of H*D and batches of S*H*D; sequence-first [S, B, H*D] ones rows of B*H*D and
-  // batches of H*D (attention_strides).
+  // Element strides of one sequence step (row) and of one batch entry of Q, K, V and Y, as
+  // ops::attention_strides gives them for batch-first or sequence-first tensors.
   int64_t q_row = 0, k_row = 0, v_row = 0, y_row = 0, q_batch = 0, k_batch = 0, v_batch = 0, y_batch = 0;
 };
-// Sets a's strides for batch-first or sequence-first tensors (b, s, t, heads, d, dv set).
-inline void attention_strides(AttentionArgs& a, bool sequence_first) {
-  const int64_t hd = a.heads * a.d, hdv = a.heads * a.dv;
-  a.q_row = a.k_row = sequence_first ? a.b * hd : hd;
-  a.v_row = a.y_row = sequence_first ? a.b * hdv : hdv;
-  a.q_batch = sequence_first ? hd : a.s * hd;
-  a.k_batch = sequence_first ? hd : a.t * hd;
-  a.v_batch = sequence_first ? hdv : a.t * hdv;
-  a.y_batch = sequence_first ? hdv : a.s * hdv;
-}
 int launch_attention(const AttentionArgs& a, cudaStream_t stream);
 // Whether these shapes and dtype (no pointers needed) take the register-resident kernels, so that the
 // variants above are worth timing.
