@@ -19,7 +19,8 @@
 //
 // Rules for kernels:
 //  * outputs are always written through ctx.output()/ctx.output_slot(); never alias an input
-//    tensor as an output (the memory planner reuses input memory once its last reader ran);
+//    tensor as an output (the memory planner reuses input memory once its last reader ran; a kernel
+//    that can work in place asks the planner through ReshapeContext::share_input instead);
 //  * tensors stored into sequences/optionals must be owned copies (ctx.owned_copy());
 //  * user-caused problems (bad input shapes or values) return a Status naming the node;
 //    kernels never log and never abort.
@@ -103,6 +104,10 @@ struct ReshapeContext {
   // The tactic to plan: one of the names tactics() offered for these shapes, chosen by the tuner; empty
   // (or a name the kernel does not offer for these shapes) means the kernel's own choice.
   std::string tactic;
+  // To fill (optional): the input whose memory output 0 may take when this step is that input's last
+  // reader (the planner decides; the kernel must then work with Y and that input at one address, as
+  // oneDNN's sum post-op does with the residual). -1: output 0 gets memory of its own.
+  int share_input = -1;
   Status error(const std::string& what) const { return invalid_argument(node.describe() + ": " + what); }
 };
 

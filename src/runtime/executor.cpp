@@ -104,6 +104,7 @@ Status reshape_step(const CompiledGraph& g, ShapePlan& plan, int si, const Frame
   plan.reshaped[si] = 1;
   plan.step_state[si] = std::move(rc.state);
   plan.ws_bytes[si] = rc.workspace_bytes;
+  plan.share_in[si] = rc.share_input;
   return Status::Ok();
 }
 
@@ -286,6 +287,7 @@ std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* 
   p->reshaped.assign(ns, 0);
   p->step_state.assign(ns, nullptr);
   p->ws_bytes.assign(ns, 0);
+  p->share_in.assign(ns, -1);
   p->ws_offset.assign(ns, -1);
   p->ws_tmp.assign(ns, nullptr);
   p->dyn.assign(nv, 0);
@@ -361,19 +363,50 @@ void finalize_shape_plan(const CompiledGraph& g, ShapePlan& p) {
     if (p.dyn[v]) excluded[v] = 1;
   std::fill(p.offset.begin(), p.offset.end(), -1);
   std::fill(p.ws_offset.begin(), p.ws_offset.end(), -1);
+  auto planned = [&](size_t v) {
+    const PlannedValue& pv = g.values[v];
+    if (excluded[v] || pv.is_constant || !p.known[v]) return false;
+    if (g.first_def[v] < 0 || p.dtype[v] == DataType::kString || p.dtype[v] == DataType::kUndefined) return false;
+    // Too large to exist (over max_tensor_bytes, or overflowing): left out, so the step that would
+    // make it fails with a clear error instead of the arena's arithmetic wrapping around.
+    return p.bytes[v] != 0 && p.bytes[v] <= max_tensor_bytes();
+  };
+  // In place: a step's output 0 takes the memory of the input its kernel named (share_in) when the
+  // step is that input's last reader, reads it through no other operand, and both are planned
+  // buffers of one size on one device. Such values form chains (one ResNet block's output is the
+  // next block's residual); each chain is one buffer, live from its first value's definition to its
+  // last value's last use.
+  std::vector<int> head(g.values.size());
+  for (size_t v = 0; v < head.size(); ++v) head[v] = static_cast<int>(v);
+  for (size_t si = 0; si < g.steps.size(); ++si) {
+    const Step& s = g.steps[si];
+    const int k = p.share_in[si];
+    if (k < 0 || p.volatile_step[si] || k >= static_cast<int>(s.in.size()) || s.out.empty()) continue;
+    const int a = s.in[k], y = s.out[0];
+    if (a < 0 || y < 0 || !planned(a) || !planned(y) || g.last_use[a] != static_cast<int>(si)) continue;
+    if (g.values[a].device.type != g.values[y].device.type || p.bytes[a] != p.bytes[y]) continue;
+    if (std::count(s.in.begin(), s.in.end(), a) != 1 || std::count(s.implicit_in.begin(), s.implicit_in.end(), a))
+      continue;
+    head[y] = head[a];
+    if (log_enabled(LogLevel::kVerbose))
+      log(LogLevel::kVerbose, "memory plan: " + g.node(s).describe() + " writes '" + g.values[y].name +
+                                  "' in place of '" + g.values[a].name + "'");
+  }
   for (int d = 0; d < 2; ++d) {
     std::vector<BufferRequest> reqs;
-    std::vector<int> owner;  // value index, or -(step + 1) for a workspace
+    std::vector<int> owner;  // value index (a chain's head), or -(step + 1) for a workspace
+    std::vector<int> request_of(g.values.size(), -1);
     for (size_t v = 0; v < g.values.size(); ++v) {
-      const PlannedValue& pv = g.values[v];
-      if (static_cast<int>(pv.device.type) != d || excluded[v] || pv.is_constant || !p.known[v]) continue;
-      if (g.first_def[v] < 0 || p.dtype[v] == DataType::kString || p.dtype[v] == DataType::kUndefined) continue;
-      // Too large to exist (over max_tensor_bytes, or overflowing): left out, so the step that would
-      // make it fails with a clear error instead of the arena's arithmetic wrapping around.
-      if (p.bytes[v] == 0 || p.bytes[v] > max_tensor_bytes()) continue;
+      if (static_cast<int>(g.values[v].device.type) != d || !planned(v) || head[v] != static_cast<int>(v)) continue;
+      request_of[v] = static_cast<int>(reqs.size());
       reqs.push_back({p.bytes[v], g.first_def[v], std::max(g.first_def[v], g.last_use[v])});
       owner.push_back(static_cast<int>(v));
     }
+    for (size_t v = 0; v < g.values.size(); ++v)  // a chain's other values extend its buffer's life
+      if (static_cast<int>(g.values[v].device.type) == d && head[v] != static_cast<int>(v)) {
+        BufferRequest& r = reqs[request_of[head[v]]];
+        r.end = std::max({r.end, g.first_def[v], g.last_use[v]});
+      }
     for (size_t si = 0; si < g.steps.size(); ++si) {
       const Step& s = g.steps[si];
       if (!p.ws_bytes[si] || p.volatile_step[si] || static_cast<int>(s.device) != d) continue;
@@ -386,6 +419,9 @@ void finalize_shape_plan(const CompiledGraph& g, ShapePlan& p) {
       if (owner[i] >= 0) p.offset[owner[i]] = static_cast<int64_t>(offsets[i]);
       else p.ws_offset[-owner[i] - 1] = static_cast<int64_t>(offsets[i]);
     }
+    for (size_t v = 0; v < g.values.size(); ++v)
+      if (head[v] != static_cast<int>(v) && static_cast<int>(g.values[v].device.type) == d)
+        p.offset[v] = p.offset[head[v]];
   }
   std::fill(p.ws_tmp.begin(), p.ws_tmp.end(), nullptr);
   p.ready = true;

@@ -99,6 +99,7 @@ struct ShapePlan {
   std::vector<char> volatile_step;          // per step: its input shapes vary within the signature
   std::vector<std::shared_ptr<void>> step_state;
   std::vector<size_t> ws_bytes;             // per step
+  std::vector<int> share_in;                // per step: ReshapeContext::share_input (-1: none)
   std::vector<int64_t> ws_offset;           // per step: arena offset of its workspace, -1: none/allocated
   std::vector<std::shared_ptr<Storage>> ws_tmp;  // per step: workspace of a run before the plan was ready
   size_t arena_bytes[2] = {0, 0};

@@ -5,6 +5,7 @@ and the float32 result must equal the float64 one rounded to float32, element fo
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -307,3 +308,79 @@ def test_float32_layer_norm_rows_match_the_double_kernel(axis, scale_shape, with
     np.testing.assert_allclose(y32, y64, rtol=1e-5, atol=1e-5 * float(np.abs(y64).max()))
     np.testing.assert_allclose(mean32, mean64, rtol=1e-6)
     np.testing.assert_allclose(inv32, inv64, rtol=1e-5)
+
+
+def residual_chain_model(blocks: int, c: int) -> bytes:
+    """x -> Relu(Conv1x1) -> `blocks` times h -> Relu(Conv1x1(Relu(Conv1x1(h))) + h) ->
+    GlobalAveragePool: each block's residual h is last read by the convolution that adds it (ResNet's
+    pointwise + residual layers)."""
+    rng = np.random.default_rng(11)
+    nodes, inits = [], []
+
+    def conv(src, name):
+        w = (rng.standard_normal((c, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
+        b = (0.1 * rng.standard_normal(c)).astype(np.float32)
+        inits.extend([numpy_helper.from_array(w, f"{name}_w"), numpy_helper.from_array(b, f"{name}_b")])
+        nodes.append(helper.make_node("Conv", [src, f"{name}_w", f"{name}_b"], [name], name=name))
+        return name
+
+    def relu(src):
+        nodes.append(helper.make_node("Relu", [src], [src + "_relu"], name=src + "_relu"))
+        return src + "_relu"
+
+    h = relu(conv("x", "stem"))
+    for i in range(blocks):
+        inner = relu(conv(h, f"block{i}_a"))
+        nodes.append(helper.make_node("Add", [conv(inner, f"block{i}_b"), h], [f"block{i}_sum"], name=f"block{i}_add"))
+        h = relu(f"block{i}_sum")
+    nodes.append(helper.make_node("GlobalAveragePool", [h], ["y"]))
+    g = helper.make_graph(nodes, "residual_chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 9, 7])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+
+def test_pointwise_convolution_adds_its_residual_in_place(capfd):
+    """A fused pointwise convolution whose residual dies there (oneDNN's sum post-op) writes its output
+    in the residual's own memory: the planner chains the blocks' values into one buffer, so the copy
+    of the residual into the output is gone. Runs again and again give the unfused engine's result."""
+    m = residual_chain_model(3, 24)
+    x = np.random.default_rng(3).standard_normal((1, 24, 9, 7)).astype(np.float32)
+    want = kiln.Engine.build_from_bytes(m, opt_level=0).create_context().run({"x": x})[0]
+    kiln.set_default_logger_severity(0)
+    try:
+        capfd.readouterr()
+        ctx = kiln.Engine.build_from_bytes(m, opt_level=2).create_context()
+        runs = [ctx.run({"x": x})[0] for _ in range(3)]
+        log = capfd.readouterr().err
+    finally:
+        kiln.set_default_logger_severity(2)
+    in_place = re.findall(r"memory plan: .* writes '(\S+)' in place of '(\S+)'", log)
+    assert len(in_place) == 3, log  # one per block: each block's output takes its residual's buffer
+    for got in runs:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("channels", [3, 13, 40, 64, 77, 200])
+@pytest.mark.parametrize("op,attrs", [("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+                                      ("MaxPool", dict(kernel_shape=[3, 2], strides=[1, 2], pads=[2, 0, 1, 1], ceil_mode=1)),
+                                      ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 1], dilations=[2, 2], pads=[1, 2, 2, 1])),
+                                      ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+                                      ("AveragePool", dict(kernel_shape=[5, 5], strides=[3, 3], pads=[2, 2, 2, 2],
+                                                           count_include_pad=1)),
+                                      ("GlobalAveragePool", {})])
+def test_channels_last_pool_matches_the_general_kernel(channels, op, attrs):
+    """kiln.ChannelsLastPool's windows (max: channels in register blocks of 32, 8 and 1; average:
+    double sums in blocks of 128) give the NCHW kernel's values bit for bit, max's NaN rule included
+    (a window's first tap NaN: NaN; a later one: skipped)."""
+    rng = np.random.default_rng(channels)
+    x = rng.standard_normal((2, channels, 13, 11)).astype(np.float32)
+    if op == "MaxPool":
+        x[0, :, 0, 0] = np.nan
+        x[1, channels // 2, 5, 5] = np.nan
+    want = run(pool_model(op, np.float32, list(x.shape), **attrs), x)
+    node = helper.make_node("ChannelsLastPool", ["x"], ["y"], domain="kiln", op=op, **attrs)
+    g = helper.make_graph([node], "nhwc_pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19), helper.make_opsetid("kiln", 1)], ir_version=9)
+    got = run(m, np.ascontiguousarray(x.transpose(0, 2, 3, 1)))
+    np.testing.assert_array_equal(got, want.transpose(0, 2, 3, 1))

@@ -510,6 +510,8 @@ Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
     KILN_RETURN_IF_ERROR(d.status());
     st->dnnl = std::move(d).value();
     rc.workspace_bytes = st->dnnl->workspace;
+    // oneDNN's sum post-op adds what Y holds: Y in the residual's own memory saves copying it there.
+    if (st->dnnl->post_sum) rc.share_input = 3;
     rc.state = std::move(st);
     return Status::Ok();
   }
