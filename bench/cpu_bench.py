@@ -8,6 +8,13 @@ ORT_ENABLE_ALL). After a warm-up, runs alternate A/B (ABBA order, so neither sid
 first); we report the median and the spread (p10/p90) of each. Batch 1 is latency, batch 8 is
 throughput (items/s).
 
+Each runtime runs in a process of its own (default), and the two alternate in blocks of runs (ABBA
+again); a block starts once the process that ran the last one has gone idle (no CPU used for
+--pause seconds): a runtime's idle threads must not share the cores with the other's runs. ORT's workers spin for tens of milliseconds after each run by default; in one process
+alternating run by run, they held one of 2 pinned cores through kiln's next run (MobileNetV2 at 2
+threads on the device host: kiln alone 3.30 ms, ORT alone 3.53 ms; alternating in one process kiln
+22.6 ms, ORT 5.0 ms: bench/results/cpu_host_h200_2026-11-26.md). `--same-process` measures that way.
+
     .venv/bin/python bench/cpu_bench.py                       # the whole zoo at opset 17
     .venv/bin/python bench/cpu_bench.py --models resnet50,gpt2 --threads 1
     .venv/bin/python bench/cpu_bench.py --profile-slow 2      # also a per-op profile where kiln/ORT > 2
@@ -164,22 +171,140 @@ def bench_pair(k_sess, o_sess, feed, warmup: int, min_runs: int, max_runs: int, 
     return k_times, o_times
 
 
+def serve(runtime: str, name: str, opset: int, threads: int, spin: bool, tune: bool) -> int:
+    """Child side of the isolated mode: one session, commands on stdin, answers on stdout (one line
+    each). `feed B` makes batch B's inputs; `run N` runs N times and answers the seconds of each."""
+    path = zoo.model_path(name, opset)
+    sess = kiln_session(path, threads, tune) if runtime == "kiln" else ort_session(path, threads, spin)
+    feed = None
+    out = sys.stdout
+    sys.stdout = sys.stderr  # anything else printed must not reach the parent's pipe
+    print("ready", file=out, flush=True)
+    for line in sys.stdin:
+        cmd, _, arg = line.strip().partition(" ")
+        if cmd == "feed":
+            feed = zoo.make_inputs(zoo.MODELS[name], int(arg), seed=int(arg))
+            print("ok", file=out, flush=True)
+        elif cmd == "run":
+            print(json.dumps([timed(sess, feed) for _ in range(int(arg))]), file=out, flush=True)
+        else:
+            break
+    return 0
+
+
+class Child:
+    """A runtime's session in its own process (see serve)."""
+
+    def __init__(self, runtime: str, name: str, opset: int, threads: int, args):
+        cmd = [sys.executable, os.path.abspath(__file__), "--serve", runtime, "--models", name, "--opset", str(opset),
+               "--threads", str(threads)]
+        if args.ort_no_spin:
+            cmd.append("--ort-no-spin")
+        if args.kiln_tune:
+            cmd.append("--kiln-tune")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.expect("ready")
+
+    def ask(self, line: str) -> str:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return self.expect(None)
+
+    def expect(self, want: str | None) -> str:
+        got = self.proc.stdout.readline().strip()
+        if not got or (want and got != want):
+            raise RuntimeError(f"benchmark child {self.proc.args[3:6]} failed (exit {self.proc.poll()}): {got!r}")
+        return got
+
+    def runs(self, n: int) -> list[float]:
+        return json.loads(self.ask(f"run {n}"))
+
+    def cpu_ticks(self) -> int:
+        """CPU time the process has used, all threads (user + system clock ticks)."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return int(fields[11]) + int(fields[12])
+
+    def wait_idle(self, window: float, limit: float) -> float:
+        """Waits until the process used no CPU for `window` seconds (its workers stopped spinning) or
+        `limit` seconds passed; returns the seconds waited."""
+        start = time.perf_counter()
+        try:
+            before = self.cpu_ticks()
+            while time.perf_counter() - start < limit:
+                time.sleep(window)
+                now = self.cpu_ticks()
+                if now == before:
+                    break
+                before = now
+        except OSError:  # no /proc: a fixed pause
+            time.sleep(window)
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        self.proc.wait()
+
+
+def bench_isolated(k: Child, o: Child, batch: int, args) -> tuple:
+    """ABBA over blocks of runs, each runtime in its own process. After each block the harness waits
+    until the process that ran has used no CPU for --pause seconds (ORT's workers spin on after a run;
+    on the device host that lasted up to the waits this records), so the other one runs on idle cores."""
+    for c in (k, o):
+        c.ask(f"feed {batch}")
+        c.runs(args.warmup)
+    # About 0.25 s of runs per block, from a first timing; at least one run.
+    first = k.runs(1) + o.runs(1)
+    per_block = max(1, min(10, int(0.25 / max(max(first), 1e-4))))
+    k_times, o_times = [], []
+    waits = {"kiln": [], "ort": []}
+    start = time.perf_counter()
+    i = 0
+    last = o
+    while len(k_times) < args.max_runs and (len(k_times) < args.min_runs or time.perf_counter() - start < args.budget):
+        n = min(per_block, args.max_runs - len(k_times))
+        for c, times in ((k, k_times), (o, o_times)) if i % 2 == 0 else ((o, o_times), (k, k_times)):
+            waits["kiln" if last is k else "ort"].append(last.wait_idle(args.pause, 5.0))
+            times += c.runs(n)
+            last = c
+        i += 1
+    return k_times, o_times, {r: round(max(w), 3) if w else 0.0 for r, w in waits.items()}
+
+
 def bench_model(name: str, opset: int, threads_list: list[int], batches: list[int], args) -> list[dict]:
     path = zoo.model_path(name, opset)
     spec = zoo.MODELS[name]
     rows = []
     for threads in threads_list:
-        k_sess = kiln_session(path, threads, args.kiln_tune)
-        o_sess = ort_session(path, threads, not args.ort_no_spin)
+        if args.same_process:
+            k_sess = kiln_session(path, threads, args.kiln_tune)
+            o_sess = ort_session(path, threads, not args.ort_no_spin)
+        else:
+            k_sess = Child("kiln", name, opset, threads, args)
+            o_sess = Child("ort", name, opset, threads, args)
         for batch in batches:
-            feed = zoo.make_inputs(spec, batch, seed=batch)
-            k_times, o_times = bench_pair(k_sess, o_sess, feed, args.warmup, args.min_runs, args.max_runs, args.budget)
+            if args.same_process:
+                feed = zoo.make_inputs(spec, batch, seed=batch)
+                k_times, o_times = bench_pair(k_sess, o_sess, feed, args.warmup, args.min_runs, args.max_runs,
+                                              args.budget)
+                idle_wait = None
+            else:
+                k_times, o_times, idle_wait = bench_isolated(k_sess, o_sess, batch, args)
             row = {"model": name, "opset": opset, "threads": threads, "batch": batch,
                    "kiln": stats(k_times, batch), "ort": stats(o_times, batch)}
             row["ratio"] = round(row["kiln"]["median_ms"] / row["ort"]["median_ms"], 3)
+            if idle_wait is not None:
+                row["longest_idle_wait_s"] = idle_wait  # after each runtime's blocks, until its process went idle
             rows.append(row)
             print(f"{name:30s} t={threads} b={batch}: kiln {row['kiln']['median_ms']:9.2f} ms  "
                   f"ORT {row['ort']['median_ms']:9.2f} ms  ratio {row['ratio']:.2f}", flush=True)
+        if not args.same_process:
+            k_sess.close()
+            o_sess.close()
         del k_sess, o_sess
         gc.collect()
     return rows
@@ -238,7 +363,9 @@ def render(result: dict, rel_path: str) -> str:
         f"Latest run: `{rel_path}` ({result['date']}), {m['cpu']}, {m.get('cores_available', m['logical_cores'])} cores "
         f"available, ISA {', '.join(m['isa']) or 'baseline'}; kiln {v['kiln']} ({v.get('kiln_git', '?')}), "
         f"onnxruntime {v['onnxruntime']}. Models at opset {result['config']['opset']}, random weights. "
-        "Times: median (p10–p90) of alternating runs, milliseconds per call. Ratio > 1: kiln is slower.",
+        f"Order: {result['config'].get('order', 'ABBA alternating runs, one process')}; ORT's spinning "
+        f"{'on' if result['config'].get('ort_allow_spinning', True) else 'off'}. "
+        "Times: median (p10–p90), milliseconds per call. Ratio > 1: kiln is slower.",
         "",
     ]
     if result.get("note"):
@@ -317,6 +444,12 @@ def main() -> int:
                     help="only redo the profiles of the latest result file (and the README), no timings")
     ap.add_argument("--ort-no-spin", action="store_true", help="ORT workers sleep between runs, as kiln's do by default")
     ap.add_argument("--kiln-tune", action="store_true", help="kiln engines built with --tune (per-layer tactics timed)")
+    ap.add_argument("--same-process", action="store_true",
+                    help="both runtimes in this process, alternating run by run (each one's idle threads then "
+                         "share the cores with the other's runs)")
+    ap.add_argument("--pause", type=float, default=0.05,
+                    help="between blocks (one process per runtime): wait until the process that ran used no CPU "
+                         "for this many seconds (at most 5 s)")
     ap.add_argument("--note", default="", help="a line for the README (e.g. what was left out and why)")
     ap.add_argument("--out", help="result file (default bench/results/cpu_<date>.json)")
     ap.add_argument("--readme-only", action="store_true", help="regenerate bench/README.md from the latest result file")
@@ -324,7 +457,11 @@ def main() -> int:
     ap.add_argument("--profile-one", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--runs", type=int, default=5, help=argparse.SUPPRESS)
+    ap.add_argument("--serve", choices=["kiln", "ort"], help=argparse.SUPPRESS)
     args = ap.parse_args()
+
+    if args.serve:
+        return serve(args.serve, args.models, args.opset, int(args.threads), not args.ort_no_spin, args.kiln_tune)
 
     if args.profile_one:
         profile_one(args.profile_one, args.opset, int(args.threads.split(",")[0]), args.batch, args.runs)
@@ -363,7 +500,11 @@ def main() -> int:
         "config": {"opset": args.opset, "threads": threads_list, "batches": batches, "warmup": args.warmup,
                    "min_runs": args.min_runs, "max_runs": args.max_runs, "budget_s": args.budget,
                    "profile_slow": args.profile_slow, "ort_graph_optimization": "ORT_ENABLE_ALL",
-                   "ort_inter_op_threads": 1, "order": "ABBA alternating", "kiln_tune": args.kiln_tune,
+                   "ort_inter_op_threads": 1,
+                   "order": "ABBA alternating runs, one process" if args.same_process else
+                            f"ABBA alternating blocks of runs, a process per runtime, the next block when the last "
+                            f"one's process used no CPU for {args.pause} s",
+                   "kiln_tune": args.kiln_tune,
                    "ort_allow_spinning": not args.ort_no_spin},
         "note": args.note,
         "skipped_not_exported": missing,

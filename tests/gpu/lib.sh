@@ -51,3 +51,25 @@ zoo_args() {
     printf -- '--input %s=%s ' "${k#${1}_}" "$npy"
   done
 }
+
+# The host CPU's description, kiln's Python module built for the host's Python (python/module.cpp
+# against the carried libkiln.so; pybind11's headers from the host's packages, torch has them) and
+# the zoo at opset 17: what the CPU benchmarks on the host need (tests/gpu/cpu_host_*.sh).
+cpu_host_setup() {
+  date -u +"%Y-%m-%d %H:%M UTC"
+  lscpu | grep -E "Model name|^CPU\(s\)|Thread|Socket|NUMA node\(s\)|L2|L3"
+  grep -o -w -E 'avx512f|avx512_vnni|avx512_bf16|amx_tile|avx_vnni' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
+
+  py_inc=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+  pb_inc=$(python3 -c 'import pybind11; print(pybind11.get_include())' 2>/dev/null ||
+           python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "include"))')
+  suffix=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+  echo "== building python/kiln/_kiln$suffix (Python.h in $py_inc, pybind11 from $pb_inc)"
+  g++ -O3 -DNDEBUG -fPIC -fvisibility=hidden -std=gnu++20 -shared -Iinclude -isystem "$pb_inc" -isystem "$py_inc" \
+      python/module.cpp -o "python/kiln/_kiln$suffix" -L"$bin" -lkiln -Wl,-rpath,"$bin"
+  export PYTHONPATH=python
+  python3 -c 'import kiln, onnxruntime; print("kiln", kiln.__version__, "onnxruntime", onnxruntime.__version__)'
+
+  local models=resnet50,mobilenet_v2,efficientnet_b0,convnext_tiny,vit_b_16,deeplabv3_mobilenet_v3_large,bert_base,distilbert,gpt2
+  python3 bench/zoo/export.py --models "$models" --opsets 17 2>&1 | grep -E "export:|rror" || true
+}
