@@ -148,7 +148,8 @@ TEST(MiscResize, Float32RowPathEqualsTheGenericPathBitForBit) {
   };
   const Case cases[] = {{"linear", "half_pixel", {2, 3, 28, 36}, false}, {"linear", "align_corners", {2, 3, 5, 20}, false},
                         {"cubic", "pytorch_half_pixel", {2, 3, 13, 4}, false}, {"nearest", "asymmetric", {2, 3, 14, 9}, false},
-                        {"linear", "half_pixel", {2, 3, 3, 4}, true}, {"cubic", "half_pixel", {2, 3, 7, 30}, false}};
+                        {"linear", "half_pixel", {2, 3, 3, 4}, true}, {"cubic", "half_pixel", {2, 3, 7, 30}, false},
+                        {"linear", "pytorch_half_pixel", {2, 3, 56, 72}, false}};
   for (const Case& c : cases) {
     auto more = [&](OneNode& n) { n.i("antialias", c.antialias ? 1 : 0); };
     const Tensor y32 = resize(x32, {}, c.sizes, c.mode, c.ctm, {}, more);

@@ -58,6 +58,61 @@ std::vector<double> resize_pass(const std::vector<double>& src, int64_t outer, i
   return dst;
 }
 
+// One output row of resize_rows_f32: the vertical taps blended into `row` (doubles, W wide), then
+// each output x the sum of its horizontal taps over `row`, starting from 0.0 (the generic pass's
+// order). kTaps > 0: every output x has that many taps, laid out densely (idx/w at x * kTaps + t,
+// the common linear/cubic/nearest case, which vectorizes); 0: the tables of AxisTaps as they are.
+struct RowTaps {
+  const AxisTaps* th;
+  const AxisTaps* tw;
+  const int32_t* idx;  // kTaps > 0: OW * kTaps indices into the row
+  const double* w;     // and their weights
+  int64_t W, OW;
+  bool keep_w;
+};
+template <int kTaps>
+[[gnu::always_inline]] inline void resize_row(const RowTaps& t, const float* plane, int64_t oy, double* __restrict row,
+                                              float* __restrict dst) {
+  for (int64_t i = 0; i < t.W; ++i) row[i] = 0.0;
+  for (int64_t k = t.th->first[oy]; k < t.th->first[oy + 1]; ++k) {
+    const float* __restrict src = plane + t.th->idx[k] * t.W;
+    const double w = t.th->w[k];
+    for (int64_t i = 0; i < t.W; ++i) row[i] += w * static_cast<double>(src[i]);
+  }
+  if (t.keep_w) {
+    for (int64_t i = 0; i < t.W; ++i) dst[i] = static_cast<float>(row[i]);
+    return;
+  }
+  if constexpr (kTaps > 0) {
+    for (int64_t ox = 0; ox < t.OW; ++ox) {
+      double d = 0.0;
+      for (int k = 0; k < kTaps; ++k) d += t.w[ox * kTaps + k] * row[t.idx[ox * kTaps + k]];
+      dst[ox] = static_cast<float>(d);
+    }
+  } else {
+    const AxisTaps& tw = *t.tw;
+    for (int64_t ox = 0; ox < t.OW; ++ox) {
+      double d = 0.0;
+      for (int64_t k = tw.first[ox]; k < tw.first[ox + 1]; ++k) d += tw.w[k] * row[tw.idx[k]];
+      dst[ox] = static_cast<float>(d);
+    }
+  }
+}
+// The AVX2 copies take no FMA: a fused multiply-add would round differently from the generic path.
+template <int kTaps>
+[[gnu::target("avx2")]] void resize_row_avx2(const RowTaps& t, const float* plane, int64_t oy, double* row, float* dst) {
+  resize_row<kTaps>(t, plane, oy, row, dst);
+}
+template <int kTaps>
+void resize_row_base(const RowTaps& t, const float* plane, int64_t oy, double* row, float* dst) {
+  resize_row<kTaps>(t, plane, oy, row, dst);
+}
+using ResizeRowFn = void (*)(const RowTaps&, const float*, int64_t, double*, float*);
+template <int kTaps>
+ResizeRowFn resize_row_fn() {
+  return has_avx2_fma() ? &resize_row_avx2<kTaps> : &resize_row_base<kTaps>;
+}
+
 // float32 with only the last two axes resized (or only the last; NCHW up/down-sampling): one output
 // row at a time, the vertical taps blended into a row of doubles, then the horizontal taps — the same
 // sums in the same order as the two generic passes, so the same bits, without converting the whole
@@ -81,29 +136,18 @@ bool resize_rows_f32(const Tensor& x, Tensor& y, const Shape& in, const ops::Res
   const int64_t planes = H * W ? x.numel() / (H * W) : 0;
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
-  const bool keep_w = !geo.resized[r - 1];
+  // Dense horizontal tables when every output x has the same number of taps (1, 2 or 4).
+  const int64_t taps = OW ? tw.first[1] - tw.first[0] : 0;
+  bool uniform = taps == 1 || taps == 2 || taps == 4;
+  for (int64_t ox = 0; uniform && ox < OW; ++ox) uniform = tw.first[ox + 1] - tw.first[ox] == taps;
+  std::vector<int32_t> idx;
+  if (uniform) idx.assign(tw.idx.begin(), tw.idx.end());
+  const RowTaps t{&th, &tw, idx.data(), tw.w.data(), W, OW, !geo.resized[r - 1]};
+  const ResizeRowFn fn = !uniform ? resize_row_fn<0>() : taps == 1 ? resize_row_fn<1>()
+                                                        : taps == 2 ? resize_row_fn<2>() : resize_row_fn<4>();
   parallel_for(planes * OH, std::max<int64_t>(1, 16384 / std::max<int64_t>(OW, 1)), [&](int64_t b, int64_t e) {
     std::vector<double> row(static_cast<size_t>(W));
-    for (int64_t pr = b; pr < e; ++pr) {
-      const int64_t p = pr / OH, oy = pr % OH;
-      const float* plane = xp + p * H * W;
-      std::fill(row.begin(), row.end(), 0.0);
-      for (int64_t k = th.first[oy]; k < th.first[oy + 1]; ++k) {
-        const float* src = plane + th.idx[k] * W;
-        const double w = th.w[k];
-        for (int64_t i = 0; i < W; ++i) row[i] += w * static_cast<double>(src[i]);
-      }
-      float* dst = yp + pr * OW;
-      if (keep_w) {
-        for (int64_t i = 0; i < W; ++i) dst[i] = static_cast<float>(row[i]);
-        continue;
-      }
-      for (int64_t ox = 0; ox < OW; ++ox) {
-        double d = 0.0;
-        for (int64_t k = tw.first[ox]; k < tw.first[ox + 1]; ++k) d += tw.w[k] * row[tw.idx[k]];
-        dst[ox] = static_cast<float>(d);
-      }
-    }
+    for (int64_t pr = b; pr < e; ++pr) fn(t, xp + (pr / OH) * H * W, pr % OH, row.data(), yp + pr * OW);
   });
   return true;
 }
