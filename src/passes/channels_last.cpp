@@ -23,6 +23,8 @@
 //  * Values keep their names and channels-first shapes where anything outside a chain (an op, a
 //    graph output) reads them: the NHWC form is a new value, and a Transpose back to the original
 //    value is added only when the original still has a reader.
+#include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
 #include <set>
@@ -197,6 +199,22 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
     if (is_transpose(*n, {0, 2, 3, 1}) && nhwc.count(n->inputs[0]) && !n->inputs[0]->is_constant() &&
         !n->outputs[0]->is_output) {
       g.replace_all_uses(n->outputs[0], nhwc[n->inputs[0]]);
+      continue;
+    }
+    // A 4-D Concat (DeepLabV3's ASPP branches) where most inputs have an NHWC form concatenates
+    // those forms on the matching axis; the others get one (a Transpose each).
+    if (n->domain.empty() && n->op_type == "Concat" && n->outputs.size() == 1 && is_4d(n->outputs[0])) {
+      int with = 0, without = 0;
+      for (ir::Value* v : n->inputs) (v && nhwc.count(v) && !v->is_constant() ? with : without) += 1;
+      int64_t axis = n->attr_int("axis", 1);
+      if (axis < 0) axis += 4;
+      const bool all_4d = std::all_of(n->inputs.begin(), n->inputs.end(), is_4d);  // else: the op's own check
+      if (with == 0 || without > with || axis < 0 || axis > 3 || !all_4d) continue;
+      for (size_t i = 0; i < n->inputs.size(); ++i) g.set_input(n, static_cast<int>(i), to_nhwc(n->inputs[i]));
+      n->attrs["axis"].kind = ir::Attribute::Kind::kInt;
+      n->attrs["axis"].i = std::array<int64_t, 4>{0, 3, 1, 2}[axis];
+      retarget(n);
+      ++converted;
       continue;
     }
     if (!n->domain.empty() || !layout_free_ops().count(n->op_type) || n->outputs.size() != 1 || !is_4d(n->outputs[0]))

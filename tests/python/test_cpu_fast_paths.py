@@ -384,3 +384,41 @@ def test_channels_last_pool_matches_the_general_kernel(channels, op, attrs):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19), helper.make_opsetid("kiln", 1)], ir_version=9)
     got = run(m, np.ascontiguousarray(x.transpose(0, 2, 3, 1)))
     np.testing.assert_array_equal(got, want.transpose(0, 2, 3, 1))
+
+
+@pytest.mark.parametrize("axis", [1, -3])
+def test_concat_of_channels_last_branches_stays_channels_last(axis, monkeypatch):
+    """DeepLabV3's ASPP: convolution branches concatenated on the channel axis, one branch made by an
+    op with no channels-last form (Resize). The Concat takes the branches' NHWC forms on axis 3, the
+    other branch gets a Transpose, and the convolution after it reads the result as it is: one
+    Transpose instead of one per branch plus one after the Concat. Same result as channels-first."""
+    rng = np.random.default_rng(4)
+    c = 8
+    inits, nodes = [], []
+
+    def conv(src, name, cin, cout):
+        inits.append(numpy_helper.from_array((rng.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(np.float32),
+                                             name + "_w"))
+        nodes.append(helper.make_node("Conv", [src, name + "_w"], [name], name=name))
+        return name
+
+    stem = conv("x", "stem", 3, c)
+    branches = [conv(stem, f"b{i}", c, c) for i in range(3)]
+    inits.append(numpy_helper.from_array(np.array([1.0, 1.0, 1.0, 1.0], np.float32), "scales"))
+    nodes.append(helper.make_node("Resize", [stem, "", "scales"], ["r"], mode="nearest"))
+    nodes.append(helper.make_node("Concat", branches + ["r"], ["cat"], axis=axis))
+    conv("cat", "head", 4 * c, 5)
+    g = helper.make_graph(nodes, "aspp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 11])],
+                          [helper.make_tensor_value_info("head", TensorProto.FLOAT, None)], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    x = rng.standard_normal((1, 3, 9, 11)).astype(np.float32)
+    e = kiln.Engine.build_from_bytes(m, opt_level=2)
+    report = e.placement_report()
+    # In at the input, NCHW for the Resize and back for the Concat, out at the output.
+    assert len(re.findall(r"\(Transpose\)", report)) == 4, report
+    assert re.search(r"\(Concat\).*float32\[1,9,11,32\]", report), report
+    got = e.create_context().run({"x": x})[0]
+    monkeypatch.setenv("KILN_CPU_NHWC", "0")
+    want = kiln.Engine.build_from_bytes(m, opt_level=0).create_context().run({"x": x})[0]
+    assert got.shape == want.shape == (1, 5, 9, 11)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
