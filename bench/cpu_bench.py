@@ -422,7 +422,10 @@ def add_profiles(result: dict, args, save) -> None:
 
 
 def latest_result() -> str | None:
-    files = sorted(glob.glob(os.path.join(RESULTS, "cpu_*.json")))
+    """The newest bench/results/cpu_<date>[_tag].json (by date, then modification time)."""
+    files = [f for f in glob.glob(os.path.join(RESULTS, "cpu_*.json"))
+             if re.match(r"cpu_\d{4}-\d\d-\d\d", os.path.basename(f))]
+    files.sort(key=lambda f: (os.path.basename(f)[4:14], os.path.getmtime(f)))
     return files[-1] if files else None
 
 
