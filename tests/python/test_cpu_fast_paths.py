@@ -422,3 +422,33 @@ def test_concat_of_channels_last_branches_stays_channels_last(axis, monkeypatch)
     want = kiln.Engine.build_from_bytes(m, opt_level=0).create_context().run({"x": x})[0]
     assert got.shape == want.shape == (1, 5, 9, 11)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_reshapes_are_views_where_their_input_dies(capfd):
+    """Reshape/Flatten/Squeeze/Unsqueeze planned ahead ask for their input's memory: where the input
+    has no later reader the planner grants it and nothing is copied; where it is read again (here by
+    the final Add) it is not, and that reader still sees the original values."""
+    n = helper.make_node
+    nodes = [n("Relu", ["x"], ["a"]), n("Reshape", ["a", "s1"], ["r1"]), n("Neg", ["r1"], ["b"]),
+             n("Unsqueeze", ["b", "ax"], ["u"]), n("Squeeze", ["u", "ax"], ["q"]), n("Flatten", ["q"], ["f"], axis=1),
+             n("Reshape", ["f", "s2"], ["r2"]), n("Relu", ["r2"], ["c"]),
+             n("Reshape", ["c", "s3"], ["r3"]), n("Add", ["r3", "c"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([6, 20], np.int64), "s1"), numpy_helper.from_array(np.array([0], np.int64), "ax"),
+             numpy_helper.from_array(np.array([4, 30], np.int64), "s2"), numpy_helper.from_array(np.array([4, 30], np.int64), "s3")]
+    g = helper.make_graph(nodes, "views", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    x = np.random.default_rng(8).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    c = np.maximum(-np.maximum(x, 0).reshape(4, 30), 0)
+    kiln.set_default_logger_severity(0)
+    try:
+        capfd.readouterr()
+        ctx = kiln.Engine.build_from_bytes(m, opt_level=0).create_context()
+        runs = [ctx.run({"x": x})[0] for _ in range(3)]
+        log = capfd.readouterr().err
+    finally:
+        kiln.set_default_logger_severity(2)
+    granted = dict((y, a) for y, a in re.findall(r"memory plan: .* writes '(\S+)' in place of '(\S+)'", log))
+    assert granted == {"r1": "a", "u": "b", "q": "u", "f": "q", "r2": "f"}, log  # not r3: c is read again
+    for got in runs:
+        np.testing.assert_array_equal(got, c + c)

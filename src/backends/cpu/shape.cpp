@@ -195,76 +195,105 @@ Status ints_from(KernelContext& ctx, bool has_attr, const std::vector<int64_t>& 
   return Status::Ok();
 }
 
-// Outputs `x`'s elements under a new shape (Reshape, Squeeze, Unsqueeze, Flatten).
+// Outputs `x`'s elements under a new shape (Reshape, Squeeze, Unsqueeze, Flatten). The planner may
+// have given Y X's own memory (share_input 0, granted when this step is X's last reader): then there
+// is nothing to copy.
 Status copy_as(KernelContext& ctx, const Tensor& x, const Shape& shape) {
   if (shape_numel(shape) != x.numel())
     return ctx.error("cannot view " + shape_to_string(x.shape()) + " as " + shape_to_string(shape));
   Tensor& y = ctx.output(0, x.dtype(), shape);
-  copy_tensor(x, y);
+  if (y.raw() != x.raw()) copy_tensor(x, y);
   return Status::Ok();
 }
 
 // ---------------------------------------------------------------- Reshape / Squeeze / Unsqueeze / Flatten
 
-Expected<KernelPtr> create_reshape(const ir::Node& n, KernelInit&) {
-  const ops::ReshapeParams p = ops::parse_reshape(n);
-  return make_kernel([p](KernelContext& ctx) -> Status {
-    std::vector<int64_t> spec;
+// A view op's output shape from X's shape and its ints (an attribute, or input 1 when `present`);
+// returns why not, or "".
+using ViewShapeFn = std::function<std::string(const Shape& x, const std::vector<int64_t>& ints, bool present, Shape* out)>;
+
+// A kernel that outputs X's elements under the shape `shape_of` gives: planned ahead when its ints
+// are known before running (an attribute, a constant or a shape value), and then asking the planner
+// for X's memory (a zero-copy view where X dies here).
+Expected<KernelPtr> make_view(ViewShapeFn shape_of, bool has_attr, std::vector<int64_t> attr, const char* what) {
+  auto reshape = [shape_of, has_attr, attr, what](ReshapeContext& rc) -> Status {
+    if (rc.in.empty() || !rc.in[0].present) return rc.error("missing required input 0");
+    std::vector<int64_t> ints = attr;
+    bool present = has_attr;
+    if (!has_attr && rc.in.size() > 1 && rc.in[1].present) {
+      if (!rc.in[1].value) return unsupported(std::string(what) + " is known only when running");
+      if (!read_ints(*rc.in[1].value, &ints)) return rc.error(std::string(what) + " must be int32 or int64");
+      present = true;
+    }
+    Shape out;
+    if (std::string err = shape_of(rc.in[0].shape, ints, present, &out); !err.empty()) return rc.error(err);
+    if (shape_numel(out) != shape_numel(rc.in[0].shape))
+      return rc.error("cannot view " + shape_to_string(rc.in[0].shape) + " as " + shape_to_string(out));
+    rc.out[0] = {rc.in[0].dtype, out};
+    rc.share_input = 0;
+    return Status::Ok();
+  };
+  auto run = [shape_of, has_attr, attr, what](KernelContext& ctx) -> Status {
+    std::vector<int64_t> ints;
     bool present;
-    KILN_RETURN_IF_ERROR(ints_from(ctx, p.has_shape_attr, p.shape, 1, &spec, &present, "shape"));
-    if (!present) return ctx.error("missing shape input");
+    KILN_RETURN_IF_ERROR(ints_from(ctx, has_attr, attr, 1, &ints, &present, what));
     const Tensor& x = ctx.input(0);
     Shape out;
-    std::string err = ops::reshape_dims(x.shape(), spec, p.allowzero, &out);
-    if (!err.empty()) return ctx.error(err);
+    if (std::string err = shape_of(x.shape(), ints, present, &out); !err.empty()) return ctx.error(err);
     return copy_as(ctx, x, out);
-  });
+  };
+  return make_staged(reshape, run);
+}
+
+Expected<KernelPtr> create_reshape(const ir::Node& n, KernelInit&) {
+  const ops::ReshapeParams p = ops::parse_reshape(n);
+  return make_view(
+      [allowzero = p.allowzero](const Shape& x, const std::vector<int64_t>& spec, bool present, Shape* out) {
+        if (!present) return std::string("missing shape input");
+        return ops::reshape_dims(x, spec, allowzero, out);
+      },
+      p.has_shape_attr, p.shape, "shape");
 }
 
 Expected<KernelPtr> create_squeeze(const ir::Node& n, KernelInit&) {
   const ops::SqueezeParams p = ops::parse_squeeze(n);
-  return make_kernel([p](KernelContext& ctx) -> Status {
-    const Tensor& x = ctx.input(0);
-    std::vector<int64_t> axes;
-    bool present;
-    KILN_RETURN_IF_ERROR(ints_from(ctx, p.has_axes_attr, p.axes, 1, &axes, &present, "axes"));
-    std::vector<bool> drop(x.rank(), false);
-    if (!present) {
-      for (int d = 0; d < x.rank(); ++d) drop[d] = x.dim(d) == 1;
-    }
-    for (int64_t a : axes) {
-      if (!ops::normalize_axis(a, x.rank())) return ctx.error("axis " + std::to_string(a) + " out of range");
-      if (x.dim(static_cast<int>(a)) != 1)
-        return ctx.error("cannot squeeze axis " + std::to_string(a) + " of size " + std::to_string(x.dim(static_cast<int>(a))));
-      drop[a] = true;
-    }
-    Shape out;
-    for (int d = 0; d < x.rank(); ++d)
-      if (!drop[d]) out.push_back(x.dim(d));
-    return copy_as(ctx, x, out);
-  });
+  return make_view(
+      [](const Shape& x, const std::vector<int64_t>& axes, bool present, Shape* out) {
+        const int rank = static_cast<int>(x.size());
+        std::vector<bool> drop(rank, false);
+        if (!present)
+          for (int d = 0; d < rank; ++d) drop[d] = x[d] == 1;
+        for (int64_t a : axes) {
+          if (!ops::normalize_axis(a, rank)) return "axis " + std::to_string(a) + " out of range";
+          if (x[a] != 1) return "cannot squeeze axis " + std::to_string(a) + " of size " + std::to_string(x[a]);
+          drop[a] = true;
+        }
+        out->clear();
+        for (int d = 0; d < rank; ++d)
+          if (!drop[d]) out->push_back(x[d]);
+        return std::string();
+      },
+      p.has_axes_attr, p.axes, "axes");
 }
 
 Expected<KernelPtr> create_unsqueeze(const ir::Node& n, KernelInit&) {
   const ops::SqueezeParams p = ops::parse_squeeze(n);
-  return make_kernel([p](KernelContext& ctx) -> Status {
-    const Tensor& x = ctx.input(0);
-    std::vector<int64_t> axes;
-    bool present;
-    KILN_RETURN_IF_ERROR(ints_from(ctx, p.has_axes_attr, p.axes, 1, &axes, &present, "axes"));
-    if (!present) return ctx.error("missing axes");
-    const int64_t r = x.rank() + static_cast<int64_t>(axes.size());
-    std::vector<bool> inserted(r, false);
-    for (int64_t a : axes) {
-      if (!ops::normalize_axis(a, r)) return ctx.error("axis " + std::to_string(a) + " out of range");
-      if (inserted[a]) return ctx.error("axis " + std::to_string(a) + " repeated");
-      inserted[a] = true;
-    }
-    Shape out;
-    int k = 0;
-    for (int64_t d = 0; d < r; ++d) out.push_back(inserted[d] ? 1 : x.dim(k++));
-    return copy_as(ctx, x, out);
-  });
+  return make_view(
+      [](const Shape& x, const std::vector<int64_t>& axes, bool present, Shape* out) {
+        if (!present) return std::string("missing axes");
+        const int64_t r = static_cast<int64_t>(x.size() + axes.size());
+        std::vector<bool> inserted(r, false);
+        for (int64_t a : axes) {
+          if (!ops::normalize_axis(a, r)) return "axis " + std::to_string(a) + " out of range";
+          if (inserted[a]) return "axis " + std::to_string(a) + " repeated";
+          inserted[a] = true;
+        }
+        out->clear();
+        size_t k = 0;
+        for (int64_t d = 0; d < r; ++d) out->push_back(inserted[d] ? 1 : x[k++]);
+        return std::string();
+      },
+      p.has_axes_attr, p.axes, "axes");
 }
 
 Expected<KernelPtr> create_flatten(const ir::Node& n, KernelInit&) {
@@ -277,10 +306,12 @@ Expected<KernelPtr> create_flatten(const ir::Node& n, KernelInit&) {
         if (axis < 0) axis += rank;
         if (axis < 0 || axis > rank) return rc.error("axis out of range");
         rc.out[0] = {rc.in[0].dtype, Shape{prod(x, 0, axis), prod(x, axis, rank)}};
+        rc.share_input = 0;  // a view of X where X dies here (see copy_as)
         return Status::Ok();
       },
       [](KernelContext& ctx) -> Status {
-        copy_tensor(ctx.input(0), ctx.output(0));
+        Tensor& y = ctx.output(0);
+        if (y.raw() != ctx.input(0).raw()) copy_tensor(ctx.input(0), y);
         return Status::Ok();
       });
 }
