@@ -339,6 +339,18 @@ def residual_chain_model(blocks: int, c: int) -> bytes:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
 
 
+def runs_with_verbose_log(capfd, model: bytes, opt_level: int, x: np.ndarray) -> tuple[list, str]:
+    """Three runs of one context of the model, and what kiln logged (verbose) while building and running."""
+    kiln.set_default_logger_severity(0)
+    try:
+        capfd.readouterr()
+        ctx = kiln.Engine.build_from_bytes(model, opt_level=opt_level).create_context()
+        runs = [ctx.run({"x": x})[0] for _ in range(3)]
+        return runs, capfd.readouterr().err
+    finally:
+        kiln.set_default_logger_severity(2)
+
+
 def test_pointwise_convolution_adds_its_residual_in_place(capfd):
     """A fused pointwise convolution whose residual dies there (oneDNN's sum post-op) writes its output
     in the residual's own memory: the planner chains the blocks' values into one buffer, so the copy
@@ -346,14 +358,7 @@ def test_pointwise_convolution_adds_its_residual_in_place(capfd):
     m = residual_chain_model(3, 24)
     x = np.random.default_rng(3).standard_normal((1, 24, 9, 7)).astype(np.float32)
     want = kiln.Engine.build_from_bytes(m, opt_level=0).create_context().run({"x": x})[0]
-    kiln.set_default_logger_severity(0)
-    try:
-        capfd.readouterr()
-        ctx = kiln.Engine.build_from_bytes(m, opt_level=2).create_context()
-        runs = [ctx.run({"x": x})[0] for _ in range(3)]
-        log = capfd.readouterr().err
-    finally:
-        kiln.set_default_logger_severity(2)
+    runs, log = runs_with_verbose_log(capfd, m, 2, x)
     in_place = re.findall(r"memory plan: .* writes '(\S+)' in place of '(\S+)'", log)
     assert len(in_place) == 3, log  # one per block: each block's output takes its residual's buffer
     for got in runs:
@@ -440,14 +445,7 @@ def test_reshapes_are_views_where_their_input_dies(capfd):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
     x = np.random.default_rng(8).standard_normal((2, 3, 4, 5)).astype(np.float32)
     c = np.maximum(-np.maximum(x, 0).reshape(4, 30), 0)
-    kiln.set_default_logger_severity(0)
-    try:
-        capfd.readouterr()
-        ctx = kiln.Engine.build_from_bytes(m, opt_level=0).create_context()
-        runs = [ctx.run({"x": x})[0] for _ in range(3)]
-        log = capfd.readouterr().err
-    finally:
-        kiln.set_default_logger_severity(2)
+    runs, log = runs_with_verbose_log(capfd, m, 0, x)
     granted = dict((y, a) for y, a in re.findall(r"memory plan: .* writes '(\S+)' in place of '(\S+)'", log))
     assert granted == {"r1": "a", "u": "b", "q": "u", "f": "q", "r2": "f"}, log  # not r3: c is read again
     for got in runs:
