@@ -151,6 +151,9 @@ void add_shape_kernel(KernelRegistry& r, const char* op, int since, int required
   d.name = std::string("cpu.") + op + ".any";
   // Shape and Size read only their input's shape: it stays where it lives (no copy from a GPU).
   if (d.op == "Shape" || d.op == "Size") d.shape_inputs = 0b1;
+  // The views' shape/axes operand is read on the host: when the plan cannot know it (a graph input),
+  // the step is planned again on every run with the value in hand (make_view's reshape()).
+  if (d.op == "Reshape" || d.op == "Squeeze" || d.op == "Unsqueeze") d.host_inputs = 0b10;
   d.create = [f = std::move(f), required](const ir::Node& n, KernelInit& init) -> Expected<KernelPtr> {
     KILN_ASSIGN_OR_RETURN(KernelPtr k, f(n, init));
     if (required == 0) return k;
