@@ -718,6 +718,7 @@ static int kiln_main(int argc, char** argv) {
   Inputs inputs;
   int iterations = 50, warmup = 5;
   double run_timeout = 0;
+  int run_threads = 0;
   bool no_cuda_graphs = false;
   auto* run = app.add_subcommand("run", "Run an engine (or an ONNX model) once and print its outputs");
   auto* bench = app.add_subcommand("bench", "Time repeated runs (median, min, max)");
@@ -736,6 +737,9 @@ static int kiln_main(int argc, char** argv) {
     sc->add_option("--timeout", run_timeout, "stop any run that takes longer than this many seconds (an error)")
         ->check(CLI::NonNegativeNumber);
     sc->add_flag("--no-cuda-graphs", no_cuda_graphs, "launch every GPU step on its own instead of replaying CUDA graphs");
+    sc->add_option("--threads", run_threads,
+                   "CPU threads per run (ONNX Runtime's intra_op_num_threads; 0: all cores or OMP_NUM_THREADS)")
+        ->check(CLI::Range(0, 1024));
   }
   run->add_option("--output-dir", out_dir, "write each output as <name>.npy here");
   bench->add_option("-n,--iterations", iterations, "timed runs")->check(CLI::PositiveNumber);
@@ -1062,6 +1066,7 @@ static int kiln_main(int argc, char** argv) {
   auto new_context = [&]() -> kiln::Expected<std::unique_ptr<kiln::ExecutionContext>> {
     KILN_ASSIGN_OR_RETURN(auto c, (*e)->create_context());
     c->set_run_timeout(run_timeout);
+    if (run_threads > 0) c->set_num_threads(run_threads);
     if (no_cuda_graphs) c->set_cuda_graphs(false);
     return c;
   };

@@ -41,3 +41,41 @@ def test_duration(tmp_path):
 def test_device_io_needs_a_cuda_engine():
     code, text = bench("--device-io", "-n", "1")
     assert code != 0 and "--device-io needs a CUDA engine" in text, text
+
+
+def _task_count(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
+
+
+def _most_threads_while_benching(model: str, threads: int) -> int:
+    """Runs `kiln bench --threads N` for about 1.5 s and returns the most threads its process had."""
+    import time  # noqa: PLC0415
+
+    p = subprocess.Popen([KILN, "bench", model, "--threads", str(threads), "--duration", "1.5", "--warmup", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    most = 0
+    while p.poll() is None:
+        most = max(most, _task_count(p.pid))
+        time.sleep(0.05)
+    out = p.stdout.read()
+    assert p.returncode == 0, out
+    return most
+
+
+def test_threads_option_sets_the_runs_thread_count(tmp_path):
+    """--threads N is the context's intra-op thread count: with 1 the process never starts a worker
+    thread; with 3 it runs with (at least) two more."""
+    import numpy as np  # noqa: PLC0415
+    from onnx import TensorProto, helper, numpy_helper  # noqa: PLC0415
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])], "mm",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 512])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[w])
+    model = tmp_path / "mm.onnx"
+    model.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString())
+    one, three = _most_threads_while_benching(str(model), 1), _most_threads_while_benching(str(model), 3)
+    assert three >= one + 2, (one, three)
