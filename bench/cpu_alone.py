@@ -17,9 +17,6 @@ import argparse
 import json
 import os
 import sys
-import time
-
-import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -47,17 +44,10 @@ def main() -> int:
         feed = zoo.make_inputs(zoo.MODELS[name], args.batch, seed=args.batch)
         for _ in range(3):
             sess.run(None, feed)
-        times = []
-        for _ in range(args.runs):
-            start = time.perf_counter()
-            sess.run(None, feed)
-            times.append(time.perf_counter() - start)
-        ms = np.array(times) * 1e3
+        times = [cpu_bench.timed(sess, feed) for _ in range(args.runs)]
         print(json.dumps({"runtime": args.runtime, "label": args.label, "model": name, "threads": args.threads,
                           "batch": args.batch, "spin": not args.no_spin, "env": env,
-                          "median_ms": round(float(np.median(ms)), 3),
-                          "p10_ms": round(float(np.percentile(ms, 10)), 3),
-                          "p90_ms": round(float(np.percentile(ms, 90)), 3)}), flush=True)
+                          **cpu_bench.stats(times, args.batch)}), flush=True)
         del sess
     return 0
 

@@ -10,10 +10,11 @@ throughput (items/s).
 
 Each runtime runs in a process of its own (default), and the two alternate in blocks of runs (ABBA
 again); a block starts once the process that ran the last one has gone idle (no CPU used for
---pause seconds): a runtime's idle threads must not share the cores with the other's runs. ORT's workers spin for tens of milliseconds after each run by default; in one process
-alternating run by run, they held one of 2 pinned cores through kiln's next run (MobileNetV2 at 2
-threads on the device host: kiln alone 3.30 ms, ORT alone 3.53 ms; alternating in one process kiln
-22.6 ms, ORT 5.0 ms: bench/results/cpu_host_h200_2026-11-26.md). `--same-process` measures that way.
+--pause seconds): a runtime's idle threads must not share the cores with the other's runs. ORT's
+workers spin after each run by default (up to 0.15 s measured); in one process alternating run by
+run, they held one of 2 pinned cores through kiln's next run (MobileNetV2 at 2 threads on the device
+host: kiln alone 3.30 ms, ORT alone 3.53 ms; alternating in one process kiln 22.6 ms, ORT 5.0 ms:
+bench/results/cpu_host_h200_2026-11-26.md). `--same-process` measures that way.
 
     .venv/bin/python bench/cpu_bench.py                       # the whole zoo at opset 17
     .venv/bin/python bench/cpu_bench.py --models resnet50,gpt2 --threads 1

@@ -178,12 +178,12 @@ void pool_planes_2d(const PoolAttrs& a, const ops::WindowGeometry& g, const std:
 // One output pixel of a channels-last max pool: y[c] = the maximum over the window's taps, starting
 // from its first tap (pool_planes' order and NaN rule: `x > m ? x : m`). Channels go in blocks of 32
 // whose running maxima stay in registers across the taps (one load per tap and channel, one store).
-struct MaxWindow {  // a window of a channels-last pool (max_window, mean_window)
+struct PoolWindow {  // one output pixel's window of a channels-last pool (max_window, mean_window)
   const float* x;    // the window's first row's first tap
   int64_t rows, cols, row_step, col_step, C;
 };
 template <int kBlock>
-[[gnu::always_inline]] inline void max_window_block(const MaxWindow& w, int64_t c0, float* __restrict y) {
+[[gnu::always_inline]] inline void max_window_block(const PoolWindow& w, int64_t c0, float* __restrict y) {
   float m[kBlock];
   for (int c = 0; c < kBlock; ++c) m[c] = w.x[c0 + c];
   for (int64_t i = 0; i < w.rows; ++i)
@@ -193,19 +193,19 @@ template <int kBlock>
     }
   for (int c = 0; c < kBlock; ++c) y[c0 + c] = m[c];
 }
-[[gnu::always_inline]] inline void max_window(const MaxWindow& w, float* __restrict y) {
+[[gnu::always_inline]] inline void max_window(const PoolWindow& w, float* __restrict y) {
   int64_t c0 = 0;
   for (; c0 + 32 <= w.C; c0 += 32) max_window_block<32>(w, c0, y);
   for (; c0 + 8 <= w.C; c0 += 8) max_window_block<8>(w, c0, y);
   for (; c0 < w.C; ++c0) max_window_block<1>(w, c0, y);
 }
-[[gnu::target("avx2,fma")]] void max_window_avx2(const MaxWindow& w, float* y) { max_window(w, y); }
-void max_window_base(const MaxWindow& w, float* y) { max_window(w, y); }
+[[gnu::target("avx2,fma")]] void max_window_avx2(const PoolWindow& w, float* y) { max_window(w, y); }
+void max_window_base(const PoolWindow& w, float* y) { max_window(w, y); }
 
 // One output pixel of a channels-last average pool: blocks of channels with their double
 // accumulators on the stack, contiguous loads, each channel summed in window order as the NCHW path
 // sums it (so both give the same bits), then divided by `div`.
-[[gnu::always_inline]] inline void mean_window(const MaxWindow& w, int64_t div, float* __restrict y) {
+[[gnu::always_inline]] inline void mean_window(const PoolWindow& w, int64_t div, float* __restrict y) {
   constexpr int64_t kBlock = 128;
   for (int64_t c0 = 0; c0 < w.C; c0 += kBlock) {
     const int64_t nc = std::min(kBlock, w.C - c0);
@@ -219,8 +219,8 @@ void max_window_base(const MaxWindow& w, float* y) { max_window(w, y); }
     for (int64_t c = 0; c < nc; ++c) y[c0 + c] = static_cast<float>(acc[c] / div);
   }
 }
-[[gnu::target("avx2,fma")]] void mean_window_avx2(const MaxWindow& w, int64_t div, float* y) { mean_window(w, div, y); }
-void mean_window_base(const MaxWindow& w, int64_t div, float* y) { mean_window(w, div, y); }
+[[gnu::target("avx2,fma")]] void mean_window_avx2(const PoolWindow& w, int64_t div, float* y) { mean_window(w, div, y); }
+void mean_window_base(const PoolWindow& w, int64_t div, float* y) { mean_window(w, div, y); }
 
 // kiln.ChannelsLastPool (passes/channels_last.cpp) on float32 X [N, H, W, C]: the same windows and
 // arithmetic as pool_planes_2d per channel, with the channels innermost (contiguous, vectorizable).
@@ -245,23 +245,21 @@ void pool_nhwc_2d(const PoolAttrs& a, const ops::WindowGeometry& g, bool global,
       }
       const int64_t h0 = oh * sh - ph, w0 = ow * sw - pw;
       auto at = [&](int64_t i, int64_t j) { return x + ((n * H + h0 + i * dh) * W + w0 + j * dw) * C; };
+      const PoolWindow w{at(rlo, clo), rhi - rlo + 1, chi - clo + 1, dh * W * C, dw * C, C};
       if (is_max && !global) {
-        const MaxWindow w{at(rlo, clo), rhi - rlo + 1, chi - clo + 1, dh * W * C, dw * C, C};
         if (avx2) max_window_avx2(w, yp);
         else max_window_base(w, yp);
       } else if (is_max) {
-        // A window starts from its first element (pool_planes), a global pool from -inf
-        // (global_pool_kernel's std::max): a NaN there is kept or skipped as those kernels do.
-        const float* first = at(rlo, clo);
-        for (int64_t c = 0; c < C; ++c) yp[c] = global ? -std::numeric_limits<float>::infinity() : first[c];
+        // A global pool starts from -inf (global_pool_kernel's std::max), where a window starts from
+        // its first element (max_window): a NaN there is skipped as that kernel skips it.
+        for (int64_t c = 0; c < C; ++c) yp[c] = -std::numeric_limits<float>::infinity();
         for (int64_t i = rlo; i <= rhi; ++i)
-          for (int64_t j = i == rlo && !global ? clo + 1 : clo; j <= chi; ++j) {
+          for (int64_t j = clo; j <= chi; ++j) {
             const float* __restrict xp = at(i, j);
             for (int64_t c = 0; c < C; ++c) yp[c] = xp[c] > yp[c] ? xp[c] : yp[c];
           }
       } else {
-        const int64_t div = a.count_include_pad ? rpad * cpad : (rhi - rlo + 1) * (chi - clo + 1);
-        const MaxWindow w{at(rlo, clo), rhi - rlo + 1, chi - clo + 1, dh * W * C, dw * C, C};
+        const int64_t div = a.count_include_pad ? rpad * cpad : w.rows * w.cols;
         if (avx2) mean_window_avx2(w, div, yp);
         else mean_window_base(w, div, yp);
       }

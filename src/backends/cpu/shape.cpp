@@ -198,13 +198,12 @@ Status ints_from(KernelContext& ctx, bool has_attr, const std::vector<int64_t>& 
   return Status::Ok();
 }
 
-// Outputs `x`'s elements under a new shape (Reshape, Squeeze, Unsqueeze, Flatten). The planner may
-// have given Y X's own memory (share_input 0, granted when this step is X's last reader): then there
-// is nothing to copy.
-Status copy_as(KernelContext& ctx, const Tensor& x, const Shape& shape) {
-  if (shape_numel(shape) != x.numel())
-    return ctx.error("cannot view " + shape_to_string(x.shape()) + " as " + shape_to_string(shape));
-  Tensor& y = ctx.output(0, x.dtype(), shape);
+// The run of a view (Reshape, Squeeze, Unsqueeze, Flatten): X's elements into the output its
+// reshape() shaped. The planner may have given Y X's own memory (share_input 0, granted when this step
+// is X's last reader): then there is nothing to copy.
+Status copy_into_view(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.output(0);
   if (y.raw() != x.raw()) copy_tensor(x, y);
   return Status::Ok();
 }
@@ -236,16 +235,9 @@ Expected<KernelPtr> make_view(ViewShapeFn shape_of, bool has_attr, std::vector<i
     rc.share_input = 0;
     return Status::Ok();
   };
-  auto run = [shape_of, has_attr, attr, what](KernelContext& ctx) -> Status {
-    std::vector<int64_t> ints;
-    bool present;
-    KILN_RETURN_IF_ERROR(ints_from(ctx, has_attr, attr, 1, &ints, &present, what));
-    const Tensor& x = ctx.input(0);
-    Shape out;
-    if (std::string err = shape_of(x.shape(), ints, present, &out); !err.empty()) return ctx.error(err);
-    return copy_as(ctx, x, out);
-  };
-  return make_staged(reshape, run);
+  // reshape() runs before every run with the operand's value in hand (planned ahead when it is
+  // known then, else per run: a host input), so the run only moves the data.
+  return make_staged(reshape, copy_into_view);
 }
 
 Expected<KernelPtr> create_reshape(const ir::Node& n, KernelInit&) {
@@ -309,14 +301,10 @@ Expected<KernelPtr> create_flatten(const ir::Node& n, KernelInit&) {
         if (axis < 0) axis += rank;
         if (axis < 0 || axis > rank) return rc.error("axis out of range");
         rc.out[0] = {rc.in[0].dtype, Shape{prod(x, 0, axis), prod(x, axis, rank)}};
-        rc.share_input = 0;  // a view of X where X dies here (see copy_as)
+        rc.share_input = 0;  // a view of X where X dies here (see copy_into_view)
         return Status::Ok();
       },
-      [](KernelContext& ctx) -> Status {
-        Tensor& y = ctx.output(0);
-        if (y.raw() != ctx.input(0).raw()) copy_tensor(ctx.input(0), y);
-        return Status::Ok();
-      });
+      copy_into_view);
 }
 
 // ---------------------------------------------------------------- Transpose
