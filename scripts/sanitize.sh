@@ -6,8 +6,9 @@
 # a crash or a fuzzer finding fails the job. CI runs it after the tests (about 16 min on 2 cores:
 # 12 of them the build).
 # CI fuzzes with a fixed seed (--seed 1) from the committed seeds alone and a fixed number of inputs per
-# target (each also capped by --fuzz-seconds), so its fuzzing is a reproducible regression check: the
-# same binary, seed and count make the same inputs, and a local run of them is what CI will see. Exploration is the longer local run with a random seed (--seed 0), whose
+# target (each also capped by --fuzz-seconds): the same binary, seed and count make the same inputs. A
+# build elsewhere is not the same binary, so CI can still find what a local run did not (see
+# tests/fuzz/README.md). Exploration is the longer local run with a random seed (--seed 0), whose
 # findings are fixed and their inputs added to tests/fuzz/corpus/ (see tests/fuzz/README.md).
 #   scripts/sanitize.sh                     # CI: the suites + the seeded fuzz runs (at most 150 s each)
 #   scripts/sanitize.sh --fuzz-seconds 1800 --seed 0 # the longer local run (findings land in build-asan/fuzz-*/)

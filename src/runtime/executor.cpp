@@ -337,9 +337,16 @@ std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* 
         p->volatile_step[si] = 1;
         continue;
       }
-      if (!g.kernel(si).has_reshape() || !reshape_step(g, *p, static_cast<int>(si), nullptr, res).ok())
-        infer_step(g, *p, s);
-      eval_shape_value(g, *p, s);
+      // An input too large to exist (over max_tensor_bytes, or its size overflows) is never made: the
+      // step making it fails with a clear error when it runs. Its readers are not planned on it, so no
+      // kernel's reshape() sees a shape whose strides overflow.
+      bool too_large = false;
+      for (int v : s.in) too_large = too_large || (v >= 0 && p->known[v] && p->bytes[v] > max_tensor_bytes());
+      if (!too_large) {
+        if (!g.kernel(si).has_reshape() || !reshape_step(g, *p, static_cast<int>(si), nullptr, res).ok())
+          infer_step(g, *p, s);
+        eval_shape_value(g, *p, s);
+      }
     }
     for (int v : s.out)
       if (v >= 0 && !p->known[v] && g.values[v].type.kind != ir::Type::Kind::kSequence &&

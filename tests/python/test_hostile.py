@@ -69,6 +69,21 @@ def test_huge_constant_of_shape_is_an_error(tmp_path, dims):
     assert "too large" in r.stderr or "over the limit" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("reader", [("Transpose", {"perm": [1, 0]}), ("Flatten", {"axis": 1}), ("Relu", {}),
+                                    ("ReduceSum", {"keepdims": 1})])
+def test_readers_of_a_tensor_too_large_to_exist(tmp_path, reader):
+    # The memory planner must not hand a shape whose size overflows to the kernels that would read it
+    # (Transpose's strides overflowed there: a UBSan report in the sanitizer job's fuzzing). The step
+    # that would make the tensor fails with a clear error instead.
+    op, attrs = reader
+    shape = h.make_tensor("s", T.INT64, [2], [2**32, 2**32])
+    nodes = [h.make_node("ConstantOfShape", ["s"], ["c"]), h.make_node(op, ["c"], ["y"], **attrs)]
+    p = model(tmp_path, "m.onnx", nodes, [], [y_out()], [shape])
+    r = kiln("run", p)
+    assert r.returncode == 1 and "'ConstantOfShape_0' (ConstantOfShape)" in r.stderr, r.stderr
+    assert "too large" in r.stderr and "runtime error" not in r.stderr, r.stderr
+
+
 def test_expand_and_tile_past_the_limit(tmp_path):
     nodes = [h.make_node("Expand", ["x", "s"], ["e"]), h.make_node("Tile", ["x", "r"], ["y"])]
     inits = [h.make_tensor("s", T.INT64, [4], [1 << 20, 1 << 20, 2, 3]), h.make_tensor("r", T.INT64, [2], [1 << 31, 1 << 31])]
