@@ -54,7 +54,8 @@ zoo_args() {
 
 # The host CPU's description, kiln's Python module built for the host's Python (python/module.cpp
 # against the carried libkiln.so; pybind11's headers from the host's packages, torch has them) and
-# the zoo at opset 17: what the CPU benchmarks on the host need (tests/gpu/cpu_host_*.sh).
+# the zoo at opset 17 ($HOST_MODELS, comma-separated: only those): what the CPU benchmarks on the host
+# need (tests/gpu/cpu_host_*.sh).
 cpu_host_setup() {
   date -u +"%Y-%m-%d %H:%M UTC"
   lscpu | grep -E "Model name|^CPU\(s\)|Thread|Socket|NUMA node\(s\)|L2|L3"
@@ -70,6 +71,6 @@ cpu_host_setup() {
   export PYTHONPATH=python
   python3 -c 'import kiln, onnxruntime; print("kiln", kiln.__version__, "onnxruntime", onnxruntime.__version__)'
 
-  local models=resnet50,mobilenet_v2,efficientnet_b0,convnext_tiny,vit_b_16,deeplabv3_mobilenet_v3_large,bert_base,distilbert,gpt2
+  local models=${HOST_MODELS:-resnet50,mobilenet_v2,efficientnet_b0,convnext_tiny,vit_b_16,deeplabv3_mobilenet_v3_large,bert_base,distilbert,gpt2}
   python3 bench/zoo/export.py --models "$models" --opsets 17 2>&1 | grep -E "export:|rror" || true
 }

@@ -391,6 +391,40 @@ def test_channels_last_pool_matches_the_general_kernel(channels, op, attrs):
     np.testing.assert_array_equal(got, want.transpose(0, 2, 3, 1))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8])
+@pytest.mark.parametrize("channels", [1, 2, 3, 4, 5])
+def test_transpose_of_a_few_channels_to_channels_last(channels, dtype):
+    """NCHW -> NHWC of an image with few channels (the input of every CNN engine with channels-last
+    convolutions) takes the narrow-transpose path for 2-4 channels: equal to NumPy's transpose."""
+    x = (np.random.default_rng(channels).standard_normal((2, channels, 37, 29)) * 50).astype(dtype)
+    node = helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 3, 1])
+    dt = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    g = helper.make_graph([node], "t", [helper.make_tensor_value_info("x", dt, None)], [helper.make_tensor_value_info("y", dt, None)])
+    got = run(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), x)
+    np.testing.assert_array_equal(got, x.transpose(0, 2, 3, 1))
+
+
+@pytest.mark.parametrize("channels", [1, 20, 70, 131])
+def test_channels_last_global_average_splits_its_pixels_and_keeps_the_bits(channels):
+    """A large image's channels-last GlobalAveragePool sums its pixels in chunks of 1024 (split among
+    threads; channels in groups of 64 and register blocks of 16, 4 and 1). The NCHW kernel sums in the
+    same chunks: bit for bit the same, at 1 and 2 threads, and within float32 rounding of NumPy's mean
+    in float64."""
+    rng = np.random.default_rng(channels)
+    x = (rng.standard_normal((2, channels, 45, 50)) + 3).astype(np.float32)  # 2250 pixels: 3 chunks
+    want = run(pool_model("GlobalAveragePool", np.float32, list(x.shape)), x)
+    np.testing.assert_allclose(want, x.astype(np.float64).mean(axis=(2, 3), keepdims=True), rtol=1e-6)
+    node = helper.make_node("ChannelsLastPool", ["x"], ["y"], domain="kiln", op="GlobalAveragePool")
+    g = helper.make_graph([node], "nhwc_pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19), helper.make_opsetid("kiln", 1)], ir_version=9)
+    xt = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    for threads in (1, 2):
+        ctx = kiln.Engine.build_from_bytes(m.SerializeToString(), opt_level=0).create_context()
+        ctx.set_num_threads(threads)
+        np.testing.assert_array_equal(ctx.run({"x": xt})[0], want.transpose(0, 2, 3, 1))
+
+
 @pytest.mark.parametrize("axis", [1, -3])
 def test_concat_of_channels_last_branches_stays_channels_last(axis, monkeypatch):
     """DeepLabV3's ASPP: convolution branches concatenated on the channel axis, one branch made by an

@@ -124,14 +124,21 @@ class Broadcaster {
       int64_t offs[kMaxInputs];
       int64_t inner_strides[kMaxInputs];
       for (int k = 0; k < nin_; ++k) inner_strides[k] = dims_.empty() ? 0 : strides_[k].back();
-      int64_t idx = b;
+      // Rows one after another from the chunk's first: one division per chunk, and for two merged
+      // dims (a per-channel operand of a channels-last tensor: [H*W, C] against [0, 1]) each row's
+      // offsets follow from the row alone.
+      int64_t idx = b, row = b / inner, col = b % inner;
       while (idx < e) {
-        const int64_t row = idx / inner, col = idx % inner;
         const int64_t len = std::min(inner - col, e - idx);
-        row_offsets(row, offs);
+        if (dims_.size() == 2)
+          for (int k = 0; k < nin_; ++k) offs[k] = row * strides_[k][0];
+        else
+          row_offsets(row, offs);
         for (int k = 0; k < nin_; ++k) offs[k] += col * inner_strides[k];
         fn(idx, static_cast<const int64_t*>(offs), len, static_cast<const int64_t*>(inner_strides));
         idx += len;
+        ++row;
+        col = 0;
       }
     });
   }

@@ -222,6 +222,60 @@ void max_window_base(const PoolWindow& w, float* y) { max_window(w, y); }
 [[gnu::target("avx2,fma")]] void mean_window_avx2(const PoolWindow& w, int64_t div, float* y) { mean_window(w, div, y); }
 void mean_window_base(const PoolWindow& w, int64_t div, float* y) { mean_window(w, div, y); }
 
+// Global average pools sum their pixels in chunks of kGlobalChunk: a double sum over each chunk in
+// order, then the chunks' sums in order. The NCHW and channels-last kernels both do exactly this (the
+// same bits), and the channels-last one can split a batch-1 image's pixels among threads by chunk.
+constexpr int64_t kGlobalChunk = 1024;
+
+// Channels-last: the double sums over `pixels` pixels of channels [0, nc) (of C per pixel) into
+// sums[0, nc), in blocks of 16 channels whose sums stay in registers.
+template <int kBlock>
+[[gnu::always_inline]] inline void sum_pixels_block(const float* x, int64_t pixels, int64_t C, double* __restrict sums) {
+  double acc[kBlock] = {};
+  for (int64_t p = 0; p < pixels; ++p) {
+    const float* __restrict xp = x + p * C;
+    for (int c = 0; c < kBlock; ++c) acc[c] += static_cast<double>(xp[c]);
+  }
+  for (int c = 0; c < kBlock; ++c) sums[c] = acc[c];
+}
+[[gnu::always_inline]] inline void sum_pixels(const float* x, int64_t pixels, int64_t C, int64_t nc, double* sums) {
+  int64_t c = 0;
+  for (; c + 16 <= nc; c += 16) sum_pixels_block<16>(x + c, pixels, C, sums + c);
+  for (; c + 4 <= nc; c += 4) sum_pixels_block<4>(x + c, pixels, C, sums + c);
+  for (; c < nc; ++c) sum_pixels_block<1>(x + c, pixels, C, sums + c);
+}
+[[gnu::target("avx2,fma")]] void sum_pixels_avx2(const float* x, int64_t pixels, int64_t C, int64_t nc, double* sums) {
+  sum_pixels(x, pixels, C, nc, sums);
+}
+void sum_pixels_base(const float* x, int64_t pixels, int64_t C, int64_t nc, double* sums) { sum_pixels(x, pixels, C, nc, sums); }
+
+// Channels-last GlobalAveragePool of X [N, P pixels, C]: tasks of one chunk of pixels and up to 64
+// channels write their sums to `partial` [N, chunks, C] (the kernel's workspace); then each channel
+// adds its chunks' sums in order.
+void global_mean_nhwc(int64_t N, int64_t P, int64_t C, const float* x, double* partial, float* y) {
+  const int64_t chunks = (P + kGlobalChunk - 1) / kGlobalChunk, groups = (C + 63) / 64;
+  const bool avx2 = has_avx2_fma();
+  parallel_for(N * chunks * groups, std::max<int64_t>(1, 16384 / (std::min(P, kGlobalChunk) * std::min<int64_t>(C, 64))),
+               [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t n = t / (chunks * groups), k = t / groups % chunks, c0 = t % groups * 64;
+      const int64_t p0 = k * kGlobalChunk, np = std::min(kGlobalChunk, P - p0), nc = std::min<int64_t>(64, C - c0);
+      const float* xp = x + (n * P + p0) * C + c0;
+      double* sums = partial + (n * chunks + k) * C + c0;
+      if (avx2) sum_pixels_avx2(xp, np, C, nc, sums);
+      else sum_pixels_base(xp, np, C, nc, sums);
+    }
+  });
+  parallel_for(N * C, 4096, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t n = t / C, c = t % C;
+      double acc = 0;
+      for (int64_t k = 0; k < chunks; ++k) acc += partial[(n * chunks + k) * C + c];
+      y[t] = static_cast<float>(acc / P);
+    }
+  });
+}
+
 // kiln.ChannelsLastPool (passes/channels_last.cpp) on float32 X [N, H, W, C]: the same windows and
 // arithmetic as pool_planes_2d per channel, with the channels innermost (contiguous, vectorizable).
 // Global pools have one window covering H x W.
@@ -293,6 +347,10 @@ Status nhwc_pool_reshape(ReshapeContext& rc, const PoolAttrs& a, bool global) {
     st->g = *g;
   }
   rc.out[0] = {DataType::kFloat32, {x[0], st->g.out[0], st->g.out[1], x[3]}};
+  if (global && a.kind == PoolKind::kAvg) {  // global_mean_nhwc's chunk sums
+    const int64_t chunks = (x[1] * x[2] + kGlobalChunk - 1) / kGlobalChunk;
+    rc.workspace_bytes = static_cast<size_t>(x[0] * chunks * x[3]) * sizeof(double);
+  }
   const ops::WindowGeometry& g = st->g;
   st->rows = window_spans(g.out[0], x[1], g.strides[0], g.pads[0], g.pads[2], g.dilations[0], g.kernel[0]);
   st->cols = window_spans(g.out[1], x[2], g.strides[1], g.pads[1], g.pads[3], g.dilations[1], g.kernel[1]);
@@ -303,6 +361,11 @@ Status nhwc_pool_reshape(ReshapeContext& rc, const PoolAttrs& a, bool global) {
 Status nhwc_pool_kernel(KernelContext& ctx, const PoolAttrs& a) {
   const NhwcPoolState& st = shape_state<NhwcPoolState>(ctx);
   const Tensor& x = ctx.input(0);
+  if (st.global && a.kind == PoolKind::kAvg) {
+    global_mean_nhwc(x.dim(0), x.dim(1) * x.dim(2), x.dim(3), x.data<float>(), static_cast<double*>(ctx.workspace()),
+                     ctx.output(0).data<float>());
+    return Status::Ok();
+  }
   pool_nhwc_2d(a, st.g, st.global, st.rows, st.cols, x.dim(0), x.dim(1), x.dim(2), x.dim(3), x.data<float>(), ctx.output(0).data<float>());
   return Status::Ok();
 }
@@ -385,10 +448,17 @@ Status global_pool_kernel(KernelContext& ctx, const PoolAttrs& a) {
       for (int64_t p = b; p < e; ++p) {
         const C* xp = xv.data() + p * isz;
         double acc = a.kind == PoolKind::kMax ? -std::numeric_limits<double>::infinity() : 0.0;
-        for (int64_t i = 0; i < isz; ++i) {
+        if (a.kind == PoolKind::kAvg) {
+          // In chunks, as global_mean_nhwc sums (the same bits on either layout).
+          for (int64_t i0 = 0; i0 < isz; i0 += kGlobalChunk) {
+            double chunk = 0;
+            for (int64_t i = i0; i < std::min(isz, i0 + kGlobalChunk); ++i) chunk += static_cast<double>(xp[i]);
+            acc += chunk;
+          }
+        }
+        for (int64_t i = 0; a.kind != PoolKind::kAvg && i < isz; ++i) {
           const double v = xp[i];
           if (a.kind == PoolKind::kMax) acc = std::max(acc, v);
-          else if (a.kind == PoolKind::kAvg) acc += v;
           else acc += std::pow(std::fabs(v), a.p);
         }
         if (a.kind == PoolKind::kAvg) acc = isz ? acc / isz : std::numeric_limits<double>::quiet_NaN();

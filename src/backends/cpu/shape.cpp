@@ -18,6 +18,16 @@ namespace shape_detail {
 
 namespace {
 
+// A transpose to a few columns (an image's 3 or 4 channels moved innermost, NCHW -> NHWC): each
+// output row gathers one element from each of K input rows, read in order; K known to the compiler.
+template <int K, typename T>
+void transpose_to_narrow(T* dst, const T* src, int64_t rows, int64_t s_in) {
+  parallel_for(rows, 8192, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      for (int j = 0; j < K; ++j) dst[i * K + j] = src[i + j * s_in];
+  });
+}
+
 template <typename T>
 void strided_copy_t(T* dst, const Shape& out, const T* src, int64_t base, const std::vector<int64_t>& st) {
   const int r = static_cast<int>(out.size());
@@ -29,6 +39,9 @@ void strided_copy_t(T* dst, const Shape& out, const T* src, int64_t base, const 
   const int64_t rows = n / inner;
   // Columns become rows: tile so that both sides stay in cache.
   if (r == 2 && s_in != 1 && st[0] == 1 && rows > 1 && inner > 1) {
+    if (inner == 2) return transpose_to_narrow<2>(dst, src + base, rows, s_in);
+    if (inner == 3) return transpose_to_narrow<3>(dst, src + base, rows, s_in);
+    if (inner == 4) return transpose_to_narrow<4>(dst, src + base, rows, s_in);
     constexpr int64_t B = 32;
     const int64_t tiles_i = (rows + B - 1) / B;
     parallel_for(tiles_i, 1, [&](int64_t tb, int64_t te) {
