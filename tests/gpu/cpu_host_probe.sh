@@ -47,13 +47,13 @@ import collections, sys
 rows = collections.defaultdict(lambda: [0, 0.0])
 for line in open(sys.argv[1]):
     f = line.strip().split(",")
-    if len(f) > 4 and f[0] == "dnnl_verbose" and f[1] == "exec":
+    if len(f) > 4 and f[0].endswith("_verbose") and f[1] == "exec":  # dnnl_verbose or onednn_verbose
         key = (f[3], f[4], f[-2] if len(f) > 8 else "")
         rows[key][0] += 1
         rows[key][1] += float(f[-1])
 tot = sum(v[1] for v in rows.values())
-print(f"total {tot / 4:.3f} ms per run in oneDNN primitives (4 runs logged)")
+print(f"total {tot:.3f} ms in oneDNN primitives (build-time reorders, then 5 executions of each layer)")
 for (prim, impl, desc), (n, ms) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:60]:
-    print(f"{ms / 4:8.3f} ms/run  x{n // 4:<3} {prim:12s} {impl:28s} {desc}")
+    print(f"{ms:8.3f} ms x{n:<3} {prim:12s} {impl:28s} {desc}")
 PY
 } 2>&1 | tee "$out/cpu_host_probe.log"
