@@ -4,7 +4,8 @@
 # median with and without its per-kernel profile (KILN_PROFILE), each runtime alone in its process
 # (bench/cpu_alone.py), oneDNN's own per-primitive log (DNNL_VERBOSE: implementation and time), and the
 # engine without channels-last (KILN_CHANNELS_LAST=0). Threads $THREADS (default "1 2"). PROBE=threads:
-# instead, the kiln command against kiln from Python at 2 threads under several OpenMP policies.
+# instead, the kiln command against kiln from Python at 2 threads under several OpenMP policies;
+# PROBE=onednn: oneDNN's log alone.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 model=${MODEL:-efficientnet_b0}
@@ -30,6 +31,7 @@ if [ "${PROBE:-}" = threads ]; then
 fi
 {
   for t in ${THREADS:-1 2}; do
+    [ "${PROBE:-}" = onednn ] && break  # PROBE=onednn: oneDNN's log alone
     echo "== threads $t: kiln command, profiled (per-op sums, then the end-to-end median)"
     KILN_PROFILE=1 $pin "$bin/kiln" bench "$onnx" --threads $t -n 150 2>&1 | grep -E "^kiln profile|^  |^median"
     echo "== threads $t: kiln command, not profiled"

@@ -46,9 +46,14 @@ struct AttentionAttrs {
                                                   int64_t mstride, const AttentionAttrs& a) {
   softmax_row_body(row, T, crow, cstride, mrow, mstride, a);
 }
+[[gnu::target(KILN_TARGET_AVX512)]] void softmax_row_avx512(float* row, int64_t T, const bool* crow, int64_t cstride, const float* mrow,
+                                        int64_t mstride, const AttentionAttrs& a) {
+  softmax_row_body(row, T, crow, cstride, mrow, mstride, a);
+}
 void softmax_row(float* row, int64_t T, const bool* crow, int64_t cstride, const float* mrow, int64_t mstride,
                  const AttentionAttrs& a) {
-  if (has_avx2_fma()) softmax_row_avx2(row, T, crow, cstride, mrow, mstride, a);
+  if (has_avx512()) softmax_row_avx512(row, T, crow, cstride, mrow, mstride, a);
+  else if (has_avx2_fma()) softmax_row_avx2(row, T, crow, cstride, mrow, mstride, a);
   else softmax_row_body(row, T, crow, cstride, mrow, mstride, a);
 }
 

@@ -67,16 +67,22 @@ template <ActKind K>
   }
 }
 
-// The loops compiled twice: for AVX2+FMA (chosen at run time where the CPU has them) and for the
-// baseline x86-64 the library is built for.
+// The loops compiled three times: for AVX-512 and for AVX2+FMA (chosen at run time where the CPU has
+// them) and for the baseline x86-64 the library is built for.
 template <ActKind K>
 [[gnu::target("avx2,fma")]] void epilogue_rows_avx2(float* y, int64_t r0, int64_t r1, int64_t cols, const float* bias,
                                                      const Activation& act) {
   epilogue_rows_body<K>(y, r0, r1, cols, bias, act);
 }
 template <ActKind K>
+[[gnu::target(KILN_TARGET_AVX512)]] void epilogue_rows_avx512(float* y, int64_t r0, int64_t r1, int64_t cols, const float* bias,
+                                               const Activation& act) {
+  epilogue_rows_body<K>(y, r0, r1, cols, bias, act);
+}
+template <ActKind K>
 void epilogue_rows(float* y, int64_t r0, int64_t r1, int64_t cols, const float* bias, const Activation& act) {
-  if (has_avx2_fma()) epilogue_rows_avx2<K>(y, r0, r1, cols, bias, act);
+  if (has_avx512()) epilogue_rows_avx512<K>(y, r0, r1, cols, bias, act);
+  else if (has_avx2_fma()) epilogue_rows_avx2<K>(y, r0, r1, cols, bias, act);
   else epilogue_rows_body<K>(y, r0, r1, cols, bias, act);
 }
 

@@ -200,6 +200,7 @@ template <int kBlock>
   for (; c0 < w.C; ++c0) max_window_block<1>(w, c0, y);
 }
 [[gnu::target("avx2,fma")]] void max_window_avx2(const PoolWindow& w, float* y) { max_window(w, y); }
+[[gnu::target(KILN_TARGET_AVX512)]] void max_window_avx512(const PoolWindow& w, float* y) { max_window(w, y); }
 void max_window_base(const PoolWindow& w, float* y) { max_window(w, y); }
 
 // One output pixel of a channels-last average pool: blocks of channels with their double
@@ -220,6 +221,7 @@ void max_window_base(const PoolWindow& w, float* y) { max_window(w, y); }
   }
 }
 [[gnu::target("avx2,fma")]] void mean_window_avx2(const PoolWindow& w, int64_t div, float* y) { mean_window(w, div, y); }
+[[gnu::target(KILN_TARGET_AVX512)]] void mean_window_avx512(const PoolWindow& w, int64_t div, float* y) { mean_window(w, div, y); }
 void mean_window_base(const PoolWindow& w, int64_t div, float* y) { mean_window(w, div, y); }
 
 // Global average pools sum their pixels in chunks of kGlobalChunk: a double sum over each chunk in
@@ -248,13 +250,16 @@ template <int kBlock>
   sum_pixels(x, pixels, C, nc, sums);
 }
 void sum_pixels_base(const float* x, int64_t pixels, int64_t C, int64_t nc, double* sums) { sum_pixels(x, pixels, C, nc, sums); }
+[[gnu::target(KILN_TARGET_AVX512)]] void sum_pixels_avx512(const float* x, int64_t pixels, int64_t C, int64_t nc, double* sums) {
+  sum_pixels(x, pixels, C, nc, sums);
+}
 
 // Channels-last GlobalAveragePool of X [N, P pixels, C]: tasks of one chunk of pixels and up to 64
 // channels write their sums to `partial` [N, chunks, C] (the kernel's workspace); then each channel
 // adds its chunks' sums in order.
 void global_mean_nhwc(int64_t N, int64_t P, int64_t C, const float* x, double* partial, float* y) {
   const int64_t chunks = (P + kGlobalChunk - 1) / kGlobalChunk, groups = (C + 63) / 64;
-  const bool avx2 = has_avx2_fma();
+  const bool avx2 = has_avx2_fma(), avx512 = has_avx512();
   parallel_for(N * chunks * groups, std::max<int64_t>(1, 16384 / (std::min(P, kGlobalChunk) * std::min<int64_t>(C, 64))),
                [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
@@ -262,7 +267,8 @@ void global_mean_nhwc(int64_t N, int64_t P, int64_t C, const float* x, double* p
       const int64_t p0 = k * kGlobalChunk, np = std::min(kGlobalChunk, P - p0), nc = std::min<int64_t>(64, C - c0);
       const float* xp = x + (n * P + p0) * C + c0;
       double* sums = partial + (n * chunks + k) * C + c0;
-      if (avx2) sum_pixels_avx2(xp, np, C, nc, sums);
+      if (avx512) sum_pixels_avx512(xp, np, C, nc, sums);
+      else if (avx2) sum_pixels_avx2(xp, np, C, nc, sums);
       else sum_pixels_base(xp, np, C, nc, sums);
     }
   });
@@ -284,7 +290,7 @@ void pool_nhwc_2d(const PoolAttrs& a, const ops::WindowGeometry& g, bool global,
   const int64_t OH = g.out[0], OW = g.out[1];
   const int64_t sh = g.strides[0], sw = g.strides[1], ph = g.pads[0], pw = g.pads[1], dh = g.dilations[0], dw = g.dilations[1];
   const bool is_max = a.kind == PoolKind::kMax;
-  const bool avx2 = has_avx2_fma();
+  const bool avx2 = has_avx2_fma(), avx512 = has_avx512();
   parallel_for(N * OH * OW, std::max<int64_t>(1, 4096 / std::max<int64_t>(C * g.kernel[0] * g.kernel[1], 1)), [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       const int64_t n = t / (OH * OW), oh = (t / OW) % OH, ow = t % OW;
@@ -301,7 +307,8 @@ void pool_nhwc_2d(const PoolAttrs& a, const ops::WindowGeometry& g, bool global,
       auto at = [&](int64_t i, int64_t j) { return x + ((n * H + h0 + i * dh) * W + w0 + j * dw) * C; };
       const PoolWindow w{at(rlo, clo), rhi - rlo + 1, chi - clo + 1, dh * W * C, dw * C, C};
       if (is_max && !global) {
-        if (avx2) max_window_avx2(w, yp);
+        if (avx512) max_window_avx512(w, yp);
+        else if (avx2) max_window_avx2(w, yp);
         else max_window_base(w, yp);
       } else if (is_max) {
         // A global pool starts from -inf (global_pool_kernel's std::max), where a window starts from
@@ -314,7 +321,8 @@ void pool_nhwc_2d(const PoolAttrs& a, const ops::WindowGeometry& g, bool global,
           }
       } else {
         const int64_t div = a.count_include_pad ? rpad * cpad : w.rows * w.cols;
-        if (avx2) mean_window_avx2(w, div, yp);
+        if (avx512) mean_window_avx512(w, div, yp);
+        else if (avx2) mean_window_avx2(w, div, yp);
         else mean_window_base(w, div, yp);
       }
     }

@@ -77,9 +77,13 @@ inline void soft_rows_f32_body(bool log, const float* x, float* y, int64_t r0, i
 [[gnu::target("avx2,fma")]] void soft_rows_f32_avx2(bool log, const float* x, float* y, int64_t r0, int64_t r1, int64_t len) {
   soft_rows_f32_body(log, x, y, r0, r1, len);
 }
+[[gnu::target(KILN_TARGET_AVX512)]] void soft_rows_f32_avx512(bool log, const float* x, float* y, int64_t r0, int64_t r1, int64_t len) {
+  soft_rows_f32_body(log, x, y, r0, r1, len);
+}
 void soft_rows_f32(bool log, const float* x, float* y, int64_t rows, int64_t len) {
   parallel_for(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(len, 1)), [&](int64_t b, int64_t e) {
-    if (has_avx2_fma()) soft_rows_f32_avx2(log, x, y, b, e, len);
+    if (has_avx512()) soft_rows_f32_avx512(log, x, y, b, e, len);
+    else if (has_avx2_fma()) soft_rows_f32_avx2(log, x, y, b, e, len);
     else soft_rows_f32_body(log, x, y, b, e, len);
   });
 }

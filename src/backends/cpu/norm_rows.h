@@ -64,10 +64,16 @@ struct NormRow {
                                                       double* mean_out, double* inv_out) {
   norm_row_body(r, a, b, sum, y, mean_out, inv_out);
 }
-// The row for this CPU: compiled for AVX2+FMA where it has them, for the library's baseline otherwise.
+[[gnu::target(KILN_TARGET_AVX512)]] inline void norm_row_avx512(const NormRow& r, const float* a, const float* b, float* sum, float* y,
+                                                double* mean_out, double* inv_out) {
+  norm_row_body(r, a, b, sum, y, mean_out, inv_out);
+}
+// The row for this CPU: compiled for AVX-512 or AVX2+FMA where it has them, for the library's
+// baseline otherwise.
 inline void norm_row(const NormRow& r, const float* a, const float* b, float* sum, float* y, double* mean_out = nullptr,
                      double* inv_out = nullptr) {
-  if (has_avx2_fma()) norm_row_avx2(r, a, b, sum, y, mean_out, inv_out);
+  if (has_avx512()) norm_row_avx512(r, a, b, sum, y, mean_out, inv_out);
+  else if (has_avx2_fma()) norm_row_avx2(r, a, b, sum, y, mean_out, inv_out);
   else norm_row_body(r, a, b, sum, y, mean_out, inv_out);
 }
 

@@ -23,11 +23,15 @@ template <typename S, typename R, typename F>
   for (int64_t i = b; i < e; ++i) y[i] = store<R>(f(load(x[i])));
 }
 
-// The float32 loops compiled again for AVX2+FMA (chosen at run time where the CPU has them): the
+// The float32 loops compiled again for AVX2+FMA and for AVX-512 (chosen at run time where the CPU has them): the
 // branch-free math of elementwise_math.h vectorizes 8 wide there (GPT-2's tanh-GELU: 4.7 M values per
 // run).
 template <typename S, typename R, typename F>
 [[gnu::target("avx2,fma")]] void unary_span_avx2(const S* x, R* y, int64_t b, int64_t e, const F& f) {
+  unary_span(x, y, b, e, f);
+}
+template <typename S, typename R, typename F>
+[[gnu::target(KILN_TARGET_AVX512)]] void unary_span_avx512(const S* x, R* y, int64_t b, int64_t e, const F& f) {
   unary_span(x, y, b, e, f);
 }
 
@@ -36,8 +40,10 @@ void unary_apply(const Tensor& X, Tensor& Y, const F& f) {
   const S* x = X.data<S>();
   R* y = Y.data<R>();
   const bool avx2 = std::is_same_v<S, float> && std::is_same_v<R, float> && has_avx2_fma();
+  const bool avx512 = avx2 && has_avx512();
   parallel_for(X.numel(), 1 << 14, [&](int64_t b, int64_t e) {
-    if (avx2) unary_span_avx2(x, y, b, e, f);
+    if (avx512) unary_span_avx512(x, y, b, e, f);
+    else if (avx2) unary_span_avx2(x, y, b, e, f);
     else unary_span(x, y, b, e, f);
   });
 }
