@@ -20,6 +20,7 @@ source "$(dirname "$0")/lib.sh"
   "$bin/kiln" conform build/node_data/node --device cpu --json "$out/cpu_node_avx512.jsonl" | tail -25
 } 2>&1 | tee "$out/cpu_host_avx512.log"
 cpu_host_setup 2>&1 | tee -a "$out/cpu_host_avx512.log"
+export PYTHONPATH=python  # cpu_host_setup's own export stays in the pipeline's subshell
 {
   if python3 -c 'import pytest' 2>/dev/null; then
     echo "== tests/python/test_cpu_fast_paths.py"
