@@ -44,6 +44,32 @@ void parallel_for(int64_t n, int64_t grain, RangeFn fn) {
   if (error) std::rethrow_exception(error);
 }
 
+void parallel_tasks(int64_t n, RangeFn fn) {
+  if (n <= 0) return;
+  const int threads = omp_get_max_threads();
+  if (threads <= 1 || n == 1 || omp_in_parallel()) {
+    fn(0, n);
+    return;
+  }
+  // Each thread claims the next task in order: a thread slowed by anything else on its core (another
+  // process, an interrupt) takes fewer tasks instead of holding the others at the barrier.
+  std::atomic<int64_t> next{0};
+  std::exception_ptr error;
+  std::atomic<bool> failed{false};
+#pragma omp parallel num_threads(threads)
+  {
+    for (int64_t t = next.fetch_add(1, std::memory_order_relaxed); t < n && !failed.load(std::memory_order_relaxed);
+         t = next.fetch_add(1, std::memory_order_relaxed)) {
+      try {
+        fn(t, t + 1);
+      } catch (...) {
+        if (!failed.exchange(true)) error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend() {

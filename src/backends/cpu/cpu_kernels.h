@@ -40,6 +40,9 @@ class RangeFn {
 
 // Runs fn(begin, end) over [0, n) in parallel chunks of at least `grain` items (OpenMP).
 void parallel_for(int64_t n, int64_t grain, RangeFn fn);
+// Runs fn(t, t + 1) for each task t in [0, n), the threads claiming tasks one at a time in order
+// (dynamic scheduling, for a few dozen heavy tasks of equal cost such as GEMM tiles).
+void parallel_tasks(int64_t n, RangeFn fn);
 
 // Whether this CPU runs AVX2 and FMA: hot loops compiled twice (a [[gnu::target("avx2,fma")]] copy
 // and the baseline x86-64 one) pick their copy with it, once per process.

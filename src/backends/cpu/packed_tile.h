@@ -119,9 +119,12 @@ inline const float* panel_bias(const float* bias, int64_t n0, int64_t nw, float*
 // and narrower chunks when there are too few tasks to keep the threads busy or when the tasks do not
 // divide evenly among the threads (9 tasks on 2 threads leave one idle for a ninth of the time:
 // ResNet-50's 28x28 3x3 layers, ConvNeXt's 14x14 MLPs; halving the chunk gives 18). Tasks (row block,
-// column chunk) each own their tile of C; they run column-chunk major through parallel_for, which
-// hands each thread a contiguous range, so each reads its own part of B (the weights) rather than
-// all of it. Calls fn(r0, r1, q0, q1) for rows [r0, r1) and panels [q0, q1).
+// column chunk) run column-chunk major, the threads claiming them one at a time in that order
+// (parallel_tasks; a static split into contiguous ranges before): on a shared machine a thread slowed
+// by another process takes fewer tasks instead of holding the other at the barrier (BERT's three
+// MatMul shapes at 2 threads on the development machine, 3 alternated runs each: kiln/ORT 1.09 ->
+// 1.05 on average). Each task owns its tile of C and sums over k in order, so the result does not
+// depend on which thread ran it. Calls fn(r0, r1, q0, q1) for rows [r0, r1) and panels [q0, q1).
 template <typename Fn>
 void for_each_task(int64_t rows, int64_t panels, int64_t mc_max, const Fn& fn) {
   const int64_t mblocks = (rows + mc_max - 1) / mc_max;
@@ -134,13 +137,14 @@ void for_each_task(int64_t rows, int64_t panels, int64_t mc_max, const Fn& fn) {
     chunk /= 2;
   }
   const int64_t chunks = (panels + chunk - 1) / chunk;
-  parallel_for(mblocks * chunks, 1, [&](int64_t t0, int64_t t1) {
+  auto body = [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t ch = t / mblocks, mb = t % mblocks;
       const int64_t r0 = std::min(rows, mb * mc), r1 = std::min(rows, r0 + mc);
       if (r0 < r1) fn(r0, r1, ch * chunk, std::min(panels, ch * chunk + chunk));
     }
-  });
+  };
+  parallel_tasks(mblocks * chunks, body);
 }
 
 }  // namespace kiln::cpu::packed
