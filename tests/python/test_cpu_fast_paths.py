@@ -425,6 +425,22 @@ def test_channels_last_global_average_splits_its_pixels_and_keeps_the_bits(chann
         np.testing.assert_array_equal(ctx.run({"x": xt})[0], want.transpose(0, 2, 3, 1))
 
 
+@pytest.mark.parametrize("shape", [(1, 0, 5, 3), (2, 4, 0, 3), (1, 4, 5, 0), (0, 4, 5, 3)])
+def test_channels_last_global_average_of_an_empty_image(shape):
+    """No pixels (or no channels, or no images): the NCHW kernel's answer (NaN where there is a
+    channel and no pixel), no division by zero."""
+    x = np.zeros(shape, np.float32)
+    want = run(pool_model("GlobalAveragePool", np.float32, [shape[0], shape[3], shape[1], shape[2]]),
+               np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
+    node = helper.make_node("ChannelsLastPool", ["x"], ["y"], domain="kiln", op="GlobalAveragePool")
+    g = helper.make_graph([node], "nhwc_pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19), helper.make_opsetid("kiln", 1)], ir_version=9)
+    got = run(m, x)
+    assert got.shape == (shape[0], 1, 1, shape[3])
+    np.testing.assert_array_equal(got, want.transpose(0, 2, 3, 1))
+
+
 @pytest.mark.parametrize("axis", [1, -3])
 def test_concat_of_channels_last_branches_stays_channels_last(axis, monkeypatch):
     """DeepLabV3's ASPP: convolution branches concatenated on the channel axis, one branch made by an

@@ -258,6 +258,11 @@ void sum_pixels_base(const float* x, int64_t pixels, int64_t C, int64_t nc, doub
 // channels write their sums to `partial` [N, chunks, C] (the kernel's workspace); then each channel
 // adds its chunks' sums in order.
 void global_mean_nhwc(int64_t N, int64_t P, int64_t C, const float* x, double* partial, float* y) {
+  if (N * C == 0) return;
+  if (P == 0) {  // an empty image: no pixels to average (the NCHW kernel's NaN)
+    std::fill_n(y, N * C, std::numeric_limits<float>::quiet_NaN());
+    return;
+  }
   const int64_t chunks = (P + kGlobalChunk - 1) / kGlobalChunk, groups = (C + 63) / 64;
   const bool avx2 = has_avx2_fma(), avx512 = has_avx512();
   parallel_for(N * chunks * groups, std::max<int64_t>(1, 16384 / (std::min(P, kGlobalChunk) * std::min<int64_t>(C, 64))),
