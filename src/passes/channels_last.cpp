@@ -25,7 +25,9 @@
 //    value is added only when the original still has a reader.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -112,6 +114,61 @@ bool convertible_conv(const ir::Node& n) {
     return false;
   if (!n.inputs[wi]->constant->device().is_cpu() || !is_4d(n.outputs[0])) return false;
   return symmetric_pads(n);
+}
+
+// For an inference BatchNormalization whose X has an NHWC form (in `nhwc`) and whose parameters are
+// float32 constants of C values: adds Mul(X's NHWC form, a) with a = scale / sqrt(var + epsilon),
+// turns `n` into Add(that, b) with b = B - mean * a ([1, 1, 1, C] constants, computed in double), and
+// returns the Mul's output, which becomes n's input 0; its output still needs retargeting. Null, and
+// nothing changed, for any other node.
+ir::Value* batch_norm_nhwc(ir::Graph& g, ir::Node& n, const std::map<const ir::Value*, ir::Value*>& nhwc, int opset,
+                           const std::function<bool(const ir::Node&)>& accepts) {
+  if (!n.domain.empty() || n.op_type != "BatchNormalization" || n.inputs.size() != 5 || n.outputs.size() != 1 ||
+      !n.has_output(0) || n.attr_int("training_mode", 0) != 0)
+    return nullptr;
+  ir::Value* x = n.inputs[0];
+  const auto it = nhwc.find(x);
+  if (it == nhwc.end() || x->is_constant() || !is_4d(x) || !is_4d(n.outputs[0]) || x->type.dtype != DataType::kFloat32)
+    return nullptr;
+  const ir::Dim& c_dim = x->type.shape.dims[1];
+  if (!c_dim.is_static()) return nullptr;
+  const int64_t C = c_dim.value;
+  for (int i = 1; i < 5; ++i) {
+    const ir::Value* p = n.inputs[i];
+    if (!p || !p->is_constant() || !p->constant->device().is_cpu() || p->constant->dtype() != DataType::kFloat32 ||
+        p->constant->numel() != C)
+      return nullptr;
+  }
+  if (!accepts(n)) return nullptr;
+  const float* scale = n.inputs[1]->constant->data<float>();
+  const float* bias = n.inputs[2]->constant->data<float>();
+  const float* mean = n.inputs[3]->constant->data<float>();
+  const float* var = n.inputs[4]->constant->data<float>();
+  const double eps = n.attr_float("epsilon", 1e-5f);
+  Tensor a = Tensor::empty(DataType::kFloat32, {1, 1, 1, C}), b = Tensor::empty(DataType::kFloat32, {1, 1, 1, C});
+  for (int64_t c = 0; c < C; ++c) {
+    const double k = static_cast<double>(scale[c]) / std::sqrt(static_cast<double>(var[c]) + eps);
+    a.data<float>()[c] = static_cast<float>(k);
+    b.data<float>()[c] = static_cast<float>(static_cast<double>(bias[c]) - static_cast<double>(mean[c]) * k);
+  }
+  const std::string& name = n.outputs[0]->name;
+  auto constant = [&](Tensor t, const std::string& suffix) {
+    ir::Value* v = g.new_value(name + suffix, ir::Type::tensor(DataType::kFloat32, ir::SymShape::of(t.shape())));
+    v->constant = std::move(t);
+    return v;
+  };
+  ir::Value* av = constant(std::move(a), "_bn_scale_nhwc");
+  ir::Value* bv = constant(std::move(b), "_bn_shift_nhwc");
+  ir::Value* scaled = g.new_value(name + "_bn_scaled_nhwc", ir::Type::tensor(DataType::kFloat32, it->second->type.shape));
+  ir::Node* mul = g.add_node("Mul", "", {it->second, av}, {scaled}, n.name + "_scale");
+  mul->opset = opset;
+  for (int i = 4; i >= 1; --i) g.set_input(&n, i, nullptr);
+  n.inputs.resize(2);
+  g.set_input(&n, 1, bv);
+  n.op_type = "Add";
+  n.attrs.clear();
+  n.opset = opset;
+  return scaled;
 }
 
 }  // namespace
@@ -213,6 +270,16 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
       for (size_t i = 0; i < n->inputs.size(); ++i) g.set_input(n, static_cast<int>(i), to_nhwc(n->inputs[i]));
       n->attrs["axis"].kind = ir::Attribute::Kind::kInt;
       n->attrs["axis"].i = std::array<int64_t, 4>{0, 3, 1, 2}[axis];
+      retarget(n);
+      ++converted;
+      continue;
+    }
+    // Inference BatchNormalization of a value with an NHWC form (DenseNet's pre-activation BN after
+    // each Concat): y = x * a + b per channel, a = scale / sqrt(var + epsilon), b = B - mean * a, as a
+    // Mul and an Add by [1, 1, 1, C] constants on the NHWC form (the Relu after it follows), instead
+    // of a Transpose to channels-first and one back. Float32 only (CPU engines).
+    if (ir::Value* t = batch_norm_nhwc(g, *n, nhwc, opset, accepts)) {
+      g.set_input(n, 0, t);
       retarget(n);
       ++converted;
       continue;

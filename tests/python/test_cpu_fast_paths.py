@@ -479,6 +479,41 @@ def test_concat_of_channels_last_branches_stays_channels_last(axis, monkeypatch)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+def test_batch_norm_between_channels_last_ops_stays_channels_last(monkeypatch):
+    """DenseNet's dense layer: the features concatenated, then BatchNormalization -> Relu -> Conv. The
+    BatchNormalization (constant statistics) becomes a Mul and an Add by per-channel constants on the
+    NHWC form, so no Transpose goes to channels-first and back around it; same result as the
+    channels-first engine without optimizations."""
+    rng = np.random.default_rng(5)
+    c = 12
+    inits = [numpy_helper.from_array((rng.standard_normal((c, 3, 3, 3)) / 3).astype(np.float32), "w0"),
+             numpy_helper.from_array((rng.standard_normal((c, c, 3, 3)) / 6).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((7, 2 * c, 1, 1)) / 5).astype(np.float32), "w2"),
+             numpy_helper.from_array(rng.uniform(0.5, 1.5, 2 * c).astype(np.float32), "scale"),
+             numpy_helper.from_array(rng.standard_normal(2 * c).astype(np.float32), "bias"),
+             numpy_helper.from_array(rng.standard_normal(2 * c).astype(np.float32), "mean"),
+             numpy_helper.from_array(rng.uniform(0.2, 2.0, 2 * c).astype(np.float32), "var")]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "w1"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["a", "b"], ["cat"], axis=1),
+             helper.make_node("BatchNormalization", ["cat", "scale", "bias", "mean", "var"], ["bn"], epsilon=1e-3),
+             helper.make_node("Relu", ["bn"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 10, 9])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    x = rng.standard_normal((1, 3, 10, 9)).astype(np.float32)
+    e = kiln.Engine.build_from_bytes(m, opt_level=2)
+    report = e.placement_report()
+    assert len(re.findall(r"\(Transpose\)", report)) == 2, report  # in at the input, out at the output
+    assert "(BatchNormalization)" not in report, report
+    got = e.create_context().run({"x": x})[0]
+    monkeypatch.setenv("KILN_CPU_NHWC", "0")
+    want = kiln.Engine.build_from_bytes(m, opt_level=0).create_context().run({"x": x})[0]
+    assert got.shape == want.shape == (1, 7, 10, 9)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 def test_reshapes_are_views_where_their_input_dies(capfd):
     """Reshape/Flatten/Squeeze/Unsqueeze planned ahead ask for their input's memory: where the input
     has no later reader the planner grants it and nothing is copied; where it is read again (here by
