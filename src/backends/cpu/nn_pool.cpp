@@ -289,7 +289,7 @@ void global_mean_nhwc(int64_t N, int64_t P, int64_t C, const float* x, double* p
 
 // kiln.ChannelsLastPool (passes/channels_last.cpp) on float32 X [N, H, W, C]: the same windows and
 // arithmetic as pool_planes_2d per channel, with the channels innermost (contiguous, vectorizable).
-// Global pools have one window covering H x W.
+// A global max pool has one window covering H x W (a global average goes to global_mean_nhwc).
 void pool_nhwc_2d(const PoolAttrs& a, const ops::WindowGeometry& g, bool global, const std::vector<Span>& rows,
                   const std::vector<Span>& cols, int64_t N, int64_t H, int64_t W, int64_t C, const float* x, float* y) {
   const int64_t OH = g.out[0], OW = g.out[1];
@@ -468,11 +468,12 @@ Status global_pool_kernel(KernelContext& ctx, const PoolAttrs& a) {
             for (int64_t i = i0; i < std::min(isz, i0 + kGlobalChunk); ++i) chunk += static_cast<double>(xp[i]);
             acc += chunk;
           }
-        }
-        for (int64_t i = 0; a.kind != PoolKind::kAvg && i < isz; ++i) {
-          const double v = xp[i];
-          if (a.kind == PoolKind::kMax) acc = std::max(acc, v);
-          else acc += std::pow(std::fabs(v), a.p);
+        } else {
+          for (int64_t i = 0; i < isz; ++i) {
+            const double v = xp[i];
+            if (a.kind == PoolKind::kMax) acc = std::max(acc, v);
+            else acc += std::pow(std::fabs(v), a.p);
+          }
         }
         if (a.kind == PoolKind::kAvg) acc = isz ? acc / isz : std::numeric_limits<double>::quiet_NaN();
         if (a.kind == PoolKind::kLp) acc = std::pow(acc, 1.0 / a.p);
