@@ -1058,6 +1058,7 @@ static int kiln_main(int argc, char** argv) {
   kiln::BuildOptions o;
   o.device = parse_device(run_device);
   o.precision = parse_precision(run_precision);
+  o.threads = run_threads;  // an .onnx is built on the threads it will run on
   const auto t0 = std::chrono::steady_clock::now();
   auto e = kiln::Engine::open(run_path, o);
   if (!e.ok()) return fail(e.status());

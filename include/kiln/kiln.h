@@ -102,6 +102,9 @@ struct BuildOptions {
   // kiln version, is ignored with a warning (and a foreign one is not overwritten).
   std::string timing_cache;
   std::function<void(const BuildProgress&)> progress;  // called from the building thread
+  // CPU threads of the build (constant folding, weight packing, timing CPU tactics); 0: the calling
+  // thread's OpenMP count. Give it the runs' thread count, so CPU tactics are timed as they will run.
+  int threads = 0;
   // INT8: every Conv (2-D), MatMul and Gemm with constant weights runs in 8 bits (CUDA engines: MatMul
   // and Gemm, kiln.QMatMul on int8 tensor cores; the rest in float32), its
   // activation as uint8 with a scale and zero point measured on `calibration` (input sets by name,

@@ -320,8 +320,9 @@ class SessionOptions:
     """onnxruntime.SessionOptions. What kiln does with each field:
 
     * graph_optimization_level: disable → kiln opt level 0, basic → 1, extended/all → 2 (fusions).
-    * intra_op_num_threads: CPU threads of this session's runs (0: all cores or OMP_NUM_THREADS); set
-      per run and restored after it, so sessions never change each other's thread count.
+    * intra_op_num_threads: CPU threads of this session's build and runs (0: all cores or
+      OMP_NUM_THREADS); set per build and per run and restored after it, so sessions never change each
+      other's thread count.
     * enable_profiling / profile_file_prefix: every run records each step's time;
       InferenceSession.end_profiling() writes them as a Chrome trace and returns the file name.
     * log_severity_level: 0 or 1 logs the build's decisions (a verbose build); 3 or 4 lowers kiln's
@@ -630,7 +631,7 @@ class InferenceSession:
         self._provider_options = {CUDA_PROVIDER: {str(k): str(v) for k, v in cuda_options.items()}} if device == "cuda" else {}
         self._load_start = time.time()
         self._engine = _open_engine(path_or_bytes, device, opt_level, precision if device == "cuda" else "fp32",
-                                    verbose=severity <= 1, **_build_settings(cuda_options))
+                                    verbose=severity <= 1, threads=self._threads, **_build_settings(cuda_options))
         self._load_ms = (time.time() - self._load_start) * 1e3
         if device == "cuda" and self._engine.device != "cuda":
             warnings.warn("the engine file was built for the CPU: CUDAExecutionProvider does not apply to it", stacklevel=2)

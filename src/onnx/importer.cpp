@@ -9,6 +9,8 @@
 #include <new>
 #include <set>
 
+#include <omp.h>
+
 #include "onnx/functions.h"
 #include "onnx/onnx.pb.h"
 #include "onnx/sha256.h"
@@ -434,7 +436,12 @@ Expected<ir::Model> import_file(const std::string& path) {
   if (ec || opt.base_dir.empty()) opt.base_dir = ".";
   // The file's SHA-256 (the engine's model_hash: what `sha256sum model.onnx` prints) is computed on
   // another thread while the bytes are parsed: for ResNet-50 (100 MB) it was a quarter of the build.
-  auto hash = std::async(std::launch::async, [&bytes] { return sha256_hex(bytes.data(), bytes.size()); });
+  // Not for a small file (a thread costs more than hashing 8 MiB, ~15 ms), nor when the build was given
+  // one thread (BuildOptions::threads, `kiln bench --threads 1`): then the process starts none.
+  constexpr size_t kHashAsideBytes = size_t{8} << 20;
+  const bool aside = bytes.size() >= kHashAsideBytes && omp_get_max_threads() > 1;
+  auto hash = std::async(aside ? std::launch::async : std::launch::deferred,
+                         [&bytes] { return sha256_hex(bytes.data(), bytes.size()); });
   auto model = import_bytes(bytes, opt);
   std::string digest = hash.get();
   if (!model.ok()) return model.status();

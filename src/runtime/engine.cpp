@@ -362,7 +362,31 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
   return std::make_shared<Engine>(std::move(impl));
 }
 
+namespace {
+
+// The OpenMP thread count of the calling thread for one run (ExecutionContext::set_num_threads) or one
+// build (BuildOptions::threads), restored after it: a setting never leaks into other contexts or builds
+// on the same thread.
+class ThreadCountScope {
+ public:
+  explicit ThreadCountScope(int n) : saved_(n > 0 ? omp_get_max_threads() : 0) {
+    if (n > 0 && n != saved_) omp_set_num_threads(n);
+    else saved_ = 0;
+  }
+  ~ThreadCountScope() {
+    if (saved_ > 0) omp_set_num_threads(saved_);
+  }
+  ThreadCountScope(const ThreadCountScope&) = delete;
+  ThreadCountScope& operator=(const ThreadCountScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+}  // namespace
+
 Expected<std::shared_ptr<Engine>> Engine::build(const std::string& onnx_path, const BuildOptions& options) {
+  ThreadCountScope threads(options.threads);
   const auto start = BuildClock::now();
   report(options, start, "import");
   KILN_ASSIGN_OR_RETURN(ir::Model model, onnx::import_file(onnx_path));
@@ -370,6 +394,7 @@ Expected<std::shared_ptr<Engine>> Engine::build(const std::string& onnx_path, co
 }
 
 Expected<std::vector<PlacementEntry>> Engine::plan_placement(const std::string& onnx_path, const BuildOptions& options) {
+  ThreadCountScope threads(options.threads);
   KILN_ASSIGN_OR_RETURN(ir::Model model, onnx::import_file(onnx_path));
   return guarded("planning placement", [&]() -> Expected<std::vector<PlacementEntry>> {
     ScopedLogLevel level(options.verbose ? LogLevel::kVerbose : LogLevel::kWarning);
@@ -388,6 +413,7 @@ Expected<std::shared_ptr<Engine>> Engine::build_from_bytes(const std::string& by
                                                            const std::string& base_dir) {
   onnx::ImportOptions io;
   io.base_dir = base_dir;
+  ThreadCountScope threads(options.threads);
   const auto start = BuildClock::now();
   report(options, start, "import");
   KILN_ASSIGN_OR_RETURN(ir::Model model, onnx::import_bytes(bytes, io));
@@ -670,27 +696,6 @@ std::vector<ProfileEvent> ExecutionContext::take_profile() {
 void ExecutionContext::terminate() { impl_->res.terminate.store(true, std::memory_order_relaxed); }
 void ExecutionContext::set_run_timeout(double seconds) { impl_->timeout_s = seconds > 0 ? seconds : 0; }
 
-namespace {
-
-// The OpenMP thread count of the calling thread for one run (ExecutionContext::set_num_threads),
-// restored after it: a context's setting never leaks into other contexts run on the same thread.
-class ThreadCountScope {
- public:
-  explicit ThreadCountScope(int n) : saved_(n > 0 ? omp_get_max_threads() : 0) {
-    if (n > 0 && n != saved_) omp_set_num_threads(n);
-    else saved_ = 0;
-  }
-  ~ThreadCountScope() {
-    if (saved_ > 0) omp_set_num_threads(saved_);
-  }
-  ThreadCountScope(const ThreadCountScope&) = delete;
-  ThreadCountScope& operator=(const ThreadCountScope&) = delete;
-
- private:
-  int saved_;
-};
-
-}  // namespace
 
 void ExecutionContext::set_num_threads(int n) { impl_->threads = n > 0 ? n : 0; }
 
