@@ -61,15 +61,23 @@ def by_op(times: dict, ops: dict) -> list[tuple[str, float]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("model", help="a zoo model name (bench/zoo/zoo.py)")
+    ap.add_argument("model", help="a zoo model name (bench/zoo/zoo.py), or an .onnx file with float32 inputs "
+                    "(random data, dynamic dims 1; e.g. build/other/*.onnx from bench/other_models.py)")
     ap.add_argument("--opset", type=int, default=17)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--runs", type=int, default=10, help="timed runs of each (after 2 warm-up runs)")
     ap.add_argument("--json", help="also write the per-node medians here")
     args = ap.parse_args()
-    path = zoo.model_path(args.model, args.opset)
-    feed = zoo.make_inputs(zoo.MODELS[args.model], args.batch, seed=args.batch)
+    if args.model.endswith(".onnx"):
+        import onnxruntime as ort  # noqa: PLC0415
+
+        path, rng = args.model, np.random.default_rng(0)
+        feed = {i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(np.float32)
+                for i in ort.InferenceSession(path, providers=["CPUExecutionProvider"]).get_inputs()}
+    else:
+        path = zoo.model_path(args.model, args.opset)
+        feed = zoo.make_inputs(zoo.MODELS[args.model], args.batch, seed=args.batch)
     with tempfile.TemporaryDirectory() as tmp:
         # The sessions as bench/cpu_bench.py makes them (ORT spinning off), with profiling on.
         k = kiln_session(path, args.threads, profile_prefix=os.path.join(tmp, "kiln"))

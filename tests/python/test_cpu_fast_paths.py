@@ -226,7 +226,7 @@ def fused_conv_model(act, attrs, residual, kind):
     a two-conv chain (so a channels-last engine keeps it inside the chain)."""
     rng = np.random.default_rng(21)
     C = 16
-    k, group = {"dense": (3, 1), "pointwise": (1, 1), "depthwise": (3, C)}[kind]
+    k, group = {"dense": (3, 1), "pointwise": (1, 1), "depthwise": (3, C), "grouped": (3, 4), "grouped8": (3, 2)}[kind]
     inits = [numpy_helper.from_array((rng.standard_normal((C, 3, 3, 3)) * 0.3).astype(np.float32), "w0"),
              numpy_helper.from_array((rng.standard_normal((C, C // group, k, k)) * 0.3).astype(np.float32), "w1"),
              numpy_helper.from_array(rng.standard_normal(C).astype(np.float32), "b1")]
@@ -253,14 +253,15 @@ def fused_conv_model(act, attrs, residual, kind):
 
 
 @pytest.mark.parametrize("nhwc", ["1", "0"])
-@pytest.mark.parametrize("kind", ["dense", "pointwise", "depthwise"])
+@pytest.mark.parametrize("kind", ["dense", "pointwise", "depthwise", "grouped", "grouped8"])
 @pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("act,attrs", FUSED_ACTIVATIONS, ids=[a or "none" for a, _ in FUSED_ACTIVATIONS])
 def test_fused_convolution_epilogues_match_the_unfused_graph(monkeypatch, act, attrs, residual, kind, nhwc):
     """kiln.FusedConv applies bias, residual and activation as act(conv + B + Z): inside oneDNN's
     primitive (post-ops) where it can, in kiln's epilogue otherwise (HardSigmoid; the residual of a
-    blocked-layout primitive), in the packed kernel's tile (dense channels-last). Either way the result is the unfused graph's (opt level 0) within
-    float32 rounding."""
+    blocked-layout primitive), in the packed kernel's tile (dense and grouped channels-last: groups of 4
+    and 8 outputs run as blocks of 4 and 2 groups). Either way the result is the unfused graph's (opt
+    level 0) within float32 rounding."""
     monkeypatch.setenv("KILN_CPU_NHWC", nhwc)
     m = fused_conv_model(act, attrs, residual, kind).SerializeToString()
     x = np.random.default_rng(4).standard_normal((2, 3, 9, 11)).astype(np.float32)

@@ -2,7 +2,8 @@
 // reference of act(conv(X, W) + B + Z): pixel tiles that are not a multiple of 6, output channels
 // that are not a multiple of 16 (the partial last panel), strides, dilations, padding on every side,
 // one and several tap blocks (C = 8 .. 300), each epilogue path (in the tile: none / Relu / Clip;
-// after it: Sigmoid), with and without bias and residual; 1 and 2 threads give the same bits.
+// after it: Sigmoid), with and without bias and residual, grouped convolutions (blocks of 4, 2 and 1
+// groups, several column chunks); 1 and 2 threads give the same bits.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -22,6 +23,7 @@ using kiln::cpu::PackedConvGeometry;
 
 struct Case {
   int64_t N, H, W, C, M, kh, kw, stride, dil, pad_top, pad_left, pad_bottom, pad_right;
+  int64_t group = 1;
 };
 
 PackedConvGeometry geometry(const Case& c) {
@@ -30,6 +32,7 @@ PackedConvGeometry geometry(const Case& c) {
   g.stride_h = g.stride_w = c.stride;
   g.dil_h = g.dil_w = c.dil;
   g.pad_top = c.pad_top, g.pad_left = c.pad_left;
+  g.group = c.group;
   g.OH = (c.H + c.pad_top + c.pad_bottom - c.dil * (c.kh - 1) - 1) / c.stride + 1;
   g.OW = (c.W + c.pad_left + c.pad_right - c.dil * (c.kw - 1) - 1) / c.stride + 1;
   return g;
@@ -58,13 +61,17 @@ TEST(PackedConv, MatchesDoubleReference) {
       {1, 4, 4, 16, 20, 2, 2, 2, 1, 0, 0, 0, 0},       // a patchify-like window
       {1, 3, 3, 8, 16, 3, 3, 1, 1, 3, 3, 3, 3},        // taps that read only padding
       {3, 17, 23, 24, 130, 3, 3, 1, 1, 1, 1, 1, 1},    // many pixel blocks and column chunks
+      {1, 13, 11, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 32},  // groups of 4 (ResNeXt's first stage): 4 per block
+      {2, 9, 10, 64, 64, 3, 3, 2, 1, 1, 1, 1, 1, 8},      // groups of 8, stride 2: 2 per block
+      {1, 7, 7, 96, 192, 3, 3, 1, 1, 1, 1, 1, 1, 6},      // 16 inputs, 32 outputs a group: 1 per block
+      {1, 8, 9, 48, 48, 3, 3, 1, 1, 1, 1, 1, 1, 4},       // groups of 12: 4 per block, 48-wide blocks
   };
   for (const Case& cs : cases) {
     const PackedConvGeometry g = geometry(cs);
     ASSERT_TRUE(kiln::cpu::packed_conv_eligible(g) || !kiln::cpu::packed_gemm_available());
     if (!kiln::cpu::packed_gemm_available()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
-    const int64_t taps = g.kh * g.kw, pixels = g.N * g.OH * g.OW;
-    std::vector<float> x(g.N * g.H * g.W * g.C), w(g.M * taps * g.C), bias(g.M), z(pixels * g.M);
+    const int64_t taps = g.kh * g.kw, pixels = g.N * g.OH * g.OW, cg = g.C / g.group, mg = g.M / g.group;
+    std::vector<float> x(g.N * g.H * g.W * g.C), w(g.M * taps * cg), bias(g.M), z(pixels * g.M);
     for (auto& v : x) v = u(rng);
     for (auto& v : w) v = u(rng);
     for (auto& v : bias) v = u(rng);
@@ -82,8 +89,9 @@ TEST(PackedConv, MatchesDoubleReference) {
               for (int64_t j = 0; j < g.kw; ++j) {
                 const int64_t ih = oh * g.stride_h - g.pad_top + i * g.dil_h, iw = ow * g.stride_w - g.pad_left + j * g.dil_w;
                 if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
-                for (int64_t c = 0; c < g.C; ++c)
-                  s += static_cast<double>(x[((n * g.H + ih) * g.W + iw) * g.C + c]) * w[((m * g.kh + i) * g.kw + j) * g.C + c];
+                for (int64_t c = 0; c < cg; ++c)
+                  s += static_cast<double>(x[((n * g.H + ih) * g.W + iw) * g.C + m / mg * cg + c]) *
+                       w[((m * g.kh + i) * g.kw + j) * cg + c];
               }
             ref[((n * g.OH + oh) * g.OW + ow) * g.M + m] = s;
           }
@@ -91,7 +99,8 @@ TEST(PackedConv, MatchesDoubleReference) {
     for (const Activation& act : {none, relu, clip, sigmoid})
       for (bool with_bias : {false, true})
         for (bool with_z : {false, true}) {
-          SCOPED_TRACE("case C " + std::to_string(g.C) + " M " + std::to_string(g.M) + " taps " + std::to_string(taps) +
+          SCOPED_TRACE("case C " + std::to_string(g.C) + " M " + std::to_string(g.M) + " group " + std::to_string(g.group) +
+                       " taps " + std::to_string(taps) +
                        " act " + std::to_string(static_cast<int>(act.kind)) + (with_bias ? " bias" : "") +
                        (with_z ? " residual" : ""));
           std::vector<float> y1(pixels * g.M, -7.f), y2(pixels * g.M, -9.f);
@@ -107,7 +116,7 @@ TEST(PackedConv, MatchesDoubleReference) {
               const double want = activate(ref[i] + (with_bias ? bias[m] : 0.0) + (with_z ? z[i] : 0.0), act);
               worst = std::max(worst, std::abs(y1[i] - want) / (1.0 + std::abs(want)));
             }
-          EXPECT_LT(worst, 1e-5 * std::sqrt(static_cast<double>(taps * g.C + 1)));
+          EXPECT_LT(worst, 1e-5 * std::sqrt(static_cast<double>(taps * cg + 1)));
         }
   }
 }
@@ -119,4 +128,16 @@ TEST(PackedConv, Eligibility) {
   EXPECT_FALSE(kiln::cpu::packed_conv_eligible(g));
   g = geometry({1, 20, 20, 16, 16, 7, 7, 1, 1, 3, 3, 3, 3});  // 49 taps
   EXPECT_FALSE(kiln::cpu::packed_conv_eligible(g));
+  const bool avx2 = kiln::cpu::packed_gemm_available();
+  g = geometry({1, 8, 8, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 8});  // groups of 4: blocks of 4 groups, 16 channels
+  EXPECT_EQ(kiln::cpu::packed_conv_eligible(g), avx2);
+  EXPECT_EQ(kiln::cpu::packed_conv_blocks(g).per_block, 4);
+  g.group = 32;  // depthwise: 16 groups a block would be 16x the work
+  EXPECT_FALSE(kiln::cpu::packed_conv_eligible(g));
+  g = geometry({1, 8, 8, 32, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8});  // 2 outputs a group
+  EXPECT_FALSE(kiln::cpu::packed_conv_eligible(g));
+  g = geometry({1, 8, 8, 40, 40, 3, 3, 1, 1, 1, 1, 1, 1, 10});  // 10 groups of 4: no whole blocks of 4
+  EXPECT_FALSE(kiln::cpu::packed_conv_eligible(g));
+  g = geometry({1, 8, 8, 48, 48, 3, 3, 1, 1, 1, 1, 1, 1, 3});  // groups of 16 channels and outputs
+  EXPECT_EQ(kiln::cpu::packed_conv_eligible(g), avx2);
 }

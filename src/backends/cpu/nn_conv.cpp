@@ -451,9 +451,10 @@ struct ConvState {
   std::shared_ptr<PackedConv> packed;  // the "packed-direct" tactic
 };
 
-// The packed kernel's view of a channels-last convolution (group 1, 2-D).
+// The packed kernel's view of a channels-last 2-D convolution.
 PackedConvGeometry packed_geometry(const ConvShapes& s) {
   PackedConvGeometry g;
+  g.group = s.group;
   g.N = s.N, g.C = s.C, g.M = s.M, g.H = s.in[0], g.W = s.in[1];
   g.kh = s.g.kernel[0], g.kw = s.g.kernel[1];
   g.stride_h = s.g.strides[0], g.stride_w = s.g.strides[1];
@@ -464,9 +465,9 @@ PackedConvGeometry packed_geometry(const ConvShapes& s) {
 }
 
 // Whether the "packed-direct" tactic takes this channels-last convolution (dnnl_eligible's float32
-// and constant weights, group 1).
+// and constant weights; not depthwise).
 bool packed_eligible(const ReshapeContext& rc, const ConvShapes& s) {
-  return s.group == 1 && s.g.kernel.size() == 2 && dnnl_eligible(rc, s) && packed_conv_eligible(packed_geometry(s));
+  return !is_depthwise(s) && s.g.kernel.size() == 2 && dnnl_eligible(rc, s) && packed_conv_eligible(packed_geometry(s));
 }
 
 // The untuned choice for a dense channels-last convolution (not pointwise, not depthwise): kiln's

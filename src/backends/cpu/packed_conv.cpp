@@ -33,9 +33,9 @@ using packed::TileFinish;
 constexpr int64_t kKc = 768;
 constexpr int64_t kMc = 96;  // a multiple of kMr
 
-// The input row each (pixel, tap) reads: ptrs[(p - p0) * taps + t], the zero row where the tap falls
-// in the padding.
-void tap_pointers(const PackedConv& pc, const float* x, int64_t p0, int64_t p1, const float** ptrs) {
+// The input row each (pixel, tap) reads from channel `c0` on: ptrs[(p - p0) * taps + t], the zero row
+// (from its c0-th entry) where the tap falls in the padding.
+void tap_pointers(const PackedConv& pc, const float* x, int64_t c0, int64_t p0, int64_t p1, const float** ptrs) {
   const PackedConvGeometry& g = pc.g;
   const int64_t taps = g.kh * g.kw, plane = g.OH * g.OW;
   for (int64_t p = p0; p < p1; ++p) {
@@ -46,7 +46,7 @@ void tap_pointers(const PackedConv& pc, const float* x, int64_t p0, int64_t p1, 
       const int64_t ih = oh * g.stride_h - g.pad_top + i * g.dil_h;
       for (int64_t j = 0; j < g.kw; ++j) {
         const int64_t iw = ow * g.stride_w - g.pad_left + j * g.dil_w;
-        row[i * g.kw + j] = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W ? img + (ih * g.W + iw) * g.C : pc.zeros.data();
+        row[i * g.kw + j] = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W ? img + (ih * g.W + iw) * g.C + c0 : pc.zeros.data() + c0;
       }
     }
   }
@@ -59,9 +59,10 @@ void tap_pointers(const PackedConv& pc, const float* x, int64_t p0, int64_t p1, 
                                       const float* x, const float* bias, const float* zres, const Activation& act,
                                       float* y, int64_t taps_per_block) {
   const PackedConvGeometry& g = pc.g;
-  const int64_t taps = g.kh * g.kw, C = g.C, M = g.M, K = taps * C;
+  // C: the channels each output reads (its block's), M: the row stride of Y.
+  const int64_t taps = g.kh * g.kw, C = pc.blocks.C, M = g.M, K = taps * C;
   const float* ptrs[kMc * kPackedConvMaxTaps];
-  tap_pointers(pc, x, p0, p1, ptrs);
+  int64_t ptrs_block = -1;  // the channel block ptrs point into
   const float* panels = pc.weights->data();
   alignas(32) float edge[kMr * kP];
   alignas(32) float edge_bias[kP];
@@ -77,6 +78,17 @@ void tap_pointers(const PackedConv& pc, const float* x, int64_t p0, int64_t p1, 
     for (int64_t q = q0; q < q1; ++q) {
       const float* bp = panels + q * K * kP + t0 * C * kP;
       const int64_t n0 = q * kP, nw = std::min(kP, M - n0);
+      if (const int64_t blk = n0 / pc.blocks.M; blk != ptrs_block) {
+        // Another block's channels: every pointer moves by the same amount (the zero row too, which
+        // holds C zeros: enough from any block's first channel).
+        if (ptrs_block < 0) {
+          tap_pointers(pc, x, blk * C, p0, p1, ptrs);
+        } else {
+          const int64_t delta = (blk - ptrs_block) * C;
+          for (int64_t i = 0; i < (p1 - p0) * taps; ++i) ptrs[i] += delta;
+        }
+        ptrs_block = blk;
+      }
       const float* bias_q = packed::panel_bias(bias, n0, nw, edge_bias);
       for (int64_t m = p0; m < p1; m += kMr) {
         const int64_t rows = std::min(kMr, p1 - m);
@@ -116,17 +128,48 @@ void tap_pointers(const PackedConv& pc, const float* x, int64_t p0, int64_t p1, 
 
 }  // namespace
 
+PackedConvBlocks packed_conv_blocks(const PackedConvGeometry& g) {
+  PackedConvBlocks b;
+  if (g.group <= 1 || g.C % g.group != 0 || g.M % g.group != 0) {
+    b.C = g.C, b.M = g.M;
+    return b;
+  }
+  const int64_t mg = g.M / g.group;
+  b.per_block = mg % kP == 0 ? 1 : mg % 8 == 0 ? 2 : mg % 4 == 0 ? 4 : 0;  // 0: no whole panels
+  b.C = b.per_block * (g.C / g.group);
+  b.M = b.per_block * mg;
+  return b;
+}
+
 bool packed_conv_eligible(const PackedConvGeometry& g) {
-  return packed_gemm_available() && g.C >= 8 && g.kh >= 1 && g.kw >= 1 && g.kh * g.kw <= kPackedConvMaxTaps &&
+  if (g.group < 1 || g.C % g.group != 0 || g.M % g.group != 0) return false;
+  const PackedConvBlocks b = packed_conv_blocks(g);
+  if (g.group > 1 && (b.per_block == 0 || g.group % b.per_block != 0)) return false;
+  return packed_gemm_available() && b.C >= 8 && g.kh >= 1 && g.kw >= 1 && g.kh * g.kw <= kPackedConvMaxTaps &&
          g.N > 0 && g.M > 0 && g.OH > 0 && g.OW > 0 && g.H > 0 && g.W > 0;
 }
 
 Expected<std::shared_ptr<PackedConv>> pack_conv(const PackedConvGeometry& g, const float* w) {
   auto pc = std::make_shared<PackedConv>();
   pc->g = g;
-  // W [M, kh, kw, C] is B transposed: [N = M, K = kh*kw*C], k ordered (tap, channel).
-  KILN_ASSIGN_OR_RETURN(pc->weights, pack_b(w, g.kh * g.kw * g.C, g.M, /*transposed=*/true));
-  pc->zeros.assign(static_cast<size_t>(g.C), 0.0f);
+  pc->blocks = packed_conv_blocks(g);
+  const int64_t taps = g.kh * g.kw, cb = pc->blocks.C;
+  if (g.group <= 1) {
+    // W [M, kh, kw, C] is B transposed: [N = M, K = kh*kw*C], k ordered (tap, channel).
+    KILN_ASSIGN_OR_RETURN(pc->weights, pack_b(w, taps * g.C, g.M, /*transposed=*/true));
+  } else {
+    // The block-diagonal W [M, kh, kw, blocks.C]: output m (group gm) reads its group's channels,
+    // at slot gm % per_block of its block.
+    const int64_t cg = g.C / g.group, mg = g.M / g.group;
+    std::vector<float> wide(static_cast<size_t>(g.M * taps * cb), 0.0f);
+    for (int64_t m = 0; m < g.M; ++m) {
+      const int64_t slot = m / mg % pc->blocks.per_block;
+      for (int64_t t = 0; t < taps; ++t)
+        std::memcpy(wide.data() + (m * taps + t) * cb + slot * cg, w + (m * taps + t) * cg, static_cast<size_t>(cg) * sizeof(float));
+    }
+    KILN_ASSIGN_OR_RETURN(pc->weights, pack_b(wide.data(), taps * cb, g.M, /*transposed=*/true));
+  }
+  pc->zeros.assign(static_cast<size_t>(g.C), 0.0f);  // read from a block's first channel on: C of them
   return pc;
 }
 
@@ -135,7 +178,7 @@ void packed_conv(const PackedConv& pc, const float* x, const float* bias, const 
   const int64_t pixels = g.N * g.OH * g.OW, panels = (g.M + kP - 1) / kP, taps = g.kh * g.kw;
   if (pixels <= 0 || panels == 0) return;
   // Tap blocks of about kKc channels (3x3 at C = 64: all nine taps; at C = 512: one tap per block).
-  const int64_t per = std::max<int64_t>(1, std::min(taps, kKc / g.C));
+  const int64_t per = std::max<int64_t>(1, std::min(taps, kKc / pc.blocks.C));
   const int64_t tblocks = (taps + per - 1) / per;
   const int64_t taps_per_block = (taps + tblocks - 1) / tblocks;
   packed::for_each_task(pixels, panels, kMc, [&](int64_t p0, int64_t p1, int64_t q0, int64_t q1) {

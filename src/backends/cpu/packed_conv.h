@@ -13,27 +13,41 @@
 
 namespace kiln::cpu {
 
-// A 2-D convolution with X [N, H, W, C], W [M, kh, kw, C] (group 1) and Y [N, OH, OW, M].
+// A 2-D convolution with X [N, H, W, C], W [M, kh, kw, C / group] and Y [N, OH, OW, M].
 struct PackedConvGeometry {
   int64_t N = 0, H = 0, W = 0, C = 0, M = 0;
   int64_t kh = 1, kw = 1, stride_h = 1, stride_w = 1, dil_h = 1, dil_w = 1, pad_top = 0, pad_left = 0;
   int64_t OH = 0, OW = 0;
+  int64_t group = 1;
 };
 
-// The weights packed once (B = W as [M, kh*kw*C] transposed, k ordered (tap, channel)) and a row of
-// C zeros that padding taps read.
+// Grouped convolutions run as dense ones over channel blocks: a block is the fewest whole groups
+// whose outputs fill whole 16-column panels (groups of 4 outputs: 4 groups, of 8: 2, of 16 or more:
+// 1), its weights block-diagonal (zero where an output's group does not read the channel). A group
+// of 4 outputs therefore does 4x the useful multiply-adds, in the dense kernel's register tile at
+// its full rate. Group 1 is one block of every channel.
+struct PackedConvBlocks {
+  int64_t per_block = 1;  // groups per block
+  int64_t C = 0, M = 0;   // input channels and outputs of one block
+};
+PackedConvBlocks packed_conv_blocks(const PackedConvGeometry& g);
+
+// The weights packed once (B = the block-diagonal W as [M, kh*kw*blocks.C] transposed, k ordered
+// (tap, channel of the block)) and a row of C zeros that padding taps read.
 struct PackedConv {
   PackedConvGeometry g;
+  PackedConvBlocks blocks;
   std::shared_ptr<PackedB> weights;
   std::vector<float> zeros;
 };
 
-// Whether this kernel takes the geometry: AVX2/FMA, at least 8 channels (the taps' dot products
-// run over C), and at most kMaxTaps taps.
+// Whether this kernel takes the geometry: AVX2/FMA, at least 8 channels per block (the taps' dot
+// products run over them), at most kMaxTaps taps, and for group > 1 groups of 4 or more outputs
+// that whole blocks cover (not depthwise convolutions: 16x the work).
 constexpr int64_t kPackedConvMaxTaps = 32;
 bool packed_conv_eligible(const PackedConvGeometry& g);
 
-// w: [M, kh, kw, C] row-major.
+// w: [M, kh, kw, C / group] row-major.
 Expected<std::shared_ptr<PackedConv>> pack_conv(const PackedConvGeometry& g, const float* w);
 
 // Y = act(conv(X, W) + bias + Z), bias (M) and Z (Y's shape) optional. Threads over pixel blocks
