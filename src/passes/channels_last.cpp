@@ -171,6 +171,79 @@ ir::Value* batch_norm_nhwc(ir::Graph& g, ir::Node& n, const std::map<const ir::V
   return scaled;
 }
 
+
+// The static dims of a value's shape, or empty when any is unknown.
+std::vector<int64_t> static_dims(const ir::Value* v) {
+  if (!v || !v->type.is_tensor() || !v->type.shape.known || !v->type.shape.is_static()) return {};
+  return v->type.shape.to_static();
+}
+
+// A constant int64 shape (Reshape's second input).
+ir::Value* shape_constant(ir::Graph& g, const std::string& name, const std::vector<int64_t>& dims) {
+  Tensor t = Tensor::empty(DataType::kInt64, {static_cast<int64_t>(dims.size())});
+  std::copy(dims.begin(), dims.end(), t.data<int64_t>());
+  ir::Value* v = g.new_value(name, ir::Type::tensor(DataType::kInt64, ir::SymShape::of(t.shape())));
+  v->constant = std::move(t);
+  return v;
+}
+
+// The single node reading v, when v is read by exactly one node (once) and is not a graph output.
+ir::Node* only_reader(const ir::Value* v) {
+  if (!v || v->is_output || v->uses.size() != 1) return nullptr;
+  return v->uses[0].node;
+}
+
+// A channel shuffle (ShuffleNet's): Reshape(x, [N, g, C/g, H, W]) -> Transpose([0, 2, 1, 3, 4]) ->
+// Reshape([N, C, H, W]), each the only reader of the one before, static shapes. Returns the
+// Transpose and the last Reshape; null for anything else.
+std::pair<ir::Node*, ir::Node*> channel_shuffle(const ir::Node& r1) {
+  if (!r1.domain.empty() || r1.op_type != "Reshape" || r1.inputs.size() != 2 || r1.outputs.size() != 1 || !r1.has_output(0))
+    return {};
+  const std::vector<int64_t> x = static_dims(r1.inputs[0]), mid = static_dims(r1.outputs[0]);
+  if (x.size() != 4 || mid.size() != 5 || mid[0] != x[0] || mid[1] * mid[2] != x[1] || mid[3] != x[2] || mid[4] != x[3])
+    return {};
+  ir::Node* t = only_reader(r1.outputs[0]);
+  if (!t || !t->domain.empty() || t->op_type != "Transpose" || t->outputs.size() != 1 || !t->has_output(0) ||
+      t->attr_ints("perm") != std::vector<int64_t>{0, 2, 1, 3, 4})
+    return {};
+  ir::Node* r2 = only_reader(t->outputs[0]);
+  if (!r2 || !r2->domain.empty() || r2->op_type != "Reshape" || r2->inputs.size() != 2 || r2->inputs[0] != t->outputs[0] ||
+      r2->outputs.size() != 1 || !r2->has_output(0) || static_dims(r2->outputs[0]) != x)
+    return {};
+  for (int64_t d : x)
+    if (d <= 0) return {};
+  return {t, r2};
+}
+
+// A channels-first axis (negative counted from the end of 4) as the NHWC form's axis; -1 if none.
+int64_t nhwc_axis(int64_t axis) {
+  if (axis < 0) axis += 4;
+  return axis < 0 || axis > 3 ? -1 : std::array<int64_t, 4>{0, 3, 1, 2}[axis];
+}
+
+// Slice (opset 10 on: starts, ends, axes, steps as inputs) whose bounds are constants: the axes it
+// slices, channels-first, or empty when it is not such a Slice.
+std::vector<int64_t> constant_slice_axes(const ir::Node& n) {
+  if (!n.domain.empty() || n.op_type != "Slice" || n.inputs.size() < 3 || n.outputs.size() != 1 || !n.has_output(0))
+    return {};
+  for (size_t i = 1; i < n.inputs.size(); ++i)
+    if (n.inputs[i] && (!n.inputs[i]->is_constant() || !n.inputs[i]->constant->device().is_cpu() || n.inputs[i]->constant->rank() != 1))
+      return {};
+  const Tensor& starts = *n.inputs[1]->constant;
+  std::vector<int64_t> axes;
+  if (n.has_input(3)) {
+    const Tensor& a = *n.inputs[3]->constant;
+    if (a.numel() != starts.numel()) return {};
+    for (int64_t i = 0; i < a.numel(); ++i)
+      axes.push_back(a.dtype() == DataType::kInt32 ? a.data<int32_t>()[i] : a.data<int64_t>()[i]);
+  } else {
+    for (int64_t i = 0; i < starts.numel(); ++i) axes.push_back(i);
+  }
+  if (axes.empty() || (starts.dtype() != DataType::kInt64 && starts.dtype() != DataType::kInt32)) return {};
+  for (int64_t a : axes)
+    if (nhwc_axis(a) < 0) return {};
+  return axes;
+}
 }  // namespace
 
 Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(const ir::Node&)>& accepts) {
@@ -203,12 +276,12 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
   };
   // n now writes the NHWC form of its output 0; the original value is made from it at the end if
   // anything still reads it.
-  auto retarget = [&](ir::Node* n) {
-    ir::Value* v = n->outputs[0];
+  auto retarget = [&](ir::Node* n, int output = 0) {
+    ir::Value* v = n->outputs[output];
     ir::Value* t = g.new_value(v->name + "_nhwc", ir::Type::tensor(v->type.dtype, to_nhwc_shape(v->type.shape)));
-    n->outputs[0] = t;
+    n->outputs[output] = t;
     t->producer = n;
-    t->producer_output = 0;
+    t->producer_output = output;
     v->producer = nullptr;
     v->producer_output = -1;
     nhwc[v] = t;
@@ -273,6 +346,58 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
       retarget(n);
       ++converted;
       continue;
+    }
+    // ShuffleNet's channel shuffle of a value with an NHWC form: the same three ops on that form,
+    // Reshape to [N, H, W, g, C/g], Transpose([0, 1, 2, 4, 3]), Reshape to [N, H, W, C] (the
+    // reshapes are views: one transpose of g x C/g per pixel), instead of a Transpose to
+    // channels-first before it and one back after the Slices that split the result.
+    if (nhwc.count(n->inputs.empty() ? nullptr : n->inputs[0]) && !n->inputs[0]->is_constant()) {
+      if (auto [t, r2] = channel_shuffle(*n); t) {
+        const std::vector<int64_t> x = static_dims(n->inputs[0]), mid = static_dims(n->outputs[0]);
+        const int64_t N = x[0], H = x[2], W = x[3], groups = mid[1], per = mid[2];
+        g.set_input(n, 0, to_nhwc(n->inputs[0]));
+        g.set_input(n, 1, shape_constant(g, n->outputs[0]->name + "_shape_nhwc", {N, H, W, groups, per}));
+        n->outputs[0]->type = ir::Type::tensor(n->outputs[0]->type.dtype, ir::SymShape::of({N, H, W, groups, per}));
+        t->attrs["perm"].ints = {0, 1, 2, 4, 3};
+        t->outputs[0]->type = ir::Type::tensor(t->outputs[0]->type.dtype, ir::SymShape::of({N, H, W, per, groups}));
+        g.set_input(r2, 1, shape_constant(g, r2->outputs[0]->name + "_shape_nhwc", {N, H, W, x[1]}));
+        retarget(r2);
+        ++converted;
+        continue;
+      }
+    }
+    // Slice with constant bounds, and Split, of a value with an NHWC form (ShuffleNet's channel
+    // split after each shuffle): the same op on the matching axes of that form.
+    if (n->domain.empty() && (n->op_type == "Slice" || n->op_type == "Split") && !n->inputs.empty() && n->inputs[0] &&
+        nhwc.count(n->inputs[0]) && !n->inputs[0]->is_constant() && is_4d(n->inputs[0]) &&
+        std::all_of(n->outputs.begin(), n->outputs.end(), [](const ir::Value* v) { return is_4d(v); })) {
+      if (n->op_type == "Slice") {
+        const std::vector<int64_t> axes = constant_slice_axes(*n);
+        if (!axes.empty()) {
+          const DataType it = n->inputs[1]->constant->dtype();
+          Tensor a = Tensor::empty(it, {static_cast<int64_t>(axes.size())});
+          for (size_t i = 0; i < axes.size(); ++i) {
+            if (it == DataType::kInt32) a.data<int32_t>()[i] = static_cast<int32_t>(nhwc_axis(axes[i]));
+            else a.data<int64_t>()[i] = nhwc_axis(axes[i]);
+          }
+          ir::Value* av = g.new_value(n->outputs[0]->name + "_axes_nhwc", ir::Type::tensor(it, ir::SymShape::of(a.shape())));
+          av->constant = std::move(a);
+          g.set_input(n, 0, to_nhwc(n->inputs[0]));
+          if (n->inputs.size() < 4) n->inputs.resize(4, nullptr);
+          g.set_input(n, 3, av);
+          retarget(n);
+          ++converted;
+          continue;
+        }
+      } else if (const int64_t axis = nhwc_axis(n->attr_int("axis", 0)); axis >= 0 && !n->outputs.empty() &&
+                 std::all_of(n->outputs.begin(), n->outputs.end(), [](const ir::Value* v) { return v != nullptr; })) {
+        g.set_input(n, 0, to_nhwc(n->inputs[0]));
+        n->attrs["axis"].kind = ir::Attribute::Kind::kInt;
+        n->attrs["axis"].i = axis;
+        for (size_t i = 0; i < n->outputs.size(); ++i) retarget(n, static_cast<int>(i));
+        ++converted;
+        continue;
+      }
     }
     // Inference BatchNormalization of a value with an NHWC form (DenseNet's pre-activation BN after
     // each Concat): y = x * a + b per channel, a = scale / sqrt(var + epsilon), b = B - mean * a, as a

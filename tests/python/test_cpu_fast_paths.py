@@ -405,6 +405,19 @@ def test_transpose_of_a_few_channels_to_channels_last(channels, dtype):
     np.testing.assert_array_equal(got, x.transpose(0, 2, 3, 1))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8])
+@pytest.mark.parametrize("groups", [2, 3, 4, 5])
+def test_transpose_of_small_blocks_per_pixel(groups, dtype):
+    """A channel shuffle in channels-last form, [N, H, W, g, C/g] -> [N, H, W, C/g, g]: many small
+    transposes (the batched narrow path for g of 2-4): equal to NumPy's transpose."""
+    x = (np.random.default_rng(groups).standard_normal((2, 5, 6, groups, 7)) * 50).astype(dtype)
+    node = helper.make_node("Transpose", ["x"], ["y"], perm=[0, 1, 2, 4, 3])
+    dt = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    g = helper.make_graph([node], "t", [helper.make_tensor_value_info("x", dt, None)], [helper.make_tensor_value_info("y", dt, None)])
+    got = run(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), x)
+    np.testing.assert_array_equal(got, x.transpose(0, 1, 2, 4, 3))
+
+
 @pytest.mark.parametrize("channels", [1, 20, 70, 131])
 def test_channels_last_global_average_splits_its_pixels_and_keeps_the_bits(channels):
     """A large image's channels-last GlobalAveragePool sums its pixels in chunks of 1024 (split among
@@ -513,6 +526,48 @@ def test_batch_norm_between_channels_last_ops_stays_channels_last(monkeypatch):
     assert len(re.findall(r"\(Transpose\)", report)) == 2, report  # in at the input, out at the output
     assert "(BatchNormalization)" not in report, report
     assert got.shape == (1, 7, 10, 9)
+
+
+@pytest.mark.parametrize("split", ["Slice", "Split"])
+@pytest.mark.parametrize("groups", [2, 3])
+def test_channel_shuffle_and_split_stay_channels_last(split, groups, monkeypatch):
+    """ShuffleNet's unit: branches concatenated, the channels shuffled (Reshape to [N, g, C/g, H, W],
+    Transpose [0, 2, 1, 3, 4], Reshape back), the result split in two on the channel axis (Slice with
+    constant bounds, or Split), one half convolved, both concatenated again. Each op runs on the NHWC
+    forms (the shuffle as one small transpose per pixel), so the only Transposes are the model's own
+    shuffles and those at the input and output; same result as channels-first."""
+    rng = np.random.default_rng(6)
+    c = 6 * groups  # channels after the first Concat: two branches of 3 * groups
+    h, w = 7, 9
+    inits = [numpy_helper.from_array((rng.standard_normal((c // 2, 3, 3, 3)) / 3).astype(np.float32), "w0"),
+             numpy_helper.from_array((rng.standard_normal((c // 2, 3, 1, 1)) / 2).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((c // 2, c // 2, 1, 1)) / 3).astype(np.float32), "w2"),
+             numpy_helper.from_array((rng.standard_normal((5, c, 1, 1)) / 3).astype(np.float32), "w3"),
+             numpy_helper.from_array(np.array([1, groups, c // groups, h, w], np.int64), "shape5"),
+             numpy_helper.from_array(np.array([1, c, h, w], np.int64), "shape4")]
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]), n("Conv", ["x", "w1"], ["b"]),
+             n("Concat", ["a", "b"], ["cat"], axis=1),
+             n("Reshape", ["cat", "shape5"], ["r5"]), n("Transpose", ["r5"], ["t5"], perm=[0, 2, 1, 3, 4]),
+             n("Reshape", ["t5", "shape4"], ["shuffled"])]
+    if split == "Slice":
+        inits += [numpy_helper.from_array(np.array([0], np.int64), "s0"),
+                  numpy_helper.from_array(np.array([c // 2], np.int64), "half"),
+                  numpy_helper.from_array(np.array([c], np.int64), "end"),
+                  numpy_helper.from_array(np.array([-3], np.int64), "axes")]
+        nodes += [n("Slice", ["shuffled", "s0", "half", "axes"], ["lo"]),
+                  n("Slice", ["shuffled", "half", "end", "axes"], ["hi"])]
+    else:
+        inits.append(numpy_helper.from_array(np.array([c // 2, c // 2], np.int64), "sizes"))
+        nodes.append(n("Split", ["shuffled", "sizes"], ["lo", "hi"], axis=1))
+    nodes += [n("Conv", ["hi", "w2"], ["hc"]), n("Relu", ["hc"], ["hr"]), n("Concat", ["lo", "hr"], ["cat2"], axis=1),
+              n("Conv", ["cat2", "w3"], ["y"])]
+    x = rng.standard_normal((1, 3, h, w)).astype(np.float32)
+    report, got = channels_last_engine(nodes, inits, x, "y", monkeypatch)
+    # In at the input, out at the output, and the shuffle's own (now a per-pixel [g, C/g] transpose).
+    assert len(re.findall(r"\(Transpose\)", report)) == 3, report
+    assert re.search(rf"\(Transpose\).*float32\[1,{h},{w},{c // groups},{groups}\]", report), report
+    assert got.shape == (1, 5, h, w)
 
 
 def test_reshapes_are_views_where_their_input_dies(capfd):

@@ -28,6 +28,20 @@ void transpose_to_narrow(T* dst, const T* src, int64_t rows, int64_t s_in) {
   });
 }
 
+// Many small transposes to a few columns ([B, K, L] -> [B, L, K], B batches at stride s_batch; ShuffleNet's
+// channel shuffle in channels-last form is one per pixel with K = 2): batches split among threads.
+template <int K, typename T>
+void batched_transpose_to_narrow(T* dst, const T* src, int64_t batches, int64_t s_batch, int64_t rows, int64_t s_in) {
+  parallel_for(batches, std::max<int64_t>(1, 8192 / (rows * K)), [&](int64_t b, int64_t e) {
+    for (int64_t n = b; n < e; ++n) {
+      const T* s = src + n * s_batch;
+      T* d = dst + n * rows * K;
+      for (int64_t i = 0; i < rows; ++i)
+        for (int j = 0; j < K; ++j) d[i * K + j] = s[i + j * s_in];
+    }
+  });
+}
+
 template <typename T>
 void strided_copy_t(T* dst, const Shape& out, const T* src, int64_t base, const std::vector<int64_t>& st) {
   const int r = static_cast<int>(out.size());
@@ -55,6 +69,12 @@ void strided_copy_t(T* dst, const Shape& out, const T* src, int64_t base, const 
       }
     });
     return;
+  }
+  if (r == 3 && st[1] == 1 && s_in != 1 && inner >= 2 && inner <= 4 && out[1] > 1) {
+    const int64_t b = out[0], l = out[1];
+    if (inner == 2) return batched_transpose_to_narrow<2>(dst, src + base, b, st[0], l, s_in);
+    if (inner == 3) return batched_transpose_to_narrow<3>(dst, src + base, b, st[0], l, s_in);
+    return batched_transpose_to_narrow<4>(dst, src + base, b, st[0], l, s_in);
   }
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(inner, 1));
   parallel_for(rows, grain, [&](int64_t b, int64_t e) {
