@@ -22,7 +22,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(os.path.dirname(HERE), "build", "other")
 MODELS = ["shufflenet_v2_x1_0", "resnext50_32x4d", "regnet_y_400mf", "densenet121", "squeezenet1_1", "mnasnet1_0",
-          "googlenet"]
+          "googlenet", "mobilenet_v3_large", "mobilenet_v3_small", "inception_v3", "efficientnet_b3", "regnet_x_1_6gf",
+          "wide_resnet50_2", "vgg11", "alexnet", "swin_t", "resnet18"]
 
 
 def export(names: list[str]) -> None:
@@ -34,7 +35,8 @@ def export(names: list[str]) -> None:
         model = getattr(torchvision.models, name)(weights=None).eval()
         torch.manual_seed(0)
         path = os.path.join(OUT, f"{name}.onnx")
-        torch.onnx.export(model, (torch.randn(1, 3, 224, 224),), path, opset_version=17, input_names=["x"],
+        size = 299 if name == "inception_v3" else 224
+        torch.onnx.export(model, (torch.randn(1, 3, size, size),), path, opset_version=17, input_names=["x"],
                           output_names=["y"])
         print("exported", path, flush=True)
 
@@ -56,7 +58,8 @@ def compare(names: list[str], threads: int, runs: int) -> None:
             m.ir_version = 10
             onnx.save(m, path)
         k, o = kiln_session(path, threads), ort_session(path, threads, spin=False)
-        feed = {"x": np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)}
+        dims = [d.dim_value or 1 for d in m.graph.input[0].type.tensor_type.shape.dim]  # 299 for Inception v3
+        feed = {"x": np.random.default_rng(0).standard_normal(dims).astype(np.float32)}
         yk, yo = k.run(None, feed)[0], o.run(None, feed)[0]
         err = float(np.abs(yk - yo).max() / (np.abs(yo).max() + 1e-12))
         for s in (k, o):

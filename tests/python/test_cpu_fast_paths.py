@@ -36,6 +36,8 @@ CASES = list(itertools.product(
 
 @pytest.mark.parametrize("op,attrs", CASES)
 def test_2d_pooling_fast_path_matches_the_general_kernel(op, attrs):
+    """The 2-D float32 path gives the general N-d kernel's bits (maxima and float sums in window
+    order, NaN rules) and the double kernel's values within float32 rounding."""
     if op == "MaxPool":
         attrs = {k: v for k, v in attrs.items() if k != "count_include_pad"}
     elif "dilations" in attrs and op == "AveragePool":
@@ -46,8 +48,22 @@ def test_2d_pooling_fast_path_matches_the_general_kernel(op, attrs):
     x[1, 2, 5, 5] = np.nan  # later in a window: ignored by max in both
     shape = list(x.shape)
     y32 = run(pool_model(op, np.float32, shape, **attrs), x)
+    # The general N-d kernel in float32: the same pool over [N, C, 1, H, W] with a window of 1 on the
+    # new axis. Same windows, same order, same float sums: the same bits.
+    attrs3 = dict(attrs, kernel_shape=[1] + attrs["kernel_shape"], strides=[1] + attrs["strides"])
+    if "pads" in attrs:
+        p = attrs["pads"]
+        attrs3["pads"] = [0, p[0], p[1], 0, p[2], p[3]]
+    if "dilations" in attrs:
+        attrs3["dilations"] = [1] + attrs["dilations"]
+    y3d = run(pool_model(op, np.float32, [2, 3, 1, 13, 11], **attrs3), x[:, :, None])
+    np.testing.assert_array_equal(y32, y3d[:, :, 0])
+    # And the double kernel: maxima equal, averages within float32 rounding of a sum (NaN where it is).
     y64 = run(pool_model(op, np.float64, shape, **attrs), x.astype(np.float64))
-    np.testing.assert_array_equal(y32, y64.astype(np.float32))
+    if op == "MaxPool":
+        np.testing.assert_array_equal(y32, y64.astype(np.float32))
+    else:
+        np.testing.assert_allclose(y32, y64, rtol=1e-5, atol=1e-6)
 
 
 def conv_chain_model():

@@ -316,6 +316,39 @@ TEST(Passes, ConvAffineAndPadFold) {
   check(b, {{{"Pad", 0}, {"Mul", 0}, {"Add", 0}, {"Conv", 1}}, {{"fold-pad-conv", 1}, {"fold-conv-affine", 2}}});
 }
 
+// PyTorch's avg_pool2d(count_include_pad=True) as exporters write it: a zero Pad, then an AveragePool
+// without pads. The Pad becomes the pool's padding, counted in its divisor; the result is unchanged
+// (check() runs both graphs). Not with ceil_mode (a window past the padded input would count
+// differently) nor where the pool's own padding is not counted.
+TEST(Passes, PadFoldsIntoAveragePool) {
+  {
+    Builder b;
+    ir::Value* x = b.input("x", {1, 3, 7, 6});
+    ir::Value* p = b.node("Pad", {x, b.ints({0, 0, 1, 1, 0, 0, 1, 1})});
+    b.output(b.node("AveragePool", {p}, {{"kernel_shape", attr_ints({3, 3})}, {"strides", attr_ints({1, 1})}}));
+    check(b, {{{"Pad", 0}, {"AveragePool", 1}}, {{"fold-pad-conv", 1}}});
+  }
+  {
+    Builder b;  // the pool's own padding counted too: the pads add up
+    ir::Value* x = b.input("x", {1, 2, 8, 9});
+    ir::Value* p = b.node("Pad", {x, b.ints({0, 0, 2, 0, 0, 0, 1, 1})});
+    b.output(b.node("AveragePool", {p}, {{"kernel_shape", attr_ints({3, 2})}, {"strides", attr_ints({2, 1})},
+                                           {"pads", attr_ints({1, 1, 0, 1})}, {"count_include_pad", attr_int(1)}}));
+    check(b, {{{"Pad", 0}, {"AveragePool", 1}}, {{"fold-pad-conv", 1}}});
+  }
+  for (int variant = 0; variant < 2; ++variant) {
+    Builder b;
+    ir::Value* x = b.input("x", {1, 2, 8, 9});
+    ir::Value* p = b.node("Pad", {x, b.ints({0, 0, 1, 1, 0, 0, 1, 1})});
+    std::map<std::string, ir::Attribute> attrs = {{"kernel_shape", attr_ints({3, 3})}, {"strides", attr_ints({2, 2})}};
+    if (variant == 0) attrs["ceil_mode"] = attr_int(1);
+    else attrs["pads"] = attr_ints({1, 1, 1, 1});  // not counted (count_include_pad 0)
+    b.output(b.node("AveragePool", {p}, attrs));
+    auto stats = check(b, {{{"Pad", 1}, {"AveragePool", 1}}, {{"fold-pad-conv", 0}}});
+    EXPECT_FALSE(stats.near_misses.empty());
+  }
+}
+
 TEST(Passes, ConvAffineLeavesNonChannelConstants) {
   Builder b;
   ir::Value* x = b.input("x", {1, 2, 6, 6});
