@@ -200,8 +200,10 @@ std::pair<ir::Node*, ir::Node*> channel_shuffle(const ir::Node& r1) {
   if (!r1.domain.empty() || r1.op_type != "Reshape" || r1.inputs.size() != 2 || r1.outputs.size() != 1 || !r1.has_output(0))
     return {};
   const std::vector<int64_t> x = static_dims(r1.inputs[0]), mid = static_dims(r1.outputs[0]);
-  if (x.size() != 4 || mid.size() != 5 || mid[0] != x[0] || mid[1] * mid[2] != x[1] || mid[3] != x[2] || mid[4] != x[3])
-    return {};
+  if (x.size() != 4 || mid.size() != 5) return {};
+  for (int64_t d : mid)  // positive and small enough that g * (C / g) cannot overflow
+    if (d <= 0 || d > (int64_t{1} << 31)) return {};
+  if (mid[0] != x[0] || mid[1] * mid[2] != x[1] || mid[3] != x[2] || mid[4] != x[3]) return {};
   ir::Node* t = only_reader(r1.outputs[0]);
   if (!t || !t->domain.empty() || t->op_type != "Transpose" || t->outputs.size() != 1 || !t->has_output(0) ||
       t->attr_ints("perm") != std::vector<int64_t>{0, 2, 1, 3, 4})
@@ -210,8 +212,6 @@ std::pair<ir::Node*, ir::Node*> channel_shuffle(const ir::Node& r1) {
   if (!r2 || !r2->domain.empty() || r2->op_type != "Reshape" || r2->inputs.size() != 2 || r2->inputs[0] != t->outputs[0] ||
       r2->outputs.size() != 1 || !r2->has_output(0) || static_dims(r2->outputs[0]) != x)
     return {};
-  for (int64_t d : x)
-    if (d <= 0) return {};
   return {t, r2};
 }
 
