@@ -1,7 +1,7 @@
 // The "packed-direct" channels-last convolution (backends/cpu/packed_conv.h) against a double
 // reference of act(conv(X, W) + B + Z): pixel tiles that are not a multiple of 6, output channels
 // that are not a multiple of 16 (the partial last panel), strides, dilations, padding on every side,
-// one and several tap blocks (C = 8 .. 300), each epilogue path (in the tile: none / Relu / Clip;
+// one and several tap blocks (C = 8 .. 300), patch rows (stems: few channels, many taps), each epilogue path (in the tile: none / Relu / Clip;
 // after it: Sigmoid), with and without bias and residual, grouped convolutions (blocks of 4, 2 and 1
 // groups, several column chunks); 1 and 2 threads give the same bits.
 #include <gtest/gtest.h>
@@ -65,6 +65,10 @@ TEST(PackedConv, MatchesDoubleReference) {
       {2, 9, 10, 64, 64, 3, 3, 2, 1, 1, 1, 1, 1, 8},      // groups of 8, stride 2: 2 per block
       {1, 7, 7, 96, 192, 3, 3, 1, 1, 1, 1, 1, 1, 6},      // 16 inputs, 32 outputs a group: 1 per block
       {1, 8, 9, 48, 48, 3, 3, 1, 1, 1, 1, 1, 1, 4},       // groups of 12: 4 per block, 48-wide blocks
+      {1, 23, 21, 3, 20, 11, 11, 4, 1, 2, 2, 2, 2},       // by patches: AlexNet's stem (K = 363)
+      {2, 15, 16, 3, 64, 7, 7, 2, 1, 3, 3, 3, 3},         // by patches: ResNet's stem (K = 147)
+      {1, 9, 8, 5, 7, 3, 3, 1, 2, 2, 1, 2, 1},            // by patches: 5 channels, dilation 2, M < 16
+      {1, 12, 10, 16, 24, 6, 6, 1, 1, 2, 3, 3, 2},        // by patches: 36 taps (K = 576)
   };
   for (const Case& cs : cases) {
     const PackedConvGeometry g = geometry(cs);
@@ -124,9 +128,16 @@ TEST(PackedConv, MatchesDoubleReference) {
 TEST(PackedConv, Eligibility) {
   PackedConvGeometry g = geometry({1, 8, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1});
   EXPECT_EQ(kiln::cpu::packed_conv_eligible(g), kiln::cpu::packed_gemm_available());
-  g.C = 3;  // an RGB stem: three channels per tap are too short a dot product
+  EXPECT_FALSE(kiln::cpu::packed_conv_by_patches(g));
+  g.C = 3;  // an RGB stem: three channels per tap are too short a dot product tap by tap: by patches
+  EXPECT_EQ(kiln::cpu::packed_conv_eligible(g), kiln::cpu::packed_gemm_available());
+  EXPECT_TRUE(kiln::cpu::packed_conv_by_patches(g));
+  g = geometry({1, 20, 20, 16, 16, 7, 7, 1, 1, 3, 3, 3, 3});  // 49 taps: by patches, K = 784
+  EXPECT_EQ(kiln::cpu::packed_conv_eligible(g), kiln::cpu::packed_gemm_available());
+  EXPECT_TRUE(kiln::cpu::packed_conv_by_patches(g));
+  g.C = 64;  // K = 3136: past the patch rows' size
   EXPECT_FALSE(kiln::cpu::packed_conv_eligible(g));
-  g = geometry({1, 20, 20, 16, 16, 7, 7, 1, 1, 3, 3, 3, 3});  // 49 taps
+  g = geometry({1, 8, 8, 2, 16, 2, 1, 1, 1, 0, 0, 0, 0});  // K = 4: too short a dot product either way
   EXPECT_FALSE(kiln::cpu::packed_conv_eligible(g));
   const bool avx2 = kiln::cpu::packed_gemm_available();
   g = geometry({1, 8, 8, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 8});  // groups of 4: blocks of 4 groups, 16 channels

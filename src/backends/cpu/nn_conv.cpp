@@ -476,8 +476,11 @@ bool packed_eligible(const ReshapeContext& rc, const ConvShapes& s) {
 // packed direct kernel on CPUs where the packed GEMM is preferred (AVX2 without AVX-512), where
 // oneDNN 2.6's AVX2 kernels in their blocked layout (with a reorder in and out) measured slower on
 // ResNet-50's 3x3 layers (bench/results/cpu_packed_conv.md); oneDNN elsewhere.
+// Not by patches (few channels, many taps): a 7x7 RGB stem took 1.3x ORT's time that way against
+// oneDNN's 1.04x; those go to the packed kernel only where oneDNN would use its GEMM fallback (below).
 bool packed_first(const ReshapeContext& rc, const ConvShapes& s) {
-  return packed_gemm_preferred() && !nhwc_direct_first(s) && packed_eligible(rc, s);
+  return packed_gemm_preferred() && !nhwc_direct_first(s) && packed_eligible(rc, s) &&
+         !packed_conv_by_patches(packed_geometry(s));
 }
 
 Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
@@ -512,8 +515,9 @@ Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
     if (!d.ok() && direct) d = make_dnnl_conv(rc, st->s, true, a, false, residual);
     KILN_RETURN_IF_ERROR(d.status());
     // Untuned, where oneDNN has no direct kernel for the problem and falls back to im2col + GEMM in
-    // channels-first copies (grouped convolutions of 4 or 8 outputs a group on AVX2, with oneDNN 2.6:
-    // 3.5x the packed kernel's time on ResNeXt-50's first stage), the packed kernel takes it.
+    // channels-first copies, the packed kernel takes it: grouped convolutions of 4 outputs a group
+    // (with oneDNN 2.6 on AVX2: 3.5x the packed kernel's time on ResNeXt-50's first stage), AlexNet's
+    // 11x11 stride-4 stem on 3 channels (by patches: 5.4 -> 2.0-2.5 ms, ORT 1.7-2.2).
     if ((rc.tactic.empty() || rc.tactic == "default") && (*d)->impl.find("gemm") != std::string::npos &&
         packed_eligible(rc, st->s)) {
       KILN_ASSIGN_OR_RETURN(st->packed, pack_conv(packed_geometry(st->s), static_cast<const float*>(rc.in[1].value->raw())));

@@ -126,7 +126,100 @@ void tap_pointers(const PackedConv& pc, const float* x, int64_t c0, int64_t p0, 
   }
 }
 
+// Patch mode (PackedConv::patches): pixels [p0, p1) x panels [q0, q1), a group of tiles at a time:
+// the group's pixels' windows are copied to rows of K = kh*kw*C floats on the stack (zeros for
+// padding; a kernel row's taps are adjacent pixels, one copy), then each panel runs over the group's
+// tiles while its K x 16 weights stay in L1; the activation as in block().
+constexpr int64_t kPatchFloats = 12288;  // 48 KiB of patch rows: at least one tile of the largest K
+static_assert(kPatchFloats >= kMr * kPackedConvPatchMaxK);
+[[gnu::target("avx2,fma")]] void patch_block(const PackedConv& pc, int64_t p0, int64_t p1, int64_t q0, int64_t q1,
+                                            const float* x, const float* bias, const float* zres, const Activation& act,
+                                            float* y) {
+  const PackedConvGeometry& g = pc.g;
+  const int64_t C = g.C, M = g.M, K = g.kh * g.kw * C, plane = g.OH * g.OW;
+  const int64_t group_rows = std::max<int64_t>(1, kPatchFloats / (kMr * K)) * kMr;
+  alignas(32) float patch[kPatchFloats];
+  const float* rows[kPatchFloats / 8];
+  alignas(32) float edge[kMr * kP];
+  alignas(32) float edge_bias[kP];
+  const bool in_tile = act.kind == ActKind::kNone || act.kind == ActKind::kRelu || act.kind == ActKind::kClip;
+  TileFinish fin;
+  fin.clamp = act.kind != ActKind::kNone;
+  fin.lo = act.kind == ActKind::kClip ? act.a : 0.0f;
+  fin.hi = act.kind == ActKind::kClip ? act.b : std::numeric_limits<float>::infinity();
+  const float* panels = pc.weights->data();
+  for (int64_t g0 = p0; g0 < p1; g0 += group_rows) {
+    const int64_t g1 = std::min(p1, g0 + group_rows);
+    for (int64_t p = g0; p < g1; ++p) {
+      const int64_t n = p / plane, oh = p % plane / g.OW, ow = p % g.OW;
+      const float* img = x + n * g.H * g.W * C;
+      float* row = patch + (p - g0) * K;
+      rows[p - g0] = row;
+      const int64_t iw0 = ow * g.stride_w - g.pad_left;
+      // The taps j in [jlo, jhi) read inside the image's width (the same for every kernel row).
+      const int64_t jlo = iw0 >= 0 ? 0 : std::min(g.kw, (-iw0 + g.dil_w - 1) / g.dil_w);
+      const int64_t jhi = std::max(jlo, std::min(g.kw, iw0 >= g.W ? 0 : (g.W - 1 - iw0) / g.dil_w + 1));
+      for (int64_t i = 0; i < g.kh; ++i, row += g.kw * C) {
+        const int64_t ih = oh * g.stride_h - g.pad_top + i * g.dil_h;
+        if (ih < 0 || ih >= g.H || jlo >= jhi) {
+          std::fill_n(row, g.kw * C, 0.0f);
+          continue;
+        }
+        std::fill_n(row, jlo * C, 0.0f);
+        const float* src = img + (ih * g.W + iw0 + jlo * g.dil_w) * C;
+        if (g.dil_w == 1) {
+          std::copy_n(src, (jhi - jlo) * C, row + jlo * C);  // the row's taps are adjacent pixels
+        } else {
+          for (int64_t j = jlo; j < jhi; ++j, src += g.dil_w * C) std::copy_n(src, C, row + j * C);
+        }
+        std::fill_n(row + jhi * C, (g.kw - jhi) * C, 0.0f);
+      }
+    }
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t n0 = q * kP, nw = std::min(kP, M - n0);
+      const float* bias_q = packed::panel_bias(bias, n0, nw, edge_bias);
+      const float* bp = panels + q * K * kP;
+      for (int64_t m = g0; m < g1; m += kMr) {
+        const int64_t nrows = std::min(kMr, g1 - m);
+        const float* const* rp = rows + (m - g0);
+        float* cp = y + m * M + n0;
+        if (nw == kP) {
+          fin.z = zres ? zres + m * M + n0 : nullptr;
+          kTiles[nrows](1, K, rp, 1, bp, cp, M, false, bias_q, in_tile ? &fin : nullptr);
+          continue;
+        }
+        kTiles[nrows](1, K, rp, 1, bp, edge, kP, false, bias_q, nullptr);
+        for (int64_t r = 0; r < nrows; ++r)
+          for (int64_t j = 0; j < nw; ++j) {
+            float v = edge[r * kP + j];
+            if (in_tile) {
+              if (zres) v += zres[(m + r) * M + n0 + j];
+              if (fin.clamp) v = std::min(std::max(v, fin.lo), fin.hi);
+            }
+            cp[r * M + j] = v;
+          }
+      }
+    }
+  }
+  if (in_tile) return;
+  const int64_t c0 = q0 * kP, width = std::min(M, q1 * kP) - c0;
+  for (int64_t p = p0; p < p1; ++p) {
+    float* yr = y + p * M + c0;
+    if (zres) {
+      const float* zr = zres + p * M + c0;
+      for (int64_t i = 0; i < width; ++i) yr[i] += zr[i];
+    }
+    fused::apply_epilogue(yr, 1, width, nullptr, act);
+  }
+}
+
 }  // namespace
+
+bool packed_conv_by_patches(const PackedConvGeometry& g) {
+  const int64_t taps = g.kh * g.kw;
+  return g.group == 1 && g.kh >= 1 && g.kw >= 1 && (g.C < 8 || taps > kPackedConvMaxTaps) && g.C >= 1 &&
+         taps <= kPackedConvPatchMaxK && taps * g.C >= 8 && taps * g.C <= kPackedConvPatchMaxK;
+}
 
 PackedConvBlocks packed_conv_blocks(const PackedConvGeometry& g) {
   PackedConvBlocks b;
@@ -143,10 +236,11 @@ PackedConvBlocks packed_conv_blocks(const PackedConvGeometry& g) {
 
 bool packed_conv_eligible(const PackedConvGeometry& g) {
   if (g.group < 1 || g.C % g.group != 0 || g.M % g.group != 0) return false;
+  if (!packed_gemm_available() || g.N <= 0 || g.M <= 0 || g.OH <= 0 || g.OW <= 0 || g.H <= 0 || g.W <= 0) return false;
+  if (packed_conv_by_patches(g)) return true;
   const PackedConvBlocks b = packed_conv_blocks(g);
   if (g.group > 1 && (b.per_block == 0 || g.group % b.per_block != 0)) return false;
-  return packed_gemm_available() && b.C >= 8 && g.kh >= 1 && g.kw >= 1 && g.kh * g.kw <= kPackedConvMaxTaps &&
-         g.N > 0 && g.M > 0 && g.OH > 0 && g.OW > 0 && g.H > 0 && g.W > 0;
+  return b.C >= 8 && g.kh >= 1 && g.kw >= 1 && g.kh * g.kw <= kPackedConvMaxTaps;
 }
 
 Expected<std::shared_ptr<PackedConv>> pack_conv(const PackedConvGeometry& g, const float* w) {
@@ -170,6 +264,7 @@ Expected<std::shared_ptr<PackedConv>> pack_conv(const PackedConvGeometry& g, con
     KILN_ASSIGN_OR_RETURN(pc->weights, pack_b(wide.data(), taps * cb, g.M, /*transposed=*/true));
   }
   pc->zeros.assign(static_cast<size_t>(g.C), 0.0f);  // read from a block's first channel on: C of them
+  pc->patches = packed_conv_by_patches(g);
   return pc;
 }
 
@@ -177,6 +272,12 @@ void packed_conv(const PackedConv& pc, const float* x, const float* bias, const 
   const PackedConvGeometry& g = pc.g;
   const int64_t pixels = g.N * g.OH * g.OW, panels = (g.M + kP - 1) / kP, taps = g.kh * g.kw;
   if (pixels <= 0 || panels == 0) return;
+  if (pc.patches) {
+    packed::for_each_task(pixels, panels, kMc, [&](int64_t p0, int64_t p1, int64_t q0, int64_t q1) {
+      patch_block(pc, p0, p1, q0, q1, x, bias, z, act, y);
+    });
+    return;
+  }
   // Tap blocks of about kKc channels (3x3 at C = 64: all nine taps; at C = 512: one tap per block).
   const int64_t per = std::max<int64_t>(1, std::min(taps, kKc / pc.blocks.C));
   const int64_t tblocks = (taps + per - 1) / per;

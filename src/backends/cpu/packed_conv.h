@@ -33,19 +33,26 @@ struct PackedConvBlocks {
 PackedConvBlocks packed_conv_blocks(const PackedConvGeometry& g);
 
 // The weights packed once (B = the block-diagonal W as [M, kh*kw*blocks.C] transposed, k ordered
-// (tap, channel of the block)) and a row of C zeros that padding taps read.
+// (tap, channel of the block)) and a row of C zeros that padding taps read. `patches`: a dense
+// convolution with few channels or many taps (a network's RGB stem: AlexNet's 11x11 on 3 channels)
+// copies each tile's six input windows into rows of kh*kw*C floats on the stack and runs the tile on
+// them as one dot product, where tap-by-tap dot products of 3 channels would be too short.
 struct PackedConv {
   PackedConvGeometry g;
   PackedConvBlocks blocks;
   std::shared_ptr<PackedB> weights;
   std::vector<float> zeros;
+  bool patches = false;
 };
 
-// Whether this kernel takes the geometry: AVX2/FMA, at least 8 channels per block (the taps' dot
-// products run over them), at most kMaxTaps taps, and for group > 1 groups of 4 or more outputs
-// that whole blocks cover (not depthwise convolutions: 16x the work).
+// Whether this kernel takes the geometry: AVX2/FMA, and either tap by tap (at least 8 channels per
+// block: the taps' dot products run over them; at most kMaxTaps taps; for group > 1 groups of 4 or
+// more outputs that whole blocks cover, not depthwise convolutions: 16x the work) or, group 1, by
+// patches of 8 to kPatchMaxK values (kh*kw*C).
 constexpr int64_t kPackedConvMaxTaps = 32;
+constexpr int64_t kPackedConvPatchMaxK = 1536;
 bool packed_conv_eligible(const PackedConvGeometry& g);
+bool packed_conv_by_patches(const PackedConvGeometry& g);
 
 // w: [M, kh, kw, C / group] row-major.
 Expected<std::shared_ptr<PackedConv>> pack_conv(const PackedConvGeometry& g, const float* w);
