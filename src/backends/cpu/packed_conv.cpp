@@ -52,6 +52,36 @@ void tap_pointers(const PackedConv& pc, const float* x, int64_t c0, int64_t p0, 
   }
 }
 
+// A partial last panel's rows (nw < 16 columns), computed into `edge`, stored to Y at `cp`; on the
+// last tap block of an in-tile epilogue with the residual and the clamp applied.
+void store_edge(const float* edge, int64_t rows, int64_t nw, float* cp, int64_t M, const float* zres, const TileFinish& fin,
+                bool finish) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < nw; ++j) {
+      float v = edge[r * kP + j];
+      if (finish) {
+        if (zres) v += zres[r * M + j];
+        if (fin.clamp) v = std::min(std::max(v, fin.lo), fin.hi);
+      }
+      cp[r * M + j] = v;
+    }
+}
+
+// The epilogue outside the tile (activations other than None / Relu / Clip): the residual, then the
+// activation, over a task's rows [p0, p1) and panels [q0, q1) while they are in cache.
+void finish_task(int64_t p0, int64_t p1, int64_t q0, int64_t q1, int64_t M, const float* zres, const Activation& act,
+                 float* y) {
+  const int64_t c0 = q0 * kP, width = std::min(M, q1 * kP) - c0;
+  for (int64_t p = p0; p < p1; ++p) {
+    float* yr = y + p * M + c0;
+    if (zres) {
+      const float* zr = zres + p * M + c0;
+      for (int64_t i = 0; i < width; ++i) yr[i] += zr[i];
+    }
+    fused::apply_epilogue(yr, 1, width, nullptr, act);
+  }
+}
+
 // Pixels [p0, p1) x panels [q0, q1) of Y over every tap, then the residual and the activation: in
 // the tile's registers for None / Relu / Clip (and the partial last panel in the copy out), as a
 // pass over the task's rows while they are in cache for the others.
@@ -102,28 +132,11 @@ void tap_pointers(const PackedConv& pc, const float* x, int64_t c0, int64_t p0, 
         if (accumulate)
           for (int64_t r = 0; r < rows; ++r) std::memcpy(edge + r * kP, cp + r * M, static_cast<size_t>(nw) * sizeof(float));
         kTiles[rows](tn, C, rp, taps, bp, edge, kP, accumulate, bias_q, nullptr);
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t j = 0; j < nw; ++j) {
-            float v = edge[r * kP + j];
-            if (last && in_tile) {
-              if (zres) v += zres[(m + r) * M + n0 + j];
-              if (fin.clamp) v = std::min(std::max(v, fin.lo), fin.hi);
-            }
-            cp[r * M + j] = v;
-          }
+        store_edge(edge, rows, nw, cp, M, zres ? zres + m * M + n0 : nullptr, fin, last && in_tile);
       }
     }
   }
-  if (in_tile) return;
-  const int64_t c0 = q0 * kP, width = std::min(M, q1 * kP) - c0;
-  for (int64_t p = p0; p < p1; ++p) {
-    float* yr = y + p * M + c0;
-    if (zres) {
-      const float* zr = zres + p * M + c0;
-      for (int64_t i = 0; i < width; ++i) yr[i] += zr[i];
-    }
-    fused::apply_epilogue(yr, 1, width, nullptr, act);
-  }
+  if (!in_tile) finish_task(p0, p1, q0, q1, M, zres, act, y);
 }
 
 // Patch mode (PackedConv::patches): pixels [p0, p1) x panels [q0, q1), a group of tiles at a time:
@@ -189,28 +202,11 @@ static_assert(kPatchFloats >= kMr * kPackedConvPatchMaxK);
           continue;
         }
         kTiles[nrows](1, K, rp, 1, bp, edge, kP, false, bias_q, nullptr);
-        for (int64_t r = 0; r < nrows; ++r)
-          for (int64_t j = 0; j < nw; ++j) {
-            float v = edge[r * kP + j];
-            if (in_tile) {
-              if (zres) v += zres[(m + r) * M + n0 + j];
-              if (fin.clamp) v = std::min(std::max(v, fin.lo), fin.hi);
-            }
-            cp[r * M + j] = v;
-          }
+        store_edge(edge, nrows, nw, cp, M, zres ? zres + m * M + n0 : nullptr, fin, in_tile);
       }
     }
   }
-  if (in_tile) return;
-  const int64_t c0 = q0 * kP, width = std::min(M, q1 * kP) - c0;
-  for (int64_t p = p0; p < p1; ++p) {
-    float* yr = y + p * M + c0;
-    if (zres) {
-      const float* zr = zres + p * M + c0;
-      for (int64_t i = 0; i < width; ++i) yr[i] += zr[i];
-    }
-    fused::apply_epilogue(yr, 1, width, nullptr, act);
-  }
+  if (!in_tile) finish_task(p0, p1, q0, q1, M, zres, act, y);
 }
 
 }  // namespace
