@@ -544,6 +544,25 @@ def test_batch_norm_between_channels_last_ops_stays_channels_last(monkeypatch):
     assert got.shape == (1, 7, 10, 9)
 
 
+@pytest.mark.parametrize("k,stride,pad,dil", [(11, 4, 2, 1), (7, 2, 3, 1), (5, 2, 4, 2)])
+def test_rgb_stems_match_channels_first(k, stride, pad, dil, monkeypatch):
+    """A convolution on 3 channels with a large window (AlexNet's 11x11 stride-4 stem, ResNet's 7x7, a
+    dilated 5x5), then a second convolution: where oneDNN would fall back to im2col + GEMM the stem
+    runs in kiln's packed kernel by patches (the window's taps copied into rows), elsewhere in
+    oneDNN's direct kernel. Either way the channels-first engine's result within float32 rounding."""
+    rng = np.random.default_rng(k)
+    inits = [numpy_helper.from_array((rng.standard_normal((20, 3, k, k)) / k).astype(np.float32), "w0"),
+             numpy_helper.from_array(rng.standard_normal(20).astype(np.float32), "b0"),
+             numpy_helper.from_array((rng.standard_normal((8, 20, 3, 3)) / 6).astype(np.float32), "w1")]
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["s"], kernel_shape=[k, k], strides=[stride, stride],
+                              pads=[pad] * 4, dilations=[dil, dil]),
+             helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node("Conv", ["r", "w1"], ["y"], pads=[1, 1, 1, 1])]
+    x = rng.standard_normal((1, 3, 45, 39)).astype(np.float32)
+    report, got = channels_last_engine(nodes, inits, x, "y", monkeypatch)
+    assert len(re.findall(r"\(FusedConv\)", report)) == 2, report
+
+
 @pytest.mark.parametrize("split", ["Slice", "Split"])
 @pytest.mark.parametrize("groups", [2, 3])
 def test_channel_shuffle_and_split_stay_channels_last(split, groups, monkeypatch):
