@@ -390,9 +390,9 @@ TEST(Tuning, ChannelsLastConvolutionTactics) {
       packed += static_cast<int>(tactics.count("packed-direct"));
     }
   EXPECT_EQ(convs, 3);
-  // kiln's own packed kernel is a candidate for the dense ones with 8 or more input channels, where
-  // the CPU has AVX2/FMA (the example's second and third convolutions).
-  EXPECT_EQ(packed, kiln::cpu::packed_gemm_available() ? 2 : 0);
+  // kiln's own packed kernel is a candidate for all three where the CPU has AVX2/FMA: the second and
+  // third (8 or more input channels) tap by tap, the first (3 channels, 3x3) by patches.
+  EXPECT_EQ(packed, kiln::cpu::packed_gemm_available() ? 3 : 0);
   BuildOptions plain_o = o;
   plain_o.tune = 0;
   plain_o.timing_cache.clear();
