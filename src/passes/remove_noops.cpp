@@ -23,7 +23,11 @@ std::string noop_input(const ir::Node& n, ir::Value** in) {
   if (op == "Dropout") {
     for (size_t i = 1; i < n.outputs.size(); ++i)
       if (n.outputs[i] && (n.outputs[i]->is_output || !n.outputs[i]->uses.empty())) return "its mask is read";
-    if (n.has_input(2) && !is_scalar_constant(n.inputs[2], 0)) return "training_mode is not constant false";
+    if (n.has_input(2) && !is_scalar_constant(n.inputs[2], 0)) {
+      // In training mode a ratio of 0 keeps every element and scales by 1 / (1 - 0): the input as it is
+      // (what torchvision's Swin exports for its attention dropout at p = 0).
+      if (!n.has_input(1) || !is_scalar_constant(n.inputs[1], 0, 0)) return "training_mode is not constant false";
+    }
     return "";
   }
   if (op == "Cast") {

@@ -160,6 +160,29 @@ TEST(Passes, RemoveNoopsKeepsOutputNames) {
             {{"remove-noops", 6}}}, 1);
 }
 
+// torchvision's Swin exports its attention dropout as Dropout(p, ratio 0, training_mode true): every
+// element kept, scaled by 1 / (1 - 0), so the input as it is. A ratio that is not exactly 0 drops
+// elements in training mode and stays.
+TEST(Passes, RemoveNoopsDropsTrainingDropoutOfRatioZero) {
+  auto boolean = [](Builder& b, bool v) {
+    Tensor t = Tensor::empty(DataType::kBool, {});
+    t.data<bool>()[0] = v;
+    return b.constant(t);
+  };
+  {
+    Builder b;
+    ir::Value* x = b.input("x", {2, 3});
+    b.output(b.node("Relu", {b.node("Dropout", {x, b.scalar(0), boolean(b, true)})}));
+    check(b, {{{"Dropout", 0}, {"Relu", 1}}, {{"remove-noops", 1}}}, 1);
+  }
+  {
+    Builder b;
+    ir::Value* x = b.input("x", {2, 3});
+    b.output(b.node("Relu", {b.node("Dropout", {x, b.scalar(1e-7f), boolean(b, true)})}));
+    check(b, {{{"Dropout", 1}, {"Relu", 1}}, {{"remove-noops", 0}}}, 1);
+  }
+}
+
 TEST(Passes, RemoveNoopsKeepsBroadcastsAndReversals) {
   Builder b;
   ir::Value* x = b.input("x", {2, 3});
