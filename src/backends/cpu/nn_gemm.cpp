@@ -5,6 +5,7 @@
 #include <mutex>
 #include <optional>
 
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "backends/cpu/conv_shapes.h"
@@ -109,7 +110,12 @@ void run_matmul(const MatMulPlan& p, const T* A, const T* B, T* C) {
     gemm<T>(false, false, p.M, p.N, p.K, T(1), A + p.a_batch[i] * p.M * p.K, p.K, B + p.b_batch[i] * p.K * p.N, p.N,
             T(0), C + i * p.M * p.N, p.N);
   };
-  if (p.M * p.N * p.K < (1 << 16)) {
+  // Batch entries split among the threads (each product single-threaded inside the team) when each is
+  // small, or when there are enough of them to keep every thread busy and each is at most 4M
+  // multiply-adds: Swin-T's window attention, 192 products of 49x32x49 at its first stage, had gone
+  // one after the other through sgemm's own threading (QK^T 818 us at 2 threads, ORT 280).
+  const int64_t macs = p.M * p.N * p.K;
+  if (macs < (1 << 16) || (batches >= 2 * omp_get_max_threads() && macs <= (1 << 22))) {
     parallel_for(batches, 1, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) one(i); });
   } else {
     for (int64_t i = 0; i < batches; ++i) one(i);
