@@ -563,6 +563,43 @@ def test_rgb_stems_match_channels_first(k, stride, pad, dil, monkeypatch):
     assert len(re.findall(r"\(FusedConv\)", report)) == 2, report
 
 
+@pytest.mark.parametrize("starts,ends,axes,steps", [
+    ([1, 0], [7, 5], [2, 1], [2, 1]),          # rows by 2 and the first channels
+    ([-1], [-100], [3], [-1]),                 # the width reversed
+    ([0, 2, 1], [1, 9, 8], None, None),        # no axes: the leading three (N, C, H)
+    ([6, 1], [0, 6], [-2, -1], [-2, 2]),       # negative axes, a negative step
+])
+def test_slices_of_channels_last_values(starts, ends, axes, steps, monkeypatch):
+    """Slice with constant bounds of a value with an NHWC form slices that form on the matching axes
+    (axes given, negative or left out; steps of either sign), then a convolution reads it: the
+    channels-first result."""
+    rng = np.random.default_rng(len(starts))
+    inits = [numpy_helper.from_array((rng.standard_normal((10, 3, 3, 3)) / 3).astype(np.float32), "w0"),
+             numpy_helper.from_array(np.array(starts, np.int64), "starts"),
+             numpy_helper.from_array(np.array(ends, np.int64), "ends")]
+    ins = ["c0", "starts", "ends"]
+    if axes is not None:
+        inits.append(numpy_helper.from_array(np.array(axes, np.int64), "axes"))
+        ins.append("axes")
+    if steps is not None:
+        inits.append(numpy_helper.from_array(np.array(steps, np.int64), "steps"))
+        ins.append("steps")
+    x = rng.standard_normal((1, 3, 11, 9)).astype(np.float32)
+    # The sliced shape (NumPy's slicing of the first convolution's output), for the next one's weights.
+    y = np.zeros((1, 10, 11, 9), np.float32)
+    sl = [slice(None)] * 4
+    for i, (b, e) in enumerate(zip(starts, ends)):
+        a = axes[i] if axes is not None else i
+        sl[a] = slice(b, e if e > -100 else None, steps[i] if steps is not None else 1)
+    c = y[tuple(sl)].shape[1]
+    inits.append(numpy_helper.from_array((rng.standard_normal((4, c, 1, 1)) / 2).astype(np.float32), "w1"))
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+             helper.make_node("Slice", ins, ["s"]),
+             helper.make_node("Conv", ["s", "w1"], ["y"])]
+    report, got = channels_last_engine(nodes, inits, x, "y", monkeypatch)
+    assert len(re.findall(r"\(Transpose\)", report)) == 2, report  # in at the input, out at the output
+
+
 @pytest.mark.parametrize("split", ["Slice", "Split"])
 @pytest.mark.parametrize("groups", [2, 3])
 def test_channel_shuffle_and_split_stay_channels_last(split, groups, monkeypatch):
