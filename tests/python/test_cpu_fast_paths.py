@@ -663,3 +663,79 @@ def test_reshapes_are_views_where_their_input_dies(capfd):
     assert granted == {"r1": "a", "u": "b", "q": "u", "f": "q", "r2": "f"}, log  # not r3: c is read again
     for got in runs:
         np.testing.assert_array_equal(got, c + c)
+
+
+def _nms_reference(boxes, scores, max_out, iou_thr, score_thr, center):
+    """NonMaxSuppression by its definition, in double: every candidate (score order, stable) against
+    every box kept so far."""
+    def corners(b):
+        if center:
+            return (b[1] - b[3] / 2, b[0] - b[2] / 2, b[1] + b[3] / 2, b[0] + b[2] / 2)
+        return (min(b[0], b[2]), min(b[1], b[3]), max(b[0], b[2]), max(b[1], b[3]))
+
+    def above(a, b):
+        aa, ab = (a[2] - a[0]) * (a[3] - a[1]), (b[2] - b[0]) * (b[3] - b[1])
+        if not (aa > 0 and ab > 0):
+            return False
+        ih, iw = min(a[2], b[2]) - max(a[0], b[0]), min(a[3], b[3]) - max(a[1], b[1])
+        if not (ih > 0 and iw > 0):
+            return False
+        inter = ih * iw
+        return inter / (aa + ab - inter) > iou_thr
+
+    out = []
+    for b in range(boxes.shape[0]):
+        bx = [corners([float(v) for v in boxes[b, i]]) for i in range(boxes.shape[1])]
+        for c in range(scores.shape[1]):
+            sc = scores[b, c].astype(np.float64)
+            cand = sorted((i for i in range(len(bx)) if sc[i] > score_thr), key=lambda i: -sc[i])
+            kept = []
+            for i in cand:
+                if len(kept) >= max_out:
+                    break
+                if any(above(bx[i], bx[j]) for j in kept):
+                    continue
+                kept.append(i)
+                out.append((b, c, i))
+    return np.array(out, np.int64).reshape(-1, 3)
+
+
+@pytest.mark.parametrize("center", [0, 1])
+@pytest.mark.parametrize("offset_classes", [False, True])
+def test_non_max_suppression_matches_its_definition(center, offset_classes):
+    """kiln's NonMaxSuppression indexes the kept boxes by x (a box is only tried against kept boxes in
+    the buckets it touches, wide ones against all); the selection is the definition's: every candidate
+    against every kept box. Boxes clustered and spread, torchvision-style class offsets, very wide
+    boxes, and boxes that can take no part (NaN, infinite, inverted, empty)."""
+    rng = np.random.default_rng(7 + center + 2 * offset_classes)
+    n, classes = 700, 3
+    xy = rng.uniform(0, 100, (1, n, 2))
+    wh = rng.uniform(1, 30, (1, n, 2))
+    wh[0, :20] *= 40  # wide boxes
+    if offset_classes:  # batched NMS: each third of the boxes moved far apart
+        xy[0, n // 3: 2 * n // 3] += 1000
+        xy[0, 2 * n // 3:] += 2000
+    if center:
+        boxes = np.concatenate([xy + wh / 2, wh], axis=2)[:, :, [0, 1, 2, 3]]
+    else:
+        boxes = np.concatenate([xy, xy + wh], axis=2)
+    boxes = boxes.astype(np.float32)
+    boxes[0, 30] = np.nan
+    boxes[0, 31, 0] = -np.inf
+    boxes[0, 32, 2] = boxes[0, 32, 0]  # no width
+    if center:
+        boxes[0, 33, 2] = -5  # negative width
+    scores = rng.uniform(0, 1, (1, classes, n)).astype(np.float32)
+    scores[0, :, 30:34] = 0.99
+    for max_out, iou_thr, score_thr in [(50, 0.5, 0.1), (1000, 0.3, 0.0), (1000, 0.0, 0.5)]:
+        nodes = [helper.make_node("NonMaxSuppression", ["b", "s", "m", "i", "t"], ["y"], center_point_box=center)]
+        inits = [numpy_helper.from_array(np.array([max_out], np.int64), "m"),
+                 numpy_helper.from_array(np.array([iou_thr], np.float32), "i"),
+                 numpy_helper.from_array(np.array([score_thr], np.float32), "t")]
+        g = helper.make_graph(nodes, "nms", [helper.make_tensor_value_info("b", TensorProto.FLOAT, list(boxes.shape)),
+                                             helper.make_tensor_value_info("s", TensorProto.FLOAT, list(scores.shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, None)], initializer=inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+        got = kiln.Engine.build_from_bytes(m.SerializeToString()).create_context().run({"b": boxes, "s": scores})[0]
+        want = _nms_reference(boxes, scores, max_out, float(np.float32(iou_thr)), float(np.float32(score_thr)), center)
+        np.testing.assert_array_equal(got, want)
