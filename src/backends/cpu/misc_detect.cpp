@@ -41,8 +41,9 @@ bool iou_above(const Box& a, double aa, const Box& b, double ab, double thr) {
 }
 
 // The boxes one class has kept that take part, indexed by x: buckets of equal width over the class's
-// candidates' x-range, each kept box in every bucket its [x1, x2] touches (one wider than kWide buckets
-// in a list every candidate tries). A box can only overlap a kept box that shares a bucket with it
+// candidates' x-range, as wide as a candidate is on average, each kept box in every bucket its [x1, x2]
+// touches (one wider than kWide buckets in a list every candidate tries: at most kWide + 1 entries a
+// box). A box can only overlap a kept box that shares a bucket with it
 // (the bucket of the larger x1 lies in both ranges: the bucket index is monotone in x), and whether
 // any kept box overlaps does not depend on the order they are tried, so this answers exactly what
 // trying every kept box would. torchvision's batched NMS offsets each class's boxes apart: SSDLite's
@@ -53,13 +54,16 @@ class KeptIndex {
     boxes_.clear();
     areas_.clear();
     wide_.clear();
-    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+    double lo = std::numeric_limits<double>::infinity(), hi = -lo, widths = 0;
     int64_t n = 0;
     for (int64_t i : cand)
-      if (takes_part(bx[i])) lo = std::min(lo, bx[i].x1), hi = std::max(hi, bx[i].x2), ++n;
-    nb_ = std::clamp<int64_t>(n / 2, 1, 8192);
+      if (takes_part(bx[i])) lo = std::min(lo, bx[i].x1), hi = std::max(hi, bx[i].x2), widths += bx[i].x2 - bx[i].x1, ++n;
+    // Buckets as wide as the candidates are on average: a typical box touches two.
+    const double mean = n > 0 ? widths / static_cast<double>(n) : 0;
+    const double count = mean > 0 ? std::min((hi - lo) / mean, static_cast<double>(std::min<int64_t>(n, 1 << 20))) : 1;
+    nb_ = std::isfinite(count) && count >= 1 ? static_cast<int64_t>(count) : 1;
     x0_ = lo;
-    width_ = n > 0 ? (hi - lo) / static_cast<double>(nb_) : 0;
+    width_ = (hi - lo) / static_cast<double>(nb_);
     if (!(width_ > 0) || !std::isfinite(width_)) nb_ = 1, width_ = 1;
     buckets_.assign(static_cast<size_t>(nb_), {});
   }
@@ -92,7 +96,7 @@ class KeptIndex {
   }
 
  private:
-  static constexpr int64_t kWide = 64;
+  static constexpr int64_t kWide = 16;
   int64_t bucket(double x) const {  // clamped in double first: no conversion of an out-of-range value
     const double q = std::min(std::max((x - x0_) / width_, 0.0), static_cast<double>(nb_ - 1));
     return static_cast<int64_t>(q);
