@@ -33,3 +33,8 @@ export PYTHONPATH=python  # cpu_host_setup's own export stays in the pipeline's 
 echo "== bench/cpu_bench.py pinned to cores 2,3" | tee -a "$out/cpu_host_avx512.log"
 taskset -c 2,3 python3 bench/cpu_bench.py --threads 1,2 --batches 1 --budget ${BUDGET:-6} --max-runs 40 --profile-slow 0 \
   --out "$out/cpu_host.json" 2>&1 | tee "$out/cpu_host_bench.log"
+if [ -n "${OTHER:-}" ]; then
+  echo "== bench/other_models.py (export with the host's torch, then compare pinned to cores 2,3)" | tee -a "$out/cpu_host_avx512.log"
+  python3 bench/other_models.py export 2>&1 | grep -v -i warn | tee -a "$out/cpu_host_other.log"
+  taskset -c 2,3 python3 bench/other_models.py compare --threads 2 --runs ${OTHER_RUNS:-10} 2>&1 | tee -a "$out/cpu_host_other.log"
+fi
