@@ -504,11 +504,15 @@ Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
     // packed_first's, then nhwc_direct_first's. A direct primitive that would be oneDNN's reference
     // kernel falls back.
     if (!dnnl_eligible(rc, st->s)) return rc.error("channels_last convolutions need float32 and constant weights");
-    if (rc.tactic == "packed-direct" || ((rc.tactic.empty() || rc.tactic == "default") && packed_first(rc, st->s))) {
-      if (!packed_eligible(rc, st->s)) return rc.error("the packed-direct tactic does not take this convolution");
+    const bool untuned = rc.tactic.empty() || rc.tactic == "default";
+    auto use_packed = [&]() -> Status {
       KILN_ASSIGN_OR_RETURN(st->packed, pack_conv(packed_geometry(st->s), static_cast<const float*>(rc.in[1].value->raw())));
       rc.state = std::move(st);
       return Status::Ok();
+    };
+    if (rc.tactic == "packed-direct" || (untuned && packed_first(rc, st->s))) {
+      if (!packed_eligible(rc, st->s)) return rc.error("the packed-direct tactic does not take this convolution");
+      return use_packed();
     }
     const bool direct = rc.tactic == "onednn-direct" || (rc.tactic != "onednn-blocked" && nhwc_direct_first(st->s));
     auto d = make_dnnl_conv(rc, st->s, true, a, direct, residual);
@@ -518,12 +522,7 @@ Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
     // channels-first copies, the packed kernel takes it: grouped convolutions of 4 outputs a group
     // (with oneDNN 2.6 on AVX2: 3.5x the packed kernel's time on ResNeXt-50's first stage), AlexNet's
     // 11x11 stride-4 stem on 3 channels (by patches: 5.4 -> 2.0-2.5 ms, ORT 1.7-2.2).
-    if ((rc.tactic.empty() || rc.tactic == "default") && (*d)->impl.find("gemm") != std::string::npos &&
-        packed_eligible(rc, st->s)) {
-      KILN_ASSIGN_OR_RETURN(st->packed, pack_conv(packed_geometry(st->s), static_cast<const float*>(rc.in[1].value->raw())));
-      rc.state = std::move(st);
-      return Status::Ok();
-    }
+    if (untuned && (*d)->impl.find("gemm") != std::string::npos && packed_eligible(rc, st->s)) return use_packed();
     st->dnnl = std::move(d).value();
     rc.workspace_bytes = st->dnnl->workspace;
     // oneDNN's sum post-op adds what Y holds: Y in the residual's own memory saves copying it there.

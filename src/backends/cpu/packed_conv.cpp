@@ -82,6 +82,18 @@ void finish_task(int64_t p0, int64_t p1, int64_t q0, int64_t q1, int64_t M, cons
   }
 }
 
+// Whether the tile applies the activation itself (None, Relu, Clip: a clamp), and its clamp bounds.
+bool act_in_tile(const Activation& act) {
+  return act.kind == ActKind::kNone || act.kind == ActKind::kRelu || act.kind == ActKind::kClip;
+}
+TileFinish tile_finish(const Activation& act) {
+  TileFinish fin;
+  fin.clamp = act.kind != ActKind::kNone;
+  fin.lo = act.kind == ActKind::kClip ? act.a : 0.0f;
+  fin.hi = act.kind == ActKind::kClip ? act.b : std::numeric_limits<float>::infinity();
+  return fin;
+}
+
 // Pixels [p0, p1) x panels [q0, q1) of Y over every tap, then the residual and the activation: in
 // the tile's registers for None / Relu / Clip (and the partial last panel in the copy out), as a
 // pass over the task's rows while they are in cache for the others.
@@ -96,12 +108,8 @@ void finish_task(int64_t p0, int64_t p1, int64_t q0, int64_t q1, int64_t M, cons
   const float* panels = pc.weights->data();
   alignas(32) float edge[kMr * kP];
   alignas(32) float edge_bias[kP];
-  const bool in_tile = act.kind == ActKind::kNone || act.kind == ActKind::kRelu || act.kind == ActKind::kClip;
-  const float inf = std::numeric_limits<float>::infinity();
-  TileFinish fin;
-  fin.clamp = act.kind != ActKind::kNone;
-  fin.lo = act.kind == ActKind::kClip ? act.a : 0.0f;
-  fin.hi = act.kind == ActKind::kClip ? act.b : inf;
+  const bool in_tile = act_in_tile(act);
+  TileFinish fin = tile_finish(act);
   for (int64_t t0 = 0; t0 < taps; t0 += taps_per_block) {
     const int64_t tn = std::min(taps_per_block, taps - t0);
     const bool accumulate = t0 > 0, last = t0 + tn >= taps;
@@ -155,11 +163,8 @@ static_assert(kPatchFloats >= kMr * kPackedConvPatchMaxK);
   const float* rows[kPatchFloats / 8];
   alignas(32) float edge[kMr * kP];
   alignas(32) float edge_bias[kP];
-  const bool in_tile = act.kind == ActKind::kNone || act.kind == ActKind::kRelu || act.kind == ActKind::kClip;
-  TileFinish fin;
-  fin.clamp = act.kind != ActKind::kNone;
-  fin.lo = act.kind == ActKind::kClip ? act.a : 0.0f;
-  fin.hi = act.kind == ActKind::kClip ? act.b : std::numeric_limits<float>::infinity();
+  const bool in_tile = act_in_tile(act);
+  TileFinish fin = tile_finish(act);
   const float* panels = pc.weights->data();
   for (int64_t g0 = p0; g0 < p1; g0 += group_rows) {
     const int64_t g1 = std::min(p1, g0 + group_rows);
