@@ -32,6 +32,7 @@
 #include <set>
 
 #include "passes/passes.h"
+#include "passes/pattern.h"
 
 namespace kiln::passes {
 namespace {
@@ -152,13 +153,8 @@ ir::Value* batch_norm_nhwc(ir::Graph& g, ir::Node& n, const std::map<const ir::V
     b.data<float>()[c] = static_cast<float>(static_cast<double>(bias[c]) - static_cast<double>(mean[c]) * k);
   }
   const std::string& name = n.outputs[0]->name;
-  auto constant = [&](Tensor t, const std::string& suffix) {
-    ir::Value* v = g.new_value(name + suffix, ir::Type::tensor(DataType::kFloat32, ir::SymShape::of(t.shape())));
-    v->constant = std::move(t);
-    return v;
-  };
-  ir::Value* av = constant(std::move(a), "_bn_scale_nhwc");
-  ir::Value* bv = constant(std::move(b), "_bn_shift_nhwc");
+  ir::Value* av = new_constant(g, name + "_bn_scale_nhwc", std::move(a));
+  ir::Value* bv = new_constant(g, name + "_bn_shift_nhwc", std::move(b));
   ir::Value* scaled = g.new_value(name + "_bn_scaled_nhwc", ir::Type::tensor(DataType::kFloat32, it->second->type.shape));
   ir::Node* mul = g.add_node("Mul", "", {it->second, av}, {scaled}, n.name + "_scale");
   mul->opset = opset;
@@ -178,15 +174,6 @@ std::vector<int64_t> static_dims(const ir::Value* v) {
   return v->type.shape.to_static();
 }
 
-// A constant int64 shape (Reshape's second input).
-ir::Value* shape_constant(ir::Graph& g, const std::string& name, const std::vector<int64_t>& dims) {
-  Tensor t = Tensor::empty(DataType::kInt64, {static_cast<int64_t>(dims.size())});
-  std::copy(dims.begin(), dims.end(), t.data<int64_t>());
-  ir::Value* v = g.new_value(name, ir::Type::tensor(DataType::kInt64, ir::SymShape::of(t.shape())));
-  v->constant = std::move(t);
-  return v;
-}
-
 // The single node reading v, when v is read by exactly one node (once) and is not a graph output.
 ir::Node* only_reader(const ir::Value* v) {
   if (!v || v->is_output || v->uses.size() != 1) return nullptr;
@@ -194,9 +181,14 @@ ir::Node* only_reader(const ir::Value* v) {
 }
 
 // A channel shuffle (ShuffleNet's): Reshape(x, [N, g, C/g, H, W]) -> Transpose([0, 2, 1, 3, 4]) ->
-// Reshape([N, C, H, W]), each the only reader of the one before, static shapes. Returns the
-// Transpose and the last Reshape; null for anything else.
-std::pair<ir::Node*, ir::Node*> channel_shuffle(const ir::Node& r1) {
+// Reshape([N, C, H, W]), each the only reader of the one before, static shapes: the Transpose, the
+// last Reshape and the two shapes; null nodes for anything else.
+struct ChannelShuffle {
+  ir::Node* t = nullptr;
+  ir::Node* r2 = nullptr;
+  std::vector<int64_t> x, mid;  // [N, C, H, W] and [N, g, C/g, H, W]
+};
+ChannelShuffle channel_shuffle(const ir::Node& r1) {
   if (!r1.domain.empty() || r1.op_type != "Reshape" || r1.inputs.size() != 2 || r1.outputs.size() != 1 || !r1.has_output(0))
     return {};
   const std::vector<int64_t> x = static_dims(r1.inputs[0]), mid = static_dims(r1.outputs[0]);
@@ -212,7 +204,7 @@ std::pair<ir::Node*, ir::Node*> channel_shuffle(const ir::Node& r1) {
   if (!r2 || !r2->domain.empty() || r2->op_type != "Reshape" || r2->inputs.size() != 2 || r2->inputs[0] != t->outputs[0] ||
       r2->outputs.size() != 1 || !r2->has_output(0) || static_dims(r2->outputs[0]) != x)
     return {};
-  return {t, r2};
+  return {t, r2, x, mid};
 }
 
 // A channels-first axis (negative counted from the end of 4) as the NHWC form's axis; -1 if none.
@@ -263,9 +255,7 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
   auto to_nhwc = [&](ir::Value* v) -> ir::Value* {
     if (auto it = nhwc.find(v); it != nhwc.end()) return it->second;
     if (v->is_constant() && v->constant->device().is_cpu()) {
-      Tensor c = nhwc_copy(*v->constant);
-      ir::Value* t = g.new_value(v->name + "_nhwc", ir::Type::tensor(v->type.dtype, ir::SymShape::of(c.shape())));
-      t->constant = std::move(c);
+      ir::Value* t = new_constant(g, v->name + "_nhwc", nhwc_copy(*v->constant));
       nhwc[v] = t;
       return t;
     }
@@ -352,15 +342,18 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
     // reshapes are views: one transpose of g x C/g per pixel), instead of a Transpose to
     // channels-first before it and one back after the Slices that split the result.
     if (nhwc.count(n->inputs.empty() ? nullptr : n->inputs[0]) && !n->inputs[0]->is_constant()) {
-      if (auto [t, r2] = channel_shuffle(*n); t) {
-        const std::vector<int64_t> x = static_dims(n->inputs[0]), mid = static_dims(n->outputs[0]);
+      if (const ChannelShuffle cs = channel_shuffle(*n); cs.t) {
+        ir::Node* t = cs.t;
+        ir::Node* r2 = cs.r2;
+        const std::vector<int64_t>& x = cs.x;
+        const std::vector<int64_t>& mid = cs.mid;
         const int64_t N = x[0], H = x[2], W = x[3], groups = mid[1], per = mid[2];
         g.set_input(n, 0, to_nhwc(n->inputs[0]));
-        g.set_input(n, 1, shape_constant(g, n->outputs[0]->name + "_shape_nhwc", {N, H, W, groups, per}));
+        g.set_input(n, 1, new_constant(g, n->outputs[0]->name + "_shape_nhwc", int64_tensor({N, H, W, groups, per})));
         n->outputs[0]->type = ir::Type::tensor(n->outputs[0]->type.dtype, ir::SymShape::of({N, H, W, groups, per}));
         t->attrs["perm"].ints = {0, 1, 2, 4, 3};
         t->outputs[0]->type = ir::Type::tensor(t->outputs[0]->type.dtype, ir::SymShape::of({N, H, W, per, groups}));
-        g.set_input(r2, 1, shape_constant(g, r2->outputs[0]->name + "_shape_nhwc", {N, H, W, x[1]}));
+        g.set_input(r2, 1, new_constant(g, r2->outputs[0]->name + "_shape_nhwc", int64_tensor({N, H, W, x[1]})));
         retarget(r2);
         ++converted;
         continue;
@@ -380,8 +373,7 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
             if (it == DataType::kInt32) a.data<int32_t>()[i] = static_cast<int32_t>(nhwc_axis(axes[i]));
             else a.data<int64_t>()[i] = nhwc_axis(axes[i]);
           }
-          ir::Value* av = g.new_value(n->outputs[0]->name + "_axes_nhwc", ir::Type::tensor(it, ir::SymShape::of(a.shape())));
-          av->constant = std::move(a);
+          ir::Value* av = new_constant(g, n->outputs[0]->name + "_axes_nhwc", std::move(a));
           g.set_input(n, 0, to_nhwc(n->inputs[0]));
           if (n->inputs.size() < 4) n->inputs.resize(4, nullptr);
           g.set_input(n, 3, av);

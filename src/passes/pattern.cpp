@@ -423,10 +423,12 @@ bool Rewriter::bypass(ir::Node* n, ir::Value* in) {
   return true;
 }
 
-ir::Value* Rewriter::constant(const std::string& hint, const Tensor& t) {
-  ir::Value* v = g_.new_value(hint, ir::Type::tensor(t.dtype(), ir::SymShape::of(t.shape())));
-  v->constant = t;
+ir::Value* new_constant(ir::Graph& g, const std::string& hint, Tensor t) {
+  ir::Value* v = g.new_value(hint, ir::Type::tensor(t.dtype(), ir::SymShape::of(t.shape())));
+  v->constant = std::move(t);
   return v;
 }
+
+ir::Value* Rewriter::constant(const std::string& hint, const Tensor& t) { return new_constant(g_, hint, t); }
 
 }  // namespace kiln::passes
