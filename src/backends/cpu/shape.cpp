@@ -18,27 +18,27 @@ namespace shape_detail {
 
 namespace {
 
-// A transpose to a few columns (an image's 3 or 4 channels moved innermost, NCHW -> NHWC): each
-// output row gathers one element from each of K input rows, read in order; K known to the compiler.
+// Rows [i0, i1) of a transpose to a few columns: output row i gathers src[i + j * s_in] for the K
+// input rows j, read in order; K known to the compiler.
 template <int K, typename T>
-void transpose_to_narrow(T* dst, const T* src, int64_t rows, int64_t s_in) {
-  parallel_for(rows, 8192, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i)
-      for (int j = 0; j < K; ++j) dst[i * K + j] = src[i + j * s_in];
-  });
+inline void narrow_rows(T* dst, const T* src, int64_t i0, int64_t i1, int64_t s_in) {
+  for (int64_t i = i0; i < i1; ++i)
+    for (int j = 0; j < K; ++j) dst[i * K + j] = src[i + j * s_in];
 }
 
-// Many small transposes to a few columns ([B, K, L] -> [B, L, K], B batches at stride s_batch; ShuffleNet's
-// channel shuffle in channels-last form is one per pixel with K = 2): batches split among threads.
+// A transpose to a few columns (an image's 3 or 4 channels moved innermost, NCHW -> NHWC): rows split
+// among threads.
+template <int K, typename T>
+void transpose_to_narrow(T* dst, const T* src, int64_t rows, int64_t s_in) {
+  parallel_for(rows, 8192, [&](int64_t b, int64_t e) { narrow_rows<K>(dst, src, b, e, s_in); });
+}
+
+// Many small ones, [B, K, L] -> [B, L, K] with the B blocks at stride s_batch (ShuffleNet's channel
+// shuffle in channels-last form: one block per pixel, K = 2): blocks split among threads.
 template <int K, typename T>
 void batched_transpose_to_narrow(T* dst, const T* src, int64_t batches, int64_t s_batch, int64_t rows, int64_t s_in) {
   parallel_for(batches, std::max<int64_t>(1, 8192 / (rows * K)), [&](int64_t b, int64_t e) {
-    for (int64_t n = b; n < e; ++n) {
-      const T* s = src + n * s_batch;
-      T* d = dst + n * rows * K;
-      for (int64_t i = 0; i < rows; ++i)
-        for (int j = 0; j < K; ++j) d[i * K + j] = s[i + j * s_in];
-    }
+    for (int64_t n = b; n < e; ++n) narrow_rows<K>(dst + n * rows * K, src + n * s_batch, 0, rows, s_in);
   });
 }
 
