@@ -12,10 +12,16 @@ scripts/build.sh
 scripts/install.sh
 echo "== unit tests"
 (cd build && ctest --output-on-failure -j2 --timeout 300)
+# The CPU kernels' hot loops have AVX-512, AVX2 and baseline copies, chosen by the CPU: on an AVX-512
+# machine the runs above take the AVX-512 ones, so the kernels' own tests run again on the AVX2 copies.
+echo "== CPU kernels' AVX2 copies (KILN_CPU_ISA=avx2)"
+KILN_CPU_ISA=avx2 build/kiln_tests --gtest_brief=1 \
+  --gtest_filter='DwConv.*:SigmoidSimd.*:PackedConv.*:NnPackedGemm.*:NnPool.*:NnConv.*:NnSoftmax.*:NnNorm.*:ElementwiseUnary.*:ElementwiseBinary.*:FusedAttention.*:ShapeTranspose.*'
 unset PYTHONPATH
 if [ -d tests/python ]; then
   echo "== python tests"
   .venv/bin/python -m pytest -q tests/python
+  KILN_CPU_ISA=avx2 .venv/bin/python -m pytest -q tests/python/test_cpu_fast_paths.py
 fi
 if [ -d tests/models ]; then
   # Models exported into build/zoo/ (scripts/zoo.sh, or the CI subset in .ci/run); absent ones skip.

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "backends/kernel.h"
@@ -44,10 +46,26 @@ void parallel_for(int64_t n, int64_t grain, RangeFn fn);
 // (dynamic scheduling, for a few dozen heavy tasks of equal cost such as GEMM tiles).
 void parallel_tasks(int64_t n, RangeFn fn);
 
+// The most kiln's own copies may use, from KILN_CPU_ISA ("avx2" or "baseline"; unset: what the CPU
+// runs), read once per process: the tests run every copy of the hot loops on one machine
+// (scripts/test.sh runs the CPU kernels' tests again under KILN_CPU_ISA=avx2), and a user can keep
+// kiln off AVX-512. oneDNN has its own switch (ONEDNN_MAX_CPU_ISA).
+enum class IsaCap { kBaseline = 0, kAvx2 = 1, kAny = 2 };
+inline IsaCap isa_cap() {
+  static const IsaCap cap = [] {
+    const char* v = std::getenv("KILN_CPU_ISA");
+    if (!v) return IsaCap::kAny;
+    const std::string s(v);
+    return s == "baseline" ? IsaCap::kBaseline : s == "avx2" ? IsaCap::kAvx2 : IsaCap::kAny;
+  }();
+  return cap;
+}
+
 // Whether this CPU runs AVX2 and FMA: hot loops compiled twice (a [[gnu::target("avx2,fma")]] copy
 // and the baseline x86-64 one) pick their copy with it, once per process.
 inline bool has_avx2_fma() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool yes =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && isa_cap() >= IsaCap::kAvx2;
   return yes;
 }
 
@@ -55,7 +73,8 @@ inline bool has_avx2_fma() {
 // one, [[gnu::target(KILN_TARGET_AVX512)]], which they pick first. GCC is asked for 512-bit vectors
 // (its generic tuning may prefer 256); clang takes no such option in a target attribute.
 inline bool has_avx512() {
-  static const bool yes = has_avx2_fma() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+  static const bool yes = isa_cap() >= IsaCap::kAny && has_avx2_fma() && __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512vl") &&
                           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
   return yes;
 }

@@ -10,6 +10,7 @@
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/elementwise_math.h"
+#include "backends/cpu/sigmoid_simd.h"
 #include "ir/epilogue.h"
 
 namespace kiln::cpu::fused {
@@ -69,15 +70,18 @@ template <ActKind K>
 
 // The loops compiled three times: for AVX-512 and for AVX2+FMA (chosen at run time where the CPU has
 // them) and for the baseline x86-64 the library is built for.
+// Sigmoid and SiLU take the intrinsics of sigmoid_simd.h there.
 template <ActKind K>
 [[gnu::target("avx2,fma")]] void epilogue_rows_avx2(float* y, int64_t r0, int64_t r1, int64_t cols, const float* bias,
                                                      const Activation& act) {
-  epilogue_rows_body<K>(y, r0, r1, cols, bias, act);
+  if constexpr (K == ActKind::kSilu || K == ActKind::kSigmoid) simd::sigmoid_rows_avx2(y, r0, r1, cols, bias, K == ActKind::kSilu);
+  else epilogue_rows_body<K>(y, r0, r1, cols, bias, act);
 }
 template <ActKind K>
 [[gnu::target(KILN_TARGET_AVX512)]] void epilogue_rows_avx512(float* y, int64_t r0, int64_t r1, int64_t cols, const float* bias,
                                                const Activation& act) {
-  epilogue_rows_body<K>(y, r0, r1, cols, bias, act);
+  if constexpr (K == ActKind::kSilu || K == ActKind::kSigmoid) simd::sigmoid_rows_avx512(y, r0, r1, cols, bias, K == ActKind::kSilu);
+  else epilogue_rows_body<K>(y, r0, r1, cols, bias, act);
 }
 template <ActKind K>
 void epilogue_rows(float* y, int64_t r0, int64_t r1, int64_t cols, const float* bias, const Activation& act) {

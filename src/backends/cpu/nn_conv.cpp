@@ -3,6 +3,7 @@
 // transposed convolution.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <type_traits>
 
@@ -11,6 +12,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "backends/cpu/conv_shapes.h"
+#include "backends/cpu/dw_conv.h"
 #include "backends/cpu/fused_common.h"
 #include "backends/cpu/nn_common.h"
 #include "backends/cpu/packed_conv.h"
@@ -328,6 +330,16 @@ struct DnnlConv {
 
 
 // Whether the oneDNN tactic can take this convolution.
+// A/B switches for measurements: the variable is set to "0" / to "1".
+bool env_is_zero(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == "0";
+}
+bool env_is_one(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == "1";
+}
+
 bool dnnl_eligible(const ReshapeContext& rc, const ConvShapes& s) {
   return rc.in[0].dtype == DataType::kFloat32 && rc.in[1].dtype == DataType::kFloat32 && s.g.kernel.size() == 2 &&
          rc.in[1].value != nullptr && s.N > 0 && s.M > 0 && s.g.out[0] > 0 && s.g.out[1] > 0 &&
@@ -359,7 +371,12 @@ Expected<std::shared_ptr<DnnlConv>> make_dnnl_conv(const ReshapeContext& rc, con
     dnnl::post_ops ops;
     d->post_sum = residual && direct;
     if (d->post_sum) ops.append_sum(1.0f);
-    if (a.fused && (!residual || d->post_sum)) {  // the activation follows the residual
+    // The activation follows the residual. Sigmoid and SiLU are left to kiln's epilogue (sigmoid_simd.h),
+    // which measured faster than oneDNN 2.6's logistic/swish post-ops even as a pass of its own
+    // (EfficientNet-B0 at 1 thread on the AVX-512 development machine, same-process A/B: the fused
+    // convolutions 10.3 -> 9.6-10.0 ms); KILN_DNNL_SIGMOID=1 gives them to oneDNN again.
+    const bool own_sigmoid = (a.act.kind == ActKind::kSilu || a.act.kind == ActKind::kSigmoid) && !env_is_one("KILN_DNNL_SIGMOID");
+    if (a.fused && (!residual || d->post_sum) && !own_sigmoid) {
       if (const auto e = dnnl_eltwise(a.act)) {
         ops.append_eltwise(1.0f, std::get<0>(*e), std::get<1>(*e), std::get<2>(*e));
         d->post_act = true;
@@ -451,19 +468,36 @@ struct ConvState {
   ColBuffers cb;
   std::shared_ptr<DnnlConv> dnnl;      // the "onednn" tactics
   std::shared_ptr<PackedConv> packed;  // the "packed-direct" tactic
+  std::shared_ptr<DwConv> dw;          // the "dw-direct" tactic
 };
 
-// The packed kernel's view of a channels-last 2-D convolution.
-PackedConvGeometry packed_geometry(const ConvShapes& s) {
-  PackedConvGeometry g;
-  g.group = s.group;
-  g.N = s.N, g.C = s.C, g.M = s.M, g.H = s.in[0], g.W = s.in[1];
+// The packed and depthwise kernels' view of a channels-last 2-D convolution (their geometries name
+// the same fields; the depthwise one has no M or group).
+template <typename G>
+G window_geometry_of(const ConvShapes& s) {
+  G g;
+  g.N = s.N, g.C = s.C, g.H = s.in[0], g.W = s.in[1];
   g.kh = s.g.kernel[0], g.kw = s.g.kernel[1];
   g.stride_h = s.g.strides[0], g.stride_w = s.g.strides[1];
   g.dil_h = s.g.dilations[0], g.dil_w = s.g.dilations[1];
   g.pad_top = s.g.pads[0], g.pad_left = s.g.pads[1];
   g.OH = s.g.out[0], g.OW = s.g.out[1];
   return g;
+}
+PackedConvGeometry packed_geometry(const ConvShapes& s) {
+  PackedConvGeometry g = window_geometry_of<PackedConvGeometry>(s);
+  g.group = s.group;
+  g.M = s.M;
+  return g;
+}
+DwConvGeometry dw_geometry(const ConvShapes& s) { return window_geometry_of<DwConvGeometry>(s); }
+
+// Whether the "dw-direct" tactic takes this channels-last convolution: depthwise, float32, constant
+// weights. A tactic the tuner times against oneDNN's; not the untuned choice, since oneDNN's NHWC
+// depthwise kernel measured ~12% faster on the AVX-512 development machine (EfficientNet-B0's 16
+// depthwise layers, 1 and 2 threads); KILN_DW_DIRECT=1 makes it the untuned choice, to measure.
+bool dw_eligible(const ReshapeContext& rc, const ConvShapes& s) {
+  return is_depthwise(s) && dnnl_eligible(rc, s) && dw_conv_eligible(dw_geometry(s));
 }
 
 // Whether the "packed-direct" tactic takes this channels-last convolution (dnnl_eligible's float32
@@ -510,6 +544,12 @@ Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
       rc.state = std::move(st);
       return Status::Ok();
     };
+    if (rc.tactic == "dw-direct" || (untuned && dw_eligible(rc, st->s) && env_is_one("KILN_DW_DIRECT"))) {
+      if (!dw_eligible(rc, st->s)) return rc.error("the dw-direct tactic does not take this convolution");
+      KILN_ASSIGN_OR_RETURN(st->dw, pack_dw_conv(dw_geometry(st->s), static_cast<const float*>(rc.in[1].value->raw())));
+      rc.state = std::move(st);
+      return Status::Ok();
+    }
     if (rc.tactic == "packed-direct" || (untuned && packed_first(rc, st->s))) {
       if (!packed_eligible(rc, st->s)) return rc.error("the packed-direct tactic does not take this convolution");
       return use_packed();
@@ -563,6 +603,7 @@ std::vector<std::string> conv_tactics(const ReshapeContext& rc, const ConvAttrs&
     std::vector<std::string> r = nhwc_direct_first(s) ? std::vector<std::string>{"onednn-direct", "onednn-blocked"}
                                                       : std::vector<std::string>{"onednn-blocked", "onednn-direct"};
     if (packed_eligible(rc, s)) r.insert(packed_first(rc, s) ? r.begin() : r.end(), "packed-direct");
+    if (dw_eligible(rc, s)) r.push_back("dw-direct");
     return r;
   }
   if (a.nhwc || rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present || rc.in[0].dtype != DataType::kFloat32) return {};
@@ -601,6 +642,13 @@ Status conv_kernel(KernelContext& ctx, const ConvAttrs& a) {
     if (z && z->raw() == y.raw()) return ctx.error("the residual must not share the output's buffer");
     packed_conv(*st.packed, x.data<float>(), ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr,
                 z ? z->data<float>() : nullptr, a.fused ? a.act : Activation{}, y.data<float>());
+    return Status::Ok();
+  }
+  if (st.dw) {
+    const Tensor* z = a.fused && ctx.num_inputs() > 3 && ctx.has_input(3) ? &ctx.input(3) : nullptr;
+    if (z && z->raw() == y.raw()) return ctx.error("the residual must not share the output's buffer");
+    dw_conv(*st.dw, x.data<float>(), ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr, z ? z->data<float>() : nullptr,
+            a.fused ? a.act : Activation{}, y.data<float>());
     return Status::Ok();
   }
   if (st.dnnl) {

@@ -66,7 +66,7 @@ constexpr int64_t kMc = 96;  // a multiple of kMr
 bool packed_gemm_available() { return has_avx2_fma(); }
 
 bool packed_gemm_preferred() {
-  static const bool yes = has_avx2_fma() && !__builtin_cpu_supports("avx512f");
+  static const bool yes = has_avx2_fma() && !has_avx512();
   return yes;
 }
 
