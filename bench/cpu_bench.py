@@ -78,12 +78,18 @@ def machine_info() -> dict:
     return info
 
 
-def versions() -> dict:
+def versions(ort_python: str | None = None) -> dict:
     import kiln  # noqa: PLC0415
     import onnx  # noqa: PLC0415
-    import onnxruntime as ort  # noqa: PLC0415
 
-    out = {"kiln": kiln.__version__, "onnxruntime": ort.__version__, "onnx": onnx.__version__, "numpy": np.__version__}
+    if ort_python:  # ORT's sessions run in that interpreter: its version is the one measured
+        ort_version = subprocess.run([ort_python, "-c", "import onnxruntime; print(onnxruntime.__version__)"],
+                                     capture_output=True, text=True, check=True).stdout.strip()
+    else:
+        import onnxruntime as ort  # noqa: PLC0415
+
+        ort_version = ort.__version__
+    out = {"kiln": kiln.__version__, "onnxruntime": ort_version, "onnx": onnx.__version__, "numpy": np.__version__}
     try:
         out["kiln_git"] = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                                          capture_output=True, text=True, check=True).stdout.strip()
@@ -197,7 +203,8 @@ class Child:
     """A runtime's session in its own process (see serve)."""
 
     def __init__(self, runtime: str, name: str, opset: int, threads: int, args):
-        cmd = [sys.executable, os.path.abspath(__file__), "--serve", runtime, "--models", name, "--opset", str(opset),
+        python = args.ort_python if runtime == "ort" and args.ort_python else sys.executable
+        cmd = [python, os.path.abspath(__file__), "--serve", runtime, "--models", name, "--opset", str(opset),
                "--threads", str(threads)]
         if args.ort_no_spin:
             cmd.append("--ort-no-spin")
@@ -447,6 +454,8 @@ def main() -> int:
     ap.add_argument("--reprofile", action="store_true",
                     help="only redo the profiles of the latest result file (and the README), no timings")
     ap.add_argument("--ort-no-spin", action="store_true", help="ORT workers sleep between runs, as kiln's do by default")
+    ap.add_argument("--ort-python", help="run ORT's sessions with this Python (another onnxruntime than this "
+                    "environment's, e.g. the version on the machine #13 is checked on); needs numpy and onnxruntime")
     ap.add_argument("--kiln-tune", action="store_true", help="kiln engines built with --tune (per-layer tactics timed)")
     ap.add_argument("--same-process", action="store_true",
                     help="both runtimes in this process, alternating run by run (each one's idle threads then "
@@ -500,7 +509,7 @@ def main() -> int:
     result = {
         "date": date.isoformat(timespec="seconds"),
         "machine": machine_info(),
-        "versions": versions(),
+        "versions": versions(args.ort_python),
         "config": {"opset": args.opset, "threads": threads_list, "batches": batches, "warmup": args.warmup,
                    "min_runs": args.min_runs, "max_runs": args.max_runs, "budget_s": args.budget,
                    "profile_slow": args.profile_slow, "ort_graph_optimization": "ORT_ENABLE_ALL",
