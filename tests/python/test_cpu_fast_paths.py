@@ -421,6 +421,24 @@ def test_transpose_of_a_few_channels_to_channels_last(channels, dtype):
     np.testing.assert_array_equal(got, x.transpose(0, 2, 3, 1))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 112, 112, 96), (2, 9, 13, 8), (1, 7, 5, 13), (1, 3, 3, 9), (3, 4, 6, 131)])
+def test_transpose_of_channels_last_to_channels_first(shape, dtype):
+    """NHWC -> NCHW (the output of a channels-last chain, a model's own permutes): 4-byte elements in
+    8 x 8 register blocks (channels and pixels not multiples of 8 leave edges), others element by
+    element; NaN payloads and every bit kept: equal to NumPy's transpose."""
+    x = (np.random.default_rng(shape[3]).standard_normal(shape) * 50).astype(dtype)
+    if dtype == np.float32:
+        x.reshape(-1)[::7] = np.nan
+    node = helper.make_node("Transpose", ["x"], ["y"], perm=[0, 3, 1, 2])
+    dt = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    g = helper.make_graph([node], "t", [helper.make_tensor_value_info("x", dt, None)], [helper.make_tensor_value_info("y", dt, None)])
+    got = run(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), x)
+    want = x.transpose(0, 3, 1, 2)
+    assert got.shape == want.shape
+    assert got.tobytes() == np.ascontiguousarray(want).tobytes()
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8])
 @pytest.mark.parametrize("groups", [2, 3, 4, 5])
 def test_transpose_of_small_blocks_per_pixel(groups, dtype):

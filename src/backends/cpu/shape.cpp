@@ -2,6 +2,9 @@
 // Concat, Split, Slice, Expand, Tile, Pad, Squeeze, Unsqueeze, Flatten, DepthToSpace, SpaceToDepth,
 // CenterCropPad. All are dtype-generic (see shape_util.h). Index-driven ops live in shape_index.cpp,
 // value-producing ones (Shape, Constant, Range, ...) in shape_misc.cpp.
+#include <immintrin.h>
+
+#include <cstdint>
 #include <numeric>
 #include <set>
 
@@ -33,6 +36,68 @@ void transpose_to_narrow(T* dst, const T* src, int64_t rows, int64_t s_in) {
   parallel_for(rows, 8192, [&](int64_t b, int64_t e) { narrow_rows<K>(dst, src, b, e, s_in); });
 }
 
+// 4-byte elements, columns [j0, j1) of a transpose dst[i * inner + j] = src[i + j * s_in] (an NHWC ->
+// NCHW move: i the channel, j the pixel) in 8 x 8 blocks through AVX registers: eight 8-element
+// loads along i (contiguous in src), the classic unpack/shuffle/permute transpose, eight stores along
+// j. [1, 112, 112, 96] -> NCHW at 1 thread on the development machine: 2.46 ms by 32 x 32 scalar
+// tiles, ORT 0.38.
+[[gnu::target("avx2,fma")]] void transpose32_avx2(uint32_t* dst, const uint32_t* src, int64_t rows, int64_t inner,
+                                                  int64_t s_in, int64_t j0, int64_t j1) {
+  int64_t i = 0;
+  for (; i + 8 <= rows; i += 8) {
+    int64_t j = j0;
+    for (; j + 8 <= j1; j += 8) {
+      const float* sp = reinterpret_cast<const float*>(src + i + j * s_in);
+      const __m256 r0 = _mm256_loadu_ps(sp), r1 = _mm256_loadu_ps(sp + s_in), r2 = _mm256_loadu_ps(sp + 2 * s_in);
+      const __m256 r3 = _mm256_loadu_ps(sp + 3 * s_in), r4 = _mm256_loadu_ps(sp + 4 * s_in), r5 = _mm256_loadu_ps(sp + 5 * s_in);
+      const __m256 r6 = _mm256_loadu_ps(sp + 6 * s_in), r7 = _mm256_loadu_ps(sp + 7 * s_in);
+      const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+      const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+      const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+      const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+      const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+      float* dp = reinterpret_cast<float*>(dst + i * inner + j);
+      _mm256_storeu_ps(dp, _mm256_permute2f128_ps(u0, u4, 0x20));
+      _mm256_storeu_ps(dp + inner, _mm256_permute2f128_ps(u1, u5, 0x20));
+      _mm256_storeu_ps(dp + 2 * inner, _mm256_permute2f128_ps(u2, u6, 0x20));
+      _mm256_storeu_ps(dp + 3 * inner, _mm256_permute2f128_ps(u3, u7, 0x20));
+      _mm256_storeu_ps(dp + 4 * inner, _mm256_permute2f128_ps(u0, u4, 0x31));
+      _mm256_storeu_ps(dp + 5 * inner, _mm256_permute2f128_ps(u1, u5, 0x31));
+      _mm256_storeu_ps(dp + 6 * inner, _mm256_permute2f128_ps(u2, u6, 0x31));
+      _mm256_storeu_ps(dp + 7 * inner, _mm256_permute2f128_ps(u3, u7, 0x31));
+    }
+    for (; j < j1; ++j)
+      for (int64_t m = 0; m < 8; ++m) dst[(i + m) * inner + j] = src[i + m + j * s_in];
+  }
+  for (; i < rows; ++i)
+    for (int64_t j = j0; j < j1; ++j) dst[i * inner + j] = src[i + j * s_in];
+}
+
+// `batches` transposes of 4-byte elements, batch b reading src + b * s_batch and writing its rows x
+// inner block of dst, by transpose32_avx2 in column blocks of 64 (a block reads 64 whole source rows
+// of `rows` elements, contiguous) split among threads. False (nothing done) without AVX2 or for a
+// side shorter than 8.
+template <typename T>
+bool transpose32(T* dst, const T* src, int64_t batches, int64_t s_batch, int64_t rows, int64_t inner, int64_t s_in) {
+  static_assert(sizeof(T) == 4);
+  if (rows < 8 || inner < 8 || !has_avx2_fma()) return false;
+  constexpr int64_t kCols = 64;
+  const int64_t blocks = (inner + kCols - 1) / kCols;
+  const auto* s32 = reinterpret_cast<const uint32_t*>(src);
+  auto* d32 = reinterpret_cast<uint32_t*>(dst);
+  parallel_for(batches * blocks, std::max<int64_t>(1, 16384 / (kCols * rows)), [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t n = t / blocks, blk = t % blocks;
+      transpose32_avx2(d32 + n * rows * inner, s32 + n * s_batch, rows, inner, s_in, blk * kCols,
+                       std::min(inner, (blk + 1) * kCols));
+    }
+  });
+  return true;
+}
+
 // Many small ones, [B, K, L] -> [B, L, K] with the B blocks at stride s_batch (ShuffleNet's channel
 // shuffle in channels-last form: one block per pixel, K = 2): blocks split among threads.
 template <int K, typename T>
@@ -56,6 +121,8 @@ void strided_copy_t(T* dst, const Shape& out, const T* src, int64_t base, const 
     if (inner == 2) return transpose_to_narrow<2>(dst, src + base, rows, s_in);
     if (inner == 3) return transpose_to_narrow<3>(dst, src + base, rows, s_in);
     if (inner == 4) return transpose_to_narrow<4>(dst, src + base, rows, s_in);
+    if constexpr (sizeof(T) == 4)
+      if (transpose32(dst, src + base, 1, 0, rows, inner, s_in)) return;
     constexpr int64_t B = 32;
     const int64_t tiles_i = (rows + B - 1) / B;
     parallel_for(tiles_i, 1, [&](int64_t tb, int64_t te) {
@@ -70,6 +137,9 @@ void strided_copy_t(T* dst, const Shape& out, const T* src, int64_t base, const 
     });
     return;
   }
+  // A batch of them (NHWC -> NCHW at batch > 1).
+  if constexpr (sizeof(T) == 4)
+    if (r == 3 && st[1] == 1 && s_in != 1 && transpose32(dst, src + base, out[0], st[0], out[1], inner, s_in)) return;
   if (r == 3 && st[1] == 1 && s_in != 1 && inner >= 2 && inner <= 4 && out[1] > 1) {
     const int64_t b = out[0], l = out[1];
     if (inner == 2) return batched_transpose_to_narrow<2>(dst, src + base, b, st[0], l, s_in);
