@@ -33,9 +33,10 @@ inline std::string check_f32(const ir::Node& n) {
   return "";
 }
 
-// x → act(x), one kind per instantiation (so the loops below vectorize).
+// x → act(x), one kind per instantiation (so the loops below vectorize: always inlined, as are the
+// math functions it calls; see elementwise_math.h).
 template <ActKind K>
-inline float activate(float x, const Activation& act) {
+[[gnu::always_inline]] inline float activate(float x, const Activation& act) {
   if constexpr (K == ActKind::kRelu) return x > 0 ? x : 0;
   else if constexpr (K == ActKind::kLeakyRelu) return x >= 0 ? x : act.a * x;
   else if constexpr (K == ActKind::kClip) return std::min(std::max(x, act.a), act.b);
