@@ -27,6 +27,7 @@ const std::vector<Pass>& pipeline() {
       {"fold-constants", 1, fold_constants},
       {"fold-shapes", 1, fold_shapes},
       {"remove-noops", 1, remove_noops},
+      {"spatial-mean", 1, spatial_mean_to_pool},
       {"cse", 1, eliminate_common_subexpressions},
       {"transposes", 1, simplify_transposes},
       {"dead-code", 1, eliminate_dead_code},

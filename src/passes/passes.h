@@ -96,6 +96,7 @@ Expected<bool> fold_constants(ir::Graph& g, PassContext& ctx);
 Expected<bool> eliminate_dead_code(ir::Graph& g, PassContext& ctx);
 Expected<bool> fold_shapes(ir::Graph& g, PassContext& ctx);            // fold_shapes.cpp
 Expected<bool> remove_noops(ir::Graph& g, PassContext& ctx);           // remove_noops.cpp
+Expected<bool> spatial_mean_to_pool(ir::Graph& g, PassContext& ctx);   // spatial_mean.cpp
 Expected<bool> eliminate_common_subexpressions(ir::Graph& g, PassContext& ctx);  // cse.cpp
 Expected<bool> simplify_transposes(ir::Graph& g, PassContext& ctx);    // transposes.cpp
 Expected<bool> fold_conv_batchnorm(ir::Graph& g, PassContext& ctx);    // fuse_conv_bn.cpp

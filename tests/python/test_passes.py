@@ -411,3 +411,46 @@ def test_patchify_conv_runs_as_a_matrix_product(tmp_path, kernel, size, bias, ap
     r = subprocess.run([os.path.join(ROOT, "build", "kiln"), "inspect", str(path), "--verbose"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert ("[patchify-conv] ran node 'Conv_0' (Conv)" in r.stdout) == applies, r.stdout
+
+
+# ---- ReduceMean over the spatial axes is GlobalAveragePool (torch 2.x's squeeze-excitation pooling)
+
+
+def se_block(opset, axes, keepdims=1, shape=(1, 8, 9, 7)):
+    """Conv → ReduceMean(axes) → Mul back onto the conv's output (squeeze-excitation's shape)."""
+    c = shape[1]
+    inits = [const("w", (RNG.standard_normal((c, c, 3, 3)) * 0.2).astype(np.float32))]
+    attrs = {} if keepdims == 1 else {"keepdims": keepdims}
+    if opset >= 18:
+        inits.append(const("axes", np.array(axes, np.int64)))
+        mean = helper.make_node("ReduceMean", ["c", "axes"], ["m"], **attrs)
+    else:
+        mean = helper.make_node("ReduceMean", ["c"], ["m"], axes=axes, **attrs)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), mean]
+    if keepdims == 1:
+        nodes.append(helper.make_node("Mul", ["c", "m"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Identity", ["m"], ["y"]))
+    return make(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits, opset=opset)
+
+
+@pytest.mark.parametrize("opset,axes", [(13, [2, 3]), (13, [-1, -2]), (18, [2, 3]), (18, [3, -2])])
+def test_spatial_reduce_mean_becomes_a_global_average_pool(opset, axes):
+    """ReduceMean over H and W with keepdims (attribute axes before opset 18, a constant input from 18,
+    negative axes too) runs as GlobalAveragePool, the unoptimized graph's values."""
+    m = se_block(opset, axes)
+    ops = assert_same(m, {"x": f32(1, 8, 9, 7)}, rtol=1e-5, atol=1e-5, level=1)
+    assert ops["ReduceMean"] == 0 and ops["GlobalAveragePool"] == 1, ops
+
+
+@pytest.mark.parametrize("opset,axes,keepdims", [(13, [1, 2], 1), (13, [3], 1), (18, [2, 3], 0), (13, [2, 2], 1)])
+def test_other_reduce_means_stay(opset, axes, keepdims):
+    """Not every spatial axis, a channel axis, a repeated axis, or the dims dropped: a ReduceMean."""
+    m = se_block(opset, axes, keepdims)
+    try:
+        ops = assert_same(m, {"x": f32(1, 8, 9, 7)}, rtol=1e-5, atol=1e-5, level=1)
+    except kiln.KilnError:
+        assert axes == [2, 2]  # repeated axes are an invalid model; nothing to rewrite either way
+        return
+    assert ops["ReduceMean"] == 1 and ops["GlobalAveragePool"] == 0, ops
