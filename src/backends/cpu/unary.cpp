@@ -84,7 +84,8 @@ template <typename F> auto plain(F f) {
   return [f](const ir::Node&) { return f; };
 }
 
-template <typename C> C sigmoid(C x) {
+// Always inlined, as the math it wraps (elementwise_math.h): the loops calling it vectorize only then.
+template <typename C> [[gnu::always_inline]] inline C sigmoid(C x) {
   if constexpr (std::is_same_v<C, float>) {
     return math::sigmoid_f32(x);
   } else {
@@ -94,12 +95,12 @@ template <typename C> C sigmoid(C x) {
   }
 }
 
-template <typename C> C tanh_(C x) {
+template <typename C> [[gnu::always_inline]] inline C tanh_(C x) {
   if constexpr (std::is_same_v<C, float>) return math::tanh_f32(x);
   else return std::tanh(x);
 }
 
-template <typename C> C erf_(C x) {
+template <typename C> [[gnu::always_inline]] inline C erf_(C x) {
   if constexpr (std::is_same_v<C, float>) return math::erf_f32(x);
   else return std::erf(x);
 }
