@@ -70,11 +70,14 @@ template <typename V, int NV, int P>
   const int64_t step = g.stride_w * g.C;
   for (int64_t i = r.i0; i < r.i1; ++i) {
     const int64_t ih = r.oh * g.stride_h - g.pad_top + i * g.dil_h;
-    const float* xr = r.img + ih * g.W * g.C + c + (ow0 * g.stride_w - g.pad_left) * g.C;
+    // The row's first column, and the column tap j of pixel ow0 reads (>= 0 for j >= j0): no pointer
+    // is formed before the image.
+    const float* xr = r.img + ih * g.W * g.C + c;
+    const int64_t iw0 = ow0 * g.stride_w - g.pad_left;
     const float* wr = d.w.data() + i * g.kw * g.C + c;
     for (int64_t j = j0; j < j1; ++j) {
       const float* wp = wr + j * g.C;
-      const float* xp = xr + j * g.dil_w * g.C;
+      const float* xp = xr + (iw0 + j * g.dil_w) * g.C;
       const V w0 = loadv<V>(wp);
       a00 += loadv<V>(xp) * w0;
       if constexpr (P > 1) a10 += loadv<V>(xp + step) * w0;
@@ -151,7 +154,7 @@ template <typename V, int KW, int S>
   for (int p = 0; p < P; ++p) acc[p] = b;
   for (int64_t i = r.i0; i < r.i1; ++i) {
     const int64_t ih = r.oh * g.stride_h - g.pad_top + i * g.dil_h;
-    const float* xr = r.img + (ih * g.W + iw0) * g.C + c;
+    const float* xr = r.img + ih * g.W * g.C + c;  // column iw0 + q is read, only for q >= qlo
     const float* wr = d.w.data() + i * KW * g.C + c;
     V w[KW];
 #pragma GCC unroll 8
@@ -159,7 +162,7 @@ template <typename V, int KW, int S>
 #pragma GCC unroll 32
     for (int q = 0; q < Q; ++q) {
       if (q < qlo || q >= qhi) continue;
-      const V xv = loadv<V>(xr + q * g.C);
+      const V xv = loadv<V>(xr + (iw0 + q) * g.C);
 #pragma GCC unroll 8
       for (int p = 0; p < P; ++p) {
         const int j = q - S * p;
