@@ -329,7 +329,6 @@ struct DnnlConv {
 };
 
 
-// Whether the oneDNN tactic can take this convolution.
 // A/B switches for measurements: the variable is set to "0" / to "1".
 bool env_is_zero(const char* name) {
   const char* v = std::getenv(name);
@@ -340,6 +339,7 @@ bool env_is_one(const char* name) {
   return v && std::string(v) == "1";
 }
 
+// Whether the oneDNN tactic can take this convolution.
 bool dnnl_eligible(const ReshapeContext& rc, const ConvShapes& s) {
   return rc.in[0].dtype == DataType::kFloat32 && rc.in[1].dtype == DataType::kFloat32 && s.g.kernel.size() == 2 &&
          rc.in[1].value != nullptr && s.N > 0 && s.M > 0 && s.g.out[0] > 0 && s.g.out[1] > 0 &&
