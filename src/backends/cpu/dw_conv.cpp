@@ -2,13 +2,15 @@
 //
 // In NHWC a depthwise convolution is, per output pixel, a weighted sum of kh*kw input pixels' channel
 // vectors with a weight vector per tap: no reduction across channels, so it vectorizes along C with
-// contiguous loads and no shuffles. The register block is 4 consecutive output pixels x one block of
-// channels (2 AVX-512 vectors, 2 AVX2 ones): each tap loads the block's weights once for the 4
-// pixels, then one input vector per pixel and vector, one multiply-add each. Pixels whose window
-// crosses the left or right edge take the same path one at a time with the taps that fall inside;
-// channels past the last whole block take two or one half-width vectors, then one at a time;
-// rows of the window that fall outside are skipped for the whole output row. Accumulators start at
-// the bias; the residual and the activation follow on each task's output while it is in cache.
+// contiguous loads and no shuffles. Undilated 3-, 5- and 7-wide windows at stride 1 or 2 (nearly
+// every depthwise layer) slide along the output row 4 pixels at a time: each input vector of the row
+// is loaded once and multiplied into every one of the 4 pixels whose window holds it, with the
+// window's weight vectors in registers; columns outside the input (padding, the row's end) are
+// skipped, so the edges take the same path. Other windows take a block of 4 pixels x 2 vectors that
+// loads the tap's weights once for the 4 pixels, and edge pixels one at a time with the taps inside.
+// Channels past the last whole block take two or one half-width vectors, then one at a time; rows of
+// the window outside the input are skipped for the whole output row. Accumulators start at the bias;
+// the residual and the activation follow on each task's output while it is in cache.
 //
 // A tactic next to oneDNN's NHWC depthwise kernel (brdgmm_dw), which took 10-20% longer than ORT's
 // MLAS on the AVX-512 host and hardly sped up at 2 threads there on 14x14 and 7x7 layers
