@@ -3,7 +3,6 @@
 // transposed convolution.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <type_traits>
 
@@ -19,6 +18,7 @@
 #include "backends/staged_kernel.h"
 #include "ops/nn.h"
 #include "ops/params_nn.h"
+#include "util/env.h"
 
 namespace kiln::cpu::nn {
 namespace {
@@ -329,16 +329,6 @@ struct DnnlConv {
 };
 
 
-// A/B switches for measurements: the variable is set to "0" / to "1".
-bool env_is_zero(const char* name) {
-  const char* v = std::getenv(name);
-  return v && std::string(v) == "0";
-}
-bool env_is_one(const char* name) {
-  const char* v = std::getenv(name);
-  return v && std::string(v) == "1";
-}
-
 // Whether the oneDNN tactic can take this convolution.
 bool dnnl_eligible(const ReshapeContext& rc, const ConvShapes& s) {
   return rc.in[0].dtype == DataType::kFloat32 && rc.in[1].dtype == DataType::kFloat32 && s.g.kernel.size() == 2 &&
@@ -375,7 +365,7 @@ Expected<std::shared_ptr<DnnlConv>> make_dnnl_conv(const ReshapeContext& rc, con
     // which measured faster than oneDNN 2.6's logistic/swish post-ops even as a pass of its own
     // (EfficientNet-B0 at 1 thread on the AVX-512 development machine, same-process A/B: the fused
     // convolutions 10.3 -> 9.6-10.0 ms); KILN_DNNL_SIGMOID=1 gives them to oneDNN again.
-    const bool own_sigmoid = (a.act.kind == ActKind::kSilu || a.act.kind == ActKind::kSigmoid) && !env_is_one("KILN_DNNL_SIGMOID");
+    const bool own_sigmoid = (a.act.kind == ActKind::kSilu || a.act.kind == ActKind::kSigmoid) && !env_is("KILN_DNNL_SIGMOID", "1");
     if (a.fused && (!residual || d->post_sum) && !own_sigmoid) {
       if (const auto e = dnnl_eltwise(a.act)) {
         ops.append_eltwise(1.0f, std::get<0>(*e), std::get<1>(*e), std::get<2>(*e));
@@ -544,7 +534,7 @@ Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
       rc.state = std::move(st);
       return Status::Ok();
     };
-    if (rc.tactic == "dw-direct" || (untuned && dw_eligible(rc, st->s) && env_is_one("KILN_DW_DIRECT"))) {
+    if (rc.tactic == "dw-direct" || (untuned && dw_eligible(rc, st->s) && env_is("KILN_DW_DIRECT", "1"))) {
       if (!dw_eligible(rc, st->s)) return rc.error("the dw-direct tactic does not take this convolution");
       KILN_ASSIGN_OR_RETURN(st->dw, pack_dw_conv(dw_geometry(st->s), static_cast<const float*>(rc.in[1].value->raw())));
       rc.state = std::move(st);

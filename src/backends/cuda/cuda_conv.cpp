@@ -10,7 +10,6 @@
 #include <cudnn.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -18,6 +17,7 @@
 #include "ops/nn.h"
 #include "ops/params_nn.h"
 #include "passes/passes.h"
+#include "util/env.h"
 
 namespace kiln::cuda {
 namespace {
@@ -69,12 +69,6 @@ struct ConvShape {
 Status dnn_ok(const ir::Node& node, cudnnStatus_t s, const char* what) {
   if (s == CUDNN_STATUS_SUCCESS) return Status::Ok();
   return runtime_error(node.describe() + ": cuDNN " + what + ": " + cudnnGetErrorString(s));
-}
-
-// An A/B switch for measurements: the variable is set to "0".
-bool env_is_zero(const char* name) {
-  const char* v = std::getenv(name);
-  return v && std::string(v) == "0";
 }
 
 constexpr size_t kAlign = 256;
@@ -161,7 +155,7 @@ class ConvKernel final : public Kernel {
     // Only for large batches of pixels: at batch 1 the padding pass costs more than it saves
     // (ResNet-50 0.333 -> 0.343 ms, EfficientNet-B0 0.73 -> 0.76 ms; batch 64 3.07 -> 2.66 ms).
     if (at_.nhwc && reduced && g == 1 && c % 8 != 0 && c < 32 && n * in[0] * in[1] >= (int64_t{1} << 18) &&
-        !env_is_zero("KILN_CONV_PAD_CHANNELS")) {
+        !env_is("KILN_CONV_PAD_CHANNELS", "0")) {
       p->cpad = cx = (c + 7) / 8 * 8;
       p->c_in = c;
       p->x_rows = n * in[0] * in[1];
@@ -233,7 +227,7 @@ class ConvKernel final : public Kernel {
     int algo = p->viable[0];
     bool fused = false;
     if (rc.tactic.empty()) {
-      if (!p->fusable.empty() && !env_is_zero("KILN_CUDNN_FUSED")) {
+      if (!p->fusable.empty() && !env_is("KILN_CUDNN_FUSED", "0")) {
         algo = p->fusable[0];
         fused = true;
       }
