@@ -126,13 +126,18 @@ template <typename V, int NV, int P>
   yrow[ow * g.C + c] = acc;
 }
 
-// The window taps [j0, j1) that fall inside the input for output column ow.
+// The window taps [t0, t1) that fall inside an input of `in` along one axis for output position o
+// (the rows of a window for an output row, its columns for an output column).
+[[gnu::always_inline]] inline void taps_inside(int64_t o, int64_t stride, int64_t pad, int64_t dil, int64_t k, int64_t in,
+                                               int64_t* t0, int64_t* t1) {
+  const int64_t lo = pad - o * stride;           // t * dil >= lo
+  const int64_t hi = in - 1 + pad - o * stride;  // t * dil <= hi
+  *t0 = lo <= 0 ? 0 : (lo + dil - 1) / dil;
+  *t1 = hi < 0 ? 0 : std::min(k, hi / dil + 1);
+  if (*t1 < *t0) *t1 = *t0;
+}
 [[gnu::always_inline]] inline void tap_range(const DwConvGeometry& g, int64_t ow, int64_t* j0, int64_t* j1) {
-  const int64_t lo = g.pad_left - ow * g.stride_w;  // j * dil_w >= lo
-  const int64_t hi = g.W - 1 + g.pad_left - ow * g.stride_w;  // j * dil_w <= hi
-  *j0 = lo <= 0 ? 0 : (lo + g.dil_w - 1) / g.dil_w;
-  *j1 = hi < 0 ? 0 : std::min(g.kw, hi / g.dil_w + 1);
-  if (*j1 < *j0) *j1 = *j0;
+  taps_inside(ow, g.stride_w, g.pad_left, g.dil_w, g.kw, g.W, j0, j1);
 }
 
 // Output pixels [ow0, ow0 + np) (np <= 4) of one row at stride S, channels [c, c + lanes), undilated
@@ -217,70 +222,46 @@ template <typename V, int NV>
   }
 }
 
-// Tasks [t0, t1) (task = (image and output row) x channel chunk of `chunk` channels): blocks of
-// NV vectors V, then of two and one narrower vectors V8, then single channels.
+// Task t (task = (image and output row) x channel chunk of `chunk` channels): blocks of NV vectors
+// V, then of two and one narrower vectors V8, then single channels.
 template <typename V, int NV, typename V8>
-[[gnu::always_inline]] inline void tasks_body(const DwConv& d, const float* x, const float* bias, int64_t chunk, int64_t owl,
-                                              int64_t owr, float* y, int64_t t0, int64_t t1) {
+[[gnu::always_inline]] inline void task_body(const DwConv& d, const float* x, const float* bias, int64_t chunk, int64_t owl,
+                                             int64_t owr, float* y, int64_t t) {
   const DwConvGeometry& g = d.g;
   constexpr int64_t B = NV * static_cast<int64_t>(sizeof(V) / sizeof(float));
   constexpr int64_t kSmall = sizeof(V8) / sizeof(float);
   const int64_t chunks = (g.C + chunk - 1) / chunk;
-  for (int64_t t = t0; t < t1; ++t) {
-    const int64_t row = t / chunks, c0 = t % chunks * chunk, c1 = std::min(g.C, c0 + chunk);
-    const int64_t n = row / g.OH, oh = row % g.OH;
-    RowCtx r;
-    r.img = x + n * g.H * g.W * g.C;
-    r.oh = oh;
-    const int64_t lo = g.pad_top - oh * g.stride_h, hi = g.H - 1 + g.pad_top - oh * g.stride_h;
-    r.i0 = lo <= 0 ? 0 : (lo + g.dil_h - 1) / g.dil_h;
-    r.i1 = hi < 0 ? 0 : std::min(g.kh, hi / g.dil_h + 1);
-    if (r.i1 < r.i0) r.i1 = r.i0;
-    float* yrow = y + row * g.OW * g.C;
-    int64_t c = c0;
-    for (; c + B <= c1; c += B) columns<V, NV>(d, r, c, owl, owr, bias, yrow);
-    for (; c + 2 * kSmall <= c1; c += 2 * kSmall) columns<V8, 2>(d, r, c, owl, owr, bias, yrow);
-    for (; c + kSmall <= c1; c += kSmall) columns<V8, 1>(d, r, c, owl, owr, bias, yrow);
-    for (; c < c1; ++c) {
-      int64_t j0, j1;
-      for (int64_t ow = 0; ow < g.OW; ++ow) {
-        tap_range(g, ow, &j0, &j1);
-        pixel_scalar(d, r, ow, j0, j1, c, bias, yrow);
-      }
+  const int64_t row = t / chunks, c0 = t % chunks * chunk, c1 = std::min(g.C, c0 + chunk);
+  const int64_t n = row / g.OH, oh = row % g.OH;
+  RowCtx r;
+  r.img = x + n * g.H * g.W * g.C;
+  r.oh = oh;
+  taps_inside(oh, g.stride_h, g.pad_top, g.dil_h, g.kh, g.H, &r.i0, &r.i1);
+  float* yrow = y + row * g.OW * g.C;
+  int64_t c = c0;
+  for (; c + B <= c1; c += B) columns<V, NV>(d, r, c, owl, owr, bias, yrow);
+  for (; c + 2 * kSmall <= c1; c += 2 * kSmall) columns<V8, 2>(d, r, c, owl, owr, bias, yrow);
+  for (; c + kSmall <= c1; c += kSmall) columns<V8, 1>(d, r, c, owl, owr, bias, yrow);
+  for (; c < c1; ++c) {
+    int64_t j0, j1;
+    for (int64_t ow = 0; ow < g.OW; ++ow) {
+      tap_range(g, ow, &j0, &j1);
+      pixel_scalar(d, r, ow, j0, j1, c, bias, yrow);
     }
   }
 }
 
-[[gnu::target(KILN_TARGET_AVX512)]] void tasks_avx512(const DwConv& d, const float* x, const float* bias, int64_t chunk,
-                                                       int64_t owl, int64_t owr, float* y, int64_t t0, int64_t t1) {
-  tasks_body<v16f, 2, v8f>(d, x, bias, chunk, owl, owr, y, t0, t1);
+[[gnu::target(KILN_TARGET_AVX512)]] void task_avx512(const DwConv& d, const float* x, const float* bias, int64_t chunk,
+                                                      int64_t owl, int64_t owr, float* y, int64_t t) {
+  task_body<v16f, 2, v8f>(d, x, bias, chunk, owl, owr, y, t);
 }
-[[gnu::target("avx2,fma")]] void tasks_avx2(const DwConv& d, const float* x, const float* bias, int64_t chunk, int64_t owl,
-                                            int64_t owr, float* y, int64_t t0, int64_t t1) {
-  tasks_body<v8f, 2, v4f>(d, x, bias, chunk, owl, owr, y, t0, t1);
+[[gnu::target("avx2,fma")]] void task_avx2(const DwConv& d, const float* x, const float* bias, int64_t chunk, int64_t owl,
+                                           int64_t owr, float* y, int64_t t) {
+  task_body<v8f, 2, v4f>(d, x, bias, chunk, owl, owr, y, t);
 }
-void tasks_base(const DwConv& d, const float* x, const float* bias, int64_t chunk, int64_t owl, int64_t owr, float* y,
-                int64_t t0, int64_t t1) {
-  tasks_body<v4f, 2, v4f>(d, x, bias, chunk, owl, owr, y, t0, t1);
-}
-
-// y[i] = act(y[i] + z[i]) over one task's output (pixels of `width` channels at stride C), z optional.
-using EpilogueFn = void (*)(float*, int64_t, int64_t, int64_t, const float*, const Activation&);
-EpilogueFn epilogue_for(ActKind k) {
-  switch (k) {
-    case ActKind::kNone: return &fused::epilogue_rows<ActKind::kNone>;
-    case ActKind::kRelu: return &fused::epilogue_rows<ActKind::kRelu>;
-    case ActKind::kLeakyRelu: return &fused::epilogue_rows<ActKind::kLeakyRelu>;
-    case ActKind::kClip: return &fused::epilogue_rows<ActKind::kClip>;
-    case ActKind::kSigmoid: return &fused::epilogue_rows<ActKind::kSigmoid>;
-    case ActKind::kHardSigmoid: return &fused::epilogue_rows<ActKind::kHardSigmoid>;
-    case ActKind::kHardSwish: return &fused::epilogue_rows<ActKind::kHardSwish>;
-    case ActKind::kSilu: return &fused::epilogue_rows<ActKind::kSilu>;
-    case ActKind::kTanh: return &fused::epilogue_rows<ActKind::kTanh>;
-    case ActKind::kGelu: return &fused::epilogue_rows<ActKind::kGelu>;
-    case ActKind::kGeluTanh: return &fused::epilogue_rows<ActKind::kGeluTanh>;
-  }
-  return &fused::epilogue_rows<ActKind::kNone>;
+void task_base(const DwConv& d, const float* x, const float* bias, int64_t chunk, int64_t owl, int64_t owr, float* y,
+               int64_t t) {
+  task_body<v4f, 2, v4f>(d, x, bias, chunk, owl, owr, y, t);
 }
 
 }  // namespace
@@ -316,13 +297,13 @@ void dw_conv(const DwConv& d, const float* x, const float* bias, const float* z,
   }
   const int64_t chunks = (g.C + chunk - 1) / chunk;
   const bool epilogue = z || act.kind != ActKind::kNone;
-  const EpilogueFn fin = epilogue_for(act.kind);
+  const fused::EpilogueRowsFn fin = fused::epilogue_rows_for(act.kind);
   // Each task's residual and activation right after the task, while its output is in cache.
   parallel_for(rows * chunks, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      if (has_avx512()) tasks_avx512(d, x, bias, chunk, owl, owr, y, t, t + 1);
-      else if (has_avx2_fma()) tasks_avx2(d, x, bias, chunk, owl, owr, y, t, t + 1);
-      else tasks_base(d, x, bias, chunk, owl, owr, y, t, t + 1);
+      if (has_avx512()) task_avx512(d, x, bias, chunk, owl, owr, y, t);
+      else if (has_avx2_fma()) task_avx2(d, x, bias, chunk, owl, owr, y, t);
+      else task_base(d, x, bias, chunk, owl, owr, y, t);
       if (!epilogue) continue;
       const int64_t row = t / chunks, c0 = t % chunks * chunk, width = std::min(g.C, c0 + chunk) - c0;
       float* yr = y + row * g.OW * g.C + c0;

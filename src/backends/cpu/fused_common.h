@@ -91,27 +91,32 @@ void epilogue_rows(float* y, int64_t r0, int64_t r1, int64_t cols, const float* 
   else epilogue_rows_body<K>(y, r0, r1, cols, bias, act);
 }
 
+// epilogue_rows for the activation `k`, chosen once (its instantiation per kind keeps the loops
+// vectorized; the caller calls it per block of rows).
+using EpilogueRowsFn = void (*)(float*, int64_t, int64_t, int64_t, const float*, const Activation&);
+inline EpilogueRowsFn epilogue_rows_for(ActKind k) {
+  switch (k) {
+    case ActKind::kNone: return &epilogue_rows<ActKind::kNone>;
+    case ActKind::kRelu: return &epilogue_rows<ActKind::kRelu>;
+    case ActKind::kLeakyRelu: return &epilogue_rows<ActKind::kLeakyRelu>;
+    case ActKind::kClip: return &epilogue_rows<ActKind::kClip>;
+    case ActKind::kSigmoid: return &epilogue_rows<ActKind::kSigmoid>;
+    case ActKind::kHardSigmoid: return &epilogue_rows<ActKind::kHardSigmoid>;
+    case ActKind::kHardSwish: return &epilogue_rows<ActKind::kHardSwish>;
+    case ActKind::kSilu: return &epilogue_rows<ActKind::kSilu>;
+    case ActKind::kTanh: return &epilogue_rows<ActKind::kTanh>;
+    case ActKind::kGelu: return &epilogue_rows<ActKind::kGelu>;
+    case ActKind::kGeluTanh: return &epilogue_rows<ActKind::kGeluTanh>;
+  }
+  return &epilogue_rows<ActKind::kNone>;
+}
+
 // Applies bias (per column, `cols` wide; may be null) and the activation to rows x cols floats.
 inline void apply_epilogue(float* y, int64_t rows, int64_t cols, const float* bias, const Activation& act) {
   if (act.kind == ActKind::kNone && !bias) return;
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1));
-  auto run = [&](auto kind) {
-    constexpr ActKind K = decltype(kind)::value;
-    parallel_for(rows, grain, [&](int64_t r0, int64_t r1) { epilogue_rows<K>(y, r0, r1, cols, bias, act); });
-  };
-  switch (act.kind) {
-    case ActKind::kNone: run(std::integral_constant<ActKind, ActKind::kNone>{}); break;
-    case ActKind::kRelu: run(std::integral_constant<ActKind, ActKind::kRelu>{}); break;
-    case ActKind::kLeakyRelu: run(std::integral_constant<ActKind, ActKind::kLeakyRelu>{}); break;
-    case ActKind::kClip: run(std::integral_constant<ActKind, ActKind::kClip>{}); break;
-    case ActKind::kSigmoid: run(std::integral_constant<ActKind, ActKind::kSigmoid>{}); break;
-    case ActKind::kHardSigmoid: run(std::integral_constant<ActKind, ActKind::kHardSigmoid>{}); break;
-    case ActKind::kHardSwish: run(std::integral_constant<ActKind, ActKind::kHardSwish>{}); break;
-    case ActKind::kSilu: run(std::integral_constant<ActKind, ActKind::kSilu>{}); break;
-    case ActKind::kTanh: run(std::integral_constant<ActKind, ActKind::kTanh>{}); break;
-    case ActKind::kGelu: run(std::integral_constant<ActKind, ActKind::kGelu>{}); break;
-    case ActKind::kGeluTanh: run(std::integral_constant<ActKind, ActKind::kGeluTanh>{}); break;
-  }
+  const EpilogueRowsFn fn = epilogue_rows_for(act.kind);
+  parallel_for(rows, grain, [&](int64_t r0, int64_t r1) { fn(y, r0, r1, cols, bias, act); });
 }
 
 }  // namespace kiln::cpu::fused
