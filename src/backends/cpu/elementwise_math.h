@@ -12,19 +12,27 @@
 
 namespace kiln::cpu::math {
 
+// exp's range reduction and polynomial (exp_f32 here, the vector copies of sigmoid_simd.h): x = n ln2
+// + r with ln2 = kLn2Hi - kLn2Lo in two parts (kLn2Hi exact in few bits, so n * kLn2Hi is exact), then
+// exp(r) ~ 1 + r + r^2 p(r) with p's coefficients from the highest power down.
+inline constexpr float kLog2e = 1.44269504088896341f;
+inline constexpr float kLn2Hi = 0.693359375f, kLn2Lo = 2.12194440e-4f;
+inline constexpr float kExpPoly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                      4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
 [[gnu::always_inline]] inline float exp_f32(float x) {
   // NaN computes on 0 (converting NaN to int is undefined) and is returned as itself at the end.
   const float xs = x != x ? 0.0f : x;
   const float xc = xs < -104.0f ? -104.0f : (xs > 88.8f ? 88.8f : xs);
   // n = round(x / ln2) by the 1.5 * 2^23 trick (round to nearest even, vectorizable).
-  const float nf = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (xc - nf * 0.693359375f) + nf * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  const float nf = (xc * kLog2e + 12582912.0f) - 12582912.0f;
+  const float r = (xc - nf * kLn2Hi) + nf * kLn2Lo;
+  float p = kExpPoly[0];
+  p = p * r + kExpPoly[1];
+  p = p * r + kExpPoly[2];
+  p = p * r + kExpPoly[3];
+  p = p * r + kExpPoly[4];
+  p = p * r + kExpPoly[5];
   p = p * r * r + r + 1.0f;
   // 2^n in two factors so results reach the subnormal range and overflow to inf naturally.
   const int32_t n = static_cast<int32_t>(nf);

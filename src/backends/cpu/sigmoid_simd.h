@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/elementwise_math.h"
 
 namespace kiln::cpu::simd {
 
@@ -32,16 +33,13 @@ inline void one_run_without_bias(float*& y, int64_t& r0, int64_t& r1, int64_t& c
 
 // exp(a) for a <= 0 (a below -87.3 or NaN: anything; the callers mask those).
 [[gnu::target(KILN_TARGET_AVX512), gnu::always_inline]] inline __m512 exp_nonpositive_avx512(__m512 a) {
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(a, _mm512_set1_ps(1.44269504088896341f)),
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(a, _mm512_set1_ps(math::kLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), a);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(math::kLn2Hi), a);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(math::kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(math::kExpPoly[0]);
+#pragma GCC unroll 8
+  for (int k = 1; k < 6; ++k) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(math::kExpPoly[k]));
   p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_scalef_ps(p, n);
 }
@@ -83,16 +81,13 @@ inline void one_run_without_bias(float*& y, int64_t& r0, int64_t& r1, int64_t& c
 }
 
 [[gnu::target("avx2,fma"), gnu::always_inline]] inline __m256 exp_nonpositive_avx2(__m256 a) {
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(a, _mm256_set1_ps(1.44269504088896341f)),
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(a, _mm256_set1_ps(math::kLog2e)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), a);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(math::kLn2Hi), a);
+  r = _mm256_fmadd_ps(n, _mm256_set1_ps(math::kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(math::kExpPoly[0]);
+#pragma GCC unroll 8
+  for (int k = 1; k < 6; ++k) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(math::kExpPoly[k]));
   p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   // 2^n for n in [-126, 0]: the exponent field.
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
