@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backends/cpu/dw_conv.h"
+#include "conv_test_util.h"
 
 namespace {
 
@@ -26,25 +27,7 @@ struct Case {
   int64_t N, H, W, C, kh, kw, stride, dil, pad_top, pad_left, pad_bottom, pad_right;
 };
 
-DwConvGeometry geometry(const Case& c) {
-  DwConvGeometry g;
-  g.N = c.N, g.H = c.H, g.W = c.W, g.C = c.C, g.kh = c.kh, g.kw = c.kw;
-  g.stride_h = g.stride_w = c.stride;
-  g.dil_h = g.dil_w = c.dil;
-  g.pad_top = c.pad_top, g.pad_left = c.pad_left;
-  g.OH = (c.H + c.pad_top + c.pad_bottom - c.dil * (c.kh - 1) - 1) / c.stride + 1;
-  g.OW = (c.W + c.pad_left + c.pad_right - c.dil * (c.kw - 1) - 1) / c.stride + 1;
-  return g;
-}
-
-double activate(double v, const Activation& act) {
-  switch (act.kind) {
-    case ActKind::kRelu: return std::max(v, 0.0);
-    case ActKind::kClip: return std::min(std::max(v, static_cast<double>(act.a)), static_cast<double>(act.b));
-    case ActKind::kSilu: return v / (1.0 + std::exp(-v));
-    default: return v;
-  }
-}
+DwConvGeometry geometry(const Case& c) { return kiln::test::conv_window_geometry<DwConvGeometry>(c); }
 
 }  // namespace
 
@@ -99,7 +82,7 @@ TEST(DwConv, MatchesDoubleReference) {
                 }
               const int64_t o = ((n * g.OH + oh) * g.OW + ow) * g.C + c;
               if (with_z) s += z[o];
-              ref[o] = activate(s, act);
+              ref[o] = kiln::test::activate_ref(s, act);
             }
       std::vector<float> y1(outs, -7.f), y2(outs, 7.f);
       const int saved = omp_get_max_threads();

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/cpu/packed_conv.h"
+#include "conv_test_util.h"
 
 namespace {
 
@@ -27,24 +28,10 @@ struct Case {
 };
 
 PackedConvGeometry geometry(const Case& c) {
-  PackedConvGeometry g;
-  g.N = c.N, g.H = c.H, g.W = c.W, g.C = c.C, g.M = c.M, g.kh = c.kh, g.kw = c.kw;
-  g.stride_h = g.stride_w = c.stride;
-  g.dil_h = g.dil_w = c.dil;
-  g.pad_top = c.pad_top, g.pad_left = c.pad_left;
+  PackedConvGeometry g = kiln::test::conv_window_geometry<PackedConvGeometry>(c);
+  g.M = c.M;
   g.group = c.group;
-  g.OH = (c.H + c.pad_top + c.pad_bottom - c.dil * (c.kh - 1) - 1) / c.stride + 1;
-  g.OW = (c.W + c.pad_left + c.pad_right - c.dil * (c.kw - 1) - 1) / c.stride + 1;
   return g;
-}
-
-double activate(double v, const Activation& act) {
-  switch (act.kind) {
-    case ActKind::kRelu: return std::max(v, 0.0);
-    case ActKind::kClip: return std::min(std::max(v, static_cast<double>(act.a)), static_cast<double>(act.b));
-    case ActKind::kSigmoid: return 1.0 / (1.0 + std::exp(-v));
-    default: return v;
-  }
 }
 
 }  // namespace
@@ -117,7 +104,7 @@ TEST(PackedConv, MatchesDoubleReference) {
           for (int64_t p = 0; p < pixels; ++p)
             for (int64_t m = 0; m < g.M; ++m) {
               const int64_t i = p * g.M + m;
-              const double want = activate(ref[i] + (with_bias ? bias[m] : 0.0) + (with_z ? z[i] : 0.0), act);
+              const double want = kiln::test::activate_ref(ref[i] + (with_bias ? bias[m] : 0.0) + (with_z ? z[i] : 0.0), act);
               worst = std::max(worst, std::abs(y1[i] - want) / (1.0 + std::abs(want)));
             }
           EXPECT_LT(worst, 1e-5 * std::sqrt(static_cast<double>(taps * cg + 1)));
