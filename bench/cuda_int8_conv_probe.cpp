@@ -10,10 +10,10 @@
 // The totals weigh each layer by how often ResNet-50 runs it; img/s = N / total. Random data: the
 // figures are times, not results.
 //
-// Build: nvcc -O2 -std=c++17 -gencode=arch=compute_90,code=[sm_90,compute_90] \
-//          bench/cuda_int8_conv_probe.cpp -lcudnn -o cuda_int8_conv_probe
+// Build (host code only; cuDNN brings the kernels):
+//   g++ -O2 -std=c++17 -I/usr/local/cuda/include bench/cuda_int8_conv_probe.cpp
+//       -L/usr/local/cuda/lib64 -lcudnn -lcudart -o cuda_int8_conv_probe
 // Run:   ./cuda_int8_conv_probe [N ...]   (default 64 128 256)
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
@@ -74,37 +74,28 @@ float time_layer(Handles& hd, const Layer& l, int n, Form form, std::string* alg
   cudnnCreateConvolutionDescriptor(&cv);
   cudnnCreateActivationDescriptor(&act);
   cudnnSetActivationDescriptor(act, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0);
-  size_t elem = 1;
-  cudnnStatus_t st;
-  if (form == Form::fp16) {
-    elem = 2;
-    cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, CUDNN_DATA_HALF, n, l.c, l.h, l.h);
-    cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NHWC, CUDNN_DATA_HALF, n, l.k, ho, ho);
-    cudnnSetTensor4dDescriptor(b, CUDNN_TENSOR_NHWC, CUDNN_DATA_HALF, 1, l.k, 1, 1);
-    cudnnSetFilter4dDescriptor(w, CUDNN_DATA_HALF, CUDNN_TENSOR_NHWC, l.k, l.c, l.r, l.r);
-    cudnnSetConvolution2dDescriptor(cv, pad, pad, l.stride, l.stride, 1, 1, CUDNN_CROSS_CORRELATION,
-                                    CUDNN_DATA_FLOAT);
-    cudnnSetConvolutionMathType(cv, CUDNN_TENSOR_OP_MATH);
-  } else if (form == Form::int8) {
-    cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, CUDNN_DATA_INT8, n, l.c, l.h, l.h);
-    cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NHWC, CUDNN_DATA_INT8, n, l.k, ho, ho);
-    cudnnSetTensor4dDescriptor(b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, l.k, 1, 1);
-    cudnnSetFilter4dDescriptor(w, CUDNN_DATA_INT8, CUDNN_TENSOR_NHWC, l.k, l.c, l.r, l.r);
-    cudnnSetConvolution2dDescriptor(cv, pad, pad, l.stride, l.stride, 1, 1, CUDNN_CROSS_CORRELATION,
-                                    CUDNN_DATA_INT32);
-    cudnnSetConvolutionMathType(cv, CUDNN_TENSOR_OP_MATH);
-  } else {
+  // The form's descriptors: layout and type of X, W and Y, of the bias, and the accumulation type.
+  struct Desc {
+    cudnnTensorFormat_t format;
+    cudnnDataType_t data, bias_data, compute;
+    cudnnTensorFormat_t bias_format;
+    size_t elem;
+  };
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-    cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW_VECT_C, CUDNN_DATA_INT8x32, n, l.c, l.h, l.h);
-    cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW_VECT_C, CUDNN_DATA_INT8x32, n, l.k, ho, ho);
-    cudnnSetFilter4dDescriptor(w, CUDNN_DATA_INT8x32, CUDNN_TENSOR_NCHW_VECT_C, l.k, l.c, l.r, l.r);
+  const Desc dd = form == Form::fp16 ? Desc{CUDNN_TENSOR_NHWC, CUDNN_DATA_HALF, CUDNN_DATA_HALF, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, 2}
+                  : form == Form::int8
+                      ? Desc{CUDNN_TENSOR_NHWC, CUDNN_DATA_INT8, CUDNN_DATA_FLOAT, CUDNN_DATA_INT32, CUDNN_TENSOR_NCHW, 1}
+                      : Desc{CUDNN_TENSOR_NCHW_VECT_C, CUDNN_DATA_INT8x32, CUDNN_DATA_FLOAT, CUDNN_DATA_INT32, CUDNN_TENSOR_NCHW, 1};
 #pragma GCC diagnostic pop
-    cudnnSetTensor4dDescriptor(b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, l.k, 1, 1);
-    cudnnSetConvolution2dDescriptor(cv, pad, pad, l.stride, l.stride, 1, 1, CUDNN_CROSS_CORRELATION,
-                                    CUDNN_DATA_INT32);
-    cudnnSetConvolutionMathType(cv, CUDNN_TENSOR_OP_MATH);
-  }
+  const size_t elem = dd.elem;
+  cudnnSetTensor4dDescriptor(x, dd.format, dd.data, n, l.c, l.h, l.h);
+  cudnnSetTensor4dDescriptor(y, dd.format, dd.data, n, l.k, ho, ho);
+  cudnnSetTensor4dDescriptor(b, dd.bias_format, dd.bias_data, 1, l.k, 1, 1);
+  cudnnSetFilter4dDescriptor(w, dd.data, dd.format, l.k, l.c, l.r, l.r);
+  cudnnSetConvolution2dDescriptor(cv, pad, pad, l.stride, l.stride, 1, 1, CUDNN_CROSS_CORRELATION, dd.compute);
+  cudnnSetConvolutionMathType(cv, CUDNN_TENSOR_OP_MATH);
+  cudnnStatus_t st;
   const size_t xs = size_t(n) * l.c * l.h * l.h * elem, ys = size_t(n) * l.k * ho * ho * elem;
   const size_t ws_ = size_t(l.k) * l.c * l.r * l.r * elem;
   void *dx, *dy, *dw, *db, *work = nullptr;
@@ -119,9 +110,6 @@ float time_layer(Handles& hd, const Layer& l, int n, Form form, std::string* alg
   CK(cudaMalloc(&work, work_cap));
   float best = -1;
   const float one = 1.f, zero = 0.f;
-  const __half hone = __float2half(1.f), hzero = __float2half(0.f);
-  (void)hone;
-  (void)hzero;
   for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; ++a) {
     auto algo = cudnnConvolutionFwdAlgo_t(a);
     size_t need = 0;
