@@ -382,6 +382,77 @@ def test_pointwise_convolution_adds_its_residual_in_place(capfd):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def winograd_model(n, c, m, h, w, act, residual):
+    """x [n,c,h,w] → Conv 3x3 (c→c, pads 1) → Conv 3x3 (c→m, pads 1, bias) → (+ the first conv's output
+    when residual) → act: the second convolution is one oneDNN may run as Winograd."""
+    rng = np.random.default_rng(c * 7 + h)
+    inits = [numpy_helper.from_array((rng.standard_normal((c, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32), "w0"),
+             numpy_helper.from_array((rng.standard_normal((m, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.standard_normal(m).astype(np.float32) * 0.1, "b1")]
+    nd = helper.make_node
+    nodes = [nd("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]), nd("Conv", ["c0", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1])]
+    out = "c1"
+    if residual:
+        nodes.append(nd("Add", ["c1", "c0"], ["r"]))
+        out = "r"
+    nodes.append(nd(act, [out], ["y"]))
+    g = helper.make_graph(nodes, "wino", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, h, w])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), inits
+
+
+def conv3x3_reference(x, w, b=None):
+    """3x3 convolution, pads 1, in float64."""
+    n, c, h, wd = x.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    y = np.zeros((n, w.shape[0], h, wd))
+    for i in range(3):
+        for j in range(3):
+            y += np.einsum("nchw,mc->nmhw", xp[:, :, i:i + h, j:j + wd], w[:, :, i, j].astype(np.float64))
+    return y if b is None else y + b.astype(np.float64)[None, :, None, None]
+
+
+def cpu_has_avx512_core() -> bool:
+    with open("/proc/cpuinfo") as f:
+        flags = next((line for line in f if line.startswith("flags")), "").split()
+    return all(f in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
+
+
+@pytest.mark.parametrize("nhwc", ["1", "0"])
+@pytest.mark.parametrize("shape", [(1, 32, 32, 28, 28), (2, 48, 40, 13, 17), (1, 64, 64, 14, 14), (1, 128, 96, 9, 8)])
+@pytest.mark.parametrize("act,residual", [("Relu", False), ("Relu", True), ("Sigmoid", True), ("Identity", False)])
+def test_winograd_convolutions_match_a_double_reference(capfd, monkeypatch, nhwc, shape, act, residual):
+    """Untuned, a 3x3 stride-1 convolution with 32 or more channels in and out and enough pixels runs
+    as oneDNN's Winograd algorithm where oneDNN has it (AVX-512; the verbose log names the kernel),
+    channels-last (weights through OIHW into the Winograd layout; the residual and activation in
+    kiln's epilogue, after the blocked output's reorder) and channels-first; odd sizes leave partial
+    tiles. Its result is the float64 convolution's within the direct kernel's error, and KILN_WINOGRAD=0
+    gives the direct kernel back."""
+    monkeypatch.setenv("KILN_CPU_NHWC", nhwc)
+    n, c, m, h, w = shape
+    if residual and m != c:
+        pytest.skip("the residual needs as many outputs as inputs")
+    model, inits = winograd_model(n, c, m, h, w, act, residual)
+    x = np.random.default_rng(h * w).standard_normal((n, c, h, w)).astype(np.float32)
+    w0, w1, b1 = (numpy_helper.to_array(t) for t in inits)
+    c0 = conv3x3_reference(x, w0)
+    pre = conv3x3_reference(c0.astype(np.float32), w1, b1) + (c0 if residual else 0)
+    want = {"Relu": np.maximum(pre, 0), "Sigmoid": 1 / (1 + np.exp(-pre)), "Identity": pre}[act]
+    runs, log = runs_with_verbose_log(capfd, model.SerializeToString(), 2, x)
+    kernels = re.findall(r"oneDNN convolution (\S+)", log)
+    if cpu_has_avx512_core():
+        assert any("wino" in k for k in kernels), log
+    else:
+        assert not any("wino" in k for k in kernels), log
+    scale = float(np.abs(pre).max())
+    for got in runs:
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * scale)
+    monkeypatch.setenv("KILN_WINOGRAD", "0")
+    runs, log = runs_with_verbose_log(capfd, model.SerializeToString(), 2, x)
+    assert not any("wino" in k for k in re.findall(r"oneDNN convolution (\S+)", log)), log
+    np.testing.assert_allclose(runs[0], want, rtol=0, atol=2e-5 * scale)
+
+
 @pytest.mark.parametrize("channels", [3, 13, 40, 64, 77, 200])
 @pytest.mark.parametrize("op,attrs", [("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
                                       ("MaxPool", dict(kernel_shape=[3, 2], strides=[1, 2], pads=[2, 0, 1, 1], ceil_mode=1)),

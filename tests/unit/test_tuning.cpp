@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 
+#include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/packed_gemm.h"
 #include "kiln/kiln.h"
 #include "plan/plan.h"
@@ -87,7 +88,7 @@ TEST(Tuning, CpuConvolutionsGetTimedTacticsThatComputeTheSameResult) {
     if (s.tactics.empty()) continue;
     ASSERT_EQ(s.tactics.size(), 1u);
     EXPECT_TRUE(s.tactics[0] == "jobs-parallel" || s.tactics[0] == "jobs-serial" || s.tactics[0] == "onednn" ||
-                s.tactics[0] == "sgemm" || s.tactics[0] == "packed")
+                s.tactics[0] == "onednn-winograd" || s.tactics[0] == "sgemm" || s.tactics[0] == "packed")
         << s.tactics[0];
     ASSERT_EQ(s.tactic_ms.size(), 1u);
     EXPECT_GT(s.tactic_ms[0], 0.0);
@@ -121,10 +122,11 @@ TEST(Tuning, EachProfileIsTunedAndChosenByInputShape) {
   for (const Step& s : (*e)->impl().plan->steps) {
     if (s.tactics.empty()) continue;
     ASSERT_EQ(s.tactics.size(), 2u);
-    EXPECT_TRUE(s.tactics[0] == "im2col" || s.tactics[0] == "onednn" || s.tactics[0] == "sgemm" || s.tactics[0] == "packed")
+    EXPECT_TRUE(s.tactics[0] == "im2col" || s.tactics[0] == "onednn" || s.tactics[0] == "onednn-winograd" ||
+                s.tactics[0] == "sgemm" || s.tactics[0] == "packed")
         << s.tactics[0];
     EXPECT_TRUE(s.tactics[1] == "jobs-parallel" || s.tactics[1] == "jobs-serial" || s.tactics[1] == "onednn" ||
-                s.tactics[1] == "sgemm" || s.tactics[1] == "packed")
+                s.tactics[1] == "onednn-winograd" || s.tactics[1] == "sgemm" || s.tactics[1] == "packed")
         << s.tactics[1];
   }
   EXPECT_EQ(tactics_of(**e).size(), 4u);  // three convolutions and the Gemm
@@ -192,8 +194,10 @@ TEST(Tuning, TimingCacheIsReusedAndDecidesTheChoice) {
   auto cache = TimingCache::read(path);
   ASSERT_TRUE(cache.ok()) << cache.status().to_string();
   EXPECT_EQ(cache->layers.size(), 4u);
-  // Convolutions: jobs-parallel, jobs-serial, onednn; the Gemm: onednn, sgemm, and packed where AVX2/FMA runs.
-  EXPECT_EQ(cache->entries(), kiln::cpu::packed_gemm_available() ? 12u : 11u);
+  // Convolutions: jobs-parallel, jobs-serial, onednn, and onednn-winograd where oneDNN has it; the
+  // Gemm: onednn, sgemm, and packed where AVX2/FMA runs.
+  EXPECT_EQ(cache->entries(), (kiln::cpu::packed_gemm_available() ? 12u : 11u) +
+                                  (kiln::cpu::onednn_winograd_available() ? 3u : 0u));
   EXPECT_NE(cache->device.find(version()), std::string::npos);
   // Rewrite the cache so that "jobs-serial" looks fastest everywhere: the next build must follow the
   // cache (no timing), which shows that it reads it.
@@ -373,8 +377,9 @@ TEST(Tuning, OneDnnConvolutionTacticMatchesIm2col) {
 }
 
 // At opt level 2 the example's convolutions run fused and channels-last: the tuner times oneDNN's
-// primitive on the NHWC tensors ("onednn-direct") against its blocked layout ("onednn-blocked"), and
-// either choice, forced through the timing cache, computes the untuned engine's result.
+// primitive on the NHWC tensors ("onednn-direct") against its blocked layout ("onednn-blocked"), its
+// Winograd algorithm on AVX-512 ("onednn-winograd") and kiln's packed kernel, and each choice,
+// forced through the timing cache, computes the untuned engine's result.
 TEST(Tuning, ChannelsLastConvolutionTactics) {
   const std::string path = temp_path("nhwc.txt");
   BuildOptions o = tuned_with_cache(path, batch_profile(2, 2, 2));
@@ -400,8 +405,10 @@ TEST(Tuning, ChannelsLastConvolutionTactics) {
   ASSERT_TRUE(plain.ok());
   const Tensor x = images(2, 5);
   const auto want = run(**plain, x);
-  for (const std::string forced : {"onednn-direct", "onednn-blocked", "packed-direct"}) {
-    const int expected = forced == "packed-direct" ? packed : 3;
+  // oneDNN's Winograd kernels (AVX-512) take all three too, the first (3 channels) included.
+  const int winograd = kiln::cpu::onednn_winograd_available() ? 3 : 0;
+  for (const std::string forced : {"onednn-direct", "onednn-blocked", "packed-direct", "onednn-winograd"}) {
+    const int expected = forced == "packed-direct" ? packed : forced == "onednn-winograd" ? winograd : 3;
     if (expected == 0) continue;
     TimingCache edited = *cache;
     for (auto& [layer, tactics] : edited.layers)

@@ -84,6 +84,10 @@ inline bool has_avx512() {
 #define KILN_TARGET_AVX512 "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,prefer-vector-width=512"
 #endif
 
+// Whether oneDNN has Winograd convolution kernels on this CPU (oneDNN 2.6: AVX-512 only), asked once:
+// the "onednn-winograd" tactic of 3x3 convolutions exists only where it does (nn_conv.cpp).
+bool onednn_winograd_available();
+
 // Storage types for the 2-byte floats (raw bits).
 struct f16_t { uint16_t bits; };
 struct bf16_t { uint16_t bits; };

@@ -19,6 +19,7 @@
 #include "ops/nn.h"
 #include "ops/params_nn.h"
 #include "util/env.h"
+#include "util/log.h"
 
 namespace kiln::cpu::nn {
 namespace {
@@ -340,8 +341,11 @@ bool dnnl_eligible(const ReshapeContext& rc, const ConvShapes& s) {
 // prefers; the caller retries without when that gives oneDNN's reference kernel. `residual`: the
 // node adds Z; a sum post-op does so only with `direct` (Y's buffer must hold Z in the primitive's
 // layout), and otherwise the activation is left to the epilogue too (it follows the sum).
+// `winograd`: oneDNN's Winograd algorithm instead of the direct one (winograd_eligible's problems;
+// the library refuses what it has no kernel for, and the caller falls back).
 Expected<std::shared_ptr<DnnlConv>> make_dnnl_conv(const ReshapeContext& rc, const ConvShapes& s, bool nhwc,
-                                                   const ConvAttrs& a, bool direct, bool residual) {
+                                                   const ConvAttrs& a, bool direct, bool residual,
+                                                   bool winograd = false) {
   using dnnl::memory;
   using tag = memory::format_tag;
   const auto f32 = memory::data_type::f32;
@@ -373,16 +377,18 @@ Expected<std::shared_ptr<DnnlConv>> make_dnnl_conv(const ReshapeContext& rc, con
       }
     }
     if (ops.len() > 0) attr.set_post_ops(ops);
-    const auto desc = d->bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                                dnnl::algorithm::convolution_direct, src_any, w_any,
-                                                                d->bias_md, dst_any, g.strides, g.dil, g.pad_l, g.pad_r)
-                              : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                                dnnl::algorithm::convolution_direct, src_any, w_any,
-                                                                dst_any, g.strides, g.dil, g.pad_l, g.pad_r);
+    const auto algo = winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
+    const auto desc = d->bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, algo, src_any,
+                                                                w_any, d->bias_md, dst_any, g.strides, g.dil, g.pad_l,
+                                                                g.pad_r)
+                              : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, algo, src_any,
+                                                                w_any, dst_any, g.strides, g.dil, g.pad_l, g.pad_r);
     const dnnl::convolution_forward::primitive_desc pd(desc, attr, dnnl_cpu());
-    if (direct && std::string(pd.impl_info_str()).find("ref") != std::string::npos)
-      return unsupported(rc.node.describe() + ": oneDNN has only its reference kernel for this layout");
+    if ((direct || winograd) && std::string(pd.impl_info_str()).find("ref") != std::string::npos)
+      return unsupported(rc.node.describe() + ": oneDNN has only its reference kernel for this " +
+                         (winograd ? "algorithm" : "layout"));
     d->impl = pd.impl_info_str();
+    if (log_enabled(LogLevel::kVerbose)) log(LogLevel::kVerbose, rc.node.describe() + ": oneDNN convolution " + d->impl);
     d->conv = dnnl::convolution_forward(pd);
     d->src_md = pd.src_desc();
     d->dst_md = pd.dst_desc();
@@ -403,11 +409,18 @@ Expected<std::shared_ptr<DnnlConv>> make_dnnl_conv(const ReshapeContext& rc, con
     d->scratch_off = off;
     off += align64(d->scratch_md.get_size());
     d->workspace = off;
-    // The weights, once, in the primitive's layout.
+    // The weights, once, in the primitive's layout. oneDNN reorders into its Winograd layout only
+    // from plain OIHW weights: channels-last ones (OHWI) go through an OIHW copy first.
     d->weights = memory(pd.weights_desc(), dnnl_cpu());
     memory w_src(w_user, dnnl_cpu(), const_cast<void*>(rc.in[1].value->raw()));
     d->strm = dnnl::stream(dnnl_cpu());
-    dnnl::reorder(w_src, d->weights).execute(d->strm, w_src, d->weights);
+    if (winograd && g.weights_tag != tag::oihw) {
+      memory w_plain(memory::desc(g.weights, f32, tag::oihw), dnnl_cpu());
+      dnnl::reorder(w_src, w_plain).execute(d->strm, w_src, w_plain);
+      dnnl::reorder(w_plain, d->weights).execute(d->strm, w_plain, d->weights);
+    } else {
+      dnnl::reorder(w_src, d->weights).execute(d->strm, w_src, d->weights);
+    }
     d->strm.wait();
     // Memory objects for the run's buffers (pointed at them by each run), and the argument lists.
     d->src_user = memory(d->src_user_md, dnnl_cpu(), DNNL_MEMORY_NONE);
@@ -452,6 +465,28 @@ Status run_dnnl_conv(const DnnlConv& d, const Tensor& x, const float* bias, cons
 // on NHWC as on the blocked layout, so the two reorders are pure cost (MobileNetV2 12.1 -> 10.4 ms);
 // dense KxK kernels take 1.5-1.8x as long on NHWC (ResNet-50's 3x3 layers), more than the reorders.
 bool nhwc_direct_first(const ConvShapes& s) { return is_pointwise(s.g) || is_depthwise(s); }
+
+// Whether oneDNN's Winograd algorithm may take this convolution: 3x3 windows at stride 1, no
+// dilation, not grouped (oneDNN 2.6 has Winograd kernels for AVX-512 only; elsewhere the primitive
+// is refused and the caller falls back to the direct algorithm).
+bool winograd_eligible(const ConvShapes& s) {
+  const auto& g = s.g;
+  return g.kernel.size() == 2 && g.kernel[0] == 3 && g.kernel[1] == 3 && g.strides[0] == 1 && g.strides[1] == 1 &&
+         g.dilations[0] == 1 && g.dilations[1] == 1 && s.group == 1;
+}
+
+// The untuned choice where oneDNN has it: F(2x2,3x3) / F(4x4,3x3) do 2.25-4x fewer multiplications.
+// Timed on the AVX-512 development machine against the best direct tactic (blocked layout and
+// reorders included; bench/results/cpu_winograd.md): 0.30-0.80x the time from 32 channels in and
+// out and 8192 input values per (batch of) image(s) up, at 1 and 2 threads; below that it loses
+// (3 channels: 3-4.5x the time; 32-64 channels on 7x7 at 2 threads: 1.3-2x). Its error against a
+// float64 reference is the direct kernel's (about 1e-6 of the outputs' range). KILN_WINOGRAD=0
+// turns it off.
+bool winograd_first(const ConvShapes& s) {
+  return winograd_eligible(s) && s.C >= 32 && s.M >= 32 && s.N * s.C * prod(s.in) >= 8192 &&
+         !env_is("KILN_WINOGRAD", "0");
+}
+
 
 struct ConvState {
   ConvShapes s;
@@ -540,13 +575,24 @@ Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
       rc.state = std::move(st);
       return Status::Ok();
     }
-    if (rc.tactic == "packed-direct" || (untuned && packed_first(rc, st->s))) {
+    // Untuned, oneDNN's Winograd kernels (where they exist) come before the packed direct kernel.
+    const bool winograd = untuned ? winograd_first(st->s) && onednn_winograd_available() : rc.tactic == "onednn-winograd";
+    if (rc.tactic == "packed-direct" || (untuned && !winograd && packed_first(rc, st->s))) {
       if (!packed_eligible(rc, st->s)) return rc.error("the packed-direct tactic does not take this convolution");
       return use_packed();
     }
-    const bool direct = rc.tactic == "onednn-direct" || (rc.tactic != "onednn-blocked" && nhwc_direct_first(st->s));
-    auto d = make_dnnl_conv(rc, st->s, true, a, direct, residual);
-    if (!d.ok() && direct) d = make_dnnl_conv(rc, st->s, true, a, false, residual);
+    Expected<std::shared_ptr<DnnlConv>> d = unsupported("no oneDNN convolution tried");
+    if (winograd) {
+      if (!winograd_eligible(st->s)) return rc.error("the onednn-winograd tactic does not take this convolution");
+      d = make_dnnl_conv(rc, st->s, true, a, false, residual, true);
+      if (!d.ok() && !untuned) return d.status();
+      if (!d.ok() && packed_first(rc, st->s)) return use_packed();
+    }
+    if (!d.ok()) {
+      const bool direct = rc.tactic == "onednn-direct" || (rc.tactic != "onednn-blocked" && nhwc_direct_first(st->s));
+      d = make_dnnl_conv(rc, st->s, true, a, direct, residual);
+      if (!d.ok() && direct) d = make_dnnl_conv(rc, st->s, true, a, false, residual);
+    }
     KILN_RETURN_IF_ERROR(d.status());
     // Untuned, where oneDNN has no direct kernel for the problem and falls back to im2col + GEMM in
     // channels-first copies, the packed kernel takes it: grouped convolutions of 4 outputs a group
@@ -567,8 +613,13 @@ Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
   // tuner picked on nearly all of them: bench/results/cpu_tuning.md); the kernel's own
   // GEMM for 1x1 windows (no im2col there) and when oneDNN has no primitive for the problem.
   const bool own_choice = rc.tactic.empty() || rc.tactic == "default";
-  if ((rc.tactic == "onednn" || (own_choice && !is_pointwise(st->s.g))) && dnnl_eligible(rc, st->s)) {
-    auto d = make_dnnl_conv(rc, st->s, false, a, false, residual);
+  if (rc.tactic == "onednn-winograd" && !(winograd_eligible(st->s) && dnnl_eligible(rc, st->s)))
+    return rc.error("the onednn-winograd tactic does not take this convolution");
+  if ((rc.tactic == "onednn" || rc.tactic == "onednn-winograd" || (own_choice && !is_pointwise(st->s.g))) &&
+      dnnl_eligible(rc, st->s)) {
+    const bool winograd = rc.tactic == "onednn-winograd" || (own_choice && winograd_first(st->s));
+    auto d = make_dnnl_conv(rc, st->s, false, a, false, residual, winograd);
+    if (!d.ok() && winograd && own_choice) d = make_dnnl_conv(rc, st->s, false, a, false, residual);
     if (d.ok()) {
       st->dnnl = std::move(d).value();
       rc.workspace_bytes = st->dnnl->workspace;
@@ -594,6 +645,8 @@ std::vector<std::string> conv_tactics(const ReshapeContext& rc, const ConvAttrs&
                                                       : std::vector<std::string>{"onednn-blocked", "onednn-direct"};
     if (packed_eligible(rc, s)) r.insert(packed_first(rc, s) ? r.begin() : r.end(), "packed-direct");
     if (dw_eligible(rc, s)) r.push_back("dw-direct");
+    if (winograd_eligible(s) && dnnl_eligible(rc, s) && onednn_winograd_available())
+      r.insert(winograd_first(s) ? r.begin() : r.end(), "onednn-winograd");
     return r;
   }
   if (a.nhwc || rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present || rc.in[0].dtype != DataType::kFloat32) return {};
@@ -605,6 +658,8 @@ std::vector<std::string> conv_tactics(const ReshapeContext& rc, const ConvAttrs&
   else r = {"im2col"};  // the kernel's own GEMM, as a candidate next to oneDNN's
   // The kernel's own choice first: oneDNN for windows larger than 1x1 (see conv_reshape).
   if (dnnl_eligible(rc, s)) r.insert(is_pointwise(s.g) ? r.end() : r.begin(), "onednn");
+  if (winograd_eligible(s) && dnnl_eligible(rc, s) && onednn_winograd_available())
+    r.insert(winograd_first(s) ? r.begin() : r.end(), "onednn-winograd");
   if (r.size() < 2) r.clear();
   return r;
 }
@@ -797,3 +852,28 @@ void register_conv(KernelRegistry& r) {
 }
 
 }  // namespace kiln::cpu::nn
+
+namespace kiln::cpu {
+
+// Whether this CPU has oneDNN Winograd kernels at all (asked once, on a small problem), so that the
+// tuner does not time a tactic that cannot exist here.
+bool onednn_winograd_available() {
+  static const bool available = [] {
+    using dnnl::memory;
+    const auto f32 = memory::data_type::f32;
+    const auto any = memory::format_tag::any;
+    try {
+      const memory::desc src({1, 16, 8, 8}, f32, any), w({16, 16, 3, 3}, f32, any), dst({1, 16, 8, 8}, f32, any);
+      const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                                 dnnl::algorithm::convolution_winograd, src, w, dst, {1, 1}, {1, 1},
+                                                 {1, 1});
+      const dnnl::convolution_forward::primitive_desc pd(desc, nn::dnnl_cpu());
+      return std::string(pd.impl_info_str()).find("ref") == std::string::npos;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
+}  // namespace kiln::cpu
