@@ -419,10 +419,10 @@ def cpu_has_avx512_core() -> bool:
 
 
 @pytest.mark.parametrize("nhwc", ["1", "0"])
-@pytest.mark.parametrize("shape", [(1, 32, 32, 28, 28), (2, 48, 40, 13, 17), (1, 64, 64, 14, 14), (1, 128, 96, 9, 8)])
+@pytest.mark.parametrize("shape", [(1, 48, 48, 28, 28), (2, 48, 56, 19, 21), (1, 64, 64, 29, 31), (5, 128, 96, 13, 13)])
 @pytest.mark.parametrize("act,residual", [("Relu", False), ("Relu", True), ("Sigmoid", True), ("Identity", False)])
 def test_winograd_convolutions_match_a_double_reference(capfd, monkeypatch, nhwc, shape, act, residual):
-    """Untuned, a 3x3 stride-1 convolution with 32 or more channels in and out and enough pixels runs
+    """Untuned, a 3x3 stride-1 convolution with 48 or more channels in and out and 784 output pixels runs
     as oneDNN's Winograd algorithm where oneDNN has it (AVX-512; the verbose log names the kernel),
     channels-last (weights through OIHW into the Winograd layout; the residual and activation in
     kiln's epilogue, after the blocked output's reorder) and channels-first; odd sizes leave partial

@@ -475,16 +475,21 @@ bool winograd_eligible(const ConvShapes& s) {
          g.dilations[0] == 1 && g.dilations[1] == 1 && s.group == 1;
 }
 
-// The untuned choice where oneDNN has it: F(2x2,3x3) / F(4x4,3x3) do 2.25-4x fewer multiplications.
-// Timed on the AVX-512 development machine against the best direct tactic (blocked layout and
-// reorders included; bench/results/cpu_winograd.md): 0.30-0.80x the time from 32 channels in and
-// out and 8192 input values per (batch of) image(s) up, at 1 and 2 threads; below that it loses
-// (3 channels: 3-4.5x the time; 32-64 channels on 7x7 at 2 threads: 1.3-2x). Its error against a
-// float64 reference is the direct kernel's (about 1e-6 of the outputs' range). KILN_WINOGRAD=0
-// turns it off.
+// The untuned choice where oneDNN has it: F(2x2,3x3) / F(4x4,3x3) do 2.25-4x fewer multiplications,
+// on weights transformed to 1.8-4x their size. Timed alone against the best direct tactic (blocked
+// layout and reorders included) on 45 shapes, 1 and 2 threads, on the AVX-512 development machine
+// (Zen 4) and the Sapphire Rapids host (bench/results/cpu_winograd.md): from 48 channels in and out
+// it took 0.30-0.85x the time on both where the images were large enough; it lost with fewer channels
+// (3-24: 1.2-7x; 32 at 56x56 on the host: 1.04-1.10x) and on 7x7 images at 2 threads (up to 2x).
+// Inside a whole network at batch 1, where each layer's weights come from memory once per run, the
+// larger weights cost more than the multiplications saved wherever the image is small: ResNet-50
+// with every stride-1 3x3 layer as Winograd ran 2-5% slower on the host at 1 thread than without
+// (layers at 14x14 and 7x7 gained 0-6% in per-node profiles, those at 56x56 and 28x28 23-30%). So
+// it is the default from 48 channels and 784 output pixels per batch (28x28 at batch 1) up. Its
+// error against a float64 reference is the direct kernel's (about 1e-6 of the outputs' range).
+// KILN_WINOGRAD=0 turns it off.
 bool winograd_first(const ConvShapes& s) {
-  return winograd_eligible(s) && s.C >= 32 && s.M >= 32 && s.N * s.C * prod(s.in) >= 8192 &&
-         !env_is("KILN_WINOGRAD", "0");
+  return winograd_eligible(s) && s.C >= 48 && s.M >= 48 && s.N * prod(s.g.out) >= 784 && !env_is("KILN_WINOGRAD", "0");
 }
 
 
