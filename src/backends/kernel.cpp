@@ -24,6 +24,7 @@ Status AdHocShapes::prepare(const Kernel& k, const KernelContext& ctx,
   KILN_RETURN_IF_ERROR(k.reshape(rc));
   out = std::move(rc.out);
   state = std::move(rc.state);
+  share_input = rc.share_input;
   workspace.reset();
   if (rc.workspace_bytes) {
     KILN_ASSIGN_OR_RETURN(workspace, alloc(rc.workspace_bytes));

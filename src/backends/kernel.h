@@ -143,6 +143,7 @@ struct AdHocShapes {
   std::vector<std::pair<DataType, Shape>> out;
   std::shared_ptr<void> state;
   std::shared_ptr<Storage> workspace;
+  int share_input = -1;  // what reshape() asked (ReshapeContext::share_input)
   // `alloc` makes workspace memory on the kernel's device.
   Status prepare(const Kernel& k, const KernelContext& ctx,
                  const std::function<Expected<std::shared_ptr<Storage>>(size_t)>& alloc, const std::string& tactic = {});

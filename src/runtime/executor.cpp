@@ -641,6 +641,47 @@ Status Frame::run_tactic(int si, const std::string& tactic, const TacticTiming& 
     StepContext probe(*this, s, si, &adhoc);
     KILN_RETURN_IF_ERROR(adhoc.prepare(kernel, probe, alloc, tactic));
     StepContext ctx(*this, s, si, &adhoc);
+    // Output 0 in an input's memory (the plan's in-place chains, for a kernel that asked for them:
+    // oneDNN's sum post-op adds the residual Y holds) would make every run read what the one before
+    // wrote, so no tactic would match the first: that input starts each tactic as it was before the
+    // step first ran, and a tactic that does not work in place gets an output of its own.
+    Slot planned_out;
+    bool own_out = false;
+    if (!s.out.empty() && s.out[0] >= 0 && !adhoc.out.empty()) {
+      Tensor& y = ctx.output(0);
+      for (int k = 0; k < ctx.num_inputs(); ++k) {
+        if (!ctx.has_input(k) || ctx.input_slot(k).kind != Slot::Kind::kTensor || y.nbytes() == 0 ||
+            ctx.input(k).raw() != y.raw())
+          continue;
+        Tensor& in = at[s.in[k]]->tensor;
+        auto saved = tuning_inputs.find(s.in[k]);
+        if (saved == tuning_inputs.end()) saved = tuning_inputs.emplace(s.in[k], ctx.owned_copy(in)).first;
+        else KILN_RETURN_IF_ERROR(backend.copy(saved->second, in, state));
+        if (adhoc.share_input != k) {
+          planned_out = *at[s.out[0]];
+          *at[s.out[0]] = Slot::of(ctx.owned_copy(y));
+          own_out = true;
+        }
+        break;
+      }
+    }
+    // However this returns: the tactic's result into the planned output (where the tuner reads it;
+    // the input it overwrites is put back before the next tactic runs), and the planned view back
+    // in its slot.
+    struct PutBack {
+      Frame& f;
+      Backend& backend;
+      void* state;
+      int v;
+      Slot& planned;
+      bool on;
+      ~PutBack() {
+        if (!on) return;
+        (void)backend.copy(f.at[v]->tensor, planned.tensor, state);
+        (void)backend.synchronize(state);
+        *f.at[v] = std::move(planned);
+      }
+    } put_back{*this, backend, state, own_out ? s.out[0] : -1, planned_out, own_out};
     for (int i = 0; i < how.warmup; ++i) KILN_RETURN_IF_ERROR(kernel.run(ctx));
     KILN_RETURN_IF_ERROR(backend.synchronize(state));
     if (!sample_ms) return Status::Ok();

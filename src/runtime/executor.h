@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kiln/kiln.h"
@@ -175,6 +176,9 @@ struct Frame {
   // `how.graph`, replays of one captured graph of the `iters` runs), stopping early past
   // `how.deadline`. The step's outputs hold the tactic's result when it returns.
   Status run_tactic(int si, const std::string& tactic, const TacticTiming& how, std::vector<double>* sample_ms);
+  // run_tactic's copies of inputs that a step's output overwrites in place (by value): each tactic
+  // starts from the input as it was before the step first ran.
+  std::unordered_map<int, Tensor> tuning_inputs;
 
  private:
   Status run_step(int si, OpProfile* profile);

@@ -182,3 +182,33 @@ def test_tuning_survives_inputs_the_model_refuses(tmp_path):
     e = k.Engine.build(str(path), tune=True)
     y, r = e.create_context().run({"x": np.ones((2, 3, 8, 8), np.float32), "d": np.array(1, np.int64)})
     assert r.tolist() == [0, 1, 2, 3, 4] and y.shape == (2, 4, 8, 8)
+
+
+def test_convolutions_that_add_their_residual_in_place_are_tuned(tmp_path):
+    """A fused convolution that adds its residual in the residual's own memory (oneDNN's sum post-op,
+    the planner's in-place chain) is tuned like any layer: every tactic starts from the residual as it
+    was (not from what the last run wrote over it), one that does not work in place (kiln's packed
+    kernel) gets an output of its own, none is rejected or fails, and the tuned engine computes the
+    untuned one's result."""
+    import kiln as k
+
+    rng = np.random.default_rng(2)
+    c = 32
+    inits = [numpy_helper.from_array((rng.standard_normal((c, c, 1, 1)) / np.sqrt(c)).astype(np.float32), f"w{i}")
+             for i in range(3)]
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w0"], ["h"]), n("Relu", ["h"], ["hr"]), n("Conv", ["hr", "w1"], ["a"]), n("Relu", ["a"], ["ar"]),
+             n("Conv", ["ar", "w2"], ["b"]), n("Add", ["b", "hr"], ["s"]), n("Relu", ["s"], ["y"])]
+    g = helper.make_graph(nodes, "residual", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 12, 10])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    path = tmp_path / "residual.onnx"
+    path.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString())
+    code, out, err = kiln("build", str(path), "-o", str(tmp_path / "m.kiln"), "--tune", "-v")
+    assert code == 0, out + err
+    lines = [line for line in err.splitlines() if "tune node" in line and "float32[1,12,10,32]]" in line]
+    assert len(lines) == 1, err  # the one convolution with a residual input (4 inputs)
+    assert "rejected" not in lines[0] and "failed" not in lines[0] and "onednn-direct" in lines[0], lines[0]
+    x = rng.standard_normal((1, c, 12, 10)).astype(np.float32)
+    tuned = k.InferenceSession(str(tmp_path / "m.kiln")).run(None, {"x": x})[0]
+    plain = k.InferenceSession(str(path)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(tuned, plain, rtol=1e-5, atol=1e-5)
