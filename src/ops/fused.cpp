@@ -4,7 +4,9 @@
 //   FusedConv(X, W[, B[, Z]])    Conv attributes + activation, activation_params: act(conv + B + Z), Z
 //                                a residual of Y's shape (passes/fuse_activation.cpp); channels_last = 1
 //                                (made by passes/channels_last.cpp for GPU engines): X [N,H,W,C],
-//                                W [M,kh,kw,C/group], Y [N,OH,OW,M] (2-D only)
+//                                W [M,kh,kw,C/group], Y [N,OH,OW,M] (2-D only); → Y[, P] where P
+//                                [N,1,1,M] is Y's mean over OH and OW (GlobalAveragePool of Y,
+//                                passes/conv_pool.cpp, CPU engines)
 //   FusedGemm(A, B[, C])         Gemm attributes + activation, activation_params
 //   FusedMatMul(A, B[, bias])    act(MatMul(A, B) + bias), bias [N] along the last dim
 //   SkipLayerNorm(A, B, gamma[, beta]) → Y[, A+B]   LayerNormalization(A + B) over the last dim, epsilon
@@ -93,6 +95,16 @@ Status infer_fused_conv(InferContext& c) {
   if (!st.ok()) return st;
   c.out[0] = sub.out[0];
   c.out[0].shape = permuted(sub.out[0].shape, false);
+  // Output 1 (passes/conv_pool.cpp): Y's mean over H and W, [N, 1, 1, M].
+  if (c.out.size() > 1) {
+    c.out[1] = c.out[0];
+    if (c.out[0].shape.known) {
+      ir::SymShape pooled = c.out[0].shape;
+      pooled.dims[1] = ir::Dim(1);
+      pooled.dims[2] = ir::Dim(1);
+      c.out[1].shape = pooled;
+    }
+  }
   return Status::Ok();
 }
 // ChannelsLastPool: the shape function of the op named by `op`, on the channels-first view.
@@ -188,7 +200,7 @@ void add_fused_ops(std::vector<OpDef>& t) {
     d.min_inputs = min_in, d.max_inputs = max_in, d.min_outputs = min_out, d.max_outputs = max_out;
     t.push_back(std::move(d));
   };
-  add("FusedConv", infer_fused_conv, 2, 4, 1, 1);
+  add("FusedConv", infer_fused_conv, 2, 4, 1, 2);
   add("FusedGemm", like<kGemm, 3>, 2, 3, 1, 1);
   add("FusedMatMul", like<kMatMul, 2>, 2, 3, 1, 1);
   add("SkipLayerNorm", infer_skip_layer_norm, 3, 4, 1, 2);

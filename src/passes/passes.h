@@ -83,6 +83,11 @@ int allow_tf32(ir::Graph& g);
 // changed layout. Runs after convert_precision() for GPU engines.
 Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(const ir::Node&)>& accepts);
 
+// kiln.ChannelsLastPool(GlobalAveragePool) of a float32 channels-last kiln.FusedConv's output becomes
+// that convolution's second output (conv_pool.cpp; CPU engines, after convert_to_channels_last).
+// Returns how many pools were folded.
+Expected<int> fold_pools_into_convs(ir::Graph& g);
+
 // The named pipeline, in order; a pass runs when options.level >= min_level.
 const std::vector<Pass>& pipeline();
 // Runs the pipeline to a fixed point (bounded), then re-infers types and verifies the graph.

@@ -166,6 +166,8 @@ static Status cpu_channels_last(ir::Graph& graph, const BuildOptions& options, c
     KILN_RETURN_IF_ERROR(passes::eliminate_dead_code(graph, ctx).status());
     if (!changed) break;
   }
+  if (!(std::getenv("KILN_CONV_POOL") && std::string(std::getenv("KILN_CONV_POOL")) == "0"))
+    KILN_RETURN_IF_ERROR(passes::fold_pools_into_convs(graph).status());
   return graph.sort();
 }
 

@@ -101,7 +101,8 @@ def conv_chain_model():
 
 def test_float_convolution_chains_run_channels_last(monkeypatch):
     """CPU engines at opt level 2 run float32 convolutions channels-last (oneDNN's NHWC kernels); the
-    chain's pools, squeeze-excitation and residual follow, and the result equals the channels-first
+    chain's pools, squeeze-excitation and residual follow (the squeeze-excitation's global pool computed
+    by the convolution before it, as its second output), and the result equals the channels-first
     engine's within float32 rounding."""
     import re  # noqa: PLC0415
 
@@ -109,7 +110,8 @@ def test_float_convolution_chains_run_channels_last(monkeypatch):
     x = np.random.default_rng(3).standard_normal((2, 3, 20, 18)).astype(np.float32)
     e = kiln.Engine.build_from_bytes(m, opt_level=2)
     report = e.placement_report()
-    assert len(re.findall(r"\(ChannelsLastPool\)", report)) == 2, report
+    assert len(re.findall(r"\(ChannelsLastPool\)", report)) == 1, report  # the MaxPool
+    assert len(re.findall(r"\(FusedConv\) .*=> float32\[1,10,9,16\], float32\[1,1,1,16\]", report)) == 1, report
     assert len(re.findall(r"\(Transpose\)", report)) == 2, report  # in at the input, out at the output
     got = e.create_context().run({"x": x})[0]
     monkeypatch.setenv("KILN_CPU_NHWC", "0")
@@ -451,6 +453,59 @@ def test_winograd_convolutions_match_a_double_reference(capfd, monkeypatch, nhwc
     runs, log = runs_with_verbose_log(capfd, model.SerializeToString(), 2, x)
     assert not any("wino" in k for k in re.findall(r"oneDNN convolution (\S+)", log)), log
     np.testing.assert_allclose(runs[0], want, rtol=0, atol=2e-5 * scale)
+
+
+def squeeze_excite_model(c, h, w, act, kind):
+    """x → Conv 3x3 (3→c) → Conv (dense 3x3 or depthwise, c→c, bias) → act → y; y · Sigmoid(Conv1x1(
+    GlobalAveragePool(y))) → out: EfficientNet's squeeze-excitation, whose pool the convolution computes."""
+    rng = np.random.default_rng(c + h)
+    group = c if kind == "depthwise" else 1
+    inits = [numpy_helper.from_array((rng.standard_normal((c, 3, 3, 3)) * 0.3).astype(np.float32), "w0"),
+             numpy_helper.from_array((rng.standard_normal((c, c // group, 3, 3)) * 0.3).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "b1"),
+             numpy_helper.from_array((rng.standard_normal((c, c, 1, 1)) * 0.2).astype(np.float32), "w2")]
+    nd = helper.make_node
+    nodes = [nd("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+             nd("Conv", ["c0", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], group=group)]
+    if act == "SiLU":
+        nodes += [nd("Sigmoid", ["c1"], ["s1"]), nd("Mul", ["c1", "s1"], ["y"])]
+    else:
+        nodes.append(nd(act, ["c1"], ["y"]))
+    nodes += [nd("GlobalAveragePool", ["y"], ["p"]), nd("Conv", ["p", "w2"], ["q"]), nd("Sigmoid", ["q"], ["g"]),
+              nd("Mul", ["y", "g"], ["out"])]
+    g = helper.make_graph(nodes, "se", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, h, w])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("p", TensorProto.FLOAT, None)], initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+
+@pytest.mark.parametrize("c,h,w", [(13, 9, 11), (32, 28, 28), (100, 7, 9), (200, 14, 13)])
+@pytest.mark.parametrize("act", ["SiLU", "Sigmoid", "Relu", "Identity"])
+@pytest.mark.parametrize("kind", ["dense", "depthwise"])
+def test_squeeze_excitation_pool_is_computed_by_the_convolution(capfd, c, h, w, act, kind):
+    """A channels-last convolution whose output feeds a GlobalAveragePool computes the pool as its second
+    output, in the pass that applies its activation (passes/conv_pool.cpp; channels not a multiple of 16,
+    more than 128, two images): the log says so, no pool node is left, and the pooled values and the
+    block's output are the unfused graph's within float32 rounding (sums in another order)."""
+    m = squeeze_excite_model(c, h, w, act, kind)
+    x = np.random.default_rng(h * w).standard_normal((2, 3, h, w)).astype(np.float32)
+    want = kiln.Engine.build_from_bytes(m, opt_level=0).create_context().run({"x": x})
+    kiln.set_default_logger_severity(0)
+    try:
+        capfd.readouterr()
+        e = kiln.Engine.build_from_bytes(m, opt_level=2)
+        log = capfd.readouterr().err
+    finally:
+        kiln.set_default_logger_severity(2)
+    assert "[conv-pool]" in log, log
+    assert "ChannelsLastPool" not in e.placement_report() and "GlobalAveragePool" not in e.placement_report()
+    got = e.create_context().run({"x": x})
+    assert got[1].shape == want[1].shape == (2, c, 1, 1)
+    # The convolutions add their taps in other orders than the unfused graph's (and the activations are
+    # other float32 approximations): rounding scales with the largest outputs, not each element.
+    scale = float(np.abs(want[0]).max())
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=2e-6 * scale)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5 * scale)
 
 
 @pytest.mark.parametrize("channels", [3, 13, 40, 64, 77, 200])

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -109,6 +110,96 @@ inline EpilogueRowsFn epilogue_rows_for(ActKind k) {
     case ActKind::kGeluTanh: return &epilogue_rows<ActKind::kGeluTanh>;
   }
   return &epilogue_rows<ActKind::kNone>;
+}
+
+// kiln.FusedConv's pooled output (passes/conv_pool.cpp): on channels-last Y [N, pixels, C], Y = act(Y)
+// and pooled[n * C + c] = the mean of image n's channel c after the activation, in the one pass over Y
+// that applies the activation. Each image's pixels go in pool_chunks(pixels, C) contiguous chunks (as
+// the activation alone is split): chunk k sums its pixels into partial[k * C ...], and the means add
+// the chunks in order, so the result does not depend on the thread count. Sigmoid, SiLU and no
+// activation with the AVX-512 intrinsics; other activations and CPUs through epilogue_rows.
+inline int64_t pool_chunks(int64_t pixels, int64_t C) {
+  return std::clamp<int64_t>(pixels * C / 32768, 1, std::min<int64_t>(pixels, 64));
+}
+// NB blocks of 16 channels from column c0 (the last one `last_width` wide) of `pixels` rows of C:
+// activation in place, sums in registers.
+template <int NB>
+[[gnu::target(KILN_TARGET_AVX512), gnu::always_inline]] inline void act_sum_blocks_avx512(float* y, int64_t pixels, int64_t C,
+                                                                                          int64_t last_width, ActKind k,
+                                                                                          float* sums) {
+  __m512 acc[NB];
+  __mmask16 mask[NB];
+#pragma GCC unroll 8
+  for (int j = 0; j < NB; ++j) {
+    acc[j] = _mm512_setzero_ps();
+    mask[j] = j + 1 < NB || last_width >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << last_width) - 1);
+  }
+  for (int64_t p = 0; p < pixels; ++p) {
+    float* q = y + p * C;
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) {
+      __m512 v = _mm512_maskz_loadu_ps(mask[j], q + 16 * j);
+      if (k != ActKind::kNone) {
+        v = simd::sigmoid_avx512(v, k == ActKind::kSilu);
+        _mm512_mask_storeu_ps(q + 16 * j, mask[j], v);
+      }
+      acc[j] = _mm512_add_ps(acc[j], v);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NB; ++j) _mm512_mask_storeu_ps(sums + 16 * j, mask[j], acc[j]);
+}
+[[gnu::target(KILN_TARGET_AVX512)]] inline void act_sum_pixels_avx512(float* y, int64_t pixels, int64_t C, ActKind k,
+                                                                      float* sums) {
+  // Up to 8 blocks (128 channels) per sweep over the chunk's pixels (a chunk stays in L2 between sweeps).
+  for (int64_t c0 = 0; c0 < C; c0 += 128) {
+    const int64_t width = std::min<int64_t>(128, C - c0), nb = (width + 15) / 16, last = width - 16 * (nb - 1);
+    float* yc = y + c0;
+    float* sc = sums + c0;
+    switch (nb) {
+      case 1: act_sum_blocks_avx512<1>(yc, pixels, C, last, k, sc); break;
+      case 2: act_sum_blocks_avx512<2>(yc, pixels, C, last, k, sc); break;
+      case 3: act_sum_blocks_avx512<3>(yc, pixels, C, last, k, sc); break;
+      case 4: act_sum_blocks_avx512<4>(yc, pixels, C, last, k, sc); break;
+      case 5: act_sum_blocks_avx512<5>(yc, pixels, C, last, k, sc); break;
+      case 6: act_sum_blocks_avx512<6>(yc, pixels, C, last, k, sc); break;
+      case 7: act_sum_blocks_avx512<7>(yc, pixels, C, last, k, sc); break;
+      default: act_sum_blocks_avx512<8>(yc, pixels, C, last, k, sc); break;
+    }
+  }
+}
+inline void apply_epilogue_and_pool(float* y, int64_t N, int64_t pixels, int64_t C, const Activation& act, float* pooled,
+                                    float* partial) {
+  if (pixels == 0) {  // the mean of an empty image (the pool kernels' NaN)
+    std::fill(pooled, pooled + N * C, std::numeric_limits<float>::quiet_NaN());
+    return;
+  }
+  const int64_t chunks = pool_chunks(pixels, C);
+  const bool simd = has_avx512() && (act.kind == ActKind::kNone || act.kind == ActKind::kSilu || act.kind == ActKind::kSigmoid);
+  const EpilogueRowsFn fn = epilogue_rows_for(act.kind);
+  for (int64_t n = 0; n < N; ++n) {
+    float* img = y + n * pixels * C;
+    parallel_for(chunks, 1, [&](int64_t k0, int64_t k1) {
+      for (int64_t k = k0; k < k1; ++k) {
+        const int64_t p0 = k * pixels / chunks, p1 = (k + 1) * pixels / chunks;
+        float* sums = partial + k * C;
+        if (simd) {
+          act_sum_pixels_avx512(img + p0 * C, p1 - p0, C, act.kind, sums);
+          continue;
+        }
+        if (act.kind != ActKind::kNone) fn(img, p0, p1, C, nullptr, act);
+        std::fill(sums, sums + C, 0.0f);
+        for (int64_t p = p0; p < p1; ++p)
+          for (int64_t c = 0; c < C; ++c) sums[c] += img[p * C + c];
+      }
+    });
+    const float inv = 1.0f / static_cast<float>(pixels);
+    for (int64_t c = 0; c < C; ++c) {
+      float s = partial[c];
+      for (int64_t k = 1; k < chunks; ++k) s += partial[k * C + c];
+      pooled[n * C + c] = s * inv;
+    }
+  }
 }
 
 // Applies bias (per column, `cols` wide; may be null) and the activation to rows x cols floats.

@@ -495,6 +495,7 @@ bool winograd_first(const ConvShapes& s) {
 
 struct ConvState {
   ConvShapes s;
+  size_t pool_offset = 0;  // the pooled output's partial sums in the workspace (fused::apply_epilogue_and_pool)
   ColBuffers cb;
   std::shared_ptr<DnnlConv> dnnl;      // the "onednn" tactics
   std::shared_ptr<PackedConv> packed;  // the "packed-direct" tactic
@@ -547,7 +548,21 @@ bool packed_first(const ReshapeContext& rc, const ConvShapes& s) {
          !packed_conv_by_patches(packed_geometry(s));
 }
 
+Status conv_reshape_body(ReshapeContext& rc, const ConvAttrs& a);
+
+// The pooled output's partial sums go after what the convolution's own workspace needs.
 Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
+  KILN_RETURN_IF_ERROR(conv_reshape_body(rc, a));
+  if (rc.out.size() > 1 && rc.state) {
+    auto* st = static_cast<ConvState*>(rc.state.get());
+    const int64_t pixels = prod(st->s.g.out);
+    st->pool_offset = align64(rc.workspace_bytes);
+    rc.workspace_bytes = st->pool_offset + static_cast<size_t>(fused::pool_chunks(pixels, st->s.M) * st->s.M) * sizeof(float);
+  }
+  return Status::Ok();
+}
+
+Status conv_reshape_body(ReshapeContext& rc, const ConvAttrs& a) {
   if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("X and W are required");
   auto st = std::make_shared<ConvState>();
   if (a.nhwc && (rc.in[0].shape.size() != 4 || rc.in[1].shape.size() != 4))
@@ -557,6 +572,12 @@ Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
   if (rc.in.size() > 2 && rc.in[2].present && shape_numel(rc.in[2].shape) != st->s.M)
     return rc.error("B must have M = " + std::to_string(st->s.M) + " entries");
   rc.out[0] = {rc.in[0].dtype, a.nhwc ? Shape{st->s.y[0], st->s.y[2], st->s.y[3], st->s.y[1]} : st->s.y};
+  // The pooled output (passes/conv_pool.cpp): channels-last float32 convolutions only.
+  if (rc.out.size() > 1) {
+    if (!a.nhwc || !a.fused || rc.in[0].dtype != DataType::kFloat32)
+      return rc.error("a pooled output needs a float32 channels_last FusedConv");
+    rc.out[1] = {DataType::kFloat32, Shape{st->s.N, 1, 1, st->s.M}};
+  }
   const bool residual = a.fused && rc.in.size() > 3 && rc.in[3].present;
   if (residual && (rc.in[3].shape != rc.out[0].second || rc.in[3].dtype != DataType::kFloat32))
     return rc.error("the residual must be float32 of the output's shape " + shape_to_string(rc.out[0].second));
@@ -669,8 +690,20 @@ std::vector<std::string> conv_tactics(const ReshapeContext& rc, const ConvAttrs&
   return r;
 }
 
-// FusedConv's epilogue where oneDNN did not apply it: y += Z, then y = act(y).
-void fused_conv_epilogue(KernelContext& ctx, const ConvAttrs& a, const DnnlConv* d, Tensor& y) {
+// FusedConv's output 1 when the node has it (passes/conv_pool.cpp), else null.
+float* pooled_output(KernelContext& ctx) {
+  return ctx.num_outputs() > 1 && ctx.has_output(1) ? ctx.output(1).data<float>() : nullptr;
+}
+
+// The pooled output of channels-last Y [N, OH, OW, M] after `act` (applied to Y in the same pass).
+void act_and_pool(KernelContext& ctx, const ConvState& st, Tensor& y, const Activation& act, float* pooled) {
+  float* partial = reinterpret_cast<float*>(static_cast<char*>(ctx.workspace()) + st.pool_offset);
+  fused::apply_epilogue_and_pool(y.data<float>(), st.s.N, prod(st.s.g.out), st.s.M, act, pooled, partial);
+}
+
+// FusedConv's epilogue where oneDNN did not apply it: y += Z, then y = act(y), and the pooled output
+// in the activation's pass.
+void fused_conv_epilogue(KernelContext& ctx, const ConvAttrs& a, const ConvState& st, const DnnlConv* d, Tensor& y) {
   if (!a.fused) return;
   if (ctx.num_inputs() > 3 && ctx.has_input(3) && !(d && d->post_sum)) {
     const float* pz = ctx.input(3).data<float>();
@@ -679,7 +712,9 @@ void fused_conv_epilogue(KernelContext& ctx, const ConvAttrs& a, const DnnlConv*
       for (int64_t i = i0; i < i1; ++i) py[i] += pz[i];
     });
   }
-  if (!(d && d->post_act)) fused::apply_epilogue(y.data<float>(), y.numel(), 1, nullptr, a.act);
+  const Activation act = d && d->post_act ? Activation{} : a.act;
+  if (float* pooled = pooled_output(ctx)) act_and_pool(ctx, st, y, act, pooled);
+  else fused::apply_epilogue(y.data<float>(), y.numel(), 1, nullptr, act);
 }
 
 Status conv_kernel(KernelContext& ctx, const ConvAttrs& a) {
@@ -692,6 +727,7 @@ Status conv_kernel(KernelContext& ctx, const ConvAttrs& a) {
     if (z && z->raw() == y.raw()) return ctx.error("the residual must not share the output's buffer");
     packed_conv(*st.packed, x.data<float>(), ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr,
                 z ? z->data<float>() : nullptr, a.fused ? a.act : Activation{}, y.data<float>());
+    if (float* pooled = pooled_output(ctx)) act_and_pool(ctx, st, y, Activation{}, pooled);
     return Status::Ok();
   }
   if (st.dw) {
@@ -699,20 +735,21 @@ Status conv_kernel(KernelContext& ctx, const ConvAttrs& a) {
     if (z && z->raw() == y.raw()) return ctx.error("the residual must not share the output's buffer");
     dw_conv(*st.dw, x.data<float>(), ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr, z ? z->data<float>() : nullptr,
             a.fused ? a.act : Activation{}, y.data<float>());
+    if (float* pooled = pooled_output(ctx)) act_and_pool(ctx, st, y, Activation{}, pooled);
     return Status::Ok();
   }
   if (st.dnnl) {
     const Tensor* z = ctx.num_inputs() > 3 && ctx.has_input(3) ? &ctx.input(3) : nullptr;
     Status r = run_dnnl_conv(*st.dnnl, x, ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr, z, y, ctx.workspace());
     if (!r.ok()) return ctx.error(r.message());
-    fused_conv_epilogue(ctx, a, st.dnnl.get(), y);
+    fused_conv_epilogue(ctx, a, st, st.dnnl.get(), y);
     return Status::Ok();
   }
   if (x.dtype() == DataType::kFloat32 && w.dtype() == DataType::kFloat32 &&
       (!ctx.has_input(2) || ctx.input(2).dtype() == DataType::kFloat32)) {
     conv_forward<float>(st.s, x.data<float>(), w.data<float>(), ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr,
                         y.data<float>(), static_cast<float*>(ctx.workspace()), st.cb);
-    fused_conv_epilogue(ctx, a, nullptr, y);
+    fused_conv_epilogue(ctx, a, st, nullptr, y);
     return Status::Ok();
   }
   if (a.fused) return ctx.error("float32 only");
