@@ -119,7 +119,8 @@ inline EpilogueRowsFn epilogue_rows_for(ActKind k) {
 // the chunks in order, so the result does not depend on the thread count. Sigmoid, SiLU and no
 // activation with the AVX-512 intrinsics; other activations and CPUs through epilogue_rows.
 inline int64_t pool_chunks(int64_t pixels, int64_t C) {
-  return std::clamp<int64_t>(pixels * C / 32768, 1, std::min<int64_t>(pixels, 64));
+  // apply_epilogue's grain (16384 values a task), so the pass splits over threads as the activation's did.
+  return std::clamp<int64_t>(pixels * C / 16384, 1, std::min<int64_t>(pixels, 64));
 }
 // NB blocks of 16 channels from column c0 (the last one `last_width` wide) of `pixels` rows of C:
 // activation in place, sums in registers.
