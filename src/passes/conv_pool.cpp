@@ -2,7 +2,8 @@
 // squeeze-excitation blocks of EfficientNet, MobileNetV3, RegNet-Y, MnasNet-A) computes that pool
 // itself, as its second output: the CPU kernel sums each channel in the same pass that applies the
 // activation (SiLU, Sigmoid) to the convolution's output, instead of the pool reading the whole
-// output again. EfficientNet-B0: 17 pools, 0.2-0.4 ms of 9-16 ms (bench/results/cpu_conv_pool.md).
+// output again. EfficientNet-B0: 17 pools; on the host at 2 threads 5.2-5.4 ms against 5.4-5.7 ms without
+// (bench/results/cpu_2026-11-27b.md).
 // For CPU engines, after passes/channels_last.cpp (the pool is then kiln.ChannelsLastPool).
 #include "passes/pattern.h"
 #include "util/log.h"
