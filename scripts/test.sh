@@ -16,7 +16,7 @@ echo "== unit tests"
 # machine the runs above take the AVX-512 ones, so the kernels' own tests run again on the AVX2 copies.
 echo "== CPU kernels' AVX2 copies (KILN_CPU_ISA=avx2)"
 KILN_CPU_ISA=avx2 build/kiln_tests --gtest_brief=1 \
-  --gtest_filter='DwConv.*:SigmoidSimd.*:PackedConv.*:NnPackedGemm.*:NnPool.*:NnConv.*:NnSoftmax.*:NnNorm.*:ElementwiseUnary.*:ElementwiseBinary.*:FusedAttention.*:ShapeTranspose.*'
+  --gtest_filter='DwConv.*:SigmoidSimd.*:PackedConv.*:NnPackedGemm.*:NnGemv.*:NnPool.*:NnConv.*:NnSoftmax.*:NnNorm.*:ElementwiseUnary.*:ElementwiseBinary.*:FusedAttention.*:ShapeTranspose.*'
 unset PYTHONPATH
 if [ -d tests/python ]; then
   echo "== python tests"

@@ -263,3 +263,41 @@ TEST(NnPackedGemm, MatchesDoubleReference) {
           EXPECT_LT(worst, 1e-5 * std::sqrt(static_cast<double>(cs.K + 1)));
         }
 }
+
+// The "gemv" tactic's kernel (gemv.h) against a double reference: K not a multiple of 16 or 8 (the
+// masked / scalar tails), N not a multiple of 4 (the single-row tail) and spanning several thread
+// blocks, K = 0, B transposed or not, with and without a bias; 1 and 2 threads give the same bits (each
+// output is one row's dot product, whoever computes it). The AVX2 copy runs under KILN_CPU_ISA=avx2
+// (scripts/test.sh).
+#include "backends/cpu/gemv.h"
+
+TEST(NnGemv, MatchesDoubleReference) {
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  struct Case { int64_t K, N; };
+  for (const Case cs : {Case{1, 1}, Case{7, 3}, Case{16, 4}, Case{37, 130}, Case{1280, 1000}, Case{2051, 69}, Case{0, 5}})
+    for (bool transposed : {false, true})
+      for (bool with_bias : {false, true}) {
+        SCOPED_TRACE("K " + std::to_string(cs.K) + " N " + std::to_string(cs.N) + (transposed ? " transB" : "") +
+                     (with_bias ? " bias" : ""));
+        std::vector<float> a(cs.K), b(cs.K * cs.N), bias(cs.N), y(cs.N + 3, -7.f), y1(cs.N + 3, -7.f);
+        for (auto& v : a) v = u(rng);
+        for (auto& v : b) v = u(rng);
+        for (auto& v : bias) v = u(rng);
+        auto gb = kiln::cpu::pack_gemv_b(b.data(), cs.K, cs.N, transposed);
+        ASSERT_TRUE(gb.ok());
+        kiln::cpu::gemv(a.data(), **gb, with_bias ? bias.data() : nullptr, y.data());
+        omp_set_num_threads(1);
+        kiln::cpu::gemv(a.data(), **gb, with_bias ? bias.data() : nullptr, y1.data());
+        omp_set_num_threads(2);
+        EXPECT_EQ(y, y1);
+        double worst = 0;
+        for (int64_t n = 0; n < cs.N; ++n) {
+          double s = with_bias ? bias[n] : 0.0;
+          for (int64_t k = 0; k < cs.K; ++k) s += static_cast<double>(a[k]) * (transposed ? b[n * cs.K + k] : b[k * cs.N + n]);
+          worst = std::max(worst, std::abs(y[n] - s) / (1.0 + std::abs(s)));
+        }
+        for (int64_t n = cs.N; n < cs.N + 3; ++n) ASSERT_EQ(y[n], -7.f) << "wrote past N";
+        EXPECT_LT(worst, 1e-5 * std::sqrt(static_cast<double>(cs.K + 1)));
+      }
+}

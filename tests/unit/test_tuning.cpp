@@ -123,7 +123,7 @@ TEST(Tuning, EachProfileIsTunedAndChosenByInputShape) {
     if (s.tactics.empty()) continue;
     ASSERT_EQ(s.tactics.size(), 2u);
     EXPECT_TRUE(s.tactics[0] == "im2col" || s.tactics[0] == "onednn" || s.tactics[0] == "onednn-winograd" ||
-                s.tactics[0] == "sgemm" || s.tactics[0] == "packed")
+                s.tactics[0] == "sgemm" || s.tactics[0] == "packed" || s.tactics[0] == "gemv")
         << s.tactics[0];
     EXPECT_TRUE(s.tactics[1] == "jobs-parallel" || s.tactics[1] == "jobs-serial" || s.tactics[1] == "onednn" ||
                 s.tactics[1] == "onednn-winograd" || s.tactics[1] == "sgemm" || s.tactics[1] == "packed")

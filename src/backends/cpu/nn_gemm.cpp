@@ -10,6 +10,7 @@
 
 #include "backends/cpu/conv_shapes.h"
 #include "backends/cpu/nn_common.h"
+#include "backends/cpu/gemv.h"
 #include "backends/cpu/packed_gemm.h"
 #include "backends/staged_kernel.h"
 #include "ops/op_table.h"
@@ -20,18 +21,21 @@ namespace {
 
 struct DnnlMatMul;
 
-// The "packed" tactic's B, packed once per kernel (shared by every shape signature: B is constant).
-struct PackCache {
+// A tactic's form of the constant B, made once per kernel by `Pack` (shared by every shape signature).
+template <typename B, Expected<std::shared_ptr<B>> (*Pack)(const float*, int64_t, int64_t, bool)>
+struct ConstantBCache {
   std::mutex mu;
-  std::shared_ptr<PackedB> b;
-  Expected<std::shared_ptr<PackedB>> get(const Tensor& t, int64_t K, int64_t N, bool transposed) {
+  std::shared_ptr<B> b;
+  Expected<std::shared_ptr<B>> get(const Tensor& t, int64_t K, int64_t N, bool transposed) {
     std::lock_guard<std::mutex> lock(mu);
     if (!b) {
-      KILN_ASSIGN_OR_RETURN(b, pack_b(t.data<float>(), K, N, transposed));
+      KILN_ASSIGN_OR_RETURN(b, Pack(t.data<float>(), K, N, transposed));
     }
     return b;
   }
 };
+using PackCache = ConstantBCache<PackedB, pack_b>;      // the "packed" tactic's panels
+using GemvCache = ConstantBCache<GemvB, pack_gemv_b>;   // the "gemv" tactic's rows
 
 // The tactics of a product with a constant 2-D B: oneDNN's matmul, sgemm, and kiln's packed kernel
 // where this CPU runs it (and `packed_ok`: Gemm's transA rules it out).
@@ -281,12 +285,19 @@ struct GemmAttrs {
 struct GemmShape {
   std::shared_ptr<DnnlMatMul> dnnl;  // the "onednn" tactic
   std::shared_ptr<PackedB> packed;   // the "packed" tactic (alpha 1, A not transposed)
+  std::shared_ptr<GemvB> gemv;       // the "gemv" tactic (one row of A)
   std::optional<Tensor> bias_row;    // C as the primitive's bias row (beta·C), when it is one
   int64_t M = 0, N = 0, K = 0;
   int64_t cm = 0, cn = 0;  // strides of C over (m, n) after unidirectional broadcasting
 };
 
-Status gemm_reshape(ReshapeContext& rc, const GemmAttrs& g, PackCache& cache) {
+struct GemmCaches {
+  PackCache packed;
+  GemvCache gemv;
+};
+
+Status gemm_reshape(ReshapeContext& rc, const GemmAttrs& g, GemmCaches& caches) {
+  PackCache& cache = caches.packed;
   if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("A and B are required");
   const Shape& a = rc.in[0].shape;
   const Shape& b = rc.in[1].shape;
@@ -319,12 +330,23 @@ Status gemm_reshape(ReshapeContext& rc, const GemmAttrs& g, PackCache& cache) {
     for (int64_t n = 0; n < N; ++n) row.data<float>()[n] = static_cast<float>(g.beta) * c.data<float>()[n * st->cn];
     st->bias_row = std::move(row);
   }
-  if (planned && !g.ta && wants_packed(rc.tactic)) {
+  // One row of A (a batch-1 classifier head): kiln's GEMV, which streams Bᵀ's rows in order (gemv.h),
+  // untuned too.
+  if (planned && M == 1 && !g.ta && (rc.tactic == "gemv" || (rc.tactic.empty() && has_avx2_fma()))) {
+    auto gb = caches.gemv.get(*rc.in[1].value, K, N, g.tb);
+    if (!gb.ok()) return gb.status();
+    st->gemv = std::move(gb).value();
+    rc.state = std::move(st);
+    return Status::Ok();
+  }
+  // "gemv" chosen at a profile's opt shape and run at another batch of it: the kernel's own choice.
+  const std::string tactic = rc.tactic == "gemv" ? std::string() : rc.tactic;
+  if (planned && !g.ta && wants_packed(tactic)) {
     auto pb = cache.get(*rc.in[1].value, K, N, g.tb);
     if (pb.ok()) st->packed = std::move(pb).value();
-    else if (rc.tactic == "packed") return pb.status();
+    else if (tactic == "packed") return pb.status();
   }
-  if (planned && !st->packed && rc.tactic != "packed") {
+  if (planned && !st->packed && tactic != "packed") {
     auto d = make_dnnl_matmul(rc, M, N, K, g.ta, g.tb, *rc.in[1].value, st->bias_row ? &*st->bias_row : nullptr,
                               &rc.workspace_bytes);
     if (d.ok()) st->dnnl = std::move(d).value();
@@ -343,7 +365,9 @@ std::vector<std::string> gemm_tactics(const ReshapeContext& rc, const GemmAttrs&
   if (g.alpha != 1 || !dnnl_matmul_eligible(rc, M, N, K)) return {};
   if (has_c && (!rc.in[2].value || rc.in[2].dtype != DataType::kFloat32 || (rc.in[2].shape.size() == 2 && rc.in[2].shape[0] != 1)))
     return {};
-  return constant_b_tactics(!g.ta);
+  std::vector<std::string> r = constant_b_tactics(!g.ta);
+  if (M == 1 && !g.ta) r.insert(r.begin(), "gemv");  // the untuned choice first
+  return r;
 }
 
 Status gemm_kernel(KernelContext& ctx, const GemmAttrs& g) {
@@ -353,6 +377,10 @@ Status gemm_kernel(KernelContext& ctx, const GemmAttrs& g) {
   const int64_t M = sh.M, N = sh.N, K = sh.K, cm = sh.cm, cn = sh.cn;
   const bool has_c = ctx.has_input(2) && g.beta != 0;
   Tensor& y = ctx.output(0);
+  if (sh.gemv) {
+    gemv(a.data<float>(), *sh.gemv, sh.bias_row ? sh.bias_row->data<float>() : nullptr, y.data<float>());
+    return Status::Ok();
+  }
   if (sh.packed) {
     packed_gemm(M, a.data<float>(), K, *sh.packed, sh.bias_row ? sh.bias_row->data<float>() : nullptr, y.data<float>(), N);
     return Status::Ok();
@@ -502,7 +530,7 @@ void register_gemm(KernelRegistry& r) {
            g.tb = p.trans_b;
            g.alpha = p.alpha;
            g.beta = p.beta;
-           auto cache = std::make_shared<PackCache>();
+           auto cache = std::make_shared<GemmCaches>();
            return make_staged([g, cache](ReshapeContext& rc) { return gemm_reshape(rc, g, *cache); },
                               [g](KernelContext& ctx) { return gemm_kernel(ctx, g); },
                               [g](const ReshapeContext& rc) { return gemm_tactics(rc, g); });
