@@ -19,7 +19,7 @@ Expected<std::shared_ptr<GemvB>> pack_gemv_b(const float* b, int64_t K, int64_t 
   KILN_ASSIGN_OR_RETURN(g->storage, cpu_backend().allocate(bytes));
   float* d = static_cast<float*>(g->storage->data);
   if (transposed) {
-    std::memcpy(d, b, static_cast<size_t>(K * N) * sizeof(float));
+    if (K * N > 0) std::memcpy(d, b, static_cast<size_t>(K * N) * sizeof(float));
   } else {
     for (int64_t k = 0; k < K; ++k)
       for (int64_t n = 0; n < N; ++n) d[n * K + k] = b[k * N + n];
