@@ -23,6 +23,7 @@
 #include "runtime/engine_impl.h"
 #include "runtime/executor.h"
 #include "util/guard.h"
+#include "util/env.h"
 #include "util/log.h"
 
 namespace kiln {
@@ -139,12 +140,10 @@ static void fix_profile_shapes(ir::Graph& g, const std::vector<ShapeProfile>& pr
 static Status cpu_channels_last(ir::Graph& graph, const BuildOptions& options, const KernelRegistry& target) {
   bool qconv = false;
   for (const ir::Node* n : graph.nodes()) qconv |= n->domain == "kiln" && n->op_type == "QConv";
-  const char* cl = std::getenv("KILN_CHANNELS_LAST");
-  const char* f32 = std::getenv("KILN_CPU_NHWC");
   // Float32 convolutions too, from opt level 2 (oneDNN's NHWC kernels instead of a reorder to its
   // blocked layout and back around every layer).
-  const bool float_convs = options.opt_level >= 2 && !(f32 && std::string(f32) == "0");
-  if ((!qconv && !float_convs) || options.opt_level < 1 || (cl && std::string(cl) == "0")) return Status::Ok();
+  const bool float_convs = options.opt_level >= 2 && !env_is("KILN_CPU_NHWC", "0");
+  if ((!qconv && !float_convs) || options.opt_level < 1 || env_is("KILN_CHANNELS_LAST", "0")) return Status::Ok();
   bool pool = false;
   for (const KernelDef& d : target.all()) pool |= d.op == "ChannelsLastPool" && d.domain == "kiln";
   auto accepts = [pool, float_convs](const ir::Node& n) {
@@ -166,8 +165,7 @@ static Status cpu_channels_last(ir::Graph& graph, const BuildOptions& options, c
     KILN_RETURN_IF_ERROR(passes::eliminate_dead_code(graph, ctx).status());
     if (!changed) break;
   }
-  if (!(std::getenv("KILN_CONV_POOL") && std::string(std::getenv("KILN_CONV_POOL")) == "0"))
-    KILN_RETURN_IF_ERROR(passes::fold_pools_into_convs(graph).status());
+  if (!env_is("KILN_CONV_POOL", "0")) KILN_RETURN_IF_ERROR(passes::fold_pools_into_convs(graph).status());
   return graph.sort();
 }
 
@@ -205,13 +203,12 @@ static Status prepare_graph(ir::Graph& graph, const BuildOptions& options, const
     KILN_RETURN_IF_ERROR(passes::convert_precision(graph, half, runs_in_half).status());
     // Tensor-core convolutions run channels-last: whole chains move to NHWC (KILN_CHANNELS_LAST=0
     // keeps channels-first, to compare).
-    const char* cl = std::getenv("KILN_CHANNELS_LAST");
     bool half_fused_conv = false, half_pool = false;
     for (const KernelDef& d : target.all()) {
       half_fused_conv |= d.op == "FusedConv" && d.domain == "kiln" && d.half_floats;
       half_pool |= d.op == "ChannelsLastPool" && d.domain == "kiln" && d.half_floats;
     }
-    if (half_fused_conv && options.opt_level >= 1 && !(cl && std::string(cl) == "0")) {
+    if (half_fused_conv && options.opt_level >= 1 && !env_is("KILN_CHANNELS_LAST", "0")) {
       auto accepts = [half_pool](const ir::Node& n) {
         const DataType dt = n.inputs[0]->type.dtype;
         const bool conv = n.op_type == "Conv" || n.op_type == "FusedConv";
@@ -588,10 +585,7 @@ Expected<std::unique_ptr<ExecutionContext>> Engine::create_context() const {
   ci->engine = impl_;
   const Engine::Impl& e = *impl_;
   if (OpProfile::enabled()) ci->res.profile = std::make_unique<OpProfile>();
-  static const bool graphs_default = [] {
-    const char* v = std::getenv("KILN_CUDA_GRAPHS");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool graphs_default = !env_is("KILN_CUDA_GRAPHS", "0");
   ci->res.cuda_graphs = graphs_default;
   for (int d = 0; d < 2; ++d) {
     const bool used = d == 0 || e.options.device == DeviceType::kCUDA;

@@ -647,11 +647,10 @@ Status Frame::run_tactic(int si, const std::string& tactic, const TacticTiming& 
     // step first ran, and a tactic that does not work in place gets an output of its own.
     Slot planned_out;
     bool own_out = false;
-    if (!s.out.empty() && s.out[0] >= 0 && !adhoc.out.empty()) {
-      Tensor& y = ctx.output(0);
+    Tensor* y = !s.out.empty() && s.out[0] >= 0 && !adhoc.out.empty() ? &ctx.output(0) : nullptr;
+    if (y && y->nbytes() > 0) {
       for (int k = 0; k < ctx.num_inputs(); ++k) {
-        if (!ctx.has_input(k) || ctx.input_slot(k).kind != Slot::Kind::kTensor || y.nbytes() == 0 ||
-            ctx.input(k).raw() != y.raw())
+        if (!ctx.has_input(k) || ctx.input_slot(k).kind != Slot::Kind::kTensor || ctx.input(k).raw() != y->raw())
           continue;
         Tensor& in = at[s.in[k]]->tensor;
         auto saved = tuning_inputs.find(s.in[k]);
@@ -659,7 +658,7 @@ Status Frame::run_tactic(int si, const std::string& tactic, const TacticTiming& 
         else KILN_RETURN_IF_ERROR(backend.copy(saved->second, in, state));
         if (adhoc.share_input != k) {
           planned_out = *at[s.out[0]];
-          *at[s.out[0]] = Slot::of(ctx.owned_copy(y));
+          *at[s.out[0]] = Slot::of(ctx.owned_copy(*y));
           own_out = true;
         }
         break;

@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
+from cpu_flags import cpu_flags
 
 
 def pool_model(op, dtype, shape, **attrs):
@@ -415,9 +416,7 @@ def conv3x3_reference(x, w, b=None):
 
 
 def cpu_has_avx512_core() -> bool:
-    with open("/proc/cpuinfo") as f:
-        flags = next((line for line in f if line.startswith("flags")), "").split()
-    return all(f in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
+    return {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= cpu_flags()
 
 
 @pytest.mark.parametrize("nhwc", ["1", "0"])

@@ -14,15 +14,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
+from cpu_flags import cpu_flags
 from placement import ops_after as ops_of
 
 
 def _has_vnni() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "").split()
-    except OSError:
-        return False
+    flags = cpu_flags()
     return "avx512_vnni" in flags or "avx_vnni" in flags
 
 

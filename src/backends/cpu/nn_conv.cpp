@@ -489,9 +489,15 @@ bool winograd_eligible(const ConvShapes& s) {
 // error against a float64 reference is the direct kernel's (about 1e-6 of the outputs' range).
 // KILN_WINOGRAD=0 turns it off.
 bool winograd_first(const ConvShapes& s) {
-  return winograd_eligible(s) && s.C >= 48 && s.M >= 48 && s.N * prod(s.g.out) >= 784 && !env_is("KILN_WINOGRAD", "0");
+  return winograd_eligible(s) && s.C >= 48 && s.M >= 48 && s.N * prod(s.g.out) >= 784 && !env_is("KILN_WINOGRAD", "0") &&
+         onednn_winograd_available();
 }
 
+// A tuner candidate where this CPU has the kernels: first when it is the untuned choice.
+void add_winograd_tactic(const ReshapeContext& rc, const ConvShapes& s, std::vector<std::string>& r) {
+  if (winograd_eligible(s) && dnnl_eligible(rc, s) && onednn_winograd_available())
+    r.insert(winograd_first(s) ? r.begin() : r.end(), "onednn-winograd");
+}
 
 struct ConvState {
   ConvShapes s;
@@ -602,7 +608,7 @@ Status conv_reshape_body(ReshapeContext& rc, const ConvAttrs& a) {
       return Status::Ok();
     }
     // Untuned, oneDNN's Winograd kernels (where they exist) come before the packed direct kernel.
-    const bool winograd = untuned ? winograd_first(st->s) && onednn_winograd_available() : rc.tactic == "onednn-winograd";
+    const bool winograd = untuned ? winograd_first(st->s) : rc.tactic == "onednn-winograd";
     if (rc.tactic == "packed-direct" || (untuned && !winograd && packed_first(rc, st->s))) {
       if (!packed_eligible(rc, st->s)) return rc.error("the packed-direct tactic does not take this convolution");
       return use_packed();
@@ -671,8 +677,7 @@ std::vector<std::string> conv_tactics(const ReshapeContext& rc, const ConvAttrs&
                                                       : std::vector<std::string>{"onednn-blocked", "onednn-direct"};
     if (packed_eligible(rc, s)) r.insert(packed_first(rc, s) ? r.begin() : r.end(), "packed-direct");
     if (dw_eligible(rc, s)) r.push_back("dw-direct");
-    if (winograd_eligible(s) && dnnl_eligible(rc, s) && onednn_winograd_available())
-      r.insert(winograd_first(s) ? r.begin() : r.end(), "onednn-winograd");
+    add_winograd_tactic(rc, s, r);
     return r;
   }
   if (a.nhwc || rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present || rc.in[0].dtype != DataType::kFloat32) return {};
@@ -684,8 +689,7 @@ std::vector<std::string> conv_tactics(const ReshapeContext& rc, const ConvAttrs&
   else r = {"im2col"};  // the kernel's own GEMM, as a candidate next to oneDNN's
   // The kernel's own choice first: oneDNN for windows larger than 1x1 (see conv_reshape).
   if (dnnl_eligible(rc, s)) r.insert(is_pointwise(s.g) ? r.end() : r.begin(), "onednn");
-  if (winograd_eligible(s) && dnnl_eligible(rc, s) && onednn_winograd_available())
-    r.insert(winograd_first(s) ? r.begin() : r.end(), "onednn-winograd");
+  add_winograd_tactic(rc, s, r);
   if (r.size() < 2) r.clear();
   return r;
 }
