@@ -85,15 +85,20 @@ def test_bad_shape_options_are_clear_errors(tmp_path, args, want):
     assert code != 0 and want in err, out + err
 
 
+def cache_device(cache_info: str) -> str:
+    """The `device:` line of `kiln cache info`: the machine (and its CPU features) the cache was timed on."""
+    return next(line for line in cache_info.splitlines() if line.startswith("device:"))
+
+
 def gemm_tactics(cache_info: str) -> int:
     """The Gemm's tactics on the machine a cache names: onednn, sgemm, and packed with AVX2 and FMA."""
-    device = next(line for line in cache_info.splitlines() if line.startswith("device:"))
+    device = cache_device(cache_info)
     return 3 if " avx2" in device and " fma" in device else 2
 
 
 def winograd_tactics(cache_info: str) -> int:
     """The example's three 3x3 convolutions each add oneDNN's Winograd algorithm on AVX-512 machines."""
-    device = next(line for line in cache_info.splitlines() if line.startswith("device:"))
+    device = cache_device(cache_info)
     return 3 if " avx512f" in device and " avx512bw" in device else 0
 
 
