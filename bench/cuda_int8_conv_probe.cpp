@@ -7,13 +7,17 @@
 //   fp16  NHWC half in, half out, float accumulation (what kiln's fp16 engine runs today)
 //   int8  NHWC int8 in, int8 out, int32 accumulation, bias + ReLU fused (cudnnConvolutionBiasActivationForward)
 //   i8x32 NC/32HW32 int8 (the vectorised layout IMMA kernels read), same fusion
+//   g-pc, g-res  cuDNN's graph API: int8 convolution with per-channel scales, bias, [an int8 residual,]
+//         ReLU and the int8 output in one operation graph (see time_graph_layer)
 // The totals weigh each layer by how often ResNet-50 runs it; img/s = N / total. Random data: the
 // figures are times, not results.
 //
 // Build (host code only; cuDNN brings the kernels):
 //   g++ -O2 -std=c++17 -I/usr/local/cuda/include bench/cuda_int8_conv_probe.cpp
 //       -L/usr/local/cuda/lib64 -lcudnn -lcudart -o cuda_int8_conv_probe
-// Run:   ./cuda_int8_conv_probe [N ...]   (default 64 128 256)
+//   (add -Wno-deprecated-declarations: the graph API's plan still takes its handle as an attribute)
+// Run:   ./cuda_int8_conv_probe [-v] [--x32] [N ...]   (default 64 128 256; --x32 adds i8x32, -v says
+//        why cuDNN refused a graph)
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
@@ -50,14 +54,56 @@ const std::vector<Layer> kResNet50 = {
     {512, 512, 7, 3, 1, 2},
 };
 
-enum class Form { fp16, int8, int8x32 };
-const char* name(Form f) { return f == Form::fp16 ? "fp16" : f == Form::int8 ? "int8" : "i8x32"; }
+// The stem's 7x7/2 on the RGB image with its channels padded to 4 or 8 (int8 wants C % 4 == 0), and as
+// a space-to-depth 4x4 on 16 channels (12 padded) — the probe's --stem flag times these instead.
+const std::vector<Layer> kStems = {{4, 64, 224, 7, 2, 1}, {8, 64, 224, 7, 2, 1}, {16, 64, 112, 4, 1, 1}};
+
+enum class Form { fp16, int8, int8x32, gpc, gres };
+const char* name(Form f) {
+  switch (f) {
+    case Form::fp16: return "fp16";
+    case Form::int8: return "int8";
+    case Form::int8x32: return "i8x32";
+    case Form::gpc: return "g-pc";
+    default: return "g-res";
+  }
+}
 
 struct Handles {
   cudnnHandle_t dnn;
   cudaStream_t stream;
   cudaEvent_t start, stop;
 };
+
+// The GPU time of one call (ms): 20 calls captured in a CUDA graph, the best of 5 launches (after 3);
+// -1 when the calls do not capture.
+template <typename Call>
+float time_captured(Handles& hd, Call call) {
+  const int reps = 20;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(hd.stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < reps; ++i) call();
+  if (cudaStreamEndCapture(hd.stream, &graph) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(exec, hd.stream));
+  float ms = 1e30f;
+  for (int t = 0; t < 5; ++t) {
+    cudaEventRecord(hd.start, hd.stream);
+    CK(cudaGraphLaunch(exec, hd.stream));
+    cudaEventRecord(hd.stop, hd.stream);
+    CK(cudaEventSynchronize(hd.stop));
+    float one_ms = 0;
+    cudaEventElapsedTime(&one_ms, hd.start, hd.stop);
+    ms = std::min(ms, one_ms);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return ms / reps;
+}
 
 // The best time (ms) over cuDNN's algorithms for one layer in one form; -1 when none runs.
 float time_layer(Handles& hd, const Layer& l, int n, Form form, std::string* algo_out) {
@@ -130,27 +176,8 @@ float time_layer(Handles& hd, const Layer& l, int n, Form form, std::string* alg
     }
     // Captured into a CUDA graph, as kiln's engines run: cuDNN's host time per call (tens of
     // microseconds) would otherwise exceed the small layers' GPU time.
-    const int reps = 20;
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(hd.stream, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < reps; ++i) call();
-    CK(cudaStreamEndCapture(hd.stream, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(exec, hd.stream));
-    float ms = 1e30f;
-    for (int t = 0; t < 5; ++t) {
-      cudaEventRecord(hd.start, hd.stream);
-      CK(cudaGraphLaunch(exec, hd.stream));
-      cudaEventRecord(hd.stop, hd.stream);
-      CK(cudaEventSynchronize(hd.stop));
-      float one_ms = 0;
-      cudaEventElapsedTime(&one_ms, hd.start, hd.stop);
-      ms = std::min(ms, one_ms);
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    ms /= reps;
+    const float ms = time_captured(hd, call);
+    if (ms < 0) continue;
     if (best < 0 || ms < best) {
       best = ms;
       *algo_out = std::to_string(a);
@@ -170,12 +197,237 @@ float time_layer(Handles& hd, const Layer& l, int n, Form form, std::string* alg
   return best;
 }
 
+
+// ---- cuDNN's graph API: int8 convolution with a per-channel float epilogue fused ---------------------
+// g-pc:  y8 = int8(relu(conv(x8, w8) * scale[k] + bias[k]))            (per-channel weight scales)
+// g-res: y8 = int8(relu(conv(x8, w8) * scale[k] + bias[k] + a2 * z8))  (+ a residual in int8)
+// NHWC int8 tensors, int32 accumulation; the engines are whatever cuDNN's heuristics (mode A) offer,
+// runtime-fusion (NVRTC) ones included; each is timed as above and the best is kept.
+
+#define DK(x)                                                                                   \
+  do {                                                                                          \
+    cudnnStatus_t s_ = (x);                                                                     \
+    if (s_ != CUDNN_STATUS_SUCCESS) {                                                           \
+      if (verbose) std::fprintf(stderr, "  %s:%d %s\n", __FILE__, __LINE__, cudnnGetErrorString(s_)); \
+      return nullptr;                                                                           \
+    }                                                                                           \
+  } while (0)
+
+bool verbose = false;
+bool only_graph = false, one_layer = false, stems = false;  // --only-graph: g-pc and g-res only; --one: the first 3x3 layer only
+// The residual's form in g-res (the probe's --res flag): its type, and whether its scale rides on the
+// add (alpha2) or comes from a separate multiply by a per-channel tensor.
+cudnnDataType_t res_type = CUDNN_DATA_INT8;
+bool res_alpha = true;
+cudnnBackendHeurMode_t heur_mode = CUDNN_HEUR_MODE_A;
+
+using BD = cudnnBackendDescriptor_t;
+
+struct Owned {
+  std::vector<BD> all;
+  ~Owned() {
+    for (BD d : all) cudnnBackendDestroyDescriptor(d);
+  }
+  BD make(cudnnBackendDescriptorType_t t) {
+    BD d = nullptr;
+    if (cudnnBackendCreateDescriptor(t, &d) != CUDNN_STATUS_SUCCESS) return nullptr;
+    all.push_back(d);
+    return d;
+  }
+};
+
+// A 4-D tensor given as (n, c, h, w) with NHWC strides.
+BD tensor(Owned& o, int64_t uid, cudnnDataType_t t, int64_t n, int64_t c, int64_t h, int64_t w, bool virt) {
+  BD d = o.make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  int64_t dims[4] = {n, c, h, w}, strides[4] = {c * h * w, 1, w * c, c}, align = 16;
+  DK(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &t));
+  DK(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims));
+  DK(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides));
+  DK(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
+  DK(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align));
+  DK(cudnnBackendSetAttribute(d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt));
+  DK(cudnnBackendFinalize(d));
+  return d;
+}
+
+// One pointwise op y = mode(x [, b]) with alpha2 on b.
+BD pointwise(Owned& o, cudnnPointwiseMode_t mode, BD x, BD b, BD y, float alpha2 = 1.f) {
+  BD pw = o.make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+  cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+  DK(cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
+  DK(cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec));
+  DK(cudnnBackendFinalize(pw));
+  BD op = o.make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+  DK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw));
+  DK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
+  if (b) {
+    DK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
+    DK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &alpha2));
+  }
+  DK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
+  DK(cudnnBackendFinalize(op));
+  return op;
+}
+
+enum Uid : int64_t { kX = 1, kW, kY, kScale, kBias, kZ, kV1, kV2, kV3, kV4, kV5 };
+
+// The operation graph of one layer in form g-pc or g-res, or null when cuDNN refuses it.
+BD layer_graph(Owned& o, cudnnHandle_t dnn, const Layer& l, int n, int ho, bool residual) {
+  const int pad = l.r / 2;
+  BD x = tensor(o, kX, CUDNN_DATA_INT8, n, l.c, l.h, l.h, false);
+  BD w = tensor(o, kW, CUDNN_DATA_INT8, l.k, l.c, l.r, l.r, false);
+  BD acc = tensor(o, kV1, CUDNN_DATA_FLOAT, n, l.k, ho, ho, true);
+  BD scale = tensor(o, kScale, CUDNN_DATA_FLOAT, 1, l.k, 1, 1, false);
+  BD bias = tensor(o, kBias, CUDNN_DATA_FLOAT, 1, l.k, 1, 1, false);
+  BD scaled = tensor(o, kV2, CUDNN_DATA_FLOAT, n, l.k, ho, ho, true);
+  BD biased = tensor(o, kV3, CUDNN_DATA_FLOAT, n, l.k, ho, ho, true);
+  BD z = residual ? tensor(o, kZ, res_type, n, l.k, ho, ho, false) : nullptr;
+  BD zs = residual && !res_alpha ? tensor(o, kV5, CUDNN_DATA_FLOAT, n, l.k, ho, ho, true) : nullptr;
+  BD summed = residual ? tensor(o, kV4, CUDNN_DATA_FLOAT, n, l.k, ho, ho, true) : nullptr;
+  BD y = tensor(o, kY, CUDNN_DATA_INT8, n, l.k, ho, ho, false);
+  if (!x || !w || !acc || !scale || !bias || !scaled || !biased || !y || (residual && (!z || !summed))) return nullptr;
+  BD cv = o.make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  cudnnDataType_t comp = CUDNN_DATA_INT32;
+  cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  int64_t dims = 2, dil[2] = {1, 1}, str[2] = {l.stride, l.stride}, pads[2] = {pad, pad};
+  DK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
+  DK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
+  DK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims));
+  DK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil));
+  DK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str));
+  DK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pads));
+  DK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pads));
+  DK(cudnnBackendFinalize(cv));
+  BD conv = o.make(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+  float one = 1.f, zero = 0.f;
+  DK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
+  DK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w));
+  DK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &acc));
+  DK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cv));
+  DK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &one));
+  DK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &zero));
+  DK(cudnnBackendFinalize(conv));
+  std::vector<BD> ops = {conv, pointwise(o, CUDNN_POINTWISE_MUL, acc, scale, scaled),
+                         pointwise(o, CUDNN_POINTWISE_ADD, scaled, bias, biased)};
+  if (residual && res_alpha) ops.push_back(pointwise(o, CUDNN_POINTWISE_ADD, biased, z, summed, 0.5f));
+  if (residual && !res_alpha) {
+    ops.push_back(pointwise(o, CUDNN_POINTWISE_MUL, z, scale, zs));
+    ops.push_back(pointwise(o, CUDNN_POINTWISE_ADD, biased, zs, summed));
+  }
+  ops.push_back(pointwise(o, CUDNN_POINTWISE_RELU_FWD, residual ? summed : biased, nullptr, y));
+  for (BD op : ops)
+    if (!op) return nullptr;
+  BD g = o.make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  DK(cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(ops.size()), ops.data()));
+  DK(cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &dnn));
+  DK(cudnnBackendFinalize(g));
+  return g;
+}
+
+float time_graph_layer(Handles& hd, const Layer& l, int n, bool residual, std::string* algo_out) {
+  const int pad = l.r / 2;
+  const int ho = (l.h + 2 * pad - l.r) / l.stride + 1;
+  Owned o;
+  BD g = layer_graph(o, hd.dnn, l, n, ho, residual);
+  if (!g) {
+    *algo_out = "graph refused";
+    return -1;
+  }
+  BD heur = o.make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  cudnnBackendHeurMode_t hm = heur_mode;
+  cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g);
+  cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &hm);
+  if (cudnnBackendFinalize(heur) != CUDNN_STATUS_SUCCESS) {
+    *algo_out = "no heuristics";
+    return -1;
+  }
+  const int want = 6;
+  std::vector<BD> cfgs;
+  for (int i = 0; i < want; ++i) cfgs.push_back(o.make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+  int64_t got = 0;
+  cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, want, &got, cfgs.data());
+  const size_t xs = size_t(n) * l.c * l.h * l.h, ys = size_t(n) * l.k * ho * ho, wsz = size_t(l.k) * l.c * l.r * l.r;
+  void *dx, *dy, *dw, *dz, *dscale, *dbias, *work;
+  CK(cudaMalloc(&dx, xs));
+  CK(cudaMalloc(&dy, ys));
+  CK(cudaMalloc(&dz, ys));
+  CK(cudaMalloc(&dw, wsz));
+  CK(cudaMalloc(&dscale, size_t(l.k) * 4));
+  CK(cudaMalloc(&dbias, size_t(l.k) * 4));
+  const size_t work_cap = size_t(256) << 20;
+  CK(cudaMalloc(&work, work_cap));
+  CK(cudaMemset(dx, 1, xs));
+  CK(cudaMemset(dz, 1, ys));
+  CK(cudaMemset(dw, 1, wsz));
+  CK(cudaMemset(dscale, 0, size_t(l.k) * 4));
+  CK(cudaMemset(dbias, 0, size_t(l.k) * 4));
+  float best = -1;
+  int tried = 0;
+  for (int64_t i = 0; i < got; ++i) {
+    BD plan = o.make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &hd.dnn);
+    cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
+    if (cudnnBackendFinalize(plan) != CUDNN_STATUS_SUCCESS) continue;
+    int64_t need = 0, cnt = 0;
+    cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &cnt, &need);
+    if (size_t(need) > work_cap) continue;
+    BD eng = o.make(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    int64_t index = -1;
+    cudnnBackendGetAttribute(cfgs[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cnt, &eng);
+    cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &cnt, &index);
+    BD pack = o.make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    int64_t uids[6] = {kX, kW, kY, kScale, kBias, kZ};
+    void* ptrs[6] = {dx, dw, dy, dscale, dbias, dz};
+    const int64_t count = residual ? 6 : 5;
+    cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, uids);
+    cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, ptrs);
+    cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &work);
+    if (cudnnBackendFinalize(pack) != CUDNN_STATUS_SUCCESS) continue;
+    if (cudnnBackendExecute(hd.dnn, plan, pack) != CUDNN_STATUS_SUCCESS || cudaStreamSynchronize(hd.stream) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    ++tried;
+    const float ms = time_captured(hd, [&] { cudnnBackendExecute(hd.dnn, plan, pack); });
+    if (ms < 0) continue;
+    if (best < 0 || ms < best) {
+      best = ms;
+      *algo_out = "e" + std::to_string(index);
+    }
+  }
+  if (best < 0) *algo_out = std::to_string(got) + " cfgs, none ran";
+  if (verbose) std::fprintf(stderr, "  %d of %lld configs ran\n", tried, (long long)got);
+  cudaFree(dx);
+  cudaFree(dy);
+  cudaFree(dz);
+  cudaFree(dw);
+  cudaFree(dscale);
+  cudaFree(dbias);
+  cudaFree(work);
+  return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int> batches;
-  for (int i = 1; i < argc; ++i) batches.push_back(std::atoi(argv[i]));
+  bool x32 = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--x32") x32 = true;
+    else if (a == "-v") verbose = true;
+    else if (a == "--res-half") res_type = CUDNN_DATA_HALF;
+    else if (a == "--res-float") res_type = CUDNN_DATA_FLOAT;
+    else if (a == "--res-mul") res_alpha = false;
+    else if (a == "--fallback") heur_mode = CUDNN_HEUR_MODE_FALLBACK;
+    else if (a == "--heur-b") heur_mode = CUDNN_HEUR_MODE_B;
+    else if (a == "--only-graph") only_graph = true;
+    else if (a == "--one") one_layer = true;
+    else if (a == "--stem") stems = true;
+    else batches.push_back(std::atoi(argv[i]));
+  }
   if (batches.empty()) batches = {64, 128, 256};
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   Handles hd;
   cudnnCreate(&hd.dnn);
   CK(cudaStreamCreate(&hd.stream));
@@ -185,33 +437,39 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, cuDNN %zu\n", prop.name, cudnnGetVersion());
-  const Form forms[] = {Form::fp16, Form::int8, Form::int8x32};
+  std::vector<Form> forms = {Form::fp16, Form::int8, Form::gpc, Form::gres};
+  if (only_graph) forms = {Form::gpc, Form::gres};
+  if (x32) forms.push_back(Form::int8x32);
+  const size_t nf = forms.size();
   for (int n : batches) {
-    float total[3] = {0, 0, 0};
-    bool complete[3] = {true, true, true};
-    std::printf("\nbatch %d: per-layer best ms (algo)\n%-26s %14s %14s %14s\n", n, "layer c>k hxh rXr/s x cnt",
-                "fp16", "int8", "i8x32");
-    for (const Layer& l : kResNet50) {
+    std::vector<float> total(nf, 0.f);
+    std::vector<bool> complete(nf, true);
+    std::printf("\nbatch %d: per-layer best ms (algo)\n%-26s", n, "layer c>k hxh rXr/s x cnt");
+    for (Form f : forms) std::printf(" %16s", name(f));
+    std::printf("\n");
+    for (const Layer& l : stems ? kStems : kResNet50) {
+      if (one_layer && &l != &kResNet50[1]) continue;
       char label[64];
       std::snprintf(label, sizeof label, "%d>%d %dx%d %dx%d/%d x%d", l.c, l.k, l.h, l.h, l.r, l.r, l.stride,
                     l.count);
       std::printf("%-26s", label);
-      for (int f = 0; f < 3; ++f) {
+      for (size_t f = 0; f < nf; ++f) {
         std::string algo = "-";
-        float ms = time_layer(hd, l, n, forms[f], &algo);
+        const bool graph = forms[f] == Form::gpc || forms[f] == Form::gres;
+        float ms = graph ? time_graph_layer(hd, l, n, forms[f] == Form::gres, &algo) : time_layer(hd, l, n, forms[f], &algo);
         if (ms < 0) {
           complete[f] = false;
-          std::printf(" %14s", "none");
+          std::printf(" %16s", algo.c_str());
         } else {
           total[f] += ms * l.count;
           char cell[32];
           std::snprintf(cell, sizeof cell, "%.4f (%s)", ms, algo.c_str());
-          std::printf(" %14s", cell);
+          std::printf(" %16s", cell);
         }
       }
       std::printf("\n");
     }
-    for (int f = 0; f < 3; ++f)
+    for (size_t f = 0; f < nf; ++f)
       std::printf("TOTAL batch %d %-6s %8.3f ms  %9.0f img/s%s\n", n, name(forms[f]), total[f],
                   total[f] > 0 ? n * 1000.0 / total[f] : 0.0, complete[f] ? "" : " (some layers had no algorithm)");
   }

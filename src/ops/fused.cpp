@@ -13,13 +13,15 @@
 //   ChannelsLastPool(X) → Y      MaxPool, AveragePool, GlobalMaxPool or GlobalAveragePool (attribute
 //                                `op`, with that op's attributes) on X [N,H,W,C] → Y [N,OH,OW,C]
 //                                (passes/channels_last.cpp, GPU engines)
-//   QConv(X, x_scale, x_zero_point, W, w_scale, w_zero_point[, y_scale, y_zero_point[, B]])
+//   QConv(X, x_scale, x_zero_point, W, w_scale, w_zero_point[, y_scale, y_zero_point[, B[, Z, z_scale]]])
 //                                Conv attributes + activation: DequantizeLinear of X and of W
 //                                (int8, per-tensor or per-output-channel scale, zero point 0), the
-//                                convolution + B (float32, or int32 in x_scale·w_scale units), the
+//                                convolution + B (float32, or int32 in x_scale·w_scale units)
+//                                [+ z_scale·Z, an int8 residual of Y's shape with zero point 0], the
 //                                activation, and QuantizeLinear with y_scale/y_zero_point when given
-//                                (else a float32 output) (passes/fuse_qdq.cpp); channels_last = 1 as
-//                                FusedConv's (CPU engines, passes/channels_last.cpp)
+//                                (else a float32 output) (passes/fuse_qdq.cpp; the residual from
+//                                fuse_qconv_residual, CUDA engines); channels_last = 1 as FusedConv's
+//                                (passes/channels_last.cpp)
 //   QMatMul(A, a_scale, a_zero_point, B, b_scale, b_zero_point[, y_scale, y_zero_point[, bias]])
 //                                the same for MatMul with a 2-D B [K, N] (scale per column)
 //   F8MatMul(A, B8[, bias])    FP8 (E4M3) product of A [..., K] (float) and a constant B8 [N, K]
@@ -206,7 +208,7 @@ void add_fused_ops(std::vector<OpDef>& t) {
   add("SkipLayerNorm", infer_skip_layer_norm, 3, 4, 1, 2);
   add("Attention", infer_attention, 3, 5, 1, 1);
   add("ChannelsLastPool", infer_channels_last_pool, 1, 1, 1, 1);
-  add("QConv", infer_quantized<kConv>, 5, 9, 1, 1);
+  add("QConv", infer_quantized<kConv>, 5, 11, 1, 1);
   add("QMatMul", infer_quantized<kMatMul>, 5, 9, 1, 1);
   add("F8MatMul", infer_f8_matmul, 2, 3, 1, 1);
 }

@@ -110,6 +110,7 @@ bool convertible_conv(const ir::Node& n) {
   const bool conv = (n.domain.empty() && n.op_type == "Conv") || (n.domain == "kiln" && n.op_type == "FusedConv") || is_qconv(n);
   if (!conv || n.attr_int("channels_last", 0) != 0 || n.outputs.size() != 1 || !n.has_output(0)) return false;
   if (!is_qconv(n) && n.has_input(3) && !is_4d(n.inputs[3])) return false;
+  if (is_qconv(n) && n.has_input(9) && !is_4d(n.inputs[9])) return false;
   const int wi = weight_input(n);
   if (!is_4d(n.inputs[0]) || !n.has_input(wi) || !n.inputs[wi]->is_constant() || n.inputs[wi]->constant->rank() != 4)
     return false;
@@ -284,6 +285,7 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
       const int wi = weight_input(*n);
       g.set_input(n, wi, to_nhwc(n->inputs[wi]));  // [M, C/g, kh, kw] → [M, kh, kw, C/g]
       if (!is_qconv(*n) && n->has_input(3)) g.set_input(n, 3, to_nhwc(n->inputs[3]));  // the residual
+      if (is_qconv(*n) && n->has_input(9)) g.set_input(n, 9, to_nhwc(n->inputs[9]));    // its int8 residual
       if (n->domain.empty()) {
         n->op_type = "FusedConv";
         n->domain = "kiln";

@@ -235,3 +235,100 @@ Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
 }
 
 }  // namespace kiln::passes
+
+namespace kiln::passes {
+namespace {
+
+// A QuantizeLinear/DequantizeLinear with one positive float32 scale and a constant int8 zero point 0.
+bool symmetric_int8(const ir::Node* n) {
+  if (!n || !n->domain.empty() || !n->has_input(1) || !n->has_input(2)) return false;
+  if (!per_tensor(n, DataType::kInt8, "").empty()) return false;
+  const ir::Value* z = n->inputs[2];
+  return z->type.dtype == DataType::kInt8 && constant_values(z) == std::vector<double>{0.0};
+}
+
+bool same_known_shape(const ir::Value* a, const ir::Value* b) {
+  return a->type.shape.known && b->type.shape.known && a->type.shape.is_static() && a->type.shape.dims == b->type.shape.dims;
+}
+
+// The reader of v that is a symmetric int8 QuantizeLinear of it, or null.
+ir::Node* int8_quantize_of(const ir::Value* v) {
+  for (const ir::Use& u : v->uses)
+    if (u.input_index == 0 && u.node->op_type == "QuantizeLinear" && symmetric_int8(u.node)) return u.node;
+  return nullptr;
+}
+
+}  // namespace
+
+Expected<int> fuse_qconv_residual(ir::Graph& g) {
+  int fused = 0;
+  const std::vector<ir::Node*> nodes = g.nodes();
+  for (ir::Node* add : nodes) {
+    if (add->removed || !add->domain.empty() || add->op_type != "Add" || add->inputs.size() != 2 || !add->has_input(0) ||
+        !add->has_input(1) || !add->has_output(0))
+      continue;
+    for (int side = 0; side < 2; ++side) {
+      ir::Value* a = add->inputs[side];
+      ir::Value* r = add->inputs[1 - side];
+      ir::Node* conv = a->producer;
+      if (!conv || conv->domain != "kiln" || conv->op_type != "QConv" || conv->has_input(6) || conv->has_input(9) ||
+          sole_reader(a) != add || !conv->attr_string("activation", "").empty() || a == r || !same_known_shape(a, r))
+        continue;
+      // The residual in int8: r = DequantizeLinear(z), or r's own QuantizeLinear z.
+      ir::Value* z = nullptr;
+      ir::Value* zs = nullptr;
+      if (r->producer && r->producer->op_type == "DequantizeLinear" && symmetric_int8(r->producer)) {
+        z = r->producer->inputs[0];
+        zs = r->producer->inputs[1];
+      } else if (ir::Node* qr = int8_quantize_of(r)) {
+        z = qr->outputs[0];
+        zs = qr->inputs[1];
+      }
+      if (!z || z->type.dtype != DataType::kInt8) continue;
+      // After the Add: an optional Relu, then the int8 QuantizeLinear that the fused output becomes.
+      ir::Value* v = add->outputs[0];
+      ir::Node* relu = nullptr;
+      if (ir::Node* rd = sole_reader(v); rd && rd->domain.empty() && rd->op_type == "Relu" && rd->has_output(0)) {
+        relu = rd;
+        v = rd->outputs[0];
+      }
+      ir::Node* q = int8_quantize_of(v);
+      if (!q || v->is_output || q->outputs[0]->is_output) continue;
+      std::vector<ir::Value*> ins = conv->inputs;
+      ins.resize(11, nullptr);
+      ins[6] = q->inputs[1];
+      ins[7] = q->inputs[2];
+      ins[9] = z;
+      ins[10] = zs;
+      ir::Value* yq = q->outputs[0];
+      ir::Value* y8 = g.new_value(yq->name + "_residual", yq->type);
+      ir::Node* n = g.add_node("QConv", "kiln", ins, {y8}, conv->name + "_residual");
+      n->opset = 1;
+      n->attrs = conv->attrs;
+      if (relu) write_activation(Activation{ActKind::kRelu}, n->attrs);
+      g.replace_all_uses(yq, y8);
+      g.remove_node(q);
+      // Whatever else read the float sum reads it dequantized from the int8 output.
+      if (!v->uses.empty()) {
+        ir::Value* vf = g.new_value(v->name + "_dq", v->type);
+        ir::Node* dq = g.add_node("DequantizeLinear", "", {y8, ins[6], ins[7]}, {vf}, v->name + "_DequantizeLinear");
+        dq->opset = 21;
+        g.replace_all_uses(v, vf);
+      }
+      if (relu) g.remove_node(relu);
+      g.remove_node(add);
+      g.remove_node(conv);
+      // The residual's DequantizeLinear, when the Add was its only reader.
+      if (ir::Node* dq = r->producer; dq && dq->op_type == "DequantizeLinear" && r->uses.empty() && !r->is_output) g.remove_node(dq);
+      ++fused;
+      break;
+    }
+  }
+  if (fused) {
+    g.remove_dead_values();
+    KILN_RETURN_IF_ERROR(g.sort());
+  }
+  return fused;
+}
+
+}  // namespace kiln::passes

@@ -112,6 +112,12 @@ Expected<bool> patchify_conv(ir::Graph& g, PassContext& ctx);          // patchi
 Expected<bool> pad_matmul_columns(ir::Graph& g, PassContext& ctx);     // pad_matmul_columns.cpp
 Expected<bool> fuse_matmul_add(ir::Graph& g, PassContext& ctx);        // fuse_matmul_add.cpp
 Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx);               // fuse_qdq.cpp
+// CUDA INT8 engines (runtime/engine.cpp): a float-output kiln.QConv whose only reader is an Add of a
+// residual held in int8 (a symmetric DequantizeLinear's input, or a symmetric QuantizeLinear's output
+// of it), then an optional Relu, then a symmetric int8 QuantizeLinear, becomes one kiln.QConv with the
+// residual as input 9 and an int8 output; other readers of the float sum read its DequantizeLinear.
+// The residual is thereby read in int8 (TensorRT does the same); returns the number fused.
+Expected<int> fuse_qconv_residual(ir::Graph& g);
 // A weights' DequantizeLinear that fuse_qdq will fold into an integer kernel (constant folding skips it).
 bool keep_dequantize_for_fusion(const ir::Node& n, const PassContext& ctx);
 Expected<bool> fuse_gelu(ir::Graph& g, PassContext& ctx);              // fuse_gelu.cpp

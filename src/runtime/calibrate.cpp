@@ -1,14 +1,15 @@
 // runtime/calibrate.cpp — INT8 and FP8 engines from a float model: calibration and quantization.
 //
 // kiln build --int8 quantizes every Conv (2-D), MatMul and Gemm whose weights are constant (CUDA
-// engines: MatMul and Gemm, the products with a CUDA int8 kernel):
+// engines: MatMul, Gemm and the convolutions cuda.QConv takes, gpu_int8_conv):
 //   1. the activations they read get a range, measured by running the float32 graph (an engine of
 //      it, opt level 0, with those values made outputs) on the calibration input sets: minmax (the
 //      range seen), percentile (of |x|, the rest clipped) or entropy (the clipping threshold whose
 //      8-bit histogram is closest, by KL divergence, to the measured one);
-//   2. the graph gets QuantizeLinear → DequantizeLinear on those activations (uint8 with a zero point
-//      on the CPU, whose int8 kernels read uint8 natively) and int8 weights with one scale per output
-//      channel (symmetric, zero point 0) behind a DequantizeLinear;
+//   2. the graph gets QuantizeLinear → DequantizeLinear on those activations (uint8 with a zero point,
+//      which the CPU's int8 kernels read natively; int8 with zero point 0 where a CUDA convolution
+//      reads it) and int8 weights with one scale per output channel (symmetric, zero point 0) behind a
+//      DequantizeLinear;
 //   3. the optimizer's fuse-qdq pass (passes/fuse_qdq.cpp) then turns each product into kiln.QConv or
 //      kiln.QMatMul, as for a model that arrived quantized.
 // FP8 builds (Precision::kFP8) calibrate the same way and quantize MatMul/Gemm with constant weights
@@ -261,25 +262,68 @@ void quantize_weights(ir::Graph& g, ir::Node& n) {
 namespace {
 
 // Which products an engine quantizes: FP8 engines MatMul/Gemm (fp8_quantizable); INT8 engines every
-// quantizable product on the CPU, and MatMul/Gemm on CUDA, which has an int8 kernel for those
-// (kiln.QMatMul) but none for convolutions — a convolution between Q/DQ there would only add passes.
+// quantizable product on the CPU, and on CUDA MatMul/Gemm and the convolutions its int8 kernel takes
+// (gpu_int8_conv).
 struct Products {
   bool fp8 = false;
-  bool convs = true;
+  bool gpu = false;
 };
-Products products_of(const BuildOptions& o) { return {o.precision == Precision::kFP8, o.device == DeviceType::kCPU}; }
+Products products_of(const BuildOptions& o) { return {o.precision == Precision::kFP8, o.device == DeviceType::kCUDA}; }
 
-// The products to quantize (graph order) and the activations they read (each once, graph order);
-// nodes named in `keep_float` stay float.
-void find_targets(ir::Graph& g, Products which, const std::set<std::string>& keep_float, std::vector<ir::Node*>* targets,
-                  std::vector<std::string>* acts) {
+// Convolutions a CUDA INT8 engine quantizes: those cuda.QConv runs (channels-last, so symmetric
+// pads; group 1; channels divisible by 4) with 16+ input channels. An RGB stem stays in the engine's
+// float type: in int8 (channels padded to 4 or 8) cuDNN ran it 3-30x slower than in float16 on the
+// H200 (tests/gpu/results/h200_int8_graph_probe_stems.log).
+bool gpu_int8_conv(const ir::Node& n) {
+  const Shape& w = n.inputs[1]->constant->shape();  // [M, C, kh, kw]
+  if (n.attr_int("group", 1) != 1 || w[0] % 4 != 0 || w[1] % 4 != 0 || w[1] < 16) return false;
+  const std::string ap = n.attr_string("auto_pad", "NOTSET");
+  if (ap != "NOTSET" && ap != "VALID") return false;
+  const auto p = n.attr_ints("pads");
+  return p.empty() || (p.size() == 4 && p[0] == p[2] && p[1] == p[3]);
+}
+
+// What an INT8 graph quantizes: the products (graph order), the activations they read (each once,
+// graph order), and on CUDA which activations are symmetric int8 (those convolutions read: their
+// kernel pads with zeros, which only zero point 0 makes exact) and the residual Adds that get an int8
+// input (residuals: the Add and the input; see find_targets).
+struct Targets {
+  std::vector<ir::Node*> products;
+  std::vector<std::string> acts;
+  std::set<std::string> symmetric;
+  std::vector<std::pair<ir::Node*, int>> residuals;
+};
+
+// Nodes named in `keep_float` stay float. On CUDA an Add of two quantized convolutions' outputs (a
+// ResNet block whose shortcut is a convolution) gets its second input quantized too, so that
+// passes::fuse_qconv_residual can fold the Add into the first convolution with an int8 residual.
+Targets find_targets(ir::Graph& g, Products which, const std::set<std::string>& keep_float) {
+  Targets t;
   std::set<std::string> seen;
+  std::set<const ir::Node*> taken;
   for (ir::Node* n : g.nodes()) {
-    const bool take = which.fp8 ? fp8_quantizable(*n) : quantizable(*n) && (which.convs || n->op_type != "Conv");
+    const bool conv = n->op_type == "Conv";
+    const bool take = which.fp8 ? fp8_quantizable(*n) : quantizable(*n) && (!which.gpu || !conv || gpu_int8_conv(*n));
     if (!take || keep_float.count(n->name)) continue;
-    targets->push_back(n);
-    if (seen.insert(n->inputs[0]->name).second) acts->push_back(n->inputs[0]->name);
+    t.products.push_back(n);
+    taken.insert(n);
+    if (seen.insert(n->inputs[0]->name).second) t.acts.push_back(n->inputs[0]->name);
+    if (which.gpu && conv) t.symmetric.insert(n->inputs[0]->name);
   }
+  if (!which.gpu || which.fp8) return t;
+  auto quantized_conv_output = [&](const ir::Value* v) {
+    return v && v->producer && v->producer->op_type == "Conv" && taken.count(v->producer) && v->uses.size() == 1 && !v->is_output;
+  };
+  for (ir::Node* n : g.nodes()) {
+    if (!n->domain.empty() || n->op_type != "Add" || n->inputs.size() != 2 || !quantized_conv_output(n->inputs[0]) ||
+        !quantized_conv_output(n->inputs[1]))
+      continue;
+    const std::string& r = n->inputs[1]->name;
+    if (seen.insert(r).second) t.acts.push_back(r);
+    t.symmetric.insert(r);
+    t.residuals.push_back({n, 1});
+  }
+  return t;
 }
 
 struct Calibration {
@@ -296,10 +340,9 @@ Expected<Calibration> calibrate(ir::Graph& g, const BuildOptions& options, const
   if (method == "percentile" && !(options.calibration_percentile > 0 && options.calibration_percentile <= 100))
     return invalid_argument("the calibration percentile must be in (0, 100]");
   Calibration cal;
-  std::vector<ir::Node*> targets;
-  std::vector<std::string> acts;  // activation values to calibrate, in graph order
-  find_targets(g, products_of(options), {}, &targets, &acts);
-  if (targets.empty()) return cal;
+  const Targets found = find_targets(g, products_of(options), {});
+  const std::vector<std::string>& acts = found.acts;  // activation values to calibrate, in graph order
+  if (found.products.empty()) return cal;
 
   const std::string header = cache_header(model_hash, method + (method == "percentile" ? "@" + std::to_string(options.calibration_percentile) : ""));
   auto& ranges = cal.ranges;
@@ -380,32 +423,36 @@ Expected<Calibration> calibrate(ir::Graph& g, const BuildOptions& options, const
 // and int8 weights behind a DequantizeLinear; nodes named in keep_float stay float.
 Status insert_qdq(ir::Graph& g, Products which, const Calibration& cal, const std::set<std::string>& keep_float,
                   Int8Report* report) {
-  std::vector<ir::Node*> targets;
-  std::vector<std::string> acts;
-  find_targets(g, which, keep_float, &targets, &acts);
+  const Targets found = find_targets(g, which, keep_float);
   const auto& ranges = cal.ranges;
   std::map<std::string, ir::Value*> dequantized;
-  for (const std::string& a : acts) {
+  for (const std::string& a : found.acts) {
     ir::Value* v = g.find_value(a);
     const auto& [lo, hi] = ranges.at(a);
-    const auto [scale, zp] = uint8_params(lo, hi);
+    // uint8 with a zero point, or (CUDA convolutions' inputs) int8 with zero point 0.
+    const bool symmetric = found.symmetric.count(a) > 0;
+    const DataType qt = symmetric ? DataType::kInt8 : DataType::kUInt8;
+    const double amax = std::max(std::fabs(lo), std::fabs(hi));
+    const auto [scale, zp] = symmetric ? std::pair<float, uint8_t>{amax > 0 && std::isfinite(amax) ? static_cast<float>(amax / 127.0) : 1.0f, 0}
+                                       : uint8_params(lo, hi);
     ir::Value* sv = g.new_value(a + "_scale", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({})));
     sv->constant = scalar_f32(scale);
-    Tensor z = Tensor::empty(DataType::kUInt8, {});
-    z.data<uint8_t>()[0] = zp;
-    ir::Value* zv = g.new_value(a + "_zero_point", ir::Type::tensor(DataType::kUInt8, ir::SymShape::of({})));
+    Tensor z = Tensor::empty(qt, {});
+    static_cast<uint8_t*>(z.raw())[0] = zp;
+    ir::Value* zv = g.new_value(a + "_zero_point", ir::Type::tensor(qt, ir::SymShape::of({})));
     zv->constant = std::move(z);
-    ir::Value* q = g.new_value(a + "_uint8", ir::Type::tensor(DataType::kUInt8, v->type.shape));
+    ir::Value* q = g.new_value(a + (symmetric ? "_int8" : "_uint8"), ir::Type::tensor(qt, v->type.shape));
     ir::Value* d = g.new_value(a + "_dq", v->type);
     g.add_node("QuantizeLinear", "", {v, sv, zv}, {q}, a + "_QuantizeLinear")->opset = 21;
     g.add_node("DequantizeLinear", "", {q, sv, zv}, {d}, a + "_DequantizeLinear")->opset = 21;
     dequantized[a] = d;
     if (report) report->ranges.push_back({a, lo, hi, scale, static_cast<int>(zp)});
   }
-  for (ir::Node* n : targets) {
+  for (ir::Node* n : found.products) {
     g.set_input(n, 0, dequantized.at(n->inputs[0]->name));
     quantize_weights(g, *n);
   }
+  for (const auto& [add, i] : found.residuals) g.set_input(add, i, dequantized.at(add->inputs[i]->name));
   return g.sort();
 }
 
@@ -432,9 +479,9 @@ ir::Node* bias_add_of(const ir::Node& mm, int64_t n, const ir::Value** row) {
 // from A's calibrated range and b_scale from the weights; nodes named in keep_float stay float.
 Status insert_fp8(ir::Graph& g, Products which, const Calibration& cal, const std::set<std::string>& keep_float,
                   Int8Report* report) {
-  std::vector<ir::Node*> targets;
-  std::vector<std::string> acts;
-  find_targets(g, which, keep_float, &targets, &acts);
+  const Targets found = find_targets(g, which, keep_float);
+  const std::vector<ir::Node*>& targets = found.products;
+  const std::vector<std::string>& acts = found.acts;
   std::map<std::string, float> a_scale;
   for (const std::string& a : acts) {
     const auto& [lo, hi] = cal.ranges.at(a);
@@ -553,9 +600,7 @@ Expected<Int8Report> quantize_8bit(ir::Graph& g, const BuildOptions& options, co
   Int8Report report;
   report.from_cache = cal.from_cache;
   report.calibration_sets = cal.sets;
-  std::vector<ir::Node*> targets;
-  std::vector<std::string> acts;
-  find_targets(g, products_of(options), {}, &targets, &acts);
+  const std::vector<ir::Node*> targets = find_targets(g, products_of(options), {}).products;
   for (const ir::Node* n : targets) report.layers.push_back({n->name, n->op_type, true, -1});
   std::set<std::string> keep_float;
   if (options.accuracy_budget > 0 && !targets.empty()) {

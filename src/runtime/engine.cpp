@@ -169,6 +169,45 @@ static Status cpu_channels_last(ir::Graph& graph, const BuildOptions& options, c
   return graph.sort();
 }
 
+// Float16/bfloat16 engines (and the float rest of a CUDA INT8 engine built with --precision fp16/bf16):
+// the nodes the target runs in half get half inputs and outputs. Then, on CUDA, convolution chains
+// move channels-last: tensor-core float16 convolutions, and kiln.QConv (the int8 kernel is NHWC only)
+// with the Q/DQ, elementwise ops and pools between them (KILN_CHANNELS_LAST=0 keeps channels-first
+// float convolutions, to compare).
+static Status lower_precision_and_layout(ir::Graph& graph, const BuildOptions& options, const KernelRegistry& target) {
+  const bool half_engine = options.precision == Precision::kFloat16 || options.precision == Precision::kBFloat16 ||
+                           options.precision == Precision::kBest;
+  if (half_engine) {
+    const DataType half = options.precision == Precision::kBFloat16 ? DataType::kBFloat16 : DataType::kFloat16;
+    auto runs_in_half = [&target](const ir::Node& n) {
+      const std::string domain = n.domain == "ai.onnx" ? "" : n.domain;
+      for (const KernelDef& d : target.all())
+        if (d.half_floats && d.op == n.op_type && d.domain == domain && (n.opset == 0 || (n.opset >= d.since && n.opset <= d.until)))
+          return true;
+      return false;
+    };
+    KILN_RETURN_IF_ERROR(passes::convert_precision(graph, half, runs_in_half).status());
+  }
+  if (options.device != DeviceType::kCUDA || options.opt_level < 1) return Status::Ok();
+  bool half_fused_conv = false, half_pool = false;
+  for (const KernelDef& d : target.all()) {
+    half_fused_conv |= d.op == "FusedConv" && d.domain == "kiln" && d.half_floats;
+    half_pool |= d.op == "ChannelsLastPool" && d.domain == "kiln" && d.half_floats;
+  }
+  bool qconv = false;
+  for (const ir::Node* n : graph.nodes()) qconv |= n->domain == "kiln" && n->op_type == "QConv";
+  const bool half_convs = half_engine && half_fused_conv && !env_is("KILN_CHANNELS_LAST", "0");
+  if (!half_convs && !qconv) return Status::Ok();
+  auto accepts = [half_pool, half_convs](const ir::Node& n) {
+    if (n.domain == "kiln" && n.op_type == "QConv") return true;
+    const DataType dt = n.inputs[0]->type.dtype;
+    const bool conv = n.op_type == "Conv" || n.op_type == "FusedConv";
+    if (conv) return half_convs && (dt == DataType::kFloat16 || dt == DataType::kBFloat16);
+    return half_pool;
+  };
+  return passes::convert_to_channels_last(graph, accepts).status();
+}
+
 // Import-to-placement steps shared by a build and a placement plan: checks the options, fixes profile
 // shapes, optimizes for the target's kernels, converts precision and layout. `target` is the kernel
 // rows of the device the engine is for (the CUDA rows exist without a GPU).
@@ -189,34 +228,7 @@ static Status prepare_graph(ir::Graph& graph, const BuildOptions& options, const
   // cuBLASLt's tensor-core kernels want 16-byte rows: 8 float16 columns (4 float32 ones).
   if (options.device == DeviceType::kCUDA) po.pad_matmul_columns = 8;
   KILN_RETURN_IF_ERROR(passes::optimize(graph, po));
-  const bool half_engine = options.precision == Precision::kFloat16 || options.precision == Precision::kBFloat16 ||
-                           options.precision == Precision::kBest;
-  if (half_engine) {
-    const DataType half = options.precision == Precision::kBFloat16 ? DataType::kBFloat16 : DataType::kFloat16;
-    auto runs_in_half = [&target](const ir::Node& n) {
-      const std::string domain = n.domain == "ai.onnx" ? "" : n.domain;
-      for (const KernelDef& d : target.all())
-        if (d.half_floats && d.op == n.op_type && d.domain == domain && (n.opset == 0 || (n.opset >= d.since && n.opset <= d.until)))
-          return true;
-      return false;
-    };
-    KILN_RETURN_IF_ERROR(passes::convert_precision(graph, half, runs_in_half).status());
-    // Tensor-core convolutions run channels-last: whole chains move to NHWC (KILN_CHANNELS_LAST=0
-    // keeps channels-first, to compare).
-    bool half_fused_conv = false, half_pool = false;
-    for (const KernelDef& d : target.all()) {
-      half_fused_conv |= d.op == "FusedConv" && d.domain == "kiln" && d.half_floats;
-      half_pool |= d.op == "ChannelsLastPool" && d.domain == "kiln" && d.half_floats;
-    }
-    if (half_fused_conv && options.opt_level >= 1 && !env_is("KILN_CHANNELS_LAST", "0")) {
-      auto accepts = [half_pool](const ir::Node& n) {
-        const DataType dt = n.inputs[0]->type.dtype;
-        const bool conv = n.op_type == "Conv" || n.op_type == "FusedConv";
-        return (conv || half_pool) && (dt == DataType::kFloat16 || dt == DataType::kBFloat16);
-      };
-      KILN_RETURN_IF_ERROR(passes::convert_to_channels_last(graph, accepts).status());
-    }
-  }
+  KILN_RETURN_IF_ERROR(lower_precision_and_layout(graph, options, target));
   if (options.precision == Precision::kTF32 || options.precision == Precision::kBest) passes::allow_tf32(graph);
   if (options.device == DeviceType::kCPU) KILN_RETURN_IF_ERROR(cpu_channels_last(graph, options, target));
   return Status::Ok();
@@ -240,11 +252,16 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
     // Quantize the graph optimized without fusions (the QDQ fusion wants plain Conv/MatMul/Gemm),
     // then optimize it at the requested level: fuse-qdq first, the float fusions for the rest.
     // FP8 engines: the products become kiln.F8MatMul, and the rest of a CUDA engine is float16.
+    // The float rest of an INT8 engine takes the requested precision (CUDA: --precision fp16 makes
+    // it float16, as TensorRT's --int8 --fp16); the graph is quantized in float32.
     BuildOptions plain = options;
     plain.opt_level = 1;
-    if (fp8) plain.precision = Precision::kFloat32;  // (an INT8 build keeps it: prepare_graph checks it)
+    if (options.precision != Precision::kFloat32 && options.device != DeviceType::kCUDA)
+      return invalid_argument(std::string(precision_name(options.precision)) +
+                              " engines are GPU engines: build with device cuda (CPU engines compute in float32)");
+    plain.precision = Precision::kFloat32;
     BuildOptions rest = options;  // how the quantized graph is optimized
-    rest.precision = fp8 ? fp8_rest_precision(options.device) : Precision::kFloat32;
+    rest.precision = fp8 ? fp8_rest_precision(options.device) : options.precision;
     KILN_RETURN_IF_ERROR(prepare_graph(*impl->graph, plain, target->kernels()));
     auto float_graph = impl->graph->clone();
     // A graph as it is (opt level 0, untuned) on `device`: the float32 reference and calibration
@@ -273,7 +290,13 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
     auto finish = [&](ir::Graph& g) -> Status {
       if (fp8) return prepare_graph(g, rest, target->kernels());
       KILN_RETURN_IF_ERROR(passes::optimize(g, builder_pass_options(options.opt_level, &target->kernels())));
-      return cpu_channels_last(g, options, target->kernels());
+      if (options.device != DeviceType::kCUDA) return cpu_channels_last(g, options, target->kernels());
+      // CUDA: residual Adds into the int8 convolutions before them, the float rest in the requested
+      // precision, the convolution chains channels-last.
+      KILN_RETURN_IF_ERROR(passes::fuse_qconv_residual(g).status());
+      KILN_RETURN_IF_ERROR(lower_precision_and_layout(g, rest, target->kernels()));
+      if (rest.precision == Precision::kTF32 || rest.precision == Precision::kBest) passes::allow_tf32(g);
+      return g.sort();
     };
     auto build_quantized = [&](std::unique_ptr<ir::Graph> g) -> Expected<std::shared_ptr<Engine>> {
       KILN_RETURN_IF_ERROR(finish(*g));

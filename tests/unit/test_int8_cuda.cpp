@@ -206,3 +206,198 @@ TEST(CudaQMatMul, RowTakesOnlyConstantWeightsAndScales) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// ---- kiln.QConv on CUDA (cuDNN's graph API, channels-last int8) against the QDQ graph's meaning in
+// double: y = act(xs·ws[m]·Σ x·w + bias[m] [+ zs·z]), then saturate(rne(y / ys)) for an int8 output.
+struct ConvCase {
+  int64_t n, h, w, c, m, k, stride, pad;
+  bool per_channel, relu, residual;
+  DataType bias, out;
+};
+
+struct ConvData {
+  ConvCase cc;
+  Tensor x, w, ws, bias, z;
+  float xs = 0.03f, ys = 0.08f, zs = 0.05f;
+  int64_t oh = 0, ow = 0;
+};
+
+ConvData make_conv(const ConvCase& cc, std::mt19937& rng) {
+  ConvData d;
+  d.cc = cc;
+  d.oh = (cc.h + 2 * cc.pad - cc.k) / cc.stride + 1;
+  d.ow = (cc.w + 2 * cc.pad - cc.k) / cc.stride + 1;
+  std::uniform_int_distribution<int> byte(-128, 127), wbyte(-127, 127);
+  d.x = Tensor::empty(DataType::kInt8, {cc.n, cc.h, cc.w, cc.c});
+  for (int64_t i = 0; i < d.x.numel(); ++i) d.x.data<int8_t>()[i] = static_cast<int8_t>(byte(rng));
+  d.w = Tensor::empty(DataType::kInt8, {cc.m, cc.k, cc.k, cc.c});
+  for (int64_t i = 0; i < d.w.numel(); ++i) d.w.data<int8_t>()[i] = static_cast<int8_t>(wbyte(rng));
+  // Scales that keep y / ys mostly inside int8's range, so saturation and rounding both show.
+  const double fan = static_cast<double>(cc.c * cc.k * cc.k);
+  std::uniform_real_distribution<float> scale(0.5f, 1.5f);
+  d.ws = Tensor::empty(DataType::kFloat32, {cc.per_channel ? cc.m : 1});
+  for (int64_t i = 0; i < d.ws.numel(); ++i)
+    d.ws.data<float>()[i] = static_cast<float>(scale(rng) * 40.0 * d.ys / (d.xs * 128.0 * 127.0 * std::sqrt(fan)));
+  if (cc.bias == DataType::kFloat32) {
+    d.bias = Tensor::empty(DataType::kFloat32, {cc.m});
+    std::uniform_real_distribution<float> b(-2.f, 2.f);
+    for (int64_t i = 0; i < cc.m; ++i) d.bias.data<float>()[i] = b(rng);
+  } else if (cc.bias == DataType::kInt32) {
+    d.bias = Tensor::empty(DataType::kInt32, {cc.m});
+    std::uniform_int_distribution<int> b(-20000, 20000);
+    for (int64_t i = 0; i < cc.m; ++i) d.bias.data<int32_t>()[i] = b(rng);
+  }
+  if (cc.residual) {
+    d.z = Tensor::empty(DataType::kInt8, {cc.n, d.oh, d.ow, cc.m});
+    for (int64_t i = 0; i < d.z.numel(); ++i) d.z.data<int8_t>()[i] = static_cast<int8_t>(byte(rng));
+  }
+  return d;
+}
+
+std::vector<Tensor> conv_inputs(const ConvData& d) {
+  std::vector<Tensor> in = {d.x, scalar_of(DataType::kFloat32, d.xs), scalar_of(DataType::kInt8, 0), d.w, d.ws, Tensor(),
+                            Tensor(), Tensor(), d.bias, Tensor(), Tensor()};
+  if (d.cc.out == DataType::kInt8) {
+    in[6] = scalar_of(DataType::kFloat32, d.ys);
+    in[7] = scalar_of(DataType::kInt8, 0);
+  }
+  if (d.cc.residual) {
+    in[9] = d.z;
+    in[10] = scalar_of(DataType::kFloat32, d.zs);
+  }
+  while (!in.empty() && !in.back().defined()) in.pop_back();
+  return in;
+}
+
+std::unique_ptr<OneNode> qconv_node(const ConvData& d) {
+  const std::vector<Tensor> in = conv_inputs(d);
+  std::vector<bool> constant(in.size(), true);
+  constant[0] = false;
+  if (in.size() > 9) constant[9] = false;
+  auto n = std::make_unique<OneNode>("QConv", 1, in, 1, constant);
+  n->node->domain = "kiln";
+  n->set_int("channels_last", 1);
+  n->set_ints("kernel_shape", {d.cc.k, d.cc.k});
+  n->set_ints("strides", {d.cc.stride, d.cc.stride});
+  n->set_ints("pads", {d.cc.pad, d.cc.pad, d.cc.pad, d.cc.pad});
+  if (d.cc.relu) n->set_string("activation", "Relu");
+  n->node->outputs[0]->type = ir::Type::tensor(d.cc.out);
+  return n;
+}
+
+std::vector<double> conv_reference(const ConvData& d) {
+  const ConvCase& c = d.cc;
+  std::vector<double> y(static_cast<size_t>(c.n * d.oh * d.ow * c.m));
+  for (int64_t b = 0; b < c.n; ++b)
+    for (int64_t oy = 0; oy < d.oh; ++oy)
+      for (int64_t ox = 0; ox < d.ow; ++ox)
+        for (int64_t m = 0; m < c.m; ++m) {
+          int64_t acc = 0;
+          for (int64_t ky = 0; ky < c.k; ++ky)
+            for (int64_t kx = 0; kx < c.k; ++kx) {
+              const int64_t iy = oy * c.stride - c.pad + ky, ix = ox * c.stride - c.pad + kx;
+              if (iy < 0 || iy >= c.h || ix < 0 || ix >= c.w) continue;
+              const int8_t* xp = d.x.data<int8_t>() + ((b * c.h + iy) * c.w + ix) * c.c;
+              const int8_t* wp = d.w.data<int8_t>() + ((m * c.k + ky) * c.k + kx) * c.c;
+              for (int64_t ch = 0; ch < c.c; ++ch) acc += int64_t{xp[ch]} * wp[ch];
+            }
+          const double s = static_cast<double>(d.xs) * d.ws.data<float>()[d.ws.numel() == 1 ? 0 : m];
+          double v = s * static_cast<double>(acc);
+          if (c.bias == DataType::kFloat32) v += d.bias.data<float>()[m];
+          if (c.bias == DataType::kInt32) v += s * d.bias.data<int32_t>()[m];
+          const int64_t at = ((b * d.oh + oy) * d.ow + ox) * c.m + m;
+          if (c.residual) v += static_cast<double>(d.zs) * d.z.data<int8_t>()[at];
+          if (c.relu) v = std::max(v, 0.0);
+          if (c.out == DataType::kInt8) v = std::clamp(std::nearbyint(v / d.ys), -128.0, 127.0);
+          y[static_cast<size_t>(at)] = v;
+        }
+  return y;
+}
+
+// int8 outputs within one step, rarely off (float32 scale arithmetic near a .5); float outputs
+// within float32 rounding of the epilogue (1e-5 of the largest |y|).
+void expect_conv_matches(const Tensor& got, const ConvData& d, const std::string& what) {
+  const std::vector<double> want = conv_reference(d);
+  ASSERT_EQ(got.dtype(), d.cc.out) << what;
+  ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size())) << what;
+  double top = 0;
+  for (double v : want) top = std::max(top, std::fabs(v));
+  int64_t off = 0, saturated = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double g = value_at(got, i), dd = std::fabs(g - want[i]);
+    if (d.cc.out == DataType::kInt8) {
+      ASSERT_LE(dd, 1.0) << what << " element " << i << ": got " << g << ", want " << want[i];
+      off += dd > 0;
+      saturated += std::fabs(want[i]) >= 127;
+    } else {
+      ASSERT_LE(dd, 1e-5 * top + 1e-6) << what << " element " << i << ": got " << g << ", want " << want[i];
+    }
+  }
+  if (d.cc.out == DataType::kInt8) {
+    EXPECT_LE(off, got.numel() / 100 + 1) << what;
+    EXPECT_LT(saturated, got.numel() / 4) << what << ": the case's scales saturate too much to test rounding";
+  }
+}
+
+TEST(CudaQConv, MatchesTheQdqGraphEveryTactic) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(21);
+  const ConvCase cases[] = {
+      // n h w c m k stride pad per_channel relu residual bias out
+      {2, 7, 7, 64, 32, 1, 1, 0, true, true, false, DataType::kFloat32, DataType::kInt8},
+      {1, 9, 9, 16, 16, 3, 1, 1, true, true, true, DataType::kFloat32, DataType::kInt8},
+      {2, 10, 10, 32, 64, 3, 2, 1, false, false, false, DataType::kInt32, DataType::kFloat32},
+      {3, 8, 8, 64, 128, 1, 2, 0, true, false, true, DataType::kUndefined, DataType::kInt8},
+      {1, 6, 6, 128, 256, 1, 1, 0, true, true, true, DataType::kFloat32, DataType::kFloat32},
+  };
+  for (const ConvCase& cc : cases) {
+    const ConvData d = make_conv(cc, rng);
+    const std::string what = std::to_string(cc.c) + ">" + std::to_string(cc.m) + " " + std::to_string(cc.k) + "x" +
+                             std::to_string(cc.k) + "/" + std::to_string(cc.stride) + " at " + std::to_string(cc.h) + "x" +
+                             std::to_string(cc.w) + (cc.residual ? " +Z" : "") + (cc.relu ? " Relu" : "") + " → " +
+                             dtype_name(cc.out);
+    auto node = qconv_node(d);
+    std::vector<std::string> tactics;
+    auto got = cudatest::run_cuda(*node->node, conv_inputs(d), {}, &tactics);
+    ASSERT_TRUE(got.ok()) << what << ": " << got.status().to_string();
+    expect_conv_matches((*got)[0], d, what + ", own choice");
+    EXPECT_FALSE(tactics.empty()) << what;
+    for (const std::string& t : tactics) {
+      auto g = cudatest::run_cuda(*node->node, conv_inputs(d), t);
+      if (!g.ok() && g.status().message().find("no engine") != std::string::npos) continue;  // a configuration that does not build here
+      ASSERT_TRUE(g.ok()) << what << " " << t << ": " << g.status().to_string();
+      expect_conv_matches((*g)[0], d, what + ", tactic " + t);
+    }
+  }
+}
+
+// The row's static check (placement reads it with or without a GPU).
+TEST(CudaQConv, RowTakesSymmetricChannelsLastInt8Only) {
+  const KernelRegistry* cuda = cuda_kernel_registry();
+  if (!cuda) GTEST_SKIP() << "built without CUDA";
+  const KernelDef* row = cuda->by_name("cuda.QConv.i8.cudnn");
+  ASSERT_NE(row, nullptr);
+  std::mt19937 rng(22);
+  const ConvData d = make_conv({1, 5, 5, 16, 8, 3, 1, 1, true, true, true, DataType::kFloat32, DataType::kInt8}, rng);
+  EXPECT_EQ(row->rejects(*qconv_node(d)->node), "");
+  auto nchw = qconv_node(d);
+  nchw->set_int("channels_last", 0);
+  EXPECT_NE(row->rejects(*nchw->node).find("channels-last"), std::string::npos);
+  auto grouped = qconv_node(d);
+  grouped->set_int("group", 2);
+  EXPECT_NE(row->rejects(*grouped->node).find("grouped"), std::string::npos);
+  auto zp = qconv_node(d);
+  zp->node->inputs[2]->constant->data<int8_t>()[0] = 3;
+  EXPECT_NE(row->rejects(*zp->node).find("x_zero_point"), std::string::npos);
+  auto gelu = qconv_node(d);
+  gelu->set_string("activation", "Gelu");
+  EXPECT_NE(row->rejects(*gelu->node).find("Relu"), std::string::npos);
+  const ConvData odd = make_conv({1, 5, 5, 6, 8, 3, 1, 1, true, true, false, DataType::kFloat32, DataType::kInt8}, rng);
+  EXPECT_NE(row->rejects(*qconv_node(odd)->node).find("divisible by 4"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln

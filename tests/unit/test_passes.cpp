@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "ir/epilogue.h"
 #include "ir/float_types.h"
 #include "ops/op_table.h"
 #include "passes/passes.h"
@@ -890,3 +891,111 @@ TEST(Passes, AllowTf32MarksFloatConvolutionsAndGemmsOnly) {
   for (const ir::Node* n : g->nodes())
     EXPECT_EQ(n->attr_int(passes::kTF32Attr, 0), n->op_type == "Relu" || n->op_type == "Flatten" ? 0 : 1) << n->describe();
 }
+
+namespace kiln {
+namespace {
+
+// A ResNet block's end as CUDA INT8 engines see it after fuse-qdq: a float-output kiln.QConv, Add of
+// the block's int8 input (dequantized), Relu, and the next block's int8 QuantizeLinear; the sum is
+// also read by a float op.
+struct ResidualBlock {
+  Builder b;
+  ir::Value *xq, *a, *v, *yq;
+  ResidualBlock(bool relu, DataType residual_type, const std::string& conv_activation = "") {
+    xq = b.input("xq", {1, 16, 4, 4}, residual_type);
+    Tensor z = Tensor::empty(residual_type, {});
+    static_cast<uint8_t*>(z.raw())[0] = 0;
+    ir::Value* zp = b.constant(z);
+    Tensor zi = Tensor::empty(DataType::kInt8, {});
+    zi.data<int8_t>()[0] = 0;
+    ir::Value* zp8 = b.constant(zi);
+    Tensor w = Tensor::empty(DataType::kInt8, {16, 16, 1, 1});
+    for (int64_t i = 0; i < w.numel(); ++i) w.data<int8_t>()[i] = static_cast<int8_t>(i % 7 - 3);
+    std::vector<ir::Value*> ins = {xq, b.scalar(0.05f), zp, b.constant(w), b.floats({16}, 0.01f, 0.02f), nullptr, nullptr,
+                                   nullptr, b.floats({16})};
+    a = b.g->new_value("conv3");
+    ir::Node* q = b.g->add_node("QConv", "kiln", ins, {a}, "conv3");
+    q->opset = 1;
+    if (!conv_activation.empty()) write_activation(Activation{ActKind::kRelu}, q->attrs);
+    EXPECT_TRUE(ops::infer_node(*q).ok());
+    ir::Value* r = b.node("DequantizeLinear", {xq, b.scalar(0.05f), zp});
+    ir::Value* sum = b.node("Add", {a, r});
+    v = relu ? b.node("Relu", {sum}) : sum;
+    yq = b.node("QuantizeLinear", {v, b.scalar(0.1f), zp8});
+    b.output(b.node("DequantizeLinear", {yq, b.scalar(0.1f), zp8}));
+    b.output(b.node("Mul", {v, b.scalar(2.0f)}));
+  }
+};
+
+TEST(Passes, QConvResidualFoldsTheAddReluAndQuantize) {
+  ResidualBlock blk(true, DataType::kInt8);
+  auto g = blk.b.g->clone();
+  auto fused = passes::fuse_qconv_residual(*g);
+  ASSERT_TRUE(fused.ok()) << fused.status().to_string();
+  EXPECT_EQ(*fused, 1);
+  auto counts = op_counts(*g);
+  EXPECT_EQ(counts["Add"], 0);
+  EXPECT_EQ(counts["Relu"], 0);
+  EXPECT_EQ(counts["QuantizeLinear"], 0);
+  EXPECT_EQ(counts["kiln.QConv"], 1);
+  const ir::Node* q = nullptr;
+  for (const ir::Node* n : g->nodes())
+    if (n->op_type == "QConv") q = n;
+  ASSERT_NE(q, nullptr);
+  ASSERT_EQ(q->inputs.size(), 11u);
+  EXPECT_EQ(q->inputs[9]->name, "xq");  // the residual read in int8
+  EXPECT_FLOAT_EQ(q->inputs[10]->constant->data<float>()[0], 0.05f);
+  EXPECT_FLOAT_EQ(q->inputs[6]->constant->data<float>()[0], 0.1f);
+  EXPECT_EQ(q->outputs[0]->type.dtype, DataType::kInt8);
+  EXPECT_EQ(q->attr_string("activation", ""), "Relu");
+  // Both outputs now come from the int8 output: one DequantizeLinear each side (the graph's, and the
+  // Mul's new one).
+  EXPECT_EQ(counts["DequantizeLinear"], 2);
+  for (const ir::Value* o : g->outputs) {
+    const ir::Node* p = o->producer;
+    ASSERT_NE(p, nullptr);
+    const ir::Node* dq = p->op_type == "Mul" ? p->inputs[0]->producer : p;
+    ASSERT_NE(dq, nullptr);
+    EXPECT_EQ(dq->op_type, "DequantizeLinear");
+    EXPECT_EQ(dq->inputs[0], q->outputs[0]);
+  }
+  EXPECT_TRUE(g->verify().ok());
+  // Channels-last then converts the residual with X (both NHWC).
+  auto cl = passes::convert_to_channels_last(*g, [](const ir::Node& n) { return n.op_type == "QConv"; });
+  ASSERT_TRUE(cl.ok());
+  for (const ir::Node* n : g->nodes())
+    if (n->op_type == "QConv") {
+      EXPECT_EQ(n->attr_int("channels_last", 0), 1);
+      EXPECT_EQ(n->inputs[9], n->inputs[0]) << "X and Z are the same int8 value, one NHWC form";
+      EXPECT_EQ(n->inputs[9]->type.shape.to_static(), (Shape{1, 4, 4, 16}));
+    }
+}
+
+TEST(Passes, QConvResidualNeedsInt8AndAPlainConvolution) {
+  {
+    ResidualBlock blk(false, DataType::kInt8);  // no Relu: fused too, without an activation
+    auto g = blk.b.g->clone();
+    auto fused = passes::fuse_qconv_residual(*g);
+    ASSERT_TRUE(fused.ok());
+    EXPECT_EQ(*fused, 1);
+    for (const ir::Node* n : g->nodes())
+      if (n->op_type == "QConv") EXPECT_EQ(n->attr_string("activation", ""), "");
+  }
+  {
+    ResidualBlock blk(true, DataType::kUInt8);  // a uint8 residual (zero point of its own type): left alone
+    auto g = blk.b.g->clone();
+    auto fused = passes::fuse_qconv_residual(*g);
+    ASSERT_TRUE(fused.ok());
+    EXPECT_EQ(*fused, 0);
+  }
+  {
+    ResidualBlock blk(true, DataType::kInt8, "Relu");  // the convolution has its own activation before the Add
+    auto g = blk.b.g->clone();
+    auto fused = passes::fuse_qconv_residual(*g);
+    ASSERT_TRUE(fused.ok());
+    EXPECT_EQ(*fused, 0);
+  }
+}
+
+}  // namespace
+}  // namespace kiln

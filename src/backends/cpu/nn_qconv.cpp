@@ -342,6 +342,7 @@ std::string check_quant(const ir::Node& n) {
   if (!n.has_input(kX) || !n.has_input(kW)) return "X and W are required";
   const DataType x = n.inputs[kX]->type.dtype;
   if (x != DataType::kUInt8 && x != DataType::kInt8) return "X must be uint8 or int8";
+  if (n.has_input(9)) return "a fused residual (Z) runs on CUDA only";
   return n.inputs[kW]->type.dtype == DataType::kInt8 ? "" : "W must be int8";
 }
 

@@ -83,6 +83,7 @@ std::string make_fingerprint() {
 void register_all(KernelRegistry& r) {
   register_gemm(r);
   register_conv(r);
+  register_qconv(r);
   register_nn(r);
   register_resize(r);
   register_misc(r);

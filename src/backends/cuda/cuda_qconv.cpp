@@ -1,0 +1,445 @@
+// backends/cuda/cuda_qconv.cpp — kiln.QConv on the GPU: int8 channels-last convolutions through
+// cuDNN's graph API, the whole epilogue fused into the convolution's kernel.
+//
+// One operation graph per input shape (reshape):
+//   acc = conv(x8, w8)                 int32 accumulation (x, w int8 NHWC / KRSC, zero points 0)
+//   y   = acc · scale[m] + bias[m]     scale = xs·ws[m] (per output channel), both divided by ys
+//                                      when the output is int8
+//   y  += z8 · zmul[m]                 the residual (inputs 9, 10: int8 Z of Y's shape, z_scale),
+//                                      zmul = zs / ys — passes/qconv_residual.cpp makes it
+//   y   = relu(y)                      when the node's activation is Relu
+//   out = int8(y) or float32 y
+// Why the graph API and not cudnnConvolutionBiasActivationForward: the legacy call takes one scalar
+// alpha, so per-channel weight scales (what calibration and ONNX Runtime's per-channel QDQ models
+// give) would need a pass of their own; and on the H200 its int8 kernels ran ResNet-50's convolutions
+// in 4.06 ms at batch 256 against 3.33 ms for this graph (bench/cuda_int8_conv_probe.cpp,
+// tests/gpu/results/h200_int8_graph_probe_1.log). A residual as a per-channel multiply and add is the
+// form cuDNN's heuristics accept (an add with alpha2, or a float16 residual, got no engine).
+// Tactics: the heuristics' engine configurations ("cfg<i>", mode A); without one the first that
+// builds runs.
+#include <cudnn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_util.h"
+#include "backends/staged_kernel.h"
+#include "ir/epilogue.h"
+#include "ops/params_nn.h"
+#include "ops/shape_infer_util.h"
+
+namespace kiln::cuda {
+namespace {
+
+enum QIn { kX = 0, kXScale, kXZero, kW, kWScale, kWZero, kYScale, kYZero, kB, kZ, kZScale };
+
+using BD = cudnnBackendDescriptor_t;
+
+// The descriptors one plan is made of, destroyed with it (last made first).
+struct Descriptors {
+  std::vector<BD> all;
+  Descriptors() = default;
+  Descriptors(const Descriptors&) = delete;
+  Descriptors& operator=(const Descriptors&) = delete;
+  ~Descriptors() {
+    for (auto it = all.rbegin(); it != all.rend(); ++it) cudnnBackendDestroyDescriptor(*it);
+  }
+  BD make(cudnnBackendDescriptorType_t t) {
+    BD d = nullptr;
+    if (cudnnBackendCreateDescriptor(t, &d) != CUDNN_STATUS_SUCCESS) return nullptr;
+    all.push_back(d);
+    return d;
+  }
+};
+
+// cuDNN's first failure while a graph is assembled, kept for the error message.
+struct Builder {
+  Descriptors& d;
+  std::string failed;
+  bool set(BD desc, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count, const void* v,
+           const char* what) {
+    if (!failed.empty()) return false;
+    if (!desc) {
+      failed = std::string(what) + ": no descriptor";
+      return false;
+    }
+    const cudnnStatus_t s = cudnnBackendSetAttribute(desc, name, type, count, v);
+    if (s != CUDNN_STATUS_SUCCESS) failed = std::string(what) + ": " + cudnnGetErrorString(s);
+    return s == CUDNN_STATUS_SUCCESS;
+  }
+  bool finalize(BD desc, const char* what) {
+    if (!failed.empty()) return false;
+    const cudnnStatus_t s = desc ? cudnnBackendFinalize(desc) : CUDNN_STATUS_BAD_PARAM;
+    if (s != CUDNN_STATUS_SUCCESS) failed = std::string(what) + ": " + cudnnGetErrorString(s);
+    return s == CUDNN_STATUS_SUCCESS;
+  }
+  // A 4-D tensor of logical dims (n, c, h, w) stored channels-last.
+  BD tensor(int64_t uid, cudnnDataType_t type, int64_t n, int64_t c, int64_t h, int64_t w, bool is_virtual) {
+    BD t = d.make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    const int64_t dims[4] = {n, c, h, w}, strides[4] = {c * h * w, 1, w * c, c}, align = 16;
+    set(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type, "tensor type");
+    set(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims, "tensor dims");
+    set(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides, "tensor strides");
+    set(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, "tensor id");
+    set(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "tensor alignment");
+    set(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual, "tensor virtual");
+    finalize(t, "tensor");
+    return t;
+  }
+  // y = mode(x[, b]) in float32.
+  BD pointwise(cudnnPointwiseMode_t mode, BD x, BD b, BD y) {
+    BD pw = d.make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+    set(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise mode");
+    set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, "pointwise precision");
+    finalize(pw, "pointwise");
+    BD op = d.make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    set(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw, "pointwise op");
+    set(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "pointwise x");
+    if (b) set(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, "pointwise b");
+    set(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "pointwise y");
+    finalize(op, "pointwise op");
+    return op;
+  }
+};
+
+enum Uid : int64_t { kUidX = 1, kUidW, kUidY, kUidScale, kUidBias, kUidZ, kUidZMul, kUidAcc, kUidScaled, kUidBiased,
+                     kUidZScaled, kUidSum };
+
+// What every run of the node uses, read once from its constants; the vectors live on the GPU.
+struct QConvConsts {
+  ops::WindowAttrs w;
+  bool relu = false, int8_out = false, residual = false;
+  int64_t m = 0, c = 0, kh = 0, kw = 0;
+  Tensor scale, bias, zmul;  // float32 [M] each (zmul only with a residual)
+};
+
+// The plan of one input shape.
+struct QConvPlan {
+  Descriptors d;
+  BD plan = nullptr;
+  int64_t workspace = 0;
+  bool empty = false;
+  int configs = 0;  // how many engine configurations cuDNN's heuristics offered
+};
+
+const Tensor* const_at(const ir::Node& n, int i) {
+  return n.has_input(static_cast<size_t>(i)) && n.inputs[i]->is_constant() ? &*n.inputs[i]->constant : nullptr;
+}
+
+bool all_zero(const Tensor* t) {
+  std::vector<double> v;
+  if (!t || !ops::read_doubles(*t, v)) return false;
+  for (double x : v)
+    if (x != 0) return false;
+  return true;
+}
+
+bool one_positive(const Tensor* t, double* out) {
+  std::vector<double> v;
+  if (!t || t->dtype() != DataType::kFloat32 || !ops::read_doubles(*t, v) || v.size() != 1) return false;
+  if (!(v[0] > 0) || !std::isfinite(v[0])) return false;
+  if (out) *out = v[0];
+  return true;
+}
+
+std::string qconv_check(const ir::Node& n) {
+  if (!n.has_input(kX) || !n.has_input(kW)) return "X and W are required";
+  const ops::ConvParams p = ops::parse_conv(n);
+  if (!p.channels_last) return "runs channels-last only (kiln.QConv with channels_last = 1)";
+  if (p.group != 1) return "grouped int8 convolutions do not run on CUDA";
+  const DataType x = n.inputs[kX]->type.dtype;
+  if (x != DataType::kInt8 && x != DataType::kUndefined) return "X must be int8 (symmetric: zero point 0)";
+  if (n.has_input(kXZero) && !all_zero(const_at(n, kXZero))) return "x_zero_point must be a constant 0";
+  const Tensor* w = const_at(n, kW);
+  if (!w || w->dtype() != DataType::kInt8 || w->shape().size() != 4) return "W must be a constant int8 [M, kh, kw, C]";
+  const int64_t m = w->shape()[0], c = w->shape()[3];
+  if (m % 4 != 0 || c % 4 != 0) return "int8 convolutions take channel counts divisible by 4";
+  if (n.has_input(kWZero) && !all_zero(const_at(n, kWZero))) return "w_zero_point must be 0";
+  if (!one_positive(const_at(n, kXScale), nullptr)) return "x_scale must be one positive float32 constant";
+  const Tensor* ws = const_at(n, kWScale);
+  if (!ws || ws->dtype() != DataType::kFloat32 || (ws->numel() != 1 && ws->numel() != m)) return "w_scale must be 1 or M float32 constants";
+  if (n.has_input(kYScale) != n.has_input(kYZero)) return "y_scale and y_zero_point come together";
+  if (n.has_input(kYScale)) {
+    if (!one_positive(const_at(n, kYScale), nullptr)) return "y_scale must be one positive float32 constant";
+    if (n.inputs[kYZero]->type.dtype != DataType::kInt8 || !all_zero(const_at(n, kYZero))) return "y must be int8 with zero point 0";
+  }
+  if (n.has_input(kB)) {
+    const Tensor* b = const_at(n, kB);
+    if (!b || b->numel() != m || (b->dtype() != DataType::kFloat32 && b->dtype() != DataType::kInt32))
+      return "B must be M float32 or int32 constants";
+  }
+  if (n.has_input(kZ) != n.has_input(kZScale)) return "Z and z_scale come together";
+  if (n.has_input(kZ)) {
+    if (n.inputs[kZ]->type.dtype != DataType::kInt8 && n.inputs[kZ]->type.dtype != DataType::kUndefined) return "Z must be int8";
+    if (!one_positive(const_at(n, kZScale), nullptr)) return "z_scale must be one positive float32 constant";
+  }
+  Activation act;
+  std::string why;
+  if (!read_activation(n, &act, &why)) return why;
+  if (act.kind != ActKind::kNone && act.kind != ActKind::kRelu) return "only Relu is fused into int8 convolutions on CUDA";
+  return "";
+}
+
+Expected<std::shared_ptr<const QConvConsts>> prepare_qconv(const ir::Node& n) {
+  if (std::string why = qconv_check(n); !why.empty()) return invalid_argument(n.describe() + ": " + why);
+  auto c = std::make_shared<QConvConsts>();
+  const ops::ConvParams p = ops::parse_conv(n);
+  c->w = p.window;
+  Activation act;
+  std::string why;
+  read_activation(n, &act, &why);
+  c->relu = act.kind == ActKind::kRelu;
+  const Shape& ws = const_at(n, kW)->shape();
+  c->m = ws[0], c->kh = ws[1], c->kw = ws[2], c->c = ws[3];
+  double xs = 0, ys = 1, zs = 0;
+  one_positive(const_at(n, kXScale), &xs);
+  c->int8_out = n.has_input(kYScale);
+  if (c->int8_out) one_positive(const_at(n, kYScale), &ys);
+  c->residual = n.has_input(kZ);
+  if (c->residual) one_positive(const_at(n, kZScale), &zs);
+  std::vector<double> wsc, bias;
+  ops::read_doubles(*const_at(n, kWScale), wsc);
+  const Tensor* b = const_at(n, kB);
+  if (b) ops::read_doubles(*b, bias);
+  Tensor scale = Tensor::empty(DataType::kFloat32, {c->m});
+  Tensor offset = Tensor::empty(DataType::kFloat32, {c->m});
+  Tensor zmul = Tensor::empty(DataType::kFloat32, {c->m});
+  for (int64_t j = 0; j < c->m; ++j) {
+    const double s = xs * wsc[wsc.size() == 1 ? 0 : j];
+    // An int32 bias counts in accumulator units (xs·ws[j]), as QLinearConv's.
+    const double bj = !b ? 0.0 : b->dtype() == DataType::kInt32 ? bias[j] * s : bias[j];
+    scale.data<float>()[j] = static_cast<float>(s / ys);
+    offset.data<float>()[j] = static_cast<float>(bj / ys);
+    zmul.data<float>()[j] = static_cast<float>(zs / ys);
+  }
+  KILN_ASSIGN_OR_RETURN(Backend * gpu, backend_for(DeviceType::kCUDA));
+  std::vector<std::pair<Tensor*, Tensor*>> uploads = {{&scale, &c->scale}, {&offset, &c->bias}};
+  if (c->residual) uploads.push_back({&zmul, &c->zmul});
+  for (auto [host, dev] : uploads) {
+    KILN_ASSIGN_OR_RETURN(auto storage, gpu->allocate(host->nbytes()));
+    *dev = Tensor::with_storage(host->dtype(), host->shape(), storage);
+    KILN_RETURN_IF_ERROR(gpu->copy(*host, *dev, nullptr));
+  }
+  return std::shared_ptr<const QConvConsts>(std::move(c));
+}
+
+// The operation graph for X [n, h, w, C] → Y [n, oh, ow, M], or why cuDNN refused it.
+Status build_graph(QConvPlan& plan, cudnnHandle_t dnn, const QConvConsts& c, int64_t n, int64_t h, int64_t w,
+                   const int64_t out[2], const int64_t pb[2], const int64_t pe[2], const int64_t s[2], const int64_t dil[2],
+                   BD* graph, std::string* why) {
+  Builder b{plan.d, {}};
+  BD x = b.tensor(kUidX, CUDNN_DATA_INT8, n, c.c, h, w, false);
+  BD wt = b.tensor(kUidW, CUDNN_DATA_INT8, c.m, c.c, c.kh, c.kw, false);
+  BD acc = b.tensor(kUidAcc, CUDNN_DATA_FLOAT, n, c.m, out[0], out[1], true);
+  BD scale = b.tensor(kUidScale, CUDNN_DATA_FLOAT, 1, c.m, 1, 1, false);
+  BD bias = b.tensor(kUidBias, CUDNN_DATA_FLOAT, 1, c.m, 1, 1, false);
+  BD scaled = b.tensor(kUidScaled, CUDNN_DATA_FLOAT, n, c.m, out[0], out[1], true);
+  const bool last_is_bias = !c.residual && !c.relu;
+  const cudnnDataType_t yt = c.int8_out ? CUDNN_DATA_INT8 : CUDNN_DATA_FLOAT;
+  BD y = b.tensor(kUidY, yt, n, c.m, out[0], out[1], false);
+  BD biased = last_is_bias ? y : b.tensor(kUidBiased, CUDNN_DATA_FLOAT, n, c.m, out[0], out[1], true);
+  BD cv = plan.d.make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  const cudnnDataType_t comp = CUDNN_DATA_INT32;
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const int64_t dims = 2;
+  b.set(cv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, "convolution type");
+  b.set(cv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode, "convolution mode");
+  b.set(cv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims, "convolution dims");
+  b.set(cv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil, "dilations");
+  b.set(cv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, s, "strides");
+  b.set(cv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pb, "pads");
+  b.set(cv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pe, "pads");
+  b.finalize(cv, "convolution");
+  BD conv = plan.d.make(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+  const float one = 1.f, zero = 0.f;
+  b.set(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "conv x");
+  b.set(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &wt, "conv w");
+  b.set(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &acc, "conv y");
+  b.set(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cv, "conv desc");
+  b.set(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &one, "conv alpha");
+  b.set(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &zero, "conv beta");
+  b.finalize(conv, "convolution op");
+  std::vector<BD> ops = {conv, b.pointwise(CUDNN_POINTWISE_MUL, acc, scale, scaled),
+                         b.pointwise(CUDNN_POINTWISE_ADD, scaled, bias, biased)};
+  BD last = biased;
+  if (c.residual) {
+    BD z = b.tensor(kUidZ, CUDNN_DATA_INT8, n, c.m, out[0], out[1], false);
+    BD zmul = b.tensor(kUidZMul, CUDNN_DATA_FLOAT, 1, c.m, 1, 1, false);
+    BD zscaled = b.tensor(kUidZScaled, CUDNN_DATA_FLOAT, n, c.m, out[0], out[1], true);
+    BD sum = c.relu ? b.tensor(kUidSum, CUDNN_DATA_FLOAT, n, c.m, out[0], out[1], true) : y;
+    ops.push_back(b.pointwise(CUDNN_POINTWISE_MUL, z, zmul, zscaled));
+    ops.push_back(b.pointwise(CUDNN_POINTWISE_ADD, biased, zscaled, sum));
+    last = sum;
+  }
+  if (c.relu) ops.push_back(b.pointwise(CUDNN_POINTWISE_RELU_FWD, last, nullptr, y));
+  BD g = plan.d.make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  b.set(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops.size()), ops.data(), "graph ops");
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  b.set(g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &dnn, "graph handle");
+#pragma GCC diagnostic pop
+  b.finalize(g, "operation graph");
+  if (!b.failed.empty()) {
+    *why = b.failed;
+    return Status::Ok();
+  }
+  *graph = g;
+  return Status::Ok();
+}
+
+// The heuristics' engine configurations for `graph` (mode A, else the fallback list).
+std::vector<BD> engine_configs(Descriptors& d, BD graph) {
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    BD heur = d.make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    if (!heur || cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph) ||
+        cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode) || cudnnBackendFinalize(heur))
+      continue;
+    int64_t count = 0;
+    if (cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr) ||
+        count <= 0)
+      continue;
+    const int64_t want = std::min<int64_t>(count, 8);
+    std::vector<BD> cfgs;
+    for (int64_t i = 0; i < want; ++i) cfgs.push_back(d.make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+    int64_t got = 0;
+    if (cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, want, &got, cfgs.data()))
+      continue;
+    cfgs.resize(static_cast<size_t>(std::max<int64_t>(got, 0)));
+    if (!cfgs.empty()) return cfgs;
+  }
+  return {};
+}
+
+// An execution plan of configuration `cfg`, or null when it does not build here (or needs more
+// workspace than the state has).
+BD make_plan(Descriptors& d, cudnnHandle_t dnn, BD cfg, int64_t* workspace) {
+  BD plan = d.make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  if (!plan) return nullptr;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  if (cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &dnn)) return nullptr;
+#pragma GCC diagnostic pop
+  if (cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg) ||
+      cudnnBackendFinalize(plan))
+    return nullptr;
+  int64_t count = 0;
+  if (cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &count, workspace) ||
+      *workspace < 0 || static_cast<size_t>(*workspace) > kWorkspaceBytes)
+    return nullptr;
+  return plan;
+}
+
+Status reshape_qconv(ReshapeContext& rc, const QConvConsts& c) {
+  if (rc.in.size() <= kW || !rc.in[kX].present) return rc.error("X and W are required");
+  auto* st = static_cast<CudaState*>(rc.device_state);
+  if (!st) return unsupported("no device state to plan with");
+  const Shape& x = rc.in[kX].shape;
+  if (x.size() != 4 || x[3] != c.c) return rc.error("X must be [N, H, W, " + std::to_string(c.c) + "], got " + shape_to_string(x));
+  if (rc.in[kX].dtype != DataType::kInt8) return rc.error("X must be int8");
+  const int64_t k[2] = {c.kh, c.kw};
+  int64_t s[2], dil[2], pb[2], pe[2], out[2];
+  if (!c.w.kernel.empty() && (c.w.kernel.size() != 2 || c.w.kernel[0] != k[0] || c.w.kernel[1] != k[1]))
+    return rc.error("kernel_shape does not match W");
+  for (int i = 0; i < 2; ++i) {
+    s[i] = c.w.strides.empty() ? 1 : c.w.strides[i];
+    dil[i] = c.w.dilations.empty() ? 1 : c.w.dilations[i];
+    const int64_t p0 = c.w.pads.empty() ? 0 : c.w.pads[i], p1 = c.w.pads.empty() ? 0 : c.w.pads[i + 2];
+    KILN_ASSIGN_OR_RETURN(Window g, window_geometry(x[1 + i], k[i], s[i], dil[i], p0, p1, c.w.auto_pad, false));
+    pb[i] = g.pad_begin, pe[i] = g.pad_end, out[i] = g.out;
+  }
+  const Shape yshape = {x[0], out[0], out[1], c.m};
+  rc.out[0] = {c.int8_out ? DataType::kInt8 : DataType::kFloat32, yshape};
+  if (c.residual) {
+    if (rc.in.size() <= kZ || !rc.in[kZ].present || rc.in[kZ].shape != yshape || rc.in[kZ].dtype != DataType::kInt8)
+      return rc.error("Z must be int8 of Y's shape " + shape_to_string(yshape));
+  }
+  auto plan = std::make_shared<QConvPlan>();
+  if (shape_numel(yshape) == 0 || shape_numel(x) == 0) {
+    plan->empty = true;
+    rc.state = std::move(plan);
+    return Status::Ok();
+  }
+  BD graph = nullptr;
+  std::string why;
+  KILN_RETURN_IF_ERROR(build_graph(*plan, st->dnn, c, x[0], x[1], x[2], out, pb, pe, s, dil, &graph, &why));
+  if (!graph) return runtime_error(rc.node.describe() + ": cuDNN refused the int8 convolution's graph (" + why + ")");
+  const std::vector<BD> cfgs = engine_configs(plan->d, graph);
+  plan->configs = static_cast<int>(cfgs.size());
+  // The tuner's choice, else the first configuration that builds.
+  int chosen = -1;
+  if (rc.tactic.rfind("cfg", 0) == 0) chosen = std::atoi(rc.tactic.c_str() + 3);
+  for (size_t i = 0; i < cfgs.size() && !plan->plan; ++i) {
+    if (chosen >= 0 && static_cast<int>(i) != chosen) continue;
+    plan->plan = make_plan(plan->d, st->dnn, cfgs[i], &plan->workspace);
+  }
+  if (!plan->plan)
+    return runtime_error(rc.node.describe() + ": cuDNN has no engine for this int8 convolution (" +
+                         std::to_string(cfgs.size()) + " configurations offered" + (chosen >= 0 ? ", tactic " + rc.tactic : "") +
+                         ")");
+  rc.workspace_bytes = static_cast<size_t>(plan->workspace);
+  rc.state = std::move(plan);
+  return Status::Ok();
+}
+
+Status run_qconv(KernelContext& ctx, const QConvConsts& c) {
+  const auto& p = shape_state<QConvPlan>(ctx);
+  if (p.empty) return Status::Ok();
+  CudaState& st = state_of(ctx);
+  int64_t uids[7] = {kUidX, kUidW, kUidY, kUidScale, kUidBias, kUidZ, kUidZMul};
+  void* ptrs[7] = {const_cast<void*>(ctx.input(kX).raw()), const_cast<void*>(ctx.input(kW).raw()), ctx.output(0).raw(),
+                   const_cast<void*>(c.scale.raw()), const_cast<void*>(c.bias.raw()), nullptr, nullptr};
+  int64_t count = 5;
+  if (c.residual) {
+    ptrs[5] = const_cast<void*>(ctx.input(kZ).raw());
+    ptrs[6] = const_cast<void*>(c.zmul.raw());
+    count = 7;
+  }
+  void* ws = ctx.workspace();
+  BD pack = nullptr;
+  cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, uids);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, ptrs);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(pack);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendExecute(st.dnn, p.plan, pack);
+  if (pack) cudnnBackendDestroyDescriptor(pack);
+  if (s != CUDNN_STATUS_SUCCESS)
+    return runtime_error(ctx.node().describe() + ": cuDNN int8 convolution: " + cudnnGetErrorString(s));
+  return Status::Ok();
+}
+
+std::vector<std::string> qconv_tactics(const ReshapeContext& rc, const QConvConsts& c) {
+  ReshapeContext probe = rc;
+  probe.tactic.clear();
+  probe.out.assign(1, {});
+  if (!reshape_qconv(probe, c).ok() || !probe.state) return {};
+  const auto* p = static_cast<const QConvPlan*>(probe.state.get());
+  std::vector<std::string> names;
+  for (int i = 0; i < p->configs; ++i) names.push_back("cfg" + std::to_string(i));
+  return names;
+}
+
+}  // namespace
+
+void register_qconv(KernelRegistry& r) {
+  KernelDef q;
+  q.op = "QConv";
+  q.domain = "kiln";
+  q.name = "cuda.QConv.i8.cudnn";
+  q.precision = "i8";
+  q.layout = "nhwc";
+  q.check = qconv_check;
+  q.create = [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<const QConvConsts> c, prepare_qconv(n));
+    return make_staged([c](ReshapeContext& rc) { return reshape_qconv(rc, *c); },
+                       [c](KernelContext& ctx) { return run_qconv(ctx, *c); },
+                       [c](const ReshapeContext& rc) { return qconv_tactics(rc, *c); });
+  };
+  r.add(q);
+}
+
+}  // namespace kiln::cuda
