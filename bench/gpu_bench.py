@@ -29,7 +29,8 @@ FP32 means true FP32 on both sides (TF32 off); FP16 means torch's model.half() a
 --precision fp8 engine (E4M3 GEMMs with constant weights, scales calibrated on --calibration-sets
 input sets drawn from other seeds than the timed input, the rest float16) against torch's FP16
 figures of the same run (PyTorch has no FP8 inference path for these models without extra
-libraries): list fp16 before fp8 in --precisions.
+libraries): list fp16 before fp8 in --precisions. INT8 ("int8") is kiln's `--int8 --precision fp16` engine
+(calibrated the same way) against the same fp16 torch figures.
 Transformers run with PyTorch's default attention (scaled_dot_product_attention), its fastest.
 """
 
@@ -247,15 +248,18 @@ def main() -> int:
         for prec in a.precisions.split(","):
             engine = os.path.join(tmp, f"{name}_{prec}.kiln")
             extra_args = []
-            if prec == "fp8":
+            build_prec = prec
+            if prec == "int8":  # kiln's INT8 engine, its float rest in float16 (TensorRT's --int8 --fp16)
+                build_prec = "fp16"
+            if prec in ("fp8", "int8"):
                 calib = os.path.join(tmp, f"{name}_calibration")
                 for s in range(1, a.calibration_sets + 1):
                     os.makedirs(os.path.join(calib, f"set{s:02d}"), exist_ok=True)
                     for k, v in zoo.make_inputs(spec, 4, seed=s).items():
                         np.save(os.path.join(calib, f"set{s:02d}", f"{k}.npy"), v)
-                extra_args = ["--calibration", calib]
+                extra_args = ["--calibration", calib] + (["--int8"] if prec == "int8" else [])
             t_build = time.perf_counter()
-            b = subprocess.run([a.kiln, "build", onnx_path, "-o", engine, "--device", "cuda", "--precision", prec,
+            b = subprocess.run([a.kiln, "build", onnx_path, "-o", engine, "--device", "cuda", "--precision", build_prec,
                                 "--opt-level", str(a.opt_level)] + extra_args,
                                capture_output=True, text=True, check=False)
             build_s = round(time.perf_counter() - t_build, 1)
@@ -263,7 +267,7 @@ def main() -> int:
                 print(f"{name} {prec}: kiln build failed: {b.stderr.strip()}", flush=True)
                 continue
             report = [line for line in b.stdout.splitlines() if line.startswith(("fp8:", "int8:")) or "relative L2" in line]
-            if prec == "fp8":  # torch's figures: the fp16 rows of this run
+            if prec in ("fp8", "int8"):  # torch's figures: the fp16 rows of this run
                 for batch in [int(x) for x in a.batches.split(",")]:
                     peer = next((r for r in rows if r["model"] == name and r["precision"] == "fp16" and r["batch"] == batch), None)
                     feed, args = saved_feed(name, batch)

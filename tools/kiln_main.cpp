@@ -681,9 +681,10 @@ static int kiln_main(int argc, char** argv) {
   std::string calib_dir, calib_method = "minmax", calib_cache;
   double calib_percentile = 99.99;
   build->add_flag("--int8", build_int8,
-                  "run Conv/MatMul/Gemm with constant weights in 8 bits (cuda engines: MatMul/Gemm on int8 tensor cores, "
-                  "the rest float32): uint8 activations with ranges from --calibration, int8 weights with a scale per "
-                  "output channel");
+                  "run Conv/MatMul/Gemm with constant weights in 8 bits, ranges from --calibration, int8 weights with a "
+                  "scale per output channel (cpu: uint8 activations; cuda: MatMul/Gemm on int8 tensor cores, convolutions "
+                  "with 16+ input channels through cuDNN with int8 activations, residual adds fused; the rest in "
+                  "--precision, fp32 by default: --int8 --precision fp16 for speed)");
   build->add_option("--calibration", calib_dir,
                     "folder of calibration input sets: one subfolder per set with <input name>.npy, or one .npy per set "
                     "for a one-input model");

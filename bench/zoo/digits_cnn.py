@@ -32,14 +32,19 @@ import os
 import numpy as np
 
 
-def data(seed: int):
-    from sklearn.datasets import load_digits  # noqa: PLC0415
+def data(seed: int, digits_npz: str | None = None):
+    if digits_npz:  # the same dataset saved with np.savez(images=..., target=...), for machines without scikit-learn
+        d = np.load(digits_npz)
+        images, target = d["images"], d["target"]
+    else:
+        from sklearn.datasets import load_digits  # noqa: PLC0415
 
-    d = load_digits()
-    x = (d.images.astype(np.float32) / 16.0)[:, None]  # [1797, 1, 8, 8] in [0, 1]
+        d = load_digits()
+        images, target = d.images, d.target
+    x = (images.astype(np.float32) / 16.0)[:, None]  # [1797, 1, 8, 8] in [0, 1]
     x = np.repeat(np.repeat(x, 4, axis=2), 4, axis=3)  # nearest upsampling to 32x32
     x = (x - 0.5) / 0.5
-    y = d.target.astype(np.int64)
+    y = target.astype(np.int64)
     order = np.random.default_rng(seed).permutation(len(y))
     test, train = order[:360], order[360:]
     return x[train], y[train], x[test], y[test]
@@ -84,6 +89,7 @@ def main() -> int:
     ap.add_argument("--out", default="build/digits")
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--digits-npz", help="read the digits from this .npz (images, target) instead of scikit-learn")
     ap.add_argument("--arch", choices=["cnn", "mlp"], default="cnn")
     a = ap.parse_args()
 
@@ -91,7 +97,7 @@ def main() -> int:
 
     torch.manual_seed(a.seed)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    xtr, ytr, xte, yte = data(a.seed)
+    xtr, ytr, xte, yte = data(a.seed, a.digits_npz)
     net = build_model() if a.arch == "cnn" else build_mlp()
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=a.epochs * ((len(ytr) + 63) // 64))

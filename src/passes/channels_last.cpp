@@ -41,7 +41,7 @@ const std::set<std::string>& layout_free_ops() {
   static const std::set<std::string> ops = {
       "Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish",
       "Tanh", "Clip", "Elu", "Selu", "Softplus", "Erf", "Abs", "Neg", "Exp", "Sqrt", "Identity", "Mish",
-      "QuantizeLinear", "DequantizeLinear"};  // per tensor only: a per-axis scale is not one element
+      "Cast", "QuantizeLinear", "DequantizeLinear"};  // per tensor only: a per-axis scale is not one element
   return ops;
 }
 

@@ -247,8 +247,13 @@ bool symmetric_int8(const ir::Node* n) {
   return z->type.dtype == DataType::kInt8 && constant_values(z) == std::vector<double>{0.0};
 }
 
+// Both shapes known and equal, every dim a number or a named symbol (a dynamic batch is "batch" on
+// both sides; an unnamed unknown dim proves nothing).
 bool same_known_shape(const ir::Value* a, const ir::Value* b) {
-  return a->type.shape.known && b->type.shape.known && a->type.shape.is_static() && a->type.shape.dims == b->type.shape.dims;
+  if (!a->type.shape.known || !b->type.shape.known || a->type.shape.dims != b->type.shape.dims) return false;
+  for (const ir::Dim& d : a->type.shape.dims)
+    if (!d.is_static() && d.symbol.empty()) return false;
+  return true;
 }
 
 // The reader of v that is a symmetric int8 QuantizeLinear of it, or null.

@@ -260,6 +260,10 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
       return invalid_argument(std::string(precision_name(options.precision)) +
                               " engines are GPU engines: build with device cuda (CPU engines compute in float32)");
     plain.precision = Precision::kFloat32;
+    // Calibration, the budget's candidates and the build's own check run the graph on the
+    // calibration sets' shapes (a batch of 4 for an engine of batch 256): the graph keeps its
+    // dynamic dims, and the profiles apply to the engine only (its plan and tuning).
+    plain.profiles.clear();
     BuildOptions rest = options;  // how the quantized graph is optimized
     rest.precision = fp8 ? fp8_rest_precision(options.device) : options.precision;
     KILN_RETURN_IF_ERROR(prepare_graph(*impl->graph, plain, target->kernels()));
@@ -289,6 +293,7 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
     // channels-last; FP8 optimizes (and converts to float16 for CUDA) as prepare_graph does.
     auto finish = [&](ir::Graph& g) -> Status {
       if (fp8) return prepare_graph(g, rest, target->kernels());
+      KILN_RETURN_IF_ERROR(validate_profiles(g, options.profiles));
       KILN_RETURN_IF_ERROR(passes::optimize(g, builder_pass_options(options.opt_level, &target->kernels())));
       if (options.device != DeviceType::kCUDA) return cpu_channels_last(g, options, target->kernels());
       // CUDA: residual Adds into the int8 convolutions before them, the float rest in the requested

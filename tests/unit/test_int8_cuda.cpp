@@ -352,6 +352,7 @@ TEST(CudaQConv, MatchesTheQdqGraphEveryTactic) {
       {2, 10, 10, 32, 64, 3, 2, 1, false, false, false, DataType::kInt32, DataType::kFloat32},
       {3, 8, 8, 64, 128, 1, 2, 0, true, false, true, DataType::kUndefined, DataType::kInt8},
       {1, 6, 6, 128, 256, 1, 1, 0, true, true, true, DataType::kFloat32, DataType::kFloat32},
+      {2, 15, 15, 3, 16, 7, 2, 3, true, true, false, DataType::kFloat32, DataType::kInt8},  // an RGB stem: C padded to 4
   };
   for (const ConvCase& cc : cases) {
     const ConvData d = make_conv(cc, rng);
@@ -395,8 +396,10 @@ TEST(CudaQConv, RowTakesSymmetricChannelsLastInt8Only) {
   auto gelu = qconv_node(d);
   gelu->set_string("activation", "Gelu");
   EXPECT_NE(row->rejects(*gelu->node).find("Relu"), std::string::npos);
-  const ConvData odd = make_conv({1, 5, 5, 6, 8, 3, 1, 1, true, true, false, DataType::kFloat32, DataType::kInt8}, rng);
-  EXPECT_NE(row->rejects(*qconv_node(odd)->node).find("divisible by 4"), std::string::npos);
+  const ConvData odd_in = make_conv({1, 5, 5, 6, 8, 3, 1, 1, true, true, false, DataType::kFloat32, DataType::kInt8}, rng);
+  EXPECT_EQ(row->rejects(*qconv_node(odd_in)->node), "") << "input channels are padded";
+  const ConvData odd_out = make_conv({1, 5, 5, 8, 6, 3, 1, 1, true, true, false, DataType::kFloat32, DataType::kInt8}, rng);
+  EXPECT_NE(row->rejects(*qconv_node(odd_out)->node).find("divisible by 4"), std::string::npos);
 }
 
 }  // namespace

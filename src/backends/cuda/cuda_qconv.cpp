@@ -15,6 +15,7 @@
 // in 4.06 ms at batch 256 against 3.33 ms for this graph (bench/cuda_int8_conv_probe.cpp,
 // tests/gpu/results/h200_int8_graph_probe_1.log). A residual as a per-channel multiply and add is the
 // form cuDNN's heuristics accept (an add with alpha2, or a float16 residual, got no engine).
+// Input channels not divisible by 4 (int8 kernels read 4 at a time) are zero-padded: W once, X per run.
 // Tactics: the heuristics' engine configurations ("cfg<i>", mode A); without one the first that
 // builds runs.
 #include <cudnn.h>
@@ -114,14 +115,20 @@ struct QConvConsts {
   ops::WindowAttrs w;
   bool relu = false, int8_out = false, residual = false;
   int64_t m = 0, c = 0, kh = 0, kw = 0;
+  // cuDNN's int8 kernels take C divisible by 4: X and W of other C (an RGB stem's 3) run with zero
+  // channels up to cp — W padded here once (wpad), X per run into the workspace.
+  int64_t cp = 0;
   Tensor scale, bias, zmul;  // float32 [M] each (zmul only with a residual)
+  Tensor wpad;               // int8 [M, kh, kw, cp] when cp != c
 };
 
 // The plan of one input shape.
 struct QConvPlan {
   Descriptors d;
   BD plan = nullptr;
-  int64_t workspace = 0;
+  int64_t workspace = 0;      // cuDNN's, after the padded X
+  size_t xpad_bytes = 0;      // X with cp channels, 256-byte aligned (0: X is read as it is)
+  int64_t rows = 0;           // N·H·W of X
   bool empty = false;
   int configs = 0;  // how many engine configurations cuDNN's heuristics offered
 };
@@ -157,7 +164,8 @@ std::string qconv_check(const ir::Node& n) {
   const Tensor* w = const_at(n, kW);
   if (!w || w->dtype() != DataType::kInt8 || w->shape().size() != 4) return "W must be a constant int8 [M, kh, kw, C]";
   const int64_t m = w->shape()[0], c = w->shape()[3];
-  if (m % 4 != 0 || c % 4 != 0) return "int8 convolutions take channel counts divisible by 4";
+  if (m % 4 != 0) return "int8 convolutions take output channel counts divisible by 4";
+  if (c <= 0) return "W has no input channels";
   if (n.has_input(kWZero) && !all_zero(const_at(n, kWZero))) return "w_zero_point must be 0";
   if (!one_positive(const_at(n, kXScale), nullptr)) return "x_scale must be one positive float32 constant";
   const Tensor* ws = const_at(n, kWScale);
@@ -195,6 +203,7 @@ Expected<std::shared_ptr<const QConvConsts>> prepare_qconv(const ir::Node& n) {
   c->relu = act.kind == ActKind::kRelu;
   const Shape& ws = const_at(n, kW)->shape();
   c->m = ws[0], c->kh = ws[1], c->kw = ws[2], c->c = ws[3];
+  c->cp = (c->c + 3) / 4 * 4;
   double xs = 0, ys = 1, zs = 0;
   one_positive(const_at(n, kXScale), &xs);
   c->int8_out = n.has_input(kYScale);
@@ -219,6 +228,15 @@ Expected<std::shared_ptr<const QConvConsts>> prepare_qconv(const ir::Node& n) {
   KILN_ASSIGN_OR_RETURN(Backend * gpu, backend_for(DeviceType::kCUDA));
   std::vector<std::pair<Tensor*, Tensor*>> uploads = {{&scale, &c->scale}, {&offset, &c->bias}};
   if (c->residual) uploads.push_back({&zmul, &c->zmul});
+  Tensor wpad;
+  if (c->cp != c->c) {
+    const Tensor& w = *const_at(n, kW);
+    const int64_t taps = c->m * c->kh * c->kw;
+    wpad = Tensor::empty(DataType::kInt8, {c->m, c->kh, c->kw, c->cp});
+    std::fill_n(wpad.data<int8_t>(), wpad.numel(), int8_t{0});
+    for (int64_t t = 0; t < taps; ++t) std::copy_n(w.data<int8_t>() + t * c->c, c->c, wpad.data<int8_t>() + t * c->cp);
+    uploads.push_back({&wpad, &c->wpad});
+  }
   for (auto [host, dev] : uploads) {
     KILN_ASSIGN_OR_RETURN(auto storage, gpu->allocate(host->nbytes()));
     *dev = Tensor::with_storage(host->dtype(), host->shape(), storage);
@@ -232,8 +250,8 @@ Status build_graph(QConvPlan& plan, cudnnHandle_t dnn, const QConvConsts& c, int
                    const int64_t out[2], const int64_t pb[2], const int64_t pe[2], const int64_t s[2], const int64_t dil[2],
                    BD* graph, std::string* why) {
   Builder b{plan.d, {}};
-  BD x = b.tensor(kUidX, CUDNN_DATA_INT8, n, c.c, h, w, false);
-  BD wt = b.tensor(kUidW, CUDNN_DATA_INT8, c.m, c.c, c.kh, c.kw, false);
+  BD x = b.tensor(kUidX, CUDNN_DATA_INT8, n, c.cp, h, w, false);
+  BD wt = b.tensor(kUidW, CUDNN_DATA_INT8, c.m, c.cp, c.kh, c.kw, false);
   BD acc = b.tensor(kUidAcc, CUDNN_DATA_FLOAT, n, c.m, out[0], out[1], true);
   BD scale = b.tensor(kUidScale, CUDNN_DATA_FLOAT, 1, c.m, 1, 1, false);
   BD bias = b.tensor(kUidBias, CUDNN_DATA_FLOAT, 1, c.m, 1, 1, false);
@@ -380,7 +398,9 @@ Status reshape_qconv(ReshapeContext& rc, const QConvConsts& c) {
     return runtime_error(rc.node.describe() + ": cuDNN has no engine for this int8 convolution (" +
                          std::to_string(cfgs.size()) + " configurations offered" + (chosen >= 0 ? ", tactic " + rc.tactic : "") +
                          ")");
-  rc.workspace_bytes = static_cast<size_t>(plan->workspace);
+  plan->rows = x[0] * x[1] * x[2];
+  if (c.cp != c.c) plan->xpad_bytes = static_cast<size_t>((plan->rows * c.cp + 255) / 256 * 256);
+  rc.workspace_bytes = plan->xpad_bytes + static_cast<size_t>(plan->workspace);
   rc.state = std::move(plan);
   return Status::Ok();
 }
@@ -389,8 +409,16 @@ Status run_qconv(KernelContext& ctx, const QConvConsts& c) {
   const auto& p = shape_state<QConvPlan>(ctx);
   if (p.empty) return Status::Ok();
   CudaState& st = state_of(ctx);
+  char* ws = static_cast<char*>(ctx.workspace());
+  const void* x = ctx.input(kX).raw();
+  const void* w = ctx.input(kW).raw();
+  if (p.xpad_bytes) {
+    KILN_RETURN_IF_ERROR(launched(ctx, launch_pad_rows(1, x, ws, p.rows, c.c, c.cp, st.stream)));
+    x = ws;
+    w = c.wpad.raw();
+  }
   int64_t uids[7] = {kUidX, kUidW, kUidY, kUidScale, kUidBias, kUidZ, kUidZMul};
-  void* ptrs[7] = {const_cast<void*>(ctx.input(kX).raw()), const_cast<void*>(ctx.input(kW).raw()), ctx.output(0).raw(),
+  void* ptrs[7] = {const_cast<void*>(x), const_cast<void*>(w), ctx.output(0).raw(),
                    const_cast<void*>(c.scale.raw()), const_cast<void*>(c.bias.raw()), nullptr, nullptr};
   int64_t count = 5;
   if (c.residual) {
@@ -398,12 +426,12 @@ Status run_qconv(KernelContext& ctx, const QConvConsts& c) {
     ptrs[6] = const_cast<void*>(c.zmul.raw());
     count = 7;
   }
-  void* ws = ctx.workspace();
+  void* plan_ws = p.workspace ? ws + p.xpad_bytes : nullptr;
   BD pack = nullptr;
   cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
   if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, uids);
   if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, ptrs);
-  if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &plan_ws);
   if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(pack);
   if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendExecute(st.dnn, p.plan, pack);
   if (pack) cudnnBackendDestroyDescriptor(pack);
