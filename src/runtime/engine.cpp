@@ -256,7 +256,7 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
     // it float16, as TensorRT's --int8 --fp16); the graph is quantized in float32.
     BuildOptions plain = options;
     plain.opt_level = 1;
-    if (options.precision != Precision::kFloat32 && options.device != DeviceType::kCUDA)
+    if (!fp8 && options.precision != Precision::kFloat32 && options.device != DeviceType::kCUDA)
       return invalid_argument(std::string(precision_name(options.precision)) +
                               " engines are GPU engines: build with device cuda (CPU engines compute in float32)");
     plain.precision = Precision::kFloat32;
