@@ -266,6 +266,7 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
     plain.profiles.clear();
     BuildOptions rest = options;  // how the quantized graph is optimized
     rest.precision = fp8 ? fp8_rest_precision(options.device) : options.precision;
+    rest.profiles.clear();
     KILN_RETURN_IF_ERROR(prepare_graph(*impl->graph, plain, target->kernels()));
     auto float_graph = impl->graph->clone();
     // A graph as it is (opt level 0, untuned) on `device`: the float32 reference and calibration
@@ -292,8 +293,8 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
     // The finished graph of a quantized candidate: INT8 fuses Q/DQ and moves convolutions
     // channels-last; FP8 optimizes (and converts to float16 for CUDA) as prepare_graph does.
     auto finish = [&](ir::Graph& g) -> Status {
-      if (fp8) return prepare_graph(g, rest, target->kernels());
       KILN_RETURN_IF_ERROR(validate_profiles(g, options.profiles));
+      if (fp8) return prepare_graph(g, rest, target->kernels());
       KILN_RETURN_IF_ERROR(passes::optimize(g, builder_pass_options(options.opt_level, &target->kernels())));
       if (options.device != DeviceType::kCUDA) return cpu_channels_last(g, options, target->kernels());
       // CUDA: residual Adds into the int8 convolutions before them, the float rest in the requested

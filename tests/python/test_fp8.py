@@ -116,6 +116,20 @@ def test_fp8_build_quantizes_the_products_that_fit_and_stays_close():
     np.testing.assert_array_equal(e2.create_context().run({"x": x})[0], got)
 
 
+def test_fp8_engine_with_a_fixed_batch_calibrates_on_smaller_sets():
+    # A batch-16 engine (min = opt = max) from calibration sets of 8 rows: calibration and the build's
+    # check run at the sets' batch; the profile shapes the engine.
+    rng = np.random.default_rng(7)
+    m = mlp(rng)
+    calib = [rng.standard_normal((8, 32)).astype(np.float32) for _ in range(4)]
+    e = build_fp8(m, calib, profiles=[{"x": ([16, 32], [16, 32], [16, 32])}])
+    assert e.metadata()["fp8.products"] == "2 of 2"
+    x = rng.standard_normal((16, 32)).astype(np.float32)
+    got = e.create_context().run({"x": x})[0]
+    want = kiln.Engine.build_from_bytes(m.SerializeToString()).create_context().run({"x": x})[0]
+    assert 0 < rel_l2(got, want) < 0.1, rel_l2(got, want)
+
+
 def test_fp8_accuracy_budget_keeps_the_most_sensitive_product_in_float():
     rng = np.random.default_rng(6)
     m = mlp(rng)

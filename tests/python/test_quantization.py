@@ -510,3 +510,23 @@ def test_ort_qoperator_model_runs_on_the_integer_kernels(tmp_path):
         for other in (general.create_context().run(f)[0], ref.run(None, f)[0]):
             d = np.abs(got - other) / step
             assert d.max() <= 1.0 + 1e-3, d.max()
+
+
+def test_int8_engine_with_a_fixed_batch_calibrates_on_smaller_sets():
+    # The engine is for batch 16 only (min = opt = max); calibration sets of 4 images still run, and so
+    # do the build's own check against float32 (the graph keeps its dynamic batch; the profile shapes
+    # the plan). The engine then refuses other batches, as any fixed-profile engine does.
+    rng = np.random.default_rng(23)
+    m = small_cnn(rng)
+    calib = [images(rng, 4) for _ in range(4)]
+    fixed = [16, 3, 12, 12]
+    e = build_int8(m, calib, profiles=[{"x": (fixed, fixed, fixed)}])
+    assert e.metadata()["int8.products"] == "3 of 3"
+    assert float(e.metadata()["int8.rel_l2.y"]) < 0.05
+    ref = kiln.Engine.build_from_bytes(m.SerializeToString())
+    x = images(rng, 16)
+    got = e.create_context().run({"x": x})[0]
+    want = ref.create_context().run({"x": x})[0]
+    assert rel_l2(got, want) < 0.05
+    with pytest.raises(kiln.KilnError, match="profile"):
+        e.create_context().run({"x": images(rng, 4)})
