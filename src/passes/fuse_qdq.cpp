@@ -55,6 +55,29 @@ bool is_quantize(const ir::Node* n) { return n && n->domain.empty() && n->op_typ
 
 }  // namespace
 
+namespace {
+
+// Why the target would refuse the kiln.QConv that fuse-qdq makes of Conv `conv` whose weights are
+// the DequantizeLinear `dqw` (its bias, activation and output not yet known: asked without them), or "".
+std::string qconv_refused(const ir::Node& conv, const ir::Node& dqw, const PassContext& ctx) {
+  const ir::Node* dqx = conv.inputs[0] ? conv.inputs[0]->producer : nullptr;
+  if (!dqx || dqx->op_type != "DequantizeLinear" || !dqx->domain.empty()) return "x is not dequantized";
+  ir::Node probe;
+  probe.op_type = "QConv";
+  probe.domain = "kiln";
+  probe.opset = 1;
+  auto in = [](const ir::Node* n, size_t i) { return const_cast<ir::Value*>(input_or_null(n, i)); };  // read only
+  // No bias: it may be a DequantizeLinear not folded yet (ONNX Runtime's int32 bias); fuse-qdq checks it.
+  probe.inputs = {in(dqx, 0), in(dqx, 1), in(dqx, 2), in(&dqw, 0), in(&dqw, 1), in(&dqw, 2)};
+  for (const char* k : {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})
+    if (const ir::Attribute* at = conv.attr(k)) probe.attrs[k] = *at;
+  probe.attrs["channels_last"].kind = ir::Attribute::Kind::kInt;
+  probe.attrs["channels_last"].i = 1;
+  return ctx.kernel_refuses(probe);
+}
+
+}  // namespace
+
 bool keep_dequantize_for_fusion(const ir::Node& n, const PassContext& ctx) {
   if (ctx.options.level < 1 || ctx.options.disabled.count("fuse-qdq") || n.op_type != "DequantizeLinear" ||
       !n.domain.empty() || !n.has_input(0) || n.inputs[0]->type.dtype != DataType::kInt8 || !n.outputs[0])
@@ -62,7 +85,8 @@ bool keep_dequantize_for_fusion(const ir::Node& n, const PassContext& ctx) {
   for (const ir::Use& u : n.outputs[0]->uses) {
     const ir::Node* r = u.node;
     if (!r->domain.empty() || u.input_index != 1) continue;
-    if (r->op_type == "Conv" && ctx.has_kernel("kiln", "QConv")) return true;
+    // A convolution the target's int8 kernel would refuse keeps float weights, folded once.
+    if (r->op_type == "Conv" && ctx.has_kernel("kiln", "QConv") && qconv_refused(*r, n, ctx).empty()) return true;
     if ((r->op_type == "MatMul" || r->op_type == "Gemm") && ctx.has_kernel("kiln", "QMatMul")) return true;
   }
   return false;
@@ -108,7 +132,20 @@ Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
     const bool conv = n->op_type == "QLinearConv";
     const std::string op = conv ? "QConv" : "QMatMul";
     if (!ctx.has_kernel("kiln", op)) continue;
-    if (std::string why = qlinear_fits(*n, conv); !why.empty()) {
+    std::string why = qlinear_fits(*n, conv);
+    if (why.empty()) {
+      ir::Node probe = *n;  // as the target's kernel will see it (see the product rule below)
+      probe.op_type = op;
+      probe.domain = "kiln";
+      probe.opset = 1;
+      probe.use_index.clear();
+      if (conv) {
+        probe.attrs["channels_last"].kind = ir::Attribute::Kind::kInt;
+        probe.attrs["channels_last"].i = 1;
+      }
+      if (std::string r = ctx.kernel_refuses(probe); !r.empty()) why = "the target's kernel refuses it (" + r + ")";
+    }
+    if (!why.empty()) {
       ctx.near_miss("fuse-qdq", n->describe() + ": " + why);
       continue;
     }
@@ -226,6 +263,20 @@ Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
     }
     if (a) write_activation(*activation_node(a), attrs);
     while (!ins.empty() && ins.back() == nullptr) ins.pop_back();
+    {
+      // The node as the target's kernels will see it (a convolution after the channels-last pass).
+      ir::Node probe;
+      probe.op_type = fused_op;
+      probe.domain = "kiln";
+      probe.opset = 1;
+      probe.inputs = ins;
+      probe.attrs = attrs;
+      if (conv) {
+        probe.attrs["channels_last"].kind = ir::Attribute::Kind::kInt;
+        probe.attrs["channels_last"].i = 1;
+      }
+      if (std::string why = ctx.kernel_refuses(probe); !why.empty()) return "the target's kernel refuses it (" + why + ")";
+    }
     const std::string what = p->describe() + (a ? " + " + a->describe() : "") + (q ? " + " + q->describe() : "");
     ir::Node* n = rw.replace(m, fused_op, "kiln", 1, ins);
     n->attrs = std::move(attrs);

@@ -31,6 +31,11 @@ struct PassOptions {
   // Whether the target device has a kernel for (domain, op). Fusions produce an op only where it
   // does (a fused op the device lacks would run on the CPU, behind two copies). Null: all do.
   std::function<bool(const std::string& domain, const std::string& op)> has_kernel;
+  // Why the target's kernels of a node's op refuse that node ("" when one takes it); fusions ask it of
+  // the node they would make (fuse-qdq: a CUDA int8 convolution takes zero point 0 only — a refused
+  // one stays a float convolution between Q/DQ on the GPU instead of an 8-bit one on the CPU). A
+  // channels-first QConv is asked as if channels-last (the layout pass moves it later). Null: all take it.
+  std::function<std::string(const ir::Node&)> kernel_refuses;
   // pad-matmul-columns: products with a constant weight get zero columns up to a multiple of this
   // (the target's GEMM kernels want aligned rows: 8 on CUDA); 0 or 1: never.
   int pad_matmul_columns = 0;
@@ -49,6 +54,7 @@ struct PassContext {
   bool has_kernel(const std::string& domain, const std::string& op) const {
     return !options.has_kernel || options.has_kernel(domain, op);
   }
+  std::string kernel_refuses(const ir::Node& n) const { return options.kernel_refuses ? options.kernel_refuses(n) : ""; }
 };
 
 struct Pass {

@@ -99,12 +99,23 @@ passes::PassOptions builder_pass_options(int opt_level, const KernelRegistry* ta
   passes::PassOptions po;
   po.level = opt_level;
   po.evaluate = [](const ir::Node& n, const std::vector<Value>& in) { return run_node_eager(n, in); };
-  if (target)
+  if (target) {
     po.has_kernel = [target](const std::string& domain, const std::string& op) {
       for (const KernelDef& d : target->all())
         if (d.op == op && d.domain == domain && (!d.unavailable || d.unavailable().empty())) return true;
       return false;
     };
+    po.kernel_refuses = [target](const ir::Node& n) -> std::string {
+      std::string why = "no kernel";
+      for (const KernelDef& d : target->all()) {
+        if (d.op != n.op_type || d.domain != n.domain || (d.unavailable && !d.unavailable().empty())) continue;
+        const std::string r = d.check ? d.check(n) : "";
+        if (r.empty()) return "";
+        why = d.name + ": " + r;
+      }
+      return why;
+    };
+  }
   return po;
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "backends/backend.h"
 #include "ir/epilogue.h"
 #include "ir/float_types.h"
 #include "ops/op_table.h"
@@ -996,6 +997,51 @@ TEST(Passes, QConvResidualNeedsInt8AndAPlainConvolution) {
     ASSERT_TRUE(fused.ok());
     EXPECT_EQ(*fused, 0);
   }
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// x → QuantizeLinear(type of zp) → DequantizeLinear → Conv(DequantizeLinear(int8 W)) → Relu →
+// QuantizeLinear: what ONNX Runtime's QDQ models and kiln's calibration write.
+std::unique_ptr<ir::Graph> qdq_conv(DataType act, int64_t zero_point) {
+  Builder b;
+  ir::Value* x = b.input("x", {1, 16, 6, 6});
+  Tensor zp = Tensor::empty(act, {});
+  if (act == DataType::kUInt8) zp.data<uint8_t>()[0] = static_cast<uint8_t>(zero_point);
+  else zp.data<int8_t>()[0] = static_cast<int8_t>(zero_point);
+  ir::Value* z = b.constant(zp);
+  ir::Value* xq = b.node("QuantizeLinear", {x, b.scalar(0.05f), z});
+  ir::Value* xd = b.node("DequantizeLinear", {xq, b.scalar(0.05f), z});
+  Tensor w = Tensor::empty(DataType::kInt8, {16, 16, 3, 3});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<int8_t>()[i] = static_cast<int8_t>(i % 11 - 5);
+  ir::Value* wd = b.node("DequantizeLinear", {b.constant(w), b.scalar(0.01f)});
+  ir::Value* c = b.node("Conv", {xd, wd, b.floats({16})}, {{"pads", attr_ints({1, 1, 1, 1})}});
+  ir::Value* r = b.node("Relu", {c});
+  b.output(b.node("QuantizeLinear", {r, b.scalar(0.1f), z}));
+  return b.g->clone();
+}
+
+TEST(Passes, FuseQdqMakesOnlyConvolutionsTheTargetTakes) {
+  const KernelRegistry* cuda = cuda_kernel_registry();
+  if (!cuda) GTEST_SKIP() << "built without CUDA";
+  auto qconvs = [&](DataType act, int64_t zp, const KernelRegistry* target) {
+    auto g = qdq_conv(act, zp);
+    passes::OptimizeStats stats;
+    EXPECT_TRUE(passes::optimize(*g, builder_pass_options(2, target), &stats).ok());
+    return op_counts(*g)["kiln.QConv"];
+  };
+  // CUDA's int8 convolution takes symmetric int8 activations only; a uint8 (or int8 with a nonzero
+  // zero point) one stays a float convolution between Q/DQ, which runs on the GPU, instead of an
+  // 8-bit one the CUDA engine would run on the CPU.
+  EXPECT_EQ(qconvs(DataType::kInt8, 0, cuda), 1);
+  EXPECT_EQ(qconvs(DataType::kUInt8, 128, cuda), 0);
+  EXPECT_EQ(qconvs(DataType::kInt8, 3, cuda), 0);
+  // Without a target (every kernel taken) the uint8 form fuses, as the CPU's kernel takes it.
+  EXPECT_EQ(qconvs(DataType::kUInt8, 128, nullptr), 1);
 }
 
 }  // namespace
