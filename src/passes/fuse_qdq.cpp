@@ -1,16 +1,18 @@
 // passes/fuse_qdq.cpp — explicitly quantized products become integer kernels.
 //
 // A QDQ model (ONNX Runtime's quantize_static, TensorRT-style explicit quantization, or kiln's own
-// calibration, passes/quantize.cpp) writes an 8-bit product as float ops between
+// calibration, runtime/calibrate.cpp) writes an 8-bit product as float ops between
 // DequantizeLinear and QuantizeLinear:
 //
 //   Q?(act?(Conv|MatMul|Gemm(DequantizeLinear(x_q, xs, xz), DequantizeLinear(W_q, ws, 0) [, bias])))
 //
 // This pass replaces that chain by one kiln.QConv / kiln.QMatMul (ops/fused.cpp) that reads x_q and
 // W_q and accumulates in int32; with the QuantizeLinear it writes 8-bit output, without it float32.
-// It fires only where the target has the kernel, for weights that are constant int8 with zero points
-// 0 (per tensor or per output channel), activations uint8/int8 with one scale and zero point, and
-// 2-D convolutions. The weights' DequantizeLinear is kept from constant folding for it
+// It fires only where the target has the kernel and that kernel takes the node it would make
+// (PassOptions::kernel_refuses: CUDA's int8 convolution wants symmetric int8 activations), for
+// weights that are constant int8 with zero points 0 (per tensor or per output channel), activations
+// uint8/int8 with one scale and zero point, and 2-D convolutions. fuse_qconv_residual (CUDA INT8
+// builds) then folds a residual Add into the convolution before it. The weights' DequantizeLinear is kept from constant folding for it
 // (fold_constants.cpp asks keep_dequantize_for_fusion). ONNX's own QLinearConv / QLinearMatMul
 // (ONNX Runtime's QOperator format) take the same kernels when their weights qualify.
 #include "ir/epilogue.h"
@@ -53,9 +55,19 @@ ir::Node* sole_reader(const ir::Value* v) {
 
 bool is_quantize(const ir::Node* n) { return n && n->domain.empty() && n->op_type == "QuantizeLinear"; }
 
-}  // namespace
-
-namespace {
+// Why the target's kernels refuse `probe` as the fused op `op` ("" when one takes it). A convolution
+// is asked as the channels-last pass will leave it.
+std::string refused_as(ir::Node probe, const std::string& op, bool conv, const PassContext& ctx) {
+  probe.op_type = op;
+  probe.domain = "kiln";
+  probe.opset = 1;
+  probe.use_index.clear();
+  if (conv) {
+    probe.attrs["channels_last"].kind = ir::Attribute::Kind::kInt;
+    probe.attrs["channels_last"].i = 1;
+  }
+  return ctx.kernel_refuses(probe);
+}
 
 // Why the target would refuse the kiln.QConv that fuse-qdq makes of Conv `conv` whose weights are
 // the DequantizeLinear `dqw` (its bias, activation and output not yet known: asked without them), or "".
@@ -63,17 +75,12 @@ std::string qconv_refused(const ir::Node& conv, const ir::Node& dqw, const PassC
   const ir::Node* dqx = conv.inputs[0] ? conv.inputs[0]->producer : nullptr;
   if (!dqx || dqx->op_type != "DequantizeLinear" || !dqx->domain.empty()) return "x is not dequantized";
   ir::Node probe;
-  probe.op_type = "QConv";
-  probe.domain = "kiln";
-  probe.opset = 1;
   auto in = [](const ir::Node* n, size_t i) { return const_cast<ir::Value*>(input_or_null(n, i)); };  // read only
   // No bias: it may be a DequantizeLinear not folded yet (ONNX Runtime's int32 bias); fuse-qdq checks it.
   probe.inputs = {in(dqx, 0), in(dqx, 1), in(dqx, 2), in(&dqw, 0), in(&dqw, 1), in(&dqw, 2)};
   for (const char* k : {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})
     if (const ir::Attribute* at = conv.attr(k)) probe.attrs[k] = *at;
-  probe.attrs["channels_last"].kind = ir::Attribute::Kind::kInt;
-  probe.attrs["channels_last"].i = 1;
-  return ctx.kernel_refuses(probe);
+  return refused_as(std::move(probe), "QConv", true, ctx);
 }
 
 }  // namespace
@@ -133,18 +140,8 @@ Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
     const std::string op = conv ? "QConv" : "QMatMul";
     if (!ctx.has_kernel("kiln", op)) continue;
     std::string why = qlinear_fits(*n, conv);
-    if (why.empty()) {
-      ir::Node probe = *n;  // as the target's kernel will see it (see the product rule below)
-      probe.op_type = op;
-      probe.domain = "kiln";
-      probe.opset = 1;
-      probe.use_index.clear();
-      if (conv) {
-        probe.attrs["channels_last"].kind = ir::Attribute::Kind::kInt;
-        probe.attrs["channels_last"].i = 1;
-      }
-      if (std::string r = ctx.kernel_refuses(probe); !r.empty()) why = "the target's kernel refuses it (" + r + ")";
-    }
+    if (why.empty())
+      if (std::string r = refused_as(*n, op, conv, ctx); !r.empty()) why = "the target's kernel refuses it (" + r + ")";
     if (!why.empty()) {
       ctx.near_miss("fuse-qdq", n->describe() + ": " + why);
       continue;
@@ -264,18 +261,11 @@ Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
     if (a) write_activation(*activation_node(a), attrs);
     while (!ins.empty() && ins.back() == nullptr) ins.pop_back();
     {
-      // The node as the target's kernels will see it (a convolution after the channels-last pass).
       ir::Node probe;
-      probe.op_type = fused_op;
-      probe.domain = "kiln";
-      probe.opset = 1;
       probe.inputs = ins;
       probe.attrs = attrs;
-      if (conv) {
-        probe.attrs["channels_last"].kind = ir::Attribute::Kind::kInt;
-        probe.attrs["channels_last"].i = 1;
-      }
-      if (std::string why = ctx.kernel_refuses(probe); !why.empty()) return "the target's kernel refuses it (" + why + ")";
+      if (std::string why = refused_as(std::move(probe), fused_op, conv, ctx); !why.empty())
+        return "the target's kernel refuses it (" + why + ")";
     }
     const std::string what = p->describe() + (a ? " + " + a->describe() : "") + (q ? " + " + q->describe() : "");
     ir::Node* n = rw.replace(m, fused_op, "kiln", 1, ins);
@@ -285,9 +275,6 @@ Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
   }) || changed;
 }
 
-}  // namespace kiln::passes
-
-namespace kiln::passes {
 namespace {
 
 // A QuantizeLinear/DequantizeLinear with one positive float32 scale and a constant int8 zero point 0.
