@@ -105,10 +105,11 @@ struct BuildOptions {
   // CPU threads of the build (constant folding, weight packing, timing CPU tactics); 0: the calling
   // thread's OpenMP count. Give it the runs' thread count, so CPU tactics are timed as they will run.
   int threads = 0;
-  // INT8: every Conv (2-D), MatMul and Gemm with constant weights runs in 8 bits (CUDA engines: MatMul
-  // and Gemm, kiln.QMatMul on int8 tensor cores; the rest in float32), its
-  // activation as uint8 with a scale and zero point measured on `calibration` (input sets by name,
-  // run through the float32 graph), its weights as int8 with one scale per output channel. Method:
+  // INT8: every Conv (2-D), MatMul and Gemm with constant weights runs in 8 bits (CUDA engines:
+  // MatMul/Gemm on int8 tensor cores and convolutions with 16+ input channels through cuDNN, their
+  // residual Adds fused; the rest in `precision`), its activation as uint8 with a scale and zero
+  // point (CUDA convolutions' inputs: int8, zero point 0) measured on `calibration` (input sets by
+  // name, run through the float32 graph), its weights as int8 with one scale per output channel. Method:
   // "minmax" (the range seen), "entropy" (the clipping threshold of least KL divergence) or
   // "percentile" (of |x|, `calibration_percentile`). `calibration_cache`: ranges read from it when it
   // was written for this model and method (then no data is needed), else written to it.
