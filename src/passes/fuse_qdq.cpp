@@ -132,6 +132,59 @@ std::string qlinear_fits(const ir::Node& n, bool conv) {
 
 }  // namespace
 
+namespace {
+
+// ONNX Runtime's QDQ form quantizes a product's output, then its ReLU's output again:
+//   kiln.QConv/QMatMul (8-bit y1) → DequantizeLinear → Relu → QuantizeLinear (y2)
+// becomes the product with the ReLU and y2's scale and zero point (one rounding instead of two: the
+// result is within one step of the unfused graph's, and equal when the two scales agree; TensorRT
+// requantizes the same way). Each of the three must be the only reader of the value before it.
+bool requantized_relu(ir::Graph& g, PassContext& ctx) {
+  bool changed = false;
+  for (ir::Node* p : g.nodes()) {
+    if (p->removed || p->domain != "kiln" || (p->op_type != "QConv" && p->op_type != "QMatMul") || !p->has_input(6) ||
+        !p->has_output(0) || p->has_input(9))
+      continue;
+    Activation act;
+    std::string why;
+    if (!read_activation(*p, &act, &why) || (act.kind != ActKind::kNone && act.kind != ActKind::kRelu)) continue;
+    ir::Node* dq = sole_reader(p->outputs[0]);
+    if (!dq || !dq->domain.empty() || dq->op_type != "DequantizeLinear" || dq->inputs[0] != p->outputs[0]) continue;
+    const DataType yt = p->outputs[0]->type.dtype;
+    if (!per_tensor(dq, yt, "y").empty()) continue;
+    ir::Node* relu = sole_reader(dq->outputs[0]);
+    if (!relu || !relu->domain.empty() || relu->op_type != "Relu" || !relu->has_output(0)) continue;
+    ir::Node* q = sole_reader(relu->outputs[0]);
+    if (!is_quantize(q) || !q->has_input(2) || !q->has_output(0)) continue;
+    const DataType qt = q->inputs[2]->type.dtype;
+    if (!is_8bit(qt) || !per_tensor(q, qt, "y").empty() || q->attr_int("output_dtype", 0) != 0) continue;
+    ir::Node probe = *p;
+    probe.use_index.clear();
+    probe.inputs[6] = q->inputs[1];
+    probe.inputs[7] = q->inputs[2];
+    write_activation(Activation{ActKind::kRelu}, probe.attrs);
+    if (!refused_as(std::move(probe), p->op_type, p->op_type == "QConv", ctx).empty()) continue;
+    g.set_input(p, 6, q->inputs[1]);
+    g.set_input(p, 7, q->inputs[2]);
+    write_activation(Activation{ActKind::kRelu}, p->attrs);
+    ir::Value* y2 = q->outputs[0];
+    ir::Value* y1 = p->outputs[0];
+    g.remove_node(q);
+    g.remove_node(relu);
+    g.remove_node(dq);
+    p->outputs[0] = y2;
+    y2->producer = p;
+    y2->producer_output = 0;
+    y1->producer = nullptr;
+    ctx.log("fuse-qdq", "requantized " + p->describe() + " with its ReLU into " + y2->name);
+    changed = true;
+  }
+  if (changed) g.remove_dead_values();
+  return changed;
+}
+
+}  // namespace
+
 Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
   bool changed = false;
   for (ir::Node* n : g.nodes()) {
@@ -163,7 +216,7 @@ Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
       {"DQ+product", prod},
   };
   for (Rule& r : rules) r.exclusive = false;  // x's DequantizeLinear may have other readers
-  return rw.run(rules, [&](Match& m) -> std::string {
+  changed |= rw.run(rules, [&](Match& m) -> std::string {
     ir::Node* p = m.node("prod");
     ir::Node* a = m.has("act") ? m.node("act") : nullptr;
     ir::Node* q = m.has("q") ? m.node("q") : nullptr;
@@ -272,7 +325,8 @@ Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
     n->attrs = std::move(attrs);
     rw.log("fused " + what + " into kiln." + fused_op + (q ? " (8-bit output)" : " (float output)"));
     return "";
-  }) || changed;
+  });
+  return requantized_relu(g, ctx) || changed;
 }
 
 namespace {

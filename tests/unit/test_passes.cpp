@@ -1046,3 +1046,52 @@ TEST(Passes, FuseQdqMakesOnlyConvolutionsTheTargetTakes) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// ONNX Runtime's QDQ form of Conv → Relu: Q → DQ after the convolution, then Relu, then Q again.
+std::unique_ptr<ir::Graph> ort_conv_relu(bool extra_reader) {
+  Builder b;
+  ir::Value* x = b.input("x", {1, 16, 6, 6});
+  Tensor zp = Tensor::empty(DataType::kInt8, {});
+  zp.data<int8_t>()[0] = 0;
+  ir::Value* z = b.constant(zp);
+  ir::Value* xd = b.node("DequantizeLinear", {b.node("QuantizeLinear", {x, b.scalar(0.05f), z}), b.scalar(0.05f), z});
+  Tensor w = Tensor::empty(DataType::kInt8, {16, 16, 3, 3});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<int8_t>()[i] = static_cast<int8_t>(i % 13 - 6);
+  ir::Value* wd = b.node("DequantizeLinear", {b.constant(w), b.scalar(0.01f)});
+  ir::Value* c = b.node("Conv", {xd, wd, b.floats({16})}, {{"pads", attr_ints({1, 1, 1, 1})}});
+  ir::Value* cd = b.node("DequantizeLinear", {b.node("QuantizeLinear", {c, b.scalar(0.2f), z}), b.scalar(0.2f), z});
+  ir::Value* r = b.node("Relu", {cd});
+  b.output(b.node("QuantizeLinear", {r, b.scalar(0.1f), z}));
+  if (extra_reader) b.output(b.node("Mul", {cd, b.scalar(2.0f)}));
+  return b.g->clone();
+}
+
+TEST(Passes, FuseQdqRequantizesARelusQuantizeIntoTheProduct) {
+  for (const KernelRegistry* target : {static_cast<const KernelRegistry*>(nullptr), cuda_kernel_registry()}) {
+    if (target == nullptr && cuda_kernel_registry() == nullptr) continue;
+    auto g = ort_conv_relu(false);
+    passes::OptimizeStats stats;
+    ASSERT_TRUE(passes::optimize(*g, builder_pass_options(2, target), &stats).ok());
+    auto counts = op_counts(*g);
+    EXPECT_EQ(counts["kiln.QConv"], 1);
+    EXPECT_EQ(counts["Relu"], 0);
+    EXPECT_EQ(counts["QuantizeLinear"], 1);  // x's
+    for (const ir::Node* n : g->nodes())
+      if (n->op_type == "QConv") {
+        EXPECT_EQ(n->attr_string("activation", ""), "Relu");
+        EXPECT_FLOAT_EQ(n->inputs[6]->constant->data<float>()[0], 0.1f);  // the ReLU's scale, not the convolution's
+        EXPECT_TRUE(n->outputs[0]->is_output);
+      }
+  }
+  // The convolution's dequantized output read by another node: the Relu stays.
+  auto g = ort_conv_relu(true);
+  passes::OptimizeStats stats;
+  ASSERT_TRUE(passes::optimize(*g, builder_pass_options(2, nullptr), &stats).ok());
+  EXPECT_EQ(op_counts(*g)["Relu"], 1);
+}
+
+}  // namespace
+}  // namespace kiln
