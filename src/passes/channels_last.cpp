@@ -75,13 +75,6 @@ Tensor nhwc_copy(const Tensor& t) {
   return out;
 }
 
-bool symmetric_pads(const ir::Node& n) {
-  const std::string ap = n.attr_string("auto_pad", "NOTSET");
-  if (ap != "NOTSET" && ap != "VALID") return false;
-  const auto p = n.attr_ints("pads");
-  return p.empty() || (p.size() == 4 && p[0] == p[2] && p[1] == p[3]);
-}
-
 bool convertible_pool(const ir::Node& n) {
   if (!n.domain.empty() || n.outputs.size() != 1 || !n.has_output(0) || n.inputs.size() != 1) return false;
   if (!is_4d(n.inputs[0]) || !is_4d(n.outputs[0])) return false;
@@ -238,6 +231,13 @@ std::vector<int64_t> constant_slice_axes(const ir::Node& n) {
   return axes;
 }
 }  // namespace
+
+bool symmetric_pads(const ir::Node& n) {
+  const std::string ap = n.attr_string("auto_pad", "NOTSET");
+  if (ap != "NOTSET" && ap != "VALID") return false;
+  const auto p = n.attr_ints("pads");
+  return p.empty() || (p.size() == 4 && p[0] == p[2] && p[1] == p[3]);
+}
 
 Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(const ir::Node&)>& accepts) {
   const int opset = g.opsets.count("") ? g.opsets.at("") : 19;

@@ -55,6 +55,12 @@ ir::Node* sole_reader(const ir::Value* v) {
 
 bool is_quantize(const ir::Node* n) { return n && n->domain.empty() && n->op_type == "QuantizeLinear"; }
 
+// A Conv's window attributes, which kiln.QConv keeps.
+void copy_conv_attrs(const ir::Node& conv, std::map<std::string, ir::Attribute>& to) {
+  for (const char* k : {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})
+    if (const ir::Attribute* at = conv.attr(k)) to[k] = *at;
+}
+
 // Why the target's kernels refuse `probe` as the fused op `op` ("" when one takes it). A convolution
 // is asked as the channels-last pass will leave it.
 std::string refused_as(ir::Node probe, const std::string& op, bool conv, const PassContext& ctx) {
@@ -78,8 +84,7 @@ std::string qconv_refused(const ir::Node& conv, const ir::Node& dqw, const PassC
   auto in = [](const ir::Node* n, size_t i) { return const_cast<ir::Value*>(input_or_null(n, i)); };  // read only
   // No bias: it may be a DequantizeLinear not folded yet (ONNX Runtime's int32 bias); fuse-qdq checks it.
   probe.inputs = {in(dqx, 0), in(dqx, 1), in(dqx, 2), in(&dqw, 0), in(&dqw, 1), in(&dqw, 2)};
-  for (const char* k : {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})
-    if (const ir::Attribute* at = conv.attr(k)) probe.attrs[k] = *at;
+  copy_conv_attrs(conv, probe.attrs);
   return refused_as(std::move(probe), "QConv", true, ctx);
 }
 
@@ -129,10 +134,6 @@ std::string qlinear_fits(const ir::Node& n, bool conv) {
     return "the bias is not a constant of one value per output channel";
   return "";
 }
-
-}  // namespace
-
-namespace {
 
 // ONNX Runtime's QDQ form quantizes a product's output, then its ReLU's output again:
 //   kiln.QConv/QMatMul (8-bit y1) → DequantizeLinear → Relu → QuantizeLinear (y2)
@@ -265,8 +266,7 @@ Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
       if (ws.numel() != 1 && (axis != 0 || ws.numel() != wsh[0])) return "W's scales are not per output channel";
       if (p->has_input(2) && !p->inputs[2]->is_constant()) return "the bias is not constant";
       if (p->has_input(2) && p->inputs[2]->type.dtype != DataType::kFloat32) return "the bias is not float32";
-      for (const char* k : {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})
-        if (const ir::Attribute* at = p->attr(k)) attrs[k] = *at;
+      copy_conv_attrs(*p, attrs);
       if (p->has_input(2)) ins[8] = p->inputs[2];
     } else {
       if (wrank != 2) return "W is not 2-D";

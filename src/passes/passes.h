@@ -88,6 +88,9 @@ int allow_tf32(ir::Graph& g);
 // pool node), transposes only where a chain meets channels-first readers. Returns how many nodes
 // changed layout. Runs after convert_precision() for GPU engines.
 Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(const ir::Node&)>& accepts);
+// Pads a 2-D convolution must have for convert_to_channels_last to move it: auto_pad NOTSET or VALID,
+// explicit pads symmetric.
+bool symmetric_pads(const ir::Node& n);
 
 // kiln.ChannelsLastPool(GlobalAveragePool) of a float32 channels-last kiln.FusedConv's output becomes
 // that convolution's second output (conv_pool.cpp; CPU engines, after convert_to_channels_last).

@@ -30,6 +30,7 @@
 #include <sstream>
 
 #include "ir/float_types.h"
+#include "passes/passes.h"
 #include "util/log.h"
 
 namespace kiln {
@@ -162,6 +163,10 @@ double entropy_threshold(const Range& r, int levels) {
   return (best_i + 0.5) * r.amax() / kBins;
 }
 
+// The scale that maps magnitudes up to `amax` onto `qmax` (127 for int8, 448 for E4M3); 1 for an
+// all-zero (or non-finite) range.
+float symmetric_scale(double amax, double qmax) { return amax > 0 && std::isfinite(amax) ? static_cast<float>(amax / qmax) : 1.0f; }
+
 // A value's uint8 quantization (scale, zero point) for the range [lo, hi] (0 included).
 std::pair<float, uint8_t> uint8_params(double lo, double hi) {
   lo = std::min(lo, 0.0);
@@ -276,11 +281,7 @@ Products products_of(const BuildOptions& o) { return {o.precision == Precision::
 // H200 (tests/gpu/results/h200_int8_graph_probe_stems.log).
 bool gpu_int8_conv(const ir::Node& n) {
   const Shape& w = n.inputs[1]->constant->shape();  // [M, C, kh, kw]
-  if (n.attr_int("group", 1) != 1 || w[0] % 4 != 0 || w[1] % 4 != 0 || w[1] < 16) return false;
-  const std::string ap = n.attr_string("auto_pad", "NOTSET");
-  if (ap != "NOTSET" && ap != "VALID") return false;
-  const auto p = n.attr_ints("pads");
-  return p.empty() || (p.size() == 4 && p[0] == p[2] && p[1] == p[3]);
+  return n.attr_int("group", 1) == 1 && w[0] % 4 == 0 && w[1] % 4 == 0 && w[1] >= 16 && passes::symmetric_pads(n);
 }
 
 // What an INT8 graph quantizes: the products (graph order), the activations they read (each once,
@@ -432,8 +433,7 @@ Status insert_qdq(ir::Graph& g, Products which, const Calibration& cal, const st
     // uint8 with a zero point, or (CUDA convolutions' inputs) int8 with zero point 0.
     const bool symmetric = found.symmetric.count(a) > 0;
     const DataType qt = symmetric ? DataType::kInt8 : DataType::kUInt8;
-    const double amax = std::max(std::fabs(lo), std::fabs(hi));
-    const auto [scale, zp] = symmetric ? std::pair<float, uint8_t>{amax > 0 && std::isfinite(amax) ? static_cast<float>(amax / 127.0) : 1.0f, 0}
+    const auto [scale, zp] = symmetric ? std::pair<float, uint8_t>{symmetric_scale(std::max(std::fabs(lo), std::fabs(hi)), 127.0), 0}
                                        : uint8_params(lo, hi);
     ir::Value* sv = g.new_value(a + "_scale", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({})));
     sv->constant = scalar_f32(scale);
@@ -457,7 +457,7 @@ Status insert_qdq(ir::Graph& g, Products which, const Calibration& cal, const st
 }
 
 // The E4M3 scale of a tensor whose magnitudes reach `amax` (1 for an all-zero tensor).
-float e4m3_scale(double amax) { return amax > 0 && std::isfinite(amax) ? static_cast<float>(amax / 448.0) : 1.0f; }
+float e4m3_scale(double amax) { return symmetric_scale(amax, 448.0); }
 
 // The constant row [N] of MatMul's sole reader when it is Add(product, row) or Add(row, product): the
 // bias an F8MatMul takes over; else null.

@@ -106,14 +106,9 @@ passes::PassOptions builder_pass_options(int opt_level, const KernelRegistry* ta
       return false;
     };
     po.kernel_refuses = [target](const ir::Node& n) -> std::string {
-      std::string why = "no kernel";
-      for (const KernelDef& d : target->all()) {
-        if (d.op != n.op_type || d.domain != n.domain || (d.unavailable && !d.unavailable().empty())) continue;
-        const std::string r = d.check ? d.check(n) : "";
-        if (r.empty()) return "";
-        why = d.name + ": " + r;
-      }
-      return why;
+      std::string why;
+      if (target->find(n, &why)) return "";
+      return why.empty() ? "no kernel" : why;
     };
   }
   return po;
@@ -145,12 +140,17 @@ static void fix_profile_shapes(ir::Graph& g, const std::vector<ShapeProfile>& pr
   }
 }
 
+static bool has_qconv(const ir::Graph& graph) {
+  for (const ir::Node* n : graph.nodes())
+    if (n->domain == "kiln" && n->op_type == "QConv") return true;
+  return false;
+}
+
 // CPU engines run their 8-bit convolutions channels-last (oneDNN's int8 kernels are NHWC): chains of
 // kiln.QConv and the per-tensor Q/DQ and elementwise ops between them move to NHWC, float32 pools
 // inside a chain become kiln.ChannelsLastPool. Nothing changes in a graph without kiln.QConv.
 static Status cpu_channels_last(ir::Graph& graph, const BuildOptions& options, const KernelRegistry& target) {
-  bool qconv = false;
-  for (const ir::Node* n : graph.nodes()) qconv |= n->domain == "kiln" && n->op_type == "QConv";
+  const bool qconv = has_qconv(graph);
   // Float32 convolutions too, from opt level 2 (oneDNN's NHWC kernels instead of a reorder to its
   // blocked layout and back around every layer).
   const bool float_convs = options.opt_level >= 2 && !env_is("KILN_CPU_NHWC", "0");
@@ -205,8 +205,7 @@ static Status lower_precision_and_layout(ir::Graph& graph, const BuildOptions& o
     half_fused_conv |= d.op == "FusedConv" && d.domain == "kiln" && d.half_floats;
     half_pool |= d.op == "ChannelsLastPool" && d.domain == "kiln" && d.half_floats;
   }
-  bool qconv = false;
-  for (const ir::Node* n : graph.nodes()) qconv |= n->domain == "kiln" && n->op_type == "QConv";
+  const bool qconv = has_qconv(graph);
   const bool half_convs = half_engine && half_fused_conv && !env_is("KILN_CHANNELS_LAST", "0");
   if (!half_convs && !qconv) return Status::Ok();
   auto accepts = [half_pool, half_convs](const ir::Node& n) {
@@ -222,11 +221,16 @@ static Status lower_precision_and_layout(ir::Graph& graph, const BuildOptions& o
 // Import-to-placement steps shared by a build and a placement plan: checks the options, fixes profile
 // shapes, optimizes for the target's kernels, converts precision and layout. `target` is the kernel
 // rows of the device the engine is for (the CUDA rows exist without a GPU).
+// Reduced-precision float engines are GPU engines.
+static Status check_precision_device(Precision precision, DeviceType device) {
+  if (precision == Precision::kFloat32 || device == DeviceType::kCUDA) return Status::Ok();
+  return invalid_argument(std::string(precision_name(precision)) +
+                          " engines are GPU engines: build with device cuda (CPU engines compute in float32)");
+}
+
 static Status prepare_graph(ir::Graph& graph, const BuildOptions& options, const KernelRegistry& target) {
   if (options.precision == Precision::kFP8) return invalid_argument("an FP8 graph is prepared by the 8-bit build path");
-  if (options.precision != Precision::kFloat32 && options.device != DeviceType::kCUDA)
-    return invalid_argument(std::string(precision_name(options.precision)) +
-                            " engines are GPU engines: build with device cuda (CPU engines compute in float32)");
+  KILN_RETURN_IF_ERROR(check_precision_device(options.precision, options.device));
   KILN_RETURN_IF_ERROR(validate_profiles(graph, options.profiles));
   fix_profile_shapes(graph, options.profiles);
   passes::PassOptions po = builder_pass_options(options.opt_level, &target);
@@ -267,9 +271,7 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
     // it float16, as TensorRT's --int8 --fp16); the graph is quantized in float32.
     BuildOptions plain = options;
     plain.opt_level = 1;
-    if (!fp8 && options.precision != Precision::kFloat32 && options.device != DeviceType::kCUDA)
-      return invalid_argument(std::string(precision_name(options.precision)) +
-                              " engines are GPU engines: build with device cuda (CPU engines compute in float32)");
+    if (!fp8) KILN_RETURN_IF_ERROR(check_precision_device(options.precision, options.device));
     plain.precision = Precision::kFloat32;
     // Calibration, the budget's candidates and the build's own check run the graph on the
     // calibration sets' shapes (a batch of 4 for an engine of batch 256): the graph keeps its

@@ -999,29 +999,30 @@ TEST(Passes, QConvResidualNeedsInt8AndAPlainConvolution) {
   }
 }
 
-}  // namespace
-}  // namespace kiln
 
-namespace kiln {
-namespace {
-
-// x → QuantizeLinear(type of zp) → DequantizeLinear → Conv(DequantizeLinear(int8 W)) → Relu →
-// QuantizeLinear: what ONNX Runtime's QDQ models and kiln's calibration write.
-std::unique_ptr<ir::Graph> qdq_conv(DataType act, int64_t zero_point) {
-  Builder b;
+// x → QuantizeLinear(zero point `z`) → DequantizeLinear → Conv(DequantizeLinear(int8 W)), 3x3 on
+// 16 channels: the float convolution of a QDQ model (ONNX Runtime's, or kiln's calibration).
+ir::Value* quantized_conv(Builder& b, ir::Value* z) {
   ir::Value* x = b.input("x", {1, 16, 6, 6});
-  Tensor zp = Tensor::empty(act, {});
-  if (act == DataType::kUInt8) zp.data<uint8_t>()[0] = static_cast<uint8_t>(zero_point);
-  else zp.data<int8_t>()[0] = static_cast<int8_t>(zero_point);
-  ir::Value* z = b.constant(zp);
-  ir::Value* xq = b.node("QuantizeLinear", {x, b.scalar(0.05f), z});
-  ir::Value* xd = b.node("DequantizeLinear", {xq, b.scalar(0.05f), z});
+  ir::Value* xd = b.node("DequantizeLinear", {b.node("QuantizeLinear", {x, b.scalar(0.05f), z}), b.scalar(0.05f), z});
   Tensor w = Tensor::empty(DataType::kInt8, {16, 16, 3, 3});
   for (int64_t i = 0; i < w.numel(); ++i) w.data<int8_t>()[i] = static_cast<int8_t>(i % 11 - 5);
   ir::Value* wd = b.node("DequantizeLinear", {b.constant(w), b.scalar(0.01f)});
-  ir::Value* c = b.node("Conv", {xd, wd, b.floats({16})}, {{"pads", attr_ints({1, 1, 1, 1})}});
-  ir::Value* r = b.node("Relu", {c});
-  b.output(b.node("QuantizeLinear", {r, b.scalar(0.1f), z}));
+  return b.node("Conv", {xd, wd, b.floats({16})}, {{"pads", attr_ints({1, 1, 1, 1})}});
+}
+
+ir::Value* zero_point(Builder& b, DataType t, int64_t v) {
+  Tensor zp = Tensor::empty(t, {});
+  if (t == DataType::kUInt8) zp.data<uint8_t>()[0] = static_cast<uint8_t>(v);
+  else zp.data<int8_t>()[0] = static_cast<int8_t>(v);
+  return b.constant(zp);
+}
+
+// The quantized convolution → Relu → QuantizeLinear (kiln's calibration writes it so).
+std::unique_ptr<ir::Graph> qdq_conv(DataType act, int64_t zp) {
+  Builder b;
+  ir::Value* z = zero_point(b, act, zp);
+  b.output(b.node("QuantizeLinear", {b.node("Relu", {quantized_conv(b, z)}), b.scalar(0.1f), z}));
   return b.g->clone();
 }
 
@@ -1044,24 +1045,12 @@ TEST(Passes, FuseQdqMakesOnlyConvolutionsTheTargetTakes) {
   EXPECT_EQ(qconvs(DataType::kUInt8, 128, nullptr), 1);
 }
 
-}  // namespace
-}  // namespace kiln
-
-namespace kiln {
-namespace {
 
 // ONNX Runtime's QDQ form of Conv → Relu: Q → DQ after the convolution, then Relu, then Q again.
 std::unique_ptr<ir::Graph> ort_conv_relu(bool extra_reader) {
   Builder b;
-  ir::Value* x = b.input("x", {1, 16, 6, 6});
-  Tensor zp = Tensor::empty(DataType::kInt8, {});
-  zp.data<int8_t>()[0] = 0;
-  ir::Value* z = b.constant(zp);
-  ir::Value* xd = b.node("DequantizeLinear", {b.node("QuantizeLinear", {x, b.scalar(0.05f), z}), b.scalar(0.05f), z});
-  Tensor w = Tensor::empty(DataType::kInt8, {16, 16, 3, 3});
-  for (int64_t i = 0; i < w.numel(); ++i) w.data<int8_t>()[i] = static_cast<int8_t>(i % 13 - 6);
-  ir::Value* wd = b.node("DequantizeLinear", {b.constant(w), b.scalar(0.01f)});
-  ir::Value* c = b.node("Conv", {xd, wd, b.floats({16})}, {{"pads", attr_ints({1, 1, 1, 1})}});
+  ir::Value* z = zero_point(b, DataType::kInt8, 0);
+  ir::Value* c = quantized_conv(b, z);
   ir::Value* cd = b.node("DequantizeLinear", {b.node("QuantizeLinear", {c, b.scalar(0.2f), z}), b.scalar(0.2f), z});
   ir::Value* r = b.node("Relu", {cd});
   b.output(b.node("QuantizeLinear", {r, b.scalar(0.1f), z}));

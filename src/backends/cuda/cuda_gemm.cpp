@@ -593,16 +593,12 @@ Expected<std::shared_ptr<const QMatMulConsts>> prepare_qmatmul(const ir::Node& n
       colsum += wq[kk * c->n + j];
     }
     const double sj = xs[0] * ws[ws.size() == 1 ? 0 : j];
-    // An int32 bias is in accumulator units (xs·ws[j]), as QLinearConv's and ONNX Runtime's QDQ models'.
-    const double bj = !b ? 0.0 : b->dtype() == DataType::kInt32 ? bias[j] * sj : bias[j];
+    const double bj = quantized_bias(b, bias, j, sj);
     scale.data<float>()[j] = static_cast<float>(sj);
     offset.data<float>()[j] = static_cast<float>(bj - sj * static_cast<double>(zp * colsum));
   }
-  KILN_ASSIGN_OR_RETURN(Backend * gpu, backend_for(DeviceType::kCUDA));
   for (auto [host, dev] : {std::pair{&bt, &c->bt}, std::pair{&scale, &c->scale}, std::pair{&offset, &c->offset}}) {
-    KILN_ASSIGN_OR_RETURN(auto storage, gpu->allocate(host->nbytes()));
-    *dev = Tensor::with_storage(host->dtype(), host->shape(), storage);
-    KILN_RETURN_IF_ERROR(gpu->copy(*host, *dev, nullptr));
+    KILN_ASSIGN_OR_RETURN(*dev, upload(*host));
   }
   return std::shared_ptr<const QMatMulConsts>(std::move(c));
 }

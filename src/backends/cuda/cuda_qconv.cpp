@@ -219,13 +219,11 @@ Expected<std::shared_ptr<const QConvConsts>> prepare_qconv(const ir::Node& n) {
   Tensor zmul = Tensor::empty(DataType::kFloat32, {c->m});
   for (int64_t j = 0; j < c->m; ++j) {
     const double s = xs * wsc[wsc.size() == 1 ? 0 : j];
-    // An int32 bias counts in accumulator units (xs·ws[j]), as QLinearConv's.
-    const double bj = !b ? 0.0 : b->dtype() == DataType::kInt32 ? bias[j] * s : bias[j];
+    const double bj = quantized_bias(b, bias, j, s);
     scale.data<float>()[j] = static_cast<float>(s / ys);
     offset.data<float>()[j] = static_cast<float>(bj / ys);
     zmul.data<float>()[j] = static_cast<float>(zs / ys);
   }
-  KILN_ASSIGN_OR_RETURN(Backend * gpu, backend_for(DeviceType::kCUDA));
   std::vector<std::pair<Tensor*, Tensor*>> uploads = {{&scale, &c->scale}, {&offset, &c->bias}};
   if (c->residual) uploads.push_back({&zmul, &c->zmul});
   Tensor wpad;
@@ -238,9 +236,7 @@ Expected<std::shared_ptr<const QConvConsts>> prepare_qconv(const ir::Node& n) {
     uploads.push_back({&wpad, &c->wpad});
   }
   for (auto [host, dev] : uploads) {
-    KILN_ASSIGN_OR_RETURN(auto storage, gpu->allocate(host->nbytes()));
-    *dev = Tensor::with_storage(host->dtype(), host->shape(), storage);
-    KILN_RETURN_IF_ERROR(gpu->copy(*host, *dev, nullptr));
+    KILN_ASSIGN_OR_RETURN(*dev, upload(*host));
   }
   return std::shared_ptr<const QConvConsts>(std::move(c));
 }

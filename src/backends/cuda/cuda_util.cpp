@@ -152,6 +152,19 @@ Status copy_device(const KernelContext& ctx, const Tensor& src, Tensor& dst) {
                                        state_of(ctx).stream));
 }
 
+Expected<Tensor> upload(const Tensor& host) {
+  KILN_ASSIGN_OR_RETURN(Backend * gpu, backend_for(DeviceType::kCUDA));
+  KILN_ASSIGN_OR_RETURN(auto storage, gpu->allocate(host.nbytes()));
+  Tensor dev = Tensor::with_storage(host.dtype(), host.shape(), storage);
+  KILN_RETURN_IF_ERROR(gpu->copy(host, dev, nullptr));
+  return dev;
+}
+
+double quantized_bias(const Tensor* b, const std::vector<double>& values, int64_t j, double acc_scale) {
+  if (!b) return 0.0;
+  return b->dtype() == DataType::kInt32 ? values[static_cast<size_t>(j)] * acc_scale : values[static_cast<size_t>(j)];
+}
+
 }  // namespace kiln::cuda
 
 namespace kiln::cuda {

@@ -51,6 +51,13 @@ WindowIndex window_index(const ops::WindowGeometry& g, const std::vector<int64_t
 // Device copy of `src` into the already allocated `dst` on the context's stream.
 Status copy_device(const KernelContext& ctx, const Tensor& src, Tensor& dst);
 
+// A kernel's constant (prepared on the host at creation) copied into GPU memory of its own.
+Expected<Tensor> upload(const Tensor& host);
+
+// An 8-bit product's bias in float: an int32 bias counts in accumulator units (x_scale·w_scale[j]),
+// as QLinearConv's and ONNX Runtime's QDQ models' do; a float one as it is. `b` null: 0.
+double quantized_bias(const Tensor* b, const std::vector<double>& values, int64_t j, double acc_scale);
+
 }  // namespace kiln::cuda
 
 namespace kiln::cuda {
