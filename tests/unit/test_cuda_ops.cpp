@@ -2,6 +2,7 @@
 // shape operands, reductions, softmax, normalizations) against the CPU kernels on random inputs.
 // Reduced-precision runs (float16, bfloat16) take inputs rounded to that type, run the CPU reference
 // in float32 on the same values, and compare with a tolerance that fits the type.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -750,6 +751,7 @@ TEST(CudaOps, FusedConvEveryTacticMatchesCpu) {
     const char* act;
     bool residual;
     bool last;
+    int64_t stride = 1;
   };
   const Case cases[] = {
       {{2, 16, 10, 10}, {32, 16, 3, 3}, 1, "Relu", true, false},
@@ -757,6 +759,9 @@ TEST(CudaOps, FusedConvEveryTacticMatchesCpu) {
       {{3, 8, 9, 9}, {16, 8, 3, 3}, 1, "Relu", false, false},
       {{2, 16, 8, 8}, {32, 16, 3, 3}, 1, "Relu", true, true},
       {{4, 32, 7, 7}, {64, 32, 1, 1}, 0, "", true, true},
+      // ResNet's stem on 70 RGB images: channels padded to 8, or to 4 in batch chunks (18, 18, 18, 16
+      // images: the "c4.*" tactics' workspace bound) — a tail chunk included.
+      {{70, 3, 224, 224}, {64, 3, 7, 7}, 3, "Relu", false, true, 2},
   };
   const std::array<int, 4> to_nhwc = {0, 2, 3, 1}, to_nchw = {0, 3, 1, 2};
   for (DataType dt : {kF32, kF16}) {
@@ -764,7 +769,8 @@ TEST(CudaOps, FusedConvEveryTacticMatchesCpu) {
       if (c.last && dt == kF32) continue;  // channels-last convolutions are made for half types
       const Tensor x = convert(random_tensor(c.x, rng), dt), w = convert(random_tensor(c.w, rng, -0.3f, 0.3f), dt);
       const Tensor b = convert(random_tensor({c.w[0]}, rng), dt);
-      const Shape ys = {c.x[0], c.w[0], c.x[2] + 2 * c.pad - c.w[2] + 1, c.x[3] + 2 * c.pad - c.w[3] + 1};
+      const Shape ys = {c.x[0], c.w[0], (c.x[2] + 2 * c.pad - c.w[2]) / c.stride + 1,
+                        (c.x[3] + 2 * c.pad - c.w[3]) / c.stride + 1};
       const Tensor z = convert(random_tensor(ys, rng), dt);
       std::vector<Tensor> dev_in = {c.last ? permuted(x, to_nhwc) : x, c.last ? permuted(w, to_nhwc) : w, b};
       std::vector<Tensor> ref_in = {convert(x, kF32), convert(w, kF32), convert(b, kF32)};
@@ -777,6 +783,7 @@ TEST(CudaOps, FusedConvEveryTacticMatchesCpu) {
         n->node->domain = "kiln";
         n->set_string("activation", c.act);
         n->set_ints("pads", {c.pad, c.pad, c.pad, c.pad});
+        n->set_ints("strides", {c.stride, c.stride});
       }
       if (c.last) dn.set_int("channels_last", 1);
       const std::string label = std::string("FusedConv ") + dtype_name(dt) + " " + shape_to_string(c.x) + " * " +
@@ -793,6 +800,9 @@ TEST(CudaOps, FusedConvEveryTacticMatchesCpu) {
       for (const std::string& t : tactics) (t.rfind("fused", 0) == 0 ? fused : plain) += 1;
       EXPECT_GE(fused, 1) << label << ": no fused tactic";
       EXPECT_GE(plain, 1) << label << ": no plain tactic";
+      if (c.x[1] == 3 && dt == kF16)
+        EXPECT_TRUE(std::any_of(tactics.begin(), tactics.end(), [](const std::string& t) { return t.rfind("c4.", 0) == 0; }))
+            << label << ": no 4-channel tactic";
       tactics.push_back("");  // the kernel's own choice
       const double tol = dt == kF16 ? 4e-3 : 2e-5;
       for (const std::string& t : tactics) {

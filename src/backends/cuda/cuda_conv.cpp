@@ -49,6 +49,12 @@ struct ConvShape {
   // runs a generic one, 5-10x slower). 0: not padded.
   int64_t cpad = 0, c_in = 0, x_rows = 0, w_rows = 0;
   size_t wpad_offset = 0;
+  // Padded to 4 channels (the tactics "c4.*"), cuDNN's fast stem kernel wants a workspace that grows
+  // with the batch (H200: ~1.5 MiB an image at 224x224), so the batch runs in chunks of `chunk` images
+  // (x, y describe one chunk, x_tail and y_tail the last when it is shorter). 0: one call.
+  int64_t batch = 0, chunk = 0;
+  size_t x_image_bytes = 0, y_image_bytes = 0;
+  cudnnTensorDescriptor_t x_tail = nullptr, y_tail = nullptr;
   int64_t nc = 0, in_h = 0, in_w = 0, h = 0, wd = 0, pad_t = 0, pad_l = 0, m = 0;
   int elem_bytes = 4;
   // The epilogue (bias, residual, ReLU) in cuDNN's fused call (cudnnConvolutionBiasActivationForward),
@@ -58,6 +64,8 @@ struct ConvShape {
   cudnnActivationDescriptor_t act = nullptr;
   ~ConvShape() {
     if (act) cudnnDestroyActivationDescriptor(act);
+    if (y_tail) cudnnDestroyTensorDescriptor(y_tail);
+    if (x_tail) cudnnDestroyTensorDescriptor(x_tail);
     if (conv) cudnnDestroyConvolutionDescriptor(conv);
     if (w) cudnnDestroyFilterDescriptor(w);
     if (bias) cudnnDestroyTensorDescriptor(bias);
@@ -154,27 +162,61 @@ class ConvKernel final : public Kernel {
     int64_t cx = c;  // X's channels as cuDNN sees them
     // Only for large batches of pixels: at batch 1 the padding pass costs more than it saves
     // (ResNet-50 0.333 -> 0.343 ms, EfficientNet-B0 0.73 -> 0.76 ms; batch 64 3.07 -> 2.66 ms).
-    if (at_.nhwc && reduced && g == 1 && c % 8 != 0 && c < 32 && n * in[0] * in[1] >= (int64_t{1} << 18) &&
-        !env_is("KILN_CONV_PAD_CHANNELS", "0")) {
-      p->cpad = cx = (c + 7) / 8 * 8;
+    const bool pad_channels = pads_channels(c, g, reduced, n * in[0] * in[1]);
+    const bool c4 = pad_channels && c < 4 && rc.tactic.rfind("c4", 0) == 0;
+    const std::string tactic = c4 ? rc.tactic.substr(std::min<size_t>(rc.tactic.size(), 3)) : rc.tactic;
+    if (pad_channels) {
+      p->cpad = cx = c4 ? 4 : (c + 7) / 8 * 8;
       p->c_in = c;
       p->x_rows = n * in[0] * in[1];
       p->w_rows = m * k[0] * k[1];
-      p->wpad_offset = aligned(static_cast<size_t>(p->x_rows * cx) * dtype_size(dt));
-      p->padded_bytes = p->wpad_offset + aligned(static_cast<size_t>(p->w_rows * cx) * dtype_size(dt));
     }
-    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetTensor4dDescriptor(p->x, format, data, i32(n), i32(cx),
-                                                                 i32(p->h), i32(p->wd)), "input descriptor"));
-    KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetTensor4dDescriptor(p->y, format, data, i32(n), i32(m),
-                                                                 i32(out[0]), i32(out[1])), "output descriptor"));
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetFilter4dDescriptor(p->w, data, format, i32(m),
                                                                  i32(cx / g), i32(k[0]), i32(k[1])), "filter descriptor"));
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetConvolution2dDescriptor(p->conv, i32(pb[0]), i32(pb[1]), i32(s[0]), i32(s[1]),
                                                                       i32(dil[0]), i32(dil[1]), CUDNN_CROSS_CORRELATION,
                                                                       CUDNN_DATA_FLOAT), "convolution descriptor"));
+    // (The math type before any workspace query: tensor-op kernels size theirs differently.)
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetConvolutionGroupCount(p->conv, i32(g)), "group count"));
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetConvolutionMathType(p->conv, tensor_ops ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
                                 "math type"));
+    auto describe = [&](cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, int64_t images) {
+      Status sx = dnn_ok(node, cudnnSetTensor4dDescriptor(xd, format, data, i32(images), i32(cx), i32(p->h), i32(p->wd)),
+                         "input descriptor");
+      if (!sx.ok()) return sx;
+      return dnn_ok(node, cudnnSetTensor4dDescriptor(yd, format, data, i32(images), i32(m), i32(out[0]), i32(out[1])),
+                    "output descriptor");
+    };
+    KILN_RETURN_IF_ERROR(describe(p->x, p->y, n));
+    CudaState& st = *static_cast<CudaState*>(rc.device_state);
+    if (c4) {
+      // Halve the chunk until the padded chunk and the implicit-precomp-GEMM kernel's workspace fit.
+      const size_t image_pad = static_cast<size_t>(in[0] * in[1] * cx) * dtype_size(dt);
+      int64_t nb = n;
+      for (size_t need = 0; nb > 1; nb = (nb + 1) / 2) {
+        KILN_RETURN_IF_ERROR(describe(p->x, p->y, nb));
+        if (cudnnGetConvolutionForwardWorkspaceSize(st.dnn, p->x, p->w, p->conv, p->y,
+                                                    CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, &need) ==
+                CUDNN_STATUS_SUCCESS &&
+            aligned(image_pad * static_cast<size_t>(nb)) + need <= kWorkspaceBytes)
+          break;
+      }
+      KILN_RETURN_IF_ERROR(describe(p->x, p->y, nb));
+      p->batch = n;
+      p->chunk = nb;
+      p->x_rows = nb * in[0] * in[1];
+      p->x_image_bytes = static_cast<size_t>(in[0] * in[1] * c) * dtype_size(dt);
+      p->y_image_bytes = static_cast<size_t>(out[0] * out[1] * m) * dtype_size(dt);
+      if (n % nb) {
+        KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnCreateTensorDescriptor(&p->x_tail), "descriptor"));
+        KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnCreateTensorDescriptor(&p->y_tail), "descriptor"));
+        KILN_RETURN_IF_ERROR(describe(p->x_tail, p->y_tail, n % nb));
+      }
+    }
+    if (pad_channels) {
+      p->wpad_offset = aligned(static_cast<size_t>(p->x_rows * cx) * dtype_size(dt));
+      p->padded_bytes = p->wpad_offset + aligned(static_cast<size_t>(p->w_rows * cx) * dtype_size(dt));
+    }
     if (rc.in.size() > 2 && rc.in[2].present) {
       KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnCreateTensorDescriptor(&p->bias), "descriptor"));
       KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetTensor4dDescriptor(p->bias, format, data, 1, i32(m), 1, 1),
@@ -185,7 +227,6 @@ class ConvKernel final : public Kernel {
     // h100_bench_run4.log): cuDNN's own timing (cudnnFind; ResNet-50 float16 batch 64 16.1 against
     // 13.8 ms, batch 1 2.6 against 0.57 ms) and the heuristic's first choice without the implicit-GEMM
     // preference (batch 64 10.9 against 10.2 ms, MobileNetV2 8.8 against 6.7 ms).
-    CudaState& st = *static_cast<CudaState*>(rc.device_state);
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int returned = 0;
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnGetConvolutionForwardAlgorithm_v7(st.dnn, p->x, p->w, p->conv, p->y,
@@ -216,6 +257,16 @@ class ConvKernel final : public Kernel {
         if (usable(i, pass == 0, &bytes) &&
             std::find(p->viable.begin(), p->viable.end(), static_cast<int>(perf[i].algo)) == p->viable.end())
           p->viable.push_back(static_cast<int>(perf[i].algo));
+    // Padded to 4 channels, cuDNN's heuristic leaves out the implicit-precomp-GEMM kernel that is
+    // fastest there (H200, ResNet's stem at batch 32: 0.059 ms against 0.50 for the one it lists;
+    // tests/gpu/results/h200_int8_probe_lt_stem.log): every algorithm whose workspace query passes.
+    if (c4)
+      for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; ++a)
+        if (std::find(p->viable.begin(), p->viable.end(), a) == p->viable.end() &&
+            cudnnGetConvolutionForwardWorkspaceSize(st.dnn, p->x, p->w, p->conv, p->y, static_cast<cudnnConvolutionFwdAlgo_t>(a),
+                                                    &bytes) == CUDNN_STATUS_SUCCESS &&
+            bytes <= kWorkspaceBytes)
+          p->viable.insert(p->viable.begin(), a);
     if (p->viable.empty()) return runtime_error(node.describe() + ": cuDNN offers no algorithm for this convolution");
     // The fused epilogue (kiln.FusedConv with a bias; ReLU or no activation): cuDNN's fused call takes
     // any algorithm before a ReLU, implicit-precomp-GEMM only without one. Its tactics are "fused<N>";
@@ -226,16 +277,16 @@ class ConvKernel final : public Kernel {
         if (at_.epilogue == 2 || a == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) p->fusable.push_back(a);
     int algo = p->viable[0];
     bool fused = false;
-    if (rc.tactic.empty()) {
+    if (tactic.empty()) {
       if (!p->fusable.empty() && !env_is("KILN_CUDNN_FUSED", "0")) {
         algo = p->fusable[0];
         fused = true;
       }
     } else {
       for (int a : p->viable)
-        if (rc.tactic == "algo" + std::to_string(a)) algo = a;
+        if (tactic == "algo" + std::to_string(a)) algo = a;
       for (int a : p->fusable)
-        if (rc.tactic == "fused" + std::to_string(a)) {
+        if (tactic == "fused" + std::to_string(a)) {
           algo = a;
           fused = true;
         }
@@ -252,6 +303,13 @@ class ConvKernel final : public Kernel {
     }
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnGetConvolutionForwardWorkspaceSize(st.dnn, p->x, p->w, p->conv, p->y, p->algo, &bytes),
                                 "workspace size"));
+    if (p->x_tail) {
+      size_t tail = 0;
+      KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnGetConvolutionForwardWorkspaceSize(st.dnn, p->x_tail, p->w, p->conv, p->y_tail,
+                                                                                p->algo, &tail),
+                                  "workspace size"));
+      bytes = std::max(bytes, tail);
+    }
     p->algo_bytes = aligned(bytes);
     rc.workspace_bytes = p->padded_bytes + p->algo_bytes;
     rc.state = std::move(p);
@@ -265,6 +323,18 @@ class ConvKernel final : public Kernel {
     if (!reshape(probe).ok() || !probe.state) return {};
     const auto* p = static_cast<const ConvShape*>(probe.state.get());
     std::vector<std::string> names;
+    // A stem of 1-3 channels: also padded to 4, in batch chunks — first, before the tuner's
+    // per-layer time limit goes to the slow algorithms.
+    if (p->cpad && p->c_in < 4) {
+      ReshapeContext c4 = rc;
+      c4.tactic = "c4";
+      c4.out.assign(1, {});
+      if (reshape(c4).ok() && c4.state) {
+        const auto* q = static_cast<const ConvShape*>(c4.state.get());
+        for (int a : q->fusable) names.push_back("c4.fused" + std::to_string(a));
+        for (int a : q->viable) names.push_back("c4.algo" + std::to_string(a));
+      }
+    }
     for (int a : p->fusable) names.push_back("fused" + std::to_string(a));
     for (int a : p->viable) names.push_back("algo" + std::to_string(a));
     return names;
@@ -277,49 +347,77 @@ class ConvKernel final : public Kernel {
     if (y.numel() == 0) return Status::Ok();
     CudaState& st = state_of(ctx);
     char* ws = static_cast<char*>(ctx.workspace());
-    const void* xp = ctx.input(0).raw();
+    const char* xp = static_cast<const char*>(ctx.input(0).raw());
     const void* wp = ctx.input(1).raw();
+    const bool has_z = p->fused && ctx.num_inputs() > 3 && ctx.has_input(3);
+    const char* zp = has_z ? static_cast<const char*>(ctx.input(3).raw()) : nullptr;
+    char* yp = static_cast<char*>(y.raw());
     if (p->cpad) {
-      KILN_RETURN_IF_ERROR(launched(ctx, launch_pad_rows(p->elem_bytes, xp, ws, p->x_rows, p->c_in, p->cpad, st.stream)));
       KILN_RETURN_IF_ERROR(launched(ctx, launch_pad_rows(p->elem_bytes, wp, ws + p->wpad_offset, p->w_rows, p->c_in, p->cpad,
                                                          st.stream)));
-      xp = ws;
       wp = ws + p->wpad_offset;
-    } else if (p->padded_bytes) {
-      KILN_RETURN_IF_ERROR(launched(ctx, launch_pad2d(p->elem_bytes, xp, ws, p->nc, p->in_h, p->in_w, p->h, p->wd, p->pad_t,
-                                                      p->pad_l, st.stream)));
-      xp = ws;
     }
-    const float one = 1.f, zero = 0.f;
-    void* algo_ws = p->algo_bytes ? ws + p->padded_bytes : nullptr;
-    if (p->fused) {
-      // y = act(conv(x) + z + bias); with no residual alpha2 = 0 and z aliases y (cuDNN allows it).
-      const bool has_z = ctx.num_inputs() > 3 && ctx.has_input(3);
-      const float alpha2 = has_z ? 1.f : 0.f;
-      const void* z = has_z ? ctx.input(3).raw() : y.raw();
-      const cudnnStatus_t fs = cudnnConvolutionBiasActivationForward(
-          st.dnn, &one, p->x, xp, p->w, wp, p->conv, p->algo, algo_ws, p->algo_bytes, &alpha2, p->y, z,
-          p->bias, ctx.input(2).raw(), p->act, p->y, y.raw());
-      if (fs == CUDNN_STATUS_SUCCESS) return Status::Ok();
-      if (fs != CUDNN_STATUS_NOT_SUPPORTED && fs != CUDNN_STATUS_BAD_PARAM) return dnn_ok(ctx.node(), fs, "fused convolution");
-      // No fused kernel in this cuDNN for the problem: the convolution, then one epilogue pass.
-      KILN_RETURN_IF_ERROR(dnn_ok(ctx.node(), cudnnConvolutionForward(st.dnn, &one, p->x, xp, p->w, wp, p->conv,
-                                                                      p->algo, algo_ws, p->algo_bytes, &zero, p->y, y.raw()),
-                                  "convolution"));
-      return launched(ctx, launch_bias_act(elem_of(y.dtype()), y.raw(), ctx.input(2).raw(), has_z ? z : nullptr, y.numel(),
-                                           p->m, p->bias_inner, p->fused == 2, UnaryOp::kRelu, 0.f, 0.f, st.stream));
+    if (!p->chunk) {
+      if (p->cpad) {
+        KILN_RETURN_IF_ERROR(launched(ctx, launch_pad_rows(p->elem_bytes, xp, ws, p->x_rows, p->c_in, p->cpad, st.stream)));
+        xp = ws;
+      } else if (p->padded_bytes) {
+        KILN_RETURN_IF_ERROR(launched(ctx, launch_pad2d(p->elem_bytes, xp, ws, p->nc, p->in_h, p->in_w, p->h, p->wd,
+                                                        p->pad_t, p->pad_l, st.stream)));
+        xp = ws;
+      }
+      return convolve(ctx, *p, p->x, p->y, xp, wp, zp, yp, y.numel());
     }
-    KILN_RETURN_IF_ERROR(dnn_ok(ctx.node(), cudnnConvolutionForward(st.dnn, &one, p->x, xp, p->w, wp, p->conv, p->algo,
-                                                                    algo_ws, p->algo_bytes, &zero, p->y, y.raw()),
-                                "convolution"));
-    // Inside kiln.FusedConv (an epilogue asked for, not fused here) the bias is the caller's.
-    if (p->bias && !at_.epilogue)
-      KILN_RETURN_IF_ERROR(dnn_ok(ctx.node(), cudnnAddTensor(st.dnn, &one, p->bias, ctx.input(2).raw(), &one, p->y, y.raw()),
-                                  "bias"));
+    // Chunks of the batch, each padded into the workspace and convolved.
+    for (int64_t first = 0; first < p->batch; first += p->chunk) {
+      const int64_t images = std::min(p->chunk, p->batch - first);
+      const bool tail = images != p->chunk;
+      const size_t yo = static_cast<size_t>(first) * p->y_image_bytes;
+      KILN_RETURN_IF_ERROR(launched(ctx, launch_pad_rows(p->elem_bytes, xp + static_cast<size_t>(first) * p->x_image_bytes, ws,
+                                                         p->x_rows / p->chunk * images, p->c_in, p->cpad, st.stream)));
+      KILN_RETURN_IF_ERROR(convolve(ctx, *p, tail ? p->x_tail : p->x, tail ? p->y_tail : p->y, ws, wp, zp ? zp + yo : nullptr,
+                                    yp + yo, static_cast<int64_t>(p->y_image_bytes / p->elem_bytes) * images));
+    }
     return Status::Ok();
   }
 
  private:
+  bool pads_channels(int64_t c, int64_t g, bool reduced, int64_t pixels) const {
+    return at_.nhwc && reduced && g == 1 && c % 8 != 0 && c < 32 && pixels >= (int64_t{1} << 18) &&
+           !env_is("KILN_CONV_PAD_CHANNELS", "0");
+  }
+
+  // One convolution call over X (xd, xp) into Y (yd, yp, `count` elements), with the epilogue.
+  Status convolve(KernelContext& ctx, const ConvShape& sh, cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd,
+                  const void* xp, const void* wp, const void* zp, void* yp, int64_t count) const {
+    CudaState& st = state_of(ctx);
+    const float one = 1.f, zero = 0.f;
+    char* ws = static_cast<char*>(ctx.workspace());
+    void* algo_ws = sh.algo_bytes ? ws + sh.padded_bytes : nullptr;
+    if (sh.fused) {
+      // y = act(conv(x) + z + bias); with no residual alpha2 = 0 and z aliases y (cuDNN allows it).
+      const float alpha2 = zp ? 1.f : 0.f;
+      const cudnnStatus_t fs = cudnnConvolutionBiasActivationForward(
+          st.dnn, &one, xd, xp, sh.w, wp, sh.conv, sh.algo, algo_ws, sh.algo_bytes, &alpha2, yd, zp ? zp : yp, sh.bias,
+          ctx.input(2).raw(), sh.act, yd, yp);
+      if (fs == CUDNN_STATUS_SUCCESS) return Status::Ok();
+      if (fs != CUDNN_STATUS_NOT_SUPPORTED && fs != CUDNN_STATUS_BAD_PARAM) return dnn_ok(ctx.node(), fs, "fused convolution");
+      // No fused kernel in this cuDNN for the problem: the convolution, then one epilogue pass.
+      KILN_RETURN_IF_ERROR(dnn_ok(ctx.node(), cudnnConvolutionForward(st.dnn, &one, xd, xp, sh.w, wp, sh.conv, sh.algo,
+                                                                      algo_ws, sh.algo_bytes, &zero, yd, yp),
+                                  "convolution"));
+      return launched(ctx, launch_bias_act(elem_of(ctx.output(0).dtype()), yp, ctx.input(2).raw(), zp, count, sh.m,
+                                           sh.bias_inner, sh.fused == 2, UnaryOp::kRelu, 0.f, 0.f, st.stream));
+    }
+    KILN_RETURN_IF_ERROR(dnn_ok(ctx.node(), cudnnConvolutionForward(st.dnn, &one, xd, xp, sh.w, wp, sh.conv, sh.algo, algo_ws,
+                                                                    sh.algo_bytes, &zero, yd, yp),
+                                "convolution"));
+    // Inside kiln.FusedConv (an epilogue asked for, not fused here) the bias is the caller's.
+    if (sh.bias && !at_.epilogue)
+      KILN_RETURN_IF_ERROR(dnn_ok(ctx.node(), cudnnAddTensor(st.dnn, &one, sh.bias, ctx.input(2).raw(), &one, yd, yp), "bias"));
+    return Status::Ok();
+  }
+
   ConvAttrs at_;
 };
 
