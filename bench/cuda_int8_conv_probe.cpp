@@ -16,12 +16,19 @@
 //   g++ -O2 -std=c++17 -I/usr/local/cuda/include bench/cuda_int8_conv_probe.cpp
 //       -L/usr/local/cuda/lib64 -lcudnn -lcudart -o cuda_int8_conv_probe
 //   (add -Wno-deprecated-declarations: the graph API's plan still takes its handle as an attribute)
+//   (and -lcublasLt for --lt)
 // Run:   ./cuda_int8_conv_probe [-v] [--x32] [N ...]   (default 64 128 256; --x32 adds i8x32, -v says
 //        why cuDNN refused a graph)
+//        --lt: the 1x1 stride-1 layers through cuDNN's graph against cuBLASLt's int8 GEMM (per-row
+//        alpha vector, int8 C as the residual), after checking cuBLASLt's epilogue on small random
+//        data against a host computation; --stem-algos: the float16 stem padded to 4 or 8 channels,
+//        every legacy algorithm per batch (status, workspace, time).
 #include <cuda_runtime.h>
+#include <cublasLt.h>
 #include <cudnn.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -105,21 +112,40 @@ float time_captured(Handles& hd, Call call) {
   return ms / reps;
 }
 
-// The best time (ms) over cuDNN's algorithms for one layer in one form; -1 when none runs.
-float time_layer(Handles& hd, const Layer& l, int n, Form form, std::string* algo_out) {
-  const int pad = l.r / 2;
-  const int ho = (l.h + 2 * pad - l.r) / l.stride + 1;
+// The legacy API's descriptors of one convolution with a ReLU epilogue, destroyed with it.
+struct LegacyDescs {
   cudnnTensorDescriptor_t x, y, b;
   cudnnFilterDescriptor_t w;
   cudnnConvolutionDescriptor_t cv;
   cudnnActivationDescriptor_t act;
-  cudnnCreateTensorDescriptor(&x);
-  cudnnCreateTensorDescriptor(&y);
-  cudnnCreateTensorDescriptor(&b);
-  cudnnCreateFilterDescriptor(&w);
-  cudnnCreateConvolutionDescriptor(&cv);
-  cudnnCreateActivationDescriptor(&act);
-  cudnnSetActivationDescriptor(act, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0);
+  LegacyDescs() {
+    cudnnCreateTensorDescriptor(&x);
+    cudnnCreateTensorDescriptor(&y);
+    cudnnCreateTensorDescriptor(&b);
+    cudnnCreateFilterDescriptor(&w);
+    cudnnCreateConvolutionDescriptor(&cv);
+    cudnnCreateActivationDescriptor(&act);
+    cudnnSetActivationDescriptor(act, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0);
+  }
+  ~LegacyDescs() {
+    cudnnDestroyTensorDescriptor(x);
+    cudnnDestroyTensorDescriptor(y);
+    cudnnDestroyTensorDescriptor(b);
+    cudnnDestroyFilterDescriptor(w);
+    cudnnDestroyConvolutionDescriptor(cv);
+    cudnnDestroyActivationDescriptor(act);
+  }
+};
+
+// The best time (ms) over cuDNN's algorithms for one layer in one form; -1 when none runs.
+float time_layer(Handles& hd, const Layer& l, int n, Form form, std::string* algo_out) {
+  const int pad = l.r / 2;
+  const int ho = (l.h + 2 * pad - l.r) / l.stride + 1;
+  LegacyDescs d;
+  cudnnTensorDescriptor_t x = d.x, y = d.y, b = d.b;
+  cudnnFilterDescriptor_t w = d.w;
+  cudnnConvolutionDescriptor_t cv = d.cv;
+  cudnnActivationDescriptor_t act = d.act;
   // The form's descriptors: layout and type of X, W and Y, of the bias, and the accumulation type.
   struct Desc {
     cudnnTensorFormat_t format;
@@ -188,12 +214,6 @@ float time_layer(Handles& hd, const Layer& l, int n, Form form, std::string* alg
   cudaFree(dw);
   cudaFree(db);
   cudaFree(work);
-  cudnnDestroyTensorDescriptor(x);
-  cudnnDestroyTensorDescriptor(y);
-  cudnnDestroyTensorDescriptor(b);
-  cudnnDestroyFilterDescriptor(w);
-  cudnnDestroyConvolutionDescriptor(cv);
-  cudnnDestroyActivationDescriptor(act);
   return best;
 }
 
@@ -407,11 +427,275 @@ float time_graph_layer(Handles& hd, const Layer& l, int n, bool residual, std::s
   return best;
 }
 
+
+// ---- cuBLASLt: a 1x1 stride-1 convolution as an int8 GEMM (--lt) ------------------------------------
+// NHWC X [P, K] (P = N·H·W pixels) times W [M, K] is D [P, M] — in cuBLASLt's column-major terms
+// D (M x P) = op(A) (M x K) · B (K x P) with A = W transposed (TN, what IMMA kernels take). The
+// epilogue in one call: D8 = int8(relu(alpha[m] · acc + beta · C8 + bias[m])), alpha a per-row
+// (output channel) device vector, beta a host scalar, C8 the int8 residual (beta 0: none).
+// check_lt_semantics() runs it on small random data against a host computation first, so the
+// timing below is of a call whose meaning is known.
+
+#define LK(x)                                                                                        \
+  do {                                                                                               \
+    cublasStatus_t s_ = (x);                                                                         \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                               \
+      if (verbose) std::fprintf(stderr, "  %s:%d cublasLt status %d\n", __FILE__, __LINE__, int(s_)); \
+      return false;                                                                                  \
+    }                                                                                                \
+  } while (0)
+
+struct LtGemm {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  std::vector<cublasLtMatmulHeuristicResult_t> algos;
+  ~LtGemm() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+  // M output channels, K input channels, P pixels; `residual`: beta from the host, else beta zero.
+  bool setup(cublasLtHandle_t lt, int64_t m, int64_t k, int64_t p, bool residual, bool relu, const float* alpha_dev,
+             const float* bias_dev, size_t work_cap) {
+    LK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32I, CUDA_R_32F));
+    const cublasOperation_t t = CUBLAS_OP_T, nt = CUBLAS_OP_N;
+    LK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
+    LK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt));
+    const cublasLtPointerMode_t pm =
+        residual ? CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_HOST : CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO;
+    LK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm));
+    const cublasLtEpilogue_t epi = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    LK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    LK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_dev, sizeof bias_dev));
+    const cudaDataType_t bt = CUDA_R_32F;
+    LK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    (void)alpha_dev;
+    LK(cublasLtMatrixLayoutCreate(&a, CUDA_R_8I, k, m, k));
+    LK(cublasLtMatrixLayoutCreate(&b, CUDA_R_8I, k, p, k));
+    LK(cublasLtMatrixLayoutCreate(&c, CUDA_R_8I, m, p, m));
+    LK(cublasLtMatmulPreferenceCreate(&pref));
+    LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &work_cap, sizeof work_cap));
+    algos.resize(16);
+    int found = 0;
+    LK(cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, c, c, pref, int(algos.size()), algos.data(), &found));
+    algos.resize(size_t(found));
+    return found > 0;
+  }
+  cublasStatus_t run(cublasLtHandle_t lt, size_t i, const float* alpha, const float* beta, const void* w, const void* x,
+                     const void* z, void* y, void* work, size_t work_cap, cudaStream_t s) const {
+    return cublasLtMatmul(lt, op, alpha, w, a, x, b, beta, z ? z : y, c, y, c, &algos[i].algo, work, work_cap, s);
+  }
+};
+
+// Host copies of random int8 data for a small problem; returns the number of outputs more than 1 off.
+bool check_lt_semantics(Handles& hd, cublasLtHandle_t lt, bool residual, bool relu, int* bad_out, int* algos_out) {
+  const int64_t m = 64, k = 96, p = 200;
+  std::vector<int8_t> w(m * k), x(p * k), z(p * m), y(p * m);
+  std::vector<float> alpha(m), bias(m);
+  unsigned seed = 12345;
+  auto rnd = [&] { seed = seed * 1103515245u + 12345u; return int((seed >> 16) & 0x7fff); };
+  for (auto& v : w) v = int8_t(rnd() % 255 - 127);
+  for (auto& v : x) v = int8_t(rnd() % 255 - 127);
+  for (auto& v : z) v = int8_t(rnd() % 255 - 127);
+  for (int64_t j = 0; j < m; ++j) {
+    alpha[j] = 1e-4f * float(1 + rnd() % 50);
+    bias[j] = float(rnd() % 81 - 40);
+  }
+  const float beta = residual ? 0.75f : 0.f;
+  void *dw, *dx, *dz, *dy, *da, *db, *work;
+  const size_t work_cap = size_t(32) << 20;
+  CK(cudaMalloc(&dw, w.size()));
+  CK(cudaMalloc(&dx, x.size()));
+  CK(cudaMalloc(&dz, z.size()));
+  CK(cudaMalloc(&dy, y.size()));
+  CK(cudaMalloc(&da, m * 4));
+  CK(cudaMalloc(&db, m * 4));
+  CK(cudaMalloc(&work, work_cap));
+  CK(cudaMemcpy(dw, w.data(), w.size(), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dx, x.data(), x.size(), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dz, z.data(), z.size(), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(da, alpha.data(), m * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(db, bias.data(), m * 4, cudaMemcpyHostToDevice));
+  LtGemm g;
+  bool ok = g.setup(lt, m, k, p, residual, relu, static_cast<float*>(da), static_cast<float*>(db), work_cap);
+  *algos_out = int(g.algos.size());
+  *bad_out = -1;
+  if (ok) {
+    int worst = 0;
+    for (size_t i = 0; i < g.algos.size(); ++i) {
+      CK(cudaMemset(dy, 0x55, y.size()));
+      if (g.run(lt, i, static_cast<float*>(da), &beta, dw, dx, residual ? dz : nullptr, dy, work, work_cap, hd.stream) !=
+          CUBLAS_STATUS_SUCCESS)
+        continue;
+      CK(cudaStreamSynchronize(hd.stream));
+      CK(cudaMemcpy(y.data(), dy, y.size(), cudaMemcpyDeviceToHost));
+      int bad = 0;
+      for (int64_t q = 0; q < p; ++q)
+        for (int64_t j = 0; j < m; ++j) {
+          long acc = 0;
+          for (int64_t t = 0; t < k; ++t) acc += long(w[j * k + t]) * x[q * k + t];
+          double v = double(alpha[j]) * acc + beta * z[q * m + j] + bias[j];
+          if (relu) v = std::max(v, 0.0);
+          const double r = std::min(127.0, std::max(-128.0, std::nearbyint(v)));
+          if (std::abs(r - y[q * m + j]) > 1) ++bad;
+        }
+      worst = std::max(worst, bad);
+    }
+    *bad_out = worst;
+  }
+  cudaFree(dw); cudaFree(dx); cudaFree(dz); cudaFree(dy); cudaFree(da); cudaFree(db); cudaFree(work);
+  return ok;
+}
+
+// The best time (ms) of cuBLASLt's offered algorithms for one 1x1 stride-1 layer; -1 when none runs.
+float time_lt_layer(Handles& hd, cublasLtHandle_t lt, const Layer& l, int n, bool residual, std::string* algo_out) {
+  const int64_t m = l.k, k = l.c, p = int64_t(n) * l.h * l.h;
+  void *dw, *dx, *dz, *dy, *da, *db, *work;
+  const size_t work_cap = size_t(32) << 20;
+  CK(cudaMalloc(&dw, m * k));
+  CK(cudaMalloc(&dx, p * k));
+  CK(cudaMalloc(&dz, p * m));
+  CK(cudaMalloc(&dy, p * m));
+  CK(cudaMalloc(&da, m * 4));
+  CK(cudaMalloc(&db, m * 4));
+  CK(cudaMalloc(&work, work_cap));
+  CK(cudaMemset(dw, 1, m * k));
+  CK(cudaMemset(dx, 1, p * k));
+  CK(cudaMemset(dz, 1, p * m));
+  CK(cudaMemset(da, 0, m * 4));
+  CK(cudaMemset(db, 0, m * 4));
+  LtGemm g;
+  float best = -1;
+  const float beta = 0.5f;
+  *algo_out = "no algo";
+  if (g.setup(lt, m, k, p, residual, true, static_cast<float*>(da), static_cast<float*>(db), work_cap))
+    for (size_t i = 0; i < g.algos.size(); ++i) {
+      auto call = [&] {
+        return g.run(lt, i, static_cast<float*>(da), &beta, dw, dx, residual ? dz : nullptr, dy, work, work_cap, hd.stream);
+      };
+      if (call() != CUBLAS_STATUS_SUCCESS || cudaStreamSynchronize(hd.stream) != cudaSuccess) {
+        cudaGetLastError();
+        continue;
+      }
+      const float ms = time_captured(hd, call);
+      if (ms >= 0 && (best < 0 || ms < best)) {
+        best = ms;
+        *algo_out = "a" + std::to_string(i);
+      }
+    }
+  cudaFree(dw); cudaFree(dx); cudaFree(dz); cudaFree(dy); cudaFree(da); cudaFree(db); cudaFree(work);
+  return best;
+}
+
+// --lt: ResNet-50's 1x1 stride-1 layers, cuDNN's graph (g-pc / g-res, the residual as kiln's QConv
+// reads it) against cuBLASLt, without and with a residual.
+void lt_table(Handles& hd, const std::vector<int>& batches) {
+  cublasLtHandle_t lt;
+  if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
+    std::printf("no cublasLt\n");
+    return;
+  }
+  for (int res = 0; res < 2; ++res)
+    for (int relu = 0; relu < 2; ++relu) {
+      int bad = 0, nalgo = 0;
+      const bool ok = check_lt_semantics(hd, lt, res, relu, &bad, &nalgo);
+      std::printf("lt semantics residual=%d relu=%d: %s, %d algos, worst algo %d of 12800 outputs off by > 1\n", res,
+                  relu, ok ? "set up" : "refused", nalgo, bad);
+    }
+  res_alpha = false;
+  for (int n : batches) {
+    std::printf("\nbatch %d, 1x1 stride-1 layers: best ms (algo)\n%-26s %16s %16s %16s %16s\n", n,
+                "layer c>k hxh x cnt", "g-pc", "lt", "g-res", "lt-res");
+    float tot[4] = {0, 0, 0, 0};
+    for (const Layer& l : kResNet50) {
+      if (l.r != 1 || l.stride != 1) continue;
+      char label[64];
+      std::snprintf(label, sizeof label, "%d>%d %dx%d x%d", l.c, l.k, l.h, l.h, l.count);
+      std::printf("%-26s", label);
+      for (int f = 0; f < 4; ++f) {
+        std::string algo;
+        const bool residual = f >= 2;
+        const float ms = f % 2 == 0 ? time_graph_layer(hd, l, n, residual, &algo) : time_lt_layer(hd, lt, l, n, residual, &algo);
+        char cell[40];
+        std::snprintf(cell, sizeof cell, "%.4f (%s)", ms, algo.c_str());
+        std::printf(" %16s", cell);
+        if (ms > 0) tot[f] += ms * l.count;
+      }
+      std::printf("\n");
+    }
+    std::printf("TOTAL (each layer's count) g-pc %.3f  lt %.3f  g-res %.3f  lt-res %.3f ms\n", tot[0], tot[1], tot[2], tot[3]);
+  }
+  cublasLtDestroy(lt);
+}
+
+// --stem-algos: the float16 stem (7x7/2, 64 outputs, bias + ReLU fused as kiln's FusedConv runs it) with
+// the RGB image padded to 4 or 8 channels, every legacy algorithm, per batch: status, workspace, time.
+void stem_algos(Handles& hd, const std::vector<int>& batches) {
+  for (int cp : {4, 8})
+    for (int n : batches) {
+      LegacyDescs d;
+      cudnnTensorDescriptor_t x = d.x, y = d.y, b = d.b;
+      cudnnFilterDescriptor_t w = d.w;
+      cudnnConvolutionDescriptor_t cv = d.cv;
+      cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, CUDNN_DATA_HALF, n, cp, 224, 224);
+      cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NHWC, CUDNN_DATA_HALF, n, 64, 112, 112);
+      cudnnSetTensor4dDescriptor(b, CUDNN_TENSOR_NHWC, CUDNN_DATA_HALF, 1, 64, 1, 1);
+      cudnnSetFilter4dDescriptor(w, CUDNN_DATA_HALF, CUDNN_TENSOR_NHWC, 64, cp, 7, 7);
+      cudnnSetConvolution2dDescriptor(cv, 3, 3, 2, 2, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);
+      cudnnSetConvolutionMathType(cv, CUDNN_TENSOR_OP_MATH);
+      const size_t xs = size_t(n) * cp * 224 * 224 * 2, ys = size_t(n) * 64 * 112 * 112 * 2, wsz = 64 * cp * 49 * 2;
+      void *dx, *dy, *dw, *db, *work;
+      const size_t work_cap = size_t(256) << 20;
+      CK(cudaMalloc(&dx, xs));
+      CK(cudaMalloc(&dy, ys));
+      CK(cudaMalloc(&dw, wsz));
+      CK(cudaMalloc(&db, 64 * 2));
+      CK(cudaMalloc(&work, work_cap));
+      CK(cudaMemset(dx, 0, xs));
+      CK(cudaMemset(dw, 0, wsz));
+      CK(cudaMemset(db, 0, 128));
+      std::printf("stem fp16 C=%d batch %d:", cp, n);
+      const float one = 1.f, zero = 0.f;
+      for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; ++a) {
+        const auto algo = cudnnConvolutionFwdAlgo_t(a);
+        size_t need = 0;
+        cudnnStatus_t st = cudnnGetConvolutionForwardWorkspaceSize(hd.dnn, x, w, cv, y, algo, &need);
+        if (st != CUDNN_STATUS_SUCCESS) {
+          std::printf("  a%d ws-refused", a);
+          continue;
+        }
+        if (need > work_cap) {
+          std::printf("  a%d ws %zuMB", a, need >> 20);
+          continue;
+        }
+        for (int fused = 0; fused < 2; ++fused) {
+          auto call = [&] {
+            if (!fused) return cudnnConvolutionForward(hd.dnn, &one, x, dx, w, dw, cv, algo, work, need, &zero, y, dy);
+            return cudnnConvolutionBiasActivationForward(hd.dnn, &one, x, dx, w, dw, cv, algo, work, need, &zero, y, dy, b,
+                                                         db, d.act, y, dy);
+          };
+          st = call();
+          if (st != CUDNN_STATUS_SUCCESS || cudaStreamSynchronize(hd.stream) != cudaSuccess) {
+            cudaGetLastError();
+            std::printf("  %s%d %s", fused ? "f" : "a", a, cudnnGetErrorString(st));
+            continue;
+          }
+          std::printf("  %s%d %.4f ms (ws %zuMB)", fused ? "f" : "a", a, time_captured(hd, call), need >> 20);
+        }
+      }
+      std::printf("\n");
+      cudaFree(dx); cudaFree(dy); cudaFree(dw); cudaFree(db); cudaFree(work);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int> batches;
-  bool x32 = false;
+  bool x32 = false, lt_mode = false, stem_mode = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--x32") x32 = true;
@@ -424,6 +708,8 @@ int main(int argc, char** argv) {
     else if (a == "--only-graph") only_graph = true;
     else if (a == "--one") one_layer = true;
     else if (a == "--stem") stems = true;
+    else if (a == "--lt") lt_mode = true;
+    else if (a == "--stem-algos") stem_mode = true;
     else batches.push_back(std::atoi(argv[i]));
   }
   if (batches.empty()) batches = {64, 128, 256};
@@ -437,6 +723,11 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, cuDNN %zu\n", prop.name, cudnnGetVersion());
+  if (lt_mode || stem_mode) {
+    if (stem_mode) stem_algos(hd, batches);
+    if (lt_mode) lt_table(hd, batches);
+    return 0;
+  }
   std::vector<Form> forms = {Form::fp16, Form::int8, Form::gpc, Form::gres};
   if (only_graph) forms = {Form::gpc, Form::gres};
   if (x32) forms.push_back(Form::int8x32);

@@ -122,6 +122,17 @@ std::string mismatch(const std::vector<Tensor>& want, const std::vector<Tensor>&
         std::snprintf(buf, sizeof buf, "output %zu relative L2 %.2e > %.0e", o, rel, tol);
         return buf;
       }
+    } else if (dt == DataType::kInt8 || dt == DataType::kUInt8) {
+      // Quantized outputs: kernels that order the epilogue's float arithmetic differently round a
+      // value near .5 the other way now and then; one step in at most 1% of the elements passes.
+      const size_t n = static_cast<size_t>(a.numel());
+      size_t off = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const double d = std::fabs(element(a, i) - element(b, i));
+        if (d > 1) return "output " + std::to_string(o) + " differs by more than one step";
+        off += d != 0;
+      }
+      if (off * 100 > n) return "output " + std::to_string(o) + " differs by one step in more than 1% of the elements";
     } else if (a.nbytes() != b.nbytes() || std::memcmp(a.raw(), b.raw(), a.nbytes()) != 0) {
       return "output " + std::to_string(o) + " differs";
     }

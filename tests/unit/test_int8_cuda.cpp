@@ -353,6 +353,12 @@ TEST(CudaQConv, MatchesTheQdqGraphEveryTactic) {
       {3, 8, 8, 64, 128, 1, 2, 0, true, false, true, DataType::kUndefined, DataType::kInt8},
       {1, 6, 6, 128, 256, 1, 1, 0, true, true, true, DataType::kFloat32, DataType::kFloat32},
       {2, 15, 15, 3, 16, 7, 2, 3, true, true, false, DataType::kFloat32, DataType::kInt8},  // an RGB stem: C padded to 4
+      // 1x1 shapes for kiln's own kernel (cuda_qgemm.cu): a K tail inside a 64-byte step (80), output
+      // channels that fill no tile (36, 200), several pixel tiles, more K steps than stages (320),
+      // stride 2 on an odd side.
+      {2, 14, 14, 80, 36, 1, 1, 0, true, true, true, DataType::kFloat32, DataType::kInt8},
+      {1, 12, 12, 320, 200, 1, 1, 0, false, true, false, DataType::kInt32, DataType::kInt8},
+      {2, 9, 9, 48, 64, 1, 2, 0, true, false, false, DataType::kFloat32, DataType::kFloat32},
   };
   for (const ConvCase& cc : cases) {
     const ConvData d = make_conv(cc, rng);
@@ -366,6 +372,9 @@ TEST(CudaQConv, MatchesTheQdqGraphEveryTactic) {
     ASSERT_TRUE(got.ok()) << what << ": " << got.status().to_string();
     expect_conv_matches((*got)[0], d, what + ", own choice");
     EXPECT_FALSE(tactics.empty()) << what;
+    if (cc.k == 1 && cc.c % 16 == 0)
+      EXPECT_TRUE(std::count(tactics.begin(), tactics.end(), "mma64") && std::count(tactics.begin(), tactics.end(), "mma128"))
+          << what << ": kiln's 1x1 kernel is not among the tactics";
     for (const std::string& t : tactics) {
       auto g = cudatest::run_cuda(*node->node, conv_inputs(d), t);
       if (!g.ok() && g.status().message().find("no engine") != std::string::npos) continue;  // a configuration that does not build here

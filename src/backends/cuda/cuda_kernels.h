@@ -57,6 +57,26 @@ int launch_bias_act(int elem, void* y, const void* bias, const void* z, int64_t 
 // from k on zero. launch_int8_epilogue: v = scale[j] · acc[i · ldacc + j] + offset[j], the activation
 // (as launch_unary), then y [m, n] as float32 (out_type 0) or saturate(rne(v / ys) + yz) as uint8 (1) or
 // int8 (2), QuantizeLinear's rounding.
+// kiln.QConv's 1x1 convolutions (cuda_qgemm.cu): channels-last int8 X [N, ih, iw, K] read at the
+// pixels (n, oy·stride, ox·stride) of Y [N, oh, ow, M] (rows = N·oh·ow), times int8 W [M, K]; int32
+// accumulation, then v = acc · scale[m] + bias[m] (+ zmul · Z[row, m], Z int8 of Y's shape), ReLU,
+// and Y as int8 (round half to even, saturated) or float32. K % 16 == 0 and M % 4 == 0 (qgemm_fits);
+// tile_n: 64 or 128 output channels per block.
+struct QGemmArgs {
+  const int8_t* x = nullptr;
+  const int8_t* w = nullptr;
+  const float* scale = nullptr;
+  const float* bias = nullptr;
+  const int8_t* z = nullptr;
+  float zmul = 0.f;
+  void* y = nullptr;
+  int64_t rows = 0;
+  int k = 0, m = 0, ih = 0, iw = 0, oh = 0, ow = 0, stride = 1;
+  bool relu = false, int8_out = true;
+};
+bool qgemm_fits(int64_t k, int64_t m);
+int launch_qgemm(const QGemmArgs& a, int tile_n, cudaStream_t stream);
+
 int launch_int8_rows(const uint8_t* a, bool from_uint8, int8_t* out, int64_t m, int64_t k, int64_t kp, cudaStream_t stream);
 int launch_int8_epilogue(const int32_t* acc, int64_t ldacc, const float* scale, const float* offset, void* y, int64_t m,
                          int64_t n, bool act, UnaryOp op, float alpha, float beta, int out_type, float ys, int32_t yz,

@@ -17,7 +17,9 @@
 // form cuDNN's heuristics accept (an add with alpha2, or a float16 residual, got no engine).
 // Input channels not divisible by 4 (int8 kernels read 4 at a time) are zero-padded: W once, X per run.
 // Tactics: the heuristics' engine configurations ("cfg<i>", mode A); without one the first that
-// builds runs.
+// builds runs. 1x1 convolutions without padding (equal strides, K % 16 == 0) also have kiln's own
+// int8 GEMM (cuda_qgemm.cu, tactics "mma64" and "mma128": output channels per block), which reads the
+// residual as cheaply as the bias: the tuner times both.
 #include <cudnn.h>
 
 #include <algorithm>
@@ -119,6 +121,7 @@ struct QConvConsts {
   // channels up to cp — W padded here once (wpad), X per run into the workspace.
   int64_t cp = 0;
   Tensor scale, bias, zmul;  // float32 [M] each (zmul only with a residual)
+  float zmul_scalar = 0.f;   // zs / ys, what zmul holds in every element
   Tensor wpad;               // int8 [M, kh, kw, cp] when cp != c
 };
 
@@ -131,6 +134,10 @@ struct QConvPlan {
   int64_t rows = 0;           // N·H·W of X
   bool empty = false;
   int configs = 0;  // how many engine configurations cuDNN's heuristics offered
+  // kiln's own 1x1 kernel (tactics "mma<tile>"): its tile width and geometry; 0 when cuDNN runs.
+  int mma_tile = 0;
+  bool mma_fits = false;  // whether this shape could run it (for the tactics list)
+  QGemmArgs mma;
 };
 
 const Tensor* const_at(const ir::Node& n, int i) {
@@ -224,6 +231,7 @@ Expected<std::shared_ptr<const QConvConsts>> prepare_qconv(const ir::Node& n) {
     offset.data<float>()[j] = static_cast<float>(bj / ys);
     zmul.data<float>()[j] = static_cast<float>(zs / ys);
   }
+  c->zmul_scalar = static_cast<float>(zs / ys);
   std::vector<std::pair<Tensor*, Tensor*>> uploads = {{&scale, &c->scale}, {&offset, &c->bias}};
   if (c->residual) uploads.push_back({&zmul, &c->zmul});
   Tensor wpad;
@@ -377,6 +385,26 @@ Status reshape_qconv(ReshapeContext& rc, const QConvConsts& c) {
     rc.state = std::move(plan);
     return Status::Ok();
   }
+  plan->mma_fits = c.kh == 1 && c.kw == 1 && c.cp == c.c && qgemm_fits(c.c, c.m) && s[0] == s[1] && pb[0] == 0 &&
+                   pb[1] == 0 && pe[0] == 0 && pe[1] == 0 && c.m <= INT32_MAX && c.c <= INT32_MAX && x[1] <= INT32_MAX &&
+                   x[2] <= INT32_MAX && s[0] <= INT32_MAX;
+  if (plan->mma_fits && (rc.tactic == "mma64" || rc.tactic == "mma128")) {
+    plan->mma_tile = rc.tactic == "mma64" ? 64 : 128;
+    QGemmArgs& a = plan->mma;
+    a.rows = x[0] * out[0] * out[1];
+    a.k = static_cast<int>(c.c);
+    a.m = static_cast<int>(c.m);
+    a.ih = static_cast<int>(x[1]);
+    a.iw = static_cast<int>(x[2]);
+    a.oh = static_cast<int>(out[0]);
+    a.ow = static_cast<int>(out[1]);
+    a.stride = static_cast<int>(s[0]);
+    a.relu = c.relu;
+    a.int8_out = c.int8_out;
+    a.zmul = c.zmul_scalar;
+    rc.state = std::move(plan);
+    return Status::Ok();
+  }
   BD graph = nullptr;
   std::string why;
   KILN_RETURN_IF_ERROR(build_graph(*plan, st->dnn, c, x[0], x[1], x[2], out, pb, pe, s, dil, &graph, &why));
@@ -405,6 +433,16 @@ Status run_qconv(KernelContext& ctx, const QConvConsts& c) {
   const auto& p = shape_state<QConvPlan>(ctx);
   if (p.empty) return Status::Ok();
   CudaState& st = state_of(ctx);
+  if (p.mma_tile) {
+    QGemmArgs a = p.mma;
+    a.x = static_cast<const int8_t*>(ctx.input(kX).raw());
+    a.w = static_cast<const int8_t*>(ctx.input(kW).raw());
+    a.scale = static_cast<const float*>(c.scale.raw());
+    a.bias = static_cast<const float*>(c.bias.raw());
+    a.z = c.residual ? static_cast<const int8_t*>(ctx.input(kZ).raw()) : nullptr;
+    a.y = ctx.output(0).raw();
+    return launched(ctx, launch_qgemm(a, p.mma_tile, st.stream));
+  }
   char* ws = static_cast<char*>(ctx.workspace());
   const void* x = ctx.input(kX).raw();
   const void* w = ctx.input(kW).raw();
@@ -442,8 +480,15 @@ std::vector<std::string> qconv_tactics(const ReshapeContext& rc, const QConvCons
   probe.out.assign(1, {});
   if (!reshape_qconv(probe, c).ok() || !probe.state) return {};
   const auto* p = static_cast<const QConvPlan*>(probe.state.get());
+  // cuDNN's first configuration (the kernel's own choice, already built), then kiln's own kernel,
+  // then the other configurations: the tuner's per-layer time limit can run out among those (each
+  // is compiled at first use).
   std::vector<std::string> names;
-  for (int i = 0; i < p->configs; ++i) names.push_back("cfg" + std::to_string(i));
+  for (int i = 0; i < p->configs; ++i) {
+    names.push_back("cfg" + std::to_string(i));
+    if (i == 0 && p->mma_fits) names.insert(names.end(), {"mma128", "mma64"});
+  }
+  if (p->configs == 0 && p->mma_fits) names = {"mma128", "mma64"};
   return names;
 }
 
