@@ -390,7 +390,27 @@ Expected<int> fuse_qconv_residual(ir::Graph& g) {
         v = rd->outputs[0];
       }
       ir::Node* q = int8_quantize_of(v);
-      if (!q || v->is_output || q->outputs[0]->is_output) continue;
+      if (!q) {
+        // No int8 quantization after it (ResNet's last block, read by the pooling in float): the
+        // float sum itself comes out of the convolution, the residual still read in int8.
+        std::vector<ir::Value*> ins = conv->inputs;
+        ins.resize(11, nullptr);
+        ins[9] = z;
+        ins[10] = zs;
+        auto attrs = conv->attrs;
+        if (relu) write_activation(Activation{ActKind::kRelu}, attrs);
+        const std::string name = conv->name + "_residual";
+        if (relu) g.remove_node(relu);
+        g.remove_node(add);
+        g.remove_node(conv);
+        ir::Node* n = g.add_node("QConv", "kiln", ins, {v}, name);
+        n->opset = 1;
+        n->attrs = std::move(attrs);
+        if (ir::Node* dq = r->producer; dq && dq->op_type == "DequantizeLinear" && r->uses.empty() && !r->is_output) g.remove_node(dq);
+        ++fused;
+        break;
+      }
+      if (v->is_output || q->outputs[0]->is_output) continue;
       std::vector<ir::Value*> ins = conv->inputs;
       ins.resize(11, nullptr);
       ins[6] = q->inputs[1];

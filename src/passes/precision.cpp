@@ -140,4 +140,27 @@ int allow_tf32(ir::Graph& g) {
   return marked;
 }
 
+int quantize_half_directly(ir::Graph& g, const std::function<bool(const ir::Node&)>& accepts) {
+  int folded = 0;
+  const std::vector<ir::Node*> nodes = g.nodes();
+  for (ir::Node* q : nodes) {
+    if (q->removed || !q->domain.empty() || q->op_type != "QuantizeLinear" || !q->has_input(0)) continue;
+    ir::Value* was = q->inputs[0];
+    ir::Node* cast = was->producer;
+    if (!cast || !cast->domain.empty() || cast->op_type != "Cast" || !cast->has_input(0) || was->type.dtype != DataType::kFloat32)
+      continue;
+    ir::Value* half = cast->inputs[0];
+    if (half->type.dtype != DataType::kFloat16 && half->type.dtype != DataType::kBFloat16) continue;
+    g.set_input(q, 0, half);
+    if (!accepts(*q)) {
+      g.set_input(q, 0, was);
+      continue;
+    }
+    ++folded;
+    if (was->uses.empty() && !was->is_output) g.remove_node(cast);
+  }
+  if (folded) g.remove_dead_values();
+  return folded;
+}
+
 }  // namespace kiln::passes

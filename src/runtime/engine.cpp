@@ -215,7 +215,9 @@ static Status lower_precision_and_layout(ir::Graph& graph, const BuildOptions& o
     if (conv) return half_convs && (dt == DataType::kFloat16 || dt == DataType::kBFloat16);
     return half_pool;
   };
-  return passes::convert_to_channels_last(graph, accepts).status();
+  KILN_RETURN_IF_ERROR(passes::convert_to_channels_last(graph, accepts).status());
+  if (half_engine && qconv) passes::quantize_half_directly(graph, [&target](const ir::Node& n) { return target.find(n) != nullptr; });
+  return Status::Ok();
 }
 
 // Import-to-placement steps shared by a build and a placement plan: checks the options, fixes profile

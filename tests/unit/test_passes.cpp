@@ -763,6 +763,50 @@ TEST(Passes, ConvertPrecisionCastsAtBoundariesAndSaturatesConstants) {
   EXPECT_EQ(casts[std::to_string(static_cast<int>(DataType::kFloat32))], 2);
 }
 
+// A QuantizeLinear behind Cast(half → float32) reads the half value where the target takes it; the
+// Cast goes unless another node reads it; a refusing target keeps the graph as it was.
+TEST(Passes, QuantizeReadsHalfValuesWithoutTheCast) {
+  for (int variant = 0; variant < 3; ++variant) {  // 0: only Q reads the cast; 1: Relu too; 2: refused
+    ir::Graph g;
+    g.opsets[""] = 19;
+    ir::Value* x = g.add_value("x", ir::Type::tensor(DataType::kFloat16, ir::SymShape::of({2, 8})));
+    x->is_input = true;
+    g.inputs.push_back(x);
+    ir::Value* f = g.add_value("f", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({2, 8})));
+    ir::Value* sc = g.add_value("sc", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({})));
+    sc->constant = Tensor::empty(DataType::kFloat32, {});
+    sc->constant->data<float>()[0] = 0.1f;
+    ir::Value* zp = g.add_value("zp", ir::Type::tensor(DataType::kInt8, ir::SymShape::of({})));
+    zp->constant = Tensor::empty(DataType::kInt8, {});
+    zp->constant->data<int8_t>()[0] = 0;
+    ir::Value* q = g.add_value("q", ir::Type::tensor(DataType::kInt8, ir::SymShape::of({2, 8})));
+    ir::Node* cast = g.add_node("Cast", "", {x}, {f}, "cast");
+    cast->attrs["to"].kind = ir::Attribute::Kind::kInt;
+    cast->attrs["to"].i = static_cast<int64_t>(DataType::kFloat32);
+    g.add_node("QuantizeLinear", "", {f, sc, zp}, {q}, "quantize");
+    g.outputs = {q};
+    q->is_output = true;
+    if (variant == 1) {
+      ir::Value* r = g.add_value("r", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({2, 8})));
+      g.add_node("Relu", "", {f}, {r}, "relu");
+      g.outputs.push_back(r);
+      r->is_output = true;
+    }
+    const int folded = passes::quantize_half_directly(g, [variant](const ir::Node& n) {
+      return variant != 2 && n.inputs[0]->type.dtype == DataType::kFloat16;
+    });
+    ASSERT_TRUE(g.verify().ok()) << variant;
+    int casts = 0;
+    for (const ir::Node* n : g.nodes()) {
+      casts += n->op_type == "Cast";
+      if (n->op_type == "QuantizeLinear")
+        EXPECT_EQ(n->inputs[0]->type.dtype, variant == 2 ? DataType::kFloat32 : DataType::kFloat16) << variant;
+    }
+    EXPECT_EQ(folded, variant == 2 ? 0 : 1) << variant;
+    EXPECT_EQ(casts, variant == 0 ? 0 : 1) << variant;
+  }
+}
+
 // [N,H,W,C] → [N,C,H,W] (to_first) or back, float32.
 static Tensor permute_4d(const Tensor& t, bool to_first) {
   const Shape& s = t.shape();
@@ -902,7 +946,8 @@ namespace {
 struct ResidualBlock {
   Builder b;
   ir::Value *xq, *a, *v, *yq;
-  ResidualBlock(bool relu, DataType residual_type, const std::string& conv_activation = "", bool dynamic_batch = false) {
+  ResidualBlock(bool relu, DataType residual_type, const std::string& conv_activation = "", bool dynamic_batch = false,
+                bool quantized_after = true) {
     xq = b.input("xq", {1, 16, 4, 4}, residual_type);
     if (dynamic_batch) xq->type.shape.dims[0] = ir::Dim("N");  // as exported models have it
     Tensor z = Tensor::empty(residual_type, {});
@@ -923,21 +968,52 @@ struct ResidualBlock {
     ir::Value* r = b.node("DequantizeLinear", {xq, b.scalar(0.05f), zp});
     ir::Value* sum = b.node("Add", {a, r});
     v = relu ? b.node("Relu", {sum}) : sum;
-    yq = b.node("QuantizeLinear", {v, b.scalar(0.1f), zp8});
-    b.output(b.node("DequantizeLinear", {yq, b.scalar(0.1f), zp8}));
+    if (quantized_after) {
+      yq = b.node("QuantizeLinear", {v, b.scalar(0.1f), zp8});
+      b.output(b.node("DequantizeLinear", {yq, b.scalar(0.1f), zp8}));
+    }
     b.output(b.node("Mul", {v, b.scalar(2.0f)}));
   }
 };
 
-TEST(Passes, QConvResidualFoldsTheAddReluAndQuantize) {
-  ResidualBlock blk(true, DataType::kInt8, "", /*dynamic_batch=*/true);
+// No int8 quantization after the block (ResNet's last, read by the pooling in float): the float sum
+// comes out of the convolution itself, the residual still read in int8.
+// The block's graph after fuse_qconv_residual, which folds it once: no Add or Relu left.
+auto fused_once(const ResidualBlock& blk) {
   auto g = blk.b.g->clone();
   auto fused = passes::fuse_qconv_residual(*g);
-  ASSERT_TRUE(fused.ok()) << fused.status().to_string();
-  EXPECT_EQ(*fused, 1);
+  EXPECT_TRUE(fused.ok()) << fused.status().to_string();
+  EXPECT_EQ(fused.ok() ? *fused : -1, 1);
   auto counts = op_counts(*g);
   EXPECT_EQ(counts["Add"], 0);
   EXPECT_EQ(counts["Relu"], 0);
+  return g;
+}
+
+TEST(Passes, QConvResidualWithAFloatOutput) {
+  ResidualBlock blk(true, DataType::kInt8, "", /*dynamic_batch=*/true, /*quantized_after=*/false);
+  auto g = fused_once(blk);
+  auto counts = op_counts(*g);
+  EXPECT_EQ(counts["DequantizeLinear"], 0);
+  ASSERT_EQ(counts["kiln.QConv"], 1);
+  for (const ir::Node* n : g->nodes()) {
+    if (n->op_type == "QConv") {
+      ASSERT_EQ(n->inputs.size(), 11u);
+      EXPECT_FALSE(n->has_input(6)) << "float output: no y_scale";
+      EXPECT_EQ(n->inputs[9]->name, "xq");
+      EXPECT_FLOAT_EQ(n->inputs[10]->constant->data<float>()[0], 0.05f);
+      EXPECT_EQ(n->outputs[0]->type.dtype, DataType::kFloat32);
+      EXPECT_EQ(n->attr_string("activation", ""), "Relu");
+    }
+    if (n->op_type == "Mul") EXPECT_EQ(n->inputs[0]->producer->op_type, "QConv");
+  }
+  EXPECT_TRUE(g->verify().ok());
+}
+
+TEST(Passes, QConvResidualFoldsTheAddReluAndQuantize) {
+  ResidualBlock blk(true, DataType::kInt8, "", /*dynamic_batch=*/true);
+  auto g = fused_once(blk);
+  auto counts = op_counts(*g);
   EXPECT_EQ(counts["QuantizeLinear"], 0);
   EXPECT_EQ(counts["kiln.QConv"], 1);
   const ir::Node* q = nullptr;
