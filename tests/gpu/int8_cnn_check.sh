@@ -3,7 +3,8 @@
 # machine with an NVIDIA GPU, from the repository root with the built binaries in .carry/ (OUT: the
 # results folder):   OUT=... [BATCHES="64 256"] [UNIT=1] [QDQ=1] [TORCH=1] bash tests/gpu/int8_cnn_check.sh [model]
 # (model: resnet50 by default). For each batch in $BATCHES (default 256):
-# 1. (UNIT=1) kiln.QConv's and kiln.QMatMul's CUDA unit tests (against the QDQ graph's meaning, in double);
+# 1. (UNIT=1) kiln.QConv's and kiln.QMatMul's CUDA unit tests (against the QDQ graph's meaning, in double;
+#    UNIT_FILTER: another gtest filter);
 # 2. `kiln build --int8 --precision fp16 --shapes <that batch>` from a calibration folder (8 sets of 4
 #    images, seeds 1-8): what was quantized and fused, where each step runs; the fp16 engine alike;
 # 3. both engines against the float32 CPU engine: relative L2 of the logits and top-1 agreement over
@@ -22,7 +23,7 @@ batches=${BATCHES:-256}
   date -u +"%Y-%m-%d %H:%M UTC"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   if [ -n "${UNIT:-}" ]; then
     echo "== kiln.QConv / kiln.QMatMul CUDA unit tests"
-    "$bin/kiln_tests" --gtest_filter='CudaQ*' 2>&1 | grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|Failure|Which is|Expected|element|got" | head -40
+    "$bin/kiln_tests" --gtest_filter="${UNIT_FILTER:-CudaQ*}" 2>&1 | grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) +\]|Failure|Which is|Expected|element|got" | head -40
   fi
   python3 bench/zoo/export.py --models $m --opsets 17 2>&1 | grep -E "export:|rror"
   M=$m B="$batches" python3 - <<'PY'
