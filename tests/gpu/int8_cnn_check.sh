@@ -15,6 +15,8 @@
 #    weights) built for CUDA (the rest float16, untuned): what fused, kiln against onnxruntime (CPU) at
 #    batch 1, its latency at the first batch (run before the batches above);
 # 6. (TORCH=1) PyTorch float16, channels-last, eager and torch.compile (default mode), CUDA events.
+# The builds share a timing cache, $OUT/r/timing_cache.txt (returned with the results; start from a
+# saved one with CACHE=path: a build whose layers it holds skips their tuning and cuDNN's compiles).
 set -uo pipefail
 . tests/gpu/lib.sh .carry $OUT/r
 m=${1:-resnet50}
@@ -85,18 +87,20 @@ PY
     "$bin/kiln" bench /tmp/qdq.kiln $(zoo_args $m $b) --device-io -n 30 --warmup 5 2>&1 | grep -E "^median|rror" | head -1
   fi
   in=$(python3 -c "import sys; sys.path.insert(0, 'bench/zoo'); import zoo; print(zoo.MODELS['$m'].inputs[0].name)")
+  if [ -n "${CACHE:-}" ]; then cp "$CACHE" "$out/timing_cache.txt"; fi
   for b in $batches; do
     echo "== batch $b: kiln build --int8 --precision fp16 --shapes $in:${b}x3x224x224 (calibration: 8 sets of 4)"
     s0=$(date +%s)
     "$bin/kiln" build build/zoo/${m}_op17.onnx -o /tmp/int8_b$b.kiln --device cuda --int8 --precision fp16 \
-        --calibration build/calib/$m --shapes $in:${b}x3x224x224 -v > "$out/build_int8_b$b.txt" 2>&1 || tail -20 "$out/build_int8_b$b.txt"
+        --calibration build/calib/$m --shapes $in:${b}x3x224x224 --timing-cache "$out/timing_cache.txt" -v \
+        > "$out/build_int8_b$b.txt" 2>&1 || tail -20 "$out/build_int8_b$b.txt"
     echo "build: $(( $(date +%s) - s0 )) s"
     grep -E "^int8|relative L2" "$out/build_int8_b$b.txt" | head -3
     grep -cE "into kiln.QConv" "$out/build_int8_b$b.txt" | sed 's/^/fuse-qdq convolutions: /'
     "$bin/kiln" inspect /tmp/int8_b$b.kiln -v > "$out/inspect_int8_b$b.txt" 2>&1
     grep -oE "(cuda|cpu)\.[A-Za-z0-9_.]+" "$out/inspect_int8_b$b.txt" | sort | uniq -c | sort -rn | head -20
     "$bin/kiln" build build/zoo/${m}_op17.onnx -o /tmp/fp16_b$b.kiln --device cuda --precision fp16 \
-        --shapes $in:${b}x3x224x224 > "$out/build_fp16_b$b.txt" 2>&1 || tail -5 "$out/build_fp16_b$b.txt"
+        --shapes $in:${b}x3x224x224 --timing-cache "$out/timing_cache.txt" > "$out/build_fp16_b$b.txt" 2>&1 || tail -5 "$out/build_fp16_b$b.txt"
     echo "-- against float32 (cpu), the batch's $b images"
     "$bin/kiln" run build/zoo/${m}_op17.onnx --device cpu $(zoo_args $m $b) --output-dir /tmp/out_fp32 > /dev/null 2>&1
     for e in int8 fp16; do "$bin/kiln" run /tmp/${e}_b$b.kiln $(zoo_args $m $b) --output-dir /tmp/out_$e > /dev/null 2>&1; done
