@@ -368,8 +368,20 @@ Expected<int> fuse_qconv_residual(ir::Graph& g) {
       ir::Value* a = add->inputs[side];
       ir::Value* r = add->inputs[1 - side];
       ir::Node* conv = a->producer;
-      if (!conv || conv->domain != "kiln" || conv->op_type != "QConv" || conv->has_input(6) || conv->has_input(9) ||
-          sole_reader(a) != add || !conv->attr_string("activation", "").empty() || a == r || !same_known_shape(a, r))
+      // ONNX Runtime's QDQ form: the convolution quantizes its own output, which a DequantizeLinear
+      // reads for the Add; that rounding goes (one rounding instead of two, as requantized_relu).
+      ir::Node* conv_dq = nullptr;
+      if (conv && conv->op_type == "DequantizeLinear" && symmetric_int8(conv) && conv->inputs[0]->producer &&
+          sole_reader(conv->inputs[0]) == conv) {
+        ir::Node* p = conv->inputs[0]->producer;
+        if (p->domain == "kiln" && p->op_type == "QConv" && p->has_input(6) && p->outputs[0]->type.dtype == DataType::kInt8) {
+          conv_dq = conv;
+          conv = p;
+        }
+      }
+      if (!conv || conv->domain != "kiln" || conv->op_type != "QConv" || (conv->has_input(6) && !conv_dq) ||
+          conv->has_input(9) || sole_reader(a) != add || !conv->attr_string("activation", "").empty() || a == r ||
+          !same_known_shape(a, r))
         continue;
       // The residual in int8: r = DequantizeLinear(z), or r's own QuantizeLinear z.
       ir::Value* z = nullptr;
@@ -390,6 +402,19 @@ Expected<int> fuse_qconv_residual(ir::Graph& g) {
         v = rd->outputs[0];
       }
       ir::Node* q = int8_quantize_of(v);
+      // ONNX Runtime's QDQ form of Add → Relu: Add → Q → DQ → Relu → Q; the inner pair goes.
+      std::vector<ir::Node*> requantized;
+      if (q && !relu && v->uses.size() == 1) {
+        ir::Node* dq2 = sole_reader(q->outputs[0]);
+        ir::Node* r2 = dq2 && dq2->op_type == "DequantizeLinear" && symmetric_int8(dq2) ? sole_reader(dq2->outputs[0]) : nullptr;
+        ir::Node* q3 = r2 && r2->domain.empty() && r2->op_type == "Relu" && r2->has_output(0) ? int8_quantize_of(r2->outputs[0]) : nullptr;
+        if (q3 && sole_reader(r2->outputs[0]) == q3) {
+          requantized = {q, dq2};
+          relu = r2;
+          v = r2->outputs[0];
+          q = q3;
+        }
+      }
       if (!q) {
         // No int8 quantization after it (ResNet's last block, read by the pooling in float): the
         // float sum itself comes out of the convolution, the residual still read in int8.
@@ -397,11 +422,13 @@ Expected<int> fuse_qconv_residual(ir::Graph& g) {
         ins.resize(11, nullptr);
         ins[9] = z;
         ins[10] = zs;
+        ins[6] = ins[7] = nullptr;  // a float output (ONNX Runtime's form had the convolution's own scale here)
         auto attrs = conv->attrs;
         if (relu) write_activation(Activation{ActKind::kRelu}, attrs);
         const std::string name = conv->name + "_residual";
         if (relu) g.remove_node(relu);
         g.remove_node(add);
+        if (conv_dq) g.remove_node(conv_dq);
         g.remove_node(conv);
         ir::Node* n = g.add_node("QConv", "kiln", ins, {v}, name);
         n->opset = 1;
@@ -433,7 +460,9 @@ Expected<int> fuse_qconv_residual(ir::Graph& g) {
         g.replace_all_uses(v, vf);
       }
       if (relu) g.remove_node(relu);
+      for (ir::Node* n2 : requantized) g.remove_node(n2);
       g.remove_node(add);
+      if (conv_dq) g.remove_node(conv_dq);
       g.remove_node(conv);
       // The residual's DequantizeLinear, when the Add was its only reader.
       if (ir::Node* dq = r->producer; dq && dq->op_type == "DequantizeLinear" && r->uses.empty() && !r->is_output) g.remove_node(dq);

@@ -245,6 +245,10 @@ static Status prepare_graph(ir::Graph& graph, const BuildOptions& options, const
   // cuBLASLt's tensor-core kernels want 16-byte rows: 8 float16 columns (4 float32 ones).
   if (options.device == DeviceType::kCUDA) po.pad_matmul_columns = 8;
   KILN_RETURN_IF_ERROR(passes::optimize(graph, po));
+  // A QDQ model's residual Adds into the int8 convolutions before them, as the CUDA INT8 build does
+  // (CUDA's kernel reads the residual; the CPU's does not).
+  if (options.device == DeviceType::kCUDA && options.opt_level >= 2 && has_qconv(graph))
+    KILN_RETURN_IF_ERROR(passes::fuse_qconv_residual(graph).status());
   KILN_RETURN_IF_ERROR(lower_precision_and_layout(graph, options, target));
   if (options.precision == Precision::kTF32 || options.precision == Precision::kBest) passes::allow_tf32(graph);
   if (options.device == DeviceType::kCPU) KILN_RETURN_IF_ERROR(cpu_channels_last(graph, options, target));

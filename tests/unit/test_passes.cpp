@@ -979,8 +979,8 @@ struct ResidualBlock {
 // No int8 quantization after the block (ResNet's last, read by the pooling in float): the float sum
 // comes out of the convolution itself, the residual still read in int8.
 // The block's graph after fuse_qconv_residual, which folds it once: no Add or Relu left.
-auto fused_once(const ResidualBlock& blk) {
-  auto g = blk.b.g->clone();
+auto fused_once(const Builder& b) {
+  auto g = b.g->clone();
   auto fused = passes::fuse_qconv_residual(*g);
   EXPECT_TRUE(fused.ok()) << fused.status().to_string();
   EXPECT_EQ(fused.ok() ? *fused : -1, 1);
@@ -992,7 +992,7 @@ auto fused_once(const ResidualBlock& blk) {
 
 TEST(Passes, QConvResidualWithAFloatOutput) {
   ResidualBlock blk(true, DataType::kInt8, "", /*dynamic_batch=*/true, /*quantized_after=*/false);
-  auto g = fused_once(blk);
+  auto g = fused_once(blk.b);
   auto counts = op_counts(*g);
   EXPECT_EQ(counts["DequantizeLinear"], 0);
   ASSERT_EQ(counts["kiln.QConv"], 1);
@@ -1012,7 +1012,7 @@ TEST(Passes, QConvResidualWithAFloatOutput) {
 
 TEST(Passes, QConvResidualFoldsTheAddReluAndQuantize) {
   ResidualBlock blk(true, DataType::kInt8, "", /*dynamic_batch=*/true);
-  auto g = fused_once(blk);
+  auto g = fused_once(blk.b);
   auto counts = op_counts(*g);
   EXPECT_EQ(counts["QuantizeLinear"], 0);
   EXPECT_EQ(counts["kiln.QConv"], 1);
@@ -1047,6 +1047,49 @@ TEST(Passes, QConvResidualFoldsTheAddReluAndQuantize) {
       EXPECT_EQ(n->inputs[9], n->inputs[0]) << "X and Z are the same int8 value, one NHWC form";
       EXPECT_EQ(n->inputs[9]->type.shape.to_string(), "[N,4,4,16]");
     }
+}
+
+// ONNX Runtime's QDQ form of a ResNet block's end: the convolution quantizes its own output (y_scale
+// 0.2), DequantizeLinear, Add with the dequantized int8 input, then Q → DQ → Relu → Q. One QConv
+// remains: the residual read in int8, the ReLU, the last quantization's scale (the two inner
+// roundings go, as requantized_relu does it).
+TEST(Passes, QConvResidualFoldsOnnxRuntimesQdqForm) {
+  Builder b;
+  ir::Value* xq = b.input("xq", {1, 16, 4, 4}, DataType::kInt8);
+  xq->type.shape.dims[0] = ir::Dim("N");
+  Tensor zi = Tensor::empty(DataType::kInt8, {});
+  zi.data<int8_t>()[0] = 0;
+  ir::Value* zp = b.constant(zi);
+  Tensor w = Tensor::empty(DataType::kInt8, {16, 16, 1, 1});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<int8_t>()[i] = static_cast<int8_t>(i % 5 - 2);
+  std::vector<ir::Value*> ins = {xq, b.scalar(0.05f), zp, b.constant(w), b.floats({16}, 0.01f, 0.02f), nullptr,
+                                 b.scalar(0.2f), zp, b.floats({16})};
+  ir::Value* y8 = b.g->new_value("conv3_q");
+  ir::Node* q = b.g->add_node("QConv", "kiln", ins, {y8}, "conv3");
+  q->opset = 1;
+  ASSERT_TRUE(ops::infer_node(*q).ok());
+  ir::Value* sum = b.node("Add", {b.node("DequantizeLinear", {y8, b.scalar(0.2f), zp}),
+                                  b.node("DequantizeLinear", {xq, b.scalar(0.05f), zp})});
+  ir::Value* q2 = b.node("QuantizeLinear", {sum, b.scalar(0.3f), zp});
+  ir::Value* r = b.node("Relu", {b.node("DequantizeLinear", {q2, b.scalar(0.3f), zp})});
+  ir::Value* q3 = b.node("QuantizeLinear", {r, b.scalar(0.15f), zp});
+  b.output(b.node("DequantizeLinear", {q3, b.scalar(0.15f), zp}));
+  auto g = fused_once(b);
+  auto counts = op_counts(*g);
+  EXPECT_EQ(counts["QuantizeLinear"], 0);
+  EXPECT_EQ(counts["DequantizeLinear"], 1);  // the graph output's
+  ASSERT_EQ(counts["kiln.QConv"], 1);
+  for (const ir::Node* n : g->nodes())
+    if (n->op_type == "QConv") {
+      ASSERT_EQ(n->inputs.size(), 11u);
+      EXPECT_FLOAT_EQ(n->inputs[6]->constant->data<float>()[0], 0.15f) << "the last quantization's scale";
+      EXPECT_EQ(n->inputs[9]->name, "xq");
+      EXPECT_FLOAT_EQ(n->inputs[10]->constant->data<float>()[0], 0.05f);
+      EXPECT_EQ(n->outputs[0]->type.dtype, DataType::kInt8);
+      EXPECT_EQ(n->attr_string("activation", ""), "Relu");
+      EXPECT_EQ(n->outputs[0]->uses.size(), 1u);
+    }
+  EXPECT_TRUE(g->verify().ok());
 }
 
 TEST(Passes, QConvResidualNeedsInt8AndAPlainConvolution) {
