@@ -415,55 +415,41 @@ Expected<int> fuse_qconv_residual(ir::Graph& g) {
           q = q3;
         }
       }
-      if (!q) {
-        // No int8 quantization after it (ResNet's last block, read by the pooling in float): the
-        // float sum itself comes out of the convolution, the residual still read in int8.
-        std::vector<ir::Value*> ins = conv->inputs;
-        ins.resize(11, nullptr);
-        ins[9] = z;
-        ins[10] = zs;
-        ins[6] = ins[7] = nullptr;  // a float output (ONNX Runtime's form had the convolution's own scale here)
-        auto attrs = conv->attrs;
-        if (relu) write_activation(Activation{ActKind::kRelu}, attrs);
-        const std::string name = conv->name + "_residual";
-        if (relu) g.remove_node(relu);
-        g.remove_node(add);
-        if (conv_dq) g.remove_node(conv_dq);
-        g.remove_node(conv);
-        ir::Node* n = g.add_node("QConv", "kiln", ins, {v}, name);
-        n->opset = 1;
-        n->attrs = std::move(attrs);
-        if (ir::Node* dq = r->producer; dq && dq->op_type == "DequantizeLinear" && r->uses.empty() && !r->is_output) g.remove_node(dq);
-        ++fused;
-        break;
-      }
-      if (v->is_output || q->outputs[0]->is_output) continue;
+      // Without an int8 QuantizeLinear after it (ResNet's last block, read by the pooling in float) the
+      // float sum itself comes out of the convolution; either way the residual is read in int8.
+      if (q && (v->is_output || q->outputs[0]->is_output)) continue;
       std::vector<ir::Value*> ins = conv->inputs;
       ins.resize(11, nullptr);
-      ins[6] = q->inputs[1];
-      ins[7] = q->inputs[2];
+      // The output's scale and zero point: the QuantizeLinear's, none for a float output (ONNX
+      // Runtime's form had the convolution's own here).
+      ins[6] = q ? q->inputs[1] : nullptr;
+      ins[7] = q ? q->inputs[2] : nullptr;
       ins[9] = z;
       ins[10] = zs;
-      ir::Value* yq = q->outputs[0];
-      ir::Value* y8 = g.new_value(yq->name + "_residual", yq->type);
-      ir::Node* n = g.add_node("QConv", "kiln", ins, {y8}, conv->name + "_residual");
-      n->opset = 1;
-      n->attrs = conv->attrs;
-      if (relu) write_activation(Activation{ActKind::kRelu}, n->attrs);
-      g.replace_all_uses(yq, y8);
-      g.remove_node(q);
-      // Whatever else read the float sum reads it dequantized from the int8 output.
-      if (!v->uses.empty()) {
-        ir::Value* vf = g.new_value(v->name + "_dq", v->type);
-        ir::Node* dq = g.add_node("DequantizeLinear", "", {y8, ins[6], ins[7]}, {vf}, v->name + "_DequantizeLinear");
-        dq->opset = 21;
-        g.replace_all_uses(v, vf);
+      auto attrs = conv->attrs;
+      if (relu) write_activation(Activation{ActKind::kRelu}, attrs);
+      const std::string name = conv->name + "_residual";
+      ir::Value* out = v;
+      if (q) {
+        out = g.new_value(q->outputs[0]->name + "_residual", q->outputs[0]->type);
+        g.replace_all_uses(q->outputs[0], out);
+        g.remove_node(q);
       }
       if (relu) g.remove_node(relu);
       for (ir::Node* n2 : requantized) g.remove_node(n2);
       g.remove_node(add);
       if (conv_dq) g.remove_node(conv_dq);
       g.remove_node(conv);
+      ir::Node* n = g.add_node("QConv", "kiln", ins, {out}, name);
+      n->opset = 1;
+      n->attrs = std::move(attrs);
+      // Whatever else read the float sum reads it dequantized from the int8 output.
+      if (q && !v->uses.empty()) {
+        ir::Value* vf = g.new_value(v->name + "_dq", v->type);
+        ir::Node* dq = g.add_node("DequantizeLinear", "", {out, ins[6], ins[7]}, {vf}, v->name + "_DequantizeLinear");
+        dq->opset = 21;
+        g.replace_all_uses(v, vf);
+      }
       // The residual's DequantizeLinear, when the Add was its only reader.
       if (ir::Node* dq = r->producer; dq && dq->op_type == "DequantizeLinear" && r->uses.empty() && !r->is_output) g.remove_node(dq);
       ++fused;
