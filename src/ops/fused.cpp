@@ -13,6 +13,11 @@
 //   ChannelsLastPool(X) → Y      MaxPool, AveragePool, GlobalMaxPool or GlobalAveragePool (attribute
 //                                `op`, with that op's attributes) on X [N,H,W,C] → Y [N,OH,OW,C]
 //                                (passes/channels_last.cpp, GPU engines)
+//   ConvPool(X, W[, B[, y_scale, y_zero_point]]) → Y    a stem: act(Conv(X, W) + B) (kernel_shape, strides,
+//                                pads, activation), then MaxPool (pool_kernel, pool_strides, pool_pads),
+//                                then QuantizeLinear when y_scale is given; X [N,C,H,W] (x_channels_first
+//                                = 1) or [N,H,W,C], W [M,kh,kw,C], Y [N,POH,POW,M] (passes/fuse_conv_pool.cpp,
+//                                CUDA engines; no CPU kernel: made only where the CUDA kernel takes it)
 //   QConv(X, x_scale, x_zero_point, W, w_scale, w_zero_point[, y_scale, y_zero_point[, B[, Z, z_scale]]])
 //                                Conv attributes + activation: DequantizeLinear of X and of W
 //                                (int8, per-tensor or per-output-channel scale, zero point 0), the
@@ -127,6 +132,31 @@ Status infer_channels_last_pool(InferContext& c) {
   return Status::Ok();
 }
 
+// ConvPool: [N, POH, POW, M] from X (channels-first or -last) and W [M, kh, kw, C]; int8 (y_zero_point's
+// type) when quantized, else W's float type.
+Status infer_conv_pool(InferContext& c) {
+  const ConvPoolParams p = parse_conv_pool(c.node);
+  if (!p.valid) return c.error("kernel_shape, strides, pads, pool_kernel, pool_strides and pool_pads must be given in full "
+                               "(pool pads below the pool window)");
+  if (!c.has(0) || !c.has(1)) return Status::Ok();
+  c.out[0] = ir::Type::tensor(c.has(4) ? c.dtype(4) : c.has(3) ? DataType::kInt8 : c.dtype(1));
+  const ir::SymShape& x = c.shape(0);
+  const ir::SymShape& w = c.shape(1);
+  if (!x.known || !w.known) return Status::Ok();
+  if (x.rank() != 4 || w.rank() != 4) return c.error("X and W must be 4-D");
+  std::vector<ir::Dim> dims = {x.dims[0], ir::Dim(), ir::Dim(), w.dims[0]};
+  for (int i = 0; i < 2; ++i) {
+    const ir::Dim& in = x.dims[p.x_channels_first ? 2 + i : 1 + i];
+    if (!in.is_static()) continue;
+    const int64_t conv = p.conv_out(i, in.value);
+    const int64_t pooled = conv >= 1 ? p.pool_out(i, conv) : 0;
+    if (conv < 1 || pooled < 1) return c.error("the input is smaller than the convolution's or the pool's window");
+    dims[1 + i] = ir::Dim(pooled);
+  }
+  c.out[0].shape = ir::SymShape(dims);
+  return Status::Ok();
+}
+
 constexpr char kGemm[] = "Gemm";
 constexpr char kMatMul[] = "MatMul";
 
@@ -208,6 +238,7 @@ void add_fused_ops(std::vector<OpDef>& t) {
   add("SkipLayerNorm", infer_skip_layer_norm, 3, 4, 1, 2);
   add("Attention", infer_attention, 3, 5, 1, 1);
   add("ChannelsLastPool", infer_channels_last_pool, 1, 1, 1, 1);
+  add("ConvPool", infer_conv_pool, 2, 5, 1, 1);
   add("QConv", infer_quantized<kConv>, 5, 11, 1, 1);
   add("QMatMul", infer_quantized<kMatMul>, 5, 9, 1, 1);
   add("F8MatMul", infer_f8_matmul, 2, 3, 1, 1);

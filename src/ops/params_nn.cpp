@@ -41,6 +41,26 @@ ChannelsLastPoolParams parse_channels_last_pool(const ir::Node& n) {
   return p;
 }
 
+ConvPoolParams parse_conv_pool(const ir::Node& n) {
+  ConvPoolParams p;
+  const std::vector<int64_t> k = n.attr_ints("kernel_shape"), s = n.attr_ints("strides"), pads = n.attr_ints("pads");
+  const std::vector<int64_t> pk = n.attr_ints("pool_kernel"), ps = n.attr_ints("pool_strides"), pp = n.attr_ints("pool_pads");
+  p.x_channels_first = n.attr_int("x_channels_first", 0) != 0;
+  if (k.size() != 2 || s.size() != 2 || pads.size() != 4 || pk.size() != 2 || ps.size() != 2 || pp.size() != 4) return p;
+  bool ok = true;
+  for (int i = 0; i < 2; ++i) {
+    p.k[i] = k[i], p.s[i] = s[i], p.pk[i] = pk[i], p.ps[i] = ps[i];
+    ok = ok && k[i] >= 1 && s[i] >= 1 && pk[i] >= 1 && ps[i] >= 1;
+  }
+  for (int i = 0; i < 4; ++i) {
+    p.p[i] = pads[i], p.pp[i] = pp[i];
+    // A pool window must always hold a convolution output: pads below the window.
+    ok = ok && pads[i] >= 0 && pp[i] >= 0 && pp[i] < pk[i % 2];
+  }
+  p.valid = ok;
+  return p;
+}
+
 BatchNormParams parse_batch_norm(const ir::Node& n) {
   BatchNormParams p;
   p.epsilon = n.attr_float("epsilon", 1e-5f);

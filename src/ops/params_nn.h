@@ -51,6 +51,20 @@ struct ChannelsLastPoolParams {
 };
 ChannelsLastPoolParams parse_channels_last_pool(const ir::Node& n);
 
+// kiln.ConvPool (passes/fuse_conv_pool.cpp): a 2-D convolution (kernel_shape, strides, pads: explicit,
+// no dilation), its activation, then a max pool (pool_kernel, pool_strides, pool_pads); X [N,C,H,W]
+// when x_channels_first, else [N,H,W,C]; W [M,kh,kw,C]; Y [N,POH,POW,M].
+struct ConvPoolParams {
+  int64_t k[2] = {1, 1}, s[2] = {1, 1}, p[4] = {0, 0, 0, 0};
+  int64_t pk[2] = {1, 1}, ps[2] = {1, 1}, pp[4] = {0, 0, 0, 0};
+  bool x_channels_first = false;
+  bool valid = false;  // every list has its length and every value its range
+  // The convolution's and the pool's output extent along spatial dim i (0: height) of an input extent.
+  int64_t conv_out(int i, int64_t in) const { return (in + p[i] + p[i + 2] - k[i]) / s[i] + 1; }
+  int64_t pool_out(int i, int64_t conv) const { return (conv + pp[i] + pp[i + 2] - pk[i]) / ps[i] + 1; }
+};
+ConvPoolParams parse_conv_pool(const ir::Node& n);
+
 // ---------------------------------------------------------------- normalization, softmax, dropout
 
 struct BatchNormParams {

@@ -99,6 +99,13 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
 // explicit pads symmetric.
 bool symmetric_pads(const ir::Node& n);
 
+// CUDA engines, after convert_to_channels_last: a channels-last kiln.FusedConv of at most 4 input
+// channels (ReLU or no activation, no residual), read only by a max kiln.ChannelsLastPool, itself
+// read only by an int8 QuantizeLinear or by anything, becomes kiln.ConvPool where `accepts` takes it
+// (fuse_conv_pool.cpp); a Transpose to channels-last (and a Cast to float16 before it) feeding only
+// the convolution goes too, the node reading their input. Returns how many.
+Expected<int> fuse_conv_max_pool(ir::Graph& g, const std::function<bool(const ir::Node&)>& accepts);
+
 // kiln.ChannelsLastPool(GlobalAveragePool) of a float32 channels-last kiln.FusedConv's output becomes
 // that convolution's second output (conv_pool.cpp; CPU engines, after convert_to_channels_last).
 // Returns how many pools were folded.

@@ -216,7 +216,12 @@ static Status lower_precision_and_layout(ir::Graph& graph, const BuildOptions& o
     return half_pool;
   };
   KILN_RETURN_IF_ERROR(passes::convert_to_channels_last(graph, accepts).status());
-  if (half_engine && qconv) passes::quantize_half_directly(graph, [&target](const ir::Node& n) { return target.find(n) != nullptr; });
+  auto target_takes = [&target](const ir::Node& n) { return target.find(n) != nullptr; };
+  if (half_engine && qconv) passes::quantize_half_directly(graph, target_takes);
+  // The stem (a few-channel convolution, its max pool and the quantization after it) in one kernel;
+  // KILN_CONV_POOL_CUDA=0 keeps the separate steps, to compare.
+  if (options.opt_level >= 2 && !env_is("KILN_CONV_POOL_CUDA", "0"))
+    KILN_RETURN_IF_ERROR(passes::fuse_conv_max_pool(graph, target_takes).status());
   return Status::Ok();
 }
 

@@ -14,7 +14,9 @@
 # 5. (QDQ=1) onnxruntime's quantize_static of the model (QDQ, symmetric int8 activations, per-channel
 #    weights) built for CUDA (the rest float16, untuned): what fused, kiln against onnxruntime (CPU) at
 #    batch 1, its latency at the first batch (run before the batches above);
-# 6. (TORCH=1) PyTorch float16, channels-last, eager and torch.compile (default mode), CUDA events.
+# 6. (TORCH=1) PyTorch float16, channels-last, eager and torch.compile (default mode), CUDA events;
+# 7. (BASELINE=1) both engines again with KILN_CONV_POOL_CUDA=0 (the stem as separate steps), timed;
+# 8. (PROFILE=1) the INT8 engine's per-kernel GPU time (Nsight Compute, tests/gpu/kernel_table.py).
 # The builds share a timing cache, $OUT/r/timing_cache.txt (returned with the results; start from a
 # saved one with CACHE=path: a build whose layers it holds skips their tuning and cuDNN's compiles).
 set -uo pipefail
@@ -118,6 +120,22 @@ PY
       printf "%s batch %s %s: " $m $b $e
       "$bin/kiln" bench /tmp/${e}_b$b.kiln $(zoo_args $m $b) --device-io -n 30 --warmup 5 2>&1 | grep -E "^median|rror" | head -1
     done
+    if [ -n "${BASELINE:-}" ]; then
+      for e in int8 fp16; do
+        flags="--precision fp16"; [ $e = int8 ] && flags="--int8 --precision fp16 --calibration build/calib/$m"
+        KILN_CONV_POOL_CUDA=0 "$bin/kiln" build build/zoo/${m}_op17.onnx -o /tmp/${e}_b${b}_sep.kiln --device cuda $flags \
+            --shapes $in:${b}x3x224x224 --timing-cache "$out/timing_cache.txt" > "$out/build_${e}_b${b}_sep.txt" 2>&1 || tail -5 "$out/build_${e}_b${b}_sep.txt"
+        printf "%s batch %s %s, stem as separate steps (KILN_CONV_POOL_CUDA=0): " $m $b $e
+        "$bin/kiln" bench /tmp/${e}_b${b}_sep.kiln $(zoo_args $m $b) --device-io -n 30 --warmup 5 2>&1 | grep -E "^median|rror" | head -1
+      done
+    fi
+    if [ -n "${PROFILE:-}" ]; then
+      echo "-- int8 batch $b per kernel (ncu; kiln bench -n 1 --warmup 1 makes 3 runs)"
+      ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base "$bin/kiln" bench /tmp/int8_b$b.kiln \
+        $(zoo_args $m $b) -n 1 --warmup 1 --device-io --no-cuda-graphs > "$out/ncu_int8_b$b.csv" 2> "$out/ncu_int8_b$b.err"
+      python3 tests/gpu/kernel_table.py "$out/ncu_int8_b$b.csv" --runs 3 --width 90 | head -40
+      rm -f "$out/ncu_int8_b$b.csv"
+    fi
     echo "-- int8 batch $b per op type (no graphs, launch blocking)"
     CUDA_LAUNCH_BLOCKING=1 KILN_PROFILE=1 "$bin/kiln" bench /tmp/int8_b$b.kiln $(zoo_args $m $b) -n 5 --warmup 2 \
         --no-cuda-graphs 2>&1 | grep -vE "^(median|min|gpu)" | head -30

@@ -815,6 +815,141 @@ TEST(CudaOps, FusedConvEveryTacticMatchesCpu) {
   }
 }
 
+// kiln.ConvPool (a stem in one kernel: convolution of 1-4 channels into 64, bias, ReLU, max pool,
+// QuantizeLinear) against the steps it replaces on the CPU: FusedConv in float32 on the float16-rounded
+// input, the output rounded to float16 (what the unfused engine's cuDNN step writes), MaxPool, and
+// QuantizeLinear in double. Odd image sides (partial tiles), every input form (float32/float16,
+// channels-first/-last; float32 channels-first rows staged in 16-byte chunks when their width allows,
+// else read directly), both outputs, 1, 3 and 4 channels (3 at stride 1: a padding channel).
+TEST(CudaOps, ConvPoolMatchesTheStepsItReplaces) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(31);
+  struct Case {
+    int64_t n, c, h, w, k, stride, pad, pk, ps, pp;
+    DataType x_type;
+    bool x_first, relu, int8_out;
+  };
+  const Case cases[] = {
+      {3, 3, 67, 60, 7, 2, 3, 3, 2, 1, kF32, true, true, true},    // ResNet's stem, the model's float32 input
+      {2, 3, 61, 61, 7, 2, 3, 3, 2, 1, kF32, true, true, true},    // the same, rows not in 16-byte chunks
+      {2, 4, 32, 28, 3, 1, 1, 2, 2, 0, kF32, true, false, true},   // 4 channels from float32, staged
+      {2, 3, 45, 50, 7, 2, 3, 3, 2, 1, kF16, false, true, false},  // channels-last float16 in and out
+      {2, 4, 33, 29, 3, 1, 1, 2, 2, 0, kF16, true, false, true},   // 4 channels, no activation, a 2x2 pool
+      {2, 1, 40, 37, 7, 2, 3, 3, 2, 1, kF32, true, true, false},   // one channel
+      {2, 3, 30, 31, 5, 1, 2, 3, 2, 1, kF32, false, true, true},   // 3 channels at stride 1 (a zero channel)
+  };
+  const std::array<int, 4> to_nhwc = {0, 2, 3, 1}, to_nchw = {0, 3, 1, 2};
+  for (const Case& c : cases) {
+    const std::string label = "ConvPool " + std::to_string(c.c) + "ch " + std::to_string(c.k) + "x" + std::to_string(c.k) +
+                              "/" + std::to_string(c.stride) + " pool " + std::to_string(c.pk) + "/" + std::to_string(c.ps) +
+                              (c.int8_out ? " int8" : " float16");
+    const Tensor x16 = convert(random_tensor({c.n, c.c, c.h, c.w}, rng), kF16);  // the values both sides read
+    const Tensor w16 = convert(random_tensor({64, c.c, c.k, c.k}, rng, -0.3f, 0.3f), kF16);
+    const Tensor b16 = convert(random_tensor({64}, rng), kF16);
+    const float ys = 0.05f;
+    const int zp = -3;
+    // Device node.
+    Tensor x = c.x_type == kF32 ? convert(x16, kF32) : x16;
+    if (!c.x_first) x = permuted(x, to_nhwc);
+    std::vector<Tensor> dev_in = {x, permuted(w16, to_nhwc), b16};
+    std::vector<bool> constant = {false, true, true};
+    if (c.int8_out) {
+      Tensor s = Tensor::empty(kF32, {});
+      s.data<float>()[0] = ys;
+      Tensor z = Tensor::empty(DataType::kInt8, {});
+      z.data<int8_t>()[0] = static_cast<int8_t>(zp);
+      dev_in.insert(dev_in.end(), {s, z});
+      constant.insert(constant.end(), {true, true});
+    }
+    OneNode dn("ConvPool", 1, dev_in, 1, constant);
+    dn.node->domain = "kiln";
+    dn.set_ints("kernel_shape", {c.k, c.k});
+    dn.set_ints("strides", {c.stride, c.stride});
+    dn.set_ints("pads", {c.pad, c.pad, c.pad, c.pad});
+    dn.set_string("activation", c.relu ? "Relu" : "");
+    dn.set_int("x_channels_first", c.x_first ? 1 : 0);
+    dn.set_ints("pool_kernel", {c.pk, c.pk});
+    dn.set_ints("pool_strides", {c.ps, c.ps});
+    dn.set_ints("pool_pads", {c.pp, c.pp, c.pp, c.pp});
+    dn.node->outputs[0]->type = ir::Type::tensor(c.int8_out ? DataType::kInt8 : kF16);
+    auto got = run_cuda(*dn.node, dev_in);
+    ASSERT_TRUE(got.ok()) << label << ": " << got.status().to_string();
+    // The CPU's steps.
+    const std::vector<Tensor> ref_in = {convert(x16, kF32), convert(w16, kF32), convert(b16, kF32)};
+    OneNode conv("FusedConv", 1, ref_in, 1);
+    conv.node->domain = "kiln";
+    conv.set_string("activation", c.relu ? "Relu" : "");
+    conv.set_ints("pads", {c.pad, c.pad, c.pad, c.pad});
+    conv.set_ints("strides", {c.stride, c.stride});
+    auto y = run_node_eager(*conv.node, {Slot::of(ref_in[0]), Slot::of(ref_in[1]), Slot::of(ref_in[2])});
+    ASSERT_TRUE(y.ok()) << label << ": " << y.status().to_string();
+    const Tensor y16 = convert(convert((*y)[0].tensor, kF16), kF32);
+    OneNode pool("MaxPool", 12, {y16}, 1);
+    pool.set_ints("kernel_shape", {c.pk, c.pk});
+    pool.set_ints("strides", {c.ps, c.ps});
+    pool.set_ints("pads", {c.pp, c.pp, c.pp, c.pp});
+    auto pooled = run_node_eager(*pool.node, {Slot::of(y16)});
+    ASSERT_TRUE(pooled.ok()) << label << ": " << pooled.status().to_string();
+    const Tensor& want = (*pooled)[0].tensor;
+    const Tensor out = permuted((*got)[0], to_nchw);
+    ASSERT_EQ(out.shape(), want.shape()) << label;
+    if (!c.int8_out) {
+      ASSERT_EQ(out.dtype(), kF16) << label;
+      expect_near(out, want, 4e-3, 4e-3, label);
+      continue;
+    }
+    ASSERT_EQ(out.dtype(), DataType::kInt8) << label;
+    // QuantizeLinear: rne(v / y_scale) + zero point, saturated; one step apart (a float16 rounding of a
+    // sum added in another order) in at most 1% of the values.
+    int64_t off_by_one = 0, worse = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      const double q = std::clamp(std::nearbyint(static_cast<double>(want.data<float>()[i] / ys)) + zp, -128.0, 127.0);
+      const double d = std::fabs(out.data<int8_t>()[i] - q);
+      off_by_one += d == 1;
+      if (d > 1 && worse++ < 5) ADD_FAILURE() << label << " element " << i << ": got " << int(out.data<int8_t>()[i]) << ", want " << q;
+    }
+    EXPECT_LE(off_by_one, want.numel() / 100) << label << ": values one step off";
+  }
+}
+
+// The row's static check (placement reads it with or without a GPU): 64 output channels from 1-4
+// input channels, constant float16 weights, int8 output with one scale or float16.
+TEST(CudaOps, ConvPoolRowTakesStemsOnly) {
+  const KernelRegistry* cuda = cuda_kernel_registry();
+  if (!cuda) GTEST_SKIP() << "built without CUDA";
+  const KernelDef* row = cuda->by_name("cuda.kiln.ConvPool");
+  ASSERT_NE(row, nullptr);
+  std::mt19937 rng(32);
+  auto make = [&](int64_t m, int64_t ch, DataType x_type) {
+    auto n = std::make_unique<OneNode>("ConvPool", 1,
+                                       std::vector<Tensor>{convert(random_tensor({2, ch, 32, 32}, rng), x_type),
+                                                           convert(random_tensor({m, 7, 7, ch}, rng), kF16),
+                                                           convert(random_tensor({m}, rng), kF16)},
+                                       1, std::vector<bool>{false, true, true});
+    n->node->domain = "kiln";
+    n->set_ints("kernel_shape", {7, 7});
+    n->set_ints("strides", {2, 2});
+    n->set_ints("pads", {3, 3, 3, 3});
+    n->set_string("activation", "Relu");
+    n->set_int("x_channels_first", 1);
+    n->set_ints("pool_kernel", {3, 3});
+    n->set_ints("pool_strides", {2, 2});
+    n->set_ints("pool_pads", {1, 1, 1, 1});
+    n->node->outputs[0]->type = ir::Type::tensor(kF16);
+    return n;
+  };
+  EXPECT_EQ(row->rejects(*make(64, 3, kF32)->node), "");
+  EXPECT_EQ(row->rejects(*make(64, 4, kF16)->node), "");
+  EXPECT_NE(row->rejects(*make(32, 3, kF32)->node).find("64 output channels"), std::string::npos);
+  EXPECT_NE(row->rejects(*make(64, 8, kF32)->node).find("1-4 input channels"), std::string::npos);
+  auto gelu = make(64, 3, kF32);
+  gelu->set_string("activation", "Gelu");
+  EXPECT_NE(row->rejects(*gelu->node).find("Relu"), std::string::npos);
+  auto pads = make(64, 3, kF32);
+  pads->set_ints("pool_pads", {3, 3, 3, 3});  // a window wholly in the padding
+  EXPECT_NE(row->rejects(*pads->node).find("out of range"), std::string::npos);
+}
+
 // TF32 engines (passes::allow_tf32): float32 convolutions and GEMMs with the attribute run on TF32
 // tensor cores, within TF32's rounding (10-bit mantissa products) of the CPU's FP32 result; without
 // it they stay true FP32.

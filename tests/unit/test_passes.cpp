@@ -807,6 +807,82 @@ TEST(Passes, QuantizeReadsHalfValuesWithoutTheCast) {
   }
 }
 
+// A stem as the CUDA layout pass leaves it — Cast(float16) → Transpose(to channels-last) →
+// kiln.FusedConv(3 → 64, 7x7/2, ReLU) → max kiln.ChannelsLastPool(3x3/2) → QuantizeLinear(int8) —
+// becomes one kiln.ConvPool reading the float32 channels-first input; without the quantization, or
+// when something else reads the pool's output too, the pool's float16 output is the node's (the
+// QuantizeLinear stays). Not fused: an average pool, a refusing target.
+TEST(Passes, StemConvolutionPoolAndQuantizationBecomeOneNode) {
+  for (int variant = 0; variant < 5; ++variant) {  // 0 quantized; 1 float16 out; 2 pool also read by a Relu; 3 average; 4 refused
+    Builder b;
+    ir::Value* x = b.input("x", {2, 3, 20, 20});
+    ir::Value* h = b.node("Cast", {x}, {{"to", attr_int(static_cast<int64_t>(DataType::kFloat16))}});
+    ir::Value* t = b.node("Transpose", {h}, {{"perm", attr_ints({0, 2, 3, 1})}});
+    auto kiln = [&b](const std::string& op, std::vector<ir::Value*> in, std::map<std::string, ir::Attribute> attrs) {
+      ir::Value* out = b.g->new_value(op);
+      ir::Node* n = b.g->add_node(op, "kiln", std::move(in), {out});
+      n->attrs = std::move(attrs);
+      n->opset = 1;
+      EXPECT_TRUE(ops::infer_node(*n).ok()) << n->describe();
+      return out;
+    };
+    ir::Attribute relu;
+    relu.kind = ir::Attribute::Kind::kString;
+    relu.s = "Relu";
+    ir::Attribute op = relu;
+    op.s = variant == 3 ? "AveragePool" : "MaxPool";
+    Tensor w = Tensor::empty(DataType::kFloat16, {64, 7, 7, 3});
+    std::fill_n(w.data<uint16_t>(), w.numel(), f32_to_f16(0.01f));
+    Tensor bias = Tensor::empty(DataType::kFloat16, {64});
+    std::fill_n(bias.data<uint16_t>(), bias.numel(), f32_to_f16(0.5f));
+    ir::Value* c = kiln("FusedConv", {t, b.constant(w), b.constant(bias)},
+                        {{"channels_last", attr_int(1)}, {"activation", relu}, {"strides", attr_ints({2, 2})},
+                         {"pads", attr_ints({3, 3, 3, 3})}, {"kernel_shape", attr_ints({7, 7})}});
+    ir::Value* p = kiln("ChannelsLastPool", {c},
+                        {{"op", op}, {"kernel_shape", attr_ints({3, 3})}, {"strides", attr_ints({2, 2})}, {"pads", attr_ints({1, 1, 1, 1})}});
+    Tensor zp = Tensor::empty(DataType::kInt8, {});
+    zp.data<int8_t>()[0] = 0;
+    if (variant == 1) {
+      b.output(b.node("Relu", {p}));
+    } else {
+      b.output(b.node("QuantizeLinear", {p, b.scalar(0.1f), b.constant(zp)}));
+      if (variant == 2) b.output(b.node("Relu", {p}));
+    }
+    const auto before = op_counts(*b.g);
+    auto fused = passes::fuse_conv_max_pool(*b.g, [variant](const ir::Node&) { return variant != 4; });
+    ASSERT_TRUE(fused.ok()) << fused.status().to_string();
+    ASSERT_TRUE(b.g->verify().ok()) << variant;
+    const auto counts = op_counts(*b.g);
+    if (variant >= 3) {
+      EXPECT_EQ(*fused, 0) << variant;
+      EXPECT_EQ(counts, before) << variant;
+      continue;
+    }
+    EXPECT_EQ(*fused, 1) << variant;
+    EXPECT_EQ(counts.count("Cast") + counts.count("Transpose") + counts.count("kiln.FusedConv") + counts.count("kiln.ChannelsLastPool"),
+              0u)
+        << variant;
+    EXPECT_EQ(counts.count("QuantizeLinear"), variant == 2 ? 1u : 0u) << variant;
+    ir::Node* n = nullptr;
+    for (ir::Node* m : b.g->nodes())
+      if (m->op_type == "ConvPool") n = m;
+    ASSERT_NE(n, nullptr);
+    EXPECT_EQ(n->domain, "kiln");
+    EXPECT_EQ(n->inputs[0], x);  // the float32 channels-first input itself
+    EXPECT_EQ(n->attr_int("x_channels_first", 0), 1);
+    EXPECT_EQ(n->attr_ints("kernel_shape"), (std::vector<int64_t>{7, 7}));
+    EXPECT_EQ(n->attr_ints("pool_pads"), (std::vector<int64_t>{1, 1, 1, 1}));
+    EXPECT_EQ(n->attr_string("activation", ""), "Relu");
+    EXPECT_EQ(n->inputs.size(), variant == 0 ? 5u : 3u);
+    EXPECT_EQ(n->outputs[0]->uses.size(), static_cast<size_t>(variant));  // 0: the graph output itself
+    EXPECT_EQ(n->outputs[0]->is_output, variant == 0);
+    // Shape inference agrees with the steps it replaced: 20 → conv 10 → pool 5.
+    ASSERT_TRUE(ops::infer_node(*n).ok());
+    EXPECT_EQ(n->outputs[0]->type.shape.to_static(), (Shape{2, 5, 5, 64}));
+    EXPECT_EQ(n->outputs[0]->type.dtype, variant == 0 ? DataType::kInt8 : DataType::kFloat16);
+  }
+}
+
 // [N,H,W,C] → [N,C,H,W] (to_first) or back, float32.
 static Tensor permute_4d(const Tensor& t, bool to_first) {
   const Shape& s = t.shape();

@@ -84,6 +84,7 @@ void register_all(KernelRegistry& r) {
   register_gemm(r);
   register_conv(r);
   register_qconv(r);
+  register_conv_pool(r);
   register_nn(r);
   register_resize(r);
   register_misc(r);

@@ -62,6 +62,7 @@ void register_resize(KernelRegistry& r);
 void register_misc(KernelRegistry& r);
 void register_gemm(KernelRegistry& r);
 void register_conv(KernelRegistry& r);
+void register_conv_pool(KernelRegistry& r);  // cuda_conv_pool_op.cpp: kiln.ConvPool (a stem in one kernel)
 void register_qconv(KernelRegistry& r);  // cuda_qconv.cpp: kiln.QConv (int8, cuDNN's graph API)
 void register_reduce(KernelRegistry& r);
 void register_fused(KernelRegistry& r);

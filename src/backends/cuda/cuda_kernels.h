@@ -77,6 +77,35 @@ struct QGemmArgs {
 bool qgemm_fits(int64_t k, int64_t m);
 int launch_qgemm(const QGemmArgs& a, int tile_n, cudaStream_t stream);
 
+// kiln.ConvPool (cuda_conv_pool.cu): an image network's stem in one kernel — a convolution of C <= 4
+// input channels into 64 (float16 tensor cores, float32 sums), + bias, ReLU, a max pool, and
+// QuantizeLinear (int8 out: rne(half(v) / scale) + zero, saturated) or float16 out. X [N, C, H, W]
+// (x_nchw: the model's own input, the Cast and Transpose to channels-last folded in) or [N, H, W, C],
+// float32 or float16; W packed by conv_pool_pack_k: row m holds kernel row r's taps at
+// [r·lp, r·lp + kw·cs) as (column, channel) with cs channels per column (the extra ones zero); Y
+// [N, poh, pow, 64]. Pads and windows explicit (no dilation); every pool window must hold a
+// convolution output (pool pads < pool kernel).
+struct ConvPoolArgs {
+  const void* x = nullptr;
+  const uint16_t* w = nullptr;  // float16 [64, kp]
+  const float* bias = nullptr;  // [64]
+  void* y = nullptr;
+  bool x_f32 = false, x_nchw = false, relu = false, int8_out = false;
+  bool x_vec = false;  // set by launch_conv_pool: float32 channels-first rows in aligned 16-byte chunks
+  float y_scale = 1.f;
+  int y_zero = 0;
+  int n = 0, c = 0, h = 0, w_in = 0;
+  int kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, oh = 0, ow = 0;
+  int pkh = 1, pkw = 1, psh = 1, psw = 1, pph = 0, ppw = 0, poh = 0, pow = 0;
+  int cs = 0, lp = 0, kp = 0;
+};
+// Channels per column in shared memory (cs: c, or c + 1 where a column's first element would fall
+// on an odd float16 offset), a kernel row's K (lp, even) and the whole K (kp, a multiple of 16).
+void conv_pool_pack_k(int c, int kh, int kw, int sw, int* cs, int* lp, int* kp);
+// Shared memory one block needs (0 when the geometry is beyond the kernel: then it is not run).
+size_t conv_pool_smem(const ConvPoolArgs& a);
+int launch_conv_pool(const ConvPoolArgs& a, cudaStream_t stream);
+
 int launch_int8_rows(const uint8_t* a, bool from_uint8, int8_t* out, int64_t m, int64_t k, int64_t kp, cudaStream_t stream);
 int launch_int8_epilogue(const int32_t* acc, int64_t ldacc, const float* scale, const float* offset, void* y, int64_t m,
                          int64_t n, bool act, UnaryOp op, float alpha, float beta, int out_type, float ys, int32_t yz,

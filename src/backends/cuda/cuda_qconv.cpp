@@ -140,26 +140,6 @@ struct QConvPlan {
   QGemmArgs mma;
 };
 
-const Tensor* const_at(const ir::Node& n, int i) {
-  return n.has_input(static_cast<size_t>(i)) && n.inputs[i]->is_constant() ? &*n.inputs[i]->constant : nullptr;
-}
-
-bool all_zero(const Tensor* t) {
-  std::vector<double> v;
-  if (!t || !ops::read_doubles(*t, v)) return false;
-  for (double x : v)
-    if (x != 0) return false;
-  return true;
-}
-
-bool one_positive(const Tensor* t, double* out) {
-  std::vector<double> v;
-  if (!t || t->dtype() != DataType::kFloat32 || !ops::read_doubles(*t, v) || v.size() != 1) return false;
-  if (!(v[0] > 0) || !std::isfinite(v[0])) return false;
-  if (out) *out = v[0];
-  return true;
-}
-
 std::string qconv_check(const ir::Node& n) {
   if (!n.has_input(kX) || !n.has_input(kW)) return "X and W are required";
   const ops::ConvParams p = ops::parse_conv(n);

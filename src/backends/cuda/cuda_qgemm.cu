@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/cuda_mma.cuh"
 #include "backends/cuda/cuda_types.cuh"
 
 namespace kiln::cuda {
@@ -24,38 +25,37 @@ namespace {
 
 constexpr int kBM = 128, kBK = 64, kStages = 3, kThreadsQ = 256;
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, zero-filled when !valid.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // Byte offset of (row, 16-byte chunk) in a tile of 64-byte rows, swizzled: the 8 rows one ldmatrix
 // reads at one logical chunk land in 8 different 16-byte bank groups.
 __device__ __forceinline__ int swz(int row, int chunk) { return row * kBK + ((chunk ^ ((row >> 1) & 3)) << 4); }
+
+// One operand tile's 16-byte chunks that a thread copies each stage (kChunks of them, 4 per 64-byte
+// row): their shared-memory offsets and source rows, worked out once.
+template <int kChunks>
+struct TileRows {
+  const int8_t* src[kChunks];
+  bool ok[kChunks];
+  int off[kChunks], chunk[kChunks];
+  // source_row(r): the operand row of tile row r, or -1 past its rows.
+  template <typename RowFn>
+  __device__ __forceinline__ void init(int tid, const int8_t* base, int k, RowFn source_row) {
+    for (int i = 0; i < kChunks; ++i) {
+      const int idx = tid + i * kThreadsQ, r = idx >> 2;
+      chunk[i] = idx & 3;
+      off[i] = swz(r, chunk[i]);
+      const int64_t row = source_row(r);
+      ok[i] = row >= 0;
+      src[i] = base + (ok[i] ? row : 0) * k + chunk[i] * 16;
+    }
+  }
+  // Bytes [k0, k0 + 64) of each row to shared memory at `dst` (zeros past K or past the rows).
+  __device__ __forceinline__ void load(uint32_t dst, int k0, int k, const int8_t* any) const {
+    for (int i = 0; i < kChunks; ++i) {
+      const bool valid = ok[i] && k0 + chunk[i] * 16 < k;
+      cp_async16(dst + off[i], valid ? src[i] + k0 : any, valid);
+    }
+  }
+};
 
 int8_t __device__ __forceinline__ saturate_i8(float v) {
   const int q = __float2int_rn(v);
@@ -77,34 +77,19 @@ __global__ void __launch_bounds__(kThreadsQ, BN == 64 ? 3 : 2) qgemm_kernel(QGem
   const int n0 = static_cast<int>(blockIdx.x % n_tiles) * BN;
   const int kblocks = (a.k + kBK - 1) / kBK;
 
-  // Each thread's rows of the A tile (2 chunks per stage) and of the B tile: their source rows once.
+  // Each thread's rows of the A tile (2 chunks per stage) and of the B tile: their source rows once
+  // (-1: past the operand's rows, zero-filled).
   constexpr int kAChunks = kBM * 4 / kThreadsQ, kBChunks = BN * 4 / kThreadsQ;
-  const int8_t* a_src[kAChunks];
-  bool a_ok[kAChunks];
-  int a_off[kAChunks], a_chunk[kAChunks];
-  for (int i = 0; i < kAChunks; ++i) {
-    const int idx = tid + i * kThreadsQ, r = idx >> 2;
-    a_chunk[i] = idx & 3;
-    a_off[i] = swz(r, a_chunk[i]);
+  TileRows<kAChunks> ta;
+  ta.init(tid, a.x, a.k, [&](int r) -> int64_t {
     const int64_t p = p0 + r;
-    a_ok[i] = p < a.rows;
-    int64_t src = p;
-    if (a.stride != 1 && a_ok[i]) {
-      const int64_t per = static_cast<int64_t>(a.oh) * a.ow, img = p / per, rem = p % per;
-      src = (img * a.ih + rem / a.ow * a.stride) * a.iw + rem % a.ow * a.stride;
-    }
-    a_src[i] = a.x + (a_ok[i] ? src : 0) * a.k + a_chunk[i] * 16;
-  }
-  const int8_t* b_src[kBChunks];
-  bool b_ok[kBChunks];
-  int b_off[kBChunks], b_chunk[kBChunks];
-  for (int i = 0; i < kBChunks; ++i) {
-    const int idx = tid + i * kThreadsQ, r = idx >> 2;
-    b_chunk[i] = idx & 3;
-    b_off[i] = swz(r, b_chunk[i]);
-    b_ok[i] = n0 + r < a.m;
-    b_src[i] = a.w + static_cast<int64_t>(b_ok[i] ? n0 + r : 0) * a.k + b_chunk[i] * 16;
-  }
+    if (p >= a.rows) return -1;
+    if (a.stride == 1) return p;
+    const int64_t per = static_cast<int64_t>(a.oh) * a.ow, img = p / per, rem = p % per;
+    return (img * a.ih + rem / a.ow * a.stride) * a.iw + rem % a.ow * a.stride;
+  });
+  TileRows<kBChunks> tb;
+  tb.init(tid, a.w, a.k, [&](int r) -> int64_t { return n0 + r < a.m ? n0 + r : -1; });
   const uint32_t base = smem_addr(smem);
   // The residual's tile goes to shared memory with the first stage (M % 16 == 0: 16-byte rows), so
   // its reads overlap the main loop instead of stalling the epilogue once per row.
@@ -119,16 +104,9 @@ __global__ void __launch_bounds__(kThreadsQ, BN == 64 ? 3 : 2) qgemm_kernel(QGem
     }
   }
   auto load_stage = [&](int stage, int kb) {
-    const int k0 = kb * kBK;
-    const uint32_t sa = base + stage * kStage, sb = sa + kTileA;
-    for (int i = 0; i < kAChunks; ++i) {
-      const bool ok = a_ok[i] && k0 + a_chunk[i] * 16 < a.k;
-      cp_async16(sa + a_off[i], ok ? a_src[i] + k0 : a.x, ok);
-    }
-    for (int i = 0; i < kBChunks; ++i) {
-      const bool ok = b_ok[i] && k0 + b_chunk[i] * 16 < a.k;
-      cp_async16(sb + b_off[i], ok ? b_src[i] + k0 : a.w, ok);
-    }
+    const uint32_t sa = base + stage * kStage;
+    ta.load(sa, kb * kBK, a.k, a.x);
+    tb.load(sa + kTileA, kb * kBK, a.k, a.w);
   };
 
   int acc[kMT][4][4];

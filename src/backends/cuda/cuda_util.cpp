@@ -4,6 +4,9 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
+
+#include "ops/shape_infer_util.h"
 
 namespace kiln::cuda {
 
@@ -194,6 +197,26 @@ Expected<Window> window_geometry(int64_t in, int64_t k, int64_t s, int64_t d, in
   // A window must start inside the input or its begin pad (ONNX Runtime and PyTorch drop the last otherwise).
   if (ceil_mode && (w.out - 1) * s >= in + pad_begin) --w.out;
   return w;
+}
+
+const Tensor* const_at(const ir::Node& n, int i) {
+  return n.has_input(static_cast<size_t>(i)) && n.inputs[i]->is_constant() ? &*n.inputs[i]->constant : nullptr;
+}
+
+bool all_zero(const Tensor* t) {
+  std::vector<double> v;
+  if (!t || !ops::read_doubles(*t, v)) return false;
+  for (double x : v)
+    if (x != 0) return false;
+  return true;
+}
+
+bool one_positive(const Tensor* t, double* out) {
+  std::vector<double> v;
+  if (!t || t->dtype() != DataType::kFloat32 || !ops::read_doubles(*t, v) || v.size() != 1) return false;
+  if (!(v[0] > 0) || !std::isfinite(v[0])) return false;
+  if (out) *out = v[0];
+  return true;
 }
 
 }  // namespace kiln::cuda

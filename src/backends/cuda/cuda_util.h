@@ -54,6 +54,13 @@ Status copy_device(const KernelContext& ctx, const Tensor& src, Tensor& dst);
 // A kernel's constant (prepared on the host at creation) copied into GPU memory of its own.
 Expected<Tensor> upload(const Tensor& host);
 
+// Input i's constant value, or null when absent or not a constant.
+const Tensor* const_at(const ir::Node& n, int i);
+// A constant whose every value is 0 (false for null).
+bool all_zero(const Tensor* t);
+// One positive, finite float32 value (then in *out when given).
+bool one_positive(const Tensor* t, double* out);
+
 // An 8-bit product's bias in float: an int32 bias counts in accumulator units (x_scale·w_scale[j]),
 // as QLinearConv's and ONNX Runtime's QDQ models' do; a float one as it is. `b` null: 0.
 double quantized_bias(const Tensor* b, const std::vector<double>& values, int64_t j, double acc_scale);
