@@ -16,7 +16,9 @@
 //    (float16 in, float32 sums); a pixel's K row is read straight from the patch (a kernel row's
 //    taps are contiguous there: (column, channel) pairs, 32-bit loads at an offset table);
 // 3. bias, ReLU, then the value as the output type into a shared tile — quantized first when the
-//    output is int8 (quantization is monotone, so the max of quantized values is the quantized max);
+//    output is int8 (quantization is monotone, so the max of quantized values is the quantized max;
+//    from the float32 sum, rne(v · (1 / y_scale)) + zero point saturated, as kiln's int8 epilogues
+//    do: the unfused engine rounded v to float16 first, which this skips);
 //    convolution outputs outside the image get the type's lowest value, which no max keeps;
 // 4. the max pool over the shared tile, 16 bytes per thread, to Y [N, poh, pow, 64].
 #include <cuda_fp16.h>
@@ -83,12 +85,11 @@ Geo geometry(const ConvPoolArgs& a) {
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 
-// QuantizeLinear of the float16-rounded value (what the unfused graph's Q reads): rne(v · (1 / s)) + z,
-// saturated to int8 (the product for the quotient, as kiln's int8 epilogues do: at most one step off
-// QuantizeLinear's v / s, where the two round a .5 differently).
-__device__ __forceinline__ signed char quantize(float v, float inv_scale, int z) {
-  const float q = rintf(__half2float(__float2half_rn(v)) * inv_scale) + static_cast<float>(z);
-  return static_cast<signed char>(fminf(fmaxf(q, -128.f), 127.f));
+// rne(t) saturated to int8, in the low byte.
+__device__ __forceinline__ uint32_t to_s8(float t) {
+  uint32_t r;
+  asm("cvt.rni.sat.s8.f32 %0, %1;" : "=r"(r) : "f"(t));
+  return r;
 }
 
 __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
@@ -103,7 +104,7 @@ __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
 template <bool kI8, int kSteps>
 __device__ __forceinline__ void gemm_units(const ConvPoolArgs& a, const Geo& g, const int* koff, const int* pix, uint32_t xs_s,
                                            uint32_t ws_lane, unsigned char* ct, const float (&bias)[16], float inv_scale,
-                                           int cy0, int cx0) {
+                                           float zero, int cy0, int cx0) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
   const int steps = kSteps ? kSteps : a.kp / 16;
   const uint32_t pair_bytes = 16 * g.wpitch * 2;
@@ -132,16 +133,21 @@ __device__ __forceinline__ void gemm_units(const ConvPoolArgs& a, const Geo& g, 
       unsigned char* dst = ct + row * g.ctpitch + 2 * tq * (kI8 ? 1 : 2);
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
-        float v0 = acc[nt][2 * h] + bias[2 * nt], v1 = acc[nt][2 * h + 1] + bias[2 * nt + 1];
-        if (a.relu) {
-          v0 = fmaxf(v0, 0.f);
-          v1 = fmaxf(v1, 0.f);
-        }
         if (kI8) {
-          const char2 q = valid ? make_char2(quantize(v0, inv_scale, a.y_zero), quantize(v1, inv_scale, a.y_zero))
-                                : make_char2(-128, -128);
-          *reinterpret_cast<char2*>(dst + nt * 8) = q;
+          // bias[] holds bias / y_scale + zero (epi): relu(acc + b) / s + z = max(acc / s + b / s + z, z).
+          float t0 = fmaf(acc[nt][2 * h], inv_scale, bias[2 * nt]), t1 = fmaf(acc[nt][2 * h + 1], inv_scale, bias[2 * nt + 1]);
+          if (a.relu) {
+            t0 = fmaxf(t0, zero);
+            t1 = fmaxf(t1, zero);
+          }
+          const uint32_t q = valid ? __byte_perm(to_s8(t0), to_s8(t1), 0x0040) : 0x8080u;
+          *reinterpret_cast<unsigned short*>(dst + nt * 8) = static_cast<unsigned short>(q);
         } else {
+          float v0 = acc[nt][2 * h] + bias[2 * nt], v1 = acc[nt][2 * h + 1] + bias[2 * nt + 1];
+          if (a.relu) {
+            v0 = fmaxf(v0, 0.f);
+            v1 = fmaxf(v1, 0.f);
+          }
           const __half lowest = __ushort_as_half(0xfc00);  // -inf
           *reinterpret_cast<__half2*>(dst + nt * 16) = valid ? __floats2half2_rn(v0, v1) : __halves2half2(lowest, lowest);
         }
@@ -220,7 +226,7 @@ __device__ __forceinline__ void stage_patch(const ConvPoolArgs& a, const Geo& g,
 }
 
 template <typename XT, bool kNchw, bool kI8>
-__global__ void __launch_bounds__(kThreads) conv_pool_kernel(ConvPoolArgs a, Geo g) {
+__global__ void __launch_bounds__(kThreads, 3) conv_pool_kernel(ConvPoolArgs a, Geo g) {
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* ws = reinterpret_cast<uint16_t*>(smem);
   int* koff = reinterpret_cast<int*>(smem + g.off_koff);
@@ -255,12 +261,15 @@ __global__ void __launch_bounds__(kThreads) conv_pool_kernel(ConvPoolArgs a, Geo
   const uint32_t xs_s = smem_addr(xs);
   // This lane's ldmatrix row in the weights: n-tile pair 0, k 0 (cuda_mma.cuh's x4 layout).
   const uint32_t ws_lane = smem_addr(ws) + (((((lane >> 4) << 3) + (lane & 7)) * g.wpitch + ((lane >> 3) & 1) * 8) * 2);
-  float bias[16];  // channels nt·8 + 2·(lane % 4) + {0, 1} for nt 0..7
-  for (int nt = 0; nt < 8; ++nt) {
-    bias[2 * nt] = a.bias[nt * 8 + 2 * (lane & 3)];
-    bias[2 * nt + 1] = a.bias[nt * 8 + 2 * (lane & 3) + 1];
-  }
-  const float inv_scale = 1.f / a.y_scale;
+  // The bias of channels nt·8 + 2·(lane % 4) + {0, 1}, nt 0..7; for int8 output in the quantized
+  // domain, bias / y_scale + zero point (the epilogue is then one fma, a max and a conversion).
+  const float inv_scale = 1.f / a.y_scale, zero = static_cast<float>(a.y_zero);
+  float bias[16];
+  for (int nt = 0; nt < 8; ++nt)
+    for (int e = 0; e < 2; ++e) {
+      const float b = a.bias[nt * 8 + 2 * (lane & 3) + e];
+      bias[2 * nt + e] = kI8 ? fmaf(b, inv_scale, zero) : b;
+    }
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int img = static_cast<int>(t / per_image), rem = static_cast<int>(t % per_image);
     const int py0 = rem / tiles_x * kTileH, px0 = rem % tiles_x * kTileW;
@@ -318,9 +327,9 @@ __global__ void __launch_bounds__(kThreads) conv_pool_kernel(ConvPoolArgs a, Geo
 
     // 2-3. GEMM units of 16 pixels x 64 channels, then bias, ReLU and the output type to the tile.
     if (a.kp == 160)  // ResNet's stem (7x7 taps of 3 channels): K known here, the loop unrolled
-      gemm_units<kI8, 10>(a, g, koff, pix, xs_s, ws_lane, ct, bias, inv_scale, cy0, cx0);
+      gemm_units<kI8, 10>(a, g, koff, pix, xs_s, ws_lane, ct, bias, inv_scale, zero, cy0, cx0);
     else
-      gemm_units<kI8, 0>(a, g, koff, pix, xs_s, ws_lane, ct, bias, inv_scale, cy0, cx0);
+      gemm_units<kI8, 0>(a, g, koff, pix, xs_s, ws_lane, ct, bias, inv_scale, zero, cy0, cx0);
     __syncthreads();
 
     // 4. The max pool: each thread 16 bytes of one pooled pixel's channels.
