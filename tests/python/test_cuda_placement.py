@@ -71,3 +71,38 @@ def test_build_placement_only_lists_every_node(tmp_path):
     assert "[cuda]" in r.stdout and "(Relu)" in r.stdout, r.stdout
     assert "[cpu]" in r.stdout and "(StringNormalizer)" in r.stdout and "no CUDA kernel" in r.stdout, r.stdout
     assert not path.with_suffix(".kiln").exists()  # nothing written
+
+
+def test_stem_is_one_conv_pool_step(tmp_path):
+    """An image network's stem (Conv 3→64 7x7/2, Relu, MaxPool 3x3/2) in a float16 CUDA engine is one
+    kiln.ConvPool step reading the float32 input (the Cast and Transpose before it folded in);
+    KILN_CONV_POOL_CUDA=0 keeps the separate steps; a 16-channel input is not a stem."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    def placement(channels, env=None):
+        rng = np.random.default_rng(0)
+        inits = [numpy_helper.from_array(rng.standard_normal((64, channels, 7, 7)).astype(np.float32), "w"),
+                 numpy_helper.from_array(rng.standard_normal((32, 64, 1, 1)).astype(np.float32), "w2")]
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3]),
+                 helper.make_node("Relu", ["c"], ["r"]),
+                 helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                 helper.make_node("Conv", ["p", "w2"], ["y"], kernel_shape=[1, 1])]
+        g = helper.make_graph(nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, channels, 64, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+        path = tmp_path / f"stem{channels}.onnx"
+        path.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString())
+        r = subprocess.run([KILN, "build", str(path), "--device", "cuda", "--precision", "fp16", "--placement-only"],
+                           capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})})
+        if "built without CUDA" in r.stdout + r.stderr:
+            pytest.skip("this kiln was built without CUDA")
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    fused = placement(3)
+    assert "(ConvPool) -> cuda.kiln.ConvPool" in fused, fused
+    assert "(Cast)" not in fused.split("(ConvPool)")[0] and "(Transpose)" not in fused.split("(ConvPool)")[0], fused
+    assert "ChannelsLastPool" not in fused, fused
+    separate = placement(3, {"KILN_CONV_POOL_CUDA": "0"})
+    assert "ConvPool" not in separate and "(ChannelsLastPool)" in separate, separate
+    assert "ConvPool" not in placement(16)
