@@ -7,14 +7,17 @@
 // input is read once (float32, channels-first, as the model takes it) and only the pooled int8
 // (51 MB) or float16 result is written.
 //
-// One block takes a tile of 8x8 pooled outputs of one image and all 64 output channels, persistent
+// One block takes a tile of 8x7 pooled outputs of one image and all 64 output channels, persistent
 // over tiles (the packed weights stay in shared memory):
 // 1. the input patch under the tile's convolution outputs goes to shared memory as float16, columns
-//    of cs channels (zeros outside the image: the convolution's padding);
-// 2. the convolution outputs under the pool windows ((8-1)·stride + window per side, 17x17 for
-//    ResNet) are a GEMM of M = those pixels, N = 64, K = kh rows of lp taps: mma.sync m16n8k16
-//    (float16 in, float32 sums); a pixel's K row is read straight from the patch (a kernel row's
-//    taps are contiguous there: (column, channel) pairs, 32-bit loads at an offset table);
+//    of cs channels (zeros outside the image: the convolution's padding) — a channels-first float32
+//    input (the model's own) copied asynchronously in 16-byte chunks one tile ahead, then converted;
+// 2. the convolution outputs under the pool windows ((7-1)·stride + window by (8-1)·stride + window,
+//    15x17 for ResNet) are a GEMM of M = those pixels, N = 64, K = kh rows of lp taps: mma.sync
+//    m16n8k16 (float16 in, float32 sums), units of 16 pixels x 64 channels; a pixel's K row is read
+//    straight from the patch (a kernel row's taps are contiguous there: (column, channel) pairs,
+//    32-bit loads at an offset table; when a row's taps are odd in number the last pair's second
+//    value is the next column's, under a zero weight — an infinite input there would make a NaN);
 // 3. bias, ReLU, then the value as the output type into a shared tile — quantized first when the
 //    output is int8 (quantization is monotone, so the max of quantized values is the quantized max;
 //    from the float32 sum, rne(v · (1 / y_scale)) + zero point saturated, as kiln's int8 epilogues
