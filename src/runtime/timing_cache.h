@@ -16,8 +16,8 @@ namespace kiln {
 
 struct TimingCache {
   std::string device;                                        // whose measurements these are
-  // layer key → tactic → ms (infinity: the candidate failed, computed another result or was not
-  // reached in the time limit; never chosen)
+  // layer key → tactic → ms (infinity: the candidate failed or computed another result; never
+  // chosen). A candidate the time limit left untried has no entry: the next build measures it.
   std::map<std::string, std::map<std::string, double>> layers;
 
   // Reads a cache file; kInvalidModel when it is damaged (bad header, line or checksum) or too large.

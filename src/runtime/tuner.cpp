@@ -17,6 +17,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <random>
 
 #include "ir/float_types.h"
@@ -32,8 +33,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A candidate that failed, computed another result, or was not reached in the layer's time limit:
-// recorded so that a build with a warm cache needs no run, never chosen.
+// A candidate that failed or computed another result: recorded so that a build with a warm cache
+// needs no run, never chosen. One the layer's time limit left untried is not recorded: a later build
+// with the cache measures it (and takes the others' times from the cache), so repeated builds
+// complete the search instead of fixing "untried" as "unusable".
 constexpr double kNotUsable = std::numeric_limits<double>::infinity();
 
 std::string shape_text(DataType dt, const Shape& s) { return std::string(dtype_name(dt)) + shape_to_string(s); }
@@ -286,9 +289,27 @@ struct Tuner {
       report += " " + c + " " + why + ";";
       if (cache) cache->record(key, c, kNotUsable);
     };
+    // What an earlier build measured for this layer (the cache held some candidates, not all); copied,
+    // as this loop records into the same map.
+    std::map<std::string, double> known;
+    if (cache)
+      if (auto it = cache->layers.find(key); it != cache->layers.end()) known = it->second;
     for (const std::string& c : cands) {
+      if (known.count(c)) {
+        const double ms = known.at(c);
+        if (!std::isfinite(ms)) {
+          report += " " + c + " not usable (timing cache);";
+          continue;
+        }
+        report += " " + c + " " + ms_text(ms) + " (timing cache);";
+        if (best.empty() || ms < best_ms) {
+          best = c;
+          best_ms = ms;
+        }
+        continue;
+      }
       if (Clock::now() > deadline) {
-        reject(c, "skipped (layer time limit)");
+        report += " " + c + " skipped (layer time limit);";
         continue;
       }
       Status st = f.run_tactic(si, c, TacticTiming{}, nullptr);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <set>
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/packed_gemm.h"
@@ -225,6 +226,51 @@ TEST(Tuning, TimingCacheIsReusedAndDecidesTheChoice) {
   for (const auto& [node, t] : tactics_of(**second)) EXPECT_EQ(t[0], node == "fc" ? "sgemm" : "jobs-serial") << node;
   for (const Step& s : (*second)->impl().plan->steps)
     if (!s.tactics.empty()) EXPECT_DOUBLE_EQ(s.tactic_ms[0], 1e-6);
+  std::remove(path.c_str());
+}
+
+// Candidates the layer's time limit left untried are not recorded as unusable: the next build with
+// the cache measures them, taking the ones measured before from the cache — repeated builds finish
+// the search instead of freezing "untried" as "never".
+TEST(Tuning, UntriedCandidatesAreLeftForTheNextBuild) {
+  const std::string path = temp_path("partial.txt");
+  BuildOptions o = tuned_with_cache(path, batch_profile(1, 4, 8));
+  o.tune_layer_seconds = -1;  // a limit already over when the first candidate comes
+  auto first = Engine::build(kExample, o);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_TRUE(tactics_of(**first).empty());  // nothing timed: the kernels' own choices
+  auto none = TimingCache::read(path);
+  ASSERT_TRUE(none.ok()) << none.status().to_string();
+  EXPECT_EQ(none->entries(), 0u);
+  // A full search, then a cache that keeps one candidate per layer with a tiny time: a build whose
+  // limit is over again measures nothing and still takes that candidate from the cache.
+  o.tune_layer_seconds = 2.0;
+  ASSERT_TRUE(Engine::build(kExample, o).ok());
+  auto full = TimingCache::read(path);
+  ASSERT_TRUE(full.ok()) << full.status().to_string();
+  ASSERT_EQ(full->layers.size(), 4u);
+  TimingCache partial = *full;
+  std::map<std::string, std::string> kept;  // layer key → the candidate kept
+  for (auto& [layer, tactics] : partial.layers) {
+    const std::string last = tactics.rbegin()->first;
+    tactics = {{last, 1e-6}};
+    kept[layer] = last;
+  }
+  ASSERT_TRUE(partial.write(path).ok());
+  o.tune_layer_seconds = -1;
+  auto third = Engine::build(kExample, o);
+  ASSERT_TRUE(third.ok()) << third.status().to_string();
+  std::set<std::string> chosen;
+  for (const auto& [node, t] : tactics_of(**third)) chosen.insert(t[0]);
+  std::set<std::string> want;
+  for (const auto& [layer, t] : kept) want.insert(t);
+  EXPECT_EQ(chosen, want);
+  for (const Step& s : (*third)->impl().plan->steps)
+    if (!s.tactics.empty()) EXPECT_DOUBLE_EQ(s.tactic_ms[0], 1e-6);
+  // The cache keeps what it knew and gained nothing untried.
+  auto after = TimingCache::read(path);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->entries(), kept.size());
   std::remove(path.c_str());
 }
 
