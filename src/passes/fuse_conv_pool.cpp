@@ -46,6 +46,7 @@ std::vector<int64_t> two(const ir::Node& n, const char* key) {
 
 Expected<int> fuse_conv_max_pool(ir::Graph& g, const std::function<bool(const ir::Node&)>& accepts) {
   int fused = 0;
+  bool tried = false;
   const std::vector<ir::Node*> nodes = g.nodes();
   for (ir::Node* conv : nodes) {
     if (conv->removed || conv->domain != "kiln" || conv->op_type != "FusedConv" || conv->attr_int("channels_last", 0) != 1 ||
@@ -110,6 +111,7 @@ Expected<int> fuse_conv_max_pool(ir::Graph& g, const std::function<bool(const ir
     n->attrs["pool_pads"] = ints_attr(ppads);
     if (!accepts(*n)) {
       g.remove_node(n);
+      tried = true;  // its output value is left over
       continue;
     }
     if (log_enabled(LogLevel::kVerbose))
@@ -124,10 +126,8 @@ Expected<int> fuse_conv_max_pool(ir::Graph& g, const std::function<bool(const ir
     last->producer_output = 0;
     ++fused;
   }
-  if (fused) {
-    g.remove_dead_values();
-    KILN_RETURN_IF_ERROR(g.sort());
-  }
+  if (fused || tried) g.remove_dead_values();
+  if (fused) KILN_RETURN_IF_ERROR(g.sort());
   return fused;
 }
 
