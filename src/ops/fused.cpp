@@ -148,9 +148,8 @@ Status infer_conv_pool(InferContext& c) {
   for (int i = 0; i < 2; ++i) {
     const ir::Dim& in = x.dims[p.x_channels_first ? 2 + i : 1 + i];
     if (!in.is_static()) continue;
-    const int64_t conv = p.conv_out(i, in.value);
-    const int64_t pooled = conv >= 1 ? p.pool_out(i, conv) : 0;
-    if (conv < 1 || pooled < 1) return c.error("the input is smaller than the convolution's or the pool's window");
+    const int64_t pooled = p.pooled(i, in.value);
+    if (pooled < 1) return c.error("the input is smaller than the convolution's or the pool's window");
     dims[1 + i] = ir::Dim(pooled);
   }
   c.out[0].shape = ir::SymShape(dims);

@@ -62,6 +62,12 @@ struct ConvPoolParams {
   // The convolution's and the pool's output extent along spatial dim i (0: height) of an input extent.
   int64_t conv_out(int i, int64_t in) const { return (in + p[i] + p[i + 2] - k[i]) / s[i] + 1; }
   int64_t pool_out(int i, int64_t conv) const { return (conv + pp[i] + pp[i + 2] - pk[i]) / ps[i] + 1; }
+  // The pooled extent along dim i of an input extent, or 0 when a window is larger than its padded input.
+  int64_t pooled(int i, int64_t in) const {
+    if (in + p[i] + p[i + 2] < k[i]) return 0;
+    const int64_t conv = conv_out(i, in);
+    return conv + pp[i] + pp[i + 2] < pk[i] ? 0 : pool_out(i, conv);
+  }
 };
 ConvPoolParams parse_conv_pool(const ir::Node& n);
 

@@ -6,6 +6,7 @@
 // float16 convolution output become one that writes the 51 MB pooled int8 result
 // (backends/cuda/cuda_conv_pool.cu).
 #include "passes/passes.h"
+#include "passes/pattern.h"
 #include "util/log.h"
 
 namespace kiln::passes {
@@ -27,13 +28,6 @@ std::vector<int64_t> explicit_pads(const ir::Node& n) {
   std::vector<int64_t> p = n.attr_ints("pads");
   if (p.empty()) p.assign(4, 0);
   return p.size() == 4 ? p : std::vector<int64_t>{};
-}
-
-ir::Attribute ints_attr(std::vector<int64_t> v) {
-  ir::Attribute a;
-  a.kind = ir::Attribute::Kind::kInts;
-  a.ints = std::move(v);
-  return a;
 }
 
 std::vector<int64_t> two(const ir::Node& n, const char* key) {
@@ -99,16 +93,16 @@ Expected<int> fuse_conv_max_pool(ir::Graph& g, const std::function<bool(const ir
     ir::Value* trial = g.new_value(last->name + "_stem", last->type);
     ir::Node* n = g.add_node("ConvPool", "kiln", ins, {trial}, conv->name + "_pool");
     n->opset = 1;
-    n->attrs["kernel_shape"] = ints_attr({w->constant->shape()[1], w->constant->shape()[2]});
-    n->attrs["strides"] = ints_attr(two(*conv, "strides"));
-    n->attrs["pads"] = ints_attr(cpads);
+    n->attrs["kernel_shape"] = ints_attribute({w->constant->shape()[1], w->constant->shape()[2]});
+    n->attrs["strides"] = ints_attribute(two(*conv, "strides"));
+    n->attrs["pads"] = ints_attribute(cpads);
     n->attrs["activation"].kind = ir::Attribute::Kind::kString;
     n->attrs["activation"].s = act;
     n->attrs["x_channels_first"].kind = ir::Attribute::Kind::kInt;
     n->attrs["x_channels_first"].i = channels_first ? 1 : 0;
-    n->attrs["pool_kernel"] = ints_attr(pk);
-    n->attrs["pool_strides"] = ints_attr(two(*pool, "strides"));
-    n->attrs["pool_pads"] = ints_attr(ppads);
+    n->attrs["pool_kernel"] = ints_attribute(pk);
+    n->attrs["pool_strides"] = ints_attribute(two(*pool, "strides"));
+    n->attrs["pool_pads"] = ints_attribute(ppads);
     if (!accepts(*n)) {
       g.remove_node(n);
       tried = true;  // its output value is left over

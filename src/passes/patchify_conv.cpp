@@ -11,17 +11,6 @@
 #include "passes/pattern.h"
 
 namespace kiln::passes {
-namespace {
-
-ir::Attribute ints(std::vector<int64_t> v) {
-  ir::Attribute a;
-  a.kind = ir::Attribute::Kind::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-
-}  // namespace
-
 Expected<bool> patchify_conv(ir::Graph& g, PassContext& ctx) {
   Rewriter rw(g, ctx, "patchify-conv");
   const std::vector<Rule> rules = {{"Conv", op("Conv", {any("x"), cst("w")}), 1}};
@@ -70,7 +59,7 @@ Expected<bool> patchify_conv(ir::Graph& g, PassContext& ctx) {
         ->opset = opset;
     ir::Node* tr = g.add_node("Transpose", "", {r1}, {t1}, base + "_patchify_transpose");
     tr->opset = opset;
-    tr->attrs["perm"] = ints({0, 2, 4, 1, 3, 5});
+    tr->attrs["perm"] = ints_attribute({0, 2, 4, 1, 3, 5});
     g.add_node("Reshape", "", {t1, rw.constant(base + "_rows_shape", int64_tensor({0, OH, OW, K}))}, {r2}, base + "_patchify_rows")->opset = opset;
     g.add_node("MatMul", "", {r2, rw.constant(base + "_patch_weights", wt)}, {mm}, base + "_patchify_matmul")->opset = opset;
     ir::Value* pre = mm;
@@ -80,7 +69,7 @@ Expected<bool> patchify_conv(ir::Graph& g, PassContext& ctx) {
     }
     ir::Node* back = g.add_node("Transpose", "", {pre}, {y}, base + "_patchify_nchw");
     back->opset = opset;
-    back->attrs["perm"] = ints({0, 3, 1, 2});
+    back->attrs["perm"] = ints_attribute({0, 3, 1, 2});
     rw.log("ran " + conv->describe() + " (" + std::to_string(kh) + "x" + std::to_string(kw) + "/" + std::to_string(kh) + "x" +
            std::to_string(kw) + ", " + std::to_string(C) + " channels) as a matrix product over its " +
            std::to_string(OH * OW) + " patches");

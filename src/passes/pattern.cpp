@@ -423,6 +423,13 @@ bool Rewriter::bypass(ir::Node* n, ir::Value* in) {
   return true;
 }
 
+ir::Attribute ints_attribute(std::vector<int64_t> v) {
+  ir::Attribute a;
+  a.kind = ir::Attribute::Kind::kInts;
+  a.ints = std::move(v);
+  return a;
+}
+
 ir::Value* new_constant(ir::Graph& g, const std::string& hint, Tensor t) {
   ir::Value* v = g.new_value(hint, ir::Type::tensor(t.dtype(), ir::SymShape::of(t.shape())));
   v->constant = std::move(t);

@@ -289,6 +289,14 @@ struct Tuner {
       report += " " + c + " " + why + ";";
       if (cache) cache->record(key, c, kNotUsable);
     };
+    // A candidate's time: said in the report; the fastest so far is the choice.
+    auto timed = [&](const std::string& c, double ms, const char* from) {
+      report += " " + c + " " + ms_text(ms) + from + ";";
+      if (best.empty() || ms < best_ms) {
+        best = c;
+        best_ms = ms;
+      }
+    };
     // What an earlier build measured for this layer (the cache held some candidates, not all); copied,
     // as this loop records into the same map.
     std::map<std::string, double> known;
@@ -301,11 +309,7 @@ struct Tuner {
           report += " " + c + " not usable (timing cache);";
           continue;
         }
-        report += " " + c + " " + ms_text(ms) + " (timing cache);";
-        if (best.empty() || ms < best_ms) {
-          best = c;
-          best_ms = ms;
-        }
+        timed(c, ms, " (timing cache)");
         continue;
       }
       if (Clock::now() > deadline) {
@@ -338,12 +342,8 @@ struct Tuner {
         st = f.run_tactic(si, c, how, &samples);
         if (st.ok()) {
           const double ms = median(samples.empty() ? probe : samples);
-          report += " " + c + " " + ms_text(ms) + ";";
+          timed(c, ms, "");
           if (cache) cache->record(key, c, ms);
-          if (best.empty() || ms < best_ms) {
-            best = c;
-            best_ms = ms;
-          }
           continue;
         }
       }

@@ -65,6 +65,7 @@ std::string conv_pool_check(const ir::Node& n) {
 }
 
 struct ConvPoolConsts {
+  ops::ConvPoolParams p;  // the node's windows, parsed once
   ConvPoolArgs base;
   Tensor w, bias;  // device: packed float16 [64, kp]; float32 [64]
 };
@@ -72,7 +73,8 @@ struct ConvPoolConsts {
 Expected<std::shared_ptr<const ConvPoolConsts>> prepare(const ir::Node& n) {
   if (std::string why = conv_pool_check(n); !why.empty()) return invalid_argument(n.describe() + ": " + why);
   auto c = std::make_shared<ConvPoolConsts>();
-  c->base = static_args(n, ops::parse_conv_pool(n));
+  c->p = ops::parse_conv_pool(n);
+  c->base = static_args(n, c->p);
   ConvPoolArgs& a = c->base;
   a.relu = n.attr_string("activation", "") == "Relu";
   if (a.int8_out) {
@@ -112,12 +114,11 @@ Status reshape_conv_pool(ReshapeContext& rc, const ConvPoolConsts& c) {
                     ", got " + shape_to_string(x));
   if (rc.in[kX].dtype != DataType::kFloat32 && rc.in[kX].dtype != DataType::kFloat16) return rc.error("X must be float32 or float16");
   const int64_t h = x[a.x_nchw ? 2 : 1], wd = x[a.x_nchw ? 3 : 2];
-  const ops::ConvPoolParams p = ops::parse_conv_pool(rc.node);
-  const int64_t conv_h = p.conv_out(0, h), conv_w = p.conv_out(1, wd);
-  if (h + p.p[0] + p.p[2] < p.k[0] || wd + p.p[1] + p.p[3] < p.k[1] || conv_h + p.pp[0] + p.pp[2] < p.pk[0] ||
-      conv_w + p.pp[1] + p.pp[3] < p.pk[1])
+  const ops::ConvPoolParams& p = c.p;
+  const int64_t pool_h = p.pooled(0, h), pool_w = p.pooled(1, wd);
+  if (pool_h < 1 || pool_w < 1)
     return rc.error("the input " + shape_to_string(x) + " is smaller than the convolution's or the pool's window");
-  const int64_t pool_h = p.pool_out(0, conv_h), pool_w = p.pool_out(1, conv_w);
+  const int64_t conv_h = p.conv_out(0, h), conv_w = p.conv_out(1, wd);
   if (x[0] > INT32_MAX || h > INT32_MAX || wd > INT32_MAX) return rc.error("X is too large for this kernel");
   a.n = static_cast<int>(x[0]);
   a.h = static_cast<int>(h), a.w_in = static_cast<int>(wd);
