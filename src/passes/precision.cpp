@@ -15,6 +15,10 @@
 //    0 * -inf = NaN.
 //  * Shape and Size read only shapes: they take a converted value as it is.
 //  * LayerNormalization's Mean/InvStdDev outputs stay float32 (their stash type).
+//  * A global pool whose input stays float32 (made by a node that does not run in half, such as an
+//    INT8 convolution with float output, or a model input) stays float32 too: converting its input
+//    would write and re-read the whole feature map (ResNet-50's last one, 103 MB at batch 256, cost
+//    more than the pool itself on the H100), converting its output a vector per image.
 #include <cmath>
 #include <map>
 #include <set>
@@ -26,6 +30,11 @@ namespace kiln::passes {
 namespace {
 
 bool shape_only(const ir::Node& n) { return n.domain.empty() && (n.op_type == "Shape" || n.op_type == "Size"); }
+
+bool global_pool(const ir::Node& n) {
+  if (n.domain.empty()) return n.op_type == "GlobalAveragePool" || n.op_type == "GlobalMaxPool";
+  return n.domain == "kiln" && n.op_type == "ChannelsLastPool" && n.attr_string("op", "").rfind("Global", 0) == 0;
+}
 
 Tensor to_half(const Tensor& t, DataType half) {
   Tensor h = Tensor::empty(half, t.shape());
@@ -75,8 +84,9 @@ Expected<int> convert_precision(ir::Graph& g, DataType half, const std::function
   const std::vector<ir::Node*> nodes = g.nodes();  // a snapshot: casts added below are not revisited
   for (ir::Node* n : nodes) {
     if (n->has_subgraphs()) continue;
-    const bool h = runs_in_half(*n);
     if (shape_only(*n)) continue;
+    const bool h = runs_in_half(*n) && !(global_pool(*n) && n->has_input(0) && n->inputs[0]->type.dtype == DataType::kFloat32 &&
+                                         !converted.count(n->inputs[0]));
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       ir::Value* v = n->inputs[i];
       if (!v || !v->type.is_tensor()) continue;

@@ -17,6 +17,8 @@
 # 6. (TORCH=1) PyTorch float16, channels-last, eager and torch.compile (default mode), CUDA events;
 # 7. (BASELINE=1) both engines again with KILN_CONV_POOL_CUDA=0 (the stem as separate steps), timed;
 # 8. (PROFILE=1) the INT8 engine's per-kernel GPU time (Nsight Compute, tests/gpu/kernel_table.py).
+# TUNE_S: the tuner's time limit per layer (--tune-layer-seconds; kiln's default 2); NO_FP16=1: the
+# float16 engine is not built (a quicker INT8-only iteration).
 # The builds share a timing cache, $OUT/r/timing_cache.txt (returned with the results; start from a
 # saved one with CACHE=path: a build whose layers it holds skips their tuning and cuDNN's compiles).
 set -uo pipefail
@@ -94,34 +96,36 @@ PY
     echo "== batch $b: kiln build --int8 --precision fp16 --shapes $in:${b}x3x224x224 (calibration: 8 sets of 4)"
     s0=$(date +%s)
     "$bin/kiln" build build/zoo/${m}_op17.onnx -o /tmp/int8_b$b.kiln --device cuda --int8 --precision fp16 \
-        --calibration build/calib/$m --shapes $in:${b}x3x224x224 --timing-cache "$out/timing_cache.txt" -v \
+        --calibration build/calib/$m --shapes $in:${b}x3x224x224 --timing-cache "$out/timing_cache.txt" ${TUNE_S:+--tune-layer-seconds $TUNE_S} -v \
         > "$out/build_int8_b$b.txt" 2>&1 || tail -20 "$out/build_int8_b$b.txt"
     echo "build: $(( $(date +%s) - s0 )) s"
     grep -E "^int8|relative L2" "$out/build_int8_b$b.txt" | head -3
     grep -cE "into kiln.QConv" "$out/build_int8_b$b.txt" | sed 's/^/fuse-qdq convolutions: /'
     "$bin/kiln" inspect /tmp/int8_b$b.kiln -v > "$out/inspect_int8_b$b.txt" 2>&1
     grep -oE "(cuda|cpu)\.[A-Za-z0-9_.]+" "$out/inspect_int8_b$b.txt" | sort | uniq -c | sort -rn | head -20
-    "$bin/kiln" build build/zoo/${m}_op17.onnx -o /tmp/fp16_b$b.kiln --device cuda --precision fp16 \
-        --shapes $in:${b}x3x224x224 --timing-cache "$out/timing_cache.txt" > "$out/build_fp16_b$b.txt" 2>&1 || tail -5 "$out/build_fp16_b$b.txt"
+    engines="int8 fp16"; [ -n "${NO_FP16:-}" ] && engines=int8
+    [ -z "${NO_FP16:-}" ] && { "$bin/kiln" build build/zoo/${m}_op17.onnx -o /tmp/fp16_b$b.kiln --device cuda --precision fp16 \
+        --shapes $in:${b}x3x224x224 --timing-cache "$out/timing_cache.txt" ${TUNE_S:+--tune-layer-seconds $TUNE_S} \
+        > "$out/build_fp16_b$b.txt" 2>&1 || tail -5 "$out/build_fp16_b$b.txt"; }
     echo "-- against float32 (cpu), the batch's $b images"
     "$bin/kiln" run build/zoo/${m}_op17.onnx --device cpu $(zoo_args $m $b) --output-dir /tmp/out_fp32 > /dev/null 2>&1
-    for e in int8 fp16; do "$bin/kiln" run /tmp/${e}_b$b.kiln $(zoo_args $m $b) --output-dir /tmp/out_$e > /dev/null 2>&1; done
-    python3 - <<'PY'
+    for e in $engines; do "$bin/kiln" run /tmp/${e}_b$b.kiln $(zoo_args $m $b) --output-dir /tmp/out_$e > /dev/null 2>&1; done
+    E="$engines" python3 - <<'PY'
 import glob, os
 import numpy as np
-for e in ("int8", "fp16"):
+for e in os.environ["E"].split():
     for f in sorted(glob.glob("/tmp/out_fp32/*.npy")):
         a = np.load(f).astype(np.float64); b = np.load(os.path.join(f"/tmp/out_{e}", os.path.basename(f))).astype(np.float64)
         rel = np.linalg.norm(b - a) / np.linalg.norm(a)
         top1 = (a.reshape(a.shape[0], -1).argmax(1) == b.reshape(b.shape[0], -1).argmax(1)).mean()
         print(f"{e} vs fp32 {os.path.basename(f)}: relative L2 {rel:.4f}, top-1 agreement {top1:.3f} ({a.shape[0]} images)")
 PY
-    for e in fp16 int8; do
+    for e in $engines; do
       printf "%s batch %s %s: " $m $b $e
       "$bin/kiln" bench /tmp/${e}_b$b.kiln $(zoo_args $m $b) --device-io -n 30 --warmup 5 2>&1 | grep -E "^median|rror" | head -1
     done
     if [ -n "${BASELINE:-}" ]; then
-      for e in int8 fp16; do
+      for e in $engines; do
         flags="--precision fp16"; [ $e = int8 ] && flags="--int8 --precision fp16 --calibration build/calib/$m"
         KILN_CONV_POOL_CUDA=0 "$bin/kiln" build build/zoo/${m}_op17.onnx -o /tmp/${e}_b${b}_sep.kiln --device cuda $flags \
             --shapes $in:${b}x3x224x224 --timing-cache "$out/timing_cache.txt" > "$out/build_${e}_b${b}_sep.txt" 2>&1 || tail -5 "$out/build_${e}_b${b}_sep.txt"

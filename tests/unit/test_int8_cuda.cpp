@@ -359,6 +359,13 @@ TEST(CudaQConv, MatchesTheQdqGraphEveryTactic) {
       {2, 14, 14, 80, 36, 1, 1, 0, true, true, true, DataType::kFloat32, DataType::kInt8},
       {1, 12, 12, 320, 200, 1, 1, 0, false, true, false, DataType::kInt32, DataType::kInt8},
       {2, 9, 9, 48, 64, 1, 2, 0, true, false, false, DataType::kFloat32, DataType::kFloat32},
+      // Its streaming form (K <= 256, M % 16 == 0, int8 out): a partial last pixel tile with the
+      // residual, all four 64-byte K steps (256), a K tail and a channel tile wider than M with stride
+      // 2, and enough pixel tiles (576) that resident blocks walk several.
+      {2, 14, 14, 64, 256, 1, 1, 0, true, true, true, DataType::kFloat32, DataType::kInt8},
+      {1, 16, 16, 256, 64, 1, 1, 0, true, true, false, DataType::kInt32, DataType::kInt8},
+      {2, 11, 11, 48, 32, 1, 2, 0, false, false, true, DataType::kFloat32, DataType::kInt8},
+      {8, 96, 96, 64, 32, 1, 1, 0, true, true, true, DataType::kFloat32, DataType::kInt8},
   };
   for (const ConvCase& cc : cases) {
     const ConvData d = make_conv(cc, rng);
@@ -375,6 +382,10 @@ TEST(CudaQConv, MatchesTheQdqGraphEveryTactic) {
     if (cc.k == 1 && cc.c % 16 == 0)
       EXPECT_TRUE(std::count(tactics.begin(), tactics.end(), "mma64") && std::count(tactics.begin(), tactics.end(), "mma128"))
           << what << ": kiln's 1x1 kernel is not among the tactics";
+    if (cc.k == 1 && cc.c % 16 == 0 && cc.c <= 256 && cc.m % 16 == 0 && cc.out == DataType::kInt8)
+      EXPECT_TRUE(std::count(tactics.begin(), tactics.end(), "stream64") &&
+                  std::count(tactics.begin(), tactics.end(), "stream128"))
+          << what << ": the 1x1 kernel's streaming form is not among the tactics";
     for (const std::string& t : tactics) {
       auto g = cudatest::run_cuda(*node->node, conv_inputs(d), t);
       if (!g.ok() && g.status().message().find("no engine") != std::string::npos) continue;  // a configuration that does not build here

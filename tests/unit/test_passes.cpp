@@ -763,6 +763,48 @@ TEST(Passes, ConvertPrecisionCastsAtBoundariesAndSaturatesConstants) {
   EXPECT_EQ(casts[std::to_string(static_cast<int>(DataType::kFloat32))], 2);
 }
 
+// A global pool reading a value that stays float32 stays float32 (the cast moves to its small output);
+// one reading a half value runs in half as any other node.
+TEST(Passes, GlobalPoolOfAFloatValueCastsItsOutputNotItsInput) {
+  for (const bool producer_half : {false, true}) {
+    ir::Graph g;
+    g.opsets[""] = 17;
+    ir::Value* x = g.add_value("x", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({2, 8, 7, 7})));
+    x->is_input = true;
+    g.inputs.push_back(x);
+    auto value = [&](const char* name, std::vector<int64_t> dims) {
+      return g.add_value(name, ir::Type::tensor(DataType::kFloat32, ir::SymShape::of(dims)));
+    };
+    ir::Value* a = value("a", {2, 8, 7, 7});
+    ir::Value* p = value("p", {2, 8, 1, 1});
+    ir::Value* y = value("y", {2, 8, 1, 1});
+    g.add_node(producer_half ? "Relu" : "Softsign", "", {x}, {a}, "producer");
+    g.add_node("GlobalAveragePool", "", {a}, {p}, "pool");
+    g.add_node("Elu", "", {p}, {y}, "after");
+    g.outputs = {y};
+    y->is_output = true;
+    auto half = [](const ir::Node& n) { return n.op_type != "Softsign"; };
+    auto changed = passes::convert_precision(g, DataType::kFloat16, half);
+    ASSERT_TRUE(changed.ok()) << changed.status().to_string();
+    ASSERT_TRUE(g.verify().ok());
+    const ir::Node* pool = nullptr;
+    for (const ir::Node* n : g.nodes())
+      if (n->op_type == "GlobalAveragePool") pool = n;
+    ASSERT_NE(pool, nullptr);
+    const DataType want = producer_half ? DataType::kFloat16 : DataType::kFloat32;
+    EXPECT_EQ(pool->inputs[0]->type.dtype, want) << producer_half;
+    EXPECT_EQ(pool->outputs[0]->type.dtype, want) << producer_half;
+    EXPECT_EQ(pool->inputs[0]->producer->op_type, producer_half ? "Relu" : "Softsign") << "no cast before the pool";
+    // The node after the pool runs in half either way: a cast of the pooled vector when the pool stayed float32.
+    const ir::Node* after = nullptr;
+    for (const ir::Node* n : g.nodes())
+      if (n->op_type == "Elu") after = n;
+    ASSERT_NE(after, nullptr);
+    EXPECT_EQ(after->inputs[0]->type.dtype, DataType::kFloat16);
+    EXPECT_EQ(after->inputs[0]->producer->op_type, producer_half ? "GlobalAveragePool" : "Cast");
+  }
+}
+
 // A QuantizeLinear behind Cast(half → float32) reads the half value where the target takes it; the
 // Cast goes unless another node reads it; a refusing target keeps the graph as it was.
 TEST(Passes, QuantizeReadsHalfValuesWithoutTheCast) {

@@ -75,7 +75,10 @@ struct QGemmArgs {
   bool relu = false, int8_out = true;
 };
 bool qgemm_fits(int64_t k, int64_t m);
-int launch_qgemm(const QGemmArgs& a, int tile_n, cudaStream_t stream);
+// The streaming form (resident blocks walking pixel tiles, the next tile's reads in flight): K <= 256,
+// M % 16 == 0, int8 out.
+bool qgemm_stream_fits(int64_t k, int64_t m, bool int8_out);
+int launch_qgemm(const QGemmArgs& a, int tile_n, bool streaming, cudaStream_t stream);
 
 // kiln.ConvPool (cuda_conv_pool.cu): an image network's stem in one kernel — a convolution of C <= 4
 // input channels into 64 (float16 tensor cores, float32 sums), + bias, ReLU, a max pool, and

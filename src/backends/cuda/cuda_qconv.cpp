@@ -18,8 +18,9 @@
 // Input channels not divisible by 4 (int8 kernels read 4 at a time) are zero-padded: W once, X per run.
 // Tactics: the heuristics' engine configurations ("cfg<i>", mode A); without one the first that
 // builds runs. 1x1 convolutions without padding (equal strides, K % 16 == 0) also have kiln's own
-// int8 GEMM (cuda_qgemm.cu, tactics "mma64" and "mma128": output channels per block), which reads the
-// residual as cheaply as the bias: the tuner times both.
+// int8 GEMM (cuda_qgemm.cu, tactics "mma64" and "mma128": output channels per block; for K <= 256
+// with int8 out also its streaming form, "stream64" and "stream128"), which reads the residual as
+// cheaply as the bias: the tuner times them all.
 #include <cudnn.h>
 
 #include <algorithm>
@@ -137,6 +138,7 @@ struct QConvPlan {
   // kiln's own 1x1 kernel (tactics "mma<tile>"): its tile width and geometry; 0 when cuDNN runs.
   int mma_tile = 0;
   bool mma_fits = false;  // whether this shape could run it (for the tactics list)
+  bool mma_stream = false, stream_fits = false;  // its streaming form (tactics "stream<tile>")
   QGemmArgs mma;
 };
 
@@ -368,8 +370,11 @@ Status reshape_qconv(ReshapeContext& rc, const QConvConsts& c) {
   plan->mma_fits = c.kh == 1 && c.kw == 1 && c.cp == c.c && qgemm_fits(c.c, c.m) && s[0] == s[1] && pb[0] == 0 &&
                    pb[1] == 0 && pe[0] == 0 && pe[1] == 0 && c.m <= INT32_MAX && c.c <= INT32_MAX && x[1] <= INT32_MAX &&
                    x[2] <= INT32_MAX && s[0] <= INT32_MAX;
-  if (plan->mma_fits && (rc.tactic == "mma64" || rc.tactic == "mma128")) {
-    plan->mma_tile = rc.tactic == "mma64" ? 64 : 128;
+  plan->stream_fits = plan->mma_fits && qgemm_stream_fits(c.c, c.m, c.int8_out);
+  const bool stream = rc.tactic == "stream64" || rc.tactic == "stream128";
+  if ((plan->mma_fits && (rc.tactic == "mma64" || rc.tactic == "mma128")) || (plan->stream_fits && stream)) {
+    plan->mma_tile = rc.tactic == "mma64" || rc.tactic == "stream64" ? 64 : 128;
+    plan->mma_stream = stream;
     QGemmArgs& a = plan->mma;
     a.rows = x[0] * out[0] * out[1];
     a.k = static_cast<int>(c.c);
@@ -421,7 +426,7 @@ Status run_qconv(KernelContext& ctx, const QConvConsts& c) {
     a.bias = static_cast<const float*>(c.bias.raw());
     a.z = c.residual ? static_cast<const int8_t*>(ctx.input(kZ).raw()) : nullptr;
     a.y = ctx.output(0).raw();
-    return launched(ctx, launch_qgemm(a, p.mma_tile, st.stream));
+    return launched(ctx, launch_qgemm(a, p.mma_tile, p.mma_stream, st.stream));
   }
   char* ws = static_cast<char*>(ctx.workspace());
   const void* x = ctx.input(kX).raw();
@@ -463,12 +468,14 @@ std::vector<std::string> qconv_tactics(const ReshapeContext& rc, const QConvCons
   // cuDNN's first configuration (the kernel's own choice, already built), then kiln's own kernel,
   // then the other configurations: the tuner's per-layer time limit can run out among those (each
   // is compiled at first use).
-  std::vector<std::string> names;
+  std::vector<std::string> names, own;
+  if (p->stream_fits) own = {"stream128", "stream64"};
+  if (p->mma_fits) own.insert(own.end(), {"mma128", "mma64"});
   for (int i = 0; i < p->configs; ++i) {
     names.push_back("cfg" + std::to_string(i));
-    if (i == 0 && p->mma_fits) names.insert(names.end(), {"mma128", "mma64"});
+    if (i == 0) names.insert(names.end(), own.begin(), own.end());
   }
-  if (p->configs == 0 && p->mma_fits) names = {"mma128", "mma64"};
+  if (p->configs == 0) names = own;
   return names;
 }
 

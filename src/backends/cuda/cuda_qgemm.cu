@@ -14,6 +14,7 @@
 // and each thread takes 4 channels of a row at a time: v = acc · scale[m] + bias[m] (+ zmul · Z, its
 // tile loaded into shared memory with the first stage),
 // ReLU, round half to even and saturate to int8 (QuantizeLinear's rounding) or float32 out.
+#include <algorithm>
 #include <cstdint>
 
 #include "backends/cuda/cuda_kernels.h"
@@ -56,6 +57,27 @@ struct TileRows {
     }
   }
 };
+
+// One warp's share of a 64-byte K step: its kMT x 16 rows of the A tile at `sa` (from row m0) times
+// 32 rows of the B tile at `sb` (from row n0), both swizzled 64-byte rows, into acc[mt][nt] (the
+// m16n8 fragment of rows m0 + 16·mt, columns n0 + 8·nt).
+template <int kMT>
+__device__ __forceinline__ void warp_mma_step(int (&acc)[kMT][4][4], uint32_t sa, uint32_t sb, int m0, int n0, int lane) {
+  for (int kk = 0; kk < 2; ++kk) {
+    uint32_t af[kMT][4], bf[4][2];
+    for (int mt = 0; mt < kMT; ++mt) {
+      const int row = m0 + mt * 16 + (lane & 15);
+      ldmatrix_x4(sa + swz(row, kk * 2 + (lane >> 4)), af[mt][0], af[mt][1], af[mt][2], af[mt][3]);
+    }
+    for (int pair = 0; pair < 2; ++pair) {
+      const int row = n0 + pair * 16 + ((lane >> 4) << 3) + (lane & 7);
+      ldmatrix_x4(sb + swz(row, kk * 2 + ((lane >> 3) & 1)), bf[pair * 2][0], bf[pair * 2][1], bf[pair * 2 + 1][0],
+                  bf[pair * 2 + 1][1]);
+    }
+    for (int mt = 0; mt < kMT; ++mt)
+      for (int nt = 0; nt < 4; ++nt) mma_s8(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+  }
+}
 
 int8_t __device__ __forceinline__ saturate_i8(float v) {
   const int q = __float2int_rn(v);
@@ -123,21 +145,8 @@ __global__ void __launch_bounds__(kThreadsQ, BN == 64 ? 3 : 2) qgemm_kernel(QGem
     __syncthreads();
     if (kb + kStages - 1 < kblocks) load_stage((kb + kStages - 1) % kStages, kb + kStages - 1);
     cp_commit();
-    const uint32_t sa = base + (kb % kStages) * kStage, sb = sa + kTileA;
-    for (int kk = 0; kk < 2; ++kk) {
-      uint32_t af[kMT][4], bf[4][2];
-      for (int mt = 0; mt < kMT; ++mt) {
-        const int row = warp_m * kWM + mt * 16 + (lane & 15);
-        ldmatrix_x4(sa + swz(row, kk * 2 + (lane >> 4)), af[mt][0], af[mt][1], af[mt][2], af[mt][3]);
-      }
-      for (int pair = 0; pair < 2; ++pair) {
-        const int row = warp_n * 32 + pair * 16 + ((lane >> 4) << 3) + (lane & 7);
-        ldmatrix_x4(sb + swz(row, kk * 2 + ((lane >> 3) & 1)), bf[pair * 2][0], bf[pair * 2][1], bf[pair * 2 + 1][0],
-                    bf[pair * 2 + 1][1]);
-      }
-      for (int mt = 0; mt < kMT; ++mt)
-        for (int nt = 0; nt < 4; ++nt) mma_s8(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
-    }
+    const uint32_t sa = base + (kb % kStages) * kStage;
+    warp_mma_step<kMT>(acc, sa, sa + kTileA, warp_m * kWM, warp_n * 32, lane);
   }
   cp_wait<0>();
   __syncthreads();
@@ -203,13 +212,168 @@ int launch_tile(const QGemmArgs& a, cudaStream_t stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
+// ---- The streaming form: short K, int8 out (tactics "stream64", "stream128") ----
+//
+// ResNet's expansion layers (K 64..256) do one K step or a few per tile, so the blocked kernel above
+// runs each tile as load, wait, multiply, store: with two blocks an SM, the SM's loads stop while it
+// stores and its stores while it loads (~45% of the copy bandwidth on the H100). Here a block stays
+// resident (one per SM's slots, grid = what fits) and walks pixel tiles of one channel tile: its W
+// slice (BN x K, all of K) is loaded once, and tile t + 1's X rows and residual go in flight
+// (cp.async) before tile t is multiplied, so the memory system always has the next tile's reads.
+// The epilogue runs on the accumulators in registers (each thread's 8 channels are fixed for the
+// block: their scale and bias stay in registers), reads the residual from the staged tile and writes
+// the int8 result over it; the block then stores the tile with 16-byte writes. Shared memory:
+// W (kb x BN x 64), X (2 x kb x 128 x 64), Z/Y (2 x 128 x (BN + 16)), kb = ceil(K / 64) <= 4.
+constexpr int kStreamMaxK = 256;
+
+template <int BN>
+__global__ void __launch_bounds__(kThreadsQ, 2) qgemm_stream_kernel(QGemmArgs a, int m_tiles, int per_col) {
+  constexpr int kWarpsN = BN / 32, kWarpsM = 8 / kWarpsN, kWM = kBM / kWarpsM, kMT = kWM / 16;
+  constexpr int kZLd = BN + 16;  // the Z/Y tile's row stride: 16-byte rows, the 8 rows of a fragment in distinct banks
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int warp_m = warp / kWarpsN, warp_n = warp % kWarpsN, g = lane >> 2, tig = lane & 3;
+  const int n_tiles = (a.m + BN - 1) / BN, n0 = static_cast<int>(blockIdx.x % n_tiles) * BN;
+  const int kb_count = (a.k + kBK - 1) / kBK, chunks = kb_count * 4;  // 16-byte chunks of a 64-byte-padded row
+  const int tile_b = BN * kBK, tile_a = kBM * kBK;
+  const uint32_t base = smem_addr(smem);
+  const uint32_t sb = base, sa0 = sb + kb_count * tile_b, sz0 = sa0 + 2 * kb_count * tile_a;
+  unsigned char* zt0 = smem + (sz0 - base);
+  const int a_stride = kb_count * tile_a, z_stride = kBM * kZLd;
+
+  // W's rows n0 .. n0 + BN, all of K, once.
+  for (int idx = tid; idx < BN * chunks; idx += kThreadsQ) {
+    const int r = idx / chunks, ch = idx % chunks;
+    const bool ok = n0 + r < a.m && ch * 16 < a.k;
+    cp_async16(sb + (ch >> 2) * tile_b + swz(r, ch & 3), ok ? a.w + static_cast<int64_t>(n0 + r) * a.k + ch * 16 : a.w, ok);
+  }
+  // Tile t's X rows (strided pixels for stride > 1) and its residual into buffer `buf`.
+  auto load_tile = [&](int t, int buf) {
+    const int64_t p0 = static_cast<int64_t>(t) * kBM;
+    const uint32_t sa = sa0 + buf * a_stride;
+    for (int idx = tid; idx < kBM * chunks; idx += kThreadsQ) {
+      const int r = idx / chunks, ch = idx % chunks;
+      const int64_t p = p0 + r;
+      const bool ok = p < a.rows && ch * 16 < a.k;
+      int64_t row = p;
+      if (ok && a.stride != 1) {
+        const int64_t per = static_cast<int64_t>(a.oh) * a.ow, img = p / per, rem = p % per;
+        row = (img * a.ih + rem / a.ow * a.stride) * a.iw + rem % a.ow * a.stride;
+      }
+      cp_async16(sa + (ch >> 2) * tile_a + swz(r, ch & 3), ok ? a.x + row * a.k + ch * 16 : a.x, ok);
+    }
+    if (a.z) {
+      const uint32_t sz = sz0 + buf * z_stride;
+      for (int idx = tid; idx < kBM * BN / 16; idx += kThreadsQ) {
+        const int r = idx / (BN / 16), c = (idx % (BN / 16)) * 16;
+        const bool ok = p0 + r < a.rows && n0 + c < a.m;
+        cp_async16(sz + r * kZLd + c, ok ? a.z + (p0 + r) * a.m + n0 + c : a.z, ok);
+      }
+    }
+  };
+
+  // This thread's 8 output channels (2 per 8-column fragment) and their scale and bias.
+  float sc[4][2], bi[4][2];
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int j = n0 + warp_n * 32 + nt * 8 + tig * 2 + e;
+      sc[nt][e] = j < a.m ? a.scale[j] : 0.f;
+      bi[nt][e] = j < a.m ? a.bias[j] : 0.f;
+    }
+
+  int t = static_cast<int>(blockIdx.x / n_tiles), buf = 0;
+  if (t < m_tiles) load_tile(t, 0);
+  cp_commit();
+  for (; t < m_tiles; t += per_col, buf ^= 1) {
+    if (t + per_col < m_tiles) load_tile(t + per_col, buf ^ 1);
+    cp_commit();
+    cp_wait<1>();
+    __syncthreads();
+
+    int acc[kMT][4][4];
+#pragma unroll
+    for (int i = 0; i < kMT; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
+    const uint32_t sa = sa0 + buf * a_stride;
+    for (int kb = 0; kb < kb_count; ++kb) warp_mma_step<kMT>(acc, sa + kb * tile_a, sb + kb * tile_b, warp_m * kWM, warp_n * 32, lane);
+
+    // Epilogue in registers; the int8 result replaces the residual in the staged tile.
+    unsigned char* zt = zt0 + buf * z_stride;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = warp_m * kWM + mt * 16 + g + h * 8, c = warp_n * 32 + nt * 8 + tig * 2;
+          float v0 = acc[mt][nt][h * 2] * sc[nt][0] + bi[nt][0], v1 = acc[mt][nt][h * 2 + 1] * sc[nt][1] + bi[nt][1];
+          char2* at = reinterpret_cast<char2*>(zt + r * kZLd + c);
+          if (a.z) {
+            const char2 z = *at;
+            v0 += a.zmul * z.x;
+            v1 += a.zmul * z.y;
+          }
+          if (a.relu) {
+            v0 = fmaxf(v0, 0.f);
+            v1 = fmaxf(v1, 0.f);
+          }
+          *at = make_char2(saturate_i8(v0), saturate_i8(v1));
+        }
+    __syncthreads();
+    const int64_t p0 = static_cast<int64_t>(t) * kBM;
+    for (int idx = tid; idx < kBM * BN / 16; idx += kThreadsQ) {
+      const int r = idx / (BN / 16), c = (idx % (BN / 16)) * 16;
+      if (p0 + r < a.rows && n0 + c < a.m)
+        *reinterpret_cast<int4*>(static_cast<int8_t*>(a.y) + (p0 + r) * a.m + n0 + c) =
+            *reinterpret_cast<const int4*>(zt + r * kZLd + c);
+    }
+    __syncthreads();  // the next iteration's prefetch refills this buffer
+  }
+  cp_wait<0>();
+}
+
+template <int BN>
+int launch_stream(const QGemmArgs& a, cudaStream_t stream) {
+  const int kb_count = (a.k + kBK - 1) / kBK;
+  const int smem = kb_count * (BN + 2 * kBM) * kBK + 2 * kBM * (BN + 16);
+  cudaError_t e = cudaFuncSetAttribute(qgemm_stream_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  int dev = 0, sms = 0, per_sm = 0;
+  if (e == cudaSuccess) e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, qgemm_stream_kernel<BN>, kThreadsQ, smem);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  if (per_sm < 1) return cudaErrorInvalidConfiguration;
+  const int64_t m_tiles = (a.rows + kBM - 1) / kBM, n_tiles = (a.m + BN - 1) / BN;
+  if (m_tiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  // Blocks per channel tile: as many as stay resident together, at most one per pixel tile.
+  const int64_t per_col = std::max<int64_t>(1, std::min<int64_t>(m_tiles, int64_t{per_sm} * sms / n_tiles));
+  qgemm_stream_kernel<BN><<<static_cast<unsigned>(per_col * n_tiles), kThreadsQ, smem, stream>>>(
+      a, static_cast<int>(m_tiles), static_cast<int>(per_col));
+  return static_cast<int>(cudaGetLastError());
+}
+
 }  // namespace
 
 bool qgemm_fits(int64_t k, int64_t m) { return k > 0 && k % 16 == 0 && m > 0 && m % 4 == 0; }
 
-int launch_qgemm(const QGemmArgs& a, int tile_n, cudaStream_t stream) {
+bool qgemm_stream_fits(int64_t k, int64_t m, bool int8_out) {
+  return qgemm_fits(k, m) && k <= kStreamMaxK && m % 16 == 0 && int8_out;
+}
+
+int launch_qgemm(const QGemmArgs& a, int tile_n, bool streaming, cudaStream_t stream) {
   if (a.rows <= 0) return cudaSuccess;
   if (!qgemm_fits(a.k, a.m) || a.stride < 1) return cudaErrorInvalidValue;
+  if (streaming) {
+    if (!qgemm_stream_fits(a.k, a.m, a.int8_out)) return cudaErrorInvalidValue;
+    if (tile_n == 64) return launch_stream<64>(a, stream);
+    if (tile_n == 128) return launch_stream<128>(a, stream);
+    return cudaErrorInvalidValue;
+  }
   if (tile_n == 64) return launch_tile<64>(a, stream);
   if (tile_n == 128) return launch_tile<128>(a, stream);
   return cudaErrorInvalidValue;
