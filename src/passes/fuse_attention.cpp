@@ -68,7 +68,8 @@ bool same_dim(const ir::Dim& a, const ir::Dim& b) {
 }
 
 // True when dim i of x is dim i of `from` by construction: x is `from`, or made from it (a few steps
-// back) by ops that keep the leading dims — a MatMul by a 2-D matrix, a norm, an elementwise op whose
+// back) by ops that keep the leading dims — a MatMul by a 2-D matrix (kiln.QMatMul too), a norm,
+// QuantizeLinear/DequantizeLinear, an elementwise op whose
 // other operands have a lower rank, a Split along a later axis (whose outputs share the dims).
 // (Exports read the batch size once, from one tensor, and its dims are often unnamed by then: "?"
 // cannot be compared.)
@@ -101,9 +102,15 @@ bool keeps_leading_dim(const ir::Value* x, const ir::Value* from, int i, int dep
       if ((ax < 0 ? ax + rank : ax) == i) return false;
     return keeps_leading_dim(a, from, i, depth + 1);
   }
-  const bool matmul = p->op_type == "MatMul" || (p->domain == "kiln" && (p->op_type == "FusedMatMul" || p->op_type == "F8MatMul"));
-  if (matmul) {  // F8MatMul's B8 is [N, K]: 2-D as well
-    const auto& b = p->inputs.size() > 1 && p->inputs[1] ? p->inputs[1]->type.shape : ir::SymShape();
+  // QuantizeLinear/DequantizeLinear keep every dim (an INT8 engine's activations between the norm and
+  // the projections).
+  if (p->domain.empty() && (p->op_type == "QuantizeLinear" || p->op_type == "DequantizeLinear"))
+    return keeps_leading_dim(a, from, i, depth + 1);
+  const bool matmul = p->op_type == "MatMul" ||
+                      (p->domain == "kiln" && (p->op_type == "FusedMatMul" || p->op_type == "F8MatMul" || p->op_type == "QMatMul"));
+  if (matmul) {  // F8MatMul's B8 is [N, K]: 2-D as well; QMatMul's B is input 3, [K, N]
+    const int bi = p->op_type == "QMatMul" ? 3 : 1;
+    const auto& b = static_cast<int>(p->inputs.size()) > bi && p->inputs[bi] ? p->inputs[bi]->type.shape : ir::SymShape();
     if (!b.known || b.rank() != 2) return false;
     return keeps_leading_dim(a, from, i, depth + 1);
   }

@@ -140,11 +140,13 @@ static void fix_profile_shapes(ir::Graph& g, const std::vector<ShapeProfile>& pr
   }
 }
 
-static bool has_qconv(const ir::Graph& graph) {
+static bool has_kiln_op(const ir::Graph& graph, const char* op) {
   for (const ir::Node* n : graph.nodes())
-    if (n->domain == "kiln" && n->op_type == "QConv") return true;
+    if (n->domain == "kiln" && n->op_type == op) return true;
   return false;
 }
+static bool has_qconv(const ir::Graph& graph) { return has_kiln_op(graph, "QConv"); }
+static bool has_qmatmul(const ir::Graph& graph) { return has_kiln_op(graph, "QMatMul"); }
 
 // CPU engines run their 8-bit convolutions channels-last (oneDNN's int8 kernels are NHWC): chains of
 // kiln.QConv and the per-tensor Q/DQ and elementwise ops between them move to NHWC, float32 pools
@@ -217,7 +219,7 @@ static Status lower_precision_and_layout(ir::Graph& graph, const BuildOptions& o
   };
   KILN_RETURN_IF_ERROR(passes::convert_to_channels_last(graph, accepts).status());
   auto target_takes = [&target](const ir::Node& n) { return target.find(n) != nullptr; };
-  if (half_engine && qconv) passes::quantize_half_directly(graph, target_takes);
+  if (half_engine && (qconv || has_qmatmul(graph))) passes::quantize_half_directly(graph, target_takes);
   // The stem (a few-channel convolution, its max pool and the quantization after it) in one kernel;
   // KILN_CONV_POOL_CUDA=0 keeps the separate steps, to compare.
   if (options.opt_level >= 2 && !env_is("KILN_CONV_POOL_CUDA", "0"))
@@ -319,7 +321,9 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
     auto finish = [&](ir::Graph& g) -> Status {
       KILN_RETURN_IF_ERROR(validate_profiles(g, options.profiles));
       if (fp8) return prepare_graph(g, rest, target->kernels());
-      KILN_RETURN_IF_ERROR(passes::optimize(g, builder_pass_options(options.opt_level, &target->kernels())));
+      passes::OptimizeStats stats;
+      KILN_RETURN_IF_ERROR(passes::optimize(g, builder_pass_options(options.opt_level, &target->kernels()), &stats));
+      for (const std::string& miss : stats.near_misses) log(LogLevel::kVerbose, "near miss: " + miss);
       if (options.device != DeviceType::kCUDA) return cpu_channels_last(g, options, target->kernels());
       // CUDA: residual Adds into the int8 convolutions before them, the float rest in the requested
       // precision, the convolution chains channels-last.

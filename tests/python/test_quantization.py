@@ -153,6 +153,23 @@ def test_matmul_and_gemm_qdq(kind, trans_b, quant_out):
     check(m, x, step, "QMatMul")
 
 
+@pytest.mark.parametrize("quant_out", [False, True])
+def test_matmul_bias_add_becomes_the_int8_products_bias(quant_out):
+    """A MatMul's bias Add after the float-output int8 product becomes its bias (transformers'
+    projections: one epilogue instead of a separate add), whether or not a Relu and a QuantizeLinear
+    follow (the Add between the MatMul and the Relu keeps fuse-qdq from taking those)."""
+    rng = np.random.default_rng(41 + quant_out)
+    m, x, step = qdq_model("matmul", rng, quant_out=quant_out, bias=True)
+    e, got = run_kiln(m, x, 2)
+    counts = ops_of(e)
+    assert counts["QMatMul"] == 1 and counts.get("Add", 0) == 0, e.placement_report()
+    _, ref = run_kiln(m, x, 0)
+    if step is None:
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4 * float(np.abs(ref).max()))
+    else:
+        assert (np.abs(got - ref) / step).max() <= 1.0 + 1e-3
+
+
 def test_nonzero_weight_zero_point_stays_unfused():
     rng = np.random.default_rng(5)
     m, x, _ = qdq_model("conv", rng)

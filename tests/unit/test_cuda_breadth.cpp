@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 
+#include "ir/float_types.h"
 #include "test_cuda_util.h"
 
 namespace kiln::cudatest {
@@ -185,6 +186,38 @@ TEST(CudaBreadth, QuantizeAndDequantizeMatchTheCpu) {
   b.set_int("axis", 2);
   b.set_int("block_size", 3);
   expect_all_same(*b.node, {x, scale_blocked}, "QuantizeLinear blocked");
+}
+
+// The per-tensor path INT8 engines take (float32/float16 x, one float32 scale, int8/uint8 out, four
+// values a thread) and the general kernel (a length not divisible by 4) agree with the CPU bit for
+// bit, NaN, infinities and saturation included.
+TEST(CudaBreadth, PerTensorQuantizeMatchesTheCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(108);
+  for (const int64_t last : {12, 7}) {
+    Tensor x = random_tensor({8, 33, last}, rng, -40.f, 40.f);
+    float* xv = x.data<float>();
+    xv[0] = std::nanf("");
+    xv[1] = INFINITY;
+    xv[2] = -INFINITY;
+    xv[3] = 1e30f;
+    xv[5] = 0.25f;  // exactly half a step at scale 0.5: rounds to even
+    Tensor xh = Tensor::empty(DataType::kFloat16, x.shape());
+    for (int64_t i = 0; i < x.numel(); ++i) xh.data<uint16_t>()[i] = f32_to_f16(xv[i]);
+    Tensor scale = filled<float>(DataType::kFloat32, {}, [](int64_t) { return 0.5f; });
+    for (const Tensor* in : {&x, &xh})
+      for (DataType q : {DataType::kInt8, DataType::kUInt8}) {
+        Tensor zp = Tensor::empty(q, {});
+        if (q == DataType::kInt8) zp.data<int8_t>()[0] = 3;
+        else zp.data<uint8_t>()[0] = 128;
+        const std::string what = std::string("QuantizeLinear per tensor ") + dtype_name(in->dtype()) + " to " + dtype_name(q) +
+                                 ", last dim " + std::to_string(last);
+        OneNode n("QuantizeLinear", 21, {*in, scale, zp});
+        expect_all_same(*n.node, {*in, scale, zp}, what);
+        OneNode no_zp("QuantizeLinear", 21, {*in, scale});
+        expect_all_same(*no_zp.node, {*in, scale}, what + ", no zero point");
+      }
+  }
 }
 
 TEST(CudaBreadth, SmallOpsMatchTheCpu) {

@@ -596,15 +596,84 @@ TEST(Passes, SkipLayerNormBroadcastsEmbeddings) {
   check(b, {{{"kiln.SkipLayerNorm", 1}, {"Add", 0}, {"LayerNormalization", 0}}, {{"fuse-skip-layer-norm", 1}}});
 }
 
+// Input "x" [batch, seq, E] with symbolic batch and sequence dims.
+ir::Value* sequence_input(Builder& b, int64_t E) {
+  ir::Value* x = b.g->add_value("x", ir::Type::tensor(DataType::kFloat32, ir::SymShape({ir::Dim("batch"), ir::Dim("seq"), E})));
+  x->is_input = true;
+  b.g->inputs.push_back(x);
+  return x;
+}
+
+// Optimizing b's graph (input "x" [batch, seq, E]) fuses one attention, and the fused graph gives
+// the unfused one's numbers at batch 2, sequence 5 (random x from `seed`).
+void expect_attention_fused_same_numbers(Builder& b, int64_t E, unsigned seed) {
+  auto opt = b.g->clone();
+  passes::OptimizeStats stats;
+  ASSERT_TRUE(passes::optimize(*opt, builder_pass_options(2, nullptr), &stats).ok());
+  EXPECT_EQ(stats.fired["fuse-attention"], 1) << opt->to_string();
+  EXPECT_EQ(op_counts(*opt)["Softmax"], 0);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-2, 2);
+  Tensor xt = Tensor::empty(DataType::kFloat32, {2, 5, E});
+  for (int64_t i = 0; i < xt.numel(); ++i) xt.data<float>()[i] = u(rng);
+  const auto want = run(*b.g, {{"x", xt}}), got = run(*opt, {{"x", xt}});
+  ASSERT_EQ(got.size(), 1u);
+  const Tensor& w = want.begin()->second;
+  const Tensor& g2 = got.begin()->second;
+  ASSERT_EQ(g2.shape(), w.shape());
+  for (int64_t i = 0; i < w.numel(); ++i) EXPECT_NEAR(g2.data<float>()[i], w.data<float>()[i], 1e-4) << i;
+}
+
+// An INT8 engine's attention: the projections are kiln.QMatMul (with the bias) of the quantized layer
+// input, and the head reshapes read batch and sequence sizes from that input (symbolic dims). The
+// heads keep its leading dims through QuantizeLinear and the int8 product: attention fuses, with the
+// unfused graph's numbers.
+TEST(Passes, AttentionOverInt8Projections) {
+  Builder b;
+  const int64_t H = 2, D = 4, E = H * D;
+  ir::Value* x = sequence_input(b, E);
+  std::mt19937 wrng(9);
+  auto int8s = [&](Shape shape) {
+    Tensor t = Tensor::empty(DataType::kInt8, shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<int8_t>()[i] = static_cast<int8_t>(static_cast<int>(wrng() % 255) - 127);
+    return b.constant(t);
+  };
+  Tensor zero = Tensor::empty(DataType::kInt8, {});
+  zero.data<int8_t>()[0] = 0;
+  ir::Value* xz = b.constant(zero);
+  ir::Value* xs = b.scalar(0.02f);
+  ir::Value* xq = b.node("QuantizeLinear", {x, xs, xz});
+  auto proj = [&]() {
+    ir::Value* y = b.g->new_value("QMatMul");
+    std::vector<ir::Value*> in = {xq, xs, xz, int8s({E, E}), b.floats({E}, 0.001f, 0.01f), b.constant(zero), nullptr, nullptr,
+                                  b.floats({E})};
+    ir::Node* n = b.g->add_node("QMatMul", "kiln", in, {y});
+    n->opset = 1;
+    EXPECT_TRUE(ops::infer_node(*n).ok());
+    y->type.shape.dims[0] = y->type.shape.dims[1] = ir::Dim();  // unnamed, as exports often leave them
+    return y;
+  };
+  auto dim0 = [&](ir::Value* of, int64_t i) {
+    return b.node("Gather", {b.node("Shape", {of}), b.ints({i})}, {{"axis", attr_int(0)}});
+  };
+  auto heads = [&](ir::Value* t, std::vector<int64_t> perm) {
+    ir::Value* shape = b.node("Concat", {dim0(x, 0), dim0(x, 1), b.ints({H}), b.ints({D})}, {{"axis", attr_int(0)}});
+    return b.node("Transpose", {b.node("Reshape", {t, shape})}, {{"perm", attr_ints(perm)}});
+  };
+  ir::Value* s = b.node("Mul", {b.node("MatMul", {heads(proj(), {0, 2, 1, 3}), heads(proj(), {0, 2, 3, 1})}), b.scalar(0.5f)});
+  ir::Value* p = b.node("Softmax", {s}, {{"axis", attr_int(-1)}});
+  ir::Value* ctx = b.node("Transpose", {b.node("MatMul", {p, heads(proj(), {0, 2, 1, 3})})}, {{"perm", attr_ints({0, 2, 1, 3})}});
+  b.output(b.node("Reshape", {ctx, b.node("Concat", {dim0(x, 0), dim0(x, 1), b.ints({E})}, {{"axis", attr_int(0)}})}));
+  expect_attention_fused_same_numbers(b, E, 4);
+}
+
 // GPT-2 as transformers 5 exports it: one Gemm for Q, K and V on the flattened rows, reshaped back
 // to [batch, seq, 3E] (dims unnamed from there on) and Split in three; the V heads' reshape reads its
 // batch and sequence sizes from K's shape (its Split sibling). Symbolic batch and sequence dims.
 TEST(Passes, AttentionAfterASplitQkvProjection) {
   Builder b;
   const int64_t H = 3, D = 2, E = H * D;
-  ir::Value* x = b.g->add_value("x", ir::Type::tensor(DataType::kFloat32, ir::SymShape({ir::Dim("batch"), ir::Dim("seq"), E})));
-  x->is_input = true;
-  b.g->inputs.push_back(x);
+  ir::Value* x = sequence_input(b, E);
   auto dim0 = [&](ir::Value* of, int64_t i) {  // a 1-element shape value (Gather of a 1-element index)
     return b.node("Gather", {b.node("Shape", {of}), b.ints({i})}, {{"axis", attr_int(0)}});
   };
@@ -631,23 +700,7 @@ TEST(Passes, AttentionAfterASplitQkvProjection) {
   ir::Value* ctx = b.node("Transpose", {b.node("MatMul", {p, heads(v, k, {0, 2, 1, 3})})}, {{"perm", attr_ints({0, 2, 1, 3})}});
   ir::Value* y = b.node("Reshape", {ctx, b.node("Concat", {dim0(ctx, 0), dim0(ctx, 1), b.ints({E})}, {{"axis", attr_int(0)}})});
   b.output(y);
-  auto opt = b.g->clone();
-  passes::PassOptions po = builder_pass_options(2, nullptr);
-  passes::OptimizeStats stats;
-  ASSERT_TRUE(passes::optimize(*opt, po, &stats).ok());
-  EXPECT_EQ(stats.fired["fuse-attention"], 1) << opt->to_string();
-  EXPECT_EQ(op_counts(*opt)["Softmax"], 0);
-  // The same numbers as the unfused graph, at batch 2, sequence 5.
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<float> u(-2, 2);
-  Tensor xt = Tensor::empty(DataType::kFloat32, {2, 5, E});
-  for (int64_t i = 0; i < xt.numel(); ++i) xt.data<float>()[i] = u(rng);
-  const auto want = run(*b.g, {{"x", xt}}), got = run(*opt, {{"x", xt}});
-  ASSERT_EQ(got.size(), 1u);
-  const Tensor& w = want.begin()->second;
-  const Tensor& g2 = got.begin()->second;
-  ASSERT_EQ(g2.shape(), w.shape());
-  for (int64_t i = 0; i < w.numel(); ++i) EXPECT_NEAR(g2.data<float>()[i], w.data<float>()[i], 1e-4) << i;
+  expect_attention_fused_same_numbers(b, E, 3);
 }
 
 // CUDA builds pad a constant weight's columns to a multiple of 8 (aligned GEMM rows; GPT-2's LM

@@ -461,6 +461,35 @@ __global__ void int8_epilogue_kernel(const int32_t* __restrict__ acc, int64_t ld
     }
   }
 }
+
+// The same, four columns a thread (n % 4 == 0, ldacc % 4 == 0, 16-byte aligned acc) with 32-bit
+// indices (m · n < 2^31): one 16-byte read of the sums, scales and offsets, one store.
+template <typename Out>
+__global__ void int8_epilogue4_kernel(const int32_t* __restrict__ acc, int ldacc, const float* __restrict__ scale,
+                                      const float* __restrict__ offset, Out* __restrict__ y, int m, int n, bool act, UnaryOp op,
+                                      float alpha, float beta, float ys, int32_t yz, int32_t lo, int32_t hi) {
+  const int n4 = n / 4, total = m * n4;
+  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
+    const int i = e / n4, j = (e - i * n4) * 4;
+    const int4 a = *reinterpret_cast<const int4*>(acc + static_cast<int64_t>(i) * ldacc + j);
+    const float4 s = *reinterpret_cast<const float4*>(scale + j), o = *reinterpret_cast<const float4*>(offset + j);
+    float v[4] = {fmaf(s.x, static_cast<float>(a.x), o.x), fmaf(s.y, static_cast<float>(a.y), o.y),
+                  fmaf(s.z, static_cast<float>(a.z), o.z), fmaf(s.w, static_cast<float>(a.w), o.w)};
+    if (act)
+      for (float& x : v) x = apply_unary(op, x, alpha, beta);
+    Out* out = y + static_cast<int64_t>(i) * n + j;
+    if constexpr (sizeof(Out) == 4) {
+      *reinterpret_cast<float4*>(out) = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+      Out q[4];
+      for (int t = 0; t < 4; ++t) {
+        const float r = rintf(v[t] / ys) + static_cast<float>(yz);
+        q[t] = static_cast<Out>(static_cast<int32_t>(fminf(fmaxf(r, static_cast<float>(lo)), static_cast<float>(hi))));
+      }
+      *reinterpret_cast<uint32_t*>(out) = *reinterpret_cast<const uint32_t*>(q);
+    }
+  }
+}
 }  // namespace
 
 int launch_int8_rows(const uint8_t* a, bool from_uint8, int8_t* out, int64_t m, int64_t k, int64_t kp, cudaStream_t stream) {
@@ -474,6 +503,24 @@ int launch_int8_epilogue(const int32_t* acc, int64_t ldacc, const float* scale, 
                          int64_t n, bool act, UnaryOp op, float alpha, float beta, int out_type, float ys, int32_t yz,
                          cudaStream_t stream) {
   if (m <= 0 || n <= 0) return cudaSuccess;
+  const bool vec = n % 4 == 0 && ldacc % 4 == 0 && m * n < (int64_t{1} << 31) && ldacc <= INT32_MAX &&
+                   reinterpret_cast<uintptr_t>(acc) % 16 == 0 && reinterpret_cast<uintptr_t>(scale) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(offset) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 && out_type >= 0 &&
+                   out_type <= 2;
+  if (vec) {
+    const unsigned g4 = grid_for(m * n / 4);
+    const int mi = static_cast<int>(m), ni = static_cast<int>(n), ld = static_cast<int>(ldacc);
+    if (out_type == 0)
+      int8_epilogue4_kernel<float><<<g4, kThreads, 0, stream>>>(acc, ld, scale, offset, static_cast<float*>(y), mi, ni, act, op, alpha,
+                                                                beta, ys, yz, 0, 0);
+    else if (out_type == 1)
+      int8_epilogue4_kernel<uint8_t><<<g4, kThreads, 0, stream>>>(acc, ld, scale, offset, static_cast<uint8_t*>(y), mi, ni, act, op,
+                                                                  alpha, beta, ys, yz, 0, 255);
+    else
+      int8_epilogue4_kernel<int8_t><<<g4, kThreads, 0, stream>>>(acc, ld, scale, offset, static_cast<int8_t*>(y), mi, ni, act, op,
+                                                                 alpha, beta, ys, yz, -128, 127);
+    return static_cast<int>(cudaGetLastError());
+  }
   const unsigned grid = grid_for(m * n);
   switch (out_type) {
     case 0:
