@@ -178,7 +178,8 @@ Status infer_attention(InferContext& c) {
 }
 
 // QConv / QMatMul (passes/fuse_qdq.cpp): the float op's shape function on X (input 0) and W (input 3);
-// the output is float32, or y_zero_point's type when y_scale is given.
+// the output is float32 (or the output_dtype attribute's float type), or y_zero_point's type when
+// y_scale is given.
 // A channels-last QConv (passes/channels_last.cpp: X [N,H,W,C], W [M,kh,kw,C/group]) is seen
 // channels-first by Conv's shape function and its output turned back.
 template <const char* Op>
@@ -199,7 +200,9 @@ Status infer_quantized(InferContext& c) {
   KILN_RETURN_IF_ERROR(d->infer(sub));
   c.out[0] = sub.out[0];
   if (nhwc) c.out[0].shape = permuted(sub.out[0].shape, false);
-  c.out[0].dtype = c.has(6) && c.has(7) ? c.dtype(7) : DataType::kFloat32;
+  // A float output may be float16 (QMatMul's output_dtype, set by passes::products_write_half).
+  const auto float_out = static_cast<DataType>(c.node.attr_int("output_dtype", static_cast<int64_t>(DataType::kFloat32)));
+  c.out[0].dtype = c.has(6) && c.has(7) ? c.dtype(7) : float_out;
   return Status::Ok();
 }
 

@@ -1,6 +1,6 @@
 // passes/fuse_activation.cpp — Conv / Gemm / MatMul (and kiln.FusedMatMul with a bias) followed by
 // an activation become kiln.FusedConv / kiln.FusedGemm / kiln.FusedMatMul applying it as an epilogue;
-// kiln.F8MatMul takes it as its own attribute.
+// kiln.F8MatMul and a float-output kiln.QMatMul take it as their own attribute.
 // Activations: Relu, LeakyRelu, Clip (constant bounds), Sigmoid, HardSigmoid, HardSwish, Tanh, Gelu,
 // and SiLU/Swish written as x * Sigmoid(x).
 #include <limits>
@@ -19,6 +19,9 @@ Pat producer() { return op(kProducers).as("p"); }
 Pat fused_producer() { return op("FusedMatMul").in_domain("kiln").as("p"); }
 // kiln.F8MatMul (FP8 engines) takes the activation itself: it stays an F8MatMul.
 Pat f8_producer() { return op("F8MatMul").in_domain("kiln").as("p"); }
+// So does an int8 product with float output (kiln.QMatMul: a transformer's GELU after its first FFN
+// product, applied by the epilogue that scales the int32 sums).
+Pat q_producer() { return op("QMatMul").in_domain("kiln").as("p"); }
 
 }  // namespace
 
@@ -32,21 +35,23 @@ Expected<bool> fuse_activation(ir::Graph& g, PassContext& ctx) {
       {"op+SiLU", op("Mul", {fused_producer(), op("Sigmoid", {fused_producer()})}).commute(), 3},
       {"op+activation", op(acts, {f8_producer()})},
       {"op+SiLU", op("Mul", {f8_producer(), op("Sigmoid", {f8_producer()})}).commute(), 3},
+      {"op+activation", op(acts, {q_producer()})},
   };
   return rw.run(rules, [&](Match& m) -> std::string {
     ir::Node* act = m.root();
     ir::Node* p = m.node("p");
-    const bool f8 = p->op_type == "F8MatMul";
+    const bool f8 = p->op_type == "F8MatMul", q8 = p->op_type == "QMatMul";
     if (p->outputs[0]->type.dtype != DataType::kFloat32) return "not float32";
+    if (q8 && p->has_input(6)) return "the int8 product's output is quantized";
     for (ir::Value* v : p->inputs)
-      if (v && v->type.dtype != DataType::kFloat32 && !(f8 && v == p->inputs[1])) return "an input is not float32";
+      if (!q8 && v && v->type.dtype != DataType::kFloat32 && !(f8 && v == p->inputs[1])) return "an input is not float32";
     if (p->attr("activation")) return "already has an activation";
     std::string why;
     const Activation a = act->op_type == "Mul"  // x * Sigmoid(x), matched by the SiLU rule
                              ? Activation{ActKind::kSilu}
                              : activation_of(*act, [](const ir::Value* v) { return scalar_value(v); }, &why);
     if (a.kind == ActKind::kNone) return why;
-    std::string fused = f8 ? "F8MatMul" : p->op_type == "Conv" ? "FusedConv" : p->op_type == "Gemm" ? "FusedGemm" : "FusedMatMul";
+    std::string fused = f8 ? "F8MatMul" : q8 ? "QMatMul" : p->op_type == "Conv" ? "FusedConv" : p->op_type == "Gemm" ? "FusedGemm" : "FusedMatMul";
     if (p->op_type == "Gemm" && p->opset < 11 && !p->has_input(2)) return "old Gemm without C";
     auto attrs = p->attrs;
     write_activation(a, attrs);

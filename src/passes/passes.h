@@ -89,6 +89,12 @@ int allow_tf32(ir::Graph& g);
 // on CUDA at batch 256: 51M values). The Cast goes when nothing else reads it. Returns how many.
 int quantize_half_directly(ir::Graph& g, const std::function<bool(const ir::Node&)>& accepts);
 
+// A float-output kiln.QMatMul read only by a Cast to float16 (convert_precision's, before the half
+// nodes after it) writes float16 itself (attribute output_dtype) where `accepts` takes it: the
+// epilogue rounds once, as the Cast did, and the float32 copy is neither written nor read (BERT-base
+// INT8 at batch 64: 72 such casts). Returns how many.
+int products_write_half(ir::Graph& g, DataType half, const std::function<bool(const ir::Node&)>& accepts);
+
 // Channels-last convolution chains (passes/channels_last.cpp): 2-D convolutions that `accepts` takes
 // become kiln.FusedConv with channels_last = 1 (NHWC X/Y, [M,kh,kw,C/g] W), elementwise ops between
 // them follow, pooling of an NHWC value becomes kiln.ChannelsLastPool (when `accepts` takes the

@@ -173,4 +173,32 @@ int quantize_half_directly(ir::Graph& g, const std::function<bool(const ir::Node
   return folded;
 }
 
+int products_write_half(ir::Graph& g, DataType half, const std::function<bool(const ir::Node&)>& accepts) {
+  if (half != DataType::kFloat16) return 0;  // the int8 epilogue writes float32 or float16
+  int changed = 0;
+  const std::vector<ir::Node*> nodes = g.nodes();
+  for (ir::Node* p : nodes) {
+    if (p->removed || p->domain != "kiln" || p->op_type != "QMatMul" || p->has_input(6)) continue;
+    ir::Value* y = p->outputs[0];
+    if (!y || y->is_output || y->type.dtype != DataType::kFloat32 || y->uses.size() != 1) continue;
+    ir::Node* cast = y->uses[0].node;
+    if (!cast->domain.empty() || cast->op_type != "Cast" || cast->attr_int("to", 0) != static_cast<int64_t>(half)) continue;
+    ir::Value* h = cast->outputs[0];
+    if (h->is_output) continue;
+    ir::Attribute& a = p->attrs["output_dtype"];
+    a.kind = ir::Attribute::Kind::kInt;
+    a.i = static_cast<int64_t>(half);
+    if (!accepts(*p)) {
+      p->attrs.erase("output_dtype");
+      continue;
+    }
+    y->type.dtype = half;
+    g.replace_all_uses(h, y);
+    g.remove_node(cast);
+    ++changed;
+  }
+  if (changed) g.remove_dead_values();
+  return changed;
+}
+
 }  // namespace kiln::passes

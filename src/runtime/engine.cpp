@@ -219,7 +219,10 @@ static Status lower_precision_and_layout(ir::Graph& graph, const BuildOptions& o
   };
   KILN_RETURN_IF_ERROR(passes::convert_to_channels_last(graph, accepts).status());
   auto target_takes = [&target](const ir::Node& n) { return target.find(n) != nullptr; };
-  if (half_engine && (qconv || has_qmatmul(graph))) passes::quantize_half_directly(graph, target_takes);
+  if (half_engine && (qconv || has_qmatmul(graph))) {
+    passes::quantize_half_directly(graph, target_takes);
+    if (options.precision != Precision::kBFloat16) passes::products_write_half(graph, DataType::kFloat16, target_takes);
+  }
   // The stem (a few-channel convolution, its max pool and the quantization after it) in one kernel;
   // KILN_CONV_POOL_CUDA=0 keeps the separate steps, to compare.
   if (options.opt_level >= 2 && !env_is("KILN_CONV_POOL_CUDA", "0"))

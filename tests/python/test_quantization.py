@@ -170,6 +170,37 @@ def test_matmul_bias_add_becomes_the_int8_products_bias(quant_out):
         assert (np.abs(got - ref) / step).max() <= 1.0 + 1e-3
 
 
+def test_bias_and_gelu_after_an_int8_product_are_its_epilogue():
+    """A transformer's first FFN product: int8 MatMul, bias Add, GELU (erf form, as exporters write it)
+    — one kiln.QMatMul with the bias and the GELU, the unfused graph's numbers."""
+    rng = np.random.default_rng(43)
+    K, N = 32, 24
+    w = rng.integers(-127, 128, size=(K, N)).astype(np.int8)
+    inits = [const("xs", np.float32(0.03)), const("xz", np.array(0, np.int8)), const("w", w),
+             const("ws", rng.uniform(0.002, 0.02, size=N).astype(np.float32)), const("wz", np.zeros(N, np.int8)),
+             const("b", rng.standard_normal(N).astype(np.float32)), const("half", np.float32(0.5)),
+             const("one", np.float32(1.0)), const("rt2", np.float32(np.sqrt(2.0)))]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=1),
+             helper.make_node("MatMul", ["xd", "wd"], ["p0"]),
+             helper.make_node("Add", ["p0", "b"], ["p"]),
+             helper.make_node("Div", ["p", "rt2"], ["d"]),
+             helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]),
+             helper.make_node("Mul", ["p", "e1"], ["pe"]),
+             helper.make_node("Mul", ["pe", "half"], ["y"])]
+    g = helper.make_graph(nodes, "ffn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7, K])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = (rng.standard_normal((2, 7, K)) * 1.5).astype(np.float32)
+    e, got = run_kiln(m, x, 2)
+    counts = ops_of(e)
+    assert counts["QMatMul"] == 1 and sum(counts.values()) == 2, e.placement_report()  # QuantizeLinear, QMatMul
+    _, ref = run_kiln(m, x, 0)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+
+
 def test_nonzero_weight_zero_point_stays_unfused():
     rng = np.random.default_rng(5)
     m, x, _ = qdq_model("conv", rng)

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "backends/cuda/cuda_backend.h"
+#include "ir/float_types.h"
 #include "test_cuda_util.h"
 
 namespace kiln {
@@ -67,7 +68,7 @@ std::vector<Tensor> inputs_of(const QCase& c) {
   std::copy(c.ws.begin(), c.ws.end(), ws.data<float>());
   std::vector<Tensor> in = {c.a, scalar_of(DataType::kFloat32, c.xs), scalar_of(c.a.dtype(), c.xz), c.w, ws, Tensor(),
                             Tensor(), Tensor(), Tensor()};
-  if (c.out != DataType::kFloat32) {
+  if (c.out == DataType::kUInt8 || c.out == DataType::kInt8) {
     in[6] = scalar_of(DataType::kFloat32, c.ys);
     in[7] = scalar_of(c.out, c.yz);
   }
@@ -83,6 +84,7 @@ std::unique_ptr<OneNode> qmatmul_node(const QCase& c) {
   auto n = std::make_unique<OneNode>("QMatMul", 1, in, 1, constant);
   n->node->domain = "kiln";
   if (!c.act.empty()) n->set_string("activation", c.act);
+  if (c.out == DataType::kFloat16) n->set_int("output_dtype", static_cast<int64_t>(DataType::kFloat16));
   n->node->outputs[0]->type = ir::Type::tensor(c.out);
   return n;
 }
@@ -119,14 +121,16 @@ double value_at(const Tensor& t, int64_t i) {
     case DataType::kFloat32: return t.data<float>()[i];
     case DataType::kUInt8: return t.data<uint8_t>()[i];
     case DataType::kInt8: return t.data<int8_t>()[i];
+    case DataType::kFloat16: return f16_to_f32(t.data<uint16_t>()[i]);
     default: return NAN;
   }
 }
 
-// Float outputs within 1e-5 of the largest |y| (float32 rounding of one scale and one add); 8-bit
-// outputs within one step (y / ys within float32 rounding of a .5), and such ties rare.
+// Float outputs within 1e-5 of the largest |y| (float32 rounding of one scale and one add; float16:
+// plus its own rounding, half a unit in the last place); 8-bit outputs within one step (y / ys
+// within float32 rounding of a .5), and such ties rare.
 void expect_matches(const Tensor& got, const QCase& c, const std::string& what) {
-  const bool q = c.out != DataType::kFloat32;
+  const bool q = c.out == DataType::kUInt8 || c.out == DataType::kInt8, half = c.out == DataType::kFloat16;
   const std::vector<double> want = reference(c, q);
   ASSERT_EQ(got.dtype(), c.out) << what;
   ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size())) << what;
@@ -139,7 +143,8 @@ void expect_matches(const Tensor& got, const QCase& c, const std::string& what) 
       ASSERT_LE(d, 1.0) << what << " element " << i;
       off_by_one += d > 0;
     } else {
-      ASSERT_LE(d, 1e-5 * scale + 1e-6) << what << " element " << i << ": got " << value_at(got, i) << ", want " << want[i];
+      ASSERT_LE(d, 1e-5 * scale + 1e-6 + (half ? std::fabs(want[i]) / 2048 : 0.0))
+          << what << " element " << i << ": got " << value_at(got, i) << ", want " << want[i];
     }
   }
   if (q) EXPECT_LE(off_by_one, got.numel() / 100 + 1) << what;
@@ -163,6 +168,9 @@ TEST(CudaQMatMul, MatchesTheQdqGraphEveryTactic) {
       {DataType::kUInt8, {5, 50}, 30, true, DataType::kInt32, DataType::kUInt8, "Relu"},
       {DataType::kInt8, {3, 4, 96}, 40, true, DataType::kFloat32, DataType::kInt8, "Gelu"},
       {DataType::kUInt8, {128, 256}, 64, true, DataType::kInt32, DataType::kUInt8, ""},
+      // float16 out (passes::products_write_half): four columns a thread, and N 30 one at a time.
+      {DataType::kUInt8, {2, 9, 64}, 48, true, DataType::kFloat32, DataType::kFloat16, "Gelu"},
+      {DataType::kInt8, {7, 64}, 30, false, DataType::kFloat32, DataType::kFloat16, ""},
   };
   for (const Variant& v : variants) {
     QCase c = make_case(v.a, v.a_shape, v.n, v.per_column, v.bias, v.out, rng);

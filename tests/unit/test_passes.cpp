@@ -858,6 +858,58 @@ TEST(Passes, GlobalPoolOfAFloatValueCastsItsOutputNotItsInput) {
   }
 }
 
+// A float-output kiln.QMatMul read only by a Cast to float16 writes float16 itself where the target
+// takes it; not when another node reads the float32 value, nor when the target refuses.
+TEST(Passes, Int8ProductWritesHalfInsteadOfACast) {
+  for (int variant = 0; variant < 3; ++variant) {  // 0: only the Cast reads it; 1: a Relu too; 2: refused
+    ir::Graph g;
+    g.opsets[""] = 19;
+    auto value = [&](const char* name, DataType dt, std::vector<int64_t> dims) {
+      return g.add_value(name, ir::Type::tensor(dt, ir::SymShape::of(dims)));
+    };
+    ir::Value* a = value("a", DataType::kInt8, {2, 8});
+    a->is_input = true;
+    g.inputs.push_back(a);
+    ir::Value* y = value("y", DataType::kFloat32, {2, 4});
+    ir::Value* h = value("h", DataType::kFloat16, {2, 4});
+    ir::Value* out = value("out", DataType::kFloat16, {2, 4});
+    auto constant = [&](const char* name, DataType dt, std::vector<int64_t> dims) {
+      ir::Value* v = value(name, dt, dims);
+      v->constant = Tensor::empty(dt, Shape(dims.begin(), dims.end()));
+      return v;
+    };
+    ir::Node* q = g.add_node("QMatMul", "kiln",
+                             {a, constant("as", DataType::kFloat32, {}), nullptr, constant("b", DataType::kInt8, {8, 4}),
+                              constant("bs", DataType::kFloat32, {})},
+                             {y}, "product");
+    q->opset = 1;
+    ir::Node* cast = g.add_node("Cast", "", {y}, {h}, "cast");
+    cast->attrs["to"].kind = ir::Attribute::Kind::kInt;
+    cast->attrs["to"].i = static_cast<int64_t>(DataType::kFloat16);
+    g.add_node("Relu", "", {h}, {out}, "after");
+    g.outputs = {out};
+    out->is_output = true;
+    if (variant == 1) {
+      ir::Value* r = value("r", DataType::kFloat32, {2, 4});
+      g.add_node("Relu", "", {y}, {r}, "float_reader");
+      g.outputs.push_back(r);
+      r->is_output = true;
+    }
+    auto accepts = [variant](const ir::Node&) { return variant != 2; };
+    const int changed = passes::products_write_half(g, DataType::kFloat16, accepts);
+    const Status verified = g.verify();
+    ASSERT_TRUE(verified.ok()) << variant << ": " << verified.to_string();
+    EXPECT_EQ(changed, variant == 0 ? 1 : 0) << variant;
+    EXPECT_EQ(y->type.dtype, variant == 0 ? DataType::kFloat16 : DataType::kFloat32) << variant;
+    EXPECT_EQ(q->attr_int("output_dtype", 0), variant == 0 ? static_cast<int64_t>(DataType::kFloat16) : 0) << variant;
+    int casts = 0;
+    for (const ir::Node* n : g.nodes()) casts += n->op_type == "Cast";
+    EXPECT_EQ(casts, variant == 0 ? 0 : 1) << variant;
+    for (const ir::Node* n : g.nodes())
+      if (n->name == "after") EXPECT_EQ(n->inputs[0], variant == 0 ? y : h) << variant;
+  }
+}
+
 // A QuantizeLinear behind Cast(half → float32) reads the half value where the target takes it; the
 // Cast goes unless another node reads it; a refusing target keeps the graph as it was.
 TEST(Passes, QuantizeReadsHalfValuesWithoutTheCast) {

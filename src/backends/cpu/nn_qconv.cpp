@@ -343,6 +343,8 @@ std::string check_quant(const ir::Node& n) {
   const DataType x = n.inputs[kX]->type.dtype;
   if (x != DataType::kUInt8 && x != DataType::kInt8) return "X must be uint8 or int8";
   if (n.has_input(9)) return "a fused residual (Z) runs on CUDA only";
+  if (n.attr_int("output_dtype", static_cast<int64_t>(DataType::kFloat32)) != static_cast<int64_t>(DataType::kFloat32))
+    return "a float16 output runs on CUDA only";
   return n.inputs[kW]->type.dtype == DataType::kInt8 ? "" : "W must be int8";
 }
 

@@ -455,6 +455,8 @@ __global__ void int8_epilogue_kernel(const int32_t* __restrict__ acc, int64_t ld
     if (act) v = apply_unary(op, v, alpha, beta);
     if constexpr (sizeof(Out) == 4) {
       y[e] = v;
+    } else if constexpr (sizeof(Out) == 2) {
+      y[e] = __float2half_rn(v);
     } else {
       const float q = rintf(v / ys) + static_cast<float>(yz);
       y[e] = static_cast<Out>(static_cast<int32_t>(fminf(fmaxf(q, static_cast<float>(lo)), static_cast<float>(hi))));
@@ -480,6 +482,12 @@ __global__ void int8_epilogue4_kernel(const int32_t* __restrict__ acc, int ldacc
     Out* out = y + static_cast<int64_t>(i) * n + j;
     if constexpr (sizeof(Out) == 4) {
       *reinterpret_cast<float4*>(out) = make_float4(v[0], v[1], v[2], v[3]);
+    } else if constexpr (sizeof(Out) == 2) {
+      const __half2 lo = __floats2half2_rn(v[0], v[1]), hi = __floats2half2_rn(v[2], v[3]);
+      uint2 packed;
+      packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+      packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+      *reinterpret_cast<uint2*>(out) = packed;
     } else {
       Out q[4];
       for (int t = 0; t < 4; ++t) {
@@ -506,7 +514,7 @@ int launch_int8_epilogue(const int32_t* acc, int64_t ldacc, const float* scale, 
   const bool vec = n % 4 == 0 && ldacc % 4 == 0 && m * n < (int64_t{1} << 31) && ldacc <= INT32_MAX &&
                    reinterpret_cast<uintptr_t>(acc) % 16 == 0 && reinterpret_cast<uintptr_t>(scale) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(offset) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 && out_type >= 0 &&
-                   out_type <= 2;
+                   out_type <= 3;
   if (vec) {
     const unsigned g4 = grid_for(m * n / 4);
     const int mi = static_cast<int>(m), ni = static_cast<int>(n), ld = static_cast<int>(ldacc);
@@ -516,9 +524,12 @@ int launch_int8_epilogue(const int32_t* acc, int64_t ldacc, const float* scale, 
     else if (out_type == 1)
       int8_epilogue4_kernel<uint8_t><<<g4, kThreads, 0, stream>>>(acc, ld, scale, offset, static_cast<uint8_t*>(y), mi, ni, act, op,
                                                                   alpha, beta, ys, yz, 0, 255);
-    else
+    else if (out_type == 2)
       int8_epilogue4_kernel<int8_t><<<g4, kThreads, 0, stream>>>(acc, ld, scale, offset, static_cast<int8_t*>(y), mi, ni, act, op,
                                                                  alpha, beta, ys, yz, -128, 127);
+    else
+      int8_epilogue4_kernel<__half><<<g4, kThreads, 0, stream>>>(acc, ld, scale, offset, static_cast<__half*>(y), mi, ni, act, op,
+                                                                 alpha, beta, ys, yz, 0, 0);
     return static_cast<int>(cudaGetLastError());
   }
   const unsigned grid = grid_for(m * n);
@@ -534,6 +545,10 @@ int launch_int8_epilogue(const int32_t* acc, int64_t ldacc, const float* scale, 
     case 2:
       int8_epilogue_kernel<int8_t><<<grid, kThreads, 0, stream>>>(acc, ldacc, scale, offset, static_cast<int8_t*>(y), m, n, act,
                                                                   op, alpha, beta, ys, yz, -128, 127);
+      break;
+    case 3:
+      int8_epilogue_kernel<__half><<<grid, kThreads, 0, stream>>>(acc, ldacc, scale, offset, static_cast<__half*>(y), m, n, act, op,
+                                                                  alpha, beta, ys, yz, 0, 0);
       break;
     default: return cudaErrorInvalidValue;
   }

@@ -516,7 +516,7 @@ struct QMatMulConsts {
   Activation act;
   bool a_uint8 = false;
   int64_t k = 0, n = 0, kp = 0, np = 0;  // kp: K rounded up to 16; np: N rounded up to 4 (the sums' row)
-  int out_type = 0;                       // launch_int8_epilogue's: 0 float32, 1 uint8, 2 int8
+  int out_type = 0;                       // launch_int8_epilogue's: 0 float32, 1 uint8, 2 int8, 3 float16
   float ys = 1;
   int32_t yz = 0;
   Tensor bt, scale, offset;               // device: int8 [np, kp], float32 [n], float32 [n]
@@ -536,6 +536,9 @@ std::string qmatmul_check(const ir::Node& n) {
     if (n.has_input(static_cast<size_t>(i)) && !q_const(n, i)) return "scales, zero points and the bias must be constants";
   if (!q_const(n, kQXScale) || !q_const(n, kQWScale)) return "x_scale and w_scale are required";
   if (n.has_input(kQYScale) != n.has_input(kQYZero)) return "y_scale and y_zero_point come together";
+  const int64_t out = n.attr_int("output_dtype", static_cast<int64_t>(DataType::kFloat32));
+  if (out != static_cast<int64_t>(DataType::kFloat32) && (out != static_cast<int64_t>(DataType::kFloat16) || n.has_input(kQYScale)))
+    return "a float output is float32 or float16";
   return "";
 }
 
@@ -550,6 +553,7 @@ Expected<std::shared_ptr<const QMatMulConsts>> prepare_qmatmul(const ir::Node& n
   c->kp = (c->k + 15) / 16 * 16;
   c->np = (c->n + 3) / 4 * 4;
   c->a_uint8 = n.inputs[kQX]->type.dtype == DataType::kUInt8;
+  if (n.attr_int("output_dtype", 0) == static_cast<int64_t>(DataType::kFloat16)) c->out_type = 3;
   auto values = [&](int i, std::vector<double>& v) -> Status {
     const Tensor* t = q_const(n, i);
     if (t && !ops::read_doubles(*t, v)) return invalid_argument(n.describe() + ": input " + std::to_string(i) + " is not numeric");
@@ -618,7 +622,8 @@ Status reshape_qmatmul(ReshapeContext& rc, const QMatMulConsts& c) {
   Shape ys = as;
   if (as.size() == 1) ys = {c.n};
   else ys.back() = c.n;
-  rc.out[0] = {c.out_type == 0 ? DataType::kFloat32 : c.out_type == 1 ? DataType::kUInt8 : DataType::kInt8, ys};
+  static constexpr DataType kOut[] = {DataType::kFloat32, DataType::kUInt8, DataType::kInt8, DataType::kFloat16};
+  rc.out[0] = {kOut[c.out_type], ys};
   const int64_t m = shape_numel(as) / std::max<int64_t>(c.k, 1);
   auto g = std::make_shared<GemmPlan>();
   GemmProblem& p = g->p;

@@ -55,8 +55,8 @@ int launch_bias_act(int elem, void* y, const void* bias, const void* z, int64_t 
 // kiln.QMatMul (cuda_gemm.cpp), around cuBLASLt's int8 product. launch_int8_rows: A [m, k] (uint8 or
 // int8) as int8 rows of kp (% 4 == 0) bytes for the product: uint8 values shifted by -128, columns
 // from k on zero. launch_int8_epilogue: v = scale[j] · acc[i · ldacc + j] + offset[j], the activation
-// (as launch_unary), then y [m, n] as float32 (out_type 0) or saturate(rne(v / ys) + yz) as uint8 (1) or
-// int8 (2), QuantizeLinear's rounding.
+// (as launch_unary), then y [m, n] as float32 (out_type 0), float16 (3, rounded to nearest even) or
+// saturate(rne(v / ys) + yz) as uint8 (1) or int8 (2), QuantizeLinear's rounding.
 // kiln.QConv's 1x1 convolutions (cuda_qgemm.cu): channels-last int8 X [N, ih, iw, K] read at the
 // pixels (n, oy·stride, ox·stride) of Y [N, oh, ow, M] (rows = N·oh·ow), times int8 W [M, K]; int32
 // accumulation, then v = acc · scale[m] + bias[m] (+ zmul · Z[row, m], Z int8 of Y's shape), ReLU,
