@@ -625,13 +625,14 @@ void expect_attention_fused_same_numbers(Builder& b, int64_t E, unsigned seed) {
 }
 
 // An INT8 engine's attention: the projections are kiln.QMatMul (with the bias) of the quantized layer
-// input, and the head reshapes read batch and sequence sizes from that input (symbolic dims). The
-// heads keep its leading dims through QuantizeLinear and the int8 product: attention fuses, with the
-// unfused graph's numbers.
+// input, and the head reshapes read batch and sequence sizes from that input, whose dims are unnamed
+// (so only the producers can prove the heads keep them). The heads keep its leading dims through
+// QuantizeLinear and the int8 product: attention fuses, with the unfused graph's numbers.
 TEST(Passes, AttentionOverInt8Projections) {
   Builder b;
   const int64_t H = 2, D = 4, E = H * D;
   ir::Value* x = sequence_input(b, E);
+  x->type.shape.dims[0] = x->type.shape.dims[1] = ir::Dim();  // unnamed: only the producers prove dims kept
   std::mt19937 wrng(9);
   auto int8s = [&](Shape shape) {
     Tensor t = Tensor::empty(DataType::kInt8, shape);
@@ -650,7 +651,6 @@ TEST(Passes, AttentionOverInt8Projections) {
     ir::Node* n = b.g->add_node("QMatMul", "kiln", in, {y});
     n->opset = 1;
     EXPECT_TRUE(ops::infer_node(*n).ok());
-    y->type.shape.dims[0] = y->type.shape.dims[1] = ir::Dim();  // unnamed, as exports often leave them
     return y;
   };
   auto dim0 = [&](ir::Value* of, int64_t i) {
