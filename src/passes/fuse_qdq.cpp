@@ -135,6 +135,22 @@ std::string qlinear_fits(const ir::Node& n, bool conv) {
   return "";
 }
 
+// The product p takes QuantizeLinear q's scale and zero point `yz` (inputs 6, 7) and writes q's
+// output; q and the nodes `between` them go.
+void take_quantization(ir::Graph& g, ir::Node* p, ir::Node* q, ir::Value* yz, std::initializer_list<ir::Node*> between) {
+  if (p->inputs.size() < 8) p->inputs.resize(8, nullptr);
+  g.set_input(p, 6, q->inputs[1]);
+  g.set_input(p, 7, yz);
+  ir::Value* y2 = q->outputs[0];
+  ir::Value* y1 = p->outputs[0];
+  g.remove_node(q);
+  for (ir::Node* n : between) g.remove_node(n);
+  p->outputs[0] = y2;
+  y2->producer = p;
+  y2->producer_output = 0;
+  y1->producer = nullptr;
+}
+
 // ONNX Runtime's QDQ form quantizes a product's output, then its ReLU's output again:
 //   kiln.QConv/QMatMul (8-bit y1) → DequantizeLinear → Relu → QuantizeLinear (y2)
 // becomes the product with the ReLU and y2's scale and zero point (one rounding instead of two: the
@@ -165,19 +181,44 @@ bool requantized_relu(ir::Graph& g, PassContext& ctx) {
     probe.inputs[7] = q->inputs[2];
     write_activation(Activation{ActKind::kRelu}, probe.attrs);
     if (!refused_as(std::move(probe), p->op_type, p->op_type == "QConv", ctx).empty()) continue;
-    g.set_input(p, 6, q->inputs[1]);
-    g.set_input(p, 7, q->inputs[2]);
     write_activation(Activation{ActKind::kRelu}, p->attrs);
-    ir::Value* y2 = q->outputs[0];
-    ir::Value* y1 = p->outputs[0];
-    g.remove_node(q);
-    g.remove_node(relu);
-    g.remove_node(dq);
-    p->outputs[0] = y2;
-    y2->producer = p;
-    y2->producer_output = 0;
-    y1->producer = nullptr;
-    ctx.log("fuse-qdq", "requantized " + p->describe() + " with its ReLU into " + y2->name);
+    take_quantization(g, p, q, q->inputs[2], {relu, dq});
+    ctx.log("fuse-qdq", "requantized " + p->describe() + " with its ReLU into " + p->outputs[0]->name);
+    changed = true;
+  }
+  if (changed) g.remove_dead_values();
+  return changed;
+}
+
+// A float-output product whose only reader is a per-tensor QuantizeLinear writes the 8-bit value
+// itself (y_scale, y_zero_point): the QuantizeLinear was kept apart by a node that later passes folded
+// into the product (a transformer's FFN: MatMul → bias Add → GELU → QuantizeLinear, the Add and the
+// GELU now in the int8 product's epilogue). The same arithmetic (the activation, then rne(y / ys) + yz,
+// saturated) without writing and re-reading the float tensor.
+bool quantized_output(ir::Graph& g, PassContext& ctx) {
+  bool changed = false;
+  for (ir::Node* p : g.nodes()) {
+    if (p->removed || p->domain != "kiln" || (p->op_type != "QConv" && p->op_type != "QMatMul") || p->has_input(6) ||
+        !p->has_output(0) || p->has_input(9) || p->attr("output_dtype") || p->outputs[0]->type.dtype != DataType::kFloat32)
+      continue;
+    ir::Node* q = sole_reader(p->outputs[0]);
+    if (!is_quantize(q) || q->inputs[0] != p->outputs[0] || !q->has_output(0) || q->attr_int("output_dtype", 0) != 0) continue;
+    const DataType qt = q->has_input(2) ? q->inputs[2]->type.dtype : DataType::kUInt8;
+    if (!is_8bit(qt) || !per_tensor(q, qt, "y").empty()) continue;
+    ir::Value* yz = q->has_input(2) ? q->inputs[2] : nullptr;
+    if (!yz) {
+      Tensor z = Tensor::empty(DataType::kUInt8, {});
+      z.data<uint8_t>()[0] = 0;
+      yz = new_constant(g, q->name + "_zero_point", z);
+    }
+    ir::Node probe = *p;
+    probe.use_index.clear();
+    probe.inputs.resize(std::max<size_t>(probe.inputs.size(), 8), nullptr);
+    probe.inputs[6] = q->inputs[1];
+    probe.inputs[7] = yz;
+    if (!refused_as(std::move(probe), p->op_type, p->op_type == "QConv", ctx).empty()) continue;
+    take_quantization(g, p, q, yz, {});
+    ctx.log("fuse-qdq", "quantized " + p->describe() + "'s output into " + p->outputs[0]->name);
     changed = true;
   }
   if (changed) g.remove_dead_values();
@@ -326,7 +367,9 @@ Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
     rw.log("fused " + what + " into kiln." + fused_op + (q ? " (8-bit output)" : " (float output)"));
     return "";
   });
-  return requantized_relu(g, ctx) || changed;
+  const bool requantized = requantized_relu(g, ctx);
+  const bool quantized = quantized_output(g, ctx);
+  return requantized || quantized || changed;
 }
 
 namespace {

@@ -170,9 +170,12 @@ def test_matmul_bias_add_becomes_the_int8_products_bias(quant_out):
         assert (np.abs(got - ref) / step).max() <= 1.0 + 1e-3
 
 
-def test_bias_and_gelu_after_an_int8_product_are_its_epilogue():
+@pytest.mark.parametrize("quantized", [False, True])
+def test_bias_and_gelu_after_an_int8_product_are_its_epilogue(quantized):
     """A transformer's first FFN product: int8 MatMul, bias Add, GELU (erf form, as exporters write it)
-    — one kiln.QMatMul with the bias and the GELU, the unfused graph's numbers."""
+    — one kiln.QMatMul with the bias and the GELU, the unfused graph's numbers. With the next product's
+    QuantizeLinear after the GELU (an INT8 engine's FFN), the product writes the 8-bit value itself:
+    within one step of the unfused graph."""
     rng = np.random.default_rng(43)
     K, N = 32, 24
     w = rng.integers(-127, 128, size=(K, N)).astype(np.int8)
@@ -189,16 +192,26 @@ def test_bias_and_gelu_after_an_int8_product_are_its_epilogue():
              helper.make_node("Erf", ["d"], ["e"]),
              helper.make_node("Add", ["e", "one"], ["e1"]),
              helper.make_node("Mul", ["p", "e1"], ["pe"]),
-             helper.make_node("Mul", ["pe", "half"], ["y"])]
+             helper.make_node("Mul", ["pe", "half"], ["g" if quantized else "y"])]
+    ys = np.float32(0.05)
+    if quantized:
+        inits += [const("ys", ys), const("yz", np.array(10, np.uint8))]
+        nodes += [helper.make_node("QuantizeLinear", ["g", "ys", "yz"], ["gq"]),
+                  helper.make_node("DequantizeLinear", ["gq", "ys", "yz"], ["y"])]
     g = helper.make_graph(nodes, "ffn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7, K])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     x = (rng.standard_normal((2, 7, K)) * 1.5).astype(np.float32)
     e, got = run_kiln(m, x, 2)
     counts = ops_of(e)
-    assert counts["QMatMul"] == 1 and sum(counts.values()) == 2, e.placement_report()  # QuantizeLinear, QMatMul
+    # QuantizeLinear, QMatMul (with its 8-bit output, the DequantizeLinear after it)
+    assert counts["QMatMul"] == 1 and sum(counts.values()) == 2 + quantized, e.placement_report()
     _, ref = run_kiln(m, x, 0)
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+    if quantized:
+        d = np.abs(got - ref) / ys
+        assert d.max() <= 1.0 + 1e-3 and np.mean(d > 0.5) < 0.01, (d.max(), np.mean(d > 0.5))
+    else:
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
 
 
 def test_nonzero_weight_zero_point_stays_unfused():
