@@ -193,8 +193,9 @@ bool requantized_relu(ir::Graph& g, PassContext& ctx) {
 // A float-output product whose only reader is a per-tensor QuantizeLinear writes the 8-bit value
 // itself (y_scale, y_zero_point): the QuantizeLinear was kept apart by a node that later passes folded
 // into the product (a transformer's FFN: MatMul → bias Add → GELU → QuantizeLinear, the Add and the
-// GELU now in the int8 product's epilogue). The same arithmetic (the activation, then rne(y / ys) + yz,
-// saturated) without writing and re-reading the float tensor.
+// GELU now in the int8 product's epilogue), without writing and re-reading the float tensor. QMatMul's
+// epilogue does the same arithmetic (the activation, then rne(y / ys) + yz, saturated); QConv's kernels
+// fold 1/ys into the scale and bias, within one step of it on .5 ties (as fuse-qdq's own QConvs).
 bool quantized_output(ir::Graph& g, PassContext& ctx) {
   bool changed = false;
   for (ir::Node* p : g.nodes()) {

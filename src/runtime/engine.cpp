@@ -209,7 +209,18 @@ static Status lower_precision_and_layout(ir::Graph& graph, const BuildOptions& o
   }
   const bool qconv = has_qconv(graph);
   const bool half_convs = half_engine && half_fused_conv && !env_is("KILN_CHANNELS_LAST", "0");
-  if (!half_convs && !qconv) return Status::Ok();
+  auto target_takes = [&target](const ir::Node& n) { return target.find(n) != nullptr; };
+  // INT8 products in a half engine read half activations and write half results directly (after the
+  // layout pass when there are int8 convolutions: it moves their Q/DQ).
+  auto int8_reads_and_writes_half = [&]() {
+    if (!half_engine || (!qconv && !has_qmatmul(graph))) return;
+    passes::quantize_half_directly(graph, target_takes);
+    if (options.precision != Precision::kBFloat16) passes::products_write_half(graph, DataType::kFloat16, target_takes);
+  };
+  if (!half_convs && !qconv) {
+    int8_reads_and_writes_half();
+    return Status::Ok();
+  }
   auto accepts = [half_pool, half_convs](const ir::Node& n) {
     if (n.domain == "kiln" && n.op_type == "QConv") return true;
     const DataType dt = n.inputs[0]->type.dtype;
@@ -218,11 +229,7 @@ static Status lower_precision_and_layout(ir::Graph& graph, const BuildOptions& o
     return half_pool;
   };
   KILN_RETURN_IF_ERROR(passes::convert_to_channels_last(graph, accepts).status());
-  auto target_takes = [&target](const ir::Node& n) { return target.find(n) != nullptr; };
-  if (half_engine && (qconv || has_qmatmul(graph))) {
-    passes::quantize_half_directly(graph, target_takes);
-    if (options.precision != Precision::kBFloat16) passes::products_write_half(graph, DataType::kFloat16, target_takes);
-  }
+  int8_reads_and_writes_half();
   // The stem (a few-channel convolution, its max pool and the quantization after it) in one kernel;
   // KILN_CONV_POOL_CUDA=0 keeps the separate steps, to compare.
   if (options.opt_level >= 2 && !env_is("KILN_CONV_POOL_CUDA", "0"))

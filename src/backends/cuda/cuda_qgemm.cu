@@ -349,7 +349,7 @@ int launch_stream(const QGemmArgs& a, cudaStream_t stream) {
   if (e != cudaSuccess) return static_cast<int>(e);
   if (per_sm < 1) return cudaErrorInvalidConfiguration;
   const int64_t m_tiles = (a.rows + kBM - 1) / kBM, n_tiles = (a.m + BN - 1) / BN;
-  if (m_tiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  if (m_tiles > 0x3fffffff) return cudaErrorInvalidConfiguration;  // the kernel's t + per_col stays an int
   // Blocks per channel tile: as many as stay resident together, at most one per pixel tile.
   const int64_t per_col = std::max<int64_t>(1, std::min<int64_t>(m_tiles, int64_t{per_sm} * sms / n_tiles));
   qgemm_stream_kernel<BN><<<static_cast<unsigned>(per_col * n_tiles), kThreadsQ, smem, stream>>>(
