@@ -24,6 +24,7 @@
 #include <set>
 
 #include "ir/float_types.h"
+#include "ops/params_nn.h"
 #include "passes/passes.h"
 
 namespace kiln::passes {
@@ -33,7 +34,7 @@ bool shape_only(const ir::Node& n) { return n.domain.empty() && (n.op_type == "S
 
 bool global_pool(const ir::Node& n) {
   if (n.domain.empty()) return n.op_type == "GlobalAveragePool" || n.op_type == "GlobalMaxPool";
-  return n.domain == "kiln" && n.op_type == "ChannelsLastPool" && n.attr_string("op", "").rfind("Global", 0) == 0;
+  return n.domain == "kiln" && n.op_type == "ChannelsLastPool" && ops::parse_channels_last_pool(n).global;
 }
 
 Tensor to_half(const Tensor& t, DataType half) {

@@ -444,6 +444,13 @@ __global__ void int8_rows_kernel(const uint8_t* __restrict__ a, bool from_uint8,
   }
 }
 
+// saturate(rne(v / ys) + yz) to [lo, hi], as an 8-bit Out (QuantizeLinear's rounding).
+template <typename Out>
+__device__ __forceinline__ Out requantized(float v, float ys, int32_t yz, int32_t lo, int32_t hi) {
+  const float q = rintf(v / ys) + static_cast<float>(yz);
+  return static_cast<Out>(static_cast<int32_t>(fminf(fmaxf(q, static_cast<float>(lo)), static_cast<float>(hi))));
+}
+
 // v = scale[j] · acc[i, j] + offset[j], the activation, then float32 y or saturate(rne(v / ys) + yz).
 template <typename Out>
 __global__ void int8_epilogue_kernel(const int32_t* __restrict__ acc, int64_t ldacc, const float* __restrict__ scale,
@@ -458,8 +465,7 @@ __global__ void int8_epilogue_kernel(const int32_t* __restrict__ acc, int64_t ld
     } else if constexpr (sizeof(Out) == 2) {
       y[e] = __float2half_rn(v);
     } else {
-      const float q = rintf(v / ys) + static_cast<float>(yz);
-      y[e] = static_cast<Out>(static_cast<int32_t>(fminf(fmaxf(q, static_cast<float>(lo)), static_cast<float>(hi))));
+      y[e] = requantized<Out>(v, ys, yz, lo, hi);
     }
   }
 }
@@ -490,10 +496,7 @@ __global__ void int8_epilogue4_kernel(const int32_t* __restrict__ acc, int ldacc
       *reinterpret_cast<uint2*>(out) = packed;
     } else {
       Out q[4];
-      for (int t = 0; t < 4; ++t) {
-        const float r = rintf(v[t] / ys) + static_cast<float>(yz);
-        q[t] = static_cast<Out>(static_cast<int32_t>(fminf(fmaxf(r, static_cast<float>(lo)), static_cast<float>(hi))));
-      }
+      for (int t = 0; t < 4; ++t) q[t] = requantized<Out>(v[t], ys, yz, lo, hi);
       *reinterpret_cast<uint32_t*>(out) = *reinterpret_cast<const uint32_t*>(q);
     }
   }

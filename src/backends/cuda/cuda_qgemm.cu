@@ -79,6 +79,14 @@ __device__ __forceinline__ void warp_mma_step(int (&acc)[kMT][4][4], uint32_t sa
   }
 }
 
+// The input pixel row of output pixel p of a 1x1 convolution with a.stride (X [N, ih, iw, K] read at
+// every stride-th row and column; the output is [N, oh, ow, M]).
+__device__ __forceinline__ int64_t strided_row(const QGemmArgs& a, int64_t p) {
+  if (a.stride == 1) return p;
+  const int64_t per = static_cast<int64_t>(a.oh) * a.ow, img = p / per, rem = p % per;
+  return (img * a.ih + rem / a.ow * a.stride) * a.iw + rem % a.ow * a.stride;
+}
+
 int8_t __device__ __forceinline__ saturate_i8(float v) {
   const int q = __float2int_rn(v);
   return static_cast<int8_t>(q < -128 ? -128 : q > 127 ? 127 : q);
@@ -105,10 +113,7 @@ __global__ void __launch_bounds__(kThreadsQ, BN == 64 ? 3 : 2) qgemm_kernel(QGem
   TileRows<kAChunks> ta;
   ta.init(tid, a.x, a.k, [&](int r) -> int64_t {
     const int64_t p = p0 + r;
-    if (p >= a.rows) return -1;
-    if (a.stride == 1) return p;
-    const int64_t per = static_cast<int64_t>(a.oh) * a.ow, img = p / per, rem = p % per;
-    return (img * a.ih + rem / a.ow * a.stride) * a.iw + rem % a.ow * a.stride;
+    return p < a.rows ? strided_row(a, p) : -1;
   });
   TileRows<kBChunks> tb;
   tb.init(tid, a.w, a.k, [&](int r) -> int64_t { return n0 + r < a.m ? n0 + r : -1; });
@@ -255,11 +260,7 @@ __global__ void __launch_bounds__(kThreadsQ, 2) qgemm_stream_kernel(QGemmArgs a,
       const int r = idx / chunks, ch = idx % chunks;
       const int64_t p = p0 + r;
       const bool ok = p < a.rows && ch * 16 < a.k;
-      int64_t row = p;
-      if (ok && a.stride != 1) {
-        const int64_t per = static_cast<int64_t>(a.oh) * a.ow, img = p / per, rem = p % per;
-        row = (img * a.ih + rem / a.ow * a.stride) * a.iw + rem % a.ow * a.stride;
-      }
+      const int64_t row = ok ? strided_row(a, p) : 0;
       cp_async16(sa + (ch >> 2) * tile_a + swz(r, ch & 3), ok ? a.x + row * a.k + ch * 16 : a.x, ok);
     }
     if (a.z) {
