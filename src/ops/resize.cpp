@@ -153,6 +153,9 @@ bool read_doubles(const Tensor& t, std::vector<double>& out) {
     case DataType::kUInt32: return copy(t.data<uint32_t>());
     case DataType::kUInt64: return copy(t.data<uint64_t>());
     case DataType::kBool: return copy(t.data<bool>());
+    case DataType::kFloat8E4M3FN:
+      for (int64_t i = 0; i < n; ++i) out[i] = mini_to_f32(static_cast<const uint8_t*>(t.raw())[i], MiniFloat::kE4M3FN);
+      return true;
     default: return false;
   }
 }

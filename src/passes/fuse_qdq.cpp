@@ -21,7 +21,11 @@
 namespace kiln::passes {
 namespace {
 
-bool is_8bit(DataType t) { return t == DataType::kUInt8 || t == DataType::kInt8; }
+bool is_8bit(DataType t) { return t == DataType::kUInt8 || t == DataType::kInt8 || t == DataType::kFloat8E4M3FN; }
+
+// Weights the fused products read: symmetric int8, or E4M3 (an FP8 engine's convolutions, scale per
+// output channel, zero point 0); the target's kernel decides which it runs.
+bool is_8bit_weight(DataType t) { return t == DataType::kInt8 || t == DataType::kFloat8E4M3FN; }
 
 const ir::Value* input_or_null(const ir::Node* n, size_t i) { return n && n->has_input(i) ? n->inputs[i] : nullptr; }
 
@@ -92,7 +96,7 @@ std::string qconv_refused(const ir::Node& conv, const ir::Node& dqw, const PassC
 
 bool keep_dequantize_for_fusion(const ir::Node& n, const PassContext& ctx) {
   if (ctx.options.level < 1 || ctx.options.disabled.count("fuse-qdq") || n.op_type != "DequantizeLinear" ||
-      !n.domain.empty() || !n.has_input(0) || n.inputs[0]->type.dtype != DataType::kInt8 || !n.outputs[0])
+      !n.domain.empty() || !n.has_input(0) || !is_8bit_weight(n.inputs[0]->type.dtype) || !n.outputs[0])
     return false;
   for (const ir::Use& u : n.outputs[0]->uses) {
     const ir::Node* r = u.node;
@@ -281,7 +285,8 @@ Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
     if (nx->outputs[0]->type.dtype != DataType::kFloat32 || nw->outputs[0]->type.dtype != DataType::kFloat32)
       return "dequantized to a type other than float32";
     const Tensor& wq = m.constant("wq");
-    if (wq.dtype() != DataType::kInt8) return "W is not int8";
+    if (!is_8bit_weight(wq.dtype())) return "W is not int8 or float8e4m3fn";
+    if ((wq.dtype() == DataType::kFloat8E4M3FN) != (xt == DataType::kFloat8E4M3FN)) return "x and W are not both float8 or both integers";
     if (const ir::Value* wz = input_or_null(nw, 2)) {
       if (!wz->is_constant()) return "W's zero point is not constant";
       for (double z : constant_values(wz))
@@ -375,12 +380,16 @@ Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
 
 namespace {
 
-// A QuantizeLinear/DequantizeLinear with one positive float32 scale and a constant int8 zero point 0.
-bool symmetric_int8(const ir::Node* n) {
+// The symmetric 8-bit types of a residual: int8 (INT8 engines) and E4M3 (FP8 engines).
+bool symmetric_type(DataType t) { return t == DataType::kInt8 || t == DataType::kFloat8E4M3FN; }
+
+// A QuantizeLinear/DequantizeLinear with one positive float32 scale and a constant zero point 0 of a
+// symmetric 8-bit type.
+bool symmetric_8bit(const ir::Node* n) {
   if (!n || !n->domain.empty() || !n->has_input(1) || !n->has_input(2)) return false;
-  if (!per_tensor(n, DataType::kInt8, "").empty()) return false;
   const ir::Value* z = n->inputs[2];
-  return z->type.dtype == DataType::kInt8 && constant_values(z) == std::vector<double>{0.0};
+  if (!symmetric_type(z->type.dtype) || !per_tensor(n, z->type.dtype, "").empty()) return false;
+  return constant_values(z) == std::vector<double>{0.0};
 }
 
 // Both shapes known and equal, every dim a number or a named symbol (a dynamic batch is "batch" on
@@ -392,10 +401,11 @@ bool same_known_shape(const ir::Value* a, const ir::Value* b) {
   return true;
 }
 
-// The reader of v that is a symmetric int8 QuantizeLinear of it, or null.
-ir::Node* int8_quantize_of(const ir::Value* v) {
+// The reader of v that is a symmetric QuantizeLinear of it to `type`, or null.
+ir::Node* quantize_of(const ir::Value* v, DataType type) {
   for (const ir::Use& u : v->uses)
-    if (u.input_index == 0 && u.node->op_type == "QuantizeLinear" && symmetric_int8(u.node)) return u.node;
+    if (u.input_index == 0 && u.node->op_type == "QuantizeLinear" && symmetric_8bit(u.node) && u.node->inputs[2]->type.dtype == type)
+      return u.node;
   return nullptr;
 }
 
@@ -415,10 +425,10 @@ Expected<int> fuse_qconv_residual(ir::Graph& g) {
       // ONNX Runtime's QDQ form: the convolution quantizes its own output, which a DequantizeLinear
       // reads for the Add; that rounding goes (one rounding instead of two, as requantized_relu).
       ir::Node* conv_dq = nullptr;
-      if (conv && conv->op_type == "DequantizeLinear" && symmetric_int8(conv) && conv->inputs[0]->producer &&
+      if (conv && conv->op_type == "DequantizeLinear" && symmetric_8bit(conv) && conv->inputs[0]->producer &&
           sole_reader(conv->inputs[0]) == conv) {
         ir::Node* p = conv->inputs[0]->producer;
-        if (p->domain == "kiln" && p->op_type == "QConv" && p->has_input(6) && p->outputs[0]->type.dtype == DataType::kInt8) {
+        if (p->domain == "kiln" && p->op_type == "QConv" && p->has_input(6) && symmetric_type(p->outputs[0]->type.dtype)) {
           conv_dq = conv;
           conv = p;
         }
@@ -427,17 +437,20 @@ Expected<int> fuse_qconv_residual(ir::Graph& g) {
           conv->has_input(9) || sole_reader(a) != add || !conv->attr_string("activation", "").empty() || a == r ||
           !same_known_shape(a, r))
         continue;
-      // The residual in int8: r = DequantizeLinear(z), or r's own QuantizeLinear z.
+      // The residual in the convolution's 8-bit type (int8, or E4M3 in an FP8 engine): r =
+      // DequantizeLinear(z), or r's own QuantizeLinear z.
+      const DataType qt = conv->inputs[0]->type.dtype;
+      if (!symmetric_type(qt)) continue;
       ir::Value* z = nullptr;
       ir::Value* zs = nullptr;
-      if (r->producer && r->producer->op_type == "DequantizeLinear" && symmetric_int8(r->producer)) {
+      if (r->producer && r->producer->op_type == "DequantizeLinear" && symmetric_8bit(r->producer)) {
         z = r->producer->inputs[0];
         zs = r->producer->inputs[1];
-      } else if (ir::Node* qr = int8_quantize_of(r)) {
+      } else if (ir::Node* qr = quantize_of(r, qt)) {
         z = qr->outputs[0];
         zs = qr->inputs[1];
       }
-      if (!z || z->type.dtype != DataType::kInt8) continue;
+      if (!z || z->type.dtype != qt) continue;
       // After the Add: an optional Relu, then the int8 QuantizeLinear that the fused output becomes.
       ir::Value* v = add->outputs[0];
       ir::Node* relu = nullptr;
@@ -445,13 +458,13 @@ Expected<int> fuse_qconv_residual(ir::Graph& g) {
         relu = rd;
         v = rd->outputs[0];
       }
-      ir::Node* q = int8_quantize_of(v);
+      ir::Node* q = quantize_of(v, qt);
       // ONNX Runtime's QDQ form of Add → Relu: Add → Q → DQ → Relu → Q; the inner pair goes.
       std::vector<ir::Node*> requantized;
       if (q && !relu && v->uses.size() == 1) {
         ir::Node* dq2 = sole_reader(q->outputs[0]);
-        ir::Node* r2 = dq2 && dq2->op_type == "DequantizeLinear" && symmetric_int8(dq2) ? sole_reader(dq2->outputs[0]) : nullptr;
-        ir::Node* q3 = r2 && r2->domain.empty() && r2->op_type == "Relu" && r2->has_output(0) ? int8_quantize_of(r2->outputs[0]) : nullptr;
+        ir::Node* r2 = dq2 && dq2->op_type == "DequantizeLinear" && symmetric_8bit(dq2) ? sole_reader(dq2->outputs[0]) : nullptr;
+        ir::Node* q3 = r2 && r2->domain.empty() && r2->op_type == "Relu" && r2->has_output(0) ? quantize_of(r2->outputs[0], qt) : nullptr;
         if (q3 && sole_reader(r2->outputs[0]) == q3) {
           requantized = {q, dq2};
           relu = r2;

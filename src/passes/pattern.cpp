@@ -5,6 +5,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "ir/float_types.h"
+
 namespace kiln::passes {
 
 Pat any(std::string name) { Pat p; p.kind = Pat::Kind::kAny; p.name = std::move(name); return p; }
@@ -142,6 +144,9 @@ std::vector<double> constant_values(const ir::Value* v) {
     KILN_CASE(DataType::kInt8, int8_t)
     KILN_CASE(DataType::kUInt8, uint8_t)
 #undef KILN_CASE
+    case DataType::kFloat8E4M3FN:
+      for (int64_t i = 0; i < n; ++i) r.push_back(mini_to_f32(static_cast<const uint8_t*>(t.raw())[i], MiniFloat::kE4M3FN));
+      break;
     default: r.clear();
   }
   return r;

@@ -15,8 +15,11 @@
 // FP8 builds (Precision::kFP8) calibrate the same way and quantize MatMul/Gemm with constant weights
 // (K and N divisible by 16, as cuBLASLt's FP8 kernels need) to kiln.F8MatMul: E4M3 activations with
 // one scale, amax / 448 of the calibrated range; E4M3 weights with one scale (amax / 448), stored
-// transposed [N, K]; Gemm's C, or MatMul's Add of a constant row, as the bias. Convolutions stay in
-// the engine's float type (no FP8 convolution yet).
+// transposed [N, K]; Gemm's C, or MatMul's Add of a constant row, as the bias. CUDA FP8 engines also
+// quantize the convolutions cuda.QConv's FP8 form takes (gpu_fp8_conv): the INT8 engines' Q/DQ form
+// with E4M3 instead of int8 (activations and residuals amax / 448, zero point 0; weights per output
+// channel), fused by fuse-qdq into QConv with E4M3 inputs and output. Other convolutions (and every
+// convolution of a CPU FP8 engine) stay in the engine's float type.
 // The ranges can be kept in a calibration cache (text: a header naming the model's hash and the
 // method, then one line per tensor) and reused by later builds without calibration data.
 #include "runtime/calibrate.h"
@@ -226,8 +229,9 @@ Tensor scalar_f32(float v) {
   return t;
 }
 
-// Replaces the weights (input 1) of `n` by DequantizeLinear(int8 weights, per-channel scales).
-void quantize_weights(ir::Graph& g, ir::Node& n) {
+// Replaces the weights (input 1) of `n` by DequantizeLinear(8-bit weights, per-channel scales):
+// int8 (symmetric, ±127), or E4M3 (FP8 engines' convolutions: ±448, nearest even).
+void quantize_weights(ir::Graph& g, ir::Node& n, DataType type) {
   const Tensor& w = *n.inputs[1]->constant;
   const Shape& s = w.shape();
   // The output channels: W's axis 0 for Conv and a transposed Gemm, axis 1 for MatMul and Gemm.
@@ -241,16 +245,19 @@ void quantize_weights(ir::Graph& g, ir::Node& n) {
     const int64_t c = axis0 ? i / inner : i % outer_stride;
     amax[c] = std::max(amax[c], std::fabs(static_cast<double>(src[i])));
   }
+  const bool e4m3 = type == DataType::kFloat8E4M3FN;
   Tensor scales = Tensor::empty(DataType::kFloat32, {channels});
-  Tensor q = Tensor::empty(DataType::kInt8, s);
-  for (int64_t c = 0; c < channels; ++c) scales.data<float>()[c] = amax[c] > 0 ? static_cast<float>(amax[c] / 127.0) : 1.0f;
+  Tensor q = Tensor::empty(type, s);
+  for (int64_t c = 0; c < channels; ++c) scales.data<float>()[c] = symmetric_scale(amax[c], e4m3 ? 448.0 : 127.0);
+  uint8_t* dst = static_cast<uint8_t*>(q.raw());
   for (int64_t i = 0; i < w.numel(); ++i) {
     const int64_t c = axis0 ? i / inner : i % outer_stride;
-    const double v = std::nearbyint(src[i] / static_cast<double>(scales.data<float>()[c]));
-    q.data<int8_t>()[i] = static_cast<int8_t>(std::clamp(v, -127.0, 127.0));
+    const double v = src[i] / static_cast<double>(scales.data<float>()[c]);
+    dst[i] = e4m3 ? f32_to_mini(static_cast<float>(v), MiniFloat::kE4M3FN, true)
+                  : static_cast<uint8_t>(static_cast<int8_t>(std::clamp(std::nearbyint(v), -127.0, 127.0)));
   }
   const std::string base = n.inputs[1]->name;
-  ir::Value* qv = g.new_value(base + "_int8", ir::Type::tensor(DataType::kInt8, ir::SymShape::of(s)));
+  ir::Value* qv = g.new_value(base + (e4m3 ? "_e4m3" : "_int8"), ir::Type::tensor(type, ir::SymShape::of(s)));
   qv->constant = std::move(q);
   ir::Value* sv = g.new_value(base + "_scale", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({channels})));
   sv->constant = std::move(scales);
@@ -284,6 +291,11 @@ bool gpu_int8_conv(const ir::Node& n) {
   return n.attr_int("group", 1) == 1 && w[0] % 4 == 0 && w[1] % 4 == 0 && w[1] >= 16 && passes::symmetric_pads(n);
 }
 
+// Convolutions a CUDA FP8 engine runs in E4M3 (cuda.QConv's FP8 form, cuDNN's implicit-GEMM FP8
+// kernels): as gpu_int8_conv, with output channels divisible by 16 (input channels are padded to
+// 16). The rest (an RGB stem) stays float16.
+bool gpu_fp8_conv(const ir::Node& n) { return gpu_int8_conv(n) && n.inputs[1]->constant->shape()[0] % 16 == 0; }
+
 // What an INT8 graph quantizes: the products (graph order), the activations they read (each once,
 // graph order), and on CUDA which activations are symmetric int8 (those convolutions read: their
 // kernel pads with zeros, which only zero point 0 makes exact) and the residual Adds that get an int8
@@ -304,14 +316,15 @@ Targets find_targets(ir::Graph& g, Products which, const std::set<std::string>& 
   std::set<const ir::Node*> taken;
   for (ir::Node* n : g.nodes()) {
     const bool conv = n->op_type == "Conv";
-    const bool take = which.fp8 ? fp8_quantizable(*n) : quantizable(*n) && (!which.gpu || !conv || gpu_int8_conv(*n));
+    const bool take = which.fp8 ? fp8_quantizable(*n) || (which.gpu && conv && quantizable(*n) && gpu_fp8_conv(*n))
+                                : quantizable(*n) && (!which.gpu || !conv || gpu_int8_conv(*n));
     if (!take || keep_float.count(n->name)) continue;
     t.products.push_back(n);
     taken.insert(n);
     if (seen.insert(n->inputs[0]->name).second) t.acts.push_back(n->inputs[0]->name);
     if (which.gpu && conv) t.symmetric.insert(n->inputs[0]->name);
   }
-  if (!which.gpu || which.fp8) return t;
+  if (!which.gpu) return t;
   auto quantized_conv_output = [&](const ir::Value* v) {
     return v && v->producer && v->producer->op_type == "Conv" && taken.count(v->producer) && v->uses.size() == 1 && !v->is_output;
   };
@@ -421,19 +434,25 @@ Expected<Calibration> calibrate(ir::Graph& g, const BuildOptions& options, const
 }
 
 // Q → DQ on each calibrated activation, read by the products (other readers keep the float value),
-// and int8 weights behind a DequantizeLinear; nodes named in keep_float stay float.
-Status insert_qdq(ir::Graph& g, Products which, const Calibration& cal, const std::set<std::string>& keep_float,
-                  Int8Report* report) {
-  const Targets found = find_targets(g, which, keep_float);
+// and 8-bit weights behind a DequantizeLinear, for `products` (those of `found` it names; all when
+// null) and the activations they and `found`'s residuals read. `symmetric_type` is what CUDA
+// convolutions read: int8 (INT8 engines) or E4M3 (FP8 engines), zero point 0.
+void insert_qdq_nodes(ir::Graph& g, const Targets& found, const std::vector<ir::Node*>& products, DataType symmetric_type,
+                      const Calibration& cal, Int8Report* report) {
+  std::set<std::string> acts;
+  for (const ir::Node* n : products) acts.insert(n->inputs[0]->name);
+  for (const auto& [add, i] : found.residuals) acts.insert(add->inputs[i]->name);
   const auto& ranges = cal.ranges;
   std::map<std::string, ir::Value*> dequantized;
   for (const std::string& a : found.acts) {
+    if (!acts.count(a)) continue;
     ir::Value* v = g.find_value(a);
     const auto& [lo, hi] = ranges.at(a);
-    // uint8 with a zero point, or (CUDA convolutions' inputs) int8 with zero point 0.
+    // uint8 with a zero point, or (CUDA convolutions' inputs) int8/E4M3 with zero point 0.
     const bool symmetric = found.symmetric.count(a) > 0;
-    const DataType qt = symmetric ? DataType::kInt8 : DataType::kUInt8;
-    const auto [scale, zp] = symmetric ? std::pair<float, uint8_t>{symmetric_scale(std::max(std::fabs(lo), std::fabs(hi)), 127.0), 0}
+    const DataType qt = symmetric ? symmetric_type : DataType::kUInt8;
+    const double qmax = symmetric_type == DataType::kFloat8E4M3FN ? 448.0 : 127.0;
+    const auto [scale, zp] = symmetric ? std::pair<float, uint8_t>{symmetric_scale(std::max(std::fabs(lo), std::fabs(hi)), qmax), 0}
                                        : uint8_params(lo, hi);
     ir::Value* sv = g.new_value(a + "_scale", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({})));
     sv->constant = scalar_f32(scale);
@@ -441,18 +460,26 @@ Status insert_qdq(ir::Graph& g, Products which, const Calibration& cal, const st
     static_cast<uint8_t*>(z.raw())[0] = zp;
     ir::Value* zv = g.new_value(a + "_zero_point", ir::Type::tensor(qt, ir::SymShape::of({})));
     zv->constant = std::move(z);
-    ir::Value* q = g.new_value(a + (symmetric ? "_int8" : "_uint8"), ir::Type::tensor(qt, v->type.shape));
+    ir::Value* q = g.new_value(a + "_" + dtype_name(qt), ir::Type::tensor(qt, v->type.shape));
     ir::Value* d = g.new_value(a + "_dq", v->type);
     g.add_node("QuantizeLinear", "", {v, sv, zv}, {q}, a + "_QuantizeLinear")->opset = 21;
     g.add_node("DequantizeLinear", "", {q, sv, zv}, {d}, a + "_DequantizeLinear")->opset = 21;
     dequantized[a] = d;
     if (report) report->ranges.push_back({a, lo, hi, scale, static_cast<int>(zp)});
   }
-  for (ir::Node* n : found.products) {
+  for (ir::Node* n : products) {
     g.set_input(n, 0, dequantized.at(n->inputs[0]->name));
-    quantize_weights(g, *n);
+    quantize_weights(g, *n, n->op_type == "Conv" ? symmetric_type : DataType::kInt8);
   }
   for (const auto& [add, i] : found.residuals) g.set_input(add, i, dequantized.at(add->inputs[i]->name));
+}
+
+// INT8 engines: every product quantized by Q/DQ (uint8 activations; int8 where CUDA convolutions
+// read them); nodes named in keep_float stay float.
+Status insert_qdq(ir::Graph& g, Products which, const Calibration& cal, const std::set<std::string>& keep_float,
+                  Int8Report* report) {
+  const Targets found = find_targets(g, which, keep_float);
+  insert_qdq_nodes(g, found, found.products, DataType::kInt8, cal, report);
   return g.sort();
 }
 
@@ -480,10 +507,16 @@ ir::Node* bias_add_of(const ir::Node& mm, int64_t n, const ir::Value** row) {
 Status insert_fp8(ir::Graph& g, Products which, const Calibration& cal, const std::set<std::string>& keep_float,
                   Int8Report* report) {
   const Targets found = find_targets(g, which, keep_float);
-  const std::vector<ir::Node*>& targets = found.products;
-  const std::vector<std::string>& acts = found.acts;
+  std::vector<ir::Node*> targets, convs;
+  for (ir::Node* n : found.products) (n->op_type == "Conv" ? convs : targets).push_back(n);
+  // CUDA convolutions: E4M3 Q/DQ around them (activations and residuals scaled to ±448, weights per
+  // output channel), which fuse-qdq makes cuda.QConv's FP8 form, as INT8 engines do it in int8.
+  insert_qdq_nodes(g, found, convs, DataType::kFloat8E4M3FN, cal, report);
+  std::set<std::string> matmul_acts;
+  for (const ir::Node* n : targets) matmul_acts.insert(n->inputs[0]->name);
   std::map<std::string, float> a_scale;
-  for (const std::string& a : acts) {
+  for (const std::string& a : found.acts) {
+    if (!matmul_acts.count(a)) continue;
     const auto& [lo, hi] = cal.ranges.at(a);
     a_scale[a] = e4m3_scale(std::max(std::fabs(lo), std::fabs(hi)));
     if (report) report->ranges.push_back({a, lo, hi, a_scale[a], 0});

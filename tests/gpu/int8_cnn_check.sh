@@ -18,7 +18,9 @@
 # 7. (BASELINE=1) both engines again with KILN_CONV_POOL_CUDA=0 (the stem as separate steps), timed;
 # 8. (PROFILE=1) the INT8 engine's per-kernel GPU time (Nsight Compute, tests/gpu/kernel_table.py).
 # TUNE_S: the tuner's time limit per layer (--tune-layer-seconds; kiln's default 2); NO_FP16=1: the
-# float16 engine is not built (a quicker INT8-only iteration).
+# float16 engine is not built (a quicker INT8-only iteration); FP8=1 also builds `--precision fp8`
+# (E4M3 convolutions and products, calibrated on the same sets) and measures it as the others;
+# NO_INT8=1 skips the INT8 engine. The profiles (steps 4 and 8) are of the first engine built.
 # The builds share a timing cache, $OUT/r/timing_cache.txt (returned with the results; start from a
 # saved one with CACHE=path: a build whose layers it holds skips their tuning and cuDNN's compiles).
 set -uo pipefail
@@ -93,17 +95,22 @@ PY
   in=$(python3 -c "import sys; sys.path.insert(0, 'bench/zoo'); import zoo; print(zoo.MODELS['$m'].inputs[0].name)")
   if [ -n "${CACHE:-}" ]; then cp "$CACHE" "$out/timing_cache.txt"; fi
   for b in $batches; do
-    echo "== batch $b: kiln build --int8 --precision fp16 --shapes $in:${b}x3x224x224 (calibration: 8 sets of 4)"
-    s0=$(date +%s)
-    "$bin/kiln" build build/zoo/${m}_op17.onnx -o /tmp/int8_b$b.kiln --device cuda --int8 --precision fp16 \
-        --calibration build/calib/$m --shapes $in:${b}x3x224x224 --timing-cache "$out/timing_cache.txt" ${TUNE_S:+--tune-layer-seconds $TUNE_S} -v \
-        > "$out/build_int8_b$b.txt" 2>&1 || tail -20 "$out/build_int8_b$b.txt"
-    echo "build: $(( $(date +%s) - s0 )) s"
-    grep -E "^int8|relative L2" "$out/build_int8_b$b.txt" | head -3
-    grep -cE "into kiln.QConv" "$out/build_int8_b$b.txt" | sed 's/^/fuse-qdq convolutions: /'
-    "$bin/kiln" inspect /tmp/int8_b$b.kiln -v > "$out/inspect_int8_b$b.txt" 2>&1
-    grep -oE "(cuda|cpu)\.[A-Za-z0-9_.]+" "$out/inspect_int8_b$b.txt" | sort | uniq -c | sort -rn | head -20
-    engines="int8 fp16"; [ -n "${NO_FP16:-}" ] && engines=int8
+    engines=""; [ -z "${NO_INT8:-}" ] && engines="int8"; [ -n "${FP8:-}" ] && engines="$engines fp8"
+    for e in $engines; do
+      flags="--int8 --precision fp16"; [ $e = fp8 ] && flags="--precision fp8"
+      echo "== batch $b: kiln build $flags --shapes $in:${b}x3x224x224 (calibration: 8 sets of 4)"
+      s0=$(date +%s)
+      "$bin/kiln" build build/zoo/${m}_op17.onnx -o /tmp/${e}_b$b.kiln --device cuda $flags \
+          --calibration build/calib/$m --shapes $in:${b}x3x224x224 --timing-cache "$out/timing_cache.txt" ${TUNE_S:+--tune-layer-seconds $TUNE_S} -v \
+          > "$out/build_${e}_b$b.txt" 2>&1 || tail -20 "$out/build_${e}_b$b.txt"
+      echo "build: $(( $(date +%s) - s0 )) s"
+      grep -E "^(int8|fp8)|relative L2" "$out/build_${e}_b$b.txt" | head -3
+      grep -cE "into kiln.QConv" "$out/build_${e}_b$b.txt" | sed 's/^/fuse-qdq convolutions: /'
+      "$bin/kiln" inspect /tmp/${e}_b$b.kiln -v > "$out/inspect_${e}_b$b.txt" 2>&1
+      grep -oE "(cuda|cpu)\.[A-Za-z0-9_.]+" "$out/inspect_${e}_b$b.txt" | sort | uniq -c | sort -rn | head -20
+    done
+    first=$(echo $engines | awk '{print $1}')
+    [ -z "${NO_FP16:-}" ] && engines="$engines fp16"
     [ -z "${NO_FP16:-}" ] && { "$bin/kiln" build build/zoo/${m}_op17.onnx -o /tmp/fp16_b$b.kiln --device cuda --precision fp16 \
         --shapes $in:${b}x3x224x224 --timing-cache "$out/timing_cache.txt" ${TUNE_S:+--tune-layer-seconds $TUNE_S} \
         > "$out/build_fp16_b$b.txt" 2>&1 || tail -5 "$out/build_fp16_b$b.txt"; }
@@ -127,6 +134,7 @@ PY
     if [ -n "${BASELINE:-}" ]; then
       for e in $engines; do
         flags="--precision fp16"; [ $e = int8 ] && flags="--int8 --precision fp16 --calibration build/calib/$m"
+        [ $e = fp8 ] && flags="--precision fp8 --calibration build/calib/$m"
         KILN_CONV_POOL_CUDA=0 "$bin/kiln" build build/zoo/${m}_op17.onnx -o /tmp/${e}_b${b}_sep.kiln --device cuda $flags \
             --shapes $in:${b}x3x224x224 --timing-cache "$out/timing_cache.txt" > "$out/build_${e}_b${b}_sep.txt" 2>&1 || tail -5 "$out/build_${e}_b${b}_sep.txt"
         printf "%s batch %s %s, stem as separate steps (KILN_CONV_POOL_CUDA=0): " $m $b $e
@@ -134,14 +142,14 @@ PY
       done
     fi
     if [ -n "${PROFILE:-}" ]; then
-      echo "-- int8 batch $b per kernel (ncu; kiln bench -n 1 --warmup 1 makes 3 runs)"
-      ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base "$bin/kiln" bench /tmp/int8_b$b.kiln \
-        $(zoo_args $m $b) -n 1 --warmup 1 --device-io --no-cuda-graphs > "$out/ncu_int8_b$b.csv" 2> "$out/ncu_int8_b$b.err"
-      python3 tests/gpu/kernel_table.py "$out/ncu_int8_b$b.csv" --runs 3 --width 90 | head -40
-      rm -f "$out/ncu_int8_b$b.csv"
+      echo "-- $first batch $b per kernel (ncu; kiln bench -n 1 --warmup 1 makes 3 runs)"
+      ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base "$bin/kiln" bench /tmp/${first}_b$b.kiln \
+        $(zoo_args $m $b) -n 1 --warmup 1 --device-io --no-cuda-graphs > "$out/ncu_${first}_b$b.csv" 2> "$out/ncu_${first}_b$b.err"
+      python3 tests/gpu/kernel_table.py "$out/ncu_${first}_b$b.csv" --runs 3 --width 90 | head -40
+      rm -f "$out/ncu_${first}_b$b.csv"
     fi
-    echo "-- int8 batch $b per op type (no graphs, launch blocking)"
-    CUDA_LAUNCH_BLOCKING=1 KILN_PROFILE=1 "$bin/kiln" bench /tmp/int8_b$b.kiln $(zoo_args $m $b) -n 5 --warmup 2 \
+    echo "-- $first batch $b per op type (no graphs, launch blocking)"
+    CUDA_LAUNCH_BLOCKING=1 KILN_PROFILE=1 "$bin/kiln" bench /tmp/${first}_b$b.kiln $(zoo_args $m $b) -n 5 --warmup 2 \
         --no-cuda-graphs 2>&1 | grep -vE "^(median|min|gpu)" | head -30
   done
   if [ -n "${TORCH:-}" ]; then

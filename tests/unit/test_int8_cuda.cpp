@@ -58,6 +58,7 @@ Tensor scalar_of(DataType t, double v) {
     case DataType::kFloat32: s.data<float>()[0] = static_cast<float>(v); break;
     case DataType::kUInt8: s.data<uint8_t>()[0] = static_cast<uint8_t>(v); break;
     case DataType::kInt8: s.data<int8_t>()[0] = static_cast<int8_t>(v); break;
+    case DataType::kFloat8E4M3FN: static_cast<uint8_t*>(s.raw())[0] = f32_to_mini(static_cast<float>(v), MiniFloat::kE4M3FN, true); break;
     default: ADD_FAILURE() << "scalar_of: dtype";
   }
   return s;
@@ -122,6 +123,7 @@ double value_at(const Tensor& t, int64_t i) {
     case DataType::kUInt8: return t.data<uint8_t>()[i];
     case DataType::kInt8: return t.data<int8_t>()[i];
     case DataType::kFloat16: return f16_to_f32(t.data<uint16_t>()[i]);
+    case DataType::kFloat8E4M3FN: return mini_to_f32(static_cast<const uint8_t*>(t.raw())[i], MiniFloat::kE4M3FN);
     default: return NAN;
   }
 }
@@ -228,6 +230,7 @@ struct ConvCase {
 
 struct ConvData {
   ConvCase cc;
+  DataType q8 = DataType::kInt8;  // X, W, Z and an 8-bit Y: int8, or E4M3 (FP8 engines)
   Tensor x, w, ws, bias, z;
   float xs = 0.03f, ys = 0.08f, zs = 0.05f;
   int64_t oh = 0, ow = 0;
@@ -266,11 +269,11 @@ ConvData make_conv(const ConvCase& cc, std::mt19937& rng) {
 }
 
 std::vector<Tensor> conv_inputs(const ConvData& d) {
-  std::vector<Tensor> in = {d.x, scalar_of(DataType::kFloat32, d.xs), scalar_of(DataType::kInt8, 0), d.w, d.ws, Tensor(),
+  std::vector<Tensor> in = {d.x, scalar_of(DataType::kFloat32, d.xs), scalar_of(d.q8, 0), d.w, d.ws, Tensor(),
                             Tensor(), Tensor(), d.bias, Tensor(), Tensor()};
-  if (d.cc.out == DataType::kInt8) {
+  if (d.cc.out != DataType::kFloat32) {
     in[6] = scalar_of(DataType::kFloat32, d.ys);
-    in[7] = scalar_of(DataType::kInt8, 0);
+    in[7] = scalar_of(d.q8, 0);
   }
   if (d.cc.residual) {
     in[9] = d.z;
@@ -296,30 +299,33 @@ std::unique_ptr<OneNode> qconv_node(const ConvData& d) {
   return n;
 }
 
-std::vector<double> conv_reference(const ConvData& d) {
+// What the graph means, per output element, in double; quantize = false: before the output's
+// QuantizeLinear.
+std::vector<double> conv_reference(const ConvData& d, bool quantize = true) {
   const ConvCase& c = d.cc;
   std::vector<double> y(static_cast<size_t>(c.n * d.oh * d.ow * c.m));
   for (int64_t b = 0; b < c.n; ++b)
     for (int64_t oy = 0; oy < d.oh; ++oy)
       for (int64_t ox = 0; ox < d.ow; ++ox)
         for (int64_t m = 0; m < c.m; ++m) {
-          int64_t acc = 0;
+          double acc = 0;  // exact: int8 and E4M3 products and their sums fit a double here
           for (int64_t ky = 0; ky < c.k; ++ky)
             for (int64_t kx = 0; kx < c.k; ++kx) {
               const int64_t iy = oy * c.stride - c.pad + ky, ix = ox * c.stride - c.pad + kx;
               if (iy < 0 || iy >= c.h || ix < 0 || ix >= c.w) continue;
-              const int8_t* xp = d.x.data<int8_t>() + ((b * c.h + iy) * c.w + ix) * c.c;
-              const int8_t* wp = d.w.data<int8_t>() + ((m * c.k + ky) * c.k + kx) * c.c;
-              for (int64_t ch = 0; ch < c.c; ++ch) acc += int64_t{xp[ch]} * wp[ch];
+              const int64_t xp = ((b * c.h + iy) * c.w + ix) * c.c, wp = ((m * c.k + ky) * c.k + kx) * c.c;
+              for (int64_t ch = 0; ch < c.c; ++ch) acc += value_at(d.x, xp + ch) * value_at(d.w, wp + ch);
             }
           const double s = static_cast<double>(d.xs) * d.ws.data<float>()[d.ws.numel() == 1 ? 0 : m];
           double v = s * static_cast<double>(acc);
           if (c.bias == DataType::kFloat32) v += d.bias.data<float>()[m];
           if (c.bias == DataType::kInt32) v += s * d.bias.data<int32_t>()[m];
           const int64_t at = ((b * d.oh + oy) * d.ow + ox) * c.m + m;
-          if (c.residual) v += static_cast<double>(d.zs) * d.z.data<int8_t>()[at];
+          if (c.residual) v += static_cast<double>(d.zs) * value_at(d.z, at);
           if (c.relu) v = std::max(v, 0.0);
-          if (c.out == DataType::kInt8) v = std::clamp(std::nearbyint(v / d.ys), -128.0, 127.0);
+          if (quantize && c.out == DataType::kInt8) v = std::clamp(std::nearbyint(v / d.ys), -128.0, 127.0);
+          if (quantize && c.out == DataType::kFloat8E4M3FN)
+            v = mini_to_f32(f32_to_mini(static_cast<float>(v / d.ys), MiniFloat::kE4M3FN, true), MiniFloat::kE4M3FN);
           y[static_cast<size_t>(at)] = v;
         }
   return y;
@@ -403,6 +409,91 @@ TEST(CudaQConv, MatchesTheQdqGraphEveryTactic) {
   }
 }
 
+// Random finite E4M3 values below 2^(top - 7) in magnitude (biased exponents 0 .. top - 1), both signs.
+Tensor random_e4m3(const Shape& shape, int top, std::mt19937& rng) {
+  Tensor t = Tensor::empty(DataType::kFloat8E4M3FN, shape);
+  std::uniform_int_distribution<int> bits(0, top * 8 - 1), sign(0, 1);
+  for (int64_t i = 0; i < t.numel(); ++i) static_cast<uint8_t*>(t.raw())[i] = static_cast<uint8_t>(bits(rng) | (sign(rng) << 7));
+  return t;
+}
+
+// An FP8 engine's convolution (runtime/calibrate.cpp): E4M3 X, W and residual, per-channel weight
+// scales, E4M3 or float32 output. y_scale puts the largest output ~1.3x past E4M3's 448, so
+// saturation shows as well as rounding.
+ConvData make_fp8_conv(const ConvCase& cc, std::mt19937& rng) {
+  ConvData d = make_conv(cc, rng);
+  d.q8 = DataType::kFloat8E4M3FN;
+  d.x = random_e4m3({cc.n, cc.h, cc.w, cc.c}, 11, rng);  // |x| < 16
+  d.w = random_e4m3({cc.m, cc.k, cc.k, cc.c}, 8, rng);   // |w| < 2
+  if (cc.residual) d.z = random_e4m3({cc.n, d.oh, d.ow, cc.m}, 13, rng);
+  std::uniform_real_distribution<float> scale(0.005f, 0.015f);
+  for (int64_t i = 0; i < d.ws.numel(); ++i) d.ws.data<float>()[i] = scale(rng);
+  double top = 0;
+  for (double v : conv_reference(d, false)) top = std::max(top, std::fabs(v));
+  d.ys = static_cast<float>(top / 600.0);
+  return d;
+}
+
+// E4M3 outputs within one E4M3 step of the reference (the sums' float32 rounding near a rounding
+// boundary), rarely off; float outputs within 2e-3 of the largest |y| (Hopper's FP8 tensor cores
+// add partial sums with fewer bits than float32).
+void expect_fp8_conv_matches(const Tensor& got, const ConvData& d, const std::string& what) {
+  const std::vector<double> want = conv_reference(d);
+  ASSERT_EQ(got.dtype(), d.cc.out) << what;
+  ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size())) << what;
+  double top = 0;
+  for (double v : want) top = std::max(top, std::fabs(v));
+  int64_t off = 0, saturated = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double g = value_at(got, i), dd = std::fabs(g - want[i]);
+    ASSERT_TRUE(std::isfinite(g)) << what << " element " << i << ": got " << g << ", want " << want[i];
+    if (d.cc.out == DataType::kFloat8E4M3FN) {
+      ASSERT_LE(dd, std::max(std::fabs(want[i]) / 8, 1.0 / 512) * 1.0001) << what << " element " << i << ": got " << g << ", want " << want[i];
+      off += dd > 0;
+      saturated += std::fabs(want[i]) == 448;
+    } else {
+      ASSERT_LE(dd, 2e-3 * top) << what << " element " << i << ": got " << g << ", want " << want[i];
+    }
+  }
+  if (d.cc.out == DataType::kFloat8E4M3FN) {
+    EXPECT_LE(off, got.numel() / 20 + 1) << what;
+    EXPECT_GT(saturated, 0) << what << ": no output saturated";
+  }
+}
+
+TEST(CudaQConv, Fp8MatchesTheQdqGraphEveryTactic) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(23);
+  const ConvCase cases[] = {
+      // n h w c m k stride pad per_channel relu residual bias out (float32 or E4M3)
+      {2, 9, 9, 16, 32, 3, 1, 1, true, true, false, DataType::kFloat32, DataType::kFloat8E4M3FN},
+      {1, 10, 10, 32, 16, 3, 2, 1, true, false, true, DataType::kFloat32, DataType::kFloat8E4M3FN},
+      {2, 7, 7, 64, 64, 1, 1, 0, true, true, true, DataType::kFloat32, DataType::kFloat8E4M3FN},
+      {2, 8, 8, 64, 128, 1, 2, 0, false, false, false, DataType::kUndefined, DataType::kFloat8E4M3FN},
+      {1, 6, 6, 48, 32, 3, 1, 1, true, true, true, DataType::kFloat32, DataType::kFloat32},
+      {2, 15, 15, 3, 16, 7, 2, 3, true, true, false, DataType::kFloat32, DataType::kFloat8E4M3FN},  // C padded to 16
+  };
+  for (const ConvCase& cc : cases) {
+    const ConvData d = make_fp8_conv(cc, rng);
+    const std::string what = "fp8 " + std::to_string(cc.c) + ">" + std::to_string(cc.m) + " " + std::to_string(cc.k) + "x" +
+                             std::to_string(cc.k) + "/" + std::to_string(cc.stride) + (cc.residual ? " +Z" : "") +
+                             (cc.relu ? " Relu" : "") + " → " + dtype_name(cc.out);
+    auto node = qconv_node(d);
+    std::vector<std::string> tactics;
+    auto got = cudatest::run_cuda(*node->node, conv_inputs(d), {}, &tactics);
+    ASSERT_TRUE(got.ok()) << what << ": " << got.status().to_string();
+    expect_fp8_conv_matches((*got)[0], d, what + ", own choice");
+    EXPECT_FALSE(tactics.empty()) << what;
+    for (const std::string& t : tactics) {
+      EXPECT_EQ(t.rfind("cfg", 0), 0u) << what << ": only cuDNN's configurations run E4M3, got " << t;
+      auto g = cudatest::run_cuda(*node->node, conv_inputs(d), t);
+      if (!g.ok() && g.status().message().find("no engine") != std::string::npos) continue;
+      ASSERT_TRUE(g.ok()) << what << " " << t << ": " << g.status().to_string();
+      expect_fp8_conv_matches((*g)[0], d, what + ", tactic " + t);
+    }
+  }
+}
+
 // The row's static check (placement reads it with or without a GPU).
 TEST(CudaQConv, RowTakesSymmetricChannelsLastInt8Only) {
   const KernelRegistry* cuda = cuda_kernel_registry();
@@ -428,6 +519,23 @@ TEST(CudaQConv, RowTakesSymmetricChannelsLastInt8Only) {
   EXPECT_EQ(row->rejects(*qconv_node(odd_in)->node), "") << "input channels are padded";
   const ConvData odd_out = make_conv({1, 5, 5, 8, 6, 3, 1, 1, true, true, false, DataType::kFloat32, DataType::kInt8}, rng);
   EXPECT_NE(row->rejects(*qconv_node(odd_out)->node).find("divisible by 4"), std::string::npos);
+  // E4M3 (FP8 engines): X, W, Z and Y all E4M3, channels divisible by 16.
+  const ConvData f8 = make_fp8_conv({1, 5, 5, 16, 16, 3, 1, 1, true, true, true, DataType::kFloat32, DataType::kFloat8E4M3FN}, rng);
+  EXPECT_EQ(row->rejects(*qconv_node(f8)->node), "");
+  ConvData mixed = f8;
+  mixed.x = Tensor::empty(DataType::kInt8, f8.x.shape());
+  auto mixed_node = qconv_node(mixed);
+  EXPECT_NE(row->rejects(*mixed_node->node).find("float8e4m3fn"), std::string::npos);
+  ConvData int8_y = f8;
+  int8_y.cc.out = DataType::kInt8;
+  auto y_node = qconv_node(int8_y);
+  y_node->node->inputs[7]->constant = scalar_of(DataType::kInt8, 0);
+  y_node->node->inputs[7]->type.dtype = DataType::kInt8;
+  EXPECT_NE(row->rejects(*y_node->node).find("y must be float8e4m3fn"), std::string::npos);
+  const ConvData f8_odd_in = make_fp8_conv({1, 5, 5, 8, 16, 3, 1, 1, true, true, false, DataType::kFloat32, DataType::kFloat32}, rng);
+  EXPECT_EQ(row->rejects(*qconv_node(f8_odd_in)->node), "") << "input channels are padded to 16";
+  const ConvData f8_odd_out = make_fp8_conv({1, 5, 5, 16, 8, 3, 1, 1, true, true, false, DataType::kFloat32, DataType::kFloat32}, rng);
+  EXPECT_NE(row->rejects(*qconv_node(f8_odd_out)->node).find("divisible by 16"), std::string::npos);
 }
 
 }  // namespace

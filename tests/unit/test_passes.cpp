@@ -1178,11 +1178,14 @@ struct ResidualBlock {
     Tensor z = Tensor::empty(residual_type, {});
     static_cast<uint8_t*>(z.raw())[0] = 0;
     ir::Value* zp = b.constant(z);
-    Tensor zi = Tensor::empty(DataType::kInt8, {});
-    zi.data<int8_t>()[0] = 0;
+    // An FP8 engine's block (E4M3 residual): E4M3 weights and output too.
+    const bool e4m3 = residual_type == DataType::kFloat8E4M3FN;
+    const DataType q8 = e4m3 ? DataType::kFloat8E4M3FN : DataType::kInt8;
+    Tensor zi = Tensor::empty(q8, {});
+    static_cast<uint8_t*>(zi.raw())[0] = 0;
     ir::Value* zp8 = b.constant(zi);
-    Tensor w = Tensor::empty(DataType::kInt8, {16, 16, 1, 1});
-    for (int64_t i = 0; i < w.numel(); ++i) w.data<int8_t>()[i] = static_cast<int8_t>(i % 7 - 3);
+    Tensor w = Tensor::empty(q8, {16, 16, 1, 1});
+    for (int64_t i = 0; i < w.numel(); ++i) static_cast<uint8_t*>(w.raw())[i] = static_cast<uint8_t>(e4m3 ? i % 7 * 8 : i % 7 - 3);
     std::vector<ir::Value*> ins = {xq, b.scalar(0.05f), zp, b.constant(w), b.floats({16}, 0.01f, 0.02f), nullptr, nullptr,
                                    nullptr, b.floats({16})};
     a = b.g->new_value("conv3");
@@ -1235,8 +1238,37 @@ TEST(Passes, QConvResidualWithAFloatOutput) {
   EXPECT_TRUE(g->verify().ok());
 }
 
+void residual_folds_the_add_relu_and_quantize(DataType q8);
+
 TEST(Passes, QConvResidualFoldsTheAddReluAndQuantize) {
+  for (DataType q8 : {DataType::kInt8, DataType::kFloat8E4M3FN}) {
+    SCOPED_TRACE(dtype_name(q8));
+    residual_folds_the_add_relu_and_quantize(q8);
+  }
+}
+
+// An int8 block with an E4M3 residual (or the reverse) keeps its Add: the kernel reads Z in X's type.
+TEST(Passes, QConvResidualNeedsTheConvolutionsType) {
   ResidualBlock blk(true, DataType::kInt8, "", /*dynamic_batch=*/true);
+  for (ir::Node* n : blk.b.g->nodes())
+    if (n->op_type == "DequantizeLinear" && n->inputs[0] == blk.xq) {
+      Tensor z = Tensor::empty(DataType::kFloat8E4M3FN, {});
+      static_cast<uint8_t*>(z.raw())[0] = 0;
+      ir::Value* zf = blk.b.constant(z);
+      ir::Value* x8 = blk.b.g->add_value("x8", ir::Type::tensor(DataType::kFloat8E4M3FN, blk.xq->type.shape));
+      x8->is_input = true;
+      blk.b.g->inputs.push_back(x8);
+      blk.b.g->set_input(n, 0, x8);
+      blk.b.g->set_input(n, 2, zf);
+    }
+  auto g = blk.b.g->clone();
+  auto fused = passes::fuse_qconv_residual(*g);
+  ASSERT_TRUE(fused.ok());
+  EXPECT_EQ(*fused, 0);
+}
+
+void residual_folds_the_add_relu_and_quantize(DataType q8) {
+  ResidualBlock blk(true, q8, "", /*dynamic_batch=*/true);
   auto g = fused_once(blk.b);
   auto counts = op_counts(*g);
   EXPECT_EQ(counts["QuantizeLinear"], 0);
@@ -1249,7 +1281,7 @@ TEST(Passes, QConvResidualFoldsTheAddReluAndQuantize) {
   EXPECT_EQ(q->inputs[9]->name, "xq");  // the residual read in int8
   EXPECT_FLOAT_EQ(q->inputs[10]->constant->data<float>()[0], 0.05f);
   EXPECT_FLOAT_EQ(q->inputs[6]->constant->data<float>()[0], 0.1f);
-  EXPECT_EQ(q->outputs[0]->type.dtype, DataType::kInt8);
+  EXPECT_EQ(q->outputs[0]->type.dtype, q8);
   EXPECT_EQ(q->attr_string("activation", ""), "Relu");
   // Both outputs now come from the int8 output: one DequantizeLinear each side (the graph's, and the
   // Mul's new one).
@@ -1346,18 +1378,22 @@ TEST(Passes, QConvResidualNeedsInt8AndAPlainConvolution) {
 
 // x → QuantizeLinear(zero point `z`) → DequantizeLinear → Conv(DequantizeLinear(int8 W)), 3x3 on
 // 16 channels: the float convolution of a QDQ model (ONNX Runtime's, or kiln's calibration).
+// E4M3 weights (an FP8 engine's, runtime/calibrate.cpp) when z is float8e4m3fn.
 ir::Value* quantized_conv(Builder& b, ir::Value* z) {
   ir::Value* x = b.input("x", {1, 16, 6, 6});
   ir::Value* xd = b.node("DequantizeLinear", {b.node("QuantizeLinear", {x, b.scalar(0.05f), z}), b.scalar(0.05f), z});
-  Tensor w = Tensor::empty(DataType::kInt8, {16, 16, 3, 3});
-  for (int64_t i = 0; i < w.numel(); ++i) w.data<int8_t>()[i] = static_cast<int8_t>(i % 11 - 5);
+  const bool e4m3 = z->type.dtype == DataType::kFloat8E4M3FN;
+  Tensor w = Tensor::empty(e4m3 ? DataType::kFloat8E4M3FN : DataType::kInt8, {16, 16, 3, 3});
+  for (int64_t i = 0; i < w.numel(); ++i)
+    static_cast<uint8_t*>(w.raw())[i] = e4m3 ? static_cast<uint8_t>((i % 11) * 8 | (i % 2) << 7) : static_cast<uint8_t>(i % 11 - 5);
   ir::Value* wd = b.node("DequantizeLinear", {b.constant(w), b.scalar(0.01f)});
   return b.node("Conv", {xd, wd, b.floats({16})}, {{"pads", attr_ints({1, 1, 1, 1})}});
 }
 
 ir::Value* zero_point(Builder& b, DataType t, int64_t v) {
   Tensor zp = Tensor::empty(t, {});
-  if (t == DataType::kUInt8) zp.data<uint8_t>()[0] = static_cast<uint8_t>(v);
+  if (t == DataType::kFloat8E4M3FN) static_cast<uint8_t*>(zp.raw())[0] = f32_to_mini(static_cast<float>(v), MiniFloat::kE4M3FN, true);
+  else if (t == DataType::kUInt8) zp.data<uint8_t>()[0] = static_cast<uint8_t>(v);
   else zp.data<int8_t>()[0] = static_cast<int8_t>(v);
   return b.constant(zp);
 }
@@ -1387,6 +1423,18 @@ TEST(Passes, FuseQdqMakesOnlyConvolutionsTheTargetTakes) {
   EXPECT_EQ(qconvs(DataType::kInt8, 3, cuda), 0);
   // Without a target (every kernel taken) the uint8 form fuses, as the CPU's kernel takes it.
   EXPECT_EQ(qconvs(DataType::kUInt8, 128, nullptr), 1);
+  // An FP8 engine's E4M3 form: CUDA's kernel takes it (E4M3 in and out), the CPU's does not.
+  EXPECT_EQ(qconvs(DataType::kFloat8E4M3FN, 0, cuda), 1);
+  EXPECT_EQ(qconvs(DataType::kFloat8E4M3FN, 0, &cpu_backend().kernels()), 0);
+  auto g = qdq_conv(DataType::kFloat8E4M3FN, 0);
+  passes::OptimizeStats stats;
+  ASSERT_TRUE(passes::optimize(*g, builder_pass_options(2, cuda), &stats).ok());
+  for (const ir::Node* n : g->nodes())
+    if (n->op_type == "QConv") {
+      EXPECT_EQ(n->inputs[3]->type.dtype, DataType::kFloat8E4M3FN);
+      EXPECT_EQ(n->outputs[0]->type.dtype, DataType::kFloat8E4M3FN);
+      EXPECT_EQ(n->attr_string("activation", ""), "Relu");
+    }
 }
 
 

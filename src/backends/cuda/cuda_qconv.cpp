@@ -1,21 +1,26 @@
-// backends/cuda/cuda_qconv.cpp — kiln.QConv on the GPU: int8 channels-last convolutions through
-// cuDNN's graph API, the whole epilogue fused into the convolution's kernel.
+// backends/cuda/cuda_qconv.cpp — kiln.QConv on the GPU: int8 (and, in FP8 engines, E4M3)
+// channels-last convolutions through cuDNN's graph API, the whole epilogue fused into the
+// convolution's kernel.
 //
 // One operation graph per input shape (reshape):
-//   acc = conv(x8, w8)                 int32 accumulation (x, w int8 NHWC / KRSC, zero points 0)
+//   acc = conv(x8, w8)                 int32 accumulation (x, w int8 NHWC / KRSC, zero points 0);
+//                                      float32 for E4M3 x and w (runtime/calibrate.cpp's FP8
+//                                      convolutions: X, W, Z and an 8-bit Y all E4M3)
 //   y   = acc · scale[m] + bias[m]     scale = xs·ws[m] (per output channel), both divided by ys
 //                                      when the output is int8
 //   y  += z8 · zmul[m]                 the residual (inputs 9, 10: int8 Z of Y's shape, z_scale),
 //                                      zmul = zs / ys — passes/qconv_residual.cpp makes it
 //   y   = relu(y)                      when the node's activation is Relu
-//   out = int8(y) or float32 y
+//   y   = min(max(y, -448), 448)       E4M3 output: QuantizeLinear saturates
+//   out = int8(y), e4m3(y) or float32 y
 // Why the graph API and not cudnnConvolutionBiasActivationForward: the legacy call takes one scalar
 // alpha, so per-channel weight scales (what calibration and ONNX Runtime's per-channel QDQ models
 // give) would need a pass of their own; and on the H200 its int8 kernels ran ResNet-50's convolutions
 // in 4.06 ms at batch 256 against 3.33 ms for this graph (bench/cuda_int8_conv_probe.cpp,
 // tests/gpu/results/h200_int8_graph_probe_1.log). A residual as a per-channel multiply and add is the
 // form cuDNN's heuristics accept (an add with alpha2, or a float16 residual, got no engine).
-// Input channels not divisible by 4 (int8 kernels read 4 at a time) are zero-padded: W once, X per run.
+// Input channels not divisible by 4 (int8 kernels read 4 at a time; E4M3: 16) are zero-padded: W
+// once, X per run.
 // Tactics: the heuristics' engine configurations ("cfg<i>", mode A); without one the first that
 // builds runs. 1x1 convolutions without padding (equal strides, K % 16 == 0) also have kiln's own
 // int8 GEMM (cuda_qgemm.cu, tactics "mma64" and "mma128": output channels per block; for K <= 256
@@ -34,6 +39,7 @@
 #include "ir/epilogue.h"
 #include "ops/params_nn.h"
 #include "ops/shape_infer_util.h"
+#include "util/env.h"
 
 namespace kiln::cuda {
 namespace {
@@ -110,20 +116,26 @@ struct Builder {
   }
 };
 
-enum Uid : int64_t { kUidX = 1, kUidW, kUidY, kUidScale, kUidBias, kUidZ, kUidZMul, kUidAcc, kUidScaled, kUidBiased,
-                     kUidZScaled, kUidSum };
+enum Uid : int64_t { kUidX = 1, kUidW, kUidY, kUidScale, kUidBias, kUidZ, kUidZMul, kUidHi, kUidLo, kUidAcc, kUidScaled,
+                     kUidBiased, kUidZScaled, kUidSum, kUidActivated, kUidClamped };
+
+// E4M3's largest finite magnitude.
+constexpr float kE4M3Max = 448.f;
 
 // What every run of the node uses, read once from its constants; the vectors live on the GPU.
 struct QConvConsts {
   ops::WindowAttrs w;
-  bool relu = false, int8_out = false, residual = false;
+  bool relu = false, int8_out = false, residual = false;  // int8_out: an 8-bit output (int8 or E4M3)
+  bool fp8 = false;    // X, W, Z and an 8-bit Y are E4M3 (else int8)
+  bool clamp = false;  // an E4M3 output saturated in the graph (KILN_FP8_CLAMP=0 leaves it to cuDNN's conversion)
   int64_t m = 0, c = 0, kh = 0, kw = 0;
-  // cuDNN's int8 kernels take C divisible by 4: X and W of other C (an RGB stem's 3) run with zero
-  // channels up to cp — W padded here once (wpad), X per run into the workspace.
+  // cuDNN's int8 kernels take C divisible by 4 (FP8: 16): X and W of other C (an RGB stem's 3) run
+  // with zero channels up to cp — W padded here once (wpad), X per run into the workspace.
   int64_t cp = 0;
   Tensor scale, bias, zmul;  // float32 [M] each (zmul only with a residual)
+  Tensor hi, lo;             // float32 [M] of ±448: an E4M3 output's saturation bounds
   float zmul_scalar = 0.f;   // zs / ys, what zmul holds in every element
-  Tensor wpad;               // int8 [M, kh, kw, cp] when cp != c
+  Tensor wpad;               // W's type, [M, kh, kw, cp] when cp != c
 };
 
 // The plan of one input shape.
@@ -147,14 +159,20 @@ std::string qconv_check(const ir::Node& n) {
   const ops::ConvParams p = ops::parse_conv(n);
   if (!p.channels_last) return "runs channels-last only (kiln.QConv with channels_last = 1)";
   if (p.group != 1) return "grouped int8 convolutions do not run on CUDA";
-  const DataType x = n.inputs[kX]->type.dtype;
-  if (x != DataType::kInt8 && x != DataType::kUndefined) return "X must be int8 (symmetric: zero point 0)";
-  if (n.has_input(kXZero) && !all_zero(const_at(n, kXZero))) return "x_zero_point must be a constant 0";
   const Tensor* w = const_at(n, kW);
-  if (!w || w->dtype() != DataType::kInt8 || w->shape().size() != 4) return "W must be a constant int8 [M, kh, kw, C]";
+  if (!w || (w->dtype() != DataType::kInt8 && w->dtype() != DataType::kFloat8E4M3FN) || w->shape().size() != 4)
+    return "W must be a constant int8 or float8e4m3fn [M, kh, kw, C]";
+  // The 8-bit type of X, W, Z and an 8-bit Y: int8, or E4M3 (FP8 engines).
+  const DataType q8 = w->dtype();
+  const bool fp8 = q8 == DataType::kFloat8E4M3FN;
+  const DataType x = n.inputs[kX]->type.dtype;
+  if (x != q8 && x != DataType::kUndefined)
+    return fp8 ? "X must be float8e4m3fn, as W (zero point 0)" : "X must be int8 (symmetric: zero point 0)";
+  if (n.has_input(kXZero) && !all_zero(const_at(n, kXZero))) return "x_zero_point must be a constant 0";
   const int64_t m = w->shape()[0], c = w->shape()[3];
   if (m % 4 != 0) return "int8 convolutions take output channel counts divisible by 4";
   if (c <= 0) return "W has no input channels";
+  if (fp8 && m % 16 != 0) return "FP8 convolutions take output channel counts divisible by 16";
   if (n.has_input(kWZero) && !all_zero(const_at(n, kWZero))) return "w_zero_point must be 0";
   if (!one_positive(const_at(n, kXScale), nullptr)) return "x_scale must be one positive float32 constant";
   const Tensor* ws = const_at(n, kWScale);
@@ -162,7 +180,8 @@ std::string qconv_check(const ir::Node& n) {
   if (n.has_input(kYScale) != n.has_input(kYZero)) return "y_scale and y_zero_point come together";
   if (n.has_input(kYScale)) {
     if (!one_positive(const_at(n, kYScale), nullptr)) return "y_scale must be one positive float32 constant";
-    if (n.inputs[kYZero]->type.dtype != DataType::kInt8 || !all_zero(const_at(n, kYZero))) return "y must be int8 with zero point 0";
+    if (n.inputs[kYZero]->type.dtype != q8 || !all_zero(const_at(n, kYZero)))
+      return fp8 ? "y must be float8e4m3fn with zero point 0" : "y must be int8 with zero point 0";
   }
   if (n.has_input(kB)) {
     const Tensor* b = const_at(n, kB);
@@ -171,7 +190,8 @@ std::string qconv_check(const ir::Node& n) {
   }
   if (n.has_input(kZ) != n.has_input(kZScale)) return "Z and z_scale come together";
   if (n.has_input(kZ)) {
-    if (n.inputs[kZ]->type.dtype != DataType::kInt8 && n.inputs[kZ]->type.dtype != DataType::kUndefined) return "Z must be int8";
+    if (n.inputs[kZ]->type.dtype != q8 && n.inputs[kZ]->type.dtype != DataType::kUndefined)
+      return fp8 ? "Z must be float8e4m3fn" : "Z must be int8";
     if (!one_positive(const_at(n, kZScale), nullptr)) return "z_scale must be one positive float32 constant";
   }
   Activation act;
@@ -192,7 +212,9 @@ Expected<std::shared_ptr<const QConvConsts>> prepare_qconv(const ir::Node& n) {
   c->relu = act.kind == ActKind::kRelu;
   const Shape& ws = const_at(n, kW)->shape();
   c->m = ws[0], c->kh = ws[1], c->kw = ws[2], c->c = ws[3];
-  c->cp = (c->c + 3) / 4 * 4;
+  c->fp8 = const_at(n, kW)->dtype() == DataType::kFloat8E4M3FN;
+  const int64_t align = c->fp8 ? 16 : 4;  // the channels cuDNN's int8 / FP8 kernels read at a time
+  c->cp = (c->c + align - 1) / align * align;
   double xs = 0, ys = 1, zs = 0;
   one_positive(const_at(n, kXScale), &xs);
   c->int8_out = n.has_input(kYScale);
@@ -206,6 +228,10 @@ Expected<std::shared_ptr<const QConvConsts>> prepare_qconv(const ir::Node& n) {
   Tensor scale = Tensor::empty(DataType::kFloat32, {c->m});
   Tensor offset = Tensor::empty(DataType::kFloat32, {c->m});
   Tensor zmul = Tensor::empty(DataType::kFloat32, {c->m});
+  Tensor hi = Tensor::empty(DataType::kFloat32, {c->m});
+  Tensor lo = Tensor::empty(DataType::kFloat32, {c->m});
+  std::fill_n(hi.data<float>(), c->m, kE4M3Max);
+  std::fill_n(lo.data<float>(), c->m, -kE4M3Max);
   for (int64_t j = 0; j < c->m; ++j) {
     const double s = xs * wsc[wsc.size() == 1 ? 0 : j];
     const double bj = quantized_bias(b, bias, j, s);
@@ -216,13 +242,16 @@ Expected<std::shared_ptr<const QConvConsts>> prepare_qconv(const ir::Node& n) {
   c->zmul_scalar = static_cast<float>(zs / ys);
   std::vector<std::pair<Tensor*, Tensor*>> uploads = {{&scale, &c->scale}, {&offset, &c->bias}};
   if (c->residual) uploads.push_back({&zmul, &c->zmul});
+  c->clamp = c->fp8 && c->int8_out && !env_is("KILN_FP8_CLAMP", "0");
+  if (c->clamp) uploads.insert(uploads.end(), {{&hi, &c->hi}, {&lo, &c->lo}});
   Tensor wpad;
   if (c->cp != c->c) {
     const Tensor& w = *const_at(n, kW);
     const int64_t taps = c->m * c->kh * c->kw;
-    wpad = Tensor::empty(DataType::kInt8, {c->m, c->kh, c->kw, c->cp});
-    std::fill_n(wpad.data<int8_t>(), wpad.numel(), int8_t{0});
-    for (int64_t t = 0; t < taps; ++t) std::copy_n(w.data<int8_t>() + t * c->c, c->c, wpad.data<int8_t>() + t * c->cp);
+    wpad = Tensor::empty(w.dtype(), {c->m, c->kh, c->kw, c->cp});
+    uint8_t* dst = static_cast<uint8_t*>(wpad.raw());
+    std::fill_n(dst, wpad.numel(), uint8_t{0});  // 0 in int8 and in E4M3
+    for (int64_t t = 0; t < taps; ++t) std::copy_n(static_cast<const uint8_t*>(w.raw()) + t * c->c, c->c, dst + t * c->cp);
     uploads.push_back({&wpad, &c->wpad});
   }
   for (auto [host, dev] : uploads) {
@@ -236,18 +265,20 @@ Status build_graph(QConvPlan& plan, cudnnHandle_t dnn, const QConvConsts& c, int
                    const int64_t out[2], const int64_t pb[2], const int64_t pe[2], const int64_t s[2], const int64_t dil[2],
                    BD* graph, std::string* why) {
   Builder b{plan.d, {}};
-  BD x = b.tensor(kUidX, CUDNN_DATA_INT8, n, c.cp, h, w, false);
-  BD wt = b.tensor(kUidW, CUDNN_DATA_INT8, c.m, c.cp, c.kh, c.kw, false);
+  const cudnnDataType_t q8 = c.fp8 ? CUDNN_DATA_FP8_E4M3 : CUDNN_DATA_INT8;
+  BD x = b.tensor(kUidX, q8, n, c.cp, h, w, false);
+  BD wt = b.tensor(kUidW, q8, c.m, c.cp, c.kh, c.kw, false);
   BD acc = b.tensor(kUidAcc, CUDNN_DATA_FLOAT, n, c.m, out[0], out[1], true);
   BD scale = b.tensor(kUidScale, CUDNN_DATA_FLOAT, 1, c.m, 1, 1, false);
   BD bias = b.tensor(kUidBias, CUDNN_DATA_FLOAT, 1, c.m, 1, 1, false);
   BD scaled = b.tensor(kUidScaled, CUDNN_DATA_FLOAT, n, c.m, out[0], out[1], true);
-  const bool last_is_bias = !c.residual && !c.relu;
-  const cudnnDataType_t yt = c.int8_out ? CUDNN_DATA_INT8 : CUDNN_DATA_FLOAT;
+  const bool clamp = c.clamp;
+  const bool last_is_bias = !c.residual && !c.relu && !clamp;
+  const cudnnDataType_t yt = c.int8_out ? q8 : CUDNN_DATA_FLOAT;
   BD y = b.tensor(kUidY, yt, n, c.m, out[0], out[1], false);
   BD biased = last_is_bias ? y : b.tensor(kUidBiased, CUDNN_DATA_FLOAT, n, c.m, out[0], out[1], true);
   BD cv = plan.d.make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
-  const cudnnDataType_t comp = CUDNN_DATA_INT32;
+  const cudnnDataType_t comp = c.fp8 ? CUDNN_DATA_FLOAT : CUDNN_DATA_INT32;
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
   const int64_t dims = 2;
   b.set(cv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, "convolution type");
@@ -271,15 +302,29 @@ Status build_graph(QConvPlan& plan, cudnnHandle_t dnn, const QConvConsts& c, int
                          b.pointwise(CUDNN_POINTWISE_ADD, scaled, bias, biased)};
   BD last = biased;
   if (c.residual) {
-    BD z = b.tensor(kUidZ, CUDNN_DATA_INT8, n, c.m, out[0], out[1], false);
+    BD z = b.tensor(kUidZ, q8, n, c.m, out[0], out[1], false);
     BD zmul = b.tensor(kUidZMul, CUDNN_DATA_FLOAT, 1, c.m, 1, 1, false);
     BD zscaled = b.tensor(kUidZScaled, CUDNN_DATA_FLOAT, n, c.m, out[0], out[1], true);
-    BD sum = c.relu ? b.tensor(kUidSum, CUDNN_DATA_FLOAT, n, c.m, out[0], out[1], true) : y;
+    BD sum = c.relu || clamp ? b.tensor(kUidSum, CUDNN_DATA_FLOAT, n, c.m, out[0], out[1], true) : y;
     ops.push_back(b.pointwise(CUDNN_POINTWISE_MUL, z, zmul, zscaled));
     ops.push_back(b.pointwise(CUDNN_POINTWISE_ADD, biased, zscaled, sum));
     last = sum;
   }
-  if (c.relu) ops.push_back(b.pointwise(CUDNN_POINTWISE_RELU_FWD, last, nullptr, y));
+  if (c.relu) {
+    BD activated = clamp ? b.tensor(kUidActivated, CUDNN_DATA_FLOAT, n, c.m, out[0], out[1], true) : y;
+    ops.push_back(b.pointwise(CUDNN_POINTWISE_RELU_FWD, last, nullptr, activated));
+    last = activated;
+  }
+  if (clamp) {
+    // Saturated as QuantizeLinear does it (E4M3 has no infinity: an unclamped overflow is NaN).
+    BD hi = b.tensor(kUidHi, CUDNN_DATA_FLOAT, 1, c.m, 1, 1, false);
+    BD clamped = c.relu ? y : b.tensor(kUidClamped, CUDNN_DATA_FLOAT, n, c.m, out[0], out[1], true);
+    ops.push_back(b.pointwise(CUDNN_POINTWISE_MIN, last, hi, clamped));
+    if (!c.relu) {
+      BD lo = b.tensor(kUidLo, CUDNN_DATA_FLOAT, 1, c.m, 1, 1, false);
+      ops.push_back(b.pointwise(CUDNN_POINTWISE_MAX, clamped, lo, y));
+    }
+  }
   BD g = plan.d.make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   b.set(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops.size()), ops.data(), "graph ops");
 #pragma GCC diagnostic push
@@ -343,7 +388,8 @@ Status reshape_qconv(ReshapeContext& rc, const QConvConsts& c) {
   if (!st) return unsupported("no device state to plan with");
   const Shape& x = rc.in[kX].shape;
   if (x.size() != 4 || x[3] != c.c) return rc.error("X must be [N, H, W, " + std::to_string(c.c) + "], got " + shape_to_string(x));
-  if (rc.in[kX].dtype != DataType::kInt8) return rc.error("X must be int8");
+  const DataType q8 = c.fp8 ? DataType::kFloat8E4M3FN : DataType::kInt8;
+  if (rc.in[kX].dtype != q8) return rc.error(std::string("X must be ") + dtype_name(q8));
   const int64_t k[2] = {c.kh, c.kw};
   int64_t s[2], dil[2], pb[2], pe[2], out[2];
   if (!c.w.kernel.empty() && (c.w.kernel.size() != 2 || c.w.kernel[0] != k[0] || c.w.kernel[1] != k[1]))
@@ -356,10 +402,10 @@ Status reshape_qconv(ReshapeContext& rc, const QConvConsts& c) {
     pb[i] = g.pad_begin, pe[i] = g.pad_end, out[i] = g.out;
   }
   const Shape yshape = {x[0], out[0], out[1], c.m};
-  rc.out[0] = {c.int8_out ? DataType::kInt8 : DataType::kFloat32, yshape};
+  rc.out[0] = {c.int8_out ? q8 : DataType::kFloat32, yshape};
   if (c.residual) {
-    if (rc.in.size() <= kZ || !rc.in[kZ].present || rc.in[kZ].shape != yshape || rc.in[kZ].dtype != DataType::kInt8)
-      return rc.error("Z must be int8 of Y's shape " + shape_to_string(yshape));
+    if (rc.in.size() <= kZ || !rc.in[kZ].present || rc.in[kZ].shape != yshape || rc.in[kZ].dtype != q8)
+      return rc.error(std::string("Z must be ") + dtype_name(q8) + " of Y's shape " + shape_to_string(yshape));
   }
   auto plan = std::make_shared<QConvPlan>();
   if (shape_numel(yshape) == 0 || shape_numel(x) == 0) {
@@ -367,7 +413,7 @@ Status reshape_qconv(ReshapeContext& rc, const QConvConsts& c) {
     rc.state = std::move(plan);
     return Status::Ok();
   }
-  plan->mma_fits = c.kh == 1 && c.kw == 1 && c.cp == c.c && qgemm_fits(c.c, c.m) && s[0] == s[1] && pb[0] == 0 &&
+  plan->mma_fits = !c.fp8 && c.kh == 1 && c.kw == 1 && c.cp == c.c && qgemm_fits(c.c, c.m) && s[0] == s[1] && pb[0] == 0 &&
                    pb[1] == 0 && pe[0] == 0 && pe[1] == 0 && c.m <= INT32_MAX && c.c <= INT32_MAX && x[1] <= INT32_MAX &&
                    x[2] <= INT32_MAX && s[0] <= INT32_MAX;
   plan->stream_fits = plan->mma_fits && qgemm_stream_fits(c.c, c.m, c.int8_out);
@@ -393,7 +439,7 @@ Status reshape_qconv(ReshapeContext& rc, const QConvConsts& c) {
   BD graph = nullptr;
   std::string why;
   KILN_RETURN_IF_ERROR(build_graph(*plan, st->dnn, c, x[0], x[1], x[2], out, pb, pe, s, dil, &graph, &why));
-  if (!graph) return runtime_error(rc.node.describe() + ": cuDNN refused the int8 convolution's graph (" + why + ")");
+  if (!graph) return runtime_error(rc.node.describe() + ": cuDNN refused the 8-bit convolution's graph (" + why + ")");
   const std::vector<BD> cfgs = engine_configs(plan->d, graph);
   plan->configs = static_cast<int>(cfgs.size());
   // The tuner's choice, else the first configuration that builds.
@@ -404,7 +450,7 @@ Status reshape_qconv(ReshapeContext& rc, const QConvConsts& c) {
     plan->plan = make_plan(plan->d, st->dnn, cfgs[i], &plan->workspace);
   }
   if (!plan->plan)
-    return runtime_error(rc.node.describe() + ": cuDNN has no engine for this int8 convolution (" +
+    return runtime_error(rc.node.describe() + ": cuDNN has no engine for this 8-bit convolution (" +
                          std::to_string(cfgs.size()) + " configurations offered" + (chosen >= 0 ? ", tactic " + rc.tactic : "") +
                          ")");
   plan->rows = x[0] * x[1] * x[2];
@@ -436,15 +482,20 @@ Status run_qconv(KernelContext& ctx, const QConvConsts& c) {
     x = ws;
     w = c.wpad.raw();
   }
-  int64_t uids[7] = {kUidX, kUidW, kUidY, kUidScale, kUidBias, kUidZ, kUidZMul};
-  void* ptrs[7] = {const_cast<void*>(x), const_cast<void*>(w), ctx.output(0).raw(),
-                   const_cast<void*>(c.scale.raw()), const_cast<void*>(c.bias.raw()), nullptr, nullptr};
+  int64_t uids[9] = {kUidX, kUidW, kUidY, kUidScale, kUidBias};
+  void* ptrs[9] = {const_cast<void*>(x), const_cast<void*>(w), ctx.output(0).raw(), const_cast<void*>(c.scale.raw()),
+                   const_cast<void*>(c.bias.raw())};
   int64_t count = 5;
+  auto add = [&](int64_t uid, const void* ptr) {
+    uids[count] = uid;
+    ptrs[count++] = const_cast<void*>(ptr);
+  };
   if (c.residual) {
-    ptrs[5] = const_cast<void*>(ctx.input(kZ).raw());
-    ptrs[6] = const_cast<void*>(c.zmul.raw());
-    count = 7;
+    add(kUidZ, ctx.input(kZ).raw());
+    add(kUidZMul, c.zmul.raw());
   }
+  if (c.clamp) add(kUidHi, c.hi.raw());
+  if (c.clamp && !c.relu) add(kUidLo, c.lo.raw());
   void* plan_ws = p.workspace ? ws + p.xpad_bytes : nullptr;
   BD pack = nullptr;
   cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
@@ -455,7 +506,7 @@ Status run_qconv(KernelContext& ctx, const QConvConsts& c) {
   if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendExecute(st.dnn, p.plan, pack);
   if (pack) cudnnBackendDestroyDescriptor(pack);
   if (s != CUDNN_STATUS_SUCCESS)
-    return runtime_error(ctx.node().describe() + ": cuDNN int8 convolution: " + cudnnGetErrorString(s));
+    return runtime_error(ctx.node().describe() + ": cuDNN 8-bit convolution: " + cudnnGetErrorString(s));
   return Status::Ok();
 }
 
