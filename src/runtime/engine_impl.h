@@ -40,14 +40,18 @@ Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Stora
 // Every profile names graph inputs, with min <= opt <= max of the input's rank, agreeing with its
 // static dims; kInvalidArgument naming the profile and input otherwise.
 Status validate_profiles(const ir::Graph& g, const std::vector<ShapeProfile>& profiles);
-// The first profile whose ranges hold the shapes of `inputs` (indexed like g.inputs; null: absent),
-// or an error naming the first input outside every profile, its shape and the ranges. 0 when there
-// are no profiles.
+// "" when a candidate tactic's outputs `got` match the kernel's own choice's `want` (float outputs:
+// relative L2 within `tol`; E4M3 within 3e-2; int8/uint8 within one step in at most 1% of the
+// elements; other types bit for bit), else why not (runtime/tuner.cpp).
+std::string tactic_outputs_mismatch(const std::vector<Tensor>& want, const std::vector<Tensor>& got, double tol);
 // Auto-tuning (runtime/tuner.cpp): per shape profile, times the candidate tactics of every step that
 // offers several on the engine's device at the profile's opt shapes and records the fastest valid one
 // in the plan. `progress` (may be null) hears each layer as it is tuned: done, total, layer.
 Status tune_engine(Engine::Impl& impl, const BuildOptions& options,
                    const std::function<void(int, int, const std::string&)>& progress);
+// The first profile whose ranges hold the shapes of `inputs` (indexed like g.inputs; null: absent),
+// or an error naming the first input outside every profile, its shape and the ranges. 0 when there
+// are no profiles.
 Expected<int> choose_profile(const ir::Graph& g, const std::vector<ShapeProfile>& profiles, Slot* const* inputs);
 
 }  // namespace kiln

@@ -96,51 +96,11 @@ double element(const Tensor& t, size_t i) {
     case DataType::kFloat64: return static_cast<const double*>(t.raw())[i];
     case DataType::kFloat16: return f16_to_f32(static_cast<const uint16_t*>(t.raw())[i]);
     case DataType::kBFloat16: return bf16_to_f32(static_cast<const uint16_t*>(t.raw())[i]);
+    case DataType::kFloat8E4M3FN: return mini_to_f32(static_cast<const uint8_t*>(t.raw())[i], MiniFloat::kE4M3FN);
+    case DataType::kInt8: return static_cast<const int8_t*>(t.raw())[i];
+    case DataType::kUInt8: return static_cast<const uint8_t*>(t.raw())[i];
     default: return 0;
   }
-}
-
-// "" when `got` matches `want` (floats: relative L2 within `tol`; other types: bit for bit).
-std::string mismatch(const std::vector<Tensor>& want, const std::vector<Tensor>& got, double tol) {
-  for (size_t o = 0; o < want.size() && o < got.size(); ++o) {
-    const Tensor& a = want[o];
-    const Tensor& b = got[o];
-    if (!a.defined() && !b.defined()) continue;
-    if (a.defined() != b.defined() || a.dtype() != b.dtype() || a.shape() != b.shape()) return "output " + std::to_string(o) + " differs in shape";
-    const DataType dt = a.dtype();
-    if (dt == DataType::kFloat32 || dt == DataType::kFloat64 || dt == DataType::kFloat16 || dt == DataType::kBFloat16) {
-      // At most about a million elements, evenly strided (a wrong algorithm differs everywhere).
-      double num = 0, den = 0;
-      const size_t n = static_cast<size_t>(a.numel()), step = std::max<size_t>(1, n >> 20);
-      for (size_t i = 0; i < n; i += step) {
-        const double x = element(a, i), y = element(b, i);
-        if (std::isnan(x) != std::isnan(y)) return "output " + std::to_string(o) + " has NaNs where the reference has none";
-        if (std::isnan(x)) continue;
-        num += (x - y) * (x - y);
-        den += x * x;
-      }
-      const double rel = std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-      if (rel > tol) {
-        char buf[96];
-        std::snprintf(buf, sizeof buf, "output %zu relative L2 %.2e > %.0e", o, rel, tol);
-        return buf;
-      }
-    } else if (dt == DataType::kInt8 || dt == DataType::kUInt8) {
-      // Quantized outputs: kernels that order the epilogue's float arithmetic differently round a
-      // value near .5 the other way now and then; one step in at most 1% of the elements passes.
-      const size_t n = static_cast<size_t>(a.numel());
-      size_t off = 0;
-      for (size_t i = 0; i < n; ++i) {
-        const double d = std::fabs(element(a, i) - element(b, i));
-        if (d > 1) return "output " + std::to_string(o) + " differs by more than one step";
-        off += d != 0;
-      }
-      if (off * 100 > n) return "output " + std::to_string(o) + " differs by one step in more than 1% of the elements";
-    } else if (a.nbytes() != b.nbytes() || std::memcmp(a.raw(), b.raw(), a.nbytes()) != 0) {
-      return "output " + std::to_string(o) + " differs";
-    }
-  }
-  return "";
 }
 
 // Synthetic inputs at the profile's opt shapes (declared dims elsewhere, dynamic dims 1).
@@ -322,7 +282,7 @@ struct Tuner {
         continue;
       }
       KILN_ASSIGN_OR_RETURN(std::vector<Tensor> got, host_outputs(f, s));
-      if (std::string why = mismatch(want, got, tol); !why.empty()) {
+      if (std::string why = tactic_outputs_mismatch(want, got, tol); !why.empty()) {
         reject(c, "rejected (" + why + ")");
         continue;
       }
@@ -460,6 +420,57 @@ Status tune_engine(Engine::Impl& impl, const BuildOptions& options, const std::f
     if (!st.ok()) log(LogLevel::kWarning, st.message());
   }
   return Status::Ok();
+}
+
+// The relative L2 within which two kernels' E4M3 outputs agree: one E4M3 step is up to 12.5% of a
+// value, and kernels that add in another order (Hopper's FP8 tensor cores keep fewer bits than
+// float32) round some values the other way; a wrong algorithm is off by ~1.
+constexpr double kE4M3Tolerance = 3e-2;
+
+// "" when `got` matches `want` (floats: relative L2 within `tol`, E4M3 within kE4M3Tolerance; int8
+// and uint8 within one step in at most 1% of the elements; other types: bit for bit).
+std::string tactic_outputs_mismatch(const std::vector<Tensor>& want, const std::vector<Tensor>& got, double tol) {
+  for (size_t o = 0; o < want.size() && o < got.size(); ++o) {
+    const Tensor& a = want[o];
+    const Tensor& b = got[o];
+    if (!a.defined() && !b.defined()) continue;
+    if (a.defined() != b.defined() || a.dtype() != b.dtype() || a.shape() != b.shape()) return "output " + std::to_string(o) + " differs in shape";
+    const DataType dt = a.dtype();
+    const bool e4m3 = dt == DataType::kFloat8E4M3FN;
+    if (dt == DataType::kFloat32 || dt == DataType::kFloat64 || dt == DataType::kFloat16 || dt == DataType::kBFloat16 || e4m3) {
+      const double limit = e4m3 ? std::max(tol, kE4M3Tolerance) : tol;
+      // At most about a million elements, evenly strided (a wrong algorithm differs everywhere).
+      double num = 0, den = 0;
+      const size_t n = static_cast<size_t>(a.numel()), step = std::max<size_t>(1, n >> 20);
+      for (size_t i = 0; i < n; i += step) {
+        const double x = element(a, i), y = element(b, i);
+        if (std::isnan(x) != std::isnan(y)) return "output " + std::to_string(o) + " has NaNs where the reference has none";
+        if (std::isnan(x)) continue;
+        num += (x - y) * (x - y);
+        den += x * x;
+      }
+      const double rel = std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+      if (rel > limit) {
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "output %zu relative L2 %.2e > %.0e", o, rel, limit);
+        return buf;
+      }
+    } else if (dt == DataType::kInt8 || dt == DataType::kUInt8) {
+      // Quantized outputs: kernels that order the epilogue's float arithmetic differently round a
+      // value near .5 the other way now and then; one step in at most 1% of the elements passes.
+      const size_t n = static_cast<size_t>(a.numel());
+      size_t off = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const double d = std::fabs(element(a, i) - element(b, i));
+        if (d > 1) return "output " + std::to_string(o) + " differs by more than one step";
+        off += d != 0;
+      }
+      if (off * 100 > n) return "output " + std::to_string(o) + " differs by one step in more than 1% of the elements";
+    } else if (a.nbytes() != b.nbytes() || std::memcmp(a.raw(), b.raw(), a.nbytes()) != 0) {
+      return "output " + std::to_string(o) + " differs";
+    }
+  }
+  return "";
 }
 
 }  // namespace kiln

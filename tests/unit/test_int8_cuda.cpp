@@ -434,25 +434,41 @@ ConvData make_fp8_conv(const ConvCase& cc, std::mt19937& rng) {
   return d;
 }
 
-// E4M3 outputs within one E4M3 step of the reference (the sums' float32 rounding near a rounding
-// boundary), rarely off; float outputs within 2e-3 of the largest |y| (Hopper's FP8 tensor cores
-// add partial sums with fewer bits than float32).
+// Hopper's FP8 tensor cores add partial sums with fewer bits than float32 (about 2^-13 of the running
+// magnitude): each output may be off by 2^-11 of the sum of its terms' magnitudes (the reference on
+// |x|, |w|, |bias|, |z|), which matters only where the terms cancel. On top of that, E4M3 outputs
+// within one E4M3 step of the reference (rounding near a boundary), rarely off; float outputs within
+// float32 rounding.
 void expect_fp8_conv_matches(const Tensor& got, const ConvData& d, const std::string& what) {
   const std::vector<double> want = conv_reference(d);
+  ConvData mag = d;
+  mag.cc.relu = false;
+  for (Tensor* t : {&mag.x, &mag.w, &mag.z}) {
+    if (!t->defined()) continue;
+    *t = t->clone();
+    for (int64_t i = 0; i < t->numel(); ++i) static_cast<uint8_t*>(t->raw())[i] &= 0x7f;
+  }
+  if (mag.bias.defined() && mag.bias.dtype() == DataType::kFloat32) {
+    mag.bias = mag.bias.clone();
+    for (int64_t i = 0; i < mag.bias.numel(); ++i) mag.bias.data<float>()[i] = std::fabs(mag.bias.data<float>()[i]);
+  }
+  const std::vector<double> terms = conv_reference(mag, false);
+  const double unit = d.cc.out == DataType::kFloat8E4M3FN ? d.ys : 1.0;  // an E4M3 output is y / ys
   ASSERT_EQ(got.dtype(), d.cc.out) << what;
   ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size())) << what;
   double top = 0;
   for (double v : want) top = std::max(top, std::fabs(v));
   int64_t off = 0, saturated = 0;
   for (int64_t i = 0; i < got.numel(); ++i) {
-    const double g = value_at(got, i), dd = std::fabs(g - want[i]);
+    const double g = value_at(got, i), dd = std::fabs(g - want[i]), acc = std::ldexp(terms[i] / unit, -11);
     ASSERT_TRUE(std::isfinite(g)) << what << " element " << i << ": got " << g << ", want " << want[i];
     if (d.cc.out == DataType::kFloat8E4M3FN) {
-      ASSERT_LE(dd, std::max(std::fabs(want[i]) / 8, 1.0 / 512) * 1.0001) << what << " element " << i << ": got " << g << ", want " << want[i];
+      ASSERT_LE(dd, std::max(std::fabs(want[i]) / 8, 1.0 / 512) * 1.0001 + acc)
+          << what << " element " << i << ": got " << g << ", want " << want[i];
       off += dd > 0;
       saturated += std::fabs(want[i]) == 448;
     } else {
-      ASSERT_LE(dd, 2e-3 * top) << what << " element " << i << ": got " << g << ", want " << want[i];
+      ASSERT_LE(dd, 1e-5 * top + acc) << what << " element " << i << ": got " << g << ", want " << want[i];
     }
   }
   if (d.cc.out == DataType::kFloat8E4M3FN) {
@@ -472,6 +488,12 @@ TEST(CudaQConv, Fp8MatchesTheQdqGraphEveryTactic) {
       {2, 8, 8, 64, 128, 1, 2, 0, false, false, false, DataType::kUndefined, DataType::kFloat8E4M3FN},
       {1, 6, 6, 48, 32, 3, 1, 1, true, true, true, DataType::kFloat32, DataType::kFloat32},
       {2, 15, 15, 3, 16, 7, 2, 3, true, true, false, DataType::kFloat32, DataType::kFloat8E4M3FN},  // C padded to 16
+      // kiln's 1x1 kernel in E4M3: a K tail (80), K > 256 (blocked only), float32 out, stride 2, and
+      // enough pixel tiles (576) that the streaming form's resident blocks walk several.
+      {2, 14, 14, 80, 48, 1, 1, 0, true, true, true, DataType::kFloat32, DataType::kFloat8E4M3FN},
+      {1, 12, 12, 320, 64, 1, 1, 0, false, false, false, DataType::kFloat32, DataType::kFloat8E4M3FN},
+      {2, 9, 9, 64, 32, 1, 2, 0, true, true, true, DataType::kFloat32, DataType::kFloat32},
+      {8, 96, 96, 64, 32, 1, 1, 0, true, true, true, DataType::kFloat32, DataType::kFloat8E4M3FN},
   };
   for (const ConvCase& cc : cases) {
     const ConvData d = make_fp8_conv(cc, rng);
@@ -484,8 +506,14 @@ TEST(CudaQConv, Fp8MatchesTheQdqGraphEveryTactic) {
     ASSERT_TRUE(got.ok()) << what << ": " << got.status().to_string();
     expect_fp8_conv_matches((*got)[0], d, what + ", own choice");
     EXPECT_FALSE(tactics.empty()) << what;
+    const auto has = [&](const char* t) { return std::count(tactics.begin(), tactics.end(), t) > 0; };
+    if (cc.k == 1) EXPECT_TRUE(has("mma64") && has("mma128")) << what << ": kiln's 1x1 kernel is not among the tactics";
+    if (cc.k == 1 && cc.c <= 256 && cc.out == DataType::kFloat8E4M3FN)
+      EXPECT_TRUE(has("stream64") && has("stream128")) << what << ": the streaming form is not among the tactics";
     for (const std::string& t : tactics) {
-      EXPECT_EQ(t.rfind("cfg", 0), 0u) << what << ": only cuDNN's configurations run E4M3, got " << t;
+      // kiln's own kernels, and cuDNN's first three configurations (each E4M3 one is compiled at
+      // first use, seconds apiece).
+      if (t.rfind("cfg", 0) == 0 && std::atoi(t.c_str() + 3) > 2) continue;
       auto g = cudatest::run_cuda(*node->node, conv_inputs(d), t);
       if (!g.ok() && g.status().message().find("no engine") != std::string::npos) continue;
       ASSERT_TRUE(g.ok()) << what << " " << t << ": " << g.status().to_string();

@@ -13,6 +13,7 @@
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/packed_gemm.h"
+#include "ir/float_types.h"
 #include "kiln/kiln.h"
 #include "plan/plan.h"
 #include "runtime/engine_impl.h"
@@ -471,4 +472,38 @@ TEST(Tuning, ChannelsLastConvolutionTactics) {
     for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << forced << " " << i;
   }
   std::remove(path.c_str());
+}
+
+// A candidate tactic's outputs against the kernel's own choice: E4M3 outputs compared as values (one
+// step near rounding boundaries passes; wrong values do not), int8 within one step in at most 1% of
+// the elements, floats by relative L2.
+TEST(Tuning, CandidateOutputsAreComparedByTheirType) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-300.f, 300.f);
+  Tensor want = Tensor::empty(DataType::kFloat8E4M3FN, {4096});
+  for (int64_t i = 0; i < want.numel(); ++i) static_cast<uint8_t*>(want.raw())[i] = f32_to_mini(u(rng), MiniFloat::kE4M3FN, true);
+  // One E4M3 step up in 3% of the elements (the code of the next magnitude: same sign, finite).
+  Tensor near = want.clone();
+  for (int64_t i = 0; i < near.numel(); i += 33) {
+    uint8_t& b = static_cast<uint8_t*>(near.raw())[i];
+    if ((b & 0x7f) < 0x7e) ++b;
+  }
+  EXPECT_EQ(tactic_outputs_mismatch({want}, {want}, 1e-3), "");
+  EXPECT_EQ(tactic_outputs_mismatch({want}, {near}, 1e-3), "");
+  Tensor wrong = want.clone();
+  for (int64_t i = 0; i < wrong.numel(); ++i) static_cast<uint8_t*>(wrong.raw())[i] ^= 0x80;  // every sign flipped
+  EXPECT_NE(tactic_outputs_mismatch({want}, {wrong}, 1e-3).find("relative L2"), std::string::npos);
+  Tensor i8 = Tensor::empty(DataType::kInt8, {1000});
+  for (int64_t i = 0; i < i8.numel(); ++i) i8.data<int8_t>()[i] = static_cast<int8_t>(i % 200 - 100);
+  Tensor i8_near = i8.clone(), i8_far = i8.clone();
+  i8_near.data<int8_t>()[7] += 1;
+  i8_far.data<int8_t>()[7] += 2;
+  EXPECT_EQ(tactic_outputs_mismatch({i8}, {i8_near}, 1e-3), "");
+  EXPECT_NE(tactic_outputs_mismatch({i8}, {i8_far}, 1e-3).find("more than one step"), std::string::npos);
+  Tensor f = Tensor::empty(DataType::kFloat32, {3});
+  Tensor g = Tensor::empty(DataType::kFloat32, {3});
+  for (int i = 0; i < 3; ++i) f.data<float>()[i] = g.data<float>()[i] = 1.f + i;
+  g.data<float>()[2] = 3.1f;
+  EXPECT_NE(tactic_outputs_mismatch({f}, {g}, 1e-3), "");
+  EXPECT_EQ(tactic_outputs_mismatch({f}, {g}, 5e-2), "");
 }

@@ -72,7 +72,8 @@ struct QGemmArgs {
   void* y = nullptr;
   int64_t rows = 0;
   int k = 0, m = 0, ih = 0, iw = 0, oh = 0, ow = 0, stride = 1;
-  bool relu = false, int8_out = true;
+  bool relu = false, int8_out = true;  // int8_out: an 8-bit output (int8, or E4M3 with fp8)
+  bool fp8 = false;                    // x, w, z and an 8-bit y are E4M3 bytes (FP8 engines; sm_89+)
 };
 bool qgemm_fits(int64_t k, int64_t m);
 // The streaming form (resident blocks walking pixel tiles, the next tile's reads in flight): K <= 256,

@@ -23,9 +23,9 @@
 // once, X per run.
 // Tactics: the heuristics' engine configurations ("cfg<i>", mode A); without one the first that
 // builds runs. 1x1 convolutions without padding (equal strides, K % 16 == 0) also have kiln's own
-// int8 GEMM (cuda_qgemm.cu, tactics "mma64" and "mma128": output channels per block; for K <= 256
-// with int8 out also its streaming form, "stream64" and "stream128"), which reads the residual as
-// cheaply as the bias: the tuner times them all.
+// int8 / E4M3 GEMM (cuda_qgemm.cu, tactics "mma64" and "mma128": output channels per block; for
+// K <= 256 with an 8-bit out also its streaming form, "stream64" and "stream128"), which reads the
+// residual as cheaply as the bias: the tuner times them all.
 #include <cudnn.h>
 
 #include <algorithm>
@@ -413,7 +413,7 @@ Status reshape_qconv(ReshapeContext& rc, const QConvConsts& c) {
     rc.state = std::move(plan);
     return Status::Ok();
   }
-  plan->mma_fits = !c.fp8 && c.kh == 1 && c.kw == 1 && c.cp == c.c && qgemm_fits(c.c, c.m) && s[0] == s[1] && pb[0] == 0 &&
+  plan->mma_fits = c.kh == 1 && c.kw == 1 && c.cp == c.c && qgemm_fits(c.c, c.m) && s[0] == s[1] && pb[0] == 0 &&
                    pb[1] == 0 && pe[0] == 0 && pe[1] == 0 && c.m <= INT32_MAX && c.c <= INT32_MAX && x[1] <= INT32_MAX &&
                    x[2] <= INT32_MAX && s[0] <= INT32_MAX;
   plan->stream_fits = plan->mma_fits && qgemm_stream_fits(c.c, c.m, c.int8_out);
@@ -432,6 +432,7 @@ Status reshape_qconv(ReshapeContext& rc, const QConvConsts& c) {
     a.stride = static_cast<int>(s[0]);
     a.relu = c.relu;
     a.int8_out = c.int8_out;
+    a.fp8 = c.fp8;
     a.zmul = c.zmul_scalar;
     rc.state = std::move(plan);
     return Status::Ok();

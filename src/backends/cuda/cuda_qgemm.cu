@@ -14,8 +14,15 @@
 // and each thread takes 4 channels of a row at a time: v = acc · scale[m] + bias[m] (+ zmul · Z, its
 // tile loaded into shared memory with the first stage),
 // ReLU, round half to even and saturate to int8 (QuantizeLinear's rounding) or float32 out.
+//
+// FP8 engines' 1x1 convolutions (QGemmArgs::fp8: X, W, Z and an 8-bit Y in E4M3) run the same
+// kernels with the E4M3 mma.sync (same m16n8k32 fragments, float32 sums) and E4M3 conversions
+// (nearest even, saturating at ±448) in the epilogue: one template parameter.
+#include <cuda_fp8.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/cuda_mma.cuh"
@@ -58,11 +65,44 @@ struct TileRows {
   }
 };
 
+int8_t __device__ __forceinline__ saturate_i8(float v) {
+  const int q = __float2int_rn(v);
+  return static_cast<int8_t>(q < -128 ? -128 : q > 127 ? 127 : q);
+}
+
+// The 8-bit element: int8 (int32 sums) or E4M3 (float32 sums). value() reads a residual byte;
+// quantized() rounds an output to nearest even and saturates (int8: to [-128, 127]; E4M3: ±448).
+template <bool F8>
+struct Elem;
+template <>
+struct Elem<false> {
+  using Acc = int;
+  __device__ __forceinline__ static void mma(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { mma_s8(d, a, b0, b1); }
+  __device__ __forceinline__ static float value(unsigned char b) { return static_cast<float>(static_cast<int8_t>(b)); }
+  __device__ __forceinline__ static unsigned char quantized(float v) { return static_cast<unsigned char>(saturate_i8(v)); }
+  __device__ __forceinline__ static int bits(int v) { return v; }
+  __device__ __forceinline__ static float acc_value(int b) { return static_cast<float>(b); }
+};
+template <>
+struct Elem<true> {
+  using Acc = float;
+  __device__ __forceinline__ static void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { mma_e4m3(d, a, b0, b1); }
+  __device__ __forceinline__ static float value(unsigned char b) {
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(b), __NV_E4M3)));
+  }
+  __device__ __forceinline__ static unsigned char quantized(float v) {
+    return static_cast<unsigned char>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+  }
+  __device__ __forceinline__ static int bits(float v) { return __float_as_int(v); }
+  __device__ __forceinline__ static float acc_value(int b) { return __int_as_float(b); }
+};
+
 // One warp's share of a 64-byte K step: its kMT x 16 rows of the A tile at `sa` (from row m0) times
 // 32 rows of the B tile at `sb` (from row n0), both swizzled 64-byte rows, into acc[mt][nt] (the
 // m16n8 fragment of rows m0 + 16·mt, columns n0 + 8·nt).
-template <int kMT>
-__device__ __forceinline__ void warp_mma_step(int (&acc)[kMT][4][4], uint32_t sa, uint32_t sb, int m0, int n0, int lane) {
+template <int kMT, bool F8>
+__device__ __forceinline__ void warp_mma_step(typename Elem<F8>::Acc (&acc)[kMT][4][4], uint32_t sa, uint32_t sb, int m0, int n0,
+                                              int lane) {
   for (int kk = 0; kk < 2; ++kk) {
     uint32_t af[kMT][4], bf[4][2];
     for (int mt = 0; mt < kMT; ++mt) {
@@ -75,7 +115,7 @@ __device__ __forceinline__ void warp_mma_step(int (&acc)[kMT][4][4], uint32_t sa
                   bf[pair * 2 + 1][1]);
     }
     for (int mt = 0; mt < kMT; ++mt)
-      for (int nt = 0; nt < 4; ++nt) mma_s8(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+      for (int nt = 0; nt < 4; ++nt) Elem<F8>::mma(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
   }
 }
 
@@ -87,15 +127,11 @@ __device__ __forceinline__ int64_t strided_row(const QGemmArgs& a, int64_t p) {
   return (img * a.ih + rem / a.ow * a.stride) * a.iw + rem % a.ow * a.stride;
 }
 
-int8_t __device__ __forceinline__ saturate_i8(float v) {
-  const int q = __float2int_rn(v);
-  return static_cast<int8_t>(q < -128 ? -128 : q > 127 ? 127 : q);
-}
-
 // Blocks per SM: two of the 128-channel tile (125 registers a thread), three of the 64-channel one
 // (its shared memory is half): more blocks waiting on memory at once.
-template <int BN>
+template <int BN, bool F8>
 __global__ void __launch_bounds__(kThreadsQ, BN == 64 ? 3 : 2) qgemm_kernel(QGemmArgs a) {
+  using E = Elem<F8>;
   constexpr int kWarpsN = BN / 32, kWarpsM = 8 / kWarpsN, kWM = kBM / kWarpsM, kMT = kWM / 16;
   constexpr int kTileA = kBM * kBK, kTileB = BN * kBK, kStage = kTileA + kTileB;
   constexpr int kLd = BN + 8;  // int32 epilogue tile's row stride
@@ -136,7 +172,7 @@ __global__ void __launch_bounds__(kThreadsQ, BN == 64 ? 3 : 2) qgemm_kernel(QGem
     tb.load(sa + kTileA, kb * kBK, a.k, a.w);
   };
 
-  int acc[kMT][4][4];
+  typename E::Acc acc[kMT][4][4];
   for (int i = 0; i < kMT; ++i)
     for (int j = 0; j < 4; ++j)
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
@@ -151,19 +187,19 @@ __global__ void __launch_bounds__(kThreadsQ, BN == 64 ? 3 : 2) qgemm_kernel(QGem
     if (kb + kStages - 1 < kblocks) load_stage((kb + kStages - 1) % kStages, kb + kStages - 1);
     cp_commit();
     const uint32_t sa = base + (kb % kStages) * kStage;
-    warp_mma_step<kMT>(acc, sa, sa + kTileA, warp_m * kWM, warp_n * 32, lane);
+    warp_mma_step<kMT, F8>(acc, sa, sa + kTileA, warp_m * kWM, warp_n * 32, lane);
   }
   cp_wait<0>();
   __syncthreads();
 
-  // The int32 tile to shared memory (the pipeline's buffers are free now).
+  // The int32 (E4M3: float32) tile to shared memory as bits (the pipeline's buffers are free now).
   int* tile = reinterpret_cast<int*>(smem);
   const int g = lane >> 2, tig = lane & 3;
   for (int mt = 0; mt < kMT; ++mt)
     for (int nt = 0; nt < 4; ++nt) {
       const int r = warp_m * kWM + mt * 16 + g, c = warp_n * 32 + nt * 8 + tig * 2;
-      *reinterpret_cast<int2*>(tile + r * kLd + c) = make_int2(acc[mt][nt][0], acc[mt][nt][1]);
-      *reinterpret_cast<int2*>(tile + (r + 8) * kLd + c) = make_int2(acc[mt][nt][2], acc[mt][nt][3]);
+      *reinterpret_cast<int2*>(tile + r * kLd + c) = make_int2(E::bits(acc[mt][nt][0]), E::bits(acc[mt][nt][1]));
+      *reinterpret_cast<int2*>(tile + (r + 8) * kLd + c) = make_int2(E::bits(acc[mt][nt][2]), E::bits(acc[mt][nt][3]));
     }
   __syncthreads();
 
@@ -177,43 +213,40 @@ __global__ void __launch_bounds__(kThreadsQ, BN == 64 ? 3 : 2) qgemm_kernel(QGem
     const int64_t p = p0 + r;
     if (p >= a.rows) break;
     const int4 v4 = *reinterpret_cast<const int4*>(tile + r * kLd + cq);
-    float v[4] = {v4.x * sc.x + bi.x, v4.y * sc.y + bi.y, v4.z * sc.z + bi.z, v4.w * sc.w + bi.w};
+    float v[4] = {E::acc_value(v4.x) * sc.x + bi.x, E::acc_value(v4.y) * sc.y + bi.y, E::acc_value(v4.z) * sc.z + bi.z,
+                  E::acc_value(v4.w) * sc.w + bi.w};
     const int64_t o = p * a.m + j;
     if (a.z) {
-      const char4 z = z_staged ? *reinterpret_cast<const char4*>(smem + kZAt + r * BN + cq)
-                               : *reinterpret_cast<const char4*>(a.z + o);
-      v[0] += a.zmul * z.x;
-      v[1] += a.zmul * z.y;
-      v[2] += a.zmul * z.z;
-      v[3] += a.zmul * z.w;
+      const uchar4 z = z_staged ? *reinterpret_cast<const uchar4*>(smem + kZAt + r * BN + cq)
+                                : *reinterpret_cast<const uchar4*>(a.z + o);
+      v[0] += a.zmul * E::value(z.x);
+      v[1] += a.zmul * E::value(z.y);
+      v[2] += a.zmul * E::value(z.z);
+      v[3] += a.zmul * E::value(z.w);
     }
     if (a.relu)
       for (float& e : v) e = fmaxf(e, 0.f);
     if (a.int8_out) {
-      char4 q;
-      q.x = saturate_i8(v[0]);
-      q.y = saturate_i8(v[1]);
-      q.z = saturate_i8(v[2]);
-      q.w = saturate_i8(v[3]);
-      *reinterpret_cast<char4*>(static_cast<int8_t*>(a.y) + o) = q;
+      const uchar4 q = make_uchar4(E::quantized(v[0]), E::quantized(v[1]), E::quantized(v[2]), E::quantized(v[3]));
+      *reinterpret_cast<uchar4*>(static_cast<int8_t*>(a.y) + o) = q;
     } else {
       *reinterpret_cast<float4*>(static_cast<float*>(a.y) + o) = make_float4(v[0], v[1], v[2], v[3]);
     }
   }
 }
 
-template <int BN>
+template <int BN, bool F8>
 int launch_tile(const QGemmArgs& a, cudaStream_t stream) {
   constexpr int kPipe = kStages * (kBM + BN) * kBK, kEpi = kBM * (BN + 8) * 4;
   constexpr int kSmem = (kPipe > kEpi ? kPipe : kEpi) + kBM * BN;  // + the residual's tile
   // Above 48 KiB of dynamic shared memory a kernel must opt in; once per template instance (a
   // thread-safe static), before the first launch — the kernel's reshape and tuning come first.
   static const cudaError_t opted =
-      cudaFuncSetAttribute(qgemm_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      cudaFuncSetAttribute(qgemm_kernel<BN, F8>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (opted != cudaSuccess) return static_cast<int>(opted);
   const int64_t blocks = (a.rows + kBM - 1) / kBM * ((a.m + BN - 1) / BN);
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  qgemm_kernel<BN><<<static_cast<unsigned>(blocks), kThreadsQ, kSmem, stream>>>(a);
+  qgemm_kernel<BN, F8><<<static_cast<unsigned>(blocks), kThreadsQ, kSmem, stream>>>(a);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -231,8 +264,9 @@ int launch_tile(const QGemmArgs& a, cudaStream_t stream) {
 // W (kb x BN x 64), X (2 x kb x 128 x 64), Z/Y (2 x 128 x (BN + 16)), kb = ceil(K / 64) <= 4.
 constexpr int kStreamMaxK = 256;
 
-template <int BN>
+template <int BN, bool F8>
 __global__ void __launch_bounds__(kThreadsQ, 2) qgemm_stream_kernel(QGemmArgs a, int m_tiles, int per_col) {
+  using E = Elem<F8>;
   constexpr int kWarpsN = BN / 32, kWarpsM = 8 / kWarpsN, kWM = kBM / kWarpsM, kMT = kWM / 16;
   constexpr int kZLd = BN + 16;  // the Z/Y tile's row stride: 16-byte rows, the 8 rows of a fragment in distinct banks
   extern __shared__ __align__(128) unsigned char smem[];
@@ -293,7 +327,7 @@ __global__ void __launch_bounds__(kThreadsQ, 2) qgemm_stream_kernel(QGemmArgs a,
     cp_wait<1>();
     __syncthreads();
 
-    int acc[kMT][4][4];
+    typename E::Acc acc[kMT][4][4];
 #pragma unroll
     for (int i = 0; i < kMT; ++i)
 #pragma unroll
@@ -301,7 +335,8 @@ __global__ void __launch_bounds__(kThreadsQ, 2) qgemm_stream_kernel(QGemmArgs a,
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
     const uint32_t sa = sa0 + buf * a_stride;
-    for (int kb = 0; kb < kb_count; ++kb) warp_mma_step<kMT>(acc, sa + kb * tile_a, sb + kb * tile_b, warp_m * kWM, warp_n * 32, lane);
+    for (int kb = 0; kb < kb_count; ++kb)
+      warp_mma_step<kMT, F8>(acc, sa + kb * tile_a, sb + kb * tile_b, warp_m * kWM, warp_n * 32, lane);
 
     // Epilogue in registers; the int8 result replaces the residual in the staged tile.
     unsigned char* zt = zt0 + buf * z_stride;
@@ -312,18 +347,19 @@ __global__ void __launch_bounds__(kThreadsQ, 2) qgemm_stream_kernel(QGemmArgs a,
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = warp_m * kWM + mt * 16 + g + h * 8, c = warp_n * 32 + nt * 8 + tig * 2;
-          float v0 = acc[mt][nt][h * 2] * sc[nt][0] + bi[nt][0], v1 = acc[mt][nt][h * 2 + 1] * sc[nt][1] + bi[nt][1];
-          char2* at = reinterpret_cast<char2*>(zt + r * kZLd + c);
+          float v0 = static_cast<float>(acc[mt][nt][h * 2]) * sc[nt][0] + bi[nt][0];
+          float v1 = static_cast<float>(acc[mt][nt][h * 2 + 1]) * sc[nt][1] + bi[nt][1];
+          uchar2* at = reinterpret_cast<uchar2*>(zt + r * kZLd + c);
           if (a.z) {
-            const char2 z = *at;
-            v0 += a.zmul * z.x;
-            v1 += a.zmul * z.y;
+            const uchar2 z = *at;
+            v0 += a.zmul * E::value(z.x);
+            v1 += a.zmul * E::value(z.y);
           }
           if (a.relu) {
             v0 = fmaxf(v0, 0.f);
             v1 = fmaxf(v1, 0.f);
           }
-          *at = make_char2(saturate_i8(v0), saturate_i8(v1));
+          *at = make_uchar2(E::quantized(v0), E::quantized(v1));
         }
     __syncthreads();
     const int64_t p0 = static_cast<int64_t>(t) * kBM;
@@ -338,22 +374,22 @@ __global__ void __launch_bounds__(kThreadsQ, 2) qgemm_stream_kernel(QGemmArgs a,
   cp_wait<0>();
 }
 
-template <int BN>
+template <int BN, bool F8>
 int launch_stream(const QGemmArgs& a, cudaStream_t stream) {
   const int kb_count = (a.k + kBK - 1) / kBK;
   const int smem = kb_count * (BN + 2 * kBM) * kBK + 2 * kBM * (BN + 16);
-  cudaError_t e = cudaFuncSetAttribute(qgemm_stream_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  cudaError_t e = cudaFuncSetAttribute(qgemm_stream_kernel<BN, F8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   int dev = 0, sms = 0, per_sm = 0;
   if (e == cudaSuccess) e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, qgemm_stream_kernel<BN>, kThreadsQ, smem);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, qgemm_stream_kernel<BN, F8>, kThreadsQ, smem);
   if (e != cudaSuccess) return static_cast<int>(e);
   if (per_sm < 1) return cudaErrorInvalidConfiguration;
   const int64_t m_tiles = (a.rows + kBM - 1) / kBM, n_tiles = (a.m + BN - 1) / BN;
   if (m_tiles > 0x3fffffff) return cudaErrorInvalidConfiguration;  // the kernel's t + per_col stays an int
   // Blocks per channel tile: as many as stay resident together, at most one per pixel tile.
   const int64_t per_col = std::max<int64_t>(1, std::min<int64_t>(m_tiles, int64_t{per_sm} * sms / n_tiles));
-  qgemm_stream_kernel<BN><<<static_cast<unsigned>(per_col * n_tiles), kThreadsQ, smem, stream>>>(
+  qgemm_stream_kernel<BN, F8><<<static_cast<unsigned>(per_col * n_tiles), kThreadsQ, smem, stream>>>(
       a, static_cast<int>(m_tiles), static_cast<int>(per_col));
   return static_cast<int>(cudaGetLastError());
 }
@@ -369,15 +405,14 @@ bool qgemm_stream_fits(int64_t k, int64_t m, bool int8_out) {
 int launch_qgemm(const QGemmArgs& a, int tile_n, bool streaming, cudaStream_t stream) {
   if (a.rows <= 0) return cudaSuccess;
   if (!qgemm_fits(a.k, a.m) || a.stride < 1) return cudaErrorInvalidValue;
-  if (streaming) {
-    if (!qgemm_stream_fits(a.k, a.m, a.int8_out)) return cudaErrorInvalidValue;
-    if (tile_n == 64) return launch_stream<64>(a, stream);
-    if (tile_n == 128) return launch_stream<128>(a, stream);
-    return cudaErrorInvalidValue;
-  }
-  if (tile_n == 64) return launch_tile<64>(a, stream);
-  if (tile_n == 128) return launch_tile<128>(a, stream);
-  return cudaErrorInvalidValue;
+  if (streaming && !qgemm_stream_fits(a.k, a.m, a.int8_out)) return cudaErrorInvalidValue;
+  if (tile_n != 64 && tile_n != 128) return cudaErrorInvalidValue;
+  auto run = [&](auto f8) {
+    constexpr bool F8 = decltype(f8)::value;
+    if (streaming) return tile_n == 64 ? launch_stream<64, F8>(a, stream) : launch_stream<128, F8>(a, stream);
+    return tile_n == 64 ? launch_tile<64, F8>(a, stream) : launch_tile<128, F8>(a, stream);
+  };
+  return a.fp8 ? run(std::true_type{}) : run(std::false_type{});
 }
 
 }  // namespace kiln::cuda
