@@ -14,7 +14,8 @@ the float32 engine. onnxruntime (CPU, float32) is the reference row where it is 
 calibrated on 256 training images (digits_calib_x.npy, 8 sets of 32) that the test set never sees.
 fp8 in --precisions builds `--precision fp8` engines calibrated on the same sets (on a CPU engine the
 FP8 products are emulated in float32). --model digits_mlp measures the trained MLP (digits_cnn.py
---arch mlp), whose matrix products FP8 quantizes (the CNN's convolutions stay float).
+--arch mlp), made of matrix products only: of the CNN, FP8 quantizes the convolutions on CUDA (all but
+the 1-channel stem) and nothing on the CPU (its 10-class head's N is not a multiple of 16).
 """
 
 from __future__ import annotations
