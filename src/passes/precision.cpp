@@ -26,6 +26,7 @@
 #include "ir/float_types.h"
 #include "ops/params_nn.h"
 #include "passes/passes.h"
+#include "passes/pattern.h"
 
 namespace kiln::passes {
 namespace {
@@ -199,6 +200,69 @@ int products_write_half(ir::Graph& g, DataType half, const std::function<bool(co
     ++changed;
   }
   if (changed) g.remove_dead_values();
+  return changed;
+}
+
+namespace {
+
+// The constant uint8 scalar zero point at input `i` of n, or null.
+ir::Value* uint8_zero_point(const ir::Node* n, size_t i) {
+  if (!n->has_input(i)) return nullptr;
+  ir::Value* z = n->inputs[i];
+  return z->is_constant() && z->type.dtype == DataType::kUInt8 && z->constant->numel() == 1 ? z : nullptr;
+}
+
+}  // namespace
+
+int signed_activations(ir::Graph& g, const std::function<bool(const ir::Node&)>& accepts) {
+  int changed = 0, tried = 0;
+  const std::vector<ir::Node*> nodes = g.nodes();
+  for (ir::Node* p : nodes) {
+    if (p->removed || !p->has_output(0)) continue;
+    const bool quantize = p->domain.empty() && p->op_type == "QuantizeLinear";
+    const bool product = p->domain == "kiln" && p->op_type == "QMatMul";
+    if (!quantize && !product) continue;
+    const size_t pz = quantize ? 2 : 7;  // the producer's output zero point
+    ir::Value* v = p->outputs[0];
+    ir::Value* z = uint8_zero_point(p, pz);
+    if (!z || v->type.dtype != DataType::kUInt8 || v->is_output || v->uses.empty()) continue;
+    if (quantize && p->attr_int("output_dtype", 0) != 0) continue;
+    const uint8_t zp = z->constant->data<uint8_t>()[0];
+    // Every reader: an int8 product's A or a DequantizeLinear, with the same zero point.
+    std::vector<std::pair<ir::Node*, size_t>> zero_points = {{p, pz}};
+    bool all = true;
+    for (const ir::Use& u : v->uses) {
+      ir::Node* r = u.node;
+      const bool reads_a = u.input_index == 0 && ((r->domain == "kiln" && r->op_type == "QMatMul") ||
+                                                  (r->domain.empty() && r->op_type == "DequantizeLinear"));
+      ir::Value* rz = reads_a ? uint8_zero_point(r, 2) : nullptr;
+      if (!rz || rz->constant->data<uint8_t>()[0] != zp) {
+        all = false;
+        break;
+      }
+      zero_points.push_back({r, 2});
+    }
+    if (!all) continue;
+    Tensor t = Tensor::empty(DataType::kInt8, {});
+    t.data<int8_t>()[0] = static_cast<int8_t>(static_cast<int>(zp) - 128);
+    ir::Value* z8 = new_constant(g, z->name + "_int8", t);
+    ++tried;
+    std::vector<ir::Value*> was;
+    for (auto [n, i] : zero_points) {
+      was.push_back(n->inputs[i]);
+      g.set_input(n, i, z8);
+    }
+    v->type.dtype = DataType::kInt8;
+    bool taken = true;
+    for (auto [n, i] : zero_points) taken = taken && accepts(*n);
+    if (!taken) {
+      for (size_t k = 0; k < zero_points.size(); ++k) g.set_input(zero_points[k].first, zero_points[k].second, was[k]);
+      v->type.dtype = DataType::kUInt8;
+      continue;
+    }
+    ++changed;
+  }
+  if (tried) g.remove_dead_values();
   return changed;
 }
 

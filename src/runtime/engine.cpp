@@ -210,10 +210,13 @@ static Status lower_precision_and_layout(ir::Graph& graph, const BuildOptions& o
   const bool qconv = has_qconv(graph);
   const bool half_convs = half_engine && half_fused_conv && !env_is("KILN_CHANNELS_LAST", "0");
   auto target_takes = [&target](const ir::Node& n) { return target.find(n) != nullptr; };
-  // INT8 products in a half engine read half activations and write half results directly (after the
-  // layout pass when there are int8 convolutions: it moves their Q/DQ).
+  // INT8 products read int8 activations without a shift pass; in a half engine they also read half
+  // activations and write half results directly (after the layout pass when there are int8
+  // convolutions: it moves their Q/DQ).
   auto int8_reads_and_writes_half = [&]() {
-    if (!half_engine || (!qconv && !has_qmatmul(graph))) return;
+    if (!qconv && !has_qmatmul(graph)) return;
+    passes::signed_activations(graph, target_takes);
+    if (!half_engine) return;
     passes::quantize_half_directly(graph, target_takes);
     if (options.precision != Precision::kBFloat16) passes::products_write_half(graph, DataType::kFloat16, target_takes);
   };

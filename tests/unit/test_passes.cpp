@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "backends/backend.h"
@@ -860,6 +861,52 @@ TEST(Passes, GlobalPoolOfAFloatValueCastsItsOutputNotItsInput) {
 
 // A float-output kiln.QMatMul read only by a Cast to float16 writes float16 itself where the target
 // takes it; not when another node reads the float32 value, nor when the target refuses.
+// CUDA's int8 products take signed A: a uint8 activation read only by them (and DequantizeLinear)
+// becomes int8 with zero point z - 128 — the same outputs, bit for bit, on the CPU's kernels too.
+TEST(Passes, Uint8ActivationsReadByInt8ProductsBecomeSigned) {
+  for (int variant = 0; variant < 3; ++variant) {  // 0: converted; 1: a Cast reads it too; 2: refused
+    SCOPED_TRACE(variant);
+    Builder b;
+    ir::Value* x = b.input("x", {4, 32});
+    Tensor zp = Tensor::empty(DataType::kUInt8, {});
+    zp.data<uint8_t>()[0] = 131;
+    ir::Value* z = b.constant(zp);
+    ir::Value* q = b.node("QuantizeLinear", {x, b.scalar(0.02f), z});
+    Tensor w = Tensor::empty(DataType::kInt8, {32, 16});
+    for (int64_t i = 0; i < w.numel(); ++i) w.data<int8_t>()[i] = static_cast<int8_t>(i * 7 % 255 - 127);
+    ir::Value* y = b.g->new_value("y");
+    ir::Node* mm = b.g->add_node("QMatMul", "kiln", {q, b.scalar(0.02f), z, b.constant(w), b.floats({16}, 0.01f, 0.02f)}, {y}, "mm");
+    mm->opset = 1;
+    ASSERT_TRUE(ops::infer_node(*mm).ok());
+    b.output(y);
+    b.output(b.node("DequantizeLinear", {q, b.scalar(0.02f), z}));
+    if (variant == 1) {
+      ir::Value* c = b.node("Cast", {q}, {{"to", attr_int(static_cast<int64_t>(DataType::kInt32))}});
+      b.output(c);
+    }
+    Tensor xt = Tensor::empty(DataType::kFloat32, {4, 32});
+    std::uniform_real_distribution<float> u(-3.f, 3.f);
+    for (int64_t i = 0; i < xt.numel(); ++i) xt.data<float>()[i] = u(b.rng);
+    std::map<std::string, Tensor> feeds = {{"x", xt}};
+    const auto before = run(*b.g, feeds);
+    const int changed = passes::signed_activations(*b.g, [variant](const ir::Node&) { return variant != 2; });
+    ASSERT_TRUE(b.g->verify().ok());
+    EXPECT_EQ(changed, variant == 0 ? 1 : 0);
+    EXPECT_EQ(q->type.dtype, variant == 0 ? DataType::kInt8 : DataType::kUInt8);
+    if (variant == 0) {
+      EXPECT_EQ(mm->inputs[2]->type.dtype, DataType::kInt8);
+      EXPECT_EQ(mm->inputs[2]->constant->data<int8_t>()[0], 3);
+      EXPECT_EQ(q->producer->inputs[2], mm->inputs[2]);
+    }
+    const auto after = run(*b.g, feeds);
+    ASSERT_EQ(before.size(), after.size());
+    for (const auto& [name, t] : before) {
+      ASSERT_TRUE(after.count(name)) << name;
+      EXPECT_EQ(std::memcmp(t.raw(), after.at(name).raw(), t.nbytes()), 0) << name;
+    }
+  }
+}
+
 TEST(Passes, Int8ProductWritesHalfInsteadOfACast) {
   for (int variant = 0; variant < 3; ++variant) {  // 0: only the Cast reads it; 1: a Relu too; 2: refused
     ir::Graph g;
