@@ -23,9 +23,17 @@ namespace {
 
 bool is_8bit(DataType t) { return t == DataType::kUInt8 || t == DataType::kInt8 || t == DataType::kFloat8E4M3FN; }
 
-// Weights the fused products read: symmetric int8, or E4M3 (an FP8 engine's convolutions, scale per
-// output channel, zero point 0); the target's kernel decides which it runs.
-bool is_8bit_weight(DataType t) { return t == DataType::kInt8 || t == DataType::kFloat8E4M3FN; }
+// The symmetric 8-bit types: int8, and E4M3 (an FP8 engine's convolutions: weights with a scale per
+// output channel, activations and residuals with zero point 0). The target's kernel decides which it runs.
+bool symmetric_type(DataType t) { return t == DataType::kInt8 || t == DataType::kFloat8E4M3FN; }
+
+// An 8-bit output of type `y` for a product that reads x of type `x`: integers stay integers and E4M3
+// stays E4M3 (no kernel converts between them).
+bool same_family(DataType x, DataType y) { return (x == DataType::kFloat8E4M3FN) == (y == DataType::kFloat8E4M3FN); }
+
+// A QuantizeLinear whose kernel-side rounding the products' epilogues reproduce: E4M3 results
+// saturate (saturate = 0 makes an out-of-range value NaN, which no fused epilogue does).
+bool saturating(const ir::Node* q) { return q->attr_int("saturate", 1) != 0; }
 
 const ir::Value* input_or_null(const ir::Node* n, size_t i) { return n && n->has_input(i) ? n->inputs[i] : nullptr; }
 
@@ -96,14 +104,17 @@ std::string qconv_refused(const ir::Node& conv, const ir::Node& dqw, const PassC
 
 bool keep_dequantize_for_fusion(const ir::Node& n, const PassContext& ctx) {
   if (ctx.options.level < 1 || ctx.options.disabled.count("fuse-qdq") || n.op_type != "DequantizeLinear" ||
-      !n.domain.empty() || !n.has_input(0) || !is_8bit_weight(n.inputs[0]->type.dtype) || !n.outputs[0])
+      !n.domain.empty() || !n.has_input(0) || !symmetric_type(n.inputs[0]->type.dtype) || !n.outputs[0])
     return false;
   for (const ir::Use& u : n.outputs[0]->uses) {
     const ir::Node* r = u.node;
     if (!r->domain.empty() || u.input_index != 1) continue;
     // A convolution the target's int8 kernel would refuse keeps float weights, folded once.
     if (r->op_type == "Conv" && ctx.has_kernel("kiln", "QConv") && qconv_refused(*r, n, ctx).empty()) return true;
-    if ((r->op_type == "MatMul" || r->op_type == "Gemm") && ctx.has_kernel("kiln", "QMatMul")) return true;
+    // Int8 products only: no kiln.QMatMul kernel reads E4M3 (FP8 engines' GEMMs are kiln.F8MatMul).
+    if ((r->op_type == "MatMul" || r->op_type == "Gemm") && n.inputs[0]->type.dtype == DataType::kInt8 &&
+        ctx.has_kernel("kiln", "QMatMul"))
+      return true;
   }
   return false;
 }
@@ -178,7 +189,9 @@ bool requantized_relu(ir::Graph& g, PassContext& ctx) {
     ir::Node* q = sole_reader(relu->outputs[0]);
     if (!is_quantize(q) || !q->has_input(2) || !q->has_output(0)) continue;
     const DataType qt = q->inputs[2]->type.dtype;
-    if (!is_8bit(qt) || !per_tensor(q, qt, "y").empty() || q->attr_int("output_dtype", 0) != 0) continue;
+    if (!is_8bit(qt) || !same_family(yt, qt) || !saturating(q) || !per_tensor(q, qt, "y").empty() ||
+        q->attr_int("output_dtype", 0) != 0)
+      continue;
     ir::Node probe = *p;
     probe.use_index.clear();
     probe.inputs[6] = q->inputs[1];
@@ -209,7 +222,8 @@ bool quantized_output(ir::Graph& g, PassContext& ctx) {
     ir::Node* q = sole_reader(p->outputs[0]);
     if (!is_quantize(q) || q->inputs[0] != p->outputs[0] || !q->has_output(0) || q->attr_int("output_dtype", 0) != 0) continue;
     const DataType qt = q->has_input(2) ? q->inputs[2]->type.dtype : DataType::kUInt8;
-    if (!is_8bit(qt) || !per_tensor(q, qt, "y").empty()) continue;
+    if (!is_8bit(qt) || !same_family(p->inputs[0]->type.dtype, qt) || !saturating(q) || !per_tensor(q, qt, "y").empty())
+      continue;
     ir::Value* yz = q->has_input(2) ? q->inputs[2] : nullptr;
     if (!yz) {
       Tensor z = Tensor::empty(DataType::kUInt8, {});
@@ -285,7 +299,7 @@ Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
     if (nx->outputs[0]->type.dtype != DataType::kFloat32 || nw->outputs[0]->type.dtype != DataType::kFloat32)
       return "dequantized to a type other than float32";
     const Tensor& wq = m.constant("wq");
-    if (!is_8bit_weight(wq.dtype())) return "W is not int8 or float8e4m3fn";
+    if (!symmetric_type(wq.dtype())) return "W is not int8 or float8e4m3fn";
     if ((wq.dtype() == DataType::kFloat8E4M3FN) != (xt == DataType::kFloat8E4M3FN)) return "x and W are not both float8 or both integers";
     if (const ir::Value* wz = input_or_null(nw, 2)) {
       if (!wz->is_constant()) return "W's zero point is not constant";
@@ -317,6 +331,7 @@ Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
       if (p->has_input(2)) ins[8] = p->inputs[2];
     } else {
       if (wrank != 2) return "W is not 2-D";
+      if (wq.dtype() != DataType::kInt8) return "W is not int8 (E4M3 products are kiln.F8MatMul)";
       const bool gemm = p->op_type == "Gemm";
       const bool trans_b = gemm && p->attr_int("transB", 0) != 0;
       if (gemm) {
@@ -348,6 +363,8 @@ Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
       if (q->attr_int("output_dtype", 0) != 0 && !q->has_input(2)) return "QuantizeLinear's output type set by attribute";
       const DataType yt = q->has_input(2) ? q->inputs[2]->type.dtype : DataType::kUInt8;
       if (!is_8bit(yt)) return "y is not 8-bit";
+      if (!same_family(xt, yt)) return "x and y are not both float8 or both integers";
+      if (!saturating(q)) return "QuantizeLinear with saturate = 0";
       if (std::string why = per_tensor(q, yt, "y"); !why.empty()) return why;
       ins[6] = m["ys"];
       if (q->has_input(2)) {
@@ -380,9 +397,6 @@ Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
 
 namespace {
 
-// The symmetric 8-bit types of a residual: int8 (INT8 engines) and E4M3 (FP8 engines).
-bool symmetric_type(DataType t) { return t == DataType::kInt8 || t == DataType::kFloat8E4M3FN; }
-
 // A QuantizeLinear/DequantizeLinear with one positive float32 scale and a constant zero point 0 of a
 // symmetric 8-bit type.
 bool symmetric_8bit(const ir::Node* n) {
@@ -404,7 +418,8 @@ bool same_known_shape(const ir::Value* a, const ir::Value* b) {
 // The reader of v that is a symmetric QuantizeLinear of it to `type`, or null.
 ir::Node* quantize_of(const ir::Value* v, DataType type) {
   for (const ir::Use& u : v->uses)
-    if (u.input_index == 0 && u.node->op_type == "QuantizeLinear" && symmetric_8bit(u.node) && u.node->inputs[2]->type.dtype == type)
+    if (u.input_index == 0 && u.node->op_type == "QuantizeLinear" && symmetric_8bit(u.node) && saturating(u.node) &&
+        u.node->inputs[2]->type.dtype == type)
       return u.node;
   return nullptr;
 }
@@ -439,7 +454,7 @@ Expected<int> fuse_qconv_residual(ir::Graph& g) {
         continue;
       // The residual in the convolution's 8-bit type (int8, or E4M3 in an FP8 engine): r =
       // DequantizeLinear(z), or r's own QuantizeLinear z.
-      const DataType qt = conv->inputs[0]->type.dtype;
+      const DataType qt = conv->has_input(3) ? conv->inputs[3]->type.dtype : DataType::kUndefined;  // W's (constant) type
       if (!symmetric_type(qt)) continue;
       ir::Value* z = nullptr;
       ir::Value* zs = nullptr;

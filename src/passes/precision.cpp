@@ -217,6 +217,7 @@ ir::Value* uint8_zero_point(const ir::Node* n, size_t i) {
 int signed_activations(ir::Graph& g, const std::function<bool(const ir::Node&)>& accepts) {
   int changed = 0, tried = 0;
   const std::vector<ir::Node*> nodes = g.nodes();
+  const std::set<std::string> captured = ir::names_read_by_subgraphs(g);  // readers not in `uses`
   for (ir::Node* p : nodes) {
     if (p->removed || !p->has_output(0)) continue;
     const bool quantize = p->domain.empty() && p->op_type == "QuantizeLinear";
@@ -225,7 +226,7 @@ int signed_activations(ir::Graph& g, const std::function<bool(const ir::Node&)>&
     const size_t pz = quantize ? 2 : 7;  // the producer's output zero point
     ir::Value* v = p->outputs[0];
     ir::Value* z = uint8_zero_point(p, pz);
-    if (!z || v->type.dtype != DataType::kUInt8 || v->is_output || v->uses.empty()) continue;
+    if (!z || v->type.dtype != DataType::kUInt8 || v->is_output || v->uses.empty() || captured.count(v->name)) continue;
     if (quantize && p->attr_int("output_dtype", 0) != 0) continue;
     const uint8_t zp = z->constant->data<uint8_t>()[0];
     // Every reader: an int8 product's A or a DequantizeLinear, with the same zero point.
@@ -243,7 +244,7 @@ int signed_activations(ir::Graph& g, const std::function<bool(const ir::Node&)>&
       zero_points.push_back({r, 2});
     }
     if (!all) continue;
-    Tensor t = Tensor::empty(DataType::kInt8, {});
+    Tensor t = Tensor::empty(DataType::kInt8, z->constant->shape());
     t.data<int8_t>()[0] = static_cast<int8_t>(static_cast<int>(zp) - 128);
     ir::Value* z8 = new_constant(g, z->name + "_int8", t);
     ++tried;

@@ -434,8 +434,8 @@ Expected<Calibration> calibrate(ir::Graph& g, const BuildOptions& options, const
 }
 
 // Q → DQ on each calibrated activation, read by the products (other readers keep the float value),
-// and 8-bit weights behind a DequantizeLinear, for `products` (those of `found` it names; all when
-// null) and the activations they and `found`'s residuals read. `symmetric_type` is what CUDA
+// and 8-bit weights behind a DequantizeLinear, for `products` (some or all of `found.products`) and
+// the activations they and `found`'s residuals read. `symmetric_type` is what CUDA
 // convolutions read: int8 (INT8 engines) or E4M3 (FP8 engines), zero point 0.
 void insert_qdq_nodes(ir::Graph& g, const Targets& found, const std::vector<ir::Node*>& products, DataType symmetric_type,
                       const Calibration& cal, Int8Report* report) {

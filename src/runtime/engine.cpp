@@ -213,7 +213,7 @@ static Status lower_precision_and_layout(ir::Graph& graph, const BuildOptions& o
   // INT8 products read int8 activations without a shift pass; in a half engine they also read half
   // activations and write half results directly (after the layout pass when there are int8
   // convolutions: it moves their Q/DQ).
-  auto int8_reads_and_writes_half = [&]() {
+  auto int8_products_io = [&]() {
     if (!qconv && !has_qmatmul(graph)) return;
     passes::signed_activations(graph, target_takes);
     if (!half_engine) return;
@@ -221,7 +221,7 @@ static Status lower_precision_and_layout(ir::Graph& graph, const BuildOptions& o
     if (options.precision != Precision::kBFloat16) passes::products_write_half(graph, DataType::kFloat16, target_takes);
   };
   if (!half_convs && !qconv) {
-    int8_reads_and_writes_half();
+    int8_products_io();
     return Status::Ok();
   }
   auto accepts = [half_pool, half_convs](const ir::Node& n) {
@@ -232,7 +232,7 @@ static Status lower_precision_and_layout(ir::Graph& graph, const BuildOptions& o
     return half_pool;
   };
   KILN_RETURN_IF_ERROR(passes::convert_to_channels_last(graph, accepts).status());
-  int8_reads_and_writes_half();
+  int8_products_io();
   // The stem (a few-channel convolution, its max pool and the quantization after it) in one kernel;
   // KILN_CONV_POOL_CUDA=0 keeps the separate steps, to compare.
   if (options.opt_level >= 2 && !env_is("KILN_CONV_POOL_CUDA", "0"))

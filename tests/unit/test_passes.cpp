@@ -859,8 +859,6 @@ TEST(Passes, GlobalPoolOfAFloatValueCastsItsOutputNotItsInput) {
   }
 }
 
-// A float-output kiln.QMatMul read only by a Cast to float16 writes float16 itself where the target
-// takes it; not when another node reads the float32 value, nor when the target refuses.
 // CUDA's int8 products take signed A: a uint8 activation read only by them (and DequantizeLinear)
 // becomes int8 with zero point z - 128 — the same outputs, bit for bit, on the CPU's kernels too.
 TEST(Passes, Uint8ActivationsReadByInt8ProductsBecomeSigned) {
@@ -907,6 +905,8 @@ TEST(Passes, Uint8ActivationsReadByInt8ProductsBecomeSigned) {
   }
 }
 
+// A float-output kiln.QMatMul read only by a Cast to float16 writes float16 itself where the target
+// takes it; not when another node reads the float32 value, nor when the target refuses.
 TEST(Passes, Int8ProductWritesHalfInsteadOfACast) {
   for (int variant = 0; variant < 3; ++variant) {  // 0: only the Cast reads it; 1: a Relu too; 2: refused
     ir::Graph g;
@@ -1476,6 +1476,7 @@ TEST(Passes, FuseQdqMakesOnlyConvolutionsTheTargetTakes) {
   auto g = qdq_conv(DataType::kFloat8E4M3FN, 0);
   passes::OptimizeStats stats;
   ASSERT_TRUE(passes::optimize(*g, builder_pass_options(2, cuda), &stats).ok());
+  ASSERT_EQ(op_counts(*g)["kiln.QConv"], 1);
   for (const ir::Node* n : g->nodes())
     if (n->op_type == "QConv") {
       EXPECT_EQ(n->inputs[3]->type.dtype, DataType::kFloat8E4M3FN);
@@ -1484,6 +1485,56 @@ TEST(Passes, FuseQdqMakesOnlyConvolutionsTheTargetTakes) {
     }
 }
 
+
+// No kernel converts between integer and E4M3 results: an int8 convolution followed by an E4M3
+// QuantizeLinear (or one with saturate = 0) stays a float convolution between its Q/DQ, and an E4M3
+// MatMul's weights (no kiln.QMatMul reads E4M3) are folded to float once instead of dequantized on
+// every run.
+TEST(Passes, FuseQdqKeepsIntegerAndE4M3Apart) {
+  const KernelRegistry* cuda = cuda_kernel_registry();
+  if (!cuda) GTEST_SKIP() << "built without CUDA";
+  for (bool unsaturated : {false, true}) {
+    Builder b;
+    ir::Value* z = zero_point(b, unsaturated ? DataType::kFloat8E4M3FN : DataType::kInt8, 0);
+    ir::Value* z8 = zero_point(b, DataType::kFloat8E4M3FN, 0);
+    std::map<std::string, ir::Attribute> attrs;
+    if (unsaturated) attrs["saturate"] = attr_int(0);
+    b.output(b.node("QuantizeLinear", {b.node("Relu", {quantized_conv(b, z)}), b.scalar(0.1f), z8}, attrs));
+    auto g = b.g->clone();
+    passes::OptimizeStats stats;
+    ASSERT_TRUE(passes::optimize(*g, builder_pass_options(2, cuda), &stats).ok());
+    for (const ir::Node* n : g->nodes()) {
+      if (n->op_type == "QConv") EXPECT_NE(n->outputs[0]->type.dtype, DataType::kFloat8E4M3FN) << unsaturated;
+      EXPECT_FALSE(n->op_type == "QConv" && n->has_input(6)) << unsaturated << ": the E4M3 quantization went into the product";
+    }
+    EXPECT_EQ(op_counts(*g)["QuantizeLinear"], 2) << unsaturated;  // x's and y's
+  }
+  Builder b;
+  ir::Value* x = b.input("x", {2, 32});
+  ir::Value* z8 = zero_point(b, DataType::kFloat8E4M3FN, 0);
+  ir::Value* xd = b.node("DequantizeLinear", {b.node("QuantizeLinear", {x, b.scalar(0.05f), z8}), b.scalar(0.05f), z8});
+  Tensor w = Tensor::empty(DataType::kFloat8E4M3FN, {32, 16});
+  for (int64_t i = 0; i < w.numel(); ++i) static_cast<uint8_t*>(w.raw())[i] = static_cast<uint8_t>(i % 40);
+  b.output(b.node("MatMul", {xd, b.node("DequantizeLinear", {b.constant(w), b.scalar(0.01f)})}));
+  auto g = b.g->clone();
+  passes::OptimizeStats stats;
+  ASSERT_TRUE(passes::optimize(*g, builder_pass_options(2, cuda), &stats).ok());
+  EXPECT_EQ(op_counts(*g)["DequantizeLinear"], 1) << "the weights' DequantizeLinear is folded";
+  // An int8 MatMul quantized to E4M3 after it: an int8 product with a float output at most.
+  Builder m;
+  ir::Value* xm = m.input("x", {2, 32});
+  ir::Value* zi = zero_point(m, DataType::kInt8, 0);
+  ir::Value* zf = zero_point(m, DataType::kFloat8E4M3FN, 0);
+  ir::Value* xmd = m.node("DequantizeLinear", {m.node("QuantizeLinear", {xm, m.scalar(0.05f), zi}), m.scalar(0.05f), zi});
+  Tensor wi = Tensor::empty(DataType::kInt8, {32, 16});
+  for (int64_t i = 0; i < wi.numel(); ++i) wi.data<int8_t>()[i] = static_cast<int8_t>(i % 9 - 4);
+  ir::Value* mm = m.node("MatMul", {xmd, m.node("DequantizeLinear", {m.constant(wi), m.scalar(0.01f)})});
+  m.output(m.node("QuantizeLinear", {mm, m.scalar(0.1f), zf}));
+  auto gm = m.g->clone();
+  ASSERT_TRUE(passes::optimize(*gm, builder_pass_options(2, cuda), &stats).ok());
+  for (const ir::Node* n : gm->nodes())
+    if (n->op_type == "QMatMul") EXPECT_FALSE(n->has_input(6)) << "the E4M3 quantization went into the int8 product";
+}
 
 // ONNX Runtime's QDQ form of Conv → Relu: Q → DQ after the convolution, then Relu, then Q again.
 std::unique_ptr<ir::Graph> ort_conv_relu(bool extra_reader) {

@@ -342,6 +342,8 @@ std::string check_quant(const ir::Node& n) {
   if (!n.has_input(kX) || !n.has_input(kW)) return "X and W are required";
   const DataType x = n.inputs[kX]->type.dtype;
   if (x != DataType::kUInt8 && x != DataType::kInt8) return "X must be uint8 or int8";
+  if (n.has_input(7) && n.inputs[7]->type.dtype != DataType::kUInt8 && n.inputs[7]->type.dtype != DataType::kInt8)
+    return "y must be uint8 or int8";
   if (n.has_input(9)) return "a fused residual (Z) runs on CUDA only";
   if (n.attr_int("output_dtype", static_cast<int64_t>(DataType::kFloat32)) != static_cast<int64_t>(DataType::kFloat32))
     return "a float16 output runs on CUDA only";

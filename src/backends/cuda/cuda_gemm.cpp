@@ -536,6 +536,8 @@ std::string qmatmul_check(const ir::Node& n) {
     if (n.has_input(static_cast<size_t>(i)) && !q_const(n, i)) return "scales, zero points and the bias must be constants";
   if (!q_const(n, kQXScale) || !q_const(n, kQWScale)) return "x_scale and w_scale are required";
   if (n.has_input(kQYScale) != n.has_input(kQYZero)) return "y_scale and y_zero_point come together";
+  if (n.has_input(kQYZero) && n.inputs[kQYZero]->type.dtype != DataType::kUInt8 && n.inputs[kQYZero]->type.dtype != DataType::kInt8)
+    return "y must be uint8 or int8";
   const int64_t out = n.attr_int("output_dtype", static_cast<int64_t>(DataType::kFloat32));
   if (out != static_cast<int64_t>(DataType::kFloat32) && (out != static_cast<int64_t>(DataType::kFloat16) || n.has_input(kQYScale)))
     return "a float output is float32 or float16";

@@ -316,7 +316,8 @@ Status build_graph(QConvPlan& plan, cudnnHandle_t dnn, const QConvConsts& c, int
     last = activated;
   }
   if (clamp) {
-    // Saturated as QuantizeLinear does it (E4M3 has no infinity: an unclamped overflow is NaN).
+    // Saturated as QuantizeLinear does it (E4M3 has no infinity: an unclamped overflow is NaN). A NaN
+    // sum may leave as ±448 where cuDNN's MIN/MAX follow fminf (kiln's own kernels keep it NaN).
     BD hi = b.tensor(kUidHi, CUDNN_DATA_FLOAT, 1, c.m, 1, 1, false);
     BD clamped = c.relu ? y : b.tensor(kUidClamped, CUDNN_DATA_FLOAT, n, c.m, out[0], out[1], true);
     ops.push_back(b.pointwise(CUDNN_POINTWISE_MIN, last, hi, clamped));
