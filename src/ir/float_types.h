@@ -90,6 +90,10 @@ KILN_FT_HD inline uint16_t f32_to_bf16(float f) {
 // FLOAT4E2M1 always saturates).
 enum class MiniFloat { kE4M3FN, kE4M3FNUZ, kE5M2, kE5M2FNUZ, kE2M1 };
 
+// E4M3FN's largest finite magnitude: what FP8 quantization scales a calibrated range onto and
+// saturates at.
+inline constexpr float kE4M3FNMax = 448.0f;
+
 struct MiniFloatSpec {
   int mbits;
   int bias;

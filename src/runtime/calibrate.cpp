@@ -248,7 +248,7 @@ void quantize_weights(ir::Graph& g, ir::Node& n, DataType type) {
   const bool e4m3 = type == DataType::kFloat8E4M3FN;
   Tensor scales = Tensor::empty(DataType::kFloat32, {channels});
   Tensor q = Tensor::empty(type, s);
-  for (int64_t c = 0; c < channels; ++c) scales.data<float>()[c] = symmetric_scale(amax[c], e4m3 ? 448.0 : 127.0);
+  for (int64_t c = 0; c < channels; ++c) scales.data<float>()[c] = symmetric_scale(amax[c], e4m3 ? kE4M3FNMax : 127.0);
   uint8_t* dst = static_cast<uint8_t*>(q.raw());
   for (int64_t i = 0; i < w.numel(); ++i) {
     const int64_t c = axis0 ? i / inner : i % outer_stride;
@@ -451,7 +451,7 @@ void insert_qdq_nodes(ir::Graph& g, const Targets& found, const std::vector<ir::
     // uint8 with a zero point, or (CUDA convolutions' inputs) int8/E4M3 with zero point 0.
     const bool symmetric = found.symmetric.count(a) > 0;
     const DataType qt = symmetric ? symmetric_type : DataType::kUInt8;
-    const double qmax = symmetric_type == DataType::kFloat8E4M3FN ? 448.0 : 127.0;
+    const double qmax = symmetric_type == DataType::kFloat8E4M3FN ? kE4M3FNMax : 127.0;
     const auto [scale, zp] = symmetric ? std::pair<float, uint8_t>{symmetric_scale(std::max(std::fabs(lo), std::fabs(hi)), qmax), 0}
                                        : uint8_params(lo, hi);
     ir::Value* sv = g.new_value(a + "_scale", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({})));
@@ -484,7 +484,7 @@ Status insert_qdq(ir::Graph& g, Products which, const Calibration& cal, const st
 }
 
 // The E4M3 scale of a tensor whose magnitudes reach `amax` (1 for an all-zero tensor).
-float e4m3_scale(double amax) { return symmetric_scale(amax, 448.0); }
+float e4m3_scale(double amax) { return symmetric_scale(amax, kE4M3FNMax); }
 
 // The constant row [N] of MatMul's sole reader when it is Add(product, row) or Add(row, product): the
 // bias an F8MatMul takes over; else null.

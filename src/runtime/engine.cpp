@@ -276,6 +276,19 @@ static Status prepare_graph(ir::Graph& graph, const BuildOptions& options, const
 }
 
 static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const BuildOptions& options,
+                                                          BuildClock::time_point start);
+
+Expected<std::shared_ptr<Engine>> build_graph_as_is(std::unique_ptr<ir::Graph> g, DeviceType device) {
+  ir::Model m;
+  m.graph = std::move(g);
+  BuildOptions f;
+  f.opt_level = 0;
+  f.tune = 0;
+  f.device = device;
+  return build_from_model(std::move(m), f, BuildClock::now());
+}
+
+static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const BuildOptions& options,
                                                           BuildClock::time_point start) {
   auto impl = std::make_unique<Engine::Impl>();
   impl->options = options;
@@ -310,17 +323,8 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
     auto float_graph = impl->graph->clone();
     // A graph as it is (opt level 0, untuned) on `device`: the float32 reference and calibration
     // engines run on the CPU, quantized candidates on the engine's device.
-    auto build_on = [](std::unique_ptr<ir::Graph> g, DeviceType device) -> Expected<std::shared_ptr<Engine>> {
-      ir::Model m;
-      m.graph = std::move(g);
-      BuildOptions f;
-      f.opt_level = 0;
-      f.tune = 0;
-      f.device = device;
-      return build_from_model(std::move(m), f, BuildClock::now());
-    };
-    auto build_float = [&](std::unique_ptr<ir::Graph> g) { return build_on(std::move(g), DeviceType::kCPU); };
-    auto build_as_is = [&](std::unique_ptr<ir::Graph> g) { return build_on(std::move(g), options.device); };
+    auto build_float = [&](std::unique_ptr<ir::Graph> g) { return build_graph_as_is(std::move(g), DeviceType::kCPU); };
+    auto build_as_is = [&](std::unique_ptr<ir::Graph> g) { return build_graph_as_is(std::move(g), options.device); };
     report(options, start, "calibrate");
     BuildOptions calib = options;
     if (calib.calibration.empty() && !calib.calibration_dir.empty()) {

@@ -44,6 +44,9 @@ Status validate_profiles(const ir::Graph& g, const std::vector<ShapeProfile>& pr
 // relative L2 within `tol`; E4M3 within 3e-2; int8/uint8 within one step in at most 1% of the
 // elements; other types bit for bit), else why not (runtime/tuner.cpp).
 std::string tactic_outputs_mismatch(const std::vector<Tensor>& want, const std::vector<Tensor>& got, double tol);
+// An engine of `g` as it is (opt level 0, untuned) on `device`: what an INT8/FP8 build's calibration
+// (the float32 reference, on the CPU) and its quantized candidates run.
+Expected<std::shared_ptr<Engine>> build_graph_as_is(std::unique_ptr<ir::Graph> g, DeviceType device);
 // Auto-tuning (runtime/tuner.cpp): per shape profile, times the candidate tactics of every step that
 // offers several on the engine's device at the profile's opt shapes and records the fastest valid one
 // in the plan. `progress` (may be null) hears each layer as it is tuned: done, total, layer.

@@ -1574,3 +1574,101 @@ TEST(Passes, FuseQdqRequantizesARelusQuantizeIntoTheProduct) {
 
 }  // namespace
 }  // namespace kiln
+
+#include "runtime/calibrate.h"
+
+namespace kiln {
+namespace {
+
+// A CUDA FP8 build's quantization (runtime/calibrate.cpp) of a residual block: the convolutions the
+// FP8 kernel takes get E4M3 Q/DQ (activations amax / 448 of the calibration sets, zero point 0;
+// weights per output channel), the block's shortcut too (for the residual fold); one with 8 output
+// channels stays float. fuse-qdq and the residual fold then make E4M3 kiln.QConvs, and the quantized
+// graph stays close to the float one on the CPU's Q/DQ kernels.
+TEST(Calibration, Fp8CudaBuildQuantizesConvolutionsAsE4M3) {
+  const KernelRegistry* cuda = cuda_kernel_registry();
+  if (!cuda) GTEST_SKIP() << "built without CUDA";
+  Builder b;
+  ir::Value* x = b.input("x", {2, 16, 6, 6});
+  ir::Value* r1 = b.node("Relu", {conv(b, x, 16, 32, true)});
+  ir::Value* sum = b.node("Add", {conv(b, r1, 32, 32, true, 1), conv(b, x, 16, 32, false, 1)});
+  ir::Value* y = b.node("Relu", {sum});
+  b.output(y);
+  b.output(conv(b, y, 32, 8, true, 1));
+  const auto float_graph = b.g->clone();
+
+  BuildOptions o;
+  o.device = DeviceType::kCUDA;
+  o.precision = Precision::kFP8;
+  double amax = 0;
+  for (int s = 0; s < 2; ++s) {
+    Tensor t = Tensor::empty(DataType::kFloat32, {2, 16, 6, 6});
+    std::uniform_real_distribution<float> u(-2.f, 2.f);
+    for (int64_t i = 0; i < t.numel(); ++i) amax = std::max(amax, std::fabs(static_cast<double>(t.data<float>()[i] = u(b.rng))));
+    o.calibration.push_back({{"x", t}});
+  }
+  auto cpu = [](std::unique_ptr<ir::Graph> g) { return build_graph_as_is(std::move(g), DeviceType::kCPU); };
+  auto unused = [](std::unique_ptr<ir::Graph>) -> Expected<std::shared_ptr<Engine>> { return invalid_argument("no budget"); };
+  auto g = b.g->clone();
+  auto report = quantize_8bit(*g, o, "", cpu, unused);
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  EXPECT_EQ(report->layers.size(), 3u);
+
+  int e4m3_weights = 0, e4m3_quantize = 0;
+  for (const ir::Node* n : g->nodes()) {
+    if (n->op_type == "QuantizeLinear") {
+      EXPECT_EQ(n->outputs[0]->type.dtype, DataType::kFloat8E4M3FN) << n->describe();
+      ++e4m3_quantize;
+      if (n->inputs[0]->name == "x")
+        EXPECT_FLOAT_EQ(n->inputs[1]->constant->data<float>()[0], static_cast<float>(amax / 448.0));
+    }
+    if (n->op_type == "DequantizeLinear" && n->inputs[0]->is_constant()) {
+      EXPECT_EQ(n->inputs[0]->type.dtype, DataType::kFloat8E4M3FN);
+      EXPECT_EQ(n->inputs[1]->constant->numel(), 32) << "one scale per output channel";
+      ++e4m3_weights;
+    }
+    if (n->op_type == "Conv") {
+      const bool quantized = n->inputs[0]->producer && n->inputs[0]->producer->op_type == "DequantizeLinear";
+      EXPECT_EQ(quantized, n->outputs[0]->type.shape.dims[1].value != 8) << n->describe();
+    }
+    if (n->op_type == "Add") {
+      EXPECT_EQ(n->inputs[0]->producer->op_type, "Conv");
+      EXPECT_EQ(n->inputs[1]->producer->op_type, "DequantizeLinear") << "the shortcut, quantized for the residual fold";
+    }
+  }
+  EXPECT_EQ(e4m3_weights, 3);
+  EXPECT_EQ(e4m3_quantize, 3);  // x (read by two convolutions), r1, the shortcut's output
+
+  // The CPU runs the Q/DQ graph: within E4M3's rounding of the float graph.
+  const auto want = run(*float_graph, o.calibration[0]);
+  const auto got = run(*g, o.calibration[0]);
+  for (const auto& [name, t] : want) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const double d = got.at(name).data<float>()[i] - t.data<float>()[i];
+      num += d * d;
+      den += static_cast<double>(t.data<float>()[i]) * t.data<float>()[i];
+    }
+    EXPECT_LT(std::sqrt(num / den), 0.08) << name;
+  }
+
+  // fuse-qdq and the residual fold: three E4M3 kiln.QConvs, the shortcut read as the residual.
+  passes::OptimizeStats stats;
+  ASSERT_TRUE(passes::optimize(*g, builder_pass_options(2, cuda), &stats).ok());
+  ASSERT_TRUE(passes::fuse_qconv_residual(*g).ok());
+  int qconvs = 0, residual = 0;
+  for (const ir::Node* n : g->nodes())
+    if (n->op_type == "QConv") {
+      ++qconvs;
+      EXPECT_EQ(n->inputs[3]->type.dtype, DataType::kFloat8E4M3FN);
+      if (n->has_input(9)) {
+        ++residual;
+        EXPECT_EQ(n->inputs[9]->type.dtype, DataType::kFloat8E4M3FN);
+      }
+    }
+  EXPECT_EQ(qconvs, 3);
+  EXPECT_EQ(residual, 1);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -37,6 +37,7 @@
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
 #include "ir/epilogue.h"
+#include "ir/float_types.h"
 #include "ops/params_nn.h"
 #include "ops/shape_infer_util.h"
 #include "util/env.h"
@@ -119,8 +120,6 @@ struct Builder {
 enum Uid : int64_t { kUidX = 1, kUidW, kUidY, kUidScale, kUidBias, kUidZ, kUidZMul, kUidHi, kUidLo, kUidAcc, kUidScaled,
                      kUidBiased, kUidZScaled, kUidSum, kUidActivated, kUidClamped };
 
-// E4M3's largest finite magnitude.
-constexpr float kE4M3Max = 448.f;
 
 // What every run of the node uses, read once from its constants; the vectors live on the GPU.
 struct QConvConsts {
@@ -230,8 +229,8 @@ Expected<std::shared_ptr<const QConvConsts>> prepare_qconv(const ir::Node& n) {
   Tensor zmul = Tensor::empty(DataType::kFloat32, {c->m});
   Tensor hi = Tensor::empty(DataType::kFloat32, {c->m});
   Tensor lo = Tensor::empty(DataType::kFloat32, {c->m});
-  std::fill_n(hi.data<float>(), c->m, kE4M3Max);
-  std::fill_n(lo.data<float>(), c->m, -kE4M3Max);
+  std::fill_n(hi.data<float>(), c->m, kE4M3FNMax);
+  std::fill_n(lo.data<float>(), c->m, -kE4M3FNMax);
   for (int64_t j = 0; j < c->m; ++j) {
     const double s = xs * wsc[wsc.size() == 1 ? 0 : j];
     const double bj = quantized_bias(b, bias, j, s);
