@@ -673,8 +673,8 @@ static int kiln_main(int argc, char** argv) {
   build->add_option("--precision", build_precision,
                     "fp32, or for cuda engines tf32 (TF32 tensor cores for float32 convolutions/GEMMs), fp16/bf16 "
                     "(float32 accumulation; inputs and outputs keep their dtypes), best (fp16 + tf32) or fp8 (MatMul/Gemm "
-                    "with constant weights in FP8 E4M3 on Hopper, scales from --calibration, the rest fp16; a cpu "
-                    "engine emulates the FP8 products, to measure their accuracy)")
+                    "with constant weights, and on cuda the convolutions, in FP8 E4M3 on Hopper, scales from "
+                    "--calibration, the rest fp16; a cpu engine emulates the FP8 products, to measure their accuracy)")
       ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "best", "fp8"}));
 
   bool build_int8 = false;

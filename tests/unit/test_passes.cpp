@@ -905,6 +905,48 @@ TEST(Passes, Uint8ActivationsReadByInt8ProductsBecomeSigned) {
   }
 }
 
+// The same for an int8 product's uint8 output (its y_zero_point) read by the next product; a graph
+// output, or a reader with another zero point, keeps uint8.
+TEST(Passes, Uint8ProductOutputsReadByInt8ProductsBecomeSigned) {
+  for (int variant = 0; variant < 3; ++variant) {  // 0: converted; 1: also a graph output; 2: zero points differ
+    SCOPED_TRACE(variant);
+    Builder b;
+    ir::Value* x = b.input("x", {4, 32}, DataType::kUInt8);
+    auto zero = [&](uint8_t v) {
+      Tensor t = Tensor::empty(DataType::kUInt8, {});
+      t.data<uint8_t>()[0] = v;
+      return b.constant(t);
+    };
+    auto weights = [&](int64_t k, int64_t n) {
+      Tensor w = Tensor::empty(DataType::kInt8, {k, n});
+      for (int64_t i = 0; i < w.numel(); ++i) w.data<int8_t>()[i] = static_cast<int8_t>(i * 5 % 251 - 125);
+      return b.constant(w);
+    };
+    auto product = [&](ir::Value* a, ir::Value* az, int64_t k, int64_t n, bool quantized) {
+      std::vector<ir::Value*> in = {a, b.scalar(0.02f), az, weights(k, n), b.floats({n}, 0.01f, 0.02f)};
+      if (quantized) in.insert(in.end(), {nullptr, b.scalar(0.5f), zero(120)});
+      ir::Value* y = b.g->new_value("y");
+      ir::Node* n8 = b.g->add_node("QMatMul", "kiln", in, {y}, "mm");
+      n8->opset = 1;
+      EXPECT_TRUE(ops::infer_node(*n8).ok());
+      return n8;
+    };
+    ir::Node* first = product(x, zero(7), 32, 16, true);
+    ir::Node* second = product(first->outputs[0], zero(variant == 2 ? 121 : 120), 16, 8, false);
+    b.output(second->outputs[0]);
+    if (variant == 1) b.output(first->outputs[0]);
+    Tensor xt = Tensor::empty(DataType::kUInt8, {4, 32});
+    for (int64_t i = 0; i < xt.numel(); ++i) xt.data<uint8_t>()[i] = static_cast<uint8_t>(i * 37 % 256);
+    const auto before = run(*b.g, {{"x", xt}});
+    EXPECT_EQ(passes::signed_activations(*b.g, [](const ir::Node&) { return true; }), variant == 0 ? 1 : 0);
+    ASSERT_TRUE(b.g->verify().ok());
+    EXPECT_EQ(first->outputs[0]->type.dtype, variant == 0 ? DataType::kInt8 : DataType::kUInt8);
+    EXPECT_EQ(x->type.dtype, DataType::kUInt8) << "a graph input keeps its type";
+    const auto after = run(*b.g, {{"x", xt}});
+    for (const auto& [name, t] : before) EXPECT_EQ(std::memcmp(t.raw(), after.at(name).raw(), t.nbytes()), 0) << name;
+  }
+}
+
 // A float-output kiln.QMatMul read only by a Cast to float16 writes float16 itself where the target
 // takes it; not when another node reads the float32 value, nor when the target refuses.
 TEST(Passes, Int8ProductWritesHalfInsteadOfACast) {
