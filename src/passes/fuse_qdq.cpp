@@ -300,7 +300,7 @@ Expected<bool> fuse_qdq(ir::Graph& g, PassContext& ctx) {
       return "dequantized to a type other than float32";
     const Tensor& wq = m.constant("wq");
     if (!symmetric_type(wq.dtype())) return "W is not int8 or float8e4m3fn";
-    if ((wq.dtype() == DataType::kFloat8E4M3FN) != (xt == DataType::kFloat8E4M3FN)) return "x and W are not both float8 or both integers";
+    if (!same_family(xt, wq.dtype())) return "x and W are not both float8 or both integers";
     if (const ir::Value* wz = input_or_null(nw, 2)) {
       if (!wz->is_constant()) return "W's zero point is not constant";
       for (double z : constant_values(wz))

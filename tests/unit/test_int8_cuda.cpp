@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <limits>
 #include <random>
 
 #include "backends/cuda/cuda_backend.h"
@@ -356,6 +358,39 @@ void expect_conv_matches(const Tensor& got, const ConvData& d, const std::string
   }
 }
 
+// "C>M kxk/stride at HxW [+Z] [Relu] → out", for failure messages.
+std::string case_name(const ConvCase& cc) {
+  return std::to_string(cc.c) + ">" + std::to_string(cc.m) + " " + std::to_string(cc.k) + "x" + std::to_string(cc.k) + "/" +
+         std::to_string(cc.stride) + " at " + std::to_string(cc.h) + "x" + std::to_string(cc.w) + (cc.residual ? " +Z" : "") +
+         (cc.relu ? " Relu" : "") + " → " + dtype_name(cc.out);
+}
+
+bool offers(const std::vector<std::string>& tactics, const char* t) { return std::count(tactics.begin(), tactics.end(), t) > 0; }
+
+// Runs d's kiln.QConv with the kernel's own choice, then with each tactic it offers (cuDNN's
+// configurations up to cfg<max_cfg>; one that does not build here is skipped), checking every output
+// with check(got, d, what); returns the tactics offered.
+template <typename Check>
+std::vector<std::string> check_every_tactic(const ConvData& d, const std::string& what, Check check,
+                                            int max_cfg = std::numeric_limits<int>::max()) {
+  auto node = qconv_node(d);
+  std::vector<std::string> tactics;
+  auto got = cudatest::run_cuda(*node->node, conv_inputs(d), {}, &tactics);
+  EXPECT_TRUE(got.ok()) << what << ": " << got.status().to_string();
+  if (!got.ok()) return tactics;
+  check((*got)[0], d, what + ", own choice");
+  EXPECT_FALSE(tactics.empty()) << what;
+  for (const std::string& t : tactics) {
+    if (t.rfind("cfg", 0) == 0 && std::atoi(t.c_str() + 3) > max_cfg) continue;
+    auto g = cudatest::run_cuda(*node->node, conv_inputs(d), t);
+    if (!g.ok() && g.status().message().find("no engine") != std::string::npos) continue;  // a configuration that does not build here
+    EXPECT_TRUE(g.ok()) << what << " " << t << ": " << g.status().to_string();
+    if (!g.ok()) return tactics;
+    check((*g)[0], d, what + ", tactic " + t);
+  }
+  return tactics;
+}
+
 TEST(CudaQConv, MatchesTheQdqGraphEveryTactic) {
   KILN_REQUIRE_GPU();
   std::mt19937 rng(21);
@@ -383,29 +418,13 @@ TEST(CudaQConv, MatchesTheQdqGraphEveryTactic) {
   };
   for (const ConvCase& cc : cases) {
     const ConvData d = make_conv(cc, rng);
-    const std::string what = std::to_string(cc.c) + ">" + std::to_string(cc.m) + " " + std::to_string(cc.k) + "x" +
-                             std::to_string(cc.k) + "/" + std::to_string(cc.stride) + " at " + std::to_string(cc.h) + "x" +
-                             std::to_string(cc.w) + (cc.residual ? " +Z" : "") + (cc.relu ? " Relu" : "") + " → " +
-                             dtype_name(cc.out);
-    auto node = qconv_node(d);
-    std::vector<std::string> tactics;
-    auto got = cudatest::run_cuda(*node->node, conv_inputs(d), {}, &tactics);
-    ASSERT_TRUE(got.ok()) << what << ": " << got.status().to_string();
-    expect_conv_matches((*got)[0], d, what + ", own choice");
-    EXPECT_FALSE(tactics.empty()) << what;
+    const std::string what = case_name(cc);
+    const std::vector<std::string> tactics = check_every_tactic(d, what, expect_conv_matches);
     if (cc.k == 1 && cc.c % 16 == 0)
-      EXPECT_TRUE(std::count(tactics.begin(), tactics.end(), "mma64") && std::count(tactics.begin(), tactics.end(), "mma128"))
-          << what << ": kiln's 1x1 kernel is not among the tactics";
+      EXPECT_TRUE(offers(tactics, "mma64") && offers(tactics, "mma128")) << what << ": kiln's 1x1 kernel is not among the tactics";
     if (cc.k == 1 && cc.c % 16 == 0 && cc.c <= 256 && cc.m % 16 == 0 && cc.out == DataType::kInt8)
-      EXPECT_TRUE(std::count(tactics.begin(), tactics.end(), "stream64") &&
-                  std::count(tactics.begin(), tactics.end(), "stream128"))
+      EXPECT_TRUE(offers(tactics, "stream64") && offers(tactics, "stream128"))
           << what << ": the 1x1 kernel's streaming form is not among the tactics";
-    for (const std::string& t : tactics) {
-      auto g = cudatest::run_cuda(*node->node, conv_inputs(d), t);
-      if (!g.ok() && g.status().message().find("no engine") != std::string::npos) continue;  // a configuration that does not build here
-      ASSERT_TRUE(g.ok()) << what << " " << t << ": " << g.status().to_string();
-      expect_conv_matches((*g)[0], d, what + ", tactic " + t);
-    }
   }
 }
 
@@ -497,28 +516,14 @@ TEST(CudaQConv, Fp8MatchesTheQdqGraphEveryTactic) {
   };
   for (const ConvCase& cc : cases) {
     const ConvData d = make_fp8_conv(cc, rng);
-    const std::string what = "fp8 " + std::to_string(cc.c) + ">" + std::to_string(cc.m) + " " + std::to_string(cc.k) + "x" +
-                             std::to_string(cc.k) + "/" + std::to_string(cc.stride) + (cc.residual ? " +Z" : "") +
-                             (cc.relu ? " Relu" : "") + " → " + dtype_name(cc.out);
-    auto node = qconv_node(d);
-    std::vector<std::string> tactics;
-    auto got = cudatest::run_cuda(*node->node, conv_inputs(d), {}, &tactics);
-    ASSERT_TRUE(got.ok()) << what << ": " << got.status().to_string();
-    expect_fp8_conv_matches((*got)[0], d, what + ", own choice");
-    EXPECT_FALSE(tactics.empty()) << what;
-    const auto has = [&](const char* t) { return std::count(tactics.begin(), tactics.end(), t) > 0; };
-    if (cc.k == 1) EXPECT_TRUE(has("mma64") && has("mma128")) << what << ": kiln's 1x1 kernel is not among the tactics";
+    const std::string what = "fp8 " + case_name(cc);
+    // kiln's own kernels, and cuDNN's first three configurations (each E4M3 one is compiled at first
+    // use, seconds apiece).
+    const std::vector<std::string> tactics = check_every_tactic(d, what, expect_fp8_conv_matches, 2);
+    if (cc.k == 1)
+      EXPECT_TRUE(offers(tactics, "mma64") && offers(tactics, "mma128")) << what << ": kiln's 1x1 kernel is not among the tactics";
     if (cc.k == 1 && cc.c <= 256 && cc.out == DataType::kFloat8E4M3FN)
-      EXPECT_TRUE(has("stream64") && has("stream128")) << what << ": the streaming form is not among the tactics";
-    for (const std::string& t : tactics) {
-      // kiln's own kernels, and cuDNN's first three configurations (each E4M3 one is compiled at
-      // first use, seconds apiece).
-      if (t.rfind("cfg", 0) == 0 && std::atoi(t.c_str() + 3) > 2) continue;
-      auto g = cudatest::run_cuda(*node->node, conv_inputs(d), t);
-      if (!g.ok() && g.status().message().find("no engine") != std::string::npos) continue;
-      ASSERT_TRUE(g.ok()) << what << " " << t << ": " << g.status().to_string();
-      expect_fp8_conv_matches((*g)[0], d, what + ", tactic " + t);
-    }
+      EXPECT_TRUE(offers(tactics, "stream64") && offers(tactics, "stream128")) << what << ": the streaming form is not among the tactics";
   }
 }
 
