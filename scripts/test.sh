@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: C++ unit tests (ctest), Python API tests (pytest), the model zoo's agreement
 # with onnxruntime (models present in build/zoo/), onnx's conformance suites, and the installed
-# packages (scripts/check_install.sh: the wheel in a fresh environment, find_package(kiln)).
+# packages (scripts/check_install.sh: the wheel in a fresh environment, find_package(kiln)). The C++
+# and Python suites run again with the CPU capped to the weakest ISA kiln supports; at the end, the
+# skipped tests are counted per reason (tests/skip_summary.py).
 # The Python tests run against the kiln package installed into .venv (scripts/install.sh), not
 # python/ in the source tree. GPU tests report themselves as skipped on machines without a GPU.
 set -euo pipefail
@@ -10,23 +12,37 @@ cd "$root"
 [ -f build/build.ninja ] || scripts/setup.sh --no-build
 scripts/build.sh
 scripts/install.sh
+reports=build/test-reports
+rm -rf "$reports"
+mkdir -p "$reports"
 echo "== unit tests"
-(cd build && ctest --output-on-failure -j2 --timeout 300)
-# The CPU kernels' hot loops have AVX-512, AVX2 and baseline copies, chosen by the CPU: on an AVX-512
-# machine the runs above take the AVX-512 ones, so the kernels' own tests run again on the AVX2 copies.
-echo "== CPU kernels' AVX2 copies (KILN_CPU_ISA=avx2)"
-KILN_CPU_ISA=avx2 build/kiln_tests --gtest_brief=1 \
-  --gtest_filter='DwConv.*:SigmoidSimd.*:PackedConv.*:NnPackedGemm.*:NnGemv.*:NnPool.*:NnConv.*:NnSoftmax.*:NnNorm.*:ElementwiseUnary.*:ElementwiseBinary.*:FusedAttention.*:ShapeTranspose.*'
+(cd build && ctest --output-on-failure -j2 --timeout 300 --output-junit test-reports/ctest.xml)
 unset PYTHONPATH
 if [ -d tests/python ]; then
   echo "== python tests"
-  .venv/bin/python -m pytest -q tests/python
-  KILN_CPU_ISA=avx2 .venv/bin/python -m pytest -q tests/python/test_cpu_fast_paths.py
+  .venv/bin/python -m pytest -q -p no:cacheprovider tests/python --junitxml="$reports/python.xml"
+fi
+# The weakest machines' paths, on this machine: kiln's own loops capped to baseline x86-64 and oneDNN
+# to SSE4.1 (no AVX2, no AVX-512, no VNNI: the exact int8 kernels, no Winograd), then the AVX2 copies
+# with oneDNN at AVX2 (an AVX2-only machine). Every C++ unit test (in one process: ~2 s) and every
+# Python test (~1 min) under the weakest cap, so a green run here proves the weak machine; tests
+# read what the capped process may use (kiln_isa.py, host_cpu_isa()), never /proc/cpuinfo.
+weakest=(env KILN_CPU_ISA=baseline ONEDNN_MAX_CPU_ISA=SSE41)
+echo "== weakest ISA (KILN_CPU_ISA=baseline ONEDNN_MAX_CPU_ISA=SSE41): C++ unit tests"
+"${weakest[@]}" build/kiln_tests --gtest_brief=1 --gtest_output="xml:$reports/gtest_weakest.xml"
+echo "== AVX2 (KILN_CPU_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2): C++ unit tests"
+env KILN_CPU_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 build/kiln_tests --gtest_brief=1 --gtest_output="xml:$reports/gtest_avx2.xml"
+if [ -d tests/python ]; then
+  echo "== weakest ISA: python tests"
+  "${weakest[@]}" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python --junitxml="$reports/python_weakest.xml"
+  echo "== AVX2: python tests of the CPU fast paths"
+  env KILN_CPU_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 .venv/bin/python -m pytest -q -p no:cacheprovider \
+    tests/python/test_cpu_fast_paths.py tests/python/test_quantization.py --junitxml="$reports/python_avx2.xml"
 fi
 if [ -d tests/models ]; then
   # Models exported into build/zoo/ (scripts/zoo.sh, or the CI subset in .ci/run); absent ones skip.
   echo "== model zoo (kiln vs onnxruntime)"
-  .venv/bin/python -m pytest -q -rs tests/models
+  .venv/bin/python -m pytest -q -rs -p no:cacheprovider tests/models --junitxml="$reports/models.xml"
 fi
 echo "== onnx conformance (onnx's own backend test runner against kiln.backend)"
 .venv/bin/python tests/conformance/run.py --suite all --json build/conformance.json
@@ -35,3 +51,7 @@ echo "== operator support table and arity table are current"
 .venv/bin/python tools/gen_arity.py --check
 echo "== the wheel in a fresh environment, and the C++ package (find_package(kiln))"
 scripts/check_install.sh
+.venv/bin/python tests/skip_summary.py "unit=$reports/ctest.xml" "python=$reports/python.xml" \
+  "unit, weakest ISA=$reports/gtest_weakest.xml" "unit, AVX2=$reports/gtest_avx2.xml" \
+  "python, weakest ISA=$reports/python_weakest.xml" "python, AVX2=$reports/python_avx2.xml" \
+  "model zoo=$reports/models.xml"

@@ -29,7 +29,8 @@ struct EngineFile {
   std::vector<ShapeProfile> profiles;      // the build's shape profiles (tactics are per profile)
 };
 
-// "x86_64 avx2 fma ..." — the CPU features kiln's kernels can use here (recorded as meta "cpu_isa").
+// "x86_64 avx2 fma ... onednn:avx2" — the CPU features kiln's kernels can use here, under KILN_CPU_ISA and
+// ONEDNN_MAX_CPU_ISA (recorded as meta "cpu_isa"; backends/cpu/cpu_backend.cpp).
 std::string host_cpu_isa();
 
 bool looks_like_engine(const std::string& head);

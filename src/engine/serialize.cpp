@@ -530,16 +530,6 @@ Expected<std::shared_ptr<CompiledGraph>> read_plan(const fb::PlanDesc* pd, std::
 
 }  // namespace
 
-std::string host_cpu_isa() {
-  std::string isa = "x86_64";
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) isa += " avx2";
-  if (__builtin_cpu_supports("fma")) isa += " fma";
-  if (__builtin_cpu_supports("avx512f")) isa += " avx512f";
-  if (__builtin_cpu_supports("avx512bw")) isa += " avx512bw";
-  return isa;
-}
-
 bool looks_like_engine(const std::string& head) {
   return head.size() >= 8 && std::memcmp(head.data() + 4, "KILN", 4) == 0;
 }

@@ -24,6 +24,7 @@
 
 #include "backends/backend.h"
 #include "kiln/kiln.h"
+#include "../unit/source_dir.h"
 
 extern "C" void* __libc_malloc(size_t);
 extern "C" void* __libc_calloc(size_t, size_t);
@@ -116,7 +117,7 @@ std::shared_ptr<Engine> build_example(DeviceType device, int opt_level) {
   BuildOptions o;
   o.device = device;
   o.opt_level = opt_level;
-  auto e = Engine::build(std::string(KILN_SOURCE_DIR) + "/examples/tiny_cnn.onnx", o);
+  auto e = Engine::build(testing_support::source_dir() + "/examples/tiny_cnn.onnx", o);
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   return e.ok() ? *e : nullptr;
 }

@@ -14,19 +14,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
-from cpu_flags import cpu_flags
 from placement import ops_after as ops_of
 
-
-def _has_vnni() -> bool:
-    flags = cpu_flags()
-    return "avx512_vnni" in flags or "avx_vnni" in flags
-
-
-# kiln's int8 kernels (oneDNN) are available only with VNNI: without it their u8*s8 pair sums saturate in
-# int16, and kiln runs Q/DQ graphs unfused instead (exact, not fast). These tests check the int8
-# kernels and the fusions into them, so they skip where the kernels are off.
-pytestmark = pytest.mark.skipif(not _has_vnni(), reason="no VNNI on this CPU: kiln's oneDNN int8 kernels are off")
+# On every CPU: where oneDNN has VNNI kernels kiln.QConv / kiln.QMatMul run on them, elsewhere on the
+# exact kernels (backends/cpu/nn_qconv.cpp); scripts/test.sh runs these tests both ways.
 
 ort = pytest.importorskip("onnxruntime")
 

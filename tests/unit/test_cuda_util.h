@@ -1,5 +1,6 @@
 // tests/unit/test_cuda_util.h — running one node on the CUDA backend in tests (device memory
-// through the backend, inputs uploaded, outputs downloaded), plus tensor helpers.
+// through the backend, inputs uploaded, outputs downloaded), or with one named kernel row of any
+// backend, plus tensor helpers.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -60,14 +61,13 @@ class DeviceContext final : public KernelContext {
   void* state_;
 };
 
-// Uploads `inputs`, runs the node's CUDA kernel (with `tactic`, or the kernel's own choice), downloads
-// every produced output. `tactics`, when given, receives the tactics the kernel offers for them.
-inline Expected<std::vector<Tensor>> run_cuda(const ir::Node& node, const std::vector<Tensor>& inputs,
-                                              const std::string& tactic = {}, std::vector<std::string>* tactics = nullptr) {
-  KILN_ASSIGN_OR_RETURN(Backend * be, cuda_backend());
-  std::string why;
-  const KernelDef* def = be->kernels().find(node, &why);
-  if (!def) return unsupported("no CUDA kernel: " + why);
+// Copies `inputs` into the backend's memory, runs the node with kernel row `def` of backend `be`
+// (with `tactic`, or the kernel's own choice), copies every produced output back to the host.
+// `tactics`, when given, receives the tactics the kernel offers for them.
+inline Expected<std::vector<Tensor>> run_row(Backend* be, const KernelDef* def, const ir::Node& node,
+                                             const std::vector<Tensor>& inputs, const std::string& tactic = {},
+                                             std::vector<std::string>* tactics = nullptr) {
+  if (std::string why = def->rejects(node); !why.empty()) return unsupported(def->name + ": " + why);
   KernelInit init;
   init.device_state = be->build_state();
   KILN_ASSIGN_OR_RETURN(KernelPtr kernel, def->create(node, init));
@@ -119,6 +119,16 @@ inline Expected<std::vector<Tensor>> run_cuda(const ir::Node& node, const std::v
     out.push_back(h);
   }
   return out;
+}
+
+// run_row with the CUDA kernel the registry picks for the node.
+inline Expected<std::vector<Tensor>> run_cuda(const ir::Node& node, const std::vector<Tensor>& inputs,
+                                              const std::string& tactic = {}, std::vector<std::string>* tactics = nullptr) {
+  KILN_ASSIGN_OR_RETURN(Backend * be, cuda_backend());
+  std::string why;
+  const KernelDef* def = be->kernels().find(node, &why);
+  if (!def) return unsupported("no CUDA kernel: " + why);
+  return run_row(be, def, node, inputs, tactic, tactics);
 }
 
 inline Tensor random_tensor(const Shape& shape, std::mt19937& rng, float lo = -2.f, float hi = 2.f) {

@@ -20,13 +20,14 @@
 #include "runtime/engine_impl.h"
 #include "runtime/executor.h"
 #include "util/checksum.h"
+#include "source_dir.h"
 
 using namespace kiln;
 
 namespace {
 
-const std::string kExample = std::string(KILN_SOURCE_DIR) + "/examples/tiny_cnn.onnx";
-const std::string kExampleInput = std::string(KILN_SOURCE_DIR) + "/examples/tiny_cnn_input.npy";
+const std::string kExample = testing_support::source_dir() + "/examples/tiny_cnn.onnx";
+const std::string kExampleInput = testing_support::source_dir() + "/examples/tiny_cnn_input.npy";
 
 std::vector<float> run_example(Engine& e, const Tensor& x) {
   auto ctx = e.create_context();
@@ -199,7 +200,7 @@ TEST(Runtime, OtherFormatVersionIsRefusedClearly) {
 
 TEST(Runtime, EngineForAnotherDeviceIsRefusedClearly) {
   // Built on an H100 by tests/gpu/device_check.sh.
-  auto e = Engine::load(std::string(KILN_SOURCE_DIR) + "/tests/data/tiny_cnn_h100.kiln");
+  auto e = Engine::load(testing_support::source_dir() + "/tests/data/tiny_cnn_h100.kiln");
   if (e.ok()) GTEST_SKIP() << "this machine has the GPU the engine was built for";
   EXPECT_EQ(e.status().code(), StatusCode::kEngineMismatch) << e.status().to_string();
   EXPECT_NE(e.status().message().find("H100"), std::string::npos) << e.status().message();

@@ -18,12 +18,13 @@
 #include "plan/plan.h"
 #include "runtime/engine_impl.h"
 #include "runtime/timing_cache.h"
+#include "source_dir.h"
 
 using namespace kiln;
 
 namespace {
 
-const std::string kExample = std::string(KILN_SOURCE_DIR) + "/examples/tiny_cnn.onnx";
+const std::string kExample = testing_support::source_dir() + "/examples/tiny_cnn.onnx";
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("kiln_tuning_" + std::to_string(::getpid()) + "_" + name)).string();

@@ -58,6 +58,11 @@ inline const dnnl::engine& dnnl_cpu() {
 
 inline size_t align64(size_t b) { return (b + 63) & ~size_t{63}; }
 
+// col[c * K + k][o] = x[c][o * stride - pad + k * dilation] (0 outside), for the K window offsets and
+// O output positions of `g`; x holds `channels` planes of `in` dims (nn_conv.cpp).
+void im2col_f32(const float* x, int64_t channels, const std::vector<int64_t>& in, const ops::WindowGeometry& g,
+                float* col);
+
 // A 2-D convolution's geometry as oneDNN takes it (dilations counted from 0, grouped weights 5-D), and
 // the user layouts of its buffers: NCHW / [M, C/g, kh, kw], or channels-last NHWC / [M, kh, kw, C/g].
 struct DnnlConvDims {

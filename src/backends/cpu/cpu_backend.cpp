@@ -6,11 +6,36 @@
 #include <cstring>
 #include <exception>
 
+#include <oneapi/dnnl/dnnl.hpp>
+
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "engine/engine_file.h"
 #include "ir/host_memory.h"
 
 namespace kiln {
+
+// What kiln's CPU kernels may use here, not only what the CPU has: its own copies' features under
+// KILN_CPU_ISA, and the ISA oneDNN dispatches to under ONEDNN_MAX_CPU_ISA (Winograd, int8 VNNI). Timing
+// caches are keyed on it and tests read which kernels to expect from it, so a capped run is told the
+// truth.
+std::string host_cpu_isa() {
+  std::string isa = "x86_64";
+  if (cpu::has_avx2_fma()) isa += " avx2 fma";
+  if (cpu::has_avx512()) isa += " avx512f avx512bw";
+  const char* onednn = "sse41";
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx: onednn = "avx"; break;
+    case dnnl::cpu_isa::avx2: onednn = "avx2"; break;
+    case dnnl::cpu_isa::avx2_vnni: onednn = "avx2_vnni"; break;
+    case dnnl::cpu_isa::avx512_core: onednn = "avx512_core"; break;
+    case dnnl::cpu_isa::avx512_core_vnni: onednn = "avx512_core_vnni"; break;
+    case dnnl::cpu_isa::avx512_core_bf16: onednn = "avx512_core_bf16"; break;
+    case dnnl::cpu_isa::avx512_core_amx: onednn = "avx512_core_amx"; break;
+    default: break;
+  }
+  return isa + " onednn:" + onednn;
+}
 namespace cpu {
 
 namespace {

@@ -887,6 +887,10 @@ Expected<KernelPtr> make_staged_conv(const ir::Node& n, KernelInit&) {
 
 }  // namespace
 
+void im2col_f32(const float* x, int64_t channels, const std::vector<int64_t>& in, const WindowGeometry& g, float* col) {
+  im2col<float>(x, channels, in, g, col);
+}
+
 void register_conv(KernelRegistry& r) {
   auto real = [](const ir::Node& n) { return require_real(n, 0); };
   r.add({"Conv", "", 1, 1 << 30, "cpu.Conv.any.im2col_sgemm", real, make_staged_conv});

@@ -1,10 +1,12 @@
-// kiln.QMatMul on CUDA (cuBLASLt int8 tensor cores, int32 sums, kiln's epilogue) against a double
-// precision computation of what the QDQ graph means: dequantized A and B, their product, bias,
-// activation, and QuantizeLinear's rounding when the node has y_scale. Skipped without a GPU, except
-// the kernel row's static checks, which placement uses on machines without one.
+// kiln.QMatMul and kiln.QConv against a double precision computation of what the QDQ graph means:
+// dequantized A and B, their product, bias, activation, and QuantizeLinear's rounding when the node
+// has y_scale. On CUDA (cuBLASLt, cuDNN, kiln's own kernels: skipped without a GPU, except the kernel
+// rows' static checks, which placement uses on machines without one) and on the CPU, every row: the
+// exact kernels on every machine, oneDNN's where this machine has them (skipped with the reason).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -154,33 +156,45 @@ void expect_matches(const Tensor& got, const QCase& c, const std::string& what) 
   if (q) EXPECT_LE(off_by_one, got.numel() / 100 + 1) << what;
 }
 
+// One kiln.QMatMul case: A's type and shape, N, per-column scales, the bias type, the output, the activation.
+struct Variant {
+  DataType a;
+  Shape a_shape;
+  int64_t n;
+  bool per_column;
+  DataType bias, out;
+  const char* act;
+};
+
+// The cases every row takes. K 64 and int8 A: A read as it is (CUDA); K 50 or uint8 A: converted
+// rows; N 30: padded sums.
+const Variant kVariants[] = {
+    {DataType::kUInt8, {2, 9, 64}, 48, true, DataType::kFloat32, DataType::kFloat32, ""},
+    {DataType::kInt8, {17, 64}, 32, false, DataType::kUndefined, DataType::kFloat32, "Relu"},
+    {DataType::kUInt8, {5, 50}, 30, true, DataType::kInt32, DataType::kUInt8, "Relu"},
+    {DataType::kInt8, {3, 4, 96}, 40, true, DataType::kFloat32, DataType::kInt8, "Gelu"},
+    {DataType::kUInt8, {128, 256}, 64, true, DataType::kInt32, DataType::kUInt8, ""},
+};
+
+// The variant's case drawn from rng, and its name for failure messages.
+QCase case_of(const Variant& v, std::mt19937& rng, std::string* what) {
+  QCase c = make_case(v.a, v.a_shape, v.n, v.per_column, v.bias, v.out, rng);
+  c.act = v.act;
+  *what = std::string(dtype_name(v.a)) + " A " + shape_to_string(v.a_shape) + " N " + std::to_string(v.n) + " → " +
+          dtype_name(v.out) + (c.act.empty() ? "" : " " + c.act);
+  return c;
+}
+
 TEST(CudaQMatMul, MatchesTheQdqGraphEveryTactic) {
   KILN_REQUIRE_GPU();
   std::mt19937 rng(11);
-  struct Variant {
-    DataType a;
-    Shape a_shape;
-    int64_t n;
-    bool per_column;
-    DataType bias, out;
-    const char* act;
-  };
-  // K 64 and int8 A: A read as it is; K 50 or uint8 A: converted rows; N 30: padded sums.
-  const Variant variants[] = {
-      {DataType::kUInt8, {2, 9, 64}, 48, true, DataType::kFloat32, DataType::kFloat32, ""},
-      {DataType::kInt8, {17, 64}, 32, false, DataType::kUndefined, DataType::kFloat32, "Relu"},
-      {DataType::kUInt8, {5, 50}, 30, true, DataType::kInt32, DataType::kUInt8, "Relu"},
-      {DataType::kInt8, {3, 4, 96}, 40, true, DataType::kFloat32, DataType::kInt8, "Gelu"},
-      {DataType::kUInt8, {128, 256}, 64, true, DataType::kInt32, DataType::kUInt8, ""},
-      // float16 out (passes::products_write_half): four columns a thread, and N 30 one at a time.
-      {DataType::kUInt8, {2, 9, 64}, 48, true, DataType::kFloat32, DataType::kFloat16, "Gelu"},
-      {DataType::kInt8, {7, 64}, 30, false, DataType::kFloat32, DataType::kFloat16, ""},
-  };
+  std::vector<Variant> variants(std::begin(kVariants), std::end(kVariants));
+  // float16 out (passes::products_write_half): four columns a thread, and N 30 one at a time.
+  variants.push_back({DataType::kUInt8, {2, 9, 64}, 48, true, DataType::kFloat32, DataType::kFloat16, "Gelu"});
+  variants.push_back({DataType::kInt8, {7, 64}, 30, false, DataType::kFloat32, DataType::kFloat16, ""});
   for (const Variant& v : variants) {
-    QCase c = make_case(v.a, v.a_shape, v.n, v.per_column, v.bias, v.out, rng);
-    c.act = v.act;
-    const std::string what = std::string(dtype_name(v.a)) + " A " + shape_to_string(v.a_shape) + " N " + std::to_string(v.n) +
-                             " → " + dtype_name(v.out) + (c.act.empty() ? "" : " " + c.act);
+    std::string what;
+    const QCase c = case_of(v, rng, &what);
     auto node = qmatmul_node(c);
     std::vector<std::string> tactics;
     auto got = cudatest::run_cuda(*node->node, inputs_of(c), {}, &tactics);
@@ -228,6 +242,7 @@ struct ConvCase {
   int64_t n, h, w, c, m, k, stride, pad;
   bool per_channel, relu, residual;
   DataType bias, out;
+  int64_t group = 1;  // W is [M, k, k, C / group]
 };
 
 struct ConvData {
@@ -246,10 +261,10 @@ ConvData make_conv(const ConvCase& cc, std::mt19937& rng) {
   std::uniform_int_distribution<int> byte(-128, 127), wbyte(-127, 127);
   d.x = Tensor::empty(DataType::kInt8, {cc.n, cc.h, cc.w, cc.c});
   for (int64_t i = 0; i < d.x.numel(); ++i) d.x.data<int8_t>()[i] = static_cast<int8_t>(byte(rng));
-  d.w = Tensor::empty(DataType::kInt8, {cc.m, cc.k, cc.k, cc.c});
+  d.w = Tensor::empty(DataType::kInt8, {cc.m, cc.k, cc.k, cc.c / cc.group});
   for (int64_t i = 0; i < d.w.numel(); ++i) d.w.data<int8_t>()[i] = static_cast<int8_t>(wbyte(rng));
   // Scales that keep y / ys mostly inside int8's range, so saturation and rounding both show.
-  const double fan = static_cast<double>(cc.c * cc.k * cc.k);
+  const double fan = static_cast<double>(cc.c / cc.group * cc.k * cc.k);
   std::uniform_real_distribution<float> scale(0.5f, 1.5f);
   d.ws = Tensor::empty(DataType::kFloat32, {cc.per_channel ? cc.m : 1});
   for (int64_t i = 0; i < d.ws.numel(); ++i)
@@ -315,8 +330,9 @@ std::vector<double> conv_reference(const ConvData& d, bool quantize = true) {
             for (int64_t kx = 0; kx < c.k; ++kx) {
               const int64_t iy = oy * c.stride - c.pad + ky, ix = ox * c.stride - c.pad + kx;
               if (iy < 0 || iy >= c.h || ix < 0 || ix >= c.w) continue;
-              const int64_t xp = ((b * c.h + iy) * c.w + ix) * c.c, wp = ((m * c.k + ky) * c.k + kx) * c.c;
-              for (int64_t ch = 0; ch < c.c; ++ch) acc += value_at(d.x, xp + ch) * value_at(d.w, wp + ch);
+              const int64_t cg = c.c / c.group, first = m / (c.m / c.group) * cg;
+              const int64_t xp = ((b * c.h + iy) * c.w + ix) * c.c + first, wp = ((m * c.k + ky) * c.k + kx) * cg;
+              for (int64_t ch = 0; ch < cg; ++ch) acc += value_at(d.x, xp + ch) * value_at(d.w, wp + ch);
             }
           const double s = static_cast<double>(d.xs) * d.ws.data<float>()[d.ws.numel() == 1 ? 0 : m];
           double v = s * static_cast<double>(acc);
@@ -569,6 +585,172 @@ TEST(CudaQConv, RowTakesSymmetricChannelsLastInt8Only) {
   EXPECT_EQ(row->rejects(*qconv_node(f8_odd_in)->node), "") << "input channels are padded to 16";
   const ConvData f8_odd_out = make_fp8_conv({1, 5, 5, 16, 8, 3, 1, 1, true, true, false, DataType::kFloat32, DataType::kFloat32}, rng);
   EXPECT_NE(row->rejects(*qconv_node(f8_odd_out)->node).find("divisible by 16"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// ---- The CPU rows. oneDNN's ("*.i8.onednn") run only where oneDNN dispatches to VNNI kernels; the
+// exact ones ("*.i8.exact") everywhere, so each test runs the exact row and, where the machine has it,
+// oneDNN's, and says which it skipped.
+
+// The CPU row `name`, or why this machine does not run it ("" when it does).
+const KernelDef* cpu_row(const std::string& name, std::string* skip) {
+  const KernelDef* row = cpu_backend().kernels().by_name(name);
+  EXPECT_NE(row, nullptr) << name;
+  if (row && row->unavailable) *skip = row->unavailable();
+  return row;
+}
+
+// Parameter: the rows' variant ("exact", "onednn"); `row` is set up, or the test skipped with why.
+class CpuQRow : public ::testing::TestWithParam<std::string> {
+ protected:
+  const KernelDef* row_of(const std::string& op) {
+    std::string skip;
+    const KernelDef* row = cpu_row("cpu." + op + ".i8." + GetParam(), &skip);
+    if (!skip.empty()) return nullptr;
+    return row;
+  }
+  std::string skip_reason(const std::string& op) {
+    std::string skip;
+    cpu_row("cpu." + op + ".i8." + GetParam(), &skip);
+    return skip;
+  }
+};
+
+#define KILN_CPU_ROW(var, op)                                                              \
+  const KernelDef* var = row_of(op);                                                       \
+  if (!var) {                                                                              \
+    const std::string why = skip_reason(op);                                               \
+    if (!why.empty()) GTEST_SKIP() << "cpu." << op << ".i8." << GetParam() << ": " << why; \
+    FAIL() << "no row cpu." << op << ".i8." << GetParam();                                 \
+  }
+
+TEST_P(CpuQRow, QMatMulMatchesTheQdqGraph) {
+  KILN_CPU_ROW(row, "QMatMul");
+  std::mt19937 rng(31);
+  std::vector<Variant> variants(std::begin(kVariants), std::end(kVariants));
+  // K 1100: three blocks of the exact kernel's float sums; 300 rows of it: two row chunks; 1-D A.
+  variants.push_back({DataType::kUInt8, {7, 1100}, 24, true, DataType::kInt32, DataType::kUInt8, ""});
+  variants.push_back({DataType::kInt8, {300, 1100}, 20, true, DataType::kFloat32, DataType::kFloat32, "Gelu"});
+  variants.push_back({DataType::kUInt8, {40}, 16, false, DataType::kFloat32, DataType::kInt8, ""});
+  for (const Variant& v : variants) {
+    std::string what;
+    const QCase c = case_of(v, rng, &what);
+    auto node = qmatmul_node(c);
+    auto got = cudatest::run_row(&cpu_backend(), row, *node->node, inputs_of(c));
+    ASSERT_TRUE(got.ok()) << row->name << ": " << what << ": " << got.status().to_string();
+    expect_matches((*got)[0], c, row->name + ": " + what);
+  }
+}
+
+// Sums beyond 2^24 stay exact: with unit scales a float output is the int32 sum itself (rounded once
+// to float), which a float32 accumulation over K = 1100 large same-signed products would miss.
+TEST_P(CpuQRow, QMatMulSumsBeyondFloatPrecisionAreExact) {
+  KILN_CPU_ROW(row, "QMatMul");
+  std::mt19937 rng(32);
+  const int64_t m = 6, k = 1100, n = 8;
+  QCase c = make_case(DataType::kUInt8, {m, k}, n, false, DataType::kUndefined, DataType::kFloat32, rng);
+  std::uniform_int_distribution<int> big(200, 255), neg(-128, -100);
+  for (int64_t i = 0; i < c.a.numel(); ++i) c.a.data<uint8_t>()[i] = static_cast<uint8_t>(big(rng));
+  for (int64_t i = 0; i < c.w.numel(); ++i) c.w.data<int8_t>()[i] = static_cast<int8_t>(neg(rng));
+  c.xz = 0;
+  c.xs = 1;
+  c.ws = {1};
+  bool beyond = false;
+  std::vector<float> want(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t acc = 0;
+      for (int64_t kk = 0; kk < k; ++kk) acc += int64_t{c.a.data<uint8_t>()[i * k + kk]} * c.w.data<int8_t>()[kk * n + j];
+      want[i * n + j] = static_cast<float>(acc);
+      beyond = beyond || std::llabs(acc) > (int64_t{1} << 24);
+    }
+  ASSERT_TRUE(beyond) << "the case must reach sums a float32 cannot hold exactly";
+  auto node = qmatmul_node(c);
+  auto got = cudatest::run_row(&cpu_backend(), row, *node->node, inputs_of(c));
+  ASSERT_TRUE(got.ok()) << row->name << ": " << got.status().to_string();
+  for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ((*got)[0].data<float>()[i], want[i]) << row->name << " element " << i;
+}
+
+// A 4-D tensor with its dims permuted: out dim i is t's dim perm[i] (NHWC → NCHW is {0, 3, 1, 2}).
+Tensor permuted(const Tensor& t, const std::array<int, 4>& perm) {
+  const Shape& s = t.shape();
+  Tensor o = Tensor::empty(t.dtype(), {s[perm[0]], s[perm[1]], s[perm[2]], s[perm[3]]});
+  const size_t es = dtype_size(t.dtype());
+  const int64_t stride[4] = {s[1] * s[2] * s[3], s[2] * s[3], s[3], 1};
+  const auto* src = static_cast<const char*>(t.raw());
+  auto* dst = static_cast<char*>(o.raw());
+  const Shape& os = o.shape();
+  int64_t i = 0;
+  for (int64_t a = 0; a < os[0]; ++a)
+    for (int64_t b = 0; b < os[1]; ++b)
+      for (int64_t c = 0; c < os[2]; ++c)
+        for (int64_t d = 0; d < os[3]; ++d, ++i) {
+          const int64_t from = a * stride[perm[0]] + b * stride[perm[1]] + c * stride[perm[2]] + d * stride[perm[3]];
+          std::memcpy(dst + i * es, src + from * es, es);
+        }
+  return o;
+}
+
+TEST_P(CpuQRow, QConvMatchesTheQdqGraphInBothLayouts) {
+  KILN_CPU_ROW(row, "QConv");
+  std::mt19937 rng(33);
+  const ConvCase cases[] = {
+      // n h w c m k stride pad per_channel relu residual bias out group
+      {2, 7, 7, 64, 32, 1, 1, 0, true, true, false, DataType::kFloat32, DataType::kInt8},
+      {1, 9, 9, 16, 16, 3, 1, 1, true, true, false, DataType::kFloat32, DataType::kInt8},
+      {2, 10, 10, 32, 64, 3, 2, 1, false, false, false, DataType::kInt32, DataType::kFloat32},
+      {3, 8, 8, 64, 128, 1, 2, 0, true, false, false, DataType::kUndefined, DataType::kInt8},
+      {2, 15, 15, 3, 16, 7, 2, 3, true, true, false, DataType::kFloat32, DataType::kInt8},
+      {1, 6, 6, 64, 24, 3, 1, 1, true, false, false, DataType::kFloat32, DataType::kInt8},  // K 576: two blocks
+      {2, 8, 8, 32, 32, 3, 1, 1, true, true, false, DataType::kFloat32, DataType::kInt8, 32},  // depthwise
+      {1, 9, 7, 16, 24, 3, 2, 1, false, false, false, DataType::kInt32, DataType::kFloat32, 4},
+  };
+  for (const ConvCase& cc : cases) {
+    const ConvData d = make_conv(cc, rng);
+    const std::string what = row->name + ": " + case_name(cc) + (cc.group > 1 ? " group " + std::to_string(cc.group) : "");
+    for (const bool nhwc : {true, false}) {
+      auto node = qconv_node(d);
+      std::vector<Tensor> in = conv_inputs(d);
+      if (cc.group > 1) node->set_int("group", cc.group);
+      if (!nhwc) {
+        in[0] = permuted(in[0], {0, 3, 1, 2});  // the row's other layout, checked against the same reference
+        in[3] = permuted(in[3], {0, 3, 1, 2});
+        node->set_int("channels_last", 0);
+        for (int i : {0, 3}) node->node->inputs[i]->type = ir::Type::tensor(in[i].dtype(), ir::SymShape::of(in[i].shape()));
+        node->node->inputs[3]->constant = in[3];
+      }
+      auto got = cudatest::run_row(&cpu_backend(), row, *node->node, in);
+      ASSERT_TRUE(got.ok()) << what << ": " << got.status().to_string();
+      expect_conv_matches(nhwc ? (*got)[0] : permuted((*got)[0], {0, 2, 3, 1}), d, what + (nhwc ? ", NHWC" : ", NCHW"));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, CpuQRow, ::testing::Values("exact", "onednn"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// Without VNNI the oneDNN rows say why, and the exact rows take their nodes: a QDQ graph quantizes on
+// every machine.
+
+TEST(CpuQConv, TheExactRowsTakeWhatOneDnnCannot) {
+  const KernelRegistry& cpu = cpu_backend().kernels();
+  std::mt19937 rng(34);
+  const ConvData d = make_conv({1, 5, 5, 8, 8, 3, 1, 1, true, true, false, DataType::kFloat32, DataType::kInt8}, rng);
+  const KernelDef* chosen = cpu.find(*qconv_node(d)->node);
+  ASSERT_NE(chosen, nullptr);
+  std::string skip;
+  cpu_row("cpu.QConv.i8.onednn", &skip);
+  EXPECT_EQ(chosen->name, skip.empty() ? "cpu.QConv.i8.onednn" : "cpu.QConv.i8.exact") << skip;
+  if (!skip.empty()) EXPECT_NE(skip.find("VNNI"), std::string::npos) << skip;
+  QCase c = make_case(DataType::kUInt8, {4, 32}, 16, true, DataType::kFloat32, DataType::kUInt8, rng);
+  const KernelDef* mm = cpu.find(*qmatmul_node(c)->node);
+  ASSERT_NE(mm, nullptr);
+  EXPECT_EQ(mm->name, skip.empty() ? "cpu.QMatMul.i8.onednn" : "cpu.QMatMul.i8.exact");
 }
 
 }  // namespace
