@@ -706,9 +706,12 @@ TEST_P(CpuQRow, QConvMatchesTheQdqGraphInBothLayouts) {
       {2, 10, 10, 32, 64, 3, 2, 1, false, false, false, DataType::kInt32, DataType::kFloat32},
       {3, 8, 8, 64, 128, 1, 2, 0, true, false, false, DataType::kUndefined, DataType::kInt8},
       {2, 15, 15, 3, 16, 7, 2, 3, true, true, false, DataType::kFloat32, DataType::kInt8},
-      {1, 6, 6, 64, 24, 3, 1, 1, true, false, false, DataType::kFloat32, DataType::kInt8},  // K 576: two blocks
+      {1, 6, 6, 64, 24, 3, 1, 1, true, false, false, DataType::kFloat32, DataType::kInt8},  // K 576: two chunks
       {2, 8, 8, 32, 32, 3, 1, 1, true, true, false, DataType::kFloat32, DataType::kInt8, 32},  // depthwise
       {1, 9, 7, 16, 24, 3, 2, 1, false, false, false, DataType::kInt32, DataType::kFloat32, 4},
+      // A group of 64 channels at 3x3 sums 576 products: the exact row's im2col blocks.
+      {2, 6, 5, 128, 32, 3, 1, 1, true, true, false, DataType::kFloat32, DataType::kInt8, 2},
+      {1, 12, 12, 600, 16, 1, 1, 0, true, false, false, DataType::kInt32, DataType::kInt8},  // 1x1, two chunks
   };
   for (const ConvCase& cc : cases) {
     const ConvData d = make_conv(cc, rng);

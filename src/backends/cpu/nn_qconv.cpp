@@ -214,20 +214,25 @@ void finish(DnnlQuant& d, const memory::desc& src_user_md, const memory::desc& d
   d.dst_args = {{DNNL_ARG_FROM, d.dst.get()}, {DNNL_ARG_TO, d.dst_user.get()}};
 }
 
-Status run_quant(const DnnlQuant& d, KernelContext& ctx) {
-  char* ws = static_cast<char*>(ctx.workspace());
+// Runs d on `src` and `dst` with its reorder buffers and scratchpad in `ws`; false when oneDNN fails.
+bool run_dnnl(const DnnlQuant& d, const void* src, void* dst, char* ws) {
   auto ok = [](dnnl_status_t st) { return st == dnnl_success; };
-  bool good = ok(dnnl_memory_set_data_handle(d.src_user.get(), const_cast<void*>(ctx.input(kX).raw()))) &&
-              ok(dnnl_memory_set_data_handle(d.dst_user.get(), ctx.output(0).raw())) &&
+  bool good = ok(dnnl_memory_set_data_handle(d.src_user.get(), const_cast<void*>(src))) &&
+              ok(dnnl_memory_set_data_handle(d.dst_user.get(), dst)) &&
               (!d.reorder_src || ok(dnnl_memory_set_data_handle(d.src.get(), ws + d.src_off))) &&
               (!d.reorder_dst || ok(dnnl_memory_set_data_handle(d.dst.get(), ws + d.dst_off))) &&
               ok(dnnl_memory_set_data_handle(d.scratch.get(), ws + d.scratch_off));
   auto exec = [&](const dnnl::primitive& p, const std::vector<dnnl_exec_arg_t>& args) {
     return ok(dnnl_primitive_execute(p.get(), d.strm.get(), static_cast<int>(args.size()), args.data()));
   };
-  good = good && (!d.reorder_src || exec(d.src_in, d.src_args)) && exec(d.prim, d.args) &&
+  return good && (!d.reorder_src || exec(d.src_in, d.src_args)) && exec(d.prim, d.args) &&
          (!d.reorder_dst || exec(d.dst_out, d.dst_args)) && ok(dnnl_stream_wait(d.strm.get()));
-  return good ? Status::Ok() : ctx.error("the oneDNN int8 primitive failed");
+}
+
+Status run_quant(const DnnlQuant& d, KernelContext& ctx) {
+  return run_dnnl(d, ctx.input(kX).raw(), ctx.output(0).raw(), static_cast<char*>(ctx.workspace()))
+             ? Status::Ok()
+             : ctx.error("the oneDNN int8 primitive failed");
 }
 
 // ---- The exact kernels. (x − xz) lies in [−255, 255] and w in [−128, 127], so one product is at most
@@ -235,7 +240,9 @@ Status run_quant(const DnnlQuant& d, KernelContext& ctx) {
 // every partial sum of a block exactly, in whatever order sgemm adds. Each K block is one float GEMM
 // whose result converts to int32 without rounding, the blocks add in int32 (oneDNN's s32 accumulator),
 // and the epilogue is oneDNN's: (acc + bias) · scale, the activation, × 1/ys, + yz, nearest even,
-// saturated.
+// saturated. A convolution's blocks are chunks of its input channels, each one oneDNN float32
+// convolution over (x − xz) (its window's sums stay exact too), so it runs at oneDNN's float speed;
+// grouped ones whose group alone sums more than a block take im2col and the GEMM blocks.
 constexpr int64_t kExactBlock = 512;
 
 struct ExactQuant {
@@ -249,6 +256,11 @@ struct ExactQuant {
   int64_t rows = 0, K = 0, cols = 0, chunk = 0;
   bool conv = false, nhwc = false, pointwise = false;
   ConvShapes s;
+  // QConv through oneDNN: input channels [chunk_c0[i], chunk_c0[i + 1]) are convolution chunks[i]
+  // (one chunk, all channels, for a grouped convolution); empty: im2col and exact_gemm.
+  std::vector<std::unique_ptr<DnnlQuant>> chunks;
+  std::vector<int64_t> chunk_c0;
+  size_t off_dnnl = 0;
   size_t off_x = 0, off_col = 0, off_tmp = 0, off_acc = 0, workspace = 0;
 };
 
@@ -282,22 +294,22 @@ void exact_gemm(int64_t M, int64_t N, int64_t K, const float* A, const float* B,
 
 // out[r·rs + c·cs] from acc (rows × cols); the channel of (r, c) is r when per_row, else c (`scale` and
 // `bias` start at the block's first channel). tmp (rows × cols floats) holds the real values on the way.
-template <typename Y>
-void exact_store(const ExactQuant& e, const int32_t* acc, float* tmp, int64_t rows, int64_t cols, bool per_row,
+template <typename Y, typename Acc>
+void exact_store(const ExactQuant& e, const Acc* acc, float* tmp, int64_t rows, int64_t cols, bool per_row,
                  const float* scale, const float* bias, Y* out, int64_t rs, int64_t cs) {
+  constexpr bool quant = !std::is_same_v<Y, float>;
+  const float lo = quant ? static_cast<float>(std::numeric_limits<Y>::min()) : 0.0f;
+  const float hi = quant ? static_cast<float>(std::numeric_limits<Y>::max()) : 0.0f;
+  const float zero = static_cast<float>(e.q.yz);
+  const fused::EpilogueRowsFn activation = fused::epilogue_rows_for(e.act.kind);
+  // One pass over each block of rows while it is in cache: real values, the activation, the output.
   parallel_for(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
       for (int64_t c = 0; c < cols; ++c) {
         const int64_t ch = per_row ? r : c;
         tmp[r * cols + c] = (static_cast<float>(acc[r * cols + c]) + bias[ch]) * scale[ch];
       }
-  });
-  fused::apply_epilogue(tmp, rows, cols, nullptr, e.act);
-  constexpr bool quant = !std::is_same_v<Y, float>;
-  const float lo = quant ? static_cast<float>(std::numeric_limits<Y>::min()) : 0.0f;
-  const float hi = quant ? static_cast<float>(std::numeric_limits<Y>::max()) : 0.0f;
-  const float zero = static_cast<float>(e.q.yz);
-  parallel_for(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
+    if (e.act.kind != ActKind::kNone) activation(tmp, r0, r1, cols, nullptr, e.act);
     for (int64_t r = r0; r < r1; ++r)
       for (int64_t c = 0; c < cols; ++c) {
         const float v = tmp[r * cols + c];
@@ -345,14 +357,89 @@ Status exact_matmul_run(const ExactQuant& e, KernelContext& ctx) {
     exact_gemm(rn, e.cols, e.K, a, e.w.data(), tmp, acc);
     with_output_type(e.q.out, [&](auto tag) {
       using Y = decltype(tag);
-      exact_store<Y>(e, acc, tmp, rn, e.cols, false, e.scale.data(), e.bias_acc.data(), y.data<Y>() + r0 * e.cols,
+      exact_store<Y, int32_t>(e, acc, tmp, rn, e.cols, false, e.scale.data(), e.bias_acc.data(), y.data<Y>() + r0 * e.cols,
                      e.cols, 1);
     });
   }
   return Status::Ok();
 }
 
+// QConv through oneDNN's float32 convolutions: the input as float (x − xz) channels-last, one buffer
+// per chunk of channels; each chunk's convolution into tmp ([N·OH·OW, M]), exact; several chunks add
+// in int32; then the epilogue, channel = column.
+Status exact_conv_dnnl_run(const ExactQuant& e, KernelContext& ctx) {
+  const ConvShapes& s = e.s;
+  char* ws = static_cast<char*>(ctx.workspace());
+  float* xf = reinterpret_cast<float*>(ws + e.off_x);
+  float* tmp = reinterpret_cast<float*>(ws + e.off_tmp);
+  int32_t* acc = reinterpret_cast<int32_t*>(ws + e.off_acc);
+  const Tensor& x = ctx.input(kX);
+  Tensor& y = ctx.output(0);
+  const int64_t ihw = s.in[0] * s.in[1], ohw = s.g.out[0] * s.g.out[1], pixels = s.N * ihw;
+  const size_t chunks = e.chunks.size();
+  // xf: chunk i at chunk_c0[i] · pixels, [N·H·W, its channels].
+  auto chunk_of = [&](int64_t c) {
+    size_t i = 0;
+    while (i + 1 < chunks && e.chunk_c0[i + 1] <= c) ++i;
+    return i;
+  };
+  if (e.nhwc && chunks == 1) {  // the buffer is X's layout
+    parallel_for(pixels, std::max<int64_t>(1, 8192 / std::max<int64_t>(s.C, 1)), [&](int64_t p0, int64_t p1) {
+      exact_input(x, p0 * s.C, (p1 - p0) * s.C, e.q.xz, xf + p0 * s.C);
+    });
+  } else if (e.nhwc) {
+    parallel_for(pixels, std::max<int64_t>(1, 4096 / std::max<int64_t>(s.C, 1)), [&](int64_t p0, int64_t p1) {
+      std::vector<float> px(static_cast<size_t>(s.C));
+      for (int64_t p = p0; p < p1; ++p) {
+        exact_input(x, p * s.C, s.C, e.q.xz, px.data());
+        for (size_t i = 0; i < chunks; ++i) {
+          const int64_t c0 = e.chunk_c0[i], cc = e.chunk_c0[i + 1] - c0;
+          std::copy(px.begin() + c0, px.begin() + c0 + cc, xf + c0 * pixels + p * cc);
+        }
+      }
+    });
+  } else {
+    parallel_for(s.N * s.C, 1, [&](int64_t r0, int64_t r1) {
+      std::vector<float> plane(static_cast<size_t>(ihw));
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t n = r / s.C, c = r % s.C;
+        const size_t i = chunk_of(c);
+        const int64_t c0 = e.chunk_c0[i], cc = e.chunk_c0[i + 1] - c0;
+        exact_input(x, r * ihw, ihw, e.q.xz, plane.data());
+        float* dst = xf + c0 * pixels + n * ihw * cc + (c - c0);
+        for (int64_t p = 0; p < ihw; ++p) dst[p * cc] = plane[p];
+      }
+    });
+  }
+  const int64_t outs = s.N * ohw * s.M;
+  for (size_t i = 0; i < chunks; ++i) {
+    if (!run_dnnl(*e.chunks[i], xf + e.chunk_c0[i] * pixels, tmp, ws + e.off_dnnl))
+      return ctx.error("the oneDNN float32 convolution failed");
+    if (chunks == 1) break;
+    parallel_for(outs, 1 << 15, [&](int64_t b, int64_t en) {
+      for (int64_t j = b; j < en; ++j) acc[j] = (i == 0 ? 0 : acc[j]) + static_cast<int32_t>(tmp[j]);
+    });
+  }
+  with_output_type(e.q.out, [&](auto tag) {
+    using Y = decltype(tag);
+    Y* out = y.data<Y>();
+    auto store = [&](const auto* a) {
+      if (e.nhwc) {
+        exact_store<Y>(e, a, tmp, s.N * ohw, s.M, false, e.scale.data(), e.bias_acc.data(), out, s.M, 1);
+        return;
+      }
+      for (int64_t n = 0; n < s.N; ++n)
+        exact_store<Y>(e, a + n * ohw * s.M, tmp + n * ohw * s.M, ohw, s.M, false, e.scale.data(), e.bias_acc.data(),
+                       out + n * s.M * ohw, 1, ohw);
+    };
+    if (chunks == 1) store(static_cast<const float*>(tmp));
+    else store(static_cast<const int32_t*>(acc));
+  });
+  return Status::Ok();
+}
+
 Status exact_conv_run(const ExactQuant& e, KernelContext& ctx) {
+  if (!e.chunks.empty()) return exact_conv_dnnl_run(e, ctx);
   const ConvShapes& s = e.s;
   char* ws = static_cast<char*>(ctx.workspace());
   float* xf = reinterpret_cast<float*>(ws + e.off_x);
@@ -392,10 +479,10 @@ Status exact_conv_run(const ExactQuant& e, KernelContext& ctx) {
         using Y = decltype(tag);
         Y* out = y.data<Y>();
         if (e.nhwc)
-          exact_store<Y>(e, acc, tmp, Mg, ohw, true, e.scale.data() + m0, e.bias_acc.data() + m0,
+          exact_store<Y, int32_t>(e, acc, tmp, Mg, ohw, true, e.scale.data() + m0, e.bias_acc.data() + m0,
                          out + n * ohw * s.M + m0, 1, s.M);
         else
-          exact_store<Y>(e, acc, tmp, Mg, ohw, true, e.scale.data() + m0, e.bias_acc.data() + m0,
+          exact_store<Y, int32_t>(e, acc, tmp, Mg, ohw, true, e.scale.data() + m0, e.bias_acc.data() + m0,
                          out + (n * s.M + m0) * ohw, ohw, 1);
       });
     }
@@ -413,12 +500,82 @@ std::shared_ptr<ExactQuant> new_exact(QuantConsts q, const Activation& act) {
 }
 
 // The exact kernels' state for a convolution of shapes `s` with weights `w`.
+// One oneDNN float32 convolution of `s` (its C the chunk's channels), channels-last in and out, with
+// weights `wf` [M, kh, kw, C / group]. Throws dnnl::error where oneDNN has none.
+std::unique_ptr<DnnlQuant> float_conv(const ConvShapes& s, const std::vector<float>& wf) {
+  using CF = dnnl::convolution_forward;
+  const auto f32 = memory::data_type::f32;
+  const DnnlConvDims g = dnnl_conv_dims(s, true);
+  const memory::desc src_user(g.src, f32, tag::nhwc), dst_user(g.dst, f32, tag::nhwc);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  auto make = [&](tag t) {
+    const CF::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, memory::desc(g.src, f32, t),
+                        memory::desc(g.weights, f32, tag::any), memory::desc(g.dst, f32, t), g.strides, g.dil, g.pad_l,
+                        g.pad_r);
+    return CF::primitive_desc(desc, attr, dnnl_cpu());
+  };
+  // Channels-last as it is where oneDNN has a kernel for it, else its own layout behind reorders.
+  CF::primitive_desc pd = make(tag::nhwc);
+  if (std::string(pd.impl_info_str()).find("ref") != std::string::npos) pd = make(tag::any);
+  auto d = std::make_unique<DnnlQuant>();
+  d->prim = CF(pd);
+  finish(*d, src_user, dst_user, pd.src_desc(), pd.dst_desc(), memory::desc(g.weights, f32, g.weights_tag),
+         pd.weights_desc(), pd.scratchpad_desc(), wf.data(), QuantConsts{});
+  return d;
+}
+
+// The oneDNN chunks of e's convolution: input channels in balanced chunks whose window sums hold at most
+// kExactBlock products (a grouped convolution: one chunk, when a group's do). False where that cannot be.
+bool exact_conv_chunks(ExactQuant& e, const Tensor& w) {
+  const ConvShapes& s = e.s;
+  const int64_t ksz = s.g.kernel[0] * s.g.kernel[1], Cg = s.C / s.group;
+  const int64_t per = std::max<int64_t>(1, kExactBlock / ksz);  // input channels a chunk may sum
+  if (s.group > 1 && Cg > per) return false;
+  const int64_t n = s.group > 1 ? 1 : (s.C + per - 1) / per, each = (s.C + n - 1) / n;
+  const int8_t* wp = w.data<int8_t>();
+  size_t scratch = 0;
+  try {
+    for (int64_t c0 = 0; c0 < s.C; c0 += each) {
+      ConvShapes sc = s;
+      sc.C = std::min(each, s.C - c0);
+      const int64_t cg = sc.C / s.group;  // the chunk's channels per group
+      std::vector<float> wf(static_cast<size_t>(s.M * ksz * cg));
+      for (int64_t m = 0; m < s.M; ++m)
+        for (int64_t k = 0; k < ksz; ++k)
+          for (int64_t c = 0; c < cg; ++c)  // NCHW weights [M, Cg, kh, kw]; channels-last [M, kh, kw, Cg]
+            wf[(m * ksz + k) * cg + c] = wp[e.nhwc ? (m * ksz + k) * Cg + c0 + c : (m * Cg + c0 + c) * ksz + k];
+      e.chunks.push_back(float_conv(sc, wf));
+      e.chunk_c0.push_back(c0);
+      scratch = std::max(scratch, e.chunks.back()->workspace);
+    }
+  } catch (const dnnl::error&) {
+    e.chunks.clear();
+    e.chunk_c0.clear();
+    return false;
+  }
+  e.chunk_c0.push_back(s.C);
+  const int64_t pixels = s.N * s.in[0] * s.in[1], outs = s.N * s.g.out[0] * s.g.out[1] * s.M;
+  size_t off = 0;
+  e.off_x = off;
+  off += align64(static_cast<size_t>(s.C * pixels) * sizeof(float));
+  e.off_tmp = off;
+  off += align64(static_cast<size_t>(outs) * sizeof(float));
+  e.off_acc = off;
+  if (e.chunks.size() > 1) off += align64(static_cast<size_t>(outs) * sizeof(int32_t));
+  e.off_dnnl = off;
+  e.workspace = off + scratch;
+  return true;
+}
+
+// The exact kernels' state for a convolution of shapes `s` with weights `w`.
 std::shared_ptr<ExactQuant> exact_conv_state(const ConvShapes& s, bool nhwc, const Tensor& w, QuantConsts q,
                                              const Activation& act) {
   auto e = new_exact(std::move(q), act);
   e->conv = true;
   e->nhwc = nhwc;
   e->s = s;
+  if (exact_conv_chunks(*e, w)) return e;
   e->pointwise = is_pointwise(s.g);
   const int64_t kh = s.g.kernel[0], kw = s.g.kernel[1], Cg = s.C / s.group, ksz = kh * kw;
   e->K = Cg * ksz;
