@@ -34,7 +34,7 @@
 //                                A is quantized as E4M3(A · (1 / a_scale)) (saturating at ±448, nearest
 //                                even),
 //                                Y = act(a_scale · b_scale · (A8 · B8ᵀ) + bias), bias [N], activation
-//                                as FusedMatMul's; Y has A's dtype (runtime/calibrate.cpp, `--precision
+//                                as FusedMatMul's; Y has A's dtype (builder/calibrate.cpp, `--precision
 //                                fp8` builds)
 //   Attention(Q, K, V[, mask[, bool_mask]])   Q [B,S,H*D], K [B,T,H*D], V [B,T,H*Dv]; mask additive and
 //                                bool_mask broadcast to [B,H,S,T]; num_heads, scale, mask_fill,

@@ -1,7 +1,7 @@
 // passes/fuse_qdq.cpp — explicitly quantized products become integer kernels.
 //
 // A QDQ model (ONNX Runtime's quantize_static, TensorRT-style explicit quantization, or kiln's own
-// calibration, runtime/calibrate.cpp) writes an 8-bit product as float ops between
+// calibration, builder/calibrate.cpp) writes an 8-bit product as float ops between
 // DequantizeLinear and QuantizeLinear:
 //
 //   Q?(act?(Conv|MatMul|Gemm(DequantizeLinear(x_q, xs, xz), DequantizeLinear(W_q, ws, 0) [, bias])))

@@ -68,7 +68,7 @@ struct ContextResources {
   // CUDA graphs (ExecutionContext::set_cuda_graphs; environment KILN_CUDA_GRAPHS=0 turns the default
   // off): a ready plan's runs of GPU steps are captured once and replayed. Never with profiling on.
   bool cuda_graphs = true;
-  // Build-time tuning (runtime/tuner.cpp): called in a tuning context before each planned kernel step
+  // Build-time tuning (tune/tuner.cpp): called in a tuning context before each planned kernel step
   // runs, its inputs bound and its outputs planned; it may run the step's kernel with other tactics
   // (Frame::run_tactic) before the step runs as planned.
   std::function<Status(Frame&, int)> before_step;
@@ -143,7 +143,7 @@ std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* 
 // plan's profile, input dtypes, shapes and the values a plan may depend on (constants, shape values,
 // host inputs of a step re-planned every run), outputs sized, the device state. With a `frame`, for
 // the inputs it holds now; without, for the shapes the plan knows (kUnsupported where one is not).
-// The planner and the tuner (runtime/tuner.cpp) both use it, so tactics() sees what reshape() sees.
+// The planner and the tuner (tune/tuner.cpp) both use it, so tactics() sees what reshape() sees.
 Status fill_reshape_context(const CompiledGraph& g, const ShapePlan& plan, int si, const Frame* frame,
                             const ContextResources& res, ReshapeContext& rc);
 

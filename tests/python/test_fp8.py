@@ -1,5 +1,5 @@
 """FP8 builds (`--precision fp8`): MatMul/Gemm with constant weights become kiln.F8MatMul with E4M3
-activations and weights and per-tensor scales from calibration data (runtime/calibrate.cpp). On a
+activations and weights and per-tensor scales from calibration data (builder/calibrate.cpp). On a
 CUDA engine they run on Hopper's FP8 tensor cores; a CPU engine emulates them in float32, which is
 what these tests run (the CUDA kernel is checked against the same reference in tests/unit/test_f8.cpp
 and on the GPU by tests/gpu/fp8_check.sh).

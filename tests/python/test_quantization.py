@@ -258,7 +258,7 @@ def test_ort_quantize_static_model(tmp_path):
         np.testing.assert_allclose(got, want, atol=0.05 * float(np.abs(want).max()))
 
 
-# ---- INT8 engines from float models: calibration (runtime/calibrate.cpp)
+# ---- INT8 engines from float models: calibration (builder/calibrate.cpp)
 
 def small_cnn(rng, outlier=False):
     """Conv → Relu → Conv → Relu → Add(residual) → GlobalAveragePool → Flatten → Gemm, float32."""

@@ -1,6 +1,7 @@
 // Tests for If, Loop and Scan: graphs built in C++, lowered, run through a Frame, and compared with
 // hand-computed results.
 #include "passes/passes.h"
+#include "builder/build.h"
 #include "runtime/engine_impl.h"
 #include "test_control_util.h"
 

@@ -452,7 +452,7 @@ Tensor random_e4m3(const Shape& shape, int top, std::mt19937& rng) {
   return t;
 }
 
-// An FP8 engine's convolution (runtime/calibrate.cpp): E4M3 X, W and residual, per-channel weight
+// An FP8 engine's convolution (builder/calibrate.cpp): E4M3 X, W and residual, per-channel weight
 // scales, E4M3 or float32 output. y_scale puts the largest output ~1.3x past E4M3's 448, so
 // saturation shows as well as rounding.
 ConvData make_fp8_conv(const ConvCase& cc, std::mt19937& rng) {

@@ -12,6 +12,7 @@
 #include "ir/float_types.h"
 #include "ops/op_table.h"
 #include "passes/passes.h"
+#include "builder/build.h"
 #include "runtime/engine_impl.h"
 #include "runtime/eager.h"
 
@@ -1467,7 +1468,7 @@ TEST(Passes, QConvResidualNeedsInt8AndAPlainConvolution) {
 
 // x → QuantizeLinear(zero point `z`) → DequantizeLinear → Conv(DequantizeLinear(int8 W)), 3x3 on
 // 16 channels: the float convolution of a QDQ model (ONNX Runtime's, or kiln's calibration).
-// E4M3 weights (an FP8 engine's, runtime/calibrate.cpp) when z is float8e4m3fn.
+// E4M3 weights (an FP8 engine's, builder/calibrate.cpp) when z is float8e4m3fn.
 ir::Value* quantized_conv(Builder& b, ir::Value* z) {
   ir::Value* x = b.input("x", {1, 16, 6, 6});
   ir::Value* xd = b.node("DequantizeLinear", {b.node("QuantizeLinear", {x, b.scalar(0.05f), z}), b.scalar(0.05f), z});
@@ -1617,12 +1618,12 @@ TEST(Passes, FuseQdqRequantizesARelusQuantizeIntoTheProduct) {
 }  // namespace
 }  // namespace kiln
 
-#include "runtime/calibrate.h"
+#include "builder/calibrate.h"
 
 namespace kiln {
 namespace {
 
-// A CUDA FP8 build's quantization (runtime/calibrate.cpp) of a residual block: the convolutions the
+// A CUDA FP8 build's quantization (builder/calibrate.cpp) of a residual block: the convolutions the
 // FP8 kernel takes get E4M3 Q/DQ (activations amax / 448 of the calibration sets, zero point 0;
 // weights per output channel), the block's shortcut too (for the residual fold); one with 8 output
 // channels stays float. fuse-qdq and the residual fold then make E4M3 kiln.QConvs, and the quantized

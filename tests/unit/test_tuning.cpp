@@ -17,7 +17,8 @@
 #include "kiln/kiln.h"
 #include "plan/plan.h"
 #include "runtime/engine_impl.h"
-#include "runtime/timing_cache.h"
+#include "tune/tuner.h"
+#include "tune/timing_cache.h"
 #include "source_dir.h"
 
 using namespace kiln;

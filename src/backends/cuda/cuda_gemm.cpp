@@ -417,7 +417,7 @@ Expected<KernelPtr> create_gemm(const ir::Node& node) {
   return make_staged(reshape, run, [reshape](const ReshapeContext& rc) { return gemm_tactics(rc, reshape); });
 }
 
-// ---- kiln.F8MatMul (runtime/calibrate.cpp's FP8 products, Hopper): A [..., K] (float32/16/bf16) is
+// ---- kiln.F8MatMul (builder/calibrate.cpp's FP8 products, Hopper): A [..., K] (float32/16/bf16) is
 // quantized to E4M3 into the workspace, then one cuBLASLt FP8 GEMM against the constant B8 [N, K]
 // (stored transposed: cuBLASLt's FP8 kernels take only the "TN" layout) with alpha = a_scale ·
 // b_scale and the bias [N] in the epilogue (float16/bfloat16 Y), the activation (and a float32 Y's

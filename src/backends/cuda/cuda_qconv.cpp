@@ -4,7 +4,7 @@
 //
 // One operation graph per input shape (reshape):
 //   acc = conv(x8, w8)                 int32 accumulation (x, w int8 NHWC / KRSC, zero points 0);
-//                                      float32 for E4M3 x and w (runtime/calibrate.cpp's FP8
+//                                      float32 for E4M3 x and w (builder/calibrate.cpp's FP8
 //                                      convolutions: X, W, Z and an 8-bit Y all E4M3)
 //   y   = acc · scale[m] + bias[m]     scale = xs·ws[m] (per output channel), both divided by ys
 //                                      when the output is int8

@@ -1,4 +1,4 @@
-// runtime/calibrate.h — INT8 and FP8 quantization of a float graph from calibration data (calibrate.cpp).
+// builder/calibrate.h — INT8 and FP8 quantization of a float graph from calibration data (calibrate.cpp).
 #pragma once
 
 #include <functional>

@@ -1,4 +1,4 @@
-// runtime/summary.cpp — what `kiln info` reports about a model.
+// builder/summary.cpp — what `kiln info` reports about a model.
 #include "backends/backend.h"
 #include "onnx/importer.h"
 #include "ops/op_table.h"

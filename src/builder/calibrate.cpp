@@ -1,4 +1,4 @@
-// runtime/calibrate.cpp — INT8 and FP8 engines from a float model: calibration and quantization.
+// builder/calibrate.cpp — INT8 and FP8 engines from a float model: calibration and quantization.
 //
 // kiln build --int8 quantizes every Conv (2-D), MatMul and Gemm whose weights are constant (CUDA
 // engines: MatMul, Gemm and the convolutions cuda.QConv takes, gpu_int8_conv):
@@ -22,7 +22,7 @@
 // convolution of a CPU FP8 engine) stay in the engine's float type.
 // The ranges can be kept in a calibration cache (text: a header naming the model's hash and the
 // method, then one line per tensor) and reused by later builds without calibration data.
-#include "runtime/calibrate.h"
+#include "builder/calibrate.h"
 
 #include <algorithm>
 #include <cmath>

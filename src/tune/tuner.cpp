@@ -1,4 +1,4 @@
-// runtime/tuner.cpp — auto-tuning: the builder times each layer's candidate tactics on the device.
+// tune/tuner.cpp — auto-tuning: the builder times each layer's candidate tactics on the device.
 //
 // Per shape profile, the plan runs once in a tuning context on synthetic inputs of the profile's opt
 // shapes (floats uniform in [-1, 1], integers 0, which every index input accepts). Before a kernel
@@ -23,8 +23,9 @@
 #include "ir/float_types.h"
 #include "onnx/sha256.h"
 #include "runtime/engine_impl.h"
+#include "tune/tuner.h"
 #include "runtime/executor.h"
-#include "runtime/timing_cache.h"
+#include "tune/timing_cache.h"
 #include "util/log.h"
 
 namespace kiln {

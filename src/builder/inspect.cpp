@@ -1,6 +1,7 @@
-// runtime/inspect.cpp — what `kiln inspect` reports: the optimizer's work on a model, pass by pass.
+// builder/inspect.cpp — what `kiln inspect` reports: the optimizer's work on a model, pass by pass.
 #include "backends/backend.h"
 #include "onnx/importer.h"
+#include "builder/build.h"
 #include "runtime/engine_impl.h"
 #include "passes/passes.h"
 #include "kiln/kiln.h"

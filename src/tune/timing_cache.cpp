@@ -1,5 +1,5 @@
-// runtime/timing_cache.cpp — reading, writing and merging timing caches (timing_cache.h).
-#include "runtime/timing_cache.h"
+// tune/timing_cache.cpp — reading, writing and merging timing caches (timing_cache.h).
+#include "tune/timing_cache.h"
 
 #include <cmath>
 #include <cstdio>

@@ -1,4 +1,4 @@
-// runtime/timing_cache.h — measured tactic times, kept across builds (BuildOptions::timing_cache).
+// tune/timing_cache.h — measured tactic times, kept across builds (BuildOptions::timing_cache).
 //
 // A text file: a header line, the device line (kiln version and the fingerprints of the devices that
 // were timed), one line per (layer, tactic) with its time in milliseconds, and a closing line with a

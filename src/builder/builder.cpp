@@ -1,0 +1,415 @@
+// builder/builder.cpp — building an engine: import → the optimizer's pipeline → the target's precision
+// and layout stages → [calibration and 8-bit quantization] → lower → tune → an Engine. The runtime
+// (runtime/engine.cpp) loads, saves and runs what this makes.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "backends/backend.h"
+#include "builder/build.h"
+#include "builder/calibrate.h"
+#include "onnx/importer.h"
+#include "passes/passes.h"
+#include "runtime/eager.h"
+#include "runtime/engine_impl.h"
+#include "runtime/executor.h"
+#include "tune/tuner.h"
+#include "util/env.h"
+#include "util/guard.h"
+#include "util/log.h"
+#include "util/thread_count.h"
+
+namespace kiln {
+
+// The precision the rest of an FP8 engine runs in (everything but its kiln.F8MatMul products).
+static Precision fp8_rest_precision(DeviceType device) {
+  return device == DeviceType::kCUDA ? Precision::kFloat16 : Precision::kFloat32;
+}
+
+passes::PassOptions builder_pass_options(int opt_level, const KernelRegistry* target) {
+  passes::PassOptions po;
+  po.level = opt_level;
+  po.evaluate = [](const ir::Node& n, const std::vector<Value>& in) { return run_node_eager(n, in); };
+  if (target) {
+    po.has_kernel = [target](const std::string& domain, const std::string& op) {
+      for (const KernelDef& d : target->all())
+        if (d.op == op && d.domain == domain && (!d.unavailable || d.unavailable().empty())) return true;
+      return false;
+    };
+    po.kernel_refuses = [target](const ir::Node& n) -> std::string {
+      std::string why;
+      if (target->find(n, &why)) return "";
+      return why.empty() ? "no kernel" : why;
+    };
+  }
+  return po;
+}
+
+using BuildClock = std::chrono::steady_clock;
+
+static void report(const BuildOptions& o, BuildClock::time_point start, const std::string& stage, int done = 0, int total = 0,
+                   const std::string& detail = {}) {
+  if (!o.progress) return;
+  BuildProgress p;
+  p.stage = stage;
+  p.done = done;
+  p.total = total;
+  p.detail = detail;
+  p.seconds = std::chrono::duration<double>(BuildClock::now() - start).count();
+  o.progress(p);
+}
+
+// An input that every profile fixes to one shape (a single profile with min = max) gets those dims in
+// the graph, so the optimizer folds what follows from them.
+static void fix_profile_shapes(ir::Graph& g, const std::vector<ShapeProfile>& profiles) {
+  if (profiles.size() != 1) return;
+  const ShapeProfile& p = profiles[0];
+  for (ir::Value* v : g.inputs) {
+    const auto lo = p.min.find(v->name);
+    if (lo == p.min.end() || lo->second != p.max.at(v->name) || !v->type.is_tensor()) continue;
+    v->type.shape = ir::SymShape::of(lo->second);
+  }
+}
+
+static bool has_kiln_op(const ir::Graph& graph, const char* op) {
+  for (const ir::Node* n : graph.nodes())
+    if (n->domain == "kiln" && n->op_type == op) return true;
+  return false;
+}
+static bool has_qconv(const ir::Graph& graph) { return has_kiln_op(graph, "QConv"); }
+static bool has_qmatmul(const ir::Graph& graph) { return has_kiln_op(graph, "QMatMul"); }
+
+// CPU engines run their 8-bit convolutions channels-last (oneDNN's int8 kernels are NHWC): chains of
+// kiln.QConv and the per-tensor Q/DQ and elementwise ops between them move to NHWC, float32 pools
+// inside a chain become kiln.ChannelsLastPool. Nothing changes in a graph without kiln.QConv.
+static Status cpu_channels_last(ir::Graph& graph, const BuildOptions& options, const KernelRegistry& target) {
+  const bool qconv = has_qconv(graph);
+  // Float32 convolutions too, from opt level 2 (oneDNN's NHWC kernels instead of a reorder to its
+  // blocked layout and back around every layer).
+  const bool float_convs = options.opt_level >= 2 && !env_is("KILN_CPU_NHWC", "0");
+  if ((!qconv && !float_convs) || options.opt_level < 1 || env_is("KILN_CHANNELS_LAST", "0")) return Status::Ok();
+  bool pool = false;
+  for (const KernelDef& d : target.all()) pool |= d.op == "ChannelsLastPool" && d.domain == "kiln";
+  auto accepts = [pool, float_convs](const ir::Node& n) {
+    if (n.domain == "kiln" && n.op_type == "QConv") return true;
+    const bool conv = n.op_type == "Conv" || n.op_type == "FusedConv";
+    if (conv)
+      return float_convs && n.inputs[0]->type.dtype == DataType::kFloat32 && n.inputs[1]->type.dtype == DataType::kFloat32 &&
+             (!n.has_input(2) || n.inputs[2]->type.dtype == DataType::kFloat32);
+    return pool && n.inputs[0]->type.dtype == DataType::kFloat32;
+  };
+  KILN_ASSIGN_OR_RETURN(int converted, passes::convert_to_channels_last(graph, accepts));
+  if (converted == 0) return Status::Ok();
+  // A model's own layout Transposes (ConvNeXt's permutes around LayerNorm) now meet the pass's
+  // Transposes back and forth: the pairs cancel.
+  passes::PassOptions po = builder_pass_options(options.opt_level, &target);
+  passes::PassContext ctx{po, {}, {}, {}, {}};
+  for (int round = 0; round < 4; ++round) {
+    KILN_ASSIGN_OR_RETURN(bool changed, passes::simplify_transposes(graph, ctx));
+    KILN_RETURN_IF_ERROR(passes::eliminate_dead_code(graph, ctx).status());
+    if (!changed) break;
+  }
+  if (!env_is("KILN_CONV_POOL", "0")) KILN_RETURN_IF_ERROR(passes::fold_pools_into_convs(graph).status());
+  return graph.sort();
+}
+
+// Float16/bfloat16 engines (and the float rest of a CUDA INT8 engine built with --precision fp16/bf16):
+// the nodes the target runs in half get half inputs and outputs. Then, on CUDA, convolution chains
+// move channels-last: tensor-core float16 convolutions, and kiln.QConv (the int8 kernel is NHWC only)
+// with the Q/DQ, elementwise ops and pools between them (KILN_CHANNELS_LAST=0 keeps channels-first
+// float convolutions, to compare).
+static Status lower_precision_and_layout(ir::Graph& graph, const BuildOptions& options, const KernelRegistry& target) {
+  const bool half_engine = options.precision == Precision::kFloat16 || options.precision == Precision::kBFloat16 ||
+                           options.precision == Precision::kBest;
+  if (half_engine) {
+    const DataType half = options.precision == Precision::kBFloat16 ? DataType::kBFloat16 : DataType::kFloat16;
+    auto runs_in_half = [&target](const ir::Node& n) {
+      const std::string domain = n.domain == "ai.onnx" ? "" : n.domain;
+      for (const KernelDef& d : target.all())
+        if (d.half_floats && d.op == n.op_type && d.domain == domain && (n.opset == 0 || (n.opset >= d.since && n.opset <= d.until)))
+          return true;
+      return false;
+    };
+    KILN_RETURN_IF_ERROR(passes::convert_precision(graph, half, runs_in_half).status());
+  }
+  if (options.device != DeviceType::kCUDA || options.opt_level < 1) return Status::Ok();
+  bool half_fused_conv = false, half_pool = false;
+  for (const KernelDef& d : target.all()) {
+    half_fused_conv |= d.op == "FusedConv" && d.domain == "kiln" && d.half_floats;
+    half_pool |= d.op == "ChannelsLastPool" && d.domain == "kiln" && d.half_floats;
+  }
+  const bool qconv = has_qconv(graph);
+  const bool half_convs = half_engine && half_fused_conv && !env_is("KILN_CHANNELS_LAST", "0");
+  auto target_takes = [&target](const ir::Node& n) { return target.find(n) != nullptr; };
+  // INT8 products read int8 activations without a shift pass; in a half engine they also read half
+  // activations and write half results directly (after the layout pass when there are int8
+  // convolutions: it moves their Q/DQ).
+  auto int8_products_io = [&]() {
+    if (!qconv && !has_qmatmul(graph)) return;
+    passes::signed_activations(graph, target_takes);
+    if (!half_engine) return;
+    passes::quantize_half_directly(graph, target_takes);
+    if (options.precision != Precision::kBFloat16) passes::products_write_half(graph, DataType::kFloat16, target_takes);
+  };
+  if (!half_convs && !qconv) {
+    int8_products_io();
+    return Status::Ok();
+  }
+  auto accepts = [half_pool, half_convs](const ir::Node& n) {
+    if (n.domain == "kiln" && n.op_type == "QConv") return true;
+    const DataType dt = n.inputs[0]->type.dtype;
+    const bool conv = n.op_type == "Conv" || n.op_type == "FusedConv";
+    if (conv) return half_convs && (dt == DataType::kFloat16 || dt == DataType::kBFloat16);
+    return half_pool;
+  };
+  KILN_RETURN_IF_ERROR(passes::convert_to_channels_last(graph, accepts).status());
+  int8_products_io();
+  // The stem (a few-channel convolution, its max pool and the quantization after it) in one kernel;
+  // KILN_CONV_POOL_CUDA=0 keeps the separate steps, to compare.
+  if (options.opt_level >= 2 && !env_is("KILN_CONV_POOL_CUDA", "0"))
+    KILN_RETURN_IF_ERROR(passes::fuse_conv_max_pool(graph, target_takes).status());
+  return Status::Ok();
+}
+
+// Import-to-placement steps shared by a build and a placement plan: checks the options, fixes profile
+// shapes, optimizes for the target's kernels, converts precision and layout. `target` is the kernel
+// rows of the device the engine is for (the CUDA rows exist without a GPU).
+// Reduced-precision float engines are GPU engines.
+static Status check_precision_device(Precision precision, DeviceType device) {
+  if (precision == Precision::kFloat32 || device == DeviceType::kCUDA) return Status::Ok();
+  return invalid_argument(std::string(precision_name(precision)) +
+                          " engines are GPU engines: build with device cuda (CPU engines compute in float32)");
+}
+
+static Status prepare_graph(ir::Graph& graph, const BuildOptions& options, const KernelRegistry& target) {
+  if (options.precision == Precision::kFP8) return invalid_argument("an FP8 graph is prepared by the 8-bit build path");
+  KILN_RETURN_IF_ERROR(check_precision_device(options.precision, options.device));
+  KILN_RETURN_IF_ERROR(validate_profiles(graph, options.profiles));
+  fix_profile_shapes(graph, options.profiles);
+  passes::PassOptions po = builder_pass_options(options.opt_level, &target);
+  po.verbose = options.verbose;
+  // Float32 attention on CUDA runs faster unfused (cuBLAS's FP32 GEMMs for Q·Kᵀ and P·V against the
+  // fused kernel's CUDA-core loops; H100, BERT-base: batch 1 1.82 vs 2.23 ms, batch 64 44.5 vs 46.7
+  // ms); float16/bfloat16 engines fuse it (tensor-core kernel: batch 64 9.2 vs 15.2 ms).
+  if (options.device == DeviceType::kCUDA && (options.precision == Precision::kFloat32 || options.precision == Precision::kTF32))
+    po.disabled.insert("fuse-attention");
+  // cuBLASLt's tensor-core kernels want 16-byte rows: 8 float16 columns (4 float32 ones).
+  if (options.device == DeviceType::kCUDA) po.pad_matmul_columns = 8;
+  KILN_RETURN_IF_ERROR(passes::optimize(graph, po));
+  // A QDQ model's residual Adds into the int8 convolutions before them, as the CUDA INT8 build does
+  // (CUDA's kernel reads the residual; the CPU's does not).
+  if (options.device == DeviceType::kCUDA && options.opt_level >= 2 && has_qconv(graph))
+    KILN_RETURN_IF_ERROR(passes::fuse_qconv_residual(graph).status());
+  KILN_RETURN_IF_ERROR(lower_precision_and_layout(graph, options, target));
+  if (options.precision == Precision::kTF32 || options.precision == Precision::kBest) passes::allow_tf32(graph);
+  if (options.device == DeviceType::kCPU) KILN_RETURN_IF_ERROR(cpu_channels_last(graph, options, target));
+  return Status::Ok();
+}
+
+static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const BuildOptions& options,
+                                                          BuildClock::time_point start);
+
+Expected<std::shared_ptr<Engine>> build_graph_as_is(std::unique_ptr<ir::Graph> g, DeviceType device) {
+  ir::Model m;
+  m.graph = std::move(g);
+  BuildOptions f;
+  f.opt_level = 0;
+  f.tune = 0;
+  f.device = device;
+  return build_from_model(std::move(m), f, BuildClock::now());
+}
+
+static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const BuildOptions& options,
+                                                          BuildClock::time_point start) {
+  auto impl = std::make_unique<Engine::Impl>();
+  impl->options = options;
+  impl->options.progress = nullptr;
+  impl->graph = std::shared_ptr<ir::Graph>(std::move(model.graph));
+  // A verbose build logs every decision (the optimizer's rewrites, placement fallbacks, tuning).
+  ScopedLogLevel level(options.verbose ? LogLevel::kVerbose : LogLevel::kWarning);
+  const bool fp8 = options.precision == Precision::kFP8;
+  if (options.int8 && fp8) return invalid_argument("choose INT8 or FP8, not both");
+  if ((options.int8 || fp8) && options.opt_level < 1)
+    return invalid_argument("an INT8 or FP8 build needs opt level 1 or more");
+  KILN_ASSIGN_OR_RETURN(Backend * target, backend_for(options.device));
+  report(options, start, "optimize");
+  if (options.int8 || fp8) {
+    // Quantize the graph optimized without fusions (the QDQ fusion wants plain Conv/MatMul/Gemm),
+    // then optimize it at the requested level: fuse-qdq first, the float fusions for the rest.
+    // FP8 engines: the products become kiln.F8MatMul, and the rest of a CUDA engine is float16.
+    // The float rest of an INT8 engine takes the requested precision (CUDA: --precision fp16 makes
+    // it float16, as TensorRT's --int8 --fp16); the graph is quantized in float32.
+    BuildOptions plain = options;
+    plain.opt_level = 1;
+    if (!fp8) KILN_RETURN_IF_ERROR(check_precision_device(options.precision, options.device));
+    plain.precision = Precision::kFloat32;
+    // Calibration, the budget's candidates and the build's own check run the graph on the
+    // calibration sets' shapes (a batch of 4 for an engine of batch 256): the graph keeps its
+    // dynamic dims, and the profiles apply to the engine only (its plan and tuning).
+    plain.profiles.clear();
+    BuildOptions rest = options;  // how the quantized graph is optimized
+    rest.precision = fp8 ? fp8_rest_precision(options.device) : options.precision;
+    rest.profiles.clear();
+    KILN_RETURN_IF_ERROR(prepare_graph(*impl->graph, plain, target->kernels()));
+    auto float_graph = impl->graph->clone();
+    // A graph as it is (opt level 0, untuned) on `device`: the float32 reference and calibration
+    // engines run on the CPU, quantized candidates on the engine's device.
+    auto build_float = [&](std::unique_ptr<ir::Graph> g) { return build_graph_as_is(std::move(g), DeviceType::kCPU); };
+    auto build_as_is = [&](std::unique_ptr<ir::Graph> g) { return build_graph_as_is(std::move(g), options.device); };
+    report(options, start, "calibrate");
+    BuildOptions calib = options;
+    if (calib.calibration.empty() && !calib.calibration_dir.empty()) {
+      std::vector<std::string> names;
+      for (const ir::Value* v : impl->graph->inputs)
+        if (!v->constant) names.push_back(v->name);
+      KILN_ASSIGN_OR_RETURN(calib.calibration, read_calibration_dir(calib.calibration_dir, names));
+    }
+    // The finished graph of a quantized candidate: INT8 fuses Q/DQ and moves convolutions
+    // channels-last; FP8 optimizes (and converts to float16 for CUDA) as prepare_graph does.
+    auto finish = [&](ir::Graph& g) -> Status {
+      KILN_RETURN_IF_ERROR(validate_profiles(g, options.profiles));
+      if (fp8) return prepare_graph(g, rest, target->kernels());
+      passes::OptimizeStats stats;
+      KILN_RETURN_IF_ERROR(passes::optimize(g, builder_pass_options(options.opt_level, &target->kernels()), &stats));
+      for (const std::string& miss : stats.near_misses) log(LogLevel::kVerbose, "near miss: " + miss);
+      if (options.device != DeviceType::kCUDA) return cpu_channels_last(g, options, target->kernels());
+      // CUDA: residual Adds into the int8 convolutions before them, the float rest in the requested
+      // precision, the convolution chains channels-last.
+      KILN_RETURN_IF_ERROR(passes::fuse_qconv_residual(g).status());
+      KILN_RETURN_IF_ERROR(lower_precision_and_layout(g, rest, target->kernels()));
+      if (rest.precision == Precision::kTF32 || rest.precision == Precision::kBest) passes::allow_tf32(g);
+      return g.sort();
+    };
+    auto build_quantized = [&](std::unique_ptr<ir::Graph> g) -> Expected<std::shared_ptr<Engine>> {
+      KILN_RETURN_IF_ERROR(finish(*g));
+      return build_as_is(std::move(g));
+    };
+    const std::string tag = fp8 ? "fp8" : "int8";  // the report's metadata keys and log lines
+    KILN_ASSIGN_OR_RETURN(Int8Report q, quantize_8bit(*impl->graph, calib, model.source_hash, build_float, build_quantized));
+    if (q.budget > 0) {
+      // The per-product table: precision and sensitivity (the metric with only it in 8 bits).
+      std::string table;
+      for (const auto& l : q.layers) {
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), " %s %.4g\n", l.int8 ? (fp8 ? "fp8" : "int8") : rest.precision == Precision::kFloat16 ? "fp16" : "fp32",
+                      l.sensitivity);
+        table += l.node + " " + l.op + buf;
+      }
+      char buf[96];
+      std::snprintf(buf, sizeof(buf), "%s %.4g (budget %.4g)", q.metric.c_str(), q.error, q.budget);
+      impl->meta[tag + ".layers"] = table;
+      impl->meta[tag + ".error"] = buf;
+    }
+    KILN_RETURN_IF_ERROR(finish(*impl->graph));
+    int fused = 0;
+    for (const ir::Node* n : impl->graph->nodes())
+      fused += n->domain == "kiln" && (n->op_type == "QConv" || n->op_type == "QMatMul" || n->op_type == "F8MatMul");
+    impl->meta[tag + ".products"] = std::to_string(fused) + " of " + std::to_string(q.layers.size());
+    impl->meta[tag + ".calibration"] = q.from_cache ? "cache" : options.calibration_method + ", " + std::to_string(q.calibration_sets) + " input sets";
+    log(LogLevel::kInfo, tag + ": " + impl->meta[tag + ".products"] + " products in 8 bits; ranges from " + impl->meta[tag + ".calibration"]);
+    for (const auto& r : q.ranges) {
+      char buf[160];
+      std::snprintf(buf, sizeof(buf), "%s:   %s range [%.6g, %.6g] scale %.6g zero point %d", tag.c_str(), r.name.c_str(), r.lo, r.hi, r.scale, r.zero_point);
+      log(LogLevel::kVerbose, buf);
+    }
+    // The build checks itself as reduced-precision builds do: the float32 engine and this one on the
+    // first calibration set, relative L2 per output (kept in the engine's metadata). Like the budget's
+    // candidates, the engine checked is untuned; the tuner may then pick FP8 fast accumulation, each
+    // layer within its tolerance of the untuned choice (tune/tuner.cpp), far below FP8's rounding.
+    if (!calib.calibration.empty()) {
+      KILN_ASSIGN_OR_RETURN(auto ref, build_float(std::move(float_graph)));
+      KILN_ASSIGN_OR_RETURN(auto quant, build_as_is(impl->graph->clone()));
+      std::map<std::string, Value> in;
+      for (const auto& [k, t] : calib.calibration.front()) in[k] = Value::of(t);
+      KILN_ASSIGN_OR_RETURN(auto rc, ref->create_context());
+      KILN_ASSIGN_OR_RETURN(auto qc, quant->create_context());
+      KILN_ASSIGN_OR_RETURN(auto want, rc->run(in));
+      KILN_ASSIGN_OR_RETURN(auto got, qc->run(in));
+      for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+        const Tensor& a = want[i].tensor;
+        const Tensor& b = got[i].tensor;
+        if (a.dtype() != DataType::kFloat32 || b.dtype() != DataType::kFloat32 || a.numel() != b.numel()) continue;
+        double num = 0, den = 0;
+        add_squared_error(b, a, &num, &den);
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), "%.3e", den > 0 ? std::sqrt(num / den) : std::sqrt(num));
+        impl->meta[tag + ".rel_l2." + ref->outputs()[i].name] = buf;
+        log(LogLevel::kInfo, tag + ": output '" + ref->outputs()[i].name + "' relative L2 against float32 " + buf +
+                                 " (first calibration set)");
+      }
+    }
+  } else {
+    KILN_RETURN_IF_ERROR(prepare_graph(*impl->graph, options, target->kernels()));
+  }
+  LowerOptions lo;
+  lo.device = options.device;
+  lo.verbose = options.verbose;
+  report(options, start, "lower");
+  KILN_ASSIGN_OR_RETURN(impl->plan, lower(impl->graph, lo));
+  const bool tune = options.tune > 0 || (options.tune < 0 && options.device == DeviceType::kCUDA);
+  if (tune) {
+    report(options, start, "tune");
+    KILN_RETURN_IF_ERROR(tune_engine(*impl, options, [&](int done, int total, const std::string& layer) {
+      report(options, start, "tune", done, total, layer);
+    }));
+  }
+  describe_engine(*impl, model.source_hash);
+  // What ONNX Runtime's get_modelmeta() reports, kept in the engine file with the other header fields.
+  impl->meta["model.producer_name"] = model.producer_name;
+  impl->meta["model.producer_version"] = model.producer_version;
+  impl->meta["model.graph_name"] = impl->graph->name;
+  impl->meta["model.domain"] = model.domain;
+  impl->meta["model.description"] = model.doc;
+  impl->meta["model.version"] = std::to_string(model.model_version);
+  for (const auto& [k, val] : model.metadata) impl->meta["model.custom." + k] = val;
+  report(options, start, "done");
+  return std::make_shared<Engine>(std::move(impl));
+}
+
+Expected<std::shared_ptr<Engine>> Engine::build(const std::string& onnx_path, const BuildOptions& options) {
+  ThreadCountScope threads(options.threads);
+  const auto start = BuildClock::now();
+  report(options, start, "import");
+  KILN_ASSIGN_OR_RETURN(ir::Model model, onnx::import_file(onnx_path));
+  return guarded("building the engine", [&] { return build_from_model(std::move(model), options, start); });
+}
+
+Expected<std::vector<PlacementEntry>> Engine::plan_placement(const std::string& onnx_path, const BuildOptions& options) {
+  ThreadCountScope threads(options.threads);
+  KILN_ASSIGN_OR_RETURN(ir::Model model, onnx::import_file(onnx_path));
+  return guarded("planning placement", [&]() -> Expected<std::vector<PlacementEntry>> {
+    ScopedLogLevel level(options.verbose ? LogLevel::kVerbose : LogLevel::kWarning);
+    const KernelRegistry* target = options.device == DeviceType::kCUDA ? cuda_kernel_registry() : &cpu_backend().kernels();
+    if (!target) return unsupported("this kiln was built without CUDA: it has no CUDA kernels to place");
+    // An FP8 plan needs calibration data to exist; its placement is the float16 engine's (CUDA) or the
+    // float32 one's (CPU), the products it quantizes being placed as the GEMMs they replace.
+    BuildOptions po = options;
+    if (po.precision == Precision::kFP8) po.precision = fp8_rest_precision(po.device);
+    KILN_RETURN_IF_ERROR(prepare_graph(*model.graph, po, *target));
+    return preview_placement(*model.graph, options.device);
+  });
+}
+
+Expected<std::shared_ptr<Engine>> Engine::build_from_bytes(const std::string& bytes, const BuildOptions& options,
+                                                           const std::string& base_dir) {
+  onnx::ImportOptions io;
+  io.base_dir = base_dir;
+  ThreadCountScope threads(options.threads);
+  const auto start = BuildClock::now();
+  report(options, start, "import");
+  KILN_ASSIGN_OR_RETURN(ir::Model model, onnx::import_bytes(bytes, io));
+  return guarded("building the engine", [&] { return build_from_model(std::move(model), options, start); });
+}
+
+Expected<std::shared_ptr<Engine>> Engine::open(const std::string& path, const BuildOptions& options) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return not_found("cannot open '" + path + "'");
+  std::string head(16, '\0');
+  f.read(head.data(), 16);
+  head.resize(static_cast<size_t>(f.gcount()));
+  if (looks_like_engine(head)) return load(path);
+  return build(path, options);
+}
+
+}  // namespace kiln

@@ -1,0 +1,22 @@
+// tune/tuner.h — auto-tuning (tune/tuner.cpp): the builder times each layer's candidate tactics.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/engine_impl.h"
+
+namespace kiln {
+
+// Auto-tuning: per shape profile, times the candidate tactics of every step that
+// offers several on the engine's device at the profile's opt shapes and records the fastest valid one
+// in the plan. `progress` (may be null) hears each layer as it is tuned: done, total, layer.
+Status tune_engine(Engine::Impl& impl, const BuildOptions& options,
+                   const std::function<void(int, int, const std::string&)>& progress);
+// "" when a candidate tactic's outputs `got` match the kernel's own choice's `want` (float outputs:
+// relative L2 within `tol`; E4M3 within 3e-2; int8/uint8 within one step in at most 1% of the
+// elements; other types bit for bit), else why not (tune/tuner.cpp).
+std::string tactic_outputs_mismatch(const std::vector<Tensor>& want, const std::vector<Tensor>& got, double tol);
+
+}  // namespace kiln
