@@ -689,8 +689,9 @@ EnginePtr engine_build(const std::string& path, const std::string& device, int o
                        const py::object& profiles, const py::object& tune, const std::string& timing_cache, bool int8,
                        const py::object& calibration, const std::string& calibration_method, double calibration_percentile,
                        const std::string& calibration_cache, double accuracy_budget, const std::string& accuracy_metric,
-                       int threads) {
+                       int threads, const std::vector<std::string>& disabled_passes) {
   auto opts = build_options(device, opt_level, verbose, precision);
+  opts.disabled_passes = disabled_passes;
   tuning_options(opts, profiles, tune, timing_cache, threads);
   KeepAlive keep;
   int8_options(opts, int8, calibration, calibration_method, calibration_percentile, calibration_cache, accuracy_budget,
@@ -703,8 +704,10 @@ EnginePtr engine_build_from_bytes(const py::bytes& data, const std::string& devi
                                   const py::object& tune, const std::string& timing_cache, bool int8,
                                   const py::object& calibration, const std::string& calibration_method,
                                   double calibration_percentile, const std::string& calibration_cache, double accuracy_budget,
-                                  const std::string& accuracy_metric, int threads) {
+                                  const std::string& accuracy_metric, int threads,
+                                  const std::vector<std::string>& disabled_passes) {
   auto opts = build_options(device, opt_level, verbose, precision);
+  opts.disabled_passes = disabled_passes;
   tuning_options(opts, profiles, tune, timing_cache, threads);
   KeepAlive keep;
   int8_options(opts, int8, calibration, calibration_method, calibration_percentile, calibration_cache, accuracy_budget,
@@ -714,8 +717,10 @@ EnginePtr engine_build_from_bytes(const py::bytes& data, const std::string& devi
 }
 
 EnginePtr engine_open(const std::string& path, const std::string& device, int opt_level, bool verbose, const std::string& precision,
-                      const py::object& profiles, const py::object& tune, const std::string& timing_cache, int threads) {
+                      const py::object& profiles, const py::object& tune, const std::string& timing_cache, int threads,
+                      const std::vector<std::string>& disabled_passes) {
   auto opts = build_options(device, opt_level, verbose, precision);
+  opts.disabled_passes = disabled_passes;
   tuning_options(opts, profiles, tune, timing_cache, threads);
   return unwrap(without_gil([&] { return kiln::Engine::open(path, opts); }));
 }
@@ -898,6 +903,7 @@ PYBIND11_MODULE(_kiln, m) {
                   py::arg("calibration") = py::none(), py::arg("calibration_method") = "minmax",
                   py::arg("calibration_percentile") = 99.99, py::arg("calibration_cache") = "",
                   py::arg("accuracy_budget") = 0.0, py::arg("accuracy_metric") = "rel_l2", py::arg("threads") = 0,
+                  py::arg("disabled_passes") = std::vector<std::string>{},
                   "Imports, optimizes and lowers an .onnx file. precision: fp32, or fp16/bf16 for cuda. profiles: a "
                   "list of {input: (min, opt, max)} shape ranges; tune: time each layer's tactics (default: cuda "
                   "engines); timing_cache: a file of measured tactic times to reuse and extend. int8 (cpu engines): "
@@ -905,17 +911,20 @@ PYBIND11_MODULE(_kiln, m) {
                   "dicts, or a folder as kiln build --calibration), calibration_method minmax/entropy/percentile, "
                   "calibration_cache a file of ranges to reuse or write; accuracy_budget > 0 keeps the most sensitive "
                   "products in float32, as few as hold accuracy_metric (rel_l2 or top1) within it. threads: the build's "
-                  "CPU threads (0: the calling thread's OpenMP count).")
+                  "CPU threads (0: the calling thread's OpenMP count). disabled_passes: names of passes to skip (the "
+                  "optimizer's, or a target stage such as channels-last; kiln build --help lists them).")
       .def_static("build_from_bytes", &engine_build_from_bytes, py::arg("data"), py::arg("device") = "cpu",
                   py::arg("opt_level") = 2, py::arg("verbose") = false, py::arg("base_dir") = "",
                   py::arg("precision") = "fp32", py::arg("profiles") = py::none(), py::arg("tune") = py::none(),
                   py::arg("timing_cache") = "", py::arg("int8") = false, py::arg("calibration") = py::none(),
                   py::arg("calibration_method") = "minmax", py::arg("calibration_percentile") = 99.99,
                   py::arg("calibration_cache") = "", py::arg("accuracy_budget") = 0.0, py::arg("accuracy_metric") = "rel_l2",
-                  py::arg("threads") = 0, "Same as build() from serialized ModelProto bytes; external data resolves under base_dir.")
+                  py::arg("threads") = 0, py::arg("disabled_passes") = std::vector<std::string>{},
+                  "Same as build() from serialized ModelProto bytes; external data resolves under base_dir.")
       .def_static("open", &engine_open, py::arg("path"), py::arg("device") = "cpu", py::arg("opt_level") = 2,
                   py::arg("verbose") = false, py::arg("precision") = "fp32", py::arg("profiles") = py::none(),
                   py::arg("tune") = py::none(), py::arg("timing_cache") = "", py::arg("threads") = 0,
+                  py::arg("disabled_passes") = std::vector<std::string>{},
                   "Builds an .onnx file or loads an engine file (by its magic).")
       .def_property_readonly("profiles",
                              [](const kiln::Engine& e) {

@@ -665,6 +665,11 @@ static int kiln_main(int argc, char** argv) {
   build->add_option("--opt-shapes", opt_shapes, "the shapes a profile is tuned for");
   build->add_option("--max-shapes", max_shapes, "largest input shapes of a profile");
   build->add_flag("-q,--quiet", build_quiet, "no progress lines");
+  std::vector<std::string> build_disabled;
+  build->add_option("--disable-pass", build_disabled,
+                    "skip a pass by name (repeatable): one of the optimizer's (kiln inspect lists them) or a target "
+                    "stage: channels-last, channels-last-float-convs, fold-pools-into-convs, fuse-conv-max-pool, "
+                    "fuse-qconv-residual, signed-activations, quantize-half-directly, products-write-half");
   bool build_placement_only = false;
   build->add_flag("--placement-only", build_placement_only,
                   "import and optimize, then print where each node would run and why (no engine is written; needs no GPU)");
@@ -955,6 +960,7 @@ static int kiln_main(int argc, char** argv) {
     o.calibration_cache = calib_cache;
     o.accuracy_budget = accuracy_budget;
     o.accuracy_metric = accuracy_metric;
+    o.disabled_passes = build_disabled;
     const bool eight_bit = build_int8 || o.precision == kiln::Precision::kFP8;
     if (!eight_bit && accuracy_budget > 0) return fail(kiln::invalid_argument("--accuracy-budget is for --int8 and --precision fp8 builds"));
     if (!eight_bit && (!calib_dir.empty() || !calib_cache.empty()))

@@ -125,6 +125,12 @@ struct BuildOptions {
   // first output whose argmax changes). The build reports each product's precision and sensitivity.
   double accuracy_budget = 0;
   std::string accuracy_metric = "rel_l2";
+  // Passes this build skips, by name: any pass of the optimizer's pipeline (`kiln inspect` lists them)
+  // or a target stage (channels-last, channels-last-float-convs, fold-pools-into-convs,
+  // fuse-conv-max-pool, fuse-qconv-residual, signed-activations, quantize-half-directly,
+  // products-write-half). An unknown name is an error. What a build computes depends only on these
+  // options, never on the environment.
+  std::vector<std::string> disabled_passes;
 };
 
 // Calibration input sets from a folder: one subfolder per set holding <input name>.npy for every

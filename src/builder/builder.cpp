@@ -1,6 +1,7 @@
 // builder/builder.cpp — building an engine: import → the optimizer's pipeline → the target's precision
 // and layout stages → [calibration and 8-bit quantization] → lower → tune → an Engine. The runtime
 // (runtime/engine.cpp) loads, saves and runs what this makes.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,7 +16,6 @@
 #include "runtime/engine_impl.h"
 #include "runtime/executor.h"
 #include "tune/tuner.h"
-#include "util/env.h"
 #include "util/guard.h"
 #include "util/log.h"
 #include "util/thread_count.h"
@@ -80,6 +80,50 @@ static bool has_kiln_op(const ir::Graph& graph, const char* op) {
 static bool has_qconv(const ir::Graph& graph) { return has_kiln_op(graph, "QConv"); }
 static bool has_qmatmul(const ir::Graph& graph) { return has_kiln_op(graph, "QMatMul"); }
 
+// The target stages: what a build runs after the optimizer's pipeline for its device and precision,
+// each by the name BuildOptions::disabled_passes (kiln build --disable-pass) turns it off with. Those
+// that decide the engine's precision (convert-precision, allow-tf32) are not optional and not listed.
+const std::vector<std::pair<std::string, std::string>>& target_stages() {
+  static const std::vector<std::pair<std::string, std::string>> stages = {
+      {"fuse-qconv-residual", "CUDA: a residual Add into the int8 convolution before it"},
+      {"channels-last", "convolution chains (int8; CUDA half and CPU float32 ones) in NHWC"},
+      {"channels-last-float-convs", "CPU, opt level 2: float32 convolutions join the channels-last chains"},
+      {"fold-pools-into-convs", "CPU: a pool after a channels-last convolution computed by it"},
+      {"signed-activations", "CUDA: uint8 activations read only by int8 products written as int8"},
+      {"quantize-half-directly", "CUDA half engines: int8 products read float16 activations directly"},
+      {"products-write-half", "CUDA float16 engines: int8 products write float16 instead of a Cast"},
+      {"fuse-conv-max-pool", "CUDA, opt level 2: a few-channel stem convolution and its max pool in one kernel"},
+  };
+  return stages;
+}
+
+static bool enabled(const BuildOptions& o, const std::string& stage) {
+  return std::find(o.disabled_passes.begin(), o.disabled_passes.end(), stage) == o.disabled_passes.end();
+}
+
+// Every name in o.disabled_passes must be a pass of the pipeline or a target stage.
+static Status check_disabled_passes(const BuildOptions& o) {
+  for (const std::string& name : o.disabled_passes) {
+    bool known = false;
+    for (const passes::Pass& p : passes::pipeline()) known |= p.name == name;
+    for (const auto& [stage, what] : target_stages()) known |= stage == name;
+    if (known) continue;
+    std::string names;
+    for (const passes::Pass& p : passes::pipeline()) names += (names.empty() ? "" : ", ") + std::string(p.name);
+    for (const auto& [stage, what] : target_stages()) names += ", " + stage;
+    return invalid_argument("unknown pass '" + name + "' to disable; the passes are: " + names);
+  }
+  return Status::Ok();
+}
+
+// The optimizer's options for this build: the target's, without the passes the user disabled.
+static passes::PassOptions build_pass_options(const BuildOptions& o, const KernelRegistry& target) {
+  passes::PassOptions po = builder_pass_options(o.opt_level, &target);
+  po.verbose = o.verbose;
+  po.disabled.insert(o.disabled_passes.begin(), o.disabled_passes.end());
+  return po;
+}
+
 // CPU engines run their 8-bit convolutions channels-last (oneDNN's int8 kernels are NHWC): chains of
 // kiln.QConv and the per-tensor Q/DQ and elementwise ops between them move to NHWC, float32 pools
 // inside a chain become kiln.ChannelsLastPool. Nothing changes in a graph without kiln.QConv.
@@ -87,8 +131,8 @@ static Status cpu_channels_last(ir::Graph& graph, const BuildOptions& options, c
   const bool qconv = has_qconv(graph);
   // Float32 convolutions too, from opt level 2 (oneDNN's NHWC kernels instead of a reorder to its
   // blocked layout and back around every layer).
-  const bool float_convs = options.opt_level >= 2 && !env_is("KILN_CPU_NHWC", "0");
-  if ((!qconv && !float_convs) || options.opt_level < 1 || env_is("KILN_CHANNELS_LAST", "0")) return Status::Ok();
+  const bool float_convs = options.opt_level >= 2 && enabled(options, "channels-last-float-convs");
+  if ((!qconv && !float_convs) || options.opt_level < 1 || !enabled(options, "channels-last")) return Status::Ok();
   bool pool = false;
   for (const KernelDef& d : target.all()) pool |= d.op == "ChannelsLastPool" && d.domain == "kiln";
   auto accepts = [pool, float_convs](const ir::Node& n) {
@@ -103,21 +147,21 @@ static Status cpu_channels_last(ir::Graph& graph, const BuildOptions& options, c
   if (converted == 0) return Status::Ok();
   // A model's own layout Transposes (ConvNeXt's permutes around LayerNorm) now meet the pass's
   // Transposes back and forth: the pairs cancel.
-  passes::PassOptions po = builder_pass_options(options.opt_level, &target);
+  passes::PassOptions po = build_pass_options(options, target);
   passes::PassContext ctx{po, {}, {}, {}, {}};
   for (int round = 0; round < 4; ++round) {
     KILN_ASSIGN_OR_RETURN(bool changed, passes::simplify_transposes(graph, ctx));
     KILN_RETURN_IF_ERROR(passes::eliminate_dead_code(graph, ctx).status());
     if (!changed) break;
   }
-  if (!env_is("KILN_CONV_POOL", "0")) KILN_RETURN_IF_ERROR(passes::fold_pools_into_convs(graph).status());
+  if (enabled(options, "fold-pools-into-convs")) KILN_RETURN_IF_ERROR(passes::fold_pools_into_convs(graph).status());
   return graph.sort();
 }
 
 // Float16/bfloat16 engines (and the float rest of a CUDA INT8 engine built with --precision fp16/bf16):
 // the nodes the target runs in half get half inputs and outputs. Then, on CUDA, convolution chains
 // move channels-last: tensor-core float16 convolutions, and kiln.QConv (the int8 kernel is NHWC only)
-// with the Q/DQ, elementwise ops and pools between them (KILN_CHANNELS_LAST=0 keeps channels-first
+// with the Q/DQ, elementwise ops and pools between them (disabling "channels-last" keeps channels-first
 // float convolutions, to compare).
 static Status lower_precision_and_layout(ir::Graph& graph, const BuildOptions& options, const KernelRegistry& target) {
   const bool half_engine = options.precision == Precision::kFloat16 || options.precision == Precision::kBFloat16 ||
@@ -140,17 +184,18 @@ static Status lower_precision_and_layout(ir::Graph& graph, const BuildOptions& o
     half_pool |= d.op == "ChannelsLastPool" && d.domain == "kiln" && d.half_floats;
   }
   const bool qconv = has_qconv(graph);
-  const bool half_convs = half_engine && half_fused_conv && !env_is("KILN_CHANNELS_LAST", "0");
+  const bool half_convs = half_engine && half_fused_conv && enabled(options, "channels-last");
   auto target_takes = [&target](const ir::Node& n) { return target.find(n) != nullptr; };
   // INT8 products read int8 activations without a shift pass; in a half engine they also read half
   // activations and write half results directly (after the layout pass when there are int8
   // convolutions: it moves their Q/DQ).
   auto int8_products_io = [&]() {
     if (!qconv && !has_qmatmul(graph)) return;
-    passes::signed_activations(graph, target_takes);
+    if (enabled(options, "signed-activations")) passes::signed_activations(graph, target_takes);
     if (!half_engine) return;
-    passes::quantize_half_directly(graph, target_takes);
-    if (options.precision != Precision::kBFloat16) passes::products_write_half(graph, DataType::kFloat16, target_takes);
+    if (enabled(options, "quantize-half-directly")) passes::quantize_half_directly(graph, target_takes);
+    if (options.precision != Precision::kBFloat16 && enabled(options, "products-write-half"))
+      passes::products_write_half(graph, DataType::kFloat16, target_takes);
   };
   if (!half_convs && !qconv) {
     int8_products_io();
@@ -165,9 +210,8 @@ static Status lower_precision_and_layout(ir::Graph& graph, const BuildOptions& o
   };
   KILN_RETURN_IF_ERROR(passes::convert_to_channels_last(graph, accepts).status());
   int8_products_io();
-  // The stem (a few-channel convolution, its max pool and the quantization after it) in one kernel;
-  // KILN_CONV_POOL_CUDA=0 keeps the separate steps, to compare.
-  if (options.opt_level >= 2 && !env_is("KILN_CONV_POOL_CUDA", "0"))
+  // The stem (a few-channel convolution, its max pool and the quantization after it) in one kernel.
+  if (options.opt_level >= 2 && enabled(options, "fuse-conv-max-pool"))
     KILN_RETURN_IF_ERROR(passes::fuse_conv_max_pool(graph, target_takes).status());
   return Status::Ok();
 }
@@ -187,8 +231,7 @@ static Status prepare_graph(ir::Graph& graph, const BuildOptions& options, const
   KILN_RETURN_IF_ERROR(check_precision_device(options.precision, options.device));
   KILN_RETURN_IF_ERROR(validate_profiles(graph, options.profiles));
   fix_profile_shapes(graph, options.profiles);
-  passes::PassOptions po = builder_pass_options(options.opt_level, &target);
-  po.verbose = options.verbose;
+  passes::PassOptions po = build_pass_options(options, target);
   // Float32 attention on CUDA runs faster unfused (cuBLAS's FP32 GEMMs for Q·Kᵀ and P·V against the
   // fused kernel's CUDA-core loops; H100, BERT-base: batch 1 1.82 vs 2.23 ms, batch 64 44.5 vs 46.7
   // ms); float16/bfloat16 engines fuse it (tensor-core kernel: batch 64 9.2 vs 15.2 ms).
@@ -199,7 +242,8 @@ static Status prepare_graph(ir::Graph& graph, const BuildOptions& options, const
   KILN_RETURN_IF_ERROR(passes::optimize(graph, po));
   // A QDQ model's residual Adds into the int8 convolutions before them, as the CUDA INT8 build does
   // (CUDA's kernel reads the residual; the CPU's does not).
-  if (options.device == DeviceType::kCUDA && options.opt_level >= 2 && has_qconv(graph))
+  if (options.device == DeviceType::kCUDA && options.opt_level >= 2 && has_qconv(graph) &&
+      enabled(options, "fuse-qconv-residual"))
     KILN_RETURN_IF_ERROR(passes::fuse_qconv_residual(graph).status());
   KILN_RETURN_IF_ERROR(lower_precision_and_layout(graph, options, target));
   if (options.precision == Precision::kTF32 || options.precision == Precision::kBest) passes::allow_tf32(graph);
@@ -233,6 +277,7 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
   if ((options.int8 || fp8) && options.opt_level < 1)
     return invalid_argument("an INT8 or FP8 build needs opt level 1 or more");
   KILN_ASSIGN_OR_RETURN(Backend * target, backend_for(options.device));
+  KILN_RETURN_IF_ERROR(check_disabled_passes(options));
   report(options, start, "optimize");
   if (options.int8 || fp8) {
     // Quantize the graph optimized without fusions (the QDQ fusion wants plain Conv/MatMul/Gemm),
@@ -271,12 +316,12 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
       KILN_RETURN_IF_ERROR(validate_profiles(g, options.profiles));
       if (fp8) return prepare_graph(g, rest, target->kernels());
       passes::OptimizeStats stats;
-      KILN_RETURN_IF_ERROR(passes::optimize(g, builder_pass_options(options.opt_level, &target->kernels()), &stats));
+      KILN_RETURN_IF_ERROR(passes::optimize(g, build_pass_options(options, target->kernels()), &stats));
       for (const std::string& miss : stats.near_misses) log(LogLevel::kVerbose, "near miss: " + miss);
       if (options.device != DeviceType::kCUDA) return cpu_channels_last(g, options, target->kernels());
       // CUDA: residual Adds into the int8 convolutions before them, the float rest in the requested
       // precision, the convolution chains channels-last.
-      KILN_RETURN_IF_ERROR(passes::fuse_qconv_residual(g).status());
+      if (enabled(options, "fuse-qconv-residual")) KILN_RETURN_IF_ERROR(passes::fuse_qconv_residual(g).status());
       KILN_RETURN_IF_ERROR(lower_precision_and_layout(g, rest, target->kernels()));
       if (rest.precision == Precision::kTF32 || rest.precision == Precision::kBest) passes::allow_tf32(g);
       return g.sort();
@@ -386,6 +431,7 @@ Expected<std::vector<PlacementEntry>> Engine::plan_placement(const std::string& 
     // float32 one's (CPU), the products it quantizes being placed as the GEMMs they replace.
     BuildOptions po = options;
     if (po.precision == Precision::kFP8) po.precision = fp8_rest_precision(po.device);
+    KILN_RETURN_IF_ERROR(check_disabled_passes(po));
     KILN_RETURN_IF_ERROR(prepare_graph(*model.graph, po, *target));
     return preview_placement(*model.graph, options.device);
   });

@@ -3,7 +3,7 @@
 # 2,3, where one model's time goes ($MODEL, default efficientnet_b0): the kiln command's end-to-end
 # median with and without its per-kernel profile (KILN_PROFILE), each runtime alone in its process
 # (bench/cpu_alone.py), oneDNN's own per-primitive log (DNNL_VERBOSE: implementation and time), and the
-# engine without channels-last (KILN_CHANNELS_LAST=0). Threads $THREADS (default "1 2"). PROBE=threads:
+# engine without channels-last (--disable-pass channels-last). Threads $THREADS (default "1 2"). PROBE=threads:
 # instead, the kiln command against kiln from Python at 2 threads under several OpenMP policies;
 # PROBE=onednn: oneDNN's log alone.
 set -euo pipefail
@@ -36,8 +36,9 @@ fi
     KILN_PROFILE=1 $pin "$bin/kiln" bench "$onnx" --threads $t -n 150 2>&1 | grep -E "^kiln profile|^  |^median"
     echo "== threads $t: kiln command, not profiled"
     $pin "$bin/kiln" bench "$onnx" --threads $t -n 150 2>&1 | grep -E "^median"
-    echo "== threads $t: kiln command, KILN_CHANNELS_LAST=0"
-    KILN_CHANNELS_LAST=0 $pin "$bin/kiln" bench "$onnx" --threads $t -n 150 2>&1 | grep -E "^median"
+    echo "== threads $t: kiln command, --disable-pass channels-last"
+    "$bin/kiln" build "$onnx" -o /tmp/probe_nocl.kiln --disable-pass channels-last -q > /dev/null
+    $pin "$bin/kiln" bench /tmp/probe_nocl.kiln --threads $t -n 150 2>&1 | grep -E "^median"
     echo "== threads $t: each runtime alone (bench/cpu_alone.py)"
     $pin python3 bench/cpu_alone.py kiln --models $model --threads $t --runs 100
     $pin python3 bench/cpu_alone.py ort --models $model --threads $t --runs 100

@@ -15,7 +15,7 @@
 #    weights) built for CUDA (the rest float16, untuned): what fused, kiln against onnxruntime (CPU) at
 #    batch 1, its latency at the first batch (run before the batches above);
 # 6. (TORCH=1) PyTorch float16, channels-last, eager and torch.compile (default mode), CUDA events;
-# 7. (BASELINE=1) both engines again with KILN_CONV_POOL_CUDA=0 (the stem as separate steps), timed;
+# 7. (BASELINE=1) both engines again with --disable-pass fuse-conv-max-pool (the stem as separate steps), timed;
 # 8. (PROFILE=1) the INT8 engine's per-kernel GPU time (Nsight Compute, tests/gpu/kernel_table.py).
 # TUNE_S: the tuner's time limit per layer (--tune-layer-seconds; kiln's default 2); NO_FP16=1: the
 # float16 engine is not built (a quicker INT8-only iteration); FP8=1 also builds `--precision fp8`
@@ -135,9 +135,9 @@ PY
       for e in $engines; do
         flags="--precision fp16"; [ $e = int8 ] && flags="--int8 --precision fp16 --calibration build/calib/$m"
         [ $e = fp8 ] && flags="--precision fp8 --calibration build/calib/$m"
-        KILN_CONV_POOL_CUDA=0 "$bin/kiln" build build/zoo/${m}_op17.onnx -o /tmp/${e}_b${b}_sep.kiln --device cuda $flags \
+        "$bin/kiln" build build/zoo/${m}_op17.onnx -o /tmp/${e}_b${b}_sep.kiln --device cuda $flags --disable-pass fuse-conv-max-pool \
             --shapes $in:${b}x3x224x224 --timing-cache "$out/timing_cache.txt" > "$out/build_${e}_b${b}_sep.txt" 2>&1 || tail -5 "$out/build_${e}_b${b}_sep.txt"
-        printf "%s batch %s %s, stem as separate steps (KILN_CONV_POOL_CUDA=0): " $m $b $e
+        printf "%s batch %s %s, stem as separate steps (--disable-pass fuse-conv-max-pool): " $m $b $e
         "$bin/kiln" bench /tmp/${e}_b${b}_sep.kiln $(zoo_args $m $b) --device-io -n 30 --warmup 5 2>&1 | grep -E "^median|rror" | head -1
       done
     fi

@@ -3,7 +3,7 @@
 # with an NVIDIA GPU, from a folder with the built binaries:
 #   tests/gpu/layout_check.sh BIN_DIR OUT_DIR
 # CUDA unit tests; then for the CNNs (FP16, opt level 2): channels-last (default) against
-# channels-first (KILN_CHANNELS_LAST=0): accuracy against the FP32 CUDA engine, batch 1 and 64
+# channels-first (--disable-pass channels-last): accuracy against the FP32 CUDA engine, batch 1 and 64
 # times, per-op profile at batch 64.
 # For the transformers (FP32 and FP16): which fused ops run, accuracy, times, profile. Writes
 # OUT_DIR/layout.log.
@@ -23,7 +23,8 @@ profile() {  # profile ENGINE ARGS...
     f=build/zoo/${m}_op17.onnx; a1=$(zoo_args $m 1); a64=$(zoo_args $m 64)
     "$bin/kiln" build "$f" -o "$out/${m}32.kiln" --device cuda --opt-level 2 > /dev/null 2>&1
     for cl in 1 0; do
-      KILN_CHANNELS_LAST=$cl "$bin/kiln" build "$f" -o "$out/${m}16.kiln" --device cuda --opt-level 2 --precision fp16 \
+      nocl=(); [ $cl = 0 ] && nocl=(--disable-pass channels-last)
+      "$bin/kiln" build "$f" -o "$out/${m}16.kiln" --device cuda --opt-level 2 --precision fp16 "${nocl[@]}" \
         > "$out/${m}_cl${cl}_placement.txt" 2>&1
       echo "== $m fp16 channels_last=$cl: $(grep -E '^steps:' "$out/${m}_cl${cl}_placement.txt")"
       grep -oE "Transpose|kiln\.[A-Za-z]+" "$out/${m}_cl${cl}_placement.txt" | sort | uniq -c | tr '\n' ' '; echo

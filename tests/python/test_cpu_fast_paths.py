@@ -119,8 +119,7 @@ def test_float_convolution_chains_run_channels_last(monkeypatch):
     assert len(re.findall(r"\(FusedConv\) .*=> float32\[1,10,9,16\], float32\[1,1,1,16\]", report)) == 1, report
     assert len(re.findall(r"\(Transpose\)", report)) == 2, report  # in at the input, out at the output
     got = e.create_context().run({"x": x})[0]
-    monkeypatch.setenv("KILN_CPU_NHWC", "0")
-    e0 = kiln.Engine.build_from_bytes(m, opt_level=2)
+    e0 = kiln.Engine.build_from_bytes(m, opt_level=2, disabled_passes=["channels-last-float-convs"])
     assert "ChannelsLastPool" not in e0.placement_report()
     want = e0.create_context().run({"x": x})[0]
     assert got.shape == want.shape == (2, 8, 5, 4)
@@ -176,7 +175,6 @@ def test_convnext_permutes_keep_the_residual_stream_channels_last(monkeypatch):
     report = e.placement_report()
     assert len(re.findall(r"\(Transpose\)", report)) == 2, report  # in at the input, out at the output
     got = e.create_context().run({"x": x})[0]
-    monkeypatch.setenv("KILN_CPU_NHWC", "0")
     want = kiln.Engine.build_from_bytes(m, opt_level=0).create_context().run({"x": x})[0]
     assert got.shape == want.shape == (1, 16, 1, 1)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
@@ -289,10 +287,9 @@ def test_fused_convolution_epilogues_match_the_unfused_graph(monkeypatch, act, a
     blocked-layout primitive), in the packed kernel's tile (dense and grouped channels-last: groups of 4
     and 8 outputs run as blocks of 4 and 2 groups). Either way the result is the unfused graph's (opt
     level 0) within float32 rounding."""
-    monkeypatch.setenv("KILN_CPU_NHWC", nhwc)
     m = fused_conv_model(act, attrs, residual, kind).SerializeToString()
     x = np.random.default_rng(4).standard_normal((2, 3, 9, 11)).astype(np.float32)
-    fused = kiln.Engine.build_from_bytes(m, opt_level=2)
+    fused = kiln.Engine.build_from_bytes(m, opt_level=2, disabled_passes=[] if nhwc == "1" else ["channels-last-float-convs"])
     if act is not None or residual:  # a bare Conv stays a Conv
         assert "(FusedConv)" in fused.placement_report()
     got = fused.create_context().run({"x": x})[0]
@@ -367,12 +364,12 @@ def residual_chain_model(blocks: int, c: int) -> bytes:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
 
 
-def runs_with_verbose_log(capfd, model: bytes, opt_level: int, x: np.ndarray) -> tuple[list, str]:
+def runs_with_verbose_log(capfd, model: bytes, opt_level: int, x: np.ndarray, disabled=()) -> tuple[list, str]:
     """Three runs of one context of the model, and what kiln logged (verbose) while building and running."""
     kiln.set_default_logger_severity(0)
     try:
         capfd.readouterr()
-        ctx = kiln.Engine.build_from_bytes(model, opt_level=opt_level).create_context()
+        ctx = kiln.Engine.build_from_bytes(model, opt_level=opt_level, disabled_passes=list(disabled)).create_context()
         runs = [ctx.run({"x": x})[0] for _ in range(3)]
         return runs, capfd.readouterr().err
     finally:
@@ -438,7 +435,7 @@ def test_winograd_convolutions_match_a_double_reference(capfd, monkeypatch, nhwc
     kiln's epilogue, after the blocked output's reorder) and channels-first; odd sizes leave partial
     tiles. Its result is the float64 convolution's within the direct kernel's error, and KILN_WINOGRAD=0
     gives the direct kernel back."""
-    monkeypatch.setenv("KILN_CPU_NHWC", nhwc)
+    disabled = [] if nhwc == "1" else ["channels-last-float-convs"]
     n, c, m, h, w = shape
     model, inits = winograd_model(n, c, m, h, w, act, residual)
     x = np.random.default_rng(h * w).standard_normal((n, c, h, w)).astype(np.float32)
@@ -446,7 +443,7 @@ def test_winograd_convolutions_match_a_double_reference(capfd, monkeypatch, nhwc
     c0 = conv3x3_reference(x, w0)
     pre = conv3x3_reference(c0.astype(np.float32), w1, b1) + (c0 if residual else 0)
     want = {"Relu": np.maximum(pre, 0), "Sigmoid": 1 / (1 + np.exp(-pre)), "Identity": pre}[act]
-    runs, log = runs_with_verbose_log(capfd, model.SerializeToString(), 2, x)
+    runs, log = runs_with_verbose_log(capfd, model.SerializeToString(), 2, x, disabled)
     kernels = re.findall(r"oneDNN convolution (\S+)", log)
     if onednn_has_avx512():
         assert any("wino" in k for k in kernels), log
@@ -456,7 +453,7 @@ def test_winograd_convolutions_match_a_double_reference(capfd, monkeypatch, nhwc
     for got in runs:
         np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * scale)
     monkeypatch.setenv("KILN_WINOGRAD", "0")
-    runs, log = runs_with_verbose_log(capfd, model.SerializeToString(), 2, x)
+    runs, log = runs_with_verbose_log(capfd, model.SerializeToString(), 2, x, disabled)
     assert not any("wino" in k for k in re.findall(r"oneDNN convolution (\S+)", log)), log
     np.testing.assert_allclose(runs[0], want, rtol=0, atol=2e-5 * scale)
 
@@ -630,7 +627,6 @@ def channels_last_engine(nodes, inits, x, out, monkeypatch):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
     e = kiln.Engine.build_from_bytes(m, opt_level=2)
     got = e.create_context().run({"x": x})[0]
-    monkeypatch.setenv("KILN_CPU_NHWC", "0")
     want = kiln.Engine.build_from_bytes(m, opt_level=0).create_context().run({"x": x})[0]
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
