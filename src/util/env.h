@@ -1,5 +1,5 @@
-// util/env.h — the measurement switches kernels read from the environment (KILN_CUDNN_FUSED=0,
-// KILN_DW_DIRECT=1, ...): a variable is on when it holds exactly the value given.
+// util/env.h — process knobs read from the environment (how runs are launched, never what an engine
+// computes; docs/ARCHITECTURE.md lists them): a variable is on when it holds exactly the value given.
 #pragma once
 
 #include <cstdlib>

@@ -18,7 +18,6 @@
 #include "backends/staged_kernel.h"
 #include "ops/nn.h"
 #include "ops/params_nn.h"
-#include "util/env.h"
 #include "util/log.h"
 
 namespace kiln::cpu::nn {
@@ -368,8 +367,8 @@ Expected<std::shared_ptr<DnnlConv>> make_dnnl_conv(const ReshapeContext& rc, con
     // The activation follows the residual. Sigmoid and SiLU are left to kiln's epilogue (sigmoid_simd.h),
     // which measured faster than oneDNN 2.6's logistic/swish post-ops even as a pass of its own
     // (EfficientNet-B0 at 1 thread on the AVX-512 development machine, same-process A/B: the fused
-    // convolutions 10.3 -> 9.6-10.0 ms); KILN_DNNL_SIGMOID=1 gives them to oneDNN again.
-    const bool own_sigmoid = (a.act.kind == ActKind::kSilu || a.act.kind == ActKind::kSigmoid) && !env_is("KILN_DNNL_SIGMOID", "1");
+    // convolutions 10.3 -> 9.6-10.0 ms).
+    const bool own_sigmoid = a.act.kind == ActKind::kSilu || a.act.kind == ActKind::kSigmoid;
     if (a.fused && (!residual || d->post_sum) && !own_sigmoid) {
       if (const auto e = dnnl_eltwise(a.act)) {
         ops.append_eltwise(1.0f, std::get<0>(*e), std::get<1>(*e), std::get<2>(*e));
@@ -486,10 +485,10 @@ bool winograd_eligible(const ConvShapes& s) {
 // with every stride-1 3x3 layer as Winograd ran 2-5% slower on the host at 1 thread than without
 // (layers at 14x14 and 7x7 gained 0-6% in per-node profiles, those at 56x56 and 28x28 23-30%). So
 // it is the default from 48 channels and 784 output pixels per batch (28x28 at batch 1) up. Its
-// error against a float64 reference is the direct kernel's (about 1e-6 of the outputs' range).
-// KILN_WINOGRAD=0 turns it off.
+// error against a float64 reference is the direct kernel's (about 1e-6 of the outputs' range). The
+// tuner times it against the direct kernels (add_winograd_tactic).
 bool winograd_first(const ConvShapes& s) {
-  return winograd_eligible(s) && s.C >= 48 && s.M >= 48 && s.N * prod(s.g.out) >= 784 && !env_is("KILN_WINOGRAD", "0") &&
+  return winograd_eligible(s) && s.C >= 48 && s.M >= 48 && s.N * prod(s.g.out) >= 784 &&
          onednn_winograd_available();
 }
 
@@ -532,7 +531,7 @@ DwConvGeometry dw_geometry(const ConvShapes& s) { return window_geometry_of<DwCo
 // Whether the "dw-direct" tactic takes this channels-last convolution: depthwise, float32, constant
 // weights. A tactic the tuner times against oneDNN's; not the untuned choice, since oneDNN's NHWC
 // depthwise kernel measured ~12% faster on the AVX-512 development machine (EfficientNet-B0's 16
-// depthwise layers, 1 and 2 threads); KILN_DW_DIRECT=1 makes it the untuned choice, to measure.
+// depthwise layers, 1 and 2 threads).
 bool dw_eligible(const ReshapeContext& rc, const ConvShapes& s) {
   return is_depthwise(s) && dnnl_eligible(rc, s) && dw_conv_eligible(dw_geometry(s));
 }
@@ -601,7 +600,7 @@ Status conv_reshape_body(ReshapeContext& rc, const ConvAttrs& a) {
       rc.state = std::move(st);
       return Status::Ok();
     };
-    if (rc.tactic == "dw-direct" || (untuned && dw_eligible(rc, st->s) && env_is("KILN_DW_DIRECT", "1"))) {
+    if (rc.tactic == "dw-direct") {
       if (!dw_eligible(rc, st->s)) return rc.error("the dw-direct tactic does not take this convolution");
       KILN_ASSIGN_OR_RETURN(st->dw, pack_dw_conv(dw_geometry(st->s), static_cast<const float*>(rc.in[1].value->raw())));
       rc.state = std::move(st);

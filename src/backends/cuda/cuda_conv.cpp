@@ -17,7 +17,6 @@
 #include "ops/nn.h"
 #include "ops/params_nn.h"
 #include "passes/passes.h"
-#include "util/env.h"
 
 namespace kiln::cuda {
 namespace {
@@ -271,14 +270,14 @@ class ConvKernel final : public Kernel {
     // The fused epilogue (kiln.FusedConv with a bias; ReLU or no activation): cuDNN's fused call takes
     // any algorithm before a ReLU, implicit-precomp-GEMM only without one. Its tactics are "fused<N>";
     // "algo<N>" leaves the epilogue to the caller. Without a tactic the fused form runs where it can
-    // (KILN_CUDNN_FUSED=0: never, to measure the two against each other).
+    // (the tuner times both).
     if (at_.epilogue && rc.in.size() > 2 && rc.in[2].present)
       for (int a : p->viable)
         if (at_.epilogue == 2 || a == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) p->fusable.push_back(a);
     int algo = p->viable[0];
     bool fused = false;
     if (tactic.empty()) {
-      if (!p->fusable.empty() && !env_is("KILN_CUDNN_FUSED", "0")) {
+      if (!p->fusable.empty()) {
         algo = p->fusable[0];
         fused = true;
       }
@@ -383,8 +382,7 @@ class ConvKernel final : public Kernel {
 
  private:
   bool pads_channels(int64_t c, int64_t g, bool reduced, int64_t pixels) const {
-    return at_.nhwc && reduced && g == 1 && c % 8 != 0 && c < 32 && pixels >= (int64_t{1} << 18) &&
-           !env_is("KILN_CONV_PAD_CHANNELS", "0");
+    return at_.nhwc && reduced && g == 1 && c % 8 != 0 && c < 32 && pixels >= (int64_t{1} << 18);
   }
 
   // One convolution call over X (xd, xp) into Y (yd, yp, `count` elements), with the epilogue.

@@ -40,7 +40,6 @@
 #include "ir/float_types.h"
 #include "ops/params_nn.h"
 #include "ops/shape_infer_util.h"
-#include "util/env.h"
 
 namespace kiln::cuda {
 namespace {
@@ -126,7 +125,7 @@ struct QConvConsts {
   ops::WindowAttrs w;
   bool relu = false, int8_out = false, residual = false;  // int8_out: an 8-bit output (int8 or E4M3)
   bool fp8 = false;    // X, W, Z and an 8-bit Y are E4M3 (else int8)
-  bool clamp = false;  // an E4M3 output saturated in the graph (KILN_FP8_CLAMP=0 leaves it to cuDNN's conversion)
+  bool clamp = false;  // an E4M3 output saturated at ±448 in the graph (cuDNN's conversion alone makes NaN)
   int64_t m = 0, c = 0, kh = 0, kw = 0;
   // cuDNN's int8 kernels take C divisible by 4 (FP8: 16): X and W of other C (an RGB stem's 3) run
   // with zero channels up to cp — W padded here once (wpad), X per run into the workspace.
@@ -241,7 +240,7 @@ Expected<std::shared_ptr<const QConvConsts>> prepare_qconv(const ir::Node& n) {
   c->zmul_scalar = static_cast<float>(zs / ys);
   std::vector<std::pair<Tensor*, Tensor*>> uploads = {{&scale, &c->scale}, {&offset, &c->bias}};
   if (c->residual) uploads.push_back({&zmul, &c->zmul});
-  c->clamp = c->fp8 && c->int8_out && !env_is("KILN_FP8_CLAMP", "0");
+  c->clamp = c->fp8 && c->int8_out;
   if (c->clamp) uploads.insert(uploads.end(), {{&hi, &c->hi}, {&lo, &c->lo}});
   Tensor wpad;
   if (c->cp != c->c) {
