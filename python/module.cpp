@@ -524,13 +524,9 @@ PyTensor tensor_from_dlpack(const py::object& obj) {
 kiln::BuildOptions build_options(const std::string& device, int opt_level, bool verbose,
                                  const std::string& precision = "fp32") {
   kiln::BuildOptions o;
-  if (precision == "fp32") o.precision = kiln::Precision::kFloat32;
-  else if (precision == "fp16") o.precision = kiln::Precision::kFloat16;
-  else if (precision == "bf16") o.precision = kiln::Precision::kBFloat16;
-  else if (precision == "tf32") o.precision = kiln::Precision::kTF32;
-  else if (precision == "best") o.precision = kiln::Precision::kBest;
-  else if (precision == "fp8") o.precision = kiln::Precision::kFP8;
-  else throw py::value_error("kiln: unknown precision '" + precision + "' (expected 'fp32', 'tf32', 'fp16', 'bf16', 'best' or 'fp8')");
+  auto p = kiln::parse_precision(precision);
+  if (!p.ok()) throw py::value_error("kiln: " + p.status().message());
+  o.precision = *p;
   if (device == "cpu" || device == "CPU") {
     o.device = kiln::DeviceType::kCPU;
   } else if (device == "cuda" || device == "CUDA" || device == "gpu") {

@@ -48,13 +48,10 @@ kiln::DeviceType parse_device(const std::string& d) {
   return d == "cuda" || d == "gpu" ? kiln::DeviceType::kCUDA : kiln::DeviceType::kCPU;
 }
 
+// The CLI's --precision values are checked by CLI11 against the same names (kiln::parse_precision).
 kiln::Precision parse_precision(const std::string& p) {
-  return p == "fp16"   ? kiln::Precision::kFloat16
-         : p == "bf16" ? kiln::Precision::kBFloat16
-         : p == "tf32" ? kiln::Precision::kTF32
-         : p == "best" ? kiln::Precision::kBest
-         : p == "fp8"  ? kiln::Precision::kFP8
-                       : kiln::Precision::kFloat32;
+  auto v = kiln::parse_precision(p);
+  return v.ok() ? *v : kiln::Precision::kFloat32;
 }
 
 // Random inputs for a model run without --input: dynamic dims become 1. Floats uniform in [-1, 1),
@@ -403,6 +400,9 @@ int run_inspect(const std::string& path, int level, bool verbose) {
   std::printf("model: %s\nopt level: %d\nnodes: %d before, %d after\npasses (rewrites):\n", path.c_str(), r->opt_level,
               r->nodes_before, r->nodes_after);
   for (const auto& [name, n] : r->passes) std::printf("  %-24s %d\n", name.c_str(), n);
+  std::printf("target stages (kiln build runs those its device and precision ask for; --disable-pass NAME skips one, "
+              "as it does a pass):\n");
+  for (const auto& [name, what] : r->target_stages) std::printf("  %-26s %s\n", name.c_str(), what.c_str());
   std::vector<std::pair<int, std::string>> hist;
   for (const auto& [op, n] : r->ops_after) hist.push_back({-n, op});
   std::sort(hist.begin(), hist.end());

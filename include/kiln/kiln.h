@@ -66,6 +66,12 @@ struct TensorInfo {
 // on a CPU engine the FP8 products are emulated in float32 (the accuracy of FP8, not its speed).
 enum class Precision : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kTF32 = 3, kBest = 4, kFP8 = 5 };
 
+// The one name of each precision, as the CLI (--precision), Python (precision=) and engine files
+// (metadata "precision") spell it: "fp32", "fp16", "bf16", "tf32", "best", "fp8".
+const char* precision_name(Precision p);
+// The precision a name means; kInvalidArgument naming the names for any other string.
+Expected<Precision> parse_precision(const std::string& name);
+
 // A range of input shapes an engine accepts (TensorRT's optimization profile): per named input, the
 // smallest, the typical and the largest dims. The builder tunes each profile at its `opt` shapes; a
 // context runs a shape inside some profile's [min, max] (the first that holds it) with that profile's
@@ -305,6 +311,9 @@ struct OptimizationReport {
   std::vector<std::pair<std::string, int>> passes;    // every pass that ran at this level, in pipeline order, with its rewrites
   std::vector<std::string> rewrites;                  // one line per rewrite
   std::vector<std::string> near_misses;               // patterns that matched partly, and why they did not fire
+  // The stages a build runs after the pipeline for its device and precision (name, what it does); like
+  // the passes, each is skipped by BuildOptions::disabled_passes.
+  std::vector<std::pair<std::string, std::string>> target_stages;
 };
 // Imports the model and runs the optimizer at `opt_level` (no lowering, no kernels created).
 Expected<OptimizationReport> inspect_model(const std::string& onnx_path, int opt_level);

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "ir/graph.h"
 #include "kiln/kiln.h"
@@ -15,6 +18,9 @@ class KernelRegistry;
 // The optimizer's options for building an engine for `target` (null: no device restriction): the
 // CPU evaluator for constant folding, and fusions only into ops `target` has kernels for.
 passes::PassOptions builder_pass_options(int opt_level, const KernelRegistry* target);
+
+// The target stages (name, what it does), in the order a build may run them after the pipeline.
+const std::vector<std::pair<std::string, std::string>>& target_stages();
 
 // An engine of `g` as it is (opt level 0, untuned) on `device`: what an INT8/FP8 build's calibration
 // (the float32 reference, on the CPU) and its quantized candidates run.

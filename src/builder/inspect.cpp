@@ -32,6 +32,7 @@ Expected<OptimizationReport> inspect_model(const std::string& onnx_path, int opt
     auto it = stats.fired.find(p.name);
     r.passes.push_back({p.name, it == stats.fired.end() ? 0 : it->second});
   }
+  r.target_stages = target_stages();
   r.rewrites = stats.rewrites;
   r.near_misses = stats.near_misses;
   return r;

@@ -54,16 +54,25 @@ TensorInfo tensor_info(const ir::Value& v) {
   return ti;
 }
 
+namespace {
+constexpr std::pair<Precision, const char*> kPrecisionNames[] = {
+    {Precision::kFloat32, "fp32"}, {Precision::kFloat16, "fp16"}, {Precision::kBFloat16, "bf16"},
+    {Precision::kTF32, "tf32"},    {Precision::kBest, "best"},    {Precision::kFP8, "fp8"}};
+}  // namespace
+
 const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::kFloat16: return "fp16";
-    case Precision::kBFloat16: return "bf16";
-    case Precision::kTF32: return "tf32";
-    case Precision::kBest: return "best";
-    case Precision::kFP8: return "fp8";
-    case Precision::kFloat32: break;
-  }
+  for (const auto& [value, name] : kPrecisionNames)
+    if (value == p) return name;
   return "fp32";
+}
+
+Expected<Precision> parse_precision(const std::string& name) {
+  std::string names;
+  for (const auto& [value, n] : kPrecisionNames) {
+    if (name == n) return value;
+    names += (names.empty() ? "'" : ", '") + std::string(n) + "'";
+  }
+  return invalid_argument("unknown precision '" + name + "' (expected " + names + ")");
 }
 
 void describe_engine(Engine::Impl& impl, const std::string& model_hash) {

@@ -23,8 +23,6 @@ struct Engine::Impl {
 
 // Fills inputs/outputs/meta from graph and plan.
 void describe_engine(Engine::Impl& impl, const std::string& model_hash);
-// "fp32", "tf32", "fp16", "bf16", "best", "fp8": the engine metadata's and the messages' name.
-const char* precision_name(Precision p);
 TensorInfo tensor_info(const ir::Value& v);
 
 // The engine file (engine/engine_file.h) holds graph, plan, meta and profiles; these convert between
