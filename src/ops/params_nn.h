@@ -16,6 +16,12 @@ namespace kiln::ops {
 
 // ---------------------------------------------------------------- GEMM, convolution, pooling
 
+// TF32 engines mark the float32 convolutions and GEMMs (Conv, Gemm, MatMul, their kiln.Fused forms)
+// that may use TF32 tensor cores: passes::allow_tf32 writes the attribute, GPU kernels read it, CPU
+// kernels ignore it.
+inline constexpr const char* kTF32Attr = "kiln_tf32";
+inline bool allows_tf32(const ir::Node& n) { return n.attr_int(kTF32Attr, 0) != 0; }
+
 // Gemm (and kiln.FusedGemm's inner Gemm).
 struct GemmParams {
   bool trans_a = false, trans_b = false;

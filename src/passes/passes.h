@@ -77,9 +77,8 @@ struct OptimizeStats {
 Expected<int> convert_precision(ir::Graph& g, DataType half, const std::function<bool(const ir::Node&)>& runs_in_half);
 
 // TF32 engines (passes/precision.cpp): float32 convolutions and GEMMs (Conv, Gemm, MatMul and their
-// kiln.Fused forms) get the attribute kTF32Attr = 1, which GPU kernels read as leave to use TF32
+// kiln.Fused forms) get the attribute ops::kTF32Attr = 1, which GPU kernels read as leave to use TF32
 // tensor cores (CPU kernels ignore it). Returns how many nodes it marked.
-inline constexpr const char* kTF32Attr = "kiln_tf32";
 int allow_tf32(ir::Graph& g);
 
 // A QuantizeLinear that reads a float16/bfloat16 value through Cast(to float32) (convert_precision

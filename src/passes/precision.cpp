@@ -144,7 +144,7 @@ int allow_tf32(ir::Graph& g) {
   for (ir::Node* n : g.nodes()) {
     if (!ops.count(n->op_type) || !(n->domain.empty() || n->domain == "kiln")) continue;
     if (!n->has_input(0) || n->inputs[0]->type.dtype != DataType::kFloat32) continue;
-    ir::Attribute& a = n->attrs[kTF32Attr];
+    ir::Attribute& a = n->attrs[ops::kTF32Attr];
     a.kind = ir::Attribute::Kind::kInt;
     a.i = 1;
     ++marked;

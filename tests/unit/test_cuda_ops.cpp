@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "ir/float_types.h"
+#include "ops/params_nn.h"
 #include "passes/passes.h"
 #include "test_cuda_util.h"
 
@@ -978,7 +979,7 @@ TEST(CudaOps, Tf32ConvolutionsAndGemms) {
         dn.set_ints("pads", {1, 1, 1, 1});
         rn.set_ints("pads", {1, 1, 1, 1});
       }
-      if (tf32) dn.set_int(passes::kTF32Attr, 1);
+      if (tf32) dn.set_int(ops::kTF32Attr, 1);
       const std::string label = std::string(c.op) + (tf32 ? " tf32" : " fp32");
       const BothRuns r = run_both(*dn.node, c.in, *rn.node, c.in, label);
       ASSERT_TRUE(r.ok) << label;

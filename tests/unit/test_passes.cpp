@@ -8,11 +8,12 @@
 #include <random>
 
 #include "backends/backend.h"
+#include "builder/build.h"
 #include "ir/epilogue.h"
 #include "ir/float_types.h"
 #include "ops/op_table.h"
+#include "ops/params_nn.h"
 #include "passes/passes.h"
-#include "builder/build.h"
 #include "runtime/engine_impl.h"
 #include "runtime/eager.h"
 
@@ -1249,7 +1250,7 @@ TEST(Passes, AllowTf32MarksFloatConvolutionsAndGemmsOnly) {
   auto g = b.g->clone();
   EXPECT_EQ(passes::allow_tf32(*g), 3);  // Conv, MatMul, Gemm; not Relu, Flatten
   for (const ir::Node* n : g->nodes())
-    EXPECT_EQ(n->attr_int(passes::kTF32Attr, 0), n->op_type == "Relu" || n->op_type == "Flatten" ? 0 : 1) << n->describe();
+    EXPECT_EQ(n->attr_int(ops::kTF32Attr, 0), n->op_type == "Relu" || n->op_type == "Flatten" ? 0 : 1) << n->describe();
 }
 
 namespace kiln {

@@ -8,6 +8,7 @@
 
 #include "backends/kernel.h"
 #include "ir/float_types.h"
+#include "util/parallel.h"
 
 namespace kiln::cpu {
 
@@ -25,26 +26,10 @@ void register_newops(KernelRegistry& r);  // newer ops (opset 20-27): newops*.cp
 void register_ml(KernelRegistry& r);  // ai.onnx.ml ops: ml.cpp
 void register_fused(KernelRegistry& r);   // kiln's fused ops (domain "kiln"): fused*.cpp
 
-// A non-owning reference to a callable `void(int64_t, int64_t)`: unlike std::function it never
-// allocates, so kernels can hand lambdas with many captures to parallel_for on the run path.
-class RangeFn {
- public:
-  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, RangeFn>>>
-  RangeFn(F&& f)  // NOLINT: implicit, like std::function
-      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
-        call_([](void* o, int64_t b, int64_t e) { (*static_cast<std::remove_reference_t<F>*>(o))(b, e); }) {}
-  void operator()(int64_t b, int64_t e) const { call_(obj_, b, e); }
-
- private:
-  void* obj_;
-  void (*call_)(void*, int64_t, int64_t);
-};
-
-// Runs fn(begin, end) over [0, n) in parallel chunks of at least `grain` items (OpenMP).
-void parallel_for(int64_t n, int64_t grain, RangeFn fn);
-// Runs fn(t, t + 1) for each task t in [0, n), the threads claiming tasks one at a time in order
-// (dynamic scheduling, for a few dozen heavy tasks of equal cost such as GEMM tiles).
-void parallel_tasks(int64_t n, RangeFn fn);
+// The thread pool (util/parallel.h), under the names the kernels use.
+using kiln::parallel_for;
+using kiln::parallel_tasks;
+using kiln::RangeFn;
 
 // The most kiln's own copies may use, from KILN_CPU_ISA ("avx2" or "baseline"; unset: what the CPU
 // runs), read once per process: the tests run every copy of the hot loops on one machine

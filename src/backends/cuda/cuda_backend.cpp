@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string>
 
-#include "backends/cpu/cpu_kernels.h"
+#include "util/parallel.h"
 
 namespace kiln {
 namespace cuda {
@@ -144,7 +144,7 @@ bool getenv_staging_off() {
 void parallel_memcpy(void* dst, const void* src, size_t bytes) {
   constexpr size_t kPiece = size_t{1} << 20;
   const int64_t pieces = static_cast<int64_t>((bytes + kPiece - 1) / kPiece);
-  cpu::parallel_for(pieces, 1, [&](int64_t b, int64_t e) {
+  parallel_for(pieces, 1, [&](int64_t b, int64_t e) {
     const size_t lo = static_cast<size_t>(b) * kPiece, hi = std::min(bytes, static_cast<size_t>(e) * kPiece);
     std::memcpy(static_cast<char*>(dst) + lo, static_cast<const char*>(src) + lo, hi - lo);
   });

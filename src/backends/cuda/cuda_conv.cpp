@@ -16,7 +16,6 @@
 #include "backends/cuda/cuda_util.h"
 #include "ops/nn.h"
 #include "ops/params_nn.h"
-#include "passes/passes.h"
 
 namespace kiln::cuda {
 namespace {
@@ -445,7 +444,7 @@ Expected<KernelPtr> create_conv(const ir::Node& n) {
   at.w = p.window;
   at.group = p.group;
   at.nhwc = p.channels_last;
-  at.tf32 = n.attr_int(passes::kTF32Attr, 0) != 0;
+  at.tf32 = ops::allows_tf32(n);
   at.epilogue = static_cast<int>(n.attr_int(kBiasEpilogueAttr, 0));
   const ops::WindowAttrs& w = at.w;
   const size_t sd = !w.kernel.empty() ? w.kernel.size() : !w.strides.empty() ? w.strides.size() : w.pads.size() / 2;

@@ -20,7 +20,6 @@
 #include "ir/epilogue.h"
 #include "ops/params_nn.h"
 #include "ops/shape_infer_util.h"
-#include "passes/passes.h"
 
 namespace kiln::cuda {
 namespace {
@@ -309,7 +308,7 @@ Status reshape_matmul(ReshapeContext& rc) {
   auto g = std::make_shared<GemmPlan>();
   GemmProblem& p = g->p;
   p.dtype = rc.in[0].dtype;
-  p.tf32 = rc.node.attr_int(passes::kTF32Attr, 0) != 0;
+  p.tf32 = ops::allows_tf32(rc.node);
   p.heur_index = heuristic_index(rc);
   p.k = k;
   p.n = n;
@@ -353,7 +352,7 @@ Expected<KernelPtr> create_gemm(const ir::Node& node) {
   const ops::GemmParams gp = ops::parse_gemm(node);
   const bool trans_a = gp.trans_a, trans_b = gp.trans_b;
   const float alpha = gp.alpha, beta = gp.beta;
-  const bool tf32 = node.attr_int(passes::kTF32Attr, 0) != 0;
+  const bool tf32 = ops::allows_tf32(node);
   auto reshape = [=](ReshapeContext& rc) -> Status {
     if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("A and B are required");
     if (!reshape_state(rc)) return unsupported("no device state to plan with");
