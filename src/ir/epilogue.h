@@ -1,6 +1,5 @@
-// ir/epilogue.h — what a fused kernel applies to its result before writing it: a bias, an activation
-// with its parameters, a residual add, an output scale. Declared once: the fusion passes describe
-// what they fused with it (as the fused node's "activation"/"activation_params" attributes, see
+// ir/epilogue.h — the activation a fused kernel applies to its result before writing it, with its
+// parameters. Declared once: the fusion passes describe what they fused with it (as the fused node's "activation"/"activation_params" attributes, see
 // ops/fused.cpp) and every backend's fused kernels read it back from there.
 #pragma once
 
@@ -18,13 +17,6 @@ enum class ActKind { kNone, kRelu, kLeakyRelu, kClip, kSigmoid, kHardSigmoid, kH
 struct Activation {
   ActKind kind = ActKind::kNone;
   float a = 0, b = 0;  // LeakyRelu alpha; Clip min, max; HardSigmoid alpha, beta
-};
-
-struct Epilogue {
-  bool bias = false;      // + bias[n] along the last dim
-  Activation act;         // then the activation
-  bool residual = false;  // then + a tensor of the output's shape
-  float scale = 1.0f;     // then × scale
 };
 
 // The attribute value naming an activation ("" for none): Relu, LeakyRelu, Clip, Sigmoid,

@@ -37,9 +37,6 @@ enum class UnaryOp : int {
 // Abs/Neg/Sign: also i32/i64);
 // IsNaN writes bool. `alpha`/`beta` are the op's parameters (LeakyRelu's alpha, Clip's min/max, ...).
 int launch_unary(UnaryOp op, int elem, const void* x, void* y, int64_t n, float alpha, float beta, cudaStream_t stream);
-inline int launch_unary_f32(UnaryOp op, const float* x, float* y, int64_t n, float alpha, float beta, cudaStream_t stream) {
-  return launch_unary(op, kElemF32, x, y, n, alpha, beta, stream);
-}
 
 // y[i] = E4M3(x[i] · inv_scale) for n values of a float type (f32, f16, bf16): nearest even, saturating
 // at ±448 (kiln.F8MatMul's activation; eight values per thread when x and y are 16-byte aligned and n
@@ -149,10 +146,6 @@ KILN_HOST_DEVICE inline void broadcast_offsets(const BroadcastIndex& idx, int64_
 // kAnd/kOr/kXor take bool.
 int launch_binary(BinaryOp op, int elem, const void* a, const void* b, void* y, int64_t n, const BroadcastIndex& index,
                   cudaStream_t stream);
-inline int launch_binary_f32(BinaryOp op, const float* a, const float* b, float* y, int64_t n,
-                             const BroadcastIndex& index, cudaStream_t stream) {
-  return launch_binary(op, kElemF32, a, b, y, n, index, stream);
-}
 
 // y[i] *= scale in place over n elements of a float type (float64 in double).
 int launch_scale(int elem, void* y, int64_t n, double scale, cudaStream_t stream);
@@ -261,11 +254,6 @@ int launch_attention(const AttentionArgs& a, cudaStream_t stream);
 // Whether these shapes and dtype (no pointers needed) take the register-resident kernels, so that the
 // variants above are worth timing.
 bool attention_variants_apply(const AttentionArgs& a);
-
-inline int launch_softmax_f32(const float* x, float* y, int64_t outer, int64_t axis, int64_t inner, bool log,
-                              cudaStream_t stream) {
-  return launch_softmax(kElemF32, x, y, outer, axis, inner, log, stream);
-}
 
 // A strided copy: y[i] = x[base + Σ_k c_k · in_strides[k]] where c is i's index over out_dims. Covers
 // Transpose (permuted strides), Slice (step-multiplied strides, a base offset; negative strides allowed)
