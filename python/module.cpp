@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -681,43 +682,52 @@ void int8_options(kiln::BuildOptions& o, bool int8, const py::object& calibratio
   }
 }
 
-EnginePtr engine_build(const std::string& path, const std::string& device, int opt_level, bool verbose, const std::string& precision,
-                       const py::object& profiles, const py::object& tune, const std::string& timing_cache, bool int8,
-                       const py::object& calibration, const std::string& calibration_method, double calibration_percentile,
-                       const std::string& calibration_cache, double accuracy_budget, const std::string& accuracy_metric,
-                       int threads, const std::vector<std::string>& disabled_passes) {
-  auto opts = build_options(device, opt_level, verbose, precision);
-  opts.disabled_passes = disabled_passes;
-  tuning_options(opts, profiles, tune, timing_cache, threads);
+// BuildOptions from Engine.build / build_from_bytes / open's keyword arguments: device ("cpu"),
+// opt_level (2), verbose, precision ("fp32"), profiles, tune (None: cuda engines tune), timing_cache,
+// threads, int8, calibration, calibration_method ("minmax"), calibration_percentile (99.99),
+// calibration_cache, accuracy_budget (0), accuracy_metric ("rel_l2"), disabled_passes ([]). One
+// place names them all; an unknown keyword is a TypeError naming it. Calibration arrays are borrowed
+// into `keep` until the build returns.
+kiln::BuildOptions build_options_from(const py::kwargs& kw, KeepAlive& keep) {
+  static const std::set<std::string> known = {
+      "device", "opt_level", "verbose", "precision", "profiles", "tune", "timing_cache", "threads", "int8", "calibration",
+      "calibration_method", "calibration_percentile", "calibration_cache", "accuracy_budget", "accuracy_metric",
+      "disabled_passes"};
+  for (const auto& [k, v] : kw)
+    if (!known.count(py::str(k))) throw py::type_error("kiln: unknown build option '" + std::string(py::str(k)) + "'");
+  auto get = [&](const char* name, auto fallback) {
+    using T = decltype(fallback);
+    return kw.contains(name) && !kw[name].is_none() ? py::cast<T>(kw[name]) : fallback;
+  };
+  auto opts = build_options(get("device", std::string("cpu")), get("opt_level", 2), get("verbose", false),
+                            get("precision", std::string("fp32")));
+  opts.disabled_passes = get("disabled_passes", std::vector<std::string>{});
+  tuning_options(opts, kw.contains("profiles") ? py::object(kw["profiles"]) : py::object(py::none()),
+                 kw.contains("tune") ? py::object(kw["tune"]) : py::object(py::none()), get("timing_cache", std::string()),
+                 get("threads", 0));
+  int8_options(opts, get("int8", false), kw.contains("calibration") ? py::object(kw["calibration"]) : py::object(py::none()),
+               get("calibration_method", std::string("minmax")), get("calibration_percentile", 99.99),
+               get("calibration_cache", std::string()), get("accuracy_budget", 0.0), get("accuracy_metric", std::string("rel_l2")),
+               keep);
+  return opts;
+}
+
+EnginePtr engine_build(const std::string& path, const py::kwargs& kw) {
   KeepAlive keep;
-  int8_options(opts, int8, calibration, calibration_method, calibration_percentile, calibration_cache, accuracy_budget,
-               accuracy_metric, keep);
+  const kiln::BuildOptions opts = build_options_from(kw, keep);
   return unwrap(without_gil([&] { return kiln::Engine::build(path, opts); }));
 }
 
-EnginePtr engine_build_from_bytes(const py::bytes& data, const std::string& device, int opt_level, bool verbose,
-                                  const std::string& base_dir, const std::string& precision, const py::object& profiles,
-                                  const py::object& tune, const std::string& timing_cache, bool int8,
-                                  const py::object& calibration, const std::string& calibration_method,
-                                  double calibration_percentile, const std::string& calibration_cache, double accuracy_budget,
-                                  const std::string& accuracy_metric, int threads,
-                                  const std::vector<std::string>& disabled_passes) {
-  auto opts = build_options(device, opt_level, verbose, precision);
-  opts.disabled_passes = disabled_passes;
-  tuning_options(opts, profiles, tune, timing_cache, threads);
+EnginePtr engine_build_from_bytes(const py::bytes& data, const std::string& base_dir, const py::kwargs& kw) {
   KeepAlive keep;
-  int8_options(opts, int8, calibration, calibration_method, calibration_percentile, calibration_cache, accuracy_budget,
-               accuracy_metric, keep);
+  const kiln::BuildOptions opts = build_options_from(kw, keep);
   const std::string bytes = data;
   return unwrap(without_gil([&] { return kiln::Engine::build_from_bytes(bytes, opts, base_dir); }));
 }
 
-EnginePtr engine_open(const std::string& path, const std::string& device, int opt_level, bool verbose, const std::string& precision,
-                      const py::object& profiles, const py::object& tune, const std::string& timing_cache, int threads,
-                      const std::vector<std::string>& disabled_passes) {
-  auto opts = build_options(device, opt_level, verbose, precision);
-  opts.disabled_passes = disabled_passes;
-  tuning_options(opts, profiles, tune, timing_cache, threads);
+EnginePtr engine_open(const std::string& path, const py::kwargs& kw) {
+  KeepAlive keep;
+  const kiln::BuildOptions opts = build_options_from(kw, keep);
   return unwrap(without_gil([&] { return kiln::Engine::open(path, opts); }));
 }
 
@@ -893,35 +903,23 @@ PYBIND11_MODULE(_kiln, m) {
                              "The shape profile of the last run's input shapes.");
 
   py::class_<kiln::Engine, EnginePtr>(m, "Engine")
-      .def_static("build", &engine_build, py::arg("path"), py::arg("device") = "cpu", py::arg("opt_level") = 2,
-                  py::arg("verbose") = false, py::arg("precision") = "fp32", py::arg("profiles") = py::none(),
-                  py::arg("tune") = py::none(), py::arg("timing_cache") = "", py::arg("int8") = false,
-                  py::arg("calibration") = py::none(), py::arg("calibration_method") = "minmax",
-                  py::arg("calibration_percentile") = 99.99, py::arg("calibration_cache") = "",
-                  py::arg("accuracy_budget") = 0.0, py::arg("accuracy_metric") = "rel_l2", py::arg("threads") = 0,
-                  py::arg("disabled_passes") = std::vector<std::string>{},
-                  "Imports, optimizes and lowers an .onnx file. precision: fp32, or fp16/bf16 for cuda. profiles: a "
-                  "list of {input: (min, opt, max)} shape ranges; tune: time each layer's tactics (default: cuda "
-                  "engines); timing_cache: a file of measured tactic times to reuse and extend. int8 (cpu engines): "
-                  "Conv/MatMul/Gemm in 8 bits with activation ranges from calibration (an iterable of {input: array} "
-                  "dicts, or a folder as kiln build --calibration), calibration_method minmax/entropy/percentile, "
-                  "calibration_cache a file of ranges to reuse or write; accuracy_budget > 0 keeps the most sensitive "
-                  "products in float32, as few as hold accuracy_metric (rel_l2 or top1) within it. threads: the build's "
-                  "CPU threads (0: the calling thread's OpenMP count). disabled_passes: names of passes to skip (the "
-                  "optimizer's, or a target stage such as channels-last; kiln build --help lists them).")
-      .def_static("build_from_bytes", &engine_build_from_bytes, py::arg("data"), py::arg("device") = "cpu",
-                  py::arg("opt_level") = 2, py::arg("verbose") = false, py::arg("base_dir") = "",
-                  py::arg("precision") = "fp32", py::arg("profiles") = py::none(), py::arg("tune") = py::none(),
-                  py::arg("timing_cache") = "", py::arg("int8") = false, py::arg("calibration") = py::none(),
-                  py::arg("calibration_method") = "minmax", py::arg("calibration_percentile") = 99.99,
-                  py::arg("calibration_cache") = "", py::arg("accuracy_budget") = 0.0, py::arg("accuracy_metric") = "rel_l2",
-                  py::arg("threads") = 0, py::arg("disabled_passes") = std::vector<std::string>{},
-                  "Same as build() from serialized ModelProto bytes; external data resolves under base_dir.")
-      .def_static("open", &engine_open, py::arg("path"), py::arg("device") = "cpu", py::arg("opt_level") = 2,
-                  py::arg("verbose") = false, py::arg("precision") = "fp32", py::arg("profiles") = py::none(),
-                  py::arg("tune") = py::none(), py::arg("timing_cache") = "", py::arg("threads") = 0,
-                  py::arg("disabled_passes") = std::vector<std::string>{},
-                  "Builds an .onnx file or loads an engine file (by its magic).")
+      .def_static("build", &engine_build, py::arg("path"),
+                  "Imports, optimizes and lowers an .onnx file. Keyword options: device (cpu or cuda), opt_level (0-3, "
+                  "default 2), verbose, precision (fp32; for cuda tf32, fp16, bf16, best, fp8), profiles (a list of "
+                  "{input: (min, opt, max)} shape ranges), tune (time each layer's tactics; default: cuda engines), "
+                  "timing_cache (a file of measured tactic times to reuse and extend), threads (the build's CPU "
+                  "threads; 0: the calling thread's OpenMP count), int8 (Conv/MatMul/Gemm in 8 bits with activation "
+                  "ranges from calibration: an iterable of {input: array} dicts, or a folder as kiln build "
+                  "--calibration), calibration_method (minmax, entropy, percentile), calibration_percentile, "
+                  "calibration_cache (a file of ranges to reuse or write), accuracy_budget (> 0 keeps the most "
+                  "sensitive products in float, as few as hold accuracy_metric, rel_l2 or top1, within it), "
+                  "disabled_passes (names of passes to skip: the optimizer's, or a target stage such as channels-last; "
+                  "kiln inspect lists them). An unknown option is a TypeError.")
+      .def_static("build_from_bytes", &engine_build_from_bytes, py::arg("data"), py::arg("base_dir") = "",
+                  "Same as build() from serialized ModelProto bytes (the same keyword options); external data resolves "
+                  "under base_dir.")
+      .def_static("open", &engine_open, py::arg("path"),
+                  "Builds an .onnx file (build()'s keyword options) or loads an engine file (by its magic).")
       .def_property_readonly("profiles",
                              [](const kiln::Engine& e) {
                                py::list out;

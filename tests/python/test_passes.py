@@ -480,6 +480,8 @@ def test_passes_are_disabled_by_name_and_unknown_names_refused(tmp_path):
     np.testing.assert_allclose(plain.create_context().run({"x": x})[0], want, rtol=1e-5, atol=1e-5)
     with pytest.raises(Exception, match=r"unknown pass 'no-such-pass'.*fuse-activation.*channels-last"):
         kiln.Engine.build_from_bytes(m, disabled_passes=["no-such-pass"])
+    with pytest.raises(TypeError, match="unknown build option 'disabled_pass'"):  # a misspelt option is not ignored
+        kiln.Engine.build_from_bytes(m, disabled_pass=["fuse-activation"])
     path = tmp_path / "cr.onnx"
     path.write_bytes(m)
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
