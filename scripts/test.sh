@@ -43,9 +43,13 @@ if [ -d tests/models ]; then
   # Models exported into build/zoo/ (scripts/zoo.sh, or the CI subset in .ci/run); absent ones skip.
   echo "== model zoo (kiln vs onnxruntime)"
   .venv/bin/python -m pytest -q -rs -p no:cacheprovider tests/models --junitxml="$reports/models.xml"
+  echo "== model zoo, weakest ISA"
+  "${weakest[@]}" .venv/bin/python -m pytest -q -p no:cacheprovider tests/models --junitxml="$reports/models_weakest.xml"
 fi
 echo "== onnx conformance (onnx's own backend test runner against kiln.backend)"
 .venv/bin/python tests/conformance/run.py --suite all --json build/conformance.json
+echo "== onnx conformance, weakest ISA (the same expected failures)"
+"${weakest[@]}" .venv/bin/python tests/conformance/run.py --suite all --json build/conformance_weakest.json
 echo "== operator support table and arity table are current"
 .venv/bin/python tools/gen_op_table.py --results build/conformance.json --check
 .venv/bin/python tools/gen_arity.py --check
@@ -54,4 +58,4 @@ scripts/check_install.sh
 .venv/bin/python tests/skip_summary.py "unit=$reports/ctest.xml" "python=$reports/python.xml" \
   "unit, weakest ISA=$reports/gtest_weakest.xml" "unit, AVX2=$reports/gtest_avx2.xml" \
   "python, weakest ISA=$reports/python_weakest.xml" "python, AVX2=$reports/python_avx2.xml" \
-  "model zoo=$reports/models.xml"
+  "model zoo=$reports/models.xml" "model zoo, weakest ISA=$reports/models_weakest.xml"

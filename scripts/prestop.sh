@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The checks a developer runs before every stop, as a new user and CI would meet main: a fresh clone of
+# this checkout's main into a new folder, then there, with nothing carried over (no build folders,
+# virtual environments or compiler cache of this checkout):
+#   1. the README's first command, scripts/setup.sh (dependencies, build, the bundled example);
+#   2. the model zoo's CI subset, as .ci/run makes it (scripts/setup_zoo.sh, export.py --small);
+#   3. the README's second command, scripts/test.sh (every suite, again with the CPU capped to the
+#      weakest ISA, and the skipped tests per reason);
+#   4. with --sanitize, CI's sanitizer job (scripts/sanitize.sh; about 15 more minutes).
+# Each step's wall time is printed; the first failure stops it. Usage:
+#   scripts/prestop.sh [--sanitize] [FOLDER]     (FOLDER: where to clone; default a new temporary one)
+set -euo pipefail
+src=$(cd "$(dirname "$0")/.." && pwd)
+sanitize=0
+dir=""
+for a in "$@"; do
+  case "$a" in
+    --sanitize) sanitize=1 ;;
+    -*) echo "usage: $0 [--sanitize] [FOLDER]" >&2; exit 2 ;;
+    *) dir=$a ;;
+  esac
+done
+[ -n "$dir" ] || dir=$(mktemp -d "${TMPDIR:-/tmp}/kiln-prestop.XXXXXX")
+mkdir -p "$dir"
+clone="$dir/kiln"
+[ ! -e "$clone" ] || { echo "prestop: $clone exists; give an empty folder" >&2; exit 2; }
+git clone -q --branch main "$src" "$clone"
+cd "$clone"
+echo "prestop: fresh clone of main ($(git log --oneline -1)) in $clone"
+step() {
+  local name=$1
+  shift
+  local t0=$SECONDS
+  echo "== prestop: $name"
+  "$@"
+  echo "== prestop: $name took $((SECONDS - t0)) s"
+}
+export CCACHE_DISABLE=1  # a cold build, as on a fresh machine
+step "scripts/setup.sh" scripts/setup.sh
+step "model zoo CI subset" bash -c 'scripts/setup_zoo.sh && .venv-zoo/bin/python bench/zoo/export.py --small'
+step "scripts/test.sh" scripts/test.sh
+[ "$sanitize" = 0 ] || step "scripts/sanitize.sh" scripts/sanitize.sh
+echo "prestop: all passed"
