@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -829,4 +830,15 @@ TEST(Runtime, ProfilingRecordsEveryStepOfEveryRun) {
   (*ctx)->set_profiling(false);
   ASSERT_TRUE((*ctx)->run({{"image", Value::of(*x)}}).ok());
   EXPECT_TRUE((*ctx)->take_profile().empty());
+}
+
+// Kernel row names are engine-file keys (a step records its row by name, and loading looks it up):
+// every row of the CPU and CUDA registries has its own name.
+TEST(Runtime, KernelRowNamesAreUnique) {
+  std::map<std::string, int> seen;
+  for (const KernelDef& d : cpu_backend().kernels().all()) ++seen[d.name];
+  if (const KernelRegistry* cuda = cuda_kernel_registry())
+    for (const KernelDef& d : cuda->all()) ++seen[d.name];
+  EXPECT_GT(seen.size(), 100u);
+  for (const auto& [name, n] : seen) EXPECT_EQ(n, 1) << "kernel row name '" << name << "' is used " << n << " times";
 }
