@@ -17,12 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cpu_bench  # noqa: E402
 
 LAYERS = {
     # name: (kind, x shape, weight shape, group)
@@ -109,9 +111,9 @@ def main() -> int:
         print(json.dumps(child(a.threads, a.runs)))
         return 0
     settings = {"native": {}, "avx2": {"KILN_CPU_ISA": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}}
-    result = {"machine": {"cpu": next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), ""),
-                          "cores": os.cpu_count(), "python": platform.python_version()},
-              "date": time.strftime("%Y-%m-%d"), "threads": a.threads, "runs": a.runs, "settings": {}}
+    result = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": cpu_bench.machine_info(),
+                       "versions": cpu_bench.versions()},
+              "threads": a.threads, "runs": a.runs, "settings": {}}
     for name, env in settings.items():
         r = subprocess.run([sys.executable, __file__, "--child", "--threads", str(a.threads), "--runs", str(a.runs)],
                            env=dict(os.environ, **env), capture_output=True, text=True, check=True)

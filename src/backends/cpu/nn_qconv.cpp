@@ -342,11 +342,16 @@ void exact_input(const Tensor& x, int64_t begin, int64_t n, int32_t xz, float* d
   }
 }
 
+// The workspace's buffer at byte offset `off`.
+template <typename T>
+T* buffer(KernelContext& ctx, size_t off) {
+  return reinterpret_cast<T*>(static_cast<char*>(ctx.workspace()) + off);
+}
+
 Status exact_matmul_run(const ExactQuant& e, KernelContext& ctx) {
-  char* ws = static_cast<char*>(ctx.workspace());
-  float* a = reinterpret_cast<float*>(ws + e.off_x);
-  float* tmp = reinterpret_cast<float*>(ws + e.off_tmp);
-  int32_t* acc = reinterpret_cast<int32_t*>(ws + e.off_acc);
+  float* a = buffer<float>(ctx, e.off_x);
+  float* tmp = buffer<float>(ctx, e.off_tmp);
+  int32_t* acc = buffer<int32_t>(ctx, e.off_acc);
   const Tensor& x = ctx.input(kX);
   Tensor& y = ctx.output(0);
   for (int64_t r0 = 0; r0 < e.rows; r0 += e.chunk) {
@@ -369,10 +374,9 @@ Status exact_matmul_run(const ExactQuant& e, KernelContext& ctx) {
 // in int32; then the epilogue, channel = column.
 Status exact_conv_dnnl_run(const ExactQuant& e, KernelContext& ctx) {
   const ConvShapes& s = e.s;
-  char* ws = static_cast<char*>(ctx.workspace());
-  float* xf = reinterpret_cast<float*>(ws + e.off_x);
-  float* tmp = reinterpret_cast<float*>(ws + e.off_tmp);
-  int32_t* acc = reinterpret_cast<int32_t*>(ws + e.off_acc);
+  float* xf = buffer<float>(ctx, e.off_x);
+  float* tmp = buffer<float>(ctx, e.off_tmp);
+  int32_t* acc = buffer<int32_t>(ctx, e.off_acc);
   const Tensor& x = ctx.input(kX);
   Tensor& y = ctx.output(0);
   const int64_t ihw = s.in[0] * s.in[1], ohw = s.g.out[0] * s.g.out[1], pixels = s.N * ihw;
@@ -413,7 +417,7 @@ Status exact_conv_dnnl_run(const ExactQuant& e, KernelContext& ctx) {
   }
   const int64_t outs = s.N * ohw * s.M;
   for (size_t i = 0; i < chunks; ++i) {
-    if (!run_dnnl(*e.chunks[i], xf + e.chunk_c0[i] * pixels, tmp, ws + e.off_dnnl))
+    if (!run_dnnl(*e.chunks[i], xf + e.chunk_c0[i] * pixels, tmp, buffer<char>(ctx, e.off_dnnl)))
       return ctx.error("the oneDNN float32 convolution failed");
     if (chunks == 1) break;
     parallel_for(outs, 1 << 15, [&](int64_t b, int64_t en) {
@@ -441,11 +445,10 @@ Status exact_conv_dnnl_run(const ExactQuant& e, KernelContext& ctx) {
 Status exact_conv_run(const ExactQuant& e, KernelContext& ctx) {
   if (!e.chunks.empty()) return exact_conv_dnnl_run(e, ctx);
   const ConvShapes& s = e.s;
-  char* ws = static_cast<char*>(ctx.workspace());
-  float* xf = reinterpret_cast<float*>(ws + e.off_x);
-  float* col = reinterpret_cast<float*>(ws + e.off_col);
-  float* tmp = reinterpret_cast<float*>(ws + e.off_tmp);
-  int32_t* acc = reinterpret_cast<int32_t*>(ws + e.off_acc);
+  float* xf = buffer<float>(ctx, e.off_x);
+  float* col = buffer<float>(ctx, e.off_col);
+  float* tmp = buffer<float>(ctx, e.off_tmp);
+  int32_t* acc = buffer<int32_t>(ctx, e.off_acc);
   const Tensor& x = ctx.input(kX);
   Tensor& y = ctx.output(0);
   const int64_t ihw = s.in[0] * s.in[1], ohw = s.g.out[0] * s.g.out[1];
