@@ -327,6 +327,19 @@ Expected<const KernelDef*> step_kernel_row(Backend& backend, const Step& s, cons
     return Status{StatusCode::kEngineMismatch, n.describe() + ": the plan names kernel '" + s.kernel_name +
                                                    "', which this kiln does not have; rebuild the engine"};
   if (def->op != n.op_type) return invalid_model(n.describe() + ": kernel '" + s.kernel_name + "' is for another op");
+  // A row this machine cannot run (a CPU feature it lacks: oneDNN's VNNI int8 kernels) gives way to the
+  // row placement would choose here for the same node, when the step recorded no tactic of its own: an
+  // INT8 engine built on a VNNI machine runs on the exact int8 rows of one without.
+  const bool untuned = std::all_of(s.tactics.begin(), s.tactics.end(), [](const std::string& t) { return t.empty(); });
+  if (def->unavailable && untuned)
+    if (const std::string why = def->unavailable(); !why.empty()) {
+      const KernelDef* here = backend.kernels().find(n);
+      if (here && here->op == def->op && here->domain == def->domain) {
+        log(LogLevel::kInfo, n.describe() + ": kernel '" + s.kernel_name + "' cannot run here (" + why + "); running '" +
+                                 here->name + "', which computes the same op");
+        return here;
+      }
+    }
   // The test placement applies (domain, opset range, dtypes and attributes), so a plan cannot bind a
   // node to a kernel that would misread it.
   if (const std::string why = def->rejects(n); !why.empty())

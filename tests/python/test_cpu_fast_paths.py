@@ -241,6 +241,34 @@ print("ok")
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
 
 
+def test_int8_engine_files_run_where_onednn_has_no_vnni(tmp_path):
+    """An INT8 engine file saved here (oneDNN's VNNI rows where this CPU has them) loads in a process whose
+    oneDNN is capped below VNNI: its steps run on the exact rows placement would choose there, with the
+    same outputs within one quantization step."""
+    import test_quantization as tq  # noqa: PLC0415
+
+    m, x, step = tq.qdq_model("conv", np.random.default_rng(5))
+    e = kiln.Engine.build_from_bytes(m.SerializeToString(), opt_level=1)
+    assert "(QConv)" in e.placement_report(), e.placement_report()
+    path = tmp_path / "qconv.kiln"
+    e.save(str(path))
+    np.save(tmp_path / "x.npy", x)
+    want = e.create_context().run({"x": x})[0]
+    code = f"""
+import numpy as np, kiln
+kiln.set_default_logger_severity(1)
+e = kiln.Engine.load({str(path)!r})
+np.save({str(tmp_path / "y.npy")!r}, e.create_context().run({{"x": np.load({str(tmp_path / "x.npy")!r})}})[0])
+"""
+    r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2"),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    if "onednn" in e.placement_report():
+        assert "running 'cpu.QConv.i8.exact'" in r.stderr, r.stderr
+    got = np.load(tmp_path / "y.npy")
+    assert np.abs(got - want).max() <= step * (1 + 1e-3)
+
+
 FUSED_ACTIVATIONS = [("Relu", {}), ("LeakyRelu", {"alpha": 0.1}), ("Clip", {}), ("Sigmoid", {}),
                      ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}), ("HardSwish", {}), ("Tanh", {}), ("SiLU", {}),
                      ("Gelu", {}), (None, {})]
