@@ -330,15 +330,16 @@ void with_output_type(DataType t, F&& f) {
   else f(float{});
 }
 
-// dst[i] = x[i] − xz as float, for `n` values of X's type (uint8 or int8).
-void exact_input(const Tensor& x, int64_t begin, int64_t n, int32_t xz, float* dst) {
+// dst[i · stride] = x[begin + i] − xz as float, for `n` values of X's type (uint8 or int8): the stride
+// changes the layout on the way, so no run needs a buffer of its own.
+void exact_input(const Tensor& x, int64_t begin, int64_t n, int32_t xz, float* dst, int64_t stride = 1) {
   const float z = static_cast<float>(xz);
   if (x.dtype() == DataType::kUInt8) {
     const uint8_t* p = x.data<uint8_t>() + begin;
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(p[i]) - z;
+    for (int64_t i = 0; i < n; ++i) dst[i * stride] = static_cast<float>(p[i]) - z;
   } else {
     const int8_t* p = x.data<int8_t>() + begin;
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(p[i]) - z;
+    for (int64_t i = 0; i < n; ++i) dst[i * stride] = static_cast<float>(p[i]) - z;
   }
 }
 
@@ -393,25 +394,19 @@ Status exact_conv_dnnl_run(const ExactQuant& e, KernelContext& ctx) {
     });
   } else if (e.nhwc) {
     parallel_for(pixels, std::max<int64_t>(1, 4096 / std::max<int64_t>(s.C, 1)), [&](int64_t p0, int64_t p1) {
-      std::vector<float> px(static_cast<size_t>(s.C));
-      for (int64_t p = p0; p < p1; ++p) {
-        exact_input(x, p * s.C, s.C, e.q.xz, px.data());
+      for (int64_t p = p0; p < p1; ++p)
         for (size_t i = 0; i < chunks; ++i) {
           const int64_t c0 = e.chunk_c0[i], cc = e.chunk_c0[i + 1] - c0;
-          std::copy(px.begin() + c0, px.begin() + c0 + cc, xf + c0 * pixels + p * cc);
+          exact_input(x, p * s.C + c0, cc, e.q.xz, xf + c0 * pixels + p * cc);
         }
-      }
     });
   } else {
     parallel_for(s.N * s.C, 1, [&](int64_t r0, int64_t r1) {
-      std::vector<float> plane(static_cast<size_t>(ihw));
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t n = r / s.C, c = r % s.C;
         const size_t i = chunk_of(c);
         const int64_t c0 = e.chunk_c0[i], cc = e.chunk_c0[i + 1] - c0;
-        exact_input(x, r * ihw, ihw, e.q.xz, plane.data());
-        float* dst = xf + c0 * pixels + n * ihw * cc + (c - c0);
-        for (int64_t p = 0; p < ihw; ++p) dst[p * cc] = plane[p];
+        exact_input(x, r * ihw, ihw, e.q.xz, xf + c0 * pixels + n * ihw * cc + (c - c0), cc);
       }
     });
   }
@@ -462,11 +457,7 @@ Status exact_conv_run(const ExactQuant& e, KernelContext& ctx) {
       });
     } else {
       parallel_for(ihw, std::max<int64_t>(1, 4096 / std::max<int64_t>(s.C, 1)), [&](int64_t p0, int64_t p1) {
-        std::vector<float> px(static_cast<size_t>(s.C));
-        for (int64_t p = p0; p < p1; ++p) {
-          exact_input(x, (n * ihw + p) * s.C, s.C, e.q.xz, px.data());
-          for (int64_t c = 0; c < s.C; ++c) xf[c * ihw + p] = px[c];
-        }
+        for (int64_t p = p0; p < p1; ++p) exact_input(x, (n * ihw + p) * s.C, s.C, e.q.xz, xf + p, ihw);
       });
     }
     for (int64_t g = 0; g < s.group; ++g) {
