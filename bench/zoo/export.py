@@ -61,6 +61,7 @@ TINY = {
     "gpt2": dict(n_embd=64, n_layer=2, n_head=4),
 }
 _tiny = False
+_eager_attention = False
 
 
 def build_transformers(name: str) -> torch.nn.Module:
@@ -68,13 +69,17 @@ def build_transformers(name: str) -> torch.nn.Module:
 
     spec = zoo.MODELS[name]
     input_names = tuple(i.name for i in spec.inputs)
-    small = TINY[name] if _tiny and name in TINY else {}
+    small = dict(TINY[name]) if _tiny and name in TINY else {}
+    # transformers' default attention (scaled_dot_product_attention where torch has it, as users
+    # export); --eager-attention exports the older eager form instead (a second row for comparisons).
+    if _eager_attention:
+        small["attn_implementation"] = "eager"
     if name == "bert_base":
-        net = tf.BertModel(tf.BertConfig(attn_implementation="eager", **small))
+        net = tf.BertModel(tf.BertConfig(**small))
     elif name == "distilbert":
-        net = tf.DistilBertModel(tf.DistilBertConfig(attn_implementation="eager", **small))
+        net = tf.DistilBertModel(tf.DistilBertConfig(**small))
     elif name == "gpt2":
-        net = tf.GPT2LMHeadModel(tf.GPT2Config(use_cache=False, attn_implementation="eager", **small))
+        net = tf.GPT2LMHeadModel(tf.GPT2Config(use_cache=False, **small))
     else:
         raise ValueError(name)
     return _TupleOutputs(net, spec.outputs, input_names)
@@ -187,7 +192,11 @@ def main() -> int:
     ap.add_argument("--tiny", metavar="DIR",
                     help="export the transformers (" + ",".join(TINY) + ") with 2 small layers to "
                     "DIR/<model>_tiny_op<opset>.onnx instead (structure tests; no manifest)")
+    ap.add_argument("--eager-attention", action="store_true",
+                    help="transformers models with attn_implementation='eager' instead of the default (SDPA)")
     args = ap.parse_args()
+    global _eager_attention
+    _eager_attention = args.eager_attention
     if args.tiny:
         global _tiny
         _tiny = True

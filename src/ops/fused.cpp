@@ -40,7 +40,9 @@
 //                                bool_mask broadcast to [B,H,S,T]; num_heads, scale, mask_fill,
 //                                mask_fill_where_true → [B,S,H*Dv]:
 //                                softmax(where(bool_mask == mask_fill_where_true, mask_fill, scale * QK^T) + mask) V;
-//                                sequence_first = 1: Q [S,B,H*D], K, V [T,B,...], Y [S,B,H*Dv]
+//                                sequence_first = 1: Q [S,B,H*D], K, V [T,B,...], Y [S,B,H*Dv];
+//                                zero_nan_rows = 1: a row whose softmax is NaN (every key -inf) has
+//                                probabilities 0 (torch's SDPA export: Where(IsNaN(P), 0, P))
 //
 // activation (ir/epilogue.h, the one list): "" (none), Relu, LeakyRelu (alpha), Clip (min, max), Sigmoid, HardSigmoid (alpha, beta),
 // HardSwish, Silu, Tanh, Gelu, GeluTanh.

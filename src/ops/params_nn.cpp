@@ -177,6 +177,7 @@ FusedAttentionParams parse_fused_attention(const ir::Node& n) {
   p.mask_fill = n.attr_float("mask_fill", 0.0f);
   p.mask_fill_where_true = n.attr_int("mask_fill_where_true", 0) != 0;
   p.sequence_first = n.attr_int("sequence_first", 0) != 0;
+  p.zero_nan_rows = n.attr_int("zero_nan_rows", 0) != 0;
   return p;
 }
 

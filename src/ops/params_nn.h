@@ -192,6 +192,10 @@ struct FusedAttentionParams {
   // Q [S, B, H*D], K and V [T, B, H*D], Y [S, B, H*Dv] (torch's nn.MultiheadAttention as exported:
   // sequence-first) instead of [B, S, H*D]
   bool sequence_first = false;
+  // A row whose softmax is NaN (every key masked to -inf, or a NaN or +inf score) has probabilities
+  // 0, so its context row is 0 (torch's SDPA export guards the softmax with Where(IsNaN(P), 0, P));
+  // else the row is NaN, as Softmax gives it.
+  bool zero_nan_rows = false;
 };
 FusedAttentionParams parse_fused_attention(const ir::Node& n);
 

@@ -28,7 +28,10 @@ enum class WhereForm { kNone, kKeepWhereTrue, kFillWhereTrue };
 
 // The scores may be masked by Where(cond, scores, fill) (GPT-2's causal mask) or
 // Where(cond, fill, scores) (DistilBERT), with cond optionally Expand-ed to the scores' shape.
-Pat attention_pattern(WhereForm where, bool expand_to_constant = false) {
+// torch's export of scaled_dot_product_attention (transformers' default attention since 4.36, in
+// BERT, GPT-2, Llama...) guards the probabilities of fully masked rows: P' = Where(IsNaN(P), 0, P)
+// (`nan_guard`), which kiln.Attention's zero_nan_rows does.
+Pat attention_pattern(WhereForm where, bool expand_to_constant = false, bool nan_guard = false) {
   Pat q = maybe(op("Div", {maybe(op("Mul", {heads("q"), cst("q_scale")}).commute()), cst("q_div")}));
   Pat k = maybe(op("Mul", {heads("k"), cst("k_scale")}).commute());
   Pat scores = op("MatMul", {q, k}).as("qk");
@@ -39,6 +42,8 @@ Pat attention_pattern(WhereForm where, bool expand_to_constant = false) {
   if (where == WhereForm::kFillWhereTrue) masked = op("Where", {cond, cst("fill"), scaled}).inputs_last_first();
   masked = maybe(op("Add", {masked, any("mask")}).commute());
   Pat probs = op("Softmax", {masked}).as("softmax");
+  if (nan_guard)
+    probs = op("Where", {op("IsNaN", {op("Softmax").as("softmax")}), cst("nan_fill"), probs}).inputs_last_first();
   Pat context = op("MatMul", {probs, heads("v")});
   return op("Reshape", {op("Transpose", {context}).as("out_t")});
 }
@@ -312,6 +317,7 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
   const std::vector<Rule> rules = {
       {"multi-head attention (sequence-first, 4-D heads)", attention_pattern_4d(), 6},
       {"multi-head attention", attention_pattern(WhereForm::kNone), 4},
+      {"multi-head attention (NaN-guarded softmax)", attention_pattern(WhereForm::kNone, false, true), 4},
       // Expand to a constant shape first: otherwise the Expand would be taken as the condition.
       {"multi-head attention (Where mask)", attention_pattern(WhereForm::kKeepWhereTrue, true), 4},
       {"multi-head attention (Where mask)", attention_pattern(WhereForm::kFillWhereTrue, true), 4},
@@ -374,6 +380,10 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
     const auto scale_or = attention_scale(m);
     if (!scale_or) return "a scale is not a non-zero scalar";
     const double scale = *scale_or;
+    if (m.has("nan_fill")) {
+      const auto z = scalar_value(m["nan_fill"]);
+      if (!z || *z != 0) return "the softmax's NaN guard does not fill 0";
+    }
     std::vector<ir::Value*> ins = {m["q"], m["k"], m["v"]};
     if (m.has("mask")) {
       const ir::Value* mask = m["mask"];
@@ -419,6 +429,10 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
       n->attrs["mask_fill"].f = static_cast<float>(*fill);
       n->attrs["mask_fill_where_true"].kind = ir::Attribute::Kind::kInt;
       n->attrs["mask_fill_where_true"].i = fill_where_true ? 1 : 0;
+    }
+    if (m.has("nan_fill")) {
+      n->attrs["zero_nan_rows"].kind = ir::Attribute::Kind::kInt;
+      n->attrs["zero_nan_rows"].i = 1;
     }
     rw.log("fused attention (" + std::to_string(H) + " heads of " + std::to_string(D) + ") " + what);
     return "";

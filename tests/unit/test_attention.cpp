@@ -305,3 +305,56 @@ TEST(LinearAttention, InputsMustMatchRule) {
   attrs["update_rule"] = string_attr("bogus");
   EXPECT_FALSE(try_run("LinearAttention", 27, {q, q, q}, attrs, 2).ok());
 }
+
+namespace {
+
+// kiln.Attention (the fused op the attention passes make) on Q, K, V [1, S, H*D] = [1, 3, 2*4] and an
+// additive mask [1, 1, S, T] (T = 5) whose row 1 is all -inf.
+std::vector<Tensor> fused_attention(const std::vector<Tensor>& qkvm, bool zero_nan_rows) {
+  ir::Graph g;
+  std::vector<ir::Value*> ins;
+  std::vector<Slot> slots;
+  for (const Tensor& x : qkvm) {
+    ins.push_back(g.add_value("in" + std::to_string(ins.size()), ir::Type::tensor(x.dtype(), ir::SymShape::of(x.shape()))));
+    slots.push_back(Slot::of(x));
+  }
+  ir::Node* n = g.add_node("Attention", "kiln", ins, {g.add_value("y")}, "n");
+  n->opset = 1;
+  n->attrs["num_heads"] = int_attr(2);
+  n->attrs["scale"] = float_attr(0.5f);
+  if (zero_nan_rows) n->attrs["zero_nan_rows"] = int_attr(1);
+  auto r = run_node_eager(*n, slots);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  std::vector<Tensor> out;
+  if (r.ok())
+    for (auto& s : *r) out.push_back(s.tensor);
+  return out;
+}
+
+}  // namespace
+
+// torch's SDPA export guards the probabilities (Where(IsNaN(P), 0, P)); the fused op's zero_nan_rows
+// does the same: a fully masked row's context is 0, the other rows are untouched. Without it the row
+// is NaN, as Softmax makes it.
+TEST(FusedAttention, ZeroNanRowsZeroesFullyMaskedRowsOnly) {
+  const int64_t S = 3, T = 5, W = 8;
+  Tensor m = random(DataType::kFloat32, {1, 1, S, T}, -1, 0);
+  for (int64_t t = 0; t < T; ++t) m.data<float>()[T + t] = -std::numeric_limits<float>::infinity();
+  const std::vector<Tensor> in = {random(DataType::kFloat32, {1, S, W}), random(DataType::kFloat32, {1, T, W}),
+                                  random(DataType::kFloat32, {1, T, W}), m};
+  const auto plain = fused_attention(in, false);
+  const auto guarded = fused_attention(in, true);
+  ASSERT_EQ(plain.size(), 1u);
+  ASSERT_EQ(guarded.size(), 1u);
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t c = 0; c < W; ++c) {
+      const double g = get(guarded[0], s * W + c), p = get(plain[0], s * W + c);
+      if (s == 1) {
+        EXPECT_TRUE(std::isnan(p)) << c;
+        EXPECT_EQ(g, 0.0) << c;
+      } else {
+        EXPECT_FALSE(std::isnan(p)) << s << "," << c;
+        EXPECT_EQ(g, p) << s << "," << c;
+      }
+    }
+}

@@ -461,6 +461,35 @@ TEST(CudaOps, AttentionMatchesCpu) {
   }
 }
 
+// zero_nan_rows (torch's SDPA export guards fully masked rows with Where(IsNaN(P), 0, P)): rows whose
+// additive mask is all -inf give a zero context on CUDA as on the CPU, in each kernel (head size 40:
+// the CUDA-core kernel; 64: the register-resident tensor-core kernel; 128 with Dv 32: the shared-memory
+// one), for several key tiles; the other rows are unchanged.
+TEST(CudaOps, AttentionZeroNanRowsMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(37);
+  struct Shape3 {
+    int64_t d, dv;
+  };
+  for (DataType dt : {kF32, kF16, kBF16})
+    for (const Shape3 hs : {Shape3{40, 40}, Shape3{64, 64}, Shape3{128, 32}}) {
+      const int64_t B = 2, S = 70, T = 150, H = 2;
+      Tensor mask = random_tensor({B, 1, S, T}, rng, -1, 0);
+      for (int64_t s : {0, 17, 69})  // fully masked query rows, in both batch entries
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t t = 0; t < T; ++t) mask.data<float>()[(b * S + s) * T + t] = -INFINITY;
+      compare("Attention", 1, {random_tensor({B, S, H * hs.d}, rng), random_tensor({B, T, H * hs.d}, rng),
+                               random_tensor({B, T, H * hs.dv}, rng), mask},
+              [&](OneNode& n) {
+                n.node->domain = "kiln";
+                n.set_int("num_heads", H);
+                n.set_float("scale", 0.125f);
+                n.set_int("zero_nan_rows", 1);
+              },
+              dt, "zero_nan_rows, head " + std::to_string(hs.d));
+    }
+}
+
 // [A, B, C] float32 as [B, A, C].
 Tensor swap01(const Tensor& x) {
   const int64_t A = x.dim(0), Bd = x.dim(1), C = x.dim(2);

@@ -20,6 +20,7 @@ struct AttentionAttrs {
   float fill = 0;               // bool mask: the score where the mask says so
   bool fill_where_true = false;  // fill where the bool mask is true (else where it is false)
   bool sequence_first = false;   // Q [S, B, H*D], K/V [T, B, ...], Y [S, B, H*Dv]
+  bool zero_nan_rows = false;    // a row whose softmax is NaN gets probabilities 0
 };
 
 
@@ -38,7 +39,14 @@ struct AttentionAttrs {
     for (int64_t t = 0; t < T; ++t) row[t] += mrow[t * mstride];
   }
   float mx = 0;
-  const float inv = 1.0f / math::exp_row_f32(row, row, T, &mx);
+  const float sum = math::exp_row_f32(row, row, T, &mx);
+  // Every score -inf (the sum is 0, or NaN as -inf - -inf is), or a NaN or +inf score (NaN): the
+  // softmax is NaN, which zero_nan_rows maps to 0.
+  if (a.zero_nan_rows && !(sum > 0.0f && sum <= std::numeric_limits<float>::max())) {
+    std::fill(row, row + T, 0.0f);
+    return;
+  }
+  const float inv = 1.0f / sum;
 #pragma omp simd
   for (int64_t t = 0; t < T; ++t) row[t] *= inv;
 }
@@ -93,7 +101,8 @@ Status attention(KernelContext& ctx, const AttentionAttrs& a) {
   const float* pv = v.data<float>();
   float* py = y.data<float>();
   if (T == 0) {
-    std::fill(py, py + y.numel(), std::numeric_limits<float>::quiet_NaN());  // softmax over nothing
+    // softmax over nothing: NaN, or 0 under zero_nan_rows
+    std::fill(py, py + y.numel(), a.zero_nan_rows ? 0.0f : std::numeric_limits<float>::quiet_NaN());
     return Status::Ok();
   }
   const ops::AttentionStrides st = ops::attention_strides(B, S, T, H, D, Dv, a.sequence_first);
@@ -125,7 +134,7 @@ void register_fused_attention(KernelRegistry& r) {
          },
          [](const ir::Node& n, KernelInit&) {
            const ops::FusedAttentionParams p = ops::parse_fused_attention(n);
-           AttentionAttrs a{p.num_heads, p.scale, p.mask_fill, p.mask_fill_where_true, p.sequence_first};
+           AttentionAttrs a{p.num_heads, p.scale, p.mask_fill, p.mask_fill_where_true, p.sequence_first, p.zero_nan_rows};
            return make_kernel([a](KernelContext& ctx) { return attention(ctx, a); });
          }});
 }

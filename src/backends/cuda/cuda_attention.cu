@@ -55,6 +55,13 @@ struct HeadViews {
   }
 };
 
+// True when a row's probabilities are NaN (its scores all -inf, or one NaN or +inf: the sum of the
+// exponentials l is then 0 or NaN) and the op maps them to 0 (zero_nan_rows: torch's SDPA export,
+// Where(IsNaN(P), 0, P)), so the context row is 0, whatever V holds.
+__device__ __forceinline__ bool nan_row_is_zero(const AttentionArgs& a, float l) {
+  return a.zero_nan_rows && !(l > 0.f && l <= 3.402823466e38f);
+}
+
 template <typename T, typename M>
 __global__ void __launch_bounds__(kRows * kLanes) attention_kernel(AttentionArgs a) {
   extern __shared__ float smem[];
@@ -132,9 +139,10 @@ __global__ void __launch_bounds__(kRows * kLanes) attention_kernel(AttentionArgs
   if (s >= S) return;
   T* y = static_cast<T*>(a.y) + b * a.y_batch + s * a.y_row + h * Dv;
   const float inv = 1.f / l;  // l == 0 (no keys, or every key -inf): NaN, as softmax over nothing
+  const bool zero = nan_row_is_zero(a, l);
   for (int j = 0; j < kMaxAcc; ++j) {
     const int d = lane + kLanes * j;
-    if (d < Dv) y[d] = convert<T>(acc[j] * inv);
+    if (d < Dv) y[d] = convert<T>(zero ? 0.f : acc[j] * inv);
   }
 }
 
@@ -259,8 +267,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(Attention
   if (s >= S) return;
   T* y = static_cast<T*>(a.y) + b * a.y_batch + s * a.y_row + h * Dv;
   const float inv = 1.f / l;  // l == 0 (no keys, or every key -inf): NaN, as softmax over nothing
+  const bool zero = nan_row_is_zero(a, l);
   const float* orow = os + row * op;
-  for (int c = half; c < Dv; c += 2) y[c] = convert<T>(orow[c] * inv);
+  for (int c = half; c < Dv; c += 2) y[c] = convert<T>(zero ? 0.f : orow[c] * inv);
 }
 
 // ---- Register-resident tensor-core kernel (float16, bfloat16; D = Dv = 64 or 128): FlashAttention-2's
@@ -406,10 +415,12 @@ __global__ void __launch_bounds__(W * 32) attention_fa_kernel(AttentionArgs a) {
     if (rows[i] >= S) continue;
     T* y = static_cast<T*>(a.y) + b * a.y_batch + rows[i] * a.y_row + h * D + tq * 2;
     const float inv = 1.f / l[i];  // l == 0 (no keys, or every key -inf): NaN, as softmax over nothing
+    const bool zero = nan_row_is_zero(a, l[i]);
     float unused = 0.f;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
-      *reinterpret_cast<uint32_t*>(y + n * 8) = pack2<T>(o[n][2 * i] * inv, o[n][2 * i + 1] * inv, unused);
+      *reinterpret_cast<uint32_t*>(y + n * 8) =
+          pack2<T>(zero ? 0.f : o[n][2 * i] * inv, zero ? 0.f : o[n][2 * i + 1] * inv, unused);
   }
 }
 

@@ -141,6 +141,7 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
   base.scale = p.scale;
   base.fill = p.mask_fill;
   base.fill_where_true = p.mask_fill_where_true;
+  base.zero_nan_rows = p.zero_nan_rows;
   auto reshape = [base, sequence_first = p.sequence_first](ReshapeContext& rc) -> Status {
     for (int i = 0; i < 3; ++i)
       if (static_cast<size_t>(i) >= rc.in.size() || !rc.in[i].present) return rc.error("Q, K and V are required");

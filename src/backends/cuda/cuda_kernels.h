@@ -245,6 +245,7 @@ struct AttentionArgs {
   int d = 0, dv = 0;
   float scale = 1.f, fill = 0.f;
   bool fill_where_true = false;
+  bool zero_nan_rows = false;  // a row whose probabilities are NaN gives a zero context row
   int64_t ms[4] = {}, cs[4] = {};
   // Element strides of one sequence step (row) and of one batch entry of Q, K, V and Y, as
   // ops::attention_strides gives them for batch-first or sequence-first tensors.
