@@ -79,11 +79,25 @@ SliceDim slice_dim(int64_t dim, int64_t start, int64_t end, int64_t step) {
 
 int64_t concat_default_axis(int opset) { return opset != 0 && opset < 4 ? 1 : 0; }
 
-std::string equal_split_sizes(int64_t dim, int64_t parts, std::vector<int64_t>* sizes) {
+std::string equal_split_sizes(int64_t dim, const SplitParams& p, int64_t outputs, std::vector<int64_t>* sizes) {
+  if (p.has_num_outputs) {
+    if (p.num_outputs != outputs)
+      return "num_outputs is " + std::to_string(p.num_outputs) + " but the node has " + std::to_string(outputs) +
+             " outputs";
+    if (p.num_outputs > dim)
+      return "num_outputs " + std::to_string(p.num_outputs) + " is larger than the split axis (" +
+             std::to_string(dim) + ")";
+  }
+  const int64_t parts = outputs;
   if (parts < 1) return "split needs at least one output";
-  const int64_t chunk = (dim + parts - 1) / parts;
+  // ceil(dim / parts) without dim + parts - 1, which overflows for a dim near INT64_MAX.
+  const int64_t chunk = dim / parts + (dim % parts != 0 ? 1 : 0);
   sizes->resize(parts);
-  for (int64_t i = 0; i < parts; ++i) (*sizes)[i] = std::clamp<int64_t>(dim - i * chunk, 0, chunk);
+  int64_t left = dim;
+  for (int64_t i = 0; i < parts; ++i) {
+    (*sizes)[i] = std::min(chunk, left);
+    left -= (*sizes)[i];
+  }
   return "";
 }
 
@@ -287,8 +301,7 @@ Status infer_split(InferContext& c) {
   const int n = static_cast<int>(c.out.size());
   if ((!have || sizes.empty()) && (!c.has(1) || have)) {
     if (dim.is_static()) {
-      const int64_t parts = p.has_num_outputs ? p.num_outputs : n;
-      std::string err = equal_split_sizes(dim.value, parts, &sizes);
+      std::string err = equal_split_sizes(dim.value, p, n, &sizes);
       if (!err.empty()) return c.error(err);
       have = true;
     }

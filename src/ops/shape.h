@@ -24,9 +24,13 @@ SliceDim slice_dim(int64_t dim, int64_t start, int64_t end, int64_t step);
 // Concat's axis when the attribute is absent: 1 before opset 4 (where it was optional), else 0.
 int64_t concat_default_axis(int opset);
 
+struct SplitParams;
+
 // Split sizes when no explicit 'split' is given: `parts` chunks of ceil(dim / parts), the last one
-// smaller (opset 18 num_outputs). Like onnx's reference, chunks past the end are empty: 5 into 4
-// parts is 2, 2, 1, 0. Returns "" on success.
-std::string equal_split_sizes(int64_t dim, int64_t parts, std::vector<int64_t>* sizes);
+// smaller. The parts are opset 18's `num_outputs` when given, else the node's `outputs`. Like onnx's
+// reference, chunks past the end are empty: 5 into 4 parts is 2, 2, 1, 0. A given `num_outputs` must
+// equal `outputs` and be at most `dim` (onnx's checker says the same); that is checked before
+// anything is sized by it, so a hostile 2^30 allocates nothing. Returns "" on success.
+std::string equal_split_sizes(int64_t dim, const SplitParams& p, int64_t outputs, std::vector<int64_t>* sizes);
 
 }  // namespace kiln::ops

@@ -519,7 +519,7 @@ Expected<KernelPtr> create_split(const ir::Node& n, KernelInit&) {
     bool present;
     KILN_RETURN_IF_ERROR(ints_from(ctx, p.has_split_attr, p.split, 1, &sizes, &present, "split"));
     if (!present || sizes.empty()) {
-      std::string err = ops::equal_split_sizes(dim, p.num_outputs > 0 ? p.num_outputs : ctx.num_outputs(), &sizes);
+      std::string err = ops::equal_split_sizes(dim, p, ctx.num_outputs(), &sizes);
       if (!err.empty()) return ctx.error(err);
     }
     if (static_cast<int>(sizes.size()) != ctx.num_outputs())

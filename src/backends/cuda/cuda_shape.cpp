@@ -349,7 +349,7 @@ Expected<KernelPtr> create_split(const ir::Node& n, KernelInit&) {
       KILN_ASSIGN_OR_RETURN(sizes, ints_of(rc, 1, "split"));
     }
     if (sizes.empty()) {
-      if (std::string why = ops::equal_split_sizes(x[axis], sp.num_outputs > 0 ? sp.num_outputs : parts, &sizes);
+      if (std::string why = ops::equal_split_sizes(x[axis], sp, parts, &sizes);
           !why.empty())
         return rc.error(why);
     }

@@ -1,0 +1,65 @@
+// Hostile attribute values and inputs (issues #48 and #49): each node here is the minimal shape of a
+// fuzzer's report — an allocation sized by an attribute, a loop bounded by one, undefined behaviour
+// on NaN or on an out-of-range byte. Each must end with a clear error naming what is wrong, or with
+// a result, quickly and without allocating by the attribute.
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "ops/op_table.h"
+#include "ops/params_shape.h"
+#include "ops/shape.h"
+#include "test_reduce_helpers.h"
+
+using namespace kiln;
+using namespace kiln::testing;
+
+namespace {
+
+// Shape inference of the node, as import runs it.
+Status infer(OneNode& n) { return ops::infer_node(*n.node); }
+
+// The node's run fails and its message contains `want`.
+void expect_error(OneNode& n, const std::string& want) {
+  auto r = n.run();
+  ASSERT_FALSE(r.ok()) << "expected an error containing '" << want << "'";
+  EXPECT_NE(r.status().to_string().find(want), std::string::npos) << r.status().to_string();
+}
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+}  // namespace
+
+// ---- Split: num_outputs (#48's second model, #49's equal_split_sizes bucket)
+
+TEST(HostileAttrs, SplitNumOutputsMustMatchTheOutputs) {
+  // num_outputs 2^30 with 3 outputs declared: an error before anything is sized by 2^30.
+  OneNode n("Split", 18, {f32({6}, {0, 1, 2, 3, 4, 5})}, 3);
+  n.i("num_outputs", 1073741824);
+  const Status st = infer(n);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.to_string().find("num_outputs"), std::string::npos) << st.to_string();
+  expect_error(n, "num_outputs");
+  // As many as the outputs but more than the axis holds.
+  OneNode m("Split", 18, {f32({2}, {0, 1})}, 3);
+  m.i("num_outputs", 3);
+  EXPECT_FALSE(infer(m).ok());
+  expect_error(m, "larger than the split axis");
+  // Still fine: 6 into 3.
+  OneNode ok("Split", 18, {f32({6}, {0, 1, 2, 3, 4, 5})}, 3);
+  ok.i("num_outputs", 3);
+  EXPECT_TRUE(infer(ok).ok());
+  EXPECT_EQ(values<float>(ok.out(2)), (std::vector<float>{4, 5}));
+}
+
+TEST(HostileAttrs, EqualSplitSizesOfAHugeDimDoNotOverflow) {
+  // ceil(dim / parts) once computed as dim + parts - 1: signed overflow for a dim near INT64_MAX.
+  ops::SplitParams p;
+  std::vector<int64_t> sizes;
+  ASSERT_EQ(ops::equal_split_sizes(kInt64Max, p, 2, &sizes), "");
+  ASSERT_EQ(sizes.size(), 2u);
+  EXPECT_EQ(sizes[0], kInt64Max / 2 + 1);
+  EXPECT_EQ(sizes[0] + sizes[1], kInt64Max);
+  EXPECT_NE(ops::equal_split_sizes(5, p, 0, &sizes), "");
+}
