@@ -58,12 +58,26 @@ ir::SymShape binary_shape(const InferContext& c) {
   return broadcast_inputs(c, 0);
 }
 
+// Opset < 7 with broadcast=1: an axis where B does not fit inside A is an error here, at import.
+Status check_legacy_axis(const InferContext& c) {
+  const BinaryParams p = parse_binary(c.node);
+  if (!p.legacy_broadcast || !p.has_axis || !tensor_in(c, 0) || !tensor_in(c, 1)) return Status::Ok();
+  if (!c.shape(0).known || !c.shape(1).known) return Status::Ok();
+  int64_t axis = 0;
+  if (!legacy_broadcast_axis(p, c.shape(0).rank(), c.shape(1).rank(), &axis))
+    return c.error("axis " + std::to_string(p.axis) + " out of range: B (rank " + std::to_string(c.shape(1).rank()) +
+                   ") does not fit inside A (rank " + std::to_string(c.shape(0).rank()) + ") from there");
+  return Status::Ok();
+}
+
 Status binary_type(InferContext& c) {
+  KILN_RETURN_IF_ERROR(check_legacy_axis(c));
   if (tensor_in(c, 0)) c.out[0] = ir::Type::tensor(c.dtype(0), binary_shape(c));
   return Status::Ok();
 }
 
 Status compare_type(InferContext& c) {
+  KILN_RETURN_IF_ERROR(check_legacy_axis(c));
   c.out[0] = ir::Type::tensor(DataType::kBool, binary_shape(c));
   return Status::Ok();
 }

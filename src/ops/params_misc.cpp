@@ -1,5 +1,6 @@
 #include "ops/params_misc.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 
@@ -89,6 +90,18 @@ BinaryParams parse_binary(const ir::Node& n) {
   p.has_axis = n.attr("axis") != nullptr;
   p.axis = n.attr_int("axis", 0);
   return p;
+}
+
+bool legacy_broadcast_axis(const BinaryParams& p, int64_t rank_a, int64_t rank_b, int64_t* axis) {
+  if (!p.has_axis) {  // B's dims are A's trailing ones (a B of higher rank broadcasts as numpy's would)
+    *axis = std::max<int64_t>(rank_a - rank_b, 0);
+    return true;
+  }
+  int64_t a = p.axis;  // INT64_MIN + rank_a does not overflow
+  if (a < 0) a += rank_a;
+  if (a < 0 || a > rank_a - rank_b) return false;
+  *axis = a;
+  return true;
 }
 
 ModParams parse_mod(const ir::Node& n) { return ModParams{n.attr_int("fmod", 0) != 0}; }

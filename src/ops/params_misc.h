@@ -65,6 +65,10 @@ struct BinaryParams {
   bool legacy_prelu = false;      // PRelu of opset < 7: a 1-D slope of more than one value is per channel
 };
 BinaryParams parse_binary(const ir::Node& n);
+// Opset < 7 broadcasting: the axis of A (rank `rank_a`) where B's `rank_b` dims start. False when B
+// does not fit inside A from there (an axis out of range: onnx's checker refuses it too), so no caller
+// sizes anything by a hostile axis. Meaningful only when p.legacy_broadcast.
+bool legacy_broadcast_axis(const BinaryParams& p, int64_t rank_a, int64_t rank_b, int64_t* axis);
 
 struct ModParams {
   bool fmod = false;

@@ -63,3 +63,25 @@ TEST(HostileAttrs, EqualSplitSizesOfAHugeDimDoNotOverflow) {
   EXPECT_EQ(sizes[0] + sizes[1], kInt64Max);
   EXPECT_NE(ops::equal_split_sizes(5, p, 0, &sizes), "");
 }
+
+// ---- Legacy broadcast axis (#48's first model, #49's legacy_b_shape bucket)
+
+TEST(HostileAttrs, LegacyBroadcastAxisOutOfRange) {
+  for (int64_t axis : {kInt64Max, std::numeric_limits<int64_t>::min(), int64_t{2}, int64_t{-3}}) {
+    OneNode n("Add", 6, {f32({2, 3}, {0, 1, 2, 3, 4, 5}), f32({3}, {1, 1, 1})});
+    n.i("broadcast", 1).i("axis", axis);
+    const Status st = infer(n);
+    ASSERT_FALSE(st.ok()) << axis;
+    EXPECT_NE(st.to_string().find("out of range"), std::string::npos) << st.to_string();
+    expect_error(n, "out of range");
+  }
+  // In range: B [3] at axis 1 of A [2, 3], and B [2] at axis 0 (as [2, 1]).
+  OneNode a1("Add", 6, {f32({2, 3}, {0, 1, 2, 3, 4, 5}), f32({3}, {1, 2, 3})});
+  a1.i("broadcast", 1).i("axis", 1);
+  EXPECT_TRUE(infer(a1).ok());
+  EXPECT_EQ(values<float>(a1.out()), (std::vector<float>{1, 3, 5, 4, 6, 8}));
+  OneNode a0("Mul", 6, {f32({2, 3}, {0, 1, 2, 3, 4, 5}), f32({2}, {1, 10})});
+  a0.i("broadcast", 1).i("axis", -2);
+  EXPECT_TRUE(infer(a0).ok());
+  EXPECT_EQ(values<float>(a0.out()), (std::vector<float>{0, 1, 2, 30, 40, 50}));
+}

@@ -40,19 +40,22 @@ void binary_apply(const Tensor& A, const Tensor& B, Tensor& O, const Shape& a_sh
 
 // Opset < 7 broadcasting (attribute broadcast=1): B aligns with A starting at `axis`. PRelu before
 // opset 7 has no attribute: a 1-D slope of more than one value is per channel (axis 1).
-Shape legacy_b_shape(const ops::BinaryParams& p, const Shape& a, const Shape& b) {
+// False when a legacy axis puts B outside A (shape inference refuses such a model at import; an
+// engine file or an eager call can still bring one here).
+bool legacy_b_shape(const ops::BinaryParams& p, const Shape& a, const Shape& b, Shape* out) {
   if (p.legacy_prelu && b.size() == 1 && b[0] != 1 && a.size() >= 2) {
     Shape s = b;
     s.resize(a.size() - 1, 1);
-    return s;
+    *out = std::move(s);
+    return true;
   }
-  if (!p.legacy_broadcast) return b;
+  *out = b;
+  if (!p.legacy_broadcast) return true;
   const int64_t ra = static_cast<int64_t>(a.size()), rb = static_cast<int64_t>(b.size());
-  int64_t axis = p.has_axis ? p.axis : ra - rb;
-  if (axis < 0) axis += ra;
-  Shape s = b;
-  for (int64_t i = axis + rb; i < ra; ++i) s.push_back(1);
-  return s;
+  int64_t axis = 0;
+  if (!ops::legacy_broadcast_axis(p, ra, rb, &axis)) return false;
+  for (int64_t i = axis + rb; i < ra; ++i) out->push_back(1);
+  return true;
 }
 
 // Registers a same-dtype binary op over dtype set `Set`; make(node) returns the element function
@@ -76,7 +79,10 @@ void add_binary(KernelRegistry& r, const std::string& op, int since, Make make) 
       if (A.dtype() != B.dtype())
         return ctx.error(std::string("inputs have different dtypes (") + dtype_name(A.dtype()) + " and " +
                          dtype_name(B.dtype()) + ")");
-      const Shape b_shape = legacy_b_shape(p, A.shape(), B.shape());
+      Shape b_shape;
+      if (!legacy_b_shape(p, A.shape(), B.shape(), &b_shape))
+        return ctx.error("legacy broadcast axis " + std::to_string(p.axis) + " out of range for shapes " +
+                         shape_to_string(A.shape()) + " and " + shape_to_string(B.shape()));
       Shape out;
       if (!broadcast_all({A.shape(), b_shape}, &out))
         return ctx.error("shapes " + shape_to_string(A.shape()) + " and " + shape_to_string(B.shape()) +
@@ -192,7 +198,10 @@ void add_pow(KernelRegistry& r) {
     return make_kernel([p](KernelContext& ctx) -> Status {
       const Tensor& A = ctx.input(0);
       const Tensor& B = ctx.input(1);
-      const Shape b_shape = legacy_b_shape(p, A.shape(), B.shape());
+      Shape b_shape;
+      if (!legacy_b_shape(p, A.shape(), B.shape(), &b_shape))
+        return ctx.error("legacy broadcast axis " + std::to_string(p.axis) + " out of range for shapes " +
+                         shape_to_string(A.shape()) + " and " + shape_to_string(B.shape()));
       Shape out;
       if (!broadcast_all({A.shape(), b_shape}, &out)) return ctx.error("shapes do not broadcast");
       bool inner_ok = false;
