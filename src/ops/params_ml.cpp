@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "ops/rnn.h"
 #include "ops/shape_infer_util.h"
@@ -278,8 +279,15 @@ Status read_max_roi_pool(const ir::Node& n, MaxRoiPoolParams& p, bool all) {
 
 Status read_tfidf(const ir::Node& n, TfIdfParams& p, bool all) {
   const std::vector<int64_t> indexes = n.attr_ints("ngram_indexes");
-  for (int64_t v : indexes) p.out_size = std::max(p.out_size, v + 1);
+  // A column is in [0, INT64_MAX): a negative one would be written before the row, and + 1 overflows
+  // past it. Such an index is skipped here and refused below.
+  const auto is_column = [](int64_t v) { return v >= 0 && v < std::numeric_limits<int64_t>::max(); };
+  for (int64_t v : indexes)
+    if (is_column(v)) p.out_size = std::max(p.out_size, v + 1);
   if (!all) return Status::Ok();
+  for (int64_t v : indexes)
+    if (!is_column(v))
+      return invalid_model(n.describe() + ": ngram_indexes holds " + std::to_string(v) + ", not an output column");
   const std::vector<int64_t> counts = n.attr_ints("ngram_counts");
   p.min_gram_length = n.attr_int("min_gram_length", 1);
   p.max_gram_length = n.attr_int("max_gram_length", 1);

@@ -85,3 +85,51 @@ TEST(HostileAttrs, LegacyBroadcastAxisOutOfRange) {
   EXPECT_TRUE(infer(a0).ok());
   EXPECT_EQ(values<float>(a0.out()), (std::vector<float>{0, 1, 2, 30, 40, 50}));
 }
+
+// ---- TfIdfVectorizer (#48's third model, #49's tfidf buckets)
+
+namespace {
+
+// One bigram (1, 2) in column 0, counted at every skip.
+void bigram_tfidf(OneNode& n) {
+  n.s("mode", "TF").i("min_gram_length", 2).i("max_gram_length", 2);
+  n.ints("ngram_counts", {0, 0}).ints("ngram_indexes", {0}).ints("pool_int64s", {1, 2});
+}
+
+}  // namespace
+
+TEST(HostileAttrs, TfIdfSkipCountBoundedByTheRow) {
+  // max_skip_count 2^31 (and INT64_MAX, whose + 1 overflowed): the skips that fit in a row of 6 are
+  // 1..5, so the counts are those of max_skip_count 5, and the run takes no longer than it.
+  for (int64_t skips : {int64_t{5}, int64_t{2147483648}, kInt64Max}) {
+    OneNode n("TfIdfVectorizer", 9, {i64({2, 6}, {1, 2, 3, 1, 3, 2, 1, 1, 1, 1, 1, 2})});
+    bigram_tfidf(n);
+    n.i("max_skip_count", skips);
+    const auto t0 = std::chrono::steady_clock::now();
+    Tensor y = n.out();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << skips;
+    ASSERT_EQ(y.shape(), (Shape{2, 1})) << skips;
+    EXPECT_EQ(values<float>(y), (std::vector<float>{3, 5})) << skips;
+  }
+  // A huge gram length fits nothing; no key of that size is built.
+  OneNode n("TfIdfVectorizer", 9, {i64({6}, {1, 2, 3, 1, 3, 2})});
+  bigram_tfidf(n);
+  n.i("min_gram_length", int64_t{1} << 62).i("max_gram_length", kInt64Max).i("max_skip_count", 3);
+  Tensor y = n.out();
+  EXPECT_EQ(values<float>(y), (std::vector<float>{0}));
+}
+
+TEST(HostileAttrs, TfIdfColumnsAreCheckedBeforeAllocating) {
+  // A negative column would be written before the row; INT64_MAX's + 1 overflows.
+  for (int64_t bad : {int64_t{-1}, kInt64Max}) {
+    OneNode n("TfIdfVectorizer", 9, {i64({6}, {1, 2, 3, 1, 3, 2})});
+    bigram_tfidf(n);
+    n.ints("ngram_indexes", {bad});
+    expect_error(n, "not an output column");
+  }
+  // A column of 2^40: the output [2, 2^40] is refused by the tensor limits, before counts of that size.
+  OneNode n("TfIdfVectorizer", 9, {i64({2, 6}, {1, 2, 3, 1, 3, 2, 1, 1, 1, 1, 1, 2})});
+  bigram_tfidf(n);
+  n.ints("ngram_indexes", {int64_t{1} << 40});
+  EXPECT_FALSE(n.run().ok());
+}

@@ -39,10 +39,13 @@ void count_row(const ops::TfIdfParams& a, const Map& grams, const std::vector<It
   const int64_t C = static_cast<int64_t>(row.size());
   int64_t start_size = a.min_gram_length;
   std::vector<Item> key;
-  for (int64_t skip = 1; skip <= a.max_skip_count + 1; ++skip) {
+  // A skip of C or more fits no n-gram of two or more items in the row (a skip larger than the row
+  // is the row): the work is bounded by the input, not by max_skip_count (INT64_MAX overflowed + 1).
+  const int64_t last_skip = std::min(a.max_skip_count, std::max<int64_t>(C - 2, 0)) + 1;
+  for (int64_t skip = 1; skip <= last_skip; ++skip) {
     for (int64_t s = 0; s < C; ++s)
       for (int64_t size = start_size; size <= a.max_gram_length; ++size) {
-        if (s + (size - 1) * skip >= C) break;
+        if (size - 1 > (C - 1 - s) / skip) break;  // s + (size - 1) * skip is past the row, without overflow
         key.clear();
         for (int64_t k = 0; k < size; ++k) key.push_back(row[s + k * skip]);
         auto it = grams.find(key);
@@ -59,7 +62,10 @@ Status tfidf_kernel(KernelContext& ctx, const TfIdf& t) {
   if (a.strings != (x.dtype() == DataType::kString)) return ctx.error("input dtype does not match the pool (strings or int64s)");
   const int64_t rows = x.rank() == 2 ? x.dim(0) : 1, C = x.rank() == 0 ? 1 : x.dim(-1);
   const Shape out_shape = x.rank() == 2 ? Shape{rows, a.out_size} : Shape{a.out_size};
-  std::vector<int64_t> freq(static_cast<size_t>(rows * a.out_size), 0);
+  // The output first: its size (from ngram_indexes) is checked against the tensor limits there, before
+  // the counts of the same size are allocated.
+  Tensor& y = ctx.output(0, DataType::kFloat32, out_shape);
+  std::vector<int64_t> freq(static_cast<size_t>(y.numel()), 0);
   for (int64_t r = 0; r < rows; ++r) {
     if (a.strings) {
       std::vector<std::string> row(x.data<std::string>() + r * C, x.data<std::string>() + (r + 1) * C);
@@ -71,7 +77,6 @@ Status tfidf_kernel(KernelContext& ctx, const TfIdf& t) {
       count_row(a, t.int_grams, row, &freq[r * a.out_size]);
     }
   }
-  Tensor& y = ctx.output(0, DataType::kFloat32, out_shape);
   float* out = y.data<float>();
   for (int64_t i = 0; i < rows * a.out_size; ++i) {
     const int64_t col = i % a.out_size;
