@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "backends/cpu/numeric.h"
 #include "ops/op_table.h"
 #include "ops/params_shape.h"
 #include "ops/shape.h"
@@ -132,4 +133,47 @@ TEST(HostileAttrs, TfIdfColumnsAreCheckedBeforeAllocating) {
   bigram_tfidf(n);
   n.ints("ngram_indexes", {int64_t{1} << 40});
   EXPECT_FALSE(n.run().ok());
+}
+
+// ---- Sizes from pads, targets and empty axes (#49's Pad, CenterCropPad, Reduce and strides buckets)
+
+TEST(HostileAttrs, PadSizesCheckedBeforeTheMaps) {
+  // An empty input padded to [0, 2^40 + 3]: an empty output, and no map of 2^40 entries.
+  OneNode empty("Pad", 18, {f32({0, 3}, {}), i64({4}, {0, 0, 0, int64_t{1} << 40})});
+  Tensor y = empty.out();
+  EXPECT_EQ(y.shape(), (Shape{0, (int64_t{1} << 40) + 3}));
+  // Pads that overflow the axis' size.
+  OneNode over("Pad", 18, {f32({2, 3}, {0, 1, 2, 3, 4, 5}), i64({4}, {0, kInt64Max, 0, 1})});
+  expect_error(over, "overflow");
+  // A real output of 2^40 + 1 floats per row: refused by the tensor limit, not by an abort.
+  OneNode big("Pad", 18, {f32({1, 1}, {1}), i64({4}, {0, 0, 0, int64_t{1} << 40})});
+  EXPECT_FALSE(big.run().ok());
+  // Removing more than an axis holds from one side, made up by the other: an error, not an overflow.
+  OneNode crop("Pad", 18, {f32({1, 3}, {0, 1, 2}), i64({4}, {0, std::numeric_limits<int64_t>::min(), 0, kInt64Max})});
+  expect_error(crop, "remove more");
+}
+
+TEST(HostileAttrs, CenterCropPadOfAnEmptyInput) {
+  OneNode n("CenterCropPad", 18, {f32({0, 3}, {}), i64({2}, {0, int64_t{1} << 40})});
+  Tensor y = n.out();
+  EXPECT_EQ(y.shape(), (Shape{0, int64_t{1} << 40}));
+}
+
+TEST(HostileAttrs, ReduceOverALongEmptyAxis) {
+  // [0, 2^40] reduced over axis 1: an empty [0, 1], without 2^40 offsets.
+  OneNode n("ReduceSum", 13, {f32({0, int64_t{1} << 40}, {}), i64({1}, {1})});
+  Tensor y = n.out();
+  EXPECT_EQ(y.shape(), (Shape{0, 1}));
+  // [2^40, 0] reduced over axis 1: 2^40 sums of nothing; the offsets (and the output) are over the
+  // tensor limit: an error.
+  OneNode m("ReduceSum", 13, {f32({int64_t{1} << 40, 0}, {}), i64({1}, {1})});
+  EXPECT_FALSE(m.run().ok());
+}
+
+TEST(HostileAttrs, StridesThatOverflowAreAnError) {
+  EXPECT_THROW(cpu::strides_of(Shape{0, int64_t{1} << 40, int64_t{1} << 40}), std::length_error);
+  EXPECT_EQ(cpu::strides_of(Shape{2, 3, 4}), (std::vector<int64_t>{12, 4, 1}));
+  // Through a kernel: an error naming the node, not undefined behaviour.
+  OneNode n("ReduceSum", 13, {f32({0, int64_t{1} << 40, int64_t{1} << 40}, {}), i64({1}, {1})});
+  expect_error(n, "overflow");
 }

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -87,10 +89,14 @@ typename Num<T>::acc acc_highest() {
 
 inline bool ops_normalize_axis(int64_t& axis, int64_t rank) { return ops::normalize_axis(axis, rank); }
 
-// Row-major strides of `s`.
+// Row-major strides of `s`. They overflow only for a shape no tensor of which exists, or an empty one
+// with a 0 before huge dims ([0, 2^40, 2^40]): that throws std::length_error, which the kernel guards
+// (executor, eager runs) turn into an error naming the node, as Tensor::empty's size check does.
 inline std::vector<int64_t> strides_of(const Shape& s) {
   std::vector<int64_t> st(s.size(), 1);
-  for (int i = static_cast<int>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
+  for (int i = static_cast<int>(s.size()) - 2; i >= 0; --i)
+    if (__builtin_mul_overflow(st[i + 1], s[i + 1], &st[i]))
+      throw std::length_error("the strides of shape " + shape_to_string(s) + " overflow int64");
   return st;
 }
 

@@ -74,6 +74,13 @@ Status make_plan(KernelContext& ctx, const ReduceAttrs& a, const Shape& in, Redu
       }
     }
   };
+  // Nothing to compute for an empty output, however long the reduced axes (a [0, 2^40] input holds no
+  // element but its block of reduced offsets would be 2^40 long). Else the offsets are checked as int64
+  // tensors of their sizes would be, before they are allocated.
+  if (shape_numel(kept_dims) == 0) return Status::Ok();
+  for (const Shape* dims : {&kept_dims, &red_dims})
+    if (std::string why = check_tensor_size(DataType::kInt64, *dims); !why.empty())
+      return ctx.error("the reduction's offsets: " + why);
   offsets(kept_dims, kept_strides, p.base);
   offsets(red_dims, red_strides, p.roff);
   return Status::Ok();

@@ -707,17 +707,24 @@ Expected<KernelPtr> create_pad(const ir::Node& n, KernelInit&) {
       fill = ctx.input(2).raw();
     }
     Shape out(r);
-    std::vector<std::vector<int64_t>> maps(r);
     for (int d = 0; d < r; ++d) {
       const int64_t dim = x.dim(d);
-      out[d] = dim + before[d] + after[d];
-      if (out[d] < 0) return ctx.error("pads remove more than axis " + std::to_string(d) + " has");
+      if (__builtin_add_overflow(dim, before[d], &out[d]) || __builtin_add_overflow(out[d], after[d], &out[d]))
+        return ctx.error("pads of axis " + std::to_string(d) + " overflow its size");
+      if (out[d] < 0 || before[d] < -dim || after[d] < -dim)
+        return ctx.error("pads remove more than axis " + std::to_string(d) + " has");
       if (p.mode != PadMode::kConstant && dim == 0 && out[d] > 0)
         return ctx.error("cannot " + p.mode_name + "-pad an empty axis");
-      maps[d].resize(out[d]);
-      for (int64_t o = 0; o < out[d]; ++o) maps[d][o] = pad_source(o - before[d], dim, p.mode);
     }
+    // The output first (its size is checked there): the maps below are sized by the pads, and an
+    // empty output, however long its other axes, needs none.
     Tensor& y = ctx.output(0, x.dtype(), out);
+    if (y.numel() == 0) return Status::Ok();
+    std::vector<std::vector<int64_t>> maps(r);
+    for (int d = 0; d < r; ++d) {
+      maps[d].resize(out[d]);
+      for (int64_t o = 0; o < out[d]; ++o) maps[d][o] = pad_source(o - before[d], x.dim(d), p.mode);
+    }
     mapped_copy(x.dtype(), y.raw(), out, x.raw(), strides_of(x.shape()), maps, fill);
     return Status::Ok();
   });
@@ -737,17 +744,22 @@ Expected<KernelPtr> create_center_crop_pad(const ir::Node& n, KernelInit&) {
     }
     if (target.size() != axes.size()) return ctx.error("shape must have one entry per axis");
     Shape out = x.shape();
+    for (size_t i = 0; i < axes.size(); ++i) {
+      int64_t& a = axes[i];
+      if (!ops::normalize_axis(a, r)) return ctx.error("axis out of range");
+      if (target[i] < 0) return ctx.error("negative target size");
+      out[a] = target[i];
+    }
+    // The output first (its size is checked there), then the maps it sizes; an empty one needs none.
+    Tensor& y = ctx.output(0, x.dtype(), out);
+    if (y.numel() == 0) return Status::Ok();
     std::vector<std::vector<int64_t>> maps(r);
     for (int d = 0; d < r; ++d) {
       maps[d].resize(x.dim(d));
       std::iota(maps[d].begin(), maps[d].end(), 0);
     }
     for (size_t i = 0; i < axes.size(); ++i) {
-      int64_t a = axes[i];
-      if (!ops::normalize_axis(a, r)) return ctx.error("axis out of range");
-      const int64_t dim = x.dim(static_cast<int>(a)), t = target[i];
-      if (t < 0) return ctx.error("negative target size");
-      out[a] = t;
+      const int64_t a = axes[i], dim = x.dim(static_cast<int>(a)), t = target[i];
       maps[a].resize(t);
       // Cropping keeps the centre (extra element dropped at the end); padding adds the extra at the end.
       const int64_t shift = t <= dim ? (dim - t) / 2 : -((t - dim) / 2);
@@ -757,7 +769,6 @@ Expected<KernelPtr> create_center_crop_pad(const ir::Node& n, KernelInit&) {
       }
     }
     ZeroElem zero;
-    Tensor& y = ctx.output(0, x.dtype(), out);
     mapped_copy(x.dtype(), y.raw(), out, x.raw(), strides_of(x.shape()), maps, zero.of(x.dtype()));
     return Status::Ok();
   });
