@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <tuple>
 
 #include "backends/cpu/numeric.h"
 #include "ops/op_table.h"
@@ -176,4 +177,70 @@ TEST(HostileAttrs, StridesThatOverflowAreAnError) {
   // Through a kernel: an error naming the node, not undefined behaviour.
   OneNode n("ReduceSum", 13, {f32({0, int64_t{1} << 40, int64_t{1} << 40}, {}), i64({1}, {1})});
   expect_error(n, "overflow");
+}
+
+// ---- NaN, ±inf and odd bytes where an integer or a bool is made (#49's UBSan buckets)
+
+namespace {
+
+Tensor u8(const Shape& s, const std::vector<uint8_t>& v) { return make_tensor(DataType::kUInt8, s, v); }
+Tensor s8(const Shape& s, const std::vector<int8_t>& v) { return make_tensor(DataType::kInt8, s, v); }
+
+}  // namespace
+
+TEST(HostileAttrs, RequantizingNaNAndInfIsDefined) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // QLinearMatMul of 2 x 3 with y_scale NaN (NaN → 0), 0 (+inf → the type's max) and -0 (-inf → its min).
+  for (const auto& [scale, want_u8, want_s8] :
+       std::vector<std::tuple<float, uint8_t, int8_t>>{{nan, 0, 0}, {0.0f, 255, 127}, {-0.0f, 0, -128}}) {
+    OneNode nu("QLinearMatMul", 10, {u8({1, 1}, {2}), f32({}, {1}), u8({}, {0}), u8({1, 1}, {3}), f32({}, {1}),
+                                     u8({}, {0}), f32({}, {scale}), u8({}, {0})});
+    Tensor yu = nu.out();
+    ASSERT_EQ(yu.numel(), 1);
+    EXPECT_EQ(yu.data<uint8_t>()[0], want_u8) << scale;
+    OneNode ns("QLinearMatMul", 10, {s8({1, 1}, {2}), f32({}, {1}), s8({}, {0}), s8({1, 1}, {3}), f32({}, {1}),
+                                     s8({}, {0}), f32({}, {scale}), s8({}, {0})});
+    Tensor ys = ns.out();
+    ASSERT_EQ(ys.numel(), 1);
+    EXPECT_EQ(ys.data<int8_t>()[0], want_s8) << scale;
+  }
+}
+
+TEST(HostileAttrs, IntegerPowByAFloatExponentIsDefined) {
+  // 2^1000 saturates, (-8)^0.5 is NaN and 0^-1 is inf: both 0 (from_double), never a cast of them.
+  OneNode n("Pow", 15, {make_tensor(DataType::kInt32, {3}, std::vector<int32_t>{2, -8, 0}), f32({3}, {1000.f, 0.5f, -1.f})});
+  Tensor y = n.out();
+  EXPECT_EQ(values<int32_t>(y), (std::vector<int32_t>{std::numeric_limits<int32_t>::max(), 0, 0}));
+}
+
+TEST(HostileAttrs, DropoutTrainingModeIsAByte) {
+  // A bool tensor's byte from a file may be 2: true (nonzero), so ratio 1.5 is refused as in training.
+  for (uint8_t byte : {uint8_t{2}, uint8_t{255}, uint8_t{0}}) {
+    Tensor training = Tensor::empty(DataType::kBool, {});
+    *static_cast<uint8_t*>(training.raw()) = byte;
+    OneNode n("Dropout", 13, {f32({4}, {1, 2, 3, 4}), f32({}, {1.5f}), training});
+    if (byte) {
+      expect_error(n, "ratio");
+    } else {
+      EXPECT_EQ(values<float>(n.out()), (std::vector<float>{1, 2, 3, 4}));
+    }
+  }
+}
+
+TEST(HostileAttrs, RoiCoordinatesThatAreNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // RoiAlign: a NaN corner samples nothing (the sample is outside), no cast of NaN.
+  OneNode align("RoiAlign", 16, {f32({1, 1, 2, 2}, {1, 2, 3, 4}), f32({1, 4}, {nan, 0, 1, 1}), i64({1}, {0})});
+  align.i("sampling_ratio", 1);
+  Tensor y = align.out();
+  ASSERT_EQ(y.numel(), 1);
+  EXPECT_EQ(y.data<float>()[0], 0.0f);
+  // MaxRoiPool: a NaN or infinite batch index or corner is an error.
+  for (int k : {0, 1, 4}) {
+    std::vector<float> roi = {0, 0, 0, 1, 1};
+    roi[k] = k == 4 ? std::numeric_limits<float>::infinity() : nan;
+    OneNode pool("MaxRoiPool", 1, {f32({1, 1, 2, 2}, {1, 2, 3, 4}), f32({1, 5}, roi)});
+    pool.ints("pooled_shape", {1, 1});
+    expect_error(pool, "not a finite number");
+  }
 }

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "backends/cpu/elementwise_common.h"
+#include "backends/cpu/numeric.h"
 #include "ops/params_misc.h"
 
 namespace kiln::cpu {
@@ -179,7 +180,11 @@ template <typename B, typename E> auto pow_value(B base, E e) {
   } else if constexpr (std::is_same_v<B, float> && !std::is_same_v<E, double>) {
     return std::pow(base, static_cast<float>(e));
   } else {
-    return static_cast<B>(std::pow(static_cast<double>(base), static_cast<double>(e)));
+    const double r = std::pow(static_cast<double>(base), static_cast<double>(e));
+    // An integer base with a float exponent can give NaN, ±inf or a value past B: from_double gives
+    // each a defined result (0 for non-finite, else saturated) where a plain cast is undefined.
+    if constexpr (std::is_integral_v<B>) return from_double<B>(r);
+    else return static_cast<B>(r);
   }
 }
 

@@ -471,8 +471,11 @@ Status matmul_integer_kernel(KernelContext& ctx) {
   return Status::Ok();
 }
 
+// NaN (a NaN scale or input) is 0, as onnxruntime's requantization gives; ±inf saturate. Casting NaN
+// to an integer is undefined behaviour, and min/max pass NaN through.
 template <typename Q>
 Q saturate_round(double v) {
+  if (std::isnan(v)) return Q(0);
   v = std::nearbyint(v);
   v = std::min<double>(std::max<double>(v, std::numeric_limits<Q>::min()), std::numeric_limits<Q>::max());
   return static_cast<Q>(v);

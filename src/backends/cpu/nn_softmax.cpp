@@ -126,7 +126,9 @@ Status dropout_kernel(KernelContext& ctx, const ops::DropoutParams& a) {
   bool training = false;
   if (a.ratio_inputs) {
     if (ctx.has_input(1) && ctx.input(1).numel()) ratio = load_as<double>(ctx.input(1), 0);
-    if (ctx.has_input(2) && ctx.input(2).numel()) training = ctx.input(2).data<bool>()[0];
+    // Read as a byte: a bool tensor from a file may hold any byte (nonzero is true); loading it as
+    // `bool` is undefined behaviour unless it is 0 or 1.
+    if (ctx.has_input(2) && ctx.input(2).numel()) training = *static_cast<const uint8_t*>(ctx.input(2).raw()) != 0;
   }
   if (training && (ratio < 0 || ratio >= 1)) return ctx.error("ratio must be in [0, 1)");
   if (!training) ratio = 0;

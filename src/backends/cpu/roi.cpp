@@ -9,6 +9,7 @@
 #include "backends/cpu/rq_common.h"
 #include "ops/op_table.h"
 #include "ops/params_ml.h"
+#include "util/checked.h"
 
 namespace kiln::cpu::rq {
 namespace {
@@ -53,7 +54,8 @@ struct Sample {
 
 Sample bilinear_sample(double y, double x, int64_t H, int64_t W) {
   Sample s;
-  if (y < -1.0 || y > static_cast<double>(H) || x < -1.0 || x > static_cast<double>(W)) return s;
+  // Written so NaN coordinates are outside too (no sample) rather than cast to an integer.
+  if (!(y >= -1.0 && y <= static_cast<double>(H) && x >= -1.0 && x <= static_cast<double>(W))) return s;
   y = std::max(y, 0.0);
   x = std::max(x, 0.0);
   int64_t y0 = static_cast<int64_t>(y), x0 = static_cast<int64_t>(x), y1, x1;
@@ -147,10 +149,14 @@ Status max_roi_pool_kernel(KernelContext& ctx, int64_t PH, int64_t PW, double sc
   const int64_t R = rois.dim(0), N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
   Tensor& y = ctx.output(0, x.dtype(), {R, C, PH, PW});
   for (int64_t r = 0; r < R; ++r) {
-    const int64_t n = static_cast<int64_t>(load_f64(rois, r * 5));
+    // The roi's batch index and corners are floats: NaN, inf or past 2^53 is an error, not a cast.
+    int64_t v[5];
+    for (int k = 0; k < 5; ++k)
+      if (!count_from_double(k ? std::round(load_f64(rois, r * 5 + k) * scale) : load_f64(rois, r * 5), &v[k]))
+        return ctx.error("roi " + std::to_string(r) + " has a value that is not a finite number in range");
+    const int64_t n = v[0];
     if (n < 0 || n >= N) return ctx.error("batch index " + std::to_string(n) + " out of range");
-    const auto at = [&](int k) { return static_cast<int64_t>(std::round(load_f64(rois, r * 5 + k) * scale)); };
-    const int64_t sw = at(1), sh = at(2), ew = at(3), eh = at(4);
+    const int64_t sw = v[1], sh = v[2], ew = v[3], eh = v[4];
     const double bh = static_cast<double>(std::max<int64_t>(eh - sh + 1, 1)) / static_cast<double>(PH);
     const double bw = static_cast<double>(std::max<int64_t>(ew - sw + 1, 1)) / static_cast<double>(PW);
     for (int64_t c = 0; c < C; ++c)
@@ -173,7 +179,7 @@ Status max_roi_pool_kernel(KernelContext& ctx, int64_t PH, int64_t PW, double sc
 
 // Bilinear value of a plane at (h, w); zero outside.
 double deform_sample(const double* p, int64_t H, int64_t W, double h, double w) {
-  if (h <= -1 || h >= static_cast<double>(H) || w <= -1 || w >= static_cast<double>(W)) return 0;
+  if (!(h > -1 && h < static_cast<double>(H) && w > -1 && w < static_cast<double>(W))) return 0;  // NaN too
   const int64_t h0 = static_cast<int64_t>(std::floor(h)), w0 = static_cast<int64_t>(std::floor(w));
   const double lh = h - static_cast<double>(h0), lw = w - static_cast<double>(w0);
   auto at = [&](int64_t y, int64_t x) { return y >= 0 && y < H && x >= 0 && x < W ? p[y * W + x] : 0.0; };
