@@ -347,6 +347,18 @@ Expected<const KernelDef*> step_kernel_row(Backend& backend, const Step& s, cons
   return def;
 }
 
+// A kernel's factory sizes what it prepares from the node (attributes, weights): an allocation that
+// fails there is this node's error, never an abort of the caller.
+static Expected<KernelPtr> create_kernel(const KernelDef& def, const ir::Node& n, KernelInit& init) {
+  try {
+    return def.create(n, init);
+  } catch (const std::bad_alloc&) {
+    return runtime_error(n.describe() + ": out of memory preparing its kernel");
+  } catch (const std::exception& e) {
+    return runtime_error(n.describe() + ": " + e.what());
+  }
+}
+
 Status instantiate_kernels(CompiledGraph& cg, SubgraphRunner* subgraphs) {
   cg.kernels.clear();
   cg.kernels.resize(cg.steps.size());
@@ -364,7 +376,7 @@ Status instantiate_kernels(CompiledGraph& cg, SubgraphRunner* subgraphs) {
     KernelInit init;
     init.subgraphs = subgraphs;
     init.device_state = backend->build_state();
-    auto kernel = def->create(n, init);
+    auto kernel = create_kernel(*def, n, init);
     if (!kernel.ok()) return kernel.status().with_context(n.describe());
     cg.kernels[si] = std::move(kernel).value();
   }

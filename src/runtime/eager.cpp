@@ -45,12 +45,14 @@ Expected<std::vector<Slot>> run_node_eager(const ir::Node& node, const std::vect
   if (!def) return unsupported(node.describe() + ": no CPU kernel" + (why.empty() ? "" : " (" + why + ")"));
   KernelInit init;
   init.subgraphs = subgraphs;
-  KILN_ASSIGN_OR_RETURN(KernelPtr kernel, def->create(node, init));
   std::vector<Slot> outputs(node.outputs.size());
-  EagerContext ctx(node, inputs, outputs);
   try {
+    KILN_ASSIGN_OR_RETURN(KernelPtr kernel, def->create(node, init));
+    EagerContext ctx(node, inputs, outputs);
     KILN_RETURN_IF_ERROR(ctx.shapes.prepare(*kernel, ctx, [](size_t b) { return cpu_backend().allocate(b); }));
     KILN_RETURN_IF_ERROR(kernel->run(ctx));
+  } catch (const std::bad_alloc&) {
+    return runtime_error(node.describe() + ": out of memory");
   } catch (const std::exception& e) {
     return runtime_error(node.describe() + ": " + e.what());
   }
