@@ -54,6 +54,11 @@ kiln::Precision parse_precision(const std::string& p) {
   return v.ok() ? *v : kiln::Precision::kFloat32;
 }
 
+// The largest random input kiln invents: a model can declare an input of gigabytes (a [1, 2^30]
+// float is 4 GiB), and a run that was not given one should not make it up (#48). The library itself
+// runs a real input of any size the limits allow.
+constexpr size_t kMaxRandomInputBytes = size_t{1} << 30;
+
 // Random inputs for a model run without --input: dynamic dims become 1. Floats uniform in [-1, 1),
 // integers 0 or 1 (safe as indices and sizes), bools either, strings short random words.
 kiln::Expected<kiln::Tensor> random_input(const kiln::TensorInfo& info, std::mt19937& rng) {
@@ -61,6 +66,13 @@ kiln::Expected<kiln::Tensor> random_input(const kiln::TensorInfo& info, std::mt1
     return kiln::invalid_argument("input '" + info.name + "' needs --input (its type is " + info.type_string() + ")");
   kiln::Shape shape;
   for (int64_t d : info.shape) shape.push_back(d >= 0 ? d : 1);
+  if (std::string why = kiln::check_tensor_size(info.dtype, shape); !why.empty())
+    return kiln::invalid_argument("input '" + info.name + "': " + why + "; give it with --input name=file.npy");
+  if (const size_t bytes = kiln::shape_nbytes(info.dtype, shape); bytes > kMaxRandomInputBytes)
+    return kiln::invalid_argument("input '" + info.name + "' of shape " + kiln::shape_to_string(shape) + " (" +
+                                  kiln::dtype_name(info.dtype) + ") needs " + std::to_string(bytes) +
+                                  " bytes; kiln makes up random inputs of at most 1 GiB: give it with --input "
+                                  "name=file.npy");
   kiln::Tensor t = kiln::Tensor::empty(info.dtype, shape);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   const int64_t n = t.numel();
