@@ -244,3 +244,29 @@ TEST(HostileAttrs, RoiCoordinatesThatAreNaN) {
     expect_error(pool, "not a finite number");
   }
 }
+
+// ---- MaxUnpool params against X's rank (#49's heap overflow from a mutated engine file)
+
+TEST(HostileAttrs, MaxUnpoolParamsOfTheWrongLength) {
+  // Run eagerly, as a kernel made from an engine file's stored node is: no shape inference before it.
+  const Tensor x = f32({1, 1, 2, 2}, {1, 2, 3, 4});
+  const Tensor ind = i64({1, 1, 2, 2}, {0, 3, 8, 15});
+  OneNode strides("MaxUnpool", 11, {x, ind});
+  strides.ints("kernel_shape", {2, 2}).ints("strides", {2});  // one stride for two spatial dims
+  expect_error(strides, "strides must have one entry per spatial dim");
+  OneNode pads("MaxUnpool", 11, {x, ind});
+  pads.ints("kernel_shape", {2, 2}).ints("strides", {2, 2}).ints("pads", {0, 0});
+  expect_error(pads, "pads must have two entries per spatial dim");
+  OneNode huge("MaxUnpool", 11, {x, ind});
+  huge.ints("kernel_shape", {2, 2}).ints("strides", {kInt64Max, 2});
+  expect_error(huge, "no valid size");
+  // Well-formed: 2x2 → 4x4 with the values at indexes 0, 3, 8 and 15.
+  OneNode ok("MaxUnpool", 11, {x, ind});
+  ok.ints("kernel_shape", {2, 2}).ints("strides", {2, 2});
+  Tensor y = ok.out();
+  ASSERT_EQ(y.shape(), (Shape{1, 1, 4, 4}));
+  EXPECT_EQ(y.data<float>()[0], 1.0f);
+  EXPECT_EQ(y.data<float>()[3], 2.0f);
+  EXPECT_EQ(y.data<float>()[8], 3.0f);
+  EXPECT_EQ(y.data<float>()[15], 4.0f);
+}

@@ -510,11 +510,20 @@ Status max_unpool_kernel(KernelContext& ctx, const PoolAttrs& a) {
   if (!is_real(x.dtype())) return ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype()));
   const size_t n = x.rank() - 2;
   if (a.w.kernel.size() != n) return ctx.error("kernel_shape must have one entry per spatial dim");
+  // The node may come from an engine file, whose params nothing else held against X's rank: a short
+  // strides or pads list was read past its end here (#49).
+  if (!a.w.strides.empty() && a.w.strides.size() != n) return ctx.error("strides must have one entry per spatial dim");
+  if (!a.w.pads.empty() && a.w.pads.size() != 2 * n) return ctx.error("pads must have two entries per spatial dim");
   Shape inferred = {x.dim(0), x.dim(1)};
   for (size_t d = 0; d < n; ++d) {
     const int64_t s = a.w.strides.empty() ? 1 : a.w.strides[d];
     const int64_t pb = a.w.pads.empty() ? 0 : a.w.pads[d], pe = a.w.pads.empty() ? 0 : a.w.pads[n + d];
-    inferred.push_back((x.dim(static_cast<int>(d) + 2) - 1) * s + a.w.kernel[d] - pb - pe);
+    int64_t dim = 0;
+    if (s < 1 || __builtin_mul_overflow(x.dim(static_cast<int>(d) + 2) - 1, s, &dim) ||
+        __builtin_add_overflow(dim, a.w.kernel[d], &dim) || __builtin_sub_overflow(dim, pb, &dim) ||
+        __builtin_sub_overflow(dim, pe, &dim) || dim < 0)
+      return ctx.error("strides, kernel_shape and pads give spatial dim " + std::to_string(d) + " no valid size");
+    inferred.push_back(dim);
   }
   Shape ys = inferred;
   if (ctx.has_input(2)) {
