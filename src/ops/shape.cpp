@@ -84,9 +84,6 @@ std::string equal_split_sizes(int64_t dim, const SplitParams& p, int64_t outputs
     if (p.num_outputs != outputs)
       return "num_outputs is " + std::to_string(p.num_outputs) + " but the node has " + std::to_string(outputs) +
              " outputs";
-    if (p.num_outputs > dim)
-      return "num_outputs " + std::to_string(p.num_outputs) + " is larger than the split axis (" +
-             std::to_string(dim) + ")";
   }
   const int64_t parts = outputs;
   if (parts < 1) return "split needs at least one output";

@@ -28,8 +28,8 @@ struct SplitParams;
 
 // Split sizes when no explicit 'split' is given: `parts` chunks of ceil(dim / parts), the last one
 // smaller. The parts are opset 18's `num_outputs` when given, else the node's `outputs`. Like onnx's
-// reference, chunks past the end are empty: 5 into 4 parts is 2, 2, 1, 0. A given `num_outputs` must
-// equal `outputs` and be at most `dim` (onnx's checker says the same); that is checked before
+// reference, chunks past the end are empty: 5 into 4 parts is 2, 2, 1, 0 (onnx's own expanded
+// AffineGrid tests split a dim of 2 in 3). A given `num_outputs` must equal `outputs`, checked before
 // anything is sized by it, so a hostile 2^30 allocates nothing. Returns "" on success.
 std::string equal_split_sizes(int64_t dim, const SplitParams& p, int64_t outputs, std::vector<int64_t>* sizes);
 
