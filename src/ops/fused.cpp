@@ -42,7 +42,9 @@
 //                                softmax(where(bool_mask == mask_fill_where_true, mask_fill, scale * QK^T) + mask) V;
 //                                sequence_first = 1: Q [S,B,H*D], K, V [T,B,...], Y [S,B,H*Dv];
 //                                zero_nan_rows = 1: a row whose softmax is NaN (every key -inf) has
-//                                probabilities 0 (torch's SDPA export: Where(IsNaN(P), 0, P))
+//                                probabilities 0 (torch's SDPA export: Where(IsNaN(P), 0, P));
+//                                packed_qkv = 1: Q, K, V are one [B,S,3*H*D] tensor (inputs 0-2 alike),
+//                                its column blocks 0, 1, 2 → Y [B,S,H*D]
 //
 // activation (ir/epilogue.h, the one list): "" (none), Relu, LeakyRelu (alpha), Clip (min, max), Sigmoid, HardSigmoid (alpha, beta),
 // HardSwish, Silu, Tanh, Gelu, GeluTanh.
@@ -175,7 +177,12 @@ Status infer_attention(InferContext& c) {
   const ir::SymShape& v = c.shape(2);
   if (!q.known || !v.known) return Status::Ok();
   if (q.rank() != 3 || v.rank() != 3) return c.error("Q and V must be 3-D ([batch, sequence, heads * head_size], or sequence-first)");
-  c.out[0].shape = ir::SymShape({q.dims[0], q.dims[1], v.dims[2]});
+  ir::Dim hv = v.dims[2];
+  if (parse_fused_attention(c.node).packed_qkv) {
+    if (hv.is_static() && hv.value % 3 != 0) return c.error("a packed QKV's last dim is not 3 equal parts");
+    hv = hv.is_static() ? ir::Dim(hv.value / 3) : ir::Dim();
+  }
+  c.out[0].shape = ir::SymShape({q.dims[0], q.dims[1], hv});
   return Status::Ok();
 }
 

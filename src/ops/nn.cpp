@@ -402,4 +402,13 @@ AttentionStrides attention_strides(int64_t B, int64_t S, int64_t T, int64_t H, i
   return a;
 }
 
+AttentionStrides packed_attention_strides(int64_t S, int64_t H, int64_t D) {
+  AttentionStrides a;
+  a.q_row = a.k_row = a.v_row = 3 * H * D;
+  a.q_batch = a.k_batch = a.v_batch = S * 3 * H * D;
+  a.y_row = H * D;
+  a.y_batch = S * H * D;
+  return a;
+}
+
 }  // namespace kiln::ops

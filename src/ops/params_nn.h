@@ -196,6 +196,10 @@ struct FusedAttentionParams {
   // 0, so its context row is 0 (torch's SDPA export guards the softmax with Where(IsNaN(P), 0, P));
   // else the row is NaN, as Softmax gives it.
   bool zero_nan_rows = false;
+  // Q, K and V are one tensor [B, S, 3*H*D] (given as inputs 0, 1 and 2 alike; the kernels read input
+  // 0), their column blocks 0, 1 and 2 (timm's fused projection, passes/fuse_attention.cpp);
+  // batch-first, T = S, Dv = D
+  bool packed_qkv = false;
 };
 FusedAttentionParams parse_fused_attention(const ir::Node& n);
 

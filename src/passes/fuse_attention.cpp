@@ -66,6 +66,30 @@ Pat attention_pattern_4d() {
   return op("Reshape", {op("Transpose", {context}).as("out_t")});
 }
 
+// timm's attention (ViT, DeiT, Swin, ... with F.scaled_dot_product_attention or its own products):
+// one projection qkv [B, N, 3*H*D] cut into heads by
+//   heads(qkv) = Transpose(Reshape(qkv, [B, N, 3, H, D]), 2,0,3,1,4)        [3, B, H, N, D]
+//   q, k, v    = Squeeze(Split(heads(qkv), axis 0), 0)                      [B, H, N, D] each
+//   scores     = MatMul(q [* cq], Transpose(k, 0,1,3,2) [* ck]) [* c | / c] [+ bias or mask]
+//   y          = Reshape(Transpose(MatMul(Softmax(scores), v), 0,2,1,3), [B, N, H*D])
+// becomes kiln.Attention(qkv, qkv, qkv[, mask], packed_qkv = 1): Q, K and V are the three column
+// blocks of qkv, read in place (Swin's relative position bias is the additive mask, [H, N, N]).
+Pat packed_part(const std::string& x) {
+  Pat qkv_heads = op("Transpose", {op("Reshape", {any("qkv")}).as("qkv_reshape")}).as("qkv_t");
+  return op("Squeeze", {op("Split", {qkv_heads}).as("split_" + x).of_any_output()}).as(x + "_sq");
+}
+
+Pat attention_pattern_packed() {
+  Pat q = maybe(op("Mul", {packed_part("q"), cst("q_scale")}).commute());
+  Pat k = maybe(op("Mul", {op("Transpose", {packed_part("k")}).as("k_tr"), cst("k_scale")}).commute());
+  Pat scores = op("MatMul", {q, k}).as("qk");
+  Pat scaled = maybe(op("Div", {maybe(op("Mul", {scores, cst("mul")}).commute()), cst("div")}));
+  Pat masked = maybe(op("Add", {scaled, any("mask")}).commute());
+  Pat probs = op("Softmax", {masked}).as("softmax");
+  Pat context = op("MatMul", {probs, packed_part("v")});
+  return op("Reshape", {op("Transpose", {context}).as("out_t")});
+}
+
 bool has_perm(const ir::Node* n, std::vector<int64_t> p) { return n && n->attr_ints("perm") == p; }
 
 bool same_dim(const ir::Dim& a, const ir::Dim& b) {
@@ -152,11 +176,14 @@ bool elem_is_dim(const ShapeElem& e, const ir::Value* x, int i) {
 }
 
 // Reshape(x, shape) maps x [B, S, N] to [B, S, rest...] keeping B and S: shape[0] copies (0) or is
-// B; shape[1] copies, is S, or is -1 after a copied/known B (then it is S, as rest multiplies to N).
+// B; shape[1] copies, is S, or is -1 after a copied/known B (then it is S, as rest multiplies to N);
+// or shape[0] is -1 and shape[1] is S (then it is B, as rest multiplies to N).
 bool keeps_batch_and_sequence(const ir::Node& reshape, const ir::Value* x, const std::vector<ShapeElem>& el,
                               int64_t rest, int64_t n) {
   if (reshape.attr_int("allowzero", 0) != 0 || el.size() < 3) return false;
   auto copies = [&](int i) { return (!el[i].of && el[i].value == 0) || elem_is_dim(el[i], x, i); };
+  // [-1, S, rest...] (the shape folded once S was known): the -1 is B when rest multiplies to N.
+  if (!el[0].of && el[0].value == -1) return copies(1) && rest == n;
   if (!copies(0)) return false;
   return copies(1) || (!el[1].of && el[1].value == -1 && rest == n);
 }
@@ -266,6 +293,116 @@ std::string split_heads(Match& m, HeadSplit split, Heads* out) {
   return "";
 }
 
+void set_int(ir::Node* n, const char* key, int64_t v) {
+  n->attrs[key].kind = ir::Attribute::Kind::kInt;
+  n->attrs[key].i = v;
+}
+void set_float(ir::Node* n, const char* key, double v) {
+  n->attrs[key].kind = ir::Attribute::Kind::kFloat;
+  n->attrs[key].f = static_cast<float>(v);
+}
+
+// Replaces the match by kiln.Attention(ins) with H heads and the scores' scale.
+ir::Node* replace_by_attention(Rewriter& rw, Match& m, const std::vector<ir::Value*>& ins, int64_t H, double scale) {
+  ir::Node* n = rw.replace(m, "Attention", "kiln", 1, ins);
+  set_int(n, "num_heads", H);
+  set_float(n, "scale", scale);
+  return n;
+}
+
+// Reshape(context [B, S, H, Dv] from out_t) → [B, S, H*Dv] at the match's root, its dims 0 and 1 being
+// Q's (q: a value whose dims 0 and 1 are B and S). "" when so, else why not.
+std::string merges_heads(Match& m, const ir::Value* q, int64_t H, int64_t Dv) {
+  auto out_el = shape_value(m.root()->inputs.size() > 1 ? m.root()->inputs[1] : nullptr);
+  const ir::Value* merged = m.node("out_t")->outputs[0];
+  if (!out_el || out_el->size() != 3 || (*out_el)[2].of) return "the output is not reshaped to [B, S, H*Dv]";
+  // Its dims 0 and 1 are B and S: the context's own dims (copied), or the same as Q's.
+  const std::vector<ShapeElem>& el = *out_el;
+  auto is_q_dim = [&](int i) {
+    const ShapeElem& e = el[i];
+    return (!e.of && e.value == 0) || (e.of == merged && e.value == i) || elem_is_dim(e, q, i);
+  };
+  // reshape(B, S, -1) (HuggingFace since transformers 5): the -1 is H*Dv once B and S are kept.
+  if (el[2].value != H * Dv && !(el[2].value == -1 && is_q_dim(0) && is_q_dim(1)))
+    return "the output is not reshaped to [B, S, H*Dv]";
+  if (m.root()->attr_int("allowzero", 0) != 0) return "the output reshape may not restore [B, S]";
+  // reshape(-1, S, H*Dv) (the shape folded once S was known): the -1 is B.
+  if (!el[0].of && el[0].value == -1 && is_q_dim(1) && el[2].value == H * Dv) return "";
+  if (!is_q_dim(0) || !(is_q_dim(1) || (!el[1].of && el[1].value == -1))) return "the output reshape may not restore [B, S]";
+  return "";
+}
+
+// The additive mask (or bias) of a match, when it has one: float32 and of rank <= 4 (broadcast to
+// [B, H, S, T] by the kernels). "" when usable, else why not.
+std::string usable_mask(Match& m) {
+  if (!m.has("mask")) return "";
+  const ir::Value* mask = m["mask"];
+  if (mask->type.dtype != DataType::kFloat32) return "the mask is not float32";
+  // (an unknown rank is checked by the kernel: it broadcasts masks of rank <= 4 only)
+  if (mask->type.shape.known && mask->type.shape.rank() > 4) return "the mask's rank is > 4";
+  return "";
+}
+
+// The packed form (attention_pattern_packed): one Split of one head transpose of one reshape of qkv
+// into [B, N, 3, H, D], its outputs 0, 1, 2 squeezed to Q, K, V. "" when rewritten, else why not.
+std::string fuse_packed(Rewriter& rw, Match& m) {
+  const ir::Node* split = m.node("split_q");
+  if (m.node("split_k") != split || m.node("split_v") != split) return "Q, K and V are not cut from one Split";
+  if (split->attr_int("axis", 0) != 0 || split->outputs.size() != 3) return "the Split is not in three along axis 0";
+  const char* parts[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i) {
+    const ir::Node* sq = m.node(std::string(parts[i]) + "_sq");
+    if (sq->inputs[0] != split->outputs[i]) return "Q, K, V are not the Split's outputs 0, 1, 2 in order";
+    std::vector<int64_t> axes = sq->attr_ints("axes");
+    if (sq->inputs.size() > 1 && sq->inputs[1]) {
+      axes.clear();
+      for (double a : constant_values(sq->inputs[1])) axes.push_back(saturating_int64(a));
+    }
+    if (axes != std::vector<int64_t>{0}) return "a head Squeeze is not of axis 0";
+  }
+  // Equal parts: no sizes (opset 18's num_outputs 3, or the outputs' count), or sizes 1, 1, 1.
+  if (split->inputs.size() > 1 && split->inputs[1]) {
+    const std::vector<double> sizes = constant_values(split->inputs[1]);
+    if (sizes != std::vector<double>{1, 1, 1}) return "the Split's sizes are not 1, 1, 1";
+  } else if (split->attrs.count("split") && split->attr_ints("split") != std::vector<int64_t>{1, 1, 1}) {
+    return "the Split's sizes are not 1, 1, 1";
+  }
+  if (!has_perm(m.node("qkv_t"), {2, 0, 3, 1, 4}) || !has_perm(m.node("k_tr"), {0, 1, 3, 2}) ||
+      !has_perm(m.node("out_t"), {0, 2, 1, 3}))
+    return "head transposes are not (2,0,3,1,4) for QKV, (0,1,3,2) for K and (0,2,1,3) for the output";
+  const ir::Value* qkv = m["qkv"];
+  if (qkv->type.dtype != DataType::kFloat32) return "not float32";
+  const auto& xs = qkv->type.shape;
+  const ir::Node* reshape = m.node("qkv_reshape");
+  const auto el = shape_value(reshape->inputs.size() > 1 ? reshape->inputs[1] : nullptr);
+  if (!xs.known || xs.rank() != 3 || !xs.dims[2].is_static() || !el || el->size() != 5)
+    return "'" + qkv->name + "' is not [B, N, 3*H*D] reshaped to [B, N, 3, H, D]";
+  const int64_t hidden = xs.dims[2].value;
+  ShapeElem three = (*el)[2], h = (*el)[3], d = (*el)[4];
+  if (three.of || h.of || d.of) return "the head sizes of '" + qkv->name + "' are not static";
+  if (h.value == -1 && three.value == 3 && d.value > 0 && hidden % (3 * d.value) == 0) h.value = hidden / (3 * d.value);
+  if (d.value == -1 && three.value == 3 && h.value > 0 && hidden % (3 * h.value) == 0) d.value = hidden / (3 * h.value);
+  if (three.value != 3 || h.value <= 0 || d.value <= 0 || 3 * h.value * d.value != hidden)
+    return "'" + qkv->name + "' is not reshaped to [B, N, 3, H, D]";
+  if (!keeps_batch_and_sequence(*reshape, qkv, *el, 3 * h.value * d.value, hidden))
+    return "the head reshape of '" + qkv->name + "' may not keep dims [B, N]";
+  const int64_t H = h.value, D = d.value;
+  const ir::Node* sm = m.node("softmax");
+  const int64_t axis = sm->attr_int("axis", sm->opset < 13 ? 1 : -1);
+  if (axis != -1 && axis != 3) return "Softmax is not over the keys";
+  if (std::string why = merges_heads(m, qkv, H, D); !why.empty()) return why;
+  const auto scale = attention_scale(m);
+  if (!scale) return "a scale is not a non-zero scalar";
+  if (std::string why = usable_mask(m); !why.empty()) return why;
+  std::vector<ir::Value*> ins = {m["qkv"], m["qkv"], m["qkv"]};
+  if (m.has("mask")) ins.push_back(m["mask"]);
+  const std::string what = m.node("qk")->describe() + " … " + m.root()->describe();
+  if (std::string why = rw.unsupported_on_target("kiln", "Attention"); !why.empty()) return why;
+  set_int(replace_by_attention(rw, m, ins, H, *scale), "packed_qkv", 1);
+  rw.log("fused packed-QKV attention (" + std::to_string(H) + " heads of " + std::to_string(D) + ") " + what);
+  return "";
+}
+
 // The sequence-first form (see the top of the file): kiln.Attention(q, k, v, sequence_first = 1),
 // reshaped by the match's own output Reshape; the scores have rank `scores_rank` (3, or 4 for
 // torch 2.x's heads). "" when rewritten, else why not.
@@ -298,12 +435,9 @@ std::string fuse_sequence_first(Rewriter& rw, Match& m, int64_t scores_rank) {
                              ir::Type::tensor(m["q"]->type.dtype, ir::SymShape({qs.dims[0], qs.dims[1], ir::Dim(H * Dv)})));
   ir::Node* att = g.add_node("Attention", "kiln", {m["q"], m["k"], m["v"]}, {y}, root->name + "_attention");
   att->opset = 1;
-  att->attrs["num_heads"].kind = ir::Attribute::Kind::kInt;
-  att->attrs["num_heads"].i = H;
-  att->attrs["scale"].kind = ir::Attribute::Kind::kFloat;
-  att->attrs["scale"].f = static_cast<float>(*scale);
-  att->attrs["sequence_first"].kind = ir::Attribute::Kind::kInt;
-  att->attrs["sequence_first"].i = 1;
+  set_int(att, "num_heads", H);
+  set_float(att, "scale", *scale);
+  set_int(att, "sequence_first", 1);
   const std::string what = m.node("qk")->describe() + " … " + root->describe();
   rw.replace(m, "Reshape", "", root->opset, {y, root->inputs[1]});
   rw.log("fused sequence-first attention (" + std::to_string(H) + " heads of " + std::to_string(D) + ") " + what);
@@ -316,6 +450,7 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
   Rewriter rw(g, ctx, "fuse-attention");
   const std::vector<Rule> rules = {
       {"multi-head attention (sequence-first, 4-D heads)", attention_pattern_4d(), 6},
+      {"multi-head attention (packed QKV)", attention_pattern_packed(), 6},
       {"multi-head attention", attention_pattern(WhereForm::kNone), 4},
       {"multi-head attention (NaN-guarded softmax)", attention_pattern(WhereForm::kNone, false, true), 4},
       // Expand to a constant shape first: otherwise the Expand would be taken as the condition.
@@ -325,6 +460,7 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
       {"multi-head attention (Where mask)", attention_pattern(WhereForm::kFillWhereTrue), 4},
   };
   return rw.run(rules, [&](Match& m) -> std::string {
+    if (m.node("split_q")) return fuse_packed(rw, m);
     if (m.node("q_r4")) {
       if (!has_perm(m.node("q_t"), {1, 0, 2}) || !has_perm(m.node("k_t"), {1, 0, 2}) || !has_perm(m.node("v_t"), {1, 0, 2}) ||
           !has_perm(m.node("k_t4"), {0, 1, 3, 2}) || !has_perm(m.node("out_t"), {2, 0, 1, 3}))
@@ -361,22 +497,7 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
     const int64_t axis = sm->attr_int("axis", sm->opset < 13 ? 1 : -1);
     if (axis != -1 && axis != 3) return "Softmax is not over the keys";
     // The merge: Reshape(context [B, S, H, Dv]) → [B, S, H*Dv].
-    auto out_el = shape_value(m.root()->inputs.size() > 1 ? m.root()->inputs[1] : nullptr);
-    const ir::Value* merged = m.node("out_t")->outputs[0];
-    if (!out_el || out_el->size() != 3 || (*out_el)[2].of)
-      return "the output is not reshaped to [B, S, H*Dv]";
-    // Its dims 0 and 1 are B and S: the context's own dims (copied), or the same as Q's.
-    std::vector<ShapeElem> el = *out_el;
-    auto is_q_dim = [&](int i) {
-      const ShapeElem& e = el[i];
-      return (!e.of && e.value == 0) || (e.of == merged && e.value == i) || elem_is_dim(e, m["q"], i);
-    };
-    // reshape(B, S, -1) (HuggingFace since transformers 5): the -1 is H*Dv once B and S are kept.
-    if (el[2].value != H * Dv && !(el[2].value == -1 && is_q_dim(0) && is_q_dim(1)))
-      return "the output is not reshaped to [B, S, H*Dv]";
-    if (m.root()->attr_int("allowzero", 0) != 0 || !is_q_dim(0) ||
-        !(is_q_dim(1) || (!el[1].of && el[1].value == -1)))
-      return "the output reshape may not restore [B, S]";
+    if (std::string why = merges_heads(m, m["q"], H, Dv); !why.empty()) return why;
     const auto scale_or = attention_scale(m);
     if (!scale_or) return "a scale is not a non-zero scalar";
     const double scale = *scale_or;
@@ -385,13 +506,8 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
       if (!z || *z != 0) return "the softmax's NaN guard does not fill 0";
     }
     std::vector<ir::Value*> ins = {m["q"], m["k"], m["v"]};
-    if (m.has("mask")) {
-      const ir::Value* mask = m["mask"];
-      if (mask->type.dtype != DataType::kFloat32) return "the mask is not float32";
-      // (an unknown rank is checked by the kernel: it broadcasts masks of rank <= 4 only)
-      if (mask->type.shape.known && mask->type.shape.rank() > 4) return "the mask's rank is > 4";
-      ins.push_back(m["mask"]);
-    }
+    if (std::string why = usable_mask(m); !why.empty()) return why;
+    if (m.has("mask")) ins.push_back(m["mask"]);
     std::optional<double> fill;
     bool fill_where_true = false;
     if (m.has("cond")) {
@@ -419,21 +535,12 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
     }
     const std::string what = m.node("qk")->describe() + " … " + m.root()->describe();
     if (std::string why = rw.unsupported_on_target("kiln", "Attention"); !why.empty()) return why;
-    ir::Node* n = rw.replace(m, "Attention", "kiln", 1, ins);
-    n->attrs["num_heads"].kind = ir::Attribute::Kind::kInt;
-    n->attrs["num_heads"].i = H;
-    n->attrs["scale"].kind = ir::Attribute::Kind::kFloat;
-    n->attrs["scale"].f = static_cast<float>(scale);
+    ir::Node* n = replace_by_attention(rw, m, ins, H, scale);
     if (fill) {
-      n->attrs["mask_fill"].kind = ir::Attribute::Kind::kFloat;
-      n->attrs["mask_fill"].f = static_cast<float>(*fill);
-      n->attrs["mask_fill_where_true"].kind = ir::Attribute::Kind::kInt;
-      n->attrs["mask_fill_where_true"].i = fill_where_true ? 1 : 0;
+      set_float(n, "mask_fill", *fill);
+      set_int(n, "mask_fill_where_true", fill_where_true ? 1 : 0);
     }
-    if (m.has("nan_fill")) {
-      n->attrs["zero_nan_rows"].kind = ir::Attribute::Kind::kInt;
-      n->attrs["zero_nan_rows"].i = 1;
-    }
+    if (m.has("nan_fill")) set_int(n, "zero_nan_rows", 1);
     rw.log("fused attention (" + std::to_string(H) + " heads of " + std::to_string(D) + ") " + what);
     return "";
   });

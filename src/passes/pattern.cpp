@@ -87,7 +87,7 @@ bool match_inputs(const Pat& p, ir::Node* n, Match& m) {
 bool match_op(const Pat& p, ir::Value* v, Match& m) {
   if (!p.name.empty() && m.values.count(p.name)) return bind(p, v, m);  // already matched there
   ir::Node* n = v ? v->producer : nullptr;
-  if (!n || v->producer_output != 0 || n->domain != p.domain ||
+  if (!n || (v->producer_output != 0 && !p.any_output) || n->domain != p.domain ||
       std::find(p.ops.begin(), p.ops.end(), n->op_type) == p.ops.end()) {
     m.why = "expected " + label(p) + ", found " + value_label(v);
     return false;

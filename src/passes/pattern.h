@@ -36,11 +36,14 @@ struct Pat {
   bool optional = false;         // kOp: may be absent
   bool last_first = false;       // kOp: match inputs from the last to the first (so a later input's
                                  // captures are known when an earlier one refers to them by name)
+  bool any_output = false;       // kOp: the value may be any output of the node (else output 0 only);
+                                 // the node is captured by name, the value is the one matched
 
   Pat as(std::string n) const { Pat p = *this; p.name = std::move(n); return p; }
   Pat commute() const { Pat p = *this; p.commutative = true; return p; }
   Pat in_domain(std::string d) const { Pat p = *this; p.domain = std::move(d); return p; }
   Pat inputs_last_first() const { Pat p = *this; p.last_first = true; return p; }
+  Pat of_any_output() const { Pat p = *this; p.any_output = true; return p; }
 };
 
 // Any value; a constant (initializer or folded); an op ("A|B" accepts either).

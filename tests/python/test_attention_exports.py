@@ -24,11 +24,12 @@ FUSED = {
     "bert_default": 2,        # transformers SDPA export: additive mask, softmax guarded by Where(IsNaN)
     "gpt2_default": 2,        # causal + padding mask built by the model, the same guard
     "vit_torchvision": 2,     # nn.MultiheadAttention, sequence-first 4-D heads
+    "vit_timm": 2,            # packed QKV: Reshape [B, N, 3, H, D], Transpose, Split, Squeeze
 }
 NOT_YET = {
     "llama_gqa_default": 2,   # RoPE, grouped K/V heads (Expand + Reshape)
-    "vit_timm": 2,            # packed QKV: Reshape [B, N, 3, H, D], Transpose, Split
-    "swin_timm": 4,           # the same, plus relative position bias and shifted-window masks
+    "swin_timm": 4,           # packed QKV + relative position bias: the shifted-window blocks add their
+                              # mask between two Reshapes of the scores (test_swin_windows_fuse below)
 }
 
 
@@ -75,3 +76,10 @@ def test_attention_fuses_in_default_exports(name):
     ops = ops_after(kiln.Engine.build(os.path.join(MODELS, name + ".onnx")))
     want = FUSED.get(name) or NOT_YET[name]
     assert ops["Attention"] == want and ops["Softmax"] == 0 and ops["IsNaN"] == 0, dict(ops)
+
+
+def test_swin_windows_fuse():
+    """Swin's plain window blocks (packed QKV, relative position bias as the additive mask) fuse; the
+    shifted-window blocks (the mask added to the scores viewed [B/nW, nW, H, N, N]) do not yet."""
+    ops = ops_after(kiln.Engine.build(os.path.join(MODELS, "swin_timm.onnx")))
+    assert ops["Attention"] == 2 and ops["Softmax"] == 2, dict(ops)

@@ -310,7 +310,8 @@ namespace {
 
 // kiln.Attention (the fused op the attention passes make) on Q, K, V [1, S, H*D] = [1, 3, 2*4] and an
 // additive mask [1, 1, S, T] (T = 5) whose row 1 is all -inf.
-std::vector<Tensor> fused_attention(const std::vector<Tensor>& qkvm, bool zero_nan_rows) {
+std::vector<Tensor> fused_attention(const std::vector<Tensor>& qkvm, bool zero_nan_rows, bool packed_qkv = false,
+                                    int64_t heads = 2) {
   ir::Graph g;
   std::vector<ir::Value*> ins;
   std::vector<Slot> slots;
@@ -320,9 +321,10 @@ std::vector<Tensor> fused_attention(const std::vector<Tensor>& qkvm, bool zero_n
   }
   ir::Node* n = g.add_node("Attention", "kiln", ins, {g.add_value("y")}, "n");
   n->opset = 1;
-  n->attrs["num_heads"] = int_attr(2);
+  n->attrs["num_heads"] = int_attr(heads);
   n->attrs["scale"] = float_attr(0.5f);
   if (zero_nan_rows) n->attrs["zero_nan_rows"] = int_attr(1);
+  if (packed_qkv) n->attrs["packed_qkv"] = int_attr(1);
   auto r = run_node_eager(*n, slots);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   std::vector<Tensor> out;
@@ -357,4 +359,31 @@ TEST(FusedAttention, ZeroNanRowsZeroesFullyMaskedRowsOnly) {
         EXPECT_EQ(g, p) << s << "," << c;
       }
     }
+}
+
+// packed_qkv (timm's one projection [B, N, 3*H*D]): the same numbers as Q, K, V cut out of it, with
+// and without an additive mask (Swin's relative position bias [H, N, N]).
+TEST(FusedAttention, PackedQkvIsTheOpOnItsThreeColumnBlocks) {
+  const int64_t B = 2, N = 7, H = 3, D = 4, W = H * D;
+  Tensor qkv = random(DataType::kFloat32, {B, N, 3 * W});
+  Tensor part[3];
+  for (int i = 0; i < 3; ++i) {
+    part[i] = Tensor::empty(DataType::kFloat32, {B, N, W});
+    for (int64_t r = 0; r < B * N; ++r)
+      for (int64_t c = 0; c < W; ++c) part[i].data<float>()[r * W + c] = qkv.data<float>()[r * 3 * W + i * W + c];
+  }
+  const Tensor bias = random(DataType::kFloat32, {H, N, N});
+  for (bool with_bias : {false, true}) {
+    std::vector<Tensor> packed_in = {qkv, qkv, qkv}, split_in = {part[0], part[1], part[2]};
+    if (with_bias) {
+      packed_in.push_back(bias);
+      split_in.push_back(bias);
+    }
+    const auto got = fused_attention(packed_in, false, true, H);
+    const auto want = fused_attention(split_in, false, false, H);
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_EQ(want.size(), 1u);
+    ASSERT_EQ(got[0].shape(), (Shape{B, N, W}));
+    for (int64_t i = 0; i < want[0].numel(); ++i) EXPECT_NEAR(get(got[0], i), get(want[0], i), 1e-6) << i;
+  }
 }

@@ -490,6 +490,31 @@ TEST(CudaOps, AttentionZeroNanRowsMatchesCpu) {
     }
 }
 
+// packed_qkv (timm's one projection [B, N, 3*H*D], Q, K, V its column blocks read in place) on CUDA
+// against the CPU: head sizes 40 (CUDA-core kernel), 64 and 128 (tensor-core kernels in float16 and
+// bfloat16), with Swin's relative position bias [H, N, N] as the additive mask.
+TEST(CudaOps, PackedQkvAttentionMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(41);
+  for (DataType dt : {kF32, kF16, kBF16})
+    for (int64_t d : {40, 64, 128}) {
+      const int64_t B = 3, N = 97, H = 2;
+      Tensor qkv = random_tensor({B, N, 3 * H * d}, rng);
+      for (bool bias : {false, true}) {
+        std::vector<Tensor> ins = {qkv, qkv, qkv};
+        if (bias) ins.push_back(random_tensor({H, N, N}, rng, -2, 2));
+        compare("Attention", 1, ins,
+                [&](OneNode& n) {
+                  n.node->domain = "kiln";
+                  n.set_int("num_heads", H);
+                  n.set_float("scale", 0.125f);
+                  n.set_int("packed_qkv", 1);
+                },
+                dt, "packed QKV, head " + std::to_string(d) + (bias ? ", bias" : ""));
+      }
+    }
+}
+
 // [A, B, C] float32 as [B, A, C].
 Tensor swap01(const Tensor& x) {
   const int64_t A = x.dim(0), Bd = x.dim(1), C = x.dim(2);

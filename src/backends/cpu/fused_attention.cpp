@@ -21,6 +21,7 @@ struct AttentionAttrs {
   bool fill_where_true = false;  // fill where the bool mask is true (else where it is false)
   bool sequence_first = false;   // Q [S, B, H*D], K/V [T, B, ...], Y [S, B, H*Dv]
   bool zero_nan_rows = false;    // a row whose softmax is NaN gets probabilities 0
+  bool packed_qkv = false;       // Q, K, V: column blocks 0, 1, 2 of one [B, S, 3*H*D] tensor
 };
 
 
@@ -74,9 +75,14 @@ Status attention(KernelContext& ctx, const AttentionAttrs& a) {
   const int bd = a.sequence_first ? 1 : 0, sd = 1 - bd;
   const int64_t B = q.dim(bd), S = q.dim(sd), T = k.dim(sd), H = a.heads;
   if (k.dim(bd) != B || v.dim(bd) != B || v.dim(sd) != T) return ctx.error("Q, K, V batch or key lengths differ");
-  if (q.dim(2) % H || v.dim(2) % H || k.dim(2) != q.dim(2))
+  // Packed: the hidden size of each part is a third of the tensor's.
+  const int64_t parts = a.packed_qkv ? 3 : 1;
+  // (inputs 1 and 2 are the same tensor as input 0, which alone is read)
+  if (a.packed_qkv && (a.sequence_first || q.shape() != k.shape() || q.shape() != v.shape() || q.dim(2) % 3))
+    return ctx.error("a packed QKV is one batch-first tensor [B, S, 3*H*D] given as Q, K and V");
+  if ((q.dim(2) / parts) % H || (v.dim(2) / parts) % H || k.dim(2) != q.dim(2))
     return ctx.error("hidden sizes do not split into " + std::to_string(H) + " heads");
-  const int64_t D = q.dim(2) / H, Dv = v.dim(2) / H;
+  const int64_t D = q.dim(2) / parts / H, Dv = v.dim(2) / parts / H;
   const int64_t full[4] = {B, H, S, T};
   int64_t ms[4] = {0, 0, 0, 0};
   const float* mask = nullptr;
@@ -97,15 +103,16 @@ Status attention(KernelContext& ctx, const AttentionAttrs& a) {
   Tensor& y = ctx.output(0, DataType::kFloat32, a.sequence_first ? Shape{S, B, H * Dv} : Shape{B, S, H * Dv});
   if (y.numel() == 0) return Status::Ok();
   const float* pq = q.data<float>();
-  const float* pk = k.data<float>();
-  const float* pv = v.data<float>();
+  const float* pk = a.packed_qkv ? pq + H * D : k.data<float>();
+  const float* pv = a.packed_qkv ? pq + 2 * H * D : v.data<float>();
   float* py = y.data<float>();
   if (T == 0) {
     // softmax over nothing: NaN, or 0 under zero_nan_rows
     std::fill(py, py + y.numel(), a.zero_nan_rows ? 0.0f : std::numeric_limits<float>::quiet_NaN());
     return Status::Ok();
   }
-  const ops::AttentionStrides st = ops::attention_strides(B, S, T, H, D, Dv, a.sequence_first);
+  const ops::AttentionStrides st = a.packed_qkv ? ops::packed_attention_strides(S, H, D)
+                                                : ops::attention_strides(B, S, T, H, D, Dv, a.sequence_first);
   parallel_for(B * H, 1, [&](int64_t j0, int64_t j1) {
     std::vector<float> scores(static_cast<size_t>(S * T));
     for (int64_t j = j0; j < j1; ++j) {
@@ -134,7 +141,8 @@ void register_fused_attention(KernelRegistry& r) {
          },
          [](const ir::Node& n, KernelInit&) {
            const ops::FusedAttentionParams p = ops::parse_fused_attention(n);
-           AttentionAttrs a{p.num_heads, p.scale, p.mask_fill, p.mask_fill_where_true, p.sequence_first, p.zero_nan_rows};
+           AttentionAttrs a{p.num_heads, p.scale, p.mask_fill, p.mask_fill_where_true, p.sequence_first, p.zero_nan_rows,
+                            p.packed_qkv};
            return make_kernel([a](KernelContext& ctx) { return attention(ctx, a); });
          }});
 }

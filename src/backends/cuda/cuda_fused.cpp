@@ -142,7 +142,7 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
   base.fill = p.mask_fill;
   base.fill_where_true = p.mask_fill_where_true;
   base.zero_nan_rows = p.zero_nan_rows;
-  auto reshape = [base, sequence_first = p.sequence_first](ReshapeContext& rc) -> Status {
+  auto reshape = [base, sequence_first = p.sequence_first, packed = p.packed_qkv](ReshapeContext& rc) -> Status {
     for (int i = 0; i < 3; ++i)
       if (static_cast<size_t>(i) >= rc.in.size() || !rc.in[i].present) return rc.error("Q, K and V are required");
     const Shape& q = rc.in[0].shape;
@@ -154,17 +154,25 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
     const int bd = sequence_first ? 1 : 0, sd = 1 - bd;  // the batch and sequence dims
     const int64_t B = q[bd], S = q[sd], T = k[sd], H = base.heads;
     if (k[bd] != B || v[bd] != B || v[sd] != T) return rc.error("Q, K, V batch or key lengths differ");
-    if (q[2] % H || v[2] % H || k[2] != q[2]) return rc.error("hidden sizes do not split into " + std::to_string(H) + " heads");
+    // Packed: Q, K, V are column blocks of one [B, S, 3*H*D] tensor, given as inputs 0, 1 and 2 alike
+    // (input 0 alone is read).
+    const int64_t parts = packed ? 3 : 1;
+    if (packed && (sequence_first || q != k || q != v || q[2] % 3))
+      return rc.error("a packed QKV is one batch-first tensor [B, S, 3*H*D] given as Q, K and V");
+    if ((q[2] / parts) % H || (v[2] / parts) % H || k[2] != q[2])
+      return rc.error("hidden sizes do not split into " + std::to_string(H) + " heads");
     auto a = std::make_shared<AttentionArgs>(base);
     a->elem = elem_of(dt);
     a->b = B;
     a->s = S;
     a->t = T;
-    a->d = static_cast<int>(q[2] / H);
-    a->dv = static_cast<int>(v[2] / H);
+    a->d = static_cast<int>(q[2] / parts / H);
+    a->dv = static_cast<int>(v[2] / parts / H);
+    a->packed_qkv = packed;
     if (a->d > kMaxAttentionHead || a->dv > kMaxAttentionHead)
       return rc.error("head sizes above " + std::to_string(kMaxAttentionHead) + " do not run on CUDA");
-    const ops::AttentionStrides st = ops::attention_strides(B, S, T, H, a->d, a->dv, sequence_first);
+    const ops::AttentionStrides st = packed ? ops::packed_attention_strides(S, H, a->d)
+                                            : ops::attention_strides(B, S, T, H, a->d, a->dv, sequence_first);
     a->q_row = st.q_row, a->k_row = st.k_row, a->v_row = st.v_row, a->y_row = st.y_row;
     a->q_batch = st.q_batch, a->k_batch = st.k_batch, a->v_batch = st.v_batch, a->y_batch = st.y_batch;
     const int64_t full[4] = {B, H, S, T};
@@ -203,6 +211,11 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
     a.q = ctx.input(0).raw();
     a.k = ctx.input(1).raw();
     a.v = ctx.input(2).raw();
+    if (a.packed_qkv) {
+      const size_t part = static_cast<size_t>(a.heads) * a.d * dtype_size(ctx.input(0).dtype());
+      a.k = static_cast<const char*>(a.q) + part;
+      a.v = static_cast<const char*>(a.q) + 2 * part;
+    }
     a.mask = ctx.has_input(3) ? ctx.input(3).raw() : nullptr;
     a.cond = ctx.num_inputs() > 4 && ctx.has_input(4) ? ctx.input(4).data<bool>() : nullptr;
     a.y = ctx.output(0).raw();

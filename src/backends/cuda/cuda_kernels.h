@@ -246,6 +246,7 @@ struct AttentionArgs {
   float scale = 1.f, fill = 0.f;
   bool fill_where_true = false;
   bool zero_nan_rows = false;  // a row whose probabilities are NaN gives a zero context row
+  bool packed_qkv = false;     // q, k, v point into one [B, S, 3*H*D] tensor (its column blocks)
   int64_t ms[4] = {}, cs[4] = {};
   // Element strides of one sequence step (row) and of one batch entry of Q, K, V and Y, as
   // ops::attention_strides gives them for batch-first or sequence-first tensors.
