@@ -4,8 +4,9 @@
 #     from PyPI into a fresh virtual environment (build/wheel-venv, no access to .venv or the source
 #     tree); there, from another folder and without PYTHONPATH, `import kiln` runs the example model
 #     and matches ONNX Runtime (.venv's), and the `kiln` command does info/build/run;
-#  2. the C++ package: `cmake --install build` into build/install-test, then tests/install/consumer
-#     (find_package(kiln), kiln::kiln) is built against it and runs the example model.
+#  2. the C++ package: `cmake --install build` into build/install-test; each installed header compiles
+#     alone as C++17, and tests/install/consumer (find_package(kiln), kiln::kiln, C++17) is built
+#     against it and runs the example model.
 # Any failure ends it with a non-zero status.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -115,6 +116,12 @@ if find build/install-test -mindepth 1 \( -name "*test*" -o -name "fuzz_*" -o -n
 fi
 no_checkout_paths build/install-test/bin/kiln build/install-test/lib/libkiln.so
 build/install-test/bin/kiln --version
+# Each installed header on its own, as C++17 (kiln::kiln exports cxx_std_17; kiln builds as C++20).
+for h in build/install-test/include/kiln/*.h; do
+  echo "#include \"kiln/$(basename "$h")\"" |
+    logged "cxx17-$(basename "$h" .h)" "${CXX:-c++}" -std=c++17 -pedantic-errors -fsyntax-only -x c++ \
+      -I build/install-test/include -
+done
 logged consumer-configure cmake -S tests/install/consumer -B "$work/consumer" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$root/build/install-test"
 logged consumer-build cmake --build "$work/consumer"

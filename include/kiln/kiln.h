@@ -1,6 +1,8 @@
 // kiln/kiln.h — the public C++ API: build an engine from an ONNX model, save/load it, run it.
 //
-//   auto engine = kiln::Engine::build("model.onnx", {.device = kiln::DeviceType::kCUDA});
+//   kiln::BuildOptions options;
+//   options.device = kiln::DeviceType::kCUDA;
+//   auto engine = kiln::Engine::build("model.onnx", options);
 //   if (!engine) { std::cerr << engine.status().to_string(); return 1; }
 //   auto ctx = (*engine)->create_context();
 //   auto outs = (*ctx)->run({{"input", kiln::Value::of(tensor)}});

@@ -20,7 +20,9 @@ enum class DeviceType : int32_t { kCPU = 0, kCUDA = 1 };
 struct Device {
   DeviceType type = DeviceType::kCPU;
   int index = 0;
-  bool operator==(const Device&) const = default;
+  // Written out (not `= default`, which is C++20): the public headers are C++17.
+  bool operator==(const Device& o) const { return type == o.type && index == o.index; }
+  bool operator!=(const Device& o) const { return !(*this == o); }
   bool is_cpu() const { return type == DeviceType::kCPU; }
   std::string to_string() const;
 };

@@ -14,7 +14,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::printf("kiln %s\n", kiln::version());
-  auto engine = kiln::Engine::build(argv[1], {.device = kiln::DeviceType::kCPU});
+  kiln::BuildOptions options;
+  options.device = kiln::DeviceType::kCPU;
+  auto engine = kiln::Engine::build(argv[1], options);
   if (!engine) {
     std::fprintf(stderr, "build: %s\n", engine.status().to_string().c_str());
     return 1;
