@@ -51,6 +51,12 @@ echo "== wheel (pip wheel from build/)"
   -C build-dir=build -w build/dist .
 wheel=$(ls build/dist/kiln-*.whl)
 echo "$(basename "$wheel"): $(du -h "$wheel" | cut -f1)"
+.venv/bin/python - "$wheel" <<'PY'
+import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+missing = [f for f in ("LICENSE", "NOTICE") if not any(n.endswith(".dist-info/licenses/" + f) for n in names)]
+assert not missing, f"the wheel lacks {missing} (pyproject.toml's license-files)"
+PY
 
 echo "== install it into a fresh virtual environment (dependencies from PyPI)"
 .venv/bin/python -m venv build/wheel-venv
@@ -108,7 +114,8 @@ cd "$root"
 
 echo "== C++ package: cmake --install, then a program built with find_package(kiln)"
 logged cmake-install cmake --install build --prefix build/install-test
-for f in bin/kiln include/kiln/kiln.h lib/cmake/kiln/kilnConfig.cmake lib/cmake/kiln/kilnConfigVersion.cmake; do
+for f in bin/kiln include/kiln/kiln.h lib/cmake/kiln/kilnConfig.cmake lib/cmake/kiln/kilnConfigVersion.cmake \
+         share/doc/kiln/LICENSE; do
   [ -e "build/install-test/$f" ] || { echo "cmake --install left out $f"; exit 1; }
 done
 if find build/install-test -mindepth 1 \( -name "*test*" -o -name "fuzz_*" -o -name "_kiln*" \) | grep -q .; then
