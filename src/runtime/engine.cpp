@@ -11,13 +11,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 #include <utility>
 
 #include "backends/backend.h"
 #include "runtime/engine_impl.h"
 #include "runtime/executor.h"
+#include "util/atomic_file.h"
 #include "util/env.h"
 #include "util/log.h"
 #include "util/thread_count.h"
@@ -158,11 +158,9 @@ Expected<std::shared_ptr<Engine>> Engine::load(const std::string& engine_path) {
 
 Status Engine::save(const std::string& engine_path) const {
   KILN_ASSIGN_OR_RETURN(std::string bytes, serialize());
-  std::ofstream f(engine_path, std::ios::binary | std::ios::trunc);
-  if (!f) return io_error("cannot write '" + engine_path + "'");
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!f) return io_error("error writing '" + engine_path + "'");
-  return Status::Ok();
+  // Replaced whole, never rewritten in place: a session that mapped the old file (Engine::load)
+  // keeps reading the old, unchanged inode instead of seeing its weights change or vanish.
+  return write_file_atomically(engine_path, bytes, "engine");
 }
 
 Expected<std::string> Engine::serialize() const { return serialize_engine(*impl_); }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "util/atomic_file.h"
 #include "util/checksum.h"
 
 namespace kiln {
@@ -98,16 +99,9 @@ Status TimingCache::write(const std::string& path) const {
       body += layer + "\t" + tactic + "\t" + buf + "\n";
     }
   body += "end " + hex64(checksum64(body.data(), body.size())) + "\n";
-  // Written whole to a temporary file and renamed: a reader never sees half a cache.
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return io_error("cannot write timing cache '" + tmp + "'");
-    f.write(body.data(), static_cast<std::streamsize>(body.size()));
-    if (!f) return io_error("error writing timing cache '" + tmp + "'");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return io_error("cannot replace timing cache '" + path + "'");
-  return Status::Ok();
+  // Written whole to a temporary file created exclusively beside it and renamed: a reader never
+  // sees half a cache, and a symlink planted at the temporary name is never written through.
+  return write_file_atomically(path, body, "timing cache");
 }
 
 Status merge_timing_caches(const std::vector<std::string>& inputs, const std::string& out) {
