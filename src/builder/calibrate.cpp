@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -34,6 +35,7 @@
 
 #include "ir/float_types.h"
 #include "passes/passes.h"
+#include "util/atomic_file.h"
 #include "util/log.h"
 
 namespace kiln {
@@ -185,42 +187,71 @@ std::string cache_header(const std::string& model_hash, const std::string& metho
 }
 
 Status write_cache(const std::string& path, const std::string& header, const std::map<std::string, std::pair<double, double>>& ranges) {
-  std::ofstream f(path);
-  if (!f) return io_error("cannot write the calibration cache '" + path + "'");
-  f << header << "\n";
+  std::string body = header + "\n";
   char buf[64];
   for (const auto& [name, r] : ranges) {
     std::snprintf(buf, sizeof(buf), " %.9g %.9g", r.first, r.second);
-    f << name.size() << " " << name << buf << "\n";
+    body += std::to_string(name.size()) + " " + name + buf + "\n";
   }
-  return f ? Status::Ok() : io_error("cannot write the calibration cache '" + path + "'");
+  // Replaced whole through a temporary file created exclusively beside it: never written through a
+  // planted symlink, never seen half written.
+  return write_file_atomically(path, body, "calibration cache");
 }
 
-// Ranges from a cache written for this model and method; nullopt (with a warning) for anything else.
-std::optional<std::map<std::string, std::pair<double, double>>> read_cache(const std::string& path, const std::string& header) {
+// The largest |range| kept: its 8-bit scale (range / 127, / 255 or / 448) and the products computed
+// with it stay finite in float32 (whose largest value is 3.4e38) with room for the accumulations.
+constexpr double kMaxRange = 1e30;
+
+// A calibrated range is finite, ordered and representable; else an error naming the tensor and
+// where the range came from.
+Status check_range(const std::string& tensor, double lo, double hi, const std::string& source) {
+  if (!std::isfinite(lo) || !std::isfinite(hi) || lo > hi)
+    return invalid_argument("calibration: tensor '" + tensor + "' has an invalid range [" + std::to_string(lo) + ", " +
+                            std::to_string(hi) + "] in " + source + "; ranges must be finite with min <= max");
+  if (std::fabs(lo) > kMaxRange || std::fabs(hi) > kMaxRange)
+    return invalid_argument("calibration: tensor '" + tensor + "' has a range beyond +-1e30 in " + source +
+                            ", which 8-bit scales in float32 cannot represent; check the calibration data");
+  return Status::Ok();
+}
+
+// Ranges from a cache written for this model and method; nullopt (with a warning) for a cache of
+// another model or method or one whose lines cannot be parsed. A parsed range that is not finite or
+// not representable is an error naming the tensor: a forged cache must not give NaN scales.
+Expected<std::optional<std::map<std::string, std::pair<double, double>>>> read_cache(const std::string& path,
+                                                                                    const std::string& header) {
+  using Ranges = std::map<std::string, std::pair<double, double>>;
   std::ifstream f(path);
-  if (!f) return std::nullopt;
+  if (!f) return std::optional<Ranges>();
   std::string line;
   if (!std::getline(f, line) || line != header) {
     log(LogLevel::kWarning, "calibration cache '" + path + "' was written for another model or method: calibrating again");
-    return std::nullopt;
+    return std::optional<Ranges>();
   }
-  std::map<std::string, std::pair<double, double>> r;
+  Ranges r;
   while (std::getline(f, line)) {
     std::istringstream is(line);
     size_t len = 0;
-    if (!(is >> len) || len == 0 || len > line.size()) return std::nullopt;
+    if (!(is >> len) || len == 0 || len > line.size()) return std::optional<Ranges>();
     is.get();
     std::string name(len, '\0');
-    if (!is.read(name.data(), static_cast<std::streamsize>(len))) return std::nullopt;
-    double lo = 0, hi = 0;
-    if (!(is >> lo >> hi) || !std::isfinite(lo) || !std::isfinite(hi) || lo > hi) {
+    if (!is.read(name.data(), static_cast<std::streamsize>(len))) return std::optional<Ranges>();
+    // Read as text, so that "nan" and "inf" (which >> refuses) are reported as such, not as damage.
+    std::string lo_s, hi_s;
+    if (!(is >> lo_s >> hi_s)) {
       log(LogLevel::kWarning, "calibration cache '" + path + "' is damaged: calibrating again");
-      return std::nullopt;
+      return std::optional<Ranges>();
     }
+    char* end_lo = nullptr;
+    char* end_hi = nullptr;
+    const double lo = std::strtod(lo_s.c_str(), &end_lo), hi = std::strtod(hi_s.c_str(), &end_hi);
+    if (*end_lo != '\0' || *end_hi != '\0') {
+      log(LogLevel::kWarning, "calibration cache '" + path + "' is damaged: calibrating again");
+      return std::optional<Ranges>();
+    }
+    KILN_RETURN_IF_ERROR(check_range(name, lo, hi, "the calibration cache '" + path + "'"));
     r[name] = {lo, hi};
   }
-  return r;
+  return std::optional<Ranges>(std::move(r));
 }
 
 Tensor scalar_f32(float v) {
@@ -362,7 +393,8 @@ Expected<Calibration> calibrate(ir::Graph& g, const BuildOptions& options, const
   auto& ranges = cal.ranges;
   bool& from_cache = cal.from_cache;
   if (!options.calibration_cache.empty()) {
-    if (auto c = read_cache(options.calibration_cache, header)) {
+    KILN_ASSIGN_OR_RETURN(auto c, read_cache(options.calibration_cache, header));
+    if (c) {
       ranges = std::move(*c);
       from_cache = true;
       for (const std::string& a : acts)
@@ -415,8 +447,14 @@ Expected<Calibration> calibrate(ir::Graph& g, const BuildOptions& options, const
         }));
       }
     }
-    for (auto& [name, rg] : r) {
-      if (!std::isfinite(rg.lo)) rg.lo = rg.hi = 0;
+    for (const std::string& name : acts) {  // graph order: an error names the first bad tensor
+      const Range& rg = r[name];
+      // No finite value seen (all NaN/inf, or empty in every set): a [0, 0] range would quantize the
+      // tensor to garbage that an accuracy check on the same data cannot see.
+      if (!std::isfinite(rg.lo))
+        return invalid_argument("calibration: tensor '" + name + "' had no finite values in " +
+                                std::to_string(options.calibration.size()) +
+                                " calibration sets (all NaN/inf, or empty); check the calibration data");
       double lo = rg.lo, hi = rg.hi;
       if (hist) {
         // uint8 with a zero point: the threshold clips both sides of a signed tensor alike.
@@ -425,6 +463,7 @@ Expected<Calibration> calibrate(ir::Graph& g, const BuildOptions& options, const
         lo = std::max(lo, -t);
         hi = std::min(hi, t);
       }
+      KILN_RETURN_IF_ERROR(check_range(name, lo, hi, "the calibration data"));
       ranges[name] = {lo, hi};
     }
     cal.sets = static_cast<int>(options.calibration.size());
@@ -698,11 +737,27 @@ Expected<Int8Report> quantize_8bit(ir::Graph& g, const BuildOptions& options, co
   return report;
 }
 
+namespace {
+
+// Why an input's name cannot name its file in a calibration folder (a path: '/', '\\', "." or "..",
+// absolute, or with a NUL), or "" when it can. Names map to files inside the folder only.
+std::string unsafe_file_name(const std::string& name) {
+  if (name.empty()) return "it is empty";
+  if (name == "." || name == "..") return "it is '" + name + "'";
+  if (name.find('/') != std::string::npos) return "it contains '/'";
+  if (name.find('\\') != std::string::npos) return "it contains '\\'";
+  if (name.find('\0') != std::string::npos) return "it contains a NUL character";
+  return "";
+}
+
+}  // namespace
+
 Expected<std::vector<std::map<std::string, Tensor>>> read_calibration_dir(const std::string& dir,
                                                                          const std::vector<std::string>& input_names) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return not_found("calibration data: '" + dir + "' is not a folder");
+
   std::vector<std::map<std::string, Tensor>> sets;
   std::vector<fs::path> entries;
   for (const auto& e : fs::directory_iterator(dir, ec)) entries.push_back(e.path());
@@ -712,6 +767,10 @@ Expected<std::vector<std::map<std::string, Tensor>>> read_calibration_dir(const 
       // One input set per subfolder: <input name>.npy for each input.
       std::map<std::string, Tensor> set;
       for (const std::string& name : input_names) {
+        if (const std::string why = unsafe_file_name(name); !why.empty())
+          return invalid_argument("calibration data: input '" + name + "' cannot be read from '" + p.string() +
+                                  "' as <input name>.npy: " + why + " (names map to files inside the folder only); " +
+                                  "give the calibration sets through the API (BuildOptions::calibration) instead");
         KILN_ASSIGN_OR_RETURN(Tensor t, read_npy((p / (name + ".npy")).string()));
         set[name] = std::move(t);
       }

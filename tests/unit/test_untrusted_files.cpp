@@ -201,3 +201,30 @@ TEST(UntrustedFiles, AtomicWriteNeverFollowsSymlinksAndLeavesNoTemporaryFile) {
   EXPECT_FALSE(write_file_atomically((dir.path / "fifo").string(), "x", "test file").ok());  // never blocks
   EXPECT_TRUE(strays(dir.path, {"victim.txt", "out.txt", "fifo"}).empty());
 }
+
+// ---- 5. Calibration input names map to files inside the calibration folder only.
+
+TEST(UntrustedFiles, CalibrationInputNamesThatArePathsAreRefused) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  const fs::path calib = dir.path / "calib";
+  fs::create_directories(calib / "set0");
+  Tensor t = Tensor::empty(DataType::kFloat32, {2});
+  t.data<float>()[0] = t.data<float>()[1] = 1.0f;
+  // What a hostile name would reach: files outside the folder.
+  ASSERT_TRUE(write_npy((dir.path / "secret.npy").string(), t).ok());
+  ASSERT_TRUE(write_npy((calib / "set0" / "ok.npy").string(), t).ok());
+  const std::vector<std::string> hostile = {"../secret", "../../secret", (dir.path / "secret").string(), "a\\b", ".", "..",
+                                            std::string("ok\0/../../secret", 16), "sub/ok"};
+  for (const std::string& name : hostile) {
+    auto sets = read_calibration_dir(calib.string(), {"ok", name});
+    ASSERT_FALSE(sets.ok()) << name;
+    EXPECT_EQ(sets.status().code(), StatusCode::kInvalidArgument) << sets.status().to_string();
+    EXPECT_NE(sets.status().message().find("input '" + name + "'"), std::string::npos) << sets.status().to_string();
+    EXPECT_NE(sets.status().message().find("inside the folder"), std::string::npos) << sets.status().to_string();
+  }
+  // Plain names still read.
+  auto ok = read_calibration_dir(calib.string(), {"ok"});
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(ok->size(), 1u);
+}
