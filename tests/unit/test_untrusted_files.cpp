@@ -228,3 +228,120 @@ TEST(UntrustedFiles, CalibrationInputNamesThatArePathsAreRefused) {
   ASSERT_TRUE(ok.ok()) << ok.status().to_string();
   EXPECT_EQ(ok->size(), 1u);
 }
+
+// ---- 4. NaN and ±inf through the CPU activations, against numpy's formulas (onnx.reference).
+
+namespace {
+
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+const float kInf = std::numeric_limits<float>::infinity();
+const std::vector<float> kSpecial = {kNaN, kInf, -kInf, 0.0f, -1.0f, 2.0f, 0.3f, -0.3f};
+
+double np_clip(double x, double lo, double hi) { return std::isnan(x) ? x : std::min(std::max(x, lo), hi); }
+double np_maximum(double a, double b) { return std::isnan(a) || std::isnan(b) ? std::nan("") : std::max(a, b); }
+double np_minimum(double a, double b) { return std::isnan(a) || std::isnan(b) ? std::nan("") : std::min(a, b); }
+double np_where(bool c, double a, double b) { return c ? a : b; }
+
+struct NanCase {
+  std::string op;
+  std::map<std::string, ir::Attribute> attrs;
+  std::function<double(double)> ref;  // onnx.reference's formula, in numpy's NaN semantics
+};
+
+std::vector<NanCase> nan_cases() {
+  using ewtest::attr_f;
+  const double sa = 1.67326319217681884765625, sg = 1.05070102214813232421875;
+  return {
+      {"Relu", {}, [](double x) { return np_maximum(x, 0); }},
+      {"Celu", {}, [](double x) { return np_maximum(0, x) + np_minimum(0, std::exp(x) - 1); }},
+      {"HardSigmoid", {}, [](double x) { return np_clip(x * 0.2 + 0.5, 0, 1); }},
+      {"HardSwish", {}, [](double x) { return x * np_maximum(0, np_minimum(1, x / 6 + 0.5)); }},
+      {"LeakyRelu", {}, [](double x) { return np_where(x > 0, x, x * 0.01); }},
+      {"Elu", {}, [](double x) { return np_where(x > 0, x, std::exp(x) - 1); }},
+      {"Selu", {}, [=](double x) { return np_where(x > 0, x * sg, (std::exp(x) * sa - sa) * sg); }},
+      {"ThresholdedRelu", {}, [](double x) { return np_where(x > 1, x, 0); }},
+      {"Shrink", {{"lambd", attr_f(0.5f)}, {"bias", attr_f(0.1f)}},
+       [](double x) { return np_where(x < -0.5, x + 0.1, np_where(x > 0.5, x - 0.1, 0)); }},
+      {"Softplus", {}, [](double x) { return std::log1p(std::exp(x)); }},
+      {"Mish", {}, [](double x) { return x * std::tanh(std::log1p(std::exp(x))); }},
+      {"Softsign", {}, [](double x) { return x / (1 + std::fabs(x)); }},
+      {"Sigmoid", {}, [](double x) { return 1 / (1 + std::exp(-x)); }},
+      {"Tanh", {}, [](double x) { return std::tanh(x); }},
+      {"Gelu", {}, [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }},
+      {"Clip", {}, [](double x) { return x; }},
+  };
+}
+
+void expect_like_reference(const std::string& what, const std::vector<float>& in, const std::vector<float>& got,
+                           const std::function<double(double)>& ref) {
+  ASSERT_EQ(got.size(), in.size()) << what;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const double want = ref(in[i]);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got[i])) << what << "(" << in[i] << ") = " << got[i] << ", the reference gives NaN";
+    } else if (std::isinf(want)) {
+      EXPECT_EQ(static_cast<double>(got[i]), want) << what << "(" << in[i] << ")";
+    } else {
+      EXPECT_NEAR(got[i], want, 1e-5 + 1e-5 * std::fabs(want)) << what << "(" << in[i] << ")";
+    }
+  }
+}
+
+}  // namespace
+
+TEST(UntrustedNumbers, CpuActivationsKeepNaNAndInfAsTheReference) {
+  for (const NanCase& c : nan_cases()) {
+    for (DataType dt : {DataType::kFloat32, DataType::kFloat64}) {
+      Tensor x = Tensor::empty(dt, {static_cast<int64_t>(kSpecial.size())});
+      for (size_t i = 0; i < kSpecial.size(); ++i) {
+        if (dt == DataType::kFloat32) x.data<float>()[i] = kSpecial[i];
+        else x.data<double>()[i] = kSpecial[i];
+      }
+      auto y = ewtest::run(c.op, {x}, c.attrs, 20);
+      ASSERT_TRUE(y.ok()) << c.op << ": " << y.status().to_string();
+      std::vector<float> got;
+      for (int64_t i = 0; i < y->numel(); ++i)
+        got.push_back(dt == DataType::kFloat32 ? y->data<float>()[i] : static_cast<float>(y->data<double>()[i]));
+      expect_like_reference(c.op + std::string(dt == DataType::kFloat32 ? " f32" : " f64"), kSpecial, got, c.ref);
+    }
+  }
+}
+
+TEST(UntrustedNumbers, ClipAndPReluKeepNaN) {
+  auto clip = ewtest::run("Clip", {ewtest::f32({8}, kSpecial), ewtest::f32({}, {-0.5f}), ewtest::f32({}, {0.5f})}, {}, 13);
+  ASSERT_TRUE(clip.ok()) << clip.status().to_string();
+  expect_like_reference("Clip", kSpecial, ewtest::values<float>(*clip), [](double x) { return np_clip(x, -0.5, 0.5); });
+  auto prelu = ewtest::run("PRelu", {ewtest::f32({8}, kSpecial), ewtest::f32({1}, {0.25f})}, {}, 16);
+  ASSERT_TRUE(prelu.ok()) << prelu.status().to_string();
+  expect_like_reference("PRelu", kSpecial, ewtest::values<float>(*prelu), [](double x) { return np_where(x < 0, x * 0.25, x); });
+}
+
+// The epilogues kiln's fused kernels apply (FusedConv/FusedGemm/FusedMatMul, depthwise convolution),
+// on every path the CPU takes (baseline, AVX2, AVX-512 where present).
+TEST(UntrustedNumbers, FusedEpiloguesKeepNaNAsTheUnfusedOps) {
+  struct Epi {
+    Activation act;
+    std::function<double(double)> ref;
+  };
+  const std::vector<Epi> cases = {
+      {{ActKind::kRelu, 0, 0}, [](double x) { return np_maximum(x, 0); }},
+      {{ActKind::kLeakyRelu, 0.1f, 0}, [](double x) { return np_where(x > 0, x, x * 0.1); }},
+      {{ActKind::kClip, -0.5f, 0.5f}, [](double x) { return np_clip(x, -0.5, 0.5); }},
+      {{ActKind::kHardSigmoid, 0.2f, 0.5f}, [](double x) { return np_clip(x * 0.2 + 0.5, 0, 1); }},
+      {{ActKind::kHardSwish, 0, 0}, [](double x) { return x * np_maximum(0, np_minimum(1, x / 6 + 0.5)); }},
+      {{ActKind::kSigmoid, 0, 0}, [](double x) { return 1 / (1 + std::exp(-x)); }},
+      {{ActKind::kTanh, 0, 0}, [](double x) { return std::tanh(x); }},
+  };
+  // 4 rows of 8 values: the specials repeated, long enough for the vector loops.
+  std::vector<float> in;
+  for (int r = 0; r < 4; ++r) in.insert(in.end(), kSpecial.begin(), kSpecial.end());
+  for (const Epi& e : cases) {
+    for (bool with_bias : {false, true}) {
+      std::vector<float> y = in;
+      const std::vector<float> bias(kSpecial.size(), 0.0f);
+      cpu::fused::epilogue_rows_for(e.act.kind)(y.data(), 0, 4, static_cast<int64_t>(kSpecial.size()),
+                                                with_bias ? bias.data() : nullptr, e.act);
+      expect_like_reference(std::string(activation_name(e.act.kind)) + (with_bias ? " +bias" : ""), in, y, e.ref);
+    }
+  }
+}

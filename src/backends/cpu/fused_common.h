@@ -35,15 +35,19 @@ inline std::string check_f32(const ir::Node& n) {
 }
 
 // x → act(x), one kind per instantiation (so the loops below vectorize: always inlined, as are the
-// math functions it calls; see elementwise_math.h).
+// math functions it calls; see elementwise_math.h). NaN stays NaN, as in the ONNX reference: the
+// comparisons are written so that NaN (false either way) takes the branch that returns it.
+// x clamped to [0, 1], NaN kept (std::max(0.0f, std::min(1.0f, x)) makes it 1).
+[[gnu::always_inline]] inline float clamp01(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
+
 template <ActKind K>
 [[gnu::always_inline]] inline float activate(float x, const Activation& act) {
-  if constexpr (K == ActKind::kRelu) return x > 0 ? x : 0;
+  if constexpr (K == ActKind::kRelu) return x < 0 ? 0 : x;
   else if constexpr (K == ActKind::kLeakyRelu) return x >= 0 ? x : act.a * x;
   else if constexpr (K == ActKind::kClip) return std::min(std::max(x, act.a), act.b);
   else if constexpr (K == ActKind::kSigmoid) return math::sigmoid_f32(x);
-  else if constexpr (K == ActKind::kHardSigmoid) return std::max(0.0f, std::min(1.0f, act.a * x + act.b));
-  else if constexpr (K == ActKind::kHardSwish) return x * std::max(0.0f, std::min(1.0f, x / 6.0f + 0.5f));
+  else if constexpr (K == ActKind::kHardSigmoid) return clamp01(act.a * x + act.b);
+  else if constexpr (K == ActKind::kHardSwish) return x * clamp01(x / 6.0f + 0.5f);
   else if constexpr (K == ActKind::kSilu) return x * math::sigmoid_f32(x);
   else if constexpr (K == ActKind::kTanh) return math::tanh_f32(x);
   else if constexpr (K == ActKind::kGelu) return 0.5f * x * (1.0f + math::erf_f32(x * 0.70710678118654752f));

@@ -23,7 +23,8 @@ constexpr int64_t kP = PackedB::kPanel;
 constexpr int64_t kMr = 6;
 
 // On the last tap block (`fin` non-null) the tile also adds the residual fin->z (row stride ldc) and
-// clamps to [fin->lo, fin->hi] (None, Relu and Clip) before it is stored.
+// clamps to [fin->lo, fin->hi] (None, Relu and Clip) before it is stored. The clamp keeps NaN:
+// max_ps/min_ps return their second operand when either is NaN, so the value goes second.
 struct TileFinish {
   const float* z = nullptr;
   bool clamp = false;
@@ -66,8 +67,8 @@ template <int R>
       hi = _mm256_add_ps(hi, _mm256_loadu_ps(fin->z + r * ldc + 8));      \
     }                                                                     \
     if (fin->clamp) {                                                     \
-      lo = _mm256_min_ps(_mm256_max_ps(lo, vlo), vhi);                    \
-      hi = _mm256_min_ps(_mm256_max_ps(hi, vlo), vhi);                    \
+      lo = _mm256_min_ps(vhi, _mm256_max_ps(vlo, lo));                    \
+      hi = _mm256_min_ps(vhi, _mm256_max_ps(vlo, hi));                    \
     }                                                                     \
   }
 #define KILN_TILE_STORE(r, lo, hi)         \

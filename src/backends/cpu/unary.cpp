@@ -105,6 +105,12 @@ template <typename C> [[gnu::always_inline]] inline C erf_(C x) {
   else return std::erf(x);
 }
 
+// x clamped to [lo, hi], NaN kept NaN (as numpy's clip; std::max/min return their first argument
+// when the other is NaN, which made HardSigmoid(NaN) 1).
+template <typename C> [[gnu::always_inline]] inline C clamp_keep_nan(C x, C lo, C hi) {
+  return x < lo ? lo : x > hi ? hi : x;
+}
+
 template <typename C> C softplus(C x) {
   return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
 }
@@ -201,9 +207,10 @@ void register_unary(KernelRegistry& r) {
     }
     return static_cast<C>((x > 0) - (x < 0));
   }));
+  // NaN compares false both ways: `x < 0 ? 0 : x` keeps it NaN, as numpy's maximum(x, 0) does.
   add_unary<kFloats | kSigned, false>(r, "Relu", 1, plain([](auto x) {
     using C = decltype(x);
-    return x > C(0) ? x : C(0);
+    return x < C(0) ? C(0) : x;
   }));
   add_unary<kNumeric, false>(r, "Shrink", 9, [](const ir::Node& n) {
     const ops::ActivationParams p = ops::parse_activation(n);
@@ -273,7 +280,9 @@ void register_unary(KernelRegistry& r) {
     return [alpha](auto x) {
       using C = decltype(x);
       const C a = static_cast<C>(alpha);
-      return std::max(C(0), x) + std::min(C(0), a * (std::exp(x / a) - C(1)));
+      // max(0, x) + min(0, a·(exp(x/a) − 1)) with one of the two terms 0; NaN takes the second
+      // branch and stays NaN (std::max/min would have made it 0).
+      return x > C(0) ? x : a * (std::exp(x / a) - C(1));
     };
   });
   act("HardSigmoid", 1, [](const ir::Node& n) {
@@ -281,12 +290,12 @@ void register_unary(KernelRegistry& r) {
     const float alpha = p.alpha, beta = p.beta;
     return [alpha, beta](auto x) {
       using C = decltype(x);
-      return std::max(C(0), std::min(C(1), static_cast<C>(alpha) * x + static_cast<C>(beta)));
+      return clamp_keep_nan(static_cast<C>(alpha) * x + static_cast<C>(beta), C(0), C(1));
     };
   });
   act("HardSwish", 14, plain([](auto x) {
     using C = decltype(x);
-    return x * std::max(C(0), std::min(C(1), x * static_cast<C>(1.0 / 6.0) + C(0.5)));
+    return x * clamp_keep_nan(x * static_cast<C>(1.0 / 6.0) + C(0.5), C(0), C(1));
   }));
   act("ThresholdedRelu", 10, [](const ir::Node& n) {
     const float alpha = ops::parse_activation(n).alpha;
