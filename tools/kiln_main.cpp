@@ -28,6 +28,7 @@
 #include "kiln/kiln.h"
 #include "conform.h"
 #include "gpu_timer.h"
+#include "util/file.h"
 
 namespace {
 
@@ -340,6 +341,8 @@ int inspect_engine(const std::string& path) {
 }
 
 bool is_engine_file(const std::string& path) {
+  // Not a regular file (a FIFO would block fopen for ever): the model reader names what it is.
+  if (!kiln::special_file_kind(path).empty()) return false;
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) return false;
   char head[8] = {};
@@ -436,6 +439,7 @@ int run_inspect(const std::string& path, int level, bool verbose) {
 
 // Writes `text` to `path`; an error naming the file when it cannot.
 kiln::Status write_text(const std::string& path, const std::string& text) {
+  KILN_RETURN_IF_ERROR(kiln::check_writable_file(path, "output"));  // a FIFO would block fopen
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) return kiln::io_error("cannot write '" + path + "'");
   const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
@@ -1012,6 +1016,8 @@ static int kiln_main(int argc, char** argv) {
       return 0;
     }
     if (build_out.empty()) build_out = std::filesystem::path(build_path).replace_extension(".kiln").string();
+    // Refused before the build rather than after it: writing into a FIFO would wait for a reader.
+    if (kiln::Status st = kiln::check_writable_file(build_out, "engine file"); !st.ok()) return fail(st);
     const auto t0 = std::chrono::steady_clock::now();
     auto e = kiln::Engine::build(build_path, o);
     if (!e.ok()) return fail(e.status());

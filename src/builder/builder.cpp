@@ -16,6 +16,7 @@
 #include "runtime/engine_impl.h"
 #include "runtime/executor.h"
 #include "tune/tuner.h"
+#include "util/file.h"
 #include "util/guard.h"
 #include "util/log.h"
 #include "util/thread_count.h"
@@ -278,6 +279,10 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
     return invalid_argument("an INT8 or FP8 build needs opt level 1 or more");
   KILN_ASSIGN_OR_RETURN(Backend * target, backend_for(options.device));
   KILN_RETURN_IF_ERROR(check_disabled_passes(options));
+  // The caches are read and rewritten: a FIFO there would block for ever (refused before any work).
+  if (!options.timing_cache.empty()) KILN_RETURN_IF_ERROR(check_writable_file(options.timing_cache, "timing cache"));
+  if (!options.calibration_cache.empty())
+    KILN_RETURN_IF_ERROR(check_writable_file(options.calibration_cache, "calibration cache"));
   report(options, start, "optimize");
   if (options.int8 || fp8) {
     // Quantize the graph optimized without fusions (the QDQ fusion wants plain Conv/MatMul/Gemm),
@@ -449,6 +454,7 @@ Expected<std::shared_ptr<Engine>> Engine::build_from_bytes(const std::string& by
 }
 
 Expected<std::shared_ptr<Engine>> Engine::open(const std::string& path, const BuildOptions& options) {
+  KILN_RETURN_IF_ERROR(check_readable_file(path, "model"));  // a FIFO would block the open for ever
   std::ifstream f(path, std::ios::binary);
   if (!f) return not_found("cannot open '" + path + "'");
   std::string head(16, '\0');

@@ -16,6 +16,7 @@
 #include "onnx/sha256.h"
 #include "onnx/tensor_proto.h"
 #include "ops/op_table.h"
+#include "util/file.h"
 #include "util/guard.h"
 
 namespace kiln::onnx {
@@ -417,8 +418,9 @@ Expected<ir::Model> import_bytes(const std::string& bytes, const ImportOptions& 
 Expected<ir::Model> import_file(const std::string& path) {
   std::error_code ec;
   const fs::path p(path);
-  if (!fs::exists(p, ec)) return io_error("cannot read model '" + path + "': file not found");
-  if (fs::is_directory(p, ec)) return io_error("cannot read model '" + path + "': it is a directory");
+  // A FIFO would block the open below for ever; a directory or device is not a model either.
+  if (Status st = check_readable_file(path, "model"); !st.ok())
+    return st.code() == StatusCode::kNotFound ? io_error(st.message()) : st;
   std::ifstream f(p, std::ios::binary | std::ios::ate);
   if (!f) return io_error("cannot read model '" + path + "': cannot open the file");
   const std::streamoff size = f.tellg();

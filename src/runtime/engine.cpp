@@ -127,7 +127,8 @@ Expected<std::shared_ptr<Engine>> Engine::load_from_bytes(const std::string& byt
 
 // The file mapped copy-on-write (never written through, but a kernel bug cannot reach the file).
 static Expected<std::shared_ptr<Storage>> map_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer; fstat then refuses it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return not_found("cannot open '" + path + "'");
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -6,6 +6,7 @@
 
 #include "ir/float_types.h"
 #include "kiln/kiln.h"
+#include "util/file.h"
 #include "util/guard.h"
 
 namespace kiln {
@@ -51,6 +52,7 @@ Expected<Tensor> read_npy(const std::string& path) {
 namespace {
 
 Expected<Tensor> read_npy_unguarded(const std::string& path) {
+  KILN_RETURN_IF_ERROR(check_readable_file(path, ".npy file"));  // a FIFO would block the open for ever
   std::ifstream f(path, std::ios::binary);
   if (!f) return not_found("cannot open '" + path + "'");
   char magic[8];

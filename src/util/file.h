@@ -1,0 +1,28 @@
+// util/file.h — what kiln accepts as a file to read or write: a regular file.
+//
+// Opening a FIFO blocks until another process opens its other end (for ever, when none does); a
+// character device may never end (/dev/zero) and a directory or a socket cannot be read as a file.
+// Every path a user names (a model, its external data, an engine, calibration inputs, caches, an
+// output) is checked here before it is opened, so such a path is an error naming what it is.
+#pragma once
+
+#include <string>
+
+#include "kiln/status.h"
+
+namespace kiln {
+
+// What the file at `path` is when it is not a regular file (following links): "a FIFO (named pipe)",
+// "a character device", "a block device", "a directory", "a socket"; "" for a regular file or when
+// nothing is there (or it cannot be examined: opening it then reports why).
+std::string special_file_kind(const std::string& path);
+
+// Ok for a regular file; kNotFound when nothing is at `path`; kIoError naming what it is otherwise.
+// `what` names the file's role in the message ("model", "external data file").
+Status check_readable_file(const std::string& path, const std::string& what);
+
+// Ok when `path` is a regular file or does not exist yet (it will be created); kIoError naming what
+// it is otherwise (writing into a FIFO would wait for a reader).
+Status check_writable_file(const std::string& path, const std::string& what);
+
+}  // namespace kiln
