@@ -555,6 +555,13 @@ bool packed_first(const ReshapeContext& rc, const ConvShapes& s) {
 
 Status conv_reshape_body(ReshapeContext& rc, const ConvAttrs& a);
 
+// Every output of the step is empty (Y, and FusedConv's pooled output when it has one).
+bool nothing_to_compute(const std::vector<std::pair<DataType, Shape>>& outs) {
+  for (const auto& o : outs)
+    if (shape_numel(o.second) != 0) return false;
+  return true;
+}
+
 // The pooled output's partial sums go after what the convolution's own workspace needs.
 Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
   KILN_RETURN_IF_ERROR(conv_reshape_body(rc, a));
@@ -586,6 +593,12 @@ Status conv_reshape_body(ReshapeContext& rc, const ConvAttrs& a) {
   const bool residual = a.fused && rc.in.size() > 3 && rc.in[3].present;
   if (residual && (rc.in[3].shape != rc.out[0].second || rc.in[3].dtype != DataType::kFloat32))
     return rc.error("the residual must be float32 of the output's shape " + shape_to_string(rc.out[0].second));
+  // Empty outputs (a batch of 0, as onnxruntime runs it): nothing to compute, so no primitive or
+  // packing is made (the channels-last ones refuse an empty problem) and conv_kernel returns at once.
+  if (nothing_to_compute(rc.out)) {
+    rc.state = std::move(st);
+    return Status::Ok();
+  }
   if (a.nhwc) {
     // Channels-last runs as kiln's packed direct kernel ("packed-direct", dense windows with 8 or
     // more channels) or as oneDNN's primitive (the pass converts only what oneDNN takes), on the
@@ -725,6 +738,8 @@ Status conv_kernel(KernelContext& ctx, const ConvAttrs& a) {
   const Tensor& x = ctx.input(0);
   const Tensor& w = ctx.input(1);
   Tensor& y = ctx.output(0);
+  if (y.numel() == 0 && (ctx.num_outputs() < 2 || !ctx.has_output(1) || ctx.output(1).numel() == 0))
+    return Status::Ok();  // an empty output (conv_reshape made no primitive for it)
   if (st.packed) {
     const Tensor* z = a.fused && ctx.num_inputs() > 3 && ctx.has_input(3) ? &ctx.input(3) : nullptr;
     if (z && z->raw() == y.raw()) return ctx.error("the residual must not share the output's buffer");
