@@ -13,6 +13,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -385,6 +386,10 @@ kiln::DataType kiln_dtype_of(const dlpack::DataType& d) {
 struct PyTensor {
   kiln::Tensor t;
   py::object owner;
+  // Why a run may not write this tensor as a bound output: "" when it may. Set for a tensor over a
+  // read-only array (bytes, a read-only mmap, flags.writeable False: writing there changes an
+  // immutable object or faults) and for a copy of the caller's array (results would not reach it).
+  std::string unwritable;
 };
 
 // "cpu" or "cuda" with its index: where a Tensor factory puts the tensor; ValueError otherwise.
@@ -410,7 +415,8 @@ std::string element_type(const PyTensor& p) { return std::string("tensor(") + ki
 
 PyTensor tensor_from_numpy(const py::handle& obj, const std::string& device, int device_id) {
   KeepAlive keep;
-  kiln::Tensor host = to_tensor(obj, "tensor", keep);
+  py::array given = py::module_::import("numpy").attr("asarray")(obj);
+  kiln::Tensor host = to_tensor(given, "tensor", keep);
   if (host.dtype() == kiln::DataType::kString && device != "cpu")
     throw py::value_error("kiln: string tensors stay on the CPU");
   const kiln::Device d = tensor_device(device, device_id);
@@ -418,6 +424,10 @@ PyTensor tensor_from_numpy(const py::handle& obj, const std::string& device, int
     PyTensor out;
     out.t = host;
     if (!keep.empty()) out.owner = keep.back();
+    if (!py::bool_(given.attr("flags").attr("writeable")))
+      out.unwritable = "a read-only array (flags.writeable is False: memory of a bytes object, a read-only mmap, ...)";
+    else if (host.numel() > 0 && host.raw() != given.data())
+      out.unwritable = "a copy of the array (it is not C-contiguous or not in native byte order), which the caller never sees";
     return out;
   }
   PyTensor out;
@@ -542,13 +552,36 @@ kiln::BuildOptions build_options(const std::string& device, int opt_level, bool 
 
 using EnginePtr = std::shared_ptr<kiln::Engine>;
 
+// RunOptions.terminate (python/kiln/__init__.py): one flag per RunOptions object, set from any
+// thread and left set until the caller clears it. The context checks it before every step of a run
+// given it, so a request made at any time after run() was called (while the inputs are still being
+// converted, which may run the caller's Python code) stops that run; ExecutionContext::terminate()
+// alone is cleared when the kiln run starts, and would lose such a request.
+struct StopFlag {
+  std::atomic<bool> on{false};
+};
+
+// Gives a context a run's StopFlag for the length of one call (none when null).
+class StopScope {
+ public:
+  StopScope(kiln::ExecutionContext& ctx, const std::shared_ptr<StopFlag>& stop) : ctx_(ctx) {
+    ctx_.set_stop_flag(stop ? &stop->on : nullptr);
+  }
+  ~StopScope() { ctx_.set_stop_flag(nullptr); }
+  StopScope(const StopScope&) = delete;
+  StopScope& operator=(const StopScope&) = delete;
+
+ private:
+  kiln::ExecutionContext& ctx_;
+};
+
 // An ExecutionContext keeps its engine alive; runs on one context are serialized.
 struct Context {
   EnginePtr engine;
   std::unique_ptr<kiln::ExecutionContext> ctx;
   std::mutex mu;
 
-  py::list run(const py::dict& feeds) {
+  py::list run(const py::dict& feeds, const std::shared_ptr<StopFlag>& stop) {
     KeepAlive keep;
     std::map<std::string, kiln::Value> inputs;
     for (const auto& [key, value] : feeds) {
@@ -557,6 +590,7 @@ struct Context {
     }
     auto outs = without_gil([&] {
       std::lock_guard<std::mutex> lock(mu);
+      StopScope scope(*ctx, stop);
       auto r = ctx->run(inputs);
       inputs.clear();  // drop the borrowed views before the arrays they borrow can go
       return r;
@@ -571,7 +605,7 @@ struct Context {
   // engine's GPU, numpy arrays, None for an input with a default); outputs: per engine output a
   // kiln.Tensor to write in place (of its dtype and shape, on the CPU or the engine's GPU) or None.
   // Returns every output as a kiln.Tensor (the bound ones are those same tensors).
-  py::list run_into(const py::sequence& inputs, const py::sequence& outputs) {
+  py::list run_into(const py::sequence& inputs, const py::sequence& outputs, const std::shared_ptr<StopFlag>& stop) {
     const auto& infos = engine->inputs();
     if (static_cast<size_t>(py::len(inputs)) != infos.size())
       throw py::value_error("kiln: run_into expects " + std::to_string(infos.size()) + " inputs in engine order, got " +
@@ -592,10 +626,17 @@ struct Context {
     std::vector<kiln::Value> out(engine->outputs().size());
     for (size_t i = 0; i < out.size() && i < static_cast<size_t>(py::len(outputs)); ++i) {
       py::handle obj = outputs[i];
-      if (py::isinstance<PyTensor>(obj)) out[i] = kiln::Value::of(obj.cast<PyTensor>().t);
+      if (!py::isinstance<PyTensor>(obj)) continue;
+      const PyTensor& bound = obj.cast<const PyTensor&>();
+      if (!bound.unwritable.empty())
+        check(kiln::invalid_argument("output '" + engine->outputs()[i].name + "' is bound to " + bound.unwritable +
+                                     ": bind a writable C-contiguous array (numpy.ascontiguousarray(a) or a.copy()), "
+                                     "or bind the output to a device"));
+      out[i] = kiln::Value::of(bound.t);
     }
     check(without_gil_status([&] {
       std::lock_guard<std::mutex> lock(mu);
+      StopScope scope(*ctx, stop);
       kiln::Status st = ctx->run_into(in, out);
       in.clear();
       return st;
@@ -872,12 +913,22 @@ PYBIND11_MODULE(_kiln, m) {
                device_name(p.t) + ")";
       });
 
+  py::class_<StopFlag, std::shared_ptr<StopFlag>>(m, "StopFlag",
+                                                  "A run's stop request (RunOptions.terminate): set from any thread, it "
+                                                  "stays set until cleared; a run given it stops before its next step.")
+      .def(py::init<>())
+      .def_property(
+          "is_set", [](const StopFlag& f) { return f.on.load(std::memory_order_relaxed); },
+          [](StopFlag& f, bool on) { f.on.store(on, std::memory_order_relaxed); });
+
   py::class_<Context, std::shared_ptr<Context>>(m, "ExecutionContext")
-      .def("run", &Context::run, py::arg("feeds"),
-           "Runs the engine on {name: ndarray | list of ndarrays | None}; returns all outputs in order.")
-      .def("run_into", &Context::run_into, py::arg("inputs"), py::arg("outputs"),
+      .def("run", &Context::run, py::arg("feeds"), py::arg("stop") = py::none(),
+           "Runs the engine on {name: ndarray | list of ndarrays | None}; returns all outputs in order. `stop`: a "
+           "StopFlag that stops the run (KilnError Cancelled) when set at any time during the call.")
+      .def("run_into", &Context::run_into, py::arg("inputs"), py::arg("outputs"), py::arg("stop") = py::none(),
            "The allocation-free form: inputs in engine order (kiln.Tensor, ndarray or None), outputs per engine output a "
-           "kiln.Tensor to write in place (CPU or the engine's GPU) or None; returns kiln.Tensors.")
+           "kiln.Tensor to write in place (CPU or the engine's GPU; not over a read-only or copied array) or None; "
+           "returns kiln.Tensors. `stop` as run()'s.")
       .def("set_num_threads", [](Context& c, int n) { c.ctx->set_num_threads(n); }, py::arg("n"),
            "CPU threads for this context's runs (0: the calling thread's default); never changes other contexts.")
       .def("set_profiling", [](Context& c, bool on) { c.ctx->set_profiling(on); }, py::arg("enabled"),

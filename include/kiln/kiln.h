@@ -12,6 +12,7 @@
 // time; create one context per thread to run concurrently.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -242,6 +243,11 @@ class ExecutionContext {
   // Stops the run in progress on this context (callable from any thread): it returns kCancelled
   // before its next step. The flag clears when a run starts.
   void terminate();
+  // A stop request the caller owns (ONNX Runtime's RunOptions terminate flag), or nullptr for none:
+  // while installed, every run checks it before each step as it checks terminate(), and never clears
+  // it, so a request made before run() is reached (while the caller prepares the inputs) is not lost.
+  // The flag must outlive the runs that see it; install it around the call, from the running thread.
+  void set_stop_flag(const std::atomic<bool>* flag);
   // CPU threads for this context's runs (ONNX Runtime's intra_op_num_threads): set for each run on
   // the calling thread and restored after it, so it never changes other contexts' runs; 0 (the
   // default) uses the calling thread's OpenMP setting (all cores, or OMP_NUM_THREADS).

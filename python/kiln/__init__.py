@@ -387,8 +387,9 @@ class RunOptions:
     """Per-run options, as onnxruntime's RunOptions.
 
     ``terminate = True`` (from any thread) stops every run using these options: a run in progress
-    raises KilnError (Cancelled) before its next step, and runs started while it is set raise at
-    once; set it back to False to run again. ``run_timeout_s`` (kiln's own) limits each run's time
+    raises KilnError (Cancelled) before its next step, whenever the request came after run() was
+    called (also while the inputs are still being converted), and runs started while it is set raise
+    at once; set it back to False to run again. ``run_timeout_s`` (kiln's own) limits each run's time
     the same way (0: none). The log fields are accepted for compatibility.
     """
 
@@ -397,36 +398,20 @@ class RunOptions:
         self.log_verbosity_level = 0
         self.logid = ""
         self.run_timeout_s = 0.0
-        self._terminate = False
-        self._active: set = set()
-        self._lock = threading.Lock()
+        # The request itself, shared with every run given these options: the runs check it before
+        # each step and never clear it (only the caller does), so it cannot be lost.
+        self._stop = _kiln.StopFlag()
 
     @property
     def terminate(self) -> bool:
-        return self._terminate
+        return self._stop.is_set
 
     @terminate.setter
     def terminate(self, value: bool) -> None:
-        with self._lock:
-            self._terminate = bool(value)
-            if self._terminate:
-                for ctx in self._active:
-                    ctx.terminate()
-
-    def _enter(self, ctx) -> None:
-        with self._lock:
-            if self._terminate:
-                raise _error("Cancelled", "the run was terminated: RunOptions.terminate is set")
-            self._active.add(ctx)
-
-    def _leave(self, ctx) -> None:
-        with self._lock:
-            self._active.discard(ctx)
+        self._stop.is_set = bool(value)
 
     def _check(self) -> None:
-        # Set while the run was starting (a run clears a request made before it began): the run
-        # finished, but its caller asked for it to stop.
-        if self._terminate:
+        if self._stop.is_set:
             raise _error("Cancelled", "the run was terminated: RunOptions.terminate is set")
 
 
@@ -503,6 +488,33 @@ class ModelMetadata:
                 f"version={self.version}, custom_metadata_map={self.custom_metadata_map!r})")
 
 
+def _unwritable_memory(ptr: int, nbytes: int) -> str:
+    """Why the process may not write [ptr, ptr + nbytes), from its memory map: "" when it may (or when
+    there is no map to read, off Linux). A raw pointer carries no writeable flag; a run writing into
+    a read-only mapping (a read-only mmap) would kill the process with SIGSEGV."""
+    if nbytes <= 0:
+        return ""
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
+            lines = f.readlines()
+    except OSError:
+        return ""
+    covered, end = ptr, ptr + nbytes
+    for line in lines:  # ascending addresses
+        fields = line.split()
+        lo, hi = (int(x, 16) for x in fields[0].split("-"))
+        if hi <= covered:
+            continue
+        if lo > covered:
+            break
+        if "w" not in fields[1]:
+            return f"read-only memory (mapped {fields[1]}: a read-only mmap or file)"
+        covered = hi
+        if covered >= end:
+            return ""
+    return "memory that is not mapped"
+
+
 class IOBinding:
     """onnxruntime's IOBinding: inputs and outputs bound to CPU or GPU memory ahead of runs.
 
@@ -553,6 +565,12 @@ class IOBinding:
         if buffer_ptr is not None:
             if element_type is None or shape is None:
                 raise _error("InvalidArgument", f"bind_output '{name}': a buffer_ptr needs element_type and shape")
+            if device == "cpu":
+                nbytes = int(np.prod([int(d) for d in shape], dtype=np.int64)) * np.dtype(element_type).itemsize
+                why = _unwritable_memory(int(buffer_ptr), nbytes)
+                if why:
+                    raise _error("InvalidArgument", f"bind_output '{name}': buffer_ptr points to {why}; runs write "
+                                 "their outputs there: bind writable memory (e.g. a numpy array's ctypes.data)")
             self._outputs[name] = Tensor.from_pointer(int(buffer_ptr), list(shape), element_type, device, int(device_id))
         else:
             self._outputs[name] = (device, int(device_id))
@@ -732,18 +750,19 @@ class InferenceSession:
             self._pool.append(ctx)
 
     def _with_context(self, run_options: RunOptions | None, fn):
+        """fn(ctx, stop): the run on a pooled context, given the options' stop request (None without
+        options)."""
         ctx = self._acquire()
         try:
             if run_options is None:
-                return fn(ctx)
+                return fn(ctx, None)
+            run_options._check()  # set before the run: it does not start
             ctx.set_run_timeout(float(run_options.run_timeout_s or 0))
-            run_options._enter(ctx)
             try:
-                result = fn(ctx)
+                result = fn(ctx, run_options._stop)
             finally:
                 ctx.set_run_timeout(0.0)
-                run_options._leave(ctx)
-            run_options._check()
+            run_options._check()  # set after the run's last step: its caller still asked it to stop
             return result
         finally:
             self._release(ctx)
@@ -761,7 +780,7 @@ class InferenceSession:
         feed = _normalize_feed(self._all_inputs, input_feed)
         if any(isinstance(v, Tensor) for v in feed.values()):
             return self.run_with_ort_values(output_names, feed, run_options)
-        outputs = self._with_context(run_options, lambda ctx: ctx.run(feed))
+        outputs = self._with_context(run_options, lambda ctx, stop: ctx.run(feed, stop))
         return outputs if indices is None else [outputs[i] for i in indices]
 
     def _output_indices(self, output_names: Sequence[str] | None) -> list[int] | None:
@@ -791,7 +810,8 @@ class InferenceSession:
         indices = self._output_indices(output_names)
         feed = _normalize_feed(self._all_inputs, input_dict_ort_values)
         ordered = self._ordered_inputs(feed)
-        outputs = self._with_context(run_options, lambda ctx: ctx.run_into(ordered, [None] * len(self._outputs)))
+        outputs = self._with_context(run_options,
+                                     lambda ctx, stop: ctx.run_into(ordered, [None] * len(self._outputs), stop))
         return outputs if indices is None else [outputs[i] for i in indices]
 
     def io_binding(self) -> IOBinding:
@@ -808,7 +828,7 @@ class InferenceSession:
                 prev = iobinding._results.get(name)  # reuse last run's device buffer when it still fits
                 if prev is not None and prev.device_name() == target[0]:
                     bound[self._output_index[name]] = prev
-        results = self._with_context(run_options, lambda ctx: ctx.run_into(ordered, bound))
+        results = self._with_context(run_options, lambda ctx, stop: ctx.run_into(ordered, bound, stop))
         for k, o in enumerate(self._outputs):
             target = iobinding._outputs.get(o.name)
             if isinstance(target, Tensor) and results[k] is not target:

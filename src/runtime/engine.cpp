@@ -354,6 +354,7 @@ std::vector<ProfileEvent> ExecutionContext::take_profile() {
 }
 
 void ExecutionContext::terminate() { impl_->res.terminate.store(true, std::memory_order_relaxed); }
+void ExecutionContext::set_stop_flag(const std::atomic<bool>* flag) { impl_->res.stop = flag; }
 void ExecutionContext::set_run_timeout(double seconds) { impl_->timeout_s = seconds > 0 ? seconds : 0; }
 
 

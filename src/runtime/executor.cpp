@@ -536,6 +536,7 @@ Tensor& Frame::make_output(int v, Backend& backend, DataType dtype, const Shape&
 
 Status ContextResources::check_stop() const {
   if (terminate.load(std::memory_order_relaxed)) return cancelled("run stopped: ExecutionContext::terminate() was called");
+  if (stop && stop->load(std::memory_order_relaxed)) return cancelled("run stopped: terminate was requested");
   if (deadline != std::chrono::steady_clock::time_point::max() && std::chrono::steady_clock::now() > deadline)
     return cancelled("run stopped: it ran past its time limit");
   return Status::Ok();

@@ -64,6 +64,7 @@ struct ContextResources {
   // Stopping a run: ExecutionContext::terminate() (any thread) or the run's deadline. Checked before
   // every step at every depth (a Loop's body included), so a run with an enormous trip count ends.
   std::atomic<bool> terminate{false};
+  const std::atomic<bool>* stop = nullptr;  // the caller's own request (ExecutionContext::set_stop_flag)
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   // CUDA graphs (ExecutionContext::set_cuda_graphs; environment KILN_CUDA_GRAPHS=0 turns the default
   // off): a ready plan's runs of GPU steps are captured once and replayed. Never with profiling on.
