@@ -80,6 +80,11 @@ def torch_model(name: str, precision: str):
 
         net = getattr(torchvision.models, name)(weights=None)
         keys = None
+    elif spec.source == "timm":
+        import timm  # noqa: PLC0415
+
+        net = timm.create_model(name, pretrained=False)
+        keys = None
     else:
         import transformers as tf  # noqa: PLC0415
 

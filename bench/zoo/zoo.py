@@ -35,7 +35,7 @@ class Input:
 @dataclass(frozen=True)
 class Model:
     name: str
-    source: str  # "torchvision" or "transformers"
+    source: str  # "torchvision", "transformers" or "timm"
     inputs: tuple
     outputs: tuple
     note: str = ""
@@ -64,6 +64,11 @@ MODELS: dict[str, Model] = {
         Model("efficientnet_b0", "torchvision", _image(), ("logits",)),
         Model("convnext_tiny", "torchvision", _image(), ("logits",)),
         Model("vit_b_16", "torchvision", _image(), ("logits",)),
+        Model("densenet121", "torchvision", _image(), ("logits",)),
+        # timm's models by their timm names (the GPU benchmark's default-export set, #40)
+        Model("vit_base_patch16_224", "timm", _image(), ("logits",), note="timm ViT-B/16 (packed QKV attention)"),
+        Model("swin_tiny_patch4_window7_224", "timm", _image(), ("logits",),
+              note="timm Swin-T (window attention, relative position bias, shifted windows)"),
         Model("deeplabv3_mobilenet_v3_large", "torchvision", _image(256), ("out",),
               note="segmentation; torchvision DeepLabV3 with a MobileNetV3-Large backbone, 21 classes"),
         Model("bert_base", "transformers", _text(30522), ("last_hidden_state", "pooler_output"),

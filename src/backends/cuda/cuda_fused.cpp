@@ -117,7 +117,8 @@ Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int ops
 const std::string kAttentionTactics[] = {"", "fa2", "fa4", "fa8", "wmma"};
 
 std::string check_attention(const ir::Node& n) {
-  const int64_t heads = ops::parse_fused_attention(n).num_heads;
+  const ops::FusedAttentionParams p = ops::parse_fused_attention(n);
+  const int64_t heads = p.num_heads;
   if (heads <= 0) return "num_heads must be positive";
   if (n.has_input(4) && n.inputs[4]->type.dtype != DataType::kBool) return "the bool mask must be bool";
   for (int i = 0; i < 4; ++i) {
@@ -128,7 +129,9 @@ std::string check_attention(const ir::Node& n) {
   }
   for (int i : {0, 2}) {
     const auto& sh = n.inputs[i]->type.shape;
-    if (sh.known && sh.rank() == 3 && sh.dims[2].is_static() && sh.dims[2].value / heads > kMaxAttentionHead)
+    // (a packed QKV's last dim holds Q's, K's and V's heads: a third of it is one part's)
+    if (sh.known && sh.rank() == 3 && sh.dims[2].is_static() &&
+        sh.dims[2].value / (p.packed_qkv ? 3 : 1) / heads > kMaxAttentionHead)
       return "head sizes above " + std::to_string(kMaxAttentionHead) + " do not run on CUDA";
   }
   return "";
