@@ -19,7 +19,8 @@ class KernelRegistry;
 // CPU evaluator for constant folding, and fusions only into ops `target` has kernels for.
 passes::PassOptions builder_pass_options(int opt_level, const KernelRegistry* target);
 
-// The target stages (name, what it does), in the order a build may run them after the pipeline.
+// The names --disable-pass takes beyond the optimizer's passes (builder/target_pipeline.h's stages and
+// switches of every device), with what each does.
 const std::vector<std::pair<std::string, std::string>>& target_stages();
 
 // An engine of `g` as it is (opt level 0, untuned) on `device`: what an INT8/FP8 build's calibration

@@ -10,6 +10,7 @@
 #include "backends/backend.h"
 #include "builder/build.h"
 #include "builder/calibrate.h"
+#include "builder/target_pipeline.h"
 #include "onnx/importer.h"
 #include "passes/passes.h"
 #include "runtime/eager.h"
@@ -73,33 +74,10 @@ static void fix_profile_shapes(ir::Graph& g, const std::vector<ShapeProfile>& pr
   }
 }
 
-static bool has_kiln_op(const ir::Graph& graph, const char* op) {
-  for (const ir::Node* n : graph.nodes())
-    if (n->domain == "kiln" && n->op_type == op) return true;
-  return false;
-}
-static bool has_qconv(const ir::Graph& graph) { return has_kiln_op(graph, "QConv"); }
-static bool has_qmatmul(const ir::Graph& graph) { return has_kiln_op(graph, "QMatMul"); }
-
-// The target stages: what a build runs after the optimizer's pipeline for its device and precision,
-// each by the name BuildOptions::disabled_passes (kiln build --disable-pass) turns it off with. Those
-// that decide the engine's precision (convert-precision, allow-tf32) are not optional and not listed.
+// The names --disable-pass takes beyond the optimizer's passes: the target stages and their switches.
 const std::vector<std::pair<std::string, std::string>>& target_stages() {
-  static const std::vector<std::pair<std::string, std::string>> stages = {
-      {"fuse-qconv-residual", "CUDA: a residual Add into the int8 convolution before it"},
-      {"channels-last", "convolution chains (int8; CUDA half and CPU float32 ones) in NHWC"},
-      {"channels-last-float-convs", "CPU, opt level 2: float32 convolutions join the channels-last chains"},
-      {"fold-pools-into-convs", "CPU: a pool after a channels-last convolution computed by it"},
-      {"signed-activations", "CUDA: uint8 activations read only by int8 products written as int8"},
-      {"quantize-half-directly", "CUDA half engines: int8 products read float16 activations directly"},
-      {"products-write-half", "CUDA float16 engines: int8 products write float16 instead of a Cast"},
-      {"fuse-conv-max-pool", "CUDA, opt level 2: a few-channel stem convolution and its max pool in one kernel"},
-  };
-  return stages;
-}
-
-static bool enabled(const BuildOptions& o, const std::string& stage) {
-  return std::find(o.disabled_passes.begin(), o.disabled_passes.end(), stage) == o.disabled_passes.end();
+  static const std::vector<std::pair<std::string, std::string>> names = target_stage_names();
+  return names;
 }
 
 // Every name in o.disabled_passes must be a pass of the pipeline or a target stage.
@@ -125,96 +103,13 @@ static passes::PassOptions build_pass_options(const BuildOptions& o, const Kerne
   return po;
 }
 
-// CPU engines run their 8-bit convolutions channels-last (oneDNN's int8 kernels are NHWC): chains of
-// kiln.QConv and the per-tensor Q/DQ and elementwise ops between them move to NHWC, float32 pools
-// inside a chain become kiln.ChannelsLastPool. Nothing changes in a graph without kiln.QConv.
-static Status cpu_channels_last(ir::Graph& graph, const BuildOptions& options, const KernelRegistry& target) {
-  const bool qconv = has_qconv(graph);
-  // Float32 convolutions too, from opt level 2 (oneDNN's NHWC kernels instead of a reorder to its
-  // blocked layout and back around every layer).
-  const bool float_convs = options.opt_level >= 2 && enabled(options, "channels-last-float-convs");
-  if ((!qconv && !float_convs) || options.opt_level < 1 || !enabled(options, "channels-last")) return Status::Ok();
-  bool pool = false;
-  for (const KernelDef& d : target.all()) pool |= d.op == "ChannelsLastPool" && d.domain == "kiln";
-  auto accepts = [pool, float_convs](const ir::Node& n) {
-    if (n.domain == "kiln" && n.op_type == "QConv") return true;
-    const bool conv = n.op_type == "Conv" || n.op_type == "FusedConv";
-    if (conv)
-      return float_convs && n.inputs[0]->type.dtype == DataType::kFloat32 && n.inputs[1]->type.dtype == DataType::kFloat32 &&
-             (!n.has_input(2) || n.inputs[2]->type.dtype == DataType::kFloat32);
-    return pool && n.inputs[0]->type.dtype == DataType::kFloat32;
-  };
-  KILN_ASSIGN_OR_RETURN(int converted, passes::convert_to_channels_last(graph, accepts));
-  if (converted == 0) return Status::Ok();
-  // A model's own layout Transposes (ConvNeXt's permutes around LayerNorm) now meet the pass's
-  // Transposes back and forth: the pairs cancel.
-  passes::PassOptions po = build_pass_options(options, target);
-  passes::PassContext ctx{po, {}, {}, {}, {}};
-  for (int round = 0; round < 4; ++round) {
-    KILN_ASSIGN_OR_RETURN(bool changed, passes::simplify_transposes(graph, ctx));
-    KILN_RETURN_IF_ERROR(passes::eliminate_dead_code(graph, ctx).status());
-    if (!changed) break;
-  }
-  if (enabled(options, "fold-pools-into-convs")) KILN_RETURN_IF_ERROR(passes::fold_pools_into_convs(graph).status());
-  return graph.sort();
-}
-
-// Float16/bfloat16 engines (and the float rest of a CUDA INT8 engine built with --precision fp16/bf16):
-// the nodes the target runs in half get half inputs and outputs. Then, on CUDA, convolution chains
-// move channels-last: tensor-core float16 convolutions, and kiln.QConv (the int8 kernel is NHWC only)
-// with the Q/DQ, elementwise ops and pools between them (disabling "channels-last" keeps channels-first
-// float convolutions, to compare).
-static Status lower_precision_and_layout(ir::Graph& graph, const BuildOptions& options, const KernelRegistry& target) {
-  const bool half_engine = options.precision == Precision::kFloat16 || options.precision == Precision::kBFloat16 ||
-                           options.precision == Precision::kBest;
-  if (half_engine) {
-    const DataType half = options.precision == Precision::kBFloat16 ? DataType::kBFloat16 : DataType::kFloat16;
-    auto runs_in_half = [&target](const ir::Node& n) {
-      const std::string domain = n.domain == "ai.onnx" ? "" : n.domain;
-      for (const KernelDef& d : target.all())
-        if (d.half_floats && d.op == n.op_type && d.domain == domain && (n.opset == 0 || (n.opset >= d.since && n.opset <= d.until)))
-          return true;
-      return false;
-    };
-    KILN_RETURN_IF_ERROR(passes::convert_precision(graph, half, runs_in_half).status());
-  }
-  if (options.device != DeviceType::kCUDA || options.opt_level < 1) return Status::Ok();
-  bool half_fused_conv = false, half_pool = false;
-  for (const KernelDef& d : target.all()) {
-    half_fused_conv |= d.op == "FusedConv" && d.domain == "kiln" && d.half_floats;
-    half_pool |= d.op == "ChannelsLastPool" && d.domain == "kiln" && d.half_floats;
-  }
-  const bool qconv = has_qconv(graph);
-  const bool half_convs = half_engine && half_fused_conv && enabled(options, "channels-last");
-  auto target_takes = [&target](const ir::Node& n) { return target.find(n) != nullptr; };
-  // INT8 products read int8 activations without a shift pass; in a half engine they also read half
-  // activations and write half results directly (after the layout pass when there are int8
-  // convolutions: it moves their Q/DQ).
-  auto int8_products_io = [&]() {
-    if (!qconv && !has_qmatmul(graph)) return;
-    if (enabled(options, "signed-activations")) passes::signed_activations(graph, target_takes);
-    if (!half_engine) return;
-    if (enabled(options, "quantize-half-directly")) passes::quantize_half_directly(graph, target_takes);
-    if (options.precision != Precision::kBFloat16 && enabled(options, "products-write-half"))
-      passes::products_write_half(graph, DataType::kFloat16, target_takes);
-  };
-  if (!half_convs && !qconv) {
-    int8_products_io();
-    return Status::Ok();
-  }
-  auto accepts = [half_pool, half_convs](const ir::Node& n) {
-    if (n.domain == "kiln" && n.op_type == "QConv") return true;
-    const DataType dt = n.inputs[0]->type.dtype;
-    const bool conv = n.op_type == "Conv" || n.op_type == "FusedConv";
-    if (conv) return half_convs && (dt == DataType::kFloat16 || dt == DataType::kBFloat16);
-    return half_pool;
-  };
-  KILN_RETURN_IF_ERROR(passes::convert_to_channels_last(graph, accepts).status());
-  int8_products_io();
-  // The stem (a few-channel convolution, its max pool and the quantization after it) in one kernel.
-  if (options.opt_level >= 2 && enabled(options, "fuse-conv-max-pool"))
-    KILN_RETURN_IF_ERROR(passes::fuse_conv_max_pool(graph, target_takes).status());
-  return Status::Ok();
+// The target's stages (builder/target_pipeline.cpp) on a graph the optimizer has made: `options`'
+// precision is the graph's float precision; `quantized` for the INT8 path's graph.
+static Status run_target_stages(ir::Graph& graph, const BuildOptions& options, const KernelRegistry& target,
+                                bool quantized) {
+  TargetContext ctx{options, target};
+  ctx.quantized = quantized;
+  return run_target_pipeline(graph, ctx);
 }
 
 // Import-to-placement steps shared by a build and a placement plan: checks the options, fixes profile
@@ -241,15 +136,7 @@ static Status prepare_graph(ir::Graph& graph, const BuildOptions& options, const
   // cuBLASLt's tensor-core kernels want 16-byte rows: 8 float16 columns (4 float32 ones).
   if (options.device == DeviceType::kCUDA) po.pad_matmul_columns = 8;
   KILN_RETURN_IF_ERROR(passes::optimize(graph, po));
-  // A QDQ model's residual Adds into the int8 convolutions before them, as the CUDA INT8 build does
-  // (CUDA's kernel reads the residual; the CPU's does not).
-  if (options.device == DeviceType::kCUDA && options.opt_level >= 2 && has_qconv(graph) &&
-      enabled(options, "fuse-qconv-residual"))
-    KILN_RETURN_IF_ERROR(passes::fuse_qconv_residual(graph).status());
-  KILN_RETURN_IF_ERROR(lower_precision_and_layout(graph, options, target));
-  if (options.precision == Precision::kTF32 || options.precision == Precision::kBest) passes::allow_tf32(graph);
-  if (options.device == DeviceType::kCPU) KILN_RETURN_IF_ERROR(cpu_channels_last(graph, options, target));
-  return Status::Ok();
+  return run_target_stages(graph, options, target, false);
 }
 
 static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const BuildOptions& options,
@@ -323,13 +210,9 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
       passes::OptimizeStats stats;
       KILN_RETURN_IF_ERROR(passes::optimize(g, build_pass_options(options, target->kernels()), &stats));
       for (const std::string& miss : stats.near_misses) log(LogLevel::kVerbose, "near miss: " + miss);
-      if (options.device != DeviceType::kCUDA) return cpu_channels_last(g, options, target->kernels());
-      // CUDA: residual Adds into the int8 convolutions before them, the float rest in the requested
-      // precision, the convolution chains channels-last.
-      if (enabled(options, "fuse-qconv-residual")) KILN_RETURN_IF_ERROR(passes::fuse_qconv_residual(g).status());
-      KILN_RETURN_IF_ERROR(lower_precision_and_layout(g, rest, target->kernels()));
-      if (rest.precision == Precision::kTF32 || rest.precision == Precision::kBest) passes::allow_tf32(g);
-      return g.sort();
+      // The target's stages with the float rest's precision (CUDA: residual Adds into the int8
+      // convolutions, the rest in half, the convolution chains channels-last; CPU: the chains NHWC).
+      return run_target_stages(g, rest, target->kernels(), true);
     };
     auto build_quantized = [&](std::unique_ptr<ir::Graph> g) -> Expected<std::shared_ptr<Engine>> {
       KILN_RETURN_IF_ERROR(finish(*g));
