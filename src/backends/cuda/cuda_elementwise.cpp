@@ -3,6 +3,7 @@
 // (computed in float32); integer arithmetic and comparisons on every integer type.
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backends/cuda/cuda_util.h"
 #include "ir/float_types.h"
@@ -132,7 +133,9 @@ KernelDef gelu_def() {
 }
 
 // Clip: bounds are attributes before opset 11 and inputs from 11 on; they are read on the host. Float
-// types through launch_unary (in float), float64 and the integer types in their own type.
+// types through launch_unary (in float), float64 and the integer types in their own type. An absent
+// bound is the compute type's lowest/max, the spec's default and the CPU kernel's (±inf clamps to
+// ±FLT_MAX in float32; float16/bfloat16 round that back to ±inf); NaN stays NaN.
 KernelDef clip_def() {
   KernelDef d;
   d.op = "Clip";
@@ -144,17 +147,21 @@ KernelDef clip_def() {
     return require_input_types(n, 0, {kF32, kF16, kBF16, kF64, kI8, kI16, kI32, kI64, kU8, kU16, kU32, kU64});
   };
   d.create = [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
-    // Float types start from these (∓inf when the bounds are inputs); integer types from their limits.
+    // Float types start from the attributes (before opset 11) or their compute type's limits;
+    // integer types from their limits.
     const ops::ClipParams p = ops::parse_clip(n);
-    const double lo_attr = p.min, hi_attr = p.max;
     struct Bounds {
       double lo, hi;
     };
-    auto reshape = [lo_attr, hi_attr](ReshapeContext& rc) -> Status {
+    auto reshape = [p](ReshapeContext& rc) -> Status {
       KILN_RETURN_IF_ERROR(reshape_unary(rc, UnaryOp::kClip));
       const DataType dt = rc.in[0].dtype;
-      Bounds b{lo_attr, hi_attr};
+      Bounds b{p.min, p.max};
       const bool integral = dt != kF32 && dt != kF16 && dt != kBF16 && dt != kF64;
+      if (!integral && p.bounds_from_inputs) {
+        if (dt == kF64) b = {std::numeric_limits<double>::lowest(), std::numeric_limits<double>::max()};
+        else b = {std::numeric_limits<float>::lowest(), std::numeric_limits<float>::max()};
+      }
       if (integral) {  // absent bounds are the type's limits
         const auto lim = [dt](bool hi) -> double {
           switch (dt) {

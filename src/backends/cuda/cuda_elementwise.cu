@@ -10,9 +10,20 @@ namespace {
 
 __device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
+// The activations keep NaN NaN, as the ONNX reference (numpy) and the CPU kernels do: fmaxf/fminf
+// return the other operand when one is NaN (HardSigmoid(NaN) was 1, Clip(NaN) its min), and
+// `x > 0 ? x : 0` sends NaN to the 0 branch. The comparisons below are written so that NaN, false
+// either way, takes the branch that returns it.
+// x clamped to [lo, hi] (hi when lo > hi, as numpy's clip and the CPU's Clip), NaN kept.
+template <typename C>
+__device__ __forceinline__ C clamp_keep_nan(C x, C lo, C hi) {
+  const C v = x < lo ? lo : x;
+  return v > hi ? hi : v;
+}
+
 __device__ __forceinline__ float apply_unary(UnaryOp op, float x, float alpha, float beta) {
   switch (op) {
-    case UnaryOp::kRelu: return x > 0.f ? x : 0.f;
+    case UnaryOp::kRelu: return x < 0.f ? 0.f : x;
     case UnaryOp::kSigmoid: return 1.f / (1.f + expf(-x));
     case UnaryOp::kTanh: return tanhf(x);
     case UnaryOp::kExp: return expf(x);
@@ -22,12 +33,12 @@ __device__ __forceinline__ float apply_unary(UnaryOp op, float x, float alpha, f
     case UnaryOp::kNeg: return -x;
     case UnaryOp::kErf: return erff(x);
     case UnaryOp::kLeakyRelu: return x >= 0.f ? x : alpha * x;
-    case UnaryOp::kClip: return fminf(fmaxf(x, alpha), beta);
+    case UnaryOp::kClip: return clamp_keep_nan(x, alpha, beta);
     case UnaryOp::kGelu: return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
     case UnaryOp::kGeluTanh:
       return 0.5f * x * (1.f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-    case UnaryOp::kHardSigmoid: return fmaxf(0.f, fminf(1.f, alpha * x + beta));
-    case UnaryOp::kHardSwish: return x * fmaxf(0.f, fminf(1.f, x / 6.f + 0.5f));
+    case UnaryOp::kHardSigmoid: return clamp_keep_nan(alpha * x + beta, 0.f, 1.f);
+    case UnaryOp::kHardSwish: return x * clamp_keep_nan(x / 6.f + 0.5f, 0.f, 1.f);
     case UnaryOp::kReciprocal: return 1.f / x;
     case UnaryOp::kFloor: return floorf(x);
     case UnaryOp::kCeil: return ceilf(x);
@@ -50,10 +61,11 @@ __device__ __forceinline__ float apply_unary(UnaryOp op, float x, float alpha, f
     case UnaryOp::kSilu: return x / (1.f + expf(-x));
     case UnaryOp::kElu: return x > 0.f ? x : alpha * (expf(x) - 1.f);
     case UnaryOp::kSelu: return beta * (x > 0.f ? x : alpha * (expf(x) - 1.f));
-    case UnaryOp::kCelu: return fmaxf(0.f, x) + fminf(0.f, alpha * (expf(x / alpha) - 1.f));
+    // max(0, x) + min(0, alpha·(exp(x/alpha) − 1)): one of the two terms is 0.
+    case UnaryOp::kCelu: return x > 0.f ? x : alpha * (expf(x / alpha) - 1.f);
     case UnaryOp::kMish: return x * tanhf(softplus(x));
     case UnaryOp::kThresholdedRelu: return x > alpha ? x : 0.f;
-    case UnaryOp::kSign: return x > 0.f ? 1.f : (x < 0.f ? -1.f : 0.f);
+    case UnaryOp::kSign: return x != x ? x : static_cast<float>((x > 0.f) - (x < 0.f));  // NaN stays NaN
     default: return x;
   }
 }
@@ -62,7 +74,7 @@ __device__ __forceinline__ float apply_unary(UnaryOp op, float x, float alpha, f
 __device__ __forceinline__ double apply_unary_f64(UnaryOp op, double x, double alpha, double beta) {
   auto softplus_d = [](double v) { return v > 40.0 ? v : log1p(exp(v)); };
   switch (op) {
-    case UnaryOp::kRelu: return x > 0 ? x : 0;
+    case UnaryOp::kRelu: return x < 0 ? 0 : x;
     case UnaryOp::kSigmoid: return 1 / (1 + exp(-x));
     case UnaryOp::kTanh: return tanh(x);
     case UnaryOp::kExp: return exp(x);
@@ -72,8 +84,8 @@ __device__ __forceinline__ double apply_unary_f64(UnaryOp op, double x, double a
     case UnaryOp::kNeg: return -x;
     case UnaryOp::kErf: return erf(x);
     case UnaryOp::kLeakyRelu: return x >= 0 ? x : alpha * x;
-    case UnaryOp::kHardSigmoid: return fmax(0.0, fmin(1.0, alpha * x + beta));
-    case UnaryOp::kHardSwish: return x * fmax(0.0, fmin(1.0, x / 6 + 0.5));
+    case UnaryOp::kHardSigmoid: return clamp_keep_nan(alpha * x + beta, 0.0, 1.0);
+    case UnaryOp::kHardSwish: return x * clamp_keep_nan(x / 6 + 0.5, 0.0, 1.0);
     case UnaryOp::kReciprocal: return 1 / x;
     case UnaryOp::kFloor: return floor(x);
     case UnaryOp::kCeil: return ceil(x);
@@ -96,10 +108,10 @@ __device__ __forceinline__ double apply_unary_f64(UnaryOp op, double x, double a
     case UnaryOp::kSilu: return x / (1 + exp(-x));
     case UnaryOp::kElu: return x > 0 ? x : alpha * (exp(x) - 1);
     case UnaryOp::kSelu: return beta * (x > 0 ? x : alpha * (exp(x) - 1));
-    case UnaryOp::kCelu: return fmax(0.0, x) + fmin(0.0, alpha * (exp(x / alpha) - 1));
+    case UnaryOp::kCelu: return x > 0 ? x : alpha * (exp(x / alpha) - 1);
     case UnaryOp::kMish: return x * tanh(softplus_d(x));
     case UnaryOp::kThresholdedRelu: return x > alpha ? x : 0;
-    case UnaryOp::kSign: return x > 0 ? 1 : (x < 0 ? -1 : 0);
+    case UnaryOp::kSign: return x != x ? x : static_cast<double>((x > 0) - (x < 0));
     case UnaryOp::kGelu: return 0.5 * x * (1 + erf(x * 0.70710678118654752440));
     case UnaryOp::kGeluTanh: return 0.5 * x * (1 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
     default: return x;
