@@ -294,9 +294,11 @@ class ConvKernel final : public Kernel {
       p->fused = at_.epilogue;
       p->bias_inner = at_.nhwc ? 1 : out[0] * out[1];
       KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnCreateActivationDescriptor(&p->act), "descriptor"));
+      // ReLU(NaN) = NaN as in the ONNX reference and kiln's own kernels: cuDNN's NaN option says
+      // propagate (NOT_PROPAGATE lets its ReLU make NaN 0).
       KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnSetActivationDescriptor(p->act, at_.epilogue == 2 ? CUDNN_ACTIVATION_RELU
                                                                                                 : CUDNN_ACTIVATION_IDENTITY,
-                                                                     CUDNN_NOT_PROPAGATE_NAN, 0.0),
+                                                                     CUDNN_PROPAGATE_NAN, 0.0),
                                   "activation descriptor"));
     }
     KILN_RETURN_IF_ERROR(dnn_ok(node, cudnnGetConvolutionForwardWorkspaceSize(st.dnn, p->x, p->w, p->conv, p->y, p->algo, &bytes),

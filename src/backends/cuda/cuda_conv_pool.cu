@@ -138,18 +138,19 @@ __device__ __forceinline__ void gemm_units(const ConvPoolArgs& a, const Geo& g, 
       for (int nt = 0; nt < 8; ++nt) {
         if (kI8) {
           // bias[] holds bias / y_scale + zero (epi): relu(acc + b) / s + z = max(acc / s + b / s + z, z).
+          // The ReLUs keep NaN (fmaxf would make it z or 0), as the unfused Relu does.
           float t0 = fmaf(acc[nt][2 * h], inv_scale, bias[2 * nt]), t1 = fmaf(acc[nt][2 * h + 1], inv_scale, bias[2 * nt + 1]);
           if (a.relu) {
-            t0 = fmaxf(t0, zero);
-            t1 = fmaxf(t1, zero);
+            t0 = t0 < zero ? zero : t0;
+            t1 = t1 < zero ? zero : t1;
           }
           const uint32_t q = valid ? __byte_perm(to_s8(t0), to_s8(t1), 0x0040) : 0x8080u;
           *reinterpret_cast<unsigned short*>(dst + nt * 8) = static_cast<unsigned short>(q);
         } else {
           float v0 = acc[nt][2 * h] + bias[2 * nt], v1 = acc[nt][2 * h + 1] + bias[2 * nt + 1];
           if (a.relu) {
-            v0 = fmaxf(v0, 0.f);
-            v1 = fmaxf(v1, 0.f);
+            v0 = v0 < 0.f ? 0.f : v0;
+            v1 = v1 < 0.f ? 0.f : v1;
           }
           const __half lowest = __ushort_as_half(0xfc00);  // -inf
           *reinterpret_cast<__half2*>(dst + nt * 16) = valid ? __floats2half2_rn(v0, v1) : __halves2half2(lowest, lowest);

@@ -224,8 +224,8 @@ __global__ void __launch_bounds__(kThreadsQ, BN == 64 ? 3 : 2) qgemm_kernel(QGem
       v[2] += a.zmul * E::value(z.z);
       v[3] += a.zmul * E::value(z.w);
     }
-    if (a.relu)
-      for (float& e : v) e = fmaxf(e, 0.f);
+    if (a.relu)  // NaN kept (an E4M3 sum can be NaN), as the unfused Relu does; fmaxf would make it 0
+      for (float& e : v) e = e < 0.f ? 0.f : e;
     if (a.int8_out) {
       const uchar4 q = make_uchar4(E::quantized(v[0]), E::quantized(v[1]), E::quantized(v[2]), E::quantized(v[3]));
       *reinterpret_cast<uchar4*>(static_cast<int8_t*>(a.y) + o) = q;
@@ -355,9 +355,9 @@ __global__ void __launch_bounds__(kThreadsQ, 2) qgemm_stream_kernel(QGemmArgs a,
             v0 += a.zmul * E::value(z.x);
             v1 += a.zmul * E::value(z.y);
           }
-          if (a.relu) {
-            v0 = fmaxf(v0, 0.f);
-            v1 = fmaxf(v1, 0.f);
+          if (a.relu) {  // NaN kept, as above
+            v0 = v0 < 0.f ? 0.f : v0;
+            v1 = v1 < 0.f ? 0.f : v1;
           }
           *at = make_uchar2(E::quantized(v0), E::quantized(v1));
         }
