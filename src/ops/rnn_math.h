@@ -24,7 +24,7 @@ struct Activation {
 
   KILN_RNN_HD double operator()(double x) const {
     switch (kind) {
-      case kRelu: return x > 0 ? x : 0;
+      case kRelu: return x < 0 ? 0 : x;  // NaN stays NaN
       case kTanh: return std::tanh(x);
       case kSigmoid: return 1 / (1 + std::exp(-x));
       case kAffine: return alpha * x + beta;

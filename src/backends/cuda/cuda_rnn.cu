@@ -31,7 +31,8 @@ __global__ void rnn_kernel(RnnArgs a) {
   }
   __syncthreads();
   const int64_t len = a.lens ? a.lens[bi] : S;
-  auto clip = [&](double v) { return a.has_clip ? fmin(fmax(v, -a.clip), a.clip) : v; };
+  // NaN stays NaN, as in the CPU kernel's std::clamp (fmin/fmax would make it -clip).
+  auto clip = [&](double v) { return a.has_clip ? (v < -a.clip ? -a.clip : v > a.clip ? a.clip : v) : v; };
   auto wb = [&](int g, int64_t j) { return bias ? convert<double>(bias[g * H + j]) : 0.0; };
   auto rb = [&](int g, int64_t j) { return bias ? convert<double>(bias[(G + g) * H + j]) : 0.0; };
   int cur = 0;
