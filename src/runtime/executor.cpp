@@ -705,6 +705,7 @@ Status Frame::run_tactic(int si, const std::string& tactic, const TacticTiming& 
       KILN_RETURN_IF_ERROR(backend.synchronize(state));
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       sample_ms->push_back(ms / std::max(1, how.iters));
+      if (how.more && !how.more(sample_ms->back())) break;
       if (std::chrono::steady_clock::now() > how.deadline) break;
     }
   } catch (const std::bad_alloc&) {

@@ -27,6 +27,9 @@ struct TacticTiming {
   // engine's graphs). Ignored on devices without graphs.
   bool graph = false;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // Called after each timed sample with its ms per run (may be empty): false ends the sampling, so
+  // the tuner's policy (tune/tuning_policy.h) decides how many samples a candidate needs.
+  std::function<bool(double ms)> more;
 };
 
 // Opt-in timing (environment KILN_PROFILE=1): wall time of each top-level step, summed per op type,

@@ -4,11 +4,13 @@
 // shapes (floats uniform in [-1, 1], integers 0, which every index input accepts). Before a kernel
 // step with two or more tactics for its shapes runs, the tuner runs each candidate on the step's real
 // inputs: a candidate that fails or whose outputs differ from the kernel's own choice beyond the
-// precision's tolerance is rejected; the others are timed (warm-up, then the median of several timed
-// batches, within a per-layer time limit), and the fastest is recorded in the step for that profile.
-// Then the step runs as planned, so the layers after it see the same inputs as in a real run.
-// Measurements go into the timing cache (when given), keyed by the layer's signature; a layer found
-// there is not timed again.
+// precision's tolerance is rejected; the others are timed (warm-up, then the median of timed batches,
+// as many as the candidate's duration needs, within a per-layer time limit; a candidate clearly slower
+// than the best is given up early: tune/tuning_policy.h), and the fastest is recorded in the step for
+// that profile. Then the step runs as planned, so the layers after it see the same inputs as in a real
+// run. Measurements go into the timing cache (the file's, or one for this build alone), keyed by the
+// layer's signature; a layer found there with every candidate (an earlier build's, or an identical
+// layer's earlier in this build, in this or another shape profile) is not timed again.
 #include <omp.h>
 
 #include <algorithm>
@@ -26,6 +28,7 @@
 #include "tune/tuner.h"
 #include "runtime/executor.h"
 #include "tune/timing_cache.h"
+#include "tune/tuning_policy.h"
 #include "util/log.h"
 
 namespace kiln {
@@ -33,12 +36,8 @@ namespace kiln {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A candidate that failed or computed another result: recorded so that a build with a warm cache
-// needs no run, never chosen. One the layer's time limit left untried is not recorded: a later build
-// with the cache measures it (and takes the others' times from the cache), so repeated builds
-// complete the search instead of fixing "untried" as "unusable".
-constexpr double kNotUsable = std::numeric_limits<double>::infinity();
+using tuning::LayerChoice;
+using tuning::ms_text;
 
 std::string shape_text(DataType dt, const Shape& s) { return std::string(dtype_name(dt)) + shape_to_string(s); }
 
@@ -140,21 +139,9 @@ Expected<std::vector<Slot>> tuning_inputs(const ir::Graph& g, const ShapeProfile
   return r;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-std::string ms_text(double ms) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4f ms", ms);
-  return buf;
-}
-
 struct Tuner {
   CompiledGraph& g;
-  const BuildOptions& options;
-  TimingCache* cache;
+  tuning::TuningSession& session;
   int profile = 0, profiles = 1;
   int done = 0, total = 0;
   std::function<void(int, int, const std::string&)> progress;
@@ -167,35 +154,23 @@ struct Tuner {
     s.tactic_ms[profile] = ms;
   }
 
-  // From the cache: the fastest of the candidates it has times for, when it has them all. The log
-  // line goes to `lines` when given (the plan pass logs only when every layer was cached).
-  bool from_cache(Step& s, const std::string& key, const std::vector<std::string>& cands, const std::string& who,
-                  std::vector<std::string>* lines = nullptr) {
-    if (!cache) return false;
-    const auto it = cache->layers.find(key);
-    if (it == cache->layers.end() ||
-        !std::all_of(cands.begin(), cands.end(), [&](const std::string& c) { return it->second.count(c) != 0; }))
-      return false;
-    std::string best;
-    for (const std::string& c : cands)
-      if (std::isfinite(it->second.at(c)) && (best.empty() || it->second.at(c) < it->second.at(best))) best = c;
-    std::string line = "tune " + who + ": ";
-    if (best.empty()) {  // none usable when measured: the kernel's own choice
-      line += "no candidate usable (timing cache); the kernel's own choice";
-    } else {
-      choose(s, best, it->second.at(best));
-      line += best + " (" + ms_text(it->second.at(best)) + ", from the timing cache)";
-    }
-    if (lines) lines->push_back(line);
-    else log(LogLevel::kVerbose, line);
-    return true;
+  // A choice the session knew without running (the timing cache, or an identical layer timed earlier
+  // in this build): taken, and its log line returned.
+  std::string take_known(Step& s, const std::string& who, const LayerChoice& c) {
+    const bool earlier = c.from == LayerChoice::From::kEarlierLayer;
+    if (c.tactic.empty())  // none usable when measured: the kernel's own choice
+      return "tune " + who + ": no candidate usable (" + (earlier ? "an identical layer earlier in this build" : "timing cache") +
+             "); the kernel's own choice";
+    choose(s, c.tactic, c.ms);
+    return "tune " + who + ": " + c.tactic + " (" + ms_text(c.ms) + (earlier ? ", as an identical layer earlier in this build)" : ", from the timing cache)");
   }
 
-  // Host only, from the plan's shapes: counts the layers to tune and takes those the cache holds.
-  // True when the cache held every one (and every shape was known): no tuning run is needed.
+  // Host only, from the plan's shapes: counts the layers to tune and takes those already measured.
+  // True when every one was (and every shape was known): no tuning run is needed.
   bool plan_pass(const ShapePlan& p, const ContextResources& res) {
-    bool all = true;
+    bool all = true, any_cached = false;
     std::vector<std::string> lines;
+    std::vector<LayerChoice> taken;
     for (size_t si = 0; si < g.steps.size(); ++si) {
       Step& s = g.steps[si];
       if (s.kind != Step::Kind::kKernel || !g.kernel(si).has_reshape() || p.volatile_step[si]) continue;
@@ -207,12 +182,20 @@ struct Tuner {
       const std::vector<std::string> cands = g.kernel(si).tactics(rc);
       if (cands.size() < 2) continue;
       ++total;
-      if (!from_cache(s, layer_key(s, rc), cands, describe_layer(s, rc), &lines)) all = false;
+      std::optional<LayerChoice> k = session.known(layer_key(s, rc), cands);
+      if (!k) {
+        all = false;
+        continue;
+      }
+      lines.push_back(take_known(s, describe_layer(s, rc), *k));
+      any_cached = any_cached || k->from == LayerChoice::From::kTimingCache;
+      taken.push_back(std::move(*k));
     }
     if (all) {
       for (const std::string& line : lines) log(LogLevel::kVerbose, line);
+      for (const LayerChoice& c : taken) session.count(c);
       done += static_cast<int>(lines.size());
-      if (progress && !lines.empty()) progress(done, total, "from the timing cache");
+      if (progress && !lines.empty()) progress(done, total, any_cached ? "from the timing cache" : "as layers timed earlier in this build");
     }
     return all;
   }
@@ -228,96 +211,55 @@ struct Tuner {
     if (progress) progress(done, std::max(done, total), g.node(s).describe());
     const std::string key = layer_key(s, rc);
     const std::string who = describe_layer(s, rc);
-    if (from_cache(s, key, cands, who)) return Status::Ok();
+    if (std::optional<LayerChoice> k = session.known(key, cands)) {
+      session.count(*k);
+      log(LogLevel::kVerbose, take_known(s, who, *k));
+      return Status::Ok();
+    }
+    std::vector<Tensor> want;
+    double tol = 1e-3;
+    tuning::LayerRunner runner;
     // The kernel's own choice is the reference a candidate must agree with. The layer's time limit
     // starts after it: its first run may build a library plan (cuDNN compiles a graph's kernel at
     // its first use, up to ~2 s on the H100), and that build is the kernel's cost, not the search's —
     // counted in the limit, it left ResNet-50's layer1.1 residual convolution on cuDNN's first
     // configuration (0.432 ms) with kiln's own kernel (0.326 ms on its twin layer) never tried
     // (tests/gpu/results/h100_int8_cnn_check_10_conv_pool_b256_tuning.txt).
-    KILN_RETURN_IF_ERROR(f.run_tactic(si, "", TacticTiming{}, nullptr));
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.tune_layer_seconds));
-    KILN_ASSIGN_OR_RETURN(std::vector<Tensor> want, host_outputs(f, s));
-    bool half = false;
-    for (const Tensor& t : want) half = half || (t.defined() && (t.dtype() == DataType::kFloat16 || t.dtype() == DataType::kBFloat16));
-    const double tol = half ? 2e-2 : 1e-3;
+    runner.reference = [&]() -> Status {
+      KILN_RETURN_IF_ERROR(f.run_tactic(si, "", TacticTiming{}, nullptr));
+      KILN_ASSIGN_OR_RETURN(want, host_outputs(f, s));
+      bool half = false;
+      for (const Tensor& t : want) half = half || (t.defined() && (t.dtype() == DataType::kFloat16 || t.dtype() == DataType::kBFloat16));
+      tol = half ? 2e-2 : 1e-3;
+      return Status::Ok();
+    };
+    runner.check = [&](const std::string& c) -> Expected<std::string> {
+      Status st = f.run_tactic(si, c, TacticTiming{}, nullptr);
+      if (!st.ok()) return "failed (" + st.message() + ")";
+      KILN_ASSIGN_OR_RETURN(std::vector<Tensor> got, host_outputs(f, s));
+      const std::string why = tactic_outputs_mismatch(want, got, tol);
+      return why.empty() ? why : "rejected (" + why + ")";
+    };
     // GPU steps are timed as the engine runs them, replayed from CUDA graphs.
     const bool graphs = s.device == DeviceType::kCUDA;
-    std::string report, best;
-    double best_ms = 0;
-    // A candidate not used: said in the report, and recorded so a warm cache needs no run.
-    auto reject = [&](const std::string& c, const std::string& why) {
-      report += " " + c + " " + why + ";";
-      if (cache) cache->record(key, c, kNotUsable);
-    };
-    // A candidate's time: said in the report; the fastest so far is the choice.
-    auto timed = [&](const std::string& c, double ms, const char* from) {
-      report += " " + c + " " + ms_text(ms) + from + ";";
-      if (best.empty() || ms < best_ms) {
-        best = c;
-        best_ms = ms;
-      }
-    };
-    // What an earlier build measured for this layer (the cache held some candidates, not all); copied,
-    // as this loop records into the same map.
-    std::map<std::string, double> known;
-    if (cache)
-      if (auto it = cache->layers.find(key); it != cache->layers.end()) known = it->second;
-    for (const std::string& c : cands) {
-      if (known.count(c)) {
-        const double ms = known.at(c);
-        if (!std::isfinite(ms)) {
-          report += " " + c + " not usable (timing cache);";
-          continue;
-        }
-        timed(c, ms, " (timing cache)");
-        continue;
-      }
-      if (Clock::now() > deadline) {
-        report += " " + c + " skipped (layer time limit);";
-        continue;
-      }
-      Status st = f.run_tactic(si, c, TacticTiming{}, nullptr);
-      if (!st.ok()) {
-        reject(c, "failed (" + st.message() + ")");
-        continue;
-      }
-      KILN_ASSIGN_OR_RETURN(std::vector<Tensor> got, host_outputs(f, s));
-      if (std::string why = tactic_outputs_mismatch(want, got, tol); !why.empty()) {
-        reject(c, "rejected (" + why + ")");
-        continue;
-      }
-      // One timed run sizes the batches: each sample lasts about 0.5 ms (at most 100 runs).
-      std::vector<double> probe;
+    runner.run = [&](const std::string& c, int runs, const std::function<bool(double)>& more) {
       TacticTiming how;
-      how.warmup = 2;
-      how.samples = 1;
-      how.deadline = deadline;
+      how.warmup = 1;
+      how.iters = runs;
+      how.samples = tuning::kMaxSamples + 1;  // the policy's `more` ends the sampling before
       how.graph = graphs;
-      st = f.run_tactic(si, c, how, &probe);
-      if (st.ok() && !probe.empty()) {
-        how.warmup = 0;
-        how.iters = static_cast<int>(std::clamp(0.5 / std::max(probe[0], 1e-6), 1.0, 100.0));
-        how.samples = 5;
-        std::vector<double> samples;
-        st = f.run_tactic(si, c, how, &samples);
-        if (st.ok()) {
-          const double ms = median(samples.empty() ? probe : samples);
-          timed(c, ms, "");
-          if (cache) cache->record(key, c, ms);
-          continue;
-        }
-      }
-      reject(c, "failed while timed (" + st.message() + ")");
-    }
-    if (!report.empty()) report.pop_back();
-    if (best.empty()) {
-      log(LogLevel::kVerbose, "tune " + who + ":" + report + " -> no candidate usable; the kernel's own choice");
+      how.more = more;
+      std::vector<double> samples;
+      return f.run_tactic(si, c, how, &samples);
+    };
+    KILN_ASSIGN_OR_RETURN(LayerChoice c, session.tune(key, cands, runner));
+    if (c.tactic.empty()) {
+      log(LogLevel::kVerbose, "tune " + who + ":" + c.report + " -> no candidate usable; the kernel's own choice");
       return Status::Ok();
     }
-    choose(s, best, best_ms);
+    choose(s, c.tactic, c.ms);
     // The first candidate is the kernel's own choice where it ranks them (cuDNN's and cuBLASLt's heuristics).
-    log(LogLevel::kVerbose, "tune " + who + ":" + report + " -> " + best + (best == cands.front() ? " (= first)" : ""));
+    log(LogLevel::kVerbose, "tune " + who + ":" + c.report + " -> " + c.tactic + (c.tactic == cands.front() ? " (= first)" : ""));
     return Status::Ok();
   }
 };
@@ -373,9 +315,11 @@ Status tune_engine(Engine::Impl& impl, const BuildOptions& options, const std::f
     }
   }
   const int nprof = std::max<int>(1, static_cast<int>(options.profiles.size()));
-  Tuner t{g, options, write_cache ? &cache : nullptr};
-  t.profiles = nprof;
-  t.progress = progress;
+  const auto started = Clock::now();
+  // Without a cache file to write (none given, or another device's), `cache` is this build's alone:
+  // it still spares identical layers a second search.
+  tuning::TuningSession session(cache, options.tune_layer_seconds);
+  Tuner t{g, session, /*profile=*/0, nprof, /*done=*/0, /*total=*/0, progress};
   for (int p = 0; p < nprof; ++p) {
     const ShapeProfile* prof = options.profiles.empty() ? nullptr : &options.profiles[p];
     auto inputs = tuning_inputs(*impl.graph, prof);
@@ -416,6 +360,14 @@ Status tune_engine(Engine::Impl& impl, const BuildOptions& options, const std::f
       log(LogLevel::kWarning, "tuning run of shape profile " + std::to_string(p) + " stopped (" + st.message() +
                                   "); layers not reached keep their kernels' own choices");
   }
+  const tuning::TuningStats& n = session.stats();
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "tuning: %d layers timed (%d candidates, %d abandoned early as slower, %d left untried by the layer time limit), "
+                "%d reused from identical layers timed earlier in this build, %d from the timing cache; %.2f s",
+                n.timed, n.candidates, n.abandoned, n.skipped, n.reused, n.cached,
+                std::chrono::duration<double>(Clock::now() - started).count());
+  log(LogLevel::kVerbose, line);
   if (write_cache) {
     Status st = cache.write(options.timing_cache);
     if (!st.ok()) log(LogLevel::kWarning, st.message());
