@@ -241,6 +241,24 @@ Expected<Tensor> read_tensor(const fb::TensorData* t, const std::shared_ptr<Stor
 Expected<std::unique_ptr<ir::Graph>> read_graph(const fb::GraphDesc* gd, ir::Graph* parent, int depth,
                                                 const std::shared_ptr<Storage>& file);
 
+// A weight must be what its value's type says: shape functions and the planner read the type, kernels
+// read the tensor. (The byte count already matched dtype x shape in read_tensor; the values themselves
+// cannot be checked: any bytes are some weight.)
+Status check_weight_type(const ir::Value& v) {
+  const ir::Type& t = v.type;
+  const Tensor& w = *v.constant;
+  const std::string what = "weight '" + v.name + "' is stored as " + std::string(dtype_name(w.dtype())) + shape_to_string(w.shape()) +
+                           " but its value's type is " + t.to_string();
+  if (t.kind == ir::Type::Kind::kUnknown) return Status::Ok();
+  if (!t.is_tensor()) return bad(what);
+  if (t.dtype != DataType::kUndefined && t.dtype != w.dtype()) return bad(what);
+  if (!t.shape.known) return Status::Ok();
+  if (t.shape.rank() != w.rank()) return bad(what);
+  for (int i = 0; i < w.rank(); ++i)
+    if (t.shape.dims[i].is_static() && t.shape.dims[i].value != w.dim(i)) return bad(what);
+  return Status::Ok();
+}
+
 Expected<ir::Attribute> read_attr(const fb::Attr* a, ir::Graph* owner, int depth, const std::shared_ptr<Storage>& file) {
   ir::Attribute r;
   if (a->kind() < 0 || a->kind() > static_cast<int>(ir::Attribute::Kind::kSparseTensor)) return bad("invalid attribute kind");
@@ -290,10 +308,13 @@ Expected<std::unique_ptr<ir::Graph>> read_graph(const fb::GraphDesc* gd, ir::Gra
     if (g->find_value(vd->name()->str())) return bad("duplicate value '" + vd->name()->str() + "'");
     KILN_ASSIGN_OR_RETURN(ir::Type t, read_type(vd->type()));
     ir::Value* v = g->add_value(vd->name()->str(), std::move(t));
-    if (vd->constant()) {KILN_ASSIGN_OR_RETURN(v->constant, read_tensor(vd->constant(), file));}
     v->is_input = vd->is_input();
     v->is_output = vd->is_output();
     v->is_capture = vd->is_capture();
+    if (vd->constant()) {
+      KILN_ASSIGN_OR_RETURN(v->constant, read_tensor(vd->constant(), file));
+      if (!v->is_input) KILN_RETURN_IF_ERROR(check_weight_type(*v));
+    }
     values.push_back(v);
   }
   auto value_at = [&](int32_t i, ir::Value** out) -> Status {
@@ -328,6 +349,11 @@ Expected<std::unique_ptr<ir::Graph>> read_graph(const fb::GraphDesc* gd, ir::Gra
     }
     Status arity = ops::check_arity(*n);
     if (!arity.ok()) return bad(arity.message());
+    // What the importer checks of every node of a model, checked again: a file re-sealed after an edit
+    // passes the checksum, and kernels parse attributes trusting these checks (a DepthToSpace blocksize
+    // of 2^40, MaxUnpool pads that make no output). Bodies of subgraphs were checked as they were read.
+    Status checked = ops::check_stored_node(*n);
+    if (!checked.ok()) return bad(checked.message());
   }
   auto list = [&](const flatbuffers::Vector<int32_t>* v, std::vector<ir::Value*>& out) -> Status {
     for (size_t i = 0; i < vsize(v); ++i) {

@@ -233,7 +233,11 @@ Status infer_max_unpool(InferContext& c) {
     WindowGeometry g;
     const size_t n = sp.size();
     if (!fill_window(a, n, a.kernel, g).ok() || !window_values_fit(sp)) return c.error("bad kernel_shape/strides/pads");
-    for (size_t i = 0; i < n; ++i) dims.emplace_back((sp[i] - 1) * g.strides[i] + g.kernel[i] - g.pads[i] - g.pads[n + i]);
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t d = (sp[i] - 1) * g.strides[i] + g.kernel[i] - g.pads[i] - g.pads[n + i];
+      if (d < 0) return c.error("kernel_shape, strides and pads give spatial dim " + std::to_string(i) + " no valid size");
+      dims.emplace_back(d);
+    }
   } else {
     for (int i = 2; i < x.rank(); ++i) dims.emplace_back();
   }
@@ -369,6 +373,10 @@ void add_nn_ops(std::vector<OpDef>& t) {
   declare_attrs(t, "AveragePool", with({{"ceil_mode", K::kInt, false, rule_bool},
                                         {"count_include_pad", K::kInt, false, rule_bool}}, true));
   declare_attrs(t, "LpPool", with({{"ceil_mode", K::kInt, false, rule_bool}}, true));
+  // MaxUnpool takes no auto_pad or dilations; its window must match the MaxPool that made the indices.
+  declare_attrs(t, "MaxUnpool", {{"kernel_shape", K::kInts, true, rule_positive_ints},
+                                 {"strides", K::kInts, false, rule_positive_ints},
+                                 {"pads", K::kInts, false, rule_non_negative_ints}});
   declare_attrs(t, "Gemm", {{"alpha", K::kFloat, false, nullptr}, {"beta", K::kFloat, false, nullptr},
                             {"transA", K::kInt, false, rule_bool}, {"transB", K::kInt, false, rule_bool}});
   for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"}) declare_attrs(t, op, {{"axis", K::kInt, false, nullptr}});

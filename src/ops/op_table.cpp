@@ -174,22 +174,62 @@ Status check_attributes(const ir::Node& node) {
   return Status::Ok();
 }
 
-Status infer_node(ir::Node& node) {
-  KILN_RETURN_IF_ERROR(check_attributes(node));
-  const OpDef* def = find_op(node.domain, node.op_type);
-  if (!def || !def->infer) return Status::Ok();
-  InferContext ctx{node, {}, {}, {}};
-  for (ir::Value* v : node.inputs) {
+// Runs the op's shape function over the node's current input types and constants; `ctx.out` gets one
+// type per output (kUnknown where it says nothing).
+static Status run_shape_function(const OpDef& def, const ir::Node& node, InferContext& ctx) {
+  for (const ir::Value* v : node.inputs) {
     ctx.in.push_back(v ? &v->type : nullptr);
     ctx.in_value.push_back(v && v->constant && !v->is_input ? &*v->constant : nullptr);
   }
   ctx.out.resize(node.outputs.size());
   for (auto& t : ctx.out) t.kind = ir::Type::Kind::kUnknown;
-  // Inputs of unknown type: nothing to infer from.
-  Status st = def->infer(ctx);
-  if (!st.ok()) return st;
+  return def.infer(ctx);
+}
+
+Status infer_node(ir::Node& node) {
+  KILN_RETURN_IF_ERROR(check_attributes(node));
+  const OpDef* def = find_op(node.domain, node.op_type);
+  if (!def || !def->infer) return Status::Ok();
+  InferContext ctx{node, {}, {}, {}};
+  KILN_RETURN_IF_ERROR(run_shape_function(*def, node, ctx));
   for (size_t i = 0; i < node.outputs.size() && i < ctx.out.size(); ++i)
     if (node.outputs[i]) merge_type(node.outputs[i]->type, ctx.out[i]);
+  return Status::Ok();
+}
+
+// "" when a stored type agrees with what inference gives (an unknown part agrees with anything), else
+// the first difference.
+static std::string type_conflict(const ir::Type& stored, const ir::Type& inferred) {
+  using K = ir::Type::Kind;
+  if (stored.kind == K::kUnknown || inferred.kind == K::kUnknown) return "";
+  if (stored.kind != inferred.kind) return "kind";
+  if (stored.kind != K::kTensor) return "";
+  if (stored.dtype != DataType::kUndefined && inferred.dtype != DataType::kUndefined && stored.dtype != inferred.dtype)
+    return "dtype";
+  if (!stored.shape.known || !inferred.shape.known) return "";
+  if (stored.shape.rank() != inferred.shape.rank()) return "rank";
+  for (int i = 0; i < stored.shape.rank(); ++i) {
+    const ir::Dim& a = stored.shape.dims[i];
+    const ir::Dim& b = inferred.shape.dims[i];
+    if (a.is_static() && b.is_static() && a.value != b.value) return "dimension " + std::to_string(i);
+  }
+  return "";
+}
+
+Status check_stored_node(const ir::Node& node) {
+  KILN_RETURN_IF_ERROR(check_attributes(node));
+  const OpDef* def = find_op(node.domain, node.op_type);
+  if (!def || !def->infer) return Status::Ok();
+  InferContext ctx{node, {}, {}, {}};
+  KILN_RETURN_IF_ERROR(run_shape_function(*def, node, ctx));
+  for (size_t i = 0; i < node.outputs.size() && i < ctx.out.size(); ++i) {
+    const ir::Value* o = node.outputs[i];
+    if (!o) continue;
+    const std::string what = type_conflict(o->type, ctx.out[i]);
+    if (!what.empty())
+      return invalid_model(node.describe() + ": output '" + o->name + "' is stored as " + o->type.to_string() +
+                           ", its inputs and attributes give " + ctx.out[i].to_string() + " (" + what + " differs)");
+  }
   return Status::Ok();
 }
 

@@ -76,6 +76,11 @@ void declare_attrs(std::vector<OpDef>& t, const std::string& name, std::vector<A
 // Runs the op's shape function, filling the node's output types (unknown parts stay unknown).
 // Checks the node's attributes first.
 Status infer_node(ir::Node& node);
+// Checks a node read from an engine file (untrusted) as import checks a node of a model: its attributes
+// (check_attributes) and its op's shape function over the stored input types and constants, whose
+// output types must agree with the stored ones (dtype, rank, static dims; unknown parts agree). Changes
+// nothing; the error names the node.
+Status check_stored_node(const ir::Node& node);
 // Infers types through a whole graph in topological order (subgraph bodies included).
 Status infer_graph(ir::Graph& graph);
 
