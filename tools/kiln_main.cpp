@@ -676,6 +676,9 @@ static int kiln_main(int argc, char** argv) {
   build->add_flag("--no-tune", build_no_tune, "no tuning: every kernel runs its own choice");
   build->add_option("--timing-cache", timing_cache, "read measured tactic times from FILE and add this build's to it");
   build->add_option("--tune-layer-seconds", tune_layer_seconds, "time limit for tuning one layer")->check(CLI::PositiveNumber);
+  double build_timeout = 0;
+  build->add_option("--timeout", build_timeout, "stop the build (an error) once it has taken this many seconds")
+      ->check(CLI::PositiveNumber);
   build->add_option("--shapes", shapes_spec, "fixed input shapes, e.g. input:1x3x224x224,mask:1x128 (one profile, min = opt = max)");
   build->add_option("--min-shapes", min_shapes, "smallest input shapes of a profile (repeat --min/--opt/--max-shapes for more profiles)");
   build->add_option("--opt-shapes", opt_shapes, "the shapes a profile is tuned for");
@@ -969,6 +972,7 @@ static int kiln_main(int argc, char** argv) {
     o.tune = build_no_tune ? 0 : build_tune ? 1 : -1;
     o.timing_cache = timing_cache;
     o.tune_layer_seconds = tune_layer_seconds;
+    o.timeout_s = build_timeout;
     o.int8 = build_int8;
     o.calibration_dir = calib_dir;
     o.calibration_method = calib_method;

@@ -106,6 +106,9 @@ struct BuildOptions {
   // the same result. -1: tune CUDA engines, not CPU ones; 0: never; 1: always.
   int tune = -1;
   double tune_layer_seconds = 2.0;  // time limit per layer (candidates not reached are skipped)
+  // The whole build's time limit in seconds (0: none): past it the build stops with an error, checked
+  // between stages and before (and inside the long loops of) every node constant folding evaluates.
+  double timeout_s = 0;
   // A timing cache file: read before tuning (layers found in it are not timed again) and written
   // after, with this build's measurements added. A corrupt file, or one written for another device or
   // kiln version, is ignored with a warning (and a foreign one is not overwritten).

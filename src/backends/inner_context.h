@@ -77,6 +77,7 @@ class InnerContext final : public KernelContext {
     return outer_.run_subgraph(body, std::move(in), out);
   }
   void* device_state() const override { return outer_.device_state(); }
+  Status check_stop() const override { return outer_.check_stop(); }
   const ir::Node& node() const override { return node_; }
   AdHocShapes shapes;  // the inner kernel's reshape, made on each run when the fused node was not planned
 

@@ -82,6 +82,11 @@ class KernelContext {
   virtual void* device_state() const = 0;
   // The node being run (for error messages).
   virtual const ir::Node& node() const = 0;
+  // Why the run must stop now (ExecutionContext::terminate, the caller's stop flag, the run's deadline,
+  // a build's time limit while folding constants), else Ok. The executor asks before every step; a
+  // kernel whose work is bounded by an attribute or by input values rather than by its output's size
+  // asks too, once per outer iteration (an atomic load and a clock read), and returns what it says.
+  virtual Status check_stop() const { return Status::Ok(); }
   Status error(const std::string& what) const { return invalid_argument(node().describe() + ": " + what); }
 };
 

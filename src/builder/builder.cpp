@@ -29,10 +29,37 @@ static Precision fp8_rest_precision(DeviceType device) {
   return device == DeviceType::kCUDA ? Precision::kFloat16 : Precision::kFloat32;
 }
 
+// The time limit of the build running on this thread (BuildOptions::timeout_s; max() when none). It
+// belongs to the Engine::build call, not to the options the stages pass around, and the engines a build
+// makes inside itself (calibration, the accuracy check) count against the same one.
+static thread_local std::chrono::steady_clock::time_point t_build_deadline = std::chrono::steady_clock::time_point::max();
+
+static Status check_build_time(const std::string& stage) {
+  if (t_build_deadline == std::chrono::steady_clock::time_point::max() || std::chrono::steady_clock::now() <= t_build_deadline)
+    return Status::Ok();
+  return cancelled("build stopped before " + stage + ": it ran past its time limit (BuildOptions::timeout_s, kiln build --timeout)");
+}
+
+// Sets this thread's build time limit for one Engine::build call (an inner build keeps the outer one's).
+struct BuildDeadlineScope {
+  std::chrono::steady_clock::time_point saved = t_build_deadline;
+  BuildDeadlineScope(const BuildOptions& o, std::chrono::steady_clock::time_point start) {
+    if (o.timeout_s > 0)
+      t_build_deadline = std::min(saved, start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                     std::chrono::duration<double>(o.timeout_s)));
+  }
+  ~BuildDeadlineScope() { t_build_deadline = saved; }
+};
+
 passes::PassOptions builder_pass_options(int opt_level, const KernelRegistry* target) {
   passes::PassOptions po;
   po.level = opt_level;
-  po.evaluate = [](const ir::Node& n, const std::vector<Value>& in) { return run_node_eager(n, in); };
+  // Folding stops at the build's time limit, before a node and inside its kernel's long loops; the node
+  // then stays unfolded and the next stage ends the build.
+  po.evaluate = [](const ir::Node& n, const std::vector<Value>& in) -> Expected<std::vector<Value>> {
+    KILN_RETURN_IF_ERROR(check_build_time("folding " + n.describe()));
+    return run_node_eager(n, in, nullptr, t_build_deadline);
+  };
   if (target) {
     po.has_kernel = [target](const std::string& domain, const std::string& op) {
       for (const KernelDef& d : target->all())
@@ -194,6 +221,7 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
     // engines run on the CPU, quantized candidates on the engine's device.
     auto build_float = [&](std::unique_ptr<ir::Graph> g) { return build_graph_as_is(std::move(g), DeviceType::kCPU); };
     auto build_as_is = [&](std::unique_ptr<ir::Graph> g) { return build_graph_as_is(std::move(g), options.device); };
+    KILN_RETURN_IF_ERROR(check_build_time("calibration"));
     report(options, start, "calibrate");
     BuildOptions calib = options;
     if (calib.calibration.empty() && !calib.calibration_dir.empty()) {
@@ -275,6 +303,7 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
   } else {
     KILN_RETURN_IF_ERROR(prepare_graph(*impl->graph, options, target->kernels()));
   }
+  KILN_RETURN_IF_ERROR(check_build_time("lowering"));
   LowerOptions lo;
   lo.device = options.device;
   lo.verbose = options.verbose;
@@ -282,11 +311,13 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
   KILN_ASSIGN_OR_RETURN(impl->plan, lower(impl->graph, lo));
   const bool tune = options.tune > 0 || (options.tune < 0 && options.device == DeviceType::kCUDA);
   if (tune) {
+    KILN_RETURN_IF_ERROR(check_build_time("tuning"));
     report(options, start, "tune");
     KILN_RETURN_IF_ERROR(tune_engine(*impl, options, [&](int done, int total, const std::string& layer) {
       report(options, start, "tune", done, total, layer);
     }));
   }
+  KILN_RETURN_IF_ERROR(check_build_time("finishing the engine"));
   describe_engine(*impl, model.source_hash);
   // What ONNX Runtime's get_modelmeta() reports, kept in the engine file with the other header fields.
   impl->meta["model.producer_name"] = model.producer_name;
@@ -303,6 +334,7 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
 Expected<std::shared_ptr<Engine>> Engine::build(const std::string& onnx_path, const BuildOptions& options) {
   ThreadCountScope threads(options.threads);
   const auto start = BuildClock::now();
+  BuildDeadlineScope deadline(options, start);
   report(options, start, "import");
   KILN_ASSIGN_OR_RETURN(ir::Model model, onnx::import_file(onnx_path));
   return guarded("building the engine", [&] { return build_from_model(std::move(model), options, start); });
@@ -331,6 +363,7 @@ Expected<std::shared_ptr<Engine>> Engine::build_from_bytes(const std::string& by
   io.base_dir = base_dir;
   ThreadCountScope threads(options.threads);
   const auto start = BuildClock::now();
+  BuildDeadlineScope deadline(options, start);
   report(options, start, "import");
   KILN_ASSIGN_OR_RETURN(ir::Model model, onnx::import_bytes(bytes, io));
   return guarded("building the engine", [&] { return build_from_model(std::move(model), options, start); });

@@ -236,6 +236,7 @@ class StepContext final : public KernelContext {
     return Status::Ok();
   }
   void* device_state() const override { return f_.res.state_for(b_.device()); }
+  Status check_stop() const override { return f_.res.check_stop(); }
   const ir::Node& node() const override {
     static const ir::Node kCopyNode = [] { ir::Node n; n.name = "copy"; n.op_type = "Copy"; return n; }();
     return s_.node >= 0 ? f_.graph.node(s_) : kCopyNode;

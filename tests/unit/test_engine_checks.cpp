@@ -223,3 +223,75 @@ TEST(EngineChecks, WeightsInconsistentWithTheirGraphAreRefused) {
     expect_refused(reseal(b), {"bytes"});
   }
 }
+
+namespace {
+
+// A TfIdfVectorizer counting one bigram at every skip distance of a row of `c` items: about c^2 / 2 map
+// look-ups (hours for c = 200,000), bounded by the data, not by the output's size.
+::onnx::ModelProto slow_tfidf(int64_t c, bool constant_input) {
+  std::vector<Input> inputs;
+  std::vector<::onnx::TensorProto> inits;
+  if (constant_input) {
+    ::onnx::TensorProto x;
+    x.set_name("x");
+    x.set_data_type(::onnx::TensorProto::INT64);
+    x.add_dims(1);
+    x.add_dims(c);
+    for (int64_t i = 0; i < c; ++i) x.add_int64_data(i % 7);
+    inits.push_back(x);
+  } else {
+    inputs.push_back({"x", ::onnx::TensorProto::INT64, {1, c}});
+  }
+  return one_node("TfIdfVectorizer", inputs, [](::onnx::NodeProto& n) {
+    auto* mode = n.add_attribute();
+    mode->set_name("mode");
+    mode->set_type(::onnx::AttributeProto::STRING);
+    mode->set_s("TF");
+    set_int(n, "min_gram_length", 2);
+    set_int(n, "max_gram_length", 2);
+    set_int(n, "max_skip_count", int64_t{1} << 40);
+    set_ints(n, "ngram_counts", {0, 0});
+    set_ints(n, "ngram_indexes", {0});
+    set_ints(n, "pool_int64s", {1, 2});
+  }, inits);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+// A run's time limit stops a kernel inside its long loop, not only between steps: the whole run is one
+// step here.
+TEST(EngineChecks, RunTimeoutStopsALongTfIdfVectorizer) {
+  constexpr int64_t kItems = 200000;
+  auto e = Engine::build_from_bytes(slow_tfidf(kItems, false).SerializeAsString());
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  auto ctx = (*e)->create_context();
+  ASSERT_TRUE(ctx.ok());
+  (*ctx)->set_run_timeout(0.5);
+  Tensor x = Tensor::empty(DataType::kInt64, {1, kItems});
+  for (int64_t i = 0; i < kItems; ++i) x.data<int64_t>()[i] = i % 7;
+  const auto start = std::chrono::steady_clock::now();
+  auto r = (*ctx)->run({{"x", Value::of(x)}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("time limit"), std::string::npos) << r.status().message();
+  EXPECT_LT(seconds_since(start), 10.0);
+}
+
+// A build's time limit stops constant folding inside the folded kernel's loop, and the build ends with
+// an error instead of running for hours.
+TEST(EngineChecks, BuildTimeoutStopsConstantFolding) {
+  BuildOptions o;
+  o.timeout_s = 0.5;
+  const auto start = std::chrono::steady_clock::now();
+  auto e = Engine::build_from_bytes(slow_tfidf(200000, true).SerializeAsString(), o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kCancelled) << e.status().to_string();
+  EXPECT_NE(e.status().message().find("time limit"), std::string::npos) << e.status().message();
+  EXPECT_LT(seconds_since(start), 10.0);
+  // Without a limit nothing changes for a quick build.
+  EXPECT_TRUE(Engine::build_from_bytes(slow_tfidf(16, true).SerializeAsString()).ok());
+}

@@ -34,8 +34,11 @@ TfIdf make_tfidf(ops::TfIdfParams p) {
   return a;
 }
 
+// O(C^2 x max_gram_length) for a row of C items when max_skip_count allows every skip: asks the context
+// whether to stop once per skip distance, so --timeout and terminate end a long row.
 template <typename Item, typename Map>
-void count_row(const ops::TfIdfParams& a, const Map& grams, const std::vector<Item>& row, int64_t* freq) {
+Status count_row(const KernelContext& ctx, const ops::TfIdfParams& a, const Map& grams, const std::vector<Item>& row,
+                 int64_t* freq) {
   const int64_t C = static_cast<int64_t>(row.size());
   int64_t start_size = a.min_gram_length;
   std::vector<Item> key;
@@ -43,6 +46,7 @@ void count_row(const ops::TfIdfParams& a, const Map& grams, const std::vector<It
   // is the row): the work is bounded by the input, not by max_skip_count (INT64_MAX overflowed + 1).
   const int64_t last_skip = std::min(a.max_skip_count, std::max<int64_t>(C - 2, 0)) + 1;
   for (int64_t skip = 1; skip <= last_skip; ++skip) {
+    KILN_RETURN_IF_ERROR(ctx.check_stop());
     for (int64_t s = 0; s < C; ++s)
       for (int64_t size = start_size; size <= a.max_gram_length; ++size) {
         if (size - 1 > (C - 1 - s) / skip) break;  // s + (size - 1) * skip is past the row, without overflow
@@ -53,6 +57,7 @@ void count_row(const ops::TfIdfParams& a, const Map& grams, const std::vector<It
       }
     if (start_size == 1 && ++start_size > a.max_gram_length) break;  // unigrams only once
   }
+  return Status::Ok();
 }
 
 Status tfidf_kernel(KernelContext& ctx, const TfIdf& t) {
@@ -69,12 +74,12 @@ Status tfidf_kernel(KernelContext& ctx, const TfIdf& t) {
   for (int64_t r = 0; r < rows; ++r) {
     if (a.strings) {
       std::vector<std::string> row(x.data<std::string>() + r * C, x.data<std::string>() + (r + 1) * C);
-      count_row(a, t.str_grams, row, &freq[r * a.out_size]);
+      KILN_RETURN_IF_ERROR(count_row(ctx, a, t.str_grams, row, &freq[r * a.out_size]));
     } else {
       std::vector<int64_t> row(static_cast<size_t>(C));
       for (int64_t c = 0; c < C; ++c)
         row[c] = x.dtype() == DataType::kInt64 ? x.data<int64_t>()[r * C + c] : x.data<int32_t>()[r * C + c];
-      count_row(a, t.int_grams, row, &freq[r * a.out_size]);
+      KILN_RETURN_IF_ERROR(count_row(ctx, a, t.int_grams, row, &freq[r * a.out_size]));
     }
   }
   float* out = y.data<float>();
