@@ -1,5 +1,7 @@
 // ops/ml.cpp — types and shapes of the ai.onnx.ml ops kiln runs: ArrayFeatureExtractor, Binarizer,
-// LabelEncoder, TreeEnsemble.
+// LabelEncoder, TreeEnsemble, TreeEnsembleClassifier/Regressor, LinearClassifier/Regressor, Scaler,
+// Normalizer, Imputer, OneHotEncoder. (ZipMap, CastMap and DictVectorizer take or give maps, which
+// kiln's runtime values do not hold.)
 #include "ops/op_table.h"
 #include "ops/params_ml.h"
 
@@ -55,6 +57,69 @@ Status infer_tree_ensemble(InferContext& c) {
   return Status::Ok();
 }
 
+// Rows of X: [N, F] gives N, [F] one row.
+Dim rows_of(const InferContext& c) {
+  if (!known_tensor(c, 0)) return Dim();
+  if (c.shape(0).rank() == 1) return Dim(1);
+  return c.shape(0).rank() == 2 ? c.shape(0).dims[0] : Dim();
+}
+
+// Y: a label per row; Z: a float score per row and label.
+Status infer_classifier(InferContext& c, bool strings, int64_t labels) {
+  if (!c.has(0)) return Status::Ok();
+  const Dim n = rows_of(c);
+  c.out[0] = Type::tensor(strings ? DataType::kString : DataType::kInt64, SymShape({n}));
+  if (c.out.size() > 1)
+    c.out[1] = Type::tensor(DataType::kFloat32, SymShape({n, labels > 0 ? Dim(labels) : Dim()}));
+  return Status::Ok();
+}
+
+Status infer_tree_classifier(InferContext& c) {
+  const TreeEnsembleClassifierParams p = parse_tree_ensemble_classifier_unchecked(c.node);
+  return infer_classifier(c, p.string_labels(), p.ensemble.n_targets);
+}
+
+Status infer_linear_classifier(InferContext& c) {
+  const LinearClassifierParams p = parse_linear_classifier_unchecked(c.node);
+  return infer_classifier(c, p.string_labels(),
+                          static_cast<int64_t>(p.string_labels() ? p.labels_str.size() : p.labels_int.size()));
+}
+
+// Y: [N, targets] floats.
+Status infer_regressor(InferContext& c, int64_t targets) {
+  if (!c.has(0)) return Status::Ok();
+  c.out[0] = Type::tensor(DataType::kFloat32, SymShape({rows_of(c), targets > 0 ? Dim(targets) : Dim()}));
+  return Status::Ok();
+}
+
+Status infer_tree_regressor(InferContext& c) {
+  return infer_regressor(c, parse_tree_ensemble_regressor_unchecked(c.node).n_targets);
+}
+
+Status infer_linear_regressor(InferContext& c) {
+  return infer_regressor(c, parse_linear_regressor_unchecked(c.node).targets);
+}
+
+// X's shape, as floats (Scaler, Normalizer).
+Status infer_same_float(InferContext& c) {
+  if (!c.has(0)) return Status::Ok();
+  c.out[0] = Type::tensor(DataType::kFloat32);
+  if (c.type(0).is_tensor()) c.out[0].shape = c.shape(0);
+  return Status::Ok();
+}
+
+// X's shape and a last axis of the categories, floats.
+Status infer_one_hot_encoder(InferContext& c) {
+  if (!c.has(0)) return Status::Ok();
+  c.out[0] = Type::tensor(DataType::kFloat32);
+  if (!known_tensor(c, 0)) return Status::Ok();
+  std::vector<Dim> dims = c.shape(0).dims;
+  const int64_t cats = parse_one_hot_encoder_unchecked(c.node).size();
+  dims.push_back(cats > 0 ? Dim(cats) : Dim());
+  c.out[0].shape = SymShape(std::move(dims));
+  return Status::Ok();
+}
+
 }  // namespace
 
 void add_ml_ops(std::vector<OpDef>& t) {
@@ -63,6 +128,14 @@ void add_ml_ops(std::vector<OpDef>& t) {
   t.push_back(OpDef{"Binarizer", ml, 1, infer_same, "native"});
   t.push_back(OpDef{"LabelEncoder", ml, 1, infer_label_encoder, "native"});
   t.push_back(OpDef{"TreeEnsemble", ml, 5, infer_tree_ensemble, "native"});
+  t.push_back(OpDef{"TreeEnsembleClassifier", ml, 1, infer_tree_classifier, "native"});
+  t.push_back(OpDef{"TreeEnsembleRegressor", ml, 1, infer_tree_regressor, "native"});
+  t.push_back(OpDef{"LinearClassifier", ml, 1, infer_linear_classifier, "native"});
+  t.push_back(OpDef{"LinearRegressor", ml, 1, infer_linear_regressor, "native"});
+  t.push_back(OpDef{"Scaler", ml, 1, infer_same_float, "native"});
+  t.push_back(OpDef{"Normalizer", ml, 1, infer_same_float, "native"});
+  t.push_back(OpDef{"Imputer", ml, 1, infer_same, "native"});
+  t.push_back(OpDef{"OneHotEncoder", ml, 1, infer_one_hot_encoder, "native"});
 }
 
 }  // namespace kiln::ops

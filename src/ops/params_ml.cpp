@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 
 #include "ops/rnn.h"
 #include "ops/shape_infer_util.h"
@@ -208,6 +209,208 @@ Status read_tree_ensemble(const ir::Node& n, TreeEnsembleParams& e, bool all) {
   return Status::Ok();
 }
 
+// ---------------------------------------------------------------- the legacy tree ensembles
+
+Expected<TreeEnsembleParams::Post> read_post(const ir::Node& n) {
+  using Post = TreeEnsembleParams::Post;
+  const std::string s = n.attr_string("post_transform", "NONE");
+  if (s == "NONE") return Post::kNone;
+  if (s == "SOFTMAX") return Post::kSoftmax;
+  if (s == "LOGISTIC") return Post::kLogistic;
+  if (s == "SOFTMAX_ZERO") return Post::kSoftmaxZero;
+  if (s == "PROBIT") return Post::kProbit;
+  return invalid_model(n.describe() + ": post_transform '" + s +
+                       "' is not NONE, SOFTMAX, LOGISTIC, SOFTMAX_ZERO or PROBIT");
+}
+
+// `name` as floats, or `name`_as_tensor as doubles (one of the two; empty when neither is given).
+Expected<std::vector<double>> floats_or_tensor(const ir::Node& n, const std::string& name) {
+  const ir::Attribute* t = n.attr(name + "_as_tensor");
+  if (!t) return reals_attr(n, name.c_str(), false);
+  if (n.attr(name)) return invalid_model(n.describe() + ": gives both '" + name + "' and '" + name + "_as_tensor'");
+  return reals_attr(n, (name + "_as_tensor").c_str(), false);
+}
+
+// The nodes_* and <votes>_* lists (votes: "target" or "class") as a TreeEnsembleParams, checked.
+Status read_legacy_trees(const ir::Node& n, const std::string& votes, TreeEnsembleParams& e) {
+  using Tree = TreeEnsembleParams;
+  auto bad = [&](const std::string& why) { return invalid_model(n.describe() + ": " + why); };
+  const auto tree_ids = n.attr_ints("nodes_treeids"), node_ids = n.attr_ints("nodes_nodeids"),
+             features = n.attr_ints("nodes_featureids"), true_ids = n.attr_ints("nodes_truenodeids"),
+             false_ids = n.attr_ints("nodes_falsenodeids"), missing = n.attr_ints("nodes_missing_value_tracks_true");
+  const ir::Attribute* modes_attr = n.attr("nodes_modes");
+  const std::vector<std::string> modes = modes_attr ? modes_attr->strings : std::vector<std::string>{};
+  KILN_ASSIGN_OR_RETURN(std::vector<double> splits, floats_or_tensor(n, "nodes_values"));
+  KILN_ASSIGN_OR_RETURN(std::vector<double> weights, floats_or_tensor(n, votes + "_weights"));
+  KILN_ASSIGN_OR_RETURN(e.base_values, floats_or_tensor(n, "base_values"));
+  const auto vote_trees = n.attr_ints(votes + "_treeids"), vote_nodes = n.attr_ints(votes + "_nodeids"),
+             vote_targets = n.attr_ints(votes + "_ids");
+  const size_t count = tree_ids.size();
+  if (count == 0) return bad("has no nodes (nodes_treeids is empty)");
+  if (node_ids.size() != count || features.size() != count || modes.size() != count ||
+      true_ids.size() != count || false_ids.size() != count || (!splits.empty() && splits.size() != count) ||
+      (!missing.empty() && missing.size() != count))
+    return bad("the nodes_* attributes must all have the same length");
+  if (vote_nodes.size() != vote_trees.size() || vote_targets.size() != vote_trees.size() ||
+      weights.size() != vote_trees.size())
+    return bad("the " + votes + "_* attributes must all have the same length");
+  if (!e.base_values.empty() && static_cast<int64_t>(e.base_values.size()) != e.n_targets &&
+      e.base_values.size() != 1)
+    return bad("base_values must hold one value per " + votes + " (or one value)");
+
+  // Where each (tree, node) is, and each tree's root (its first node), trees in id order.
+  std::map<std::pair<int64_t, int64_t>, size_t> where;
+  std::map<int64_t, size_t> first;
+  for (size_t i = 0; i < count; ++i) {
+    if (!where.emplace(std::make_pair(tree_ids[i], node_ids[i]), i).second)
+      return bad("node " + std::to_string(node_ids[i]) + " of tree " + std::to_string(tree_ids[i]) + " is listed twice");
+    first.emplace(tree_ids[i], i);
+  }
+  // Branch nodes and leaves get their own numbering.
+  std::vector<int64_t> index(count);
+  std::vector<bool> is_leaf(count);
+  int64_t branches = 0, leaves = 0;
+  for (size_t i = 0; i < count; ++i) {
+    is_leaf[i] = modes[i] == "LEAF";
+    index[i] = is_leaf[i] ? leaves++ : branches++;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if (is_leaf[i]) continue;
+    static const char* kModes[] = {"BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ"};
+    Tree::Node t;
+    const auto m = std::find(std::begin(kModes), std::end(kModes), modes[i]);
+    if (m == std::end(kModes)) return bad("node mode '" + modes[i] + "' is not LEAF or BRANCH_LEQ/LT/GTE/GT/EQ/NEQ");
+    t.mode = static_cast<Tree::Branch>(m - std::begin(kModes));
+    t.feature = features[i];
+    if (t.feature < 0) return bad("negative feature id");
+    t.split = splits.empty() ? 0.0 : splits[i];
+    t.missing_true = !missing.empty() && missing[i] != 0;
+    const int64_t kids[2] = {false_ids[i], true_ids[i]};
+    for (int b = 0; b < 2; ++b) {
+      const auto it = where.find({tree_ids[i], kids[b]});
+      if (it == where.end())
+        return bad("node " + std::to_string(node_ids[i]) + " of tree " + std::to_string(tree_ids[i]) +
+                   " points to node " + std::to_string(kids[b]) + ", which does not exist");
+      t.leaf[b] = is_leaf[it->second];
+      t.child[b] = index[it->second];
+    }
+    e.nodes.push_back(std::move(t));
+  }
+  for (const auto& [tree, at] : first) {
+    if (!is_leaf[at]) {
+      e.roots.push_back(index[at]);
+      continue;
+    }
+    Tree::Node t;  // a single-leaf tree: both branches of a dummy node end in the leaf
+    t.leaf[0] = t.leaf[1] = true;
+    t.child[0] = t.child[1] = index[at];
+    e.roots.push_back(static_cast<int64_t>(e.nodes.size()));
+    e.nodes.push_back(std::move(t));
+  }
+  // The votes, grouped by leaf in the order they are listed.
+  std::vector<int64_t> leaf_of(vote_trees.size());
+  e.votes.assign(static_cast<size_t>(leaves) + 1, 0);
+  for (size_t v = 0; v < vote_trees.size(); ++v) {
+    const auto it = where.find({vote_trees[v], vote_nodes[v]});
+    if (it == where.end() || !is_leaf[it->second])
+      return bad(votes + " vote " + std::to_string(v) + " names node " + std::to_string(vote_nodes[v]) + " of tree " +
+                 std::to_string(vote_trees[v]) + ", which is not a leaf");
+    if (vote_targets[v] < 0 || vote_targets[v] >= e.n_targets)
+      return bad(votes + " id " + std::to_string(vote_targets[v]) + " is outside [0, " + std::to_string(e.n_targets) + ")");
+    leaf_of[v] = index[it->second];
+    ++e.votes[static_cast<size_t>(leaf_of[v]) + 1];
+  }
+  for (int64_t l = 0; l < leaves; ++l) e.votes[l + 1] += e.votes[l];
+  e.leaf_weights.resize(weights.size());
+  e.leaf_targets.resize(weights.size());
+  std::vector<int64_t> fill(e.votes.begin(), e.votes.end() - 1);
+  for (size_t v = 0; v < weights.size(); ++v) {
+    const int64_t at = fill[leaf_of[v]]++;
+    e.leaf_weights[at] = weights[v];
+    e.leaf_targets[at] = vote_targets[v];
+  }
+  if (e.base_values.size() == 1 && e.n_targets > 1) e.base_values.assign(e.n_targets, e.base_values[0]);
+  KILN_ASSIGN_OR_RETURN(e.post_transform, read_post(n));
+  return Status::Ok();
+}
+
+Status read_tree_regressor(const ir::Node& n, TreeEnsembleParams& e, bool all) {
+  e.n_targets = n.attr_int("n_targets", 1);
+  if (!all) return Status::Ok();
+  if (e.n_targets <= 0) return invalid_model(n.describe() + ": n_targets must be positive");
+  const std::string agg = n.attr_string("aggregate_function", "SUM");
+  if (agg == "SUM") e.aggregate = TreeEnsembleParams::Aggregate::kSum;
+  else if (agg == "AVERAGE") e.aggregate = TreeEnsembleParams::Aggregate::kAverage;
+  else if (agg == "MIN") e.aggregate = TreeEnsembleParams::Aggregate::kMin;
+  else if (agg == "MAX") e.aggregate = TreeEnsembleParams::Aggregate::kMax;
+  else return invalid_model(n.describe() + ": aggregate_function '" + agg + "' is not SUM, AVERAGE, MIN or MAX");
+  return read_legacy_trees(n, "target", e);
+}
+
+Status read_tree_classifier(const ir::Node& n, TreeEnsembleClassifierParams& p, bool all) {
+  p.labels_int = n.attr_ints("classlabels_int64s");
+  if (const ir::Attribute* a = n.attr("classlabels_strings")) p.labels_str = a->strings;
+  TreeEnsembleParams& e = p.ensemble;
+  e.n_targets = static_cast<int64_t>(p.string_labels() ? p.labels_str.size() : p.labels_int.size());
+  if (!all) return Status::Ok();
+  if (p.labels_str.empty() == p.labels_int.empty())
+    return invalid_model(n.describe() + ": needs one of classlabels_int64s and classlabels_strings, not empty");
+  KILN_RETURN_IF_ERROR(read_legacy_trees(n, "class", e));
+  const auto ids = n.attr_ints("class_ids");
+  p.binary = e.n_targets == 2 && !ids.empty() &&
+             std::all_of(ids.begin(), ids.end(), [&](int64_t c) { return c == ids[0]; });
+  p.binary_class = p.binary ? ids[0] : 0;
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- LinearClassifier / LinearRegressor
+
+Status read_linear_classifier(const ir::Node& n, LinearClassifierParams& p, bool all) {
+  p.labels_int = n.attr_ints("classlabels_ints");
+  if (const ir::Attribute* a = n.attr("classlabels_strings")) p.labels_str = a->strings;
+  if (!all) return Status::Ok();
+  auto bad = [&](const std::string& why) { return invalid_model(n.describe() + ": " + why); };
+  if (p.labels_str.empty() == p.labels_int.empty())
+    return bad("needs one of classlabels_ints and classlabels_strings, not empty");
+  KILN_ASSIGN_OR_RETURN(p.coefficients, reals_attr(n, "coefficients", true));
+  KILN_ASSIGN_OR_RETURN(p.intercepts, reals_attr(n, "intercepts", false));
+  const int64_t labels = static_cast<int64_t>(p.string_labels() ? p.labels_str.size() : p.labels_int.size());
+  // One row per label, or one row (the second label's score) for two labels; intercepts say which.
+  p.classes = !p.intercepts.empty() ? static_cast<int64_t>(p.intercepts.size()) : labels;
+  if (p.classes != labels && !(labels == 2 && p.classes == 1))
+    return bad(std::to_string(p.classes) + " intercepts for " + std::to_string(labels) + " class labels");
+  if (p.coefficients.empty() || p.coefficients.size() % static_cast<size_t>(p.classes) != 0)
+    return bad("coefficients must hold one row of features per class");
+  KILN_ASSIGN_OR_RETURN(p.post_transform, read_post(n));
+  return Status::Ok();
+}
+
+Status read_linear_regressor(const ir::Node& n, LinearRegressorParams& p, bool all) {
+  p.targets = n.attr_int("targets", 1);
+  if (!all) return Status::Ok();
+  if (p.targets <= 0) return invalid_model(n.describe() + ": targets must be positive");
+  KILN_ASSIGN_OR_RETURN(p.coefficients, reals_attr(n, "coefficients", true));
+  KILN_ASSIGN_OR_RETURN(p.intercepts, reals_attr(n, "intercepts", false));
+  if (p.coefficients.empty() || p.coefficients.size() % static_cast<size_t>(p.targets) != 0)
+    return invalid_model(n.describe() + ": coefficients must hold one row of features per target");
+  if (!p.intercepts.empty() && static_cast<int64_t>(p.intercepts.size()) != p.targets)
+    return invalid_model(n.describe() + ": intercepts must hold one value per target");
+  KILN_ASSIGN_OR_RETURN(p.post_transform, read_post(n));
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- OneHotEncoder
+
+Status read_one_hot_encoder(const ir::Node& n, OneHotEncoderParams& p, bool all) {
+  p.cats_int = n.attr_ints("cats_int64s");
+  if (const ir::Attribute* a = n.attr("cats_strings")) p.cats_str = a->strings;
+  p.zeros = n.attr_int("zeros", 1) != 0;
+  if (!all) return Status::Ok();
+  if (p.cats_str.empty() == p.cats_int.empty())
+    return invalid_model(n.describe() + ": needs one of cats_int64s and cats_strings, not empty");
+  return Status::Ok();
+}
+
 // ---------------------------------------------------------------- RNN / GRU / LSTM
 
 Status read_rnn(const ir::Node& n, RnnParams& p, bool all) {
@@ -375,6 +578,56 @@ LabelEncoderParams parse_label_encoder_unchecked(const ir::Node& n) { return unc
 
 Expected<TreeEnsembleParams> parse_tree_ensemble(const ir::Node& n) { return checked(n, read_tree_ensemble); }
 TreeEnsembleParams parse_tree_ensemble_unchecked(const ir::Node& n) { return unchecked(n, read_tree_ensemble); }
+
+Expected<TreeEnsembleParams> parse_tree_ensemble_regressor(const ir::Node& n) { return checked(n, read_tree_regressor); }
+TreeEnsembleParams parse_tree_ensemble_regressor_unchecked(const ir::Node& n) { return unchecked(n, read_tree_regressor); }
+Expected<TreeEnsembleClassifierParams> parse_tree_ensemble_classifier(const ir::Node& n) {
+  return checked(n, read_tree_classifier);
+}
+TreeEnsembleClassifierParams parse_tree_ensemble_classifier_unchecked(const ir::Node& n) {
+  return unchecked(n, read_tree_classifier);
+}
+Expected<TreeEnsembleParams::Post> parse_post_transform(const ir::Node& n) { return read_post(n); }
+
+Expected<LinearClassifierParams> parse_linear_classifier(const ir::Node& n) { return checked(n, read_linear_classifier); }
+LinearClassifierParams parse_linear_classifier_unchecked(const ir::Node& n) { return unchecked(n, read_linear_classifier); }
+Expected<LinearRegressorParams> parse_linear_regressor(const ir::Node& n) { return checked(n, read_linear_regressor); }
+LinearRegressorParams parse_linear_regressor_unchecked(const ir::Node& n) { return unchecked(n, read_linear_regressor); }
+
+Expected<ScalerParams> parse_scaler(const ir::Node& n) {
+  ScalerParams p;
+  KILN_ASSIGN_OR_RETURN(p.offset, reals_attr(n, "offset", false));
+  KILN_ASSIGN_OR_RETURN(p.scale, reals_attr(n, "scale", false));
+  if (p.offset.empty()) p.offset = {0.0};
+  if (p.scale.empty()) p.scale = {1.0};
+  return p;
+}
+
+Expected<NormalizerParams> parse_normalizer(const ir::Node& n) {
+  NormalizerParams p;
+  const std::string s = n.attr_string("norm", "MAX");
+  if (s == "MAX") p.norm = NormalizerParams::Norm::kMax;
+  else if (s == "L1") p.norm = NormalizerParams::Norm::kL1;
+  else if (s == "L2") p.norm = NormalizerParams::Norm::kL2;
+  else return invalid_model(n.describe() + ": norm '" + s + "' is not MAX, L1 or L2");
+  return p;
+}
+
+Expected<ImputerParams> parse_imputer(const ir::Node& n) {
+  ImputerParams p;
+  p.int64s = n.attr_ints("imputed_value_int64s");
+  const std::vector<float> f = n.attr_floats("imputed_value_floats");
+  p.floats.assign(f.begin(), f.end());
+  if (p.floats.empty() == p.int64s.empty())
+    return invalid_model(n.describe() + ": needs one of imputed_value_floats and imputed_value_int64s, not empty");
+  p.ints = !p.int64s.empty();
+  p.replaced_float = n.attr_float("replaced_value_float", 0.0f);
+  p.replaced_int = n.attr_int("replaced_value_int64", 0);
+  return p;
+}
+
+Expected<OneHotEncoderParams> parse_one_hot_encoder(const ir::Node& n) { return checked(n, read_one_hot_encoder); }
+OneHotEncoderParams parse_one_hot_encoder_unchecked(const ir::Node& n) { return unchecked(n, read_one_hot_encoder); }
 
 QuantizeParams parse_quantize(const ir::Node& n) {
   QuantizeParams p;

@@ -59,12 +59,96 @@ struct TreeEnsembleParams {
   std::vector<int64_t> roots;         // tree_roots: node indices
   std::vector<double> leaf_weights;   // per leaf
   std::vector<int64_t> leaf_targets;  // per leaf, in [0, n_targets)
+  // The legacy forms (below): leaf i casts the votes [votes[i], votes[i + 1]) of leaf_weights and
+  // leaf_targets, any number of them. Empty (TreeEnsemble 5): leaf i casts vote i.
+  std::vector<int64_t> votes;
+  std::vector<double> base_values;    // empty, or one per target: added after aggregating
   int64_t n_targets = 0;              // positive once checked; unchecked: as written, 0 when absent
   Aggregate aggregate = Aggregate::kSum;
   Post post_transform = Post::kNone;
 };
 Expected<TreeEnsembleParams> parse_tree_ensemble(const ir::Node& n);
 TreeEnsembleParams parse_tree_ensemble_unchecked(const ir::Node& n);  // n_targets
+
+// TreeEnsembleRegressor / TreeEnsembleClassifier 1 and 3 (and 5, deprecated): the (tree id, node id)
+// lists, floats or the *_as_tensor doubles, rebuilt as a checked TreeEnsembleParams. Each tree's root is
+// its first node in the lists; a LEAF node becomes a leaf with its votes (target_* / class_*); a tree
+// that is a single leaf gets a branch node whose two children are that leaf.
+Expected<TreeEnsembleParams> parse_tree_ensemble_regressor(const ir::Node& n);
+TreeEnsembleParams parse_tree_ensemble_regressor_unchecked(const ir::Node& n);  // n_targets (default 1)
+
+struct TreeEnsembleClassifierParams {
+  TreeEnsembleParams ensemble;              // n_targets: the number of class labels
+  std::vector<int64_t> labels_int;          // classlabels_int64s, or
+  std::vector<std::string> labels_str;      // classlabels_strings: one of the two is non-empty
+  // Two labels and every vote for the one class `binary_class`: that class's score s is the second
+  // label's, and the first label's is 1 - s (post_transform NONE or PROBIT) or -s (the others).
+  bool binary = false;
+  int64_t binary_class = 0;
+  bool string_labels() const { return !labels_str.empty(); }
+};
+Expected<TreeEnsembleClassifierParams> parse_tree_ensemble_classifier(const ir::Node& n);
+// The labels (their dtype and count) only.
+TreeEnsembleClassifierParams parse_tree_ensemble_classifier_unchecked(const ir::Node& n);
+
+// post_transform as the legacy ops write it ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT").
+Expected<TreeEnsembleParams::Post> parse_post_transform(const ir::Node& n);
+
+// LinearClassifier 1: scores = X * coefficients^T + intercepts, [N, C] for C coefficient rows.
+struct LinearClassifierParams {
+  std::vector<double> coefficients;  // [classes, features], row-major
+  std::vector<double> intercepts;    // empty or one per class
+  int64_t classes = 0;               // coefficient rows: the label count, or 1 for two labels
+  std::vector<int64_t> labels_int;   // classlabels_ints, or
+  std::vector<std::string> labels_str;  // classlabels_strings: one of the two is non-empty
+  TreeEnsembleParams::Post post_transform = TreeEnsembleParams::Post::kNone;
+  bool string_labels() const { return !labels_str.empty(); }
+};
+Expected<LinearClassifierParams> parse_linear_classifier(const ir::Node& n);
+LinearClassifierParams parse_linear_classifier_unchecked(const ir::Node& n);  // labels
+
+// LinearRegressor 1: Y = X * coefficients^T + intercepts, [N, targets].
+struct LinearRegressorParams {
+  std::vector<double> coefficients;  // [targets, features], row-major
+  std::vector<double> intercepts;    // empty or one per target
+  int64_t targets = 1;               // positive once checked
+  TreeEnsembleParams::Post post_transform = TreeEnsembleParams::Post::kNone;
+};
+Expected<LinearRegressorParams> parse_linear_regressor(const ir::Node& n);
+LinearRegressorParams parse_linear_regressor_unchecked(const ir::Node& n);  // targets
+
+// Scaler 1: Y = (X - offset) * scale, each one value or one per feature (the last axis).
+struct ScalerParams {
+  std::vector<double> offset, scale;
+};
+Expected<ScalerParams> parse_scaler(const ir::Node& n);
+
+// Normalizer 1: each row divided by its max |x|, L1 or L2 norm.
+struct NormalizerParams {
+  enum class Norm { kMax, kL1, kL2 };
+  Norm norm = Norm::kMax;
+};
+Expected<NormalizerParams> parse_normalizer(const ir::Node& n);
+
+// Imputer 1: values equal to the replaced value (NaN matches NaN) become the feature's imputed value.
+struct ImputerParams {
+  bool ints = false;            // imputed_value_int64s / replaced_value_int64 (else the float forms)
+  std::vector<double> floats;   // one value, or one per feature
+  std::vector<int64_t> int64s;
+  double replaced_float = 0;
+  int64_t replaced_int = 0;
+};
+Expected<ImputerParams> parse_imputer(const ir::Node& n);
+
+// OneHotEncoder 1: Y = X's shape plus a last axis of the categories, 1 where X equals the category.
+struct OneHotEncoderParams {
+  std::vector<int64_t> cats_int;        // cats_int64s, or
+  std::vector<std::string> cats_str;    // cats_strings: one of the two is non-empty once checked
+  bool zeros = true;                    // an unknown value gives a row of zeros (else an error)
+  int64_t size() const { return static_cast<int64_t>(cats_str.empty() ? cats_int.size() : cats_str.size()); }
+};
+Expected<OneHotEncoderParams> parse_one_hot_encoder(const ir::Node& n);
+OneHotEncoderParams parse_one_hot_encoder_unchecked(const ir::Node& n);  // the categories
 
 // ---------------------------------------------------------------- ops/rnn_quant.cpp
 

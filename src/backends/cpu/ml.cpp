@@ -1,5 +1,6 @@
 // backends/cpu/ml.cpp — ai.onnx.ml ops on the CPU: ArrayFeatureExtractor, Binarizer, LabelEncoder
-// (1, 2, 4) and TreeEnsemble (5).
+// (1, 2, 4), TreeEnsemble (5) and the legacy TreeEnsembleClassifier/Regressor (1, 3), which
+// ops::parse_tree_ensemble_classifier/regressor rebuild as the same checked node list.
 //
 // LabelEncoder keeps its keys in a hash map built once at creation; float keys compare by value,
 // with every NaN key matching every NaN input. TreeEnsemble's node arrays are checked at creation
@@ -13,9 +14,11 @@
 #include <unordered_map>
 
 #include "backends/cpu/numeric.h"
+#include "backends/cpu/ml_common.h"
 #include "ops/params_ml.h"
 
 namespace kiln::cpu {
+
 namespace {
 
 constexpr const char* kMl = "ai.onnx.ml";
@@ -207,6 +210,8 @@ double probit(double p) {
   return M_SQRT2 * x;
 }
 
+}  // namespace
+
 void post_transform(Post post, double* v, int64_t n) {
   switch (post) {
     case Post::kNone: break;
@@ -228,20 +233,23 @@ void post_transform(Post post, double* v, int64_t n) {
   }
 }
 
-Status run_ensemble(KernelContext& ctx, const Ensemble& e) {
+namespace {
+
+// Each row's aggregated scores plus the base values, [rows, n_targets], before the post transform.
+// X is [N, F] (or one row [F]).
+Status ensemble_scores(KernelContext& ctx, const Ensemble& e, int64_t* rows_out, std::vector<double>& out) {
   const Tensor& x = ctx.input(0);
-  if (x.rank() != 2) return ctx.error("X must be [N, F]");
-  const int64_t rows = x.dim(0), feats = x.dim(1), nt = e.n_targets;
+  if (x.rank() != 2 && x.rank() != 1) return ctx.error("X must be [N, F]");
+  const int64_t rows = x.rank() == 2 ? x.dim(0) : 1, feats = x.dim(x.rank() - 1), nt = e.n_targets;
   for (const TreeNode& t : e.nodes)
     if (t.feature >= feats)
       return ctx.error("a node reads feature " + std::to_string(t.feature) + " of " + std::to_string(feats));
   std::vector<double> xs;
   if (!read_reals(x, xs)) return ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype()));
-  Tensor& y = ctx.output(0, x.dtype(), {rows, nt});
   const double start = e.aggregate == Aggregate::kMin ? std::numeric_limits<double>::max()
                        : e.aggregate == Aggregate::kMax ? std::numeric_limits<double>::lowest() : 0.0;
   const int64_t max_steps = static_cast<int64_t>(e.nodes.size());
-  std::vector<double> out(static_cast<size_t>(rows * nt), start);
+  out.assign(static_cast<size_t>(rows * nt), start);
   std::atomic<bool> cyclic{false};
   parallel_for(rows, 16, [&](int64_t b, int64_t end) {
     for (int64_t r = b; r < end; ++r) {
@@ -261,21 +269,36 @@ Status run_ensemble(KernelContext& ctx, const Ensemble& e) {
           at = t.child[b2];
         }
         if (!leaf) break;
-        const double w = e.leaf_weights[at];
-        double& a = acc[e.leaf_targets[at]];
-        switch (e.aggregate) {
-          case Aggregate::kSum: case Aggregate::kAverage: a += w; break;
-          case Aggregate::kMin: a = std::min(a, w); break;
-          case Aggregate::kMax: a = std::max(a, w); break;
+        const int64_t first = e.votes.empty() ? at : e.votes[at], last = e.votes.empty() ? at + 1 : e.votes[at + 1];
+        for (int64_t v = first; v < last; ++v) {
+          const double w = e.leaf_weights[v];
+          double& a = acc[e.leaf_targets[v]];
+          switch (e.aggregate) {
+            case Aggregate::kSum: case Aggregate::kAverage: a += w; break;
+            case Aggregate::kMin: a = std::min(a, w); break;
+            case Aggregate::kMax: a = std::max(a, w); break;
+          }
         }
       }
       if (e.aggregate == Aggregate::kAverage && !e.roots.empty())
         for (int64_t k = 0; k < nt; ++k) acc[k] /= static_cast<double>(e.roots.size());
-      post_transform(e.post_transform, acc, nt);
+      for (size_t k = 0; k < e.base_values.size(); ++k) acc[k] += e.base_values[k];
     }
   });
   if (cyclic.load()) return ctx.error("a tree does not end in a leaf (its nodes form a cycle)");
-  visit_numeric_f16(x.dtype(), [&](auto tag) {
+  *rows_out = rows;
+  return Status::Ok();
+}
+
+// TreeEnsemble 5: Y in X's dtype.
+Status run_ensemble(KernelContext& ctx, const Ensemble& e) {
+  if (ctx.input(0).rank() != 2) return ctx.error("X must be [N, F]");
+  int64_t rows = 0;
+  std::vector<double> out;
+  KILN_RETURN_IF_ERROR(ensemble_scores(ctx, e, &rows, out));
+  for (int64_t r = 0; r < rows; ++r) post_transform(e.post_transform, out.data() + r * e.n_targets, e.n_targets);
+  Tensor& y = ctx.output(0, ctx.input(0).dtype(), {rows, e.n_targets});
+  visit_numeric_f16(y.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     for (size_t i = 0; i < out.size(); ++i) y.data<T>()[i] = from_double<T>(out[i]);
   });
@@ -287,8 +310,70 @@ Expected<KernelPtr> create_tree_ensemble(const ir::Node& n, KernelInit&) {
   return make_kernel([e = std::move(e)](KernelContext& ctx) { return run_ensemble(ctx, e); });
 }
 
+// TreeEnsembleRegressor 1/3: Y float [N, n_targets].
+Expected<KernelPtr> create_tree_regressor(const ir::Node& n, KernelInit&) {
+  KILN_ASSIGN_OR_RETURN(Ensemble e, ops::parse_tree_ensemble_regressor(n));
+  return make_kernel([e = std::move(e)](KernelContext& ctx) -> Status {
+    int64_t rows = 0;
+    std::vector<double> out;
+    KILN_RETURN_IF_ERROR(ensemble_scores(ctx, e, &rows, out));
+    Tensor& y = ctx.output(0, DataType::kFloat32, {rows, e.n_targets});
+    for (int64_t r = 0; r < rows; ++r) {
+      double* v = out.data() + r * e.n_targets;
+      post_transform(e.post_transform, v, e.n_targets);
+      for (int64_t k = 0; k < e.n_targets; ++k) y.data<float>()[r * e.n_targets + k] = static_cast<float>(v[k]);
+    }
+    return Status::Ok();
+  });
+}
+
+}  // namespace
+
+void write_class_row(const std::vector<int64_t>& labels_int, const std::vector<std::string>& labels_str,
+                     const double* scores, int64_t n, int64_t r, Tensor& y, Tensor& z) {
+  int64_t best = 0;
+  for (int64_t k = 1; k < n; ++k)
+    if (scores[k] > scores[best]) best = k;
+  if (!labels_str.empty()) y.data<std::string>()[r] = best < static_cast<int64_t>(labels_str.size()) ? labels_str[best] : "";
+  else y.data<int64_t>()[r] = best < static_cast<int64_t>(labels_int.size()) ? labels_int[best] : 0;
+  for (int64_t k = 0; k < n; ++k) z.data<float>()[r * n + k] = static_cast<float>(scores[k]);
+}
+
+void binary_scores(Post post, double s, double* two) {
+  two[0] = post == Post::kNone || post == Post::kProbit ? 1 - s : -s;
+  two[1] = s;
+}
+
+namespace {
+
+// TreeEnsembleClassifier 1/3: Y the labels [N], Z float [N, classes].
+Expected<KernelPtr> create_tree_classifier(const ir::Node& n, KernelInit&) {
+  KILN_ASSIGN_OR_RETURN(ops::TreeEnsembleClassifierParams p, ops::parse_tree_ensemble_classifier(n));
+  return make_kernel([p = std::move(p)](KernelContext& ctx) -> Status {
+    const Ensemble& e = p.ensemble;
+    const int64_t nt = e.n_targets;
+    int64_t rows = 0;
+    std::vector<double> out;
+    KILN_RETURN_IF_ERROR(ensemble_scores(ctx, e, &rows, out));
+    Tensor& y = ctx.output(0, p.string_labels() ? DataType::kString : DataType::kInt64, {rows});
+    Tensor& z = ctx.output(1, DataType::kFloat32, {rows, nt});
+    for (int64_t r = 0; r < rows; ++r) {
+      double* v = out.data() + r * nt;
+      if (p.binary) binary_scores(e.post_transform, v[p.binary_class], v);
+      post_transform(e.post_transform, v, nt);
+      write_class_row(p.labels_int, p.labels_str, v, nt, r, y, z);
+    }
+    return Status::Ok();
+  });
+}
+
 std::string real_input(const ir::Node& n) {
   return require_dtypes(n, 0, {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16});
+}
+
+// The legacy ml ops' X: float, double, int64 or int32.
+std::string ml_input(const ir::Node& n) {
+  return require_dtypes(n, 0, {DataType::kFloat32, DataType::kFloat64, DataType::kInt64, DataType::kInt32});
 }
 
 }  // namespace
@@ -299,6 +384,10 @@ void register_ml(KernelRegistry& r) {
   r.add({"Binarizer", kMl, 1, 1 << 30, "cpu.ml.Binarizer.any", nullptr, create_binarizer});
   r.add({"LabelEncoder", kMl, 1, 1 << 30, "cpu.ml.LabelEncoder.any", nullptr, create_label_encoder});
   r.add({"TreeEnsemble", kMl, 5, 1 << 30, "cpu.ml.TreeEnsemble.any", real_input, create_tree_ensemble});
+  r.add({"TreeEnsembleClassifier", kMl, 1, 1 << 30, "cpu.ml.TreeEnsembleClassifier.any", ml_input,
+         create_tree_classifier});
+  r.add({"TreeEnsembleRegressor", kMl, 1, 1 << 30, "cpu.ml.TreeEnsembleRegressor.any", ml_input,
+         create_tree_regressor});
 }
 
 }  // namespace kiln::cpu

@@ -1,0 +1,27 @@
+// backends/cpu/ml_common.h — what the ai.onnx.ml kernels of ml.cpp and ml_linear.cpp share: the
+// post transforms and the classifiers' (label, scores) rows.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "ops/params_ml.h"
+
+namespace kiln::cpu {
+
+// post_transform on one row of n scores, in place. SOFTMAX_ZERO leaves zero scores at zero; PROBIT is
+// the inverse normal CDF.
+void post_transform(ops::TreeEnsembleParams::Post post, double* v, int64_t n);
+
+// The legacy classifiers' binary form: the positive class's score s becomes the row [1 - s, s]
+// (post_transform NONE or PROBIT) or [-s, s] (the others), before the post transform.
+void binary_scores(ops::TreeEnsembleParams::Post post, double s, double* two);
+
+// Row r of a classifier's outputs: Y[r] the label of the first highest of the n scores (int64 labels,
+// or strings where labels_str is not empty), Z[r, :] the scores as floats.
+void write_class_row(const std::vector<int64_t>& labels_int, const std::vector<std::string>& labels_str,
+                     const double* scores, int64_t n, int64_t r, Tensor& y, Tensor& z);
+
+}  // namespace kiln::cpu
