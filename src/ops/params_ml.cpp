@@ -330,6 +330,7 @@ Status read_legacy_trees(const ir::Node& n, const std::string& votes, TreeEnsemb
     e.leaf_targets[at] = vote_targets[v];
   }
   if (e.base_values.size() == 1 && e.n_targets > 1) e.base_values.assign(e.n_targets, e.base_values[0]);
+  e.unvoted_zero = true;
   KILN_ASSIGN_OR_RETURN(e.post_transform, read_post(n));
   return Status::Ok();
 }
@@ -357,9 +358,10 @@ Status read_tree_classifier(const ir::Node& n, TreeEnsembleClassifierParams& p, 
     return invalid_model(n.describe() + ": needs one of classlabels_int64s and classlabels_strings, not empty");
   KILN_RETURN_IF_ERROR(read_legacy_trees(n, "class", e));
   const auto ids = n.attr_ints("class_ids");
-  p.binary = e.n_targets == 2 && !ids.empty() &&
-             std::all_of(ids.begin(), ids.end(), [&](int64_t c) { return c == ids[0]; });
-  p.binary_class = p.binary ? ids[0] : 0;
+  p.binary = e.n_targets == 2 && !ids.empty() && std::all_of(ids.begin(), ids.end(), [](int64_t c) { return c == 0; });
+  const bool positive = std::all_of(e.leaf_weights.begin(), e.leaf_weights.end(), [](double w) { return w >= 0; });
+  p.one_minus = positive && (e.post_transform == TreeEnsembleParams::Post::kNone ||
+                             e.post_transform == TreeEnsembleParams::Post::kProbit);
   return Status::Ok();
 }
 

@@ -63,6 +63,9 @@ struct TreeEnsembleParams {
   // leaf_targets, any number of them. Empty (TreeEnsemble 5): leaf i casts vote i.
   std::vector<int64_t> votes;
   std::vector<double> base_values;    // empty, or one per target: added after aggregating
+  // The legacy forms: a target no leaf votes for scores 0 under MIN and MAX, base value not added (as
+  // onnxruntime does); TreeEnsemble 5 leaves it at the type's largest / lowest value.
+  bool unvoted_zero = false;
   int64_t n_targets = 0;              // positive once checked; unchecked: as written, 0 when absent
   Aggregate aggregate = Aggregate::kSum;
   Post post_transform = Post::kNone;
@@ -81,10 +84,11 @@ struct TreeEnsembleClassifierParams {
   TreeEnsembleParams ensemble;              // n_targets: the number of class labels
   std::vector<int64_t> labels_int;          // classlabels_int64s, or
   std::vector<std::string> labels_str;      // classlabels_strings: one of the two is non-empty
-  // Two labels and every vote for the one class `binary_class`: that class's score s is the second
-  // label's, and the first label's is 1 - s (post_transform NONE or PROBIT) or -s (the others).
+  // Two labels and every vote for class 0 (how converters write a binary model): that score s is the
+  // second label's, and the first label's is 1 - s where the weights are all >= 0 and post_transform
+  // is NONE or PROBIT, else -s (as onnxruntime does).
   bool binary = false;
-  int64_t binary_class = 0;
+  bool one_minus = false;  // binary: the first label's score is 1 - s (else -s)
   bool string_labels() const { return !labels_str.empty(); }
 };
 Expected<TreeEnsembleClassifierParams> parse_tree_ensemble_classifier(const ir::Node& n);

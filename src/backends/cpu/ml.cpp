@@ -255,6 +255,7 @@ Status ensemble_scores(KernelContext& ctx, const Ensemble& e, int64_t* rows_out,
     for (int64_t r = b; r < end; ++r) {
       const double* row = xs.data() + r * feats;
       double* acc = out.data() + r * nt;
+      std::vector<bool> voted(e.unvoted_zero ? static_cast<size_t>(nt) : 0);
       for (int64_t root : e.roots) {
         int64_t at = root, steps = 0;
         bool leaf = false;
@@ -273,6 +274,7 @@ Status ensemble_scores(KernelContext& ctx, const Ensemble& e, int64_t* rows_out,
         for (int64_t v = first; v < last; ++v) {
           const double w = e.leaf_weights[v];
           double& a = acc[e.leaf_targets[v]];
+          if (e.unvoted_zero) voted[e.leaf_targets[v]] = true;
           switch (e.aggregate) {
             case Aggregate::kSum: case Aggregate::kAverage: a += w; break;
             case Aggregate::kMin: a = std::min(a, w); break;
@@ -282,7 +284,11 @@ Status ensemble_scores(KernelContext& ctx, const Ensemble& e, int64_t* rows_out,
       }
       if (e.aggregate == Aggregate::kAverage && !e.roots.empty())
         for (int64_t k = 0; k < nt; ++k) acc[k] /= static_cast<double>(e.roots.size());
-      for (size_t k = 0; k < e.base_values.size(); ++k) acc[k] += e.base_values[k];
+      const bool min_max = e.aggregate == Aggregate::kMin || e.aggregate == Aggregate::kMax;
+      for (int64_t k = 0; k < nt; ++k) {
+        if (min_max && e.unvoted_zero && !voted[k]) acc[k] = 0;
+        else if (!e.base_values.empty()) acc[k] += e.base_values[k];
+      }
     }
   });
   if (cyclic.load()) return ctx.error("a tree does not end in a leaf (its nodes form a cycle)");
@@ -339,8 +345,8 @@ void write_class_row(const std::vector<int64_t>& labels_int, const std::vector<s
   for (int64_t k = 0; k < n; ++k) z.data<float>()[r * n + k] = static_cast<float>(scores[k]);
 }
 
-void binary_scores(Post post, double s, double* two) {
-  two[0] = post == Post::kNone || post == Post::kProbit ? 1 - s : -s;
+void binary_scores(double s, bool one_minus, double* two) {
+  two[0] = one_minus ? 1 - s : -s;
   two[1] = s;
 }
 
@@ -359,7 +365,7 @@ Expected<KernelPtr> create_tree_classifier(const ir::Node& n, KernelInit&) {
     Tensor& z = ctx.output(1, DataType::kFloat32, {rows, nt});
     for (int64_t r = 0; r < rows; ++r) {
       double* v = out.data() + r * nt;
-      if (p.binary) binary_scores(e.post_transform, v[p.binary_class], v);
+      if (p.binary) binary_scores(v[0], p.one_minus, v);
       post_transform(e.post_transform, v, nt);
       write_class_row(p.labels_int, p.labels_str, v, nt, r, y, z);
     }

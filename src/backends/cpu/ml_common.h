@@ -15,9 +15,9 @@ namespace kiln::cpu {
 // the inverse normal CDF.
 void post_transform(ops::TreeEnsembleParams::Post post, double* v, int64_t n);
 
-// The legacy classifiers' binary form: the positive class's score s becomes the row [1 - s, s]
-// (post_transform NONE or PROBIT) or [-s, s] (the others), before the post transform.
-void binary_scores(ops::TreeEnsembleParams::Post post, double s, double* two);
+// The legacy classifiers' binary form: the positive class's score s becomes the row [1 - s, s] or
+// [-s, s], before the post transform.
+void binary_scores(double s, bool one_minus, double* two);
 
 // Row r of a classifier's outputs: Y[r] the label of the first highest of the n scores (int64 labels,
 // or strings where labels_str is not empty), Z[r, :] the scores as floats.
