@@ -394,6 +394,7 @@ void register_ml(KernelRegistry& r) {
          create_tree_classifier});
   r.add({"TreeEnsembleRegressor", kMl, 1, 1 << 30, "cpu.ml.TreeEnsembleRegressor.any", ml_input,
          create_tree_regressor});
+  register_ml_linear(r);
 }
 
 }  // namespace kiln::cpu
