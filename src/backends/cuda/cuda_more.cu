@@ -46,8 +46,9 @@ __global__ void nibble_kernel(const uint8_t* x, uint8_t* y, int64_t n, bool to_i
 template <typename T>
 __global__ void clip_kernel(const T* x, T* y, int64_t n, T lo, T hi) {
   KILN_GRID_LOOP(i, n) {
-    const T v = x[i];
-    y[i] = v < lo ? lo : (v > hi ? hi : v);
+    // max(v, lo) then min(., hi), as numpy's clip and the CPU kernel: max wins when min > max; NaN stays
+    const T v = x[i] < lo ? lo : x[i];
+    y[i] = v > hi ? hi : v;
   }
 }
 
