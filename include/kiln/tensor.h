@@ -35,8 +35,8 @@ int64_t shape_numel(const Shape& s);
 // Bytes of a dense tensor of this shape; SIZE_MAX when a dim is negative or the size overflows.
 size_t shape_nbytes(DataType dtype, const Shape& s);
 
-// The largest tensor kiln creates, in bytes (default: the machine's physical memory; settable, also
-// through KILN_MAX_TENSOR_BYTES). A larger request fails with an error naming the dtype, shape and
+// The largest tensor kiln creates, in bytes (default: a quarter of the machine's physical memory;
+// settable, also through KILN_MAX_TENSOR_BYTES). A larger request fails with an error naming the dtype, shape and
 // size, never a crash or an allocation that exhausts the machine.
 size_t max_tensor_bytes();
 void set_max_tensor_bytes(size_t bytes);

@@ -47,19 +47,23 @@ size_t shape_nbytes(DataType dtype, const Shape& s) {
 
 namespace {
 
-// A limit's default: the environment variable when it holds a positive number, else physical memory.
-size_t default_limit(const char* env_name) {
+// A limit's default: the environment variable when it holds a positive number, else physical memory
+// divided by `share`.
+size_t default_limit(const char* env_name, size_t share) {
   if (const char* env = std::getenv(env_name)) {
     char* end = nullptr;
     const unsigned long long v = std::strtoull(env, &end, 10);
     if (end != env && *end == '\0' && v > 0) return static_cast<size_t>(v);
   }
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  if (pages > 0 && page > 0) return static_cast<size_t>(pages) * static_cast<size_t>(page);
-  return size_t{1} << 40;
+  if (pages > 0 && page > 0) return static_cast<size_t>(pages) * static_cast<size_t>(page) / share;
+  return (size_t{1} << 40) / share;
 }
-size_t default_max_tensor_bytes() { return default_limit("KILN_MAX_TENSOR_BYTES"); }
-size_t default_max_memory_bytes() { return default_limit("KILN_MAX_MEMORY_BYTES"); }
+// One tensor may take a quarter of the machine (#47: with the whole machine as the bound, a 100-byte
+// model whose attributes ask for a huge tensor made the process as large as the machine before the
+// allocation failed); everything kiln holds at once, the machine. Both are raised by the setters.
+size_t default_max_tensor_bytes() { return default_limit("KILN_MAX_TENSOR_BYTES", 4); }
+size_t default_max_memory_bytes() { return default_limit("KILN_MAX_MEMORY_BYTES", 1); }
 
 std::atomic<size_t>& max_bytes() {
   static std::atomic<size_t> v{default_max_tensor_bytes()};

@@ -8,6 +8,8 @@
 #include <limits>
 #include <tuple>
 
+#include <unistd.h>
+
 #include "backends/cpu/numeric.h"
 #include "ops/op_table.h"
 #include "ops/params_shape.h"
@@ -271,4 +273,18 @@ TEST(HostileAttrs, MaxUnpoolParamsOfTheWrongLength) {
   EXPECT_EQ(y.data<float>()[3], 2.0f);
   EXPECT_EQ(y.data<float>()[8], 3.0f);
   EXPECT_EQ(y.data<float>()[15], 4.0f);
+}
+
+// #47: one tensor may take a quarter of the machine by default (the whole machine used to be the bound,
+// so a tiny model asking for a huge tensor grew the process to the machine's size first); the total
+// kiln holds may take the machine. 0 restores the default.
+TEST(HostileAttrs, DefaultTensorLimitIsAQuarterOfTheMachine) {
+  if (std::getenv("KILN_MAX_TENSOR_BYTES")) GTEST_SKIP() << "KILN_MAX_TENSOR_BYTES is set";
+  const size_t before = max_tensor_bytes();
+  set_max_tensor_bytes(0);
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  ASSERT_GT(pages, 0);
+  const size_t machine = static_cast<size_t>(pages) * static_cast<size_t>(page);
+  EXPECT_EQ(max_tensor_bytes(), machine / 4);
+  set_max_tensor_bytes(before);
 }
