@@ -1,0 +1,262 @@
+// tools/cli/common.cpp — the helpers several `kiln` commands share (common.h).
+#include "common.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <random>
+
+#include "ir/float_types.h"  // header only: the library's float16/bfloat16 conversions
+#include "util/file.h"
+
+namespace kiln_cli {
+
+namespace {
+
+// The largest random input kiln invents: a model can declare an input of gigabytes (a [1, 2^30]
+// float is 4 GiB), and a run that was not given one should not make it up (#48). The library itself
+// runs a real input of any size the limits allow.
+constexpr size_t kMaxRandomInputBytes = size_t{1} << 30;
+
+// Random inputs for a model run without --input: dynamic dims become 1. Floats uniform in [-1, 1),
+// integers 0 or 1 (safe as indices and sizes), bools either, strings short random words.
+kiln::Expected<kiln::Tensor> random_input(const kiln::TensorInfo& info, std::mt19937& rng) {
+  if (info.kind != "tensor" || !info.rank_known)
+    return kiln::invalid_argument("input '" + info.name + "' needs --input (its type is " + info.type_string() + ")");
+  kiln::Shape shape;
+  for (int64_t d : info.shape) shape.push_back(d >= 0 ? d : 1);
+  if (std::string why = kiln::check_tensor_size(info.dtype, shape); !why.empty())
+    return kiln::invalid_argument("input '" + info.name + "': " + why + "; give it with --input name=file.npy");
+  if (const size_t bytes = kiln::shape_nbytes(info.dtype, shape); bytes > kMaxRandomInputBytes)
+    return kiln::invalid_argument("input '" + info.name + "' of shape " + kiln::shape_to_string(shape) + " (" +
+                                  kiln::dtype_name(info.dtype) + ") needs " + std::to_string(bytes) +
+                                  " bytes; kiln makes up random inputs of at most 1 GiB: give it with --input "
+                                  "name=file.npy");
+  kiln::Tensor t = kiln::Tensor::empty(info.dtype, shape);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const int64_t n = t.numel();
+  auto fill = [&](auto* p, auto gen) {
+    for (int64_t i = 0; i < n; ++i) p[i] = gen();
+  };
+  auto bit = [&] { return static_cast<int>(rng() % 2); };
+  switch (info.dtype) {
+    case kiln::DataType::kFloat32: fill(t.data<float>(), [&] { return u(rng); }); break;
+    case kiln::DataType::kFloat64: fill(t.data<double>(), [&] { return double(u(rng)); }); break;
+    case kiln::DataType::kFloat16: fill(t.data<uint16_t>(), [&] { return kiln::f32_to_f16(u(rng)); }); break;
+    case kiln::DataType::kBFloat16: fill(t.data<uint16_t>(), [&] { return kiln::f32_to_bf16(u(rng)); }); break;
+    case kiln::DataType::kInt8: fill(t.data<int8_t>(), [&] { return int8_t(bit()); }); break;
+    case kiln::DataType::kUInt8: fill(t.data<uint8_t>(), [&] { return uint8_t(bit()); }); break;
+    case kiln::DataType::kInt16: fill(t.data<int16_t>(), [&] { return int16_t(bit()); }); break;
+    case kiln::DataType::kUInt16: fill(t.data<uint16_t>(), [&] { return uint16_t(bit()); }); break;
+    case kiln::DataType::kInt32: fill(t.data<int32_t>(), [&] { return int32_t(bit()); }); break;
+    case kiln::DataType::kUInt32: fill(t.data<uint32_t>(), [&] { return uint32_t(bit()); }); break;
+    case kiln::DataType::kInt64: fill(t.data<int64_t>(), [&] { return int64_t(bit()); }); break;
+    case kiln::DataType::kUInt64: fill(t.data<uint64_t>(), [&] { return uint64_t(bit()); }); break;
+    case kiln::DataType::kBool: fill(t.data<bool>(), [&] { return bit() != 0; }); break;
+    case kiln::DataType::kString:
+      fill(t.data<std::string>(), [&] {
+        std::string w(1 + rng() % 8, 'a');
+        for (char& c : w) c = static_cast<char>('a' + rng() % 26);
+        return w;
+      });
+      break;
+    default: return kiln::unsupported("no random generator for input '" + info.name + "' of type " + info.type_string() +
+                                      ": give it with --input name=file.npy");
+  }
+  return t;
+}
+
+// Element i of a numeric tensor as a double; false for dtypes compared by bytes only.
+bool element_as_double(const kiln::Tensor& t, int64_t i, double& out) {
+  using D = kiln::DataType;
+  switch (t.dtype()) {
+    case D::kFloat32: out = t.data<float>()[i]; return true;
+    case D::kFloat64: out = t.data<double>()[i]; return true;
+    case D::kFloat16: out = kiln::f16_to_f32(t.data<uint16_t>()[i]); return true;
+    case D::kBFloat16: out = kiln::bf16_to_f32(t.data<uint16_t>()[i]); return true;
+    case D::kInt8: out = t.data<int8_t>()[i]; return true;
+    case D::kUInt8: out = t.data<uint8_t>()[i]; return true;
+    case D::kInt16: out = t.data<int16_t>()[i]; return true;
+    case D::kUInt16: out = t.data<uint16_t>()[i]; return true;
+    case D::kInt32: out = t.data<int32_t>()[i]; return true;
+    case D::kUInt32: out = t.data<uint32_t>()[i]; return true;
+    case D::kInt64: out = static_cast<double>(t.data<int64_t>()[i]); return true;
+    case D::kUInt64: out = static_cast<double>(t.data<uint64_t>()[i]); return true;
+    case D::kBool: out = t.data<bool>()[i] ? 1 : 0; return true;
+    default: return false;
+  }
+}
+
+std::string index_string(const kiln::Shape& shape, int64_t flat) {
+  std::vector<int64_t> idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    const int64_t n = std::max<int64_t>(shape[d], 1);
+    idx[d] = flat % n;
+    flat /= n;
+  }
+  std::string s = "[";
+  for (size_t d = 0; d < idx.size(); ++d) s += (d ? "," : "") + std::to_string(idx[d]);
+  return s + "]";
+}
+
+// One output of A against its reference: prints a line, returns whether it passes.
+bool compare_output(const std::string& name, const kiln::Tensor& x, const kiln::Tensor& y, const Tolerance& tol,
+                    const char* indent) {
+  double probe = 0;
+  const bool numeric = element_as_double(x, 0, probe) || x.numel() == 0;
+  if (x.shape() != y.shape() || !numeric || !(element_as_double(y, 0, probe) || y.numel() == 0)) {
+    const bool same = x.dtype() == y.dtype() && x.shape() == y.shape() && x.nbytes() == y.nbytes() &&
+                      x.dtype() != kiln::DataType::kString && std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0;
+    std::printf("%s%s: %s %s vs %s %s: %s\n", indent, name.c_str(), kiln::dtype_name(x.dtype()),
+                kiln::shape_to_string(x.shape()).c_str(), kiln::dtype_name(y.dtype()), kiln::shape_to_string(y.shape()).c_str(),
+                same ? "identical" : "DIFFERENT (dtype, shape or bytes)");
+    return same;
+  }
+  double diff2 = 0, ref2 = 0, maxabs = 0, maxrel = 0;
+  int64_t nans = 0, bad = 0, first_bad = -1;
+  for (int64_t k = 0; k < x.numel(); ++k) {
+    double a = 0, b = 0;
+    element_as_double(x, k, a);
+    element_as_double(y, k, b);
+    if (std::isnan(a) || std::isnan(b)) {
+      if (std::isnan(a) != std::isnan(b)) {
+        ++nans;
+        if (first_bad < 0) first_bad = k;
+      }
+      continue;
+    }
+    const double d = std::abs(a - b);
+    if (std::isinf(a) || std::isinf(b)) {
+      if (a != b && first_bad < 0) first_bad = k;
+      bad += a != b;
+      continue;
+    }
+    diff2 += d * d;
+    ref2 += b * b;
+    maxabs = std::max(maxabs, d);
+    if (b != 0) maxrel = std::max(maxrel, d / std::abs(b));
+    if (tol.elementwise && d > tol.atol + tol.rtol * std::abs(b)) {
+      ++bad;
+      if (first_bad < 0) first_bad = k;
+    }
+  }
+  const double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  const bool good = nans == 0 && (tol.elementwise ? bad == 0 : rel <= tol.rtol && bad == 0);
+  std::printf("%s%s: %s %s  max abs diff %.3e  max rel diff %.3e  relative L2 %.3e  NaN mismatches %lld", indent, name.c_str(),
+              kiln::dtype_name(x.dtype()), kiln::shape_to_string(x.shape()).c_str(), maxabs, maxrel, rel,
+              static_cast<long long>(nans));
+  if (tol.elementwise && bad + nans > 0)
+    std::printf("  %lld of %lld elements outside atol %.1e + rtol %.1e; first at %s: %.9g vs %.9g",
+                static_cast<long long>(bad + nans), static_cast<long long>(x.numel()), tol.atol, tol.rtol,
+                index_string(x.shape(), first_bad).c_str(), [&] { double v = 0; element_as_double(x, first_bad, v); return v; }(),
+                [&] { double v = 0; element_as_double(y, first_bad, v); return v; }());
+  std::printf("  %s\n", good ? "OK" : "MISMATCH");
+  return good;
+}
+
+}  // namespace
+
+int fail(const kiln::Status& st) {
+  std::cerr << "kiln: error: " << st.to_string() << "\n";
+  return 1;
+}
+
+std::string dims_string(const kiln::TensorInfo& t) {
+  if (!t.rank_known) return "[*]";
+  std::string s = "[";
+  for (size_t i = 0; i < t.shape.size(); ++i)
+    s += (i ? "," : "") + (t.shape[i] >= 0 ? std::to_string(t.shape[i]) : (t.dim_names[i].empty() ? "?" : t.dim_names[i]));
+  return s + "]";
+}
+
+kiln::DeviceType parse_device(const std::string& d) {
+  return d == "cuda" || d == "gpu" ? kiln::DeviceType::kCUDA : kiln::DeviceType::kCPU;
+}
+
+kiln::Precision parse_precision(const std::string& p) {
+  auto v = kiln::parse_precision(p);
+  return v.ok() ? *v : kiln::Precision::kFloat32;
+}
+
+bool print_comparison(const std::vector<std::string>& a_names, const std::vector<kiln::Value>& ra,
+                      const std::vector<std::string>& b_names, const std::vector<kiln::Value>& rb, const Tolerance& tol,
+                      const char* indent) {
+  bool ok = true;
+  for (size_t i = 0; i < ra.size(); ++i) {
+    const std::string& name = a_names[i];
+    size_t j = 0;
+    while (j < b_names.size() && b_names[j] != name) ++j;
+    if (j == b_names.size()) {
+      j = i;
+      if (j >= rb.size()) {
+        std::printf("%s%s: MISSING in B\n", indent, name.c_str());
+        ok = false;
+        continue;
+      }
+      std::printf("%s%s: B has no output of this name; compared with B's output %zu ('%s')\n", indent, name.c_str(), j,
+                  b_names[j].c_str());
+    }
+    if (ra[i].kind != kiln::Value::Kind::kTensor || rb[j].kind != kiln::Value::Kind::kTensor) {
+      std::printf("%s%s: not a tensor on both sides: not compared\n", indent, name.c_str());
+      continue;
+    }
+    ok &= compare_output(name, ra[i].tensor, rb[j].tensor, tol, indent);
+  }
+  return ok;
+}
+
+std::vector<std::string> output_names(const kiln::Engine& e) {
+  std::vector<std::string> names;
+  for (const auto& o : e.outputs()) names.push_back(o.name);
+  return names;
+}
+
+kiln::Expected<std::map<std::string, kiln::Value>> load_inputs(const kiln::Engine& e, const Inputs& in) {
+  std::map<std::string, kiln::Value> feed;
+  for (const std::string& spec : in.specs) {
+    const auto eq = spec.find('=');
+    if (eq == std::string::npos) return kiln::invalid_argument("--input expects name=file.npy, got '" + spec + "'");
+    KILN_ASSIGN_OR_RETURN(kiln::Tensor t, kiln::read_npy(spec.substr(eq + 1)));
+    feed[spec.substr(0, eq)] = kiln::Value::of(t);
+  }
+  std::mt19937 rng(in.seed);
+  bool announced = false;
+  for (const auto& info : e.inputs()) {
+    // An input backed by an initializer (weights listed as inputs, IR < 4) keeps it unless given.
+    if (feed.count(info.name) || info.has_default) continue;
+    if (!announced) { std::printf("no --input for some inputs: using random data (seed %u)\n", in.seed); announced = true; }
+    KILN_ASSIGN_OR_RETURN(kiln::Tensor t, random_input(info, rng));
+    feed[info.name] = kiln::Value::of(t);
+  }
+  return feed;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+bool is_engine_file(const std::string& path) {
+  // Not a regular file (a FIFO would block fopen for ever): the model reader names what it is.
+  if (!kiln::special_file_kind(path).empty()) return false;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return false;
+  char head[8] = {};
+  const size_t n = std::fread(head, 1, 8, f);
+  std::fclose(f);
+  return n == 8 && std::memcmp(head + 4, "KILN", 4) == 0;
+}
+
+kiln::Status write_text(const std::string& path, const std::string& text) {
+  KILN_RETURN_IF_ERROR(kiln::check_writable_file(path, "output"));  // a FIFO would block fopen
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return kiln::io_error("cannot write '" + path + "'");
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) return kiln::io_error("cannot write '" + path + "'");
+  return kiln::Status::Ok();
+}
+
+}  // namespace kiln_cli

@@ -1,0 +1,60 @@
+// tools/cli/common.h — what several `kiln` commands share: errors, devices and precisions from their
+// option strings, a model's inputs (--input files or random data), output comparison, timing, files.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+namespace kiln_cli {
+
+// Prints "kiln: error: ..." on stderr; returns the exit status 1.
+int fail(const kiln::Status& st);
+
+// A tensor's dims for printing: [1,3,224,224], a dynamic dim as its name or '?', [*] for an unknown rank.
+std::string dims_string(const kiln::TensorInfo& t);
+
+// cuda or gpu: a CUDA engine; anything else: the CPU.
+kiln::DeviceType parse_device(const std::string& d);
+
+// The CLI's --precision values are checked by CLI11 against the same names (kiln::parse_precision).
+kiln::Precision parse_precision(const std::string& p);
+
+// What --input and --seed gave: missing inputs get random data from the seed.
+struct Inputs {
+  std::vector<std::string> specs;  // name=file.npy
+  unsigned seed = 0;
+};
+
+// How outputs are judged: relative L2 of the whole output <= rtol (kiln against kiln), or, when
+// `elementwise`, every element within |a - b| <= atol + rtol * |b| with b the reference (polygraphy's
+// rule; `kiln compare --against onnxruntime`). NaN must stand where the reference has NaN.
+struct Tolerance {
+  double rtol = 1e-4, atol = 0;
+  bool elementwise = false;
+};
+
+// Prints, per output of A, A against the reference output of the same name (by position when the
+// reference has no output of that name); false when one fails `tol` or has no counterpart.
+bool print_comparison(const std::vector<std::string>& a_names, const std::vector<kiln::Value>& ra,
+                      const std::vector<std::string>& b_names, const std::vector<kiln::Value>& rb, const Tolerance& tol,
+                      const char* indent = "  ");
+
+std::vector<std::string> output_names(const kiln::Engine& e);
+
+// The engine's inputs: each --input file by name, random data for the rest (announced on stdout);
+// an input backed by an initializer keeps it unless given.
+kiln::Expected<std::map<std::string, kiln::Value>> load_inputs(const kiln::Engine& e, const Inputs& in);
+
+double ms_since(std::chrono::steady_clock::time_point t0);
+
+// Whether `path` is a kiln engine file (its header says so), not an ONNX model.
+bool is_engine_file(const std::string& path);
+
+// Writes `text` to `path`; an error naming the file when it cannot.
+kiln::Status write_text(const std::string& path, const std::string& text);
+
+}  // namespace kiln_cli
