@@ -120,6 +120,10 @@ void add_shape_index_ops(std::vector<OpDef>& t) {
   t.push_back({"Compress", "", 9, needs_input0<infer_compress>});
   t.push_back({"ReverseSequence", "", 10, needs_input0<infer_like_data>});
   t.push_back({"Col2Im", "", 18, needs_input0<infer_col2im>});
+  // A zero stride divided the block count by zero: the attributes are checked at import.
+  declare_attrs(t, "Col2Im", {{"dilations", ir::Attribute::Kind::kInts, false, rule_positive_ints},
+                              {"pads", ir::Attribute::Kind::kInts, false, rule_non_negative_ints},
+                              {"strides", ir::Attribute::Kind::kInts, false, rule_positive_ints}});
 }
 
 }  // namespace kiln::ops

@@ -143,3 +143,24 @@ def test_49_buckets_end_cleanly(tmp_path, case):
     else:
         assert r.returncode == 0, r.stderr
     assert_bounded(r)
+
+
+@pytest.mark.parametrize("attr,value", [("strides", [0, 1]), ("dilations", [1, -1]), ("pads", [0, 0, -1, 0])])
+def test_col2im_attributes_checked_at_import(tmp_path, attr, value):
+    # tools/attr_sweep.py: strides [0, 1] died of SIGFPE (the block count divided by the stride).
+    node = h.make_node("Col2Im", ["x", "image_shape", "block_shape"], ["y"], **{attr: value})
+    inits = [h.make_tensor("image_shape", T.INT64, [2], [5, 5]), h.make_tensor("block_shape", T.INT64, [2], [1, 5])]
+    p = model(tmp_path, [node], [f32("x", [1, 5, 5])], [f32("y", None)], inits, opset=18)
+    r = kiln_bounded("run", p)
+    assert r.returncode == 1 and f"'{attr}'" in r.stderr and "(Col2Im)" in r.stderr, r.stderr
+    assert_bounded(r)
+
+
+def test_col2im_huge_image_shape_is_an_error(tmp_path):
+    # image_shape + pads overflowed int64 in the block count (undefined behaviour) before any check.
+    node = h.make_node("Col2Im", ["x", "image_shape", "block_shape"], ["y"], pads=[0, 0, INT64_MAX, 0])
+    inits = [h.make_tensor("image_shape", T.INT64, [2], [5, 5]), h.make_tensor("block_shape", T.INT64, [2], [1, 5])]
+    p = model(tmp_path, [node], [f32("x", [1, 5, 5])], [f32("y", None)], inits, opset=18)
+    r = kiln_bounded("run", p)
+    assert r.returncode == 1, r.stderr
+    assert_bounded(r)

@@ -435,14 +435,22 @@ Expected<KernelPtr> create_col2im(const ir::Node& n, KernelInit&) {
     std::vector<int64_t> pads = p.pads.empty() ? std::vector<int64_t>(2 * s, 0) : p.pads;
     if (dil.size() != s || str.size() != s || pads.size() != 2 * s) return ctx.error("attribute lengths do not match image rank");
     if (x.rank() != 3) return ctx.error("input must be [N, C*prod(block), L]");
-    const int64_t kprod = prod(blk, 0, s);
-    if (kprod <= 0 || x.dim(1) % kprod != 0) return ctx.error("input dim 1 not divisible by prod(block_shape)");
+    int64_t kprod = 1;
+    for (size_t d = 0; d < s; ++d)
+      if (blk[d] <= 0 || img[d] < 0 || __builtin_mul_overflow(kprod, blk[d], &kprod))
+        return ctx.error("block_shape entries must be positive, image_shape entries >= 0, and their products fit int64");
+    if (x.dim(1) % kprod != 0) return ctx.error("input dim 1 not divisible by prod(block_shape)");
     const int64_t N = x.dim(0), C = x.dim(1) / kprod;
     std::vector<int64_t> nblk(s);
     int64_t L = 1;
     for (size_t d = 0; d < s; ++d) {
-      nblk[d] = (img[d] + pads[d] + pads[d + s] - dil[d] * (blk[d] - 1) - 1) / str[d] + 1;
-      L *= nblk[d];
+      // Checked: the attributes are >= 1 (pads >= 0, at import) but may be as large as int64 allows.
+      int64_t span = 0, reach = 0;
+      if (__builtin_add_overflow(img[d], pads[d], &span) || __builtin_add_overflow(span, pads[d + s], &span) ||
+          __builtin_mul_overflow(dil[d], blk[d] - 1, &reach) || reach >= span)
+        return ctx.error("axis " + std::to_string(d) + ": the dilated block does not fit the padded image");
+      nblk[d] = (span - reach - 1) / str[d] + 1;
+      if (__builtin_mul_overflow(L, nblk[d], &L)) return ctx.error("the block count overflows int64");
     }
     if (L != x.dim(2)) return ctx.error("input dim 2 is " + std::to_string(x.dim(2)) + ", blocks give " + std::to_string(L));
     Shape out = {N, C};
