@@ -249,7 +249,13 @@ Status ensemble_scores(KernelContext& ctx, const Ensemble& e, int64_t* rows_out,
   const double start = e.aggregate == Aggregate::kMin ? std::numeric_limits<double>::max()
                        : e.aggregate == Aggregate::kMax ? std::numeric_limits<double>::lowest() : 0.0;
   const int64_t max_steps = static_cast<int64_t>(e.nodes.size());
-  out.assign(static_cast<size_t>(rows * nt), start);
+  // n_targets sizes the scratch: checked against the tensor limit before it is allocated (INT64_MAX
+  // overflowed rows * nt; 2^31 asked for 16 GiB of doubles per row).
+  int64_t cells = 0;
+  if (__builtin_mul_overflow(rows, nt, &cells) || static_cast<uint64_t>(cells) > max_tensor_bytes() / sizeof(double))
+    return ctx.error("[" + std::to_string(rows) + ", n_targets " + std::to_string(nt) +
+                     "] scores exceed the tensor size limit (--max-tensor-bytes)");
+  out.assign(static_cast<size_t>(cells), start);
   std::atomic<bool> cyclic{false};
   parallel_for(rows, 16, [&](int64_t b, int64_t end) {
     for (int64_t r = b; r < end; ++r) {
