@@ -245,8 +245,15 @@ def sweep(args) -> dict:
     seeds = load_seeds(node_test_dir())
     if args.filter:
         seeds = [s for s in seeds if any(f in s.name for f in args.filter)]
+    if args.start:
+        seeds = [s for s in seeds if s.name >= args.start]
     by_name = {s.name: s for s in seeds}
     cases = [c for s in seeds for c in cases_of(s)]
+    if args.dedupe:  # the first seed (by name) of each op, target and value
+        firsts = {}
+        for c in cases:
+            firsts.setdefault((c.op, c.kind, c.target, c.value), c)
+        cases = list(firsts.values())
     if args.subset:
         cases = sample(cases, args.subset)
     seed_names = sorted({c.seed for c in cases})
@@ -309,6 +316,9 @@ def main(argv=None) -> int:
     ap.add_argument("--kiln", help="the kiln command (default: $KILN_CLI, else build/kiln in this repo)")
     ap.add_argument("--subset", type=int, default=0, help="run a deterministic sample of N cases")
     ap.add_argument("--filter", action="append", help="only seeds whose name contains this (repeatable)")
+    ap.add_argument("--start", help="only seeds whose name sorts at or after this (resumes a sweep)")
+    ap.add_argument("--dedupe", action="store_true",
+                    help="one seed per op, attribute and value (a quicker sweep: about a fifth of the cases)")
     ap.add_argument("--jobs", type=int, default=2, help="children at once (default 2)")
     ap.add_argument("--timeout", type=float, default=5.0, help="seconds per case (default 5)")
     ap.add_argument("--max-rss-mb", type=int, default=1024, help="peak RSS above this is OVER-MEMORY")
