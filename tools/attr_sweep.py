@@ -224,7 +224,14 @@ def run_case(kiln: str, seed: Seed, case: Case | None, args, tmp_root: str) -> O
         npy = os.path.join(d, f"in{i}.npy")
         np.save(npy, arr)
         cmd += ["--input", f"{name}={npy}"]
-    return run_child(cmd, args.timeout, args.mem_limit_mb, args.max_rss_mb, d)
+    why = ""
+    for _ in range(3):
+        try:
+            return run_child(cmd, args.timeout, args.mem_limit_mb, args.max_rss_mb, d)
+        except OSError as e:  # the command being relinked by a build: wait and try again
+            why = str(e)
+            time.sleep(2.0)
+    return Outcome("SKIPPED", 0.0, 0.0, -1, f"could not start {kiln}: {why}")
 
 
 def find_kiln(arg: str | None) -> str:
