@@ -6,7 +6,9 @@
 #   2. the model zoo's CI subset, as .ci/run makes it (scripts/setup_zoo.sh, export.py --small);
 #   3. the README's second command, scripts/test.sh (every suite, again with the CPU capped to the
 #      weakest ISA, and the skipped tests per reason);
-#   4. with --sanitize, CI's sanitizer job (scripts/sanitize.sh; about 15 more minutes).
+#   4. the whole extreme-attribute sweep, one case per op, attribute and value (tools/attr_sweep.py
+#      --dedupe; CI runs a 150-case sample of it in the Python suite);
+#   5. with --sanitize, CI's sanitizer job (scripts/sanitize.sh; about 15 more minutes).
 # Each step's wall time is printed; the first failure stops it. Usage:
 #   scripts/prestop.sh [--sanitize] [FOLDER]     (FOLDER: where to clone; default a new temporary one)
 set -euo pipefail
@@ -39,5 +41,7 @@ export CCACHE_DISABLE=1  # a cold build, as on a fresh machine
 step "scripts/setup.sh" scripts/setup.sh
 step "model zoo CI subset" bash -c 'scripts/setup_zoo.sh && .venv-zoo/bin/python bench/zoo/export.py --small'
 step "scripts/test.sh" scripts/test.sh
+step "attribute sweep (tools/attr_sweep.py --dedupe)" .venv/bin/python tools/attr_sweep.py --dedupe --jobs 2 \
+  --json build/attr_sweep.json
 [ "$sanitize" = 0 ] || step "scripts/sanitize.sh" scripts/sanitize.sh
 echo "prestop: all passed"

@@ -209,6 +209,9 @@ Expected<KernelPtr> create_mel(const ir::Node& nd, KernelInit&) {
     const int64_t mel = ints[0], dft_len = ints[1], rate = ints[2];
     if (mel <= 0 || dft_len <= 0 || rate <= 0) return ctx.error("num_mel_bins, dft_length and sample_rate must be positive");
     const int64_t spec = dft_len / 2 + 1;
+    // The output first: its size (spec x mel, overflow and the tensor limit checked) bounds every
+    // buffer and loop below, so attribute-sized inputs cannot allocate or iterate past it.
+    Tensor& y = ctx.output(0, dt, {spec, mel});
     // Same construction as the onnx reference: mel_bins + 2 points evenly spaced in mel.
     const double lo = 2595 * std::log10(1 + hz[0] / 700), hi = 2595 * std::log10(1 + hz[1] / 700);
     const double step = (hi - lo) / static_cast<double>(mel + 2);
@@ -221,15 +224,17 @@ Expected<KernelPtr> create_mel(const ir::Node& nd, KernelInit&) {
     auto set = [&](int64_t j, int64_t i, double val) {
       if (j >= 0 && j < spec) out[j * mel + i] = val;
     };
+    // (each ramp visits only the rows that exist: bins past the spectrum are skipped, not walked)
     for (int64_t i = 0; i < mel; ++i) {
       const int64_t l = bin[i], c = bin[i + 1], h = bin[i + 2];
       if (c == l) set(c, i, 1);
       else
-        for (int64_t j = l; j <= c; ++j) set(j, i, static_cast<double>(j - l) / static_cast<double>(c - l));
+        for (int64_t j = std::max<int64_t>(l, 0); j <= std::min(c, spec - 1); ++j)
+          set(j, i, static_cast<double>(j - l) / static_cast<double>(c - l));
       if (h > c)
-        for (int64_t j = c; j < h; ++j) set(j, i, static_cast<double>(h - j) / static_cast<double>(h - c));
+        for (int64_t j = std::max<int64_t>(c, 0); j < std::min(h, spec); ++j)
+          set(j, i, static_cast<double>(h - j) / static_cast<double>(h - c));
     }
-    Tensor& y = ctx.output(0, dt, {spec, mel});
     const bool ok = visit_numeric_f16(dt, [&](auto tag) {
       using T = typename decltype(tag)::type;
       for (size_t k = 0; k < out.size(); ++k) y.data<T>()[k] = from_double<T>(out[k]);
