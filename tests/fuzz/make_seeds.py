@@ -82,6 +82,24 @@ def models():
         [const("i", np.array(0, np.int64)), const("k", np.array([2], np.int64))])
 
 
+# Issue #48's tiny models that once took gigabytes or never finished (import seeds only: they are
+# meant to fail or run bounded, so no engine is built from them), each with its opset.
+def hostile_models():
+    yield "legacy_broadcast_axis_int64_max", 6, h.make_graph(
+        [h.make_node("Add", ["a", "b"], ["y"], broadcast=1, axis=2**63 - 1)], "g",
+        [vi("a", shape=(2, 3)), vi("b", shape=(3,))], [vi("y", shape=None)])
+    yield "split_num_outputs_2_30", 18, h.make_graph(
+        [h.make_node("Split", ["x"], ["y0", "y1", "y2"], num_outputs=1 << 30)], "g", [vi("x", shape=(6,))],
+        [vi(f"y{i}", shape=None) for i in range(3)])
+    yield "tfidf_skip_2_31", 9, h.make_graph(
+        [h.make_node("TfIdfVectorizer", ["x"], ["y"], mode="TF", min_gram_length=2, max_gram_length=2,
+                     max_skip_count=2**31, ngram_counts=[0, 0], ngram_indexes=[0], pool_int64s=[0, 1])], "g",
+        [vi("x", T.INT64, (2, 6))], [vi("y", shape=None)])
+    yield "reduce_sum_2_30_columns", 17, h.make_graph(
+        [h.make_node("ReduceSum", ["x", "axes"], ["y"])], "g", [vi("x", shape=("", 1 << 30))], [vi("y", shape=None)],
+        [const("axes", np.array([1], np.int64))])
+
+
 def main():
     for sub in ("import", "engine", "npy"):
         os.makedirs(os.path.join(HERE, "corpus", sub), exist_ok=True)
@@ -96,6 +114,9 @@ def main():
             data = open(eng, "rb").read()
             assert data[-24:-16] == b"KILNSUM1"
             open(os.path.join(HERE, "corpus", "engine", name + ".fb"), "wb").write(data[:-24])
+    for name, opset, graph in hostile_models():
+        m = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)], producer_name="kiln-seeds")
+        onnx.save(m, os.path.join(HERE, "corpus", "import", name + ".onnx"))
     for name, arr in [("f32", np.arange(6, dtype=np.float32).reshape(2, 3)), ("i64", np.array([1, -2], np.int64)),
                       ("bool", np.array([True, False])), ("f16", np.ones((1, 2, 2), np.float16)),
                       ("scalar", np.array(3.5)), ("empty", np.zeros((0, 4), np.float32))]:
