@@ -50,6 +50,11 @@ FLOAT_EXTREMES = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf"
 MAX_LIST_ELEMENTS = 4  # mutate the first few elements of an int list or an integer input
 MAX_INPUT_ELEMENTS = 8  # an integer input up to this size counts as a small "attribute-like" tensor
 BUG_CLASSES = ("TIMEOUT", "CRASH", "OVER-MEMORY")
+# Ops whose integer inputs are the data, not a size an attribute sets: a huge value asks for a huge
+# output that kiln must make when the caller means it (bounded by max_tensor_bytes, a quarter of the
+# machine by default). Their TIMEOUT/OVER-MEMORY from input mutations are DATA-SIZED, not bugs (a
+# CRASH still is one).
+DATA_SIZED = {"Range": "start, limit and delta are the data: Range(2^31, 0, -1) is 2^31 elements"}
 CRASH_MARKERS = ("AddressSanitizer", "UndefinedBehaviorSanitizer", "LeakSanitizer", "runtime error:",
                  "terminate called", "Assertion", "Aborted", "Segmentation fault")
 
@@ -280,6 +285,8 @@ def sweep(args) -> dict:
         for fut in concurrent.futures.as_completed(futures):
             c = futures[fut]
             results.append({**dataclasses.asdict(c), **dataclasses.asdict(fut.result())})
+            if c.kind == "input" and c.op in DATA_SIZED and results[-1]["cls"] in ("TIMEOUT", "OVER-MEMORY"):
+                results[-1]["cls"] = "DATA-SIZED"
             if args.verbose and results[-1]["cls"] in BUG_CLASSES:
                 print(f"{results[-1]['cls']:12} {c.op:24} {c.target}={c.value} ({c.seed})", flush=True)
     results.sort(key=lambda r: (r["op"], r["seed"], r["target"], r["value"]))
@@ -305,7 +312,7 @@ def summary(report: dict, all_ops: bool = False) -> str:
     per_op = collections.defaultdict(collections.Counter)
     for r in report["results"]:
         per_op[r["op"]][r["cls"]] += 1
-    classes = ["ERROR", "OK", *BUG_CLASSES]
+    classes = ["ERROR", "OK", *BUG_CLASSES, "DATA-SIZED"]
     lines.append(f"{'op':28}" + "".join(f"{c:>12}" for c in classes))
     for op in sorted(per_op):
         if all_ops or any(per_op[op][c] for c in BUG_CLASSES):

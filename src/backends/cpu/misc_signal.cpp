@@ -133,9 +133,10 @@ Expected<KernelPtr> create_stft(const ir::Node& nd, KernelInit&) {
       flen = v[0];
     }
     if (flen <= 0) return ctx.error("give a window or a frame_length");
-    if (window.empty()) window.assign(static_cast<size_t>(flen), 1.0);
     const int64_t batch = x.dim(0), len = x.dim(1);
+    // (before anything is sized by frame_length: a frame longer than the signal is an error)
     if (len < flen) return ctx.error("signal shorter than one frame");
+    if (window.empty()) window.assign(static_cast<size_t>(flen), 1.0);
     const bool complex_in = x.dim(2) == 2;
     if (complex_in && onesided) return ctx.error("onesided needs a real signal");
     const int64_t frames = (len - flen) / step + 1;
