@@ -21,16 +21,6 @@ const float kInf = std::numeric_limits<float>::infinity();
 // Both sides of every activation's bends (0, ±0.5, ±1, ±3) and the values that have none.
 const std::vector<float> kSpecial = {kNaN, kInf, -kInf, 0.0f, -0.0f, -1.0f, 2.0f, 0.3f, -0.3f, 5.0f, -5.0f, 0.75f};
 
-double element(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DataType::kFloat32: return t.data<float>()[i];
-    case DataType::kFloat64: return t.data<double>()[i];
-    case DataType::kFloat16: return f16_to_f32(t.data<uint16_t>()[i]);
-    case DataType::kBFloat16: return bf16_to_f32(t.data<uint16_t>()[i]);
-    default: ADD_FAILURE() << "dtype " << dtype_name(t.dtype()); return 0;
-  }
-}
-
 // A `dt` tensor of `shape` holding `v` (float16/bfloat16 rounded to nearest even).
 Tensor make(DataType dt, const Shape& shape, const std::vector<float>& v) {
   Tensor t = Tensor::empty(dt, shape);

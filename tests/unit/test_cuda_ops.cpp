@@ -19,21 +19,6 @@ using namespace kiln::cudatest;
 
 namespace {
 
-double element(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DataType::kFloat32: return t.data<float>()[i];
-    case DataType::kFloat64: return t.data<double>()[i];
-    case DataType::kFloat16: return f16_to_f32(t.data<uint16_t>()[i]);
-    case DataType::kBFloat16: return bf16_to_f32(t.data<uint16_t>()[i]);
-    case DataType::kInt64: return static_cast<double>(t.data<int64_t>()[i]);
-    case DataType::kInt32: return t.data<int32_t>()[i];
-    case DataType::kInt8: return t.data<int8_t>()[i];
-    case DataType::kUInt8: return t.data<uint8_t>()[i];
-    case DataType::kBool: return t.data<bool>()[i] ? 1 : 0;
-    default: ADD_FAILURE() << "dtype " << dtype_name(t.dtype()); return 0;
-  }
-}
-
 // `x` (float32) converted to `to` (float16/bfloat16 round to nearest even).
 Tensor convert(const Tensor& x, DataType to) {
   Tensor y = Tensor::empty(to, x.shape());

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "ir/float_types.h"
 #include "ir/graph.h"
 #include "runtime/eager.h"
 
@@ -237,5 +238,20 @@ inline void expect_all_same(const ir::Node& node, const std::vector<Tensor>& in,
   }
 }
 
+// Element i of a tensor as a double (float types, integers, bool), for comparisons.
+inline double element(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DataType::kFloat32: return t.data<float>()[i];
+    case DataType::kFloat64: return t.data<double>()[i];
+    case DataType::kFloat16: return f16_to_f32(t.data<uint16_t>()[i]);
+    case DataType::kBFloat16: return bf16_to_f32(t.data<uint16_t>()[i]);
+    case DataType::kInt64: return static_cast<double>(t.data<int64_t>()[i]);
+    case DataType::kInt32: return t.data<int32_t>()[i];
+    case DataType::kInt8: return t.data<int8_t>()[i];
+    case DataType::kUInt8: return t.data<uint8_t>()[i];
+    case DataType::kBool: return t.data<bool>()[i] ? 1 : 0;
+    default: ADD_FAILURE() << "dtype " << dtype_name(t.dtype()); return 0;
+  }
+}
 
 }  // namespace kiln::cudatest

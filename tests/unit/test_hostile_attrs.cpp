@@ -125,6 +125,16 @@ TEST(HostileAttrs, TfIdfSkipCountBoundedByTheRow) {
   EXPECT_EQ(values<float>(y), (std::vector<float>{0}));
 }
 
+// No ngram_indexes and no pool (the structure-aware fuzzer's find, ASan/UBSan: the counts of an
+// empty output were addressed at &freq[0]): an empty [rows, 0] output.
+TEST(HostileAttrs, TfIdfWithoutColumnsIsAnEmptyOutput) {
+  OneNode n("TfIdfVectorizer", 9, {i64({2, 6}, {1, 2, 3, 1, 3, 2, 1, 1, 1, 1, 1, 2})});
+  n.s("mode", "TF").i("min_gram_length", 2).i("max_gram_length", 2).i("max_skip_count", 2147483648);
+  n.ints("ngram_counts", {0, 0});
+  Tensor y = n.out();
+  EXPECT_EQ(y.shape(), (Shape{2, 0}));
+}
+
 TEST(HostileAttrs, TfIdfColumnsAreCheckedBeforeAllocating) {
   // A negative column would be written before the row; INT64_MAX's + 1 overflows.
   for (int64_t bad : {int64_t{-1}, kInt64Max}) {

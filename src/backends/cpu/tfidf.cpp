@@ -70,6 +70,9 @@ Status tfidf_kernel(KernelContext& ctx, const TfIdf& t) {
   // The output first: its size (from ngram_indexes) is checked against the tensor limits there, before
   // the counts of the same size are allocated.
   Tensor& y = ctx.output(0, DataType::kFloat32, out_shape);
+  // No columns (no ngram_indexes) or no rows: nothing to count (and &freq[0] of an empty vector would
+  // bind a reference to null: the structure-aware fuzzer's find).
+  if (y.numel() == 0) return Status::Ok();
   std::vector<int64_t> freq(static_cast<size_t>(y.numel()), 0);
   for (int64_t r = 0; r < rows; ++r) {
     if (a.strings) {
