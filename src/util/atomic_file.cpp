@@ -1,13 +1,14 @@
 #include "util/atomic_file.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <random>
+
+#include "util/file.h"
 
 namespace kiln {
 namespace {
@@ -37,10 +38,10 @@ int write_all(int fd, std::string_view bytes) {
 
 Status write_file_atomically(const std::string& path, std::string_view bytes, const std::string& what) {
   if (path.empty()) return invalid_argument("no file name given for the " + what);
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
-    return invalid_argument("cannot write the " + what + " to '" + path +
-                            "': it exists and is not a regular file; give the path of a file to create or replace");
+  // A link at `path` is replaced, not followed (the rename below swaps the link itself).
+  if (const std::string kind = special_file_kind(path, false); !kind.empty())
+    return invalid_argument("cannot write the " + what + " to '" + path + "': it is " + kind +
+                            ", not a regular file; give the path of a file to create or replace");
   std::random_device seed;
   std::mt19937_64 rng((static_cast<uint64_t>(seed()) << 32) ^ seed());
   std::string tmp;

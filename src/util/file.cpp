@@ -7,11 +7,11 @@
 
 namespace kiln {
 
-std::string special_file_kind(const std::string& path) {
+std::string special_file_kind(const std::string& path, bool follow_links) {
   struct stat st {};
-  // stat() never opens the file, so it does not wait on a FIFO.
-  if (::stat(path.c_str(), &st) != 0) return "";
-  if (S_ISREG(st.st_mode)) return "";
+  // stat() and lstat() never open the file, so they do not wait on a FIFO.
+  if ((follow_links ? ::stat(path.c_str(), &st) : ::lstat(path.c_str(), &st)) != 0) return "";
+  if (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) return "";
   if (S_ISFIFO(st.st_mode)) return "a FIFO (named pipe)";
   if (S_ISCHR(st.st_mode)) return "a character device";
   if (S_ISBLK(st.st_mode)) return "a block device";

@@ -12,10 +12,11 @@
 
 namespace kiln {
 
-// What the file at `path` is when it is not a regular file (following links): "a FIFO (named pipe)",
-// "a character device", "a block device", "a directory", "a socket"; "" for a regular file or when
-// nothing is there (or it cannot be examined: opening it then reports why).
-std::string special_file_kind(const std::string& path);
+// What the file at `path` is when it is not a regular file: "a FIFO (named pipe)", "a character
+// device", "a block device", "a directory", "a socket"; "" for a regular file or when nothing is there
+// (or it cannot be examined: opening it then reports why). Links are followed, unless `follow_links`
+// is false: then a link itself is "" (what replaces a file, as util/atomic_file.h does, replaces it).
+std::string special_file_kind(const std::string& path, bool follow_links = true);
 
 // Ok for a regular file; kNotFound when nothing is at `path`; kIoError naming what it is otherwise.
 // `what` names the file's role in the message ("model", "external data file").

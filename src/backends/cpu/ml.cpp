@@ -329,12 +329,7 @@ Expected<KernelPtr> create_tree_regressor(const ir::Node& n, KernelInit&) {
     int64_t rows = 0;
     std::vector<double> out;
     KILN_RETURN_IF_ERROR(ensemble_scores(ctx, e, &rows, out));
-    Tensor& y = ctx.output(0, DataType::kFloat32, {rows, e.n_targets});
-    for (int64_t r = 0; r < rows; ++r) {
-      double* v = out.data() + r * e.n_targets;
-      post_transform(e.post_transform, v, e.n_targets);
-      for (int64_t k = 0; k < e.n_targets; ++k) y.data<float>()[r * e.n_targets + k] = static_cast<float>(v[k]);
-    }
+    write_regression(ctx, e.post_transform, out, rows, e.n_targets);
     return Status::Ok();
   });
 }
@@ -349,6 +344,18 @@ void write_class_row(const std::vector<int64_t>& labels_int, const std::vector<s
   if (!labels_str.empty()) y.data<std::string>()[r] = best < static_cast<int64_t>(labels_str.size()) ? labels_str[best] : "";
   else y.data<int64_t>()[r] = best < static_cast<int64_t>(labels_int.size()) ? labels_int[best] : 0;
   for (int64_t k = 0; k < n; ++k) z.data<float>()[r * n + k] = static_cast<float>(scores[k]);
+}
+
+Tensor& write_regression(KernelContext& ctx, ops::TreeEnsembleParams::Post post, std::vector<double>& scores,
+                         int64_t rows, int64_t n) {
+  Tensor& y = ctx.output(0, DataType::kFloat32, {rows, n});
+  float* out = y.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    double* v = scores.data() + r * n;
+    post_transform(post, v, n);
+    for (int64_t k = 0; k < n; ++k) out[r * n + k] = static_cast<float>(v[k]);
+  }
+  return y;
 }
 
 void binary_scores(double s, bool one_minus, double* two) {

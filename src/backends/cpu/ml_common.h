@@ -24,6 +24,10 @@ void binary_scores(double s, bool one_minus, double* two);
 void write_class_row(const std::vector<int64_t>& labels_int, const std::vector<std::string>& labels_str,
                      const double* scores, int64_t n, int64_t r, Tensor& y, Tensor& z);
 
+// A regressor's output: Y float [rows, n], each row of `scores` post-transformed (in place) first.
+Tensor& write_regression(KernelContext& ctx, ops::TreeEnsembleParams::Post post, std::vector<double>& scores,
+                         int64_t rows, int64_t n);
+
 // LinearClassifier/Regressor, Scaler, Normalizer, Imputer, OneHotEncoder (ml_linear.cpp); register_ml
 // calls it.
 void register_ml_linear(KernelRegistry& r);

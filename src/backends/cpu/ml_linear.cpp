@@ -88,12 +88,7 @@ Expected<KernelPtr> create_linear_regressor(const ir::Node& n, KernelInit&) {
       return ctx.error(std::to_string(p.coefficients.size()) + " coefficients for " + std::to_string(p.targets) +
                        " targets of " + std::to_string(feats) + " features");
     linear_scores(xs, rows, feats, p.coefficients, p.intercepts, p.targets, out);
-    Tensor& y = ctx.output(0, DataType::kFloat32, {rows, p.targets});
-    for (int64_t r = 0; r < rows; ++r) {
-      double* v = out.data() + r * p.targets;
-      post_transform(p.post_transform, v, p.targets);
-      for (int64_t k = 0; k < p.targets; ++k) y.data<float>()[r * p.targets + k] = static_cast<float>(v[k]);
-    }
+    write_regression(ctx, p.post_transform, out, rows, p.targets);
     return Status::Ok();
   });
 }
