@@ -31,8 +31,12 @@ class Backend {
   // Graphs of queued work (CUDA graphs): work queued on `state` between begin_capture and
   // end_capture is recorded, not run; launch_graph queues the recorded work again, as one launch.
   // end_capture must follow every begin_capture that succeeded. Devices without graphs refuse.
+  // `nodes` (may be null) receives the number of operations recorded. With `max_nodes` > 0, a
+  // recording of more is dropped instead of instantiated (CUDA's instantiation time grows faster than
+  // the node count: 100 runs of a convolution that launches a kernel per group took minutes) and the
+  // error says so; `nodes` is still set.
   virtual Status begin_capture(void* state);
-  virtual Expected<std::shared_ptr<void>> end_capture(void* state);
+  virtual Expected<std::shared_ptr<void>> end_capture(void* state, size_t max_nodes = 0, size_t* nodes = nullptr);
   virtual Status launch_graph(void* graph, void* state);
   // Queues `state`'s work on `stream` (a device stream of the caller's; null: the state's own) from
   // now on. Devices without streams refuse.

@@ -631,6 +631,10 @@ Status Frame::run_step(int si, OpProfile* profile) {
   return Status::Ok();
 }
 
+// The most operations a tuning graph records: a batch of runs of a kernel that launches many is
+// split into replays of a smaller graph (see run_tactic).
+constexpr size_t kMaxTimingGraphNodes = 256;
+
 Status Frame::run_tactic(int si, const std::string& tactic, const TacticTiming& how, std::vector<double>* sample_ms) {
   const Step& s = graph.steps[si];
   if (s.kind != Step::Kind::kKernel) return invalid_argument("run_tactic: not a kernel step");
@@ -686,26 +690,43 @@ Status Frame::run_tactic(int si, const std::string& tactic, const TacticTiming& 
     for (int i = 0; i < how.warmup; ++i) KILN_RETURN_IF_ERROR(kernel.run(ctx));
     KILN_RETURN_IF_ERROR(backend.synchronize(state));
     if (!sample_ms) return Status::Ok();
-    // A timed batch: one replay of a graph of the `iters` runs, or the runs launched one by one.
+    // A timed batch: replays of a graph of the `iters` runs, or the runs launched one by one.
     std::shared_ptr<void> exec_graph;
+    int replays = 1, runs = how.iters;  // a sample: `replays` launches of a graph of `runs` runs
     if (how.graph && backend.device().type == DeviceType::kCUDA) {
-      Status st = backend.begin_capture(state);
-      for (int i = 0; st.ok() && i < how.iters; ++i) st = kernel.run(ctx);
-      auto exec = backend.end_capture(state);  // always, so the stream leaves capture mode
-      if (!st.ok()) return st;
-      if (!exec.ok()) return runtime_error("its calls cannot be captured in a CUDA graph (" + exec.status().message() + ")");
-      exec_graph = *exec;
+      auto capture = [&](int n, size_t max_nodes, size_t* nodes) -> Status {
+        Status st = backend.begin_capture(state);
+        for (int i = 0; st.ok() && i < n; ++i) st = kernel.run(ctx);
+        auto exec = backend.end_capture(state, max_nodes, nodes);  // always, so the stream leaves capture mode
+        if (!st.ok()) return st;
+        if (!exec.ok()) return runtime_error("its calls cannot be captured in a CUDA graph (" + exec.status().message() + ")");
+        exec_graph = *exec;
+        return Status::Ok();
+      };
+      // One run first, to count its operations: a kernel that launches many (a grouped convolution
+      // cuDNN runs group by group) gets a graph of fewer runs, replayed more often, as instantiating
+      // a graph of thousands of nodes costs seconds to minutes.
+      size_t per_run = 0;
+      KILN_RETURN_IF_ERROR(capture(1, 0, &per_run));
+      runs = static_cast<int>(std::clamp<size_t>(kMaxTimingGraphNodes / std::max<size_t>(per_run, 1), 1, std::max(1, how.iters)));
+      replays = (std::max(1, how.iters) + runs - 1) / runs;
+      if (runs > 1) KILN_RETURN_IF_ERROR(capture(runs, 0, nullptr));
+      if (runs < how.iters)
+        log(LogLevel::kVerbose, graph.node(s).describe() + " tactic '" + tactic + "': " + std::to_string(per_run) +
+                                  " graph operations a run; timed as " + std::to_string(replays) + " replays of " +
+                                  std::to_string(runs) + " runs");
       KILN_RETURN_IF_ERROR(backend.launch_graph(exec_graph.get(), state));  // the first replay is not timed
       KILN_RETURN_IF_ERROR(backend.synchronize(state));
     }
     for (int k = 0; k < how.samples; ++k) {
       const auto t0 = std::chrono::steady_clock::now();
-      if (exec_graph) KILN_RETURN_IF_ERROR(backend.launch_graph(exec_graph.get(), state));
+      if (exec_graph)
+        for (int r = 0; r < replays; ++r) KILN_RETURN_IF_ERROR(backend.launch_graph(exec_graph.get(), state));
       else
         for (int i = 0; i < how.iters; ++i) KILN_RETURN_IF_ERROR(kernel.run(ctx));
       KILN_RETURN_IF_ERROR(backend.synchronize(state));
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      sample_ms->push_back(ms / std::max(1, how.iters));
+      sample_ms->push_back(ms / std::max(1, exec_graph ? replays * runs : how.iters));
       if (how.more && !how.more(sample_ms->back())) break;
       if (std::chrono::steady_clock::now() > how.deadline) break;
     }

@@ -8,13 +8,7 @@ set -uo pipefail
 . tests/gpu/lib.sh .carry $OUT/r
 models="${MODELS:-vit_base_patch16_224 swin_tiny_patch4_window7_224}"
 {
-  date -u +"%Y-%m-%d %H:%M UTC"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  if [ -z "${SKIP_UNIT:-}" ]; then
-    echo "== CUDA attention and breadth unit tests"
-    "$bin/kiln_tests" --gtest_filter='Cuda*:*Attention*:Runtime.Cuda*' > "$out/cuda_unit_tests.log" 2>&1
-    grep -E "^\[ +(PASSED|FAILED|SKIPPED) +\]|tests ran" "$out/cuda_unit_tests.log"
-    grep -B2 -A6 "Failure" "$out/cuda_unit_tests.log" | head -40
-  fi
+  machine_and_unit_tests 'Cuda*:*Attention*:Runtime.Cuda*'
   prepare_zoo $models
   for m in $models; do
     "$bin/kiln" build build/zoo/${m}_op17.onnx -o /tmp/$m.fp16.kiln --device cuda --precision fp16 -v > "$out/build_$m.txt" 2>&1 ||

@@ -74,3 +74,14 @@ cpu_host_setup() {
   local models=${HOST_MODELS:-resnet50,mobilenet_v2,efficientnet_b0,convnext_tiny,vit_b_16,deeplabv3_mobilenet_v3_large,bert_base,distilbert,gpt2}
   python3 bench/zoo/export.py --models "$models" --opsets 17 2>&1 | grep -E "export:|rror" || true
 }
+
+# The date, the GPU, and (unless SKIP_UNIT is set) the CUDA unit tests matching the gtest filter $1:
+# the summary and failures printed, the whole log in $out/cuda_unit_tests.log.
+machine_and_unit_tests() {
+  date -u +"%Y-%m-%d %H:%M UTC"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  [ -n "${SKIP_UNIT:-}" ] && return 0
+  echo "== CUDA unit tests ($1)"
+  "$bin/kiln_tests" --gtest_filter="$1" > "$out/cuda_unit_tests.log" 2>&1
+  grep -E "^\[ +(PASSED|FAILED|SKIPPED) +\]|tests ran" "$out/cuda_unit_tests.log"
+  grep -B2 -A8 "Failure" "$out/cuda_unit_tests.log" | head -40
+}

@@ -91,7 +91,7 @@ class CpuBackend final : public Backend {
 
 // Graphs of queued work exist only where a device queues work (CUDA overrides these).
 Status Backend::begin_capture(void*) { return unsupported(name() + ": no graphs of queued work"); }
-Expected<std::shared_ptr<void>> Backend::end_capture(void*) { return unsupported(name() + ": no graphs of queued work"); }
+Expected<std::shared_ptr<void>> Backend::end_capture(void*, size_t, size_t*) { return unsupported(name() + ": no graphs of queued work"); }
 Status Backend::launch_graph(void*, void*) { return unsupported(name() + ": no graphs of queued work"); }
 Status Backend::use_stream(void*, void*) { return unsupported(name() + ": no streams"); }
 

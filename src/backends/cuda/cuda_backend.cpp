@@ -239,13 +239,23 @@ Status CudaBackend::begin_capture(void* state) {
                     "beginning a graph capture");
 }
 
-Expected<std::shared_ptr<void>> CudaBackend::end_capture(void* state) {
+Expected<std::shared_ptr<void>> CudaBackend::end_capture(void* state, size_t max_nodes, size_t* nodes) {
   cudaGraph_t graph = nullptr;
   cudaError_t err = cudaStreamEndCapture(static_cast<CudaState*>(state)->stream, &graph);
   if (err != cudaSuccess || !graph) {
     if (graph) cudaGraphDestroy(graph);
     cudaGetLastError();  // capture errors are not sticky; do not leave one for the next check
     return runtime_error(std::string("cuda: graph capture failed (") + cudaGetErrorString(err) + ")");
+  }
+  size_t count = 0;
+  err = cudaGraphGetNodes(graph, nullptr, &count);
+  if (nodes) *nodes = count;
+  if (err != cudaSuccess || (max_nodes > 0 && count > max_nodes)) {
+    cudaGraphDestroy(graph);
+    cudaGetLastError();
+    if (err != cudaSuccess) return runtime_error(std::string("cuda: counting a graph's nodes failed (") + cudaGetErrorString(err) + ")");
+    return runtime_error("cuda: the graph records " + std::to_string(count) + " operations, more than " +
+                              std::to_string(max_nodes));
   }
   cudaGraphExec_t exec = nullptr;
   err = cudaGraphInstantiate(&exec, graph, 0);

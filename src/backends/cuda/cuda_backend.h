@@ -105,7 +105,7 @@ class CudaBackend final : public Backend {
   Expected<std::shared_ptr<void>> create_state() override;
   Status synchronize(void* state) override;
   Status begin_capture(void* state) override;
-  Expected<std::shared_ptr<void>> end_capture(void* state) override;
+  Expected<std::shared_ptr<void>> end_capture(void* state, size_t max_nodes, size_t* nodes) override;
   Status launch_graph(void* graph, void* state) override;
   Status use_stream(void* state, void* stream) override;
   std::string fingerprint() const override { return fingerprint_; }
