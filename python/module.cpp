@@ -832,6 +832,17 @@ PYBIND11_MODULE(_kiln, m) {
     return kiln::profile_to_chrome_trace(events, name);
   });
   m.attr("__version__") = kiln::version();
+  m.def("load_plugin", [](const std::string& library, bool allow_override) {
+    const kiln::PluginInfo info = unwrap(kiln::load_plugin(library, allow_override));
+    py::dict d;
+    d["library"] = info.library;
+    d["path"] = info.path;
+    d["name"] = info.name;
+    d["version"] = info.version;
+    d["ops"] = info.ops;
+    return d;
+  }, py::arg("library"), py::arg("allow_override") = false,
+        "Loads a kiln plugin library (include/kiln/plugin.h) into the process; returns its name, version and ops.");
 
   py::class_<kiln::TensorInfo>(m, "TensorInfo")
       .def_readonly("name", &kiln::TensorInfo::name)

@@ -143,6 +143,12 @@ struct BuildOptions {
   // products-write-half). An unknown name is an error. What a build computes depends only on these
   // options, never on the environment.
   std::vector<std::string> disabled_passes;
+  // Plugin libraries (include/kiln/plugin.h) the build loads before importing the model, as
+  // load_plugin(path, plugin_override) does: their ops then stay loaded in the process. The engine
+  // records each plugin op it uses; loading it later needs the same plugins loaded first.
+  std::vector<std::string> plugins;
+  // Let these plugins replace ops built into kiln (otherwise such a plugin is refused).
+  bool plugin_override = false;
 };
 
 // Calibration input sets from a folder: one subfolder per set holding <input name>.npy for every
@@ -335,6 +341,24 @@ Expected<OptimizationReport> inspect_model(const std::string& onnx_path, int opt
 Expected<Tensor> allocate_tensor(DataType dtype, const Shape& shape, Device device);
 // Copies `src` into `dst` (same dtype and size; host or device on either side) and waits for it.
 Status transfer(const Tensor& src, Tensor& dst);
+
+// ---- Plugins: custom ops in shared libraries written against include/kiln/plugin.h (docs/plugins.md)
+struct PluginInfo {
+  std::string library;            // the file name ("libkiln_example_plugin.so"), as engine files record it
+  std::string path;               // what was opened
+  std::string name, version;      // as the plugin names itself
+  std::vector<std::string> ops;   // "domain.OpType" per op it declared
+};
+// Loads a plugin library into the process (once: loading it again returns the first load's info) and
+// registers its ops with the importer, shape inference, the builder and the CPU backend. `library` is
+// a path, or a bare file name looked up in the folders of KILN_PLUGIN_PATH (':'-separated) and then by
+// the dynamic loader. Refused, with a message naming the library: a file that is not a kiln plugin (an
+// ONNX Runtime custom-op library among them), one built for another plugin ABI version
+// (kEngineMismatch), an invalid declaration, an op another plugin provides, and an op built into kiln
+// unless `allow_override`. Libraries are never unloaded. Load plugins before building or loading
+// engines on other threads.
+Expected<PluginInfo> load_plugin(const std::string& library, bool allow_override = false);
+std::vector<PluginInfo> loaded_plugins();
 
 // ---- Logging
 // The severity below which kiln's log messages are dropped, numbered as ONNX Runtime numbers them:

@@ -103,6 +103,7 @@ __all__ = [
     "TensorInfo",
     "cuda_available",
     "get_available_providers",
+    "load_plugin",
     "summarize_model",
 ]
 
@@ -283,6 +284,17 @@ def _build_settings(options: dict) -> dict:
 # ---- Threads
 
 
+def load_plugin(library: str, override: bool = False) -> dict:
+    """Loads a kiln plugin library (written against include/kiln/plugin.h; docs/plugins.md) into the
+    process, once: its ops are then known to every build and engine load. ``library`` is a path, or a
+    bare file name looked up in KILN_PLUGIN_PATH's folders and then by the dynamic loader.
+    ``override=True`` lets it replace ops built into kiln (otherwise such a plugin is refused).
+    Returns {"library", "path", "name", "version", "ops"}. Raises KilnError naming the library when
+    it is not a kiln plugin (ONNX Runtime custom-op libraries included), was built for another plugin
+    ABI version, or declares an op that cannot be added."""
+    return _kiln.load_plugin(os.fspath(library), bool(override))
+
+
 def set_num_threads(n: int) -> None:
     """Sets the number of CPU threads kiln's kernels use (OpenMP) for runs from this thread.
 
@@ -378,6 +390,13 @@ class SessionOptions:
 
     def get_session_config_entry(self, key: str) -> str:
         return self._config[str(key)]
+
+    def register_custom_ops_library(self, library_path: str) -> None:
+        """onnxruntime's way to add custom ops. kiln loads the library at once (process-wide, as
+        load_plugin does): it must be a kiln plugin (include/kiln/plugin.h). An ONNX Runtime custom-op
+        library (exporting RegisterCustomOps) is refused with a message saying so: kiln's shim of the
+        ONNX Runtime custom-op API is not there yet."""
+        load_plugin(library_path)
 
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
         raise NotImplemented("free dimension overrides: give shape profiles instead (providers option trt_profile_*_shapes)")

@@ -16,6 +16,9 @@ class Backend {
   virtual std::string name() const = 0;  // "cpu", "cuda"
   virtual Device device() const = 0;
   virtual const KernelRegistry& kernels() const = 0;
+  // Adds a kernel row while the process runs (a plugin's kernel: plugins/). Devices that take none
+  // refuse. Not safe while another thread builds or loads an engine: add before.
+  virtual Status add_kernel(KernelDef def);
 
   // Device memory; the Storage frees itself. Every call counts in allocation_count().
   virtual Expected<std::shared_ptr<Storage>> allocate(size_t bytes) = 0;

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstddef>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -208,9 +209,9 @@ class KernelRegistry {
   // The first kernel that accepts the node; `why` gets the reasons of those that did not.
   const KernelDef* find(const ir::Node& node, std::string* why = nullptr) const;
   const KernelDef* by_name(const std::string& name) const;
-  const std::vector<KernelDef>& all() const { return defs_; }
+  const std::deque<KernelDef>& all() const { return defs_; }
  private:
-  std::vector<KernelDef> defs_;
+  std::deque<KernelDef> defs_;  // rows keep their address as rows are added (plugins add them later)
 };
 
 // Helpers for dtype constraints in `check`.

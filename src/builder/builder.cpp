@@ -331,7 +331,14 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
   return std::make_shared<Engine>(std::move(impl));
 }
 
+// The plugins the options name, loaded before the model is imported (their ops must be known then).
+static Status load_plugins(const BuildOptions& o) {
+  for (const std::string& lib : o.plugins) KILN_RETURN_IF_ERROR(load_plugin(lib, o.plugin_override).status());
+  return Status::Ok();
+}
+
 Expected<std::shared_ptr<Engine>> Engine::build(const std::string& onnx_path, const BuildOptions& options) {
+  KILN_RETURN_IF_ERROR(load_plugins(options));
   ThreadCountScope threads(options.threads);
   const auto start = BuildClock::now();
   BuildDeadlineScope deadline(options, start);
@@ -341,6 +348,7 @@ Expected<std::shared_ptr<Engine>> Engine::build(const std::string& onnx_path, co
 }
 
 Expected<std::vector<PlacementEntry>> Engine::plan_placement(const std::string& onnx_path, const BuildOptions& options) {
+  KILN_RETURN_IF_ERROR(load_plugins(options));
   ThreadCountScope threads(options.threads);
   KILN_ASSIGN_OR_RETURN(ir::Model model, onnx::import_file(onnx_path));
   return guarded("planning placement", [&]() -> Expected<std::vector<PlacementEntry>> {
@@ -359,6 +367,7 @@ Expected<std::vector<PlacementEntry>> Engine::plan_placement(const std::string& 
 
 Expected<std::shared_ptr<Engine>> Engine::build_from_bytes(const std::string& bytes, const BuildOptions& options,
                                                            const std::string& base_dir) {
+  KILN_RETURN_IF_ERROR(load_plugins(options));
   onnx::ImportOptions io;
   io.base_dir = base_dir;
   ThreadCountScope threads(options.threads);
@@ -376,7 +385,10 @@ Expected<std::shared_ptr<Engine>> Engine::open(const std::string& path, const Bu
   std::string head(16, '\0');
   f.read(head.data(), 16);
   head.resize(static_cast<size_t>(f.gcount()));
-  if (looks_like_engine(head)) return load(path);
+  if (looks_like_engine(head)) {
+    KILN_RETURN_IF_ERROR(load_plugins(options));
+    return load(path);
+  }
   return build(path, options);
 }
 

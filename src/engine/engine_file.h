@@ -13,12 +13,16 @@
 #include "ir/graph.h"
 #include "kiln/kiln.h"
 #include "plan/plan.h"
+#include "plugins/plugins.h"
 
 namespace kiln {
 
 // 2: the whole plan is stored (format 1 stored kernel names per node and re-lowered on load).
 // 3: checksum trailer.
+// 4: the plugin ops the graph uses (EngineFile.plugins). Only engines that use plugins are written
+//    as 4, so engines without plugins stay readable by kilns that read format 3; both are read.
 constexpr uint32_t kEngineFormatVersion = 3;
+constexpr uint32_t kEngineFormatWithPlugins = 4;
 // The most shape profiles an engine holds (BuildOptions::profiles).
 constexpr size_t kMaxProfiles = 64;
 
@@ -27,6 +31,7 @@ struct EngineFile {
   std::shared_ptr<CompiledGraph> plan;     // lowered from `graph`; kernels instantiated once read
   std::map<std::string, std::string> meta; // kiln_version, device, fingerprint, opt_level, cpu_isa, ...
   std::vector<ShapeProfile> profiles;      // the build's shape profiles (tactics are per profile)
+  std::vector<plugins::OpRecord> plugins;  // the plugin ops `graph` uses (format 4)
 };
 
 // "x86_64 avx2 fma ... onednn:avx2" — the CPU features kiln's kernels can use here, under KILN_CPU_ISA and
@@ -36,7 +41,8 @@ std::string host_cpu_isa();
 bool looks_like_engine(const std::string& head);
 Expected<std::string> write_engine_file(const EngineFile& e);
 // Verifies the file (checksum trailer, FlatBuffers verifier, format version, the device fingerprint
-// against this machine's, every plan index against the graph), then instantiates the plan's kernels
+// against this machine's, the plugins it records against the loaded ones, every plan index against
+// the graph), then instantiates the plan's kernels
 // from their recorded rows: no pass, no placement, no memory planning runs. Weights whose bytes are
 // aligned stay views into `file` (an mmap for Engine::load).
 Expected<EngineFile> read_engine_file(std::shared_ptr<Storage> file);

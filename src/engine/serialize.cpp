@@ -579,7 +579,14 @@ Expected<std::string> write_engine_file(const EngineFile& e) {
     profiles.push_back(fb::CreateProfileDesc(w.b, w.b.CreateVector(dims)));
   }
   auto pv = profiles.empty() ? 0 : w.b.CreateVector(profiles);
-  auto root = fb::CreateEngineFile(w.b, kEngineFormatVersion, mv, graph, plan, pv);
+  std::vector<Offset<fb::PluginOpDesc>> plugin_ops;
+  for (const plugins::OpRecord& r : e.plugins)
+    plugin_ops.push_back(fb::CreatePluginOpDesc(w.b, w.b.CreateString(r.domain), w.b.CreateString(r.op_type),
+                                                w.b.CreateString(r.library), w.b.CreateString(r.plugin),
+                                                w.b.CreateString(r.version), w.b.CreateString(r.abi_hash)));
+  auto plv = plugin_ops.empty() ? 0 : w.b.CreateVector(plugin_ops);
+  const uint32_t format = plugin_ops.empty() ? kEngineFormatVersion : kEngineFormatWithPlugins;
+  auto root = fb::CreateEngineFile(w.b, format, mv, graph, plan, pv, plv);
   w.b.Finish(root, fb::EngineFileIdentifier());
   std::string out;
   out.reserve(w.b.GetSize() + 24);  // the trailer too: no second copy of the weights to grow into
@@ -625,12 +632,13 @@ static Expected<EngineFile> read_unguarded(std::shared_ptr<Storage> file) {
     const fb::Meta* m = ef->meta()->Get(static_cast<flatbuffers::uoffset_t>(i));
     if (m->key() && m->value()) e.meta[m->key()->str()] = m->value()->str();
   }
-  if (ef->format_version() != kEngineFormatVersion) {
+  if (ef->format_version() != kEngineFormatVersion && ef->format_version() != kEngineFormatWithPlugins) {
     const auto fp = e.meta.find("fingerprint");
     return Status(StatusCode::kEngineMismatch,
                   "engine file format version " + std::to_string(ef->format_version()) +
-                      (fp != e.meta.end() ? " (built for " + fp->second + ")" : std::string()) +
-                      ", this kiln reads version " + std::to_string(kEngineFormatVersion) + "; rebuild the engine from its .onnx");
+                      (fp != e.meta.end() ? " (built for " + fp->second + ")" : std::string()) + ", this kiln reads versions " +
+                      std::to_string(kEngineFormatVersion) + " and " + std::to_string(kEngineFormatWithPlugins) +
+                      "; rebuild the engine from its .onnx");
   }
   if (!has_trailer) return bad("its checksum trailer is missing (truncated?)");
   const std::string device = e.meta["device"];
@@ -663,6 +671,14 @@ static Expected<EngineFile> read_unguarded(std::shared_ptr<Storage> file) {
     if (!missing.empty())
       log(LogLevel::kWarning, "engine was built on a CPU with" + missing + ", which this CPU lacks (it runs with the kernels this CPU has)");
   }
+  // The plugins its ops come from, before any node is read (their declarations check the nodes).
+  for (size_t i = 0; i < vsize(ef->plugins()); ++i) {
+    const fb::PluginOpDesc* p = ef->plugins()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    auto str = [](const flatbuffers::String* x) { return x ? x->str() : std::string(); };
+    e.plugins.push_back({str(p->domain()), str(p->op_type()), str(p->library()), str(p->plugin()), str(p->version()),
+                         str(p->abi_hash())});
+  }
+  KILN_RETURN_IF_ERROR(plugins::check_records(e.plugins));
   KILN_ASSIGN_OR_RETURN(auto graph, read_graph(ef->graph(), nullptr, 0, file));
   e.graph = std::shared_ptr<ir::Graph>(std::move(graph));
   KILN_ASSIGN_OR_RETURN(e.plan, read_plan(ef->plan(), e.graph));

@@ -1,6 +1,9 @@
 #include "ops/op_table.h"
 
+#include <atomic>
+#include <deque>
 #include <map>
+#include <mutex>
 #include <set>
 
 namespace kiln::ops {
@@ -23,7 +26,34 @@ const std::vector<OpDef>& op_table() {
   return table;
 }
 
+namespace {
+struct ExtensionOps {
+  std::mutex mu;
+  std::deque<OpDef> defs;  // stable addresses
+  std::map<std::pair<std::string, std::string>, const OpDef*> index;
+  std::atomic<bool> any{false};
+};
+ExtensionOps& extension_ops() {
+  static ExtensionOps e;
+  return e;
+}
+}  // namespace
+
+void add_extension_op(OpDef def) {
+  ExtensionOps& e = extension_ops();
+  std::lock_guard<std::mutex> lock(e.mu);
+  if (def.domain == "ai.onnx") def.domain.clear();
+  e.defs.push_back(std::move(def));
+  e.index[{e.defs.back().domain, e.defs.back().name}] = &e.defs.back();
+  e.any = true;
+}
+
 const OpDef* find_op(const std::string& domain, const std::string& name) {
+  if (ExtensionOps& e = extension_ops(); e.any) {
+    std::lock_guard<std::mutex> lock(e.mu);
+    auto it = e.index.find({domain == "ai.onnx" ? "" : domain, name});
+    if (it != e.index.end()) return it->second;
+  }
   static const std::map<std::pair<std::string, std::string>, const OpDef*> index = [] {
     std::map<std::pair<std::string, std::string>, const OpDef*> m;
     for (const OpDef& d : op_table()) m.emplace(std::make_pair(d.domain, d.name), &d);

@@ -52,7 +52,8 @@ struct OpDef {
   std::string domain;  // "" = ai.onnx
   int since = 1;       // oldest opset version kiln accepts for this op
   InferFn infer = nullptr;  // null: output types are left unknown until run time
-  // How kiln runs it: "native" (own kernels) or "function" (expanded into its ONNX function body).
+  // How kiln runs it: "native" (own kernels), "function" (expanded into its ONNX function body) or
+  // "plugin" (a loaded plugin's kernels: add_extension_op).
   std::string how = "native";
   // Its attributes, where declared (ops without a list are not checked).
   std::vector<AttrSpec> attrs;
@@ -62,7 +63,12 @@ struct OpDef {
 };
 
 const std::vector<OpDef>& op_table();
+// The op's declaration: an extension op's first (see add_extension_op), else the built-in table's.
 const OpDef* find_op(const std::string& domain, const std::string& name);
+// Adds an op declared while the process runs (plugins/, which decides whether one may replace a
+// built-in op of the same domain and name). The declaration lives as long as the process. Adding is
+// serialized; lookups running at the same time as an add are not: add before building.
+void add_extension_op(OpDef def);
 
 // Checks the node's input and output counts against its op's declaration for the node's opset, and
 // that inputs/outputs the op requires are not omitted (""). The importer and the engine reader call

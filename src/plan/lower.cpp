@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "ops/op_table.h"
 #include "plan/memory.h"
 #include "plan/plan.h"
 #include "util/log.h"
@@ -129,6 +130,21 @@ struct Lowering {
     return true;
   }
 
+  // For ops kiln does not know at all (no declaration, no kernel): which they are, and how a plugin
+  // would provide them. Empty when every op is known.
+  static std::string unknown_ops_hint(const ir::Graph& graph) {
+    std::set<std::string> unknown;
+    for (const ir::Node* n : graph.nodes())
+      if (!ops::find_op(n->domain, n->op_type) && !cpu_backend().kernels().find(*n))
+        unknown.insert((n->domain.empty() ? "" : n->domain + ".") + n->op_type);
+    if (unknown.empty()) return "";
+    std::string list;
+    for (const std::string& op : unknown) list += (list.empty() ? "" : ", ") + op;
+    return "\nkiln has no op " + list + ". If a plugin library implements " + (unknown.size() > 1 ? "them" : "it") +
+           ", load it: kiln --plugin lib.so, BuildOptions::plugins, or in Python "
+           "SessionOptions().register_custom_ops_library(path) (docs/plugins.md)";
+  }
+
   // The target's kernel rows (CUDA engines); null for CPU engines.
   const KernelRegistry* target_kernels = nullptr;
 
@@ -143,7 +159,10 @@ struct Lowering {
     Placed p;
     std::string cpu_why;
     const KernelDef* cpu_def = cpu_backend().kernels().find(n, &cpu_why);
-    if (target_kernels && !n.has_subgraphs() && !(cpu_def && host_shape_math(n, *cpu_def))) {
+    // A plugin's kernel (CPU only for now) runs its op even where the target has a kernel of that
+    // name: a plugin that overrides a built-in op replaces it on every device.
+    const bool plugin = cpu_def && cpu_def->name.rfind("plugin.", 0) == 0;
+    if (target_kernels && !plugin && !n.has_subgraphs() && !(cpu_def && host_shape_math(n, *cpu_def))) {
       std::string cuda_why;
       if ((p.def = target_kernels->find(n, &cuda_why))) {
         p.on_target = true;
@@ -156,6 +175,7 @@ struct Lowering {
       p.why = cpu_why.empty() ? "no kernel for this op" : cpu_why;
       return p;
     }
+    if (p.why.empty() && plugin) p.why = "a plugin's kernel (plugins run on the CPU)";
     if (p.why.empty())
       p.why = n.has_subgraphs() ? "control flow: its subgraphs run on the CPU" : "integer shape computation on host values";
     if (!target_kernels) p.why.clear();
@@ -208,7 +228,7 @@ struct Lowering {
     if (!missing.empty()) {
       std::string msg = std::to_string(missing.size()) + " node(s) cannot run:";
       for (const auto& m : missing) msg += "\n  " + m;
-      return unsupported(msg);
+      return unsupported(msg + unknown_ops_hint(*graph));
     }
 
     size_t k = 0;

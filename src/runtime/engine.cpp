@@ -85,7 +85,9 @@ void describe_engine(Engine::Impl& impl, const std::string& model_hash) {
     if (v->constant) impl.inputs.push_back(tensor_info(*v));
   for (const ir::Value* v : impl.graph->outputs) impl.outputs.push_back(tensor_info(*v));
   impl.meta["kiln_version"] = KILN_VERSION;
-  impl.meta["format_version"] = std::to_string(kEngineFormatVersion);
+  // Engines that use plugin ops are format 4 (they record the plugins), the rest stay 3.
+  impl.meta["format_version"] =
+      std::to_string(plugins::records_for(*impl.graph).empty() ? kEngineFormatVersion : kEngineFormatWithPlugins);
   impl.meta["device"] = impl.options.device == DeviceType::kCUDA ? "cuda" : "cpu";
   auto b = backend_for(impl.options.device);
   impl.meta["fingerprint"] = b.ok() ? (*b)->fingerprint() : "unavailable";
@@ -101,6 +103,7 @@ Expected<std::string> serialize_engine(const Engine::Impl& impl) {
   e.plan = impl.plan;
   e.meta = impl.meta;
   e.profiles = impl.options.profiles;
+  e.plugins = plugins::records_for(*impl.graph);
   return write_engine_file(e);
 }
 

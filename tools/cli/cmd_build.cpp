@@ -99,6 +99,7 @@ struct BuildCommand {
   double calib_percentile = 99.99;
   double accuracy_budget = 0;
   std::string accuracy_metric = "rel_l2";
+  PluginArgs plugins;
 
   CLI::App* add_to(CLI::App& app);
   int execute();
@@ -159,11 +160,13 @@ CLI::App* BuildCommand::add_to(CLI::App& app) {
       ->check(CLI::IsMember({"rel_l2", "top1"}));
   build->add_option("--calibration-cache", calib_cache,
                     "read the ranges from FILE when it was written for this model and method, else write them to it");
+  plugins.add_to(*build);
   return build;
 }
 
 int BuildCommand::execute() {
   kiln::BuildOptions o;
+  plugins.apply(o);
   o.device = parse_device(build_device);
   o.precision = parse_precision(build_precision);
   o.opt_level = opt_level;

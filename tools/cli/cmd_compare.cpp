@@ -107,6 +107,7 @@ struct CompareCommand {
   std::string cmp_against;
   double cmp_atol = -1, cmp_rtol_given = -1;
   CLI::Option* device_b_opt = nullptr;
+  PluginArgs plugins;
 
   CLI::App* add_to(CLI::App& app, const CLI::Validator& precisions);
   int execute();
@@ -136,6 +137,7 @@ CLI::App* CompareCommand::add_to(CLI::App& app, const CLI::Validator& precisions
                       "check every element: |a - b| <= atol + rtol * |b|, b the reference (default with --against: 1e-5)");
   compare->add_option("--runs", cmp_runs, "run each side this many times and compare the last outputs")
       ->check(CLI::PositiveNumber);
+  plugins.add_to(*compare);
   return compare;
 }
 
@@ -150,6 +152,7 @@ int CompareCommand::execute() {
     if (cmp_atol < 0) tol.atol = 1e-5;
   }
   kiln::BuildOptions oa;
+  plugins.apply(oa);
   oa.device = parse_device(cmp_device_a);
   oa.precision = parse_precision(cmp_precision_a);
   auto a = kiln::Engine::open(cmp_a, oa);
@@ -180,6 +183,7 @@ int CompareCommand::execute() {
   // Two models are compared on one device unless told otherwise; one model, across devices.
   if (!cmp_b.empty() && device_b_opt->count() == 0) cmp_device_b = cmp_device_a;
   kiln::BuildOptions ob;
+  plugins.apply(ob);
   ob.device = parse_device(cmp_device_b);
   ob.precision = parse_precision(cmp_precision_b);
   auto b = kiln::Engine::open(cmp_b.empty() ? cmp_a : cmp_b, ob);

@@ -71,6 +71,7 @@ void RunCommand::add_to(CLI::App& app, const CLI::Validator& precisions) {
     sc->add_option("--threads", run_threads,
                    "CPU threads per run (ONNX Runtime's intra_op_num_threads; 0: all cores or OMP_NUM_THREADS)")
         ->check(CLI::Range(0, 1024));
+    plugins.add_to(*sc);
   }
   run->add_option("--output-dir", out_dir, "write each output as <name>.npy here");
   add_bench_options();
@@ -87,6 +88,7 @@ int RunCommand::execute() {
 
   // run / bench
   kiln::BuildOptions o;
+  plugins.apply(o);
   o.device = parse_device(run_device);
   o.precision = parse_precision(run_precision);
   o.threads = run_threads;  // an .onnx is built on the threads it will run on

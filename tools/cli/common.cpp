@@ -1,6 +1,8 @@
 // tools/cli/common.cpp — the helpers several `kiln` commands share (common.h).
 #include "common.h"
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -159,6 +161,13 @@ bool compare_output(const std::string& name, const kiln::Tensor& x, const kiln::
 }
 
 }  // namespace
+
+void PluginArgs::add_to(CLI::App& app) {
+  app.add_option("--plugin", libraries,
+                 "a kiln plugin library to load first (repeatable): a path, or a file name found in KILN_PLUGIN_PATH")
+      ->allow_extra_args(false);
+  app.add_flag("--plugin-override", allow_override, "let --plugin libraries replace ops built into kiln");
+}
 
 int fail(const kiln::Status& st) {
   std::cerr << "kiln: error: " << st.to_string() << "\n";

@@ -9,6 +9,10 @@
 
 #include "kiln/kiln.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace kiln_cli {
 
 // Prints "kiln: error: ..." on stderr; returns the exit status 1.
@@ -22,6 +26,18 @@ kiln::DeviceType parse_device(const std::string& d);
 
 // The CLI's --precision values are checked by CLI11 against the same names (kiln::parse_precision).
 kiln::Precision parse_precision(const std::string& p);
+
+// --plugin (repeatable) and --plugin-override, which build, run, bench, profile and compare share:
+// the libraries go into BuildOptions::plugins, loaded before a model is built or an engine loaded.
+struct PluginArgs {
+  std::vector<std::string> libraries;
+  bool allow_override = false;
+  void add_to(CLI::App& app);
+  void apply(kiln::BuildOptions& o) const {
+    o.plugins = libraries;
+    o.plugin_override = allow_override;
+  }
+};
 
 // What --input and --seed gave: missing inputs get random data from the seed.
 struct Inputs {

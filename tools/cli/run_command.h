@@ -40,6 +40,7 @@ struct RunCommand {
   int streams = 1;
   double duration = 0;
   std::string bench_json;
+  PluginArgs plugins;
   CLI::App *run = nullptr, *bench = nullptr, *profile = nullptr;
 
   void add_to(CLI::App& app, const CLI::Validator& precisions);  // cmd_run.cpp: all three commands

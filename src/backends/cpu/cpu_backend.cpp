@@ -57,6 +57,10 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   Device device() const override { return {}; }
   const KernelRegistry& kernels() const override { return registry_; }
+  Status add_kernel(KernelDef def) override {
+    registry_.add(std::move(def));
+    return Status::Ok();
+  }
 
   Expected<std::shared_ptr<Storage>> allocate(size_t bytes) override {
     count_allocation();
@@ -94,6 +98,7 @@ Status Backend::begin_capture(void*) { return unsupported(name() + ": no graphs 
 Expected<std::shared_ptr<void>> Backend::end_capture(void*, size_t, size_t*) { return unsupported(name() + ": no graphs of queued work"); }
 Status Backend::launch_graph(void*, void*) { return unsupported(name() + ": no graphs of queued work"); }
 Status Backend::use_stream(void*, void*) { return unsupported(name() + ": no streams"); }
+Status Backend::add_kernel(KernelDef def) { return unsupported(name() + ": takes no plugin kernels (" + def.name + ")"); }
 
 Backend& cpu_backend() {
   static cpu::CpuBackend backend;

@@ -1,0 +1,78 @@
+// plugins/plugins.h — the C-ABI plugin registry (include/kiln/plugin.h): loading a library, the ops it
+// declares, and what engine files record of them.
+//
+// A loaded plugin's ops join the process: its op declarations go into the op table's extension list
+// (ops::add_extension_op: the importer, the verifier and shape inference see them) and its kernels into
+// the CPU backend's registry (lowering, the tuner and engine loading see them). Libraries are never
+// unloaded: kernels and engines may point into them for the life of the process.
+//
+// Thread safety: loading is serialized by a lock, but lookups made by builds and loads running at the
+// same time are not: load plugins before building or loading engines that use them (the CLI, the
+// Python SessionOptions and BuildOptions::plugins all do).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backends/kernel.h"
+#include "kiln/kiln.h"
+#include "kiln/plugin.h"
+
+namespace kiln::plugins {
+
+// What an engine file records for each plugin op its graph uses, and checks on load.
+struct OpRecord {
+  std::string domain, op_type;  // domain "" = ai.onnx (an override)
+  std::string library;          // the library's file name ("libkiln_example_plugin.so")
+  std::string plugin;           // the plugin's name (KilnPluginHost::set_info)
+  std::string version;          // the plugin's version
+  std::string abi_hash;         // hash of the op's declaration (plugins/loader.cpp, describe_op)
+};
+
+// One op a loaded plugin declared (owned by the registry; stable address for the process' life).
+struct PluginOp {
+  KilnPluginOp def{};                 // the plugin's declaration, copied up to its struct_size
+  KilnPluginKernel cpu{};             // its CPU kernel, likewise
+  std::string domain, op_type;        // domain normalized ("" for ai.onnx)
+  std::vector<std::string> tactics;   // the CPU kernel's tactic names (empty: one way to run)
+  OpRecord record;
+  bool overrides = false;             // it replaces an op built into kiln (loaded with override)
+  // "plugin 'kiln_example' 1.0 (libkiln_example_plugin.so), op kiln_example.LeakyHardTanh": what
+  // every error of the op's callbacks starts with.
+  std::string label;
+};
+
+// Loads `library` (a path, or a bare file name searched in KILN_PLUGIN_PATH's folders, then by the
+// dynamic loader), checks its ABI version and registers its ops. Loading a library again returns what
+// the first load gave. An op that kiln already has is refused unless `allow_override`.
+Expected<PluginInfo> load(const std::string& library, bool allow_override);
+std::vector<PluginInfo> loaded();
+
+// The loaded plugin op for a node's (domain, op type), or null.
+const PluginOp* find(const std::string& domain, const std::string& op_type);
+
+// The records an engine of `graph` keeps: one per plugin op its nodes (subgraphs included) use.
+std::vector<OpRecord> records_for(const ir::Graph& graph);
+// Checks an engine's records against the loaded plugins: each op must be loaded from a library of
+// the recorded name, version and declaration hash. The error names the op, the library expected and
+// what was found.
+Status check_records(const std::vector<OpRecord>& records);
+
+// The C handle of a node's attributes (it is the node; the host table's getters read it).
+inline const KilnAttributes* attributes_of(const ir::Node& node) {
+  return reinterpret_cast<const KilnAttributes*>(&node);
+}
+// The host table handed to plugins (plugins/loader.cpp).
+const KilnPluginHost& host_table();
+
+// ---- plugins/plugin_kernel.cpp: the adapters between kiln's contracts and the C callbacks
+// The kernel row of a plugin op's CPU kernel (name "plugin.cpu.<domain>.<op>").
+KernelDef cpu_kernel_row(const PluginOp& op);
+// The op table entry of a plugin op.
+void add_op_declaration(const PluginOp& op);
+
+// Maps between plugin dtype codes and kiln's: the codes are ONNX's for both; false for types the ABI
+// does not pass (strings, complex, sub-byte types).
+bool plugin_dtype_ok(int32_t code);
+
+}  // namespace kiln::plugins
