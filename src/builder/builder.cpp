@@ -13,6 +13,7 @@
 #include "builder/target_pipeline.h"
 #include "onnx/importer.h"
 #include "passes/passes.h"
+#include "plugins/plugins.h"
 #include "runtime/eager.h"
 #include "runtime/engine_impl.h"
 #include "runtime/executor.h"
@@ -149,7 +150,24 @@ static Status check_precision_device(Precision precision, DeviceType device) {
                           " engines are GPU engines: build with device cuda (CPU engines compute in float32)");
 }
 
-static Status prepare_graph(ir::Graph& graph, const BuildOptions& options, const KernelRegistry& target) {
+// A graph that uses a built-in op a plugin overrides is optimized without fusions and target stages:
+// their patterns read the op by its ONNX meaning and would fold it into a neighbour (a Relu into a
+// convolution's epilogue), where the plugin's kernel would never run. Folding and cleanup keep it.
+static BuildOptions keep_overridden_ops(const ir::Graph& graph, const BuildOptions& options) {
+  const std::vector<std::string> overridden = plugins::overridden_ops_in(graph);
+  if (overridden.empty()) return options;
+  BuildOptions o = options;
+  o.opt_level = std::min(o.opt_level, 1);
+  for (const auto& [stage, what] : target_stages()) o.disabled_passes.push_back(stage);
+  std::string list;
+  for (const std::string& op : overridden) list += (list.empty() ? "" : ", ") + op;
+  log(LogLevel::kWarning, "the graph uses " + list + ", overridden by a plugin: built without fusions and target stages "
+                          "(opt level " + std::to_string(o.opt_level) + "), so every such node runs the plugin's kernel");
+  return o;
+}
+
+static Status prepare_graph(ir::Graph& graph, const BuildOptions& given, const KernelRegistry& target) {
+  const BuildOptions options = keep_overridden_ops(graph, given);
   if (options.precision == Precision::kFP8) return invalid_argument("an FP8 graph is prepared by the 8-bit build path");
   KILN_RETURN_IF_ERROR(check_precision_device(options.precision, options.device));
   KILN_RETURN_IF_ERROR(validate_profiles(graph, options.profiles));

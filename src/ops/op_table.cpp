@@ -229,7 +229,7 @@ Status infer_node(ir::Node& node) {
 
 // "" when a stored type agrees with what inference gives (an unknown part agrees with anything), else
 // the first difference.
-static std::string type_conflict(const ir::Type& stored, const ir::Type& inferred) {
+std::string type_conflict(const ir::Type& stored, const ir::Type& inferred) {
   using K = ir::Type::Kind;
   if (stored.kind == K::kUnknown || inferred.kind == K::kUnknown) return "";
   if (stored.kind != inferred.kind) return "kind";

@@ -87,6 +87,9 @@ Status infer_node(ir::Node& node);
 // output types must agree with the stored ones (dtype, rank, static dims; unknown parts agree). Changes
 // nothing; the error names the node.
 Status check_stored_node(const ir::Node& node);
+// "" when a type agrees with another (an unknown part agrees with anything), else the first difference
+// ("dtype", "rank", "dimension 2").
+std::string type_conflict(const ir::Type& stored, const ir::Type& inferred);
 // Infers types through a whole graph in topological order (subgraph bodies included).
 Status infer_graph(ir::Graph& graph);
 

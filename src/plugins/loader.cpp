@@ -420,6 +420,13 @@ std::vector<OpRecord> records_for(const ir::Graph& graph) {
   return out;
 }
 
+std::vector<std::string> overridden_ops_in(const ir::Graph& graph) {
+  std::vector<std::string> out;
+  for (const OpRecord& r : records_for(graph))
+    if (const PluginOp* op = find(r.domain, r.op_type); op && op->overrides) out.push_back(qualified(r.domain, r.op_type));
+  return out;
+}
+
 Status check_records(const std::vector<OpRecord>& records) {
   for (const OpRecord& want : records) {
     const std::string op = qualified(want.domain, want.op_type);

@@ -190,6 +190,14 @@ class PluginKernel final : public Kernel {
       }
       if (std::string why = check_tensor_size(static_cast<DataType>(t.dtype), shape); !why.empty())
         return rc.error(op_.label + ": output " + std::to_string(i) + ": " + why);
+      // The plan and the steps after this one were made from what infer said: reshape must agree.
+      if (used) {
+        const ir::Type& planned = rc.node.outputs[i]->type;
+        const ir::Type got = ir::Type::tensor(static_cast<DataType>(t.dtype), ir::SymShape::of(shape));
+        if (std::string what = ops::type_conflict(planned, got); !what.empty())
+          return rc.error(op_.label + ": reshape gave output " + std::to_string(i) + " " + got.to_string() +
+                          ", but infer gave " + planned.to_string() + " (" + what + " differs)");
+      }
       rc.out[i] = {static_cast<DataType>(t.dtype), std::move(shape)};
     }
     rc.workspace_bytes = c.workspace_bytes;

@@ -53,6 +53,8 @@ const PluginOp* find(const std::string& domain, const std::string& op_type);
 
 // The records an engine of `graph` keeps: one per plugin op its nodes (subgraphs included) use.
 std::vector<OpRecord> records_for(const ir::Graph& graph);
+// The built-in ops `graph` uses that a loaded plugin overrides ("Relu"; domain-qualified otherwise).
+std::vector<std::string> overridden_ops_in(const ir::Graph& graph);
 // Checks an engine's records against the loaded plugins: each op must be loaded from a library of
 // the recorded name, version and declaration hash. The error names the op, the library expected and
 // what was found.

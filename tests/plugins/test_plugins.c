@@ -2,7 +2,8 @@
  * and tests/python/test_plugins.py. One source, built once per variant (-DKILN_TEST_VARIANT=...):
  *   WRONG_ABI  reports plugin ABI version 999.
  *   BAD_SHAPE  op kiln_test.BadShape: infer fails with a message when attribute `fail` is 1 (the
- *              default); with fail=0 it passes, and run fails instead.
+ *              default); with fail=0 it passes, and run fails instead; with fail=2 reshape gives
+ *              the output one more dimension than infer said.
  *   OVERRIDE   overrides ai.onnx Relu with y = 2x for x > 0, else 0 (told apart from kiln's Relu).
  *   ORT_LIKE   an ONNX Runtime custom-op library's entry point only (RegisterCustomOps).
  */
@@ -28,7 +29,7 @@ static int32_t same_shape_infer(void* op_data, KilnInferContext* ctx, KilnError*
   (void)op_data;
 #if KILN_TEST_VARIANT == BAD_SHAPE
   g_host->attr_int(ctx->attrs, "fail", &fail);
-  if (fail) return kiln_plugin_error(err, KILN_STATUS_INVALID_ARGUMENT, "BadShape refuses every shape (fail=%lld)", (long long)fail);
+  if (fail == 1) return kiln_plugin_error(err, KILN_STATUS_INVALID_ARGUMENT, "BadShape refuses every shape (fail=%lld)", (long long)fail);
 #else
   (void)fail;
   (void)err;
@@ -37,23 +38,29 @@ static int32_t same_shape_infer(void* op_data, KilnInferContext* ctx, KilnError*
   return KILN_STATUS_OK;
 }
 
+/* The kernel object is the `fail` attribute (BAD_SHAPE), as a pointer-sized integer. */
 static int32_t create(void* op_data, const KilnKernelInit* init, void** kernel, KilnError* err) {
+  int64_t fail = 0;
   (void)op_data;
-  (void)init;
   (void)err;
-  *kernel = 0;
+  g_host->attr_int(init->attrs, "fail", &fail);
+  *kernel = (void*)(intptr_t)fail;
   return KILN_STATUS_OK;
 }
 
 static int32_t reshape(const void* kernel, KilnReshapeContext* ctx, KilnError* err) {
   int32_t d;
-  (void)kernel;
   (void)err;
   ctx->outputs[0].dtype = ctx->inputs[0].dtype;
   ctx->outputs[0].rank = ctx->inputs[0].rank;
   for (d = 0; d < ctx->inputs[0].rank; ++d) {
     ctx->outputs[0].dims[d].value = ctx->inputs[0].dims[d];
     ctx->outputs[0].dims[d].symbol = 0;
+  }
+  if ((intptr_t)kernel == 2) { /* a shape infer did not promise */
+    ctx->outputs[0].dims[ctx->outputs[0].rank].value = 1;
+    ctx->outputs[0].dims[ctx->outputs[0].rank].symbol = 0;
+    ctx->outputs[0].rank += 1;
   }
   return KILN_STATUS_OK;
 }

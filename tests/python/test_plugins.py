@@ -16,6 +16,7 @@ import textwrap
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import pytest
 from onnx import TensorProto, helper
 
@@ -163,8 +164,17 @@ def test_shape_function_error_names_the_plugin(plugins):
 
 
 def test_override_only_when_asked(plugins, tmp_path):
+    # x @ I → Relu: kiln's fusions would fold the Relu into the product's epilogue; a graph that uses an
+    # overridden op is built without them, so the plugin's Relu runs.
     model = tmp_path / "relu.onnx"
-    chain_model([("", "Relu", {})], model)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+        [onnx.numpy_helper.from_array(np.eye(8, dtype=np.float32), "w")],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(model))
     r = fresh_python(f"""
         import numpy as np, kiln
         try:

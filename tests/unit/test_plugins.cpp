@@ -251,6 +251,13 @@ TEST(Plugins, ShapeFunctionAndKernelErrorsNameThePlugin) {
   ASSERT_FALSE(out.ok());
   msg = out.status().message();
   expect_mentions(msg, {"kiln_test_bad_shape", "fails on purpose"});
+  // With fail=2 its reshape gives a shape infer did not promise: refused before anything runs.
+  auto lying = Engine::build_from_bytes(chain_model({{"kiln_test", "BadShape", {}, {{"fail", 2}}}}));
+  ASSERT_TRUE(lying.ok()) << lying.status().to_string();
+  auto lctx = (*lying)->create_context();
+  out = (*lctx)->run({{"x", Value::of(random_input(2, 1))}});
+  ASSERT_FALSE(out.ok());
+  expect_mentions(out.status().message(), {"kiln_test_bad_shape", "reshape gave output 0", "rank differs"});
 }
 
 // The C++ wrappers turn exceptions into a status and message, never letting one cross the C ABI.
