@@ -272,3 +272,23 @@ TEST(Plugins, CppWrapperGuardCatchesExceptions) {
   EXPECT_STREQ(text, "boom");
   EXPECT_EQ(kiln_plugin::guard(&err, [] { throw 42; }), KILN_STATUS_RUNTIME_ERROR);
 }
+
+// A plugin written with kiln/plugin.hpp: typed attributes, a kernel class, and an exception thrown in
+// its constructor reported as the plugin's error.
+TEST(Plugins, CppWrapperPluginRuns) {
+  auto p = load_plugin(kDir + "/libkiln_test_cpp.so");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  auto e = Engine::build_from_bytes(chain_model({{"kiln_test", "Scale", {{"alpha", 2.5f}}, {}}}));
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  auto ctx = (*e)->create_context();
+  const Tensor x = random_input(3, 5);
+  auto out = (*ctx)->run({{"x", Value::of(x)}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ((*out)[0].tensor.data<float>()[i], 2.5f * x.data<float>()[i]);
+  auto zero = Engine::build_from_bytes(chain_model({{"kiln_test", "Scale", {{"alpha", 0.f}}, {}}}));
+  ASSERT_FALSE(zero.ok());
+  expect_mentions(zero.status().message(), {"kiln_test_cpp", "create failed", "alpha must not be 0"});
+  auto missing = Engine::build_from_bytes(chain_model({{"kiln_test", "Scale", {}, {}}}));
+  ASSERT_FALSE(missing.ok());
+  expect_mentions(missing.status().message(), {"attribute 'alpha' is required"});
+}
