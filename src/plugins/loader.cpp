@@ -204,6 +204,12 @@ std::string take_op(const KilnPluginOp* src, PluginOp& out) {
   if (!out.cpu.create || !out.cpu.reshape || !out.cpu.run) return who + "its CPU kernel lacks create, reshape or run";
   if (out.cpu.num_tactics < 0 || out.cpu.num_tactics > kMaxTactics)
     return who + "num_tactics must be 0 to " + std::to_string(kMaxTactics);
+  if (d.cuda) {  // checked now, so a plugin learns of a bad CUDA declaration before kiln runs it
+    if (d.cuda->struct_size < offsetof(KilnPluginKernel, destroy)) return who + "its CUDA KilnPluginKernel.struct_size is too small";
+    const KilnPluginKernel cuda = copy_struct(d.cuda);
+    if (cuda.device != KILN_DEVICE_CUDA) return who + "its cuda kernel says device " + std::to_string(cuda.device);
+    if (!cuda.create || !cuda.reshape || !cuda.run) return who + "its CUDA kernel lacks create, reshape or run";
+  }
   if (out.cpu.num_tactics >= 2) {
     std::set<std::string> seen;
     for (int32_t i = 0; i < out.cpu.num_tactics; ++i) {
@@ -292,6 +298,7 @@ Status commit(Registry& r, Library& lib, const Pending& pending, bool allow_over
     KILN_RETURN_IF_ERROR(cpu.add_kernel(cpu_kernel_row(kept)));
     lib.info.ops.push_back(qualified(kept.domain, kept.op_type));
     if (kept.overrides) log(LogLevel::kInfo, kept.label + " overrides kiln's built-in op");
+    if (kept.def.cuda) log(LogLevel::kInfo, kept.label + ": its CUDA kernel is not used yet (plugin ops run on the CPU)");
   }
   return Status::Ok();
 }

@@ -6,6 +6,7 @@
  *              the output one more dimension than infer said.
  *   OVERRIDE   overrides ai.onnx Relu with y = 2x for x > 0, else 0 (told apart from kiln's Relu).
  *   ORT_LIKE   an ONNX Runtime custom-op library's entry point only (RegisterCustomOps).
+ *   INVALID    declares kiln_test.NoKernel without a CPU kernel (refused at load).
  */
 #include <kiln/plugin.h>
 
@@ -13,6 +14,7 @@
 #define BAD_SHAPE 2
 #define OVERRIDE 3
 #define ORT_LIKE 4
+#define INVALID 5
 
 #if KILN_TEST_VARIANT == ORT_LIKE
 KILN_PLUGIN_EXPORT void* RegisterCustomOps(void* options, const void* api) {
@@ -94,6 +96,10 @@ static const KilnAttrDecl kAttrs[] = {{"fail", KILN_ATTR_INT, 0}};
 static const KilnPluginOp kOp = {sizeof(KilnPluginOp), "kiln_test", "BadShape", 1, 1, 1, 1, 1, kAttrs, 1, kFloat, 1, 0,
                                  same_shape_infer, &kCpu, 0};
 #define PLUGIN_NAME "kiln_test_bad_shape"
+#elif KILN_TEST_VARIANT == INVALID
+static const KilnPluginOp kOp = {sizeof(KilnPluginOp), "kiln_test", "NoKernel", 1, 1, 1, 1, 1, 0, 0, kFloat, 1, 0,
+                                 same_shape_infer, 0, 0};
+#define PLUGIN_NAME "kiln_test_invalid"
 #else
 static const KilnPluginOp kOp = {sizeof(KilnPluginOp), "", "Relu", 1, 1, 1, 1, 1, 0, 0, kFloat, 1, 0, same_shape_infer, &kCpu, 0};
 #define PLUGIN_NAME "kiln_test_override"

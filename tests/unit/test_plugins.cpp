@@ -145,6 +145,15 @@ TEST(Plugins, OnnxRuntimeLibraryIsRefusedNamingTheMissingShim) {
   expect_mentions(msg, {"ONNX Runtime custom-op library", "shim"});
 }
 
+TEST(Plugins, InvalidDeclarationIsRefusedWhole) {
+  auto p = load_plugin(kDir + "/libkiln_test_invalid.so");
+  ASSERT_FALSE(p.ok());
+  expect_mentions(p.status().message(), {"libkiln_test_invalid.so", "kiln_test.NoKernel", "no CPU kernel"});
+  auto e = Engine::build_from_bytes(chain_model({{"kiln_test", "NoKernel", {}, {}}}));
+  ASSERT_FALSE(e.ok());  // nothing of it was added
+  expect_mentions(e.status().message(), {"kiln has no op kiln_test.NoKernel"});
+}
+
 TEST(Plugins, MissingLibraryNamesTheSearch) {
   auto p = load_plugin("kiln_no_such_plugin");
   ASSERT_FALSE(p.ok());
