@@ -215,5 +215,7 @@ def test_cli_plugin_option(plugins, tmp_path):
         extra = ["-n", "2", "--warmup", "0"] if cmd == "bench" else ["--runs", "2", "--warmup", "0", "-o", str(tmp_path / "p")] if cmd == "profile" else []
         code, text = kiln_cmd(cmd, str(engine), "--plugin", plugins["example"], *extra)
         assert code == 0, cmd + ": " + text
+    code, text = kiln_cmd("info", str(model), "--plugin", plugins["example"])
+    assert code == 0 and "unsupported: none" in text, text
     code, text = kiln_cmd("compare", str(model), str(engine), "--plugin", plugins["example"])
     assert code == 0 and " OK" in text, text

@@ -78,6 +78,7 @@ int run_inspect(const std::string& path, int level, bool verbose) {
 
 struct InfoCommand {
   std::string info_path;
+  PluginArgs plugins;
 
   CLI::App* add_to(CLI::App& app);
   int execute();
@@ -86,10 +87,12 @@ struct InfoCommand {
 CLI::App* InfoCommand::add_to(CLI::App& app) {
   auto* info = app.add_subcommand("info", "Describe an ONNX model: inputs, outputs, opsets, ops, parameters, unsupported ops");
   info->add_option("model", info_path, "model.onnx, or an engine file (as kiln inspect)")->required();
+  plugins.add_to(*info);
   return info;
 }
 
 int InfoCommand::execute() {
+  if (kiln::Status st = plugins.load(); !st.ok()) return fail(st);
   if (is_engine_file(info_path)) return inspect_engine(info_path);
   auto s = kiln::summarize_model(info_path);
   if (!s.ok()) return fail(s.status());
@@ -111,6 +114,7 @@ int InfoCommand::execute() {
   } else {
     std::printf("unsupported (%zu):\n", s->unsupported.size());
     for (const auto& u : s->unsupported) std::printf("  %s\n", u.c_str());
+    std::printf("hint: an op kiln does not have can come from a plugin library: --plugin lib.so (docs/plugins.md)\n");
   }
   return 0;
 }

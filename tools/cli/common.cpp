@@ -169,6 +169,11 @@ void PluginArgs::add_to(CLI::App& app) {
   app.add_flag("--plugin-override", allow_override, "let --plugin libraries replace ops built into kiln");
 }
 
+kiln::Status PluginArgs::load() const {
+  for (const std::string& lib : libraries) KILN_RETURN_IF_ERROR(kiln::load_plugin(lib, allow_override).status());
+  return kiln::Status::Ok();
+}
+
 int fail(const kiln::Status& st) {
   std::cerr << "kiln: error: " << st.to_string() << "\n";
   return 1;

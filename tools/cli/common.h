@@ -37,6 +37,8 @@ struct PluginArgs {
     o.plugins = libraries;
     o.plugin_override = allow_override;
   }
+  // Loads them now (commands that build nothing: info).
+  kiln::Status load() const;
 };
 
 // What --input and --seed gave: missing inputs get random data from the seed.
