@@ -85,9 +85,15 @@ void describe_engine(Engine::Impl& impl, const std::string& model_hash) {
     if (v->constant) impl.inputs.push_back(tensor_info(*v));
   for (const ir::Value* v : impl.graph->outputs) impl.outputs.push_back(tensor_info(*v));
   impl.meta["kiln_version"] = KILN_VERSION;
-  // Engines that use plugin ops are format 4 (they record the plugins), the rest stay 3.
-  impl.meta["format_version"] =
-      std::to_string(plugins::records_for(*impl.graph).empty() ? kEngineFormatVersion : kEngineFormatWithPlugins);
+  // Engines that use plugin ops are format 4 (they record the plugins), the rest stay 3. The records
+  // are also listed in the metadata, for `kiln inspect` and Engine::metadata().
+  const std::vector<plugins::OpRecord> records = plugins::records_for(*impl.graph);
+  impl.meta["format_version"] = std::to_string(records.empty() ? kEngineFormatVersion : kEngineFormatWithPlugins);
+  std::string listed;
+  for (const plugins::OpRecord& r : records)
+    listed += (listed.empty() ? "" : "; ") + (r.domain.empty() ? "" : r.domain + ".") + r.op_type + " from " + r.library +
+              " (" + r.plugin + " " + r.version + ", declaration " + r.abi_hash + ")";
+  if (!listed.empty()) impl.meta["plugins"] = listed;
   impl.meta["device"] = impl.options.device == DeviceType::kCUDA ? "cuda" : "cpu";
   auto b = backend_for(impl.options.device);
   impl.meta["fingerprint"] = b.ok() ? (*b)->fingerprint() : "unavailable";

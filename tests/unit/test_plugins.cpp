@@ -192,6 +192,7 @@ TEST(Plugins, ExampleBuildsTunesRunsSavesAndReloads) {
   auto again = Engine::load_from_bytes(*bytes);
   ASSERT_TRUE(again.ok()) << again.status().to_string();
   EXPECT_EQ((*again)->metadata()["format_version"], "4");
+  expect_mentions((*again)->metadata()["plugins"], {"kiln_example.LeakyHardTanh from libkiln_example_plugin.so (kiln_example 1.0.0"});
   expect_matches_reference(**again, 17);
 }
 

@@ -123,9 +123,13 @@ struct InspectCommand {
   std::string inspect_path;
   int inspect_level = 2;
   bool inspect_verbose = false;
+  PluginArgs plugins;
 
   CLI::App* add_to(CLI::App& app);
-  int execute() { return run_inspect(inspect_path, inspect_level, inspect_verbose); }
+  int execute() {
+    if (kiln::Status st = plugins.load(); !st.ok()) return fail(st);
+    return run_inspect(inspect_path, inspect_level, inspect_verbose);
+  }
 };
 
 CLI::App* InspectCommand::add_to(CLI::App& app) {
@@ -133,6 +137,7 @@ CLI::App* InspectCommand::add_to(CLI::App& app) {
   inspect->add_option("model", inspect_path, "model.onnx, or an engine file (its plan and chosen tactics)")->required();
   inspect->add_option("--opt-level", inspect_level, "0 none, 1 folding/cleanup, 2 + fusions, 3 + aggressive")->check(CLI::Range(0, 3));
   inspect->add_flag("-v,--verbose", inspect_verbose, "list every rewrite and every near miss (partial match) with its reason");
+  plugins.add_to(*inspect);
   return inspect;
 }
 
