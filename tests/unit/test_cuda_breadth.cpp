@@ -318,6 +318,49 @@ Tensor scalar_of(DataType dt, double v) {
   return t;
 }
 
+// TopK on CUDA (a block sorting each line in shared memory up to 4,096 elements, a block selecting
+// beyond) against the CPU kernel: lines of every size class (SSDlite's 3,234 scores with k = 300), the
+// axis in the middle, ties, NaN, -0 and +0, int64 values that double cannot tell apart.
+TEST(CudaBreadth, TopKMatchesTheCpuOnLongLinesTiesAndNaN) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(331);
+  std::uniform_int_distribution<int> small(-4, 4);  // many ties
+  struct Case {
+    Shape shape;
+    int64_t axis, k;
+  };
+  const Case cases[] = {{{3234}, 0, 300}, {{2, 4096}, 1, 4096}, {{3, 5000}, 1, 300}, {{2, 5000}, 1, 5000},
+                        {{4, 37, 3}, 1, 37}, {{1, 1}, 1, 1}, {{6, 700, 2}, 1, 9}};
+  for (const Case& c : cases) {
+    for (int largest = 0; largest < 2; ++largest) {
+      Tensor x = random_tensor(c.shape, rng);
+      float* xf = x.data<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        if (i % 3 == 0) xf[i] = static_cast<float>(small(rng));  // ties, +0
+        if (i % 97 == 5) xf[i] = -0.0f;
+        if (i % 211 == 7) xf[i] = std::nanf("");
+      }
+      Tensor k = i64({1}, [&](int64_t) { return c.k; });
+      OneNode n("TopK", 11, {x, k}, 2, {false, true});
+      n.set_int("axis", c.axis);
+      n.set_int("largest", largest);
+      expect_all_same(*n.node, {x, k}, "TopK float32 " + shape_to_string(c.shape) + " k " + std::to_string(c.k) +
+                                           " largest " + std::to_string(largest));
+    }
+  }
+  // int64 beyond 2^53: neighbours double would round together.
+  Tensor big = i64({5000}, [](int64_t i) { return (int64_t{1} << 60) + (i * 7919) % 5000 - (i % 2 ? 3 * i : 0); });
+  Tensor big_short = i64({2, 1000}, [](int64_t i) { return (int64_t{1} << 60) + (i * 7919) % 1000; });
+  for (const Tensor& x : {big, big_short})
+    for (int largest = 0; largest < 2; ++largest) {
+      Tensor k = i64({1}, [](int64_t) { return 50; });
+      OneNode n("TopK", 11, {x, k}, 2, {false, true});
+      n.set_int("axis", -1);
+      n.set_int("largest", largest);
+      expect_all_same(*n.node, {x, k}, "TopK int64 " + shape_to_string(x.shape()) + " largest " + std::to_string(largest));
+    }
+}
+
 TEST(CudaBreadth, SelectionTransformsAndContractionsMatchTheCpu) {
   KILN_REQUIRE_GPU();
   std::mt19937 rng(109);
