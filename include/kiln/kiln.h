@@ -106,12 +106,19 @@ struct BuildOptions {
   // the same result. -1: tune CUDA engines, not CPU ones; 0: never; 1: always.
   int tune = -1;
   double tune_layer_seconds = 2.0;  // time limit per layer (candidates not reached are skipped)
+  // The whole build's tuning time in seconds (0: unlimited): layers reached after it is spent keep
+  // their kernels' own choices (the build's summary counts them; a later build with the timing cache
+  // times them). 20 s bounds the cold build of the largest detection models measured (SSDlite-320:
+  // 48 s of tuning unbudgeted); the zoo's models tune in 3-7 s and are not affected.
+  double tune_budget_seconds = 20.0;
   // The whole build's time limit in seconds (0: none): past it the build stops with an error, checked
   // between stages and before (and inside the long loops of) every node constant folding evaluates.
   double timeout_s = 0;
   // A timing cache file: read before tuning (layers found in it are not timed again) and written
   // after, with this build's measurements added. A corrupt file, or one written for another device or
-  // kiln version, is ignored with a warning (and a foreign one is not overwritten).
+  // kiln version, is ignored with a warning (and a foreign one is not overwritten). An existing
+  // directory holds one cache file per device and kiln version (named by a hash of them), so one
+  // folder serves every GPU and CPU of a user: the `kiln` command's default for .onnx models.
   std::string timing_cache;
   std::function<void(const BuildProgress&)> progress;  // called from the building thread
   // CPU threads of the build (constant folding, weight packing, timing CPU tactics); 0: the calling

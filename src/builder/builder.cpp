@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "backends/backend.h"
@@ -212,7 +213,10 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
   KILN_ASSIGN_OR_RETURN(Backend * target, backend_for(options.device));
   KILN_RETURN_IF_ERROR(check_disabled_passes(options));
   // The caches are read and rewritten: a FIFO there would block for ever (refused before any work).
-  if (!options.timing_cache.empty()) KILN_RETURN_IF_ERROR(check_writable_file(options.timing_cache, "timing cache"));
+  // A folder of timing caches (one file per device) is fine; the tuner checks the file it picks in it.
+  std::error_code ec;
+  if (!options.timing_cache.empty() && !std::filesystem::is_directory(options.timing_cache, ec))
+    KILN_RETURN_IF_ERROR(check_writable_file(options.timing_cache, "timing cache"));
   if (!options.calibration_cache.empty())
     KILN_RETURN_IF_ERROR(check_writable_file(options.calibration_cache, "calibration cache"));
   report(options, start, "optimize");

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -29,6 +30,7 @@
 #include "runtime/executor.h"
 #include "tune/timing_cache.h"
 #include "tune/tuning_policy.h"
+#include "util/file.h"
 #include "util/log.h"
 
 namespace kiln {
@@ -298,15 +300,25 @@ Status tune_engine(Engine::Impl& impl, const BuildOptions& options, const std::f
   const std::string dev = device_key(g);
   TimingCache cache;
   cache.device = dev;
-  bool write_cache = !options.timing_cache.empty();
+  std::string cache_path = options.timing_cache;
+  std::error_code ec;
+  if (!cache_path.empty() && std::filesystem::is_directory(cache_path, ec))  // one file per device
+    cache_path = (std::filesystem::path(cache_path) / (onnx::sha256_hex(dev.data(), dev.size()).substr(0, 16) + ".cache")).string();
+  bool write_cache = !cache_path.empty();
+  if (write_cache && cache_path != options.timing_cache) {
+    if (Status st = check_writable_file(cache_path, "timing cache"); !st.ok()) {
+      log(LogLevel::kWarning, st.message() + "; tuning without it");
+      write_cache = false;
+    }
+  }
   if (write_cache) {
-    std::ifstream probe(options.timing_cache);
+    std::ifstream probe(cache_path);
     if (probe) {
-      auto read = TimingCache::read(options.timing_cache);
+      auto read = TimingCache::read(cache_path);
       if (!read.ok()) {
         log(LogLevel::kWarning, read.status().message() + "; ignoring it (it is rewritten after this build)");
       } else if (read->device != dev) {
-        log(LogLevel::kWarning, "timing cache '" + options.timing_cache + "' was written for '" + read->device + "', not '" + dev +
+        log(LogLevel::kWarning, "timing cache '" + cache_path + "' was written for '" + read->device + "', not '" + dev +
                                     "'; ignoring it (and leaving it as it is)");
         write_cache = false;
       } else {
@@ -318,7 +330,7 @@ Status tune_engine(Engine::Impl& impl, const BuildOptions& options, const std::f
   const auto started = Clock::now();
   // Without a cache file to write (none given, or another device's), `cache` is this build's alone:
   // it still spares identical layers a second search.
-  tuning::TuningSession session(cache, options.tune_layer_seconds);
+  tuning::TuningSession session(cache, options.tune_layer_seconds, options.tune_budget_seconds);
   Tuner t{g, session, /*profile=*/0, nprof, /*done=*/0, /*total=*/0, progress};
   for (int p = 0; p < nprof; ++p) {
     const ShapeProfile* prof = options.profiles.empty() ? nullptr : &options.profiles[p];
@@ -361,15 +373,16 @@ Status tune_engine(Engine::Impl& impl, const BuildOptions& options, const std::f
                                   "); layers not reached keep their kernels' own choices");
   }
   const tuning::TuningStats& n = session.stats();
-  char line[320];
+  char line[400];
   std::snprintf(line, sizeof line,
                 "tuning: %d layers timed (%d candidates, %d abandoned early as slower, %d left untried by the layer time limit), "
-                "%d reused from identical layers timed earlier in this build, %d from the timing cache; %.2f s",
-                n.timed, n.candidates, n.abandoned, n.skipped, n.reused, n.cached,
+                "%d reused from identical layers timed earlier in this build, %d from the timing cache, "
+                "%d left to their kernels' own choices by the tuning budget; %.2f s",
+                n.timed, n.candidates, n.abandoned, n.skipped, n.reused, n.cached, n.over_budget,
                 std::chrono::duration<double>(Clock::now() - started).count());
   log(LogLevel::kVerbose, line);
   if (write_cache) {
-    Status st = cache.write(options.timing_cache);
+    Status st = cache.write(cache_path);
     if (!st.ok()) log(LogLevel::kWarning, st.message());
   }
   return Status::Ok();

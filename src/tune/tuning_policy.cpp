@@ -98,10 +98,11 @@ std::string ms_text(double ms) {
   return buf;
 }
 
-TuningSession::TuningSession(TimingCache& cache, double layer_seconds, std::function<double()> now)
+TuningSession::TuningSession(TimingCache& cache, double layer_seconds, double budget_seconds, std::function<double()> now)
     : cache_(cache), layer_seconds_(layer_seconds), now_(std::move(now)) {
   if (!now_)
     now_ = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  budget_end_ = budget_seconds > 0 ? now_() + budget_seconds : std::numeric_limits<double>::infinity();
 }
 
 std::optional<LayerChoice> TuningSession::known(const std::string& key, const std::vector<std::string>& cands) const {
@@ -150,7 +151,7 @@ Expected<LayerChoice> TuningSession::tune(const std::string& key, const std::vec
   // this loop records into the same map.
   std::map<std::string, double> known_ms;
   if (auto it = cache_.layers.find(key); it != cache_.layers.end()) known_ms = it->second;
-  bool ran = false;
+  bool ran = false, spent = false;
   double deadline = 0;
   int batch = 0;  // runs per sample of the best timed here (0: the next candidate probes)
   for (const std::string& c : cands) {
@@ -159,10 +160,15 @@ Expected<LayerChoice> TuningSession::tune(const std::string& key, const std::vec
       else r.report += " " + c + " not usable (timing cache);";
       continue;
     }
+    if (!ran && now_() > budget_end_) {  // the build's tuning budget is spent: nothing more is run
+      r.report += " " + c + " skipped (tuning budget spent);";
+      spent = true;
+      continue;
+    }
     if (!ran) {
       KILN_RETURN_IF_ERROR(runner.reference());
       ran = true;
-      deadline = now_() + layer_seconds_;
+      deadline = std::min(now_() + layer_seconds_, budget_end_);
     }
     if (now_() > deadline) {
       r.report += " " + c + " skipped (layer time limit);";
@@ -197,6 +203,8 @@ Expected<LayerChoice> TuningSession::tune(const std::string& key, const std::vec
   if (ran) {
     ++stats_.timed;
     timed_.insert(key);
+  } else if (spent) {
+    ++stats_.over_budget;
   }
   return r;
 }

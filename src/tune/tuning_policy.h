@@ -115,6 +115,7 @@ struct TuningStats {
   int candidates = 0; // candidates timed
   int abandoned = 0;  // of those, given up early as slower than the best
   int skipped = 0;    // candidates left untried by a layer's time limit
+  int over_budget = 0; // layers left to their kernels' own choices once the build's budget was spent
 };
 
 // One build's tuning: the layer search, and the memo of the layers it timed. Measurements go into
@@ -125,8 +126,11 @@ struct TuningStats {
 class TuningSession {
  public:
   // `layer_seconds`: the time limit of one layer's search (BuildOptions::tune_layer_seconds);
-  // `now` (seconds, any origin) defaults to the steady clock.
-  TuningSession(TimingCache& cache, double layer_seconds, std::function<double()> now = nullptr);
+  // `budget_seconds`: the whole build's (BuildOptions::tune_budget_seconds; 0: none), counted from
+  // this session's creation: once spent, a layer not known (cache, earlier layer) keeps its kernel's
+  // own choice, and a search under way stops as at its layer's limit. `now` (seconds, any origin)
+  // defaults to the steady clock.
+  TuningSession(TimingCache& cache, double layer_seconds, double budget_seconds = 0, std::function<double()> now = nullptr);
 
   // The layer's choice when `cache` holds every candidate, else nothing. Counts nothing.
   std::optional<LayerChoice> known(const std::string& key, const std::vector<std::string>& cands) const;
@@ -142,6 +146,7 @@ class TuningSession {
   TimingCache& cache_;
   double layer_seconds_;
   std::function<double()> now_;
+  double budget_end_;  // now_() past which nothing more is timed (infinity: no budget)
   std::set<std::string> timed_;  // signatures timed in this build
   TuningStats stats_;
 };

@@ -38,6 +38,10 @@ PY
     t3=$(now)
     printf "== %s: build cold %s s, warm %s s, untuned %s s; %s\n" $m $(secs $t0 $t1) $(secs $t1 $t2) $(secs $t2 $t3) \
       "$(grep -E '^kiln: tuning' "$out/build_${m}.txt" | tail -1)"
+    # `kiln run` of the .onnx twice with the user's default timing cache (a fresh cache home).
+    t4=$(now); XDG_CACHE_HOME="$out/xdg_$m" "$bin/kiln" run $f --device cuda > /dev/null 2>&1
+    t5=$(now); XDG_CACHE_HOME="$out/xdg_$m" "$bin/kiln" run $f --device cuda > /dev/null 2>&1; t6=$(now)
+    printf "   kiln run %s.onnx --device cuda: first %s s, second (default timing cache) %s s\n" $m $(secs $t4 $t5) $(secs $t5 $t6)
     for e in tuned plain; do
       printf "   %s: " $e; "$bin/kiln" bench /tmp/$e.kiln -n 100 --warmup 20 2>&1 | grep -E "gpu median|rror" | head -2
     done

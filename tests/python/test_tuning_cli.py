@@ -218,3 +218,62 @@ def test_convolutions_that_add_their_residual_in_place_are_tuned(tmp_path):
     tuned = k.InferenceSession(str(tmp_path / "m.kiln")).run(None, {"x": x})[0]
     plain = k.InferenceSession(str(path)).run(None, {"x": x})[0]
     np.testing.assert_allclose(tuned, plain, rtol=1e-5, atol=1e-5)
+
+
+def tuning_summary(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.startswith("kiln: tuning: ")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_timing_cache_folder_holds_one_file_per_device(tmp_path):
+    """--timing-cache FOLDER: the cache file inside is named by the device (one folder serves every
+    GPU and CPU of a user); the second build takes every layer from it."""
+    folder = tmp_path / "timing"
+    folder.mkdir()
+    args = ["build", EXAMPLE, "--opt-level", "1", "--tune", "--timing-cache", str(folder), "--shapes", "image:4x3x32x32", "-v"]
+    code, out, err = kiln(*args, "-o", str(tmp_path / "a.kiln"))
+    assert code == 0, out + err
+    files = list(folder.iterdir())
+    assert len(files) == 1 and files[0].suffix == ".cache", files
+    assert ", 0 from the timing cache" in tuning_summary(err), err
+    code, out, err = kiln(*args, "-o", str(tmp_path / "b.kiln"))
+    assert code == 0, out + err
+    assert "0 layers timed" in tuning_summary(err) and ", 4 from the timing cache" in tuning_summary(err), err
+    assert list(folder.iterdir()) == files
+    code, out, err = kiln("cache", "info", str(files[0]))
+    assert code == 0 and "layers: 4" in out, out + err
+
+
+def test_tuning_budget_leaves_later_layers_to_their_kernels(tmp_path):
+    """--tune-budget: once the build's tuning time is spent, the remaining layers keep their kernels'
+    own choices (counted in the summary) and the engine still builds and runs; 0 means no limit."""
+    x = np.random.default_rng(1).standard_normal((4, 3, 32, 32)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    outs = {}
+    for budget, want_left in (("0.000001", True), ("0", False)):
+        engine = tmp_path / f"m{budget}.kiln"
+        code, out, err = kiln("build", EXAMPLE, "-o", str(engine), "--opt-level", "1", "--tune", "--tune-budget", budget,
+                              "--shapes", "image:4x3x32x32", "-v")
+        assert code == 0, out + err
+        summary = tuning_summary(err)
+        left = int(summary.split("timing cache, ")[1].split(" left to their kernels")[0])
+        assert (left == 4) if want_left else (left == 0), summary
+        if want_left:
+            assert "skipped (tuning budget spent)" in err, err
+        code, out, err = kiln("run", str(engine), "-i", f"image={tmp_path / 'x.npy'}", "--output-dir", str(tmp_path / budget))
+        assert code == 0, out + err
+        outs[budget] = [np.load(p) for p in sorted((tmp_path / budget).glob("*.npy"))]
+    for a, b in zip(outs["0.000001"], outs["0"]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_run_side_commands_take_no_cache(tmp_path):
+    """run/bench/profile/compare accept --no-cache; a CPU .onnx is not tuned, so no cache folder is
+    made under the user's cache home."""
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    for cmd in (["run", EXAMPLE], ["run", EXAMPLE, "--no-cache"], ["bench", EXAMPLE, "-n", "2", "--no-cache"]):
+        r = subprocess.run([KILN, *cmd], capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "timing cache" not in r.stderr, r.stderr
+    assert not (tmp_path / "xdg").exists()

@@ -236,7 +236,7 @@ TEST(TuningPolicy, TheFastestUsableCandidateIsChosen) {
   FakeDevice dev;
   dev.overhead_ms = 0;
   TimingCache cache;
-  TuningSession session(cache, 2.0, [&] { return dev.clock; });
+  TuningSession session(cache, 2.0, 0, [&] { return dev.clock; });
   FakeLayer layer{dev, {{"a", 0.050}, {"b", 0.020}, {"c", 0.030}, {"d", 0.100}, {"e", 0.001}}, {{"e", "rejected (wrong)"}}};
   auto got = session.tune("conv#1", {"a", "b", "c", "d", "e"}, layer.runner());
   ASSERT_TRUE(got.ok()) << got.status().to_string();
@@ -262,7 +262,7 @@ TEST(TuningPolicy, TheFastestUsableCandidateIsChosen) {
 TEST(TuningPolicy, NoUsableCandidateLeavesTheKernelsOwnChoice) {
   FakeDevice dev;
   TimingCache cache;
-  TuningSession session(cache, 2.0, [&] { return dev.clock; });
+  TuningSession session(cache, 2.0, 0, [&] { return dev.clock; });
   FakeLayer layer{dev, {{"a", 0.05}, {"b", 0.02}}, {{"a", "failed (x)"}, {"b", "rejected (y)"}}};
   auto got = session.tune("k", {"a", "b"}, layer.runner());
   ASSERT_TRUE(got.ok());
@@ -281,7 +281,7 @@ TEST(TuningPolicy, NoUsableCandidateLeavesTheKernelsOwnChoice) {
 TEST(TuningPolicy, RepeatedSignaturesAreNotRetimed) {
   FakeDevice dev;
   TimingCache cache;
-  TuningSession session(cache, 2.0, [&] { return dev.clock; });
+  TuningSession session(cache, 2.0, 0, [&] { return dev.clock; });
   FakeLayer layer{dev, {{"a", 0.03}, {"b", 0.02}, {"c", 0.01}}, {}};
   auto first = session.tune("conv 3x3 #1", {"a", "b"}, layer.runner());
   ASSERT_TRUE(first.ok());
@@ -318,7 +318,7 @@ TEST(TuningPolicy, TheTimingCacheIsNotRetimedEither) {
   TimingCache cache;
   cache.record("gemm #9", "x", 0.5);
   cache.record("gemm #9", "y", 0.25);
-  TuningSession session(cache, 2.0, [&] { return dev.clock; });
+  TuningSession session(cache, 2.0, 0, [&] { return dev.clock; });
   FakeLayer layer{dev, {{"x", 0.5}, {"y", 0.25}}, {}};
   auto got = session.tune("gemm #9", {"x", "y"}, layer.runner());
   ASSERT_TRUE(got.ok());
@@ -339,7 +339,7 @@ TEST(TuningPolicy, TheLayerLimitLeavesCandidatesUntried) {
   FakeDevice dev;
   dev.setup_seconds = 0.4;
   TimingCache cache;
-  TuningSession session(cache, 1.0, [&] { return dev.clock; });
+  TuningSession session(cache, 1.0, 0, [&] { return dev.clock; });
   FakeLayer layer{dev, {{"a", 0.01}, {"b", 0.01}, {"c", 0.01}, {"d", 0.01}}, {}};
   LayerRunner runner = layer.runner();
   runner.reference = [&] {
@@ -353,4 +353,46 @@ TEST(TuningPolicy, TheLayerLimitLeavesCandidatesUntried) {
   EXPECT_LT(session.stats().skipped, 4);
   EXPECT_NE(got->report.find("skipped (layer time limit)"), std::string::npos);
   EXPECT_EQ(cache.layers.at("slow set-up").size(), static_cast<size_t>(4 - session.stats().skipped));
+}
+
+// The build's tuning budget: layers reached after it is spent keep their kernels' own choices (said,
+// counted, nothing run, nothing recorded), a search under way stops at it, and layers already known
+// (the timing cache, an identical layer) still take their measured choice.
+TEST(TuningPolicy, TheBuildBudgetLeavesLaterLayersToTheirKernels) {
+  FakeDevice dev;
+  dev.setup_seconds = 0.3;
+  TimingCache cache;
+  TuningSession session(cache, 2.0, /*budget_seconds=*/1.0, [&] { return dev.clock; });
+  FakeLayer layer{dev, {{"a", 0.02}, {"b", 0.01}}, {}};
+  auto first = session.tune("conv #1", {"a", "b"}, layer.runner());  // ~0.6 s of set-ups: within the budget
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->tactic, "b");
+  dev.clock += 1.0;  // the rest of the build's tuning spends the budget
+  const int calls = layer.device_calls();
+  auto late = session.tune("conv #2", {"a", "b"}, layer.runner());
+  ASSERT_TRUE(late.ok());
+  EXPECT_TRUE(late->tactic.empty());  // the kernel's own choice
+  EXPECT_EQ(layer.device_calls(), calls);
+  EXPECT_EQ(layer.references, 1);
+  EXPECT_NE(late->report.find("skipped (tuning budget spent)"), std::string::npos);
+  EXPECT_EQ(cache.layers.count("conv #2"), 0u);  // the next build (with the cache) measures it
+  EXPECT_EQ(session.stats().over_budget, 1);
+  auto known = session.tune("conv #1", {"a", "b"}, layer.runner());  // an identical layer: free
+  ASSERT_TRUE(known.ok());
+  EXPECT_EQ(known->tactic, "b");
+  EXPECT_EQ(known->from, LayerChoice::From::kEarlierLayer);
+}
+
+// A search under way ends at the budget as at its layer's limit.
+TEST(TuningPolicy, TheBudgetEndsASearchUnderWay) {
+  FakeDevice dev;
+  dev.setup_seconds = 0.4;
+  TimingCache cache;
+  TuningSession session(cache, 10.0, /*budget_seconds=*/1.0, [&] { return dev.clock; });
+  FakeLayer layer{dev, {{"a", 0.01}, {"b", 0.01}, {"c", 0.01}, {"d", 0.01}, {"e", 0.01}}, {}};
+  auto got = session.tune("k", {"a", "b", "c", "d", "e"}, layer.runner());
+  ASSERT_TRUE(got.ok());
+  EXPECT_FALSE(got->tactic.empty());
+  EXPECT_GE(session.stats().skipped, 1);
+  EXPECT_LT(dev.clock, 2.0);
 }

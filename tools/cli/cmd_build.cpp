@@ -90,6 +90,7 @@ struct BuildCommand {
   std::string timing_cache, shapes_spec;
   std::vector<std::string> min_shapes, opt_shapes, max_shapes;
   double tune_layer_seconds = 2.0;
+  double tune_budget = kiln::BuildOptions{}.tune_budget_seconds;
   double build_timeout = 0;
   std::vector<std::string> build_disabled;
   bool build_placement_only = false;
@@ -118,8 +119,13 @@ CLI::App* BuildCommand::add_to(CLI::App& app) {
   build->add_flag("--tune", build_tune, "time every layer's candidate kernels (tactics) on the device and keep the fastest "
                                         "(default for cuda engines)");
   build->add_flag("--no-tune", build_no_tune, "no tuning: every kernel runs its own choice");
-  build->add_option("--timing-cache", timing_cache, "read measured tactic times from FILE and add this build's to it");
+  build->add_option("--timing-cache", timing_cache,
+                    "read measured tactic times from FILE and add this build's to it (a folder: one file per device in it)");
   build->add_option("--tune-layer-seconds", tune_layer_seconds, "time limit for tuning one layer")->check(CLI::PositiveNumber);
+  build->add_option("--tune-budget", tune_budget,
+                    "seconds the whole build may spend tuning (0: no limit); layers reached later keep their kernels' "
+                    "own choices, and a later build with --timing-cache times them")
+      ->check(CLI::NonNegativeNumber);
   build->add_option("--timeout", build_timeout, "stop the build (an error) once it has taken this many seconds")
       ->check(CLI::PositiveNumber);
   build->add_option("--shapes", shapes_spec, "fixed input shapes, e.g. input:1x3x224x224,mask:1x128 (one profile, min = opt = max)");
@@ -174,6 +180,7 @@ int BuildCommand::execute() {
   o.tune = build_no_tune ? 0 : build_tune ? 1 : -1;
   o.timing_cache = timing_cache;
   o.tune_layer_seconds = tune_layer_seconds;
+  o.tune_budget_seconds = tune_budget;
   o.timeout_s = build_timeout;
   o.int8 = build_int8;
   o.calibration_dir = calib_dir;

@@ -108,6 +108,7 @@ struct CompareCommand {
   double cmp_atol = -1, cmp_rtol_given = -1;
   CLI::Option* device_b_opt = nullptr;
   PluginArgs plugins;
+  CacheArgs cache;
 
   CLI::App* add_to(CLI::App& app, const CLI::Validator& precisions);
   int execute();
@@ -138,6 +139,7 @@ CLI::App* CompareCommand::add_to(CLI::App& app, const CLI::Validator& precisions
   compare->add_option("--runs", cmp_runs, "run each side this many times and compare the last outputs")
       ->check(CLI::PositiveNumber);
   plugins.add_to(*compare);
+  cache.add_to(*compare);
   return compare;
 }
 
@@ -155,6 +157,7 @@ int CompareCommand::execute() {
   plugins.apply(oa);
   oa.device = parse_device(cmp_device_a);
   oa.precision = parse_precision(cmp_precision_a);
+  cache.apply(oa, cmp_a);
   auto a = kiln::Engine::open(cmp_a, oa);
   if (!a.ok()) return fail(a.status());
   auto feed = load_inputs(**a, cmp_inputs);
@@ -186,6 +189,7 @@ int CompareCommand::execute() {
   plugins.apply(ob);
   ob.device = parse_device(cmp_device_b);
   ob.precision = parse_precision(cmp_precision_b);
+  cache.apply(ob, cmp_b.empty() ? cmp_a : cmp_b);
   auto b = kiln::Engine::open(cmp_b.empty() ? cmp_a : cmp_b, ob);
   if (!b.ok()) return fail(b.status());
   auto rb = run_side(**b);

@@ -72,6 +72,7 @@ void RunCommand::add_to(CLI::App& app, const CLI::Validator& precisions) {
                    "CPU threads per run (ONNX Runtime's intra_op_num_threads; 0: all cores or OMP_NUM_THREADS)")
         ->check(CLI::Range(0, 1024));
     plugins.add_to(*sc);
+    cache.add_to(*sc);
   }
   run->add_option("--output-dir", out_dir, "write each output as <name>.npy here");
   add_bench_options();
@@ -92,6 +93,7 @@ int RunCommand::execute() {
   o.device = parse_device(run_device);
   o.precision = parse_precision(run_precision);
   o.threads = run_threads;  // an .onnx is built on the threads it will run on
+  cache.apply(o, run_path);
   const auto t0 = std::chrono::steady_clock::now();
   auto e = kiln::Engine::open(run_path, o);
   if (!e.ok()) return fail(e.status());

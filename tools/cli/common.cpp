@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <random>
 
@@ -172,6 +174,32 @@ void PluginArgs::add_to(CLI::App& app) {
 kiln::Status PluginArgs::load() const {
   for (const std::string& lib : libraries) KILN_RETURN_IF_ERROR(kiln::load_plugin(lib, allow_override).status());
   return kiln::Status::Ok();
+}
+
+std::string default_timing_cache_dir() {
+  std::filesystem::path base;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg == '/') base = xdg;
+  else if (const char* home = std::getenv("HOME"); home && *home == '/') base = std::filesystem::path(home) / ".cache";
+  else return "";
+  const std::filesystem::path dir = base / "kiln" / "timing";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  return !ec && std::filesystem::is_directory(dir, ec) ? dir.string() : std::string();
+}
+
+void CacheArgs::add_to(CLI::App& app) {
+  app.add_flag("--no-cache", off,
+               "an .onnx built for CUDA is tuned from scratch, without reading or adding to the user's timing cache "
+               "(~/.cache/kiln/timing)");
+}
+
+void CacheArgs::apply(kiln::BuildOptions& o, const std::string& model) const {
+  const bool tuned = o.tune > 0 || (o.tune < 0 && o.device == kiln::DeviceType::kCUDA);
+  if (off || !tuned || is_engine_file(model) || !o.timing_cache.empty()) return;
+  o.timing_cache = default_timing_cache_dir();
+  if (!o.timing_cache.empty())
+    std::fprintf(stderr, "kiln: timing cache %s (layers measured before are not timed again; --no-cache to skip)\n",
+                 o.timing_cache.c_str());
 }
 
 int fail(const kiln::Status& st) {

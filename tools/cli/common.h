@@ -41,6 +41,23 @@ struct PluginArgs {
   kiln::Status load() const;
 };
 
+// The user's timing cache folder: $XDG_CACHE_HOME/kiln/timing, else $HOME/.cache/kiln/timing, made
+// when missing; "" when neither variable is set or the folder cannot be made. It only says where
+// measured tactic times are kept (one file per device, BuildOptions::timing_cache), never what an
+// engine computes.
+std::string default_timing_cache_dir();
+
+// --no-cache, which run, bench, profile and compare share: an .onnx they build with tuning (on CUDA)
+// reads and adds to the user's timing cache folder, so the second build of a model, or of one with
+// the same layers, takes its tactics from there instead of timing them again.
+struct CacheArgs {
+  bool off = false;
+  void add_to(CLI::App& app);
+  // Points o.timing_cache at the folder when `model` is an .onnx that will be tuned, and says so once
+  // on stderr.
+  void apply(kiln::BuildOptions& o, const std::string& model) const;
+};
+
 // What --input and --seed gave: missing inputs get random data from the seed.
 struct Inputs {
   std::vector<std::string> specs;  // name=file.npy

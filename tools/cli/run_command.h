@@ -41,6 +41,7 @@ struct RunCommand {
   double duration = 0;
   std::string bench_json;
   PluginArgs plugins;
+  CacheArgs cache;
   CLI::App *run = nullptr, *bench = nullptr, *profile = nullptr;
 
   void add_to(CLI::App& app, const CLI::Validator& precisions);  // cmd_run.cpp: all three commands
