@@ -25,7 +25,43 @@ Pat q_producer() { return op("QMatMul").in_domain("kiln").as("p"); }
 
 }  // namespace
 
+// An activation after a Reshape of a product's output (transformers' MLPs reshape the first
+// projection's [B*S, 4H] back to [B, S, 4H] before the GELU) moves before the Reshape: an elementwise
+// function commutes with a reshape, and the product can then take it as its epilogue.
+bool sink_activations_below_reshapes(ir::Graph& g, PassContext& ctx) {
+  Rewriter rw(g, ctx, "fuse-activation");
+  const std::vector<Rule> rules = {{"activation after a Reshape", op(kActivations, {op("Reshape").as("r")}), kQuiet}};
+  return rw.run(rules, [&](Match& m) -> std::string {
+    ir::Node* act = m.root();
+    ir::Node* r = m.node("r");
+    ir::Value* y = r->inputs[0];
+    const ir::Node* p = y ? y->producer : nullptr;
+    const bool product = p && ((p->domain.empty() && std::string("|Conv|Gemm|MatMul|").find("|" + p->op_type + "|") != std::string::npos) ||
+                               (p->domain == "kiln" && p->op_type == "FusedMatMul"));
+    if (!product) return "the Reshape does not read a product";
+    if (p->attr("activation")) return "the product already has an activation";
+    if (y->uses.size() != 1 || y->is_output) return "the product's output has other readers";
+    if (act->op_type == "Clip" && ((act->has_input(1) && !act->inputs[1]->is_constant()) ||
+                                   (act->has_input(2) && !act->inputs[2]->is_constant())))
+      return "Clip's bounds are not constant";
+    std::vector<ir::Value*> act_in = act->inputs;
+    act_in[0] = y;
+    ir::Value* t = g.new_value(act->outputs[0]->name + "_before_reshape", y->type);
+    ir::Node* moved = g.add_node(act->op_type, act->domain, act_in, {t}, act->name + "_before_reshape");
+    moved->opset = act->opset;
+    moved->attrs = act->attrs;
+    const auto r_attrs = r->attrs;
+    const int r_opset = r->opset;
+    const std::string what = act->describe() + " before " + r->describe();
+    ir::Node* n = rw.replace(m, "Reshape", "", r_opset, {t, r->inputs[1]});
+    n->attrs = r_attrs;
+    rw.log("moved " + what + " (it then fuses into " + p->describe() + ")");
+    return "";
+  });
+}
+
 Expected<bool> fuse_activation(ir::Graph& g, PassContext& ctx) {
+  const bool moved = sink_activations_below_reshapes(g, ctx);
   Rewriter rw(g, ctx, "fuse-activation");
   const std::string& acts = kActivations;
   const std::vector<Rule> rules = {
@@ -37,7 +73,7 @@ Expected<bool> fuse_activation(ir::Graph& g, PassContext& ctx) {
       {"op+SiLU", op("Mul", {f8_producer(), op("Sigmoid", {f8_producer()})}).commute(), 3},
       {"op+activation", op(acts, {q_producer()})},
   };
-  return rw.run(rules, [&](Match& m) -> std::string {
+  const bool any_fused = rw.run(rules, [&](Match& m) -> std::string {
     ir::Node* act = m.root();
     ir::Node* p = m.node("p");
     const bool f8 = p->op_type == "F8MatMul", q8 = p->op_type == "QMatMul";
@@ -62,6 +98,7 @@ Expected<bool> fuse_activation(ir::Graph& g, PassContext& ctx) {
     rw.log("fused " + what + " into kiln." + fused);
     return "";
   });
+  return moved || any_fused;
 }
 
 // A convolution whose output is added to a tensor of its own shape (a ResNet block's residual), with

@@ -205,6 +205,34 @@ def test_gelu_tanh_gpt2_form():
     assert ops["Gelu"] == 1 and ops["Tanh"] == 0
 
 
+@pytest.mark.parametrize("act, graph_output", [("Gelu", False), ("Relu", False), ("Relu", True)])
+def test_activation_after_a_reshaped_product_fuses_into_it(act, graph_output):
+    """transformers' MLPs: Gemm [B*S, 4H] -> Reshape [B, S, 4H] -> GELU. The activation moves before the
+    Reshape and becomes the product's epilogue (kiln.FusedGemm); the outputs stay the same, and a
+    Reshape output that is also a graph output keeps the graph unchanged."""
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["p"]),
+             helper.make_node("Reshape", ["p", "shape"], ["r"]),
+             helper.make_node(act, ["r"], ["y"])]
+    inits = [const("w", f32(8, 12)), const("b", f32(12)), const("shape", np.array([2, 3, 12], np.int64))]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 12])]
+    if graph_output:
+        outs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, [2, 3, 12]))
+    m = make(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 8])], outs, inits, opset=20)
+    ops = assert_same(m, {"x": f32(6, 8)})
+    if graph_output:
+        assert ops["FusedGemm"] == 0 and ops[act] == 1, ops
+    else:
+        assert ops["FusedGemm"] == 1 and ops[act] == 0 and ops["Reshape"] == 1, ops
+
+
+def test_gpt2_default_export_gelu_is_the_first_projections_epilogue():
+    """The tiny GPT-2 of transformers' default export: each layer's GELU (tanh form, after the c_fc
+    Reshape) ends in the c_fc product's epilogue."""
+    path = os.path.join(ROOT, "tests", "models", "attention", "gpt2_default.onnx")
+    ops = ops_after(kiln.Engine.build(path, opt_level=2))
+    assert ops["Gelu"] == 0 and ops["Tanh"] == 0 and ops["FusedGemm"] >= 2, ops
+
+
 # ---- torch's nn.MultiheadAttention (ViT), sequence-first, as torch 1.x and 2.x export it
 def mha_layer(form: str, seq=6, heads=2, head=4):
     """x [B, S, E] -> the block's Transpose to [S, B, E] -> fused QKV projection -> heads -> attention
