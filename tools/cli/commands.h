@@ -41,5 +41,6 @@ RunCommands add_run_commands(CLI::App& app, const CLI::Validator& precisions);  
 Command add_inspect_command(CLI::App& app);  // cmd_inspect.cpp
 Command add_compare_command(CLI::App& app, const CLI::Validator& precisions);  // cmd_compare.cpp
 Command add_conform_command(CLI::App& app, const CLI::Validator& precisions);  // cmd_conform.cpp
+Command add_serve_command(CLI::App& app);    // cmd_serve.cpp
 
 }  // namespace kiln_cli

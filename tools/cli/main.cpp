@@ -38,6 +38,7 @@ int kiln_main(int argc, char** argv) {
       "  kiln bench model.kiln --streams 2 --json bench.json\n"
       "  kiln compare model.onnx --against onnxruntime\n"
       "  kiln profile model.onnx -o prof   # prof.json (Chrome trace) and prof.html\n"
+      "  kiln serve --model-repository models/ --http-port 8000\n"
       "Run 'kiln <command> --help' for a command's options.");
 
   const auto precisions = CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "best"});
@@ -48,9 +49,10 @@ int kiln_main(int argc, char** argv) {
   const Command inspect = add_inspect_command(app);
   const Command compare = add_compare_command(app, precisions);
   const Command conform = add_conform_command(app, precisions);
+  const Command serve = add_serve_command(app);
 
   size_t max_tensor_bytes = 0, max_memory = 0;
-  for (auto* sc : {build.app, run_group.run.app, run_group.bench.app, compare.app}) {
+  for (auto* sc : {build.app, run_group.run.app, run_group.bench.app, compare.app, serve.app}) {
     sc->add_option("--max-tensor-bytes", max_tensor_bytes,
                    "refuse any tensor larger than this many bytes (default: physical memory; also KILN_MAX_TENSOR_BYTES)")
         ->check(CLI::PositiveNumber);
@@ -65,7 +67,7 @@ int kiln_main(int argc, char** argv) {
   if (max_memory) kiln::set_max_memory_bytes(max_memory);
 
   for (const Command* c : {&info, &build, &cache, &run_group.run, &run_group.bench, &run_group.profile, &inspect,
-                           &compare, &conform})
+                           &compare, &conform, &serve})
     if (*c->app) return c->run();
   return 1;  // not reached: the app requires one of its subcommands
 }

@@ -1,0 +1,48 @@
+// serve/http_server.h — `kiln serve`'s HTTP front: the KServe v2 REST routes with Triton's
+// extensions (model config, statistics, repository index/load/unload), and Prometheus metrics on a
+// port of their own. Every request that is malformed (bad JSON, wrong datatype or shape, truncated
+// binary data, sizes larger than the body) is answered 4xx with {"error": "..."}; none stops the server.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "kiln/status.h"
+#include "serve/repository.h"
+
+namespace kiln::serve {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;           // 0: any free port (http_port() tells which)
+  int metrics_port = 8002;   // 0: any free port; -1: no metrics server
+  size_t max_body_bytes = size_t{256} << 20;  // larger requests are refused (413)
+  int threads = 16;          // requests handled at once (each waits for its model's batcher)
+};
+
+class HttpServer {
+ public:
+  HttpServer(Repository& repository, HttpOptions options);
+  ~HttpServer();
+
+  // Binds the ports; an error names the host and port that cannot be bound.
+  Status bind();
+  int http_port() const;
+  int metrics_port() const;  // -1 without metrics
+  // Serves until stop(); blocks the calling thread.
+  void run();
+  // Stops accepting connections; returns once the requests in flight are answered (callable from
+  // any thread, e.g. a signal handler's thread, while run() is serving).
+  void stop();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The Prometheus text of every loaded model's counters (Triton's metric names, labels model and version).
+std::string prometheus_metrics(const Repository& repository);
+
+}  // namespace kiln::serve

@@ -1,0 +1,333 @@
+"""`kiln serve` against a real client nobody here wrote (tritonclient.http from PyPI): health, metadata,
+config, JSON and binary tensors, async requests merged by the dynamic batcher, statistics, metrics,
+repository load/unload, a set of malformed requests, and SIGTERM draining the requests in flight.
+
+Every wait is bounded: the server's ready line, each request (network_timeout) and each process exit."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import threading
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+httpclient = pytest.importorskip("tritonclient.http")
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KILN = os.path.join(REPO, "build", "kiln")
+EXAMPLE = os.path.join(REPO, "examples", "tiny_cnn.onnx")
+EXAMPLE_INPUT = os.path.join(REPO, "examples", "tiny_cnn_input.npy")
+
+ADDMUL_CONFIG = """
+name: "addmul"
+backend: "kiln"
+max_batch_size: 16
+input [
+  { name: "x" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "y" data_type: TYPE_FP32 dims: [ 4 ] }
+]
+output [
+  { name: "sum" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "product" data_type: TYPE_FP32 dims: [ 4 ] }
+]
+dynamic_batching {
+  max_queue_delay_microseconds: 30000
+  default_queue_policy { max_queue_size: 64 }
+}
+instance_group [ { count: 2 kind: KIND_CPU } ]
+parameters { key: "precision" value: { string_value: "fp32" } }
+"""
+
+
+def addmul_model() -> onnx.ModelProto:
+    """sum = x + y, product = x * y over [batch, 4] float32."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    s = helper.make_tensor_value_info("sum", TensorProto.FLOAT, ["batch", 4])
+    p = helper.make_tensor_value_info("product", TensorProto.FLOAT, ["batch", 4])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "y"], ["sum"]), helper.make_node("Mul", ["x", "y"], ["product"])],
+                              "addmul", [x, y], [s, p])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def make_repository(root) -> str:
+    repo = os.path.join(root, "models")
+    os.makedirs(os.path.join(repo, "tiny_cnn", "1"))  # no config.pbtxt: derived from the model
+    shutil.copy(EXAMPLE, os.path.join(repo, "tiny_cnn", "1", "model.onnx"))
+    os.makedirs(os.path.join(repo, "addmul", "1"))
+    onnx.save(addmul_model(), os.path.join(repo, "addmul", "1", "model.onnx"))
+    with open(os.path.join(repo, "addmul", "config.pbtxt"), "w") as f:
+        f.write(ADDMUL_CONFIG)
+    os.makedirs(os.path.join(repo, "broken", "1"))  # a config with a field kiln does not know
+    onnx.save(addmul_model(), os.path.join(repo, "broken", "1", "model.onnx"))
+    with open(os.path.join(repo, "broken", "config.pbtxt"), "w") as f:
+        f.write('max_batch_size: 4\nsequence_batching { }\n')
+    return repo
+
+
+class Server:
+    """`kiln serve` on 127.0.0.1 with free ports, started and waited for (its ready line), bounded."""
+
+    def __init__(self, repo: str, *args: str):
+        self.proc = subprocess.Popen([KILN, "serve", "--model-repository", repo, "--http-port", "0",
+                                      "--metrics-port", "0", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.stderr: list[str] = []
+        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.append(self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(timeout=60)
+        m = re.search(r"ready: HTTP on 127\.0\.0\.1:(\d+), metrics on 127\.0\.0\.1:(\d+)", lines[0] if lines else "")
+        if not m:
+            self.stop()
+            raise AssertionError(f"no ready line: {lines} {''.join(self.stderr)}")
+        self.port, self.metrics_port = int(m.group(1)), int(m.group(2))
+        self.url = f"127.0.0.1:{self.port}"
+
+    def client(self, concurrency: int = 1):
+        return httpclient.InferenceServerClient(self.url, concurrency=concurrency, connection_timeout=10,
+                                                network_timeout=30)
+
+    def raw(self, method: str, path: str, body: bytes | str = b"", headers: dict | None = None):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            c.request(method, path, body=body, headers=headers or {})
+            r = c.getresponse()
+            return r.status, r.read()
+        finally:
+            c.close()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            raise
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    return make_repository(str(tmp_path_factory.mktemp("serve")))
+
+
+@pytest.fixture(scope="module")
+def server(repo):
+    s = Server(repo)
+    yield s
+    s.stop()
+
+
+def addmul_inputs(x, y, binary: bool):
+    inputs = [httpclient.InferInput("x", list(x.shape), "FP32"), httpclient.InferInput("y", list(y.shape), "FP32")]
+    inputs[0].set_data_from_numpy(x, binary_data=binary)
+    inputs[1].set_data_from_numpy(y, binary_data=binary)
+    return inputs
+
+
+def test_health_and_metadata(server):
+    c = server.client()
+    assert c.is_server_live() and c.is_server_ready()
+    assert c.is_model_ready("tiny_cnn") and c.is_model_ready("addmul", "1")
+    assert not c.is_model_ready("broken") and not c.is_model_ready("nope")
+    meta = c.get_server_metadata()
+    assert meta["name"] == "kiln" and "binary_tensor_data" in meta["extensions"], meta
+    m = c.get_model_metadata("tiny_cnn")
+    assert m["inputs"] == [{"name": "image", "datatype": "FP32", "shape": [-1, 3, 32, 32]}], m
+    assert m["outputs"] == [{"name": "probabilities", "datatype": "FP32", "shape": [-1, 10]}], m
+    assert m["versions"] == ["1"]
+
+
+def test_model_config(server):
+    c = server.client()
+    cfg = c.get_model_config("addmul")
+    assert cfg["max_batch_size"] == 16 and cfg["dynamic_batching"]["max_queue_delay_microseconds"] == 30000, cfg
+    assert cfg["instance_group"][0]["count"] == 2 and cfg["instance_group"][0]["kind"] == "KIND_CPU", cfg
+    assert [i["name"] for i in cfg["input"]] == ["x", "y"] and cfg["input"][0]["data_type"] == "TYPE_FP32", cfg
+    derived = c.get_model_config("tiny_cnn")  # no config.pbtxt: dynamic batch dim → batching by default
+    assert derived["max_batch_size"] == 8 and "dynamic_batching" in derived, derived
+    assert derived["input"][0]["dims"] == [3, 32, 32], derived
+
+
+def test_infer_json_and_binary_match_the_session(server):
+    import kiln  # noqa: PLC0415
+
+    image = np.load(EXAMPLE_INPUT).astype(np.float32)
+    if image.ndim == 3:
+        image = image[None]
+    batch = np.concatenate([image, image * 0.5], axis=0)
+    expected = kiln.InferenceSession(EXAMPLE).run(None, {"image": batch})[0]
+    c = server.client()
+    for binary in (False, True):
+        inp = httpclient.InferInput("image", list(batch.shape), "FP32")
+        inp.set_data_from_numpy(batch, binary_data=binary)
+        out = httpclient.InferRequestedOutput("probabilities", binary_data=binary)
+        r = c.infer("tiny_cnn", [inp], outputs=[out], request_id="req-1")
+        np.testing.assert_allclose(r.as_numpy("probabilities"), expected, rtol=1e-5, atol=1e-6)
+        assert r.get_response()["id"] == "req-1" and r.get_response()["model_version"] == "1"
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    y = np.full((2, 4), 3, dtype=np.float32)
+    r = c.infer("addmul", addmul_inputs(x, y, binary=False))  # both outputs, as JSON
+    np.testing.assert_array_equal(r.as_numpy("sum"), x + y)
+    np.testing.assert_array_equal(r.as_numpy("product"), x * y)
+
+
+def test_async_requests_are_batched(server):
+    n = 24
+    c = server.client(concurrency=n)
+    before = c.get_inference_statistics("addmul")["model_stats"][0]
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((1, 4)).astype(np.float32) for _ in range(n)]
+    ys = [rng.standard_normal((1, 4)).astype(np.float32) for _ in range(n)]
+    pending = [c.async_infer("addmul", addmul_inputs(xs[i], ys[i], binary=i % 2 == 0)) for i in range(n)]
+    for i, p in enumerate(pending):
+        r = p.get_result(timeout=30)
+        np.testing.assert_array_equal(r.as_numpy("sum"), xs[i] + ys[i])
+        np.testing.assert_array_equal(r.as_numpy("product"), xs[i] * ys[i])
+    after = c.get_inference_statistics("addmul")["model_stats"][0]
+    inferences = after["inference_count"] - before["inference_count"]
+    executions = after["execution_count"] - before["execution_count"]
+    assert inferences == n, after
+    assert executions < inferences, f"no batching: {executions} runs for {inferences} requests"
+    sizes = {b["batch_size"] for b in after["batch_stats"]}
+    assert max(sizes) > 1 and max(sizes) <= 16, after["batch_stats"]
+    stats = after["inference_stats"]
+    assert stats["success"]["count"] >= n and stats["queue"]["count"] >= n, stats
+    c.close()
+
+
+def test_statistics_and_metrics(server):
+    c = server.client()
+    all_stats = c.get_inference_statistics()["model_stats"]
+    assert {s["name"] for s in all_stats} == {"addmul", "tiny_cnn"}, all_stats
+    conn = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=10)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    for name in ("nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
+                 "nv_inference_exec_count", "nv_inference_request_duration_us", "nv_inference_queue_duration_us",
+                 "nv_inference_compute_infer_duration_us"):
+        assert f"# TYPE {name} counter" in text, name
+    m = re.search(r'^nv_inference_count\{model="addmul",version="1"\} (\d+)$', text, re.M)
+    e = re.search(r'^nv_inference_exec_count\{model="addmul",version="1"\} (\d+)$', text, re.M)
+    assert m and e and int(e.group(1)) <= int(m.group(1)), text
+
+
+def test_repository_index_load_unload(server, repo):
+    c = server.client()
+    index = {m["name"]: m for m in c.get_model_repository_index()}
+    assert index["addmul"]["state"] == "READY" and index["tiny_cnn"]["state"] == "READY", index
+    # The broken model's reason names the file, the line and the unknown field.
+    reason = index["broken"]["reason"]
+    assert index["broken"]["state"] == "UNAVAILABLE" and "config.pbtxt:2:" in reason and "sequence_batching" in reason, reason
+    c.unload_model("tiny_cnn")
+    assert not c.is_model_ready("tiny_cnn")
+    image = httpclient.InferInput("image", [1, 3, 32, 32], "FP32")
+    image.set_data_from_numpy(np.zeros((1, 3, 32, 32), np.float32))
+    with pytest.raises(InferenceServerException, match="tiny_cnn"):
+        c.infer("tiny_cnn", [image])
+    t0 = time.monotonic()
+    c.load_model("tiny_cnn")  # from the engine cached beside the model
+    assert c.is_model_ready("tiny_cnn")
+    assert time.monotonic() - t0 < 10
+    cached = [f for f in os.listdir(os.path.join(repo, "tiny_cnn", "1")) if re.fullmatch(r"model\.[0-9a-f]{16}\.kiln", f)]
+    assert len(cached) == 1, os.listdir(os.path.join(repo, "tiny_cnn", "1"))
+    with pytest.raises(InferenceServerException, match="no model 'nope'"):
+        c.load_model("nope")
+
+
+def _binary_request(header: dict, tail: bytes):
+    head = json.dumps(header).encode()
+    return head + tail, {"Inference-Header-Content-Length": str(len(head)), "Content-Type": "application/octet-stream"}
+
+
+def test_malformed_requests_are_refused_with_a_message(server):
+    url = "/v2/models/addmul/infer"
+    good_input = {"name": "y", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}
+
+    def infer_json(x_input):
+        return server.raw("POST", url, json.dumps({"inputs": [x_input, good_input]}))
+
+    cases = {
+        "bad JSON": (server.raw("POST", url, "{not json"), 400, "not valid JSON"),
+        "no inputs": (server.raw("POST", url, "{}"), 400, "inputs"),
+        "wrong dtype": (infer_json({"name": "x", "shape": [1, 4], "datatype": "INT64", "data": [1, 2, 3, 4]}), 400,
+                        "datatype INT64"),
+        "wrong shape": (infer_json({"name": "x", "shape": [1, 5], "datatype": "FP32", "data": [1, 2, 3, 4, 5]}), 400,
+                        "does not fit"),
+        "too few elements": (infer_json({"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2]}), 400,
+                             "needs 4"),
+        "string element": (infer_json({"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, "a", 3, 4]}),
+                           400, "not a number"),
+        "batch over max_batch_size": (infer_json({"name": "x", "shape": [17, 4], "datatype": "FP32",
+                                                  "data": [0] * 68}), 400, "max_batch_size"),
+        "unknown input": (infer_json({"name": "z", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}), 400,
+                          "unknown input 'z'"),
+        "unknown model": (server.raw("POST", "/v2/models/nope/infer", "{}"), 404, "unknown model 'nope'"),
+        "unknown route": (server.raw("GET", "/v2/nothing"), 404, "no route"),
+        "truncated binary": (server.raw("POST", url, *_binary_request(
+            {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "parameters": {"binary_data_size": 16}},
+                        good_input]}, struct.pack("<2f", 1, 2))), 400, "truncated"),
+        "binary size not the shape's": (server.raw("POST", url, *_binary_request(
+            {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "parameters": {"binary_data_size": 8}},
+                        good_input]}, struct.pack("<2f", 1, 2))), 400, "binary_data_size 8"),
+        "header length over the body": (server.raw("POST", url, b"{}", {"Inference-Header-Content-Length": "99999999"}),
+                                        400, "larger than the body"),
+        "header length not a number": (server.raw("POST", url, b"{}", {"Inference-Header-Content-Length": "-5"}),
+                                       400, "not a byte count"),
+        "huge declared shape": (infer_json({"name": "x", "shape": [1, 2**62], "datatype": "FP32",
+                                            "parameters": {"binary_data_size": 16}}), 400, "x"),
+        "huge binary size": (server.raw("POST", url, *_binary_request(
+            {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32",
+                         "parameters": {"binary_data_size": 2**63}}, good_input]}, b"")), 400, "binary_data_size"),
+    }
+    for what, ((status, body), want_status, want_text) in cases.items():
+        assert status == want_status, (what, status, body)
+        message = json.loads(body)["error"]
+        assert want_text in message, (what, message)
+    c = server.client()
+    assert c.is_server_live() and c.is_model_ready("addmul")
+    failures = c.get_inference_statistics("addmul")["model_stats"][0]["inference_stats"]["fail"]["count"]
+    assert failures >= 10
+
+
+def test_sigterm_drains_requests_in_flight(repo, tmp_path):
+    slow = os.path.join(repo, "..", "slow_repo")
+    os.makedirs(os.path.join(slow, "slow", "1"), exist_ok=True)
+    onnx.save(addmul_model(), os.path.join(slow, "slow", "1", "model.onnx"))
+    with open(os.path.join(slow, "slow", "config.pbtxt"), "w") as f:
+        # A long queue delay: the requests wait in the queue when the signal comes.
+        f.write(ADDMUL_CONFIG.replace('name: "addmul"', 'name: "slow"').replace("30000", "5000000"))
+    s = Server(slow)
+    c = s.client(concurrency=4)
+    x = np.ones((1, 4), np.float32)
+    pending = [c.async_infer("slow", addmul_inputs(x * i, x, binary=True)) for i in range(4)]
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    assert s.stop() == 0, "".join(s.stderr)
+    assert time.monotonic() - t0 < 4, "shutdown waited for the queue delay"
+    for i, p in enumerate(pending):
+        np.testing.assert_array_equal(p.get_result(timeout=10).as_numpy("sum"), x * i + x)
+    assert any("stopping (SIGTERM)" in line for line in s.stderr), s.stderr
+
+
+def test_python_dash_m_kiln_serve():
+    import sys  # noqa: PLC0415
+
+    r = subprocess.run([sys.executable, "-m", "kiln", "serve", "--help"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and "--model-repository" in r.stdout, r.stdout + r.stderr

@@ -1,0 +1,115 @@
+// tools/cli/cmd_serve.cpp — `kiln serve`: a KServe v2 / Triton-compatible inference server over a
+// model repository (src/serve/), with dynamic batching and Prometheus metrics. SIGINT or SIGTERM
+// stops it gracefully: no new connections, the requests in flight and queued are answered first.
+#include <CLI/CLI.hpp>
+
+#include <csignal>
+#include <signal.h>
+#include <cstdio>
+#include <iostream>
+#include <mutex>
+#include <pthread.h>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+#include "commands.h"
+#include "common.h"
+#include "kiln/kiln.h"
+#include "serve/http_server.h"
+#include "serve/repository.h"
+
+namespace kiln_cli {
+
+namespace {
+
+struct ServeCommand {
+  std::string repository, host = "127.0.0.1", device = "cpu";
+  int http_port = 8000, metrics_port = 8002, http_threads = 16;
+  int64_t default_max_batch_size = 8;
+  size_t max_body_bytes = size_t{256} << 20;
+  bool no_engine_cache = false;
+
+  CLI::App* add_to(CLI::App& app);
+  int execute();
+};
+
+CLI::App* ServeCommand::add_to(CLI::App& app) {
+  auto* sub = app.add_subcommand(
+      "serve", "Serve a model repository over HTTP (KServe v2 / Triton protocol), with dynamic batching");
+  sub->add_option("--model-repository", repository, "folder of <model>/config.pbtxt and <model>/<version>/model.onnx")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  sub->add_option("--host", host, "address to listen on");
+  sub->add_option("--http-port", http_port, "HTTP port (0: any free port; the ready line tells which)")
+      ->check(CLI::Range(0, 65535));
+  sub->add_option("--metrics-port", metrics_port, "Prometheus metrics port (/metrics; 0: any free port; -1: none)")
+      ->check(CLI::Range(-1, 65535));
+  sub->add_option("--device", device, "device of models whose instance_group kind is KIND_AUTO or absent")
+      ->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
+  sub->add_option("--default-max-batch-size", default_max_batch_size,
+                  "max_batch_size of models without config.pbtxt whose batch dim is dynamic (0: no batching)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-body-bytes", max_body_bytes, "largest request body accepted (larger: HTTP 413)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--http-threads", http_threads, "HTTP connections served at once")->check(CLI::Range(1, 1024));
+  sub->add_flag("--no-engine-cache", no_engine_cache,
+                "build every engine on load, without reading or writing <version>/model.<key>.kiln");
+  return sub;
+}
+
+int ServeCommand::execute() {
+  // SIGINT/SIGTERM are taken by one thread (sigwait), so every thread started below inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  std::mutex log_mu;
+  kiln::serve::RepositoryOptions ro;
+  ro.path = repository;
+  ro.device = parse_device(device);
+  ro.default_max_batch_size = default_max_batch_size;
+  ro.cache_engines = !no_engine_cache;
+  ro.log = [&log_mu](const std::string& line) {
+    std::lock_guard<std::mutex> lock(log_mu);
+    std::cerr << "kiln serve: " << line << std::endl;
+  };
+  kiln::serve::Repository models(ro);
+  kiln::serve::HttpOptions ho;
+  ho.host = host;
+  ho.port = http_port;
+  ho.metrics_port = metrics_port;
+  ho.max_body_bytes = max_body_bytes;
+  ho.threads = http_threads;
+  kiln::serve::HttpServer server(models, ho);
+  if (kiln::Status st = server.bind(); !st.ok()) return fail(st);
+  const int ready = models.load_all();
+  const size_t listed = models.index().size();
+
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    ro.log(std::string("stopping (") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + "): finishing the requests in flight");
+    server.stop();      // no new connections; run() returns once the handlers in flight have answered
+    models.shutdown();  // meanwhile their queued requests run now, without waiting for the queue delay
+  });
+  std::printf("kiln serve: ready: HTTP on %s:%d, metrics on %s, %d of %zu model(s) loaded\n", host.c_str(),
+              server.http_port(),
+              server.metrics_port() > 0 ? (host + ":" + std::to_string(server.metrics_port())).c_str() : "(none)",
+              ready, listed);
+  std::fflush(stdout);
+  server.run();
+  models.shutdown();  // (when run() ended without a signal)
+  ::kill(::getpid(), SIGTERM);  // ends the sigwait when run() ended on its own (blocked: not delivered elsewhere)
+  stopper.join();
+  ro.log("stopped");
+  return 0;
+}
+
+}  // namespace
+
+Command add_serve_command(CLI::App& app) { return make_command<ServeCommand>(app); }
+
+}  // namespace kiln_cli
