@@ -46,12 +46,22 @@ DataType type_of_suffix(const std::string& name) {
 }
 
 // Text-format errors as "FILE:LINE:COLUMN: message" (1-based, as editors count).
+// The line is quoted, so a bad value's message names its field too.
 class Collector : public pb::io::ErrorCollector {
  public:
-  explicit Collector(std::string file) : file_(std::move(file)) {}
+  Collector(std::string file, const std::string& text) : file_(std::move(file)) {
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) lines_.push_back(line);
+  }
   void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
     if (!errors_.empty()) errors_ += "\n";
     errors_ += file_ + ":" + std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " + message;
+    if (line >= 0 && static_cast<size_t>(line) < lines_.size()) {
+      std::string quoted = lines_[line];
+      quoted.erase(0, quoted.find_first_not_of(" \t"));
+      if (quoted.size() > 80) quoted = quoted.substr(0, 77) + "...";
+      errors_ += " (in: " + quoted + ")";
+    }
   }
   void AddWarning(int line, pb::io::ColumnNumber column, const std::string& message) override {
     AddError(line, column, message);
@@ -60,6 +70,7 @@ class Collector : public pb::io::ErrorCollector {
 
  private:
   std::string file_;
+  std::vector<std::string> lines_;
   std::string errors_;
 };
 
@@ -71,21 +82,24 @@ class Locator {
   std::string at(const pb::Descriptor* top, const std::vector<std::string>& path, int index = -1) const {
     const pb::TextFormat::ParseInfoTree* tree = tree_;
     const pb::Descriptor* d = top;
-    std::string where = file_, dotted;
+    std::string dotted;
+    pb::TextFormat::ParseLocation found;  // the innermost location known (an element of a list may have none)
     for (size_t i = 0; i < path.size() && tree && d; ++i) {
       const pb::FieldDescriptor* f = d->FindFieldByName(path[i]);
       if (!f) break;
       dotted += (dotted.empty() ? "" : ".") + path[i];
       const bool last = i + 1 == path.size();
       const int idx = last ? index : (f->is_repeated() ? 0 : -1);
-      if (last) {
-        pb::TextFormat::ParseLocation loc = tree->GetLocation(f, idx);
-        if (loc.line >= 0) where += ":" + std::to_string(loc.line + 1) + ":" + std::to_string(loc.column + 1);
-      } else {
+      pb::TextFormat::ParseLocation loc = tree->GetLocation(f, idx);
+      if (loc.line < 0 && idx > 0) loc = tree->GetLocation(f, 0);
+      if (loc.line >= 0) found = loc;
+      if (!last) {
         tree = tree->GetTreeForNested(f, idx);
         d = f->message_type();
       }
     }
+    std::string where = file_;
+    if (found.line >= 0) where += ":" + std::to_string(found.line + 1) + ":" + std::to_string(found.column + 1);
     return where + ": " + dotted + ": ";
   }
 
@@ -249,7 +263,7 @@ Expected<ModelSpec> read_model_config(const std::string& model_dir, const std::s
   std::stringstream text;
   text << in.rdbuf();
   config::ModelConfig c;
-  Collector errors(path.string());
+  Collector errors(path.string(), text.str());
   pb::TextFormat::ParseInfoTree tree;
   pb::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
