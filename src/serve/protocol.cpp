@@ -1,6 +1,7 @@
 // serve/protocol.cpp — KServe v2 inference requests and responses (protocol.h).
 #include "serve/protocol.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -257,9 +258,15 @@ EncodedResponse encode_infer_response(const ModelSpec& spec, const std::string& 
   std::string binary;
   for (size_t i = 0; i < request.outputs.size(); ++i) {
     const Tensor& t = outputs[request.outputs[i]];
-    json o = {{"name", spec.outputs[request.outputs[i]].name},
-              {"datatype", protocol_type_name(t.dtype())},
-              {"shape", t.shape()}};
+    const TensorSpec& out_spec = spec.outputs[request.outputs[i]];
+    // An output with a reshape is sent in the config's dims (the model produced `reshape`).
+    Shape shape = t.shape();
+    if (out_spec.has_reshape && std::find(out_spec.dims.begin(), out_spec.dims.end(), -1) == out_spec.dims.end()) {
+      Shape sent = spec.max_batch_size > 0 && !shape.empty() ? Shape{shape[0]} : Shape{};
+      sent.insert(sent.end(), out_spec.dims.begin(), out_spec.dims.end());
+      if (shape_numel(sent) == t.numel()) shape = sent;
+    }
+    json o = {{"name", out_spec.name}, {"datatype", protocol_type_name(t.dtype())}, {"shape", shape}};
     bool as_binary = request.binary_outputs[i];
     if (!as_binary && (t.dtype() == DataType::kFloat16 || t.dtype() == DataType::kBFloat16)) as_binary = true;
     if (as_binary) {

@@ -50,6 +50,15 @@ instance_group [ { count: 2 kind: KIND_CPU } ]
 parameters { key: "precision" value: { string_value: "fp32" } }
 """
 
+RESHAPED_CONFIG = """
+max_batch_size: 4
+input [
+  { name: "x" data_type: TYPE_FP32 dims: [ 2, 2 ] reshape: { shape: [ 4 ] } },
+  { name: "y" data_type: TYPE_FP32 dims: [ 4 ] }
+]
+output [ { name: "sum" data_type: TYPE_FP32 dims: [ 2, 2 ] reshape: { shape: [ 4 ] } } ]
+"""
+
 
 def addmul_model() -> onnx.ModelProto:
     """sum = x + y, product = x * y over [batch, 4] float32."""
@@ -70,6 +79,10 @@ def make_repository(root) -> str:
     onnx.save(addmul_model(), os.path.join(repo, "addmul", "1", "model.onnx"))
     with open(os.path.join(repo, "addmul", "config.pbtxt"), "w") as f:
         f.write(ADDMUL_CONFIG)
+    os.makedirs(os.path.join(repo, "reshaped", "1"))  # the request's dims differ from the model's
+    onnx.save(addmul_model(), os.path.join(repo, "reshaped", "1", "model.onnx"))
+    with open(os.path.join(repo, "reshaped", "config.pbtxt"), "w") as f:
+        f.write(RESHAPED_CONFIG)
     os.makedirs(os.path.join(repo, "broken", "1"))  # a config with a field kiln does not know
     onnx.save(addmul_model(), os.path.join(repo, "broken", "1", "model.onnx"))
     with open(os.path.join(repo, "broken", "config.pbtxt"), "w") as f:
@@ -187,6 +200,18 @@ def test_infer_json_and_binary_match_the_session(server):
     np.testing.assert_array_equal(r.as_numpy("product"), x * y)
 
 
+def test_reshape(server):
+    c = server.client()
+    x = np.arange(8, dtype=np.float32).reshape(2, 2, 2)
+    y = np.ones((2, 4), np.float32)
+    inputs = [httpclient.InferInput("x", [2, 2, 2], "FP32"), httpclient.InferInput("y", [2, 4], "FP32")]
+    inputs[0].set_data_from_numpy(x)
+    inputs[1].set_data_from_numpy(y)
+    r = c.infer("reshaped", inputs, outputs=[httpclient.InferRequestedOutput("sum")])
+    np.testing.assert_array_equal(r.as_numpy("sum"), x + y.reshape(2, 2, 2))
+    assert c.get_model_metadata("reshaped")["inputs"][0]["shape"] == [-1, 2, 2]
+
+
 def test_async_requests_are_batched(server):
     n = 24
     c = server.client(concurrency=n)
@@ -214,7 +239,7 @@ def test_async_requests_are_batched(server):
 def test_statistics_and_metrics(server):
     c = server.client()
     all_stats = c.get_inference_statistics()["model_stats"]
-    assert {s["name"] for s in all_stats} == {"addmul", "tiny_cnn"}, all_stats
+    assert {s["name"] for s in all_stats} == {"addmul", "reshaped", "tiny_cnn"}, all_stats
     conn = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=10)
     conn.request("GET", "/metrics")
     text = conn.getresponse().read().decode()
