@@ -42,10 +42,18 @@ Status flatten(const json& j, std::vector<const json*>& out, int depth, const st
   return Status::Ok();
 }
 
+// A request's value for a message: a scalar as written (cut short), a container by its kind (never
+// dumped whole: a hostile one may be nested deeper than a recursive dump can go).
+std::string describe(const json& j) {
+  if (j.is_array()) return "an array";
+  if (j.is_object()) return "an object";
+  return j.dump().substr(0, 40);
+}
+
 template <class T>
 Status read_element(const json& j, T* dst, const std::string& who, size_t index) {
   auto bad = [&](const char* expected) {
-    return invalid_argument(who + ": data[" + std::to_string(index) + "] is " + j.dump().substr(0, 40) + ", not " +
+    return invalid_argument(who + ": data[" + std::to_string(index) + "] is " + describe(j) + ", not " +
                             expected);
   };
   if constexpr (std::is_same_v<T, bool>) {
@@ -106,7 +114,7 @@ Expected<Shape> checked_shape(const json& j, const TensorSpec& spec, int64_t max
   Shape shape;
   for (const json& d : j) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0)
-      return invalid_argument(who + ": \"shape\" has " + d.dump().substr(0, 40) + " (dims are integers >= 0)");
+      return invalid_argument(who + ": \"shape\" has " + describe(d) + " (dims are integers >= 0)");
     shape.push_back(d.get<int64_t>());
   }
   const bool batching = max_batch_size > 0;

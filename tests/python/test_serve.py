@@ -315,6 +315,11 @@ def test_malformed_requests_are_refused_with_a_message(server):
                                         400, "larger than the body"),
         "header length not a number": (server.raw("POST", url, b"{}", {"Inference-Header-Content-Length": "-5"}),
                                        400, "not a byte count"),
+        "data nested 100000 deep": (server.raw("POST", url, '{"inputs": [{"name": "x", "shape": [1, 4], "datatype": '
+                                               '"FP32", "data": ' + "[" * 100000 + "]" * 100000 + "}]}"), 400, "nested too deeply"),
+        "an object nested 100000 deep as an element": (server.raw("POST", url, '{"inputs": [{"name": "x", "shape": [1, 4], '
+                                                                 '"datatype": "FP32", "data": [' + '{"a":' * 100000 + "1" +
+                                                                 "}" * 100000 + ", 2, 3, 4]}]}"), 400, "an object"),
         "huge declared shape": (infer_json({"name": "x", "shape": [1, 2**62], "datatype": "FP32",
                                             "parameters": {"binary_data_size": 16}}), 400, "x"),
         "huge binary size": (server.raw("POST", url, *_binary_request(
