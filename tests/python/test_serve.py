@@ -141,7 +141,7 @@ def repo(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(repo):
-    s = Server(repo)
+    s = Server(repo, "--max-body-bytes", "1000000")
     yield s
     s.stop()
 
@@ -210,6 +210,28 @@ def test_reshape(server):
     r = c.infer("reshaped", inputs, outputs=[httpclient.InferRequestedOutput("sum")])
     np.testing.assert_array_equal(r.as_numpy("sum"), x + y.reshape(2, 2, 2))
     assert c.get_model_metadata("reshaped")["inputs"][0]["shape"] == [-1, 2, 2]
+
+
+def _addmul_counts(c):
+    s = c.get_inference_statistics("addmul")["model_stats"][0]
+    return s["inference_count"], s["execution_count"]
+
+
+def test_achieved_batch_size_grows_with_concurrency(server):
+    """A bounded load: 6 requests one at a time, then 24 at once; inferences per execution grow."""
+    c = server.client(concurrency=24)
+    x = np.ones((1, 4), np.float32)
+    achieved = []
+    for concurrency in (1, 24):
+        i0, e0 = _addmul_counts(c)
+        for _ in range(24 // concurrency if concurrency > 1 else 6):
+            pending = [c.async_infer("addmul", addmul_inputs(x, x, binary=True)) for _ in range(concurrency)]
+            for p in pending:
+                np.testing.assert_array_equal(p.get_result(timeout=30).as_numpy("sum"), x + x)
+        i1, e1 = _addmul_counts(c)
+        achieved.append((i1 - i0) / (e1 - e0))
+    assert achieved[0] == 1.0 and achieved[1] > 2.0, achieved
+    c.close()
 
 
 def test_async_requests_are_batched(server):
@@ -326,6 +348,7 @@ def test_malformed_requests_are_refused_with_a_message(server):
             {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32",
                          "parameters": {"binary_data_size": 2**63}}, good_input]}, b"")), 400, "binary_data_size"),
     }
+    cases["body over --max-body-bytes"] = (server.raw("POST", url, b" " * 1_500_000), 413, "larger than the server's limit")
     for what, ((status, body), want_status, want_text) in cases.items():
         assert status == want_status, (what, status, body)
         message = json.loads(body)["error"]
@@ -334,6 +357,17 @@ def test_malformed_requests_are_refused_with_a_message(server):
     assert c.is_server_live() and c.is_model_ready("addmul")
     failures = c.get_inference_statistics("addmul")["model_stats"][0]["inference_stats"]["fail"]["count"]
     assert failures >= 10
+
+
+def test_restart_loads_the_cached_engines(server, repo):
+    s = Server(repo)
+    try:
+        assert s.client().is_model_ready("tiny_cnn")
+    finally:
+        assert s.stop() == 0
+    log = "".join(s.stderr)
+    assert "model 'tiny_cnn' version 1: ready (loaded the cached engine model." in log, log
+    assert "model 'addmul' version 1: ready (loaded the cached engine model." in log, log
 
 
 def test_sigterm_drains_requests_in_flight(repo, tmp_path):
