@@ -14,7 +14,7 @@ pkgs=(cmake ninja-build g++ ccache pkg-config
       protobuf-compiler libprotobuf-dev
       flatbuffers-compiler libflatbuffers-dev
       libcli11-dev nlohmann-json3-dev
-      libcpp-httplib-dev  # `kiln serve`'s HTTP server (src/serve/)
+      libcpp-httplib-dev libgrpc++-dev protobuf-compiler-grpc  # `kiln serve`'s HTTP and gRPC servers (src/serve/)
       libdnnl-dev libgtest-dev libgmock-dev
       chromium)  # headless, for the test that opens `kiln profile`'s HTML report (tests/python/test_profile_html.py)
 missing=()

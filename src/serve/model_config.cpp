@@ -108,7 +108,8 @@ class Locator {
   const pb::TextFormat::ParseInfoTree* tree_;
 };
 
-TensorSpec tensor_spec(const config::Tensor& t) {
+template <class T>  // config::Input or config::Output
+TensorSpec tensor_spec(const T& t) {
   TensorSpec s;
   s.name = t.name();
   const std::string type = config::DataType_Name(t.data_type());
@@ -116,14 +117,14 @@ TensorSpec tensor_spec(const config::Tensor& t) {
   s.dims.assign(t.dims().begin(), t.dims().end());
   s.has_reshape = t.has_reshape();
   s.reshape.assign(t.reshape().shape().begin(), t.reshape().shape().end());
-  s.optional = t.optional();
   return s;
 }
 
-Status check_tensors(const pb::RepeatedPtrField<config::Tensor>& tensors, const char* field, const Locator& loc) {
+template <class T>
+Status check_tensors(const pb::RepeatedPtrField<T>& tensors, const char* field, const Locator& loc) {
   const pb::Descriptor* top = config::ModelConfig::descriptor();
   for (int i = 0; i < tensors.size(); ++i) {
-    const config::Tensor& t = tensors[i];
+    const T& t = tensors[i];
     if (t.name().empty()) return invalid_argument(loc.at(top, {field}, i) + "an entry without a name");
     for (int64_t d : t.dims())
       if (d < -1 || d == 0)
@@ -156,7 +157,10 @@ Status spec_from_proto(const config::ModelConfig& c, const Locator& loc, ModelSp
   spec.max_batch_size = c.max_batch_size();
   KILN_RETURN_IF_ERROR(check_tensors(c.input(), "input", loc));
   KILN_RETURN_IF_ERROR(check_tensors(c.output(), "output", loc));
-  for (const auto& t : c.input()) spec.inputs.push_back(tensor_spec(t));
+  for (const auto& t : c.input()) {
+    spec.inputs.push_back(tensor_spec(t));
+    spec.inputs.back().optional = t.optional();
+  }
   for (const auto& t : c.output()) spec.outputs.push_back(tensor_spec(t));
 
   if (c.has_dynamic_batching()) {
@@ -387,6 +391,56 @@ Status complete_model_config(ModelSpec& spec, const Engine& engine, int64_t defa
   KILN_RETURN_IF_ERROR(complete_tensors(spec.outputs, engine.outputs(), batching, where, "output"));
   if (spec.platform.empty() && spec.backend.empty()) spec.backend = "kiln";
   return Status::Ok();
+}
+
+void fill_model_config(const ModelSpec& spec, config::ModelConfig* out) {
+  auto data_type = [](DataType dtype) {
+    config::DataType t = config::TYPE_INVALID;
+    config::DataType_Parse(config_type_name(dtype), &t);
+    return t;
+  };
+  auto fill = [&](auto* t, const TensorSpec& s) {
+    t->set_name(s.name);
+    t->set_data_type(data_type(s.dtype));
+    for (int64_t d : s.dims) t->add_dims(d);
+    if (s.has_reshape)
+      for (int64_t d : s.reshape) t->mutable_reshape()->add_shape(d);
+  };
+  out->set_name(spec.name);
+  out->set_platform(spec.platform);
+  out->set_backend(spec.backend);
+  out->set_max_batch_size(static_cast<int32_t>(spec.max_batch_size));
+  for (const TensorSpec& s : spec.inputs) {
+    config::Input* in = out->add_input();
+    fill(in, s);
+    in->set_optional(s.optional);
+  }
+  for (const TensorSpec& s : spec.outputs) fill(out->add_output(), s);
+  config::InstanceGroup* g = out->add_instance_group();
+  g->set_name(spec.name);
+  g->set_count(spec.instance_count);
+  config::InstanceGroup::Kind kind = config::InstanceGroup::KIND_AUTO;
+  config::InstanceGroup::Kind_Parse(spec.instance_kind, &kind);
+  g->set_kind(kind);
+  for (int gpu : spec.gpus) g->add_gpus(gpu);
+  out->set_default_model_filename(spec.model_filename.empty() ? "model.onnx" : spec.model_filename);
+  if (spec.dynamic_batching) {
+    config::DynamicBatching* db = out->mutable_dynamic_batching();
+    for (int64_t p : spec.batcher.preferred_batch_sizes) db->add_preferred_batch_size(static_cast<int32_t>(p));
+    db->set_max_queue_delay_microseconds(static_cast<uint64_t>(spec.batcher.max_queue_delay.count()));
+    db->mutable_default_queue_policy()->set_max_queue_size(static_cast<uint32_t>(spec.batcher.max_queue_size));
+    db->mutable_default_queue_policy()->set_default_timeout_microseconds(
+        static_cast<uint64_t>(spec.batcher.default_timeout.count()));
+  }
+  for (const auto& [k, v] : spec.parameters) (*out->mutable_parameters())[k].set_string_value(v);
+  config::VersionPolicy* vp = out->mutable_version_policy();
+  if (spec.versions == ModelSpec::Versions::kAll) {
+    vp->mutable_all();
+  } else if (spec.versions == ModelSpec::Versions::kSpecific) {
+    for (int64_t v : spec.specific_versions) vp->mutable_specific()->add_versions(v);
+  } else {
+    vp->mutable_latest()->set_num_versions(static_cast<uint32_t>(spec.latest_versions));
+  }
 }
 
 std::string model_config_json(const ModelSpec& spec) {

@@ -13,6 +13,10 @@
 
 namespace kiln::serve {
 
+namespace config {
+class ModelConfig;  // model_config.proto's message (generated; included by the .cpp files that use it)
+}
+
 struct TensorSpec {
   std::string name;
   DataType dtype = DataType::kUndefined;
@@ -57,6 +61,9 @@ Status complete_model_config(ModelSpec& spec, const Engine& engine, int64_t defa
 
 // The config as Triton's /v2/models/{m}/config answers it (JSON, config.pbtxt's field names).
 std::string model_config_json(const ModelSpec& spec);
+
+// The config as model_config.proto's message (what the gRPC ModelConfig call answers).
+void fill_model_config(const ModelSpec& spec, config::ModelConfig* out);
 
 // "TYPE_FP32" <-> kFloat32 (config.pbtxt); "FP32" <-> kFloat32 (the protocol's datatype strings).
 std::string config_type_name(DataType dtype);

@@ -108,29 +108,13 @@ json write_json_data(const Tensor& t) {
   return data;
 }
 
-// The request's shape checked against the configured dims (+ the batch dim when batching).
-Expected<Shape> checked_shape(const json& j, const TensorSpec& spec, int64_t max_batch_size, const std::string& who) {
+Expected<Shape> parse_shape(const json& j, const std::string& who) {
   if (!j.is_array()) return invalid_argument(who + ": \"shape\" must be an array of integers");
   Shape shape;
   for (const json& d : j) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0)
       return invalid_argument(who + ": \"shape\" has " + describe(d) + " (dims are integers >= 0)");
     shape.push_back(d.get<int64_t>());
-  }
-  const bool batching = max_batch_size > 0;
-  const size_t rank = spec.dims.size() + (batching ? 1 : 0);
-  std::string expected = shape_to_string(spec.dims);
-  if (batching) expected = "[batch," + expected.substr(1);
-  if (shape.size() != rank)
-    return invalid_argument(who + ": shape " + shape_to_string(shape) + " has rank " + std::to_string(shape.size()) +
-                            ", the model takes " + expected);
-  if (batching && (shape[0] < 1 || shape[0] > max_batch_size))
-    return invalid_argument(who + ": batch size " + std::to_string(shape[0]) + " outside 1.." +
-                            std::to_string(max_batch_size) + " (max_batch_size)");
-  for (size_t i = 0; i < spec.dims.size(); ++i) {
-    const int64_t want = spec.dims[i], got = shape[i + (batching ? 1 : 0)];
-    if (want != -1 && got != want)
-      return invalid_argument(who + ": shape " + shape_to_string(shape) + " does not fit the model's " + expected);
   }
   return shape;
 }
@@ -141,12 +125,9 @@ Expected<Tensor> decode_input(const json& in, const TensorSpec& spec, int64_t ma
   if (!in.contains("datatype") || !in["datatype"].is_string())
     return invalid_argument(who + ": \"datatype\" (a string such as \"FP32\") is missing");
   const std::string datatype = in["datatype"].get<std::string>();
-  if (protocol_type(datatype) != spec.dtype)
-    return invalid_argument(who + ": datatype " + datatype + ", the model takes " + protocol_type_name(spec.dtype));
   if (!in.contains("shape")) return invalid_argument(who + ": \"shape\" is missing");
-  KILN_ASSIGN_OR_RETURN(Shape shape, checked_shape(in["shape"], spec, max_batch_size, who));
-  const std::string too_big = check_tensor_size(spec.dtype, shape);
-  if (!too_big.empty()) return invalid_argument(who + ": " + too_big);
+  KILN_ASSIGN_OR_RETURN(Shape shape, parse_shape(in["shape"], who));
+  KILN_ASSIGN_OR_RETURN(Tensor t, new_input_tensor(spec, max_batch_size, datatype, shape));
 
   const json* params = in.contains("parameters") ? &in["parameters"] : nullptr;
   if (params && !params->is_object()) return invalid_argument(who + ": \"parameters\" must be an object");
@@ -154,16 +135,6 @@ Expected<Tensor> decode_input(const json& in, const TensorSpec& spec, int64_t ma
   if (binary == in.contains("data"))
     return invalid_argument(who + (binary ? ": has both \"data\" and a binary_data_size"
                                           : ": has neither \"data\" nor a binary_data_size parameter"));
-  // The model sees `reshape` when the config gives one (same element count).
-  Shape model_shape = shape;
-  if (spec.has_reshape) {
-    model_shape = max_batch_size > 0 ? Shape{shape[0]} : Shape{};
-    model_shape.insert(model_shape.end(), spec.reshape.begin(), spec.reshape.end());
-    if (shape_numel(model_shape) != shape_numel(shape))
-      return invalid_argument(who + ": shape " + shape_to_string(shape) + " cannot be reshaped to the model's " +
-                              shape_to_string(model_shape));
-  }
-  Tensor t = Tensor::empty(spec.dtype, model_shape);
   if (!binary) {
     KILN_RETURN_IF_ERROR(read_json_data(in["data"], t, who));
     return t;
@@ -200,6 +171,52 @@ bool flag(const json& obj, const char* key) {
 }
 
 }  // namespace
+
+Expected<Tensor> new_input_tensor(const TensorSpec& spec, int64_t max_batch_size, const std::string& datatype,
+                                  const Shape& shape) {
+  const std::string who = "input '" + spec.name + "'";
+  if (protocol_type(datatype) != spec.dtype)
+    return invalid_argument(who + ": datatype " + datatype.substr(0, 40) + ", the model takes " +
+                            protocol_type_name(spec.dtype));
+  const bool batching = max_batch_size > 0;
+  const size_t rank = spec.dims.size() + (batching ? 1 : 0);
+  std::string expected = shape_to_string(spec.dims);
+  if (batching) expected = "[batch," + expected.substr(1);
+  if (shape.size() != rank)
+    return invalid_argument(who + ": shape " + shape_to_string(shape) + " has rank " + std::to_string(shape.size()) +
+                            ", the model takes " + expected);
+  if (batching && (shape[0] < 1 || shape[0] > max_batch_size))
+    return invalid_argument(who + ": batch size " + std::to_string(shape[0]) + " outside 1.." +
+                            std::to_string(max_batch_size) + " (max_batch_size)");
+  for (size_t i = 0; i < spec.dims.size(); ++i) {
+    const int64_t want = spec.dims[i], got = shape[i + (batching ? 1 : 0)];
+    if (got < 0 || (want != -1 && got != want))
+      return invalid_argument(who + ": shape " + shape_to_string(shape) + " does not fit the model's " + expected);
+  }
+  const std::string too_big = check_tensor_size(spec.dtype, shape);
+  if (!too_big.empty()) return invalid_argument(who + ": " + too_big);
+  // The model sees `reshape` when the config gives one (same element count).
+  Shape model_shape = shape;
+  if (spec.has_reshape) {
+    model_shape = batching ? Shape{shape[0]} : Shape{};
+    model_shape.insert(model_shape.end(), spec.reshape.begin(), spec.reshape.end());
+    if (shape_numel(model_shape) != shape_numel(shape))
+      return invalid_argument(who + ": shape " + shape_to_string(shape) + " cannot be reshaped to the model's " +
+                              shape_to_string(model_shape));
+  }
+  return Tensor::empty(spec.dtype, model_shape);
+}
+
+Shape sent_output_shape(const ModelSpec& spec, size_t output, const Tensor& t) {
+  const TensorSpec& out = spec.outputs[output];
+  Shape shape = t.shape();
+  if (out.has_reshape && std::find(out.dims.begin(), out.dims.end(), -1) == out.dims.end()) {
+    Shape sent = spec.max_batch_size > 0 && !shape.empty() ? Shape{shape[0]} : Shape{};
+    sent.insert(sent.end(), out.dims.begin(), out.dims.end());
+    if (shape_numel(sent) == t.numel()) shape = sent;
+  }
+  return shape;
+}
 
 Expected<DecodedRequest> decode_infer_request(const std::string& body, std::optional<size_t> header_length,
                                               const ModelSpec& spec) {
@@ -266,15 +283,9 @@ EncodedResponse encode_infer_response(const ModelSpec& spec, const std::string& 
   std::string binary;
   for (size_t i = 0; i < request.outputs.size(); ++i) {
     const Tensor& t = outputs[request.outputs[i]];
-    const TensorSpec& out_spec = spec.outputs[request.outputs[i]];
-    // An output with a reshape is sent in the config's dims (the model produced `reshape`).
-    Shape shape = t.shape();
-    if (out_spec.has_reshape && std::find(out_spec.dims.begin(), out_spec.dims.end(), -1) == out_spec.dims.end()) {
-      Shape sent = spec.max_batch_size > 0 && !shape.empty() ? Shape{shape[0]} : Shape{};
-      sent.insert(sent.end(), out_spec.dims.begin(), out_spec.dims.end());
-      if (shape_numel(sent) == t.numel()) shape = sent;
-    }
-    json o = {{"name", out_spec.name}, {"datatype", protocol_type_name(t.dtype())}, {"shape", shape}};
+    json o = {{"name", spec.outputs[request.outputs[i]].name},
+              {"datatype", protocol_type_name(t.dtype())},
+              {"shape", sent_output_shape(spec, request.outputs[i], t)}};
     bool as_binary = request.binary_outputs[i];
     if (!as_binary && (t.dtype() == DataType::kFloat16 || t.dtype() == DataType::kBFloat16)) as_binary = true;
     if (as_binary) {

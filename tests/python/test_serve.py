@@ -1,6 +1,7 @@
-"""`kiln serve` against a real client nobody here wrote (tritonclient.http from PyPI): health, metadata,
-config, JSON and binary tensors, async requests merged by the dynamic batcher, statistics, metrics,
-repository load/unload, a set of malformed requests, and SIGTERM draining the requests in flight.
+"""`kiln serve` against a real client nobody here wrote (tritonclient from PyPI, HTTP and gRPC): health,
+metadata, config, JSON, binary and raw tensors, async requests merged by the dynamic batcher,
+statistics, metrics, repository load/unload, a set of malformed requests, and SIGTERM draining the
+requests in flight.
 
 Every wait is bounded: the server's ready line, each request (network_timeout) and each process exit."""
 
@@ -23,6 +24,7 @@ import pytest
 from onnx import TensorProto, helper
 
 httpclient = pytest.importorskip("tritonclient.http")
+grpcclient = pytest.importorskip("tritonclient.grpc")
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -95,7 +97,7 @@ class Server:
 
     def __init__(self, repo: str, *args: str):
         self.proc = subprocess.Popen([KILN, "serve", "--model-repository", repo, "--http-port", "0",
-                                      "--metrics-port", "0", *args],
+                                      "--grpc-port", "0", "--metrics-port", "0", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.stderr: list[str] = []
         threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
@@ -103,12 +105,16 @@ class Server:
         reader = threading.Thread(target=lambda: lines.append(self.proc.stdout.readline()), daemon=True)
         reader.start()
         reader.join(timeout=60)
-        m = re.search(r"ready: HTTP on 127\.0\.0\.1:(\d+), metrics on 127\.0\.0\.1:(\d+)", lines[0] if lines else "")
+        m = re.search(r"ready: HTTP on 127\.0\.0\.1:(\d+), gRPC on 127\.0\.0\.1:(\d+), metrics on 127\.0\.0\.1:(\d+)",
+                      lines[0] if lines else "")
         if not m:
             self.stop()
             raise AssertionError(f"no ready line: {lines} {''.join(self.stderr)}")
-        self.port, self.metrics_port = int(m.group(1)), int(m.group(2))
+        self.port, self.grpc_port, self.metrics_port = int(m.group(1)), int(m.group(2)), int(m.group(3))
         self.url = f"127.0.0.1:{self.port}"
+
+    def grpc(self):
+        return grpcclient.InferenceServerClient(f"127.0.0.1:{self.grpc_port}")
 
     def client(self, concurrency: int = 1):
         return httpclient.InferenceServerClient(self.url, concurrency=concurrency, connection_timeout=10,
@@ -357,6 +363,93 @@ def test_malformed_requests_are_refused_with_a_message(server):
     assert c.is_server_live() and c.is_model_ready("addmul")
     failures = c.get_inference_statistics("addmul")["model_stats"][0]["inference_stats"]["fail"]["count"]
     assert failures >= 10
+
+
+def grpc_addmul_inputs(x, y):
+    inputs = [grpcclient.InferInput("x", list(x.shape), "FP32"), grpcclient.InferInput("y", list(y.shape), "FP32")]
+    inputs[0].set_data_from_numpy(x)
+    inputs[1].set_data_from_numpy(y)
+    return inputs
+
+
+def test_grpc_health_metadata_config(server):
+    c = server.grpc()
+    assert c.is_server_live() and c.is_server_ready()
+    assert c.is_model_ready("tiny_cnn") and not c.is_model_ready("nope")
+    assert c.get_server_metadata(as_json=True)["name"] == "kiln"
+    m = c.get_model_metadata("tiny_cnn", as_json=True)
+    assert m["inputs"] == [{"name": "image", "datatype": "FP32", "shape": ["-1", "3", "32", "32"]}], m
+    cfg = c.get_model_config("addmul", as_json=True)["config"]
+    assert cfg["max_batch_size"] == 16 and cfg["dynamic_batching"]["max_queue_delay_microseconds"] == "30000", cfg
+    assert cfg["input"][0] == {"name": "x", "data_type": "TYPE_FP32", "dims": ["4"]}, cfg
+    assert cfg["instance_group"][0]["kind"] == "KIND_CPU" and cfg["instance_group"][0]["count"] == 2, cfg
+    index = {m["name"]: m for m in c.get_model_repository_index(as_json=True)["models"]}
+    assert index["addmul"]["state"] == "READY" and index["broken"]["state"] == "UNAVAILABLE", index
+    c.close()
+
+
+def test_grpc_infer_raw_and_async_batching(server):
+    import queue  # noqa: PLC0415
+
+    import kiln  # noqa: PLC0415
+
+    image = np.load(EXAMPLE_INPUT).astype(np.float32)
+    if image.ndim == 3:
+        image = image[None]
+    expected = kiln.InferenceSession(EXAMPLE).run(None, {"image": image})[0]
+    c = server.grpc()
+    inp = grpcclient.InferInput("image", list(image.shape), "FP32")
+    inp.set_data_from_numpy(image)
+    r = c.infer("tiny_cnn", [inp], outputs=[grpcclient.InferRequestedOutput("probabilities")], request_id="g1",
+                client_timeout=30)
+    np.testing.assert_allclose(r.as_numpy("probabilities"), expected, rtol=1e-5, atol=1e-6)
+    assert r.get_response().id == "g1"
+
+    n = 16
+    before = c.get_inference_statistics("addmul", as_json=True)["model_stats"][0]
+    done: queue.Queue = queue.Queue()
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((1, 4)).astype(np.float32) for _ in range(n)]
+    for i in range(n):
+        c.async_infer("addmul", grpc_addmul_inputs(xs[i], xs[i]), lambda result, error, i=i: done.put((i, result, error)),
+                      client_timeout=30)
+    for _ in range(n):
+        i, result, error = done.get(timeout=30)
+        assert error is None, error
+        np.testing.assert_array_equal(result.as_numpy("sum"), xs[i] + xs[i])
+        np.testing.assert_array_equal(result.as_numpy("product"), xs[i] * xs[i])
+    after = c.get_inference_statistics("addmul", as_json=True)["model_stats"][0]
+    inferences = int(after["inference_count"]) - int(before.get("inference_count", 0))
+    executions = int(after["execution_count"]) - int(before.get("execution_count", 0))
+    assert inferences == n and executions < inferences, (before, after)
+    c.close()
+
+
+def test_grpc_errors_and_repository(server):
+    c = server.grpc()
+    x = np.ones((1, 4), np.float32)
+    cases = [
+        ("nope", grpc_addmul_inputs(x, x), "NOT_FOUND", "unknown model 'nope'"),
+        ("addmul", [grpcclient.InferInput("x", [1, 4], "INT32"), grpcclient.InferInput("y", [1, 4], "FP32")],
+         "INVALID_ARGUMENT", "datatype INT32"),
+        ("addmul", grpc_addmul_inputs(np.ones((1, 5), np.float32), np.ones((1, 5), np.float32)), "INVALID_ARGUMENT",
+         "does not fit"),
+        ("addmul", grpc_addmul_inputs(np.ones((17, 4), np.float32), np.ones((17, 4), np.float32)), "INVALID_ARGUMENT",
+         "max_batch_size"),
+        ("addmul", grpc_addmul_inputs(x, x)[:1], "INVALID_ARGUMENT", "input 'y' is missing"),
+    ]
+    cases[1][1][0].set_data_from_numpy(np.ones((1, 4), np.int32))
+    cases[1][1][1].set_data_from_numpy(x)
+    for model, inputs, code, text in cases:
+        with pytest.raises(InferenceServerException) as e:
+            c.infer(model, inputs, client_timeout=30)
+        assert code in str(e.value.status()) and text in e.value.message(), (model, text, e.value)
+    c.unload_model("tiny_cnn")
+    assert not c.is_model_ready("tiny_cnn")
+    c.load_model("tiny_cnn")
+    assert c.is_model_ready("tiny_cnn")
+    assert c.is_server_live()
+    c.close()
 
 
 def test_restart_loads_the_cached_engines(server, repo):

@@ -1,6 +1,6 @@
-// tools/cli/cmd_serve.cpp — `kiln serve`: a KServe v2 / Triton-compatible inference server over a
-// model repository (src/serve/), with dynamic batching and Prometheus metrics. SIGINT or SIGTERM
-// stops it gracefully: no new connections, the requests in flight and queued are answered first.
+// tools/cli/cmd_serve.cpp — `kiln serve`: a KServe v2 / Triton-compatible inference server (HTTP and
+// gRPC) over a model repository (src/serve/), with dynamic batching and Prometheus metrics. SIGINT or
+// SIGTERM stops it gracefully: no new connections, the requests in flight and queued are answered first.
 #include <CLI/CLI.hpp>
 
 #include <csignal>
@@ -16,6 +16,7 @@
 #include "commands.h"
 #include "common.h"
 #include "kiln/kiln.h"
+#include "serve/grpc_server.h"
 #include "serve/http_server.h"
 #include "serve/repository.h"
 
@@ -25,7 +26,7 @@ namespace {
 
 struct ServeCommand {
   std::string repository, host = "127.0.0.1", device = "cpu";
-  int http_port = 8000, metrics_port = 8002, http_threads = 64;
+  int http_port = 8000, grpc_port = 8001, metrics_port = 8002, http_threads = 64;
   int64_t default_max_batch_size = 8;
   size_t max_body_bytes = size_t{256} << 20;
   bool no_engine_cache = false;
@@ -36,13 +37,15 @@ struct ServeCommand {
 
 CLI::App* ServeCommand::add_to(CLI::App& app) {
   auto* sub = app.add_subcommand(
-      "serve", "Serve a model repository over HTTP (KServe v2 / Triton protocol), with dynamic batching");
+      "serve", "Serve a model repository over HTTP and gRPC (KServe v2 / Triton protocol), with dynamic batching");
   sub->add_option("--model-repository", repository, "folder of <model>/config.pbtxt and <model>/<version>/model.onnx")
       ->required()
       ->check(CLI::ExistingDirectory);
   sub->add_option("--host", host, "address to listen on");
   sub->add_option("--http-port", http_port, "HTTP port (0: any free port; the ready line tells which)")
       ->check(CLI::Range(0, 65535));
+  sub->add_option("--grpc-port", grpc_port, "gRPC port (KServe v2 GRPCInferenceService; 0: any free port; -1: none)")
+      ->check(CLI::Range(-1, 65535));
   sub->add_option("--metrics-port", metrics_port, "Prometheus metrics port (/metrics; 0: any free port; -1: none)")
       ->check(CLI::Range(-1, 65535));
   sub->add_option("--device", device, "device of models whose instance_group kind is KIND_AUTO or absent")
@@ -85,6 +88,13 @@ int ServeCommand::execute() {
   ho.threads = http_threads;
   kiln::serve::HttpServer server(models, ho);
   if (kiln::Status st = server.bind(); !st.ok()) return fail(st);
+  kiln::serve::GrpcOptions go;
+  go.host = host;
+  go.port = grpc_port;
+  go.max_message_bytes = max_body_bytes;
+  kiln::serve::GrpcServer grpc(models, go);
+  if (grpc_port >= 0)
+    if (kiln::Status st = grpc.start(); !st.ok()) return fail(st);
   const int ready = models.load_all();
   const size_t listed = models.index().size();
 
@@ -94,11 +104,12 @@ int ServeCommand::execute() {
     ro.log(std::string("stopping (") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + "): finishing the requests in flight");
     server.stop();      // no new connections; run() returns once the handlers in flight have answered
     models.shutdown();  // meanwhile their queued requests run now, without waiting for the queue delay
+    grpc.stop();        // then the gRPC calls in flight (answered by now) end
   });
-  std::printf("kiln serve: ready: HTTP on %s:%d, metrics on %s, %d of %zu model(s) loaded\n", host.c_str(),
-              server.http_port(),
-              server.metrics_port() > 0 ? (host + ":" + std::to_string(server.metrics_port())).c_str() : "(none)",
-              ready, listed);
+  auto where = [&](int port) { return port > 0 ? host + ":" + std::to_string(port) : std::string("(none)"); };
+  std::printf("kiln serve: ready: HTTP on %s, gRPC on %s, metrics on %s, %d of %zu model(s) loaded\n",
+              where(server.http_port()).c_str(), where(grpc_port >= 0 ? grpc.port() : -1).c_str(),
+              where(server.metrics_port()).c_str(), ready, listed);
   std::fflush(stdout);
   server.run();
   models.shutdown();  // (when run() ended without a signal)
