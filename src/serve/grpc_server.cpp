@@ -2,6 +2,7 @@
 #include "serve/grpc_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/resource_quota.h>
 
 #include <algorithm>
 #include <chrono>
@@ -287,6 +288,9 @@ Status GrpcServer::start() {
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl_->port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(impl_->options.max_message_bytes, INT32_MAX)));
   builder.SetMaxSendMessageSize(-1);
+  grpc::ResourceQuota quota("kiln-serve-grpc");
+  quota.SetMaxThreads(std::max(2, impl_->options.max_threads));
+  builder.SetResourceQuota(quota);
   builder.RegisterService(&impl_->service);
   impl_->server = builder.BuildAndStart();
   if (!impl_->server || impl_->port <= 0)

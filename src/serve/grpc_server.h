@@ -19,6 +19,9 @@ struct GrpcOptions {
   std::string host = "127.0.0.1";
   int port = 8001;  // 0: any free port (port() tells which)
   size_t max_message_bytes = size_t{256} << 20;
+  // Calls served at once; past it new calls are answered RESOURCE_EXHAUSTED (bounded threads and
+  // memory under overload).
+  int max_threads = 64;
 };
 
 class GrpcServer {
