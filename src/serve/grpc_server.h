@@ -21,7 +21,7 @@ struct GrpcOptions {
   size_t max_message_bytes = size_t{256} << 20;
   // Calls served at once; past it new calls are answered RESOURCE_EXHAUSTED (bounded threads and
   // memory under overload).
-  int max_threads = 64;
+  int max_threads = 512;
 };
 
 class GrpcServer {

@@ -18,7 +18,7 @@ struct HttpOptions {
   int port = 8000;           // 0: any free port (http_port() tells which)
   int metrics_port = 8002;   // 0: any free port; -1: no metrics server
   size_t max_body_bytes = size_t{256} << 20;  // larger requests are refused (413)
-  int threads = 64;          // connections served at once (a keep-alive connection holds its thread while open)
+  int threads = 256;         // connections served at once (a keep-alive connection holds its thread while open)
 };
 
 class HttpServer {

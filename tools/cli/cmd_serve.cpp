@@ -26,7 +26,7 @@ namespace {
 
 struct ServeCommand {
   std::string repository, host = "127.0.0.1", device = "cpu";
-  int http_port = 8000, grpc_port = 8001, metrics_port = 8002, http_threads = 64, grpc_threads = 64;
+  int http_port = 8000, grpc_port = 8001, metrics_port = 8002, http_threads = 256, grpc_threads = 512;
   int64_t default_max_batch_size = 8;
   size_t max_body_bytes = size_t{256} << 20;
   bool no_engine_cache = false;
@@ -55,9 +55,10 @@ CLI::App* ServeCommand::add_to(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--max-body-bytes", max_body_bytes, "largest request body accepted (larger: HTTP 413)")
       ->check(CLI::PositiveNumber);
-  sub->add_option("--http-threads", http_threads, "HTTP connections served at once (an open keep-alive connection holds one)")->check(CLI::Range(1, 1024));
+  sub->add_option("--http-threads", http_threads, "HTTP connections served at once (an open keep-alive connection holds one)")
+      ->check(CLI::Range(1, 65536));
   sub->add_option("--grpc-threads", grpc_threads, "gRPC calls served at once (past it: RESOURCE_EXHAUSTED)")
-      ->check(CLI::Range(2, 1024));
+      ->check(CLI::Range(2, 65536));
   sub->add_flag("--no-engine-cache", no_engine_cache,
                 "build every engine on load, without reading or writing <version>/model.<key>.kiln");
   return sub;
