@@ -36,6 +36,7 @@ Tensor rows_of(const Tensor& t, int64_t row, int64_t rows) {
   Shape shape = t.shape();
   const size_t row_bytes = t.nbytes() / static_cast<size_t>(shape[0]);
   shape[0] = rows;
+  if (row_bytes == 0 || !t.storage()) return Tensor::empty(t.dtype(), shape);  // no elements to share
   const size_t base = static_cast<const char*>(t.raw()) - static_cast<const char*>(t.storage()->data);
   return Tensor::view(t.storage(), base + static_cast<size_t>(row) * row_bytes, t.dtype(), shape);
 }

@@ -163,6 +163,13 @@ TEST(ServeBatcher, NeverMixesShapes) {
   EXPECT_GE(log->runs.size(), 2u);
 }
 
+TEST(ServeBatcher, SplitsOutputsWithoutElements) {
+  auto log = std::make_shared<FakeExecutor::Log>();
+  auto b = make_batcher(batching(8, 100ms), log);
+  auto results = infer_concurrently(*b, 4, [](int) { return Shape{1, 0}; });
+  for (auto& r : results) expect_doubled(r, {1, 0}, 0);
+}
+
 TEST(ServeBatcher, TimesOutInTheQueueInsteadOfHanging) {
   auto log = std::make_shared<FakeExecutor::Log>();
   std::promise<void> open;

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <unistd.h>
 
 #include "serve/model_config.h"
 
@@ -12,10 +13,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A model folder holding `text` as its config.pbtxt (none when empty).
+// A model folder holding `text` as its config.pbtxt (none when empty), one per test, removed after it.
 std::string model_dir(const std::string& text) {
-  const fs::path dir = fs::temp_directory_path() / ("kiln_serve_config_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
-                                                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  struct Folder {
+    fs::path path;
+    ~Folder() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static Folder folder{fs::temp_directory_path() / ("kiln_serve_config_" + std::to_string(::getpid()))};
+  const fs::path dir = folder.path / ::testing::UnitTest::GetInstance()->current_test_info()->name();
   fs::remove_all(dir);
   fs::create_directories(dir);
   if (!text.empty()) std::ofstream(dir / "config.pbtxt") << text;
