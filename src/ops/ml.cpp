@@ -1,7 +1,7 @@
 // ops/ml.cpp — types and shapes of the ai.onnx.ml ops kiln runs: ArrayFeatureExtractor, Binarizer,
-// LabelEncoder, TreeEnsemble, TreeEnsembleClassifier/Regressor, LinearClassifier/Regressor, Scaler,
-// Normalizer, Imputer, OneHotEncoder. (ZipMap, CastMap and DictVectorizer take or give maps, which
-// kiln's runtime values do not hold.)
+// LabelEncoder, TreeEnsemble, TreeEnsembleClassifier/Regressor, LinearClassifier/Regressor,
+// SVMClassifier/Regressor, Scaler, Normalizer, Imputer, OneHotEncoder. (ZipMap, CastMap and
+// DictVectorizer take or give maps, which kiln's runtime values do not hold.)
 #include "ops/op_table.h"
 #include "ops/params_ml.h"
 
@@ -100,6 +100,15 @@ Status infer_linear_regressor(InferContext& c) {
   return infer_regressor(c, parse_linear_regressor_unchecked(c.node).targets);
 }
 
+// Y: a label per row; Z: float [N, SvmClassifierParams::score_count()].
+Status infer_svm_classifier(InferContext& c) {
+  const SvmClassifierParams p = parse_svm_classifier_unchecked(c.node);
+  return infer_classifier(c, p.string_labels(), p.score_count());
+}
+
+// Y: float [N, 1].
+Status infer_svm_regressor(InferContext& c) { return infer_regressor(c, 1); }
+
 // X's shape, as floats (Scaler, Normalizer).
 Status infer_same_float(InferContext& c) {
   if (!c.has(0)) return Status::Ok();
@@ -132,6 +141,8 @@ void add_ml_ops(std::vector<OpDef>& t) {
   t.push_back(OpDef{"TreeEnsembleRegressor", ml, 1, infer_tree_regressor, "native"});
   t.push_back(OpDef{"LinearClassifier", ml, 1, infer_linear_classifier, "native"});
   t.push_back(OpDef{"LinearRegressor", ml, 1, infer_linear_regressor, "native"});
+  t.push_back(OpDef{"SVMClassifier", ml, 1, infer_svm_classifier, "native"});
+  t.push_back(OpDef{"SVMRegressor", ml, 1, infer_svm_regressor, "native"});
   t.push_back(OpDef{"Scaler", ml, 1, infer_same_float, "native"});
   t.push_back(OpDef{"Normalizer", ml, 1, infer_same_float, "native"});
   t.push_back(OpDef{"Imputer", ml, 1, infer_same, "native"});

@@ -211,16 +211,23 @@ Status read_tree_ensemble(const ir::Node& n, TreeEnsembleParams& e, bool all) {
 
 // ---------------------------------------------------------------- the legacy tree ensembles
 
+// String attribute `name` (default `dflt`) as its position in `names`, or an error listing them.
+Expected<int> choice_attr(const ir::Node& n, const char* name, const char* dflt, std::initializer_list<const char*> names) {
+  const std::string s = n.attr_string(name, dflt);
+  std::string listed;
+  int at = 0;
+  for (const char* c : names) {
+    if (s == c) return at;
+    listed += std::string(at == 0 ? "" : at + 1 == static_cast<int>(names.size()) ? " or " : ", ") + c;
+    ++at;
+  }
+  return invalid_model(n.describe() + ": " + name + " '" + s + "' is not " + listed);
+}
+
 Expected<TreeEnsembleParams::Post> read_post(const ir::Node& n) {
-  using Post = TreeEnsembleParams::Post;
-  const std::string s = n.attr_string("post_transform", "NONE");
-  if (s == "NONE") return Post::kNone;
-  if (s == "SOFTMAX") return Post::kSoftmax;
-  if (s == "LOGISTIC") return Post::kLogistic;
-  if (s == "SOFTMAX_ZERO") return Post::kSoftmaxZero;
-  if (s == "PROBIT") return Post::kProbit;
-  return invalid_model(n.describe() + ": post_transform '" + s +
-                       "' is not NONE, SOFTMAX, LOGISTIC, SOFTMAX_ZERO or PROBIT");
+  KILN_ASSIGN_OR_RETURN(const int post, choice_attr(n, "post_transform", "NONE",
+                                                    {"NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT"}));
+  return static_cast<TreeEnsembleParams::Post>(post);
 }
 
 // `name` as floats, or `name`_as_tensor as doubles (one of the two; empty when neither is given).
@@ -339,12 +346,9 @@ Status read_tree_regressor(const ir::Node& n, TreeEnsembleParams& e, bool all) {
   e.n_targets = n.attr_int("n_targets", 1);
   if (!all) return Status::Ok();
   if (e.n_targets <= 0) return invalid_model(n.describe() + ": n_targets must be positive");
-  const std::string agg = n.attr_string("aggregate_function", "SUM");
-  if (agg == "SUM") e.aggregate = TreeEnsembleParams::Aggregate::kSum;
-  else if (agg == "AVERAGE") e.aggregate = TreeEnsembleParams::Aggregate::kAverage;
-  else if (agg == "MIN") e.aggregate = TreeEnsembleParams::Aggregate::kMin;
-  else if (agg == "MAX") e.aggregate = TreeEnsembleParams::Aggregate::kMax;
-  else return invalid_model(n.describe() + ": aggregate_function '" + agg + "' is not SUM, AVERAGE, MIN or MAX");
+  // In the order of TreeEnsembleParams::Aggregate.
+  KILN_ASSIGN_OR_RETURN(const int agg, choice_attr(n, "aggregate_function", "SUM", {"AVERAGE", "SUM", "MIN", "MAX"}));
+  e.aggregate = static_cast<TreeEnsembleParams::Aggregate>(agg);
   return read_legacy_trees(n, "target", e);
 }
 
@@ -398,6 +402,107 @@ Status read_linear_regressor(const ir::Node& n, LinearRegressorParams& p, bool a
   if (!p.intercepts.empty() && static_cast<int64_t>(p.intercepts.size()) != p.targets)
     return invalid_model(n.describe() + ": intercepts must hold one value per target");
   KILN_ASSIGN_OR_RETURN(p.post_transform, read_post(n));
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- SVMRegressor / SVMClassifier
+
+Status read_svm_kernel(const ir::Node& n, SvmKernel& k) {
+  KILN_ASSIGN_OR_RETURN(const int type, choice_attr(n, "kernel_type", "LINEAR", {"LINEAR", "POLY", "RBF", "SIGMOID"}));
+  k.type = static_cast<SvmKernel::Type>(type);
+  KILN_ASSIGN_OR_RETURN(const std::vector<double> kp, reals_attr(n, "kernel_params", false));
+  if (kp.empty()) return Status::Ok();
+  if (kp.size() != 3)
+    return invalid_model(n.describe() + ": kernel_params must be [gamma, coef0, degree], got " +
+                         std::to_string(kp.size()) + " values");
+  k.gamma = kp[0];
+  k.coef0 = kp[1];
+  k.degree = kp[2];
+  return Status::Ok();
+}
+
+// `values` holds rows of `count` entries: the row length, or an error naming `what`.
+Expected<int64_t> row_length(const ir::Node& n, const std::vector<double>& values, int64_t count, const std::string& what) {
+  if (count <= 0 || values.empty() || values.size() % static_cast<uint64_t>(count) != 0)
+    return invalid_model(n.describe() + ": " + what + " holds " + std::to_string(values.size()) +
+                         " values, not a whole number of rows for " + std::to_string(count));
+  return static_cast<int64_t>(values.size() / static_cast<uint64_t>(count));
+}
+
+Expected<SvmRegressorParams> read_svm_regressor(const ir::Node& n) {
+  SvmRegressorParams p;
+  auto bad = [&](const std::string& why) { return invalid_model(n.describe() + ": " + why); };
+  KILN_RETURN_IF_ERROR(read_svm_kernel(n, p.kernel));
+  KILN_ASSIGN_OR_RETURN(p.coefficients, reals_attr(n, "coefficients", true));
+  KILN_ASSIGN_OR_RETURN(p.support_vectors, reals_attr(n, "support_vectors", false));
+  KILN_ASSIGN_OR_RETURN(const std::vector<double> rho, reals_attr(n, "rho", true));
+  KILN_ASSIGN_OR_RETURN(p.post_transform, read_post(n));
+  if (rho.empty()) return bad("rho must hold a value");
+  p.rho = rho[0];
+  p.one_class = n.attr_int("one_class", 0) != 0;
+  p.n_supports = n.attr_int("n_supports", 0);
+  if (p.n_supports < 0) return bad("n_supports is " + std::to_string(p.n_supports) + ", must not be negative");
+  if (p.n_supports == 0) {  // linear: one coefficient per feature
+    if (!p.support_vectors.empty()) return bad("support_vectors are given but n_supports is 0");
+    if (p.coefficients.empty()) return bad("coefficients must not be empty");
+    p.features = static_cast<int64_t>(p.coefficients.size());
+    return p;
+  }
+  if (static_cast<uint64_t>(p.n_supports) != p.coefficients.size())
+    return bad("n_supports is " + std::to_string(p.n_supports) + " but coefficients holds " +
+               std::to_string(p.coefficients.size()) + " values (one per support vector)");
+  KILN_ASSIGN_OR_RETURN(p.features, row_length(n, p.support_vectors, p.n_supports, "support_vectors"));
+  return p;
+}
+
+Status read_svm_classifier(const ir::Node& n, SvmClassifierParams& p, bool all) {
+  p.labels_int = n.attr_ints("classlabels_ints");
+  if (const ir::Attribute* a = n.attr("classlabels_strings")) p.labels_str = a->strings;
+  p.vectors_per_class = n.attr_ints("vectors_per_class");
+  if (const ir::Attribute* a = n.attr("prob_a"); a && !a->floats.empty()) p.prob_a = {a->floats[0]};
+  if (!all) return Status::Ok();
+  auto bad = [&](const std::string& why) { return invalid_model(n.describe() + ": " + why); };
+  if (p.labels_str.empty() == p.labels_int.empty())
+    return bad("needs one of classlabels_ints and classlabels_strings, not empty");
+  KILN_RETURN_IF_ERROR(read_svm_kernel(n, p.kernel));
+  KILN_ASSIGN_OR_RETURN(p.coefficients, reals_attr(n, "coefficients", true));
+  KILN_ASSIGN_OR_RETURN(p.support_vectors, reals_attr(n, "support_vectors", false));
+  KILN_ASSIGN_OR_RETURN(p.rho, reals_attr(n, "rho", true));
+  KILN_ASSIGN_OR_RETURN(p.prob_a, reals_attr(n, "prob_a", false));
+  KILN_ASSIGN_OR_RETURN(p.prob_b, reals_attr(n, "prob_b", false));
+  KILN_ASSIGN_OR_RETURN(p.post_transform, read_post(n));
+  p.all_positive = std::all_of(p.coefficients.begin(), p.coefficients.end(), [](double w) { return w >= 0; });
+  const int64_t c = p.classes();
+  if (p.rho.empty()) return bad("rho must hold a value");
+  if (!p.svc()) {  // linear: one coefficient row per class; prob_a / prob_b unused (as onnxruntime does)
+    if (!p.support_vectors.empty()) return bad("support_vectors are given without vectors_per_class");
+    KILN_ASSIGN_OR_RETURN(p.features, row_length(n, p.coefficients, c, "coefficients"));
+    p.prob_a.clear();
+    p.prob_b.clear();
+    return Status::Ok();
+  }
+  if (c < 2) return bad("an SVM with support vectors needs at least two class labels");
+  if (static_cast<int64_t>(p.vectors_per_class.size()) != c)
+    return bad("vectors_per_class holds " + std::to_string(p.vectors_per_class.size()) + " counts for " +
+               std::to_string(c) + " class labels");
+  for (int64_t v : p.vectors_per_class) {
+    // Each count is at most the number of support-vector values, so the sum cannot overflow.
+    if (v < 0 || static_cast<uint64_t>(v) > p.support_vectors.size())
+      return bad("vectors_per_class holds " + std::to_string(v) + ", not a count of the support vectors");
+    p.class_start.push_back(p.vectors);
+    p.vectors += v;
+  }
+  KILN_ASSIGN_OR_RETURN(p.features, row_length(n, p.support_vectors, p.vectors, "support_vectors"));
+  const uint64_t pairs = static_cast<uint64_t>(c) * static_cast<uint64_t>(c - 1) / 2;
+  if (p.coefficients.size() != static_cast<uint64_t>(c - 1) * static_cast<uint64_t>(p.vectors))
+    return bad("coefficients holds " + std::to_string(p.coefficients.size()) + " values, not [classes - 1 = " +
+               std::to_string(c - 1) + ", vectors = " + std::to_string(p.vectors) + "]");
+  if (p.rho.size() != pairs)
+    return bad("rho holds " + std::to_string(p.rho.size()) + " values, not one per class pair (" +
+               std::to_string(pairs) + ")");
+  if (p.prob_a.size() != p.prob_b.size() || (!p.prob_a.empty() && p.prob_a.size() != pairs))
+    return bad("prob_a and prob_b must both be empty or both hold one value per class pair (" +
+               std::to_string(pairs) + ")");
   return Status::Ok();
 }
 
@@ -595,6 +700,10 @@ Expected<LinearClassifierParams> parse_linear_classifier(const ir::Node& n) { re
 LinearClassifierParams parse_linear_classifier_unchecked(const ir::Node& n) { return unchecked(n, read_linear_classifier); }
 Expected<LinearRegressorParams> parse_linear_regressor(const ir::Node& n) { return checked(n, read_linear_regressor); }
 LinearRegressorParams parse_linear_regressor_unchecked(const ir::Node& n) { return unchecked(n, read_linear_regressor); }
+
+Expected<SvmRegressorParams> parse_svm_regressor(const ir::Node& n) { return read_svm_regressor(n); }
+Expected<SvmClassifierParams> parse_svm_classifier(const ir::Node& n) { return checked(n, read_svm_classifier); }
+SvmClassifierParams parse_svm_classifier_unchecked(const ir::Node& n) { return unchecked(n, read_svm_classifier); }
 
 Expected<ScalerParams> parse_scaler(const ir::Node& n) {
   ScalerParams p;

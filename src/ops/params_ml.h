@@ -154,6 +154,64 @@ struct OneHotEncoderParams {
 Expected<OneHotEncoderParams> parse_one_hot_encoder(const ir::Node& n);
 OneHotEncoderParams parse_one_hot_encoder_unchecked(const ir::Node& n);  // the categories
 
+// SVMRegressor / SVMClassifier 1: the kernel K(x, v) of kernel_type and kernel_params [gamma, coef0,
+// degree]: LINEAR x·v, POLY (gamma x·v + coef0)^degree, RBF exp(-gamma |x - v|^2), SIGMOID
+// tanh(gamma x·v + coef0).
+struct SvmKernel {
+  enum class Type { kLinear, kPoly, kRbf, kSigmoid };
+  Type type = Type::kLinear;
+  double gamma = 0, coef0 = 0, degree = 0;  // zeros where kernel_params is absent
+};
+
+// SVMRegressor 1: Y [N, 1] = sum_v coefficients[v] K(x, support_vectors[v]) + rho[0], or with no
+// support vectors (n_supports = 0) the linear x·coefficients + rho[0], whatever the kernel (as
+// onnxruntime does). one_class: Y is 1 where that sum is > 0, else -1.
+struct SvmRegressorParams {
+  SvmKernel kernel;
+  std::vector<double> support_vectors;  // [n_supports, features] row-major; empty: linear
+  std::vector<double> coefficients;     // one per support vector, or (linear) one per feature
+  int64_t n_supports = 0;
+  int64_t features = 0;                 // X's last axis, once checked
+  double rho = 0;
+  bool one_class = false;
+  // Checked and kept, but not applied: onnxruntime leaves the regressor's output untransformed.
+  TreeEnsembleParams::Post post_transform = TreeEnsembleParams::Post::kNone;
+};
+Expected<SvmRegressorParams> parse_svm_regressor(const ir::Node& n);
+
+// SVMClassifier 1 over C class labels. With vectors_per_class (SVC): libsvm's one-vs-one layout — the
+// support vectors grouped by class, coefficients [C - 1, vectors], one rho (and prob_a / prob_b) per
+// class pair (i, j), i < j in row-major order; each pair's decision value votes for i where > 0, else
+// for j, and the label is the first class with the most votes. Without (linear): coefficients
+// [C, features], each class's score x·w + rho[0] (the kernel unused, as onnxruntime does).
+struct SvmClassifierParams {
+  SvmKernel kernel;
+  std::vector<int64_t> labels_int;      // classlabels_ints, or
+  std::vector<std::string> labels_str;  // classlabels_strings: one of the two is non-empty
+  std::vector<int64_t> vectors_per_class;  // empty: linear
+  std::vector<int64_t> class_start;        // SVC: each class's first support vector
+  std::vector<double> support_vectors;     // SVC: [vectors, features]
+  std::vector<double> coefficients;
+  std::vector<double> rho;                 // SVC: one per pair; linear: rho[0] is used
+  std::vector<double> prob_a, prob_b;      // SVC: empty, or one per pair (Platt scaling)
+  int64_t vectors = 0;                     // sum of vectors_per_class
+  int64_t features = 0;                    // X's last axis, once checked
+  bool all_positive = false;               // every coefficient >= 0 (the linear binary label rule)
+  TreeEnsembleParams::Post post_transform = TreeEnsembleParams::Post::kNone;
+  bool string_labels() const { return !labels_str.empty(); }
+  int64_t classes() const { return static_cast<int64_t>(string_labels() ? labels_str.size() : labels_int.size()); }
+  bool svc() const { return !vectors_per_class.empty(); }
+  bool probabilities() const { return svc() && !prob_a.empty(); }
+  // Z's width: C probabilities; SVC without them 2 scores for two classes, else one per pair; linear C.
+  int64_t score_count() const {
+    const int64_t c = classes();
+    if (!svc() || probabilities()) return c;
+    return c == 2 ? 2 : c * (c - 1) / 2;
+  }
+};
+Expected<SvmClassifierParams> parse_svm_classifier(const ir::Node& n);
+SvmClassifierParams parse_svm_classifier_unchecked(const ir::Node& n);  // labels, vectors_per_class, prob_a
+
 // ---------------------------------------------------------------- ops/rnn_quant.cpp
 
 // QuantizeLinear / DequantizeLinear.

@@ -390,11 +390,6 @@ std::string real_input(const ir::Node& n) {
   return require_dtypes(n, 0, {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16});
 }
 
-// The legacy ml ops' X: float, double, int64 or int32.
-std::string ml_input(const ir::Node& n) {
-  return require_dtypes(n, 0, {DataType::kFloat32, DataType::kFloat64, DataType::kInt64, DataType::kInt32});
-}
-
 }  // namespace
 
 void register_ml(KernelRegistry& r) {
@@ -408,6 +403,7 @@ void register_ml(KernelRegistry& r) {
   r.add({"TreeEnsembleRegressor", kMl, 1, 1 << 30, "cpu.ml.TreeEnsembleRegressor.any", ml_input,
          create_tree_regressor});
   register_ml_linear(r);
+  register_ml_svm(r);
 }
 
 }  // namespace kiln::cpu

@@ -1,5 +1,5 @@
-// backends/cpu/ml_common.h — what the ai.onnx.ml kernels of ml.cpp and ml_linear.cpp share: the
-// post transforms and the classifiers' (label, scores) rows.
+// backends/cpu/ml_common.h — what the ai.onnx.ml kernels of ml.cpp, ml_linear.cpp and ml_svm.cpp
+// share: X's rows, the post transforms and the classifiers' (label, scores) rows.
 #pragma once
 
 #include <cstdint>
@@ -28,8 +28,17 @@ void write_class_row(const std::vector<int64_t>& labels_int, const std::vector<s
 Tensor& write_regression(KernelContext& ctx, ops::TreeEnsembleParams::Post post, std::vector<double>& scores,
                          int64_t rows, int64_t n);
 
+// X (input 0) as doubles with its row count and row length: [N, F], or [F] as one row.
+Status rows_of(KernelContext& ctx, std::vector<double>& xs, int64_t* rows, int64_t* feats);
+
+// The dtype check of the ml ops whose X is float, double, int64 or int32 (a KernelDef's supports).
+std::string ml_input(const ir::Node& n);
+
 // LinearClassifier/Regressor, Scaler, Normalizer, Imputer, OneHotEncoder (ml_linear.cpp); register_ml
 // calls it.
 void register_ml_linear(KernelRegistry& r);
+
+// SVMClassifier, SVMRegressor (ml_svm.cpp); register_ml calls it.
+void register_ml_svm(KernelRegistry& r);
 
 }  // namespace kiln::cpu

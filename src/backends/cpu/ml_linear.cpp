@@ -14,16 +14,6 @@ namespace {
 constexpr const char* kMl = "ai.onnx.ml";
 using Post = ops::TreeEnsembleParams::Post;
 
-// X as doubles with its row count and row length.
-Status rows_of(KernelContext& ctx, std::vector<double>& xs, int64_t* rows, int64_t* feats) {
-  const Tensor& x = ctx.input(0);
-  if (x.rank() != 1 && x.rank() != 2) return ctx.error("X must be [N, F] or [F]");
-  if (!read_reals(x, xs)) return ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype()));
-  *rows = x.rank() == 2 ? x.dim(0) : 1;
-  *feats = x.dim(x.rank() - 1);
-  return Status::Ok();
-}
-
 // out[r, k] = sum_f x[r, f] * w[k, f] + b[k] for k < outs.
 void linear_scores(const std::vector<double>& xs, int64_t rows, int64_t feats, const std::vector<double>& w,
                    const std::vector<double>& b, int64_t outs, std::vector<double>& out) {
@@ -222,11 +212,20 @@ Expected<KernelPtr> create_one_hot_encoder(const ir::Node& n, KernelInit&) {
   });
 }
 
+}  // namespace
+
+Status rows_of(KernelContext& ctx, std::vector<double>& xs, int64_t* rows, int64_t* feats) {
+  const Tensor& x = ctx.input(0);
+  if (x.rank() != 1 && x.rank() != 2) return ctx.error("X must be [N, F] or [F]");
+  if (!read_reals(x, xs)) return ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype()));
+  *rows = x.rank() == 2 ? x.dim(0) : 1;
+  *feats = x.dim(x.rank() - 1);
+  return Status::Ok();
+}
+
 std::string ml_input(const ir::Node& n) {
   return require_dtypes(n, 0, {DataType::kFloat32, DataType::kFloat64, DataType::kInt64, DataType::kInt32});
 }
-
-}  // namespace
 
 void register_ml_linear(KernelRegistry& r) {
   r.add({"LinearClassifier", kMl, 1, 1 << 30, "cpu.ml.LinearClassifier.any", ml_input, create_linear_classifier});
