@@ -1,7 +1,7 @@
 // ops/ml.cpp — types and shapes of the ai.onnx.ml ops kiln runs: ArrayFeatureExtractor, Binarizer,
-// LabelEncoder, TreeEnsemble, TreeEnsembleClassifier/Regressor, LinearClassifier/Regressor,
-// SVMClassifier/Regressor, Scaler, Normalizer, Imputer, OneHotEncoder. (ZipMap, CastMap and
-// DictVectorizer take or give maps, which kiln's runtime values do not hold.)
+// CategoryMapper, FeatureVectorizer, LabelEncoder, TreeEnsemble, TreeEnsembleClassifier/Regressor,
+// LinearClassifier/Regressor, SVMClassifier/Regressor, Scaler, Normalizer, Imputer, OneHotEncoder.
+// (ZipMap, CastMap and DictVectorizer take or give maps, which kiln's runtime values do not hold.)
 #include "ops/op_table.h"
 #include "ops/params_ml.h"
 
@@ -109,6 +109,24 @@ Status infer_svm_classifier(InferContext& c) {
 // Y: float [N, 1].
 Status infer_svm_regressor(InferContext& c) { return infer_regressor(c, 1); }
 
+// Y: float [N, sum(inputdimensions)], N the first input's first axis (1 for a 1-D input).
+Status infer_feature_vectorizer(InferContext& c) {
+  if (!c.has(0)) return Status::Ok();
+  const int64_t total = parse_feature_vectorizer_unchecked(c.node).total;
+  Dim n;
+  if (known_tensor(c, 0) && c.shape(0).rank() >= 1) n = c.shape(0).rank() == 1 ? Dim(1) : c.shape(0).dims[0];
+  c.out[0] = Type::tensor(DataType::kFloat32, SymShape({n, total >= 0 ? Dim(total) : Dim()}));
+  return Status::Ok();
+}
+
+// X's shape; strings become int64 and the other way round.
+Status infer_category_mapper(InferContext& c) {
+  if (!c.has(0)) return Status::Ok();
+  c.out[0] = Type::tensor(c.dtype(0) == DataType::kString ? DataType::kInt64 : DataType::kString);
+  if (c.type(0).is_tensor()) c.out[0].shape = c.shape(0);
+  return Status::Ok();
+}
+
 // X's shape, as floats (Scaler, Normalizer).
 Status infer_same_float(InferContext& c) {
   if (!c.has(0)) return Status::Ok();
@@ -135,6 +153,8 @@ void add_ml_ops(std::vector<OpDef>& t) {
   const std::string ml = "ai.onnx.ml";
   t.push_back(OpDef{"ArrayFeatureExtractor", ml, 1, infer_array_feature_extractor, "native"});
   t.push_back(OpDef{"Binarizer", ml, 1, infer_same, "native"});
+  t.push_back(OpDef{"CategoryMapper", ml, 1, infer_category_mapper, "native"});
+  t.push_back(OpDef{"FeatureVectorizer", ml, 1, infer_feature_vectorizer, "native"});
   t.push_back(OpDef{"LabelEncoder", ml, 1, infer_label_encoder, "native"});
   t.push_back(OpDef{"TreeEnsemble", ml, 5, infer_tree_ensemble, "native"});
   t.push_back(OpDef{"TreeEnsembleClassifier", ml, 1, infer_tree_classifier, "native"});

@@ -506,6 +506,24 @@ Status read_svm_classifier(const ir::Node& n, SvmClassifierParams& p, bool all) 
   return Status::Ok();
 }
 
+// ---------------------------------------------------------------- FeatureVectorizer / CategoryMapper
+
+Status read_feature_vectorizer(const ir::Node& n, FeatureVectorizerParams& p, bool all) {
+  p.dims = n.attr_ints("inputdimensions");
+  bool valid = true;
+  for (int64_t d : p.dims)
+    if (d < 0 || __builtin_add_overflow(p.total, d, &p.total)) valid = false;
+  const bool given = n.attr("inputdimensions") != nullptr;
+  if (!valid || !given) p.total = -1;
+  if (!all) return Status::Ok();
+  if (!given) return invalid_model(n.describe() + ": needs the 'inputdimensions' attribute");
+  if (p.dims.size() != n.inputs.size())
+    return invalid_model(n.describe() + ": inputdimensions holds " + std::to_string(p.dims.size()) + " counts for " +
+                         std::to_string(n.inputs.size()) + " inputs");
+  if (!valid) return invalid_model(n.describe() + ": inputdimensions must be counts >= 0 with a sum that fits int64");
+  return Status::Ok();
+}
+
 // ---------------------------------------------------------------- OneHotEncoder
 
 Status read_one_hot_encoder(const ir::Node& n, OneHotEncoderParams& p, bool all) {
@@ -704,6 +722,25 @@ LinearRegressorParams parse_linear_regressor_unchecked(const ir::Node& n) { retu
 Expected<SvmRegressorParams> parse_svm_regressor(const ir::Node& n) { return read_svm_regressor(n); }
 Expected<SvmClassifierParams> parse_svm_classifier(const ir::Node& n) { return checked(n, read_svm_classifier); }
 SvmClassifierParams parse_svm_classifier_unchecked(const ir::Node& n) { return unchecked(n, read_svm_classifier); }
+
+Expected<FeatureVectorizerParams> parse_feature_vectorizer(const ir::Node& n) {
+  return checked(n, read_feature_vectorizer);
+}
+FeatureVectorizerParams parse_feature_vectorizer_unchecked(const ir::Node& n) {
+  return unchecked(n, read_feature_vectorizer);
+}
+
+Expected<CategoryMapperParams> parse_category_mapper(const ir::Node& n) {
+  CategoryMapperParams p;
+  p.ints = n.attr_ints("cats_int64s");
+  if (const ir::Attribute* a = n.attr("cats_strings")) p.strings = a->strings;
+  p.default_int = n.attr_int("default_int64", -1);
+  p.default_string = n.attr_string("default_string", "_Unused");
+  if (p.ints.empty() || p.strings.size() != p.ints.size())
+    return invalid_model(n.describe() + ": cats_int64s (" + std::to_string(p.ints.size()) + ") and cats_strings (" +
+                         std::to_string(p.strings.size()) + ") must be non-empty and of the same length");
+  return p;
+}
 
 Expected<ScalerParams> parse_scaler(const ir::Node& n) {
   ScalerParams p;

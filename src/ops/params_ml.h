@@ -212,6 +212,25 @@ struct SvmClassifierParams {
 Expected<SvmClassifierParams> parse_svm_classifier(const ir::Node& n);
 SvmClassifierParams parse_svm_classifier_unchecked(const ir::Node& n);  // labels, vectors_per_class, prob_a
 
+// FeatureVectorizer 1: Y float [N, sum(inputdimensions)], input i's row (its values after the first
+// axis; a 1-D input is one row) cut or zero-padded to inputdimensions[i] values, in input order.
+struct FeatureVectorizerParams {
+  std::vector<int64_t> dims;  // inputdimensions: one count >= 0 per input, once checked
+  int64_t total = 0;          // their sum; unchecked: -1 where absent, negative or overflowing
+};
+Expected<FeatureVectorizerParams> parse_feature_vectorizer(const ir::Node& n);
+FeatureVectorizerParams parse_feature_vectorizer_unchecked(const ir::Node& n);  // total
+
+// CategoryMapper 1: cats_strings[i] <-> cats_int64s[i] (a repeated key maps to its last partner), the
+// direction chosen by X's dtype (string: Y int64, else Y string); unmatched values take the default.
+struct CategoryMapperParams {
+  std::vector<int64_t> ints;
+  std::vector<std::string> strings;  // as long as ints, both non-empty once checked
+  int64_t default_int = -1;
+  std::string default_string = "_Unused";
+};
+Expected<CategoryMapperParams> parse_category_mapper(const ir::Node& n);
+
 // ---------------------------------------------------------------- ops/rnn_quant.cpp
 
 // QuantizeLinear / DequantizeLinear.

@@ -1,6 +1,7 @@
 """scikit-learn models converted by skl2onnx (ai.onnx.ml: TreeEnsembleClassifier/Regressor,
-LinearClassifier/Regressor, Scaler, Normalizer, Imputer, OneHotEncoder), run by kiln and by onnxruntime
-on the same random inputs: labels equal, probabilities and values within a relative 1e-5.
+LinearClassifier/Regressor, Scaler, Normalizer, Imputer, OneHotEncoder, FeatureVectorizer; single
+CategoryMapper and FeatureVectorizer nodes for the forms skl2onnx does not emit), run by kiln and by
+onnxruntime on the same random inputs: labels equal, probabilities and values within a relative 1e-5.
 
 Classifiers are converted without ZipMap (kiln's values hold no maps). Skipped where scikit-learn or
 skl2onnx is not installed."""
@@ -188,3 +189,67 @@ def test_one_hot_encoder_strings():
     x = words[rng.integers(0, 3, (60, 2))]
     model = OneHotEncoder(handle_unknown="ignore").fit(x)
     check_values(model, x, words[rng.integers(0, 4, (40, 2))])
+
+
+# ---- FeatureVectorizer and CategoryMapper
+
+def run_feeds(model_bytes, feeds):
+    ref = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = kiln.InferenceSession(model_bytes, providers=["CPUExecutionProvider"]).run(None, feeds)
+    return ref, got
+
+
+def test_feature_vectorizer_from_a_two_input_normalizer():
+    # skl2onnx joins a model's several inputs with a FeatureVectorizer.
+    from skl2onnx.common.data_types import FloatTensorType
+
+    x, _ = regression(features=5)
+    onx = skl2onnx.convert_sklearn(Normalizer(norm="l2").fit(x), initial_types=[
+        ("a", FloatTensorType([None, 2])), ("b", FloatTensorType([None, 3]))], target_opset={"": 17, "ai.onnx.ml": 3})
+    assert "FeatureVectorizer" in [n.op_type for n in onx.graph.node]
+    onx.ir_version = min(onx.ir_version, 10)
+    x_new = fresh_inputs(5)
+    ref, got = run_feeds(onx.SerializeToString(), {"a": x_new[:, :2].copy(), "b": x_new[:, 2:].copy()})
+    np.testing.assert_allclose(got[0], ref[0], rtol=RTOL, atol=ATOL)
+
+
+def ml_node(op, inputs, out_type, **attrs):
+    from onnx import helper
+
+    node = helper.make_node(op, [name for name, _ in inputs], ["Y"], domain="ai.onnx.ml", **attrs)
+    graph = helper.make_graph([node], op, [helper.make_tensor_value_info(name, t, None) for name, t in inputs],
+                              [helper.make_tensor_value_info("Y", out_type, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
+    model.ir_version = 10
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("dims", [[3, 2], [4, 2], [2, 1], [3, 0]])  # exact, zero-padded, cut, an empty input
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.int32])
+def test_feature_vectorizer_node(dims, dtype):
+    from onnx import TensorProto, helper
+
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    model = ml_node("FeatureVectorizer", [("a", t), ("b", t)], TensorProto.FLOAT, inputdimensions=dims)
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((5, 3)) * 10).astype(dtype), (rng.standard_normal((5, 2)) * 10).astype(dtype)
+    for feeds in ({"a": a, "b": b}, {"a": a.reshape(5, 1, 3), "b": b}, {"a": a[0], "b": b[0]}):
+        ref, got = run_feeds(model, feeds)
+        assert got[0].shape == ref[0].shape and got[0].dtype == ref[0].dtype
+        np.testing.assert_array_equal(got[0], ref[0])
+
+
+@pytest.mark.parametrize("direction", ["to_int", "to_string"])
+def test_category_mapper_node(direction):
+    from onnx import TensorProto
+
+    cats = dict(cats_int64s=[7, 3, 9, 3], cats_strings=["cat", "dog", "eel", "fox"])  # 3 repeats: its last partner
+    if direction == "to_int":
+        model = ml_node("CategoryMapper", [("x", TensorProto.STRING)], TensorProto.INT64, default_int64=-5, **cats)
+        x = np.array([["cat", "fox", "gnu"], ["dog", "eel", ""]], dtype=object)
+    else:
+        model = ml_node("CategoryMapper", [("x", TensorProto.INT64)], TensorProto.STRING, default_string="?", **cats)
+        x = np.array([[7, 3, 0], [9, -1, 3]], dtype=np.int64)
+    ref, got = run_feeds(model, {"x": x})
+    assert got[0].shape == ref[0].shape
+    np.testing.assert_array_equal(got[0], ref[0])

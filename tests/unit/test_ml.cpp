@@ -1,5 +1,6 @@
 // Unit tests of the ai.onnx.ml kernels (ArrayFeatureExtractor, Binarizer, LabelEncoder,
-// TreeEnsemble) against naive references and the examples of onnx's tests.
+// TreeEnsemble, FeatureVectorizer, CategoryMapper) against naive references and the examples of
+// onnx's tests.
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -377,6 +378,50 @@ TEST(MlTreeEnsemble, ProbitAndBadTrees) {
       .ints("tree_roots", {0})
       .i("n_targets", 1);
   EXPECT_FALSE(w.run().ok());
+}
+
+// ---- FeatureVectorizer and CategoryMapper
+
+TEST(MlFeatureVectorizer, CutsPadsAndJoinsRows) {
+  const std::vector<float> a = {0, 1, 2, 3, 4, 5};
+  MlNode n("FeatureVectorizer", 1, {f32({2, 3}, a), i64({2, 1, 2}, {10, 11, 12, 13})});
+  n.ints("inputdimensions", {2, 3});  // a cut to 2, b padded to 3
+  Tensor y = n.out();
+  ASSERT_EQ(y.shape(), (Shape{2, 5}));
+  EXPECT_EQ(values<float>(y), (std::vector<float>{0, 1, 10, 11, 0, 3, 4, 12, 13, 0}));
+  MlNode one("FeatureVectorizer", 1, {f32({3}, {1, 2, 3})});  // a 1-D input is one row
+  one.ints("inputdimensions", {3});
+  EXPECT_EQ(one.out().shape(), (Shape{1, 3}));
+  auto bad = [&](std::vector<int64_t> dims, Tensor b) {
+    MlNode m("FeatureVectorizer", 1, {f32({2, 3}, a), b});
+    m.ints("inputdimensions", std::move(dims));
+    return m.run().ok();
+  };
+  EXPECT_TRUE(bad({3, 1}, f32({2, 1}, {1, 2})));
+  EXPECT_FALSE(bad({3}, f32({2, 1}, {1, 2})));                              // a count short
+  EXPECT_FALSE(bad({3, -1}, f32({2, 1}, {1, 2})));                          // negative
+  EXPECT_FALSE(bad({3, std::numeric_limits<int64_t>::max()}, f32({2, 1}, {1, 2})));  // the sum overflows
+  EXPECT_FALSE(bad({3, 1}, f32({3, 1}, {1, 2, 3})));                        // rows differ
+}
+
+TEST(MlCategoryMapper, BothDirectionsAndDefaults) {
+  auto node = [](Tensor x) {
+    auto n = std::make_unique<MlNode>("CategoryMapper", 1, std::vector<Tensor>{std::move(x)});
+    n->ints("cats_int64s", {7, 3, 9}).strings("cats_strings", {"cat", "dog", "eel"});
+    return n;
+  };
+  auto s = node(strs({2, 2}, {"eel", "cat", "gnu", "dog"}));
+  s->i("default_int64", -5);
+  Tensor y = s->out();
+  ASSERT_EQ(y.shape(), (Shape{2, 2}));
+  EXPECT_EQ(values<int64_t>(y), (std::vector<int64_t>{9, 7, -5, 3}));
+  EXPECT_EQ(values<std::string>(node(i64({3}, {3, 4, 7}))->out()), (std::vector<std::string>{"dog", "_Unused", "cat"}));
+  auto short_strings = node(i64({1}, {3}));
+  short_strings->strings("cats_strings", {"cat"});
+  EXPECT_FALSE(short_strings->run().ok());
+  auto empty = node(i64({1}, {3}));
+  empty->ints("cats_int64s", {}).strings("cats_strings", {});
+  EXPECT_FALSE(empty->run().ok());
 }
 
 TEST(MlShapeInfer, OutputTypes) {

@@ -34,8 +34,8 @@ Status rows_of(KernelContext& ctx, std::vector<double>& xs, int64_t* rows, int64
 // The dtype check of the ml ops whose X is float, double, int64 or int32 (a KernelDef's supports).
 std::string ml_input(const ir::Node& n);
 
-// LinearClassifier/Regressor, Scaler, Normalizer, Imputer, OneHotEncoder (ml_linear.cpp); register_ml
-// calls it.
+// LinearClassifier/Regressor, Scaler, Normalizer, Imputer, OneHotEncoder, FeatureVectorizer,
+// CategoryMapper (ml_linear.cpp); register_ml calls it.
 void register_ml_linear(KernelRegistry& r);
 
 // SVMClassifier, SVMRegressor (ml_svm.cpp); register_ml calls it.

@@ -1,6 +1,7 @@
 // backends/cpu/ml_linear.cpp — the ai.onnx.ml ops of scikit-learn's linear models and preprocessing on
-// the CPU: LinearClassifier, LinearRegressor, Scaler, Normalizer, Imputer, OneHotEncoder. Each reads its
-// ops::parse_<op> struct once at creation; X is [N, F] (or one row [F]) of float, double, int64 or int32.
+// the CPU: LinearClassifier, LinearRegressor, Scaler, Normalizer, Imputer, OneHotEncoder,
+// FeatureVectorizer, CategoryMapper. Each reads its ops::parse_<op> struct once at creation; X is
+// [N, F] (or one row [F]) of float, double, int64 or int32 unless its section says otherwise.
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
@@ -212,6 +213,73 @@ Expected<KernelPtr> create_one_hot_encoder(const ir::Node& n, KernelInit&) {
   });
 }
 
+// ---------------------------------------------------------------- FeatureVectorizer
+// Y float [N, total]: input i's row r, its numel / N values (N the first axis, 1 for a 1-D input), cut
+// or zero-padded to dims[i] values, at the columns after the inputs before it (as onnxruntime does).
+Expected<KernelPtr> create_feature_vectorizer(const ir::Node& n, KernelInit&) {
+  KILN_ASSIGN_OR_RETURN(ops::FeatureVectorizerParams p, ops::parse_feature_vectorizer(n));
+  return make_kernel([p = std::move(p)](KernelContext& ctx) -> Status {
+    auto rows_in = [&](int i) { return ctx.input(i).rank() == 1 ? int64_t{1} : ctx.input(i).dim(0); };
+    for (int i = 0; i < ctx.num_inputs(); ++i) {
+      if (!ctx.has_input(i) || ctx.input(i).rank() == 0)
+        return ctx.error("input " + std::to_string(i) + " must be a tensor of rank >= 1");
+      if (rows_in(i) != rows_in(0))
+        return ctx.error("input " + std::to_string(i) + " has " + std::to_string(rows_in(i)) + " rows, input 0 " +
+                         std::to_string(rows_in(0)));
+    }
+    const int64_t rows = rows_in(0);
+    int64_t size = 0;
+    if (__builtin_mul_overflow(rows, p.total, &size)) return ctx.error("the output's size overflows int64");
+    Tensor& y = ctx.output(0, DataType::kFloat32, {rows, p.total});
+    float* out = y.data<float>();
+    std::fill(out, out + size, 0.0f);
+    int64_t column = 0;
+    for (int i = 0; i < ctx.num_inputs(); ++i) {
+      std::vector<double> xs;
+      if (!read_reals(ctx.input(i), xs))
+        return ctx.error("input " + std::to_string(i) + " is " + dtype_name(ctx.input(i).dtype()) +
+                         ", not float, double, int64 or int32");
+      const int64_t stride = rows == 0 ? 0 : static_cast<int64_t>(xs.size()) / rows;
+      const int64_t take = std::min(stride, p.dims[i]);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < take; ++j) out[r * p.total + column + j] = static_cast<float>(xs[r * stride + j]);
+      column += p.dims[i];
+    }
+    return Status::Ok();
+  });
+}
+
+// ---------------------------------------------------------------- CategoryMapper
+// Y: X's shape, each string its int64 (or each int64 its string), else the default.
+Expected<KernelPtr> create_category_mapper(const ir::Node& n, KernelInit&) {
+  KILN_ASSIGN_OR_RETURN(ops::CategoryMapperParams p, ops::parse_category_mapper(n));
+  std::unordered_map<std::string, int64_t> to_int;
+  std::unordered_map<int64_t, std::string> to_string;
+  for (size_t i = 0; i < p.ints.size(); ++i) {  // a repeated key keeps its last partner (as onnxruntime does)
+    to_int[p.strings[i]] = p.ints[i];
+    to_string[p.ints[i]] = p.strings[i];
+  }
+  return make_kernel([to_int = std::move(to_int), to_string = std::move(to_string),
+                      p = std::move(p)](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    if (x.dtype() == DataType::kString) {
+      Tensor& y = ctx.output(0, DataType::kInt64, x.shape());
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const auto it = to_int.find(x.data<std::string>()[i]);
+        y.data<int64_t>()[i] = it == to_int.end() ? p.default_int : it->second;
+      }
+      return Status::Ok();
+    }
+    if (x.dtype() != DataType::kInt64) return ctx.error(std::string("X is ") + dtype_name(x.dtype()) + ", not string or int64");
+    Tensor& y = ctx.output(0, DataType::kString, x.shape());
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const auto it = to_string.find(x.data<int64_t>()[i]);
+      y.data<std::string>()[i] = it == to_string.end() ? p.default_string : it->second;
+    }
+    return Status::Ok();
+  });
+}
+
 }  // namespace
 
 Status rows_of(KernelContext& ctx, std::vector<double>& xs, int64_t* rows, int64_t* feats) {
@@ -236,6 +304,10 @@ void register_ml_linear(KernelRegistry& r) {
          [](const ir::Node& n) { return require_dtypes(n, 0, {DataType::kFloat32, DataType::kInt64}); },
          create_imputer});
   r.add({"OneHotEncoder", kMl, 1, 1 << 30, "cpu.ml.OneHotEncoder.any", nullptr, create_one_hot_encoder});
+  r.add({"FeatureVectorizer", kMl, 1, 1 << 30, "cpu.ml.FeatureVectorizer.any", ml_input, create_feature_vectorizer});
+  r.add({"CategoryMapper", kMl, 1, 1 << 30, "cpu.ml.CategoryMapper.any",
+         [](const ir::Node& n) { return require_dtypes(n, 0, {DataType::kString, DataType::kInt64}); },
+         create_category_mapper});
 }
 
 }  // namespace kiln::cpu
