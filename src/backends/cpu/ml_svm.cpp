@@ -92,6 +92,9 @@ double platt(double d, double a, double b) {
 // the class probabilities p (summing to 1) that minimize sum_i sum_{j != i} (r[j][i] p_i - r[i][j] p_j)^2,
 // where r[i][j] estimates P(i | i or j). Fixed-point sweeps over the classes until the optimality
 // conditions hold to 0.005 / c, at most max(100, c) sweeps. r is [c, c]; p gets c values.
+// Where a sweep's error lands within rounding of that bound (1 row in 15,000 random ones, 6 classes),
+// onnxruntime's float32 sums may stop one sweep apart from these double ones, and the probabilities
+// then differ by up to ~5e-4; the label, from the votes, does not change.
 void couple(const std::vector<double>& r, int64_t c, double* p) {
   std::vector<double> q(static_cast<size_t>(c * c)), qp(static_cast<size_t>(c));
   for (int64_t t = 0; t < c; ++t) {
