@@ -5,6 +5,7 @@
 #include <array>
 #include <cstring>
 #include <memory>
+#include <mutex>
 
 #include "backends/kernel.h"
 #include "ops/op_table.h"
@@ -119,7 +120,11 @@ Status infer_plugin_node(ops::InferContext& ctx) {
   c.num_outputs = static_cast<int32_t>(m);
   c.outputs = out.data();
   ErrorBuffer e;
-  const int32_t rc = op->def.infer(op->def.op_data, &c, &e.err);
+  int32_t rc;
+  {
+    std::lock_guard<std::mutex> one_at_a_time(*op->calls);
+    rc = op->def.infer(op->def.op_data, &c, &e.err);
+  }
   if (rc != KILN_STATUS_OK) return callback_failed(*op, "infer (its shape function)", rc, e).with_context(ctx.node.describe());
   for (size_t i = 0; i < m; ++i) {
     auto t = from_plugin_type(out[i], *op, i);
@@ -134,7 +139,9 @@ class PluginKernel final : public Kernel {
  public:
   PluginKernel(const PluginOp& op, void* object) : op_(op), object_(object) {}
   ~PluginKernel() override {
-    if (op_.cpu.destroy) op_.cpu.destroy(object_);
+    if (!op_.cpu.destroy) return;
+    std::lock_guard<std::mutex> one_at_a_time(*op_.calls);
+    op_.cpu.destroy(object_);
   }
   std::vector<std::string> tactics(const ReshapeContext&) const override { return op_.tactics; }
   bool has_reshape() const override { return true; }
@@ -261,7 +268,11 @@ Expected<KernelPtr> create_kernel(const PluginOp& op, const ir::Node& n) {
   init.stream = nullptr;
   void* object = nullptr;
   ErrorBuffer e;
-  const int32_t status = op.cpu.create(op.def.op_data, &init, &object, &e.err);
+  int32_t status;
+  {
+    std::lock_guard<std::mutex> one_at_a_time(*op.calls);
+    status = op.cpu.create(op.def.op_data, &init, &object, &e.err);
+  }
   if (status != KILN_STATUS_OK) return callback_failed(op, "create", status, e);
   return KernelPtr(new PluginKernel(op, object));
 }

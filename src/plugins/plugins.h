@@ -11,6 +11,8 @@
 // Python SessionOptions and BuildOptions::plugins all do).
 #pragma once
 
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,9 @@ struct PluginOp {
   // "plugin 'kiln_example' 1.0 (libkiln_example_plugin.so), op kiln_example.LeakyHardTanh": what
   // every error of the op's callbacks starts with.
   std::string label;
+  // Held around every infer, create and destroy call: kiln/plugin.h promises them one thread at a
+  // time per op, and builds, loads and engine releases may run on several threads at once.
+  std::shared_ptr<std::mutex> calls = std::make_shared<std::mutex>();
 };
 
 // Loads `library` (a path, or a bare file name searched in KILN_PLUGIN_PATH's folders, then by the

@@ -79,6 +79,14 @@ size_t Batcher::queued() const {
   return queue_.size();
 }
 
+void Batcher::drain() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+  }
+  work_cv_.notify_all();
+}
+
 void Batcher::shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -195,7 +203,7 @@ std::vector<Batcher::PendingPtr> Batcher::collect(std::unique_lock<std::mutex>& 
         ++it;
       }
     }
-    if (rows >= max_rows || preferred() || stopping_ || Clock::now() >= deadline) break;
+    if (rows >= max_rows || preferred() || stopping_ || draining_ || Clock::now() >= deadline) break;
     work_cv_.wait_until(lock, deadline);
   }
   collecting_ = false;

@@ -69,6 +69,9 @@ class Batcher {
   // was refused (queue full, timed out in the queue, shutting down), the executor's error otherwise.
   Expected<std::vector<Tensor>> infer(BatchRequest request);
 
+  // From now on batches run as soon as they are gathered, without waiting for the queue delay;
+  // requests are still taken (a server stopping: its fronts close while what they accepted runs).
+  void drain();
   // Stops taking requests, runs every request already queued (without waiting for the queue delay)
   // and joins the workers. Idempotent.
   void shutdown();
@@ -91,6 +94,7 @@ class Batcher {
   std::deque<PendingPtr> queue_;
   bool collecting_ = false;  // one worker at a time gathers a batch, so requests merge instead of spreading
   bool stopping_ = false;
+  bool draining_ = false;  // drain(): no waiting for the queue delay
   std::vector<std::thread> workers_;
 };
 

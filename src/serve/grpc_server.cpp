@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <mutex>
+#include <type_traits>
 
 #include "grpc_service.grpc.pb.h"
 #include "model_config.pb.h"
@@ -38,7 +40,17 @@ Status copy_contents(const List& list, Tensor& t, const std::string& who) {
     return invalid_argument(who + ": " + std::to_string(list.size()) + " elements in contents, the shape needs " +
                             std::to_string(t.numel()));
   T* dst = t.data<T>();
-  for (int i = 0; i < list.size(); ++i) dst[i] = static_cast<T>(list[i]);
+  for (int i = 0; i < list.size(); ++i) {
+    // int_contents carries INT8/INT16 and uint_contents UINT8/UINT16 as 32-bit values: one that does
+    // not fit is an error (the JSON path refuses it too), never silently wrapped.
+    using W = std::decay_t<decltype(list[i])>;
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool> && sizeof(T) < sizeof(W)) {
+      if (list[i] < static_cast<W>(std::numeric_limits<T>::min()) || list[i] > static_cast<W>(std::numeric_limits<T>::max()))
+        return invalid_argument(who + ": element " + std::to_string(i) + " (" + std::to_string(list[i]) + ") does not fit " +
+                                protocol_type_name(t.dtype()));
+    }
+    dst[i] = static_cast<T>(list[i]);
+  }
   return Status::Ok();
 }
 
@@ -66,9 +78,8 @@ Expected<std::chrono::microseconds> timeout_of(const Map& parameters) {
   if (it == parameters.end()) return std::chrono::microseconds(0);
   const pb::InferParameter& p = it->second;
   if (p.parameter_choice_case() == pb::InferParameter::kInt64Param && p.int64_param() >= 0)
-    return std::chrono::microseconds(p.int64_param());
-  if (p.parameter_choice_case() == pb::InferParameter::kUint64Param)
-    return std::chrono::microseconds(static_cast<int64_t>(std::min<uint64_t>(p.uint64_param(), INT64_MAX)));
+    return clamp_microseconds(static_cast<uint64_t>(p.int64_param()));
+  if (p.parameter_choice_case() == pb::InferParameter::kUint64Param) return clamp_microseconds(p.uint64_param());
   return invalid_argument("parameter \"timeout\" must be microseconds >= 0 (an integer)");
 }
 
@@ -90,8 +101,14 @@ Expected<DecodedRequest> decode(const pb::ModelInferRequest& req, const ModelSpe
     const size_t k = static_cast<size_t>(it - spec.inputs.begin());
     if (r.inputs[k].defined()) return invalid_argument("input '" + in.name() + "' is given twice");
     const std::string who = "input '" + in.name() + "'";
+    // What the request carries for it: its raw bytes, or its typed contents (one of the lists).
+    const pb::InferTensorContents& c = in.contents();
+    const uint64_t carried =
+        raw ? req.raw_input_contents(i).size()
+            : static_cast<uint64_t>(c.bool_contents_size()) + c.int_contents_size() + c.int64_contents_size() +
+                  c.uint_contents_size() + c.uint64_contents_size() + c.fp32_contents_size() + c.fp64_contents_size();
     KILN_ASSIGN_OR_RETURN(Tensor t, new_input_tensor(*it, spec.max_batch_size, in.datatype(),
-                                                     Shape(in.shape().begin(), in.shape().end())));
+                                                     Shape(in.shape().begin(), in.shape().end()), carried));
     if (raw) {
       const std::string& bytes = req.raw_input_contents(i);
       if (bytes.size() != t.nbytes())
@@ -192,7 +209,18 @@ class Service final : public pb::GRPCInferenceService::Service {
     for (const TensorSpec& t : spec.outputs) fill_tensor_metadata(res->add_outputs(), t, spec.max_batch_size);
     return grpc::Status::OK;
   }
-  grpc::Status ModelInfer(grpc::ServerContext*, const pb::ModelInferRequest* req, pb::ModelInferResponse* res) override {
+  // An exception (memory exhausted by a tensor the limits allowed) is an error naming it, not gRPC's
+  // "Unexpected error in RPC handling".
+  grpc::Status ModelInfer(grpc::ServerContext* ctx, const pb::ModelInferRequest* req, pb::ModelInferResponse* res) override {
+    try {
+      return infer(ctx, req, res);
+    } catch (const std::bad_alloc&) {
+      return {grpc::StatusCode::RESOURCE_EXHAUSTED, "out of memory for model '" + req->model_name() + "'"};
+    } catch (const std::exception& e) {
+      return {grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what()};
+    }
+  }
+  grpc::Status infer(grpc::ServerContext*, const pb::ModelInferRequest* req, pb::ModelInferResponse* res) {
     const auto arrived = std::chrono::steady_clock::now();
     auto mv = repository_.find(req->model_name(), req->model_version());
     if (!mv.ok()) return to_grpc(mv.status());

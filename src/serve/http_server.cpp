@@ -33,7 +33,7 @@ int http_status(const Status& st) {
 
 void send_json(httplib::Response& res, const json& j, int status = 200) {
   res.status = status;
-  res.set_content(j.dump(), "application/json");
+  res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");  // invalid UTF-8 from a request: replaced, never a throw
 }
 
 void send_error(httplib::Response& res, int status, const std::string& message) {
@@ -94,6 +94,9 @@ struct HttpServer::Impl {
   int api_port = -1, metrics_port = -1;
   std::thread metrics_thread;
   std::atomic<bool> stopping{false};
+  // run()'s progress: 0 not entered, 1 serving (or about to), 2 returned. stop() waits for 2 once run()
+  // has been entered: httplib's stop() does nothing before listening has begun, so it is repeated.
+  std::atomic<int> run_state{0};
 
   Impl(Repository& r, HttpOptions o) : repository(r), options(std::move(o)) {}
 
@@ -217,12 +220,17 @@ struct HttpServer::Impl {
       res.status = 200;
     });
     // Routes that exist in the protocol but not here, and everything unknown: a JSON error.
+    // (httplib calls this outside its handlers' try/catch: nothing may escape it.)
     api.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
-      std::string why = res.status == 413 ? "the request body is larger than the server's limit (--max-body-bytes)"
-                        : res.status == 404 ? "no route " + req.method + " " + req.path
-                                            : "HTTP error " + std::to_string(res.status);
-      send_error(res, res.status, why);
+      try {
+        std::string why = res.status == 413 ? "the request body is larger than the server's limit (--max-body-bytes)"
+                          : res.status == 404 ? "no route " + req.method + " " + req.path.substr(0, 200)
+                                              : "HTTP error " + std::to_string(res.status);
+        send_error(res, res.status, why);
+      } catch (const std::exception&) {
+        res.set_content("{\"error\":\"HTTP error " + std::to_string(res.status) + "\"}", "application/json");
+      }
     });
     api.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
       std::string what = "unknown error";
@@ -278,13 +286,21 @@ int HttpServer::http_port() const { return impl_->api_port; }
 int HttpServer::metrics_port() const { return impl_->metrics_port; }
 
 void HttpServer::run() {
-  if (impl_->metrics_port > 0) impl_->metrics_thread = std::thread([this] { impl_->metrics.listen_after_bind(); });
-  impl_->api.listen_after_bind();
+  impl_->run_state = 1;
+  if (!impl_->stopping) {  // a stop() before run() (a signal while models loaded): return at once
+    if (impl_->metrics_port > 0) impl_->metrics_thread = std::thread([this] { impl_->metrics.listen_after_bind(); });
+    impl_->api.listen_after_bind();  // returns once the handlers in flight have answered
+  }
+  impl_->run_state = 2;
 }
 
 void HttpServer::stop() {
   impl_->stopping = true;
-  impl_->api.stop();
+  while (impl_->run_state == 1) {
+    impl_->api.stop();
+    impl_->metrics.stop();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   impl_->metrics.stop();
 }
 

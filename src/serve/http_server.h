@@ -30,10 +30,10 @@ class HttpServer {
   Status bind();
   int http_port() const;
   int metrics_port() const;  // -1 without metrics
-  // Serves until stop(); blocks the calling thread.
+  // Serves until stop(); blocks the calling thread. Returns at once after an earlier stop().
   void run();
-  // Stops accepting connections; returns once the requests in flight are answered (callable from
-  // any thread, e.g. a signal handler's thread, while run() is serving).
+  // Stops accepting connections; once run() has been entered, returns when it has returned (the
+  // requests in flight answered). Callable from any thread, before or during run().
   void stop();
 
   struct Impl;

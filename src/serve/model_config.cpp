@@ -176,13 +176,13 @@ Status spec_from_proto(const config::ModelConfig& c, const Locator& loc, ModelSp
                                 " is outside 1..max_batch_size (" + std::to_string(spec.max_batch_size) + ")");
       spec.batcher.preferred_batch_sizes.push_back(p);
     }
-    spec.batcher.max_queue_delay = std::chrono::microseconds(db.max_queue_delay_microseconds());
+    spec.batcher.max_queue_delay = clamp_microseconds(db.max_queue_delay_microseconds());
     const config::QueuePolicy& q = db.default_queue_policy();
     if (q.timeout_action() == config::QueuePolicy::DELAY)
       return unsupported(loc.at(top, {"dynamic_batching", "default_queue_policy"}) +
                          "timeout_action DELAY is not supported (timed-out requests are rejected)");
     spec.batcher.max_queue_size = q.max_queue_size();
-    spec.batcher.default_timeout = std::chrono::microseconds(q.default_timeout_microseconds());
+    spec.batcher.default_timeout = clamp_microseconds(q.default_timeout_microseconds());
   }
   spec.batcher.max_batch_size = spec.dynamic_batching ? spec.max_batch_size : 0;
 
@@ -481,7 +481,7 @@ std::string model_config_json(const ModelSpec& spec) {
     j["version_policy"] = {{"specific", {{"versions", spec.specific_versions}}}};
   else
     j["version_policy"] = {{"latest", {{"num_versions", spec.latest_versions}}}};
-  return j.dump();
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace kiln::serve

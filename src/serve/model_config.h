@@ -3,6 +3,7 @@
 // the file is absent, and checked against the model once it is built.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -12,6 +13,13 @@
 #include "serve/batcher.h"
 
 namespace kiln::serve {
+
+// A timeout or queue delay in microseconds (a request's or a config's), at most kMaxMicroseconds (a
+// day): larger values (up to 2^64 - 1 on the wire) would overflow the clock arithmetic.
+constexpr uint64_t kMaxMicroseconds = 86'400'000'000ull;
+inline std::chrono::microseconds clamp_microseconds(uint64_t us) {
+  return std::chrono::microseconds(static_cast<int64_t>(us < kMaxMicroseconds ? us : kMaxMicroseconds));
+}
 
 namespace config {
 class ModelConfig;  // model_config.proto's message (generated; included by the .cpp files that use it)

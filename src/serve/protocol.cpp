@@ -47,7 +47,7 @@ Status flatten(const json& j, std::vector<const json*>& out, int depth, const st
 std::string describe(const json& j) {
   if (j.is_array()) return "an array";
   if (j.is_object()) return "an object";
-  return j.dump().substr(0, 40);
+  return j.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 40);
 }
 
 template <class T>
@@ -127,7 +127,8 @@ Expected<Tensor> decode_input(const json& in, const TensorSpec& spec, int64_t ma
   const std::string datatype = in["datatype"].get<std::string>();
   if (!in.contains("shape")) return invalid_argument(who + ": \"shape\" is missing");
   KILN_ASSIGN_OR_RETURN(Shape shape, parse_shape(in["shape"], who));
-  KILN_ASSIGN_OR_RETURN(Tensor t, new_input_tensor(spec, max_batch_size, datatype, shape));
+  // Every element takes at least a byte of the body (a JSON number and its comma, or binary data).
+  KILN_ASSIGN_OR_RETURN(Tensor t, new_input_tensor(spec, max_batch_size, datatype, shape, body.size()));
 
   const json* params = in.contains("parameters") ? &in["parameters"] : nullptr;
   if (params && !params->is_object()) return invalid_argument(who + ": \"parameters\" must be an object");
@@ -173,7 +174,7 @@ bool flag(const json& obj, const char* key) {
 }  // namespace
 
 Expected<Tensor> new_input_tensor(const TensorSpec& spec, int64_t max_batch_size, const std::string& datatype,
-                                  const Shape& shape) {
+                                  const Shape& shape, uint64_t max_elements) {
   const std::string who = "input '" + spec.name + "'";
   if (protocol_type(datatype) != spec.dtype)
     return invalid_argument(who + ": datatype " + datatype.substr(0, 40) + ", the model takes " +
@@ -195,6 +196,9 @@ Expected<Tensor> new_input_tensor(const TensorSpec& spec, int64_t max_batch_size
   }
   const std::string too_big = check_tensor_size(spec.dtype, shape);
   if (!too_big.empty()) return invalid_argument(who + ": " + too_big);
+  if (static_cast<uint64_t>(shape_numel(shape)) > max_elements)
+    return invalid_argument(who + ": shape " + shape_to_string(shape) + " has " + std::to_string(shape_numel(shape)) +
+                            " elements, more than the request carries (at most " + std::to_string(max_elements) + ")");
   // The model sees `reshape` when the config gives one (same element count).
   Shape model_shape = shape;
   if (spec.has_reshape) {
@@ -232,11 +236,14 @@ Expected<DecodedRequest> decode_infer_request(const std::string& body, std::opti
     if (!j["id"].is_string()) return invalid_argument("\"id\" must be a string");
     r.id = j["id"].get<std::string>();
   }
-  const json params = j.contains("parameters") ? j["parameters"] : json::object();
+  // (by reference: copying a JSON value recurses, and a hostile one is nested deep enough to overflow
+  // the stack)
+  static const json kNone = json::object();
+  const json& params = j.contains("parameters") ? j["parameters"] : kNone;
   if (!params.is_object()) return invalid_argument("\"parameters\" must be an object");
   if (params.contains("timeout")) {
     if (!params["timeout"].is_number_unsigned()) return invalid_argument("parameter \"timeout\" must be microseconds >= 0");
-    r.timeout = std::chrono::microseconds(params["timeout"].get<uint64_t>());
+    r.timeout = clamp_microseconds(params["timeout"].get<uint64_t>());
   }
   const bool all_binary = flag(params, "binary_data_output");
 
@@ -260,7 +267,7 @@ Expected<DecodedRequest> decode_infer_request(const std::string& body, std::opti
     for (const json& out : j["outputs"]) {
       KILN_ASSIGN_OR_RETURN(const size_t k, entry_index(out, spec.outputs, "output", spec.name));
       const std::string& name = spec.outputs[k].name;
-      const json oparams = out.contains("parameters") ? out["parameters"] : json::object();
+      const json& oparams = out.contains("parameters") ? out["parameters"] : kNone;
       if (oparams.contains("classification"))
         return unsupported("output '" + name + "': the classification extension is not supported");
       r.outputs.push_back(k);
@@ -298,7 +305,7 @@ EncodedResponse encode_infer_response(const ModelSpec& spec, const std::string& 
   }
   j["outputs"] = std::move(outs);
   EncodedResponse r;
-  r.body = j.dump();
+  r.body = j.dump(-1, ' ', false, json::error_handler_t::replace);
   if (!binary.empty() || std::find(request.binary_outputs.begin(), request.binary_outputs.end(), true) !=
                              request.binary_outputs.end()) {
     r.header_length = r.body.size();

@@ -22,9 +22,12 @@ namespace kiln::serve {
 
 // The tensor a request's input of `datatype` and `shape` fills, once both are checked against the
 // config (datatype, rank, dims, batch size within max_batch_size, the tensor size limit): new and
-// zeroed, in the shape the model sees (the config's reshape, when it has one).
+// zeroed, in the shape the model sees (the config's reshape, when it has one). `max_elements`: the
+// most elements the request can carry for it (its bytes, or its typed contents' count), checked before
+// anything is allocated, so a small request cannot make the server hold a huge tensor.
 Expected<Tensor> new_input_tensor(const TensorSpec& spec, int64_t max_batch_size, const std::string& datatype,
-                                  const Shape& shape);
+                                  const Shape& shape, uint64_t max_elements);
+
 // The shape output `output` is sent with: the config's dims when it has a reshape, else the tensor's.
 Shape sent_output_shape(const ModelSpec& spec, size_t output, const Tensor& t);
 

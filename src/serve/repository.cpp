@@ -282,6 +282,12 @@ std::vector<ModelState> Repository::index() const {
   return rows;
 }
 
+void Repository::drain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [name, versions] : models_)
+    for (auto& mv : versions) mv->batcher->drain();
+}
+
 void Repository::shutdown() {
   std::map<std::string, std::vector<std::shared_ptr<ModelVersion>>> all;
   {

@@ -69,6 +69,8 @@ class Repository {
   Expected<std::shared_ptr<ModelVersion>> find(const std::string& name, const std::string& version) const;
   std::vector<std::shared_ptr<ModelVersion>> loaded() const;
   std::vector<ModelState> index() const;
+  // Every loaded model's batcher runs what it gathers at once (Batcher::drain): a server stopping.
+  void drain();
   // Unloads everything, draining every batcher.
   void shutdown();
 

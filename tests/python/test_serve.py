@@ -85,6 +85,11 @@ def make_repository(root) -> str:
     onnx.save(addmul_model(), os.path.join(repo, "reshaped", "1", "model.onnx"))
     with open(os.path.join(repo, "reshaped", "config.pbtxt"), "w") as f:
         f.write(RESHAPED_CONFIG)
+    os.makedirs(os.path.join(repo, "dyn", "1"))  # no config, a dynamic second dim: requests choose its size
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "n"])
+    onnx.save(helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "dyn", [x], [y]),
+                                opset_imports=[helper.make_opsetid("", 17)]), os.path.join(repo, "dyn", "1", "model.onnx"))
     os.makedirs(os.path.join(repo, "broken", "1"))  # a config with a field kiln does not know
     onnx.save(addmul_model(), os.path.join(repo, "broken", "1", "model.onnx"))
     with open(os.path.join(repo, "broken", "config.pbtxt"), "w") as f:
@@ -267,7 +272,7 @@ def test_async_requests_are_batched(server):
 def test_statistics_and_metrics(server):
     c = server.client()
     all_stats = c.get_inference_statistics()["model_stats"]
-    assert {s["name"] for s in all_stats} == {"addmul", "reshaped", "tiny_cnn"}, all_stats
+    assert {s["name"] for s in all_stats} == {"addmul", "dyn", "reshaped", "tiny_cnn"}, all_stats
     conn = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=10)
     conn.request("GET", "/metrics")
     text = conn.getresponse().read().decode()
@@ -363,6 +368,37 @@ def test_malformed_requests_are_refused_with_a_message(server):
     assert c.is_server_live() and c.is_model_ready("addmul")
     failures = c.get_inference_statistics("addmul")["model_stats"][0]["inference_stats"]["fail"]["count"]
     assert failures >= 10
+
+
+def test_hostile_requests_found_in_review(server):
+    """Requests that crashed, pinned memory or overflowed before: a path that is not UTF-8 (its error
+    message used to throw outside the handlers), parameters nested 30,000 deep (a recursive copy), a
+    small body declaring a 2 GB tensor (allocated before the body was looked at), and a timeout of
+    2^64 - 1 microseconds (clock overflow: refused at once as timed out)."""
+    status, body = server.raw("GET", "/%C3%28")
+    assert status == 404 and "no route" in json.loads(body)["error"], body
+    deep = '{"parameters": {"x": ' + "[" * 30000 + "]" * 30000 + '}, "inputs": []}'
+    status, body = server.raw("POST", "/v2/models/addmul/infer", deep)
+    assert status == 400 and "is missing" in json.loads(body)["error"], body
+    t0 = time.monotonic()
+    status, body = server.raw("POST", "/v2/models/dyn/infer",
+                              json.dumps({"inputs": [{"name": "x", "shape": [1, 500_000_000], "datatype": "FP32", "data": []}]}))
+    message = json.loads(body)["error"]
+    assert status == 400 and ("more than the request carries" in message or "limit" in message), message
+    assert time.monotonic() - t0 < 5
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) - 3
+    status, body = server.raw("POST", "/v2/models/dyn/infer",
+                              json.dumps({"parameters": {"timeout": 2**64 - 1},
+                                          "inputs": [{"name": "x", "shape": [2, 4], "datatype": "FP32",
+                                                      "data": x.ravel().tolist()}]}))
+    assert status == 200, body
+    np.testing.assert_array_equal(np.array(json.loads(body)["outputs"][0]["data"], np.float32), np.maximum(x, 0).ravel())
+    c = server.grpc()
+    i8 = [grpcclient.InferInput("x", [1, 4], "FP32")]
+    i8[0].set_data_from_numpy(np.ones((1, 4), np.float32))
+    assert c.infer("dyn", i8, client_timeout=30).as_numpy("y").shape == (1, 4)
+    c.close()
+    assert server.client().is_server_live()
 
 
 def grpc_addmul_inputs(x, y):

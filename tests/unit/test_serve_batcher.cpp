@@ -239,6 +239,23 @@ TEST(ServeBatcher, ShutdownDrainsQueuedRequestsThenRefuses) {
   EXPECT_NE(after.status().message().find("shutting down"), std::string::npos);
 }
 
+// drain() (a server stopping): a queued request runs without waiting for the queue delay, and
+// requests still come in and run (the fronts close after it, so what they accepted must be served).
+TEST(ServeBatcher, DrainRunsQueuedRequestsAtOnceAndStillTakesNewOnes) {
+  auto log = std::make_shared<FakeExecutor::Log>();
+  BatcherOptions o;
+  o.max_batch_size = 8;
+  o.max_queue_delay = 10s;
+  auto b = make_batcher(o, log);
+  auto queued = std::async(std::launch::async, [&b] { return b->infer({{filled({1, 2}, 3.0f)}}); });
+  while (b->queued() == 0) std::this_thread::sleep_for(1ms);
+  const auto t0 = Clock::now();
+  b->drain();
+  expect_doubled(queued.get(), {1, 2}, 3.0f);
+  expect_doubled(b->infer({{filled({1, 2}, 5.0f)}}), {1, 2}, 5.0f);
+  EXPECT_LT(Clock::now() - t0, 5s);
+}
+
 TEST(ServeBatcher, InstancesRunInParallel) {
   auto log = std::make_shared<FakeExecutor::Log>();
   BatcherOptions o;

@@ -2,16 +2,17 @@
 // gRPC) over a model repository (src/serve/), with dynamic batching and Prometheus metrics. SIGINT or
 // SIGTERM stops it gracefully: no new connections, the requests in flight and queued are answered first.
 #include <CLI/CLI.hpp>
-
-#include <csignal>
+#include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <mutex>
-#include <pthread.h>
 #include <string>
 #include <thread>
-#include <unistd.h>
 
 #include "commands.h"
 #include "common.h"
@@ -102,13 +103,17 @@ int ServeCommand::execute() {
   const int ready = models.load_all();
   const size_t listed = models.index().size();
 
+  // A signal (also one that came while the models loaded, held pending until here) stops both fronts;
+  // the models stay up until their requests in flight are answered, then shut down below.
+  std::atomic<bool> ended_on_its_own{false};
   std::thread stopper([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
-    ro.log(std::string("stopping (") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + "): finishing the requests in flight");
-    server.stop();      // no new connections; run() returns once the handlers in flight have answered
-    models.shutdown();  // meanwhile their queued requests run now, without waiting for the queue delay
-    grpc.stop();        // then the gRPC calls in flight (answered by now) end
+    if (!ended_on_its_own)
+      ro.log(std::string("stopping (") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + "): finishing the requests in flight");
+    models.drain();  // what is queued runs now, without waiting for the queue delay
+    server.stop();   // no new connections; returns once run() has (the HTTP handlers in flight answered)
+    grpc.stop();     // no new calls; the calls in flight answered
   });
   auto where = [&](int port) { return port > 0 ? host + ":" + std::to_string(port) : std::string("(none)"); };
   std::printf("kiln serve: ready: HTTP on %s, gRPC on %s, metrics on %s, %d of %zu model(s) loaded\n",
@@ -116,9 +121,10 @@ int ServeCommand::execute() {
               where(server.metrics_port()).c_str(), ready, listed);
   std::fflush(stdout);
   server.run();
-  models.shutdown();  // (when run() ended without a signal)
+  ended_on_its_own = true;
   ::kill(::getpid(), SIGTERM);  // ends the sigwait when run() ended on its own (blocked: not delivered elsewhere)
   stopper.join();
+  models.shutdown();  // both fronts are closed and answered: the batchers and instances end
   ro.log("stopped");
   return 0;
 }
