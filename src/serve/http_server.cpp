@@ -142,6 +142,9 @@ struct HttpServer::Impl {
 
   void add_routes() {
     api.set_payload_max_length(options.max_body_bytes);
+    // An idle keep-alive connection holds its thread until this passes, and stopping waits for every
+    // thread (httplib does not wake them): 2 s bounds a shutdown, and a client idle longer reconnects.
+    api.set_keep_alive_timeout(2);
     // Responses go out in more than one write: with Nagle's algorithm each small request waited for
     // the client's delayed ACK (about 40 ms per request, measured with bench/serve_bench.py --protocol http).
     api.set_tcp_nodelay(true);

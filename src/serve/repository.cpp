@@ -103,9 +103,24 @@ Expected<std::shared_ptr<ModelVersion>> Repository::load_version(const ModelSpec
     how = "loaded";
   } else {
     KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(model_path));
-    const std::string options_text = std::string(kiln::version()) + "|" + (device == DeviceType::kCUDA ? "cuda" : "cpu") +
-                                     "|" + precision_name(build.precision) + "|" + std::to_string(build.opt_level) +
-                                     "|" + std::to_string(build.tune);
+    std::string options_text = std::string(kiln::version()) + "|" + (device == DeviceType::kCUDA ? "cuda" : "cpu") +
+                               "|" + precision_name(build.precision) + "|" + std::to_string(build.opt_level) + "|" +
+                               std::to_string(build.tune);
+    // The version folder's other files (external data beside the model) by name, size and time: new
+    // weights in weights.bin must not load an engine built from the old ones.
+    std::error_code ec;
+    std::vector<std::string> others;
+    for (const fs::directory_entry& f : fs::directory_iterator(dir, ec)) {
+      const std::string name = f.path().filename().string();
+      if (name == file || name[0] == '.' || !f.is_regular_file(ec) ||
+          (name.rfind("model.", 0) == 0 && f.path().extension() == ".kiln") ||
+          name == "model.timing-cache")
+        continue;
+      const auto when = f.last_write_time(ec).time_since_epoch().count();
+      others.push_back(name + ":" + std::to_string(f.file_size(ec)) + ":" + std::to_string(when));
+    }
+    std::sort(others.begin(), others.end());
+    for (const std::string& o : others) options_text += "|" + o;
     const fs::path cached = fs::path(dir) / ("model." + hex(fnv1a(bytes, fnv1a(options_text))) + ".kiln");
     if (options_.cache_engines && fs::exists(cached)) {
       auto e = Engine::load(cached.string());

@@ -499,6 +499,38 @@ def test_restart_loads_the_cached_engines(server, repo):
     assert "model 'addmul' version 1: ready (loaded the cached engine model." in log, log
 
 
+def test_cached_engine_follows_external_weights(tmp_path):
+    """A model whose weights live beside it (external data): new weights in the same file name give a
+    new engine, never the one cached from the old weights."""
+    repo = tmp_path / "ext_repo"
+    (repo / "ext" / "1").mkdir(parents=True)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])
+
+    def save(w):
+        g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "ext", [x], [y],
+                              [onnx.numpy_helper.from_array(w, "w")])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        onnx.save(m, str(repo / "ext" / "1" / "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                  location="weights.bin", size_threshold=0)
+
+    def served(w):
+        save(w)
+        s = Server(str(repo))
+        try:
+            inp = httpclient.InferInput("x", [1, 4], "FP32")
+            inp.set_data_from_numpy(np.ones((1, 4), np.float32))
+            return s.client().infer("ext", [inp]).as_numpy("y")
+        finally:
+            assert s.stop() == 0
+
+    w1 = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.testing.assert_allclose(served(w1), np.ones((1, 4), np.float32) @ w1)
+    time.sleep(0.01)  # a later modification time, whatever the file system's resolution
+    w2 = -2 * w1
+    np.testing.assert_allclose(served(w2), np.ones((1, 4), np.float32) @ w2)
+
+
 def test_sigterm_drains_requests_in_flight(repo, tmp_path):
     slow = os.path.join(repo, "..", "slow_repo")
     os.makedirs(os.path.join(slow, "slow", "1"), exist_ok=True)
