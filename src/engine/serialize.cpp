@@ -583,7 +583,8 @@ Expected<std::string> write_engine_file(const EngineFile& e) {
   for (const plugins::OpRecord& r : e.plugins)
     plugin_ops.push_back(fb::CreatePluginOpDesc(w.b, w.b.CreateString(r.domain), w.b.CreateString(r.op_type),
                                                 w.b.CreateString(r.library), w.b.CreateString(r.plugin),
-                                                w.b.CreateString(r.version), w.b.CreateString(r.abi_hash)));
+                                                w.b.CreateString(r.version), w.b.CreateString(r.abi_hash),
+                                                w.b.CreateString(r.library_hash)));
   auto plv = plugin_ops.empty() ? 0 : w.b.CreateVector(plugin_ops);
   const uint32_t format = plugin_ops.empty() ? kEngineFormatVersion : kEngineFormatWithPlugins;
   auto root = fb::CreateEngineFile(w.b, format, mv, graph, plan, pv, plv);
@@ -676,7 +677,7 @@ static Expected<EngineFile> read_unguarded(std::shared_ptr<Storage> file) {
     const fb::PluginOpDesc* p = ef->plugins()->Get(static_cast<flatbuffers::uoffset_t>(i));
     auto str = [](const flatbuffers::String* x) { return x ? x->str() : std::string(); };
     e.plugins.push_back({str(p->domain()), str(p->op_type()), str(p->library()), str(p->plugin()), str(p->version()),
-                         str(p->abi_hash())});
+                         str(p->abi_hash()), str(p->library_hash())});
   }
   KILN_RETURN_IF_ERROR(plugins::check_records(e.plugins));
   KILN_ASSIGN_OR_RETURN(auto graph, read_graph(ef->graph(), nullptr, 0, file));

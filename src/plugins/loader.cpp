@@ -8,12 +8,15 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <set>
 
 #include "backends/backend.h"
 #include "ir/graph.h"
+#include "onnx/sha256.h"
 #include "ops/op_table.h"
 #include "plugins/plugins.h"
 #include "util/checksum.h"
@@ -40,7 +43,19 @@ std::string qualified(const std::string& domain, const std::string& op) { return
 struct Library {
   void* handle = nullptr;
   PluginInfo info;
+  std::string content_hash;  // OpRecord::library_hash
 };
+
+// The hash of the file the dynamic loader opened for `symbol` (`fallback` when it cannot say), ""
+// when it cannot be read.
+std::string library_content_hash(void* symbol, const std::string& fallback) {
+  Dl_info where{};
+  const std::string file = dladdr(symbol, &where) && where.dli_fname ? where.dli_fname : fallback;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return "";
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return onnx::sha256_hex(bytes.data(), bytes.size()).substr(0, 32);
+}
 
 // What kiln_plugin_register fills (the KilnPluginRegistry handle points to one).
 struct Pending {
@@ -282,7 +297,7 @@ Status commit(Registry& r, Library& lib, const Pending& pending, bool allow_over
       return invalid_argument("plugin '" + lib.info.library + "' declares op " + qualified(op.domain, op.op_type) +
                               ", which is built into kiln; load it with override allowed to replace kiln's op "
                               "(kiln --plugin-override, BuildOptions::plugin_override, kiln.load_plugin(path, override=True))");
-    op.record = {op.domain, op.op_type, lib.info.library, lib.info.name, lib.info.version, ""};
+    op.record = {op.domain, op.op_type, lib.info.library, lib.info.name, lib.info.version, "", lib.content_hash};
     op.record.abi_hash = hex64(checksum64(describe_op(op).data(), describe_op(op).size()));
     op.label = "plugin '" + lib.info.name + "' " + lib.info.version + " (" + lib.info.library + "), op " +
                qualified(op.domain, op.op_type);
@@ -376,6 +391,7 @@ Expected<PluginInfo> load(const std::string& library, bool allow_override) {
   lib.handle = handle;
   lib.info.path = path;
   lib.info.library = fs::path(path).filename().string();
+  lib.content_hash = library_content_hash(reinterpret_cast<void*>(reg), path);
   Pending pending;
   const int32_t rc = reg(&host_table(), reinterpret_cast<KilnPluginRegistry*>(&pending));
   // The library stays loaded from here on, even when it is refused: its registration ran, and it may
@@ -445,6 +461,13 @@ Status check_records(const std::vector<OpRecord>& records) {
                     "the engine runs op " + op + " from plugin " + expected + ", which is not loaded: load it first (kiln --plugin " +
                         want.library + ", kiln::load_plugin, or SessionOptions.register_custom_ops_library in Python)");
     const OpRecord& got = have->record;
+    if (!want.library_hash.empty() && got.library == want.library && got.version == want.version &&
+        got.abi_hash == want.abi_hash && got.library_hash != want.library_hash)
+      return Status(StatusCode::kEngineMismatch,
+                    "the engine runs op " + op + " from plugin " + expected + ", file contents " + want.library_hash +
+                        ", but the loaded '" + have->record.library + "' is another build of it (contents " +
+                        got.library_hash + "): its kernels may compute otherwise; load the build the engine was made "
+                        "with, or rebuild the engine with this one");
     if (got.library != want.library || got.version != want.version || got.abi_hash != want.abi_hash)
       return Status(StatusCode::kEngineMismatch,
                     "the engine runs op " + op + " from plugin " + expected + ", but the loaded one is library '" + got.library +

@@ -29,6 +29,10 @@ struct OpRecord {
   std::string plugin;           // the plugin's name (KilnPluginHost::set_info)
   std::string version;          // the plugin's version
   std::string abi_hash;         // hash of the op's declaration (plugins/loader.cpp, describe_op)
+  // Hash of the library file's contents: another build of a library with the same name, version
+  // and declarations (other kernels) is not the one an engine was built with. "" in engines written
+  // before it was recorded (not checked then).
+  std::string library_hash;
 };
 
 // One op a loaded plugin declared (owned by the registry; stable address for the process' life).

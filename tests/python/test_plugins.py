@@ -146,6 +146,27 @@ def test_engine_without_its_plugin_names_op_and_library(plugins, tmp_path):
     assert "kiln_example.LeakyHardTanh" in out and "libkiln_example_plugin.so" in out and "not loaded" in out, out
 
 
+def test_engine_refuses_another_build_of_its_plugin(plugins, tmp_path):
+    """Same file name, plugin version and declarations, other contents (another build, other kernels):
+    the engine names the difference instead of running with kernels it was not built with."""
+    kiln.load_plugin(plugins["example"])
+    engine = tmp_path / "m.kiln"
+    kiln.InferenceSession(chain_model(LEAKY)).engine.save(str(engine))
+    other = tmp_path / "other"
+    other.mkdir()
+    rebuilt = other / os.path.basename(plugins["example"])
+    rebuilt.write_bytes(open(plugins["example"], "rb").read() + b"another build")
+    r = fresh_python(f"""
+        import kiln
+        kiln.load_plugin({str(rebuilt)!r})
+        try:
+            kiln.InferenceSession({str(engine)!r})
+        except kiln.KilnError as e:
+            print(type(e).__name__, e)
+        """, tmp_path)
+    assert "EngineError" in r.stdout and "another build of it" in r.stdout, r.stdout + r.stderr
+
+
 def test_abi_mismatch_is_refused(plugins):
     with pytest.raises(kiln.EngineError, match=r"ABI version 999.*expects version 1"):
         kiln.load_plugin(plugins["wrong_abi"])
