@@ -664,6 +664,11 @@ class InferenceSession:
             set_default_logger_severity(severity)
 
         cuda_options = _cuda_provider_options(providers, provider_options)
+        if str(cuda_options.get("device_id", "0")).strip() not in ("0", ""):
+            # Not silently GPU 0: kiln has no device index yet (issue #42); the process's GPU is chosen
+            # with CUDA_VISIBLE_DEVICES, which renumbers the GPUs it lists from 0.
+            raise ValueError(f"CUDAExecutionProvider device_id {cuda_options['device_id']}: kiln runs on CUDA device 0 of "
+                             f"the process; choose the GPU with CUDA_VISIBLE_DEVICES={cuda_options['device_id']} instead")
         precision, self._cuda_graphs = _cuda_settings(cuda_options)
         self._provider_options = {CUDA_PROVIDER: {str(k): str(v) for k, v in cuda_options.items()}} if device == "cuda" else {}
         self._load_start = time.time()

@@ -136,6 +136,9 @@ def test_providers():
     sess = kiln.InferenceSession(m, providers=[("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider"])
     expected = "CUDAExecutionProvider" if kiln.cuda_available() else "CPUExecutionProvider"
     assert sess.get_providers()[0] == expected
+    # Another GPU is refused with what to do instead, never run silently on GPU 0 (issue #42).
+    with pytest.raises(ValueError, match="device_id 1.*CUDA_VISIBLE_DEVICES=1"):
+        kiln.InferenceSession(m, providers=[("CUDAExecutionProvider", {"device_id": 1}), "CPUExecutionProvider"])
 
 
 def test_cuda_provider_options():
