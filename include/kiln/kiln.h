@@ -266,7 +266,8 @@ class ExecutionContext {
   void set_stop_flag(const std::atomic<bool>* flag);
   // CPU threads for this context's runs (ONNX Runtime's intra_op_num_threads): set for each run on
   // the calling thread and restored after it, so it never changes other contexts' runs; 0 (the
-  // default) uses the calling thread's OpenMP setting (all cores, or OMP_NUM_THREADS).
+  // default) uses the calling thread's OpenMP setting (all cores, or OMP_NUM_THREADS). At most 1024
+  // (more is clamped: the OpenMP runtime would end the process when the system refuses the threads).
   void set_num_threads(int n);
   // A time limit for each run (0: none): a run past it stops with kCancelled before its next step.
   void set_run_timeout(double seconds);

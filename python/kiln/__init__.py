@@ -653,6 +653,8 @@ class InferenceSession:
         # Fusions fire only into ops the target device has kernels for (the builder checks), so
         # CUDA sessions take the same levels as CPU ones.
         self._threads = max(0, int(opts.intra_op_num_threads or 0))
+        if self._threads > 1024:  # the OpenMP runtime exits the process when it cannot make them
+            raise ValueError(f"SessionOptions.intra_op_num_threads {self._threads}: at most 1024 (0: all cores)")
         if opts.optimized_model_filepath:
             warnings.warn(
                 "SessionOptions.optimized_model_filepath: kiln does not write optimized .onnx models (its optimized "

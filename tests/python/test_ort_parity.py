@@ -215,6 +215,22 @@ def test_intra_op_threads_do_not_leak_and_results_do_not_depend_on_the_calling_t
     assert results[0].tobytes() == y_main.tobytes()  # the same thread count on any calling thread
 
 
+def test_unbounded_thread_counts_are_refused_or_clamped():
+    """30,000 threads made the OpenMP runtime exit the process (issue #50): SessionOptions refuses more
+    than 1024, and a context asked for more from C++ runs with 1024 at most, then restores the count."""
+    so = kiln.SessionOptions()
+    so.intra_op_num_threads = 30000
+    with pytest.raises(ValueError, match="intra_op_num_threads 30000: at most 1024"):
+        kiln.InferenceSession(big_model(), so)
+    before = _omp_max_threads()
+    engine = kiln.Engine.build_from_bytes(big_model())
+    ctx = engine.create_context()
+    ctx.set_num_threads(30000)
+    x = np.ones((64, 256), np.float32)
+    assert np.isfinite(ctx.run({"x": x})[0]).all()
+    assert _omp_max_threads() == before
+
+
 # ---- profiling
 
 

@@ -247,9 +247,11 @@ TEST(ServeBatcher, DrainRunsQueuedRequestsAtOnceAndStillTakesNewOnes) {
   o.max_batch_size = 8;
   o.max_queue_delay = 10s;
   auto b = make_batcher(o, log);
-  auto queued = std::async(std::launch::async, [&b] { return b->infer({{filled({1, 2}, 3.0f)}}); });
-  while (b->queued() == 0) std::this_thread::sleep_for(1ms);
   const auto t0 = Clock::now();
+  auto queued = std::async(std::launch::async, [&b] { return b->infer({{filled({1, 2}, 3.0f)}}); });
+  // (Queued, or already taken by the worker gathering a batch, which waits for the delay: either way
+  // drain() must let it run; one that arrives after drain() runs at once too.)
+  std::this_thread::sleep_for(50ms);
   b->drain();
   expect_doubled(queued.get(), {1, 2}, 3.0f);
   expect_doubled(b->infer({{filled({1, 2}, 5.0f)}}), {1, 2}, 5.0f);
