@@ -105,6 +105,8 @@ struct BuildOptions {
   // Auto-tuning: time each layer's candidate tactics on the device, keep the fastest that computes
   // the same result. -1: tune CUDA engines, not CPU ones; 0: never; 1: always.
   int tune = -1;
+  // Whether a build with these options tunes (the rule above, in one place).
+  bool tunes() const { return tune > 0 || (tune < 0 && device == DeviceType::kCUDA); }
   double tune_layer_seconds = 2.0;  // time limit per layer (candidates not reached are skipped)
   // The whole build's tuning time in seconds (0: unlimited): layers reached after it is spent keep
   // their kernels' own choices (the build's summary counts them; a later build with the timing cache

@@ -331,7 +331,7 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
   lo.verbose = options.verbose;
   report(options, start, "lower");
   KILN_ASSIGN_OR_RETURN(impl->plan, lower(impl->graph, lo));
-  const bool tune = options.tune > 0 || (options.tune < 0 && options.device == DeviceType::kCUDA);
+  const bool tune = options.tunes();
   if (tune) {
     KILN_RETURN_IF_ERROR(check_build_time("tuning"));
     report(options, start, "tune");

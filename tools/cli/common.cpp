@@ -194,8 +194,7 @@ void CacheArgs::add_to(CLI::App& app) {
 }
 
 void CacheArgs::apply(kiln::BuildOptions& o, const std::string& model) const {
-  const bool tuned = o.tune > 0 || (o.tune < 0 && o.device == kiln::DeviceType::kCUDA);
-  if (off || !tuned || is_engine_file(model) || !o.timing_cache.empty()) return;
+  if (off || !o.tunes() || is_engine_file(model) || !o.timing_cache.empty()) return;
   o.timing_cache = default_timing_cache_dir();
   if (!o.timing_cache.empty())
     std::fprintf(stderr, "kiln: timing cache %s (layers measured before are not timed again; --no-cache to skip)\n",
