@@ -2,7 +2,7 @@
 # Build time on models the zoo does not hold (issue #41): torchvision's detection, segmentation and
 # mobile nets exported here (random weights, batch 1, opset 17, TorchScript exporter), each built for
 # CUDA cold (default tuning, no timing cache), warm (the timing cache the cold build wrote) and
-# untuned (--no-tune), and the tuned and untuned engines timed with `kiln bench` (GPU median).
+# untuned (--no-tune) and with no tuning budget (--tune-budget 0), and the engines timed with `kiln bench` (GPU median).
 # Also the CUDA unit tests. From the repository root, binaries in BIN_DIR:
 #   bash tests/gpu/build_time_check.sh BIN_DIR OUT_DIR   (MODELS="a b" for fewer, EXTRA="--tune-budget 5")
 set -uo pipefail
@@ -35,14 +35,16 @@ PY
     t0=$(now); timeout ${BUILD_LIMIT:-150} "$bin/kiln" build $f -o /tmp/tuned.kiln --device cuda --timing-cache "$cache" ${EXTRA:-} -v > "$out/build_${m}.txt" 2>&1 || tail -3 "$out/build_${m}.txt"
     t1=$(now); "$bin/kiln" build $f -o /tmp/warm.kiln --device cuda --timing-cache "$cache" ${EXTRA:-} > /dev/null 2>&1
     t2=$(now); "$bin/kiln" build $f -o /tmp/plain.kiln --device cuda --no-tune > /dev/null 2>&1
-    t3=$(now)
-    printf "== %s: build cold %s s, warm %s s, untuned %s s; %s\n" $m $(secs $t0 $t1) $(secs $t1 $t2) $(secs $t2 $t3) \
+    t3=$(now); timeout ${BUILD_LIMIT:-150} "$bin/kiln" build $f -o /tmp/full.kiln --device cuda --tune-budget 0 > /dev/null 2>&1
+    t3b=$(now)
+    printf "== %s: build cold %s s, warm %s s, untuned %s s, unlimited budget (cold) %s s; %s\n" $m $(secs $t0 $t1) \
+      $(secs $t1 $t2) $(secs $t2 $t3) $(secs $t3 $t3b) \
       "$(grep -E '^kiln: tuning' "$out/build_${m}.txt" | tail -1)"
     # `kiln run` of the .onnx twice with the user's default timing cache (a fresh cache home).
     t4=$(now); XDG_CACHE_HOME="$out/xdg_$m" "$bin/kiln" run $f --device cuda > /dev/null 2>&1
     t5=$(now); XDG_CACHE_HOME="$out/xdg_$m" "$bin/kiln" run $f --device cuda > /dev/null 2>&1; t6=$(now)
     printf "   kiln run %s.onnx --device cuda: first %s s, second (default timing cache) %s s\n" $m $(secs $t4 $t5) $(secs $t5 $t6)
-    for e in tuned plain; do
+    for e in tuned plain full; do
       printf "   %s: " $e; "$bin/kiln" bench /tmp/$e.kiln -n 100 --warmup 20 2>&1 | grep -E "gpu median|rror" | head -2
     done
   done

@@ -186,6 +186,39 @@ TEST(CudaConv, GroupsStridesPadsDilationsBias) {
   check_node(*n.node, {x, w}, want.reshaped({2, 4, want.dim(3)}), 1e-4f, 1e-4f, "Conv1D");
 }
 
+// A convolution with more than 4 groups offers no FFT (4), tiled-FFT (5) or non-fused Winograd (7)
+// tactic — cuDNN runs those once per group, and timing one cost seconds of a build — and every tactic
+// it does offer, and the untuned choice, matches the reference. (Ungrouped, the untuned choice only:
+// the non-fused Winograd's float32 error on a 5x5 kernel is ~3e-3 of the values, which the tuner's
+// agreement check judges by relative L2.)
+TEST(CudaConv, ManyGroupsOfferNoPerGroupAlgorithms) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(91);
+  for (int64_t group : {int64_t{1}, int64_t{48}}) {
+    const int64_t c = 48;
+    Tensor x = random_tensor({2, c, 20, 20}, rng), w = random_tensor({c, c / group, 5, 5}, rng), b = random_tensor({c}, rng);
+    OneNode n("Conv", 11, {x, w, b}, 1, {false, true, true});
+    n.set_int("group", group);
+    n.set_ints("kernel_shape", {5, 5});
+    n.set_ints("pads", {2, 2, 2, 2});
+    const std::string label = "Conv group " + std::to_string(group);
+    std::vector<std::string> tactics;
+    ASSERT_TRUE(run_cuda(*n.node, {x, w, b}, {}, &tactics).ok()) << label;
+    ASSERT_FALSE(tactics.empty()) << label;
+    if (group > 4)
+      for (const std::string& t : tactics)
+        EXPECT_TRUE(t != "algo4" && t != "algo5" && t != "algo7") << label << " offers " << t;
+    const Tensor want = ref_conv(x, w, &b, {group, 1, 1, 1, 1, 2, 2, 2, 2});
+    if (group == 1) tactics.clear();
+    tactics.push_back("");
+    for (const std::string& t : tactics) {
+      auto got = run_cuda(*n.node, {x, w, b}, t);
+      ASSERT_TRUE(got.ok()) << label << " tactic '" << t << "': " << got.status().to_string();
+      expect_close((*got)[0], want, 2e-3f, 2e-3f, label + " tactic '" + t + "'");
+    }
+  }
+}
+
 namespace {
 
 struct PoolSpec {

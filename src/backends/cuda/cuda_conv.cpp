@@ -335,8 +335,19 @@ class ConvKernel final : public Kernel {
         for (int a : q->viable) names.push_back("c4.algo" + std::to_string(a));
       }
     }
-    for (int a : p->fusable) names.push_back("fused" + std::to_string(a));
-    for (int a : p->viable) names.push_back("algo" + std::to_string(a));
+    // Grouped (more than 4 groups): not the FFT, tiled-FFT and non-fused Winograd algorithms, which
+    // cuDNN runs once per group (a launch each). On every grouped layer timed they lost by 40-4000x
+    // (H200, mobilenet_v3_large and SSDlite: 0.25-17.6 ms against 0.004-0.007 ms), and timing one
+    // cost seconds (a CUDA graph of hundreds of launches): 14 of mobilenet_v3's 30 s cold build
+    // (tests/gpu/results/h200_build_time_check_2026-11-29b.log). They stay runnable by name.
+    auto timed = [&](int a) {
+      return at_.group <= 4 || (a != CUDNN_CONVOLUTION_FWD_ALGO_FFT && a != CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING &&
+                                a != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED);
+    };
+    for (int a : p->fusable)
+      if (timed(a)) names.push_back("fused" + std::to_string(a));
+    for (int a : p->viable)
+      if (timed(a)) names.push_back("algo" + std::to_string(a));
     return names;
   }
 
