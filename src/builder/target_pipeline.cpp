@@ -107,12 +107,17 @@ TargetStage cuda_channels_last_stage() {
       },
       [](ir::Graph& g, TargetContext& c) -> Expected<int> {
         const bool half_pool = has_half_row(c.target, "ChannelsLastPool");
+        const bool half_affine = has_half_row(c.target, "ChannelAffine");
         const bool half_convs = cuda_half_convs(c);
-        auto accepts = [half_pool, half_convs](const ir::Node& n) {
+        auto accepts = [half_pool, half_affine, half_convs](const ir::Node& n) {
           if (n.domain == "kiln" && n.op_type == "QConv") return true;
           const DataType dt = n.inputs[0]->type.dtype;
+          const bool half = dt == DataType::kFloat16 || dt == DataType::kBFloat16;
           const bool conv = n.op_type == "Conv" || n.op_type == "FusedConv";
-          if (conv) return half_convs && (dt == DataType::kFloat16 || dt == DataType::kBFloat16);
+          if (conv) return half_convs && half;
+          // A half BatchNormalization on an NHWC value becomes kiln.ChannelAffine (DenseNet's
+          // pre-activation BN after each Concat), instead of a Transpose each way around it.
+          if (n.op_type == "BatchNormalization") return half ? half_affine : half_pool;
           return half_pool;
         };
         KILN_ASSIGN_OR_RETURN(int moved, passes::convert_to_channels_last(g, accepts));

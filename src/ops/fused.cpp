@@ -13,6 +13,11 @@
 //   ChannelsLastPool(X) → Y      MaxPool, AveragePool, GlobalMaxPool or GlobalAveragePool (attribute
 //                                `op`, with that op's attributes) on X [N,H,W,C] → Y [N,OH,OW,C]
 //                                (passes/channels_last.cpp, GPU engines)
+//   ChannelAffine(X, scale, shift) → Y    act(X · scale[c] + shift[c]) per channel c of X [N, C, ...],
+//                                or of X [N, ..., C] with channels_last = 1; X float32, float16 or
+//                                bfloat16, scale and shift [C] float32 (computed in float32); activation
+//                                (passes/channels_last.cpp: an inference BatchNormalization and its
+//                                activation on an NHWC half tensor, GPU engines)
 //   ConvPool(X, W[, B[, y_scale, y_zero_point]]) → Y    a stem: act(Conv(X, W) + B) (kernel_shape, strides,
 //                                pads, activation), then MaxPool (pool_kernel, pool_strides, pool_pads),
 //                                then QuantizeLinear when y_scale is given; X [N,C,H,W] (x_channels_first
@@ -235,6 +240,29 @@ Status infer_f8_matmul(InferContext& c) {
   return Status::Ok();
 }
 
+Status infer_channel_affine(InferContext& c) {
+  const ChannelAffineParams p = parse_channel_affine(c.node);
+  if (!p.error.empty()) return c.error(p.error);
+  if (!c.has(0)) return Status::Ok();
+  const DataType dt = c.dtype(0);
+  if (dt != DataType::kUndefined && dt != DataType::kFloat32 && dt != DataType::kFloat16 && dt != DataType::kBFloat16)
+    return c.error("X must be float32, float16 or bfloat16");
+  for (int i = 1; i < 3; ++i)
+    if (c.has(i) && c.dtype(i) != DataType::kUndefined && c.dtype(i) != DataType::kFloat32)
+      return c.error("scale and shift must be float32");
+  const ir::SymShape& x = c.shape(0);
+  if (x.known) {
+    if (x.rank() < 2) return c.error("X must have rank >= 2");
+    const ir::Dim& ch = p.channels_last ? x.dims.back() : x.dims[1];
+    for (int i = 1; i < 3; ++i)
+      if (c.has(i) && c.shape(i).known && c.shape(i).is_static() && ch.is_static() &&
+          shape_numel(c.shape(i).to_static()) != ch.value)
+        return c.error("scale and shift must have one value per channel (" + std::to_string(ch.value) + ")");
+  }
+  c.out[0] = c.type(0);
+  return Status::Ok();
+}
+
 }  // namespace
 
 void add_fused_ops(std::vector<OpDef>& t) {
@@ -249,6 +277,7 @@ void add_fused_ops(std::vector<OpDef>& t) {
   add("SkipLayerNorm", infer_skip_layer_norm, 3, 4, 1, 2);
   add("Attention", infer_attention, 3, 5, 1, 1);
   add("ChannelsLastPool", infer_channels_last_pool, 1, 1, 1, 1);
+  add("ChannelAffine", infer_channel_affine, 3, 3, 1, 1);
   add("ConvPool", infer_conv_pool, 2, 5, 1, 1);
   add("QConv", infer_quantized<kConv>, 5, 11, 1, 1);
   add("QMatMul", infer_quantized<kMatMul>, 5, 9, 1, 1);

@@ -41,6 +41,22 @@ ChannelsLastPoolParams parse_channels_last_pool(const ir::Node& n) {
   return p;
 }
 
+ChannelAffineParams parse_channel_affine(const ir::Node& n) {
+  ChannelAffineParams p;
+  p.channels_last = n.attr_int("channels_last", 0) != 0;
+  if (!read_activation(n, &p.act, &p.error)) p.act = Activation{};
+  return p;
+}
+
+std::string channel_affine_shape_error(const Shape& x, const Shape& scale, const Shape& shift, bool channels_last) {
+  if (x.size() < 2) return "X must have rank >= 2, got " + shape_to_string(x);
+  const int64_t c = channels_last ? x.back() : x[1];
+  if (shape_numel(scale) != c || shape_numel(shift) != c)
+    return "scale and shift must have one value per channel (" + std::to_string(c) + "), got " + shape_to_string(scale) +
+           " and " + shape_to_string(shift);
+  return "";
+}
+
 ConvPoolParams parse_conv_pool(const ir::Node& n) {
   ConvPoolParams p;
   const std::vector<int64_t> k = n.attr_ints("kernel_shape"), s = n.attr_ints("strides"), pads = n.attr_ints("pads");

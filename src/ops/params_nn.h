@@ -57,6 +57,19 @@ struct ChannelsLastPoolParams {
 };
 ChannelsLastPoolParams parse_channels_last_pool(const ir::Node& n);
 
+// kiln.ChannelAffine(X, scale, shift): Y = act(X * scale[c] + shift[c]) per channel c, the channel
+// axis 1 ([N, C, ...]) or, with channels_last = 1, the last ([N, ..., C]); scale and shift float32
+// whatever X's float type; activation as the fused ops' (ir/epilogue.h). An inference BatchNormalization folded to its affine form (passes/channels_last.cpp).
+struct ChannelAffineParams {
+  bool channels_last = false;
+  Activation act;
+  std::string error;  // an unknown activation
+};
+ChannelAffineParams parse_channel_affine(const ir::Node& n);
+// "" when X (rank >= 2) and scale and shift ([C] each, C X's channel dim) fit, else what is wrong;
+// both backends' reshape use it.
+std::string channel_affine_shape_error(const Shape& x, const Shape& scale, const Shape& shift, bool channels_last);
+
 // kiln.ConvPool (passes/fuse_conv_pool.cpp): a 2-D convolution (kernel_shape, strides, pads: explicit,
 // no dilation), its activation, then a max pool (pool_kernel, pool_strides, pool_pads); X [N,C,H,W]
 // when x_channels_first, else [N,H,W,C]; W [M,kh,kw,C]; Y [N,POH,POW,M].

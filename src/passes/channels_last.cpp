@@ -31,6 +31,8 @@
 #include <map>
 #include <set>
 
+#include "ir/epilogue.h"
+#include "ir/float_types.h"
 #include "passes/passes.h"
 #include "passes/pattern.h"
 
@@ -112,10 +114,12 @@ bool convertible_conv(const ir::Node& n) {
 }
 
 // For an inference BatchNormalization whose X has an NHWC form (in `nhwc`) and whose parameters are
-// float32 constants of C values: adds Mul(X's NHWC form, a) with a = scale / sqrt(var + epsilon),
-// turns `n` into Add(that, b) with b = B - mean * a ([1, 1, 1, C] constants, computed in double), and
-// returns the Mul's output, which becomes n's input 0; its output still needs retargeting. Null, and
-// nothing changed, for any other node.
+// constants of C values in X's dtype: y = x * a + b with a = scale / sqrt(var + epsilon) and
+// b = B - mean * a (computed in double). Float32: adds Mul(X's NHWC form, a), turns `n` into Add(that,
+// b) ([1, 1, 1, C] constants) and returns the Mul's output; float16/bfloat16: turns `n` into
+// kiln.ChannelAffine(X's NHWC form, a, b) (channels_last = 1) and returns that form. The returned
+// value becomes n's input 0; n's output still needs retargeting. Null, and nothing changed, for any
+// other node.
 ir::Value* batch_norm_nhwc(ir::Graph& g, ir::Node& n, const std::map<const ir::Value*, ir::Value*>& nhwc, int opset,
                            const std::function<bool(const ir::Node&)>& accepts) {
   if (!n.domain.empty() || n.op_type != "BatchNormalization" || n.inputs.size() != 5 || n.outputs.size() != 1 ||
@@ -123,38 +127,68 @@ ir::Value* batch_norm_nhwc(ir::Graph& g, ir::Node& n, const std::map<const ir::V
     return nullptr;
   ir::Value* x = n.inputs[0];
   const auto it = nhwc.find(x);
-  if (it == nhwc.end() || x->is_constant() || !is_4d(x) || !is_4d(n.outputs[0]) || x->type.dtype != DataType::kFloat32)
+  const DataType dt = x->type.dtype;
+  const bool half = dt == DataType::kFloat16 || dt == DataType::kBFloat16;
+  if (it == nhwc.end() || x->is_constant() || !is_4d(x) || !is_4d(n.outputs[0]) || (dt != DataType::kFloat32 && !half))
     return nullptr;
   const ir::Dim& c_dim = x->type.shape.dims[1];
   if (!c_dim.is_static()) return nullptr;
   const int64_t C = c_dim.value;
   for (int i = 1; i < 5; ++i) {
     const ir::Value* p = n.inputs[i];
-    if (!p || !p->is_constant() || !p->constant->device().is_cpu() || p->constant->dtype() != DataType::kFloat32 ||
+    if (!p || !p->is_constant() || !p->constant->device().is_cpu() || p->constant->dtype() != dt ||
         p->constant->numel() != C)
       return nullptr;
   }
   if (!accepts(n)) return nullptr;
-  const float* scale = n.inputs[1]->constant->data<float>();
-  const float* bias = n.inputs[2]->constant->data<float>();
-  const float* mean = n.inputs[3]->constant->data<float>();
-  const float* var = n.inputs[4]->constant->data<float>();
+  auto param = [&](int i, int64_t c) -> double {
+    const Tensor& t = *n.inputs[i]->constant;
+    if (dt == DataType::kFloat16) return f16_to_f32(t.data<uint16_t>()[c]);
+    if (dt == DataType::kBFloat16) return bf16_to_f32(t.data<uint16_t>()[c]);
+    return t.data<float>()[c];
+  };
   const double eps = n.attr_float("epsilon", 1e-5f);
-  Tensor a = Tensor::empty(DataType::kFloat32, {1, 1, 1, C}), b = Tensor::empty(DataType::kFloat32, {1, 1, 1, C});
+  std::vector<double> av(static_cast<size_t>(C)), bv(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) {
-    const double k = static_cast<double>(scale[c]) / std::sqrt(static_cast<double>(var[c]) + eps);
-    a.data<float>()[c] = static_cast<float>(k);
-    b.data<float>()[c] = static_cast<float>(static_cast<double>(bias[c]) - static_cast<double>(mean[c]) * k);
+    const double k = param(1, c) / std::sqrt(param(4, c) + eps);
+    av[static_cast<size_t>(c)] = k;
+    bv[static_cast<size_t>(c)] = param(2, c) - param(3, c) * k;
   }
   const std::string& name = n.outputs[0]->name;
-  ir::Value* av = new_constant(g, name + "_bn_scale_nhwc", std::move(a));
-  ir::Value* bv = new_constant(g, name + "_bn_shift_nhwc", std::move(b));
+  if (half) {
+    // Half: one kiln.ChannelAffine — GPU engines, where a Mul and an Add would be two passes over the
+    // tensor — with its scale and shift in float32 (no second rounding to half: shift = B - mean *
+    // scale may be a small difference of large terms), and the activation after it joins it (below).
+    auto values = [&](const std::vector<double>& v) {
+      Tensor t = Tensor::empty(DataType::kFloat32, {C});
+      for (int64_t c = 0; c < C; ++c) t.data<float>()[c] = static_cast<float>(v[static_cast<size_t>(c)]);
+      return t;
+    };
+    for (int i = 4; i >= 1; --i) g.set_input(&n, i, nullptr);
+    n.inputs.resize(3);
+    g.set_input(&n, 1, new_constant(g, name + "_affine_scale", values(av)));
+    g.set_input(&n, 2, new_constant(g, name + "_affine_shift", values(bv)));
+    n.op_type = "ChannelAffine";
+    n.domain = "kiln";
+    n.opset = 1;
+    n.attrs.clear();
+    n.attrs["channels_last"].kind = ir::Attribute::Kind::kInt;
+    n.attrs["channels_last"].i = 1;
+    return it->second;
+  }
+  Tensor a = Tensor::empty(DataType::kFloat32, {1, 1, 1, C}), b = Tensor::empty(DataType::kFloat32, {1, 1, 1, C});
+  for (int64_t c = 0; c < C; ++c) {
+    a.data<float>()[c] = static_cast<float>(av[static_cast<size_t>(c)]);
+    b.data<float>()[c] = static_cast<float>(bv[static_cast<size_t>(c)]);
+  }
+  ir::Value* a_value = new_constant(g, name + "_bn_scale_nhwc", std::move(a));
+  ir::Value* b_value = new_constant(g, name + "_bn_shift_nhwc", std::move(b));
   ir::Value* scaled = g.new_value(name + "_bn_scaled_nhwc", ir::Type::tensor(DataType::kFloat32, it->second->type.shape));
-  ir::Node* mul = g.add_node("Mul", "", {it->second, av}, {scaled}, n.name + "_scale");
+  ir::Node* mul = g.add_node("Mul", "", {it->second, a_value}, {scaled}, n.name + "_scale");
   mul->opset = opset;
   for (int i = 4; i >= 1; --i) g.set_input(&n, i, nullptr);
   n.inputs.resize(2);
-  g.set_input(&n, 1, bv);
+  g.set_input(&n, 1, b_value);
   n.op_type = "Add";
   n.attrs.clear();
   n.opset = opset;
@@ -279,6 +313,7 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
     moved.push_back(v);
   };
   const std::vector<ir::Node*> nodes = g.nodes();  // a snapshot: transposes added below are not revisited
+  std::vector<ir::Node*> affines;  // the kiln.ChannelAffine nodes made here
   for (ir::Node* n : nodes) {
     if (convertible_conv(*n) && accepts(*n)) {
       g.set_input(n, 0, to_nhwc(n->inputs[0]));
@@ -399,6 +434,7 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
     // of a Transpose to channels-first and one back. Float32 only (CPU engines).
     if (ir::Value* t = batch_norm_nhwc(g, *n, nhwc, opset, accepts)) {
       g.set_input(n, 0, t);
+      if (n->op_type == "ChannelAffine") affines.push_back(n);
       retarget(n);
       ++converted;
       continue;
@@ -422,6 +458,25 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
   // Channels-first values still read outside the chains (or graph outputs) come back by a Transpose.
   for (ir::Value* v : moved)
     if (!v->uses.empty() || v->is_output) transpose(nhwc[v], v, {0, 3, 1, 2});
+  // A ChannelAffine's only reader, an activation (DenseNet's ReLU after each pre-activation BN), joins
+  // it: one pass over the tensor instead of two.
+  for (ir::Node* ca : affines) {
+    ir::Value* y = ca->outputs[0];
+    if (y->is_output || y->uses.size() != 1) continue;
+    ir::Node* r = y->uses[0].node;
+    if (!r->domain.empty() || r->inputs.empty() || r->inputs[0] != y || r->outputs.size() != 1 || !r->has_output(0))
+      continue;
+    std::string why;
+    const Activation act = activation_of(*r, [](const ir::Value* v) { return scalar_value(v); }, &why);
+    if (act.kind == ActKind::kNone) continue;
+    ir::Value* out = r->outputs[0];
+    g.remove_node(r);
+    ca->outputs[0] = out;
+    out->producer = ca;
+    out->producer_output = 0;
+    y->producer = nullptr;
+    write_activation(act, ca->attrs);
+  }
   KILN_RETURN_IF_ERROR(g.sort());
   g.remove_dead_values();
   KILN_RETURN_IF_ERROR(g.verify());

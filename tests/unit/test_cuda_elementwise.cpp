@@ -326,3 +326,35 @@ TEST(CudaShape, TransposeAndConcat) {
     check_node(*c.node, ins, want_c, 0, 0, "Concat axis " + std::to_string(axis));
   }
 }
+
+// Concat in one launch per 32 inputs, each input's rows moved in the widest pieces its alignment
+// allows: 40 inputs of float16 channels-last rows (some 8-channel, 16-byte pieces; some 3-channel,
+// 2-byte pieces), uint8 rows of odd widths, and int64 along axis 0 (one row) — bit for bit with the
+// CPU kernel.
+TEST(CudaShape, ConcatManyInputsAnyAlignment) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(77);
+  std::uniform_int_distribution<int> byte(0, 255);
+  auto random_bytes = [&](DataType dt, const Shape& s) {
+    Tensor t = Tensor::empty(dt, s);
+    auto* p = static_cast<uint8_t*>(t.raw());
+    for (size_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<uint8_t>(byte(rng));
+    if (dt == DataType::kFloat16)  // finite values only (NaN bit patterns compare by bits anyway)
+      for (int64_t i = 0; i < t.numel(); ++i) t.data<uint16_t>()[i] &= 0x3fff;
+    return t;
+  };
+  std::vector<Tensor> halves;
+  for (int i = 0; i < 40; ++i) halves.push_back(random_bytes(DataType::kFloat16, {2, 5, 7, i % 3 == 0 ? 3 : 8}));
+  OneNode h("Concat", 13, halves);
+  h.set_int("axis", 3);
+  expect_all_same(*h.node, halves, "Concat of 40 float16 NHWC inputs");
+  std::vector<Tensor> bytes = {random_bytes(DataType::kUInt8, {4, 3, 5}), random_bytes(DataType::kUInt8, {4, 1, 5}),
+                               random_bytes(DataType::kUInt8, {4, 7, 5})};
+  OneNode u("Concat", 13, bytes);
+  u.set_int("axis", 1);
+  expect_all_same(*u.node, bytes, "Concat of uint8 rows of 15, 5 and 35 bytes");
+  std::vector<Tensor> longs = {random_bytes(DataType::kInt64, {3, 2}), random_bytes(DataType::kInt64, {1, 2})};
+  OneNode l("Concat", 13, longs);
+  l.set_int("axis", 0);
+  expect_all_same(*l.node, longs, "Concat of int64 along axis 0");
+}

@@ -1033,3 +1033,35 @@ TEST(CudaOps, Tf32ConvolutionsAndGemms) {
     EXPECT_GT(diff, 1e-5) << c.op << ": the TF32 and FP32 results are the same";
   }
 }
+
+// kiln.ChannelAffine on CUDA against its CPU kernel (float32, on the half-rounded X; scale and shift
+// are float32 in every case): channels
+// first and last, 16 channels (the 8-wide vector path for half types) and 12 (one value a thread),
+// no activation, ReLU and HardSwish, in float32, float16 and bfloat16.
+TEST(CudaOps, ChannelAffineMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(61);
+  for (DataType dt : {kF32, kF16, kBF16})
+    for (bool last : {false, true})
+      for (int64_t c : {int64_t{16}, int64_t{12}})
+        for (const char* act : {"", "Relu", "HardSwish"}) {
+          const Shape xs = last ? Shape{3, 5, 7, c} : Shape{3, c, 5, 7};
+          std::vector<Tensor> ref_in = {random_tensor(xs, rng), random_tensor({c}, rng), random_tensor({c}, rng)};
+          ref_in[0] = convert(convert(ref_in[0], dt), kF32);
+          std::vector<Tensor> dev_in = {convert(ref_in[0], dt), ref_in[1], ref_in[2]};  // scale and shift float32
+          OneNode dn("ChannelAffine", 1, dev_in), rn("ChannelAffine", 1, ref_in);
+          for (OneNode* n : {&dn, &rn}) {
+            n->node->domain = "kiln";
+            n->set_int("channels_last", last ? 1 : 0);
+            if (*act) n->set_string("activation", act);
+          }
+          const std::string label = std::string("ChannelAffine ") + dtype_name(dt) + (last ? " last " : " first ") +
+                                    std::to_string(c) + " '" + act + "'";
+          auto want = run_node_eager(*rn.node, {Slot::of(ref_in[0]), Slot::of(ref_in[1]), Slot::of(ref_in[2])});
+          ASSERT_TRUE(want.ok()) << label << ": " << want.status().to_string();
+          auto got = run_cuda(*dn.node, dev_in);
+          ASSERT_TRUE(got.ok()) << label << ": " << got.status().to_string();
+          const float tol = dt == kF32 ? 1e-5f : dt == kF16 ? 4e-3f : 1e-2f;
+          expect_close(convert((*got)[0], kF32), (*want)[0].tensor, tol, tol, label);
+        }
+}

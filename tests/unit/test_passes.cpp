@@ -1223,6 +1223,95 @@ TEST(Passes, ChannelsLastChainsWithTransposesAtTheEdges) {
   }
 }
 
+// A half BatchNormalization on an NHWC value (DenseNet's pre-activation BN) becomes one
+// kiln.ChannelAffine with scale = gamma / sqrt(var + eps) and shift = beta - mean * scale in its
+// dtype, and the ReLU after it joins it when it is its only reader (not when the BN's output is also a
+// graph output). No Transpose around it: only x in and y out.
+TEST(Passes, ChannelsLastHalfBatchNormIsOneChannelAffine) {
+  for (bool bn_is_output : {false, true}) {
+    Builder b;
+    auto half = [&](Shape shape, float lo, float hi) {
+      Tensor t = Tensor::empty(DataType::kFloat16, shape);
+      std::uniform_real_distribution<float> u(lo, hi);
+      for (int64_t i = 0; i < t.numel(); ++i) t.data<uint16_t>()[i] = f32_to_f16(u(b.rng));
+      return b.constant(t);
+    };
+    ir::Value* x = b.input("x", {2, 4, 6, 6}, DataType::kFloat16);
+    ir::Value* c1 = b.node("Conv", {x, half({8, 4, 3, 3}, -1, 1)}, {{"pads", attr_ints({1, 1, 1, 1})}});
+    ir::Value *gamma = half({8}, 0.5f, 2), *beta = half({8}, -1, 1), *mean = half({8}, -1, 1), *var = half({8}, 0.1f, 3);
+    ir::Value* bn = b.node("BatchNormalization", {c1, gamma, beta, mean, var}, {{"epsilon", attr_float(1e-3f)}});
+    ir::Value* r = b.node("Relu", {bn});
+    b.output(b.node("Conv", {r, half({8, 8, 1, 1}, -1, 1)}));
+    if (bn_is_output) b.output(bn);
+    // The parameters, kept: the pass drops the constants it no longer reads.
+    const Tensor pg = *gamma->constant, pb = *beta->constant, pm = *mean->constant, pv = *var->constant;
+    auto changed = passes::convert_to_channels_last(*b.g, [](const ir::Node&) { return true; });
+    ASSERT_TRUE(changed.ok()) << changed.status().to_string();
+    ASSERT_TRUE(b.g->verify().ok());
+    auto h = op_counts(*b.g);
+    EXPECT_EQ(h["kiln.ChannelAffine"], 1) << bn_is_output;
+    EXPECT_EQ(h["BatchNormalization"], 0) << bn_is_output;
+    EXPECT_EQ(h["Relu"], bn_is_output ? 1 : 0) << bn_is_output;
+    EXPECT_EQ(h["Transpose"], bn_is_output ? 3 : 2) << bn_is_output;
+    const ir::Node* ca = nullptr;
+    for (const ir::Node* n : b.g->nodes())
+      if (n->op_type == "ChannelAffine") ca = n;
+    ASSERT_NE(ca, nullptr);
+    EXPECT_EQ(ca->domain, "kiln");
+    EXPECT_EQ(ca->attr_int("channels_last", 0), 1);
+    EXPECT_EQ(ca->attr_string("activation", ""), bn_is_output ? "" : "Relu");
+    EXPECT_EQ(ca->inputs[0]->producer->op_type, "FusedConv");
+    EXPECT_EQ(ca->outputs[0]->type.shape.to_static(), (Shape{2, 6, 6, 8}));
+    ASSERT_TRUE(ops::infer_node(*const_cast<ir::Node*>(ca)).ok());
+    auto f = [](const Tensor& t, int64_t c) { return static_cast<double>(f16_to_f32(t.data<uint16_t>()[c])); };
+    ASSERT_EQ(ca->inputs[1]->constant->dtype(), DataType::kFloat32);
+    ASSERT_EQ(ca->inputs[2]->constant->dtype(), DataType::kFloat32);
+    for (int64_t c = 0; c < 8; ++c) {
+      const double k = f(pg, c) / std::sqrt(f(pv, c) + static_cast<double>(1e-3f));
+      EXPECT_NEAR(ca->inputs[1]->constant->data<float>()[c], k, 1e-6 * std::fabs(k)) << c;
+      EXPECT_NEAR(ca->inputs[2]->constant->data<float>()[c], f(pb, c) - f(pm, c) * k, 1e-6 * (1 + std::fabs(f(pm, c) * k))) << c;
+    }
+  }
+}
+
+// kiln.ChannelAffine's CPU kernel: act(x * scale[c] + shift[c]) with the channel axis 1 or last.
+TEST(FusedKernels, ChannelAffineBothLayoutsAndActivations) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-2, 2);
+  for (bool last : {false, true})
+    for (ActKind k : {ActKind::kNone, ActKind::kRelu, ActKind::kLeakyRelu}) {
+      const Shape xs = last ? Shape{2, 3, 5, 7} : Shape{2, 7, 3, 5};
+      Tensor x = Tensor::empty(DataType::kFloat32, xs), a = Tensor::empty(DataType::kFloat32, {7}),
+             sh = Tensor::empty(DataType::kFloat32, {7});
+      for (Tensor* t : {&x, &a, &sh})
+        for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = u(rng);
+      ir::Graph g;
+      std::vector<ir::Value*> ins;
+      for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"x", &x}, {"a", &a}, {"b", &sh}})
+        ins.push_back(g.add_value(name, ir::Type::tensor(DataType::kFloat32, ir::SymShape::of(t->shape()))));
+      ir::Node* n = g.add_node("ChannelAffine", "kiln", ins, {g.add_value("y", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of(xs)))});
+      n->opset = 1;
+      n->attrs["channels_last"] = attr_int(last ? 1 : 0);
+      write_activation(Activation{k, 0.1f, 0}, n->attrs);
+      auto r = run_node_eager(*n, {Slot::of(x), Slot::of(a), Slot::of(sh)});
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      const Tensor& y = (*r)[0].tensor;
+      ASSERT_EQ(y.shape(), xs);
+      const int64_t inner = last ? 1 : 15;
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const int64_t c = (i / inner) % 7;
+        float v = x.data<float>()[i] * a.data<float>()[c] + sh.data<float>()[c];
+        if (k == ActKind::kRelu) v = v < 0 ? 0 : v;
+        if (k == ActKind::kLeakyRelu) v = v < 0 ? 0.1f * v : v;
+        ASSERT_NEAR(y.data<float>()[i], v, 1e-5f) << last << " " << static_cast<int>(k) << " " << i;
+      }
+      // The wrong number of scale values is an error naming them.
+      auto bad = run_node_eager(*n, {Slot::of(x), Slot::of(Tensor::empty(DataType::kFloat32, {6})), Slot::of(sh)});
+      ASSERT_FALSE(bad.ok());
+      EXPECT_NE(bad.status().message().find("one value per channel"), std::string::npos) << bad.status().to_string();
+    }
+}
+
 TEST(Passes, ChannelsLastLeavesWhatTheTargetRefuses) {
   Builder b;
   ir::Value* x = b.input("x", {1, 3, 8, 8});

@@ -126,6 +126,46 @@ Status skip_layer_norm(KernelContext& ctx, float eps) {
   return Status::Ok();
 }
 
+// ---- ChannelAffine: Y = act(X * scale[c] + shift[c]), c the channel axis 1 or (channels_last) the last.
+Status channel_affine_reshape(ReshapeContext& rc, bool channels_last) {
+  if (rc.in.size() < 3 || !rc.in[0].present || !rc.in[1].present || !rc.in[2].present)
+    return rc.error("X, scale and shift are required");
+  const std::string why = ops::channel_affine_shape_error(rc.in[0].shape, rc.in[1].shape, rc.in[2].shape, channels_last);
+  if (!why.empty()) return rc.error(why);
+  rc.out[0] = {DataType::kFloat32, rc.in[0].shape};
+  return Status::Ok();
+}
+
+Status channel_affine(KernelContext& ctx, bool channels_last, EpilogueRowsFn act_rows, const Activation& act) {
+  const Tensor& x = ctx.input(0);
+  const float* a = ctx.input(1).data<float>();
+  const float* b = ctx.input(2).data<float>();
+  Tensor& y = ctx.output(0);
+  const int64_t c = channels_last ? x.dim(-1) : x.dim(1);
+  const int64_t n = x.numel();
+  if (n == 0) return Status::Ok();
+  const float* px = x.data<float>();
+  float* py = y.data<float>();
+  if (channels_last) {  // rows of C: the scale here, the shift and the activation as a bias epilogue
+    const int64_t rows = n / c;
+    parallel_for(rows, std::max<int64_t>(1, 16384 / c), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t i = 0; i < c; ++i) py[r * c + i] = px[r * c + i] * a[i];
+      act_rows(py, r0, r1, c, b, act);
+    });
+  } else {  // planes of `inner` values per (image, channel)
+    const int64_t inner = n / (x.dim(0) * c), planes = n / inner;
+    parallel_for(planes, std::max<int64_t>(1, 16384 / inner), [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const float k = a[p % c], s = b[p % c];
+        for (int64_t i = 0; i < inner; ++i) py[p * inner + i] = px[p * inner + i] * k + s;
+        act_rows(py + p * inner, 0, 1, inner, nullptr, act);
+      }
+    });
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 void register_fused_attention(KernelRegistry& r);  // fused_attention.cpp
@@ -143,6 +183,19 @@ void register_fused(KernelRegistry& r) {
          [](const ir::Node& n, KernelInit&) {
            const float eps = ops::parse_skip_layer_norm(n).epsilon;
            return make_kernel([eps](KernelContext& ctx) { return fused::skip_layer_norm(ctx, eps); });
+         }});
+  r.add({"ChannelAffine", "kiln", 1, 1 << 30, "cpu.ChannelAffine.f32",
+         [](const ir::Node& n) -> std::string {
+           const ops::ChannelAffineParams p = ops::parse_channel_affine(n);
+           return p.error.empty() ? fused::check_f32(n) : p.error;
+         },
+         [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
+           const ops::ChannelAffineParams p = ops::parse_channel_affine(n);
+           const bool last = p.channels_last;
+           const Activation act = p.act;
+           const fused::EpilogueRowsFn rows = fused::epilogue_rows_for(act.kind);
+           return make_staged([last](ReshapeContext& rc) { return fused::channel_affine_reshape(rc, last); },
+                              [last, rows, act](KernelContext& ctx) { return fused::channel_affine(ctx, last, rows, act); });
          }});
   fused::register_fused_attention(r);
 }

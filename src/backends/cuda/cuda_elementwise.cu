@@ -1,6 +1,7 @@
 // backends/cuda/cuda_elementwise.cu — elementwise and data-movement kernels for every element type:
 // unary math, broadcasting binary ops and comparisons, Where, Cast, strided copies (Transpose, Slice,
 // Expand), Gather, fills and ranges.
+#include <algorithm>
 #include <cfloat>
 
 #include "backends/cuda/cuda_types.cuh"
@@ -435,6 +436,71 @@ int launch_bias_act(int elem, void* y, const void* bias, const void* z, int64_t 
   });
 }
 
+namespace {
+template <typename T>
+__global__ void channel_affine_kernel(const T* __restrict__ x, T* __restrict__ y, const float* __restrict__ scale,
+                                      const float* __restrict__ shift, int64_t n, int64_t channels, int64_t inner, bool act,
+                                      UnaryOp op, float alpha, float beta) {
+  KILN_GRID_LOOP(i, n) {
+    const int64_t c = (i / inner) % channels;
+    float v = convert<float>(x[i]) * scale[c] + shift[c];
+    if (act) v = apply_unary(op, v, alpha, beta);
+    y[i] = convert<T>(v);
+  }
+}
+
+// Channels last, 8 values of a 2-byte type per thread: one 16-byte load of x, two of the scale and
+// of the shift (float4), one store. The channel of the first value is (i * 8) % channels (channels %
+// 8 == 0), in 32 bits when the vector count fits.
+template <typename T, typename I>
+__global__ void channel_affine_last8_kernel(const T* __restrict__ x, T* __restrict__ y, const float* __restrict__ scale,
+                                            const float* __restrict__ shift, I vecs, I channels, bool act, UnaryOp op,
+                                            float alpha, float beta) {
+  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); i < vecs; i += step) {
+    uint4 xv = reinterpret_cast<const uint4*>(x)[i];
+    const I c4 = (i * 8) % channels / 4;
+    const float4 a0 = reinterpret_cast<const float4*>(scale)[c4], a1 = reinterpret_cast<const float4*>(scale)[c4 + 1];
+    const float4 b0 = reinterpret_cast<const float4*>(shift)[c4], b1 = reinterpret_cast<const float4*>(shift)[c4 + 1];
+    const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+    T* xt = reinterpret_cast<T*>(&xv);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      float v = convert<float>(xt[k]) * a[k] + b[k];
+      if (act) v = apply_unary(op, v, alpha, beta);
+      xt[k] = convert<T>(v);
+    }
+    reinterpret_cast<uint4*>(y)[i] = xv;
+  }
+}
+}  // namespace
+
+int launch_channel_affine(int elem, const void* x, void* y, const float* scale, const float* shift, int64_t n, int64_t channels,
+                          int64_t inner, bool act, UnaryOp op, float alpha, float beta, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  if (channels <= 0 || inner <= 0) return cudaErrorInvalidValue;
+  return dispatch_float(elem, [&](auto t) {
+    using T = decltype(t);
+    const bool vec = sizeof(T) == 2 && inner == 1 && channels % 8 == 0 && n % 8 == 0 && aligned16(x) && aligned16(y) &&
+                     aligned16(scale) && aligned16(shift);
+    if (vec) {
+      const int64_t vecs = n / 8;
+      if (vecs * 8 < (int64_t{1} << 31))
+        channel_affine_last8_kernel<T, int32_t><<<grid_for(vecs), kThreads, 0, stream>>>(
+            static_cast<const T*>(x), static_cast<T*>(y), scale, shift, static_cast<int32_t>(vecs),
+            static_cast<int32_t>(channels), act, op, alpha, beta);
+      else
+        channel_affine_last8_kernel<T, int64_t><<<grid_for(vecs), kThreads, 0, stream>>>(
+            static_cast<const T*>(x), static_cast<T*>(y), scale, shift, vecs, channels, act, op, alpha, beta);
+    } else {
+      channel_affine_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), scale, shift, n,
+                                                                  channels, inner, act, op, alpha, beta);
+    }
+    return static_cast<int>(cudaGetLastError());
+  });
+}
+
 // ---- kiln.QMatMul's passes around cuBLASLt's int8 product (cuda_gemm.cpp)
 namespace {
 // Four bytes per thread: row i of A [m, k] into row i of out [m, kp] (kp % 4 == 0), uint8 values
@@ -670,6 +736,70 @@ int launch_strided_copy(const void* x, void* y, int64_t n, int elem_bytes, const
     strided_copy_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n, index);
     return static_cast<int>(cudaGetLastError());
   });
+}
+
+namespace {
+struct ConcatLaunch {
+  const char* src[kConcatMaxParts];
+  int64_t width[kConcatMaxParts];  // in pieces of vec[i] bytes
+  int64_t offset[kConcatMaxParts];  // in bytes
+  int vec[kConcatMaxParts];
+  char* dst;
+  int64_t outer, pitch;
+};
+
+template <typename V, typename I>
+__device__ void concat_part(const V* __restrict__ src, char* __restrict__ dst, I rows, I width, I pitch, int64_t offset) {
+  const I total = rows * width;
+  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); i < total; i += step) {
+    const I r = i / width, c = i - r * width;
+    *reinterpret_cast<V*>(dst + offset + static_cast<int64_t>(r) * pitch + static_cast<int64_t>(c) * sizeof(V)) = src[i];
+  }
+}
+
+// blockIdx.y is the part. 32-bit indices when every part's pieces fit (`narrow`).
+template <typename I>
+__global__ void concat_kernel(ConcatLaunch a) {
+  const int p = blockIdx.y;
+  const I rows = static_cast<I>(a.outer), w = static_cast<I>(a.width[p]), pitch = static_cast<I>(a.pitch);
+  switch (a.vec[p]) {
+    case 16: concat_part<uint4, I>(reinterpret_cast<const uint4*>(a.src[p]), a.dst, rows, w, pitch, a.offset[p]); break;
+    case 8: concat_part<uint2, I>(reinterpret_cast<const uint2*>(a.src[p]), a.dst, rows, w, pitch, a.offset[p]); break;
+    case 4: concat_part<uint32_t, I>(reinterpret_cast<const uint32_t*>(a.src[p]), a.dst, rows, w, pitch, a.offset[p]); break;
+    case 2: concat_part<uint16_t, I>(reinterpret_cast<const uint16_t*>(a.src[p]), a.dst, rows, w, pitch, a.offset[p]); break;
+    default: concat_part<uint8_t, I>(reinterpret_cast<const uint8_t*>(a.src[p]), a.dst, rows, w, pitch, a.offset[p]); break;
+  }
+}
+}  // namespace
+
+int launch_concat(const ConcatParts& parts, void* dst, int64_t outer, int64_t pitch, cudaStream_t stream) {
+  if (parts.count <= 0 || outer <= 0) return cudaSuccess;
+  if (parts.count > kConcatMaxParts) return cudaErrorInvalidValue;
+  ConcatLaunch a{};
+  a.dst = static_cast<char*>(dst);
+  a.outer = outer;
+  a.pitch = pitch;
+  int64_t most = 0;
+  for (int i = 0; i < parts.count; ++i) {
+    const uint64_t bits = reinterpret_cast<uintptr_t>(parts.src[i]) | reinterpret_cast<uintptr_t>(dst) |
+                          static_cast<uint64_t>(parts.width[i]) | static_cast<uint64_t>(parts.offset[i]) |
+                          static_cast<uint64_t>(outer > 1 ? pitch : 0);
+    int v = 16;
+    while (v > 1 && (bits & static_cast<uint64_t>(v - 1))) v /= 2;
+    a.src[i] = static_cast<const char*>(parts.src[i]);
+    a.vec[i] = v;
+    a.width[i] = parts.width[i] / v;
+    a.offset[i] = parts.offset[i];
+    most = std::max(most, outer * a.width[i]);
+  }
+  if (most == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((most + kThreads - 1) / kThreads, 4096)), static_cast<unsigned>(parts.count));
+  if (most < (int64_t{1} << 31) && outer * pitch < (int64_t{1} << 31))
+    concat_kernel<int32_t><<<grid, kThreads, 0, stream>>>(a);
+  else
+    concat_kernel<int64_t><<<grid, kThreads, 0, stream>>>(a);
+  return static_cast<int>(cudaGetLastError());
 }
 
 int launch_cast(const void* x, int from, void* y, int to, int64_t n, cudaStream_t stream) {

@@ -227,9 +227,50 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
   return make_staged(reshape, run, tactics);
 }
 
+// kiln.ChannelAffine: act(X · scale[c] + shift[c]) in one pass (launch_channel_affine).
+std::string check_channel_affine(const ir::Node& n) {
+  const ops::ChannelAffineParams p = ops::parse_channel_affine(n);
+  if (!p.error.empty()) return p.error;
+  if (n.inputs.size() != 3) return "needs X, scale and shift";
+  for (int i = 1; i < 3; ++i)
+    if (n.has_input(i) && n.inputs[i]->type.dtype != DataType::kFloat32) return "scale and shift must be float32";
+  return require_float(n);
+}
+
+Expected<KernelPtr> create_channel_affine(const ir::Node& n) {
+  const ops::ChannelAffineParams p = ops::parse_channel_affine(n);
+  const bool last = p.channels_last;
+  const Activation act = p.act;
+  auto reshape = [last](ReshapeContext& rc) -> Status {
+    if (rc.in.size() < 3 || !rc.in[0].present || !rc.in[1].present || !rc.in[2].present)
+      return rc.error("X, scale and shift are required");
+    const std::string why = ops::channel_affine_shape_error(rc.in[0].shape, rc.in[1].shape, rc.in[2].shape, last);
+    if (!why.empty()) return rc.error(why);
+    if (rc.in[1].dtype != DataType::kFloat32 || rc.in[2].dtype != DataType::kFloat32)
+      return rc.error("scale and shift must be float32");
+    rc.out[0] = {rc.in[0].dtype, rc.in[0].shape};
+    return Status::Ok();
+  };
+  auto run = [last, act](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    const int64_t n = x.numel();
+    if (n == 0) return Status::Ok();
+    const int64_t c = last ? x.dim(-1) : x.dim(1);
+    const int64_t inner = last ? 1 : n / (x.dim(0) * c);
+    const bool has_act = act.kind != ActKind::kNone;
+    return launched(ctx, launch_channel_affine(elem_of(x.dtype()), x.raw(), ctx.output(0).raw(), ctx.input(1).data<float>(),
+                                               ctx.input(2).data<float>(), n, c, inner, has_act,
+                                               has_act ? unary_of(act.kind) : UnaryOp::kRelu, act.a, act.b,
+                                               state_of(ctx).stream));
+  };
+  return make_staged(reshape, run);
+}
+
 }  // namespace
 
 void register_fused(KernelRegistry& r) {
+  r.add(kernel_row("ChannelAffine", 1, check_channel_affine,
+                   [](const ir::Node& n, KernelInit&) { return create_channel_affine(n); }, "kiln"));
   r.add(kernel_row("Attention", 1, check_attention, [](const ir::Node& n, KernelInit&) { return create_attention(n); },
                    "kiln"));
   r.add(kernel_row("FusedConv", 1, check_fused,

@@ -49,6 +49,24 @@ int launch_quantize_e4m3(int elem, const void* x, uint8_t* y, int64_t n, float i
 int launch_bias_act(int elem, void* y, const void* bias, const void* z, int64_t n, int64_t channels, int64_t inner, bool act,
                     UnaryOp op, float alpha, float beta, cudaStream_t stream);
 
+// Concat as one launch for up to kConcatMaxParts inputs: part i copies `outer` rows of width[i] bytes
+// from src[i] (rows contiguous) to dst + offset[i], rows `pitch` bytes apart. Each part moves pieces
+// of 16, 8, 4, 2 or 1 bytes, the largest its pointers, width, offset and pitch allow.
+constexpr int kConcatMaxParts = 32;
+struct ConcatParts {
+  const void* src[kConcatMaxParts];
+  int64_t width[kConcatMaxParts];
+  int64_t offset[kConcatMaxParts];
+  int count = 0;
+};
+int launch_concat(const ConcatParts& parts, void* dst, int64_t outer, int64_t pitch, cudaStream_t stream);
+
+// kiln.ChannelAffine: y[i] = act(x[i] · scale[c] + shift[c]), c = (i / inner) % channels (inner 1:
+// channels last); x and y of a float type, scale and shift float32, computed in float. 8 values per
+// thread for 2-byte types with channels last, channels % 8 == 0 and 16-byte aligned pointers.
+int launch_channel_affine(int elem, const void* x, void* y, const float* scale, const float* shift, int64_t n, int64_t channels,
+                          int64_t inner, bool act, UnaryOp op, float alpha, float beta, cudaStream_t stream);
+
 // kiln.QMatMul (cuda_gemm.cpp), around cuBLASLt's int8 product. launch_int8_rows: A [m, k] (uint8 or
 // int8) as int8 rows of kp (% 4 == 0) bytes for the product: uint8 values shifted by -128, columns
 // from k on zero. launch_int8_epilogue: v = scale[j] · acc[i · ldacc + j] + offset[j], the activation

@@ -308,18 +308,30 @@ Expected<KernelPtr> create_concat(const ir::Node& n, KernelInit&) {
     rc.state = std::move(p);
     return Status::Ok();
   };
+  // One kernel for up to kConcatMaxParts inputs (launch_concat): DenseNet's channels-last concats
+  // of up to 25 inputs are rows of 64 bytes per input, which cudaMemcpy2DAsync (one copy per input)
+  // moved at a fraction of the bandwidth — 7 of 10.3 ms at batch 64 on the H200
+  // (bench/results/gpu_kernel_profile_densenet121_fp16_b64_2026-11-29.log).
   auto run = [](KernelContext& ctx) -> Status {
     const auto& p = shape_state<ConcatPlan>(ctx);
     Tensor& y = ctx.output(0);
+    if (p.outer == 0) return Status::Ok();
+    ConcatParts parts;
     size_t offset = 0;
     for (size_t i = 0; i < p.width.size(); ++i) {
       const size_t w = p.width[i];
-      if (w && p.outer)
-        KILN_RETURN_IF_ERROR(launched(ctx, cudaMemcpy2DAsync(static_cast<char*>(y.raw()) + offset, p.dst_pitch,
-                                                             ctx.input(static_cast<int>(i)).raw(), w, w,
-                                                             static_cast<size_t>(p.outer), cudaMemcpyDeviceToDevice,
-                                                             state_of(ctx).stream)));
+      if (w) {
+        parts.src[parts.count] = ctx.input(static_cast<int>(i)).raw();
+        parts.width[parts.count] = static_cast<int64_t>(w);
+        parts.offset[parts.count] = static_cast<int64_t>(offset);
+        ++parts.count;
+      }
       offset += w;
+      if (parts.count == kConcatMaxParts || (i + 1 == p.width.size() && parts.count > 0)) {
+        KILN_RETURN_IF_ERROR(launched(ctx, launch_concat(parts, y.raw(), p.outer, static_cast<int64_t>(p.dst_pitch),
+                                                         state_of(ctx).stream)));
+        parts.count = 0;
+      }
     }
     return Status::Ok();
   };
