@@ -766,14 +766,36 @@ EnginePtr engine_build_from_bytes(const py::bytes& data, const std::string& base
   return unwrap(without_gil([&] { return kiln::Engine::build_from_bytes(bytes, opts, base_dir); }));
 }
 
-EnginePtr engine_open(const std::string& path, const py::kwargs& kw) {
-  KeepAlive keep;
-  const kiln::BuildOptions opts = build_options_from(kw, keep);
-  return unwrap(without_gil([&] { return kiln::Engine::open(path, opts); }));
+// Engine.load's and open's policy for an engine built for another machine (kiln::EngineLoadOptions).
+kiln::EngineLoadOptions load_options(const std::string& on_mismatch, const std::string& timing_cache) {
+  kiln::EngineLoadOptions lo;
+  auto policy = kiln::parse_on_mismatch(on_mismatch);
+  if (!policy.ok()) throw py::value_error("kiln: " + policy.status().message());
+  lo.on_mismatch = *policy;
+  lo.timing_cache = timing_cache;
+  return lo;
 }
 
-EnginePtr engine_load(const std::string& path) {
-  return unwrap(without_gil([&] { return kiln::Engine::load(path); }));
+EnginePtr engine_open(const std::string& path, const py::kwargs& kw) {
+  KeepAlive keep;
+  // on_mismatch applies to an engine file; the other keywords are build options for an .onnx.
+  py::kwargs build;
+  std::string on_mismatch = "error";
+  for (auto item : kw) {
+    if (py::str(item.first).cast<std::string>() == "on_mismatch") {
+      if (!item.second.is_none()) on_mismatch = py::cast<std::string>(item.second);
+    } else {
+      build[item.first] = item.second;
+    }
+  }
+  const kiln::BuildOptions opts = build_options_from(build, keep);
+  const kiln::EngineLoadOptions lo = load_options(on_mismatch, opts.timing_cache);
+  return unwrap(without_gil([&] { return kiln::Engine::open(path, opts, lo); }));
+}
+
+EnginePtr engine_load(const std::string& path, const std::string& on_mismatch, const std::string& timing_cache) {
+  const kiln::EngineLoadOptions lo = load_options(on_mismatch, timing_cache);
+  return unwrap(without_gil([&] { return kiln::Engine::load(path, lo); }));
 }
 
 EnginePtr engine_load_from_bytes(const py::bytes& data) {
@@ -981,7 +1003,8 @@ PYBIND11_MODULE(_kiln, m) {
                   "Same as build() from serialized ModelProto bytes (the same keyword options); external data resolves "
                   "under base_dir.")
       .def_static("open", &engine_open, py::arg("path"),
-                  "Builds an .onnx file (build()'s keyword options) or loads an engine file (by its magic).")
+                  "Builds an .onnx file (build()'s keyword options) or loads an engine file (by its magic; on_mismatch "
+                  "as load()'s).")
       .def_property_readonly("profiles",
                              [](const kiln::Engine& e) {
                                py::list out;
@@ -994,7 +1017,12 @@ PYBIND11_MODULE(_kiln, m) {
                                return out;
                              },
                              "The engine's shape profiles: a list of {input: (min, opt, max)}.")
-      .def_static("load", &engine_load, py::arg("path"), "Loads an engine file written by save().")
+      .def_static("load", &engine_load, py::arg("path"), py::arg("on_mismatch") = "error", py::arg("timing_cache") = "",
+                  "Loads an engine file written by save(). on_mismatch: what an engine built for another GPU, driver or "
+                  "library version does — 'error', 'rebuild' (from the graph it holds, tuned here with timing_cache "
+                  "when given) or 'rebuild-and-save' (also kept beside the file as model.<hash>.kiln and reused).")
+      .def_static("rebuilt_path", [](const std::string& path) { return unwrap(kiln::Engine::rebuilt_path(path)); },
+                  py::arg("path"), "Where Engine.load(path, on_mismatch='rebuild-and-save') keeps the rebuilt engine here.")
       .def_static("load_from_bytes", &engine_load_from_bytes, py::arg("data"))
       .def("save", [](const kiln::Engine& e, const std::string& path) { check(e.save(path)); }, py::arg("path"))
       .def("serialize",

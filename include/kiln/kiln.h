@@ -192,6 +192,24 @@ struct ProfileEvent {
 // complete ("X") event per step with the op, kernel, device, tactic and shapes as args.
 std::string profile_to_chrome_trace(const std::vector<ProfileEvent>& events, const std::string& process_name);
 
+// What Engine::load does with an engine built for another machine of the same device kind: another
+// GPU, driver or CUDA/cuDNN/cuBLASLt version (its fingerprint differs from this machine's).
+enum class OnMismatch {
+  kError,           // refuse it (kEngineMismatch naming both fingerprints)
+  kRebuild,         // rebuild it here from the optimized graph it holds: lower and tune again
+  kRebuildAndSave,  // the same, and keep the result beside the file (EngineLoadOptions)
+};
+// "error", "rebuild", "rebuild-and-save" (CLI --on-mismatch, Python on_mismatch); the error lists them.
+Expected<OnMismatch> parse_on_mismatch(const std::string& name);
+
+struct EngineLoadOptions {
+  OnMismatch on_mismatch = OnMismatch::kError;
+  // The rebuild's tuning, as BuildOptions' (-1: on CUDA); and its timing cache (a file or a folder).
+  int tune = -1;
+  std::string timing_cache;
+  bool verbose = false;
+};
+
 class Engine {
  public:
   // Import, optimize and lower an ONNX model. `path` is an .onnx file; external data resolves
@@ -207,9 +225,22 @@ class Engine {
   // Loads an engine file written by save(). Fails with kEngineMismatch when it was built for another
   // device or an incompatible format version, saying what differs.
   static Expected<std::shared_ptr<Engine>> load(const std::string& engine_path);
+  // The same, with a policy for an engine built for another machine of this device kind. A rebuild
+  // keeps the engine's graph, precision, opt level and shape profiles, lowers and tunes them here,
+  // and logs one line saying what differed and how long it took; metadata "rebuilt_from" holds the
+  // fingerprint it was built for. kRebuildAndSave writes the rebuilt engine beside the file
+  // ("model.kiln" → "model.<8 hex digits of this machine's fingerprint hash>.kiln", atomically; the
+  // original is never written) and, on later loads, reads that one while it derives from the same
+  // original file. A file of another format version, or for a device this machine lacks, is refused
+  // under every policy.
+  static Expected<std::shared_ptr<Engine>> load(const std::string& engine_path, const EngineLoadOptions& options);
+  // The file kRebuildAndSave writes for `engine_path` on this machine.
+  static Expected<std::string> rebuilt_path(const std::string& engine_path);
   static Expected<std::shared_ptr<Engine>> load_from_bytes(const std::string& bytes);
-  // Either: an .onnx (built with `options`) or an engine file (by its magic bytes).
-  static Expected<std::shared_ptr<Engine>> open(const std::string& path, const BuildOptions& options = {});
+  // Either: an .onnx (built with `options`) or an engine file (by its magic bytes, loaded with
+  // `load_options`).
+  static Expected<std::shared_ptr<Engine>> open(const std::string& path, const BuildOptions& options = {},
+                                                const EngineLoadOptions& load_options = {});
 
   Status save(const std::string& engine_path) const;
   Expected<std::string> serialize() const;

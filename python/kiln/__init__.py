@@ -385,8 +385,13 @@ class SessionOptions:
         self._config: dict[str, str] = {}
 
     def add_session_config_entry(self, key: str, value: str) -> None:
-        """Stored (get_session_config_entry returns it); kiln reads no session config keys."""
-        self._config[str(key)] = str(value)
+        """Stored (get_session_config_entry returns it). kiln reads one key: "kiln.on_mismatch" — what an
+        engine file built for another GPU, driver or library version does: "error" (the default),
+        "rebuild" (from the graph it holds) or "rebuild-and-save" (Engine.load's on_mismatch)."""
+        key, value = str(key), str(value)
+        if key == "kiln.on_mismatch" and value not in ("error", "rebuild", "rebuild-and-save"):
+            raise ValueError(f"kiln.on_mismatch '{value}': expected error, rebuild or rebuild-and-save")
+        self._config[key] = value
 
     def get_session_config_entry(self, key: str) -> str:
         return self._config[str(key)]
@@ -471,14 +476,16 @@ def _normalize_feed(infos: Sequence[TensorInfo], feed: dict[str, Any]) -> dict[s
     return out
 
 
-def _open_engine(path_or_bytes: Any, device: str, opt_level: int, precision: str = "fp32", **build: Any) -> Engine:
+def _open_engine(path_or_bytes: Any, device: str, opt_level: int, precision: str = "fp32", on_mismatch: str = "error",
+                 **build: Any) -> Engine:
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         data = bytes(path_or_bytes)
         if data[4:8] == _ENGINE_MAGIC:
             return Engine.load_from_bytes(data)
         return Engine.build_from_bytes(data, device=device, opt_level=opt_level, precision=precision, **build)
     if isinstance(path_or_bytes, (str, os.PathLike)):
-        return Engine.open(os.fspath(path_or_bytes), device=device, opt_level=opt_level, precision=precision, **build)
+        return Engine.open(os.fspath(path_or_bytes), device=device, opt_level=opt_level, precision=precision,
+                           on_mismatch=on_mismatch, **build)
     if hasattr(path_or_bytes, "SerializeToString"):  # an onnx.ModelProto
         return Engine.build_from_bytes(path_or_bytes.SerializeToString(), device=device, opt_level=opt_level,
                                          precision=precision, **build)
@@ -675,7 +682,8 @@ class InferenceSession:
         self._provider_options = {CUDA_PROVIDER: {str(k): str(v) for k, v in cuda_options.items()}} if device == "cuda" else {}
         self._load_start = time.time()
         self._engine = _open_engine(path_or_bytes, device, opt_level, precision if device == "cuda" else "fp32",
-                                    verbose=severity <= 1, threads=self._threads, **_build_settings(cuda_options))
+                                    opts._config.get("kiln.on_mismatch", "error"), verbose=severity <= 1,
+                                    threads=self._threads, **_build_settings(cuda_options))
         self._load_ms = (time.time() - self._load_start) * 1e3
         if device == "cuda" and self._engine.device != "cuda":
             warnings.warn("the engine file was built for the CPU: CUDAExecutionProvider does not apply to it", stacklevel=2)

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -19,6 +20,8 @@
 #include "runtime/engine_impl.h"
 #include "runtime/executor.h"
 #include "tune/tuner.h"
+#include "util/atomic_file.h"
+#include "util/checksum.h"
 #include "util/file.h"
 #include "util/guard.h"
 #include "util/log.h"
@@ -400,7 +403,110 @@ Expected<std::shared_ptr<Engine>> Engine::build_from_bytes(const std::string& by
   return guarded("building the engine", [&] { return build_from_model(std::move(model), options, start); });
 }
 
-Expected<std::shared_ptr<Engine>> Engine::open(const std::string& path, const BuildOptions& options) {
+// ---- Loading an engine built for another machine (issue #45: rebuild instead of failing)
+
+Expected<OnMismatch> parse_on_mismatch(const std::string& name) {
+  if (name == "error") return OnMismatch::kError;
+  if (name == "rebuild") return OnMismatch::kRebuild;
+  if (name == "rebuild-and-save" || name == "rebuild_and_save") return OnMismatch::kRebuildAndSave;
+  return invalid_argument("unknown on_mismatch '" + name + "' (expected error, rebuild or rebuild-and-save)");
+}
+
+// The checksum an engine file's trailer records (its identity: any change to the file changes it),
+// as 16 hex digits; empty when it has none.
+static std::string recorded_checksum(const Storage& file) {
+  if (file.bytes < 24) return "";
+  uint64_t sum = 0;
+  std::memcpy(&sum, static_cast<const char*>(file.data) + file.bytes - 16, 8);
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(sum));
+  return buf;
+}
+
+Expected<std::string> Engine::rebuilt_path(const std::string& engine_path) {
+  // Named by this machine's fingerprint for the device the engine is for (read from the file).
+  KILN_ASSIGN_OR_RETURN(auto file, map_engine_file(engine_path));
+  KILN_ASSIGN_OR_RETURN(auto impl, deserialize_engine(file, true));
+  KILN_ASSIGN_OR_RETURN(Backend * b, backend_for(impl->options.device));
+  const std::string fp = b->fingerprint();
+  char hex[16];
+  std::snprintf(hex, sizeof(hex), "%08x", static_cast<unsigned>(checksum64(fp.data(), fp.size()) >> 32));
+  std::filesystem::path p(engine_path);
+  const std::string stem = p.extension() == ".kiln" ? p.stem().string() : p.filename().string();
+  return (p.parent_path() / (stem + "." + hex + ".kiln")).string();
+}
+
+// Lowers and tunes, on this machine, the graph of an engine read for a rebuild (plan null).
+static Status rebuild_here(Engine::Impl& impl, const EngineLoadOptions& lo) {
+  BuildOptions o;
+  o.device = impl.options.device;
+  o.opt_level = impl.options.opt_level;
+  o.profiles = impl.options.profiles;
+  KILN_ASSIGN_OR_RETURN(o.precision, parse_precision(impl.meta["precision"]));
+  o.tune = lo.tune;
+  o.timing_cache = lo.timing_cache;
+  o.verbose = lo.verbose;
+  impl.options = o;
+  ScopedLogLevel level(o.verbose ? LogLevel::kVerbose : LogLevel::kWarning);
+  LowerOptions low;
+  low.device = o.device;
+  low.verbose = o.verbose;
+  KILN_ASSIGN_OR_RETURN(impl.plan, lower(impl.graph, low));
+  if (o.tunes()) KILN_RETURN_IF_ERROR(tune_engine(impl, o, nullptr));
+  // A fresh engine's header (this machine's fingerprint, kiln version, CPU features), the model's
+  // metadata and the build's records (int8/fp8 reports) kept.
+  std::map<std::string, std::string> kept = impl.meta;
+  describe_engine(impl, kept["model_hash"]);
+  for (const auto& [k, v] : kept)
+    if (!impl.meta.count(k)) impl.meta[k] = v;
+  impl.meta.erase("foreign");
+  return Status::Ok();
+}
+
+Expected<std::shared_ptr<Engine>> Engine::load(const std::string& engine_path, const EngineLoadOptions& lo) {
+  auto strict = load(engine_path);
+  if (strict.ok() || strict.status().code() != StatusCode::kEngineMismatch || lo.on_mismatch == OnMismatch::kError)
+    return strict;
+  const auto start = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(auto file, map_engine_file(engine_path));
+  const std::string identity = recorded_checksum(*file);
+  std::string saved;
+  if (lo.on_mismatch == OnMismatch::kRebuildAndSave) {
+    KILN_ASSIGN_OR_RETURN(saved, rebuilt_path(engine_path));
+    // An engine rebuilt here before from this very file (its checksum recorded) is the answer.
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(saved, ec)) {
+      auto prior = load(saved);
+      if (prior.ok() && !identity.empty() && (*prior)->metadata()["rebuilt_from.checksum"] == identity) {
+        log(LogLevel::kInfo, "engine '" + engine_path + "': loaded '" + saved + "', rebuilt for this machine before");
+        return prior;
+      }
+    }
+  }
+  auto impl = deserialize_engine(file, true);
+  if (!impl.ok()) return impl.status().with_context(engine_path);
+  if ((*impl)->plan) return std::make_shared<Engine>(std::move(impl).value());  // it matched after all
+  const std::string differs = (*impl)->meta["foreign"];
+  const std::string built_for = (*impl)->meta["fingerprint"];
+  Status st = guarded("rebuilding the engine", [&] { return rebuild_here(**impl, lo); });
+  if (!st.ok()) return st.with_context(engine_path + " (" + differs + ")");
+  (*impl)->meta["rebuilt_from"] = built_for;
+  (*impl)->meta["rebuilt_from.checksum"] = identity;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  char took[32];
+  std::snprintf(took, sizeof(took), "%.2f s", secs);
+  auto engine = std::make_shared<Engine>(std::move(impl).value());
+  std::string where;
+  if (!saved.empty()) {
+    KILN_RETURN_IF_ERROR(engine->save(saved).with_context("saving the rebuilt engine"));
+    where = "; saved as '" + saved + "'";
+  }
+  log(LogLevel::kWarning, "engine '" + engine_path + "': " + differs + ": rebuilt from its graph in " + took + where);
+  return engine;
+}
+
+Expected<std::shared_ptr<Engine>> Engine::open(const std::string& path, const BuildOptions& options,
+                                               const EngineLoadOptions& load_options) {
   KILN_RETURN_IF_ERROR(check_readable_file(path, "model"));  // a FIFO would block the open for ever
   std::ifstream f(path, std::ios::binary);
   if (!f) return not_found("cannot open '" + path + "'");
@@ -409,7 +515,7 @@ Expected<std::shared_ptr<Engine>> Engine::open(const std::string& path, const Bu
   head.resize(static_cast<size_t>(f.gcount()));
   if (looks_like_engine(head)) {
     KILN_RETURN_IF_ERROR(load_plugins(options));
-    return load(path);
+    return load(path, load_options);
   }
   return build(path, options);
 }

@@ -32,6 +32,10 @@ struct EngineFile {
   std::map<std::string, std::string> meta; // kiln_version, device, fingerprint, opt_level, cpu_isa, ...
   std::vector<ShapeProfile> profiles;      // the build's shape profiles (tactics are per profile)
   std::vector<plugins::OpRecord> plugins;  // the plugin ops `graph` uses (format 4)
+  // Read with `for_rebuild` from an engine built for another machine of the same device kind: what
+  // differs ("built for 'X', this machine is 'Y'"); `plan` is then null (its kernels and tactics were
+  // chosen there) and the graph, profiles and metadata are what a rebuild here starts from.
+  std::string foreign;
 };
 
 // "x86_64 avx2 fma ... onednn:avx2" — the CPU features kiln's kernels can use here, under KILN_CPU_ISA and
@@ -44,7 +48,9 @@ Expected<std::string> write_engine_file(const EngineFile& e);
 // against this machine's, the plugins it records against the loaded ones, every plan index against
 // the graph), then instantiates the plan's kernels
 // from their recorded rows: no pass, no placement, no memory planning runs. Weights whose bytes are
-// aligned stay views into `file` (an mmap for Engine::load).
-Expected<EngineFile> read_engine_file(std::shared_ptr<Storage> file);
+// aligned stay views into `file` (an mmap for Engine::load). With `for_rebuild`, a fingerprint that
+// differs from this machine's (same device kind, its backend available) is not an error: the file is
+// checked and read as always, except the plan (EngineFile::foreign says what differs).
+Expected<EngineFile> read_engine_file(std::shared_ptr<Storage> file, bool for_rebuild = false);
 
 }  // namespace kiln

@@ -561,6 +561,7 @@ bool looks_like_engine(const std::string& head) {
 }
 
 Expected<std::string> write_engine_file(const EngineFile& e) {
+  if (!e.graph || !e.plan) return invalid_argument("an engine file needs a graph and its plan (an engine read for a rebuild has none)");
   size_t weight_bytes = 0;
   for (const ir::Value* v : e.graph->values())
     if (v->constant) weight_bytes += v->constant->nbytes() + 64;
@@ -600,13 +601,13 @@ Expected<std::string> write_engine_file(const EngineFile& e) {
   return out;
 }
 
-static Expected<EngineFile> read_unguarded(std::shared_ptr<Storage> file);
+static Expected<EngineFile> read_unguarded(std::shared_ptr<Storage> file, bool for_rebuild);
 
-Expected<EngineFile> read_engine_file(std::shared_ptr<Storage> file) {
-  return guarded("loading the engine file", [&] { return read_unguarded(std::move(file)); });
+Expected<EngineFile> read_engine_file(std::shared_ptr<Storage> file, bool for_rebuild) {
+  return guarded("loading the engine file", [&] { return read_unguarded(std::move(file), for_rebuild); });
 }
 
-static Expected<EngineFile> read_unguarded(std::shared_ptr<Storage> file) {
+static Expected<EngineFile> read_unguarded(std::shared_ptr<Storage> file, bool for_rebuild) {
   const auto* buf = static_cast<const uint8_t*>(file->data);
   size_t size = file->bytes;
   // The checksum trailer (format 3 on): weights, plan and metadata are checked before any is read.
@@ -650,9 +651,14 @@ static Expected<EngineFile> read_unguarded(std::shared_ptr<Storage> file) {
     return Status(StatusCode::kEngineMismatch, "engine was built for " + e.meta["fingerprint"] +
                                                    ", which is not available here: " + backend.status().message());
   const std::string here = (*backend)->fingerprint();
-  if (e.meta["fingerprint"] != here)
-    return Status(StatusCode::kEngineMismatch, "engine was built for '" + e.meta["fingerprint"] +
-                                                   "' but this machine is '" + here + "'; rebuild the engine here");
+  if (e.meta["fingerprint"] != here) {
+    const std::string differs = "engine was built for '" + e.meta["fingerprint"] + "' but this machine is '" + here + "'";
+    if (!for_rebuild)
+      return Status(StatusCode::kEngineMismatch,
+                    differs + "; rebuild the engine here, or load it with on_mismatch = rebuild (CLI: --on-mismatch "
+                              "rebuild), which rebuilds it from the graph it holds");
+    e.foreign = differs;
+  }
   // Same format and hardware: it runs. Say so when another kiln wrote it, or a CPU with features this
   // one lacks (kernels choose their ISA at run time, so such an engine still runs, maybe slower).
   if (e.meta["kiln_version"] != version())
@@ -682,7 +688,9 @@ static Expected<EngineFile> read_unguarded(std::shared_ptr<Storage> file) {
   KILN_RETURN_IF_ERROR(plugins::check_records(e.plugins));
   KILN_ASSIGN_OR_RETURN(auto graph, read_graph(ef->graph(), nullptr, 0, file));
   e.graph = std::shared_ptr<ir::Graph>(std::move(graph));
-  KILN_ASSIGN_OR_RETURN(e.plan, read_plan(ef->plan(), e.graph));
+  if (e.foreign.empty()) {
+    KILN_ASSIGN_OR_RETURN(e.plan, read_plan(ef->plan(), e.graph));
+  }
   if (vsize(ef->profiles()) > kMaxProfiles) return bad("too many shape profiles");
   for (size_t i = 0; i < vsize(ef->profiles()); ++i) {
     const fb::ProfileDesc* pd = ef->profiles()->Get(static_cast<flatbuffers::uoffset_t>(i));
@@ -697,9 +705,10 @@ static Expected<EngineFile> read_unguarded(std::shared_ptr<Storage> file) {
     }
     e.profiles.push_back(std::move(p));
   }
-  for (const Step& s : e.plan->steps)
-    if (s.tactics.size() > std::max<size_t>(1, e.profiles.size()) || s.tactic_ms.size() > s.tactics.size())
-      return bad("a step holds more tactics than the engine has shape profiles");
+  if (e.plan)
+    for (const Step& s : e.plan->steps)
+      if (s.tactics.size() > std::max<size_t>(1, e.profiles.size()) || s.tactic_ms.size() > s.tactics.size())
+        return bad("a step holds more tactics than the engine has shape profiles");
   return e;
 }
 

@@ -113,8 +113,8 @@ Expected<std::string> serialize_engine(const Engine::Impl& impl) {
   return write_engine_file(e);
 }
 
-Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Storage> file) {
-  KILN_ASSIGN_OR_RETURN(EngineFile e, read_engine_file(std::move(file)));
+Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Storage> file, bool for_rebuild) {
+  KILN_ASSIGN_OR_RETURN(EngineFile e, read_engine_file(std::move(file), for_rebuild));
   auto impl = std::make_unique<Engine::Impl>();
   impl->graph = std::move(e.graph);
   impl->plan = std::move(e.plan);
@@ -124,6 +124,7 @@ Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Stora
   KILN_RETURN_IF_ERROR(validate_profiles(*impl->graph, impl->options.profiles).with_context("engine file"));
   describe_engine(*impl, e.meta["model_hash"]);
   impl->meta = std::move(e.meta);  // as written (describe_engine fills the meta of a fresh build)
+  if (!e.foreign.empty()) impl->meta["foreign"] = e.foreign;
   return impl;
 }
 
@@ -135,7 +136,7 @@ Expected<std::shared_ptr<Engine>> Engine::load_from_bytes(const std::string& byt
 }
 
 // The file mapped copy-on-write (never written through, but a kernel bug cannot reach the file).
-static Expected<std::shared_ptr<Storage>> map_file(const std::string& path) {
+Expected<std::shared_ptr<Storage>> map_engine_file(const std::string& path) {
   // O_NONBLOCK: opening a FIFO would otherwise wait for a writer; fstat then refuses it.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return not_found("cannot open '" + path + "'");
@@ -160,7 +161,7 @@ static Expected<std::shared_ptr<Storage>> map_file(const std::string& path) {
 }
 
 Expected<std::shared_ptr<Engine>> Engine::load(const std::string& engine_path) {
-  KILN_ASSIGN_OR_RETURN(auto file, map_file(engine_path));
+  KILN_ASSIGN_OR_RETURN(auto file, map_engine_file(engine_path));
   auto impl = deserialize_engine(std::move(file));
   if (!impl.ok()) return impl.status().with_context(engine_path);
   return std::make_shared<Engine>(std::move(impl).value());

@@ -28,7 +28,11 @@ TensorInfo tensor_info(const ir::Value& v);
 // The engine file (engine/engine_file.h) holds graph, plan, meta and profiles; these convert between
 // it and an Engine. Loading checks the profiles against the graph and describes the engine's I/O.
 Expected<std::string> serialize_engine(const Engine::Impl& impl);
-Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Storage> file);
+// With `for_rebuild`, an engine of another machine of this device kind reads without its plan
+// (plan null; meta "foreign" says what differs; engine/engine_file.h).
+Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Storage> file, bool for_rebuild = false);
+// An engine file mapped copy-on-write (a regular file only).
+Expected<std::shared_ptr<Storage>> map_engine_file(const std::string& path);
 
 // Shape profiles (BuildOptions::profiles; at most kMaxProfiles, engine/engine_file.h).
 // Every profile names graph inputs, with min <= opt <= max of the input's rank, agreeing with its

@@ -99,8 +99,14 @@ Expected<std::shared_ptr<ModelVersion>> Repository::load_version(const ModelSpec
     return not_found(who + ": " + model_path.string() + " is missing (expected model.onnx or model.kiln)");
   std::string how;
   if (model_path.extension() != ".onnx") {
-    KILN_ASSIGN_OR_RETURN(mv->engine, Engine::load(model_path.string()));
-    how = "loaded";
+    // An engine file built on another GPU or library version is rebuilt here from the graph it holds
+    // (logged), not left UNAVAILABLE; the repository is not written to (the rebuild is redone on a
+    // restart: ship the .onnx, which kiln serve builds once and caches, to avoid that).
+    EngineLoadOptions lo;
+    lo.on_mismatch = OnMismatch::kRebuild;
+    KILN_ASSIGN_OR_RETURN(mv->engine, Engine::load(model_path.string(), lo));
+    how = mv->engine->metadata().count("rebuilt_from") ? "rebuilt here (built for " + mv->engine->metadata()["rebuilt_from"] + ")"
+                                                        : "loaded";
   } else {
     KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(model_path));
     std::string options_text = std::string(kiln::version()) + "|" + (device == DeviceType::kCUDA ? "cuda" : "cpu") +

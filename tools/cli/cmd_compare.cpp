@@ -158,7 +158,7 @@ int CompareCommand::execute() {
   oa.device = parse_device(cmp_device_a);
   oa.precision = parse_precision(cmp_precision_a);
   cache.apply(oa, cmp_a);
-  auto a = kiln::Engine::open(cmp_a, oa);
+  auto a = kiln::Engine::open(cmp_a, oa, cache.load_options());
   if (!a.ok()) return fail(a.status());
   auto feed = load_inputs(**a, cmp_inputs);
   if (!feed.ok()) return fail(feed.status());
@@ -190,7 +190,7 @@ int CompareCommand::execute() {
   ob.device = parse_device(cmp_device_b);
   ob.precision = parse_precision(cmp_precision_b);
   cache.apply(ob, cmp_b.empty() ? cmp_a : cmp_b);
-  auto b = kiln::Engine::open(cmp_b.empty() ? cmp_a : cmp_b, ob);
+  auto b = kiln::Engine::open(cmp_b.empty() ? cmp_a : cmp_b, ob, cache.load_options());
   if (!b.ok()) return fail(b.status());
   auto rb = run_side(**b);
   if (!rb.ok()) return fail(rb.status());

@@ -95,7 +95,7 @@ int RunCommand::execute() {
   o.threads = run_threads;  // an .onnx is built on the threads it will run on
   cache.apply(o, run_path);
   const auto t0 = std::chrono::steady_clock::now();
-  auto e = kiln::Engine::open(run_path, o);
+  auto e = kiln::Engine::open(run_path, o, cache.load_options());
   if (!e.ok()) return fail(e.status());
   const double load_ms = ms_since(t0);
   // A context as the options ask (bench --streams makes more of them).

@@ -191,6 +191,18 @@ void CacheArgs::add_to(CLI::App& app) {
   app.add_flag("--no-cache", off,
                "an .onnx built for CUDA is tuned from scratch, without reading or adding to the user's timing cache "
                "(~/.cache/kiln/timing)");
+  app.add_option("--on-mismatch", on_mismatch,
+                 "an engine file built for another GPU, driver or library version: error (default), rebuild (from the "
+                 "graph it holds, here), or rebuild-and-save (also keeps the rebuilt engine beside it, model.<hash>.kiln)")
+      ->check(CLI::IsMember({"error", "rebuild", "rebuild-and-save"}));
+}
+
+kiln::EngineLoadOptions CacheArgs::load_options() const {
+  kiln::EngineLoadOptions lo;
+  auto policy = kiln::parse_on_mismatch(on_mismatch);
+  if (policy.ok()) lo.on_mismatch = *policy;  // CLI11 checked the name
+  if (!off && lo.on_mismatch != kiln::OnMismatch::kError) lo.timing_cache = default_timing_cache_dir();
+  return lo;
 }
 
 void CacheArgs::apply(kiln::BuildOptions& o, const std::string& model) const {

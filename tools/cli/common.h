@@ -50,12 +50,18 @@ std::string default_timing_cache_dir();
 // --no-cache, which run, bench, profile and compare share: an .onnx they build with tuning (on CUDA)
 // reads and adds to the user's timing cache folder, so the second build of a model, or of one with
 // the same layers, takes its tactics from there instead of timing them again.
+// Also --on-mismatch: what an engine file built for another machine of its device kind does (error,
+// or rebuilt here from its graph, tuned with the same timing cache; kiln::EngineLoadOptions).
 struct CacheArgs {
   bool off = false;
+  std::string on_mismatch = "error";
   void add_to(CLI::App& app);
   // Points o.timing_cache at the folder when `model` is an .onnx that will be tuned, and says so once
   // on stderr.
   void apply(kiln::BuildOptions& o, const std::string& model) const;
+  // How an engine file is loaded: the --on-mismatch policy; a rebuild's tuning reads and adds to the
+  // user's timing cache unless --no-cache.
+  kiln::EngineLoadOptions load_options() const;
 };
 
 // What --input and --seed gave: missing inputs get random data from the seed.
