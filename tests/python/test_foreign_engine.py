@@ -1,8 +1,8 @@
 """Engines built for another machine of the same device kind (#45 step 1), from Python and the CLI.
 
 The foreign engine is a CPU engine built here whose fingerprint ("cpu x86_64") is rewritten to another
-machine's of the same length and re-sealed with the engine file's checksum (written out here from
-its definition in src/util/checksum.cpp), as a file copied from that machine would read.
+machine's of the same length and re-sealed with the engine file's checksum (engine_checksum.py,
+written out from its definition in src/util/checksum.cpp), as a file copied from that machine would read.
 """
 import os
 import struct
@@ -12,41 +12,12 @@ import numpy as np
 import pytest
 
 import kiln
+from engine_checksum import checksum64
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KILN = os.path.join(REPO, "build", "kiln")
 EXAMPLE = os.path.join(REPO, "examples", "tiny_cnn.onnx")
 EXAMPLE_INPUT = os.path.join(REPO, "examples", "tiny_cnn_input.npy")
-M64 = (1 << 64) - 1
-ODD1, ODD2 = 0xD6E8FEB86659FD93, 0xA0761D6478BD642F
-
-
-def _rotl(x, r):
-    return ((x << r) | (x >> (64 - r))) & M64
-
-
-def _mix(h):
-    h ^= h >> 32
-    h = (h * ODD1) & M64
-    h ^= h >> 29
-    h = (h * ODD2) & M64
-    return h ^ (h >> 32)
-
-
-def checksum64(data: bytes) -> int:
-    lanes = [ODD1, ODD2, ~ODD1 & M64, ~ODD2 & M64]
-    full = len(data) // 32 * 32
-    words = struct.unpack(f"<{full // 8}Q", data[:full])
-    tail = struct.unpack("<4Q", data[full:] + b"\0" * (32 - (len(data) - full)))
-    for block in [words[i:i + 4] for i in range(0, len(words), 4)] + [tail]:
-        for k in range(4):
-            lanes[k] = (_rotl(lanes[k] ^ ((block[k] * ODD2) & M64), 27) * ODD1) & M64
-    h = (len(data) * ODD1) & M64
-    for k in range(4):
-        h = (_mix(h ^ lanes[k]) + _rotl(lanes[k], 17 * k + 1)) & M64
-    return _mix(h)
-
-
 def foreign_copy(engine_bytes: bytes, fingerprint: bytes = b"cpu x86_65") -> bytes:
     assert engine_bytes[-24:-16] == b"KILNSUM1"
     body = engine_bytes[:-24]
