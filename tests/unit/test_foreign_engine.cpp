@@ -232,3 +232,21 @@ TEST(ForeignCudaEngine, RebuildsHere) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5f) << i;
 }
+
+// The format promise (#45 item 5): an engine file written by an earlier kiln keeps loading. The
+// committed tests/data/tiny_cnn_cpu_format3.kiln (kiln 0.1.0, format 3, a CPU with AVX-512: on one
+// without it loads with a warning) loads, runs, and computes what a fresh build of the example does.
+// A change of the engine format must keep this test passing (read the old format, or migrate it with
+// a message saying so); add a file here for each new format version.
+TEST(FormatPromise, EarlierFormatFilesLoadAndRun) {
+  const std::string path = testing_support::source_dir() + "/tests/data/tiny_cnn_cpu_format3.kiln";
+  auto old = Engine::load(path);
+  ASSERT_TRUE(old.ok()) << old.status().to_string();
+  EXPECT_EQ((*old)->metadata()["format_version"], "3");
+  EXPECT_EQ((*old)->metadata()["kiln_version"], "0.1.0");
+  auto fresh = Engine::build(kExample);
+  ASSERT_TRUE(fresh.ok());
+  const auto want = run_example(**fresh), got = run_example(**old);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5f) << i;
+}
