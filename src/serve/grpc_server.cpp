@@ -5,6 +5,7 @@
 #include <grpcpp/resource_quota.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -181,10 +182,12 @@ class Service final : public pb::GRPCInferenceService::Service {
     res->set_live(true);
     return grpc::Status::OK;
   }
+  // Ready as HTTP's /v2/health/ready: not stopping, and the repository ready (Repository::ready).
   grpc::Status ServerReady(grpc::ServerContext*, const pb::ServerReadyRequest*, pb::ServerReadyResponse* res) override {
-    res->set_ready(true);
+    res->set_ready(!stopping.load() && repository_.ready());
     return grpc::Status::OK;
   }
+  std::atomic<bool> stopping{false};
   grpc::Status ModelReady(grpc::ServerContext*, const pb::ModelReadyRequest* req, pb::ModelReadyResponse* res) override {
     res->set_ready(repository_.find(req->name(), req->version()).ok());
     return grpc::Status::OK;
@@ -330,6 +333,7 @@ int GrpcServer::port() const { return impl_->port; }
 
 void GrpcServer::stop() {
   if (!impl_->server) return;
+  impl_->service.stopping = true;
   std::call_once(impl_->stopped, [this] { impl_->server->Shutdown(); });
 }
 

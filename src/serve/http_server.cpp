@@ -151,7 +151,7 @@ struct HttpServer::Impl {
     metrics.set_tcp_nodelay(true);
     api.Get("/v2/health/live", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
     api.Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& res) {
-      res.status = stopping ? 503 : 200;
+      res.status = !stopping && repository.ready() ? 200 : 503;
     });
     api.Get("/v2", [](const httplib::Request&, httplib::Response& res) {
       send_json(res, {{"name", "kiln"},

@@ -176,8 +176,14 @@ Expected<std::vector<std::shared_ptr<ModelVersion>>> Repository::load_versions(c
   std::vector<int64_t> versions;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string v = entry.path().filename().string();
-    if (entry.is_directory() && !v.empty() && v.size() < 19 && std::all_of(v.begin(), v.end(), ::isdigit))
-      versions.push_back(std::stoll(v));
+    if (!entry.is_directory() || v.empty() || v.size() >= 19 || !std::all_of(v.begin(), v.end(), ::isdigit)) continue;
+    // A version is its folder's number written plainly: "007" and "01" would alias "7" and "1" (two
+    // folders, one version), so they are skipped, saying so.
+    if (v.size() > 1 && v[0] == '0') {
+      log("model '" + name + "': version folder '" + v + "' skipped (write version numbers without leading zeros)");
+      continue;
+    }
+    versions.push_back(std::stoll(v));
   }
   std::sort(versions.begin(), versions.end());
   if (versions.empty())
@@ -301,6 +307,12 @@ std::vector<ModelState> Repository::index() const {
     rows.push_back({name, "", "UNAVAILABLE", f != failed_.end() ? f->second : "unloaded"});
   }
   return rows;
+}
+
+bool Repository::ready() const {
+  if (!options_.strict_readiness) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  return failed_.empty();
 }
 
 void Repository::drain() {

@@ -33,6 +33,8 @@ struct RepositoryOptions {
   DeviceType device = DeviceType::kCPU;   // for KIND_AUTO instances
   int64_t default_max_batch_size = 8;     // for models without config.pbtxt whose batch dim is dynamic
   bool cache_engines = true;
+  // Triton's --strict-readiness: the server is ready only while no model failed to load.
+  bool strict_readiness = true;
   std::function<void(const std::string&)> log;  // one line per load, unload and failure
 };
 
@@ -69,6 +71,9 @@ class Repository {
   Expected<std::shared_ptr<ModelVersion>> find(const std::string& name, const std::string& version) const;
   std::vector<std::shared_ptr<ModelVersion>> loaded() const;
   std::vector<ModelState> index() const;
+  // The repository's part of the server's readiness (HTTP /v2/health/ready and gRPC ServerReady ask
+  // it): with strict_readiness, no model failed to load (those unloaded on request aside); else true.
+  bool ready() const;
   // Every loaded model's batcher runs what it gathers at once (Batcher::drain): a server stopping.
   void drain();
   // Unloads everything, draining every batcher.

@@ -166,7 +166,8 @@ def addmul_inputs(x, y, binary: bool):
 
 def test_health_and_metadata(server):
     c = server.client()
-    assert c.is_server_live() and c.is_server_ready()
+    # Not ready: 'broken' failed to load (strict readiness, Triton's default; test_readiness_follows_the_models).
+    assert c.is_server_live() and not c.is_server_ready()
     assert c.is_model_ready("tiny_cnn") and c.is_model_ready("addmul", "1")
     assert not c.is_model_ready("broken") and not c.is_model_ready("nope")
     meta = c.get_server_metadata()
@@ -309,6 +310,51 @@ def test_repository_index_load_unload(server, repo):
         c.load_model("nope")
 
 
+def test_readiness_follows_the_models(tmp_path):
+    """Strict readiness (the default, as Triton's): ready while no model failed to load, over HTTP and
+    gRPC alike; unloading the failed model makes the server ready, loading it again (still broken) not.
+    --strict-readiness false: ready whenever the server is up."""
+    repo = make_repository(str(tmp_path))
+    shutil.rmtree(os.path.join(repo, "tiny_cnn"))
+    s = Server(repo)
+    try:
+        h, g = s.client(), s.grpc()
+        assert not h.is_server_ready() and not g.is_server_ready()
+        h.unload_model("broken")
+        assert h.is_server_ready() and g.is_server_ready()
+        with pytest.raises(InferenceServerException, match="sequence_batching"):
+            h.load_model("broken")
+        assert not h.is_server_ready() and not g.is_server_ready()
+        g.close()
+    finally:
+        assert s.stop() == 0
+    s = Server(repo, "--strict-readiness", "false")
+    try:
+        assert s.client().is_server_ready()
+    finally:
+        assert s.stop() == 0
+
+
+def test_version_folders_are_plain_numbers(tmp_path):
+    """'1' and '001' would both be version 1: a folder with leading zeros is skipped (logged), so the
+    model serves version 1 from '1'; a model with only '007' has no version."""
+    repo = str(tmp_path)
+    for model, folders in (("a", ("1", "001")), ("b", ("007",))):
+        for f in folders:
+            os.makedirs(os.path.join(repo, model, f))
+            onnx.save(addmul_model(), os.path.join(repo, model, f, "model.onnx"))
+    s = Server(repo)
+    try:
+        index = {(m["name"], m.get("version", "")): m for m in s.client().get_model_repository_index()}
+        assert index[("a", "1")]["state"] == "READY", index
+        assert [k for k in index if k[0] == "a"] == [("a", "1")], index
+        assert index[("b", "")]["state"] == "UNAVAILABLE" and "no version folder" in index[("b", "")]["reason"], index
+    finally:
+        assert s.stop() == 0
+    log = "".join(s.stderr)
+    assert "version folder '001' skipped" in log and "version folder '007' skipped" in log, log
+
+
 def _binary_request(header: dict, tail: bytes):
     head = json.dumps(header).encode()
     return head + tail, {"Inference-Header-Content-Length": str(len(head)), "Content-Type": "application/octet-stream"}
@@ -410,7 +456,7 @@ def grpc_addmul_inputs(x, y):
 
 def test_grpc_health_metadata_config(server):
     c = server.grpc()
-    assert c.is_server_live() and c.is_server_ready()
+    assert c.is_server_live() and not c.is_server_ready()  # as HTTP's: 'broken' failed to load
     assert c.is_model_ready("tiny_cnn") and not c.is_model_ready("nope")
     assert c.get_server_metadata(as_json=True)["name"] == "kiln"
     m = c.get_model_metadata("tiny_cnn", as_json=True)

@@ -30,7 +30,7 @@ struct ServeCommand {
   int http_port = 8000, grpc_port = 8001, metrics_port = 8002, http_threads = 256, grpc_threads = 512;
   int64_t default_max_batch_size = 8;
   size_t max_body_bytes = size_t{256} << 20;
-  bool no_engine_cache = false;
+  bool no_engine_cache = false, strict_readiness = true;
 
   CLI::App* add_to(CLI::App& app);
   int execute();
@@ -62,6 +62,9 @@ CLI::App* ServeCommand::add_to(CLI::App& app) {
       ->check(CLI::Range(2, 65536));
   sub->add_flag("--no-engine-cache", no_engine_cache,
                 "build every engine on load, without reading or writing <version>/model.<key>.kiln");
+  sub->add_option("--strict-readiness", strict_readiness,
+                  "the server is ready (/v2/health/ready, gRPC ServerReady) only while every model loaded (true, as "
+                  "Triton's default) or whenever it is up (false)");
   return sub;
 }
 
@@ -79,6 +82,7 @@ int ServeCommand::execute() {
   ro.device = parse_device(device);
   ro.default_max_batch_size = default_max_batch_size;
   ro.cache_engines = !no_engine_cache;
+  ro.strict_readiness = strict_readiness;
   ro.log = [&log_mu](const std::string& line) {
     std::lock_guard<std::mutex> lock(log_mu);
     std::cerr << "kiln serve: " << line << std::endl;
