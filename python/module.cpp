@@ -1056,6 +1056,8 @@ PYBIND11_MODULE(_kiln, m) {
     }
     return out;
   }, "Every kernel of every available backend, with the dtypes its first input accepts.");
+  m.def("_read_npy", [](const std::string& path) { return to_numpy(unwrap(kiln::read_npy(path))); }, py::arg("path"),
+        "kiln's .npy reader (the one the kiln command and calibration use), for tests against np.load.");
   m.def("summarize_model", [](const std::string& path) { return summary_dict(unwrap(kiln::summarize_model(path))); },
         py::arg("path"), "What `kiln info` prints, as a dict.");
 }
