@@ -13,6 +13,7 @@
 
 #include "onnx/functions.h"
 #include "onnx/onnx.pb.h"
+#include "onnx/proto_nesting.h"
 #include "onnx/sha256.h"
 #include "onnx/tensor_proto.h"
 #include "ops/op_table.h"
@@ -408,8 +409,21 @@ Expected<ir::Model> import_bytes(const std::string& bytes, const ImportOptions& 
                          " bytes; an ONNX protobuf is limited to 2 GiB (store the weights as external data)");
   return guarded("importing " + options.source_name, [&]() -> Expected<ir::Model> {
     ::onnx::ModelProto m;
-    if (!m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    if (!m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+      // protobuf says only that it failed; past its nesting limit the user needs to know that.
+      const ProtoNesting n = model_proto_nesting(bytes);
+      if (n.message_depth > kProtobufNestingLimit) {
+        const bool subgraphs = n.subgraph_depth * 3 >= kProtobufNestingLimit - 10;
+        return invalid_model(options.source_name + ": the model nests its messages " + std::to_string(n.message_depth) +
+                             " deep, past protobuf's limit of " + std::to_string(kProtobufNestingLimit) +
+                             " (onnxruntime and onnx.load have the same limit): " +
+                             (subgraphs ? "its subgraphs (If/Loop/Scan bodies) are nested " + std::to_string(n.subgraph_depth) +
+                                              " levels deep; each level takes 3 messages, so about 31 levels fit "
+                                              "(flatten the innermost bodies)"
+                                        : std::string("its types (sequence, map or optional inside each other) nest that deep")));
+      }
       return invalid_model(options.source_name + ": not a valid ONNX model (protobuf parse failed)");
+    }
     Importer importer(options);
     return importer.run(m);
   });
