@@ -53,6 +53,26 @@ constexpr ErrorClass kErrorClasses[] = {
 };
 std::map<int, PyObject*> g_error_types;  // StatusCode → class
 
+// Names are bytes in a model. Python gets them as str decoded with 'surrogateescape' (as os.fsdecode
+// gives file names), so a name that is not UTF-8 still round-trips: the str get_inputs() gives is
+// the key run() takes, encoded back to the same bytes. Messages and reports, meant for reading,
+// are decoded with 'backslashreplace': such a byte shows as \xNN, as the kiln command prints it.
+py::str decoded(const std::string& s, const char* errors) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<py::ssize_t>(s.size()), errors);
+  if (!o) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
+py::str name_to_py(const std::string& name) { return decoded(name, "surrogateescape"); }
+py::str text_to_py(const std::string& text) { return decoded(text, "backslashreplace"); }
+
+std::string name_from_py(py::handle key) {
+  py::str s(key);
+  PyObject* b = PyUnicode_AsEncodedString(s.ptr(), "utf-8", "surrogateescape");
+  if (!b) throw py::error_already_set();
+  py::bytes bytes = py::reinterpret_steal<py::bytes>(b);
+  return std::string(bytes);
+}
+
 PyObject* error_type(kiln::StatusCode code) {
   auto it = g_error_types.find(static_cast<int>(code));
   return it == g_error_types.end() ? g_kiln_error : it->second;
@@ -61,7 +81,7 @@ PyObject* error_type(kiln::StatusCode code) {
 [[noreturn]] void raise_status(const kiln::Status& st) {
   PyObject* cls = error_type(st.code());
   py::object type = py::reinterpret_borrow<py::object>(cls);
-  py::object exc = type(st.to_string());
+  py::object exc = type(text_to_py(st.to_string()));
   exc.attr("code") = py::str(kiln::status_code_name(st.code()));
   PyErr_SetObject(cls, exc.ptr());
   throw py::error_already_set();
@@ -585,7 +605,7 @@ struct Context {
     KeepAlive keep;
     std::map<std::string, kiln::Value> inputs;
     for (const auto& [key, value] : feeds) {
-      const std::string name = py::str(key);
+      const std::string name = name_from_py(key);
       inputs.emplace(name, to_value(value, name, find_info(engine->inputs(), name), keep));
     }
     auto outs = without_gil([&] {
@@ -661,7 +681,7 @@ struct Context {
 
 py::object dim_object(const kiln::TensorInfo& info, size_t i) {
   if (info.shape[i] >= 0) return py::int_(info.shape[i]);
-  if (i < info.dim_names.size() && !info.dim_names[i].empty()) return py::str(info.dim_names[i]);
+  if (i < info.dim_names.size() && !info.dim_names[i].empty()) return name_to_py(info.dim_names[i]);
   return py::none();
 }
 
@@ -683,7 +703,7 @@ void tuning_options(kiln::BuildOptions& o, const py::object& profiles, const py:
       if (!py::isinstance<py::dict>(item)) throw py::type_error("kiln: each profile is a dict {input name: (min, opt, max)}");
       kiln::ShapeProfile p;
       for (const auto& [k, v] : py::reinterpret_borrow<py::dict>(item)) {
-        const std::string name = py::str(k);
+        const std::string name = name_from_py(k);
         const auto shapes = py::cast<std::vector<std::vector<int64_t>>>(v);
         if (shapes.size() != 3) throw py::value_error("kiln: profile entry '" + name + "' needs (min, opt, max) shapes");
         p.min[name] = shapes[0];
@@ -716,7 +736,7 @@ void int8_options(kiln::BuildOptions& o, bool int8, const py::object& calibratio
     if (!py::isinstance<py::dict>(item)) throw py::type_error("kiln: calibration yields one {input name: array} dict per input set");
     std::map<std::string, kiln::Tensor> set;
     for (const auto& [k, v] : py::reinterpret_borrow<py::dict>(item)) {
-      const std::string name = py::str(k);
+      const std::string name = name_from_py(k);
       set[name] = to_tensor(v, "calibration input '" + name + "'", keep);
     }
     o.calibration.push_back(std::move(set));
@@ -867,7 +887,7 @@ PYBIND11_MODULE(_kiln, m) {
         "Loads a kiln plugin library (include/kiln/plugin.h) into the process; returns its name, version and ops.");
 
   py::class_<kiln::TensorInfo>(m, "TensorInfo")
-      .def_readonly("name", &kiln::TensorInfo::name)
+      .def_property_readonly("name", [](const kiln::TensorInfo& i) { return name_to_py(i.name); })
       .def_readonly("kind", &kiln::TensorInfo::kind)
       .def_property_readonly("dtype", [](const kiln::TensorInfo& i) { return std::string(kiln::dtype_name(i.dtype)); })
       .def_property_readonly("onnx_dtype", [](const kiln::TensorInfo& i) { return static_cast<int>(i.dtype); })
@@ -877,14 +897,14 @@ PYBIND11_MODULE(_kiln, m) {
       .def_property_readonly("shape", &shape_list, "dims: int, or the symbol (str) / None where dynamic")
       .def_property_readonly("type", &kiln::TensorInfo::type_string)
       .def("__repr__", [](const kiln::TensorInfo& i) {
-        return "TensorInfo(name='" + i.name + "', type='" + i.type_string() + "', shape=" +
-               std::string(py::repr(shape_list(i))) + ")";
+        return text_to_py("TensorInfo(name='" + i.name + "', type='" + i.type_string() + "', shape=" +
+                          std::string(py::repr(shape_list(i))) + ")");
       });
 
   py::class_<kiln::ProfileEvent>(m, "ProfileEvent")
       .def_readonly("run", &kiln::ProfileEvent::run)
       .def_readonly("step", &kiln::ProfileEvent::step)
-      .def_readonly("name", &kiln::ProfileEvent::name)
+      .def_property_readonly("name", [](const kiln::ProfileEvent& e) { return name_to_py(e.name); })
       .def_readonly("op", &kiln::ProfileEvent::op)
       .def_readonly("kernel", &kiln::ProfileEvent::kernel)
       .def_readonly("device", &kiln::ProfileEvent::device)
@@ -895,8 +915,8 @@ PYBIND11_MODULE(_kiln, m) {
       .def_readonly("start_us", &kiln::ProfileEvent::start_us)
       .def_readonly("dur_us", &kiln::ProfileEvent::dur_us)
       .def("__repr__", [](const kiln::ProfileEvent& e) {
-        return "ProfileEvent(run=" + std::to_string(e.run) + ", step=" + std::to_string(e.step) + ", name='" + e.name +
-               "', op='" + e.op + "', dur_us=" + std::to_string(e.dur_us) + ")";
+        return text_to_py("ProfileEvent(run=" + std::to_string(e.run) + ", step=" + std::to_string(e.step) + ", name='" +
+                          e.name + "', op='" + e.op + "', dur_us=" + std::to_string(e.dur_us) + ")");
       });
 
   py::class_<PyTensor>(m, "Tensor", "A tensor on a device (ONNX Runtime's OrtValue); DLPack in and out.")
@@ -1034,8 +1054,13 @@ PYBIND11_MODULE(_kiln, m) {
       .def_property_readonly("outputs", &kiln::Engine::outputs)
       .def_property_readonly("device",
                              [](const kiln::Engine& e) { return e.device() == kiln::DeviceType::kCUDA ? "cuda" : "cpu"; })
-      .def("placement_report", &kiln::Engine::placement_report)
-      .def("metadata", &kiln::Engine::metadata)
+      .def("placement_report", [](const kiln::Engine& e) { return text_to_py(e.placement_report()); })
+      .def("metadata",
+           [](const kiln::Engine& e) {
+             py::dict d;  // a model's names and descriptions: bytes, shown as text
+             for (const auto& [k, v] : e.metadata()) d[text_to_py(k)] = text_to_py(v);
+             return d;
+           })
       .def("create_context", &engine_create_context);
 
   m.def("list_kernels", [] {

@@ -75,3 +75,53 @@ def _npy(tmp_path, a):
     p = tmp_path / "c.npy"
     np.save(p, a)
     return p
+
+
+# ---- (b) names that are not UTF-8
+
+
+def bad_names_model(tmp_path):
+    """Relu from 'in\\xff\\xfe' to 'out\\xfe': written with placeholders of the same length, then patched."""
+    p = model(tmp_path, "names.onnx", [h.make_node("Relu", ["inQQ"], ["outQ"], name="nodeQ")],
+              [h.make_tensor_value_info("inQQ", T.FLOAT, [2, 3])], [y_out("outQ", [2, 3])])
+    data = p.read_bytes().replace(b"inQQ", b"in\xff\xfe").replace(b"outQ", b"out\xfe").replace(b"nodeQ", b"node\xff")
+    p.write_bytes(data)
+    return p
+
+
+def test_non_utf8_names_round_trip_through_python(tmp_path):
+    p = bad_names_model(tmp_path)
+    sess = kiln.InferenceSession(str(p), providers=["CPUExecutionProvider"])
+    (i,), (o,) = sess.get_inputs(), sess.get_outputs()
+    assert i.name == "in\udcff\udcfe" and o.name == "out\udcfe"  # 'surrogateescape', as os.fsdecode
+    assert i.name.encode("utf-8", "surrogateescape") == b"in\xff\xfe"
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    (y,) = sess.run([o.name], {i.name: x})
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    assert "in" in repr(i)
+    with pytest.raises(kiln.KilnError, match=r"in\\xff\\xfe"):  # messages: \xNN, as the kiln command shows
+        sess.run(None, {i.name: np.zeros((3, 3), np.float32)})
+    sess.run_with_iobinding(_bound(sess, i.name, o.name, x))
+
+
+def _bound(sess, iname, oname, x):
+    b = sess.io_binding()
+    b.bind_cpu_input(iname, x)
+    b.bind_output(oname)
+    return b
+
+
+def test_non_utf8_names_in_the_kiln_command(tmp_path):
+    p = bad_names_model(tmp_path)
+    r = kiln_cli("run", p)
+    assert r.returncode == 0, r.stderr
+    assert "out\\xfe: float32 [2,3]" in r.stdout, r.stdout
+    r = kiln_cli("compare", p, p, "--device-b", "cpu")
+    assert r.returncode == 0 and "out\\xfe" in r.stdout, r.stdout + r.stderr
+    r = kiln_cli("compare", p, "--against", "onnxruntime")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "'in\\xff\\xfe' is not valid UTF-8" in r.stderr and "json" not in r.stderr, r.stderr
+    bad = tmp_path / "x.npy"
+    np.save(bad, np.zeros((3, 3), np.float32))
+    r = subprocess.run([KILN, "run", str(p), "-i", b"in\xff\xfe=" + str(bad).encode()], capture_output=True, text=True)
+    assert r.returncode == 1 and "input 'in\\xff\\xfe'" in r.stderr, r.stderr

@@ -19,6 +19,7 @@
 #include "commands.h"
 #include "common.h"
 #include "kiln/kiln.h"
+#include "util/utf8.h"
 
 namespace kiln_cli {
 
@@ -88,11 +89,13 @@ kiln::Status onnxruntime_reference(const std::string& model, const std::map<std:
   for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
   std::fclose(f);
   const nlohmann::json listing = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!listing.is_object() || !listing.contains("outputs")) return kiln::io_error("--against onnxruntime: bad outputs.json");
+  if (!listing.is_object() || !listing.contains("outputs") || !listing["outputs"].is_array()) return kiln::io_error("--against onnxruntime: bad outputs.json");
   version = listing.value("onnxruntime", "");
   for (const auto& item : listing["outputs"]) {
-    names.push_back(item.at(0).get<std::string>());
-    KILN_ASSIGN_OR_RETURN(kiln::Tensor t, kiln::read_npy((dir / "out" / item.at(1).get<std::string>()).string()));
+    if (!item.is_array() || item.size() != 2 || !item[0].is_string() || !item[1].is_string())
+      return kiln::io_error("--against onnxruntime: bad outputs.json");
+    names.push_back(item[0].get<std::string>());
+    KILN_ASSIGN_OR_RETURN(kiln::Tensor t, kiln::read_npy((dir / "out" / item[1].get<std::string>()).string()));
     outputs.push_back(kiln::Value::of(std::move(t)));
   }
   return kiln::Status::Ok();
@@ -173,6 +176,14 @@ int CompareCommand::execute() {
   auto ra = run_side(**a);
   if (!ra.ok()) return fail(ra.status());
   if (against) {
+    // onnxruntime's Python API takes and gives names as str: a name that is not UTF-8 cannot cross
+    // it (nor the JSON that lists the inputs for it), so say so rather than fail inside either.
+    for (const auto* infos : {&(*a)->inputs(), &(*a)->outputs()})
+      for (const kiln::TensorInfo& i : *infos)
+        if (kiln::utf8_length(i.name) == SIZE_MAX)
+          return fail(kiln::unsupported("--against onnxruntime: the name '" + kiln::escape_invalid_utf8(i.name) +
+                                        "' is not valid UTF-8, and onnxruntime's Python API takes names as str only; "
+                                        "compare two kiln sides instead (kiln compare MODEL --device-b cpu)"));
     std::vector<std::string> ref_names;
     std::vector<kiln::Value> ref;
     std::string ort_version;

@@ -17,6 +17,7 @@
 #include "common.h"
 #include "kiln/kiln.h"
 #include "run_command.h"
+#include "util/utf8.h"
 
 namespace kiln_cli {
 
@@ -134,9 +135,10 @@ int RunCommand::execute() {
     std::printf("outputs:\n");
     for (size_t i = 0; i < outs->size(); ++i) {
       const auto& name = (*e)->outputs()[i].name;
+      const std::string shown = kiln::escape_invalid_utf8(name);  // a name is bytes; what is printed, text
       const kiln::Value& v = (*outs)[i];
       if (v.kind == kiln::Value::Kind::kTensor) {
-        print_tensor_summary(name, v.tensor);
+        print_tensor_summary(shown, v.tensor);
         if (!out_dir.empty() && v.tensor.dtype() == kiln::DataType::kString) {
           std::printf("    (not written: .npy holds strings only as pickled objects)\n");
         } else if (!out_dir.empty()) {
@@ -146,9 +148,9 @@ int RunCommand::execute() {
           if (stem != name) std::printf("    (written as %s.npy)\n", stem.c_str());
         }
       } else if (v.kind == kiln::Value::Kind::kSequence) {
-        std::printf("  %s: sequence of %zu tensors\n", name.c_str(), v.sequence.size());
+        std::printf("  %s: sequence of %zu tensors\n", shown.c_str(), v.sequence.size());
       } else {
-        std::printf("  %s: none\n", name.c_str());
+        std::printf("  %s: none\n", shown.c_str());
       }
     }
     std::printf("time: first run %.3f ms, second run %.3f ms\n", first_ms, warm_ms);

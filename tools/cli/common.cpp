@@ -16,6 +16,7 @@
 
 #include "ir/float_types.h"  // header only: the library's float16/bfloat16 conversions
 #include "util/file.h"
+#include "util/utf8.h"
 
 namespace kiln_cli {
 
@@ -214,7 +215,7 @@ void CacheArgs::apply(kiln::BuildOptions& o, const std::string& model) const {
 }
 
 int fail(const kiln::Status& st) {
-  std::cerr << "kiln: error: " << st.to_string() << "\n";
+  std::cerr << "kiln: error: " << kiln::escape_invalid_utf8(st.to_string()) << "\n";  // names are bytes
   return 1;
 }
 
@@ -240,9 +241,9 @@ bool print_comparison(const std::vector<std::string>& a_names, const std::vector
                       const char* indent) {
   bool ok = true;
   for (size_t i = 0; i < ra.size(); ++i) {
-    const std::string& name = a_names[i];
     size_t j = 0;
-    while (j < b_names.size() && b_names[j] != name) ++j;
+    while (j < b_names.size() && b_names[j] != a_names[i]) ++j;
+    const std::string name = kiln::escape_invalid_utf8(a_names[i]);  // as printed
     if (j == b_names.size()) {
       j = i;
       if (j >= rb.size()) {
@@ -251,7 +252,7 @@ bool print_comparison(const std::vector<std::string>& a_names, const std::vector
         continue;
       }
       std::printf("%s%s: B has no output of this name; compared with B's output %zu ('%s')\n", indent, name.c_str(), j,
-                  b_names[j].c_str());
+                  kiln::escape_invalid_utf8(b_names[j]).c_str());
     }
     if (ra[i].kind != kiln::Value::Kind::kTensor || rb[j].kind != kiln::Value::Kind::kTensor) {
       std::printf("%s%s: not a tensor on both sides: not compared\n", indent, name.c_str());
