@@ -171,7 +171,7 @@ Status Engine::save(const std::string& engine_path) const {
   KILN_ASSIGN_OR_RETURN(std::string bytes, serialize());
   // Replaced whole, never rewritten in place: a session that mapped the old file (Engine::load)
   // keeps reading the old, unchanged inode instead of seeing its weights change or vanish.
-  return write_file_atomically(engine_path, bytes, "engine");
+  return write_output_file(engine_path, bytes, "engine");
 }
 
 Expected<std::string> Engine::serialize() const { return serialize_engine(*impl_); }

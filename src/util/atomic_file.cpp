@@ -70,4 +70,15 @@ Status write_file_atomically(const std::string& path, std::string_view bytes, co
   return Status::Ok();
 }
 
+Status write_output_file(const std::string& path, std::string_view bytes, const std::string& what) {
+  if (!is_null_device(path)) return write_file_atomically(path, bytes, what);
+  // O_NOFOLLOW: a link put there since the check is not followed; no O_CREAT, so nothing is made.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return io_error("cannot write the " + what + " to '" + path + "': " + std::strerror(errno));
+  int e = write_all(fd, bytes);
+  if (::close(fd) != 0 && e == 0) e = errno;
+  if (e != 0) return io_error("error writing the " + what + " to '" + path + "': " + std::strerror(e));
+  return Status::Ok();
+}
+
 }  // namespace kiln

@@ -17,4 +17,12 @@ namespace kiln {
 // names the file in errors ("engine", "timing cache"). On failure the temporary file is removed.
 Status write_file_atomically(const std::string& path, std::string_view bytes, const std::string& what);
 
+// An output the user named (an engine: `kiln build -o`, Engine::save): as write_file_atomically,
+// except that the null device at `path` itself, not through a link (/dev/null, to time a build
+// without keeping its engine), is written into directly: there is no file to replace (renaming over
+// it would replace the device node), and nothing can be read back. Other devices and FIFOs stay
+// refused (a FIFO would wait for a reader; /dev/mem must never be written); caches keep the strict
+// rule.
+Status write_output_file(const std::string& path, std::string_view bytes, const std::string& what);
+
 }  // namespace kiln

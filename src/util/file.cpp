@@ -36,4 +36,10 @@ Status check_writable_file(const std::string& path, const std::string& what) {
   return Status::Ok();
 }
 
+bool is_null_device(const std::string& path) {
+  struct stat st {}, null {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode) && ::stat("/dev/null", &null) == 0 &&
+         S_ISCHR(null.st_mode) && st.st_rdev == null.st_rdev;
+}
+
 }  // namespace kiln

@@ -26,4 +26,9 @@ Status check_readable_file(const std::string& path, const std::string& what);
 // it is otherwise (writing into a FIFO would wait for a reader).
 Status check_writable_file(const std::string& path, const std::string& what);
 
+// Whether `path` itself (not a link to it) is the null device (/dev/null, or another node of the
+// same device): an output a user may name to discard what kiln writes (write_output_file in
+// util/atomic_file.h). Other devices (/dev/zero, a terminal, /dev/mem) stay refused.
+bool is_null_device(const std::string& path);
+
 }  // namespace kiln

@@ -125,3 +125,19 @@ def test_non_utf8_names_in_the_kiln_command(tmp_path):
     np.save(bad, np.zeros((3, 3), np.float32))
     r = subprocess.run([KILN, "run", str(p), "-i", b"in\xff\xfe=" + str(bad).encode()], capture_output=True, text=True)
     assert r.returncode == 1 and "input 'in\\xff\\xfe'" in r.stderr, r.stderr
+
+
+# ---- (c) -o /dev/null
+
+
+def test_engine_written_to_dev_null(tmp_path):
+    p = model(tmp_path, "m.onnx", [h.make_node("Relu", ["x"], ["y"])], [X], [y_out()])
+    r = kiln_cli("build", p, "-o", os.devnull)
+    assert r.returncode == 0, r.stderr
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    kiln.Engine.build(str(p)).save(os.devnull)
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    r = kiln_cli("build", p, "-o", fifo)  # a FIFO would wait for a reader: still refused, before the build
+    assert r.returncode == 1 and "FIFO" in r.stderr, r.stderr

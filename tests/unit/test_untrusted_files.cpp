@@ -149,19 +149,25 @@ TEST(UntrustedFiles, EngineSaveReplacesASymlinkInsteadOfWritingThroughIt) {
   EXPECT_EQ(run_add(**loaded), (std::vector<float>{1, 2, 3, 4}));
 }
 
-TEST(UntrustedFiles, EngineSaveToAFolderOrDeviceIsAClearError) {
+TEST(UntrustedFiles, EngineSaveToAFolderOrFifoIsAClearErrorAndDevNullTakesIt) {
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
   auto e = Engine::build_from_bytes(add_model(1.0f));
   ASSERT_TRUE(e.ok()) << e.status().to_string();
   fs::create_directory(dir.path / "sub");
-  for (const std::string& target : {(dir.path / "sub").string(), std::string("/dev/null")}) {
-    const Status s = (*e)->save(target);
+  ASSERT_EQ(::mkfifo((dir.path / "fifo").c_str(), 0600), 0);
+  for (const fs::path& target : {dir.path / "sub", dir.path / "fifo", fs::path("/dev/zero")}) {
+    const Status s = (*e)->save(target.string());
     EXPECT_FALSE(s.ok()) << target;
     EXPECT_NE(s.message().find("not a regular file"), std::string::npos) << s.to_string();
   }
   EXPECT_TRUE(fs::is_directory(dir.path / "sub"));
-  EXPECT_TRUE(strays(dir.path, {"sub"}).empty());
+  EXPECT_TRUE(fs::is_fifo(dir.path / "fifo"));
+  EXPECT_TRUE(strays(dir.path, {"sub", "fifo"}).empty());
+  // The null device is written into, not replaced (#50 item 10): `kiln build -o /dev/null`.
+  const Status null = (*e)->save("/dev/null");
+  EXPECT_TRUE(null.ok()) << null.to_string();
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
   const Status missing = (*e)->save((dir.path / "no" / "such" / "m.kiln").string());
   EXPECT_FALSE(missing.ok());
 }
