@@ -129,6 +129,13 @@ for h in build/install-test/include/kiln/*.h; do
     logged "cxx17-$(basename "$h" .h)" "${CXX:-c++}" -std=c++17 -pedantic-errors -fsyntax-only -x c++ \
       -I build/install-test/include -
 done
+# The C API: its header alone as C99, and the C example built against the installed library and run.
+echo '#include "kiln/kiln_c.h"' |
+  logged c99-kiln_c "${CC:-cc}" -std=c99 -pedantic-errors -fsyntax-only -x c -I build/install-test/include -
+logged c-example "${CC:-cc}" -std=c99 -Wall -Werror examples/c/classify.c -I build/install-test/include \
+  -L build/install-test/lib -lkiln -Wl,-rpath,"$root/build/install-test/lib" -o "$work/classify"
+"$work/classify" examples/tiny_cnn.onnx image 1x3x32x32 | grep -q "^probabilities: " ||
+  { echo "the C example built against the installed kiln did not print the probabilities"; exit 1; }
 logged consumer-configure cmake -S tests/install/consumer -B "$work/consumer" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$root/build/install-test"
 logged consumer-build cmake --build "$work/consumer"
