@@ -116,7 +116,12 @@ const std::vector<std::pair<std::string, std::string>>& target_stages() {
 static Status check_disabled_passes(const BuildOptions& o) {
   for (const std::string& name : o.disabled_passes) {
     bool known = false;
-    for (const passes::Pass& p : passes::pipeline()) known |= p.name == name;
+    for (const passes::Pass& p : passes::pipeline()) {
+      if (p.name == name && p.min_level == 0)
+        return invalid_argument("pass '" + name + "' cannot be disabled: it rewrites ops kiln has no kernels of "
+                                "(ONNX Runtime's contrib ops) into ops it runs");
+      known |= p.name == name;
+    }
     for (const auto& [stage, what] : target_stages()) known |= stage == name;
     if (known) continue;
     std::string names;

@@ -21,6 +21,7 @@ const std::vector<OpDef>& op_table() {
     add_new_ops(t);
     add_ml_ops(t);
     add_fused_ops(t);
+    add_contrib_ops(t);
     return t;
   }();
   return table;

@@ -52,8 +52,9 @@ struct OpDef {
   std::string domain;  // "" = ai.onnx
   int since = 1;       // oldest opset version kiln accepts for this op
   InferFn infer = nullptr;  // null: output types are left unknown until run time
-  // How kiln runs it: "native" (own kernels), "function" (expanded into its ONNX function body) or
-  // "plugin" (a loaded plugin's kernels: add_extension_op).
+  // How kiln runs it: "native" (own kernels), "function" (expanded into its ONNX function body),
+  // "lowered" (rewritten into other ops before optimization: passes/lower_contrib.cpp) or "plugin" (a
+  // loaded plugin's kernels: add_extension_op).
   std::string how = "native";
   // Its attributes, where declared (ops without a list are not checked).
   std::vector<AttrSpec> attrs;
@@ -115,5 +116,6 @@ void add_rnn_quant_ops(std::vector<OpDef>& t);
 void add_new_ops(std::vector<OpDef>& t);  // ops/newops.cpp
 void add_ml_ops(std::vector<OpDef>& t);   // ops/ml.cpp: ai.onnx.ml ops
 void add_fused_ops(std::vector<OpDef>& t);  // ops/fused.cpp: kiln's fused ops (domain "kiln")
+void add_contrib_ops(std::vector<OpDef>& t);  // ops/contrib.cpp: ONNX Runtime's contrib ops (lowered)
 
 }  // namespace kiln::ops

@@ -20,10 +20,11 @@ void PassContext::near_miss(const std::string& pass, const std::string& what) {
   near_misses.push_back(line);
 }
 
-// Cleanup first, so fusions see canonical patterns; fusions from the largest pattern to the
+// Lowerings first (level 0: what the graph means in kiln's ops), then cleanup, so fusions see canonical patterns; fusions from the largest pattern to the
 // smallest (attention before the MatMul+Add it contains, GELU before activation fusion).
 const std::vector<Pass>& pipeline() {
   static const std::vector<Pass> p = {
+      {"lower-contrib-ops", 0, lower_contrib_ops},
       {"fold-constants", 1, fold_constants},
       {"fold-shapes", 1, fold_shapes},
       {"remove-noops", 1, remove_noops},
@@ -56,9 +57,23 @@ std::atomic<uint64_t> g_optimize_runs{0};
 
 uint64_t optimize_count() { return g_optimize_runs.load(); }
 
+// Runs one pass; after a change, re-sorts and re-infers (later passes match on types and producers).
+static Expected<bool> run_pass(const Pass& pass, ir::Graph& graph, PassContext& ctx) {
+  auto r = pass.run(graph, ctx);
+  if (!r.ok()) return r.status().with_context("pass " + pass.name);
+  if (*r) {
+    KILN_RETURN_IF_ERROR(graph.sort().with_context("after pass " + pass.name));
+    KILN_RETURN_IF_ERROR(ops::infer_graph(graph).with_context("after pass " + pass.name));
+  }
+  return *r;
+}
+
 Status optimize(ir::Graph& graph, const PassOptions& options, OptimizeStats* stats) {
   g_optimize_runs.fetch_add(1);
   PassContext ctx{options, {}, {}, {}, {}};
+  // Lowerings: once, at every level, never disabled (passes.h).
+  for (const Pass& pass : pipeline())
+    if (pass.min_level == 0) KILN_RETURN_IF_ERROR(run_pass(pass, graph, ctx).status());
   int rounds = 0;
   if (options.level > 0) {
     for (; rounds < 16; ++rounds) {
@@ -67,15 +82,9 @@ Status optimize(ir::Graph& graph, const PassOptions& options, OptimizeStats* sta
       ctx.seen_near_misses.clear();
       bool changed = false;
       for (const Pass& pass : pipeline()) {
-        if (pass.min_level > options.level || options.disabled.count(pass.name)) continue;
-        auto r = pass.run(graph, ctx);
-        if (!r.ok()) return r.status().with_context("pass " + pass.name);
-        if (*r) {
-          changed = true;
-          // Later passes match on types and producers: keep both current.
-          KILN_RETURN_IF_ERROR(graph.sort().with_context("after pass " + pass.name));
-          KILN_RETURN_IF_ERROR(ops::infer_graph(graph).with_context("after pass " + pass.name));
-        }
+        if (pass.min_level == 0 || pass.min_level > options.level || options.disabled.count(pass.name)) continue;
+        KILN_ASSIGN_OR_RETURN(const bool r, run_pass(pass, graph, ctx));
+        changed |= r;
       }
       if (!changed) break;
     }

@@ -57,6 +57,8 @@ struct PassContext {
   std::string kernel_refuses(const ir::Node& n) const { return options.kernel_refuses ? options.kernel_refuses(n) : ""; }
 };
 
+// A pass of min_level 0 is a lowering (lower-contrib-ops): it runs once, before the rounds, at every
+// level and is never disabled, since without it some nodes have no kernel anywhere.
 struct Pass {
   std::string name;
   int min_level;
@@ -133,6 +135,7 @@ uint64_t optimize_count();
 Status optimize(ir::Graph& graph, const PassOptions& options, OptimizeStats* stats);
 
 // Individual passes (one file each).
+Expected<bool> lower_contrib_ops(ir::Graph& g, PassContext& ctx);      // lower_contrib.cpp
 Expected<bool> fold_constants(ir::Graph& g, PassContext& ctx);
 Expected<bool> eliminate_dead_code(ir::Graph& g, PassContext& ctx);
 Expected<bool> fold_shapes(ir::Graph& g, PassContext& ctx);            // fold_shapes.cpp

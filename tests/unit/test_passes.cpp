@@ -1805,3 +1805,71 @@ TEST(Calibration, Fp8CudaBuildQuantizesConvolutionsAsE4M3) {
 
 }  // namespace
 }  // namespace kiln
+
+// ONNX Runtime's contrib ops (#44) are lowered at every level (lower-contrib-ops) and kiln's fusions
+// take the result: a BERT layer as ONNX Runtime's optimizer writes it (FusedMatMul + bias, FastGelu
+// with its bias, SkipLayerNormalization with its bias) ends as kiln.FusedMatMul and kiln.SkipLayerNorm.
+TEST(Passes, ContribOpsLowerIntoFusedKernels) {
+  Builder b;
+  b.g->opsets["com.microsoft"] = 1;
+  auto contrib = [&](const std::string& op, std::vector<ir::Value*> in, std::map<std::string, ir::Attribute> attrs = {}) {
+    ir::Value* out = b.g->new_value(op);
+    ir::Node* n = b.g->add_node(op, "com.microsoft", std::move(in), {out});
+    n->attrs = std::move(attrs);
+    EXPECT_TRUE(ops::check_arity(*n).ok() && ops::infer_node(*n).ok()) << n->describe();
+    return out;
+  };
+  ir::Value* x = b.input("x", {2, 5, 8});
+  ir::Value* h = contrib("FusedMatMul", {x, b.floats({16, 8})}, {{"transB", attr_int(1)}});
+  ir::Value* g = contrib("FastGelu", {h, b.floats({16})});
+  ir::Value* p = b.node("MatMul", {g, b.floats({16, 8})});
+  ir::Value* y = contrib("SkipLayerNormalization", {p, x, b.floats({8}), b.floats({8}), b.floats({8})},
+                         {{"epsilon", attr_float(1e-5f)}});
+  b.output(y);
+
+  // Level 0: lowered, nothing fused; the reference the fused graph is compared with.
+  auto plain = b.g->clone();
+  passes::OptimizeStats st0;
+  ASSERT_TRUE(passes::optimize(*plain, builder_pass_options(0, nullptr), &st0).ok());
+  EXPECT_EQ(st0.fired["lower-contrib-ops"], 3);
+  auto h0 = op_counts(*plain);
+  EXPECT_EQ(h0["LayerNormalization"], 1);
+  EXPECT_EQ(h0["Gelu"], 1);
+  for (const auto& [op, n] : h0) EXPECT_EQ(op.rfind("com.microsoft.", 0), std::string::npos) << op;
+
+  auto opt = b.g->clone();
+  passes::OptimizeStats st;
+  ASSERT_TRUE(passes::optimize(*opt, builder_pass_options(2, nullptr), &st).ok());
+  auto h2 = op_counts(*opt);
+  EXPECT_EQ(h2["kiln.SkipLayerNorm"], 1) << opt->to_string();
+  EXPECT_EQ(h2["kiln.FusedMatMul"], 2) << opt->to_string();
+  EXPECT_EQ(h2["Add"] + h2["Gelu"] + h2["Transpose"] + h2["LayerNormalization"], 0) << opt->to_string();
+
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-2, 2);
+  Tensor xt = Tensor::empty(DataType::kFloat32, {2, 5, 8});
+  for (int64_t i = 0; i < xt.numel(); ++i) xt.data<float>()[i] = u(rng);
+  const Tensor want = run(*plain, {{"x", xt}}).at(y->name);
+  const Tensor got = run(*opt, {{"x", xt}}).at(y->name);
+  ASSERT_EQ(want.shape(), got.shape());
+  for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-4);
+}
+
+// A contrib node asking for what kiln cannot give is refused by name, at every level.
+TEST(Passes, ContribOpRefusalNamesTheNode) {
+  Builder b;
+  b.g->opsets["com.microsoft"] = 1;
+  ir::Value* x = b.input("x", {2, 8});
+  ir::Value* y = b.g->new_value("y");
+  ir::Value* mean = b.g->new_value("mean");
+  b.g->add_node("SkipSimplifiedLayerNormalization", "com.microsoft", {x, x, b.floats({8})}, {y, mean}, "rms");
+  b.output(y);
+  b.output(mean);
+  for (int level : {0, 2}) {
+    auto g = b.g->clone();
+    Status st = passes::optimize(*g, builder_pass_options(level, nullptr));
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("node 'rms' (com.microsoft.SkipSimplifiedLayerNormalization)"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("no mean"), std::string::npos) << st.message();
+  }
+}

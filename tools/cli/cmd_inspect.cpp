@@ -110,7 +110,7 @@ int InfoCommand::execute() {
   std::sort(hist.begin(), hist.end());
   for (const auto& [n, op] : hist) std::printf("  %-28s %d\n", op.c_str(), -n);
   if (s->unsupported.empty()) {
-    std::printf("unsupported: none (every node has a CPU kernel)\n");
+    std::printf("unsupported: none (every node has a CPU kernel, or is lowered to ops that have)\n");
   } else {
     std::printf("unsupported (%zu):\n", s->unsupported.size());
     for (const auto& u : s->unsupported) std::printf("  %s\n", u.c_str());

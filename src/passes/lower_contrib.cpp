@@ -1,0 +1,398 @@
+// passes/lower_contrib.cpp — `lower-contrib-ops`: ONNX Runtime's contrib ops (ops/contrib.cpp) become
+// the ai.onnx ops they are made of, before any other pass (issue #44).
+//
+// Why lower, and why here. ONNX Runtime's transformer optimizer writes its fusions as contrib ops
+// (SkipLayerNormalization, FastGelu, FusedMatMul, ...); kiln already has fused kernels for the same
+// computations, made by its own fusion passes from plain ai.onnx ops where the target has them. Lowering
+// each contrib node to those plain ops lets the existing passes decide per target as they do for any
+// model (fuse-skip-layer-norm → kiln.SkipLayerNorm, fuse-matmul-add → kiln.FusedMatMul with the bias,
+// fuse-activation → the GELU epilogue), so no second kernel or fusion exists per contrib op, and every
+// device with the plain ops runs them. A pass rather than the importer, so that `kiln inspect` lists what
+// it did and the imported graph (`kiln info`) shows the model as written; it runs in optimize() ahead of
+// the pipeline's rounds at every opt level, 0 included, and cannot be disabled: it gives the graph its
+// meaning in kiln's ops, and an unlowered contrib node has no kernel anywhere. Subgraphs are lowered too.
+//
+// The forms are chosen for the fusions that follow: SkipLayerNormalization's bias is added to its input
+// before the skip (Add(Add(input, bias), skip)), so a MatMul feeding the input takes the bias into its
+// epilogue and the skip Add joins the LayerNormalization; FusedMatMul's alpha scales a constant B (folded
+// once) and otherwise the product. A contrib node asking for what kiln cannot give (the mean of an RMS
+// normalization, a key/value cache of Attention) is an error naming the node.
+#include <cmath>
+#include <limits>
+
+#include "ops/contrib.h"
+#include "ops/op_table.h"
+#include "passes/pattern.h"
+
+namespace kiln::passes {
+namespace {
+
+const char* const kPass = "lower-contrib-ops";
+
+// Builds the replacement of one contrib node: new nodes are named after it, and its outputs keep their
+// values (names, readers, graph-output roles) with new producers.
+class Lowering {
+ public:
+  Lowering(ir::Graph& g, ir::Node* n) : g_(g), n_(n) {}
+
+  ir::Value* in(size_t i) const { return n_->has_input(i) ? n_->inputs[i] : nullptr; }
+  // Output i of the contrib node when something reads it (or it is a graph output), else null.
+  ir::Value* wanted(size_t i) const {
+    if (!n_->has_output(i)) return nullptr;
+    ir::Value* v = n_->outputs[i];
+    return v->is_output || !v->uses.empty() ? v : nullptr;
+  }
+  ir::Value* out(size_t i) const { return n_->has_output(i) ? n_->outputs[i] : nullptr; }
+
+  // Adds op(ins), ai.onnx at `opset` (null entries of `outs` are omitted outputs).
+  ir::Node* add(const std::string& op, int opset, std::vector<ir::Value*> ins, std::vector<ir::Value*> outs) {
+    ir::Node* node = g_.add_node(op, "", std::move(ins), std::move(outs), unique_name(op));
+    node->opset = opset;
+    return node;
+  }
+  // One-output op: writes `out`, or a new value when null; returns the value.
+  ir::Value* unary(const std::string& op, int opset, std::vector<ir::Value*> ins, ir::Value* out = nullptr) {
+    if (!out) out = fresh(op);
+    add(op, opset, std::move(ins), {out});
+    return out;
+  }
+  ir::Value* fresh(const std::string& hint) { return g_.new_value(n_->name + "/" + hint); }
+  ir::Value* add_values(ir::Value* a, ir::Value* b, ir::Value* out = nullptr) { return unary("Add", 14, {a, b}, out); }
+  // A scalar constant of `dt` (float32/float64 directly; another float type through a Cast, which
+  // constant folding removes).
+  ir::Value* scalar(DataType dt, double v) {
+    if (auto t = real_tensor(dt, {}, {v})) return constant(*t);
+    ir::Value* f = constant(*real_tensor(DataType::kFloat32, {}, {v}));
+    ir::Value* c = fresh("c_cast");
+    set_int(add("Cast", 19, {f}, {c}), "to", static_cast<int64_t>(dt));
+    return c;
+  }
+  ir::Value* constant(const Tensor& t) { return new_constant(g_, n_->name + "/c", t); }
+  Status error(const std::string& what) const { return unsupported(n_->describe() + ": " + what); }
+  const ir::Node& node() const { return *n_; }
+
+  static void set_int(ir::Node* n, const std::string& k, int64_t v) {
+    n->attrs[k].kind = ir::Attribute::Kind::kInt;
+    n->attrs[k].i = v;
+  }
+  static void set_float(ir::Node* n, const std::string& k, float v) {
+    n->attrs[k].kind = ir::Attribute::Kind::kFloat;
+    n->attrs[k].f = v;
+  }
+  static void set_string(ir::Node* n, const std::string& k, const std::string& v) {
+    n->attrs[k].kind = ir::Attribute::Kind::kString;
+    n->attrs[k].s = v;
+  }
+
+ private:
+  std::string unique_name(const std::string& op) { return n_->name + "/" + op + "_" + std::to_string(parts_++); }
+
+  ir::Graph& g_;
+  ir::Node* n_;
+  int parts_ = 0;
+};
+
+using LowerFn = Status (*)(Lowering&);
+
+// GELU of x (erf, or tanh-approximated) into `out`.
+void gelu(Lowering& l, ir::Value* x, bool tanh, ir::Value* out) {
+  ir::Node* n = l.add("Gelu", 20, {x}, {out});
+  if (tanh) Lowering::set_string(n, "approximate", "tanh");
+}
+
+Status lower_gelu(Lowering& l) {
+  gelu(l, l.in(0), false, l.out(0));
+  return Status::Ok();
+}
+
+// FastGelu: 0.5·x·(1 + tanh(0.7978845608·(x + 0.044715·x³))) of X (+ bias): ONNX's tanh GELU.
+Status lower_fast_gelu(Lowering& l) {
+  ir::Value* x = l.in(1) ? l.add_values(l.in(0), l.in(1)) : l.in(0);
+  gelu(l, x, true, l.out(0));
+  return Status::Ok();
+}
+
+Status lower_bias_gelu(Lowering& l) {
+  gelu(l, l.add_values(l.in(0), l.in(1)), false, l.out(0));
+  return Status::Ok();
+}
+
+// QuickGelu is ONNX's Swish (opset 24): x · sigmoid(alpha · x).
+Status lower_quick_gelu(Lowering& l) {
+  ir::Node* n = l.add("Swish", 24, {l.in(0)}, {l.out(0)});
+  Lowering::set_float(n, "alpha", l.node().attr_float("alpha", 1.702f));
+  return Status::Ok();
+}
+
+Status lower_bias_add(Lowering& l) {
+  l.add_values(l.add_values(l.in(0), l.in(1)), l.in(2), l.out(0));
+  return Status::Ok();
+}
+
+// input + skip (+ bias), written into the node's sum output (3) when that is read.
+ir::Value* skip_sum(Lowering& l, int bias_input) {
+  ir::Value* x = l.in(bias_input) ? l.add_values(l.in(0), l.in(bias_input)) : l.in(0);
+  return l.add_values(x, l.in(1), l.wanted(3));
+}
+
+// 1 / sqrt(mean(x² over the dims from `axis`) + eps) in float32, with those dims 1 (LayerNormalization's
+// InvStdDev): the statistic RMSNormalization does not return, computed only where it is read. `type` is
+// x's (x may be a value the lowering just made, whose type inference has not seen yet).
+void inv_rms(Lowering& l, ir::Value* x, const ir::Type& type, int64_t axis, float eps, ir::Value* out) {
+  ir::Value* xf = x;
+  if (type.dtype != DataType::kFloat32) {
+    xf = l.unary("Cast", 19, {x});
+    Lowering::set_int(xf->producer, "to", static_cast<int64_t>(DataType::kFloat32));
+  }
+  std::vector<int64_t> axes;
+  for (int64_t a = axis; a < type.shape.rank(); ++a) axes.push_back(a);
+  ir::Value* mean = l.unary("ReduceMean", 18, {l.unary("Mul", 14, {xf, xf}), l.constant(int64_tensor(axes))});
+  Lowering::set_int(mean->producer, "keepdims", 1);
+  ir::Value* rms = l.unary("Sqrt", 13, {l.add_values(mean, l.scalar(DataType::kFloat32, eps))});
+  l.unary("Reciprocal", 13, {rms}, out);
+}
+
+// The rank of input i, or an error saying the lowering needs it.
+Expected<int> rank_of(Lowering& l, size_t i, const char* what) {
+  const ir::Value* v = l.in(i);
+  if (!v->type.is_tensor() || !v->type.shape.known)
+    return l.error(std::string(what) + "'s rank is unknown; give the model's inputs shapes (kiln needs the rank to "
+                   "rewrite this op)");
+  return v->type.shape.rank();
+}
+
+// SkipLayerNormalization → LayerNormalization(input [+ bias] + skip) over the last dim. Its Mean and
+// InvStdDev are the node's outputs 1 and 2 (float32, [..., 1]).
+Status lower_skip_layer_norm(Lowering& l) {
+  ir::Value* sum = skip_sum(l, 4);
+  std::vector<ir::Value*> ins = {sum, l.in(2)};
+  if (l.in(3)) ins.push_back(l.in(3));
+  ir::Node* ln = l.add("LayerNormalization", 17, ins, {l.out(0), l.wanted(1), l.wanted(2)});
+  while (!ln->outputs.empty() && !ln->outputs.back()) ln->outputs.pop_back();
+  Lowering::set_int(ln, "axis", -1);
+  Lowering::set_float(ln, "epsilon", l.node().attr_float("epsilon", 1e-12f));
+  return Status::Ok();
+}
+
+// RMS normalization of x over the dims from `axis` into `y`, and its inverse RMS into `inv` when given.
+Status rms_norm(Lowering& l, ir::Value* x, ir::Value* scale, int64_t axis, float eps, ir::Value* y, ir::Value* inv) {
+  ir::Node* n = l.add("RMSNormalization", 23, {x, scale}, {y});
+  Lowering::set_int(n, "axis", axis);
+  Lowering::set_float(n, "epsilon", eps);
+  if (!inv) return Status::Ok();
+  // x's type is the output's (the shape functions of ops/contrib.cpp gave it at import).
+  const ir::Type& type = l.out(0)->type;
+  if (!type.shape.known) return l.error("inv_std_var is read, and the input's rank is unknown");
+  int64_t a = axis;
+  if (!ops::normalize_axis(a, type.shape.rank())) return l.error("axis " + std::to_string(axis) + " is out of range");
+  inv_rms(l, x, type, a, eps, inv);
+  return Status::Ok();
+}
+
+Status lower_skip_simplified_layer_norm(Lowering& l) {
+  if (l.wanted(1))
+    return l.error("its output 1 (mean) is read, but RMS normalization has no mean (ONNX Runtime does not write it "
+                   "either); read inv_std_var (output 2) or input_skip_bias_sum (output 3) instead");
+  ir::Value* sum = skip_sum(l, 3);
+  return rms_norm(l, sum, l.in(2), -1, l.node().attr_float("epsilon", 1e-12f), l.out(0), l.wanted(2));
+}
+
+Status lower_simplified_layer_norm(Lowering& l) {
+  const int64_t stash = l.node().attr_int("stash_type", 1);
+  if (stash != 1) return l.error("stash_type " + std::to_string(stash) + " is not supported (1: float32)");
+  return rms_norm(l, l.in(0), l.in(1), l.node().attr_int("axis", -1), l.node().attr_float("epsilon", 1e-5f), l.out(0),
+                  l.wanted(1));
+}
+
+// FusedMatMul → [Transpose] MatMul, scaled by alpha: a constant B is scaled (constant folding makes one
+// weight of it, which fuse-matmul-add then takes), any other product afterwards.
+Status lower_fused_matmul(Lowering& l) {
+  const ir::Node& n = l.node();
+  ir::Value* op[2] = {l.in(0), l.in(1)};
+  for (int i = 0; i < 2; ++i) {
+    const bool trans = n.attr_int(i ? "transB" : "transA", 0) != 0;
+    const bool batch = n.attr_int(i ? "transBatchB" : "transBatchA", 0) != 0;
+    if (!trans && !batch) continue;
+    KILN_ASSIGN_OR_RETURN(const int rank, rank_of(l, i, i ? "B" : "A"));
+    if (rank < 2) return l.error(std::string(i ? "B" : "A") + " must have rank >= 2 to be transposed");
+    const std::vector<int> perm = ops::fused_matmul_perm(rank, trans, batch);
+    ir::Value* t = l.unary("Transpose", 13, {op[i]});
+    t->producer->attrs["perm"] = ints_attribute(std::vector<int64_t>(perm.begin(), perm.end()));
+    op[i] = t;
+  }
+  const float alpha = n.attr_float("alpha", 1.0f);
+  if (alpha == 1.0f) {
+    l.unary("MatMul", 13, {op[0], op[1]}, l.out(0));
+    return Status::Ok();
+  }
+  const DataType dt = l.in(0)->type.dtype;
+  if (l.in(1)->is_constant()) {
+    ir::Value* scaled = l.unary("Mul", 14, {op[1], l.scalar(dt, alpha)});
+    l.unary("MatMul", 13, {op[0], scaled}, l.out(0));
+  } else {
+    l.unary("Mul", 14, {l.unary("MatMul", 13, {op[0], op[1]}), l.scalar(dt, alpha)}, l.out(0));
+  }
+  return Status::Ok();
+}
+
+// ---- com.microsoft.Attention (ONNX Runtime's BERT form: one packed projection of the input)
+
+ir::Value* ints_constant(Lowering& l, std::vector<int64_t> v) { return l.constant(int64_tensor(v)); }
+
+// The additive mask of an Attention node: mask_index as 0 where a key is kept and mask_filter_value
+// where it is not; the causal mask as the lowest float32 above the diagonal (ONNX Runtime's: a later key
+// is never seen, while a padded one is only pushed down by the filter, so a query whose keys are all
+// padded still averages them), the two combined by Min; plus attention_bias. Null when there is none.
+// `x` is the node's input [B, S, hidden], `S` its static sequence length (or -1).
+Expected<ir::Value*> attention_mask(Lowering& l, ir::Value* x, int64_t S) {
+  const ir::Node& n = l.node();
+  const DataType dt = x->type.dtype;
+  const float filter = n.attr_float("mask_filter_value", -10000.0f);
+  ir::Value* mask = nullptr;
+  if (ir::Value* m = l.in(3)) {
+    if (!m->type.shape.known) return l.error("mask_index's rank is unknown");
+    const int rank = m->type.shape.rank();
+    ir::Value* keep = nullptr;  // bool [B, T] or [B, S, T]
+    if (rank == 1) {
+      // Right padding: key j of batch b is kept when j < mask_index[b]. ([2B], with start positions,
+      // is another form.)
+      const ir::Dim& b = x->type.shape.dims[0];
+      const ir::Dim& mb = m->type.shape.dims[0];
+      if (!(b.is_static() ? mb.is_static() && mb.value == b.value : !b.symbol.empty() && mb.symbol == b.symbol))
+        return l.error("a 1-D mask_index must be the sequence lengths [batch] (its [2 * batch] form with start "
+                       "positions is not supported)");
+      ir::Value* len = l.unary("Cast", 19, {m});
+      Lowering::set_int(len->producer, "to", static_cast<int64_t>(DataType::kInt64));
+      ir::Value* shape = l.unary("Shape", 15, {x});
+      Tensor one = int64_tensor({1}, true);
+      ir::Value* t = l.unary("Gather", 13, {shape, l.constant(one)});
+      ir::Value* keys = l.unary("Range", 11, {l.constant(int64_tensor({0}, true)), t, l.constant(one)});
+      keep = l.unary("Less", 13, {keys, l.unary("Unsqueeze", 13, {len, ints_constant(l, {1})})});
+    } else if (rank == 2 || rank == 3) {
+      // A key is kept where the mask is > 0 (mask_index is int32).
+      if (m->type.dtype != DataType::kInt32) return l.error("mask_index must be int32");
+      Tensor zero = Tensor::empty(DataType::kInt32, {});
+      zero.data<int32_t>()[0] = 0;
+      keep = l.unary("Greater", 13, {m, l.constant(zero)});
+    } else {
+      return l.error("mask_index of rank " + std::to_string(rank) + " is not supported (1-D sequence lengths, or a "
+                     "2-D [batch, keys] or 3-D [batch, queries, keys] 0/1 mask)");
+    }
+    ir::Value* additive = l.unary("Where", 16, {keep, l.scalar(dt, 0), l.scalar(dt, filter)});
+    mask = l.unary("Unsqueeze", 13, {additive, ints_constant(l, rank == 3 ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 2})});
+  }
+  if (n.attr_int("unidirectional", 0) != 0) {
+    if (S < 0) return l.error("unidirectional attention needs a static sequence length");
+    auto causal = real_tensor(DataType::kFloat32, {S, S}, std::vector<double>(static_cast<size_t>(S * S), 0.0));
+    for (int64_t i = 0; i < S; ++i)
+      for (int64_t j = i + 1; j < S; ++j) causal->data<float>()[i * S + j] = std::numeric_limits<float>::lowest();
+    ir::Value* c = l.constant(*causal);
+    if (dt != DataType::kFloat32) {
+      c = l.unary("Cast", 19, {c});
+      Lowering::set_int(c->producer, "to", static_cast<int64_t>(dt));
+    }
+    mask = mask ? l.unary("Min", 13, {mask, c}) : c;
+  }
+  if (ir::Value* bias = l.in(5)) mask = mask ? l.add_values(mask, bias) : bias;
+  return mask;
+}
+
+// Attention(input [B, S, E], weights [E, 3·hidden], bias, mask_index, ..., attention_bias) → the packed
+// QKV form fuse-attention makes one kiln.Attention of (packed_qkv = 1: Q, K and V read in place from
+// the one projection), spelt as timm exports it:
+//   qkv = input · weights + bias;  q, k, v = Squeeze(Split(Transpose(Reshape(qkv, [0, 0, 3, H, D]), 2,0,3,1,4)))
+//   y   = Reshape(Transpose(Softmax(q · Transpose(k, 0,1,3,2) · scale + mask) · v, 0,2,1,3), [0, 0, H·D])
+Status lower_attention(Lowering& l) {
+  const ir::Node& n = l.node();
+  if (l.in(4) || l.in(6) || l.wanted(1))
+    return l.error("past and present key/value states are not supported (a model without a cache runs)");
+  if (n.attr_int("do_rotary", 0) != 0) return l.error("do_rotary is not supported");
+  ir::Value* x = l.in(0);
+  ir::Value* w = l.in(1);
+  if (!x->type.shape.known || x->type.shape.rank() != 3) return l.error("the input must be 3-D [batch, sequence, hidden]");
+  if (!w->type.shape.known || w->type.shape.rank() != 2 || !w->type.shape.dims[1].is_static())
+    return l.error("the weights must be 2-D with a static second dim");
+  const int64_t H = n.attr_int("num_heads", 0);
+  const int64_t total = w->type.shape.dims[1].value;
+  std::vector<int64_t> sizes = n.attr_ints("qkv_hidden_sizes");
+  if (sizes.empty()) sizes.assign(3, total / 3);
+  if (sizes.size() != 3 || sizes[0] != sizes[1] || sizes[1] != sizes[2] || 3 * sizes[0] != total)
+    return l.error("Q, K and V must have one hidden size (qkv_hidden_sizes of three equal parts of the weights' columns)");
+  if (H < 1 || sizes[0] % H != 0)
+    return l.error("the hidden size " + std::to_string(sizes[0]) + " is not a multiple of num_heads " + std::to_string(H));
+  const int64_t D = sizes[0] / H;
+  const DataType dt = x->type.dtype;
+  const ir::Dim& seq = x->type.shape.dims[1];
+  KILN_ASSIGN_OR_RETURN(ir::Value* mask, attention_mask(l, x, seq.is_static() ? seq.value : -1));
+
+  ir::Value* qkv = l.unary("MatMul", 13, {x, w});
+  if (l.in(2)) qkv = l.add_values(qkv, l.in(2));
+  ir::Value* heads = l.unary("Transpose", 13, {l.unary("Reshape", 14, {qkv, ints_constant(l, {0, 0, 3, H, D})})});
+  heads->producer->attrs["perm"] = ints_attribute({2, 0, 3, 1, 4});
+  std::vector<ir::Value*> parts = {l.fresh("q"), l.fresh("k"), l.fresh("v")};
+  Lowering::set_int(l.add("Split", 13, {heads}, parts), "axis", 0);
+  for (ir::Value*& p : parts) p = l.unary("Squeeze", 13, {p, ints_constant(l, {0})});
+  ir::Value* kt = l.unary("Transpose", 13, {parts[1]});
+  kt->producer->attrs["perm"] = ints_attribute({0, 1, 3, 2});
+  const float scale = n.attr_float("scale", 0.0f);
+  ir::Value* scores = l.unary("Mul", 14, {l.unary("MatMul", 13, {parts[0], kt}),
+                                          l.scalar(dt, scale != 0.0f ? scale : 1.0 / std::sqrt(static_cast<double>(D)))});
+  if (mask) scores = l.add_values(scores, mask);
+  ir::Value* probs = l.unary("Softmax", 13, {scores});
+  Lowering::set_int(probs->producer, "axis", -1);
+  ir::Value* context = l.unary("Transpose", 13, {l.unary("MatMul", 13, {probs, parts[2]})});
+  context->producer->attrs["perm"] = ints_attribute({0, 2, 1, 3});
+  l.unary("Reshape", 14, {context, ints_constant(l, {0, 0, H * D})}, l.out(0));
+  return Status::Ok();
+}
+
+const std::map<std::pair<std::string, std::string>, LowerFn>& lowerings() {
+  static const std::map<std::pair<std::string, std::string>, LowerFn> m = {
+      {{"com.microsoft", "Gelu"}, lower_gelu},
+      {{"com.microsoft", "FastGelu"}, lower_fast_gelu},
+      {{"com.microsoft", "BiasGelu"}, lower_bias_gelu},
+      {{"com.microsoft", "QuickGelu"}, lower_quick_gelu},
+      {{"com.microsoft", "BiasAdd"}, lower_bias_add},
+      {{"com.microsoft", "SkipLayerNormalization"}, lower_skip_layer_norm},
+      {{"com.microsoft", "SkipSimplifiedLayerNormalization"}, lower_skip_simplified_layer_norm},
+      {{"", "SimplifiedLayerNormalization"}, lower_simplified_layer_norm},
+      {{"com.microsoft", "FusedMatMul"}, lower_fused_matmul},
+      {{"com.microsoft", "Attention"}, lower_attention},
+  };
+  return m;
+}
+
+Expected<bool> lower_graph(ir::Graph& g, PassContext& ctx) {
+  bool changed = false;
+  const std::vector<ir::Node*> nodes = g.nodes();  // a copy: lowering adds nodes
+  for (ir::Node* n : nodes) {
+    if (n->removed) continue;
+    for (auto& [k, a] : n->attrs) {
+      std::vector<ir::Graph*> subs;
+      if (a.g) subs.push_back(a.g.get());
+      for (auto& sg : a.graphs) subs.push_back(sg.get());
+      for (ir::Graph* sg : subs) {
+        KILN_ASSIGN_OR_RETURN(const bool sub_changed, lower_graph(*sg, ctx));
+        if (sub_changed) {
+          KILN_RETURN_IF_ERROR(sg->sort());
+          changed = true;
+        }
+      }
+    }
+    auto it = lowerings().find({n->domain, n->op_type});
+    if (it == lowerings().end()) continue;
+    const std::string what = n->describe();
+    Lowering l(g, n);
+    KILN_RETURN_IF_ERROR(it->second(l));
+    g.remove_node(n);
+    ctx.log(kPass, "lowered " + what);
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace
+
+Expected<bool> lower_contrib_ops(ir::Graph& g, PassContext& ctx) { return lower_graph(g, ctx); }
+
+}  // namespace kiln::passes
