@@ -1083,6 +1083,12 @@ PYBIND11_MODULE(_kiln, m) {
   }, "Every kernel of every available backend, with the dtypes its first input accepts.");
   m.def("_read_npy", [](const std::string& path) { return to_numpy(unwrap(kiln::read_npy(path))); }, py::arg("path"),
         "kiln's .npy reader (the one the kiln command and calibration use), for tests against np.load.");
+  m.def("list_lowered_ops", [] {
+    py::list out;
+    for (const kiln::LoweredOpInfo& o : kiln::list_lowered_ops())
+      out.append(py::dict(py::arg("op") = o.op, py::arg("domain") = o.domain, py::arg("since") = o.since));
+    return out;
+  }, "The ops kiln rewrites into other ops before optimizing (ONNX Runtime's contrib ops).");
   m.def("summarize_model", [](const std::string& path) { return summary_dict(unwrap(kiln::summarize_model(path))); },
         py::arg("path"), "What `kiln info` prints, as a dict.");
 }

@@ -361,6 +361,13 @@ struct KernelInfo {
   std::vector<DataType> dtypes;    // element types its first input accepts (probed through its checks)
 };
 std::vector<KernelInfo> list_kernels();
+// An op kiln runs by rewriting it into other ops before it optimizes (ONNX Runtime's contrib ops,
+// domain com.microsoft: the pass lower-contrib-ops), on every device that runs those ops.
+struct LoweredOpInfo {
+  std::string op, domain;  // domain "" = ai.onnx
+  int since = 1;           // the oldest opset of its domain kiln accepts
+};
+std::vector<LoweredOpInfo> list_lowered_ops();
 // ---- Optimizer report (what `kiln inspect` prints)
 struct OptimizationReport {
   int opt_level = 0;

@@ -73,4 +73,11 @@ std::vector<KernelInfo> list_kernels() {
   return out;
 }
 
+std::vector<LoweredOpInfo> list_lowered_ops() {
+  std::vector<LoweredOpInfo> out;
+  for (const ops::OpDef& d : ops::op_table())
+    if (d.how == "lowered") out.push_back({d.name, d.domain, d.since});
+  return out;
+}
+
 }  // namespace kiln
