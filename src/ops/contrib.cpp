@@ -20,6 +20,10 @@
 //   Attention(input, weights[, bias[, mask_index[, past[, attention_bias[, past_sequence_length]]]]])
 //        → output[, present]                 BERT's self-attention of one packed projection (num_heads,
 //                                            scale = 1/sqrt(head size), unidirectional, mask_filter_value)
+//   EmbedLayerNormalization(input_ids, segment_ids, word_embedding, position_embedding, segment_embedding,
+//        gamma, beta[, mask[, position_ids]]) → output[, mask_index, embedding_sum]   BERT's embeddings:
+//                                            LayerNorm of the three lookups' sum; mask_index = the mask's
+//                                            sum over the sequence (int32; zeros without a mask)
 //   FusedMatMul(A, B)                        alpha · op(A) · op(B): transA/transB swap the last two dims,
 //                                            transBatchA/B move dim 0 behind the batch dims first
 //
@@ -119,6 +123,20 @@ Status infer_attention(InferContext& c) {
   return Status::Ok();
 }
 
+// EmbedLayerNormalization: [B, S, hidden] in the word embedding's dtype (outputs 0 and 2), mask_index
+// int32 [B].
+Status infer_embed_layer_norm(InferContext& c) {
+  if (!c.has(0) || !c.has(2)) return Status::Ok();
+  const ir::SymShape& ids = c.shape(0);
+  const ir::SymShape& w = c.shape(2);
+  ir::Type y = ir::Type::tensor(c.dtype(2));
+  if (ids.known && ids.rank() == 2 && w.known && w.rank() == 2) y.shape = ir::SymShape({ids.dims[0], ids.dims[1], w.dims[1]});
+  c.out[0] = y;
+  if (c.out.size() > 1) c.out[1] = ir::Type::tensor(DataType::kInt32, ids.known && ids.rank() == 2 ? ir::SymShape({ids.dims[0]}) : ir::SymShape());
+  if (c.out.size() > 2) c.out[2] = y;
+  return Status::Ok();
+}
+
 std::string rule_non_negative(const ir::Attribute& a) {
   return a.f >= 0 ? "" : "must be >= 0, got " + std::to_string(a.f);
 }
@@ -148,6 +166,9 @@ void add_contrib_ops(std::vector<OpDef>& t) {
        {"scale", K::kFloat, false, nullptr}, {"mask_filter_value", K::kFloat, false, nullptr},
        {"qkv_hidden_sizes", K::kInts, false, rule_positive_ints}, {"do_rotary", K::kInt, false, nullptr},
        {"rotary_embedding_dim", K::kInt, false, nullptr}, {"past_present_share_buffer", K::kInt, false, nullptr}});
+  // Inputs 1 and 4 (the segments) may be omitted between required ones: the lowering checks the others.
+  add(ms, "EmbedLayerNormalization", infer_embed_layer_norm, 1, 9, 1, 3,
+      {eps, {"mask_index_type", K::kInt, false, nullptr}});
   add(ms, "FusedMatMul", infer_fused_matmul, 2, 2, 1, 1,
       {{"alpha", K::kFloat, false, nullptr}, {"transA", K::kInt, false, rule_bool}, {"transB", K::kInt, false, rule_bool},
        {"transBatchA", K::kInt, false, rule_bool}, {"transBatchB", K::kInt, false, rule_bool}});

@@ -235,6 +235,51 @@ Status lower_fused_matmul(Lowering& l) {
   return Status::Ok();
 }
 
+// EmbedLayerNormalization(input_ids, segment_ids, word_embedding, position_embedding, segment_embedding,
+// gamma, beta[, mask[, position_ids]]) → LayerNormalization(word[ids] + position[0..S) or [position_ids]
+// (+ segment[segment_ids])); mask_index is the mask's sum over the sequence (int32 zeros without a mask),
+// embedding_sum the sum before the normalization.
+Status lower_embed_layer_norm(Lowering& l) {
+  const char* names[] = {"input_ids", "segment_ids", "word_embedding", "position_embedding", "segment_embedding",
+                         "gamma", "beta"};
+  for (int i : {2, 3, 5, 6})
+    if (!l.in(i)) return l.error(std::string("input ") + std::to_string(i) + " (" + names[i] + ") is required");
+  if (!l.in(1) != !l.in(4)) return l.error("segment_ids and segment_embedding are given together or not at all");
+  ir::Value* ids = l.in(0);
+  ir::Value* sum = l.unary("Gather", 13, {l.in(2), ids});
+  ir::Value* shape = nullptr;  // Shape(input_ids), made once where needed
+  auto dim = [&](int64_t i) {
+    if (!shape) shape = l.unary("Shape", 15, {ids});
+    return l.unary("Gather", 13, {shape, l.constant(int64_tensor({i}))});
+  };
+  ir::Value* positions = l.in(8) ? l.unary("Gather", 13, {l.in(3), l.in(8)})
+                                 : l.unary("Slice", 13, {l.in(3), l.constant(int64_tensor({0})), dim(1),
+                                                         l.constant(int64_tensor({0}))});
+  const bool segments = l.in(1) != nullptr;
+  sum = l.add_values(sum, positions, segments ? nullptr : l.wanted(2));
+  if (segments) sum = l.add_values(sum, l.unary("Gather", 13, {l.in(4), l.in(1)}), l.wanted(2));
+  ir::Node* ln = l.add("LayerNormalization", 17, {sum, l.in(5), l.in(6)}, {l.out(0)});
+  Lowering::set_int(ln, "axis", -1);
+  Lowering::set_float(ln, "epsilon", l.node().attr_float("epsilon", 1e-12f));
+  if (ir::Value* mask_index = l.wanted(1)) {
+    if (ir::Value* mask = l.in(7)) {
+      ir::Value* m = mask;
+      if (mask->type.dtype != DataType::kInt32) {
+        m = l.unary("Cast", 19, {mask});
+        Lowering::set_int(m->producer, "to", static_cast<int64_t>(DataType::kInt32));
+      }
+      Lowering::set_int(l.add("ReduceSum", 13, {m, l.constant(int64_tensor({1}))}, {mask_index}), "keepdims", 0);
+    } else {
+      Tensor zero = Tensor::empty(DataType::kInt32, {1});
+      zero.data<int32_t>()[0] = 0;
+      ir::Node* z = l.add("ConstantOfShape", 9, {dim(0)}, {mask_index});
+      z->attrs["value"].kind = ir::Attribute::Kind::kTensor;
+      z->attrs["value"].t = zero;
+    }
+  }
+  return Status::Ok();
+}
+
 // ---- com.microsoft.Attention (ONNX Runtime's BERT form: one packed projection of the input)
 
 ir::Value* ints_constant(Lowering& l, std::vector<int64_t> v) { return l.constant(int64_tensor(v)); }
@@ -358,6 +403,7 @@ const std::map<std::pair<std::string, std::string>, LowerFn>& lowerings() {
       {{"", "SimplifiedLayerNormalization"}, lower_simplified_layer_norm},
       {{"com.microsoft", "FusedMatMul"}, lower_fused_matmul},
       {{"com.microsoft", "Attention"}, lower_attention},
+      {{"com.microsoft", "EmbedLayerNormalization"}, lower_embed_layer_norm},
   };
   return m;
 }

@@ -1,6 +1,6 @@
 """ONNX Runtime's contrib ops (#44): com.microsoft Gelu, FastGelu, BiasGelu, QuickGelu, BiasAdd,
-SkipLayerNormalization, SkipSimplifiedLayerNormalization, FusedMatMul and SimplifiedLayerNormalization
-(ai.onnx, as ONNX Runtime registers it). kiln lowers them to ai.onnx ops (passes/lower_contrib.cpp) and
+SkipLayerNormalization, SkipSimplifiedLayerNormalization, EmbedLayerNormalization, FusedMatMul, Attention
+and SimplifiedLayerNormalization (ai.onnx, as ONNX Runtime registers it). kiln lowers them to ai.onnx ops (passes/lower_contrib.cpp) and
 its fusions make its fused kernels of them again. Each model is built here and compared with
 onnxruntime on the same random inputs, at opt levels 0 (lowered, unfused) and 2; the fusions are
 checked in the optimized engine; a tiny BERT optimized by onnxruntime.transformers runs as in ONNX
@@ -175,6 +175,29 @@ def test_simplified_layer_norm(axis, inv):
     node = helper.make_node("SimplifiedLayerNormalization", ["x", "scale"], outs, axis=axis, epsilon=1e-5)
     ops = check(model([node], {"x": x}, outs, {"scale": scale}), {"x": x})
     assert ops["RMSNormalization"] == 1, dict(ops)
+
+
+@pytest.mark.parametrize("segments,mask,position_ids", [(True, True, False), (False, False, False), (True, False, True)])
+def test_embed_layer_norm(segments, mask, position_ids):
+    """BERT's embeddings: word + position (+ segment) lookups, LayerNorm; mask_index, embedding_sum."""
+    B, S, H = 2, 5, 16
+    feeds = {"ids": RNG.integers(0, 30, (B, S)).astype(np.int32)}
+    if segments:
+        feeds["seg"] = RNG.integers(0, 2, (B, S)).astype(np.int32)
+    if mask:
+        feeds["mask"] = np.array([[1] * 5, [1, 1, 1, 0, 0]], np.int32)
+    if position_ids:  # (onnxruntime's shape inference needs mask_index among the outputs then)
+        feeds["pos"] = np.array([[4, 3, 2, 1, 0], [0, 1, 2, 3, 4]], np.int32)
+    inits = {"word": f32(30, H), "position": f32(8, H), "segment": f32(2, H), "gamma": f32(H), "beta": f32(H)}
+    ins = ["ids", "seg" if segments else "", "word", "position", "segment" if segments else "", "gamma", "beta",
+           "mask" if mask else "", "pos" if position_ids else ""]
+    while ins[-1] == "":
+        ins.pop()
+    node = helper.make_node("EmbedLayerNormalization", ins, ["y", "mask_index", "sum"], domain=MS, epsilon=1e-5)
+    m = model([node], feeds, ["y", "mask_index", "sum"], inits)
+    m.graph.output[1].type.tensor_type.elem_type = TensorProto.INT32
+    ops = check(m, feeds)
+    assert ops["SkipLayerNorm"] == 1 and ops["LayerNormalization"] == 0, dict(ops)
 
 
 # ---- FusedMatMul
