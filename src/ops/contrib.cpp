@@ -11,6 +11,7 @@
 //   BiasGelu(A, B)                           erf GELU of A + B
 //   QuickGelu(X)                             X · sigmoid(alpha · X), alpha = 1.702
 //   BiasAdd(X, bias, skip)                   X + bias + skip
+//   BiasSoftmax(data, bias)                  softmax of data + bias over the dims from axis (default 1)
 //   SkipLayerNormalization(input, skip, gamma[, beta[, bias]])
 //        → output[, mean, inv_std_var, input_skip_bias_sum]   LayerNorm of input + skip (+ bias) over the
 //                                            last dim, epsilon = 1e-12
@@ -157,6 +158,8 @@ void add_contrib_ops(std::vector<OpDef>& t) {
   add(ms, "BiasGelu", infer_elementwise, 2, 2, 1, 1);
   add(ms, "QuickGelu", infer_elementwise, 1, 1, 1, 1, {{"alpha", K::kFloat, false, nullptr}});
   add(ms, "BiasAdd", infer_elementwise, 3, 3, 1, 1);
+  add(ms, "BiasSoftmax", infer_elementwise, 2, 2, 1, 1,
+      {{"axis", K::kInt, false, nullptr}, {"is_inner_broadcast", K::kInt, true, rule_bool}});
   add(ms, "SkipLayerNormalization", infer_skip_norm, 3, 5, 1, 4, {eps});
   add(ms, "SkipSimplifiedLayerNormalization", infer_skip_norm, 3, 4, 1, 4, {eps});
   add("", "SimplifiedLayerNormalization", infer_skip_norm, 2, 2, 1, 2,

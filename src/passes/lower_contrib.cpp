@@ -174,6 +174,21 @@ Status lower_skip_layer_norm(Lowering& l) {
   return Status::Ok();
 }
 
+// BiasSoftmax(data, bias) → Softmax(data + bias) over the dims from `axis` flattened (ai.onnx Softmax of
+// opset 11 has that meaning). ONNX Runtime makes it of an Add and a Softmax, so the bias broadcasts as
+// numpy's does: with is_inner_broadcast (the bias of a mask [B, 1, 1, T]) only when it has data's rank.
+Status lower_bias_softmax(Lowering& l) {
+  const ir::Node& n = l.node();
+  const ir::Value* data = l.in(0);
+  const ir::Value* bias = l.in(1);
+  if (n.attr_int("is_inner_broadcast", 0) != 0 &&
+      (!data->type.shape.known || !bias->type.shape.known || data->type.shape.rank() != bias->type.shape.rank()))
+    return l.error("is_inner_broadcast needs a bias of the data's rank (dims to broadcast as 1)");
+  ir::Node* sm = l.add("Softmax", 11, {l.add_values(l.in(0), l.in(1))}, {l.out(0)});
+  Lowering::set_int(sm, "axis", n.attr_int("axis", 1));
+  return Status::Ok();
+}
+
 // RMS normalization of x over the dims from `axis` into `y`, and its inverse RMS into `inv` when given.
 Status rms_norm(Lowering& l, ir::Value* x, ir::Value* scale, int64_t axis, float eps, ir::Value* y, ir::Value* inv) {
   ir::Node* n = l.add("RMSNormalization", 23, {x, scale}, {y});
@@ -404,6 +419,7 @@ const std::map<std::pair<std::string, std::string>, LowerFn>& lowerings() {
       {{"com.microsoft", "FusedMatMul"}, lower_fused_matmul},
       {{"com.microsoft", "Attention"}, lower_attention},
       {{"com.microsoft", "EmbedLayerNormalization"}, lower_embed_layer_norm},
+      {{"com.microsoft", "BiasSoftmax"}, lower_bias_softmax},
   };
   return m;
 }

@@ -1,10 +1,11 @@
 """ONNX Runtime's contrib ops (#44): com.microsoft Gelu, FastGelu, BiasGelu, QuickGelu, BiasAdd,
-SkipLayerNormalization, SkipSimplifiedLayerNormalization, EmbedLayerNormalization, FusedMatMul, Attention
-and SimplifiedLayerNormalization (ai.onnx, as ONNX Runtime registers it). kiln lowers them to ai.onnx ops (passes/lower_contrib.cpp) and
-its fusions make its fused kernels of them again. Each model is built here and compared with
-onnxruntime on the same random inputs, at opt levels 0 (lowered, unfused) and 2; the fusions are
-checked in the optimized engine; a tiny BERT optimized by onnxruntime.transformers runs as in ONNX
-Runtime."""
+BiasSoftmax, SkipLayerNormalization, SkipSimplifiedLayerNormalization, EmbedLayerNormalization,
+FusedMatMul, Attention and SimplifiedLayerNormalization (ai.onnx, as ONNX Runtime registers it). kiln
+lowers them to ai.onnx ops (passes/lower_contrib.cpp) and its fusions make its fused kernels of them
+again. Each model is built here and compared with onnxruntime on the same random inputs (numpy where
+onnxruntime's CPU provider lacks the op or the output), at opt levels 0 (lowered, unfused) and 2; the
+fusions are checked in the optimized engine; tiny transformers optimized by onnxruntime.transformers run
+as in ONNX Runtime."""
 
 from __future__ import annotations
 
@@ -99,6 +100,21 @@ def test_bias_add():
     feeds = {"x": x, "bias": bias, "skip": skip}
     m = model([helper.make_node("BiasAdd", ["x", "bias", "skip"], ["y"], domain=MS)], feeds, ["y"])
     check(m, feeds, want=[x + bias + skip])
+
+
+@pytest.mark.parametrize("axis,inner,bias_shape", [(-1, 0, (1, 2, 4, 6)), (3, 1, (3, 1, 1, 6)), (2, 0, (4, 6)),
+                                                    (1, 0, (2, 4, 6))])
+def test_bias_softmax(axis, inner, bias_shape):
+    """Softmax of data + bias over the dims from axis, flattened. (onnxruntime has BiasSoftmax on CUDA and
+    ROCm only: numpy is the reference.)"""
+    x, bias = f32(3, 2, 4, 6), f32(*bias_shape)
+    feeds = {"x": x, "bias": bias}
+    node = helper.make_node("BiasSoftmax", ["x", "bias"], ["y"], domain=MS, axis=axis, is_inner_broadcast=inner)
+    s = x + bias
+    a = axis % 4
+    flat = s.reshape(*s.shape[:a], -1)
+    e = np.exp(flat - flat.max(-1, keepdims=True))
+    check(model([node], feeds, ["y"]), feeds, want=[(e / e.sum(-1, keepdims=True)).reshape(s.shape)])
 
 
 # ---- Normalizations
