@@ -263,6 +263,17 @@ def test_fused_matmul_broadcasts_and_fuses_bias():
     assert ops["FusedMatMul"] == 1 and ops["Add"] == 0 and ops["Transpose"] == 0, dict(ops)
 
 
+def test_contrib_ops_in_subgraphs_are_lowered():
+    """An If whose branches use contrib ops (lower-contrib-ops walks into subgraph bodies)."""
+    x = f32(2, 3, 8) * 3
+    branch = lambda op, name: helper.make_graph(  # noqa: E731
+        [helper.make_node(op, ["x"], [name], domain=MS)], name, [], [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)])
+    for flag in (True, False):
+        feeds = {"x": x, "c": np.array(flag)}
+        node = helper.make_node("If", ["c"], ["y"], then_branch=branch("FastGelu", "t"), else_branch=branch("QuickGelu", "e"))
+        check(model([node], feeds, ["y"]), feeds)
+
+
 def test_lowering_is_reported_and_cannot_be_disabled(tmp_path):
     x, skip = f32(2, 3, 8), f32(2, 3, 8)
     nodes = [helper.make_node("SkipLayerNormalization", ["x", "skip", "gamma"], ["s"], domain=MS, name="sln"),
