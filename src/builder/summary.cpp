@@ -2,6 +2,7 @@
 #include "backends/backend.h"
 #include "onnx/importer.h"
 #include "ops/op_table.h"
+#include "passes/passes.h"
 #include "runtime/engine_impl.h"
 
 namespace kiln {
@@ -14,9 +15,7 @@ static void walk(const ir::Graph& g, ModelSummary& s) {
     std::string why;
     // A lowered op (ONNX Runtime's contrib ops) has no kernel of its own: lower-contrib-ops rewrites it
     // into ops that have, and refuses (naming the node) only the forms it cannot rewrite.
-    const ops::OpDef* def = ops::find_op(n->domain, n->op_type);
-    const bool lowered = def && def->how == "lowered";
-    if (!lowered && !cpu_backend().kernels().find(*n, &why))
+    if (!passes::is_lowered(*n) && !cpu_backend().kernels().find(*n, &why))
       s.unsupported.push_back(n->describe() + ": " + (why.empty() ? "no CPU kernel for this op" : why));
     for (const auto& [k, a] : n->attrs) {
       if (a.g) walk(*a.g, s);

@@ -1,6 +1,9 @@
 // passes/lower_contrib.cpp — `lower-contrib-ops`: ONNX Runtime's contrib ops (ops/contrib.cpp) become
 // the ai.onnx ops they are made of, before any other pass (issue #44).
 //
+// Also ONNX Runtime's ops of the ai.onnx domain: SimplifiedLayerNormalization, and LayerNormalization
+// below opset 17 (its own version 1, which its optimizer writes into models of any opset).
+//
 // Why lower, and why here. ONNX Runtime's transformer optimizer writes its fusions as contrib ops
 // (SkipLayerNormalization, FastGelu, FusedMatMul, ...); kiln already has fused kernels for the same
 // computations, made by its own fusion passes from plain ai.onnx ops where the target has them. Lowering
@@ -406,20 +409,37 @@ Status lower_attention(Lowering& l) {
   return Status::Ok();
 }
 
-const std::map<std::pair<std::string, std::string>, LowerFn>& lowerings() {
-  static const std::map<std::pair<std::string, std::string>, LowerFn> m = {
-      {{"com.microsoft", "Gelu"}, lower_gelu},
-      {{"com.microsoft", "FastGelu"}, lower_fast_gelu},
-      {{"com.microsoft", "BiasGelu"}, lower_bias_gelu},
-      {{"com.microsoft", "QuickGelu"}, lower_quick_gelu},
-      {{"com.microsoft", "BiasAdd"}, lower_bias_add},
-      {{"com.microsoft", "SkipLayerNormalization"}, lower_skip_layer_norm},
-      {{"com.microsoft", "SkipSimplifiedLayerNormalization"}, lower_skip_simplified_layer_norm},
-      {{"", "SimplifiedLayerNormalization"}, lower_simplified_layer_norm},
-      {{"com.microsoft", "FusedMatMul"}, lower_fused_matmul},
-      {{"com.microsoft", "Attention"}, lower_attention},
-      {{"com.microsoft", "EmbedLayerNormalization"}, lower_embed_layer_norm},
-      {{"com.microsoft", "BiasSoftmax"}, lower_bias_softmax},
+// LayerNormalization of an ai.onnx opset before 17 is ONNX Runtime's own (registered in the ai.onnx
+// domain, version 1, with opset 17's inputs, outputs and attributes): its optimizer writes it into
+// models of any opset. It becomes the opset-17 op.
+Status lower_legacy_layer_norm(Lowering& l) {
+  const ir::Node& n = l.node();
+  ir::Node* ln = l.add("LayerNormalization", 17, n.inputs, n.outputs);
+  ln->attrs = n.attrs;
+  return Status::Ok();
+}
+
+// One lowering: which nodes (domain, op, and an ai.onnx op only below opset `before`) and how.
+struct LoweringRule {
+  LowerFn fn;
+  int before = std::numeric_limits<int>::max();
+};
+
+const std::map<std::pair<std::string, std::string>, LoweringRule>& lowerings() {
+  static const std::map<std::pair<std::string, std::string>, LoweringRule> m = {
+      {{"", "LayerNormalization"}, {lower_legacy_layer_norm, 17}},
+      {{"com.microsoft", "Gelu"}, {lower_gelu}},
+      {{"com.microsoft", "FastGelu"}, {lower_fast_gelu}},
+      {{"com.microsoft", "BiasGelu"}, {lower_bias_gelu}},
+      {{"com.microsoft", "QuickGelu"}, {lower_quick_gelu}},
+      {{"com.microsoft", "BiasAdd"}, {lower_bias_add}},
+      {{"com.microsoft", "SkipLayerNormalization"}, {lower_skip_layer_norm}},
+      {{"com.microsoft", "SkipSimplifiedLayerNormalization"}, {lower_skip_simplified_layer_norm}},
+      {{"", "SimplifiedLayerNormalization"}, {lower_simplified_layer_norm}},
+      {{"com.microsoft", "FusedMatMul"}, {lower_fused_matmul}},
+      {{"com.microsoft", "Attention"}, {lower_attention}},
+      {{"com.microsoft", "EmbedLayerNormalization"}, {lower_embed_layer_norm}},
+      {{"com.microsoft", "BiasSoftmax"}, {lower_bias_softmax}},
   };
   return m;
 }
@@ -442,10 +462,10 @@ Expected<bool> lower_graph(ir::Graph& g, PassContext& ctx) {
       }
     }
     auto it = lowerings().find({n->domain, n->op_type});
-    if (it == lowerings().end()) continue;
+    if (it == lowerings().end() || n->opset >= it->second.before) continue;
     const std::string what = n->describe();
     Lowering l(g, n);
-    KILN_RETURN_IF_ERROR(it->second(l));
+    KILN_RETURN_IF_ERROR(it->second.fn(l));
     g.remove_node(n);
     ctx.log(kPass, "lowered " + what);
     changed = true;
@@ -456,5 +476,10 @@ Expected<bool> lower_graph(ir::Graph& g, PassContext& ctx) {
 }  // namespace
 
 Expected<bool> lower_contrib_ops(ir::Graph& g, PassContext& ctx) { return lower_graph(g, ctx); }
+
+bool is_lowered(const ir::Node& n) {
+  auto it = lowerings().find({n.domain, n.op_type});
+  return it != lowerings().end() && n.opset < it->second.before;
+}
 
 }  // namespace kiln::passes

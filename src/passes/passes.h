@@ -136,6 +136,8 @@ Status optimize(ir::Graph& graph, const PassOptions& options, OptimizeStats* sta
 
 // Individual passes (one file each).
 Expected<bool> lower_contrib_ops(ir::Graph& g, PassContext& ctx);      // lower_contrib.cpp
+// True when lower_contrib_ops rewrites node n (it has no kernel of its own then; `kiln info`).
+bool is_lowered(const ir::Node& n);
 Expected<bool> fold_constants(ir::Graph& g, PassContext& ctx);
 Expected<bool> eliminate_dead_code(ir::Graph& g, PassContext& ctx);
 Expected<bool> fold_shapes(ir::Graph& g, PassContext& ctx);            // fold_shapes.cpp

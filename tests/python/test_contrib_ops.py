@@ -216,6 +216,22 @@ def test_embed_layer_norm(segments, mask, position_ids):
     assert ops["SkipLayerNorm"] == 1 and ops["LayerNormalization"] == 0, dict(ops)
 
 
+def test_layer_norm_of_an_opset_before_17(tmp_path):
+    """ONNX Runtime's optimizer writes LayerNormalization (its own, ai.onnx domain version 1) into models
+    of any opset: below 17 kiln runs it as opset 17's, and its Add + LayerNormalization fuse."""
+    x, skip = f32(2, 3, 8), f32(2, 3, 8)
+    nodes = [helper.make_node("Add", ["x", "skip"], ["s"]),
+             helper.make_node("LayerNormalization", ["s", "g", "b"], ["y"], axis=-1, epsilon=1e-5)]
+    feeds = {"x": x, "skip": skip}
+    m = model(nodes, feeds, ["y"], {"g": f32(8), "b": f32(8)}, opset=12)
+    ops = check(m, feeds)
+    assert ops["SkipLayerNorm"] == 1, dict(ops)
+    onnx.save(m, tmp_path / "m.onnx")
+    r = subprocess.run([os.path.join(ROOT, "build", "kiln"), "info", str(tmp_path / "m.onnx")], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "unsupported: none" in r.stdout, r.stdout + r.stderr
+
+
 # ---- FusedMatMul
 
 @pytest.mark.parametrize("transA,transB,batchA,batchB,alpha,const_b", [
