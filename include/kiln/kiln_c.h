@@ -7,7 +7,9 @@
  *  - Objects are opaque and released by their kiln_*_release function (NULL is accepted). An engine
  *    may be released while its contexts live: they keep what they need.
  *  - A context runs on one thread at a time; different contexts of one engine run concurrently.
- *  - Element types are ONNX's TensorProto codes (1 float32, 7 int64, 10 float16, ...).
+ *  - Element types are ONNX's TensorProto codes (1 float32, 7 int64, 10 float16, ...), one element
+ *    per dtype size; bool elements are bytes 0 or 1. The 4- and 2-bit types and strings are not
+ *    taken (nor given) by the C API.
  *  - Tensors given to kiln_context_run are CPU memory, read in place during the call.
  *  - Outputs are owned by the KilnOutputs the run returns; their data stays valid until it is
  *    released.
@@ -31,14 +33,18 @@ typedef enum KilnCode {
   KILN_ENGINE_MISMATCH = 5,  /* an engine built for another device, machine or format */
   KILN_RUNTIME_ERROR = 6,    /* anything else (out of memory, a device error, cancelled, ...) */
   KILN_IO_ERROR = 7,         /* reading or writing a file failed (a model that cannot be read, too) */
+  KILN_CODE_MAX_ = 0x7fffffff /* keeps the enum 32 bits wide */
 } KilnCode;
 
 typedef struct KilnEngine KilnEngine;
 typedef struct KilnContext KilnContext;
 typedef struct KilnOutputs KilnOutputs;
 
-/* Build options; kiln_build_options_default() fills the defaults (CPU, float32, opt level 2). */
+/* Build options; kiln_build_options_default() fills the defaults (CPU, float32, opt level 2) and
+ * struct_size, which lets later releases add fields at the end: the library reads only the fields
+ * the caller's struct_size covers (the others keep their defaults). */
 typedef struct KilnBuildOptions {
+  uint32_t struct_size;  /* sizeof(KilnBuildOptions) as the caller compiled it */
   const char* device;    /* "cpu" or "cuda" */
   const char* precision; /* "fp32", "tf32", "fp16", "bf16" (reduced precisions: CUDA) */
   int opt_level;         /* 0-3 */

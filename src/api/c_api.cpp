@@ -10,6 +10,9 @@
 //    owned by the KilnOutputs.
 #include "kiln/kiln_c.h"
 
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <new>
@@ -35,13 +38,22 @@ KilnCode code_of(kiln::StatusCode c) {
   }
 }
 
+// Never throws (the message is dropped for a fixed one if even that cannot be stored).
+void set_error(const std::string& message) noexcept {
+  try {
+    t_last_error = message;
+  } catch (...) {
+    t_last_error.clear();
+  }
+}
+
 KilnCode fail(const kiln::Status& st) {
-  t_last_error = st.to_string();
+  set_error(st.to_string());
   return code_of(st.code());
 }
 
 KilnCode fail(KilnCode code, const std::string& message) {
-  t_last_error = message;
+  set_error(message);
   return code;
 }
 
@@ -95,6 +107,7 @@ const char* kiln_last_error(void) { return t_last_error.c_str(); }
 
 void kiln_build_options_default(KilnBuildOptions* o) {
   if (!o) return;
+  o->struct_size = sizeof(KilnBuildOptions);
   o->device = "cpu";
   o->precision = "fp32";
   o->opt_level = 2;
@@ -118,7 +131,15 @@ KilnCode kiln_engine_build(const char* onnx_path, const KilnBuildOptions* option
     *engine = nullptr;
     KilnBuildOptions o;
     kiln_build_options_default(&o);
-    if (options) o = *options;
+    if (options) {
+      // The fields the caller's struct holds (struct_size), the rest at their defaults.
+      if (options->struct_size < offsetof(KilnBuildOptions, device) + sizeof(const char*))
+        return fail(KILN_INVALID_ARGUMENT,
+                    "kiln_engine_build: options->struct_size is " + std::to_string(options->struct_size) +
+                        " (fill the options with kiln_build_options_default first)");
+      std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof(KilnBuildOptions)));
+      o.struct_size = sizeof(KilnBuildOptions);
+    }
     kiln::BuildOptions b;
     const std::string device = o.device ? o.device : "cpu";
     if (device != "cpu" && device != "cuda")
@@ -177,10 +198,12 @@ static KilnCode info(const std::vector<Info>* list, const char* what, size_t i, 
 }
 
 KilnCode kiln_engine_input_info(const KilnEngine* e, size_t i, int32_t* dtype, size_t* rank, const int64_t** shape) {
-  return info(e ? &e->inputs : nullptr, "kiln_engine_input_info", i, dtype, rank, shape);
+  return guarded("kiln_engine_input_info",
+                 [&] { return info(e ? &e->inputs : nullptr, "kiln_engine_input_info", i, dtype, rank, shape); });
 }
 KilnCode kiln_engine_output_info(const KilnEngine* e, size_t i, int32_t* dtype, size_t* rank, const int64_t** shape) {
-  return info(e ? &e->outputs : nullptr, "kiln_engine_output_info", i, dtype, rank, shape);
+  return guarded("kiln_engine_output_info",
+                 [&] { return info(e ? &e->outputs : nullptr, "kiln_engine_output_info", i, dtype, rank, shape); });
 }
 
 KilnCode kiln_context_create(const KilnEngine* engine, KilnContext** context) {
@@ -215,11 +238,21 @@ KilnCode kiln_context_run(KilnContext* context, const KilnTensor* inputs, size_t
       for (int64_t d : shape)
         if (d < 0) return fail(KILN_INVALID_ARGUMENT, at + " ('" + std::string(t.name) + "') has a negative dim");
       const auto dt = static_cast<kiln::DataType>(t.dtype);
-      if (t.dtype <= 0 || kiln::dtype_size(dt) == 0 || dt == kiln::DataType::kString)
+      const bool sub_byte = dt == kiln::DataType::kUInt4 || dt == kiln::DataType::kInt4 || dt == kiln::DataType::kUInt2 ||
+                            dt == kiln::DataType::kInt2 || dt == kiln::DataType::kFloat4E2M1;
+      if (t.dtype <= 0 || t.dtype > static_cast<int32_t>(kiln::DataType::kInt2) || sub_byte || kiln::dtype_size(dt) == 0 ||
+          dt == kiln::DataType::kString)
         return fail(KILN_INVALID_ARGUMENT, at + " ('" + std::string(t.name) + "') has element type " +
                                                std::to_string(t.dtype) + ", which the C API does not take");
       if (!t.data && kiln::shape_numel(shape) > 0)
         return fail(KILN_INVALID_ARGUMENT, at + " ('" + std::string(t.name) + "') has no data");
+      if (dt == kiln::DataType::kBool) {
+        const auto* b = static_cast<const unsigned char*>(t.data);
+        for (int64_t k = 0, n = kiln::shape_numel(shape); k < n; ++k)
+          if (b[k] > 1)
+            return fail(KILN_INVALID_ARGUMENT, at + " ('" + std::string(t.name) + "'): bool element " + std::to_string(k) +
+                                                   " is " + std::to_string(b[k]) + " (bool elements are bytes 0 or 1)");
+      }
       if (!feed.emplace(t.name, kiln::Value::of(kiln::Tensor::borrow(dt, shape, const_cast<void*>(t.data)))).second)
         return fail(KILN_INVALID_ARGUMENT, at + ": '" + std::string(t.name) + "' is given twice");
     }
@@ -238,6 +271,7 @@ KilnCode kiln_context_run(KilnContext* context, const KilnTensor* inputs, size_t
 size_t kiln_outputs_count(const KilnOutputs* o) { return o ? o->values.size() : 0; }
 
 KilnCode kiln_outputs_get(const KilnOutputs* o, size_t i, KilnTensor* tensor) {
+  return guarded("kiln_outputs_get", [&]() -> KilnCode {
   if (!o || !tensor) return fail(KILN_INVALID_ARGUMENT, "kiln_outputs_get: outputs and tensor must not be NULL");
   if (i >= o->values.size())
     return fail(KILN_INVALID_ARGUMENT, "kiln_outputs_get: index " + std::to_string(i) + " (the run has " +
@@ -253,6 +287,7 @@ KilnCode kiln_outputs_get(const KilnOutputs* o, size_t i, KilnTensor* tensor) {
   tensor->shape = o->infos[i].shape.data();
   tensor->data = v.tensor.raw();
   return KILN_OK;
+  });
 }
 
 void kiln_outputs_release(KilnOutputs* outputs) { delete outputs; }

@@ -9,6 +9,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "backends/backend.h"
 #include "builder/build.h"
 #include "builder/calibrate.h"
@@ -420,7 +423,7 @@ Expected<OnMismatch> parse_on_mismatch(const std::string& name) {
 // The checksum an engine file's trailer records (its identity: any change to the file changes it),
 // as 16 hex digits; empty when it has none.
 static std::string recorded_checksum(const Storage& file) {
-  if (file.bytes < 24) return "";
+  if (file.bytes < 24 || std::memcmp(static_cast<const char*>(file.data) + file.bytes - 24, "KILNSUM1", 8) != 0) return "";
   uint64_t sum = 0;
   std::memcpy(&sum, static_cast<const char*>(file.data) + file.bytes - 16, 8);
   char buf[24];
@@ -478,11 +481,17 @@ Expected<std::shared_ptr<Engine>> Engine::load(const std::string& engine_path, c
   std::string saved;
   if (lo.on_mismatch == OnMismatch::kRebuildAndSave) {
     KILN_ASSIGN_OR_RETURN(saved, rebuilt_path(engine_path));
-    // An engine rebuilt here before from this very file (its checksum recorded) is the answer.
-    std::error_code ec;
-    if (std::filesystem::is_regular_file(saved, ec)) {
+    // An engine rebuilt here before from this very file is the answer: its recorded source checksum
+    // and model hash match, and the file is this user's and writable by no one else (the checksum is
+    // no proof: anyone who may create files in the folder could plant one; that folder must be as
+    // trusted as the original).
+    struct stat st {};
+    if (!identity.empty() && ::lstat(saved.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
+        (st.st_mode & (S_IWGRP | S_IWOTH)) == 0) {
       auto prior = load(saved);
-      if (prior.ok() && !identity.empty() && (*prior)->metadata()["rebuilt_from.checksum"] == identity) {
+      auto original = deserialize_engine(file, true);
+      if (prior.ok() && original.ok() && (*prior)->metadata()["rebuilt_from.checksum"] == identity &&
+          (*prior)->metadata()["model_hash"] == (*original)->meta["model_hash"]) {
         log(LogLevel::kInfo, "engine '" + engine_path + "': loaded '" + saved + "', rebuilt for this machine before");
         return prior;
       }
@@ -503,8 +512,9 @@ Expected<std::shared_ptr<Engine>> Engine::load(const std::string& engine_path, c
   auto engine = std::make_shared<Engine>(std::move(impl).value());
   std::string where;
   if (!saved.empty()) {
-    KILN_RETURN_IF_ERROR(engine->save(saved).with_context("saving the rebuilt engine"));
-    where = "; saved as '" + saved + "'";
+    // Not kept (a read-only folder, another user's file there): the rebuilt engine still serves.
+    Status kept = engine->save(saved);
+    where = kept.ok() ? "; saved as '" + saved + "'" : "; not kept (" + kept.message() + ")";
   }
   log(LogLevel::kWarning, "engine '" + engine_path + "': " + differs + ": rebuilt from its graph in " + took + where);
   return engine;

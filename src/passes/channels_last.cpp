@@ -431,7 +431,7 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
     // Inference BatchNormalization of a value with an NHWC form (DenseNet's pre-activation BN after
     // each Concat): y = x * a + b per channel, a = scale / sqrt(var + epsilon), b = B - mean * a, as a
     // Mul and an Add by [1, 1, 1, C] constants on the NHWC form (the Relu after it follows), instead
-    // of a Transpose to channels-first and one back. Float32 only (CPU engines).
+    // of a Transpose to channels-first and one back (float32); a half one, one kiln.ChannelAffine.
     if (ir::Value* t = batch_norm_nhwc(g, *n, nhwc, opset, accepts)) {
       g.set_input(n, 0, t);
       if (n->op_type == "ChannelAffine") affines.push_back(n);

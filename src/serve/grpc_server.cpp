@@ -331,6 +331,8 @@ Status GrpcServer::start() {
 
 int GrpcServer::port() const { return impl_->port; }
 
+void GrpcServer::mark_stopping() { impl_->service.stopping = true; }
+
 void GrpcServer::stop() {
   if (!impl_->server) return;
   impl_->service.stopping = true;

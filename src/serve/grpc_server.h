@@ -34,6 +34,8 @@ class GrpcServer {
   int port() const;
   // Stops taking calls; returns once the calls in flight are answered. Idempotent.
   void stop();
+  // ServerReady says not ready from now on (a server beginning to stop; stop() implies it).
+  void mark_stopping();
 
   struct Impl;
 

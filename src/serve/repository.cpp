@@ -211,7 +211,17 @@ Expected<std::vector<std::shared_ptr<ModelVersion>>> Repository::load_versions(c
   return loaded;
 }
 
+namespace {
+// Counts a load in progress for Repository::ready (RAII).
+struct Loading {
+  std::atomic<int>& n;
+  explicit Loading(std::atomic<int>& c) : n(c) { ++n; }
+  ~Loading() { --n; }
+};
+}  // namespace
+
 int Repository::load_all() {
+  Loading loading(loading_);
   std::vector<std::string> names;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(options_.path, ec))
@@ -226,6 +236,7 @@ int Repository::load_all() {
 
 Status Repository::load(const std::string& name) {
   if (!is_valid_model_name(name)) return invalid_argument("'" + name + "' is not a model name");
+  Loading loading(loading_);
   std::error_code ec;
   if (!fs::is_directory(fs::path(options_.path) / name, ec))
     return not_found("no model '" + name + "' in the repository " + options_.path);
@@ -311,9 +322,11 @@ std::vector<ModelState> Repository::index() const {
 
 bool Repository::ready() const {
   if (!options_.strict_readiness) return true;
+  if (loading_.load() > 0) return false;
   std::lock_guard<std::mutex> lock(mu_);
   return failed_.empty();
 }
+
 
 void Repository::drain() {
   std::lock_guard<std::mutex> lock(mu_);

@@ -13,6 +13,7 @@
 // usable (its batcher runs) until its last holder lets it go, even if it is unloaded meanwhile.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -72,7 +73,8 @@ class Repository {
   std::vector<std::shared_ptr<ModelVersion>> loaded() const;
   std::vector<ModelState> index() const;
   // The repository's part of the server's readiness (HTTP /v2/health/ready and gRPC ServerReady ask
-  // it): with strict_readiness, no model failed to load (those unloaded on request aside); else true.
+  // it): with strict_readiness, no load in progress (gRPC serves while the models load) and no model
+  // failed to load (those unloaded on request aside); else true.
   bool ready() const;
   // Every loaded model's batcher runs what it gathers at once (Batcher::drain): a server stopping.
   void drain();
@@ -88,7 +90,8 @@ class Repository {
   RepositoryOptions options_;
   mutable std::mutex mu_;
   std::map<std::string, std::vector<std::shared_ptr<ModelVersion>>> models_;  // versions ascending
-  std::map<std::string, std::string> failed_;                                  // model → why
+  std::map<std::string, std::string> failed_;
+  std::atomic<int> loading_{0};  // load_all/load calls in progress: not ready meanwhile                                  // model → why
 };
 
 // A model name that may be used as a folder name (no path separators, not "." or "..").

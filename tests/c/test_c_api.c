@@ -76,6 +76,15 @@ int main(int argc, char** argv) {
     }
     memcpy(first, p, sizeof first);
     CHECK(kiln_outputs_get(out, 1, &y) == KILN_INVALID_ARGUMENT);
+    /* Another run on other data leaves this run's outputs as they were (each KilnOutputs owns them). */
+    static float zeros[2 * 3 * 32 * 32];
+    KilnTensor in0 = {"image", 1, 4, shape, zeros};
+    KilnOutputs* other = NULL;
+    CHECK(kiln_context_run(ctx, &in0, 1, &other) == KILN_OK);
+    KilnTensor z;
+    if (other && kiln_outputs_get(other, 0, &z) == KILN_OK) CHECK(memcmp(z.data, first, sizeof first) != 0);
+    CHECK(memcmp(p, first, sizeof first) == 0);
+    kiln_outputs_release(other);
   }
 
   /* Saved and loaded: the same outputs, bit for bit. */
@@ -116,6 +125,8 @@ int main(int argc, char** argv) {
   KilnTensor twice[2] = {{"image", 1, 4, shape, image}, {"image", 1, 4, shape, image}};
   CHECK(kiln_context_run(ctx, twice, 2, &none) == KILN_INVALID_ARGUMENT && contains(kiln_last_error(), "twice"));
   CHECK(kiln_context_run(NULL, &in, 1, &none) == KILN_INVALID_ARGUMENT);
+  KilnTensor int4 = {"image", 22, 4, shape, image};
+  CHECK(kiln_context_run(ctx, &int4, 1, &none) == KILN_INVALID_ARGUMENT && contains(kiln_last_error(), "does not take"));
   KilnEngine* missing = NULL;
   CHECK(kiln_engine_load("/nonexistent/model.kiln", &missing) != KILN_OK && missing == NULL);
   CHECK(contains(kiln_last_error(), "/nonexistent/model.kiln"));
@@ -123,7 +134,11 @@ int main(int argc, char** argv) {
   CHECK((rc == KILN_IO_ERROR || rc == KILN_NOT_FOUND) && contains(kiln_last_error(), "/nonexistent/model.onnx"));
   options.device = "tpu";
   CHECK(kiln_engine_build(model, &options, &missing) == KILN_INVALID_ARGUMENT && contains(kiln_last_error(), "tpu"));
+  KilnBuildOptions unfilled;
+  memset(&unfilled, 0, sizeof unfilled);
+  CHECK(kiln_engine_build(model, &unfilled, &missing) == KILN_INVALID_ARGUMENT && contains(kiln_last_error(), "struct_size"));
   kiln_build_options_default(&options);
+  CHECK(options.struct_size == sizeof(KilnBuildOptions));
   options.precision = "fp4";
   CHECK(kiln_engine_build(model, &options, &missing) == KILN_INVALID_ARGUMENT && contains(kiln_last_error(), "fp4"));
 

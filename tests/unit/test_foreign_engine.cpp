@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backends/backend.h"
@@ -249,4 +250,33 @@ TEST(FormatPromise, EarlierFormatFilesLoadAndRun) {
   const auto want = run_example(**fresh), got = run_example(**old);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5f) << i;
+}
+
+// Review findings on rebuild-and-save: a rebuilt engine that cannot be kept (its name taken by a
+// folder) still loads; a copy beside the file that others may write is not trusted (rebuilt and
+// replaced: a new inode), while this user's own copy is reused (the same inode).
+TEST_F(ForeignEngine, RebuildAndSaveTrustsOnlyItsOwnCopyAndSurvivesNotKeepingIt) {
+  auto beside = Engine::rebuilt_path(path);
+  ASSERT_TRUE(beside.ok());
+  std::filesystem::create_directory(*beside);
+  auto e = Engine::load(path, policy(OnMismatch::kRebuildAndSave));
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_EQ(run_example(**e), want);
+  EXPECT_TRUE(std::filesystem::is_directory(*beside));
+  std::filesystem::remove(*beside);
+  ASSERT_TRUE(Engine::load(path, policy(OnMismatch::kRebuildAndSave)).ok());
+  auto inode = [&] {
+    struct stat st {};
+    EXPECT_EQ(::stat(beside->c_str(), &st), 0);
+    return st.st_ino;
+  };
+  const auto own = inode();
+  ASSERT_TRUE(Engine::load(path, policy(OnMismatch::kRebuildAndSave)).ok());
+  EXPECT_EQ(inode(), own);  // reused
+  std::filesystem::permissions(*beside, std::filesystem::perms::others_write, std::filesystem::perm_options::add);
+  ASSERT_TRUE(Engine::load(path, policy(OnMismatch::kRebuildAndSave)).ok());
+  EXPECT_NE(inode(), own);  // not trusted: rebuilt and replaced
+  struct stat st {};
+  ASSERT_EQ(::stat(beside->c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & S_IWOTH, 0u);
 }

@@ -115,6 +115,7 @@ int ServeCommand::execute() {
     sigwait(&stop_signals, &sig);
     if (!ended_on_its_own)
       ro.log(std::string("stopping (") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + "): finishing the requests in flight");
+    grpc.mark_stopping();  // both fronts answer "not ready" from now on (HTTP: server.stop() below)
     models.drain();  // what is queued runs now, without waiting for the queue delay
     server.stop();   // no new connections; returns once run() has (the HTTP handlers in flight answered)
     grpc.stop();     // no new calls; the calls in flight answered

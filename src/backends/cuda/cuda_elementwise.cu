@@ -795,7 +795,9 @@ int launch_concat(const ConcatParts& parts, void* dst, int64_t outer, int64_t pi
   }
   if (most == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>((most + kThreads - 1) / kThreads, 4096)), static_cast<unsigned>(parts.count));
-  if (most < (int64_t{1} << 31) && outer * pitch < (int64_t{1} << 31))
+  // 32-bit indices when the grid-stride loop's last step (index + the grid's threads) fits too.
+  const int64_t step = static_cast<int64_t>(grid.x) * kThreads;
+  if (most + step < (int64_t{1} << 31) && outer * pitch < (int64_t{1} << 31))
     concat_kernel<int32_t><<<grid, kThreads, 0, stream>>>(a);
   else
     concat_kernel<int64_t><<<grid, kThreads, 0, stream>>>(a);
