@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import json
 import os
 import threading
 import time
@@ -439,14 +440,40 @@ class RunOptions:
             raise _error("Cancelled", "the run was terminated: RunOptions.terminate is set")
 
 
+# Engine metadata of a ZipMap output (src/onnx/importer.cpp): its labels, JSON {"keys", "labels"}.
+_ZIPMAP_PREFIX = "model.custom.kiln.zipmap."
+
+
+def _zipmaps(meta: dict[str, str]) -> dict[str, dict]:
+    """Output name → {"keys": "int64" | "string", "labels": [...]} for outputs a ZipMap wrote."""
+    out = {}
+    for k, v in meta.items():
+        if k.startswith(_ZIPMAP_PREFIX):
+            try:
+                out[k[len(_ZIPMAP_PREFIX):]] = json.loads(v)
+            except ValueError:
+                pass  # not kiln's record: the output stays the tensor
+    return out
+
+
+def _as_zipmap(array: Any, spec: dict) -> list[dict]:
+    """The [N, C] probabilities as ONNX Runtime's ZipMap output: one {label: probability} per row."""
+    labels = spec["labels"]
+    rows = np.asarray(array).reshape(-1, len(labels)) if len(labels) else np.zeros((0, 0))
+    return [dict(zip(labels, (float(p) for p in row))) for row in rows]
+
+
 class NodeArg:
     """An input or output as onnxruntime describes it: name, type ("tensor(float)"), shape."""
 
-    def __init__(self, info: TensorInfo) -> None:
+    def __init__(self, info: TensorInfo, zipmap: dict | None = None) -> None:
         self.name: str = info.name
         self.type: str = info.type
         # ints, or the symbol (str) / None where a dim is dynamic; [] when even the rank is unknown
         self.shape: list[int | str | None] = list(info.shape)
+        if zipmap is not None:  # a ZipMap's output: a list of maps, as onnxruntime describes it
+            self.type = f"seq(map({zipmap['keys']},tensor(float)))"
+            self.shape = []
 
     def __repr__(self) -> str:
         return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape!r})"
@@ -507,7 +534,8 @@ class ModelMetadata:
         except ValueError:
             self.version = 0
         prefix = "model.custom."
-        self.custom_metadata_map: dict[str, str] = {k[len(prefix):]: v for k, v in meta.items() if k.startswith(prefix)}
+        self.custom_metadata_map: dict[str, str] = {k[len(prefix):]: v for k, v in meta.items()
+                                                    if k.startswith(prefix) and not k.startswith(_ZIPMAP_PREFIX)}
 
     def __repr__(self) -> str:
         return (f"ModelMetadata(producer_name={self.producer_name!r}, graph_name={self.graph_name!r}, "
@@ -698,6 +726,9 @@ class InferenceSession:
         self._input_index = {i.name: k for k, i in enumerate(self._all_inputs)}
         self._outputs = list(self._engine.outputs)
         self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
+        # Outputs of a ZipMap (scikit-learn classifiers' probabilities): the engine gives the [N, C]
+        # tensor, run() the list of {label: probability} onnxruntime gives.
+        self._zipmaps = _zipmaps(self._engine.metadata())
         self._profiling = bool(opts.enable_profiling)
         self._profile_contexts: list[ExecutionContext] = []
         self._pool_lock = threading.Lock()
@@ -714,7 +745,7 @@ class InferenceSession:
         return [NodeArg(i) for i in self._inputs]
 
     def get_outputs(self) -> list[NodeArg]:
-        return [NodeArg(o) for o in self._outputs]
+        return [NodeArg(o, self._zipmaps.get(o.name)) for o in self._outputs]
 
     def get_overridable_initializers(self) -> list[NodeArg]:
         return [NodeArg(i) for i in self._overridable]
@@ -815,6 +846,9 @@ class InferenceSession:
         if any(isinstance(v, Tensor) for v in feed.values()):
             return self.run_with_ort_values(output_names, feed, run_options)
         outputs = self._with_context(run_options, lambda ctx, stop: ctx.run(feed, stop))
+        if self._zipmaps:
+            outputs = [_as_zipmap(v, self._zipmaps[o.name]) if o.name in self._zipmaps else v
+                       for o, v in zip(self._outputs, outputs)]
         return outputs if indices is None else [outputs[i] for i in indices]
 
     def _output_indices(self, output_names: Sequence[str] | None) -> list[int] | None:

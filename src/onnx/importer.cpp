@@ -46,6 +46,7 @@ class Importer {
  private:
   Status read_opsets(const ::onnx::ModelProto& m, OpsetMap& opsets);
   Status build_graph(const ::onnx::GraphProto& gp, ir::Graph& g);
+  Status zipmap_outputs(ir::Graph& g, std::map<std::string, std::string>& metadata);
   Status convert_attribute(const ::onnx::AttributeProto& a, ir::Graph& g, const std::string& where,
                            ir::Attribute& out);
   Expected<std::shared_ptr<ir::Graph>> build_subgraph(const ::onnx::GraphProto& gp, ir::Graph& parent,
@@ -124,6 +125,51 @@ Status Importer::read_opsets(const ::onnx::ModelProto& m, OpsetMap& opsets) {
   return Status::Ok();
 }
 
+// ai.onnx.ml ZipMap writing a graph output (scikit-learn classifiers converted by skl2onnx with its
+// defaults: their probabilities as a list of {label: probability} maps). kiln's values hold no maps,
+// so the output stays the probability tensor [N, C] (an Identity of ZipMap's input under the output's
+// name) and the labels are recorded in the model's metadata ("kiln.zipmap.<output>": JSON {"keys":
+// "int64" | "string", "labels": [...]}); the Python session turns the tensor into ONNX Runtime's list
+// of dicts, the C++ API and the CLI give the tensor. A ZipMap whose output anything else reads stays
+// (and has no kernel).
+Status Importer::zipmap_outputs(ir::Graph& g, std::map<std::string, std::string>& metadata) {
+  for (ir::Node* n : g.nodes()) {
+    if (n->domain != "ai.onnx.ml" || n->op_type != "ZipMap" || n->inputs.size() != 1 || !n->has_input(0) ||
+        n->outputs.size() != 1 || !n->has_output(0))
+      continue;
+    ir::Value* z = n->outputs[0];
+    if (!z->is_output || !z->uses.empty()) continue;
+    const ir::Attribute* ints = n->attr("classlabels_int64s");
+    const ir::Attribute* strs = n->attr("classlabels_strings");
+    if ((ints != nullptr) == (strs != nullptr))
+      return invalid_model(opt_.source_name + ": " + n->describe() + " needs exactly one of classlabels_int64s and classlabels_strings");
+    std::string labels;
+    auto quote_json = [](const std::string& s) {
+      std::string q = "\"";
+      for (unsigned char c : s) {
+        if (c == '"' || c == '\\') q += '\\', q += static_cast<char>(c);
+        else if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          q += buf;
+        } else q += static_cast<char>(c);
+      }
+      return q + "\"";
+    };
+    if (ints)
+      for (int64_t v : ints->ints) labels += (labels.empty() ? "" : ",") + std::to_string(v);
+    else
+      for (const std::string& v : strs->strings) labels += (labels.empty() ? "" : ",") + quote_json(v);
+    metadata["kiln.zipmap." + z->name] = std::string("{\"keys\":\"") + (ints ? "int64" : "string") + "\",\"labels\":[" + labels + "]}";
+    n->op_type = "Identity";
+    n->domain.clear();
+    n->opset = g.opsets.count("") ? g.opsets.at("") : 13;
+    n->attrs.clear();
+    z->type = ir::Type{};  // a tensor now: inference gives it ZipMap's input type
+  }
+  return Status::Ok();
+}
+
 Expected<ir::Model> Importer::run(const ::onnx::ModelProto& m) {
   if (!m.has_graph()) return invalid_model(opt_.source_name + ": the model has no graph");
   KILN_RETURN_IF_ERROR(inliner_.init(m, opt_.source_name));
@@ -138,6 +184,7 @@ Expected<ir::Model> Importer::run(const ::onnx::ModelProto& m) {
   model.graph = std::make_unique<ir::Graph>();
   KILN_RETURN_IF_ERROR(read_opsets(m, model.graph->opsets));
   KILN_RETURN_IF_ERROR(build_graph(m.graph(), *model.graph));
+  KILN_RETURN_IF_ERROR(zipmap_outputs(*model.graph, model.metadata));
   Status st = ops::infer_graph(*model.graph);
   if (!st.ok()) return st.with_context(opt_.source_name);
   return model;

@@ -1,7 +1,8 @@
 // ops/ml.cpp — types and shapes of the ai.onnx.ml ops kiln runs: ArrayFeatureExtractor, Binarizer,
 // CategoryMapper, FeatureVectorizer, LabelEncoder, TreeEnsemble, TreeEnsembleClassifier/Regressor,
 // LinearClassifier/Regressor, SVMClassifier/Regressor, Scaler, Normalizer, Imputer, OneHotEncoder.
-// (ZipMap, CastMap and DictVectorizer take or give maps, which kiln's runtime values do not hold.)
+// (ZipMap, CastMap and DictVectorizer take or give maps, which kiln's runtime values do not hold; a
+// ZipMap writing a graph output is imported as its probability tensor, src/onnx/importer.cpp.)
 #include "ops/op_table.h"
 #include "ops/params_ml.h"
 

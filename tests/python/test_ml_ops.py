@@ -3,7 +3,8 @@ LinearClassifier/Regressor, Scaler, Normalizer, Imputer, OneHotEncoder, FeatureV
 CategoryMapper and FeatureVectorizer nodes for the forms skl2onnx does not emit), run by kiln and by
 onnxruntime on the same random inputs: labels equal, probabilities and values within a relative 1e-5.
 
-Classifiers are converted without ZipMap (kiln's values hold no maps). Skipped where scikit-learn or
+Classifiers are converted without ZipMap here; skl2onnx's default conversions with it are
+test_ml_zipmap.py's. Skipped where scikit-learn or
 skl2onnx is not installed."""
 
 from __future__ import annotations
