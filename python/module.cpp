@@ -818,9 +818,10 @@ EnginePtr engine_load(const std::string& path, const std::string& on_mismatch, c
   return unwrap(without_gil([&] { return kiln::Engine::load(path, lo); }));
 }
 
-EnginePtr engine_load_from_bytes(const py::bytes& data) {
+EnginePtr engine_load_from_bytes(const py::bytes& data, const std::string& on_mismatch) {
   const std::string bytes = data;
-  return unwrap(without_gil([&] { return kiln::Engine::load_from_bytes(bytes); }));
+  const kiln::EngineLoadOptions lo = load_options(on_mismatch, "");
+  return unwrap(without_gil([&] { return kiln::Engine::load_from_bytes(bytes, lo); }));
 }
 
 std::shared_ptr<Context> engine_create_context(const EnginePtr& engine) {
@@ -1043,7 +1044,8 @@ PYBIND11_MODULE(_kiln, m) {
                   "when given) or 'rebuild-and-save' (also kept beside the file as model.<hash>.kiln and reused).")
       .def_static("rebuilt_path", [](const std::string& path) { return unwrap(kiln::Engine::rebuilt_path(path)); },
                   py::arg("path"), "Where Engine.load(path, on_mismatch='rebuild-and-save') keeps the rebuilt engine here.")
-      .def_static("load_from_bytes", &engine_load_from_bytes, py::arg("data"))
+      .def_static("load_from_bytes", &engine_load_from_bytes, py::arg("data"), py::arg("on_mismatch") = "error",
+                  "Same as load() from the file's bytes ('rebuild-and-save' keeps nothing: bytes have no folder).")
       .def("save", [](const kiln::Engine& e, const std::string& path) { check(e.save(path)); }, py::arg("path"))
       .def("serialize",
            [](const kiln::Engine& e) {

@@ -237,6 +237,8 @@ class Engine {
   // The file kRebuildAndSave writes for `engine_path` on this machine.
   static Expected<std::string> rebuilt_path(const std::string& engine_path);
   static Expected<std::shared_ptr<Engine>> load_from_bytes(const std::string& bytes);
+  // The same with a policy (load()'s; kRebuildAndSave rebuilds and keeps nothing: bytes have no folder).
+  static Expected<std::shared_ptr<Engine>> load_from_bytes(const std::string& bytes, const EngineLoadOptions& options);
   // Either: an .onnx (built with `options`) or an engine file (by its magic bytes, loaded with
   // `load_options`).
   static Expected<std::shared_ptr<Engine>> open(const std::string& path, const BuildOptions& options = {},

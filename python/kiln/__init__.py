@@ -508,7 +508,7 @@ def _open_engine(path_or_bytes: Any, device: str, opt_level: int, precision: str
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         data = bytes(path_or_bytes)
         if data[4:8] == _ENGINE_MAGIC:
-            return Engine.load_from_bytes(data)
+            return Engine.load_from_bytes(data, on_mismatch=on_mismatch)
         return Engine.build_from_bytes(data, device=device, opt_level=opt_level, precision=precision, **build)
     if isinstance(path_or_bytes, (str, os.PathLike)):
         return Engine.open(os.fspath(path_or_bytes), device=device, opt_level=opt_level, precision=precision,

@@ -471,6 +471,44 @@ static Status rebuild_here(Engine::Impl& impl, const EngineLoadOptions& lo) {
   return Status::Ok();
 }
 
+// An engine file of another machine (`file`, named `who` in messages) rebuilt here; its metadata
+// records what it was built for and the file's checksum. Null `differs` when it matched after all.
+static Expected<std::shared_ptr<Engine>> rebuild_foreign(std::shared_ptr<Storage> file, const std::string& who,
+                                                         const EngineLoadOptions& lo, std::string* differs) {
+  const std::string identity = recorded_checksum(*file);
+  auto impl = deserialize_engine(file, true);
+  if (!impl.ok()) return impl.status().with_context(who);
+  if ((*impl)->plan) return std::make_shared<Engine>(std::move(impl).value());  // it matched after all
+  *differs = (*impl)->meta["foreign"];
+  const std::string built_for = (*impl)->meta["fingerprint"];
+  Status st = guarded("rebuilding the engine", [&] { return rebuild_here(**impl, lo); });
+  if (!st.ok()) return st.with_context(who + " (" + *differs + ")");
+  (*impl)->meta["rebuilt_from"] = built_for;
+  (*impl)->meta["rebuilt_from.checksum"] = identity;
+  return std::make_shared<Engine>(std::move(impl).value());
+}
+
+static std::string seconds_since(std::chrono::steady_clock::time_point start) {
+  char took[32];
+  std::snprintf(took, sizeof(took), "%.2f s", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return took;
+}
+
+Expected<std::shared_ptr<Engine>> Engine::load_from_bytes(const std::string& bytes, const EngineLoadOptions& lo) {
+  auto strict = load_from_bytes(bytes);
+  if (strict.ok() || strict.status().code() != StatusCode::kEngineMismatch || lo.on_mismatch == OnMismatch::kError)
+    return strict;
+  const auto start = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(auto file, cpu_backend().allocate(bytes.size()));
+  std::memcpy(file->data, bytes.data(), bytes.size());
+  std::string differs;
+  KILN_ASSIGN_OR_RETURN(auto engine, rebuild_foreign(std::move(file), "engine bytes", lo, &differs));
+  if (!differs.empty())
+    log(LogLevel::kWarning, "engine bytes: " + differs + ": rebuilt from its graph in " + seconds_since(start) +
+                                (lo.on_mismatch == OnMismatch::kRebuildAndSave ? " (bytes have no folder: not kept)" : ""));
+  return engine;
+}
+
 Expected<std::shared_ptr<Engine>> Engine::load(const std::string& engine_path, const EngineLoadOptions& lo) {
   auto strict = load(engine_path);
   if (strict.ok() || strict.status().code() != StatusCode::kEngineMismatch || lo.on_mismatch == OnMismatch::kError)
@@ -497,26 +535,17 @@ Expected<std::shared_ptr<Engine>> Engine::load(const std::string& engine_path, c
       }
     }
   }
-  auto impl = deserialize_engine(file, true);
-  if (!impl.ok()) return impl.status().with_context(engine_path);
-  if ((*impl)->plan) return std::make_shared<Engine>(std::move(impl).value());  // it matched after all
-  const std::string differs = (*impl)->meta["foreign"];
-  const std::string built_for = (*impl)->meta["fingerprint"];
-  Status st = guarded("rebuilding the engine", [&] { return rebuild_here(**impl, lo); });
-  if (!st.ok()) return st.with_context(engine_path + " (" + differs + ")");
-  (*impl)->meta["rebuilt_from"] = built_for;
-  (*impl)->meta["rebuilt_from.checksum"] = identity;
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  char took[32];
-  std::snprintf(took, sizeof(took), "%.2f s", secs);
-  auto engine = std::make_shared<Engine>(std::move(impl).value());
+  std::string differs;
+  KILN_ASSIGN_OR_RETURN(auto engine, rebuild_foreign(file, engine_path, lo, &differs));
+  if (differs.empty()) return engine;
   std::string where;
   if (!saved.empty()) {
     // Not kept (a read-only folder, another user's file there): the rebuilt engine still serves.
     Status kept = engine->save(saved);
     where = kept.ok() ? "; saved as '" + saved + "'" : "; not kept (" + kept.message() + ")";
   }
-  log(LogLevel::kWarning, "engine '" + engine_path + "': " + differs + ": rebuilt from its graph in " + took + where);
+  log(LogLevel::kWarning, "engine '" + engine_path + "': " + differs + ": rebuilt from its graph in " + seconds_since(start) +
+                              where);
   return engine;
 }
 

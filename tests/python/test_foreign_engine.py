@@ -74,6 +74,19 @@ def test_session_option_rebuild_and_save(engines):
         kiln.InferenceSession(str(path))  # the default stays an error
 
 
+def test_engine_bytes_take_the_policy_too(engines):
+    _, path, x, want = engines
+    data = path.read_bytes()
+    with pytest.raises(RuntimeError, match="on_mismatch"):
+        kiln.InferenceSession(data)
+    opts = kiln.SessionOptions()
+    opts.add_session_config_entry("kiln.on_mismatch", "rebuild")
+    np.testing.assert_array_equal(kiln.InferenceSession(data, opts).run(None, {"image": x})[0], want)
+    e = kiln.Engine.load_from_bytes(data, on_mismatch="rebuild-and-save")  # nothing to keep beside
+    assert e.metadata()["rebuilt_from"] == "cpu x86_65"
+    assert sorted(os.listdir(path.parent)) == ["m.kiln"]
+
+
 def test_cli_on_mismatch(engines, tmp_path):
     _, path, _, want = engines
     r = subprocess.run([KILN, "run", str(path), "-i", f"image={EXAMPLE_INPUT}"], capture_output=True, text=True, timeout=60)
