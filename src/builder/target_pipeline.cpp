@@ -160,6 +160,16 @@ TargetStage products_write_half_stage() {
       });
 }
 
+TargetStage products_write_float_stage() {
+  return stage(
+      "products-write-float",
+      "CUDA half engines: a half product read only by a Cast to float32 (through a column Slice or not) writes float32 itself",
+      [](const ir::Graph&, const TargetContext& c) { return c.options.opt_level >= 1 && c.half_engine(); },
+      [](ir::Graph& g, TargetContext& c) -> Expected<int> {
+        return passes::products_write_float(g, target_takes(c.target));
+      });
+}
+
 TargetStage fuse_conv_max_pool_stage() {
   return stage(
       "fuse-conv-max-pool",
@@ -245,7 +255,8 @@ const std::vector<TargetStage>& target_pipeline(DeviceType device) {
       fuse_qconv_residual_stage(),    convert_precision_stage(),
       cuda_channels_last_stage(),     signed_activations_stage(),
       quantize_half_directly_stage(), products_write_half_stage(),
-      fuse_conv_max_pool_stage(),     allow_tf32_stage(),
+      products_write_float_stage(),   fuse_conv_max_pool_stage(),
+      allow_tf32_stage(),
   };
   // CPU engines compute in float32 (builder.cpp refuses other precisions there).
   static const std::vector<TargetStage> cpu = {cpu_channels_last_stage(), fold_pools_into_convs_stage()};

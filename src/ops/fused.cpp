@@ -8,7 +8,9 @@
 //                                [N,1,1,M] is Y's mean over OH and OW (GlobalAveragePool of Y,
 //                                passes/conv_pool.cpp, CPU engines)
 //   FusedGemm(A, B[, C])         Gemm attributes + activation, activation_params
-//   FusedMatMul(A, B[, bias])    act(MatMul(A, B) + bias), bias [N] along the last dim
+//   FusedMatMul(A, B[, bias])    act(MatMul(A, B) + bias), bias [N] along the last dim; without a bias,
+//                                output_dtype = float32 makes a float16/bfloat16 product write float32
+//                                (passes::products_write_float, CUDA half engines)
 //   SkipLayerNorm(A, B, gamma[, beta]) → Y[, A+B]   LayerNormalization(A + B) over the last dim, epsilon
 //   ChannelsLastPool(X) → Y      MaxPool, AveragePool, GlobalMaxPool or GlobalAveragePool (attribute
 //                                `op`, with that op's attributes) on X [N,H,W,C] → Y [N,OH,OW,C]
@@ -168,6 +170,21 @@ Status infer_conv_pool(InferContext& c) {
 constexpr char kGemm[] = "Gemm";
 constexpr char kMatMul[] = "MatMul";
 
+// FusedMatMul: MatMul's shape function; output_dtype (passes::products_write_float) makes a half
+// product's output float32.
+Status infer_fused_matmul(InferContext& c) {
+  KILN_RETURN_IF_ERROR((like<kMatMul, 2>(c)));
+  const ir::Attribute* od = c.node.attr("output_dtype");
+  if (!od || !c.has(0)) return Status::Ok();
+  const DataType in = c.dtype(0), out = static_cast<DataType>(od->i);
+  if (out != DataType::kFloat32 || (in != DataType::kUndefined && in != DataType::kFloat32 &&
+                                    in != DataType::kFloat16 && in != DataType::kBFloat16))
+    return c.error("output_dtype: float products may write float32, nothing else");
+  if (c.has(2)) return c.error("output_dtype: a product with a bias writes its operands' dtype");
+  c.out[0].dtype = out;
+  return Status::Ok();
+}
+
 Status infer_skip_layer_norm(InferContext& c) {
   if (!c.has(0) || !c.has(1)) return Status::Ok();
   ir::Type t = ir::Type::tensor(c.dtype(0), broadcast_sym(c.shape(0), c.shape(1)));
@@ -273,7 +290,7 @@ void add_fused_ops(std::vector<OpDef>& t) {
   };
   add("FusedConv", infer_fused_conv, 2, 4, 1, 2);
   add("FusedGemm", like<kGemm, 3>, 2, 3, 1, 1);
-  add("FusedMatMul", like<kMatMul, 2>, 2, 3, 1, 1);
+  add("FusedMatMul", infer_fused_matmul, 2, 3, 1, 1);
   add("SkipLayerNorm", infer_skip_layer_norm, 3, 4, 1, 2);
   add("Attention", infer_attention, 3, 5, 1, 1);
   add("ChannelsLastPool", infer_channels_last_pool, 1, 1, 1, 1);

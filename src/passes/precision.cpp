@@ -203,6 +203,71 @@ int products_write_half(ir::Graph& g, DataType half, const std::function<bool(co
   return changed;
 }
 
+int products_write_float(ir::Graph& g, const std::function<bool(const ir::Node&)>& accepts) {
+  int changed = 0;
+  const std::set<std::string> captured = ir::names_read_by_subgraphs(g);
+  const std::vector<ir::Node*> nodes = g.nodes();
+  for (ir::Node* p : nodes) {
+    if (p->removed || !p->has_output(0)) continue;
+    const bool matmul = p->domain.empty() && p->op_type == "MatMul";
+    const bool fused = p->domain == "kiln" && p->op_type == "FusedMatMul" && !p->has_input(2) && !p->attr("output_dtype");
+    if ((!matmul && !fused) || p->inputs.size() < 2 || !p->has_input(0) || !p->has_input(1)) continue;
+    ir::Value* y = p->outputs[0];
+    const DataType half = y->type.dtype;
+    if ((half != DataType::kFloat16 && half != DataType::kBFloat16) || y->is_output || y->uses.size() != 1 ||
+        captured.count(y->name))
+      continue;
+    // y → [Slice →] Cast(float32), each value read once and by nothing else.
+    ir::Node* slice = nullptr;
+    ir::Node* cast = y->uses[0].node;
+    if (cast->domain.empty() && cast->op_type == "Slice" && y->uses[0].input_index == 0 && cast->has_output(0)) {
+      ir::Value* s = cast->outputs[0];
+      if (s->is_output || s->uses.size() != 1 || captured.count(s->name)) continue;
+      slice = cast;
+      cast = s->uses[0].node;
+    }
+    if (!cast->domain.empty() || cast->op_type != "Cast" || !cast->has_output(0) ||
+        cast->attr_int("to", 0) != static_cast<int64_t>(DataType::kFloat32))
+      continue;
+    ir::Value* z = cast->outputs[0];
+    // The product, as a float32-writing kiln.FusedMatMul (a MatMul's attributes are none).
+    std::map<std::string, ir::Attribute> attrs = p->attrs;
+    ir::Attribute& od = attrs["output_dtype"];
+    od.kind = ir::Attribute::Kind::kInt;
+    od.i = static_cast<int64_t>(DataType::kFloat32);
+    ir::Node probe;
+    probe.op_type = "FusedMatMul";
+    probe.domain = "kiln";
+    probe.opset = 1;
+    probe.name = p->name;
+    probe.attrs = attrs;
+    probe.inputs = {p->inputs[0], p->inputs[1]};
+    ir::Value wide_probe;
+    wide_probe.type = ir::Type::tensor(DataType::kFloat32, y->type.shape);
+    probe.outputs = {slice ? &wide_probe : z};
+    if (!accepts(probe)) continue;
+    const std::string name = p->name;
+    std::vector<ir::Value*> ab = {p->inputs[0], p->inputs[1]};
+    std::vector<ir::Value*> slice_in = slice ? slice->inputs : std::vector<ir::Value*>{};
+    const int slice_opset = slice ? slice->opset : 0;
+    g.remove_node(cast);
+    if (slice) g.remove_node(slice);
+    g.remove_node(p);
+    ir::Value* out = z;
+    if (slice) {
+      out = g.new_value(name + "_float", ir::Type::tensor(DataType::kFloat32, y->type.shape));
+      slice_in[0] = out;
+      g.add_node("Slice", "", slice_in, {z}, name + "_float_columns")->opset = slice_opset;
+    }
+    ir::Node* f = g.add_node("FusedMatMul", "kiln", ab, {out}, name + "_writes_float");
+    f->opset = 1;
+    f->attrs = std::move(attrs);
+    ++changed;
+  }
+  if (changed) g.remove_dead_values();
+  return changed;
+}
+
 namespace {
 
 // The constant uint8 scalar zero point at input `i` of n, or null.

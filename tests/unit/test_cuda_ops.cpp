@@ -216,6 +216,18 @@ TEST(CudaOps, DataMovementWithHostShapes) {
             "last axis, odd rows", 1, {true, false, false, false});
     compare("Slice", 13, {random_tensor({3, 4, 80}, rng), int64_tensor({8}), int64_tensor({72}), int64_tensor({2})}, nullptr, dt,
             "last axis, offset rows", 1, {true, false, false, false});
+    // Long rows (512 pieces and more: a block per row): a padded head's column slice, odd and offset.
+    compare("Slice", 13, {random_tensor({2, 3, 1208}, rng), int64_tensor({0}), int64_tensor({1201}), int64_tensor({-1})}, nullptr,
+            dt, "last axis, long odd rows", 1, {true, false, false, false});
+    compare("Slice", 13, {random_tensor({5, 4104}, rng), int64_tensor({1, 8}), int64_tensor({4, 4104}), int64_tensor({0, 1})},
+            nullptr, dt, "long offset rows", 1, {true, false, false, false});
+    // 8 KiB rows and more, destination rows off 16 bytes (every shift): aligned pieces realigned.
+    compare("Slice", 13, {random_tensor({3, 5, 4104}, rng), int64_tensor({0}), int64_tensor({4101}), int64_tensor({-1})}, nullptr,
+            dt, "last axis, realigned rows", 1, {true, false, false, false});
+    compare("Slice", 13, {random_tensor({7, 4112}, rng), int64_tensor({8}), int64_tensor({4111}), int64_tensor({1})}, nullptr, dt,
+            "offset realigned rows", 1, {true, false, false, false});
+    compare("Transpose", 13, {random_tensor({3, 2, 4096}, rng)}, [](OneNode& n) { n.set_ints("perm", {1, 0, 2}); }, dt,
+            "long rows of 16-byte pieces");
     compare("Unsqueeze", 13, {x, int64_tensor({0, -1})}, nullptr, dt, "", 1, {true, false});
     compare("Squeeze", 13, {random_tensor({3, 1, 4, 1}, rng), int64_tensor({1})}, nullptr, dt, "", 1, {true, false});
     compare("Concat", 13, {random_tensor({2, 3, 4}, rng), random_tensor({2, 1, 4}, rng)},
@@ -373,6 +385,24 @@ TEST(CudaOps, FusedConvGemmMatMulMatchCpu) {
       fused("Tanh")(n);
       n.set_int("transB", 1);
     }, dt, "tanh, C");
+    // A tanh GELU (GPT-2's) and a ReLU join the bias in cuBLASLt's epilogue, for FusedMatMul and
+    // FusedGemm (its C): float32's 2e-5 tells the tanh form from the exact one (they differ by ~3e-4).
+    compare("FusedMatMul", 1, {a, m, random_tensor({24}, rng)}, fused("GeluTanh"), dt, "tanh gelu, bias (epilogue)");
+    compare("FusedGemm", 1, {ga, gb, random_tensor({24}, rng)}, [&](OneNode& n) {
+      fused("GeluTanh")(n);
+      n.set_int("transB", 1);
+    }, dt, "tanh gelu, C (epilogue)");
+    compare("FusedGemm", 1, {ga, gb, random_tensor({24}, rng)}, [&](OneNode& n) {
+      fused("Relu")(n);
+      n.set_int("transB", 1);
+    }, dt, "relu, C (epilogue)");
+    // output_dtype float32 (passes::products_write_float): half operands, a float32 Y; columns off
+    // every alignment (1001).
+    const Tensor wide = random_tensor({16, 1001}, rng, -0.5f, 0.5f);
+    compare("FusedMatMul", 1, {a, wide}, [&](OneNode& n) {
+      fused("")(n);
+      n.set_int("output_dtype", static_cast<int64_t>(DataType::kFloat32));
+    }, dt, "writes float32");
   }
 }
 

@@ -1001,6 +1001,81 @@ TEST(Passes, Int8ProductWritesHalfInsteadOfACast) {
   }
 }
 
+// A half product read only by a Cast to float32 — directly, or through pad-matmul-columns' Slice —
+// becomes a kiln.FusedMatMul writing float32 (output_dtype), the Slice slicing float32 and the graph
+// output keeping its name; a second reader, a Cast to another type or a refusing target leave it.
+TEST(Passes, HalfProductsWriteFloatInsteadOfACast) {
+  // 0: MatMul → Slice → Cast; 1: MatMul → Cast; 2: the Slice read twice; 3: Cast to float16; 4: refused.
+  for (int variant = 0; variant < 5; ++variant) {
+    ir::Graph g;
+    g.opsets[""] = 17;
+    auto value = [&](const char* name, DataType dt, std::vector<int64_t> dims) {
+      return g.add_value(name, ir::Type::tensor(dt, ir::SymShape::of(dims)));
+    };
+    auto int64s = [&](const char* name, int64_t v) {
+      ir::Value* c = value(name, DataType::kInt64, {1});
+      c->constant = Tensor::empty(DataType::kInt64, {1});
+      c->constant->data<int64_t>()[0] = v;
+      return c;
+    };
+    ir::Value* x = value("x", DataType::kFloat16, {2, 8});
+    x->is_input = true;
+    g.inputs.push_back(x);
+    ir::Value* w = value("w", DataType::kFloat16, {8, 16});
+    w->constant = Tensor::empty(DataType::kFloat16, {8, 16});
+    const bool sliced = variant != 1;
+    ir::Value* y = value("y", DataType::kFloat16, {2, 16});
+    g.add_node("MatMul", "", {x, w}, {y}, "head")->opset = 17;
+    ir::Value* s = y;
+    if (sliced) {
+      s = value("s", DataType::kFloat16, {2, 13});
+      g.add_node("Slice", "", {y, int64s("starts", 0), int64s("ends", 13), int64s("axes", -1)}, {s}, "columns")->opset = 17;
+    }
+    const DataType to = variant == 3 ? DataType::kFloat16 : DataType::kFloat32;
+    ir::Value* logits = value("logits", to, {2, sliced ? 13 : 16});
+    ir::Node* cast = g.add_node("Cast", "", {s}, {logits}, "cast");
+    cast->attrs["to"].kind = ir::Attribute::Kind::kInt;
+    cast->attrs["to"].i = static_cast<int64_t>(to);
+    g.outputs = {logits};
+    logits->is_output = true;
+    if (variant == 2) {
+      ir::Value* r = value("r", DataType::kFloat16, {2, 13});
+      g.add_node("Relu", "", {s}, {r}, "other_reader");
+      g.outputs.push_back(r);
+      r->is_output = true;
+    }
+    auto accepts = [variant](const ir::Node& n) {
+      EXPECT_EQ(n.op_type, "FusedMatMul");
+      return variant != 4;
+    };
+    const int changed = passes::products_write_float(g, accepts);
+    ASSERT_TRUE(g.sort().ok()) << variant;
+    const Status verified = g.verify();
+    ASSERT_TRUE(verified.ok()) << variant << ": " << verified.to_string();
+    const bool rewritten = variant <= 1;
+    EXPECT_EQ(changed, rewritten ? 1 : 0) << variant;
+    std::map<std::string, int> ops;
+    for (const ir::Node* n : g.nodes()) ++ops[n->op_type];
+    EXPECT_EQ(ops["Cast"], rewritten ? 0 : 1) << variant;
+    EXPECT_EQ(ops["FusedMatMul"], rewritten ? 1 : 0) << variant;
+    EXPECT_EQ(ops["MatMul"], rewritten ? 0 : 1) << variant;
+    ASSERT_EQ(g.outputs[0], logits) << variant;
+    EXPECT_EQ(logits->name, "logits");
+    if (!rewritten) continue;
+    const ir::Node* producer = logits->producer;
+    ASSERT_NE(producer, nullptr);
+    const ir::Node* product = sliced ? producer->inputs[0]->producer : producer;
+    EXPECT_EQ(producer->op_type, sliced ? "Slice" : "FusedMatMul") << variant;
+    ASSERT_NE(product, nullptr);
+    EXPECT_EQ(product->op_type, "FusedMatMul");
+    EXPECT_EQ(product->domain, "kiln");
+    EXPECT_EQ(product->attr_int("output_dtype", 0), static_cast<int64_t>(DataType::kFloat32));
+    EXPECT_EQ(product->outputs[0]->type.dtype, DataType::kFloat32);
+    EXPECT_EQ(product->inputs[0], x);
+    EXPECT_EQ(product->inputs[1], w);
+  }
+}
+
 // A QuantizeLinear behind Cast(half → float32) reads the half value where the target takes it; the
 // Cast goes unless another node reads it; a refusing target keeps the graph as it was.
 TEST(Passes, QuantizeReadsHalfValuesWithoutTheCast) {

@@ -28,13 +28,15 @@ TEST(TargetPipeline, CudaStagesRunInTheirDeclaredOrder) {
   // half convolutions); the 8-bit products' I/O after the layout (it moves their Q/DQ); the stem
   // fusion on the channels-last graph; TF32 last.
   for (const char* name : {"fuse-qconv-residual", "convert-precision", "channels-last", "signed-activations",
-                           "quantize-half-directly", "products-write-half", "fuse-conv-max-pool", "allow-tf32"})
+                           "quantize-half-directly", "products-write-half", "products-write-float", "fuse-conv-max-pool",
+                           "allow-tf32"})
     ASSERT_LT(index_of(cuda, name), cuda.size()) << name;
   EXPECT_LT(index_of(cuda, "fuse-qconv-residual"), index_of(cuda, "convert-precision"));
   EXPECT_LT(index_of(cuda, "convert-precision"), index_of(cuda, "channels-last"));
   EXPECT_LT(index_of(cuda, "channels-last"), index_of(cuda, "signed-activations"));
   EXPECT_LT(index_of(cuda, "signed-activations"), index_of(cuda, "quantize-half-directly"));
   EXPECT_LT(index_of(cuda, "quantize-half-directly"), index_of(cuda, "products-write-half"));
+  EXPECT_LT(index_of(cuda, "convert-precision"), index_of(cuda, "products-write-float"));
   EXPECT_LT(index_of(cuda, "channels-last"), index_of(cuda, "fuse-conv-max-pool"));
   EXPECT_EQ(cuda.back(), "allow-tf32");
 }

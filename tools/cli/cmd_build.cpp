@@ -136,7 +136,7 @@ CLI::App* BuildCommand::add_to(CLI::App& app) {
   build->add_option("--disable-pass", build_disabled,
                     "skip a pass by name (repeatable): one of the optimizer's (kiln inspect lists them) or a target "
                     "stage: channels-last, channels-last-float-convs, fold-pools-into-convs, fuse-conv-max-pool, "
-                    "fuse-qconv-residual, signed-activations, quantize-half-directly, products-write-half");
+                    "fuse-qconv-residual, signed-activations, quantize-half-directly, products-write-half, products-write-float");
   build->add_flag("--placement-only", build_placement_only,
                   "import and optimize, then print where each node would run and why (no engine is written; needs no GPU)");
   build->add_option("--precision", build_precision,

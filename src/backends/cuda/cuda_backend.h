@@ -79,10 +79,10 @@ void register_tail(KernelRegistry& r);
 void register_train(KernelRegistry& r);
 void register_detect(KernelRegistry& r);
 void register_rnn(KernelRegistry& r);
-// The CUDA MatMul kernel as kiln.FusedMatMul's inner kernel: an inner node with attribute
-// kBiasEpilogueAttr = 1 (bias) or 2 (bias and ReLU) and the bias as input 2 asks for them in
-// cuBLASLt's epilogue; matmul_epilogue_applied(plan) says what the plan took (0: nothing, 1: the
-// bias, 2: bias and ReLU), the rest is the caller's.
+// The CUDA MatMul (Gemm) kernel as kiln.FusedMatMul's (FusedGemm's) inner kernel: an inner node with
+// attribute kBiasEpilogueAttr = 1 (bias), 2 (bias and ReLU) or 3 (bias and tanh GELU) and the bias as
+// input 2 asks for them in cuBLASLt's epilogue; matmul_epilogue_applied(plan) says what the plan took
+// (0: nothing, 1: the bias, 2: bias and the activation), the rest is the caller's.
 inline constexpr const char* kBiasEpilogueAttr = "kiln_bias_epilogue";
 int matmul_epilogue_applied(const void* shape_state);  // kiln's FusedConv/FusedGemm/FusedMatMul
 // The CUDA Conv kernel as kiln.FusedConv's inner kernel: kBiasEpilogueAttr = 1 (bias, residual as

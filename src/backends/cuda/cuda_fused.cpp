@@ -58,13 +58,16 @@ Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int ops
   // FusedMatMul: the bias (and a ReLU) go to cuBLASLt's epilogue where it has an algorithm for it.
   // FusedConv with a bias and a ReLU or no activation: bias, residual and ReLU go into cuDNN's fused
   // convolution where the plan takes it (cuda_conv.cpp).
+  // FusedGemm: a ReLU or tanh GELU joins its bias (C) in cuBLASLt's epilogue likewise.
   const bool lt_bias = op == "MatMul" && bias == Bias::kLastDim && n.has_input(2);
   const bool dnn_fused = op == "Conv" && n.has_input(2) && (act.kind == ActKind::kRelu || act.kind == ActKind::kNone);
+  const bool lt_act = act.kind == ActKind::kRelu || act.kind == ActKind::kGeluTanh;
+  const bool gemm_epi = op == "Gemm" && n.has_input(2) && lt_act;
   auto inner = inner_node(n, op, opset, dnn_fused ? 4 : bias == Bias::kInner || lt_bias ? 3 : 2);
-  if (lt_bias || dnn_fused) {
+  if (lt_bias || dnn_fused || gemm_epi) {
     ir::Attribute& e = inner->attrs[kBiasEpilogueAttr];
     e.kind = ir::Attribute::Kind::kInt;
-    e.i = act.kind == ActKind::kRelu ? 2 : 1;
+    e.i = act.kind == ActKind::kRelu ? 2 : act.kind == ActKind::kGeluTanh && !dnn_fused ? 3 : 1;
   }
   KILN_ASSIGN_OR_RETURN(Backend * gpu, cuda_backend());
   const KernelDef* def = gpu->kernels().find(*inner, &why);
@@ -86,16 +89,18 @@ Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int ops
       return rc.error("the residual must have the output's dtype and shape " + shape_to_string(shape));
     return Status::Ok();
   };
-  auto run = [inner, kernel, act, epi_bias, bias, lt_bias, dnn_fused](KernelContext& ctx) -> Status {
+  auto run = [inner, kernel, act, epi_bias, bias, lt_bias, gemm_epi, dnn_fused](KernelContext& ctx) -> Status {
     InnerContext ic(ctx, *inner, static_cast<int>(inner->inputs.size()));
     ic.use_plan(ctx.shape_state());
     KILN_RETURN_IF_ERROR(kernel->run(ic));
     if (!ic.out0()) return ctx.error("the inner kernel wrote no output");
     Tensor& y = *ic.out0();
     if (dnn_fused && conv_epilogue_applied(ctx.shape_state())) return Status::Ok();
-    const int applied = lt_bias ? matmul_epilogue_applied(ctx.shape_state()) : 0;
+    const int applied = lt_bias || gemm_epi ? matmul_epilogue_applied(ctx.shape_state()) : 0;
     if (applied == 2 || (applied == 1 && act.kind == ActKind::kNone)) return Status::Ok();
     const void* b = epi_bias && ctx.has_input(2) && !applied ? ctx.input(2).raw() : nullptr;
+    const bool residual = ctx.num_inputs() > 3 && ctx.has_input(3);
+    if (!b && !residual && act.kind == ActKind::kNone) return Status::Ok();  // nothing left for a pass over Y
     int64_t channels = 1, per = 1;
     if (b && bias == Bias::kChannels) {
       channels = y.dim(1);
@@ -103,7 +108,7 @@ Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int ops
     } else if (b) {
       channels = y.rank() ? y.dim(-1) : 1;
     }
-    const void* z = ctx.num_inputs() > 3 && ctx.has_input(3) ? ctx.input(3).raw() : nullptr;
+    const void* z = residual ? ctx.input(3).raw() : nullptr;
     return launched(ctx, launch_bias_act(elem_of(y.dtype()), y.raw(), b, z, y.numel(), std::max<int64_t>(channels, 1),
                                          std::max<int64_t>(per, 1), act.kind != ActKind::kNone, unary_of(act.kind), act.a,
                                          act.b, state_of(ctx).stream));

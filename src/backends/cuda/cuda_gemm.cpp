@@ -64,6 +64,12 @@ struct GemmProblem {
 // cuBLASLt's heuristic results a GEMM may choose among (its tactics).
 constexpr int kMaxHeuristics = 8;
 
+// The epilogue a fused product's kBiasEpilogueAttr asks for: 1 the bias, 2 and a ReLU, 3 and a tanh
+// GELU (cuBLASLt's GELU is the tanh form: exact-erf GELU stays a pass after the GEMM).
+cublasLtEpilogue_t bias_epilogue(int64_t want) {
+  return want == 2 ? CUBLASLT_EPILOGUE_RELU_BIAS : want == 3 ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+}
+
 // The largest power of two (≤ 256) dividing every byte address used.
 uint32_t alignment_of(const GemmProblem& p) {
   uint64_t bits = reinterpret_cast<uintptr_t>(p.a) | reinterpret_cast<uintptr_t>(p.b) | reinterpret_cast<uintptr_t>(p.y);
@@ -181,7 +187,13 @@ Status plan_gemm(const ir::Node& node, CudaState& st, GemmPlan& g) {
     // FP8 products with a float16/bfloat16 Y: the bias has Y's type. (With a float32 Y there is no FP8
     // bias epilogue: the heuristic finds nothing, and the caller adds the bias.)
     if (tab != t && t != CUDA_R_32F) cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t, sizeof(t));
-    if (heuristic() != CUBLAS_STATUS_SUCCESS || found == 0) {
+    if ((heuristic() != CUBLAS_STATUS_SUCCESS || found == 0) && p.epilogue != CUBLASLT_EPILOGUE_BIAS) {
+      p.epilogue = CUBLASLT_EPILOGUE_BIAS;  // no algorithm with the activation: the bias alone, the caller the rest
+      cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.epilogue, sizeof(p.epilogue));
+      found = 0;
+      heuristic();
+    }
+    if (found == 0) {
       p.epilogue = CUBLASLT_EPILOGUE_DEFAULT;  // no algorithm with it: the caller applies the bias itself
       cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &p.epilogue, sizeof(p.epilogue));
       found = 0;
@@ -289,6 +301,11 @@ Status reshape_matmul(ReshapeContext& rc) {
   if (!is_float_type(rc.in[0].dtype) || rc.in[1].dtype != rc.in[0].dtype)
     return rc.error("A and B must have one float dtype");
   if (!reshape_state(rc)) return unsupported("no device state to plan with");
+  // kiln.FusedMatMul's output_dtype (passes::products_write_float): float16/bfloat16 operands may write
+  // a float32 Y (cuBLASLt's float32 C/D with half A/B), instead of a Cast pass after the product.
+  const DataType y_dtype = static_cast<DataType>(rc.node.attr_int("output_dtype", static_cast<int64_t>(rc.in[0].dtype)));
+  if (y_dtype != rc.in[0].dtype && y_dtype != DataType::kFloat32)
+    return rc.error("output_dtype: float products may write float32, nothing else");
   const Shape& a0 = rc.in[0].shape;
   const Shape& b0 = rc.in[1].shape;
   if (a0.empty() || b0.empty()) return rc.error("MatMul operands must have rank >= 1");
@@ -304,10 +321,11 @@ Status reshape_matmul(ReshapeContext& rc) {
   Shape out = batch;
   if (!a_vec) out.push_back(m);
   if (!b_vec) out.push_back(n);
-  rc.out[0] = {rc.in[0].dtype, out};
+  rc.out[0] = {y_dtype, out};
   auto g = std::make_shared<GemmPlan>();
   GemmProblem& p = g->p;
-  p.dtype = rc.in[0].dtype;
+  p.dtype = y_dtype;
+  if (y_dtype != rc.in[0].dtype) p.ab_dtype = rc.in[0].dtype;
   p.tf32 = ops::allows_tf32(rc.node);
   p.heur_index = heuristic_index(rc);
   p.k = k;
@@ -328,12 +346,12 @@ Status reshape_matmul(ReshapeContext& rc) {
       p.off_y.push_back(i * m * n);
     }
   }
-  // kiln.FusedMatMul's inner MatMul (cuda_fused.cpp) asks for its bias [N] (input 2), and a ReLU, in
-  // the GEMM's epilogue; it gets them when cuBLASLt has an algorithm with it.
+  // kiln.FusedMatMul's inner MatMul (cuda_fused.cpp) asks for its bias [N] (input 2), and a ReLU or
+  // tanh GELU, in the GEMM's epilogue; it gets them when cuBLASLt has an algorithm with it.
   const int64_t want = rc.node.attr_int(kBiasEpilogueAttr, 0);
-  if (want && rc.in.size() > 2 && rc.in[2].present && rc.in[2].dtype == p.dtype && shape_numel(rc.in[2].shape) == n &&
-      !b_vec)
-    p.epilogue = want == 2 ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+  if (want && rc.in.size() > 2 && rc.in[2].present && rc.in[2].dtype == p.dtype && p.ab_dtype == DataType::kUndefined &&
+      shape_numel(rc.in[2].shape) == n && !b_vec)
+    p.epilogue = bias_epilogue(want);
   KILN_RETURN_IF_ERROR(plan_gemm(rc.node, *reshape_state(rc), *g));
   rc.state = std::move(g);
   return Status::Ok();
@@ -388,7 +406,8 @@ Expected<KernelPtr> create_gemm(const ir::Node& node) {
       // an algorithm with it; otherwise C is broadcast into Y first and the GEMM adds beta·Y (a pass
       // over Y: GPT-2's 48 Gemms spent 5.3 of 16.7 ms of a float16 batch-64 run on those, H200).
       if (beta == 1.f && k > 0 && shape_numel(c) == n && (c.size() == 1 || c[0] == 1)) {
-        p.epilogue = CUBLASLT_EPILOGUE_BIAS;
+        // kiln.FusedGemm's inner Gemm may ask for its ReLU or tanh GELU there too (cuda_fused.cpp).
+        p.epilogue = bias_epilogue(rc.node.attr_int(kBiasEpilogueAttr, 1));
       } else {
         g->has_c = true;
         p.beta = beta;
@@ -678,7 +697,8 @@ Expected<KernelPtr> create_qmatmul(const ir::Node& n) {
 int matmul_epilogue_applied(const void* shape_state) {
   const auto* g = static_cast<const GemmPlan*>(shape_state);
   if (!g) return 0;
-  return g->p.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS ? 2 : g->p.epilogue == CUBLASLT_EPILOGUE_BIAS ? 1 : 0;
+  const cublasLtEpilogue_t e = g->p.epilogue;
+  return e == CUBLASLT_EPILOGUE_RELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS ? 2 : e == CUBLASLT_EPILOGUE_BIAS ? 1 : 0;
 }
 
 void register_gemm(KernelRegistry& r) {
