@@ -744,14 +744,14 @@ void int8_options(kiln::BuildOptions& o, bool int8, const py::object& calibratio
 }
 
 // BuildOptions from Engine.build / build_from_bytes / open's keyword arguments: device ("cpu"),
-// opt_level (2), verbose, precision ("fp32"), profiles, tune (None: cuda engines tune), timing_cache,
+// opt_level (2), verbose, precision ("fp32"), rest_precision (8-bit builds; None: the precision's own), profiles, tune (None: cuda engines tune), timing_cache,
 // threads, int8, calibration, calibration_method ("minmax"), calibration_percentile (99.99),
 // calibration_cache, accuracy_budget (0), accuracy_metric ("rel_l2"), disabled_passes ([]). One
 // place names them all; an unknown keyword is a TypeError naming it. Calibration arrays are borrowed
 // into `keep` until the build returns.
 kiln::BuildOptions build_options_from(const py::kwargs& kw, KeepAlive& keep) {
   static const std::set<std::string> known = {
-      "device", "opt_level", "verbose", "precision", "profiles", "tune", "timing_cache", "threads", "int8", "calibration",
+      "device", "opt_level", "verbose", "precision", "rest_precision", "profiles", "tune", "timing_cache", "threads", "int8", "calibration",
       "calibration_method", "calibration_percentile", "calibration_cache", "accuracy_budget", "accuracy_metric",
       "disabled_passes"};
   for (const auto& [k, v] : kw)
@@ -763,6 +763,11 @@ kiln::BuildOptions build_options_from(const py::kwargs& kw, KeepAlive& keep) {
   auto opts = build_options(get("device", std::string("cpu")), get("opt_level", 2), get("verbose", false),
                             get("precision", std::string("fp32")));
   opts.disabled_passes = get("disabled_passes", std::vector<std::string>{});
+  if (kw.contains("rest_precision") && !kw["rest_precision"].is_none()) {
+    auto rest = kiln::parse_precision(py::cast<std::string>(kw["rest_precision"]));
+    if (!rest.ok()) throw py::value_error("kiln: rest_precision: " + rest.status().message());
+    opts.rest_precision = *rest;
+  }
   tuning_options(opts, kw.contains("profiles") ? py::object(kw["profiles"]) : py::object(py::none()),
                  kw.contains("tune") ? py::object(kw["tune"]) : py::object(py::none()), get("timing_cache", std::string()),
                  get("threads", 0));
@@ -1010,12 +1015,13 @@ PYBIND11_MODULE(_kiln, m) {
   py::class_<kiln::Engine, EnginePtr>(m, "Engine")
       .def_static("build", &engine_build, py::arg("path"),
                   "Imports, optimizes and lowers an .onnx file. Keyword options: device (cpu or cuda), opt_level (0-3, "
-                  "default 2), verbose, precision (fp32; for cuda tf32, fp16, bf16, best, fp8), profiles (a list of "
+                  "default 2), verbose, precision (fp32; for cuda tf32, fp16, bf16, best; 8-bit: int8, fp8, with activation "
+                  "ranges from calibration: an iterable of {input: array} dicts, or a folder as kiln build --calibration), "
+                  "rest_precision (8-bit engines: the precision of the rest; default fp16 on cuda, fp32 on cpu), profiles (a list of "
                   "{input: (min, opt, max)} shape ranges), tune (time each layer's tactics; default: cuda engines), "
                   "timing_cache (a file of measured tactic times to reuse and extend), threads (the build's CPU "
-                  "threads; 0: the calling thread's OpenMP count), int8 (Conv/MatMul/Gemm in 8 bits with activation "
-                  "ranges from calibration: an iterable of {input: array} dicts, or a folder as kiln build "
-                  "--calibration), calibration_method (minmax, entropy, percentile), calibration_percentile, "
+                  "threads; 0: the calling thread's OpenMP count), int8 (deprecated: int8=True with precision P is "
+                  "precision='int8' with rest_precision=P), calibration_method (minmax, entropy, percentile), calibration_percentile, "
                   "calibration_cache (a file of ranges to reuse or write), accuracy_budget (> 0 keeps the most "
                   "sensitive products in float, as few as hold accuracy_metric, rel_l2 or top1, within it), "
                   "disabled_passes (names of passes to skip: the optimizer's, or a target stage such as channels-last; "

@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,17 +61,22 @@ struct TensorInfo {
 // are stored as float16/bfloat16 wherever the kernel takes them, GEMMs and convolutions run on tensor
 // cores, and accumulation, normalization statistics and softmax stay float32; the model's inputs and
 // outputs keep their dtypes.
-// Precision of a GPU engine's math. kFloat32: true FP32 (no TF32). kTF32: float32 tensors, with
-// convolutions and GEMMs on TF32 tensor cores (10-bit mantissa products, FP32 accumulation).
-// kFloat16/kBFloat16: half tensors wherever the GPU has a half kernel, FP32 accumulation and
-// statistics. kBest: float16 where the GPU has a half kernel, TF32 for the float32 rest.
-// kFP8: the products with constant weights (MatMul, Gemm) in FP8 E4M3 (Hopper tensor cores) with
-// per-tensor scales from calibration data (BuildOptions::calibration, as for INT8), the rest as kFloat16;
-// on a CPU engine the FP8 products are emulated in float32 (the accuracy of FP8, not its speed).
-enum class Precision : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kTF32 = 3, kBest = 4, kFP8 = 5 };
+// kFloat32: true FP32 (no TF32). kTF32: float32 tensors, with convolutions and GEMMs on TF32 tensor
+// cores (10-bit mantissa products, FP32 accumulation). kFloat16/kBFloat16: half tensors wherever the
+// GPU has a half kernel, FP32 accumulation and statistics. kBest: float16 where the GPU has a half
+// kernel, TF32 for the float32 rest.
+// The 8-bit precisions quantize the products with constant weights from calibration data
+// (BuildOptions::calibration) and run the rest in BuildOptions::rest_precision (by default float16 on
+// CUDA, float32 on the CPU):
+// kInt8: every Conv (2-D), MatMul and Gemm the target's 8-bit kernels take, in int8 (BuildOptions
+//   describes the method); CPU and CUDA engines.
+// kFP8: the products with constant weights (MatMul, Gemm; on CUDA the convolutions too) in FP8 E4M3
+//   (Hopper tensor cores) with per-tensor scales; on a CPU engine the FP8 products are emulated in
+//   float32 (the accuracy of FP8, not its speed).
+enum class Precision : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kTF32 = 3, kBest = 4, kFP8 = 5, kInt8 = 6 };
 
-// The one name of each precision, as the CLI (--precision), Python (precision=) and engine files
-// (metadata "precision") spell it: "fp32", "fp16", "bf16", "tf32", "best", "fp8".
+// The one name of each precision, as the CLI (--precision), Python (precision=), the C API and engine
+// files (metadata "precision") spell it: "fp32", "fp16", "bf16", "tf32", "best", "fp8", "int8".
 const char* precision_name(Precision p);
 // The precision a name means; kInvalidArgument naming the names for any other string.
 Expected<Precision> parse_precision(const std::string& name);
@@ -126,14 +132,21 @@ struct BuildOptions {
   // CPU threads of the build (constant folding, weight packing, timing CPU tactics); 0: the calling
   // thread's OpenMP count. Give it the runs' thread count, so CPU tactics are timed as they will run.
   int threads = 0;
-  // INT8: every Conv (2-D), MatMul and Gemm with constant weights runs in 8 bits (CUDA engines:
-  // MatMul/Gemm on int8 tensor cores and convolutions with 16+ input channels through cuDNN, their
-  // residual Adds fused; the rest in `precision`), its activation as uint8 with a scale and zero
-  // point (CUDA convolutions' inputs: int8, zero point 0) measured on `calibration` (input sets by
-  // name, run through the float32 graph), its weights as int8 with one scale per output channel. Method:
-  // "minmax" (the range seen), "entropy" (the clipping threshold of least KL divergence) or
-  // "percentile" (of |x|, `calibration_percentile`). `calibration_cache`: ranges read from it when it
-  // was written for this model and method (then no data is needed), else written to it.
+  // 8-bit builds (precision kInt8 or kFP8): the precision of what does not run in 8 bits. Unset: the
+  // 8-bit precision's own (float16 on CUDA, float32 on the CPU). An INT8 engine takes any float
+  // precision here (CUDA: fp32, tf32, fp16, bf16, best; CPU: fp32); an FP8 engine only its own.
+  std::optional<Precision> rest_precision;
+  // INT8 (precision kInt8): every Conv (2-D), MatMul and Gemm with constant weights that the target's
+  // 8-bit kernels take runs in 8 bits (CUDA engines: MatMul/Gemm on int8 tensor cores and convolutions
+  // with 16+ input channels through cuDNN, their residual Adds fused), its activation as uint8 with a
+  // scale and zero point (CUDA convolutions' inputs: int8, zero point 0) measured on `calibration`
+  // (input sets by name, run through the float32 graph), its weights as int8 with one scale per output
+  // channel. Method: "minmax" (the range seen), "entropy" (the clipping threshold of least KL
+  // divergence) or "percentile" (of |x|, `calibration_percentile`). `calibration_cache`: ranges read
+  // from it when it was written for this model and method (then no data is needed), else written to it.
+  // Deprecated: `int8 = true` is the older spelling of an INT8 build, with `precision` naming the rest:
+  // it means precision = kInt8 and rest_precision = `precision` (so int8 alone keeps the rest float32
+  // on CUDA, as it always did). It cannot be combined with kFP8 or with rest_precision.
   bool int8 = false;
   std::vector<std::map<std::string, Tensor>> calibration;
   std::string calibration_dir;  // read_calibration_dir's folder, when `calibration` is empty
@@ -141,7 +154,7 @@ struct BuildOptions {
   double calibration_percentile = 99.99;
   std::string calibration_cache;
   // Mixed precision (INT8 and FP8 builds): with a budget > 0, products whose 8-bit error costs most stay
-  // float32 (float16 in a CUDA FP8 engine) — as few as keep the engine within the budget against float32 on the calibration sets,
+  // in the rest's precision — as few as keep the engine within the budget against float32 on the calibration sets,
   // by `accuracy_metric`: "rel_l2" (relative L2 of the outputs) or "top1" (the share of rows of the
   // first output whose argmax changes). The build reports each product's precision and sensitivity.
   double accuracy_budget = 0;

@@ -46,10 +46,15 @@ typedef struct KilnOutputs KilnOutputs;
 typedef struct KilnBuildOptions {
   uint32_t struct_size;  /* sizeof(KilnBuildOptions) as the caller compiled it */
   const char* device;    /* "cpu" or "cuda" */
-  const char* precision; /* "fp32", "tf32", "fp16", "bf16" (reduced precisions: CUDA) */
+  const char* precision; /* "fp32", "tf32", "fp16", "bf16", "best" (reduced float precisions: CUDA), or
+                            "int8", "fp8" (8 bits from calibration data: calibration_dir or _cache) */
   int opt_level;         /* 0-3 */
   int tune;              /* -1: on CUDA; 0: no; 1: yes */
   const char* timing_cache; /* a file or folder, or NULL */
+  /* 8-bit precisions (kiln::BuildOptions describes them); NULL: none / the precision's own. */
+  const char* calibration_dir;   /* one subfolder of <input>.npy per set, or one .npy per set */
+  const char* calibration_cache; /* ranges read from it when written for this model, else written */
+  const char* rest_precision;    /* the precision of what is not in 8 bits (default fp16 on CUDA, fp32 on the CPU) */
 } KilnBuildOptions;
 
 /* One input: a CPU tensor by name. */

@@ -227,6 +227,10 @@ def _cuda_settings(options: dict) -> tuple[str, bool | None]:
         precision = "fp16"
     if _truthy(options.get("trt_bf16_enable", False)):
         precision = "bf16"
+    if precision in ("int8", "fp8"):
+        raise ValueError(f"CUDAExecutionProvider option precision={precision!r}: 8-bit engines need calibration data; "
+                         f"build one with kiln.Engine.build(path, device='cuda', precision={precision!r}, calibration=...), "
+                         "save it and open the .kiln file")
     if precision not in ("fp32", "tf32", "fp16", "bf16", "best"):
         raise ValueError(f"CUDAExecutionProvider option precision={precision!r}: expected fp32, tf32, fp16, bf16 or best")
     graphs = options.get("enable_cuda_graph")

@@ -113,6 +113,9 @@ void kiln_build_options_default(KilnBuildOptions* o) {
   o->opt_level = 2;
   o->tune = -1;
   o->timing_cache = nullptr;
+  o->calibration_dir = nullptr;
+  o->calibration_cache = nullptr;
+  o->rest_precision = nullptr;
 }
 
 static KilnCode wrap_engine(kiln::Expected<std::shared_ptr<kiln::Engine>> e, KilnEngine** out) {
@@ -153,6 +156,13 @@ KilnCode kiln_engine_build(const char* onnx_path, const KilnBuildOptions* option
     b.opt_level = o.opt_level;
     b.tune = o.tune;
     if (o.timing_cache) b.timing_cache = o.timing_cache;
+    if (o.calibration_dir) b.calibration_dir = o.calibration_dir;
+    if (o.calibration_cache) b.calibration_cache = o.calibration_cache;
+    if (o.rest_precision) {
+      auto rest = kiln::parse_precision(o.rest_precision);
+      if (!rest.ok()) return fail(rest.status());
+      b.rest_precision = *rest;
+    }
     return wrap_engine(kiln::Engine::build(onnx_path, b), engine);
   });
 }

@@ -1,5 +1,7 @@
 #include "backends/kernel.h"
 
+#include "ops/params_nn.h"
+
 namespace kiln {
 
 Status Kernel::reshape(ReshapeContext&) const { return unsupported("kernel plans through its op's shape function"); }
@@ -76,6 +78,16 @@ std::string require_dtypes(const ir::Node& n, int input, std::initializer_list<D
   for (DataType d : allowed)
     if (d == t.dtype) return "";
   return std::string("input ") + std::to_string(input) + " has dtype " + dtype_name(t.dtype) + " which it does not take";
+}
+
+std::string fp8_product_check(const ir::Node& product, DataType) {
+  if (!product.has_input(1) || !product.inputs[1]->is_constant() || product.inputs[1]->constant->shape().size() != 2)
+    return "FP8 products need constant 2-D weights";
+  const Shape& w = product.inputs[1]->constant->shape();
+  const bool trans_b = product.op_type == "Gemm" && ops::parse_gemm(product).trans_b;  // W stored [N, K]
+  const int64_t k = trans_b ? w[1] : w[0], n = trans_b ? w[0] : w[1];
+  if (k <= 0 || n <= 0 || k % 16 != 0 || n % 16 != 0) return "FP8 products need K and N positive and divisible by 16";
+  return "";
 }
 
 }  // namespace kiln

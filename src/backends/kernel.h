@@ -176,11 +176,19 @@ struct KernelDef {
   KernelFactory create;
   // Output sizes depend on input values (NonZero, Unique, control flow, sequences): never planned.
   bool data_dependent = false;
-  // Element types the first input accepts (informational; `check` has the final word). Empty: any
-  // that `check` accepts.
-  std::vector<DataType> dtypes;
-  std::string layout = "any";     // "nchw", "nhwc", "any": the layout the kernel reads and writes
-  std::string precision = "any";  // "f32", "f16", "f8", "any": the math precision it computes in
+  // An 8-bit product row (kiln.QConv, kiln.QMatMul, kiln.F8MatMul) declares which float products it
+  // runs once an 8-bit build quantizes them: their ops ("Conv"; "MatMul", "Gemm"), the 8-bit types it
+  // computes them in (kInt8: int8/uint8 operands; kFloat8E4M3FN), and, where the device limits them,
+  // which ones (`check`: a node of those ops with constant float32 weights, as the quantizer finds it;
+  // "" when the row runs it quantized to `type`, else why not; null: every one). The 8-bit build
+  // quantizes a product only when a row of the target takes it (builder/calibrate.cpp), so a device's
+  // limits are written once, here. Empty `ops`: not an 8-bit product row.
+  struct Quantizes {
+    std::vector<std::string> ops;
+    std::vector<DataType> types;
+    std::function<std::string(const ir::Node& product, DataType type)> check;
+  };
+  Quantizes quantizes;
   int priority = 0;               // among kernels that accept a node, the highest priority wins
   // Inputs the kernel reads on the host (bit i = input i): shape operands such as Reshape's shape or
   // Slice's starts. They stay in host memory whatever device runs the kernel; reshape() finds their
@@ -216,5 +224,10 @@ class KernelRegistry {
 
 // Helpers for dtype constraints in `check`.
 std::string require_dtypes(const ir::Node& n, int input, std::initializer_list<DataType> allowed);
+
+// The FP8 product rows' KernelDef::quantizes check (CPU and CUDA): a MatMul/Gemm whose constant
+// weights have K and N positive and divisible by 16, as cuBLASLt's FP8 kernels need. The CPU's
+// emulation takes the same products, so a CPU FP8 engine shows a CUDA one's accuracy.
+std::string fp8_product_check(const ir::Node& product, DataType type);
 
 }  // namespace kiln

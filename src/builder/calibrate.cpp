@@ -1,7 +1,8 @@
 // builder/calibrate.cpp — INT8 and FP8 engines from a float model: calibration and quantization.
 //
-// kiln build --int8 quantizes every Conv (2-D), MatMul and Gemm whose weights are constant (CUDA
-// engines: MatMul, Gemm and the convolutions cuda.QConv takes, gpu_int8_conv):
+// kiln build --precision int8 quantizes every Conv (2-D), MatMul and Gemm whose weights are constant
+// and which a kernel row of the target takes in 8 bits (KernelDef::quantizes: on the CPU all of them;
+// on CUDA MatMul, Gemm and the convolutions cuda.QConv takes):
 //   1. the activations they read get a range, measured by running the float32 graph (an engine of
 //      it, opt level 0, with those values made outputs) on the calibration input sets: minmax (the
 //      range seen), percentile (of |x|, the rest clipped) or entropy (the clipping threshold whose
@@ -13,10 +14,10 @@
 //   3. the optimizer's fuse-qdq pass (passes/fuse_qdq.cpp) then turns each product into kiln.QConv or
 //      kiln.QMatMul, as for a model that arrived quantized.
 // FP8 builds (Precision::kFP8) calibrate the same way and quantize MatMul/Gemm with constant weights
-// (K and N divisible by 16, as cuBLASLt's FP8 kernels need) to kiln.F8MatMul: E4M3 activations with
-// one scale, amax / 448 of the calibrated range; E4M3 weights with one scale (amax / 448), stored
-// transposed [N, K]; Gemm's C, or MatMul's Add of a constant row, as the bias. CUDA FP8 engines also
-// quantize the convolutions cuda.QConv's FP8 form takes (gpu_fp8_conv): the INT8 engines' Q/DQ form
+// (those the kiln.F8MatMul rows take: K and N divisible by 16, as cuBLASLt's FP8 kernels need) to
+// kiln.F8MatMul: E4M3 activations with one scale, amax / 448 of the calibrated range; E4M3 weights
+// with one scale (amax / 448), stored transposed [N, K]; Gemm's C, or MatMul's Add of a constant row,
+// as the bias. CUDA FP8 engines also quantize the convolutions cuda.QConv's row takes in E4M3: the INT8 engines' Q/DQ form
 // with E4M3 instead of int8 (activations and residuals amax / 448, zero point 0; weights per output
 // channel), fused by fuse-qdq into QConv with E4M3 inputs and output. Other convolutions (and every
 // convolution of a CPU FP8 engine) stay in the engine's float type.
@@ -33,8 +34,9 @@
 #include <set>
 #include <sstream>
 
+#include "backends/kernel.h"
 #include "ir/float_types.h"
-#include "passes/passes.h"
+#include "ops/params_nn.h"
 #include "util/atomic_file.h"
 #include "util/log.h"
 
@@ -60,9 +62,10 @@ bool quantizable(const ir::Node& n) {
     return is_float_const(n.inputs[1], 4) && (!n.has_input(2) || is_float_const(n.inputs[2], 1));
   if (n.op_type == "MatMul") return is_float_const(n.inputs[1], 2);
   if (n.op_type == "Gemm") {
-    if (!is_float_const(n.inputs[1], 2) || n.attr_int("transA", 0) != 0 || n.attr_float("alpha", 1.0f) != 1.0f) return false;
+    const ops::GemmParams p = ops::parse_gemm(n);
+    if (!is_float_const(n.inputs[1], 2) || p.trans_a || p.alpha != 1.0f) return false;
     if (!n.inputs[0]->type.shape.known || n.inputs[0]->type.shape.rank() != 2) return false;
-    return !n.has_input(2) || (n.inputs[2]->is_constant() && n.attr_float("beta", 1.0f) == 1.0f);
+    return !n.has_input(2) || (n.inputs[2]->is_constant() && p.beta == 1.0f);
   }
   return false;
 }
@@ -74,18 +77,19 @@ struct WeightsKN {
 };
 WeightsKN weights_kn(const ir::Node& n) {
   const Shape& w = n.inputs[1]->constant->shape();
-  const bool trans_b = n.op_type == "Gemm" && n.attr_int("transB", 0) != 0;
+  const bool trans_b = n.op_type == "Gemm" && ops::parse_gemm(n).trans_b;
   return {trans_b, trans_b ? w[1] : w[0], trans_b ? w[0] : w[1]};
 }
 
-// The products an FP8 engine quantizes: MatMul/Gemm with constant float32 weights whose K and N are
-// multiples of 16, A of rank >= 2, and Gemm's C (if any) one value per column.
-bool fp8_quantizable(const ir::Node& n) {
-  if (!quantizable(n) || n.op_type == "Conv") return false;
+// Whether the quantizer writes `n` in `type`: a quantizable product, and for E4M3 MatMul/Gemm the
+// kiln.F8MatMul form (A of rank >= 2, Gemm's C, if any, one value per column). Which of these a
+// device runs in 8 bits its kernel rows say (target_takes).
+bool rewritable(const ir::Node& n, DataType type) {
+  if (!quantizable(n)) return false;
+  if (type != DataType::kFloat8E4M3FN || n.op_type == "Conv") return true;
   const ir::SymShape& a = n.inputs[0]->type.shape;
   if (!a.known || a.rank() < 2) return false;
-  const auto [trans_b, k, nn] = weights_kn(n);
-  if (k % 16 != 0 || nn % 16 != 0 || k == 0 || nn == 0) return false;
+  const int64_t nn = weights_kn(n).n;
   if (n.op_type == "Gemm" && n.has_input(2)) {
     const ir::Value* c = n.inputs[2];
     if (c->constant->dtype() != DataType::kFloat32 || c->constant->numel() != nn) return false;
@@ -266,7 +270,7 @@ void quantize_weights(ir::Graph& g, ir::Node& n, DataType type) {
   const Tensor& w = *n.inputs[1]->constant;
   const Shape& s = w.shape();
   // The output channels: W's axis 0 for Conv and a transposed Gemm, axis 1 for MatMul and Gemm.
-  const bool axis0 = n.op_type == "Conv" || (n.op_type == "Gemm" && n.attr_int("transB", 0) != 0);
+  const bool axis0 = n.op_type == "Conv" || weights_kn(n).trans_b;
   const int64_t channels = axis0 ? s[0] : s[1];
   const int64_t inner = axis0 ? w.numel() / std::max<int64_t>(channels, 1) : 1;
   const int64_t outer_stride = axis0 ? 0 : channels;  // MatMul/Gemm [K, N]: element (k, c) at k * N + c
@@ -304,28 +308,28 @@ void quantize_weights(ir::Graph& g, ir::Node& n, DataType type) {
 
 namespace {
 
-// Which products an engine quantizes: FP8 engines MatMul/Gemm (fp8_quantizable); INT8 engines every
-// quantizable product on the CPU, and on CUDA MatMul/Gemm and the convolutions its int8 kernel takes
-// (gpu_int8_conv).
+// Which products an engine quantizes: those the quantizer can write in the precision's 8-bit type
+// (kInt8, or kFloat8E4M3FN for FP8) and a row of the target runs in it. On CUDA the convolutions'
+// activations are symmetric and residual Adds get an 8-bit input (find_targets).
 struct Products {
-  bool fp8 = false;
+  DataType type = DataType::kInt8;
+  const KernelRegistry* target = nullptr;
   bool gpu = false;
 };
-Products products_of(const BuildOptions& o) { return {o.precision == Precision::kFP8, o.device == DeviceType::kCUDA}; }
 
-// Convolutions a CUDA INT8 engine quantizes: those cuda.QConv runs (channels-last, so symmetric
-// pads; group 1; channels divisible by 4) with 16+ input channels. An RGB stem stays in the engine's
-// float type: in int8 (channels padded to 4 or 8) cuDNN ran it 3-30x slower than in float16 on the
-// H200 (tests/gpu/results/h200_int8_graph_probe_stems.log).
-bool gpu_int8_conv(const ir::Node& n) {
-  const Shape& w = n.inputs[1]->constant->shape();  // [M, C, kh, kw]
-  return n.attr_int("group", 1) == 1 && w[0] % 4 == 0 && w[1] % 4 == 0 && w[1] >= 16 && passes::symmetric_pads(n);
+// Whether a kernel row of `target` runs the float product `n` quantized to `type` (its
+// KernelDef::quantizes; rows this machine cannot run are not asked).
+bool target_takes(const KernelRegistry& target, const ir::Node& n, DataType type) {
+  for (const KernelDef& d : target.all()) {
+    const KernelDef::Quantizes& q = d.quantizes;
+    if (std::find(q.ops.begin(), q.ops.end(), n.op_type) == q.ops.end() ||
+        std::find(q.types.begin(), q.types.end(), type) == q.types.end())
+      continue;
+    if (d.unavailable && !d.unavailable().empty()) continue;
+    if (!q.check || q.check(n, type).empty()) return true;
+  }
+  return false;
 }
-
-// Convolutions a CUDA FP8 engine runs in E4M3 (cuda.QConv's FP8 form, cuDNN's implicit-GEMM FP8
-// kernels): as gpu_int8_conv, with output channels divisible by 16 (input channels are padded to
-// 16). The rest (an RGB stem) stays float16.
-bool gpu_fp8_conv(const ir::Node& n) { return gpu_int8_conv(n) && n.inputs[1]->constant->shape()[0] % 16 == 0; }
 
 // What an INT8 graph quantizes: the products (graph order), the activations they read (each once,
 // graph order), and on CUDA which activations are symmetric int8 (those convolutions read: their
@@ -347,8 +351,7 @@ Targets find_targets(ir::Graph& g, Products which, const std::set<std::string>& 
   std::set<const ir::Node*> taken;
   for (ir::Node* n : g.nodes()) {
     const bool conv = n->op_type == "Conv";
-    const bool take = which.fp8 ? fp8_quantizable(*n) || (which.gpu && conv && quantizable(*n) && gpu_fp8_conv(*n))
-                                : quantizable(*n) && (!which.gpu || !conv || gpu_int8_conv(*n));
+    const bool take = rewritable(*n, which.type) && target_takes(*which.target, *n, which.type);
     if (!take || keep_float.count(n->name)) continue;
     t.products.push_back(n);
     taken.insert(n);
@@ -377,7 +380,7 @@ struct Calibration {
   int sets = 0;
 };
 
-Expected<Calibration> calibrate(ir::Graph& g, const BuildOptions& options, const std::string& model_hash,
+Expected<Calibration> calibrate(ir::Graph& g, const BuildOptions& options, Products which, const std::string& model_hash,
                                 const BuildFn& build_float) {
   const std::string method = options.calibration_method.empty() ? "minmax" : options.calibration_method;
   if (method != "minmax" && method != "entropy" && method != "percentile")
@@ -385,7 +388,7 @@ Expected<Calibration> calibrate(ir::Graph& g, const BuildOptions& options, const
   if (method == "percentile" && !(options.calibration_percentile > 0 && options.calibration_percentile <= 100))
     return invalid_argument("the calibration percentile must be in (0, 100]");
   Calibration cal;
-  const Targets found = find_targets(g, products_of(options), {});
+  const Targets found = find_targets(g, which, {});
   const std::vector<std::string>& acts = found.acts;  // activation values to calibrate, in graph order
   if (found.products.empty()) return cal;
 
@@ -659,20 +662,20 @@ void add_squared_error(const Tensor& got, const Tensor& want, double* num, doubl
   }
 }
 
-Expected<Int8Report> quantize_8bit(ir::Graph& g, const BuildOptions& options, const std::string& model_hash,
-                                   const BuildFn& build_float, const BuildFn& build_quantized) {
-  const bool fp8 = options.precision == Precision::kFP8;
-  const auto insert = fp8 ? insert_fp8 : insert_qdq;
+Expected<Int8Report> quantize_8bit(ir::Graph& g, const BuildOptions& options, DataType type, const KernelRegistry& target,
+                                   const std::string& model_hash, const BuildFn& build_float, const BuildFn& build_quantized) {
+  const Products which{type, &target, options.device == DeviceType::kCUDA};
+  const auto insert = type == DataType::kFloat8E4M3FN ? insert_fp8 : insert_qdq;
   const std::string method = options.calibration_method.empty() ? "minmax" : options.calibration_method;
   const std::string kind = options.accuracy_metric.empty() ? "rel_l2" : options.accuracy_metric;
   if (kind != "rel_l2" && kind != "top1") return invalid_argument("accuracy metric '" + kind + "': use rel_l2 or top1");
   if (options.accuracy_budget < 0 || !std::isfinite(options.accuracy_budget))
     return invalid_argument("the accuracy budget must be a finite number >= 0");
-  KILN_ASSIGN_OR_RETURN(Calibration cal, calibrate(g, options, model_hash, build_float));
+  KILN_ASSIGN_OR_RETURN(Calibration cal, calibrate(g, options, which, model_hash, build_float));
   Int8Report report;
   report.from_cache = cal.from_cache;
   report.calibration_sets = cal.sets;
-  const std::vector<ir::Node*> targets = find_targets(g, products_of(options), {}).products;
+  const std::vector<ir::Node*> targets = find_targets(g, which, {}).products;
   for (const ir::Node* n : targets) report.layers.push_back({n->name, n->op_type, true, -1});
   std::set<std::string> keep_float;
   if (options.accuracy_budget > 0 && !targets.empty()) {
@@ -689,7 +692,7 @@ Expected<Int8Report> quantize_8bit(ir::Graph& g, const BuildOptions& options, co
     KILN_ASSIGN_OR_RETURN(auto want, run_sets(*ref_engine, sets));
     auto error_with = [&](const std::set<std::string>& keep) -> Expected<double> {
       auto copy = g.clone();
-      KILN_RETURN_IF_ERROR(insert(*copy, products_of(options), cal, keep, nullptr));
+      KILN_RETURN_IF_ERROR(insert(*copy, which, cal, keep, nullptr));
       KILN_ASSIGN_OR_RETURN(auto e, build_quantized(std::move(copy)));
       KILN_ASSIGN_OR_RETURN(auto got, run_sets(*e, sets));
       return metric(kind, got, want);
@@ -733,7 +736,7 @@ Expected<Int8Report> quantize_8bit(ir::Graph& g, const BuildOptions& options, co
     report.error = err_hi;
   }
   for (const auto& layer : report.layers) report.products += layer.int8;
-  KILN_RETURN_IF_ERROR(insert(g, products_of(options), cal, keep_float, &report));
+  KILN_RETURN_IF_ERROR(insert(g, which, cal, keep_float, &report));
   return report;
 }
 

@@ -11,6 +11,8 @@
 
 namespace kiln {
 
+class KernelRegistry;
+
 using BuildFn = std::function<Expected<std::shared_ptr<Engine>>(std::unique_ptr<ir::Graph>)>;
 
 // What quantize_8bit did, for the build's report.
@@ -35,15 +37,17 @@ struct Int8Report {
   std::vector<TensorRange> ranges;
 };
 
-// Puts QuantizeLinear/DequantizeLinear around the inputs of every quantizable product of `g` (an
-// optimized float32 graph), with activation ranges from options.calibration (through `build_float`,
-// which builds a float32 CPU engine of a graph as it is) or options.calibration_cache. fuse-qdq then
-// makes the integer kernels. With options.accuracy_budget > 0 the most sensitive products stay
-// float32 (float16 in a CUDA FP8 engine), as few as keep options.accuracy_metric within the budget against the float32 graph on
-// the calibration sets (`build_quantized` builds a candidate as the final engine will be).
-// options.precision == Precision::kFP8: the products become kiln.F8MatMul instead (calibrate.cpp).
-Expected<Int8Report> quantize_8bit(ir::Graph& g, const BuildOptions& options, const std::string& model_hash,
-                                   const BuildFn& build_float, const BuildFn& build_quantized);
+// Puts QuantizeLinear/DequantizeLinear around the inputs of every product of `g` (an optimized
+// float32 graph) that `type` can hold and a row of `target` takes (KernelDef::quantizes), with
+// activation ranges from options.calibration (through `build_float`, which builds a float32 CPU
+// engine of a graph as it is) or options.calibration_cache. fuse-qdq then makes the integer kernels.
+// With options.accuracy_budget > 0 the most sensitive products stay in the rest's precision, as few
+// as keep options.accuracy_metric within the budget against the float32 graph on the calibration
+// sets (`build_quantized` builds a candidate as the final engine will be).
+// `type`: kInt8 (INT8 engines), or kFloat8E4M3FN (FP8: MatMul/Gemm become kiln.F8MatMul instead,
+// calibrate.cpp).
+Expected<Int8Report> quantize_8bit(ir::Graph& g, const BuildOptions& options, DataType type, const KernelRegistry& target,
+                                   const std::string& model_hash, const BuildFn& build_float, const BuildFn& build_quantized);
 
 // Adds Σ(got − want)² to *num and Σ want² to *den (float32 tensors of one size): relative L2 is
 // sqrt(num / den), pooled over as many tensors as are added.

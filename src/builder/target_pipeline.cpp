@@ -5,6 +5,7 @@
 
 #include "backends/backend.h"
 #include "builder/build.h"
+#include "builder/precision.h"
 #include "passes/passes.h"
 #include "util/log.h"
 
@@ -15,10 +16,9 @@ bool TargetContext::enabled(const std::string& name) const {
   return std::find(d.begin(), d.end(), name) == d.end();
 }
 
-bool TargetContext::half_engine() const {
-  const Precision p = options.precision;
-  return p == Precision::kFloat16 || p == Precision::kBFloat16 || p == Precision::kBest;
-}
+const PrecisionRow& TargetContext::precision() const { return precision_row(float_precision(options)); }
+
+bool TargetContext::half_engine() const { return precision().half != DataType::kUndefined; }
 
 namespace {
 
@@ -80,7 +80,7 @@ TargetStage convert_precision_stage() {
       "convert-precision", "half engines: the nodes the target runs in float16/bfloat16 get half inputs and outputs",
       [](const ir::Graph&, const TargetContext& c) { return c.half_engine(); },
       [](ir::Graph& g, TargetContext& c) {
-        const DataType half = c.options.precision == Precision::kBFloat16 ? DataType::kBFloat16 : DataType::kFloat16;
+        const DataType half = c.precision().half;
         const KernelRegistry& target = c.target;
         auto runs_in_half = [&target](const ir::Node& n) {
           const std::string domain = n.domain == "ai.onnx" ? "" : n.domain;
@@ -153,7 +153,7 @@ TargetStage products_write_half_stage() {
   return stage(
       "products-write-half", "CUDA float16 engines: int8 products write float16 instead of a Cast",
       [](const ir::Graph& g, const TargetContext& c) {
-        return cuda_8bit_io(g, c) && c.half_engine() && c.options.precision != Precision::kBFloat16;
+        return cuda_8bit_io(g, c) && c.precision().half == DataType::kFloat16;
       },
       [](ir::Graph& g, TargetContext& c) -> Expected<int> {
         return passes::products_write_half(g, DataType::kFloat16, target_takes(c.target));
@@ -182,7 +182,7 @@ TargetStage allow_tf32_stage() {
   return stage(
       "allow-tf32", "TF32 and best engines: float32 products may round their inputs to TF32",
       [](const ir::Graph&, const TargetContext& c) {
-        return c.options.precision == Precision::kTF32 || c.options.precision == Precision::kBest;
+        return c.precision().tf32;
       },
       [](ir::Graph& g, TargetContext&) -> Expected<int> { return passes::allow_tf32(g); },
       TargetStage::Disable::kNever);

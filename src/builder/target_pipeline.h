@@ -18,6 +18,7 @@
 namespace kiln {
 
 class KernelRegistry;
+struct PrecisionRow;
 
 // What a stage sees: the build's options (its precision is the graph's float precision: the rest of
 // an 8-bit engine), the target's kernel rows, and what earlier stages did.
@@ -28,6 +29,7 @@ struct TargetContext {
   int channels_last_moved = -1;  // channels-last's conversions (-1: the stage did not run)
 
   bool enabled(const std::string& name) const;  // not in options.disabled_passes
+  const PrecisionRow& precision() const;        // the row of the graph's float precision
   bool half_engine() const;                     // float16, bfloat16 or best: the graph goes half
 };
 

@@ -312,7 +312,6 @@ KernelDef cpu_kernel_row(const PluginOp& op) {
   k.domain = op.domain;
   k.since = op.def.since_version;
   k.name = "plugin.cpu." + (op.domain.empty() ? std::string("ai.onnx") : op.domain) + "." + op.op_type;
-  for (int32_t i = 0; i < op.def.num_dtypes; ++i) k.dtypes.push_back(static_cast<DataType>(op.def.dtypes[i]));
   // Built-in rows of an overridden op stay; the plugin's row wins placement by priority.
   k.priority = 1000;
   const PluginOp* p = &op;

@@ -54,27 +54,6 @@ TensorInfo tensor_info(const ir::Value& v) {
   return ti;
 }
 
-namespace {
-constexpr std::pair<Precision, const char*> kPrecisionNames[] = {
-    {Precision::kFloat32, "fp32"}, {Precision::kFloat16, "fp16"}, {Precision::kBFloat16, "bf16"},
-    {Precision::kTF32, "tf32"},    {Precision::kBest, "best"},    {Precision::kFP8, "fp8"}};
-}  // namespace
-
-const char* precision_name(Precision p) {
-  for (const auto& [value, name] : kPrecisionNames)
-    if (value == p) return name;
-  return "fp32";
-}
-
-Expected<Precision> parse_precision(const std::string& name) {
-  std::string names;
-  for (const auto& [value, n] : kPrecisionNames) {
-    if (name == n) return value;
-    names += (names.empty() ? "'" : ", '") + std::string(n) + "'";
-  }
-  return invalid_argument("unknown precision '" + name + "' (expected " + names + ")");
-}
-
 void describe_engine(Engine::Impl& impl, const std::string& model_hash) {
   impl.inputs.clear();
   impl.outputs.clear();
@@ -101,6 +80,7 @@ void describe_engine(Engine::Impl& impl, const std::string& model_hash) {
   impl.meta["cpu_isa"] = host_cpu_isa();
   impl.meta["opt_level"] = std::to_string(impl.options.opt_level);
   impl.meta["precision"] = precision_name(impl.options.precision);
+  if (impl.options.rest_precision) impl.meta["rest_precision"] = precision_name(*impl.options.rest_precision);
 }
 
 Expected<std::string> serialize_engine(const Engine::Impl& impl) {

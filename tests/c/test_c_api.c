@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kiln/kiln_c.h"
 
@@ -22,6 +23,26 @@ static int failures = 0;
   } while (0)
 
 static int contains(const char* s, const char* part) { return s && strstr(s, part) != NULL; }
+
+/* A float32 [1, 3, 32, 32] .npy file (format 1.0) of values from `seed`: one calibration set. */
+static int write_npy(const char* path, unsigned seed) {
+  FILE* f = fopen(path, "wb");
+  if (!f) return 0;
+  char header[128];
+  int n = snprintf(header, sizeof header, "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 3, 32, 32), }");
+  while ((10 + n + 1) % 64 != 0) header[n++] = ' ';
+  header[n++] = '\n';
+  const unsigned char magic[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+  const unsigned char len[2] = {(unsigned char)(n & 0xff), (unsigned char)(n >> 8)};
+  fwrite(magic, 1, 8, f);
+  fwrite(len, 1, 2, f);
+  fwrite(header, 1, (size_t)n, f);
+  for (unsigned i = 0; i < 3 * 32 * 32; ++i) {
+    const float v = (float)(((i + seed) * 7919u) % 1000u) / 1000.0f - 0.5f;
+    fwrite(&v, sizeof v, 1, f);
+  }
+  return fclose(f) == 0;
+}
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -141,6 +162,46 @@ int main(int argc, char** argv) {
   CHECK(options.struct_size == sizeof(KilnBuildOptions));
   options.precision = "fp4";
   CHECK(kiln_engine_build(model, &options, &missing) == KILN_INVALID_ARGUMENT && contains(kiln_last_error(), "fp4"));
+  CHECK(contains(kiln_last_error(), "'int8'")); /* the error lists every name */
+
+  /* An INT8 engine: precision "int8" with a calibration folder (one .npy per set: a one-input model). */
+  char calib[4096], set[4200];
+  snprintf(calib, sizeof calib, "%s/c_api_calibration", argv[2]);
+  mkdir(calib, 0700);
+  for (unsigned k = 0; k < 3; ++k) {
+    snprintf(set, sizeof set, "%s/set%u.npy", calib, k);
+    CHECK(write_npy(set, k * 101u));
+  }
+  kiln_build_options_default(&options);
+  options.precision = "int8";
+  CHECK(kiln_engine_build(model, &options, &missing) == KILN_INVALID_ARGUMENT && contains(kiln_last_error(), "calibration data"));
+  options.calibration_dir = calib;
+  options.rest_precision = "fp16"; /* a CPU engine's rest is float32 */
+  CHECK(kiln_engine_build(model, &options, &missing) == KILN_INVALID_ARGUMENT && contains(kiln_last_error(), "GPU engines"));
+  options.rest_precision = NULL;
+  KilnEngine* quantized = NULL;
+  CHECK(kiln_engine_build(model, &options, &quantized) == KILN_OK && quantized != NULL);
+  if (quantized) {
+    KilnContext* qctx = NULL;
+    KilnOutputs* qout = NULL;
+    CHECK(kiln_context_create(quantized, &qctx) == KILN_OK);
+    CHECK(kiln_context_run(qctx, &in, 1, &qout) == KILN_OK);
+    KilnTensor q;
+    if (qout && kiln_outputs_get(qout, 0, &q) == KILN_OK) {
+      const float* p = (const float*)q.data;
+      float sum = 0, err = 0;
+      for (int k = 0; k < 10; ++k) sum += p[k], err += fabsf(p[k] - first[k]);
+      CHECK(fabsf(sum - 1.0f) < 1e-5f && err < 0.1f); /* close to the float32 engine's, not equal */
+    }
+    kiln_outputs_release(qout);
+    kiln_context_release(qctx);
+    kiln_engine_release(quantized);
+  }
+  for (unsigned k = 0; k < 3; ++k) {
+    snprintf(set, sizeof set, "%s/set%u.npy", calib, k);
+    remove(set);
+  }
+  remove(calib);
 
   kiln_context_release(ctx);
   kiln_engine_release(loaded);

@@ -1818,7 +1818,7 @@ TEST(Calibration, Fp8CudaBuildQuantizesConvolutionsAsE4M3) {
   auto cpu = [](std::unique_ptr<ir::Graph> g) { return build_graph_as_is(std::move(g), DeviceType::kCPU); };
   auto unused = [](std::unique_ptr<ir::Graph>) -> Expected<std::shared_ptr<Engine>> { return invalid_argument("no budget"); };
   auto g = b.g->clone();
-  auto report = quantize_8bit(*g, o, "", cpu, unused);
+  auto report = quantize_8bit(*g, o, DataType::kFloat8E4M3FN, *cuda, "", cpu, unused);
   ASSERT_TRUE(report.ok()) << report.status().to_string();
   EXPECT_EQ(report->layers.size(), 3u);
 

@@ -94,7 +94,7 @@ struct BuildCommand {
   double build_timeout = 0;
   std::vector<std::string> build_disabled;
   bool build_placement_only = false;
-  std::string build_precision = "fp32";
+  std::string build_precision = "fp32", rest_precision;
   bool build_int8 = false;
   std::string calib_dir, calib_method = "minmax", calib_cache;
   double calib_percentile = 99.99;
@@ -141,16 +141,21 @@ CLI::App* BuildCommand::add_to(CLI::App& app) {
                   "import and optimize, then print where each node would run and why (no engine is written; needs no GPU)");
   build->add_option("--precision", build_precision,
                     "fp32, or for cuda engines tf32 (TF32 tensor cores for float32 convolutions/GEMMs), fp16/bf16 "
-                    "(float32 accumulation; inputs and outputs keep their dtypes), best (fp16 + tf32) or fp8 (MatMul/Gemm "
-                    "with constant weights, and on cuda the convolutions, in FP8 E4M3 on Hopper, scales from "
-                    "--calibration, the rest fp16; a cpu engine emulates the FP8 products, to measure their accuracy)")
-      ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "best", "fp8"}));
+                    "(float32 accumulation; inputs and outputs keep their dtypes) or best (fp16 + tf32); or 8 bits from "
+                    "--calibration data, the rest in --rest-precision: int8 (Conv/MatMul/Gemm with constant weights, int8 "
+                    "weights with a scale per output channel; cpu: uint8 activations; cuda: MatMul/Gemm on int8 tensor "
+                    "cores, convolutions with 16+ input channels through cuDNN with int8 activations, residual adds fused) "
+                    "or fp8 (MatMul/Gemm with constant weights, and on cuda the convolutions, in FP8 E4M3 on Hopper; a cpu "
+                    "engine emulates the FP8 products, to measure their accuracy)")
+      ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "best", "fp8", "int8"}));
+  build->add_option("--rest-precision", rest_precision,
+                    "--precision int8/fp8: the precision of what does not run in 8 bits (default: fp16 on cuda, fp32 on "
+                    "cpu; int8 takes fp32, tf32, fp16, bf16 or best, fp8 only its default)")
+      ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "best"}));
 
   build->add_flag("--int8", build_int8,
-                  "run Conv/MatMul/Gemm with constant weights in 8 bits, ranges from --calibration, int8 weights with a "
-                  "scale per output channel (cpu: uint8 activations; cuda: MatMul/Gemm on int8 tensor cores, convolutions "
-                  "with 16+ input channels through cuDNN with int8 activations, residual adds fused; the rest in "
-                  "--precision, fp32 by default: --int8 --precision fp16 for speed)");
+                  "deprecated, the older spelling of --precision int8: --int8 --precision P is --precision int8 "
+                  "--rest-precision P (so --int8 alone keeps the rest fp32 on cuda)");
   build->add_option("--calibration", calib_dir,
                     "folder of calibration input sets: one subfolder per set with <input name>.npy, or one .npy per set "
                     "for a one-input model");
@@ -159,7 +164,7 @@ CLI::App* BuildCommand::add_to(CLI::App& app) {
   build->add_option("--percentile", calib_percentile, "the percentile of |x| kept by --calibration-method percentile")
       ->check(CLI::Range(0.0, 100.0));
   build->add_option("--accuracy-budget", accuracy_budget,
-                    "--int8: keep the products whose 8-bit error costs most in float32, as few as hold the engine within "
+                    "--precision int8/fp8: keep the products whose 8-bit error costs most in the rest's precision, as few as hold the engine within "
                     "this error against float32 on the calibration data")
       ->check(CLI::NonNegativeNumber);
   build->add_option("--accuracy-metric", accuracy_metric, "the budget's metric: rel_l2 (outputs) or top1 (share of changed argmax)")
@@ -175,6 +180,7 @@ int BuildCommand::execute() {
   plugins.apply(o);
   o.device = parse_device(build_device);
   o.precision = parse_precision(build_precision);
+  if (!rest_precision.empty()) o.rest_precision = parse_precision(rest_precision);
   o.opt_level = opt_level;
   o.verbose = verbose;
   o.tune = build_no_tune ? 0 : build_tune ? 1 : -1;
@@ -190,10 +196,10 @@ int BuildCommand::execute() {
   o.accuracy_budget = accuracy_budget;
   o.accuracy_metric = accuracy_metric;
   o.disabled_passes = build_disabled;
-  const bool eight_bit = build_int8 || o.precision == kiln::Precision::kFP8;
-  if (!eight_bit && accuracy_budget > 0) return fail(kiln::invalid_argument("--accuracy-budget is for --int8 and --precision fp8 builds"));
+  const bool eight_bit = build_int8 || o.precision == kiln::Precision::kInt8 || o.precision == kiln::Precision::kFP8;
+  if (!eight_bit && accuracy_budget > 0) return fail(kiln::invalid_argument("--accuracy-budget is for --precision int8 and fp8 builds"));
   if (!eight_bit && (!calib_dir.empty() || !calib_cache.empty()))
-    return fail(kiln::invalid_argument("--calibration and --calibration-cache are for --int8 and --precision fp8 builds"));
+    return fail(kiln::invalid_argument("--calibration and --calibration-cache are for --precision int8 and fp8 builds"));
   if (!build_quiet) o.progress = progress_printer();
   std::string why;
   if (!shapes_spec.empty()) {
@@ -242,7 +248,7 @@ int BuildCommand::execute() {
   if (!st.ok()) return fail(st);
   if (eight_bit) {
     const auto meta = (*e)->metadata();
-    const std::string tag = o.int8 ? "int8" : "fp8";
+    const std::string tag = meta.at("precision");  // "int8" or "fp8": the report's keys
     const char* t = tag.c_str();
     auto get = [&meta, &tag](const std::string& k) {
       auto it = meta.find(tag + "." + k);
@@ -262,11 +268,16 @@ int BuildCommand::execute() {
         std::printf("%s: output '%s' relative L2 against the float32 engine %s (first calibration set)\n", t, k.substr(rel.size()).c_str(),
                     v.c_str());
   }
-  // A reduced-precision engine is checked against a float32 engine of the same model on random
-  // inputs (dynamic dims 1), steady-state runs (third, a replayed CUDA graph), output by output.
-  if (o.precision != kiln::Precision::kFloat32 && !build_no_check) {
+  // A reduced-precision engine (8-bit ones too) is checked against a float32 engine of the same model
+  // on random inputs (dynamic dims 1), steady-state runs (third, a replayed CUDA graph), output by output.
+  if ((eight_bit || o.precision != kiln::Precision::kFloat32) && !build_no_check) {
     kiln::BuildOptions o32 = o;
     o32.precision = kiln::Precision::kFloat32;
+    o32.rest_precision.reset();
+    o32.int8 = false;
+    o32.calibration_dir.clear();
+    o32.calibration_cache.clear();
+    o32.accuracy_budget = 0;
     o32.verbose = false;
     o32.tune = 0;
     o32.timing_cache.clear();

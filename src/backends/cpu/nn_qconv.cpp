@@ -849,6 +849,9 @@ void register_qconv(KernelRegistry& r) {
                                           exact ? exact_run : quant_run);
                      }};
     if (!exact) conv.unavailable = matmul.unavailable = needs_vnni;
+    // Every product the 8-bit build can write in int8 (builder/calibrate.cpp).
+    conv.quantizes = {{"Conv"}, {DataType::kInt8}, nullptr};
+    matmul.quantizes = {{"MatMul", "Gemm"}, {DataType::kInt8}, nullptr};
     r.add(std::move(conv));
     r.add(std::move(matmul));
   }
@@ -861,6 +864,7 @@ void register_qconv(KernelRegistry& r) {
                  KILN_ASSIGN_OR_RETURN(ops::F8MatMulParams p, ops::parse_f8_matmul(n));
                  return make_staged(f8_reshape, [p](KernelContext& ctx) { return f8_run(ctx, p); });
                }};
+  f8.quantizes = {{"MatMul", "Gemm"}, {DataType::kFloat8E4M3FN}, fp8_product_check};
   r.add(std::move(f8));
 }
 

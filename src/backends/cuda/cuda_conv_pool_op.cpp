@@ -146,8 +146,6 @@ void register_conv_pool(KernelRegistry& r) {
   d.op = "ConvPool";
   d.domain = "kiln";
   d.name = "cuda.kiln.ConvPool";
-  d.precision = "f16";
-  d.layout = "nhwc";
   d.check = conv_pool_check;
   d.create = [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
     KILN_ASSIGN_OR_RETURN(std::shared_ptr<const ConvPoolConsts> c, prepare(n));

@@ -727,8 +727,8 @@ void register_gemm(KernelRegistry& r) {
   f8.domain = "kiln";
   f8.name = "cuda.F8MatMul.e4m3.cublaslt";
   f8.half_floats = true;
-  f8.precision = "f8";
   f8.check = f8_check;
+  f8.quantizes = {{"MatMul", "Gemm"}, {DataType::kFloat8E4M3FN}, fp8_product_check};
   f8.create = [](const ir::Node& n, KernelInit&) { return create_f8(n); };
   r.add(f8);
 
@@ -736,8 +736,8 @@ void register_gemm(KernelRegistry& r) {
   q.op = "QMatMul";
   q.domain = "kiln";
   q.name = "cuda.QMatMul.i8.cublaslt";
-  q.precision = "i8";
   q.check = qmatmul_check;
+  q.quantizes = {{"MatMul", "Gemm"}, {DataType::kInt8}, nullptr};
   q.create = [](const ir::Node& n, KernelInit&) { return create_qmatmul(n); };
   r.add(q);
 }

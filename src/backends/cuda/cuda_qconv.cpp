@@ -532,14 +532,32 @@ std::vector<std::string> qconv_tactics(const ReshapeContext& rc, const QConvCons
 
 }  // namespace
 
+// The float convolutions an 8-bit build gives this row (KernelDef::quantizes): those it runs
+// (channels-last, so symmetric pads; group 1; channels divisible by 4; FP8: output channels divisible
+// by 16, cuDNN's implicit-GEMM FP8 kernels) with 16+ input channels. An RGB stem stays in the
+// engine's float type: in int8 (channels padded to 4 or 8) cuDNN ran it 3-30x slower than in float16
+// on the H200 (tests/gpu/results/h200_int8_graph_probe_stems.log).
+static std::string qconv_takes(const ir::Node& conv, DataType type) {
+  const ops::ConvParams p = ops::parse_conv(conv);
+  const Shape& w = conv.inputs[1]->constant->shape();  // [M, C, kh, kw]
+  if (p.group != 1) return "grouped convolutions stay float";
+  if (w[0] % 4 != 0 || w[1] % 4 != 0) return "channel counts not divisible by 4";
+  if (w[1] < 16) return "fewer than 16 input channels (a stem runs faster in half)";
+  const ops::WindowAttrs& win = p.window;
+  if (win.auto_pad != "NOTSET" && win.auto_pad != "VALID") return "auto_pad (the int8 kernel runs channels-last with symmetric pads)";
+  if (!win.pads.empty() && (win.pads.size() != 4 || win.pads[0] != win.pads[2] || win.pads[1] != win.pads[3]))
+    return "asymmetric pads (the int8 kernel runs channels-last with symmetric pads)";
+  if (type == DataType::kFloat8E4M3FN && w[0] % 16 != 0) return "FP8 convolutions take output channel counts divisible by 16";
+  return "";
+}
+
 void register_qconv(KernelRegistry& r) {
   KernelDef q;
   q.op = "QConv";
   q.domain = "kiln";
   q.name = "cuda.QConv.i8.cudnn";
-  q.precision = "i8";
-  q.layout = "nhwc";
   q.check = qconv_check;
+  q.quantizes = {{"Conv"}, {DataType::kInt8, DataType::kFloat8E4M3FN}, qconv_takes};
   q.create = [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
     KILN_ASSIGN_OR_RETURN(std::shared_ptr<const QConvConsts> c, prepare_qconv(n));
     return make_staged([c](ReshapeContext& rc) { return reshape_qconv(rc, *c); },
