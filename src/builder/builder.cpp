@@ -426,17 +426,21 @@ static std::string recorded_checksum(const Storage& file) {
   return buf;
 }
 
-Expected<std::string> Engine::rebuilt_path(const std::string& engine_path) {
-  // Named by this machine's fingerprint for the device the engine is for (read from the file).
-  KILN_ASSIGN_OR_RETURN(auto file, map_engine_file(engine_path));
-  KILN_ASSIGN_OR_RETURN(auto impl, deserialize_engine(file, true));
-  KILN_ASSIGN_OR_RETURN(Backend * b, backend_for(impl->options.device));
+// Where an engine file for `device` rebuilt here is kept: named by this machine's fingerprint for it.
+static Expected<std::string> rebuilt_name(const std::string& engine_path, DeviceType device) {
+  KILN_ASSIGN_OR_RETURN(Backend * b, backend_for(device));
   const std::string fp = b->fingerprint();
   char hex[16];
   std::snprintf(hex, sizeof(hex), "%08x", static_cast<unsigned>(checksum64(fp.data(), fp.size()) >> 32));
   std::filesystem::path p(engine_path);
   const std::string stem = p.extension() == ".kiln" ? p.stem().string() : p.filename().string();
   return (p.parent_path() / (stem + "." + hex + ".kiln")).string();
+}
+
+Expected<std::string> Engine::rebuilt_path(const std::string& engine_path) {
+  KILN_ASSIGN_OR_RETURN(auto file, map_engine_file(engine_path));
+  KILN_ASSIGN_OR_RETURN(auto impl, deserialize_engine(file, true));
+  return rebuilt_name(engine_path, impl->options.device);
 }
 
 // Lowers and tunes, on this machine, the graph of an engine read for a rebuild (plan null).
@@ -466,12 +470,13 @@ static Status rebuild_here(Engine::Impl& impl, const EngineLoadOptions& lo) {
   return Status::Ok();
 }
 
-// An engine file of another machine (`file`, named `who` in messages) rebuilt here; its metadata
-// records what it was built for and the file's checksum. Null `differs` when it matched after all.
-static Expected<std::shared_ptr<Engine>> rebuild_foreign(std::shared_ptr<Storage> file, const std::string& who,
-                                                         const EngineLoadOptions& lo, std::string* differs) {
-  const std::string identity = recorded_checksum(*file);
-  auto impl = deserialize_engine(file, true);
+// An engine file of another machine (`file`, named `who` in messages), read for a rebuild (`impl`, the
+// file parsed once by the caller), rebuilt here; its metadata records what it was built for and the
+// file's checksum. Empty `differs` when it matched after all.
+static Expected<std::shared_ptr<Engine>> rebuild_foreign(const Storage& file, Expected<std::unique_ptr<Engine::Impl>> impl,
+                                                         const std::string& who, const EngineLoadOptions& lo,
+                                                         std::string* differs) {
+  const std::string identity = recorded_checksum(file);
   if (!impl.ok()) return impl.status().with_context(who);
   if ((*impl)->plan) return std::make_shared<Engine>(std::move(impl).value());  // it matched after all
   *differs = (*impl)->meta["foreign"];
@@ -497,7 +502,8 @@ Expected<std::shared_ptr<Engine>> Engine::load_from_bytes(const std::string& byt
   KILN_ASSIGN_OR_RETURN(auto file, cpu_backend().allocate(bytes.size()));
   std::memcpy(file->data, bytes.data(), bytes.size());
   std::string differs;
-  KILN_ASSIGN_OR_RETURN(auto engine, rebuild_foreign(std::move(file), "engine bytes", lo, &differs));
+  auto impl = deserialize_engine(file, true);
+  KILN_ASSIGN_OR_RETURN(auto engine, rebuild_foreign(*file, std::move(impl), "engine bytes", lo, &differs));
   if (!differs.empty())
     log(LogLevel::kWarning, "engine bytes: " + differs + ": rebuilt from its graph in " + seconds_since(start) +
                                 (lo.on_mismatch == OnMismatch::kRebuildAndSave ? " (bytes have no folder: not kept)" : ""));
@@ -511,9 +517,12 @@ Expected<std::shared_ptr<Engine>> Engine::load(const std::string& engine_path, c
   const auto start = std::chrono::steady_clock::now();
   KILN_ASSIGN_OR_RETURN(auto file, map_engine_file(engine_path));
   const std::string identity = recorded_checksum(*file);
+  // The file is parsed once more here (for its graph, without its plan): what follows reads that.
+  auto impl = deserialize_engine(file, true);
+  if (!impl.ok()) return impl.status().with_context(engine_path);
   std::string saved;
   if (lo.on_mismatch == OnMismatch::kRebuildAndSave) {
-    KILN_ASSIGN_OR_RETURN(saved, rebuilt_path(engine_path));
+    KILN_ASSIGN_OR_RETURN(saved, rebuilt_name(engine_path, (*impl)->options.device));
     // An engine rebuilt here before from this very file is the answer: its recorded source checksum
     // and model hash match, and the file is this user's and writable by no one else (the checksum is
     // no proof: anyone who may create files in the folder could plant one; that folder must be as
@@ -522,16 +531,15 @@ Expected<std::shared_ptr<Engine>> Engine::load(const std::string& engine_path, c
     if (!identity.empty() && ::lstat(saved.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
         (st.st_mode & (S_IWGRP | S_IWOTH)) == 0) {
       auto prior = load(saved);
-      auto original = deserialize_engine(file, true);
-      if (prior.ok() && original.ok() && (*prior)->metadata()["rebuilt_from.checksum"] == identity &&
-          (*prior)->metadata()["model_hash"] == (*original)->meta["model_hash"]) {
+      if (prior.ok() && (*prior)->metadata()["rebuilt_from.checksum"] == identity &&
+          (*prior)->metadata()["model_hash"] == (*impl)->meta["model_hash"]) {
         log(LogLevel::kInfo, "engine '" + engine_path + "': loaded '" + saved + "', rebuilt for this machine before");
         return prior;
       }
     }
   }
   std::string differs;
-  KILN_ASSIGN_OR_RETURN(auto engine, rebuild_foreign(file, engine_path, lo, &differs));
+  KILN_ASSIGN_OR_RETURN(auto engine, rebuild_foreign(*file, std::move(impl), engine_path, lo, &differs));
   if (differs.empty()) return engine;
   std::string where;
   if (!saved.empty()) {
