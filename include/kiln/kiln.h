@@ -162,7 +162,7 @@ struct BuildOptions {
   // Passes this build skips, by name: any pass of the optimizer's pipeline (`kiln inspect` lists them)
   // or a target stage (channels-last, channels-last-float-convs, fold-pools-into-convs,
   // fuse-conv-max-pool, fuse-qconv-residual, signed-activations, quantize-half-directly,
-  // products-write-half). An unknown name is an error. What a build computes depends only on these
+  // products-write-half, products-write-float). An unknown name is an error. What a build computes depends only on these
   // options, never on the environment.
   std::vector<std::string> disabled_passes;
   // Plugin libraries (include/kiln/plugin.h) the build loads before importing the model, as

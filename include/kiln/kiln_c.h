@@ -69,7 +69,13 @@ typedef struct KilnTensor {
 const char* kiln_version(void);
 const char* kiln_last_error(void);
 
+/* Fills the defaults of a KilnBuildOptions of struct_size bytes (the caller's sizeof), writing no
+ * byte past it. kiln_build_options_default(o) is this with the header's sizeof; the exported function
+ * of that name (for programs built against the first header, whose struct ended at timing_cache)
+ * fills that first layout only. */
+void kiln_build_options_init(KilnBuildOptions* options, size_t struct_size);
 void kiln_build_options_default(KilnBuildOptions* options);
+#define kiln_build_options_default(options) kiln_build_options_init((options), sizeof(KilnBuildOptions))
 /* An .onnx file (external data beside it) built for options' device; options NULL: the defaults. */
 KilnCode kiln_engine_build(const char* onnx_path, const KilnBuildOptions* options, KilnEngine** engine);
 /* An engine file written by kiln_engine_save (or `kiln build -o`). */

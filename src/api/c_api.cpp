@@ -105,17 +105,21 @@ extern "C" {
 const char* kiln_version(void) { return kiln::version(); }
 const char* kiln_last_error(void) { return t_last_error.c_str(); }
 
+void kiln_build_options_init(KilnBuildOptions* o, size_t struct_size) {
+  if (!o || struct_size < offsetof(KilnBuildOptions, device)) return;
+  KilnBuildOptions d{};
+  d.struct_size = static_cast<uint32_t>(std::min(struct_size, sizeof(KilnBuildOptions)));
+  d.device = "cpu";
+  d.precision = "fp32";
+  d.opt_level = 2;
+  d.tune = -1;
+  std::memcpy(o, &d, d.struct_size);  // the caller's fields only (NULL for the optional strings)
+}
+
+// The first header's layout (its struct ended at timing_cache): what a program built against it calls.
+#undef kiln_build_options_default
 void kiln_build_options_default(KilnBuildOptions* o) {
-  if (!o) return;
-  o->struct_size = sizeof(KilnBuildOptions);
-  o->device = "cpu";
-  o->precision = "fp32";
-  o->opt_level = 2;
-  o->tune = -1;
-  o->timing_cache = nullptr;
-  o->calibration_dir = nullptr;
-  o->calibration_cache = nullptr;
-  o->rest_precision = nullptr;
+  kiln_build_options_init(o, offsetof(KilnBuildOptions, calibration_dir));
 }
 
 static KilnCode wrap_engine(kiln::Expected<std::shared_ptr<kiln::Engine>> e, KilnEngine** out) {
@@ -133,7 +137,7 @@ KilnCode kiln_engine_build(const char* onnx_path, const KilnBuildOptions* option
     if (!onnx_path || !engine) return fail(KILN_INVALID_ARGUMENT, "kiln_engine_build: onnx_path and engine must not be NULL");
     *engine = nullptr;
     KilnBuildOptions o;
-    kiln_build_options_default(&o);
+    kiln_build_options_init(&o, sizeof(KilnBuildOptions));
     if (options) {
       // The fields the caller's struct holds (struct_size), the rest at their defaults.
       if (options->struct_size < offsetof(KilnBuildOptions, device) + sizeof(const char*))

@@ -250,6 +250,7 @@ int products_write_float(ir::Graph& g, const std::function<bool(const ir::Node&)
     std::vector<ir::Value*> ab = {p->inputs[0], p->inputs[1]};
     std::vector<ir::Value*> slice_in = slice ? slice->inputs : std::vector<ir::Value*>{};
     const int slice_opset = slice ? slice->opset : 0;
+    const std::map<std::string, ir::Attribute> slice_attrs = slice ? slice->attrs : std::map<std::string, ir::Attribute>{};
     g.remove_node(cast);
     if (slice) g.remove_node(slice);
     g.remove_node(p);
@@ -257,7 +258,9 @@ int products_write_float(ir::Graph& g, const std::function<bool(const ir::Node&)
     if (slice) {
       out = g.new_value(name + "_float", ir::Type::tensor(DataType::kFloat32, y->type.shape));
       slice_in[0] = out;
-      g.add_node("Slice", "", slice_in, {z}, name + "_float_columns")->opset = slice_opset;
+      ir::Node* sl = g.add_node("Slice", "", slice_in, {z}, name + "_float_columns");
+      sl->opset = slice_opset;
+      sl->attrs = slice_attrs;  // Slice-1's starts/ends/axes are attributes
     }
     ir::Node* f = g.add_node("FusedMatMul", "kiln", ab, {out}, name + "_writes_float");
     f->opset = 1;

@@ -4,6 +4,7 @@
  * element type or rank, NULL arguments, a bad option) with their codes and messages. Exit 0 on
  * success; each failed check prints a line. Run by ctest (c_api) with the source folder as argv[1]. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,28 @@ int main(int argc, char** argv) {
   KilnBuildOptions options;
   kiln_build_options_default(&options);
   CHECK(strcmp(options.device, "cpu") == 0 && options.opt_level == 2);
+  CHECK(options.struct_size == sizeof(KilnBuildOptions) && options.calibration_dir == NULL && options.rest_precision == NULL);
+  {
+    /* A program built against the first header (its struct ended at timing_cache) calls the exported
+     * function: it writes no byte past that layout, and a build with it takes the later fields' defaults. */
+    const size_t first = offsetof(KilnBuildOptions, calibration_dir);
+    union {
+      KilnBuildOptions options;
+      unsigned char bytes[sizeof(KilnBuildOptions) + 16];
+    } u;
+    unsigned char* old = u.bytes;
+    memset(old, 0xAB, sizeof u.bytes);
+    (kiln_build_options_default)(&u.options);
+    KilnBuildOptions seen;
+    memcpy(&seen, old, first);
+    CHECK(seen.struct_size == first && seen.opt_level == 2 && strcmp(seen.precision, "fp32") == 0);
+    int untouched = 1;
+    for (size_t i = first; i < sizeof u.bytes; ++i) untouched = untouched && old[i] == 0xAB;
+    CHECK(untouched);
+    KilnEngine* e = NULL;
+    CHECK(kiln_engine_build(model, &u.options, &e) == KILN_OK && e != NULL);
+    kiln_engine_release(e);
+  }
   KilnEngine* engine = NULL;
   KilnCode rc = kiln_engine_build(model, &options, &engine);
   CHECK(rc == KILN_OK && engine != NULL);

@@ -403,6 +403,15 @@ TEST(CudaOps, FusedConvGemmMatMulMatchCpu) {
       fused("")(n);
       n.set_int("output_dtype", static_cast<int64_t>(DataType::kFloat32));
     }, dt, "writes float32");
+    if (dt != kF32) {  // and the output is float32 indeed
+      const std::vector<Tensor> half_in = {convert(a, dt), convert(wide, dt)};
+      OneNode n("FusedMatMul", 1, half_in);
+      fused("")(n);
+      n.set_int("output_dtype", static_cast<int64_t>(DataType::kFloat32));
+      auto got = run_cuda(*n.node, half_in);
+      ASSERT_TRUE(got.ok()) << got.status().to_string();
+      EXPECT_EQ((*got)[0].dtype(), kF32) << dtype_name(dt);
+    }
   }
 }
 

@@ -1005,8 +1005,9 @@ TEST(Passes, Int8ProductWritesHalfInsteadOfACast) {
 // becomes a kiln.FusedMatMul writing float32 (output_dtype), the Slice slicing float32 and the graph
 // output keeping its name; a second reader, a Cast to another type or a refusing target leave it.
 TEST(Passes, HalfProductsWriteFloatInsteadOfACast) {
-  // 0: MatMul → Slice → Cast; 1: MatMul → Cast; 2: the Slice read twice; 3: Cast to float16; 4: refused.
-  for (int variant = 0; variant < 5; ++variant) {
+  // 0: MatMul → Slice → Cast; 1: MatMul → Cast; 2: the Slice read twice; 3: Cast to float16; 4: refused;
+  // 5: as 0 with Slice-1 (starts/ends/axes as attributes, kept by the new Slice).
+  for (int variant = 0; variant < 6; ++variant) {
     ir::Graph g;
     g.opsets[""] = 17;
     auto value = [&](const char* name, DataType dt, std::vector<int64_t> dims) {
@@ -1029,7 +1030,16 @@ TEST(Passes, HalfProductsWriteFloatInsteadOfACast) {
     ir::Value* s = y;
     if (sliced) {
       s = value("s", DataType::kFloat16, {2, 13});
-      g.add_node("Slice", "", {y, int64s("starts", 0), int64s("ends", 13), int64s("axes", -1)}, {s}, "columns")->opset = 17;
+      if (variant == 5) {
+        ir::Node* sl = g.add_node("Slice", "", {y}, {s}, "columns");
+        sl->opset = 9;
+        for (const auto& [k, v] : std::vector<std::pair<std::string, int64_t>>{{"starts", 0}, {"ends", 13}, {"axes", -1}}) {
+          sl->attrs[k].kind = ir::Attribute::Kind::kInts;
+          sl->attrs[k].ints = {v};
+        }
+      } else {
+        g.add_node("Slice", "", {y, int64s("starts", 0), int64s("ends", 13), int64s("axes", -1)}, {s}, "columns")->opset = 17;
+      }
     }
     const DataType to = variant == 3 ? DataType::kFloat16 : DataType::kFloat32;
     ir::Value* logits = value("logits", to, {2, sliced ? 13 : 16});
@@ -1052,7 +1062,7 @@ TEST(Passes, HalfProductsWriteFloatInsteadOfACast) {
     ASSERT_TRUE(g.sort().ok()) << variant;
     const Status verified = g.verify();
     ASSERT_TRUE(verified.ok()) << variant << ": " << verified.to_string();
-    const bool rewritten = variant <= 1;
+    const bool rewritten = variant <= 1 || variant == 5;
     EXPECT_EQ(changed, rewritten ? 1 : 0) << variant;
     std::map<std::string, int> ops;
     for (const ir::Node* n : g.nodes()) ++ops[n->op_type];
@@ -1073,6 +1083,11 @@ TEST(Passes, HalfProductsWriteFloatInsteadOfACast) {
     EXPECT_EQ(product->outputs[0]->type.dtype, DataType::kFloat32);
     EXPECT_EQ(product->inputs[0], x);
     EXPECT_EQ(product->inputs[1], w);
+    if (sliced) {
+      EXPECT_EQ(producer->opset, variant == 5 ? 9 : 17);
+      EXPECT_EQ(producer->attr_ints("ends"), variant == 5 ? std::vector<int64_t>{13} : std::vector<int64_t>{});
+      EXPECT_EQ(producer->inputs.size(), variant == 5 ? 1u : 4u);
+    }
   }
 }
 

@@ -84,6 +84,9 @@ void register_rnn(KernelRegistry& r);
 // input 2 asks for them in cuBLASLt's epilogue; matmul_epilogue_applied(plan) says what the plan took
 // (0: nothing, 1: the bias, 2: bias and the activation), the rest is the caller's.
 inline constexpr const char* kBiasEpilogueAttr = "kiln_bias_epilogue";
+// kiln.FusedMatMul's output_dtype (float32 from half operands) as its inner MatMul reads it: only the
+// fused op's shape function declares it, so a plain MatMul never carries it.
+inline constexpr const char* kOutputDtypeAttr = "kiln_output_dtype";
 int matmul_epilogue_applied(const void* shape_state);  // kiln's FusedConv/FusedGemm/FusedMatMul
 // The CUDA Conv kernel as kiln.FusedConv's inner kernel: kBiasEpilogueAttr = 1 (bias, residual as
 // input 3) or 2 (and a ReLU) asks for them in cuDNN's fused convolution; conv_epilogue_applied(plan)

@@ -776,7 +776,8 @@ bool launch_strided_rows(const void* x, void* y, int64_t n, int elem_bytes, cons
     bool aligned = index.base % p16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
     int64_t reach = index.base + cols;
     for (int d = 0; d + 1 < r; ++d) {
-      aligned = aligned && index.in_strides[d] % p16 == 0 && index.in_strides[d] >= 0;
+      // Rows read forward and apart (not Expand's stride 0): the last piece read stays in the source.
+      aligned = aligned && index.in_strides[d] % p16 == 0 && (index.in_strides[d] > 0 || index.out_dims[d] == 1);
       reach += (index.out_dims[d] - 1) * index.in_strides[d];
     }
     if (aligned && index.base >= 0) {

@@ -2,7 +2,8 @@
 // FusedConv, FusedGemm and FusedMatMul (float32,
 // float16, bfloat16): the CUDA Conv/Gemm/MatMul kernel writes the output, then one pass applies the
 // bias, FusedConv's residual (input 3) and the activation in place (launch_bias_act), unless the
-// library took them into its own epilogue (cuBLASLt's bias/ReLU, cuDNN's fused convolution). FusedConv's bias is left out of the inner
+// library took them into its own epilogue (cuBLASLt's bias with a ReLU or tanh GELU, cuDNN's fused
+// convolution); FusedMatMul with output_dtype writes float32 from half operands. FusedConv's bias is left out of the inner
 // convolution and added in that pass, so a fused convolution costs the convolution and one pass over
 // its output instead of the convolution, a bias pass and an activation pass.
 #include <algorithm>
@@ -55,15 +56,19 @@ Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int ops
   Activation act;
   std::string why;
   if (!read_activation(n, &act, &why)) return invalid_model(n.describe() + ": " + why);
-  // FusedMatMul: the bias (and a ReLU) go to cuBLASLt's epilogue where it has an algorithm for it.
-  // FusedConv with a bias and a ReLU or no activation: bias, residual and ReLU go into cuDNN's fused
-  // convolution where the plan takes it (cuda_conv.cpp).
-  // FusedGemm: a ReLU or tanh GELU joins its bias (C) in cuBLASLt's epilogue likewise.
+  // FusedMatMul: the bias (and a ReLU or tanh GELU) go to cuBLASLt's epilogue where it has an
+  // algorithm for it; FusedGemm's ReLU or tanh GELU join its bias (C) there likewise. FusedConv with a
+  // bias and a ReLU or no activation: bias, residual and ReLU go into cuDNN's fused convolution where
+  // the plan takes it (cuda_conv.cpp).
   const bool lt_bias = op == "MatMul" && bias == Bias::kLastDim && n.has_input(2);
   const bool dnn_fused = op == "Conv" && n.has_input(2) && (act.kind == ActKind::kRelu || act.kind == ActKind::kNone);
   const bool lt_act = act.kind == ActKind::kRelu || act.kind == ActKind::kGeluTanh;
   const bool gemm_epi = op == "Gemm" && n.has_input(2) && lt_act;
   auto inner = inner_node(n, op, opset, dnn_fused ? 4 : bias == Bias::kInner || lt_bias ? 3 : 2);
+  if (auto od = inner->attrs.find("output_dtype"); od != inner->attrs.end()) {
+    if (op == "MatMul") inner->attrs[kOutputDtypeAttr] = od->second;
+    inner->attrs.erase("output_dtype");
+  }
   if (lt_bias || dnn_fused || gemm_epi) {
     ir::Attribute& e = inner->attrs[kBiasEpilogueAttr];
     e.kind = ir::Attribute::Kind::kInt;

@@ -45,14 +45,15 @@ struct GemmProblem {
   int64_t m = 0, n = 0, k = 0;
   float alpha = 1, beta = 0;
   DataType dtype = DataType::kFloat32;  // of Y (and of A and B unless ab_dtype says otherwise)
-  DataType ab_dtype = DataType::kUndefined;  // A's and B's when they differ from Y's (float8e4m3fn; int8 with an int32 Y)
+  DataType ab_dtype = DataType::kUndefined;  // A's and B's when they differ from Y's (float8e4m3fn; int8 with an int32 Y; half with a float32 Y)
   const void* a = nullptr;
   const void* b = nullptr;
   void* y = nullptr;
   // One entry per matrix product: element offsets into a, b and y.
   std::vector<int64_t> off_a, off_b, off_y;
-  // cuBLASLt's epilogue: DEFAULT, BIAS (+ bias[n] along Y's last dim) or RELU_BIAS (kiln.FusedMatMul's
-  // bias, and its ReLU, applied by the GEMM: no pass over Y after it).
+  // cuBLASLt's epilogue: DEFAULT, BIAS (+ bias[n] along Y's last dim), RELU_BIAS or GELU_BIAS
+  // (kiln.FusedMatMul's bias or FusedGemm's C row, and their ReLU or tanh GELU, applied by the GEMM: no
+  // pass over Y after it).
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   bool tf32 = false;  // float32 on TF32 tensor cores (TF32 engines, passes::allow_tf32)
   int heur_index = 0;  // the tactic: which of cuBLASLt's heuristic results ("heur<i>"; past the end: the last)
@@ -122,7 +123,8 @@ Status plan_gemm(const ir::Node& node, CudaState& st, GemmPlan& g) {
   // int8 operands: integer tensor-core products summed exactly in int32 (alpha and beta are int32).
   const bool integer = p.ab_dtype == DataType::kInt8;
   const cublasComputeType_t compute = integer ? CUBLAS_COMPUTE_32I
-                                      : p.tf32 && p.dtype == DataType::kFloat32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                      : p.tf32 && p.dtype == DataType::kFloat32 && p.ab_dtype == DataType::kUndefined
+                                          ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                                 : CUBLAS_COMPUTE_32F;
   KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatmulDescCreate(&d.op, compute, integer ? CUDA_R_32I : CUDA_R_32F), "desc"));
   // Column-major view: Yᵀ[N,M] = op(B)ᵀ[N,K] · op(A)ᵀ[K,M]; cuBLASLt's "A" is our B, its "B" our A.
@@ -303,7 +305,7 @@ Status reshape_matmul(ReshapeContext& rc) {
   if (!reshape_state(rc)) return unsupported("no device state to plan with");
   // kiln.FusedMatMul's output_dtype (passes::products_write_float): float16/bfloat16 operands may write
   // a float32 Y (cuBLASLt's float32 C/D with half A/B), instead of a Cast pass after the product.
-  const DataType y_dtype = static_cast<DataType>(rc.node.attr_int("output_dtype", static_cast<int64_t>(rc.in[0].dtype)));
+  const DataType y_dtype = static_cast<DataType>(rc.node.attr_int(kOutputDtypeAttr, static_cast<int64_t>(rc.in[0].dtype)));
   if (y_dtype != rc.in[0].dtype && y_dtype != DataType::kFloat32)
     return rc.error("output_dtype: float products may write float32, nothing else");
   const Shape& a0 = rc.in[0].shape;
