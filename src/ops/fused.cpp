@@ -51,7 +51,9 @@
 //                                zero_nan_rows = 1: a row whose softmax is NaN (every key -inf) has
 //                                probabilities 0 (torch's SDPA export: Where(IsNaN(P), 0, P));
 //                                packed_qkv = 1: Q, K, V are one [B,S,3*H*D] tensor (inputs 0-2 alike),
-//                                its column blocks 0, 1, 2 → Y [B,S,H*D]
+//                                its column blocks 0, 1, 2 → Y [B,S,H*D];
+//                                mask_batch_period = P > 0: the mask is [P, H|1, S|1, T|1] and batch
+//                                entry b adds mask entry b % P (Swin's shifted windows), B a multiple of P
 //
 // activation (ir/epilogue.h, the one list): "" (none), Relu, LeakyRelu (alpha), Clip (min, max), Sigmoid, HardSigmoid (alpha, beta),
 // HardSwish, Silu, Tanh, Gelu, GeluTanh.
@@ -192,15 +194,35 @@ Status infer_skip_layer_norm(InferContext& c) {
   return Status::Ok();
 }
 
+// mask_batch_period: the additive mask is [period, ...] of rank 4, and the batch a multiple of the
+// period (where the shapes say).
+Status check_mask_period(InferContext& c, const FusedAttentionParams& p) {
+  if (p.mask_batch_period < 0) return c.error("mask_batch_period must be >= 0");
+  if (p.mask_batch_period == 0) return Status::Ok();
+  if (!c.has(3)) return c.error("mask_batch_period is given without an additive mask");
+  const ir::SymShape& m = c.shape(3);
+  if (m.known && (m.rank() != 4 || (m.dims[0].is_static() && m.dims[0].value != p.mask_batch_period)))
+    return c.error("a mask with batch period " + std::to_string(p.mask_batch_period) + " must be [" +
+                   std::to_string(p.mask_batch_period) + ", H|1, S|1, T|1]");
+  const ir::SymShape& q = c.shape(0);
+  const int bd = p.sequence_first ? 1 : 0;
+  if (q.known && q.rank() == 3 && q.dims[bd].is_static() && q.dims[bd].value % p.mask_batch_period != 0)
+    return c.error("the batch (" + std::to_string(q.dims[bd].value) + ") is not a multiple of mask_batch_period (" +
+                   std::to_string(p.mask_batch_period) + ")");
+  return Status::Ok();
+}
+
 Status infer_attention(InferContext& c) {
   if (!c.has(0) || !c.has(2)) return Status::Ok();
+  const FusedAttentionParams p = parse_fused_attention(c.node);
+  KILN_RETURN_IF_ERROR(check_mask_period(c, p));
   c.out[0] = ir::Type::tensor(c.dtype(0));
   const ir::SymShape& q = c.shape(0);
   const ir::SymShape& v = c.shape(2);
   if (!q.known || !v.known) return Status::Ok();
   if (q.rank() != 3 || v.rank() != 3) return c.error("Q and V must be 3-D ([batch, sequence, heads * head_size], or sequence-first)");
   ir::Dim hv = v.dims[2];
-  if (parse_fused_attention(c.node).packed_qkv) {
+  if (p.packed_qkv) {
     if (hv.is_static() && hv.value % 3 != 0) return c.error("a packed QKV's last dim is not 3 equal parts");
     hv = hv.is_static() ? ir::Dim(hv.value / 3) : ir::Dim();
   }

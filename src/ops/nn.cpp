@@ -386,13 +386,17 @@ void add_nn_ops(std::vector<OpDef>& t) {
                                           {"stash_type", K::kInt, false, nullptr}});
 }
 
-bool attention_mask_strides(const std::vector<int64_t>& m, const int64_t (&full)[4], int64_t (&strides)[4]) {
+bool attention_mask_strides(const std::vector<int64_t>& m, const int64_t (&full)[4], int64_t (&strides)[4],
+                            int64_t period) {
   if (m.size() > 4) return false;
+  if (period < 0) return false;
+  if (period > 0 && (m.size() != 4 || m[0] != period || full[0] % period != 0)) return false;
   int64_t stride = 1;
   for (int d = 3; d >= 0; --d) {
     const int md = d - (4 - static_cast<int>(m.size()));
     const int64_t size = md >= 0 ? m[md] : 1;
-    if (size != 1 && size != full[d]) return false;
+    const int64_t want = d == 0 && period > 0 ? period : full[d];
+    if (size != 1 && size != want) return false;
     strides[d] = size == 1 ? 0 : stride;
     stride *= size;
   }

@@ -40,8 +40,11 @@ Expected<WindowGeometry> transpose_geometry(const WindowAttrs& a, const std::vec
                                             const std::vector<int64_t>& kernel);
 
 // kiln.Attention's masks: element strides of a tensor of shape `m` right-aligned to [B, H, S, T]
-// (`full`), 0 along broadcast dims; false when it does not broadcast there. (CPU and CUDA kernels.)
-bool attention_mask_strides(const std::vector<int64_t>& m, const int64_t (&full)[4], int64_t (&strides)[4]);
+// (`full`), 0 along broadcast dims; false when it does not broadcast there. With a batch period
+// (mask_batch_period > 0) m is [period, ...] of rank 4, B a multiple of the period, and strides[0] is
+// the stride of mask entry b % period. (CPU and CUDA kernels.)
+bool attention_mask_strides(const std::vector<int64_t>& m, const int64_t (&full)[4], int64_t (&strides)[4],
+                            int64_t period = 0);
 
 // kiln.Attention's Q, K, V and Y element strides: of one sequence step (row) and of one batch entry.
 // Batch-first [B, S, H*D] tensors have rows of H*D and batches of S*H*D; sequence-first [S, B, H*D]

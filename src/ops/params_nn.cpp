@@ -195,6 +195,7 @@ FusedAttentionParams parse_fused_attention(const ir::Node& n) {
   p.sequence_first = n.attr_int("sequence_first", 0) != 0;
   p.zero_nan_rows = n.attr_int("zero_nan_rows", 0) != 0;
   p.packed_qkv = n.attr_int("packed_qkv", 0) != 0;
+  p.mask_batch_period = n.attr_int("mask_batch_period", 0);
   return p;
 }
 

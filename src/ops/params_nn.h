@@ -213,6 +213,10 @@ struct FusedAttentionParams {
   // 0), their column blocks 0, 1 and 2 (timm's fused projection, passes/fuse_attention.cpp);
   // batch-first, T = S, Dv = D
   bool packed_qkv = false;
+  // The additive mask repeats along the batch every `mask_batch_period` entries (0: it does not): its
+  // first dim is the period and batch entry b reads mask entry b % period (Swin's shifted windows:
+  // B = images·nW, window w of image n is entry n·nW + w, and the mask is [nW, H, S, T]).
+  int64_t mask_batch_period = 0;
 };
 FusedAttentionParams parse_fused_attention(const ir::Node& n);
 

@@ -308,29 +308,35 @@ TEST(LinearAttention, InputsMustMatchRule) {
 
 namespace {
 
-// kiln.Attention (the fused op the attention passes make) on Q, K, V [1, S, H*D] = [1, 3, 2*4] and an
-// additive mask [1, 1, S, T] (T = 5) whose row 1 is all -inf.
-std::vector<Tensor> fused_attention(const std::vector<Tensor>& qkvm, bool zero_nan_rows, bool packed_qkv = false,
-                                    int64_t heads = 2) {
+// kiln.Attention on `in` with `attrs` (num_heads and scale given by the caller).
+Expected<std::vector<Tensor>> try_fused_attention(const std::vector<Tensor>& in, const Attrs& attrs) {
   ir::Graph g;
   std::vector<ir::Value*> ins;
   std::vector<Slot> slots;
-  for (const Tensor& x : qkvm) {
+  for (const Tensor& x : in) {
     ins.push_back(g.add_value("in" + std::to_string(ins.size()), ir::Type::tensor(x.dtype(), ir::SymShape::of(x.shape()))));
     slots.push_back(Slot::of(x));
   }
   ir::Node* n = g.add_node("Attention", "kiln", ins, {g.add_value("y")}, "n");
   n->opset = 1;
-  n->attrs["num_heads"] = int_attr(heads);
-  n->attrs["scale"] = float_attr(0.5f);
-  if (zero_nan_rows) n->attrs["zero_nan_rows"] = int_attr(1);
-  if (packed_qkv) n->attrs["packed_qkv"] = int_attr(1);
+  n->attrs = attrs;
   auto r = run_node_eager(*n, slots);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  if (!r.ok()) return r.status();
   std::vector<Tensor> out;
-  if (r.ok())
-    for (auto& s : *r) out.push_back(s.tensor);
+  for (auto& s : *r) out.push_back(s.tensor);
   return out;
+}
+
+// kiln.Attention (the fused op the attention passes make) on Q, K, V [1, S, H*D] = [1, 3, 2*4] and an
+// additive mask [1, 1, S, T] (T = 5) whose row 1 is all -inf.
+std::vector<Tensor> fused_attention(const std::vector<Tensor>& qkvm, bool zero_nan_rows, bool packed_qkv = false,
+                                    int64_t heads = 2) {
+  Attrs attrs{{"num_heads", int_attr(heads)}, {"scale", float_attr(0.5f)}};
+  if (zero_nan_rows) attrs["zero_nan_rows"] = int_attr(1);
+  if (packed_qkv) attrs["packed_qkv"] = int_attr(1);
+  auto r = try_fused_attention(qkvm, attrs);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? *r : std::vector<Tensor>{};
 }
 
 }  // namespace
@@ -386,4 +392,73 @@ TEST(FusedAttention, PackedQkvIsTheOpOnItsThreeColumnBlocks) {
     ASSERT_EQ(got[0].shape(), (Shape{B, N, W}));
     for (int64_t i = 0; i < want[0].numel(); ++i) EXPECT_NEAR(get(got[0], i), get(want[0], i), 1e-6) << i;
   }
+}
+
+namespace {
+
+// softmax(scale · q_b,h k_b,hᵀ + mask[b % P, h|0, s, t]) v_b,h in double, Q, K, V [B, S|T, H*D]
+// batch-first and the mask [P, Hm, S, T] (Hm = H or 1).
+std::vector<double> periodic_mask_reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, int64_t H,
+                                            double scale) {
+  const int64_t B = q.dim(0), S = q.dim(1), T = k.dim(1), D = q.dim(2) / H, P = mask.dim(0), Hm = mask.dim(1);
+  std::vector<double> y(static_cast<size_t>(B * S * H * D));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t s = 0; s < S; ++s) {
+        std::vector<double> x(T);
+        double mx = -1e300, sum = 0;
+        for (int64_t t = 0; t < T; ++t) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += get(q, (b * S + s) * H * D + h * D + d) * get(k, (b * T + t) * H * D + h * D + d);
+          x[t] = scale * dot + get(mask, (((b % P) * Hm + (Hm == 1 ? 0 : h)) * S + s) * T + t);
+          mx = std::max(mx, x[t]);
+        }
+        for (int64_t t = 0; t < T; ++t) sum += x[t] = std::exp(x[t] - mx);
+        for (int64_t d = 0; d < D; ++d) {
+          double acc = 0;
+          for (int64_t t = 0; t < T; ++t) acc += x[t] / sum * get(v, (b * T + t) * H * D + h * D + d);
+          y[static_cast<size_t>((b * S + s) * H * D + h * D + d)] = acc;
+        }
+      }
+  return y;
+}
+
+}  // namespace
+
+// mask_batch_period (Swin's shifted windows: B = images·nW, the mask [nW, H, S, T]): batch entry b adds
+// mask entry b % P, with the heads given or broadcast, for several periods.
+TEST(FusedAttention, MaskBatchPeriodReadsEntryBModPeriod) {
+  const int64_t S = 5, T = 6, H = 3, D = 4;
+  for (int64_t P : {1, 2, 3, 4})
+    for (int64_t Hm : {H, int64_t{1}}) {
+      const int64_t B = 2 * P;
+      const Tensor q = random(DataType::kFloat32, {B, S, H * D}), k = random(DataType::kFloat32, {B, T, H * D}),
+                   v = random(DataType::kFloat32, {B, T, H * D}), m = random(DataType::kFloat32, {P, Hm, S, T}, -3, 3);
+      const Attrs attrs{{"num_heads", int_attr(H)}, {"scale", float_attr(0.5f)}, {"mask_batch_period", int_attr(P)}};
+      auto got = try_fused_attention({q, k, v, m}, attrs);
+      ASSERT_TRUE(got.ok()) << got.status().to_string();
+      const std::vector<double> want = periodic_mask_reference(q, k, v, m, H, 0.5);
+      ASSERT_EQ((*got)[0].shape(), (Shape{B, S, H * D}));
+      for (int64_t i = 0; i < (*got)[0].numel(); ++i)
+        ASSERT_NEAR(get((*got)[0], i), want[static_cast<size_t>(i)], 1e-5) << "period " << P << ", mask heads " << Hm << ", " << i;
+    }
+}
+
+// A periodic mask must be [P, ...] of rank 4 and the batch a multiple of P; without a period a mask
+// [P, H, S, T] with P != B does not broadcast.
+TEST(FusedAttention, MaskBatchPeriodRefusesMasksAndBatchesThatDoNotFit) {
+  const int64_t S = 2, T = 3, H = 2, D = 2;
+  auto run_with = [&](int64_t B, const Shape& mask, int64_t period) {
+    Attrs attrs{{"num_heads", int_attr(H)}, {"scale", float_attr(1.0f)}};
+    if (period) attrs["mask_batch_period"] = int_attr(period);
+    return try_fused_attention({random(DataType::kFloat32, {B, S, H * D}), random(DataType::kFloat32, {B, T, H * D}),
+                                random(DataType::kFloat32, {B, T, H * D}), random(DataType::kFloat32, mask)},
+                               attrs)
+        .ok();
+  };
+  EXPECT_TRUE(run_with(6, {3, H, S, T}, 3));
+  EXPECT_FALSE(run_with(6, {3, H, S, T}, 0));   // no period: 3 is not B
+  EXPECT_FALSE(run_with(6, {2, H, S, T}, 3));   // dim 0 is not the period
+  EXPECT_FALSE(run_with(4, {3, H, S, T}, 3));   // B not a multiple of the period
+  EXPECT_FALSE(run_with(6, {H, S, T}, 3));      // rank 3: no period dim
 }

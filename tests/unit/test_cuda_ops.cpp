@@ -539,6 +539,94 @@ TEST(CudaOps, PackedQkvAttentionMatchesCpu) {
     }
 }
 
+namespace {
+
+// kiln.Attention (attributes set by `attrs`) on CUDA, its float32 inputs rounded to `dt`, against the
+// CPU kernel on the rounded values, under each tactic the CUDA kernel offers and under its own
+// choice. Returns the tactics offered.
+std::vector<std::string> expect_attention_tactics_match_cpu(std::vector<Tensor> ref_in, DataType dt, const Attrs& attrs,
+                                                            const std::string& label) {
+  std::vector<Tensor> dev_in;
+  for (Tensor& t : ref_in) {
+    const bool rounded = t.defined() && t.dtype() == kF32;
+    if (rounded) t = convert(convert(t, dt), kF32);  // the reference sees the rounded values
+    dev_in.push_back(rounded ? convert(t, dt) : t);
+  }
+  OneNode dn("Attention", 1, dev_in, 1), rn("Attention", 1, ref_in, 1);
+  for (OneNode* n : {&dn, &rn}) {
+    n->node->domain = "kiln";
+    attrs(*n);
+  }
+  std::vector<Slot> cpu_in;
+  for (const Tensor& t : ref_in) cpu_in.push_back(t.defined() ? Slot::of(t) : Slot{});
+  auto want = run_node_eager(*rn.node, cpu_in);
+  std::vector<std::string> tactics;
+  if (!want.ok() || !run_cuda(*dn.node, dev_in, {}, &tactics).ok()) {
+    ADD_FAILURE() << label << ": " << (want.ok() ? "the CUDA kernel refused it" : want.status().to_string());
+    return {};
+  }
+  const double tol = dt == kF32 ? 1e-4 : dt == kF16 ? 4e-3 : 2e-2;
+  std::vector<std::string> run_tactics = tactics;
+  run_tactics.push_back("");  // the kernel's own choice
+  for (const std::string& t : run_tactics) {
+    auto got = run_cuda(*dn.node, dev_in, t);
+    if (!got.ok()) {
+      ADD_FAILURE() << label << " tactic '" << t << "': " << got.status().to_string();
+      continue;
+    }
+    expect_near((*got)[0], (*want)[0].tensor, tol, tol, label + " tactic '" + t + "'");
+  }
+  return tactics;
+}
+
+}  // namespace
+
+// mask_batch_period (Swin's shifted windows: B = images·nW, the mask [nW, H|1, S, T] read at entry
+// b % nW) on CUDA against the CPU, in every kernel: Swin's packed QKV with 49 tokens and head size 32
+// (the WMMA kernel in float16/bfloat16), head size 40 (the CUDA-core kernel) with the heads broadcast,
+// and head size 64 with each tactic of the register-resident kernels, over several key tiles.
+TEST(CudaOps, AttentionMaskBatchPeriodMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(47);
+  struct Case {
+    int64_t period, images, s, heads, d, mask_heads;
+    bool packed;
+  };
+  const Case cases[] = {{4, 2, 49, 3, 32, 3, true}, {3, 2, 49, 2, 40, 1, false}, {2, 3, 130, 2, 64, 2, false}};
+  for (DataType dt : {kF32, kF16, kBF16})
+    for (const Case& c : cases) {
+      const int64_t B = c.period * c.images, W = c.heads * c.d;
+      std::vector<Tensor> in;
+      if (c.packed) {
+        const Tensor qkv = random_tensor({B, c.s, 3 * W}, rng);
+        in = {qkv, qkv, qkv};
+      } else {
+        in = {random_tensor({B, c.s, W}, rng), random_tensor({B, c.s, W}, rng), random_tensor({B, c.s, W}, rng)};
+      }
+      // Relative-position-like values, and -100 where a window's tokens come from different regions.
+      Tensor mask = random_tensor({c.period, c.mask_heads, c.s, c.s}, rng, -2, 2);
+      for (int64_t i = 0; i < mask.numel(); ++i)
+        if ((i / c.s + i % c.s + i / (c.s * c.s)) % 5 == 0) mask.data<float>()[i] = -100.f;
+      in.push_back(mask);
+      auto attrs = [&](OneNode& n) {
+        n.set_int("num_heads", c.heads);
+        n.set_float("scale", 1.f / std::sqrt(static_cast<float>(c.d)));
+        n.set_int("mask_batch_period", c.period);
+        if (c.packed) n.set_int("packed_qkv", 1);
+      };
+      const std::string label = std::string("Attention ") + dtype_name(dt) + " mask period " + std::to_string(c.period) +
+                                " head " + std::to_string(c.d);
+      const auto tactics = expect_attention_tactics_match_cpu(in, dt, attrs, label);
+      if (dt != kF32 && c.d == 64) EXPECT_EQ(tactics.size(), 4u) << label;
+      // A mask whose first dim is not the period is refused.
+      in.back() = random_tensor({c.period + 1, c.mask_heads, c.s, c.s}, rng);
+      OneNode bad("Attention", 1, in, 1);
+      bad.node->domain = "kiln";
+      attrs(bad);
+      EXPECT_FALSE(run_cuda(*bad.node, in).ok()) << label << ": a mask of another period";
+    }
+}
+
 // [A, B, C] float32 as [B, A, C].
 Tensor swap01(const Tensor& x) {
   const int64_t A = x.dim(0), Bd = x.dim(1), C = x.dim(2);
@@ -584,32 +672,18 @@ TEST(CudaOps, SequenceFirstAttentionEveryTacticMatchesCpu) {
   };
   for (const Case& c : {Case{3, 197, 197, 2, 64}, Case{2, 70, 150, 2, 128}})
     for (DataType dt : {kF32, kF16, kBF16}) {
-      std::vector<Tensor> ref_in = {random_tensor({c.s, c.b, c.heads * c.d}, rng), random_tensor({c.t, c.b, c.heads * c.d}, rng),
-                                    random_tensor({c.t, c.b, c.heads * c.d}, rng)};
-      for (Tensor& t : ref_in) t = convert(convert(t, dt), kF32);
-      std::vector<Tensor> dev_in;
-      for (const Tensor& t : ref_in) dev_in.push_back(convert(t, dt));
-      OneNode dn("Attention", 1, dev_in, 1), rn("Attention", 1, ref_in, 1);
-      for (OneNode* n : {&dn, &rn}) {
-        n->node->domain = "kiln";
-        n->set_int("num_heads", c.heads);
-        n->set_float("scale", 1.f / std::sqrt(static_cast<float>(c.d)));
-        n->set_int("sequence_first", 1);
-      }
+      const std::vector<Tensor> in = {random_tensor({c.s, c.b, c.heads * c.d}, rng),
+                                      random_tensor({c.t, c.b, c.heads * c.d}, rng),
+                                      random_tensor({c.t, c.b, c.heads * c.d}, rng)};
       const std::string label = std::string("sequence-first Attention ") + dtype_name(dt) + " head " + std::to_string(c.d);
-      auto want = run_node_eager(*rn.node, {Slot::of(ref_in[0]), Slot::of(ref_in[1]), Slot::of(ref_in[2])});
-      ASSERT_TRUE(want.ok()) << label << ": " << want.status().to_string();
-      std::vector<std::string> tactics;
-      ASSERT_TRUE(run_cuda(*dn.node, dev_in, {}, &tactics).ok()) << label;
+      const auto tactics = expect_attention_tactics_match_cpu(in, dt,
+                                                              [&](OneNode& n) {
+                                                                n.set_int("num_heads", c.heads);
+                                                                n.set_float("scale", 1.f / std::sqrt(static_cast<float>(c.d)));
+                                                                n.set_int("sequence_first", 1);
+                                                              },
+                                                              label);
       if (dt != kF32) EXPECT_EQ(tactics, (std::vector<std::string>{"fa4", "fa2", "fa8", "wmma"})) << label;
-      tactics.push_back("");
-      const double tol = dt == kF32 ? 1e-4 : dt == kF16 ? 4e-3 : 2e-2;
-      for (const std::string& t : tactics) {
-        auto got = run_cuda(*dn.node, dev_in, t);
-        ASSERT_TRUE(got.ok()) << label << " tactic '" << t << "': " << got.status().to_string();
-        ASSERT_EQ((*got)[0].shape(), (Shape{c.s, c.b, c.heads * c.d})) << label;
-        expect_near((*got)[0], (*want)[0].tensor, tol, tol, label + " tactic '" + t + "'");
-      }
     }
 }
 

@@ -14,25 +14,14 @@
 namespace kiln::cpu::fused {
 namespace {
 
-struct AttentionAttrs {
-  int64_t heads = 1;
-  float scale = 1;
-  float fill = 0;               // bool mask: the score where the mask says so
-  bool fill_where_true = false;  // fill where the bool mask is true (else where it is false)
-  bool sequence_first = false;   // Q [S, B, H*D], K/V [T, B, ...], Y [S, B, H*Dv]
-  bool zero_nan_rows = false;    // a row whose softmax is NaN gets probabilities 0
-  bool packed_qkv = false;       // Q, K, V: column blocks 0, 1, 2 of one [B, S, 3*H*D] tensor
-};
-
-
 // One row of scores: the bool mask's fill (crow, stride cstride), + the additive mask (mrow, stride
 // mstride), softmax. The max and the sum are vector reductions (omp simd); compiled for AVX2+FMA where
 // the CPU has it (a scalar sum is one dependent add per score).
 [[gnu::always_inline]] inline void softmax_row_body(float* row, int64_t T, const bool* crow, int64_t cstride, const float* mrow,
-                                                    int64_t mstride, const AttentionAttrs& a) {
+                                                    int64_t mstride, const ops::FusedAttentionParams& a) {
   if (crow)
     for (int64_t t = 0; t < T; ++t)
-      if (crow[t * cstride] == a.fill_where_true) row[t] = a.fill;
+      if (crow[t * cstride] == a.mask_fill_where_true) row[t] = a.mask_fill;
   if (mrow && mstride == 1) {
 #pragma omp simd
     for (int64_t t = 0; t < T; ++t) row[t] += mrow[t];
@@ -52,28 +41,28 @@ struct AttentionAttrs {
   for (int64_t t = 0; t < T; ++t) row[t] *= inv;
 }
 [[gnu::target("avx2,fma")]] void softmax_row_avx2(float* row, int64_t T, const bool* crow, int64_t cstride, const float* mrow,
-                                                  int64_t mstride, const AttentionAttrs& a) {
+                                                  int64_t mstride, const ops::FusedAttentionParams& a) {
   softmax_row_body(row, T, crow, cstride, mrow, mstride, a);
 }
 [[gnu::target(KILN_TARGET_AVX512)]] void softmax_row_avx512(float* row, int64_t T, const bool* crow, int64_t cstride, const float* mrow,
-                                        int64_t mstride, const AttentionAttrs& a) {
+                                        int64_t mstride, const ops::FusedAttentionParams& a) {
   softmax_row_body(row, T, crow, cstride, mrow, mstride, a);
 }
 void softmax_row(float* row, int64_t T, const bool* crow, int64_t cstride, const float* mrow, int64_t mstride,
-                 const AttentionAttrs& a) {
+                 const ops::FusedAttentionParams& a) {
   if (has_avx512()) softmax_row_avx512(row, T, crow, cstride, mrow, mstride, a);
   else if (has_avx2_fma()) softmax_row_avx2(row, T, crow, cstride, mrow, mstride, a);
   else softmax_row_body(row, T, crow, cstride, mrow, mstride, a);
 }
 
-Status attention(KernelContext& ctx, const AttentionAttrs& a) {
+Status attention(KernelContext& ctx, const ops::FusedAttentionParams& a) {
   const Tensor& q = ctx.input(0);
   const Tensor& k = ctx.input(1);
   const Tensor& v = ctx.input(2);
   if (q.rank() != 3 || k.rank() != 3 || v.rank() != 3) return ctx.error("Q, K, V must be 3-D");
   // Batch-first [B, S, H*D], or sequence-first [S, B, H*D]: dim `bd` is the batch, `sd` the sequence.
   const int bd = a.sequence_first ? 1 : 0, sd = 1 - bd;
-  const int64_t B = q.dim(bd), S = q.dim(sd), T = k.dim(sd), H = a.heads;
+  const int64_t B = q.dim(bd), S = q.dim(sd), T = k.dim(sd), H = a.num_heads;
   if (k.dim(bd) != B || v.dim(bd) != B || v.dim(sd) != T) return ctx.error("Q, K, V batch or key lengths differ");
   // Packed: the hidden size of each part is a third of the tensor's.
   const int64_t parts = a.packed_qkv ? 3 : 1;
@@ -89,8 +78,12 @@ Status attention(KernelContext& ctx, const AttentionAttrs& a) {
   if (ctx.has_input(3)) {
     const Tensor& m = ctx.input(3);
     if (m.dtype() != DataType::kFloat32) return ctx.error("mask must be float32");
-    if (!ops::attention_mask_strides(m.shape(), full, ms)) return ctx.error("mask " + shape_to_string(m.shape()) + " does not broadcast to [B, H, S, T]");
+    if (!ops::attention_mask_strides(m.shape(), full, ms, a.mask_batch_period))
+      return ctx.error("mask " + shape_to_string(m.shape()) + " does not broadcast to [B, H, S, T]" +
+                       (a.mask_batch_period ? " with batch period " + std::to_string(a.mask_batch_period) : std::string()));
     mask = m.data<float>();
+  } else if (a.mask_batch_period) {
+    return ctx.error("mask_batch_period is given without an additive mask");
   }
   int64_t cs[4] = {0, 0, 0, 0};
   const bool* cond = nullptr;
@@ -117,13 +110,14 @@ Status attention(KernelContext& ctx, const AttentionAttrs& a) {
     std::vector<float> scores(static_cast<size_t>(S * T));
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t b = j / H, h = j % H;
+      const int64_t mb = a.mask_batch_period ? b % a.mask_batch_period : b;  // the mask's batch entry
       const float* qb = pq + b * st.q_batch + h * D;
       const float* kb = pk + b * st.k_batch + h * D;
       const float* vb = pv + b * st.v_batch + h * Dv;
       float* yb = py + b * st.y_batch + h * Dv;
       dnnl_sgemm('N', 'T', S, T, D, a.scale, qb, st.q_row, kb, st.k_row, 0.0f, scores.data(), T);
       for (int64_t s = 0; s < S; ++s) softmax_row(scores.data() + s * T, T, cond ? cond + b * cs[0] + h * cs[1] + s * cs[2] : nullptr,
-                                                  cs[3], mask ? mask + b * ms[0] + h * ms[1] + s * ms[2] : nullptr, ms[3], a);
+                                                  cs[3], mask ? mask + mb * ms[0] + h * ms[1] + s * ms[2] : nullptr, ms[3], a);
       dnnl_sgemm('N', 'N', S, Dv, T, 1.0f, scores.data(), T, vb, st.v_row, 0.0f, yb, st.y_row);
     }
   });
@@ -140,10 +134,7 @@ void register_fused_attention(KernelRegistry& r) {
            return ops::parse_fused_attention(n).num_heads > 0 ? "" : "num_heads must be positive";
          },
          [](const ir::Node& n, KernelInit&) {
-           const ops::FusedAttentionParams p = ops::parse_fused_attention(n);
-           AttentionAttrs a{p.num_heads, p.scale, p.mask_fill, p.mask_fill_where_true, p.sequence_first, p.zero_nan_rows,
-                            p.packed_qkv};
-           return make_kernel([a](KernelContext& ctx) { return attention(ctx, a); });
+           return make_kernel([a = ops::parse_fused_attention(n)](KernelContext& ctx) { return attention(ctx, a); });
          }});
 }
 

@@ -44,13 +44,16 @@ struct HeadViews {
     q = static_cast<const T*>(a.q) + b * a.q_batch + h * a.d;
     k = static_cast<const T*>(a.k) + b * a.k_batch + h * a.d;
     v = static_cast<const T*>(a.v) + b * a.v_batch + h * a.dv;
-    mask = static_cast<const M*>(a.mask);
-    cond = a.cond;
+    // The masks' [S, T] planes of this (batch, head); an additive mask that repeats along the batch
+    // (mask_period, Swin's shifted windows) is read at its entry b % mask_period.
+    const int64_t mb = a.mask_period ? b % a.mask_period : b;
+    mask = a.mask ? static_cast<const M*>(a.mask) + mb * a.ms[0] + h * a.ms[1] : nullptr;
+    cond = a.cond ? a.cond + b * a.cs[0] + h * a.cs[1] : nullptr;
   }
   // The score of query s against key t after the bool mask (fill) and the additive mask.
-  __device__ float masked(const AttentionArgs& a, int64_t b, int64_t h, int64_t s, int64_t t, float x) const {
-    if (cond && cond[b * a.cs[0] + h * a.cs[1] + s * a.cs[2] + t * a.cs[3]] == a.fill_where_true) x = a.fill;
-    if (mask) x += convert<float>(mask[b * a.ms[0] + h * a.ms[1] + s * a.ms[2] + t * a.ms[3]]);
+  __device__ float masked(const AttentionArgs& a, int64_t s, int64_t t, float x) const {
+    if (cond && cond[s * a.cs[2] + t * a.cs[3]] == a.fill_where_true) x = a.fill;
+    if (mask) x += convert<float>(mask[s * a.ms[2] + t * a.ms[3]]);
     return x;
   }
 };
@@ -108,7 +111,7 @@ __global__ void __launch_bounds__(kRows * kLanes) attention_kernel(AttentionArgs
         const float* qr = qs + row * kd;
         const float* kr = ks + c * kd;
         for (int d = 0; d < D; ++d) x = fmaf(qr[d], kr[d], x);
-        x = hv.masked(a, b, h, s, t, x);
+        x = hv.masked(a, s, t, x);
       }
       sc[j] = x;
       tile_max = fmaxf(tile_max, x);
@@ -226,7 +229,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(Attention
       float x = -INFINITY;
       if (t < NT && s < S) {
         x = sr[j] * a.scale;
-        x = hv.masked(a, b, h, s, t, x);
+        x = hv.masked(a, s, t, x);
       }
       sr[j] = x;
       tile_max = fmaxf(tile_max, x);
@@ -367,7 +370,7 @@ __global__ void __launch_bounds__(W * 32) attention_fa_kernel(AttentionArgs a) {
       for (int e = 0; e < 4; ++e) {
         const int64_t r = rows[e >> 1], t = t0 + n * 8 + tq * 2 + (e & 1);
         float x = -INFINITY;
-        if (t < NT && r < S) x = hv.masked(a, b, h, r, t, sc[n][e] * a.scale);
+        if (t < NT && r < S) x = hv.masked(a, r, t, sc[n][e] * a.scale);
         sc[n][e] = x;
         tmax[e >> 1] = fmaxf(tmax[e >> 1], x);
       }

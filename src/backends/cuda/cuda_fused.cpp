@@ -130,6 +130,7 @@ std::string check_attention(const ir::Node& n) {
   const ops::FusedAttentionParams p = ops::parse_fused_attention(n);
   const int64_t heads = p.num_heads;
   if (heads <= 0) return "num_heads must be positive";
+  if (p.mask_batch_period < 0) return "mask_batch_period must be >= 0";
   if (n.has_input(4) && n.inputs[4]->type.dtype != DataType::kBool) return "the bool mask must be bool";
   for (int i = 0; i < 4; ++i) {
     if (i < 3 && !n.has_input(i)) return "Q, K and V are required";
@@ -155,6 +156,7 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
   base.fill = p.mask_fill;
   base.fill_where_true = p.mask_fill_where_true;
   base.zero_nan_rows = p.zero_nan_rows;
+  base.mask_period = p.mask_batch_period;
   auto reshape = [base, sequence_first = p.sequence_first, packed = p.packed_qkv](ReshapeContext& rc) -> Status {
     for (int i = 0; i < 3; ++i)
       if (static_cast<size_t>(i) >= rc.in.size() || !rc.in[i].present) return rc.error("Q, K and V are required");
@@ -191,8 +193,11 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
     const int64_t full[4] = {B, H, S, T};
     if (rc.in.size() > 3 && rc.in[3].present) {
       if (rc.in[3].dtype != dt) return rc.error("the mask must have Q's dtype");
-      if (!ops::attention_mask_strides(rc.in[3].shape, full, a->ms))
-        return rc.error("mask " + shape_to_string(rc.in[3].shape) + " does not broadcast to [B, H, S, T]");
+      if (!ops::attention_mask_strides(rc.in[3].shape, full, a->ms, a->mask_period))
+        return rc.error("mask " + shape_to_string(rc.in[3].shape) + " does not broadcast to [B, H, S, T]" +
+                        (a->mask_period ? " with batch period " + std::to_string(a->mask_period) : std::string()));
+    } else if (a->mask_period) {
+      return rc.error("mask_batch_period is given without an additive mask");
     }
     if (rc.in.size() > 4 && rc.in[4].present) {
       if (rc.in[4].dtype != DataType::kBool) return rc.error("the bool mask must be bool");

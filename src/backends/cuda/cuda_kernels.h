@@ -266,6 +266,9 @@ struct AttentionArgs {
   bool zero_nan_rows = false;  // a row whose probabilities are NaN gives a zero context row
   bool packed_qkv = false;     // q, k, v point into one [B, S, 3*H*D] tensor (its column blocks)
   int64_t ms[4] = {}, cs[4] = {};
+  // The additive mask's batch period (kiln.Attention's mask_batch_period): batch entry b reads mask
+  // entry b % mask_period along ms[0]; 0 = entry b (ms[0] is then 0 or the batch stride).
+  int64_t mask_period = 0;
   // Element strides of one sequence step (row) and of one batch entry of Q, K, V and Y, as
   // ops::attention_strides gives them for batch-first or sequence-first tensors.
   int64_t q_row = 0, k_row = 0, v_row = 0, y_row = 0, q_batch = 0, k_batch = 0, v_batch = 0, y_batch = 0;
