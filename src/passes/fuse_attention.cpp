@@ -15,6 +15,14 @@
 // with q, k, v [S, B, H*D]: they become kiln.Attention(q, k, v, sequence_first = 1) [S, B, H*Dv],
 // which y reshapes as before (the context [S, B*H, Dv] has the same elements in the same order).
 // torch 2.x makes the heads 4-D first (attention_pattern_4d): the same fusion.
+//
+// Swin's shifted-window blocks add their window mask to the scores viewed per image (`windowed`):
+//
+//   Reshape(Add(Reshape(scores [+ bias], [B/nW, nW, H, S, T]), window_mask), [B, H, S, T])
+//
+// (B = images·nW, window w of image n is batch entry n·nW + w); the bias (a constant [1, H, S, T])
+// and the window mask (a constant [nW, 1, S, T] or [1, nW, 1, S, T]) become one constant additive
+// mask [nW, H, S, T] that batch entry b reads at b % nW (mask_batch_period = nW).
 #include "passes/pattern.h"
 
 namespace kiln::passes {
@@ -26,12 +34,20 @@ Pat heads(const std::string& x) {
 
 enum class WhereForm { kNone, kKeepWhereTrue, kFillWhereTrue };
 
+// The window split and merge around Swin's shifted-window mask (see the top of the file; checked by
+// window_mask).
+Pat windowed(Pat scores) {
+  Pat split = op("Reshape", {scores}).as("window_split");
+  return op("Reshape", {op("Add", {split, any("window_mask")}).commute().as("window_add")}).as("window_merge");
+}
+
 // The scores may be masked by Where(cond, scores, fill) (GPT-2's causal mask) or
 // Where(cond, fill, scores) (DistilBERT), with cond optionally Expand-ed to the scores' shape.
 // torch's export of scaled_dot_product_attention (transformers' default attention since 4.36, in
 // BERT, GPT-2, Llama...) guards the probabilities of fully masked rows: P' = Where(IsNaN(P), 0, P)
 // (`nan_guard`), which kiln.Attention's zero_nan_rows does.
-Pat attention_pattern(WhereForm where, bool expand_to_constant = false, bool nan_guard = false) {
+// `window`: the masked scores go through Swin's window mask (windowed).
+Pat attention_pattern(WhereForm where, bool expand_to_constant = false, bool nan_guard = false, bool window = false) {
   Pat q = maybe(op("Div", {maybe(op("Mul", {heads("q"), cst("q_scale")}).commute()), cst("q_div")}));
   Pat k = maybe(op("Mul", {heads("k"), cst("k_scale")}).commute());
   Pat scores = op("MatMul", {q, k}).as("qk");
@@ -41,6 +57,7 @@ Pat attention_pattern(WhereForm where, bool expand_to_constant = false, bool nan
   if (where == WhereForm::kKeepWhereTrue) masked = op("Where", {cond, scaled, cst("fill")}).inputs_last_first();
   if (where == WhereForm::kFillWhereTrue) masked = op("Where", {cond, cst("fill"), scaled}).inputs_last_first();
   masked = maybe(op("Add", {masked, any("mask")}).commute());
+  if (window) masked = windowed(masked);
   Pat probs = op("Softmax", {masked}).as("softmax");
   if (nan_guard)
     probs = op("Where", {op("IsNaN", {op("Softmax").as("softmax")}), cst("nan_fill"), probs}).inputs_last_first();
@@ -79,12 +96,13 @@ Pat packed_part(const std::string& x) {
   return op("Squeeze", {op("Split", {qkv_heads}).as("split_" + x).of_any_output()}).as(x + "_sq");
 }
 
-Pat attention_pattern_packed() {
+Pat attention_pattern_packed(bool window = false) {
   Pat q = maybe(op("Mul", {packed_part("q"), cst("q_scale")}).commute());
   Pat k = maybe(op("Mul", {op("Transpose", {packed_part("k")}).as("k_tr"), cst("k_scale")}).commute());
   Pat scores = op("MatMul", {q, k}).as("qk");
   Pat scaled = maybe(op("Div", {maybe(op("Mul", {scores, cst("mul")}).commute()), cst("div")}));
   Pat masked = maybe(op("Add", {scaled, any("mask")}).commute());
+  if (window) masked = windowed(masked);
   Pat probs = op("Softmax", {masked}).as("softmax");
   Pat context = op("MatMul", {probs, packed_part("v")});
   return op("Reshape", {op("Transpose", {context}).as("out_t")});
@@ -343,6 +361,118 @@ std::string usable_mask(Match& m) {
   return "";
 }
 
+// The additive mask input a match's kiln.Attention gets: the match's own mask (or none), or for the
+// shifted-window form the bias and the window mask folded into one constant read with a batch period.
+struct AdditiveMask {
+  std::optional<Tensor> folded;  // the shifted-window form's mask [P, H|1, S|1, T|1], float32
+  int64_t period = 0;            // its mask_batch_period (0 when the window mask is one for all windows)
+};
+
+// A constant's shape right-aligned to `rank` dims (1s in front); nullopt when it has more.
+std::optional<Shape> aligned_shape(const ir::Value* c, size_t rank) {
+  Shape s = c->constant->shape();
+  if (s.size() > rank) return std::nullopt;
+  s.insert(s.begin(), rank - s.size(), 1);
+  return s;
+}
+
+// True when every dim of `s` is 1 or the dim of `full` at the same place.
+bool broadcasts_to(const Shape& s, const Shape& full) {
+  for (size_t i = 0; i < s.size(); ++i)
+    if (s[i] != 1 && s[i] != full[i]) return false;
+  return true;
+}
+
+// The shifted-window form (windowed): checks that the reshapes are exactly the window split
+// [B/nW, nW, H, S, T] and merge [B, H, S, T] of the scores [B, H, S, T], and that the window mask
+// (constant, [1, nW|1, H|1, S|1, T|1] right-aligned) and the bias (the match's "mask", constant
+// [1, H|1, S|1, T|1] right-aligned, if any) are float32 constants; then folds them into out->folded
+// (computed in double, rounded once). "" when so, else why not.
+std::string window_mask(Match& m, AdditiveMask* out) {
+  const ir::Node* split = m.node("window_split");
+  const ir::Node* merge = m.node("window_merge");
+  const ir::SymShape& sh = split->inputs[0]->type.shape;
+  if (!sh.known || sh.rank() != 4 || !sh.dims[1].is_static() || !sh.dims[2].is_static() || !sh.dims[3].is_static())
+    return "the windowed scores are not [B, H, S, T] with static H, S, T";
+  const int64_t H = sh.dims[1].value, S = sh.dims[2].value, T = sh.dims[3].value;
+  const std::optional<int64_t> B = sh.dims[0].is_static() ? std::optional<int64_t>(sh.dims[0].value) : std::nullopt;
+  if (split->attr_int("allowzero", 0) != 0 || merge->attr_int("allowzero", 0) != 0) return "a window reshape has allowzero";
+  // All elements known values: [-1 or B/nW, nW, H, S, T] and [-1 or B, H, S, T].
+  auto values = [](const ir::Node* r) -> std::optional<std::vector<int64_t>> {
+    const auto el = shape_value(r->inputs.size() > 1 ? r->inputs[1] : nullptr);
+    if (!el) return std::nullopt;
+    std::vector<int64_t> v;
+    for (const ShapeElem& e : *el) {
+      if (e.of) return std::nullopt;
+      v.push_back(e.value);
+    }
+    return v;
+  };
+  const auto sv = values(split), mv = values(merge);
+  if (!sv || sv->size() != 5 || (*sv)[1] < 1 || (*sv)[2] != H || (*sv)[3] != S || (*sv)[4] != T)
+    return "the scores are not reshaped to [B/nW, nW, H, S, T]";
+  const int64_t nW = (*sv)[1];
+  if (B && *B % nW != 0) return "the batch is not a multiple of the " + std::to_string(nW) + " windows";
+  if ((*sv)[0] != -1 && !(B && (*sv)[0] == *B / nW)) return "the scores are not reshaped to [B/nW, nW, H, S, T]";
+  if (!mv || mv->size() != 4 || (*mv)[1] != H || (*mv)[2] != S || (*mv)[3] != T || ((*mv)[0] != -1 && !(B && (*mv)[0] == *B)))
+    return "the windowed scores are not reshaped back to [B, H, S, T]";
+  const ir::Value* wm = m["window_mask"];
+  if (!wm->constant) return "the window mask is not constant";
+  if (wm->type.dtype != DataType::kFloat32) return "the window mask is not float32";
+  const auto w5 = aligned_shape(wm, 5);
+  if (!w5 || (*w5)[0] != 1 || !broadcasts_to(*w5, {1, nW, H, S, T}))
+    return "the window mask " + shape_to_string(wm->constant->shape()) + " is not [nW, 1, S, T] (or broadcast to [1, nW, H, S, T])";
+  Shape b4 = {1, 1, 1, 1};
+  std::vector<double> bias = {0.0};
+  if (m.has("mask")) {
+    const ir::Value* b = m["mask"];
+    if (!b->constant) return "the bias added before the window mask is not constant";
+    if (b->type.dtype != DataType::kFloat32) return "the bias added before the window mask is not float32";
+    const auto s4 = aligned_shape(b, 4);
+    if (!s4 || (*s4)[0] != 1 || !broadcasts_to(*s4, {1, H, S, T}))
+      return "the bias " + shape_to_string(b->constant->shape()) + " is not [1, H|1, S|1, T|1]";
+    b4 = *s4;
+    bias = constant_values(b);
+  }
+  const std::vector<double> wv = constant_values(wm);
+  // The folded mask [P, H', S', T'] (each dim the larger of the two addends'): mask[p, h, s, t] =
+  // bias[0, h, s, t] + window_mask[0, p, h, s, t], with broadcast dims read at index 0.
+  const Shape w4(w5->begin() + 1, w5->end());
+  const Shape f = {w4[0], std::max(w4[1], b4[1]), std::max(w4[2], b4[2]), std::max(w4[3], b4[3])};
+  std::vector<double> folded(static_cast<size_t>(f[0] * f[1] * f[2] * f[3]));
+  auto at = [](const Shape& s, int64_t p, int64_t h, int64_t i, int64_t t) {
+    return (((s[0] == 1 ? 0 : p) * s[1] + (s[1] == 1 ? 0 : h)) * s[2] + (s[2] == 1 ? 0 : i)) * s[3] + (s[3] == 1 ? 0 : t);
+  };
+  size_t o = 0;
+  for (int64_t p = 0; p < f[0]; ++p)
+    for (int64_t h = 0; h < f[1]; ++h)
+      for (int64_t i = 0; i < f[2]; ++i)
+        for (int64_t t = 0; t < f[3]; ++t) folded[o++] = wv[at(w4, p, h, i, t)] + bias[at(b4, 0, h, i, t)];
+  out->folded = real_tensor(DataType::kFloat32, f, folded);
+  out->period = f[0] > 1 ? f[0] : 0;
+  return "";
+}
+
+// The checks of a match's additive mask: usable_mask, or window_mask for the shifted-window form.
+std::string check_additive_mask(Match& m, AdditiveMask* out) {
+  return m.node("window_add") ? window_mask(m, out) : usable_mask(m);
+}
+
+// The mask input for the fused op (nullptr when none): m's own, or the folded constant, added to the
+// graph now (call it once the rewrite is certain).
+ir::Value* mask_input(Rewriter& rw, Match& m, const AdditiveMask& am) {
+  if (am.folded) return rw.constant(m.node("window_add")->name + "_with_bias", *am.folded);
+  return m.has("mask") ? m["mask"] : nullptr;
+}
+
+// Sets the fused node's mask_batch_period; says what was folded ("" for none), for the log.
+std::string note_window_mask(ir::Node* n, const AdditiveMask& am) {
+  if (!am.folded) return "";
+  if (am.period) set_int(n, "mask_batch_period", am.period);
+  return std::string(", the shifted-window mask") + (am.period ? " of " + std::to_string(am.period) + " windows" : "") +
+         " folded with the bias into " + shape_to_string(am.folded->shape());
+}
+
 // The packed form (attention_pattern_packed): one Split of one head transpose of one reshape of qkv
 // into [B, N, 3, H, D], its outputs 0, 1, 2 squeezed to Q, K, V. "" when rewritten, else why not.
 std::string fuse_packed(Rewriter& rw, Match& m) {
@@ -393,13 +523,16 @@ std::string fuse_packed(Rewriter& rw, Match& m) {
   if (std::string why = merges_heads(m, qkv, H, D); !why.empty()) return why;
   const auto scale = attention_scale(m);
   if (!scale) return "a scale is not a non-zero scalar";
-  if (std::string why = usable_mask(m); !why.empty()) return why;
-  std::vector<ir::Value*> ins = {m["qkv"], m["qkv"], m["qkv"]};
-  if (m.has("mask")) ins.push_back(m["mask"]);
+  AdditiveMask am;
+  if (std::string why = check_additive_mask(m, &am); !why.empty()) return why;
   const std::string what = m.node("qk")->describe() + " … " + m.root()->describe();
   if (std::string why = rw.unsupported_on_target("kiln", "Attention"); !why.empty()) return why;
-  set_int(replace_by_attention(rw, m, ins, H, *scale), "packed_qkv", 1);
-  rw.log("fused packed-QKV attention (" + std::to_string(H) + " heads of " + std::to_string(D) + ") " + what);
+  std::vector<ir::Value*> ins = {m["qkv"], m["qkv"], m["qkv"]};
+  if (ir::Value* mask = mask_input(rw, m, am)) ins.push_back(mask);
+  ir::Node* n = replace_by_attention(rw, m, ins, H, *scale);
+  set_int(n, "packed_qkv", 1);
+  const std::string folded = note_window_mask(n, am);
+  rw.log("fused packed-QKV attention (" + std::to_string(H) + " heads of " + std::to_string(D) + ") " + what + folded);
   return "";
 }
 
@@ -450,7 +583,9 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
   Rewriter rw(g, ctx, "fuse-attention");
   const std::vector<Rule> rules = {
       {"multi-head attention (sequence-first, 4-D heads)", attention_pattern_4d(), 6},
+      {"multi-head attention (packed QKV, shifted windows)", attention_pattern_packed(true), 6},
       {"multi-head attention (packed QKV)", attention_pattern_packed(), 6},
+      {"multi-head attention (shifted windows)", attention_pattern(WhereForm::kNone, false, false, true), 4},
       {"multi-head attention", attention_pattern(WhereForm::kNone), 4},
       {"multi-head attention (NaN-guarded softmax)", attention_pattern(WhereForm::kNone, false, true), 4},
       // Expand to a constant shape first: otherwise the Expand would be taken as the condition.
@@ -505,9 +640,9 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
       const auto z = scalar_value(m["nan_fill"]);
       if (!z || *z != 0) return "the softmax's NaN guard does not fill 0";
     }
-    std::vector<ir::Value*> ins = {m["q"], m["k"], m["v"]};
-    if (std::string why = usable_mask(m); !why.empty()) return why;
-    if (m.has("mask")) ins.push_back(m["mask"]);
+    AdditiveMask am;
+    if (std::string why = check_additive_mask(m, &am); !why.empty()) return why;
+    std::vector<ir::Value*> ins = {m["q"], m["k"], m["v"], nullptr};  // the mask is put in once the rewrite is certain
     std::optional<double> fill;
     bool fill_where_true = false;
     if (m.has("cond")) {
@@ -530,18 +665,20 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
       for (const ir::Node* n : m.matched)
         if (n->op_type == "Where") where = n;
       fill_where_true = where->inputs[1] == m["fill"];
-      if (ins.size() == 3) ins.push_back(nullptr);
       ins.push_back(m["cond"]);
     }
     const std::string what = m.node("qk")->describe() + " … " + m.root()->describe();
     if (std::string why = rw.unsupported_on_target("kiln", "Attention"); !why.empty()) return why;
+    ins[3] = mask_input(rw, m, am);
+    if (!ins[3] && ins.size() == 4) ins.pop_back();
     ir::Node* n = replace_by_attention(rw, m, ins, H, scale);
+    const std::string folded = note_window_mask(n, am);
     if (fill) {
       set_float(n, "mask_fill", *fill);
       set_int(n, "mask_fill_where_true", fill_where_true ? 1 : 0);
     }
     if (m.has("nan_fill")) set_int(n, "zero_nan_rows", 1);
-    rw.log("fused attention (" + std::to_string(H) + " heads of " + std::to_string(D) + ") " + what);
+    rw.log("fused attention (" + std::to_string(H) + " heads of " + std::to_string(D) + ") " + what + folded);
     return "";
   });
 }
