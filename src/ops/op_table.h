@@ -111,9 +111,27 @@ void add_nn_ops(std::vector<OpDef>& t);
 void add_shape_ops(std::vector<OpDef>& t);
 void add_reduce_ops(std::vector<OpDef>& t);
 void add_control_ops(std::vector<OpDef>& t);
-void add_misc_ops(std::vector<OpDef>& t);
-void add_rnn_quant_ops(std::vector<OpDef>& t);
-void add_new_ops(std::vector<OpDef>& t);  // ops/newops.cpp
+void add_resize_ops(std::vector<OpDef>& t);  // ops/resize_infer.cpp
+void add_einsum_ops(std::vector<OpDef>& t);  // ops/einsum_infer.cpp
+void add_unique_ops(std::vector<OpDef>& t);
+void add_random_ops(std::vector<OpDef>& t);
+void add_signal_ops(std::vector<OpDef>& t);
+void add_string_ops(std::vector<OpDef>& t);
+void add_detect_ops(std::vector<OpDef>& t);  // NonMaxSuppression
+void add_linalg_ops(std::vector<OpDef>& t);  // Det
+void add_quant_ops(std::vector<OpDef>& t);
+void add_rnn_ops(std::vector<OpDef>& t);  // ops/rnn_infer.cpp
+void add_loss_ops(std::vector<OpDef>& t);
+void add_nn_norm_lp_ops(std::vector<OpDef>& t);  // LpNormalization
+void add_roi_ops(std::vector<OpDef>& t);
+void add_tfidf_ops(std::vector<OpDef>& t);
+void add_training_ops(std::vector<OpDef>& t);  // domain ai.onnx.preview.training
+void add_attention_ops(std::vector<OpDef>& t);
+void add_nn_conv_causal_ops(std::vector<OpDef>& t);  // CausalConvWithState
+void add_shape_index_scatter_ops(std::vector<OpDef>& t);  // TensorScatter
+void add_reduce_cumprod_ops(std::vector<OpDef>& t);  // CumProd
+void add_cast_bitcast_ops(std::vector<OpDef>& t);  // BitCast
+void add_grid_ops(std::vector<OpDef>& t);
 void add_ml_ops(std::vector<OpDef>& t);   // ops/ml.cpp: ai.onnx.ml ops
 void add_fused_ops(std::vector<OpDef>& t);  // ops/fused.cpp: kiln's fused ops (domain "kiln")
 void add_contrib_ops(std::vector<OpDef>& t);  // ops/contrib.cpp: ONNX Runtime's contrib ops (lowered)

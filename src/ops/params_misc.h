@@ -1,8 +1,10 @@
 // ops/params_misc.h — the attributes of the elementwise, activation, cast, random, signal, string,
-// detection, grid and newer (opset 20+) ops declared in ops/elementwise.cpp, misc.cpp and newops.cpp,
-// parsed once from the node: the shape functions and the CPU and CUDA kernels read these structs, so
-// each default (opset-dependent ones included) and each validity check is written once, in
-// ops/params_misc.cpp. Resize/Upsample's are ResizeParams (ops/resize.h).
+// detection, grid and newer (opset 20+) ops declared in ops/elementwise.cpp, unique.cpp, random.cpp,
+// signal.cpp, string.cpp, detect.cpp, attention.cpp, nn_conv_causal.cpp, shape_index_scatter.cpp,
+// reduce_cumprod.cpp, cast_bitcast.cpp and grid.cpp, parsed once from the node: the shape functions
+// and the CPU and CUDA kernels read these structs, so each default (opset-dependent ones included) and
+// each validity check is written once, in ops/params_misc.cpp. Resize/Upsample's are ResizeParams
+// (ops/resize.h).
 #pragma once
 
 #include <cstdint>
@@ -81,7 +83,7 @@ struct BitShiftParams {
 };
 BitShiftParams parse_bit_shift(const ir::Node& n);
 
-// ---- Misc (ops/misc.cpp)
+// ---- Unique, random, signal, string and detection ops (ops/unique.cpp, random.cpp, signal.cpp, string.cpp, detect.cpp)
 
 struct UniqueParams {
   bool has_axis = false;  // absent: the flattened input
@@ -168,7 +170,7 @@ struct NonMaxSuppressionParams {
 };
 NonMaxSuppressionParams parse_non_max_suppression(const ir::Node& n);
 
-// ---- Newer ops (ops/newops.cpp)
+// ---- Newer ops (ops/attention.cpp, nn_conv_causal.cpp, shape_index_scatter.cpp, cast_bitcast.cpp, grid.cpp)
 
 struct AttentionParams {
   int64_t q_num_heads = 0, kv_num_heads = 0;  // 0: not given (4-D inputs carry the head counts)

@@ -1,6 +1,7 @@
-// ops/params_ml.h — the attributes of the ai.onnx.ml ops (ops/ml.cpp), the ops of ops/rnn_quant.cpp
-// (quantization, RNN/GRU/LSTM, losses, ROI, DeformConv, LpNormalization, TfIdfVectorizer) and of the
-// control and sequence ops (ops/control.cpp), parsed once per node into typed structs. Shape functions
+// ops/params_ml.h — the attributes of the ai.onnx.ml ops (ops/ml.cpp), the quantization, RNN/GRU/LSTM,
+// loss, ROI (with DeformConv), LpNormalization and TfIdfVectorizer ops (ops/quant.cpp, rnn_infer.cpp,
+// loss.cpp, roi.cpp, nn_norm_lp.cpp, tfidf.cpp) and of the control and sequence ops
+// (ops/control.cpp), parsed once per node into typed structs. Shape functions
 // and the CPU and CUDA kernels read these instead of the node's attributes. The optimizers' attributes
 // are ops::parse_optimizer's (ops/rnn.h); subgraph bodies are read from the node.
 //
@@ -231,7 +232,7 @@ struct CategoryMapperParams {
 };
 Expected<CategoryMapperParams> parse_category_mapper(const ir::Node& n);
 
-// ---------------------------------------------------------------- ops/rnn_quant.cpp
+// ------------------------------------ ops/quant.cpp, rnn_infer.cpp, loss.cpp, roi.cpp, nn_norm_lp.cpp, tfidf.cpp
 
 // QuantizeLinear / DequantizeLinear.
 struct QuantizeParams {

@@ -188,7 +188,7 @@ struct TopKParams {
 };
 TopKParams parse_topk(const ir::Node& n);
 
-// CumSum (ops/reduce.cpp) and CumProd (ops/newops.cpp): the same two attributes.
+// CumSum (ops/reduce.cpp) and CumProd (ops/reduce_cumprod.cpp): the same two attributes.
 struct CumulativeParams {
   bool exclusive = false, reverse = false;
 };

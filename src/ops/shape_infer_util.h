@@ -32,6 +32,12 @@ Status needs_input0(InferContext& c) {
   return F(c);
 }
 
+// Output 0 has input 0's type and shape.
+inline Status infer_same_as_input0(InferContext& c) {
+  if (c.has(0)) c.out[0] = c.type(0);
+  return Status::Ok();
+}
+
 void add_shape_index_ops(std::vector<OpDef>& t);
 
 }  // namespace kiln::ops

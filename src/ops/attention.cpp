@@ -1,6 +1,5 @@
-// ops/newops.cpp — types and shapes of the newer ONNX operators (opset 20–27): Attention,
-// FlexAttention (ai.onnx.preview), LinearAttention, RotaryEmbedding, CausalConvWithState, TensorScatter, CumProd, BitCast,
-// GridSample, AffineGrid.
+// ops/attention.cpp — types and shapes of the attention op family: Attention, FlexAttention
+// (ai.onnx.preview), LinearAttention and RotaryEmbedding.
 #include "ops/op_table.h"
 #include "ops/params_misc.h"
 #include "ops/shape_infer_util.h"
@@ -14,15 +13,8 @@ using ir::Type;
 
 Dim unknown() { return Dim(); }
 
-
 bool ranked(const InferContext& c, int i, int rank) {
   return c.has(i) && c.type(i).is_tensor() && c.shape(i).known && c.shape(i).rank() == rank;
-}
-
-// Output 0 has input 0's type and shape.
-Status infer_same(InferContext& c) {
-  if (c.has(0)) c.out[0] = c.type(0);
-  return Status::Ok();
 }
 
 Status infer_attention(InferContext& c) {
@@ -69,48 +61,6 @@ Status infer_linear_attention(InferContext& c) {
   return Status::Ok();
 }
 
-Status infer_causal_conv(InferContext& c) {
-  if (!c.has(0)) return c.error("input is required");
-  c.out[0] = c.type(0);
-  if (c.out.size() > 1) {
-    c.out[1] = Type::tensor(c.dtype(0));
-    if (ranked(c, 0, 3) && ranked(c, 1, 3) && c.shape(1).dims[2].is_static())
-      c.out[1].shape = SymShape({c.shape(0).dims[0], c.shape(0).dims[1], Dim(c.shape(1).dims[2].value - 1)});
-  }
-  return Status::Ok();
-}
-
-Status infer_bitcast(InferContext& c) {
-  if (!c.has(0)) return c.error("input is required");
-  c.out[0] = Type::tensor(parse_bit_cast(c.node).to, c.shape(0));
-  return Status::Ok();
-}
-
-Status infer_grid_sample(InferContext& c) {
-  if (!c.has(0) || !c.has(1)) return c.error("X and grid are required");
-  c.out[0] = Type::tensor(c.dtype(0));
-  const SymShape &x = c.shape(0), &g = c.shape(1);
-  if (!x.known || !g.known || g.rank() < 2) return Status::Ok();
-  std::vector<Dim> d{x.dims.empty() ? unknown() : x.dims[0], x.rank() > 1 ? x.dims[1] : unknown()};
-  for (int i = 1; i + 1 < g.rank(); ++i) d.push_back(g.dims[i]);
-  c.out[0].shape = SymShape(d);
-  return Status::Ok();
-}
-
-Status infer_affine_grid(InferContext& c) {
-  if (!c.has(0) || !c.has(1)) return c.error("theta and size are required");
-  c.out[0] = Type::tensor(c.dtype(0));
-  const Tensor* size = c.value(1);
-  if (size && (size->dtype() == DataType::kInt64) && (size->numel() == 4 || size->numel() == 5)) {
-    const int64_t* s = size->data<int64_t>();
-    std::vector<Dim> d{Dim(s[0])};
-    for (int64_t i = 2; i < size->numel(); ++i) d.push_back(Dim(s[i]));
-    d.push_back(Dim(size->numel() - 2));
-    c.out[0].shape = SymShape(d);
-  }
-  return Status::Ok();
-}
-
 Status infer_flex_attention(InferContext& c) {
   if (!c.has(0) || !c.has(2)) return c.error("Q, K and V are required");
   c.out[0] = Type::tensor(c.dtype(0));
@@ -123,17 +73,11 @@ Status infer_flex_attention(InferContext& c) {
 
 }  // namespace
 
-void add_new_ops(std::vector<OpDef>& t) {
+void add_attention_ops(std::vector<OpDef>& t) {
   t.push_back({"Attention", "", 23, infer_attention});
   t.push_back({"FlexAttention", "ai.onnx.preview", 1, infer_flex_attention});
   t.push_back({"LinearAttention", "", 27, infer_linear_attention});
-  t.push_back({"RotaryEmbedding", "", 23, infer_same});
-  t.push_back({"CausalConvWithState", "", 27, infer_causal_conv});
-  t.push_back({"TensorScatter", "", 24, infer_same});
-  t.push_back({"CumProd", "", 26, infer_same});
-  t.push_back({"BitCast", "", 26, infer_bitcast});
-  t.push_back({"GridSample", "", 16, infer_grid_sample});
-  t.push_back({"AffineGrid", "", 20, infer_affine_grid});
+  t.push_back({"RotaryEmbedding", "", 23, infer_same_as_input0});
 }
 
 }  // namespace kiln::ops
