@@ -20,9 +20,28 @@ void register_nn(KernelRegistry& r);
 void register_shape(KernelRegistry& r);
 void register_reduce(KernelRegistry& r);
 void register_control(KernelRegistry& r);
-void register_misc(KernelRegistry& r);
-void register_rnn_quant(KernelRegistry& r);  // quant, rnn, loss, roi, training (rnn_quant.cpp)
-void register_newops(KernelRegistry& r);  // newer ops (opset 20-27): newops*.cpp, attention.cpp
+void register_resize(KernelRegistry& r);  // Resize, Upsample
+void register_einsum(KernelRegistry& r);
+void register_unique(KernelRegistry& r);
+void register_random(KernelRegistry& r);  // RandomNormal/Uniform(+Like), Bernoulli, Multinomial
+void register_signal(KernelRegistry& r);  // DFT, STFT, windows, MelWeightMatrix
+void register_string(KernelRegistry& r);  // StringNormalizer, StringConcat, StringSplit, RegexFullMatch
+void register_detect(KernelRegistry& r);  // NonMaxSuppression
+void register_linalg(KernelRegistry& r);  // Det
+void register_quant(KernelRegistry& r);
+void register_rnn(KernelRegistry& r);
+void register_loss(KernelRegistry& r);
+void register_nn_norm_lp(KernelRegistry& r);  // LpNormalization
+void register_roi(KernelRegistry& r);
+void register_training(KernelRegistry& r);
+void register_text(KernelRegistry& r);  // TfIdfVectorizer: tfidf.cpp
+void register_attention(KernelRegistry& r);
+void register_attention_rotary(KernelRegistry& r);  // RotaryEmbedding
+void register_nn_conv_causal(KernelRegistry& r);  // CausalConvWithState
+void register_grid(KernelRegistry& r);
+void register_cast_bitcast(KernelRegistry& r);  // BitCast
+void register_reduce_cumprod(KernelRegistry& r);  // CumProd
+void register_shape_index_scatter(KernelRegistry& r);  // TensorScatter
 void register_ml(KernelRegistry& r);  // ai.onnx.ml ops: ml.cpp
 void register_fused(KernelRegistry& r);   // kiln's fused ops (domain "kiln"): fused*.cpp
 

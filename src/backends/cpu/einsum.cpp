@@ -1,11 +1,11 @@
-// backends/cpu/misc_einsum.cpp — Einsum on the CPU: a general contraction loop over the plan of
+// backends/cpu/einsum.cpp — Einsum on the CPU: a general contraction loop over the plan of
 // ops/einsum.h (shared with the CUDA kernel).
 #include <algorithm>
 
 #include "ops/einsum.h"
 #include "ops/params_shape.h"
 
-#include "backends/cpu/misc_kernels.h"
+#include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/numeric.h"
 
 namespace kiln::cpu {

@@ -1,4 +1,4 @@
-// backends/cpu/newops_grid.cpp — GridSample (opset 16, N-D from 20) and AffineGrid (opset 20) on
+// backends/cpu/grid.cpp — GridSample (opset 16, N-D from 20) and AffineGrid (opset 20) on
 // the CPU. Computed in float (double for float64).
 //
 // GridSample: grid holds normalized coordinates in (x, y, z) order (the last spatial dim first);
@@ -129,7 +129,7 @@ Status affine_grid(KernelContext& ctx, bool align) {
 
 }  // namespace
 
-void register_newops_grid(KernelRegistry& r) {
+void register_grid(KernelRegistry& r) {
   auto real0 = [](const ir::Node& n) { return nn::require_real(n, 0); };
   r.add({"GridSample", "", 16, 1 << 30, "cpu.GridSample.any", real0,
          [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {

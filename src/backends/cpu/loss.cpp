@@ -5,10 +5,10 @@
 // and carry weight zero. reduction "mean" divides the sum by the total weight of the positions.
 #include <limits>
 
-#include "backends/cpu/rq_common.h"
+#include "backends/cpu/numeric_f64.h"
 #include "ops/params_ml.h"
 
-namespace kiln::cpu::rq {
+namespace kiln::cpu {
 namespace {
 
 using Reduction = ops::LossParams::Reduction;
@@ -89,4 +89,4 @@ void register_loss(KernelRegistry& r) {
   }
 }
 
-}  // namespace kiln::cpu::rq
+}  // namespace kiln::cpu

@@ -1,5 +1,6 @@
-// backends/cpu/numeric.h — element access shared by the reduce and misc kernel families: a dtype
-// visitor that includes the 2-byte floats, accumulator types, and conversions to and from double.
+// backends/cpu/numeric.h — element access shared by the reduce, resize, einsum, unique, random, signal,
+// string, detect and linalg kernel families: a dtype visitor that includes the 2-byte floats,
+// accumulator types, and conversions to and from double.
 #pragma once
 
 #include <cmath>

@@ -1,6 +1,7 @@
-// backends/cpu/rq_common.h — helpers shared by the CPU kernel files of the "rnn_quant" families
-// (quant.cpp, rnn.cpp, loss.cpp, roi.cpp, training.cpp, tfidf.cpp): element access in double for every
-// numeric dtype kiln holds (small floats and 4-bit integers included), and the per-file hooks.
+// backends/cpu/numeric_f64.h — element access in double for every numeric dtype kiln holds (small
+// floats and 4-bit integers included), for the CPU kernels that compute in double (quant.cpp, rnn.cpp,
+// loss.cpp, roi.cpp, nn_norm_lp.cpp, training.cpp, tfidf.cpp). The dtype visitor with accumulator types
+// is numeric.h.
 #pragma once
 
 #include <cstdint>
@@ -9,14 +10,7 @@
 
 #include "backends/cpu/cpu_kernels.h"
 
-namespace kiln::cpu::rq {
-
-void register_quant(KernelRegistry& r);
-void register_rnn(KernelRegistry& r);
-void register_loss(KernelRegistry& r);
-void register_roi(KernelRegistry& r);
-void register_training(KernelRegistry& r);
-void register_text(KernelRegistry& r);  // TfIdfVectorizer (tfidf.cpp)
+namespace kiln::cpu {
 
 // ---- small floats held as one code per byte (float8 variants, float4 e2m1 in the low nibble):
 // the conversions of ir/float_types.h (round to nearest even; `saturate` clamps overflow to ±max).
@@ -80,4 +74,4 @@ inline std::vector<double> to_f64(const Tensor& t) {
   return v;
 }
 
-}  // namespace kiln::cpu::rq
+}  // namespace kiln::cpu

@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <limits>
 
-#include "backends/cpu/rq_common.h"
+#include "backends/cpu/numeric_f64.h"
 #include "ops/op_table.h"
 #include "ops/params_ml.h"
 
-namespace kiln::cpu::rq {
+namespace kiln::cpu {
 namespace {
 
 // Maps an element of x (viewed as [outer, len, inner] around axis) to its scale index.
@@ -304,4 +304,4 @@ void register_quant(KernelRegistry& r) {
          [](const ir::Node&, KernelInit&) { return make_kernel([](KernelContext& ctx) { return dynamic_quantize_kernel(ctx); }); }});
 }
 
-}  // namespace kiln::cpu::rq
+}  // namespace kiln::cpu

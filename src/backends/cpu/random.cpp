@@ -1,4 +1,4 @@
-// backends/cpu/misc_random.cpp — RandomNormal, RandomUniform (+Like), Bernoulli, Multinomial.
+// backends/cpu/random.cpp — RandomNormal, RandomUniform (+Like), Bernoulli, Multinomial.
 //
 // With a `seed` attribute every run draws the same numbers (a fresh std::mt19937_64 seeded from it
 // per run keeps `run` const and thread-safe); without one each run is seeded from std::random_device.
@@ -6,7 +6,7 @@
 #include <cstring>
 #include <random>
 
-#include "backends/cpu/misc_kernels.h"
+#include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/numeric.h"
 #include "ops/params_misc.h"
 

@@ -1,4 +1,4 @@
-// backends/cpu/misc_resize.cpp — Resize (opset 10..19+) and Upsample (7..9) on the CPU.
+// backends/cpu/resize.cpp — Resize (opset 10..19+) and Upsample (7..9) on the CPU.
 //
 // Resize is separable: each resized axis gets a table of taps (input index, weight) per output
 // index (ops/resize_math.h, shared with the CUDA kernel), then one pass per axis mixes rows of a
@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backends/cpu/misc_kernels.h"
+#include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/numeric.h"
 #include "ops/resize.h"
 

@@ -8,10 +8,10 @@
 #include <cctype>
 
 #include "backends/cpu/nn_common.h"
-#include "backends/cpu/rq_common.h"
+#include "backends/cpu/numeric_f64.h"
 #include "ops/params_ml.h"
 
-namespace kiln::cpu::rq {
+namespace kiln::cpu {
 namespace {
 
 using Cell = ops::RnnParams::Cell;
@@ -235,4 +235,4 @@ void register_rnn(KernelRegistry& r) {
   }
 }
 
-}  // namespace kiln::cpu::rq
+}  // namespace kiln::cpu

@@ -1,9 +1,9 @@
-// backends/cpu/misc_signal.cpp — signal ops on the CPU: DFT (17, 20), STFT, Hann/Hamming/Blackman
+// backends/cpu/signal.cpp — signal ops on the CPU: DFT (17, 20), STFT, Hann/Hamming/Blackman
 // windows and MelWeightMatrix. Transforms are direct DFTs in double with a twiddle table.
 #include <cmath>
 #include <complex>
 
-#include "backends/cpu/misc_kernels.h"
+#include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/numeric.h"
 #include "ops/params_misc.h"
 

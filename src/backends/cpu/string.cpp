@@ -1,11 +1,11 @@
-// backends/cpu/misc_string.cpp — string ops on the CPU: StringNormalizer, StringConcat, StringSplit,
+// backends/cpu/string.cpp — string ops on the CPU: StringNormalizer, StringConcat, StringSplit,
 // RegexFullMatch (std::regex, ECMAScript grammar, which covers the RE2 subset models use).
 #include <algorithm>
 #include <cctype>
 #include <regex>
 #include <set>
 
-#include "backends/cpu/misc_kernels.h"
+#include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/numeric.h"
 #include "ops/params_misc.h"
 

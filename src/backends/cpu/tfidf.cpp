@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <map>
 
-#include "backends/cpu/rq_common.h"
+#include "backends/cpu/numeric_f64.h"
 #include "ops/params_ml.h"
 
-namespace kiln::cpu::rq {
+namespace kiln::cpu {
 namespace {
 
 // The node's parameters with its n-gram → output column maps (one per pool kind).
@@ -110,4 +110,4 @@ void register_text(KernelRegistry& r) {
          }});
 }
 
-}  // namespace kiln::cpu::rq
+}  // namespace kiln::cpu

@@ -2,10 +2,10 @@
 // Adam, Momentum) on the CPU. Each takes R (learning rate) and T (update count) scalars, then n
 // tensors of every kind (X..., G..., and the state tensors), and returns the new X... then the
 // new states, elementwise.
-#include "backends/cpu/rq_common.h"
+#include "backends/cpu/numeric_f64.h"
 #include "ops/rnn.h"
 
-namespace kiln::cpu::rq {
+namespace kiln::cpu {
 namespace {
 
 constexpr const char* kTrainingDomain = "ai.onnx.preview.training";
@@ -55,4 +55,4 @@ void register_training(KernelRegistry& r) {
   r.add({"Momentum", kTrainingDomain, 1, 1 << 30, "cpu.Momentum.any", real, make(optimizer::kMomentum)});
 }
 
-}  // namespace kiln::cpu::rq
+}  // namespace kiln::cpu

@@ -1,9 +1,9 @@
-// backends/cpu/misc_unique.cpp — Unique on the CPU (numpy.unique semantics, sorted or in order of
+// backends/cpu/unique.cpp — Unique on the CPU (numpy.unique semantics, sorted or in order of
 // first occurrence, over the flattened tensor or over slices along an axis).
 #include <algorithm>
 #include <numeric>
 
-#include "backends/cpu/misc_kernels.h"
+#include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/numeric.h"
 #include "ops/params_misc.h"
 
