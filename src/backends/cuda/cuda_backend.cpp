@@ -98,11 +98,22 @@ void register_all(KernelRegistry& r) {
   register_pool_nd(r);
   register_grid(r);
   register_conv_transpose(r);
-  register_more(r);
-  register_seq(r);
-  register_norm_misc(r);
-  register_tail(r);
-  register_train(r);
+  register_shape_eye_like(r);
+  register_index_one_hot(r);
+  register_nn_norm(r);
+  register_cast_bitcast(r);
+  register_attention_rotary(r);
+  register_conv_causal(r);
+  register_attention_linear(r);
+  register_gemm_direct(r);
+  register_signal(r);
+  register_shape_depth_space(r);
+  register_einsum(r);
+  register_reduce_topk(r);
+  register_index_col2im(r);
+  register_training(r);
+  register_quant_dynamic(r);
+  register_index_scatter(r);
   register_detect(r);
   register_rnn(r);
 }

@@ -72,11 +72,22 @@ void register_quant(KernelRegistry& r);
 void register_pool_nd(KernelRegistry& r);
 void register_grid(KernelRegistry& r);
 void register_conv_transpose(KernelRegistry& r);
-void register_more(KernelRegistry& r);
-void register_seq(KernelRegistry& r);
-void register_norm_misc(KernelRegistry& r);
-void register_tail(KernelRegistry& r);
-void register_train(KernelRegistry& r);
+void register_shape_eye_like(KernelRegistry& r);
+void register_index_one_hot(KernelRegistry& r);
+void register_nn_norm(KernelRegistry& r);  // Instance/GroupNormalization, LRN, LpNormalization
+void register_cast_bitcast(KernelRegistry& r);
+void register_attention_rotary(KernelRegistry& r);  // RotaryEmbedding
+void register_conv_causal(KernelRegistry& r);  // CausalConvWithState
+void register_attention_linear(KernelRegistry& r);  // LinearAttention
+void register_gemm_direct(KernelRegistry& r);  // MatMul (float64, integers), MatMulInteger, QLinearMatMul
+void register_signal(KernelRegistry& r);  // DFT, Hann/Hamming/BlackmanWindow
+void register_shape_depth_space(KernelRegistry& r);  // DepthToSpace, SpaceToDepth
+void register_einsum(KernelRegistry& r);
+void register_reduce_topk(KernelRegistry& r);  // TopK
+void register_index_col2im(KernelRegistry& r);  // Col2Im
+void register_training(KernelRegistry& r);  // Adagrad, Adam, Momentum
+void register_quant_dynamic(KernelRegistry& r);  // DynamicQuantizeLinear
+void register_index_scatter(KernelRegistry& r);  // TensorScatter
 void register_detect(KernelRegistry& r);
 void register_rnn(KernelRegistry& r);
 // The CUDA MatMul (Gemm) kernel as kiln.FusedMatMul's (FusedGemm's) inner kernel: an inner node with

@@ -17,6 +17,7 @@ std::string require_types(const ir::Value* v, const char* what, int i, const std
     if (d == v->type.dtype) return "";
   return std::string(what) + " " + std::to_string(i) + " is " + dtype_name(v->type.dtype) + ", which this CUDA kernel does not take";
 }
+bool real_type(DataType t) { return is_float_type(t) || t == DataType::kFloat64; }
 }  // namespace
 
 std::string require_input_types(const ir::Node& n, int i, const std::vector<DataType>& allowed) {
@@ -62,6 +63,41 @@ std::string require_float(const ir::Node& n) {
     if (std::string r = require_output_types(n, static_cast<int>(i), {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16});
         !r.empty())
       return r;
+  return "";
+}
+
+std::string tensor_inputs(const ir::Node& n, size_t required) {
+  for (size_t i = 0; i < required; ++i)
+    if (!n.has_input(static_cast<int>(i))) return "input " + std::to_string(i) + " is required";
+  for (size_t i = 0; i < n.inputs.size(); ++i)
+    if (n.inputs[i] && !n.inputs[i]->type.is_tensor()) return "takes tensors only";
+  return "";
+}
+
+std::string check_numeric0(const ir::Node& n, bool real_only) {
+  if (!n.has_input(0) || !n.inputs[0]->type.is_tensor()) return "input 0 is required";
+  const DataType dt = n.inputs[0]->type.dtype;
+  if (dt == DataType::kUndefined) return "";
+  if (real_only ? !(is_float_type(dt) || dt == DataType::kFloat64) : (elem_of(dt) < 0 || dt == DataType::kBool))
+    return std::string(dtype_name(dt)) + " does not run on CUDA";
+  return "";
+}
+
+std::string check_same_float(const ir::Node& n, size_t required, uint32_t ints) {
+  for (size_t i = 0; i < required; ++i)
+    if (!n.has_input(static_cast<int>(i))) return "input " + std::to_string(i) + " is required";
+  const DataType dt = n.inputs[0]->type.dtype;
+  if (dt != DataType::kUndefined && !real_type(dt)) return std::string(dtype_name(dt)) + " does not run on CUDA";
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    if (!n.inputs[i]) continue;
+    if (!n.inputs[i]->type.is_tensor()) return "takes tensors only";
+    const DataType t = n.inputs[i]->type.dtype;
+    if ((ints >> i) & 1u) {
+      if (t != DataType::kUndefined && t != DataType::kInt64) return "position_ids must be int64";
+    } else if (t != DataType::kUndefined && dt != DataType::kUndefined && t != dt) {
+      return "every float input must have the first input's dtype";
+    }
+  }
   return "";
 }
 

@@ -17,6 +17,14 @@ std::string require_float(const ir::Node& n);
 // check(): "" when input/output `i` (absent, or of unknown dtype, passes) has one of `allowed` dtypes.
 std::string require_input_types(const ir::Node& n, int i, const std::vector<DataType>& allowed);
 std::string require_output_types(const ir::Node& n, int i, const std::vector<DataType>& allowed);
+// check(): "" when inputs [0, required) are present and every present input is a tensor.
+std::string tensor_inputs(const ir::Node& n, size_t required);
+// check(): "" when input 0 is a tensor of a type the generic kernels take: float32, float16, bfloat16 or
+// float64 when `real_only`, else any numeric type but bool.
+std::string check_numeric0(const ir::Node& n, bool real_only);
+// check(): inputs [0, required) present; every float input of input 0's type, a float type or float64
+// (the inputs whose bit is set in `ints` must be int64 instead).
+std::string check_same_float(const ir::Node& n, size_t required, uint32_t ints = 0);
 // Element types the generic kernels take (cuda_kernels.h's Elem): the code, or -1.
 int elem_of(DataType t);
 // The launch_unary/launch_bias_act op of a fused activation (cuda_fused.cpp; kNone is not one).
