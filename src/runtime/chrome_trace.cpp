@@ -1,4 +1,4 @@
-// runtime/profile.cpp — profiled runs (ExecutionContext::set_profiling) as a Chrome trace.
+// runtime/chrome_trace.cpp — profiled runs (ExecutionContext::set_profiling) as a Chrome trace.
 #include <nlohmann/json.hpp>
 
 #include "kiln/kiln.h"

@@ -1,4 +1,4 @@
-// runtime/profiles.cpp — shape profiles: checking them at build and load, choosing one per run.
+// runtime/shape_profiles.cpp — shape profiles: checking them at build and load, choosing one per run.
 #include <string>
 #include <vector>
 
