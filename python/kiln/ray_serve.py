@@ -69,6 +69,7 @@ class _Model:
     def __init__(self, engine: Engine, threads: int = 0) -> None:
         self.engine = engine
         self.inputs = {i.name: i for i in engine.inputs}
+        self._dtypes = {i.name: _numpy_dtype(i.dtype) for i in engine.inputs}
         self.outputs = [o.name for o in engine.outputs]
         self._ctx = engine.create_context()
         if threads:
@@ -92,11 +93,15 @@ class _Model:
             if info is None:
                 raise RequestError(f"unknown input {name!r}; the model's inputs are: "
                                    + ", ".join(repr(n) for n in self.inputs))
+            dtype = self._dtypes[name]
             if isinstance(value, (list, tuple)):
-                value = np.asarray(value, dtype=info.dtype)
+                try:
+                    value = np.asarray(value, dtype=dtype)
+                except (ValueError, TypeError, OverflowError) as e:
+                    raise RequestError(f"input {name!r}: the list is not {info.dtype}: {e}") from None
             if not isinstance(value, np.ndarray):
                 raise RequestError(f"input {name!r}: expected a numpy array, got {type(value).__name__}")
-            if value.dtype != np.dtype(info.dtype):
+            if dtype is not None and value.dtype != dtype:
                 raise RequestError(f"input {name!r} is {info.dtype} in the model, got {value.dtype}")
             if info.rank_known:
                 if value.ndim != len(info.shape):
@@ -173,6 +178,15 @@ class _Model:
                 results[i] = self._run(feeds[i])
             except KilnError as e:
                 results[i] = e
+
+
+def _numpy_dtype(name: str) -> np.dtype | None:
+    """numpy's dtype of a kiln dtype name; None where numpy has none (bfloat16, float8, string): the
+    engine checks those."""
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return None
 
 
 def _dims(shape: list) -> str:

@@ -68,6 +68,16 @@ def test_a_profile_bounds_the_rows_of_one_run(tmp_path):
     assert model.runs == 2  # 2+2, then 3+1
 
 
+def test_a_request_the_engine_refuses_fails_alone(tmp_path):
+    path = model_file(tmp_path, ["N", 3], ["N", 3])
+    model = rs._Model(kiln.Engine.build(path, device="cpu", profiles=[{"X": ([1, 3], [2, 3], [4, 3])}]))
+    batch = feeds([(1, 3), (6, 3), (2, 3)])  # 6 rows: past the profile's 4
+    results = model.run_many([model.check(f) for f in batch])
+    assert isinstance(results[1], kiln.KilnError), results[1]
+    for i in (0, 2):
+        np.testing.assert_array_equal(results[i]["Y"], expected(batch[i]["X"]))
+
+
 def test_a_model_without_a_batch_dim_runs_requests_one_at_a_time(tmp_path):
     model = rs._Model(kiln.Engine.build(model_file(tmp_path, [2, 3], [2, 3]), device="cpu"))
     assert not model.batched
@@ -83,6 +93,7 @@ def test_a_model_without_a_batch_dim_runs_requests_one_at_a_time(tmp_path):
     ({"X": np.zeros((1, 3))}, "float32 in the model, got float64"),
     ({"X": np.zeros((1, 3, 1), np.float32)}, "has rank 2"),
     ({}, "missing input"),
+    ({"X": [["a", "b", "c"]]}, "the list is not float32"),
     ([np.zeros((1, 3), np.float32)], "a dict of input name"),
 ])
 def test_check_names_the_problem(tmp_path, request_, message):
