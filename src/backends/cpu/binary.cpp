@@ -6,6 +6,7 @@
 
 #include "backends/cpu/elementwise_common.h"
 #include "backends/cpu/numeric.h"
+#include "backends/staged_kernel.h"
 #include "ops/params_misc.h"
 
 namespace kiln::cpu {
@@ -13,14 +14,14 @@ namespace {
 
 using namespace ew;
 
-// Applies o[i] = f(a[i], b[i]) over a broadcast. The innermost run has input strides 0 or 1 in the
-// common cases, which get their own loops so the compiler vectorizes them.
+// Applies o[i] = f(a[i], b[i]) over a broadcast planned at reshape (`bc`: A and B against O). The
+// innermost run has input strides 0 or 1 in the common cases, which get their own loops so the
+// compiler vectorizes them.
 template <typename SA, typename SB, typename R, typename F>
-void binary_apply(const Tensor& A, const Tensor& B, Tensor& O, const Shape& a_shape, const Shape& b_shape, const F& f) {
+void binary_apply(const Tensor& A, const Tensor& B, Tensor& O, const Broadcaster& bc, const F& f) {
   const SA* a = A.data<SA>();
   const SB* b = B.data<SB>();
   R* o = O.data<R>();
-  Broadcaster bc(O.shape(), {a_shape, b_shape});
   bc.run([&](int64_t oo, const int64_t* off, int64_t n, const int64_t* st) {
     const SA* pa = a + off[0];
     const SB* pb = b + off[1];
@@ -59,6 +60,24 @@ bool legacy_b_shape(const ops::BinaryParams& p, const Shape& a, const Shape& b, 
   return true;
 }
 
+// The output shape of A op B (legacy broadcast attributes applied) and, as the per-shape state, the
+// broadcast iteration of A and B over it.
+Status reshape_binary(ReshapeContext& rc, const ops::BinaryParams& p, DataType out_dtype) {
+  if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("needs two inputs");
+  const Shape& a = rc.in[0].shape;
+  const Shape& b = rc.in[1].shape;
+  Shape b_shape;
+  if (!legacy_b_shape(p, a, b, &b_shape))
+    return rc.error("legacy broadcast axis " + std::to_string(p.axis) + " out of range for shapes " +
+                    shape_to_string(a) + " and " + shape_to_string(b));
+  Shape out;
+  if (!broadcast_all({a, b_shape}, &out))
+    return rc.error("shapes " + shape_to_string(a) + " and " + shape_to_string(b) + " do not broadcast");
+  rc.state = std::make_shared<Broadcaster>(out, std::vector<Shape>{a, b_shape});
+  rc.out[0] = {out_dtype, std::move(out)};
+  return Status::Ok();
+}
+
 // Registers a same-dtype binary op over dtype set `Set`; make(node) returns the element function
 // (called with compute-type values). The output is bool for comparisons and logic ops.
 template <unsigned Set, bool BoolOut, typename Make>
@@ -74,27 +93,24 @@ void add_binary(KernelRegistry& r, const std::string& op, int since, Make make) 
   d.create = [make](const ir::Node& node, KernelInit&) -> Expected<KernelPtr> {
     auto f = make(node);
     const ops::BinaryParams p = ops::parse_binary(node);
-    return make_kernel([f, p](KernelContext& ctx) -> Status {
+    auto reshape = [p](ReshapeContext& rc) -> Status {
+      if (rc.in.size() >= 2 && rc.in[0].dtype != rc.in[1].dtype)
+        return rc.error(std::string("inputs have different dtypes (") + dtype_name(rc.in[0].dtype) + " and " +
+                        dtype_name(rc.in[1].dtype) + ")");
+      if (rc.in.size() >= 1 && !(dtype_bit(rc.in[0].dtype) & Set))
+        return rc.error(std::string("dtype ") + dtype_name(rc.in[0].dtype) + " is not supported");
+      return reshape_binary(rc, p, BoolOut ? DataType::kBool : rc.in[0].dtype);
+    };
+    return make_staged(reshape, [f](KernelContext& ctx) -> Status {
       const Tensor& A = ctx.input(0);
       const Tensor& B = ctx.input(1);
-      if (A.dtype() != B.dtype())
-        return ctx.error(std::string("inputs have different dtypes (") + dtype_name(A.dtype()) + " and " +
-                         dtype_name(B.dtype()) + ")");
-      Shape b_shape;
-      if (!legacy_b_shape(p, A.shape(), B.shape(), &b_shape))
-        return ctx.error("legacy broadcast axis " + std::to_string(p.axis) + " out of range for shapes " +
-                         shape_to_string(A.shape()) + " and " + shape_to_string(B.shape()));
-      Shape out;
-      if (!broadcast_all({A.shape(), b_shape}, &out))
-        return ctx.error("shapes " + shape_to_string(A.shape()) + " and " + shape_to_string(B.shape()) +
-                         " do not broadcast");
-      const bool ok = visit<Set>(A.dtype(), [&](auto tag) {
+      const Broadcaster& bc = shape_state<Broadcaster>(ctx);
+      Tensor& O = ctx.output(0);
+      visit<Set>(A.dtype(), [&](auto tag) {
         using S = typename decltype(tag)::type;
         using R = std::conditional_t<BoolOut, bool, S>;
-        Tensor& O = ctx.output(0, BoolOut ? DataType::kBool : A.dtype(), out);
-        binary_apply<S, S, R>(A, B, O, A.shape(), b_shape, f);
+        binary_apply<S, S, R>(A, B, O, bc, f);
       });
-      if (!ok) return ctx.error(std::string("dtype ") + dtype_name(A.dtype()) + " is not supported");
       return Status::Ok();
     });
   };
@@ -200,27 +216,24 @@ void add_pow(KernelRegistry& r) {
   };
   d.create = [](const ir::Node& node, KernelInit&) -> Expected<KernelPtr> {
     const ops::BinaryParams p = ops::parse_binary(node);
-    return make_kernel([p](KernelContext& ctx) -> Status {
+    auto reshape = [p](ReshapeContext& rc) -> Status {
+      if (rc.in.size() >= 2 && (!(dtype_bit(rc.in[0].dtype) & kSet) || !(dtype_bit(rc.in[1].dtype) & kSet)))
+        return rc.error(std::string("Pow of ") + dtype_name(rc.in[0].dtype) + " by " + dtype_name(rc.in[1].dtype) +
+                        " is not supported");
+      return reshape_binary(rc, p, rc.in.empty() ? DataType::kUndefined : rc.in[0].dtype);
+    };
+    return make_staged(reshape, [](KernelContext& ctx) -> Status {
       const Tensor& A = ctx.input(0);
       const Tensor& B = ctx.input(1);
-      Shape b_shape;
-      if (!legacy_b_shape(p, A.shape(), B.shape(), &b_shape))
-        return ctx.error("legacy broadcast axis " + std::to_string(p.axis) + " out of range for shapes " +
-                         shape_to_string(A.shape()) + " and " + shape_to_string(B.shape()));
-      Shape out;
-      if (!broadcast_all({A.shape(), b_shape}, &out)) return ctx.error("shapes do not broadcast");
-      bool inner_ok = false;
-      const bool ok = visit<kSet>(A.dtype(), [&](auto ta) {
+      const Broadcaster& bc = shape_state<Broadcaster>(ctx);
+      Tensor& O = ctx.output(0);
+      visit<kSet>(A.dtype(), [&](auto ta) {
         using SA = typename decltype(ta)::type;
-        inner_ok = visit<kSet>(B.dtype(), [&](auto tb) {
+        visit<kSet>(B.dtype(), [&](auto tb) {
           using SB = typename decltype(tb)::type;
-          Tensor& O = ctx.output(0, A.dtype(), out);
-          binary_apply<SA, SB, SA>(A, B, O, A.shape(), b_shape, [](auto x, auto y) { return pow_value(x, y); });
+          binary_apply<SA, SB, SA>(A, B, O, bc, [](auto x, auto y) { return pow_value(x, y); });
         });
       });
-      if (!ok || !inner_ok)
-        return ctx.error(std::string("Pow of ") + dtype_name(A.dtype()) + " by " + dtype_name(B.dtype()) +
-                         " is not supported");
       return Status::Ok();
     });
   };
@@ -236,31 +249,43 @@ void add_variadic(KernelRegistry& r, const std::string& op, F f, bool mean) {
   d.name = "cpu." + op;
   d.check = [](const ir::Node& n) { return check_dtype(n, 0, Set); };
   d.create = [f, mean](const ir::Node&, KernelInit&) -> Expected<KernelPtr> {
-    return make_kernel([f, mean](KernelContext& ctx) -> Status {
-      const int n = ctx.num_inputs();
-      if (n < 1 || !ctx.has_input(0)) return ctx.error("needs at least one input");
+    // Per shape: one broadcast per pass (input 0 into the output, then output op input i, then the
+    // mean's division in place).
+    auto reshape = [mean](ReshapeContext& rc) -> Status {
+      const int n = static_cast<int>(rc.in.size());
+      if (n < 1 || !rc.in[0].present) return rc.error("needs at least one input");
       std::vector<Shape> shapes;
-      const DataType dt = ctx.input(0).dtype();
+      const DataType dt = rc.in[0].dtype;
       for (int i = 0; i < n; ++i) {
-        if (!ctx.has_input(i)) return ctx.error("input " + std::to_string(i) + " is missing");
-        if (ctx.input(i).dtype() != dt) return ctx.error("inputs have different dtypes");
-        shapes.push_back(ctx.input(i).shape());
+        if (!rc.in[i].present) return rc.error("input " + std::to_string(i) + " is missing");
+        if (rc.in[i].dtype != dt) return rc.error("inputs have different dtypes");
+        shapes.push_back(rc.in[i].shape);
       }
+      if (!(dtype_bit(dt) & Set)) return rc.error(std::string("dtype ") + dtype_name(dt) + " is not supported");
       Shape out;
-      if (!broadcast_all(shapes, &out)) return ctx.error("input shapes do not broadcast");
-      const bool ok = visit<Set>(dt, [&](auto tag) {
+      if (!broadcast_all(shapes, &out)) return rc.error("input shapes do not broadcast");
+      auto passes = std::make_shared<std::vector<Broadcaster>>();
+      passes->emplace_back(out, std::vector<Shape>{shapes[0], shapes[0]});
+      for (int i = 1; i < n; ++i) passes->emplace_back(out, std::vector<Shape>{out, shapes[i]});
+      if (mean && n > 1) passes->emplace_back(out, std::vector<Shape>{out, out});
+      rc.state = std::move(passes);
+      rc.out[0] = {dt, std::move(out)};
+      return Status::Ok();
+    };
+    return make_staged(reshape, [f, mean](KernelContext& ctx) -> Status {
+      const int n = ctx.num_inputs();
+      const std::vector<Broadcaster>& passes = shape_state<std::vector<Broadcaster>>(ctx);
+      Tensor& O = ctx.output(0);
+      visit<Set>(O.dtype(), [&](auto tag) {
         using S = typename decltype(tag)::type;
-        Tensor& O = ctx.output(0, dt, out);
         const Tensor& first = ctx.input(0);
-        binary_apply<S, S, S>(first, first, O, shapes[0], shapes[0], [](auto x, auto) { return x; });
-        for (int i = 1; i < n; ++i) binary_apply<S, S, S>(O, ctx.input(i), O, out, shapes[i], f);
+        binary_apply<S, S, S>(first, first, O, passes[0], [](auto x, auto) { return x; });
+        for (int i = 1; i < n; ++i) binary_apply<S, S, S>(O, ctx.input(i), O, passes[i], f);
         if (mean && n > 1) {
           const Tensor& Ocopy = O;
-          binary_apply<S, S, S>(Ocopy, Ocopy, O, out, out,
-                                [n](auto x, auto) { return x / static_cast<decltype(x)>(n); });
+          binary_apply<S, S, S>(Ocopy, Ocopy, O, passes[n], [n](auto x, auto) { return x / static_cast<decltype(x)>(n); });
         }
       });
-      if (!ok) return ctx.error(std::string("dtype ") + dtype_name(dt) + " is not supported");
       return Status::Ok();
     });
   };
@@ -274,22 +299,34 @@ void add_where(KernelRegistry& r) {
   d.since = 9;
   d.name = "cpu.Where";
   d.create = [](const ir::Node&, KernelInit&) -> Expected<KernelPtr> {
-    return make_kernel([](KernelContext& ctx) -> Status {
+    auto reshape = [](ReshapeContext& rc) -> Status {
+      if (rc.in.size() < 3 || !rc.in[0].present || !rc.in[1].present || !rc.in[2].present)
+        return rc.error("needs three inputs");
+      if (rc.in[0].dtype != DataType::kBool) return rc.error("condition must be bool");
+      const DataType dt = rc.in[1].dtype;
+      if (dt != rc.in[2].dtype) return rc.error("X and Y have different dtypes");
+      if (dt != DataType::kString && dtype_size(dt) != 1 && dtype_size(dt) != 2 && dtype_size(dt) != 4 &&
+          dtype_size(dt) != 8)
+        return rc.error(std::string("dtype ") + dtype_name(dt) + " is not supported");
+      Shape out;
+      if (!broadcast_all({rc.in[0].shape, rc.in[1].shape, rc.in[2].shape}, &out))
+        return rc.error("input shapes do not broadcast");
+      rc.state = std::make_shared<Broadcaster>(out, std::vector<Shape>{rc.in[0].shape, rc.in[1].shape, rc.in[2].shape});
+      rc.out[0] = {dt, std::move(out)};
+      return Status::Ok();
+    };
+    return make_staged(reshape, [](KernelContext& ctx) -> Status {
       const Tensor& C = ctx.input(0);
       const Tensor& X = ctx.input(1);
       const Tensor& Y = ctx.input(2);
-      if (C.dtype() != DataType::kBool) return ctx.error("condition must be bool");
-      if (X.dtype() != Y.dtype()) return ctx.error("X and Y have different dtypes");
-      Shape out;
-      if (!broadcast_all({C.shape(), X.shape(), Y.shape()}, &out)) return ctx.error("input shapes do not broadcast");
-      Tensor& O = ctx.output(0, X.dtype(), out);
+      const Broadcaster& bc = shape_state<Broadcaster>(ctx);
+      Tensor& O = ctx.output(0);
       auto run = [&](auto tag) {
         using T = typename decltype(tag)::type;
         const bool* c = C.data<bool>();
         const T* x = X.data<T>();
         const T* y = Y.data<T>();
         T* o = O.data<T>();
-        Broadcaster bc(out, {C.shape(), X.shape(), Y.shape()});
         bc.run([&](int64_t oo, const int64_t* off, int64_t n, const int64_t* st) {
           for (int64_t i = 0; i < n; ++i)
             o[oo + i] = c[off[0] + i * st[0]] ? x[off[1] + i * st[1]] : y[off[2] + i * st[2]];
@@ -303,7 +340,7 @@ void add_where(KernelRegistry& r) {
           case 2: run(Tag<uint16_t>{}); break;
           case 4: run(Tag<uint32_t>{}); break;
           case 8: run(Tag<uint64_t>{}); break;
-          default: return ctx.error(std::string("dtype ") + dtype_name(X.dtype()) + " is not supported");
+          default: break;  // refused at reshape
         }
       }
       return Status::Ok();

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "backends/cpu/elementwise_common.h"
+#include "backends/staged_kernel.h"
 #include "ops/params_misc.h"
 
 namespace kiln::cpu {
@@ -395,11 +396,14 @@ void add_cast(KernelRegistry& r, bool like) {
     KILN_ASSIGN_OR_RETURN(const ops::CastParams p, ops::parse_cast(node));
     const CastOptions o = options_of(p);
     const DataType to = p.to;  // CastLike: undefined, its target is input 1's dtype
-    return make_kernel([like, to, o](KernelContext& ctx) -> Status {
-      const Tensor& X = ctx.input(0);
-      const DataType target = like ? ctx.input(1).dtype() : to;
-      Tensor& Y = ctx.output(0, target, X.shape());
-      Status st = cast_tensor(X, Y, o);
+    auto reshape = [like, to](ReshapeContext& rc) -> Status {
+      if (rc.in.empty() || !rc.in[0].present || (like && (rc.in.size() < 2 || !rc.in[1].present)))
+        return rc.error(like ? "needs input and target_type" : "needs its input");
+      rc.out[0] = {like ? rc.in[1].dtype : to, rc.in[0].shape};
+      return Status::Ok();
+    };
+    return make_staged(reshape, [o](KernelContext& ctx) -> Status {
+      Status st = cast_tensor(ctx.input(0), ctx.output(0), o);
       if (!st.ok()) return ctx.error(st.message());
       return Status::Ok();
     });

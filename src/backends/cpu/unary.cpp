@@ -11,6 +11,7 @@
 
 #include "backends/cpu/elementwise_common.h"
 #include "backends/cpu/elementwise_math.h"
+#include "backends/staged_kernel.h"
 #include "ops/params_misc.h"
 
 namespace kiln::cpu {
@@ -48,6 +49,16 @@ void unary_apply(const Tensor& X, Tensor& Y, const F& f) {
   });
 }
 
+// reshape() of an elementwise op over dtype set `Set`: Y has X's shape, and bool or X's dtype.
+template <unsigned Set, bool BoolOut>
+Status reshape_same_shape(ReshapeContext& rc) {
+  if (rc.in.empty() || !rc.in[0].present) return rc.error("input 0 is required");
+  if (!(dtype_bit(rc.in[0].dtype) & Set))
+    return rc.error(std::string("dtype ") + dtype_name(rc.in[0].dtype) + " is not supported");
+  rc.out[0] = {BoolOut ? DataType::kBool : rc.in[0].dtype, rc.in[0].shape};
+  return Status::Ok();
+}
+
 // Registers a unary op over dtype set `Set`; make(node) returns the element function (called with
 // compute-type values). BoolOut: the output is bool (IsNaN, IsInf).
 // `variant` (e.g. "tanh") names a kernel that only takes nodes passing `accept`.
@@ -64,15 +75,14 @@ void add_unary(KernelRegistry& r, const std::string& op, int since, Make make, c
   };
   d.create = [make](const ir::Node& node, KernelInit&) -> Expected<KernelPtr> {
     auto f = make(node);
-    return make_kernel([f](KernelContext& ctx) -> Status {
+    return make_staged(reshape_same_shape<Set, BoolOut>, [f](KernelContext& ctx) -> Status {
       const Tensor& X = ctx.input(0);
-      const bool ok = visit<Set>(X.dtype(), [&](auto tag) {
+      Tensor& Y = ctx.output(0);
+      visit<Set>(X.dtype(), [&](auto tag) {
         using S = typename decltype(tag)::type;
         using R = std::conditional_t<BoolOut, bool, S>;
-        Tensor& Y = ctx.output(0, BoolOut ? DataType::kBool : X.dtype(), X.shape());
         unary_apply<S, R>(X, Y, f);
       });
-      if (!ok) return ctx.error(std::string("dtype ") + dtype_name(X.dtype()) + " is not supported");
       return Status::Ok();
     });
   };
@@ -125,13 +135,16 @@ void add_clip(KernelRegistry& r) {
   d.check = [](const ir::Node& n) { return check_dtype(n, 0, kSet); };
   d.create = [](const ir::Node& node, KernelInit&) -> Expected<KernelPtr> {
     const ops::ClipParams p = ops::parse_clip(node);
-    return make_kernel([p](KernelContext& ctx) -> Status {
+    auto reshape = [](ReshapeContext& rc) -> Status {
+      KILN_RETURN_IF_ERROR((reshape_same_shape<kSet, false>(rc)));
+      for (size_t i = 1; i <= 2 && i < rc.in.size(); ++i)
+        if (rc.in[i].present && (shape_numel(rc.in[i].shape) != 1 || rc.in[i].dtype != rc.in[0].dtype))
+          return rc.error(std::string(i == 1 ? "min" : "max") + " must be a scalar of the input's dtype");
+      return Status::Ok();
+    };
+    return make_staged(reshape, [p](KernelContext& ctx) -> Status {
       const Tensor& X = ctx.input(0);
-      for (int i = 1; i <= 2; ++i) {
-        if (ctx.has_input(i) && (ctx.input(i).numel() != 1 || ctx.input(i).dtype() != X.dtype()))
-          return ctx.error(std::string(i == 1 ? "min" : "max") + " must be a scalar of the input's dtype");
-      }
-      const bool ok = visit<kSet>(X.dtype(), [&](auto tag) {
+      visit<kSet>(X.dtype(), [&](auto tag) {
         using S = typename decltype(tag)::type;
         using C = compute_t<S>;
         C lo = std::numeric_limits<C>::lowest(), hi = std::numeric_limits<C>::max();
@@ -142,13 +155,12 @@ void add_clip(KernelRegistry& r) {
           if (ctx.has_input(1)) lo = load(ctx.input(1).data<S>()[0]);
           if (ctx.has_input(2)) hi = load(ctx.input(2).data<S>()[0]);
         }
-        Tensor& Y = ctx.output(0, X.dtype(), X.shape());
+        Tensor& Y = ctx.output(0);
         unary_apply<S, S>(X, Y, [lo, hi](C x) {
           const C v = x < lo ? lo : x;
           return v > hi ? hi : v;
         });
       });
-      if (!ok) return ctx.error(std::string("dtype ") + dtype_name(X.dtype()) + " is not supported");
       return Status::Ok();
     });
   };
