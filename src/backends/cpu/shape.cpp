@@ -246,17 +246,19 @@ void fill_elems(DataType dt, void* dst, int64_t n, const void* value) {
   });
 }
 
-void add_shape_kernel(KernelRegistry& r, const char* op, int since, int required, KernelFactory f, int until) {
+void add_shape_kernel(KernelRegistry& r, const char* op, int since, int required, KernelFactory f, int until,
+                      uint32_t host_inputs) {
   KernelDef d;
   d.op = op;
   d.since = since;
   d.until = until;
+  d.host_inputs = host_inputs;
   d.name = std::string("cpu.") + op + ".any";
   // Shape and Size read only their input's shape: it stays where it lives (no copy from a GPU).
   if (d.op == "Shape" || d.op == "Size") d.shape_inputs = 0b1;
   // The views' shape/axes operand is read on the host: when the plan cannot know it (a graph input),
   // the step is planned again on every run with the value in hand (make_view's reshape()).
-  if (d.op == "Reshape" || d.op == "Squeeze" || d.op == "Unsqueeze") d.host_inputs = 0b10;
+  if (d.op == "Reshape" || d.op == "Squeeze" || d.op == "Unsqueeze") d.host_inputs |= 0b10;
   d.create = [f = std::move(f), required](const ir::Node& n, KernelInit& init) -> Expected<KernelPtr> {
     KILN_ASSIGN_OR_RETURN(KernelPtr k, f(n, init));
     if (required == 0) return k;
@@ -290,14 +292,51 @@ namespace {
 
 using namespace shape_detail;
 
-// Ints from an attribute when the node has it (older opsets), else from input `input` (if given).
-Status ints_from(KernelContext& ctx, bool has_attr, const std::vector<int64_t>& attr, int input,
+// Ints from an attribute when the node has it (older opsets), else from host input `input` (if given):
+// its value, which the plan knows or the step is planned again with it (KernelDef::host_inputs).
+Status ints_from(const ReshapeContext& rc, bool has_attr, const std::vector<int64_t>& attr, int input,
                  std::vector<int64_t>* out, bool* present, const char* what) {
   *present = false;
   if (has_attr) { *out = attr; *present = true; return Status::Ok(); }
-  if (input < 0 || !ctx.has_input(input)) { out->clear(); return Status::Ok(); }
-  if (!read_ints(ctx.input(input), out)) return ctx.error(std::string(what) + " must be int32 or int64");
+  if (input < 0 || static_cast<size_t>(input) >= rc.in.size() || !rc.in[input].present) { out->clear(); return Status::Ok(); }
+  if (!rc.in[input].value) return unsupported(std::string(what) + " is known only when running");
+  if (!read_ints(*rc.in[input].value, out)) return rc.error(std::string(what) + " must be int32 or int64");
   *present = true;
+  return Status::Ok();
+}
+
+// A strided copy planned at reshape: dst (contiguous, shape `shape`)[idx] = src[base + sum idx_d *
+// strides_d], dims and strides simplified once (see strided_copy), so a run only moves elements.
+struct CopyPlan {
+  Shape shape;
+  std::vector<int64_t> strides;
+  int64_t base = 0;
+  bool empty = true;
+};
+
+CopyPlan plan_copy(Shape out, std::vector<int64_t> strides, int64_t base) {
+  CopyPlan p;
+  p.empty = shape_numel(out) == 0;
+  if (!p.empty) simplify(out, strides);
+  p.shape = std::move(out);
+  p.strides = std::move(strides);
+  p.base = base;
+  return p;
+}
+
+void run_copy(DataType dt, void* dst, const void* src, const CopyPlan& p) {
+  if (p.empty) return;
+  visit_elem(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    strided_copy_t(static_cast<T*>(dst), p.shape, static_cast<const T*>(src), p.base, p.strides);
+  });
+}
+
+// The run of a kernel whose reshape() planned one strided copy of X into Y.
+Status run_planned_copy(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.output(0);
+  run_copy(x.dtype(), y.raw(), x.raw(), shape_state<CopyPlan>(ctx));
   return Status::Ok();
 }
 
@@ -414,11 +453,6 @@ Expected<KernelPtr> create_flatten(const ir::Node& n, KernelInit&) {
 
 // Planned per shape signature: the output shape, and the copy's dims and source strides simplified
 // once, so a run only copies (no allocation: the channels-last pass puts Transposes in CPU chains).
-struct TransposePlan {
-  Shape copy_shape;
-  std::vector<int64_t> copy_strides;
-};
-
 Expected<KernelPtr> create_transpose(const ir::Node& n, KernelInit&) {
   const ops::TransposeParams p = ops::parse_transpose(n);
   auto reshape = [p](ReshapeContext& rc) -> Status {
@@ -438,66 +472,71 @@ Expected<KernelPtr> create_transpose(const ir::Node& n, KernelInit&) {
     }
     const std::vector<int64_t> in_st = strides_of(xs);
     Shape out(r);
-    auto plan = std::make_shared<TransposePlan>();
-    plan->copy_strides.resize(r);
+    std::vector<int64_t> st(r);
     for (int d = 0; d < r; ++d) {
       out[d] = xs[perm[d]];
-      plan->copy_strides[d] = in_st[perm[d]];
+      st[d] = in_st[perm[d]];
     }
-    rc.out[0] = {rc.in[0].dtype, out};
-    plan->copy_shape = out;
-    simplify(plan->copy_shape, plan->copy_strides);  // identity perms collapse to one copy
-    rc.state = std::move(plan);
+    rc.state = std::make_shared<CopyPlan>(plan_copy(out, std::move(st), 0));  // identity perms collapse to one copy
+    rc.out[0] = {rc.in[0].dtype, std::move(out)};
     return Status::Ok();
   };
-  return make_staged(reshape, [](KernelContext& ctx) -> Status {
-    const TransposePlan& p = shape_state<TransposePlan>(ctx);
-    const Tensor& x = ctx.input(0);
-    Tensor& y = ctx.output(0);
-    if (y.numel() == 0) return Status::Ok();
-    visit_elem(x.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      strided_copy_t(static_cast<T*>(y.raw()), p.copy_shape, static_cast<const T*>(x.raw()), 0, p.copy_strides);
-    });
-    return Status::Ok();
-  });
+  return make_staged(reshape, run_planned_copy);
 }
 
 // ---------------------------------------------------------------- Concat / Split
 
+// Concat per shape: the output is `outer` rows, each the inputs' chunks one after another.
+struct ConcatPlan {
+  int64_t outer = 0, row = 0;
+  std::vector<int64_t> chunk;  // per input (0 for an absent one): its elements in one row
+};
+
 Expected<KernelPtr> create_concat(const ir::Node& n, KernelInit&) {
   const ops::ConcatParams p = ops::parse_concat(n);
-  return make_kernel([p](KernelContext& ctx) -> Status {
-    std::vector<const Tensor*> xs;
-    for (int i = 0; i < ctx.num_inputs(); ++i)
-      if (ctx.has_input(i)) xs.push_back(&ctx.input(i));
-    if (xs.empty()) return ctx.error("no inputs");
-    const int r = xs[0]->rank();
+  auto reshape = [p](ReshapeContext& rc) -> Status {
+    const ReshapeContext::In* first = nullptr;
+    for (const auto& in : rc.in)
+      if (in.present && !first) first = &in;
+    if (!first) return rc.error("no inputs");
+    const int r = static_cast<int>(first->shape.size());
     int64_t axis = p.axis;
     if (!ops::normalize_axis(axis, r))
-      return ctx.error("axis " + std::to_string(p.axis) + " out of range for rank " + std::to_string(r));
-    Shape out = xs[0]->shape();
+      return rc.error("axis " + std::to_string(p.axis) + " out of range for rank " + std::to_string(r));
+    Shape out = first->shape;
     out[axis] = 0;
-    for (const Tensor* t : xs) {
-      if (t->rank() != r || t->dtype() != xs[0]->dtype()) return ctx.error("inputs differ in rank or dtype");
+    for (const auto& in : rc.in) {
+      if (!in.present) continue;
+      if (static_cast<int>(in.shape.size()) != r || in.dtype != first->dtype) return rc.error("inputs differ in rank or dtype");
       for (int d = 0; d < r; ++d)
-        if (d != axis && t->dim(d) != out[d])
-          return ctx.error("input shapes " + shape_to_string(xs[0]->shape()) + " and " + shape_to_string(t->shape()) +
-                           " differ outside the concat axis");
-      out[axis] += t->dim(static_cast<int>(axis));
+        if (d != axis && in.shape[d] != out[d])
+          return rc.error("input shapes " + shape_to_string(first->shape) + " and " + shape_to_string(in.shape) +
+                          " differ outside the concat axis");
+      out[axis] += in.shape[axis];
     }
-    Tensor& y = ctx.output(0, xs[0]->dtype(), out);
-    const int64_t outer = prod(out, 0, axis), inner = prod(out, axis + 1, r);
-    const int64_t row = out[axis] * inner;
+    auto plan = std::make_shared<ConcatPlan>();
+    plan->outer = prod(out, 0, axis);
+    const int64_t inner = prod(out, axis + 1, r);
+    plan->row = out[axis] * inner;
+    for (const auto& in : rc.in) plan->chunk.push_back(in.present ? in.shape[axis] * inner : 0);
+    rc.state = std::move(plan);
+    rc.out[0] = {first->dtype, std::move(out)};
+    return Status::Ok();
+  };
+  return make_staged(reshape, [](KernelContext& ctx) -> Status {
+    const ConcatPlan& p = shape_state<ConcatPlan>(ctx);
+    Tensor& y = ctx.output(0);
+    const int n = ctx.num_inputs();
     visit_elem(y.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       T* dst = y.data<T>();
-      parallel_for(outer, std::max<int64_t>(1, 16384 / std::max<int64_t>(row, 1)), [&](int64_t b, int64_t e) {
+      parallel_for(p.outer, std::max<int64_t>(1, 16384 / std::max<int64_t>(p.row, 1)), [&](int64_t b, int64_t e) {
         for (int64_t o = b; o < e; ++o) {
-          int64_t at = o * row;
-          for (const Tensor* t : xs) {
-            const int64_t chunk = t->dim(static_cast<int>(axis)) * inner;
-            copy_elems(dst + at, t->data<T>() + o * chunk, chunk);
+          int64_t at = o * p.row;
+          for (int i = 0; i < n; ++i) {
+            if (!ctx.has_input(i)) continue;
+            const int64_t chunk = p.chunk[i];
+            copy_elems(dst + at, ctx.input(i).data<T>() + o * chunk, chunk);
             at += chunk;
           }
         }
@@ -509,39 +548,46 @@ Expected<KernelPtr> create_concat(const ir::Node& n, KernelInit&) {
 
 Expected<KernelPtr> create_split(const ir::Node& n, KernelInit&) {
   const ops::SplitParams p = ops::parse_split(n);
-  return make_kernel([p](KernelContext& ctx) -> Status {
-    const Tensor& x = ctx.input(0);
-    const int r = x.rank();
+  auto reshape = [p](ReshapeContext& rc) -> Status {
+    const Shape& x = rc.in[0].shape;
+    const int r = static_cast<int>(x.size());
+    const int outputs = static_cast<int>(rc.out.size());
     int64_t axis = p.axis;
-    if (!ops::normalize_axis(axis, r)) return ctx.error("axis out of range");
-    const int64_t dim = x.dim(static_cast<int>(axis));
+    if (!ops::normalize_axis(axis, r)) return rc.error("axis out of range");
+    const int64_t dim = x[axis];
     std::vector<int64_t> sizes;
     bool present;
-    KILN_RETURN_IF_ERROR(ints_from(ctx, p.has_split_attr, p.split, 1, &sizes, &present, "split"));
+    KILN_RETURN_IF_ERROR(ints_from(rc, p.has_split_attr, p.split, 1, &sizes, &present, "split"));
     if (!present || sizes.empty()) {
-      std::string err = ops::equal_split_sizes(dim, p, ctx.num_outputs(), &sizes);
-      if (!err.empty()) return ctx.error(err);
+      std::string err = ops::equal_split_sizes(dim, p, outputs, &sizes);
+      if (!err.empty()) return rc.error(err);
     }
-    if (static_cast<int>(sizes.size()) != ctx.num_outputs())
-      return ctx.error(std::to_string(sizes.size()) + " split sizes for " + std::to_string(ctx.num_outputs()) + " outputs");
+    if (static_cast<int>(sizes.size()) != outputs)
+      return rc.error(std::to_string(sizes.size()) + " split sizes for " + std::to_string(outputs) + " outputs");
     int64_t total = 0;
     for (int64_t s : sizes) {
-      if (s < 0) return ctx.error("negative split size");
+      if (s < 0) return rc.error("negative split size");
       total += s;
     }
-    if (total != dim) return ctx.error("split sizes sum to " + std::to_string(total) + ", axis has " + std::to_string(dim));
-    const int64_t inner = prod(x.shape(), axis + 1, r);
+    if (total != dim) return rc.error("split sizes sum to " + std::to_string(total) + ", axis has " + std::to_string(dim));
+    const int64_t inner = prod(x, axis + 1, r);
+    auto plans = std::make_shared<std::vector<CopyPlan>>();
     int64_t at = 0;
-    for (int i = 0; i < ctx.num_outputs(); ++i) {
-      const int64_t start = at;
-      at += sizes[i];
-      if (!ctx.has_output(i)) continue;
-      Shape out = x.shape();
+    for (int i = 0; i < outputs; ++i) {
+      Shape out = x;
       out[axis] = sizes[i];
-      Tensor& y = ctx.output(i, x.dtype(), out);
-      std::vector<int64_t> st = strides_of(x.shape());
-      strided_copy(x.dtype(), y.raw(), out, x.raw(), start * inner, st);
+      plans->push_back(plan_copy(out, strides_of(x), at * inner));
+      at += sizes[i];
+      rc.out[i] = {rc.in[0].dtype, std::move(out)};
     }
+    rc.state = std::move(plans);
+    return Status::Ok();
+  };
+  return make_staged(reshape, [](KernelContext& ctx) -> Status {
+    const std::vector<CopyPlan>& plans = shape_state<std::vector<CopyPlan>>(ctx);
+    const Tensor& x = ctx.input(0);
+    for (int i = 0; i < ctx.num_outputs(); ++i)
+      if (ctx.has_output(i)) run_copy(x.dtype(), ctx.output(i).raw(), x.raw(), plans[i]);
     return Status::Ok();
   });
 }
@@ -550,86 +596,92 @@ Expected<KernelPtr> create_split(const ir::Node& n, KernelInit&) {
 
 Expected<KernelPtr> create_slice(const ir::Node& n, KernelInit&) {
   const ops::SliceParams p = ops::parse_slice(n);
-  return make_kernel([p](KernelContext& ctx) -> Status {
-    const Tensor& x = ctx.input(0);
-    const int r = x.rank();
+  auto reshape = [p](ReshapeContext& rc) -> Status {
+    const Shape& x = rc.in[0].shape;
+    const int r = static_cast<int>(x.size());
     const bool attrs = p.has_starts_attr;
+    auto has = [&rc](size_t i) { return i < rc.in.size() && rc.in[i].present; };
     std::vector<int64_t> starts, ends, axes, steps;
     bool present;
-    if (!attrs && (!ctx.has_input(1) || !ctx.has_input(2))) return ctx.error("missing starts or ends");
-    KILN_RETURN_IF_ERROR(ints_from(ctx, attrs, p.starts, 1, &starts, &present, "starts"));
-    KILN_RETURN_IF_ERROR(ints_from(ctx, attrs, p.ends, 2, &ends, &present, "ends"));
-    KILN_RETURN_IF_ERROR(ints_from(ctx, attrs && p.has_axes_attr, p.axes, attrs ? -1 : 3, &axes, &present, "axes"));
+    if (!attrs && (!has(1) || !has(2))) return rc.error("missing starts or ends");
+    KILN_RETURN_IF_ERROR(ints_from(rc, attrs, p.starts, 1, &starts, &present, "starts"));
+    KILN_RETURN_IF_ERROR(ints_from(rc, attrs, p.ends, 2, &ends, &present, "ends"));
+    KILN_RETURN_IF_ERROR(ints_from(rc, attrs && p.has_axes_attr, p.axes, attrs ? -1 : 3, &axes, &present, "axes"));
     if (!present) {
       axes.resize(starts.size());
       std::iota(axes.begin(), axes.end(), 0);
     }
-    if (!attrs) KILN_RETURN_IF_ERROR(ints_from(ctx, false, {}, 4, &steps, &present, "steps"));
+    if (!attrs) KILN_RETURN_IF_ERROR(ints_from(rc, false, {}, 4, &steps, &present, "steps"));
     if (steps.empty()) steps.assign(starts.size(), 1);
     if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
-      return ctx.error("starts, ends, axes and steps differ in length");
-    const std::vector<int64_t> in_st = strides_of(x.shape());
-    Shape out = x.shape();
+      return rc.error("starts, ends, axes and steps differ in length");
+    const std::vector<int64_t> in_st = strides_of(x);
+    Shape out = x;
     std::vector<int64_t> st = in_st;
     int64_t base = 0;
     std::vector<bool> seen(r, false);
     for (size_t i = 0; i < starts.size(); ++i) {
       int64_t a = axes[i];
-      if (!ops::normalize_axis(a, r) || seen[a]) return ctx.error("bad or repeated axis " + std::to_string(axes[i]));
+      if (!ops::normalize_axis(a, r) || seen[a]) return rc.error("bad or repeated axis " + std::to_string(axes[i]));
       seen[a] = true;
-      if (steps[i] == 0) return ctx.error("step 0");
-      const ops::SliceDim s = ops::slice_dim(x.dim(static_cast<int>(a)), starts[i], ends[i], steps[i]);
+      if (steps[i] == 0) return rc.error("step 0");
+      const ops::SliceDim s = ops::slice_dim(x[a], starts[i], ends[i], steps[i]);
       out[a] = s.count;
       st[a] = in_st[a] * s.step;
       if (s.count > 0) base += s.start * in_st[a];
     }
-    Tensor& y = ctx.output(0, x.dtype(), out);
-    strided_copy(x.dtype(), y.raw(), out, x.raw(), base, st);
+    rc.state = std::make_shared<CopyPlan>(plan_copy(out, std::move(st), base));
+    rc.out[0] = {rc.in[0].dtype, std::move(out)};
     return Status::Ok();
-  });
+  };
+  return make_staged(reshape, run_planned_copy);
 }
 
 // ---------------------------------------------------------------- Expand / Tile
 
 Expected<KernelPtr> create_expand(const ir::Node&, KernelInit&) {
-  return make_kernel([](KernelContext& ctx) -> Status {
-    const Tensor& x = ctx.input(0);
+  auto reshape = [](ReshapeContext& rc) -> Status {
+    if (!rc.in[1].value) return unsupported("shape is known only when running");
+    const Shape& x = rc.in[0].shape;
     std::vector<int64_t> spec;
-    if (!read_ints(ctx.input(1), &spec)) return ctx.error("shape must be int64");
+    if (!read_ints(*rc.in[1].value, &spec)) return rc.error("shape must be int64");
     Shape out;
-    if (!ops::broadcast_shapes(x.shape(), spec, &out))
-      return ctx.error("cannot broadcast " + shape_to_string(x.shape()) + " to " + shape_to_string(spec));
-    const std::vector<int64_t> in_st = strides_of(x.shape());
-    const int r = static_cast<int>(out.size()), lead = r - x.rank();
+    if (!ops::broadcast_shapes(x, spec, &out))
+      return rc.error("cannot broadcast " + shape_to_string(x) + " to " + shape_to_string(spec));
+    const std::vector<int64_t> in_st = strides_of(x);
+    const int r = static_cast<int>(out.size()), lead = r - static_cast<int>(x.size());
     std::vector<int64_t> st(r, 0);
-    for (int d = lead; d < r; ++d) st[d] = x.dim(d - lead) == 1 ? 0 : in_st[d - lead];
-    Tensor& y = ctx.output(0, x.dtype(), out);
-    strided_copy(x.dtype(), y.raw(), out, x.raw(), 0, st);
+    for (int d = lead; d < r; ++d) st[d] = x[d - lead] == 1 ? 0 : in_st[d - lead];
+    rc.state = std::make_shared<CopyPlan>(plan_copy(out, std::move(st), 0));
+    rc.out[0] = {rc.in[0].dtype, std::move(out)};
     return Status::Ok();
-  });
+  };
+  return make_staged(reshape, run_planned_copy);
 }
 
 Expected<KernelPtr> create_tile(const ir::Node&, KernelInit&) {
-  return make_kernel([](KernelContext& ctx) -> Status {
-    const Tensor& x = ctx.input(0);
+  auto reshape = [](ReshapeContext& rc) -> Status {
+    if (!rc.in[1].value) return unsupported("repeats is known only when running");
+    const Shape& x = rc.in[0].shape;
     std::vector<int64_t> reps;
-    if (!read_ints(ctx.input(1), &reps)) return ctx.error("repeats must be int64");
-    if (static_cast<int>(reps.size()) != x.rank()) return ctx.error("repeats must have one entry per input dim");
-    const std::vector<int64_t> in_st = strides_of(x.shape());
+    if (!read_ints(*rc.in[1].value, &reps)) return rc.error("repeats must be int64");
+    if (reps.size() != x.size()) return rc.error("repeats must have one entry per input dim");
+    const std::vector<int64_t> in_st = strides_of(x);
     Shape out, view;
     std::vector<int64_t> st;
-    for (int d = 0; d < x.rank(); ++d) {
-      if (reps[d] < 0) return ctx.error("negative repeat");
-      out.push_back(reps[d] * x.dim(d));
+    for (size_t d = 0; d < x.size(); ++d) {
+      if (reps[d] < 0) return rc.error("negative repeat");
+      out.push_back(reps[d] * x[d]);
       view.push_back(reps[d]);  // output index = rep * dim + i: (rep, i) is row-major
-      view.push_back(x.dim(d));
+      view.push_back(x[d]);
       st.push_back(0);
       st.push_back(in_st[d]);
     }
-    Tensor& y = ctx.output(0, x.dtype(), out);
-    strided_copy(x.dtype(), y.raw(), view, x.raw(), 0, st);
+    rc.state = std::make_shared<CopyPlan>(plan_copy(std::move(view), std::move(st), 0));
+    rc.out[0] = {rc.in[0].dtype, std::move(out)};
     return Status::Ok();
-  });
+  };
+  return make_staged(reshape, run_planned_copy);
 }
 
 // ---------------------------------------------------------------- Pad / CenterCropPad
@@ -671,105 +723,143 @@ bool float_to_elem(DataType dt, double v, Block16* out) {
   });
 }
 
+// Pad and CenterCropPad per shape: for each output dim, the input index each position reads (-1:
+// the fill), X's strides, and the fill when it is not an input (zero, or Pad's old 'value').
+struct MappedPlan {
+  Shape out;
+  std::vector<int64_t> in_strides;
+  std::vector<std::vector<int64_t>> maps;
+  ZeroElem zero;
+  Block16 value{0, 0};
+  bool has_value = false;  // the fill is `value`; else input 2 when given (Pad), else zero
+  const void* fill(DataType dt) const { return has_value ? static_cast<const void*>(&value) : zero.of(dt); }
+};
+
 Expected<KernelPtr> create_pad(const ir::Node& n, KernelInit&) {
   KILN_ASSIGN_OR_RETURN(const ops::PadParams p, ops::parse_pad(n));
-  return make_kernel([p](KernelContext& ctx) -> Status {
-    const Tensor& x = ctx.input(0);
-    const int r = x.rank();
+  auto reshape = [p](ReshapeContext& rc) -> Status {
+    const Shape& x = rc.in[0].shape;
+    const DataType dt = rc.in[0].dtype;
+    const int r = static_cast<int>(x.size());
     const bool attrs = p.has_pads_attr;
     std::vector<int64_t> pads, axes;
     bool present;
-    KILN_RETURN_IF_ERROR(ints_from(ctx, attrs, p.pads, 1, &pads, &present, "pads"));
-    if (!attrs) KILN_RETURN_IF_ERROR(ints_from(ctx, false, {}, 3, &axes, &present, "axes"));
+    KILN_RETURN_IF_ERROR(ints_from(rc, attrs, p.pads, 1, &pads, &present, "pads"));
+    if (!attrs) KILN_RETURN_IF_ERROR(ints_from(rc, false, {}, 3, &axes, &present, "axes"));
     if (axes.empty()) {
       axes.resize(r);
       std::iota(axes.begin(), axes.end(), 0);
     }
     const size_t na = axes.size();
-    if (pads.size() != 2 * na) return ctx.error("pads must have 2 entries per padded axis");
+    if (pads.size() != 2 * na) return rc.error("pads must have 2 entries per padded axis");
     std::vector<int64_t> before(r, 0), after(r, 0);
     for (size_t i = 0; i < na; ++i) {
       int64_t a = axes[i];
-      if (!ops::normalize_axis(a, r)) return ctx.error("axis out of range");
+      if (!ops::normalize_axis(a, r)) return rc.error("axis out of range");
       before[a] = pads[i];
       after[a] = pads[i + na];
     }
+    auto plan = std::make_shared<MappedPlan>();
     // The fill value.
-    ZeroElem zero;
-    Block16 conv{0, 0};
-    const void* fill = zero.of(x.dtype());
-    if (attrs) {
-      if (x.dtype() != DataType::kString && !float_to_elem(x.dtype(), p.value, &conv))
-        return ctx.error("value attribute does not fit dtype " + std::string(dtype_name(x.dtype())));
-      if (x.dtype() != DataType::kString) fill = &conv;
-    } else if (ctx.has_input(2) && ctx.input(2).numel() > 0) {
-      if (ctx.input(2).dtype() != x.dtype()) return ctx.error("constant_value dtype differs from data");
-      fill = ctx.input(2).raw();
+    if (attrs && dt != DataType::kString) {
+      if (!float_to_elem(dt, p.value, &plan->value))
+        return rc.error("value attribute does not fit dtype " + std::string(dtype_name(dt)));
+      plan->has_value = true;
+    } else if (!attrs && rc.in.size() > 2 && rc.in[2].present && shape_numel(rc.in[2].shape) > 0 && rc.in[2].dtype != dt) {
+      return rc.error("constant_value dtype differs from data");
     }
     Shape out(r);
     for (int d = 0; d < r; ++d) {
-      const int64_t dim = x.dim(d);
+      const int64_t dim = x[d];
       if (__builtin_add_overflow(dim, before[d], &out[d]) || __builtin_add_overflow(out[d], after[d], &out[d]))
-        return ctx.error("pads of axis " + std::to_string(d) + " overflow its size");
+        return rc.error("pads of axis " + std::to_string(d) + " overflow its size");
       if (out[d] < 0 || before[d] < -dim || after[d] < -dim)
-        return ctx.error("pads remove more than axis " + std::to_string(d) + " has");
+        return rc.error("pads remove more than axis " + std::to_string(d) + " has");
       if (p.mode != PadMode::kConstant && dim == 0 && out[d] > 0)
-        return ctx.error("cannot " + p.mode_name + "-pad an empty axis");
+        return rc.error("cannot " + p.mode_name + "-pad an empty axis");
     }
-    // The output first (its size is checked there): the maps below are sized by the pads, and an
-    // empty output, however long its other axes, needs none.
-    Tensor& y = ctx.output(0, x.dtype(), out);
+    // The maps are sized by the pads: checked against the limits first (an empty output, however
+    // long its other axes, needs none).
+    if (std::string why = check_tensor_size(dt, out); !why.empty()) return rc.error(why);
+    if (shape_numel(out) > 0) {
+      plan->maps.resize(r);
+      for (int d = 0; d < r; ++d) {
+        plan->maps[d].resize(out[d]);
+        for (int64_t o = 0; o < out[d]; ++o) plan->maps[d][o] = pad_source(o - before[d], x[d], p.mode);
+      }
+    }
+    plan->in_strides = strides_of(x);
+    plan->out = out;
+    rc.state = std::move(plan);
+    rc.out[0] = {dt, std::move(out)};
+    return Status::Ok();
+  };
+  return make_staged(reshape, [](KernelContext& ctx) -> Status {
+    const MappedPlan& p = shape_state<MappedPlan>(ctx);
+    const Tensor& x = ctx.input(0);
+    Tensor& y = ctx.output(0);
     if (y.numel() == 0) return Status::Ok();
-    std::vector<std::vector<int64_t>> maps(r);
-    for (int d = 0; d < r; ++d) {
-      maps[d].resize(out[d]);
-      for (int64_t o = 0; o < out[d]; ++o) maps[d][o] = pad_source(o - before[d], x.dim(d), p.mode);
-    }
-    mapped_copy(x.dtype(), y.raw(), out, x.raw(), strides_of(x.shape()), maps, fill);
+    const void* fill = p.fill(x.dtype());
+    if (!p.has_value && ctx.num_inputs() > 2 && ctx.has_input(2) && ctx.input(2).numel() > 0) fill = ctx.input(2).raw();
+    mapped_copy(x.dtype(), y.raw(), p.out, x.raw(), p.in_strides, p.maps, fill);
     return Status::Ok();
   });
 }
 
 Expected<KernelPtr> create_center_crop_pad(const ir::Node& n, KernelInit&) {
   const ops::CenterCropPadParams p = ops::parse_center_crop_pad(n);
-  return make_kernel([p](KernelContext& ctx) -> Status {
-    const Tensor& x = ctx.input(0);
-    const int r = x.rank();
+  auto reshape = [p](ReshapeContext& rc) -> Status {
+    if (!rc.in[1].value) return unsupported("shape is known only when running");
+    const Shape& x = rc.in[0].shape;
+    const int r = static_cast<int>(x.size());
     std::vector<int64_t> target;
-    if (!read_ints(ctx.input(1), &target)) return ctx.error("shape must be int64");
+    if (!read_ints(*rc.in[1].value, &target)) return rc.error("shape must be int64");
     std::vector<int64_t> axes = p.axes;
     if (axes.empty()) {
       axes.resize(r);
       std::iota(axes.begin(), axes.end(), 0);
     }
-    if (target.size() != axes.size()) return ctx.error("shape must have one entry per axis");
-    Shape out = x.shape();
+    if (target.size() != axes.size()) return rc.error("shape must have one entry per axis");
+    Shape out = x;
     for (size_t i = 0; i < axes.size(); ++i) {
       int64_t& a = axes[i];
-      if (!ops::normalize_axis(a, r)) return ctx.error("axis out of range");
-      if (target[i] < 0) return ctx.error("negative target size");
+      if (!ops::normalize_axis(a, r)) return rc.error("axis out of range");
+      if (target[i] < 0) return rc.error("negative target size");
       out[a] = target[i];
     }
-    // The output first (its size is checked there), then the maps it sizes; an empty one needs none.
-    Tensor& y = ctx.output(0, x.dtype(), out);
-    if (y.numel() == 0) return Status::Ok();
-    std::vector<std::vector<int64_t>> maps(r);
-    for (int d = 0; d < r; ++d) {
-      maps[d].resize(x.dim(d));
-      std::iota(maps[d].begin(), maps[d].end(), 0);
-    }
-    for (size_t i = 0; i < axes.size(); ++i) {
-      const int64_t a = axes[i], dim = x.dim(static_cast<int>(a)), t = target[i];
-      maps[a].resize(t);
-      // Cropping keeps the centre (extra element dropped at the end); padding adds the extra at the end.
-      const int64_t shift = t <= dim ? (dim - t) / 2 : -((t - dim) / 2);
-      for (int64_t o = 0; o < t; ++o) {
-        const int64_t s = o + shift;
-        maps[a][o] = s >= 0 && s < dim ? s : -1;
+    // The output's size is checked first, then the maps it sizes; an empty one needs none.
+    if (std::string why = check_tensor_size(rc.in[0].dtype, out); !why.empty()) return rc.error(why);
+    auto plan = std::make_shared<MappedPlan>();
+    if (shape_numel(out) > 0) {
+      std::vector<std::vector<int64_t>>& maps = plan->maps;
+      maps.resize(r);
+      for (int d = 0; d < r; ++d) {
+        maps[d].resize(x[d]);
+        std::iota(maps[d].begin(), maps[d].end(), 0);
+      }
+      for (size_t i = 0; i < axes.size(); ++i) {
+        const int64_t a = axes[i], dim = x[a], t = target[i];
+        maps[a].resize(t);
+        // Cropping keeps the centre (extra element dropped at the end); padding adds the extra at the end.
+        const int64_t shift = t <= dim ? (dim - t) / 2 : -((t - dim) / 2);
+        for (int64_t o = 0; o < t; ++o) {
+          const int64_t s = o + shift;
+          maps[a][o] = s >= 0 && s < dim ? s : -1;
+        }
       }
     }
-    ZeroElem zero;
-    mapped_copy(x.dtype(), y.raw(), out, x.raw(), strides_of(x.shape()), maps, zero.of(x.dtype()));
+    plan->in_strides = strides_of(x);
+    plan->out = out;
+    rc.state = std::move(plan);
+    rc.out[0] = {rc.in[0].dtype, std::move(out)};
+    return Status::Ok();
+  };
+  return make_staged(reshape, [](KernelContext& ctx) -> Status {
+    const MappedPlan& p = shape_state<MappedPlan>(ctx);
+    const Tensor& x = ctx.input(0);
+    Tensor& y = ctx.output(0);
+    if (y.numel() == 0) return Status::Ok();
+    mapped_copy(x.dtype(), y.raw(), p.out, x.raw(), p.in_strides, p.maps, p.fill(x.dtype()));
     return Status::Ok();
   });
 }
@@ -780,37 +870,39 @@ Expected<KernelPtr> create_depth_to_space(const ir::Node& n, KernelInit&) {
   KILN_ASSIGN_OR_RETURN(const ops::DepthToSpaceParams p, ops::parse_depth_to_space(n));
   const int64_t b = p.blocksize;
   const bool crd = p.crd;
-  return make_kernel([=](KernelContext& ctx) -> Status {
-    const Tensor& x = ctx.input(0);
-    if (x.rank() != 4) return ctx.error("input must be 4-D");
-    const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
-    if (C % (b * b) != 0) return ctx.error("channels not divisible by blocksize^2");
+  auto reshape = [b, crd](ReshapeContext& rc) -> Status {
+    const Shape& x = rc.in[0].shape;
+    if (x.size() != 4) return rc.error("input must be 4-D");
+    const int64_t N = x[0], C = x[1], H = x[2], W = x[3];
+    if (C % (b * b) != 0) return rc.error("channels not divisible by blocksize^2");
     const int64_t c = C / (b * b);
     // Input viewed as 6-D, then read in the order of the output's 6-D view [N, c, H, b, W, b].
-    Shape in6 = crd ? Shape{N, c, b, b, H, W} : Shape{N, b, b, c, H, W};
+    const Shape in6 = crd ? Shape{N, c, b, b, H, W} : Shape{N, b, b, c, H, W};
     const std::vector<int64_t> s = strides_of(in6);
-    const std::vector<int64_t> st = crd ? std::vector<int64_t>{s[0], s[1], s[4], s[2], s[5], s[3]}
-                                        : std::vector<int64_t>{s[0], s[3], s[4], s[1], s[5], s[2]};
-    Tensor& y = ctx.output(0, x.dtype(), {N, c, H * b, W * b});
-    strided_copy(x.dtype(), y.raw(), {N, c, H, b, W, b}, x.raw(), 0, st);
+    std::vector<int64_t> st = crd ? std::vector<int64_t>{s[0], s[1], s[4], s[2], s[5], s[3]}
+                                  : std::vector<int64_t>{s[0], s[3], s[4], s[1], s[5], s[2]};
+    rc.state = std::make_shared<CopyPlan>(plan_copy({N, c, H, b, W, b}, std::move(st), 0));
+    rc.out[0] = {rc.in[0].dtype, Shape{N, c, H * b, W * b}};
     return Status::Ok();
-  });
+  };
+  return make_staged(reshape, run_planned_copy);
 }
 
 Expected<KernelPtr> create_space_to_depth(const ir::Node& n, KernelInit&) {
   KILN_ASSIGN_OR_RETURN(const ops::DepthToSpaceParams p, ops::parse_depth_to_space(n));
   const int64_t b = p.blocksize;
-  return make_kernel([=](KernelContext& ctx) -> Status {
-    const Tensor& x = ctx.input(0);
-    if (x.rank() != 4) return ctx.error("input must be 4-D");
-    const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
-    if (H % b != 0 || W % b != 0) return ctx.error("spatial dims not divisible by blocksize");
+  auto reshape = [b](ReshapeContext& rc) -> Status {
+    const Shape& x = rc.in[0].shape;
+    if (x.size() != 4) return rc.error("input must be 4-D");
+    const int64_t N = x[0], C = x[1], H = x[2], W = x[3];
+    if (H % b != 0 || W % b != 0) return rc.error("spatial dims not divisible by blocksize");
     // [N, C, H/b, b, W/b, b] read as [N, b, b, C, H/b, W/b].
     const std::vector<int64_t> s = strides_of({N, C, H / b, b, W / b, b});
-    Tensor& y = ctx.output(0, x.dtype(), {N, C * b * b, H / b, W / b});
-    strided_copy(x.dtype(), y.raw(), {N, b, b, C, H / b, W / b}, x.raw(), 0, {s[0], s[3], s[5], s[1], s[2], s[4]});
+    rc.state = std::make_shared<CopyPlan>(plan_copy({N, b, b, C, H / b, W / b}, {s[0], s[3], s[5], s[1], s[2], s[4]}, 0));
+    rc.out[0] = {rc.in[0].dtype, Shape{N, C * b * b, H / b, W / b}};
     return Status::Ok();
-  });
+  };
+  return make_staged(reshape, run_planned_copy);
 }
 
 }  // namespace
@@ -822,12 +914,12 @@ void register_shape(KernelRegistry& r) {
   add_shape_kernel(r, "Flatten", 1, 1, create_flatten);
   add_shape_kernel(r, "Transpose", 1, 1, create_transpose);
   add_shape_kernel(r, "Concat", 1, 1, create_concat);
-  add_shape_kernel(r, "Split", 1, 1, create_split);
-  add_shape_kernel(r, "Slice", 1, 1, create_slice);
-  add_shape_kernel(r, "Expand", 8, 2, create_expand);
-  add_shape_kernel(r, "Tile", 6, 2, create_tile);
-  add_shape_kernel(r, "Pad", 2, 1, create_pad);
-  add_shape_kernel(r, "CenterCropPad", 18, 2, create_center_crop_pad);
+  add_shape_kernel(r, "Split", 1, 1, create_split, 1 << 30, 0b10);
+  add_shape_kernel(r, "Slice", 1, 1, create_slice, 1 << 30, 0b11110);
+  add_shape_kernel(r, "Expand", 8, 2, create_expand, 1 << 30, 0b10);
+  add_shape_kernel(r, "Tile", 6, 2, create_tile, 1 << 30, 0b10);
+  add_shape_kernel(r, "Pad", 2, 1, create_pad, 1 << 30, 0b1010);
+  add_shape_kernel(r, "CenterCropPad", 18, 2, create_center_crop_pad, 1 << 30, 0b10);
   add_shape_kernel(r, "DepthToSpace", 1, 1, create_depth_to_space);
   add_shape_kernel(r, "SpaceToDepth", 1, 1, create_space_to_depth);
   shape_detail::register_shape_index(r);

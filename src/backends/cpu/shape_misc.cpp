@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "backends/cpu/shape_util.h"
+#include "backends/staged_kernel.h"
 #include "ops/op_table.h"
 #include "ops/params_shape.h"
 #include "util/checked.h"
@@ -14,24 +15,34 @@ namespace {
 
 Expected<KernelPtr> create_shape(const ir::Node& n, KernelInit&) {
   const ops::ShapeParams p = ops::parse_shape(n);
-  return make_kernel([p](KernelContext& ctx) -> Status {
-    const Tensor& x = ctx.input(0);
-    const int64_t r = x.rank();
+  // The dims [b, e) of X: the output's length, and (as the per-shape state) b.
+  auto reshape = [p](ReshapeContext& rc) -> Status {
+    const int64_t r = static_cast<int64_t>(rc.in[0].shape.size());
     auto clamp = [r](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + r : v, 0, r); };
     const int64_t b = clamp(p.start), e = p.has_end ? clamp(p.end) : r;
-    const int64_t len = std::max<int64_t>(0, e - b);
-    Tensor& y = ctx.output(0, DataType::kInt64, {len});
-    for (int64_t i = 0; i < len; ++i) y.data<int64_t>()[i] = x.dim(static_cast<int>(b + i));
+    rc.state = std::make_shared<int64_t>(b);
+    rc.out[0] = {DataType::kInt64, Shape{std::max<int64_t>(0, e - b)}};
+    return Status::Ok();
+  };
+  return make_staged(reshape, [](KernelContext& ctx) -> Status {
+    const Tensor& x = ctx.input(0);
+    const int64_t b = shape_state<int64_t>(ctx);
+    Tensor& y = ctx.output(0);
+    for (int64_t i = 0; i < y.numel(); ++i) y.data<int64_t>()[i] = x.dim(static_cast<int>(b + i));
     return Status::Ok();
   });
 }
 
 Expected<KernelPtr> create_size(const ir::Node&, KernelInit&) {
-  return make_kernel([](KernelContext& ctx) -> Status {
-    Tensor& y = ctx.output(0, DataType::kInt64, {});
-    y.data<int64_t>()[0] = ctx.input(0).numel();
-    return Status::Ok();
-  });
+  return make_staged(
+      [](ReshapeContext& rc) -> Status {
+        rc.out[0] = {DataType::kInt64, Shape{}};
+        return Status::Ok();
+      },
+      [](KernelContext& ctx) -> Status {
+        ctx.output(0).data<int64_t>()[0] = ctx.input(0).numel();
+        return Status::Ok();
+      });
 }
 
 // ---------------------------------------------------------------- Constant / ConstantOfShape
@@ -60,11 +71,15 @@ Expected<Tensor> constant_value(const ir::Node& n) {
 
 Expected<KernelPtr> create_constant(const ir::Node& n, KernelInit&) {
   KILN_ASSIGN_OR_RETURN(Tensor value, constant_value(n));
-  return make_kernel([value](KernelContext& ctx) -> Status {
-    Tensor& y = ctx.output(0, value.dtype(), value.shape());
-    copy_tensor(value, y);
-    return Status::Ok();
-  });
+  return make_staged(
+      [value](ReshapeContext& rc) -> Status {
+        rc.out[0] = {value.dtype(), value.shape()};
+        return Status::Ok();
+      },
+      [value](KernelContext& ctx) -> Status {
+        copy_tensor(value, ctx.output(0));
+        return Status::Ok();
+      });
 }
 
 Expected<KernelPtr> create_constant_of_shape(const ir::Node& n, KernelInit&) {
@@ -76,12 +91,17 @@ Expected<KernelPtr> create_constant_of_shape(const ir::Node& n, KernelInit&) {
   } else {
     value = Tensor::empty(DataType::kFloat32, {1});
   }
-  return make_kernel([value](KernelContext& ctx) -> Status {
+  auto reshape = [dt = value.dtype()](ReshapeContext& rc) -> Status {
+    if (!rc.in[0].value) return unsupported("shape is known only when running");
     std::vector<int64_t> shape;
-    if (!read_ints(ctx.input(0), &shape)) return ctx.error("shape must be int64");
+    if (!read_ints(*rc.in[0].value, &shape)) return rc.error("shape must be int64");
     for (int64_t d : shape)
-      if (d < 0) return ctx.error("negative dim in shape");
-    Tensor& y = ctx.output(0, value.dtype(), shape);
+      if (d < 0) return rc.error("negative dim in shape");
+    rc.out[0] = {dt, std::move(shape)};
+    return Status::Ok();
+  };
+  return make_staged(reshape, [value](KernelContext& ctx) -> Status {
+    Tensor& y = ctx.output(0);
     fill_elems(value.dtype(), y.raw(), y.numel(), value.raw());
     return Status::Ok();
   });
@@ -94,59 +114,83 @@ void range_fill(T* out, int64_t n, T start, T delta) {
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(start + static_cast<T>(i) * delta);
 }
 
+// Range's length from its scalar operands (host inputs: the length sizes the output).
+Status range_length(const ReshapeContext& rc, int64_t* len) {
+  if (!rc.in[0].value || !rc.in[1].value || !rc.in[2].value) return unsupported("start, limit and delta are known only when running");
+  const Tensor& s = *rc.in[0].value;
+  const Tensor& l = *rc.in[1].value;
+  const Tensor& d = *rc.in[2].value;
+  const DataType dt = s.dtype();
+  if (l.dtype() != dt || d.dtype() != dt || s.numel() != 1 || l.numel() != 1 || d.numel() != 1)
+    return rc.error("start, limit and delta must be scalars of one dtype");
+  if (dt == DataType::kFloat16 || dt == DataType::kBFloat16) {
+    const bool h = dt == DataType::kFloat16;
+    auto load = [h](const Tensor& t) { uint16_t b = t.data<uint16_t>()[0]; return h ? f16_to_f32(b) : bf16_to_f32(b); };
+    const float start = load(s), limit = load(l), delta = load(d);
+    if (delta == 0) return rc.error("delta is zero");
+    int64_t n;
+    if (!count_from_double(std::ceil((limit - start) / delta), &n)) return rc.error("Range's length is NaN, infinite or past 2^53");
+    *len = std::max<int64_t>(0, n);
+    return Status::Ok();
+  }
+  Status st = Status::Ok();
+  const bool ok = visit_numeric(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, bool>) {
+      st = rc.error("Range does not take bool");
+    } else {
+      const T start = s.data<T>()[0], limit = l.data<T>()[0], delta = d.data<T>()[0];
+      if (delta == T(0)) { st = rc.error("delta is zero"); return; }
+      int64_t n;
+      if constexpr (std::is_floating_point_v<T>) {
+        if (!count_from_double(std::ceil((static_cast<double>(limit) - start) / delta), &n)) {
+          st = rc.error("Range's length is NaN, infinite or past 2^53");
+          return;
+        }
+      } else {  // exact integer ceil-division, in 128 bits (limit - start can pass int64)
+        const __int128 a = static_cast<int64_t>(start), b = static_cast<int64_t>(limit), c = static_cast<int64_t>(delta);
+        const __int128 w = c > 0 ? (b > a ? (b - a + c - 1) / c : 0) : (a > b ? (a - b - c - 1) / -c : 0);
+        if (w > INT64_MAX) {
+          st = rc.error("Range's length passes int64");
+          return;
+        }
+        n = static_cast<int64_t>(w);
+      }
+      *len = std::max<int64_t>(n, 0);
+    }
+  });
+  if (!ok) return rc.error(std::string("Range does not take dtype ") + dtype_name(dt));
+  return st;
+}
+
 Expected<KernelPtr> create_range(const ir::Node&, KernelInit&) {
-  return make_kernel([](KernelContext& ctx) -> Status {
+  auto reshape = [](ReshapeContext& rc) -> Status {
+    int64_t n = 0;
+    KILN_RETURN_IF_ERROR(range_length(rc, &n));
+    rc.out[0] = {rc.in[0].dtype, Shape{n}};
+    return Status::Ok();
+  };
+  return make_staged(reshape, [](KernelContext& ctx) -> Status {
     const Tensor& s = ctx.input(0);
-    const Tensor& l = ctx.input(1);
     const Tensor& d = ctx.input(2);
     const DataType dt = s.dtype();
-    if (l.dtype() != dt || d.dtype() != dt || s.numel() != 1 || l.numel() != 1 || d.numel() != 1)
-      return ctx.error("start, limit and delta must be scalars of one dtype");
+    Tensor& y = ctx.output(0);
+    const int64_t n = y.numel();
     if (dt == DataType::kFloat16 || dt == DataType::kBFloat16) {
       const bool h = dt == DataType::kFloat16;
       auto load = [h](const Tensor& t) { uint16_t b = t.data<uint16_t>()[0]; return h ? f16_to_f32(b) : bf16_to_f32(b); };
-      const float start = load(s), limit = load(l), delta = load(d);
-      if (delta == 0) return ctx.error("delta is zero");
-      int64_t n;
-      if (!count_from_double(std::ceil((limit - start) / delta), &n)) return ctx.error("Range's length is NaN, infinite or past 2^53");
-      n = std::max<int64_t>(0, n);
-      Tensor& y = ctx.output(0, dt, {n});
+      const float start = load(s), delta = load(d);
       for (int64_t i = 0; i < n; ++i) {
         const float v = start + static_cast<float>(i) * delta;
         y.data<uint16_t>()[i] = h ? f32_to_f16(v) : f32_to_bf16(v);
       }
       return Status::Ok();
     }
-    Status st = Status::Ok();
-    const bool ok = visit_numeric(dt, [&](auto tag) {
+    visit_numeric(dt, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (std::is_same_v<T, bool>) {
-        st = ctx.error("Range does not take bool");
-      } else {
-        const T start = s.data<T>()[0], limit = l.data<T>()[0], delta = d.data<T>()[0];
-        if (delta == T(0)) { st = ctx.error("delta is zero"); return; }
-        int64_t n;
-        if constexpr (std::is_floating_point_v<T>) {
-          if (!count_from_double(std::ceil((static_cast<double>(limit) - start) / delta), &n)) {
-            st = ctx.error("Range's length is NaN, infinite or past 2^53");
-            return;
-          }
-        } else {  // exact integer ceil-division, in 128 bits (limit - start can pass int64)
-          const __int128 a = static_cast<int64_t>(start), b = static_cast<int64_t>(limit), c = static_cast<int64_t>(delta);
-          const __int128 w = c > 0 ? (b > a ? (b - a + c - 1) / c : 0) : (a > b ? (a - b - c - 1) / -c : 0);
-          if (w > INT64_MAX) {
-            st = ctx.error("Range's length passes int64");
-            return;
-          }
-          n = static_cast<int64_t>(w);
-        }
-        n = std::max<int64_t>(n, 0);
-        Tensor& y = ctx.output(0, dt, {n});
-        range_fill(y.data<T>(), n, start, delta);
-      }
+      if constexpr (!std::is_same_v<T, bool>) range_fill(y.data<T>(), n, s.data<T>()[0], d.data<T>()[0]);
     });
-    if (!ok) return ctx.error(std::string("Range does not take dtype ") + dtype_name(dt));
-    return st;
+    return Status::Ok();
   });
 }
 
@@ -154,16 +198,20 @@ Expected<KernelPtr> create_range(const ir::Node&, KernelInit&) {
 
 Expected<KernelPtr> create_trilu(const ir::Node& n, KernelInit&) {
   const bool upper = ops::parse_trilu(n).upper;
-  return make_kernel([=](KernelContext& ctx) -> Status {
+  auto reshape = [](ReshapeContext& rc) -> Status {
+    if (rc.in[0].shape.size() < 2) return rc.error("input must have rank >= 2");
+    rc.out[0] = {rc.in[0].dtype, rc.in[0].shape};
+    return Status::Ok();
+  };
+  return make_staged(reshape, [=](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
-    if (x.rank() < 2) return ctx.error("input must have rank >= 2");
     int64_t k = 0;
     if (ctx.has_input(1)) {
       if (ctx.input(1).numel() != 1) return ctx.error("k must be a scalar");
       k = index_at(ctx.input(1), 0);
     }
     const int64_t rows = x.dim(-2), cols = x.dim(-1), mats = rows * cols != 0 ? x.numel() / (rows * cols) : 0;
-    Tensor& y = ctx.output(0, x.dtype(), x.shape());
+    Tensor& y = ctx.output(0);
     visit_elem(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* src = x.data<T>();
@@ -194,13 +242,20 @@ bool one_of(DataType dt, Block16* out) {
 
 Expected<KernelPtr> create_eye_like(const ir::Node& n, KernelInit&) {
   const ops::EyeLikeParams p = ops::parse_eye_like(n);
-  return make_kernel([p](KernelContext& ctx) -> Status {
+  auto reshape = [p](ReshapeContext& rc) -> Status {
+    if (rc.in[0].shape.size() != 2) return rc.error("input must be 2-D");
+    const DataType dt = p.dtype ? static_cast<DataType>(p.dtype) : rc.in[0].dtype;
+    Block16 one;
+    if (!one_of(dt, &one)) return rc.error(std::string("EyeLike does not take dtype ") + dtype_name(dt));
+    rc.out[0] = {dt, rc.in[0].shape};
+    return Status::Ok();
+  };
+  return make_staged(reshape, [p](KernelContext& ctx) -> Status {
     const Tensor& x = ctx.input(0);
-    if (x.rank() != 2) return ctx.error("input must be 2-D");
-    const DataType dt = p.dtype ? static_cast<DataType>(p.dtype) : x.dtype();
+    Tensor& y = ctx.output(0);
+    const DataType dt = y.dtype();
     Block16 one, zero{0, 0};
-    if (!one_of(dt, &one)) return ctx.error(std::string("EyeLike does not take dtype ") + dtype_name(dt));
-    Tensor& y = ctx.output(0, dt, x.shape());
+    one_of(dt, &one);
     const int64_t rows = x.dim(0), cols = x.dim(1);
     const size_t es = dtype_size(dt);
     auto* out = static_cast<char*>(y.raw());
@@ -216,8 +271,8 @@ void register_shape_misc(KernelRegistry& r) {
   add_shape_kernel(r, "Shape", 1, 1, create_shape);
   add_shape_kernel(r, "Size", 1, 1, create_size);
   add_shape_kernel(r, "Constant", 1, 0, create_constant);
-  add_shape_kernel(r, "ConstantOfShape", 9, 1, create_constant_of_shape);
-  add_shape_kernel(r, "Range", 11, 3, create_range);
+  add_shape_kernel(r, "ConstantOfShape", 9, 1, create_constant_of_shape, 1 << 30, 0b1);
+  add_shape_kernel(r, "Range", 11, 3, create_range, 1 << 30, 0b111);
   add_shape_kernel(r, "Trilu", 14, 1, create_trilu);
   add_shape_kernel(r, "EyeLike", 9, 1, create_eye_like);
 }

@@ -88,9 +88,10 @@ void fill_elems(DataType dt, void* dst, int64_t n, const void* value);
 void copy_tensor(const Tensor& src, Tensor& dst);
 
 // Registers "cpu.<op>.any"; the kernel refuses to run when one of its first `required` inputs is
-// missing, so kernels may read those freely.
+// missing, so kernels (and their reshape()) may read those freely. `host_inputs`: the operands that
+// size the output (KernelDef::host_inputs), which reshape() reads as values.
 void add_shape_kernel(KernelRegistry& r, const char* op, int since, int required, KernelFactory f,
-                      int until = 1 << 30);
+                      int until = 1 << 30, uint32_t host_inputs = 0);
 
 // Register functions of the split-up family (all called from register_shape).
 void register_shape_index(KernelRegistry& r);
