@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "backends/cpu/numeric.h"
+#include "backends/staged_kernel.h"
 #include "ops/params_nn.h"
 
 namespace kiln::cpu {
@@ -21,19 +22,21 @@ struct ReduceAttrs {
   bool noop_with_empty_axes = false;
 };
 
-// Which input elements feed each output element: out[o] reduces x[base[o] + roff[r]] over r.
+// Which input elements feed each output element: out[o] reduces x[base[o] + roff[r]] over r. Made
+// by reshape() once per input shape.
 struct ReducePlan {
   Shape out_shape;
   std::vector<int64_t> base, roff;
   bool identity = false;  // noop_with_empty_axes with empty axes: copy the input
 };
 
-Status make_plan(KernelContext& ctx, const ReduceAttrs& a, const Shape& in, ReducePlan& p) {
+Status make_plan(ReshapeContext& ctx, const ReduceAttrs& a, const Shape& in, ReducePlan& p) {
   const int64_t rank = static_cast<int64_t>(in.size());
   std::vector<int64_t> axes = a.axes;
   bool have_axes = a.has_axes_attr;
-  if (a.axes_input && ctx.has_input(1)) {
-    if (!read_ints(ctx.input(1), axes)) return ctx.error("axes must be int64");
+  if (a.axes_input && ctx.in.size() > 1 && ctx.in[1].present) {
+    if (!ctx.in[1].value) return unsupported("axes are known only when running");
+    if (!read_ints(*ctx.in[1].value, axes)) return ctx.error("axes must be int64");
     have_axes = true;
   }
   if (have_axes && axes.empty()) have_axes = false;
@@ -156,22 +159,34 @@ void reduce_dispatch(RK k, const T* x, T* y, const ReducePlan& p) {
   }
 }
 
+Status reshape_reduce(ReshapeContext& rc, const ReduceAttrs& a) {
+  if (rc.in.empty() || !rc.in[0].present) return rc.error("input 0 is required");
+  const DataType dt = rc.in[0].dtype;
+  auto plan = std::make_shared<ReducePlan>();
+  KILN_RETURN_IF_ERROR(make_plan(rc, a, rc.in[0].shape, *plan));
+  if (!plan->identity) {
+    if (dt == DataType::kBool && a.kind != RK::kMax && a.kind != RK::kMin)
+      return rc.error("bool input is only allowed for ReduceMax/ReduceMin");
+    if (!visit_numeric_f16(dt, [](auto) {})) return rc.error(std::string("unsupported dtype ") + dtype_name(dt));
+  }
+  rc.out[0] = {dt, plan->out_shape};
+  rc.state = std::move(plan);
+  return Status::Ok();
+}
+
 Status run_reduce(KernelContext& ctx, const ReduceAttrs& a) {
   const Tensor& x = ctx.input(0);
-  ReducePlan p;
-  KILN_RETURN_IF_ERROR(make_plan(ctx, a, x.shape(), p));
-  Tensor& y = ctx.output(0, x.dtype(), p.out_shape);
+  const ReducePlan& p = shape_state<ReducePlan>(ctx);
+  Tensor& y = ctx.output(0);
   if (p.identity) {
     if (x.nbytes()) std::memcpy(y.raw(), x.raw(), x.nbytes());
     return Status::Ok();
   }
-  if (x.dtype() == DataType::kBool && a.kind != RK::kMax && a.kind != RK::kMin)
-    return ctx.error("bool input is only allowed for ReduceMax/ReduceMin");
-  const bool ok = visit_numeric_f16(x.dtype(), [&](auto tag) {
+  visit_numeric_f16(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     reduce_dispatch<T>(a.kind, x.data<T>(), y.data<T>(), p);
   });
-  return ok ? Status::Ok() : ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype()));
+  return Status::Ok();
 }
 
 std::string numeric_check(const ir::Node& n) {
@@ -189,12 +204,21 @@ void add_reduce(KernelRegistry& r, const std::string& op, RK kind) {
       a.has_axes_attr = true;
     }
     if (!a.axes_input) a.noop_with_empty_axes = false;
-    return make_kernel([a](KernelContext& ctx) { return run_reduce(ctx, a); });
+    return make_staged([a](ReshapeContext& rc) { return reshape_reduce(rc, a); },
+                       [a](KernelContext& ctx) { return run_reduce(ctx, a); });
   };
-  r.add({op, "", 1, 1 << 30, "cpu." + op + ".any", numeric_check, create});
+  KernelDef d{op, "", 1, 1 << 30, "cpu." + op + ".any", numeric_check, create};
+  d.host_inputs = 0b10;  // axes (opset 13/18 on): they shape the output
+  r.add(std::move(d));
 }
 
 // ---- ArgMax / ArgMin
+
+// A tensor viewed around one axis as (outer, n, inner), planned per shape.
+struct AxisPlan {
+  int64_t outer = 1, n = 0, inner = 1;
+  int64_t k = 0;  // TopK: how many
+};
 
 // Views `s` around `axis` as (outer, n, inner).
 void split_at(const Shape& s, int64_t axis, int64_t& outer, int64_t& n, int64_t& inner) {
@@ -234,22 +258,30 @@ void add_arg(KernelRegistry& r, const std::string& op, bool is_max) {
     const int64_t axis_attr = p.axis;
     const bool keepdims = p.keepdims;
     const bool last = p.select_last_index;
-    return make_kernel([=](KernelContext& ctx) -> Status {
-      const Tensor& x = ctx.input(0);
+    auto reshape = [=](ReshapeContext& rc) -> Status {
+      const Shape& x = rc.in[0].shape;
       int64_t axis = axis_attr;
-      if (!ops_normalize_axis(axis, x.rank())) return ctx.error("axis out of range");
-      int64_t outer, n, inner;
-      split_at(x.shape(), axis, outer, n, inner);
-      if (n == 0) return ctx.error("cannot take an arg-reduction over a zero-sized axis");
-      Shape os = x.shape();
+      if (!ops_normalize_axis(axis, static_cast<int64_t>(x.size()))) return rc.error("axis out of range");
+      auto plan = std::make_shared<AxisPlan>();
+      split_at(x, axis, plan->outer, plan->n, plan->inner);
+      if (plan->n == 0) return rc.error("cannot take an arg-reduction over a zero-sized axis");
+      if (!visit_numeric_f16(rc.in[0].dtype, [](auto) {})) return rc.error("unsupported dtype");
+      Shape os = x;
       if (keepdims) os[axis] = 1;
       else os.erase(os.begin() + axis);
-      Tensor& y = ctx.output(0, DataType::kInt64, os);
-      const bool ok = visit_numeric_f16(x.dtype(), [&](auto tag) {
+      rc.state = std::move(plan);
+      rc.out[0] = {DataType::kInt64, std::move(os)};
+      return Status::Ok();
+    };
+    return make_staged(reshape, [=](KernelContext& ctx) -> Status {
+      const AxisPlan& p = shape_state<AxisPlan>(ctx);
+      const Tensor& x = ctx.input(0);
+      Tensor& y = ctx.output(0);
+      visit_numeric_f16(x.dtype(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        arg_typed<T>(x.data<T>(), y.data<int64_t>(), outer, n, inner, is_max, last);
+        arg_typed<T>(x.data<T>(), y.data<int64_t>(), p.outer, p.n, p.inner, is_max, last);
       });
-      return ok ? Status::Ok() : ctx.error("unsupported dtype");
+      return Status::Ok();
     });
   };
   r.add({op, "", 1, 1 << 30, "cpu." + op + ".any", numeric_check, create});
@@ -257,14 +289,18 @@ void add_arg(KernelRegistry& r, const std::string& op, bool is_max) {
 
 // ---- TopK
 
+// TopK's scratch: one (value, index) pair per element of X, for rows sorted in place.
+template <typename T>
+using TopKPair = std::pair<typename Num<T>::acc, int64_t>;
+
 template <typename T>
 void topk_typed(const T* x, T* vals, int64_t* idx, int64_t outer, int64_t n, int64_t inner, int64_t k,
-                bool largest) {
+                bool largest, TopKPair<T>* scratch) {
   using N = Num<T>;
   using A = typename N::acc;
   parallel_for(outer * inner, 1, [&](int64_t b, int64_t e) {
-    std::vector<std::pair<A, int64_t>> row(static_cast<size_t>(n));
     for (int64_t oi = b; oi < e; ++oi) {
+      TopKPair<T>* row = scratch + oi * n;
       const int64_t o = oi / inner, i = oi % inner;
       const T* xp = x + o * n * inner + i;
       for (int64_t j = 0; j < n; ++j) row[j] = {N::load(xp[j * inner]), j};
@@ -279,8 +315,8 @@ void topk_typed(const T* x, T* vals, int64_t* idx, int64_t outer, int64_t n, int
         if (an || cn) return !an && cn ? true : (an && cn ? a.second < c.second : false);
         return a.first < c.first || (a.first == c.first && a.second < c.second);
       };
-      if (largest) std::partial_sort(row.begin(), row.begin() + k, row.end(), greater);
-      else std::partial_sort(row.begin(), row.begin() + k, row.end(), less);
+      if (largest) std::partial_sort(row, row + k, row + n, greater);
+      else std::partial_sort(row, row + k, row + n, less);
       T* vp = vals + o * k * inner + i;
       int64_t* ip = idx + o * k * inner + i;
       for (int64_t j = 0; j < k; ++j) {
@@ -297,29 +333,47 @@ Expected<KernelPtr> create_topk(const ir::Node& nd, KernelInit&) {
   const bool largest = p.largest;
   const bool k_input = p.k_input;
   const int64_t k_attr = p.k;
-  return make_kernel([=](KernelContext& ctx) -> Status {
-    const Tensor& x = ctx.input(0);
+  auto reshape = [=](ReshapeContext& rc) -> Status {
+    const Shape& x = rc.in[0].shape;
     int64_t axis = axis_attr;
-    if (!ops_normalize_axis(axis, x.rank())) return ctx.error("axis out of range");
+    if (!ops_normalize_axis(axis, static_cast<int64_t>(x.size()))) return rc.error("axis out of range");
     int64_t k = k_attr;
     if (k_input) {
+      if (rc.in.size() < 2 || !rc.in[1].present) return rc.error("K must be a 1-element int64 tensor");
+      if (!rc.in[1].value) return unsupported("K is known only when running");
       std::vector<int64_t> kv;
-      if (!ctx.has_input(1) || !read_ints(ctx.input(1), kv) || kv.size() != 1) return ctx.error("K must be a 1-element int64 tensor");
+      if (!read_ints(*rc.in[1].value, kv) || kv.size() != 1) return rc.error("K must be a 1-element int64 tensor");
       k = kv[0];
     }
-    int64_t outer, n, inner;
-    split_at(x.shape(), axis, outer, n, inner);
-    if (k < 0 || k > n) return ctx.error("k=" + std::to_string(k) + " out of range for axis of size " + std::to_string(n));
-    Shape os = x.shape();
+    auto plan = std::make_shared<AxisPlan>();
+    split_at(x, axis, plan->outer, plan->n, plan->inner);
+    if (k < 0 || k > plan->n) return rc.error("k=" + std::to_string(k) + " out of range for axis of size " + std::to_string(plan->n));
+    plan->k = k;
+    const DataType dt = rc.in[0].dtype;
+    if (!visit_numeric_f16(dt, [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          if (k > 0) rc.workspace_bytes = static_cast<size_t>(shape_numel(x)) * sizeof(TopKPair<T>);
+        }))
+      return rc.error("unsupported dtype");
+    Shape os = x;
     os[axis] = k;
-    Tensor& v = ctx.output(0, x.dtype(), os);
-    Tensor& ix = ctx.output(1, DataType::kInt64, os);
-    if (k == 0 || outer * inner == 0) return Status::Ok();
-    const bool ok = visit_numeric_f16(x.dtype(), [&](auto tag) {
+    rc.state = std::move(plan);
+    rc.out[0] = {dt, os};
+    rc.out[1] = {DataType::kInt64, std::move(os)};
+    return Status::Ok();
+  };
+  return make_staged(reshape, [largest](KernelContext& ctx) -> Status {
+    const AxisPlan& p = shape_state<AxisPlan>(ctx);
+    const Tensor& x = ctx.input(0);
+    Tensor& v = ctx.output(0);
+    Tensor& ix = ctx.output(1);
+    if (p.k == 0 || p.outer * p.inner == 0) return Status::Ok();
+    visit_numeric_f16(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      topk_typed<T>(x.data<T>(), v.data<T>(), ix.data<int64_t>(), outer, n, inner, k, largest);
+      topk_typed<T>(x.data<T>(), v.data<T>(), ix.data<int64_t>(), p.outer, p.n, p.inner, p.k, largest,
+                    static_cast<TopKPair<T>*>(ctx.workspace()));
     });
-    return ok ? Status::Ok() : ctx.error("unsupported dtype");
+    return Status::Ok();
   });
 }
 
@@ -352,21 +406,31 @@ void cumsum_typed(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, boo
 Expected<KernelPtr> create_cumsum(const ir::Node& nd, KernelInit&) {
   const ops::CumulativeParams p = ops::parse_cumulative(nd);
   const bool exclusive = p.exclusive, reverse = p.reverse;
-  return make_kernel([=](KernelContext& ctx) -> Status {
-    const Tensor& x = ctx.input(0);
+  auto reshape = [](ReshapeContext& rc) -> Status {
+    const Shape& x = rc.in[0].shape;
+    if (rc.in.size() < 2 || !rc.in[1].present) return rc.error("axis must be a scalar int tensor");
+    if (!rc.in[1].value) return unsupported("axis is known only when running");
     std::vector<int64_t> av;
-    if (!ctx.has_input(1) || !read_ints(ctx.input(1), av) || av.size() != 1) return ctx.error("axis must be a scalar int tensor");
+    if (!read_ints(*rc.in[1].value, av) || av.size() != 1) return rc.error("axis must be a scalar int tensor");
     int64_t axis = av[0];
-    if (!ops_normalize_axis(axis, x.rank())) return ctx.error("axis out of range");
-    int64_t outer, n, inner;
-    split_at(x.shape(), axis, outer, n, inner);
-    Tensor& y = ctx.output(0, x.dtype(), x.shape());
-    const bool ok = visit_numeric_f16(x.dtype(), [&](auto tag) {
+    if (!ops_normalize_axis(axis, static_cast<int64_t>(x.size()))) return rc.error("axis out of range");
+    if (rc.in[0].dtype == DataType::kBool || !visit_numeric_f16(rc.in[0].dtype, [](auto) {}))
+      return rc.error("unsupported dtype");
+    auto plan = std::make_shared<AxisPlan>();
+    split_at(x, axis, plan->outer, plan->n, plan->inner);
+    rc.state = std::move(plan);
+    rc.out[0] = {rc.in[0].dtype, x};
+    return Status::Ok();
+  };
+  return make_staged(reshape, [=](KernelContext& ctx) -> Status {
+    const AxisPlan& p = shape_state<AxisPlan>(ctx);
+    const Tensor& x = ctx.input(0);
+    Tensor& y = ctx.output(0);
+    visit_numeric_f16(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (std::is_same_v<T, bool>) return;
-      else cumsum_typed<T>(x.data<T>(), y.data<T>(), outer, n, inner, exclusive, reverse);
+      if constexpr (!std::is_same_v<T, bool>) cumsum_typed<T>(x.data<T>(), y.data<T>(), p.outer, p.n, p.inner, exclusive, reverse);
     });
-    return ok && x.dtype() != DataType::kBool ? Status::Ok() : ctx.error("unsupported dtype");
+    return Status::Ok();
   });
 }
 
@@ -385,8 +449,12 @@ void register_reduce(KernelRegistry& r) {
   add_reduce(r, "ReduceSumSquare", RK::kSumSquare);
   add_arg(r, "ArgMax", true);
   add_arg(r, "ArgMin", false);
-  r.add({"TopK", "", 1, 1 << 30, "cpu.TopK.any", numeric_check, create_topk});
-  r.add({"CumSum", "", 11, 1 << 30, "cpu.CumSum.any", numeric_check, create_cumsum});
+  KernelDef topk{"TopK", "", 1, 1 << 30, "cpu.TopK.any", numeric_check, create_topk};
+  topk.host_inputs = 0b10;  // K (opset 10 on) sizes the outputs
+  r.add(std::move(topk));
+  KernelDef cumsum{"CumSum", "", 11, 1 << 30, "cpu.CumSum.any", numeric_check, create_cumsum};
+  cumsum.host_inputs = 0b10;  // axis
+  r.add(std::move(cumsum));
 }
 
 }  // namespace kiln::cpu
