@@ -90,27 +90,50 @@ std::vector<int64_t> row_offsets(const Shape& in, const Shape& out, int64_t cols
   return off;
 }
 
-Status skip_layer_norm(KernelContext& ctx, float eps) {
-  const Tensor& a = ctx.input(0);
-  const Tensor& b = ctx.input(1);
-  const Tensor& gamma = ctx.input(2);
+// SkipLayerNorm per shape: the rows, and (when A and B differ in shape) each row's offset in each.
+struct SkipPlan {
+  int64_t rows = 0, cols = 0;
+  bool same = true;
+  std::vector<int64_t> oa, ob;
+};
+
+Status skip_layer_norm_reshape(ReshapeContext& rc) {
+  if (rc.in.size() < 3 || !rc.in[0].present || !rc.in[1].present || !rc.in[2].present)
+    return rc.error("A, B and gamma are required");
+  const Shape& a = rc.in[0].shape;
+  const Shape& b = rc.in[1].shape;
   Shape shape;
-  if (!ops::broadcast_shapes(a.shape(), b.shape(), &shape) || shape.empty())
-    return ctx.error("A " + shape_to_string(a.shape()) + " and B " + shape_to_string(b.shape()) + " do not broadcast");
+  if (!ops::broadcast_shapes(a, b, &shape) || shape.empty())
+    return rc.error("A " + shape_to_string(a) + " and B " + shape_to_string(b) + " do not broadcast");
   const int64_t cols = shape.back();
-  if (cols == 0 || a.dim(-1) != cols || b.rank() == 0 || b.dim(-1) != cols)
-    return ctx.error("A and B must both have the last dim " + std::to_string(cols));
-  if (gamma.numel() != cols || (ctx.has_input(3) && ctx.input(3).numel() != cols))
-    return ctx.error("gamma and beta must have " + std::to_string(cols) + " values");
-  const int64_t rows = shape_numel(shape) / cols;
-  const bool same = a.shape() == b.shape();
-  const std::vector<int64_t> oa = same ? std::vector<int64_t>{} : row_offsets(a.shape(), shape, cols);
-  const std::vector<int64_t> ob = same ? std::vector<int64_t>{} : row_offsets(b.shape(), shape, cols);
-  Tensor& y = ctx.output(0, DataType::kFloat32, shape);
-  float* sum_out = ctx.num_outputs() > 1 && ctx.has_output(1) ? ctx.output(1, DataType::kFloat32, shape).data<float>() : nullptr;
-  const float* pa = a.data<float>();
-  const float* pb = b.data<float>();
-  const float* g = gamma.data<float>();
+  if (cols == 0 || a.back() != cols || b.empty() || b.back() != cols)
+    return rc.error("A and B must both have the last dim " + std::to_string(cols));
+  const bool has_beta = rc.in.size() > 3 && rc.in[3].present;
+  if (shape_numel(rc.in[2].shape) != cols || (has_beta && shape_numel(rc.in[3].shape) != cols))
+    return rc.error("gamma and beta must have " + std::to_string(cols) + " values");
+  auto plan = std::make_shared<SkipPlan>();
+  plan->cols = cols;
+  plan->rows = shape_numel(shape) / cols;
+  plan->same = a == b;
+  if (!plan->same) {
+    plan->oa = row_offsets(a, shape, cols);
+    plan->ob = row_offsets(b, shape, cols);
+  }
+  rc.state = std::move(plan);
+  rc.out[0] = {DataType::kFloat32, shape};
+  if (rc.out.size() > 1) rc.out[1] = {DataType::kFloat32, shape};
+  return Status::Ok();
+}
+
+Status skip_layer_norm(KernelContext& ctx, float eps) {
+  const SkipPlan& p = shape_state<SkipPlan>(ctx);
+  const int64_t cols = p.cols;
+  const bool same = p.same;
+  Tensor& y = ctx.output(0);
+  float* sum_out = ctx.num_outputs() > 1 && ctx.has_output(1) ? ctx.output(1).data<float>() : nullptr;
+  const float* pa = ctx.input(0).data<float>();
+  const float* pb = ctx.input(1).data<float>();
+  const float* g = ctx.input(2).data<float>();
   const float* be = ctx.has_input(3) ? ctx.input(3).data<float>() : nullptr;
   float* py = y.data<float>();
   NormRow nr;
@@ -118,9 +141,9 @@ Status skip_layer_norm(KernelContext& ctx, float eps) {
   nr.gamma = g;
   nr.beta = be;
   nr.eps = eps;
-  parallel_for(rows, std::max<int64_t>(1, 4096 / cols), [&](int64_t r0, int64_t r1) {
+  parallel_for(p.rows, std::max<int64_t>(1, 4096 / cols), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
-      norm_row(nr, pa + (same ? r * cols : oa[r]), pb + (same ? r * cols : ob[r]), sum_out ? sum_out + r * cols : nullptr,
+      norm_row(nr, pa + (same ? r * cols : p.oa[r]), pb + (same ? r * cols : p.ob[r]), sum_out ? sum_out + r * cols : nullptr,
                py + r * cols);
   });
   return Status::Ok();
@@ -182,7 +205,8 @@ void register_fused(KernelRegistry& r) {
   r.add({"SkipLayerNorm", "kiln", 1, 1 << 30, "cpu.SkipLayerNorm.f32", fused::check_f32,
          [](const ir::Node& n, KernelInit&) {
            const float eps = ops::parse_skip_layer_norm(n).epsilon;
-           return make_kernel([eps](KernelContext& ctx) { return fused::skip_layer_norm(ctx, eps); });
+           return make_staged(fused::skip_layer_norm_reshape,
+                              [eps](KernelContext& ctx) { return fused::skip_layer_norm(ctx, eps); });
          }});
   r.add({"ChannelAffine", "kiln", 1, 1 << 30, "cpu.ChannelAffine.f32",
          [](const ir::Node& n) -> std::string {

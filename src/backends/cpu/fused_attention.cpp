@@ -3,11 +3,13 @@
 // the [B, S, H*Dv] output. Q, K, V stay in their projected [B, S, H*D] layout (heads are strided
 // views), so no transposes or reshapes are materialized; sequence-first [S, B, H*D] tensors (torch's
 // nn.MultiheadAttention) are read the same way with other strides.
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
 #include <limits>
 
 #include "backends/cpu/fused_common.h"
+#include "backends/staged_kernel.h"
 #include "ops/nn.h"
 #include "ops/params_nn.h"
 
@@ -55,70 +57,101 @@ void softmax_row(float* row, int64_t T, const bool* crow, int64_t cstride, const
   else softmax_row_body(row, T, crow, cstride, mrow, mstride, a);
 }
 
-Status attention(KernelContext& ctx, const ops::FusedAttentionParams& a) {
-  const Tensor& q = ctx.input(0);
-  const Tensor& k = ctx.input(1);
-  const Tensor& v = ctx.input(2);
-  if (q.rank() != 3 || k.rank() != 3 || v.rank() != 3) return ctx.error("Q, K, V must be 3-D");
+// The attention's geometry for one input-shape signature, and how its (batch, head) jobs split into
+// parts, each with its own block of scores in the workspace (never more parts than blocks, whatever
+// the threads at run time).
+struct AttentionPlan {
+  int64_t B = 0, S = 0, T = 0, H = 0, D = 0, Dv = 0;
+  int64_t ms[4] = {0, 0, 0, 0}, cs[4] = {0, 0, 0, 0};  // the masks' strides over [B, H, S, T]
+  ops::AttentionStrides st;
+  int64_t parts = 1;
+};
+
+Status attention_reshape(ReshapeContext& rc, const ops::FusedAttentionParams& a) {
+  if (rc.in.size() < 3 || !rc.in[0].present || !rc.in[1].present || !rc.in[2].present) return rc.error("Q, K, V are required");
+  const Shape& q = rc.in[0].shape;
+  const Shape& k = rc.in[1].shape;
+  const Shape& v = rc.in[2].shape;
+  if (q.size() != 3 || k.size() != 3 || v.size() != 3) return rc.error("Q, K, V must be 3-D");
   // Batch-first [B, S, H*D], or sequence-first [S, B, H*D]: dim `bd` is the batch, `sd` the sequence.
   const int bd = a.sequence_first ? 1 : 0, sd = 1 - bd;
-  const int64_t B = q.dim(bd), S = q.dim(sd), T = k.dim(sd), H = a.num_heads;
-  if (k.dim(bd) != B || v.dim(bd) != B || v.dim(sd) != T) return ctx.error("Q, K, V batch or key lengths differ");
+  auto plan = std::make_shared<AttentionPlan>();
+  AttentionPlan& p = *plan;
+  p.B = q[bd];
+  p.S = q[sd];
+  p.T = k[sd];
+  p.H = a.num_heads;
+  if (k[bd] != p.B || v[bd] != p.B || v[sd] != p.T) return rc.error("Q, K, V batch or key lengths differ");
   // Packed: the hidden size of each part is a third of the tensor's.
   const int64_t parts = a.packed_qkv ? 3 : 1;
   // (inputs 1 and 2 are the same tensor as input 0, which alone is read)
-  if (a.packed_qkv && (a.sequence_first || q.shape() != k.shape() || q.shape() != v.shape() || q.dim(2) % 3))
-    return ctx.error("a packed QKV is one batch-first tensor [B, S, 3*H*D] given as Q, K and V");
-  if ((q.dim(2) / parts) % H || (v.dim(2) / parts) % H || k.dim(2) != q.dim(2))
-    return ctx.error("hidden sizes do not split into " + std::to_string(H) + " heads");
-  const int64_t D = q.dim(2) / parts / H, Dv = v.dim(2) / parts / H;
-  const int64_t full[4] = {B, H, S, T};
-  int64_t ms[4] = {0, 0, 0, 0};
-  const float* mask = nullptr;
-  if (ctx.has_input(3)) {
-    const Tensor& m = ctx.input(3);
-    if (m.dtype() != DataType::kFloat32) return ctx.error("mask must be float32");
-    if (!ops::attention_mask_strides(m.shape(), full, ms, a.mask_batch_period))
-      return ctx.error("mask " + shape_to_string(m.shape()) + " does not broadcast to [B, H, S, T]" +
-                       (a.mask_batch_period ? " with batch period " + std::to_string(a.mask_batch_period) : std::string()));
-    mask = m.data<float>();
+  if (a.packed_qkv && (a.sequence_first || q != k || q != v || q[2] % 3))
+    return rc.error("a packed QKV is one batch-first tensor [B, S, 3*H*D] given as Q, K and V");
+  if ((q[2] / parts) % p.H || (v[2] / parts) % p.H || k[2] != q[2])
+    return rc.error("hidden sizes do not split into " + std::to_string(p.H) + " heads");
+  p.D = q[2] / parts / p.H;
+  p.Dv = v[2] / parts / p.H;
+  const int64_t full[4] = {p.B, p.H, p.S, p.T};
+  if (rc.in.size() > 3 && rc.in[3].present) {
+    const Shape& m = rc.in[3].shape;
+    if (rc.in[3].dtype != DataType::kFloat32) return rc.error("mask must be float32");
+    if (!ops::attention_mask_strides(m, full, p.ms, a.mask_batch_period))
+      return rc.error("mask " + shape_to_string(m) + " does not broadcast to [B, H, S, T]" +
+                      (a.mask_batch_period ? " with batch period " + std::to_string(a.mask_batch_period) : std::string()));
   } else if (a.mask_batch_period) {
-    return ctx.error("mask_batch_period is given without an additive mask");
+    return rc.error("mask_batch_period is given without an additive mask");
   }
-  int64_t cs[4] = {0, 0, 0, 0};
-  const bool* cond = nullptr;
-  if (ctx.num_inputs() > 4 && ctx.has_input(4)) {
-    const Tensor& c = ctx.input(4);
-    if (c.dtype() != DataType::kBool) return ctx.error("the bool mask must be bool");
-    if (!ops::attention_mask_strides(c.shape(), full, cs)) return ctx.error("bool mask " + shape_to_string(c.shape()) + " does not broadcast to [B, H, S, T]");
-    cond = c.data<bool>();
+  if (rc.in.size() > 4 && rc.in[4].present) {
+    if (rc.in[4].dtype != DataType::kBool) return rc.error("the bool mask must be bool");
+    if (!ops::attention_mask_strides(rc.in[4].shape, full, p.cs))
+      return rc.error("bool mask " + shape_to_string(rc.in[4].shape) + " does not broadcast to [B, H, S, T]");
   }
-  Tensor& y = ctx.output(0, DataType::kFloat32, a.sequence_first ? Shape{S, B, H * Dv} : Shape{B, S, H * Dv});
+  p.st = a.packed_qkv ? ops::packed_attention_strides(p.S, p.H, p.D)
+                      : ops::attention_strides(p.B, p.S, p.T, p.H, p.D, p.Dv, a.sequence_first);
+  p.parts = std::max<int64_t>(1, std::min<int64_t>(p.B * p.H, omp_get_max_threads()));
+  rc.workspace_bytes = static_cast<size_t>(p.parts * p.S * p.T) * sizeof(float);
+  rc.out[0] = {DataType::kFloat32, a.sequence_first ? Shape{p.S, p.B, p.H * p.Dv} : Shape{p.B, p.S, p.H * p.Dv}};
+  rc.state = std::move(plan);
+  return Status::Ok();
+}
+
+Status attention(KernelContext& ctx, const ops::FusedAttentionParams& a) {
+  const AttentionPlan& p = shape_state<AttentionPlan>(ctx);
+  const int64_t B = p.B, S = p.S, T = p.T, H = p.H, D = p.D, Dv = p.Dv;
+  const Tensor& q = ctx.input(0);
+  const float* mask = ctx.has_input(3) ? ctx.input(3).data<float>() : nullptr;
+  const bool* cond = ctx.num_inputs() > 4 && ctx.has_input(4) ? ctx.input(4).data<bool>() : nullptr;
+  const int64_t* ms = p.ms;
+  const int64_t* cs = p.cs;
+  Tensor& y = ctx.output(0);
   if (y.numel() == 0) return Status::Ok();
   const float* pq = q.data<float>();
-  const float* pk = a.packed_qkv ? pq + H * D : k.data<float>();
-  const float* pv = a.packed_qkv ? pq + 2 * H * D : v.data<float>();
+  const float* pk = a.packed_qkv ? pq + H * D : ctx.input(1).data<float>();
+  const float* pv = a.packed_qkv ? pq + 2 * H * D : ctx.input(2).data<float>();
   float* py = y.data<float>();
   if (T == 0) {
     // softmax over nothing: NaN, or 0 under zero_nan_rows
     std::fill(py, py + y.numel(), a.zero_nan_rows ? 0.0f : std::numeric_limits<float>::quiet_NaN());
     return Status::Ok();
   }
-  const ops::AttentionStrides st = a.packed_qkv ? ops::packed_attention_strides(S, H, D)
-                                                : ops::attention_strides(B, S, T, H, D, Dv, a.sequence_first);
-  parallel_for(B * H, 1, [&](int64_t j0, int64_t j1) {
-    std::vector<float> scores(static_cast<size_t>(S * T));
-    for (int64_t j = j0; j < j1; ++j) {
-      const int64_t b = j / H, h = j % H;
-      const int64_t mb = a.mask_batch_period ? b % a.mask_batch_period : b;  // the mask's batch entry
-      const float* qb = pq + b * st.q_batch + h * D;
-      const float* kb = pk + b * st.k_batch + h * D;
-      const float* vb = pv + b * st.v_batch + h * Dv;
-      float* yb = py + b * st.y_batch + h * Dv;
-      dnnl_sgemm('N', 'T', S, T, D, a.scale, qb, st.q_row, kb, st.k_row, 0.0f, scores.data(), T);
-      for (int64_t s = 0; s < S; ++s) softmax_row(scores.data() + s * T, T, cond ? cond + b * cs[0] + h * cs[1] + s * cs[2] : nullptr,
-                                                  cs[3], mask ? mask + mb * ms[0] + h * ms[1] + s * ms[2] : nullptr, ms[3], a);
-      dnnl_sgemm('N', 'N', S, Dv, T, 1.0f, scores.data(), T, vb, st.v_row, 0.0f, yb, st.y_row);
+  const ops::AttentionStrides& st = p.st;
+  const int64_t jobs = B * H, parts = p.parts;
+  float* const all_scores = static_cast<float*>(ctx.workspace());
+  parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t part = p0; part < p1; ++part) {
+      float* scores = all_scores + part * S * T;
+      for (int64_t j = part * jobs / parts; j < (part + 1) * jobs / parts; ++j) {
+        const int64_t b = j / H, h = j % H;
+        const int64_t mb = a.mask_batch_period ? b % a.mask_batch_period : b;  // the mask's batch entry
+        const float* qb = pq + b * st.q_batch + h * D;
+        const float* kb = pk + b * st.k_batch + h * D;
+        const float* vb = pv + b * st.v_batch + h * Dv;
+        float* yb = py + b * st.y_batch + h * Dv;
+        dnnl_sgemm('N', 'T', S, T, D, a.scale, qb, st.q_row, kb, st.k_row, 0.0f, scores, T);
+        for (int64_t s = 0; s < S; ++s) softmax_row(scores + s * T, T, cond ? cond + b * cs[0] + h * cs[1] + s * cs[2] : nullptr,
+                                                    cs[3], mask ? mask + mb * ms[0] + h * ms[1] + s * ms[2] : nullptr, ms[3], a);
+        dnnl_sgemm('N', 'N', S, Dv, T, 1.0f, scores, T, vb, st.v_row, 0.0f, yb, st.y_row);
+      }
     }
   });
   return Status::Ok();
@@ -134,7 +167,9 @@ void register_fused_attention(KernelRegistry& r) {
            return ops::parse_fused_attention(n).num_heads > 0 ? "" : "num_heads must be positive";
          },
          [](const ir::Node& n, KernelInit&) {
-           return make_kernel([a = ops::parse_fused_attention(n)](KernelContext& ctx) { return attention(ctx, a); });
+           const ops::FusedAttentionParams a = ops::parse_fused_attention(n);
+           return make_staged([a](ReshapeContext& rc) { return attention_reshape(rc, a); },
+                              [a](KernelContext& ctx) { return attention(ctx, a); });
          }});
 }
 

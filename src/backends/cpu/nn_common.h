@@ -46,21 +46,71 @@ C load_as(const Tensor& t, int64_t i) {
   }
 }
 
-// The elements of `t` as C: a pointer straight into `t` when its dtype is C, else a converted copy.
+// Whether a tensor of `dt` is read as C in place (else ReadAs/WriteAs convert through a copy).
+template <typename C>
+bool is_native(DataType dt) {
+  return (std::is_same_v<C, float> && dt == DataType::kFloat32) || (std::is_same_v<C, double> && dt == DataType::kFloat64) ||
+         (std::is_same_v<C, int32_t> && dt == DataType::kInt32) || (std::is_same_v<C, int64_t> && dt == DataType::kInt64);
+}
+
+// The bytes ReadAs<C>/WriteAs<C> need as scratch for n elements of `dt` (0 when read in place): what
+// a staged kernel's reshape() adds to its workspace.
+template <typename C>
+size_t conversion_bytes(DataType dt, int64_t n) {
+  return is_native<C>(dt) ? 0 : static_cast<size_t>(n) * sizeof(C);
+}
+
+// Carves a kernel's workspace into arrays: reshape() takes the arrays from a Scratch without a base
+// and asks for bytes(); run() takes the same arrays in the same order from ctx.workspace().
+class Scratch {
+ public:
+  explicit Scratch(void* base = nullptr) : base_(static_cast<char*>(base)) {}
+  template <typename T>
+  T* take(size_t n) {
+    T* r = base_ ? reinterpret_cast<T*>(base_ + used_) : nullptr;
+    used_ += (n * sizeof(T) + 63) / 64 * 64;
+    return r;
+  }
+  size_t bytes() const { return used_; }
+
+ private:
+  char* base_;
+  size_t used_ = 0;
+};
+
+// A kernel computing in visit_real's type T over X (n elements) into Y of X's dtype converts through
+// X and Y as T when their dtype is not T: two arrays of its workspace, taken in reshape() to size it
+// (real_copies_bytes) and in run() from ctx.workspace(); null when nothing is converted.
+template <typename T>
+struct RealCopies {
+  T* x = nullptr;
+  T* y = nullptr;
+  RealCopies(Scratch& ws, DataType dt, int64_t n) {
+    if (!conversion_bytes<T>(dt, 1)) return;
+    x = ws.take<T>(static_cast<size_t>(n));
+    y = ws.take<T>(static_cast<size_t>(n));
+  }
+};
+// reshape(): those bytes; false for a dtype visit_real does not take.
+bool real_copies_bytes(DataType dt, int64_t n, size_t* bytes);
+
+// The elements of `t` as C: a pointer straight into `t` when its dtype is C, else a converted copy
+// (into `scratch` when given: conversion_bytes<C> of them, so a run allocates nothing).
 template <typename C>
 class ReadAs {
  public:
-  explicit ReadAs(const Tensor& t) {
-    if ((std::is_same_v<C, float> && t.dtype() == DataType::kFloat32) ||
-        (std::is_same_v<C, double> && t.dtype() == DataType::kFloat64) ||
-        (std::is_same_v<C, int32_t> && t.dtype() == DataType::kInt32) ||
-        (std::is_same_v<C, int64_t> && t.dtype() == DataType::kInt64)) {
+  explicit ReadAs(const Tensor& t, C* scratch = nullptr) {
+    if (is_native<C>(t.dtype())) {
       p_ = t.data<C>();
       return;
     }
-    buf_.resize(static_cast<size_t>(t.numel()));
-    for (int64_t i = 0; i < t.numel(); ++i) buf_[i] = load_as<C>(t, i);
-    p_ = buf_.data();
+    C* dst = scratch;
+    if (!dst) {
+      buf_.resize(static_cast<size_t>(t.numel()));
+      dst = buf_.data();
+    }
+    for (int64_t i = 0; i < t.numel(); ++i) dst[i] = load_as<C>(t, i);
+    p_ = dst;
   }
   const C* data() const { return p_; }
   C operator[](int64_t i) const { return p_[i]; }
@@ -87,10 +137,15 @@ void store_as(Tensor& t, int64_t i, C v) {
 template <typename C>
 class WriteAs {
  public:
-  explicit WriteAs(Tensor& t) : t_(t) {
+  explicit WriteAs(Tensor& t, C* scratch = nullptr) : t_(t) {
     if ((std::is_same_v<C, float> && t.dtype() == DataType::kFloat32) ||
         (std::is_same_v<C, double> && t.dtype() == DataType::kFloat64)) {
       p_ = t.data<C>();
+      return;
+    }
+    converted_ = true;
+    if (scratch) {
+      p_ = scratch;
       return;
     }
     buf_.resize(static_cast<size_t>(t.numel()));
@@ -99,16 +154,18 @@ class WriteAs {
   C* data() { return p_; }
   C& operator[](int64_t i) { return p_[i]; }
   void commit() {
-    if (buf_.empty()) return;
+    if (!converted_) return;
     const int64_t n = t_.numel();
+    const C* src = p_;
     parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) store_as<C>(t_, i, buf_[i]);
+      for (int64_t i = b; i < e; ++i) store_as<C>(t_, i, src[i]);
     });
   }
 
  private:
   Tensor& t_;
   C* p_ = nullptr;
+  bool converted_ = false;
   std::vector<C> buf_;
 };
 
@@ -145,6 +202,14 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A
 
 inline std::string require_real(const ir::Node& n, int input) {
   return require_dtypes(n, input, {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16});
+}
+
+inline bool real_copies_bytes(DataType dt, int64_t n, size_t* bytes) {
+  return visit_real(dt, [&](auto tag) {
+    Scratch ws;
+    RealCopies<typename decltype(tag)::type>(ws, dt, n);
+    *bytes = ws.bytes();
+  });
 }
 
 }  // namespace kiln::cpu::nn

@@ -24,17 +24,21 @@ void moments(const C* p, int64_t n, double& mean, double& var) {
   var = n ? q / n : 0;
 }
 
-// `t` broadcast (numpy rules) to `target`, flattened.
-template <typename C>
-Expected<std::vector<C>> expand_to(const Tensor& t, const Shape& target) {
+// Why `s` does not broadcast (numpy rules) to `target` as it is, or "".
+std::string broadcast_to_error(const Shape& s, const Shape& target) {
   Shape b;
-  if (!ops::broadcast_shapes(target, t.shape(), &b) || b != target)
-    return invalid_argument("shape " + shape_to_string(t.shape()) + " does not broadcast to " + shape_to_string(target));
+  if (!ops::broadcast_shapes(target, s, &b) || b != target)
+    return "shape " + shape_to_string(s) + " does not broadcast to " + shape_to_string(target);
+  return "";
+}
+
+// `t` broadcast to `target` (broadcast_to_error said it does), flattened into `out`.
+template <typename C>
+void expand_into(const Tensor& t, const Shape& target, C* out) {
   const int64_t n = shape_numel(target);
-  std::vector<C> out(static_cast<size_t>(n));
   const Shape& s = t.shape();
   const size_t r = target.size(), off = r - s.size();
-  std::vector<int64_t> coord(r, 0);
+  SmallDims<> coord(r);
   for (int64_t i = 0; i < n; ++i) {
     int64_t j = 0;
     for (size_t d = off; d < r; ++d) j = j * s[d - off] + (s[d - off] == 1 ? 0 : coord[d]);
@@ -44,7 +48,6 @@ Expected<std::vector<C>> expand_to(const Tensor& t, const Shape& target) {
       coord[d] = 0;
     }
   }
-  return out;
 }
 
 // ---- BatchNormalization
@@ -182,21 +185,40 @@ std::unique_ptr<Kernel> make_constant_batch_norm(const ir::Node& n, const BnAttr
 
 // Normalizes x [N, C, S...] over groups of C/G channels; scale/bias are per channel (numel C) or
 // per group (numel G).
+// Group (and instance: groups = C) normalization's reshape: checks, and X and Y as T in the workspace
+// when their dtype is not T. `groups` < 0: C groups.
+Status group_norm_reshape(ReshapeContext& rc, int64_t groups) {
+  if (rc.in.size() < 3 || !rc.in[0].present || !rc.in[1].present || !rc.in[2].present)
+    return rc.error("X, scale and bias are required");
+  const Shape& x = rc.in[0].shape;
+  const DataType dt = rc.in[0].dtype;
+  if (x.size() < 2) return rc.error("X must have rank >= 2");
+  const int64_t C = x[1];
+  if (groups < 0) groups = C;
+  if (groups < 1 || C % groups != 0) return rc.error("channels must be divisible by num_groups");
+  for (int i = 1; i <= 2; ++i)
+    if (shape_numel(rc.in[i].shape) != C && shape_numel(rc.in[i].shape) != groups)
+      return rc.error("scale and bias must have C or num_groups entries");
+  if (!real_copies_bytes(dt, shape_numel(x), &rc.workspace_bytes))
+    return rc.error(std::string("unsupported dtype ") + dtype_name(dt));
+  rc.out[0] = {dt, x};
+  return Status::Ok();
+}
+
 Status group_norm(KernelContext& ctx, int64_t groups, double eps) {
   const Tensor& x = ctx.input(0);
-  if (x.rank() < 2) return ctx.error("X must have rank >= 2");
   const int64_t N = x.dim(0), C = x.dim(1), S = (N * C) != 0 ? x.numel() / (N * C) : 0;
-  if (groups < 1 || C % groups != 0) return ctx.error("channels must be divisible by num_groups");
+  if (groups < 0) groups = C;
   const Tensor& sc = ctx.input(1);
   const Tensor& bi = ctx.input(2);
-  for (const Tensor* p : {&sc, &bi})
-    if (p->numel() != C && p->numel() != groups) return ctx.error("scale and bias must have C or num_groups entries");
   const int64_t cg = C / groups, len = cg * S;
-  Tensor& y = ctx.output(0, x.dtype(), x.shape());
+  Tensor& y = ctx.output(0);
   visit_real(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    ReadAs<T> xv(x);
-    WriteAs<T> out(y);
+    Scratch ws(ctx.workspace());
+    const RealCopies<T> copies(ws, x.dtype(), x.numel());
+    ReadAs<T> xv(x, copies.x);
+    WriteAs<T> out(y, copies.y);
     parallel_for(N * groups, 1, [&](int64_t b, int64_t e) {
       for (int64_t ng = b; ng < e; ++ng) {
         const T* p = xv.data() + ng * len;
@@ -226,10 +248,9 @@ struct LastDimsAttrs {
   bool rms = false;
 };
 
-// Whether `t` holds exactly `inner`'s elements in order: its shape is `inner`'s trailing dims and
+// Whether a tensor of shape `s` holds exactly `inner`'s elements in order: `s` is `inner`'s trailing dims and
 // the dims before them are 1 (what broadcasting it to `inner` leaves as it is).
-bool matches_inner(const Tensor& t, const Shape& inner) {
-  const Shape& s = t.shape();
+bool matches_inner(const Shape& s, const Shape& inner) {
   if (s.size() > inner.size()) return false;
   const size_t lead = inner.size() - s.size();
   for (size_t d = 0; d < lead; ++d)
@@ -258,42 +279,88 @@ void last_dims_norm_f32(KernelContext& ctx, const LastDimsAttrs& a, int64_t oute
   });
 }
 
-Status last_dims_norm(KernelContext& ctx, const LastDimsAttrs& a) {
-  const Tensor& x = ctx.input(0);
+// Layer/RMS normalization per shape: X as [outer, D] rows, the statistics' shape, which path runs.
+struct LastDimsPlan {
+  Shape inner, stat_shape;
+  int64_t outer = 0, D = 0;
+  bool f32_rows = false;
+};
+
+// The general path's workspace: Scale and B broadcast to the normalized dims (double), then X and Y
+// as T when their dtype is not T.
+template <typename T>
+struct LastDimsScratch {
+  double *scale = nullptr, *bias = nullptr;
+  T *x = nullptr, *y = nullptr;
+  LastDimsScratch(Scratch& ws, const LastDimsPlan& p, DataType dt, bool has_b) {
+    scale = ws.take<double>(static_cast<size_t>(p.D));
+    if (has_b) bias = ws.take<double>(static_cast<size_t>(p.D));
+    const RealCopies<T> copies(ws, dt, p.outer * p.D);
+    x = copies.x;
+    y = copies.y;
+  }
+};
+
+Status last_dims_reshape(ReshapeContext& rc, const LastDimsAttrs& a) {
+  if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("X and Scale are required");
+  const Shape& x = rc.in[0].shape;
+  const DataType dt = rc.in[0].dtype;
   int64_t axis = a.axis;
-  if (!ops::normalize_axis(axis, x.rank())) return ctx.error("axis out of range");
-  const Shape inner(x.shape().begin() + axis, x.shape().end());
-  const int64_t D = shape_numel(inner), outer = D ? x.numel() / D : shape_numel(Shape(x.shape().begin(), x.shape().begin() + axis));
-  const bool has_b = !a.rms && ctx.has_input(2);
+  if (!ops::normalize_axis(axis, static_cast<int64_t>(x.size()))) return rc.error("axis out of range");
+  auto plan = std::make_shared<LastDimsPlan>();
+  LastDimsPlan& p = *plan;
+  p.inner.assign(x.begin() + axis, x.end());
+  p.D = shape_numel(p.inner);
+  p.outer = p.D ? shape_numel(x) / p.D : shape_numel(Shape(x.begin(), x.begin() + axis));
+  const bool has_b = !a.rms && rc.in.size() > 2 && rc.in[2].present;
+  auto matches = [&p](const ReshapeContext::In& in) {
+    return in.dtype == DataType::kFloat32 && matches_inner(in.shape, p.inner);
+  };
   // float32 with float32 Scale/B of exactly the normalized dims: the vectorized row; otherwise Scale
   // and B broadcast to them, in double.
-  const bool f32_rows = x.dtype() == DataType::kFloat32 && ctx.input(1).dtype() == DataType::kFloat32 &&
-                        matches_inner(ctx.input(1), inner) &&
-                        (!has_b || (ctx.input(2).dtype() == DataType::kFloat32 && matches_inner(ctx.input(2), inner)));
-  std::vector<double> scale, bias;
-  if (!f32_rows) {
-    auto sc = expand_to<double>(ctx.input(1), inner);
-    if (!sc.ok()) return ctx.error("Scale: " + sc.status().message());
-    scale = std::move(*sc);
-    if (has_b) {
-      auto b = expand_to<double>(ctx.input(2), inner);
-      if (!b.ok()) return ctx.error("B: " + b.status().message());
-      bias = std::move(*b);
-    }
+  p.f32_rows = dt == DataType::kFloat32 && matches(rc.in[1]) && (!has_b || matches(rc.in[2]));
+  if (!p.f32_rows) {
+    if (std::string why = broadcast_to_error(rc.in[1].shape, p.inner); !why.empty()) return rc.error("Scale: " + why);
+    if (has_b)
+      if (std::string why = broadcast_to_error(rc.in[2].shape, p.inner); !why.empty()) return rc.error("B: " + why);
+    if (!visit_real(dt, [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          Scratch ws;
+          LastDimsScratch<T>(ws, p, dt, has_b);
+          rc.workspace_bytes = ws.bytes();
+        }))
+      return rc.error(std::string("unsupported dtype ") + dtype_name(dt));
   }
-  Tensor& y = ctx.output(0, x.dtype(), x.shape());
-  Shape stat_shape(x.shape().begin(), x.shape().begin() + axis);
-  stat_shape.resize(x.shape().size(), 1);
-  Tensor* mean_t = !a.rms && ctx.has_output(1) ? &ctx.output(1, a.stash, stat_shape) : nullptr;
-  Tensor* inv_t = !a.rms && ctx.has_output(2) ? &ctx.output(2, a.stash, stat_shape) : nullptr;
-  if (f32_rows) {
+  p.stat_shape.assign(x.begin(), x.begin() + axis);
+  p.stat_shape.resize(x.size(), 1);
+  rc.out[0] = {dt, x};
+  for (size_t o = 1; o < rc.out.size() && o < 3; ++o) rc.out[o] = {a.stash, p.stat_shape};
+  rc.state = std::move(plan);
+  return Status::Ok();
+}
+
+Status last_dims_norm(KernelContext& ctx, const LastDimsAttrs& a) {
+  const LastDimsPlan& p = shape_state<LastDimsPlan>(ctx);
+  const Tensor& x = ctx.input(0);
+  const bool has_b = !a.rms && ctx.has_input(2);
+  const int64_t outer = p.outer, D = p.D;
+  Tensor& y = ctx.output(0);
+  Tensor* mean_t = !a.rms && ctx.has_output(1) ? &ctx.output(1) : nullptr;
+  Tensor* inv_t = !a.rms && ctx.has_output(2) ? &ctx.output(2) : nullptr;
+  if (p.f32_rows) {
     last_dims_norm_f32(ctx, a, outer, D, y, mean_t, inv_t);
     return Status::Ok();
   }
   visit_real(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    ReadAs<T> xv(x);
-    WriteAs<T> out(y);
+    Scratch ws(ctx.workspace());
+    const LastDimsScratch<T> scratch(ws, p, x.dtype(), has_b);
+    const double* scale = scratch.scale;
+    const double* bias = scratch.bias;
+    expand_into(ctx.input(1), p.inner, scratch.scale);
+    if (has_b) expand_into(ctx.input(2), p.inner, scratch.bias);
+    ReadAs<T> xv(x, scratch.x);
+    WriteAs<T> out(y, scratch.y);
     parallel_for(outer, 1, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const T* p = xv.data() + r * D;
@@ -307,7 +374,7 @@ Status last_dims_norm(KernelContext& ctx, const LastDimsAttrs& a) {
         const double inv = 1.0 / std::sqrt(var + a.eps);
         T* o = out.data() + r * D;
         for (int64_t i = 0; i < D; ++i)
-          o[i] = static_cast<T>((p[i] - mean) * inv * scale[i] + (bias.empty() ? 0.0 : bias[i]));
+          o[i] = static_cast<T>((p[i] - mean) * inv * scale[i] + (bias ? bias[i] : 0.0));
         if (mean_t) store_as<double>(*mean_t, r, mean);
         if (inv_t) store_as<double>(*inv_t, r, inv);
       }
@@ -324,17 +391,27 @@ struct LrnAttrs {
   double alpha = 1e-4, beta = 0.75, bias = 1.0;
 };
 
+Status lrn_reshape(ReshapeContext& rc, const LrnAttrs& a) {
+  const Shape& x = rc.in[0].shape;
+  if (x.size() < 2) return rc.error("X must have rank >= 2");
+  if (a.size < 1) return rc.error("size must be positive");
+  if (!real_copies_bytes(rc.in[0].dtype, shape_numel(x), &rc.workspace_bytes))
+    return rc.error(std::string("unsupported dtype ") + dtype_name(rc.in[0].dtype));
+  rc.out[0] = {rc.in[0].dtype, x};
+  return Status::Ok();
+}
+
 Status lrn_kernel(KernelContext& ctx, const LrnAttrs& a) {
   const Tensor& x = ctx.input(0);
-  if (x.rank() < 2) return ctx.error("X must have rank >= 2");
-  if (a.size < 1) return ctx.error("size must be positive");
   const int64_t N = x.dim(0), C = x.dim(1), S = (N * C) != 0 ? x.numel() / (N * C) : 0;
   const int64_t before = (a.size - 1) / 2, after = a.size - 1 - before;
-  Tensor& y = ctx.output(0, x.dtype(), x.shape());
+  Tensor& y = ctx.output(0);
   visit_real(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    ReadAs<T> xv(x);
-    WriteAs<T> out(y);
+    Scratch ws(ctx.workspace());
+    const RealCopies<T> copies(ws, x.dtype(), x.numel());
+    ReadAs<T> xv(x, copies.x);
+    WriteAs<T> out(y, copies.y);
     parallel_for(N * C, 1, [&](int64_t b, int64_t e) {
       for (int64_t nc = b; nc < e; ++nc) {
         const int64_t n = nc / C, c = nc % C;
@@ -424,16 +501,15 @@ void register_norm(KernelRegistry& r) {
          }});
   r.add({"InstanceNormalization", "", 1, 1 << 30, "cpu.InstanceNormalization.any", real, [](const ir::Node& n, KernelInit&) {
            const double eps = ops::parse_instance_norm(n).epsilon;
-           return make_kernel([eps](KernelContext& ctx) {
-             if (ctx.input(0).rank() < 2) return ctx.error("X must have rank >= 2");
-             return group_norm(ctx, ctx.input(0).dim(1), eps);
-           });
+           return make_staged([](ReshapeContext& rc) { return group_norm_reshape(rc, -1); },
+                              [eps](KernelContext& ctx) { return group_norm(ctx, -1, eps); });
          }});
   r.add({"GroupNormalization", "", 18, 1 << 30, "cpu.GroupNormalization.any", real, [](const ir::Node& n, KernelInit&) {
            const ops::GroupNormParams p = ops::parse_group_norm(n);
            const double eps = p.epsilon;
            const int64_t groups = p.num_groups;
-           return make_kernel([eps, groups](KernelContext& ctx) { return group_norm(ctx, groups, eps); });
+           return make_staged([groups](ReshapeContext& rc) { return group_norm_reshape(rc, groups); },
+                              [eps, groups](KernelContext& ctx) { return group_norm(ctx, groups, eps); });
          }});
   for (bool rms : {false, true}) {
     r.add({rms ? "RMSNormalization" : "LayerNormalization", "", rms ? 23 : 17, 1 << 30,
@@ -445,7 +521,8 @@ void register_norm(KernelRegistry& r) {
              // The statistics outputs hold a float type only (shape inference takes any valid dtype).
              a.stash = is_real(p.stash) ? p.stash : DataType::kFloat32;
              a.rms = rms;
-             return make_kernel([a](KernelContext& ctx) { return last_dims_norm(ctx, a); });
+             return make_staged([a](ReshapeContext& rc) { return last_dims_reshape(rc, a); },
+                                [a](KernelContext& ctx) { return last_dims_norm(ctx, a); });
            }});
   }
   r.add({"LRN", "", 1, 1 << 30, "cpu.LRN.any", real, [](const ir::Node& n, KernelInit&) {
@@ -455,7 +532,8 @@ void register_norm(KernelRegistry& r) {
            a.alpha = p.alpha;
            a.beta = p.beta;
            a.bias = p.bias;
-           return make_kernel([a](KernelContext& ctx) { return lrn_kernel(ctx, a); });
+           return make_staged([a](ReshapeContext& rc) { return lrn_reshape(rc, a); },
+                              [a](KernelContext& ctx) { return lrn_kernel(ctx, a); });
          }});
   r.add({"MeanVarianceNormalization", "", 9, 1 << 30, "cpu.MeanVarianceNormalization.any", real,
          [](const ir::Node& n, KernelInit&) {

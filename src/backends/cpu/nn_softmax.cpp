@@ -14,6 +14,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/elementwise_math.h"
 #include "backends/cpu/nn_common.h"
+#include "backends/staged_kernel.h"
 #include "ops/op_table.h"
 #include "ops/params_nn.h"
 
@@ -88,32 +89,51 @@ void soft_rows_f32(bool log, const float* x, float* y, int64_t rows, int64_t len
   });
 }
 
+// The rows a softmax normalizes, planned per shape: X viewed as [outer, len, inner].
+struct SoftPlan {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+
+Status soft_reshape(ReshapeContext& rc, const SoftAttrs& a) {
+  const Shape& x = rc.in[0].shape;
+  const DataType dt = rc.in[0].dtype;
+  int64_t axis = a.axis;
+  const int64_t rank = static_cast<int64_t>(x.size());
+  if (rank == 0) return rc.error("input must have rank >= 1");
+  if (!ops::normalize_axis(axis, rank)) return rc.error("axis " + std::to_string(a.axis) + " out of range");
+  auto plan = std::make_shared<SoftPlan>();
+  for (int64_t d = 0; d < rank; ++d) {
+    const int64_t n = x[d];
+    if (d < axis) plan->outer *= n;
+    else if (d == axis || a.coerce_2d) plan->len *= n;
+    else plan->inner *= n;
+  }
+  // Float types other than float32/float64 are computed in float through copies in the workspace.
+  if (!real_copies_bytes(dt, shape_numel(x), &rc.workspace_bytes))
+    return rc.error(std::string("unsupported dtype ") + dtype_name(dt));
+  rc.state = std::move(plan);
+  rc.out[0] = {dt, x};
+  return Status::Ok();
+}
+
 Status soft_kernel(KernelContext& ctx, const SoftAttrs& a) {
   const Tensor& x = ctx.input(0);
-  int64_t axis = a.axis;
-  const int64_t rank = x.rank();
-  if (rank == 0) return ctx.error("input must have rank >= 1");
-  if (!ops::normalize_axis(axis, rank)) return ctx.error("axis " + std::to_string(a.axis) + " out of range");
-  int64_t outer = 1, len = 1, inner = 1;
-  for (int64_t d = 0; d < rank; ++d) {
-    const int64_t n = x.dim(static_cast<int>(d));
-    if (d < axis) outer *= n;
-    else if (d == axis || a.coerce_2d) len *= n;
-    else inner *= n;
-  }
-  Tensor& y = ctx.output(0, x.dtype(), x.shape());
-  if (x.dtype() == DataType::kFloat32 && inner == 1 && len > 0 && a.kind != SoftKind::kHardmax) {
-    soft_rows_f32(a.kind == SoftKind::kLogSoftmax, x.data<float>(), y.data<float>(), outer, len);
+  const SoftPlan& p = shape_state<SoftPlan>(ctx);
+  Tensor& y = ctx.output(0);
+  if (x.dtype() == DataType::kFloat32 && p.inner == 1 && p.len > 0 && a.kind != SoftKind::kHardmax) {
+    soft_rows_f32(a.kind == SoftKind::kLogSoftmax, x.data<float>(), y.data<float>(), p.outer, p.len);
     return Status::Ok();
   }
-  const bool ok = visit_real(x.dtype(), [&](auto tag) {
+  visit_real(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    ReadAs<T> xv(x);
-    WriteAs<T> out(y);
-    soft_rows<T>(a.kind, xv.data(), out.data(), outer, len, inner);
+    Scratch ws(ctx.workspace());
+    const RealCopies<T> copies(ws, x.dtype(), x.numel());
+    ReadAs<T> xv(x, copies.x);
+    WriteAs<T> out(y, copies.y);
+    soft_rows<T>(a.kind, xv.data(), out.data(), p.outer, p.len, p.inner);
     out.commit();
   });
-  return ok ? Status::Ok() : ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype()));
+  return Status::Ok();
 }
 
 // ---- Dropout: identity (mask all true) unless training; then elements are dropped with
@@ -133,9 +153,9 @@ Status dropout_kernel(KernelContext& ctx, const ops::DropoutParams& a) {
   if (training && (ratio < 0 || ratio >= 1)) return ctx.error("ratio must be in [0, 1)");
   if (!training) ratio = 0;
   const int64_t n = x.numel();
-  Tensor& y = ctx.output(0, x.dtype(), x.shape());
+  Tensor& y = ctx.output(0);
   const bool bool_mask = a.bool_mask;
-  Tensor* mask = ctx.has_output(1) ? &ctx.output(1, bool_mask ? DataType::kBool : x.dtype(), x.shape()) : nullptr;
+  Tensor* mask = ctx.has_output(1) ? &ctx.output(1) : nullptr;
   if (ratio == 0) {
     if (n) std::memcpy(y.raw(), x.raw(), x.nbytes());
     if (mask)
@@ -166,7 +186,8 @@ void register_softmax(KernelRegistry& r) {
              a.kind = kind;
              a.coerce_2d = p.coerce_2d;
              a.axis = p.axis;
-             return make_kernel([a](KernelContext& ctx) { return soft_kernel(ctx, a); });
+             return make_staged([a](ReshapeContext& rc) { return soft_reshape(rc, a); },
+                                [a](KernelContext& ctx) { return soft_kernel(ctx, a); });
            }});
   }
   // Before opset 7 Dropout trains unless `is_test` is set; only test mode (identity) is run.
@@ -177,7 +198,14 @@ void register_softmax(KernelRegistry& r) {
   };
   r.add({"Dropout", "", 1, 1 << 30, "cpu.Dropout.any", dropout_check, [](const ir::Node& n, KernelInit&) {
            const ops::DropoutParams p = ops::parse_dropout(n);
-           return make_kernel([p](KernelContext& ctx) { return dropout_kernel(ctx, p); });
+           auto reshape = [p](ReshapeContext& rc) -> Status {
+             const DataType dt = rc.in[0].dtype;
+             if (!is_real(dt)) return rc.error(std::string("unsupported dtype ") + dtype_name(dt));
+             rc.out[0] = {dt, rc.in[0].shape};
+             if (rc.out.size() > 1) rc.out[1] = {p.bool_mask ? DataType::kBool : dt, rc.in[0].shape};
+             return Status::Ok();
+           };
+           return make_staged(reshape, [p](KernelContext& ctx) { return dropout_kernel(ctx, p); });
          }});
 }
 
