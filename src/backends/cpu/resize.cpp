@@ -203,6 +203,9 @@ Status resize_reshape(ReshapeContext& rc, const ops::ResizeParams& at) {
   auto plan = std::make_shared<ResizePlan>();
   ResizePlan& p = *plan;
   if (std::string why = ops::resize_geometry(at, in, operands, &p.geo); !why.empty()) return rc.error(why);
+  // The output's size is checked before anything is sized by it (the taps have one entry per output
+  // index of an axis).
+  if (std::string why = check_tensor_size(dt, p.geo.out); !why.empty()) return rc.error(why);
   const int64_t n_out = shape_numel(p.geo.out);
   if (n_out > 0 && shape_numel(in) == 0) return rc.error("cannot resize an empty input to a non-empty output");
   if (!visit_numeric_f16(dt, [](auto) {}))
@@ -221,6 +224,7 @@ Status resize_reshape(ReshapeContext& rc, const ops::ResizeParams& at) {
         if (!p.geo.resized[a]) continue;
         p.axis_taps[a] = make_taps(at.coef, p.geo.axes[a]);
         cur[a] = p.geo.out[a];
+        if (std::string why = check_tensor_size(DataType::kFloat64, cur); !why.empty()) return rc.error(why);
         p.buffer = std::max(p.buffer, shape_numel(cur));
       }
       rc.workspace_bytes = 2 * static_cast<size_t>(p.buffer) * sizeof(double);
