@@ -330,7 +330,7 @@ TEST(NoAlloc, BundledTransformersAllocateNothing) {
 TEST(NoAlloc, ZooModelsAllocateNothing) {
   const std::vector<std::string> files = onnx_files_in(testing_support::source_dir() + "/build/zoo");
   if (files.empty())
-    GTEST_SKIP() << "no zoo model in build/zoo/ (export them with: python bench/zoo/export.py --small)";
+    GTEST_SKIP() << "no zoo model in build/zoo/ (export the small ones with: scripts/setup_zoo.sh && .venv-zoo/bin/python bench/zoo/export.py --small)";
   for (const std::string& f : files)
     for (int level : {1, 2}) expect_model_allocates_nothing(f, level, 1);
 }
