@@ -4,6 +4,8 @@ bin=$(cd "$1" && pwd); out=$2
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PYTHONUNBUFFERED=1
+# a packed copy carries the test plugins in BIN_DIR/plugins (tests/unit/test_plugins.cpp)
+[ -d "$bin/plugins" ] && export KILN_TEST_PLUGIN_DIR="$bin/plugins"
 cd "$root"
 
 # The zoo's seeded inputs at batch 1 and 64, as build/inputs/<model>_<input>_b<batch>.npy.

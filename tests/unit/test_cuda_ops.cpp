@@ -237,6 +237,12 @@ TEST(CudaOps, DataMovementWithHostShapes) {
       n.set_int("axis", 2);
       n.set_int("num_outputs", 3);
     }, dt, "equal parts", 3);
+    // One launch for every part: 16-byte pieces (QKV-like rows), odd widths, more parts than one launch takes.
+    compare("Split", 13, {random_tensor({3, 4, 96}, rng), int64_tensor({32, 32, 32})}, [](OneNode& n) { n.set_int("axis", 2); },
+            dt, "16-byte rows", 3, {true, false});
+    compare("Split", 13, {random_tensor({5, 7}, rng), int64_tensor({1, 2, 0, 4})}, [](OneNode& n) { n.set_int("axis", 1); }, dt,
+            "odd widths, an empty part", 4, {true, false});
+    compare("Split", 18, {random_tensor({35, 3}, rng)}, [](OneNode& n) { n.set_int("num_outputs", 35); }, dt, "35 parts", 35);
     compare("Gather", 13, {random_tensor({5, 6}, rng), ints({2, 3}, rng, -5, 4)}, nullptr, dt, "axis 0", 1, {true, false});
     compare("Gather", 13, {x, ints({4}, rng, -4, 3, DataType::kInt32)}, [](OneNode& n) { n.set_int("axis", 2); }, dt,
             "axis 2 int32", 1, {true, false});

@@ -842,3 +842,91 @@ TEST(Runtime, KernelRowNamesAreUnique) {
   EXPECT_GT(seen.size(), 100u);
   for (const auto& [name, n] : seen) EXPECT_EQ(n, 1) << "kernel row name '" << name << "' is used " << n << " times";
 }
+
+// CUDA views (Reshape, Flatten, Squeeze, Unsqueeze, Identity) take their input's memory where they are
+// its last reader, and copy where it is read again: s feeds a Reshape and, later, the Add, so the
+// Reshape must not write over it; the chain a → b → c reuses a's buffer. Outputs equal the CPU
+// engine's on every run, graph replays (third run on) included, with new inputs each run. Split's
+// one-launch kernel (launch_split) is checked by CudaOps.DataMovement; here it feeds the chain.
+TEST(Runtime, CudaViewsShareTheirInputsMemory) {
+  if (!cuda_backend().ok()) GTEST_SKIP() << "no CUDA GPU";
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(18);
+  auto* g = m.mutable_graph();
+  g->set_name("views");
+  auto* in = g->add_input();
+  in->set_name("x");
+  auto* tt = in->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(::onnx::TensorProto::FLOAT);
+  tt->mutable_shape()->add_dim()->set_dim_value(4);
+  tt->mutable_shape()->add_dim()->set_dim_value(6);
+  auto shape_const = [&](const char* name, std::vector<int64_t> v) {
+    auto* c = g->add_initializer();
+    c->set_name(name);
+    c->set_data_type(::onnx::TensorProto::INT64);
+    c->add_dims(static_cast<int64_t>(v.size()));
+    for (int64_t d : v) c->add_int64_data(d);
+  };
+  shape_const("s2x12", {2, 12});
+  shape_const("s24", {24});
+  shape_const("s4x6", {4, 6});
+  auto node = [&](const char* op, std::vector<const char*> ins, std::vector<const char*> outs) {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(std::string(op) + "_" + outs[0]);
+    for (const char* i : ins) n->add_input(i);
+    for (const char* o : outs) n->add_output(o);
+    return n;
+  };
+  node("Relu", {"x"}, {"a"});
+  node("Reshape", {"a", "s2x12"}, {"b"});  // a's last reader: b is a
+  node("Reshape", {"b", "s24"}, {"c"});
+  node("Split", {"c"}, {"c0", "c1", "c2"})->add_attribute()->CopyFrom([] {
+    ::onnx::AttributeProto a;
+    a.set_name("num_outputs");
+    a.set_type(::onnx::AttributeProto::INT);
+    a.set_i(3);
+    return a;
+  }());
+  node("Neg", {"c1"}, {"d"});
+  node("Sigmoid", {"x"}, {"s"});
+  node("Reshape", {"s", "s24"}, {"t"});  // s is read again by the Add: t is a copy
+  node("Neg", {"t"}, {"tn"});
+  node("Reshape", {"tn", "s4x6"}, {"u0"});
+  node("Add", {"u0", "s"}, {"u"});
+  for (const char* name : {"d", "c0", "u"}) {
+    auto* out = g->add_output();
+    out->set_name(name);
+    out->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::FLOAT);
+  }
+  const std::string bytes = m.SerializeAsString();
+  BuildOptions o;
+  o.opt_level = 0;  // keep every view
+  auto cpu = Engine::build_from_bytes(bytes, o);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  o.device = DeviceType::kCUDA;
+  auto gpu = Engine::build_from_bytes(bytes, o);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  auto cc = (*cpu)->create_context();
+  auto gc = (*gpu)->create_context();
+  ASSERT_TRUE(cc.ok() && gc.ok());
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-3.f, 3.f);
+  for (int run = 0; run < 5; ++run) {
+    Tensor x = Tensor::empty(DataType::kFloat32, {4, 6});
+    for (int i = 0; i < 24; ++i) x.data<float>()[i] = u(rng);
+    auto want = (*cc)->run({{"x", Value::of(x)}});
+    auto got = (*gc)->run({{"x", Value::of(x)}});
+    ASSERT_TRUE(want.ok()) << want.status().to_string();
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    ASSERT_EQ(got->size(), 3u);
+    for (size_t k = 0; k < 3; ++k) {
+      const Tensor& w = (*want)[k].tensor;
+      const Tensor& h = (*got)[k].tensor;
+      ASSERT_EQ(w.shape(), h.shape()) << "output " << k;
+      for (int64_t i = 0; i < w.numel(); ++i)
+        EXPECT_NEAR(h.data<float>()[i], w.data<float>()[i], 1e-6f) << "run " << run << " output " << k << " element " << i;
+    }
+  }
+}

@@ -847,55 +847,59 @@ int launch_strided_copy(const void* x, void* y, int64_t n, int elem_bytes, const
 }
 
 namespace {
+// One launch of Concat (parts' rows gathered into dst's pitched rows) or Split (dst's pitched rows
+// scattered into the parts): `part[i]` is part i's contiguous rows, `rows` the pitched tensor.
 struct ConcatLaunch {
-  const char* src[kConcatMaxParts];
+  char* part[kConcatMaxParts];
   int64_t width[kConcatMaxParts];  // in pieces of vec[i] bytes
   int64_t offset[kConcatMaxParts];  // in bytes
   int vec[kConcatMaxParts];
-  char* dst;
+  char* rows;
   int64_t outer, pitch;
 };
 
-template <typename V, typename I>
-__device__ void concat_part(const V* __restrict__ src, char* __restrict__ dst, I rows, I width, I pitch, int64_t offset) {
+template <bool kSplit, typename V, typename I>
+__device__ void concat_part(V* __restrict__ part, char* __restrict__ rows_base, I rows, I width, I pitch, int64_t offset) {
   const I total = rows * width;
   const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
   for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); i < total; i += step) {
     const I r = i / width, c = i - r * width;
-    *reinterpret_cast<V*>(dst + offset + static_cast<int64_t>(r) * pitch + static_cast<int64_t>(c) * sizeof(V)) = src[i];
+    V* pitched = reinterpret_cast<V*>(rows_base + offset + static_cast<int64_t>(r) * pitch + static_cast<int64_t>(c) * sizeof(V));
+    if constexpr (kSplit) part[i] = *pitched;
+    else *pitched = part[i];
   }
 }
 
 // blockIdx.y is the part. 32-bit indices when every part's pieces fit (`narrow`).
-template <typename I>
+template <bool kSplit, typename I>
 __global__ void concat_kernel(ConcatLaunch a) {
   const int p = blockIdx.y;
   const I rows = static_cast<I>(a.outer), w = static_cast<I>(a.width[p]), pitch = static_cast<I>(a.pitch);
   switch (a.vec[p]) {
-    case 16: concat_part<uint4, I>(reinterpret_cast<const uint4*>(a.src[p]), a.dst, rows, w, pitch, a.offset[p]); break;
-    case 8: concat_part<uint2, I>(reinterpret_cast<const uint2*>(a.src[p]), a.dst, rows, w, pitch, a.offset[p]); break;
-    case 4: concat_part<uint32_t, I>(reinterpret_cast<const uint32_t*>(a.src[p]), a.dst, rows, w, pitch, a.offset[p]); break;
-    case 2: concat_part<uint16_t, I>(reinterpret_cast<const uint16_t*>(a.src[p]), a.dst, rows, w, pitch, a.offset[p]); break;
-    default: concat_part<uint8_t, I>(reinterpret_cast<const uint8_t*>(a.src[p]), a.dst, rows, w, pitch, a.offset[p]); break;
+    case 16: concat_part<kSplit, uint4, I>(reinterpret_cast<uint4*>(a.part[p]), a.rows, rows, w, pitch, a.offset[p]); break;
+    case 8: concat_part<kSplit, uint2, I>(reinterpret_cast<uint2*>(a.part[p]), a.rows, rows, w, pitch, a.offset[p]); break;
+    case 4: concat_part<kSplit, uint32_t, I>(reinterpret_cast<uint32_t*>(a.part[p]), a.rows, rows, w, pitch, a.offset[p]); break;
+    case 2: concat_part<kSplit, uint16_t, I>(reinterpret_cast<uint16_t*>(a.part[p]), a.rows, rows, w, pitch, a.offset[p]); break;
+    default: concat_part<kSplit, uint8_t, I>(reinterpret_cast<uint8_t*>(a.part[p]), a.rows, rows, w, pitch, a.offset[p]); break;
   }
 }
-}  // namespace
 
-int launch_concat(const ConcatParts& parts, void* dst, int64_t outer, int64_t pitch, cudaStream_t stream) {
+template <bool kSplit>
+int launch_parts(const ConcatParts& parts, const void* rows, int64_t outer, int64_t pitch, cudaStream_t stream) {
   if (parts.count <= 0 || outer <= 0) return cudaSuccess;
   if (parts.count > kConcatMaxParts) return cudaErrorInvalidValue;
   ConcatLaunch a{};
-  a.dst = static_cast<char*>(dst);
+  a.rows = static_cast<char*>(const_cast<void*>(rows));
   a.outer = outer;
   a.pitch = pitch;
   int64_t most = 0;
   for (int i = 0; i < parts.count; ++i) {
-    const uint64_t bits = reinterpret_cast<uintptr_t>(parts.src[i]) | reinterpret_cast<uintptr_t>(dst) |
+    const uint64_t bits = reinterpret_cast<uintptr_t>(parts.part[i]) | reinterpret_cast<uintptr_t>(rows) |
                           static_cast<uint64_t>(parts.width[i]) | static_cast<uint64_t>(parts.offset[i]) |
                           static_cast<uint64_t>(outer > 1 ? pitch : 0);
     int v = 16;
     while (v > 1 && (bits & static_cast<uint64_t>(v - 1))) v /= 2;
-    a.src[i] = static_cast<const char*>(parts.src[i]);
+    a.part[i] = static_cast<char*>(const_cast<void*>(parts.part[i]));  // written only by launch_split
     a.vec[i] = v;
     a.width[i] = parts.width[i] / v;
     a.offset[i] = parts.offset[i];
@@ -906,10 +910,19 @@ int launch_concat(const ConcatParts& parts, void* dst, int64_t outer, int64_t pi
   // 32-bit indices when the grid-stride loop's last step (index + the grid's threads) fits too.
   const int64_t step = static_cast<int64_t>(grid.x) * kThreads;
   if (most + step < (int64_t{1} << 31) && outer * pitch < (int64_t{1} << 31))
-    concat_kernel<int32_t><<<grid, kThreads, 0, stream>>>(a);
+    concat_kernel<kSplit, int32_t><<<grid, kThreads, 0, stream>>>(a);
   else
-    concat_kernel<int64_t><<<grid, kThreads, 0, stream>>>(a);
+    concat_kernel<kSplit, int64_t><<<grid, kThreads, 0, stream>>>(a);
   return static_cast<int>(cudaGetLastError());
+}
+}  // namespace
+
+int launch_concat(const ConcatParts& parts, void* dst, int64_t outer, int64_t pitch, cudaStream_t stream) {
+  return launch_parts<false>(parts, dst, outer, pitch, stream);
+}
+
+int launch_split(const void* src, const ConcatParts& parts, int64_t outer, int64_t pitch, cudaStream_t stream) {
+  return launch_parts<true>(parts, src, outer, pitch, stream);
 }
 
 int launch_cast(const void* x, int from, void* y, int to, int64_t n, cudaStream_t stream) {

@@ -50,16 +50,19 @@ int launch_bias_act(int elem, void* y, const void* bias, const void* z, int64_t 
                     UnaryOp op, float alpha, float beta, cudaStream_t stream);
 
 // Concat as one launch for up to kConcatMaxParts inputs: part i copies `outer` rows of width[i] bytes
-// from src[i] (rows contiguous) to dst + offset[i], rows `pitch` bytes apart. Each part moves pieces
+// from part[i] (rows contiguous) to dst + offset[i], rows `pitch` bytes apart. Each part moves pieces
 // of 16, 8, 4, 2 or 1 bytes, the largest its pointers, width, offset and pitch allow.
 constexpr int kConcatMaxParts = 32;
 struct ConcatParts {
-  const void* src[kConcatMaxParts];
+  const void* part[kConcatMaxParts];  // Concat reads them; launch_split writes them
   int64_t width[kConcatMaxParts];
   int64_t offset[kConcatMaxParts];
   int count = 0;
 };
 int launch_concat(const ConcatParts& parts, void* dst, int64_t outer, int64_t pitch, cudaStream_t stream);
+// Split, the reverse: part i copies `outer` rows of width[i] bytes from src + offset[i] (rows `pitch`
+// bytes apart) to parts.part[i] (rows contiguous).
+int launch_split(const void* src, const ConcatParts& parts, int64_t outer, int64_t pitch, cudaStream_t stream);
 
 // kiln.ChannelAffine: y[i] = act(x[i] · scale[c] + shift[c]), c = (i / inner) % channels (inner 1:
 // channels last); x and y of a float type, scale and shift float32, computed in float. 8 values per
