@@ -50,8 +50,8 @@
 //                                sequence_first = 1: Q [S,B,H*D], K, V [T,B,...], Y [S,B,H*Dv];
 //                                zero_nan_rows = 1: a row whose softmax is NaN (every key -inf) has
 //                                probabilities 0 (torch's SDPA export: Where(IsNaN(P), 0, P));
-//                                packed_qkv = 1: Q, K, V are one [B,S,3*H*D] tensor (inputs 0-2 alike),
-//                                its column blocks 0, 1, 2 → Y [B,S,H*D];
+//                                packed_qkv = 1: Q, K, V are one [B,S,3*H*D] tensor (inputs 0-2 alike;
+//                                [S,B,3*H*D] when sequence_first), its column blocks 0, 1, 2 → Y [B,S,H*D];
 //                                mask_batch_period = P > 0: the mask is [P, H|1, S|1, T|1] and batch
 //                                entry b adds mask entry b % P (Swin's shifted windows), B a multiple of P
 //

@@ -414,12 +414,12 @@ AttentionStrides attention_strides(int64_t B, int64_t S, int64_t T, int64_t H, i
   return a;
 }
 
-AttentionStrides packed_attention_strides(int64_t S, int64_t H, int64_t D) {
+AttentionStrides packed_attention_strides(int64_t B, int64_t S, int64_t H, int64_t D, bool sequence_first) {
   AttentionStrides a;
-  a.q_row = a.k_row = a.v_row = 3 * H * D;
-  a.q_batch = a.k_batch = a.v_batch = S * 3 * H * D;
-  a.y_row = H * D;
-  a.y_batch = S * H * D;
+  a.q_row = a.k_row = a.v_row = sequence_first ? B * 3 * H * D : 3 * H * D;
+  a.q_batch = a.k_batch = a.v_batch = sequence_first ? 3 * H * D : S * 3 * H * D;
+  a.y_row = sequence_first ? B * H * D : H * D;
+  a.y_batch = sequence_first ? H * D : S * H * D;
   return a;
 }
 

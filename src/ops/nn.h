@@ -54,8 +54,9 @@ struct AttentionStrides {
 };
 AttentionStrides attention_strides(int64_t B, int64_t S, int64_t T, int64_t H, int64_t D, int64_t Dv, bool sequence_first);
 // The same for a packed QKV [B, S, 3*H*D] (packed_qkv = 1): Q, K, V rows of 3*H*D (each part starts
-// H*D further into the row), batches of S*3*H*D; Y [B, S, H*D] as batch-first.
-AttentionStrides packed_attention_strides(int64_t S, int64_t H, int64_t D);
+// H*D further into the row), batches of S*3*H*D; Y [B, S, H*D]. Sequence-first, [S, B, 3*H*D]: rows
+// of B*3*H*D, batches of 3*H*D; Y [S, B, H*D].
+AttentionStrides packed_attention_strides(int64_t B, int64_t S, int64_t H, int64_t D, bool sequence_first);
 
 // kiln.F8MatMul's attributes (ops/fused.cpp), parsed once for both backends' kernels: the two E4M3
 // scales (positive, finite) and the fused activation.

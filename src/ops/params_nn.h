@@ -210,8 +210,8 @@ struct FusedAttentionParams {
   // else the row is NaN, as Softmax gives it.
   bool zero_nan_rows = false;
   // Q, K and V are one tensor [B, S, 3*H*D] (given as inputs 0, 1 and 2 alike; the kernels read input
-  // 0), their column blocks 0, 1 and 2 (timm's fused projection, passes/fuse_attention.cpp);
-  // batch-first, T = S, Dv = D
+  // 0), their column blocks 0, 1 and 2 (timm's fused projection, or a projection Split or Sliced
+  // in three: passes/fuse_attention.cpp); [S, B, 3*H*D] when sequence_first; T = S, Dv = D
   bool packed_qkv = false;
   // The additive mask repeats along the batch every `mask_batch_period` entries (0: it does not): its
   // first dim is the period and batch entry b reads mask entry b % period (Swin's shifted windows:

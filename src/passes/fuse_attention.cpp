@@ -16,6 +16,10 @@
 // which y reshapes as before (the context [S, B*H, Dv] has the same elements in the same order).
 // torch 2.x makes the heads 4-D first (attention_pattern_4d): the same fusion.
 //
+// Then an attention whose Q, K and V are column blocks 0, 1, 2 of one projection, cut by a Split
+// (GPT-2), three Slices (torch 1.x's nn.MultiheadAttention) or torch 2.x's head Gathers, reads the
+// projection in place (packed_qkv = 1, batch- or sequence-first) and the cut's copies go.
+//
 // Swin's shifted-window blocks add their window mask to the scores viewed per image (`windowed`):
 //
 //   Reshape(Add(Reshape(scores [+ bias], [B/nW, nW, H, S, T]), window_mask), [B, H, S, T])
@@ -577,6 +581,116 @@ std::string fuse_sequence_first(Rewriter& rw, Match& m, int64_t scores_rank) {
   return "";
 }
 
+// The start and end of a Slice of x along its last axis with step 1 (constants; ends clamped to
+// the dim), or nullopt.
+std::optional<std::pair<int64_t, int64_t>> last_axis_cut(const ir::Node& s, const ir::Value* x, int64_t dim) {
+  if (!s.domain.empty() || s.op_type != "Slice" || s.inputs.size() < 4 || s.inputs[0] != x || !s.has_input(1) ||
+      !s.has_input(2) || !s.has_input(3))
+    return std::nullopt;
+  const int64_t rank = x->type.shape.rank();
+  const std::vector<double> st = constant_values(s.inputs[1]), en = constant_values(s.inputs[2]),
+                            ax = constant_values(s.inputs[3]);
+  if (st.size() != 1 || en.size() != 1 || ax.size() != 1) return std::nullopt;
+  if (saturating_int64(ax[0]) != rank - 1 && saturating_int64(ax[0]) != -1) return std::nullopt;
+  if (s.has_input(4) && constant_values(s.inputs[4]) != std::vector<double>{1}) return std::nullopt;
+  int64_t b = saturating_int64(st[0]), e = saturating_int64(en[0]);
+  if (b < 0 || e < 0) return std::nullopt;  // from the end: not how the exports cut
+  return std::make_pair(std::min(b, dim), std::min(e, dim));
+}
+
+// The axes of a Squeeze/Unsqueeze (the input of opset 13, else the attribute), or nullopt when computed.
+std::optional<std::vector<int64_t>> squeeze_axes(const ir::Node& n) {
+  if (!n.has_input(1)) return n.attr_ints("axes");
+  std::vector<int64_t> axes;
+  const std::vector<double> c = constant_values(n.inputs[1]);
+  if (c.empty()) return std::nullopt;
+  for (double d : c) axes.push_back(saturating_int64(d));
+  return axes;
+}
+
+// torch 2.x's nn.MultiheadAttention (_in_projection_packed): q, k, v are Gathers 0, 1, 2 along axis 0 of
+//   Squeeze(Transpose(Unsqueeze(Reshape(x [S, B, 3*E], [S, B, 3, E]), 0), 3,1,2,0,4), 3)   [3, S, B, E]
+// so part i is x's column block i. Returns x, or null.
+ir::Value* gathered_projection(const ir::Value* const (&parts)[3]) {
+  const ir::Value* t = parts[0]->producer->inputs[0];
+  for (int i = 0; i < 3; ++i) {
+    const ir::Node* g = parts[i]->producer;
+    if (!g->domain.empty() || g->op_type != "Gather" || g->inputs.size() != 2 || g->inputs[0] != t || !g->has_input(1) ||
+        g->attr_int("axis", 0) != 0)
+      return nullptr;
+    const ir::SymShape& is = g->inputs[1]->type.shape;
+    if (!is.known || is.rank() != 0 || constant_values(g->inputs[1]) != std::vector<double>{static_cast<double>(i)})
+      return nullptr;
+  }
+  const ir::Node* sq = t->producer;
+  if (!sq || !sq->domain.empty() || sq->op_type != "Squeeze" || squeeze_axes(*sq) != std::vector<int64_t>{3}) return nullptr;
+  const ir::Node* tr = sq->inputs[0]->producer;
+  if (!tr || !tr->domain.empty() || tr->op_type != "Transpose" || !has_perm(tr, {3, 1, 2, 0, 4})) return nullptr;
+  const ir::Node* un = tr->inputs[0]->producer;
+  if (!un || !un->domain.empty() || un->op_type != "Unsqueeze" || squeeze_axes(*un) != std::vector<int64_t>{0}) return nullptr;
+  const ir::Node* re = un->inputs[0]->producer;
+  if (!re || !re->domain.empty() || re->op_type != "Reshape" || !re->has_input(0)) return nullptr;
+  ir::Value* x = re->inputs[0];
+  const ir::SymShape& xs = x->type.shape;
+  if (!xs.known || xs.rank() != 3 || !xs.dims[2].is_static() || xs.dims[2].value % 3) return nullptr;
+  const int64_t e = xs.dims[2].value / 3;
+  const auto el = shape_value(re->inputs.size() > 1 ? re->inputs[1] : nullptr);
+  if (!el || el->size() != 4 || (*el)[2].of || (*el)[2].value != 3 || (*el)[3].of || ((*el)[3].value != e && (*el)[3].value != -1))
+    return nullptr;
+  if (!keeps_batch_and_sequence(*re, x, *el, 3 * e, 3 * e)) return nullptr;
+  if (parts[0]->type.dtype != x->type.dtype) return nullptr;
+  return x;
+}
+
+// The projection [B, S, 3*E] (or sequence-first) that q, k, v are cut from, as its column blocks 0,
+// 1 and 2 in order, or null: the outputs 0, 1, 2 of one Split in three equal parts along the last
+// axis (GPT-2), three Slices of one tensor along its last axis (torch 1.x's nn.MultiheadAttention), or
+// torch 2.x's head Gathers (gathered_projection).
+// An attention then reads Q, K and V in place (packed_qkv = 1) and the cut's copies go.
+ir::Value* packed_projection(const ir::Value* q, const ir::Value* k, const ir::Value* v) {
+  const ir::Node* pq = q->producer;
+  if (!pq || !k->producer || !v->producer || !pq->has_input(0)) return nullptr;
+  const ir::Value* parts[3] = {q, k, v};
+  if (pq->domain.empty() && pq->op_type == "Gather") return gathered_projection(parts);
+  ir::Value* x = pq->inputs[0];
+  const ir::SymShape& xs = x->type.shape;
+  if (!xs.known || xs.rank() != 3 || q->type.dtype != x->type.dtype) return nullptr;
+  if (pq->domain.empty() && pq->op_type == "Split") {
+    // Three outputs that cover the axis: x's last dim is 3 * E when each is E wide (its dim may be
+    // symbolic: GPT-2's projection is reshaped by a computed shape).
+    if (k->producer != pq || v->producer != pq || pq->outputs.size() != 3 || pq->outputs[0] != q || pq->outputs[1] != k ||
+        pq->outputs[2] != v)
+      return nullptr;
+    const int64_t axis = pq->attr_int("axis", 0);
+    if (axis != 2 && axis != -1) return nullptr;
+    const ir::SymShape& qs = q->type.shape;
+    if (!qs.known || qs.rank() != 3 || !qs.dims[2].is_static() || qs.dims[2].value <= 0) return nullptr;
+    const int64_t part = qs.dims[2].value;
+    for (const ir::Value* p : {k, v})
+      if (!p->type.shape.known || p->type.shape.rank() != 3 || !p->type.shape.dims[2].is_static() ||
+          p->type.shape.dims[2].value != part)
+        return nullptr;
+    if (xs.dims[2].is_static() && xs.dims[2].value != 3 * part) return nullptr;
+    std::vector<int64_t> sizes = pq->attr_ints("split");
+    if (pq->has_input(1)) {
+      sizes.clear();
+      for (double d : constant_values(pq->inputs[1])) sizes.push_back(saturating_int64(d));
+      if (sizes.empty()) return nullptr;  // sizes computed when running
+    }
+    if (!sizes.empty() && sizes != std::vector<int64_t>{part, part, part}) return nullptr;
+    x->type.shape.dims[2] = ir::Dim(3 * part);  // what the Split proves, for the attention's shape function
+    return x;
+  }
+  // Slices: they need not cover x, so its width must be known to be 3 * E.
+  if (!xs.dims[2].is_static() || xs.dims[2].value % 3 || xs.dims[2].value == 0) return nullptr;
+  const int64_t dim = xs.dims[2].value, part = dim / 3;
+  for (int i = 0; i < 3; ++i) {
+    const auto cut = last_axis_cut(*parts[i]->producer, x, dim);
+    if (!cut || cut->first != i * part || cut->second != (i + 1) * part) return nullptr;
+  }
+  return x;
+}
+
 }  // namespace
 
 Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
@@ -594,7 +708,7 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
       {"multi-head attention (Where mask)", attention_pattern(WhereForm::kKeepWhereTrue), 4},
       {"multi-head attention (Where mask)", attention_pattern(WhereForm::kFillWhereTrue), 4},
   };
-  return rw.run(rules, [&](Match& m) -> std::string {
+  const bool fused = rw.run(rules, [&](Match& m) -> std::string {
     if (m.node("split_q")) return fuse_packed(rw, m);
     if (m.node("q_r4")) {
       if (!has_perm(m.node("q_t"), {1, 0, 2}) || !has_perm(m.node("k_t"), {1, 0, 2}) || !has_perm(m.node("v_t"), {1, 0, 2}) ||
@@ -681,6 +795,26 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
     rw.log("fused attention (" + std::to_string(H) + " heads of " + std::to_string(D) + ") " + what + folded);
     return "";
   });
+  // Attentions (fused now or before) whose Q, K and V are cut from one projection read it in place.
+  std::vector<ir::Node*> cuts;
+  for (ir::Node* n : g.nodes()) {
+    if (rw.dead(n) || n->domain != "kiln" || n->op_type != "Attention" || n->attr_int("packed_qkv", 0) != 0) continue;
+    if (n->inputs.size() < 3 || !n->inputs[0] || !n->inputs[1] || !n->inputs[2]) continue;
+    ir::Value* qkv = packed_projection(n->inputs[0], n->inputs[1], n->inputs[2]);
+    if (!qkv) continue;
+    for (int i = 0; i < 3; ++i) {
+      // The cut and the nodes between it and the projection (torch 2.x's head reshapes).
+      for (ir::Node* c = n->inputs[i]->producer; c && c->has_input(0); c = c->inputs[0]->producer) {
+        cuts.push_back(c);
+        if (c->inputs[0] == qkv) break;
+      }
+      g.set_input(n, i, qkv);
+    }
+    set_int(n, "packed_qkv", 1);
+    rw.log(n->describe() + " reads Q, K and V in place from '" + qkv->name + "' (packed_qkv; the cut's copies go)");
+  }
+  rw.remove_unread(cuts);
+  return fused || !cuts.empty();
 }
 
 }  // namespace kiln::passes

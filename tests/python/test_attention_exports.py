@@ -84,3 +84,24 @@ def test_swin_windows_fuse():
     bias into one mask read with a batch period: tests/python/test_attention_windows.py) all fuse."""
     ops = ops_after(kiln.Engine.build(os.path.join(MODELS, "swin_timm.onnx")))
     assert ops["Attention"] == 4 and ops["Softmax"] == 0, dict(ops)
+
+
+# The cut of one projection into Q, K and V: GPT-2's Split, torch 2.x nn.MultiheadAttention's
+# Reshape/Unsqueeze/Transpose/Squeeze then three Gathers. fuse-attention makes the attentions read the
+# projection in place (packed_qkv), so those copies go: per attention, the steps the cut costs fewer
+# (the outputs still match onnxruntime: test_default_exports_match_unoptimized_and_onnxruntime).
+CUTS = {
+    "gpt2_default": {"Split": 1},
+    "vit_torchvision": {"Gather": 3, "Squeeze": 1, "Unsqueeze": 1, "Transpose": 1},
+}
+
+
+@pytest.mark.parametrize("name", sorted(CUTS))
+def test_attention_reads_the_projection_in_place(name):
+    path = os.path.join(MODELS, name + ".onnx")
+    kept = ops_after(kiln.Engine.build(path, opt_level=1))
+    fused = ops_after(kiln.Engine.build(path))
+    attentions = fused["Attention"]
+    assert attentions == FUSED[name]
+    for op, per_attention in CUTS[name].items():
+        assert kept[op] - fused[op] >= per_attention * attentions, (op, dict(kept), dict(fused))

@@ -330,10 +330,11 @@ Expected<std::vector<Tensor>> try_fused_attention(const std::vector<Tensor>& in,
 // kiln.Attention (the fused op the attention passes make) on Q, K, V [1, S, H*D] = [1, 3, 2*4] and an
 // additive mask [1, 1, S, T] (T = 5) whose row 1 is all -inf.
 std::vector<Tensor> fused_attention(const std::vector<Tensor>& qkvm, bool zero_nan_rows, bool packed_qkv = false,
-                                    int64_t heads = 2) {
+                                    int64_t heads = 2, bool sequence_first = false) {
   Attrs attrs{{"num_heads", int_attr(heads)}, {"scale", float_attr(0.5f)}};
   if (zero_nan_rows) attrs["zero_nan_rows"] = int_attr(1);
   if (packed_qkv) attrs["packed_qkv"] = int_attr(1);
+  if (sequence_first) attrs["sequence_first"] = int_attr(1);
   auto r = try_fused_attention(qkvm, attrs);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   return r.ok() ? *r : std::vector<Tensor>{};
@@ -368,7 +369,7 @@ TEST(FusedAttention, ZeroNanRowsZeroesFullyMaskedRowsOnly) {
 }
 
 // packed_qkv (timm's one projection [B, N, 3*H*D]): the same numbers as Q, K, V cut out of it, with
-// and without an additive mask (Swin's relative position bias [H, N, N]).
+// and without an additive mask (Swin's relative position bias [H, N, N]), and sequence-first.
 TEST(FusedAttention, PackedQkvIsTheOpOnItsThreeColumnBlocks) {
   const int64_t B = 2, N = 7, H = 3, D = 4, W = H * D;
   Tensor qkv = random(DataType::kFloat32, {B, N, 3 * W});
@@ -379,19 +380,22 @@ TEST(FusedAttention, PackedQkvIsTheOpOnItsThreeColumnBlocks) {
       for (int64_t c = 0; c < W; ++c) part[i].data<float>()[r * W + c] = qkv.data<float>()[r * 3 * W + i * W + c];
   }
   const Tensor bias = random(DataType::kFloat32, {H, N, N});
-  for (bool with_bias : {false, true}) {
-    std::vector<Tensor> packed_in = {qkv, qkv, qkv}, split_in = {part[0], part[1], part[2]};
-    if (with_bias) {
-      packed_in.push_back(bias);
-      split_in.push_back(bias);
+  // The same tensors read sequence-first ([N', B', ...] with N' = B, B' = N: rows are rows either way).
+  for (bool seq_first : {false, true})
+    for (bool with_bias : {false, true}) {
+      if (seq_first && with_bias) continue;  // the bias is [H, S, T]: S = T = N batch-first only
+      std::vector<Tensor> packed_in = {qkv, qkv, qkv}, split_in = {part[0], part[1], part[2]};
+      if (with_bias) {
+        packed_in.push_back(bias);
+        split_in.push_back(bias);
+      }
+      const auto got = fused_attention(packed_in, false, true, H, seq_first);
+      const auto want = fused_attention(split_in, false, false, H, seq_first);
+      ASSERT_EQ(got.size(), 1u);
+      ASSERT_EQ(want.size(), 1u);
+      ASSERT_EQ(got[0].shape(), (Shape{B, N, W}));
+      for (int64_t i = 0; i < want[0].numel(); ++i) EXPECT_NEAR(get(got[0], i), get(want[0], i), 1e-6) << seq_first << " " << i;
     }
-    const auto got = fused_attention(packed_in, false, true, H);
-    const auto want = fused_attention(split_in, false, false, H);
-    ASSERT_EQ(got.size(), 1u);
-    ASSERT_EQ(want.size(), 1u);
-    ASSERT_EQ(got[0].shape(), (Shape{B, N, W}));
-    for (int64_t i = 0; i < want[0].numel(); ++i) EXPECT_NEAR(get(got[0], i), get(want[0], i), 1e-6) << i;
-  }
 }
 
 namespace {

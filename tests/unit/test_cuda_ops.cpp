@@ -542,6 +542,17 @@ TEST(CudaOps, PackedQkvAttentionMatchesCpu) {
                 },
                 dt, "packed QKV, head " + std::to_string(d) + (bias ? ", bias" : ""));
       }
+      // Sequence-first [N, B, 3*H*D] (torch's nn.MultiheadAttention projection read in place).
+      Tensor qkv_sf = random_tensor({N, B, 3 * H * d}, rng);
+      compare("Attention", 1, {qkv_sf, qkv_sf, qkv_sf},
+              [&](OneNode& n) {
+                n.node->domain = "kiln";
+                n.set_int("num_heads", H);
+                n.set_float("scale", 0.125f);
+                n.set_int("packed_qkv", 1);
+                n.set_int("sequence_first", 1);
+              },
+              dt, "packed sequence-first QKV, head " + std::to_string(d));
     }
 }
 

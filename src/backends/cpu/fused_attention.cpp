@@ -85,8 +85,8 @@ Status attention_reshape(ReshapeContext& rc, const ops::FusedAttentionParams& a)
   // Packed: the hidden size of each part is a third of the tensor's.
   const int64_t parts = a.packed_qkv ? 3 : 1;
   // (inputs 1 and 2 are the same tensor as input 0, which alone is read)
-  if (a.packed_qkv && (a.sequence_first || q != k || q != v || q[2] % 3))
-    return rc.error("a packed QKV is one batch-first tensor [B, S, 3*H*D] given as Q, K and V");
+  if (a.packed_qkv && (q != k || q != v || q[2] % 3))
+    return rc.error("a packed QKV is one tensor [B, S, 3*H*D] (or [S, B, 3*H*D]) given as Q, K and V");
   if ((q[2] / parts) % p.H || (v[2] / parts) % p.H || k[2] != q[2])
     return rc.error("hidden sizes do not split into " + std::to_string(p.H) + " heads");
   p.D = q[2] / parts / p.H;
@@ -106,7 +106,7 @@ Status attention_reshape(ReshapeContext& rc, const ops::FusedAttentionParams& a)
     if (!ops::attention_mask_strides(rc.in[4].shape, full, p.cs))
       return rc.error("bool mask " + shape_to_string(rc.in[4].shape) + " does not broadcast to [B, H, S, T]");
   }
-  p.st = a.packed_qkv ? ops::packed_attention_strides(p.S, p.H, p.D)
+  p.st = a.packed_qkv ? ops::packed_attention_strides(p.B, p.S, p.H, p.D, a.sequence_first)
                       : ops::attention_strides(p.B, p.S, p.T, p.H, p.D, p.Dv, a.sequence_first);
   p.parts = std::max<int64_t>(1, std::min<int64_t>(p.B * p.H, omp_get_max_threads()));
   rc.workspace_bytes = static_cast<size_t>(p.parts * p.S * p.T) * sizeof(float);

@@ -172,8 +172,8 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
     // Packed: Q, K, V are column blocks of one [B, S, 3*H*D] tensor, given as inputs 0, 1 and 2 alike
     // (input 0 alone is read).
     const int64_t parts = packed ? 3 : 1;
-    if (packed && (sequence_first || q != k || q != v || q[2] % 3))
-      return rc.error("a packed QKV is one batch-first tensor [B, S, 3*H*D] given as Q, K and V");
+    if (packed && (q != k || q != v || q[2] % 3))
+      return rc.error("a packed QKV is one tensor [B, S, 3*H*D] (or [S, B, 3*H*D]) given as Q, K and V");
     if ((q[2] / parts) % H || (v[2] / parts) % H || k[2] != q[2])
       return rc.error("hidden sizes do not split into " + std::to_string(H) + " heads");
     auto a = std::make_shared<AttentionArgs>(base);
@@ -186,7 +186,7 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
     a->packed_qkv = packed;
     if (a->d > kMaxAttentionHead || a->dv > kMaxAttentionHead)
       return rc.error("head sizes above " + std::to_string(kMaxAttentionHead) + " do not run on CUDA");
-    const ops::AttentionStrides st = packed ? ops::packed_attention_strides(S, H, a->d)
+    const ops::AttentionStrides st = packed ? ops::packed_attention_strides(B, S, H, a->d, sequence_first)
                                             : ops::attention_strides(B, S, T, H, a->d, a->dv, sequence_first);
     a->q_row = st.q_row, a->k_row = st.k_row, a->v_row = st.v_row, a->y_row = st.y_row;
     a->q_batch = st.q_batch, a->k_batch = st.k_batch, a->v_batch = st.v_batch, a->y_batch = st.y_batch;
