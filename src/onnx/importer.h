@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "ir/graph.h"
 #include "kiln/status.h"
@@ -21,8 +22,11 @@ struct ImportOptions {
   std::string source_name = "<bytes>";
 };
 
+// The file is mapped (util/file.h), never read into memory first; its wire format is checked before
+// protobuf parses it (model_wire_error, onnx/proto_nesting.h), so a model followed by junk (or
+// 2 GB of zeros) is refused at once with the byte offset where its structure breaks.
 Expected<ir::Model> import_file(const std::string& path);
-Expected<ir::Model> import_bytes(const std::string& bytes, const ImportOptions& options);
+Expected<ir::Model> import_bytes(std::string_view bytes, const ImportOptions& options);
 
 // The opset range of the default domain kiln accepts. Kernels whose semantics changed in old opsets
 // implement the old forms or refuse them through their registered opset range.

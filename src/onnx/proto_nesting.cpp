@@ -4,25 +4,42 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace kiln::onnx {
 namespace {
 
-// The message types on the paths to graphs and types (field numbers from onnx.proto).
+// The messages of onnx.proto a model is made of, and which field of which leads to which (field
+// numbers from onnx.proto). kLeaf: a message whose own fields are checked but not descended into.
 enum class Msg : uint8_t { kNone, kModel, kTraining, kGraph, kFunction, kNode, kAttribute, kValueInfo, kType,
-                           kTypeTensor, kTypeElem, kTypeMap, kShape, kDim };
+                           kTypeTensor, kTypeElem, kTypeMap, kShape, kDim, kTensor, kSparse, kLeaf };
+constexpr const char* kMsgName[] = {"an unknown field's group", "ModelProto", "TrainingInfoProto", "GraphProto",
+                                    "FunctionProto", "NodeProto", "AttributeProto", "ValueInfoProto", "TypeProto",
+                                    "TypeProto.Tensor", "TypeProto.Sequence", "TypeProto.Map", "TensorShapeProto",
+                                    "TensorShapeProto.Dimension", "TensorProto", "SparseTensorProto", "a message"};
 struct Edge { Msg from; uint32_t field; Msg to; };
 constexpr Edge kEdges[] = {
     {Msg::kModel, 7, Msg::kGraph},        {Msg::kModel, 25, Msg::kFunction},   {Msg::kModel, 20, Msg::kTraining},
-    {Msg::kTraining, 1, Msg::kGraph},     {Msg::kTraining, 2, Msg::kGraph},
+    {Msg::kModel, 8, Msg::kLeaf},         {Msg::kModel, 14, Msg::kLeaf},       {Msg::kModel, 26, Msg::kLeaf},
+    {Msg::kTraining, 1, Msg::kGraph},     {Msg::kTraining, 2, Msg::kGraph},    {Msg::kTraining, 3, Msg::kLeaf},
+    {Msg::kTraining, 4, Msg::kLeaf},
     {Msg::kGraph, 1, Msg::kNode},         {Msg::kGraph, 11, Msg::kValueInfo},  {Msg::kGraph, 12, Msg::kValueInfo},
-    {Msg::kGraph, 13, Msg::kValueInfo},   {Msg::kFunction, 7, Msg::kNode},     {Msg::kFunction, 12, Msg::kValueInfo},
-    {Msg::kNode, 5, Msg::kAttribute},     {Msg::kAttribute, 6, Msg::kGraph},   {Msg::kAttribute, 11, Msg::kGraph},
-    {Msg::kAttribute, 14, Msg::kType},    {Msg::kAttribute, 15, Msg::kType},   {Msg::kValueInfo, 2, Msg::kType},
+    {Msg::kGraph, 13, Msg::kValueInfo},   {Msg::kGraph, 5, Msg::kTensor},      {Msg::kGraph, 15, Msg::kSparse},
+    {Msg::kGraph, 14, Msg::kLeaf},        {Msg::kGraph, 16, Msg::kLeaf},
+    {Msg::kFunction, 7, Msg::kNode},      {Msg::kFunction, 12, Msg::kValueInfo}, {Msg::kFunction, 11, Msg::kAttribute},
+    {Msg::kFunction, 9, Msg::kLeaf},      {Msg::kFunction, 14, Msg::kLeaf},
+    {Msg::kNode, 5, Msg::kAttribute},     {Msg::kNode, 9, Msg::kLeaf},         {Msg::kNode, 10, Msg::kLeaf},
+    {Msg::kAttribute, 6, Msg::kGraph},    {Msg::kAttribute, 11, Msg::kGraph},  {Msg::kAttribute, 14, Msg::kType},
+    {Msg::kAttribute, 15, Msg::kType},    {Msg::kAttribute, 5, Msg::kTensor},  {Msg::kAttribute, 10, Msg::kTensor},
+    {Msg::kAttribute, 22, Msg::kSparse},  {Msg::kAttribute, 23, Msg::kSparse},
+    {Msg::kValueInfo, 2, Msg::kType},     {Msg::kValueInfo, 4, Msg::kLeaf},
+    {Msg::kTensor, 3, Msg::kLeaf},        {Msg::kTensor, 13, Msg::kLeaf},      {Msg::kTensor, 16, Msg::kLeaf},
+    {Msg::kSparse, 1, Msg::kTensor},      {Msg::kSparse, 2, Msg::kTensor},
     {Msg::kType, 1, Msg::kTypeTensor},    {Msg::kType, 8, Msg::kTypeTensor},   {Msg::kType, 4, Msg::kTypeElem},
-    {Msg::kType, 9, Msg::kTypeElem},      {Msg::kType, 5, Msg::kTypeMap},      {Msg::kTypeTensor, 2, Msg::kShape},
-    {Msg::kTypeElem, 1, Msg::kType},      {Msg::kTypeMap, 2, Msg::kType},      {Msg::kShape, 1, Msg::kDim},
+    {Msg::kType, 9, Msg::kTypeElem},      {Msg::kType, 5, Msg::kTypeMap},      {Msg::kType, 7, Msg::kLeaf},
+    {Msg::kTypeTensor, 2, Msg::kShape},   {Msg::kTypeElem, 1, Msg::kType},     {Msg::kTypeMap, 2, Msg::kType},
+    {Msg::kShape, 1, Msg::kDim},
 };
 constexpr int kMaxWalkDepth = 10000;
 
@@ -80,6 +97,81 @@ ProtoNesting model_proto_nesting(std::string_view bytes) {
     }
   }
   return out;
+}
+
+std::string model_wire_error(std::string_view bytes) {
+  // A message (length-delimited: ends at `end`) or a group (ends at its end-group tag, `group` its field).
+  struct Frame { Msg type; size_t end; uint32_t group; uint32_t field; size_t at; };
+  std::vector<Frame> stack{{Msg::kModel, bytes.size(), 0, 0, 0}};
+  size_t p = 0;
+  auto fail = [&](size_t at, const std::string& what) {
+    const Frame& f = stack.back();
+    std::string where = kMsgName[static_cast<int>(f.type)];
+    if (stack.size() == 1) {
+      where += ", top level";
+    } else {
+      where += ", reached by fields";
+      for (size_t i = 1; i < stack.size(); ++i)
+        where += (i > 1 ? "." : " ") + std::to_string(stack[i].field);
+      where += " from byte " + std::to_string(stack[1].at);
+    }
+    return "at byte " + std::to_string(at) + " (" + where + "): " + what;
+  };
+  while (true) {
+    const Frame f = stack.back();
+    if (p >= f.end) {
+      if (f.group) return fail(p, "the group of field " + std::to_string(f.group) + " is not closed");
+      if (stack.size() == 1) return "";
+      stack.pop_back();
+      continue;
+    }
+    const size_t at = p;
+    uint64_t tag = 0, v = 0;
+    if (!varint(bytes, p, f.end, tag)) return fail(at, "a field's tag runs past the end of its message");
+    if (tag > UINT32_MAX) return fail(at, "a field's tag is over 32 bits");
+    const auto field = static_cast<uint32_t>(tag >> 3);
+    const uint64_t wire = tag & 7;
+    if (field == 0)
+      return fail(at, bytes[at] == 0 ? "a zero byte where a field must begin (bytes after the end of the model?)"
+                                     : "field number 0");
+    switch (wire) {
+      case 0:
+        if (!varint(bytes, p, f.end, v)) return fail(at, "field " + std::to_string(field) + "'s varint runs past the end of its message");
+        break;
+      case 1:
+      case 5: {
+        const size_t n = wire == 1 ? 8 : 4;
+        if (f.end - p < n)
+          return fail(at, "field " + std::to_string(field) + " needs " + std::to_string(n) + " bytes, " + std::to_string(f.end - p) + " remain");
+        p += n;
+        break;
+      }
+      case 2: {
+        if (!varint(bytes, p, f.end, v)) return fail(at, "field " + std::to_string(field) + "'s length runs past the end of its message");
+        if (v > f.end - p)
+          return fail(at, "field " + std::to_string(field) + " declares " + std::to_string(v) + " bytes; " +
+                              std::to_string(f.end - p) + " remain in its message");
+        const Msg c = f.group ? Msg::kNone : child(f.type, field);
+        if (c == Msg::kNone || stack.size() > static_cast<size_t>(kMaxWalkDepth)) {
+          p += v;
+          break;
+        }
+        stack.push_back({c, p + v, 0, field, at});
+        break;
+      }
+      case 3:
+        if (stack.size() > static_cast<size_t>(kMaxWalkDepth)) return fail(at, "groups nested deeper than " + std::to_string(kMaxWalkDepth));
+        stack.push_back({Msg::kNone, f.end, field, field, at});
+        break;
+      case 4:
+        if (f.group != field)
+          return fail(at, "an end-group tag of field " + std::to_string(field) + " that no group of that field opened");
+        stack.pop_back();
+        break;
+      default:
+        return fail(at, "wire type " + std::to_string(wire) + " (of field " + std::to_string(field) + ") does not exist");
+    }
+  }
 }
 
 }  // namespace kiln::onnx

@@ -1,5 +1,6 @@
-// onnx/proto_nesting.h — how deep a serialized ModelProto nests its messages, read from the wire
-// format without protobuf, to explain a model protobuf refused.
+// onnx/proto_nesting.h — a serialized ModelProto read from the wire format without protobuf: whether
+// its structure is sound (checked before protobuf parses it), and how deep it nests its messages (to
+// explain a model protobuf refused).
 //
 // protobuf refuses a message nested more than 100 deep (its default recursion limit, which
 // onnxruntime and onnx.load keep as well; kiln keeps it, so what one reads the others read) and
@@ -8,6 +9,7 @@
 // about 31 levels fit; types (sequence of sequence of ...) are the other place.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 namespace kiln::onnx {
@@ -23,5 +25,16 @@ struct ProtoNesting {
 // Follows only the fields that lead to graphs and types; stops quietly at malformed bytes (it only
 // explains a refusal) and stops descending past 10,000 levels.
 ProtoNesting model_proto_nesting(std::string_view bytes);
+
+// Checks the wire format of a serialized ModelProto before protobuf parses it: every tag (a field
+// number of 1 or more, wire type 0, 1, 2, 5, or a matched group 3/4), every varint, fixed field and
+// length inside its enclosing message, descending into the messages on the paths to graphs, nodes,
+// attributes, tensors and types (the messages of onnx.proto a model is made of). "" when sound;
+// otherwise what is wrong, at which byte offset of `bytes` and in which message, e.g. "at byte
+// 1048576 (ModelProto, top level): field number 0 (a zero byte where a field must start; trailing
+// bytes after the model?)". Linear in the fields walked, allocates only its stack, touches only the
+// bytes of tags and lengths (a file of 2 GB of zeros fails at its first zero at once). protobuf may
+// still refuse what this accepts (it checks more than the wire format of these messages).
+std::string model_wire_error(std::string_view bytes);
 
 }  // namespace kiln::onnx

@@ -1,9 +1,13 @@
 // util/file.cpp — regular files only (see file.h).
 #include "util/file.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 namespace kiln {
 
@@ -40,6 +44,45 @@ bool is_null_device(const std::string& path) {
   struct stat st {}, null {};
   return ::lstat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode) && ::stat("/dev/null", &null) == 0 &&
          S_ISCHR(null.st_mode) && st.st_rdev == null.st_rdev;
+}
+
+MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
+  if (this != &o) {
+    if (data_) ::munmap(data_, size_);
+    data_ = o.data_, size_ = o.size_;
+    o.data_ = nullptr, o.size_ = 0;
+  }
+  return *this;
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(data_, size_);
+}
+
+Expected<MappedFile> MappedFile::map(const std::string& path, const std::string& what) {
+  KILN_RETURN_IF_ERROR(check_readable_file(path, what));
+  // O_NONBLOCK: a FIFO put in place after the check above would otherwise block the open; fstat
+  // then refuses it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return io_error("cannot read " + what + " '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return io_error("cannot read " + what + " '" + path + "': not a regular file");
+  }
+  MappedFile m;
+  if (st.st_size > 0) {
+    void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      return io_error("cannot read " + what + " '" + path + "': cannot map it (" + std::strerror(err) + ")");
+    }
+    m.data_ = p;
+    m.size_ = static_cast<size_t>(st.st_size);
+  }
+  ::close(fd);
+  return m;
 }
 
 }  // namespace kiln

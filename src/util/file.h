@@ -6,7 +6,9 @@
 // output) is checked here before it is opened, so such a path is an error naming what it is.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "kiln/status.h"
 
@@ -30,5 +32,26 @@ Status check_writable_file(const std::string& path, const std::string& what);
 // same device): an output a user may name to discard what kiln writes (write_output_file in
 // util/atomic_file.h). Other devices (/dev/zero, a terminal, /dev/mem) stay refused.
 bool is_null_device(const std::string& path);
+
+// A regular file mapped read-only (private): its bytes are read from the page cache as they are
+// touched, never copied into the process first, so a check that stops early touches almost nothing.
+class MappedFile {
+ public:
+  MappedFile() = default;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  MappedFile(MappedFile&& o) noexcept : data_(o.data_), size_(o.size_) { o.data_ = nullptr, o.size_ = 0; }
+  MappedFile& operator=(MappedFile&& o) noexcept;
+  ~MappedFile();
+  std::string_view bytes() const { return {static_cast<const char*>(data_), size_}; }
+
+  // Maps the regular file at `path` (check_readable_file's errors first; `what` names its role).
+  // An empty file maps to no bytes.
+  static Expected<MappedFile> map(const std::string& path, const std::string& what);
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
 
 }  // namespace kiln

@@ -8,6 +8,7 @@
 
 #include "ir/float_types.h"
 #include "onnx/importer.h"
+#include "onnx/proto_nesting.h"
 #include "onnx/onnx.pb.h"
 #include "onnx/sha256.h"
 
@@ -471,6 +472,47 @@ TEST(OnnxImportHostile, TruncatedModelAndGarbage) {
     auto g = kiln::onnx::import_bytes(b, opt);
     (void)g;
   }
+}
+
+// The wire-format check before protobuf (onnx/proto_nesting.h): a model followed by junk, and each
+// kind of broken structure, is refused naming the byte offset where the structure breaks and the
+// message it is in; a sound model (with an unknown group field, which protobuf keeps) still imports.
+TEST(OnnxImportHostile, BrokenStructureNamesTheByteOffset) {
+  auto m = add_model();
+  add_init(m.mutable_graph(), "w", 1, {2})->set_raw_data(bytes_of(std::vector<float>{1, 2}));
+  std::string bytes;
+  m.SerializeToString(&bytes);
+  const std::string n = std::to_string(bytes.size());
+  kiln::onnx::ImportOptions opt;
+  opt.source_name = "m.onnx";
+  ASSERT_TRUE(kiln::onnx::import_bytes(bytes, opt).ok());
+  EXPECT_EQ(kiln::onnx::model_wire_error(bytes), "");
+  // Trailing zeros (a model padded by a broken copy), then other junk after the model.
+  expect_error(kiln::onnx::import_bytes(bytes + std::string(4096, '\0'), opt), StatusCode::kInvalidModel,
+               {"m.onnx", "at byte " + n + " (ModelProto, top level)", "zero byte"});
+  expect_error(kiln::onnx::import_bytes(bytes + "\x0f", opt), StatusCode::kInvalidModel, {"at byte " + n, "wire type 7"});
+  expect_error(kiln::onnx::import_bytes(bytes + "\x3a\x7f", opt), StatusCode::kInvalidModel,
+               {"at byte " + n, "field 7 declares 127 bytes; 0 remain"});
+  expect_error(kiln::onnx::import_bytes(bytes + "\x08\xff\xff", opt), StatusCode::kInvalidModel,
+               {"at byte " + n, "varint runs past the end"});
+  expect_error(kiln::onnx::import_bytes(bytes + "\x9c\x01", opt), StatusCode::kInvalidModel,
+               {"at byte " + n, "end-group tag of field 19"});
+  expect_error(kiln::onnx::import_bytes(bytes + "\x9b\x01", opt), StatusCode::kInvalidModel, {"group of field 19 is not closed"});
+  // A closed group of an unknown field is sound: protobuf keeps it as an unknown field.
+  EXPECT_EQ(kiln::onnx::model_wire_error(bytes + "\x9b\x01\x08\x01\x9c\x01"), "");
+  EXPECT_TRUE(kiln::onnx::import_bytes(bytes + "\x9b\x01\x08\x01\x9c\x01", opt).ok());
+  // Inside the graph: a node whose attribute list claims more bytes than the node has. The message
+  // and the fields leading to it are named (ModelProto.graph = 7, GraphProto.node = 1).
+  ::onnx::ModelProto m2 = add_model();
+  m2.mutable_graph()->mutable_node(0)->set_doc_string("DOC");
+  std::string b2;
+  m2.SerializeToString(&b2);
+  const size_t doc = b2.find("DOC");
+  ASSERT_NE(doc, std::string::npos);
+  b2[doc - 2] = static_cast<char>((5 << 3) | 2);  // the doc_string's tag becomes an attribute (field 5)
+  b2[doc - 1] = 100;                               // of 100 bytes, past the node's end
+  expect_error(kiln::onnx::import_bytes(b2, opt), StatusCode::kInvalidModel,
+               {"at byte " + std::to_string(doc - 2), "(NodeProto, reached by fields 7.1 from byte", "field 5 declares 100 bytes"});
 }
 
 TEST(OnnxImportHostile, MissingGraphAndFile) {
