@@ -1010,7 +1010,16 @@ PYBIND11_MODULE(_kiln, m) {
       .def_property_readonly("cuda_graphs", [](const Context& c) { return c.ctx->cuda_graphs(); },
                              "CUDA graphs captured so far.")
       .def_property_readonly("active_profile", [](const Context& c) { return c.ctx->active_profile(); },
-                             "The shape profile of the last run's input shapes.");
+                             "The shape profile of the last run's input shapes.")
+      .def_property(
+          "max_shape_plans", [](const Context& c) { return c.ctx->max_shape_plans(); },
+          [](Context& c, size_t n) { c.ctx->set_max_shape_plans(n); },
+          "Input-shape signatures whose plans this context keeps (default 16; 0 sets the default): the least "
+          "recently used goes past it and the arena shrinks to what the others need.")
+      .def_property_readonly("planned_signatures", [](const Context& c) { return c.ctx->planned_signatures(); },
+                             "Input-shape signatures planned and kept now (at most max_shape_plans).")
+      .def_property_readonly("arena_bytes", [](const Context& c) { return c.ctx->arena_bytes(kiln::DeviceType::kCPU); },
+                             "Host bytes of this context's arena.");
 
   py::class_<kiln::Engine, EnginePtr>(m, "Engine")
       .def_static("build", &engine_build, py::arg("path"),

@@ -302,8 +302,6 @@ class ExecutionContext {
   // IOBinding in ONNX Runtime's terms).
   Status run_into(const std::vector<Value>& inputs, std::vector<Value>& outputs);
 
-  // Input-shape signatures this context has planned, and the arena bytes it holds per device
-  // (index 0: CPU, 1: CUDA).
   // Stops the run in progress on this context (callable from any thread): it returns kCancelled
   // before its next step. The flag clears when a run starts.
   void terminate();
@@ -339,9 +337,21 @@ class ExecutionContext {
   std::vector<ProfileEvent> take_profile();
   // Captured graphs over the signatures this context has planned (tests and `kiln bench` report it).
   size_t cuda_graphs() const;
+  // Input-shape signatures this context has planned (at most max_shape_plans()).
   size_t planned_signatures() const;
+  // The shape plans' cache. A context keeps a plan per input-shape signature it ran (every value's
+  // shape and arena offset, the kernels' state for those shapes, CUDA graphs), so a seen signature
+  // runs without allocating. At most `n` are kept (0: kDefaultMaxShapePlans, 16): past that the least
+  // recently used plan is dropped, with its kernel state and graphs, and the arena shrinks to what
+  // the plans kept need, its memory given back, so a context under shape churn reaches a steady
+  // state. A smaller `n` takes effect at once. ONNX Runtime's session option is
+  // "kiln.max_shape_plans" (kiln.SessionOptions.add_session_config_entry).
+  static constexpr size_t kDefaultMaxShapePlans = 16;
+  void set_max_shape_plans(size_t n);
+  size_t max_shape_plans() const;
   // The shape profile of the last run's input shapes (0 when the engine has none).
   int active_profile() const;
+  // The arena bytes this context holds per device.
   size_t arena_bytes(DeviceType device) const;
 
   struct Impl;

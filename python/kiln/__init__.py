@@ -390,12 +390,17 @@ class SessionOptions:
         self._config: dict[str, str] = {}
 
     def add_session_config_entry(self, key: str, value: str) -> None:
-        """Stored (get_session_config_entry returns it). kiln reads one key: "kiln.on_mismatch" — what an
+        """Stored (get_session_config_entry returns it). kiln reads two keys: "kiln.on_mismatch" — what an
         engine file built for another GPU, driver or library version does: "error" (the default),
-        "rebuild" (from the graph it holds) or "rebuild-and-save" (Engine.load's on_mismatch)."""
+        "rebuild" (from the graph it holds) or "rebuild-and-save" (Engine.load's on_mismatch); and
+        "kiln.max_shape_plans" — how many input-shape signatures each of the session's contexts keeps
+        planned (a positive integer, default 16; ExecutionContext.max_shape_plans): past it the least
+        recently used plan goes and its memory with it."""
         key, value = str(key), str(value)
         if key == "kiln.on_mismatch" and value not in ("error", "rebuild", "rebuild-and-save"):
             raise ValueError(f"kiln.on_mismatch '{value}': expected error, rebuild or rebuild-and-save")
+        if key == "kiln.max_shape_plans" and not (value.isdigit() and 0 < int(value) <= 1 << 20):
+            raise ValueError(f"kiln.max_shape_plans '{value}': expected a positive integer")
         self._config[key] = value
 
     def get_session_config_entry(self, key: str) -> str:
@@ -692,6 +697,7 @@ class InferenceSession:
         # Fusions fire only into ops the target device has kernels for (the builder checks), so
         # CUDA sessions take the same levels as CPU ones.
         self._threads = max(0, int(opts.intra_op_num_threads or 0))
+        self._max_shape_plans = int(opts._config.get("kiln.max_shape_plans", "0"))
         if self._threads > 1024:  # the OpenMP runtime exits the process when it cannot make them
             raise ValueError(f"SessionOptions.intra_op_num_threads {self._threads}: at most 1024 (0: all cores)")
         if opts.optimized_model_filepath:
@@ -802,6 +808,8 @@ class InferenceSession:
             ctx.set_cuda_graphs(self._cuda_graphs)
         if self._threads:
             ctx.set_num_threads(self._threads)
+        if self._max_shape_plans:
+            ctx.max_shape_plans = self._max_shape_plans
         if self._profiling:
             ctx.set_profiling(True)
             with self._pool_lock:

@@ -219,8 +219,9 @@ std::map<std::string, std::string> Engine::metadata() const { return impl_->meta
 struct ExecutionContext::Impl {
   std::shared_ptr<const Engine::Impl> engine;  // keeps the plan (and its kernels) alive
   ContextResources res;
-  // Shape plans, most recently used first; at most kMaxPlans (the least recently used goes).
-  static constexpr size_t kMaxPlans = 16;
+  // Shape plans, most recently used first; at most max_plans (the least recently used goes, and
+  // the arena shrinks to what the others need: shrink_arena).
+  size_t max_plans = ExecutionContext::kDefaultMaxShapePlans;
   std::vector<std::unique_ptr<ShapePlan>> plans;
   std::vector<int64_t> key;         // scratch: the signature of the current run
   std::vector<Slot*> bound;         // scratch: per graph input, the caller's value (or a default)
@@ -279,6 +280,51 @@ ExecutionContext::~ExecutionContext() = default;
 
 int ExecutionContext::active_profile() const { return impl_->plans.empty() ? 0 : impl_->plans.front()->profile; }
 size_t ExecutionContext::planned_signatures() const { return impl_->plans.size(); }
+size_t ExecutionContext::max_shape_plans() const { return impl_->max_plans; }
+
+// Reallocates each device's arena down to the largest need of the plans kept, when it holds more
+// (the plans that needed it were dropped), and remakes the plans' views of it. An arena no plan
+// needs is freed. Every view of the old arena is dropped before the smaller one is allocated, so
+// its memory goes back first.
+static Status shrink_arena(const CompiledGraph& g, std::vector<std::unique_ptr<ShapePlan>>& plans, ContextResources& res) {
+  bool moved = false;
+  for (int d = 0; d < 2; ++d) {
+    if (!res.arena[d]) continue;
+    size_t need = 0;
+    for (const auto& p : plans)
+      if (p->ready) need = std::max(need, p->arena_bytes[d]);
+    if (res.arena[d]->bytes <= need) continue;
+    for (const auto& p : plans) {
+      if (!p->ready) continue;
+      for (size_t v = 0; v < g.values.size(); ++v)
+        if (p->offset[v] >= 0 && static_cast<int>(g.values[v].device.type) == d) p->slots[v] = Slot();
+    }
+    res.arena[d].reset();
+    if (need > 0) {
+      KILN_ASSIGN_OR_RETURN(Backend * b, backend_for(static_cast<DeviceType>(d)));
+      KILN_ASSIGN_OR_RETURN(res.arena[d], b->allocate(need));
+    }
+    ++res.generation;
+    moved = true;
+  }
+  if (moved)
+    for (const auto& p : plans) {
+      p->graphs.clear();  // captured over the old arena's addresses
+      p->graphs_generation = ~uint64_t{0};
+      KILN_RETURN_IF_ERROR(bind_shape_plan(g, *p, res));
+    }
+  return Status::Ok();
+}
+
+void ExecutionContext::set_max_shape_plans(size_t n) {
+  Impl& ci = *impl_;
+  ci.max_plans = n ? n : kDefaultMaxShapePlans;
+  if (ci.plans.size() <= ci.max_plans) return;
+  ci.plans.resize(ci.max_plans);
+  // Best effort: a failed reallocation leaves no arena, and the next run allocates what it needs.
+  if (!shrink_arena(*ci.engine->plan, ci.plans, ci.res).ok())
+    for (auto& a : ci.res.arena) a.reset();
+}
 void ExecutionContext::set_cuda_graphs(bool enabled) { impl_->res.cuda_graphs = enabled; }
 
 Status ExecutionContext::set_cuda_stream(void* stream) {
@@ -388,7 +434,12 @@ Status ExecutionContext::run_into(const std::vector<Value>& inputs, std::vector<
   if (found == ci.plans.size()) {
     // A new signature: the shape profile that holds it (refused when none does).
     KILN_ASSIGN_OR_RETURN(const int profile, choose_profile(*e.graph, e.options.profiles, ci.bound.data()));
-    if (ci.plans.size() >= Impl::kMaxPlans) ci.plans.pop_back();
+    const bool evict = ci.plans.size() >= ci.max_plans;
+    if (evict) {
+      ci.plans.resize(ci.max_plans - 1);
+      // The arena the dropped plans needed goes back now, before the new plan grows it again.
+      KILN_RETURN_IF_ERROR(shrink_arena(plan, ci.plans, ci.res));
+    }
     ci.plans.insert(ci.plans.begin(), make_shape_plan(plan, ci.bound.data(), ci.res, profile));
   } else if (found != 0) {
     std::rotate(ci.plans.begin(), ci.plans.begin() + static_cast<std::ptrdiff_t>(found),

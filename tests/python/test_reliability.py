@@ -1,8 +1,10 @@
 """Issue #47's reliability defects, one regression each: IOBinding never writes into read-only or
 copied memory, a terminate request made while a run converts its inputs stops that run, special
-files (FIFOs, devices, directories, sockets) are refused at once by the command and the API, and a
-batch of 0 flows through a convolution. Anything that could hang or crash the test process before
-its fix runs in a child process with a time limit."""
+files (FIFOs, devices, directories, sockets) are refused at once by the command and the API, a
+batch of 0 flows through a convolution, a context under shape churn reaches a steady state, and a
+model followed by junk is refused at once naming the offset; plus the 16-thread soak over one
+session (mixed batch sizes, IOBinding). Anything that could hang or crash the test process before
+its fix, or whose memory is measured, runs in a child process with a time limit."""
 
 from __future__ import annotations
 
@@ -288,3 +290,162 @@ def test_a_batch_of_zero_gives_an_empty_output_of_the_right_shape(level):
     (want,) = kiln.InferenceSession(conv_model("N"), opts).run(None, {"x": x})
     np.testing.assert_allclose(y2, want, rtol=1e-5, atol=1e-5)
     assert y2.shape == (2, 4, 8, 8)
+
+
+# ---- The 16-thread soak: mixed batch sizes, run() and IOBinding on one session
+
+
+def test_sixteen_threads_mixed_batches_and_iobinding_are_bit_exact():
+    """16 threads share one session for 24 runs each, cycling batch sizes 1, 3, 8 and 5 and four ways
+    of running: run(), run_with_ort_values(), IOBinding into a kiln-allocated output, and IOBinding
+    into the thread's own NumPy array (written in place). Every output equals the single-threaded
+    result for its batch, bit for bit; the session's contexts are reused, so plans and arenas are
+    shared across threads over time, never at once. Bounded: about 1-2 s on 2 cores."""
+    sess = kiln.InferenceSession(dynamic_conv_model())
+    rng = np.random.default_rng(3)
+    xs = {b: rng.standard_normal((b, 3, 12, 10)).astype(np.float32) for b in (1, 3, 8, 5)}
+    want = {b: sess.run(None, {"x": x})[0] for b, x in xs.items()}
+    batches = list(xs)
+    failures: list[str] = []
+
+    def work(t: int) -> None:
+        try:
+            own = {b: np.empty((b, 8, 12, 10), np.float32) for b in batches}
+            for i in range(24):
+                b = batches[(t + i) % len(batches)]
+                x = xs[b]
+                how = (t + i // len(batches)) % 4
+                if how == 0:
+                    (y,) = sess.run(None, {"x": x})
+                elif how == 1:
+                    y = sess.run_with_ort_values(None, {"x": kiln.Tensor.from_numpy(x)})[0].numpy()
+                else:
+                    binding = sess.io_binding()
+                    binding.bind_cpu_input("x", x)
+                    if how == 2:
+                        binding.bind_output("y")
+                    else:
+                        own[b].fill(np.nan)
+                        binding.bind_ortvalue_output("y", kiln.Tensor.from_numpy(own[b]))
+                    sess.run_with_iobinding(binding)
+                    y = binding.copy_outputs_to_cpu()[0]
+                    if how == 3 and not np.array_equal(own[b], want[b]):
+                        failures.append(f"thread {t} run {i}: the bound array was not written (batch {b})")
+                if y.shape != want[b].shape or not np.array_equal(y, want[b]):
+                    failures.append(f"thread {t} run {i} ({['run', 'ort values', 'iobinding', 'bound array'][how]}, "
+                                    f"batch {b}): output differs")
+        except Exception as e:  # noqa: BLE001 — reported below with the thread
+            failures.append(f"thread {t}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(16)]
+    t0 = time.time()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert not failures, failures[:5]
+    assert time.time() - t0 < 30
+
+
+# ---- 7: a context under shape churn reaches a steady state
+
+
+def dynamic_conv_model() -> bytes:
+    """Two 3x3 convolutions over x [N, 3, H, W], every dim dynamic: each (N, H, W) is a new signature."""
+    rng = np.random.default_rng(0)
+    w1 = h.make_tensor("w1", T.FLOAT, [8, 3, 3, 3], rng.standard_normal(216).astype(np.float32).tolist())
+    w2 = h.make_tensor("w2", T.FLOAT, [8, 8, 3, 3], rng.standard_normal(576).astype(np.float32).tolist())
+    g = h.make_graph([h.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), h.make_node("Relu", ["c1"], ["r1"]),
+                      h.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]), h.make_node("Sigmoid", ["c2"], ["y"])],
+                     "dyn", [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, "H", "W"])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 8, "H", "W"])], [w1, w2])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_rss_plateaus_over_many_input_shapes(tmp_path):
+    """300 distinct input shapes through one session: after a warm-up over 150 of them (the largest
+    among them), the other 150 grow the process by a bounded amount: the context keeps at most 16
+    plans and gives the rest's memory back, and oneDNN's primitive cache (a JIT-compiled primitive
+    per convolution and shape) is bounded too. The outputs stay right throughout."""
+    path = tmp_path / "dyn.onnx"
+    path.write_bytes(dynamic_conv_model())
+    r = run_child(f"""
+        import os
+        import numpy as np
+        import kiln
+
+        def rss_mb():
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+        opts = kiln.SessionOptions()
+        opts.intra_op_num_threads = 1
+        sess = kiln.InferenceSession({str(path)!r}, opts)
+        # 300 distinct (N, H, W); the largest, (2, 27, 22), comes first.
+        shapes = [(1 + i % 2, 8 + i % 20, 8 + i // 20) for i in range(300)]
+        shapes.insert(0, shapes.pop())
+        rng = np.random.default_rng(0)
+        for i, (n, hh, ww) in enumerate(shapes):
+            x = rng.standard_normal((n, 3, hh, ww)).astype(np.float32)
+            (y,) = sess.run(None, {{"x": x}})
+            if i % 50 == 7:  # the outputs stay right while plans come and go
+                (want,) = kiln.InferenceSession({str(path)!r}, opts).run(None, {{"x": x}})
+                assert np.array_equal(y, want), i
+            if i == 149:
+                warm = rss_mb()
+        print("rss", round(warm, 1), round(rss_mb(), 1))
+        """, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    warm, end = map(float, r.stdout.split("rss")[1].split())
+    # Measured over the last 150 shapes (2 cores, 2026-11-29): 21.4 MB before the bounds (oneDNN's
+    # cache of 1024 primitives filling), about 3 MB with them.
+    assert end - warm < 8, f"RSS grew from {warm:.1f} to {end:.1f} MB over 150 new input shapes"
+
+
+def test_max_shape_plans_session_option():
+    opts = kiln.SessionOptions()
+    opts.add_session_config_entry("kiln.max_shape_plans", "3")
+    with pytest.raises(ValueError, match="max_shape_plans"):
+        opts.add_session_config_entry("kiln.max_shape_plans", "-1")
+    sess = kiln.InferenceSession(dynamic_conv_model(), opts)
+    for hh in range(8, 14):
+        sess.run(None, {"x": np.ones((1, 3, hh, 8), np.float32)})
+    ctx = sess._acquire()
+    try:
+        assert ctx.max_shape_plans == 3 and ctx.planned_signatures == 3
+        ctx.max_shape_plans = 1
+        assert ctx.planned_signatures == 1
+    finally:
+        sess._release(ctx)
+
+
+# ---- 8: a model followed by junk is refused at once, naming the offset, without reading it all
+
+
+def test_model_followed_by_2gb_of_zeros_is_refused_at_once_naming_the_offset(tmp_path):
+    """A valid model padded to just under protobuf's 2 GiB limit with zeros (a sparse file: no disk):
+    refused within seconds, the process staying small, the error naming the byte where the model
+    ends (where the zeros begin)."""
+    model = add_one_model()
+    path = tmp_path / "padded.onnx"
+    path.write_bytes(model)
+    os.truncate(path, 2**31 - 2**20)
+    r = run_child(f"""
+        import resource, time
+        import kiln
+        t0 = time.time()
+        try:
+            kiln.InferenceSession({str(path)!r})
+            print("loaded")
+        except kiln.KilnError as e:
+            print("refused:", e)
+        print("took", time.time() - t0, "maxrss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        """, timeout=60)
+    assert r.returncode == 0, r.stderr[-800:]
+    assert "refused:" in r.stdout, r.stdout
+    assert f"at byte {len(model)}" in r.stdout and "zero byte" in r.stdout, r.stdout
+    took, rss = float(r.stdout.split("took")[1].split()[0]), float(r.stdout.split("maxrss_mb")[1].split()[0])
+    # Before: 17 s and 2.1 GB (the whole file read into memory, hashed, then parsed).
+    assert took < 5, r.stdout
+    assert rss < 600, r.stdout

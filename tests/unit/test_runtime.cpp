@@ -305,6 +305,65 @@ TEST(Runtime, SixteenThreadSoakIsBitExact) {
 
 // max_memory_bytes bounds the host memory kiln holds at once: tensors are counted while alive and
 // given back when freed; a build or run past the limit fails with an error naming it.
+// The shape plans' cache is an LRU of at most max_shape_plans() signatures: under churn over 6
+// batch sizes with a limit of 3 the context never holds more than 3, revisiting evicted ones
+// re-plans them and every output equals a fresh context's (bit-exact); dropping the largest
+// signature gives its arena memory back (the arena shrinks to what the kept plans need).
+TEST(Runtime, ShapePlanCacheIsABoundedLru) {
+  auto engine = Engine::build(kExample);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<Tensor> xs;
+  std::vector<std::vector<float>> expected;
+  for (int64_t b : {1, 2, 3, 4, 5, 8}) {
+    Tensor x = Tensor::empty(DataType::kFloat32, {b, 3, 32, 32});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
+    expected.push_back(run_example(**engine, x));
+    xs.push_back(std::move(x));
+  }
+  auto ctx = (*engine)->create_context();
+  ASSERT_TRUE(ctx.ok());
+  EXPECT_EQ((*ctx)->max_shape_plans(), ExecutionContext::kDefaultMaxShapePlans);
+  (*ctx)->set_max_shape_plans(3);
+  EXPECT_EQ((*ctx)->max_shape_plans(), 3u);
+  size_t limit = 3;
+  auto check = [&](size_t k, const char* when) {
+    auto out = (*ctx)->run({{"image", Value::of(xs[k])}});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    const Tensor& y = (*out)[0].tensor;
+    ASSERT_EQ(y.numel(), static_cast<int64_t>(expected[k].size())) << when << " input " << k;
+    EXPECT_EQ(std::memcmp(y.data<float>(), expected[k].data(), expected[k].size() * sizeof(float)), 0)
+        << when << " input " << k;
+    EXPECT_LE((*ctx)->planned_signatures(), limit) << when << " input " << k;
+  };
+  // Twice through the six (every run past the third evicts), then an order that mixes kept and
+  // evicted signatures.
+  for (int round = 0; round < 2; ++round)
+    for (size_t k = 0; k < xs.size(); ++k) check(k, round ? "second pass" : "first pass");
+  for (size_t k : {5u, 0u, 5u, 2u, 0u, 4u, 1u, 4u}) check(k, "mixed");
+  EXPECT_EQ((*ctx)->planned_signatures(), 3u);
+  // The largest batch's arena goes back once its plan is dropped: three small signatures after it.
+  check(5, "largest");
+  const size_t big = (*ctx)->arena_bytes(DeviceType::kCPU);
+  for (size_t k : {0u, 1u, 2u}) check(k, "small");
+  const size_t small = (*ctx)->arena_bytes(DeviceType::kCPU);
+  EXPECT_LT(small, big) << "the evicted batch-8 plan's arena was not given back";
+  for (size_t k : {0u, 1u, 2u}) check(k, "small, again");
+  EXPECT_EQ((*ctx)->arena_bytes(DeviceType::kCPU), small) << "a kept signature reallocated the arena";
+  // A smaller limit takes effect at once; 0 restores the default.
+  (*ctx)->set_max_shape_plans(1);
+  limit = 1;
+  EXPECT_EQ((*ctx)->planned_signatures(), 1u);
+  check(3, "limit 1");
+  check(4, "limit 1");
+  (*ctx)->set_max_shape_plans(0);
+  limit = ExecutionContext::kDefaultMaxShapePlans;
+  EXPECT_EQ((*ctx)->max_shape_plans(), ExecutionContext::kDefaultMaxShapePlans);
+  for (size_t k = 0; k < xs.size(); ++k) check(k, "default limit");
+  EXPECT_EQ((*ctx)->planned_signatures(), xs.size());
+}
+
 TEST(Runtime, HostMemoryLimitIsAClearError) {
   const size_t base = host_memory_in_use();
   {

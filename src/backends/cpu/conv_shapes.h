@@ -5,6 +5,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -50,9 +51,21 @@ inline bool is_pointwise(const ops::WindowGeometry& g) {
   return true;
 }
 
-// The process's oneDNN CPU engine.
+// oneDNN keeps every primitive it creates (JIT code, ~70 KB for a small convolution) in a
+// process-wide cache of 1024 by default: with a new entry per input shape, a context under shape
+// churn grew by that much per signature long after its own plans (ExecutionContext::max_shape_plans)
+// had let go of them (#47: 207 -> 289 MB). kiln bounds it to this many primitives, unless the user set
+// oneDNN's own ONEDNN_PRIMITIVE_CACHE_CAPACITY (or DNNL_...): what a plan keeps it holds itself, so
+// the cache only saves the JIT when another context or a re-planned signature makes the same one.
+constexpr int kDnnlPrimitiveCacheCapacity = 256;
+
+// The process's oneDNN CPU engine (made once; bounds the primitive cache first).
 inline const dnnl::engine& dnnl_cpu() {
-  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  static const dnnl::engine e = [] {
+    if (!std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY") && !std::getenv("DNNL_PRIMITIVE_CACHE_CAPACITY"))
+      dnnl::set_primitive_cache_capacity(kDnnlPrimitiveCacheCapacity);
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return e;
 }
 
