@@ -9,7 +9,9 @@
 #   4. the whole extreme-attribute sweep, one case per op, attribute and value (tools/attr_sweep.py
 #      --dedupe; CI runs a 150-case sample of it in the Python suite);
 #   5. kiln.ray_serve on a local Ray (scripts/setup_ray.sh, tests/ray/; not in CI: Ray is large);
-#   6. with --sanitize, CI's sanitizer job (scripts/sanitize.sh; about 15 more minutes).
+#   6. the ThreadSanitizer job (scripts/tsan.sh: its own build, the runtime, thread-pool and batcher
+#      tests; not in CI);
+#   7. with --sanitize, CI's sanitizer job (scripts/sanitize.sh; about 15 more minutes).
 # Each step's wall time is printed; the first failure stops it. Usage:
 #   scripts/prestop.sh [--sanitize] [FOLDER]     (FOLDER: where to clone; default a new temporary one)
 set -euo pipefail
@@ -46,5 +48,6 @@ step "attribute sweep (tools/attr_sweep.py --dedupe)" .venv/bin/python tools/att
   --json build/attr_sweep.json
 step "Ray Serve (scripts/setup_ray.sh, tests/ray)" bash -c \
   'scripts/setup_ray.sh && .venv-ray/bin/python -m pytest -q -p no:warnings tests/ray'
+step "ThreadSanitizer (scripts/tsan.sh)" scripts/tsan.sh
 [ "$sanitize" = 0 ] || step "scripts/sanitize.sh" scripts/sanitize.sh
 echo "prestop: all passed"

@@ -24,6 +24,10 @@ class FakeExecutor : public BatchExecutor {
     std::mutex mu;
     std::vector<Shape> runs;
     std::atomic<int> running{0}, most_running{0};
+    size_t count() {  // while the batcher may still run (reading runs.size() unlocked is a race: TSan)
+      std::lock_guard<std::mutex> lock(mu);
+      return runs.size();
+    }
   };
   FakeExecutor(std::shared_ptr<Log> log, std::chrono::milliseconds sleep = 0ms,
                std::shared_future<void> gate = {}, bool fail = false)
@@ -221,7 +225,7 @@ TEST(ServeBatcher, ShutdownDrainsQueuedRequestsThenRefuses) {
   std::vector<std::future<Expected<std::vector<Tensor>>>> futures;
   for (int i = 0; i < 5; ++i)
     futures.push_back(std::async(std::launch::async, [&b, i] { return b->infer({{filled({1, 2}, 10.0f * i)}}); }));
-  while (b->queued() + log->runs.size() == 0) std::this_thread::sleep_for(1ms);
+  while (b->queued() + log->count() == 0) std::this_thread::sleep_for(1ms);
   auto t0 = Clock::now();
   b->shutdown();
   EXPECT_LT(Clock::now() - t0, 5s);
