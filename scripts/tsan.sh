@@ -40,7 +40,7 @@ export CCACHE_DIR=${CCACHE_DIR:-$root/.ccache}
 cmake --build build-tsan --target kiln_tests
 echo "== tsan: build took $((SECONDS - t0)) s"
 
-export TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1 second_deadlock_stack=1 history_size=4 suppressions=$root/tests/tsan.supp"
+export TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1 second_deadlock_stack=1 history_size=4"
 t1=$SECONDS
 echo "== tsan: $filter (OMP_NUM_THREADS=1)"
 OMP_NUM_THREADS=1 build-tsan/kiln_tests --gtest_brief=1 --gtest_filter="$filter"
