@@ -351,6 +351,12 @@ def test_sixteen_threads_mixed_batches_and_iobinding_are_bit_exact():
 # ---- 7: a context under shape churn reaches a steady state
 
 
+def rss_mb() -> float:
+    """This process's resident memory in MB (/proc/self/statm)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def dynamic_conv_model() -> bytes:
     """Two 3x3 convolutions over x [N, 3, H, W], every dim dynamic: each (N, H, W) is a new signature."""
     rng = np.random.default_rng(0)
@@ -363,34 +369,38 @@ def dynamic_conv_model() -> bytes:
     return h.make_model(g, opset_imports=[h.make_opsetid("", 17)]).SerializeToString()
 
 
+def dynamic_session_child(tmp_path, code: str, timeout: float) -> subprocess.CompletedProcess:
+    """`code` in a child process that has `sess`, a one-thread session of dynamic_conv_model() built
+    from `path` with `opts`, numpy as np, kiln and rss_mb."""
+    path = tmp_path / "dyn.onnx"
+    path.write_bytes(dynamic_conv_model())
+    return run_child(textwrap.dedent(f"""
+        import numpy as np
+        import kiln
+        from test_reliability import rss_mb
+
+        path = {str(path)!r}
+        opts = kiln.SessionOptions()
+        opts.intra_op_num_threads = 1
+        sess = kiln.InferenceSession(path, opts)
+        """) + textwrap.dedent(code), timeout=timeout)
+
+
 def test_rss_plateaus_over_many_input_shapes(tmp_path):
     """300 distinct input shapes through one session: after a warm-up over 150 of them (the largest
     among them), the other 150 grow the process by a bounded amount: the context keeps at most 16
     plans and gives the rest's memory back, and oneDNN's primitive cache (a JIT-compiled primitive
     per convolution and shape) is bounded too. The outputs stay right throughout."""
-    path = tmp_path / "dyn.onnx"
-    path.write_bytes(dynamic_conv_model())
-    r = run_child(f"""
-        import os
-        import numpy as np
-        import kiln
-
-        def rss_mb():
-            with open("/proc/self/statm") as f:
-                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-        opts = kiln.SessionOptions()
-        opts.intra_op_num_threads = 1
-        sess = kiln.InferenceSession({str(path)!r}, opts)
+    r = dynamic_session_child(tmp_path, """
         # 300 distinct (N, H, W); the largest, (2, 27, 22), comes first.
         shapes = [(1 + i % 2, 8 + i % 20, 8 + i // 20) for i in range(300)]
         shapes.insert(0, shapes.pop())
         rng = np.random.default_rng(0)
         for i, (n, hh, ww) in enumerate(shapes):
             x = rng.standard_normal((n, 3, hh, ww)).astype(np.float32)
-            (y,) = sess.run(None, {{"x": x}})
+            (y,) = sess.run(None, {"x": x})
             if i % 50 == 7:  # the outputs stay right while plans come and go
-                (want,) = kiln.InferenceSession({str(path)!r}, opts).run(None, {{"x": x}})
+                (want,) = kiln.InferenceSession(path, opts).run(None, {"x": x})
                 assert np.array_equal(y, want), i
             if i == 149:
                 warm = rss_mb()
@@ -401,6 +411,26 @@ def test_rss_plateaus_over_many_input_shapes(tmp_path):
     # Measured over the last 150 shapes (2 cores, 2026-11-29): 21.4 MB before the bounds (oneDNN's
     # cache of 1024 primitives filling), about 3 MB with them.
     assert end - warm < 8, f"RSS grew from {warm:.1f} to {end:.1f} MB over 150 new input shapes"
+
+
+def test_an_evicted_signatures_arena_goes_back_to_the_system(tmp_path):
+    """One large signature (a ~20 MB arena), then 20 small ones: its plan is evicted and the arena
+    shrinks to what the small ones need, the memory returned (RSS falls back), where before the arena
+    stayed at the largest signature ever seen."""
+    r = dynamic_session_child(tmp_path, """
+        sess.run(None, {"x": np.ones((1, 3, 8, 8), np.float32)})
+        small = rss_mb()
+        sess.run(None, {"x": np.ones((32, 3, 96, 96), np.float32)})
+        big = rss_mb()
+        for w in range(8, 28):
+            sess.run(None, {"x": np.ones((1, 3, 8, w), np.float32)})
+        print("rss", small, big, rss_mb())
+        """, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    small, big, after = map(float, r.stdout.split("rss")[1].split())
+    # Measured: 63.2 -> 81.6 -> 66.7 MB (before: 209.4 -> 227.7 -> 230.8).
+    assert big - small > 10, r.stdout
+    assert after - small < (big - small) / 2, f"RSS {small:.1f} MB, {big:.1f} with the large signature, {after:.1f} after it was evicted"
 
 
 def test_max_shape_plans_session_option():

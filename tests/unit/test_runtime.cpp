@@ -9,6 +9,7 @@
 #include <thread>
 #include <atomic>
 #include <memory>
+#include <mutex>
 
 #include "backends/backend.h"
 #include "backends/cuda/cuda_backend.h"
@@ -38,6 +39,29 @@ std::vector<float> run_example(Engine& e, const Tensor& x) {
   if (!out.ok()) return {};
   const Tensor& y = (*out)[0].tensor;
   return std::vector<float>(y.data<float>(), y.data<float>() + y.numel());
+}
+
+// Random example inputs of the given batch sizes and each one's output on a fresh context.
+struct ExampleBatches {
+  std::vector<Tensor> xs;
+  std::vector<std::vector<float>> expected;
+  bool same(size_t k, const Tensor& y) const {
+    return y.numel() == static_cast<int64_t>(expected[k].size()) &&
+           std::memcmp(y.data<float>(), expected[k].data(), expected[k].size() * sizeof(float)) == 0;
+  }
+};
+ExampleBatches example_batches(Engine& e, const std::vector<int64_t>& batches, unsigned seed) {
+  ExampleBatches r;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (int64_t b : batches) {
+    Tensor x = Tensor::empty(DataType::kFloat32, {b, 3, 32, 32});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
+    r.expected.push_back(run_example(e, x));
+    EXPECT_EQ(r.expected.back().size(), static_cast<size_t>(10 * b));
+    r.xs.push_back(std::move(x));
+  }
+  return r;
 }
 
 }  // namespace
@@ -266,18 +290,8 @@ TEST(Runtime, ContextsRunConcurrently) {
 TEST(Runtime, SixteenThreadSoakIsBitExact) {
   auto engine = Engine::build(kExample);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-  const int64_t batches[] = {1, 3, 8};
-  std::vector<Tensor> xs;
-  std::vector<std::vector<float>> expected;
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  for (int64_t b : batches) {
-    Tensor x = Tensor::empty(DataType::kFloat32, {b, 3, 32, 32});
-    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
-    expected.push_back(run_example(**engine, x));
-    ASSERT_EQ(expected.back().size(), static_cast<size_t>(10 * b));
-    xs.push_back(std::move(x));
-  }
+  const ExampleBatches in = example_batches(**engine, {1, 3, 8}, 5);
+  const std::vector<Tensor>& xs = in.xs;
   std::atomic<int> mismatches{0}, errors{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 16; ++t)
@@ -292,10 +306,7 @@ TEST(Runtime, SixteenThreadSoakIsBitExact) {
         const size_t k = static_cast<size_t>(t + i) % xs.size();
         auto out = ctx->run({{"image", Value::of(xs[k])}});
         if (!out.ok()) { ++errors; continue; }
-        const Tensor& y = (*out)[0].tensor;
-        if (y.numel() != static_cast<int64_t>(expected[k].size()) ||
-            std::memcmp(y.data<float>(), expected[k].data(), expected[k].size() * sizeof(float)) != 0)
-          ++mismatches;
+        if (!in.same(k, (*out)[0].tensor)) ++mismatches;
       }
     });
   for (auto& th : threads) th.join();
@@ -312,16 +323,8 @@ TEST(Runtime, SixteenThreadSoakIsBitExact) {
 TEST(Runtime, ShapePlanCacheIsABoundedLru) {
   auto engine = Engine::build(kExample);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-  std::mt19937 rng(11);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<Tensor> xs;
-  std::vector<std::vector<float>> expected;
-  for (int64_t b : {1, 2, 3, 4, 5, 8}) {
-    Tensor x = Tensor::empty(DataType::kFloat32, {b, 3, 32, 32});
-    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
-    expected.push_back(run_example(**engine, x));
-    xs.push_back(std::move(x));
-  }
+  const ExampleBatches in = example_batches(**engine, {1, 2, 3, 4, 5, 8}, 11);
+  const std::vector<Tensor>& xs = in.xs;
   auto ctx = (*engine)->create_context();
   ASSERT_TRUE(ctx.ok());
   EXPECT_EQ((*ctx)->max_shape_plans(), ExecutionContext::kDefaultMaxShapePlans);
@@ -331,10 +334,7 @@ TEST(Runtime, ShapePlanCacheIsABoundedLru) {
   auto check = [&](size_t k, const char* when) {
     auto out = (*ctx)->run({{"image", Value::of(xs[k])}});
     ASSERT_TRUE(out.ok()) << out.status().to_string();
-    const Tensor& y = (*out)[0].tensor;
-    ASSERT_EQ(y.numel(), static_cast<int64_t>(expected[k].size())) << when << " input " << k;
-    EXPECT_EQ(std::memcmp(y.data<float>(), expected[k].data(), expected[k].size() * sizeof(float)), 0)
-        << when << " input " << k;
+    EXPECT_TRUE(in.same(k, (*out)[0].tensor)) << when << " input " << k;
     EXPECT_LE((*ctx)->planned_signatures(), limit) << when << " input " << k;
   };
   // Twice through the six (every run past the third evicts), then an order that mixes kept and
@@ -362,6 +362,64 @@ TEST(Runtime, ShapePlanCacheIsABoundedLru) {
   EXPECT_EQ((*ctx)->max_shape_plans(), ExecutionContext::kDefaultMaxShapePlans);
   for (size_t k = 0; k < xs.size(); ++k) check(k, "default limit");
   EXPECT_EQ((*ctx)->planned_signatures(), xs.size());
+}
+
+// The Python session's pattern under 16 threads: a pool of 4 contexts handed from thread to thread
+// (a mutex between users), each keeping at most 2 shape plans, so plans are evicted and arenas
+// shrink and regrow while other contexts run; mixed batch sizes, half the runs into the caller's
+// own output tensors (run_into, IOBinding's path). Every output is bit-exact. scripts/tsan.sh runs it.
+TEST(Runtime, SixteenThreadsOverPooledContextsWithEvictionsAreBitExact) {
+  auto engine = Engine::build(kExample);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  const ExampleBatches in = example_batches(**engine, {1, 2, 3, 5}, 9);
+  const std::vector<Tensor>& xs = in.xs;
+  std::mutex mu;
+  std::vector<std::unique_ptr<ExecutionContext>> pool;
+  for (int i = 0; i < 4; ++i) {
+    auto c = (*engine)->create_context();
+    ASSERT_TRUE(c.ok());
+    (*c)->set_max_shape_plans(2);
+    pool.push_back(std::move(*c));
+  }
+  std::atomic<int> mismatches{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16; ++t)
+    threads.emplace_back([&, t] {
+      std::vector<Value> own(1);  // this thread's output buffer, reused when its shape fits
+      for (int i = 0; i < 12; ++i) {
+        std::unique_ptr<ExecutionContext> ctx;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (pool.empty()) {
+            auto c = (*engine)->create_context();
+            if (!c.ok()) { ++errors; return; }
+            ctx = std::move(*c);
+            ctx->set_max_shape_plans(2);
+          } else {
+            ctx = std::move(pool.back());
+            pool.pop_back();
+          }
+        }
+        const size_t k = static_cast<size_t>(t * 7 + i) % xs.size();
+        const Tensor* y = nullptr;
+        std::vector<Value> fresh;
+        if ((t + i) % 2) {
+          if (!ctx->run_into({Value::of(xs[k])}, own).ok()) ++errors;
+          else y = &own[0].tensor;
+        } else {
+          auto out = ctx->run({{"image", Value::of(xs[k])}});
+          if (!out.ok()) ++errors;
+          else y = &(fresh = std::move(*out))[0].tensor;
+        }
+        if (y && !in.same(k, *y)) ++mismatches;
+        if (ctx->planned_signatures() > 2) ++errors;
+        std::lock_guard<std::mutex> lock(mu);
+        pool.push_back(std::move(ctx));
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST(Runtime, HostMemoryLimitIsAClearError) {
