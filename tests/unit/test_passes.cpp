@@ -607,14 +607,16 @@ ir::Value* sequence_input(Builder& b, int64_t E) {
   return x;
 }
 
-// Optimizing b's graph (input "x" [batch, seq, E]) fuses one attention, and the fused graph gives
-// the unfused one's numbers at batch 2, sequence 5 (random x from `seed`).
-void expect_attention_fused_same_numbers(Builder& b, int64_t E, unsigned seed) {
+// Optimizing b's graph (input "x" [batch, seq, E]) fuses one attention (`packed`: then it reads its
+// Q, K and V in place from the projection they were cut from, a second rewrite, and no Split is
+// left), and the fused graph gives the unfused one's numbers at batch 2, sequence 5 (random x from `seed`).
+void expect_attention_fused_same_numbers(Builder& b, int64_t E, unsigned seed, bool packed = false) {
   auto opt = b.g->clone();
   passes::OptimizeStats stats;
   ASSERT_TRUE(passes::optimize(*opt, builder_pass_options(2, nullptr), &stats).ok());
-  EXPECT_EQ(stats.fired["fuse-attention"], 1) << opt->to_string();
+  EXPECT_EQ(stats.fired["fuse-attention"], packed ? 2 : 1) << opt->to_string();
   EXPECT_EQ(op_counts(*opt)["Softmax"], 0);
+  if (packed) EXPECT_EQ(op_counts(*opt)["Split"], 0) << opt->to_string();
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-2, 2);
   Tensor xt = Tensor::empty(DataType::kFloat32, {2, 5, E});
@@ -703,7 +705,7 @@ TEST(Passes, AttentionAfterASplitQkvProjection) {
   ir::Value* ctx = b.node("Transpose", {b.node("MatMul", {p, heads(v, k, {0, 2, 1, 3})})}, {{"perm", attr_ints({0, 2, 1, 3})}});
   ir::Value* y = b.node("Reshape", {ctx, b.node("Concat", {dim0(ctx, 0), dim0(ctx, 1), b.ints({E})}, {{"axis", attr_int(0)}})});
   b.output(y);
-  expect_attention_fused_same_numbers(b, E, 3);
+  expect_attention_fused_same_numbers(b, E, 3, /*packed=*/true);
 }
 
 // CUDA builds pad a constant weight's columns to a multiple of 8 (aligned GEMM rows; GPT-2's LM
