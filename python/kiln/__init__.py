@@ -408,9 +408,10 @@ class SessionOptions:
 
     def register_custom_ops_library(self, library_path: str) -> None:
         """onnxruntime's way to add custom ops. kiln loads the library at once (process-wide, as
-        load_plugin does): it must be a kiln plugin (include/kiln/plugin.h). An ONNX Runtime custom-op
-        library (exporting RegisterCustomOps) is refused with a message saying so: kiln's shim of the
-        ONNX Runtime custom-op API is not there yet."""
+        load_plugin does): a kiln plugin (include/kiln/plugin.h) or an ONNX Runtime custom-op library
+        (exporting RegisterCustomOps, e.g. onnxruntime_extensions.get_library_path()), whose ops then
+        run on the CPU through kiln's implementation of ONNX Runtime's custom-op C API (docs/plugins.md
+        lists what it provides). Do not hand the same library to onnxruntime in this process too."""
         load_plugin(library_path)
 
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:

@@ -260,14 +260,10 @@ std::string search_plugin_path(const std::string& name, std::string* searched) {
   return "";
 }
 
-// Why `handle` has no kiln entry point: an ONNX Runtime custom-op library, or something else.
-Status no_entry_point(const std::string& path, void* handle) {
-  if (dlsym(handle, "RegisterCustomOps") || dlsym(handle, "RegisterCustomOpsAltName"))
-    return unsupported("'" + path + "' is an ONNX Runtime custom-op library (it exports RegisterCustomOps, not "
-                       "kiln_plugin_register): kiln does not load those yet (the ONNX Runtime custom-op API shim is "
-                       "issue #43's next step). Write the ops against kiln's plugin ABI (include/kiln/plugin.h, docs/plugins.md)");
+// Why `handle` has no kiln entry point (an ONNX Runtime custom-op library has another path).
+Status no_entry_point(const std::string& path) {
   return invalid_argument("'" + path + "' is not a kiln plugin: it exports no kiln_plugin_abi_version/kiln_plugin_register "
-                          "(include/kiln/plugin.h)");
+                          "(include/kiln/plugin.h), nor RegisterCustomOps (an ONNX Runtime custom-op library)");
 }
 
 // Whether kiln has (domain, op) without plugins: in its op table or as a kernel row.
@@ -278,14 +274,11 @@ bool built_in(const std::string& domain, const std::string& op) {
   return false;
 }
 
-// Registers the library's declared ops (all or none) under the registry lock.
-Status commit(Registry& r, Library& lib, const Pending& pending, bool allow_override) {
+// Registers the library's ops (all or none) under the registry lock.
+Status commit_ops(Registry& r, Library& lib, std::vector<PluginOp> taken, bool allow_override) {
   std::vector<PluginOp> ops;
   std::set<std::pair<std::string, std::string>> seen;
-  for (const KilnPluginOp* src : pending.ops) {
-    PluginOp op;
-    if (std::string why = take_op(src, op); !why.empty())
-      return invalid_argument("plugin '" + lib.info.library + "': " + why);
+  for (PluginOp& op : taken) {
     const auto key = std::make_pair(op.domain, op.op_type);
     if (!seen.insert(key).second)
       return invalid_argument("plugin '" + lib.info.library + "' declares op " + qualified(op.domain, op.op_type) + " twice");
@@ -298,7 +291,8 @@ Status commit(Registry& r, Library& lib, const Pending& pending, bool allow_over
                               ", which is built into kiln; load it with override allowed to replace kiln's op "
                               "(kiln --plugin-override, BuildOptions::plugin_override, kiln.load_plugin(path, override=True))");
     op.record = {op.domain, op.op_type, lib.info.library, lib.info.name, lib.info.version, "", lib.content_hash};
-    op.record.abi_hash = hex64(checksum64(describe_op(op).data(), describe_op(op).size()));
+    const std::string described = op.ort ? describe_ort_op(op) : describe_op(op);
+    op.record.abi_hash = hex64(checksum64(described.data(), described.size()));
     op.label = "plugin '" + lib.info.name + "' " + lib.info.version + " (" + lib.info.library + "), op " +
                qualified(op.domain, op.op_type);
     ops.push_back(std::move(op));
@@ -316,6 +310,18 @@ Status commit(Registry& r, Library& lib, const Pending& pending, bool allow_over
     if (kept.def.cuda) log(LogLevel::kInfo, kept.label + ": its CUDA kernel is not used yet (plugin ops run on the CPU)");
   }
   return Status::Ok();
+}
+
+// Checks a kiln plugin's declarations and registers them.
+Status commit(Registry& r, Library& lib, const Pending& pending, bool allow_override) {
+  std::vector<PluginOp> ops;
+  for (const KilnPluginOp* src : pending.ops) {
+    PluginOp op;
+    if (std::string why = take_op(src, op); !why.empty())
+      return invalid_argument("plugin '" + lib.info.library + "': " + why);
+    ops.push_back(std::move(op));
+  }
+  return commit_ops(r, lib, std::move(ops), allow_override);
 }
 
 }  // namespace
@@ -351,6 +357,26 @@ const KilnPluginHost& host_table() {
   return host;
 }
 
+// An ONNX Runtime custom-op library (plugins/ort_ops.cpp): RegisterCustomOps through kiln's shim of
+// ORT's C API. The plugin is named after the file; engines tell builds apart by the file's hash.
+static Expected<PluginInfo> load_ort(Registry& r, void* handle, const std::string& path, bool allow_override) {
+  Library lib;
+  lib.handle = handle;
+  lib.info.path = path;
+  lib.info.library = fs::path(path).filename().string();
+  lib.info.name = lib.info.library;
+  lib.info.version = "onnxruntime-custom-ops";
+  lib.content_hash = library_content_hash(dlsym(handle, "RegisterCustomOps"), path);
+  // Stays loaded from here on, refused or not (its registration ran).
+  auto ops = register_ort_library(handle, lib.info.library);
+  if (!ops.ok()) return ops.status();
+  if (ops->empty()) return invalid_argument("ONNX Runtime custom-op library '" + path + "' registered no CPU op");
+  KILN_RETURN_IF_ERROR(commit_ops(r, lib, std::move(*ops), allow_override));
+  r.libraries.push_back(lib);
+  log(LogLevel::kInfo, "loaded ONNX Runtime custom-op library " + path + ": " + std::to_string(lib.info.ops.size()) + " op(s)");
+  return lib.info;
+}
+
 Expected<PluginInfo> load(const std::string& library, bool allow_override) {
   if (library.empty()) return invalid_argument("a plugin library path is empty");
   std::string path = library, searched;
@@ -374,8 +400,9 @@ Expected<PluginInfo> load(const std::string& library, bool allow_override) {
     }
   auto abi = reinterpret_cast<KilnPluginAbiVersionFn>(dlsym(handle, "kiln_plugin_abi_version"));
   auto reg = reinterpret_cast<KilnPluginRegisterFn>(dlsym(handle, "kiln_plugin_register"));
+  if ((!abi || !reg) && is_ort_library(handle)) return load_ort(r, handle, path, allow_override);
   if (!abi || !reg) {
-    Status st = no_entry_point(path, handle);
+    Status st = no_entry_point(path);
     dlclose(handle);
     return st;
   }

@@ -295,7 +295,7 @@ void add_op_declaration(const PluginOp& op) {
   d.name = op.op_type;
   d.domain = op.domain;
   d.since = op.def.since_version;
-  d.infer = infer_plugin_node;
+  d.infer = op.ort ? infer_ort_node : infer_plugin_node;
   d.how = "plugin";
   for (int32_t i = 0; i < op.def.num_attrs; ++i)
     d.attrs.push_back({op.def.attrs[i].name, attr_kind(op.def.attrs[i].kind), op.def.attrs[i].required != 0, nullptr});
@@ -314,6 +314,7 @@ KernelDef cpu_kernel_row(const PluginOp& op) {
   k.name = "plugin.cpu." + (op.domain.empty() ? std::string("ai.onnx") : op.domain) + "." + op.op_type;
   // Built-in rows of an overridden op stay; the plugin's row wins placement by priority.
   k.priority = 1000;
+  if (op.ort) return ort_kernel_row(op, std::move(k));
   const PluginOp* p = &op;
   k.check = [p](const ir::Node& n) -> std::string {
     const int64_t ins = static_cast<int64_t>(n.inputs.size()), outs = static_cast<int64_t>(n.outputs.size());

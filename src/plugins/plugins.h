@@ -20,7 +20,15 @@
 #include "kiln/kiln.h"
 #include "kiln/plugin.h"
 
+namespace kiln::ops {
+struct InferContext;
+}
+
 namespace kiln::plugins {
+
+namespace ort {
+struct OpVariants;  // plugins/ort_ops.cpp
+}
 
 // What an engine file records for each plugin op its graph uses, and checks on load.
 struct OpRecord {
@@ -49,6 +57,9 @@ struct PluginOp {
   // Held around every infer, create and destroy call: kiln/plugin.h promises them one thread at a
   // time per op, and builds, loads and engine releases may run on several threads at once.
   std::shared_ptr<std::mutex> calls = std::make_shared<std::mutex>();
+  // Set for an op of an ONNX Runtime custom-op library (plugins/ort_ops.cpp): its OrtCustomOp
+  // variants. `def` and `cpu` are then unused (zero).
+  std::shared_ptr<const ort::OpVariants> ort;
 };
 
 // Loads `library` (a path, or a bare file name searched in KILN_PLUGIN_PATH's folders, then by the
@@ -81,6 +92,19 @@ const KilnPluginHost& host_table();
 KernelDef cpu_kernel_row(const PluginOp& op);
 // The op table entry of a plugin op.
 void add_op_declaration(const PluginOp& op);
+
+// ---- plugins/ort_ops.cpp: ONNX Runtime custom-op libraries (exporting RegisterCustomOps)
+// Whether the library is one.
+bool is_ort_library(void* handle);
+// Calls its RegisterCustomOps with kiln's OrtApiBase and turns each CPU OrtCustomOp it registers into a
+// PluginOp (one per domain and op type; variants by type or opset range grouped). `library` names the
+// file in messages.
+Expected<std::vector<PluginOp>> register_ort_library(void* handle, const std::string& library);
+// What an ORT op's declaration hash covers (the loader's describe_op for ORT ops).
+std::string describe_ort_op(const PluginOp& op);
+// Its op-table shape function, and its kernel row from the row's common fields (cpu_kernel_row).
+Status infer_ort_node(ops::InferContext& ctx);
+KernelDef ort_kernel_row(const PluginOp& op, KernelDef k);
 
 // Maps between plugin dtype codes and kiln's: the codes are ONNX's for both; false for types the ABI
 // does not pass (strings, complex, sub-byte types).
