@@ -371,7 +371,18 @@ static Expected<PluginInfo> load_ort(Registry& r, void* handle, const std::strin
   auto ops = register_ort_library(handle, lib.info.library);
   if (!ops.ok()) return ops.status();
   if (ops->empty()) return invalid_argument("ONNX Runtime custom-op library '" + path + "' registered no CPU op");
-  KILN_RETURN_IF_ERROR(commit_ops(r, lib, std::move(*ops), allow_override));
+  // Such a library brings many ops: one that kiln has built in is left to kiln unless overrides are
+  // allowed, rather than refusing the library.
+  std::vector<PluginOp> taken;
+  for (PluginOp& op : *ops) {
+    if (!allow_override && built_in(op.domain, op.op_type)) {
+      log(LogLevel::kInfo, "ONNX Runtime custom-op library " + lib.info.library + ": op " + qualified(op.domain, op.op_type) +
+                               " is built into kiln; kiln's is used (load with override allowed to use the library's)");
+      continue;
+    }
+    taken.push_back(std::move(op));
+  }
+  KILN_RETURN_IF_ERROR(commit_ops(r, lib, std::move(taken), allow_override));
   r.libraries.push_back(lib);
   log(LogLevel::kInfo, "loaded ONNX Runtime custom-op library " + path + ": " + std::to_string(lib.info.ops.size()) + " op(s)");
   return lib.info;

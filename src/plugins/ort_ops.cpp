@@ -313,11 +313,6 @@ Expected<KernelPtr> create_kernel(const OpVariants& ov, const ir::Node& n) {
   return KernelPtr(std::move(k));
 }
 
-const OpVariants* variants_of(const ir::Node& n) {
-  const PluginOp* op = find(n.domain, n.op_type);
-  return op ? op->ort.get() : nullptr;
-}
-
 }  // namespace
 }  // namespace ort
 

@@ -20,7 +20,7 @@
 #endif
 
 typedef void Status; /* OrtStatus*: opaque */
-typedef void* Fn;
+typedef void (*Fn)(void); /* one slot of the table */
 
 /* Slot indices of OrtApi (the order of ORT's public header). */
 enum {
