@@ -411,7 +411,7 @@ class SessionOptions:
         load_plugin does): a kiln plugin (include/kiln/plugin.h) or an ONNX Runtime custom-op library
         (exporting RegisterCustomOps, e.g. onnxruntime_extensions.get_library_path()), whose ops then
         run on the CPU through kiln's implementation of ONNX Runtime's custom-op C API (docs/plugins.md
-        lists what it provides). Do not hand the same library to onnxruntime in this process too."""
+        lists what it provides)."""
         load_plugin(library_path)
 
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
