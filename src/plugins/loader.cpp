@@ -44,17 +44,39 @@ struct Library {
   void* handle = nullptr;
   PluginInfo info;
   std::string content_hash;  // OpRecord::library_hash
+  std::string source;        // ONNX Runtime libraries: the file kiln's private copy was made from
 };
 
-// The hash of the file the dynamic loader opened for `symbol` (`fallback` when it cannot say), ""
-// when it cannot be read.
-std::string library_content_hash(void* symbol, const std::string& fallback) {
-  Dl_info where{};
-  const std::string file = dladdr(symbol, &where) && where.dli_fname ? where.dli_fname : fallback;
+// The hash of a file's contents, "" when it cannot be read.
+std::string file_content_hash(const std::string& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) return "";
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return onnx::sha256_hex(bytes.data(), bytes.size()).substr(0, 32);
+}
+
+// The hash of the file the dynamic loader opened for `symbol` (`fallback` when it cannot say).
+std::string library_content_hash(void* symbol, const std::string& fallback) {
+  Dl_info where{};
+  return file_content_hash(dladdr(symbol, &where) && where.dli_fname ? where.dli_fname : fallback);
+}
+
+// kiln's own instance of an ONNX Runtime custom-op library, loaded from a copy of the file (removed once
+// mapped), or null when no copy can be made. Such a library may keep the OrtApi table it is first given
+// in its statics for later calls (onnxruntime-extensions does for some ops: StringECMARegexReplace
+// crashed in kiln after onnxruntime had registered the same loaded library), so kiln never shares an
+// instance with onnxruntime in the same process, in either order.
+void* private_instance(const std::string& path) {
+  std::error_code ec;
+  const fs::path tmp = fs::temp_directory_path(ec);
+  if (ec) return nullptr;
+  std::string dir = (tmp / "kiln-ort-XXXXXX").string();
+  if (!mkdtemp(dir.data())) return nullptr;
+  const fs::path copy = fs::path(dir) / fs::path(path).filename();
+  void* handle = nullptr;
+  if (fs::copy_file(path, copy, ec) && !ec) handle = dlopen(copy.c_str(), RTLD_NOW | RTLD_LOCAL);
+  fs::remove_all(dir, ec);
+  return handle;
 }
 
 // What kiln_plugin_register fills (the KilnPluginRegistry handle points to one).
@@ -359,14 +381,23 @@ const KilnPluginHost& host_table() {
 
 // An ONNX Runtime custom-op library (plugins/ort_ops.cpp): RegisterCustomOps through kiln's shim of
 // ORT's C API. The plugin is named after the file; engines tell builds apart by the file's hash.
-static Expected<PluginInfo> load_ort(Registry& r, void* handle, const std::string& path, bool allow_override) {
+static Expected<PluginInfo> load_ort(Registry& r, void* handle, const std::string& path, const std::string& source,
+                                     bool allow_override) {
   Library lib;
-  lib.handle = handle;
   lib.info.path = path;
   lib.info.library = fs::path(path).filename().string();
   lib.info.name = lib.info.library;
   lib.info.version = "onnxruntime-custom-ops";
-  lib.content_hash = library_content_hash(dlsym(handle, "RegisterCustomOps"), path);
+  lib.source = source;
+  lib.content_hash = file_content_hash(source);
+  if (void* own = private_instance(source)) {
+    dlclose(handle);
+    handle = own;
+  } else {
+    log(LogLevel::kWarning, "ONNX Runtime custom-op library " + path + ": no private copy could be made (temporary folder); "
+                            "kiln uses the instance it has, which onnxruntime must not use in this process");
+  }
+  lib.handle = handle;
   // Stays loaded from here on, refused or not (its registration ran).
   auto ops = register_ort_library(handle, lib.info.library);
   if (!ops.ok()) return ops.status();
@@ -404,14 +435,16 @@ Expected<PluginInfo> load(const std::string& library, bool allow_override) {
                                  ", then the dynamic loader's path)"
                            : std::string()));
   }
+  std::error_code canon_ec;
+  const std::string source = fs::weakly_canonical(fs::path(path), canon_ec).string();
   for (const Library& lib : r.libraries)
-    if (lib.handle == handle) {
+    if (lib.handle == handle || (!lib.source.empty() && lib.source == source)) {
       dlclose(handle);  // the first load's reference keeps it
       return lib.info;
     }
   auto abi = reinterpret_cast<KilnPluginAbiVersionFn>(dlsym(handle, "kiln_plugin_abi_version"));
   auto reg = reinterpret_cast<KilnPluginRegisterFn>(dlsym(handle, "kiln_plugin_register"));
-  if ((!abi || !reg) && is_ort_library(handle)) return load_ort(r, handle, path, allow_override);
+  if ((!abi || !reg) && is_ort_library(handle)) return load_ort(r, handle, path, source.empty() ? path : source, allow_override);
   if (!abi || !reg) {
     Status st = no_entry_point(path);
     dlclose(handle);
