@@ -1,6 +1,7 @@
 // plugins/loader.cpp — loading plugin libraries (include/kiln/plugin.h): finding the file, checking its
 // ABI version, taking its op declarations, and the records engine files keep of them.
 #include <dlfcn.h>
+#include <elf.h>
 
 #include <atomic>
 #include <cstdio>
@@ -61,12 +62,47 @@ std::string library_content_hash(void* symbol, const std::string& fallback) {
   return file_content_hash(dladdr(symbol, &where) && where.dli_fname ? where.dli_fname : fallback);
 }
 
+// Rebinds the GNU-unique dynamic symbols of an ELF64 little-endian image to plain global ones; the count,
+// or -1 when the image is not one kiln can read. C++ compilers make function-local statics of inline
+// functions and templates "unique": the dynamic loader keeps one per process, across copies of a library.
+int unshare_unique_symbols(std::string& image) {
+  Elf64_Ehdr eh;
+  if (image.size() < sizeof(eh)) return -1;
+  std::memcpy(&eh, image.data(), sizeof(eh));
+  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB ||
+      eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shoff > image.size() ||
+      eh.e_shnum > (image.size() - eh.e_shoff) / sizeof(Elf64_Shdr))
+    return -1;
+  int n = 0;
+  for (size_t i = 0; i < eh.e_shnum; ++i) {
+    Elf64_Shdr sh;
+    std::memcpy(&sh, image.data() + eh.e_shoff + i * sizeof(sh), sizeof(sh));
+    if (sh.sh_type != SHT_DYNSYM) continue;
+    if (sh.sh_entsize != sizeof(Elf64_Sym) || sh.sh_offset > image.size() || sh.sh_size > image.size() - sh.sh_offset) return -1;
+    for (size_t off = sh.sh_offset; off + sizeof(Elf64_Sym) <= sh.sh_offset + sh.sh_size; off += sizeof(Elf64_Sym)) {
+      Elf64_Sym sym;
+      std::memcpy(&sym, image.data() + off, sizeof(sym));
+      if (ELF64_ST_BIND(sym.st_info) != STB_GNU_UNIQUE) continue;
+      sym.st_info = ELF64_ST_INFO(STB_GLOBAL, ELF64_ST_TYPE(sym.st_info));
+      std::memcpy(image.data() + off, &sym, sizeof(sym));
+      ++n;
+    }
+  }
+  return n;
+}
+
 // kiln's own instance of an ONNX Runtime custom-op library, loaded from a copy of the file (removed once
 // mapped), or null when no copy can be made. Such a library may keep the OrtApi table it is first given
-// in its statics for later calls (onnxruntime-extensions does for some ops: StringECMARegexReplace
-// crashed in kiln after onnxruntime had registered the same loaded library), so kiln never shares an
-// instance with onnxruntime in the same process, in either order.
+// for later calls (onnxruntime-extensions does, in a function-local static, for some ops:
+// StringECMARegexReplace crashed in kiln after onnxruntime had registered the same library), so kiln
+// never shares an instance with onnxruntime in the same process, in either order. The copy's unique
+// symbols are made plain globals (the loader would otherwise share those statics with the original);
+// with RTLD_LOCAL, the copy then resolves its own symbols to itself.
 void* private_instance(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return nullptr;
+  std::string image((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (unshare_unique_symbols(image) < 0) return nullptr;
   std::error_code ec;
   const fs::path tmp = fs::temp_directory_path(ec);
   if (ec) return nullptr;
@@ -74,7 +110,12 @@ void* private_instance(const std::string& path) {
   if (!mkdtemp(dir.data())) return nullptr;
   const fs::path copy = fs::path(dir) / fs::path(path).filename();
   void* handle = nullptr;
-  if (fs::copy_file(path, copy, ec) && !ec) handle = dlopen(copy.c_str(), RTLD_NOW | RTLD_LOCAL);
+  {
+    std::ofstream out(copy, std::ios::binary);
+    out.write(image.data(), static_cast<std::streamsize>(image.size()));
+    out.close();
+    if (out) handle = dlopen(copy.c_str(), RTLD_NOW | RTLD_LOCAL);
+  }
   fs::remove_all(dir, ec);
   return handle;
 }
