@@ -2,6 +2,7 @@
 // ABI version, taking its op declarations, and the records engine files keep of them.
 #include <dlfcn.h>
 #include <elf.h>
+#include <link.h>
 
 #include <atomic>
 #include <cstdio>
@@ -476,8 +477,11 @@ Expected<PluginInfo> load(const std::string& library, bool allow_override) {
                                  ", then the dynamic loader's path)"
                            : std::string()));
   }
+  // The file the dynamic loader opened (a bare name may have been found on its search path).
+  std::string opened = path;
+  if (struct link_map* lm = nullptr; dlinfo(handle, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && *lm->l_name) opened = lm->l_name;
   std::error_code canon_ec;
-  const std::string source = fs::weakly_canonical(fs::path(path), canon_ec).string();
+  const std::string source = fs::weakly_canonical(fs::path(opened), canon_ec).string();
   for (const Library& lib : r.libraries)
     if (lib.handle == handle || (!lib.source.empty() && lib.source == source)) {
       dlclose(handle);  // the first load's reference keeps it

@@ -268,3 +268,11 @@ def test_cli_builds_and_runs_an_ort_library_written_against_the_abi(tmp_path):
     so.register_custom_ops_library(lib)
     (y,) = kiln.InferenceSession(str(engine), so).run(None, {"x": x})
     np.testing.assert_array_equal(y, -2.0 * x)
+
+
+def test_loading_again_returns_the_first_load(session_options, tmp_path):
+    first = kiln.load_plugin(LIB)
+    assert first["version"] == "onnxruntime-custom-ops" and "ai.onnx.contrib.StringUpper" in first["ops"], first
+    # Again, and by another spelling of the same file: kiln's private instance is not loaded twice.
+    assert kiln.load_plugin(LIB) == first
+    assert kiln.load_plugin(os.path.relpath(LIB, os.getcwd())) == first
