@@ -1,10 +1,11 @@
 /* tests/plugins/ort_test_ops.c — a small ONNX Runtime custom-op library for the tests of kiln's shim of
  * ORT's C API (src/plugins/ort_api.cpp). Written against the public ABI with declarations of its own
  * (no ORT header): the OrtApi table is read as an array of function pointers by slot index, and the
- * OrtCustomOp struct is laid out as ORT's API version 16 lays it out. Ops, in domain kiln_ort_test:
+ * OrtCustomOp struct is laid out as ORT's API version 17 lays it out (ops say which version they fill). Ops, in domain kiln_ort_test:
  *
  *   Scale         Y = alpha * X (float, any shape); alpha: float attribute (default 1). V1 kernel
  *                 (CreateKernel/KernelCompute); the output's shape is given at compute time.
+ *   ScaleShaped   Scale with an InferOutputShapeFn (OrtCustomOp version 17): Y's type and shape are X's.
  *   CallsMissing  calls OrtApi::SessionGetInputCount, which kiln's shim does not provide, and returns
  *                 its status (V2 kernel).
  *   Fails         returns an error status "Fails: bad input" from KernelComputeV2.
@@ -39,6 +40,8 @@ enum {
   kKernelContext_GetOutput = 91,
   kReleaseStatus = 93,
   kReleaseTensorTypeAndShapeInfo = 99,
+  kShapeInferContext_GetInputTypeShape = 268,
+  kShapeInferContext_SetOutputTypeShape = 270,
 };
 
 typedef struct ApiBase {
@@ -67,6 +70,9 @@ struct CustomOp {
   int (*GetVariadicOutputHomogeneity)(const CustomOp*);
   Status* (*CreateKernelV2)(const CustomOp*, const Fn* api, const void* info, void** kernel);
   Status* (*KernelComputeV2)(void*, void* context);
+  Status* (*InferOutputShapeFn)(const CustomOp*, void* context); /* from version 17 */
+  int (*GetStartVersion)(const CustomOp*);
+  int (*GetEndVersion)(const CustomOp*);
 };
 
 static const Fn* g_api;
@@ -134,7 +140,18 @@ static Status* fails_compute(void* kernel, void* ctx) {
   return CALL(kCreateStatus, Status* (*)(int, const char*))(2 /* ORT_INVALID_ARGUMENT */, "Fails: bad input");
 }
 
+static Status* scale_shape(const CustomOp* op, void* ctx) {
+  void* info = NULL;
+  Status* st;
+  (void)op;
+  if ((st = CALL(kShapeInferContext_GetInputTypeShape, Status* (*)(const void*, size_t, void**))(ctx, 0, &info))) return st;
+  st = CALL(kShapeInferContext_SetOutputTypeShape, Status* (*)(const void*, size_t, const void*))(ctx, 0, info);
+  CALL(kReleaseTensorTypeAndShapeInfo, void (*)(void*))(info);
+  return st;
+}
+
 static const char* scale_name(const CustomOp* op) { (void)op; return "Scale"; }
+static const char* scale_shaped_name(const CustomOp* op) { (void)op; return "ScaleShaped"; }
 static const char* missing_name(const CustomOp* op) { (void)op; return "CallsMissing"; }
 static const char* fails_name(const CustomOp* op) { (void)op; return "Fails"; }
 static const char* cpu_ep(const CustomOp* op) { (void)op; return "CPUExecutionProvider"; }
@@ -144,7 +161,7 @@ static int required(const CustomOp* op, size_t i) { (void)op; (void)i; return 0;
 static int mem_default(const CustomOp* op, size_t i) { (void)op; (void)i; return 0; }
 static int arity_one(const CustomOp* op) { (void)op; return 1; }
 
-static CustomOp g_scale, g_missing, g_fails;
+static CustomOp g_scale, g_scale_shaped, g_missing, g_fails;
 
 static void common(CustomOp* op, const char* (*name)(const CustomOp*)) {
   op->version = 16;
@@ -172,6 +189,11 @@ EXPORT Status* RegisterCustomOps(void* options, const ApiBase* base) {
   common(&g_scale, scale_name);
   g_scale.CreateKernel = scale_create;
   g_scale.KernelCompute = scale_compute;
+  common(&g_scale_shaped, scale_shaped_name);
+  g_scale_shaped.version = 17;
+  g_scale_shaped.CreateKernel = scale_create;
+  g_scale_shaped.KernelCompute = scale_compute;
+  g_scale_shaped.InferOutputShapeFn = scale_shape;
   common(&g_missing, missing_name);
   g_missing.CreateKernelV2 = v2_create;
   g_missing.KernelComputeV2 = missing_compute;
@@ -180,6 +202,7 @@ EXPORT Status* RegisterCustomOps(void* options, const ApiBase* base) {
   g_fails.KernelComputeV2 = fails_compute;
   if ((st = CALL(kCreateCustomOpDomain, Status* (*)(const char*, void**))("kiln_ort_test", &domain))) return st;
   if ((st = CALL(kCustomOpDomain_Add, Status* (*)(void*, const CustomOp*))(domain, &g_scale))) return st;
+  if ((st = CALL(kCustomOpDomain_Add, Status* (*)(void*, const CustomOp*))(domain, &g_scale_shaped))) return st;
   if ((st = CALL(kCustomOpDomain_Add, Status* (*)(void*, const CustomOp*))(domain, &g_missing))) return st;
   if ((st = CALL(kCustomOpDomain_Add, Status* (*)(void*, const CustomOp*))(domain, &g_fails))) return st;
   return CALL(kAddCustomOpDomain, Status* (*)(void*, void*))(options, domain);

@@ -30,8 +30,9 @@ F fn(size_t slot) {
 
 using Status_ = ort::Status;
 
-// A node of kiln_ort_test's op `type` on x (float [batch, 4]) → y, with attribute alpha when given.
-std::string one_op_model(const std::string& type, const float* alpha = nullptr) {
+// A node of kiln_ort_test's op `type` on x (float [batch, 4]) → y, with attribute alpha when given; y
+// declared [batch, 4], or float of unknown shape when `declare_y` is false.
+std::string one_op_model(const std::string& type, const float* alpha = nullptr, bool declare_y = true) {
   ::onnx::ModelProto m;
   m.set_ir_version(8);
   m.add_opset_import()->set_version(17);
@@ -40,10 +41,12 @@ std::string one_op_model(const std::string& type, const float* alpha = nullptr) 
   o->set_version(1);
   auto* g = m.mutable_graph();
   g->set_name("g");
-  for (auto [v, name] : {std::make_pair(g->add_input(), "x"), std::make_pair(g->add_output(), "y")}) {
+  g->add_output()->set_name("y");
+  for (auto [v, name] : {std::make_pair(g->add_input(), "x"), std::make_pair(g->mutable_output(0), "y")}) {
     v->set_name(name);
     auto* t = v->mutable_type()->mutable_tensor_type();
     t->set_elem_type(1);
+    if (!declare_y && std::string(name) == "y") continue;  // no shape: unknown rank
     t->mutable_shape()->add_dim()->set_dim_param("batch");
     t->mutable_shape()->add_dim()->set_dim_value(4);
   }
@@ -314,6 +317,27 @@ TEST(OrtApi, LibraryLoadsRunsAndMatchesTheReference) {
   OneRun r = run_once(*e, x);
   ASSERT_TRUE(r.out.ok()) << r.out.status().to_string();
   for (int64_t i = 0; i < x.numel(); ++i) ASSERT_EQ((*r.out)[0].tensor.data<float>()[i], x.data<float>()[i]);
+}
+
+TEST(OrtApi, InferOutputShapeFnGivesBuildTimeShapes) {
+  load_ort_ops();
+  auto shaped = Engine::build_from_bytes(one_op_model("ScaleShaped", nullptr, false));
+  ASSERT_TRUE(shaped.ok()) << shaped.status().to_string();
+  const TensorInfo& y = (*shaped)->outputs().at(0);
+  EXPECT_EQ(y.dtype, DataType::kFloat32);
+  ASSERT_TRUE(y.rank_known);
+  ASSERT_EQ(y.shape.size(), 2u);
+  EXPECT_EQ(y.shape[1], 4);
+  // Without a shape function the shape is known only as the op runs.
+  auto plain = Engine::build_from_bytes(one_op_model("Scale", nullptr, false));
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_FALSE((*plain)->outputs().at(0).rank_known);
+  EXPECT_EQ((*plain)->outputs().at(0).dtype, DataType::kFloat32);
+  // Both run the same.
+  const Tensor x = random_x(3, 5);
+  OneRun a = run_once(*shaped, x), b = run_once(*plain, x);
+  ASSERT_TRUE(a.out.ok() && b.out.ok());
+  for (int64_t i = 0; i < x.numel(); ++i) ASSERT_EQ((*a.out)[0].tensor.data<float>()[i], (*b.out)[0].tensor.data<float>()[i]);
 }
 
 TEST(OrtApi, EngineRecordsTheLibraryAndReloads) {
