@@ -5,6 +5,7 @@
 // with errors that name the op and the API function.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -19,7 +20,13 @@ namespace ort = kiln::plugins::ort;
 
 namespace {
 
-const std::string kOrtOps = std::string(KILN_PLUGIN_DIR) + "/libkiln_test_ort_ops.so";
+// Built beside the tests; KILN_TEST_PLUGIN_DIR names the folder where the binaries were moved (as in
+// tests/unit/test_plugins.cpp).
+std::string ort_ops_library() {
+  const char* moved = std::getenv("KILN_TEST_PLUGIN_DIR");
+  return std::string(moved && *moved ? moved : KILN_PLUGIN_DIR) + "/libkiln_test_ort_ops.so";
+}
+const std::string kOrtOps = ort_ops_library();
 
 // The table's function at `slot`, as type F.
 template <typename F>
