@@ -734,6 +734,67 @@ Status* ShapeInferContext_SetOutputTypeShape(const ShapeInferContext* c, size_t 
   return nullptr;
 }
 
+// An OrtOpAttr is one entry of the node's attribute map (name and value).
+using OpAttr = std::pair<const std::string, ir::Attribute>;
+// OrtOpAttrType
+constexpr int32_t kAttrUndefined = 0, kAttrInt = 1, kAttrInts = 2, kAttrFloat = 3, kAttrFloats = 4, kAttrString = 5, kAttrStrings = 6;
+
+int32_t op_attr_type(const ir::Attribute& a) {
+  switch (a.kind) {
+    case ir::Attribute::Kind::kInt: return kAttrInt;
+    case ir::Attribute::Kind::kInts: return kAttrInts;
+    case ir::Attribute::Kind::kFloat: return kAttrFloat;
+    case ir::Attribute::Kind::kFloats: return kAttrFloats;
+    case ir::Attribute::Kind::kString: return kAttrString;
+    case ir::Attribute::Kind::kStrings: return kAttrStrings;
+    default: return kAttrUndefined;
+  }
+}
+
+Status* ShapeInferContext_GetAttribute(const ShapeInferContext* c, const char* name, const OpAttr** out) noexcept {
+  KILN_ORT_REQUIRE("ShapeInferContext_GetAttribute", c && name && out);
+  const auto it = c->attrs ? c->attrs->find(name) : std::map<std::string, ir::Attribute>::const_iterator();
+  if (!c->attrs || it == c->attrs->end())
+    return err(kOrtFail, std::string("ShapeInferContext_GetAttribute: the node has no attribute '") + name + "'");
+  *out = &*it;
+  return nullptr;
+}
+Status* OpAttr_GetType(const OpAttr* a, int32_t* out) noexcept {
+  KILN_ORT_REQUIRE("OpAttr_GetType", a && out);
+  *out = op_attr_type(a->second);
+  return nullptr;
+}
+Status* OpAttr_GetName(const OpAttr* a, const char** out) noexcept {
+  KILN_ORT_REQUIRE("OpAttr_GetName", a && out);
+  *out = a->first.c_str();
+  return nullptr;
+}
+// ONNX Runtime's convention: `len` bytes at `data`; `out` the bytes needed (on an error) or written.
+// Strings are their bytes; a list of strings is each one followed by a NUL.
+Status* ReadOpAttr(const OpAttr* a, int32_t type, void* data, size_t len, size_t* out) noexcept {
+  KILN_ORT_REQUIRE("ReadOpAttr", a && out);
+  const ir::Attribute& v = a->second;
+  if (op_attr_type(v) != type) return bad("ReadOpAttr", "attribute '" + a->first + "' is of another type");
+  std::string bytes;
+  try {
+    switch (type) {
+      case kAttrInt: bytes.assign(reinterpret_cast<const char*>(&v.i), sizeof(v.i)); break;
+      case kAttrFloat: bytes.assign(reinterpret_cast<const char*>(&v.f), sizeof(v.f)); break;
+      case kAttrInts: bytes.assign(reinterpret_cast<const char*>(v.ints.data()), v.ints.size() * sizeof(int64_t)); break;
+      case kAttrFloats: bytes.assign(reinterpret_cast<const char*>(v.floats.data()), v.floats.size() * sizeof(float)); break;
+      case kAttrString: bytes = v.s; break;
+      default:
+        for (const std::string& e : v.strings) bytes += e + '\0';
+    }
+  } catch (...) {
+    return err(kOrtFail, "ReadOpAttr: out of memory");
+  }
+  *out = bytes.size();
+  if (!data || len < bytes.size()) return bad("ReadOpAttr", "the buffer is too small (" + std::to_string(bytes.size()) + " bytes needed)");
+  if (!bytes.empty()) std::memcpy(data, bytes.data(), bytes.size());
+  return nullptr;
+}
+
 // ---- The table and the base
 const void* GetApi(uint32_t version) noexcept {
   return version >= 1 && version <= kMaxApiVersion ? api_table() : nullptr;
@@ -866,6 +927,10 @@ const void* api_table() {
     set(t, kShapeInferContext_GetInputCount, ShapeInferContext_GetInputCount);
     set(t, kShapeInferContext_GetInputTypeShape, ShapeInferContext_GetInputTypeShape);
     set(t, kShapeInferContext_SetOutputTypeShape, ShapeInferContext_SetOutputTypeShape);
+    set(t, kShapeInferContext_GetAttribute, ShapeInferContext_GetAttribute);
+    set(t, kOpAttr_GetType, OpAttr_GetType);
+    set(t, kOpAttr_GetName, OpAttr_GetName);
+    set(t, kReadOpAttr, ReadOpAttr);
     return t;
   }();
   return table;

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -218,6 +219,58 @@ TEST(OrtApi, KernelInfoAttributes) {
   st = get_i(&info, "f", &iv);
   ASSERT_NE(st, nullptr);
   expect_mentions(ort::consume_status(st), {"'f'", "another kind"});
+}
+
+TEST(OrtApi, ShapeInferContextAttributes) {
+  std::map<std::string, ir::Attribute> attrs;
+  ir::Attribute i, fs, s, ss;
+  i.kind = ir::Attribute::Kind::kInt;
+  i.i = 42;
+  fs.kind = ir::Attribute::Kind::kFloats;
+  fs.floats = {0.5f, 1.5f};
+  s.kind = ir::Attribute::Kind::kString;
+  s.s = "abc";
+  ss.kind = ir::Attribute::Kind::kStrings;
+  ss.strings = {"x", "yz"};
+  attrs = {{"i", i}, {"fs", fs}, {"s", s}, {"ss", ss}};
+  ort::ShapeInferContext c;
+  c.attrs = &attrs;
+  using Attr = const void;
+  auto get = fn<Status_* (*)(const ort::ShapeInferContext*, const char*, Attr**)>(ort::kShapeInferContext_GetAttribute);
+  auto type = fn<Status_* (*)(Attr*, int32_t*)>(ort::kOpAttr_GetType);
+  auto name = fn<Status_* (*)(Attr*, const char**)>(ort::kOpAttr_GetName);
+  auto read = fn<Status_* (*)(Attr*, int32_t, void*, size_t, size_t*)>(ort::kReadOpAttr);
+  Attr* a = nullptr;
+  int32_t t = 0;
+  size_t n = 0;
+  const char* nm = nullptr;
+  ASSERT_EQ(get(&c, "i", &a), nullptr);
+  EXPECT_EQ(type(a, &t), nullptr);
+  EXPECT_EQ(t, 1);  // ORT_OP_ATTR_INT
+  EXPECT_EQ(name(a, &nm), nullptr);
+  EXPECT_STREQ(nm, "i");
+  int64_t iv = 0;
+  EXPECT_EQ(read(a, 1, &iv, sizeof(iv), &n), nullptr);
+  EXPECT_EQ(iv, 42);
+  EXPECT_EQ(n, sizeof(int64_t));
+  ASSERT_EQ(get(&c, "fs", &a), nullptr);
+  Status_* st = read(a, 4, nullptr, 0, &n);  // the size first
+  ASSERT_NE(st, nullptr);
+  ort::consume_status(st);
+  ASSERT_EQ(n, 2 * sizeof(float));
+  float fv[2];
+  EXPECT_EQ(read(a, 4, fv, sizeof(fv), &n), nullptr);
+  EXPECT_EQ(fv[1], 1.5f);
+  ASSERT_EQ(get(&c, "ss", &a), nullptr);
+  char buf[16];
+  EXPECT_EQ(read(a, 6, buf, sizeof(buf), &n), nullptr);
+  EXPECT_EQ(std::string(buf, n), std::string("x\0yz\0", 5));
+  st = read(a, 5, buf, sizeof(buf), &n);  // another type
+  ASSERT_NE(st, nullptr);
+  expect_mentions(ort::consume_status(st), {"ReadOpAttr", "'ss'"});
+  st = get(&c, "nope", &a);
+  ASSERT_NE(st, nullptr);
+  expect_mentions(ort::consume_status(st), {"'nope'"});
 }
 
 TEST(OrtApi, TensorTypeAndShapeAndStrings) {
