@@ -1,6 +1,6 @@
 // builder/builder.cpp — building an engine: import → the optimizer's pipeline → the target's precision
-// and layout stages → [calibration and 8-bit quantization] → lower → tune → an Engine. The runtime
-// (runtime/engine.cpp) loads, saves and runs what this makes.
+// and layout stages → [calibration and 8-bit quantization] → lower → tune → an EngineFile. The runtime
+// (runtime/engine.cpp) turns that file into the Engine, as it does a saved one, and saves and runs it.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -186,8 +186,18 @@ static Status prepare_graph(ir::Graph& graph, const BuildOptions& given, const K
   return run_target_stages(graph, options, target, false);
 }
 
+static Expected<EngineFile> build_engine_file(ir::Model model, const BuildOptions& options, BuildClock::time_point start);
+
+// A build's engine: its engine file, read back through the runtime's one EngineFile → Engine path
+// (runtime/engine_impl.h engine_from_file), so an engine built here runs exactly as the same engine
+// saved and loaded.
 static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const BuildOptions& options,
-                                                          BuildClock::time_point start);
+                                                          BuildClock::time_point start) {
+  KILN_ASSIGN_OR_RETURN(EngineFile file, build_engine_file(std::move(model), options, start));
+  KILN_ASSIGN_OR_RETURN(auto engine, engine_from_file(std::move(file)));
+  report(options, start, "done");
+  return engine;
+}
 
 Expected<std::shared_ptr<Engine>> build_graph_as_is(std::unique_ptr<ir::Graph> g, DeviceType device) {
   ir::Model m;
@@ -199,8 +209,8 @@ Expected<std::shared_ptr<Engine>> build_graph_as_is(std::unique_ptr<ir::Graph> g
   return build_from_model(std::move(m), f, BuildClock::now());
 }
 
-static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const BuildOptions& given,
-                                                          BuildClock::time_point start) {
+// The build's product: the engine file (what read_engine_file returns for a saved one).
+static Expected<EngineFile> build_engine_file(ir::Model model, const BuildOptions& given, BuildClock::time_point start) {
   KILN_ASSIGN_OR_RETURN(const BuildOptions options, resolve_precision(given));
   const PrecisionRow& precision = precision_row(options.precision);
   auto impl = std::make_unique<Engine::Impl>();
@@ -354,8 +364,7 @@ static Expected<std::shared_ptr<Engine>> build_from_model(ir::Model model, const
   impl->meta["model.description"] = model.doc;
   impl->meta["model.version"] = std::to_string(model.model_version);
   for (const auto& [k, val] : model.metadata) impl->meta["model.custom." + k] = val;
-  report(options, start, "done");
-  return std::make_shared<Engine>(std::move(impl));
+  return engine_file_of(*impl);
 }
 
 // The plugins the options name, loaded before the model is imported (their ops must be known then).
@@ -485,7 +494,10 @@ static Expected<std::shared_ptr<Engine>> rebuild_foreign(const Storage& file, Ex
   if (!st.ok()) return st.with_context(who + " (" + *differs + ")");
   (*impl)->meta["rebuilt_from"] = built_for;
   (*impl)->meta["rebuilt_from.checksum"] = identity;
-  return std::make_shared<Engine>(std::move(impl).value());
+  // Through the one EngineFile → Engine path, as a build's engine.
+  EngineFile rebuilt = engine_file_of(**impl);
+  impl->reset();
+  return engine_from_file(std::move(rebuilt));
 }
 
 static std::string seconds_since(std::chrono::steady_clock::time_point start) {

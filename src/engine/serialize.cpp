@@ -132,7 +132,8 @@ Offset<fb::PlanDesc> write_plan(Writer& w, const CompiledGraph& plan) {
                                        b.CreateVector(s.out), b.CreateVector(s.implicit_in), b.CreateVector(s.release),
                                        s.data_dependent, s.sync_after,
                                        s.tactics.empty() ? 0 : b.CreateVectorOfStrings(s.tactics),
-                                       s.tactic_ms.empty() ? 0 : b.CreateVector(s.tactic_ms)));
+                                       s.tactic_ms.empty() ? 0 : b.CreateVector(s.tactic_ms),
+                                       s.why_host.empty() ? 0 : b.CreateString(s.why_host)));
   }
   std::vector<Offset<fb::NameIndex>> names;
   for (const auto& [name, i] : plan.by_name) names.push_back(fb::CreateNameIndex(b, b.CreateString(name), i));
@@ -436,6 +437,7 @@ Expected<std::shared_ptr<CompiledGraph>> read_plan(const fb::PlanDesc* pd, std::
       if (s.tactics.back().size() > 256) return bad("step " + std::to_string(k) + ": tactic name too long");
     }
     s.tactic_ms = scalars(ps->tactic_ms());
+    if (ps->why_host()) s.why_host = ps->why_host()->str();
     KILN_RETURN_IF_ERROR(index_list(ps->inputs(), s.in, s.kind == Step::Kind::kKernel));
     KILN_RETURN_IF_ERROR(index_list(ps->outputs(), s.out, s.kind == Step::Kind::kKernel));
     KILN_RETURN_IF_ERROR(index_list(ps->implicit_inputs(), s.implicit_in, false));

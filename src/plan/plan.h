@@ -53,7 +53,7 @@ struct Step {
   bool sync_after = false;         // kCopy to the host that a later host step reads: wait for it
   uint32_t host_inputs = 0;        // KernelDef::host_inputs of the kernel (inputs kept in host memory)
   bool host_input(size_t i) const { return i < 32 && ((host_inputs >> i) & 1u); }
-  std::string why_host;            // build only (not stored): why a node of a GPU build runs on the CPU
+  std::string why_host;            // why a node of a GPU build runs on the CPU (placement's reason)
 };
 
 struct CompiledGraph {

@@ -83,15 +83,17 @@ void describe_engine(Engine::Impl& impl, const std::string& model_hash) {
   if (impl.options.rest_precision) impl.meta["rest_precision"] = precision_name(*impl.options.rest_precision);
 }
 
-Expected<std::string> serialize_engine(const Engine::Impl& impl) {
+EngineFile engine_file_of(const Engine::Impl& impl) {
   EngineFile e;
   e.graph = impl.graph;
   e.plan = impl.plan;
   e.meta = impl.meta;
   e.profiles = impl.options.profiles;
   e.plugins = plugins::records_for(*impl.graph);
-  return write_engine_file(e);
+  return e;
 }
+
+Expected<std::string> serialize_engine(const Engine::Impl& impl) { return write_engine_file(engine_file_of(impl)); }
 
 Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Storage> file, bool for_rebuild) {
   KILN_ASSIGN_OR_RETURN(EngineFile e, read_engine_file(std::move(file), for_rebuild));
@@ -112,6 +114,18 @@ Expected<std::shared_ptr<Engine>> Engine::load_from_bytes(const std::string& byt
   KILN_ASSIGN_OR_RETURN(auto file, cpu_backend().allocate(bytes.size()));
   if (!bytes.empty()) std::memcpy(file->data, bytes.data(), bytes.size());
   KILN_ASSIGN_OR_RETURN(auto impl, deserialize_engine(std::move(file)));
+  return std::make_shared<Engine>(std::move(impl));
+}
+
+Expected<std::shared_ptr<Engine>> engine_from_file(EngineFile file) {
+  KILN_ASSIGN_OR_RETURN(std::string bytes, write_engine_file(file));
+  file = EngineFile{};  // the build's graph and plan go before the file's copy of the weights is made
+  // In memory allocated as Engine::load_from_bytes allocates it (weights stay views at the alignment a
+  // loaded file gives them, so kernels that read them in place run as they do on a loaded engine).
+  KILN_ASSIGN_OR_RETURN(auto storage, cpu_backend().allocate(bytes.size()));
+  std::memcpy(storage->data, bytes.data(), bytes.size());
+  std::string().swap(bytes);
+  KILN_ASSIGN_OR_RETURN(auto impl, deserialize_engine(std::move(storage)));
   return std::make_shared<Engine>(std::move(impl));
 }
 

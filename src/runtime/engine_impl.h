@@ -27,7 +27,12 @@ TensorInfo tensor_info(const ir::Value& v);
 
 // The engine file (engine/engine_file.h) holds graph, plan, meta and profiles; these convert between
 // it and an Engine. Loading checks the profiles against the graph and describes the engine's I/O.
+EngineFile engine_file_of(const Engine::Impl& impl);
 Expected<std::string> serialize_engine(const Engine::Impl& impl);
+// The one EngineFile → Engine path for an engine made in this process (a build, a rebuild): `file` is
+// written and read back as Engine::load reads a saved one, so a built engine is a loaded engine and
+// the two cannot differ (builder/builder.cpp ends every build here).
+Expected<std::shared_ptr<Engine>> engine_from_file(EngineFile file);
 // With `for_rebuild`, an engine of another machine of this device kind reads without its plan
 // (plan null; meta "foreign" says what differs; engine/engine_file.h).
 Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Storage> file, bool for_rebuild = false);

@@ -1,6 +1,7 @@
 // Runtime: engine build/run, engine files (round trip, corruption, mismatches), memory plan, threads.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -502,6 +503,52 @@ TEST(Runtime, EngineFileLoadsWithoutLowering) {
   auto x = read_npy(kExampleInput);
   ASSERT_TRUE(x.ok());
   EXPECT_EQ(run_example(**loaded, *x), run_example(**engine, *x));
+}
+
+// A build's product is its engine file, and the engine a build returns is that file loaded through
+// the runtime's one EngineFile → Engine path (#39): built in this process, or saved and loaded, it is
+// the same engine — the same file byte for byte, the same description (what `kiln inspect` prints:
+// metadata, inputs and outputs, profiles, the plan with kernels and tactics) and bit-identical outputs.
+// The build lowers once; reading its file back lowers nothing.
+TEST(Runtime, BuiltEngineIsItsEngineFileLoaded) {
+  for (int level : {0, 2}) {
+    SCOPED_TRACE("opt level " + std::to_string(level));
+    BuildOptions o;
+    o.opt_level = level;
+    ShapeProfile p;
+    p.min["image"] = {1, 3, 32, 32};
+    p.opt["image"] = {2, 3, 32, 32};
+    p.max["image"] = {4, 3, 32, 32};
+    o.profiles = {p};
+    const uint64_t lowered = lowering_count();
+    auto built = Engine::build(kExample, o);
+    ASSERT_TRUE(built.ok()) << built.status().to_string();
+    EXPECT_EQ(lowering_count(), lowered + 1) << "a build lowers its graph once";
+    auto bytes = (*built)->serialize();
+    ASSERT_TRUE(bytes.ok());
+    const std::string path = ::testing::TempDir() + "kiln_built_" + std::to_string(level) + ".kiln";
+    ASSERT_TRUE((*built)->save(path).ok());
+    auto loaded = Engine::load(path);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+    std::remove(path.c_str());
+    auto again = (*loaded)->serialize();
+    ASSERT_TRUE(again.ok());
+    EXPECT_TRUE(*again == *bytes) << "the loaded engine writes another file";
+    EXPECT_EQ((*loaded)->metadata(), (*built)->metadata());
+    EXPECT_EQ((*loaded)->placement_report(), (*built)->placement_report());
+    ASSERT_EQ((*loaded)->inputs().size(), (*built)->inputs().size());
+    for (size_t i = 0; i < (*built)->inputs().size(); ++i) {
+      EXPECT_EQ((*loaded)->inputs()[i].name, (*built)->inputs()[i].name);
+      EXPECT_EQ((*loaded)->inputs()[i].shape, (*built)->inputs()[i].shape);
+    }
+    ASSERT_EQ((*loaded)->profiles().size(), 1u);
+    EXPECT_EQ((*loaded)->profiles()[0].opt, (*built)->profiles()[0].opt);
+    auto x = read_npy(kExampleInput);
+    ASSERT_TRUE(x.ok());
+    const auto direct = run_example(**built, *x);
+    ASSERT_EQ(direct.size(), 10u);
+    EXPECT_EQ(run_example(**loaded, *x), direct);  // bit for bit
+  }
 }
 
 // A stored plan that points a step at another node's values is refused, not run.
