@@ -37,6 +37,7 @@ inline Status reshape_inner(const ir::Node& inner, const Kernel& kernel, Reshape
   rc.out[0] = ir.out[0];
   rc.workspace_bytes = ir.workspace_bytes;
   rc.state = std::move(ir.state);
+  rc.planned_tactic = std::move(ir.planned_tactic);
   return Status::Ok();
 }
 

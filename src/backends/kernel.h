@@ -107,9 +107,15 @@ struct ReshapeContext {
   void* device_state = nullptr;                 // the context's device state (CUDA: stream, handles)
   size_t workspace_bytes = 0;                   // to fill: scratch memory run() needs
   std::shared_ptr<void> state;                  // to fill (optional): per-shape state for run()
-  // The tactic to plan: one of the names tactics() offered for these shapes, chosen by the tuner; empty
-  // (or a name the kernel does not offer for these shapes) means the kernel's own choice.
+  // The tactic to plan: one of the names tactics() offered for these shapes, chosen by the tuner or
+  // recorded at build as the kernel's own choice; empty (or a name the kernel does not offer for these
+  // shapes) means the kernel's own choice.
   std::string tactic;
+  // To fill, by a kernel that offers tactics: the one reshape() planned (a name tactics() offers for
+  // these shapes), whether asked for or its own choice. The build records an untuned step's own choice
+  // from it (tune/tuner.h record_default_tactics), so a loaded engine plans that name and never decides
+  // again; a kernel that leaves it empty keeps deciding when each shape is planned.
+  std::string planned_tactic;
   // To fill (optional): the input whose memory output 0 may take when this step is that input's last
   // reader (the planner decides; the kernel must then work with Y and that input at one address, as
   // oneDNN's sum post-op does with the residual). -1: output 0 gets memory of its own.
@@ -121,7 +127,8 @@ class Kernel {
  public:
   virtual ~Kernel() = default;
   // Host only: the tactics reshape() accepts for these input shapes (ctx.in filled; nothing else read),
-  // as short stable names ("algo1", "heur2", "im2col"). Fewer than two: nothing to tune.
+  // as short stable names ("algo1", "heur2", "im2col"). Fewer than two: nothing to tune. reshape()
+  // names the one it planned in ReshapeContext::planned_tactic.
   virtual std::vector<std::string> tactics(const ReshapeContext& ctx) const;
   // True when the kernel implements reshape(); otherwise its op's shape function plans it.
   virtual bool has_reshape() const { return false; }

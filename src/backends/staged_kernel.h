@@ -3,6 +3,7 @@
 // The form most kernels take under the contract of backends/kernel.h.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <utility>
@@ -34,6 +35,12 @@ class StagedKernel final : public Kernel {
 inline Expected<KernelPtr> make_staged(StagedKernel::ReshapeFn reshape, StagedKernel::RunFn run,
                                        StagedKernel::TacticsFn tactics = nullptr) {
   return KernelPtr(new StagedKernel(std::move(reshape), std::move(run), std::move(tactics)));
+}
+
+// A tactic asked for that the kernel does not offer for these shapes (one recorded on a machine with
+// other kernels, or at another shape of the profile) gives way to the kernel's own choice (kernel.h).
+inline void own_choice_unless_offered(ReshapeContext& rc, const std::vector<std::string>& offered) {
+  if (!rc.tactic.empty() && std::find(offered.begin(), offered.end(), rc.tactic) == offered.end()) rc.tactic.clear();
 }
 
 // The per-shape state reshape() stored, typed.

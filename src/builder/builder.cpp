@@ -354,6 +354,8 @@ static Expected<EngineFile> build_engine_file(ir::Model model, const BuildOption
       report(options, start, "tune", done, total, layer);
     }));
   }
+  // What the tuner did not choose, the kernels' own choices, is decided now and stored with the plan.
+  KILN_RETURN_IF_ERROR(record_default_tactics(*impl));
   KILN_RETURN_IF_ERROR(check_build_time("finishing the engine"));
   describe_engine(*impl, model.source_hash);
   // What ONNX Runtime's get_modelmeta() reports, kept in the engine file with the other header fields.
@@ -469,6 +471,7 @@ static Status rebuild_here(Engine::Impl& impl, const EngineLoadOptions& lo) {
   low.verbose = o.verbose;
   KILN_ASSIGN_OR_RETURN(impl.plan, lower(impl.graph, low));
   if (o.tunes()) KILN_RETURN_IF_ERROR(tune_engine(impl, o, nullptr));
+  KILN_RETURN_IF_ERROR(record_default_tactics(impl));
   // A fresh engine's header (this machine's fingerprint, kiln version, CPU features), the model's
   // metadata and the build's records (int8/fp8 reports) kept.
   std::map<std::string, std::string> kept = impl.meta;

@@ -459,6 +459,8 @@ std::string describe_plan(const CompiledGraph& plan, const std::function<std::st
             char buf[32];
             std::snprintf(buf, sizeof buf, " %.4f ms", s.tactic_ms[p]);
             os << buf;
+          } else if (!s.tactics[p].empty()) {
+            os << " (untuned)";  // the kernel's own choice, recorded at build (tune/tuner.h record_default_tactics)
           }
         }
         os << "}";

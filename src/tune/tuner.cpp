@@ -105,8 +105,10 @@ double element(const Tensor& t, size_t i) {
   }
 }
 
-// Synthetic inputs at the profile's opt shapes (declared dims elsewhere, dynamic dims 1).
-Expected<std::vector<Slot>> tuning_inputs(const ir::Graph& g, const ShapeProfile* p) {
+// Synthetic inputs at the profile's opt shapes (declared dims elsewhere, dynamic dims 1). Without
+// `values`, tensors of those shapes without memory (for planning shapes, which never reads the inputs'
+// values: nothing is made up however large an input is).
+Expected<std::vector<Slot>> tuning_inputs(const ir::Graph& g, const ShapeProfile* p, bool values = true) {
   std::vector<Slot> r(g.inputs.size());
   std::mt19937 rng(1234);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -123,6 +125,11 @@ Expected<std::vector<Slot>> tuning_inputs(const ir::Graph& g, const ShapeProfile
     if (p && it != p->opt.end()) shape = it->second;
     else
       for (const ir::Dim& d : v.type.shape.dims) shape.push_back(d.is_static() ? d.value : 1);
+    if (!values) {
+      if (v.type.dtype == DataType::kString) return unsupported("input '" + v.name + "' holds strings");
+      r[i] = Slot::of(Tensor::borrow(v.type.dtype, shape, nullptr));
+      continue;
+    }
     Tensor t = Tensor::empty(v.type.dtype, shape);
     if (t.dtype() == DataType::kString) return unsupported("input '" + v.name + "' holds strings");
     std::memset(t.raw(), 0, t.nbytes());
@@ -138,6 +145,31 @@ Expected<std::vector<Slot>> tuning_inputs(const ir::Graph& g, const ShapeProfile
     }
     r[i] = Slot::of(std::move(t));
   }
+  return r;
+}
+
+// Profile `p`'s synthetic inputs (`values`: with values to run on, else shapes alone), the device
+// states of the engine's devices, and the plan of the inputs' shapes (kUnsupported when the graph's
+// inputs cannot be made up): where the tuner and the untuned record start.
+struct ProfilePlan {
+  std::vector<Slot> inputs;
+  std::vector<Slot*> ptrs;
+  ContextResources res;
+  std::unique_ptr<ShapePlan> plan;
+};
+
+Expected<std::unique_ptr<ProfilePlan>> plan_profile(const Engine::Impl& impl, const ShapeProfile* prof, int p,
+                                                    bool values) {
+  auto r = std::make_unique<ProfilePlan>();
+  KILN_ASSIGN_OR_RETURN(r->inputs, tuning_inputs(*impl.graph, prof, values));
+  r->res.cuda_graphs = false;
+  for (int d = 0; d < 2; ++d) {
+    if (d == 1 && impl.options.device != DeviceType::kCUDA) continue;
+    KILN_ASSIGN_OR_RETURN(Backend * b, backend_for(static_cast<DeviceType>(d)));
+    KILN_ASSIGN_OR_RETURN(r->res.state[d], b->create_state());
+  }
+  for (Slot& s : r->inputs) r->ptrs.push_back(&s);
+  r->plan = make_shape_plan(*impl.plan, r->ptrs.data(), r->res, p);
   return r;
 }
 
@@ -334,21 +366,15 @@ Status tune_engine(Engine::Impl& impl, const BuildOptions& options, const std::f
   Tuner t{g, session, /*profile=*/0, nprof, /*done=*/0, /*total=*/0, progress};
   for (int p = 0; p < nprof; ++p) {
     const ShapeProfile* prof = options.profiles.empty() ? nullptr : &options.profiles[p];
-    auto inputs = tuning_inputs(*impl.graph, prof);
-    if (!inputs.ok()) {
-      log(LogLevel::kWarning, "not tuned: " + inputs.status().message());
+    auto planned = plan_profile(impl, prof, p, /*values=*/true);
+    if (!planned.ok()) {
+      if (planned.status().code() != StatusCode::kUnsupported) return planned.status();
+      log(LogLevel::kWarning, "not tuned: " + planned.status().message());
       return Status::Ok();
     }
-    ContextResources res;
-    res.cuda_graphs = false;
-    for (int d = 0; d < 2; ++d) {
-      if (d == 1 && impl.options.device != DeviceType::kCUDA) continue;
-      KILN_ASSIGN_OR_RETURN(Backend * b, backend_for(static_cast<DeviceType>(d)));
-      KILN_ASSIGN_OR_RETURN(res.state[d], b->create_state());
-    }
-    std::vector<Slot*> ptrs;
-    for (Slot& s : *inputs) ptrs.push_back(&s);
-    auto sp = make_shape_plan(g, ptrs.data(), res, p);
+    ContextResources& res = (*planned)->res;
+    std::vector<Slot*>& ptrs = (*planned)->ptrs;
+    std::unique_ptr<ShapePlan>& sp = (*planned)->plan;
     t.profile = p;
     // Every layer in the timing cache: nothing to run.
     if (t.plan_pass(*sp, res)) continue;
@@ -385,6 +411,41 @@ Status tune_engine(Engine::Impl& impl, const BuildOptions& options, const std::f
     Status st = cache.write(cache_path);
     if (!st.ok()) log(LogLevel::kWarning, st.message());
   }
+  return Status::Ok();
+}
+
+Status record_default_tactics(Engine::Impl& impl) {
+  CompiledGraph& g = *impl.plan;
+  const std::vector<ShapeProfile>& profiles = impl.options.profiles;
+  const int nprof = std::max<int>(1, static_cast<int>(profiles.size()));
+  int recorded = 0;
+  for (int p = 0; p < nprof; ++p) {
+    auto planned = plan_profile(impl, profiles.empty() ? nullptr : &profiles[p], p, /*values=*/false);
+    if (!planned.ok()) {
+      if (planned.status().code() != StatusCode::kUnsupported) return planned.status();
+      log(LogLevel::kVerbose, "untuned tactics not recorded: " + planned.status().message());
+      return Status::Ok();
+    }
+    const ContextResources& res = (*planned)->res;
+    const std::unique_ptr<ShapePlan>& sp = (*planned)->plan;
+    for (size_t si = 0; si < g.steps.size(); ++si) {
+      Step& s = g.steps[si];
+      if (s.kind != Step::Kind::kKernel || !g.kernel(si).has_reshape() || sp->volatile_step[si] || !s.tactic(p).empty())
+        continue;
+      ReshapeContext rc{g.node(s), {}, {}, nullptr, 0, nullptr, {}};
+      // Shapes found only by running (after a data-dependent op) have no build-time choice to record.
+      if (!fill_reshape_context(g, *sp, static_cast<int>(si), nullptr, res, rc).ok()) continue;
+      const std::vector<std::string> cands = g.kernel(si).tactics(rc);
+      if (cands.size() < 2) continue;
+      rc.tactic.clear();
+      if (!g.kernel(si).reshape(rc).ok() || std::find(cands.begin(), cands.end(), rc.planned_tactic) == cands.end()) continue;
+      s.tactics.resize(static_cast<size_t>(nprof));
+      s.tactic_ms.resize(static_cast<size_t>(nprof), 0.0);
+      s.tactics[p] = rc.planned_tactic;
+      ++recorded;
+    }
+  }
+  if (recorded) log(LogLevel::kVerbose, "untuned tactics: " + std::to_string(recorded) + " kernels' own choices recorded in the plan");
   return Status::Ok();
 }
 

@@ -14,6 +14,12 @@ namespace kiln {
 // in the plan. `progress` (may be null) hears each layer as it is tuned: done, total, layer.
 Status tune_engine(Engine::Impl& impl, const BuildOptions& options,
                    const std::function<void(int, int, const std::string&)>& progress);
+// The tactic each kernel step plans as its own choice, recorded in the plan for every shape profile
+// where no tactic is recorded (an untuned build, a layer the tuner left to the kernel): decided here at
+// the profile's opt shapes, from what reshape() planned (ReshapeContext::planned_tactic), so a loaded
+// engine plans that name whatever machine, library or kiln loads it. Steps whose shapes are known only
+// by running, and kernels that do not name what they planned, keep deciding as each shape is planned.
+Status record_default_tactics(Engine::Impl& impl);
 // "" when a candidate tactic's outputs `got` match the kernel's own choice's `want` (float outputs:
 // relative L2 within `tol`; E4M3 within 3e-2; int8/uint8 within one step in at most 1% of the
 // elements; other types bit for bit), else why not (tune/tuner.cpp).

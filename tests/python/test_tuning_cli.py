@@ -268,6 +268,27 @@ def test_tuning_budget_leaves_later_layers_to_their_kernels(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+def test_untuned_build_stores_each_kernels_own_tactic(tmp_path):
+    """--no-tune: the build decides each kernel's own tactic and the engine file stores it, so `kiln inspect`
+    shows one per layer that offers several (marked untuned, no time), and a budget-skipped layer of a tuned
+    build shows its kernel's own choice the same way."""
+    engine = tmp_path / "m.kiln"
+    code, out, err = kiln("build", EXAMPLE, "-o", str(engine), "--opt-level", "1", "--no-tune", "--shapes", "image:4x3x32x32")
+    assert code == 0, out + err
+    code, out, err = kiln("inspect", str(engine))
+    assert code == 0, out + err
+    lines = [line for line in out.splitlines() if "{tactic " in line]
+    assert len(lines) == 4, out  # three convolutions and the Gemm
+    assert all("(untuned)" in line and " ms" not in line for line in lines), out
+    skipped = tmp_path / "skipped.kiln"
+    code, out, err = kiln("build", EXAMPLE, "-o", str(skipped), "--opt-level", "1", "--tune", "--tune-budget", "0.000001",
+                          "--shapes", "image:4x3x32x32")
+    assert code == 0, out + err
+    code, tuned_out, err = kiln("inspect", str(skipped))
+    assert code == 0, tuned_out + err
+    assert [line for line in tuned_out.splitlines() if "{tactic " in line] == lines, tuned_out
+
+
 def test_run_side_commands_take_no_cache(tmp_path):
     """run/bench/profile/compare accept --no-cache; a CPU .onnx is not tuned, so no cache folder is
     made under the user's cache home."""

@@ -3,6 +3,7 @@
 // depthwise through its own kernel or im2col); tests/gpu/ runs the CUDA side on the H100.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -13,10 +14,12 @@
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/packed_gemm.h"
+#include "engine/engine_generated.h"
 #include "ir/float_types.h"
 #include "kiln/kiln.h"
 #include "plan/plan.h"
 #include "runtime/engine_impl.h"
+#include "runtime/executor.h"
 #include "tune/tuner.h"
 #include "tune/timing_cache.h"
 #include "source_dir.h"
@@ -69,11 +72,22 @@ BuildOptions tuned_with_cache(const std::string& path, ShapeProfile p) {
   return o;
 }
 
-// Steps of a built engine that the tuner gave a tactic, by node name.
+// Steps of a built engine that the tuner gave a tactic (with its time: measured, or from the timing
+// cache), by node name.
 std::map<std::string, std::vector<std::string>> tactics_of(const Engine& e) {
   std::map<std::string, std::vector<std::string>> r;
   for (const Step& s : e.impl().plan->steps)
-    if (!s.tactics.empty()) r[e.impl().plan->node(s).name] = s.tactics;
+    if (std::any_of(s.tactic_ms.begin(), s.tactic_ms.end(), [](double ms) { return ms > 0; }))
+      r[e.impl().plan->node(s).name] = s.tactics;
+  return r;
+}
+
+// Steps whose tactic the build recorded as the kernel's own choice (no time), by node name.
+std::map<std::string, std::vector<std::string>> own_choices_of(const Engine& e) {
+  std::map<std::string, std::vector<std::string>> r;
+  for (const Step& s : e.impl().plan->steps)
+    if (!s.tactics.empty() && std::all_of(s.tactic_ms.begin(), s.tactic_ms.end(), [](double ms) { return ms == 0; }))
+      r[e.impl().plan->node(s).name] = s.tactics;
   return r;
 }
 
@@ -101,6 +115,11 @@ TEST(Tuning, CpuConvolutionsGetTimedTacticsThatComputeTheSameResult) {
   auto plain = Engine::build(kExample, o);
   ASSERT_TRUE(plain.ok());
   EXPECT_TRUE(tactics_of(**plain).empty());
+  // Untuned, the same steps carry their kernels' own choices, decided at build (UntunedBuild* below).
+  std::set<std::string> tuned_steps, untuned_steps;
+  for (const auto& [node, t] : chosen) tuned_steps.insert(node);
+  for (const auto& [node, t] : own_choices_of(**plain)) untuned_steps.insert(node);
+  EXPECT_EQ(untuned_steps, tuned_steps);
   const Tensor x = images(4);
   const auto a = run(**tuned, x), b = run(**plain, x);
   ASSERT_EQ(a.size(), b.size());
@@ -508,4 +527,81 @@ TEST(Tuning, CandidateOutputsAreComparedByTheirType) {
   g.data<float>()[2] = 3.1f;
   EXPECT_NE(tactic_outputs_mismatch({f}, {g}, 1e-3), "");
   EXPECT_EQ(tactic_outputs_mismatch({f}, {g}, 5e-2), "");
+}
+
+// An untuned build decides each kernel's own choice at build and stores it (#39): the engine file
+// carries the name per step and profile (without a time), `kiln inspect`'s plan report shows it, it is
+// the tactic the kernel plans untuned on this machine, and a loaded engine plans that name instead of
+// deciding again. A recorded name the loading machine's kernel does not offer is its own choice there.
+TEST(Tuning, UntunedBuildRecordsTheKernelsOwnChoices) {
+  for (int level : {1, 2}) {  // channels-first Conv tactics; at level 2 channels-last FusedConv's
+    SCOPED_TRACE("opt level " + std::to_string(level));
+    BuildOptions o;
+    o.opt_level = level;
+    o.profiles = {batch_profile(1, 4, 8)};
+    o.tune = 0;
+    auto e = Engine::build(kExample, o);
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    EXPECT_TRUE(tactics_of(**e).empty());
+    const auto own = own_choices_of(**e);
+    ASSERT_FALSE(own.empty()) << (*e)->placement_report();
+    // What each kernel plans untuned at the profile's opt shape, asked directly.
+    const CompiledGraph& g = *(*e)->impl().plan;
+    ContextResources res;
+    Slot x = Slot::of(images(4));
+    Slot* in = &x;
+    auto sp = make_shape_plan(g, &in, res, 0);
+    size_t offered = 0;
+    for (size_t si = 0; si < g.steps.size(); ++si) {
+      const Step& s = g.steps[si];
+      if (s.kind != Step::Kind::kKernel || !g.kernel(si).has_reshape()) continue;
+      ReshapeContext rc{g.node(s), {}, {}, nullptr, 0, nullptr, {}};
+      ASSERT_TRUE(fill_reshape_context(g, *sp, static_cast<int>(si), nullptr, res, rc).ok());
+      const std::vector<std::string> cands = g.kernel(si).tactics(rc);
+      if (cands.size() < 2) {
+        EXPECT_TRUE(s.tactics.empty()) << g.node(s).name;
+        continue;
+      }
+      ++offered;
+      ASSERT_EQ(s.tactics.size(), 1u) << g.node(s).name;
+      EXPECT_NE(std::find(cands.begin(), cands.end(), s.tactics[0]), cands.end()) << s.tactics[0];
+      rc.tactic.clear();
+      ASSERT_TRUE(g.kernel(si).reshape(rc).ok());
+      EXPECT_EQ(rc.planned_tactic, s.tactics[0]) << g.node(s).name;
+    }
+    EXPECT_EQ(offered, own.size());
+    // The engine file carries them (read from the FlatBuffer itself), the report shows them.
+    auto bytes = (*e)->serialize();
+    ASSERT_TRUE(bytes.ok());
+    const fb::PlanDesc* plan = fb::GetEngineFile(bytes->data())->plan();
+    std::map<std::string, std::vector<std::string>> stored;
+    for (const fb::PlanStep* ps : *plan->steps()) {
+      if (!ps->tactics() || ps->kind() != 0) continue;
+      std::vector<std::string>& t = stored[g.nodes[static_cast<size_t>(ps->node())]->name];
+      for (const flatbuffers::String* name : *ps->tactics()) t.push_back(name->str());
+      for (size_t k = 0; ps->tactic_ms() && k < ps->tactic_ms()->size(); ++k) EXPECT_EQ(ps->tactic_ms()->Get(k), 0.0);
+    }
+    EXPECT_EQ(stored, own);
+    const std::string report = (*e)->placement_report();
+    size_t marks = 0;
+    for (size_t at = report.find("(untuned)"); at != std::string::npos; at = report.find("(untuned)", at + 1)) ++marks;
+    EXPECT_EQ(marks, own.size()) << report;
+    // Loaded: the same names, the same outputs.
+    auto loaded = Engine::load_from_bytes(*bytes);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+    EXPECT_EQ(own_choices_of(**loaded), own);
+    const Tensor batch = images(4);
+    const auto want = run(**e, batch);
+    EXPECT_EQ(run(**loaded, batch), want);
+    // A name no kernel here offers (another machine's kernel) is the kernel's own choice: same outputs.
+    for (Step& s : (*e)->impl().plan->steps)
+      if (!s.tactics.empty()) s.tactics[0] = "another-machines-kernel";
+    auto foreign_bytes = (*e)->serialize();
+    for (Step& s : (*e)->impl().plan->steps)
+      if (!s.tactics.empty()) s.tactics[0] = own.at((*e)->impl().plan->node(s).name)[0];
+    ASSERT_TRUE(foreign_bytes.ok());
+    auto foreign = Engine::load_from_bytes(*foreign_bytes);
+    ASSERT_TRUE(foreign.ok()) << foreign.status().to_string();
+    EXPECT_EQ(run(**foreign, batch), want);
+  }
 }

@@ -17,7 +17,7 @@ namespace kiln_cli {
 namespace {
 
 // `kiln inspect` on an engine file: what it was built for, its shape profiles, and per step the
-// kernel and the tactic the tuner chose.
+// kernel and its tactic (the tuner's, or the kernel's own choice recorded at build).
 int inspect_engine(const std::string& path) {
   auto e = kiln::Engine::load(path);
   if (!e.ok()) return fail(e.status());
@@ -43,7 +43,9 @@ int inspect_engine(const std::string& path) {
                   dims(profiles[p].max.at(name)).c_str());
     }
   }
-  std::printf("plan (kernel, and the tuner's tactic per profile where it chose one):\n%s", (*e)->placement_report().c_str());
+  std::printf("plan (kernel, and its tactic per profile: the tuner's with its time, or the kernel's own choice recorded at "
+              "build, untuned):\n%s",
+              (*e)->placement_report().c_str());
   return 0;
 }
 

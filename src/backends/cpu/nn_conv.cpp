@@ -554,6 +554,14 @@ bool packed_first(const ReshapeContext& rc, const ConvShapes& s) {
 }
 
 Status conv_reshape_body(ReshapeContext& rc, const ConvAttrs& a);
+std::vector<std::string> conv_tactics(const ReshapeContext& rc, const ConvAttrs& a);
+
+// The tactic the kernel's own GEMM path runs (conv_tactics' names; col_buffers decided it).
+const char* own_gemm_tactic(const ConvShapes& s, const ColBuffers& cb) {
+  if (is_depthwise(s)) return cb.generic_depthwise ? "im2col" : "depthwise";
+  if (s.N * s.group > 1) return cb.parallel_jobs ? "jobs-parallel" : "jobs-serial";
+  return "im2col";
+}
 
 // Every output of the step is empty (Y, and FusedConv's pooled output when it has one).
 bool nothing_to_compute(const std::vector<std::pair<DataType, Shape>>& outs) {
@@ -564,6 +572,7 @@ bool nothing_to_compute(const std::vector<std::pair<DataType, Shape>>& outs) {
 
 // The pooled output's partial sums go after what the convolution's own workspace needs.
 Status conv_reshape(ReshapeContext& rc, const ConvAttrs& a) {
+  own_choice_unless_offered(rc, conv_tactics(rc, a));
   KILN_RETURN_IF_ERROR(conv_reshape_body(rc, a));
   if (rc.out.size() > 1 && rc.state) {
     auto* st = static_cast<ConvState*>(rc.state.get());
@@ -611,12 +620,14 @@ Status conv_reshape_body(ReshapeContext& rc, const ConvAttrs& a) {
     auto use_packed = [&]() -> Status {
       KILN_ASSIGN_OR_RETURN(st->packed, pack_conv(packed_geometry(st->s), static_cast<const float*>(rc.in[1].value->raw())));
       rc.state = std::move(st);
+      rc.planned_tactic = "packed-direct";
       return Status::Ok();
     };
     if (rc.tactic == "dw-direct") {
       if (!dw_eligible(rc, st->s)) return rc.error("the dw-direct tactic does not take this convolution");
       KILN_ASSIGN_OR_RETURN(st->dw, pack_dw_conv(dw_geometry(st->s), static_cast<const float*>(rc.in[1].value->raw())));
       rc.state = std::move(st);
+      rc.planned_tactic = "dw-direct";
       return Status::Ok();
     }
     // Untuned, oneDNN's Winograd kernels (where they exist) come before the packed direct kernel.
@@ -626,6 +637,7 @@ Status conv_reshape_body(ReshapeContext& rc, const ConvAttrs& a) {
       return use_packed();
     }
     Expected<std::shared_ptr<DnnlConv>> d = unsupported("no oneDNN convolution tried");
+    const char* planned = "onednn-winograd";
     if (winograd) {
       if (!winograd_eligible(st->s)) return rc.error("the onednn-winograd tactic does not take this convolution");
       d = make_dnnl_conv(rc, st->s, true, a, false, residual, true);
@@ -635,7 +647,11 @@ Status conv_reshape_body(ReshapeContext& rc, const ConvAttrs& a) {
     if (!d.ok()) {
       const bool direct = rc.tactic == "onednn-direct" || (rc.tactic != "onednn-blocked" && nhwc_direct_first(st->s));
       d = make_dnnl_conv(rc, st->s, true, a, direct, residual);
-      if (!d.ok() && direct) d = make_dnnl_conv(rc, st->s, true, a, false, residual);
+      planned = direct ? "onednn-direct" : "onednn-blocked";
+      if (!d.ok() && direct) {
+        d = make_dnnl_conv(rc, st->s, true, a, false, residual);
+        planned = "onednn-blocked";
+      }
     }
     KILN_RETURN_IF_ERROR(d.status());
     // Untuned, where oneDNN has no direct kernel for the problem and falls back to im2col + GEMM in
@@ -648,6 +664,7 @@ Status conv_reshape_body(ReshapeContext& rc, const ConvAttrs& a) {
     // oneDNN's sum post-op adds what Y holds: Y in the residual's own memory saves copying it there.
     if (st->dnnl->post_sum) rc.share_input = 3;
     rc.state = std::move(st);
+    rc.planned_tactic = planned;
     return Status::Ok();
   }
   // The output's size is checked before any library sees the problem: oneDNN sizes its buffers from
@@ -663,11 +680,16 @@ Status conv_reshape_body(ReshapeContext& rc, const ConvAttrs& a) {
       dnnl_eligible(rc, st->s)) {
     const bool winograd = rc.tactic == "onednn-winograd" || (own_choice && winograd_first(st->s));
     auto d = make_dnnl_conv(rc, st->s, false, a, false, residual, winograd);
-    if (!d.ok() && winograd && own_choice) d = make_dnnl_conv(rc, st->s, false, a, false, residual);
+    bool winograd_made = winograd;
+    if (!d.ok() && winograd && own_choice) {
+      d = make_dnnl_conv(rc, st->s, false, a, false, residual);
+      winograd_made = false;
+    }
     if (d.ok()) {
       st->dnnl = std::move(d).value();
       rc.workspace_bytes = st->dnnl->workspace;
       rc.state = std::move(st);
+      rc.planned_tactic = winograd_made ? "onednn-winograd" : "onednn";
       return Status::Ok();
     }
     if (!own_choice) return d.status();
@@ -675,6 +697,7 @@ Status conv_reshape_body(ReshapeContext& rc, const ConvAttrs& a) {
   if (rc.in[0].dtype == DataType::kFloat32) {
     st->cb = col_buffers(st->s, omp_get_max_threads(), rc.tactic);
     rc.workspace_bytes = static_cast<size_t>(st->cb.count * st->cb.each) * sizeof(float);
+    rc.planned_tactic = own_gemm_tactic(st->s, st->cb);
   }
   rc.state = std::move(st);
   return Status::Ok();

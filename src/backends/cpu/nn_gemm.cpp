@@ -216,7 +216,10 @@ const C* as_ptr(const Tensor& t, std::optional<ReadAs<C>>& hold) {
   }
 }
 
+std::vector<std::string> matmul_tactics(const ReshapeContext& rc);
+
 Status matmul_reshape(ReshapeContext& rc, PackCache& cache) {
+  own_choice_unless_offered(rc, matmul_tactics(rc));
   if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("A and B are required");
   if (rc.in[0].dtype != rc.in[1].dtype) return rc.error("A and B must have the same dtype");
   auto p = std::make_shared<MatMulPlan>();
@@ -234,6 +237,7 @@ Status matmul_reshape(ReshapeContext& rc, PackCache& cache) {
     if (d.ok()) p->dnnl = std::move(d).value();
     else if (rc.tactic == "onednn") return d.status();
   }
+  rc.planned_tactic = p->packed ? "packed" : p->dnnl ? "onednn" : "sgemm";
   rc.state = std::move(p);
   return Status::Ok();
 }
@@ -296,7 +300,10 @@ struct GemmCaches {
   GemvCache gemv;
 };
 
+std::vector<std::string> gemm_tactics(const ReshapeContext& rc, const GemmAttrs& g);
+
 Status gemm_reshape(ReshapeContext& rc, const GemmAttrs& g, GemmCaches& caches) {
+  own_choice_unless_offered(rc, gemm_tactics(rc, g));
   PackCache& cache = caches.packed;
   if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("A and B are required");
   const Shape& a = rc.in[0].shape;
@@ -337,6 +344,7 @@ Status gemm_reshape(ReshapeContext& rc, const GemmAttrs& g, GemmCaches& caches) 
     if (!gb.ok()) return gb.status();
     st->gemv = std::move(gb).value();
     rc.state = std::move(st);
+    rc.planned_tactic = "gemv";
     return Status::Ok();
   }
   // "gemv" chosen at a profile's opt shape and run at another batch of it: the kernel's own choice.
@@ -352,6 +360,7 @@ Status gemm_reshape(ReshapeContext& rc, const GemmAttrs& g, GemmCaches& caches) 
     if (d.ok()) st->dnnl = std::move(d).value();
     else if (rc.tactic == "onednn") return d.status();
   }
+  rc.planned_tactic = st->packed ? "packed" : st->dnnl ? "onednn" : "sgemm";
   rc.state = std::move(st);
   return Status::Ok();
 }
