@@ -162,6 +162,17 @@ Expected<ScatterParams> parse_scatter(const ir::Node& n) {
   return p;
 }
 
+std::string scatter_nd_updates_mismatch(DataType data_dtype, const Shape& data, const Shape& indices, DataType updates_dtype,
+                                        const Shape& updates) {
+  if (indices.empty() || indices.back() < 0 || indices.back() > static_cast<int64_t>(data.size()))
+    return "indices of shape " + shape_to_string(indices) + " do not index data of rank " + std::to_string(data.size());
+  Shape want(indices.begin(), indices.end() - 1);
+  want.insert(want.end(), data.begin() + indices.back(), data.end());
+  if (updates != want) return "updates shape " + shape_to_string(updates) + ", expected " + shape_to_string(want);
+  if (updates_dtype != data_dtype) return "updates must have the dtype of data";
+  return "";
+}
+
 OneHotParams parse_one_hot(const ir::Node& n) { return {n.attr_int("axis", -1)}; }
 
 CompressParams parse_compress(const ir::Node& n) { return {n.attr("axis") != nullptr, n.attr_int("axis", 0)}; }

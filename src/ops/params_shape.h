@@ -165,6 +165,11 @@ struct ScatterParams {
 };
 // Fails on an unknown reduction.
 Expected<ScatterParams> parse_scatter(const ir::Node& n);
+// ScatterND's updates against data and indices: "" when updates is data's dtype and of shape
+// indices.shape[:-1] + data.shape[indices.shape[-1]:], else why not. (indices' last dim must be at most
+// data's rank, as the kernels check first; otherwise that is the reason given.)
+std::string scatter_nd_updates_mismatch(DataType data_dtype, const Shape& data, const Shape& indices, DataType updates_dtype,
+                                        const Shape& updates);
 
 // OneHot.
 struct OneHotParams {

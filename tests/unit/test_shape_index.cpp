@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "ops/params_shape.h"
 #include "test_shape_util.h"
 
 using namespace kiln;
@@ -144,6 +145,21 @@ TEST(IndexScatterND, NoneAndReductions) {
   EXPECT_EQ(values<int64_t>(y[0]), (std::vector<int64_t>{0, 1, 2, 7, 8, 9}));
   EXPECT_FALSE(try_run("ScatterND", {x, i64({1, 1}, {8}), i64({1}, {0})}).ok());
   EXPECT_FALSE(try_run("ScatterND", {x, i64({1, 1}, {0}), i64({2}, {0, 1})}).ok());
+  EXPECT_FALSE(try_run("ScatterND", {x, i64({1, 1}, {0}), f32({1}, {0})}).ok());
+}
+
+// The updates check both ScatterND kernels (CPU and CUDA) call: shape indices[:-1] + data[indices[-1]:]
+// and data's dtype.
+TEST(IndexScatterND, UpdatesMustFitDataAndIndices) {
+  const DataType f = DataType::kFloat32;
+  EXPECT_EQ(ops::scatter_nd_updates_mismatch(f, {2, 3, 4}, {5, 1}, f, {5, 3, 4}), "");
+  EXPECT_EQ(ops::scatter_nd_updates_mismatch(f, {2, 3, 4}, {5, 7, 2}, f, {5, 7, 4}), "");
+  EXPECT_EQ(ops::scatter_nd_updates_mismatch(f, {2, 3, 4}, {5, 3}, f, {5}), "");
+  EXPECT_EQ(ops::scatter_nd_updates_mismatch(f, {2, 3, 4}, {5, 1}, f, {5, 3, 5}), "updates shape [5,3,5], expected [5,3,4]");
+  EXPECT_EQ(ops::scatter_nd_updates_mismatch(f, {2, 3, 4}, {5, 1}, DataType::kFloat16, {5, 3, 4}),
+            "updates must have the dtype of data");
+  EXPECT_NE(ops::scatter_nd_updates_mismatch(f, {2, 3}, {5, 3}, f, {5}).find("do not index data of rank 2"), std::string::npos);
+  EXPECT_NE(ops::scatter_nd_updates_mismatch(f, {2, 3}, {}, f, {}).find("do not index"), std::string::npos);
 }
 
 TEST(IndexOneHot, AxesAndNegativeIndices) {

@@ -163,12 +163,9 @@ Expected<KernelPtr> create_scatter_nd(const ir::Node& n) {
   auto reshape = [](ReshapeContext& rc) -> Status {
     KILN_ASSIGN_OR_RETURN(NdIndex ix, nd_index(rc, 0));
     const Shape& x = rc.in[0].shape;
-    const Shape& ind = rc.in[1].shape;
-    Shape want(ind.begin(), ind.end() - 1);
-    want.insert(want.end(), x.begin() + ind.back(), x.end());
-    if (rc.in[2].shape != want)
-      return rc.error("updates shape " + shape_to_string(rc.in[2].shape) + ", expected " + shape_to_string(want));
-    if (rc.in[2].dtype != rc.in[0].dtype) return rc.error("updates must have the dtype of data");
+    if (const std::string why = ops::scatter_nd_updates_mismatch(rc.in[0].dtype, x, rc.in[1].shape, rc.in[2].dtype, rc.in[2].shape);
+        !why.empty())
+      return rc.error(why);
     rc.out[0] = {rc.in[0].dtype, x};
     rc.state = std::make_shared<NdIndex>(ix);
     return Status::Ok();
