@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "backends/cpu/elementwise_common.h"
+#include "backends/cpu/numeric_f64.h"
 #include "backends/staged_kernel.h"
 #include "ops/params_misc.h"
 
@@ -45,17 +46,6 @@ Wide wide_kind(DataType dt) {
   }
 }
 
-bool mini_format(DataType dt, MiniFloat* f) {
-  switch (dt) {
-    case DataType::kFloat8E4M3FN: *f = MiniFloat::kE4M3FN; return true;
-    case DataType::kFloat8E4M3FNUZ: *f = MiniFloat::kE4M3FNUZ; return true;
-    case DataType::kFloat8E5M2: *f = MiniFloat::kE5M2; return true;
-    case DataType::kFloat8E5M2FNUZ: *f = MiniFloat::kE5M2FNUZ; return true;
-    case DataType::kFloat4E2M1: *f = MiniFloat::kE2M1; return true;
-    default: return false;
-  }
-}
-
 // Decodes a small float byte through a 256-entry table per format.
 float mini_decode(uint8_t b, MiniFloat f) {
   static const auto tables = [] {
@@ -71,7 +61,7 @@ float mini_decode(uint8_t b, MiniFloat f) {
 void read_float(DataType dt, const void* in, int64_t n, double* out) {
   MiniFloat mf;
   const auto* b = static_cast<const uint8_t*>(in);
-  if (mini_format(dt, &mf)) {
+  if (small_float_of(dt, &mf)) {
     for (int64_t i = 0; i < n; ++i) out[i] = mini_decode(b[i], mf);
   } else if (dt == DataType::kFloat8E8M0) {
     for (int64_t i = 0; i < n; ++i) out[i] = e8m0_to_f32(b[i]);
@@ -147,7 +137,7 @@ template <typename W>
 bool write_wide(DataType dt, const W* in, int64_t n, void* out, const CastOptions& o) {
   MiniFloat mf;
   auto* b = static_cast<uint8_t*>(out);
-  if (mini_format(dt, &mf)) {
+  if (small_float_of(dt, &mf)) {
     for (int64_t i = 0; i < n; ++i) b[i] = f32_to_mini(to_f32(in[i]), mf, o.saturate);
     return true;
   }

@@ -1,6 +1,7 @@
 // backends/cpu/numeric_f64.h — element access in double for every numeric dtype kiln holds (small
 // floats and 4-bit integers included), for the CPU kernels that compute in double (quant.cpp, rnn.cpp,
-// loss.cpp, roi.cpp, nn_norm_lp.cpp, training.cpp, tfidf.cpp). The dtype visitor with accumulator types
+// loss.cpp, roi.cpp, nn_norm_lp.cpp, training.cpp, tfidf.cpp; cast.cpp reads small floats through
+// small_float_of). The dtype visitor with accumulator types
 // is numeric.h.
 #pragma once
 
