@@ -157,5 +157,50 @@ TEST(Precision, EightBitRowsDeclareTheProductsTheyTake) {
   }
 }
 
+// CUDA's QConv row declares the float convolutions it takes (cuda_qconv.cpp qconv_takes): channels-last
+// ones (symmetric pads, as passes::symmetric_pads says), group 1, channels divisible by 4, 16 or more
+// input channels; FP8 also output channels divisible by 16. Checked from the rows alone (no GPU needed;
+// a kiln built without CUDA has no CUDA rows).
+TEST(Precision, CudaQConvTakesChannelsLastConvolutions) {
+  const KernelRegistry* cuda = cuda_kernel_registry();
+  if (!cuda) GTEST_SKIP() << "this kiln was built without CUDA";
+  const KernelDef* row = cuda->by_name("cuda.QConv.i8.cudnn");
+  ASSERT_NE(row, nullptr);
+  ASSERT_TRUE(row->quantizes.check);
+  // Conv X [4, C, 8, 8] · W [M, C / group, 3, 3] with the attributes given.
+  auto why = [&](int64_t m, int64_t c, DataType type, int64_t group = 1, std::vector<int64_t> pads = {},
+                 const std::string& auto_pad = "") {
+    ir::Graph g;
+    ir::Value* x = g.add_value("x", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({4, c, 8, 8})));
+    ir::Value* w = g.add_value("w", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({m, c / group, 3, 3})));
+    w->constant = Tensor::empty(DataType::kFloat32, {m, c / group, 3, 3});
+    ir::Node* n = g.add_node("Conv", "", {x, w}, {g.add_value("y")});
+    n->opset = 17;
+    if (group != 1) {
+      n->attrs["group"].kind = ir::Attribute::Kind::kInt;
+      n->attrs["group"].i = group;
+    }
+    if (!pads.empty()) {
+      n->attrs["pads"].kind = ir::Attribute::Kind::kInts;
+      n->attrs["pads"].ints = pads;
+    }
+    if (!auto_pad.empty()) {
+      n->attrs["auto_pad"].kind = ir::Attribute::Kind::kString;
+      n->attrs["auto_pad"].s = auto_pad;
+    }
+    return row->quantizes.check(*n, type);
+  };
+  EXPECT_EQ(why(32, 16, DataType::kInt8), "");
+  EXPECT_EQ(why(32, 16, DataType::kInt8, 1, {1, 1, 1, 1}), "");
+  EXPECT_EQ(why(32, 16, DataType::kFloat8E4M3FN, 1, {}, "VALID"), "");
+  EXPECT_NE(why(32, 32, DataType::kInt8, 2).find("grouped"), std::string::npos);
+  EXPECT_NE(why(30, 16, DataType::kInt8).find("divisible by 4"), std::string::npos);
+  EXPECT_NE(why(32, 8, DataType::kInt8).find("fewer than 16 input channels"), std::string::npos);
+  EXPECT_NE(why(32, 16, DataType::kInt8, 1, {0, 0, 1, 1}).find("asymmetric pads"), std::string::npos);
+  EXPECT_NE(why(32, 16, DataType::kInt8, 1, {}, "SAME_UPPER").find("auto_pad"), std::string::npos);
+  EXPECT_EQ(why(36, 16, DataType::kInt8), "");
+  EXPECT_NE(why(36, 16, DataType::kFloat8E4M3FN).find("divisible by 16"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -40,6 +40,7 @@
 #include "ir/float_types.h"
 #include "ops/params_nn.h"
 #include "ops/shape_infer_util.h"
+#include "passes/passes.h"
 
 namespace kiln::cuda {
 namespace {
@@ -543,10 +544,8 @@ static std::string qconv_takes(const ir::Node& conv, DataType type) {
   if (p.group != 1) return "grouped convolutions stay float";
   if (w[0] % 4 != 0 || w[1] % 4 != 0) return "channel counts not divisible by 4";
   if (w[1] < 16) return "fewer than 16 input channels (a stem runs faster in half)";
-  const ops::WindowAttrs& win = p.window;
-  if (win.auto_pad != "NOTSET" && win.auto_pad != "VALID") return "auto_pad (the int8 kernel runs channels-last with symmetric pads)";
-  if (!win.pads.empty() && (win.pads.size() != 4 || win.pads[0] != win.pads[2] || win.pads[1] != win.pads[3]))
-    return "asymmetric pads (the int8 kernel runs channels-last with symmetric pads)";
+  if (!passes::symmetric_pads(conv))
+    return "auto_pad or asymmetric pads (the int8 kernel runs channels-last, which takes symmetric pads only)";
   if (type == DataType::kFloat8E4M3FN && w[0] % 16 != 0) return "FP8 convolutions take output channel counts divisible by 16";
   return "";
 }
