@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "common.h"
 #include "conform.h"  // format_placement
+#include "builder/precision.h"
 #include "kiln/kiln.h"
 #include "util/file.h"
 
@@ -196,7 +197,7 @@ int BuildCommand::execute() {
   o.accuracy_budget = accuracy_budget;
   o.accuracy_metric = accuracy_metric;
   o.disabled_passes = build_disabled;
-  const bool eight_bit = build_int8 || o.precision == kiln::Precision::kInt8 || o.precision == kiln::Precision::kFP8;
+  const bool eight_bit = build_int8 || kiln::precision_row(o.precision).is_8bit();
   if (!eight_bit && accuracy_budget > 0) return fail(kiln::invalid_argument("--accuracy-budget is for --precision int8 and fp8 builds"));
   if (!eight_bit && (!calib_dir.empty() || !calib_cache.empty()))
     return fail(kiln::invalid_argument("--calibration and --calibration-cache are for --precision int8 and fp8 builds"));
