@@ -13,18 +13,21 @@
 #   scripts/sanitize.sh                     # CI: the suites + the seeded fuzz runs (at most 150 s each)
 #   scripts/sanitize.sh --fuzz-seconds 1800 --seed 0 # the longer local run (findings land in build-asan/fuzz-*/)
 #   scripts/sanitize.sh --no-tests          # fuzz only
+#   scripts/sanitize.sh --no-tests --fuzz-targets model --fuzz-seconds 1200 --seed 0  # prestop's exploring run
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 fuzz_seconds=150
 fuzz_seed=1
 run_tests=1
+fuzz_targets="import engine npy model"
 while [ $# -gt 0 ]; do
   case "$1" in
     --fuzz-seconds) fuzz_seconds=$2; shift 2 ;;
     --seed) fuzz_seed=$2; shift 2 ;;
     --no-tests) run_tests=0; shift ;;
-    *) echo "usage: $0 [--fuzz-seconds N] [--seed N (0: random)] [--no-tests]" >&2; exit 2 ;;
+    --fuzz-targets) fuzz_targets=$2; shift 2 ;;
+    *) echo "usage: $0 [--fuzz-seconds N] [--seed N (0: random)] [--no-tests] [--fuzz-targets 'import engine npy model']" >&2; exit 2 ;;
   esac
 done
 
@@ -38,7 +41,7 @@ if [ ! -f build-asan/build.ninja ]; then
     -DKILN_FUZZ=ON -DKILN_CUDA=OFF -DKILN_PYTHON=OFF -DKILN_TESTS=ON
 fi
 export CCACHE_DIR=${CCACHE_DIR:-$root/.ccache}
-cmake --build build-asan --target kiln_cli kiln_tests fuzz_import fuzz_engine fuzz_npy
+cmake --build build-asan --target kiln_cli kiln_tests fuzz_import fuzz_engine fuzz_npy fuzz_model
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -65,7 +68,7 @@ if [ "$run_tests" = 1 ]; then
 fi
 
 echo "== fuzzing (${fuzz_seconds} s per target, seed ${fuzz_seed})"
-for t in import engine npy; do
+for t in $fuzz_targets; do
   work=build-asan/fuzz-$t
   # A fixed seed starts from the committed seeds alone (what CI sees); a random one keeps what earlier
   # local runs found.
@@ -75,11 +78,18 @@ for t in import engine npy; do
   runs=-1
   if [ "$fuzz_seed" != 0 ]; then
     rm -rf "$work/corpus"
-    case $t in import) runs=300000 ;; engine) runs=150000 ;; npy) runs=400000 ;; esac
+    case $t in import) runs=300000 ;; engine) runs=150000 ;; npy) runs=400000 ;; model) runs=MODEL_RUNS ;; esac
   fi
   mkdir -p "$work/corpus"
+  seeds=("tests/fuzz/corpus/$t")
+  if [ "$t" = model ]; then
+    # The structure-aware target: onnx's node test models with their data (written now, from the
+    # pinned onnx package), the committed regression seeds and the import target's seeds.
+    .venv/bin/python tests/fuzz/make_model_seeds.py "$work/seeds" >/dev/null
+    seeds=("tests/fuzz/corpus/model" "tests/fuzz/corpus/import" "$work/seeds")
+  fi
   OMP_NUM_THREADS=1 build-asan/fuzz_$t -seed="$fuzz_seed" -runs="$runs" -max_total_time="$fuzz_seconds" -timeout=30 -rss_limit_mb=4096 -max_len=65536 \
-    -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" "tests/fuzz/corpus/$t" 2>"$work/log.txt" || {
+    -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" "${seeds[@]}" 2>"$work/log.txt" || {
     tail -60 "$work/log.txt"
     echo "fuzz_$t found a problem: the input is in $work/ (crash-*, timeout-*, leak-*, oom-*)"
     exit 1
