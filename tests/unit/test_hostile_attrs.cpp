@@ -298,3 +298,18 @@ TEST(HostileAttrs, DefaultTensorLimitIsAQuarterOfTheMachine) {
   EXPECT_EQ(max_tensor_bytes(), machine / 4);
   set_max_tensor_bytes(before);
 }
+
+// ---- fuzz_model's findings (#49's structure-aware fuzzer, tests/fuzz/fuzz_model.cpp)
+
+TEST(HostileAttrs, AffineGridSizesWhoseProductOverflows) {
+  // The size input is data: H = INT64_MAX made the spatial product overflow before any size check.
+  const Tensor theta = f32({2, 2, 3}, std::vector<float>(12, 0.5f));
+  OneNode n("AffineGrid", 20, {theta, i64({4}, {2, 3, kInt64Max, 6})});
+  expect_error(n, "too large");
+  // A 0 after the huge dims: an empty grid, not an overflowing product.
+  OneNode e("AffineGrid", 20, {f32({0, 2, 3}, {}), i64({4}, {0, 3, kInt64Max, 6})});
+  EXPECT_EQ(e.out().shape(), (Shape{0, kInt64Max, 6, 2}));
+  // Well-formed: a 1x2 grid of (x, y) = theta @ (x, y, 1) at x = -0.5, 0.5 and y = 0.
+  OneNode ok("AffineGrid", 20, {f32({1, 2, 3}, {1, 0, 0, 0, 1, 0}), i64({4}, {1, 1, 1, 2})});
+  EXPECT_EQ(values<float>(ok.out()), (std::vector<float>{-0.5f, 0, 0.5f, 0}));
+}

@@ -95,12 +95,14 @@ Status affine_grid(KernelContext& ctx, bool align) {
   for (int64_t v : sz)
     if (v < 0) return ctx.error("size must not be negative");
   Shape yshape{N};
-  int64_t sp = 1;
-  for (int i = 0; i < r; ++i) {
-    yshape.push_back(sz[2 + i]);
-    sp *= sz[2 + i];
-  }
+  for (int i = 0; i < r; ++i) yshape.push_back(sz[2 + i]);
   yshape.push_back(r);
+  // The sizes are data: their product may pass int64 (or the tensor limit) before a dim of 0 would make it empty.
+  const std::string too_large = check_tensor_size(theta.dtype(), yshape);
+  if (!too_large.empty()) return ctx.error(too_large);
+  if (shape_numel(yshape) == 0) { ctx.output(0, theta.dtype(), yshape); return Status::Ok(); }  // the product below may overflow before its 0
+  int64_t sp = 1;
+  for (int i = 0; i < r; ++i) sp *= sz[2 + i];
   ReadAs<C> tv(theta);
   Tensor& y = ctx.output(0, theta.dtype(), yshape);
   WriteAs<C> yw(y);
