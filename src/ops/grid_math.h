@@ -73,6 +73,10 @@ KILN_GRID_HD inline int dim_taps(const Rule& a, double g, int64_t size, Tap taps
   const double s = static_cast<double>(size);
   double x = a.align ? (g + 1) / 2.0 * (s - 1) : ((g + 1) * s - 1) / 2.0;
   const double lo = a.align ? 0.0 : -0.5, hi = a.align ? s - 1 : s - 0.5;
+  // A NaN coordinate is taken as just before the first pixel, and one past ±2^52 (±inf too) as ±2^52,
+  // where a double has no fraction left: the pixel indexes below, and reflect()'s count, stay in int64.
+  const double far = 4503599627370496.0;
+  x = std::isnan(x) ? lo - 4 : x < -far ? -far : x > far ? far : x;
   if (a.mode == kNearest) x = std::rint(x);  // halves to even, as numpy's rint
   if (x < lo || x > hi) {
     if (a.pad == kBorder) x = x < 0 ? 0.0 : x > s - 1 ? s - 1 : x;

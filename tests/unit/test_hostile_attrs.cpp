@@ -313,3 +313,39 @@ TEST(HostileAttrs, AffineGridSizesWhoseProductOverflows) {
   OneNode ok("AffineGrid", 20, {f32({1, 2, 3}, {1, 0, 0, 0, 1, 0}), i64({4}, {1, 1, 1, 2})});
   EXPECT_EQ(values<float>(ok.out()), (std::vector<float>{-0.5f, 0, 0.5f, 0}));
 }
+
+TEST(HostileAttrs, GridSampleCoordinatesThatAreNaNInfOrHuge) {
+  // A grid coordinate of 1e19 made a pixel index past int64 (UBSan: float-cast-overflow), in every
+  // mode and padding; reflection's count of periods too. Now NaN is just before the first pixel and
+  // huge values stop at 2^52: defined results, the padding's own for far-away points.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const Tensor x = f32({1, 1, 2, 2}, {1, 2, 3, 4});
+  const Tensor grid = f32({1, 1, 4, 2}, {nan, 0, inf, -inf, 1e19f, -1e30f, 0, 0});
+  for (const char* mode : {"linear", "nearest", "cubic"})
+    for (const char* pad : {"zeros", "border", "reflection"}) {
+      OneNode n("GridSample", 20, {x, grid});
+      n.s("mode", mode).s("padding_mode", pad);
+      const std::vector<float> y = values<float>(n.out());
+      ASSERT_EQ(y.size(), 4u) << mode << " " << pad;
+      if (std::string(pad) == "zeros") {
+        EXPECT_EQ(y[0], 0.0f) << mode;  // NaN x: outside
+        EXPECT_EQ(y[1], 0.0f) << mode;  // +inf x, -inf y: outside
+      }
+      if (std::string(pad) == "border") EXPECT_EQ(y[1], 2.0f) << mode;  // x clamped to the right, y to the top
+    }
+}
+
+TEST(HostileAttrs, LossLabelsAreReadAsIntegers) {
+  // A label of INT64_MAX went through a double (2^63) and back to int64: undefined. Now it is the
+  // out-of-range error, or the ignored label when ignore_index is INT64_MAX.
+  const Tensor x = f32({1, 2}, {-1.0f, -2.0f});
+  for (const char* op : {"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"}) {
+    OneNode n(op, 13, {x, i64({1}, {kInt64Max})});
+    expect_error(n, "out of range");
+    OneNode ignored(op, 13, {x, i64({1}, {kInt64Max})});
+    ignored.i("ignore_index", kInt64Max).s("reduction", "sum");
+    EXPECT_EQ(values<float>(ignored.out()), (std::vector<float>{0.0f})) << op;
+  }
+  OneNode ok("NegativeLogLikelihoodLoss", 13, {x, i64({1}, {1})});
+  EXPECT_EQ(values<float>(ok.out()), (std::vector<float>{2.0f}));
+}

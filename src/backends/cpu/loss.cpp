@@ -46,7 +46,8 @@ Status loss_kernel(KernelContext& ctx, const ops::LossParams& a, bool softmax) {
   for (int64_t n = 0; n < N; ++n)
     for (int64_t d = 0; d < D; ++d) {
       const int64_t k = n * D + d;
-      const int64_t label = static_cast<int64_t>(load_f64(labels, k));
+      // Read as integers: through a double, INT64_MAX became 2^63, whose conversion back is undefined.
+      const int64_t label = labels.dtype() == DataType::kInt64 ? labels.data<int64_t>()[k] : labels.data<int32_t>()[k];
       if (a.has_ignore_index && label == a.ignore_index) {
         loss[k] = 0;
         wsum[k] = 0;
