@@ -349,3 +349,30 @@ TEST(HostileAttrs, LossLabelsAreReadAsIntegers) {
   OneNode ok("NegativeLogLikelihoodLoss", 13, {x, i64({1}, {1})});
   EXPECT_EQ(values<float>(ok.out()), (std::vector<float>{2.0f}));
 }
+
+TEST(HostileAttrs, IntegerMatMulWraps) {
+  // 663136212 * 38 overflowed int32 in the integer GEMM's loops (UBSan: signed overflow). Integer
+  // products now wrap, two's complement, as onnxruntime's do.
+  const auto i32 = [](const Shape& s, const std::vector<int32_t>& v) { return make_tensor(DataType::kInt32, s, v); };
+  OneNode n("MatMul", 13, {i32({1, 2}, {663136212, 5}), i32({2, 1}, {38, 7})});
+  EXPECT_EQ(values<int32_t>(n.out()), (std::vector<int32_t>{-570627685}));
+  OneNode m("MatMul", 13, {make_tensor(DataType::kInt64, {1, 1}, std::vector<int64_t>{kInt64Max}), i64({1, 1}, {2})});
+  EXPECT_EQ(values<int64_t>(m.out()), (std::vector<int64_t>{-2}));
+  OneNode ok("MatMul", 13, {i32({1, 2}, {3, 4}), i32({2, 1}, {5, 6})});
+  EXPECT_EQ(values<int32_t>(ok.out()), (std::vector<int32_t>{39}));
+}
+
+TEST(HostileAttrs, DynamicQuantizeLinearOfNaNAndInf) {
+  // NaN inputs, and ±inf (scale inf, zero point inf / inf), were converted to uint8 as NaN: undefined.
+  // NaN quantizes to 0, as QuantizeLinear's NaN does.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  OneNode n("DynamicQuantizeLinear", 11, {f32({3}, {nan, 1.0f, -1.0f})}, 3);
+  auto r = n.run();
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(values<uint8_t>((*r)[0].tensor), (std::vector<uint8_t>{0, 255, 0}));
+  OneNode m("DynamicQuantizeLinear", 11, {f32({3}, {inf, -inf, 0.0f})}, 3);
+  auto q = m.run();
+  ASSERT_TRUE(q.ok()) << q.status().to_string();
+  EXPECT_EQ(values<uint8_t>((*q)[2].tensor), (std::vector<uint8_t>{0}));  // zero point of NaN
+  EXPECT_EQ(values<uint8_t>((*q)[0].tensor)[2], 0);  // 0 / inf + 0
+}

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.h"
@@ -181,21 +182,26 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A
       return;
     }
   }
+  // Integer products wrap (two's complement) as onnxruntime's do; signed overflow being undefined in
+  // C++, integers are multiplied and added as unsigned of at least int's width (fuzz_model found an
+  // int32 MatMul overflowing).
+  using Acc = std::conditional_t<std::is_integral_v<T>, std::make_unsigned_t<std::common_type_t<T, unsigned>>, T>;
   parallel_for(M, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, N * K)), [&](int64_t m0, int64_t m1) {
-    std::vector<T> acc(static_cast<size_t>(N));
+    std::vector<Acc> acc(static_cast<size_t>(N));
     for (int64_t m = m0; m < m1; ++m) {
-      std::fill(acc.begin(), acc.end(), T(0));
+      std::fill(acc.begin(), acc.end(), Acc(0));
       for (int64_t k = 0; k < K; ++k) {
-        const T a = ta ? A[k * lda + m] : A[m * lda + k];
+        const Acc a = static_cast<Acc>(ta ? A[k * lda + m] : A[m * lda + k]);
         if (!tb) {
           const T* brow = B + k * ldb;
-          for (int64_t n = 0; n < N; ++n) acc[n] += a * brow[n];
+          for (int64_t n = 0; n < N; ++n) acc[n] += a * static_cast<Acc>(brow[n]);
         } else {
-          for (int64_t n = 0; n < N; ++n) acc[n] += a * B[n * ldb + k];
+          for (int64_t n = 0; n < N; ++n) acc[n] += a * static_cast<Acc>(B[n * ldb + k]);
         }
       }
       T* c = C + m * ldc;
-      for (int64_t n = 0; n < N; ++n) c[n] = alpha * acc[n] + (beta == T(0) ? T(0) : beta * c[n]);
+      for (int64_t n = 0; n < N; ++n)
+        c[n] = static_cast<T>(static_cast<Acc>(alpha) * acc[n] + (beta == T(0) ? Acc(0) : static_cast<Acc>(beta) * static_cast<Acc>(c[n])));
     }
   });
 }

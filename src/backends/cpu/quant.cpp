@@ -272,12 +272,15 @@ Status dynamic_quantize_kernel(KernelContext& ctx) {
     mn = std::min(mn, v);
   }
   const float scale = (mx == mn ? 1.0f : mx - mn) / 255.0f;
-  const float zp = std::nearbyint(std::clamp(0.0f - mn / scale, 0.0f, 255.0f));
+  // NaN (an input of ±inf makes the scale inf, and inf / inf NaN) is 0, as QuantizeLinear's above:
+  // converting NaN to an integer is undefined, and clamp passes it through.
+  const float zr = 0.0f - mn / scale;
+  const float zp = std::isnan(zr) ? 0.0f : std::nearbyint(std::clamp(zr, 0.0f, 255.0f));
   Tensor& y = ctx.output(0, DataType::kUInt8, x.shape());
   parallel_for(n, 1 << 12, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const float q = std::nearbyint(static_cast<float>(load_f64(x, i)) / scale) + zp;
-      y.data<uint8_t>()[i] = static_cast<uint8_t>(std::clamp(q, 0.0f, 255.0f));
+      y.data<uint8_t>()[i] = std::isnan(q) ? 0 : static_cast<uint8_t>(std::clamp(q, 0.0f, 255.0f));
     }
   });
   if (ctx.has_output(1)) store_float(ctx.output(1, x.dtype(), {}), 0, scale);
