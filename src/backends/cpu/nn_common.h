@@ -170,6 +170,12 @@ class WriteAs {
   std::vector<C> buf_;
 };
 
+// What gemm() below accumulates in: T, or for integers an unsigned type of at least int's width.
+template <typename T, bool = std::is_integral_v<T>>
+struct GemmAcc { using type = T; };
+template <typename T>
+struct GemmAcc<T, true> { using type = std::make_unsigned_t<std::common_type_t<T, unsigned>>; };
+
 // Row-major C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C. float goes to oneDNN's sgemm
 // (itself multi-threaded); other types use plain loops.
 template <typename T>
@@ -185,7 +191,7 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A
   // Integer products wrap (two's complement) as onnxruntime's do; signed overflow being undefined in
   // C++, integers are multiplied and added as unsigned of at least int's width (fuzz_model found an
   // int32 MatMul overflowing).
-  using Acc = std::conditional_t<std::is_integral_v<T>, std::make_unsigned_t<std::common_type_t<T, unsigned>>, T>;
+  using Acc = typename GemmAcc<T>::type;
   parallel_for(M, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, N * K)), [&](int64_t m0, int64_t m1) {
     std::vector<Acc> acc(static_cast<size_t>(N));
     for (int64_t m = m0; m < m1; ++m) {
