@@ -366,7 +366,7 @@ TEST(HostileAttrs, DynamicQuantizeLinearOfNaNAndInf) {
   // NaN inputs, and ±inf (scale inf, zero point inf / inf), were converted to uint8 as NaN: undefined.
   // NaN quantizes to 0, as QuantizeLinear's NaN does.
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  OneNode n("DynamicQuantizeLinear", 11, {f32({3}, {nan, 1.0f, -1.0f})}, 3);
+  OneNode n("DynamicQuantizeLinear", 11, {f32({3}, {nan, 255.0f, 0.0f})}, 3);  // scale 1, zero point 0
   auto r = n.run();
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(values<uint8_t>((*r)[0].tensor), (std::vector<uint8_t>{0, 255, 0}));
@@ -375,4 +375,18 @@ TEST(HostileAttrs, DynamicQuantizeLinearOfNaNAndInf) {
   ASSERT_TRUE(q.ok()) << q.status().to_string();
   EXPECT_EQ(values<uint8_t>((*q)[2].tensor), (std::vector<uint8_t>{0}));  // zero point of NaN
   EXPECT_EQ(values<uint8_t>((*q)[0].tensor)[2], 0);  // 0 / inf + 0
+}
+
+TEST(HostileAttrs, QLinearConvBiasIsInt32) {
+  // A float bias of 3.4e38 was read as int32 (undefined), and an int32 bias near INT32_MAX overflowed
+  // when added to the accumulator. B must be int32 now, and the sum is made in int64.
+  const auto one_u8 = [](uint8_t v) { return u8({}, {v}); };
+  const auto i32 = [](const Shape& s, const std::vector<int32_t>& v) { return make_tensor(DataType::kInt32, s, v); };
+  const Tensor x = u8({1, 1, 1, 1}, {1}), w = u8({1, 1, 1, 1}, {1}), one = f32({}, {1.0f});
+  OneNode bad("QLinearConv", 10, {x, one, one_u8(0), w, one, one_u8(0), one, one_u8(0), f32({1}, {3.4e38f})});
+  expect_error(bad, "B must be int32");
+  OneNode big("QLinearConv", 10, {x, one, one_u8(0), w, one, one_u8(0), one, one_u8(0), i32({1}, {2147483647})});
+  EXPECT_EQ(values<uint8_t>(big.out()), (std::vector<uint8_t>{255}));  // saturated, not wrapped
+  OneNode ok("QLinearConv", 10, {x, one, one_u8(0), w, one, one_u8(0), one, one_u8(0), i32({1}, {5})});
+  EXPECT_EQ(values<uint8_t>(ok.out()), (std::vector<uint8_t>{6}));
 }

@@ -847,6 +847,8 @@ Status qlinear_conv_kernel(KernelContext& ctx, const ConvAttrs& a) {
   if (ws.numel() != 1 && ws.numel() != s.M) return ctx.error("w_scale must be a scalar or have M entries");
   const Tensor* bias = ctx.has_input(8) ? &ctx.input(8) : nullptr;
   if (bias && bias->numel() != s.M) return ctx.error("B must have M entries");
+  // B is int32 (onnx's type constraint): read as int32 from another type, a float of 3.4e38 was undefined.
+  if (bias && bias->dtype() != DataType::kInt32) return ctx.error("B must be int32");
   const Tensor& yz = ctx.input(7);
   Tensor& y = ctx.output(0, yz.dtype(), s.y);
   const float xs = load_as<float>(ctx.input(1), 0), ys = load_as<float>(ctx.input(6), 0);
@@ -855,7 +857,7 @@ Status qlinear_conv_kernel(KernelContext& ctx, const ConvAttrs& a) {
   const double lo = yz.dtype() == DataType::kUInt8 ? 0 : -128, hi = yz.dtype() == DataType::kUInt8 ? 255 : 127;
   for (int64_t i = 0; i < static_cast<int64_t>(acc.size()); ++i) {
     const int64_t m = (i / osz) % s.M;
-    const int32_t v = acc[i] + (bias ? load_as<int32_t>(*bias, m) : 0);
+    const int64_t v = int64_t{acc[i]} + (bias ? bias->data<int32_t>()[m] : 0);  // two int32s may overflow int32
     const float scale = xs * load_as<float>(ws, ws.numel() == 1 ? 0 : m) / ys;
     const double q = std::min(hi, std::max(lo, std::nearbyint(static_cast<double>(v) * scale) + zp));
     if (yz.dtype() == DataType::kUInt8) y.data<uint8_t>()[i] = static_cast<uint8_t>(q);
