@@ -78,7 +78,7 @@ for t in $fuzz_targets; do
   runs=-1
   if [ "$fuzz_seed" != 0 ]; then
     rm -rf "$work/corpus"
-    case $t in import) runs=300000 ;; engine) runs=150000 ;; npy) runs=400000 ;; model) runs=MODEL_RUNS ;; esac
+    case $t in import) runs=300000 ;; engine) runs=150000 ;; npy) runs=400000 ;; model) runs=15000 ;; esac
   fi
   mkdir -p "$work/corpus"
   seeds=("tests/fuzz/corpus/$t")

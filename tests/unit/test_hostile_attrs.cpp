@@ -390,3 +390,17 @@ TEST(HostileAttrs, QLinearConvBiasIsInt32) {
   OneNode ok("QLinearConv", 10, {x, one, one_u8(0), w, one, one_u8(0), one, one_u8(0), i32({1}, {5})});
   EXPECT_EQ(values<uint8_t>(ok.out()), (std::vector<uint8_t>{6}));
 }
+
+TEST(HostileAttrs, RoiAlignHugeRoisAndBatchIndexes) {
+  // A roi of 1e30 pixels makes a sampling grid of 2^50 x 2^50 per bin: its count overflowed before the
+  // grid's size check. A batch index of INT64_MAX went through a double (2^63) back to int64.
+  const Tensor x = f32({1, 1, 2, 2}, {1, 2, 3, 4});
+  OneNode huge("RoiAlign", 16, {x, f32({1, 4}, {0, 0, 1e30f, 1e30f}), i64({1}, {0})});
+  huge.i("output_height", 1).i("output_width", 1).i("sampling_ratio", 0);
+  expect_error(huge, "max_tensor_bytes");
+  OneNode index("RoiAlign", 16, {x, f32({1, 4}, {0, 0, 1, 1}), i64({1}, {kInt64Max})});
+  expect_error(index, "out of range");
+  OneNode ok("RoiAlign", 16, {x, f32({1, 4}, {0, 0, 1, 1}), i64({1}, {0})});
+  ok.i("output_height", 1).i("output_width", 1).i("sampling_ratio", 1).s("coordinate_transformation_mode", "output_half_pixel");
+  EXPECT_EQ(values<float>(ok.out()), (std::vector<float>{2.5f}));  // the center of the 2x2 image
+}

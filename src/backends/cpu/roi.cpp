@@ -47,13 +47,20 @@ Status roi_align_kernel(KernelContext& ctx, const ops::RoiAlignParams& a) {
   const int64_t PH = a.output_height, PW = a.output_width;
   Tensor& y = ctx.output(0, x.dtype(), {R, C, PH, PW});
   const std::vector<double> xv = to_f64(x);
+  // batch_indices as integers: through a double, INT64_MAX became 2^63, whose conversion back is
+  // undefined (fuzz_model); a float index that is NaN or past int64 is out of range.
+  const auto batch_index = [&idx](int64_t r) -> int64_t {
+    if (idx.dtype() == DataType::kInt64) return idx.data<int64_t>()[r];
+    const double v = load_f64(idx, r);
+    return std::isnan(v) || std::fabs(v) > 9.2e18 ? -1 : static_cast<int64_t>(v);
+  };
   for (int64_t r = 0; r < R; ++r) {
-    const int64_t n = static_cast<int64_t>(load_f64(idx, r));
+    const int64_t n = batch_index(r);
     if (n < 0 || n >= N) return ctx.error("batch index " + std::to_string(n) + " out of range");
   }
   parallel_for(R, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const int64_t n = static_cast<int64_t>(load_f64(idx, r));
+      const int64_t n = batch_index(r);
       const double off = a.half_pixel ? 0.5 : 0.0;
       const double x1 = load_f64(rois, r * 4) * a.spatial_scale - off, y1 = load_f64(rois, r * 4 + 1) * a.spatial_scale - off;
       const double x2 = load_f64(rois, r * 4 + 2) * a.spatial_scale - off, y2 = load_f64(rois, r * 4 + 3) * a.spatial_scale - off;
@@ -67,11 +74,12 @@ Status roi_align_kernel(KernelContext& ctx, const ops::RoiAlignParams& a) {
         return !(g > 0) ? 0 : g > 1e15 ? int64_t{1} << 50 : static_cast<int64_t>(g);
       };
       const int64_t gh = grid(rh, PH), gw = grid(rw, PW);
-      const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
+      const double count = std::max(static_cast<double>(gh) * static_cast<double>(gw), 1.0);  // before the check below
       // The sampling grid comes from an attribute or from the roi's size: bound it before making it
       // (thrown inside the thread team; parallel_for hands it to the step guard).
-      int64_t total = 0;
-      if (gh < 0 || gw < 0 || __builtin_mul_overflow(gh, gw, &total) || __builtin_mul_overflow(total, PH * PW, &total) ||
+      int64_t total = 0, bins = 0;  // PH * PW too may overflow: Y is empty when C is 0, whatever they are
+      if (gh < 0 || gw < 0 || __builtin_mul_overflow(PH, PW, &bins) || __builtin_mul_overflow(gh, gw, &total) ||
+          __builtin_mul_overflow(total, bins, &total) ||
           static_cast<uint64_t>(total) > max_tensor_bytes() / sizeof(Sample))
         throw std::length_error("sampling grid of " + std::to_string(gh) + "x" + std::to_string(gw) + " per bin over " +
                                 std::to_string(PH) + "x" + std::to_string(PW) + " bins is over max_tensor_bytes");
