@@ -2,9 +2,10 @@
 # The sanitizer job: an ASan + UBSan build with clang (assertions on, CUDA and Python off) in
 # build-asan/; under it the unit tests, onnx's whole node suite through the `kiln conform` command,
 # the hostile-input tests (tests/python/test_hostile.py) through the sanitized `kiln`, then each
-# libFuzzer target for a bounded time over its seed corpus (tests/fuzz/corpus). A sanitizer report,
-# a crash or a fuzzer finding fails the job. CI runs it after the tests (about 16 min on 2 cores:
-# 12 of them the build).
+# libFuzzer target for a bounded time over its seed corpus (tests/fuzz/corpus; the structure-aware
+# fuzz_model's also from onnx's node tests, written at job time). A sanitizer report, a crash or a
+# fuzzer finding fails the job. CI runs it after the tests (about 18 min on 2 cores: 12 of them the
+# build).
 # CI fuzzes with a fixed seed (--seed 1) from the committed seeds alone and a fixed number of inputs per
 # target (each also capped by --fuzz-seconds): the same binary, seed and count make the same inputs. A
 # build elsewhere is not the same binary, so CI can still find what a local run did not (see
@@ -73,8 +74,8 @@ for t in $fuzz_targets; do
   # A fixed seed starts from the committed seeds alone (what CI sees); a random one keeps what earlier
   # local runs found.
   # Inputs per target with a fixed seed, about 2 min each on a 2-core machine (2026-11-25: import
-  # 300k in 123 s, engine 172k in 150 s, npy 400k in 103 s, all clean; re-run after a change: a change to the
-  # code can change the inputs the seed makes); unlimited when exploring.
+  # 300k in 123 s, engine 172k in 150 s, npy 400k in 103 s, all clean; 2026-11-29: model 15k in 128 s, clean;
+  # re-run after a change: a change to the code can change the inputs the seed makes); unlimited when exploring.
   runs=-1
   if [ "$fuzz_seed" != 0 ]; then
     rm -rf "$work/corpus"
