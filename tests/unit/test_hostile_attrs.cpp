@@ -404,3 +404,17 @@ TEST(HostileAttrs, RoiAlignHugeRoisAndBatchIndexes) {
   ok.i("output_height", 1).i("output_width", 1).i("sampling_ratio", 1).s("coordinate_transformation_mode", "output_half_pixel");
   EXPECT_EQ(values<float>(ok.out()), (std::vector<float>{2.5f}));  // the center of the 2x2 image
 }
+
+TEST(HostileAttrs, LinearAttentionStateIsFloat) {
+  // present_state takes past_state's type: a uint16 past state had the float state (-3398.66) stored
+  // into it (undefined). A past state that is not floating-point is an error now.
+  const Tensor q = f32({1, 1, 2}, {1, 0}), k = f32({1, 1, 2}, {1, 0}), v = f32({1, 1, 1}, {3});
+  const Tensor bad_past = make_tensor(DataType::kUInt16, {1, 1, 2, 1}, std::vector<uint16_t>{1, 2});
+  OneNode bad("LinearAttention", 27, {q, k, v, bad_past}, 2);
+  bad.i("q_num_heads", 1).i("kv_num_heads", 1).s("update_rule", "linear");
+  expect_error(bad, "past_state must be a floating-point tensor");
+  // The float state: S = past + k^T v = [[1 + 3], [2]], present_state is S.
+  OneNode ok("LinearAttention", 27, {q, k, v, f32({1, 1, 2, 1}, {1, 2})}, 2);
+  ok.i("q_num_heads", 1).i("kv_num_heads", 1).s("update_rule", "linear");
+  EXPECT_EQ(values<float>(ok.out(1)), (std::vector<float>{4, 2}));
+}

@@ -238,6 +238,10 @@ Status linear_attention(KernelContext& ctx, const ops::LinearAttentionParams& a)
   const bool has_past = ctx.has_input(3);
   if (has_past && ctx.input(3).shape() != Shape{B, Hk, dk, dv})
     return ctx.error("past_state must be (B, kv_num_heads, d_k, d_v)");
+  // present_state takes past_state's type: a float state stored into an integer one was undefined
+  // (a float of -3398 into uint16; fuzz_model).
+  if (has_past && !nn::visit_real(ctx.input(3).dtype(), [](auto) {}))
+    return ctx.error(std::string("past_state must be a floating-point tensor, got ") + dtype_name(ctx.input(3).dtype()));
   const float scale = a.scale != 0 ? a.scale : 1.0f / std::sqrt(static_cast<float>(dk));
 
   ReadAs<float> qv(q), kv(k), vv(v);
