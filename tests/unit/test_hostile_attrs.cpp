@@ -418,3 +418,15 @@ TEST(HostileAttrs, LinearAttentionStateIsFloat) {
   ok.i("q_num_heads", 1).i("kv_num_heads", 1).s("update_rule", "linear");
   EXPECT_EQ(values<float>(ok.out(1)), (std::vector<float>{4, 2}));
 }
+
+TEST(HostileAttrs, OneHotFloatIndicesThatAreHugeOrNaN) {
+  // OneHot takes float indices and depth: 1e30 and NaN were cast to int64 (undefined). They saturate
+  // now: such an index is off everywhere, such a depth an error.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  OneNode n("OneHot", 11, {f32({4}, {1e30f, nan, 1, -1}), f32({}, {3}), f32({2}, {0, 1})});
+  EXPECT_EQ(values<float>(n.out()), (std::vector<float>{0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1}));
+  OneNode depth("OneHot", 11, {f32({1}, {0}), f32({}, {nan}), f32({2}, {0, 1})});
+  expect_error(depth, "depth must be positive");
+  OneNode huge("OneHot", 11, {f32({1}, {0}), f32({}, {-1e30f}), f32({2}, {0, 1})});
+  expect_error(huge, "depth must be positive");
+}

@@ -2,6 +2,9 @@
 // ScatterElements, Scatter, ScatterND, OneHot, NonZero, Compress, ReverseSequence, Col2Im.
 // Indices are validated (negative ones wrap) before any element moves; out-of-range indices are
 // errors, never out-of-bounds reads.
+#include <limits>
+#include <type_traits>
+
 #include "backends/cpu/shape_util.h"
 #include "backends/staged_kernel.h"
 #include "ops/op_table.h"
@@ -341,14 +344,22 @@ Expected<KernelPtr> create_scatter_nd(const ir::Node& n, KernelInit&) {
 
 // ---------------------------------------------------------------- OneHot
 
+// A float index or depth as int64, saturated (NaN: INT64_MIN, an index no depth reaches and a depth
+// below 1): casting 1e30 or NaN to int64 is undefined (fuzz_model).
+int64_t float_index(double f) {
+  if (!(f == f) || f <= -9223372036854775808.0) return std::numeric_limits<int64_t>::min();
+  return f >= 9223372036854775807.0 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(f);
+}
+
 // Element i of any numeric tensor as int64 (OneHot takes float indices and depth too); false for
 // another dtype.
 bool numeric_at(const Tensor& t, int64_t i, int64_t* v) {
-  if (t.dtype() == DataType::kFloat16) { *v = static_cast<int64_t>(f16_to_f32(t.data<uint16_t>()[i])); return true; }
-  if (t.dtype() == DataType::kBFloat16) { *v = static_cast<int64_t>(bf16_to_f32(t.data<uint16_t>()[i])); return true; }
+  if (t.dtype() == DataType::kFloat16) { *v = float_index(f16_to_f32(t.data<uint16_t>()[i])); return true; }
+  if (t.dtype() == DataType::kBFloat16) { *v = float_index(bf16_to_f32(t.data<uint16_t>()[i])); return true; }
   return visit_numeric(t.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    *v = static_cast<int64_t>(t.data<T>()[i]);
+    if constexpr (std::is_floating_point_v<T>) *v = float_index(static_cast<double>(t.data<T>()[i]));
+    else *v = static_cast<int64_t>(t.data<T>()[i]);
   });
 }
 
