@@ -13,6 +13,9 @@
 #include <cstring>
 #include <exception>
 #include <new>
+#include <memory>
+#include <mutex>
+#include <set>
 #include <utility>
 
 #include "util/log.h"
@@ -69,10 +72,22 @@ const char* GetErrorMessage(const Status* st) noexcept { return st ? st->message
 void ReleaseStatus(Status* st) noexcept { delete st; }
 
 // ---- Custom-op domains and session options
+// Domains a library created and has not released. A library may keep its domains for the process's
+// life (loaded libraries are never unloaded, and onnxruntime lets them): kiln holds them here, so they
+// stay reachable (and are not reported as leaks) until ReleaseCustomOpDomain.
+std::mutex g_domains_mu;
+std::set<Domain*>& live_domains() {
+  static auto* live = new std::set<Domain*>;
+  return *live;
+}
+
 Status* CreateCustomOpDomain(const char* name, Domain** out) noexcept {
   KILN_ORT_REQUIRE("CreateCustomOpDomain", name && out);
   try {
-    *out = new Domain{name, {}};
+    auto d = std::make_unique<Domain>(Domain{name, {}});
+    std::lock_guard<std::mutex> lock(g_domains_mu);
+    live_domains().insert(d.get());
+    *out = d.release();
   } catch (...) {
     return err(kOrtFail, "CreateCustomOpDomain: out of memory");
   }
@@ -96,7 +111,13 @@ Status* AddCustomOpDomain(SessionOptions* so, Domain* d) noexcept {
   }
   return nullptr;
 }
-void ReleaseCustomOpDomain(Domain* d) noexcept { delete d; }
+void ReleaseCustomOpDomain(Domain* d) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(g_domains_mu);
+    live_domains().erase(d);
+  }
+  delete d;
+}
 
 // ---- Memory info and allocators
 MemoryInfo g_cpu_info;
