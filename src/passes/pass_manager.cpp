@@ -40,6 +40,7 @@ const std::vector<Pass>& pipeline() {
       {"pad-matmul-columns", 2, pad_matmul_columns},
       {"fuse-qdq", 1, fuse_qdq},
       {"fuse-attention", 2, fuse_attention},
+      {"batch-first-attention", 2, batch_first_attention},
       {"fuse-layer-norm", 2, fuse_layer_norm},
       {"fuse-rms-norm", 2, fuse_rms_norm},
       {"fuse-skip-layer-norm", 2, fuse_skip_layer_norm},

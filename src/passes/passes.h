@@ -176,5 +176,6 @@ Expected<bool> fuse_skip_layer_norm(ir::Graph& g, PassContext& ctx);   // fuse_s
 Expected<bool> fuse_activation(ir::Graph& g, PassContext& ctx);        // fuse_activation.cpp
 Expected<bool> fuse_conv_residual(ir::Graph& g, PassContext& ctx);     // fuse_activation.cpp
 Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx);         // fuse_attention.cpp
+Expected<bool> batch_first_attention(ir::Graph& g, PassContext& ctx);  // batch_first_attention.cpp
 
 }  // namespace kiln::passes

@@ -105,3 +105,15 @@ def test_attention_reads_the_projection_in_place(name):
     assert attentions == FUSED[name]
     for op, per_attention in CUTS[name].items():
         assert kept[op] - fused[op] >= per_attention * attentions, (op, dict(kept), dict(fused))
+
+
+def test_multihead_attention_runs_batch_first():
+    """torchvision's nn.MultiheadAttention transposes each block to sequence-first and back around the
+    projections and the attention; batch-first-attention runs the block batch-first, so both Transposes
+    of every attention go (the outputs still match onnxruntime at batch 1 and 3:
+    test_default_exports_match_unoptimized_and_onnxruntime)."""
+    path = os.path.join(MODELS, "vit_torchvision.onnx")
+    kept = ops_after(kiln.Engine.build(path, disabled_passes=["batch-first-attention"]))
+    fused = ops_after(kiln.Engine.build(path))
+    assert fused["Attention"] == kept["Attention"] == FUSED["vit_torchvision"]
+    assert kept["Transpose"] - fused["Transpose"] == 2 * fused["Attention"], (dict(kept), dict(fused))

@@ -558,6 +558,13 @@ TEST(CudaOps, PackedQkvAttentionMatchesCpu) {
 
 namespace {
 
+// The tactics kiln.Attention offers for float16/bfloat16 with head size d, in the order it times them.
+std::vector<std::string> attention_tactics_for(int64_t d) {
+  if (d == 64 || d == 128) return {"fp4", "fp2", "fp8", "fa4", "fa2", "fa8", "wmma"};
+  if (d == 32) return {"fp4", "fp2", "fp8", "wmma"};
+  return {};  // the WMMA kernel alone, or the CUDA-core kernel: nothing to time
+}
+
 // kiln.Attention (attributes set by `attrs`) on CUDA, its float32 inputs rounded to `dt`, against the
 // CPU kernel on the rounded values, under each tactic the CUDA kernel offers and under its own
 // choice. Returns the tactics offered.
@@ -634,7 +641,7 @@ TEST(CudaOps, AttentionMaskBatchPeriodMatchesCpu) {
       const std::string label = std::string("Attention ") + dtype_name(dt) + " mask period " + std::to_string(c.period) +
                                 " head " + std::to_string(c.d);
       const auto tactics = expect_attention_tactics_match_cpu(in, dt, attrs, label);
-      if (dt != kF32 && c.d == 64) EXPECT_EQ(tactics.size(), 4u) << label;
+      if (dt != kF32) EXPECT_EQ(tactics, attention_tactics_for(c.d)) << label;
       // A mask whose first dim is not the period is refused.
       in.back() = random_tensor({c.period + 1, c.mask_heads, c.s, c.s}, rng);
       OneNode bad("Attention", 1, in, 1);
@@ -700,14 +707,15 @@ TEST(CudaOps, SequenceFirstAttentionEveryTacticMatchesCpu) {
                                                                 n.set_int("sequence_first", 1);
                                                               },
                                                               label);
-      if (dt != kF32) EXPECT_EQ(tactics, (std::vector<std::string>{"fa4", "fa2", "fa8", "wmma"})) << label;
+      if (dt != kF32) EXPECT_EQ(tactics, attention_tactics_for(c.d)) << label;
     }
 }
 
-// Every tactic kiln.Attention offers (the register-resident kernel with 2, 4 and 8 warps per block,
-// the WMMA kernel) against the CPU kernel, in float16 and bfloat16: BERT's head size 64 with a padding
-// mask over two query tiles of the 8-warp variant, and head size 128 with a causal bool mask over
-// several key tiles. Float32 and head sizes off 64/128 offer none.
+// Every tactic kiln.Attention offers (the register-resident kernels with 2, 4 and 8 warps per block,
+// plain and pipelined, the WMMA kernel) against the CPU kernel, in float16 and bfloat16: BERT's head
+// size 64 with a padding mask over two query tiles of the 8-warp variant, head size 128 with a causal
+// bool mask over several key tiles, and Swin's head size 32 with a padding mask over three key tiles.
+// Float32 and head sizes off 32/64/128 offer none.
 TEST(CudaOps, AttentionEveryTacticMatchesCpu) {
   KILN_REQUIRE_GPU();
   std::mt19937 rng(37);
@@ -715,7 +723,7 @@ TEST(CudaOps, AttentionEveryTacticMatchesCpu) {
     int64_t b, s, t, heads, d;
     bool causal;
   };
-  const Case cases[] = {{2, 130, 130, 3, 64, false}, {1, 70, 150, 2, 128, true}};
+  const Case cases[] = {{2, 130, 130, 3, 64, false}, {1, 70, 150, 2, 128, true}, {3, 49, 150, 2, 32, false}};
   for (DataType dt : {kF16, kBF16}) {
     for (const Case& c : cases) {
       std::vector<Tensor> ref_in = {random_tensor({c.b, c.s, c.heads * c.d}, rng), random_tensor({c.b, c.t, c.heads * c.d}, rng),
@@ -749,7 +757,7 @@ TEST(CudaOps, AttentionEveryTacticMatchesCpu) {
       ASSERT_TRUE(want.ok()) << label << ": " << want.status().to_string();
       std::vector<std::string> tactics;
       ASSERT_TRUE(run_cuda(*dn.node, dev_in, {}, &tactics).ok()) << label;
-      EXPECT_EQ(tactics, (std::vector<std::string>{"fa4", "fa2", "fa8", "wmma"})) << label;
+      EXPECT_EQ(tactics, attention_tactics_for(c.d)) << label;
       tactics.push_back("");  // the kernel's own choice
       const double tol = dt == kF16 ? 4e-3 : 2e-2;
       for (const std::string& t : tactics) {

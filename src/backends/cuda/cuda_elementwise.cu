@@ -460,10 +460,16 @@ __global__ void bias_act_kernel(T* __restrict__ y, const T* __restrict__ bias, c
 }
 
 // The channels-last case (bias along the last dim, channels % 8 == 0, 16-byte aligned): 8 values of
-// a 2-byte type per thread, one 16-byte load of y (and z) and of the bias.
-template <typename T>
+// a 2-byte type per thread, one 16-byte load of y (and z) and of the bias. kOp names the activation at
+// compile time for the ones transformers and CNNs run over their largest tensors (exact GELU after the
+// FFN's first GEMM, whose erf is most of this kernel's time: with the op known the compiler interleaves
+// the 8 values' erf and drops the per-value dispatch); kRuntimeOp reads it from `op`.
+constexpr int kRuntimeOp = -1;
+
+template <typename T, int kOp>
 __global__ void bias_act_last8_kernel(T* __restrict__ y, const T* __restrict__ bias, const T* __restrict__ z, int64_t vecs,
                                       int channels, bool act, UnaryOp op, float alpha, float beta) {
+  if constexpr (kOp != kRuntimeOp) op = static_cast<UnaryOp>(kOp);
   KILN_GRID_LOOP(i, vecs) {
     uint4 yv = reinterpret_cast<uint4*>(y)[i];
     T* yt = reinterpret_cast<T*>(&yv);
@@ -497,10 +503,12 @@ int launch_bias_act(int elem, void* y, const void* bias, const void* z, int64_t 
     const bool bias_ok = !bias || (inner == 1 && channels % 8 == 0 && channels < (1 << 30) && aligned16(bias));
     if (sizeof(T) == 2 && bias_ok && n % 8 == 0 && aligned16(y) && (!z || aligned16(z))) {
       const int64_t vecs = n / 8;
-      bias_act_last8_kernel<<<grid_for(vecs), kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(bias),
-                                                                     static_cast<const T*>(z), vecs,
-                                                                     bias ? static_cast<int>(channels) : 8, act, op, alpha,
-                                                                     beta);
+      auto kernel = bias_act_last8_kernel<T, kRuntimeOp>;
+      if (act && op == UnaryOp::kGelu) kernel = bias_act_last8_kernel<T, static_cast<int>(UnaryOp::kGelu)>;
+      if (act && op == UnaryOp::kGeluTanh) kernel = bias_act_last8_kernel<T, static_cast<int>(UnaryOp::kGeluTanh)>;
+      if (act && op == UnaryOp::kRelu) kernel = bias_act_last8_kernel<T, static_cast<int>(UnaryOp::kRelu)>;
+      kernel<<<grid_for(vecs), kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(bias), static_cast<const T*>(z),
+                                                      vecs, bias ? static_cast<int>(channels) : 8, act, op, alpha, beta);
     } else {
       bias_act_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(bias),
                                                             static_cast<const T*>(z), n, channels, inner, act, op, alpha, beta);

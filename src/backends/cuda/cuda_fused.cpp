@@ -124,7 +124,9 @@ Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int ops
 // ---- Attention(Q, K, V[, mask[, bool_mask]]): one kernel (launch_attention), no scores tensor.
 
 // Tactic names by AttentionVariant (index 0, auto, is the empty tactic).
-const std::string kAttentionTactics[] = {"", "fa2", "fa4", "fa8", "wmma"};
+// Indexed by AttentionVariant.
+const std::string kAttentionTactics[] = {"", "fa2", "fa4", "fa8", "wmma", "fp2", "fp4", "fp8"};
+static_assert(std::size(kAttentionTactics) == kAttentionVariants);
 
 std::string check_attention(const ir::Node& n) {
   const ops::FusedAttentionParams p = ops::parse_fused_attention(n);
@@ -206,7 +208,8 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
     }
     if (!rc.tactic.empty()) {
       const auto v = std::find(std::begin(kAttentionTactics), std::end(kAttentionTactics), rc.tactic);
-      if (v == std::end(kAttentionTactics) || !attention_variants_apply(*a))
+      if (v == std::end(kAttentionTactics) || v == std::begin(kAttentionTactics) ||
+          !attention_variant_applies(*a, static_cast<int>(v - std::begin(kAttentionTactics))))
         return rc.error("tactic '" + rc.tactic + "' does not apply to these shapes");
       a->variant = static_cast<int>(v - std::begin(kAttentionTactics));
     }
@@ -214,15 +217,18 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
     rc.state = std::move(a);
     return Status::Ok();
   };
-  // Tactics: the kernel variants, timed where the register-resident kernels apply (fa4, the default, first).
+  // Tactics: the kernel variants that apply, timed where a register-resident kernel does (the default first).
   auto tactics = [reshape](const ReshapeContext& rc) -> std::vector<std::string> {
     ReshapeContext probe = rc;
     probe.tactic.clear();
     probe.out.assign(1, {});
-    if (!reshape(probe).ok() || !probe.state || !attention_variants_apply(*static_cast<const AttentionArgs*>(probe.state.get())))
-      return {};
-    return {kAttentionTactics[kAttentionFa4], kAttentionTactics[kAttentionFa2], kAttentionTactics[kAttentionFa8],
-            kAttentionTactics[kAttentionWmma]};
+    if (!reshape(probe).ok() || !probe.state) return {};
+    const auto& a = *static_cast<const AttentionArgs*>(probe.state.get());
+    if (!attention_variants_apply(a)) return {};
+    std::vector<std::string> names;
+    for (int v : {kAttentionFp4, kAttentionFp2, kAttentionFp8, kAttentionFa4, kAttentionFa2, kAttentionFa8, kAttentionWmma})
+      if (attention_variant_applies(a, v)) names.push_back(kAttentionTactics[v]);
+    return names;
   };
   auto run = [](KernelContext& ctx) -> Status {
     AttentionArgs a = shape_state<AttentionArgs>(ctx);

@@ -248,10 +248,22 @@ int launch_layer_norm(const LayerNormArgs& a, cudaStream_t stream);
 // then x += mask. mask (the inputs' type) and cond (bool) are read through element strides over
 // [B, H, S, T] (0 along broadcast dims); either may be null. Float types; D, Dv ≤ kMaxAttentionHead.
 constexpr int kMaxAttentionHead = 128;
-// The implementations launch_attention offers for float16/bfloat16 with head size 64 or 128 (the
-// Attention kernel's tactics "fa2", "fa4", "fa8", "wmma"): the register-resident mma.sync kernel with
-// 2, 4 or 8 warps per block, or the WMMA kernel. Auto is fa4 where it applies.
-enum AttentionVariant : int { kAttentionAuto = 0, kAttentionFa2, kAttentionFa4, kAttentionFa8, kAttentionWmma };
+// The implementations launch_attention offers for float16/bfloat16 (the Attention kernel's tactics):
+// fa2/fa4/fa8 the register-resident mma.sync kernel with 2, 4 or 8 warps per block (head sizes 64,
+// 128), wmma the WMMA kernel (head sizes multiples of 16), fp2/fp4/fp8 the register-resident kernel
+// with its K and V tiles double-buffered by asynchronous copies (head sizes 32, 64, 128). Auto is fp4
+// where it applies, else fa4 where that does.
+enum AttentionVariant : int {
+  kAttentionAuto = 0,
+  kAttentionFa2,
+  kAttentionFa4,
+  kAttentionFa8,
+  kAttentionWmma,
+  kAttentionFp2,
+  kAttentionFp4,
+  kAttentionFp8,
+  kAttentionVariants
+};
 
 struct AttentionArgs {
   int elem = kElemF32;
@@ -280,6 +292,8 @@ int launch_attention(const AttentionArgs& a, cudaStream_t stream);
 // Whether these shapes and dtype (no pointers needed) take the register-resident kernels, so that the
 // variants above are worth timing.
 bool attention_variants_apply(const AttentionArgs& a);
+// Whether variant v (an AttentionVariant other than auto) runs these shapes and dtype.
+bool attention_variant_applies(const AttentionArgs& a, int v);
 
 // A strided copy: y[i] = x[base + Σ_k c_k · in_strides[k]] where c is i's index over out_dims. Covers
 // Transpose (permuted strides), Slice (step-multiplied strides, a base offset; negative strides allowed)

@@ -34,6 +34,14 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_
                : "r"(addr));
 }
 
+// The same four matrices transposed: lane i gets elements (2·(i % 4), i / 4) and (2·(i % 4) + 1, i / 4)
+// of each, as the B operand of mma.m16n8k16 wants a row-major [k][n] tile.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
 // d += a · b: int8 m16n8k32 (int32 sums), E4M3 m16n8k32 and float16 m16n8k16 (float32 sums), A
 // row-major, B column-major.
 __device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
