@@ -477,6 +477,25 @@ std::string note_window_mask(ir::Node* n, const AdditiveMask& am) {
          " folded with the bias into " + shape_to_string(am.folded->shape());
 }
 
+// Integers that opset 13 moved from attribute `attr` to input 1 (Squeeze's axes, Split's sizes): the
+// input's constant values when it is given, else the attribute's (empty when absent); nullopt when the
+// input is computed.
+std::optional<std::vector<int64_t>> input_1_or_attr_ints(const ir::Node& n, const char* attr) {
+  if (!n.has_input(1)) return n.attr_ints(attr);
+  std::vector<int64_t> ints;
+  const std::vector<double> c = constant_values(n.inputs[1]);
+  if (c.empty()) return std::nullopt;
+  for (double d : c) ints.push_back(saturating_int64(d));
+  return ints;
+}
+
+// The axes of a Squeeze/Unsqueeze, or nullopt when computed.
+std::optional<std::vector<int64_t>> squeeze_axes(const ir::Node& n) { return input_1_or_attr_ints(n, "axes"); }
+
+// The sizes of a Split's outputs, empty when it names none (equal parts: opset 18's num_outputs, or
+// the outputs' count), nullopt when computed.
+std::optional<std::vector<int64_t>> split_sizes(const ir::Node& n) { return input_1_or_attr_ints(n, "split"); }
+
 // The packed form (attention_pattern_packed): one Split of one head transpose of one reshape of qkv
 // into [B, N, 3, H, D], its outputs 0, 1, 2 squeezed to Q, K, V. "" when rewritten, else why not.
 std::string fuse_packed(Rewriter& rw, Match& m) {
@@ -487,20 +506,11 @@ std::string fuse_packed(Rewriter& rw, Match& m) {
   for (int i = 0; i < 3; ++i) {
     const ir::Node* sq = m.node(std::string(parts[i]) + "_sq");
     if (sq->inputs[0] != split->outputs[i]) return "Q, K, V are not the Split's outputs 0, 1, 2 in order";
-    std::vector<int64_t> axes = sq->attr_ints("axes");
-    if (sq->inputs.size() > 1 && sq->inputs[1]) {
-      axes.clear();
-      for (double a : constant_values(sq->inputs[1])) axes.push_back(saturating_int64(a));
-    }
-    if (axes != std::vector<int64_t>{0}) return "a head Squeeze is not of axis 0";
+    if (squeeze_axes(*sq) != std::vector<int64_t>{0}) return "a head Squeeze is not of axis 0";
   }
   // Equal parts: no sizes (opset 18's num_outputs 3, or the outputs' count), or sizes 1, 1, 1.
-  if (split->inputs.size() > 1 && split->inputs[1]) {
-    const std::vector<double> sizes = constant_values(split->inputs[1]);
-    if (sizes != std::vector<double>{1, 1, 1}) return "the Split's sizes are not 1, 1, 1";
-  } else if (split->attrs.count("split") && split->attr_ints("split") != std::vector<int64_t>{1, 1, 1}) {
-    return "the Split's sizes are not 1, 1, 1";
-  }
+  const auto sizes = split_sizes(*split);
+  if (!sizes || (!sizes->empty() && *sizes != std::vector<int64_t>{1, 1, 1})) return "the Split's sizes are not 1, 1, 1";
   if (!has_perm(m.node("qkv_t"), {2, 0, 3, 1, 4}) || !has_perm(m.node("k_tr"), {0, 1, 3, 2}) ||
       !has_perm(m.node("out_t"), {0, 2, 1, 3}))
     return "head transposes are not (2,0,3,1,4) for QKV, (0,1,3,2) for K and (0,2,1,3) for the output";
@@ -598,16 +608,6 @@ std::optional<std::pair<int64_t, int64_t>> last_axis_cut(const ir::Node& s, cons
   return std::make_pair(std::min(b, dim), std::min(e, dim));
 }
 
-// The axes of a Squeeze/Unsqueeze (the input of opset 13, else the attribute), or nullopt when computed.
-std::optional<std::vector<int64_t>> squeeze_axes(const ir::Node& n) {
-  if (!n.has_input(1)) return n.attr_ints("axes");
-  std::vector<int64_t> axes;
-  const std::vector<double> c = constant_values(n.inputs[1]);
-  if (c.empty()) return std::nullopt;
-  for (double d : c) axes.push_back(saturating_int64(d));
-  return axes;
-}
-
 // torch 2.x's nn.MultiheadAttention (_in_projection_packed): q, k, v are Gathers 0, 1, 2 along axis 0 of
 //   Squeeze(Transpose(Unsqueeze(Reshape(x [S, B, 3*E], [S, B, 3, E]), 0), 3,1,2,0,4), 3)   [3, S, B, E]
 // so part i is x's column block i. Returns x, or null.
@@ -671,13 +671,9 @@ ir::Value* packed_projection(const ir::Value* q, const ir::Value* k, const ir::V
           p->type.shape.dims[2].value != part)
         return nullptr;
     if (xs.dims[2].is_static() && xs.dims[2].value != 3 * part) return nullptr;
-    std::vector<int64_t> sizes = pq->attr_ints("split");
-    if (pq->has_input(1)) {
-      sizes.clear();
-      for (double d : constant_values(pq->inputs[1])) sizes.push_back(saturating_int64(d));
-      if (sizes.empty()) return nullptr;  // sizes computed when running
-    }
-    if (!sizes.empty() && sizes != std::vector<int64_t>{part, part, part}) return nullptr;
+    const auto sizes = split_sizes(*pq);
+    if (!sizes) return nullptr;  // sizes computed when running
+    if (!sizes->empty() && *sizes != std::vector<int64_t>{part, part, part}) return nullptr;
     x->type.shape.dims[2] = ir::Dim(3 * part);  // what the Split proves, for the attention's shape function
     return x;
   }

@@ -708,6 +708,47 @@ TEST(Passes, AttentionAfterASplitQkvProjection) {
   expect_attention_fused_same_numbers(b, E, 3, /*packed=*/true);
 }
 
+// timm's packed QKV (ViT): one projection reshaped to [B, N, 3, H, D], Transpose(2,0,3,1,4), one Split
+// in three along axis 0 and a Squeeze of axis 0 per part. The Split's sizes and the Squeezes' axes are
+// read however the opset gives them: no sizes (equal parts), sizes 1, 1, 1 as opset 13's input or as
+// opset 11's attribute, axes as an input or an attribute; every form fuses, with the same numbers.
+TEST(Passes, AttentionPackedQkvSplitAndSqueezeForms) {
+  enum class Sizes { kNone, kInput, kAttribute };
+  for (const auto& [opset, sizes] : std::vector<std::pair<int, Sizes>>{
+           {17, Sizes::kNone}, {17, Sizes::kInput}, {11, Sizes::kNone}, {11, Sizes::kAttribute}}) {
+    SCOPED_TRACE("opset " + std::to_string(opset) + ", sizes form " + std::to_string(static_cast<int>(sizes)));
+    Builder b;
+    b.opset = opset;
+    b.g->opsets[""] = opset;
+    const int64_t H = 2, D = 3, E = H * D;
+    ir::Value* x = sequence_input(b, E);
+    auto dim0 = [&](int64_t i) { return b.node("Gather", {b.node("Shape", {x}), b.ints({i})}, {{"axis", attr_int(0)}}); };
+    ir::Value* qkv = b.node("MatMul", {x, b.floats({E, 3 * E})});
+    ir::Value* shape = b.node("Concat", {dim0(0), dim0(1), b.ints({3, H, D})}, {{"axis", attr_int(0)}});
+    ir::Value* heads = b.node("Transpose", {b.node("Reshape", {qkv, shape})}, {{"perm", attr_ints({2, 0, 3, 1, 4})}});
+    std::vector<ir::Value*> parts;
+    {
+      std::vector<ir::Value*> o;
+      for (int i = 0; i < 3; ++i) o.push_back(b.g->new_value("Split"));
+      std::vector<ir::Value*> in = {heads};
+      if (sizes == Sizes::kInput) in.push_back(b.ints({1, 1, 1}));
+      ir::Node* n = b.g->add_node("Split", "", in, o);
+      n->attrs["axis"] = attr_int(0);
+      if (sizes == Sizes::kAttribute) n->attrs["split"] = attr_ints({1, 1, 1});
+      n->opset = opset;
+      ASSERT_TRUE(ops::infer_node(*n).ok());
+      for (ir::Value* part : o)
+        parts.push_back(opset >= 13 ? b.node("Squeeze", {part, b.ints({0})}) : b.node("Squeeze", {part}, {{"axes", attr_ints({0})}}));
+    }
+    ir::Value* kt = b.node("Transpose", {parts[1]}, {{"perm", attr_ints({0, 1, 3, 2})}});
+    ir::Value* s = b.node("Mul", {b.node("MatMul", {parts[0], kt}), b.scalar(0.5f)});
+    ir::Value* p = b.node("Softmax", {s}, {{"axis", attr_int(-1)}});
+    ir::Value* ctx = b.node("Transpose", {b.node("MatMul", {p, parts[2]})}, {{"perm", attr_ints({0, 2, 1, 3})}});
+    b.output(b.node("Reshape", {ctx, b.node("Concat", {dim0(0), dim0(1), b.ints({E})}, {{"axis", attr_int(0)}})}));
+    expect_attention_fused_same_numbers(b, E, 11);
+  }
+}
+
 // CUDA builds pad a constant weight's columns to a multiple of 8 (aligned GEMM rows; GPT-2's LM
 // head has 50257): MatMul + bias → the padded product, the padded bias, a Slice back; same numbers.
 TEST(Passes, PadMatMulColumnsForAlignedRows) {
