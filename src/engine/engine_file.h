@@ -44,6 +44,12 @@ std::string host_cpu_isa();
 
 bool looks_like_engine(const std::string& head);
 Expected<std::string> write_engine_file(const EngineFile& e);
+// The same bytes, written once into CPU memory (the backend's allocation, as Engine::load_from_bytes
+// reads a file from): what an engine made in this process is read back from, in place.
+Expected<std::shared_ptr<Storage>> write_engine_storage(const EngineFile& e);
+// True when `file` still holds what was written: its checksum trailer is there and matches (read
+// back by read_engine_file, it could be written out again as it is).
+bool engine_file_intact(const Storage& file);
 // Verifies the file (checksum trailer, FlatBuffers verifier, format version, the device fingerprint
 // against this machine's, the plugins it records against the loaded ones, every plan index against
 // the graph), then instantiates the plan's kernels

@@ -562,12 +562,9 @@ bool looks_like_engine(const std::string& head) {
   return head.size() >= 8 && std::memcmp(head.data() + 4, "KILN", 4) == 0;
 }
 
-Expected<std::string> write_engine_file(const EngineFile& e) {
+// The FlatBuffer of `e`, finished in `w` (the trailer is the caller's: seal).
+static Status build_engine_buffer(Writer& w, const EngineFile& e) {
   if (!e.graph || !e.plan) return invalid_argument("an engine file needs a graph and its plan (an engine read for a rebuild has none)");
-  size_t weight_bytes = 0;
-  for (const ir::Value* v : e.graph->values())
-    if (v->constant) weight_bytes += v->constant->nbytes() + 64;
-  Writer w(weight_bytes);
   auto graph = w.graph(*e.graph);
   auto plan = write_plan(w, *e.plan);
   std::vector<Offset<fb::Meta>> meta;
@@ -592,15 +589,56 @@ Expected<std::string> write_engine_file(const EngineFile& e) {
   const uint32_t format = plugin_ops.empty() ? kEngineFormatVersion : kEngineFormatWithPlugins;
   auto root = fb::CreateEngineFile(w.b, format, mv, graph, plan, pv, plv);
   w.b.Finish(root, fb::EngineFileIdentifier());
+  return Status::Ok();
+}
+
+// A writer sized for the weights of `e`'s graph.
+static size_t expected_engine_bytes(const EngineFile& e) {
+  size_t weight_bytes = 0;
+  if (e.graph)
+    for (const ir::Value* v : e.graph->values())
+      if (v->constant) weight_bytes += v->constant->nbytes() + 64;
+  return weight_bytes;
+}
+
+// The trailer after the buffer's `len` bytes at `buf`: magic, checksum of those bytes, and that
+// length (little-endian), kTrailerBytes in all.
+constexpr size_t kTrailerBytes = 24;
+static void seal(uint8_t* buf, uint64_t len) {
+  const uint64_t sum = checksum64(buf, len);
+  std::memcpy(buf + len, kTrailerMagic, 8);
+  std::memcpy(buf + len + 8, &sum, 8);
+  std::memcpy(buf + len + 16, &len, 8);
+}
+
+Expected<std::string> write_engine_file(const EngineFile& e) {
+  Writer w(expected_engine_bytes(e));
+  KILN_RETURN_IF_ERROR(build_engine_buffer(w, e));
   std::string out;
-  out.reserve(w.b.GetSize() + 24);  // the trailer too: no second copy of the weights to grow into
+  out.reserve(w.b.GetSize() + kTrailerBytes);  // the trailer too: no second copy of the weights to grow into
   out.assign(reinterpret_cast<const char*>(w.b.GetBufferPointer()), w.b.GetSize());
-  // The trailer: magic, checksum of everything before it, and that length (little-endian).
-  const uint64_t sum = checksum64(out.data(), out.size()), len = out.size();
-  out.append(kTrailerMagic, 8);
-  out.append(reinterpret_cast<const char*>(&sum), 8);
-  out.append(reinterpret_cast<const char*>(&len), 8);
+  out.append(kTrailerBytes, '\0');
+  seal(reinterpret_cast<uint8_t*>(out.data()), w.b.GetSize());
   return out;
+}
+
+Expected<std::shared_ptr<Storage>> write_engine_storage(const EngineFile& e) {
+  Writer w(expected_engine_bytes(e));
+  KILN_RETURN_IF_ERROR(build_engine_buffer(w, e));
+  const size_t len = w.b.GetSize();
+  KILN_ASSIGN_OR_RETURN(auto out, cpu_backend().allocate(len + kTrailerBytes));
+  std::memcpy(out->data, w.b.GetBufferPointer(), len);
+  seal(static_cast<uint8_t*>(out->data), len);
+  return out;
+}
+
+bool engine_file_intact(const Storage& file) {
+  const auto* buf = static_cast<const uint8_t*>(file.data);
+  if (!buf || file.bytes < kTrailerBytes + 8 || std::memcmp(buf + file.bytes - kTrailerBytes, kTrailerMagic, 8) != 0) return false;
+  uint64_t stored, len;
+  std::memcpy(&stored, buf + file.bytes - 16, 8);
+  std::memcpy(&len, buf + file.bytes - 8, 8);
+  return len == file.bytes - kTrailerBytes && checksum64(buf, len) == stored;
 }
 
 static Expected<EngineFile> read_unguarded(std::shared_ptr<Storage> file, bool for_rebuild);

@@ -93,9 +93,18 @@ EngineFile engine_file_of(const Engine::Impl& impl) {
   return e;
 }
 
-Expected<std::string> serialize_engine(const Engine::Impl& impl) { return write_engine_file(engine_file_of(impl)); }
+// The bytes `impl` was read from, while they are what was written (the checksum still matches), else null.
+static const Storage* intact_file(const Engine::Impl& impl) {
+  return impl.file && engine_file_intact(*impl.file) ? impl.file.get() : nullptr;
+}
+
+Expected<std::string> serialize_engine(const Engine::Impl& impl) {
+  if (const Storage* f = intact_file(impl)) return std::string(static_cast<const char*>(f->data), f->bytes);
+  return write_engine_file(engine_file_of(impl));
+}
 
 Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Storage> file, bool for_rebuild) {
+  std::shared_ptr<const Storage> bytes = file;
   KILN_ASSIGN_OR_RETURN(EngineFile e, read_engine_file(std::move(file), for_rebuild));
   auto impl = std::make_unique<Engine::Impl>();
   impl->graph = std::move(e.graph);
@@ -107,6 +116,7 @@ Expected<std::unique_ptr<Engine::Impl>> deserialize_engine(std::shared_ptr<Stora
   describe_engine(*impl, e.meta["model_hash"]);
   impl->meta = std::move(e.meta);  // as written (describe_engine fills the meta of a fresh build)
   if (!e.foreign.empty()) impl->meta["foreign"] = e.foreign;
+  if (impl->plan) impl->file = std::move(bytes);  // an engine read for a rebuild is written anew once rebuilt
   return impl;
 }
 
@@ -118,13 +128,11 @@ Expected<std::shared_ptr<Engine>> Engine::load_from_bytes(const std::string& byt
 }
 
 Expected<std::shared_ptr<Engine>> engine_from_file(EngineFile file) {
-  KILN_ASSIGN_OR_RETURN(std::string bytes, write_engine_file(file));
-  file = EngineFile{};  // the build's graph and plan go before the file's copy of the weights is made
-  // In memory allocated as Engine::load_from_bytes allocates it (weights stay views at the alignment a
-  // loaded file gives them, so kernels that read them in place run as they do on a loaded engine).
-  KILN_ASSIGN_OR_RETURN(auto storage, cpu_backend().allocate(bytes.size()));
-  std::memcpy(storage->data, bytes.data(), bytes.size());
-  std::string().swap(bytes);
+  // Written once into memory allocated as Engine::load_from_bytes allocates it (weights stay views at
+  // the alignment a loaded file gives them, so kernels that read them in place run as they do on a
+  // loaded engine), and kept: saving the engine writes these bytes.
+  KILN_ASSIGN_OR_RETURN(auto storage, write_engine_storage(file));
+  file = EngineFile{};  // the build's graph and plan go before the file's are read
   KILN_ASSIGN_OR_RETURN(auto impl, deserialize_engine(std::move(storage)));
   return std::make_shared<Engine>(std::move(impl));
 }
@@ -162,9 +170,11 @@ Expected<std::shared_ptr<Engine>> Engine::load(const std::string& engine_path) {
 }
 
 Status Engine::save(const std::string& engine_path) const {
-  KILN_ASSIGN_OR_RETURN(std::string bytes, serialize());
   // Replaced whole, never rewritten in place: a session that mapped the old file (Engine::load)
   // keeps reading the old, unchanged inode instead of seeing its weights change or vanish.
+  if (const Storage* f = intact_file(*impl_))
+    return write_output_file(engine_path, std::string_view(static_cast<const char*>(f->data), f->bytes), "engine");
+  KILN_ASSIGN_OR_RETURN(std::string bytes, serialize());
   return write_output_file(engine_path, bytes, "engine");
 }
 

@@ -19,6 +19,9 @@ struct Engine::Impl {
   BuildOptions options;
   std::vector<TensorInfo> inputs, outputs;
   std::map<std::string, std::string> meta;  // kiln_version, device, fingerprint, model_hash, ...
+  // The engine file this engine was read from (deserialize_engine; null for one assembled in memory):
+  // save and serialize write these bytes while they are intact instead of serializing again.
+  std::shared_ptr<const Storage> file;
 };
 
 // Fills inputs/outputs/meta from graph and plan.
@@ -28,10 +31,12 @@ TensorInfo tensor_info(const ir::Value& v);
 // The engine file (engine/engine_file.h) holds graph, plan, meta and profiles; these convert between
 // it and an Engine. Loading checks the profiles against the graph and describes the engine's I/O.
 EngineFile engine_file_of(const Engine::Impl& impl);
+// The engine file's bytes: the file it was read from when that is intact, else written anew.
 Expected<std::string> serialize_engine(const Engine::Impl& impl);
 // The one EngineFile → Engine path for an engine made in this process (a build, a rebuild): `file` is
 // written and read back as Engine::load reads a saved one, so a built engine is a loaded engine and
-// the two cannot differ (builder/builder.cpp ends every build here).
+// the two cannot differ (builder/builder.cpp ends every build here). Saving it writes the bytes it
+// was read from.
 Expected<std::shared_ptr<Engine>> engine_from_file(EngineFile file);
 // With `for_rebuild`, an engine of another machine of this device kind reads without its plan
 // (plan null; meta "foreign" says what differs; engine/engine_file.h).
