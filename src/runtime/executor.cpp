@@ -105,6 +105,9 @@ Status reshape_step(const CompiledGraph& g, ShapePlan& plan, int si, const Frame
   plan.step_state[si] = std::move(rc.state);
   plan.ws_bytes[si] = rc.workspace_bytes;
   plan.share_in[si] = rc.share_input;
+  // Planned before running (a run's re-plan allocates nothing for it): what the build records as the
+  // kernel's own choice (tune/tuner.h record_default_tactics).
+  if (!frame) plan.planned_tactic[si] = std::move(rc.planned_tactic);
   return Status::Ok();
 }
 
@@ -289,6 +292,7 @@ std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* 
   p->step_state.assign(ns, nullptr);
   p->ws_bytes.assign(ns, 0);
   p->share_in.assign(ns, -1);
+  p->planned_tactic.assign(ns, std::string());
   p->ws_offset.assign(ns, -1);
   p->ws_tmp.assign(ns, nullptr);
   p->dyn.assign(nv, 0);

@@ -105,6 +105,7 @@ struct ShapePlan {
   std::vector<std::shared_ptr<void>> step_state;
   std::vector<size_t> ws_bytes;             // per step
   std::vector<int> share_in;                // per step: ReshapeContext::share_input (-1: none)
+  std::vector<std::string> planned_tactic;  // per step: ReshapeContext::planned_tactic when make_shape_plan reshaped it
   std::vector<int64_t> ws_offset;           // per step: arena offset of its workspace, -1: none/allocated
   std::vector<std::shared_ptr<Storage>> ws_tmp;  // per step: workspace of a run before the plan was ready
   size_t arena_bytes[2] = {0, 0};

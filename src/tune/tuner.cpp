@@ -432,16 +432,17 @@ Status record_default_tactics(Engine::Impl& impl) {
       Step& s = g.steps[si];
       if (s.kind != Step::Kind::kKernel || !g.kernel(si).has_reshape() || sp->volatile_step[si] || !s.tactic(p).empty())
         continue;
+      // Shapes found only by running (after a data-dependent op) have no build-time choice to record;
+      // the choice is what the shape plan's own reshape() planned (no tactic was asked of it).
+      if (!sp->reshaped[si]) continue;
       ReshapeContext rc{g.node(s), {}, {}, nullptr, 0, nullptr, {}};
-      // Shapes found only by running (after a data-dependent op) have no build-time choice to record.
       if (!fill_reshape_context(g, *sp, static_cast<int>(si), nullptr, res, rc).ok()) continue;
       const std::vector<std::string> cands = g.kernel(si).tactics(rc);
-      if (cands.size() < 2) continue;
-      rc.tactic.clear();
-      if (!g.kernel(si).reshape(rc).ok() || std::find(cands.begin(), cands.end(), rc.planned_tactic) == cands.end()) continue;
+      const std::string& planned = sp->planned_tactic[si];
+      if (cands.size() < 2 || std::find(cands.begin(), cands.end(), planned) == cands.end()) continue;
       s.tactics.resize(static_cast<size_t>(nprof));
       s.tactic_ms.resize(static_cast<size_t>(nprof), 0.0);
-      s.tactics[p] = rc.planned_tactic;
+      s.tactics[p] = planned;
       ++recorded;
     }
   }

@@ -569,6 +569,8 @@ TEST(Tuning, UntunedBuildRecordsTheKernelsOwnChoices) {
       ++offered;
       ASSERT_EQ(s.tactics.size(), 1u) << g.node(s).name;
       EXPECT_NE(std::find(cands.begin(), cands.end(), s.tactics[0]), cands.end()) << s.tactics[0];
+      // The shape plan keeps what its reshape planned (the recorded name, asked of it).
+      EXPECT_EQ(sp->planned_tactic[si], s.tactics[0]) << g.node(s).name;
       rc.tactic.clear();
       ASSERT_TRUE(g.kernel(si).reshape(rc).ok());
       EXPECT_EQ(rc.planned_tactic, s.tactics[0]) << g.node(s).name;
