@@ -14,6 +14,7 @@
 #include "backends/backend.h"
 #include "engine/engine_file.h"
 #include "engine/engine_generated.h"
+#include "ir/host_memory.h"
 #include "ops/op_table.h"
 #include "util/checksum.h"
 #include "util/guard.h"
@@ -31,14 +32,53 @@ using flatbuffers::Offset;
 constexpr size_t kWeightAlign = 32;
 // After the FlatBuffer: "KILNSUM1", checksum64 of the buffer, the buffer's length.
 constexpr char kTrailerMagic[8] = {'K', 'I', 'L', 'N', 'S', 'U', 'M', '1'};
+constexpr size_t kTrailerBytes = 24;
+
+// Host memory for the FlatBufferBuilder of write_engine_storage. The builder writes downward from the
+// end of its block, so blocks kTrailerBytes longer than asked let the finished buffer take its trailer
+// where it lies and become the file's storage without being copied. Blocks are the host allocator's
+// (counted against max_memory_bytes, 64-byte aligned, huge pages when large) and the builder keeps
+// their ends kWeightAlign-aligned, so the buffer starts at the alignment its weights need to be read
+// in place, as in a loaded file.
+class StorageAllocator final : public flatbuffers::Allocator {
+ public:
+  uint8_t* allocate(size_t size) override {
+    std::shared_ptr<Storage> st = allocate_host_storage(size + kTrailerBytes, &why);
+    if (!st) throw std::bad_alloc();  // write_engine_storage returns `why`
+    blocks_.push_back(st);
+    return static_cast<uint8_t*>(st->data);
+  }
+  void deallocate(uint8_t* p, size_t) override {
+    for (auto it = blocks_.begin(); it != blocks_.end(); ++it)
+      if ((*it)->data == p) {
+        blocks_.erase(it);
+        return;
+      }
+  }
+  // The block [p, p + bytes) lies in (null if none).
+  std::shared_ptr<Storage> block_of(const uint8_t* p, size_t bytes) const {
+    for (const auto& st : blocks_) {
+      const auto* base = static_cast<const uint8_t*>(st->data);
+      if (p >= base && p + bytes <= base + st->bytes) return st;
+    }
+    return nullptr;
+  }
+  std::string why;  // why the last allocation failed
+
+ private:
+  std::vector<std::shared_ptr<Storage>> blocks_;
+};
 
 // ---------------------------------------------------------------- writing
 
 class Writer {
  public:
   // Sized for the weights up front: the builder grows by copying everything it holds, which for a
-  // 100 MB model was seven copies of the weights.
-  explicit Writer(size_t expected_bytes = 0) : b(std::max<size_t>(size_t{1} << 16, expected_bytes + (size_t{1} << 20))) {}
+  // 100 MB model was seven copies of the weights. With an allocator (not owned), its blocks' ends
+  // are kept kWeightAlign-aligned.
+  explicit Writer(size_t expected_bytes = 0, flatbuffers::Allocator* allocator = nullptr)
+      : b(std::max<size_t>(size_t{1} << 16, expected_bytes + (size_t{1} << 20)), allocator, false,
+          allocator ? kWeightAlign : flatbuffers::AlignOf<flatbuffers::largest_scalar_t>()) {}
   FlatBufferBuilder b;
 
   Offset<fb::TypeDesc> type(const ir::Type& t) {
@@ -603,7 +643,6 @@ static size_t expected_engine_bytes(const EngineFile& e) {
 
 // The trailer after the buffer's `len` bytes at `buf`: magic, checksum of those bytes, and that
 // length (little-endian), kTrailerBytes in all.
-constexpr size_t kTrailerBytes = 24;
 static void seal(uint8_t* buf, uint64_t len) {
   const uint64_t sum = checksum64(buf, len);
   std::memcpy(buf + len, kTrailerMagic, 8);
@@ -623,13 +662,26 @@ Expected<std::string> write_engine_file(const EngineFile& e) {
 }
 
 Expected<std::shared_ptr<Storage>> write_engine_storage(const EngineFile& e) {
-  Writer w(expected_engine_bytes(e));
-  KILN_RETURN_IF_ERROR(build_engine_buffer(w, e));
-  const size_t len = w.b.GetSize();
-  KILN_ASSIGN_OR_RETURN(auto out, cpu_backend().allocate(len + kTrailerBytes));
-  std::memcpy(out->data, w.b.GetBufferPointer(), len);
-  seal(static_cast<uint8_t*>(out->data), len);
-  return out;
+  StorageAllocator blocks;  // outlives the builder, which gives its blocks back to it
+  try {
+    Writer w(expected_engine_bytes(e), &blocks);
+    KILN_RETURN_IF_ERROR(build_engine_buffer(w, e));
+    auto* buf = w.b.GetBufferPointer();
+    const size_t len = w.b.GetSize();
+    if (len + kTrailerBytes > max_tensor_bytes())
+      return runtime_error("allocating " + std::to_string(len + kTrailerBytes) + " bytes of host memory: over the limit of " +
+                           std::to_string(max_tensor_bytes()) + " (max_tensor_bytes)");
+    std::shared_ptr<Storage> block = blocks.block_of(buf, len + kTrailerBytes);
+    if (!block) return internal_error("the engine file's buffer is not where its builder allocated it");
+    seal(buf, len);
+    auto file = std::make_shared<Storage>();
+    file->data = buf;
+    file->bytes = len + kTrailerBytes;
+    file->release = [block](void*) {};  // the block goes with the file
+    return file;
+  } catch (const std::bad_alloc&) {
+    return runtime_error(blocks.why.empty() ? "out of host memory writing the engine file" : blocks.why);
+  }
 }
 
 bool engine_file_intact(const Storage& file) {
