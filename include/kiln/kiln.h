@@ -445,6 +445,15 @@ Status merge_timing_caches(const std::vector<std::string>& inputs, const std::st
 // A description of a timing cache: its device line and layer count (what `kiln cache info` prints).
 Expected<std::string> describe_timing_cache(const std::string& path);
 
+// Seeds the random ops that have no `seed` attribute (RandomNormal, RandomUniform and their *Like
+// forms, Bernoulli, Multinomial, Dropout in training mode), process-wide, as ONNX Runtime's set_seed.
+// By default each run of such an op draws from a fresh seed (std::random_device); after
+// set_random_seed(n) each such draw takes the next seed of one sequence started from n, so the same
+// runs made in the same order after set_random_seed(n) draw the same numbers (runs on several threads
+// at once take the sequence's seeds in whichever order they reach them). Ops with a `seed` attribute
+// always draw from it. Thread-safe.
+void set_random_seed(uint64_t seed);
+
 // Reads/writes .npy files (used by the CLI; exposed because it is handy).
 Expected<Tensor> read_npy(const std::string& path);
 Status write_npy(const std::string& path, const Tensor& t);

@@ -24,6 +24,8 @@ void register_resize(KernelRegistry& r);  // Resize, Upsample
 void register_einsum(KernelRegistry& r);
 void register_unique(KernelRegistry& r);
 void register_random(KernelRegistry& r);  // RandomNormal/Uniform(+Like), Bernoulli, Multinomial
+// random.cpp: the seed of one draw by an op without a `seed` attribute (kiln::set_random_seed).
+uint64_t unseeded_random_seed();
 void register_signal(KernelRegistry& r);  // DFT, STFT, windows, MelWeightMatrix
 void register_string(KernelRegistry& r);  // StringNormalizer, StringConcat, StringSplit, RegexFullMatch
 void register_detect(KernelRegistry& r);  // NonMaxSuppression

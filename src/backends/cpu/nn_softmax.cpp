@@ -162,7 +162,7 @@ Status dropout_kernel(KernelContext& ctx, const ops::DropoutParams& a) {
       for (int64_t i = 0; i < n; ++i) bool_mask ? void(mask->data<bool>()[i] = true) : store_as<double>(*mask, i, 1.0);
     return Status::Ok();
   }
-  std::mt19937_64 rng(a.has_seed ? static_cast<uint64_t>(a.seed) : std::random_device{}());
+  std::mt19937_64 rng(a.has_seed ? static_cast<uint64_t>(a.seed) : unseeded_random_seed());
   std::uniform_real_distribution<double> u(0.0, 1.0);
   const double scale = 1.0 / (1.0 - ratio);
   for (int64_t i = 0; i < n; ++i) {

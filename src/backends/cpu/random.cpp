@@ -1,8 +1,10 @@
 // backends/cpu/random.cpp — RandomNormal, RandomUniform (+Like), Bernoulli, Multinomial.
 //
 // With a `seed` attribute every run draws the same numbers (a fresh std::mt19937_64 seeded from it
-// per run keeps `run` const and thread-safe); without one each run is seeded from std::random_device.
+// per run keeps `run` const and thread-safe); without one each run is seeded from std::random_device,
+// or, after kiln::set_random_seed(n), from the next value of one process-wide sequence started from n.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <random>
 
@@ -10,17 +12,42 @@
 #include "backends/cpu/numeric.h"
 #include "ops/params_misc.h"
 
-namespace kiln::cpu {
+namespace kiln {
+namespace {
+
+// set_random_seed's sequence: the next draw's position, valid once `g_seeded` is set.
+std::atomic<bool> g_seeded{false};
+std::atomic<uint64_t> g_next_draw{0};
+
+// SplitMix64's finalizer: consecutive positions give unrelated seeds.
+uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+void set_random_seed(uint64_t seed) {
+  g_next_draw.store(mix(seed), std::memory_order_relaxed);
+  g_seeded.store(true, std::memory_order_release);
+}
+
+namespace cpu {
+
+uint64_t unseeded_random_seed() {
+  if (g_seeded.load(std::memory_order_acquire))
+    return mix(g_next_draw.fetch_add(0x9E3779B97F4A7C15ull, std::memory_order_relaxed));
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
 namespace {
 
 struct Seed {
   bool has = false;
   uint64_t value = 0;
-  std::mt19937_64 engine() const {
-    if (has) return std::mt19937_64(value);
-    std::random_device rd;
-    return std::mt19937_64((static_cast<uint64_t>(rd()) << 32) ^ rd());
-  }
+  std::mt19937_64 engine() const { return std::mt19937_64(has ? value : unseeded_random_seed()); }
 };
 
 // P: any of the random ops' params (has_seed, seed).
@@ -139,4 +166,5 @@ void register_random(KernelRegistry& r) {
   r.add({"Multinomial", "", 7, 1 << 30, "cpu.Multinomial.any", nullptr, create_multinomial});
 }
 
-}  // namespace kiln::cpu
+}  // namespace cpu
+}  // namespace kiln
