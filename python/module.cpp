@@ -430,8 +430,30 @@ kiln::DataType element_dtype(const py::object& dtype, const char* factory) {
   return dt;
 }
 
-// ONNX Runtime's name of the element type: "tensor(float)".
-std::string element_type(const PyTensor& p) { return std::string("tensor(") + kiln::dtype_onnx_name(p.t.dtype()) + ")"; }
+// ONNX Runtime's name of the element type: "tensor(float)" (OrtValue.data_type()).
+std::string data_type(const PyTensor& p) { return std::string("tensor(") + kiln::dtype_onnx_name(p.t.dtype()) + ")"; }
+
+// OrtValue.update_inplace: the array's values copied into the tensor's own memory (CPU or GPU), which
+// stays where it is (bound inputs, captured CUDA graphs keep reading it). The array must have the
+// tensor's element count, as ONNX Runtime checks, and its dtype (ONNX Runtime copies the bytes of
+// another dtype as they are; kiln refuses that).
+void tensor_update_inplace(PyTensor& p, const py::handle& obj) {
+  KeepAlive keep;
+  py::array given = py::module_::import("numpy").attr("asarray")(obj);
+  kiln::Tensor host = to_tensor(given, "update_inplace", keep);
+  if (host.dtype() != p.t.dtype())
+    throw py::type_error(std::string("kiln: update_inplace: the array's dtype ") + kiln::dtype_name(host.dtype()) +
+                         " is not the tensor's " + kiln::dtype_name(p.t.dtype()) + ": convert it first (array.astype)");
+  if (host.numel() != p.t.numel())
+    throw py::value_error("kiln: update_inplace: the array has " + std::to_string(host.numel()) + " elements, the tensor " +
+                          kiln::shape_to_string(p.t.shape()) + " " + std::to_string(p.t.numel()) +
+                          " (the input size of numpy arrays does not match the size of the OrtValue)");
+  if (host.dtype() == kiln::DataType::kString) throw py::type_error("kiln: update_inplace: string tensors are not updated in place");
+  if (!p.unwritable.empty() && p.t.device().is_cpu())
+    throw py::value_error("kiln: update_inplace: the tensor is over " + p.unwritable + ": it cannot be written");
+  if (host.numel() == 0) return;
+  check(without_gil_status([&] { return kiln::transfer(host, p.t); }));  // same dtype and bytes; shapes may differ
+}
 
 PyTensor tensor_from_numpy(const py::handle& obj, const std::string& device, int device_id) {
   KeepAlive keep;
@@ -874,6 +896,8 @@ PYBIND11_MODULE(_kiln, m) {
         return py::reinterpret_borrow<py::object>(error_type(static_cast<kiln::StatusCode>(c)));
     return py::reinterpret_borrow<py::object>(g_kiln_error);
   }, py::arg("code"), "The exception class kiln raises for a status code name (\"InvalidArgument\", ...).");
+  m.def("set_seed", [](int64_t seed) { kiln::set_random_seed(static_cast<uint64_t>(seed)); }, py::arg("seed"),
+        "Seeds the random ops that have no seed attribute, process-wide (kiln::set_random_seed).");
   m.def("set_default_logger_severity", &kiln::set_logger_severity, py::arg("severity"),
         "Process-wide log severity, as onnxruntime numbers it: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal.");
   m.def("profile_to_chrome_trace", [](const std::vector<kiln::ProfileEvent>& events, const std::string& name) {
@@ -955,8 +979,13 @@ PYBIND11_MODULE(_kiln, m) {
       .def("numpy", &tensor_to_numpy, "A numpy array of the tensor's values (copied from the GPU when it is there).")
       .def("shape", [](const PyTensor& p) { return std::vector<int64_t>(p.t.shape().begin(), p.t.shape().end()); })
       .def_property_readonly("dtype", [](const PyTensor& p) { return numpy_dtype(p.t.dtype()); })
-      .def("element_type", &element_type)
-      .def("data_type", &element_type)
+      .def("element_type", [](const PyTensor& p) { return static_cast<int>(p.t.dtype()); },
+           "The element type as ONNX's TensorProto numbers it (1 float, 7 int64, ...), as ONNX Runtime's OrtValue returns it.")
+      .def("data_type", &data_type, "The type as ONNX Runtime names it: \"tensor(float)\".")
+      .def("update_inplace", &tensor_update_inplace, py::arg("np_arr"),
+           "Copies the array's values into this tensor's memory (CPU or GPU), which stays where it is: same dtype and "
+           "element count.")
+      .def("has_value", [](const PyTensor&) { return true; }, "True: a kiln tensor always holds a value.")
       .def("device_name", [](const PyTensor& p) { return device_name(p.t); })
       .def("device_id", [](const PyTensor& p) { return p.t.device().index; })
       .def("data_ptr", [](const PyTensor& p) { return reinterpret_cast<uintptr_t>(p.t.raw()); })

@@ -24,10 +24,14 @@ it would hide Python's builtin of that name).
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import ctypes.util
+import enum
 import json
+import operator
 import os
+import sys
 import threading
 import time
 import warnings
@@ -103,7 +107,11 @@ __all__ = [
     "SessionOptions",
     "TensorInfo",
     "cuda_available",
+    "get_all_providers",
     "get_available_providers",
+    "get_device",
+    "get_version_string",
+    "set_seed",
     "load_plugin",
     "summarize_model",
 ]
@@ -168,6 +176,28 @@ def get_available_providers() -> list[str]:
 def get_device() -> str:
     """Like onnxruntime.get_device(): "GPU" when CUDA is usable, else "CPU"."""
     return "GPU" if cuda_available() else "CPU"
+
+
+def get_all_providers() -> list[str]:
+    """Like onnxruntime.get_all_providers(): every provider this kiln can run, usable here or not (CUDA
+    first, the CPU last, as onnxruntime orders them); get_available_providers() says which are usable."""
+    return list(_KNOWN_PROVIDERS)
+
+
+def get_version_string() -> str:
+    """Like onnxruntime.get_version_string(): kiln's version (kiln.__version__)."""
+    return __version__
+
+
+def set_seed(seed: int) -> None:
+    """Like onnxruntime.set_seed(n): seeds the random ops of every session that have no ``seed``
+    attribute (RandomNormal, RandomUniform and their *Like forms, Bernoulli, Multinomial, Dropout in
+    training mode), process-wide. Without it each run of such an op draws from a fresh seed; after
+    set_seed(n) the same runs in the same order draw the same numbers (each draw takes the next seed of
+    one sequence started from n, whichever session makes it). Ops with a ``seed`` attribute always use
+    theirs. Nothing else in kiln is random (numpy's generator and the ``kiln`` command's --seed are
+    separate)."""
+    _kiln.set_seed(operator.index(seed))
 
 
 def _provider_names(providers: Iterable[Any] | None) -> list[str]:
@@ -319,8 +349,8 @@ def set_num_threads(n: int) -> None:
 # ---- Sessions (ONNX Runtime–compatible)
 
 
-class GraphOptimizationLevel:
-    """Same values as onnxruntime.GraphOptimizationLevel."""
+class GraphOptimizationLevel(enum.IntEnum):
+    """Same names and values as onnxruntime.GraphOptimizationLevel (members are ints)."""
 
     ORT_DISABLE_ALL = 0
     ORT_ENABLE_BASIC = 1
@@ -341,7 +371,8 @@ class SessionOptions:
       OMP_NUM_THREADS); set per build and per run and restored after it, so sessions never change each
       other's thread count.
     * enable_profiling / profile_file_prefix: every run records each step's time;
-      InferenceSession.end_profiling() writes them as a Chrome trace and returns the file name.
+      InferenceSession.end_profiling() writes them in ONNX Runtime's profile format (also a Chrome
+      trace) and returns the file name.
     * log_severity_level: 0 or 1 logs the build's decisions (a verbose build); 3 or 4 lowers kiln's
       process-wide logging to errors (as set_default_logger_severity).
     * optimized_model_filepath: kiln's optimized form of a model is its engine, not an .onnx: a
@@ -353,7 +384,7 @@ class SessionOptions:
     """
 
     __slots__ = (
-        "graph_optimization_level",
+        "_graph_optimization_level",
         "intra_op_num_threads",
         "inter_op_num_threads",
         "execution_mode",
@@ -388,6 +419,19 @@ class SessionOptions:
         self.logid = ""
         self.use_deterministic_compute = False
         self._config: dict[str, str] = {}
+
+    @property
+    def graph_optimization_level(self) -> GraphOptimizationLevel:
+        return self._graph_optimization_level
+
+    @graph_optimization_level.setter
+    def graph_optimization_level(self, level: Any) -> None:
+        # onnxruntime takes only its enum's members and raises TypeError for anything else (5, "all",
+        # None). kiln raises the same for those, and also takes a plain int equal to a level's value.
+        if isinstance(level, bool) or not isinstance(level, int) or level not in GraphOptimizationLevel._value2member_map_:
+            raise TypeError(f"graph_optimization_level: {level!r} is not a GraphOptimizationLevel (expected one of "
+                            + ", ".join(f"{m.name} ({m.value})" for m in GraphOptimizationLevel) + ")")
+        self._graph_optimization_level = GraphOptimizationLevel(level)
 
     def add_session_config_entry(self, key: str, value: str) -> None:
         """Stored (get_session_config_entry returns it). kiln reads two keys: "kiln.on_mismatch" — what an
@@ -436,6 +480,19 @@ class RunOptions:
         # The request itself, shared with every run given these options: the runs check it before
         # each step and never clear it (only the caller does), so it cannot be lost.
         self._stop = _kiln.StopFlag()
+        self._config: dict[str, str] = {}
+
+    def add_run_config_entry(self, key: str, value: str) -> None:
+        """Stored, as onnxruntime stores it (get_run_config_entry returns it); kiln's runs read no key
+        (onnxruntime's keys tune its own arenas and execution providers)."""
+        self._config[str(key)] = str(value)
+
+    def get_run_config_entry(self, key: str) -> str:
+        """The value add_run_config_entry stored; RuntimeError (as onnxruntime) when there is none."""
+        try:
+            return self._config[str(key)]
+        except KeyError:
+            raise RuntimeError(f"RunOptions does not have configuration with key: {key}") from None
 
     @property
     def terminate(self) -> bool:
@@ -668,6 +725,60 @@ class IOBinding:
         return [t.numpy() for t in self.get_outputs()]
 
 
+_async_lock = threading.Lock()
+_async_workers: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _async_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The workers that run InferenceSession.run_async calls (made on first use)."""
+    global _async_workers
+    with _async_lock:
+        if _async_workers is None:
+            _async_workers = concurrent.futures.ThreadPoolExecutor(max_workers=max(4, os.cpu_count() or 1),
+                                                                   thread_name_prefix="kiln-run-async")
+        return _async_workers
+
+
+# kiln's dtype names (ProfileEvent shapes, "float32[1,3]") as ONNX Runtime's profiles name them.
+_ORT_TYPE_NAMES = {"float32": "float", "float64": "double", "bfloat16": "bfloat16", "float16": "float16", "bool": "bool",
+                   "string": "string"}
+
+
+def _ort_type_shape(spec: str) -> dict | None:
+    """"float32[1,3,224,224]" as ONNX Runtime writes a tensor in a profile: {"float": [1, 3, 224, 224]}."""
+    dtype, sep, dims = spec.partition("[")
+    if not sep:
+        return None
+    try:
+        shape = [int(d) for d in dims.rstrip("]").split(",") if d]
+    except ValueError:
+        return None
+    return {_ORT_TYPE_NAMES.get(dtype, dtype): shape}
+
+
+def _ort_profile_events(records: list[tuple[ProfileEvent, float]], pid: int, init_us: float, started: bool) -> list[dict]:
+    """ONNX Runtime's profile events for (event, its context's trace start in µs after the session began)."""
+    events = []
+    if not started:
+        events.append({"cat": "Session", "pid": pid, "tid": pid, "dur": int(init_us), "ts": 0, "ph": "X",
+                       "name": "session_initialization", "args": {}})
+    for ev, origin in sorted(records, key=lambda r: r[1] + r[0].start_us):
+        ts = int(origin + ev.start_us)
+        if ev.step < 0:
+            events.append({"cat": "Session", "pid": pid, "tid": pid, "dur": int(ev.dur_us), "ts": ts, "ph": "X",
+                           "name": "model_run", "args": {"run": ev.run}})
+            continue
+        args = {"op_name": ev.op, "provider": CUDA_PROVIDER if ev.device == "cuda" else CPU_PROVIDER,
+                "node_index": str(ev.step),
+                "input_type_shape": [t for t in map(_ort_type_shape, ev.inputs) if t is not None],
+                "output_type_shape": [t for t in map(_ort_type_shape, ev.outputs) if t is not None],
+                "output_size": str(ev.output_bytes),
+                "kernel": ev.kernel, "tactic": ev.tactic, "run": ev.run}
+        events.append({"cat": "Node", "pid": pid, "tid": pid, "dur": int(ev.dur_us), "ts": ts, "ph": "X",
+                       "name": f"{ev.name}_kernel_time", "args": args})
+    return events
+
+
 class InferenceSession:
     """Runs an ONNX model (.onnx) or a kiln engine (.kiln) with onnxruntime's session API.
 
@@ -720,6 +831,7 @@ class InferenceSession:
         precision, self._cuda_graphs = _cuda_settings(cuda_options)
         self._provider_options = {CUDA_PROVIDER: {str(k): str(v) for k, v in cuda_options.items()}} if device == "cuda" else {}
         self._load_start = time.time()
+        self._mono_start = time.monotonic()  # profile timestamps count from here (ONNX Runtime's do from session creation)
         self._engine = _open_engine(path_or_bytes, device, opt_level, precision if device == "cuda" else "fp32",
                                     opts._config.get("kiln.on_mismatch", "error"), verbose=severity <= 1,
                                     threads=self._threads, **_build_settings(cuda_options))
@@ -741,7 +853,9 @@ class InferenceSession:
         # tensor, run() the list of {label: probability} onnxruntime gives.
         self._zipmaps = _zipmaps(self._engine.metadata())
         self._profiling = bool(opts.enable_profiling)
-        self._profile_contexts: list[ExecutionContext] = []
+        self._profile_contexts: list[tuple[ExecutionContext, float]] = []  # with its trace's start, µs after _mono_start
+        self._fallback = True  # disable_fallback(): stored; kiln never retries a failed run elsewhere
+        self._profile_started = False  # the first profile holds session_initialization
         self._pool_lock = threading.Lock()
         self._pool: list[ExecutionContext] = [self._new_context()]
         self._model_path = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
@@ -781,25 +895,33 @@ class InferenceSession:
 
     # -- profiling
     def end_profiling(self) -> str:
-        """Writes the runs recorded since profiling began (SessionOptions.enable_profiling) as a Chrome
-        trace (chrome://tracing, Perfetto) named <profile_file_prefix>_<date>.json and returns its name;
-        "" when profiling is off. Later runs start a new profile."""
+        """Writes the runs recorded since profiling began (SessionOptions.enable_profiling) in ONNX
+        Runtime's profile format, named <profile_file_prefix>_<date>.json, and returns its name ("" when
+        profiling is off). Later runs start a new profile.
+
+        The file is a JSON list of events with ONNX Runtime's fields (cat, name, ph, ts, dur, pid, tid,
+        args), so scripts that read ONNX Runtime's profiles read it: "session_initialization" (the
+        build or load) and one "model_run" per run (cat "Session"), and one "<node>_kernel_time" per
+        step (cat "Node"; args op_name, provider, node_index, input_type_shape, output_type_shape,
+        output_size, and kiln's kernel, tactic and run). ts and dur are microseconds from the session's
+        creation. A list of complete ("X") events is also a Chrome trace: chrome://tracing and
+        Perfetto open it."""
         if not self._profiling:
             return ""
         with self._pool_lock:
             contexts = list(self._profile_contexts)
-        events: list[ProfileEvent] = []
-        for ctx in contexts:
-            events.extend(ctx.take_profile())
+        records = [(ev, origin) for ctx, origin in contexts for ev in ctx.take_profile()]
         stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime())
         path = f"{self._sess_options.profile_file_prefix}_{stamp}.json"
         k = 1
         while os.path.exists(path):
             k += 1
             path = f"{self._sess_options.profile_file_prefix}_{stamp}_{k}.json"
-        name = os.path.basename(self._model_path) if self._model_path else "model"
+        events = _ort_profile_events(records, os.getpid(), self._load_ms * 1e3, self._profile_started)
+        self._profile_started = True
         with open(path, "w", encoding="utf-8") as f:
-            f.write(_kiln.profile_to_chrome_trace(events, f"kiln {name}"))
+            # Names come from the model: bytes that are not UTF-8 (surrogate-escaped) are written as \udcNN.
+            f.write("[\n" + ",\n".join(json.dumps(e) for e in events) + "\n]\n")
         return path
 
     # -- running
@@ -812,9 +934,10 @@ class InferenceSession:
         if self._max_shape_plans:
             ctx.max_shape_plans = self._max_shape_plans
         if self._profiling:
-            ctx.set_profiling(True)
+            ctx.set_profiling(True)  # its events' start_us count from here
+            origin_us = (time.monotonic() - self._mono_start) * 1e6
             with self._pool_lock:
-                self._profile_contexts.append(ctx)
+                self._profile_contexts.append((ctx, origin_us))
         return ctx
 
     def _acquire(self) -> ExecutionContext:
@@ -863,6 +986,41 @@ class InferenceSession:
             outputs = [_as_zipmap(v, self._zipmaps[o.name]) if o.name in self._zipmaps else v
                        for o, v in zip(self._outputs, outputs)]
         return outputs if indices is None else [outputs[i] for i in indices]
+
+    def run_async(self, output_names: Sequence[str] | None, input_feed: dict[str, Any], callback: Any, user_data: Any,
+                  run_options: RunOptions | None = None) -> None:
+        """onnxruntime's run_async: runs the model on a worker thread and returns at once; the worker then
+        calls ``callback(results, user_data, err)``: the outputs run() would return and err "" on
+        success; on failure results [] and err the error's message (nothing is raised to the caller).
+        As in onnxruntime, a feed that is not a dict or misses a required input raises at once
+        (ValueError). Runs go to a pool of workers shared by all sessions (at most max(4, cores) at
+        once; more calls wait their turn)."""
+        if not isinstance(input_feed, dict):
+            raise TypeError(f"input_feed must be a dict of name → array, got {type(input_feed).__name__}")
+        missing = [i.name for i in self._inputs if i.name not in input_feed]
+        if missing:
+            raise ValueError(f"Required inputs ({missing}) are missing from input feed ({list(input_feed)}).")
+
+        def work() -> None:
+            try:
+                results, err = self.run(output_names, input_feed, run_options), ""
+            except Exception as e:  # noqa: BLE001 - every failure goes to the callback, as onnxruntime does
+                results, err = [], str(e)
+            try:
+                callback(results, user_data, err)
+            except BaseException:  # the callback's own error: reported as a thread's is, not kept unseen by the pool
+                threading.excepthook(threading.ExceptHookArgs((*sys.exc_info(), threading.current_thread())))
+
+        _async_pool().submit(work)
+
+    def disable_fallback(self) -> None:
+        """onnxruntime retries a run that failed in its GPU provider on the CPU unless this is called.
+        kiln never does (a session's engine is built for one device; a failed run raises): stored only."""
+        self._fallback = False
+
+    def enable_fallback(self) -> None:
+        """Stored only (see disable_fallback): kiln does not retry failed runs on another device."""
+        self._fallback = True
 
     def _output_indices(self, output_names: Sequence[str] | None) -> list[int] | None:
         if not output_names:
@@ -915,8 +1073,8 @@ class InferenceSession:
             if isinstance(target, Tensor) and results[k] is not target:
                 got = results[k]
                 raise _error("InvalidArgument",
-                             f"output '{o.name}' is bound to a {target.element_type()} {target.shape()} tensor on "
-                             f"{target.device_name()}, but the run made {got.element_type()} {got.shape()} on "
+                             f"output '{o.name}' is bound to a {target.data_type()} {target.shape()} tensor on "
+                             f"{target.device_name()}, but the run made {got.data_type()} {got.shape()} on "
                              f"{got.device_name()}: bind a buffer of that dtype and shape (or bind the output to a device)")
         out: dict[str, Tensor] = {}
         for k, o in enumerate(self._outputs):
@@ -931,3 +1089,6 @@ class InferenceSession:
     def __repr__(self) -> str:
         src = self._model_path or "<bytes>"
         return f"kiln.InferenceSession({src!r}, device={self._engine.device!r})"
+
+
+from . import capi  # noqa: E402  (kiln.capi.onnxruntime_pybind11_state: ONNX Runtime's module path, aliased)

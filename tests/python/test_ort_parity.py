@@ -234,7 +234,7 @@ def test_unbounded_thread_counts_are_refused_or_clamped():
 # ---- profiling
 
 
-def test_enable_profiling_writes_a_chrome_trace(conv_model, tmp_path):
+def test_enable_profiling_writes_onnxruntime_events(conv_model, tmp_path):
     _, path = conv_model
     so = kiln.SessionOptions()
     so.enable_profiling = True
@@ -246,13 +246,13 @@ def test_enable_profiling_writes_a_chrome_trace(conv_model, tmp_path):
     out = sess.end_profiling()
     assert out.startswith(str(tmp_path / "prof")) and out.endswith(".json")
     with open(out) as f:
-        trace = json.load(f)
-    nodes = [e for e in trace["traceEvents"] if e.get("cat") == "Node"]
-    runs = [e for e in trace["traceEvents"] if e.get("cat") == "Session"]
+        trace = json.load(f)  # ONNX Runtime's format: a list of events (tests/python/test_ort_holes.py)
+    nodes = [e for e in trace if e.get("cat") == "Node"]
+    runs = [e for e in trace if e.get("name") == "model_run"]
     assert len(runs) == 3
     assert {e["args"]["op_name"] for e in nodes} == {"Conv"}
     assert all(e["ph"] == "X" and e["dur"] >= 0 for e in nodes)
-    assert nodes[0]["args"]["output_type_shape"] == ["float32[1,4,8]"]
+    assert nodes[0]["args"]["output_type_shape"] == [{"float": [1, 4, 8]}]
     assert kiln.InferenceSession(path).end_profiling() == ""
 
 
@@ -262,7 +262,7 @@ def test_enable_profiling_writes_a_chrome_trace(conv_model, tmp_path):
 def test_tensor_dlpack_round_trip_is_zero_copy():
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     t = kiln.Tensor.from_dlpack(a)
-    assert t.shape() == [3, 4] and t.device_name() == "cpu" and t.element_type() == "tensor(float)"
+    assert t.shape() == [3, 4] and t.device_name() == "cpu" and t.data_type() == "tensor(float)" and t.element_type() == 1
     assert t.data_ptr() == a.ctypes.data
     b = np.from_dlpack(t)
     assert b.ctypes.data == a.ctypes.data
