@@ -133,7 +133,7 @@ CLI::App* BuildCommand::add_to(CLI::App& app) {
   build->add_option("--min-shapes", min_shapes, "smallest input shapes of a profile (repeat --min/--opt/--max-shapes for more profiles)");
   build->add_option("--opt-shapes", opt_shapes, "the shapes a profile is tuned for");
   build->add_option("--max-shapes", max_shapes, "largest input shapes of a profile");
-  build->add_flag("-q,--quiet", build_quiet, "no progress lines");
+  build->add_flag("-q,--quiet", build_quiet, "no progress lines and no placement table");
   build->add_option("--disable-pass", build_disabled,
                     "skip a pass by name (repeatable): one of the optimizer's (kiln inspect lists them) or a target "
                     "stage: channels-last, channels-last-float-convs, fold-pools-into-convs, fuse-conv-max-pool, "
@@ -202,6 +202,10 @@ int BuildCommand::execute() {
   if (!eight_bit && (!calib_dir.empty() || !calib_cache.empty()))
     return fail(kiln::invalid_argument("--calibration and --calibration-cache are for --precision int8 and fp8 builds"));
   if (!build_quiet) o.progress = progress_printer();
+  if (!timing_cache.empty() && !o.tunes())
+    std::fprintf(stderr, "kiln: --timing-cache %s: this build tunes nothing (%s), so the cache is neither read nor "
+                 "written; add --tune to time the kernels' tactics\n", timing_cache.c_str(),
+                 build_no_tune ? "--no-tune" : "a cpu engine tunes only with --tune");
   std::string why;
   if (!shapes_spec.empty()) {
     if (!min_shapes.empty() || !opt_shapes.empty() || !max_shapes.empty())
@@ -244,7 +248,7 @@ int BuildCommand::execute() {
   auto e = kiln::Engine::build(build_path, o);
   if (!e.ok()) return fail(e.status());
   const double build_ms = ms_since(t0);
-  std::printf("placement:\n%s", (*e)->placement_report().c_str());
+  if (!build_quiet) std::printf("placement:\n%s", (*e)->placement_report().c_str());
   kiln::Status st = (*e)->save(build_out);
   if (!st.ok()) return fail(st);
   if (eight_bit) {

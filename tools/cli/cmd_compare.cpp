@@ -52,16 +52,9 @@ int run_process(const std::vector<std::string>& argv) {
 // with $KILN_PYTHON (else python3) in a temporary folder.
 kiln::Status onnxruntime_reference(const std::string& model, const std::map<std::string, kiln::Value>& feed,
                                    std::vector<std::string>& names, std::vector<kiln::Value>& outputs, std::string& version) {
-  std::string tmpl = (std::filesystem::temp_directory_path() / "kiln-compare-XXXXXX").string();
-  if (!mkdtemp(tmpl.data())) return kiln::io_error("cannot make a temporary folder for onnxruntime's inputs");
-  const std::filesystem::path dir = tmpl;
-  struct Cleanup {
-    std::filesystem::path p;
-    ~Cleanup() {
-      std::error_code ec;
-      std::filesystem::remove_all(p, ec);
-    }
-  } cleanup{dir};
+  const TempDir temp("kiln-compare");
+  if (temp.path().empty()) return kiln::io_error("cannot make a temporary folder for onnxruntime's inputs");
+  const std::filesystem::path dir = temp.path();
   std::filesystem::create_directories(dir / "out");
   nlohmann::json files = nlohmann::json::object();
   int k = 0;
@@ -128,7 +121,7 @@ CLI::App* CompareCommand::add_to(CLI::App& app, const CLI::Validator& precisions
           ->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
   compare->add_option("--precision-a", cmp_precision_a, "precision of side A when it is an .onnx")->check(precisions);
   compare->add_option("--precision-b", cmp_precision_b, "precision of side B when it is an .onnx")->check(precisions);
-  compare->add_option("--input,-i", cmp_inputs.specs, "name=file.npy (repeatable); missing inputs get random data");
+  compare->add_option("--input,-i", cmp_inputs.specs, "name=file.npy (repeatable), name=file.npz (its array of that name, or its only one) or file.npz (all its arrays, by their names); missing inputs get random data");
   compare->add_option("--seed", cmp_inputs.seed, "seed for random inputs");
   compare->add_option("--against", cmp_against,
                       "compare side A with another runtime instead: onnxruntime (its CPU provider, run by $KILN_PYTHON or "

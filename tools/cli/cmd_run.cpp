@@ -62,7 +62,7 @@ void RunCommand::add_to(CLI::App& app, const CLI::Validator& precisions) {
   add_profile_options();
   for (auto* sc : {run, bench, profile}) {
     sc->add_option("model", run_path, "model.kiln or model.onnx")->required();
-    sc->add_option("--input,-i", inputs.specs, "name=file.npy (repeatable); missing inputs get random data");
+    sc->add_option("--input,-i", inputs.specs, "name=file.npy (repeatable), name=file.npz (its array of that name, or its only one) or file.npz (all its arrays, by their names); missing inputs get random data");
     sc->add_option("--device", run_device, "cpu or cuda (for .onnx files)")->check(CLI::IsMember({"cpu", "cuda", "gpu"}));
     sc->add_option("--precision", run_precision, "fp32, tf32, fp16, bf16 or best (for .onnx files on cuda)")->check(precisions);
     sc->add_option("--seed", inputs.seed, "seed for random inputs");

@@ -163,6 +163,98 @@ bool compare_output(const std::string& name, const kiln::Tensor& x, const kiln::
   return good;
 }
 
+// One array of a .npz archive (np.savez: a zip of .npy files): its name (the member's, less ".npy")
+// and its .npy bytes inside the mapped archive.
+struct NpzMember {
+  std::string name;
+  std::string_view npy;
+};
+
+// The members of the zip archive `z` (the file `path`), read from its central directory (zip64 too,
+// which NumPy writes); stored members only: a compressed one (np.savez_compressed) is refused by name.
+kiln::Expected<std::vector<NpzMember>> npz_members(std::string_view z, const std::string& path) {
+  auto bad = [&](const std::string& why) { return kiln::invalid_argument("'" + path + "' is not a readable .npz file: " + why); };
+  auto byte = [&](size_t at) { return static_cast<uint64_t>(static_cast<uint8_t>(z[at])); };
+  auto u16 = [&](size_t at) { return byte(at) | byte(at + 1) << 8; };
+  auto u32 = [&](size_t at) { return u16(at) | u16(at + 2) << 16; };
+  auto u64 = [&](size_t at) { return u32(at) | u32(at + 4) << 32; };
+  auto sig = [&](size_t at, const char* s) { return at <= z.size() && z.size() - at >= 4 && z.compare(at, 4, s, 4) == 0; };
+  // The end-of-central-directory record: 22 bytes, then a comment of up to 64 KiB.
+  if (z.size() < 22) return bad("too short for a zip archive");
+  size_t eocd = std::string_view::npos;
+  for (size_t i = z.size() - 22 + 1; i-- > 0 && z.size() - i <= 22 + 65535;)
+    if (sig(i, "PK\x05\x06")) { eocd = i; break; }
+  if (eocd == std::string_view::npos) return bad("no zip end-of-central-directory record (np.savez writes zip archives)");
+  uint64_t count = u16(eocd + 10), cd_size = u32(eocd + 12), cd_off = u32(eocd + 16);
+  if (count == 0xFFFF || cd_size == 0xFFFFFFFF || cd_off == 0xFFFFFFFF) {  // zip64: its locator is just before
+    if (eocd < 20 || !sig(eocd - 20, "PK\x06\x07")) return bad("a zip64 archive without its locator");
+    const uint64_t rec = u64(eocd - 20 + 8);
+    if (rec > z.size() || z.size() - rec < 56 || !sig(rec, "PK\x06\x06")) return bad("a damaged zip64 end record");
+    count = u64(rec + 32), cd_size = u64(rec + 40), cd_off = u64(rec + 48);
+  }
+  if (cd_off > z.size() || cd_size > z.size() - cd_off) return bad("its central directory lies outside the file");
+  std::vector<NpzMember> out;
+  size_t at = cd_off;
+  const size_t cd_end = cd_off + cd_size;
+  for (uint64_t k = 0; k < count; ++k) {
+    if (cd_end - at < 46 || !sig(at, "PK\x01\x02")) return bad("a damaged central directory");
+    const uint64_t flags = u16(at + 8), method = u16(at + 10), name_len = u16(at + 28), extra_len = u16(at + 30),
+                   comment_len = u16(at + 32);
+    uint64_t csize = u32(at + 20), usize = u32(at + 24), local = u32(at + 42);
+    if (cd_end - at - 46 < name_len + extra_len + comment_len) return bad("a damaged central directory entry");
+    std::string name(z.substr(at + 46, name_len));
+    for (size_t e = at + 46 + name_len, e_end = e + extra_len; e_end - e >= 4;) {  // the zip64 sizes and offset
+      const uint64_t id = u16(e), len = u16(e + 2);
+      if (e_end - e - 4 < len) break;
+      size_t f = e + 4;
+      const size_t f_end = f + len;
+      if (id == 1) {
+        for (uint64_t* v : {&usize, &csize, &local})
+          if (*v == 0xFFFFFFFF && f_end - f >= 8) *v = u64(f), f += 8;
+      }
+      e = f_end;
+    }
+    at += 46 + name_len + extra_len + comment_len;
+    if (flags & 1) return bad("member '" + name + "' is encrypted");
+    if (method != 0)
+      return kiln::unsupported("'" + path + "': member '" + name +
+                               "' is compressed (np.savez_compressed); kiln reads .npz files whose members are stored "
+                               "(np.savez): save the arrays with np.savez, or give one .npy file per input");
+    if (csize != usize) return bad("member '" + name + "' has different stored and full sizes");
+    if (local > z.size() || z.size() - local < 30 || !sig(local, "PK\x03\x04")) return bad("a damaged local header");
+    const uint64_t data = local + 30 + u16(local + 26) + u16(local + 28);
+    if (data > z.size() || usize > z.size() - data) return bad("member '" + name + "' runs past the end of the file");
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) name.resize(name.size() - 4);
+    out.push_back({std::move(name), z.substr(data, usize)});
+  }
+  return out;
+}
+
+bool ends_with(const std::string& s, const char* tail) {
+  const size_t n = std::strlen(tail);
+  return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
+}
+
+// The arrays of the .npz file `path`: each member goes through read_npy (written to a private
+// temporary folder), so .npz arrays are parsed and checked exactly as .npy files are.
+kiln::Status read_npz(const std::string& path, std::vector<std::pair<std::string, kiln::Tensor>>& arrays) {
+  KILN_ASSIGN_OR_RETURN(kiln::MappedFile file, kiln::MappedFile::map(path, ".npz file"));
+  KILN_ASSIGN_OR_RETURN(std::vector<NpzMember> members, npz_members(file.bytes(), path));
+  const TempDir dir("kiln-npz");
+  if (dir.path().empty()) return kiln::io_error("cannot make a temporary folder to read '" + path + "'");
+  for (const NpzMember& m : members) {
+    const std::string npy = (std::filesystem::path(dir.path()) / "member.npy").string();
+    std::FILE* f = std::fopen(npy.c_str(), "wb");
+    if (!f) return kiln::io_error("cannot write a temporary file to read '" + path + "'");
+    const bool ok = std::fwrite(m.npy.data(), 1, m.npy.size(), f) == m.npy.size();
+    if (std::fclose(f) != 0 || !ok) return kiln::io_error("cannot write a temporary file to read '" + path + "'");
+    auto t = kiln::read_npy(npy);
+    if (!t.ok()) return kiln::Status(t.status().code(), "'" + path + "', array '" + m.name + "': " + t.status().message());
+    arrays.emplace_back(m.name, std::move(*t));
+  }
+  return kiln::Status::Ok();
+}
+
 }  // namespace
 
 void PluginArgs::add_to(CLI::App& app) {
@@ -273,9 +365,32 @@ kiln::Expected<std::map<std::string, kiln::Value>> load_inputs(const kiln::Engin
   std::map<std::string, kiln::Value> feed;
   for (const std::string& spec : in.specs) {
     const auto eq = spec.find('=');
-    if (eq == std::string::npos) return kiln::invalid_argument("--input expects name=file.npy, got '" + spec + "'");
-    KILN_ASSIGN_OR_RETURN(kiln::Tensor t, kiln::read_npy(spec.substr(eq + 1)));
-    feed[spec.substr(0, eq)] = kiln::Value::of(t);
+    if (eq == std::string::npos && ends_with(spec, ".npz")) {  // every array of the archive, by its name
+      std::vector<std::pair<std::string, kiln::Tensor>> arrays;
+      KILN_RETURN_IF_ERROR(read_npz(spec, arrays));
+      for (auto& [name, t] : arrays) feed[name] = kiln::Value::of(std::move(t));
+      continue;
+    }
+    if (eq == std::string::npos)
+      return kiln::invalid_argument("--input expects name=file.npy, name=file.npz or file.npz, got '" + spec + "'");
+    const std::string name = spec.substr(0, eq), file = spec.substr(eq + 1);
+    if (ends_with(file, ".npz")) {  // the archive's array of that name, or its only array
+      std::vector<std::pair<std::string, kiln::Tensor>> arrays;
+      KILN_RETURN_IF_ERROR(read_npz(file, arrays));
+      const kiln::Tensor* chosen = arrays.size() == 1 ? &arrays[0].second : nullptr;
+      std::string names;
+      for (const auto& [n, t] : arrays) {
+        if (n == name) chosen = &t;
+        names += (names.empty() ? "'" : ", '") + n + "'";
+      }
+      if (!chosen)
+        return kiln::invalid_argument("--input " + spec + ": '" + file + "' has no array named '" + name + "' (it holds " +
+                                      (names.empty() ? std::string("none") : names) + ")");
+      feed[name] = kiln::Value::of(*chosen);
+      continue;
+    }
+    KILN_ASSIGN_OR_RETURN(kiln::Tensor t, kiln::read_npy(file));
+    feed[name] = kiln::Value::of(t);
   }
   std::mt19937 rng(in.seed);
   bool announced = false;
@@ -302,6 +417,17 @@ bool is_engine_file(const std::string& path) {
   const size_t n = std::fread(head, 1, 8, f);
   std::fclose(f);
   return n == 8 && std::memcmp(head + 4, "KILN", 4) == 0;
+}
+
+TempDir::TempDir(const std::string& prefix) {
+  std::error_code ec;
+  std::string tmpl = (std::filesystem::temp_directory_path(ec) / (prefix + "-XXXXXX")).string();
+  if (!ec && mkdtemp(tmpl.data())) path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
 }
 
 kiln::Status write_text(const std::string& path, const std::string& text) {

@@ -95,6 +95,20 @@ double ms_since(std::chrono::steady_clock::time_point t0);
 // Whether `path` is a kiln engine file (its header says so), not an ONNX model.
 bool is_engine_file(const std::string& path);
 
+// A private temporary folder (mkdtemp in the system's temporary directory, named `prefix`-XXXXXX),
+// removed with everything in it when this goes. path() is "" when it could not be made.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix);
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 // Writes `text` to `path`; an error naming the file when it cannot.
 kiln::Status write_text(const std::string& path, const std::string& text);
 

@@ -2,18 +2,93 @@
 // tools/cli/cmd_*.cpp (commands.h), and the one the command line chose runs.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <new>
 #include <string>
 #include <unistd.h>
+#include <vector>
 
 #include "commands.h"
 #include "kiln/kiln.h"
 
 namespace kiln_cli {
 namespace {
+
+// Levenshtein distance between two short words.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The candidate closest to `word` when it is close enough to be a typo (or `word` starts it): "" otherwise.
+std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& c : candidates) {
+    const size_t d = c.rfind(word, 0) == 0 && word.size() >= 3 ? 1 : edit_distance(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best;
+}
+
+// "did you mean" lines for a command line CLI11 refused: a word where a command was expected that is
+// close to a command's name, and options the chosen command does not have that are close to one it has.
+std::string did_you_mean(CLI::App& app, int argc, char** argv) {
+  CLI::App* cmd = &app;
+  std::string hints;
+  bool expect_command = true, past_options = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") past_options = true;
+    if (past_options) continue;
+    if (arg.size() > 1 && arg[0] == '-' && !(std::isdigit(static_cast<unsigned char>(arg[1])) || arg[1] == '.')) {
+      const std::string name = arg.substr(0, arg.find('='));
+      std::vector<std::string> known;
+      bool found = false;
+      for (CLI::App* scope : {cmd, &app})
+        for (const CLI::Option* o : scope->get_options()) {
+          for (const std::string& l : o->get_lnames()) {
+            known.push_back("--" + l);
+            found |= name == "--" + l;
+          }
+          for (const std::string& sn : o->get_snames()) found |= name == "-" + sn || (name.size() > 2 && name[1] != '-' && name[1] == sn[0]);
+        }
+      if (found) continue;
+      if (std::string c = closest(name, known); !c.empty())
+        hints += "kiln: unknown option '" + name + "'" + (cmd != &app ? " for 'kiln " + cmd->get_name() + "'" : std::string()) +
+                 ": did you mean '" + c + "'?\n";
+      continue;
+    }
+    if (!expect_command) continue;
+    std::vector<std::string> names;
+    CLI::App* next = nullptr;
+    for (CLI::App* sub : cmd->get_subcommands([](CLI::App*) { return true; })) {
+      names.push_back(sub->get_name());
+      if (sub->get_name() == arg) next = sub;
+    }
+    if (names.empty()) { expect_command = false; continue; }  // a command's own arguments from here
+    if (next) { cmd = next; continue; }
+    if (std::string c = closest(arg, names); !c.empty())
+      hints += "kiln: '" + arg + "' is not a " + (cmd == &app ? std::string("command") : "'" + cmd->get_name() + "' command") +
+               ": did you mean '" + c + "'?\n";
+    expect_command = false;
+  }
+  return hints;
+}
 
 int kiln_main(int argc, char** argv) {
   // libgomp reads OMP_WAIT_POLICY when it loads, before main: re-exec once with passive waiting after
@@ -62,7 +137,13 @@ int kiln_main(int argc, char** argv) {
         ->check(CLI::PositiveNumber);
   }
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // CLI11's own message (or --help / --version, code 0)
+    if (code != 0) std::cerr << did_you_mean(app, argc, argv);
+    return code;
+  }
   if (max_tensor_bytes) kiln::set_max_tensor_bytes(max_tensor_bytes);
   if (max_memory) kiln::set_max_memory_bytes(max_memory);
 
