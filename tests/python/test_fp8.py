@@ -174,7 +174,7 @@ def test_fp8_errors_are_clear(tmp_path):
     for i in range(3):
         np.save(calib / f"set{i}.npy", rng.standard_normal((4, 32)).astype(np.float32))
     out = tmp_path / "mlp.kiln"
-    r = subprocess.run([EXE, "build", str(path), "-o", str(out), "--precision", "fp8", "--calibration", str(calib), "-q"],
+    r = subprocess.run([EXE, "build", str(path), "-o", str(out), "--precision", "fp8", "--calibration", str(calib)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "fp8: 2 of 2 products in 8 bits; activation ranges from minmax, 3 input sets" in r.stdout, r.stdout

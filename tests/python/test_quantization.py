@@ -378,7 +378,7 @@ def test_int8_cli_from_a_folder(tmp_path):
     for i in range(4):
         np.save(calib / f"set{i}.npy", images(rng, 2))
     out = tmp_path / "cnn.kiln"
-    r = subprocess.run([exe, "build", str(path), "-o", str(out), "--int8", "--calibration", str(calib), "-q"],
+    r = subprocess.run([exe, "build", str(path), "-o", str(out), "--int8", "--calibration", str(calib)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "int8: 3 of 3 products in 8 bits; activation ranges from minmax, 4 input sets" in r.stdout, r.stdout
