@@ -69,8 +69,12 @@ KILN_RESIZE_HD inline int max_taps(const Coef& c) { return c.mode == kNearest ? 
 // value, whatever the taps).
 template <typename F>
 KILN_RESIZE_HD bool for_each_tap(const Coef& c, const Axis& ax, int64_t j, F& f) {
-  const double x = source_coord(c.ctm, static_cast<double>(j), ax);
+  double x = source_coord(c.ctm, static_cast<double>(j), ax);
   const bool extrapolate = c.ctm == kTfCropAndResize && (x < 0 || x > static_cast<double>(ax.in - 1));
+  // A hostile roi or scale can put x past int64's range, or make it NaN: held to ±2^52, where every
+  // tap clamps to the input's edge as it would from farther out (NaN takes the low edge).
+  if (!(x > -0x1p52)) x = -0x1p52;
+  if (x > 0x1p52) x = 0x1p52;
   const double fl = std::floor(x);
   const bool integral = x == fl;
   // The reference's convention: an integral coordinate has ratio 1 relative to x - 1.
