@@ -175,6 +175,7 @@ void add_contrib_ops(std::vector<OpDef>& t) {
   add(ms, "FusedMatMul", infer_fused_matmul, 2, 2, 1, 1,
       {{"alpha", K::kFloat, false, nullptr}, {"transA", K::kInt, false, rule_bool}, {"transB", K::kInt, false, rule_bool},
        {"transBatchA", K::kInt, false, rule_bool}, {"transBatchB", K::kInt, false, rule_bool}});
+  add_contrib_quant_ops(t);
 }
 
 }  // namespace kiln::ops

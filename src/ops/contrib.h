@@ -10,4 +10,8 @@ namespace kiln::ops {
 // transBatch moves dim 0 behind the other batch dims ([1, ..., r-2, 0, r-1]), trans swaps the last two.
 std::vector<int> fused_matmul_perm(int rank, bool trans, bool trans_batch);
 
+// Declares the quantization contrib ops (ops/contrib_quant.cpp: MatMulNBits, the QLinear family, QGemm).
+struct OpDef;
+void add_contrib_quant_ops(std::vector<OpDef>& t);
+
 }  // namespace kiln::ops

@@ -20,7 +20,13 @@
 // epilogue and the skip Add joins the LayerNormalization; FusedMatMul's alpha scales a constant B (folded
 // once) and otherwise the product. A contrib node asking for what kiln cannot give (the mean of an RMS
 // normalization, a key/value cache of Attention) is an error naming the node.
+//
+// ONNX Runtime's QOperator ops (QLinearAdd, ..., QGemm: quantize_static's QOperator format) become
+// DequantizeLinear → the float op → QuantizeLinear (below, "QOperator ops"). MatMulNBits is not lowered:
+// it has a kernel that keeps its weights 4-bit (backends/cpu/contrib_quant.cpp).
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "ops/contrib.h"
@@ -419,6 +425,155 @@ Status lower_legacy_layer_norm(Lowering& l) {
   return Status::Ok();
 }
 
+// ---- ONNX Runtime's QOperator ops (ops/contrib_quant.cpp): DequantizeLinear of each quantized input,
+// the float op, QuantizeLinear of its result. ONNX Runtime's CPU kernels compute these in float32 too
+// (lookup tables of the dequantized function for the unary ones, float requantization for the rest), so
+// an output differs from its by at most one step, where the float value lies within rounding of a
+// half step (tests/python/test_contrib_quant.py counts them).
+
+// Input i, or an error naming it when a required input is missing.
+Expected<ir::Value*> required(Lowering& l, size_t i, const char* what) {
+  if (!l.in(i)) return l.error(std::string(what) + " (input " + std::to_string(i) + ") is required");
+  return l.in(i);
+}
+
+// The real value of quantized input x: DequantizeLinear(x, scale[, zero point]) (per `axis` when the scale
+// is a vector). x must be 8-bit.
+Expected<ir::Value*> dequantize(Lowering& l, size_t x, size_t scale, size_t zp, const char* what, int64_t axis = 1) {
+  KILN_ASSIGN_OR_RETURN(ir::Value* q, required(l, x, what));
+  KILN_ASSIGN_OR_RETURN(ir::Value* s, required(l, scale, "its scale"));
+  const DataType dt = q->type.dtype;
+  if (dt != DataType::kUInt8 && dt != DataType::kInt8 && dt != DataType::kUndefined)
+    return l.error(std::string(what) + " must be uint8 or int8, got " + dtype_name(dt));
+  std::vector<ir::Value*> ins = {q, s};
+  if (l.in(zp)) ins.push_back(l.in(zp));
+  ir::Value* v = l.unary("DequantizeLinear", 13, ins);
+  Lowering::set_int(v->producer, "axis", axis);
+  return v;
+}
+
+// QuantizeLinear(v, scale, zero point) into the node's output; an omitted zero point is 0 of `dt` (the
+// type of the op's quantized input, as in ONNX Runtime).
+Status quantize(Lowering& l, ir::Value* v, size_t scale, size_t zp, DataType dt) {
+  KILN_ASSIGN_OR_RETURN(ir::Value* s, required(l, scale, "the output's scale"));
+  ir::Value* z = l.in(zp);
+  if (!z) {
+    Tensor t = Tensor::empty(dt == DataType::kInt8 ? DataType::kInt8 : DataType::kUInt8, Shape{});
+    std::memset(t.raw(), 0, 1);
+    z = l.constant(t);
+  }
+  l.add("QuantizeLinear", 13, {v, s, z}, {l.out(0)});
+  return Status::Ok();
+}
+
+DataType in_dtype(Lowering& l, size_t i) { return l.in(i) ? l.in(i)->type.dtype : DataType::kUInt8; }
+
+// QLinearAdd, QLinearMul: op(A, B) of the real values, broadcast.
+template <const char* kOp>
+Status lower_qlinear_binary(Lowering& l) {
+  KILN_ASSIGN_OR_RETURN(ir::Value* a, dequantize(l, 0, 1, 2, "A"));
+  KILN_ASSIGN_OR_RETURN(ir::Value* b, dequantize(l, 3, 4, 5, "B"));
+  return quantize(l, l.unary(kOp, 14, {a, b}), 6, 7, in_dtype(l, 0));
+}
+constexpr char kAdd[] = "Add";
+constexpr char kMul[] = "Mul";
+
+Status lower_qlinear_sigmoid(Lowering& l) {
+  KILN_ASSIGN_OR_RETURN(ir::Value* x, dequantize(l, 0, 1, 2, "X"));
+  return quantize(l, l.unary("Sigmoid", 13, {x}), 3, 4, in_dtype(l, 0));
+}
+
+Status lower_qlinear_leaky_relu(Lowering& l) {
+  KILN_ASSIGN_OR_RETURN(ir::Value* x, dequantize(l, 0, 1, 2, "X"));
+  ir::Value* y = l.unary("LeakyRelu", 16, {x});
+  Lowering::set_float(y->producer, "alpha", l.node().attr_float("alpha", 0.01f));
+  return quantize(l, y, 3, 4, in_dtype(l, 0));
+}
+
+Status lower_qlinear_concat(Lowering& l) {
+  const size_t n = l.node().inputs.size();
+  if (n < 5 || (n - 2) % 3 != 0)
+    return l.error("inputs must be Y_scale, Y_zero_point and triples (X, X_scale, X_zero_point), got " +
+                   std::to_string(n));
+  std::vector<ir::Value*> xs;
+  for (size_t i = 2; i < n; i += 3) {
+    KILN_ASSIGN_OR_RETURN(ir::Value* x, dequantize(l, i, i + 1, i + 2, "each X"));
+    xs.push_back(x);
+  }
+  ir::Value* y = l.unary("Concat", 13, xs);
+  Lowering::set_int(y->producer, "axis", l.node().attr_int("axis", 0));
+  return quantize(l, y, 0, 1, in_dtype(l, 2));
+}
+
+// x (rank r) transposed by `perm`.
+ir::Value* transpose(Lowering& l, ir::Value* x, std::vector<int64_t> perm) {
+  ir::Value* y = l.unary("Transpose", 13, {x});
+  y->producer->attrs["perm"] = ints_attribute(std::move(perm));
+  return y;
+}
+
+// QLinearAveragePool, QLinearGlobalAveragePool: the float pool with the node's attributes; a
+// channels_last input ([N, spatial..., C]) is pooled in NCHW between two transposes.
+Status lower_qlinear_pool(Lowering& l) {
+  const ir::Node& n = l.node();
+  const bool global = n.op_type == "QLinearGlobalAveragePool";
+  KILN_ASSIGN_OR_RETURN(ir::Value* x, dequantize(l, 0, 1, 2, "X"));
+  const bool last = n.attr_int("channels_last", 0) != 0;
+  int r = 0;
+  if (last) {
+    KILN_ASSIGN_OR_RETURN(r, rank_of(l, 0, "X"));
+    if (r < 3) return l.error("X must have rank >= 3, got " + std::to_string(r));
+    std::vector<int64_t> to_first = {0, r - 1};
+    for (int i = 1; i + 1 < r; ++i) to_first.push_back(i);
+    x = transpose(l, x, to_first);
+  }
+  ir::Value* y = l.unary(global ? "GlobalAveragePool" : "AveragePool", global ? 1 : 19, {x});
+  for (const auto& [k, a] : n.attrs)
+    if (k != "channels_last") y->producer->attrs[k] = a;
+  if (last) {
+    std::vector<int64_t> to_last = {0};
+    for (int i = 2; i < r; ++i) to_last.push_back(i);
+    to_last.push_back(1);
+    y = transpose(l, y, to_last);
+  }
+  return quantize(l, y, 3, 4, in_dtype(l, 0));
+}
+
+// QLinearSoftmax: the Softmax of the model's opset (`opset`): before 13 over the dims from axis flattened.
+Status lower_qlinear_softmax(Lowering& l) {
+  KILN_ASSIGN_OR_RETURN(ir::Value* x, dequantize(l, 0, 1, 2, "X"));
+  const bool coerced = l.node().attr_int("opset", 13) < 13;
+  ir::Value* y = l.unary("Softmax", coerced ? 11 : 13, {x});
+  Lowering::set_int(y->producer, "axis", l.node().attr_int("axis", coerced ? 1 : -1));
+  return quantize(l, y, 3, 4, in_dtype(l, 0));
+}
+
+// QGemm: alpha · A'B' + alpha · C' (ONNX Runtime adds the int32 C to the accumulator before scaling by
+// alpha · a_scale · b_scale), C' = C · a_scale · b_scale; quantized when y_scale is given, else float32.
+Status lower_qgemm(Lowering& l) {
+  const ir::Node& n = l.node();
+  const bool trans_b = n.attr_int("transB", 0) != 0;
+  KILN_ASSIGN_OR_RETURN(ir::Value* a, dequantize(l, 0, 1, 2, "A"));
+  KILN_ASSIGN_OR_RETURN(ir::Value* b, dequantize(l, 3, 4, 5, "B", trans_b ? 0 : 1));
+  const float alpha = n.attr_float("alpha", 1.0f);
+  std::vector<ir::Value*> ins = {a, b};
+  if (ir::Value* c = l.in(6)) {
+    if (c->type.dtype != DataType::kInt32 && c->type.dtype != DataType::kUndefined)
+      return l.error(std::string("C must be int32, got ") + dtype_name(c->type.dtype));
+    KILN_ASSIGN_OR_RETURN(const int rc, rank_of(l, 6, "C"));
+    ir::Value* cv = l.unary("DequantizeLinear", 13, {c, l.unary("Mul", 14, {l.in(1), l.in(4)})});
+    Lowering::set_int(cv->producer, "axis", std::max(rc - 1, 0));
+    ins.push_back(cv);
+  }
+  ir::Node* g = l.add("Gemm", 13, ins, {l.in(7) ? l.fresh("gemm") : l.out(0)});
+  Lowering::set_float(g, "alpha", alpha);
+  Lowering::set_float(g, "beta", alpha);
+  Lowering::set_int(g, "transA", n.attr_int("transA", 0));
+  Lowering::set_int(g, "transB", trans_b ? 1 : 0);
+  if (!l.in(7)) return Status::Ok();
+  return quantize(l, g->outputs[0], 7, 8, in_dtype(l, 0));
+}
+
 // One lowering: which nodes (domain, op, and an ai.onnx op only below opset `before`) and how.
 struct LoweringRule {
   LowerFn fn;
@@ -440,6 +595,15 @@ const std::map<std::pair<std::string, std::string>, LoweringRule>& lowerings() {
       {{"com.microsoft", "Attention"}, {lower_attention}},
       {{"com.microsoft", "EmbedLayerNormalization"}, {lower_embed_layer_norm}},
       {{"com.microsoft", "BiasSoftmax"}, {lower_bias_softmax}},
+      {{"com.microsoft", "QLinearAdd"}, {lower_qlinear_binary<kAdd>}},
+      {{"com.microsoft", "QLinearMul"}, {lower_qlinear_binary<kMul>}},
+      {{"com.microsoft", "QLinearSigmoid"}, {lower_qlinear_sigmoid}},
+      {{"com.microsoft", "QLinearLeakyRelu"}, {lower_qlinear_leaky_relu}},
+      {{"com.microsoft", "QLinearConcat"}, {lower_qlinear_concat}},
+      {{"com.microsoft", "QLinearAveragePool"}, {lower_qlinear_pool}},
+      {{"com.microsoft", "QLinearGlobalAveragePool"}, {lower_qlinear_pool}},
+      {{"com.microsoft", "QLinearSoftmax"}, {lower_qlinear_softmax}},
+      {{"com.microsoft", "QGemm"}, {lower_qgemm}},
   };
   return m;
 }
