@@ -18,7 +18,12 @@
 //   QLinearSoftmax(X, X_scale, x_zp, y_scale, y_zp) → Y                 axis, opset (of the float Softmax)
 //   QGemm(A, a_scale, a_zp, B, b_scale, b_zp[, C[, y_scale[, y_zp]]]) → Y     alpha, transA, transB; C is
 //        int32 in accumulator units (scale a_scale · b_scale); without y_scale Y is float32
-// Zero points may be omitted (0, of the quantized input's type).
+//   MatMulIntegerToFloat(A, B, a_scale, b_scale[, a_zp[, b_zp[, bias]]]) → Y float32: the int32 product of
+//        A and B (MatMulInteger) · a_scale · b_scale (+ bias); b_scale/b_zp per column or per tensor
+//   DynamicQuantizeMatMul(A, B, b_scale[, b_zp[, bias]]) → Y float32: the same with A float32, quantized
+//        to uint8 first as DynamicQuantizeLinear does
+// Both come from quantize_dynamic after ONNX Runtime's optimizer, and are lowered to MatMulInteger and
+// its float scaling. Zero points may be omitted (0, of the quantized input's type).
 #include <initializer_list>
 
 #include "ops/contrib.h"
@@ -100,6 +105,8 @@ Status infer_qgemm(InferContext& c) {
   return infer_as(c, "Gemm", {0, 3}, c.has(7) ? quantized_dtype(c, 8, 0) : DataType::kFloat32);
 }
 
+Status infer_integer_to_float(InferContext& c) { return infer_as(c, "MatMul", {0, 1}, DataType::kFloat32); }
+
 std::string rule_bits(const ir::Attribute& a) { return a.i == 4 ? "" : "must be 4 (kiln runs 4-bit weights), got " + std::to_string(a.i); }
 
 std::string rule_block_size(const ir::Attribute& a) {
@@ -135,6 +142,8 @@ void add_contrib_quant_ops(std::vector<OpDef>& t) {
   add("QLinearGlobalAveragePool", "lowered", infer_qlinear_pool, 1, 5, {channels_last});
   add("QLinearSoftmax", "lowered", infer_qlinear_elementwise<4>, 1, 5,
       {{"axis", K::kInt, false, nullptr}, {"opset", K::kInt, true, rule_positive}});
+  add("MatMulIntegerToFloat", "lowered", infer_integer_to_float, 1, 7);
+  add("DynamicQuantizeMatMul", "lowered", infer_integer_to_float, 1, 5);
   add("QGemm", "lowered", infer_qgemm, 1, 9,
       {{"alpha", K::kFloat, false, nullptr}, {"transA", K::kInt, false, rule_bool}, {"transB", K::kInt, false, rule_bool}});
 }

@@ -22,7 +22,9 @@
 // normalization, a key/value cache of Attention) is an error naming the node.
 //
 // ONNX Runtime's QOperator ops (QLinearAdd, ..., QGemm: quantize_static's QOperator format) become
-// DequantizeLinear → the float op → QuantizeLinear (below, "QOperator ops"). MatMulNBits is not lowered:
+// DequantizeLinear → the float op → QuantizeLinear (below, "QOperator ops"); MatMulIntegerToFloat and
+// DynamicQuantizeMatMul (quantize_dynamic's, fused by ONNX Runtime's optimizer) to MatMulInteger and its
+// float scaling. MatMulNBits is not lowered:
 // it has a kernel that keeps its weights 4-bit (backends/cpu/contrib_quant.cpp).
 #include <algorithm>
 #include <cmath>
@@ -574,6 +576,49 @@ Status lower_qgemm(Lowering& l) {
   return quantize(l, g->outputs[0], 7, 8, in_dtype(l, 0));
 }
 
+// ---- Dynamic quantization (quantize_dynamic, then ONNX Runtime's optimizer): the int32 product
+// scaled to float32 as ONNX Runtime's kernels do, acc · (a_scale · b_scale) + bias.
+
+// Cast(acc) · scale (+ bias) into the node's output.
+void scale_product(Lowering& l, ir::Value* acc, ir::Value* scale, ir::Value* bias) {
+  ir::Value* f = l.unary("Cast", 19, {acc});
+  Lowering::set_int(f->producer, "to", static_cast<int64_t>(DataType::kFloat32));
+  ir::Value* y = l.unary("Mul", 14, {f, scale}, bias ? nullptr : l.out(0));
+  if (bias) l.add_values(y, bias, l.out(0));
+}
+
+// MatMulInteger(a, b, a_zp, b_zp), omitted zero points left out.
+ir::Value* integer_product(Lowering& l, ir::Value* a, ir::Value* b, ir::Value* a_zp, ir::Value* b_zp) {
+  std::vector<ir::Value*> ins = {a, b, a_zp, b_zp};
+  while (!ins.back()) ins.pop_back();
+  return l.unary("MatMulInteger", 10, ins);
+}
+
+// MatMulIntegerToFloat(A, B, a_scale, b_scale[, a_zp[, b_zp[, bias]]]).
+Status lower_matmul_integer_to_float(Lowering& l) {
+  KILN_ASSIGN_OR_RETURN(ir::Value* a, required(l, 0, "A"));
+  KILN_ASSIGN_OR_RETURN(ir::Value* b, required(l, 1, "B"));
+  KILN_ASSIGN_OR_RETURN(ir::Value* as, required(l, 2, "a_scale"));
+  KILN_ASSIGN_OR_RETURN(ir::Value* bs, required(l, 3, "b_scale"));
+  scale_product(l, integer_product(l, a, b, l.in(4), l.in(5)), l.unary("Mul", 14, {as, bs}), l.in(6));
+  return Status::Ok();
+}
+
+// DynamicQuantizeMatMul(A, B, b_scale[, b_zp[, bias]]): A quantized to uint8 as DynamicQuantizeLinear does.
+Status lower_dynamic_quantize_matmul(Lowering& l) {
+  KILN_ASSIGN_OR_RETURN(ir::Value* a, required(l, 0, "A"));
+  KILN_ASSIGN_OR_RETURN(ir::Value* b, required(l, 1, "B"));
+  KILN_ASSIGN_OR_RETURN(ir::Value* bs, required(l, 2, "b_scale"));
+  if (a->type.dtype != DataType::kFloat32 && a->type.dtype != DataType::kUndefined)
+    return l.error(std::string("A must be float32, got ") + dtype_name(a->type.dtype));
+  ir::Value* q = l.fresh("a_q");
+  ir::Value* as = l.fresh("a_scale");
+  ir::Value* az = l.fresh("a_zero_point");
+  l.add("DynamicQuantizeLinear", 11, {a}, {q, as, az});
+  scale_product(l, integer_product(l, q, b, az, l.in(3)), l.unary("Mul", 14, {as, bs}), l.in(4));
+  return Status::Ok();
+}
+
 // One lowering: which nodes (domain, op, and an ai.onnx op only below opset `before`) and how.
 struct LoweringRule {
   LowerFn fn;
@@ -604,6 +649,8 @@ const std::map<std::pair<std::string, std::string>, LoweringRule>& lowerings() {
       {{"com.microsoft", "QLinearGlobalAveragePool"}, {lower_qlinear_pool}},
       {{"com.microsoft", "QLinearSoftmax"}, {lower_qlinear_softmax}},
       {{"com.microsoft", "QGemm"}, {lower_qgemm}},
+      {{"com.microsoft", "MatMulIntegerToFloat"}, {lower_matmul_integer_to_float}},
+      {{"com.microsoft", "DynamicQuantizeMatMul"}, {lower_dynamic_quantize_matmul}},
   };
   return m;
 }

@@ -5,6 +5,8 @@ compared with onnxruntime on the same random inputs:
   small decoder-like MLP, and hand-made nodes for the forms the quantizer does not write (float zero
   points, a bias, K not a multiple of the block). kiln runs its own kernel (backends/cpu/contrib_quant.cpp);
   float tolerances (ONNX Runtime dequantizes the same way and multiplies in float32 too).
+- DynamicQuantizeMatMul and MatMulIntegerToFloat from quantize_dynamic and ONNX Runtime's optimizer
+  (bit-identical: the same integer product and float scaling).
 - The QOperator ops of quantize_static(quant_format=QOperator) — QLinearAdd, QLinearMul, QLinearSigmoid,
   QLinearLeakyRelu, QLinearConcat, QLinearAveragePool, QLinearGlobalAveragePool, QLinearSoftmax, QGemm —
   one node at a time on random 8-bit inputs, and a small quantized CNN end to end. kiln lowers them to
@@ -343,3 +345,59 @@ def test_quantize_static_qoperator_cnn(tmp_path, qtype):
             else:
                 diff = np.abs(g.astype(np.int32) - w.astype(np.int32))
                 assert diff.max() <= 3 and (diff > 0).mean() <= 0.05, (name, diff.max(), (diff > 0).mean())
+
+
+# ---- quantize_dynamic, fused by ONNX Runtime's optimizer: DynamicQuantizeMatMul, MatMulIntegerToFloat.
+# Lowered to DynamicQuantizeLinear, MatMulInteger and acc · (a_scale · b_scale) + bias, the arithmetic of
+# ONNX Runtime's kernels: the outputs are bit-identical.
+
+def dynamic_mlp(shared_input):
+    """MatMul + bias → Relu → MatMul; with `shared_input` a second MatMul reads x too (ONNX Runtime then
+    quantizes x once and writes MatMulIntegerToFloat for both products)."""
+    w = lambda *s: (RNG.standard_normal(s) * 0.2).astype(np.float32)  # noqa: E731
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    inits = {"w1": w(32, 48), "b1": w(48), "w2": w(48, 16)}
+    outputs = ["y"]
+    if shared_input:
+        nodes.append(helper.make_node("MatMul", ["x", "w3"], ["z"]))
+        inits["w3"] = w(32, 24)
+        outputs.append("z")
+    m = make_model(nodes, {"x": (TensorProto.FLOAT, ["B", 32])}, outputs, inits)
+    for o in m.graph.output:
+        o.type.tensor_type.elem_type = TensorProto.FLOAT
+    return m
+
+
+@pytest.mark.parametrize("shared_input", [False, True])
+@pytest.mark.parametrize("weight_type,per_channel", [("QInt8", True), ("QUInt8", False), ("QInt8", False)])
+def test_quantize_dynamic_fused_by_onnxruntime(tmp_path, shared_input, weight_type, per_channel):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    src, quantized, fused = tmp_path / "mlp.onnx", tmp_path / "mlp_q.onnx", tmp_path / "mlp_fused.onnx"
+    onnx.save(dynamic_mlp(shared_input), src)
+    quantize_dynamic(str(src), str(quantized), weight_type=getattr(QuantType, weight_type), per_channel=per_channel)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(fused)
+    ort.InferenceSession(str(quantized), so, providers=["CPUExecutionProvider"])
+    m = onnx.load(fused)
+    ops = {n.op_type for n in m.graph.node if n.domain == MS}
+    assert ("MatMulIntegerToFloat" if shared_input else "DynamicQuantizeMatMul") in ops, ops
+    for batch in (1, 5):
+        x = RNG.standard_normal((batch, 32)).astype(np.float32) * 2
+        for got, want in zip(kiln_run(m, {"x": x}), ort_run(m, {"x": x})):
+            np.testing.assert_allclose(got, want, rtol=0, atol=0)
+
+
+def test_matmul_integer_to_float_forms():
+    """Per-column scales and zero points, no a_zero_point, a bias; uint8 A with int8 B."""
+    M, K, N = 4, 20, 12
+    a = RNG.integers(0, 256, (M, K)).astype(np.uint8)
+    inits = {"b": RNG.integers(-128, 128, (K, N)).astype(np.int8), "sa": np.array(0.03, np.float32),
+             "sb": (RNG.random(N) * 0.02 + 0.01).astype(np.float32), "zb": RNG.integers(-5, 5, N).astype(np.int8),
+             "bias": RNG.standard_normal(N).astype(np.float32)}
+    node = helper.make_node("MatMulIntegerToFloat", ["a", "b", "sa", "sb", "", "zb", "bias"], ["y"], domain=MS)
+    m = make_model([node], {"a": (TensorProto.UINT8, [M, K])}, ["y"], inits)
+    m.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT
+    np.testing.assert_allclose(kiln_run(m, {"a": a})[0], ort_run(m, {"a": a})[0], rtol=0, atol=0)
