@@ -14,7 +14,10 @@ compared with onnxruntime on the same random inputs:
   compute them in float32 as well, in another order (a lookup table of the dequantized function, a
   precomputed scale ratio), so a quantized output may differ by one step where the real value lies
   within float32 rounding of a half step: the tolerance is 1 unit, and the share of outputs that differ
-  at all is bounded too (a systematic error would move many)."""
+  at all is bounded too (a systematic error would move many). Measured on these cases' inputs (5 draws
+  each): QLinearAdd, QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, QLinearGlobalAveragePool and
+  QLinearSoftmax gave no differing output; QLinearMul 0.2-0.45% (one step); QLinearAveragePool 0.8-1.7%
+  (one step, at exact half steps: see its test)."""
 
 from __future__ import annotations
 
