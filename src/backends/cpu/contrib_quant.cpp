@@ -6,9 +6,9 @@
 // interleaved (byte j: value 2j in the lower nibble, 2j + 1 in the upper), so each run first copies A's
 // columns into the same order per block — the block's even columns, then its odd ones — and a byte's two
 // nibbles then meet two contiguous runs of A (A' below, zero past K). Then:
-//   * a few rows of A (decoding: M <= kFusedRows): one pass over the 4-bit weights, each row of W
-//     dequantized eight values at a time in registers and multiplied with A' (AVX2/FMA, or a portable
-//     loop): no float copy of W exists anywhere;
+//   * a few rows of A (decoding: M <= kFusedRows): one pass over the 4-bit weights; per block, Σ q · a'
+//     over its values eight at a time in registers (AVX2/FMA, or a portable loop), less the zero point
+//     times the block's sum of A', times the scale: no float copy of W exists anywhere;
 //   * more rows: W is dequantized `cols` rows at a time into the workspace and multiplied with A' by
 //     sgemm, so the float product is kiln's GEMM and the dequantized rows stay in cache.
 #include <immintrin.h>
@@ -37,7 +37,7 @@ struct NBits {
 };
 
 // Per input shape: rows of A and the rows of W the GEMM path dequantizes at a time; the workspace holds
-// A' [M, K'] and then those rows [cols, K'].
+// A' [M, K'], those rows [cols, K'] and the sums of A's values per block [M, blocks].
 struct NBitsShape {
   int64_t M = 0, cols = 16;
 };
@@ -78,7 +78,7 @@ Status reshape_nbits(ReshapeContext& rc, const NBits& p) {
     st->cols = std::min(std::clamp<int64_t>((262144 / p.padded()) / 16 * 16, 16, 1024), p.N);
     slices = st->cols;
   }
-  rc.workspace_bytes = static_cast<size_t>((st->M + slices) * p.padded()) * sizeof(float);
+  rc.workspace_bytes = static_cast<size_t>((st->M + slices) * p.padded() + st->M * p.blocks()) * sizeof(float);
   rc.state = st;
   return Status::Ok();
 }
@@ -91,19 +91,23 @@ float zero_point(const NBits& p, const void* zp, bool float_zp, int64_t n, int64
   return static_cast<float>((blk & 1) ? packed >> 4 : packed & 15);
 }
 
-// A' [M, K']: per block, A's even columns then its odd ones (zero past K).
-void reorder_a(const NBits& p, int64_t M, const float* a, float* ap) {
+// A' [M, K']: per block, A's even columns then its odd ones (zero past K); and each block's sum [M, blocks].
+void reorder_a(const NBits& p, int64_t M, const float* a, float* ap, float* sums) {
   const int64_t Kp = p.padded(), half = p.blob();
   parallel_for(M, 1, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
       const float* row = a + m * p.K;
       float* out = ap + m * Kp;
-      for (int64_t k0 = 0; k0 < Kp; k0 += p.block)
+      for (int64_t k0 = 0, blk = 0; k0 < Kp; k0 += p.block, ++blk) {
+        float sum = 0.0f;
         for (int64_t j = 0; j < half; ++j) {
           const int64_t k = k0 + 2 * j;
           out[k0 + j] = k < p.K ? row[k] : 0.0f;
           out[k0 + half + j] = k + 1 < p.K ? row[k + 1] : 0.0f;
+          sum += out[k0 + j] + out[k0 + half + j];
         }
+        sums[m * p.blocks() + blk] = sum;
+      }
     }
   });
 }
@@ -126,10 +130,11 @@ void dequantize_rows(const NBits& p, const uint8_t* b, const float* scales, cons
 }
 
 // y[m, n] for the MR rows of A' (row stride Kp) and n in [n0, n1) (the fused pass): Σ over blocks of
-// scale · Σ (q − z) · a'. Y's row stride is N.
+// scale · (Σ q · a' − z · Σ a'), the block sums of A' precomputed (`sums`, [MR, blocks]). Y's row stride
+// is N.
 template <int MR>
 void fused_rows_portable(const NBits& p, const uint8_t* b, const float* scales, const void* zp, bool float_zp,
-                         const float* ap, int64_t n0, int64_t n1, float* y) {
+                         const float* ap, const float* sums, int64_t n0, int64_t n1, float* y) {
   const int64_t blocks = p.blocks(), half = p.blob(), Kp = p.padded();
   for (int64_t n = n0; n < n1; ++n) {
     float acc[MR] = {};
@@ -141,8 +146,8 @@ void fused_rows_portable(const NBits& p, const uint8_t* b, const float* scales, 
         const float* hi = lo + half;
         float part = 0.0f;
         for (int64_t j = 0; j < half; ++j)
-          part += (static_cast<float>(q[j] & 15) - z) * lo[j] + (static_cast<float>(q[j] >> 4) - z) * hi[j];
-        acc[r] += part * s;
+          part += static_cast<float>(q[j] & 15) * lo[j] + static_cast<float>(q[j] >> 4) * hi[j];
+        acc[r] += (part - z * sums[r * blocks + blk]) * s;
       }
     }
     for (int r = 0; r < MR; ++r) y[r * p.N + n] = acc[r];
@@ -155,18 +160,19 @@ void fused_rows_portable(const NBits& p, const uint8_t* b, const float* scales, 
   return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }
 
-// The same with eight weights at a time in registers, each dequantized once for the MR rows.
+// The same with eight weights at a time in registers, each converted once for the MR rows.
 template <int MR>
 [[gnu::target("avx2,fma")]] void fused_rows_avx2(const NBits& p, const uint8_t* b, const float* scales, const void* zp,
-                                                bool float_zp, const float* ap, int64_t n0, int64_t n1, float* y) {
+                                                bool float_zp, const float* ap, const float* sums, int64_t n0,
+                                                int64_t n1, float* y) {
   const int64_t blocks = p.blocks(), half = p.blob(), Kp = p.padded();  // half: a multiple of 8
   const __m256i nibble = _mm256_set1_epi32(15);
   for (int64_t n = n0; n < n1; ++n) {
     __m256 acc[MR];
+    float corr[MR] = {};
     for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t blk = 0; blk < blocks; ++blk) {
-      const __m256 z = _mm256_set1_ps(zero_point(p, zp, float_zp, n, blk));
-      const __m256 s = _mm256_set1_ps(scales[n * blocks + blk]);
+      const float z = zero_point(p, zp, float_zp, n, blk), s = scales[n * blocks + blk];
       const uint8_t* q = b + (n * blocks + blk) * half;
       const float* lo = ap + blk * p.block;
       __m256 part[MR];
@@ -175,21 +181,25 @@ template <int MR>
         uint64_t eight;
         std::memcpy(&eight, q + j, 8);
         const __m256i v = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(eight)));
-        const __m256 ql = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, nibble)), z);
-        const __m256 qh = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4)), z);
+        const __m256 ql = _mm256_cvtepi32_ps(_mm256_and_si256(v, nibble));
+        const __m256 qh = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
         for (int r = 0; r < MR; ++r) {
           part[r] = _mm256_fmadd_ps(ql, _mm256_loadu_ps(lo + r * Kp + j), part[r]);
           part[r] = _mm256_fmadd_ps(qh, _mm256_loadu_ps(lo + r * Kp + half + j), part[r]);
         }
       }
-      for (int r = 0; r < MR; ++r) acc[r] = _mm256_fmadd_ps(part[r], s, acc[r]);
+      const __m256 vs = _mm256_set1_ps(s);
+      for (int r = 0; r < MR; ++r) {
+        acc[r] = _mm256_fmadd_ps(part[r], vs, acc[r]);
+        corr[r] += z * sums[r * blocks + blk] * s;
+      }
     }
-    for (int r = 0; r < MR; ++r) y[r * p.N + n] = hsum_avx2(acc[r]);
+    for (int r = 0; r < MR; ++r) y[r * p.N + n] = hsum_avx2(acc[r]) - corr[r];
   }
 }
 
-using FusedRowsFn = void (*)(const NBits&, const uint8_t*, const float*, const void*, bool, const float*, int64_t,
-                             int64_t, float*);
+using FusedRowsFn = void (*)(const NBits&, const uint8_t*, const float*, const void*, bool, const float*,
+                             const float*, int64_t, int64_t, float*);
 
 // The fused pass for MR rows of A (1 <= MR <= kFusedRows), on this machine's copy.
 FusedRowsFn fused_rows(int64_t rows) {
@@ -212,11 +222,12 @@ Status run_nbits(KernelContext& ctx, const NBits& p) {
   const int64_t M = st.M, N = p.N, Kp = p.padded();
   if (M == 0) return Status::Ok();
   float* ap = static_cast<float*>(ctx.workspace());
-  reorder_a(p, M, ctx.input(kA).data<float>(), ap);
+  float* sums = ap + (M + (M > kFusedRows ? st.cols : 0)) * Kp;
+  reorder_a(p, M, ctx.input(kA).data<float>(), ap, sums);
   if (M <= kFusedRows) {
     const FusedRowsFn rows = fused_rows(M);
     parallel_for(N, std::max<int64_t>(1, 16384 / Kp), [&](int64_t n0, int64_t n1) {
-      rows(p, b, scales, zp, float_zp, ap, n0, n1, y);
+      rows(p, b, scales, zp, float_zp, ap, sums, n0, n1, y);
     });
   } else {
     // Chunks of `cols` rows of W, one after another: dequantized by all threads, then one sgemm (threaded
