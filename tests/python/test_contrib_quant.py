@@ -95,6 +95,28 @@ def test_matmul_nbits_quantizer_decoder_mlp(block_size, symmetric):
             np.testing.assert_allclose(kiln_run(m, {"x": x}, level)[0], want, rtol=1e-4, atol=1e-4)
 
 
+def test_matmul_nbits_accuracy_level_4_runs_in_float():
+    """accuracy_level 4 lets ONNX Runtime quantize A to int8 per block (here 0.5% of the outputs' range
+    off float); kiln computes every level in float32: it matches onnxruntime on the same model without
+    the attribute, and onnxruntime's int8 result within its own error."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    q = MatMulNBitsQuantizer(decoder_mlp(), block_size=32, accuracy_level=4)
+    q.process()
+    m = q.model.model
+    plain = onnx.ModelProto()
+    plain.CopyFrom(m)
+    for n in plain.graph.node:
+        kept = [a for a in n.attribute if a.name != "accuracy_level"]
+        del n.attribute[:]
+        n.attribute.extend(kept)
+    x = RNG.standard_normal((2, 7, 64)).astype(np.float32)
+    got = kiln_run(m, {"x": x})[0]
+    np.testing.assert_allclose(got, ort_run(plain, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    want = ort_run(m, {"x": x})[0]
+    np.testing.assert_allclose(got, want, atol=0.02 * np.abs(want).max())
+
+
 def nbits_node_model(K, N, block, zp=None, bias=False, M=3):
     """A hand-made MatMulNBits (the forms the quantizer does not write): random 4-bit weights."""
     blocks = (K + block - 1) // block
