@@ -107,4 +107,6 @@ TEST(ContribQuant, MatMulNBitsBadInputsAreClearErrors) {
   bits8["bits"] = attr_int(8);
   expect_error(in, bits8, "bits");
   expect_error(in, nbits_attrs(64, 8, 24), "block_size");
+  expect_error(in, nbits_attrs(64, int64_t{1} << 62, 32), "too large");
+  expect_error(in, nbits_attrs(64, int64_t{1} << 60, int64_t{1} << 30), "too large");
 }

@@ -59,7 +59,12 @@ Status reshape_nbits(ReshapeContext& rc, const NBits& p) {
                       shape_to_string(t.shape));
     return Status::Ok();
   };
-  KILN_RETURN_IF_ERROR(check(kB, "B", {DataType::kUInt8}, p.N * p.blocks() * p.blob()));
+  // Hostile K, N or block_size must not overflow the sizes below: B's size bounds them all.
+  int64_t b_size = 0;
+  if (__builtin_mul_overflow(p.N, p.blocks(), &b_size) || __builtin_mul_overflow(b_size, p.blob(), &b_size) ||
+      p.K > (int64_t{1} << 40) || p.block > (int64_t{1} << 40))
+    return rc.error("K, N and block_size are too large");
+  KILN_RETURN_IF_ERROR(check(kB, "B", {DataType::kUInt8}, b_size));
   KILN_RETURN_IF_ERROR(check(kScales, "scales", {DataType::kFloat32}, p.N * p.blocks()));
   if (present(kZeroPoints)) {
     const bool packed = rc.in[kZeroPoints].dtype == DataType::kUInt8;
