@@ -379,6 +379,9 @@ TEST(CudaOps, FusedConvGemmMatMulMatchCpu) {
     }, dt, "residual, relu");
     const Tensor a = random_tensor({2, 5, 16}, rng), m = random_tensor({16, 24}, rng, -0.5f, 0.5f);
     compare("FusedMatMul", 1, {a, m, random_tensor({24}, rng)}, fused("Gelu"), dt, "gelu, bias");
+    // Products over ±10 (half types take gelu_for_half: its tails on both sides).
+    compare("FusedMatMul", 1, {random_tensor({2, 5, 16}, rng, -4, 4), m, random_tensor({24}, rng, -3, 3)}, fused("Gelu"), dt,
+            "gelu over a wide range, bias");
     compare("FusedMatMul", 1, {a, m}, fused("Sigmoid"), dt, "sigmoid, no bias");
     compare("FusedMatMul", 1, {a, m, random_tensor({24}, rng)}, fused("Clip", {-0.5f, 0.5f}), dt, "clip, bias");
     // The bias (and a ReLU) in cuBLASLt's epilogue: one matrix, and batched operands (strided batch).
