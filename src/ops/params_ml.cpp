@@ -592,6 +592,11 @@ Status read_roi_align(const ir::Node& n, RoiAlignParams& p, bool all) {
     return invalid_model(n.describe() + ": unknown coordinate_transformation_mode '" + ctm + "'");
   if (p.output_height <= 0 || p.output_width <= 0)
     return invalid_model(n.describe() + ": output size must be positive");
+  // ONNX: sampling_ratio 0 is adaptive, a positive one fixed; a negative one is invalid (onnxruntime
+  // refuses it too). A spatial_scale of NaN or inf makes every roi non-finite.
+  if (p.sampling_ratio < 0)
+    return invalid_model(n.describe() + ": sampling_ratio must be >= 0, got " + std::to_string(p.sampling_ratio));
+  if (!std::isfinite(p.spatial_scale)) return invalid_model(n.describe() + ": spatial_scale must be a finite number");
   return Status::Ok();
 }
 

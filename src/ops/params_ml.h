@@ -277,8 +277,8 @@ struct RoiAlignParams {
   bool max_mode = false;    // mode "max" (else "avg")
   bool half_pixel = true;   // coordinate_transformation_mode "half_pixel"; opset < 16 defaults to "output_half_pixel"
   int64_t output_height = 1, output_width = 1;  // positive once checked
-  int64_t sampling_ratio = 0;  // <= 0: adaptive, ceil(roi extent / bins)
-  double spatial_scale = 1;
+  int64_t sampling_ratio = 0;  // 0: adaptive, ceil(roi extent / bins); never negative once checked
+  double spatial_scale = 1;   // finite once checked
 };
 Expected<RoiAlignParams> parse_roi_align(const ir::Node& n);
 RoiAlignParams parse_roi_align_unchecked(const ir::Node& n);  // output_height, output_width

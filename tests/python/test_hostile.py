@@ -152,9 +152,10 @@ def test_npy_claiming_more_than_it_holds(tmp_path):
     assert r.returncode == 1 and "shorter than its shape" in r.stderr, r.stderr
 
 
-def test_exception_inside_a_parallel_region_is_an_error(tmp_path):
-    # RoiAlign with an enormous sampling ratio: its sample table is refused inside the thread team
-    # (two rois, two threads); that exception must become an error, not std::terminate.
+def test_roi_align_sampling_grid_over_the_limit_is_an_error(tmp_path):
+    # RoiAlign with an enormous sampling ratio: once refused inside the thread team (two rois, two
+    # threads), now before it, per roi; either way an error, not std::terminate or a run of minutes.
+    # (parallel_for's own exception forwarding is tested in tests/unit/test_parallel.cpp.)
     x = h.make_tensor_value_info("x", T.FLOAT, [1, 1, 8, 8])
     rois = h.make_tensor("rois", T.FLOAT, [2, 4], [0, 0, 7, 7, 0, 0, 7, 7])
     idx = h.make_tensor("idx", T.INT64, [2], [0, 0])

@@ -243,12 +243,14 @@ TEST(HostileAttrs, DropoutTrainingModeIsAByte) {
 
 TEST(HostileAttrs, RoiCoordinatesThatAreNaN) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  // RoiAlign: a NaN corner samples nothing (the sample is outside), no cast of NaN.
-  OneNode align("RoiAlign", 16, {f32({1, 1, 2, 2}, {1, 2, 3, 4}), f32({1, 4}, {nan, 0, 1, 1}), i64({1}, {0})});
-  align.i("sampling_ratio", 1);
-  Tensor y = align.out();
-  ASSERT_EQ(y.numel(), 1);
-  EXPECT_EQ(y.data<float>()[0], 0.0f);
+  // RoiAlign: a NaN or infinite corner is an error naming the roi (it once sampled nothing; with an
+  // adaptive grid its size came from the NaN).
+  for (float bad : {nan, std::numeric_limits<float>::infinity()})
+    for (int64_t sr : {0, 1}) {
+      OneNode align("RoiAlign", 16, {f32({1, 1, 2, 2}, {1, 2, 3, 4}), f32({2, 4}, {0, 0, 1, 1, bad, 0, 1, 1}), i64({2}, {0, 0})});
+      align.i("sampling_ratio", sr);
+      expect_error(align, "roi 1 is not finite");
+    }
   // MaxRoiPool: a NaN or infinite batch index or corner is an error.
   for (int k : {0, 1, 4}) {
     std::vector<float> roi = {0, 0, 0, 1, 1};
@@ -397,12 +399,63 @@ TEST(HostileAttrs, RoiAlignHugeRoisAndBatchIndexes) {
   const Tensor x = f32({1, 1, 2, 2}, {1, 2, 3, 4});
   OneNode huge("RoiAlign", 16, {x, f32({1, 4}, {0, 0, 1e30f, 1e30f}), i64({1}, {0})});
   huge.i("output_height", 1).i("output_width", 1).i("sampling_ratio", 0);
-  expect_error(huge, "max_tensor_bytes");
+  expect_error(huge, "per bin is over the limit");
   OneNode index("RoiAlign", 16, {x, f32({1, 4}, {0, 0, 1, 1}), i64({1}, {kInt64Max})});
   expect_error(index, "out of range");
   OneNode ok("RoiAlign", 16, {x, f32({1, 4}, {0, 0, 1, 1}), i64({1}, {0})});
   ok.i("output_height", 1).i("output_width", 1).i("sampling_ratio", 1).s("coordinate_transformation_mode", "output_half_pixel");
   EXPECT_EQ(values<float>(ok.out()), (std::vector<float>{2.5f}));  // the center of the 2x2 image
+}
+
+TEST(HostileAttrs, HostileRoiAlignIsRefusedQuickly) {
+  // #49's open timeout: spatial_scale 1e30 and sampling_ratio -2 on a 1x1x10x10 input with 3 rois ran
+  // for over 30 s (the run's deadline is checked between steps, not inside a kernel). Each hostile
+  // attribute or roi is an error now, before any sample is made, and each fails within a second or two.
+  const Tensor x = f32({1, 1, 10, 10}, std::vector<float>(100, 1.0f));
+  const Tensor rois = f32({3, 4}, {0, 0, 9, 9, 1, 1, 5, 5, 2, 3, 8, 7});
+  const Tensor idx = i64({3}, {0, 0, 0});
+  struct Case {
+    double spatial_scale;
+    int64_t sampling_ratio, out_h, out_w;
+    const char* want;
+  };
+  const Case cases[] = {
+      {1e30, -2, 1, 1, "sampling_ratio must be >= 0"},   // the fuzzer's model
+      {1.0, -1, 1, 1, "sampling_ratio must be >= 0"},
+      {1e30, 0, 1, 1, "per bin is over the limit"},       // adaptive grid of 9e30 / 1 per bin
+      {1e30, 0, 64, 64, "per bin is over the limit"},
+      {1e5, 0, 4, 4, "per bin is over the limit"},        // 225000 x 225000 per bin, no overflow
+      {1.0, kInt64Max, 1, 1, "per bin is over the limit"},
+      {1.0, 1025, 1, 1, "per bin is over the limit"},     // 1025^2 > 2^20
+      {1.0, 2, 2048, 2048, "samples (the limit"},         // 4 per bin, 2^24 per roi
+      {1.0, 0, int64_t{1} << 32, int64_t{1} << 32, "overflows"},  // out_h x out_w
+      {1.0, 0, 1, kInt64Max, "samples (the limit"},       // 9 x 1 per bin, INT64_MAX bins
+      {std::numeric_limits<double>::infinity(), 0, 1, 1, "spatial_scale must be a finite number"},
+      {std::numeric_limits<double>::quiet_NaN(), 1, 1, 1, "spatial_scale must be a finite number"},
+      {1.0, 1, 0, 1, "output size must be positive"},
+      {1.0, 1, 1, -5, "output size must be positive"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.want) + ", sampling_ratio " + std::to_string(c.sampling_ratio));
+    OneNode n("RoiAlign", 16, {x, rois, idx});
+    n.f("spatial_scale", static_cast<float>(c.spatial_scale)).i("sampling_ratio", c.sampling_ratio);
+    n.i("output_height", c.out_h).i("output_width", c.out_w);
+    const auto t0 = std::chrono::steady_clock::now();
+    expect_error(n, c.want);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  }
+  // At the limits, still computed: 1024 x 1024 samples per bin (an average of a constant image is
+  // that constant; the roi lies inside the map), and 2^22 samples for one roi.
+  OneNode at_bin("RoiAlign", 16, {x, f32({1, 4}, {1, 1, 8, 8}), i64({1}, {0})});
+  at_bin.i("sampling_ratio", 1024).i("output_height", 1).i("output_width", 1);
+  const std::vector<float> one = values<float>(at_bin.out());
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_NEAR(one[0], 1.0f, 1e-5);
+  OneNode at_roi("RoiAlign", 16, {x, f32({1, 4}, {1, 1, 8, 8}), i64({1}, {0})});
+  at_roi.i("sampling_ratio", 2).i("output_height", 1024).i("output_width", 1024);  // 4 x 2^20
+  const std::vector<float> many = values<float>(at_roi.out());
+  ASSERT_EQ(many.size(), size_t{1024} * 1024);
+  EXPECT_NEAR(many[12345], 1.0f, 1e-5);
 }
 
 TEST(HostileAttrs, LinearAttentionStateIsFloat) {

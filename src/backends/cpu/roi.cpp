@@ -15,6 +15,12 @@ namespace {
 
 // ---------------------------------------------------------------- RoiAlign
 
+// The most samples one RoiAlign bin may average (1024 x 1024), and one roi's sample table may hold
+// (2^22 samples, 256 MiB; one per thread): far past any detector's grid (a few per pixel of a feature
+// map, some thousands per roi), and small enough that a hostile sampling_ratio, spatial_scale or roi fails at once instead of running for minutes.
+constexpr int64_t kRoiAlignMaxSamplesPerBin = int64_t{1} << 20;
+constexpr size_t kRoiAlignMaxSamplesPerRoi = size_t{1} << 22;
+
 // One bilinear sample: four positions and weights (all zero outside the map).
 struct Sample {
   int64_t pos[4] = {0, 0, 0, 0};
@@ -45,8 +51,6 @@ Status roi_align_kernel(KernelContext& ctx, const ops::RoiAlignParams& a) {
   const int64_t R = rois.dim(0), N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
   if (idx.rank() != 1 || idx.dim(0) != R) return ctx.error("batch_indices must be [num_rois]");
   const int64_t PH = a.output_height, PW = a.output_width;
-  Tensor& y = ctx.output(0, x.dtype(), {R, C, PH, PW});
-  const std::vector<double> xv = to_f64(x);
   // batch_indices as integers: through a double, INT64_MAX became 2^63, whose conversion back is
   // undefined (fuzz_model); a float index that is NaN or past int64 is out of range.
   const auto batch_index = [&idx](int64_t r) -> int64_t {
@@ -58,31 +62,57 @@ Status roi_align_kernel(KernelContext& ctx, const ops::RoiAlignParams& a) {
     const int64_t n = batch_index(r);
     if (n < 0 || n >= N) return ctx.error("batch index " + std::to_string(n) + " out of range");
   }
+  // Each roi's box and sampling grid, checked before any sample is made: the grid comes from
+  // sampling_ratio or from spatial_scale x the box's size (ceil(extent / bins) per bin), so a hostile
+  // attribute or roi would make an unbounded amount of work. onnxruntime defines nothing for these
+  // (it casts the grid to an integer); kiln refuses them with an error naming the roi.
+  struct Box {
+    double x1, y1, bh, bw;
+    int64_t gh, gw;
+  };
+  std::vector<Box> boxes(static_cast<size_t>(R));
+  int64_t bins = 0;  // PH * PW too may overflow: Y is empty when C is 0, whatever they are
+  if (__builtin_mul_overflow(PH, PW, &bins)) return ctx.error("output_height x output_width overflows");
+  const size_t table_limit = std::min<size_t>(kRoiAlignMaxSamplesPerRoi, max_tensor_bytes() / sizeof(Sample));
+  for (int64_t r = 0; r < R; ++r) {
+    const double off = a.half_pixel ? 0.5 : 0.0;
+    const double x1 = load_f64(rois, r * 4) * a.spatial_scale - off, y1 = load_f64(rois, r * 4 + 1) * a.spatial_scale - off;
+    const double x2 = load_f64(rois, r * 4 + 2) * a.spatial_scale - off, y2 = load_f64(rois, r * 4 + 3) * a.spatial_scale - off;
+    if (!std::isfinite(x1) || !std::isfinite(y1) || !std::isfinite(x2) || !std::isfinite(y2) ||
+        !std::isfinite(x2 - x1) || !std::isfinite(y2 - y1))
+      return ctx.error("roi " + std::to_string(r) + " is not finite once scaled by spatial_scale");
+    double rw = x2 - x1, rh = y2 - y1;
+    if (!a.half_pixel) { rw = std::max(rw, 1.0); rh = std::max(rh, 1.0); }
+    const double bh = rh / static_cast<double>(PH), bw = rw / static_cast<double>(PW);
+    // Adaptive grid: ceil(extent / bins), saturated past 2^50 (the limit below refuses it anyway); an
+    // empty or inverted box samples nothing.
+    auto grid = [&](double extent, int64_t n_bins) -> int64_t {
+      if (a.sampling_ratio > 0) return a.sampling_ratio;
+      const double g = std::ceil(extent / static_cast<double>(n_bins));
+      return !(g > 0) ? 0 : g > 1e15 ? int64_t{1} << 50 : static_cast<int64_t>(g);
+    };
+    const int64_t gh = grid(rh, PH), gw = grid(rw, PW);
+    int64_t per_bin = 0, total = 0;
+    if (gh < 0 || gw < 0 || __builtin_mul_overflow(gh, gw, &per_bin) || per_bin > kRoiAlignMaxSamplesPerBin)
+      return ctx.error("roi " + std::to_string(r) + ": sampling grid of " + std::to_string(gh) + "x" +
+                       std::to_string(gw) + " per bin is over the limit of " + std::to_string(kRoiAlignMaxSamplesPerBin) +
+                       " samples (sampling_ratio, or spatial_scale x the roi's size, too large)");
+    if (__builtin_mul_overflow(per_bin, bins, &total) || static_cast<uint64_t>(total) > table_limit)
+      return ctx.error("roi " + std::to_string(r) + ": sampling grid of " + std::to_string(gh) + "x" +
+                       std::to_string(gw) + " per bin over " + std::to_string(PH) + "x" + std::to_string(PW) +
+                       " bins is over " + std::to_string(table_limit) + " samples (the limit, or max_tensor_bytes)");
+    boxes[r] = Box{x1, y1, bh, bw, gh, gw};
+  }
+  Tensor& y = ctx.output(0, x.dtype(), {R, C, PH, PW});
+  const std::vector<double> xv = to_f64(x);
   parallel_for(R, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t n = batch_index(r);
-      const double off = a.half_pixel ? 0.5 : 0.0;
-      const double x1 = load_f64(rois, r * 4) * a.spatial_scale - off, y1 = load_f64(rois, r * 4 + 1) * a.spatial_scale - off;
-      const double x2 = load_f64(rois, r * 4 + 2) * a.spatial_scale - off, y2 = load_f64(rois, r * 4 + 3) * a.spatial_scale - off;
-      double rw = x2 - x1, rh = y2 - y1;
-      if (!a.half_pixel) { rw = std::max(rw, 1.0); rh = std::max(rh, 1.0); }
-      const double bh = rh / static_cast<double>(PH), bw = rw / static_cast<double>(PW);
-      // Adaptive grid: ceil(extent / bins), kept in int64's range for any roi (NaN or negative: none).
-      auto grid = [&](double extent, int64_t bins) -> int64_t {
-        if (a.sampling_ratio > 0) return a.sampling_ratio;
-        const double g = std::ceil(extent / static_cast<double>(bins));
-        return !(g > 0) ? 0 : g > 1e15 ? int64_t{1} << 50 : static_cast<int64_t>(g);
-      };
-      const int64_t gh = grid(rh, PH), gw = grid(rw, PW);
-      const double count = std::max(static_cast<double>(gh) * static_cast<double>(gw), 1.0);  // before the check below
-      // The sampling grid comes from an attribute or from the roi's size: bound it before making it
-      // (thrown inside the thread team; parallel_for hands it to the step guard).
-      int64_t total = 0, bins = 0;  // PH * PW too may overflow: Y is empty when C is 0, whatever they are
-      if (gh < 0 || gw < 0 || __builtin_mul_overflow(PH, PW, &bins) || __builtin_mul_overflow(gh, gw, &total) ||
-          __builtin_mul_overflow(total, bins, &total) ||
-          static_cast<uint64_t>(total) > max_tensor_bytes() / sizeof(Sample))
-        throw std::length_error("sampling grid of " + std::to_string(gh) + "x" + std::to_string(gw) + " per bin over " +
-                                std::to_string(PH) + "x" + std::to_string(PW) + " bins is over max_tensor_bytes");
+      const Box& b = boxes[r];
+      const double x1 = b.x1, y1 = b.y1, bh = b.bh, bw = b.bw;
+      const int64_t gh = b.gh, gw = b.gw;
+      const double count = std::max(static_cast<double>(gh) * static_cast<double>(gw), 1.0);
+      const int64_t total = gh * gw * PH * PW;  // checked above
       std::vector<Sample> samples;
       samples.reserve(static_cast<size_t>(total));
       for (int64_t ph = 0; ph < PH; ++ph)
