@@ -660,7 +660,8 @@ Status read_tfidf(const ir::Node& n, TfIdfParams& p, bool all) {
 Status read_scan(const ir::Node& n, ScanParams& p, bool all) {
   p.opset8 = n.opset > 0 && n.opset < 9;
   const ir::Attribute* ns = n.attr("num_scan_inputs");
-  p.num_scan_inputs = ns ? static_cast<int>(ns->i) : 0;
+  // Saturated into int's range (out of range either way): 2^32 + 1 narrowed to int was 1, a valid count.
+  p.num_scan_inputs = ns ? static_cast<int>(std::clamp<int64_t>(ns->i, -1, std::numeric_limits<int>::max())) : 0;
   if (p.opset8) {
     p.input_directions = n.attr_ints("directions");
   } else {

@@ -493,6 +493,27 @@ TEST(ControlScan, EmptySequenceAndMismatchedLengths) {
   EXPECT_FALSE(run_graph(bad, {Slot::of(f32({2}, {0, 0})), Slot::of(f32({3, 2}, {1, 2, 3, 4, 5, 6}))}).ok());
 }
 
+TEST(ControlScan, AttributesPastIntAreNotNarrowed) {
+  // scan_output_axes 2^32 was narrowed to int (axis 0) and num_scan_inputs 2^32 + 1 to 1: both ran as
+  // if valid. They are out of range now.
+  const std::vector<Slot> in = {Slot::of(f32({2}, {0, 0})), Slot::of(f32({3, 2}, {1, 2, 3, 4, 5, 6}))};
+  G axis = scan9_graph({}, {}, {int64_t{1} << 32}, {});
+  auto r = run_graph(axis, in);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().to_string().find("out of range"), std::string::npos) << r.status().to_string();
+  G count = scan9_graph({}, {}, {}, {});
+  for (ir::Node* n : count.g->nodes())
+    if (n->op_type == "Scan") n->attrs["num_scan_inputs"] = int_attr((int64_t{1} << 32) + 1);
+  r = run_graph(count, in);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().to_string().find("num_scan_inputs"), std::string::npos) << r.status().to_string();
+  // In range, the same graph still runs: axis 0 given as -2 (rank 2).
+  G ok = scan9_graph({}, {}, {-2}, {});
+  r = run_graph(ok, in);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(values<float>((*r)[1].tensor), (std::vector<float>{1, 2, 4, 6, 9, 12}));
+}
+
 // ---- Scan (opset 8: batch axis, sequence_lens)
 
 TEST(ControlScan8, BatchWithSequenceLensAndReverse) {

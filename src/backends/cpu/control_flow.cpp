@@ -46,7 +46,7 @@ void empty_part_type(const ir::Type& t, DataType* dt, Shape* s) {
 }
 
 // Writes the stacked scan output: parts[i] goes to index i (or n-1-i when `reverse`) of `axis`.
-Status write_stacked(KernelContext& ctx, int out, const std::vector<Tensor>& parts, int axis, bool reverse,
+Status write_stacked(KernelContext& ctx, int out, const std::vector<Tensor>& parts, int64_t axis, bool reverse,
                      const ir::Type& body_type) {
   if (!ctx.has_output(out)) return Status::Ok();
   const int64_t n = static_cast<int64_t>(parts.size());
@@ -183,7 +183,8 @@ Status run_scan9(KernelContext& ctx, const CompiledGraph& body, const ir::Graph&
   }
   for (int i = 0; i < n; ++i) KILN_RETURN_IF_ERROR(set_output(ctx, i, state[i]));
   for (int k = 0; k < k_out; ++k) {
-    const int axis = k < static_cast<int>(a.output_axes.size()) ? static_cast<int>(a.output_axes[k]) : 0;
+    // As int64: an axis of 2^32 narrowed to int was axis 0, silently.
+    const int64_t axis = k < static_cast<int>(a.output_axes.size()) ? a.output_axes[k] : 0;
     const bool rev = k < static_cast<int>(a.output_directions.size()) && a.output_directions[k] == 1;
     KILN_RETURN_IF_ERROR(write_stacked(ctx, n + k, scans[k], axis, rev, body_ir.outputs[n + k]->type));
   }
