@@ -74,7 +74,7 @@ Expected<bool> batch_first_attention(ir::Graph& g, PassContext& ctx) {
     if (rw.dead(a) || a->op_type != "Attention" || a->domain != "kiln" || a->attr_int("sequence_first", 0) != 1) continue;
     auto miss = [&](const std::string& why) { rw.near_miss(a->describe() + ": " + why); };
     ir::Value* qkv = a->inputs.size() >= 3 ? a->inputs[0] : nullptr;
-    if (!qkv || a->inputs[1] != qkv || a->inputs[2] != qkv) continue;  // separate Q, K, V: not this form  // separate Q, K, V: not this form
+    if (!qkv || a->inputs[1] != qkv || a->inputs[2] != qkv) continue;  // separate Q, K, V: not this form
     ir::Node* proj = qkv->producer;
     if (!proj || only_reader(qkv) != a) continue;
     if (const std::string why = row_wise(*proj); !why.empty()) {
@@ -82,7 +82,7 @@ Expected<bool> batch_first_attention(ir::Graph& g, PassContext& ctx) {
       continue;
     }
     ir::Node* t1 = proj->inputs[0] ? proj->inputs[0]->producer : nullptr;
-    if (!is_swap01(t1) || only_reader(proj->inputs[0]) != proj) continue;  // not a transposed block input  // not a transposed block input
+    if (!is_swap01(t1) || only_reader(proj->inputs[0]) != proj) continue;  // not a transposed block input
     ir::Value* x = t1->inputs[0];
     ir::Node* r1 = only_reader(a->outputs[0]);
     ir::Node* out_proj = r1 && r1->op_type == "Reshape" ? only_reader(r1->outputs[0]) : nullptr;
