@@ -219,7 +219,13 @@ Expected<KernelPtr> create_mel(const ir::Node& nd, KernelInit&) {
     std::vector<int64_t> bin(static_cast<size_t>(mel + 2));
     for (int64_t i = 0; i < mel + 2; ++i) {
       const double hzv = 700 * (std::pow(10.0, (static_cast<double>(i) * step + lo) / 2595) - 1);
-      bin[i] = static_cast<int64_t>(std::floor(static_cast<double>(dft_len + 1) * hzv / static_cast<double>(rate)));
+      double b = std::floor(static_cast<double>(dft_len + 1) * hzv / static_cast<double>(rate));
+      // Hostile edges (huge, infinite or NaN hertz) put a bin past int64's range: held to ±2^60, as far
+      // outside the spectrum as it needs to be (the ramps below visit only rows that exist, and bin
+      // differences stay inside int64).
+      if (!(b > -0x1p60)) b = -0x1p60;
+      if (b > 0x1p60) b = 0x1p60;
+      bin[i] = static_cast<int64_t>(b);
     }
     std::vector<double> out(static_cast<size_t>(spec * mel), 0.0);
     auto set = [&](int64_t j, int64_t i, double val) {
