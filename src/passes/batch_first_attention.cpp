@@ -22,25 +22,9 @@ bool is_swap01(const ir::Node* n) {
   return n->attr_ints("perm") == std::vector<int64_t>{1, 0, 2};
 }
 
-// The one node reading v, when v has exactly one reader (or every use is by that node) and is not a
-// graph output.
-ir::Node* only_reader(const ir::Value* v) {
-  if (!v || v->uses.empty() || v->is_output) return nullptr;
-  ir::Node* n = v->uses.front().node;
-  for (const ir::Use& u : v->uses)
-    if (u.node != n) return nullptr;
-  return n;
-}
-
 int rank_of(const ir::Value* v) {
   if (!v || !v->type.is_tensor() || !v->type.shape.known) return -1;
   return static_cast<int>(v->type.shape.rank());
-}
-
-// Dims a and b are the same (equal static values, or the same symbol).
-bool same_dim(const ir::Dim& a, const ir::Dim& b) {
-  if (a.is_static() || b.is_static()) return a.value == b.value;
-  return !a.symbol.empty() && a.symbol == b.symbol;
 }
 
 // A product that acts on the last dim of its first input alone: MatMul / kiln.FusedMatMul with a 2-D
@@ -76,18 +60,18 @@ Expected<bool> batch_first_attention(ir::Graph& g, PassContext& ctx) {
     ir::Value* qkv = a->inputs.size() >= 3 ? a->inputs[0] : nullptr;
     if (!qkv || a->inputs[1] != qkv || a->inputs[2] != qkv) continue;  // separate Q, K, V: not this form
     ir::Node* proj = qkv->producer;
-    if (!proj || only_reader(qkv) != a) continue;
+    if (!proj || sole_reader(qkv, true) != a) continue;
     if (const std::string why = row_wise(*proj); !why.empty()) {
       miss("the QKV projection: " + why);
       continue;
     }
     ir::Node* t1 = proj->inputs[0] ? proj->inputs[0]->producer : nullptr;
-    if (!is_swap01(t1) || only_reader(proj->inputs[0]) != proj) continue;  // not a transposed block input
+    if (!is_swap01(t1) || sole_reader(proj->inputs[0]) != proj) continue;  // not a transposed block input
     ir::Value* x = t1->inputs[0];
-    ir::Node* r1 = only_reader(a->outputs[0]);
-    ir::Node* out_proj = r1 && r1->op_type == "Reshape" ? only_reader(r1->outputs[0]) : nullptr;
-    ir::Node* r2 = out_proj ? only_reader(out_proj->outputs[0]) : nullptr;
-    ir::Node* t2 = r2 && r2->op_type == "Reshape" ? only_reader(r2->outputs[0]) : nullptr;
+    ir::Node* r1 = sole_reader(a->outputs[0]);
+    ir::Node* out_proj = r1 && r1->op_type == "Reshape" ? sole_reader(r1->outputs[0]) : nullptr;
+    ir::Node* r2 = out_proj ? sole_reader(out_proj->outputs[0]) : nullptr;
+    ir::Node* t2 = r2 && r2->op_type == "Reshape" ? sole_reader(r2->outputs[0]) : nullptr;
     if (!is_swap01(t2)) {
       miss("the output is not Reshape → Gemm/MatMul → Reshape → Transpose([1,0,2])");
       continue;

@@ -202,12 +202,6 @@ std::vector<int64_t> static_dims(const ir::Value* v) {
   return v->type.shape.to_static();
 }
 
-// The single node reading v, when v is read by exactly one node (once) and is not a graph output.
-ir::Node* only_reader(const ir::Value* v) {
-  if (!v || v->is_output || v->uses.size() != 1) return nullptr;
-  return v->uses[0].node;
-}
-
 // A channel shuffle (ShuffleNet's): Reshape(x, [N, g, C/g, H, W]) -> Transpose([0, 2, 1, 3, 4]) ->
 // Reshape([N, C, H, W]), each the only reader of the one before, static shapes: the Transpose, the
 // last Reshape and the two shapes; null nodes for anything else.
@@ -224,11 +218,11 @@ ChannelShuffle channel_shuffle(const ir::Node& r1) {
   for (int64_t d : mid)  // positive and small enough that g * (C / g) cannot overflow
     if (d <= 0 || d > (int64_t{1} << 31)) return {};
   if (mid[0] != x[0] || mid[1] * mid[2] != x[1] || mid[3] != x[2] || mid[4] != x[3]) return {};
-  ir::Node* t = only_reader(r1.outputs[0]);
+  ir::Node* t = sole_reader(r1.outputs[0]);
   if (!t || !t->domain.empty() || t->op_type != "Transpose" || t->outputs.size() != 1 || !t->has_output(0) ||
       t->attr_ints("perm") != std::vector<int64_t>{0, 2, 1, 3, 4})
     return {};
-  ir::Node* r2 = only_reader(t->outputs[0]);
+  ir::Node* r2 = sole_reader(t->outputs[0]);
   if (!r2 || !r2->domain.empty() || r2->op_type != "Reshape" || r2->inputs.size() != 2 || r2->inputs[0] != t->outputs[0] ||
       r2->outputs.size() != 1 || !r2->has_output(0) || static_dims(r2->outputs[0]) != x)
     return {};

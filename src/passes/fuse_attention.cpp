@@ -114,10 +114,6 @@ Pat attention_pattern_packed(bool window = false) {
 
 bool has_perm(const ir::Node* n, std::vector<int64_t> p) { return n && n->attr_ints("perm") == p; }
 
-bool same_dim(const ir::Dim& a, const ir::Dim& b) {
-  return a.is_static() ? a.value == b.value : (!a.symbol.empty() && a.symbol == b.symbol);
-}
-
 // True when dim i of x is dim i of `from` by construction: x is `from`, or made from it (a few steps
 // back) by ops that keep the leading dims — a MatMul by a 2-D matrix (kiln.QMatMul too), a norm,
 // QuantizeLinear/DequantizeLinear, an elementwise op whose

@@ -12,10 +12,6 @@
 namespace kiln::passes {
 namespace {
 
-bool only_reader(const ir::Value* v, const ir::Node* reader) {
-  return v && !v->is_output && v->uses.size() == 1 && v->uses[0].node == reader;
-}
-
 bool ints_all(const std::vector<int64_t>& v, int64_t x) {
   for (int64_t e : v)
     if (e != x) return false;
@@ -75,12 +71,12 @@ Expected<int> fuse_conv_max_pool(ir::Graph& g, const std::function<bool(const ir
     ir::Value* x = conv->inputs[0];
     bool channels_first = false;
     std::vector<ir::Node*> feeders;
-    if (ir::Node* t = x->producer; t && t->domain.empty() && t->op_type == "Transpose" && only_reader(x, conv) &&
+    if (ir::Node* t = x->producer; t && t->domain.empty() && t->op_type == "Transpose" && sole_reader(x) == conv &&
                                    t->attr_ints("perm") == std::vector<int64_t>{0, 2, 3, 1}) {
       feeders.push_back(t);
       x = t->inputs[0];
       channels_first = true;
-      if (ir::Node* c = x->producer; c && c->domain.empty() && c->op_type == "Cast" && only_reader(x, t) &&
+      if (ir::Node* c = x->producer; c && c->domain.empty() && c->op_type == "Cast" && sole_reader(x) == t &&
                                      c->inputs[0]->type.dtype == DataType::kFloat32) {
         feeders.push_back(c);
         x = c->inputs[0];

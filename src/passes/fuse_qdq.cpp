@@ -59,12 +59,6 @@ std::optional<Activation> activation_node(const ir::Node* n) {
   return a;
 }
 
-// The single reader of v (not a graph output), or null.
-ir::Node* sole_reader(const ir::Value* v) {
-  if (!v || v->is_output || v->uses.size() != 1) return nullptr;
-  return v->uses[0].node;
-}
-
 bool is_quantize(const ir::Node* n) { return n && n->domain.empty() && n->op_type == "QuantizeLinear"; }
 
 // A Conv's window attributes, which kiln.QConv keeps.

@@ -192,6 +192,18 @@ std::optional<std::vector<double>> per_channel(const ir::Value* c, int rank, int
   return vals;
 }
 
+ir::Node* sole_reader(const ir::Value* v, bool any_times) {
+  if (!v || v->is_output || v->uses.empty() || (!any_times && v->uses.size() != 1)) return nullptr;
+  ir::Node* n = v->uses.front().node;
+  for (const ir::Use& u : v->uses)
+    if (u.node != n) return nullptr;
+  return n;
+}
+
+bool same_dim(const ir::Dim& a, const ir::Dim& b) {
+  return a.is_static() ? a.value == b.value : (!a.symbol.empty() && a.symbol == b.symbol);
+}
+
 std::optional<Shape> static_shape(const ir::Value* v) {
   if (!v || !v->type.is_tensor() || !v->type.shape.known || !v->type.shape.is_static()) return std::nullopt;
   return v->type.shape.to_static();

@@ -97,6 +97,11 @@ std::optional<Tensor> real_tensor(DataType dt, const Shape& shape, const std::ve
 std::optional<std::vector<double>> per_channel(const ir::Value* c, int rank, int64_t M);
 // The static dims of v's type, or nullopt.
 std::optional<Shape> static_shape(const ir::Value* v);
+// The single node reading v, when v is not a graph output and is read exactly once — or, with
+// `any_times`, read only by that node (a packed QKV given to an attention as Q, K and V); else null.
+ir::Node* sole_reader(const ir::Value* v, bool any_times = false);
+// Dims a and b are known to be equal: equal static values, or the same symbol.
+bool same_dim(const ir::Dim& a, const ir::Dim& b);
 // The reduce axes of a ReduceMean/ReduceSum node (attribute before opset 18, input after).
 std::optional<std::vector<int64_t>> reduce_axes(const ir::Node& n);
 

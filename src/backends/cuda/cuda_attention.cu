@@ -630,6 +630,11 @@ int launch_fp_warps(const AttentionArgs& a, int warps, cudaStream_t stream) {
   return launch_fp_masked<T, D, 4>(a, stream);
 }
 
+// The register-resident variants: plain (fa*) or pipelined (fp*), and their warps per block.
+bool is_plain(int v) { return v == kAttentionFa2 || v == kAttentionFa4 || v == kAttentionFa8; }
+bool is_pipelined(int v) { return v == kAttentionFp2 || v == kAttentionFp4 || v == kAttentionFp8; }
+int warps_of(int v) { return v == kAttentionFa2 || v == kAttentionFp2 ? 2 : v == kAttentionFa8 || v == kAttentionFp8 ? 8 : 4; }
+
 bool fp_shapes_fit(const AttentionArgs& a) { return mma_shapes_fit(a) && a.d == a.dv && (a.d == 32 || a.d == 64 || a.d == 128); }
 bool fp_fits(const AttentionArgs& a) { return fp_shapes_fit(a) && mma_fits(a) && (reinterpret_cast<uintptr_t>(a.y) & 3) == 0; }
 
@@ -640,13 +645,13 @@ int launch_mma(const AttentionArgs& a, cudaStream_t stream) {
   // Auto: the pipelined kernel with 4 warps where it applies (on an H200 it beats the plain one 1.8-2.7x
   // on BERT's and ViT's attentions at batch 1), else the plain one.
   const int variant = a.variant != kAttentionAuto ? a.variant : fp_fits(a) ? kAttentionFp4 : kAttentionFa4;
-  if ((variant == kAttentionFp2 || variant == kAttentionFp4 || variant == kAttentionFp8) && fp_fits(a)) {
-    const int warps = variant == kAttentionFp2 ? 2 : variant == kAttentionFp8 ? 8 : 4;
+  if (is_pipelined(variant) && fp_fits(a)) {
+    const int warps = warps_of(variant);
     if (a.d == 32) return launch_fp_warps<T, 32>(a, warps, stream);
     return a.d == 64 ? launch_fp_warps<T, 64>(a, warps, stream) : launch_fp_warps<T, 128>(a, warps, stream);
   }
-  if ((variant == kAttentionFa2 || variant == kAttentionFa4 || variant == kAttentionFa8) && fa_fits(a)) {
-    const int warps = variant == kAttentionFa2 ? 2 : variant == kAttentionFa8 ? 8 : 4;
+  if (is_plain(variant) && fa_fits(a)) {
+    const int warps = warps_of(variant);
     return a.d == 64 ? launch_fa_warps<T, 64>(a, warps, stream) : launch_fa_warps<T, 128>(a, warps, stream);
   }
   auto kernel = attention_mma_kernel<T, T>;
@@ -664,8 +669,8 @@ int launch_mma(const AttentionArgs& a, cudaStream_t stream) {
 bool attention_variant_applies(const AttentionArgs& a, int v) {
   if (!(a.b > 0 && a.s > 0 && a.heads > 0 && a.heads <= 65535 && a.b <= 65535 && mma_shapes_fit(a))) return false;
   if (v == kAttentionWmma) return true;
-  if (v == kAttentionFa2 || v == kAttentionFa4 || v == kAttentionFa8) return fa_shapes_fit(a);
-  if (v == kAttentionFp2 || v == kAttentionFp4 || v == kAttentionFp8) return fp_shapes_fit(a);
+  if (is_plain(v)) return fa_shapes_fit(a);
+  if (is_pipelined(v)) return fp_shapes_fit(a);
   return false;
 }
 
