@@ -420,6 +420,26 @@ void ExecutionContext::set_run_timeout(double seconds) { impl_->timeout_s = seco
 
 void ExecutionContext::set_num_threads(int n) { impl_->threads = n > 0 ? n : 0; }
 
+// Whether the caller's `out` can receive a GPU output in place (ShapePlan::direct_out): a tensor of
+// the planned dtype and shape on the value's device, aligned as planned memory is (kernels plan for
+// 256-byte-aligned buffers), and sharing no byte with an input (the output's maker may run before the
+// last reader of that input).
+static bool direct_output_fits(const Value& out, Device device, DataType dtype, const Shape& shape,
+                               const std::vector<Value*>& inputs) {
+  if (out.kind != Value::Kind::kTensor || !(out.tensor.device() == device) || out.tensor.dtype() != dtype ||
+      out.tensor.shape() != shape)
+    return false;
+  const auto* begin = static_cast<const char*>(out.tensor.raw());
+  if (!begin || reinterpret_cast<uintptr_t>(begin) % 256 != 0) return false;
+  const char* end = begin + out.tensor.nbytes();
+  for (const Value* in : inputs) {
+    if (!in || in->kind != Value::Kind::kTensor || !(in->tensor.device() == device) || !in->tensor.raw()) continue;
+    const auto* b = static_cast<const char*>(in->tensor.raw());
+    if (b < end && begin < b + in->tensor.nbytes()) return false;
+  }
+  return true;
+}
+
 Status ExecutionContext::run_into(const std::vector<Value>& inputs, std::vector<Value>& outputs) {
   Impl& ci = *impl_;
   ThreadCountScope threads(ci.threads);
@@ -484,6 +504,15 @@ Status ExecutionContext::run_into(const std::vector<Value>& inputs, std::vector<
     if (plan.values[o].is_constant || sp.at[o] != &sp.slots[o]) continue;  // a constant, an input, or listed twice
     sp.at[o] = &outputs[i];
   }
+  // Large GPU outputs into the caller's device buffers directly: the step that makes one writes it
+  // there, and its copy (ShapePlan::direct_out) finds nothing to do.
+  if (sp.ready && !sp.dirty)
+    for (size_t i = 0; i < plan.outputs.size(); ++i) {
+      const int u = sp.direct_out[i];
+      if (u >= 0 && sp.at[plan.outputs[i]] == &outputs[i] && direct_output_fits(outputs[i], plan.values[u].device, sp.dtype[u],
+                                                                                 sp.shape[u], ci.bound))
+        sp.at[u] = &outputs[i];
+    }
   Frame frame(plan, ci.res, sp);
   Status st = frame.execute();
   for (int d = 0; st.ok() && d < 2; ++d)
@@ -501,6 +530,8 @@ Status ExecutionContext::run_into(const std::vector<Value>& inputs, std::vector<
   }
   for (int v : plan.inputs) sp.at[v] = &sp.slots[v];
   for (int v : plan.outputs) sp.at[v] = &sp.slots[v];
+  for (int u : sp.direct_out)
+    if (u >= 0) sp.at[u] = &sp.slots[u];
   if (!st.ok()) return st;
   if (!sp.ready || sp.dirty) {
     // New offsets: graphs captured over the old ones are void.

@@ -298,6 +298,8 @@ std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* 
   p->dyn.assign(nv, 0);
   p->value.assign(nv, Tensor());
   p->volatile_step.assign(ns, 0);
+  p->direct_out.assign(g.outputs.size(), -1);
+  p->direct.assign(nv, 0);
   p->slots.resize(nv);
   p->at.resize(nv);
   for (size_t v = 0; v < nv; ++v) {
@@ -365,6 +367,50 @@ std::unique_ptr<ShapePlan> make_shape_plan(const CompiledGraph& g, Slot* const* 
   if (complete) finalize_shape_plan(g, *p);
   return p;
 }
+
+namespace {
+
+// The smallest engine output written in place (see ShapePlan::direct_out): below it, a copy on the
+// device costs about what taking the step out of its CUDA graph (one more launch) would.
+constexpr size_t kMinDirectOutputBytes = size_t{4} << 20;
+
+// For engine output `o` of a planned signature: the GPU value its copy step reads, when the kernel
+// step making that value may write it into a caller's device buffer instead of its arena memory;
+// -1 otherwise. Required: the copy is the value's only reader (nothing reads the caller's buffer
+// during the run, and no step works in place on it); its maker is a GPU kernel step of fixed output
+// sizes that does not work in place on an input (share_in: the planner may have put its output in
+// the input's memory, which such a kernel may rely on); the value is a planned buffer of a size
+// worth a skipped copy.
+int direct_output_value(const CompiledGraph& g, const ShapePlan& p, int o) {
+  const int sc = g.first_def[o];
+  if (sc < 0) return -1;
+  const Step& copy = g.steps[sc];
+  if (copy.kind != Step::Kind::kCopy || copy.device != DeviceType::kCUDA || copy.in.empty() || copy.out.empty() ||
+      copy.out[0] != o)
+    return -1;
+  const int u = copy.in[0];
+  if (u < 0 || g.values[u].is_constant || g.values[u].device.type != DeviceType::kCUDA || p.dyn[u] || p.offset[u] < 0 ||
+      p.bytes[u] < kMinDirectOutputBytes || g.last_use[u] != sc)
+    return -1;
+  const int ps = g.first_def[u];
+  if (ps < 0) return -1;
+  const Step& maker = g.steps[ps];
+  if (maker.kind != Step::Kind::kKernel || maker.device != DeviceType::kCUDA || maker.data_dependent ||
+      p.share_in[ps] >= 0 || p.volatile_step[ps])
+    return -1;
+  for (size_t si = 0; si < g.steps.size(); ++si) {
+    if (static_cast<int>(si) == sc) continue;
+    const Step& s = g.steps[si];
+    if (std::count(s.in.begin(), s.in.end(), u) || std::count(s.implicit_in.begin(), s.implicit_in.end(), u)) return -1;
+  }
+  for (int v : g.inputs)
+    if (v == u) return -1;
+  for (int v : g.captures)
+    if (v == u) return -1;
+  return u;
+}
+
+}  // namespace
 
 void finalize_shape_plan(const CompiledGraph& g, ShapePlan& p) {
   std::vector<char> excluded(g.values.size(), 0);
@@ -436,6 +482,16 @@ void finalize_shape_plan(const CompiledGraph& g, ShapePlan& p) {
         p.offset[v] = p.offset[head[v]];
   }
   std::fill(p.ws_tmp.begin(), p.ws_tmp.end(), nullptr);
+  std::fill(p.direct.begin(), p.direct.end(), 0);
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    const int o = g.outputs[i];
+    // An output listed twice is one value: only its first entry may take the caller's buffer.
+    const bool repeated = std::find(g.outputs.begin(), g.outputs.begin() + static_cast<std::ptrdiff_t>(i), o) !=
+                          g.outputs.begin() + static_cast<std::ptrdiff_t>(i);
+    const int u = repeated ? -1 : direct_output_value(g, p, o);
+    p.direct_out[i] = u;
+    if (u >= 0) p.direct[u] = 1;
+  }
   p.ready = true;
   p.dirty = false;
   p.views_generation = ~uint64_t{0};
@@ -571,10 +627,13 @@ Status Frame::run_step(int si, OpProfile* profile) {
         return runtime_error("copy of '" + graph.values[s.in[0]].name + "': " + e.what());
       }
       void* state = res.state_for(backend.device());
-      KILN_RETURN_IF_ERROR(backend.copy(src.tensor, *dst, state));
-      // A host kernel reads it next: wait for the copy. (Host-to-device copies from pageable
-      // memory return once the source was read, so the host may reuse it at once.)
-      if (s.sync_after) KILN_RETURN_IF_ERROR(backend.synchronize(state));
+      // An output its maker wrote in place (ShapePlan::direct_out) is there already.
+      if (!device_out || dst->raw() != src.tensor.raw()) {
+        KILN_RETURN_IF_ERROR(backend.copy(src.tensor, *dst, state));
+        // A host kernel reads it next: wait for the copy. (Host-to-device copies from pageable
+        // memory return once the source was read, so the host may reuse it at once.)
+        if (s.sync_after) KILN_RETURN_IF_ERROR(backend.synchronize(state));
+      }
     } else if (src.kind == Slot::Kind::kNone) {
       *at[s.out[0]] = Slot();
     } else {
@@ -764,7 +823,7 @@ void Frame::find_graph_segments() {
     if (graph.kernel(si).has_reshape() && !p.reshaped[si]) return 0;
     if (p.ws_bytes[si] && p.ws_offset[si] < 0) return 0;
     for (int v : s.out)
-      if (v >= 0 && (p.offset[v] < 0 || p.dyn[v] || p.at[v] != &p.slots[v])) return 0;
+      if (v >= 0 && (p.offset[v] < 0 || p.dyn[v] || p.direct[v] || p.at[v] != &p.slots[v])) return 0;
     return 1;
   };
   constexpr int kMinGpuSteps = 2;  // one launch replacing one launch gains nothing

@@ -112,6 +112,14 @@ struct ShapePlan {
   uint64_t views_generation = ~uint64_t{0};  // arena generation the views in `slots` were made for
   std::vector<Slot> slots;                  // persistent slots (planned values hold arena views)
   std::vector<Slot*> at;                    // per value: where it lives this run
+  // Outputs written in place (ExecutionContext::run_into with device buffers): per engine output
+  // (CompiledGraph::outputs order) the GPU value its copy step reads when the step making that value
+  // may write it straight into the caller's buffer, the copy then skipped; -1 where it may not
+  // (finalize_shape_plan decides: see direct_output_value). `direct` marks those values per value:
+  // the steps making them stay out of CUDA graphs, whose captured pointers could not follow the
+  // caller's buffer from run to run.
+  std::vector<int> direct_out;
+  std::vector<char> direct;
 
   // CUDA graphs of this signature: maximal runs of steps [first, last] made of GPU steps whose
   // shapes, workspaces and memory are fixed by the plan (and host steps that need no GPU result),

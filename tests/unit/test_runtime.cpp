@@ -949,6 +949,98 @@ TEST(Runtime, CudaDeviceResidentInputsAndOutputs) {
   EXPECT_NE(r.status().message().find("'image'"), std::string::npos) << r.status().message();
 }
 
+// Large GPU outputs are written by their step straight into the caller's device buffer (the copy
+// skipped; ShapePlan::direct_out): relu(σ(x)·w) (4 MiB, read only by its copy) may be, σ(x)·w itself
+// (read by the Relu too) may not. Runs alternate host outputs and device outputs, so the CUDA graphs found
+// on one kind of run serve the other; an output buffer that shares memory with the input is written
+// by a copy at the end as before. Every result is bit-identical to the host run's.
+TEST(Runtime, CudaLargeOutputsWrittenInPlace) {
+  if (!cuda_backend().ok()) GTEST_SKIP() << "no CUDA GPU";
+  constexpr int64_t M = 512, K = 256, N = 2048;  // relu(x·w): 4 MiB of float32
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  g->set_name("g");
+  auto* vi = g->add_input();
+  vi->set_name("x");
+  auto* tt = vi->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(1);
+  tt->mutable_shape()->add_dim()->set_dim_value(M);
+  tt->mutable_shape()->add_dim()->set_dim_value(K);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  auto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(1);
+  w->add_dims(K);
+  w->add_dims(N);
+  for (int64_t i = 0; i < K * N; ++i) w->add_float_data(uni(rng));
+  auto node = [&](const char* op, std::vector<std::string> ins, const char* out) {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    for (auto& i : ins) n->add_input(i);
+    n->add_output(out);
+  };
+  node("Sigmoid", {"x"}, "sx");  // with the product: a CUDA graph of two steps
+  node("MatMul", {"sx", "w"}, "xw");
+  node("Relu", {"xw"}, "y");
+  g->add_output()->set_name("y");
+  g->add_output()->set_name("xw");
+  BuildOptions o;
+  o.device = DeviceType::kCUDA;
+  auto engine = Engine::build_from_bytes(m.SerializeAsString(), o, ".");
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  Tensor x = Tensor::empty(DataType::kFloat32, {M, K});
+  for (int64_t i = 0; i < M * K; ++i) x.data<float>()[i] = uni(rng);
+  auto ctx = (*engine)->create_context();
+  ASSERT_TRUE(ctx.ok());
+  auto want = (*ctx)->run({{"x", Value::of(x)}});
+  ASSERT_TRUE(want.ok()) << want.status().to_string();
+  auto host_values = [](const Tensor& t) {
+    Tensor h = Tensor::empty(t.dtype(), t.shape());
+    EXPECT_TRUE(transfer(t, h).ok());
+    return std::vector<float>(h.data<float>(), h.data<float>() + h.numel());
+  };
+  const std::vector<float> want_y = host_values((*want)[0].tensor), want_xw = host_values((*want)[1].tensor);
+  const Device gpu{DeviceType::kCUDA};
+  auto dx = allocate_tensor(DataType::kFloat32, {M, K}, gpu);
+  auto dy = allocate_tensor(DataType::kFloat32, {M, N}, gpu);
+  auto dxw = allocate_tensor(DataType::kFloat32, {M, N}, gpu);
+  ASSERT_TRUE(dx.ok() && dy.ok() && dxw.ok());
+  ASSERT_TRUE(transfer(x, *dx).ok());
+  Tensor zeros = Tensor::empty(DataType::kFloat32, {M, N});
+  std::memset(zeros.raw(), 0, zeros.nbytes());
+  for (int r = 0; r < 8; ++r) {  // graphs replay from the third run of the signature on
+    if (r % 2) {
+      auto got = (*ctx)->run({{"x", Value::of(x)}});
+      ASSERT_TRUE(got.ok()) << got.status().to_string();
+      EXPECT_EQ(host_values((*got)[0].tensor), want_y) << "host run " << r;
+      EXPECT_EQ(host_values((*got)[1].tensor), want_xw) << "host run " << r;
+      continue;
+    }
+    ASSERT_TRUE(transfer(zeros, *dy).ok() && transfer(zeros, *dxw).ok());
+    std::vector<Value> in{Value::of(*dx)}, out{Value::of(*dy), Value::of(*dxw)};
+    ASSERT_TRUE((*ctx)->run_into(in, out).ok());
+    ASSERT_EQ(out[0].tensor.raw(), dy->raw());
+    ASSERT_EQ(out[1].tensor.raw(), dxw->raw());
+    EXPECT_EQ(host_values(out[0].tensor), want_y) << "device run " << r;
+    EXPECT_EQ(host_values(out[1].tensor), want_xw) << "device run " << r;
+  }
+  EXPECT_GE((*ctx)->cuda_graphs(), 1u);
+  // The input inside the output's buffer: the output must not be written before the product read x.
+  auto shared = allocate_tensor(DataType::kFloat32, {M, N}, gpu);
+  ASSERT_TRUE(shared.ok());
+  Tensor x_in_y = Tensor::view(shared->storage(), 0, DataType::kFloat32, {M, K});
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(transfer(x, x_in_y).ok());
+    std::vector<Value> in{Value::of(x_in_y)}, out{Value::of(*shared), Value::of(*dxw)};
+    ASSERT_TRUE((*ctx)->run_into(in, out).ok());
+    EXPECT_EQ(host_values(out[0].tensor), want_y) << "overlapping run " << r;
+    EXPECT_EQ(host_values(out[1].tensor), want_xw) << "overlapping run " << r;
+  }
+}
+
 TEST(Runtime, CudaInputReadOnTheHostMustBeACpuTensor) {
   if (!cuda_backend().ok()) GTEST_SKIP() << "no CUDA GPU";
   ::onnx::ModelProto m;
