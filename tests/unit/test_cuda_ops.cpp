@@ -302,10 +302,11 @@ TEST(CudaOps, SoftmaxAndNormalizations) {
               n.set_int("axis", 1);
               n.set_float("epsilon", 1e-3f);
             }, dt, "axis 1, no bias", 3);
-    // Rows held in registers by the 16-bit kernel: 1, 2 and 4 vectors per thread (BERT's 768, 1536,
-    // 4000); and a width it leaves to the generic kernel (4104 > 4096).
-    for (int64_t n : {768, 1536, 4000, 4104})
-      compare("LayerNormalization", 17, {random_tensor({3, n}, rng), random_tensor({n}, rng), random_tensor({n}, rng)},
+    // Rows held in registers by the 16-bit kernels: a group of 8, 16 or 32 lanes per row with 1 to 4
+    // vectors per lane up to 1024 values (37 rows: blocks of 16, 8 or 4 rows end part full), a block
+    // per row with 2 or 4 vectors per thread up to 4096; and a width left to the generic kernel.
+    for (int64_t n : {16, 64, 96, 128, 192, 384, 520, 768, 1024, 1536, 4000, 4104})
+      compare("LayerNormalization", 17, {random_tensor({37, n}, rng), random_tensor({n}, rng), random_tensor({n}, rng)},
               nullptr, dt, "width " + std::to_string(n), 3);
   }
   compare("RMSNormalization", 23, {random_tensor({3, 64}, rng), random_tensor({64}, rng)}, nullptr, kF32, "");
@@ -315,15 +316,15 @@ TEST(CudaOps, SoftmaxAndNormalizations) {
 TEST(CudaOps, SkipLayerNormMatchesCpuFusedKernel) {
   KILN_REQUIRE_GPU();
   std::mt19937 rng(17);
-  for (DataType dt : {kF32, kF16}) {
-    const std::vector<Tensor> in = {random_tensor({2, 7, 64}, rng), random_tensor({2, 7, 64}, rng),
-                                    random_tensor({64}, rng), random_tensor({64}, rng)};
+  for (const auto& [dt, n] : std::vector<std::pair<DataType, int64_t>>{{kF32, 64}, {kF16, 64}, {kF16, 96}, {kF16, 768}}) {
+    const std::vector<Tensor> in = {random_tensor({2, 7, n}, rng), random_tensor({2, 7, n}, rng),
+                                    random_tensor({n}, rng), random_tensor({n}, rng)};
     // B full, B one row, B [1, 7, 64] repeated over the batch (BERT's position embeddings), and
     // the same with A the repeated one.
     for (int variant = 0; variant < 4; ++variant) {
       std::vector<Tensor> ins = in;
-      if (variant == 1) ins[1] = random_tensor({64}, rng);
-      if (variant >= 2) ins[1] = random_tensor({1, 7, 64}, rng);
+      if (variant == 1) ins[1] = random_tensor({n}, rng);
+      if (variant >= 2) ins[1] = random_tensor({1, 7, n}, rng);
       if (variant == 3) std::swap(ins[0], ins[1]);
       // SkipLayerNorm is in kiln's domain: build both nodes by hand.
       std::vector<Tensor> dev = ins, ref = ins;

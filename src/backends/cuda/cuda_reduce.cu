@@ -206,13 +206,30 @@ __global__ void layer_norm_kernel(LayerNormArgs a) {
   }
 }
 
-// 2-byte types with n % 8 == 0, n <= 1024 * kIters, 16-byte aligned rows: a block of 128 threads per
-// row holds the row in registers (kIters 16-byte vectors per thread), so x and skip are read once,
-// the statistics come from registers and y is written once (the generic kernel above reads the row
-// three times). Same math: mean, then the centred sum of squares, in float.
-template <typename T, int kIters>
-__global__ void __launch_bounds__(128) layer_norm_vec_kernel(LayerNormArgs a) {
+// 2-byte types with n % 8 == 0 and n <= 8 * kLanes * kIters, 16-byte aligned rows: a group of kLanes
+// threads per row, each holding kIters 16-byte vectors in registers, so x and skip are read once, the
+// statistics come from registers and y is written once (the generic kernel above reads the row three
+// times). Groups of 8, 16 or 32 lanes sit inside one warp and sum by shuffles (no shared memory, no
+// block barrier), 128 / kLanes rows per block: narrow rows (Swin's 96 to 768 channels over 10^4 to
+// 10^5 tokens) keep every thread busy, where a block per row left most of it idle (96 channels: 12 of
+// 128 threads). kLanes 128 is a block per row (wider rows, summed through shared memory). Same math:
+// mean, then the centred sum of squares, in float.
+template <int kLanes>
+__device__ __forceinline__ float group_sum(float v) {
+  if constexpr (kLanes > 32) {
+    return block_reduce(v, false);
+  } else {
+#pragma unroll
+    for (int off = kLanes / 2; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+  }
+}
+
+template <typename T, int kLanes, int kIters>
+__global__ void __launch_bounds__(128) layer_norm_rows_kernel(LayerNormArgs a) {
+  constexpr int kRowsPerBlock = 128 / kLanes;
   const int vecs = static_cast<int>(a.n / 8);
+  const int lane = threadIdx.x % kLanes;
   const uint4* x = static_cast<const uint4*>(a.x);
   const uint4* skip = static_cast<const uint4*>(a.skip);
   const uint4* bias = static_cast<const uint4*>(a.bias);
@@ -221,53 +238,68 @@ __global__ void __launch_bounds__(128) layer_norm_vec_kernel(LayerNormArgs a) {
   uint4* y = static_cast<uint4*>(a.y);
   uint4* sum = static_cast<uint4*>(a.sum);
   const float nf = static_cast<float>(a.n);
-  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+  // Every thread of the block takes every trip (the sums need the whole warp, or block): a row past
+  // the end only skips its loads and stores.
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock; base < a.rows;
+       base += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    const int64_t r = base + threadIdx.x / kLanes;
+    const bool row = r < a.rows;
     const int64_t off = r * vecs, skip_off = (a.skip_rows ? r % a.skip_rows : r) * vecs;
     float v[kIters][8];
     float s = 0.f;
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
-      const int k = threadIdx.x + it * 128;
-      if (k >= vecs) break;
+      const int k = lane + it * kLanes;
+      const bool on = row && k < vecs;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[it][j] = 0.f;
+      if (!on) continue;
       uint4 raw = x[off + k];
       const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
       for (int j = 0; j < 8; ++j) v[it][j] = convert<float>(e[j]);
       if (skip) {
         raw = skip[skip_off + k];
+#pragma unroll
         for (int j = 0; j < 8; ++j) v[it][j] += convert<float>(e[j]);
       }
       if (bias) {
         raw = bias[k];
+#pragma unroll
         for (int j = 0; j < 8; ++j) v[it][j] += convert<float>(e[j]);
       }
       if (sum) {
         uint4 out;
         T* o = reinterpret_cast<T*>(&out);
+#pragma unroll
         for (int j = 0; j < 8; ++j) o[j] = convert<T>(v[it][j]);
         sum[off + k] = out;
       }
+#pragma unroll
       for (int j = 0; j < 8; ++j) s += v[it][j];
     }
-    const float mean = a.rms ? 0.f : block_reduce(s, false) / nf;
+    const float mean = a.rms ? 0.f : group_sum<kLanes>(s) / nf;
     float q = 0.f;
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
-      if (threadIdx.x + it * 128 >= vecs) break;
+      if (!row || lane + it * kLanes >= vecs) continue;
+#pragma unroll
       for (int j = 0; j < 8; ++j) {
         const float d = v[it][j] - mean;
         q += d * d;
       }
     }
-    const float inv = rsqrtf(block_reduce(q, false) / nf + a.epsilon);
+    const float inv = rsqrtf(group_sum<kLanes>(q) / nf + a.epsilon);
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
-      const int k = threadIdx.x + it * 128;
-      if (k >= vecs) break;
+      const int k = lane + it * kLanes;
+      if (!row || k >= vecs) continue;
       uint4 gr = gamma[k], br{}, out;
       if (beta) br = beta[k];
       const T* g = reinterpret_cast<const T*>(&gr);
       const T* b = reinterpret_cast<const T*>(&br);
       T* o = reinterpret_cast<T*>(&out);
+#pragma unroll
       for (int j = 0; j < 8; ++j) {
         float w = (v[it][j] - mean) * inv * convert<float>(g[j]);
         if (beta) w += convert<float>(b[j]);
@@ -275,11 +307,17 @@ __global__ void __launch_bounds__(128) layer_norm_vec_kernel(LayerNormArgs a) {
       }
       y[off + k] = out;
     }
-    if (threadIdx.x == 0) {
+    if (row && lane == 0) {
       if (a.mean) a.mean[r] = mean;
       if (a.inv_std) a.inv_std[r] = inv;
     }
   }
+}
+
+template <typename T, int kLanes, int kIters>
+void launch_layer_norm_rows(const LayerNormArgs& a, cudaStream_t stream) {
+  constexpr int64_t kRowsPerBlock = 128 / kLanes;
+  layer_norm_rows_kernel<T, kLanes, kIters><<<rows_grid((a.rows + kRowsPerBlock - 1) / kRowsPerBlock), 128, 0, stream>>>(a);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -350,10 +388,17 @@ int launch_layer_norm(const LayerNormArgs& a, cudaStream_t stream) {
   return dispatch_float(a.elem, [&](auto t) {
     using T = decltype(t);
     if (sizeof(T) == 2 && vec) {
-      const int iters = static_cast<int>((a.n / 8 + 127) / 128);
-      if (iters == 1) layer_norm_vec_kernel<T, 1><<<rows_grid(a.rows), 128, 0, stream>>>(a);
-      else if (iters == 2) layer_norm_vec_kernel<T, 2><<<rows_grid(a.rows), 128, 0, stream>>>(a);
-      else layer_norm_vec_kernel<T, 4><<<rows_grid(a.rows), 128, 0, stream>>>(a);
+      // Rows in registers (layer_norm_rows_kernel): 8 lanes per row up to 64 values, 16 up to 128, a
+      // warp with 1 to 4 vectors per lane up to 1024, a block with 2 or 4 per thread up to 4096.
+      const int64_t vecs = a.n / 8;
+      if (vecs <= 8) launch_layer_norm_rows<T, 8, 1>(a, stream);
+      else if (vecs <= 16) launch_layer_norm_rows<T, 16, 1>(a, stream);
+      else if (vecs <= 32) launch_layer_norm_rows<T, 32, 1>(a, stream);
+      else if (vecs <= 64) launch_layer_norm_rows<T, 32, 2>(a, stream);
+      else if (vecs <= 96) launch_layer_norm_rows<T, 32, 3>(a, stream);
+      else if (vecs <= 128) launch_layer_norm_rows<T, 32, 4>(a, stream);
+      else if (vecs <= 256) launch_layer_norm_rows<T, 128, 2>(a, stream);
+      else launch_layer_norm_rows<T, 128, 4>(a, stream);
       return static_cast<int>(cudaGetLastError());
     }
     layer_norm_kernel<T><<<rows_grid(a.rows), threads, 0, stream>>>(a);
