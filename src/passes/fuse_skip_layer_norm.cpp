@@ -1,6 +1,10 @@
 // passes/fuse_skip_layer_norm.cpp — a residual (or embedding) Add feeding LayerNormalization over
-// the last dim becomes kiln.SkipLayerNorm (the kernel broadcasts the leading dims); when the sum is read elsewhere too (the next residual), the fused node
-// also writes it as its second output.
+// the last dim becomes kiln.SkipLayerNorm (the kernel broadcasts the leading dims); when the sum is
+// read elsewhere too (the next residual), the fused node also writes it as its second output.
+// A Reshape between the Add and the normalization that keeps the last dim (timm's Swin blocks:
+// `x = x + attn(...); x = x.reshape(B, -1, C); norm2(x)`) changes no row: the fused node writes the
+// normalized rows and the sum in the Add's shape, and the Reshape applies to both (a Reshape that
+// is its input's last reader costs nothing).
 #include "passes/pattern.h"
 
 namespace kiln::passes {
@@ -18,6 +22,9 @@ Expected<bool> fuse_skip_layer_norm(ir::Graph& g, PassContext& ctx) {
   Rewriter rw(g, ctx, "fuse-skip-layer-norm");
   const std::vector<Rule> rules = {
       {"Add+LayerNormalization", op("LayerNormalization", {op("Add", {any("a"), any("b")}).as("add"), cst("gamma")}), 2, false},
+      {"Add+Reshape+LayerNormalization",
+       op("LayerNormalization", {op("Reshape", {op("Add", {any("a"), any("b")}).as("add"), any("shape")}).as("reshape"), cst("gamma")}),
+       3, false},
   };
   return rw.run(rules, [&](Match& m) -> std::string {
     ir::Node* ln = m.root();
@@ -26,9 +33,12 @@ Expected<bool> fuse_skip_layer_norm(ir::Graph& g, PassContext& ctx) {
     if (a->type.dtype != DataType::kFloat32 || m["b"]->type.dtype != DataType::kFloat32) return "not float32";
     const int64_t n = m.constant("gamma").numel();
     if (!rows_of(a, n) || !rows_of(m["b"], n)) return "the Add's inputs do not both end in the normalized dim";
+    ir::Node* reshape = m.node("reshape");
     const ir::Value* sum_v = m["add"];
     if (!sum_v->type.shape.known) return "the sum's rank is unknown";
-    const int rank = sum_v->type.shape.rank();
+    if (reshape && !rows_of(m["reshape"], n)) return "the Reshape does not keep the normalized dim last";
+    if (reshape && m["add"]->uses.size() != 1) return "the sum is read beside the Reshape";
+    const int rank = (reshape ? m["reshape"] : sum_v)->type.shape.rank();  // known: rows_of checked it
     const int64_t axis = ln->attr_int("axis", -1);
     if (axis != -1 && axis != rank - 1) return "LayerNormalization is not over the last dim";
     for (size_t i = 1; i < ln->outputs.size(); ++i)
@@ -38,18 +48,37 @@ Expected<bool> fuse_skip_layer_norm(ir::Graph& g, PassContext& ctx) {
     std::vector<ir::Value*> ins = {m["a"], m["b"], m["gamma"]};
     if (ln->has_input(2)) ins.push_back(ln->inputs[2]);
     ir::Value* sum = add->outputs[0];
-    const bool sum_read = sum->is_output || sum->uses.size() > 1;
+    const bool sum_read = reshape || sum->is_output || sum->uses.size() > 1;
     const float eps = ln->attr_float("epsilon", 1e-5f);
-    const std::string what = add->describe() + " + " + ln->describe();
+    const std::string what = add->describe() + " + " + (reshape ? reshape->describe() + " + " : "") + ln->describe();
+    if (std::string why = rw.unsupported_on_target("kiln", "SkipLayerNorm"); !why.empty()) return why;
+    auto set_epsilon = [eps](ir::Node* fused) {
+      fused->attrs["epsilon"].kind = ir::Attribute::Kind::kFloat;
+      fused->attrs["epsilon"].f = eps;
+    };
+    if (reshape) {
+      // SkipLayerNorm(a, b) → (rows in the Add's shape, the sum); the Reshape keeps reading the sum
+      // (its other readers see no change) and a twin of it gives the normalized rows the LN's shape.
+      ir::Value* y = ln->outputs[0];
+      const std::string base = ln->name;
+      ir::Value* rows = g.new_value(base + "_rows", sum_v->type);
+      rw.remove(add);
+      rw.remove(ln);
+      ir::Node* fused = g.add_node("SkipLayerNorm", "kiln", ins, {rows, sum}, base + "_skip");
+      fused->opset = 1;
+      set_epsilon(fused);
+      ir::Node* twin = g.add_node("Reshape", "", {rows, reshape->inputs[1]}, {y}, base + "_rows_reshape");
+      twin->opset = reshape->opset;
+      twin->attrs = reshape->attrs;
+      rw.log("fused " + what + " (sum kept, the Reshape applied to both)");
+      return "";
+    }
     std::vector<ir::Value*> extra;
     if (sum_read) {
       rw.remove(add);  // the fused node writes the sum in its place
       extra.push_back(sum);
     }
-    if (std::string why = rw.unsupported_on_target("kiln", "SkipLayerNorm"); !why.empty()) return why;
-    ir::Node* fused = rw.replace(m, "SkipLayerNorm", "kiln", 1, ins, extra);
-    fused->attrs["epsilon"].kind = ir::Attribute::Kind::kFloat;
-    fused->attrs["epsilon"].f = eps;
+    set_epsilon(rw.replace(m, "SkipLayerNorm", "kiln", 1, ins, extra));
     rw.log("fused " + what + (sum_read ? " (sum kept)" : ""));
     return "";
   });

@@ -599,6 +599,30 @@ TEST(Passes, SkipLayerNormBroadcastsEmbeddings) {
   check(b, {{{"kiln.SkipLayerNorm", 1}, {"Add", 0}, {"LayerNormalization", 0}}, {{"fuse-skip-layer-norm", 1}}});
 }
 
+// timm's Swin block: `x = x + attn; x = x.reshape(B, -1, C); y = norm2(x)`, the reshaped sum read
+// again by the next residual Add, and `x.reshape(B, H, W, C)` before the next block's norm1: both
+// Add → Reshape → LayerNormalization chains fuse (the Reshape kept for the sum and twinned for the
+// rows); a Reshape that moves the last dim does not.
+TEST(Passes, SkipLayerNormThroughReshapeKeepingRows) {
+  Builder b;
+  ir::Value* x = b.input("x", {2, 4, 4, 8});
+  ir::Value* attn = b.input("attn", {2, 4, 4, 8});
+  auto norm = [&](ir::Value* v) {
+    return b.node("LayerNormalization", {v, b.floats({8}), b.floats({8})}, {{"axis", attr_int(-1)}, {"epsilon", attr_float(1e-5f)}});
+  };
+  ir::Value* s1 = b.node("Reshape", {b.node("Add", {x, attn}), b.ints({2, -1, 8})});
+  ir::Value* mlp = b.node("MatMul", {norm(s1), b.floats({8, 8})});
+  ir::Value* s2 = b.node("Reshape", {b.node("Add", {s1, mlp}), b.ints({2, 4, 4, 8})});
+  b.output(norm(s2));
+  b.output(s2);
+  check(b, {{{"kiln.SkipLayerNorm", 2}, {"Add", 0}, {"LayerNormalization", 0}}, {{"fuse-skip-layer-norm", 2}}});
+  Builder c;  // [2, 4, 8] → [2, 8, 4]: rows change, nothing fuses
+  ir::Value* u = c.input("u", {2, 4, 8});
+  c.output(c.node("LayerNormalization", {c.node("Reshape", {c.node("Add", {u, u}), c.ints({2, 8, 4})}), c.floats({4})},
+                  {{"axis", attr_int(-1)}}));
+  check(c, {{{"kiln.SkipLayerNorm", 0}, {"LayerNormalization", 1}}, {{"fuse-skip-layer-norm", 0}}});
+}
+
 // Input "x" [batch, seq, E] with symbolic batch and sequence dims.
 ir::Value* sequence_input(Builder& b, int64_t E) {
   ir::Value* x = b.g->add_value("x", ir::Type::tensor(DataType::kFloat32, ir::SymShape({ir::Dim("batch"), ir::Dim("seq"), E})));
