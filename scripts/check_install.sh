@@ -88,7 +88,13 @@ assert y.shape == want.shape and y.dtype == want.dtype and err <= 1e-4
 PY
 
 pkg=$(echo "$venv"/lib/python*/site-packages/kiln)
-no_checkout_paths "$pkg"/_kiln*.so "$pkg/lib/libkiln.so" "$pkg/bin/kiln"
+# A CUDA build ships its CUDA backend beside libkiln (libkiln opens it on demand).
+cuda_module=()
+if grep -q "^KILN_CUDA:BOOL=ON" "$root/build/CMakeCache.txt"; then
+  cuda_module=(lib/libkiln_cuda.so)
+  [ -e "$pkg/lib/libkiln_cuda.so" ] || { echo "the wheel of a CUDA build lacks kiln/lib/libkiln_cuda.so"; exit 1; }
+fi
+no_checkout_paths "$pkg"/_kiln*.so "$pkg/lib/libkiln.so" "$pkg/bin/kiln" "${cuda_module[@]/#/$pkg/}"
 
 echo "== the kiln command"
 kiln=$venv/bin/kiln
@@ -115,13 +121,13 @@ cd "$root"
 echo "== C++ package: cmake --install, then a program built with find_package(kiln)"
 logged cmake-install cmake --install build --prefix build/install-test
 for f in bin/kiln include/kiln/kiln.h lib/cmake/kiln/kilnConfig.cmake lib/cmake/kiln/kilnConfigVersion.cmake \
-         share/doc/kiln/LICENSE; do
+         share/doc/kiln/LICENSE "${cuda_module[@]}"; do
   [ -e "build/install-test/$f" ] || { echo "cmake --install left out $f"; exit 1; }
 done
 if find build/install-test -mindepth 1 \( -name "*test*" -o -name "fuzz_*" -o -name "_kiln*" \) | grep -q .; then
   echo "cmake --install installed tests or the Python module:"; find build/install-test; exit 1
 fi
-no_checkout_paths build/install-test/bin/kiln build/install-test/lib/libkiln.so
+no_checkout_paths build/install-test/bin/kiln build/install-test/lib/libkiln.so "${cuda_module[@]/#/build/install-test/}"
 build/install-test/bin/kiln --version
 # Each installed header on its own, as C++17 (kiln::kiln exports cxx_std_17; kiln builds as C++20).
 for h in build/install-test/include/kiln/*.h; do

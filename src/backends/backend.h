@@ -58,11 +58,12 @@ class Backend {
 };
 
 // The process-wide backends. CPU always exists; CUDA fails with a clear Status when kiln was built
-// without CUDA or no GPU is visible.
+// without CUDA, libkiln_cuda.so cannot be loaded (backends/cuda_module.h: loaded on the first of
+// these calls) or no GPU is visible.
 Backend& cpu_backend();
 Expected<Backend*> cuda_backend();
-// The CUDA backend's kernel rows, available with or without a GPU (null in a build without CUDA):
-// what placement would choose can be planned anywhere.
+// The CUDA backend's kernel rows, available with or without a GPU (null in a build without CUDA or
+// when libkiln_cuda.so cannot be loaded): what placement would choose can be planned anywhere.
 const KernelRegistry* cuda_kernel_registry();
 Expected<Backend*> backend_for(DeviceType type);
 

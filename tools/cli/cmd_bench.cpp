@@ -75,7 +75,7 @@ int RunCommand::bench_engine(const kiln::Engine& e, std::unique_ptr<kiln::Execut
   std::vector<std::unique_ptr<kiln_tools::GpuTimer>> timers(ctxs.size());
   if (e.device() == kiln::DeviceType::kCUDA)
     for (size_t k = 0; k < ctxs.size(); ++k) {
-      timers[k] = kiln_tools::GpuTimer::create();
+      timers[k] = kiln_tools::make_gpu_timer();
       if (!timers[k]) break;
       if (kiln::Status st = ctxs[k]->set_cuda_stream(timers[k]->stream()); !st.ok()) return fail(st);
     }

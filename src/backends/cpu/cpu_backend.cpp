@@ -125,13 +125,6 @@ Backend& cpu_backend() {
   return backend;
 }
 
-#ifndef KILN_WITH_CUDA
-Expected<Backend*> cuda_backend() {
-  return unsupported("this kiln was built without CUDA (configure with -DKILN_CUDA=ON on a machine with nvcc)");
-}
-const KernelRegistry* cuda_kernel_registry() { return nullptr; }
-#endif
-
 Expected<Backend*> backend_for(DeviceType type) {
   if (type == DeviceType::kCPU) return &cpu_backend();
   return cuda_backend();

@@ -1,5 +1,6 @@
 // backends/cuda/cuda_backend.cpp — the CUDA backend: device memory, copies, per-context state.
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_entry.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -306,20 +307,17 @@ void* CudaBackend::build_state() {
   return build_state_.get();
 }
 
-}  // namespace cuda
-
-const KernelRegistry* cuda_kernel_registry() {
-  // The rows only: registering touches no device, so placement can be planned without a GPU.
+const KernelRegistry* kernel_rows() {
   static const KernelRegistry* registry = [] {
     auto* r = new KernelRegistry;
-    cuda::register_all(*r);
+    register_all(*r);
     return r;
   }();
   return registry;
 }
 
-Expected<Backend*> cuda_backend() {
-  // Probed once: a process either sees a GPU or it does not.
+Expected<Backend*> probe_backend() {
+  // A process either sees a GPU or it does not.
   static const Expected<Backend*> backend = []() -> Expected<Backend*> {
     int count = 0;
     const cudaError_t err = cudaGetDeviceCount(&count);
@@ -328,10 +326,12 @@ Expected<Backend*> cuda_backend() {
       return unsupported(std::string("no CUDA GPU visible: ") + cudaGetErrorString(err));
     }
     if (count == 0) return unsupported("no CUDA GPU visible: cudaGetDeviceCount found 0 devices");
-    static cuda::CudaBackend instance;
+    static CudaBackend instance;
     return &instance;
   }();
   return backend;
 }
+
+}  // namespace cuda
 
 }  // namespace kiln

@@ -1,16 +1,14 @@
-// tools/gpu_timer.cpp — CUDA events around runs on a stream of the tool's own (see gpu_timer.h).
-#include "gpu_timer.h"
+// backends/cuda/cuda_event_timer.cpp — CUDA events around runs on a stream of the timer's own
+// (EventTimer in backends/cuda_module.h; `kiln bench` reports the GPU time with it).
+#include <cuda_runtime_api.h>
 
-#if KILN_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
+#include "backends/cuda/cuda_entry.h"
 
-namespace kiln_tools {
+namespace kiln::cuda {
 
-#if KILN_WITH_CUDA
 namespace {
 
-class CudaEventTimer final : public GpuTimer {
+class CudaEventTimer final : public EventTimer {
  public:
   ~CudaEventTimer() override {
     if (begin_) cudaEventDestroy(begin_);
@@ -38,7 +36,7 @@ class CudaEventTimer final : public GpuTimer {
 
 }  // namespace
 
-std::unique_ptr<GpuTimer> GpuTimer::create() {
+std::unique_ptr<EventTimer> make_event_timer() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     cudaGetLastError();  // clear the sticky "no device" error for the rest of the process
@@ -48,8 +46,5 @@ std::unique_ptr<GpuTimer> GpuTimer::create() {
   if (!t->init()) return nullptr;
   return t;
 }
-#else
-std::unique_ptr<GpuTimer> GpuTimer::create() { return nullptr; }
-#endif
 
-}  // namespace kiln_tools
+}  // namespace kiln::cuda
