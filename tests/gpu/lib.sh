@@ -4,6 +4,9 @@ bin=$(cd "$1" && pwd); out=$2
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PYTHONUNBUFFERED=1
+# libkiln opens the CUDA backend, libkiln_cuda.so, from its own folder: carry it beside libkiln.so
+[ -e "$bin/libkiln_cuda.so" ] ||
+  echo "warning: $bin has no libkiln_cuda.so (the CUDA backend; build/libkiln_cuda.so): CUDA requests will fail"
 # a packed copy carries the test plugins in BIN_DIR/plugins (tests/unit/test_plugins.cpp)
 [ -d "$bin/plugins" ] && export KILN_TEST_PLUGIN_DIR="$bin/plugins"
 cd "$root"
