@@ -148,6 +148,20 @@ def test_matmul_nbits_forms(K, N, block, zp, bias):
     np.testing.assert_allclose(kiln_run(m, {"a": a})[0], ort_run(m, {"a": a})[0], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("block,symmetric", [(32, True), (32, False), (128, True), (128, False)])
+def test_matmul_nbits_quantizer_odd_shapes(block, symmetric):
+    """MatMulNBitsQuantizer's weights with K not a multiple of the block and N odd, for rows of A on both
+    of kiln's paths (the fused pass up to 4 rows, the panel GEMM past them) and across its tiles' tails."""
+    K, N = 3 * block + 40, 301
+    w = (RNG.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)
+    node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    m = quantize_4bit(make_model([node], {"x": (TensorProto.FLOAT, ["M", K])}, ["y"], {"w": w}), block, symmetric)
+    assert [n.op_type for n in m.graph.node] == ["MatMulNBits"]
+    for M in (1, 3, 17, 65):
+        x = RNG.standard_normal((M, K)).astype(np.float32)
+        np.testing.assert_allclose(kiln_run(m, {"x": x})[0], ort_run(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
 def test_matmul_nbits_bad_models_are_clear_errors():
     m = nbits_node_model(64, 8, 32)
     m.graph.node[0].attribute[2].i = 8  # bits

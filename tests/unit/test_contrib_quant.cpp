@@ -1,6 +1,6 @@
 // com.microsoft MatMulNBits (backends/cpu/contrib_quant.cpp) against a naive reference on random 4-bit
 // weights: packed and float zero points, none, a bias, K not a multiple of the block, N across several of
-// the kernel's chunks; and clear errors for inputs of the wrong size. (The QLinear ops are lowered to
+// the kernel's chunks, few rows of A (the fused pass) and more (the panel GEMM); and clear errors for inputs of the wrong size. (The QLinear ops are lowered to
 // ai.onnx ops and checked against onnxruntime in tests/python/test_contrib_quant.py.)
 #include "test_rq_util.h"
 
@@ -57,7 +57,11 @@ TEST(ContribQuant, MatMulNBitsMatchesReference) {
   const NBitsCase cases[] = {{1, 64, 40, 32, Zp::kPacked, false},  {4, 64, 40, 16, Zp::kFloat, true},
                              {3, 72, 33, 32, Zp::kPacked, true},   {2, 50, 20, 16, Zp::kNone, false},
                              {5, 33, 17, 16, Zp::kPacked, false},  {1, 512, 600, 128, Zp::kNone, true},
-                             {7, 200, 70, 64, Zp::kFloat, false}};
+                             {7, 200, 70, 64, Zp::kFloat, false},
+                             // The panel GEMM (M > 4): row and column tails of its tiles, K' past one chunk
+                             // of 512, several panels per thread.
+                             {17, 600, 37, 32, Zp::kPacked, true}, {65, 130, 259, 128, Zp::kFloat, false},
+                             {6, 1100, 9, 16, Zp::kNone, false},   {13, 64, 2049, 32, Zp::kPacked, false}};
   for (const NBitsCase& c : cases) {
     std::vector<double> want;
     std::vector<Tensor> in = nbits_inputs(c, want);

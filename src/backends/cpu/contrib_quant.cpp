@@ -7,11 +7,16 @@
 // columns into the same order per block — the block's even columns, then its odd ones — and a byte's two
 // nibbles then meet two contiguous runs of A (A' below, zero past K). Then:
 //   * a few rows of A (decoding: M <= kFusedRows): one pass over the 4-bit weights; per block, Σ q · a'
-//     over its values eight at a time in registers (AVX2/FMA, or a portable loop), less the zero point
-//     times the block's sum of A', times the scale: no float copy of W exists anywhere;
-//   * more rows: W is dequantized `cols` rows at a time (about 4 MiB of floats) into the workspace and
-//     multiplied with A' by sgemm, so the float product is kiln's GEMM.
+//     over its values 16 (AVX-512) or 8 (AVX2) at a time in registers, several rows of W at once (their
+//     loads of A' shared; or a portable loop), less the zero point times the block's sum of A', times the
+//     scale: no float copy of W exists anywhere;
+//   * more rows, with AVX2: W is dequantized a panel of rows at a time (about 128 KiB of floats, in L2)
+//     by the thread that multiplies it, with a register tile of rows of A' × rows of the panel
+//     vectorized along K' (the panel GEMM below): each weight is dequantized once per run;
+//   * more rows without AVX2: W is dequantized `cols` rows at a time (about 4 MiB of floats) into the
+//     workspace and multiplied with A' by sgemm, so the float product is kiln's GEMM.
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -27,19 +32,27 @@ enum : int { kA = 0, kB = 1, kScales = 2, kZeroPoints = 3, kGIdx = 4, kBias = 5 
 
 // Rows of A up to which the fused pass runs (it dequantizes W once per row of A).
 constexpr int64_t kFusedRows = 4;
+// The panel GEMM's register tile's rows of W (its rows of A: panel_tiles below) and its chunk of K'.
+constexpr int kTileN = 4;
+constexpr int64_t kChunk = 1024;
 
 struct NBits {
   int64_t K = 0, N = 0, block = 0;
   int64_t blocks() const { return (K + block - 1) / block; }
   int64_t padded() const { return blocks() * block; }  // K' of A' and of W's dequantized rows
+  // Their rows' stride: 64 bytes past K' (a power of two, as K' often is, would put the rows a tile reads
+  // at once in the same L1 cache sets).
+  int64_t ld() const { return padded() + 16; }
   int64_t blob() const { return block / 2; }           // bytes of one block of 4-bit values
   int64_t zp_row() const { return (blocks() + 1) / 2; }  // bytes of one row's packed zero points
 };
 
-// Per input shape: rows of A and the rows of W the GEMM path dequantizes at a time; the workspace holds
-// A' [M, K'], those rows [cols, K'] and the sums of A's values per block [M, blocks].
+// Per input shape: rows of A, and for more than kFusedRows of them the rows of W dequantized at a time
+// (`cols`) and the threads that each dequantize their own (`parts`; 0: the sgemm path without AVX2, its
+// chunks dequantized by all threads). The workspace holds A' [M, K'], the sums of A's values per block
+// [M, blocks] and max(parts, 1) buffers of `cols` rows [cols, K'].
 struct NBitsShape {
-  int64_t M = 0, cols = 16;
+  int64_t M = 0, cols = 16, parts = 0;
 };
 
 Status reshape_nbits(ReshapeContext& rc, const NBits& p) {
@@ -78,13 +91,18 @@ Status reshape_nbits(ReshapeContext& rc, const NBits& p) {
   auto st = std::make_shared<NBitsShape>();
   st->M = shape_numel(a.shape) / p.K;
   int64_t slices = 0;
-  if (st->M > kFusedRows) {
+  if (st->M > kFusedRows && has_avx2_fma()) {
+    // Panels of about 128 KiB (L2), in whole tiles: K 1024 gives 32 rows.
+    st->cols = std::min(std::clamp<int64_t>((32768 / p.padded()) / kTileN * kTileN, kTileN, 256), p.N);
+    st->parts = std::max<int64_t>(1, std::min<int64_t>((p.N + st->cols - 1) / st->cols, omp_get_max_threads()));
+    slices = st->parts * st->cols;
+  } else if (st->M > kFusedRows) {
     // About 4 MiB of dequantized rows per chunk, in rows of 16 (1 MiB measured 8% slower at M 32-128,
     // 256 KiB twice as slow: sgemm calls on narrow chunks cost more than the cache saves).
     st->cols = std::min(std::clamp<int64_t>((1048576 / p.padded()) / 16 * 16, 16, 4096), p.N);
     slices = st->cols;
   }
-  rc.workspace_bytes = static_cast<size_t>((st->M + slices) * p.padded() + st->M * p.blocks()) * sizeof(float);
+  rc.workspace_bytes = static_cast<size_t>((st->M + slices) * p.ld() + st->M * p.blocks()) * sizeof(float);
   rc.state = st;
   return Status::Ok();
 }
@@ -103,7 +121,7 @@ void reorder_a(const NBits& p, int64_t M, const float* a, float* ap, float* sums
   parallel_for(M, 1, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
       const float* row = a + m * p.K;
-      float* out = ap + m * Kp;
+      float* out = ap + m * p.ld();
       for (int64_t k0 = 0, blk = 0; k0 < Kp; k0 += p.block, ++blk) {
         float sum = 0.0f;
         for (int64_t j = 0; j < half; ++j) {
@@ -127,7 +145,7 @@ void dequantize_rows(const NBits& p, const uint8_t* b, const float* scales, cons
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const float s = scales[n * blocks + blk], z = zero_point(p, zp, float_zp, n, blk);
       const uint8_t* q = b + (n * blocks + blk) * half;
-      float* lo = w + r * p.padded() + blk * p.block;
+      float* lo = w + r * p.ld() + blk * p.block;
       float* hi = lo + half;
       for (int64_t j = 0; j < half; ++j) lo[j] = (static_cast<float>(q[j] & 15) - z) * s;
       for (int64_t j = 0; j < half; ++j) hi[j] = (static_cast<float>(q[j] >> 4) - z) * s;
@@ -135,20 +153,20 @@ void dequantize_rows(const NBits& p, const uint8_t* b, const float* scales, cons
   }
 }
 
-// y[m, n] for the MR rows of A' (row stride Kp) and n in [n0, n1) (the fused pass): Σ over blocks of
+// y[m, n] for the MR rows of A' (row stride ld) and n in [n0, n1) (the fused pass): Σ over blocks of
 // scale · (Σ q · a' − z · Σ a'), the block sums of A' precomputed (`sums`, [MR, blocks]). Y's row stride
 // is N.
 template <int MR>
 void fused_rows_portable(const NBits& p, const uint8_t* b, const float* scales, const void* zp, bool float_zp,
                          const float* ap, const float* sums, int64_t n0, int64_t n1, float* y) {
-  const int64_t blocks = p.blocks(), half = p.blob(), Kp = p.padded();
+  const int64_t blocks = p.blocks(), half = p.blob(), ld = p.ld();
   for (int64_t n = n0; n < n1; ++n) {
     float acc[MR] = {};
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const float z = zero_point(p, zp, float_zp, n, blk), s = scales[n * blocks + blk];
       const uint8_t* q = b + (n * blocks + blk) * half;
       for (int r = 0; r < MR; ++r) {
-        const float* lo = ap + r * Kp + blk * p.block;
+        const float* lo = ap + r * ld + blk * p.block;
         const float* hi = lo + half;
         float part = 0.0f;
         for (int64_t j = 0; j < half; ++j)
@@ -166,54 +184,263 @@ void fused_rows_portable(const NBits& p, const uint8_t* b, const float* scales, 
   return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }
 
-// The same with eight weights at a time in registers, each converted once for the MR rows.
+// The fused pass with eight weights at a time in registers, each converted once for the MR rows, on NB
+// rows of W at once (their A' loads shared). Every row of A and W keeps two partial sums per block, one
+// for the even and one for the odd columns: 2 · MR · NB independent FMA chains.
+template <int MR, int NB>
+[[gnu::target("avx2,fma"), gnu::always_inline]] inline void fused_cols_avx2(const NBits& p, const uint8_t* b,
+                                                                          const float* scales, const void* zp,
+                                                                          bool float_zp, const float* ap,
+                                                                          const float* sums, int64_t n, float* y) {
+  const int64_t blocks = p.blocks(), half = p.blob(), ld = p.ld();  // half: a multiple of 8
+  const __m256i nibble = _mm256_set1_epi32(15);
+  __m256 acc[NB][MR];
+  float corr[NB][MR] = {};
+  for (int c = 0; c < NB; ++c)
+    for (int r = 0; r < MR; ++r) acc[c][r] = _mm256_setzero_ps();
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const uint8_t* q[NB];
+    __m256 lo[NB][MR], hi[NB][MR];
+    for (int c = 0; c < NB; ++c) {
+      q[c] = b + ((n + c) * blocks + blk) * half;
+      for (int r = 0; r < MR; ++r) lo[c][r] = hi[c][r] = _mm256_setzero_ps();
+    }
+    const float* a = ap + blk * p.block;
+    for (int64_t j = 0; j < half; j += 8) {
+      for (int c = 0; c < NB; ++c) {
+        const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q[c] + j)));
+        const __m256 ql = _mm256_cvtepi32_ps(_mm256_and_si256(v, nibble));
+        const __m256 qh = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+        for (int r = 0; r < MR; ++r) {
+          lo[c][r] = _mm256_fmadd_ps(ql, _mm256_loadu_ps(a + r * ld + j), lo[c][r]);
+          hi[c][r] = _mm256_fmadd_ps(qh, _mm256_loadu_ps(a + r * ld + half + j), hi[c][r]);
+        }
+      }
+    }
+    for (int c = 0; c < NB; ++c) {
+      const float s = scales[(n + c) * blocks + blk], zs = zero_point(p, zp, float_zp, n + c, blk) * s;
+      const __m256 vs = _mm256_set1_ps(s);
+      for (int r = 0; r < MR; ++r) {
+        acc[c][r] = _mm256_fmadd_ps(_mm256_add_ps(lo[c][r], hi[c][r]), vs, acc[c][r]);
+        corr[c][r] += zs * sums[r * blocks + blk];
+      }
+    }
+  }
+  for (int c = 0; c < NB; ++c)
+    for (int r = 0; r < MR; ++r) y[r * p.N + n + c] = hsum_avx2(acc[c][r]) - corr[c][r];
+}
+
+// The same with sixteen weights at a time (blocks of 32 values or more).
+template <int MR, int NB>
+[[gnu::target(KILN_TARGET_AVX512), gnu::always_inline]] inline void fused_cols_avx512(
+    const NBits& p, const uint8_t* b, const float* scales, const void* zp, bool float_zp, const float* ap,
+    const float* sums, int64_t n, float* y) {
+  const int64_t blocks = p.blocks(), half = p.blob(), ld = p.ld();  // half: a multiple of 16
+  const __m512i nibble = _mm512_set1_epi32(15);
+  __m512 acc[NB][MR];
+  float corr[NB][MR] = {};
+  for (int c = 0; c < NB; ++c)
+    for (int r = 0; r < MR; ++r) acc[c][r] = _mm512_setzero_ps();
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const uint8_t* q[NB];
+    __m512 lo[NB][MR], hi[NB][MR];
+    for (int c = 0; c < NB; ++c) {
+      q[c] = b + ((n + c) * blocks + blk) * half;
+      for (int r = 0; r < MR; ++r) lo[c][r] = hi[c][r] = _mm512_setzero_ps();
+    }
+    const float* a = ap + blk * p.block;
+    for (int64_t j = 0; j < half; j += 16) {
+      for (int c = 0; c < NB; ++c) {
+        const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[c] + j)));
+        const __m512 ql = _mm512_cvtepi32_ps(_mm512_and_si512(v, nibble));
+        const __m512 qh = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+        for (int r = 0; r < MR; ++r) {
+          lo[c][r] = _mm512_fmadd_ps(ql, _mm512_loadu_ps(a + r * ld + j), lo[c][r]);
+          hi[c][r] = _mm512_fmadd_ps(qh, _mm512_loadu_ps(a + r * ld + half + j), hi[c][r]);
+        }
+      }
+    }
+    for (int c = 0; c < NB; ++c) {
+      const float s = scales[(n + c) * blocks + blk], zs = zero_point(p, zp, float_zp, n + c, blk) * s;
+      const __m512 vs = _mm512_set1_ps(s);
+      for (int r = 0; r < MR; ++r) {
+        acc[c][r] = _mm512_fmadd_ps(_mm512_add_ps(lo[c][r], hi[c][r]), vs, acc[c][r]);
+        corr[c][r] += zs * sums[r * blocks + blk];
+      }
+    }
+  }
+  for (int c = 0; c < NB; ++c)
+    for (int r = 0; r < MR; ++r) y[r * p.N + n + c] = _mm512_reduce_add_ps(acc[c][r]) - corr[c][r];
+}
+
+// Rows of W at a time in the fused pass: as many as keep the partial sums in registers.
+template <int MR>
+constexpr int kFusedCols = MR == 1 ? 4 : MR == 2 ? 2 : 1;
+
 template <int MR>
 [[gnu::target("avx2,fma")]] void fused_rows_avx2(const NBits& p, const uint8_t* b, const float* scales, const void* zp,
                                                 bool float_zp, const float* ap, const float* sums, int64_t n0,
                                                 int64_t n1, float* y) {
-  const int64_t blocks = p.blocks(), half = p.blob(), Kp = p.padded();  // half: a multiple of 8
-  const __m256i nibble = _mm256_set1_epi32(15);
-  for (int64_t n = n0; n < n1; ++n) {
-    __m256 acc[MR];
-    float corr[MR] = {};
-    for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      const float z = zero_point(p, zp, float_zp, n, blk), s = scales[n * blocks + blk];
-      const uint8_t* q = b + (n * blocks + blk) * half;
-      const float* lo = ap + blk * p.block;
-      __m256 part[MR];
-      for (int r = 0; r < MR; ++r) part[r] = _mm256_setzero_ps();
-      for (int64_t j = 0; j < half; j += 8) {
-        uint64_t eight;
-        std::memcpy(&eight, q + j, 8);
-        const __m256i v = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(eight)));
-        const __m256 ql = _mm256_cvtepi32_ps(_mm256_and_si256(v, nibble));
-        const __m256 qh = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
-        for (int r = 0; r < MR; ++r) {
-          part[r] = _mm256_fmadd_ps(ql, _mm256_loadu_ps(lo + r * Kp + j), part[r]);
-          part[r] = _mm256_fmadd_ps(qh, _mm256_loadu_ps(lo + r * Kp + half + j), part[r]);
-        }
-      }
-      const __m256 vs = _mm256_set1_ps(s);
-      for (int r = 0; r < MR; ++r) {
-        acc[r] = _mm256_fmadd_ps(part[r], vs, acc[r]);
-        corr[r] += z * sums[r * blocks + blk] * s;
-      }
-    }
-    for (int r = 0; r < MR; ++r) y[r * p.N + n] = hsum_avx2(acc[r]) - corr[r];
-  }
+  constexpr int NB = kFusedCols<MR>;
+  int64_t n = n0;
+  for (; n + NB <= n1; n += NB) fused_cols_avx2<MR, NB>(p, b, scales, zp, float_zp, ap, sums, n, y);
+  for (; n < n1; ++n) fused_cols_avx2<MR, 1>(p, b, scales, zp, float_zp, ap, sums, n, y);
+}
+
+template <int MR>
+[[gnu::target(KILN_TARGET_AVX512)]] void fused_rows_avx512(const NBits& p, const uint8_t* b, const float* scales,
+                                                          const void* zp, bool float_zp, const float* ap,
+                                                          const float* sums, int64_t n0, int64_t n1, float* y) {
+  constexpr int NB = kFusedCols<MR>;
+  int64_t n = n0;
+  for (; n + NB <= n1; n += NB) fused_cols_avx512<MR, NB>(p, b, scales, zp, float_zp, ap, sums, n, y);
+  for (; n < n1; ++n) fused_cols_avx512<MR, 1>(p, b, scales, zp, float_zp, ap, sums, n, y);
 }
 
 using FusedRowsFn = void (*)(const NBits&, const uint8_t*, const float*, const void*, bool, const float*,
                              const float*, int64_t, int64_t, float*);
 
-// The fused pass for MR rows of A (1 <= MR <= kFusedRows), on this machine's copy.
-FusedRowsFn fused_rows(int64_t rows) {
+// The fused pass for MR rows of A (1 <= MR <= kFusedRows), on this machine's copy (AVX-512's takes
+// blocks of 32 values or more).
+FusedRowsFn fused_rows(const NBits& p, int64_t rows) {
+  static const FusedRowsFn avx512[] = {fused_rows_avx512<1>, fused_rows_avx512<2>, fused_rows_avx512<3>,
+                                       fused_rows_avx512<4>};
+  if (has_avx512() && p.blob() % 16 == 0) return avx512[rows - 1];
   static const FusedRowsFn avx2[] = {fused_rows_avx2<1>, fused_rows_avx2<2>, fused_rows_avx2<3>, fused_rows_avx2<4>};
   static const FusedRowsFn portable[] = {fused_rows_portable<1>, fused_rows_portable<2>, fused_rows_portable<3>,
                                          fused_rows_portable<4>};
   static_assert(kFusedRows == 4);
   return (has_avx2_fma() ? avx2 : portable)[rows - 1];
+}
+
+// ---- The panel GEMM (more rows of A; AVX2 or AVX-512): W dequantized kPanel rows at a time into a float panel
+// [rows, K'] that stays in L2, multiplied with A' by a register tile of 3 or 4 rows of A' × kTileN rows
+// of the panel, vectorized along K' (K' is a multiple of 16: blocks are at least 16 values), over K' in
+// chunks of kChunk so that the tile's rows of A' stay in L1. Each weight is dequantized once per run.
+
+// W's rows n0 .. n0 + rows - 1 as floats in A's order, [rows, K'] (dequantize_rows with AVX2).
+[[gnu::target("avx2,fma")]] void dequantize_rows_avx2(const NBits& p, const uint8_t* b, const float* scales,
+                                                     const void* zp, bool float_zp, int64_t n0, int64_t rows,
+                                                     float* w) {
+  const int64_t blocks = p.blocks(), half = p.blob();
+  const __m256i nibble = _mm256_set1_epi32(15);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = n0 + r;
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const __m256 s = _mm256_set1_ps(scales[n * blocks + blk]);
+      const __m256 z = _mm256_set1_ps(zero_point(p, zp, float_zp, n, blk));
+      const uint8_t* q = b + (n * blocks + blk) * half;
+      float* lo = w + r * p.ld() + blk * p.block;
+      for (int64_t j = 0; j < half; j += 8) {
+        const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + j)));
+        const __m256 ql = _mm256_cvtepi32_ps(_mm256_and_si256(v, nibble));
+        const __m256 qh = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+        _mm256_storeu_ps(lo + j, _mm256_mul_ps(_mm256_sub_ps(ql, z), s));
+        _mm256_storeu_ps(lo + half + j, _mm256_mul_ps(_mm256_sub_ps(qh, z), s));
+      }
+    }
+  }
+}
+
+// y[r, c] (+)= Σ_k a[r, k] · w[c, k] for r < TM, c < TN, k < kc (a multiple of 8); rows of a, w and y
+// lda, ldw and ldy apart. `add`: accumulate into y (a later chunk of K').
+template <int TM, int TN>
+[[gnu::target("avx2,fma")]] void panel_tile_avx2(const float* a, int64_t lda, const float* w, int64_t ldw, int64_t kc,
+                                                float* y, int64_t ldy, bool add) {
+  __m256 acc[TM][TN];
+  for (int r = 0; r < TM; ++r)
+    for (int c = 0; c < TN; ++c) acc[r][c] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < kc; k += 8) {
+    __m256 av[TM];
+    for (int r = 0; r < TM; ++r) av[r] = _mm256_loadu_ps(a + r * lda + k);
+    for (int c = 0; c < TN; ++c) {
+      const __m256 wv = _mm256_loadu_ps(w + c * ldw + k);
+      for (int r = 0; r < TM; ++r) acc[r][c] = _mm256_fmadd_ps(av[r], wv, acc[r][c]);
+    }
+  }
+  for (int r = 0; r < TM; ++r) {
+    float* out = y + r * ldy;
+    if constexpr (TN == 4) {  // the four sums of a row at once
+      const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(acc[r][0], acc[r][1]), _mm256_hadd_ps(acc[r][2], acc[r][3]));
+      __m128 v = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+      if (add) v = _mm_add_ps(v, _mm_loadu_ps(out));
+      _mm_storeu_ps(out, v);
+    } else {
+      for (int c = 0; c < TN; ++c) out[c] = (add ? out[c] : 0.0f) + hsum_avx2(acc[r][c]);
+    }
+  }
+}
+
+// The same with sixteen values of K' at a time (K' is a multiple of 16 too).
+template <int TM, int TN>
+[[gnu::target(KILN_TARGET_AVX512)]] void panel_tile_avx512(const float* a, int64_t lda, const float* w, int64_t ldw,
+                                                          int64_t kc, float* y, int64_t ldy, bool add) {
+  __m512 acc[TM][TN];
+  for (int r = 0; r < TM; ++r)
+    for (int c = 0; c < TN; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; k += 16) {
+    __m512 av[TM];
+    for (int r = 0; r < TM; ++r) av[r] = _mm512_loadu_ps(a + r * lda + k);
+    for (int c = 0; c < TN; ++c) {
+      const __m512 wv = _mm512_loadu_ps(w + c * ldw + k);
+      for (int r = 0; r < TM; ++r) acc[r][c] = _mm512_fmadd_ps(av[r], wv, acc[r][c]);
+    }
+  }
+  for (int r = 0; r < TM; ++r) {
+    __m256 half[TN];  // each accumulator's two halves added
+    for (int c = 0; c < TN; ++c)
+      half[c] = _mm256_add_ps(_mm512_castps512_ps256(acc[r][c]), _mm512_extractf32x8_ps(acc[r][c], 1));
+    float* out = y + r * ldy;
+    if constexpr (TN == 4) {
+      const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(half[0], half[1]), _mm256_hadd_ps(half[2], half[3]));
+      __m128 v = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+      if (add) v = _mm_add_ps(v, _mm_loadu_ps(out));
+      _mm_storeu_ps(out, v);
+    } else {
+      for (int c = 0; c < TN; ++c) out[c] = (add ? out[c] : 0.0f) + hsum_avx2(half[c]);
+    }
+  }
+}
+
+using PanelTileFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*, int64_t, bool);
+
+// The tiles of one ISA: tile[tm - 1][tn - 1] for up to `rows` × kTileN.
+struct PanelTiles {
+  int rows;
+  const PanelTileFn (*tile)[kTileN];
+};
+constexpr PanelTileFn kTiles2[3][kTileN] = {
+    {panel_tile_avx2<1, 1>, panel_tile_avx2<1, 2>, panel_tile_avx2<1, 3>, panel_tile_avx2<1, 4>},
+    {panel_tile_avx2<2, 1>, panel_tile_avx2<2, 2>, panel_tile_avx2<2, 3>, panel_tile_avx2<2, 4>},
+    {panel_tile_avx2<3, 1>, panel_tile_avx2<3, 2>, panel_tile_avx2<3, 3>, panel_tile_avx2<3, 4>}};
+constexpr PanelTileFn kTiles512[6][kTileN] = {
+    {panel_tile_avx512<1, 1>, panel_tile_avx512<1, 2>, panel_tile_avx512<1, 3>, panel_tile_avx512<1, 4>},
+    {panel_tile_avx512<2, 1>, panel_tile_avx512<2, 2>, panel_tile_avx512<2, 3>, panel_tile_avx512<2, 4>},
+    {panel_tile_avx512<3, 1>, panel_tile_avx512<3, 2>, panel_tile_avx512<3, 3>, panel_tile_avx512<3, 4>},
+    {panel_tile_avx512<4, 1>, panel_tile_avx512<4, 2>, panel_tile_avx512<4, 3>, panel_tile_avx512<4, 4>},
+    {panel_tile_avx512<5, 1>, panel_tile_avx512<5, 2>, panel_tile_avx512<5, 3>, panel_tile_avx512<5, 4>},
+    {panel_tile_avx512<6, 1>, panel_tile_avx512<6, 2>, panel_tile_avx512<6, 3>, panel_tile_avx512<6, 4>}};
+
+// This machine's tiles: 6 rows of A' with AVX-512 (32 registers), 3 with AVX2 (16).
+PanelTiles panel_tiles() { return has_avx512() ? PanelTiles{6, kTiles512} : PanelTiles{3, kTiles2}; }
+
+// Y's columns n0 .. n0 + rows - 1 (rows <= the panel's) for all M rows of A', w the panel's buffer.
+void panel_gemm(const NBits& p, int64_t M, const uint8_t* b, const float* scales, const void* zp, bool float_zp,
+                const float* ap, int64_t n0, int64_t rows, float* w, float* y) {
+  const int64_t Kp = p.padded(), ld = p.ld();
+  const PanelTiles tiles = panel_tiles();
+  dequantize_rows_avx2(p, b, scales, zp, float_zp, n0, rows, w);
+  for (int64_t k0 = 0; k0 < Kp; k0 += kChunk) {
+    const int64_t kc = std::min(kChunk, Kp - k0);
+    for (int64_t m0 = 0; m0 < M; m0 += tiles.rows) {
+      const int64_t tm = std::min<int64_t>(tiles.rows, M - m0);
+      for (int64_t c0 = 0; c0 < rows; c0 += kTileN) {
+        const int64_t tn = std::min<int64_t>(kTileN, rows - c0);
+        tiles.tile[tm - 1][tn - 1](ap + m0 * ld + k0, ld, w + c0 * ld + k0, ld, kc, y + m0 * p.N + n0 + c0, p.N,
+                                   k0 > 0);
+      }
+    }
+  }
 }
 
 Status run_nbits(KernelContext& ctx, const NBits& p) {
@@ -225,26 +452,35 @@ Status run_nbits(KernelContext& ctx, const NBits& p) {
   const void* zp = has_zp ? ctx.input(kZeroPoints).raw() : nullptr;
   const float* bias = ctx.has_input(kBias) ? ctx.input(kBias).data<float>() : nullptr;
   float* y = ctx.output(0).data<float>();
-  const int64_t M = st.M, N = p.N, Kp = p.padded();
+  const int64_t M = st.M, N = p.N, Kp = p.padded(), ld = p.ld();
   if (M == 0) return Status::Ok();
   float* ap = static_cast<float*>(ctx.workspace());
-  float* sums = ap + (M + (M > kFusedRows ? st.cols : 0)) * Kp;
+  float* sums = ap + M * ld;
+  float* w = sums + M * p.blocks();
   reorder_a(p, M, ctx.input(kA).data<float>(), ap, sums);
   if (M <= kFusedRows) {
-    const FusedRowsFn rows = fused_rows(M);
+    const FusedRowsFn rows = fused_rows(p, M);
     parallel_for(N, std::max<int64_t>(1, 16384 / Kp), [&](int64_t n0, int64_t n1) {
       rows(p, b, scales, zp, float_zp, ap, sums, n0, n1, y);
     });
+  } else if (st.parts > 0) {
+    // Panels of `cols` rows of W, split evenly over `parts` threads, each with its own panel buffer.
+    const int64_t panels = (N + st.cols - 1) / st.cols;
+    parallel_for(st.parts, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        for (int64_t i = panels * t / st.parts; i < panels * (t + 1) / st.parts; ++i)
+          panel_gemm(p, M, b, scales, zp, float_zp, ap, i * st.cols, std::min(st.cols, N - i * st.cols),
+                     w + t * st.cols * ld, y);
+    });
   } else {
-    // Chunks of `cols` rows of W, one after another: dequantized by all threads, then one sgemm (threaded
-    // by oneDNN; called from inside a parallel region it measured 5x slower at M = 32).
-    float* w = ap + M * Kp;
+    // Without AVX2: chunks of `cols` rows of W, one after another: dequantized by all threads, then one
+    // sgemm (threaded by oneDNN; called from inside a parallel region it measured 5x slower at M = 32).
     for (int64_t n0 = 0; n0 < N; n0 += st.cols) {
       const int64_t rows = std::min(st.cols, N - n0);
       parallel_for(rows, std::max<int64_t>(1, 16384 / Kp), [&](int64_t r0, int64_t r1) {
-        dequantize_rows(p, b, scales, zp, float_zp, n0 + r0, r1 - r0, w + r0 * Kp);
+        dequantize_rows(p, b, scales, zp, float_zp, n0 + r0, r1 - r0, w + r0 * ld);
       });
-      nn::gemm<float>(false, true, M, rows, Kp, 1.0f, ap, Kp, w, Kp, 0.0f, y + n0, N);
+      nn::gemm<float>(false, true, M, rows, Kp, 1.0f, ap, ld, w, ld, 0.0f, y + n0, N);
     }
   }
   if (bias)
