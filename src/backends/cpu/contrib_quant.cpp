@@ -35,6 +35,8 @@ constexpr int64_t kFusedRows = 4;
 // The panel GEMM's register tile's rows of W (its rows of A: panel_tiles below) and its chunk of K'.
 constexpr int kTileN = 4;
 constexpr int64_t kChunk = 1024;
+// The wide GEMM's (AVX-512) panel of rows of W, its register tile's rows of A', and its chunk of K'.
+constexpr int kWideN = 32, kWideM = 12;
 
 struct NBits {
   int64_t K = 0, N = 0, block = 0;
@@ -46,6 +48,9 @@ struct NBits {
   int64_t blob() const { return block / 2; }           // bytes of one block of 4-bit values
   int64_t zp_row() const { return (blocks() + 1) / 2; }  // bytes of one row's packed zero points
 };
+
+// The wide GEMM's chunk of K': whole blocks, about 512 values.
+int64_t wide_chunk(const NBits& p) { return std::max<int64_t>(p.block, 512 / p.block * p.block); }
 
 // Per input shape: rows of A, and for more than kFusedRows of them the rows of W dequantized at a time
 // (`cols`) and the threads that each dequantize their own (`parts`; 0: the sgemm path without AVX2, its
@@ -90,19 +95,24 @@ Status reshape_nbits(ReshapeContext& rc, const NBits& p) {
   rc.out.assign(1, {DataType::kFloat32, out});
   auto st = std::make_shared<NBitsShape>();
   st->M = shape_numel(a.shape) / p.K;
-  int64_t slices = 0;
-  if (st->M > kFusedRows && has_avx2_fma()) {
+  int64_t extra = 0;  // floats past A' and the sums
+  if (st->M > kFusedRows && has_avx512()) {
+    // Panels of kWideN rows, each thread with its buffer of one chunk of K' (wide_gemm below).
+    st->cols = kWideN;
+    st->parts = std::max<int64_t>(1, std::min<int64_t>((p.N + kWideN - 1) / kWideN, omp_get_max_threads()));
+    extra = st->parts * wide_chunk(p) * kWideN;
+  } else if (st->M > kFusedRows && has_avx2_fma()) {
     // Panels of about 128 KiB (L2), in whole tiles: K 1024 gives 32 rows.
     st->cols = std::min(std::clamp<int64_t>((32768 / p.padded()) / kTileN * kTileN, kTileN, 256), p.N);
     st->parts = std::max<int64_t>(1, std::min<int64_t>((p.N + st->cols - 1) / st->cols, omp_get_max_threads()));
-    slices = st->parts * st->cols;
+    extra = st->parts * st->cols * p.ld();
   } else if (st->M > kFusedRows) {
     // About 4 MiB of dequantized rows per chunk, in rows of 16 (1 MiB measured 8% slower at M 32-128,
     // 256 KiB twice as slow: sgemm calls on narrow chunks cost more than the cache saves).
     st->cols = std::min(std::clamp<int64_t>((1048576 / p.padded()) / 16 * 16, 16, 4096), p.N);
-    slices = st->cols;
+    extra = st->cols * p.ld();
   }
-  rc.workspace_bytes = static_cast<size_t>((st->M + slices) * p.ld() + st->M * p.blocks()) * sizeof(float);
+  rc.workspace_bytes = static_cast<size_t>(st->M * p.ld() + st->M * p.blocks() + extra) * sizeof(float);
   rc.state = st;
   return Status::Ok();
 }
@@ -443,6 +453,118 @@ void panel_gemm(const NBits& p, int64_t M, const uint8_t* b, const float* scales
   }
 }
 
+// ---- The wide GEMM (more rows of A, AVX-512): W dequantized kWideN rows at a time, one chunk of K'
+// (wide_chunk: whole blocks) at a time, transposed — P [k', kWideN], each k' a row of two vectors — and
+// multiplied with A' by a register tile of kWideM rows of A' × the kWideN columns, each value of A'
+// broadcast against P's row: no sums across a vector, Y's tile stays in registers for the chunk.
+
+// P for W's rows n0 .. n0 + cols - 1 (cols <= kWideN; the others zero) and blocks blk0 .. blk1 - 1.
+// Sixteen rows' next 16 bytes at a time are transposed in registers — four bytes of each row per vector
+// (row 4L + i in register i's 128-bit lane L, then the 4x4 transposes of 32-bit values within the lanes
+// leave vector t holding bytes 4t .. 4t + 3 of rows 0 .. 15 in order) — then each byte's two nibbles
+// become the 16 rows' values at two k'.
+[[gnu::target(KILN_TARGET_AVX512)]] void wide_dequantize(const NBits& p, const uint8_t* b, const float* scales,
+                                                        const void* zp, bool float_zp, int64_t n0, int64_t cols,
+                                                        int64_t blk0, int64_t blk1, float* P) {
+  const int64_t blocks = p.blocks(), half = p.blob(), row = blocks * half;
+  const __m512i nibble = _mm512_set1_epi32(15);
+  for (int64_t blk = blk0; blk < blk1; ++blk) {
+    alignas(64) float s[kWideN], z[kWideN];  // scale and zero point per column (scale 0 past `cols`)
+    for (int c = 0; c < kWideN; ++c) s[c] = c < cols ? scales[(n0 + c) * blocks + blk] : 0.0f;
+    if (!zp) {
+      std::fill(z, z + kWideN, 8.0f);
+    } else {
+      for (int c = 0; c < kWideN; ++c) z[c] = c < cols ? zero_point(p, zp, float_zp, n0 + c, blk) : 0.0f;
+    }
+    float* lo = P + (blk - blk0) * p.block * kWideN;
+    float* hi = lo + half * kWideN;
+    for (int h = 0; h < 2; ++h) {
+      const __m512 vs = _mm512_load_ps(s + 16 * h);
+      const __m512 vz = _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_load_ps(z + 16 * h)), vs);
+      const uint8_t* rows[16];  // rows past `cols` read the last one (scaled by 0)
+      for (int c = 0; c < 16; ++c) rows[c] = b + std::min<int64_t>(n0 + 16 * h + c, n0 + cols - 1) * row + blk * half;
+      for (int64_t j = 0; j + 16 <= half; j += 16) {
+        __m512i zr[4];
+        for (int i = 0; i < 4; ++i) {
+          zr[i] = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + j)));
+          zr[i] = _mm512_inserti32x4(zr[i], _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[4 + i] + j)), 1);
+          zr[i] = _mm512_inserti32x4(zr[i], _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[8 + i] + j)), 2);
+          zr[i] = _mm512_inserti32x4(zr[i], _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[12 + i] + j)), 3);
+        }
+        const __m512i a0 = _mm512_unpacklo_epi32(zr[0], zr[1]), a1 = _mm512_unpackhi_epi32(zr[0], zr[1]);
+        const __m512i a2 = _mm512_unpacklo_epi32(zr[2], zr[3]), a3 = _mm512_unpackhi_epi32(zr[2], zr[3]);
+        const __m512i t4[4] = {_mm512_unpacklo_epi64(a0, a2), _mm512_unpackhi_epi64(a0, a2),
+                               _mm512_unpacklo_epi64(a1, a3), _mm512_unpackhi_epi64(a1, a3)};
+        for (int t = 0; t < 4; ++t)
+          for (int u = 0; u < 4; ++u) {  // byte j + 4t + u of each row
+            const int64_t k = j + 4 * t + u;
+            const __m512i ql = _mm512_and_si512(_mm512_srli_epi32(t4[t], 8 * u), nibble);
+            const __m512i qh = _mm512_and_si512(_mm512_srli_epi32(t4[t], 8 * u + 4), nibble);
+            _mm512_storeu_ps(lo + k * kWideN + 16 * h, _mm512_fmadd_ps(_mm512_cvtepi32_ps(ql), vs, vz));
+            _mm512_storeu_ps(hi + k * kWideN + 16 * h, _mm512_fmadd_ps(_mm512_cvtepi32_ps(qh), vs, vz));
+          }
+      }
+      if (half % 16) {  // blocks of 16 values: 8 bytes of each row
+        alignas(64) uint8_t tail[16][16] = {};
+        for (int c = 0; c < 16; ++c) std::memcpy(tail[c], rows[c] + half - 8, 8);
+        for (int64_t jj = 0; jj < 8; ++jj)
+          for (int c = 0; c < 16; ++c) {
+            const uint8_t v = tail[c][jj];
+            const int64_t k = half - 8 + jj;
+            lo[k * kWideN + 16 * h + c] = static_cast<float>(v & 15) * s[16 * h + c] - z[16 * h + c] * s[16 * h + c];
+            hi[k * kWideN + 16 * h + c] = static_cast<float>(v >> 4) * s[16 * h + c] - z[16 * h + c] * s[16 * h + c];
+          }
+      }
+    }
+  }
+}
+
+// y[r, 0 .. cols) (+)= Σ_k a[r, k] · P[k, ·] for r < TM, k < kc; rows of a and y lda and ldy apart.
+template <int TM>
+[[gnu::target(KILN_TARGET_AVX512)]] void wide_tile(const float* a, int64_t lda, const float* P, int64_t kc, float* y,
+                                                  int64_t ldy, int64_t cols, bool add) {
+  __m512 acc[TM][2];
+  for (int r = 0; r < TM; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 w0 = _mm512_loadu_ps(P + k * kWideN), w1 = _mm512_loadu_ps(P + k * kWideN + 16);
+    for (int r = 0; r < TM; ++r) {
+      const __m512 av = _mm512_set1_ps(a[r * lda + k]);
+      acc[r][0] = _mm512_fmadd_ps(av, w0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(av, w1, acc[r][1]);
+    }
+  }
+  const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
+  const __mmask16 m1 = static_cast<__mmask16>(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
+  for (int r = 0; r < TM; ++r) {
+    float* out = y + r * ldy;
+    if (add) {
+      acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_maskz_loadu_ps(m0, out));
+      acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_maskz_loadu_ps(m1, out + 16));
+    }
+    _mm512_mask_storeu_ps(out, m0, acc[r][0]);
+    _mm512_mask_storeu_ps(out + 16, m1, acc[r][1]);
+  }
+}
+
+using WideTileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t, bool);
+constexpr WideTileFn kWideTiles[kWideM] = {wide_tile<1>, wide_tile<2>, wide_tile<3>,  wide_tile<4>,
+                                           wide_tile<5>, wide_tile<6>, wide_tile<7>,  wide_tile<8>,
+                                           wide_tile<9>, wide_tile<10>, wide_tile<11>, wide_tile<12>};
+
+// Y's columns n0 .. n0 + cols - 1 (cols <= kWideN) for all M rows of A', P the thread's buffer.
+void wide_gemm(const NBits& p, int64_t M, const uint8_t* b, const float* scales, const void* zp, bool float_zp,
+               const float* ap, int64_t n0, int64_t cols, float* P, float* y) {
+  const int64_t step = wide_chunk(p) / p.block, ld = p.ld();
+  for (int64_t blk0 = 0; blk0 < p.blocks(); blk0 += step) {
+    const int64_t blk1 = std::min(p.blocks(), blk0 + step), k0 = blk0 * p.block, kc = (blk1 - blk0) * p.block;
+    wide_dequantize(p, b, scales, zp, float_zp, n0, cols, blk0, blk1, P);
+    for (int64_t m0 = 0; m0 < M; m0 += kWideM) {
+      const int64_t tm = std::min<int64_t>(kWideM, M - m0);
+      kWideTiles[tm - 1](ap + m0 * ld + k0, ld, P, kc, y + m0 * p.N + n0, p.N, cols, blk0 > 0);
+    }
+  }
+}
+
 Status run_nbits(KernelContext& ctx, const NBits& p) {
   const auto& st = *static_cast<const NBitsShape*>(ctx.shape_state());
   const uint8_t* b = ctx.input(kB).data<uint8_t>();
@@ -462,6 +584,14 @@ Status run_nbits(KernelContext& ctx, const NBits& p) {
     const FusedRowsFn rows = fused_rows(p, M);
     parallel_for(N, std::max<int64_t>(1, 16384 / Kp), [&](int64_t n0, int64_t n1) {
       rows(p, b, scales, zp, float_zp, ap, sums, n0, n1, y);
+    });
+  } else if (st.parts > 0 && has_avx512()) {
+    const int64_t panels = (N + kWideN - 1) / kWideN, chunk = wide_chunk(p) * kWideN;
+    parallel_for(st.parts, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        for (int64_t i = panels * t / st.parts; i < panels * (t + 1) / st.parts; ++i)
+          wide_gemm(p, M, b, scales, zp, float_zp, ap, i * kWideN, std::min<int64_t>(kWideN, N - i * kWideN),
+                    w + t * chunk, y);
     });
   } else if (st.parts > 0) {
     // Panels of `cols` rows of W, split evenly over `parts` threads, each with its own panel buffer.
