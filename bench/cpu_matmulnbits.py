@@ -6,7 +6,8 @@ with random weights [K, N] (block size 32 or 128, symmetric or with zero points)
 each M; and a 4-bit decoder MLP (SiLU-gated up-projection and down-projection, quantized the same way).
 Both runtimes get the same model bytes, the same inputs and the same number of threads, and run
 alternating (ABBA) after a warm-up; the figures are medians. The result (with the CPU model and its ISA)
-goes to bench/results/cpu_matmulnbits_<date>.json.
+goes to bench/results/cpu_matmulnbits_<date>.json (KILN_CPU_ISA=avx2 in the environment times kiln's AVX2
+copies on an AVX-512 machine; the JSON records it).
 
     .venv/bin/python bench/cpu_matmulnbits.py --threads 1,2 --rows 1,4,16,64,256
 """
@@ -114,7 +115,10 @@ def main() -> int:
                       f"ORT {row['ort']['median_ms']:8.3f} ms  kiln/ORT {row['ratio']:.2f}  (diff {err:.1e})",
                       flush=True)
     out = args.out or os.path.join(HERE, "results", f"cpu_matmulnbits_{datetime.date.today().isoformat()}.json")
-    result = {"machine": cpu_bench.machine_info(),
+    machine = cpu_bench.machine_info()
+    # kiln's own cap on its copies of the hot loops (KILN_CPU_ISA: "avx2", "baseline"; unset: the CPU's)
+    machine["kiln_cpu_isa"] = os.environ.get("KILN_CPU_ISA", "any")
+    result = {"machine": machine,
               "versions": {"kiln": kiln.__version__, "onnxruntime": ort.__version__, "numpy": np.__version__},
               "config": vars(args), "results": results}
     with open(out, "w") as f:

@@ -25,6 +25,8 @@
 //        gamma, beta[, mask[, position_ids]]) → output[, mask_index, embedding_sum]   BERT's embeddings:
 //                                            LayerNorm of the three lookups' sum; mask_index = the mask's
 //                                            sum over the sequence (int32; zeros without a mask)
+//   RotaryEmbedding(input, position_ids, cos_cache, sin_cache)   rotary position embedding of input
+//        [B, S, hidden] or [B, H, S, Dh] at position_ids [B, S] (or one offset [1]: offset + s)
 //   FusedMatMul(A, B)                        alpha · op(A) · op(B): transA/transB swap the last two dims,
 //                                            transBatchA/B move dim 0 behind the batch dims first
 //
@@ -34,6 +36,7 @@
 // SkipLayerNormalization (kiln writes LayerNormalization's, shaped [..., 1]).
 #include "ops/contrib.h"
 #include "ops/op_table.h"
+#include "ops/shape_infer_util.h"
 
 namespace kiln::ops {
 namespace {
@@ -172,6 +175,10 @@ void add_contrib_ops(std::vector<OpDef>& t) {
   // Inputs 1 and 4 (the segments) may be omitted between required ones: the lowering checks the others.
   add(ms, "EmbedLayerNormalization", infer_embed_layer_norm, 1, 9, 1, 3,
       {eps, {"mask_index_type", K::kInt, false, nullptr}});
+  add(ms, "RotaryEmbedding", infer_same_as_input0, 4, 4, 1, 1,
+      {{"interleaved", K::kInt, false, rule_bool}, {"num_heads", K::kInt, false, nullptr},
+       {"rotary_embedding_dim", K::kInt, false, nullptr}, {"scale", K::kFloat, false, nullptr},
+       {"is_packed_batching", K::kInt, false, rule_bool}});
   add(ms, "FusedMatMul", infer_fused_matmul, 2, 2, 1, 1,
       {{"alpha", K::kFloat, false, nullptr}, {"transA", K::kInt, false, rule_bool}, {"transB", K::kInt, false, rule_bool},
        {"transBatchA", K::kInt, false, rule_bool}, {"transBatchB", K::kInt, false, rule_bool}});

@@ -417,6 +417,55 @@ Status lower_attention(Lowering& l) {
   return Status::Ok();
 }
 
+// ---- com.microsoft.RotaryEmbedding → RotaryEmbedding (opset 23): the same rotation of X [B, S, hidden]
+// or [B, H, S, Dh] by the caches cos/sin [max_position, rd/2] at position_ids [B, S], interleaved or
+// not, over the first rotary_embedding_dim values of each head. ONNX Runtime's other position_ids, one
+// offset [1] (positions offset + s), become offset + Range(S) expanded to [B, S]; without num_heads a 3-D
+// X has heads of twice the caches' last dim (as ONNX Runtime reads it). `scale` is not read (ONNX
+// Runtime's CPU kernel does not read it either); is_packed_batching is refused.
+Status lower_rotary_embedding(Lowering& l) {
+  const ir::Node& n = l.node();
+  if (n.attr_int("is_packed_batching", 0) != 0) return l.error("is_packed_batching is not supported");
+  for (size_t i = 0; i < 4; ++i)
+    if (!l.in(i)) return l.error("input " + std::to_string(i) + " is required");
+  ir::Value* x = l.in(0);
+  ir::Value* pos = l.in(1);
+  const ir::SymShape& xs = x->type.shape;
+  if (!xs.known || (xs.rank() != 3 && xs.rank() != 4)) return l.error("the input must be 3-D or 4-D");
+  const bool packed = xs.rank() == 3;
+  int64_t heads = n.attr_int("num_heads", 0);
+  const int64_t rd = n.attr_int("rotary_embedding_dim", 0);
+  if (packed && heads <= 0) {
+    const ir::SymShape& cs = l.in(2)->type.shape;
+    const bool known = rd == 0 && cs.known && cs.rank() == 2 && cs.dims[1].is_static() && cs.dims[1].value > 0 &&
+                       xs.dims[2].is_static() && xs.dims[2].value % (2 * cs.dims[1].value) == 0;
+    if (!known) return l.error("num_heads is required (a 3-D input whose hidden size is not a multiple of 2 x the "
+                               "caches' last dim, or rotary_embedding_dim set)");
+    heads = xs.dims[2].value / (2 * cs.dims[1].value);
+  }
+  const ir::SymShape& ps = pos->type.shape;
+  if (!ps.known || (ps.rank() != 1 && ps.rank() != 2)) return l.error("position_ids must be [batch, sequence] or [1]");
+  ir::Value* ids = pos;
+  if (ps.rank() == 1) {
+    if (!ps.dims[0].is_static() || ps.dims[0].value != 1 || pos->type.dtype != DataType::kInt64)
+      return l.error("a 1-D position_ids must be one int64 offset");
+    ir::Value* shape = l.unary("Shape", 15, {x});
+    const int64_t seq = packed ? 1 : 2;
+    ir::Value* b = l.unary("Gather", 13, {shape, ints_constant(l, {0})});
+    ir::Value* s = l.unary("Gather", 13, {shape, ints_constant(l, {seq})});
+    ir::Value* s0 = l.unary("Gather", 13, {shape, l.constant(int64_tensor({seq}, true))});
+    ir::Value* r = l.unary("Range", 11, {l.constant(int64_tensor({0}, true)), s0, l.constant(int64_tensor({1}, true))});
+    ir::Value* bs = l.unary("Concat", 13, {b, s});
+    Lowering::set_int(bs->producer, "axis", 0);
+    ids = l.unary("Expand", 13, {l.add_values(r, pos), bs});
+  }
+  ir::Node* rope = l.add("RotaryEmbedding", 23, {x, l.in(2), l.in(3), ids}, {l.out(0)});
+  Lowering::set_int(rope, "interleaved", n.attr_int("interleaved", 0));
+  if (rd > 0) Lowering::set_int(rope, "rotary_embedding_dim", rd);
+  if (packed) Lowering::set_int(rope, "num_heads", heads);
+  return Status::Ok();
+}
+
 // LayerNormalization of an ai.onnx opset before 17 is ONNX Runtime's own (registered in the ai.onnx
 // domain, version 1, with opset 17's inputs, outputs and attributes): its optimizer writes it into
 // models of any opset. It becomes the opset-17 op.
@@ -641,6 +690,7 @@ const std::map<std::pair<std::string, std::string>, LoweringRule>& lowerings() {
       {{"com.microsoft", "FusedMatMul"}, {lower_fused_matmul}},
       {{"com.microsoft", "Attention"}, {lower_attention}},
       {{"com.microsoft", "EmbedLayerNormalization"}, {lower_embed_layer_norm}},
+      {{"com.microsoft", "RotaryEmbedding"}, {lower_rotary_embedding}},
       {{"com.microsoft", "BiasSoftmax"}, {lower_bias_softmax}},
       {{"com.microsoft", "QLinearAdd"}, {lower_qlinear_binary<kAdd>}},
       {{"com.microsoft", "QLinearMul"}, {lower_qlinear_binary<kMul>}},

@@ -1,6 +1,7 @@
 """ONNX Runtime's contrib ops (#44): com.microsoft Gelu, FastGelu, BiasGelu, QuickGelu, BiasAdd,
 BiasSoftmax, SkipLayerNormalization, SkipSimplifiedLayerNormalization, EmbedLayerNormalization,
-FusedMatMul, Attention and SimplifiedLayerNormalization (ai.onnx, as ONNX Runtime registers it). kiln
+FusedMatMul, Attention, RotaryEmbedding and SimplifiedLayerNormalization (ai.onnx, as ONNX Runtime
+registers it). kiln
 lowers them to ai.onnx ops (passes/lower_contrib.cpp) and its fusions make its fused kernels of them
 again. Each model is built here and compared with onnxruntime on the same random inputs (numpy where
 onnxruntime's CPU provider lacks the op or the output), at opt levels 0 (lowered, unfused) and 2; the
@@ -367,6 +368,40 @@ def test_attention_with_a_cache_is_refused():
     m.graph.node[0].output.append("present")
     m.graph.output.append(helper.make_tensor_value_info("present", TensorProto.FLOAT, None))
     with pytest.raises(kiln.KilnError, match=r"Attention.*past and present"):
+        kiln_engine(m, 2)
+
+
+# ---- RotaryEmbedding (com.microsoft: lowered to ai.onnx RotaryEmbedding of opset 23)
+
+def rotary_model(x, pos, rd_half, max_pos=24, **attrs):
+    node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain=MS, **attrs)
+    angles = RNG.random((max_pos, rd_half)).astype(np.float32) * 6
+    inits = {"cos": np.cos(angles), "sin": np.sin(angles)}
+    return model([node], {"x": x, "pos": pos}, ["y"], inits), {"x": x, "pos": pos}
+
+
+@pytest.mark.parametrize("layout,interleaved,rd,offset", [
+    ("3d", 0, None, False), ("3d", 1, None, False), ("3d", 0, 4, False), ("3d", 1, 4, True),
+    ("4d", 0, None, False), ("4d", 1, 6, False), ("4d", 0, None, True), ("3d_no_heads", 1, None, True)])
+def test_rotary_embedding(layout, interleaved, rd, offset):
+    """3-D [B, S, hidden] with num_heads (or without: heads of twice the caches' last dim) and 4-D
+    [B, H, S, Dh] inputs, interleaved or not, over the whole head or its first rd values, at position_ids
+    [B, S] or at one offset [1] (positions offset + s)."""
+    B, S, H, D = 2, 5, 3, 8
+    x = f32(B, S, H * D) if layout.startswith("3d") else f32(B, H, S, D)
+    pos = np.array([7], np.int64) if offset else RNG.integers(0, 24, (B, S)).astype(np.int64)
+    attrs = {"interleaved": interleaved}
+    if layout == "3d" or rd:
+        attrs["num_heads"] = H
+    if rd:
+        attrs["rotary_embedding_dim"] = rd
+    m, feeds = rotary_model(x, pos, (rd or D) // 2, **attrs)
+    check(m, feeds, rtol=1e-5, atol=1e-5)
+
+
+def test_rotary_embedding_packed_batching_is_refused():
+    m, _ = rotary_model(f32(1, 3, 8), np.zeros((1, 3), np.int64), 4, num_heads=1, is_packed_batching=1)
+    with pytest.raises(kiln.KilnError, match=r"RotaryEmbedding.*is_packed_batching"):
         kiln_engine(m, 2)
 
 
