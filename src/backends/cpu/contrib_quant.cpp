@@ -10,9 +10,11 @@
 //     over its values 16 (AVX-512) or 8 (AVX2) at a time in registers, several rows of W at once (their
 //     loads of A' shared; or a portable loop), less the zero point times the block's sum of A', times the
 //     scale: no float copy of W exists anywhere;
-//   * more rows, with AVX2: W is dequantized a panel of rows at a time (about 128 KiB of floats, in L2)
-//     by the thread that multiplies it, with a register tile of rows of A' × rows of the panel
-//     vectorized along K' (the panel GEMM below): each weight is dequantized once per run;
+//   * more rows, with AVX-512: the wide GEMM below (W dequantized 32 rows and a chunk of K' at a time,
+//     transposed, by the thread that multiplies it; A' broadcast against its rows);
+//   * more rows, with AVX2 only: W is dequantized a panel of rows at a time (about 128 KiB of floats, in
+//     L2) by the thread that multiplies it, with a register tile of rows of A' × rows of the panel
+//     vectorized along K' (the panel GEMM below). Either way each weight is dequantized once per run;
 //   * more rows without AVX2: W is dequantized `cols` rows at a time (about 4 MiB of floats) into the
 //     workspace and multiplied with A' by sgemm, so the float product is kiln's GEMM.
 #include <immintrin.h>
@@ -25,6 +27,12 @@
 #include "backends/cpu/nn_common.h"
 #include "backends/staged_kernel.h"
 
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() (a variable initialized with itself), which
+// its -Wmaybe-uninitialized reports once they are inlined into the loops below.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 namespace kiln::cpu {
 namespace {
 
@@ -32,7 +40,7 @@ enum : int { kA = 0, kB = 1, kScales = 2, kZeroPoints = 3, kGIdx = 4, kBias = 5 
 
 // Rows of A up to which the fused pass runs (it dequantizes W once per row of A).
 constexpr int64_t kFusedRows = 4;
-// The panel GEMM's register tile's rows of W (its rows of A: panel_tiles below) and its chunk of K'.
+// The panel GEMM's register tile's rows of W (its rows of A: kTileM below) and its chunk of K'.
 constexpr int kTileN = 4;
 constexpr int64_t kChunk = 1024;
 // The wide GEMM's (AVX-512) panel of rows of W, its register tile's rows of A', and its chunk of K'.
@@ -54,8 +62,9 @@ int64_t wide_chunk(const NBits& p) { return std::max<int64_t>(p.block, 512 / p.b
 
 // Per input shape: rows of A, and for more than kFusedRows of them the rows of W dequantized at a time
 // (`cols`) and the threads that each dequantize their own (`parts`; 0: the sgemm path without AVX2, its
-// chunks dequantized by all threads). The workspace holds A' [M, K'], the sums of A's values per block
-// [M, blocks] and max(parts, 1) buffers of `cols` rows [cols, K'].
+// chunks dequantized by all threads). The workspace holds A' [M, ld], the sums of A's values per block
+// [M, blocks] and the buffers of the dequantized weights (per part: the wide GEMM's chunk, the panel
+// GEMM's `cols` rows; the sgemm path's one chunk).
 struct NBitsShape {
   int64_t M = 0, cols = 16, parts = 0;
 };
@@ -323,9 +332,9 @@ FusedRowsFn fused_rows(const NBits& p, int64_t rows) {
   return (has_avx2_fma() ? avx2 : portable)[rows - 1];
 }
 
-// ---- The panel GEMM (more rows of A; AVX2 or AVX-512): W dequantized kPanel rows at a time into a float panel
-// [rows, K'] that stays in L2, multiplied with A' by a register tile of 3 or 4 rows of A' × kTileN rows
-// of the panel, vectorized along K' (K' is a multiple of 16: blocks are at least 16 values), over K' in
+// ---- The panel GEMM (more rows of A, AVX2 without AVX-512): W dequantized kPanel rows at a time into a float panel
+// [rows, K'] that stays in L2, multiplied with A' by a register tile of kTileM rows of A' × kTileN rows
+// of the panel, vectorized along K' (K' is a multiple of 8: blocks are at least 16 values), over K' in
 // chunks of kChunk so that the tile's rows of A' stay in L1. Each weight is dequantized once per run.
 
 // W's rows n0 .. n0 + rows - 1 as floats in A's order, [rows, K'] (dequantize_rows with AVX2).
@@ -381,72 +390,26 @@ template <int TM, int TN>
   }
 }
 
-// The same with sixteen values of K' at a time (K' is a multiple of 16 too).
-template <int TM, int TN>
-[[gnu::target(KILN_TARGET_AVX512)]] void panel_tile_avx512(const float* a, int64_t lda, const float* w, int64_t ldw,
-                                                          int64_t kc, float* y, int64_t ldy, bool add) {
-  __m512 acc[TM][TN];
-  for (int r = 0; r < TM; ++r)
-    for (int c = 0; c < TN; ++c) acc[r][c] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < kc; k += 16) {
-    __m512 av[TM];
-    for (int r = 0; r < TM; ++r) av[r] = _mm512_loadu_ps(a + r * lda + k);
-    for (int c = 0; c < TN; ++c) {
-      const __m512 wv = _mm512_loadu_ps(w + c * ldw + k);
-      for (int r = 0; r < TM; ++r) acc[r][c] = _mm512_fmadd_ps(av[r], wv, acc[r][c]);
-    }
-  }
-  for (int r = 0; r < TM; ++r) {
-    __m256 half[TN];  // each accumulator's two halves added
-    for (int c = 0; c < TN; ++c)
-      half[c] = _mm256_add_ps(_mm512_castps512_ps256(acc[r][c]), _mm512_extractf32x8_ps(acc[r][c], 1));
-    float* out = y + r * ldy;
-    if constexpr (TN == 4) {
-      const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(half[0], half[1]), _mm256_hadd_ps(half[2], half[3]));
-      __m128 v = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-      if (add) v = _mm_add_ps(v, _mm_loadu_ps(out));
-      _mm_storeu_ps(out, v);
-    } else {
-      for (int c = 0; c < TN; ++c) out[c] = (add ? out[c] : 0.0f) + hsum_avx2(half[c]);
-    }
-  }
-}
-
 using PanelTileFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*, int64_t, bool);
 
-// The tiles of one ISA: tile[tm - 1][tn - 1] for up to `rows` × kTileN.
-struct PanelTiles {
-  int rows;
-  const PanelTileFn (*tile)[kTileN];
-};
-constexpr PanelTileFn kTiles2[3][kTileN] = {
+constexpr int kTileM = 3;
+constexpr PanelTileFn kTiles[kTileM][kTileN] = {
     {panel_tile_avx2<1, 1>, panel_tile_avx2<1, 2>, panel_tile_avx2<1, 3>, panel_tile_avx2<1, 4>},
     {panel_tile_avx2<2, 1>, panel_tile_avx2<2, 2>, panel_tile_avx2<2, 3>, panel_tile_avx2<2, 4>},
     {panel_tile_avx2<3, 1>, panel_tile_avx2<3, 2>, panel_tile_avx2<3, 3>, panel_tile_avx2<3, 4>}};
-constexpr PanelTileFn kTiles512[6][kTileN] = {
-    {panel_tile_avx512<1, 1>, panel_tile_avx512<1, 2>, panel_tile_avx512<1, 3>, panel_tile_avx512<1, 4>},
-    {panel_tile_avx512<2, 1>, panel_tile_avx512<2, 2>, panel_tile_avx512<2, 3>, panel_tile_avx512<2, 4>},
-    {panel_tile_avx512<3, 1>, panel_tile_avx512<3, 2>, panel_tile_avx512<3, 3>, panel_tile_avx512<3, 4>},
-    {panel_tile_avx512<4, 1>, panel_tile_avx512<4, 2>, panel_tile_avx512<4, 3>, panel_tile_avx512<4, 4>},
-    {panel_tile_avx512<5, 1>, panel_tile_avx512<5, 2>, panel_tile_avx512<5, 3>, panel_tile_avx512<5, 4>},
-    {panel_tile_avx512<6, 1>, panel_tile_avx512<6, 2>, panel_tile_avx512<6, 3>, panel_tile_avx512<6, 4>}};
-
-// This machine's tiles: 6 rows of A' with AVX-512 (32 registers), 3 with AVX2 (16).
-PanelTiles panel_tiles() { return has_avx512() ? PanelTiles{6, kTiles512} : PanelTiles{3, kTiles2}; }
 
 // Y's columns n0 .. n0 + rows - 1 (rows <= the panel's) for all M rows of A', w the panel's buffer.
 void panel_gemm(const NBits& p, int64_t M, const uint8_t* b, const float* scales, const void* zp, bool float_zp,
                 const float* ap, int64_t n0, int64_t rows, float* w, float* y) {
   const int64_t Kp = p.padded(), ld = p.ld();
-  const PanelTiles tiles = panel_tiles();
   dequantize_rows_avx2(p, b, scales, zp, float_zp, n0, rows, w);
   for (int64_t k0 = 0; k0 < Kp; k0 += kChunk) {
     const int64_t kc = std::min(kChunk, Kp - k0);
-    for (int64_t m0 = 0; m0 < M; m0 += tiles.rows) {
-      const int64_t tm = std::min<int64_t>(tiles.rows, M - m0);
+    for (int64_t m0 = 0; m0 < M; m0 += kTileM) {
+      const int64_t tm = std::min<int64_t>(kTileM, M - m0);
       for (int64_t c0 = 0; c0 < rows; c0 += kTileN) {
         const int64_t tn = std::min<int64_t>(kTileN, rows - c0);
-        tiles.tile[tm - 1][tn - 1](ap + m0 * ld + k0, ld, w + c0 * ld + k0, ld, kc, y + m0 * p.N + n0 + c0, p.N,
+        kTiles[tm - 1][tn - 1](ap + m0 * ld + k0, ld, w + c0 * ld + k0, ld, kc, y + m0 * p.N + n0 + c0, p.N,
                                    k0 > 0);
       }
     }
