@@ -431,13 +431,19 @@ void panel_gemm(const NBits& p, int64_t M, const uint8_t* b, const float* scales
                                                         int64_t blk0, int64_t blk1, float* P) {
   const int64_t blocks = p.blocks(), half = p.blob(), row = blocks * half;
   const __m512i nibble = _mm512_set1_epi32(15);
+  alignas(64) float s[kWideN] = {}, z[kWideN];  // scale and zero point per column (scale 0 past `cols`)
+  std::fill(z, z + kWideN, zp ? 0.0f : 8.0f);
+  const float* srow = scales + n0 * blocks;
+  const float* zf = float_zp ? static_cast<const float*>(zp) + n0 * blocks : nullptr;
+  const uint8_t* zb = zp && !float_zp ? static_cast<const uint8_t*>(zp) + n0 * p.zp_row() : nullptr;
   for (int64_t blk = blk0; blk < blk1; ++blk) {
-    alignas(64) float s[kWideN], z[kWideN];  // scale and zero point per column (scale 0 past `cols`)
-    for (int c = 0; c < kWideN; ++c) s[c] = c < cols ? scales[(n0 + c) * blocks + blk] : 0.0f;
-    if (!zp) {
-      std::fill(z, z + kWideN, 8.0f);
-    } else {
-      for (int c = 0; c < kWideN; ++c) z[c] = c < cols ? zero_point(p, zp, float_zp, n0 + c, blk) : 0.0f;
+    for (int64_t c = 0; c < cols; ++c) s[c] = srow[c * blocks + blk];
+    if (zf) {
+      for (int64_t c = 0; c < cols; ++c) z[c] = zf[c * blocks + blk];
+    } else if (zb) {
+      const int shift = (blk & 1) * 4;
+      const uint8_t* zc = zb + blk / 2;
+      for (int64_t c = 0; c < cols; ++c) z[c] = static_cast<float>((zc[c * p.zp_row()] >> shift) & 15);
     }
     float* lo = P + (blk - blk0) * p.block * kWideN;
     float* hi = lo + half * kWideN;
@@ -446,6 +452,10 @@ void panel_gemm(const NBits& p, int64_t M, const uint8_t* b, const float* scales
       const __m512 vz = _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_load_ps(z + 16 * h)), vs);
       const uint8_t* rows[16];  // rows past `cols` read the last one (scaled by 0)
       for (int c = 0; c < 16; ++c) rows[c] = b + std::min<int64_t>(n0 + 16 * h + c, n0 + cols - 1) * row + blk * half;
+      // 32 rows read side by side are more streams than the hardware prefetches: each row's cache line
+      // four lines ahead is asked for as the block starts a line (a hint; past B's end it loads nothing).
+      if ((blk * half) % 64 == 0)
+        for (int c = 0; c < 16; ++c) _mm_prefetch(reinterpret_cast<const char*>(rows[c] + 256), _MM_HINT_T0);
       for (int64_t j = 0; j + 16 <= half; j += 16) {
         __m512i zr[4];
         for (int i = 0; i < 4; ++i) {
