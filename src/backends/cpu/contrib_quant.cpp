@@ -21,6 +21,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "backends/cpu/cpu_kernels.h"
@@ -558,22 +559,19 @@ Status run_nbits(KernelContext& ctx, const NBits& p) {
     parallel_for(N, std::max<int64_t>(1, 16384 / Kp), [&](int64_t n0, int64_t n1) {
       rows(p, b, scales, zp, float_zp, ap, sums, n0, n1, y);
     });
-  } else if (st.parts > 0 && has_avx512()) {
-    const int64_t panels = (N + kWideN - 1) / kWideN, chunk = wide_chunk(p) * kWideN;
-    parallel_for(st.parts, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t)
-        for (int64_t i = panels * t / st.parts; i < panels * (t + 1) / st.parts; ++i)
-          wide_gemm(p, M, b, scales, zp, float_zp, ap, i * kWideN, std::min<int64_t>(kWideN, N - i * kWideN),
-                    w + t * chunk, y);
-    });
   } else if (st.parts > 0) {
-    // Panels of `cols` rows of W, split evenly over `parts` threads, each with its own panel buffer.
-    const int64_t panels = (N + st.cols - 1) / st.cols;
+    // Panels of `cols` rows of W: `parts` workers, each with its own buffer, claim them one at a time (a
+    // worker slowed by anything else on its core takes fewer instead of holding the others back).
+    const bool wide = has_avx512();
+    const int64_t panels = (N + st.cols - 1) / st.cols, buffer = wide ? wide_chunk(p) * kWideN : st.cols * ld;
+    std::atomic<int64_t> next{0};
     parallel_for(st.parts, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
-        for (int64_t i = panels * t / st.parts; i < panels * (t + 1) / st.parts; ++i)
-          panel_gemm(p, M, b, scales, zp, float_zp, ap, i * st.cols, std::min(st.cols, N - i * st.cols),
-                     w + t * st.cols * ld, y);
+        for (int64_t i = next.fetch_add(1); i < panels; i = next.fetch_add(1)) {
+          const int64_t n0 = i * st.cols, cols = std::min(st.cols, N - n0);
+          if (wide) wide_gemm(p, M, b, scales, zp, float_zp, ap, n0, cols, w + t * buffer, y);
+          else panel_gemm(p, M, b, scales, zp, float_zp, ap, n0, cols, w + t * buffer, y);
+        }
     });
   } else {
     // Without AVX2: chunks of `cols` rows of W, one after another: dequantized by all threads, then one
