@@ -2,8 +2,8 @@
 """com.microsoft MatMulNBits (4-bit weights) on the CPU, kiln and ONNX Runtime side by side in one process.
 
 Each case is one MatMulNBits node made by ONNX Runtime's own MatMulNBitsQuantizer from a float MatMul
-with random weights [K, N] (block size 32 or 128, symmetric or with zero points), fed A [M, K] for
-each M; and a 4-bit decoder MLP (SiLU-gated up-projection and down-projection, quantized the same way).
+with random weights [K, N] (an MLP's up- and down-projection shapes; block size 32 or 128, symmetric or
+with zero points), fed A [M, K] for each M; and a 4-bit decoder MLP (SiLU-gated up-projection and down-projection, quantized the same way).
 Both runtimes get the same model bytes, the same inputs and the same number of threads, and run
 alternating (ABBA) after a warm-up; the figures are medians. The result (with the CPU model and its ISA)
 goes to bench/results/cpu_matmulnbits_<date>.json (KILN_CPU_ISA=avx2 in the environment times kiln's AVX2
@@ -33,9 +33,13 @@ logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
 
 
 def quantize(model, block: int, symmetric: bool):
+    """A 4-bit copy of `model` (the quantizer rewrites the model it is given in place)."""
+    import onnx  # noqa: PLC0415
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer  # noqa: PLC0415
 
-    q = MatMulNBitsQuantizer(model, block_size=block, is_symmetric=symmetric)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    q = MatMulNBitsQuantizer(copy, block_size=block, is_symmetric=symmetric)
     q.process()
     return q.model.model
 
@@ -73,7 +77,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rows", default="1,4,16,64,256", help="M values (rows of A)")
-    ap.add_argument("--shape", default="1024x2816", help="KxN of the single-node cases")
+    ap.add_argument("--shapes", default="1024x2816,2816x1024", help="KxN of the single-node cases")
     ap.add_argument("--blocks", default="32,128")
     ap.add_argument("--mlp", default="1024x2816", help="hidden x ffn of the decoder MLP ('' for none)")
     ap.add_argument("--warmup", type=int, default=5)
@@ -85,13 +89,15 @@ def main() -> int:
     import onnxruntime as ort  # noqa: PLC0415
 
     rng = np.random.default_rng(0)
-    K, N = (int(v) for v in args.shape.split("x"))
     cases = []
-    for block in (int(b) for b in args.blocks.split(",")):
+    for K, N in ((int(v) for v in shape.split("x")) for shape in args.shapes.split(",")):
         base = matmul_case(rng, K, N)
-        for sym in (True, False):
-            cases.append((f"MatMulNBits K{K} N{N} block {block} {'sym' if sym else 'asym'}", K,
-                          quantize(base, block, sym).SerializeToString()))
+        for block in (int(b) for b in args.blocks.split(",")):
+            for sym in (True, False):
+                q = quantize(base, block, sym)
+                assert [len(n.input) for n in q.graph.node] == [3 if sym else 4], "zero points iff asymmetric"
+                cases.append((f"MatMulNBits K{K} N{N} block {block} {'sym' if sym else 'asym'}", K,
+                              q.SerializeToString()))
     if args.mlp:
         hidden, ffn = (int(v) for v in args.mlp.split("x"))
         cases.append((f"decoder MLP {hidden}x{ffn} block 32 asym", hidden,
