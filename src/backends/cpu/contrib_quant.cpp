@@ -49,7 +49,8 @@ constexpr int kWideN = 32, kWideM = 12;
 
 struct NBits {
   int64_t K = 0, N = 0, block = 0;
-  int64_t blocks() const { return (K + block - 1) / block; }
+  int64_t nblocks = 0;  // (K + block - 1) / block, divided once (the hot loops ask for it per block)
+  int64_t blocks() const { return nblocks; }
   int64_t padded() const { return blocks() * block; }  // K' of A' and of W's dequantized rows
   // Their rows' stride: 64 bytes past K' (a power of two, as K' often is, would put the rows a tile reads
   // at once in the same L1 cache sets).
@@ -131,8 +132,8 @@ Status reshape_nbits(ReshapeContext& rc, const NBits& p) {
 float zero_point(const NBits& p, const void* zp, bool float_zp, int64_t n, int64_t blk) {
   if (!zp) return 8.0f;
   if (float_zp) return static_cast<const float*>(zp)[n * p.blocks() + blk];
-  const uint8_t packed = static_cast<const uint8_t*>(zp)[n * p.zp_row() + blk / 2];
-  return static_cast<float>((blk & 1) ? packed >> 4 : packed & 15);
+  const uint8_t packed = static_cast<const uint8_t*>(zp)[n * p.zp_row() + (blk >> 1)];
+  return static_cast<float>((packed >> ((blk & 1) * 4)) & 15);
 }
 
 // A' [M, K']: per block, A's even columns then its odd ones (zero past K); and each block's sum [M, blocks].
@@ -605,6 +606,7 @@ void register_contrib_quant(KernelRegistry& r) {
            // The op's declaration checked K, N >= 1, bits 4 and block_size (ops/contrib_quant.cpp).
            if (p.K < 1 || p.N < 1 || p.block < 16 || (p.block & (p.block - 1)) != 0 || n.attr_int("bits", 4) != 4)
              return invalid_model(n.describe() + ": K, N, bits and block_size must be valid");
+           p.nblocks = (p.K + p.block - 1) / p.block;
            return make_staged([p](ReshapeContext& rc) { return reshape_nbits(rc, p); },
                               [p](KernelContext& ctx) { return run_nbits(ctx, p); });
          }});
