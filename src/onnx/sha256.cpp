@@ -3,6 +3,12 @@
 #include <algorithm>
 #include <cstring>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <immintrin.h>
+#define KILN_SHA_NI 1
+#endif
+
 namespace kiln::onnx {
 
 namespace {
@@ -19,12 +25,8 @@ constexpr uint32_t kRound[64] = {
 
 inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
-}  // namespace
-
-Sha256::Sha256()
-    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
-
-void Sha256::block(const uint8_t* p) {
+// One block by the FIPS 180-4 rounds.
+void portable_block(uint32_t (&state)[8], const uint8_t* p) {
   uint32_t w[64];
   for (int i = 0; i < 16; ++i)
     w[i] = uint32_t(p[4 * i]) << 24 | uint32_t(p[4 * i + 1]) << 16 | uint32_t(p[4 * i + 2]) << 8 | p[4 * i + 3];
@@ -33,7 +35,7 @@ void Sha256::block(const uint8_t* p) {
     const uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
     w[i] = w[i - 16] + s0 + w[i - 7] + s1;
   }
-  uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
+  uint32_t a = state[0], b = state[1], c = state[2], d = state[3], e = state[4], f = state[5], g = state[6], h = state[7];
   for (int i = 0; i < 64; ++i) {
     const uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRound[i] + w[i];
     const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
@@ -46,8 +48,79 @@ void Sha256::block(const uint8_t* p) {
     b = a;
     a = t1 + t2;
   }
-  h_[0] += a; h_[1] += b; h_[2] += c; h_[3] += d;
-  h_[4] += e; h_[5] += f; h_[6] += g; h_[7] += h;
+  state[0] += a; state[1] += b; state[2] += c; state[3] += d;
+  state[4] += e; state[5] += f; state[6] += g; state[7] += h;
+}
+
+#ifdef KILN_SHA_NI
+// CPUID leaf 7: EBX bit 29 is the SHA extensions (every CPU that has them has SSE4.1 and SSSE3).
+bool cpu_has_sha() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return (b >> 29) & 1u;
+}
+
+// n blocks by the SHA extensions. sha256rnds2 keeps the eight working variables in two registers,
+// {F, E, B, A} ("ABEF", lane 0 first) and {H, G, D, C} ("CDGH"), and does two rounds per call from
+// the low two lanes of W + K; after two rounds the old ABEF is the new CDGH, so the two registers
+// swap roles each call. sha256msg1/msg2 extend the message schedule four words at a time:
+// W[i..i+3] = msg2(msg1(W[i-16..], W[i-12..]) + W[i-7..i-4], W[i-4..]).
+__attribute__((target("sha,sse4.1,ssse3"))) void sha_ni_blocks(uint32_t (&state)[8], const uint8_t* p, size_t n) {
+  const __m128i byteswap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);  // big-endian words
+  __m128i abcd = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state));     // {A, B, C, D}
+  __m128i efgh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state + 4)); // {E, F, G, H}
+  const __m128i badc = _mm_shuffle_epi32(abcd, 0xB1);                         // {B, A, D, C}
+  const __m128i hgfe = _mm_shuffle_epi32(efgh, 0x1B);                         // {H, G, F, E}
+  __m128i abef = _mm_alignr_epi8(badc, hgfe, 8);                              // {F, E, B, A}
+  __m128i cdgh = _mm_blend_epi16(hgfe, badc, 0xF0);                           // {H, G, D, C}
+  for (; n > 0; --n, p += 64) {
+    const __m128i abef_in = abef, cdgstatein = cdgh;
+    __m128i m[4];
+    for (int i = 0; i < 4; ++i)
+      m[i] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i)), byteswap);
+#pragma GCC unroll 16
+    for (int g = 0; g < 16; ++g) {
+      const __m128i cur = m[g % 4];
+      const __m128i wk = _mm_add_epi32(cur, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kRound + 4 * g)));
+      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);                       // rounds 4g, 4g+1: cdgh holds ABEF
+      abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(wk, 0x0E));  // rounds 4g+2, 4g+3
+      if (g < 12) {
+        const __m128i w7 = _mm_alignr_epi8(m[(g + 3) % 4], m[(g + 2) % 4], 4);  // W[4g+9 .. 4g+12]
+        m[g % 4] = _mm_sha256msg2_epu32(_mm_add_epi32(_mm_sha256msg1_epu32(cur, m[(g + 1) % 4]), w7), m[(g + 3) % 4]);
+      }
+    }
+    abef = _mm_add_epi32(abef, abef_in);
+    cdgh = _mm_add_epi32(cdgh, cdgstatein);
+  }
+  const __m128i feba = _mm_shuffle_epi32(abef, 0x1B);  // {A, B, E, F}
+  const __m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);  // {G, H, C, D}
+  abcd = _mm_blend_epi16(feba, dchg, 0xF0);            // {A, B, C, D}
+  efgh = _mm_alignr_epi8(dchg, feba, 8);               // {E, F, G, H}
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(state), abcd);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(state + 4), efgh);
+}
+#endif
+
+}  // namespace
+
+bool Sha256::accelerated() {
+#ifdef KILN_SHA_NI
+  static const bool has = cpu_has_sha();
+  return has;
+#else
+  return false;
+#endif
+}
+
+Sha256::Sha256(bool portable)
+    : portable_(portable || !accelerated()),
+      h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+
+void Sha256::blocks(const uint8_t* p, size_t n) {
+#ifdef KILN_SHA_NI
+  if (!portable_) return sha_ni_blocks(h_, p, n);
+#endif
+  for (; n > 0; --n, p += 64) portable_block(h_, p);
 }
 
 void Sha256::update(const void* data, size_t n) {
@@ -60,10 +133,12 @@ void Sha256::update(const void* data, size_t n) {
     p += take;
     n -= take;
     if (buf_len_ < sizeof(buf_)) return;
-    block(buf_);
+    blocks(buf_, 1);
     buf_len_ = 0;
   }
-  for (; n >= 64; p += 64, n -= 64) block(p);
+  blocks(p, n / 64);
+  p += n / 64 * 64;
+  n %= 64;
   std::memcpy(buf_, p, n);
   buf_len_ = n;
 }
