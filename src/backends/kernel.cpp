@@ -11,7 +11,7 @@ Status AdHocShapes::prepare(const Kernel& k, const KernelContext& ctx,
                             const std::function<Expected<std::shared_ptr<Storage>>(size_t)>& alloc,
                             const std::string& tactic) {
   if (!k.has_reshape()) return Status::Ok();
-  ReshapeContext rc{ctx.node(), {}, {}, nullptr, 0, nullptr, tactic};
+  ReshapeContext rc{ctx.node(), {}, {}, nullptr, 0, nullptr, tactic, {}, -1};
   rc.in.resize(static_cast<size_t>(ctx.num_inputs()));
   for (int i = 0; i < ctx.num_inputs(); ++i) {
     if (!ctx.has_input(i) || ctx.input_slot(i).kind != Slot::Kind::kTensor) continue;

@@ -96,7 +96,7 @@ namespace {
 // it holds now; without, for the shapes (and shape values) the plan knows.
 Status reshape_step(const CompiledGraph& g, ShapePlan& plan, int si, const Frame* frame, ContextResources& res) {
   const Step& s = g.steps[si];
-  ReshapeContext rc{g.node(s), {}, {}, nullptr, 0, nullptr, {}};
+  ReshapeContext rc{g.node(s), {}, {}, nullptr, 0, nullptr, {}, {}, -1};
   KILN_RETURN_IF_ERROR(fill_reshape_context(g, plan, si, frame, res, rc));
   KILN_RETURN_IF_ERROR(g.kernel(si).reshape(rc));
   for (size_t o = 0; o < s.out.size() && o < rc.out.size(); ++o)

@@ -208,7 +208,7 @@ struct Tuner {
     for (size_t si = 0; si < g.steps.size(); ++si) {
       Step& s = g.steps[si];
       if (s.kind != Step::Kind::kKernel || !g.kernel(si).has_reshape() || p.volatile_step[si]) continue;
-      ReshapeContext rc{g.node(s), {}, {}, nullptr, 0, nullptr, {}};
+      ReshapeContext rc{g.node(s), {}, {}, nullptr, 0, nullptr, {}, {}, -1};
       if (!fill_reshape_context(g, p, static_cast<int>(si), nullptr, res, rc).ok()) {
         all = false;  // shapes found only by running: the run decides
         continue;
@@ -237,7 +237,7 @@ struct Tuner {
   Status before_step(Frame& f, int si) {
     Step& s = g.steps[si];
     if (s.kind != Step::Kind::kKernel || !g.kernel(si).has_reshape() || f.plan->volatile_step[si]) return Status::Ok();
-    ReshapeContext rc{g.node(s), {}, {}, nullptr, 0, nullptr, {}};
+    ReshapeContext rc{g.node(s), {}, {}, nullptr, 0, nullptr, {}, {}, -1};
     KILN_RETURN_IF_ERROR(fill_reshape_context(g, *f.plan, si, &f, f.res, rc));
     const std::vector<std::string> cands = g.kernel(si).tactics(rc);
     if (cands.size() < 2) return Status::Ok();
@@ -435,7 +435,7 @@ Status record_default_tactics(Engine::Impl& impl) {
       // Shapes found only by running (after a data-dependent op) have no build-time choice to record;
       // the choice is what the shape plan's own reshape() planned (no tactic was asked of it).
       if (!sp->reshaped[si]) continue;
-      ReshapeContext rc{g.node(s), {}, {}, nullptr, 0, nullptr, {}};
+      ReshapeContext rc{g.node(s), {}, {}, nullptr, 0, nullptr, {}, {}, -1};
       if (!fill_reshape_context(g, *sp, static_cast<int>(si), nullptr, res, rc).ok()) continue;
       const std::vector<std::string> cands = g.kernel(si).tactics(rc);
       const std::string& planned = sp->planned_tactic[si];

@@ -92,7 +92,7 @@ inline Expected<std::vector<Tensor>> run_row(Backend* be, const KernelDef* def, 
   }
   DeviceContext ctx(*be, node, dev_in, state.get());
   if (tactics) {
-    ReshapeContext rc{node, {}, {}, state.get(), 0, nullptr, {}};
+    ReshapeContext rc{node, {}, {}, state.get(), 0, nullptr, {}, {}, -1};
     for (const Slot& s : dev_in) {
       ReshapeContext::In in;
       if (s.kind == Slot::Kind::kTensor) {

@@ -559,7 +559,7 @@ TEST(Tuning, UntunedBuildRecordsTheKernelsOwnChoices) {
     for (size_t si = 0; si < g.steps.size(); ++si) {
       const Step& s = g.steps[si];
       if (s.kind != Step::Kind::kKernel || !g.kernel(si).has_reshape()) continue;
-      ReshapeContext rc{g.node(s), {}, {}, nullptr, 0, nullptr, {}};
+      ReshapeContext rc{g.node(s), {}, {}, nullptr, 0, nullptr, {}, {}, -1};
       ASSERT_TRUE(fill_reshape_context(g, *sp, static_cast<int>(si), nullptr, res, rc).ok());
       const std::vector<std::string> cands = g.kernel(si).tactics(rc);
       if (cands.size() < 2) {
