@@ -21,6 +21,13 @@
 //   Attention(input, weights[, bias[, mask_index[, past[, attention_bias[, past_sequence_length]]]]])
 //        → output[, present]                 BERT's self-attention of one packed projection (num_heads,
 //                                            scale = 1/sqrt(head size), unidirectional, mask_filter_value)
+//   MultiHeadAttention(query, key, value[, bias[, key_padding_mask[, attention_bias[, past_key[, past_value
+//        [, past_sequence_length[, cache_indirection]]]]]]]) → output[, present_key, present_value, qk]
+//                                            attention of projected Q, K, V (separate, or packed KV/QKV)
+//   GroupQueryAttention(query, key, value, past_key, past_value, seqlens_k, total_sequence_length
+//        [, cos_cache, sin_cache[, position_ids[, attention_bias]]]) → output, present_key, present_value
+//                                            causal attention with kv_num_heads shared KV heads and a
+//                                            cache, optionally rotary (do_rotary)
 //   EmbedLayerNormalization(input_ids, segment_ids, word_embedding, position_embedding, segment_embedding,
 //        gamma, beta[, mask[, position_ids]]) → output[, mask_index, embedding_sum]   BERT's embeddings:
 //                                            LayerNorm of the three lookups' sum; mask_index = the mask's
@@ -127,6 +134,46 @@ Status infer_attention(InferContext& c) {
   return Status::Ok();
 }
 
+// MultiHeadAttention: [B, S, N·Hv] (query's batch and sequence; Hv from a 3-D value, a 4-D [B, N, L, Hv]
+// one, or the packed forms' last dim); the presents [B, N, past + L, H] have the query's dtype.
+Status infer_multi_head_attention(InferContext& c) {
+  if (!c.has(0)) return Status::Ok();
+  for (auto& o : c.out) o = ir::Type::tensor(c.dtype(0));
+  const ir::SymShape& q = c.shape(0);
+  if (!q.known || (q.rank() != 3 && q.rank() != 5)) return Status::Ok();
+  ir::Dim hidden;
+  if (q.rank() == 5) {
+    hidden = dim_mul(q.dims[2], q.dims[4]);
+  } else if (c.has(2) && c.shape(2).known && c.shape(2).rank() == 3) {
+    hidden = c.shape(2).dims[2];
+  } else if (c.has(2) && c.shape(2).known && c.shape(2).rank() == 4) {
+    hidden = dim_mul(c.shape(2).dims[1], c.shape(2).dims[3]);
+  } else if (c.has(1) && !c.has(2) && c.shape(1).known && c.shape(1).rank() == 5) {
+    hidden = dim_mul(c.shape(1).dims[2], c.shape(1).dims[4]);
+  } else {
+    return Status::Ok();
+  }
+  c.out[0].shape = ir::SymShape({q.dims[0], q.dims[1], hidden});
+  return Status::Ok();
+}
+
+// GroupQueryAttention: [B, S, N·H] (H: the query's hidden size over N, or over N + 2·Nkv when packed);
+// the presents [B, Nkv, max(total, past), H].
+Status infer_group_query_attention(InferContext& c) {
+  if (!c.has(0)) return Status::Ok();
+  for (auto& o : c.out) o = ir::Type::tensor(c.dtype(0));
+  const ir::SymShape& q = c.shape(0);
+  const int64_t n = c.node.attr_int("num_heads", 0), nkv = c.node.attr_int("kv_num_heads", 0);
+  if (!q.known || q.rank() != 3 || !q.dims[2].is_static() || n < 1 || nkv < 1) return Status::Ok();
+  const int64_t per = c.has(1) ? n : n + 2 * nkv;
+  if (q.dims[2].value % per != 0) return c.error("query's hidden size is not a multiple of the heads");
+  const int64_t h = q.dims[2].value / per;
+  c.out[0].shape = ir::SymShape({q.dims[0], q.dims[1], ir::Dim(n * h)});
+  for (size_t i = 1; i < c.out.size() && i < 3; ++i)
+    c.out[i].shape = ir::SymShape({q.dims[0], ir::Dim(nkv), ir::Dim(), ir::Dim(h)});
+  return Status::Ok();
+}
+
 // EmbedLayerNormalization: [B, S, hidden] in the word embedding's dtype (outputs 0 and 2), mask_index
 // int32 [B].
 Status infer_embed_layer_norm(InferContext& c) {
@@ -172,6 +219,15 @@ void add_contrib_ops(std::vector<OpDef>& t) {
        {"scale", K::kFloat, false, nullptr}, {"mask_filter_value", K::kFloat, false, nullptr},
        {"qkv_hidden_sizes", K::kInts, false, rule_positive_ints}, {"do_rotary", K::kInt, false, nullptr},
        {"rotary_embedding_dim", K::kInt, false, nullptr}, {"past_present_share_buffer", K::kInt, false, nullptr}});
+  add(ms, "MultiHeadAttention", infer_multi_head_attention, 1, 10, 1, 4,
+      {{"num_heads", K::kInt, true, rule_positive}, {"unidirectional", K::kInt, false, rule_bool},
+       {"scale", K::kFloat, false, nullptr}, {"mask_filter_value", K::kFloat, false, nullptr}});
+  // Inputs other than query may be omitted up to seqlens_k and total_sequence_length: the lowering checks those.
+  add(ms, "GroupQueryAttention", infer_group_query_attention, 1, 11, 1, 3,
+      {{"num_heads", K::kInt, true, rule_positive}, {"kv_num_heads", K::kInt, true, rule_positive},
+       {"scale", K::kFloat, false, nullptr}, {"softcap", K::kFloat, false, nullptr},
+       {"local_window_size", K::kInt, false, nullptr}, {"do_rotary", K::kInt, false, rule_bool},
+       {"rotary_interleaved", K::kInt, false, rule_bool}, {"smooth_softmax", K::kInt, false, nullptr}});
   // Inputs 1 and 4 (the segments) may be omitted between required ones: the lowering checks the others.
   add(ms, "EmbedLayerNormalization", infer_embed_layer_norm, 1, 9, 1, 3,
       {eps, {"mask_index_type", K::kInt, false, nullptr}});

@@ -310,6 +310,14 @@ Status lower_embed_layer_norm(Lowering& l) {
 
 ir::Value* ints_constant(Lowering& l, std::vector<int64_t> v) { return l.constant(int64_tensor(v)); }
 
+// Whether x's and m's first dims are the same (both static and equal, or the same symbol): a 1-D mask of
+// lengths per batch row rather than one of its other forms.
+bool same_first_dim(const ir::Value* x, const ir::Value* m) {
+  const ir::Dim& b = x->type.shape.dims[0];
+  const ir::Dim& mb = m->type.shape.dims[0];
+  return b.is_static() ? mb.is_static() && mb.value == b.value : !b.symbol.empty() && mb.symbol == b.symbol;
+}
+
 // The additive mask of an Attention node: mask_index as 0 where a key is kept and mask_filter_value
 // where it is not; the causal mask as the lowest float32 above the diagonal (ONNX Runtime's: a later key
 // is never seen, while a padded one is only pushed down by the filter, so a query whose keys are all
@@ -327,9 +335,7 @@ Expected<ir::Value*> attention_mask(Lowering& l, ir::Value* x, int64_t S) {
     if (rank == 1) {
       // Right padding: key j of batch b is kept when j < mask_index[b]. ([2B], with start positions,
       // is another form.)
-      const ir::Dim& b = x->type.shape.dims[0];
-      const ir::Dim& mb = m->type.shape.dims[0];
-      if (!(b.is_static() ? mb.is_static() && mb.value == b.value : !b.symbol.empty() && mb.symbol == b.symbol))
+      if (!same_first_dim(x, m))
         return l.error("a 1-D mask_index must be the sequence lengths [batch] (its [2 * batch] form with start "
                        "positions is not supported)");
       ir::Value* len = l.unary("Cast", 19, {m});
@@ -670,6 +676,250 @@ Status lower_dynamic_quantize_matmul(Lowering& l) {
   return Status::Ok();
 }
 
+// ---- com.microsoft.MultiHeadAttention and GroupQueryAttention → Attention (opset 23) of 4-D Q, K, V
+// [batch, heads, sequence, head size], so that every device's attention kernels run them.
+
+// x [B, S, heads·D] → [B, heads, S, D].
+ir::Value* split_heads(Lowering& l, ir::Value* x, int64_t heads) {
+  return transpose(l, l.unary("Reshape", 14, {x, ints_constant(l, {0, 0, heads, -1})}), {0, 2, 1, 3});
+}
+
+// Attention's Y [B, heads, S, D] → [B, S, heads·D] into `out`.
+void merge_heads(Lowering& l, ir::Value* y, ir::Value* out) {
+  l.unary("Reshape", 14, {transpose(l, y, {0, 2, 1, 3}), ints_constant(l, {0, 0, -1})}, out);
+}
+
+// Part `part` of `parts` equal slices of x along `axis`, that axis removed (the packed forms' [.., 3, ..]).
+ir::Value* packed_part(Lowering& l, ir::Value* x, int64_t axis, int64_t part) {
+  return l.unary("Squeeze", 13, {l.unary("Gather", 13, {x, l.constant(int64_tensor({part}))}), ints_constant(l, {axis})});
+}
+
+// Attention(q, k, v[, mask[, past_key, past_value]]) of 4-D operands into y (and the presents).
+ir::Node* attention23(Lowering& l, std::vector<ir::Value*> ins, std::vector<ir::Value*> outs, float scale,
+                      bool causal) {
+  while (!ins.empty() && !ins.back()) ins.pop_back();
+  while (!outs.empty() && !outs.back()) outs.pop_back();
+  ir::Node* a = l.add("Attention", 23, ins, outs);
+  if (scale != 0.0f) Lowering::set_float(a, "scale", scale);
+  if (causal) Lowering::set_int(a, "is_causal", 1);
+  return a;
+}
+
+// MultiHeadAttention(query, key, value, bias, key_padding_mask, attention_bias, past_key, past_value,
+// past_sequence_length, cache_indirection) → output, present_key, present_value, qk.
+//   query [B, S, D], key/value [B, L, D] / [B, L, Dv] (or [B, N, L, H], the heads already split), or
+//   packed: query [B, S, N, 3, H] with no key and value, key [B, L, N, 2, H] with no value;
+//   bias [D + D + Dv] added to the 3-D query, key and value;
+//   key_padding_mask int32 [B, T] or [B, S, T] (T = past + L): mask_filter_value where it is 0, or the
+//   key lengths [B]: mask_filter_value from there;
+//   attention_bias [B or 1, N or 1, S, T] added to the scores; unidirectional: a causal mask that lets
+//   query i see keys up to past + i (Attention's is_causal; ONNX Runtime's lowest float32 there gives
+//   the same probabilities, a row never being all masked by it);
+//   past_key/past_value [B, N, P, H]: present = Concat(past, new) along the sequence.
+Status lower_multi_head_attention(Lowering& l) {
+  const ir::Node& n = l.node();
+  const int64_t N = n.attr_int("num_heads", 0);
+  if (l.in(8) || l.in(9))
+    return l.error("past_sequence_length and cache_indirection (beam search's shared buffers) are not supported");
+  if (l.wanted(3)) return l.error("output 3 (qk) is not supported");
+  if (!l.in(6) != !l.in(7)) return l.error("past_key and past_value must be given together");
+  KILN_ASSIGN_OR_RETURN(const int qr, rank_of(l, 0, "query"));
+  const int kr = l.in(1) ? l.in(1)->type.shape.known ? l.in(1)->type.shape.rank() : -1 : 0;
+  const int vr = l.in(2) ? l.in(2)->type.shape.known ? l.in(2)->type.shape.rank() : -1 : 0;
+  if (kr < 0 || vr < 0) return l.error("key's and value's ranks must be known");
+  ir::Value *q = nullptr, *k = nullptr, *v = nullptr;
+  if (qr == 5) {
+    if (kr || vr) return l.error("a packed 5-D query [B, S, N, 3, H] takes no key and value");
+    ir::Value* t = transpose(l, l.in(0), {3, 0, 2, 1, 4});  // [3, B, N, S, H]
+    q = packed_part(l, t, 0, 0), k = packed_part(l, t, 0, 1), v = packed_part(l, t, 0, 2);
+  } else if (qr == 3 && kr == 5 && vr == 0) {
+    ir::Value* t = transpose(l, l.in(1), {3, 0, 2, 1, 4});  // [2, B, N, L, H]
+    k = packed_part(l, t, 0, 0), v = packed_part(l, t, 0, 1);
+  } else if (qr == 3 && ((kr == 3 && vr == 3) || (kr == 4 && vr == 4))) {
+    k = l.in(1), v = l.in(2);
+  } else {
+    return l.error("query " + std::to_string(qr) + "-D, key " + std::to_string(kr) + "-D and value " +
+                   std::to_string(vr) + "-D is not a supported form (3-D Q, K, V; 3-D Q with 4-D K, V; a packed "
+                   "5-D key [B, L, N, 2, H]; a packed 5-D query [B, S, N, 3, H])");
+  }
+  if (qr == 3) q = l.in(0);
+  if (ir::Value* bias = l.in(3)) {
+    if (qr != 3 || kr != 3) return l.error("bias is supported with 3-D query, key and value only");
+    const ir::Dim& d = q->type.shape.dims[2];
+    const ir::Dim& dv = v->type.shape.dims[2];
+    if (!d.is_static() || !dv.is_static()) return l.error("bias needs static hidden sizes of query and value");
+    std::vector<ir::Value*> parts = {l.fresh("bias_q"), l.fresh("bias_k"), l.fresh("bias_v")};
+    Lowering::set_int(l.add("Split", 13, {bias, ints_constant(l, {d.value, d.value, dv.value})}, parts), "axis", 0);
+    q = l.add_values(q, parts[0]), k = l.add_values(k, parts[1]), v = l.add_values(v, parts[2]);
+  }
+  if (qr == 3) q = split_heads(l, q, N);
+  if (kr == 3) k = split_heads(l, k, N), v = split_heads(l, v, N);
+  const DataType dt = l.in(0)->type.dtype;
+  ir::Value* mask = nullptr;
+  if (ir::Value* m = l.in(4)) {
+    const int mr = m->type.shape.known ? m->type.shape.rank() : -1;
+    if (mr < 1 || mr > 3)
+      return l.error("key_padding_mask must be the key lengths [batch], a 2-D [batch, keys] or a 3-D [batch, "
+                     "queries, keys] 0/1 mask");
+    if (m->type.dtype != DataType::kInt32) return l.error("key_padding_mask must be int32");
+    ir::Value* keep = nullptr;
+    if (mr == 1) {
+      // Key t of row b is kept when t < lengths[b] (t over past and new keys). ([3·batch + 2], with
+      // start and end positions, is another form.)
+      if (!same_first_dim(l.in(0), m))
+        return l.error("a 1-D key_padding_mask must be the key lengths [batch] (its [3 * batch + 2] form is not "
+                       "supported)");
+      auto length = [&](ir::Value* x) { return l.unary("Gather", 13, {l.unary("Shape", 15, {x}), ints_constant(l, {2})}); };
+      ir::Value* total = length(k);
+      if (l.in(6)) total = l.add_values(total, length(l.in(6)));
+      ir::Value* keys = l.unary("Range", 11, {l.constant(int64_tensor({0}, true)),
+                                              l.unary("Squeeze", 13, {total, ints_constant(l, {0})}),
+                                              l.constant(int64_tensor({1}, true))});
+      ir::Value* len = l.unary("Cast", 19, {m});
+      Lowering::set_int(len->producer, "to", static_cast<int64_t>(DataType::kInt64));
+      keep = l.unary("Less", 13, {keys, l.unary("Unsqueeze", 13, {len, ints_constant(l, {1})})});
+    } else {
+      Tensor zero = Tensor::empty(DataType::kInt32, {});
+      zero.data<int32_t>()[0] = 0;
+      keep = l.unary("Greater", 13, {m, l.constant(zero)});
+    }
+    const float filter = n.attr_float("mask_filter_value", -10000.0f);
+    ir::Value* additive = l.unary("Where", 16, {keep, l.scalar(dt, 0), l.scalar(dt, filter)});
+    mask = l.unary("Unsqueeze", 13, {additive, ints_constant(l, mr == 3 ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 2})});
+  }
+  if (ir::Value* bias = l.in(5)) mask = mask ? l.add_values(mask, bias) : bias;
+  ir::Value* y = l.fresh("y");
+  attention23(l, {q, k, v, mask, l.in(6), l.in(7)}, {y, l.in(6) ? l.out(1) : nullptr, l.in(6) ? l.out(2) : nullptr},
+              n.attr_float("scale", 0.0f), n.attr_int("unidirectional", 0) != 0);
+  if (!l.in(6) && (l.wanted(1) || l.wanted(2))) {
+    // Without a past, the presents are the heads of key and value.
+    if (l.wanted(1)) l.unary("Identity", 16, {k}, l.out(1));
+    if (l.wanted(2)) l.unary("Identity", 16, {v}, l.out(2));
+  }
+  merge_heads(l, y, l.out(0));
+  return Status::Ok();
+}
+
+// GroupQueryAttention(query, key, value, past_key, past_value, seqlens_k, total_sequence_length,
+// cos_cache, sin_cache) → output, present_key, present_value, as ONNX Runtime's CPU kernel computes it:
+//   query [B, S, N·H], key/value [B, S, Nkv·H] (or a packed query [B, S, (N + 2·Nkv)·H]); the KV heads
+//   are shared by N / Nkv query heads each (Attention's GQA);
+//   total T = total_sequence_length; a prompt when S = T (then every row's past is 0), else row b's past
+//   is p_b = seqlens_k[b] + 1 - S; present [B, Nkv, max(T, P), H] is past_key's first p_b positions,
+//   then the S new ones, then zeros (GatherElements of Concat(past, new) by position, and a Where);
+//   query i of row b sees keys p_b + i - local_window_size ... p_b + i (a boolean mask);
+//   do_rotary: RotaryEmbedding (opset 23) of query and key at positions p_b + i, over the first
+//   2 · cos_cache's last dim values of each head, interleaved as rotary_interleaved says.
+// A padded row (seqlens_k[b] + 1 < S in a prompt) has queries past its length whose outputs ONNX Runtime
+// leaves undefined; kiln's differ.
+Status lower_group_query_attention(Lowering& l) {
+  const ir::Node& n = l.node();
+  const int64_t N = n.attr_int("num_heads", 0), Nkv = n.attr_int("kv_num_heads", 0);
+  if (N < 1 || Nkv < 1 || N % Nkv != 0)
+    return l.error("num_heads " + std::to_string(N) + " must be a multiple of kv_num_heads " + std::to_string(Nkv));
+  if (n.attr_float("softcap", 0.0f) != 0.0f) return l.error("softcap is not supported");
+  if (n.attr_int("smooth_softmax", 0) != 0) return l.error("smooth_softmax is not supported");
+  if (l.in(9) || l.in(10)) return l.error("position_ids and attention_bias (inputs 9 and 10) are not supported");
+  KILN_ASSIGN_OR_RETURN(ir::Value* seqlens, required(l, 5, "seqlens_k"));
+  KILN_ASSIGN_OR_RETURN(ir::Value* total_in, required(l, 6, "total_sequence_length"));
+  if (!l.in(3) != !l.in(4)) return l.error("past_key and past_value must be given together");
+  const bool rotary = n.attr_int("do_rotary", 0) != 0;
+  if (rotary && (!l.in(7) || !l.in(8))) return l.error("do_rotary needs cos_cache and sin_cache");
+  KILN_ASSIGN_OR_RETURN(const int qr, rank_of(l, 0, "query"));
+  if (qr != 3) return l.error("query must be 3-D [batch, sequence, hidden]");
+  const ir::Dim& hidden = l.in(0)->type.shape.dims[2];
+  if (!hidden.is_static()) return l.error("query's hidden size must be static");
+  const bool packed = !l.in(1);
+  if (packed != !l.in(2)) return l.error("key and value must be given together (or neither, with a packed query)");
+  const int64_t H = hidden.value / (packed ? N + 2 * Nkv : N);
+  if (H < 1 || hidden.value % (packed ? N + 2 * Nkv : N) != 0)
+    return l.error("query's hidden size " + std::to_string(hidden.value) + " is not a multiple of the heads");
+  const DataType dt = l.in(0)->type.dtype;
+  ir::Value *q = l.in(0), *k = l.in(1), *v = l.in(2);
+  if (packed) {
+    std::vector<ir::Value*> parts = {l.fresh("q"), l.fresh("k"), l.fresh("v")};
+    Lowering::set_int(l.add("Split", 13, {q, ints_constant(l, {N * H, Nkv * H, Nkv * H})}, parts), "axis", 2);
+    q = parts[0], k = parts[1], v = parts[2];
+  }
+  q = split_heads(l, q, N), k = split_heads(l, k, Nkv), v = split_heads(l, v, Nkv);
+
+  // Lengths as int64: S [1], T [1], each row's past p [B].
+  auto cast64 = [&](ir::Value* x) {
+    ir::Value* c = l.unary("Cast", 19, {x});
+    Lowering::set_int(c->producer, "to", static_cast<int64_t>(DataType::kInt64));
+    return c;
+  };
+  ir::Value* S = l.unary("Gather", 13, {l.unary("Shape", 15, {l.in(0)}), ints_constant(l, {1})});
+  ir::Value* T = cast64(l.unary("Reshape", 14, {total_in, ints_constant(l, {1})}));
+  ir::Value* one = ints_constant(l, {1});
+  ir::Value* zero = l.constant(int64_tensor({0}, true));
+  ir::Value* decode_past = l.unary("Sub", 14, {l.add_values(cast64(seqlens), one), S});
+  ir::Value* p = l.unary("Where", 16, {l.unary("Equal", 13, {S, T}), zero, decode_past});  // [B]
+  ir::Value* pb = l.unary("Unsqueeze", 13, {p, ints_constant(l, {1})});                      // [B, 1]
+  ir::Value* s0 = l.unary("Squeeze", 13, {S, ints_constant(l, {0})});
+  ir::Value* steps = l.unary("Range", 11, {zero, s0, l.constant(int64_tensor({1}, true))});  // [S]
+  ir::Value* positions = l.add_values(pb, l.unary("Unsqueeze", 13, {steps, ints_constant(l, {0})}));  // [B, S]
+
+  if (rotary) {
+    const ir::SymShape& cs = l.in(7)->type.shape;
+    if (!cs.known || cs.rank() != 2 || !cs.dims[1].is_static())
+      return l.error("cos_cache must be 2-D [positions, rotary dim / 2] with a static last dim");
+    const int64_t rd = 2 * cs.dims[1].value;
+    if (rd > H) return l.error("cos_cache's last dim is more than half the head size");
+    for (ir::Value** x : {&q, &k}) {
+      ir::Value* r = l.unary("RotaryEmbedding", 23, {*x, l.in(7), l.in(8), positions});
+      Lowering::set_int(r->producer, "interleaved", n.attr_int("rotary_interleaved", 0));
+      if (rd != H) Lowering::set_int(r->producer, "rotary_embedding_dim", rd);
+      *x = r;
+    }
+  }
+
+  // The presents: position t of row b holds past[t] for t < p_b, new[t - p_b] for t < p_b + S, else 0.
+  ir::Value* P = l.in(3) ? l.unary("Gather", 13, {l.unary("Shape", 15, {l.in(3)}), ints_constant(l, {2})})
+                         : ints_constant(l, {0});
+  ir::Value* len = l.in(3) ? l.unary("Max", 13, {T, P}) : T;
+  ir::Value* t = l.unary("Unsqueeze", 13, {l.unary("Range", 11, {zero, l.unary("Squeeze", 13, {len, ints_constant(l, {0})}),
+                                                                  l.constant(int64_tensor({1}, true))}),
+                                            ints_constant(l, {0})});  // [1, T']
+  ir::Value* from_new = l.add_values(l.unary("Sub", 14, {t, pb}), P);
+  ir::Value* idx = l.unary("Where", 16, {l.unary("Less", 13, {t, pb}), t, from_new});
+  ir::Value* last = l.unary("Sub", 14, {l.add_values(P, S), one});
+  idx = l.unary("Max", 13, {l.unary("Min", 13, {idx, last}), l.constant(int64_tensor({0}, true))});
+  ir::Value* filled = l.unary("Less", 13, {t, l.add_values(pb, S)});  // [B, T']
+  ir::Value* shape = l.unary("Concat", 13, {l.unary("Gather", 13, {l.unary("Shape", 15, {l.in(0)}), ints_constant(l, {0})}),
+                                           ints_constant(l, {Nkv}), len, ints_constant(l, {H})});
+  Lowering::set_int(shape->producer, "axis", 0);
+  ir::Value* idx4 = l.unary("Expand", 13, {l.unary("Unsqueeze", 13, {idx, ints_constant(l, {1, 3})}), shape});
+  ir::Value* filled4 = l.unary("Unsqueeze", 13, {filled, ints_constant(l, {1, 3})});
+  ir::Value* present[2];
+  for (int i = 0; i < 2; ++i) {
+    ir::Value* fresh = i ? v : k;
+    ir::Value* all = fresh;
+    if (l.in(3 + i)) {
+      all = l.unary("Concat", 13, {l.in(3 + i), fresh});
+      Lowering::set_int(all->producer, "axis", 2);
+    }
+    ir::Value* g = l.unary("GatherElements", 13, {all, idx4});
+    Lowering::set_int(g->producer, "axis", 2);
+    present[i] = l.unary("Where", 16, {filled4, g, l.scalar(dt, 0)}, l.out(1 + i));
+  }
+
+  // Query i of row b sees key t when p_b + i - window <= t <= p_b + i.
+  ir::Value* newest = l.unary("Unsqueeze", 13, {positions, ints_constant(l, {2})});  // [B, S, 1]
+  ir::Value* t3 = l.unary("Unsqueeze", 13, {t, ints_constant(l, {0})});              // [1, 1, T']
+  ir::Value* seen = l.unary("LessOrEqual", 16, {t3, newest});
+  const int64_t window = n.attr_int("local_window_size", -1);
+  if (window > 0) {
+    ir::Value* oldest = l.unary("Sub", 14, {newest, l.constant(int64_tensor({window}, true))});
+    seen = l.unary("And", 7, {seen, l.unary("GreaterOrEqual", 16, {t3, oldest})});
+  }
+  ir::Value* mask = l.unary("Unsqueeze", 13, {seen, ints_constant(l, {1})});  // [B, 1, S, T']
+  ir::Value* y = l.fresh("y");
+  attention23(l, {q, present[0], present[1], mask}, {y}, n.attr_float("scale", 0.0f), false);
+  merge_heads(l, y, l.out(0));
+  return Status::Ok();
+}
+
 // One lowering: which nodes (domain, op, and an ai.onnx op only below opset `before`) and how.
 struct LoweringRule {
   LowerFn fn;
@@ -689,6 +939,8 @@ const std::map<std::pair<std::string, std::string>, LoweringRule>& lowerings() {
       {{"", "SimplifiedLayerNormalization"}, {lower_simplified_layer_norm}},
       {{"com.microsoft", "FusedMatMul"}, {lower_fused_matmul}},
       {{"com.microsoft", "Attention"}, {lower_attention}},
+      {{"com.microsoft", "MultiHeadAttention"}, {lower_multi_head_attention}},
+      {{"com.microsoft", "GroupQueryAttention"}, {lower_group_query_attention}},
       {{"com.microsoft", "EmbedLayerNormalization"}, {lower_embed_layer_norm}},
       {{"com.microsoft", "RotaryEmbedding"}, {lower_rotary_embedding}},
       {{"com.microsoft", "BiasSoftmax"}, {lower_bias_softmax}},

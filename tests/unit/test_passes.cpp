@@ -2030,3 +2030,64 @@ TEST(Passes, ContribOpRefusalNamesTheNode) {
     EXPECT_NE(st.message().find("no mean"), std::string::npos) << st.message();
   }
 }
+
+// MultiHeadAttention and GroupQueryAttention become one ai.onnx Attention (opset 23) at every level, so
+// every device's attention kernels run them (tests/python/test_contrib_attention.py compares their
+// values with onnxruntime); GroupQueryAttention's output keeps its inferred shape through the lowering.
+TEST(Passes, ContribAttentionOpsLowerToOneAttention) {
+  for (const std::string op : {"MultiHeadAttention", "GroupQueryAttention"}) {
+    Builder b;
+    b.g->opsets["com.microsoft"] = 1;
+    const bool gqa = op == "GroupQueryAttention";
+    std::vector<ir::Value*> ins = {b.input("q", {2, 5, 32}), b.input("k", {2, 5, gqa ? 16 : 32}),
+                                   b.input("v", {2, 5, gqa ? 16 : 32})};
+    std::map<std::string, ir::Attribute> attrs = {{"num_heads", attr_int(4)}};
+    if (gqa) {
+      Tensor seqlens = Tensor::empty(DataType::kInt32, {2});
+      seqlens.data<int32_t>()[0] = seqlens.data<int32_t>()[1] = 4;
+      Tensor total = Tensor::empty(DataType::kInt32, {});
+      total.data<int32_t>()[0] = 5;
+      ins.insert(ins.end(), {nullptr, nullptr, b.constant(seqlens), b.constant(total)});
+      attrs["kv_num_heads"] = attr_int(2);
+    } else {
+      ins.push_back(b.floats({96}));
+      attrs["unidirectional"] = attr_int(1);
+    }
+    ir::Value* y = b.g->new_value("y");
+    ir::Node* n = b.g->add_node(op, "com.microsoft", ins, {y}, "attn");
+    n->attrs = attrs;
+    ASSERT_TRUE(ops::check_arity(*n).ok() && ops::infer_node(*n).ok()) << n->describe();
+    EXPECT_EQ(y->type.shape.to_string(), ir::SymShape::of(Shape{2, 5, 32}).to_string()) << op;
+    b.output(y);
+    for (int level : {0, 2}) {
+      auto g = b.g->clone();
+      passes::OptimizeStats st;
+      ASSERT_TRUE(passes::optimize(*g, builder_pass_options(level, nullptr), &st).ok()) << op;
+      EXPECT_EQ(st.fired["lower-contrib-ops"], 1) << op;
+      auto h = op_counts(*g);
+      EXPECT_EQ(h["Attention"], 1) << op << " level " << level << "\n" << g->to_string();
+      EXPECT_EQ(h["Softmax"] + h["MatMul"], 0) << op << " level " << level;
+    }
+  }
+}
+
+// A form lowering cannot give exactly is refused naming the node and the attribute.
+TEST(Passes, GroupQueryAttentionRefusesSoftcap) {
+  Builder b;
+  b.g->opsets["com.microsoft"] = 1;
+  Tensor seqlens = Tensor::empty(DataType::kInt32, {1});
+  seqlens.data<int32_t>()[0] = 1;
+  Tensor total = Tensor::empty(DataType::kInt32, {});
+  total.data<int32_t>()[0] = 2;
+  ir::Value* y = b.g->new_value("y");
+  ir::Node* n = b.g->add_node("GroupQueryAttention", "com.microsoft",
+                              {b.input("q", {1, 2, 32}), b.input("k", {1, 2, 16}), b.input("v", {1, 2, 16}), nullptr,
+                               nullptr, b.constant(seqlens), b.constant(total)},
+                              {y}, "gqa");
+  n->attrs = {{"num_heads", attr_int(2)}, {"kv_num_heads", attr_int(1)}, {"softcap", attr_float(30.0f)}};
+  b.output(y);
+  Status st = passes::optimize(*b.g, builder_pass_options(2, nullptr));
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("node 'gqa' (com.microsoft.GroupQueryAttention): softcap"), std::string::npos)
+      << st.message();
+}
