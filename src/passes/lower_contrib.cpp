@@ -801,15 +801,19 @@ Status lower_multi_head_attention(Lowering& l) {
 }
 
 // GroupQueryAttention(query, key, value, past_key, past_value, seqlens_k, total_sequence_length,
-// cos_cache, sin_cache) → output, present_key, present_value, as ONNX Runtime's CPU kernel computes it:
+// cos_cache, sin_cache, position_ids, attention_bias) → output, present_key, present_value, as ONNX Runtime's CPU kernel computes it:
 //   query [B, S, N·H], key/value [B, S, Nkv·H] (or a packed query [B, S, (N + 2·Nkv)·H]); the KV heads
 //   are shared by N / Nkv query heads each (Attention's GQA);
 //   total T = total_sequence_length; a prompt when S = T (then every row's past is 0), else row b's past
 //   is p_b = seqlens_k[b] + 1 - S; present [B, Nkv, max(T, P), H] is past_key's first p_b positions,
 //   then the S new ones, then zeros (GatherElements of Concat(past, new) by position, and a Where);
 //   query i of row b sees keys p_b + i - local_window_size ... p_b + i (a boolean mask);
-//   do_rotary: RotaryEmbedding (opset 23) of query and key at positions p_b + i, over the first
-//   2 · cos_cache's last dim values of each head, interleaved as rotary_interleaved says.
+//   do_rotary: RotaryEmbedding (opset 23) of query and key at positions p_b + i (or position_ids; of a
+//   prompt's, ONNX Runtime 1.22 reads only position_ids[0, 0] and counts on from it in every row), over
+//   the first 2 · cos_cache's last dim values of each head, interleaved as rotary_interleaved says;
+//   softcap: Attention's (cap · tanh(score / cap) before the mask); attention_bias added to the scores
+//   after it; smooth_softmax: a softmax with one more logit, 0.
+// The local window is ONNX Runtime 1.22's: local_window_size + 1 keys (later releases see one fewer).
 // A padded row (seqlens_k[b] + 1 < S in a prompt) has queries past its length whose outputs ONNX Runtime
 // leaves undefined; kiln's differ.
 Status lower_group_query_attention(Lowering& l) {
@@ -817,9 +821,10 @@ Status lower_group_query_attention(Lowering& l) {
   const int64_t N = n.attr_int("num_heads", 0), Nkv = n.attr_int("kv_num_heads", 0);
   if (N < 1 || Nkv < 1 || N % Nkv != 0)
     return l.error("num_heads " + std::to_string(N) + " must be a multiple of kv_num_heads " + std::to_string(Nkv));
-  if (n.attr_float("softcap", 0.0f) != 0.0f) return l.error("softcap is not supported");
-  if (n.attr_int("smooth_softmax", 0) != 0) return l.error("smooth_softmax is not supported");
-  if (l.in(9) || l.in(10)) return l.error("position_ids and attention_bias (inputs 9 and 10) are not supported");
+  const float softcap = n.attr_float("softcap", 0.0f);
+  if (softcap < 0.0f) return l.error("softcap must be >= 0");
+  const bool smooth = n.attr_int("smooth_softmax", 0) != 0;
+  if (smooth && l.in(10)) return l.error("smooth_softmax with attention_bias is not supported");
   KILN_ASSIGN_OR_RETURN(ir::Value* seqlens, required(l, 5, "seqlens_k"));
   KILN_ASSIGN_OR_RETURN(ir::Value* total_in, required(l, 6, "total_sequence_length"));
   if (!l.in(3) != !l.in(4)) return l.error("past_key and past_value must be given together");
@@ -854,7 +859,8 @@ Status lower_group_query_attention(Lowering& l) {
   ir::Value* one = ints_constant(l, {1});
   ir::Value* zero = l.constant(int64_tensor({0}, true));
   ir::Value* decode_past = l.unary("Sub", 14, {l.add_values(cast64(seqlens), one), S});
-  ir::Value* p = l.unary("Where", 16, {l.unary("Equal", 13, {S, T}), zero, decode_past});  // [B]
+  ir::Value* prompt = l.unary("Equal", 13, {S, T});
+  ir::Value* p = l.unary("Where", 16, {prompt, zero, decode_past});  // [B]
   ir::Value* pb = l.unary("Unsqueeze", 13, {p, ints_constant(l, {1})});                      // [B, 1]
   ir::Value* s0 = l.unary("Squeeze", 13, {S, ints_constant(l, {0})});
   ir::Value* steps = l.unary("Range", 11, {zero, s0, l.constant(int64_tensor({1}, true))});  // [S]
@@ -866,8 +872,18 @@ Status lower_group_query_attention(Lowering& l) {
       return l.error("cos_cache must be 2-D [positions, rotary dim / 2] with a static last dim");
     const int64_t rd = 2 * cs.dims[1].value;
     if (rd > H) return l.error("cos_cache's last dim is more than half the head size");
+    ir::Value* at = positions;
+    if (ir::Value* ids = l.in(9)) {
+      if (!ids->type.shape.known || ids->type.shape.rank() != 2 || ids->type.dtype != DataType::kInt64)
+        return l.error("position_ids must be int64 [batch, sequence]");
+      // ONNX Runtime 1.22 reads of a prompt's position_ids only the first, position_ids[0, 0], and counts
+      // on from it in every row.
+      ir::Value* first = l.unary("Slice", 13, {ids, ints_constant(l, {0, 0}), ints_constant(l, {1, 1})});
+      ir::Value* from_first = l.add_values(first, l.unary("Unsqueeze", 13, {steps, ints_constant(l, {0})}));
+      at = l.unary("Where", 16, {prompt, from_first, ids});
+    }
     for (ir::Value** x : {&q, &k}) {
-      ir::Value* r = l.unary("RotaryEmbedding", 23, {*x, l.in(7), l.in(8), positions});
+      ir::Value* r = l.unary("RotaryEmbedding", 23, {*x, l.in(7), l.in(8), at});
       Lowering::set_int(r->producer, "interleaved", n.attr_int("rotary_interleaved", 0));
       if (rd != H) Lowering::set_int(r->producer, "rotary_embedding_dim", rd);
       *x = r;
@@ -904,18 +920,47 @@ Status lower_group_query_attention(Lowering& l) {
     present[i] = l.unary("Where", 16, {filled4, g, l.scalar(dt, 0)}, l.out(1 + i));
   }
 
-  // Query i of row b sees key t when p_b + i - window <= t <= p_b + i.
+  // Query i of row b sees key t when p_b + i - window <= t <= p_b + i. smooth_softmax (a softmax with
+  // one more logit, 0) is a key of zeros at t = -1 that every query sees: its score is exactly 0 (after
+  // softcap too) and its value adds nothing.
+  ir::Value* keys = t;
+  ir::Value *k_att = present[0], *v_att = present[1];
+  if (smooth) {
+    keys = l.unary("Unsqueeze", 13, {l.unary("Range", 11, {l.constant(int64_tensor({-1}, true)),
+                                                           l.unary("Squeeze", 13, {len, ints_constant(l, {0})}),
+                                                           l.constant(int64_tensor({1}, true))}),
+                                     ints_constant(l, {0})});  // [1, T' + 1]
+    Tensor z = Tensor::empty(dt, {1});
+    std::memset(z.raw(), 0, z.nbytes());
+    ir::Value* zshape = l.unary("Concat", 13, {l.unary("Gather", 13, {shape, ints_constant(l, {0, 1})}), one,
+                                              ints_constant(l, {H})});
+    Lowering::set_int(zshape->producer, "axis", 0);
+    ir::Node* zn = l.add("ConstantOfShape", 9, {zshape}, {l.fresh("zeros")});
+    zn->attrs["value"].kind = ir::Attribute::Kind::kTensor;
+    zn->attrs["value"].t = z;
+    for (ir::Value** x : {&k_att, &v_att}) {
+      *x = l.unary("Concat", 13, {zn->outputs[0], *x});
+      Lowering::set_int((*x)->producer, "axis", 2);
+    }
+  }
   ir::Value* newest = l.unary("Unsqueeze", 13, {positions, ints_constant(l, {2})});  // [B, S, 1]
-  ir::Value* t3 = l.unary("Unsqueeze", 13, {t, ints_constant(l, {0})});              // [1, 1, T']
+  ir::Value* t3 = l.unary("Unsqueeze", 13, {keys, ints_constant(l, {0})});           // [1, 1, keys]
   ir::Value* seen = l.unary("LessOrEqual", 16, {t3, newest});
   const int64_t window = n.attr_int("local_window_size", -1);
   if (window > 0) {
     ir::Value* oldest = l.unary("Sub", 14, {newest, l.constant(int64_tensor({window}, true))});
-    seen = l.unary("And", 7, {seen, l.unary("GreaterOrEqual", 16, {t3, oldest})});
+    ir::Value* in_window = l.unary("GreaterOrEqual", 16, {t3, oldest});
+    if (smooth) in_window = l.unary("Or", 7, {in_window, l.unary("Equal", 13, {t3, l.constant(int64_tensor({-1}, true))})});
+    seen = l.unary("And", 7, {seen, in_window});
   }
-  ir::Value* mask = l.unary("Unsqueeze", 13, {seen, ints_constant(l, {1})});  // [B, 1, S, T']
+  ir::Value* mask = l.unary("Unsqueeze", 13, {seen, ints_constant(l, {1})});  // [B, 1, S, keys]
+  if (ir::Value* bias = l.in(10)) {
+    // attention_bias [B or 1, N or 1, S, T'] is added after softcap, as Attention adds its mask.
+    mask = l.add_values(l.unary("Where", 16, {mask, l.scalar(dt, 0), l.scalar(dt, -std::numeric_limits<double>::infinity())}), bias);
+  }
   ir::Value* y = l.fresh("y");
-  attention23(l, {q, present[0], present[1], mask}, {y}, n.attr_float("scale", 0.0f), false);
+  ir::Node* a = attention23(l, {q, k_att, v_att, mask}, {y}, n.attr_float("scale", 0.0f), false);
+  if (softcap > 0.0f) Lowering::set_float(a, "softcap", softcap);
   merge_heads(l, y, l.out(0));
   return Status::Ok();
 }

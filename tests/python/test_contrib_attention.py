@@ -236,14 +236,53 @@ def test_gqa_padded_prompt():
     run_both(m, feeds, rows)
 
 
+def with_input(m, feeds, index, name, value):
+    """m with input `index` of its node fed `value`."""
+    node = m.graph.node[0]
+    while len(node.input) <= index:
+        node.input.append("")
+    node.input[index] = name
+    m.graph.input.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype),
+                                                       value.shape))
+    feeds[name] = value
+
+
+@pytest.mark.parametrize("S,P,seqlens,softcap,smooth,bias,position_ids,window", [
+    (5, None, [4, 4], 2.0, False, False, False, -1),          # prompt, softcap
+    (1, 6, [6, 4], 1.5, True, False, False, -1),              # decode, softcap and smooth softmax
+    (4, None, [3, 3], 0.0, True, False, False, 2),            # smooth softmax in a window
+    (1, 5, [5, 5], 0.0, False, True, False, -1),              # attention_bias [B, N, 1, T]
+    (4, None, [3, 3], 3.0, False, "broadcast", True, -1),     # attention_bias [1, 1, S, T], position_ids
+    (1, 5, [5, 3], 0.0, False, False, True, -1),              # decode at position_ids
+    ("chunk", 4, [6], 0.0, False, False, True, -1),           # a later chunk at position_ids
+])
+def test_gqa_softcap_smooth_bias_positions(S, P, seqlens, softcap, smooth, bias, position_ids, window):
+    """softcap (cap · tanh(score / cap)), smooth_softmax (a softmax with one more logit, 0),
+    attention_bias (added after softcap) and position_ids (the rotary positions: all of them in a
+    decode step or a later chunk; of a prompt's, onnxruntime 1.22 reads only position_ids[0, 0] and
+    counts on from it in every row)."""
+    B, N, Nkv, H = 2, 4, 2, 16
+    total = S if P is None else P + 1
+    if S == "chunk":
+        B, S, total = 1, 3, seqlens[0] + 1
+    m, feeds = gqa_model(B, S, N, Nkv, H, P, seqlens, total, rotary=16 if position_ids else None, window=window)
+    node = m.graph.node[0]
+    if softcap:
+        node.attribute.append(helper.make_attribute("softcap", softcap))
+    if smooth:
+        node.attribute.append(helper.make_attribute("smooth_softmax", 1))
+    if position_ids:
+        with_input(m, feeds, 9, "pos", RNG.integers(0, 30, (B, S)).astype(np.int64))
+    if bias:
+        with_input(m, feeds, 10, "ab", f32(B, N, S, total) if bias is True else f32(1, 1, S, total))
+    run_both(m, feeds)
+
+
 def test_gqa_refusals():
     m, feeds = gqa_model(1, 2, 2, 1, 16, None, [1], 2)
-    m.graph.node[0].attribute.append(helper.make_attribute("softcap", 30.0))
-    with pytest.raises(kiln.KilnError, match=r"GroupQueryAttention.*softcap"):
-        kiln_engine(m, 2)
-    m, feeds = gqa_model(1, 2, 2, 1, 16, None, [1], 2)
     m.graph.node[0].attribute.append(helper.make_attribute("smooth_softmax", 1))
-    with pytest.raises(kiln.KilnError, match=r"GroupQueryAttention.*smooth_softmax"):
+    with_input(m, feeds, 10, "ab", f32(1, 2, 2, 2))
+    with pytest.raises(kiln.KilnError, match=r"GroupQueryAttention.*smooth_softmax with attention_bias"):
         kiln_engine(m, 2)
     m, feeds = gqa_model(1, 2, 3, 2, 16, None, [1], 2)
     with pytest.raises(kiln.KilnError, match=r"GroupQueryAttention.*multiple of kv_num_heads"):

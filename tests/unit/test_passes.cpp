@@ -2071,8 +2071,8 @@ TEST(Passes, ContribAttentionOpsLowerToOneAttention) {
   }
 }
 
-// A form lowering cannot give exactly is refused naming the node and the attribute.
-TEST(Passes, GroupQueryAttentionRefusesSoftcap) {
+// A form lowering cannot give exactly is refused naming the node and what it asks for.
+TEST(Passes, GroupQueryAttentionRefusesSmoothSoftmaxWithABias) {
   Builder b;
   b.g->opsets["com.microsoft"] = 1;
   Tensor seqlens = Tensor::empty(DataType::kInt32, {1});
@@ -2082,12 +2082,14 @@ TEST(Passes, GroupQueryAttentionRefusesSoftcap) {
   ir::Value* y = b.g->new_value("y");
   ir::Node* n = b.g->add_node("GroupQueryAttention", "com.microsoft",
                               {b.input("q", {1, 2, 32}), b.input("k", {1, 2, 16}), b.input("v", {1, 2, 16}), nullptr,
-                               nullptr, b.constant(seqlens), b.constant(total)},
+                               nullptr, b.constant(seqlens), b.constant(total), nullptr, nullptr, nullptr,
+                               b.floats({1, 2, 2, 2})},
                               {y}, "gqa");
-  n->attrs = {{"num_heads", attr_int(2)}, {"kv_num_heads", attr_int(1)}, {"softcap", attr_float(30.0f)}};
+  n->attrs = {{"num_heads", attr_int(2)}, {"kv_num_heads", attr_int(1)}, {"smooth_softmax", attr_int(1)}};
   b.output(y);
   Status st = passes::optimize(*b.g, builder_pass_options(2, nullptr));
   EXPECT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("node 'gqa' (com.microsoft.GroupQueryAttention): softcap"), std::string::npos)
+  EXPECT_NE(st.message().find("node 'gqa' (com.microsoft.GroupQueryAttention): smooth_softmax with attention_bias"),
+            std::string::npos)
       << st.message();
 }
