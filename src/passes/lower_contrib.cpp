@@ -785,7 +785,8 @@ Status lower_multi_head_attention(Lowering& l) {
     }
     const float filter = n.attr_float("mask_filter_value", -10000.0f);
     ir::Value* additive = l.unary("Where", 16, {keep, l.scalar(dt, 0), l.scalar(dt, filter)});
-    mask = l.unary("Unsqueeze", 13, {additive, ints_constant(l, mr == 3 ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 2})});
+    const std::vector<int64_t> axes = mr == 3 ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 2};
+    mask = l.unary("Unsqueeze", 13, {additive, ints_constant(l, axes)});
   }
   if (ir::Value* bias = l.in(5)) mask = mask ? l.add_values(mask, bias) : bias;
   ir::Value* y = l.fresh("y");
@@ -801,7 +802,8 @@ Status lower_multi_head_attention(Lowering& l) {
 }
 
 // GroupQueryAttention(query, key, value, past_key, past_value, seqlens_k, total_sequence_length,
-// cos_cache, sin_cache, position_ids, attention_bias) → output, present_key, present_value, as ONNX Runtime's CPU kernel computes it:
+// cos_cache, sin_cache, position_ids, attention_bias) → output, present_key, present_value, as ONNX
+// Runtime's CPU kernel computes it:
 //   query [B, S, N·H], key/value [B, S, Nkv·H] (or a packed query [B, S, (N + 2·Nkv)·H]); the KV heads
 //   are shared by N / Nkv query heads each (Attention's GQA);
 //   total T = total_sequence_length; a prompt when S = T (then every row's past is 0), else row b's past
