@@ -40,7 +40,9 @@ std::string node_label(const ::onnx::NodeProto& n, const std::string& name) {
 class Importer {
  public:
   explicit Importer(const ImportOptions& options) : opt_(options) {}
-  Expected<ir::Model> run(const ::onnx::ModelProto& m);
+  // `raw`: the main graph's initializers' raw_data taken out before parsing (model_without_weights),
+  // per initializer in order; an empty view where the parsed proto holds it.
+  Expected<ir::Model> run(const ::onnx::ModelProto& m, const std::vector<std::string_view>* raw = nullptr);
 
  private:
   Status read_opsets(const ::onnx::ModelProto& m, OpsetMap& opsets);
@@ -57,6 +59,7 @@ class Importer {
 
   ImportOptions opt_;
   FunctionInliner inliner_;
+  const std::vector<std::string_view>* main_raw_ = nullptr;  // run()'s `raw`, for the main graph only
 };
 
 // The value `name` as seen from `g`: its own, or one of an enclosing graph captured into `g` (and
@@ -169,7 +172,7 @@ Status Importer::zipmap_outputs(ir::Graph& g, std::map<std::string, std::string>
   return Status::Ok();
 }
 
-Expected<ir::Model> Importer::run(const ::onnx::ModelProto& m) {
+Expected<ir::Model> Importer::run(const ::onnx::ModelProto& m, const std::vector<std::string_view>* raw) {
   if (!m.has_graph()) return invalid_model(opt_.source_name + ": the model has no graph");
   KILN_RETURN_IF_ERROR(inliner_.init(m, opt_.source_name));
   ir::Model model;
@@ -182,6 +185,7 @@ Expected<ir::Model> Importer::run(const ::onnx::ModelProto& m) {
   for (const auto& kv : m.metadata_props()) model.metadata[kv.key()] = kv.value();
   model.graph = std::make_unique<ir::Graph>();
   KILN_RETURN_IF_ERROR(read_opsets(m, model.graph->opsets));
+  main_raw_ = raw;  // taken by the first build_graph, the main graph's
   KILN_RETURN_IF_ERROR(build_graph(m.graph(), *model.graph));
   KILN_RETURN_IF_ERROR(zipmap_outputs(*model.graph, model.metadata));
   Status st = ops::infer_graph(*model.graph);
@@ -200,11 +204,16 @@ Status Importer::build_graph(const ::onnx::GraphProto& gp, ir::Graph& g) {
     return Status::Ok();
   };
 
-  // Initializers (dense and sparse) are constants.
-  for (const auto& tp : gp.initializer()) {
+  // Initializers (dense and sparse) are constants. The main graph's large raw_data come from the
+  // model's bytes (run()'s `raw`); subgraphs' are in their protos.
+  const std::vector<std::string_view>* raw = main_raw_;
+  main_raw_ = nullptr;
+  for (int k = 0; k < gp.initializer_size(); ++k) {
+    const ::onnx::TensorProto& tp = gp.initializer(k);
     const std::string what = "initializer " + quote(tp.name());
     KILN_RETURN_IF_ERROR(define(tp.name(), what));
-    KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(tp, {opt_.base_dir, w + ": " + what}));
+    const std::string_view aside = raw && static_cast<size_t>(k) < raw->size() ? (*raw)[static_cast<size_t>(k)] : std::string_view();
+    KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(tp, {opt_.base_dir, w + ": " + what}, aside));
     ir::Value* v = g.add_value(tp.name(), ir::Type::tensor(t.dtype(), ir::SymShape::of(t.shape())));
     v->constant = std::move(t);
   }
@@ -459,7 +468,12 @@ Expected<ir::Model> import_bytes(std::string_view bytes, const ImportOptions& op
     return invalid_model(options.source_name + ": not a valid ONNX model: " + why);
   return guarded("importing " + options.source_name, [&]() -> Expected<ir::Model> {
     ::onnx::ModelProto m;
-    if (!m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    // The large weights stay where they are (read once into their tensors below); protobuf parses
+    // the rest.
+    std::vector<std::string_view> raw;
+    const std::string skeleton = model_without_weights(bytes, std::max<size_t>(options.weights_aside_min_bytes, 1), raw);
+    const std::string_view parsed = skeleton.empty() ? bytes : std::string_view(skeleton);
+    if (!m.ParseFromArray(parsed.data(), static_cast<int>(parsed.size()))) {
       // protobuf says only that it failed; past its nesting limit the user needs to know that.
       const ProtoNesting n = model_proto_nesting(bytes);
       if (n.message_depth > kProtobufNestingLimit) {
@@ -476,7 +490,7 @@ Expected<ir::Model> import_bytes(std::string_view bytes, const ImportOptions& op
                            "structure is sound, so the contents of some field are not what its type needs)");
     }
     Importer importer(options);
-    return importer.run(m);
+    return importer.run(m, raw.empty() ? nullptr : &raw);
   });
 }
 

@@ -20,6 +20,10 @@ struct ImportOptions {
   std::string base_dir;
   // Name used in error messages ("model.onnx").
   std::string source_name = "<bytes>";
+  // Initializers' raw_data of at least this many bytes are read straight from the model's bytes
+  // into their tensors, not copied by protobuf first (model_without_weights, onnx/proto_nesting.h).
+  // The same model either way; the tests set 1 to take every raw_data that way.
+  size_t weights_aside_min_bytes = size_t{64} << 10;
 };
 
 // The file is mapped (util/file.h), never read into memory first; its wire format is checked before

@@ -174,4 +174,128 @@ std::string model_wire_error(std::string_view bytes) {
   }
 }
 
+namespace {
+
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out += static_cast<char>((v & 0x7F) | 0x80);
+    v >>= 7;
+  }
+  out += static_cast<char>(v);
+}
+
+// One field of a message [p, end): its number, wire type, where its tag began, and for a
+// length-delimited field where its payload begins and ends. False at malformed bytes or a group.
+struct Field {
+  uint32_t number = 0;
+  uint64_t wire = 0;
+  size_t start = 0, body = 0, end = 0;
+};
+bool next_field(std::string_view b, size_t& p, size_t end, Field& f) {
+  f.start = p;
+  uint64_t tag = 0, v = 0;
+  if (!varint(b, p, end, tag) || tag > UINT32_MAX || (tag >> 3) == 0) return false;
+  f.number = static_cast<uint32_t>(tag >> 3);
+  f.wire = tag & 7;
+  switch (f.wire) {
+    case 0:
+      if (!varint(b, p, end, v)) return false;
+      break;
+    case 1:
+    case 5: {
+      const size_t n = f.wire == 1 ? 8 : 4;
+      if (end - p < n) return false;
+      p += n;
+      break;
+    }
+    case 2:
+      if (!varint(b, p, end, v) || v > end - p) return false;
+      f.body = p;
+      p += v;
+      break;
+    default:
+      return false;  // groups (3, 4): not rewritten
+  }
+  f.end = p;
+  return true;
+}
+
+// The fields of message [from, end), each copied as it is unless `edit` (field, out) wrote it and
+// returned true. False when the bytes are not fields the rewrite understands.
+template <class Edit>
+bool rewrite_message(std::string_view b, size_t from, size_t end, std::string& out, Edit edit) {
+  size_t p = from;
+  Field f;
+  while (p < end) {
+    if (!next_field(b, p, end, f)) return false;
+    bool ok = true;
+    if (!edit(f, out, ok)) out.append(b.substr(f.start, f.end - f.start));
+    if (!ok) return false;
+  }
+  return true;
+}
+
+void put_message(std::string& out, uint32_t number, const std::string& body) {
+  put_varint(out, uint64_t{number} << 3 | 2);
+  put_varint(out, body.size());
+  out += body;
+}
+
+}  // namespace
+
+std::string model_without_weights(std::string_view bytes, size_t min_bytes, std::vector<std::string_view>& raw) {
+  raw.clear();
+  constexpr uint32_t kModelGraph = 7, kGraphInitializer = 5, kTensorRawData = 9;
+  // Only one graph field: protobuf merges repeated ones, which this rewrite does not reproduce.
+  int graphs = 0;
+  {
+    size_t p = 0;
+    Field f;
+    while (p < bytes.size()) {
+      if (!next_field(bytes, p, bytes.size(), f)) return "";
+      graphs += f.number == kModelGraph && f.wire == 2;
+    }
+  }
+  if (graphs != 1) return "";
+  std::vector<std::string_view> found;
+  bool any = false;
+  std::string out;
+  out.reserve(1 << 16);
+  const bool ok = rewrite_message(bytes, 0, bytes.size(), out, [&](const Field& mf, std::string& mo, bool& mok) {
+    if (mf.number != kModelGraph || mf.wire != 2) return false;
+    std::string graph;
+    mok = rewrite_message(bytes, mf.body, mf.end, graph, [&](const Field& gf, std::string& go, bool& gok) {
+      if (gf.number != kGraphInitializer || gf.wire != 2) return false;
+      // A bytes field given more than once keeps its last value (protobuf's rule): the view is the
+      // last one's, and every one of them is emptied.
+      std::string_view last;
+      bool big = false;
+      std::string tensor;
+      gok = rewrite_message(bytes, gf.body, gf.end, tensor, [&](const Field& tf, std::string& to, bool&) {
+        if (tf.number != kTensorRawData || tf.wire != 2) return false;
+        last = bytes.substr(tf.body, tf.end - tf.body);
+        big = last.size() >= min_bytes;
+        put_varint(to, uint64_t{kTensorRawData} << 3 | 2);
+        put_varint(to, 0);
+        return true;
+      });
+      if (!gok) return true;
+      if (!big) {  // left in place: the initializer as it was
+        go.append(bytes.substr(gf.start, gf.end - gf.start));
+        found.emplace_back();
+        return true;
+      }
+      any = true;
+      found.push_back(last);
+      put_message(go, kGraphInitializer, tensor);
+      return true;
+    });
+    if (mok) put_message(mo, kModelGraph, graph);
+    return true;
+  });
+  if (!ok || !any) return "";
+  raw = std::move(found);
+  return out;
+}
+
 }  // namespace kiln::onnx

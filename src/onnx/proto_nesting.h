@@ -9,8 +9,10 @@
 // about 31 levels fit; types (sequence of sequence of ...) are the other place.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kiln::onnx {
 
@@ -36,5 +38,16 @@ ProtoNesting model_proto_nesting(std::string_view bytes);
 // bytes of tags and lengths (a file of 2 GB of zeros fails at its first zero at once). protobuf may
 // still refuse what this accepts (it checks more than the wire format of these messages).
 std::string model_wire_error(std::string_view bytes);
+
+// The weights of a model kept out of protobuf's parse: `bytes` (a ModelProto whose wire format
+// model_wire_error accepted) with every raw_data of at least `min_bytes` in the main graph's
+// initializers emptied, and in `raw` per initializer of that graph (in file order) a view of its
+// raw_data in `bytes` (empty where it was left in place). protobuf then copies only the model's
+// structure, and the importer reads those weights once, straight from `bytes` into their tensors
+// (parsing a 600 MB model had copied every weight into a protobuf string first). Returns "" (and
+// leaves `raw` empty) where there is nothing to take out, or where the layout is one it does not
+// rewrite (more than one graph field, groups): then the model is parsed as it is. Parsing the
+// result gives the same model as parsing `bytes`, but for those raw_data fields being empty.
+std::string model_without_weights(std::string_view bytes, size_t min_bytes, std::vector<std::string_view>& raw);
 
 }  // namespace kiln::onnx

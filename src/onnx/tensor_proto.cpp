@@ -305,7 +305,7 @@ Expected<DataType> dtype_from_onnx(int64_t code, const std::string& what) {
   return static_cast<DataType>(code);
 }
 
-Expected<Tensor> tensor_from_proto(const ::onnx::TensorProto& tp, const TensorSource& src) {
+Expected<Tensor> tensor_from_proto(const ::onnx::TensorProto& tp, const TensorSource& src, std::string_view raw_data) {
   KILN_ASSIGN_OR_RETURN(DataType dt, dtype_from_onnx(tp.data_type(), src.what));
   if (dt == DataType::kUndefined) return bad(src, "data_type is not set");
   if (tp.has_segment()) return unsupported(src.what + ": segmented tensors are not supported");
@@ -315,7 +315,7 @@ Expected<Tensor> tensor_from_proto(const ::onnx::TensorProto& tp, const TensorSo
 
   if (tp.has_raw_data()) {
     if (dt == DataType::kString) return bad(src, "string tensors must use string_data, not raw_data");
-    const std::string& raw = tp.raw_data();
+    const std::string_view raw = raw_data.empty() ? std::string_view(tp.raw_data()) : raw_data;
     const uint64_t want = stored_bytes(dt, numel);
     if (raw.size() != want)
       return bad(src, "raw_data has " + std::to_string(raw.size()) + " bytes, expected " + std::to_string(want) +

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "ir/graph.h"
 #include "kiln/status.h"
@@ -22,7 +23,9 @@ struct TensorSource {
 // Decodes a tensor stored in raw_data, in the typed fields, or in an external file. Sub-byte types
 // (int4/uint4/float4e2m1 packed two per byte, int2/uint2 four per byte) are unpacked to one
 // element per byte (int4/int2 sign-extended).
-Expected<Tensor> tensor_from_proto(const ::onnx::TensorProto& tp, const TensorSource& src);
+// `raw_data`: the tensor's raw_data when the importer kept it out of the parsed proto (the proto's
+// own field is then empty); an empty view: the proto's.
+Expected<Tensor> tensor_from_proto(const ::onnx::TensorProto& tp, const TensorSource& src, std::string_view raw_data = {});
 
 // Densifies a sparse tensor (indices [NNZ] linearized or [NNZ, rank]); unset elements are zero.
 Expected<Tensor> tensor_from_sparse(const ::onnx::SparseTensorProto& sp, const TensorSource& src);
