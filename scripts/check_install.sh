@@ -35,16 +35,7 @@ no_checkout_paths() {
 }
 
 echo "== the example model's expected output (onnxruntime in .venv)"
-.venv/bin/python - "$model" "$input" "$work/expected.npy" <<'PY'
-import sys
-import numpy as np
-import onnxruntime as ort
-model, inp, out = sys.argv[1:]
-sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-(y,) = sess.run(None, {sess.get_inputs()[0].name: np.load(inp)})
-np.save(out, y)
-print(f"{sess.get_outputs()[0].name}: {y.shape} {y.dtype}")
-PY
+.venv/bin/python tests/install/ort_expected.py "$model" "$input" "$work/expected.npy"
 
 echo "== wheel (pip wheel from build/)"
 .venv/bin/python -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps \
