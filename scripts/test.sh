@@ -55,6 +55,16 @@ echo "== operator support table and arity table are current"
 .venv/bin/python tools/gen_arity.py --check
 echo "== the wheel in a fresh environment, and the C++ package (find_package(kiln))"
 scripts/check_install.sh
+# The self-contained CPU wheel (scripts/build_wheel.sh: auditwheel) in a fresh environment, under env -i
+# and in a chroot without the build's libraries: about 40 s from a CPU-only build/. It needs a CPU-only
+# build (KILN_CUDA=OFF); from a CUDA build/ it would compile a second tree, so it is left to
+# scripts/prestop.sh there.
+if grep -q "^KILN_CUDA:BOOL=OFF" build/CMakeCache.txt; then
+  echo "== the self-contained CPU wheel (scripts/check_wheel.sh)"
+  scripts/check_wheel.sh
+else
+  echo "== the self-contained CPU wheel: not checked here (build/ is a CUDA build; scripts/prestop.sh checks it)"
+fi
 .venv/bin/python tests/skip_summary.py "unit=$reports/ctest.xml" "python=$reports/python.xml" \
   "unit, weakest ISA=$reports/gtest_weakest.xml" "unit, AVX2=$reports/gtest_avx2.xml" \
   "python, weakest ISA=$reports/python_weakest.xml" "python, AVX2=$reports/python_avx2.xml" \
