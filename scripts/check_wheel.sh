@@ -4,7 +4,8 @@
 # or give it a wheel: scripts/check_wheel.sh [WHEEL]. Any failure ends it with a non-zero status.
 #  1. The wheel is installed, with its dependencies from PyPI, into a fresh virtual environment
 #     (build/wheel-check/venv).
-#  2. ldd on every ELF file of the installed package (kiln/ and auditwheel's kiln.libs/), run with an
+#  2. Every library auditwheel vendored has its license in the wheel (.dist-info/licenses/third_party/).
+#     ldd on every ELF file of the installed package (kiln/ and auditwheel's kiln.libs/), run with an
 #     empty environment: each library resolves, and only to a file inside the package or to one of the
 #     basic system libraries that every Linux has (libc, libm, libstdc++, libgcc_s, libpthread, libdl,
 #     librt, ld-linux, and libz: the manylinux policy lets wheels use the system's zlib, so auditwheel
@@ -79,6 +80,13 @@ echo "${#elves[@]} ELF files; outside the package they need only: $(printf '%s\n
 [ -d "$site/kiln.libs" ] || { echo "no kiln.libs/ in $site: the wheel was not repaired by auditwheel"; exit 1; }
 ls "$site"/kiln.libs > "$work/vendored.txt"
 echo "vendored (kiln.libs/): $(xargs < "$work/vendored.txt")"
+# Each vendored library's license is in the wheel (scripts/build_wheel.sh, tools/wheel_add_licenses.py).
+third_party=$(echo "$site"/kiln-*.dist-info/licenses/third_party)
+for lib in $(cat "$work/vendored.txt"); do
+  pkg=$(grep -F "kiln.libs/$lib: " "$third_party/VENDORED.txt" | sed 's/.*(\(.*\))$/\1/' || true)
+  [ -n "$pkg" ] && [ -s "$third_party/$pkg" ] || { echo "no license in the wheel for kiln.libs/$lib"; exit 1; }
+done
+echo "licenses of the vendored libraries: $(ls "$third_party" | grep -c copyright) packages' copyright files"
 
 # The Python check and the command check, run as given (env -i, or env -i in the chroot).
 run_checks() {
