@@ -86,7 +86,7 @@ for lib in $(cat "$work/vendored.txt"); do
   pkg=$(grep -F "kiln.libs/$lib: " "$third_party/VENDORED.txt" | sed 's/.*(\(.*\))$/\1/' || true)
   [ -n "$pkg" ] && [ -s "$third_party/$pkg" ] || { echo "no license in the wheel for kiln.libs/$lib"; exit 1; }
 done
-echo "licenses of the vendored libraries: $(ls "$third_party" | grep -c copyright) packages' copyright files"
+echo "licenses of the vendored libraries: $(find "$third_party" -name "*.copyright" | wc -l) packages' copyright files"
 
 # The Python check and the command check, run as given (env -i, or env -i in the chroot).
 run_checks() {
@@ -168,10 +168,10 @@ for p in $(printf '%s\n' "${libs[@]}" | sort -u); do
   mkdir -p "$dest"
   cp -L "$p" "$dest/$(basename "$p")"
 done
-echo "  system libraries in the chroot: $(find "$rootfs/usr" -name "*.so*" | xargs -n1 basename | sort | xargs)"
+echo "  system libraries in the chroot: $(find "$rootfs/usr" -name "*.so*" -printf "%f\n" | sort | xargs)"
 for lib in $(cat "$work/vendored.txt"); do
   stem=${lib%%-*}  # kiln.libs/libdnnl-1a2b3c4d.so.2: libdnnl must not be in the chroot
-  if find "$rootfs" -name "$stem[.-]*" | grep -q .; then echo "the chroot has $stem"; exit 1; fi
+  if find "$rootfs" -name "${stem}[.-]*" | grep -q .; then echo "the chroot has $stem"; exit 1; fi
 done
 # The mounts: Python's prefix, the check folder (the venv and the example) at the same paths; /dev.
 mkdir -p "$rootfs$base" "$rootfs$work/run" "$rootfs$venv"
