@@ -582,3 +582,23 @@ def test_int8_engine_with_a_fixed_batch_calibrates_on_smaller_sets():
     assert rel_l2(got, want) < 0.05
     with pytest.raises(kiln.KilnError, match="profile"):
         e.create_context().run({"x": images(rng, 4)})
+
+
+@pytest.mark.parametrize("which", ["x_zero_point", "w_zero_point"])
+def test_qlinearconv_zero_point_of_another_type_is_refused(which):
+    """A QLinearConv zero point must have its tensor's type: a uint32 one (found by the exploring model
+    fuzzer, where it overflowed the int32 sums) is refused naming the input, at every level."""
+    x = helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 1, 5, 5])
+    zp = {"x_zero_point": np.array(3, np.uint8), "w_zero_point": np.array(1, np.uint8)}
+    zp[which] = np.array(4000000000, np.uint32)
+    inits = [const("x_scale", np.array(0.1, np.float32)), const("x_zero_point", zp["x_zero_point"]),
+             const("w", np.ones((1, 1, 3, 3), np.uint8)), const("w_scale", np.array(0.2, np.float32)),
+             const("w_zero_point", zp["w_zero_point"]), const("y_scale", np.array(0.3, np.float32)),
+             const("y_zero_point", np.array(2, np.uint8))]
+    node = helper.make_node("QLinearConv", ["x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point",
+                                            "y_scale", "y_zero_point"], ["y"])
+    g = helper.make_graph([node], "g", [x], [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    for level in (0, 2):
+        with pytest.raises(Exception, match=which + " must have the type of its tensor"):
+            run_kiln(m, np.full((1, 1, 5, 5), 7, np.uint8), level)

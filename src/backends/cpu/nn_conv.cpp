@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <type_traits>
 
 #include <omp.h>
@@ -814,6 +815,12 @@ Status integer_conv(KernelContext& ctx, const ConvAttrs& a, int ix, int ixz, int
   const Tensor& w = ctx.input(iw);
   for (const Tensor* t : {&x, &w})
     if (t->dtype() != DataType::kInt8 && t->dtype() != DataType::kUInt8) return ctx.error("x and w must be int8 or uint8");
+  // A zero point has its tensor's type (the spec's T1/T2): one of another type (a wider integer)
+  // would take x - x_zp and w - w_zp past the 8-bit range the int32 sums are sized for.
+  for (const auto& [iz, t, name] : {std::tuple{ixz, &x, "x_zero_point"}, std::tuple{iwz, &w, "w_zero_point"}})
+    if (ctx.has_input(iz) && ctx.input(iz).dtype() != t->dtype())
+      return ctx.error(std::string(name) + " must have the type of its tensor (" + dtype_name(t->dtype()) + "), not " +
+                       dtype_name(ctx.input(iz).dtype()));
   KILN_RETURN_IF_ERROR(conv_shapes(ctx, a.w, a.group, x.shape(), w.shape(), s));
   const int32_t xz = ctx.has_input(ixz) && ctx.input(ixz).numel() ? load_as<int32_t>(ctx.input(ixz), 0) : 0;
   const Tensor* wz = ctx.has_input(iwz) && ctx.input(iwz).numel() ? &ctx.input(iwz) : nullptr;
