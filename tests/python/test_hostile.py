@@ -345,3 +345,24 @@ def test_batchnorm_parameters_of_two_sizes_are_an_error(tmp_path):
     r = kiln("run", p)
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert "must have C = 2 entries" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("pos", [1e30, float("nan"), -1e30])
+def test_rotary_position_ids_of_a_float_type_are_an_error(tmp_path, pos):
+    """CI's seeded fuzz_model (2026-11-29): RotaryEmbedding whose position_ids had become float with a
+    huge value; reading it as an int64 row index was a float-to-integer overflow (undefined behaviour).
+    position_ids must be int64 (the spec's type), and any float read where an integer is expected now
+    saturates (NaN reads as 0) before the kernels' range checks."""
+    x = h.make_tensor_value_info("x", T.FLOAT, [1, 2, 4])
+    angles = np.linspace(0, 3, 8 * 2, dtype=np.float32).reshape(8, 2)
+    inits = [h.make_tensor("pos", T.FLOAT, [1, 2], [pos, 0.0]),
+             h.make_tensor("cos", T.FLOAT, [8, 2], np.cos(angles).ravel()),
+             h.make_tensor("sin", T.FLOAT, [8, 2], np.sin(angles).ravel())]
+    node = h.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain="com.microsoft", num_heads=1)
+    g = h.make_graph([node], "g", [x], [y_out()], inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)])
+    p = tmp_path / "rotary.onnx"
+    p.write_bytes(m.SerializeToString())
+    r = kiln("run", p)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "position_ids" in r.stderr, r.stderr

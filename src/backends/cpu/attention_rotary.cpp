@@ -39,6 +39,7 @@ Status rotary(KernelContext& ctx, const ops::RotaryEmbeddingParams& a) {
   if (has_pos) {
     const Tensor& p = ctx.input(3);
     if (cosc.rank() != 2) return ctx.error("with position_ids, the caches must be (max_position, rd/2)");
+    if (p.dtype() != DataType::kInt64) return ctx.error("position_ids must be int64, not " + std::string(dtype_name(p.dtype())));
     if (p.numel() != B * S) return ctx.error("position_ids must be (batch, sequence)");
     for (int64_t i = 0; i < B * S; ++i) {
       rows[i] = nn::load_as<int64_t>(p, i);

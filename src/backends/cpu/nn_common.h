@@ -5,6 +5,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <cstring>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -33,15 +34,30 @@ bool visit_real(DataType dt, F&& f) {
   return false;
 }
 
-// Element i of a numeric tensor as C (float16/bfloat16 decoded).
+// v as C. A floating value read as an integer saturates (NaN reads as 0): a model's data can hold any
+// float where an index or a zero point is expected, and a plain cast of an out-of-range float is
+// undefined behaviour; the kernels' range checks then name the value.
+template <typename C, typename S>
+C convert_saturating(S v) {
+  if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool> && std::is_floating_point_v<S>) {
+    if (!(v == v)) return C{0};
+    if (v <= static_cast<S>(std::numeric_limits<C>::min())) return std::numeric_limits<C>::min();
+    if (v >= static_cast<S>(std::numeric_limits<C>::max())) return std::numeric_limits<C>::max();
+    return static_cast<C>(v);
+  } else {
+    return static_cast<C>(v);
+  }
+}
+
+// Element i of a numeric tensor as C (float16/bfloat16 decoded; floats read as integers saturate).
 template <typename C>
 C load_as(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
-    case DataType::kFloat16: return static_cast<C>(f16_to_f32(t.data<uint16_t>()[i]));
-    case DataType::kBFloat16: return static_cast<C>(bf16_to_f32(t.data<uint16_t>()[i]));
+    case DataType::kFloat16: return convert_saturating<C>(f16_to_f32(t.data<uint16_t>()[i]));
+    case DataType::kBFloat16: return convert_saturating<C>(bf16_to_f32(t.data<uint16_t>()[i]));
     default: {
       C v{};
-      visit_numeric(t.dtype(), [&](auto tag) { v = static_cast<C>(t.data<typename decltype(tag)::type>()[i]); });
+      visit_numeric(t.dtype(), [&](auto tag) { v = convert_saturating<C>(t.data<typename decltype(tag)::type>()[i]); });
       return v;
     }
   }
