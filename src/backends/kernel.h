@@ -115,7 +115,7 @@ struct ReshapeContext {
   // these shapes), whether asked for or its own choice. The build records an untuned step's own choice
   // from it (tune/tuner.h record_default_tactics), so a loaded engine plans that name and never decides
   // again; a kernel that leaves it empty keeps deciding when each shape is planned.
-  std::string planned_tactic;
+  std::string planned_tactic = {};
   // To fill (optional): the input whose memory output 0 may take when this step is that input's last
   // reader (the planner decides; the kernel must then work with Y and that input at one address, as
   // oneDNN's sum post-op does with the residual). -1: output 0 gets memory of its own.
@@ -195,7 +195,7 @@ struct KernelDef {
     std::vector<DataType> types;
     std::function<std::string(const ir::Node& product, DataType type)> check;
   };
-  Quantizes quantizes;
+  Quantizes quantizes = {};
   int priority = 0;               // among kernels that accept a node, the highest priority wins
   // Inputs the kernel reads on the host (bit i = input i): shape operands such as Reshape's shape or
   // Slice's starts. They stay in host memory whatever device runs the kernel; reshape() finds their
@@ -210,7 +210,7 @@ struct KernelDef {
   // Why this machine cannot run the kernel (a CPU feature it needs), or "" when it can; null: any
   // machine with the backend. Unlike `check` it does not depend on the node: a pass does not produce
   // the op of a kernel that this machine cannot run (PassOptions::has_kernel asks it).
-  std::function<std::string()> unavailable;
+  std::function<std::string()> unavailable = {};
   bool host_input(int i) const { return i < 32 && ((host_inputs >> i) & 1u); }
   bool shape_input(int i) const { return i < 32 && ((shape_inputs >> i) & 1u); }
   // Why this kernel cannot run `node` (op, domain, opset range, `unavailable`, `check`), or "" when it can. Lowering
