@@ -409,6 +409,20 @@ def write_readme(result: dict, rel_path: str) -> None:
         f.write(text)
 
 
+def write_side_by_side(path: str, config, results: list, machine: dict | None = None, **versions: str) -> None:
+    """A side-by-side benchmark's result file (kiln and ONNX Runtime in one process): the machine, the
+    versions (kiln, onnxruntime, numpy and any given), the configuration and the rows."""
+    import kiln  # noqa: PLC0415
+    import onnxruntime as ort  # noqa: PLC0415
+
+    result = {"machine": machine or machine_info(),
+              "versions": {"kiln": kiln.__version__, "onnxruntime": ort.__version__, "numpy": np.__version__, **versions},
+              "config": vars(config), "results": results}
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print("wrote", path)
+
+
 def save_result(result: dict, path: str) -> None:
     with open(path, "w") as f:
         json.dump(result, f, indent=2)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import logging
 import os
 import sys
@@ -85,9 +84,6 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=1.0, help="seconds per pair past min-runs")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    import kiln  # noqa: PLC0415
-    import onnxruntime as ort  # noqa: PLC0415
-
     rng = np.random.default_rng(0)
     cases = []
     for K, N in ((int(v) for v in shape.split("x")) for shape in args.shapes.split(",")):
@@ -124,12 +120,7 @@ def main() -> int:
     machine = cpu_bench.machine_info()
     # kiln's own cap on its copies of the hot loops (KILN_CPU_ISA: "avx2", "baseline"; unset: the CPU's)
     machine["kiln_cpu_isa"] = os.environ.get("KILN_CPU_ISA", "any")
-    result = {"machine": machine,
-              "versions": {"kiln": kiln.__version__, "onnxruntime": ort.__version__, "numpy": np.__version__},
-              "config": vars(args), "results": results}
-    with open(out, "w") as f:
-        json.dump(result, f, indent=1)
-    print("wrote", out)
+    cpu_bench.write_side_by_side(out, args, results, machine)
     return 0
 
 

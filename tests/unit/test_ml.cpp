@@ -190,11 +190,12 @@ struct Forest {
     return out;
   }
 
-  // Random full binary trees of the given depth over `nf` features, every mode used.
-  static Forest random(int trees, int depth, int nf, uint32_t seed) {
+  // Random full binary trees of the given depth over `nf` features, with modes in [mode_lo, mode_hi]
+  // (every mode by default; 6 is set membership).
+  static Forest random(int trees, int depth, int nf, uint32_t seed, int mode_lo = 0, int mode_hi = 6) {
     Forest f;
     std::mt19937 g(seed);
-    std::uniform_int_distribution<int> mode(0, 6), feat(0, nf - 1), target(0, 2), coin(0, 1);
+    std::uniform_int_distribution<int> mode(mode_lo, mode_hi), feat(0, nf - 1), target(0, 2), coin(0, 1);
     std::uniform_int_distribution<int> val(-3, 3);
     std::function<int64_t(int)> build = [&](int d) -> int64_t {
       const int64_t me = static_cast<int64_t>(f.splits.size());
@@ -268,6 +269,46 @@ TEST(MlTreeEnsemble, RandomForestsEveryAggregate) {
     for (int r = 0; r < rows; ++r) {
       const auto want = f.eval(&x[r * nf], agg);
       for (int k = 0; k < 3; ++k) EXPECT_FLOAT_EQ(y.data<float>()[r * 3 + k], static_cast<float>(want[k])) << agg << " " << r;
+    }
+  }
+}
+
+// The compiled walk (backends/cpu/ml_forest.cpp: no membership nodes, SUM or AVERAGE): one mode for
+// every node (each of LEQ, LT, GTE, GT) or mixed modes, enough trees for several chunks of 32, and row
+// counts on both sides of the split between threads sharing trees (few rows) and rows (many); float
+// and double X. Every row's scores are the same whatever the batch it is scored in, bit for bit.
+TEST(MlTreeEnsemble, CompiledWalkMatchesTheReferenceInEveryBatch) {
+  const int nf = 4;
+  for (int mode = -1; mode < 4; ++mode) {
+    const Forest f = mode < 0 ? Forest::random(70, 4, nf, 21, 0, 5) : Forest::random(70, 4, nf, 22 + mode, mode, mode);
+    for (int agg : {0, 1}) {
+      for (bool dbl : {false, true}) {
+        std::vector<float> x(100 * nf);
+        std::mt19937 g(31 + mode);
+        std::uniform_int_distribution<int> val(-4, 4);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = i % 11 == 5 ? kNaN : static_cast<float>(val(g)) / 2;
+        std::vector<float> batch_of_one;
+        for (int rows : {1, 5, 31, 32, 100}) {
+          std::vector<float> xr(x.begin(), x.begin() + rows * nf);
+          Tensor in = dbl ? make_tensor(DataType::kFloat64, {rows, nf}, std::vector<double>(xr.begin(), xr.end()))
+                          : f32({rows, nf}, xr);
+          MlNode n("TreeEnsemble", 5, {in});
+          f.set_attrs(n, agg, 0);
+          Tensor y = n.out();
+          ASSERT_EQ(y.shape(), (Shape{rows, 3}));
+          auto at = [&](int64_t i) { return dbl ? static_cast<float>(y.data<double>()[i]) : y.data<float>()[i]; };
+          for (int r = 0; r < rows; ++r) {
+            const auto want = f.eval(&x[r * nf], agg);
+            for (int k = 0; k < 3; ++k)
+              EXPECT_FLOAT_EQ(at(r * 3 + k), static_cast<float>(want[k])) << mode << " " << agg << " " << rows << " " << r;
+          }
+          if (rows == 1) {
+            for (int k = 0; k < 3; ++k) batch_of_one.push_back(at(k));
+          } else {
+            for (int k = 0; k < 3; ++k) EXPECT_EQ(at(k), batch_of_one[k]) << "row 0 in a batch of " << rows;
+          }
+        }
+      }
     }
   }
 }

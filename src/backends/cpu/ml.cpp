@@ -11,10 +11,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <unordered_map>
 
 #include "backends/cpu/numeric.h"
 #include "backends/cpu/ml_common.h"
+#include "backends/cpu/ml_forest.h"
 #include "ops/params_ml.h"
 
 namespace kiln::cpu {
@@ -237,7 +239,10 @@ namespace {
 
 // Each row's aggregated scores plus the base values, [rows, n_targets], before the post transform.
 // X is [N, F] (or one row [F]).
-Status ensemble_scores(KernelContext& ctx, const Ensemble& e, int64_t* rows_out, std::vector<double>& out) {
+// `fast`: the ensemble compiled (CompiledForest), or null for the generic walk below.
+Status ensemble_scores(KernelContext& ctx, const Ensemble& e, const CompiledForest* fast, int64_t* rows_out,
+                       std::vector<double>& out) {
+  if (fast) return fast->scores(ctx, out, rows_out);
   const Tensor& x = ctx.input(0);
   if (x.rank() != 2 && x.rank() != 1) return ctx.error("X must be [N, F]");
   const int64_t rows = x.rank() == 2 ? x.dim(0) : 1, feats = x.dim(x.rank() - 1), nt = e.n_targets;
@@ -303,11 +308,11 @@ Status ensemble_scores(KernelContext& ctx, const Ensemble& e, int64_t* rows_out,
 }
 
 // TreeEnsemble 5: Y in X's dtype.
-Status run_ensemble(KernelContext& ctx, const Ensemble& e) {
+Status run_ensemble(KernelContext& ctx, const Ensemble& e, const CompiledForest* fast) {
   if (ctx.input(0).rank() != 2) return ctx.error("X must be [N, F]");
   int64_t rows = 0;
   std::vector<double> out;
-  KILN_RETURN_IF_ERROR(ensemble_scores(ctx, e, &rows, out));
+  KILN_RETURN_IF_ERROR(ensemble_scores(ctx, e, fast, &rows, out));
   for (int64_t r = 0; r < rows; ++r) post_transform(e.post_transform, out.data() + r * e.n_targets, e.n_targets);
   Tensor& y = ctx.output(0, ctx.input(0).dtype(), {rows, e.n_targets});
   visit_numeric_f16(y.dtype(), [&](auto tag) {
@@ -319,16 +324,18 @@ Status run_ensemble(KernelContext& ctx, const Ensemble& e) {
 
 Expected<KernelPtr> create_tree_ensemble(const ir::Node& n, KernelInit&) {
   KILN_ASSIGN_OR_RETURN(Ensemble e, ops::parse_tree_ensemble(n));
-  return make_kernel([e = std::move(e)](KernelContext& ctx) { return run_ensemble(ctx, e); });
+  std::shared_ptr<const CompiledForest> fast = CompiledForest::compile(e);
+  return make_kernel([e = std::move(e), fast](KernelContext& ctx) { return run_ensemble(ctx, e, fast.get()); });
 }
 
 // TreeEnsembleRegressor 1/3: Y float [N, n_targets].
 Expected<KernelPtr> create_tree_regressor(const ir::Node& n, KernelInit&) {
   KILN_ASSIGN_OR_RETURN(Ensemble e, ops::parse_tree_ensemble_regressor(n));
-  return make_kernel([e = std::move(e)](KernelContext& ctx) -> Status {
+  std::shared_ptr<const CompiledForest> fast = CompiledForest::compile(e);
+  return make_kernel([e = std::move(e), fast](KernelContext& ctx) -> Status {
     int64_t rows = 0;
     std::vector<double> out;
-    KILN_RETURN_IF_ERROR(ensemble_scores(ctx, e, &rows, out));
+    KILN_RETURN_IF_ERROR(ensemble_scores(ctx, e, fast.get(), &rows, out));
     write_regression(ctx, e.post_transform, out, rows, e.n_targets);
     return Status::Ok();
   });
@@ -368,12 +375,13 @@ namespace {
 // TreeEnsembleClassifier 1/3: Y the labels [N], Z float [N, classes].
 Expected<KernelPtr> create_tree_classifier(const ir::Node& n, KernelInit&) {
   KILN_ASSIGN_OR_RETURN(ops::TreeEnsembleClassifierParams p, ops::parse_tree_ensemble_classifier(n));
-  return make_kernel([p = std::move(p)](KernelContext& ctx) -> Status {
+  std::shared_ptr<const CompiledForest> fast = CompiledForest::compile(p.ensemble);
+  return make_kernel([p = std::move(p), fast](KernelContext& ctx) -> Status {
     const Ensemble& e = p.ensemble;
     const int64_t nt = e.n_targets;
     int64_t rows = 0;
     std::vector<double> out;
-    KILN_RETURN_IF_ERROR(ensemble_scores(ctx, e, &rows, out));
+    KILN_RETURN_IF_ERROR(ensemble_scores(ctx, e, fast.get(), &rows, out));
     Tensor& y = ctx.output(0, p.string_labels() ? DataType::kString : DataType::kInt64, {rows});
     Tensor& z = ctx.output(1, DataType::kFloat32, {rows, nt});
     for (int64_t r = 0; r < rows; ++r) {
