@@ -552,14 +552,20 @@ def _unknown_name(kind: str, name: str, infos: Iterable[Any]) -> KilnError:
     return _error("InvalidArgument", f"unknown {kind} '{name}'; the model's {kind}s are: {known}")
 
 
-def _normalize_feed(infos: Sequence[TensorInfo], feed: dict[str, Any]) -> dict[str, Any]:
-    """Checks names; turns lists given for tensor inputs into arrays (as onnxruntime does)."""
-    by_name = {i.name: i for i in infos}
+def _normalize_feed(infos: Sequence[TensorInfo], feed: dict[str, Any],
+                    by_name: dict[str, TensorInfo] | None = None) -> dict[str, Any]:
+    """Checks names; turns lists given for tensor inputs into arrays (as onnxruntime does). by_name:
+    the infos by name, when the caller keeps them (a session does: this runs on every run)."""
+    if by_name is None:
+        by_name = {i.name: i for i in infos}
     out = {}
     for name, value in feed.items():
         info = by_name.get(name)
         if info is None:
             raise _unknown_name("input", name, infos)
+        if type(value) is np.ndarray:
+            out[name] = value
+            continue
         if info.kind == "tensor" and isinstance(value, (list, tuple)):
             try:
                 dtype = np.dtype(info.dtype) if info.dtype != "string" else object
@@ -842,6 +848,7 @@ class InferenceSession:
         for p in self._providers:
             self._provider_options.setdefault(p, {})
         self._all_inputs = list(self._engine.inputs)
+        self._inputs_by_name = {i.name: i for i in self._all_inputs}
         # Inputs backed by an initializer (weights listed as inputs before IR 4) are overridable
         # initializers, not inputs a caller must feed.
         self._inputs = [i for i in self._all_inputs if not i.has_default]
@@ -978,7 +985,7 @@ class InferenceSession:
         if not isinstance(input_feed, dict):
             raise TypeError(f"input_feed must be a dict of name → array, got {type(input_feed).__name__}")
         indices = self._output_indices(output_names)
-        feed = _normalize_feed(self._all_inputs, input_feed)
+        feed = _normalize_feed(self._all_inputs, input_feed, self._inputs_by_name)
         if any(isinstance(v, Tensor) for v in feed.values()):
             return self.run_with_ort_values(output_names, feed, run_options)
         outputs = self._with_context(run_options, lambda ctx, stop: ctx.run(feed, stop))
@@ -1047,7 +1054,7 @@ class InferenceSession:
         """Like run(), with kiln.Tensor (OrtValue) inputs on the CPU or the engine's GPU (numpy arrays
         also accepted); returns kiln.Tensors."""
         indices = self._output_indices(output_names)
-        feed = _normalize_feed(self._all_inputs, input_dict_ort_values)
+        feed = _normalize_feed(self._all_inputs, input_dict_ort_values, self._inputs_by_name)
         ordered = self._ordered_inputs(feed)
         outputs = self._with_context(run_options,
                                      lambda ctx, stop: ctx.run_into(ordered, [None] * len(self._outputs), stop))
