@@ -21,14 +21,14 @@ cd "$root"
 fuzz_seconds=150
 fuzz_seed=1
 run_tests=1
-fuzz_targets="import engine npy model"
+fuzz_targets="import engine npy model serve"
 while [ $# -gt 0 ]; do
   case "$1" in
     --fuzz-seconds) fuzz_seconds=$2; shift 2 ;;
     --seed) fuzz_seed=$2; shift 2 ;;
     --no-tests) run_tests=0; shift ;;
     --fuzz-targets) fuzz_targets=$2; shift 2 ;;
-    *) echo "usage: $0 [--fuzz-seconds N] [--seed N (0: random)] [--no-tests] [--fuzz-targets 'import engine npy model']" >&2; exit 2 ;;
+    *) echo "usage: $0 [--fuzz-seconds N] [--seed N (0: random)] [--no-tests] [--fuzz-targets 'import engine npy model serve']" >&2; exit 2 ;;
   esac
 done
 
@@ -42,7 +42,7 @@ if [ ! -f build-asan/build.ninja ]; then
     -DKILN_FUZZ=ON -DKILN_CUDA=OFF -DKILN_PYTHON=OFF -DKILN_TESTS=ON
 fi
 export CCACHE_DIR=${CCACHE_DIR:-$root/.ccache}
-cmake --build build-asan --target kiln_cli kiln_tests fuzz_import fuzz_engine fuzz_npy fuzz_model
+cmake --build build-asan --target kiln_cli kiln_tests fuzz_import fuzz_engine fuzz_npy fuzz_model fuzz_serve
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -79,7 +79,7 @@ for t in $fuzz_targets; do
   runs=-1
   if [ "$fuzz_seed" != 0 ]; then
     rm -rf "$work/corpus"
-    case $t in import) runs=300000 ;; engine) runs=150000 ;; npy) runs=400000 ;; model) runs=15000 ;; esac
+    case $t in import) runs=300000 ;; engine) runs=150000 ;; npy) runs=400000 ;; model) runs=15000 ;; serve) runs=200000 ;; esac
   fi
   mkdir -p "$work/corpus"
   seeds=("tests/fuzz/corpus/$t")

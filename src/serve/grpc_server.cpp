@@ -84,8 +84,9 @@ Expected<std::chrono::microseconds> timeout_of(const Map& parameters) {
   return invalid_argument("parameter \"timeout\" must be microseconds >= 0 (an integer)");
 }
 
-// A gRPC request as the HTTP decoder's result: the same checks, then the batcher's input order.
-Expected<DecodedRequest> decode(const pb::ModelInferRequest& req, const ModelSpec& spec) {
+}  // namespace
+
+Expected<DecodedRequest> decode_grpc_request(const pb::ModelInferRequest& req, const ModelSpec& spec) {
   DecodedRequest r;
   r.id = req.id();
   KILN_ASSIGN_OR_RETURN(r.timeout, timeout_of(req.parameters()));
@@ -138,6 +139,8 @@ Expected<DecodedRequest> decode(const pb::ModelInferRequest& req, const ModelSpe
   r.binary_outputs.assign(r.outputs.size(), true);
   return r;
 }
+
+namespace {
 
 void fill_duration(pb::StatisticDuration* d, const Duration& from) {
   d->set_count(from.count);
@@ -228,7 +231,7 @@ class Service final : public pb::GRPCInferenceService::Service {
     auto mv = repository_.find(req->model_name(), req->model_version());
     if (!mv.ok()) return to_grpc(mv.status());
     ModelVersion& model = **mv;
-    auto request = decode(*req, model.spec);
+    auto request = decode_grpc_request(*req, model.spec);
     if (!request.ok()) {
       model.stats->record_failure(static_cast<uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - arrived).count()));

@@ -11,9 +11,18 @@
 #include <string>
 
 #include "kiln/status.h"
+#include "serve/protocol.h"
 #include "serve/repository.h"
 
+namespace inference {
+class ModelInferRequest;  // grpc_service.proto's message (generated)
+}
+
 namespace kiln::serve {
+
+// A gRPC ModelInferRequest as the HTTP decoder's result (protocol.h): the same checks against the
+// model's spec, then the batcher's input order. Raw contents (one per input) or typed contents.
+Expected<DecodedRequest> decode_grpc_request(const inference::ModelInferRequest& req, const ModelSpec& spec);
 
 struct GrpcOptions {
   std::string host = "127.0.0.1";

@@ -251,34 +251,47 @@ DataType protocol_type(const std::string& name) {
   return type_of_suffix(name);
 }
 
-Expected<ModelSpec> read_model_config(const std::string& model_dir, const std::string& name) {
+Expected<ModelSpec> parse_model_config(const std::string& text, const std::string& source, const std::string& name) {
   ModelSpec spec;
   spec.name = name;
   spec.batcher.name = "model '" + name + "'";
-  const fs::path path = fs::path(model_dir) / "config.pbtxt";
-  std::error_code ec;
-  if (!fs::exists(path, ec)) {
-    spec.source = "derived from the model (no config.pbtxt)";
-    return spec;
-  }
-  spec.source = path.string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error(path.string() + ": cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
+  spec.source = source;
   config::ModelConfig c;
-  Collector errors(path.string(), text.str());
+  Collector errors(source, text);
   pb::TextFormat::ParseInfoTree tree;
   pb::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
   parser.WriteLocationsTo(&tree);
-  if (!parser.ParseFromString(text.str(), &c))
+  if (!parser.ParseFromString(text, &c))
     return invalid_argument("model configuration: " + errors.errors() +
                             (errors.errors().find("no field named") != std::string::npos
                                  ? " (kiln reads a subset of the model configuration: see docs/user-guide.md, Serving)"
                                  : ""));
-  KILN_RETURN_IF_ERROR(spec_from_proto(c, Locator(path.string(), &tree), spec));
+  KILN_RETURN_IF_ERROR(spec_from_proto(c, Locator(source, &tree), spec));
   return spec;
+}
+
+Expected<ModelSpec> read_model_config(const std::string& model_dir, const std::string& name) {
+  const fs::path path = fs::path(model_dir) / "config.pbtxt";
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st)) {
+    ModelSpec spec;
+    spec.name = name;
+    spec.batcher.name = "model '" + name + "'";
+    spec.source = "derived from the model (no config.pbtxt)";
+    return spec;
+  }
+  // A FIFO or a device under the name would block the read or never end.
+  if (!fs::is_regular_file(st)) return invalid_argument(path.string() + ": not a regular file");
+  if (fs::file_size(path, ec) > kMaxConfigBytes)
+    return invalid_argument(path.string() + ": larger than " + std::to_string(kMaxConfigBytes >> 20) +
+                            " MiB, not a model configuration");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return io_error(path.string() + ": cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_model_config(text.str(), path.string(), name);
 }
 
 Expected<BuildOptions> build_options_of(const ModelSpec& spec, DeviceType device, int* threads) {

@@ -55,6 +55,10 @@ struct ModelSpec {
 // the file, and the line, column and field that is wrong: an unknown field, a bad value, a
 // contradiction (dynamic_batching without max_batch_size, a preferred size over it, gpus with KIND_CPU).
 Expected<ModelSpec> read_model_config(const std::string& model_dir, const std::string& name);
+// The same from the file's text; `source` names it in errors and in ModelSpec::source.
+Expected<ModelSpec> parse_model_config(const std::string& text, const std::string& source, const std::string& name);
+// config.pbtxt files larger than this are refused before they are read.
+constexpr uintmax_t kMaxConfigBytes = uintmax_t{4} << 20;
 
 // The build options the spec's parameters ask for (precision, opt_level, tune) on `device`;
 // kInvalidArgument naming the parameter for an unknown one or a bad value. `threads` receives the

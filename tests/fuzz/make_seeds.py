@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
 """Writes the fuzzers' seed corpora (committed): small ONNX models covering the importer's features
 (initializers, attributes of each kind, subgraphs, functions, sequences, fused patterns), the engine
-files kiln builds from them (without the checksum trailer, which fuzz_engine adds), and .npy files.
+files kiln builds from them (without the checksum trailer, which fuzz_engine adds), .npy files, and
+fuzz_serve's requests and model configurations (its input layout: tests/fuzz/fuzz_serve.cpp).
 
-    .venv/bin/python tests/fuzz/make_seeds.py      # needs build/kiln
+    .venv/bin/python tests/fuzz/make_seeds.py           # needs build/kiln
+    .venv/bin/python tests/fuzz/make_seeds.py serve     # fuzz_serve's alone (needs tritonclient)
 """
 
+import json
 import os
+import struct
+import sys
 import subprocess
 import tempfile
 
@@ -100,7 +105,89 @@ def hostile_models():
         [const("axes", np.array([1], np.int64))])
 
 
+def serve_seeds():
+    """(name, bytes) for fuzz_serve: byte 0 picks the parser (0 HTTP, 1 gRPC, 2 config.pbtxt)."""
+    from tritonclient.grpc import service_pb2  # noqa: PLC0415
+
+    x = [0.5 * i for i in range(8)]
+    json_inputs = [{"name": "x", "shape": [2, 4], "datatype": "FP32", "data": x},
+                   {"name": "ids", "shape": [2, 3], "datatype": "INT64", "data": [1, 2, 3, 4, 5, 6]},
+                   {"name": "s", "shape": [2, 1], "datatype": "BYTES", "data": ["a", "\u00e9t\u00e9"]},
+                   {"name": "b", "shape": [2, 2, 2], "datatype": "BOOL", "data": [True, False] * 4}]
+    no_header = struct.pack("<I", 0xFFFFFFFF)
+    body = json.dumps({"id": "7", "inputs": json_inputs,
+                       "outputs": [{"name": "y"}, {"name": "t", "parameters": {"binary_data": True}}]}).encode()
+    out = [("http_json", b"\x00" + no_header + body)]
+    with_h = json_inputs + [{"name": "h", "shape": [2, 2], "datatype": "FP16", "data": [1.0, 2.0, 0.5, -1.0]}]
+    body = json.dumps({"inputs": with_h, "parameters": {"timeout": 5000}}).encode()
+    out.append(("http_json_optional_timeout", b"\x00" + no_header + body))
+    # The binary extension: x's 32 bytes and s's length-prefixed strings after the JSON header.
+    raw_x = struct.pack("<8f", *x)
+    raw_s = struct.pack("<I", 1) + b"a" + struct.pack("<I", 3) + b"xyz"
+    header = json.dumps({"inputs": [
+        {"name": "x", "shape": [2, 4], "datatype": "FP32", "parameters": {"binary_data_size": len(raw_x)}},
+        json_inputs[1],
+        {"name": "s", "shape": [2, 1], "datatype": "BYTES", "parameters": {"binary_data_size": len(raw_s)}},
+        json_inputs[3]], "outputs": [{"name": "r", "parameters": {"binary_data": True}}]}).encode()
+    out.append(("http_binary", b"\x00" + struct.pack("<I", len(header)) + header + raw_x + raw_s))
+    # gRPC: raw contents, and typed contents.
+    req = service_pb2.ModelInferRequest(model_name="m", id="g1")
+    for name, dt, shape in (("x", "FP32", [2, 4]), ("ids", "INT64", [2, 2]), ("s", "BYTES", [2, 1]),
+                            ("b", "BOOL", [2, 2, 2])):
+        t = req.inputs.add(name=name, datatype=dt)
+        t.shape.extend(shape)
+    req.raw_input_contents.extend([raw_x, struct.pack("<4q", 1, 2, 3, 4), raw_s, bytes([1, 0] * 4)])
+    req.outputs.add(name="y")
+    req.parameters["timeout"].int64_param = 1000
+    out.append(("grpc_raw", b"\x01" + req.SerializeToString()))
+    req = service_pb2.ModelInferRequest(model_name="m")
+    t = req.inputs.add(name="x", datatype="FP32", shape=[1, 4])
+    t.contents.fp32_contents.extend([1, 2, 3, 4])
+    t = req.inputs.add(name="ids", datatype="INT64", shape=[1, 2])
+    t.contents.int64_contents.extend([7, 8])
+    t = req.inputs.add(name="s", datatype="BYTES", shape=[1, 1])
+    t.contents.bytes_contents.extend([b"q"])
+    t = req.inputs.add(name="b", datatype="BOOL", shape=[1, 2, 2])
+    t.contents.bool_contents.extend([True, True, False, True])
+    t = req.inputs.add(name="h", datatype="FP16", shape=[1, 2])
+    out.append(("grpc_typed", b"\x01" + req.SerializeToString()))
+    configs = {
+        "config_batching": """name: "addmul"
+backend: "kiln"
+max_batch_size: 16
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "sum" data_type: TYPE_FP32 dims: [ 4 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 30000 preferred_batch_size: [ 4, 8 ]
+  default_queue_policy { max_queue_size: 64 default_timeout_microseconds: 100000 } }
+instance_group [ { count: 2 kind: KIND_CPU } ]
+parameters { key: "precision" value: { string_value: "fp32" } }
+parameters { key: "threads" value: { string_value: "2" } }
+version_policy { specific { versions: [ 1, 3 ] } }
+""",
+        "config_reshape": """max_batch_size: 4
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 2, 2 ] reshape: { shape: [ 4 ] } optional: true } ]
+output [ { name: "sum" data_type: TYPE_FP16 dims: [ -1, 2 ] reshape: { shape: [ 4 ] } } ]
+instance_group [ { kind: KIND_GPU gpus: [ 0, 1 ] } ]
+version_policy { latest { num_versions: 2 } }
+default_model_filename: "model.kiln"
+""",
+    }
+    out += [(name, b"\x02" + text.encode()) for name, text in configs.items()]
+    return out
+
+
+def write_serve_seeds():
+    os.makedirs(os.path.join(HERE, "corpus", "serve"), exist_ok=True)
+    for name, data in serve_seeds():
+        with open(os.path.join(HERE, "corpus", "serve", name), "wb") as f:
+            f.write(data)
+
+
 def main():
+    if sys.argv[1:] == ["serve"]:
+        write_serve_seeds()
+        return
+    write_serve_seeds()
     for sub in ("import", "engine", "npy"):
         os.makedirs(os.path.join(HERE, "corpus", sub), exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "serve/model_config.h"
@@ -115,6 +116,37 @@ TEST(ServeConfig, UnknownOrBadParametersAreErrors) {
   options = build_options_of(*spec, DeviceType::kCPU, &threads);
   ASSERT_FALSE(options.ok());
   EXPECT_NE(options.status().message().find("'opt_level'"), std::string::npos) << options.status().message();
+}
+
+// A FIFO (or a device) named config.pbtxt would block the server's start forever, and a huge file
+// would be read whole: both are refused by name before anything is read (#47 item 4).
+TEST(ServeConfig, SpecialAndHugeFilesAreRefused) {
+  const std::string dir = model_dir("");
+  ASSERT_EQ(::mkfifo((fs::path(dir) / "config.pbtxt").c_str(), 0600), 0);
+  auto fifo = read_model_config(dir, "m");
+  ASSERT_FALSE(fifo.ok());
+  EXPECT_NE(fifo.status().message().find("config.pbtxt: not a regular file"), std::string::npos) << fifo.status().message();
+  fs::remove(fs::path(dir) / "config.pbtxt");
+  {
+    std::ofstream big(fs::path(dir) / "config.pbtxt");
+    big << "max_batch_size: 4\n";
+    big << std::string(kMaxConfigBytes, ' ');
+  }
+  auto huge = read_model_config(dir, "m");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("not a model configuration"), std::string::npos) << huge.status().message();
+}
+
+// The text alone parses as the file does, its errors naming the source given.
+TEST(ServeConfig, ParsesTextWithItsSourceName) {
+  auto spec = parse_model_config("max_batch_size: 4\ninput [ { name: \"x\" data_type: TYPE_FP32 dims: [ 2 ] } ]\n",
+                                 "inline", "m");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->max_batch_size, 4);
+  EXPECT_EQ(spec->source, "inline");
+  auto bad = parse_model_config("max_batch_size: \"four\"\n", "inline", "m");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("inline"), std::string::npos) << bad.status().message();
 }
 
 TEST(ServeConfig, TypeNames) {
