@@ -28,6 +28,9 @@ struct FlatNode {
 constexpr int kGeneric = -1;  // nodes of several modes (or EQ/NEQ): the mode is read per node
 constexpr int64_t kFewRows = 32;  // below this, the threads split the trees rather than the rows
 constexpr int64_t kRowBlock = 16;  // rows walked through one tree before the next
+// Each chunk's sums are cleared and added per row over every target, so the compiled walk is for
+// ensembles of few targets (classes): beyond this the generic walk, whose cost does not grow with them.
+constexpr int64_t kMaxTargets = 256;
 
 template <typename T, int M>
 inline bool take_true(const FlatNode<T>& n, T x) {
@@ -141,7 +144,7 @@ struct CompiledForest::Impl {
     }
     const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
     parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
-      std::vector<double> local(static_cast<size_t>(kRowBlock * nt));
+      std::vector<double> local(static_cast<size_t>(std::min(rows, kRowBlock) * nt));
       for (int64_t blk = b; blk < e; ++blk) {
         const int64_t r0 = blk * kRowBlock, r1 = std::min(rows, r0 + kRowBlock), n = (r1 - r0) * nt;
         double* o = out + r0 * nt;
@@ -171,6 +174,7 @@ CompiledForest::~CompiledForest() = default;
 
 std::unique_ptr<CompiledForest> CompiledForest::compile(const Ensemble& e) {
   if (e.aggregate != Ensemble::Aggregate::kSum && e.aggregate != Ensemble::Aggregate::kAverage) return nullptr;
+  if (e.n_targets <= 0 || e.n_targets > kMaxTargets) return nullptr;
   constexpr size_t kMax = static_cast<size_t>(std::numeric_limits<int32_t>::max() - 1);
   const size_t leaves = e.votes.empty() ? e.leaf_weights.size() : e.votes.size() - 1;
   if (e.nodes.size() + leaves > kMax || e.leaf_weights.size() > kMax || e.votes.size() > kMax || e.roots.size() > kMax ||
@@ -267,6 +271,9 @@ Status CompiledForest::scores(KernelContext& ctx, std::vector<double>& out, int6
   if (__builtin_mul_overflow(rows, nt, &cells) || static_cast<uint64_t>(cells) > max_tensor_bytes() / sizeof(double))
     return ctx.error("[" + std::to_string(rows) + ", n_targets " + std::to_string(nt) +
                      "] scores exceed the tensor size limit (--max-tensor-bytes)");
+  const DataType dt = x.dtype();
+  if (!visit_numeric_f16(dt, [](auto) {}))  // what read_reals reads, as the generic walk checks it
+    return ctx.error(std::string("unsupported dtype ") + dtype_name(dt));
   out.assign(static_cast<size_t>(cells), 0.0);
   if (!f.roots.empty() && rows > 0) {
     if (x.dtype() == DataType::kFloat32 && !f.fnodes.empty()) {

@@ -23,8 +23,8 @@ class CompiledForest {
  public:
   static constexpr int64_t kChunk = 32;
 
-  // nullptr where the ensemble has another aggregate, a membership node, a cycle or more than 2^31
-  // nodes or votes: the caller keeps its generic walk.
+  // nullptr where the ensemble has another aggregate, more than 256 targets, a membership node, a
+  // cycle or more than 2^31 nodes or votes: the caller keeps its generic walk.
   static std::unique_ptr<CompiledForest> compile(const ops::TreeEnsembleParams& e);
 
   // out = [rows, n_targets] scores of X = ctx.input(0) ([N, F] or [F]), base values added, before
