@@ -14,7 +14,8 @@
 #   6. the ThreadSanitizer job (scripts/tsan.sh: its own build, the runtime, thread-pool and batcher
 #      tests; not in CI);
 #   7. with --sanitize, CI's sanitizer job (scripts/sanitize.sh; about 18 more minutes), then 20 minutes
-#      of the structure-aware model fuzzer with a random seed (tests/fuzz/README.md, "Exploration").
+#      of the structure-aware model fuzzer and 5 of the server's parsers, each with a random seed
+#      (tests/fuzz/README.md, "Exploration").
 # Each step's wall time is printed; the first failure stops it. Usage:
 #   scripts/prestop.sh [--sanitize] [FOLDER]     (FOLDER: where to clone; default a new temporary one)
 set -euo pipefail
@@ -56,4 +57,6 @@ step "ThreadSanitizer (scripts/tsan.sh)" scripts/tsan.sh
 [ "$sanitize" = 0 ] || step "scripts/sanitize.sh" scripts/sanitize.sh
 [ "$sanitize" = 0 ] || step "exploring fuzz_model run (random seed, 20 min)" \
   scripts/sanitize.sh --no-tests --fuzz-targets model --fuzz-seconds 1200 --seed 0
+[ "$sanitize" = 0 ] || step "exploring fuzz_serve run (random seed, 5 min)" \
+  scripts/sanitize.sh --no-tests --fuzz-targets serve --fuzz-seconds 300 --seed 0
 echo "prestop: all passed"

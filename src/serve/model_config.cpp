@@ -2,6 +2,13 @@
 // and completed against the built model (model_config.h).
 #include "serve/model_config.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
@@ -274,24 +281,37 @@ Expected<ModelSpec> parse_model_config(const std::string& text, const std::strin
 Expected<ModelSpec> read_model_config(const std::string& model_dir, const std::string& name) {
   const fs::path path = fs::path(model_dir) / "config.pbtxt";
   std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  if (!fs::exists(st)) {
+  if (!fs::exists(path, ec)) {  // no file (or a dangling link): the spec comes from the model
     ModelSpec spec;
     spec.name = name;
     spec.batcher.name = "model '" + name + "'";
     spec.source = "derived from the model (no config.pbtxt)";
     return spec;
   }
-  // A FIFO or a device under the name would block the read or never end.
-  if (!fs::is_regular_file(st)) return invalid_argument(path.string() + ": not a regular file");
-  if (fs::file_size(path, ec) > kMaxConfigBytes)
-    return invalid_argument(path.string() + ": larger than " + std::to_string(kMaxConfigBytes >> 20) +
-                            " MiB, not a model configuration");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error(path.string() + ": cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_model_config(text.str(), path.string(), name);
+  // Opened without blocking and checked on the descriptor (a FIFO or a device under the name would
+  // block the read or never end, and a name checked first could be swapped before it is opened), then
+  // read to at most the size limit however the file grows meanwhile.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return io_error(path.string() + ": cannot be read (" + std::strerror(errno) + ")");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return invalid_argument(path.string() + ": not a regular file");
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t got = ::read(fd, buf, sizeof(buf));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return io_error(path.string() + ": cannot be read (" + std::strerror(errno) + ")");
+    if (got == 0) break;
+    text.append(buf, static_cast<size_t>(got));
+    if (text.size() > kMaxConfigBytes)
+      return invalid_argument(path.string() + ": larger than " + std::to_string(kMaxConfigBytes >> 20) +
+                              " MiB, not a model configuration");
+  }
+  return parse_model_config(text, path.string(), name);
 }
 
 Expected<BuildOptions> build_options_of(const ModelSpec& spec, DeviceType device, int* threads) {

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "fuzz/fuzz_common.h"
+#include "fuzz/serve_model.h"
 #include "grpc_service.pb.h"
 #include "model_config.pb.h"
 #include "serve/grpc_server.h"
@@ -24,28 +25,10 @@
 
 namespace {
 
-// A model with an input of each kind a request can fill: batched float, a variable-length int64, a
-// string, an optional float16, and a reshaped bool.
-constexpr const char* kConfig = R"(
-name: "m"
-max_batch_size: 8
-input [
-  { name: "x" data_type: TYPE_FP32 dims: [ 4 ] },
-  { name: "ids" data_type: TYPE_INT64 dims: [ -1 ] },
-  { name: "s" data_type: TYPE_STRING dims: [ 1 ] },
-  { name: "h" data_type: TYPE_FP16 dims: [ 2 ] optional: true },
-  { name: "b" data_type: TYPE_BOOL dims: [ 2, 2 ] reshape: { shape: [ 4 ] } }
-]
-output [
-  { name: "y" data_type: TYPE_FP32 dims: [ 4 ] },
-  { name: "t" data_type: TYPE_STRING dims: [ 1 ] },
-  { name: "r" data_type: TYPE_INT8 dims: [ 2, 2 ] reshape: { shape: [ 4 ] } }
-]
-)";
 
 const kiln::serve::ModelSpec& spec() {
   static const kiln::serve::ModelSpec s = [] {
-    auto parsed = kiln::serve::parse_model_config(kConfig, "fuzz config", "m");
+    auto parsed = kiln::serve::parse_model_config(kiln::fuzz::kServeModelConfig, "fuzz config", "m");
     if (!parsed.ok()) {
       std::fprintf(stderr, "fuzz_serve: the harness's own config is refused: %s\n", parsed.status().message().c_str());
       std::abort();
@@ -69,11 +52,11 @@ void respond(const kiln::serve::DecodedRequest& request) {
     kiln::Shape shape{batch};
     for (int64_t d : o.has_reshape ? o.reshape : o.dims) shape.push_back(d < 0 ? 1 : d);
     kiln::Tensor t = kiln::Tensor::empty(o.dtype, shape);
-    if (o.dtype != kiln::DataType::kString && t.nbytes() > 0) std::memset(t.raw(), 0, t.nbytes());
+    if (t.nbytes() > 0) std::memset(t.raw(), 0, t.nbytes());
     outputs.push_back(std::move(t));
   }
   kiln::serve::EncodedResponse r = kiln::serve::encode_infer_response(m, "1", request, outputs);
-  if (r.header_length > r.body.size()) std::abort();  // the header cannot be longer than the body
+  if (r.header_length > r.body.size()) std::abort();  // the JSON header is measured before the binary data
 }
 
 }  // namespace

@@ -112,7 +112,7 @@ def serve_seeds():
     x = [0.5 * i for i in range(8)]
     json_inputs = [{"name": "x", "shape": [2, 4], "datatype": "FP32", "data": x},
                    {"name": "ids", "shape": [2, 3], "datatype": "INT64", "data": [1, 2, 3, 4, 5, 6]},
-                   {"name": "s", "shape": [2, 1], "datatype": "BYTES", "data": ["a", "\u00e9t\u00e9"]},
+                   {"name": "s", "shape": [2, 1], "datatype": "INT32", "data": [-7, 2147483647]},
                    {"name": "b", "shape": [2, 2, 2], "datatype": "BOOL", "data": [True, False] * 4}]
     no_header = struct.pack("<I", 0xFFFFFFFF)
     body = json.dumps({"id": "7", "inputs": json_inputs,
@@ -121,18 +121,18 @@ def serve_seeds():
     with_h = json_inputs + [{"name": "h", "shape": [2, 2], "datatype": "FP16", "data": [1.0, 2.0, 0.5, -1.0]}]
     body = json.dumps({"inputs": with_h, "parameters": {"timeout": 5000}}).encode()
     out.append(("http_json_optional_timeout", b"\x00" + no_header + body))
-    # The binary extension: x's 32 bytes and s's length-prefixed strings after the JSON header.
+    # The binary extension: x's 32 bytes and s's 8 after the JSON header.
     raw_x = struct.pack("<8f", *x)
-    raw_s = struct.pack("<I", 1) + b"a" + struct.pack("<I", 3) + b"xyz"
+    raw_s = struct.pack("<2i", 1, -2)
     header = json.dumps({"inputs": [
         {"name": "x", "shape": [2, 4], "datatype": "FP32", "parameters": {"binary_data_size": len(raw_x)}},
         json_inputs[1],
-        {"name": "s", "shape": [2, 1], "datatype": "BYTES", "parameters": {"binary_data_size": len(raw_s)}},
+        {"name": "s", "shape": [2, 1], "datatype": "INT32", "parameters": {"binary_data_size": len(raw_s)}},
         json_inputs[3]], "outputs": [{"name": "r", "parameters": {"binary_data": True}}]}).encode()
     out.append(("http_binary", b"\x00" + struct.pack("<I", len(header)) + header + raw_x + raw_s))
     # gRPC: raw contents, and typed contents.
     req = service_pb2.ModelInferRequest(model_name="m", id="g1")
-    for name, dt, shape in (("x", "FP32", [2, 4]), ("ids", "INT64", [2, 2]), ("s", "BYTES", [2, 1]),
+    for name, dt, shape in (("x", "FP32", [2, 4]), ("ids", "INT64", [2, 2]), ("s", "INT32", [2, 1]),
                             ("b", "BOOL", [2, 2, 2])):
         t = req.inputs.add(name=name, datatype=dt)
         t.shape.extend(shape)
@@ -145,8 +145,8 @@ def serve_seeds():
     t.contents.fp32_contents.extend([1, 2, 3, 4])
     t = req.inputs.add(name="ids", datatype="INT64", shape=[1, 2])
     t.contents.int64_contents.extend([7, 8])
-    t = req.inputs.add(name="s", datatype="BYTES", shape=[1, 1])
-    t.contents.bytes_contents.extend([b"q"])
+    t = req.inputs.add(name="s", datatype="INT32", shape=[1, 1])
+    t.contents.int_contents.extend([-3])
     t = req.inputs.add(name="b", datatype="BOOL", shape=[1, 2, 2])
     t.contents.bool_contents.extend([True, True, False, True])
     t = req.inputs.add(name="h", datatype="FP16", shape=[1, 2])

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fuzz/serve_model.h"
 #include "serve/model_config.h"
 
 namespace kiln::serve {
@@ -147,6 +148,14 @@ TEST(ServeConfig, ParsesTextWithItsSourceName) {
   auto bad = parse_model_config("max_batch_size: \"four\"\n", "inline", "m");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("inline"), std::string::npos) << bad.status().message();
+}
+
+// fuzz_serve's model (tests/fuzz/serve_model.h) is a valid configuration: the harness aborts otherwise.
+TEST(ServeConfig, TheFuzzersModelParses) {
+  auto spec = parse_model_config(kiln::fuzz::kServeModelConfig, "fuzz config", "m");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->inputs.size(), 5u);
+  EXPECT_EQ(spec->outputs.size(), 3u);
 }
 
 TEST(ServeConfig, TypeNames) {
