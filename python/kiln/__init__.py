@@ -530,16 +530,55 @@ def _as_zipmap(array: Any, spec: dict) -> list[dict]:
     return [dict(zip(labels, (float(p) for p in row))) for row in rows]
 
 
+# Engine metadata of a map input read by a DictVectorizer (src/onnx/importer.cpp): JSON {"keys", "vocabulary"}.
+_DICTVEC_PREFIX = "model.custom.kiln.dictvectorizer."
+
+
+def _dict_vectorizers(meta: dict[str, str]) -> dict[str, dict]:
+    """Input name → {"keys": "int64" | "string", "vocabulary": [...]} for map inputs made dense rows."""
+    out = {}
+    for k, v in meta.items():
+        if k.startswith(_DICTVEC_PREFIX):
+            try:
+                spec = json.loads(v)
+                spec["index"] = {key: i for i, key in enumerate(spec["vocabulary"])}
+                out[k[len(_DICTVEC_PREFIX):]] = spec
+            except (ValueError, KeyError, TypeError):
+                pass  # not kiln's record: the input stays the tensor
+    return out
+
+
+def _as_dense_row(value: Any, spec: dict, info: TensorInfo) -> Any:
+    """A {key: value} map given for a DictVectorizer's input as the row [1, vocabulary] it makes: each
+    vocabulary entry's value, 0 (or "") where the map has none; keys outside the vocabulary are left out,
+    as ONNX Runtime does. Anything but a dict is passed on as it is (the dense row itself, say)."""
+    if not isinstance(value, dict):
+        return value
+    strings = info.dtype == "string"
+    row = np.full((1, len(spec["vocabulary"])), "" if strings else 0, dtype=object if strings else np.dtype(info.dtype))
+    int_keys = spec["keys"] == "int64"
+    for key, v in value.items():
+        if int_keys != isinstance(key, (int, np.integer)) or isinstance(key, bool):
+            raise _error("InvalidArgument", f"input '{info.name}' is a map with {spec['keys']} keys; got the key {key!r}")
+        i = spec["index"].get(int(key) if int_keys else key)
+        if i is not None:
+            row[0, i] = v
+    return row
+
+
 class NodeArg:
     """An input or output as onnxruntime describes it: name, type ("tensor(float)"), shape."""
 
-    def __init__(self, info: TensorInfo, zipmap: dict | None = None) -> None:
+    def __init__(self, info: TensorInfo, zipmap: dict | None = None, dict_vectorizer: dict | None = None) -> None:
         self.name: str = info.name
         self.type: str = info.type
         # ints, or the symbol (str) / None where a dim is dynamic; [] when even the rank is unknown
         self.shape: list[int | str | None] = list(info.shape)
         if zipmap is not None:  # a ZipMap's output: a list of maps, as onnxruntime describes it
             self.type = f"seq(map({zipmap['keys']},tensor(float)))"
+            self.shape = []
+        if dict_vectorizer is not None:  # a map input, as onnxruntime describes it
+            self.type = f"map({dict_vectorizer['keys']},{info.type})"
             self.shape = []
 
     def __repr__(self) -> str:
@@ -608,7 +647,8 @@ class ModelMetadata:
             self.version = 0
         prefix = "model.custom."
         self.custom_metadata_map: dict[str, str] = {k[len(prefix):]: v for k, v in meta.items()
-                                                    if k.startswith(prefix) and not k.startswith(_ZIPMAP_PREFIX)}
+                                                    if k.startswith(prefix)
+                                                    and not k.startswith((_ZIPMAP_PREFIX, _DICTVEC_PREFIX))}
 
     def __repr__(self) -> str:
         return (f"ModelMetadata(producer_name={self.producer_name!r}, graph_name={self.graph_name!r}, "
@@ -859,6 +899,7 @@ class InferenceSession:
         # Outputs of a ZipMap (scikit-learn classifiers' probabilities): the engine gives the [N, C]
         # tensor, run() the list of {label: probability} onnxruntime gives.
         self._zipmaps = _zipmaps(self._engine.metadata())
+        self._dict_vectorizers = _dict_vectorizers(self._engine.metadata())
         self._profiling = bool(opts.enable_profiling)
         self._profile_contexts: list[tuple[ExecutionContext, float]] = []  # with its trace's start, µs after _mono_start
         self._fallback = True  # disable_fallback(): stored; kiln never retries a failed run elsewhere
@@ -874,7 +915,7 @@ class InferenceSession:
         return self._engine
 
     def get_inputs(self) -> list[NodeArg]:
-        return [NodeArg(i) for i in self._inputs]
+        return [NodeArg(i, dict_vectorizer=self._dict_vectorizers.get(i.name)) for i in self._inputs]
 
     def get_outputs(self) -> list[NodeArg]:
         return [NodeArg(o, self._zipmaps.get(o.name)) for o in self._outputs]
@@ -985,6 +1026,9 @@ class InferenceSession:
         if not isinstance(input_feed, dict):
             raise TypeError(f"input_feed must be a dict of name → array, got {type(input_feed).__name__}")
         indices = self._output_indices(output_names)
+        if self._dict_vectorizers:
+            input_feed = {k: _as_dense_row(v, self._dict_vectorizers[k], self._inputs_by_name[k])
+                          if k in self._dict_vectorizers else v for k, v in input_feed.items()}
         feed = _normalize_feed(self._all_inputs, input_feed, self._inputs_by_name)
         if any(isinstance(v, Tensor) for v in feed.values()):
             return self.run_with_ort_values(output_names, feed, run_options)

@@ -48,6 +48,7 @@ class Importer {
   Status read_opsets(const ::onnx::ModelProto& m, OpsetMap& opsets);
   Status build_graph(const ::onnx::GraphProto& gp, ir::Graph& g);
   Status zipmap_outputs(ir::Graph& g, std::map<std::string, std::string>& metadata);
+  Status dict_vectorizer_inputs(ir::Graph& g, std::map<std::string, std::string>& metadata);
   Status convert_attribute(const ::onnx::AttributeProto& a, ir::Graph& g, const std::string& where,
                            ir::Attribute& out);
   Expected<std::shared_ptr<ir::Graph>> build_subgraph(const ::onnx::GraphProto& gp, ir::Graph& parent,
@@ -127,6 +128,70 @@ Status Importer::read_opsets(const ::onnx::ModelProto& m, OpsetMap& opsets) {
   return Status::Ok();
 }
 
+namespace {
+
+// s as a JSON string.
+std::string quote_json(const std::string& s) {
+  std::string q = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') q += '\\', q += static_cast<char>(c);
+    else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      q += buf;
+    } else q += static_cast<char>(c);
+  }
+  return q + "\"";
+}
+
+}  // namespace
+
+// ai.onnx.ml DictVectorizer reading a graph input of map type (scikit-learn's DictVectorizer converted
+// by skl2onnx: one {key: value} map per run, as ONNX Runtime takes it). kiln's values hold no maps, so
+// the input becomes the dense row the node makes, a tensor [1, vocabulary size] of the map's value
+// type, the node an Identity, and the vocabulary is recorded in the model's metadata
+// ("kiln.dictvectorizer.<input>": JSON {"keys": "int64" | "string", "vocabulary": [...]}): the Python
+// session turns the map it is given into that row (keys not in the vocabulary are left out, as ONNX
+// Runtime does), the C++ API and the CLI take the row. A map input anything else reads stays a map
+// (and its model cannot be built).
+Status Importer::dict_vectorizer_inputs(ir::Graph& g, std::map<std::string, std::string>& metadata) {
+  for (ir::Value* v : g.inputs) {
+    if (!v || v->type.kind != ir::Type::Kind::kMap || v->uses.size() != 1) continue;
+    ir::Node* n = v->uses[0].node;
+    if (n->domain != "ai.onnx.ml" || n->op_type != "DictVectorizer" || n->inputs.size() != 1 ||
+        n->outputs.size() != 1 || !n->has_output(0))
+      continue;
+    const ir::Attribute* ints = n->attr("int64_vocabulary");
+    const ir::Attribute* strs = n->attr("string_vocabulary");
+    const bool int_keys = v->type.key_dtype == DataType::kInt64;
+    if ((ints != nullptr) == (strs != nullptr) || (int_keys ? !ints : !strs) ||
+        (!int_keys && v->type.key_dtype != DataType::kString))
+      return invalid_model(opt_.source_name + ": " + n->describe() + " needs exactly one vocabulary, of its map's key type (" +
+                           dtype_name(v->type.key_dtype) + ")");
+    const ir::Type* value = v->type.elem.get();
+    if (!value || !value->is_tensor() ||
+        (value->dtype != DataType::kFloat32 && value->dtype != DataType::kFloat64 && value->dtype != DataType::kInt64 &&
+         value->dtype != DataType::kString))
+      return invalid_model(opt_.source_name + ": " + n->describe() +
+                           ": the map's values must be float, double, int64 or string tensors");
+    std::string vocabulary;
+    const size_t size = ints ? ints->ints.size() : strs->strings.size();
+    if (ints)
+      for (int64_t k : ints->ints) vocabulary += (vocabulary.empty() ? "" : ",") + std::to_string(k);
+    else
+      for (const std::string& k : strs->strings) vocabulary += (vocabulary.empty() ? "" : ",") + quote_json(k);
+    metadata["kiln.dictvectorizer." + v->name] =
+        std::string("{\"keys\":\"") + (ints ? "int64" : "string") + "\",\"vocabulary\":[" + vocabulary + "]}";
+    v->type = ir::Type::tensor(value->dtype, ir::SymShape({ir::Dim(1), ir::Dim(static_cast<int64_t>(size))}));
+    n->op_type = "Identity";
+    n->domain.clear();
+    n->opset = g.opsets.count("") ? g.opsets.at("") : 13;
+    n->attrs.clear();
+    n->outputs[0]->type = ir::Type{};  // a tensor now: inference gives it the row's type
+  }
+  return Status::Ok();
+}
+
 // ai.onnx.ml ZipMap writing a graph output (scikit-learn classifiers converted by skl2onnx with its
 // defaults: their probabilities as a list of {label: probability} maps). kiln's values hold no maps,
 // so the output stays the probability tensor [N, C] (an Identity of ZipMap's input under the output's
@@ -146,18 +211,6 @@ Status Importer::zipmap_outputs(ir::Graph& g, std::map<std::string, std::string>
     if ((ints != nullptr) == (strs != nullptr))
       return invalid_model(opt_.source_name + ": " + n->describe() + " needs exactly one of classlabels_int64s and classlabels_strings");
     std::string labels;
-    auto quote_json = [](const std::string& s) {
-      std::string q = "\"";
-      for (unsigned char c : s) {
-        if (c == '"' || c == '\\') q += '\\', q += static_cast<char>(c);
-        else if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          q += buf;
-        } else q += static_cast<char>(c);
-      }
-      return q + "\"";
-    };
     if (ints)
       for (int64_t v : ints->ints) labels += (labels.empty() ? "" : ",") + std::to_string(v);
     else
@@ -188,6 +241,7 @@ Expected<ir::Model> Importer::run(const ::onnx::ModelProto& m, const std::vector
   main_raw_ = raw;  // taken by the first build_graph, the main graph's
   KILN_RETURN_IF_ERROR(build_graph(m.graph(), *model.graph));
   KILN_RETURN_IF_ERROR(zipmap_outputs(*model.graph, model.metadata));
+  KILN_RETURN_IF_ERROR(dict_vectorizer_inputs(*model.graph, model.metadata));
   Status st = ops::infer_graph(*model.graph);
   if (!st.ok()) return st.with_context(opt_.source_name);
   return model;

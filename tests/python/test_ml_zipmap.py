@@ -1,9 +1,11 @@
-"""scikit-learn classifiers converted by skl2onnx with its defaults end in ai.onnx.ml ZipMap: their
-probabilities as a list of {label: probability} maps. kiln's values hold no maps, so the importer keeps
-the [N, C] tensor under the output's name and records the labels (src/onnx/importer.cpp); the Python
-session gives what onnxruntime gives. Checked against onnxruntime on the same inputs: labels equal,
-keys and key types equal, probabilities within 1e-5; get_outputs() types as onnxruntime's; the C++ engine
-gives the tensor. Skipped where scikit-learn or skl2onnx is not installed."""
+"""Map values at a model's edges. scikit-learn classifiers converted by skl2onnx with its defaults end in
+ai.onnx.ml ZipMap: their probabilities as a list of {label: probability} maps. kiln's values hold no
+maps, so the importer keeps the [N, C] tensor under the output's name and records the labels
+(src/onnx/importer.cpp); the Python session gives what onnxruntime gives. Checked against onnxruntime on
+the same inputs: labels equal, keys and key types equal, probabilities within 1e-5; get_outputs() types
+as onnxruntime's; the C++ engine gives the tensor. A DictVectorizer reading a map input (a scikit-learn
+pipeline over dicts) is the same in reverse: the input is the dense row, the session takes the map.
+Skipped where scikit-learn or skl2onnx is not installed."""
 
 from __future__ import annotations
 
@@ -68,3 +70,56 @@ def test_the_engine_gives_the_probability_tensor():
     out = engine.create_context().run({"X": x[:4]})
     assert out[1].shape == (4, 2) and out[1].dtype == np.float32
     np.testing.assert_allclose(out[1].sum(axis=1), 1, rtol=1e-5)
+
+
+# ---- DictVectorizer on a map input: the map becomes the dense row [1, vocabulary] (importer.cpp)
+
+
+def dict_pipeline() -> bytes:
+    from skl2onnx.common.data_types import DictionaryType, FloatTensorType, StringTensorType
+    from sklearn.feature_extraction import DictVectorizer
+    from sklearn.pipeline import make_pipeline
+
+    data = [{"a": 1.0, "b": 2.0}, {"b": 3.0, "c": -1.0}, {"a": 0.5, "c": 4.0}, {"a": 2.0, "é": 1.5}, {"b": -2.0}]
+    pipe = make_pipeline(DictVectorizer(sparse=False), LogisticRegression()).fit(data, [0, 1, 0, 1, 1])
+    onx = skl2onnx.convert_sklearn(pipe, initial_types=[("input", DictionaryType(StringTensorType([1]), FloatTensorType([])))],
+                                   target_opset={"": 17, "ai.onnx.ml": 3}, options={LogisticRegression: {"zipmap": False}})
+    onx.ir_version = min(onx.ir_version, 10)
+    assert [n.op_type for n in onx.graph.node][0] == "DictVectorizer"
+    return onx.SerializeToString()
+
+
+@pytest.mark.parametrize("feed", [{"a": 1.0, "c": 2.0}, {"a": 1.0, "zz": 5.0}, {"é": 3.0, "b": 0.25}])
+def test_dict_vectorizer_pipeline_matches_onnxruntime(feed):
+    onx = dict_pipeline()
+    ref = ort.InferenceSession(onx, providers=["CPUExecutionProvider"])
+    sess = kiln.InferenceSession(onx)
+    want, got = ref.run(None, {"input": feed}), sess.run(None, {"input": feed})
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+    assert [(i.name, i.type, i.shape) for i in sess.get_inputs()] == [(i.name, i.type, i.shape) for i in ref.get_inputs()]
+    assert not any("dictvectorizer" in k for k in sess.get_modelmeta().custom_metadata_map)
+
+
+def test_dict_vectorizer_int64_keys_and_the_dense_row():
+    """A hand-made DictVectorizer over int64 keys and float values as the graph's output; a key of
+    another type is an error naming the input; the engine (C++ API) takes the dense row itself."""
+    from onnx import TensorProto, helper
+
+    vt = helper.make_tensor_type_proto(TensorProto.FLOAT, None)
+    x = helper.make_value_info("m", helper.make_map_type_proto(TensorProto.INT64, vt))
+    node = helper.make_node("DictVectorizer", ["m"], ["y"], domain="ai.onnx.ml", int64_vocabulary=[3, 7, 11])
+    g = helper.make_graph([node], "dv", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
+    m.ir_version = 10
+    onx = m.SerializeToString()
+    feed = {"m": {7: 2.5, 11: -1.0, 5: 9.0}}
+    want = ort.InferenceSession(onx, providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    got = kiln.InferenceSession(onx).run(None, feed)[0]
+    np.testing.assert_array_equal(got, want)
+    assert got.shape == (1, 3) and got.dtype == np.float32
+    with pytest.raises(kiln.KilnError, match=r"input 'm' is a map with int64 keys; got the key 'x'"):
+        kiln.InferenceSession(onx).run(None, {"m": {"x": 1.0}})
+    engine = kiln.Engine.build_from_bytes(onx, base_dir=".")
+    row = np.array([[0.0, 2.5, -1.0]], np.float32)
+    np.testing.assert_array_equal(engine.create_context().run({"m": row})[0], row)
