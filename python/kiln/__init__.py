@@ -459,7 +459,7 @@ class SessionOptions:
         load_plugin(library_path)
 
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
-        raise NotImplemented("free dimension overrides: give shape profiles instead (providers option trt_profile_*_shapes)")
+        raise NotImplementedError("free dimension overrides: give shape profiles instead (providers option trt_profile_*_shapes)")
 
 
 class RunOptions:
@@ -534,17 +534,25 @@ def _as_zipmap(array: Any, spec: dict) -> list[dict]:
 _DICTVEC_PREFIX = "model.custom.kiln.dictvectorizer."
 
 
-def _dict_vectorizers(meta: dict[str, str]) -> dict[str, dict]:
-    """Input name → {"keys": "int64" | "string", "vocabulary": [...]} for map inputs made dense rows."""
+def _dict_vectorizers(meta: dict[str, str], inputs: dict[str, Any]) -> dict[str, dict]:
+    """Input name → {"keys": "int64" | "string", "vocabulary": [...], "index": {key: [positions]}} for the
+    map inputs made dense rows (of `inputs`; a record naming no input, or not kiln's, is ignored)."""
     out = {}
     for k, v in meta.items():
-        if k.startswith(_DICTVEC_PREFIX):
-            try:
-                spec = json.loads(v)
-                spec["index"] = {key: i for i, key in enumerate(spec["vocabulary"])}
-                out[k[len(_DICTVEC_PREFIX):]] = spec
-            except (ValueError, KeyError, TypeError):
-                pass  # not kiln's record: the input stays the tensor
+        name = k[len(_DICTVEC_PREFIX):]
+        if not k.startswith(_DICTVEC_PREFIX) or name not in inputs:
+            continue
+        try:
+            spec = json.loads(v)
+            if spec.get("keys") not in ("int64", "string") or not isinstance(spec.get("vocabulary"), list):
+                continue
+            index: dict[Any, list[int]] = {}
+            for i, key in enumerate(spec["vocabulary"]):  # a repeated key fills every position it has
+                index.setdefault(key, []).append(i)
+            spec["index"] = index
+            out[name] = spec
+        except (ValueError, TypeError, AttributeError):
+            pass  # not kiln's record: the input stays the tensor
     return out
 
 
@@ -558,10 +566,11 @@ def _as_dense_row(value: Any, spec: dict, info: TensorInfo) -> Any:
     row = np.full((1, len(spec["vocabulary"])), "" if strings else 0, dtype=object if strings else np.dtype(info.dtype))
     int_keys = spec["keys"] == "int64"
     for key, v in value.items():
-        if int_keys != isinstance(key, (int, np.integer)) or isinstance(key, bool):
+        ok = (isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)) and
+              -2**63 <= int(key) < 2**63) if int_keys else isinstance(key, str)
+        if not ok:
             raise _error("InvalidArgument", f"input '{info.name}' is a map with {spec['keys']} keys; got the key {key!r}")
-        i = spec["index"].get(int(key) if int_keys else key)
-        if i is not None:
+        for i in spec["index"].get(int(key) if int_keys else key, ()):
             row[0, i] = v
     return row
 
@@ -899,7 +908,7 @@ class InferenceSession:
         # Outputs of a ZipMap (scikit-learn classifiers' probabilities): the engine gives the [N, C]
         # tensor, run() the list of {label: probability} onnxruntime gives.
         self._zipmaps = _zipmaps(self._engine.metadata())
-        self._dict_vectorizers = _dict_vectorizers(self._engine.metadata())
+        self._dict_vectorizers = _dict_vectorizers(self._engine.metadata(), self._inputs_by_name)
         self._profiling = bool(opts.enable_profiling)
         self._profile_contexts: list[tuple[ExecutionContext, float]] = []  # with its trace's start, µs after _mono_start
         self._fallback = True  # disable_fallback(): stored; kiln never retries a failed run elsewhere

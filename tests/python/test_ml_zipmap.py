@@ -99,16 +99,20 @@ def test_dict_vectorizer_pipeline_matches_onnxruntime(feed):
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
     assert [(i.name, i.type, i.shape) for i in sess.get_inputs()] == [(i.name, i.type, i.shape) for i in ref.get_inputs()]
     assert not any("dictvectorizer" in k for k in sess.get_modelmeta().custom_metadata_map)
+    with pytest.raises(kiln.KilnError, match=r"input 'input' is a map with string keys; got the key 1"):
+        sess.run(None, {"input": {1: 1.0}})
 
 
 def test_dict_vectorizer_int64_keys_and_the_dense_row():
-    """A hand-made DictVectorizer over int64 keys and float values as the graph's output; a key of
-    another type is an error naming the input; the engine (C++ API) takes the dense row itself."""
+    """A hand-made DictVectorizer over int64 keys (one repeated: every position it has gets the value,
+    as in onnxruntime) and float values as the graph's output; a key of another type is an error naming
+    the input; the engine (C++ API) takes the dense row itself, and a session of the saved engine takes
+    the map."""
     from onnx import TensorProto, helper
 
     vt = helper.make_tensor_type_proto(TensorProto.FLOAT, None)
     x = helper.make_value_info("m", helper.make_map_type_proto(TensorProto.INT64, vt))
-    node = helper.make_node("DictVectorizer", ["m"], ["y"], domain="ai.onnx.ml", int64_vocabulary=[3, 7, 11])
+    node = helper.make_node("DictVectorizer", ["m"], ["y"], domain="ai.onnx.ml", int64_vocabulary=[3, 7, 11, 7])
     g = helper.make_graph([node], "dv", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
     m.ir_version = 10
@@ -117,9 +121,11 @@ def test_dict_vectorizer_int64_keys_and_the_dense_row():
     want = ort.InferenceSession(onx, providers=["CPUExecutionProvider"]).run(None, feed)[0]
     got = kiln.InferenceSession(onx).run(None, feed)[0]
     np.testing.assert_array_equal(got, want)
-    assert got.shape == (1, 3) and got.dtype == np.float32
-    with pytest.raises(kiln.KilnError, match=r"input 'm' is a map with int64 keys; got the key 'x'"):
-        kiln.InferenceSession(onx).run(None, {"m": {"x": 1.0}})
+    assert got.shape == (1, 4) and got.dtype == np.float32 and got[0, 3] == 2.5
+    for bad in ("x", True, 2**64):
+        with pytest.raises(kiln.KilnError, match=r"input 'm' is a map with int64 keys; got the key"):
+            kiln.InferenceSession(onx).run(None, {"m": {bad: 1.0}})
     engine = kiln.Engine.build_from_bytes(onx, base_dir=".")
-    row = np.array([[0.0, 2.5, -1.0]], np.float32)
+    row = np.array([[0.0, 2.5, -1.0, 2.5]], np.float32)
     np.testing.assert_array_equal(engine.create_context().run({"m": row})[0], row)
+    np.testing.assert_array_equal(kiln.InferenceSession(engine.serialize()).run(None, feed)[0], want)

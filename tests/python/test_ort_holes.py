@@ -367,3 +367,11 @@ def test_a_second_profile_holds_only_the_later_runs(tmp_path):
     with open(second) as f:
         events = json.load(f)
     assert [e["name"] for e in events if e["cat"] == "Session"] == ["model_run", "model_run"]
+
+
+def test_free_dimension_override_says_what_to_do_instead():
+    """SessionOptions.add_free_dimension_override_by_name raises NotImplementedError naming the way kiln
+    does it (it raised TypeError: `raise NotImplemented(...)` calls a constant)."""
+    so = kiln.SessionOptions()
+    with pytest.raises(NotImplementedError, match="shape profiles"):
+        so.add_free_dimension_override_by_name("batch", 1)
