@@ -112,13 +112,15 @@ struct CompiledForest::Impl {
     int32_t lane_roots[kLanes], leaves[kLanes];
     const T* lane_rows[kLanes];
     int64_t lane_row[kLanes];
+    int64_t t = t0, r = r0;  // the next pair, tree-major (counted, not divided out: two 64-bit
+                             // divisions per pair cost more than walking a shallow tree)
     for (int64_t p0 = 0; p0 < pairs; p0 += kLanes) {
       const int n = static_cast<int>(std::min<int64_t>(kLanes, pairs - p0));
       for (int i = 0; i < n; ++i) {
-        const int64_t p = p0 + i, t = t0 + p / nr, r = r0 + p % nr;
         lane_roots[i] = roots[t];
         lane_rows[i] = x + r * feats;
         lane_row[i] = r - r0;
+        if (++r == r1) r = r0, ++t;
       }
       walk_lanes<T, M, kLanes>(nodes, inner, lane_roots, lane_rows, n, leaves);
       for (int i = 0; i < n; ++i) {
