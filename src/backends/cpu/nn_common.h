@@ -145,7 +145,11 @@ void store_as(Tensor& t, int64_t i, C v) {
     case DataType::kFloat64: t.data<double>()[i] = static_cast<double>(v); break;
     case DataType::kFloat16: t.data<uint16_t>()[i] = f32_to_f16(static_cast<float>(v)); break;
     case DataType::kBFloat16: t.data<uint16_t>()[i] = f32_to_bf16(static_cast<float>(v)); break;
-    default: visit_numeric(t.dtype(), [&](auto tag) { t.data<typename decltype(tag)::type>()[i] = static_cast<typename decltype(tag)::type>(v); });
+    default:  // an integer tensor: a float written to it saturates (NaN as 0), as load_as reads one
+      visit_numeric(t.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        t.data<T>()[i] = convert_saturating<T>(v);
+      });
   }
 }
 
