@@ -130,18 +130,50 @@ Status Importer::read_opsets(const ::onnx::ModelProto& m, OpsetMap& opsets) {
 
 namespace {
 
-// s as a JSON string.
+// s as a JSON string; bytes that are not UTF-8 (a model's strings can hold anything) as \u00XX, so
+// the record always parses.
 std::string quote_json(const std::string& s) {
   std::string q = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') q += '\\', q += static_cast<char>(c);
-    else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      q += buf;
-    } else q += static_cast<char>(c);
+  auto escape = [&](unsigned char c) {
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+    q += buf;
+  };
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    for (size_t k = 1; n > 1 && k < n; ++k)
+      if (i + k >= s.size() || (static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) n = 0;
+    if (n == 0) {
+      escape(c);
+      ++i;
+    } else if (n == 1) {
+      if (c == '"' || c == '\\') q += '\\', q += static_cast<char>(c);
+      else if (c < 0x20) escape(c);
+      else q += static_cast<char>(c);
+      ++i;
+    } else {
+      q.append(s, i, n);
+      i += n;
+    }
   }
   return q + "\"";
+}
+
+// Whether a subgraph of g (at any depth) captures the value `name` of g.
+bool captured(const ir::Graph& g, const std::string& name) {
+  for (const ir::Node* n : g.nodes())
+    for (const auto& [key, a] : n->attrs) {
+      std::vector<const ir::Graph*> bodies;
+      if (a.g) bodies.push_back(a.g.get());
+      for (const auto& sub : a.graphs) bodies.push_back(sub.get());
+      for (const ir::Graph* b : bodies) {
+        for (const ir::Value* c : b->captures)
+          if (c && c->name == name) return true;
+        if (captured(*b, name)) return true;
+      }
+    }
+  return false;
 }
 
 }  // namespace
@@ -156,7 +188,10 @@ std::string quote_json(const std::string& s) {
 // (and its model cannot be built).
 Status Importer::dict_vectorizer_inputs(ir::Graph& g, std::map<std::string, std::string>& metadata) {
   for (ir::Value* v : g.inputs) {
-    if (!v || v->type.kind != ir::Type::Kind::kMap || v->uses.size() != 1) continue;
+    // One reader, the DictVectorizer; not a graph output (returned as the map) and not captured by a
+    // subgraph (whose copy would stay a map).
+    if (!v || v->type.kind != ir::Type::Kind::kMap || v->uses.size() != 1 || v->is_output || captured(g, v->name))
+      continue;
     ir::Node* n = v->uses[0].node;
     if (n->domain != "ai.onnx.ml" || n->op_type != "DictVectorizer" || n->inputs.size() != 1 ||
         n->outputs.size() != 1 || !n->has_output(0))
@@ -235,7 +270,12 @@ Expected<ir::Model> Importer::run(const ::onnx::ModelProto& m, const std::vector
   model.domain = m.domain();
   model.doc = m.doc_string();
   model.model_version = m.model_version();
-  for (const auto& kv : m.metadata_props()) model.metadata[kv.key()] = kv.value();
+  for (const auto& kv : m.metadata_props()) {
+    // kiln's own records of ZipMap outputs and DictVectorizer inputs are written below from the graph;
+    // a model's metadata cannot claim them.
+    if (kv.key().rfind("kiln.zipmap.", 0) == 0 || kv.key().rfind("kiln.dictvectorizer.", 0) == 0) continue;
+    model.metadata[kv.key()] = kv.value();
+  }
   model.graph = std::make_unique<ir::Graph>();
   KILN_RETURN_IF_ERROR(read_opsets(m, model.graph->opsets));
   main_raw_ = raw;  // taken by the first build_graph, the main graph's
