@@ -159,6 +159,17 @@ def stats(seconds: list[float], batch: int) -> dict:
     }
 
 
+def pair_row(label: str, fields: dict, kt: list[float], ot: list[float], n: int, err: float) -> dict:
+    """One side-by-side result: `fields` (the case, threads, size), kiln's and onnxruntime's stats over
+    n rows a call, the largest relative difference of their outputs and the kiln/ORT ratio of medians;
+    printed as one line headed by `label`."""
+    row = {**fields, "kiln": stats(kt, n), "ort": stats(ot, n), "max_rel_diff": err}
+    row["ratio"] = round(row["kiln"]["median_ms"] / row["ort"]["median_ms"], 3)
+    print(f"{label}: kiln {row['kiln']['median_ms']:9.3f} ms  ORT {row['ort']['median_ms']:9.3f} ms  "
+          f"kiln/ORT {row['ratio']:.2f}  (diff {err:.1e})", flush=True)
+    return row
+
+
 def bench_pair(k_sess, o_sess, feed, warmup: int, min_runs: int, max_runs: int, budget_s: float) -> tuple:
     """Alternating runs (ABBA) until min_runs and the time budget, or max_runs, are reached."""
     for _ in range(warmup):

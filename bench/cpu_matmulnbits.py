@@ -109,13 +109,8 @@ def main() -> int:
                 got, want = ks.run(None, feed)[0], os_.run(None, feed)[0]
                 err = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
                 kt, ot = cpu_bench.bench_pair(ks, os_, feed, args.warmup, args.min_runs, 10000, args.budget)
-                row = {"case": name, "threads": threads, "M": M, "kiln": cpu_bench.stats(kt, M),
-                       "ort": cpu_bench.stats(ot, M), "max_rel_diff": err}
-                row["ratio"] = round(row["kiln"]["median_ms"] / row["ort"]["median_ms"], 3)
-                results.append(row)
-                print(f"{name:44s} t={threads} M={M:4d}: kiln {row['kiln']['median_ms']:8.3f} ms  "
-                      f"ORT {row['ort']['median_ms']:8.3f} ms  kiln/ORT {row['ratio']:.2f}  (diff {err:.1e})",
-                      flush=True)
+                results.append(cpu_bench.pair_row(f"{name:44s} t={threads} M={M:4d}",
+                                                  {"case": name, "threads": threads, "M": M}, kt, ot, M, err))
     out = args.out or os.path.join(HERE, "results", f"cpu_matmulnbits_{datetime.date.today().isoformat()}.json")
     machine = cpu_bench.machine_info()
     # kiln's own cap on its copies of the hot loops (KILN_CPU_ISA: "avx2", "baseline"; unset: the CPU's)

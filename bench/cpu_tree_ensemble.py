@@ -117,12 +117,8 @@ def main() -> int:
                     assert np.all(probs[differ, -1] - probs[differ, -2] < 1e-6), f"{name}: labels differ"
                 assert err < 1e-5, f"{name}: scores differ by {err}"
                 kt, ot = cpu_bench.bench_pair(ks, os_, feed, args.warmup, args.min_runs, 10000, args.budget)
-                row = {"case": name, "threads": threads, "batch": batch, "kiln": cpu_bench.stats(kt, batch),
-                       "ort": cpu_bench.stats(ot, batch), "max_rel_diff": err}
-                row["ratio"] = round(row["kiln"]["median_ms"] / row["ort"]["median_ms"], 3)
-                results.append(row)
-                print(f"{name[:60]:60s} t={threads} N={batch:6d}: kiln {row['kiln']['median_ms']:9.3f} ms  "
-                      f"ORT {row['ort']['median_ms']:9.3f} ms  kiln/ORT {row['ratio']:.2f}", flush=True)
+                results.append(cpu_bench.pair_row(f"{name[:60]:60s} t={threads} N={batch:6d}",
+                                                  {"case": name, "threads": threads, "batch": batch}, kt, ot, batch, err))
     out = args.out or os.path.join(HERE, "results", f"cpu_tree_ensemble_{datetime.date.today().isoformat()}.json")
     import sklearn  # noqa: PLC0415
     import skl2onnx  # noqa: PLC0415

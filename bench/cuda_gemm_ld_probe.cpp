@@ -26,22 +26,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                             \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));    \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
-#define LK(x)                                                                             \
-  do {                                                                                    \
-    cublasStatus_t s_ = (x);                                                              \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                    \
-      std::fprintf(stderr, "%s:%d: cuBLASLt status %d\n", __FILE__, __LINE__, int(s_));   \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
+#include "cuda_probe_util.h"
 
 namespace {
 
@@ -49,36 +34,6 @@ struct Form {
   const char* name;
   int64_t n, ldw, ldy;
 };
-
-// ms per call of `fn` (10 calls captured in one graph, best of 5 replays after one warm-up replay).
-template <class Fn>
-double time_graph(cudaStream_t s, Fn fn) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < 10; ++i) fn();
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  CK(cudaGraphLaunch(ge, s));
-  double best = 1e30;
-  for (int r = 0; r < 5; ++r) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    best = std::min(best, ms / 10.0);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  return best;
-}
 
 }  // namespace
 
@@ -90,31 +45,14 @@ int main(int argc, char** argv) {
     N = std::atoll(argv[3]);
   }
   const int64_t Np = (N + 7) / 8 * 8;
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("%s, cuBLASLt %zu; Y[%lld,%lld] = A[%lld,%lld] W[%lld,%lld], half A/W, float Y, padded N' = %lld\n", prop.name,
-              cublasLtGetVersion(), (long long)M, (long long)N, (long long)M, (long long)K, (long long)K, (long long)N,
-              (long long)Np);
-  cudaStream_t s;
-  CK(cudaStreamCreate(&s));
-  cublasLtHandle_t lt;
-  LK(cublasLtCreate(&lt));
-  const size_t ws_bytes = 64 << 20;
-  void* ws;
-  CK(cudaMalloc(&ws, ws_bytes));
+  const LtBench bench = lt_bench(M, K, N);
+  cudaStream_t s = bench.s; cublasLtHandle_t lt = bench.lt; void* ws = bench.ws; const size_t ws_bytes = bench.ws_bytes;
+  std::printf("padded N' = %lld\n", (long long)Np);
   // Random A and W (W padded: its extra columns are zero), one Y per form.
-  std::vector<__half> ha(M * K), hw(K * Np), hw_tight(K * N);
-  uint32_t r = 12345;
-  auto rnd = [&] {
-    r = r * 1664525u + 1013904223u;
-    return static_cast<float>((r >> 8) & 0xffff) / 65536.0f - 0.5f;
-  };
-  for (auto& x : ha) x = __float2half(rnd());
+  std::vector<__half> ha, hw, hw_tight(K * N);
+  random_a_w(M, K, N, Np, ha, hw);
   for (int64_t k = 0; k < K; ++k)
-    for (int64_t n = 0; n < Np; ++n) {
-      hw[k * Np + n] = __float2half(n < N ? rnd() : 0.0f);
-      if (n < N) hw_tight[k * N + n] = hw[k * Np + n];
-    }
+    for (int64_t n = 0; n < N; ++n) hw_tight[k * N + n] = hw[k * Np + n];
   __half *a, *w, *w_tight;
   float *y_pad, *y;
   CK(cudaMalloc(&a, ha.size() * 2));

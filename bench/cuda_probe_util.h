@@ -1,0 +1,95 @@
+// bench/cuda_probe_util.h — what the single-file cuBLASLt probes (cuda_gemm_ld_probe.cpp,
+// cuda_gemm_rowgroup_probe.cpp) share: exit-on-error checks of CUDA and cuBLASLt calls, and a timer of
+// CUDA-graph replays. Header only; the probes build with g++ alone (host code).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+
+#define CK(x)                                                                             \
+  do {                                                                                    \
+    cudaError_t e_ = (x);                                                                 \
+    if (e_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));    \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+#define LK(x)                                                                             \
+  do {                                                                                    \
+    cublasStatus_t s_ = (x);                                                              \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                    \
+      std::fprintf(stderr, "%s:%d: cuBLASLt status %d\n", __FILE__, __LINE__, int(s_));   \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+// ms per call of `fn` (10 calls captured in one graph, best of 5 replays after one warm-up replay).
+template <class Fn>
+double time_graph(cudaStream_t s, Fn fn) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < 10; ++i) fn();
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  CK(cudaGraphLaunch(ge, s));
+  double best = 1e30;
+  for (int r = 0; r < 5; ++r) {
+    CK(cudaEventRecord(a, s));
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    best = std::min(best, ms / 10.0);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return best;
+}
+
+// A stream, a cuBLASLt handle and a 64 MiB workspace, after printing the GPU and the product
+// Y[M, N] = A[M, K] · W[K, N] (half A and W, float Y) the probe times.
+struct LtBench {
+  cudaStream_t s = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void* ws = nullptr;
+  size_t ws_bytes = size_t{64} << 20;
+};
+inline LtBench lt_bench(long long M, long long K, long long N) {
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("%s, cuBLASLt %zu; Y[%lld,%lld] = A[%lld,%lld] W[%lld,%lld], half A/W, float Y\n", prop.name,
+              cublasLtGetVersion(), M, N, M, K, K, N);
+  LtBench b;
+  CK(cudaStreamCreate(&b.s));
+  LK(cublasLtCreate(&b.lt));
+  CK(cudaMalloc(&b.ws, b.ws_bytes));
+  return b;
+}
+
+// The same random A [M, K] and W [K, Np] every run (halves in [-0.5, 0.5); W's columns from N on zero).
+inline void random_a_w(long long M, long long K, long long N, long long Np, std::vector<__half>& a, std::vector<__half>& w) {
+  uint32_t r = 12345;
+  auto rnd = [&] {
+    r = r * 1664525u + 1013904223u;
+    return static_cast<float>((r >> 8) & 0xffff) / 65536.0f - 0.5f;
+  };
+  a.resize(static_cast<size_t>(M * K));
+  w.resize(static_cast<size_t>(K * Np));
+  for (auto& x : a) x = __float2half(rnd());
+  for (long long k = 0; k < K; ++k)
+    for (long long n = 0; n < Np; ++n) w[k * Np + n] = __float2half(n < N ? rnd() : 0.0f);
+}
