@@ -327,6 +327,37 @@ TEST(CudaShape, TransposeAndConcat) {
   }
 }
 
+// Split makes every output it names, the empty ones too: a zero split size (onnx's
+// test_split_zero_size_splits_* errored on the H200 with "output 1 is not a tensor" after Split
+// became one launch that skipped them), and an input with no rows (every output empty).
+TEST(CudaShape, SplitMakesEmptyOutputs) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(21);
+  Tensor x = random_tensor({4, 5}, rng);
+  OneNode n("Split", 13, {x, int64_tensor({2, 0, 3})}, 3, {false, true});
+  n.set_int("axis", 1);
+  auto out = run_cuda(*n.node, {x, int64_tensor({2, 0, 3})});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  ASSERT_EQ(out->size(), 3u);
+  const int64_t widths[3] = {2, 0, 3}, starts[3] = {0, 2, 2};
+  for (int k = 0; k < 3; ++k) {
+    const Tensor& y = (*out)[k];
+    ASSERT_TRUE(y.defined()) << "output " << k;
+    ASSERT_EQ(y.shape(), (Shape{4, widths[k]})) << "output " << k;
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t j = 0; j < widths[k]; ++j)
+        EXPECT_EQ(y.data<float>()[i * widths[k] + j], x.data<float>()[i * 5 + starts[k] + j]) << k << " " << i << " " << j;
+  }
+  Tensor none = Tensor::empty(DataType::kFloat32, {0, 5});
+  OneNode e("Split", 13, {none, int64_tensor({1, 4})}, 2, {false, true});
+  e.set_int("axis", 1);
+  auto empty = run_cuda(*e.node, {none, int64_tensor({1, 4})});
+  ASSERT_TRUE(empty.ok()) << empty.status().to_string();
+  ASSERT_EQ(empty->size(), 2u);
+  EXPECT_TRUE((*empty)[0].defined() && (*empty)[0].shape() == (Shape{0, 1}));
+  EXPECT_TRUE((*empty)[1].defined() && (*empty)[1].shape() == (Shape{0, 4}));
+}
+
 // Concat in one launch per 32 inputs, each input's rows moved in the widest pieces its alignment
 // allows: 40 inputs of float16 channels-last rows (some 8-channel, 16-byte pieces; some 3-channel,
 // 2-byte pieces), uint8 rows of odd widths, and int64 along axis 0 (one row) — bit for bit with the

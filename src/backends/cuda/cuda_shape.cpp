@@ -400,6 +400,10 @@ Expected<KernelPtr> create_split(const ir::Node& n, KernelInit&) {
   auto run = [](KernelContext& ctx) -> Status {
     const auto& p = shape_state<ConcatPlan>(ctx);
     const Tensor& x = ctx.input(0);
+    // Every output the node uses is made, the empty ones too (a zero split size, or no rows): an
+    // output never asked for stays unset, and the run's caller gets no tensor for it.
+    for (size_t i = 0; i < p.width.size(); ++i)
+      if (ctx.has_output(static_cast<int>(i))) ctx.output(static_cast<int>(i));
     if (p.outer == 0) return Status::Ok();
     ConcatParts parts;
     size_t offset = 0;
