@@ -242,24 +242,33 @@ namespace {
 // `fast`: the ensemble compiled (CompiledForest), or null for the generic walk below.
 Status ensemble_scores(KernelContext& ctx, const Ensemble& e, const CompiledForest* fast, int64_t* rows_out,
                        std::vector<double>& out) {
-  if (fast) return fast->scores(ctx, out, rows_out);
   const Tensor& x = ctx.input(0);
   if (x.rank() != 2 && x.rank() != 1) return ctx.error("X must be [N, F]");
   const int64_t rows = x.rank() == 2 ? x.dim(0) : 1, feats = x.dim(x.rank() - 1), nt = e.n_targets;
-  for (const TreeNode& t : e.nodes)
-    if (t.feature >= feats)
-      return ctx.error("a node reads feature " + std::to_string(t.feature) + " of " + std::to_string(feats));
-  std::vector<double> xs;
-  if (!read_reals(x, xs)) return ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype()));
-  const double start = e.aggregate == Aggregate::kMin ? std::numeric_limits<double>::max()
-                       : e.aggregate == Aggregate::kMax ? std::numeric_limits<double>::lowest() : 0.0;
-  const int64_t max_steps = static_cast<int64_t>(e.nodes.size());
+  int64_t max_feature = -1;
+  if (fast) max_feature = fast->max_feature();
+  else
+    for (const TreeNode& t : e.nodes) max_feature = std::max(max_feature, t.feature);
+  if (max_feature >= feats)
+    return ctx.error("a node reads feature " + std::to_string(max_feature) + " of " + std::to_string(feats));
   // n_targets sizes the scratch: checked against the tensor limit before it is allocated (INT64_MAX
   // overflowed rows * nt; 2^31 asked for 16 GiB of doubles per row).
   int64_t cells = 0;
   if (__builtin_mul_overflow(rows, nt, &cells) || static_cast<uint64_t>(cells) > max_tensor_bytes() / sizeof(double))
     return ctx.error("[" + std::to_string(rows) + ", n_targets " + std::to_string(nt) +
                      "] scores exceed the tensor size limit (--max-tensor-bytes)");
+  auto bad_dtype = [&] { return ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype())); };
+  if (!visit_numeric_f16(x.dtype(), [](auto) {})) return bad_dtype();  // what read_reals reads
+  *rows_out = rows;
+  if (fast) {
+    out.assign(static_cast<size_t>(cells), 0.0);
+    return fast->scores(x, rows, feats, out.data()) ? Status::Ok() : bad_dtype();
+  }
+  std::vector<double> xs;
+  if (!read_reals(x, xs)) return bad_dtype();
+  const double start = e.aggregate == Aggregate::kMin ? std::numeric_limits<double>::max()
+                       : e.aggregate == Aggregate::kMax ? std::numeric_limits<double>::lowest() : 0.0;
+  const int64_t max_steps = static_cast<int64_t>(e.nodes.size());
   out.assign(static_cast<size_t>(cells), start);
   std::atomic<bool> cyclic{false};
   parallel_for(rows, 16, [&](int64_t b, int64_t end) {
@@ -303,7 +312,6 @@ Status ensemble_scores(KernelContext& ctx, const Ensemble& e, const CompiledFore
     }
   });
   if (cyclic.load()) return ctx.error("a tree does not end in a leaf (its nodes form a cycle)");
-  *rows_out = rows;
   return Status::Ok();
 }
 

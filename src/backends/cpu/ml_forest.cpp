@@ -262,43 +262,32 @@ std::unique_ptr<CompiledForest> CompiledForest::compile(const Ensemble& e) {
   return std::unique_ptr<CompiledForest>(new CompiledForest(std::move(f)));
 }
 
-Status CompiledForest::scores(KernelContext& ctx, std::vector<double>& out, int64_t* rows_out) const {
+int64_t CompiledForest::max_feature() const { return impl_->max_feature; }
+
+bool CompiledForest::scores(const Tensor& x, int64_t rows, int64_t feats, double* out) const {
   const Impl& f = *impl_;
-  const Tensor& x = ctx.input(0);
-  if (x.rank() != 2 && x.rank() != 1) return ctx.error("X must be [N, F]");
-  const int64_t rows = x.rank() == 2 ? x.dim(0) : 1, feats = x.dim(x.rank() - 1), nt = f.n_targets;
-  if (f.max_feature >= feats)
-    return ctx.error("a node reads feature " + std::to_string(f.max_feature) + " of " + std::to_string(feats));
-  int64_t cells = 0;
-  if (__builtin_mul_overflow(rows, nt, &cells) || static_cast<uint64_t>(cells) > max_tensor_bytes() / sizeof(double))
-    return ctx.error("[" + std::to_string(rows) + ", n_targets " + std::to_string(nt) +
-                     "] scores exceed the tensor size limit (--max-tensor-bytes)");
-  const DataType dt = x.dtype();
-  if (!visit_numeric_f16(dt, [](auto) {}))  // what read_reals reads, as the generic walk checks it
-    return ctx.error(std::string("unsupported dtype ") + dtype_name(dt));
-  out.assign(static_cast<size_t>(cells), 0.0);
+  const int64_t nt = f.n_targets;
   if (!f.roots.empty() && rows > 0) {
     if (x.dtype() == DataType::kFloat32 && !f.fnodes.empty()) {
       // Every threshold is a float and so is every feature: comparing them as floats is comparing them
       // exactly, as the double walk would.
-      f.sum_any_mode<float>(f.fnodes.data(), x.data<float>(), rows, feats, out.data());
+      f.sum_any_mode<float>(f.fnodes.data(), x.data<float>(), rows, feats, out);
     } else if (x.dtype() == DataType::kFloat64) {
-      f.sum_any_mode<double>(f.dnodes.data(), x.data<double>(), rows, feats, out.data());
+      f.sum_any_mode<double>(f.dnodes.data(), x.data<double>(), rows, feats, out);
     } else {
       std::vector<double> xs;
-      if (!read_reals(x, xs)) return ctx.error(std::string("unsupported dtype ") + dtype_name(x.dtype()));
-      f.sum_any_mode<double>(f.dnodes.data(), xs.data(), rows, feats, out.data());
+      if (!read_reals(x, xs)) return false;
+      f.sum_any_mode<double>(f.dnodes.data(), xs.data(), rows, feats, out);
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
-    double* acc = out.data() + r * nt;
+    double* acc = out + r * nt;
     if (f.average && !f.roots.empty())
       for (int64_t k = 0; k < nt; ++k) acc[k] /= static_cast<double>(f.roots.size());
     if (!f.base.empty())
       for (int64_t k = 0; k < nt; ++k) acc[k] += f.base[k];
   }
-  *rows_out = rows;
-  return Status::Ok();
+  return true;
 }
 
 }  // namespace kiln::cpu

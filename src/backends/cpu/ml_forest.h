@@ -27,9 +27,14 @@ class CompiledForest {
   // cycle or more than 2^31 nodes or votes: the caller keeps its generic walk.
   static std::unique_ptr<CompiledForest> compile(const ops::TreeEnsembleParams& e);
 
-  // out = [rows, n_targets] scores of X = ctx.input(0) ([N, F] or [F]), base values added, before
-  // the post transform.
-  Status scores(KernelContext& ctx, std::vector<double>& out, int64_t* rows) const;
+  // The largest feature index a node reads (-1 for none): X needs more columns than this.
+  int64_t max_feature() const;
+
+  // out[rows * n_targets] = the scores of X ([rows, feats] of a numeric dtype; out zeroed by the
+  // caller), base values added, before the post transform. The caller (backends/cpu/ml.cpp,
+  // ensemble_scores) has checked X's rank, dtype and columns and the size of out. False only where
+  // X's dtype cannot be read as reals.
+  bool scores(const Tensor& x, int64_t rows, int64_t feats, double* out) const;
 
   struct Impl;
   ~CompiledForest();
