@@ -188,14 +188,17 @@ bool captured(const ir::Graph& g, const std::string& name) {
 // (and its model cannot be built).
 Status Importer::dict_vectorizer_inputs(ir::Graph& g, std::map<std::string, std::string>& metadata) {
   for (ir::Value* v : g.inputs) {
-    // One reader, the DictVectorizer; not a graph output (returned as the map) and not captured by a
-    // subgraph (whose copy would stay a map).
-    if (!v || v->type.kind != ir::Type::Kind::kMap || v->uses.size() != 1 || v->is_output || captured(g, v->name))
-      continue;
+    if (!v || v->type.kind != ir::Type::Kind::kMap || v->uses.size() != 1) continue;
     ir::Node* n = v->uses[0].node;
     if (n->domain != "ai.onnx.ml" || n->op_type != "DictVectorizer" || n->inputs.size() != 1 ||
         n->outputs.size() != 1 || !n->has_output(0))
       continue;
+    // The DictVectorizer is its one reader; a map input the graph also returns, or a subgraph reads,
+    // would have to stay a map there, and kiln's values hold no maps: refused by name.
+    if (v->is_output || captured(g, v->name))
+      return unsupported(opt_.source_name + ": map input '" + v->name + "' is read by " + n->describe() + " and " +
+                         (v->is_output ? "is also a graph output" : "is read inside a subgraph") +
+                         ": kiln takes a map input only where a DictVectorizer is all that reads it");
     const ir::Attribute* ints = n->attr("int64_vocabulary");
     const ir::Attribute* strs = n->attr("string_vocabulary");
     const bool int_keys = v->type.key_dtype == DataType::kInt64;

@@ -129,3 +129,41 @@ def test_dict_vectorizer_int64_keys_and_the_dense_row():
     row = np.array([[0.0, 2.5, -1.0, 2.5]], np.float32)
     np.testing.assert_array_equal(engine.create_context().run({"m": row})[0], row)
     np.testing.assert_array_equal(kiln.InferenceSession(engine.serialize()).run(None, feed)[0], want)
+
+
+def dv_model(vocabulary, *, map_is_output=False, metadata=None) -> bytes:
+    from onnx import TensorProto, helper
+
+    vt = helper.make_tensor_type_proto(TensorProto.FLOAT, None)
+    mt = helper.make_map_type_proto(TensorProto.STRING, vt)
+    node = helper.make_node("DictVectorizer", ["m"], ["y"], domain="ai.onnx.ml", string_vocabulary=vocabulary)
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if map_is_output:
+        outputs.append(helper.make_value_info("m", mt))
+    g = helper.make_graph([node], "dv", [helper.make_value_info("m", mt)], outputs)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
+    m.ir_version = 10
+    for k, v in (metadata or {}).items():
+        m.metadata_props.add(key=k, value=v)
+    return m.SerializeToString()
+
+
+def test_dict_vectorizer_records_are_kilns_own():
+    """The vocabulary kiln records is the node's: a model's own metadata cannot claim the record (a
+    different vocabulary there changes nothing), and a vocabulary holding bytes that are not UTF-8 still
+    makes a record that parses."""
+    onx = dv_model(["a", "b", "c"], metadata={"kiln.dictvectorizer.m": '["zz", "a", "b"]', "author": "me"})
+    sess = kiln.InferenceSession(onx)
+    np.testing.assert_array_equal(sess.run(None, {"m": {"b": 2.0, "zz": 7.0}})[0], [[0.0, 2.0, 0.0]])
+    meta = sess.get_modelmeta().custom_metadata_map
+    assert meta.get("author") == "me" and not any(k.startswith("kiln.") for k in meta)
+    odd = dv_model([b"\xff\xfeq", "b", "café"])
+    got = kiln.InferenceSession(odd).run(None, {"m": {"b": 2.0, "café": 1.0}})[0]
+    np.testing.assert_array_equal(got, [[0.0, 2.0, 1.0]])
+
+
+def test_a_map_input_that_is_also_an_output_stays_a_map():
+    """A map input that the graph also returns is not turned into the dense row (the output would be the
+    row, not the map): kiln refuses the model with an error naming the map and why."""
+    with pytest.raises(kiln.KilnError, match=r"map input 'm' is read by .*DictVectorizer.* is also a graph output"):
+        kiln.InferenceSession(dv_model(["a", "b"], map_is_output=True))
