@@ -12,9 +12,11 @@
 // M/4 rows (A's rows of the group have pitch 4·K). The first c0 (≤ 3) columns of each row come from one
 // more GEMM of all rows against the first 4 weight rows into a small [M, 4] buffer, copied into place
 // with one strided copy per group. Timed (CUDA graphs of 10 calls, CUDA events, best of 5):
-//   padded + realign   what kiln runs today
+//   padded + realign   the padded product kiln runs today, then the realignment as cudaMemcpy2DAsync
+//                      (about twice the time of kiln's own realigning kernel: 1.95 against 0.91 ms)
 //   row groups         4 group GEMMs + the head GEMM + 3 head copies, writing Y in place
-// and Y of the row groups checked against the padded form's valid columns (max abs difference).
+// and Y of the row groups checked against the padded form's valid columns (max abs difference; the
+// probe exits 1 above 1e-3 or where an element was not written).
 //
 // Build (host code only): g++ -O2 -std=c++17 -I$CUDA/include bench/cuda_gemm_rowgroup_probe.cpp
 //                          -L$CUDA/lib64 -lcublasLt -lcudart -o cuda_gemm_rowgroup_probe
@@ -190,5 +192,5 @@ int main(int argc, char** argv) {
     }
   std::printf("row groups vs padded: max |diff| %.3g over all %lld x %lld values; speed-up %.2fx\n", diff, (long long)M,
               (long long)N, (t_pad + t_copy) / t_groups);
-  return 0;
+  return diff <= 1e-3 ? 0 : 1;
 }

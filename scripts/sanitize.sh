@@ -81,10 +81,13 @@ for t in $fuzz_targets; do
   work=build-asan/fuzz-$t
   # A fixed seed starts from the committed seeds alone (what CI sees); a random one keeps what earlier
   # local runs found.
-  # Inputs per target with a fixed seed, each also capped by its time (2026-11-25, a fast 2-core
-  # machine: import 300k in 123 s, engine 172k in 150 s, npy 400k in 103 s; 2026-11-29: model 15k in
-  # 128 s; a slow one, 2026-11-29: import 44,792 and model 7,203 in 150 s); re-run after a change: a
-  # change to the code can change the inputs the seed makes. Unlimited when exploring.
+  # Inputs per target with a fixed seed (the counts #47 keeps), each also capped by its time: a machine
+  # that reaches the count runs the same inputs as any other with the same binary; on one too slow for
+  # it the time ends the run first and the count is that machine's (2026-11-30, a 2-core AMD EPYC
+  # without AVX-512, 60 s a target: import 10,669, npy 145,535, engine 150,000 and serve 200,000 in
+  # less; model 8,071 in 150 s. 2026-11-25, a faster one: import 300k in 123 s, npy 400k in 103 s).
+  # Re-run after a change: a change to the code can change the inputs the seed makes. Unlimited when
+  # exploring.
   runs=-1
   if [ "$fuzz_seed" != 0 ]; then
     rm -rf "$work/corpus"

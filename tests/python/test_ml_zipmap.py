@@ -149,12 +149,25 @@ def dv_model(vocabulary, *, map_is_output=False, metadata=None) -> bytes:
 
 
 def test_dict_vectorizer_records_are_kilns_own():
-    """The vocabulary kiln records is the node's: a model's own metadata cannot claim the record (a
-    different vocabulary there changes nothing), and a vocabulary holding bytes that are not UTF-8 still
-    makes a record that parses."""
-    onx = dv_model(["a", "b", "c"], metadata={"kiln.dictvectorizer.m": '["zz", "a", "b"]', "author": "me"})
-    sess = kiln.InferenceSession(onx)
-    np.testing.assert_array_equal(sess.run(None, {"m": {"b": 2.0, "zz": 7.0}})[0], [[0.0, 2.0, 0.0]])
+    """The records kiln keeps in a model's metadata are written from the graph: a model cannot claim
+    them. A plain tensor input named in a kiln.dictvectorizer record and a plain tensor output named in a
+    kiln.zipmap record stay tensors, and a vocabulary holding bytes that are not UTF-8 still makes a
+    record that parses (the map input keeps taking a dict)."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "plain", [x], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 10
+    for k, v in {"kiln.dictvectorizer.x": '{"keys": "string", "vocabulary": ["a", "b"]}',
+                 "kiln.zipmap.y": '{"keys": "int64", "labels": [0, 1]}', "author": "me"}.items():
+        m.metadata_props.add(key=k, value=v)
+    sess = kiln.InferenceSession(m.SerializeToString())
+    assert [(i.name, i.type) for i in sess.get_inputs()] == [("x", "tensor(float)")]
+    got = sess.run(None, {"x": np.array([[-1.0, 2.0]], np.float32)})[0]
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_array_equal(got, [[0.0, 2.0]])
     meta = sess.get_modelmeta().custom_metadata_map
     assert meta.get("author") == "me" and not any(k.startswith("kiln.") for k in meta)
     odd = dv_model([b"\xff\xfeq", "b", "café"])
@@ -162,8 +175,24 @@ def test_dict_vectorizer_records_are_kilns_own():
     np.testing.assert_array_equal(got, [[0.0, 2.0, 1.0]])
 
 
-def test_a_map_input_that_is_also_an_output_stays_a_map():
-    """A map input that the graph also returns is not turned into the dense row (the output would be the
-    row, not the map): kiln refuses the model with an error naming the map and why."""
+def test_a_map_input_that_is_also_an_output_or_read_in_a_subgraph_is_refused():
+    """A DictVectorizer's map input becomes the dense row only where the DictVectorizer is all that reads
+    it: one the graph also returns (the output would be the row, not the map) or a subgraph reads (its
+    copy would stay a map) is refused with an error naming the map and why."""
+    from onnx import TensorProto, helper
+
     with pytest.raises(kiln.KilnError, match=r"map input 'm' is read by .*DictVectorizer.* is also a graph output"):
         kiln.InferenceSession(dv_model(["a", "b"], map_is_output=True))
+    vt = helper.make_tensor_type_proto(TensorProto.FLOAT, None)
+    mt = helper.make_map_type_proto(TensorProto.STRING, vt)
+    branch = helper.make_graph([helper.make_node("DictVectorizer", ["m"], ["z"], domain="ai.onnx.ml", string_vocabulary=["a"])],
+                               "branch", [], [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("DictVectorizer", ["m"], ["y"], domain="ai.onnx.ml", string_vocabulary=["a", "b"]),
+             helper.make_node("If", ["c"], ["w"], then_branch=branch, else_branch=branch)]
+    g = helper.make_graph(nodes, "dv_if", [helper.make_value_info("m", mt), helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("w", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
+    model.ir_version = 10
+    with pytest.raises(kiln.KilnError, match=r"map input 'm' is read by .*DictVectorizer.* is read inside a subgraph"):
+        kiln.InferenceSession(model.SerializeToString())

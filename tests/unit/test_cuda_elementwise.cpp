@@ -328,7 +328,7 @@ TEST(CudaShape, TransposeAndConcat) {
 }
 
 // Split makes every output it names, the empty ones too: a zero split size (onnx's
-// test_split_zero_size_splits_* errored on the H200 with "output 1 is not a tensor" after Split
+// test_split_zero_size_splits_* errored on the H200 with "output 0 is not a tensor" after Split
 // became one launch that skipped them), and an input with no rows (every output empty).
 TEST(CudaShape, SplitMakesEmptyOutputs) {
   KILN_REQUIRE_GPU();
