@@ -38,13 +38,8 @@ struct Form {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t M = 8192, K = 768, N = 50257;
-  if (argc == 4) {
-    M = std::atoll(argv[1]);
-    K = std::atoll(argv[2]);
-    N = std::atoll(argv[3]);
-  }
-  const int64_t Np = (N + 7) / 8 * 8;
+  const Mkn mkn = mkn_of(argc, argv);
+  const int64_t M = mkn.m, K = mkn.k, N = mkn.n, Np = (N + 7) / 8 * 8;
   const LtBench bench = lt_bench(M, K, N);
   cudaStream_t s = bench.s; cublasLtHandle_t lt = bench.lt; void* ws = bench.ws; const size_t ws_bytes = bench.ws_bytes;
   std::printf("padded N' = %lld\n", (long long)Np);
@@ -53,16 +48,10 @@ int main(int argc, char** argv) {
   random_a_w(M, K, N, Np, ha, hw);
   for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n) hw_tight[k * N + n] = hw[k * Np + n];
-  __half *a, *w, *w_tight;
+  __half *a = to_device(ha), *w = to_device(hw), *w_tight = to_device(hw_tight);
   float *y_pad, *y;
-  CK(cudaMalloc(&a, ha.size() * 2));
-  CK(cudaMalloc(&w, hw.size() * 2));
-  CK(cudaMalloc(&w_tight, hw_tight.size() * 2));
   CK(cudaMalloc(&y_pad, M * Np * 4));
   CK(cudaMalloc(&y, M * N * 4));
-  CK(cudaMemcpy(a, ha.data(), ha.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(w, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(w_tight, hw_tight.data(), hw_tight.size() * 2, cudaMemcpyHostToDevice));
 
   const Form forms[] = {{"padded", Np, Np, Np}, {"wide-in", N, Np, N}, {"unpadded", N, N, N}};
   double padded_best = 0;

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
@@ -92,4 +93,49 @@ inline void random_a_w(long long M, long long K, long long N, long long Np, std:
   for (auto& x : a) x = __float2half(rnd());
   for (long long k = 0; k < K; ++k)
     for (long long n = 0; n < Np; ++n) w[k * Np + n] = __float2half(n < N ? rnd() : 0.0f);
+}
+
+// The product Y[m, n] = A[m, k] · W[k, n] a probe times: three numbers on its command line (M K N), or
+// GPT-2's language-model head at batch 64, sequence 128.
+struct Mkn {
+  int64_t m = 8192, k = 768, n = 50257;
+};
+inline Mkn mkn_of(int argc, char** argv) {
+  Mkn p;
+  if (argc == 4) {
+    p.m = std::atoll(argv[1]);
+    p.k = std::atoll(argv[2]);
+    p.n = std::atoll(argv[3]);
+  }
+  return p;
+}
+
+// A device copy of host data (the probes keep theirs until they exit).
+template <class T>
+T* to_device(const std::vector<T>& h) {
+  T* d = nullptr;
+  CK(cudaMalloc(&d, h.size() * sizeof(T)));
+  CK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+// Y[M, N] (float, on the device, rows N apart) as `write` leaves it after Y was filled with NaN, against
+// the first N columns of ref (rows ldr apart): the largest absolute difference, infinite where an
+// element was not written.
+template <class Fn>
+double max_diff_written(float* y, long long M, long long N, const std::vector<float>& ref, long long ldr, cudaStream_t s,
+                        Fn write) {
+  CK(cudaMemset(y, 0xff, static_cast<size_t>(M * N) * 4));
+  write();
+  CK(cudaStreamSynchronize(s));
+  std::vector<float> got(static_cast<size_t>(M * N));
+  CK(cudaMemcpy(got.data(), y, got.size() * 4, cudaMemcpyDeviceToHost));
+  double diff = 0;
+  for (long long m = 0; m < M; ++m)
+    for (long long n = 0; n < N; ++n) {
+      const float g = got[m * N + n];
+      if (std::isnan(g)) return INFINITY;
+      diff = std::max(diff, static_cast<double>(std::fabs(g - ref[m * ldr + n])));
+    }
+  return diff;
 }
