@@ -18,6 +18,7 @@
 #include "ops/op_table.h"
 #include "util/file.h"
 #include "util/guard.h"
+#include "util/utf8.h"
 
 namespace kiln::onnx {
 
@@ -130,22 +131,21 @@ Status Importer::read_opsets(const ::onnx::ModelProto& m, OpsetMap& opsets) {
 
 namespace {
 
-// s as a JSON string; bytes that are not UTF-8 (a model's strings can hold anything) as \u00XX, so
-// the record always parses.
+// s as a JSON string. A byte outside valid UTF-8 (a model's strings can hold anything; overlong forms
+// and surrogates included, util/utf8.h) becomes \udcXX, the code point Python's 'surrogateescape' reads
+// it as, so the record always parses and names the key a Python caller gives for those bytes.
 std::string quote_json(const std::string& s) {
   std::string q = "\"";
-  auto escape = [&](unsigned char c) {
+  auto escape = [&](unsigned v) {
     char buf[8];
-    std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+    std::snprintf(buf, sizeof(buf), "\\u%04x", v);
     q += buf;
   };
   for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    for (size_t k = 1; n > 1 && k < n; ++k)
-      if (i + k >= s.size() || (static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) n = 0;
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = utf8_sequence_length(s, i);
     if (n == 0) {
-      escape(c);
+      escape(0xDC00u | c);
       ++i;
     } else if (n == 1) {
       if (c == '"' || c == '\\') q += '\\', q += static_cast<char>(c);

@@ -170,9 +170,13 @@ def test_dict_vectorizer_records_are_kilns_own():
     np.testing.assert_array_equal(got, [[0.0, 2.0]])
     meta = sess.get_modelmeta().custom_metadata_map
     assert meta.get("author") == "me" and not any(k.startswith("kiln.") for k in meta)
-    odd = dv_model([b"\xff\xfeq", "b", "café"])
-    got = kiln.InferenceSession(odd).run(None, {"m": {"b": 2.0, "café": 1.0}})[0]
-    np.testing.assert_array_equal(got, [[0.0, 2.0, 1.0]])
+    # Bytes outside valid UTF-8 (a stray byte, an overlong NUL, a UTF-16 surrogate) are the keys Python's
+    # surrogateescape reads them as, and only those: "ÿþq" is another key.
+    raw = [b"\xff\xfeq", b"\xc0\x80", b"\xed\xa0\x80", "b".encode(), "café".encode()]
+    odd = kiln.InferenceSession(dv_model(raw))
+    keys = [k.decode("utf-8", "surrogateescape") for k in raw]
+    got = odd.run(None, {"m": {keys[0]: 1.0, keys[1]: 3.0, keys[2]: 4.0, "b": 2.0, "café": 5.0, "ÿþq": 9.0}})[0]
+    np.testing.assert_array_equal(got, [[1.0, 3.0, 4.0, 2.0, 5.0]])
 
 
 def test_a_map_input_that_is_also_an_output_or_read_in_a_subgraph_is_refused():
