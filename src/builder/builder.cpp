@@ -132,11 +132,19 @@ static Status check_disabled_passes(const BuildOptions& o) {
   return Status::Ok();
 }
 
-// The optimizer's options for this build: the target's, without the passes the user disabled.
+// The optimizer's options for a graph of float precision `o.precision` on `o.device`: the target's,
+// without the passes the user disabled, and on CUDA 16-byte GEMM rows and float32 attention unfused.
 static passes::PassOptions build_pass_options(const BuildOptions& o, const KernelRegistry& target) {
   passes::PassOptions po = builder_pass_options(o.opt_level, &target);
   po.verbose = o.verbose;
   po.disabled.insert(o.disabled_passes.begin(), o.disabled_passes.end());
+  // Float32 attention on CUDA runs faster unfused (cuBLAS's FP32 GEMMs for Q·Kᵀ and P·V against the
+  // fused kernel's CUDA-core loops; H100, BERT-base: batch 1 1.82 vs 2.23 ms, batch 64 44.5 vs 46.7
+  // ms); float16/bfloat16 engines fuse it (tensor-core kernel: batch 64 9.2 vs 15.2 ms).
+  if (o.device == DeviceType::kCUDA && precision_row(o.precision).half == DataType::kUndefined)
+    po.disabled.insert("fuse-attention");
+  // cuBLASLt's tensor-core kernels want 16-byte rows: 8 float16 columns (4 float32 ones).
+  if (o.device == DeviceType::kCUDA) po.pad_matmul_columns = 8;
   return po;
 }
 
@@ -165,26 +173,23 @@ static BuildOptions keep_overridden_ops(const ir::Graph& graph, const BuildOptio
   return o;
 }
 
-// Import-to-placement steps shared by a build and a placement plan: checks the options, fixes profile
-// shapes, optimizes for the target's kernels, converts precision and layout. `target` is the kernel
-// rows of the device the engine is for (the CUDA rows exist without a GPU). `given`'s precision is
-// a float one: the graph's (an 8-bit build prepares its graphs in float32 and in the rest's precision).
-static Status prepare_graph(ir::Graph& graph, const BuildOptions& given, const KernelRegistry& target) {
+// Import-to-placement steps shared by a build, a placement plan and an 8-bit build's candidates:
+// checks the options, fixes profile shapes, optimizes for the target's kernels, converts precision
+// and layout. `target` is the kernel rows of the device the engine is for (the CUDA rows exist
+// without a GPU). `given`'s precision is a float one: the graph's (an 8-bit build prepares its graphs
+// in float32, and its quantized candidates in the rest's precision with `quantized`: the target's
+// INT8 stages).
+static Status prepare_graph(ir::Graph& graph, const BuildOptions& given, const KernelRegistry& target,
+                            bool quantized = false) {
   const BuildOptions options = keep_overridden_ops(graph, given);
   if (precision_row(options.precision).is_8bit()) return invalid_argument("an 8-bit graph is prepared by the 8-bit build path");
   KILN_RETURN_IF_ERROR(check_precision_device(options.precision, options.device));
   KILN_RETURN_IF_ERROR(validate_profiles(graph, options.profiles));
   fix_profile_shapes(graph, options.profiles);
-  passes::PassOptions po = build_pass_options(options, target);
-  // Float32 attention on CUDA runs faster unfused (cuBLAS's FP32 GEMMs for Q·Kᵀ and P·V against the
-  // fused kernel's CUDA-core loops; H100, BERT-base: batch 1 1.82 vs 2.23 ms, batch 64 44.5 vs 46.7
-  // ms); float16/bfloat16 engines fuse it (tensor-core kernel: batch 64 9.2 vs 15.2 ms).
-  if (options.device == DeviceType::kCUDA && precision_row(options.precision).half == DataType::kUndefined)
-    po.disabled.insert("fuse-attention");
-  // cuBLASLt's tensor-core kernels want 16-byte rows: 8 float16 columns (4 float32 ones).
-  if (options.device == DeviceType::kCUDA) po.pad_matmul_columns = 8;
-  KILN_RETURN_IF_ERROR(passes::optimize(graph, po));
-  return run_target_stages(graph, options, target, false);
+  passes::OptimizeStats stats;
+  KILN_RETURN_IF_ERROR(passes::optimize(graph, build_pass_options(options, target), &stats));
+  for (const std::string& miss : stats.near_misses) log(LogLevel::kVerbose, "near miss: " + miss);
+  return run_target_stages(graph, options, target, quantized);
 }
 
 static Expected<EngineFile> build_engine_file(ir::Model model, const BuildOptions& options, BuildClock::time_point start);
@@ -266,19 +271,13 @@ static Expected<EngineFile> build_engine_file(ir::Model model, const BuildOption
         if (!v->constant) names.push_back(v->name);
       KILN_ASSIGN_OR_RETURN(calib.calibration, read_calibration_dir(calib.calibration_dir, names));
     }
-    // The finished graph of a quantized candidate: INT8 fuses Q/DQ and moves convolutions
-    // channels-last; FP8 optimizes (and converts to float16 for CUDA) as prepare_graph does. (The two
-    // differ in prepare_graph's CUDA options, pad_matmul_columns and the float32 attention switch-off:
-    // #39 still owes making them one, a change of CUDA INT8 engines to measure on a GPU.)
+    // The finished graph of a quantized candidate, one way for INT8 and FP8: prepared as a float build
+    // of the rest's precision (fuse-qdq first among the fusions), the target's stages with INT8's
+    // `quantized` (CUDA: residual Adds into the int8 convolutions, the rest in half, the convolution
+    // chains channels-last; CPU: the chains NHWC).
     auto finish = [&](ir::Graph& g) -> Status {
       KILN_RETURN_IF_ERROR(validate_profiles(g, options.profiles));
-      if (fp8) return prepare_graph(g, rest, target->kernels());
-      passes::OptimizeStats stats;
-      KILN_RETURN_IF_ERROR(passes::optimize(g, build_pass_options(options, target->kernels()), &stats));
-      for (const std::string& miss : stats.near_misses) log(LogLevel::kVerbose, "near miss: " + miss);
-      // The target's stages with the float rest's precision (CUDA: residual Adds into the int8
-      // convolutions, the rest in half, the convolution chains channels-last; CPU: the chains NHWC).
-      return run_target_stages(g, rest, target->kernels(), true);
+      return prepare_graph(g, rest, target->kernels(), !fp8);
     };
     auto build_quantized = [&](std::unique_ptr<ir::Graph> g) -> Expected<std::shared_ptr<Engine>> {
       KILN_RETURN_IF_ERROR(finish(*g));
