@@ -159,29 +159,37 @@ static Status run_target_stages(ir::Graph& graph, const BuildOptions& options, c
 
 // A graph that uses a built-in op a plugin overrides is optimized without fusions and target stages:
 // their patterns read the op by its ONNX meaning and would fold it into a neighbour (a Relu into a
-// convolution's epilogue), where the plugin's kernel would never run. Folding and cleanup keep it.
-static BuildOptions keep_overridden_ops(const ir::Graph& graph, const BuildOptions& options) {
+// convolution's epilogue), where the plugin's kernel would never run. Folding and cleanup keep it; the
+// two level-1 passes that turn an op into another (fuse-qdq: DequantizeLinear, MatMul, Conv and
+// QuantizeLinear into kiln.QMatMul/QConv; spatial-mean: ReduceMean into a pool) are off too. The
+// warning is `level`: an 8-bit build's candidates repeat the graph its float32 preparation warned of.
+static BuildOptions keep_overridden_ops(const ir::Graph& graph, const BuildOptions& options, LogLevel level) {
   const std::vector<std::string> overridden = plugins::overridden_ops_in(graph);
   if (overridden.empty()) return options;
   BuildOptions o = options;
   o.opt_level = std::min(o.opt_level, 1);
   for (const auto& [stage, what] : target_stages()) o.disabled_passes.push_back(stage);
+  o.disabled_passes.push_back("fuse-qdq");
+  o.disabled_passes.push_back("spatial-mean");
   std::string list;
   for (const std::string& op : overridden) list += (list.empty() ? "" : ", ") + op;
-  log(LogLevel::kWarning, "the graph uses " + list + ", overridden by a plugin: built without fusions and target stages "
-                          "(opt level " + std::to_string(o.opt_level) + "), so every such node runs the plugin's kernel");
+  log(level, "the graph uses " + list + ", overridden by a plugin: built without fusions and target stages "
+             "(opt level " + std::to_string(o.opt_level) + "), so every such node runs the plugin's kernel");
   return o;
 }
+
+// What a prepared graph is: a float build's (or a placement plan's), or one of an 8-bit build's
+// quantized candidates (INT8's with the target's quantized stages).
+enum class Prepared { kFloat, kInt8Candidate, kFp8Candidate };
 
 // Import-to-placement steps shared by a build, a placement plan and an 8-bit build's candidates:
 // checks the options, fixes profile shapes, optimizes for the target's kernels, converts precision
 // and layout. `target` is the kernel rows of the device the engine is for (the CUDA rows exist
-// without a GPU). `given`'s precision is a float one: the graph's (an 8-bit build prepares its graphs
-// in float32, and its quantized candidates in the rest's precision with `quantized`: the target's
-// INT8 stages).
+// without a GPU). `given`'s precision is a float one: the graph's (an 8-bit build prepares its graph
+// in float32, and its quantized candidates in the rest's precision).
 static Status prepare_graph(ir::Graph& graph, const BuildOptions& given, const KernelRegistry& target,
-                            bool quantized = false) {
-  const BuildOptions options = keep_overridden_ops(graph, given);
+                            Prepared what = Prepared::kFloat) {
+  const BuildOptions options = keep_overridden_ops(graph, given, what == Prepared::kFloat ? LogLevel::kWarning : LogLevel::kVerbose);
   if (precision_row(options.precision).is_8bit()) return invalid_argument("an 8-bit graph is prepared by the 8-bit build path");
   KILN_RETURN_IF_ERROR(check_precision_device(options.precision, options.device));
   KILN_RETURN_IF_ERROR(validate_profiles(graph, options.profiles));
@@ -189,7 +197,7 @@ static Status prepare_graph(ir::Graph& graph, const BuildOptions& given, const K
   passes::OptimizeStats stats;
   KILN_RETURN_IF_ERROR(passes::optimize(graph, build_pass_options(options, target), &stats));
   for (const std::string& miss : stats.near_misses) log(LogLevel::kVerbose, "near miss: " + miss);
-  return run_target_stages(graph, options, target, quantized);
+  return run_target_stages(graph, options, target, what == Prepared::kInt8Candidate);
 }
 
 static Expected<EngineFile> build_engine_file(ir::Model model, const BuildOptions& options, BuildClock::time_point start);
@@ -277,7 +285,7 @@ static Expected<EngineFile> build_engine_file(ir::Model model, const BuildOption
     // chains channels-last; CPU: the chains NHWC).
     auto finish = [&](ir::Graph& g) -> Status {
       KILN_RETURN_IF_ERROR(validate_profiles(g, options.profiles));
-      return prepare_graph(g, rest, target->kernels(), !fp8);
+      return prepare_graph(g, rest, target->kernels(), fp8 ? Prepared::kFp8Candidate : Prepared::kInt8Candidate);
     };
     auto build_quantized = [&](std::unique_ptr<ir::Graph> g) -> Expected<std::shared_ptr<Engine>> {
       KILN_RETURN_IF_ERROR(finish(*g));

@@ -197,6 +197,21 @@ def test_override_only_when_asked(plugins, tmp_path):
         [onnx.numpy_helper.from_array(np.eye(8, dtype=np.float32), "w")],
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(model))
+    # The QDQ form of the same: fuse-qdq (a level-1 pass) would make the product a kiln.QMatMul and then
+    # requantize it with the DequantizeLinear → Relu → QuantizeLinear after it. Every value is a
+    # multiple of the scale 0.5, so both Relus give exact results.
+    qdq = tmp_path / "qdq_relu.onnx"
+    half, zero = (onnx.numpy_helper.from_array(np.array(v, dtype=t), n) for v, t, n in ((0.5, np.float32, "s"), (0, np.int8, "z")))
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]), helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "one", "z"], ["wd"]), helper.make_node("MatMul", ["xd", "wd"], ["m"]),
+             helper.make_node("QuantizeLinear", ["m", "s", "z"], ["mq"]), helper.make_node("DequantizeLinear", ["mq", "s", "z"], ["md"]),
+             helper.make_node("Relu", ["md"], ["r"]), helper.make_node("QuantizeLinear", ["r", "s", "z"], ["rq"]),
+             helper.make_node("DequantizeLinear", ["rq", "s", "z"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+                              [half, zero, onnx.numpy_helper.from_array(np.eye(8, dtype=np.int8), "wq"),
+                               onnx.numpy_helper.from_array(np.array(1, dtype=np.float32), "one")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(qdq))
     r = fresh_python(f"""
         import numpy as np, kiln
         try:
@@ -204,15 +219,17 @@ def test_override_only_when_asked(plugins, tmp_path):
         except kiln.KilnError as e:
             print("REFUSED", e)
         x = np.array([[-1, 2, -3, 4, 0.5, -0.5, 1, -2]], dtype=np.float32)
-        (y,) = kiln.InferenceSession({str(model)!r}).run(None, {{"x": x}})
-        print("BUILTIN", np.array_equal(y, np.maximum(x, 0)))
+        for m in ({str(model)!r}, {str(qdq)!r}):
+            (y,) = kiln.InferenceSession(m).run(None, {{"x": x}})
+            print("BUILTIN", np.array_equal(y, np.maximum(x, 0)))
         kiln.load_plugin({plugins["override"]!r}, override=True)
-        (y,) = kiln.InferenceSession({str(model)!r}).run(None, {{"x": x}})
-        print("PLUGIN", np.array_equal(y, np.where(x > 0, 2 * x, 0)))
+        for m in ({str(model)!r}, {str(qdq)!r}):
+            (y,) = kiln.InferenceSession(m).run(None, {{"x": x}})
+            print("PLUGIN", np.array_equal(y, np.where(x > 0, 2 * x, 0)), y.tolist())
         """, tmp_path)
     out = r.stdout
     assert "REFUSED" in out and "built into kiln" in out, out + r.stderr
-    assert "BUILTIN True" in out and "PLUGIN True" in out, out + r.stderr
+    assert out.count("BUILTIN True") == 2 and out.count("PLUGIN True") == 2, out + r.stderr
 
 
 @pytest.mark.skipif(not os.path.exists(KILN), reason="the kiln command is not built")

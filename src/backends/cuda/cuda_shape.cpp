@@ -377,6 +377,7 @@ Expected<KernelPtr> create_split(const ir::Node& n, KernelInit&) {
     int64_t total = 0;
     for (int64_t s : sizes) {
       if (s < 0) return rc.error("negative split size");
+      if (s > x[axis] - total) return rc.error("split sizes do not add up to the axis");
       total += s;
     }
     if (total != x[axis]) return rc.error("split sizes do not add up to the axis");
@@ -400,10 +401,10 @@ Expected<KernelPtr> create_split(const ir::Node& n, KernelInit&) {
   auto run = [](KernelContext& ctx) -> Status {
     const auto& p = shape_state<ConcatPlan>(ctx);
     const Tensor& x = ctx.input(0);
-    // Every output the node uses is made, the empty ones too (a zero split size, or no rows): an
-    // output never asked for stays unset, and the run's caller gets no tensor for it.
+    // The empty outputs the node uses are made here (a zero split size, or no rows), the others as the
+    // launch's parts below: an output never asked for stays unset, and the run's caller gets no tensor.
     for (size_t i = 0; i < p.width.size(); ++i)
-      if (ctx.has_output(static_cast<int>(i))) ctx.output(static_cast<int>(i));
+      if ((p.outer == 0 || p.width[i] == 0) && ctx.has_output(static_cast<int>(i))) ctx.output(static_cast<int>(i));
     if (p.outer == 0) return Status::Ok();
     ConcatParts parts;
     size_t offset = 0;
