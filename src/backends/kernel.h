@@ -190,10 +190,15 @@ struct KernelDef {
   // "" when the row runs it quantized to `type`, else why not; null: every one). The 8-bit build
   // quantizes a product only when a row of the target takes it (builder/calibrate.cpp), so a device's
   // limits are written once, here. Empty `ops`: not an 8-bit product row.
+  // `symmetric_input`: the row reads its 8-bit input with zero point 0 only (cuda.QConv pads with zeros,
+  // which only zero point 0 makes exact); `int8_residual`: an Add of two of its products' outputs gets
+  // its second input quantized too, so passes::fuse_qconv_residual can fold it in as an int8 residual.
   struct Quantizes {
     std::vector<std::string> ops;
     std::vector<DataType> types;
     std::function<std::string(const ir::Node& product, DataType type)> check;
+    bool symmetric_input = false;
+    bool int8_residual = false;
   };
   Quantizes quantizes = {};
   int priority = 0;               // among kernels that accept a node, the highest priority wins

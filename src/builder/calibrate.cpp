@@ -31,6 +31,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -83,7 +84,7 @@ WeightsKN weights_kn(const ir::Node& n) {
 
 // Whether the quantizer writes `n` in `type`: a quantizable product, and for E4M3 MatMul/Gemm the
 // kiln.F8MatMul form (A of rank >= 2, Gemm's C, if any, one value per column). Which of these a
-// device runs in 8 bits its kernel rows say (target_takes).
+// device runs in 8 bits its kernel rows say (taking_row).
 bool rewritable(const ir::Node& n, DataType type) {
   if (!quantizable(n)) return false;
   if (type != DataType::kFloat8E4M3FN || n.op_type == "Conv") return true;
@@ -314,27 +315,26 @@ namespace {
 struct Products {
   DataType type = DataType::kInt8;
   const KernelRegistry* target = nullptr;
-  bool gpu = false;
 };
 
-// Whether a kernel row of `target` runs the float product `n` quantized to `type` (its
-// KernelDef::quantizes; rows this machine cannot run are not asked).
-bool target_takes(const KernelRegistry& target, const ir::Node& n, DataType type) {
+// The kernel row of `target` that runs the float product `n` quantized to `type` (its
+// KernelDef::quantizes; rows this machine cannot run are not asked), or null.
+const KernelDef::Quantizes* taking_row(const KernelRegistry& target, const ir::Node& n, DataType type) {
   for (const KernelDef& d : target.all()) {
     const KernelDef::Quantizes& q = d.quantizes;
     if (std::find(q.ops.begin(), q.ops.end(), n.op_type) == q.ops.end() ||
         std::find(q.types.begin(), q.types.end(), type) == q.types.end())
       continue;
     if (d.unavailable && !d.unavailable().empty()) continue;
-    if (!q.check || q.check(n, type).empty()) return true;
+    if (!q.check || q.check(n, type).empty()) return &q;
   }
-  return false;
+  return nullptr;
 }
 
 // What an INT8 graph quantizes: the products (graph order), the activations they read (each once,
-// graph order), and on CUDA which activations are symmetric int8 (those convolutions read: their
-// kernel pads with zeros, which only zero point 0 makes exact) and the residual Adds that get an int8
-// input (residuals: the Add and the input; see find_targets).
+// graph order), which activations are symmetric (read by a row that takes zero point 0 only) and the
+// residual Adds that get an int8 input (both inputs products of rows with int8 residuals; see
+// find_targets).
 struct Targets {
   std::vector<ir::Node*> products;
   std::vector<std::string> acts;
@@ -342,29 +342,29 @@ struct Targets {
   std::vector<std::pair<ir::Node*, int>> residuals;
 };
 
-// Nodes named in `keep_float` stay float. On CUDA an Add of two quantized convolutions' outputs (a
-// ResNet block whose shortcut is a convolution) gets its second input quantized too, so that
-// passes::fuse_qconv_residual can fold the Add into the first convolution with an int8 residual.
+// Nodes named in `keep_float` stay float. An Add of two quantized products' outputs whose row takes an
+// int8 residual (CUDA: a ResNet block whose shortcut is a convolution) gets its second input quantized
+// too, so that passes::fuse_qconv_residual can fold the Add into the first product.
 Targets find_targets(ir::Graph& g, Products which, const std::set<std::string>& keep_float) {
   Targets t;
   std::set<std::string> seen;
-  std::set<const ir::Node*> taken;
+  std::map<const ir::Node*, const KernelDef::Quantizes*> taken;
   for (ir::Node* n : g.nodes()) {
-    const bool conv = n->op_type == "Conv";
-    const bool take = rewritable(*n, which.type) && target_takes(*which.target, *n, which.type);
-    if (!take || keep_float.count(n->name)) continue;
+    const KernelDef::Quantizes* row = rewritable(*n, which.type) ? taking_row(*which.target, *n, which.type) : nullptr;
+    if (!row || keep_float.count(n->name)) continue;
     t.products.push_back(n);
-    taken.insert(n);
+    taken[n] = row;
     if (seen.insert(n->inputs[0]->name).second) t.acts.push_back(n->inputs[0]->name);
-    if (which.gpu && conv) t.symmetric.insert(n->inputs[0]->name);
+    if (row->symmetric_input) t.symmetric.insert(n->inputs[0]->name);
   }
-  if (!which.gpu) return t;
-  auto quantized_conv_output = [&](const ir::Value* v) {
-    return v && v->producer && v->producer->op_type == "Conv" && taken.count(v->producer) && v->uses.size() == 1 && !v->is_output;
+  auto residual_product_output = [&](const ir::Value* v) {
+    if (!v || !v->producer || v->uses.size() != 1 || v->is_output) return false;
+    auto it = taken.find(v->producer);
+    return it != taken.end() && it->second->int8_residual;
   };
   for (ir::Node* n : g.nodes()) {
-    if (!n->domain.empty() || n->op_type != "Add" || n->inputs.size() != 2 || !quantized_conv_output(n->inputs[0]) ||
-        !quantized_conv_output(n->inputs[1]))
+    if (!n->domain.empty() || n->op_type != "Add" || n->inputs.size() != 2 || !residual_product_output(n->inputs[0]) ||
+        !residual_product_output(n->inputs[1]))
       continue;
     const std::string& r = n->inputs[1]->name;
     if (seen.insert(r).second) t.acts.push_back(r);
@@ -664,7 +664,7 @@ void add_squared_error(const Tensor& got, const Tensor& want, double* num, doubl
 
 Expected<Int8Report> quantize_8bit(ir::Graph& g, const BuildOptions& options, DataType type, const KernelRegistry& target,
                                    const std::string& model_hash, const BuildFn& build_float, const BuildFn& build_quantized) {
-  const Products which{type, &target, options.device == DeviceType::kCUDA};
+  const Products which{type, &target};
   const auto insert = type == DataType::kFloat8E4M3FN ? insert_fp8 : insert_qdq;
   const std::string method = options.calibration_method.empty() ? "minmax" : options.calibration_method;
   const std::string kind = options.accuracy_metric.empty() ? "rel_l2" : options.accuracy_metric;

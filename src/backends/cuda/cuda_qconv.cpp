@@ -557,6 +557,8 @@ void register_qconv(KernelRegistry& r) {
   q.name = "cuda.QConv.i8.cudnn";
   q.check = qconv_check;
   q.quantizes = {{"Conv"}, {DataType::kInt8, DataType::kFloat8E4M3FN}, qconv_takes};
+  q.quantizes.symmetric_input = true;  // the kernel pads X with zeros
+  q.quantizes.int8_residual = true;    // a residual Add folds in as an int8 input (fuse_qconv_residual)
   q.create = [](const ir::Node& n, KernelInit&) -> Expected<KernelPtr> {
     KILN_ASSIGN_OR_RETURN(std::shared_ptr<const QConvConsts> c, prepare_qconv(n));
     return make_staged([c](ReshapeContext& rc) { return reshape_qconv(rc, *c); },
