@@ -4,8 +4,8 @@
 # virtual environments or compiler cache of this checkout):
 #   1. the README's first command, scripts/setup.sh (dependencies, build, the bundled example);
 #   2. the model zoo's CI subset, as .ci/run makes it (scripts/setup_zoo.sh, export.py --small);
-#   3. the README's second command, scripts/test.sh (every suite, again with the CPU capped to the
-#      weakest ISA, and the skipped tests per reason);
+#   3. the README's second command, scripts/test.sh, with --weakest-all (every suite, again with the
+#      CPU capped to the weakest ISA, the whole Python suite too; and the skipped tests per reason);
 #   3b. the self-contained CPU wheel (scripts/check_wheel.sh: auditwheel, then a fresh environment under
 #      env -i and in a chroot without the build's libraries; with a CUDA build/, its own CPU-only build);
 #   4. the whole extreme-attribute sweep, one case per op, attribute and value (tools/attr_sweep.py
@@ -47,7 +47,7 @@ step() {
 export CCACHE_DISABLE=1  # a cold build, as on a fresh machine
 step "scripts/setup.sh" scripts/setup.sh
 step "model zoo CI subset" bash -c 'scripts/setup_zoo.sh && .venv-zoo/bin/python bench/zoo/export.py --small'
-step "scripts/test.sh" scripts/test.sh
+step "scripts/test.sh --weakest-all" scripts/test.sh --weakest-all
 step "self-contained CPU wheel (scripts/check_wheel.sh)" scripts/check_wheel.sh
 step "attribute sweep (tools/attr_sweep.py --dedupe)" .venv/bin/python tools/attr_sweep.py --dedupe --jobs 2 \
   --json build/attr_sweep.json
