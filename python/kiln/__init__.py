@@ -575,6 +575,90 @@ def _as_dense_row(value: Any, spec: dict, info: TensorInfo) -> Any:
     return row
 
 
+# Engine metadata of a map input read by a CastMap (src/onnx/importer.cpp): JSON {"values": "float" |
+# "string", "cast_to": "TO_FLOAT" | "TO_STRING" | "TO_INT64", "map_form": "DENSE" | "SPARSE", "max_map"}.
+_CASTMAP_PREFIX = "model.custom.kiln.castmap."
+
+
+def _cast_maps(meta: dict[str, str], inputs: dict[str, Any]) -> dict[str, dict]:
+    """Input name → the CastMap record of a map input made the node's row (of `inputs`; a record naming
+    no input, or not in kiln's form, is ignored), with "keys": "int64" and "castmap": True added."""
+    out = {}
+    for k, v in meta.items():
+        name = k[len(_CASTMAP_PREFIX):]
+        if not k.startswith(_CASTMAP_PREFIX) or name not in inputs:
+            continue
+        try:
+            spec = json.loads(v)
+            if (spec.get("values") not in ("float", "string") or spec.get("cast_to") not in ("TO_FLOAT", "TO_STRING", "TO_INT64")
+                    or spec.get("map_form") not in ("DENSE", "SPARSE") or type(spec.get("max_map")) is not int):
+                continue
+            spec.update(keys="int64", castmap=True)
+            out[name] = spec
+        except (ValueError, TypeError, AttributeError):
+            pass  # not kiln's record: the input stays the tensor
+    return out
+
+
+def _cast_value(v: Any, spec: dict, key: int, name: str) -> Any:
+    """One map value as CastMap casts it, as onnxruntime's kernel does: a float value is a float32;
+    TO_INT64 truncates it toward zero (NaN, ±inf and values outside int64 give INT64_MIN, the x86
+    conversion onnxruntime's cast compiles to), TO_STRING writes it as C's "%f" ("nan" / "-nan", "inf");
+    a string value is kept for TO_STRING and read as a number (surrounding spaces allowed) otherwise."""
+    to = spec["cast_to"]
+    if spec["values"] == "string":
+        if not isinstance(v, str):
+            raise _error("InvalidArgument", f"input '{name}' is a map of string values; got {v!r} at key {key}")
+        if to == "TO_STRING":
+            return v
+        try:
+            return float(np.float32(float(v))) if to == "TO_FLOAT" else int(v.strip())
+        except ValueError:
+            raise _error("InvalidArgument", f"input '{name}': CastMap {to} cannot read the value {v!r} at key {key} as a number") from None
+    try:
+        f = np.float32(v)
+    except (TypeError, ValueError):
+        raise _error("InvalidArgument", f"input '{name}' is a map of float values; got {v!r} at key {key}") from None
+    if to == "TO_FLOAT":
+        return f
+    if to == "TO_INT64":
+        return int(f) if np.isfinite(f) and -2.0**63 <= float(f) < 2.0**63 else -2**63
+    if np.isnan(f):
+        return "-nan" if np.signbit(f) else "nan"
+    return "%f" % float(f)
+
+
+def _as_cast_row(value: Any, spec: dict, info: TensorInfo) -> Any:
+    """A {key: value} map given for a CastMap's input as the row [1, n] the node makes, as onnxruntime's
+    kernel does: DENSE, the values in key order; SPARSE, position k holds key k's value for keys below
+    max_map (larger keys are left out; a negative key is an error), the rest 0 (the string "0.f" for
+    TO_STRING, onnxruntime's filler). Anything but a dict is passed on as it is (the row itself, say)."""
+    if not isinstance(value, dict):
+        return value
+    items = []
+    for key, v in value.items():
+        if not isinstance(key, (int, np.integer)) or isinstance(key, (bool, np.bool_)) or not -2**63 <= int(key) < 2**63:
+            raise _error("InvalidArgument", f"input '{info.name}' is a map with int64 keys; got the key {key!r}")
+        items.append((int(key), _cast_value(v, spec, int(key), info.name)))
+    items.sort(key=lambda kv: kv[0])
+    to = spec["cast_to"]
+    dtype = object if to == "TO_STRING" else np.float32 if to == "TO_FLOAT" else np.int64
+    if spec["map_form"] == "DENSE":
+        return np.array([[v for _, v in items]], dtype=dtype).reshape(1, len(items))
+    if items and items[0][0] < 0:
+        raise _error("InvalidArgument", f"input '{info.name}': a SPARSE CastMap takes keys >= 0; got {items[0][0]}")
+    row = np.full((1, spec["max_map"]), "0.f" if to == "TO_STRING" else 0, dtype=dtype)
+    for k, v in items:
+        if k < spec["max_map"]:
+            row[0, k] = v
+    return row
+
+
+def _as_input_row(value: Any, spec: dict, info: TensorInfo) -> Any:
+    """A map given for an input a DictVectorizer or a CastMap read, as the row the engine takes."""
+    return _as_cast_row(value, spec, info) if spec.get("castmap") else _as_dense_row(value, spec, info)
+
+
 class NodeArg:
     """An input or output as onnxruntime describes it: name, type ("tensor(float)"), shape."""
 
@@ -587,7 +671,8 @@ class NodeArg:
             self.type = f"seq(map({zipmap['keys']},tensor(float)))"
             self.shape = []
         if dict_vectorizer is not None:  # a map input, as onnxruntime describes it
-            self.type = f"map({dict_vectorizer['keys']},{info.type})"
+            values = f"tensor({dict_vectorizer['values']})" if dict_vectorizer.get("castmap") else info.type
+            self.type = f"map({dict_vectorizer['keys']},{values})"
             self.shape = []
 
     def __repr__(self) -> str:
@@ -908,7 +993,10 @@ class InferenceSession:
         # Outputs of a ZipMap (scikit-learn classifiers' probabilities): the engine gives the [N, C]
         # tensor, run() the list of {label: probability} onnxruntime gives.
         self._zipmaps = _zipmaps(self._engine.metadata())
-        self._dict_vectorizers = _dict_vectorizers(self._engine.metadata(), self._inputs_by_name)
+        # Map inputs a DictVectorizer or a CastMap reads: the engine takes the row the node makes, run()
+        # the {key: value} map onnxruntime takes.
+        self._dict_vectorizers = {**_dict_vectorizers(self._engine.metadata(), self._inputs_by_name),
+                                  **_cast_maps(self._engine.metadata(), self._inputs_by_name)}
         self._profiling = bool(opts.enable_profiling)
         self._profile_contexts: list[tuple[ExecutionContext, float]] = []  # with its trace's start, µs after _mono_start
         self._fallback = True  # disable_fallback(): stored; kiln never retries a failed run elsewhere
@@ -1036,7 +1124,7 @@ class InferenceSession:
             raise TypeError(f"input_feed must be a dict of name → array, got {type(input_feed).__name__}")
         indices = self._output_indices(output_names)
         if self._dict_vectorizers:
-            input_feed = {k: _as_dense_row(v, self._dict_vectorizers[k], self._inputs_by_name[k])
+            input_feed = {k: _as_input_row(v, self._dict_vectorizers[k], self._inputs_by_name[k])
                           if k in self._dict_vectorizers else v for k, v in input_feed.items()}
         feed = _normalize_feed(self._all_inputs, input_feed, self._inputs_by_name)
         if any(isinstance(v, Tensor) for v in feed.values()):

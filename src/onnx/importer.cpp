@@ -50,6 +50,8 @@ class Importer {
   Status build_graph(const ::onnx::GraphProto& gp, ir::Graph& g);
   Status zipmap_outputs(ir::Graph& g, std::map<std::string, std::string>& metadata);
   Status dict_vectorizer_inputs(ir::Graph& g, std::map<std::string, std::string>& metadata);
+  Status cast_map_inputs(ir::Graph& g, std::map<std::string, std::string>& metadata);
+  Status check_sole_map_reader(const ir::Graph& g, const ir::Value& v, const ir::Node& n) const;
   Status convert_attribute(const ::onnx::AttributeProto& a, ir::Graph& g, const std::string& where,
                            ir::Attribute& out);
   Expected<std::shared_ptr<ir::Graph>> build_subgraph(const ::onnx::GraphProto& gp, ir::Graph& parent,
@@ -178,6 +180,17 @@ bool captured(const ir::Graph& g, const std::string& name) {
 
 }  // namespace
 
+// A map input read by one DictVectorizer or CastMap becomes that node's tensor; one the graph also
+// returns, or a subgraph reads, would have to stay a map there, and kiln's values hold no maps:
+// refused by name.
+Status Importer::check_sole_map_reader(const ir::Graph& g, const ir::Value& v, const ir::Node& n) const {
+  if (v.is_output || captured(g, v.name))
+    return unsupported(opt_.source_name + ": map input '" + v.name + "' is read by " + n.describe() + " and " +
+                       (v.is_output ? "is also a graph output" : "is read inside a subgraph") +
+                       ": kiln takes a map input only where a DictVectorizer or a CastMap is all that reads it");
+  return Status::Ok();
+}
+
 // ai.onnx.ml DictVectorizer reading a graph input of map type (scikit-learn's DictVectorizer converted
 // by skl2onnx: one {key: value} map per run, as ONNX Runtime takes it). kiln's values hold no maps, so
 // the input becomes the dense row the node makes, a tensor [1, vocabulary size] of the map's value
@@ -193,12 +206,7 @@ Status Importer::dict_vectorizer_inputs(ir::Graph& g, std::map<std::string, std:
     if (n->domain != "ai.onnx.ml" || n->op_type != "DictVectorizer" || n->inputs.size() != 1 ||
         n->outputs.size() != 1 || !n->has_output(0))
       continue;
-    // The DictVectorizer is its one reader; a map input the graph also returns, or a subgraph reads,
-    // would have to stay a map there, and kiln's values hold no maps: refused by name.
-    if (v->is_output || captured(g, v->name))
-      return unsupported(opt_.source_name + ": map input '" + v->name + "' is read by " + n->describe() + " and " +
-                         (v->is_output ? "is also a graph output" : "is read inside a subgraph") +
-                         ": kiln takes a map input only where a DictVectorizer is all that reads it");
+    KILN_RETURN_IF_ERROR(check_sole_map_reader(g, *v, *n));
     const ir::Attribute* ints = n->attr("int64_vocabulary");
     const ir::Attribute* strs = n->attr("string_vocabulary");
     const bool int_keys = v->type.key_dtype == DataType::kInt64;
@@ -226,6 +234,52 @@ Status Importer::dict_vectorizer_inputs(ir::Graph& g, std::map<std::string, std:
     n->opset = g.opsets.count("") ? g.opsets.at("") : 13;
     n->attrs.clear();
     n->outputs[0]->type = ir::Type{};  // a tensor now: inference gives it the row's type
+  }
+  return Status::Ok();
+}
+
+// ai.onnx.ml CastMap reading a graph input of map type (map(int64, float) or map(int64, string): one
+// map per run). As for DictVectorizer, the input becomes the row the node makes, a tensor [1, n] of
+// its cast_to type (DENSE: n = the map's size, dynamic; SPARSE: n = max_map), the node an Identity,
+// and the node's attributes are recorded in the model's metadata ("kiln.castmap.<input>": JSON
+// {"values": "float" | "string", "cast_to", "map_form", "max_map"}): the Python session makes the row
+// from the map it is given as onnxruntime's kernel does, the C++ API and the CLI take the row.
+Status Importer::cast_map_inputs(ir::Graph& g, std::map<std::string, std::string>& metadata) {
+  for (ir::Value* v : g.inputs) {
+    if (!v || v->type.kind != ir::Type::Kind::kMap || v->uses.size() != 1) continue;
+    ir::Node* n = v->uses[0].node;
+    if (n->domain != "ai.onnx.ml" || n->op_type != "CastMap" || n->inputs.size() != 1 || n->outputs.size() != 1 ||
+        !n->has_output(0))
+      continue;
+    KILN_RETURN_IF_ERROR(check_sole_map_reader(g, *v, *n));
+    const ir::Type* value = v->type.elem.get();
+    if (v->type.key_dtype != DataType::kInt64 || !value || !value->is_tensor() ||
+        (value->dtype != DataType::kFloat32 && value->dtype != DataType::kString))
+      return invalid_model(opt_.source_name + ": " + n->describe() + " reads map(int64, float) or map(int64, string); '" +
+                           v->name + "' is a map of " + dtype_name(v->type.key_dtype) + " keys" +
+                           (value && value->is_tensor() ? " and " + dtype_name(value->dtype) + " values" : ""));
+    const std::string cast_to = n->attr_string("cast_to", "TO_FLOAT");
+    const std::string form = n->attr_string("map_form", "DENSE");
+    const int64_t max_map = n->attr_int("max_map", 1);
+    const DataType out = cast_to == "TO_FLOAT" ? DataType::kFloat32 : cast_to == "TO_STRING" ? DataType::kString
+                         : cast_to == "TO_INT64" ? DataType::kInt64 : DataType::kUndefined;
+    if (out == DataType::kUndefined)
+      return invalid_model(opt_.source_name + ": " + n->describe() + ": cast_to '" + cast_to + "' is not TO_FLOAT, TO_STRING or TO_INT64");
+    if (form != "DENSE" && form != "SPARSE")
+      return invalid_model(opt_.source_name + ": " + n->describe() + ": map_form '" + form + "' is not DENSE or SPARSE");
+    // A SPARSE row has max_map entries: at least one, and a size the row can be allocated at.
+    if (form == "SPARSE" && (max_map < 1 || max_map > (int64_t{1} << 31) - 1))
+      return invalid_model(opt_.source_name + ": " + n->describe() + ": max_map " + std::to_string(max_map) +
+                           " must be between 1 and 2^31 - 1 for the SPARSE form");
+    metadata["kiln.castmap." + v->name] = std::string("{\"values\":\"") + (value->dtype == DataType::kString ? "string" : "float") +
+                                          "\",\"cast_to\":\"" + cast_to + "\",\"map_form\":\"" + form +
+                                          "\",\"max_map\":" + std::to_string(max_map) + "}";
+    v->type = ir::Type::tensor(out, ir::SymShape({ir::Dim(1), form == "SPARSE" ? ir::Dim(max_map) : ir::Dim(v->name + "_entries")}));
+    n->op_type = "Identity";
+    n->domain.clear();
+    n->opset = g.opsets.count("") ? g.opsets.at("") : 13;
+    n->attrs.clear();
+    n->outputs[0]->type = ir::Type{};
   }
   return Status::Ok();
 }
@@ -276,7 +330,9 @@ Expected<ir::Model> Importer::run(const ::onnx::ModelProto& m, const std::vector
   for (const auto& kv : m.metadata_props()) {
     // kiln's own records of ZipMap outputs and DictVectorizer inputs are written below from the graph;
     // a model's metadata cannot claim them.
-    if (kv.key().rfind("kiln.zipmap.", 0) == 0 || kv.key().rfind("kiln.dictvectorizer.", 0) == 0) continue;
+    if (kv.key().rfind("kiln.zipmap.", 0) == 0 || kv.key().rfind("kiln.dictvectorizer.", 0) == 0 ||
+        kv.key().rfind("kiln.castmap.", 0) == 0)
+      continue;
     model.metadata[kv.key()] = kv.value();
   }
   model.graph = std::make_unique<ir::Graph>();
@@ -285,6 +341,7 @@ Expected<ir::Model> Importer::run(const ::onnx::ModelProto& m, const std::vector
   KILN_RETURN_IF_ERROR(build_graph(m.graph(), *model.graph));
   KILN_RETURN_IF_ERROR(zipmap_outputs(*model.graph, model.metadata));
   KILN_RETURN_IF_ERROR(dict_vectorizer_inputs(*model.graph, model.metadata));
+  KILN_RETURN_IF_ERROR(cast_map_inputs(*model.graph, model.metadata));
   Status st = ops::infer_graph(*model.graph);
   if (!st.ok()) return st.with_context(opt_.source_name);
   return model;
