@@ -742,7 +742,7 @@ class ModelMetadata:
         prefix = "model.custom."
         self.custom_metadata_map: dict[str, str] = {k[len(prefix):]: v for k, v in meta.items()
                                                     if k.startswith(prefix)
-                                                    and not k.startswith((_ZIPMAP_PREFIX, _DICTVEC_PREFIX))}
+                                                    and not k.startswith((_ZIPMAP_PREFIX, _DICTVEC_PREFIX, _CASTMAP_PREFIX))}
 
     def __repr__(self) -> str:
         return (f"ModelMetadata(producer_name={self.producer_name!r}, graph_name={self.graph_name!r}, "

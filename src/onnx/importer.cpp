@@ -256,8 +256,8 @@ Status Importer::cast_map_inputs(ir::Graph& g, std::map<std::string, std::string
     if (v->type.key_dtype != DataType::kInt64 || !value || !value->is_tensor() ||
         (value->dtype != DataType::kFloat32 && value->dtype != DataType::kString))
       return invalid_model(opt_.source_name + ": " + n->describe() + " reads map(int64, float) or map(int64, string); '" +
-                           v->name + "' is a map of " + dtype_name(v->type.key_dtype) + " keys" +
-                           (value && value->is_tensor() ? " and " + dtype_name(value->dtype) + " values" : ""));
+                           v->name + "' is a map of " + std::string(dtype_name(v->type.key_dtype)) + " keys" +
+                           (value && value->is_tensor() ? " and " + std::string(dtype_name(value->dtype)) + " values" : ""));
     const std::string cast_to = n->attr_string("cast_to", "TO_FLOAT");
     const std::string form = n->attr_string("map_form", "DENSE");
     const int64_t max_map = n->attr_int("max_map", 1);

@@ -150,7 +150,7 @@ def dv_model(vocabulary, *, map_is_output=False, metadata=None) -> bytes:
 
 def test_dict_vectorizer_records_are_kilns_own():
     """The records kiln keeps in a model's metadata are written from the graph: a model cannot claim
-    them. A plain tensor input named in a kiln.dictvectorizer record and a plain tensor output named in a
+    them. A plain tensor input named in a kiln.dictvectorizer or kiln.castmap record and a plain tensor output named in a
     kiln.zipmap record stay tensors, and a vocabulary holding bytes that are not UTF-8 still makes a
     record that parses (the map input keeps taking a dict)."""
     from onnx import TensorProto, helper
@@ -161,6 +161,7 @@ def test_dict_vectorizer_records_are_kilns_own():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 10
     for k, v in {"kiln.dictvectorizer.x": '{"keys": "string", "vocabulary": ["a", "b"]}',
+                 "kiln.castmap.x": '{"values": "float", "cast_to": "TO_FLOAT", "map_form": "SPARSE", "max_map": 2}',
                  "kiln.zipmap.y": '{"keys": "int64", "labels": [0, 1]}', "author": "me"}.items():
         m.metadata_props.add(key=k, value=v)
     sess = kiln.InferenceSession(m.SerializeToString())
