@@ -178,6 +178,26 @@ static BuildOptions keep_overridden_ops(const ir::Graph& graph, const BuildOptio
   return o;
 }
 
+// -v: the optimizer's slowest passes (over 10 ms each; the re-sort and re-inference after a pass that
+// changed the graph count as its own), so a slow build shows where its optimize stage went.
+static void log_pass_seconds(const passes::OptimizeStats& stats) {
+  std::vector<std::pair<double, std::string>> slow;
+  double total = 0;
+  for (const auto& [name, sec] : stats.seconds) {
+    total += sec;
+    if (sec >= 0.01) slow.emplace_back(sec, name);
+  }
+  std::sort(slow.rbegin(), slow.rend());
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "optimize: %d rounds, %.2f s", stats.rounds, total);
+  std::string line = buf;
+  for (size_t i = 0; i < slow.size() && i < 6; ++i) {
+    std::snprintf(buf, sizeof(buf), " %.2f s", slow[i].first);
+    line += (i ? ", " : "; ") + slow[i].second + buf;
+  }
+  log(LogLevel::kVerbose, line);
+}
+
 // What a prepared graph is: a float build's (or a placement plan's), or one of an 8-bit build's
 // quantized candidates (INT8's with the target's quantized stages).
 enum class Prepared { kFloat, kInt8Candidate, kFp8Candidate };
@@ -197,6 +217,7 @@ static Status prepare_graph(ir::Graph& graph, const BuildOptions& given, const K
   passes::OptimizeStats stats;
   KILN_RETURN_IF_ERROR(passes::optimize(graph, build_pass_options(options, target), &stats));
   for (const std::string& miss : stats.near_misses) log(LogLevel::kVerbose, "near miss: " + miss);
+  log_pass_seconds(stats);
   return run_target_stages(graph, options, target, what == Prepared::kInt8Candidate);
 }
 

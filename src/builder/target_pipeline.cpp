@@ -2,6 +2,8 @@
 #include "builder/target_pipeline.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 
 #include "backends/backend.h"
 #include "builder/build.h"
@@ -267,8 +269,11 @@ Status run_target_pipeline(ir::Graph& g, TargetContext& ctx) {
   for (const TargetStage& s : target_pipeline(ctx.options.device)) {
     if (s.disable == TargetStage::Disable::kSkips && !ctx.enabled(s.name)) continue;
     if (!s.applies(g, ctx)) continue;
+    const auto start = std::chrono::steady_clock::now();
     KILN_ASSIGN_OR_RETURN(int n, s.run(g, ctx));
-    log(LogLevel::kVerbose, "target stage " + s.name + ": " + std::to_string(n) + " rewrite" + (n == 1 ? "" : "s"));
+    char took[32];
+    std::snprintf(took, sizeof(took), " (%.2f s)", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    log(LogLevel::kVerbose, "target stage " + s.name + ": " + std::to_string(n) + " rewrite" + (n == 1 ? "" : "s") + took);
   }
   return g.sort();
 }

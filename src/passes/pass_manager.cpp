@@ -1,6 +1,7 @@
 // passes/pass_manager.cpp — the named pipeline, run to a fixed point.
 
 #include <atomic>
+#include <chrono>
 
 #include "ops/op_table.h"
 #include "passes/passes.h"
@@ -59,22 +60,25 @@ std::atomic<uint64_t> g_optimize_runs{0};
 uint64_t optimize_count() { return g_optimize_runs.load(); }
 
 // Runs one pass; after a change, re-sorts and re-infers (later passes match on types and producers).
-static Expected<bool> run_pass(const Pass& pass, ir::Graph& graph, PassContext& ctx) {
+static Expected<bool> run_pass(const Pass& pass, ir::Graph& graph, PassContext& ctx, std::map<std::string, double>& seconds) {
+  const auto start = std::chrono::steady_clock::now();
   auto r = pass.run(graph, ctx);
   if (!r.ok()) return r.status().with_context("pass " + pass.name);
   if (*r) {
     KILN_RETURN_IF_ERROR(graph.sort().with_context("after pass " + pass.name));
     KILN_RETURN_IF_ERROR(ops::infer_graph(graph).with_context("after pass " + pass.name));
   }
+  seconds[pass.name] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return *r;
 }
 
 Status optimize(ir::Graph& graph, const PassOptions& options, OptimizeStats* stats) {
   g_optimize_runs.fetch_add(1);
   PassContext ctx{options, {}, {}, {}, {}};
+  std::map<std::string, double> seconds;
   // Lowerings: once, at every level, never disabled (passes.h).
   for (const Pass& pass : pipeline())
-    if (pass.min_level == 0) KILN_RETURN_IF_ERROR(run_pass(pass, graph, ctx).status());
+    if (pass.min_level == 0) KILN_RETURN_IF_ERROR(run_pass(pass, graph, ctx, seconds).status());
   int rounds = 0;
   if (options.level > 0) {
     for (; rounds < 16; ++rounds) {
@@ -84,7 +88,7 @@ Status optimize(ir::Graph& graph, const PassOptions& options, OptimizeStats* sta
       bool changed = false;
       for (const Pass& pass : pipeline()) {
         if (pass.min_level == 0 || pass.min_level > options.level || options.disabled.count(pass.name)) continue;
-        KILN_ASSIGN_OR_RETURN(const bool r, run_pass(pass, graph, ctx));
+        KILN_ASSIGN_OR_RETURN(const bool r, run_pass(pass, graph, ctx, seconds));
         changed |= r;
       }
       if (!changed) break;
@@ -97,6 +101,7 @@ Status optimize(ir::Graph& graph, const PassOptions& options, OptimizeStats* sta
     stats->rewrites = ctx.rewrites;
     stats->near_misses = ctx.near_misses;
     stats->rounds = rounds + (options.level > 0 ? 1 : 0);
+    stats->seconds = std::move(seconds);
   }
   return Status::Ok();
 }

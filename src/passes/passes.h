@@ -71,6 +71,7 @@ struct OptimizeStats {
   std::vector<std::string> rewrites;
   std::vector<std::string> near_misses;
   int rounds = 0;
+  std::map<std::string, double> seconds;  // per pass, every round, with the re-sort and re-inference after it
 };
 
 // Reduced precision (passes/precision.cpp): float32 tensors become `half` (float16 or bfloat16) where

@@ -27,6 +27,7 @@
 #include "ops/params_nn.h"
 #include "passes/passes.h"
 #include "passes/pattern.h"
+#include "util/parallel.h"
 
 namespace kiln::passes {
 namespace {
@@ -38,15 +39,18 @@ bool global_pool(const ir::Node& n) {
   return n.domain == "kiln" && n.op_type == "ChannelsLastPool" && ops::parse_channels_last_pool(n).global;
 }
 
+// A constant in `half`, float16 saturated to its finite range; in parallel chunks (the same bits at any
+// thread count: each element on its own).
 Tensor to_half(const Tensor& t, DataType half) {
   Tensor h = Tensor::empty(half, t.shape());
   const float* src = t.data<float>();
   uint16_t* dst = h.data<uint16_t>();
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    float v = src[i];
-    if (half == DataType::kFloat16 && std::isfinite(v)) v = std::fmin(std::fmax(v, -65504.f), 65504.f);
-    dst[i] = half == DataType::kFloat16 ? f32_to_f16(v) : f32_to_bf16(v);
-  }
+  parallel_for(t.numel(), int64_t{1} << 18, [&](int64_t b, int64_t e) {
+    if (half == DataType::kFloat16)
+      for (int64_t i = b; i < e; ++i) dst[i] = f32_to_f16_saturated(src[i]);
+    else
+      for (int64_t i = b; i < e; ++i) dst[i] = f32_to_bf16(src[i]);
+  });
   return h;
 }
 

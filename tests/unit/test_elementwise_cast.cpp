@@ -65,6 +65,29 @@ TEST(CastSmallFloat, KnownBitPatterns) {
   }
 }
 
+// The branch-free saturating float16 conversion a half engine's constants get (passes/precision.cpp)
+// against the scalar path on the clamped value: every 1021st float bit pattern (4.2 million, every
+// exponent, the mantissas' low bits included) and the edges by name.
+TEST(CastSmallFloat, SaturatedHalfMatchesTheScalarPath) {
+  auto scalar = [](float v) {
+    if (std::isfinite(v)) v = std::fmin(std::fmax(v, -65504.f), 65504.f);
+    return f32_to_f16(v);
+  };
+  int64_t bad = 0;
+  uint32_t first = 0;
+  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 1021) {
+    const float v = bits_f32(static_cast<uint32_t>(b));
+    if (f32_to_f16_saturated(v) != scalar(v) && bad++ == 0) first = static_cast<uint32_t>(b);
+  }
+  EXPECT_EQ(bad, 0) << "first at bits 0x" << std::hex << first;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float v : {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, -1e30f, inf, -inf, std::nanf(""), 5.96e-8f, 2.98e-8f, 2.99e-8f,
+                  -6.1e-5f, 6.103515625e-05f, 1e-45f, 0.1f, -2.5f})
+    EXPECT_EQ(f32_to_f16_saturated(v), scalar(v)) << v;
+  EXPECT_EQ(f32_to_f16_saturated(1e30f), 0x7bff);
+  EXPECT_EQ(f32_to_f16_saturated(-inf), 0xfc00);
+}
+
 TEST(CastSmallFloat, EveryCodeRoundTrips) {
   for (DataType dt : {DataType::kFloat8E4M3FN, DataType::kFloat8E4M3FNUZ, DataType::kFloat8E5M2,
                       DataType::kFloat8E5M2FNUZ, DataType::kFloat4E2M1}) {
