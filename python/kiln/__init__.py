@@ -29,8 +29,10 @@ import ctypes
 import ctypes.util
 import enum
 import json
+import math
 import operator
 import os
+import re
 import sys
 import threading
 import time
@@ -591,7 +593,8 @@ def _cast_maps(meta: dict[str, str], inputs: dict[str, Any]) -> dict[str, dict]:
         try:
             spec = json.loads(v)
             if (spec.get("values") not in ("float", "string") or spec.get("cast_to") not in ("TO_FLOAT", "TO_STRING", "TO_INT64")
-                    or spec.get("map_form") not in ("DENSE", "SPARSE") or type(spec.get("max_map")) is not int):
+                    or spec.get("map_form") not in ("DENSE", "SPARSE") or type(spec.get("max_map")) is not int
+                    or not 1 <= spec["max_map"] <= 2**31 - 1):
                 continue
             spec.update(keys="int64", castmap=True)
             out[name] = spec
@@ -600,25 +603,70 @@ def _cast_maps(meta: dict[str, str], inputs: dict[str, Any]) -> dict[str, dict]:
     return out
 
 
+# What C's strtoll (base 10) and strtof read at the start of a string, after white space: onnxruntime's
+# CastMap reads string values with std::stoll / std::stof, which take the longest such prefix.
+_C_SPACE = " \t\n\v\f\r"
+_STRTOLL = re.compile(r"[+-]?[0-9]+")
+_STRTOF = re.compile(r"[+-]?(?:0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?"
+                     r"|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+                     r"|[iI][nN][fF](?:[iI][nN][iI][tT][yY])?|[nN][aA][nN](?:\([0-9A-Za-z_]*\))?)")
+
+
+def _c_number(text: str, to: str) -> Any:
+    """`text` read as std::stoll (TO_INT64) or std::stof (TO_FLOAT) read it: the longest number at its
+    start after white space ("12abc" is 12, "1.5" as an integer 1, "0x1p3" as a float 8); None where
+    there is none or it is out of the type's range (where std::stoll/stof throw). Floats go through
+    double, which can round a decimal exactly halfway between two float32 values differently than
+    strtof's direct rounding."""
+    t = text.lstrip(_C_SPACE)
+    if to == "TO_INT64":
+        m = _STRTOLL.match(t)
+        if not m:
+            return None
+        n = int(m.group(0))
+        return n if -2**63 <= n < 2**63 else None
+    m = _STRTOF.match(t)
+    if not m:
+        return None
+    g = m.group(0)
+    body = g.lstrip("+-")
+    if body[:2] in ("0x", "0X"):
+        v = float.fromhex(g)
+    elif body[:1] in "nN":
+        v = -float("nan") if g.startswith("-") else float("nan")
+    else:
+        v = float(g)  # decimal digits, "inf" and "infinity" (Python reads them all)
+    with np.errstate(over="ignore", under="ignore"):
+        f = np.float32(v)
+    if math.isfinite(v) and (not np.isfinite(f) or (v != 0 and abs(float(f)) < np.finfo(np.float32).tiny)):
+        return None  # out of float's range, or below its normal numbers: strtof's ERANGE
+    return f
+
+
 def _cast_value(v: Any, spec: dict, key: int, name: str) -> Any:
     """One map value as CastMap casts it, as onnxruntime's kernel does: a float value is a float32;
     TO_INT64 truncates it toward zero (NaN, ±inf and values outside int64 give INT64_MIN, the x86
     conversion onnxruntime's cast compiles to), TO_STRING writes it as C's "%f" ("nan" / "-nan", "inf");
-    a string value is kept for TO_STRING and read as a number (surrounding spaces allowed) otherwise."""
+    a string value is kept for TO_STRING and read as std::stoll / std::stof read it otherwise."""
     to = spec["cast_to"]
     if spec["values"] == "string":
         if not isinstance(v, str):
             raise _error("InvalidArgument", f"input '{name}' is a map of string values; got {v!r} at key {key}")
         if to == "TO_STRING":
             return v
-        try:
-            return float(np.float32(float(v))) if to == "TO_FLOAT" else int(v.strip())
-        except ValueError:
-            raise _error("InvalidArgument", f"input '{name}': CastMap {to} cannot read the value {v!r} at key {key} as a number") from None
+        n = _c_number(v, to)
+        if n is None:
+            raise _error("InvalidArgument", f"input '{name}': CastMap {to} cannot read the value {v!r} at key {key} as "
+                         f"{'an int64' if to == 'TO_INT64' else 'a float'} (no number at its start, or out of range)")
+        return n
+    if not isinstance(v, (int, float, np.integer, np.floating)):
+        raise _error("InvalidArgument", f"input '{name}' is a map of float values; got {v!r} at key {key}")
     try:
-        f = np.float32(v)
-    except (TypeError, ValueError):
-        raise _error("InvalidArgument", f"input '{name}' is a map of float values; got {v!r} at key {key}") from None
+        d = float(v)
+    except OverflowError:
+        raise _error("InvalidArgument", f"input '{name}': the value at key {key} is too large for a float") from None
+    with np.errstate(over="ignore"):
+        f = np.float32(d)
     if to == "TO_FLOAT":
         return f
     if to == "TO_INT64":
@@ -630,27 +678,29 @@ def _cast_value(v: Any, spec: dict, key: int, name: str) -> Any:
 
 def _as_cast_row(value: Any, spec: dict, info: TensorInfo) -> Any:
     """A {key: value} map given for a CastMap's input as the row [1, n] the node makes, as onnxruntime's
-    kernel does: DENSE, the values in key order; SPARSE, position k holds key k's value for keys below
-    max_map (larger keys are left out; a negative key is an error), the rest 0 (the string "0.f" for
-    TO_STRING, onnxruntime's filler). Anything but a dict is passed on as it is (the row itself, say)."""
+    kernel does: DENSE, every value in key order; SPARSE, position k holds key k's value for keys below
+    max_map (larger keys, and their values, are not read; a negative key is an error), the rest 0 (the
+    string "0.f" for TO_STRING, onnxruntime's filler). Anything but a dict is passed on as it is (the
+    row itself, say)."""
     if not isinstance(value, dict):
         return value
     items = []
     for key, v in value.items():
         if not isinstance(key, (int, np.integer)) or isinstance(key, (bool, np.bool_)) or not -2**63 <= int(key) < 2**63:
             raise _error("InvalidArgument", f"input '{info.name}' is a map with int64 keys; got the key {key!r}")
-        items.append((int(key), _cast_value(v, spec, int(key), info.name)))
+        items.append((int(key), v))
     items.sort(key=lambda kv: kv[0])
     to = spec["cast_to"]
     dtype = object if to == "TO_STRING" else np.float32 if to == "TO_FLOAT" else np.int64
     if spec["map_form"] == "DENSE":
-        return np.array([[v for _, v in items]], dtype=dtype).reshape(1, len(items))
+        return np.array([[_cast_value(v, spec, k, info.name) for k, v in items]], dtype=dtype).reshape(1, len(items))
     if items and items[0][0] < 0:
         raise _error("InvalidArgument", f"input '{info.name}': a SPARSE CastMap takes keys >= 0; got {items[0][0]}")
     row = np.full((1, spec["max_map"]), "0.f" if to == "TO_STRING" else 0, dtype=dtype)
     for k, v in items:
-        if k < spec["max_map"]:
-            row[0, k] = v
+        if k >= spec["max_map"]:
+            break
+        row[0, k] = _cast_value(v, spec, k, info.name)
     return row
 
 

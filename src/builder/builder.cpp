@@ -157,24 +157,24 @@ static Status run_target_stages(ir::Graph& graph, const BuildOptions& options, c
   return run_target_pipeline(graph, ctx);
 }
 
-// A graph that uses a built-in op a plugin overrides is optimized without fusions and target stages:
-// their patterns read the op by its ONNX meaning and would fold it into a neighbour (a Relu into a
-// convolution's epilogue), where the plugin's kernel would never run. Folding and cleanup keep it; the
-// two level-1 passes that turn an op into another (fuse-qdq: DequantizeLinear, MatMul, Conv and
-// QuantizeLinear into kiln.QMatMul/QConv; spatial-mean: ReduceMean into a pool) are off too. The
-// warning is `level`: an 8-bit build's candidates repeat the graph its float32 preparation warned of.
+// A graph that uses a built-in op a plugin overrides is built at opt level 0, without target stages:
+// every optimizer pass from level 1 up reads ops by their ONNX meaning, and would fold the op into a
+// neighbour (a Relu into a product's epilogue; fuse-qdq's requantized Relu), turn it into another
+// (spatial-mean), remove it where kiln's meaning makes it a no-op (remove-noops, transposes) or
+// compute it at build time with kiln's own kernel (fold-constants), so the plugin's kernel would not
+// run. At level 0 only the lowerings run. The warning is `level`: an 8-bit build's candidates repeat
+// the graph its float32 preparation warned of (and with fuse-qdq off, its products stay float
+// Q/DQ: the build's report counts 0 products in 8 bits).
 static BuildOptions keep_overridden_ops(const ir::Graph& graph, const BuildOptions& options, LogLevel level) {
   const std::vector<std::string> overridden = plugins::overridden_ops_in(graph);
   if (overridden.empty()) return options;
   BuildOptions o = options;
-  o.opt_level = std::min(o.opt_level, 1);
+  o.opt_level = 0;
   for (const auto& [stage, what] : target_stages()) o.disabled_passes.push_back(stage);
-  o.disabled_passes.push_back("fuse-qdq");
-  o.disabled_passes.push_back("spatial-mean");
   std::string list;
   for (const std::string& op : overridden) list += (list.empty() ? "" : ", ") + op;
-  log(level, "the graph uses " + list + ", overridden by a plugin: built without fusions and target stages "
-             "(opt level " + std::to_string(o.opt_level) + "), so every such node runs the plugin's kernel");
+  log(level, "the graph uses " + list + ", overridden by a plugin: built without optimizer passes and target stages "
+             "(opt level 0), so every such node runs the plugin's kernel");
   return o;
 }
 

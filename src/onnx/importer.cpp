@@ -328,7 +328,7 @@ Expected<ir::Model> Importer::run(const ::onnx::ModelProto& m, const std::vector
   model.doc = m.doc_string();
   model.model_version = m.model_version();
   for (const auto& kv : m.metadata_props()) {
-    // kiln's own records of ZipMap outputs and DictVectorizer inputs are written below from the graph;
+    // kiln's own records of ZipMap outputs and DictVectorizer and CastMap inputs are written below from the graph;
     // a model's metadata cannot claim them.
     if (kv.key().rfind("kiln.zipmap.", 0) == 0 || kv.key().rfind("kiln.dictvectorizer.", 0) == 0 ||
         kv.key().rfind("kiln.castmap.", 0) == 0)

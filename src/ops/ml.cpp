@@ -2,7 +2,8 @@
 // CategoryMapper, FeatureVectorizer, LabelEncoder, TreeEnsemble, TreeEnsembleClassifier/Regressor,
 // LinearClassifier/Regressor, SVMClassifier/Regressor, Scaler, Normalizer, Imputer, OneHotEncoder.
 // (ZipMap, CastMap and DictVectorizer take or give maps, which kiln's runtime values do not hold; a
-// ZipMap writing a graph output is imported as its probability tensor, src/onnx/importer.cpp.)
+// ZipMap writing a graph output is imported as its probability tensor, and a DictVectorizer or CastMap
+// reading a graph input as the row it makes: src/onnx/importer.cpp.)
 #include "ops/op_table.h"
 #include "ops/params_ml.h"
 

@@ -95,14 +95,36 @@ def test_castmap_errors_name_what_is_wrong():
 
 
 def test_castmap_of_strings():
-    """A map of strings (onnxruntime's binding cannot feed one): TO_STRING keeps them, TO_FLOAT reads
-    them as float32 numbers, TO_INT64 as integers; a value that is no number is an error naming it."""
+    """A map of strings (onnxruntime's binding cannot feed one): TO_STRING keeps them, TO_FLOAT and
+    TO_INT64 read the number at each one's start as std::stof / std::stoll do (onnxruntime's kernel
+    calls them): white space first, "12abc" is 12, "1.5" as an integer 1, hex floats; a value with no
+    number at its start, or out of the type's range, is an error naming it."""
     m = {2: " 1.5", 0: "-2", 1: "7e3"}
     got = kiln.InferenceSession(castmap_model("TO_STRING", "DENSE", values=TensorProto.STRING)).run(None, {"m": m})[0]
     assert got.tolist() == [["-2", "7e3", " 1.5"]]
-    got = kiln.InferenceSession(castmap_model("TO_FLOAT", "SPARSE", 4, values=TensorProto.STRING)).run(None, {"m": m})[0]
-    np.testing.assert_array_equal(got, np.array([[-2.0, 7000.0, 1.5, 0.0]], np.float32))
+    sess = kiln.InferenceSession(castmap_model("TO_FLOAT", "SPARSE", 6, values=TensorProto.STRING))
+    got = sess.run(None, {"m": {**m, 3: "0x1p3", 4: "12abc", 5: "-inf"}})[0]
+    np.testing.assert_array_equal(got, np.array([[-2.0, 7000.0, 1.5, 8.0, 12.0, -np.inf]], np.float32))
+    for bad in ("abc", "1e50", "1e-40", ""):
+        with pytest.raises(kiln.KilnError, match=r"CastMap TO_FLOAT cannot read the value .* at key 0 as a float"):
+            sess.run(None, {"m": {0: bad}})
     sess = kiln.InferenceSession(castmap_model("TO_INT64", "DENSE", values=TensorProto.STRING))
-    np.testing.assert_array_equal(sess.run(None, {"m": {1: " 42 ", 0: "-7"}})[0], np.array([[-7, 42]], np.int64))
-    with pytest.raises(kiln.KilnError, match=r"CastMap TO_INT64 cannot read the value '1.5' at key 2 as a number"):
-        sess.run(None, {"m": {2: "1.5"}})
+    got = sess.run(None, {"m": {1: " 42 ", 0: "-7", 2: "1.5", 3: "12abc", 4: "+9223372036854775807"}})[0]
+    np.testing.assert_array_equal(got, np.array([[-7, 42, 1, 12, 2**63 - 1]], np.int64))
+    for bad in ("x1", "9223372036854775808", " - 1"):
+        with pytest.raises(kiln.KilnError, match=r"CastMap TO_INT64 cannot read the value .* at key 2 as an int64"):
+            sess.run(None, {"m": {2: bad}})
+
+
+def test_castmap_values_it_cannot_take():
+    """Values that are no numbers, or too large for a float, are errors naming the key; a SPARSE row
+    reads no value at or past max_map (onnxruntime's kernel stops there), so a bad one there is not
+    looked at."""
+    sess = kiln.InferenceSession(castmap_model("TO_FLOAT", "SPARSE", 4))
+    np.testing.assert_array_equal(sess.run(None, {"m": {0: 1.0, 9: "junk"}})[0], np.array([[1.0, 0, 0, 0]], np.float32))
+    for bad, why in ((None, r"is a map of float values; got None at key 1"), ([1, 2], r"is a map of float values; got \[1, 2\] at key 1"),
+                     ("2", r"is a map of float values; got '2' at key 1"), (10**400, r"the value at key 1 is too large for a float")):
+        with pytest.raises(kiln.KilnError, match=why):
+            sess.run(None, {"m": {0: 1.0, 1: bad}})
+    np.testing.assert_array_equal(sess.run(None, {"m": {1: np.float64(1e300), 2: np.int32(7)}})[0],
+                                  np.array([[0, np.inf, 7, 0]], np.float32))
