@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 import warnings
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -513,16 +513,25 @@ class RunOptions:
 _ZIPMAP_PREFIX = "model.custom.kiln.zipmap."
 
 
+def _kiln_records(meta: dict[str, str], prefix: str, names: Any = None) -> Iterator[tuple[str, dict]]:
+    """(name, record) for each of kiln's map-edge records under `prefix` (a ZipMap's output, a
+    DictVectorizer's or CastMap's input), of a name in `names` when given. A value that is not a JSON
+    object is not kiln's record: its tensor stays a tensor."""
+    for k, v in meta.items():
+        name = k[len(prefix):]
+        if not k.startswith(prefix) or (names is not None and name not in names):
+            continue
+        try:
+            record = json.loads(v)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            yield name, record
+
+
 def _zipmaps(meta: dict[str, str]) -> dict[str, dict]:
     """Output name → {"keys": "int64" | "string", "labels": [...]} for outputs a ZipMap wrote."""
-    out = {}
-    for k, v in meta.items():
-        if k.startswith(_ZIPMAP_PREFIX):
-            try:
-                out[k[len(_ZIPMAP_PREFIX):]] = json.loads(v)
-            except ValueError:
-                pass  # not kiln's record: the output stays the tensor
-    return out
+    return dict(_kiln_records(meta, _ZIPMAP_PREFIX))
 
 
 def _as_zipmap(array: Any, spec: dict) -> list[dict]:
@@ -536,25 +545,22 @@ def _as_zipmap(array: Any, spec: dict) -> list[dict]:
 _DICTVEC_PREFIX = "model.custom.kiln.dictvectorizer."
 
 
-def _dict_vectorizers(meta: dict[str, str], inputs: dict[str, Any]) -> dict[str, dict]:
-    """Input name → {"keys": "int64" | "string", "vocabulary": [...], "index": {key: [positions]}} for the
-    map inputs made dense rows (of `inputs`; a record naming no input, or not kiln's, is ignored)."""
+def _dict_vectorizers(meta: dict[str, str], inputs: dict[str, TensorInfo]) -> dict[str, dict]:
+    """Input name → {"keys": "int64" | "string", "vocabulary": [...], "index": {key: [positions]},
+    "map_type": onnxruntime's type of the input} for the map inputs made dense rows (of `inputs`; a
+    record naming no input, or not kiln's, is ignored)."""
     out = {}
-    for k, v in meta.items():
-        name = k[len(_DICTVEC_PREFIX):]
-        if not k.startswith(_DICTVEC_PREFIX) or name not in inputs:
+    for name, spec in _kiln_records(meta, _DICTVEC_PREFIX, inputs):
+        if spec.get("keys") not in ("int64", "string") or not isinstance(spec.get("vocabulary"), list):
             continue
+        index: dict[Any, list[int]] = {}
         try:
-            spec = json.loads(v)
-            if spec.get("keys") not in ("int64", "string") or not isinstance(spec.get("vocabulary"), list):
-                continue
-            index: dict[Any, list[int]] = {}
             for i, key in enumerate(spec["vocabulary"]):  # a repeated key fills every position it has
                 index.setdefault(key, []).append(i)
-            spec["index"] = index
-            out[name] = spec
-        except (ValueError, TypeError, AttributeError):
-            pass  # not kiln's record: the input stays the tensor
+        except TypeError:
+            continue  # a key that is no JSON scalar: not kiln's record
+        spec.update(index=index, map_type=f"map({spec['keys']},{inputs[name].type})")
+        out[name] = spec
     return out
 
 
@@ -582,24 +588,18 @@ def _as_dense_row(value: Any, spec: dict, info: TensorInfo) -> Any:
 _CASTMAP_PREFIX = "model.custom.kiln.castmap."
 
 
-def _cast_maps(meta: dict[str, str], inputs: dict[str, Any]) -> dict[str, dict]:
+def _cast_maps(meta: dict[str, str], inputs: dict[str, TensorInfo]) -> dict[str, dict]:
     """Input name → the CastMap record of a map input made the node's row (of `inputs`; a record naming
-    no input, or not in kiln's form, is ignored), with "keys": "int64" and "castmap": True added."""
+    no input, or not in kiln's form, is ignored), with "castmap": True and "map_type" (onnxruntime's
+    type of the input) added."""
     out = {}
-    for k, v in meta.items():
-        name = k[len(_CASTMAP_PREFIX):]
-        if not k.startswith(_CASTMAP_PREFIX) or name not in inputs:
+    for name, spec in _kiln_records(meta, _CASTMAP_PREFIX, inputs):
+        if (spec.get("values") not in ("float", "string") or spec.get("cast_to") not in ("TO_FLOAT", "TO_STRING", "TO_INT64")
+                or spec.get("map_form") not in ("DENSE", "SPARSE") or type(spec.get("max_map")) is not int
+                or not 1 <= spec["max_map"] <= 2**31 - 1):
             continue
-        try:
-            spec = json.loads(v)
-            if (spec.get("values") not in ("float", "string") or spec.get("cast_to") not in ("TO_FLOAT", "TO_STRING", "TO_INT64")
-                    or spec.get("map_form") not in ("DENSE", "SPARSE") or type(spec.get("max_map")) is not int
-                    or not 1 <= spec["max_map"] <= 2**31 - 1):
-                continue
-            spec.update(keys="int64", castmap=True)
-            out[name] = spec
-        except (ValueError, TypeError, AttributeError):
-            pass  # not kiln's record: the input stays the tensor
+        spec.update(castmap=True, map_type=f"map(int64,tensor({spec['values']}))")
+        out[name] = spec
     return out
 
 
@@ -712,7 +712,7 @@ def _as_input_row(value: Any, spec: dict, info: TensorInfo) -> Any:
 class NodeArg:
     """An input or output as onnxruntime describes it: name, type ("tensor(float)"), shape."""
 
-    def __init__(self, info: TensorInfo, zipmap: dict | None = None, dict_vectorizer: dict | None = None) -> None:
+    def __init__(self, info: TensorInfo, zipmap: dict | None = None, map_input: dict | None = None) -> None:
         self.name: str = info.name
         self.type: str = info.type
         # ints, or the symbol (str) / None where a dim is dynamic; [] when even the rank is unknown
@@ -720,9 +720,8 @@ class NodeArg:
         if zipmap is not None:  # a ZipMap's output: a list of maps, as onnxruntime describes it
             self.type = f"seq(map({zipmap['keys']},tensor(float)))"
             self.shape = []
-        if dict_vectorizer is not None:  # a map input, as onnxruntime describes it
-            values = f"tensor({dict_vectorizer['values']})" if dict_vectorizer.get("castmap") else info.type
-            self.type = f"map({dict_vectorizer['keys']},{values})"
+        if map_input is not None:  # a map input a DictVectorizer or CastMap reads, as onnxruntime describes it
+            self.type = map_input["map_type"]
             self.shape = []
 
     def __repr__(self) -> str:
@@ -1045,8 +1044,8 @@ class InferenceSession:
         self._zipmaps = _zipmaps(self._engine.metadata())
         # Map inputs a DictVectorizer or a CastMap reads: the engine takes the row the node makes, run()
         # the {key: value} map onnxruntime takes.
-        self._dict_vectorizers = {**_dict_vectorizers(self._engine.metadata(), self._inputs_by_name),
-                                  **_cast_maps(self._engine.metadata(), self._inputs_by_name)}
+        self._map_inputs = {**_dict_vectorizers(self._engine.metadata(), self._inputs_by_name),
+                            **_cast_maps(self._engine.metadata(), self._inputs_by_name)}
         self._profiling = bool(opts.enable_profiling)
         self._profile_contexts: list[tuple[ExecutionContext, float]] = []  # with its trace's start, µs after _mono_start
         self._fallback = True  # disable_fallback(): stored; kiln never retries a failed run elsewhere
@@ -1062,7 +1061,7 @@ class InferenceSession:
         return self._engine
 
     def get_inputs(self) -> list[NodeArg]:
-        return [NodeArg(i, dict_vectorizer=self._dict_vectorizers.get(i.name)) for i in self._inputs]
+        return [NodeArg(i, map_input=self._map_inputs.get(i.name)) for i in self._inputs]
 
     def get_outputs(self) -> list[NodeArg]:
         return [NodeArg(o, self._zipmaps.get(o.name)) for o in self._outputs]
@@ -1173,9 +1172,9 @@ class InferenceSession:
         if not isinstance(input_feed, dict):
             raise TypeError(f"input_feed must be a dict of name → array, got {type(input_feed).__name__}")
         indices = self._output_indices(output_names)
-        if self._dict_vectorizers:
-            input_feed = {k: _as_input_row(v, self._dict_vectorizers[k], self._inputs_by_name[k])
-                          if k in self._dict_vectorizers else v for k, v in input_feed.items()}
+        if self._map_inputs:
+            input_feed = {k: _as_input_row(v, self._map_inputs[k], self._inputs_by_name[k])
+                          if k in self._map_inputs else v for k, v in input_feed.items()}
         feed = _normalize_feed(self._all_inputs, input_feed, self._inputs_by_name)
         if any(isinstance(v, Tensor) for v in feed.values()):
             return self.run_with_ort_values(output_names, feed, run_options)

@@ -178,6 +178,31 @@ bool captured(const ir::Graph& g, const std::string& name) {
   return false;
 }
 
+// kiln's records of the maps at a graph's edges, in the model's metadata (written from the graph below;
+// a model's own metadata cannot claim them).
+constexpr const char* kZipMapRecord = "kiln.zipmap.";
+constexpr const char* kDictVectorizerRecord = "kiln.dictvectorizer.";
+constexpr const char* kCastMapRecord = "kiln.castmap.";
+
+// The ai.onnx.ml `op` node (one input, one output) that alone reads graph input `v` of map type, or null.
+ir::Node* sole_map_reader(const ir::Value* v, const char* op) {
+  if (!v || v->type.kind != ir::Type::Kind::kMap || v->uses.size() != 1) return nullptr;
+  ir::Node* n = v->uses[0].node;
+  if (n->domain != "ai.onnx.ml" || n->op_type != op || n->inputs.size() != 1 || n->outputs.size() != 1 || !n->has_output(0))
+    return nullptr;
+  return n;
+}
+
+// A ZipMap, DictVectorizer or CastMap at a map edge becomes an ONNX Identity: its output is a tensor
+// now, whose type inference gives it from the input.
+void become_identity(ir::Graph& g, ir::Node& n) {
+  n.op_type = "Identity";
+  n.domain.clear();
+  n.opset = g.opsets.count("") ? g.opsets.at("") : 13;
+  n.attrs.clear();
+  n.outputs[0]->type = ir::Type{};
+}
+
 }  // namespace
 
 // A map input read by one DictVectorizer or CastMap becomes that node's tensor; one the graph also
@@ -201,11 +226,8 @@ Status Importer::check_sole_map_reader(const ir::Graph& g, const ir::Value& v, c
 // (and its model cannot be built).
 Status Importer::dict_vectorizer_inputs(ir::Graph& g, std::map<std::string, std::string>& metadata) {
   for (ir::Value* v : g.inputs) {
-    if (!v || v->type.kind != ir::Type::Kind::kMap || v->uses.size() != 1) continue;
-    ir::Node* n = v->uses[0].node;
-    if (n->domain != "ai.onnx.ml" || n->op_type != "DictVectorizer" || n->inputs.size() != 1 ||
-        n->outputs.size() != 1 || !n->has_output(0))
-      continue;
+    ir::Node* n = sole_map_reader(v, "DictVectorizer");
+    if (!n) continue;
     KILN_RETURN_IF_ERROR(check_sole_map_reader(g, *v, *n));
     const ir::Attribute* ints = n->attr("int64_vocabulary");
     const ir::Attribute* strs = n->attr("string_vocabulary");
@@ -226,14 +248,10 @@ Status Importer::dict_vectorizer_inputs(ir::Graph& g, std::map<std::string, std:
       for (int64_t k : ints->ints) vocabulary += (vocabulary.empty() ? "" : ",") + std::to_string(k);
     else
       for (const std::string& k : strs->strings) vocabulary += (vocabulary.empty() ? "" : ",") + quote_json(k);
-    metadata["kiln.dictvectorizer." + v->name] =
+    metadata[kDictVectorizerRecord + v->name] =
         std::string("{\"keys\":\"") + (ints ? "int64" : "string") + "\",\"vocabulary\":[" + vocabulary + "]}";
     v->type = ir::Type::tensor(value->dtype, ir::SymShape({ir::Dim(1), ir::Dim(static_cast<int64_t>(size))}));
-    n->op_type = "Identity";
-    n->domain.clear();
-    n->opset = g.opsets.count("") ? g.opsets.at("") : 13;
-    n->attrs.clear();
-    n->outputs[0]->type = ir::Type{};  // a tensor now: inference gives it the row's type
+    become_identity(g, *n);
   }
   return Status::Ok();
 }
@@ -246,11 +264,8 @@ Status Importer::dict_vectorizer_inputs(ir::Graph& g, std::map<std::string, std:
 // from the map it is given as onnxruntime's kernel does, the C++ API and the CLI take the row.
 Status Importer::cast_map_inputs(ir::Graph& g, std::map<std::string, std::string>& metadata) {
   for (ir::Value* v : g.inputs) {
-    if (!v || v->type.kind != ir::Type::Kind::kMap || v->uses.size() != 1) continue;
-    ir::Node* n = v->uses[0].node;
-    if (n->domain != "ai.onnx.ml" || n->op_type != "CastMap" || n->inputs.size() != 1 || n->outputs.size() != 1 ||
-        !n->has_output(0))
-      continue;
+    ir::Node* n = sole_map_reader(v, "CastMap");
+    if (!n) continue;
     KILN_RETURN_IF_ERROR(check_sole_map_reader(g, *v, *n));
     const ir::Type* value = v->type.elem.get();
     if (v->type.key_dtype != DataType::kInt64 || !value || !value->is_tensor() ||
@@ -271,15 +286,11 @@ Status Importer::cast_map_inputs(ir::Graph& g, std::map<std::string, std::string
     if (form == "SPARSE" && (max_map < 1 || max_map > (int64_t{1} << 31) - 1))
       return invalid_model(opt_.source_name + ": " + n->describe() + ": max_map " + std::to_string(max_map) +
                            " must be between 1 and 2^31 - 1 for the SPARSE form");
-    metadata["kiln.castmap." + v->name] = std::string("{\"values\":\"") + (value->dtype == DataType::kString ? "string" : "float") +
+    metadata[kCastMapRecord + v->name] = std::string("{\"values\":\"") + (value->dtype == DataType::kString ? "string" : "float") +
                                           "\",\"cast_to\":\"" + cast_to + "\",\"map_form\":\"" + form +
                                           "\",\"max_map\":" + std::to_string(max_map) + "}";
     v->type = ir::Type::tensor(out, ir::SymShape({ir::Dim(1), form == "SPARSE" ? ir::Dim(max_map) : ir::Dim(v->name + "_entries")}));
-    n->op_type = "Identity";
-    n->domain.clear();
-    n->opset = g.opsets.count("") ? g.opsets.at("") : 13;
-    n->attrs.clear();
-    n->outputs[0]->type = ir::Type{};
+    become_identity(g, *n);
   }
   return Status::Ok();
 }
@@ -307,12 +318,8 @@ Status Importer::zipmap_outputs(ir::Graph& g, std::map<std::string, std::string>
       for (int64_t v : ints->ints) labels += (labels.empty() ? "" : ",") + std::to_string(v);
     else
       for (const std::string& v : strs->strings) labels += (labels.empty() ? "" : ",") + quote_json(v);
-    metadata["kiln.zipmap." + z->name] = std::string("{\"keys\":\"") + (ints ? "int64" : "string") + "\",\"labels\":[" + labels + "]}";
-    n->op_type = "Identity";
-    n->domain.clear();
-    n->opset = g.opsets.count("") ? g.opsets.at("") : 13;
-    n->attrs.clear();
-    z->type = ir::Type{};  // a tensor now: inference gives it ZipMap's input type
+    metadata[kZipMapRecord + z->name] = std::string("{\"keys\":\"") + (ints ? "int64" : "string") + "\",\"labels\":[" + labels + "]}";
+    become_identity(g, *n);  // z is a tensor now: inference gives it ZipMap's input type
   }
   return Status::Ok();
 }
@@ -330,8 +337,8 @@ Expected<ir::Model> Importer::run(const ::onnx::ModelProto& m, const std::vector
   for (const auto& kv : m.metadata_props()) {
     // kiln's own records of ZipMap outputs and DictVectorizer and CastMap inputs are written below from the graph;
     // a model's metadata cannot claim them.
-    if (kv.key().rfind("kiln.zipmap.", 0) == 0 || kv.key().rfind("kiln.dictvectorizer.", 0) == 0 ||
-        kv.key().rfind("kiln.castmap.", 0) == 0)
+    const std::string& key = kv.key();
+    if (key.rfind(kZipMapRecord, 0) == 0 || key.rfind(kDictVectorizerRecord, 0) == 0 || key.rfind(kCastMapRecord, 0) == 0)
       continue;
     model.metadata[kv.key()] = kv.value();
   }
