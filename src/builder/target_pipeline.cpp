@@ -58,6 +58,21 @@ std::function<bool(const ir::Node&)> target_takes(const KernelRegistry& target) 
   return [&target](const ir::Node& n) { return target.find(n) != nullptr; };
 }
 
+// A model's own layout Transposes (ConvNeXt's permutes around its LayerNorm) meet the channels-last
+// stage's Transposes back and forth: the pairs cancel (the optimizer's transposes pass, a few rounds).
+Status cancel_layout_transposes(ir::Graph& g, const TargetContext& c) {
+  passes::PassOptions po = builder_pass_options(c.options.opt_level, &c.target);
+  po.verbose = c.options.verbose;
+  po.disabled.insert(c.options.disabled_passes.begin(), c.options.disabled_passes.end());
+  passes::PassContext pc{po, {}, {}, {}, {}};
+  for (int round = 0; round < 4; ++round) {
+    KILN_ASSIGN_OR_RETURN(bool changed, passes::simplify_transposes(g, pc));
+    KILN_RETURN_IF_ERROR(passes::eliminate_dead_code(g, pc).status());
+    if (!changed) break;
+  }
+  return Status::Ok();
+}
+
 // ---- CUDA
 
 // Whether CUDA's convolution chains move channels-last: the int8 convolutions always (the int8 kernel
@@ -124,6 +139,7 @@ TargetStage cuda_channels_last_stage() {
         };
         KILN_ASSIGN_OR_RETURN(int moved, passes::convert_to_channels_last(g, accepts));
         c.channels_last_moved = moved;
+        if (moved > 0) KILN_RETURN_IF_ERROR(cancel_layout_transposes(g, c));
         return moved;
       },
       TargetStage::Disable::kStageDecides);
@@ -180,6 +196,14 @@ TargetStage fuse_conv_max_pool_stage() {
       [](ir::Graph& g, TargetContext& c) { return passes::fuse_conv_max_pool(g, target_takes(c.target)); });
 }
 
+TargetStage fuse_pointwise_stage() {
+  return stage(
+      "fuse-pointwise",
+      "CUDA, opt level 2: each region of elementwise float ops between other kernels as one generated kernel (kiln.Pointwise, compiled with NVRTC)",
+      [](const ir::Graph&, const TargetContext& c) { return c.options.opt_level >= 2; },
+      [](ir::Graph& g, TargetContext& c) { return passes::fuse_pointwise(g, target_takes(c.target)); });
+}
+
 TargetStage allow_tf32_stage() {
   return stage(
       "allow-tf32", "TF32 and best engines: float32 products may round their inputs to TF32",
@@ -223,18 +247,7 @@ TargetStage cpu_channels_last_stage() {
     };
     KILN_ASSIGN_OR_RETURN(int moved, passes::convert_to_channels_last(g, accepts));
     c.channels_last_moved = moved;
-    if (moved == 0) return 0;
-    // A model's own layout Transposes (ConvNeXt's permutes around LayerNorm) now meet the stage's
-    // Transposes back and forth: the pairs cancel.
-    passes::PassOptions po = builder_pass_options(c.options.opt_level, &c.target);
-    po.verbose = c.options.verbose;
-    po.disabled.insert(c.options.disabled_passes.begin(), c.options.disabled_passes.end());
-    passes::PassContext pc{po, {}, {}, {}, {}};
-    for (int round = 0; round < 4; ++round) {
-      KILN_ASSIGN_OR_RETURN(bool changed, passes::simplify_transposes(g, pc));
-      KILN_RETURN_IF_ERROR(passes::eliminate_dead_code(g, pc).status());
-      if (!changed) break;
-    }
+    if (moved > 0) KILN_RETURN_IF_ERROR(cancel_layout_transposes(g, c));
     return moved;
   };
   return s;
@@ -258,7 +271,7 @@ const std::vector<TargetStage>& target_pipeline(DeviceType device) {
       cuda_channels_last_stage(),     signed_activations_stage(),
       quantize_half_directly_stage(), products_write_half_stage(),
       products_write_float_stage(),   fuse_conv_max_pool_stage(),
-      allow_tf32_stage(),
+      fuse_pointwise_stage(),         allow_tf32_stage(),
   };
   // CPU engines compute in float32 (builder.cpp refuses other precisions there).
   static const std::vector<TargetStage> cpu = {cpu_channels_last_stage(), fold_pools_into_convs_stage()};

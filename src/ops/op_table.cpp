@@ -39,6 +39,7 @@ const std::vector<OpDef>& op_table() {
     add_grid_ops(t);
     add_ml_ops(t);
     add_fused_ops(t);
+    add_pointwise_ops(t);
     add_contrib_ops(t);
     return t;
   }();

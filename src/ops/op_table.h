@@ -134,6 +134,7 @@ void add_cast_bitcast_ops(std::vector<OpDef>& t);  // BitCast
 void add_grid_ops(std::vector<OpDef>& t);
 void add_ml_ops(std::vector<OpDef>& t);   // ops/ml.cpp: ai.onnx.ml ops
 void add_fused_ops(std::vector<OpDef>& t);  // ops/fused.cpp: kiln's fused ops (domain "kiln")
+void add_pointwise_ops(std::vector<OpDef>& t);  // ops/pointwise.cpp: kiln.Pointwise
 void add_contrib_ops(std::vector<OpDef>& t);  // ops/contrib.cpp: ONNX Runtime's contrib ops (lowered)
 
 }  // namespace kiln::ops

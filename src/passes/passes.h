@@ -130,6 +130,12 @@ bool symmetric_pads(const ir::Node& n);
 // the convolution goes too, the node reading their input. Returns how many.
 Expected<int> fuse_conv_max_pool(ir::Graph& g, const std::function<bool(const ir::Node&)>& accepts);
 
+// CUDA engines, after the precision and layout stages: each region of two or more elementwise float
+// ops (arithmetic, activations, Clip, float Casts) whose intermediate values nothing outside reads
+// becomes one kiln.Pointwise (ops/pointwise.h) where `accepts` takes it (fuse_pointwise.cpp).
+// Returns how many regions.
+Expected<int> fuse_pointwise(ir::Graph& g, const std::function<bool(const ir::Node&)>& accepts);
+
 // kiln.ChannelsLastPool(GlobalAveragePool) of a float32 channels-last kiln.FusedConv's output becomes
 // that convolution's second output (conv_pool.cpp; CPU engines, after convert_to_channels_last).
 // Returns how many pools were folded.

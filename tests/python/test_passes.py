@@ -523,6 +523,6 @@ def test_passes_are_disabled_by_name_and_unknown_names_refused(tmp_path):
     listed = r.stdout.split("target stages")[1].split("ops after:")[0]
     for stage in ("channels-last", "channels-last-float-convs", "fold-pools-into-convs", "fuse-conv-max-pool",
                   "fuse-qconv-residual", "signed-activations", "quantize-half-directly", "products-write-half",
-                  "products-write-float"):
+                  "products-write-float", "fuse-pointwise"):
         assert f"\n  {stage} " in listed, r.stdout
     assert "fuse-activation" in r.stdout.split("target stages")[0], r.stdout

@@ -77,9 +77,9 @@ struct BothRuns {
   std::vector<Tensor> got, want;
 };
 BothRuns run_both(const ir::Node& dev, const std::vector<Tensor>& dev_in, const ir::Node& ref, const std::vector<Tensor>& ref_in,
-                  const std::string& label) {
+                  const std::string& label, const std::string& tactic = {}) {
   BothRuns r;
-  auto got = run_cuda(dev, dev_in);
+  auto got = run_cuda(dev, dev_in, tactic);
   if (!got.ok()) {
     ADD_FAILURE() << label << ": " << got.status().to_string();
     return r;
@@ -868,6 +868,68 @@ TEST(CudaOps, ChannelsLastFusedConvMatchesCpu) {
       const BothRuns r = run_both(*dn.node, dev_in, *rn.node, ref_in, label);
       ASSERT_TRUE(r.ok) << label;
       const double tol = dt == kF16 ? 4e-3 : 2e-2;
+      expect_near(permuted(r.got[0], to_nchw), r.want[0], tol, tol, label);
+    }
+  }
+}
+
+// Depthwise channels-last kiln.FusedConv run by kiln's own kernel (the tactic "dw"; 7x7 and up take it
+// by default) against the CPU's channels-first FusedConv: ConvNeXt's 7x7, bias + residual + ReLU (the
+// epilogue in the kernel), stride 2 and dilation 2, channels that are no multiple of the vector width,
+// float32, float16 and bfloat16.
+TEST(CudaOps, DepthwiseChannelsLastMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(41);
+  struct Case {
+    Shape x;
+    int64_t k, pad, stride, dilation;
+    const char* act;
+    bool bias, residual;
+    const char* tactic;
+  };
+  const Case cases[] = {
+      {{2, 96, 14, 14}, 7, 3, 1, 1, "", true, false, ""},
+      {{2, 32, 9, 11}, 7, 3, 1, 1, "Relu", true, true, ""},
+      {{3, 24, 10, 10}, 3, 1, 1, 1, "Relu", true, false, "dw"},
+      {{2, 40, 13, 13}, 5, 2, 2, 1, "", true, false, "dw"},
+      {{2, 16, 12, 12}, 3, 2, 1, 2, "", false, false, "dw"},
+      {{2, 20, 8, 9}, 7, 3, 1, 1, "", true, false, ""},  // 20 channels: no 8-wide vectors
+  };
+  const std::array<int, 4> to_nhwc = {0, 2, 3, 1}, to_nchw = {0, 3, 1, 2};
+  for (DataType dt : {kF32, kF16, kBF16}) {
+    for (const Case& c : cases) {
+      const int64_t ch = c.x[1];
+      const Tensor x = convert(random_tensor(c.x, rng), dt), w = convert(random_tensor({ch, 1, c.k, c.k}, rng, -0.3f, 0.3f), dt);
+      const Tensor b = convert(random_tensor({ch}, rng), dt);
+      auto attrs = [&](OneNode& n, bool last) {
+        n.node->domain = "kiln";
+        n.set_string("activation", c.act);
+        n.set_ints("pads", {c.pad, c.pad, c.pad, c.pad});
+        n.set_ints("strides", {c.stride, c.stride});
+        n.set_ints("dilations", {c.dilation, c.dilation});
+        n.set_int("group", ch);
+        if (last) n.set_int("channels_last", 1);
+      };
+      std::vector<Tensor> dev_in = {permuted(x, to_nhwc), permuted(w, to_nhwc)};
+      std::vector<Tensor> ref_in = {convert(x, kF32), convert(w, kF32)};
+      if (c.bias || c.residual) {
+        dev_in.push_back(c.bias ? b : Tensor());
+        ref_in.push_back(c.bias ? convert(b, kF32) : Tensor());
+      }
+      if (c.residual) {  // stride 1, same pads: Y has X's shape
+        const Tensor z = convert(random_tensor(c.x, rng), dt);
+        dev_in.push_back(permuted(z, to_nhwc));
+        ref_in.push_back(convert(z, kF32));
+      }
+      OneNode dn("FusedConv", 1, dev_in, 1);
+      OneNode rn("FusedConv", 1, ref_in, 1);
+      attrs(dn, true);
+      attrs(rn, false);
+      const std::string label = std::string("depthwise ") + dtype_name(dt) + " " + shape_to_string(c.x) + " k" +
+                                std::to_string(c.k) + " s" + std::to_string(c.stride) + " d" + std::to_string(c.dilation);
+      const BothRuns r = run_both(*dn.node, dev_in, *rn.node, ref_in, label, c.tactic);
+      ASSERT_TRUE(r.ok) << label;
+      const double tol = dt == kF32 ? 1e-4 : dt == kF16 ? 4e-3 : 2e-2;
       expect_near(permuted(r.got[0], to_nchw), r.want[0], tol, tol, label);
     }
   }

@@ -72,6 +72,7 @@ class CpuBackend final : public Backend {
     register_shape_index_scatter(registry_);
     register_ml(registry_);
     register_fused(registry_);
+    register_pointwise(registry_);
     register_contrib_quant(registry_);
   }
   std::string name() const override { return "cpu"; }

@@ -46,6 +46,7 @@ void register_reduce_cumprod(KernelRegistry& r);  // CumProd
 void register_shape_index_scatter(KernelRegistry& r);  // TensorScatter
 void register_ml(KernelRegistry& r);  // ai.onnx.ml ops: ml.cpp
 void register_fused(KernelRegistry& r);   // kiln's fused ops (domain "kiln"): fused*.cpp
+void register_pointwise(KernelRegistry& r);  // kiln.Pointwise: pointwise.cpp
 void register_contrib_quant(KernelRegistry& r);  // com.microsoft MatMulNBits: contrib_quant.cpp
 
 // The thread pool (util/parallel.h), under the names the kernels use.

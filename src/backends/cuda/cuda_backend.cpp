@@ -93,6 +93,7 @@ void register_all(KernelRegistry& r) {
   register_shape(r);
   register_reduce(r);
   register_fused(r);
+  register_pointwise(r);
   register_index(r);
   register_attention_op(r);
   register_quant(r);

@@ -66,6 +66,7 @@ void register_conv_pool(KernelRegistry& r);  // cuda_conv_pool_op.cpp: kiln.Conv
 void register_qconv(KernelRegistry& r);  // cuda_qconv.cpp: kiln.QConv (int8, cuDNN's graph API)
 void register_reduce(KernelRegistry& r);
 void register_fused(KernelRegistry& r);
+void register_pointwise(KernelRegistry& r);  // cuda_pointwise.cpp: kiln.Pointwise (NVRTC-generated)
 void register_index(KernelRegistry& r);
 void register_attention_op(KernelRegistry& r);
 void register_quant(KernelRegistry& r);

@@ -289,6 +289,25 @@ struct AttentionArgs {
   int64_t q_row = 0, k_row = 0, v_row = 0, y_row = 0, q_batch = 0, k_batch = 0, v_batch = 0, y_batch = 0;
 };
 int launch_attention(const AttentionArgs& a, cudaStream_t stream);
+
+// Depthwise 2-D convolution, channels-last (cuda_depthwise.cu): X [N,H,W,C], W [C,kh,kw,1], Y
+// [N,OH,OW,C] (OH, OW as the window gives them), y = act(conv + bias[c] + z) with bias (C values) and
+// the residual z (Y's shape) nullable and `relu` the activation; float types, float math. The
+// workspace holds the weights rearranged (depthwise_workspace_bytes).
+struct DepthwiseArgs {
+  int elem = kElemF32;
+  const void* x = nullptr;
+  const void* w = nullptr;
+  const void* bias = nullptr;
+  const void* z = nullptr;
+  void* y = nullptr;
+  int64_t n = 0, h = 0, w_ = 0, c = 0, oh = 0, ow = 0;
+  int kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+  int64_t pt = 0, pl = 0;
+  bool relu = false;
+};
+size_t depthwise_workspace_bytes(int64_t c, int kh, int kw);
+int launch_depthwise_nhwc(const DepthwiseArgs& a, void* workspace, cudaStream_t stream);
 // Whether these shapes and dtype (no pointers needed) take the register-resident kernels, so that the
 // variants above are worth timing.
 bool attention_variants_apply(const AttentionArgs& a);
