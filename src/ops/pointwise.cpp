@@ -11,7 +11,7 @@ namespace kiln::ops {
 
 const char* pw_name(PwOp op) {
   static const char* const names[] = {
-      "const", "add", "sub", "mul", "div", "pow", "max", "min", "leaky_relu", "elu", "relu", "sigmoid", "tanh",
+      "const", "add", "sub", "mul", "div", "pow", "max", "min", "leaky_relu", "elu", "clamp_lo", "clamp_hi", "relu", "sigmoid", "tanh",
       "exp", "log", "sqrt", "abs", "neg", "erf", "reciprocal", "floor", "ceil", "gelu", "gelu_tanh", "softplus",
       "hard_swish", "sin", "cos", "round_half", "round_bfloat16"};
   static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(PwOp::kCount), "one name per op");
@@ -34,6 +34,8 @@ float pw_apply(PwOp op, float a, float b) {
     case PwOp::kMin: return (a != a || a < b) ? a : b;
     case PwOp::kLeakyRelu: return a >= 0.f ? a : b * a;
     case PwOp::kElu: return a > 0.f ? a : b * (std::exp(a) - 1.f);
+    case PwOp::kClampLo: return a < b ? b : a;
+    case PwOp::kClampHi: return a > b ? b : a;
     case PwOp::kRelu: return a < 0.f ? 0.f : a;
     case PwOp::kSigmoid: return 1.f / (1.f + std::exp(-a));
     case PwOp::kTanh: return std::tanh(a);

@@ -31,6 +31,8 @@ enum class PwOp : int {
   kAdd, kSub, kMul, kDiv, kPow, kMax, kMin,
   kLeakyRelu,  // a = x, b = alpha
   kElu,        // a = x, b = alpha
+  kClampLo,    // a < b ? b : a (Clip's lower bound: NaN in a stays, a NaN bound leaves a)
+  kClampHi,    // a > b ? b : a
   // unary: a
   kRelu, kSigmoid, kTanh, kExp, kLog, kSqrt, kAbs, kNeg, kErf, kReciprocal, kFloor, kCeil, kGelu, kGeluTanh,
   kSoftplus, kHardSwish, kSin, kCos,
@@ -38,7 +40,7 @@ enum class PwOp : int {
   kCount,
 };
 
-inline bool pw_binary(PwOp op) { return op >= PwOp::kAdd && op <= PwOp::kElu; }
+inline bool pw_binary(PwOp op) { return op >= PwOp::kAdd && op <= PwOp::kClampHi; }
 const char* pw_name(PwOp op);
 
 struct PwInstr {

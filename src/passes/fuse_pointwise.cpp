@@ -9,9 +9,11 @@
 // intermediate in float16 or bfloat16 the program rounds it there (ops/pointwise.h), so the region
 // computes what its ops did, in one read of each input and one write.
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 
+#include "ops/params_misc.h"
 #include "ops/pointwise.h"
 #include "passes/passes.h"
 #include "passes/pattern.h"
@@ -49,9 +51,13 @@ bool expressible(const ir::Node& n) {
   for (const ir::Value* v : n.inputs)
     if (v && (!float_value(v) || !v->type.shape.known)) return false;
   const std::string& op = n.op_type;
+  // Pow of a half base and a float32 exponent rounds the exponent to the base's type first (kiln's
+  // kernels do): not expressed.
+  if (op == "Pow") return n.inputs.size() == 2 && n.has_input(0) && n.has_input(1) && n.inputs[0]->type.dtype == n.inputs[1]->type.dtype;
   if (binary_ops().count(op)) return n.inputs.size() == 2 && n.has_input(0) && n.has_input(1);
   if (unary_ops().count(op) || op == "Identity") return n.inputs.size() == 1 && n.has_input(0);
-  if (op == "LeakyRelu" || op == "Elu" || op == "HardSigmoid" || op == "Cast") return n.has_input(0) && n.inputs.size() == 1;
+  // (HardSigmoid is not: kiln's kernel computes alpha·x + beta as one fused multiply-add.)
+  if (op == "LeakyRelu" || op == "Elu" || op == "Cast") return n.has_input(0) && n.inputs.size() == 1;
   if (op == "Gelu") {
     const std::string a = n.attr_string("approximate", "none");
     return n.has_input(0) && (a == "none" || a == "tanh");
@@ -121,22 +127,18 @@ struct ProgramWriter {
     } else if (op == "Elu") {
       const int x = in(0);
       r = emit(PwOp::kElu, x, constant(n->attr_float("alpha", 1.f)));
-    } else if (op == "HardSigmoid") {
-      const int x = in(0);
-      const int ax = emit(PwOp::kMul, x, constant(n->attr_float("alpha", 0.2f)));
-      const int s = emit(PwOp::kAdd, ax, constant(n->attr_float("beta", 0.5f)));
-      r = emit(PwOp::kMin, emit(PwOp::kMax, s, constant(0.f)), constant(1.f));
     } else if (op == "Gelu") {
       r = emit(n->attr_string("approximate", "none") == "tanh" ? PwOp::kGeluTanh : PwOp::kGelu, in(0), 0);
     } else if (op == "Clip") {
-      r = in(0);
-      if (n->opset > 0 && n->opset < 11) {
-        if (const ir::Attribute* a = n->attr("min")) r = emit(PwOp::kMax, r, constant(a->f));
-        if (const ir::Attribute* a = n->attr("max")) r = emit(PwOp::kMin, r, constant(a->f));
-      } else {
-        if (n->has_input(1)) r = emit(PwOp::kMax, r, in(1));
-        if (n->has_input(2)) r = emit(PwOp::kMin, r, in(2));
-      }
+      // As kiln's kernels clamp: below the lower bound it, then above the upper; an absent bound is
+      // the float range's end (parse_clip's for opset < 11), so infinities are clamped too.
+      const ops::ClipParams cp = ops::parse_clip(*n);
+      const float lowest = std::numeric_limits<float>::lowest(), highest = std::numeric_limits<float>::max();
+      const int x = in(0);
+      const int lo = cp.bounds_from_inputs ? (n->has_input(1) ? in(1) : constant(lowest)) : constant(cp.min);
+      r = emit(PwOp::kClampLo, x, lo);
+      const int hi = cp.bounds_from_inputs ? (n->inputs.size() > 2 && n->has_input(2) ? in(2) : constant(highest)) : constant(cp.max);
+      r = emit(PwOp::kClampHi, r, hi);
     } else {  // Cast between float types, Identity: the value as it is (rounded below when it goes half)
       r = in(0);
     }

@@ -894,6 +894,8 @@ TEST(CudaOps, DepthwiseChannelsLastMatchesCpu) {
       {{2, 40, 13, 13}, 5, 2, 2, 1, "", true, false, "dw"},
       {{2, 16, 12, 12}, 3, 2, 1, 2, "", false, false, "dw"},
       {{2, 20, 8, 9}, 7, 3, 1, 1, "", true, false, ""},  // 20 channels: no 8-wide vectors
+      {{2, 32, 8, 8}, 7, 3, 1, 1, "", true, true, ""},    // bias and residual, no activation
+      {{2, 32, 8, 8}, 5, 2, 1, 1, "Relu", false, false, "dw"},  // ReLU without a bias: the caller's
   };
   const std::array<int, 4> to_nhwc = {0, 2, 3, 1}, to_nchw = {0, 3, 1, 2};
   for (DataType dt : {kF32, kF16, kBF16}) {
@@ -929,6 +931,9 @@ TEST(CudaOps, DepthwiseChannelsLastMatchesCpu) {
                                 std::to_string(c.k) + " s" + std::to_string(c.stride) + " d" + std::to_string(c.dilation);
       const BothRuns r = run_both(*dn.node, dev_in, *rn.node, ref_in, label, c.tactic);
       ASSERT_TRUE(r.ok) << label;
+      std::vector<std::string> offered;  // kiln's kernel is a tactic of these layers
+      ASSERT_TRUE(run_cuda(*dn.node, dev_in, "dw", &offered).ok()) << label;
+      EXPECT_NE(std::find(offered.begin(), offered.end(), "dw"), offered.end()) << label;
       const double tol = dt == kF32 ? 1e-4 : dt == kF16 ? 4e-3 : 2e-2;
       expect_near(permuted(r.got[0], to_nchw), r.want[0], tol, tol, label);
     }

@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <functional>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <random>
@@ -241,6 +244,68 @@ TEST(Pointwise, RegionsStopAtValuesReadOutside) {
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   EXPECT_EQ(p->code.size(), 4u);  // exp, sigmoid, mul, tanh
   EXPECT_EQ(u->producer->op_type, "Add");
+}
+
+// Bit for bit: an intermediate the graph held in float16 is rounded there (without the rounding,
+// x + float16(x) would differ), and Clip clamps as kiln's kernels do — opset 6 attributes, one bound,
+// none (infinities clamped to the float range), min > max, NaN inputs and a NaN bound.
+TEST(Pointwise, FusedRegionsMatchTheirOpsExactly) {
+  auto exact = [](const Tensor& a, const Tensor& b) {  // bit for bit (signed zeros too); any NaN matches a NaN
+    if (a.shape() != b.shape() || a.dtype() != DataType::kFloat32 || b.dtype() != DataType::kFloat32) return false;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      const float u = a.data<float>()[i], v = b.data<float>()[i];
+      if (std::isnan(u) && std::isnan(v)) continue;
+      if (std::memcmp(&u, &v, sizeof(float)) != 0) return false;
+    }
+    return true;
+  };
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor x = Tensor::empty(DataType::kFloat32, {12});
+  const float xs[12] = {-inf, -3.f, -1.f / 3, -0.f, 0.f, 0.1f, 1.f / 3, 2.5f, 70000.f, 1e-8f, inf, nan};
+  std::memcpy(x.raw(), xs, sizeof(xs));
+  auto graph = [](ir::Graph& g) {
+    g.opsets[""] = 17;
+    ir::Value* v = g.add_value("x", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({12})));
+    v->is_input = true;
+    g.inputs.push_back(v);
+    return v;
+  };
+  auto attr_f = [](float f) { ir::Attribute a; a.kind = ir::Attribute::Kind::kFloat; a.f = f; return a; };
+  using Make = std::function<ir::Value*(ir::Graph&, ir::Value*)>;
+  const std::vector<std::pair<std::string, Make>> cases = {
+      {"x + float16(x)", [](ir::Graph& g, ir::Value* v) {
+         return add(g, "Add", {cast(g, cast(g, v, DataType::kFloat16), DataType::kFloat32), v}); }},
+      {"Clip opset 6 (min only)", [&](ir::Graph& g, ir::Value* v) {
+         return add(g, "Neg", {add(g, "Clip", {add(g, "Neg", {v})}, 6, {{"min", attr_f(-2.f)}})}); }},
+      {"Clip with min only", [](ir::Graph& g, ir::Value* v) {
+         return add(g, "Neg", {add(g, "Clip", {add(g, "Abs", {v}), scalar(g, 0.25f)}, 13)}); }},
+      {"Clip without bounds", [](ir::Graph& g, ir::Value* v) { return add(g, "Neg", {add(g, "Clip", {add(g, "Abs", {v})}, 13)}); }},
+      {"Clip min > max", [](ir::Graph& g, ir::Value* v) {
+         return add(g, "Neg", {add(g, "Clip", {add(g, "Neg", {v}), scalar(g, 1.f), scalar(g, -1.f)}, 13)}); }},
+      {"Clip with a NaN bound", [&](ir::Graph& g, ir::Value* v) {
+         return add(g, "Neg", {add(g, "Clip", {add(g, "Abs", {v}), scalar(g, nan), scalar(g, 2.f)}, 13)}); }},
+  };
+  for (const auto& [what, make] : cases) {
+    ir::Graph g;
+    ir::Value* y = make(g, graph(g));
+    y->is_output = true;
+    g.outputs.push_back(y);
+    auto fused = g.clone();
+    auto n = passes::fuse_pointwise(*fused, [](const ir::Node&) { return true; });
+    ASSERT_TRUE(n.ok());
+    ASSERT_EQ(*n, 1) << what << "\n" << fused->to_string();
+    const std::map<std::string, Tensor> feeds = {{"x", x}};
+    const Tensor want = run_cpu(g, feeds).begin()->second, got = run_cpu(*fused, feeds).begin()->second;
+    EXPECT_TRUE(exact(got, want)) << what;
+    if (what == "x + float16(x)") {  // the rounding matters here, and the program has it
+      Tensor twice = Tensor::empty(DataType::kFloat32, {12});
+      for (int i = 0; i < 12; ++i) twice.data<float>()[i] = xs[i] + xs[i];
+      EXPECT_FALSE(exact(want, twice));
+      auto p = ops::parse_pointwise(*fused->outputs[0]->producer);
+      ASSERT_TRUE(p.ok());
+      EXPECT_EQ(p->code[0].op, ops::PwOp::kRoundHalf);
+    }
+  }
 }
 
 TEST(Pointwise, MalformedProgramsAreRefusedByName) {

@@ -337,14 +337,14 @@ class ConvKernel final : public Kernel {
   }
 
   std::vector<std::string> tactics(const ReshapeContext& rc) const override {
-    ReshapeContext probe = rc;
-    probe.tactic = "cudnn";  // cuDNN's own choice (not kiln's depthwise kernel): its algorithms are listed
-    probe.out.assign(1, {});
-    if (!reshape(probe).ok() || !probe.state) return {};
-    const auto* p = static_cast<const ConvShape*>(probe.state.get());
     std::vector<std::string> names;
     const Shape& xs = rc.in[0].shape;
     if (xs.size() == 4 && rc.in[1].shape.size() == 4 && depthwise(xs[3], rc.in[1].shape[0], at_.group, 2)) names.push_back("dw");
+    ReshapeContext probe = rc;
+    probe.tactic = "cudnn";  // cuDNN's own choice (not kiln's depthwise kernel): its algorithms are listed
+    probe.out.assign(1, {});
+    if (!reshape(probe).ok() || !probe.state) return names;
+    const auto* p = static_cast<const ConvShape*>(probe.state.get());
     // A stem of 1-3 channels: also padded to 4, in batch chunks — first, before the tuner's
     // per-layer time limit goes to the slow algorithms.
     if (p->cpad && p->c_in < 4) {

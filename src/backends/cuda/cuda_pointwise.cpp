@@ -47,15 +47,18 @@ struct PwArgs {
 
 std::string expr(PwOp op, const std::string& a, const std::string& b) {
   switch (op) {
-    case PwOp::kAdd: return a + " + " + b;
-    case PwOp::kSub: return a + " - " + b;
-    case PwOp::kMul: return a + " * " + b;
+    // Rounded ops, never contracted with a neighbour into an FMA: the unfused graph rounds each.
+    case PwOp::kAdd: return "__fadd_rn(" + a + ", " + b + ")";
+    case PwOp::kSub: return "__fsub_rn(" + a + ", " + b + ")";
+    case PwOp::kMul: return "__fmul_rn(" + a + ", " + b + ")";
     case PwOp::kDiv: return a + " / " + b;
     case PwOp::kPow: return "powf(" + a + ", " + b + ")";
     case PwOp::kMax: return "(" + a + " != " + a + " || " + a + " > " + b + ") ? " + a + " : " + b;
     case PwOp::kMin: return "(" + a + " != " + a + " || " + a + " < " + b + ") ? " + a + " : " + b;
     case PwOp::kLeakyRelu: return a + " >= 0.f ? " + a + " : " + b + " * " + a;
     case PwOp::kElu: return a + " > 0.f ? " + a + " : " + b + " * (expf(" + a + ") - 1.f)";
+    case PwOp::kClampLo: return a + " < " + b + " ? " + b + " : " + a;
+    case PwOp::kClampHi: return a + " > " + b + " ? " + b + " : " + a;
     case PwOp::kRelu: return a + " < 0.f ? 0.f : " + a;
     case PwOp::kSigmoid: return "1.f / (1.f + expf(-" + a + "))";
     case PwOp::kTanh: return "tanhf(" + a + ")";
@@ -193,7 +196,20 @@ Expected<cudaKernel_t> compiled(const std::string& source) {
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
     return runtime_error("kiln.Pointwise: cannot read the GPU's compute capability");
-  const std::string arch = "--gpu-architecture=sm_" + std::to_string(major) + std::to_string(minor);
+  // Machine code for the device where this NVRTC knows its architecture; else PTX for the newest one
+  // it knows below it, which the driver compiles when it loads it (a GPU newer than the toolkit).
+  const int cc = major * 10 + minor;
+  int known = 0, best = 0;
+  std::vector<int> archs;
+  if (nvrtcGetNumSupportedArchs(&known) == NVRTC_SUCCESS && known > 0) {
+    archs.resize(static_cast<size_t>(known));
+    if (nvrtcGetSupportedArchs(archs.data()) != NVRTC_SUCCESS) archs.clear();
+  }
+  for (int a : archs)
+    if (a <= cc) best = std::max(best, a);
+  if (best == 0) return runtime_error("kiln.Pointwise: this NVRTC compiles for no architecture up to sm_" + std::to_string(cc));
+  const bool native = best == cc;
+  const std::string arch = std::string("--gpu-architecture=") + (native ? "sm_" : "compute_") + std::to_string(best);
   static std::mutex mu;
   static std::map<std::string, cudaKernel_t> cache;
   std::lock_guard<std::mutex> lock(mu);
@@ -212,10 +228,11 @@ Expected<cudaKernel_t> compiled(const std::string& source) {
     return runtime_error("kiln.Pointwise: NVRTC failed to compile the generated kernel (" + arch + "): " + log);
   }
   size_t bytes = 0;
-  if (nvrtcGetCUBINSize(prog, &bytes) != NVRTC_SUCCESS || bytes == 0)
-    return runtime_error("kiln.Pointwise: NVRTC made no device code for " + arch);
+  const nvrtcResult sized = native ? nvrtcGetCUBINSize(prog, &bytes) : nvrtcGetPTXSize(prog, &bytes);
+  if (sized != NVRTC_SUCCESS || bytes == 0) return runtime_error("kiln.Pointwise: NVRTC made no device code for " + arch);
   std::vector<char> cubin(bytes);
-  if (nvrtcGetCUBIN(prog, cubin.data()) != NVRTC_SUCCESS) return runtime_error("kiln.Pointwise: NVRTC's device code unreadable");
+  if ((native ? nvrtcGetCUBIN(prog, cubin.data()) : nvrtcGetPTX(prog, cubin.data())) != NVRTC_SUCCESS)
+    return runtime_error("kiln.Pointwise: NVRTC's device code unreadable");
   cudaLibrary_t lib = nullptr;
   cudaKernel_t kernel = nullptr;
   if (cudaError_t e = cudaLibraryLoadData(&lib, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0); e != cudaSuccess)
