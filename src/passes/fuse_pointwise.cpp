@@ -79,22 +79,19 @@ std::optional<float> literal(const ir::Value* v) {
   return static_cast<float>(*d);
 }
 
-// Builds the program of a region (members, root last in `order`); false when it computes nothing.
+// Builds the program of a region: visit() from the root over the members, then finish() (false when
+// the root computes nothing new).
 struct ProgramWriter {
   ops::PointwiseProgram p;
   std::vector<ir::Value*> leaves;         // the node's inputs
   std::map<const ir::Value*, int> reg;    // value → register
   std::vector<ops::PwInstr> code;         // registers counted after the leaves (fixed up at the end)
   std::set<const ir::Node*> members;
-  int next = 0;                           // instructions so far
 
   // Register of value v: a member's result, a literal, or a leaf input (numbered later: -1 - leaf).
   int operand(ir::Value* v) {
     if (auto it = reg.find(v); it != reg.end()) return it->second;
-    if (std::optional<float> c = literal(v)) {
-      p.constants.push_back(*c);
-      return emit(PwOp::kConst, static_cast<int>(p.constants.size()) - 1, 0);
-    }
+    if (std::optional<float> c = literal(v)) return constant(*c);
     leaves.push_back(v);
     return reg[v] = -static_cast<int>(leaves.size());
   }
@@ -105,7 +102,7 @@ struct ProgramWriter {
   // Instruction registers are numbered from 0 here; leaves are negative (-1 - index).
   int emit(PwOp op, int a, int b) {
     code.push_back({op, a, b});
-    return next++;
+    return static_cast<int>(code.size()) - 1;
   }
 
   // Post-order from the root, so the root's instruction is the last.
@@ -153,7 +150,7 @@ struct ProgramWriter {
   // Final numbering: leaves 0..L-1, instruction k → L + k. False when the root computes nothing new.
   bool finish(const ir::Node* root, DataType dtype) {
     const int result = reg.at(root->outputs[0]);
-    if (code.empty() || result != next - 1) return false;
+    if (code.empty() || result != static_cast<int>(code.size()) - 1) return false;
     // Literals are one element (all dims 1): they may only have widened Y's rank, which the leaves
     // must still give.
     int rank = 0;
