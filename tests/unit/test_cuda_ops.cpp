@@ -785,6 +785,101 @@ TEST(CudaOps, AttentionEveryTacticMatchesCpu) {
   }
 }
 
+// Masks the pipelined kernels stage in shared memory (contiguous keys, T a multiple of 8 for a
+// 2-byte additive mask, of 16 for a bool one) against the CPU under every tactic, and masks beside
+// them that stay on the per-score path: GPT-2's causal additive mask of 0 and -inf with left padding
+// and its NaN guard (whole query rows masked; warps past the diagonal skip their tiles), a causal bool
+// mask with a fill of -inf over a query count off the block size (rows past S), the same with a finite
+// fill (nothing skipped), a finite additive bias per head and row [1,H,S,T] (staged, nothing skipped),
+// and BERT's key-padding masks [B,1,1,T], additive and bool, T = 136 (rows that repeat: per score).
+TEST(CudaOps, AttentionStagedMaskMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(41);
+  auto causal_bool = [](int64_t s_len, int64_t t_len) {
+    Tensor c = Tensor::empty(DataType::kBool, {1, 1, s_len, t_len});
+    for (int64_t s = 0; s < s_len; ++s)
+      for (int64_t t = 0; t < t_len; ++t) c.data<bool>()[s * t_len + t] = t <= s + (t_len - s_len);
+    return c;
+  };
+  for (DataType dt : {kF16, kBF16}) {
+    // GPT-2: [B, 1, S, T] of 0 / -inf, batch entry 1 left-padded by 3 keys (its first 3 rows see nothing).
+    {
+      const int64_t B = 2, S = 192, H = 2, D = 64;
+      Tensor mask = Tensor::empty(kF32, {B, 1, S, S});
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t t = 0; t < S; ++t)
+            mask.data<float>()[(b * S + s) * S + t] = t <= s && !(b == 1 && t < 3) ? 0.f : -INFINITY;
+      const std::string label = std::string("causal additive -inf, zero_nan_rows, ") + dtype_name(dt);
+      const auto tactics = expect_attention_tactics_match_cpu(
+          {random_tensor({B, S, H * D}, rng), random_tensor({B, S, H * D}, rng), random_tensor({B, S, H * D}, rng), mask}, dt,
+          [&](OneNode& n) {
+            n.set_int("num_heads", H);
+            n.set_float("scale", 0.125f);
+            n.set_int("zero_nan_rows", 1);
+          },
+          label);
+      EXPECT_EQ(tactics, attention_tactics_for(D)) << label;
+    }
+    // Causal bool masks, keep where true, S = 100 (the second block's rows past S), T = 128, head
+    // size 128 with a fill of -inf and 32 with a finite fill.
+    for (const float fill : {-INFINITY, -1e4f}) {
+      const int64_t S = 100, T = 128, H = 2, D = fill == -INFINITY ? 128 : 32;
+      const std::string label = std::string("causal bool, fill ") + std::to_string(fill) + ", " + dtype_name(dt);
+      const auto tactics = expect_attention_tactics_match_cpu(
+          {random_tensor({2, S, H * D}, rng), random_tensor({2, T, H * D}, rng), random_tensor({2, T, H * D}, rng), Tensor(),
+           causal_bool(S, T)},
+          dt,
+          [&](OneNode& n) {
+            n.set_int("num_heads", H);
+            n.set_float("scale", 1.f / std::sqrt(static_cast<float>(D)));
+            n.set_float("mask_fill", fill);
+            n.set_int("mask_fill_where_true", 0);
+          },
+          label);
+      EXPECT_EQ(tactics, attention_tactics_for(D)) << label;
+    }
+    // A relative-position-like bias [1, H, S, T] over two query blocks and two key tiles.
+    {
+      const int64_t S = 128, H = 2, D = 64;
+      const std::string label = std::string("bias per head and row, ") + dtype_name(dt);
+      EXPECT_EQ(expect_attention_tactics_match_cpu({random_tensor({2, S, H * D}, rng), random_tensor({2, S, H * D}, rng),
+                                                    random_tensor({2, S, H * D}, rng), random_tensor({1, H, S, S}, rng, -2, 2)},
+                                                   dt,
+                                                   [&](OneNode& n) {
+                                                     n.set_int("num_heads", H);
+                                                     n.set_float("scale", 0.125f);
+                                                   },
+                                                   label),
+                attention_tactics_for(D))
+          << label;
+    }
+    // BERT's key-padding mask [B, 1, 1, T], T = 136, additive and bool.
+    {
+      const int64_t B = 3, S = 136, H = 2, D = 64;
+      Tensor mask = random_tensor({B, 1, 1, S}, rng, -1, 0);
+      for (int64_t t = 100; t < S; ++t) mask.data<float>()[2 * S + t] = -1e4f;
+      Tensor keep = Tensor::empty(DataType::kBool, {B, 1, 1, S});
+      for (int64_t i = 0; i < keep.numel(); ++i) keep.data<bool>()[i] = (i % 9) != 4;
+      auto attrs = [&](OneNode& n) {
+        n.set_int("num_heads", H);
+        n.set_float("scale", 0.125f);
+        n.set_float("mask_fill", -INFINITY);
+        n.set_int("mask_fill_where_true", 0);
+      };
+      const std::vector<Tensor> qkv = {random_tensor({B, S, H * D}, rng), random_tensor({B, S, H * D}, rng),
+                                       random_tensor({B, S, H * D}, rng)};
+      std::vector<Tensor> additive = qkv, cond = qkv;
+      additive.push_back(mask);
+      cond.insert(cond.end(), {Tensor(), keep});
+      EXPECT_EQ(expect_attention_tactics_match_cpu(additive, dt, attrs, std::string("key padding, additive, ") + dtype_name(dt)),
+                attention_tactics_for(D));
+      EXPECT_EQ(expect_attention_tactics_match_cpu(cond, dt, attrs, std::string("key padding, bool, ") + dtype_name(dt)),
+                attention_tactics_for(D));
+    }
+  }
+}
+
 namespace {
 
 // An [A,B,C,D] tensor with its dims reordered by `perm` (4-D, any element type).

@@ -491,15 +491,49 @@ bool fa_fits(const AttentionArgs& a) { return fa_shapes_fit(a) && mma_fits(a) &&
 // copied with cp.async into two buffers each, so the copies of tile i + 1 run while tile i is scored
 // and summed: per tile, wait for K_i (V_i may still be in flight), start K_{i+1} and V_{i+1}, score,
 // take the online softmax, then wait for V_i and add P·V. The B fragments come from ldmatrix (Kᵀ as is,
-// V transposed by ldmatrix.trans), four per instruction. Unmasked attention (kMasked false: no additive
-// or bool mask) checks only the last tile's keys against T.
+// V transposed by ldmatrix.trans), four per instruction.
+//
+// Masks (kMask): kNoMask checks only the last tile's keys against T. kMaskGlobal reads every score's
+// mask entry from global memory as HeadViews::masked does (any strides, an additive and a bool mask
+// together). kMaskStaged, for one mask whose keys are contiguous and whose rows are 16-byte aligned
+// (mask_stages says when), copies the block's rows x 64 keys of the mask into shared memory with K_i, in
+// K's cp.async group, so the mask is read from shared memory like K and its copy overlaps the previous
+// tile. A warp
+// whose 16 rows see only -inf in a tile (a causal mask's tiles past the diagonal: every entry filled
+// with a fill of -inf, or an additive -inf) skips the tile: its scores, probabilities and P·V. That is
+// exact for finite Q and K — each skipped score would be -inf, its probability 0, the row's maximum and
+// sum unchanged — and where Q, K or V hold an infinity or NaN the skipped keys contribute nothing,
+// where the unfused graph's row would turn NaN (as flash-attention kernels' causal tile skipping).
 
 constexpr int kFpPad = 8;  // row padding (elements) of the K and V tiles: 8 rows of a fragment hit 8 bank quads
+constexpr int kNoMask = 0, kMaskGlobal = 1, kMaskStaged = 2;
+constexpr int kMaskPad = 16;  // bytes after each staged mask row: the 8 rows of a fragment hit different banks
 
 size_t fp_smem_bytes(int d) { return sizeof(uint16_t) * 4 * size_t(kFaKeys) * (d + kFpPad); }
 
-template <typename T, int D, int W, bool kMasked>
-__global__ void __launch_bounds__(W * 32) attention_fp_kernel(AttentionArgs a) {
+// The staged mask tiles: two buffers of `rows` rows of 64 keys of `elem` bytes each (and the padding).
+size_t fp_mask_pitch(int elem) { return size_t(kFaKeys) * elem + kMaskPad; }
+size_t fp_mask_bytes(int rows, int elem) { return 2 * size_t(rows) * fp_mask_pitch(elem); }
+
+// Whether the pipelined kernel stages a's mask in shared memory (kMaskStaged): one mask, bool or of Q's
+// 2-byte type, an entry per query row (a mask whose rows repeat, row stride 0 as a key-padding mask
+// [B,1,1,T], is one row the per-score path reads from the L1 cache; staged, each block would copy it
+// W*16 times), contiguous along the keys, each (batch, head) plane and each row starting on 16 bytes,
+// and T a multiple of one 16-byte copy's keys (a copy is then all keys or all past T).
+bool mask_stages(const AttentionArgs& a) {
+  if ((a.mask != nullptr) == (a.cond != nullptr)) return false;
+  const int elem = a.cond ? 1 : 2;
+  const int64_t* st = a.cond ? a.cs : a.ms;
+  const void* base = a.cond ? static_cast<const void*>(a.cond) : a.mask;
+  auto aligned = [&](int64_t stride) { return (stride * elem) % 16 == 0; };
+  return st[3] == 1 && st[2] > 0 && aligned(st[0]) && aligned(st[1]) && aligned(st[2]) && st[0] >= 0 && st[1] >= 0 &&
+         (reinterpret_cast<uintptr_t>(base) & 15) == 0 && a.t % (16 / elem) == 0;
+}
+
+// Head sizes up to 64 are held to 128 registers (the compiler takes 131-145 otherwise), so that 512
+// threads of blocks fit an SM's registers: 4 blocks of 4 warps instead of 3.
+template <typename T, int D, int W, int kMask>
+__global__ void __launch_bounds__(W * 32, D <= 64 ? 16 / W : 1) attention_fp_kernel(AttentionArgs a) {
   extern __shared__ __align__(16) unsigned char fp_smem[];
   constexpr int P = D + kFpPad, kTile = kFaKeys * P;
   T* ks = reinterpret_cast<T*>(fp_smem);  // [2][kFaKeys][P]: keys as rows
@@ -520,8 +554,28 @@ __global__ void __launch_bounds__(W * 32) attention_fp_kernel(AttentionArgs a) {
       cp_async16(smem_addr(dst + r * P + c), in ? src + (t0 + r) * ld + c : src, in);
     }
   };
+  // The staged mask (kMaskStaged): the block's W*16 rows of 64 keys.
+  const bool by_cond = kMask == kMaskStaged && hv.cond != nullptr;
+  const int melem = by_cond ? 1 : 2;
+  const int64_t mrow_stride = by_cond ? a.cs[2] : a.ms[2];
+  constexpr int mrows = W * 16;
+  const int mpitch = kFaKeys * melem + kMaskPad;
+  unsigned char* mts = reinterpret_cast<unsigned char*>(vs + 2 * kTile);  // [2][mrows][mpitch] bytes
+  const unsigned char* mplane = by_cond ? reinterpret_cast<const unsigned char*>(hv.cond)
+                                        : reinterpret_cast<const unsigned char*>(hv.mask);
+  const int64_t block_row0 = int64_t{blockIdx.x} * (W * 16);
+  auto fetch_mask = [&](unsigned char* dst, int64_t t0) {
+    const int chunks = kFaKeys * melem / 16;  // 16-byte copies per row
+    for (int i = threadIdx.x; i < mrows * chunks; i += W * 32) {
+      const int r = i / chunks, c = i % chunks;
+      const int64_t row = block_row0 + r, key = t0 + c * (16 / melem);
+      const bool in = row < S && key < NT;
+      cp_async16(smem_addr(dst + r * mpitch + c * 16), in ? mplane + (row * mrow_stride + key) * melem : mplane, in);
+    }
+  };
   const int64_t tiles = (NT + kFaKeys - 1) / kFaKeys;
   fetch(ks, hv.k, a.k_row, 0);
+  if constexpr (kMask == kMaskStaged) fetch_mask(mts, 0);
   cp_commit();
   fetch(vs, hv.v, a.v_row, 0);
   cp_commit();
@@ -540,48 +594,86 @@ __global__ void __launch_bounds__(W * 32) attention_fp_kernel(AttentionArgs a) {
     const int64_t t0 = i * kFaKeys;
     const T* kt = ks + (i & 1) * kTile;
     const T* vt = vs + (i & 1) * kTile;
-    cp_wait<1>();      // K_i is here (V_i may not be)
+    cp_wait<1>();      // K_i (and its mask tile) is here (V_i may not be)
     __syncthreads();   // for every thread's copies, and every warp is done with tile i - 1's buffers
-    if (i + 1 < tiles) fetch(ks + ((i + 1) & 1) * kTile, hv.k, a.k_row, t0 + kFaKeys);
+    if (i + 1 < tiles) {
+      fetch(ks + ((i + 1) & 1) * kTile, hv.k, a.k_row, t0 + kFaKeys);
+      if constexpr (kMask == kMaskStaged) fetch_mask(mts + ((i + 1) & 1) * mrows * mpitch, t0 + kFaKeys);
+    }
     cp_commit();
     if (i + 1 < tiles) fetch(vs + ((i + 1) & 1) * kTile, hv.v, a.v_row, t0 + kFaKeys);
     cp_commit();
 
+    // This lane's two staged mask rows, and whether the warp's 16 rows see only -inf in this tile.
+    const unsigned char* mrow[2] = {nullptr, nullptr};
+    bool dead = false;
+    if constexpr (kMask == kMaskStaged) {
+      const unsigned char* mt = mts + (i & 1) * mrows * mpitch;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) mrow[j] = mt + (warp * 16 + g + j * 8) * mpitch;
+      bool all_inf = true;
+#pragma unroll
+      for (int n = 0; n < kFaKeys / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = n * 8 + tq * 2 + (e & 1);
+          bool inf;
+          if (by_cond)
+            inf = mrow[e >> 1][key] == static_cast<unsigned char>(a.fill_where_true) && a.fill == -INFINITY;
+          else
+            inf = convert<float>(reinterpret_cast<const T*>(mrow[e >> 1])[key]) == -INFINITY;
+          all_inf = all_inf && (inf || t0 + key >= NT || rows[e >> 1] >= S);
+        }
+      dead = __all_sync(0xffffffffu, all_inf);
+    }
+
     // S = Q·Kᵀ: 8 blocks of 8 keys; sc[n][e] is row rows[e >> 1], key t0 + n*8 + tq*2 + (e & 1).
     float sc[kFaKeys / 8][4];
-#pragma unroll
-    for (int n = 0; n < kFaKeys / 8; ++n) {
-      sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; kk += 2) {
-        uint32_t b0, b1, b2, b3;
-        ldmatrix_x4(smem_addr(kt + (n * 8 + k_row) * P + kk * 16 + k_col), b0, b1, b2, b3);
-        mma16816<T>(sc[n], qf[kk], b0, b1);
-        mma16816<T>(sc[n], qf[kk + 1], b2, b3);
-      }
-    }
-    const bool tail = t0 + kFaKeys > NT;
-    float tmax[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < kFaKeys / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t t = t0 + n * 8 + tq * 2 + (e & 1);
-        float x;
-        if constexpr (kMasked) {
-          const int64_t r = rows[e >> 1];
-          x = t < NT && r < S ? hv.masked(a, r, t, sc[n][e] * a.scale) : -INFINITY;
-        } else {
-          x = !tail || t < NT ? sc[n][e] * a.scale : -INFINITY;
-        }
-        sc[n][e] = x;
-        tmax[e >> 1] = fmaxf(tmax[e >> 1], x);
-      }
-    float corr[2];
     uint32_t pf[kFaKeys / 16][4];
-    online_softmax<T>(sc, tmax, m, l, corr, pf);
+    float corr[2] = {1.f, 1.f};
+    if (!dead) {
+#pragma unroll
+      for (int n = 0; n < kFaKeys / 8; ++n) {
+        sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk += 2) {
+          uint32_t b0, b1, b2, b3;
+          ldmatrix_x4(smem_addr(kt + (n * 8 + k_row) * P + kk * 16 + k_col), b0, b1, b2, b3);
+          mma16816<T>(sc[n], qf[kk], b0, b1);
+          mma16816<T>(sc[n], qf[kk + 1], b2, b3);
+        }
+      }
+      const bool tail = t0 + kFaKeys > NT;
+      float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int n = 0; n < kFaKeys / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t t = t0 + n * 8 + tq * 2 + (e & 1);
+          float x;
+          if constexpr (kMask == kMaskGlobal) {
+            const int64_t r = rows[e >> 1];
+            x = t < NT && r < S ? hv.masked(a, r, t, sc[n][e] * a.scale) : -INFINITY;
+          } else if constexpr (kMask == kMaskStaged) {
+            const int key = n * 8 + tq * 2 + (e & 1);
+            x = sc[n][e] * a.scale;
+            if (by_cond) {
+              if (mrow[e >> 1][key] == static_cast<unsigned char>(a.fill_where_true)) x = a.fill;
+            } else {
+              x += convert<float>(reinterpret_cast<const T*>(mrow[e >> 1])[key]);
+            }
+            x = t < NT && rows[e >> 1] < S ? x : -INFINITY;
+          } else {
+            x = !tail || t < NT ? sc[n][e] * a.scale : -INFINITY;
+          }
+          sc[n][e] = x;
+          tmax[e >> 1] = fmaxf(tmax[e >> 1], x);
+        }
+      online_softmax<T>(sc, tmax, m, l, corr, pf);
+    }
     cp_wait<2>();      // V_i is here (K_{i+1}, V_{i+1} may not be)
     __syncthreads();
+    if (dead) continue;  // the tile adds nothing to this warp's rows
     // O = O·corr + P·V, two 8-column blocks of Dv per ldmatrix.
 #pragma unroll
     for (int n = 0; n < D / 8; n += 2) {
@@ -604,13 +696,15 @@ __global__ void __launch_bounds__(W * 32) attention_fp_kernel(AttentionArgs a) {
   store_rows<T, D>(a, b, h, rows, tq, o, l);
 }
 
-template <typename T, int D, int W, bool kMasked>
+template <typename T, int D, int W, int kMask>
 int launch_fp(const AttentionArgs& a, cudaStream_t stream) {
-  auto kernel = attention_fp_kernel<T, D, W, kMasked>;
-  const size_t smem = fp_smem_bytes(D);
-  // Once per instantiation (head size 128 needs more than the default 48 KiB).
-  static const cudaError_t opt_in =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  auto kernel = attention_fp_kernel<T, D, W, kMask>;
+  const size_t smem = fp_smem_bytes(D) + (kMask == kMaskStaged ? fp_mask_bytes(W * 16, a.cond ? 1 : 2) : 0);
+  // Once per instantiation, for the largest launch it makes (head size 128 and a staged mask need more
+  // than the default 48 KiB).
+  static const cudaError_t opt_in = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      static_cast<int>(fp_smem_bytes(D) + (kMask == kMaskStaged ? fp_mask_bytes(W * 16, 2) : 0)));
   if (opt_in != cudaSuccess) return static_cast<int>(opt_in);
   const dim3 grid(static_cast<unsigned>((a.s + W * 16 - 1) / (W * 16)), static_cast<unsigned>(a.heads),
                   static_cast<unsigned>(a.b));
@@ -620,7 +714,8 @@ int launch_fp(const AttentionArgs& a, cudaStream_t stream) {
 
 template <typename T, int D, int W>
 int launch_fp_masked(const AttentionArgs& a, cudaStream_t stream) {
-  return a.mask || a.cond ? launch_fp<T, D, W, true>(a, stream) : launch_fp<T, D, W, false>(a, stream);
+  if (!a.mask && !a.cond) return launch_fp<T, D, W, kNoMask>(a, stream);
+  return mask_stages(a) ? launch_fp<T, D, W, kMaskStaged>(a, stream) : launch_fp<T, D, W, kMaskGlobal>(a, stream);
 }
 
 template <typename T, int D>
