@@ -47,16 +47,17 @@ if [ ! -f build-asan/build.ninja ]; then
 fi
 export CCACHE_DIR=${CCACHE_DIR:-$root/.ccache}
 cmake --build build-asan --target kiln_cli kiln_tests fuzz_import fuzz_engine fuzz_npy fuzz_model fuzz_serve
+echo "== [${SECONDS} s] the sanitized build is done"
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$root/tests/fuzz/lsan.supp
 export OMP_NUM_THREADS=2
 if [ "$run_tests" = 1 ]; then
-  echo "== unit tests under ASan + UBSan"
+  echo "== [${SECONDS} s] unit tests under ASan + UBSan"
   # GPU tests skip (no CUDA in this build); the whole-suite import runs every onnx node model.
   build-asan/kiln_tests --gtest_brief=1
-  echo "== onnx's node suite through the sanitized kiln"
+  echo "== [${SECONDS} s] onnx's node suite through the sanitized kiln"
   node_dir=$(.venv/bin/python -c "import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), 'backend/test/data/node'))")
   # Conformance failures are scripts/test.sh's business (it checks the counts); here any sanitizer
   # report aborts the process (abort_on_error), which is what fails the job.
@@ -68,11 +69,11 @@ if [ "$run_tests" = 1 ]; then
     echo "the node suite under the sanitizers failed (exit $rc)"
     exit 1
   fi
-  echo "== hostile inputs through the sanitized kiln"
+  echo "== [${SECONDS} s] hostile inputs through the sanitized kiln"
   KILN_CLI="$root/build-asan/kiln" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/test_hostile.py
 fi
 
-echo "== fuzzing (${fuzz_seconds:-60 (model 150)} s per target, seed ${fuzz_seed})"
+echo "== [${SECONDS} s] fuzzing (${fuzz_seconds:-60 (model 150)} s per target, seed ${fuzz_seed})"
 for t in $fuzz_targets; do
   # fuzz_model's first ~3,000 inputs are its seeds (onnx's node models among them): 150 s lets a slow
   # machine get through them.
