@@ -189,6 +189,17 @@ void Graph::set_input(Node* n, int index, Value* v) {
   }
 }
 
+void Graph::set_output(Node* n, int index, Value* v) {
+  Value* old = n->outputs[index];
+  if (old && old != v && old->producer == n) {
+    old->producer = nullptr;
+    old->producer_output = -1;
+  }
+  n->outputs[index] = v;
+  v->producer = n;
+  v->producer_output = index;
+}
+
 void Graph::remove_node(Node* n) {
   if (n->removed) return;
   for (size_t i = 0; i < n->inputs.size(); ++i)

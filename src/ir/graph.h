@@ -152,6 +152,9 @@ class Graph {
   // Replace every use of `from` (and its graph-output role) with `to`.
   void replace_all_uses(Value* from, Value* to);
   void set_input(Node* n, int index, Value* v);
+  // n's output `index` becomes v (v takes n as its producer; the value n wrote there before, if another,
+  // is left without one): how a new node takes over an output the graph already names.
+  void set_output(Node* n, int index, Value* v);
   // Drops values that are neither used, produced, inputs, outputs, nor captures.
   void remove_dead_values();
 

@@ -298,11 +298,7 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
   auto retarget = [&](ir::Node* n, int output = 0) {
     ir::Value* v = n->outputs[output];
     ir::Value* t = g.new_value(v->name + "_nhwc", ir::Type::tensor(v->type.dtype, to_nhwc_shape(v->type.shape)));
-    n->outputs[output] = t;
-    t->producer = n;
-    t->producer_output = output;
-    v->producer = nullptr;
-    v->producer_output = -1;
+    g.set_output(n, output, t);
     nhwc[v] = t;
     moved.push_back(v);
   };
@@ -465,10 +461,7 @@ Expected<int> convert_to_channels_last(ir::Graph& g, const std::function<bool(co
     if (act.kind == ActKind::kNone) continue;
     ir::Value* out = r->outputs[0];
     g.remove_node(r);
-    ca->outputs[0] = out;
-    out->producer = ca;
-    out->producer_output = 0;
-    y->producer = nullptr;
+    g.set_output(ca, 0, out);
     write_activation(act, ca->attrs);
   }
   KILN_RETURN_IF_ERROR(g.sort());

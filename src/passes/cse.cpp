@@ -85,10 +85,7 @@ Expected<bool> eliminate_common_subexpressions(ir::Graph& g, PassContext& ctx) {
         // Keep the graph output's name: the first node writes it, and its old value's readers follow.
         ir::Value* keep = first->outputs[i];
         g.replace_all_uses(keep, o);
-        first->outputs[i] = o;
-        o->producer = first;
-        o->producer_output = static_cast<int>(i);
-        keep->producer = nullptr;
+        g.set_output(first, static_cast<int>(i), o);
       } else {
         g.replace_all_uses(o, first->outputs[i]);
       }

@@ -110,10 +110,7 @@ Expected<int> fuse_conv_max_pool(ir::Graph& g, const std::function<bool(const ir
     for (ir::Node* d : {q, pool, conv})
       if (d) g.remove_node(d);
     for (ir::Node* d : feeders) g.remove_node(d);
-    trial->producer = nullptr;
-    n->outputs[0] = last;
-    last->producer = n;
-    last->producer_output = 0;
+    g.set_output(n, 0, last);
     ++fused;
   }
   if (fused || tried) g.remove_dead_values();

@@ -226,10 +226,7 @@ Expected<int> fuse_pointwise(ir::Graph& g, const std::function<bool(const ir::No
       log(LogLevel::kVerbose, "[pointwise] " + std::to_string(members.size()) + " ops ending at " + root->describe() + " → " +
                                   n->describe() + " (" + std::to_string(w.p.code.size()) + " instructions)");
     for (ir::Node* m : members) g.remove_node(m);
-    trial->producer = nullptr;
-    n->outputs[0] = out;
-    out->producer = n;
-    out->producer_output = 0;
+    g.set_output(n, 0, out);
     ++fused;
   }
   if (fused || tried) g.remove_dead_values();

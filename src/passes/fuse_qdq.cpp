@@ -151,13 +151,9 @@ void take_quantization(ir::Graph& g, ir::Node* p, ir::Node* q, ir::Value* yz, st
   g.set_input(p, 6, q->inputs[1]);
   g.set_input(p, 7, yz);
   ir::Value* y2 = q->outputs[0];
-  ir::Value* y1 = p->outputs[0];
   g.remove_node(q);
   for (ir::Node* n : between) g.remove_node(n);
-  p->outputs[0] = y2;
-  y2->producer = p;
-  y2->producer_output = 0;
-  y1->producer = nullptr;
+  g.set_output(p, 0, y2);
 }
 
 // ONNX Runtime's QDQ form quantizes a product's output, then its ReLU's output again:

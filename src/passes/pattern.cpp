@@ -433,10 +433,7 @@ bool Rewriter::bypass(ir::Node* n, ir::Value* in) {
   g_.remove_node(n);
   dead_.insert(n);
   out->type = in->type.kind == ir::Type::Kind::kUnknown ? out->type : in->type;
-  p->outputs[k] = out;
-  out->producer = p;
-  out->producer_output = k;
-  in->producer = nullptr;
+  g_.set_output(p, k, out);
   return true;
 }
 

@@ -123,13 +123,7 @@ Expected<int> convert_precision(ir::Graph& g, DataType half, const std::function
     t.dtype = DataType::kFloat32;
     ir::Value* renamed = g.new_value(name + "_half", v->type);
     g.replace_all_uses(v, renamed);  // consumers and the graph-output slot move to `renamed`...
-    ir::Node* producer = v->producer;
-    for (size_t o = 0; producer && o < producer->outputs.size(); ++o)
-      if (producer->outputs[o] == v) producer->outputs[o] = renamed;
-    renamed->producer = producer;
-    renamed->producer_output = v->producer_output;
-    v->producer = nullptr;
-    v->producer_output = -1;
+    if (v->producer) g.set_output(v->producer, v->producer_output, renamed);
     v->type = t;
     add_cast(g, renamed, v, DataType::kFloat32, name + "_cast")->opset = opset;
     g.outputs[i] = v;  // ...and the original value, now float32, is the output again

@@ -790,8 +790,10 @@ TEST(CudaOps, AttentionEveryTacticMatchesCpu) {
 // them that stay on the per-score path: GPT-2's causal additive mask of 0 and -inf with left padding
 // and its NaN guard (whole query rows masked; warps past the diagonal skip their tiles), a causal bool
 // mask with a fill of -inf over a query count off the block size (rows past S), the same with a finite
-// fill (nothing skipped), a finite additive bias per head and row [1,H,S,T] (staged, nothing skipped),
-// and BERT's key-padding masks [B,1,1,T], additive and bool, T = 136 (rows that repeat: per score).
+// fill (nothing skipped), key counts off the tile size (T 200 additive, T 144 bool filled where true),
+// a finite fill over whole warps of fully masked rows (their output is V's mean: no tile may be
+// skipped), a finite additive bias per head and row [1,H,S,T], and BERT's key-padding masks
+// [B,1,1,T], additive and bool, T = 136 (rows that repeat: per score).
 TEST(CudaOps, AttentionStagedMaskMatchesCpu) {
   KILN_REQUIRE_GPU();
   std::mt19937 rng(41);
@@ -838,6 +840,60 @@ TEST(CudaOps, AttentionStagedMaskMatchesCpu) {
           },
           label);
       EXPECT_EQ(tactics, attention_tactics_for(D)) << label;
+    }
+    // Key counts off the 64-key tile (the last tile partial; a copy past T is zero-filled, not read):
+    // an additive causal mask with T = 200 and, head size 64, a bool one with T = 144 whose fill
+    // applies where the mask is true (mask_fill_where_true 1).
+    for (const bool by_cond : {false, true}) {
+      const int64_t S = 70, T = by_cond ? 144 : 200, H = 2, D = 64;
+      std::vector<Tensor> in = {random_tensor({2, S, H * D}, rng), random_tensor({2, T, H * D}, rng),
+                                random_tensor({2, T, H * D}, rng)};
+      Tensor c = Tensor::empty(DataType::kBool, {2, 1, S, T});
+      Tensor add = Tensor::empty(kF32, {2, 1, S, T});
+      for (int64_t i = 0; i < c.numel(); ++i) {
+        const int64_t t = i % T, s = (i / T) % S;
+        const bool hidden = t > s + (T - S);
+        c.data<bool>()[i] = hidden;  // true = filled
+        add.data<float>()[i] = hidden ? -INFINITY : 0.f;
+      }
+      if (by_cond)
+        in.insert(in.end(), {Tensor(), c});
+      else
+        in.push_back(add);
+      const std::string label = std::string(by_cond ? "bool, fill where true, T 144, " : "additive, T 200, ") + dtype_name(dt);
+      EXPECT_EQ(expect_attention_tactics_match_cpu(in, dt,
+                                                   [&](OneNode& n) {
+                                                     n.set_int("num_heads", H);
+                                                     n.set_float("scale", 0.125f);
+                                                     if (by_cond) {
+                                                       n.set_float("mask_fill", -INFINITY);
+                                                       n.set_int("mask_fill_where_true", 1);
+                                                     }
+                                                   },
+                                                   label),
+                attention_tactics_for(D))
+          << label;
+    }
+    // A finite fill over whole warps of rows: rows 0-31 see no key (each gives the plain mean of V, not
+    // a skipped tile), the others a random half of the keys; T = 128.
+    {
+      const int64_t S = 64, T = 128, H = 2, D = 64;
+      Tensor keep = Tensor::empty(DataType::kBool, {1, 1, S, T});
+      std::uniform_int_distribution<int> coin(0, 1);
+      for (int64_t i = 0; i < keep.numel(); ++i) keep.data<bool>()[i] = i / T >= 32 && coin(rng);
+      const std::string label = std::string("finite fill, fully masked warps, ") + dtype_name(dt);
+      EXPECT_EQ(expect_attention_tactics_match_cpu({random_tensor({2, S, H * D}, rng), random_tensor({2, T, H * D}, rng),
+                                                    random_tensor({2, T, H * D}, rng), Tensor(), keep},
+                                                   dt,
+                                                   [&](OneNode& n) {
+                                                     n.set_int("num_heads", H);
+                                                     n.set_float("scale", 0.125f);
+                                                     n.set_float("mask_fill", -1e4f);
+                                                     n.set_int("mask_fill_where_true", 0);
+                                                   },
+                                                   label),
+                attention_tactics_for(D))
+          << label;
     }
     // A relative-position-like bias [1, H, S, T] over two query blocks and two key tiles.
     {

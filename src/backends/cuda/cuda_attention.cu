@@ -501,9 +501,10 @@ bool fa_fits(const AttentionArgs& a) { return fa_shapes_fit(a) && mma_fits(a) &&
 // tile. A warp
 // whose 16 rows see only -inf in a tile (a causal mask's tiles past the diagonal: every entry filled
 // with a fill of -inf, or an additive -inf) skips the tile: its scores, probabilities and P·V. That is
-// exact for finite Q and K — each skipped score would be -inf, its probability 0, the row's maximum and
-// sum unchanged — and where Q, K or V hold an infinity or NaN the skipped keys contribute nothing,
-// where the unfused graph's row would turn NaN (as flash-attention kernels' causal tile skipping).
+// exact for finite Q, K and V — each skipped score would be -inf, its probability 0, the row's maximum
+// and sum unchanged — and where Q, K or V hold an infinity or NaN at skipped keys they contribute
+// nothing, where the unfused graph's row would turn NaN (as flash-attention kernels' causal tile
+// skipping).
 
 constexpr int kFpPad = 8;  // row padding (elements) of the K and V tiles: 8 rows of a fragment hit 8 bank quads
 constexpr int kNoMask = 0, kMaskGlobal = 1, kMaskStaged = 2;
