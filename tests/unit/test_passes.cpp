@@ -16,6 +16,7 @@
 #include "passes/passes.h"
 #include "runtime/engine_impl.h"
 #include "runtime/eager.h"
+#include "graph_runner.h"
 
 namespace {
 
@@ -80,24 +81,7 @@ std::map<std::string, int> op_counts(const ir::Graph& g) {
 
 // Runs the graph node by node with the CPU kernels; returns the outputs by name.
 std::map<std::string, Tensor> run(const ir::Graph& g, const std::map<std::string, Tensor>& feeds) {
-  std::map<const ir::Value*, Slot> env;
-  for (const ir::Value* v : g.inputs) env[v] = Slot::of(feeds.at(v->name));
-  for (const ir::Node* n : g.nodes()) {
-    std::vector<Slot> ins;
-    for (const ir::Value* v : n->inputs) {
-      if (!v) ins.emplace_back();
-      else if (v->is_constant()) ins.push_back(Slot::of(*v->constant));
-      else ins.push_back(env.at(v));
-    }
-    auto r = run_node_eager(*n, ins);
-    EXPECT_TRUE(r.ok()) << n->describe() << ": " << r.status().to_string();
-    if (!r.ok()) return {};
-    for (size_t i = 0; i < n->outputs.size(); ++i)
-      if (n->outputs[i]) env[n->outputs[i]] = (*r)[i];
-  }
-  std::map<std::string, Tensor> out;
-  for (const ir::Value* v : g.outputs) out[v->name] = v->is_constant() ? *v->constant : env.at(v).tensor;
-  return out;
+  return test::run_graph_on_cpu(g, feeds);
 }
 
 struct Expect {

@@ -19,6 +19,7 @@
 #include "ops/pointwise.h"
 #include "passes/passes.h"
 #include "runtime/eager.h"
+#include "graph_runner.h"
 #include "test_cuda_util.h"
 
 namespace {
@@ -146,22 +147,6 @@ RandomGraph random_graph(std::mt19937& rng, DataType io) {
   return r;
 }
 
-// Runs the graph node by node with the CPU kernels; the outputs by name, as float32.
-std::map<std::string, Tensor> run_cpu(const ir::Graph& g, const std::map<std::string, Tensor>& feeds) {
-  std::map<const ir::Value*, Slot> env;
-  for (const ir::Value* v : g.inputs) env[v] = Slot::of(feeds.at(v->name));
-  for (const ir::Node* n : g.nodes()) {
-    std::vector<Slot> ins;
-    for (const ir::Value* v : n->inputs) ins.push_back(v->is_constant() ? Slot::of(*v->constant) : env.at(v));
-    auto out = run_node_eager(*n, ins);
-    EXPECT_TRUE(out.ok()) << n->describe() << ": " << out.status().to_string();
-    if (!out.ok()) return {};
-    env[n->outputs[0]] = (*out)[0];
-  }
-  std::map<std::string, Tensor> res;
-  for (const ir::Value* v : g.outputs) res[v->name] = env.at(v).tensor;
-  return res;
-}
 
 Tensor as_float(const Tensor& t) {
   if (t.dtype() == DataType::kFloat32) return t;
@@ -205,7 +190,7 @@ TEST(Pointwise, RandomGraphsFuseAndMatchTheirOps) {
     ASSERT_TRUE(n.ok()) << n.status().to_string();
     ASSERT_TRUE(fused->verify().ok()) << fused->to_string();
     fused_graphs += *n > 0;
-    const auto want = run_cpu(*r.g, r.feeds), got = run_cpu(*fused, r.feeds);
+    const auto want = test::run_graph_on_cpu(*r.g, r.feeds), got = test::run_graph_on_cpu(*fused, r.feeds);
     for (const auto& [name, w] : want) {
       ASSERT_TRUE(got.count(name)) << name;
       const int64_t bad = mismatches(got.at(name), w, r.rounds ? 5e-3f : 1e-4f);
@@ -295,7 +280,8 @@ TEST(Pointwise, FusedRegionsMatchTheirOpsExactly) {
     ASSERT_TRUE(n.ok());
     ASSERT_EQ(*n, 1) << what << "\n" << fused->to_string();
     const std::map<std::string, Tensor> feeds = {{"x", x}};
-    const Tensor want = run_cpu(g, feeds).begin()->second, got = run_cpu(*fused, feeds).begin()->second;
+    const Tensor want = test::run_graph_on_cpu(g, feeds).begin()->second;
+    const Tensor got = test::run_graph_on_cpu(*fused, feeds).begin()->second;
     EXPECT_TRUE(exact(got, want)) << what;
     if (what == "x + float16(x)") {  // the rounding matters here, and the program has it
       Tensor twice = Tensor::empty(DataType::kFloat32, {12});
