@@ -125,6 +125,17 @@ void compare(const std::string& op, int opset, const std::vector<Tensor>& inputs
 
 constexpr DataType kF32 = DataType::kFloat32, kF16 = DataType::kFloat16, kBF16 = DataType::kBFloat16;
 
+// A causal bool mask [batch, 1, S, T], true where query s may see key t: t <= s + (T - S) (the queries
+// are the last S of T positions).
+Tensor causal_keep(int64_t batch, int64_t s_len, int64_t t_len) {
+  Tensor c = Tensor::empty(DataType::kBool, {batch, 1, s_len, t_len});
+  for (int64_t i = 0; i < c.numel(); ++i) {
+    const int64_t t = i % t_len, s = (i / t_len) % s_len;
+    c.data<bool>()[i] = t <= s + (t_len - s_len);
+  }
+  return c;
+}
+
 }  // namespace
 
 TEST(CudaOps, UnaryFloatTypes) {
@@ -465,18 +476,14 @@ TEST(CudaOps, AttentionMatchesCpu) {
             attrs(H, 0.125f, false), dt, "additive mask");
     // GPT-2-like causal bool mask [1, 1, S, T] (keep where true), T > S, head size 40, Dv 24.
     const int64_t S2 = 33, T2 = 150;
-    Tensor cond = Tensor::empty(DataType::kBool, {1, 1, S2, T2});
-    for (int64_t s = 0; s < S2; ++s)
-      for (int64_t t = 0; t < T2; ++t) cond.data<bool>()[s * T2 + t] = t <= s + (T2 - S2);
+    const Tensor cond = causal_keep(1, S2, T2);
     compare("Attention", 1, {random_tensor({1, S2, 3 * 40}, rng), random_tensor({1, T2, 3 * 40}, rng),
                              random_tensor({1, T2, 3 * 24}, rng), Tensor(), cond},
             attrs(3, 0.158f, true), dt, "causal bool mask");
     // Head sizes that are multiples of 16 take the tensor-core kernel in float16/bfloat16: the causal
     // case over several key tiles (T 150, S 70 over two query tiles), head size 64, Dv 32; and BERT's
     // shape at batch 3 with an additive padding mask and a bool mask together, head size 128.
-    Tensor cond3 = Tensor::empty(DataType::kBool, {1, 1, 70, T2});
-    for (int64_t s = 0; s < 70; ++s)
-      for (int64_t t = 0; t < T2; ++t) cond3.data<bool>()[s * T2 + t] = t <= s + (T2 - 70);
+    const Tensor cond3 = causal_keep(1, 70, T2);
     compare("Attention", 1, {random_tensor({2, 70, 2 * 64}, rng), random_tensor({2, T2, 2 * 64}, rng),
                              random_tensor({2, T2, 2 * 32}, rng), Tensor(), cond3},
             attrs(2, 0.125f, true), dt, "causal bool mask, head 64");
@@ -736,9 +743,7 @@ TEST(CudaOps, AttentionEveryTacticMatchesCpu) {
       std::vector<Tensor> dev_in;
       for (const Tensor& t : ref_in) dev_in.push_back(convert(t, dt));
       if (c.causal) {
-        Tensor cond = Tensor::empty(DataType::kBool, {1, 1, c.s, c.t});
-        for (int64_t s = 0; s < c.s; ++s)
-          for (int64_t t = 0; t < c.t; ++t) cond.data<bool>()[s * c.t + t] = t <= s + (c.t - c.s);
+        const Tensor cond = causal_keep(1, c.s, c.t);
         ref_in.insert(ref_in.end(), {Tensor(), cond});
         dev_in.insert(dev_in.end(), {Tensor(), cond});
       } else {
@@ -797,12 +802,6 @@ TEST(CudaOps, AttentionEveryTacticMatchesCpu) {
 TEST(CudaOps, AttentionStagedMaskMatchesCpu) {
   KILN_REQUIRE_GPU();
   std::mt19937 rng(41);
-  auto causal_bool = [](int64_t s_len, int64_t t_len) {
-    Tensor c = Tensor::empty(DataType::kBool, {1, 1, s_len, t_len});
-    for (int64_t s = 0; s < s_len; ++s)
-      for (int64_t t = 0; t < t_len; ++t) c.data<bool>()[s * t_len + t] = t <= s + (t_len - s_len);
-    return c;
-  };
   for (DataType dt : {kF16, kBF16}) {
     // GPT-2: [B, 1, S, T] of 0 / -inf, batch entry 1 left-padded by 3 keys (its first 3 rows see nothing).
     {
@@ -830,7 +829,7 @@ TEST(CudaOps, AttentionStagedMaskMatchesCpu) {
       const std::string label = std::string("causal bool, fill ") + std::to_string(fill) + ", " + dtype_name(dt);
       const auto tactics = expect_attention_tactics_match_cpu(
           {random_tensor({2, S, H * D}, rng), random_tensor({2, T, H * D}, rng), random_tensor({2, T, H * D}, rng), Tensor(),
-           causal_bool(S, T)},
+           causal_keep(1, S, T)},
           dt,
           [&](OneNode& n) {
             n.set_int("num_heads", H);
@@ -848,13 +847,11 @@ TEST(CudaOps, AttentionStagedMaskMatchesCpu) {
       const int64_t S = 70, T = by_cond ? 144 : 200, H = 2, D = 64;
       std::vector<Tensor> in = {random_tensor({2, S, H * D}, rng), random_tensor({2, T, H * D}, rng),
                                 random_tensor({2, T, H * D}, rng)};
-      Tensor c = Tensor::empty(DataType::kBool, {2, 1, S, T});
+      Tensor c = causal_keep(2, S, T);  // then true = hidden (filled)
       Tensor add = Tensor::empty(kF32, {2, 1, S, T});
       for (int64_t i = 0; i < c.numel(); ++i) {
-        const int64_t t = i % T, s = (i / T) % S;
-        const bool hidden = t > s + (T - S);
-        c.data<bool>()[i] = hidden;  // true = filled
-        add.data<float>()[i] = hidden ? -INFINITY : 0.f;
+        c.data<bool>()[i] = !c.data<bool>()[i];
+        add.data<float>()[i] = c.data<bool>()[i] ? -INFINITY : 0.f;
       }
       if (by_cond)
         in.insert(in.end(), {Tensor(), c});

@@ -498,13 +498,12 @@ bool fa_fits(const AttentionArgs& a) { return fa_shapes_fit(a) && mma_fits(a) &&
 // together). kMaskStaged, for one mask whose keys are contiguous and whose rows are 16-byte aligned
 // (mask_stages says when), copies the block's rows x 64 keys of the mask into shared memory with K_i, in
 // K's cp.async group, so the mask is read from shared memory like K and its copy overlaps the previous
-// tile. A warp
-// whose 16 rows see only -inf in a tile (a causal mask's tiles past the diagonal: every entry filled
-// with a fill of -inf, or an additive -inf) skips the tile: its scores, probabilities and P·V. That is
-// exact for finite Q, K and V — each skipped score would be -inf, its probability 0, the row's maximum
-// and sum unchanged — and where Q, K or V hold an infinity or NaN at skipped keys they contribute
-// nothing, where the unfused graph's row would turn NaN (as flash-attention kernels' causal tile
-// skipping).
+// tile. A warp whose 16 rows see only -inf in a tile (a causal mask's tiles past the diagonal: every
+// entry filled with a fill of -inf, or an additive -inf) skips the tile: its scores, probabilities and
+// P·V. That is exact for finite Q, K and V — each skipped score would be -inf, its probability 0, the
+// row's maximum and sum unchanged — and where Q, K or V hold an infinity or NaN at skipped keys they
+// contribute nothing, where the unfused graph's row would turn NaN (as flash-attention kernels' causal
+// tile skipping).
 
 constexpr int kFpPad = 8;  // row padding (elements) of the K and V tiles: 8 rows of a fragment hit 8 bank quads
 constexpr int kNoMask = 0, kMaskGlobal = 1, kMaskStaged = 2;
@@ -513,8 +512,13 @@ constexpr int kMaskPad = 16;  // bytes after each staged mask row: the 8 rows of
 size_t fp_smem_bytes(int d) { return sizeof(uint16_t) * 4 * size_t(kFaKeys) * (d + kFpPad); }
 
 // The staged mask tiles: two buffers of `rows` rows of 64 keys of `elem` bytes each (and the padding).
-size_t fp_mask_pitch(int elem) { return size_t(kFaKeys) * elem + kMaskPad; }
+__host__ __device__ constexpr int fp_mask_pitch(int elem) { return kFaKeys * elem + kMaskPad; }
 size_t fp_mask_bytes(int rows, int elem) { return 2 * size_t(rows) * fp_mask_pitch(elem); }
+// The pipelined kernel's dynamic shared memory: K and V tiles, and the staged mask tiles of `mask_elem`
+// bytes per entry (0: none).
+size_t fp_launch_smem_bytes(int d, int w, int mask_elem) {
+  return fp_smem_bytes(d) + (mask_elem ? fp_mask_bytes(w * 16, mask_elem) : 0);
+}
 
 // Whether the pipelined kernel stages a's mask in shared memory (kMaskStaged): one mask, bool or of Q's
 // 2-byte type, an entry per query row (a mask whose rows repeat, row stride 0 as a key-padding mask
@@ -560,7 +564,7 @@ __global__ void __launch_bounds__(W * 32, D <= 64 ? 16 / W : 1) attention_fp_ker
   const int melem = by_cond ? 1 : 2;
   const int64_t mrow_stride = by_cond ? a.cs[2] : a.ms[2];
   constexpr int mrows = W * 16;
-  const int mpitch = kFaKeys * melem + kMaskPad;
+  const int mpitch = fp_mask_pitch(melem);
   unsigned char* mts = reinterpret_cast<unsigned char*>(vs + 2 * kTile);  // [2][mrows][mpitch] bytes
   const unsigned char* mplane = by_cond ? reinterpret_cast<const unsigned char*>(hv.cond)
                                         : reinterpret_cast<const unsigned char*>(hv.mask);
@@ -700,12 +704,12 @@ __global__ void __launch_bounds__(W * 32, D <= 64 ? 16 / W : 1) attention_fp_ker
 template <typename T, int D, int W, int kMask>
 int launch_fp(const AttentionArgs& a, cudaStream_t stream) {
   auto kernel = attention_fp_kernel<T, D, W, kMask>;
-  const size_t smem = fp_smem_bytes(D) + (kMask == kMaskStaged ? fp_mask_bytes(W * 16, a.cond ? 1 : 2) : 0);
+  const size_t smem = fp_launch_smem_bytes(D, W, kMask == kMaskStaged ? (a.cond ? 1 : 2) : 0);
   // Once per instantiation, for the largest launch it makes (head size 128 and a staged mask need more
   // than the default 48 KiB).
-  static const cudaError_t opt_in = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      static_cast<int>(fp_smem_bytes(D) + (kMask == kMaskStaged ? fp_mask_bytes(W * 16, 2) : 0)));
+  static const cudaError_t opt_in =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(fp_launch_smem_bytes(D, W, kMask == kMaskStaged ? 2 : 0)));
   if (opt_in != cudaSuccess) return static_cast<int>(opt_in);
   const dim3 grid(static_cast<unsigned>((a.s + W * 16 - 1) / (W * 16)), static_cast<unsigned>(a.heads),
                   static_cast<unsigned>(a.b));
