@@ -10,6 +10,8 @@
 #      env -i and in a chroot without the build's libraries; with a CUDA build/, its own CPU-only build);
 #   4. the whole extreme-attribute sweep, one case per op, attribute and value (tools/attr_sweep.py
 #      --dedupe; CI runs a 150-case sample of it in the Python suite);
+#   4b. the server's request soak at full size: 10^6 tiny requests over kept-alive connections
+#      (tests/python/test_serve.py with KILN_SERVE_SOAK_REQUESTS; CI sends 20,000; about 5 minutes);
 #   5. kiln.ray_serve on a local Ray (scripts/setup_ray.sh, tests/ray/; not in CI: Ray is large);
 #   6. the ThreadSanitizer job (scripts/tsan.sh: its own build, the runtime, thread-pool and batcher
 #      tests; not in CI);
@@ -51,6 +53,8 @@ step "scripts/test.sh --weakest-all" scripts/test.sh --weakest-all
 step "self-contained CPU wheel (scripts/check_wheel.sh)" scripts/check_wheel.sh
 step "attribute sweep (tools/attr_sweep.py --dedupe)" .venv/bin/python tools/attr_sweep.py --dedupe --jobs 2 \
   --json build/attr_sweep.json
+step "server soak, 10^6 requests" env KILN_SERVE_SOAK_REQUESTS=1000000 .venv/bin/python -m pytest -q \
+  -p no:cacheprovider tests/python/test_serve.py -k many_tiny_requests
 step "Ray Serve (scripts/setup_ray.sh, tests/ray)" bash -c \
   'scripts/setup_ray.sh && .venv-ray/bin/python -m pytest -q -p no:warnings tests/ray'
 step "ThreadSanitizer (scripts/tsan.sh)" scripts/tsan.sh

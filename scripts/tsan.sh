@@ -2,7 +2,7 @@
 # The ThreadSanitizer job: a clang-14 -fsanitize=thread build (CUDA and Python off) in build-tsan/,
 # then under it the unit tests where kiln's own threads meet: the runtime's (engines and contexts
 # shared across threads, among them the 16-thread soak with mixed batch sizes, Runtime.*), the
-# thread pool's (Parallel.*) and the serve batcher's (ServeBatcher.*). Any race report fails the job
+# thread pool's (Parallel.*), the serve batcher's (ServeBatcher.*) and the HTTP gate's (HttpGate.*). Any race report fails the job
 # (halt_on_error). Run before a stop by scripts/prestop.sh, not in CI: the build takes about 12 min on
 # 2 cores (2026-11-29: 719 s), the tests a few seconds (oneDNN's kernels are not instrumented).
 #
@@ -15,7 +15,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-filter='Runtime.*:ServeBatcher.*:Parallel.*'
+filter='Runtime.*:ServeBatcher.*:HttpGate.*:Parallel.*'
 while [ $# -gt 0 ]; do
   case "$1" in
     --filter) filter=$2; shift 2 ;;

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "serve/http_gate.h"
 #include "serve/protocol.h"
 
 namespace kiln::serve {
@@ -90,7 +91,7 @@ std::string model_route(const std::string& tail) {
 struct HttpServer::Impl {
   Repository& repository;
   HttpOptions options;
-  httplib::Server api, metrics;
+  GatedServer api, metrics;
   int api_port = -1, metrics_port = -1;
   std::thread metrics_thread;
   std::atomic<bool> stopping{false};
@@ -98,7 +99,16 @@ struct HttpServer::Impl {
   // has been entered: httplib's stop() does nothing before listening has begun, so it is repeated.
   std::atomic<int> run_state{0};
 
-  Impl(Repository& r, HttpOptions o) : repository(r), options(std::move(o)) {}
+  Impl(Repository& r, HttpOptions o)
+      : repository(r), options(std::move(o)), api(limits(options, options.threads)), metrics(limits(options, 2)) {}
+
+  static GateLimits limits(const HttpOptions& o, int threads) {
+    GateLimits g;
+    g.head_timeout = std::chrono::milliseconds(std::max(1, o.head_timeout_ms));
+    g.threads = static_cast<size_t>(std::max(1, threads));
+    g.min_bytes_per_second = o.min_bytes_per_second;
+    return g;
+  }
 
   // Runs `handler` with the model version the route names, or answers why there is none.
   template <class F>
@@ -142,9 +152,10 @@ struct HttpServer::Impl {
 
   void add_routes() {
     api.set_payload_max_length(options.max_body_bytes);
-    // An idle keep-alive connection holds its thread until this passes, and stopping waits for every
-    // thread (httplib does not wake them): 2 s bounds a shutdown, and a client idle longer reconnects.
-    api.set_keep_alive_timeout(2);
+    // Waiting and idle connections hold no thread (http_gate.h): a kept-alive connection may serve
+    // this many requests before it is closed (httplib's default is 5), and is closed after
+    // head_timeout_ms idle.
+    api.set_keep_alive_max_count(1000);
     // Responses go out in more than one write: with Nagle's algorithm each small request waited for
     // the client's delayed ACK (about 40 ms per request, measured with bench/serve_bench.py --protocol http).
     api.set_tcp_nodelay(true);
@@ -247,13 +258,10 @@ struct HttpServer::Impl {
       }
       send_error(res, 500, "internal error: " + what);
     });
-    const int threads = std::max(1, options.threads);
-    api.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
 
     metrics.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(prometheus_metrics(repository), "text/plain; version=0.0.4");
     });
-    metrics.new_task_queue = [] { return new httplib::ThreadPool(2); };
   }
 };
 

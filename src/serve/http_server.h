@@ -18,7 +18,11 @@ struct HttpOptions {
   int port = 8000;           // 0: any free port (http_port() tells which)
   int metrics_port = 8002;   // 0: any free port; -1: no metrics server
   size_t max_body_bytes = size_t{256} << 20;  // larger requests are refused (413)
-  int threads = 256;         // connections served at once (a keep-alive connection holds its thread while open)
+  int threads = 256;         // requests served at once (connections waiting for a request hold no thread)
+  int head_timeout_ms = 10000;  // a request head must arrive whole within this of its first byte (else
+                                // 408); a connection that sends nothing is closed after it
+  size_t min_bytes_per_second = 4096;  // bodies and responses slower than this (after head_timeout_ms of
+                                       // waiting on the client) are cut
 };
 
 class HttpServer {

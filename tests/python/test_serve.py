@@ -642,3 +642,217 @@ def test_mutated_requests_never_break_the_server(server):
             assert json.loads(reply)["error"], reply
     assert 400 in statuses
     assert server.client().is_server_live()
+
+
+def _connect(s: Server, payload: bytes = b""):
+    import socket  # noqa: PLC0415
+
+    c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    if payload:
+        c.sendall(payload)
+    return c
+
+
+def _read_until_closed(c, limit_s: float) -> tuple[bytes, float]:
+    """Everything the server sends until it closes the connection (or resets it), and when that was."""
+    t0, got = time.monotonic(), b""
+    c.settimeout(limit_s)
+    try:
+        while True:
+            b = c.recv(65536)
+            if not b:
+                break
+            got += b
+    except ConnectionResetError:
+        pass
+    return got, time.monotonic() - t0
+
+
+def test_slow_clients_do_not_hold_the_http_threads(repo):
+    """A slow-loris with --http-threads 2: six connections trickle a request head (a header line every
+    0.2 s) and one kept-alive connection trickles its second request; health requests and an inference
+    are still answered at once, because connections wait for their head in the gate, not in a thread."""
+    s = Server(repo, "--http-threads", "2")
+    slow, stop = [], threading.Event()
+    try:
+        for _ in range(6):
+            slow.append(_connect(s, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n"))
+        k = _connect(s, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert k.recv(4096).startswith(b"HTTP/1.1 200")
+        k.sendall(b"GET /v2/health/live HTTP/1.1\r\n")
+        slow.append(k)
+
+        def trickle():
+            i = 0
+            while not stop.wait(0.2):
+                for c in slow:
+                    try:
+                        c.sendall(b"X-Slow-%d: y\r\n" % i)
+                    except OSError:
+                        pass
+                i += 1
+
+        threading.Thread(target=trickle, daemon=True).start()
+        time.sleep(1.0)  # all seven accepted and mid-head
+        for _ in range(3):
+            t0 = time.monotonic()
+            assert s.raw("GET", "/v2/health/live")[0] == 200
+            assert time.monotonic() - t0 < 2.0
+        x = np.arange(4, dtype=np.float32).reshape(1, 4)
+        r = s.client().infer("addmul", addmul_inputs(x, x, binary=True))
+        np.testing.assert_array_equal(r.as_numpy("sum"), x + x)
+    finally:
+        stop.set()
+        for c in slow:
+            c.close()
+        assert s.stop() == 0, "".join(s.stderr)
+
+
+def test_request_heads_and_bodies_have_deadlines(repo):
+    """--http-head-timeout 1: a head still incomplete after 1 s is answered 408 and closed, a silent
+    connection is closed, a head over 16 KiB is answered 431, and a body trickled far below the rate
+    floor is cut; pipelined requests sent in one write are all answered, in order."""
+    s = Server(repo, "--http-head-timeout", "1")
+    try:
+        partial = _connect(s, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n")
+        silent = _connect(s)
+        got, took = _read_until_closed(partial, 10)
+        assert got.startswith(b"HTTP/1.1 408") and 0.5 < took < 5, (got, took)
+        got, took = _read_until_closed(silent, 10)
+        assert got == b"" and took < 5, (got, took)
+
+        big = _connect(s, b"GET /v2/health/live HTTP/1.1\r\n" + b"X-Big: " + b"a" * 20000 + b"\r\n")
+        got, _ = _read_until_closed(big, 10)
+        assert got.startswith(b"HTTP/1.1 431"), got[:80]
+
+        body = _connect(s, b"POST /v2/models/addmul/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n{")
+        t0, closed = time.monotonic(), False
+        while time.monotonic() - t0 < 15 and not closed:
+            try:
+                body.sendall(b" " * 64)
+                body.settimeout(0.1)
+                closed = body.recv(4096) == b""
+            except TimeoutError:
+                pass
+            except OSError:
+                closed = True
+        assert closed and time.monotonic() - t0 < 10, time.monotonic() - t0
+
+        piped = _connect(s, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n" * 3 + b"GET /v2/models/addmul HTTP/1.1\r\n"
+                         b"Host: x\r\nConnection: close\r\n\r\n")
+        got, _ = _read_until_closed(piped, 10)
+        assert got.count(b"HTTP/1.1 200") == 4 and got.rstrip().endswith(b"}") and b'"addmul"' in got, got
+        for c in (partial, silent, big, body, piped):
+            c.close()
+        assert s.raw("GET", "/v2/health/live")[0] == 200
+    finally:
+        assert s.stop() == 0, "".join(s.stderr)
+
+
+def test_idle_keep_alive_connections_are_closed_by_a_stop(repo):
+    s = Server(repo)
+    idle = [_connect(s, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n") for _ in range(8)]
+    for c in idle:
+        assert c.recv(4096).startswith(b"HTTP/1.1 200")
+    t0 = time.monotonic()
+    assert s.stop() == 0, "".join(s.stderr)
+    assert time.monotonic() - t0 < 4, time.monotonic() - t0  # the process's whole teardown
+    for c in idle:
+        assert _read_until_closed(c, 2)[0] == b""
+        c.close()
+
+
+def _json_infer(x: np.ndarray) -> bytes:
+    rows = [{"name": n, "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()} for n in ("x", "y")]
+    return json.dumps({"inputs": rows, "outputs": [{"name": "sum"}]}).encode()
+
+
+def test_requests_racing_unload_and_load_are_all_answered(repo):
+    """Four clients send inferences to a model while it is unloaded and loaded again ten times: every
+    request is answered, with the right sum or with a JSON error naming the model (404, 503), never a
+    dropped connection, and the model serves after the last load."""
+    s = Server(repo)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    body, stop, results, lock = _json_infer(x), threading.Event(), [], threading.Lock()
+
+    def client():
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+        while not stop.is_set():
+            try:
+                c.request("POST", "/v2/models/addmul/infer", body=body)
+                r = c.getresponse()
+                status, data = r.status, r.read()
+            except (OSError, http.client.HTTPException) as e:  # a dropped connection is the failure
+                status, data = -1, repr(e).encode()
+                c.close()
+                c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+            with lock:
+                results.append((status, data))
+        c.close()
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        admin = s.client()
+        for _ in range(10):
+            admin.unload_model("addmul")
+            time.sleep(0.02)
+            admin.load_model("addmul")
+            time.sleep(0.02)
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        assert not any(t.is_alive() for t in threads)
+        codes: dict[int, int] = {}
+        for status, data in results:
+            codes[status] = codes.get(status, 0) + 1
+            if status == 200:
+                out = json.loads(data)["outputs"][0]
+                assert out["name"] == "sum" and out["data"] == (x + x).ravel().tolist(), out
+            else:
+                assert status in (400, 404, 503) and "addmul" in json.loads(data)["error"], (status, data[:200])
+        assert codes.get(200, 0) > 0 and -1 not in codes, codes
+        status, data = s.raw("POST", "/v2/models/addmul/infer", body)
+        assert status == 200, data
+    finally:
+        stop.set()
+        assert s.stop() == 0, "".join(s.stderr)
+
+
+def test_many_tiny_requests_on_kept_alive_connections(server):
+    """KILN_SERVE_SOAK_REQUESTS (20,000 here; 10^6 in the pre-stop run) health and metadata requests
+    from 8 kept-alive connections: every one answered 200, and the server's threads and open files do
+    not grow with the count."""
+    total = int(os.environ.get("KILN_SERVE_SOAK_REQUESTS", "20000"))
+    per, failures = total // 8, []
+
+    def proc_counts():
+        pid = server.proc.pid
+        return len(os.listdir(f"/proc/{pid}/task")), len(os.listdir(f"/proc/{pid}/fd"))
+
+    def client(k):
+        c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        path = "/v2/health/live" if k % 2 else "/v2/models/addmul"
+        for _ in range(per):
+            c.request("GET", path)
+            r = c.getresponse()
+            r.read()
+            if r.status != 200:
+                failures.append(r.status)
+            if r.getheader("Connection", "").lower() == "close":
+                c.close()
+                c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        c.close()
+
+    assert server.raw("GET", "/v2/health/live")[0] == 200  # listening: its thread pool is up
+    before = proc_counts()
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not any(t.is_alive() for t in threads) and not failures, failures[:10]
+    time.sleep(0.2)
+    after = proc_counts()
+    assert after[0] <= before[0] and after[1] <= before[1] + 2, (before, after)

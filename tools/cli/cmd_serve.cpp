@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -30,6 +31,8 @@ struct ServeCommand {
   int http_port = 8000, grpc_port = 8001, metrics_port = 8002, http_threads = 256, grpc_threads = 512;
   int64_t default_max_batch_size = 8;
   size_t max_body_bytes = size_t{256} << 20;
+  double http_head_timeout_s = 10;
+  size_t http_min_rate = 4096;
   bool no_engine_cache = false, strict_readiness = true;
 
   CLI::App* add_to(CLI::App& app);
@@ -56,8 +59,16 @@ CLI::App* ServeCommand::add_to(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--max-body-bytes", max_body_bytes, "largest request body accepted (larger: HTTP 413)")
       ->check(CLI::PositiveNumber);
-  sub->add_option("--http-threads", http_threads, "HTTP connections served at once (an open keep-alive connection holds one)")
+  sub->add_option("--http-threads", http_threads,
+                  "HTTP requests served at once (connections waiting for a request, idle or slow, hold none)")
       ->check(CLI::Range(1, 65536));
+  sub->add_option("--http-head-timeout", http_head_timeout_s,
+                  "seconds a client has from the first byte of a request head to its end (else 408); a connection "
+                  "that sends nothing is closed after it")
+      ->check(CLI::Range(0.001, 3600.0));
+  sub->add_option("--http-min-rate", http_min_rate,
+                  "bytes per second below which a request body or response is cut, once it has waited on the "
+                  "client --http-head-timeout in all (0: never)");
   sub->add_option("--grpc-threads", grpc_threads, "gRPC calls served at once (past it: RESOURCE_EXHAUSTED)")
       ->check(CLI::Range(2, 65536));
   sub->add_flag("--no-engine-cache", no_engine_cache,
@@ -75,6 +86,13 @@ int ServeCommand::execute() {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // A server holds a socket per client: take the whole open-file limit the system allows (the soft
+  // limit is often 1024), as servers do; the HTTP gate waits for at most half of it.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
 
   std::mutex log_mu;
   kiln::serve::RepositoryOptions ro;
@@ -94,6 +112,8 @@ int ServeCommand::execute() {
   ho.metrics_port = metrics_port;
   ho.max_body_bytes = max_body_bytes;
   ho.threads = http_threads;
+  ho.head_timeout_ms = static_cast<int>(http_head_timeout_s * 1000 + 0.5);
+  ho.min_bytes_per_second = http_min_rate;
   kiln::serve::HttpServer server(models, ho);
   if (kiln::Status st = server.bind(); !st.ok()) return fail(st);
   kiln::serve::GrpcOptions go;
