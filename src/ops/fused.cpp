@@ -10,7 +10,8 @@
 //   FusedGemm(A, B[, C])         Gemm attributes + activation, activation_params
 //   FusedMatMul(A, B[, bias])    act(MatMul(A, B) + bias), bias [N] along the last dim; without a bias,
 //                                output_dtype = float32 makes a float16/bfloat16 product write float32
-//                                (passes::products_write_float, CUDA half engines)
+//                                (passes::products_write_float, CUDA half engines), and with it
+//                                output_columns = c makes Y the product's first c columns (CUDA only)
 //   SkipLayerNorm(A, B, gamma[, beta]) → Y[, A+B]   LayerNormalization(A + B) over the last dim, epsilon
 //   ChannelsLastPool(X) → Y      MaxPool, AveragePool, GlobalMaxPool or GlobalAveragePool (attribute
 //                                `op`, with that op's attributes) on X [N,H,W,C] → Y [N,OH,OW,C]
@@ -177,6 +178,7 @@ constexpr char kMatMul[] = "MatMul";
 Status infer_fused_matmul(InferContext& c) {
   KILN_RETURN_IF_ERROR((like<kMatMul, 2>(c)));
   const ir::Attribute* od = c.node.attr("output_dtype");
+  if (!od && c.node.attr("output_columns")) return c.error("output_columns comes with output_dtype float32");
   if (!od || !c.has(0)) return Status::Ok();
   const DataType in = c.dtype(0), out = static_cast<DataType>(od->i);
   if (out != DataType::kFloat32 || (in != DataType::kUndefined && in != DataType::kFloat32 &&
@@ -184,6 +186,13 @@ Status infer_fused_matmul(InferContext& c) {
     return c.error("output_dtype: float products may write float32, nothing else");
   if (c.has(2)) return c.error("output_dtype: a product with a bias writes its operands' dtype");
   c.out[0].dtype = out;
+  // output_columns (CUDA only: passes::products_write_float): Y is the product's first columns.
+  if (const ir::Attribute* oc = c.node.attr("output_columns")) {
+    ir::SymShape& y = c.out[0].shape;
+    if (oc->i <= 0 || (y.known && (y.rank() < 2 || (y.dims.back().is_static() && oc->i > y.dims.back().value))))
+      return c.error("output_columns " + std::to_string(oc->i) + " is not a count of the product's columns");
+    if (y.known) y.dims.back() = ir::Dim(oc->i);
+  }
   return Status::Ok();
 }
 

@@ -215,9 +215,8 @@ Tensor int64_tensor(const std::vector<int64_t>& v, bool scalar) {
   return t;
 }
 
-namespace {
-// The elements of a constant int32/int64 tensor, exactly (through double, INT64_MAX would round to
-// 2^63, past int64: undefined behaviour, found by fuzz_import); nullopt for other types.
+// Exactly (through double, INT64_MAX would round to 2^63, past int64: undefined behaviour, found by
+// fuzz_import).
 std::optional<std::vector<int64_t>> integer_values(const Tensor& t) {
   std::vector<int64_t> r(static_cast<size_t>(t.numel()));
   if (t.dtype() == DataType::kInt64)
@@ -228,7 +227,6 @@ std::optional<std::vector<int64_t>> integer_values(const Tensor& t) {
     return std::nullopt;
   return r;
 }
-}  // namespace
 
 std::optional<std::vector<int64_t>> reduce_axes(const ir::Node& n) {
   const int axes_input_since = n.op_type == "ReduceSum" ? 13 : 18;

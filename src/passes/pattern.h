@@ -104,6 +104,8 @@ ir::Node* sole_reader(const ir::Value* v, bool any_times = false);
 bool same_dim(const ir::Dim& a, const ir::Dim& b);
 // The reduce axes of a ReduceMean/ReduceSum node (attribute before opset 18, input after).
 std::optional<std::vector<int64_t>> reduce_axes(const ir::Node& n);
+// The elements of a constant int32/int64 tensor; nullopt for other types.
+std::optional<std::vector<int64_t>> integer_values(const Tensor& t);
 
 // near_miss_depth for rules whose failures are never worth reporting.
 constexpr int kQuiet = 99;

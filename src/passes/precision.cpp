@@ -21,6 +21,7 @@
 //    more than the pool itself on the H100), converting its output a vector per image.
 #include <cmath>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "ir/float_types.h"
@@ -201,6 +202,43 @@ int products_write_half(ir::Graph& g, DataType half, const std::function<bool(co
   return changed;
 }
 
+namespace {
+
+// c when `slice` takes the columns [0, c) of its input's last axis (of `rank`) with step 1, 0 otherwise.
+int64_t leading_columns(const ir::Node& slice, int64_t rank) {
+  // Input i (Slice-10 on) or attribute `attr` (Slice-1): {} when absent, nullopt when not constant.
+  auto ints = [&](size_t i, const char* attr) -> std::optional<std::vector<int64_t>> {
+    if (slice.opset < 10) return slice.attr_ints(attr);
+    if (!slice.has_input(i)) return std::vector<int64_t>{};
+    if (!slice.inputs[i]->is_constant()) return std::nullopt;
+    return integer_values(*slice.inputs[i]->constant);
+  };
+  const auto starts = ints(1, "starts"), ends = ints(2, "ends"), axes = ints(3, "axes"), steps = ints(4, "steps");
+  if (!starts || !ends || !axes || !steps || starts->size() != 1 || ends->size() != 1) return 0;
+  const int64_t axis = axes->empty() ? 0 : (*axes)[0] < 0 ? (*axes)[0] + rank : (*axes)[0];
+  if (axes->size() > 1 || axis != rank - 1 || (*starts)[0] != 0 || (steps->size() == 1 && (*steps)[0] != 1) ||
+      steps->size() > 1)
+    return 0;
+  return std::max<int64_t>(0, (*ends)[0]);
+}
+
+// The kiln.FusedMatMul that would replace product p (its A and B, `attrs`, writing `out`), for the
+// target's `accepts` to judge; not in the graph.
+std::unique_ptr<ir::Node> fused_probe(const ir::Node& p, const std::map<std::string, ir::Attribute>& attrs,
+                                      ir::Value* out) {
+  auto probe = std::make_unique<ir::Node>();
+  probe->op_type = "FusedMatMul";
+  probe->domain = "kiln";
+  probe->opset = 1;
+  probe->name = p.name;
+  probe->attrs = attrs;
+  probe->inputs = {p.inputs[0], p.inputs[1]};
+  probe->outputs = {out};
+  return probe;
+}
+
+}  // namespace
+
 int products_write_float(ir::Graph& g, const std::function<bool(const ir::Node&)>& accepts) {
   int changed = 0;
   const std::set<std::string> captured = ir::names_read_by_subgraphs(g);
@@ -233,17 +271,33 @@ int products_write_float(ir::Graph& g, const std::function<bool(const ir::Node&)
     ir::Attribute& od = attrs["output_dtype"];
     od.kind = ir::Attribute::Kind::kInt;
     od.i = static_cast<int64_t>(DataType::kFloat32);
-    ir::Node probe;
-    probe.op_type = "FusedMatMul";
-    probe.domain = "kiln";
-    probe.opset = 1;
-    probe.name = p->name;
-    probe.attrs = attrs;
-    probe.inputs = {p->inputs[0], p->inputs[1]};
+    // A Slice of the leading columns (pad-matmul-columns') goes into the product too, where its
+    // kernel takes it: the half product is widened into the float32 columns in one pass, instead of
+    // a float32 product realigned by the Slice (twice the bytes written, then copied).
+    const ir::SymShape& ys = y->type.shape;
+    const int64_t n_cols = ys.known && ys.rank() >= 2 && ys.dims.back().is_static() ? ys.dims.back().value : 0;
+    const int64_t columns = slice && n_cols ? leading_columns(*slice, ys.rank()) : 0;
+    if (columns > 0 && columns < n_cols) {
+      std::map<std::string, ir::Attribute> narrow = attrs;
+      ir::Attribute& oc = narrow["output_columns"];
+      oc.kind = ir::Attribute::Kind::kInt;
+      oc.i = columns;
+      if (accepts(*fused_probe(*p, narrow, z))) {
+        const std::string name = p->name;
+        std::vector<ir::Value*> ab = {p->inputs[0], p->inputs[1]};
+        g.remove_node(cast);
+        g.remove_node(slice);
+        g.remove_node(p);
+        ir::Node* f = g.add_node("FusedMatMul", "kiln", ab, {z}, name + "_writes_float_columns");
+        f->opset = 1;
+        f->attrs = std::move(narrow);
+        ++changed;
+        continue;
+      }
+    }
     ir::Value wide_probe;
     wide_probe.type = ir::Type::tensor(DataType::kFloat32, y->type.shape);
-    probe.outputs = {slice ? &wide_probe : z};
-    if (!accepts(probe)) continue;
+    if (!accepts(*fused_probe(*p, attrs, slice ? &wide_probe : z))) continue;
     const std::string name = p->name;
     std::vector<ir::Value*> ab = {p->inputs[0], p->inputs[1]};
     std::vector<ir::Value*> slice_in = slice ? slice->inputs : std::vector<ir::Value*>{};

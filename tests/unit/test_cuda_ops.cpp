@@ -436,6 +436,56 @@ TEST(CudaOps, FusedConvGemmMatMulMatchCpu) {
   }
 }
 
+// output_dtype float32 with output_columns c (passes::products_write_float, a padded half head): the
+// half product's first c columns widened to float32 — every destination alignment (c and the row
+// count odd, so rows start at each of the four 4-float offsets), a batch of matrices folded into
+// rows, float16 and bfloat16. Reference: the product of the half values in double, rounded to the
+// half type (the kernel rounds there before widening), within one accumulation-order rounding.
+TEST(CudaOps, HalfProductWidenedIntoLeadingColumns) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(37);
+  struct Case { Shape a; int64_t n, columns; };
+  for (DataType dt : {kF16, kBF16}) {
+    for (const Case& c : {Case{{7, 64}, 1008, 1001}, Case{{2, 5, 32}, 16, 13}, Case{{33, 48}, 2048, 2045},
+                          Case{{1, 16}, 1008, 1000}, Case{{9, 16}, 64, 64}}) {
+      const std::string label = std::string(dtype_name(dt)) + " " + shape_to_string(c.a) + " x " +
+                                std::to_string(c.n) + " -> " + std::to_string(c.columns);
+      const int64_t k = c.a.back();
+      const std::vector<Tensor> in = {convert(random_tensor(c.a, rng), dt), convert(random_tensor({k, c.n}, rng), dt)};
+      OneNode n("FusedMatMul", 1, in);
+      n.node->domain = "kiln";
+      n.set_int("output_dtype", static_cast<int64_t>(DataType::kFloat32));
+      n.set_int("output_columns", c.columns);
+      auto got = run_cuda(*n.node, in);
+      ASSERT_TRUE(got.ok()) << label << ": " << got.status().to_string();
+      const Tensor& y = (*got)[0];
+      Shape want_shape = c.a;
+      want_shape.back() = c.columns;
+      ASSERT_EQ(y.dtype(), kF32) << label;
+      ASSERT_EQ(y.shape(), want_shape) << label;
+      const int64_t rows = shape_numel(c.a) / k;
+      const double ulp = dt == kF16 ? 1.0 / 1024 : 1.0 / 128;  // relative spacing of the half type
+      int bad = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < c.columns; ++j) {
+          double ref = 0;
+          for (int64_t t = 0; t < k; ++t) ref += element(in[0], r * k + t) * element(in[1], t * c.n + j);
+          const double v = y.data<float>()[r * c.columns + j];
+          if (std::abs(v - ref) > ulp * std::abs(ref) + 1e-3 && ++bad <= 5)
+            ADD_FAILURE() << label << ": row " << r << " column " << j << ": " << v << " vs " << ref;
+        }
+      EXPECT_EQ(bad, 0) << label;
+    }
+  }
+  // Refused where it cannot apply: more columns than the product has, a float32 product.
+  const std::vector<Tensor> in = {convert(random_tensor({4, 16}, rng), kF16), convert(random_tensor({16, 64}, rng), kF16)};
+  OneNode wide("FusedMatMul", 1, in);
+  wide.node->domain = "kiln";
+  wide.set_int("output_dtype", static_cast<int64_t>(DataType::kFloat32));
+  wide.set_int("output_columns", 65);
+  EXPECT_FALSE(run_cuda(*wide.node, in).ok());
+}
+
 // ResNet-50's first convolution in float16 at batch 64 (3 input channels, 7x7, stride 2): cuDNN's
 // heuristic offered an algorithm there that the launch refused (CUDNN_STATUS_BAD_PARAM on the H100).
 TEST(CudaOps, HalfConvThreeChannelsBatch64) {

@@ -1056,9 +1056,12 @@ TEST(Passes, Int8ProductWritesHalfInsteadOfACast) {
 // becomes a kiln.FusedMatMul writing float32 (output_dtype), the Slice slicing float32 and the graph
 // output keeping its name; a second reader, a Cast to another type or a refusing target leave it.
 TEST(Passes, HalfProductsWriteFloatInsteadOfACast) {
-  // 0: MatMul → Slice → Cast; 1: MatMul → Cast; 2: the Slice read twice; 3: Cast to float16; 4: refused;
-  // 5: as 0 with Slice-1 (starts/ends/axes as attributes, kept by the new Slice).
-  for (int variant = 0; variant < 6; ++variant) {
+  // 0: MatMul → Slice → Cast (the Slice's leading columns taken into the product: output_columns);
+  // 1: MatMul → Cast; 2: the Slice read twice; 3: Cast to float16; 4: refused; 5: as 0 with Slice-1
+  // (starts/ends/axes as attributes); 6: as 0, the target refusing output_columns (the Slice kept,
+  // slicing float32); 7: as 6 with Slice-1 (its attributes kept by the new Slice); 8: a Slice that
+  // does not start at column 0 (kept).
+  for (int variant = 0; variant < 9; ++variant) {
     ir::Graph g;
     g.opsets[""] = 17;
     auto value = [&](const char* name, DataType dt, std::vector<int64_t> dims) {
@@ -1081,7 +1084,7 @@ TEST(Passes, HalfProductsWriteFloatInsteadOfACast) {
     ir::Value* s = y;
     if (sliced) {
       s = value("s", DataType::kFloat16, {2, 13});
-      if (variant == 5) {
+      if (variant == 5 || variant == 7) {
         ir::Node* sl = g.add_node("Slice", "", {y}, {s}, "columns");
         sl->opset = 9;
         for (const auto& [k, v] : std::vector<std::pair<std::string, int64_t>>{{"starts", 0}, {"ends", 13}, {"axes", -1}}) {
@@ -1089,7 +1092,8 @@ TEST(Passes, HalfProductsWriteFloatInsteadOfACast) {
           sl->attrs[k].ints = {v};
         }
       } else {
-        g.add_node("Slice", "", {y, int64s("starts", 0), int64s("ends", 13), int64s("axes", -1)}, {s}, "columns")->opset = 17;
+        g.add_node("Slice", "", {y, int64s("starts", variant == 8 ? 3 : 0), int64s("ends", variant == 8 ? 16 : 13),
+                                 int64s("axes", -1)}, {s}, "columns")->opset = 17;
       }
     }
     const DataType to = variant == 3 ? DataType::kFloat16 : DataType::kFloat32;
@@ -1107,13 +1111,15 @@ TEST(Passes, HalfProductsWriteFloatInsteadOfACast) {
     }
     auto accepts = [variant](const ir::Node& n) {
       EXPECT_EQ(n.op_type, "FusedMatMul");
-      return variant != 4;
+      return variant != 4 && !((variant == 6 || variant == 7) && n.attr("output_columns"));
     };
     const int changed = passes::products_write_float(g, accepts);
     ASSERT_TRUE(g.sort().ok()) << variant;
     const Status verified = g.verify();
     ASSERT_TRUE(verified.ok()) << variant << ": " << verified.to_string();
-    const bool rewritten = variant <= 1 || variant == 5;
+    const bool rewritten = variant <= 1 || variant >= 5;
+    const bool columns_taken = variant == 0 || variant == 5;
+    const bool slice_kept = sliced && !columns_taken;
     EXPECT_EQ(changed, rewritten ? 1 : 0) << variant;
     std::map<std::string, int> ops;
     for (const ir::Node* n : g.nodes()) ++ops[n->op_type];
@@ -1125,8 +1131,9 @@ TEST(Passes, HalfProductsWriteFloatInsteadOfACast) {
     if (!rewritten) continue;
     const ir::Node* producer = logits->producer;
     ASSERT_NE(producer, nullptr);
-    const ir::Node* product = sliced ? producer->inputs[0]->producer : producer;
-    EXPECT_EQ(producer->op_type, sliced ? "Slice" : "FusedMatMul") << variant;
+    const ir::Node* product = slice_kept ? producer->inputs[0]->producer : producer;
+    EXPECT_EQ(producer->op_type, slice_kept ? "Slice" : "FusedMatMul") << variant;
+    EXPECT_EQ(ops["Slice"], slice_kept ? 1 : 0) << variant;
     ASSERT_NE(product, nullptr);
     EXPECT_EQ(product->op_type, "FusedMatMul");
     EXPECT_EQ(product->domain, "kiln");
@@ -1134,10 +1141,16 @@ TEST(Passes, HalfProductsWriteFloatInsteadOfACast) {
     EXPECT_EQ(product->outputs[0]->type.dtype, DataType::kFloat32);
     EXPECT_EQ(product->inputs[0], x);
     EXPECT_EQ(product->inputs[1], w);
-    if (sliced) {
-      EXPECT_EQ(producer->opset, variant == 5 ? 9 : 17);
-      EXPECT_EQ(producer->attr_ints("ends"), variant == 5 ? std::vector<int64_t>{13} : std::vector<int64_t>{});
-      EXPECT_EQ(producer->inputs.size(), variant == 5 ? 1u : 4u);
+    EXPECT_EQ(product->attr_int("output_columns", 0), columns_taken ? 13 : 0) << variant;
+    if (columns_taken) {  // the shape function agrees: [2, 13] float32
+      ASSERT_TRUE(ops::infer_node(*logits->producer).ok()) << variant;
+      EXPECT_EQ(logits->type.shape.dims.back().value, 13);
+      EXPECT_EQ(logits->type.dtype, DataType::kFloat32);
+    }
+    if (slice_kept) {
+      EXPECT_EQ(producer->opset, variant == 7 ? 9 : 17);
+      EXPECT_EQ(producer->attr_ints("ends"), variant == 7 ? std::vector<int64_t>{13} : std::vector<int64_t>{});
+      EXPECT_EQ(producer->inputs.size(), variant == 7 ? 1u : 4u);
     }
   }
 }

@@ -29,6 +29,7 @@ inline std::string check_f32(const ir::Node& n) {
   std::string why;
   Activation act;
   if (!parse_activation(n, &act, &why)) return why;
+  if (n.attr("output_columns")) return "output_columns is the CUDA product's (a padded half GEMM's columns)";
   for (size_t i = 0; i < n.inputs.size(); ++i)
     if (n.inputs[i] && n.inputs[i]->type.dtype != DataType::kFloat32) return "float32 only";
   return "";

@@ -99,6 +99,8 @@ inline constexpr const char* kBiasEpilogueAttr = "kiln_bias_epilogue";
 // kiln.FusedMatMul's output_dtype (float32 from half operands) as its inner MatMul reads it: only the
 // fused op's shape function declares it, so a plain MatMul never carries it.
 inline constexpr const char* kOutputDtypeAttr = "kiln_output_dtype";
+// ... and its output_columns (the float32 Y is the product's first columns: run_matmul, cuda_gemm.cpp).
+inline constexpr const char* kOutputColumnsAttr = "kiln_output_columns";
 int matmul_epilogue_applied(const void* shape_state);  // kiln's FusedConv/FusedGemm/FusedMatMul
 // The CUDA Conv kernel as kiln.FusedConv's inner kernel: kBiasEpilogueAttr = 1 (bias, residual as
 // input 3) or 2 (and a ReLU) asks for them in cuDNN's fused convolution; conv_epilogue_applied(plan)

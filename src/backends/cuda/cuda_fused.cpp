@@ -69,6 +69,10 @@ Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int ops
     if (op == "MatMul") inner->attrs[kOutputDtypeAttr] = od->second;
     inner->attrs.erase("output_dtype");
   }
+  if (auto oc = inner->attrs.find("output_columns"); oc != inner->attrs.end()) {
+    if (op == "MatMul") inner->attrs[kOutputColumnsAttr] = oc->second;
+    inner->attrs.erase("output_columns");
+  }
   if (lt_bias || dnn_fused || gemm_epi) {
     ir::Attribute& e = inner->attrs[kBiasEpilogueAttr];
     e.kind = ir::Attribute::Kind::kInt;

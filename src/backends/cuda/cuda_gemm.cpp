@@ -99,6 +99,10 @@ struct GemmPlan {
   // Gemm's C, broadcast into Y before the product (beta != 0).
   bool has_c = false;
   BroadcastIndex c_index{};
+  // kiln.FusedMatMul's output_columns (passes::products_write_float): the half product goes to the
+  // workspace, [rows, p.n], and its first `columns` columns are widened into the float32 Y.
+  int64_t columns = 0;
+  int64_t rows = 0;
 };
 
 // Descriptors and algorithm for `p` (its pointers are ignored; every buffer is assumed 256-byte
@@ -323,11 +327,28 @@ Status reshape_matmul(ReshapeContext& rc) {
   Shape out = batch;
   if (!a_vec) out.push_back(m);
   if (!b_vec) out.push_back(n);
-  rc.out[0] = {y_dtype, out};
   auto g = std::make_shared<GemmPlan>();
   GemmProblem& p = g->p;
-  p.dtype = y_dtype;
-  if (y_dtype != rc.in[0].dtype) p.ab_dtype = rc.in[0].dtype;
+  // output_columns: Y is the product's first columns, widened to float32 after a half GEMM (cheaper
+  // than a GEMM writing float32 rows and a copy that realigns them: half the bytes written twice).
+  const int64_t columns = rc.node.attr_int(kOutputColumnsAttr, 0);
+  if (columns) {
+    if (y_dtype != DataType::kFloat32 || (rc.in[0].dtype != DataType::kFloat16 && rc.in[0].dtype != DataType::kBFloat16))
+      return rc.error("output_columns: a float16/bfloat16 product writing float32 only");
+    if (b_vec || columns < 0 || columns > n || n % 8 != 0)
+      return rc.error("output_columns " + std::to_string(columns) + " of a product of " + std::to_string(n) +
+                      " columns (a matrix B with a multiple of 8 columns)");
+    if (rc.in.size() > 2 && rc.in[2].present) return rc.error("output_columns: no bias");
+    out.back() = columns;
+    g->columns = columns;
+    g->rows = shape_numel(out) / std::max<int64_t>(columns, 1);
+    rc.workspace_bytes = static_cast<size_t>((g->rows * n * 2 + 255) / 256 * 256);
+    p.dtype = rc.in[0].dtype;
+  } else {
+    p.dtype = y_dtype;
+    if (y_dtype != rc.in[0].dtype) p.ab_dtype = rc.in[0].dtype;
+  }
+  rc.out[0] = {y_dtype, out};
   p.tf32 = ops::allows_tf32(rc.node);
   p.heur_index = heuristic_index(rc);
   p.k = k;
@@ -363,7 +384,11 @@ Status run_matmul(KernelContext& ctx) {
   const auto& g = *static_cast<const GemmPlan*>(ctx.shape_state());
   Tensor& y = ctx.output(0);
   const void* bias = g.p.epilogue != CUBLASLT_EPILOGUE_DEFAULT ? ctx.input(2).raw() : nullptr;
-  return launch_gemm(ctx, g, ctx.input(0).raw(), ctx.input(1).raw(), y.raw(), bias);
+  if (!g.columns) return launch_gemm(ctx, g, ctx.input(0).raw(), ctx.input(1).raw(), y.raw(), bias);
+  void* half = ctx.workspace();
+  KILN_RETURN_IF_ERROR(launch_gemm(ctx, g, ctx.input(0).raw(), ctx.input(1).raw(), half, nullptr));
+  return launched(ctx, launch_widen_rows(elem_of(g.p.dtype), half, y.data<float>(), g.rows, g.columns, g.p.n,
+                                         state_of(ctx).stream));
 }
 
 // ---- MatMul: numpy semantics (1-D operands promoted, batch dims broadcast).

@@ -49,6 +49,11 @@ int launch_quantize_e4m3(int elem, const void* x, uint8_t* y, int64_t n, float i
 int launch_bias_act(int elem, void* y, const void* bias, const void* z, int64_t n, int64_t channels, int64_t inner, bool act,
                     UnaryOp op, float alpha, float beta, cudaStream_t stream);
 
+// y [rows, cols] float32 = the first cols columns of x [rows, pitch] (float16 or bfloat16, `elem`),
+// widened: a padded half GEMM's output written as the model's float32 columns. x and y 16-byte
+// aligned, pitch a multiple of 8 and >= cols (else cudaErrorInvalidValue).
+int launch_widen_rows(int elem, const void* x, float* y, int64_t rows, int64_t cols, int64_t pitch, cudaStream_t stream);
+
 // Concat as one launch for up to kConcatMaxParts inputs: part i copies `outer` rows of width[i] bytes
 // from part[i] (rows contiguous) to dst + offset[i], rows `pitch` bytes apart. Each part moves pieces
 // of 16, 8, 4, 2 or 1 bytes, the largest its pointers, width, offset and pitch allow.
