@@ -3,6 +3,8 @@
 #include <cfloat>
 #include <cstring>
 #include <functional>
+#include <tuple>
+#include <vector>
 
 #include "test_cuda_util.h"
 
@@ -114,6 +116,17 @@ TEST(CudaBackend, ChecksRefuseWhatTheyCannotRun) {
   const KernelDef* def = be->kernels().find(*mm.node);
   ASSERT_NE(def, nullptr);
   EXPECT_EQ(def->name, "cuda.MatMul.cublaslt");
+  // kiln.FusedMatMul's output_columns: a half B with a multiple of 8 columns only (else the pass
+  // keeps its float32 Slice instead of building a node the kernel would refuse at reshape).
+  for (const auto& [cols, dt, ok] : std::vector<std::tuple<int64_t, DataType, bool>>{
+           {16, DataType::kFloat16, true}, {16, DataType::kBFloat16, true}, {12, DataType::kFloat16, false},
+           {16, DataType::kFloat32, false}}) {
+    OneNode f("FusedMatMul", 1, {Tensor::empty(dt, {4, 16}), Tensor::empty(dt, {16, cols})});
+    f.node->domain = "kiln";
+    f.set_int("output_dtype", static_cast<int64_t>(DataType::kFloat32));
+    f.set_int("output_columns", 5);
+    EXPECT_EQ(be->kernels().find(*f.node, &why) != nullptr, ok) << cols << " " << dtype_name(dt) << ": " << why;
+  }
 }
 
 TEST(CudaUnary, MatchesReference) {

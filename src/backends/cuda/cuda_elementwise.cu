@@ -363,7 +363,7 @@ __global__ void realign_rows_kernel(const E* __restrict__ x, E* __restrict__ y, 
 
 // Rows of 2-byte floats (float16 or bfloat16), 16-byte aligned `pitch` elements apart, widened to
 // float32 rows of `cols` packed back to back (a padded half GEMM's columns [0, cols) written as the
-// model's float32 output: GPT-2's [8192, 50304] -> [8192, 50257] logits). A block per row: a thread
+// model's float32 output: GPT-2's [8192, 50264] -> [8192, 50257] logits). A block per row: a thread
 // stores 4 floats as one 16-byte piece at each aligned destination position, reading the 4 halves it
 // needs from the two aligned 8-byte source words they straddle (the same shift for the whole row);
 // the few floats before the first aligned piece and after the last one go one at a time. On an H200

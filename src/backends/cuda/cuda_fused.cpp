@@ -45,10 +45,28 @@ namespace {
 // of the output (Conv: channels, dim 1; MatMul: the last dim).
 enum class Bias { kInner, kChannels, kLastDim };
 
+// FusedMatMul's output_columns (passes::products_write_float): what reshape_matmul's half GEMM and
+// widening take — half A and B, B a matrix (or batch) with a known multiple of 8 columns (the
+// workspace rows' pitch), no bias or activation. Refused here, the pass keeps the float32 Slice.
+std::string check_output_columns(const ir::Node& n, const Activation& act) {
+  if (!n.has_input(0) || !n.has_input(1)) return "output_columns: A and B are required";
+  const DataType dt = n.inputs[0]->type.dtype;
+  if ((dt != DataType::kFloat16 && dt != DataType::kBFloat16) || n.inputs[1]->type.dtype != dt)
+    return "output_columns: float16 or bfloat16 operands only";
+  const ir::SymShape& b = n.inputs[1]->type.shape;
+  if (!b.known || b.rank() < 2 || !b.dims.back().is_static() || b.dims.back().value % 8 != 0)
+    return "output_columns: B's column count must be known and a multiple of 8";
+  if (n.has_input(2) || act.kind != ActKind::kNone) return "output_columns: no bias or activation";
+  return "";
+}
+
 std::string check_fused(const ir::Node& n) {
   Activation act;
   std::string why;
   if (!read_activation(n, &act, &why)) return why;
+  if (n.op_type == "FusedMatMul" && n.attr("output_columns")) {
+    if (std::string r = check_output_columns(n, act); !r.empty()) return r;
+  }
   return n.op_type == "FusedConv" ? conv_check(n) : require_float(n);
 }
 
