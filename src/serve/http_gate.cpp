@@ -373,6 +373,11 @@ GatedServer::GatedServer(GateLimits limits) : limits_(limits) {
   };
 }
 
+void GatedServer::widen_backlog() {
+  const socket_t s = svr_sock_;
+  if (s != INVALID_SOCKET) ::listen(s, SOMAXCONN);  // a second listen() only resizes the queue
+}
+
 bool GatedServer::process_and_close_socket(socket_t sock) {
   auto c = std::make_shared<Connection>(sock);
   c->deadline = Clock::now() + limits_.head_timeout;

@@ -39,6 +39,11 @@ class GatedServer : public httplib::Server {
  public:
   explicit GatedServer(GateLimits limits);
 
+  // After bind_to_port/bind_to_any_port: the listening socket's accept queue to the system's maximum
+  // (httplib listens with a backlog of 5: a burst of new connections had SYNs dropped and waited for
+  // TCP's 1 s retransmission).
+  void widen_backlog();
+
   class Gate;
   struct Connection;
 

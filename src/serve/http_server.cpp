@@ -276,7 +276,7 @@ HttpServer::~HttpServer() {
 }
 
 Status HttpServer::bind() {
-  auto bind_one = [&](httplib::Server& s, int port, int& bound) -> Status {
+  auto bind_one = [&](GatedServer& s, int port, int& bound) -> Status {
     if (port == 0) {
       bound = s.bind_to_any_port(impl_->options.host);
     } else {
@@ -285,6 +285,7 @@ Status HttpServer::bind() {
     if (bound <= 0)
       return io_error("cannot listen on " + impl_->options.host + ":" + std::to_string(port) +
                       " (in use, or not an address of this machine)");
+    s.widen_backlog();
     return Status::Ok();
   };
   KILN_RETURN_IF_ERROR(bind_one(impl_->api, impl_->options.port, impl_->api_port));
