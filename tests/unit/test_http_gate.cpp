@@ -191,13 +191,13 @@ TEST(HttpGate, PipelinedAndKeptAliveRequestsAreAnsweredInOrder) {
 
 TEST(HttpGate, AKeptAliveHeadGetsItsWholeDeadlineAfterIdling) {
   GateLimits limits;
-  limits.head_timeout = 500ms;
+  limits.head_timeout = 1000ms;
   TestServer server(limits);
   Socket s(server.port(), kGetOk);
   EXPECT_EQ(s.response().rfind("HTTP/1.1 200", 0), 0u);
-  std::this_thread::sleep_for(350ms);  // idle most of the timeout, then a head in two writes 250 ms apart
+  std::this_thread::sleep_for(700ms);  // idle most of the timeout, then a head in two writes 500 ms apart
   s.send("GET /ok HTTP/1.1\r\n");
-  std::this_thread::sleep_for(250ms);
+  std::this_thread::sleep_for(500ms);
   s.send("Host: x\r\n\r\n");
   const std::string r = s.response();
   EXPECT_EQ(r.rfind("HTTP/1.1 200", 0), 0u) << r;
@@ -227,7 +227,7 @@ TEST(HttpGate, WaitingCapClosesTheOldest) {
   std::vector<std::unique_ptr<Socket>> waiting;
   for (int i = 0; i < 6; ++i) {
     waiting.push_back(std::make_unique<Socket>(server.port(), "GET /ok"));
-    std::this_thread::sleep_for(20ms);  // accepted in this order
+    std::this_thread::sleep_for(50ms);  // accepted, and their first bytes seen, in this order
   }
   EXPECT_EQ(waiting[0]->read_for(2000ms).rfind("HTTP/1.1 503", 0), 0u);
   EXPECT_EQ(waiting[1]->read_for(2000ms).rfind("HTTP/1.1 503", 0), 0u);
