@@ -41,39 +41,6 @@ void launch_realign(float* y, const float* yp, int64_t rows, int64_t n_cols, int
   CK(cudaGetLastError());
 }
 
-// Yᵀ[Np, m] (ld Np) = W[K, Np]ᵀ-as-column-major · Aᵀ[K, m] (ld K): the padded product of m rows,
-// with the heuristic's candidates kept to pick the fastest.
-struct Gemm {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t lw = nullptr, la = nullptr, ly = nullptr;
-  cublasLtMatmulHeuristicResult_t cands[8];
-  int found = 0, pick = 0;
-};
-
-Gemm plan(cublasLtHandle_t lt, int64_t m, int64_t np, int64_t k, size_t ws) {
-  Gemm g;
-  LK(cublasLtMatmulDescCreate(&g.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  LK(cublasLtMatrixLayoutCreate(&g.lw, CUDA_R_16F, np, k, np));
-  LK(cublasLtMatrixLayoutCreate(&g.la, CUDA_R_16F, k, m, k));
-  LK(cublasLtMatrixLayoutCreate(&g.ly, CUDA_R_32F, np, m, np));
-  cublasLtMatmulPreference_t pref;
-  LK(cublasLtMatmulPreferenceCreate(&pref));
-  LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  cublasLtMatmulHeuristicResult_t all[8];
-  int found = 0;
-  LK(cublasLtMatmulAlgoGetHeuristic(lt, g.op, g.lw, g.la, g.ly, g.ly, pref, 8, all, &found));
-  for (int i = 0; i < found; ++i)
-    if (all[i].state == CUBLAS_STATUS_SUCCESS) g.cands[g.found++] = all[i];
-  cublasLtMatmulPreferenceDestroy(pref);
-  if (!g.found) std::fprintf(stderr, "no cuBLASLt algorithm for %lld rows\n", static_cast<long long>(m)), std::exit(1);
-  return g;
-}
-
-void run(const LtBench& b, const Gemm& g, const __half* w, const __half* a, float* y) {
-  const float alpha = 1, beta = 0;
-  LK(cublasLtMatmul(b.lt, g.op, &alpha, w, g.lw, a, g.la, &beta, y, g.ly, y, g.ly, &g.cands[g.pick].algo, b.ws, b.ws_bytes, b.s));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -104,16 +71,7 @@ int main(int argc, char** argv) {
     if (M % C) continue;
     const int64_t rows = M / C;
     Gemm g = plan(b.lt, rows, Np, K, b.ws_bytes);
-    {  // the chunk GEMM's fastest candidate, timed alone
-      double keep = 1e30;
-      int at = 0;
-      for (int i = 0; i < g.found; ++i) {
-        g.pick = i;
-        const double ms = time_graph(b.s, [&] { run(b, g, w, a, yp); });
-        if (ms < keep) keep = ms, at = i;
-      }
-      g.pick = at;
-    }
+    pick_fastest(b, g, w, a, yp);  // the chunk GEMM's fastest candidate, timed alone
     auto form = [&] {
       if (C == 1) {  // today: the product, then the copy, on one stream
         run(b, g, w, a, yp);

@@ -438,7 +438,8 @@ TEST(CudaOps, FusedConvGemmMatMulMatchCpu) {
 
 // output_dtype float32 with output_columns c (passes::products_write_float, a padded half head): the
 // half product's first c columns widened to float32 — every destination alignment (c and the row
-// count odd, so rows start at each of the four 4-float offsets; 3 columns, fewer than a piece), a
+// count odd, so rows start at each of the four 4-float offsets; 3 columns, fewer than a piece; 9001
+// columns, more pieces than two per thread of the kernel's 1024-thread block), a
 // batch of matrices folded into rows, float16 and bfloat16. Reference: the product of the half values in double, rounded to the
 // half type (the kernel rounds there before widening), within one accumulation-order rounding.
 TEST(CudaOps, HalfProductWidenedIntoLeadingColumns) {
@@ -447,7 +448,8 @@ TEST(CudaOps, HalfProductWidenedIntoLeadingColumns) {
   struct Case { Shape a; int64_t n, columns; };
   for (DataType dt : {kF16, kBF16}) {
     for (const Case& c : {Case{{7, 64}, 1008, 1001}, Case{{2, 5, 32}, 16, 13}, Case{{33, 48}, 2048, 2045},
-                          Case{{1, 16}, 1008, 1000}, Case{{9, 16}, 64, 64}, Case{{6, 16}, 8, 3}}) {
+                          Case{{1, 16}, 1008, 1000}, Case{{9, 16}, 64, 64}, Case{{6, 16}, 8, 3},
+                          Case{{5, 16}, 9008, 9001}}) {
       const std::string label = std::string(dtype_name(dt)) + " " + shape_to_string(c.a) + " x " +
                                 std::to_string(c.n) + " -> " + std::to_string(c.columns);
       const int64_t k = c.a.back();
