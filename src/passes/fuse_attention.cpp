@@ -718,7 +718,13 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
         const auto& h = (*el)[1];
         const auto& sq = (*el)[2];
         const auto& d = (*el)[3];
-        if (!h || h->of || h->value != H || !d || d->of || d->value != D || !sq || !elem_is_dim(*sq, m[x], 0))
+        // D may be -1 (inferred) where the shape was folded with static sizes: the reshape's output
+        // shape then says what it is.
+        const auto& out = r4->outputs[0]->type.shape;
+        const bool d_ok = d && !d->of &&
+                          (d->value == D || (d->value == -1 && out.known && out.rank() == 4 && out.dims[3].is_static() &&
+                                             out.dims[3].value == D));
+        if (!h || h->of || h->value != H || !d_ok || !sq || !elem_is_dim(*sq, m[x], 0))
           return "a 4-D head reshape is not [B, H, S, D]";
       }
       return fuse_sequence_first(rw, m, 4);

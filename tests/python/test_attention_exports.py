@@ -78,6 +78,24 @@ def test_attention_fuses_in_default_exports(name):
     assert ops["Attention"] == want and ops["Softmax"] == 0 and ops["IsNaN"] == 0, dict(ops)
 
 
+@pytest.mark.parametrize("name", sorted(FUSED))
+@pytest.mark.parametrize("batch", [1, 3])
+def test_attention_fuses_with_fixed_shapes(name, batch):
+    """Built for fixed input shapes (`kiln build --shapes`, one profile with min = opt = max), the
+    shape computations fold to constants — torchvision's head reshape becomes [B, H, S, -1] — and
+    every attention still fuses (ViT-B/16 at batch 64 ran 13.8 ms instead of 6.3 when it did not)."""
+    path = os.path.join(MODELS, name + ".onnx")
+    feeds = feeds_for(name, batch, np.random.default_rng(batch + 10))
+    fixed = {k: (list(v.shape), list(v.shape), list(v.shape)) for k, v in feeds.items()}
+    engine = kiln.Engine.build(path, profiles=[fixed])
+    ops = ops_after(engine)
+    assert ops["Attention"] == FUSED[name] and ops["Softmax"] == 0, dict(ops)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(run(engine, feeds), want, rtol=1e-4, atol=1e-4)
+
+
 def test_swin_windows_fuse():
     """Swin's plain window blocks (packed QKV, relative position bias as the additive mask) and its
     shifted-window blocks (the mask added to the scores viewed [B/nW, nW, H, N, N], folded with the
