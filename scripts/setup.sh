@@ -36,6 +36,11 @@ if ! cmp -s requirements.txt .venv/.requirements.installed 2>/dev/null; then
   cp requirements.txt .venv/.requirements.installed
 fi
 
+# cudnn-frontend: NVIDIA's header-only C++ API over cuDNN's graph API (MIT), for the CUDA backend's
+# cuDNN attention tactic. Its headers come from the pinned PyPI wheel (checked by hash; its Python
+# dependencies are not wanted), unpacked into .deps/.
+"$root/scripts/fetch_cudnn_frontend.sh"
+
 [ "${1:-}" = "--no-build" ] && exit 0
 "$root/scripts/build.sh"
 "$root/scripts/install.sh"

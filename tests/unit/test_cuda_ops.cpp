@@ -621,11 +621,20 @@ TEST(CudaOps, PackedQkvAttentionMatchesCpu) {
 
 namespace {
 
-// The tactics kiln.Attention offers for float16/bfloat16 with head size d, in the order it times them.
-std::vector<std::string> attention_tactics_for(int64_t d) {
-  if (d == 64 || d == 128) return {"fp4", "fp2", "fp8", "fa4", "fa2", "fa8", "wmma"};
-  if (d == 32) return {"fp4", "fp2", "fp8", "wmma"};
-  return {};  // the WMMA kernel alone, or the CUDA-core kernel: nothing to time
+// The tactics kiln.Attention offers for float16/bfloat16 with head size d, in the order it times them;
+// `cudnn`: the case is one cuDNN's fused attention may run (no bool mask, no mask period, an additive
+// mask of whole [S, T] rows), so a build with cudnn-frontend offers "cudnn" last.
+std::vector<std::string> attention_tactics_for(int64_t d, bool cudnn = false) {
+  std::vector<std::string> t;
+  if (d == 64 || d == 128) t = {"fp4", "fp2", "fp8", "fa4", "fa2", "fa8", "wmma"};
+  if (d == 32) t = {"fp4", "fp2", "fp8", "wmma"};
+  // (else the WMMA kernel alone, or the CUDA-core kernel: nothing to time)
+#if KILN_EXPECT_CUDNN_ATTENTION
+  if (cudnn && !t.empty() && d % 8 == 0 && d <= 128) t.push_back("cudnn");
+#else
+  (void)cudnn;
+#endif
+  return t;
 }
 
 // kiln.Attention (attributes set by `attrs`) on CUDA, its float32 inputs rounded to `dt`, against the
@@ -770,7 +779,7 @@ TEST(CudaOps, SequenceFirstAttentionEveryTacticMatchesCpu) {
                                                                 n.set_int("sequence_first", 1);
                                                               },
                                                               label);
-      if (dt != kF32) EXPECT_EQ(tactics, attention_tactics_for(c.d)) << label;
+      if (dt != kF32) EXPECT_EQ(tactics, attention_tactics_for(c.d, true)) << label;
     }
 }
 
@@ -827,6 +836,8 @@ TEST(CudaOps, AttentionEveryTacticMatchesCpu) {
         expect_near((*got)[0], (*want)[0].tensor, tol, tol, label + " tactic '" + t + "'");
       }
       EXPECT_FALSE(run_cuda(*dn.node, dev_in, "fa16").ok()) << label << ": an unknown tactic is refused";
+      // cuDNN's fused attention takes neither a bool mask nor a key-padding mask [B, 1, 1, T].
+      EXPECT_FALSE(run_cuda(*dn.node, dev_in, "cudnn").ok()) << label << ": cuDNN's tactic where it does not apply";
     }
   }
   // No variants to time: float32, and head size 40.
@@ -872,7 +883,7 @@ TEST(CudaOps, AttentionStagedMaskMatchesCpu) {
             n.set_int("zero_nan_rows", 1);
           },
           label);
-      EXPECT_EQ(tactics, attention_tactics_for(D)) << label;
+      EXPECT_EQ(tactics, attention_tactics_for(D, true)) << label;
     }
     // Causal bool masks, keep where true, S = 100 (the second block's rows past S), T = 128, head
     // size 128 with a fill of -inf and 32 with a finite fill.
@@ -920,7 +931,7 @@ TEST(CudaOps, AttentionStagedMaskMatchesCpu) {
                                                      }
                                                    },
                                                    label),
-                attention_tactics_for(D))
+                attention_tactics_for(D, !by_cond))
           << label;
     }
     // A finite fill over whole warps of rows: rows 0-31 see no key (each gives the plain mean of V, not
@@ -956,7 +967,7 @@ TEST(CudaOps, AttentionStagedMaskMatchesCpu) {
                                                      n.set_float("scale", 0.125f);
                                                    },
                                                    label),
-                attention_tactics_for(D))
+                attention_tactics_for(D, true))
           << label;
     }
     // BERT's key-padding mask [B, 1, 1, T], T = 136, additive and bool.

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/cuda_attention_cudnn.h"
 #include "backends/cuda/cuda_util.h"
 #include "backends/inner_context.h"
 #include "backends/staged_kernel.h"
@@ -149,6 +150,14 @@ Expected<KernelPtr> make_fused(const ir::Node& n, const std::string& op, int ops
 // Indexed by AttentionVariant.
 const std::string kAttentionTactics[] = {"", "fa2", "fa4", "fa8", "wmma", "fp2", "fp4", "fp8"};
 static_assert(std::size(kAttentionTactics) == kAttentionVariants);
+// cuDNN's fused attention (cuda_attention_cudnn.h), offered beside kiln's kernels where it may apply.
+const char kCudnnAttentionTactic[] = "cudnn";
+
+// A shape's plan: kiln's kernel arguments, and cuDNN's plan when the tactic is "cudnn".
+struct AttentionPlan {
+  AttentionArgs args;
+  std::shared_ptr<const CudnnAttention> cudnn;
+};
 
 std::string check_attention(const ir::Node& n) {
   const ops::FusedAttentionParams p = ops::parse_fused_attention(n);
@@ -200,7 +209,9 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
       return rc.error("a packed QKV is one tensor [B, S, 3*H*D] (or [S, B, 3*H*D]) given as Q, K and V");
     if ((q[2] / parts) % H || (v[2] / parts) % H || k[2] != q[2])
       return rc.error("hidden sizes do not split into " + std::to_string(H) + " heads");
-    auto a = std::make_shared<AttentionArgs>(base);
+    auto plan = std::make_shared<AttentionPlan>();
+    plan->args = base;
+    AttentionArgs* a = &plan->args;
     a->elem = elem_of(dt);
     a->b = B;
     a->s = S;
@@ -216,6 +227,7 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
     a->q_batch = st.q_batch, a->k_batch = st.k_batch, a->v_batch = st.v_batch, a->y_batch = st.y_batch;
     const int64_t full[4] = {B, H, S, T};
     if (rc.in.size() > 3 && rc.in[3].present) {
+      a->has_mask = true;
       if (rc.in[3].dtype != dt) return rc.error("the mask must have Q's dtype");
       if (!ops::attention_mask_strides(rc.in[3].shape, full, a->ms, a->mask_period))
         return rc.error("mask " + shape_to_string(rc.in[3].shape) + " does not broadcast to [B, H, S, T]" +
@@ -224,11 +236,17 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
       return rc.error("mask_batch_period is given without an additive mask");
     }
     if (rc.in.size() > 4 && rc.in[4].present) {
+      a->has_cond = true;
       if (rc.in[4].dtype != DataType::kBool) return rc.error("the bool mask must be bool");
       if (!ops::attention_mask_strides(rc.in[4].shape, full, a->cs))
         return rc.error("bool mask " + shape_to_string(rc.in[4].shape) + " does not broadcast to [B, H, S, T]");
     }
-    if (!rc.tactic.empty()) {
+    if (rc.tactic == kCudnnAttentionTactic) {
+      std::string why;
+      plan->cudnn = plan_cudnn_attention(static_cast<CudaState*>(rc.device_state)->dnn, *a, &why);
+      if (!plan->cudnn) return rc.error("tactic 'cudnn' does not apply: " + why);
+      rc.workspace_bytes = cudnn_attention_workspace(*plan->cudnn);
+    } else if (!rc.tactic.empty()) {
       const auto v = std::find(std::begin(kAttentionTactics), std::end(kAttentionTactics), rc.tactic);
       if (v == std::end(kAttentionTactics) || v == std::begin(kAttentionTactics) ||
           !attention_variant_applies(*a, static_cast<int>(v - std::begin(kAttentionTactics))))
@@ -236,7 +254,7 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
       a->variant = static_cast<int>(v - std::begin(kAttentionTactics));
     }
     rc.out[0] = {dt, sequence_first ? Shape{S, B, H * a->dv} : Shape{B, S, H * a->dv}};
-    rc.state = std::move(a);
+    rc.state = std::move(plan);
     return Status::Ok();
   };
   // Tactics: the kernel variants that apply, timed where a register-resident kernel does (the default first).
@@ -245,15 +263,17 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
     probe.tactic.clear();
     probe.out.assign(1, {});
     if (!reshape(probe).ok() || !probe.state) return {};
-    const auto& a = *static_cast<const AttentionArgs*>(probe.state.get());
+    const auto& a = static_cast<const AttentionPlan*>(probe.state.get())->args;
     if (!attention_variants_apply(a)) return {};
     std::vector<std::string> names;
     for (int v : {kAttentionFp4, kAttentionFp2, kAttentionFp8, kAttentionFa4, kAttentionFa2, kAttentionFa8, kAttentionWmma})
       if (attention_variant_applies(a, v)) names.push_back(kAttentionTactics[v]);
+    if (cudnn_attention_refusal(a).empty()) names.push_back(kCudnnAttentionTactic);
     return names;
   };
   auto run = [](KernelContext& ctx) -> Status {
-    AttentionArgs a = shape_state<AttentionArgs>(ctx);
+    const AttentionPlan& plan = shape_state<AttentionPlan>(ctx);
+    AttentionArgs a = plan.args;
     a.q = ctx.input(0).raw();
     a.k = ctx.input(1).raw();
     a.v = ctx.input(2).raw();
@@ -265,6 +285,10 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
     a.mask = ctx.has_input(3) ? ctx.input(3).raw() : nullptr;
     a.cond = ctx.num_inputs() > 4 && ctx.has_input(4) ? ctx.input(4).data<bool>() : nullptr;
     a.y = ctx.output(0).raw();
+    if (plan.cudnn) {
+      const std::string err = run_cudnn_attention(*plan.cudnn, state_of(ctx).dnn, a, ctx.workspace());
+      return err.empty() ? Status::Ok() : runtime_error(ctx.node().describe() + ": " + err);
+    }
     return launched(ctx, launch_attention(a, state_of(ctx).stream));
   };
   return make_staged(reshape, run, tactics);

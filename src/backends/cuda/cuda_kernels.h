@@ -285,6 +285,7 @@ struct AttentionArgs {
   bool fill_where_true = false;
   bool zero_nan_rows = false;  // a row whose probabilities are NaN gives a zero context row
   bool packed_qkv = false;     // q, k, v point into one [B, S, 3*H*D] tensor (its column blocks)
+  bool has_mask = false, has_cond = false;  // the additive and the bool mask are inputs (planned before their pointers)
   int64_t ms[4] = {}, cs[4] = {};
   // The additive mask's batch period (kiln.Attention's mask_batch_period): batch entry b reads mask
   // entry b % mask_period along ms[0]; 0 = entry b (ms[0] is then 0 or the batch stride).

@@ -1,0 +1,155 @@
+// backends/cuda/cuda_attention_cudnn.cpp — kiln.Attention as cuDNN's fused attention (see the header).
+// The only file that includes cudnn-frontend (a large header-only library).
+#include "backends/cuda/cuda_attention_cudnn.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#if KILN_CUDNN_FRONTEND
+#include <cudnn_frontend.h>
+#endif
+
+namespace kiln::cuda {
+
+#if KILN_CUDNN_FRONTEND
+
+namespace fe = cudnn_frontend;
+
+struct CudnnAttention {
+  std::shared_ptr<fe::graph::Graph> graph;
+  int64_t workspace = 0;
+  bool mask = false;
+};
+
+namespace {
+
+enum : int64_t { kUidQ = 1, kUidK, kUidV, kUidY, kUidMask };
+
+// Everything the plan depends on, as text: the plan cache's key.
+std::string signature(const AttentionArgs& a, int device) {
+  uint32_t scale_bits = 0;
+  std::memcpy(&scale_bits, &a.scale, sizeof(scale_bits));
+  std::string k = std::to_string(device) + "|" + std::to_string(a.elem) + "|" + std::to_string(scale_bits);
+  for (int64_t v : {a.b, a.s, a.t, a.heads, int64_t{a.d}, int64_t{a.dv}, a.q_row, a.k_row, a.v_row, a.y_row, a.q_batch,
+                    a.k_batch, a.v_batch, a.y_batch, int64_t{a.has_mask}, a.ms[0], a.ms[1], a.ms[2], a.ms[3]})
+    k += "|" + std::to_string(v);
+  return k;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+std::string cudnn_attention_refusal(const AttentionArgs& a) {
+  if (a.elem != kElemF16 && a.elem != kElemBF16) return "float16 and bfloat16 only";
+  if (a.d != a.dv) return "Q's and V's head sizes differ";
+  if (a.d % 8 != 0 || a.d > 128) return "head sizes that are multiples of 8 up to 128 only";
+  if (a.has_cond) return "no bool mask";
+  if (a.mask_period != 0) return "no mask repeating along the batch";
+  // Rows of 16-byte pieces: every row and batch step a multiple of 8 elements.
+  for (int64_t st : {a.q_row, a.k_row, a.v_row, a.y_row, a.q_batch, a.k_batch, a.v_batch, a.y_batch})
+    if (st % 8 != 0) return "rows that are not 16-byte aligned";
+  if (a.has_mask && (a.ms[3] != 1 || a.ms[2] < a.t || a.ms[2] % 8 != 0))
+    return "an additive mask whose rows are not whole, aligned [S, T] rows";
+  return "";
+}
+
+std::shared_ptr<const CudnnAttention> plan_cudnn_attention(cudnnHandle_t dnn, const AttentionArgs& a, std::string* why) {
+  if (std::string r = cudnn_attention_refusal(a); !r.empty()) {
+    *why = r;
+    return nullptr;
+  }
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    *why = "no current CUDA device";
+    return nullptr;
+  }
+  const std::string key = signature(a, device);
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const CudnnAttention>> plans;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = plans.find(key); it != plans.end()) return it->second;
+  }
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_io_data_type(a.elem == kElemF16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  auto tensor = [&](const char* name, int64_t uid, std::vector<int64_t> dims, std::vector<int64_t> strides) {
+    return g->tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(std::move(dims)).set_stride(std::move(strides)));
+  };
+  // [B, H, S, D] views of kiln's row-major tensors: a head's D values follow each other, the heads of
+  // one sequence step are D apart, steps and batch entries as the strides of AttentionArgs say.
+  const int64_t H = a.heads;
+  auto q = tensor("Q", kUidQ, {a.b, H, a.s, a.d}, {a.q_batch, a.d, a.q_row, 1});
+  auto k = tensor("K", kUidK, {a.b, H, a.t, a.d}, {a.k_batch, a.d, a.k_row, 1});
+  auto v = tensor("V", kUidV, {a.b, H, a.t, a.dv}, {a.v_batch, a.dv, a.v_row, 1});
+  auto opts = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(false).set_attn_scale(a.scale);
+  if (a.has_mask) {
+    // The additive mask, added to the scaled scores: [B or 1, H or 1, S, T] (a broadcast dim has size 1).
+    const int64_t mb = a.ms[0] ? a.b : 1, mh = a.ms[1] ? H : 1;
+    const int64_t s2 = a.ms[2], s1 = a.ms[1] ? a.ms[1] : s2 * a.s, s0 = a.ms[0] ? a.ms[0] : s1 * mh;
+    opts.set_bias(tensor("mask", kUidMask, {mb, mh, a.s, a.t}, {s0, s1, s2, 1}));
+  }
+  auto outs = g->sdpa(q, k, v, opts);
+  outs[0]->set_output(true).set_uid(kUidY).set_dim({a.b, H, a.s, a.dv}).set_stride({a.y_batch, a.dv, a.y_row, 1});
+  auto failed = [&](fe::error_t e, const char* step) {
+    *why = std::string("cuDNN ") + step + ": " + e.get_message();
+    return e.is_bad();
+  };
+  if (failed(g->validate(), "validate") || failed(g->build_operation_graph(dnn), "operation graph") ||
+      failed(g->create_execution_plans({fe::HeurMode_t::A}), "execution plans") ||
+      failed(g->check_support(dnn), "support") ||
+      failed(g->build_plans(dnn, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "plan build"))
+    return nullptr;
+  auto p = std::make_shared<CudnnAttention>();
+  if (failed(g->get_workspace_size(p->workspace), "workspace size")) return nullptr;
+  why->clear();
+  p->graph = std::move(g);
+  p->mask = a.has_mask;
+  std::lock_guard<std::mutex> lock(mu);
+  if (plans.size() >= 256) plans.clear();  // signatures of long-gone engines; the live ones hold theirs
+  return plans.emplace(key, std::move(p)).first->second;
+}
+
+size_t cudnn_attention_workspace(const CudnnAttention& p) { return static_cast<size_t>(std::max<int64_t>(p.workspace, 0)); }
+
+std::string run_cudnn_attention(const CudnnAttention& p, cudnnHandle_t dnn, const AttentionArgs& a, void* workspace) {
+  if (!aligned16(a.q) || !aligned16(a.k) || !aligned16(a.v) || !aligned16(a.y) || (p.mask && !aligned16(a.mask)))
+    return "cuDNN attention needs 16-byte aligned tensors";
+  std::unordered_map<int64_t, void*> pack = {{kUidQ, const_cast<void*>(a.q)},
+                                             {kUidK, const_cast<void*>(a.k)},
+                                             {kUidV, const_cast<void*>(a.v)},
+                                             {kUidY, a.y}};
+  if (p.mask) pack[kUidMask] = const_cast<void*>(a.mask);
+  fe::error_t e = p.graph->execute(dnn, pack, workspace);
+  return e.is_good() ? std::string() : "cuDNN attention: " + e.get_message();
+}
+
+#else  // built without cudnn-frontend's headers
+
+struct CudnnAttention {};
+
+std::string cudnn_attention_refusal(const AttentionArgs&) { return "this kiln was built without cudnn-frontend"; }
+
+std::shared_ptr<const CudnnAttention> plan_cudnn_attention(cudnnHandle_t, const AttentionArgs& a, std::string* why) {
+  *why = cudnn_attention_refusal(a);
+  return nullptr;
+}
+
+size_t cudnn_attention_workspace(const CudnnAttention&) { return 0; }
+
+std::string run_cudnn_attention(const CudnnAttention&, cudnnHandle_t, const AttentionArgs& a, void*) {
+  return cudnn_attention_refusal(a);
+}
+
+#endif
+
+}  // namespace kiln::cuda
