@@ -1,7 +1,8 @@
 // tune/tuner.cpp — auto-tuning: the builder times each layer's candidate tactics on the device.
 //
 // Per shape profile, the plan runs once in a tuning context on synthetic inputs of the profile's opt
-// shapes (floats uniform in [-1, 1], integers 0, which every index input accepts). Before a kernel
+// shapes (floats uniform in [-1, 1], integers 0, which every index input accepts, except ones for an
+// integer or bool input that is only element data: an attention mask). Before a kernel
 // step with two or more tactics for its shapes runs, the tuner runs each candidate on the step's real
 // inputs: a candidate that fails or whose outputs differ from the kernel's own choice beyond the
 // precision's tolerance is rejected; the others are timed (warm-up, then the median of timed batches,
@@ -22,6 +23,7 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <set>
 
 #include "ir/float_types.h"
 #include "onnx/sha256.h"
@@ -34,6 +36,51 @@
 #include "util/log.h"
 
 namespace kiln {
+
+// Whether every use of v, and of the integers and bools computed from it, is element data
+// (arithmetic, comparisons, casts, Where, layout changes and selections of its values, kiln's pointwise
+// regions and attention masks; Shape and Size read none), never an index, a shape, an axis or a count.
+// A float computed from it is element data wherever it goes. An integer or bool input used so only (an attention mask) is made
+// of ones for tuning: zeros there masked every key, and kiln's attention kernels skip a fully masked
+// tile, so they were timed doing almost nothing (GPT-2's at 29.5 us per layer against 51 in the model,
+// and cuDNN's fused attention, 32 us in the model, was never chosen).
+bool tuning_input_is_element_data(const ir::Graph& g, const ir::Value* v) {
+  // (op, the input positions that carry element data; -1: all of them)
+  static const std::map<std::string, int> kData = {
+      {"Cast", 0},      {"CastLike", 0}, {"Identity", 0}, {"Unsqueeze", 0}, {"Squeeze", 0}, {"Reshape", 0},
+      {"Expand", 0},    {"Flatten", 0},  {"Transpose", 0}, {"Clip", 0},     {"Concat", -1}, {"Not", -1},
+      {"And", -1},      {"Or", -1},      {"Xor", -1},      {"Add", -1},     {"Sub", -1},    {"Mul", -1},
+      {"Div", -1},      {"Neg", -1},     {"Abs", -1},      {"Min", -1},     {"Max", -1},    {"Sum", -1},
+      {"Equal", -1},    {"Less", -1},    {"LessOrEqual", -1}, {"Greater", -1}, {"GreaterOrEqual", -1},
+      {"Where", -1},    {"Sign", -1},    {"Gather", 0},    {"GatherElements", 0}, {"GatherND", 0}, {"Slice", 0},
+      {"Split", 0},     {"Tile", 0},     {"Pad", 0}};
+  std::vector<const ir::Value*> todo = {v};
+  std::set<const ir::Value*> seen = {v};
+  while (!todo.empty()) {
+    const ir::Value* x = todo.back();
+    todo.pop_back();
+    for (const ir::Node* n : g.nodes()) {
+      for (size_t i = 0; i < n->inputs.size(); ++i) {
+        if (n->inputs[i] != x) continue;
+        // Shape and Size read no values: what they give does not depend on the input's values.
+        if (n->domain.empty() && (n->op_type == "Shape" || n->op_type == "Size")) continue;
+        bool data = false;
+        if (n->domain == "kiln") {
+          data = n->op_type == "Pointwise" || (n->op_type == "Attention" && i >= 3);
+        } else if (n->domain.empty() || n->domain == "ai.onnx") {
+          const auto it = kData.find(n->op_type);
+          data = it != kData.end() && (it->second < 0 || static_cast<size_t>(it->second) == i);
+        }
+        if (!data) return false;
+        // Followed while it stays integer or bool: a float computed from it (the additive mask) is
+        // element data wherever it goes.
+        for (const ir::Value* o : n->outputs)
+          if (o && !dtype_is_float(o->type.dtype) && seen.insert(o).second) todo.push_back(o);
+      }
+    }
+  }
+  return true;
+}
 
 namespace {
 
@@ -133,6 +180,15 @@ Expected<std::vector<Slot>> tuning_inputs(const ir::Graph& g, const ShapeProfile
     Tensor t = Tensor::empty(v.type.dtype, shape);
     if (t.dtype() == DataType::kString) return unsupported("input '" + v.name + "' holds strings");
     std::memset(t.raw(), 0, t.nbytes());
+    const DataType dt = t.dtype();
+    const bool whole_bytes = dt != DataType::kUInt4 && dt != DataType::kInt4 && dt != DataType::kUInt2 && dt != DataType::kInt2;
+    if ((dt == DataType::kBool || (dtype_is_integer(dt) && whole_bytes)) && t.numel() > 0 && tuning_input_is_element_data(g, &v)) {
+      // Integers and bools that are element data (a mask): ones (keep every key). The zeroed
+      // element's lowest byte set: 1 in every integer type (little-endian hosts) and true.
+      const size_t size = dtype_size(t.dtype());
+      for (size_t k = 0, n = static_cast<size_t>(t.numel()); k < n; ++k) static_cast<uint8_t*>(t.raw())[k * size] = 1;
+      log(LogLevel::kVerbose, "tuning inputs: '" + v.name + "' is element data only (a mask): ones");
+    }
     for (size_t k = 0, n = static_cast<size_t>(t.numel()); k < n; ++k) {
       const float x = u(rng);
       switch (t.dtype()) {

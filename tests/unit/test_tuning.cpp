@@ -611,3 +611,66 @@ TEST(Tuning, UntunedBuildRecordsTheKernelsOwnChoices) {
     EXPECT_EQ(run(**foreign, batch), want);
   }
 }
+
+// The tuner's synthetic inputs: an integer or bool input that is only element data (an attention mask
+// turned into an additive one) is made of ones; one that reaches an index, a shape or an op outside the
+// element-data list (a CumSum feeding position ids) keeps zeros, which every index accepts.
+TEST(Tuning, MaskInputsAreElementDataIndexInputsAreNot) {
+  ir::Graph g;
+  g.opsets[""] = 17;
+  auto value = [&](const std::string& name, DataType dt, std::vector<int64_t> dims) {
+    return g.add_value(name, ir::Type::tensor(dt, ir::SymShape::of(dims)));
+  };
+  auto input = [&](const std::string& name, DataType dt, std::vector<int64_t> dims) {
+    ir::Value* v = value(name, dt, dims);
+    v->is_input = true;
+    g.inputs.push_back(v);
+    return v;
+  };
+  ir::Value* mask = input("attention_mask", DataType::kInt64, {2, 8});
+  ir::Value* ids = input("input_ids", DataType::kInt64, {2, 8});
+  ir::Value* pos_mask = input("padding", DataType::kInt64, {2, 8});
+  ir::Value* shape_in = input("target_shape", DataType::kInt64, {2});
+  ir::Value* keep = input("keep", DataType::kBool, {2, 8});
+  ir::Value* table = value("table", DataType::kFloat32, {16, 4});
+  table->constant = Tensor::empty(DataType::kFloat32, {16, 4});
+  ir::Value* one = value("one", DataType::kFloat32, {});
+  one->constant = Tensor::empty(DataType::kFloat32, {});
+  // mask → Cast → Sub(1, ·) → Mul → kiln.Attention's mask input
+  ir::Value* mf = value("mf", DataType::kFloat32, {2, 8});
+  ir::Value* inv = value("inv", DataType::kFloat32, {2, 8});
+  ir::Value* add = value("add", DataType::kFloat32, {2, 8});
+  g.add_node("Cast", "", {mask}, {mf}, "cast");
+  g.add_node("Sub", "", {one, mf}, {inv}, "sub");
+  g.add_node("Mul", "", {inv, one}, {add}, "mul");
+  ir::Value* x = value("x", DataType::kFloat32, {2, 8, 4});
+  ir::Value* y = value("y", DataType::kFloat32, {2, 8, 4});
+  g.add_node("Attention", "kiln", {x, x, x, add}, {y}, "attention");
+  // ids → Gather's indices; padding → CumSum → Gather's indices; target_shape → Reshape's shape
+  ir::Value* emb = value("emb", DataType::kFloat32, {2, 8, 4});
+  g.add_node("Gather", "", {table, ids}, {emb}, "embed");
+  ir::Value* axis = value("axis", DataType::kInt64, {});
+  axis->constant = Tensor::empty(DataType::kInt64, {});
+  ir::Value* cum = value("cum", DataType::kInt64, {2, 8});
+  ir::Value* pemb = value("pemb", DataType::kFloat32, {2, 8, 4});
+  g.add_node("CumSum", "", {pos_mask, axis}, {cum}, "positions");
+  g.add_node("Gather", "", {table, cum}, {pemb}, "position_embed");
+  ir::Value* r = value("r", DataType::kFloat32, {8, 8});
+  g.add_node("Reshape", "", {emb, shape_in}, {r}, "reshape");
+  // keep → Where's condition (element data) and → Not → And (still element data)
+  ir::Value* kn = value("kn", DataType::kBool, {2, 8});
+  ir::Value* ka = value("ka", DataType::kBool, {2, 8});
+  ir::Value* w = value("w", DataType::kFloat32, {2, 8});
+  g.add_node("Not", "", {keep}, {kn}, "not");
+  g.add_node("And", "", {kn, keep}, {ka}, "and");
+  g.add_node("Where", "", {ka, mf, inv}, {w}, "where");
+  EXPECT_TRUE(tuning_input_is_element_data(g, mask));
+  EXPECT_TRUE(tuning_input_is_element_data(g, keep));
+  EXPECT_FALSE(tuning_input_is_element_data(g, ids));
+  EXPECT_FALSE(tuning_input_is_element_data(g, pos_mask));
+  EXPECT_FALSE(tuning_input_is_element_data(g, shape_in));
+  // The same mask also used as a Gather's indices is not element data only.
+  ir::Value* e2 = value("e2", DataType::kFloat32, {2, 8, 4});
+  g.add_node("Gather", "", {table, mask}, {e2}, "mask_as_index");
+  EXPECT_FALSE(tuning_input_is_element_data(g, mask));
+}
