@@ -32,6 +32,9 @@ figures of the same run (PyTorch has no FP8 inference path for these models with
 libraries): list fp16 before fp8 in --precisions. INT8 ("int8") is kiln's `--int8 --precision fp16` engine
 (calibrated the same way) against the same fp16 torch figures.
 Transformers run with PyTorch's default attention (scaled_dot_product_attention), its fastest.
+--torch-profile DIR writes torch's side of a kernel profile (torch.profiler, per kernel: calls and
+microseconds per call) for eager and each torch.compile mode; tests/gpu/kernel_table.py makes kiln's
+side from Nsight Compute.
 """
 
 from __future__ import annotations
@@ -202,6 +205,42 @@ def time_device_sync(fn, feeds: list, precision: str, n: int, warmup: int) -> fl
     return statistics.median(ts)
 
 
+def torch_kernel_table(fn, feeds: list, precision: str, runs: int = 5) -> list:
+    """Where torch's time goes: torch.profiler over `runs` GPU-resident calls after a warm-up, each
+    CUDA kernel's (name, calls per call, microseconds per call), largest first. Kernels inside CUDA
+    graph replays (torch.compile's reduce-overhead) are traced one by one by CUPTI."""
+    import torch  # noqa: PLC0415
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+    xs = device_inputs(feeds, precision)
+    with torch.inference_mode():
+        for _ in range(3):
+            fn(*xs)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(runs):
+                fn(*xs)
+            torch.cuda.synchronize()
+    table = {}
+    for e in prof.events():
+        if str(getattr(e, "device_type", "")).endswith("CUDA") and e.name and not e.name.startswith(("Memcpy", "Memset")):
+            us = e.time_range.elapsed_us()  # a kernel's own interval on the device
+            calls, total = table.get(e.name, (0, 0.0))
+            table[e.name] = (calls + 1, total + us)
+    return sorted(((k, c / runs, t / runs) for k, (c, t) in table.items()), key=lambda r: -r[2])
+
+
+def write_kernel_table(path: str, title: str, rows: list) -> float:
+    """rows as a text table (kernel, calls per call, us per call, %) under `title`; the total in ms."""
+    total = sum(r[2] for r in rows)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"{title}\n{'kernel':<100} {'calls/run':>9} {'us/run':>10} {'%':>6}\n")
+        for name, calls, us in rows:
+            f.write(f"{name[:100]:<100} {calls:>9.1f} {us:>10.1f} {100 * us / max(total, 1e-9):>6.1f}\n")
+        f.write(f"{'total':<100} {'':>9} {total:>10.1f}\n")
+    return total / 1e3
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kiln", required=True, help="the kiln command")
@@ -214,6 +253,9 @@ def main() -> int:
     ap.add_argument("--iterations", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--torch-profile", metavar="DIR",
+                    help="also write a per-kernel table of torch eager and each torch.compile mode (torch.profiler, "
+                         "GPU-resident calls) per model, precision and batch into DIR")
     ap.add_argument("--calibration-sets", type=int, default=8, help="fp8: input sets (batch 4, seeds 1..N) to calibrate on")
     a = ap.parse_args()
 
@@ -317,6 +359,17 @@ def main() -> int:
                     except Exception as e:  # noqa: BLE001 — report, keep going
                         row[f"torch_compile_{mode}_host_ms"] = None
                         row[f"torch_compile_{mode}_error"] = str(e).splitlines()[0][:200]
+                if a.torch_profile:
+                    os.makedirs(a.torch_profile, exist_ok=True)
+                    for label, f in [("eager", fn)] + [(f"compile_{m}", cf) for m, cf in compiled.items()]:
+                        try:
+                            kernels = torch_kernel_table(f, feeds, prec)
+                        except Exception as e:  # noqa: BLE001 — a profile is an extra; report, keep going
+                            row[f"torch_{label}_profile_error"] = str(e).splitlines()[0][:200]
+                            continue
+                        out = os.path.join(a.torch_profile, f"{name}_{prec}_b{batch}_torch_{label}.txt")
+                        title = f"{name} {prec} batch {batch}, torch {label} ({meta['gpu']}, torch {meta['torch']})"
+                        row[f"torch_{label}_kernel_ms"] = round(write_kernel_table(out, title, kernels), 4)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
             del fn, compiled
