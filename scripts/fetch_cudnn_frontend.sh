@@ -17,6 +17,7 @@ trap 'rm -rf "$tmp"' EXIT
 # The same file whatever the local Python: the wheel's headers do not depend on it.
 "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 --implementation cp \
   --platform manylinux_2_28_x86_64 -d "$tmp" "nvidia-cudnn-frontend==$version"
+[ -f "$tmp/$wheel" ] || { echo "fetch_cudnn_frontend: pip did not download $wheel" >&2; exit 1; }
 echo "$sha256  $tmp/$wheel" | sha256sum -c --quiet
 rm -rf "$dest.new"
 mkdir -p "$dest.new"

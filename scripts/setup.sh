@@ -39,7 +39,8 @@ fi
 # cudnn-frontend: NVIDIA's header-only C++ API over cuDNN's graph API (MIT), for the CUDA backend's
 # cuDNN attention tactic. Its headers come from the pinned PyPI wheel (checked by hash; its Python
 # dependencies are not wanted), unpacked into .deps/.
-"$root/scripts/fetch_cudnn_frontend.sh"
+"$root/scripts/fetch_cudnn_frontend.sh" ||
+  echo "setup: warning: cudnn-frontend's headers were not fetched; the CUDA backend builds without its cuDNN attention tactic" >&2
 
 [ "${1:-}" = "--no-build" ] && exit 0
 "$root/scripts/build.sh"

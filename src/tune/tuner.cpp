@@ -1,8 +1,8 @@
 // tune/tuner.cpp — auto-tuning: the builder times each layer's candidate tactics on the device.
 //
 // Per shape profile, the plan runs once in a tuning context on synthetic inputs of the profile's opt
-// shapes (floats uniform in [-1, 1], integers 0, which every index input accepts, except ones for an
-// integer or bool input that is only element data: an attention mask). Before a kernel
+// shapes (floats uniform in [-1, 1], integers 0, which every index input accepts, except alternating
+// ones and zeros for an integer or bool input that is only element data: an attention mask). Before a kernel
 // step with two or more tactics for its shapes runs, the tuner runs each candidate on the step's real
 // inputs: a candidate that fails or whose outputs differ from the kernel's own choice beyond the
 // precision's tolerance is rejected; the others are timed (warm-up, then the median of timed batches,
@@ -40,43 +40,52 @@ namespace kiln {
 // Whether every use of v, and of the integers and bools computed from it, is element data
 // (arithmetic, comparisons, casts, Where, layout changes and selections of its values, kiln's pointwise
 // regions and attention masks; Shape and Size read none), never an index, a shape, an axis or a count.
-// A float computed from it is element data wherever it goes. An integer or bool input used so only (an attention mask) is made
-// of ones for tuning: zeros there masked every key, and kiln's attention kernels skip a fully masked
-// tile, so they were timed doing almost nothing (GPT-2's at 29.5 us per layer against 51 in the model,
-// and cuDNN's fused attention, 32 us in the model, was never chosen).
+// A float computed from it is element data wherever it goes, unless a Cast turns it back into integers
+// or bools (then followed as they are). Values read inside If/Loop/Scan bodies are not followed: no.
+// Such an input (an attention mask) is made of alternating ones and zeros for tuning instead of zeros:
+// a mask of zeros hid every key (or, read the other way, none), and kiln's attention kernels skip a
+// fully masked tile, so the layer was timed doing almost nothing (GPT-2's at 0.030 ms in isolation
+// against 51 us per layer in the model, where cuDNN's fused attention takes 32 and was never chosen).
 bool tuning_input_is_element_data(const ir::Graph& g, const ir::Value* v) {
   // (op, the input positions that carry element data; -1: all of them)
   static const std::map<std::string, int> kData = {
-      {"Cast", 0},      {"CastLike", 0}, {"Identity", 0}, {"Unsqueeze", 0}, {"Squeeze", 0}, {"Reshape", 0},
-      {"Expand", 0},    {"Flatten", 0},  {"Transpose", 0}, {"Clip", 0},     {"Concat", -1}, {"Not", -1},
-      {"And", -1},      {"Or", -1},      {"Xor", -1},      {"Add", -1},     {"Sub", -1},    {"Mul", -1},
-      {"Div", -1},      {"Neg", -1},     {"Abs", -1},      {"Min", -1},     {"Max", -1},    {"Sum", -1},
-      {"Equal", -1},    {"Less", -1},    {"LessOrEqual", -1}, {"Greater", -1}, {"GreaterOrEqual", -1},
-      {"Where", -1},    {"Sign", -1},    {"Gather", 0},    {"GatherElements", 0}, {"GatherND", 0}, {"Slice", 0},
+      {"Cast", 0},      {"CastLike", 0}, {"Identity", 0},  {"Unsqueeze", 0},      {"Squeeze", 0},    {"Reshape", 0},
+      {"Expand", 0},    {"Flatten", 0},  {"Transpose", 0}, {"Clip", 0},           {"Concat", -1},    {"Not", -1},
+      {"And", -1},      {"Or", -1},      {"Xor", -1},      {"Add", -1},           {"Sub", -1},       {"Mul", -1},
+      {"Div", -1},      {"Neg", -1},     {"Abs", -1},      {"Min", -1},           {"Max", -1},       {"Sum", -1},
+      {"Equal", -1},    {"Less", -1},    {"LessOrEqual", -1}, {"Greater", -1},    {"GreaterOrEqual", -1},
+      {"Where", -1},    {"Sign", -1},    {"Gather", 0},    {"GatherElements", 0}, {"GatherND", 0},   {"Slice", 0},
       {"Split", 0},     {"Tile", 0},     {"Pad", 0}};
-  std::vector<const ir::Value*> todo = {v};
+  const std::set<std::string> in_bodies = names_read_by_subgraphs(g);
+  // (a value computed from v, whether it is a float)
+  std::vector<std::pair<const ir::Value*, bool>> todo = {{v, false}};
   std::set<const ir::Value*> seen = {v};
   while (!todo.empty()) {
-    const ir::Value* x = todo.back();
+    const auto [x, is_float] = todo.back();
     todo.pop_back();
-    for (const ir::Node* n : g.nodes()) {
-      for (size_t i = 0; i < n->inputs.size(); ++i) {
-        if (n->inputs[i] != x) continue;
-        // Shape and Size read no values: what they give does not depend on the input's values.
-        if (n->domain.empty() && (n->op_type == "Shape" || n->op_type == "Size")) continue;
-        bool data = false;
-        if (n->domain == "kiln") {
-          data = n->op_type == "Pointwise" || (n->op_type == "Attention" && i >= 3);
-        } else if (n->domain.empty() || n->domain == "ai.onnx") {
-          const auto it = kData.find(n->op_type);
-          data = it != kData.end() && (it->second < 0 || static_cast<size_t>(it->second) == i);
+    if (in_bodies.count(x->name)) return false;
+    for (const ir::Use& u : x->uses) {
+      const ir::Node* n = u.node;
+      const bool onnx = n->domain.empty() || n->domain == "ai.onnx";
+      if (onnx && (n->op_type == "Shape" || n->op_type == "Size")) continue;  // they read no values
+      if (is_float) {
+        const bool cast = onnx && (n->op_type == "Cast" || n->op_type == "CastLike") && u.input_index == 0;
+        for (const ir::Value* o : n->outputs) {
+          const bool f = o && dtype_is_float(o->type.dtype);
+          if (o && (f || cast) && seen.insert(o).second) todo.push_back({o, f});
         }
-        if (!data) return false;
-        // Followed while it stays integer or bool: a float computed from it (the additive mask) is
-        // element data wherever it goes.
-        for (const ir::Value* o : n->outputs)
-          if (o && !dtype_is_float(o->type.dtype) && seen.insert(o).second) todo.push_back(o);
+        continue;
       }
+      bool data = false;
+      if (n->domain == "kiln") {
+        data = n->op_type == "Pointwise" || (n->op_type == "Attention" && u.input_index >= 3);
+      } else if (onnx) {
+        const auto it = kData.find(n->op_type);
+        data = it != kData.end() && (it->second < 0 || it->second == u.input_index);
+      }
+      if (!data) return false;
+      for (const ir::Value* o : n->outputs)
+        if (o && seen.insert(o).second) todo.push_back({o, dtype_is_float(o->type.dtype)});
     }
   }
   return true;
@@ -181,13 +190,24 @@ Expected<std::vector<Slot>> tuning_inputs(const ir::Graph& g, const ShapeProfile
     if (t.dtype() == DataType::kString) return unsupported("input '" + v.name + "' holds strings");
     std::memset(t.raw(), 0, t.nbytes());
     const DataType dt = t.dtype();
-    const bool whole_bytes = dt != DataType::kUInt4 && dt != DataType::kInt4 && dt != DataType::kUInt2 && dt != DataType::kInt2;
-    if ((dt == DataType::kBool || (dtype_is_integer(dt) && whole_bytes)) && t.numel() > 0 && tuning_input_is_element_data(g, &v)) {
-      // Integers and bools that are element data (a mask): ones (keep every key). The zeroed
-      // element's lowest byte set: 1 in every integer type (little-endian hosts) and true.
-      const size_t size = dtype_size(t.dtype());
-      for (size_t k = 0, n = static_cast<size_t>(t.numel()); k < n; ++k) static_cast<uint8_t*>(t.raw())[k * size] = 1;
-      log(LogLevel::kVerbose, "tuning inputs: '" + v.name + "' is element data only (a mask): ones");
+    if ((dt == DataType::kBool || dtype_is_integer(dt)) && t.numel() > 0 && tuning_input_is_element_data(g, &v)) {
+      // Integers and bools that are element data (a mask): 1, 0, 1, 0, ... whichever way 1 is read,
+      // every row keeps half its keys and no key tile is hidden whole.
+      for (int64_t k = 0; k < t.numel(); k += 2) {
+        switch (dt) {
+          case DataType::kBool: t.data<bool>()[k] = true; break;
+          case DataType::kInt8: t.data<int8_t>()[k] = 1; break;
+          case DataType::kUInt8: t.data<uint8_t>()[k] = 1; break;
+          case DataType::kInt16: t.data<int16_t>()[k] = 1; break;
+          case DataType::kUInt16: t.data<uint16_t>()[k] = 1; break;
+          case DataType::kInt32: t.data<int32_t>()[k] = 1; break;
+          case DataType::kUInt32: t.data<uint32_t>()[k] = 1; break;
+          case DataType::kInt64: t.data<int64_t>()[k] = 1; break;
+          case DataType::kUInt64: t.data<uint64_t>()[k] = 1; break;
+          default: break;  // (4- and 2-bit integers: zeros)
+        }
+      }
+      log(LogLevel::kVerbose, "tuning inputs: '" + v.name + "' is element data only (a mask): alternating ones and zeros");
     }
     for (size_t k = 0, n = static_cast<size_t>(t.numel()); k < n; ++k) {
       const float x = u(rng);

@@ -20,10 +20,11 @@ Status tune_engine(Engine::Impl& impl, const BuildOptions& options,
 // engine plans that name whatever machine, library or kiln loads it. Steps whose shapes are known only
 // by running, and kernels that do not name what they planned, keep deciding as each shape is planned.
 Status record_default_tactics(Engine::Impl& impl);
-// Whether graph input v, and the integers and bools computed from it, are only ever element data (arithmetic,
-// comparisons, casts, Where, layout changes of its values, kiln's pointwise regions, attention masks),
-// never an index, shape, axis or count: the tuner then makes an integer or bool input of ones (an
-// attention mask keeping every key) instead of zeros (tune/tuner.cpp).
+// Whether graph input v, and the integers and bools computed from it, are only ever element data
+// (arithmetic, comparisons, casts, Where, layout changes of its values, kiln's pointwise regions,
+// attention masks; floats computed from it anywhere), never an index, shape, axis or count: the tuner
+// then makes an integer or bool input of alternating ones and zeros (an attention mask hiding half the
+// keys of each row, whichever way it is read) instead of zeros (tune/tuner.cpp).
 bool tuning_input_is_element_data(const ir::Graph& g, const ir::Value* v);
 // "" when a candidate tactic's outputs `got` match the kernel's own choice's `want` (float outputs:
 // relative L2 within `tol`; E4M3 within 3e-2; int8/uint8 within one step in at most 1% of the

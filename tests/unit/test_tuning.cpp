@@ -613,8 +613,9 @@ TEST(Tuning, UntunedBuildRecordsTheKernelsOwnChoices) {
 }
 
 // The tuner's synthetic inputs: an integer or bool input that is only element data (an attention mask
-// turned into an additive one) is made of ones; one that reaches an index, a shape or an op outside the
-// element-data list (a CumSum feeding position ids) keeps zeros, which every index accepts.
+// turned into an additive one) is made of alternating ones and zeros; one that reaches an index, a
+// shape or an op outside the element-data list (a CumSum feeding position ids, a count cast back to an
+// index) keeps zeros, which every index accepts.
 TEST(Tuning, MaskInputsAreElementDataIndexInputsAreNot) {
   ir::Graph g;
   g.opsets[""] = 17;
@@ -664,6 +665,17 @@ TEST(Tuning, MaskInputsAreElementDataIndexInputsAreNot) {
   g.add_node("Not", "", {keep}, {kn}, "not");
   g.add_node("And", "", {kn, keep}, {ka}, "and");
   g.add_node("Where", "", {ka, mf, inv}, {w}, "where");
+  // A float made from an input and cast back to integers is followed again: a count used as an index.
+  ir::Value* counted = input("counted", DataType::kInt64, {2, 8});
+  ir::Value* cf = value("cf", DataType::kFloat32, {2, 8});
+  ir::Value* total = value("total", DataType::kFloat32, {2});
+  ir::Value* ti = value("ti", DataType::kInt64, {2});
+  ir::Value* picked = value("picked", DataType::kFloat32, {2, 4});
+  g.add_node("Cast", "", {counted}, {cf}, "count_cast");
+  g.add_node("ReduceSum", "", {cf}, {total}, "count");
+  g.add_node("Cast", "", {total}, {ti}, "count_index");
+  g.add_node("Gather", "", {table, ti}, {picked}, "pick");
+  EXPECT_FALSE(tuning_input_is_element_data(g, counted));
   EXPECT_TRUE(tuning_input_is_element_data(g, mask));
   EXPECT_TRUE(tuning_input_is_element_data(g, keep));
   EXPECT_FALSE(tuning_input_is_element_data(g, ids));

@@ -2,6 +2,8 @@
 // The only file that includes cudnn-frontend (a large header-only library).
 #include "backends/cuda/cuda_attention_cudnn.h"
 
+#include "backends/cuda/cuda_backend.h"
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -12,13 +14,13 @@
 #include <unordered_map>
 #include <vector>
 
-#if KILN_CUDNN_FRONTEND
+#ifdef KILN_CUDNN_FRONTEND
 #include <cudnn_frontend.h>
 #endif
 
 namespace kiln::cuda {
 
-#if KILN_CUDNN_FRONTEND
+#ifdef KILN_CUDNN_FRONTEND
 
 namespace fe = cudnn_frontend;
 
@@ -58,10 +60,24 @@ std::string cudnn_attention_refusal(const AttentionArgs& a) {
     if (st % 8 != 0) return "rows that are not 16-byte aligned";
   if (a.has_mask && (a.ms[3] != 1 || a.ms[2] < a.t || a.ms[2] % 8 != 0))
     return "an additive mask whose rows are not whole, aligned [S, T] rows";
+  // A row the mask hides entirely: kiln's op gives NaN there unless zero_nan_rows says 0, while cuDNN's
+  // kernel writes 0 (CudaOps.AttentionStagedMaskMatchesCpu checks the zero_nan_rows case).
+  if (a.has_mask && !a.zero_nan_rows) return "a mask that may hide whole rows (NaN rows) without zero_nan_rows";
+  if (a.b == 0 || a.s == 0 || a.t == 0) return "empty tensors";
   return "";
 }
 
-std::shared_ptr<const CudnnAttention> plan_cudnn_attention(cudnnHandle_t dnn, const AttentionArgs& a, std::string* why) {
+namespace {
+
+// A state's plans by signature.
+struct PlanCache {
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<const CudnnAttention>> plans;
+};
+
+}  // namespace
+
+std::shared_ptr<const CudnnAttention> plan_cudnn_attention(CudaState& st, const AttentionArgs& a, std::string* why) {
   if (std::string r = cudnn_attention_refusal(a); !r.empty()) {
     *why = r;
     return nullptr;
@@ -72,12 +88,13 @@ std::shared_ptr<const CudnnAttention> plan_cudnn_attention(cudnnHandle_t dnn, co
     return nullptr;
   }
   const std::string key = signature(a, device);
-  static std::mutex mu;
-  static std::map<std::string, std::shared_ptr<const CudnnAttention>> plans;
+  if (!st.cudnn_attention_plans) st.cudnn_attention_plans = std::make_shared<PlanCache>();
+  PlanCache& cache = *static_cast<PlanCache*>(st.cudnn_attention_plans.get());
   {
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = plans.find(key); it != plans.end()) return it->second;
+    std::lock_guard<std::mutex> lock(cache.mu);
+    if (auto it = cache.plans.find(key); it != cache.plans.end()) return it->second;
   }
+  cudnnHandle_t dnn = st.dnn;
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(a.elem == kElemF16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
@@ -101,7 +118,7 @@ std::shared_ptr<const CudnnAttention> plan_cudnn_attention(cudnnHandle_t dnn, co
   auto outs = g->sdpa(q, k, v, opts);
   outs[0]->set_output(true).set_uid(kUidY).set_dim({a.b, H, a.s, a.dv}).set_stride({a.y_batch, a.dv, a.y_row, 1});
   auto failed = [&](fe::error_t e, const char* step) {
-    *why = std::string("cuDNN ") + step + ": " + e.get_message();
+    if (e.is_bad()) *why = std::string("cuDNN ") + step + ": " + e.get_message();
     return e.is_bad();
   };
   if (failed(g->validate(), "validate") || failed(g->build_operation_graph(dnn), "operation graph") ||
@@ -111,12 +128,12 @@ std::shared_ptr<const CudnnAttention> plan_cudnn_attention(cudnnHandle_t dnn, co
     return nullptr;
   auto p = std::make_shared<CudnnAttention>();
   if (failed(g->get_workspace_size(p->workspace), "workspace size")) return nullptr;
-  why->clear();
   p->graph = std::move(g);
   p->mask = a.has_mask;
-  std::lock_guard<std::mutex> lock(mu);
-  if (plans.size() >= 256) plans.clear();  // signatures of long-gone engines; the live ones hold theirs
-  return plans.emplace(key, std::move(p)).first->second;
+  std::lock_guard<std::mutex> lock(cache.mu);
+  // Shape plans hold what they use; past 1024 signatures (a stream of new shapes) the cache restarts.
+  if (cache.plans.size() >= 1024) cache.plans.clear();
+  return cache.plans.emplace(key, std::move(p)).first->second;
 }
 
 size_t cudnn_attention_workspace(const CudnnAttention& p) { return static_cast<size_t>(std::max<int64_t>(p.workspace, 0)); }
@@ -139,7 +156,7 @@ struct CudnnAttention {};
 
 std::string cudnn_attention_refusal(const AttentionArgs&) { return "this kiln was built without cudnn-frontend"; }
 
-std::shared_ptr<const CudnnAttention> plan_cudnn_attention(cudnnHandle_t, const AttentionArgs& a, std::string* why) {
+std::shared_ptr<const CudnnAttention> plan_cudnn_attention(CudaState&, const AttentionArgs& a, std::string* why) {
   *why = cudnn_attention_refusal(a);
   return nullptr;
 }

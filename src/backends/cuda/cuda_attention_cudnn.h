@@ -23,14 +23,19 @@ struct CudnnAttention;  // a built cuDNN plan for one signature (shapes, strides
 // without cudnn-frontend), or "" when it may: no cuDNN call, so cheap enough for tactics().
 std::string cudnn_attention_refusal(const AttentionArgs& a);
 
+struct CudaState;
+
 // cuDNN's plan for a's shapes, strides, dtype, scale and mask layout (a's pointers are not read), built
-// once per signature and device in this process and shared; null with *why set when cuDNN refuses.
-std::shared_ptr<const CudnnAttention> plan_cudnn_attention(cudnnHandle_t dnn, const AttentionArgs& a, std::string* why);
+// with the state's handle once per signature and kept in the state (cuDNN's plans hold the handle they
+// were built with: one context's plans are never run on another's handle or thread); null with *why
+// set when cuDNN refuses.
+std::shared_ptr<const CudnnAttention> plan_cudnn_attention(CudaState& st, const AttentionArgs& a, std::string* why);
 
 // Scratch memory the plan's run needs.
 size_t cudnn_attention_workspace(const CudnnAttention& p);
 
-// Runs the plan on dnn's stream with a's pointers (q, k, v, mask, y); "" or what failed.
+// Runs the plan on dnn's stream (the handle it was planned with) with a's pointers (q, k, v, mask, y);
+// "" or what failed.
 std::string run_cudnn_attention(const CudnnAttention& p, cudnnHandle_t dnn, const AttentionArgs& a, void* workspace);
 
 }  // namespace kiln::cuda

@@ -27,6 +27,7 @@ CudaState::~CudaState() {
     if (staging[i]) cudaFreeHost(staging[i]);
   }
   if (workspace) cudaFree(workspace);
+  cudnn_attention_plans.reset();  // before the handle they were built with
   if (dnn) cudnnDestroy(dnn);
   if (lt) cublasLtDestroy(lt);
   if (own_stream) cudaStreamDestroy(own_stream);

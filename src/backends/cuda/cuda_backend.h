@@ -38,6 +38,9 @@ struct CudaState {
   void* staging[2] = {nullptr, nullptr};
   cudaEvent_t staged[2] = {nullptr, nullptr};
   int next_staging = 0;
+  // cuDNN fused-attention plans built with `dnn` (cuda_attention_cudnn.cpp owns the type): they live
+  // and die with this state's handle, and only its context runs them.
+  std::shared_ptr<void> cudnn_attention_plans;
   ~CudaState();
 };
 

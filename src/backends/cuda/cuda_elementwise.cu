@@ -367,8 +367,8 @@ __global__ void realign_rows_kernel(const E* __restrict__ x, E* __restrict__ y, 
 // stores 4 floats as one 16-byte piece at each aligned destination position, reading the 4 halves it
 // needs from the two aligned 8-byte source words they straddle (the same shift for the whole row);
 // the few floats before the first aligned piece and after the last one go one at a time. On an H200
-// GPT-2's logits take 0.90 ms (2.7 TB/s); a variant with 8 floats a piece, 16-byte source words and
-// the shift a template argument took 1.01 ms.
+// GPT-2's logits take 0.69 ms (3.6 TB/s; bench/cuda_widen_probe.cu times the forms tried: 16-byte
+// source words, persistent grids and streaming stores were slower).
 template <typename H>
 __device__ __forceinline__ float half_bits_to_float(uint16_t b) {
   if constexpr (std::is_same<H, __half>::value) return __half2float(__ushort_as_half(b));

@@ -16,6 +16,7 @@
 #include "backends/cuda/cuda_util.h"
 #include "backends/inner_context.h"
 #include "backends/staged_kernel.h"
+#include "util/log.h"
 #include "ops/nn.h"
 #include "ops/params_nn.h"
 #include "ir/epilogue.h"
@@ -242,10 +243,15 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
         return rc.error("bool mask " + shape_to_string(rc.in[4].shape) + " does not broadcast to [B, H, S, T]");
     }
     if (rc.tactic == kCudnnAttentionTactic) {
+      // Chosen at the profile's opt shapes; where cuDNN cannot run these (another shape of the
+      // profile, a kiln or cuDNN that lacks it), kiln's own choice runs them, as for a tactic not offered.
       std::string why;
-      plan->cudnn = plan_cudnn_attention(static_cast<CudaState*>(rc.device_state)->dnn, *a, &why);
-      if (!plan->cudnn) return rc.error("tactic 'cudnn' does not apply: " + why);
-      rc.workspace_bytes = cudnn_attention_workspace(*plan->cudnn);
+      plan->cudnn = plan_cudnn_attention(*static_cast<CudaState*>(rc.device_state), *a, &why);
+      if (plan->cudnn)
+        rc.workspace_bytes = cudnn_attention_workspace(*plan->cudnn);
+      else
+        log(LogLevel::kVerbose, rc.node.describe() + ": cuDNN's attention does not run " + shape_to_string(q) + " (" + why +
+                                    "): kiln's own kernel runs it");
     } else if (!rc.tactic.empty()) {
       const auto v = std::find(std::begin(kAttentionTactics), std::end(kAttentionTactics), rc.tactic);
       if (v == std::end(kAttentionTactics) || v == std::begin(kAttentionTactics) ||
