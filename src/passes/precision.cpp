@@ -26,6 +26,7 @@
 
 #include "ir/float_types.h"
 #include "ops/params_nn.h"
+#include "ops/params_shape.h"
 #include "passes/passes.h"
 #include "passes/pattern.h"
 #include "util/parallel.h"
@@ -206,14 +207,16 @@ namespace {
 
 // c when `slice` takes the columns [0, c) of its input's last axis (of `rank`) with step 1, 0 otherwise.
 int64_t leading_columns(const ir::Node& slice, int64_t rank) {
-  // Input i (Slice-10 on) or attribute `attr` (Slice-1): {} when absent, nullopt when not constant.
-  auto ints = [&](size_t i, const char* attr) -> std::optional<std::vector<int64_t>> {
-    if (slice.opset < 10) return slice.attr_ints(attr);
+  // Where the bounds are is the kernels' decision (ops::parse_slice): input i (Slice-10 on, or a node
+  // of unknown opset) or the attribute (Slice-1, no steps). {} when absent, nullopt when not constant.
+  const ops::SliceParams sp = ops::parse_slice(slice);
+  auto ints = [&](size_t i, const std::vector<int64_t>& attr) -> std::optional<std::vector<int64_t>> {
+    if (!sp.bounds_as_inputs) return attr;
     if (!slice.has_input(i)) return std::vector<int64_t>{};
     if (!slice.inputs[i]->is_constant()) return std::nullopt;
     return integer_values(*slice.inputs[i]->constant);
   };
-  const auto starts = ints(1, "starts"), ends = ints(2, "ends"), axes = ints(3, "axes"), steps = ints(4, "steps");
+  const auto starts = ints(1, sp.starts), ends = ints(2, sp.ends), axes = ints(3, sp.axes), steps = ints(4, {});
   if (!starts || !ends || !axes || !steps || starts->size() != 1 || ends->size() != 1) return 0;
   const int64_t axis = axes->empty() ? 0 : (*axes)[0] < 0 ? (*axes)[0] + rank : (*axes)[0];
   if (axes->size() > 1 || axis != rank - 1 || (*starts)[0] != 0 || (steps->size() == 1 && (*steps)[0] != 1) ||
