@@ -51,6 +51,15 @@ struct GatedServer::Connection {
     return false;
   }
   size_t pending_bytes() const { return buf.size() - pos; }
+  // One read of what the client has sent, without waiting, appended to buf through `scratch`: the
+  // bytes taken (> 0), 0 when the client closed, < 0 when nothing is there (errno EAGAIN, EWOULDBLOCK
+  // or EINTR) or the socket failed. The gate calls it once per readiness event, a request thread in a
+  // loop after its response.
+  ssize_t take_available(char* scratch, size_t size) {
+    const ssize_t n = ::recv(fd, scratch, size, MSG_DONTWAIT);
+    if (n > 0) buf.append(scratch, static_cast<size_t>(n));
+    return n;
+  }
   // Drops what the last request consumed.
   void compact() {
     buf.erase(0, pos);
@@ -260,7 +269,8 @@ class GatedServer::Gate final : public httplib::TaskQueue {
     auto it = waiting_.find(fd);
     if (it == waiting_.end()) return;
     Connection& c = *it->second;
-    const ssize_t n = ::recv(fd, chunk.data(), chunk.size(), MSG_DONTWAIT);
+    const bool idle = c.pending_bytes() == 0;
+    const ssize_t n = c.take_available(chunk.data(), chunk.size());
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
     if (n <= 0) {  // the client closed (or the socket failed)
       release(fd);
@@ -268,8 +278,7 @@ class GatedServer::Gate final : public httplib::TaskQueue {
     }
     // An idle connection's first byte starts the head's own deadline (a kept-alive client that was
     // idle a while gets the whole head_timeout for its next head).
-    if (c.pending_bytes() == 0) set_deadline(c, Clock::now() + server_.limits_.head_timeout);
-    c.buf.append(chunk.data(), static_cast<size_t>(n));
+    if (idle) set_deadline(c, Clock::now() + server_.limits_.head_timeout);
     if (c.has_head()) return hand_over(release(fd));
     if (c.pending_bytes() > server_.limits_.max_head_bytes) release(fd)->reply("431 Request Header Fields Too Large");
   }
@@ -336,10 +345,9 @@ class GatedServer::Gate final : public httplib::TaskQueue {
       // now): taken without waiting, so that a busy connection need not go through the gate.
       while (!c->has_head() && c->pending_bytes() <= server_.limits_.max_head_bytes) {
         char more[4096];
-        const ssize_t n = ::recv(c->fd, more, sizeof more, MSG_DONTWAIT);
+        const ssize_t n = c->take_available(more, sizeof more);
         if (n == 0) return;
         if (n < 0) break;
-        c->buf.append(more, static_cast<size_t>(n));
       }
       if (!c->has_head()) {
         c->deadline = Clock::now() + server_.limits_.head_timeout;
