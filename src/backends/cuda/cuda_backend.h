@@ -56,6 +56,9 @@ Expected<std::shared_ptr<CudaState>> make_state();
 
 // The CudaState of a running kernel (never null for kernels placed on CUDA).
 inline CudaState& state_of(const KernelContext& ctx) { return *static_cast<CudaState*>(ctx.device_state()); }
+// The CudaState a reshape() plans with: null where shapes are planned without a device state, so a
+// kernel whose plan needs a library handle checks it.
+inline CudaState* reshape_state(const ReshapeContext& rc) { return static_cast<CudaState*>(rc.device_state); }
 
 // Kernel families (one table each, see cuda_*.cpp).
 void register_elementwise(KernelRegistry& r);

@@ -206,7 +206,7 @@ class ConvKernel final : public Kernel {
                     "output descriptor");
     };
     KILN_RETURN_IF_ERROR(describe(p->x, p->y, n));
-    CudaState& st = *static_cast<CudaState*>(rc.device_state);
+    CudaState& st = *reshape_state(rc);
     if (c4) {
       // Halve the chunk until the padded chunk and the implicit-precomp-GEMM kernel's workspace fit.
       const size_t image_pad = static_cast<size_t>(in[0] * in[1] * cx) * dtype_size(dt);

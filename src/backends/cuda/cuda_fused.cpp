@@ -245,8 +245,8 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
     if (rc.tactic == kCudnnAttentionTactic) {
       // Chosen at the profile's opt shapes; where cuDNN cannot run these (another shape of the
       // profile, a kiln or cuDNN that lacks it), kiln's own choice runs them, as for a tactic not offered.
-      std::string why;
-      plan->cudnn = plan_cudnn_attention(*static_cast<CudaState*>(rc.device_state), *a, &why);
+      std::string why = "no device state to plan with";
+      if (CudaState* st = reshape_state(rc)) plan->cudnn = plan_cudnn_attention(*st, *a, &why);
       if (plan->cudnn)
         rc.workspace_bytes = cudnn_attention_workspace(*plan->cudnn);
       else

@@ -299,8 +299,6 @@ Status launch_gemm(const KernelContext& ctx, const GemmPlan& g, const void* a, c
   return Status::Ok();
 }
 
-CudaState* reshape_state(const ReshapeContext& rc) { return static_cast<CudaState*>(rc.device_state); }
-
 // ---- MatMul: numpy semantics (1-D operands promoted, batch dims broadcast).
 Status reshape_matmul(ReshapeContext& rc) {
   if (rc.in.size() < 2 || !rc.in[0].present || !rc.in[1].present) return rc.error("A and B are required");

@@ -384,7 +384,7 @@ BD make_plan(Descriptors& d, cudnnHandle_t dnn, BD cfg, int64_t* workspace) {
 
 Status reshape_qconv(ReshapeContext& rc, const QConvConsts& c) {
   if (rc.in.size() <= kW || !rc.in[kX].present) return rc.error("X and W are required");
-  auto* st = static_cast<CudaState*>(rc.device_state);
+  CudaState* st = reshape_state(rc);
   if (!st) return unsupported("no device state to plan with");
   const Shape& x = rc.in[kX].shape;
   if (x.size() != 4 || x[3] != c.c) return rc.error("X must be [N, H, W, " + std::to_string(c.c) + "], got " + shape_to_string(x));
