@@ -867,6 +867,59 @@ TEST(Runtime, CudaCallersStreamAndConcurrentContexts) {
   EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
+// Loading a CUDA engine uploads its weights while other threads' contexts capture CUDA graphs (a
+// served model's first runs of a new shape while another model loads): the uploads must not wait on
+// every stream of the device (a capturing stream refuses it: the load failed with "operation not
+// permitted when stream is capturing", and the capture with it). One thread loads the engine file
+// again and again (and frees it), four run fresh contexts (each captures on its third run).
+TEST(Runtime, CudaLoadsWhileOtherThreadsCaptureGraphs) {
+  if (!cuda_backend().ok()) GTEST_SKIP() << "no CUDA GPU";
+  auto engine = cuda_example_engine();
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto bytes = (*engine)->serialize();
+  ASSERT_TRUE(bytes.ok());
+  auto x = read_npy(kExampleInput);
+  ASSERT_TRUE(x.ok());
+  const auto want = run_example(**engine, *x);
+  std::atomic<bool> stop{false};
+  std::atomic<int> captured{0}, runs{0}, loads{0};
+  std::mutex mu;
+  std::vector<std::string> errors;
+  auto fail = [&](const std::string& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (errors.size() < 8) errors.push_back(e);
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      while (!stop) {
+        auto c = (*engine)->create_context();
+        if (!c.ok()) return fail(c.status().to_string());
+        for (int r = 0; r < 4; ++r) {
+          auto out = (*c)->run({{"image", Value::of(*x)}});
+          if (!out.ok()) return fail("run: " + out.status().to_string());
+          const Tensor& y = (*out)[0].tensor;
+          if (std::vector<float>(y.data<float>(), y.data<float>() + y.numel()) != want) return fail("run: outputs differ");
+          ++runs;
+        }
+        captured += static_cast<int>((*c)->cuda_graphs());
+      }
+    });
+  for (int i = 0; i < 40; ++i) {
+    auto loaded = Engine::load_from_bytes(*bytes);
+    if (!loaded.ok()) {
+      fail("load " + std::to_string(i) + ": " + loaded.status().to_string());
+      break;
+    }
+    ++loads;
+  }
+  stop = true;
+  for (auto& th : threads) th.join();
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  EXPECT_EQ(loads.load(), 40);
+  EXPECT_GT(captured.load(), 0) << "the contexts captured graphs while the engine loaded (" << runs << " runs)";
+}
+
 // Both memory planners give valid plans (buffers alive at the same time never overlap, every buffer
 // inside the arena) on random lifetimes; the sweep (used past 4096 buffers) stays within 1.5x of the
 // greedy plan here, and sizes near SIZE_MAX saturate instead of wrapping.

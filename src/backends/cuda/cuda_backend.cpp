@@ -232,6 +232,21 @@ Status CudaBackend::copy(const Tensor& src, Tensor& dst, void* state) {
       return staged_copy(*cs, static_cast<const char*>(src.raw()), static_cast<char*>(dst.raw()), src.nbytes(), to_device);
     return check_cuda(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault, cs->stream), "copy");
   }
+  if (src.device().is_cpu()) {
+    // An upload without a state (weights at build and load time, kiln::transfer): on a stream of its
+    // own, waited for. Not cudaMemcpy and a device-wide wait: those wait on every stream of the device,
+    // which a stream capturing a CUDA graph in another thread (a served model's new shape while
+    // another model loads) refuses — the upload failed and the capture with it. Host memory is ready
+    // as it is; the destination is read only after this returns.
+    cudaStream_t s = nullptr;
+    KILN_RETURN_IF_ERROR(check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "copy"));
+    cudaError_t err = cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyHostToDevice, s);
+    const cudaError_t waited = cudaStreamSynchronize(s);
+    if (err == cudaSuccess) err = waited;
+    cudaStreamDestroy(s);
+    return check_cuda(err, "copy");
+  }
+  // From the device: its producer may be any stream (a caller's tensor), so the whole device is waited for.
   KILN_RETURN_IF_ERROR(check_cuda(cudaMemcpy(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault), "copy"));
   return check_cuda(cudaDeviceSynchronize(), "copy");
 }
