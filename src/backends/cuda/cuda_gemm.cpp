@@ -1,5 +1,5 @@
-// backends/cuda/cuda_gemm.cpp — MatMul and Gemm (float32, float16, bfloat16), and kiln.F8MatMul (FP8
-// E4M3 operands), through cuBLASLt.
+// backends/cuda/cuda_gemm.cpp — MatMul and Gemm (float32, float16, bfloat16), kiln.F8MatMul (FP8
+// E4M3 operands) and com.microsoft.MatMulNBits (4-bit weights), through cuBLASLt.
 //
 // reshape() builds the descriptors and asks cuBLASLt's heuristic once per input shape; run() only
 // launches. kiln's tensors are row-major; cuBLASLt is column-major. A row-major [M,N] matrix is the same
@@ -15,6 +15,7 @@
 #include <functional>
 #include <numeric>
 
+#include "backends/cuda/cuda_nbits.h"
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
 #include "ir/epilogue.h"
@@ -60,6 +61,10 @@ struct GemmProblem {
   // FP8 only: FP8 fast accumulation (partial sums never promoted to float32 inside the kernel; tactics
   // "fast<i>"), faster at the cost of accumulation bits far below FP8's own rounding.
   bool fast_accum = false;
+  // Split-K partial sums only in float32 (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE), never in Y's half type
+  // (in place or in the output type): those rounded partial sums of a float16 product to 1e-3 of its
+  // scale (MatMulNBits' dequantized GEMM at M 17, K 600 on an H200).
+  bool fp32_reduction = false;
 };
 
 // cuBLASLt's heuristic results a GEMM may choose among (its tactics).
@@ -168,6 +173,10 @@ Status plan_gemm(const ir::Node& node, CudaState& st, GemmPlan& g) {
   KILN_RETURN_IF_ERROR(lt_ok(node, cublasLtMatmulPreferenceCreate(&d.pref), "preference"));
   const uint64_t ws = st.workspace_bytes;
   cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  if (p.fp32_reduction) {
+    const uint32_t mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof(mask));
+  }
   g.align = alignment_of(p);
   for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
@@ -717,6 +726,145 @@ Expected<KernelPtr> create_qmatmul(const ir::Node& n) {
                      [reshape](const ReshapeContext& rc) { return gemm_tactics(rc, reshape); });
 }
 
+// ---- com.microsoft MatMulNBits: Y = A · Wᵀ (+ bias) with W [N, K] 4-bit (layout and kernels in
+// cuda_nbits.h). Up to kNBitsFusedRows rows of A (decoding) one kernel reads the 4-bit weights once and
+// never writes W; more rows, W is dequantized into the workspace ([N, K] in A's type) and multiplied by
+// cuBLASLt, the bias in its epilogue (or broadcast into Y first where no algorithm has one), the
+// heuristic's candidates as tactics. Float tensors share A's type (float32, float16, bfloat16: a
+// reduced-precision build converts the scales, float zero points and bias with A); g_idx is refused.
+enum : int { kNbA = 0, kNbB = 1, kNbScales = 2, kNbZp = 3, kNbGIdx = 4, kNbBias = 5 };
+
+struct NBitsParams {
+  int64_t K = 0, N = 0, block = 0, blocks = 0;
+};
+
+struct NBitsPlan {
+  int64_t m = 0;
+  bool fused = false;
+  bool bias_into_y = false;  // the GEMM path's bias broadcast into Y (beta 1), no epilogue having it
+  BroadcastIndex bias_index{};
+  GemmPlan gemm;
+};
+
+std::string nbits_check(const ir::Node& n) {
+  if (n.has_input(kNbGIdx)) return "g_idx (act-order weights) is not supported";
+  if (n.attr_int("bits", 4) != 4) return "only 4-bit weights are supported";
+  if (std::string r = require_input_types(n, kNbA, {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16}); !r.empty())
+    return r;
+  return require_input_types(n, kNbB, {DataType::kUInt8});
+}
+
+Status reshape_nbits(ReshapeContext& rc, const NBitsParams& p) {
+  auto present = [&rc](int i) { return i < static_cast<int>(rc.in.size()) && rc.in[i].present; };
+  if (!present(kNbA) || !present(kNbB) || !present(kNbScales)) return rc.error("A, B and scales are required");
+  if (!reshape_state(rc)) return unsupported("no device state to plan with");
+  const auto& a = rc.in[kNbA];
+  const DataType dt = a.dtype;
+  if (!is_float_type(dt) || dt == DataType::kFloat64) return rc.error("A must be float32, float16 or bfloat16");
+  if (a.shape.empty() || a.shape.back() != p.K)
+    return rc.error("A's last dimension must be K = " + std::to_string(p.K) + ", got shape " + shape_to_string(a.shape));
+  auto check = [&](int i, const char* what, DataType want_type, int64_t want) -> Status {
+    const auto& t = rc.in[i];
+    if (t.dtype != want_type)
+      return rc.error(std::string(what) + " has dtype " + dtype_name(t.dtype) + ", expected " + dtype_name(want_type));
+    if (shape_numel(t.shape) != want)
+      return rc.error(std::string(what) + " must have " + std::to_string(want) + " elements (K " + std::to_string(p.K) + ", N " +
+                      std::to_string(p.N) + ", block_size " + std::to_string(p.block) + "), got shape " + shape_to_string(t.shape));
+    return Status::Ok();
+  };
+  int64_t b_size = 0;
+  if (__builtin_mul_overflow(p.N, p.blocks, &b_size) || __builtin_mul_overflow(b_size, p.block / 2, &b_size))
+    return rc.error("K, N and block_size are too large");
+  KILN_RETURN_IF_ERROR(check(kNbB, "B", DataType::kUInt8, b_size));
+  KILN_RETURN_IF_ERROR(check(kNbScales, "scales", dt, p.N * p.blocks));
+  if (present(kNbZp)) {
+    const bool packed = rc.in[kNbZp].dtype == DataType::kUInt8;
+    KILN_RETURN_IF_ERROR(check(kNbZp, "zero_points", packed ? DataType::kUInt8 : dt, packed ? p.N * ((p.blocks + 1) / 2) : p.N * p.blocks));
+  }
+  if (present(kNbBias)) KILN_RETURN_IF_ERROR(check(kNbBias, "bias", dt, p.N));
+  Shape out = a.shape;
+  out.back() = p.N;
+  rc.out.assign(1, {dt, out});
+  auto plan = std::make_shared<NBitsPlan>();
+  plan->m = shape_numel(a.shape) / p.K;
+  plan->fused = plan->m <= kNBitsFusedRows;
+  if (!plan->fused) {
+    GemmProblem& g = plan->gemm.p;
+    g.dtype = dt;
+    g.trans_b = true;
+    g.m = plan->m;
+    g.n = p.N;
+    g.k = p.K;
+    g.heur_index = heuristic_index(rc);
+    g.fp32_reduction = true;
+    g.off_a = g.off_b = g.off_y = {0};
+    if (present(kNbBias)) g.epilogue = CUBLASLT_EPILOGUE_BIAS;
+    KILN_RETURN_IF_ERROR(plan_gemm(rc.node, *reshape_state(rc), plan->gemm));
+    if (present(kNbBias) && g.epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
+      if (!make_broadcast_index({plan->m, p.N}, {p.N}, {plan->m, p.N}, plan->bias_index))
+        return rc.error("the bias cannot be broadcast on CUDA");
+      plan->bias_into_y = true;
+      g.beta = 1;
+    }
+    int64_t w_bytes = 0;
+    if (__builtin_mul_overflow(p.N * static_cast<int64_t>(dtype_size(dt)), p.K, &w_bytes)) return rc.error("W is too large");
+    rc.workspace_bytes = static_cast<size_t>((w_bytes + 255) / 256 * 256);
+  }
+  rc.state = std::move(plan);
+  return Status::Ok();
+}
+
+Status run_nbits(KernelContext& ctx, const NBitsParams& p) {
+  const auto& plan = *static_cast<const NBitsPlan*>(ctx.shape_state());
+  Tensor& y = ctx.output(0);
+  if (plan.m == 0) return Status::Ok();
+  CudaState& st = state_of(ctx);
+  NBitsArgs w;
+  w.elem = elem_of(ctx.input(kNbA).dtype());
+  w.K = p.K, w.N = p.N, w.block = p.block;
+  w.b = ctx.input(kNbB).data<uint8_t>();
+  w.scales = ctx.input(kNbScales).raw();
+  if (ctx.has_input(kNbZp)) {
+    const Tensor& zp = ctx.input(kNbZp);
+    if (zp.dtype() == DataType::kUInt8) w.zp_packed = zp.data<uint8_t>();
+    else w.zp_float = zp.raw();
+  }
+  const void* bias = ctx.has_input(kNbBias) ? ctx.input(kNbBias).raw() : nullptr;
+  if (plan.fused) return launched(ctx, launch_nbits_rows(w, ctx.input(kNbA).raw(), bias, y.raw(), plan.m, st.stream));
+  void* wt = ctx.workspace();
+  KILN_RETURN_IF_ERROR(launched(ctx, launch_nbits_dequantize(w, wt, st.stream)));
+  if (plan.bias_into_y)
+    KILN_RETURN_IF_ERROR(launched(ctx, launch_binary(BinaryOp::kFirst, w.elem, bias, nullptr, y.raw(), plan.m * p.N, plan.bias_index,
+                                                     st.stream)));
+  return launch_gemm(ctx, plan.gemm, ctx.input(kNbA).raw(), wt, y.raw(), plan.bias_into_y ? nullptr : bias);
+}
+
+Expected<KernelPtr> create_nbits(const ir::Node& n) {
+  NBitsParams p;
+  p.K = n.attr_int("K", 0);
+  p.N = n.attr_int("N", 0);
+  p.block = n.attr_int("block_size", 0);
+  // The op's declaration checked these (ops/contrib_quant.cpp); a hand-made engine file did not.
+  if (p.K < 1 || p.N < 1 || p.K > (int64_t{1} << 40) || p.N > (int64_t{1} << 40) || p.block < 16 || p.block > (int64_t{1} << 20) ||
+      (p.block & (p.block - 1)) != 0)
+    return invalid_model(n.describe() + ": K, N and block_size must be valid");
+  p.blocks = (p.K + p.block - 1) / p.block;
+  auto reshape = [p](ReshapeContext& rc) { return reshape_nbits(rc, p); };
+  auto tactics = [reshape](const ReshapeContext& rc) {
+    // The GEMM path's cuBLASLt candidates; the fused kernel has no alternatives.
+    std::vector<std::string> names;
+    ReshapeContext probe = rc;
+    probe.tactic.clear();
+    probe.out.assign(1, {});
+    if (!reshape(probe).ok() || !probe.state) return names;
+    const auto* plan = static_cast<const NBitsPlan*>(probe.state.get());
+    if (!plan->fused)
+      for (int i = 0; i < plan->gemm.candidates; ++i) names.push_back("heur" + std::to_string(i));
+    return names;
+  };
+  return make_staged(reshape, [p](KernelContext& ctx) { return run_nbits(ctx, p); }, tactics);
+}
+
 }  // namespace
 
 int matmul_epilogue_applied(const void* shape_state) {
@@ -756,6 +904,15 @@ void register_gemm(KernelRegistry& r) {
   f8.quantizes = {{"MatMul", "Gemm"}, {DataType::kFloat8E4M3FN}, fp8_product_check};
   f8.create = [](const ir::Node& n, KernelInit&) { return create_f8(n); };
   r.add(f8);
+
+  KernelDef nb;
+  nb.op = "MatMulNBits";
+  nb.domain = "com.microsoft";
+  nb.name = "cuda.MatMulNBits.q4";
+  nb.half_floats = true;
+  nb.check = nbits_check;
+  nb.create = [](const ir::Node& n, KernelInit&) { return create_nbits(n); };
+  r.add(nb);
 
   KernelDef q;
   q.op = "QMatMul";
