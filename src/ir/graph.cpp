@@ -282,10 +282,23 @@ Status Graph::sort() {
   std::map<Node*, int> pending;
   std::map<Node*, size_t> position;
   for (size_t i = 0; i < order_.size(); ++i) position[order_[i]] = i;
+  // A node's subgraphs read values of this graph by name (no `uses` entry): their producers come first too.
+  std::map<Node*, std::vector<Node*>> readers_by_name;
   for (Node* n : order_) {
     int k = 0;
     for (Value* v : n->inputs)
       if (v && v->producer && position.count(v->producer)) ++k;
+    if (n->has_subgraphs()) {
+      std::set<std::string> read;
+      node_reads(*n, read);
+      for (const std::string& name : read) {
+        const Value* v = find_value(name);
+        if (v && v->producer && v->producer != n && position.count(v->producer)) {
+          readers_by_name[v->producer].push_back(n);
+          ++k;
+        }
+      }
+    }
     pending[n] = k;
   }
   std::set<std::pair<size_t, Node*>> ready;
@@ -301,11 +314,25 @@ Status Graph::sort() {
       for (const Use& u : o->uses)
         if (position.count(u.node) && --pending[u.node] == 0) ready.insert({position[u.node], u.node});
     }
+    if (auto it = readers_by_name.find(n); it != readers_by_name.end())
+      for (Node* r : it->second)
+        if (--pending[r] == 0) ready.insert({position[r], r});
   }
   if (sorted.size() != order_.size()) {
-    for (Node* n : order_)
-      if (pending[n] > 0)
-        return invalid_model("graph '" + name + "' has a cycle through " + n->describe());
+    const std::set<Node*> done(sorted.begin(), sorted.end());
+    for (Node* n : order_) {
+      if (pending[n] == 0) continue;
+      std::string read_later;  // names its subgraphs read that are made after it (or by it)
+      if (n->has_subgraphs()) {
+        std::set<std::string> read;
+        node_reads(*n, read);
+        for (const std::string& r : read)
+          if (const Value* v = find_value(r); v && v->producer && !done.count(v->producer))
+            read_later += (read_later.empty() ? "" : ", ") + ("'" + r + "'");
+      }
+      return invalid_model("graph '" + name + "' has a cycle through " + n->describe() +
+                           (read_later.empty() ? "" : " (its subgraphs read " + read_later + ", which depend on it)"));
+    }
   }
   order_ = std::move(sorted);
   return Status::Ok();

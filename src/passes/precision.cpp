@@ -91,10 +91,12 @@ Expected<int> convert_precision(ir::Graph& g, DataType half, const std::function
   };
   const std::vector<ir::Node*> nodes = g.nodes();  // a snapshot: casts added below are not revisited
   for (ir::Node* n : nodes) {
-    if (n->has_subgraphs()) continue;
     if (shape_only(*n)) continue;
-    const bool h = runs_in_half(*n) && !(global_pool(*n) && n->has_input(0) && n->inputs[0]->type.dtype == DataType::kFloat32 &&
-                                         !converted.count(n->inputs[0]));
+    // A node with subgraphs (If, Loop, Scan) keeps float32: its bodies are typed so, and its inputs get
+    // float32 back like any other float32 node's (a Loop's initial state made in half).
+    const bool h = !n->has_subgraphs() && runs_in_half(*n) &&
+                   !(global_pool(*n) && n->has_input(0) && n->inputs[0]->type.dtype == DataType::kFloat32 &&
+                     !converted.count(n->inputs[0]));
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       ir::Value* v = n->inputs[i];
       if (!v || !v->type.is_tensor()) continue;
@@ -116,21 +118,28 @@ Expected<int> convert_precision(ir::Graph& g, DataType half, const std::function
       converted.insert(v);
     }
   }
-  // Outputs keep their dtype and name: the half value is renamed, a Cast makes the named output.
-  for (size_t i = 0; i < g.outputs.size(); ++i) {
-    ir::Value* v = g.outputs[i];
-    if (!converted.count(v)) continue;
+  // Outputs keep their dtype and name, and so do values that subgraphs read by name (an If's branch
+  // reading a value made in half outside it: its nodes are typed float32, and a float16 operand failed
+  // them): the half value is renamed, a Cast makes the named float32 value.
+  const std::set<std::string> captured = ir::names_read_by_subgraphs(g);
+  std::vector<ir::Value*> keep_float;
+  for (ir::Value* v : g.values())  // a snapshot: the values added below are not revisited
+    if (converted.count(v) && (v->is_output || captured.count(v->name))) keep_float.push_back(v);
+  for (ir::Value* v : keep_float) {
     const std::string name = v->name;
     ir::Type t = v->type;
     t.dtype = DataType::kFloat32;
     ir::Value* renamed = g.new_value(name + "_half", v->type);
-    g.replace_all_uses(v, renamed);  // consumers and the graph-output slot move to `renamed`...
+    g.replace_all_uses(v, renamed);  // consumers and a graph-output slot move to `renamed`...
     if (v->producer) g.set_output(v->producer, v->producer_output, renamed);
     v->type = t;
     add_cast(g, renamed, v, DataType::kFloat32, name + "_cast")->opset = opset;
-    g.outputs[i] = v;  // ...and the original value, now float32, is the output again
-    v->is_output = true;
-    renamed->is_output = false;
+    for (size_t i = 0; i < g.outputs.size(); ++i)
+      if (g.outputs[i] == renamed) g.outputs[i] = v;  // ...and the original value, float32, is the output again
+    if (renamed->is_output) {
+      v->is_output = true;
+      renamed->is_output = false;
+    }
   }
   KILN_RETURN_IF_ERROR(g.sort());
   g.remove_dead_values();

@@ -44,6 +44,54 @@ TEST(ControlIf, RunsTheChosenBranchWithCapturedValues) {
   }
 }
 
+// A reduced-precision build: "s", made by a node that runs in half and read only by the branches
+// (by name), stays a float32 value of that name (a Cast of the half one), as the branches' nodes are
+// typed; the Cast comes before the If. (SSDlite's and Faster R-CNN's float16 engines failed at run
+// time: "Add: inputs have different dtypes (float16 and float32)" inside a branch.)
+TEST(ControlIf, HalfPrecisionKeepsValuesReadByBranchesFloat) {
+  G m = if_graph();
+  ASSERT_TRUE(ops::infer_graph(*m.g).ok());
+  auto half = [](const ir::Node& n) { return n.op_type == "Add" && n.outputs[0]->name == "s"; };
+  auto changed = passes::convert_precision(*m.g, DataType::kFloat16, half);
+  ASSERT_TRUE(changed.ok()) << changed.status().to_string();
+  EXPECT_EQ(*changed, 1);
+  ASSERT_TRUE(m.g->verify().ok());
+  const ir::Value* s = m.g->find_value("s");
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->type.dtype, DataType::kFloat32);
+  ASSERT_NE(s->producer, nullptr);
+  EXPECT_EQ(s->producer->op_type, "Cast");
+  EXPECT_EQ(s->producer->inputs[0]->type.dtype, DataType::kFloat16);
+  int cast_at = -1, if_at = -1, i = 0;
+  for (const ir::Node* n : m.g->nodes()) {
+    if (n == s->producer) cast_at = i;
+    if (n->op_type == "If") if_at = i;
+    ++i;
+  }
+  EXPECT_GE(cast_at, 0);
+  EXPECT_LT(cast_at, if_at) << "the branches read s: its Cast runs first";
+}
+
+// Graph::sort orders a value read by a node's subgraphs (by name, no use) before that node, whatever
+// order the nodes were added in.
+TEST(ControlIf, SortPutsProducersOfCapturedValuesFirst) {
+  G m;
+  auto* c = m.input("c", tensor_type(DataType::kBool, {}));
+  auto* x = m.input("x", kF3);
+  G then_b(21, m.g.get()), else_b(21, m.g.get());
+  then_b.output(then_b.add(then_b.capture("late"), then_b.capture("x"), "t_out"));
+  else_b.output(else_b.add(else_b.capture("x"), else_b.capture("x"), "e_out"));
+  auto* out = m.value("out");
+  auto* n = m.node("If", {c}, {out});
+  n->attrs["then_branch"] = graph_attr(then_b);
+  n->attrs["else_branch"] = graph_attr(else_b);
+  m.add(x, x, "late", kF3);  // added after the If that reads it
+  m.output(out);
+  ASSERT_TRUE(m.g->sort().ok());
+  EXPECT_EQ(m.g->nodes().front()->outputs[0]->name, "late");
+  EXPECT_EQ(m.g->nodes().back()->op_type, "If");
+}
+
 TEST(ControlIf, OptimizationKeepsValuesReadOnlyByBranches) {
   // "s" (computed) and "k" (a constant) are read only inside the branches: dead-code elimination
   // and dead-value cleanup must keep them.
