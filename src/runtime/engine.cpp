@@ -560,7 +560,10 @@ Status transfer(const Tensor& src, Tensor& dst) {
                             dtype_name(dst.dtype()) + shape_to_string(dst.shape()) + " (dtype and size must match)");
   const Device d = !src.device().is_cpu() ? src.device() : dst.device();
   KILN_ASSIGN_OR_RETURN(Backend * b, backend_for(d.type));
-  return b->copy(src, dst, nullptr);  // no state: a synchronous copy
+  // No state: a synchronous copy. Into a caller's device tensor it also comes after the device's work
+  // so far (the upload itself runs on a stream of its own, ordered after nothing: CudaBackend::copy).
+  if (!dst.device().is_cpu()) KILN_RETURN_IF_ERROR(b->synchronize(nullptr));
+  return b->copy(src, dst, nullptr);
 }
 
 Expected<std::vector<Value>> ExecutionContext::run(const std::map<std::string, Value>& inputs) {

@@ -155,10 +155,14 @@ TEST(CudaNBits, EveryGemmTacticMatchesReference) {
   KILN_REQUIRE_GPU();
   std::mt19937 rng(11);
   const Case c{40, 256, 96, 32, Zp::kPacked, true};
-  Tensor rounded;
+  Tensor rounded;  // the probe has the case's inputs (zero points, bias): the plan its tactics come from
+  const int64_t blocks = c.K / c.block;
   std::vector<Tensor> probe = {as_type(random_tensor({c.M, c.K}, rng), DataType::kFloat16, rounded),
-                               bytes({c.N, c.K / c.block, c.block / 2}, rng),
-                               as_type(random_tensor({c.N * (c.K / c.block)}, rng), DataType::kFloat16, rounded)};
+                               bytes({c.N, blocks, c.block / 2}, rng),
+                               as_type(random_tensor({c.N * blocks}, rng), DataType::kFloat16, rounded),
+                               bytes({c.N * ((blocks + 1) / 2)}, rng),
+                               Tensor(),
+                               as_type(random_tensor({c.N}, rng), DataType::kFloat16, rounded)};
   Node n(probe, c);
   std::vector<std::string> tactics;
   ASSERT_TRUE(run_cuda(*n.one.node, probe, {}, &tactics).ok());

@@ -823,6 +823,9 @@ Status run_nbits(KernelContext& ctx, const NBitsParams& p) {
   w.elem = elem_of(ctx.input(kNbA).dtype());
   w.K = p.K, w.N = p.N, w.block = p.block;
   w.b = ctx.input(kNbB).data<uint8_t>();
+  // The kernels read B 8 bytes at a time (planned and uploaded tensors are 256-byte aligned; a caller's
+  // view of device memory may not be).
+  if (reinterpret_cast<uintptr_t>(w.b) % 8 != 0) return ctx.error("B must be 8-byte aligned in device memory");
   w.scales = ctx.input(kNbScales).raw();
   if (ctx.has_input(kNbZp)) {
     const Tensor& zp = ctx.input(kNbZp);
