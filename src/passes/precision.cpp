@@ -134,6 +134,12 @@ Expected<int> convert_precision(ir::Graph& g, DataType half, const std::function
     if (v->producer) g.set_output(v->producer, v->producer_output, renamed);
     v->type = t;
     add_cast(g, renamed, v, DataType::kFloat32, name + "_cast")->opset = opset;
+    // float32 readers of v got a Cast of their own above (it now reads `renamed`): they read v instead.
+    if (auto it = as_float.find(v); it != as_float.end() && it->second->producer) {
+      ir::Value* dup = it->second;
+      g.replace_all_uses(dup, v);
+      g.remove_node(dup->producer);
+    }
     for (size_t i = 0; i < g.outputs.size(); ++i)
       if (g.outputs[i] == renamed) g.outputs[i] = v;  // ...and the original value, float32, is the output again
     if (renamed->is_output) {

@@ -870,6 +870,33 @@ TEST(Passes, ConvertPrecisionCastsAtBoundariesAndSaturatesConstants) {
   EXPECT_EQ(casts[std::to_string(static_cast<int>(DataType::kFloat32))], 2);
 }
 
+// A half value that is a graph output and is also read by a float32 node gets one Cast back to float32,
+// shared by both (it had two: the reader's and the output's).
+TEST(Passes, ConvertPrecisionCastsAnOutputReadByFloatNodesOnce) {
+  ir::Graph g;
+  g.opsets[""] = 17;
+  ir::Value* x = g.add_value("x", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({2, 3})));
+  x->is_input = true;
+  g.inputs.push_back(x);
+  ir::Value* r = g.add_value("r", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({2, 3})));
+  ir::Value* s = g.add_value("s", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({2, 3})));
+  g.add_node("Relu", "", {x}, {r}, "relu");
+  g.add_node("Softsign", "", {r}, {s}, "softsign");  // stays float32
+  g.outputs = {r, s};
+  r->is_output = s->is_output = true;
+  auto half = [](const ir::Node& n) { return n.op_type == "Relu"; };
+  ASSERT_TRUE(passes::convert_precision(g, DataType::kFloat16, half).ok());
+  ASSERT_TRUE(g.verify().ok());
+  int to_float = 0;
+  for (const ir::Node* n : g.nodes()) {
+    if (n->op_type == "Cast" && n->attr_int("to", 0) == static_cast<int>(DataType::kFloat32)) ++to_float;
+    if (n->op_type == "Softsign") EXPECT_EQ(n->inputs[0]->name, "r");
+  }
+  EXPECT_EQ(to_float, 1);
+  EXPECT_EQ(g.outputs[0]->name, "r");
+  EXPECT_EQ(g.outputs[0]->type.dtype, DataType::kFloat32);
+}
+
 // A global pool reading a value that stays float32 stays float32 (the cast moves to its small output);
 // one reading a half value runs in half as any other node.
 TEST(Passes, GlobalPoolOfAFloatValueCastsItsOutputNotItsInput) {
