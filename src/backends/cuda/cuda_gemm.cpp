@@ -738,12 +738,13 @@ struct NBitsParams {
   int64_t K = 0, N = 0, block = 0, blocks = 0;
 };
 
-struct NBitsPlan {
+// A GemmPlan (the GEMM path's; no candidates on the fused path), so gemm_tactics lists its tactics as
+// for any GEMM. The shape state points at the GemmPlan part.
+struct NBitsPlan : GemmPlan {
   int64_t m = 0;
   bool fused = false;
   bool bias_into_y = false;  // the GEMM path's bias broadcast into Y (beta 1), no epilogue having it
   BroadcastIndex bias_index{};
-  GemmPlan gemm;
 };
 
 std::string nbits_check(const ir::Node& n) {
@@ -789,7 +790,7 @@ Status reshape_nbits(ReshapeContext& rc, const NBitsParams& p) {
   plan->m = shape_numel(a.shape) / p.K;
   plan->fused = plan->m <= kNBitsFusedRows;
   if (!plan->fused) {
-    GemmProblem& g = plan->gemm.p;
+    GemmProblem& g = plan->p;
     g.dtype = dt;
     g.trans_b = true;
     g.m = plan->m;
@@ -799,7 +800,7 @@ Status reshape_nbits(ReshapeContext& rc, const NBitsParams& p) {
     g.fp32_reduction = true;
     g.off_a = g.off_b = g.off_y = {0};
     if (present(kNbBias)) g.epilogue = CUBLASLT_EPILOGUE_BIAS;
-    KILN_RETURN_IF_ERROR(plan_gemm(rc.node, *reshape_state(rc), plan->gemm));
+    KILN_RETURN_IF_ERROR(plan_gemm(rc.node, *reshape_state(rc), *plan));
     if (present(kNbBias) && g.epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
       if (!make_broadcast_index({plan->m, p.N}, {p.N}, {plan->m, p.N}, plan->bias_index))
         return rc.error("the bias cannot be broadcast on CUDA");
@@ -810,12 +811,12 @@ Status reshape_nbits(ReshapeContext& rc, const NBitsParams& p) {
     if (__builtin_mul_overflow(p.N * static_cast<int64_t>(dtype_size(dt)), p.K, &w_bytes)) return rc.error("W is too large");
     rc.workspace_bytes = static_cast<size_t>((w_bytes + 255) / 256 * 256);
   }
-  rc.state = std::move(plan);
+  rc.state = std::shared_ptr<GemmPlan>(std::move(plan));
   return Status::Ok();
 }
 
 Status run_nbits(KernelContext& ctx, const NBitsParams& p) {
-  const auto& plan = *static_cast<const NBitsPlan*>(ctx.shape_state());
+  const auto& plan = static_cast<const NBitsPlan&>(*static_cast<const GemmPlan*>(ctx.shape_state()));
   Tensor& y = ctx.output(0);
   if (plan.m == 0) return Status::Ok();
   CudaState& st = state_of(ctx);
@@ -839,7 +840,7 @@ Status run_nbits(KernelContext& ctx, const NBitsParams& p) {
   if (plan.bias_into_y)
     KILN_RETURN_IF_ERROR(launched(ctx, launch_binary(BinaryOp::kFirst, w.elem, bias, nullptr, y.raw(), plan.m * p.N, plan.bias_index,
                                                      st.stream)));
-  return launch_gemm(ctx, plan.gemm, ctx.input(kNbA).raw(), wt, y.raw(), plan.bias_into_y ? nullptr : bias);
+  return launch_gemm(ctx, plan, ctx.input(kNbA).raw(), wt, y.raw(), plan.bias_into_y ? nullptr : bias);
 }
 
 Expected<KernelPtr> create_nbits(const ir::Node& n) {
@@ -852,20 +853,10 @@ Expected<KernelPtr> create_nbits(const ir::Node& n) {
       (p.block & (p.block - 1)) != 0)
     return invalid_model(n.describe() + ": K, N and block_size must be valid");
   p.blocks = (p.K + p.block - 1) / p.block;
+  // The GEMM path's cuBLASLt candidates; the fused kernel has no alternatives (its plan has none).
   auto reshape = [p](ReshapeContext& rc) { return reshape_nbits(rc, p); };
-  auto tactics = [reshape](const ReshapeContext& rc) {
-    // The GEMM path's cuBLASLt candidates; the fused kernel has no alternatives.
-    std::vector<std::string> names;
-    ReshapeContext probe = rc;
-    probe.tactic.clear();
-    probe.out.assign(1, {});
-    if (!reshape(probe).ok() || !probe.state) return names;
-    const auto* plan = static_cast<const NBitsPlan*>(probe.state.get());
-    if (!plan->fused)
-      for (int i = 0; i < plan->gemm.candidates; ++i) names.push_back("heur" + std::to_string(i));
-    return names;
-  };
-  return make_staged(reshape, [p](KernelContext& ctx) { return run_nbits(ctx, p); }, tactics);
+  return make_staged(reshape, [p](KernelContext& ctx) { return run_nbits(ctx, p); },
+                     [reshape](const ReshapeContext& rc) { return gemm_tactics(rc, reshape); });
 }
 
 }  // namespace

@@ -230,7 +230,7 @@ void rows_launch(const NBitsArgs& w, const T* a, const T* bias, T* y, int M, cud
   // As many groups of kSlice columns as K needs and 48 KiB holds for M rows (M 8: one group at a time).
   const int64_t groups = std::min<int64_t>((w.K + kSlice - 1) / kSlice, kSliceBytes / (int64_t{M} * kSlice * 4));
   const int cols = static_cast<int>(groups * kSlice);
-  const size_t smem = size_t{static_cast<size_t>(M)} * cols * sizeof(float);
+  const size_t smem = static_cast<size_t>(M) * cols * sizeof(float);
   if (vec_a && aligned_w) nbits_rows_kernel<T, MR, true, true><<<grid, kWarps * 32, smem, stream>>>(w, shift, M, cols, a, bias, y);
   else if (aligned_w) nbits_rows_kernel<T, MR, false, true><<<grid, kWarps * 32, smem, stream>>>(w, shift, M, cols, a, bias, y);
   else if (vec_a) nbits_rows_kernel<T, MR, true, false><<<grid, kWarps * 32, smem, stream>>>(w, shift, M, cols, a, bias, y);
