@@ -97,6 +97,10 @@ def torch_model(name: str, precision: str):
             net = tf.DistilBertModel(tf.DistilBertConfig())
         elif name == "gpt2":
             net = tf.GPT2LMHeadModel(tf.GPT2Config(use_cache=False))
+        elif name == "llama_gqa":
+            import export  # noqa: PLC0415
+
+            net = tf.LlamaModel(tf.LlamaConfig(use_cache=False, **export.LLAMA_GQA))
         else:
             raise ValueError(name)
         keys = spec.outputs

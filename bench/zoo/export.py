@@ -59,7 +59,13 @@ TINY = {
     "bert_base": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128),
     "distilbert": dict(dim=64, n_layers=2, n_heads=4, hidden_dim=128),
     "gpt2": dict(n_embd=64, n_layer=2, n_head=4),
+    "llama_gqa": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=128, vocab_size=1000),
 }
+# llama_gqa's full size: a small Llama-architecture decoder (the grouped-query layout of Llama 3,
+# Mistral, Qwen 2), random weights.
+LLAMA_GQA = dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4,
+                 intermediate_size=2816, vocab_size=32000, max_position_embeddings=2048)
 _tiny = False
 _eager_attention = False
 
@@ -80,6 +86,8 @@ def build_transformers(name: str) -> torch.nn.Module:
         net = tf.DistilBertModel(tf.DistilBertConfig(**small))
     elif name == "gpt2":
         net = tf.GPT2LMHeadModel(tf.GPT2Config(use_cache=False, **small))
+    elif name == "llama_gqa":
+        net = tf.LlamaModel(tf.LlamaConfig(use_cache=False, **(small or dict(LLAMA_GQA))))
     else:
         raise ValueError(name)
     return _TupleOutputs(net, spec.outputs, input_names)

@@ -77,6 +77,9 @@ MODELS: dict[str, Model] = {
               note="DistilBertConfig() defaults, seq 128"),
         Model("gpt2", "transformers", _text(50257), ("logits",),
               note="GPT2Config() defaults (GPT-2 small) with the LM head, use_cache=False, seq 128"),
+        Model("llama_gqa", "transformers", _text(32000), ("last_hidden_state",),
+              note="LlamaModel, 8 layers of hidden 1024, 16 query heads on 4 K/V heads of 64 (grouped-query "
+                   "attention, rotary embeddings), use_cache=False, seq 128"),
     )
 }
 

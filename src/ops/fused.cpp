@@ -54,7 +54,11 @@
 //                                packed_qkv = 1: Q, K, V are one [B,S,3*H*D] tensor (inputs 0-2 alike;
 //                                [S,B,3*H*D] when sequence_first), its column blocks 0, 1, 2 → Y [B,S,H*D];
 //                                mask_batch_period = P > 0: the mask is [P, H|1, S|1, T|1] and batch
-//                                entry b adds mask entry b % P (Swin's shifted windows), B a multiple of P
+//                                entry b adds mask entry b % P (Swin's shifted windows), B a multiple of P;
+//                                kv_num_heads = Hkv: K and V have Hkv heads (a divisor of H), query head
+//                                h reads K/V head h / (H / Hkv) (grouped-query attention);
+//                                heads_first = 1: Q [B,H,S,D], K [B,Hkv,T,D], V [B,Hkv,T,Dv] (after
+//                                rotary embeddings), Y [B,S,H,Dv]; head counts from the tensors
 //
 // activation (ir/epilogue.h, the one list): "" (none), Relu, LeakyRelu (alpha), Clip (min, max), Sigmoid, HardSigmoid (alpha, beta),
 // HardSwish, Silu, Tanh, Gelu, GeluTanh.
@@ -228,6 +232,18 @@ Status infer_attention(InferContext& c) {
   c.out[0] = ir::Type::tensor(c.dtype(0));
   const ir::SymShape& q = c.shape(0);
   const ir::SymShape& v = c.shape(2);
+  if (p.num_heads < 0 || (p.num_heads == 0 && !p.heads_first)) return c.error("num_heads must be positive");
+  if (p.kv_num_heads < 0 || (p.kv_num_heads > 0 && p.num_heads > 0 && p.num_heads % p.kv_num_heads != 0))
+    return c.error("kv_num_heads must divide num_heads");
+  if (p.heads_first) {
+    // Q [B, H, S, D], V [B, Hkv, T, Dv] → Y [B, S, H, Dv]
+    if (p.sequence_first || p.packed_qkv) return c.error("heads_first does not go with sequence_first or packed_qkv");
+    if (!q.known || !v.known) return Status::Ok();
+    if (q.rank() != 4 || v.rank() != 4) return c.error("heads-first Q and V must be 4-D ([batch, heads, sequence, head_size])");
+    if (p.num_heads > 0 && q.dims[1].is_static() && q.dims[1].value != p.num_heads) return c.error("Q's heads are not num_heads");
+    c.out[0].shape = ir::SymShape({q.dims[0], q.dims[2], q.dims[1], v.dims[3]});
+    return Status::Ok();
+  }
   if (!q.known || !v.known) return Status::Ok();
   if (q.rank() != 3 || v.rank() != 3) return c.error("Q and V must be 3-D ([batch, sequence, heads * head_size], or sequence-first)");
   ir::Dim hv = v.dims[2];
@@ -235,6 +251,9 @@ Status infer_attention(InferContext& c) {
     if (hv.is_static() && hv.value % 3 != 0) return c.error("a packed QKV's last dim is not 3 equal parts");
     hv = hv.is_static() ? ir::Dim(hv.value / 3) : ir::Dim();
   }
+  // With fewer K/V heads (kv_num_heads), Y has V's head size times the query heads.
+  if (p.kv_num_heads > 0 && p.kv_num_heads != p.num_heads)
+    hv = hv.is_static() && hv.value % p.kv_num_heads == 0 ? ir::Dim(hv.value / p.kv_num_heads * p.num_heads) : ir::Dim();
   c.out[0].shape = ir::SymShape({q.dims[0], q.dims[1], hv});
   return Status::Ok();
 }

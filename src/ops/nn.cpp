@@ -403,24 +403,65 @@ bool attention_mask_strides(const std::vector<int64_t>& m, const int64_t (&full)
   return true;
 }
 
-AttentionStrides attention_strides(int64_t B, int64_t S, int64_t T, int64_t H, int64_t D, int64_t Dv, bool sequence_first) {
-  AttentionStrides a;
-  a.q_row = a.k_row = sequence_first ? B * H * D : H * D;
-  a.v_row = a.y_row = sequence_first ? B * H * Dv : H * Dv;
-  a.q_batch = sequence_first ? H * D : S * H * D;
-  a.k_batch = sequence_first ? H * D : T * H * D;
-  a.v_batch = sequence_first ? H * Dv : T * H * Dv;
-  a.y_batch = sequence_first ? H * Dv : S * H * Dv;
-  return a;
-}
-
-AttentionStrides packed_attention_strides(int64_t B, int64_t S, int64_t H, int64_t D, bool sequence_first) {
-  AttentionStrides a;
-  a.q_row = a.k_row = a.v_row = sequence_first ? B * 3 * H * D : 3 * H * D;
-  a.q_batch = a.k_batch = a.v_batch = sequence_first ? 3 * H * D : S * 3 * H * D;
-  a.y_row = sequence_first ? B * H * D : H * D;
-  a.y_batch = sequence_first ? H * D : S * H * D;
-  return a;
+std::string attention_geometry(const FusedAttentionParams& a, const std::vector<int64_t>& q, const std::vector<int64_t>& k,
+                               const std::vector<int64_t>& v, AttentionGeometry* out) {
+  // (heads-first tensors carry their head counts: num_heads 0 is Q's)
+  int64_t H = a.num_heads;
+  if (H < 0 || (H == 0 && !a.heads_first)) return "num_heads must be positive";
+  if (a.kv_num_heads < 0) return "kv_num_heads must be >= 0";
+  AttentionGeometry g;
+  AttentionStrides& st = g.st;
+  if (a.heads_first) {
+    if (a.sequence_first || a.packed_qkv) return "heads_first does not go with sequence_first or packed_qkv";
+    if (q.size() != 4 || k.size() != 4 || v.size() != 4) return "heads-first Q, K, V must be 4-D ([B, heads, sequence, head size])";
+    if (H && q[1] != H) return "Q has " + std::to_string(q[1]) + " heads, num_heads is " + std::to_string(H);
+    H = q[1];
+    g.B = q[0], g.S = q[2], g.T = k[2], g.Hkv = k[1], g.D = q[3], g.Dv = v[3];
+    if (a.kv_num_heads && k[1] != a.kv_num_heads)
+      return "K has " + std::to_string(k[1]) + " heads, kv_num_heads is " + std::to_string(a.kv_num_heads);
+    if (k[0] != g.B || v[0] != g.B || v[1] != g.Hkv || v[2] != g.T) return "Q, K, V batch, head counts or key lengths differ";
+    if (k[3] != g.D) return "Q's and K's head sizes differ";
+    st.q_row = g.D, st.q_head = g.S * g.D, st.q_batch = H * g.S * g.D;
+    st.k_row = g.D, st.k_head = g.T * g.D, st.k_batch = g.Hkv * g.T * g.D;
+    st.v_row = g.Dv, st.v_head = g.T * g.Dv, st.v_batch = g.Hkv * g.T * g.Dv;
+  } else {
+    if (q.size() != 3 || k.size() != 3 || v.size() != 3) return "Q, K, V must be 3-D";
+    // Batch-first [B, S, H*D], or sequence-first [S, B, H*D]: dim `bd` is the batch, `sd` the sequence.
+    const int bd = a.sequence_first ? 1 : 0, sd = 1 - bd;
+    g.B = q[bd], g.S = q[sd], g.T = k[sd];
+    g.Hkv = a.kv_num_heads ? a.kv_num_heads : H;
+    if (k[bd] != g.B || v[bd] != g.B || v[sd] != g.T) return "Q, K, V batch or key lengths differ";
+    if (a.packed_qkv) {
+      // Q, K, V are column blocks of one [B, S, 3*H*D] tensor given as inputs 0, 1 and 2 alike.
+      if (q != k || q != v || q[2] % 3) return "a packed QKV is one tensor [B, S, 3*H*D] (or [S, B, 3*H*D]) given as Q, K and V";
+      if (g.Hkv != H) return "a packed QKV has as many K and V heads as Q heads";
+      if ((q[2] / 3) % H) return "hidden sizes do not split into " + std::to_string(H) + " heads";
+      g.D = g.Dv = q[2] / 3 / H;
+      const int64_t row = a.sequence_first ? g.B * q[2] : q[2], batch = a.sequence_first ? q[2] : g.S * q[2];
+      st.q_row = st.k_row = st.v_row = row;
+      st.q_batch = st.k_batch = st.v_batch = batch;
+    } else {
+      if (q[2] % H || k[2] % g.Hkv || v[2] % g.Hkv) return "hidden sizes do not split into " + std::to_string(H) + " heads (" +
+                                                           std::to_string(g.Hkv) + " for K and V)";
+      g.D = q[2] / H, g.Dv = v[2] / g.Hkv;
+      if (k[2] / g.Hkv != g.D) return "Q's and K's head sizes differ";
+      auto strides = [&](int64_t len, int64_t width, int64_t* row, int64_t* batch) {
+        *row = a.sequence_first ? g.B * width : width;
+        *batch = a.sequence_first ? width : len * width;
+      };
+      strides(g.S, q[2], &st.q_row, &st.q_batch);
+      strides(g.T, k[2], &st.k_row, &st.k_batch);
+      strides(g.T, v[2], &st.v_row, &st.v_batch);
+    }
+    st.q_head = st.k_head = g.D, st.v_head = g.Dv;
+  }
+  g.H = H;
+  if (H <= 0) return "Q has no heads";
+  if (g.Hkv <= 0 || H % g.Hkv) return std::to_string(H) + " query heads do not group over " + std::to_string(g.Hkv) + " K/V heads";
+  st.y_row = a.sequence_first ? g.B * H * g.Dv : H * g.Dv;
+  st.y_batch = a.sequence_first ? H * g.Dv : g.S * H * g.Dv;
+  *out = g;
+  return "";
 }
 
 }  // namespace kiln::ops

@@ -46,17 +46,27 @@ Expected<WindowGeometry> transpose_geometry(const WindowAttrs& a, const std::vec
 bool attention_mask_strides(const std::vector<int64_t>& m, const int64_t (&full)[4], int64_t (&strides)[4],
                             int64_t period = 0);
 
-// kiln.Attention's Q, K, V and Y element strides: of one sequence step (row) and of one batch entry.
-// Batch-first [B, S, H*D] tensors have rows of H*D and batches of S*H*D; sequence-first [S, B, H*D]
-// ones (sequence_first = 1) rows of B*H*D and batches of H*D. (CPU and CUDA kernels.)
+// kiln.Attention's Q, K, V and Y element strides: of one sequence step (row), of one head and of one
+// batch entry. Batch-first [B, S, H*D] tensors have rows of H*D, heads of D and batches of S*H*D;
+// sequence-first [S, B, H*D] ones (sequence_first = 1) rows of B*H*D and batches of H*D; a packed
+// QKV [B, S, 3*H*D] (packed_qkv = 1) rows of 3*H*D (K's part starts H*D into the row, V's 2*H*D);
+// heads-first [B, H, S, D] ones (heads_first = 1) rows of D, heads of S*D, batches of H*S*D. K and V
+// have kv heads (grouped-query attention) where Q has H. Y is [B, S, H*Dv] (or [S, B, H*Dv]; [B,
+// S, H, Dv] heads-first: the same strides).
 struct AttentionStrides {
   int64_t q_row = 0, k_row = 0, v_row = 0, y_row = 0, q_batch = 0, k_batch = 0, v_batch = 0, y_batch = 0;
+  int64_t q_head = 0, k_head = 0, v_head = 0;
 };
-AttentionStrides attention_strides(int64_t B, int64_t S, int64_t T, int64_t H, int64_t D, int64_t Dv, bool sequence_first);
-// The same for a packed QKV [B, S, 3*H*D] (packed_qkv = 1): Q, K, V rows of 3*H*D (each part starts
-// H*D further into the row), batches of S*3*H*D; Y [B, S, H*D]. Sequence-first, [S, B, 3*H*D]: rows
-// of B*3*H*D, batches of 3*H*D; Y [S, B, H*D].
-AttentionStrides packed_attention_strides(int64_t B, int64_t S, int64_t H, int64_t D, bool sequence_first);
+struct FusedAttentionParams;
+// A kiln.Attention's geometry for these Q, K, V shapes (CPU and CUDA kernels): batch B, query and
+// key lengths S and T, H query heads and Hkv key/value heads of sizes D and Dv, and the strides.
+struct AttentionGeometry {
+  int64_t B = 0, S = 0, T = 0, H = 0, Hkv = 0, D = 0, Dv = 0;
+  AttentionStrides st;
+};
+// "" and *g set when the shapes fit the attributes, else what is wrong (for the kernel's error).
+std::string attention_geometry(const FusedAttentionParams& a, const std::vector<int64_t>& q, const std::vector<int64_t>& k,
+                               const std::vector<int64_t>& v, AttentionGeometry* g);
 
 // kiln.F8MatMul's attributes (ops/fused.cpp), parsed once for both backends' kernels: the two E4M3
 // scales (positive, finite) and the fused activation.

@@ -196,6 +196,8 @@ FusedAttentionParams parse_fused_attention(const ir::Node& n) {
   p.zero_nan_rows = n.attr_int("zero_nan_rows", 0) != 0;
   p.packed_qkv = n.attr_int("packed_qkv", 0) != 0;
   p.mask_batch_period = n.attr_int("mask_batch_period", 0);
+  p.kv_num_heads = n.attr_int("kv_num_heads", 0);
+  p.heads_first = n.attr_int("heads_first", 0) != 0;
   return p;
 }
 

@@ -217,6 +217,14 @@ struct FusedAttentionParams {
   // first dim is the period and batch entry b reads mask entry b % period (Swin's shifted windows:
   // B = images·nW, window w of image n is entry n·nW + w, and the mask is [nW, H, S, T]).
   int64_t mask_batch_period = 0;
+  // Grouped-query attention: K and V have kv_num_heads heads (0: num_heads), a divisor of num_heads;
+  // query head h reads K/V head h / (num_heads / kv_num_heads) (Llama, Mistral, Qwen exports).
+  int64_t kv_num_heads = 0;
+  // Q [B, H, S, D], K [B, Hkv, T, D], V [B, Hkv, T, Dv]: 4-D, heads before the sequence (the tensors
+  // an export has after rotary embeddings), and Y [B, S, H, Dv] (the rows of the 3-D form's Y). The
+  // head counts are the tensors' (num_heads and kv_num_heads, when given, must match them). Not with
+  // sequence_first or packed_qkv.
+  bool heads_first = false;
 };
 FusedAttentionParams parse_fused_attention(const ir::Node& n);
 

@@ -27,6 +27,17 @@
 // (B = images·nW, window w of image n is batch entry n·nW + w); the bias (a constant [1, H, S, T])
 // and the window mask (a constant [nW, 1, S, T] or [1, nW, 1, S, T]) become one constant additive
 // mask [nW, H, S, T] that batch entry b reads at b % nW (mask_batch_period = nW).
+//
+// Decoder exports that rotate Q and K (rotary embeddings) hand the products 4-D heads, and models with
+// grouped-query attention (Llama, Mistral, Qwen) repeat each K/V head for its group of query heads:
+//
+//   rep(x)    = Reshape(Expand(Unsqueeze(x [B, Hkv, T, D], 2), [B, Hkv, n, T, D]), [B, Hkv*n, T, D])
+//   scores    = MatMul(q [B, H, S, D] [* cq], Transpose(rep(k) | k, 0,1,3,2) [* ck]) [* c | / c] [+ mask]
+//   y         = Transpose(MatMul(Softmax(scores) [NaN-guarded], rep(v) | v), 0,2,1,3)       [B, S, H, Dv]
+//
+// becomes kiln.Attention(q, k, v[, mask], heads_first = 1) [B, S, H, Dv]: the kernels read the heads
+// in place and each query head its group's K/V head (H / Hkv query heads per K/V head, from the
+// tensors' dims), so neither the repeated K and V nor the transposed K are made.
 #include "passes/pattern.h"
 
 namespace kiln::passes {
@@ -110,6 +121,27 @@ Pat attention_pattern_packed(bool window = false) {
   Pat probs = op("Softmax", {masked}).as("softmax");
   Pat context = op("MatMul", {probs, packed_part("v")});
   return op("Reshape", {op("Transpose", {context}).as("out_t")});
+}
+
+// Heads-first operands (see the top of the file): K or V as given, or repeated for grouped-query
+// attention by rep().
+Pat kv_heads(const std::string& x, bool repeat) {
+  if (!repeat) return any(x + "4");
+  Pat unsq = op("Unsqueeze", {any(x + "4")}).as(x + "_unsq");
+  return op("Reshape", {op("Expand", {unsq}).as(x + "_expand")}).as(x + "_rep");
+}
+
+Pat attention_pattern_heads_first(bool repeat, bool nan_guard) {
+  Pat q = maybe(op("Div", {maybe(op("Mul", {any("q4"), cst("q_scale")}).commute()), cst("q_div")}));
+  Pat k = maybe(op("Mul", {op("Transpose", {kv_heads("k", repeat)}).as("k_t4"), cst("k_scale")}).commute());
+  Pat scores = op("MatMul", {q, k}).as("qk");
+  Pat scaled = maybe(op("Div", {maybe(op("Mul", {scores, cst("mul")}).commute()), cst("div")}));
+  Pat masked = maybe(op("Add", {scaled, any("mask")}).commute());
+  Pat probs = op("Softmax", {masked}).as("softmax");
+  if (nan_guard)
+    probs = op("Where", {op("IsNaN", {op("Softmax").as("softmax")}), cst("nan_fill"), probs}).inputs_last_first();
+  Pat context = op("MatMul", {probs, kv_heads("v", repeat)});
+  return op("Transpose", {context}).as("out_t");
 }
 
 bool has_perm(const ir::Node* n, std::vector<int64_t> p) { return n && n->attr_ints("perm") == p; }
@@ -683,6 +715,118 @@ ir::Value* packed_projection(const ir::Value* q, const ir::Value* k, const ir::V
   return x;
 }
 
+// The last dim of a 4-D heads value: its type's, or the constant head size of the Reshape a
+// (0,2,1,3) Transpose made it from (Reshape(x, [B, S, H|-1, D]) as exports split heads), proven
+// this way when the shapes before it are unknown; 0 when unknown.
+int64_t head_size(const ir::Value* x) {
+  const ir::SymShape& s = x->type.shape;
+  if (s.known && s.rank() == 4 && s.dims[3].is_static()) return s.dims[3].value;
+  // Through ops that keep the shape of their first operand (rotary embeddings: Mul, Add).
+  const ir::Node* p = x->producer;
+  for (int i = 0; i < 4 && p && p->domain.empty() && (p->op_type == "Add" || p->op_type == "Mul") && p->has_input(0); ++i) {
+    const ir::SymShape& a = p->inputs[0]->type.shape;
+    if (a.known && a.rank() == 4 && a.dims[3].is_static()) return a.dims[3].value;
+    p = p->inputs[0]->producer;
+  }
+  if (!p || !p->domain.empty() || p->op_type != "Transpose" || !has_perm(p, {0, 2, 1, 3}) || !p->has_input(0)) return 0;
+  const ir::Node* r = p->inputs[0]->producer;
+  if (!r || !r->domain.empty() || r->op_type != "Reshape") return 0;
+  const auto el = shape_value_partial(r->inputs.size() > 1 ? r->inputs[1] : nullptr);
+  if (!el || el->size() != 4 || !(*el)[3] || (*el)[3]->of || (*el)[3]->value <= 0) return 0;
+  return (*el)[3]->value;
+}
+
+// rep(x) of the heads-first form: Unsqueeze at axis 2 of x [B, Hkv, T, D], Expand to 5-D (growing
+// the new axis to n: a grown dim of size 1 elsewhere leaves the op's numbers alone or makes its shape
+// checks fail), Reshape to [B, Hkv*n, T, D] (dims 0, 2 and 3 x's, so dim 1 merges Hkv and n).
+// "" when so, else why not.
+std::string repeats_heads(Match& m, const std::string& x) {
+  const ir::Value* base = m[x + "4"];
+  const ir::Node* unsq = m.node(x + "_unsq");
+  const ir::Node* expand = m.node(x + "_expand");
+  const ir::Node* reshape = m.node(x + "_rep");
+  const std::string no = "the repeat of '" + base->name + "' is not Reshape(Expand(Unsqueeze(x, 2), [B, Hkv, n, T, D]), [B, Hkv*n, T, D])";
+  const auto axes = squeeze_axes(*unsq);
+  if (!axes || (*axes != std::vector<int64_t>{2} && *axes != std::vector<int64_t>{-3})) return no;
+  const ir::SymShape& bs = base->type.shape;
+  if (!bs.known || bs.rank() != 4) return no;
+  // Expand to 5 dims: its shape input has 5 elements (or its output is 5-D).
+  const ir::SymShape& es = expand->outputs[0]->type.shape;
+  const ir::SymShape& ss = expand->has_input(1) ? expand->inputs[1]->type.shape : ir::SymShape();
+  const bool five = (es.known && es.rank() == 5) || (ss.known && ss.rank() == 1 && ss.dims[0].is_static() && ss.dims[0].value == 5);
+  if (!five) return no;
+  const auto el = shape_value_partial(reshape->inputs.size() > 1 ? reshape->inputs[1] : nullptr);
+  if (!el || el->size() != 4 || reshape->attr_int("allowzero", 0) != 0) return no;
+  // Elements 0, 2 and 3 are x's dims (element 0 may copy the Expand's, which is x's): the same
+  // tensor dim, a dim the Transpose that made x moved there, or x's head size.
+  const ir::Node* t = base->producer;
+  const std::vector<int64_t> perm = t && t->domain.empty() && t->op_type == "Transpose" ? t->attr_ints("perm") : std::vector<int64_t>{};
+  for (int i : {0, 2, 3}) {
+    const auto& e = (*el)[i];
+    if (!e) return no;
+    if (i == 0 && !e->of && e->value == 0) continue;
+    if (i == 3 && !e->of && e->value == head_size(base)) continue;
+    const bool moved = perm.size() == 4 && t->has_input(0) && e->of == t->inputs[0] && e->value == perm[i];
+    if (!moved && !elem_is_dim(*e, base, i)) return no;
+  }
+  return "";
+}
+
+// The heads-first form (attention_pattern_heads_first). The op reads the head counts from the
+// tensors when it runs (Q's dim 1 query heads, K's dim 1 K/V heads), so they need not be static
+// here; the head sizes must be known (the CUDA kernels take heads up to 128). Batch dims and key
+// lengths the shapes cannot prove equal are checked when the op runs: they differ only where the
+// products would broadcast one tensor's batch over another's, which the op refuses with an error.
+// "" when rewritten, else why not.
+std::string fuse_heads_first(Rewriter& rw, Match& m) {
+  ir::Value* q = m["q4"];
+  ir::Value* k = m["k4"];
+  ir::Value* v = m["v4"];
+  for (const ir::Value* x : {q, k, v})
+    if (x->type.dtype != DataType::kFloat32) return "not float32";
+  for (const ir::Value* x : {q, k, v})
+    if (!x->type.shape.known || x->type.shape.rank() != 4) return "Q, K and V are not 4-D heads [B, heads, sequence, head size]";
+  const int64_t D = head_size(q), Dk = head_size(k), Dv = head_size(v);
+  if (!D || !Dv || (Dk && Dk != D))
+    return "the head sizes are not known (Q " + q->type.shape.to_string() + ", K " + k->type.shape.to_string() + ", V " +
+           v->type.shape.to_string() + ")";
+  if (m.node("k_rep"))
+    for (const char* x : {"k", "v"})
+      if (std::string why = repeats_heads(m, x); !why.empty()) return why;
+  if (!has_perm(m.node("k_t4"), {0, 1, 3, 2}) || !has_perm(m.node("out_t"), {0, 2, 1, 3}))
+    return "K's transpose is not (0,1,3,2) or the output's not (0,2,1,3)";
+  const ir::Node* sm = m.node("softmax");
+  const int64_t axis = sm->attr_int("axis", sm->opset < 13 ? 1 : -1);
+  if (axis != -1 && axis != 3) return "Softmax is not over the keys";
+  const auto scale = attention_scale(m);
+  if (!scale) return "a scale is not a non-zero scalar";
+  if (m.has("nan_fill")) {
+    const auto z = scalar_value(m["nan_fill"]);
+    if (!z || *z != 0) return "the softmax's NaN guard does not fill 0";
+  }
+  if (std::string why = usable_mask(m); !why.empty()) return why;
+  if (std::string why = rw.unsupported_on_target("kiln", "Attention"); !why.empty()) return why;
+  const std::string what = m.node("qk")->describe() + " … " + m.root()->describe();
+  // What the reshapes prove, for the kernels' checks at placement (the CUDA kernels' head sizes).
+  q->type.shape.dims[3] = k->type.shape.dims[3] = ir::Dim(D);
+  v->type.shape.dims[3] = ir::Dim(Dv);
+  std::vector<ir::Value*> ins = {q, k, v};
+  if (m.has("mask")) ins.push_back(m["mask"]);
+  // The Transpose's output [B, S, H, Dv] is the op's heads-first output.
+  ir::Node* n = rw.replace(m, "Attention", "kiln", 1, ins);
+  set_float(n, "scale", *scale);
+  set_int(n, "heads_first", 1);
+  const ir::Dim& h = q->type.shape.dims[1];
+  const ir::Dim& hkv = k->type.shape.dims[1];
+  if (h.is_static()) set_int(n, "num_heads", h.value);
+  if (hkv.is_static()) set_int(n, "kv_num_heads", hkv.value);
+  if (m.has("nan_fill")) set_int(n, "zero_nan_rows", 1);
+  const bool grouped = m.node("k_rep") != nullptr;
+  rw.log("fused heads-first attention (heads of " + std::to_string(D) + (grouped ? ", K and V heads read per group" : "") + ") " +
+         what);
+  return "";
+}
+
 }  // namespace
 
 Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
@@ -699,9 +843,15 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
       {"multi-head attention (Where mask)", attention_pattern(WhereForm::kFillWhereTrue, true), 4},
       {"multi-head attention (Where mask)", attention_pattern(WhereForm::kKeepWhereTrue), 4},
       {"multi-head attention (Where mask)", attention_pattern(WhereForm::kFillWhereTrue), 4},
+      // Last: any 4-D heads (rotary embeddings, grouped K/V heads), where no form above applies.
+      {"heads-first attention (grouped K/V heads, NaN-guarded softmax)", attention_pattern_heads_first(true, true), 4},
+      {"heads-first attention (grouped K/V heads)", attention_pattern_heads_first(true, false), 4},
+      {"heads-first attention (NaN-guarded softmax)", attention_pattern_heads_first(false, true), 4},
+      {"heads-first attention", attention_pattern_heads_first(false, false), 4},
   };
   const bool fused = rw.run(rules, [&](Match& m) -> std::string {
     if (m.node("split_q")) return fuse_packed(rw, m);
+    if (m.has("q4")) return fuse_heads_first(rw, m);
     if (m.node("q_r4")) {
       if (!has_perm(m.node("q_t"), {1, 0, 2}) || !has_perm(m.node("k_t"), {1, 0, 2}) || !has_perm(m.node("v_t"), {1, 0, 2}) ||
           !has_perm(m.node("k_t4"), {0, 1, 3, 2}) || !has_perm(m.node("out_t"), {2, 0, 1, 3}))

@@ -27,10 +27,10 @@ FUSED = {
     "vit_timm": 2,            # packed QKV: Reshape [B, N, 3, H, D], Transpose, Split, Squeeze
     "swin_timm": 4,           # packed QKV + relative position bias; the shifted-window blocks add their
                               # mask between two Reshapes of the scores (test_swin_windows_fuse below)
+    "llama_gqa_default": 2,   # rotary embeddings on 4-D heads, grouped K/V heads (Unsqueeze, Expand,
+                              # Reshape): heads_first + kv_num_heads (test_grouped_heads_are_not_repeated)
 }
-NOT_YET = {
-    "llama_gqa_default": 2,   # RoPE, grouped K/V heads (Expand + Reshape)
-}
+NOT_YET: dict = {}
 
 
 def feeds_for(name: str, batch: int, rng) -> dict:
@@ -135,3 +135,16 @@ def test_multihead_attention_runs_batch_first():
     fused = ops_after(kiln.Engine.build(path))
     assert fused["Attention"] == kept["Attention"] == FUSED["vit_torchvision"]
     assert kept["Transpose"] - fused["Transpose"] == 2 * fused["Attention"], (dict(kept), dict(fused))
+
+
+def test_grouped_heads_are_not_repeated():
+    """Llama's grouped-query attention repeats each K/V head for its query heads (Unsqueeze, Expand,
+    Reshape) and transposes K for the product; the fused op reads the 2 K/V heads in place
+    (kv_num_heads), so per attention those copies go (Expand x2, Transpose of K) and Q's heads are read
+    as the rotary embedding leaves them (heads_first)."""
+    path = os.path.join(MODELS, "llama_gqa_default.onnx")
+    kept = ops_after(kiln.Engine.build(path, opt_level=1))
+    fused = ops_after(kiln.Engine.build(path))
+    assert fused["Attention"] == 2
+    assert kept["Expand"] - fused["Expand"] >= 2 * 2, (dict(kept), dict(fused))
+    assert kept["Transpose"] - fused["Transpose"] >= 2, (dict(kept), dict(fused))

@@ -466,3 +466,87 @@ TEST(FusedAttention, MaskBatchPeriodRefusesMasksAndBatchesThatDoNotFit) {
   EXPECT_FALSE(run_with(4, {3, H, S, T}, 3));   // B not a multiple of the period
   EXPECT_FALSE(run_with(6, {H, S, T}, 3));      // rank 3: no period dim
 }
+
+namespace {
+
+// x [B, Hx, L, E] (heads first) as the batch-first [B, L, H*E] the op reads by default, each of its
+// Hx heads repeated for H / Hx consecutive heads (what a grouped-query export's Expand + Reshape make).
+Tensor heads_first_to_rows(const Tensor& x, int64_t H) {
+  const int64_t B = x.dim(0), Hx = x.dim(1), L = x.dim(2), E = x.dim(3), n = H / Hx;
+  Tensor y = Tensor::empty(DataType::kFloat32, {B, L, H * E});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t l = 0; l < L; ++l)
+        for (int64_t e = 0; e < E; ++e)
+          y.data<float>()[((b * L + l) * H + h) * E + e] = x.data<float>()[((b * Hx + h / n) * L + l) * E + e];
+  return y;
+}
+
+}  // namespace
+
+// heads_first (Q [B, H, S, D], K [B, Hkv, T, D], V [B, Hkv, T, Dv], as decoder exports have them after
+// rotary embeddings) and kv_num_heads (grouped-query attention: query head h reads K/V head
+// h / (H / Hkv)): the same numbers as the batch-first op on the rows with K and V's heads repeated,
+// with an additive mask of fully masked rows under zero_nan_rows, for H = Hkv, grouped and one K/V
+// head (multi-query); and grouped K/V heads in the batch-first layout (K [B, T, Hkv*D]).
+TEST(FusedAttention, HeadsFirstAndGroupedKvHeadsAreTheOpOnRepeatedHeads) {
+  const int64_t B = 2, S = 5, T = 7, H = 4, D = 8, Dv = 6;
+  for (int64_t Hkv : {4, 2, 1}) {
+    const Tensor q = random(DataType::kFloat32, {B, H, S, D}), k = random(DataType::kFloat32, {B, Hkv, T, D}),
+                 v = random(DataType::kFloat32, {B, Hkv, T, Dv});
+    Tensor m = random(DataType::kFloat32, {B, 1, S, T}, -2, 0);
+    for (int64_t t = 0; t < T; ++t) m.data<float>()[2 * T + t] = -std::numeric_limits<float>::infinity();  // row 2 of batch 0
+    const Tensor q3 = heads_first_to_rows(q, H), k3 = heads_first_to_rows(k, H), v3 = heads_first_to_rows(v, H);
+    const Attrs plain{{"num_heads", int_attr(H)}, {"scale", float_attr(0.3f)}, {"zero_nan_rows", int_attr(1)}};
+    auto want = try_fused_attention({q3, k3, v3, m}, plain);
+    ASSERT_TRUE(want.ok()) << want.status().to_string();
+    Attrs hf = plain;
+    hf["heads_first"] = int_attr(1);
+    if (Hkv != H) hf["kv_num_heads"] = int_attr(Hkv);
+    if (Hkv == 1) hf.erase("num_heads");  // heads-first tensors carry their head counts
+    auto got = try_fused_attention({q, k, v, m}, hf);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    ASSERT_EQ((*got)[0].shape(), (Shape{B, S, H, Dv}));  // the rows of [B, S, H*Dv]
+    EXPECT_EQ(get((*got)[0], 2 * H * Dv), 0.0);           // the fully masked row
+    for (int64_t i = 0; i < (*want)[0].numel(); ++i)
+      ASSERT_NEAR(get((*got)[0], i), get((*want)[0], i), 1e-5) << "Hkv " << Hkv << ", " << i;
+    // Batch-first rows with Hkv heads in K and V.
+    if (Hkv == H) continue;
+    const Tensor k_rows = heads_first_to_rows(k, Hkv), v_rows = heads_first_to_rows(v, Hkv);
+    Attrs grouped = plain;
+    grouped["kv_num_heads"] = int_attr(Hkv);
+    auto rows = try_fused_attention({q3, k_rows, v_rows, m}, grouped);
+    ASSERT_TRUE(rows.ok()) << rows.status().to_string();
+    for (int64_t i = 0; i < (*want)[0].numel(); ++i)
+      ASSERT_NEAR(get((*rows)[0], i), get((*want)[0], i), 1e-5) << "rows, Hkv " << Hkv << ", " << i;
+  }
+}
+
+// What does not fit is an error naming it: head counts that do not group, K heads other than
+// kv_num_heads, heads-first inputs that are not 4-D, Q heads other than num_heads, heads_first with
+// packed_qkv.
+TEST(FusedAttention, HeadsFirstAndGroupedKvHeadsRefuseShapesThatDoNotFit) {
+  auto err = [](const std::vector<Tensor>& in, Attrs attrs) {
+    auto r = try_fused_attention(in, attrs);
+    return r.ok() ? std::string("ok") : r.status().to_string();
+  };
+  const Tensor q = random(DataType::kFloat32, {1, 4, 3, 8}), k3 = random(DataType::kFloat32, {1, 3, 5, 8}),
+               k2 = random(DataType::kFloat32, {1, 2, 5, 8});
+  const Attrs hf{{"num_heads", int_attr(4)}, {"scale", float_attr(1.0f)}, {"heads_first", int_attr(1)}};
+  EXPECT_EQ(err({q, k2, k2}, hf), "ok");
+  EXPECT_NE(err({q, k3, k3}, hf).find("do not group"), std::string::npos);
+  Attrs wrong_kv = hf;
+  wrong_kv["kv_num_heads"] = int_attr(1);
+  EXPECT_NE(err({q, k2, k2}, wrong_kv).find("kv_num_heads is 1"), std::string::npos);
+  const Tensor q3d = random(DataType::kFloat32, {1, 3, 32});
+  EXPECT_NE(err({q3d, q3d, q3d}, hf).find("4-D"), std::string::npos);
+  Attrs heads5 = hf;
+  heads5["num_heads"] = int_attr(2);
+  EXPECT_NE(err({q, k2, k2}, heads5).find("num_heads"), std::string::npos);
+  Attrs packed = hf;
+  packed["packed_qkv"] = int_attr(1);
+  EXPECT_NE(err({q, q, q}, packed).find("packed_qkv"), std::string::npos);
+  Attrs rows{{"num_heads", int_attr(4)}, {"scale", float_attr(1.0f)}, {"kv_num_heads", int_attr(3)}};
+  EXPECT_NE(err({q3d, random(DataType::kFloat32, {1, 5, 24}), random(DataType::kFloat32, {1, 5, 24})}, rows).find("heads"),
+            std::string::npos);
+}

@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <utility>
 
@@ -780,6 +781,55 @@ TEST(CudaOps, SequenceFirstAttentionEveryTacticMatchesCpu) {
                                                               },
                                                               label);
       if (dt != kF32) EXPECT_EQ(tactics, attention_tactics_for(c.d, true)) << label;
+    }
+}
+
+// Heads-first tensors (Q [B, H, S, D], K, V [B, Hkv, T, D]: decoder exports after rotary embeddings)
+// with grouped K/V heads (kv_num_heads) on CUDA against the CPU op, under every tactic (cuDNN's included
+// where it applies: a causal additive mask of whole rows with zero_nan_rows): Llama-like 4 query heads
+// on 2 K/V heads of 64 over two query tiles, one K/V head of 128 (multi-query) over several key tiles,
+// head size 32 without grouping, and grouped K/V heads in the batch-first layout; float32 in the
+// CUDA-core kernel. (H200: every tactic matched the CPU; cuDNN's where T is a multiple of 8.)
+TEST(CudaOps, HeadsFirstGroupedAttentionEveryTacticMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(53);
+  struct Case {
+    int64_t b, s, t, heads, kv_heads, d;
+    bool heads_first;
+  };
+  const Case cases[] = {{2, 136, 136, 4, 2, 64, true}, {1, 70, 150, 6, 1, 128, true}, {3, 49, 49, 2, 2, 32, true},
+                        {2, 64, 64, 4, 2, 64, false}};
+  for (DataType dt : {kF32, kF16, kBF16})
+    for (const Case& c : cases) {
+      std::vector<Tensor> in;
+      if (c.heads_first)
+        in = {random_tensor({c.b, c.heads, c.s, c.d}, rng), random_tensor({c.b, c.kv_heads, c.t, c.d}, rng),
+              random_tensor({c.b, c.kv_heads, c.t, c.d}, rng)};
+      else
+        in = {random_tensor({c.b, c.s, c.heads * c.d}, rng), random_tensor({c.b, c.t, c.kv_heads * c.d}, rng),
+              random_tensor({c.b, c.t, c.kv_heads * c.d}, rng)};
+      // Causal (query s sees keys up to s + t - s), and batch 0's first query row sees nothing.
+      Tensor mask = Tensor::empty(kF32, {c.b, 1, c.s, c.t});
+      for (int64_t b = 0; b < c.b; ++b)
+        for (int64_t i = 0; i < c.s; ++i)
+          for (int64_t j = 0; j < c.t; ++j)
+            mask.data<float>()[(b * c.s + i) * c.t + j] =
+                (j <= i + c.t - c.s && !(b == 0 && i == 0)) ? 0.f : -std::numeric_limits<float>::infinity();
+      in.push_back(mask);
+      const std::string label = std::string(c.heads_first ? "heads-first" : "batch-first") + " grouped Attention " +
+                                dtype_name(dt) + " heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) +
+                                " of " + std::to_string(c.d);
+      const auto tactics = expect_attention_tactics_match_cpu(in, dt,
+                                                              [&](OneNode& n) {
+                                                                n.set_int("num_heads", c.heads);
+                                                                n.set_int("kv_num_heads", c.kv_heads);
+                                                                n.set_float("scale", 1.f / std::sqrt(static_cast<float>(c.d)));
+                                                                n.set_int("zero_nan_rows", 1);
+                                                                if (c.heads_first) n.set_int("heads_first", 1);
+                                                              },
+                                                              label);
+      // (cuDNN's needs the mask's rows 16-byte aligned: T a multiple of 8)
+      if (dt != kF32) EXPECT_EQ(tactics, attention_tactics_for(c.d, c.t % 8 == 0)) << label;
     }
 }
 

@@ -2,7 +2,8 @@
 // scores = scale * Q K^T (sgemm), then the bool mask's fill, + the additive mask, softmax over keys, then P V (sgemm) written straight into
 // the [B, S, H*Dv] output. Q, K, V stay in their projected [B, S, H*D] layout (heads are strided
 // views), so no transposes or reshapes are materialized; sequence-first [S, B, H*D] tensors (torch's
-// nn.MultiheadAttention) are read the same way with other strides.
+// nn.MultiheadAttention), heads-first [B, H, S, D] ones and grouped K/V heads are read the same way
+// with other strides (ops::attention_geometry).
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
@@ -61,37 +62,19 @@ void softmax_row(float* row, int64_t T, const bool* crow, int64_t cstride, const
 // parts, each with its own block of scores in the workspace (never more parts than blocks, whatever
 // the threads at run time).
 struct AttentionPlan {
-  int64_t B = 0, S = 0, T = 0, H = 0, D = 0, Dv = 0;
+  ops::AttentionGeometry g;
   int64_t ms[4] = {0, 0, 0, 0}, cs[4] = {0, 0, 0, 0};  // the masks' strides over [B, H, S, T]
-  ops::AttentionStrides st;
   int64_t parts = 1;
 };
 
 Status attention_reshape(ReshapeContext& rc, const ops::FusedAttentionParams& a) {
   if (rc.in.size() < 3 || !rc.in[0].present || !rc.in[1].present || !rc.in[2].present) return rc.error("Q, K, V are required");
-  const Shape& q = rc.in[0].shape;
-  const Shape& k = rc.in[1].shape;
-  const Shape& v = rc.in[2].shape;
-  if (q.size() != 3 || k.size() != 3 || v.size() != 3) return rc.error("Q, K, V must be 3-D");
-  // Batch-first [B, S, H*D], or sequence-first [S, B, H*D]: dim `bd` is the batch, `sd` the sequence.
-  const int bd = a.sequence_first ? 1 : 0, sd = 1 - bd;
   auto plan = std::make_shared<AttentionPlan>();
   AttentionPlan& p = *plan;
-  p.B = q[bd];
-  p.S = q[sd];
-  p.T = k[sd];
-  p.H = a.num_heads;
-  if (k[bd] != p.B || v[bd] != p.B || v[sd] != p.T) return rc.error("Q, K, V batch or key lengths differ");
-  // Packed: the hidden size of each part is a third of the tensor's.
-  const int64_t parts = a.packed_qkv ? 3 : 1;
-  // (inputs 1 and 2 are the same tensor as input 0, which alone is read)
-  if (a.packed_qkv && (q != k || q != v || q[2] % 3))
-    return rc.error("a packed QKV is one tensor [B, S, 3*H*D] (or [S, B, 3*H*D]) given as Q, K and V");
-  if ((q[2] / parts) % p.H || (v[2] / parts) % p.H || k[2] != q[2])
-    return rc.error("hidden sizes do not split into " + std::to_string(p.H) + " heads");
-  p.D = q[2] / parts / p.H;
-  p.Dv = v[2] / parts / p.H;
-  const int64_t full[4] = {p.B, p.H, p.S, p.T};
+  if (std::string why = ops::attention_geometry(a, rc.in[0].shape, rc.in[1].shape, rc.in[2].shape, &p.g); !why.empty())
+    return rc.error(why);
+  const ops::AttentionGeometry& g = p.g;
+  const int64_t full[4] = {g.B, g.H, g.S, g.T};
   if (rc.in.size() > 3 && rc.in[3].present) {
     const Shape& m = rc.in[3].shape;
     if (rc.in[3].dtype != DataType::kFloat32) return rc.error("mask must be float32");
@@ -106,18 +89,19 @@ Status attention_reshape(ReshapeContext& rc, const ops::FusedAttentionParams& a)
     if (!ops::attention_mask_strides(rc.in[4].shape, full, p.cs))
       return rc.error("bool mask " + shape_to_string(rc.in[4].shape) + " does not broadcast to [B, H, S, T]");
   }
-  p.st = a.packed_qkv ? ops::packed_attention_strides(p.B, p.S, p.H, p.D, a.sequence_first)
-                      : ops::attention_strides(p.B, p.S, p.T, p.H, p.D, p.Dv, a.sequence_first);
-  p.parts = std::max<int64_t>(1, std::min<int64_t>(p.B * p.H, omp_get_max_threads()));
-  rc.workspace_bytes = static_cast<size_t>(p.parts * p.S * p.T) * sizeof(float);
-  rc.out[0] = {DataType::kFloat32, a.sequence_first ? Shape{p.S, p.B, p.H * p.Dv} : Shape{p.B, p.S, p.H * p.Dv}};
+  p.parts = std::max<int64_t>(1, std::min<int64_t>(g.B * g.H, omp_get_max_threads()));
+  rc.workspace_bytes = static_cast<size_t>(p.parts * g.S * g.T) * sizeof(float);
+  rc.out[0] = {DataType::kFloat32, a.heads_first       ? Shape{g.B, g.S, g.H, g.Dv}
+                                   : a.sequence_first ? Shape{g.S, g.B, g.H * g.Dv}
+                                                      : Shape{g.B, g.S, g.H * g.Dv}};
   rc.state = std::move(plan);
   return Status::Ok();
 }
 
 Status attention(KernelContext& ctx, const ops::FusedAttentionParams& a) {
   const AttentionPlan& p = shape_state<AttentionPlan>(ctx);
-  const int64_t B = p.B, S = p.S, T = p.T, H = p.H, D = p.D, Dv = p.Dv;
+  const int64_t B = p.g.B, S = p.g.S, T = p.g.T, H = p.g.H, D = p.g.D, Dv = p.g.Dv;
+  const int64_t group = H / p.g.Hkv;  // query heads per K/V head
   const Tensor& q = ctx.input(0);
   const float* mask = ctx.has_input(3) ? ctx.input(3).data<float>() : nullptr;
   const bool* cond = ctx.num_inputs() > 4 && ctx.has_input(4) ? ctx.input(4).data<bool>() : nullptr;
@@ -134,7 +118,7 @@ Status attention(KernelContext& ctx, const ops::FusedAttentionParams& a) {
     std::fill(py, py + y.numel(), a.zero_nan_rows ? 0.0f : std::numeric_limits<float>::quiet_NaN());
     return Status::Ok();
   }
-  const ops::AttentionStrides& st = p.st;
+  const ops::AttentionStrides& st = p.g.st;
   const int64_t jobs = B * H, parts = p.parts;
   float* const all_scores = static_cast<float*>(ctx.workspace());
   parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
@@ -143,9 +127,9 @@ Status attention(KernelContext& ctx, const ops::FusedAttentionParams& a) {
       for (int64_t j = part * jobs / parts; j < (part + 1) * jobs / parts; ++j) {
         const int64_t b = j / H, h = j % H;
         const int64_t mb = a.mask_batch_period ? b % a.mask_batch_period : b;  // the mask's batch entry
-        const float* qb = pq + b * st.q_batch + h * D;
-        const float* kb = pk + b * st.k_batch + h * D;
-        const float* vb = pv + b * st.v_batch + h * Dv;
+        const float* qb = pq + b * st.q_batch + h * st.q_head;
+        const float* kb = pk + b * st.k_batch + h / group * st.k_head;
+        const float* vb = pv + b * st.v_batch + h / group * st.v_head;
         float* yb = py + b * st.y_batch + h * Dv;
         dnnl_sgemm('N', 'T', S, T, D, a.scale, qb, st.q_row, kb, st.k_row, 0.0f, scores, T);
         for (int64_t s = 0; s < S; ++s) softmax_row(scores + s * T, T, cond ? cond + b * cs[0] + h * cs[1] + s * cs[2] : nullptr,
@@ -164,7 +148,8 @@ void register_fused_attention(KernelRegistry& r) {
          [](const ir::Node& n) -> std::string {
            for (int i = 0; i < 3; ++i)
              if (!n.has_input(i) || n.inputs[i]->type.dtype != DataType::kFloat32) return "float32 Q, K, V only";
-           return ops::parse_fused_attention(n).num_heads > 0 ? "" : "num_heads must be positive";
+           const ops::FusedAttentionParams p = ops::parse_fused_attention(n);
+           return p.num_heads > 0 || (p.heads_first && p.num_heads == 0) ? "" : "num_heads must be positive";
          },
          [](const ir::Node& n, KernelInit&) {
            const ops::FusedAttentionParams a = ops::parse_fused_attention(n);

@@ -42,9 +42,10 @@ struct HeadViews {
   const M* mask;
   const bool* cond;
   __device__ HeadViews(const AttentionArgs& a, int64_t b, int64_t h) {
-    q = static_cast<const T*>(a.q) + b * a.q_batch + h * a.d;
-    k = static_cast<const T*>(a.k) + b * a.k_batch + h * a.d;
-    v = static_cast<const T*>(a.v) + b * a.v_batch + h * a.dv;
+    q = static_cast<const T*>(a.q) + b * a.q_batch + h * a.q_head;
+    const int64_t kvh = h / a.kv_group;  // grouped-query attention: the K/V head this query head reads
+    k = static_cast<const T*>(a.k) + b * a.k_batch + kvh * a.k_head;
+    v = static_cast<const T*>(a.v) + b * a.v_batch + kvh * a.v_head;
     // The masks' [S, T] planes of this (batch, head); an additive mask that repeats along the batch
     // (mask_period, Swin's shifted windows) is read at its entry b % mask_period.
     const int64_t mb = a.mask_period ? b % a.mask_period : b;
@@ -473,6 +474,9 @@ int launch_fa_warps(const AttentionArgs& a, int warps, cudaStream_t stream) {
 
 // Shapes and dtype alone (what reshape() knows): the tensor-core kernels apply.
 bool mma_shapes_fit(const AttentionArgs& a) {
+  // 16-byte pieces: every row, head and batch step a multiple of 8 elements.
+  for (int64_t st : {a.q_row, a.k_row, a.v_row, a.y_row, a.q_head, a.k_head, a.v_head, a.q_batch, a.k_batch, a.v_batch, a.y_batch})
+    if (st % 8 != 0) return false;
   return a.elem != kElemF32 && a.d % 16 == 0 && a.dv % 16 == 0 && (a.heads * a.d) % 8 == 0 &&
          (a.heads * a.dv) % 8 == 0 && a.s <= 65535 * int64_t{kMmaRows};
 }

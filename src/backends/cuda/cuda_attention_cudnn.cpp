@@ -39,8 +39,9 @@ std::string signature(const AttentionArgs& a, int device) {
   uint32_t scale_bits = 0;
   std::memcpy(&scale_bits, &a.scale, sizeof(scale_bits));
   std::string k = std::to_string(device) + "|" + std::to_string(a.elem) + "|" + std::to_string(scale_bits);
-  for (int64_t v : {a.b, a.s, a.t, a.heads, int64_t{a.d}, int64_t{a.dv}, a.q_row, a.k_row, a.v_row, a.y_row, a.q_batch,
-                    a.k_batch, a.v_batch, a.y_batch, int64_t{a.has_mask}, a.ms[0], a.ms[1], a.ms[2], a.ms[3]})
+  for (int64_t v : {a.b, a.s, a.t, a.heads, a.kv_group, int64_t{a.d}, int64_t{a.dv}, a.q_row, a.k_row, a.v_row, a.y_row,
+                    a.q_batch, a.k_batch, a.v_batch, a.y_batch, a.q_head, a.k_head, a.v_head, int64_t{a.has_mask}, a.ms[0],
+                    a.ms[1], a.ms[2], a.ms[3]})
     k += "|" + std::to_string(v);
   return k;
 }
@@ -56,7 +57,7 @@ std::string cudnn_attention_refusal(const AttentionArgs& a) {
   if (a.has_cond) return "no bool mask";
   if (a.mask_period != 0) return "no mask repeating along the batch";
   // Rows of 16-byte pieces: every row and batch step a multiple of 8 elements.
-  for (int64_t st : {a.q_row, a.k_row, a.v_row, a.y_row, a.q_batch, a.k_batch, a.v_batch, a.y_batch})
+  for (int64_t st : {a.q_row, a.k_row, a.v_row, a.y_row, a.q_batch, a.k_batch, a.v_batch, a.y_batch, a.q_head, a.k_head, a.v_head})
     if (st % 8 != 0) return "rows that are not 16-byte aligned";
   if (a.has_mask && (a.ms[3] != 1 || a.ms[2] < a.t || a.ms[2] % 8 != 0))
     return "an additive mask whose rows are not whole, aligned [S, T] rows";
@@ -102,12 +103,13 @@ std::shared_ptr<const CudnnAttention> plan_cudnn_attention(CudaState& st, const 
   auto tensor = [&](const char* name, int64_t uid, std::vector<int64_t> dims, std::vector<int64_t> strides) {
     return g->tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(std::move(dims)).set_stride(std::move(strides)));
   };
-  // [B, H, S, D] views of kiln's row-major tensors: a head's D values follow each other, the heads of
-  // one sequence step are D apart, steps and batch entries as the strides of AttentionArgs say.
-  const int64_t H = a.heads;
-  auto q = tensor("Q", kUidQ, {a.b, H, a.s, a.d}, {a.q_batch, a.d, a.q_row, 1});
-  auto k = tensor("K", kUidK, {a.b, H, a.t, a.d}, {a.k_batch, a.d, a.k_row, 1});
-  auto v = tensor("V", kUidV, {a.b, H, a.t, a.dv}, {a.v_batch, a.dv, a.v_row, 1});
+  // [B, H, S, D] views of kiln's tensors: a head's D values follow each other, heads, sequence steps
+  // and batch entries as the strides of AttentionArgs say; K and V have H / kv_group heads
+  // (grouped-query attention, which cuDNN's SDPA takes as K/V head counts dividing Q's).
+  const int64_t H = a.heads, Hkv = a.heads / a.kv_group;
+  auto q = tensor("Q", kUidQ, {a.b, H, a.s, a.d}, {a.q_batch, a.q_head, a.q_row, 1});
+  auto k = tensor("K", kUidK, {a.b, Hkv, a.t, a.d}, {a.k_batch, a.k_head, a.k_row, 1});
+  auto v = tensor("V", kUidV, {a.b, Hkv, a.t, a.dv}, {a.v_batch, a.v_head, a.v_row, 1});
   auto opts = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(false).set_attn_scale(a.scale);
   if (a.has_mask) {
     // The additive mask, added to the scaled scores: [B or 1, H or 1, S, T] (a broadcast dim has size 1).

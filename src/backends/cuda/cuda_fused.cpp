@@ -163,7 +163,7 @@ struct AttentionPlan {
 std::string check_attention(const ir::Node& n) {
   const ops::FusedAttentionParams p = ops::parse_fused_attention(n);
   const int64_t heads = p.num_heads;
-  if (heads <= 0) return "num_heads must be positive";
+  if (heads < 0 || (heads == 0 && !p.heads_first)) return "num_heads must be positive";
   if (p.mask_batch_period < 0) return "mask_batch_period must be >= 0";
   if (n.has_input(4) && n.inputs[4]->type.dtype != DataType::kBool) return "the bool mask must be bool";
   for (int i = 0; i < 4; ++i) {
@@ -174,10 +174,13 @@ std::string check_attention(const ir::Node& n) {
   }
   for (int i : {0, 2}) {
     const auto& sh = n.inputs[i]->type.shape;
-    // (a packed QKV's last dim holds Q's, K's and V's heads: a third of it is one part's)
-    if (sh.known && sh.rank() == 3 && sh.dims[2].is_static() &&
-        sh.dims[2].value / (p.packed_qkv ? 3 : 1) / heads > kMaxAttentionHead)
-      return "head sizes above " + std::to_string(kMaxAttentionHead) + " do not run on CUDA";
+    // (a packed QKV's last dim holds Q's, K's and V's heads: a third of it is one part's; V has
+    // kv_num_heads heads where given; a heads-first tensor's last dim is the head size)
+    const int64_t hs = i == 2 && p.kv_num_heads > 0 ? p.kv_num_heads : heads;
+    const int64_t size = !sh.known || sh.rank() == 0 || !sh.dims.back().is_static() ? 0
+                         : p.heads_first                           ? sh.dims.back().value
+                                                                   : sh.dims.back().value / (p.packed_qkv ? 3 : 1) / hs;
+    if (size > kMaxAttentionHead) return "head sizes above " + std::to_string(kMaxAttentionHead) + " do not run on CUDA";
   }
   return "";
 }
@@ -191,25 +194,15 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
   base.fill_where_true = p.mask_fill_where_true;
   base.zero_nan_rows = p.zero_nan_rows;
   base.mask_period = p.mask_batch_period;
-  auto reshape = [base, sequence_first = p.sequence_first, packed = p.packed_qkv](ReshapeContext& rc) -> Status {
+  auto reshape = [base, p](ReshapeContext& rc) -> Status {
     for (int i = 0; i < 3; ++i)
       if (static_cast<size_t>(i) >= rc.in.size() || !rc.in[i].present) return rc.error("Q, K and V are required");
     const Shape& q = rc.in[0].shape;
-    const Shape& k = rc.in[1].shape;
-    const Shape& v = rc.in[2].shape;
     const DataType dt = rc.in[0].dtype;
-    if (q.size() != 3 || k.size() != 3 || v.size() != 3) return rc.error("Q, K, V must be 3-D");
     if (!is_float_type(dt) || rc.in[1].dtype != dt || rc.in[2].dtype != dt) return rc.error("Q, K, V must have one float dtype");
-    const int bd = sequence_first ? 1 : 0, sd = 1 - bd;  // the batch and sequence dims
-    const int64_t B = q[bd], S = q[sd], T = k[sd], H = base.heads;
-    if (k[bd] != B || v[bd] != B || v[sd] != T) return rc.error("Q, K, V batch or key lengths differ");
-    // Packed: Q, K, V are column blocks of one [B, S, 3*H*D] tensor, given as inputs 0, 1 and 2 alike
-    // (input 0 alone is read).
-    const int64_t parts = packed ? 3 : 1;
-    if (packed && (q != k || q != v || q[2] % 3))
-      return rc.error("a packed QKV is one tensor [B, S, 3*H*D] (or [S, B, 3*H*D]) given as Q, K and V");
-    if ((q[2] / parts) % H || (v[2] / parts) % H || k[2] != q[2])
-      return rc.error("hidden sizes do not split into " + std::to_string(H) + " heads");
+    ops::AttentionGeometry g;
+    if (std::string why = ops::attention_geometry(p, q, rc.in[1].shape, rc.in[2].shape, &g); !why.empty()) return rc.error(why);
+    const int64_t B = g.B, S = g.S, T = g.T, H = g.H;
     auto plan = std::make_shared<AttentionPlan>();
     plan->args = base;
     AttentionArgs* a = &plan->args;
@@ -217,15 +210,17 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
     a->b = B;
     a->s = S;
     a->t = T;
-    a->d = static_cast<int>(q[2] / parts / H);
-    a->dv = static_cast<int>(v[2] / parts / H);
-    a->packed_qkv = packed;
-    if (a->d > kMaxAttentionHead || a->dv > kMaxAttentionHead)
+    a->heads = H;
+    a->kv_group = H / g.Hkv;
+    if (g.D > kMaxAttentionHead || g.Dv > kMaxAttentionHead)
       return rc.error("head sizes above " + std::to_string(kMaxAttentionHead) + " do not run on CUDA");
-    const ops::AttentionStrides st = packed ? ops::packed_attention_strides(B, S, H, a->d, sequence_first)
-                                            : ops::attention_strides(B, S, T, H, a->d, a->dv, sequence_first);
+    a->d = static_cast<int>(g.D);
+    a->dv = static_cast<int>(g.Dv);
+    a->packed_qkv = p.packed_qkv;
+    const ops::AttentionStrides& st = g.st;
     a->q_row = st.q_row, a->k_row = st.k_row, a->v_row = st.v_row, a->y_row = st.y_row;
     a->q_batch = st.q_batch, a->k_batch = st.k_batch, a->v_batch = st.v_batch, a->y_batch = st.y_batch;
+    a->q_head = st.q_head, a->k_head = st.k_head, a->v_head = st.v_head;
     const int64_t full[4] = {B, H, S, T};
     if (rc.in.size() > 3 && rc.in[3].present) {
       a->has_mask = true;
@@ -259,7 +254,9 @@ Expected<KernelPtr> create_attention(const ir::Node& n) {
         return rc.error("tactic '" + rc.tactic + "' does not apply to these shapes");
       a->variant = static_cast<int>(v - std::begin(kAttentionTactics));
     }
-    rc.out[0] = {dt, sequence_first ? Shape{S, B, H * a->dv} : Shape{B, S, H * a->dv}};
+    rc.out[0] = {dt, p.heads_first      ? Shape{B, S, H, a->dv}
+                     : p.sequence_first ? Shape{S, B, H * a->dv}
+                                        : Shape{B, S, H * a->dv}};
     rc.state = std::move(plan);
     return Status::Ok();
   };

@@ -280,6 +280,7 @@ struct AttentionArgs {
   const bool* cond = nullptr;
   void* y = nullptr;
   int64_t b = 0, s = 0, t = 0, heads = 0;
+  int64_t kv_group = 1;  // query heads per K/V head (grouped-query attention): head h reads K/V head h / kv_group
   int d = 0, dv = 0;
   float scale = 1.f, fill = 0.f;
   bool fill_where_true = false;
@@ -290,9 +291,11 @@ struct AttentionArgs {
   // The additive mask's batch period (kiln.Attention's mask_batch_period): batch entry b reads mask
   // entry b % mask_period along ms[0]; 0 = entry b (ms[0] is then 0 or the batch stride).
   int64_t mask_period = 0;
-  // Element strides of one sequence step (row) and of one batch entry of Q, K, V and Y, as
-  // ops::attention_strides gives them for batch-first or sequence-first tensors.
+  // Element strides of one sequence step (row), one head and one batch entry of Q, K, V and Y, as
+  // ops::attention_geometry gives them (batch-first, sequence-first, packed or heads-first tensors;
+  // Y's heads are Dv apart).
   int64_t q_row = 0, k_row = 0, v_row = 0, y_row = 0, q_batch = 0, k_batch = 0, v_batch = 0, y_batch = 0;
+  int64_t q_head = 0, k_head = 0, v_head = 0;
 };
 int launch_attention(const AttentionArgs& a, cudaStream_t stream);
 
