@@ -23,6 +23,9 @@ Expected<bool> fuse_rms_norm(ir::Graph& g, PassContext& ctx) {
   };
   std::vector<Rule> rules;
   for (const Pat& n : normalized) rules.push_back({"RMSNorm", op("Mul", {n, cst("gamma")}).commute(), 5});
+  // Without the scale: a model whose scale is all ones (a fresh or random-weight model) loses that
+  // Mul to remove-noops once the shapes are static; gamma is then ones.
+  for (const Pat& n : normalized) rules.push_back({"RMSNorm (no scale)", n, kQuiet});
   return rw.run(rules, [&](Match& m) -> std::string {
     const ir::Value* x = m["x"];
     if (!x->type.shape.known || x->type.shape.rank() < 1 || !x->type.shape.dims.back().is_static())
@@ -39,12 +42,17 @@ Expected<bool> fuse_rms_norm(ir::Graph& g, PassContext& ctx) {
     if (!eps) return "epsilon is not a scalar";
     const DataType dt = x->type.dtype;
     if (dt != DataType::kFloat32 && dt != DataType::kFloat64) return "not float32/float64";
-    const Tensor& gamma = m.constant("gamma");
-    if (gamma.numel() != N || gamma.dtype() != dt || gamma.rank() > rank) return "gamma is not one value per feature";
-    for (int i = 0; i + 1 < gamma.rank(); ++i)
-      if (gamma.dim(i) != 1) return "gamma is not along the last dim";
+    if (m.has("gamma")) {
+      const Tensor& gamma = m.constant("gamma");
+      if (gamma.numel() != N || gamma.dtype() != dt || gamma.rank() > rank) return "gamma is not one value per feature";
+      for (int i = 0; i + 1 < gamma.rank(); ++i)
+        if (gamma.dim(i) != 1) return "gamma is not along the last dim";
+    }
     const std::string what = m.root()->describe();
-    ir::Value* gv = rw.constant(m["gamma"]->name + "_row", gamma.reshaped({N}));
+    std::optional<Tensor> ones;
+    if (!m.has("gamma")) ones = real_tensor(dt, {N}, std::vector<double>(static_cast<size_t>(N), 1.0));
+    ir::Value* gv = m.has("gamma") ? rw.constant(m["gamma"]->name + "_row", m.constant("gamma").reshaped({N}))
+                                   : rw.constant(m.root()->name + "_scale", *ones);
     if (std::string why = rw.unsupported_on_target("", "RMSNormalization"); !why.empty()) return why;
     ir::Node* n = rw.replace(m, "RMSNormalization", "", 23, {m["x"], gv});
     n->attrs["axis"].kind = ir::Attribute::Kind::kInt;

@@ -486,6 +486,17 @@ TEST(Passes, RmsNorm) {
   check(b, {{{"RMSNormalization", 1}, {"ReduceMean", 0}}, {{"fuse-rms-norm", 1}}});
 }
 
+// A scale of ones (a fresh or random-weight Llama) is removed as a no-op once the shapes are static,
+// leaving x * 1/rms: still one RMSNormalization (with a scale of ones), not five elementwise steps.
+TEST(Passes, RmsNormWithoutScale) {
+  Builder b;
+  ir::Value* x = b.input("x", {3, 16});
+  ir::Value* ms = b.node("ReduceMean", {b.node("Pow", {x, b.scalar(2)})}, {{"axes", attr_ints({-1})}});
+  ir::Value* inv = b.node("Reciprocal", {b.node("Sqrt", {b.node("Add", {ms, b.scalar(1e-6f)})})});
+  b.output(b.node("Mul", {x, inv}));
+  check(b, {{{"RMSNormalization", 1}, {"ReduceMean", 0}, {"Mul", 0}}, {{"fuse-rms-norm", 1}}});
+}
+
 // HuggingFace BERT self-attention (eager, as exported at opset 14-17), with an additive mask.
 // dynamic_merge: the output reshape's shape is computed from Shape(context) as the exporter does.
 // minus_one: heads split as view(B, S, -1, D) and merged as reshape(B, S, -1), as transformers 5
