@@ -59,6 +59,10 @@
 //                                h reads K/V head h / (H / Hkv) (grouped-query attention);
 //                                heads_first = 1: Q [B,H,S,D], K [B,Hkv,T,D], V [B,Hkv,T,Dv] (after
 //                                rotary embeddings), Y [B,S,H,Dv]; head counts from the tensors
+//   Rotary(X, COS, SIN)         X·COS + rotate_half(X)·SIN with rotate_half(x) = [-x[D/2:], x[:D/2]]
+//                                along the last dim D (even), COS and SIN broadcast to X's shape (the
+//                                rotary embedding as Llama/Mistral/Qwen/GPT-NeoX export it, full-width
+//                                cos/sin; passes/fuse_rotary.cpp) → X's shape and dtype
 //
 // activation (ir/epilogue.h, the one list): "" (none), Relu, LeakyRelu (alpha), Clip (min, max), Sigmoid, HardSigmoid (alpha, beta),
 // HardSwish, Silu, Tanh, Gelu, GeluTanh.
@@ -258,6 +262,19 @@ Status infer_attention(InferContext& c) {
   return Status::Ok();
 }
 
+// Rotary: Y has X's type; COS and SIN X's dtype.
+Status infer_rotary(InferContext& c) {
+  if (!c.has(0)) return Status::Ok();
+  for (int i : {1, 2})
+    if (c.has(i) && c.dtype(i) != DataType::kUndefined && c.dtype(0) != DataType::kUndefined && c.dtype(i) != c.dtype(0))
+      return c.error("COS and SIN must have X's dtype");
+  const ir::SymShape& x = c.shape(0);
+  if (x.known && (x.rank() < 1 || (x.dims.back().is_static() && x.dims.back().value % 2)))
+    return c.error("X's last dim must be even (rotate_half splits it in two)");
+  c.out[0] = c.type(0);
+  return Status::Ok();
+}
+
 // QConv / QMatMul (passes/fuse_qdq.cpp): the float op's shape function on X (input 0) and W (input 3);
 // the output is float32 (or the output_dtype attribute's float type), or y_zero_point's type when
 // y_scale is given.
@@ -343,6 +360,7 @@ void add_fused_ops(std::vector<OpDef>& t) {
   add("FusedMatMul", infer_fused_matmul, 2, 3, 1, 1);
   add("SkipLayerNorm", infer_skip_layer_norm, 3, 4, 1, 2);
   add("Attention", infer_attention, 3, 5, 1, 1);
+  add("Rotary", infer_rotary, 3, 3, 1, 1);
   add("ChannelsLastPool", infer_channels_last_pool, 1, 1, 1, 1);
   add("ChannelAffine", infer_channel_affine, 3, 3, 1, 1);
   add("ConvPool", infer_conv_pool, 2, 5, 1, 1);

@@ -464,4 +464,35 @@ std::string attention_geometry(const FusedAttentionParams& a, const std::vector<
   return "";
 }
 
+std::string rotary_geometry(const std::vector<int64_t>& x, const std::vector<int64_t>& cos, const std::vector<int64_t>& sin,
+                            RotaryGeometry* out) {
+  if (x.empty()) return "X must have at least one dim (the rotated one)";
+  RotaryGeometry g;
+  g.d = x.back();
+  if (g.d % 2) return "the last dim of X (" + std::to_string(g.d) + ") is odd: rotate_half splits it in two";
+  g.outer.assign(x.begin(), x.end() - 1);
+  g.rows = 1;
+  for (int64_t v : g.outer) g.rows *= v;
+  const int r = static_cast<int>(x.size());
+  auto strides = [&](const std::vector<int64_t>& c, const char* what, std::vector<int64_t>* o, int64_t* last) -> std::string {
+    if (static_cast<int>(c.size()) > r) return std::string(what) + " has more dims than X";
+    std::vector<int64_t> st(r, 0);
+    int64_t stride = 1;
+    for (int i = r - 1; i >= 0; --i) {
+      const int ci = i - (r - static_cast<int>(c.size()));
+      const int64_t size = ci >= 0 ? c[ci] : 1;
+      if (size != 1 && size != x[i]) return std::string(what) + " does not broadcast to X without enlarging it";
+      st[i] = size == 1 ? 0 : stride;
+      stride *= size;
+    }
+    *last = st[r - 1];
+    o->assign(st.begin(), st.end() - 1);
+    return "";
+  };
+  if (std::string w = strides(cos, "COS", &g.cos_outer, &g.cos_last); !w.empty()) return w;
+  if (std::string w = strides(sin, "SIN", &g.sin_outer, &g.sin_last); !w.empty()) return w;
+  *out = std::move(g);
+  return "";
+}
+
 }  // namespace kiln::ops

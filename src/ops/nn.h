@@ -68,6 +68,19 @@ struct AttentionGeometry {
 std::string attention_geometry(const FusedAttentionParams& a, const std::vector<int64_t>& q, const std::vector<int64_t>& k,
                                const std::vector<int64_t>& v, AttentionGeometry* g);
 
+// kiln.Rotary(X, COS, SIN) = X·COS + rotate_half(X)·SIN, rotate_half(x) = [-x[D/2:], x[:D/2]] along
+// the last dim D (even); COS and SIN broadcast to X without enlarging it (CPU and CUDA kernels). X as
+// rows of D: `outer` its dims but the last, the element strides of COS and SIN along them (0 where
+// broadcast) and along the last dim.
+struct RotaryGeometry {
+  int64_t rows = 0, d = 0;
+  std::vector<int64_t> outer, cos_outer, sin_outer;
+  int64_t cos_last = 0, sin_last = 0;
+};
+// "" and *g set when the shapes fit, else what is wrong.
+std::string rotary_geometry(const std::vector<int64_t>& x, const std::vector<int64_t>& cos, const std::vector<int64_t>& sin,
+                            RotaryGeometry* g);
+
 // kiln.F8MatMul's attributes (ops/fused.cpp), parsed once for both backends' kernels: the two E4M3
 // scales (positive, finite) and the fused activation.
 struct F8MatMulParams {

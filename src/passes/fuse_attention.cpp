@@ -715,27 +715,6 @@ ir::Value* packed_projection(const ir::Value* q, const ir::Value* k, const ir::V
   return x;
 }
 
-// The last dim of a 4-D heads value: its type's, or the constant head size of the Reshape a
-// (0,2,1,3) Transpose made it from (Reshape(x, [B, S, H|-1, D]) as exports split heads), proven
-// this way when the shapes before it are unknown; 0 when unknown.
-int64_t head_size(const ir::Value* x) {
-  const ir::SymShape& s = x->type.shape;
-  if (s.known && s.rank() == 4 && s.dims[3].is_static()) return s.dims[3].value;
-  // Through ops that keep the shape of their first operand (rotary embeddings: Mul, Add).
-  const ir::Node* p = x->producer;
-  for (int i = 0; i < 4 && p && p->domain.empty() && (p->op_type == "Add" || p->op_type == "Mul") && p->has_input(0); ++i) {
-    const ir::SymShape& a = p->inputs[0]->type.shape;
-    if (a.known && a.rank() == 4 && a.dims[3].is_static()) return a.dims[3].value;
-    p = p->inputs[0]->producer;
-  }
-  if (!p || !p->domain.empty() || p->op_type != "Transpose" || !has_perm(p, {0, 2, 1, 3}) || !p->has_input(0)) return 0;
-  const ir::Node* r = p->inputs[0]->producer;
-  if (!r || !r->domain.empty() || r->op_type != "Reshape") return 0;
-  const auto el = shape_value_partial(r->inputs.size() > 1 ? r->inputs[1] : nullptr);
-  if (!el || el->size() != 4 || !(*el)[3] || (*el)[3]->of || (*el)[3]->value <= 0) return 0;
-  return (*el)[3]->value;
-}
-
 // rep(x) of the heads-first form: Unsqueeze at axis 2 of x [B, Hkv, T, D], Expand to 5-D (growing
 // the new axis to n: a grown dim of size 1 elsewhere leaves the op's numbers alone or makes its shape
 // checks fail), Reshape to [B, Hkv*n, T, D] (dims 0, 2 and 3 x's, so dim 1 merges Hkv and n).
@@ -765,7 +744,7 @@ std::string repeats_heads(Match& m, const std::string& x) {
     const auto& e = (*el)[i];
     if (!e) return no;
     if (i == 0 && !e->of && e->value == 0) continue;
-    if (i == 3 && !e->of && e->value == head_size(base)) continue;
+    if (i == 3 && !e->of && e->value == proven_last_dim(base)) continue;
     const bool moved = perm.size() == 4 && t->has_input(0) && e->of == t->inputs[0] && e->value == perm[i];
     if (!moved && !elem_is_dim(*e, base, i)) return no;
   }
@@ -786,7 +765,7 @@ std::string fuse_heads_first(Rewriter& rw, Match& m) {
     if (x->type.dtype != DataType::kFloat32) return "not float32";
   for (const ir::Value* x : {q, k, v})
     if (!x->type.shape.known || x->type.shape.rank() != 4) return "Q, K and V are not 4-D heads [B, heads, sequence, head size]";
-  const int64_t D = head_size(q), Dk = head_size(k), Dv = head_size(v);
+  const int64_t D = proven_last_dim(q), Dk = proven_last_dim(k), Dv = proven_last_dim(v);
   if (!D || !Dv || (Dk && Dk != D))
     return "the head sizes are not known (Q " + q->type.shape.to_string() + ", K " + k->type.shape.to_string() + ", V " +
            v->type.shape.to_string() + ")";

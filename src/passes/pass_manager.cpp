@@ -40,6 +40,7 @@ const std::vector<Pass>& pipeline() {
       {"patchify-conv", 2, patchify_conv},
       {"pad-matmul-columns", 2, pad_matmul_columns},
       {"fuse-qdq", 1, fuse_qdq},
+      {"fuse-rotary", 2, fuse_rotary},
       {"fuse-attention", 2, fuse_attention},
       {"batch-first-attention", 2, batch_first_attention},
       {"fuse-layer-norm", 2, fuse_layer_norm},

@@ -185,6 +185,7 @@ Expected<bool> fuse_rms_norm(ir::Graph& g, PassContext& ctx);          // fuse_r
 Expected<bool> fuse_skip_layer_norm(ir::Graph& g, PassContext& ctx);   // fuse_skip_layer_norm.cpp
 Expected<bool> fuse_activation(ir::Graph& g, PassContext& ctx);        // fuse_activation.cpp
 Expected<bool> fuse_conv_residual(ir::Graph& g, PassContext& ctx);     // fuse_activation.cpp
+Expected<bool> fuse_rotary(ir::Graph& g, PassContext& ctx);            // fuse_rotary.cpp
 Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx);         // fuse_attention.cpp
 Expected<bool> batch_first_attention(ir::Graph& g, PassContext& ctx);  // batch_first_attention.cpp
 

@@ -333,6 +333,28 @@ std::optional<std::vector<std::optional<ShapeElem>>> shape_value_partial(const i
   return r;
 }
 
+int64_t proven_last_dim(const ir::Value* x) {
+  auto static_last = [](const ir::Value* v) -> int64_t {
+    const ir::SymShape& s = v->type.shape;
+    return s.known && s.rank() > 0 && s.dims.back().is_static() ? s.dims.back().value : 0;
+  };
+  if (int64_t d = static_last(x)) return d;
+  const ir::Node* p = x->producer;
+  for (int i = 0; i < 4 && p && p->domain.empty() && (p->op_type == "Add" || p->op_type == "Mul") && p->has_input(0); ++i) {
+    if (int64_t d = static_last(p->inputs[0])) return d;
+    p = p->inputs[0]->producer;
+  }
+  if (!p || !p->domain.empty() || p->op_type != "Transpose" || !p->has_input(0)) return 0;
+  const std::vector<int64_t> perm = p->attr_ints("perm");
+  const ir::Node* r = p->inputs[0]->producer;
+  if (perm.empty() || !r || !r->domain.empty() || r->op_type != "Reshape") return 0;
+  const auto el = shape_value_partial(r->inputs.size() > 1 ? r->inputs[1] : nullptr);
+  const int64_t src = perm.back();
+  if (!el || src < 0 || src >= static_cast<int64_t>(el->size()) || el->size() != perm.size()) return 0;
+  const auto& e = (*el)[static_cast<size_t>(src)];
+  return e && !e->of && e->value > 0 ? e->value : 0;
+}
+
 std::string check_exclusive(const Match& m) {
   for (size_t i = 1; i < m.matched.size(); ++i) {
     const ir::Node* n = m.matched[i];

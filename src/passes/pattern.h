@@ -122,6 +122,12 @@ std::optional<std::vector<ShapeElem>> shape_value(const ir::Value* v, int depth 
 // exporter's B*H: a Mul of a dim and a constant) are nullopt.
 std::optional<std::vector<std::optional<ShapeElem>>> shape_value_partial(const ir::Value* v);
 
+// x's last dim where it is certain: its type's, else (the shapes after a rotary embedding are often
+// unknown) through ops that keep their first operand's shape (Add, Mul) back to a Transpose of a
+// Reshape whose shape vector holds a constant there (Reshape(x, [B, S, H|-1, D]) as exports split
+// heads). 0 when unknown.
+int64_t proven_last_dim(const ir::Value* x);
+
 // One rule of a pass: a pattern, a label, and how many nodes must have matched before a failure
 // counts as a near miss.
 struct Rule {

@@ -148,3 +148,20 @@ def test_grouped_heads_are_not_repeated():
     assert fused["Attention"] == 2
     assert kept["Expand"] - fused["Expand"] >= 2 * 2, (dict(kept), dict(fused))
     assert kept["Transpose"] - fused["Transpose"] >= 2, (dict(kept), dict(fused))
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_rotary_embeddings_fuse(fixed):
+    """Llama's rotary embeddings (x·cos + rotate_half(x)·sin on Q and K) become one kiln.Rotary each, with
+    dynamic shapes (where the half width is the export's Shape/Gather/Div) and fixed ones; the engine
+    still matches onnxruntime."""
+    path = os.path.join(MODELS, "llama_gqa_default.onnx")
+    feeds = feeds_for("llama_gqa_default", 3, np.random.default_rng(7))
+    profiles = [{k: (list(v.shape),) * 3 for k, v in feeds.items()}] if fixed else None
+    engine = kiln.Engine.build(path, profiles=profiles)
+    ops = ops_after(engine)
+    assert ops["Rotary"] == 4 and ops["Neg"] == 0 and ops["RMSNormalization"] == 5, dict(ops)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(run(engine, feeds), want, rtol=1e-4, atol=1e-4)

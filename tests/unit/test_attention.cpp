@@ -308,8 +308,8 @@ TEST(LinearAttention, InputsMustMatchRule) {
 
 namespace {
 
-// kiln.Attention on `in` with `attrs` (num_heads and scale given by the caller).
-Expected<std::vector<Tensor>> try_fused_attention(const std::vector<Tensor>& in, const Attrs& attrs) {
+// The kiln-domain op `op` on `in` with `attrs`, eagerly on the CPU.
+Expected<std::vector<Tensor>> try_run_kiln(const std::string& op, const std::vector<Tensor>& in, const Attrs& attrs) {
   ir::Graph g;
   std::vector<ir::Value*> ins;
   std::vector<Slot> slots;
@@ -317,7 +317,7 @@ Expected<std::vector<Tensor>> try_fused_attention(const std::vector<Tensor>& in,
     ins.push_back(g.add_value("in" + std::to_string(ins.size()), ir::Type::tensor(x.dtype(), ir::SymShape::of(x.shape()))));
     slots.push_back(Slot::of(x));
   }
-  ir::Node* n = g.add_node("Attention", "kiln", ins, {g.add_value("y")}, "n");
+  ir::Node* n = g.add_node(op, "kiln", ins, {g.add_value("y")}, "n");
   n->opset = 1;
   n->attrs = attrs;
   auto r = run_node_eager(*n, slots);
@@ -325,6 +325,11 @@ Expected<std::vector<Tensor>> try_fused_attention(const std::vector<Tensor>& in,
   std::vector<Tensor> out;
   for (auto& s : *r) out.push_back(s.tensor);
   return out;
+}
+
+// kiln.Attention on `in` with `attrs` (num_heads and scale given by the caller).
+Expected<std::vector<Tensor>> try_fused_attention(const std::vector<Tensor>& in, const Attrs& attrs) {
+  return try_run_kiln("Attention", in, attrs);
 }
 
 // kiln.Attention (the fused op the attention passes make) on Q, K, V [1, S, H*D] = [1, 3, 2*4] and an
@@ -549,4 +554,39 @@ TEST(FusedAttention, HeadsFirstAndGroupedKvHeadsRefuseShapesThatDoNotFit) {
   Attrs rows{{"num_heads", int_attr(4)}, {"scale", float_attr(1.0f)}, {"kv_num_heads", int_attr(3)}};
   EXPECT_NE(err({q3d, random(DataType::kFloat32, {1, 5, 24}), random(DataType::kFloat32, {1, 5, 24})}, rows).find("heads"),
             std::string::npos);
+}
+
+// kiln.Rotary (passes/fuse_rotary.cpp: the rotate_half rotary embedding): y = x·cos + rotate_half(x)·sin
+// against the formula in double, with cos/sin per (batch, position) as Llama's [B, 1, S, D], one table
+// for every batch [S, D], and a per-head one [1, H, 1, D]; and what does not fit is an error.
+TEST(FusedAttention, RotaryIsXCosPlusRotateHalfXSin) {
+  const int64_t B = 2, H = 3, S = 5, D = 8;
+  const Tensor x = random(DataType::kFloat32, {B, H, S, D});
+  for (const Shape& cs : {Shape{B, 1, S, D}, Shape{S, D}, Shape{1, H, 1, D}}) {
+    const Tensor c = random(DataType::kFloat32, cs), s = random(DataType::kFloat32, cs);
+    auto got = try_run_kiln("Rotary", {x, c, s}, {});
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    ASSERT_EQ((*got)[0].shape(), x.shape());
+    // cos/sin right-aligned to x: element (b, h, p, i) reads index (b|0, h|0, p|0, i).
+    auto at = [&](const Tensor& t, int64_t b, int64_t h, int64_t p, int64_t i) {
+      Shape full = t.shape();
+      full.insert(full.begin(), 4 - full.size(), 1);
+      const int64_t bb = full[0] == 1 ? 0 : b, hh = full[1] == 1 ? 0 : h, pp = full[2] == 1 ? 0 : p, ii = full[3] == 1 ? 0 : i;
+      return static_cast<double>(t.data<float>()[((bb * full[1] + hh) * full[2] + pp) * full[3] + ii]);
+    };
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t p = 0; p < S; ++p)
+          for (int64_t i = 0; i < D; ++i) {
+            const int64_t row = ((b * H + h) * S + p) * D;
+            const double xi = x.data<float>()[row + i];
+            const double rot = i < D / 2 ? -double(x.data<float>()[row + i + D / 2]) : double(x.data<float>()[row + i - D / 2]);
+            const double want = xi * at(c, b, h, p, i) + rot * at(s, b, h, p, i);
+            ASSERT_NEAR(get((*got)[0], row + i), want, 1e-5) << shape_to_string(cs) << " " << row + i;
+          }
+  }
+  EXPECT_FALSE(try_run_kiln("Rotary", {random(DataType::kFloat32, {2, 7}), random(DataType::kFloat32, {2, 7}),
+                                       random(DataType::kFloat32, {2, 7})}, {}).ok());  // odd last dim
+  EXPECT_FALSE(try_run_kiln("Rotary", {random(DataType::kFloat32, {2, 8}), random(DataType::kFloat32, {4, 8}),
+                                       random(DataType::kFloat32, {4, 8})}, {}).ok());  // cos would enlarge x
 }

@@ -784,6 +784,20 @@ TEST(CudaOps, SequenceFirstAttentionEveryTacticMatchesCpu) {
     }
 }
 
+// kiln.Rotary on CUDA against the CPU op: Llama's [B, H, S, D] heads with cos/sin [B, 1, S, D] (head
+// size 64), one table [S, D] for every batch (head size 128), and a 3-D x with per-row tables.
+TEST(CudaOps, RotaryMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(59);
+  struct Case {
+    Shape x, table;
+  };
+  for (const Case& c : {Case{{2, 4, 33, 64}, {2, 1, 33, 64}}, Case{{3, 2, 17, 128}, {17, 128}}, Case{{5, 9, 32}, {5, 9, 32}}})
+    for (DataType dt : {kF32, kF16, kBF16})
+      compare("Rotary", 1, {random_tensor(c.x, rng), random_tensor(c.table, rng), random_tensor(c.table, rng)},
+              [](OneNode& n) { n.node->domain = "kiln"; }, dt, "x " + shape_to_string(c.x) + " table " + shape_to_string(c.table));
+}
+
 // Heads-first tensors (Q [B, H, S, D], K, V [B, Hkv, T, D]: decoder exports after rotary embeddings)
 // with grouped K/V heads (kv_num_heads) on CUDA against the CPU op, under every tactic (cuDNN's included
 // where it applies: a causal additive mask of whole rows with zero_nan_rows): Llama-like 4 query heads

@@ -497,6 +497,24 @@ TEST(Passes, RmsNormWithoutScale) {
   check(b, {{{"RMSNormalization", 1}, {"ReduceMean", 0}, {"Mul", 0}}, {{"fuse-rms-norm", 1}}});
 }
 
+// transformers' apply_rotary_pos_emb: x·cos + Concat(-x[..., D/2:], x[..., :D/2])·sin → kiln.Rotary;
+// cut anywhere but at D/2 it is another function, left alone (the outputs match either way).
+TEST(Passes, RotaryEmbedding) {
+  for (int64_t cut : {4, 3}) {
+    Builder b;
+    ir::Value* x = b.input("x", {2, 3, 5, 8});
+    ir::Value* cos = b.input("cos", {2, 1, 5, 8});
+    ir::Value* sin = b.input("sin", {2, 1, 5, 8});
+    auto slice = [&](int64_t s, int64_t e) { return b.node("Slice", {x, b.ints({s}), b.ints({e}), b.ints({-1}), b.ints({1})}); };
+    ir::Value* rot = b.node("Concat", {b.node("Neg", {slice(cut, INT64_MAX)}), slice(0, cut)}, {{"axis", attr_int(-1)}});
+    b.output(b.node("Add", {b.node("Mul", {x, cos}), b.node("Mul", {rot, sin})}));
+    if (cut == 4)
+      check(b, {{{"kiln.Rotary", 1}, {"Slice", 0}, {"Concat", 0}, {"Neg", 0}}, {{"fuse-rotary", 1}}});
+    else
+      check(b, {{{"kiln.Rotary", 0}, {"Slice", 2}}, {{"fuse-rotary", 0}}});
+  }
+}
+
 // HuggingFace BERT self-attention (eager, as exported at opset 14-17), with an additive mask.
 // dynamic_merge: the output reshape's shape is computed from Shape(context) as the exporter does.
 // minus_one: heads split as view(B, S, -1, D) and merged as reshape(B, S, -1), as transformers 5

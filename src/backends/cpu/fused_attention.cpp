@@ -3,7 +3,8 @@
 // the [B, S, H*Dv] output. Q, K, V stay in their projected [B, S, H*D] layout (heads are strided
 // views), so no transposes or reshapes are materialized; sequence-first [S, B, H*D] tensors (torch's
 // nn.MultiheadAttention), heads-first [B, H, S, D] ones and grouped K/V heads are read the same way
-// with other strides (ops::attention_geometry).
+// with other strides (ops::attention_geometry). Also kiln.Rotary, the rotary embedding the attention's
+// Q and K come from.
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
@@ -141,9 +142,61 @@ Status attention(KernelContext& ctx, const ops::FusedAttentionParams& a) {
   return Status::Ok();
 }
 
+// ---- Rotary(X, COS, SIN): X·COS + rotate_half(X)·SIN per row of D (ops::rotary_geometry), float32.
+
+// The offset of row `row` of a tensor broadcast to the rows of `outer` with these strides.
+int64_t row_offset(int64_t row, const std::vector<int64_t>& outer, const std::vector<int64_t>& strides) {
+  int64_t off = 0;
+  for (int i = static_cast<int>(outer.size()) - 1; i >= 0; --i) {
+    off += (row % outer[i]) * strides[i];
+    row /= outer[i];
+  }
+  return off;
+}
+
+Status rotary_reshape(ReshapeContext& rc) {
+  if (rc.in.size() < 3 || !rc.in[0].present || !rc.in[1].present || !rc.in[2].present) return rc.error("X, COS and SIN are required");
+  auto g = std::make_shared<ops::RotaryGeometry>();
+  if (std::string why = ops::rotary_geometry(rc.in[0].shape, rc.in[1].shape, rc.in[2].shape, g.get()); !why.empty())
+    return rc.error(why);
+  rc.out[0] = {DataType::kFloat32, rc.in[0].shape};
+  rc.state = std::move(g);
+  return Status::Ok();
+}
+
+Status rotary(KernelContext& ctx) {
+  const ops::RotaryGeometry& g = shape_state<ops::RotaryGeometry>(ctx);
+  const float* x = ctx.input(0).data<float>();
+  const float* c = ctx.input(1).data<float>();
+  const float* sn = ctx.input(2).data<float>();
+  float* y = ctx.output(0).data<float>();
+  const int64_t d = g.d, h = d / 2;
+  parallel_for(g.rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(d, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * d;
+      float* yr = y + r * d;
+      const float* cr = c + row_offset(r, g.outer, g.cos_outer);
+      const float* sr = sn + row_offset(r, g.outer, g.sin_outer);
+      for (int64_t i = 0; i < h; ++i) {
+        const float a = xr[i], b = xr[i + h];
+        yr[i] = a * cr[i * g.cos_last] - b * sr[i * g.sin_last];
+        yr[i + h] = b * cr[(i + h) * g.cos_last] + a * sr[(i + h) * g.sin_last];
+      }
+    }
+  });
+  return Status::Ok();
+}
+
 }  // namespace
 
 void register_fused_attention(KernelRegistry& r) {
+  r.add({"Rotary", "kiln", 1, 1 << 30, "cpu.Rotary.f32",
+         [](const ir::Node& n) -> std::string {
+           for (int i = 0; i < 3; ++i)
+             if (!n.has_input(i) || n.inputs[i]->type.dtype != DataType::kFloat32) return "float32 X, COS, SIN only";
+           return "";
+         },
+         [](const ir::Node&, KernelInit&) { return make_staged(rotary_reshape, rotary); }});
   r.add({"Attention", "kiln", 1, 1 << 30, "cpu.Attention.f32.sgemm",
          [](const ir::Node& n) -> std::string {
            for (int i = 0; i < 3; ++i)

@@ -2,6 +2,7 @@
 // kernel checks them, at reshape (launcher in cuda_attention_rotary.cu).
 #include "backends/cuda/cuda_util.h"
 #include "backends/staged_kernel.h"
+#include "ops/nn.h"
 #include "ops/params_misc.h"
 
 namespace kiln::cuda {
@@ -65,11 +66,56 @@ Expected<KernelPtr> create_rotary(const ir::Node& n) {
   return make_staged(reshape, run);
 }
 
+// kiln.Rotary(X, COS, SIN) (ops/fused.cpp): the geometry as the CPU kernel plans it.
+Expected<KernelPtr> create_rotary_half() {
+  auto reshape = [](ReshapeContext& rc) -> Status {
+    for (int i = 0; i < 3; ++i)
+      if (static_cast<size_t>(i) >= rc.in.size() || !rc.in[i].present) return rc.error("X, COS and SIN are required");
+    const DataType dt = rc.in[0].dtype;
+    if (!is_float_type(dt) || rc.in[1].dtype != dt || rc.in[2].dtype != dt) return rc.error("X, COS and SIN must have one float dtype");
+    ops::RotaryGeometry g;
+    if (std::string why = ops::rotary_geometry(rc.in[0].shape, rc.in[1].shape, rc.in[2].shape, &g); !why.empty())
+      return rc.error(why);
+    if (g.outer.size() > static_cast<size_t>(kMaxRank)) return rc.error("X has more than " + std::to_string(kMaxRank + 1) + " dims");
+    auto a = std::make_shared<RotaryHalfArgs>();
+    a->elem = elem_of(dt);
+    a->rows = g.rows;
+    a->d = g.d;
+    a->outer_rank = static_cast<int>(g.outer.size());
+    for (size_t k = 0; k < g.outer.size(); ++k) {
+      a->outer[k] = g.outer[k];
+      a->cos_outer[k] = g.cos_outer[k];
+      a->sin_outer[k] = g.sin_outer[k];
+    }
+    a->cos_last = g.cos_last;
+    a->sin_last = g.sin_last;
+    rc.out[0] = {dt, rc.in[0].shape};
+    rc.state = std::move(a);
+    return Status::Ok();
+  };
+  auto run = [](KernelContext& ctx) -> Status {
+    RotaryHalfArgs a = shape_state<RotaryHalfArgs>(ctx);
+    a.x = ctx.input(0).raw();
+    a.cos = ctx.input(1).raw();
+    a.sin = ctx.input(2).raw();
+    a.y = ctx.output(0).raw();
+    return launched(ctx, launch_rotary_half(a, state_of(ctx).stream));
+  };
+  return make_staged(reshape, run);
+}
+
 }  // namespace
 
 void register_attention_rotary(KernelRegistry& r) {
   r.add(kernel_row("RotaryEmbedding", 23, [](const ir::Node& n) { return check_same_float(n, 3, 0b1000); },
                    [](const ir::Node& n, KernelInit&) { return create_rotary(n); }));
+  r.add(kernel_row("Rotary", 1,
+                   [](const ir::Node& n) -> std::string {
+                     if (std::string w = check_same_float(n, 3, 0); !w.empty()) return w;
+                     const DataType dt = n.inputs[0]->type.dtype;
+                     return dt == DataType::kUndefined || is_float_type(dt) ? "" : "float32, float16 and bfloat16 only";
+                   },
+                   [](const ir::Node&, KernelInit&) { return create_rotary_half(); }, "kiln"));
 }
 
 }  // namespace kiln::cuda

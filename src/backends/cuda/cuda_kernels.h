@@ -605,6 +605,20 @@ struct RotaryArgs {
 };
 int launch_rotary(const RotaryArgs& a, cudaStream_t stream);
 
+// kiln.Rotary: y = x·cos + rotate_half(x)·sin per row of d (even) elements, rotate_half(x) = [-x[d/2:],
+// x[:d/2]]; cos and sin read with strides along x's outer dims (0 where broadcast) and along the row
+// (ops::rotary_geometry). Float types, float math.
+struct RotaryHalfArgs {
+  int elem = kElemF32;
+  const void *x = nullptr, *cos = nullptr, *sin = nullptr;
+  void* y = nullptr;
+  int64_t rows = 0, d = 0;
+  int outer_rank = 0;
+  int64_t outer[kMaxRank] = {}, cos_outer[kMaxRank] = {}, sin_outer[kMaxRank] = {};
+  int64_t cos_last = 0, sin_last = 0;
+};
+int launch_rotary_half(const RotaryHalfArgs& a, cudaStream_t stream);
+
 // CausalConvWithState (27+): depthwise causal 1-D convolution of [past (B, C, k-1), x (B, C, L)] with
 // w (C, 1, k), bias (C) and SiLU (rounded to the input type first, as the reference); present (nullable)
 // gets the last k-1 positions.
