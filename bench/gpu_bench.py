@@ -32,6 +32,8 @@ figures of the same run (PyTorch has no FP8 inference path for these models with
 libraries): list fp16 before fp8 in --precisions. INT8 ("int8") is kiln's `--int8 --precision fp16` engine
 (calibrated the same way) against the same fp16 torch figures.
 Transformers run with PyTorch's default attention (scaled_dot_product_attention), its fastest.
+--half-outputs builds kiln's reduced-precision engines with float16 outputs (`kiln build --half-outputs`),
+as torch's half model returns them; by default kiln's outputs keep the ONNX model's float32.
 --torch-profile DIR writes torch's side of a kernel profile (torch.profiler, per kernel: calls and
 microseconds per call) for eager and each torch.compile mode; tests/gpu/kernel_table.py makes kiln's
 side from Nsight Compute.
@@ -261,6 +263,9 @@ def main() -> int:
                     help="also write a per-kernel table of torch eager and each torch.compile mode (torch.profiler, "
                          "GPU-resident calls) per model, precision and batch into DIR")
     ap.add_argument("--calibration-sets", type=int, default=8, help="fp8: input sets (batch 4, seeds 1..N) to calibrate on")
+    ap.add_argument("--half-outputs", action="store_true",
+                    help="build kiln's reduced-precision engines with --half-outputs: their outputs in float16, as torch's "
+                         "model.half() returns them (default: float32 outputs, the ONNX model's types)")
     a = ap.parse_args()
 
     import torch  # noqa: PLC0415
@@ -275,6 +280,7 @@ def main() -> int:
         "torch": torch.__version__,
         "host": platform.node(),
         "kiln_opt_level": a.opt_level,
+        "kiln_half_outputs": a.half_outputs,
         "method": "medians per call: host wall time (host inputs in, host outputs out); GPU-resident host wall "
                   "time with a wait; GPU-resident CUDA events (kiln gpu_ms, torch *_device_ms)",
     }
@@ -309,6 +315,8 @@ def main() -> int:
                     for k, v in zoo.make_inputs(spec, 4, seed=s).items():
                         np.save(os.path.join(calib, f"set{s:02d}", f"{k}.npy"), v)
                 extra_args = ["--calibration", calib] + (["--int8"] if prec == "int8" else [])
+            if a.half_outputs and prec != "fp32":
+                extra_args.append("--half-outputs")
             t_build = time.perf_counter()
             b = subprocess.run([a.kiln, "build", onnx_path, "-o", engine, "--device", "cuda", "--precision", build_prec,
                                 "--opt-level", str(a.opt_level)] + extra_args,

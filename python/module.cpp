@@ -771,14 +771,14 @@ void int8_options(kiln::BuildOptions& o, bool int8, const py::object& calibratio
 }
 
 // BuildOptions from Engine.build / build_from_bytes / open's keyword arguments: device ("cpu"),
-// opt_level (2), verbose, precision ("fp32"), rest_precision (8-bit builds; None: the precision's own), profiles, tune (None: cuda engines tune), timing_cache,
+// opt_level (2), verbose, precision ("fp32"), rest_precision (8-bit builds; None: the precision's own), half_outputs (False), profiles, tune (None: cuda engines tune), timing_cache,
 // threads, int8, calibration, calibration_method ("minmax"), calibration_percentile (99.99),
 // calibration_cache, accuracy_budget (0), accuracy_metric ("rel_l2"), disabled_passes ([]). One
 // place names them all; an unknown keyword is a TypeError naming it. Calibration arrays are borrowed
 // into `keep` until the build returns.
 kiln::BuildOptions build_options_from(const py::kwargs& kw, KeepAlive& keep) {
   static const std::set<std::string> known = {
-      "device", "opt_level", "verbose", "precision", "rest_precision", "profiles", "tune", "timing_cache", "threads", "int8", "calibration",
+      "device", "opt_level", "verbose", "precision", "rest_precision", "half_outputs", "profiles", "tune", "timing_cache", "threads", "int8", "calibration",
       "calibration_method", "calibration_percentile", "calibration_cache", "accuracy_budget", "accuracy_metric",
       "disabled_passes"};
   for (const auto& [k, v] : kw)
@@ -790,6 +790,7 @@ kiln::BuildOptions build_options_from(const py::kwargs& kw, KeepAlive& keep) {
   auto opts = build_options(get("device", std::string("cpu")), get("opt_level", 2), get("verbose", false),
                             get("precision", std::string("fp32")));
   opts.disabled_passes = get("disabled_passes", std::vector<std::string>{});
+  opts.half_outputs = get("half_outputs", false);
   if (kw.contains("rest_precision") && !kw["rest_precision"].is_none()) {
     auto rest = kiln::parse_precision(py::cast<std::string>(kw["rest_precision"]));
     if (!rest.ok()) throw py::value_error("kiln: rest_precision: " + rest.status().message());

@@ -136,6 +136,12 @@ struct BuildOptions {
   // 8-bit precision's own (float16 on CUDA, float32 on the CPU). An INT8 engine takes any float
   // precision here (CUDA: fp32, tf32, fp16, bf16, best; CPU: fp32); an FP8 engine only its own.
   std::optional<Precision> rest_precision;
+  // Reduced-precision engines (fp16, bf16, best, or 8-bit with a half rest): the model's float32
+  // outputs that the engine computes in float16/bfloat16 are given in that type, not cast back to
+  // float32 — half the bytes written and copied (what ONNX Runtime's float16 conversion does with
+  // keep_io_types=False, and TensorRT with half output formats; torch's model.half() returns half
+  // outputs too). Inputs keep their types. Refused for float32 engines.
+  bool half_outputs = false;
   // INT8 (precision kInt8): every Conv (2-D), MatMul and Gemm with constant weights that the target's
   // 8-bit kernels take runs in 8 bits (CUDA engines: MatMul/Gemm on int8 tensor cores and convolutions
   // with 16+ input channels through cuDNN, their residual Adds fused), its activation as uint8 with a

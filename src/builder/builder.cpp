@@ -277,6 +277,7 @@ static Expected<EngineFile> build_engine_file(ir::Model model, const BuildOption
     plain.opt_level = 1;
     plain.precision = Precision::kFloat32;
     plain.rest_precision.reset();
+    plain.half_outputs = false;
     // Calibration, the budget's candidates and the build's own check run the graph on the
     // calibration sets' shapes (a batch of 4 for an engine of batch 256): the graph keeps its
     // dynamic dims, and the profiles apply to the engine only (its plan and tuning).

@@ -55,11 +55,20 @@ Expected<BuildOptions> resolve_precision(const BuildOptions& given) {
     o.int8 = false;
   }
   const PrecisionRow& row = precision_row(o.precision);
+  // half_outputs: the float tensors must go half (float16/bfloat16), here or in an 8-bit build's rest.
+  auto check_half_outputs = [](const BuildOptions& b) -> Expected<BuildOptions> {
+    const Precision f = float_precision(b);
+    if (b.half_outputs && precision_row(f).half == DataType::kUndefined)
+      return invalid_argument(std::string("half_outputs is for engines whose float tensors are float16 or bfloat16 (fp16, "
+                                          "bf16, best, or int8/fp8 with such a rest); this one's are ") +
+                              precision_name(f));
+    return b;
+  };
   if (!row.is_8bit()) {
     if (o.rest_precision)
       return invalid_argument(std::string("rest_precision is for the 8-bit precisions (int8, fp8); a ") + row.name +
                               " engine runs in " + row.name + " throughout");
-    return o;
+    return check_half_outputs(o);
   }
   const Precision own = o.device == DeviceType::kCUDA ? row.cuda_rest : Precision::kFloat32;
   const Precision rest = o.rest_precision.value_or(own);
@@ -70,7 +79,7 @@ Expected<BuildOptions> resolve_precision(const BuildOptions& given) {
                             precision_name(rest) + ")");
   KILN_RETURN_IF_ERROR(check_precision_device(rest, o.device));
   o.rest_precision = rest;
-  return o;
+  return check_half_outputs(o);
 }
 
 Precision float_precision(const BuildOptions& o) {

@@ -107,7 +107,7 @@ TargetStage convert_precision_stage() {
               return true;
           return false;
         };
-        return passes::convert_precision(g, half, runs_in_half);
+        return passes::convert_precision(g, half, runs_in_half, c.options.half_outputs);
       },
       TargetStage::Disable::kNever);
 }

@@ -77,7 +77,10 @@ struct OptimizeStats {
 // Reduced precision (passes/precision.cpp): float32 tensors become `half` (float16 or bfloat16) where
 // `runs_in_half` says the node's kernel takes it; casts where the precision changes, model inputs
 // and outputs keep their dtypes. Returns how many nodes run in half. Runs after optimize().
-Expected<int> convert_precision(ir::Graph& g, DataType half, const std::function<bool(const ir::Node&)>& runs_in_half);
+// half_outputs: graph outputs computed in half stay half (BuildOptions::half_outputs) instead of
+// being cast back to float32 under their names.
+Expected<int> convert_precision(ir::Graph& g, DataType half, const std::function<bool(const ir::Node&)>& runs_in_half,
+                                bool half_outputs = false);
 
 // TF32 engines (passes/precision.cpp): float32 convolutions and GEMMs (Conv, Gemm, MatMul and their
 // kiln.Fused forms) get the attribute ops::kTF32Attr = 1, which GPU kernels read as leave to use TF32

@@ -9,7 +9,8 @@
 //  * Kernels accumulate in float32 (GEMM/convolution compute type, norms' and softmax's statistics,
 //    reductions), so half here means half storage and half tensor-core inputs.
 //  * The model's inputs and outputs keep their dtypes: casts at the boundary, and the outputs keep
-//    their names.
+//    their names. With half_outputs (BuildOptions::half_outputs) an output computed in half stays
+//    half: the model's float32 output becomes float16/bfloat16, under its name.
 //  * Constants convert with saturation to the half type's finite range: exporters write "minus
 //    infinity" masks as the float32 minimum, and (1 - mask) * min must stay 0 where mask is 1, not
 //    0 * -inf = NaN.
@@ -67,7 +68,8 @@ ir::Node* add_cast(ir::Graph& g, ir::Value* in, ir::Value* out, DataType to, con
 
 }  // namespace
 
-Expected<int> convert_precision(ir::Graph& g, DataType half, const std::function<bool(const ir::Node&)>& runs_in_half) {
+Expected<int> convert_precision(ir::Graph& g, DataType half, const std::function<bool(const ir::Node&)>& runs_in_half,
+                                bool half_outputs) {
   if (half != DataType::kFloat16 && half != DataType::kBFloat16) return invalid_argument("precision must be float16 or bfloat16");
   const int opset = g.opsets.count("") ? g.opsets.at("") : 19;
   std::map<const ir::Value*, ir::Value*> as_half, as_float;  // casts and converted constants, made once
@@ -124,7 +126,7 @@ Expected<int> convert_precision(ir::Graph& g, DataType half, const std::function
   const std::set<std::string> captured = ir::names_read_by_subgraphs(g);
   std::vector<ir::Value*> keep_float;
   for (ir::Value* v : g.values())  // a snapshot: the values added below are not revisited
-    if (converted.count(v) && (v->is_output || captured.count(v->name))) keep_float.push_back(v);
+    if (converted.count(v) && ((v->is_output && !half_outputs) || captured.count(v->name))) keep_float.push_back(v);
   for (ir::Value* v : keep_float) {
     const std::string name = v->name;
     ir::Type t = v->type;

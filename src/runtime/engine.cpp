@@ -81,6 +81,7 @@ void describe_engine(Engine::Impl& impl, const std::string& model_hash) {
   impl.meta["opt_level"] = std::to_string(impl.options.opt_level);
   impl.meta["precision"] = precision_name(impl.options.precision);
   if (impl.options.rest_precision) impl.meta["rest_precision"] = precision_name(*impl.options.rest_precision);
+  if (impl.options.half_outputs) impl.meta["half_outputs"] = "1";
 }
 
 EngineFile engine_file_of(const Engine::Impl& impl) {

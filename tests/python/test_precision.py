@@ -60,9 +60,14 @@ def test_precision_names_and_their_errors():
         kiln.Engine.build_from_bytes(m, int8=True, rest_precision="fp32", calibration=calibration(rng, 1))
     with pytest.raises(ValueError, match="rest_precision"):
         kiln.Engine.build_from_bytes(m, precision="int8", rest_precision="half")
+    # Half outputs need float tensors that go half: refused for float32 engines (CPU int8's rest too).
+    with pytest.raises(kiln.KilnError, match="half_outputs"):
+        kiln.Engine.build_from_bytes(m, half_outputs=True)
+    with pytest.raises(kiln.KilnError, match="half_outputs"):
+        kiln.Engine.build_from_bytes(m, precision="int8", half_outputs=True, calibration=calibration(rng, 1))
     # A float32 engine records its precision and no rest.
     meta = kiln.Engine.build_from_bytes(m).metadata()
-    assert meta["precision"] == "fp32" and "rest_precision" not in meta
+    assert meta["precision"] == "fp32" and "rest_precision" not in meta and "half_outputs" not in meta
 
 
 def test_cli_precision_int8_gives_the_int8_engine(tmp_path):

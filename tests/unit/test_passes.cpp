@@ -9,6 +9,7 @@
 
 #include "backends/backend.h"
 #include "builder/build.h"
+#include "builder/precision.h"
 #include "ir/epilogue.h"
 #include "ir/float_types.h"
 #include "ops/op_table.h"
@@ -897,6 +898,39 @@ TEST(Passes, ConvertPrecisionCastsAtBoundariesAndSaturatesConstants) {
   // x→half, a→float (Softsign), b→half (Relu), y_half→float (output).
   EXPECT_EQ(casts[std::to_string(static_cast<int>(DataType::kFloat16))], 2);
   EXPECT_EQ(casts[std::to_string(static_cast<int>(DataType::kFloat32))], 2);
+}
+
+// half_outputs (BuildOptions::half_outputs): an output computed in half stays half under its name, no
+// Cast back; an output the target keeps in float32 stays float32; a float32 build refuses the option.
+TEST(Passes, ConvertPrecisionHalfOutputsStayHalf) {
+  ir::Graph g;
+  g.opsets[""] = 17;
+  ir::Value* x = g.add_value("x", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({2, 3})));
+  x->is_input = true;
+  g.inputs.push_back(x);
+  ir::Value* y = g.add_value("y", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({2, 3})));
+  ir::Value* z = g.add_value("z", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({2, 3})));
+  g.add_node("Relu", "", {x}, {y}, "relu");
+  g.add_node("Softsign", "", {y}, {z}, "softsign");  // stays float32
+  g.outputs = {y, z};
+  y->is_output = z->is_output = true;
+  auto half = [](const ir::Node& n) { return n.op_type == "Relu"; };
+  auto changed = passes::convert_precision(g, DataType::kFloat16, half, true);
+  ASSERT_TRUE(changed.ok()) << changed.status().to_string();
+  ASSERT_TRUE(g.verify().ok());
+  EXPECT_EQ(g.outputs[0]->name, "y");
+  EXPECT_EQ(g.outputs[0]->type.dtype, DataType::kFloat16);
+  EXPECT_EQ(g.outputs[0]->producer->op_type, "Relu");
+  EXPECT_EQ(g.outputs[1]->name, "z");
+  EXPECT_EQ(g.outputs[1]->type.dtype, DataType::kFloat32);
+  int casts = 0;
+  for (const ir::Node* n : g.nodes()) casts += n->op_type == "Cast";
+  EXPECT_EQ(casts, 2);  // x to half (Relu), y back to float32 for Softsign only
+  BuildOptions o;
+  o.half_outputs = true;
+  EXPECT_FALSE(resolve_precision(o).ok());  // float32
+  o.precision = Precision::kFloat16;
+  EXPECT_TRUE(resolve_precision(o).ok());
 }
 
 // A half value that is a graph output and is also read by a float32 node gets one Cast back to float32,

@@ -97,7 +97,7 @@ struct BuildCommand {
   std::vector<std::string> build_disabled;
   bool build_placement_only = false;
   std::string build_precision = "fp32", rest_precision;
-  bool build_int8 = false;
+  bool build_int8 = false, half_outputs = false;
   std::string calib_dir, calib_method = "minmax", calib_cache;
   double calib_percentile = 99.99;
   double accuracy_budget = 0;
@@ -155,6 +155,10 @@ CLI::App* BuildCommand::add_to(CLI::App& app) {
                     "cpu; int8 takes fp32, tf32, fp16, bf16 or best, fp8 only its default)")
       ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "best"}));
 
+  build->add_flag("--half-outputs", half_outputs,
+                  "a reduced-precision engine gives the outputs it computes in float16/bfloat16 in that type instead of "
+                  "casting them back to float32 (half the bytes; as ONNX Runtime's keep_io_types=False, TensorRT's half "
+                  "output formats and torch's model.half())");
   build->add_flag("--int8", build_int8,
                   "deprecated, the older spelling of --precision int8: --int8 --precision P is --precision int8 "
                   "--rest-precision P (so --int8 alone keeps the rest fp32 on cuda)");
@@ -183,6 +187,7 @@ int BuildCommand::execute() {
   o.device = parse_device(build_device);
   o.precision = parse_precision(build_precision);
   if (!rest_precision.empty()) o.rest_precision = parse_precision(rest_precision);
+  o.half_outputs = half_outputs;
   o.opt_level = opt_level;
   o.verbose = verbose;
   o.tune = build_no_tune ? 0 : build_tune ? 1 : -1;
@@ -251,6 +256,7 @@ int BuildCommand::execute() {
   kiln::BuildOptions o32 = o;
   o32.precision = kiln::Precision::kFloat32;
   o32.rest_precision.reset();
+  o32.half_outputs = false;
   o32.int8 = false;
   o32.calibration_dir.clear();
   o32.calibration_cache.clear();
