@@ -18,6 +18,7 @@
 #include "builder/calibrate.h"
 #include "builder/precision.h"
 #include "builder/target_pipeline.h"
+#include "ir/float_types.h"
 #include "onnx/importer.h"
 #include "passes/passes.h"
 #include "plugins/plugins.h"
@@ -33,6 +34,17 @@
 #include "util/thread_count.h"
 
 namespace kiln {
+
+// A float16/bfloat16 tensor as float32 (others as they are), for comparing outputs.
+static Tensor half_as_float(const Tensor& t) {
+  if (t.dtype() != DataType::kFloat16 && t.dtype() != DataType::kBFloat16) return t;
+  Tensor f = Tensor::empty(DataType::kFloat32, t.shape());
+  const uint16_t* src = t.data<uint16_t>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    f.data<float>()[i] = t.dtype() == DataType::kFloat16 ? f16_to_f32(src[i]) : bf16_to_f32(src[i]);
+  return f;
+}
+
 
 // The time limit of the build running on this thread (BuildOptions::timeout_s; max() when none). It
 // belongs to the Engine::build call, not to the options the stages pass around, and the engines a build
@@ -286,6 +298,11 @@ static Expected<EngineFile> build_engine_file(ir::Model model, const BuildOption
     rest.precision = float_precision(options);
     rest.rest_precision.reset();
     rest.profiles.clear();
+    // The budget's candidates keep float32 outputs (their error is measured on them); the engine's own
+    // graph gets half outputs where asked.
+    rest.half_outputs = false;
+    BuildOptions rest_final = rest;
+    rest_final.half_outputs = options.half_outputs;
     KILN_RETURN_IF_ERROR(prepare_graph(*impl->graph, plain, target->kernels()));
     auto float_graph = impl->graph->clone();
     // A graph as it is (opt level 0, untuned) on `device`: the float32 reference and calibration
@@ -305,12 +322,12 @@ static Expected<EngineFile> build_engine_file(ir::Model model, const BuildOption
     // of the rest's precision (fuse-qdq first among the fusions), the target's stages with INT8's
     // `quantized` (CUDA: residual Adds into the int8 convolutions, the rest in half, the convolution
     // chains channels-last; CPU: the chains NHWC).
-    auto finish = [&](ir::Graph& g) -> Status {
+    auto finish = [&](ir::Graph& g, const BuildOptions& how) -> Status {
       KILN_RETURN_IF_ERROR(validate_profiles(g, options.profiles));
-      return prepare_graph(g, rest, target->kernels(), fp8 ? Prepared::kFp8Candidate : Prepared::kInt8Candidate);
+      return prepare_graph(g, how, target->kernels(), fp8 ? Prepared::kFp8Candidate : Prepared::kInt8Candidate);
     };
     auto build_quantized = [&](std::unique_ptr<ir::Graph> g) -> Expected<std::shared_ptr<Engine>> {
-      KILN_RETURN_IF_ERROR(finish(*g));
+      KILN_RETURN_IF_ERROR(finish(*g, rest));
       return build_as_is(std::move(g));
     };
     const std::string tag = precision.name;  // the report's metadata keys and log lines
@@ -329,7 +346,7 @@ static Expected<EngineFile> build_engine_file(ir::Model model, const BuildOption
       impl->meta[tag + ".layers"] = table;
       impl->meta[tag + ".error"] = buf;
     }
-    KILN_RETURN_IF_ERROR(finish(*impl->graph));
+    KILN_RETURN_IF_ERROR(finish(*impl->graph, rest_final));
     int fused = 0;
     for (const ir::Node* n : impl->graph->nodes())
       fused += n->domain == "kiln" && (n->op_type == "QConv" || n->op_type == "QMatMul" || n->op_type == "F8MatMul");
@@ -356,7 +373,7 @@ static Expected<EngineFile> build_engine_file(ir::Model model, const BuildOption
       KILN_ASSIGN_OR_RETURN(auto got, qc->run(in));
       for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
         const Tensor& a = want[i].tensor;
-        const Tensor& b = got[i].tensor;
+        const Tensor& b = half_as_float(got[i].tensor);  // half outputs (half_outputs) compared as float32
         if (a.dtype() != DataType::kFloat32 || b.dtype() != DataType::kFloat32 || a.numel() != b.numel()) continue;
         double num = 0, den = 0;
         add_squared_error(b, a, &num, &den);

@@ -734,6 +734,14 @@ std::string repeats_heads(Match& m, const std::string& x) {
   const ir::SymShape& ss = expand->has_input(1) ? expand->inputs[1]->type.shape : ir::SymShape();
   const bool five = (es.known && es.rank() == 5) || (ss.known && ss.rank() == 1 && ss.dims[0].is_static() && ss.dims[0].value == 5);
   if (!five) return no;
+  // A dim of x that is statically 1 could be grown by the Expand and then folded into the heads by the
+  // Reshape (a batch of 1 repeated as heads): the Expand must keep it 1.
+  for (int i : {0, 2, 3}) {
+    const int e = i == 0 ? 0 : i + 1;
+    if (bs.dims[i].is_static() && bs.dims[i].value == 1 &&
+        !(es.known && es.rank() == 5 && es.dims[e].is_static() && es.dims[e].value == 1))
+      return no + " (x's dim " + std::to_string(i) + " is 1 and may be expanded)";
+  }
   const auto el = shape_value_partial(reshape->inputs.size() > 1 ? reshape->inputs[1] : nullptr);
   if (!el || el->size() != 4 || reshape->attr_int("allowzero", 0) != 0) return no;
   // Elements 0, 2 and 3 are x's dims (element 0 may copy the Expand's, which is x's): the same
@@ -769,6 +777,14 @@ std::string fuse_heads_first(Rewriter& rw, Match& m) {
   if (!D || !Dv || (Dk && Dk != D))
     return "the head sizes are not known (Q " + q->type.shape.to_string() + ", K " + k->type.shape.to_string() + ", V " +
            v->type.shape.to_string() + ")";
+  // Dims the types know must agree as the op needs them (the products would broadcast them otherwise).
+  const ir::SymShape &qs = q->type.shape, &ks = k->type.shape, &vs = v->type.shape;
+  auto differ = [](const ir::Dim& a, const ir::Dim& b) { return a.is_static() && b.is_static() && a.value != b.value; };
+  if (differ(qs.dims[0], ks.dims[0]) || differ(qs.dims[0], vs.dims[0]) || differ(ks.dims[1], vs.dims[1]) ||
+      differ(ks.dims[2], vs.dims[2]) ||
+      (qs.dims[1].is_static() && ks.dims[1].is_static() && (ks.dims[1].value < 1 || qs.dims[1].value % ks.dims[1].value)))
+    return "the batch, head counts or key lengths of Q " + qs.to_string() + ", K " + ks.to_string() + ", V " + vs.to_string() +
+           " do not fit one attention";
   if (m.node("k_rep"))
     for (const char* x : {"k", "v"})
       if (std::string why = repeats_heads(m, x); !why.empty()) return why;

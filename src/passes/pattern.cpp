@@ -340,10 +340,12 @@ int64_t proven_last_dim(const ir::Value* x) {
   };
   if (int64_t d = static_last(x)) return d;
   const ir::Node* p = x->producer;
+  // (through Add/Mul a last dim of 1 proves nothing: broadcasting may widen it)
   for (int i = 0; i < 4 && p && p->domain.empty() && (p->op_type == "Add" || p->op_type == "Mul") && p->has_input(0); ++i) {
-    if (int64_t d = static_last(p->inputs[0])) return d;
+    if (int64_t d = static_last(p->inputs[0])) return d > 1 ? d : 0;
     p = p->inputs[0]->producer;
   }
+  const bool through = p != x->producer;
   if (!p || !p->domain.empty() || p->op_type != "Transpose" || !p->has_input(0)) return 0;
   const std::vector<int64_t> perm = p->attr_ints("perm");
   const ir::Node* r = p->inputs[0]->producer;
@@ -352,7 +354,7 @@ int64_t proven_last_dim(const ir::Value* x) {
   const int64_t src = perm.back();
   if (!el || src < 0 || src >= static_cast<int64_t>(el->size()) || el->size() != perm.size()) return 0;
   const auto& e = (*el)[static_cast<size_t>(src)];
-  return e && !e->of && e->value > 0 ? e->value : 0;
+  return e && !e->of && (e->value > 1 || (e->value == 1 && !through)) ? e->value : 0;
 }
 
 std::string check_exclusive(const Match& m) {

@@ -498,6 +498,35 @@ TEST(Passes, RmsNormWithoutScale) {
   check(b, {{{"RMSNormalization", 1}, {"ReduceMean", 0}, {"Mul", 0}}, {{"fuse-rms-norm", 1}}});
 }
 
+// Grouped-query attention on 4-D heads as Llama exports it: K and V [B, Hkv, T, D] repeated for the
+// query heads by Reshape(Expand(Unsqueeze(x, 2), [B, Hkv, n, T, D]), [B, Hkv*n, T, D]), K transposed for
+// the product, the context transposed to [B, S, H, D] → kiln.Attention(heads_first) reading K and V's
+// heads in place. An Expand that also grows a batch of 1 (folded into the heads by the Reshape: query
+// head j then reads K/V head (j / n) % Hkv, not j / (H / Hkv)) is not read as a repeat: the attention
+// takes the repeated K and V as the graph makes them. The outputs match the unfused graph's either way.
+TEST(Passes, HeadsFirstGroupedAttention) {
+  for (bool grow_batch : {false, true}) {
+    Builder b;
+    const int64_t B = grow_batch ? 1 : 2, Hkv = 2, n = 2, H = grow_batch ? Hkv * n * 2 : Hkv * n, S = 5, D = 8;
+    ir::Value* q = b.input("q", {B, H, S, D});
+    ir::Value* k = b.input("k", {B, Hkv, S, D});
+    ir::Value* v = b.input("v", {B, Hkv, S, D});
+    auto repeat = [&](ir::Value* x) {
+      ir::Value* u = b.node("Unsqueeze", {x, b.ints({2})});
+      ir::Value* e = b.node("Expand", {u, b.ints({grow_batch ? 2 : B, Hkv, n, S, D})});
+      return b.node("Reshape", {e, b.ints({B, H, S, D})});
+    };
+    ir::Value* kt = b.node("Transpose", {repeat(k)}, {{"perm", attr_ints({0, 1, 3, 2})}});
+    ir::Value* scores = b.node("Mul", {b.node("MatMul", {q, kt}), b.scalar(0.35f)});
+    ir::Value* p = b.node("Softmax", {scores}, {{"axis", attr_int(-1)}});
+    b.output(b.node("Transpose", {b.node("MatMul", {p, repeat(v)})}, {{"perm", attr_ints({0, 2, 1, 3})}}));
+    if (!grow_batch)
+      check(b, {{{"kiln.Attention", 1}, {"Expand", 0}, {"Softmax", 0}, {"Transpose", 0}}, {{"fuse-attention", 1}}});
+    else  // the attention still fuses, over the repeated K and V the graph makes (8 K/V heads)
+      check(b, {{{"kiln.Attention", 1}, {"Expand", 2}, {"Softmax", 0}}, {{"fuse-attention", 1}}});
+  }
+}
+
 // transformers' apply_rotary_pos_emb: x·cos + Concat(-x[..., D/2:], x[..., :D/2])·sin → kiln.Rotary;
 // cut anywhere but at D/2 it is another function, left alone (the outputs match either way).
 TEST(Passes, RotaryEmbedding) {

@@ -132,7 +132,10 @@ Status attention(KernelContext& ctx, const ops::FusedAttentionParams& a) {
         const float* kb = pk + b * st.k_batch + h / group * st.k_head;
         const float* vb = pv + b * st.v_batch + h / group * st.v_head;
         float* yb = py + b * st.y_batch + h * Dv;
-        dnnl_sgemm('N', 'T', S, T, D, a.scale, qb, st.q_row, kb, st.k_row, 0.0f, scores, T);
+        if (D == 0)  // empty heads: every score 0 (oneDNN refuses leading dims of 0)
+          std::fill(scores, scores + S * T, 0.0f);
+        else
+          dnnl_sgemm('N', 'T', S, T, D, a.scale, qb, st.q_row, kb, st.k_row, 0.0f, scores, T);
         for (int64_t s = 0; s < S; ++s) softmax_row(scores + s * T, T, cond ? cond + b * cs[0] + h * cs[1] + s * cs[2] : nullptr,
                                                     cs[3], mask ? mask + mb * ms[0] + h * ms[1] + s * ms[2] : nullptr, ms[3], a);
         dnnl_sgemm('N', 'N', S, Dv, T, 1.0f, scores, T, vb, st.v_row, 0.0f, yb, st.y_row);
