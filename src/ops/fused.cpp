@@ -236,12 +236,9 @@ Status infer_attention(InferContext& c) {
   c.out[0] = ir::Type::tensor(c.dtype(0));
   const ir::SymShape& q = c.shape(0);
   const ir::SymShape& v = c.shape(2);
-  if (p.num_heads < 0 || (p.num_heads == 0 && !p.heads_first)) return c.error("num_heads must be positive");
-  if (p.kv_num_heads < 0 || (p.kv_num_heads > 0 && p.num_heads > 0 && p.num_heads % p.kv_num_heads != 0))
-    return c.error("kv_num_heads must divide num_heads");
+  if (std::string why = fused_attention_attrs_error(p); !why.empty()) return c.error(why);
   if (p.heads_first) {
     // Q [B, H, S, D], V [B, Hkv, T, Dv] → Y [B, S, H, Dv]
-    if (p.sequence_first || p.packed_qkv) return c.error("heads_first does not go with sequence_first or packed_qkv");
     if (!q.known || !v.known) return Status::Ok();
     if (q.rank() != 4 || v.rank() != 4) return c.error("heads-first Q and V must be 4-D ([batch, heads, sequence, head_size])");
     if (p.num_heads > 0 && q.dims[1].is_static() && q.dims[1].value != p.num_heads) return c.error("Q's heads are not num_heads");

@@ -405,14 +405,12 @@ bool attention_mask_strides(const std::vector<int64_t>& m, const int64_t (&full)
 
 std::string attention_geometry(const FusedAttentionParams& a, const std::vector<int64_t>& q, const std::vector<int64_t>& k,
                                const std::vector<int64_t>& v, AttentionGeometry* out) {
+  if (std::string why = fused_attention_attrs_error(a); !why.empty()) return why;
   // (heads-first tensors carry their head counts: num_heads 0 is Q's)
   int64_t H = a.num_heads;
-  if (H < 0 || (H == 0 && !a.heads_first)) return "num_heads must be positive";
-  if (a.kv_num_heads < 0) return "kv_num_heads must be >= 0";
   AttentionGeometry g;
   AttentionStrides& st = g.st;
   if (a.heads_first) {
-    if (a.sequence_first || a.packed_qkv) return "heads_first does not go with sequence_first or packed_qkv";
     if (q.size() != 4 || k.size() != 4 || v.size() != 4) return "heads-first Q, K, V must be 4-D ([B, heads, sequence, head size])";
     if (H && q[1] != H) return "Q has " + std::to_string(q[1]) + " heads, num_heads is " + std::to_string(H);
     H = q[1];

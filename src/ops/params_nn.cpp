@@ -201,4 +201,13 @@ FusedAttentionParams parse_fused_attention(const ir::Node& n) {
   return p;
 }
 
+std::string fused_attention_attrs_error(const FusedAttentionParams& p) {
+  if (p.num_heads < 0 || (p.num_heads == 0 && !p.heads_first)) return "num_heads must be positive";
+  if (p.kv_num_heads < 0) return "kv_num_heads must be >= 0";
+  if (p.kv_num_heads > 0 && p.num_heads > 0 && p.num_heads % p.kv_num_heads != 0) return "kv_num_heads must divide num_heads";
+  if (p.heads_first && (p.sequence_first || p.packed_qkv)) return "heads_first does not go with sequence_first or packed_qkv";
+  if (p.mask_batch_period < 0) return "mask_batch_period must be >= 0";
+  return "";
+}
+
 }  // namespace kiln::ops

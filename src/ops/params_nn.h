@@ -227,5 +227,10 @@ struct FusedAttentionParams {
   bool heads_first = false;
 };
 FusedAttentionParams parse_fused_attention(const ir::Node& n);
+// What is wrong with these attributes on their own (shape inference, both backends' kernel checks and
+// ops::attention_geometry share it), "" when nothing: num_heads positive (0 allowed heads-first: the
+// tensors carry it), kv_num_heads >= 0 and dividing num_heads where both are given, heads_first alone
+// (not with sequence_first or packed_qkv), mask_batch_period >= 0.
+std::string fused_attention_attrs_error(const FusedAttentionParams& p);
 
 }  // namespace kiln::ops

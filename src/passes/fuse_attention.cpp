@@ -47,6 +47,17 @@ Pat heads(const std::string& x) {
   return op("Transpose", {op("Reshape", {any(x)}).as(x + "_reshape")}).as(x + "_t");
 }
 
+// The scores' optional scalar factors after QKᵀ: [* c] [/ c].
+Pat scaled_scores(Pat scores) { return maybe(op("Div", {maybe(op("Mul", {scores, cst("mul")}).commute()), cst("div")})); }
+
+// Softmax over the masked scores; with `nan_guard`, torch's SDPA export's guard of fully masked rows,
+// Where(IsNaN(P), 0, P) (kiln.Attention's zero_nan_rows).
+Pat softmax_probs(Pat masked, bool nan_guard) {
+  Pat probs = op("Softmax", {masked}).as("softmax");
+  if (!nan_guard) return probs;
+  return op("Where", {op("IsNaN", {op("Softmax").as("softmax")}), cst("nan_fill"), probs}).inputs_last_first();
+}
+
 enum class WhereForm { kNone, kKeepWhereTrue, kFillWhereTrue };
 
 // The window split and merge around Swin's shifted-window mask (see the top of the file; checked by
@@ -66,16 +77,14 @@ Pat attention_pattern(WhereForm where, bool expand_to_constant = false, bool nan
   Pat q = maybe(op("Div", {maybe(op("Mul", {heads("q"), cst("q_scale")}).commute()), cst("q_div")}));
   Pat k = maybe(op("Mul", {heads("k"), cst("k_scale")}).commute());
   Pat scores = op("MatMul", {q, k}).as("qk");
-  Pat scaled = maybe(op("Div", {maybe(op("Mul", {scores, cst("mul")}).commute()), cst("div")}));
+  Pat scaled = scaled_scores(scores);
   Pat cond = maybe(op("Expand", {any("cond"), expand_to_constant ? cst("expand_shape") : op("Shape", {op("MatMul").as("qk")})}));
   Pat masked = scaled;
   if (where == WhereForm::kKeepWhereTrue) masked = op("Where", {cond, scaled, cst("fill")}).inputs_last_first();
   if (where == WhereForm::kFillWhereTrue) masked = op("Where", {cond, cst("fill"), scaled}).inputs_last_first();
   masked = maybe(op("Add", {masked, any("mask")}).commute());
   if (window) masked = windowed(masked);
-  Pat probs = op("Softmax", {masked}).as("softmax");
-  if (nan_guard)
-    probs = op("Where", {op("IsNaN", {op("Softmax").as("softmax")}), cst("nan_fill"), probs}).inputs_last_first();
+  Pat probs = softmax_probs(masked, nan_guard);
   Pat context = op("MatMul", {probs, heads("v")});
   return op("Reshape", {op("Transpose", {context}).as("out_t")});
 }
@@ -92,7 +101,7 @@ Pat attention_pattern_4d() {
   Pat q = maybe(op("Mul", {heads4("q"), cst("q_scale")}).commute());
   Pat k = maybe(op("Mul", {op("Transpose", {heads4("k")}).as("k_t4"), cst("k_scale")}).commute());
   Pat scores = op("MatMul", {q, k}).as("qk");
-  Pat scaled = maybe(op("Div", {maybe(op("Mul", {scores, cst("mul")}).commute()), cst("div")}));
+  Pat scaled = scaled_scores(scores);
   Pat probs = op("Softmax", {scaled}).as("softmax");
   Pat context = op("MatMul", {probs, heads4("v")});
   return op("Reshape", {op("Transpose", {context}).as("out_t")});
@@ -115,7 +124,7 @@ Pat attention_pattern_packed(bool window = false) {
   Pat q = maybe(op("Mul", {packed_part("q"), cst("q_scale")}).commute());
   Pat k = maybe(op("Mul", {op("Transpose", {packed_part("k")}).as("k_tr"), cst("k_scale")}).commute());
   Pat scores = op("MatMul", {q, k}).as("qk");
-  Pat scaled = maybe(op("Div", {maybe(op("Mul", {scores, cst("mul")}).commute()), cst("div")}));
+  Pat scaled = scaled_scores(scores);
   Pat masked = maybe(op("Add", {scaled, any("mask")}).commute());
   if (window) masked = windowed(masked);
   Pat probs = op("Softmax", {masked}).as("softmax");
@@ -135,11 +144,9 @@ Pat attention_pattern_heads_first(bool repeat, bool nan_guard) {
   Pat q = maybe(op("Div", {maybe(op("Mul", {any("q4"), cst("q_scale")}).commute()), cst("q_div")}));
   Pat k = maybe(op("Mul", {op("Transpose", {kv_heads("k", repeat)}).as("k_t4"), cst("k_scale")}).commute());
   Pat scores = op("MatMul", {q, k}).as("qk");
-  Pat scaled = maybe(op("Div", {maybe(op("Mul", {scores, cst("mul")}).commute()), cst("div")}));
+  Pat scaled = scaled_scores(scores);
   Pat masked = maybe(op("Add", {scaled, any("mask")}).commute());
-  Pat probs = op("Softmax", {masked}).as("softmax");
-  if (nan_guard)
-    probs = op("Where", {op("IsNaN", {op("Softmax").as("softmax")}), cst("nan_fill"), probs}).inputs_last_first();
+  Pat probs = softmax_probs(masked, nan_guard);
   Pat context = op("MatMul", {probs, kv_heads("v", repeat)});
   return op("Transpose", {context}).as("out_t");
 }
@@ -382,6 +389,20 @@ std::string merges_heads(Match& m, const ir::Value* q, int64_t H, int64_t Dv) {
   return "";
 }
 
+// The match's Softmax is over the keys: the last axis of scores of rank `rank` ("" when so).
+std::string softmax_over_keys(Match& m, int64_t rank) {
+  const ir::Node* sm = m.node("softmax");
+  const int64_t axis = sm->attr_int("axis", sm->opset < 13 ? 1 : -1);
+  return axis == -1 || axis == rank - 1 ? "" : "Softmax is not over the keys";
+}
+
+// The NaN guard, where the match has one, fills 0 ("" when so, or when there is none).
+std::string nan_guard_fills_zero(Match& m) {
+  if (!m.has("nan_fill")) return "";
+  const auto z = scalar_value(m["nan_fill"]);
+  return z && *z == 0 ? "" : "the softmax's NaN guard does not fill 0";
+}
+
 // The additive mask (or bias) of a match, when it has one: float32 and of rank <= 4 (broadcast to
 // [B, H, S, T] by the kernels). "" when usable, else why not.
 std::string usable_mask(Match& m) {
@@ -559,9 +580,7 @@ std::string fuse_packed(Rewriter& rw, Match& m) {
   if (!keeps_batch_and_sequence(*reshape, qkv, *el, 3 * h.value * d.value, hidden))
     return "the head reshape of '" + qkv->name + "' may not keep dims [B, N]";
   const int64_t H = h.value, D = d.value;
-  const ir::Node* sm = m.node("softmax");
-  const int64_t axis = sm->attr_int("axis", sm->opset < 13 ? 1 : -1);
-  if (axis != -1 && axis != 3) return "Softmax is not over the keys";
+  if (std::string why = softmax_over_keys(m, 4); !why.empty()) return why;
   if (std::string why = merges_heads(m, qkv, H, D); !why.empty()) return why;
   const auto scale = attention_scale(m);
   if (!scale) return "a scale is not a non-zero scalar";
@@ -584,9 +603,7 @@ std::string fuse_packed(Rewriter& rw, Match& m) {
 std::string fuse_sequence_first(Rewriter& rw, Match& m, int64_t scores_rank) {
   for (const char* x : {"q", "k", "v"})
     if (m[x]->type.dtype != DataType::kFloat32) return "not float32";
-  const ir::Node* sm = m.node("softmax");
-  const int64_t axis = sm->attr_int("axis", sm->opset < 13 ? 1 : -1);
-  if (axis != -1 && axis != scores_rank - 1) return "Softmax is not over the keys";
+  if (std::string why = softmax_over_keys(m, scores_rank); !why.empty()) return why;
   const auto scale = attention_scale(m);
   if (!scale) return "a scale is not a non-zero scalar";
   Heads hs;
@@ -790,15 +807,10 @@ std::string fuse_heads_first(Rewriter& rw, Match& m) {
       if (std::string why = repeats_heads(m, x); !why.empty()) return why;
   if (!has_perm(m.node("k_t4"), {0, 1, 3, 2}) || !has_perm(m.node("out_t"), {0, 2, 1, 3}))
     return "K's transpose is not (0,1,3,2) or the output's not (0,2,1,3)";
-  const ir::Node* sm = m.node("softmax");
-  const int64_t axis = sm->attr_int("axis", sm->opset < 13 ? 1 : -1);
-  if (axis != -1 && axis != 3) return "Softmax is not over the keys";
+  if (std::string why = softmax_over_keys(m, 4); !why.empty()) return why;
   const auto scale = attention_scale(m);
   if (!scale) return "a scale is not a non-zero scalar";
-  if (m.has("nan_fill")) {
-    const auto z = scalar_value(m["nan_fill"]);
-    if (!z || *z != 0) return "the softmax's NaN guard does not fill 0";
-  }
+  if (std::string why = nan_guard_fills_zero(m); !why.empty()) return why;
   if (std::string why = usable_mask(m); !why.empty()) return why;
   if (std::string why = rw.unsupported_on_target("kiln", "Attention"); !why.empty()) return why;
   const std::string what = m.node("qk")->describe() + " … " + m.root()->describe();
@@ -885,18 +897,13 @@ Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx) {
     const int64_t H = hs.h, D = hs.d, Dv = hs.dv;
     for (const char* x : {"q", "k", "v"})
       if (m[x]->type.dtype != DataType::kFloat32) return "not float32";
-    const ir::Node* sm = m.node("softmax");
-    const int64_t axis = sm->attr_int("axis", sm->opset < 13 ? 1 : -1);
-    if (axis != -1 && axis != 3) return "Softmax is not over the keys";
+    if (std::string why = softmax_over_keys(m, 4); !why.empty()) return why;
     // The merge: Reshape(context [B, S, H, Dv]) → [B, S, H*Dv].
     if (std::string why = merges_heads(m, m["q"], H, Dv); !why.empty()) return why;
     const auto scale_or = attention_scale(m);
     if (!scale_or) return "a scale is not a non-zero scalar";
     const double scale = *scale_or;
-    if (m.has("nan_fill")) {
-      const auto z = scalar_value(m["nan_fill"]);
-      if (!z || *z != 0) return "the softmax's NaN guard does not fill 0";
-    }
+    if (std::string why = nan_guard_fills_zero(m); !why.empty()) return why;
     AdditiveMask am;
     if (std::string why = check_additive_mask(m, &am); !why.empty()) return why;
     std::vector<ir::Value*> ins = {m["q"], m["k"], m["v"], nullptr};  // the mask is put in once the rewrite is certain

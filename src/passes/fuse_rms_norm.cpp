@@ -49,10 +49,9 @@ Expected<bool> fuse_rms_norm(ir::Graph& g, PassContext& ctx) {
         if (gamma.dim(i) != 1) return "gamma is not along the last dim";
     }
     const std::string what = m.root()->describe();
-    std::optional<Tensor> ones;
-    if (!m.has("gamma")) ones = real_tensor(dt, {N}, std::vector<double>(static_cast<size_t>(N), 1.0));
     ir::Value* gv = m.has("gamma") ? rw.constant(m["gamma"]->name + "_row", m.constant("gamma").reshaped({N}))
-                                   : rw.constant(m.root()->name + "_scale", *ones);
+                                   : rw.constant(m.root()->name + "_scale",
+                                                 *real_tensor(dt, {N}, std::vector<double>(static_cast<size_t>(N), 1.0)));
     if (std::string why = rw.unsupported_on_target("", "RMSNormalization"); !why.empty()) return why;
     ir::Node* n = rw.replace(m, "RMSNormalization", "", 23, {m["x"], gv});
     n->attrs["axis"].kind = ir::Attribute::Kind::kInt;

@@ -204,8 +204,7 @@ void register_fused_attention(KernelRegistry& r) {
          [](const ir::Node& n) -> std::string {
            for (int i = 0; i < 3; ++i)
              if (!n.has_input(i) || n.inputs[i]->type.dtype != DataType::kFloat32) return "float32 Q, K, V only";
-           const ops::FusedAttentionParams p = ops::parse_fused_attention(n);
-           return p.num_heads > 0 || (p.heads_first && p.num_heads == 0) ? "" : "num_heads must be positive";
+           return ops::fused_attention_attrs_error(ops::parse_fused_attention(n));
          },
          [](const ir::Node& n, KernelInit&) {
            const ops::FusedAttentionParams a = ops::parse_fused_attention(n);

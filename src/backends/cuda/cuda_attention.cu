@@ -477,8 +477,7 @@ bool mma_shapes_fit(const AttentionArgs& a) {
   // 16-byte pieces: every row, head and batch step a multiple of 8 elements.
   for (int64_t st : {a.q_row, a.k_row, a.v_row, a.y_row, a.q_head, a.k_head, a.v_head, a.q_batch, a.k_batch, a.v_batch, a.y_batch})
     if (st % 8 != 0) return false;
-  return a.elem != kElemF32 && a.d % 16 == 0 && a.dv % 16 == 0 && (a.heads * a.d) % 8 == 0 &&
-         (a.heads * a.dv) % 8 == 0 && a.s <= 65535 * int64_t{kMmaRows};
+  return a.elem != kElemF32 && a.d % 16 == 0 && a.dv % 16 == 0 && a.s <= 65535 * int64_t{kMmaRows};
 }
 bool fa_shapes_fit(const AttentionArgs& a) { return mma_shapes_fit(a) && a.d == a.dv && (a.d == 64 || a.d == 128); }
 

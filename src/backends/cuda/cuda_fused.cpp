@@ -162,9 +162,8 @@ struct AttentionPlan {
 
 std::string check_attention(const ir::Node& n) {
   const ops::FusedAttentionParams p = ops::parse_fused_attention(n);
+  if (std::string why = ops::fused_attention_attrs_error(p); !why.empty()) return why;
   const int64_t heads = p.num_heads;
-  if (heads < 0 || (heads == 0 && !p.heads_first)) return "num_heads must be positive";
-  if (p.mask_batch_period < 0) return "mask_batch_period must be >= 0";
   if (n.has_input(4) && n.inputs[4]->type.dtype != DataType::kBool) return "the bool mask must be bool";
   for (int i = 0; i < 4; ++i) {
     if (i < 3 && !n.has_input(i)) return "Q, K and V are required";
