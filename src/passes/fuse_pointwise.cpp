@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 
+#include "ir/epilogue.h"
 #include "ops/params_misc.h"
 #include "ops/pointwise.h"
 #include "passes/passes.h"
@@ -171,10 +172,65 @@ struct ProgramWriter {
   }
 };
 
+// A kiln.FusedMatMul or FusedGemm whose activation no library epilogue computes (the CUDA kernel
+// applies it in a pass of its own over the product: SiLU, sigmoid, tanh, HardSwish, LeakyRelu, erf
+// GELU) and whose result is read by one elementwise op only gives the activation back to the graph,
+// where it joins that op's region: SwiGLU's SiLU(gate)·up is then one pass over the gate and up
+// products instead of an activation pass and a Mul. ReLU and tanh GELU stay (cuBLASLt's epilogues).
+int detach_activations(ir::Graph& g, const std::set<std::string>& read_inside) {
+  int detached = 0;
+  const std::vector<ir::Node*> nodes = g.nodes();  // (a copy: nodes are added below)
+  for (ir::Node* n : nodes) {
+    if (n->removed || n->domain != "kiln" || (n->op_type != "FusedMatMul" && n->op_type != "FusedGemm") || n->outputs.size() != 1)
+      continue;
+    Activation act;
+    std::string why;
+    if (!n->attr("activation") || !read_activation(*n, &act, &why)) continue;
+    const ActKind k = act.kind;
+    if (k != ActKind::kSilu && k != ActKind::kSigmoid && k != ActKind::kTanh && k != ActKind::kHardSwish &&
+        k != ActKind::kLeakyRelu && k != ActKind::kGelu)
+      continue;
+    ir::Value* y = n->outputs[0];
+    if (!y || y->is_output || read_inside.count(y->name) || y->uses.size() != 1 || !float_value(y) || !y->type.shape.known ||
+        !expressible(*y->uses[0].node))
+      continue;
+    ir::Value* pre = g.new_value(y->name + "_before_activation", y->type);
+    g.set_output(n, 0, pre);
+    n->attrs.erase("activation");
+    n->attrs.erase("activation_params");
+    auto add = [&](const char* op, std::vector<ir::Value*> in, ir::Value* out, int64_t opset) {
+      ir::Node* a = g.add_node(op, "", std::move(in), {out}, n->name + "_" + op);
+      a->opset = opset;
+      return a;
+    };
+    switch (k) {
+      case ActKind::kSilu: {
+        ir::Value* sig = g.new_value(y->name + "_sigmoid", y->type);
+        add("Sigmoid", {pre}, sig, 13);
+        add("Mul", {pre, sig}, y, 14);
+        break;
+      }
+      case ActKind::kSigmoid: add("Sigmoid", {pre}, y, 13); break;
+      case ActKind::kTanh: add("Tanh", {pre}, y, 13); break;
+      case ActKind::kHardSwish: add("HardSwish", {pre}, y, 14); break;
+      case ActKind::kLeakyRelu: {
+        ir::Node* a = add("LeakyRelu", {pre}, y, 16);
+        a->attrs["alpha"].kind = ir::Attribute::Kind::kFloat;
+        a->attrs["alpha"].f = act.a;
+        break;
+      }
+      default: add("Gelu", {pre}, y, 20); break;  // kGelu (erf)
+    }
+    ++detached;
+  }
+  return detached;
+}
+
 }  // namespace
 
 Expected<int> fuse_pointwise(ir::Graph& g, const std::function<bool(const ir::Node&)>& accepts) {
   const std::set<std::string> read_inside = ir::names_read_by_subgraphs(g);
+  if (detach_activations(g, read_inside) > 0) KILN_RETURN_IF_ERROR(g.sort());
   const std::vector<ir::Node*> nodes = g.nodes();
   std::map<const ir::Node*, int> region;  // node → region index
   std::vector<std::vector<ir::Node*>> regions;

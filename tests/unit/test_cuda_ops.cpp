@@ -194,6 +194,31 @@ TEST(CudaOps, BinaryBroadcastAllTypes) {
   compare("Where", 16, {bools({4}, rng), ints({3, 4}, rng, -5, 5), ints({1}, rng, 7, 7)}, nullptr, kF32, "int64");
 }
 
+// Binary ops whose operands are each one contiguous block broadcast along the dims around it (a
+// same-shaped operand, a bias [C], a channel scale [C, 1, 1], a scalar) take the walk kernels: 16-byte
+// lanes where the sizes and pointers allow, else one element a thread (odd sizes, an inner count not a
+// multiple of the lanes); comparisons and integers take the one-element walk.
+TEST(CudaOps, BinaryWalksMatchCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(61);
+  struct Case {
+    Shape a, b;
+  };
+  const Case cases[] = {{{4, 8, 64}, {4, 8, 64}}, {{3, 7, 5}, {3, 7, 5}},  {{6, 64}, {64}},        {{64}, {6, 64}},
+                        {{2, 16, 3, 8}, {16, 1, 1}}, {{3, 5, 7}, {5, 1}}, {{4, 16}, {1}},          {{1}, {4, 16}},
+                        {{3, 16, 8}, {1, 16, 1}},   {{2, 3, 4, 16}, {3, 1, 16}}, {{5, 40}, {5, 1}}};
+  for (DataType dt : {kF32, kF16, kBF16})
+    for (const Case& c : cases)
+      for (const char* op : {"Add", "Sub", "Mul", "Div"})
+        compare(op, 14, {random_tensor(c.a, rng), random_tensor(c.b, rng, 0.5f, 2)}, nullptr, dt,
+                shape_to_string(c.a) + " and " + shape_to_string(c.b));
+  for (const Case& c : cases) {
+    compare("Less", 13, {random_tensor(c.a, rng), random_tensor(c.b, rng)}, nullptr, kF16, shape_to_string(c.b));
+    compare("Add", 14, {ints(c.a, rng, -50, 50, DataType::kInt32), ints(c.b, rng, -50, 50, DataType::kInt32)}, nullptr, kF32,
+            "int32 " + shape_to_string(c.b));
+  }
+}
+
 TEST(CudaOps, CastBetweenTypes) {
   KILN_REQUIRE_GPU();
   std::mt19937 rng(13);
@@ -792,7 +817,9 @@ TEST(CudaOps, RotaryMatchesCpu) {
   struct Case {
     Shape x, table;
   };
-  for (const Case& c : {Case{{2, 4, 33, 64}, {2, 1, 33, 64}}, Case{{3, 2, 17, 128}, {17, 128}}, Case{{5, 9, 32}, {5, 9, 32}}})
+  // (Head sizes of multiples of 16 take the 8-pair kernel in the 16-bit types; 24 the one-pair one.)
+  for (const Case& c : {Case{{2, 4, 33, 64}, {2, 1, 33, 64}}, Case{{3, 2, 17, 128}, {17, 128}}, Case{{5, 9, 32}, {5, 9, 32}},
+                        Case{{2, 3, 33, 24}, {33, 24}}})
     for (DataType dt : {kF32, kF16, kBF16})
       compare("Rotary", 1, {random_tensor(c.x, rng), random_tensor(c.table, rng), random_tensor(c.table, rng)},
               [](OneNode& n) { n.node->domain = "kiln"; }, dt, "x " + shape_to_string(c.x) + " table " + shape_to_string(c.table));

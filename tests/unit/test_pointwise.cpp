@@ -14,6 +14,7 @@
 #include <random>
 
 #include "backends/backend.h"
+#include "ir/epilogue.h"
 #include "ir/float_types.h"
 #include "ops/op_table.h"
 #include "ops/pointwise.h"
@@ -229,6 +230,62 @@ TEST(Pointwise, RegionsStopAtValuesReadOutside) {
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   EXPECT_EQ(p->code.size(), 4u);  // exp, sigmoid, mul, tanh
   EXPECT_EQ(u->producer->op_type, "Add");
+}
+
+// SwiGLU after fuse-activation: kiln.FusedMatMul(x, Wg) with SiLU, times MatMul(x, Wu). The SiLU goes
+// back to the graph and joins the Mul's region (one kernel reading both products); a ReLU (cuBLASLt's
+// epilogue) and a SiLU read by a non-elementwise op stay in the product. The results match the graph
+// before the pass.
+TEST(Pointwise, ActivationsLeaveProductsForTheirRegion) {
+  std::mt19937 rng(23);
+  for (const char* act : {"Silu", "Gelu", "LeakyRelu", "Relu", "Silu read by ReduceSum"}) {
+    const std::string a = act;
+    const bool moves = a == "Silu" || a == "Gelu" || a == "LeakyRelu";
+    ir::Graph g;
+    g.opsets[""] = 20;
+    g.opsets["kiln"] = 1;
+    ir::Value* x = g.add_value("x", ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({4, 16})));
+    x->is_input = true;
+    g.inputs.push_back(x);
+    auto weight = [&](const std::string& name) {
+      ir::Value* w = g.add_value(name, ir::Type::tensor(DataType::kFloat32, ir::SymShape::of({16, 24})));
+      w->constant = random_input(DataType::kFloat32, {16, 24}, rng);
+      return w;
+    };
+    ir::Value* gate = g.new_value("gate");
+    ir::Node* fm = g.add_node("FusedMatMul", "kiln", {x, weight("wg")}, {gate}, "gate_proj");
+    fm->opset = 1;
+    Activation act_attr{a.rfind("Silu", 0) == 0 ? ActKind::kSilu : a == "Gelu" ? ActKind::kGelu : a == "LeakyRelu" ? ActKind::kLeakyRelu
+                                                                                                                  : ActKind::kRelu};
+    if (act_attr.kind == ActKind::kLeakyRelu) act_attr.a = 0.2f;
+    write_activation(act_attr, fm->attrs);
+    ASSERT_TRUE(ops::infer_node(*fm).ok());
+    ir::Value* up = add(g, "MatMul", {x, weight("wu")});
+    ir::Value* y = a == "Silu read by ReduceSum" ? add(g, "ReduceSum", {gate}) : add(g, "Mul", {gate, up});
+    y->is_output = true;
+    g.outputs.push_back(y);
+    if (a == "Silu read by ReduceSum") {
+      up->is_output = true;
+      g.outputs.push_back(up);
+    }
+    auto fused = g.clone();
+    auto n = passes::fuse_pointwise(*fused, [](const ir::Node&) { return true; });
+    ASSERT_TRUE(n.ok()) << n.status().to_string();
+    EXPECT_EQ(*n, moves ? 1 : 0) << a << "\n" << fused->to_string();
+    const ir::Node* product = nullptr;
+    for (const ir::Node* m : fused->nodes())
+      if (m->op_type == "FusedMatMul") product = m;
+    ASSERT_NE(product, nullptr) << a;
+    EXPECT_EQ(product->attr("activation") == nullptr, moves) << a;
+    if (moves) {
+      const ir::Node* pw = fused->outputs[0]->producer;
+      ASSERT_EQ(pw->op_type, "Pointwise") << a;
+      EXPECT_EQ(pw->inputs.size(), 2u) << a;  // the two products
+    }
+    const std::map<std::string, Tensor> feeds = {{"x", random_input(DataType::kFloat32, {4, 16}, rng)}};
+    const auto want = test::run_graph_on_cpu(g, feeds), got = test::run_graph_on_cpu(*fused, feeds);
+    for (const auto& [name, w] : want) EXPECT_EQ(mismatches(got.at(name), w, 1e-5f), 0) << a << " " << name;
+  }
 }
 
 // Bit for bit: an intermediate the graph held in float16 is rounded there (without the rounding,

@@ -241,6 +241,80 @@ __global__ void binary_kernel(BinaryOp op, const T* a, const T* b, void* y, int6
   }
 }
 
+// An operand that is one contiguous block of the output's elements, broadcast along the dims before
+// and after it, is read at (i / inner) % period for output element i (a same-shaped operand: inner 1,
+// period n; a bias [C] against [N, C]: 1, C; a channel scale [C, 1, 1] against [N, C, H, W]: H·W, C;
+// a scalar: period 1). Most binary ops in models are such, and this walk takes at most one division
+// (in 32 bits where the output has fewer than 2^31 elements) where the general broadcast index takes
+// two 64-bit ones a dim.
+struct Walk {
+  int64_t inner = 1, period = 1;
+};
+
+// The walk of one operand (a_side: a's strides, else b's), or false when its strides are not one.
+bool walk_of(const BroadcastIndex& idx, bool a_side, Walk* w) {
+  const int64_t* st = a_side ? idx.a_strides : idx.b_strides;
+  int d = idx.rank - 1;
+  w->inner = 1;
+  w->period = 1;
+  for (; d >= 0 && st[d] == 0; --d) w->inner *= idx.dims[d];    // broadcast along the trailing dims
+  for (; d >= 0 && st[d] == w->period; --d) w->period *= idx.dims[d];  // the contiguous block
+  for (; d >= 0; --d)
+    if (st[d] != 0) return false;  // broadcast along the leading dims, nothing else
+  return true;
+}
+
+template <typename I>
+__device__ __forceinline__ I walk_offset(I i, I n, I inner, I period) {
+  if (inner == 1) return period >= n ? i : i % period;
+  return period == 1 ? I(0) : (i / inner) % period;
+}
+
+template <typename T, typename I>
+__global__ void binary_walk_kernel(BinaryOp op, const T* a, const T* b, void* y, I n, Walk wa, Walk wb) {
+  using C = typename BinCompute<T>::type;
+  const bool compare = op >= BinaryOp::kEqual && op <= BinaryOp::kGreaterEqual;
+  const I ai = static_cast<I>(wa.inner), ap = static_cast<I>(wa.period), bi = static_cast<I>(wb.inner),
+          bp = static_cast<I>(wb.period);
+  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < n; i += I(blockDim.x) * gridDim.x) {
+    const C va = convert<C>(a[walk_offset(i, n, ai, ap)]);
+    const C vb = b ? convert<C>(b[walk_offset(i, n, bi, bp)]) : C(0);
+    if (compare) static_cast<bool*>(y)[i] = apply_compare<C>(op, va, vb);
+    else static_cast<T*>(y)[i] = convert<T>(apply_binary<C>(op, va, vb));
+  }
+}
+
+// V = 16 / sizeof(T) neighbouring elements a thread, one 16-byte load of each operand that is
+// contiguous along them (inner 1, period a multiple of V) or one value for all V (inner a multiple
+// of V), one 16-byte store: the float types' arithmetic ops.
+template <typename T, int V, typename I>
+__device__ __forceinline__ void walk_lanes(const T* p, I i, I n, I inner, I period, T (&v)[V]) {
+  if (inner == 1) {
+    *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(p + (period >= n ? i : i % period));
+  } else {
+    const T x = p[period == 1 ? I(0) : (i / inner) % period];
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = x;
+  }
+}
+
+template <typename T, typename I>
+__global__ void binary_walk_vec_kernel(BinaryOp op, const T* a, const T* b, T* y, I n, Walk wa, Walk wb) {
+  constexpr int V = 16 / sizeof(T);
+  using C = compute_t<T>;
+  const I ai = static_cast<I>(wa.inner), ap = static_cast<I>(wa.period), bi = static_cast<I>(wb.inner),
+          bp = static_cast<I>(wb.period);
+  for (I i = (blockIdx.x * I(blockDim.x) + threadIdx.x) * V; i < n; i += I(blockDim.x) * gridDim.x * V) {
+    alignas(16) T va[V], vb[V], vy[V];
+    walk_lanes<T, V, I>(a, i, n, ai, ap, va);
+    if (b) walk_lanes<T, V, I>(b, i, n, bi, bp, vb);
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      vy[k] = convert<T>(apply_binary<C>(op, convert<C>(va[k]), b ? convert<C>(vb[k]) : C(0)));
+    *reinterpret_cast<uint4*>(y + i) = *reinterpret_cast<const uint4*>(vy);
+  }
+}
+
 template <typename T>
 __global__ void where_kernel(const bool* cond, const T* x, const T* z, T* y, int64_t n, Broadcast3Index idx) {
   KILN_GRID_LOOP(i, n) {
@@ -809,9 +883,35 @@ int launch_int8_epilogue(const int32_t* acc, int64_t ldacc, const float* scale, 
 int launch_binary(BinaryOp op, int elem, const void* a, const void* b, void* y, int64_t n, const BroadcastIndex& index,
                   cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
+  Walk wa, wb;
+  const bool walk = walk_of(index, true, &wa) && (!b || walk_of(index, false, &wb));
+  const bool compare = op >= BinaryOp::kEqual && op <= BinaryOp::kGreaterEqual;
   return dispatch_numeric(elem, [&](auto t) {
     using T = decltype(t);
-    binary_kernel<<<grid_for(n), kThreads, 0, stream>>>(op, static_cast<const T*>(a), static_cast<const T*>(b), y, n, index);
+    const T* ta = static_cast<const T*>(a);
+    const T* tb = static_cast<const T*>(b);
+    if (!walk) {
+      binary_kernel<<<grid_for(n), kThreads, 0, stream>>>(op, ta, tb, y, n, index);
+      return static_cast<int>(cudaGetLastError());
+    }
+    constexpr int V = 16 / sizeof(T);
+    bool vec = std::is_floating_point<compute_t<T>>::value && sizeof(T) <= 4 && !compare && n % V == 0 && aligned16(y);
+    auto lanes_ok = [&](const void* p, const Walk& w) {
+      return w.inner == 1 ? w.period % V == 0 && aligned16(p) : w.inner % V == 0;
+    };
+    vec = vec && lanes_ok(a, wa) && (!b || lanes_ok(b, wb));
+    const bool narrow = n <= 0x7fffffff;
+    if (vec) {
+      if (narrow)
+        binary_walk_vec_kernel<T, uint32_t><<<grid_for(n / V), kThreads, 0, stream>>>(op, ta, tb, static_cast<T*>(y),
+                                                                                        static_cast<uint32_t>(n), wa, wb);
+      else
+        binary_walk_vec_kernel<T, int64_t><<<grid_for(n / V), kThreads, 0, stream>>>(op, ta, tb, static_cast<T*>(y), n, wa, wb);
+    } else if (narrow) {
+      binary_walk_kernel<T, uint32_t><<<grid_for(n), kThreads, 0, stream>>>(op, ta, tb, y, static_cast<uint32_t>(n), wa, wb);
+    } else {
+      binary_walk_kernel<T, int64_t><<<grid_for(n), kThreads, 0, stream>>>(op, ta, tb, y, n, wa, wb);
+    }
     return static_cast<int>(cudaGetLastError());
   });
 }
