@@ -39,7 +39,7 @@ struct PwArgs {
   int64_t n;
   int32_t rank;
   int32_t flat;   // bit k: input k has Y's size (read at Y's index)
-  int32_t vec;    // four elements a thread (set at run, where the pointers allow it)
+  int32_t vec;    // 1: four elements a thread, 2: eight (set at run, where the pointers allow it)
   int32_t inner;  // bit k: input k is contiguous along Y's last (merged) dim, not broadcast along it
   int64_t dims[kMaxRank];
   int64_t strides[ops::kPointwiseMaxInputs][kMaxRank];
@@ -117,6 +117,13 @@ std::string pointwise_source(const ops::PointwiseProgram& p, const std::vector<D
        "__device__ __forceinline__ void ld4_bf16(const void* p, i64 i, float* v) {\n"
        "  const uint2 x = *(const uint2*)((const u16*)p + i);\n"
        "  v[0] = bf16v((u16)x.x); v[1] = bf16v((u16)(x.x >> 16)); v[2] = bf16v((u16)x.y); v[3] = bf16v((u16)(x.y >> 16)); }\n"
+       "__device__ __forceinline__ void ld8_f32(const void* p, i64 i, float* v) { ld4_f32(p, i, v); ld4_f32(p, i + 4, v + 4); }\n"
+       "__device__ __forceinline__ void ld8_f16(const void* p, i64 i, float* v) {\n"
+       "  const uint4 x = *(const uint4*)((const u16*)p + i); const unsigned w[4] = {x.x, x.y, x.z, x.w};\n"
+       "  for (int k = 0; k < 4; ++k) { v[2 * k] = f16v((u16)w[k]); v[2 * k + 1] = f16v((u16)(w[k] >> 16)); } }\n"
+       "__device__ __forceinline__ void ld8_bf16(const void* p, i64 i, float* v) {\n"
+       "  const uint4 x = *(const uint4*)((const u16*)p + i); const unsigned w[4] = {x.x, x.y, x.z, x.w};\n"
+       "  for (int k = 0; k < 4; ++k) { v[2 * k] = bf16v((u16)w[k]); v[2 * k + 1] = bf16v((u16)(w[k] >> 16)); } }\n"
        "__device__ __forceinline__ float clamp01(float t) { return t != t ? t : t < 0.f ? 0.f : t > 1.f ? 1.f : t; }\n";
   // Each input's offset for Y's element i: i itself for inputs of Y's size, else through the strides
   // along Y's (merged) dims; 32-bit arithmetic where Y has fewer than 2^31 elements (a 64-bit
@@ -146,9 +153,10 @@ std::string pointwise_source(const ops::PointwiseProgram& p, const std::vector<D
       if (lanes == 1) {
         s << pad << "r" << k << "[0] = ld_" << t << "(a.in[" << k << "], o" << k << ");\n";
       } else {  // contiguous along the last dim: one load of the lanes; broadcast along it: one value
-        s << pad << "if ((a.flat | a.inner) & " << (1 << k) << ") ld4_" << t << "(a.in[" << k << "], o" << k << ", r" << k << ");\n"
-          << pad << "else { r" << k << "[0] = ld_" << t << "(a.in[" << k << "], o" << k << "); r" << k << "[1] = r" << k
-          << "[2] = r" << k << "[3] = r" << k << "[0]; }\n";
+        s << pad << "if ((a.flat | a.inner) & " << (1 << k) << ") ld" << lanes << "_" << t << "(a.in[" << k << "], o" << k << ", r" << k
+          << ");\n"
+          << pad << "else { r" << k << "[0] = ld_" << t << "(a.in[" << k << "], o" << k << "); for (int q = 1; q < " << lanes
+          << "; ++q) r" << k << "[q] = r" << k << "[0]; }\n";
       }
     }
     for (int q = 0; q < lanes; ++q) {
@@ -166,16 +174,27 @@ std::string pointwise_source(const ops::PointwiseProgram& p, const std::vector<D
       if (p.dtype == DataType::kFloat32) s << pad << "((float*)a.out)[i] = " << res(0) << ";\n";
       else s << pad << "((u16*)a.out)[i] = st_" << type_suffix(p.dtype) << "(" << res(0) << ");\n";
     } else if (p.dtype == DataType::kFloat32) {
-      s << pad << "*(float4*)((float*)a.out + i) = make_float4(" << res(0) << ", " << res(1) << ", " << res(2) << ", " << res(3) << ");\n";
+      for (int q = 0; q < lanes; q += 4)
+        s << pad << "*(float4*)((float*)a.out + i + " << q << ") = make_float4(" << res(q) << ", " << res(q + 1) << ", " << res(q + 2)
+          << ", " << res(q + 3) << ");\n";
     } else {
       const std::string st = std::string("st_") + type_suffix(p.dtype);
-      s << pad << "*(uint2*)((u16*)a.out + i) = make_uint2((unsigned)" << st << "(" << res(0) << ") | ((unsigned)" << st << "("
-        << res(1) << ") << 16), (unsigned)" << st << "(" << res(2) << ") | ((unsigned)" << st << "(" << res(3) << ") << 16));\n";
+      auto pair = [&](int q) {
+        return "(unsigned)" + st + "(" + res(q) + ") | ((unsigned)" + st + "(" + res(q + 1) + ") << 16)";
+      };
+      if (lanes == 4) s << pad << "*(uint2*)((u16*)a.out + i) = make_uint2(" << pair(0) << ", " << pair(2) << ");\n";
+      else s << pad << "*(uint4*)((u16*)a.out + i) = make_uint4(" << pair(0) << ", " << pair(2) << ", " << pair(4) << ", " << pair(6) << ");\n";
     }
   };
   s << "extern \"C\" __global__ void __launch_bounds__(" << kThreads << ") kiln_pointwise(Args a) {\n"
        "  const i64 step = (i64)gridDim.x * blockDim.x, first = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
-       "  if (a.vec) {\n"
+       "  if (a.vec == 2) {\n"
+       "    for (i64 i8 = first; i8 < a.n / 8; i8 += step) {\n"
+       "      const i64 i = i8 * 8;\n";
+  offsets("      ");
+  body(8, "      ");
+  s << "    }\n    return;\n  }\n"
+       "  if (a.vec == 1) {\n"
        "    for (i64 i4 = first; i4 < a.n / 4; i4 += step) {\n"
        "      const i64 i = i4 * 4;\n";
   offsets("      ");
@@ -303,15 +322,15 @@ Expected<KernelPtr> create_pointwise(const ir::Node& n) {
       ++r;
     }
     a->rank = r;
-    // Four elements a thread where Y's last dim is a multiple of 4 and every input is contiguous or
-    // broadcast along it (then every offset of an element i, a multiple of 4, is too).
-    bool four = r > 0 && a->n % 4 == 0 && a->dims[r - 1] % 4 == 0;
-    for (size_t k = 0; k < rc.in.size() && four; ++k) {
+    // Eight (or four) elements a thread where Y's last dim is a multiple of 8 (4) and every input is
+    // contiguous or broadcast along it (then every offset of an element i, a multiple of 8 (4), is too).
+    bool lanes_ok = r > 0;
+    for (size_t k = 0; k < rc.in.size() && lanes_ok; ++k) {
       const int64_t last = a->strides[k][r - 1];
       if (last == 1) a->inner |= 1 << k;
-      four = (a->flat >> k & 1) || last == 0 || last == 1;
+      lanes_ok = (a->flat >> k & 1) || last == 0 || last == 1;
     }
-    a->vec = four ? 1 : 0;
+    a->vec = !lanes_ok ? 0 : a->n % 8 == 0 && a->dims[r - 1] % 8 == 0 ? 2 : a->n % 4 == 0 && a->dims[r - 1] % 4 == 0 ? 1 : 0;
     rc.out[0] = {dt, out};
     rc.state = a;
     return Status::Ok();
@@ -322,12 +341,16 @@ Expected<KernelPtr> create_pointwise(const ir::Node& n) {
     for (int k = 0; k < ctx.num_inputs(); ++k) a.in[k] = ctx.input(k).raw();
     Tensor& y = ctx.output(0);
     a.out = y.raw();
-    // The four-element loads and stores need pointers aligned to four elements.
+    // The eight- and four-element loads and stores need pointers aligned to that many elements.
     auto aligned = [](const void* q, size_t bytes) { return reinterpret_cast<uintptr_t>(q) % bytes == 0; };
-    for (int k = 0; k < ctx.num_inputs() && a.vec; ++k)
-      if ((a.flat | a.inner) >> k & 1) a.vec = aligned(a.in[k], 4 * dtype_size(ctx.input(k).dtype()));
-    if (a.vec) a.vec = aligned(a.out, 4 * dtype_size(y.dtype()));
-    const int64_t work = a.vec ? a.n / 4 : a.n;
+    auto all_aligned = [&](int lanes) {
+      for (int k = 0; k < ctx.num_inputs(); ++k)
+        if ((a.flat | a.inner) >> k & 1 && !aligned(a.in[k], lanes * dtype_size(ctx.input(k).dtype()))) return false;
+      return aligned(a.out, lanes * dtype_size(y.dtype()));
+    };
+    if (a.vec == 2 && !all_aligned(8)) a.vec = 1;
+    if (a.vec == 1 && !all_aligned(4)) a.vec = 0;
+    const int64_t work = a.vec == 2 ? a.n / 8 : a.vec == 1 ? a.n / 4 : a.n;
     const int64_t blocks = std::min<int64_t>((work + kThreads - 1) / kThreads, int64_t{1} << 20);
     void* params[] = {&a};
     return launched(ctx, cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(static_cast<unsigned>(blocks)),
