@@ -55,6 +55,9 @@ typedef struct KilnBuildOptions {
   const char* calibration_dir;   /* one subfolder of <input>.npy per set, or one .npy per set */
   const char* calibration_cache; /* ranges read from it when written for this model, else written */
   const char* rest_precision;    /* the precision of what is not in 8 bits (default fp16 on CUDA, fp32 on the CPU) */
+  /* 1: float outputs keep the engine's half type (fp16/bf16 engines, or an 8-bit one whose rest is
+     half) instead of a Cast back to float32 each; 0 (default): float32 outputs as the model declares. */
+  int half_outputs;
 } KilnBuildOptions;
 
 /* One input: a CPU tensor by name. */

@@ -167,6 +167,9 @@ KilnCode kiln_engine_build(const char* onnx_path, const KilnBuildOptions* option
       if (!rest.ok()) return fail(rest.status());
       b.rest_precision = *rest;
     }
+    if (o.half_outputs != 0 && o.half_outputs != 1)
+      return fail(KILN_INVALID_ARGUMENT, "kiln_engine_build: half_outputs " + std::to_string(o.half_outputs) + " (expected 0 or 1)");
+    b.half_outputs = o.half_outputs == 1;
     return wrap_engine(kiln::Engine::build(onnx_path, b), engine);
   });
 }

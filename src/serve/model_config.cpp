@@ -341,8 +341,11 @@ Expected<BuildOptions> build_options_of(const ModelSpec& spec, DeviceType device
       KILN_ASSIGN_OR_RETURN(options.tune, integer(key, value, -1, 1));
     } else if (key == "threads") {
       KILN_ASSIGN_OR_RETURN(*threads, integer(key, value, 0, 4096));
+    } else if (key == "half_outputs") {
+      if (value != "true" && value != "false" && value != "1" && value != "0") return bad(key, "'" + value + "' is not true or false");
+      options.half_outputs = value == "true" || value == "1";
     } else {
-      return bad(key, "unknown parameter (kiln reads precision, opt_level, tune, threads)");
+      return bad(key, "unknown parameter (kiln reads precision, opt_level, tune, threads, half_outputs)");
     }
   }
   return options;

@@ -60,7 +60,7 @@ Expected<ModelSpec> parse_model_config(const std::string& text, const std::strin
 // config.pbtxt files larger than this are refused before they are read.
 constexpr uintmax_t kMaxConfigBytes = uintmax_t{4} << 20;
 
-// The build options the spec's parameters ask for (precision, opt_level, tune) on `device`;
+// The build options the spec's parameters ask for (precision, opt_level, tune, half_outputs) on `device`;
 // kInvalidArgument naming the parameter for an unknown one or a bad value. `threads` receives the
 // CPU threads per instance (parameter "threads", 0: the default).
 Expected<BuildOptions> build_options_of(const ModelSpec& spec, DeviceType device, int* threads);

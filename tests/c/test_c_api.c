@@ -58,7 +58,8 @@ int main(int argc, char** argv) {
   KilnBuildOptions options;
   kiln_build_options_default(&options);
   CHECK(strcmp(options.device, "cpu") == 0 && options.opt_level == 2);
-  CHECK(options.struct_size == sizeof(KilnBuildOptions) && options.calibration_dir == NULL && options.rest_precision == NULL);
+  CHECK(options.struct_size == sizeof(KilnBuildOptions) && options.calibration_dir == NULL && options.rest_precision == NULL &&
+        options.half_outputs == 0);
   {
     /* A program built against the first header (its struct ended at timing_cache) calls the exported
      * function: it writes no byte past that layout, and a build with it takes the later fields' defaults. */
@@ -202,6 +203,11 @@ int main(int argc, char** argv) {
   options.rest_precision = "fp16"; /* a CPU engine's rest is float32 */
   CHECK(kiln_engine_build(model, &options, &missing) == KILN_INVALID_ARGUMENT && contains(kiln_last_error(), "GPU engines"));
   options.rest_precision = NULL;
+  options.half_outputs = 1; /* a CPU engine's outputs are float32 */
+  CHECK(kiln_engine_build(model, &options, &missing) == KILN_INVALID_ARGUMENT && contains(kiln_last_error(), "half_outputs"));
+  options.half_outputs = 2;
+  CHECK(kiln_engine_build(model, &options, &missing) == KILN_INVALID_ARGUMENT && contains(kiln_last_error(), "expected 0 or 1"));
+  options.half_outputs = 0;
   KilnEngine* quantized = NULL;
   CHECK(kiln_engine_build(model, &options, &quantized) == KILN_OK && quantized != NULL);
   if (quantized) {

@@ -117,6 +117,20 @@ TEST(ServeConfig, UnknownOrBadParametersAreErrors) {
   options = build_options_of(*spec, DeviceType::kCPU, &threads);
   ASSERT_FALSE(options.ok());
   EXPECT_NE(options.status().message().find("'opt_level'"), std::string::npos) << options.status().message();
+  spec->parameters = {{"half_outputs", "yes"}};
+  options = build_options_of(*spec, DeviceType::kCUDA, &threads);
+  ASSERT_FALSE(options.ok());
+  EXPECT_NE(options.status().message().find("'half_outputs': 'yes' is not true or false"), std::string::npos)
+      << options.status().message();
+  // Read as the build option (the builder refuses it for an engine whose float tensors stay float32).
+  spec->parameters = {{"precision", "fp16"}, {"half_outputs", "true"}};
+  options = build_options_of(*spec, DeviceType::kCUDA, &threads);
+  ASSERT_TRUE(options.ok()) << options.status().message();
+  EXPECT_TRUE(options->half_outputs);
+  spec->parameters = {{"half_outputs", "0"}};
+  options = build_options_of(*spec, DeviceType::kCUDA, &threads);
+  ASSERT_TRUE(options.ok()) << options.status().message();
+  EXPECT_FALSE(options->half_outputs);
 }
 
 // A FIFO (or a device) named config.pbtxt would block the server's start forever, and a huge file
