@@ -12,7 +12,8 @@
 //                                output_dtype = float32 makes a float16/bfloat16 product write float32
 //                                (passes::products_write_float, CUDA half engines), and with it
 //                                output_columns = c makes Y the product's first c columns (CUDA only)
-//   SkipLayerNorm(A, B, gamma[, beta]) → Y[, A+B]   LayerNormalization(A + B) over the last dim, epsilon
+//   SkipLayerNorm(A, B, gamma[, beta]) → Y[, A+B]   LayerNormalization(A + B) over the last dim, epsilon;
+//                                simplified = 1: RMSNormalization(A + B) instead (no mean, no beta)
 //   ChannelsLastPool(X) → Y      MaxPool, AveragePool, GlobalMaxPool or GlobalAveragePool (attribute
 //                                `op`, with that op's attributes) on X [N,H,W,C] → Y [N,OH,OW,C]
 //                                (passes/channels_last.cpp, GPU engines)
@@ -205,6 +206,9 @@ Status infer_fused_matmul(InferContext& c) {
 }
 
 Status infer_skip_layer_norm(InferContext& c) {
+  const int64_t simplified = c.node.attr_int("simplified", 0);
+  if (simplified != 0 && simplified != 1) return c.error("simplified must be 0 or 1");
+  if (simplified == 1 && c.has(3)) return c.error("a simplified (RMS) SkipLayerNorm takes no beta");
   if (!c.has(0) || !c.has(1)) return Status::Ok();
   ir::Type t = ir::Type::tensor(c.dtype(0), broadcast_sym(c.shape(0), c.shape(1)));
   for (auto& o : c.out) o = t;

@@ -113,6 +113,7 @@ LayerNormParams parse_layer_norm(const ir::Node& n) {
 SkipLayerNormParams parse_skip_layer_norm(const ir::Node& n) {
   SkipLayerNormParams p;
   p.epsilon = n.attr_float("epsilon", 1e-5f);
+  p.simplified = n.attr_int("simplified", 0) != 0;
   return p;
 }
 

@@ -125,6 +125,7 @@ LayerNormParams parse_layer_norm(const ir::Node& n);
 // kiln.SkipLayerNorm (always over the last dim).
 struct SkipLayerNormParams {
   float epsilon = 1e-5f;
+  bool simplified = false;  // RMSNormalization(A + B): no mean subtracted, no beta ("simplified" attribute 1)
 };
 SkipLayerNormParams parse_skip_layer_norm(const ir::Node& n);
 

@@ -4,7 +4,9 @@
 // A Reshape between the Add and the normalization that keeps the last dim (timm's Swin blocks:
 // `x = x + attn(...); x = x.reshape(B, -1, C); norm2(x)`) changes no row: the fused node writes the
 // normalized rows and the sum in the Add's shape, and the Reshape applies to both (a Reshape that
-// is its input's last reader costs nothing).
+// is its input's last reader costs nothing). RMSNormalization (fuse-rms-norm's, or ONNX's own) after the
+// Add becomes the same node with simplified = 1: Llama-style decoders add each residual and normalize
+// the sum for the next block, one kernel instead of an Add and a norm.
 #include "passes/pattern.h"
 
 namespace kiln::passes {
@@ -20,15 +22,19 @@ bool rows_of(const ir::Value* a, int64_t n) {
 
 Expected<bool> fuse_skip_layer_norm(ir::Graph& g, PassContext& ctx) {
   Rewriter rw(g, ctx, "fuse-skip-layer-norm");
-  const std::vector<Rule> rules = {
-      {"Add+LayerNormalization", op("LayerNormalization", {op("Add", {any("a"), any("b")}).as("add"), cst("gamma")}), 2, false},
-      {"Add+Reshape+LayerNormalization",
-       op("LayerNormalization", {op("Reshape", {op("Add", {any("a"), any("b")}).as("add"), any("shape")}).as("reshape"), cst("gamma")}),
-       3, false},
-  };
+  std::vector<Rule> rules;
+  for (const char* norm : {"LayerNormalization", "RMSNormalization"}) {
+    const std::string name = norm;
+    rules.push_back({"Add+" + name, op(norm, {op("Add", {any("a"), any("b")}).as("add"), cst("gamma")}), 2, false});
+    rules.push_back({"Add+Reshape+" + name,
+                     op(norm, {op("Reshape", {op("Add", {any("a"), any("b")}).as("add"), any("shape")}).as("reshape"), cst("gamma")}),
+                     3, false});
+  }
   return rw.run(rules, [&](Match& m) -> std::string {
     ir::Node* ln = m.root();
     ir::Node* add = m.node("add");
+    const bool rms = ln->op_type == "RMSNormalization";
+    if (ln->attr_int("stash_type", 1) != 1) return "stash_type is not float32";
     const ir::Value* a = m["a"];
     if (a->type.dtype != DataType::kFloat32 || m["b"]->type.dtype != DataType::kFloat32) return "not float32";
     const int64_t n = m.constant("gamma").numel();
@@ -40,7 +46,7 @@ Expected<bool> fuse_skip_layer_norm(ir::Graph& g, PassContext& ctx) {
     if (reshape && m["add"]->uses.size() != 1) return "the sum is read beside the Reshape";
     const int rank = (reshape ? m["reshape"] : sum_v)->type.shape.rank();  // known: rows_of checked it
     const int64_t axis = ln->attr_int("axis", -1);
-    if (axis != -1 && axis != rank - 1) return "LayerNormalization is not over the last dim";
+    if (axis != -1 && axis != rank - 1) return ln->op_type + " is not over the last dim";
     for (size_t i = 1; i < ln->outputs.size(); ++i)
       if (ln->outputs[i] && (ln->outputs[i]->is_output || !ln->outputs[i]->uses.empty())) return "mean/inv_std are read";
     if (ln->has_input(2) && !ln->inputs[2]->is_constant()) return "beta is not constant";
@@ -52,9 +58,13 @@ Expected<bool> fuse_skip_layer_norm(ir::Graph& g, PassContext& ctx) {
     const float eps = ln->attr_float("epsilon", 1e-5f);
     const std::string what = add->describe() + " + " + (reshape ? reshape->describe() + " + " : "") + ln->describe();
     if (std::string why = rw.unsupported_on_target("kiln", "SkipLayerNorm"); !why.empty()) return why;
-    auto set_epsilon = [eps](ir::Node* fused) {
+    auto set_epsilon = [eps, rms](ir::Node* fused) {
       fused->attrs["epsilon"].kind = ir::Attribute::Kind::kFloat;
       fused->attrs["epsilon"].f = eps;
+      if (rms) {
+        fused->attrs["simplified"].kind = ir::Attribute::Kind::kInt;
+        fused->attrs["simplified"].i = 1;
+      }
     };
     if (reshape) {
       // SkipLayerNorm(a, b) → (rows in the Add's shape, the sum); the Reshape keeps reading the sum

@@ -160,7 +160,8 @@ def test_rotary_embeddings_fuse(fixed):
     profiles = [{k: (list(v.shape),) * 3 for k, v in feeds.items()}] if fixed else None
     engine = kiln.Engine.build(path, profiles=profiles)
     ops = ops_after(engine)
-    assert ops["Rotary"] == 4 and ops["Neg"] == 0 and ops["RMSNormalization"] == 5, dict(ops)
+    assert ops["Rotary"] == 4 and ops["Neg"] == 0 and ops["RMSNormalization"] == 1, dict(ops)
+    assert ops["SkipLayerNorm"] == 4, dict(ops)  # each residual Add + RMSNorm: one kernel
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     want = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]

@@ -357,9 +357,12 @@ TEST(CudaOps, SkipLayerNormMatchesCpuFusedKernel) {
     const std::vector<Tensor> in = {random_tensor({2, 7, n}, rng), random_tensor({2, 7, n}, rng),
                                     random_tensor({n}, rng), random_tensor({n}, rng)};
     // B full, B one row, B [1, 7, 64] repeated over the batch (BERT's position embeddings), and
-    // the same with A the repeated one.
-    for (int variant = 0; variant < 4; ++variant) {
+    // the same with A the repeated one; then simplified (RMS, no beta) with B full and one row.
+    for (int variant = 0; variant < 6; ++variant) {
+      const bool simplified = variant >= 4;
       std::vector<Tensor> ins = in;
+      if (simplified) ins.pop_back();
+      if (variant == 5) ins[1] = random_tensor({n}, rng);
       if (variant == 1) ins[1] = random_tensor({n}, rng);
       if (variant >= 2) ins[1] = random_tensor({1, 7, n}, rng);
       if (variant == 3) std::swap(ins[0], ins[1]);
@@ -374,6 +377,10 @@ TEST(CudaOps, SkipLayerNormMatchesCpuFusedKernel) {
       dn.node->domain = rn.node->domain = "kiln";
       dn.set_float("epsilon", 1e-5f);
       rn.set_float("epsilon", 1e-5f);
+      if (simplified) {
+        dn.set_int("simplified", 1);
+        rn.set_int("simplified", 1);
+      }
       auto got = run_cuda(*dn.node, dev);
       ASSERT_TRUE(got.ok()) << got.status().to_string();
       std::vector<Slot> cpu_in;
@@ -382,7 +389,8 @@ TEST(CudaOps, SkipLayerNormMatchesCpuFusedKernel) {
       ASSERT_TRUE(want.ok()) << want.status().to_string();
       const double tol = dt == kF16 ? 4e-3 : 2e-5;
       for (int o = 0; o < 2; ++o)
-        expect_near((*got)[o], (*want)[o].tensor, tol, tol, std::string("SkipLayerNorm output ") + std::to_string(o));
+        expect_near((*got)[o], (*want)[o].tensor, tol, tol,
+                    std::string("SkipLayerNorm variant ") + std::to_string(variant) + " output " + std::to_string(o));
     }
   }
 }

@@ -498,6 +498,30 @@ TEST(Passes, RmsNormWithoutScale) {
   check(b, {{{"RMSNormalization", 1}, {"ReduceMean", 0}, {"Mul", 0}}, {{"fuse-rms-norm", 1}}});
 }
 
+// A Llama block's residual: h = x + attn; RMSNorm(h) for the MLP and h read by the next residual Add →
+// kiln.SkipLayerNorm(simplified = 1) writing the normalized rows and the sum; the final norm (its sum
+// read nowhere else) writes the rows alone. Both from fuse-rms-norm's decomposed form and from ONNX's
+// RMSNormalization.
+TEST(Passes, ResidualAddRmsNormIsSimplifiedSkipLayerNorm) {
+  for (bool decomposed : {true, false}) {
+    Builder b;
+    if (!decomposed) b.g->opsets[""] = b.opset = 23;
+    ir::Value* x = b.input("x", {2, 4, 16});
+    ir::Value* attn = b.input("attn", {2, 4, 16});
+    auto rms = [&](ir::Value* v) {
+      if (!decomposed) return b.node("RMSNormalization", {v, b.floats({16})}, {{"axis", attr_int(-1)}, {"epsilon", attr_float(1e-6f)}});
+      ir::Value* ms = b.node("ReduceMean", {b.node("Pow", {v, b.scalar(2)})}, {{"axes", attr_ints({-1})}});
+      ir::Value* inv = b.node("Reciprocal", {b.node("Sqrt", {b.node("Add", {ms, b.scalar(1e-6f)})})});
+      return b.node("Mul", {b.floats({16}), b.node("Mul", {v, inv})});
+    };
+    ir::Value* h = b.node("Add", {x, attn});
+    ir::Value* mlp = b.node("MatMul", {rms(h), b.floats({16, 16})});
+    ir::Value* h2 = b.node("Add", {h, mlp});
+    b.output(rms(h2));
+    check(b, {{{"kiln.SkipLayerNorm", 2}, {"RMSNormalization", 0}, {"Add", 0}}, {{"fuse-skip-layer-norm", 2}}});
+  }
+}
+
 // Grouped-query attention on 4-D heads as Llama exports it: K and V [B, Hkv, T, D] repeated for the
 // query heads by Reshape(Expand(Unsqueeze(x, 2), [B, Hkv, n, T, D]), [B, Hkv*n, T, D]), K transposed for
 // the product, the context transposed to [B, S, H, D] → kiln.Attention(heads_first) reading K and V's

@@ -125,7 +125,7 @@ Status skip_layer_norm_reshape(ReshapeContext& rc) {
   return Status::Ok();
 }
 
-Status skip_layer_norm(KernelContext& ctx, float eps) {
+Status skip_layer_norm(KernelContext& ctx, float eps, bool rms) {
   const SkipPlan& p = shape_state<SkipPlan>(ctx);
   const int64_t cols = p.cols;
   const bool same = p.same;
@@ -139,8 +139,9 @@ Status skip_layer_norm(KernelContext& ctx, float eps) {
   NormRow nr;
   nr.D = cols;
   nr.gamma = g;
-  nr.beta = be;
+  nr.beta = rms ? nullptr : be;  // (a simplified node with a beta is refused at build)
   nr.eps = eps;
+  nr.rms = rms;
   parallel_for(p.rows, std::max<int64_t>(1, 4096 / cols), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
       norm_row(nr, pa + (same ? r * cols : p.oa[r]), pb + (same ? r * cols : p.ob[r]), sum_out ? sum_out + r * cols : nullptr,
@@ -204,9 +205,9 @@ void register_fused(KernelRegistry& r) {
          [](const ir::Node& n, KernelInit& i) { return make_fused(n, i, "MatMul", 13, 2, true); }});
   r.add({"SkipLayerNorm", "kiln", 1, 1 << 30, "cpu.SkipLayerNorm.f32", fused::check_f32,
          [](const ir::Node& n, KernelInit&) {
-           const float eps = ops::parse_skip_layer_norm(n).epsilon;
+           const ops::SkipLayerNormParams p = ops::parse_skip_layer_norm(n);
            return make_staged(fused::skip_layer_norm_reshape,
-                              [eps](KernelContext& ctx) { return fused::skip_layer_norm(ctx, eps); });
+                              [p](KernelContext& ctx) { return fused::skip_layer_norm(ctx, p.epsilon, p.simplified); });
          }});
   r.add({"ChannelAffine", "kiln", 1, 1 << 30, "cpu.ChannelAffine.f32",
          [](const ir::Node& n) -> std::string {

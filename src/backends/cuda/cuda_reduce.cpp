@@ -214,8 +214,11 @@ int64_t repeated_rows(const Shape& full, const Shape& small, int64_t n) {
 Expected<KernelPtr> create_norm(const ir::Node& node, Norm kind) {
   int64_t axis_attr = -1;  // SkipLayerNorm: the last dim
   float eps = 0;
+  bool rms = kind == Norm::kRms;
   if (kind == Norm::kSkip) {
-    eps = ops::parse_skip_layer_norm(node).epsilon;
+    const ops::SkipLayerNormParams sp = ops::parse_skip_layer_norm(node);
+    eps = sp.epsilon;
+    rms = sp.simplified;
   } else {
     const ops::LayerNormParams p = ops::parse_layer_norm(node);
     axis_attr = p.axis;
@@ -271,14 +274,14 @@ Expected<KernelPtr> create_norm(const ir::Node& node, Norm kind) {
     a.rows = p.rows;
     a.n = p.n;
     a.epsilon = eps;
-    a.rms = kind == Norm::kRms;
+    a.rms = rms;
     if (kind == Norm::kSkip) {
       a.skip = ctx.input(p.swap ? 0 : 1).raw();
       a.skip_rows = p.skip_rows;
       if (ctx.has_output(1)) a.sum = ctx.output(1).raw();
     }
     a.gamma = ctx.input(gamma_at).raw();
-    if (kind != Norm::kRms && ctx.has_input(gamma_at + 1)) a.beta = ctx.input(gamma_at + 1).raw();
+    if (!rms && ctx.has_input(gamma_at + 1)) a.beta = ctx.input(gamma_at + 1).raw();
     a.y = ctx.output(0).raw();
     if (kind == Norm::kLayer) {
       if (ctx.has_output(1)) a.mean = ctx.output(1).data<float>();
