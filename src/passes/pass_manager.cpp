@@ -43,6 +43,7 @@ const std::vector<Pass>& pipeline() {
       {"fuse-rotary", 2, fuse_rotary},
       {"fuse-attention", 2, fuse_attention},
       {"batch-first-attention", 2, batch_first_attention},
+      {"fold-head-transposes", 2, fold_head_transposes},
       {"fuse-layer-norm", 2, fuse_layer_norm},
       {"fuse-rms-norm", 2, fuse_rms_norm},
       {"fuse-skip-layer-norm", 2, fuse_skip_layer_norm},
