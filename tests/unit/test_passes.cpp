@@ -639,6 +639,33 @@ TEST(Passes, BertAttention) {
   }
 }
 
+// transformers' T5 attention (eager: T5 has no SDPA path): no scaling (the initialization folds it into
+// the weights), projections without biases, scores + position_bias where position_bias is the relative
+// position bias [1, H, S, T] plus the extended mask [B, 1, 1, T]; self-attention (S = T) and the
+// decoder's cross-attention over the encoder's T positions.
+TEST(Passes, T5AttentionWithRelativePositionBias) {
+  for (bool cross : {false, true}) {
+    Builder b;
+    const int64_t B = 2, S = 5, T = cross ? 7 : 5, H = 2, D = 4, E = H * D;
+    ir::Value* x = b.input("x", {B, S, E});
+    ir::Value* enc = cross ? b.input("enc", {B, T, E}) : x;
+    ir::Value* rel = b.input("rel_bias", {1, H, S, T});
+    ir::Value* mask = b.input("mask", {B, 1, 1, T});
+    auto heads = [&](ir::Value* in, int64_t len) {
+      ir::Value* p = b.node("MatMul", {in, b.floats({E, E})});
+      return b.node("Transpose", {b.node("Reshape", {p, b.ints({B, len, H, D})})}, {{"perm", attr_ints({0, 2, 1, 3})}});
+    };
+    ir::Value* q = heads(x, S);
+    ir::Value* kt = b.node("Transpose", {heads(enc, T)}, {{"perm", attr_ints({0, 1, 3, 2})}});
+    ir::Value* v = heads(enc, T);
+    ir::Value* scores = b.node("Add", {b.node("MatMul", {q, kt}), b.node("Add", {rel, mask})});
+    ir::Value* p = b.node("Softmax", {scores}, {{"axis", attr_int(-1)}});
+    ir::Value* ctx = b.node("Transpose", {b.node("MatMul", {p, v})}, {{"perm", attr_ints({0, 2, 1, 3})}});
+    b.output(b.node("MatMul", {b.node("Reshape", {ctx, b.ints({B, -1, E})}), b.floats({E, E})}));
+    check(b, {{{"kiln.Attention", 1}, {"Softmax", 0}, {"Transpose", 0}}, {{"fuse-attention", 1}}});
+  }
+}
+
 TEST(Passes, BertAttentionWithMinusOneHeads) {
   Builder b;
   bert_attention(b, true, false, true);
