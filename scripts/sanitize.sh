@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The sanitizer job: an ASan + UBSan build with clang (assertions on, CUDA and Python off) in
 # build-asan/; under it the unit tests, onnx's whole node suite through the `kiln conform` command,
-# the hostile-input tests (tests/python/test_hostile.py) through the sanitized `kiln`, then each
+# the hostile-input tests (tests/python/test_hostile.py) and the server's client tests
+# (tests/python/test_serve.py) through the sanitized `kiln`, then each
 # libFuzzer target for a bounded time over its seed corpus (tests/fuzz/corpus; the structure-aware
 # fuzz_model's also from onnx's node tests, written at job time). A sanitizer report, a crash or a
 # fuzzer finding fails the job. CI runs it after the tests (2026-11-30, a 2-core AMD EPYC without
@@ -71,6 +72,10 @@ if [ "$run_tests" = 1 ]; then
   fi
   echo "== [${SECONDS} s] hostile inputs through the sanitized kiln"
   KILN_CLI="$root/build-asan/kiln" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/test_hostile.py
+  echo "== [${SECONDS} s] kiln serve under the sanitizers: tritonclient's requests, malformed and mutated ones, races"
+  # (tests/python/test_serve.py against build-asan/kiln: a server that aborts fails its requests, and a
+  # sanitizer report in its stderr fails the test that stops it)
+  KILN_CLI="$root/build-asan/kiln" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/test_serve.py
 fi
 
 echo "== [${SECONDS} s] fuzzing (${fuzz_seconds:-60 (model 150)} s per target, seed ${fuzz_seed})"
