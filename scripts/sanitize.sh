@@ -75,6 +75,7 @@ if [ "$run_tests" = 1 ]; then
   echo "== [${SECONDS} s] kiln serve under the sanitizers: tritonclient's requests, malformed and mutated ones, races"
   # (tests/python/test_serve.py against build-asan/kiln: a server that aborts fails its requests, and a
   # sanitizer report in its stderr fails the test that stops it)
+  .venv/bin/python -c "import tritonclient.http, tritonclient.grpc"  # (else the file would skip, testing nothing)
   KILN_CLI="$root/build-asan/kiln" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/test_serve.py
 fi
 

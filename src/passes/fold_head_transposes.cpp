@@ -59,7 +59,7 @@ ir::Value* table_along_rows(Rewriter& rw, ir::Value* t, const std::string& base)
   ir::Graph& g = rw.graph();
   const ir::SymShape& s = t->type.shape;
   if (!s.known || s.rank() < 1 || s.rank() > 4) return nullptr;
-  if (s.rank() == 1) return t;  // [d]: broadcast along every other dim either way
+  if (s.rank() <= 1) return t;  // [d] or a scalar: broadcast along every other dim either way
   ir::Value* out = g.new_value(t->name + "_along_rows", ir::Type::tensor(t->type.dtype));
   if (s.rank() == 4) {
     if (!s.dims[1].is_static() || s.dims[1].value != 1) return nullptr;

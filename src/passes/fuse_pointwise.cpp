@@ -177,8 +177,16 @@ struct ProgramWriter {
 // GELU) and whose result is read by one elementwise op only gives the activation back to the graph,
 // where it joins that op's region: SwiGLU's SiLU(gate)·up is then one pass over the gate and up
 // products instead of an activation pass and a Mul. ReLU and tanh GELU stay (cuBLASLt's epilogues).
-int detach_activations(ir::Graph& g, const std::set<std::string>& read_inside) {
-  int detached = 0;
+// What was detached is recorded: an activation whose nodes no region took goes back (reattach).
+struct Detached {
+  ir::Node* product;
+  std::map<std::string, ir::Attribute> attrs;  // the product's activation attributes
+  ir::Value* y;                                // its output before
+  std::vector<ir::Node*> added;                // the activation's nodes
+};
+
+std::vector<Detached> detach_activations(ir::Graph& g, const std::set<std::string>& read_inside) {
+  std::vector<Detached> detached;
   const std::vector<ir::Node*> nodes = g.nodes();  // (a copy: nodes are added below)
   for (ir::Node* n : nodes) {
     if (n->removed || n->domain != "kiln" || (n->op_type != "FusedMatMul" && n->op_type != "FusedGemm") || n->outputs.size() != 1)
@@ -194,13 +202,18 @@ int detach_activations(ir::Graph& g, const std::set<std::string>& read_inside) {
     if (!y || y->is_output || read_inside.count(y->name) || y->uses.size() != 1 || !float_value(y) || !y->type.shape.known ||
         !expressible(*y->uses[0].node))
       continue;
+    Detached d{n, {}, y, {}};
+    for (const char* key : {"activation", "activation_params"})
+      if (auto it = n->attrs.find(key); it != n->attrs.end()) {
+        d.attrs.insert(*it);
+        n->attrs.erase(it);
+      }
     ir::Value* pre = g.new_value(y->name + "_before_activation", y->type);
     g.set_output(n, 0, pre);
-    n->attrs.erase("activation");
-    n->attrs.erase("activation_params");
     auto add = [&](const char* op, std::vector<ir::Value*> in, ir::Value* out, int64_t opset) {
       ir::Node* a = g.add_node(op, "", std::move(in), {out}, n->name + "_" + op);
       a->opset = opset;
+      d.added.push_back(a);
       return a;
     };
     switch (k) {
@@ -221,16 +234,34 @@ int detach_activations(ir::Graph& g, const std::set<std::string>& read_inside) {
       }
       default: add("Gelu", {pre}, y, 20); break;  // kGelu (erf)
     }
-    ++detached;
+    detached.push_back(std::move(d));
   }
   return detached;
+}
+
+// An activation whose nodes all survived the regions (the reader's region was refused or too large)
+// goes back into its product: one pass there beats a Sigmoid and a Mul. (One a region took in part
+// stays as the graph now computes it.) Returns how many went back.
+int reattach(ir::Graph& g, const std::vector<Detached>& detached) {
+  int back = 0;
+  for (const Detached& d : detached) {
+    bool whole = !d.product->removed;
+    for (const ir::Node* a : d.added) whole &= !a->removed;
+    if (!whole) continue;
+    for (auto it = d.added.rbegin(); it != d.added.rend(); ++it) g.remove_node(*it);
+    g.set_output(d.product, 0, d.y);
+    for (const auto& [key, attr] : d.attrs) d.product->attrs[key] = attr;
+    ++back;
+  }
+  return back;
 }
 
 }  // namespace
 
 Expected<int> fuse_pointwise(ir::Graph& g, const std::function<bool(const ir::Node&)>& accepts) {
   const std::set<std::string> read_inside = ir::names_read_by_subgraphs(g);
-  if (detach_activations(g, read_inside) > 0) KILN_RETURN_IF_ERROR(g.sort());
+  const std::vector<Detached> detached = detach_activations(g, read_inside);
+  if (!detached.empty()) KILN_RETURN_IF_ERROR(g.sort());
   const std::vector<ir::Node*> nodes = g.nodes();
   std::map<const ir::Node*, int> region;  // node → region index
   std::vector<std::vector<ir::Node*>> regions;
@@ -285,8 +316,9 @@ Expected<int> fuse_pointwise(ir::Graph& g, const std::function<bool(const ir::No
     g.set_output(n, 0, out);
     ++fused;
   }
-  if (fused || tried) g.remove_dead_values();
-  if (fused) KILN_RETURN_IF_ERROR(g.sort());
+  const int back = reattach(g, detached);
+  if (fused || tried || back) g.remove_dead_values();
+  if (fused || back) KILN_RETURN_IF_ERROR(g.sort());
   return fused;
 }
 

@@ -37,6 +37,8 @@ Expected<bool> fuse_skip_layer_norm(ir::Graph& g, PassContext& ctx) {
     if (ln->attr_int("stash_type", 1) != 1) return "stash_type is not float32";
     const ir::Value* a = m["a"];
     if (a->type.dtype != DataType::kFloat32 || m["b"]->type.dtype != DataType::kFloat32) return "not float32";
+    if (m["gamma"]->type.dtype != DataType::kFloat32 || (ln->has_input(2) && ln->inputs[2]->type.dtype != DataType::kFloat32))
+      return "the scale or bias is not float32";
     const int64_t n = m.constant("gamma").numel();
     if (!rows_of(a, n) || !rows_of(m["b"], n)) return "the Add's inputs do not both end in the normalized dim";
     ir::Node* reshape = m.node("reshape");

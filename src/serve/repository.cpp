@@ -111,7 +111,7 @@ Expected<std::shared_ptr<ModelVersion>> Repository::load_version(const ModelSpec
     KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(model_path));
     std::string options_text = std::string(kiln::version()) + "|" + (device == DeviceType::kCUDA ? "cuda" : "cpu") +
                                "|" + precision_name(build.precision) + "|" + std::to_string(build.opt_level) + "|" +
-                               std::to_string(build.tune);
+                               std::to_string(build.tune) + (build.half_outputs ? "|half_outputs" : "");
     // The version folder's other files (external data beside the model) by name, size and time: new
     // weights in weights.bin must not load an engine built from the old ones.
     std::error_code ec;

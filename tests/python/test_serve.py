@@ -585,6 +585,27 @@ def test_cached_engine_follows_external_weights(tmp_path):
     np.testing.assert_allclose(served(w2), np.ones((1, 4), np.float32) @ w2)
 
 
+def test_cached_engine_follows_half_outputs(tmp_path):
+    """The engine cache is keyed by every build parameter: adding half_outputs to the config builds
+    anew (here refused: a CPU engine's outputs are float32), never loads the cached float32 engine."""
+    repo = tmp_path / "half_repo"
+    (repo / "addmul" / "1").mkdir(parents=True)
+    onnx.save(addmul_model(), str(repo / "addmul" / "1" / "model.onnx"))
+    s = Server(str(repo))
+    try:
+        assert s.client().is_model_ready("addmul")
+    finally:
+        assert s.stop() == 0
+    (repo / "addmul" / "config.pbtxt").write_text('parameters { key: "half_outputs" value: { string_value: "true" } }\n')
+    s = Server(str(repo))
+    try:
+        assert not s.client().is_model_ready("addmul")
+    finally:
+        s.stop()
+    log = "".join(s.stderr)
+    assert "half_outputs is for engines whose float tensors are float16" in log, log
+
+
 def test_sigterm_drains_requests_in_flight(repo, tmp_path):
     slow = os.path.join(repo, "..", "slow_repo")
     os.makedirs(os.path.join(slow, "slow", "1"), exist_ok=True)

@@ -285,6 +285,18 @@ TEST(Pointwise, ActivationsLeaveProductsForTheirRegion) {
     const std::map<std::string, Tensor> feeds = {{"x", random_input(DataType::kFloat32, {4, 16}, rng)}};
     const auto want = test::run_graph_on_cpu(g, feeds), got = test::run_graph_on_cpu(*fused, feeds);
     for (const auto& [name, w] : want) EXPECT_EQ(mismatches(got.at(name), w, 1e-5f), 0) << a << " " << name;
+    // A target that refuses the region: the activation goes back into the product, the graph as before.
+    auto refused = g.clone();
+    auto none = passes::fuse_pointwise(*refused, [](const ir::Node&) { return false; });
+    ASSERT_TRUE(none.ok());
+    EXPECT_EQ(*none, 0);
+    EXPECT_EQ(refused->nodes().size(), g.nodes().size()) << a << "\n" << refused->to_string();
+    for (const ir::Node* m : refused->nodes()) {
+      EXPECT_TRUE(m->op_type != "Sigmoid" && m->op_type != "Gelu" && m->op_type != "LeakyRelu") << a << " " << m->describe();
+      if (m->op_type == "FusedMatMul") EXPECT_NE(m->attr("activation"), nullptr) << a;
+    }
+    const auto back = test::run_graph_on_cpu(*refused, feeds);
+    for (const auto& [name, w] : want) EXPECT_EQ(mismatches(back.at(name), w, 0.f), 0) << a << " " << name;
   }
 }
 
