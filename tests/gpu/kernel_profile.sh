@@ -16,7 +16,7 @@ batch="${BATCH:-64}"
     echo "== per-kernel GPU time, $m $prec batch $batch (ncu; kiln bench -n 1 --warmup 1 makes 3 runs)"
     ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base "$bin/kiln" bench "$out/$m.kiln" \
       $(zoo_args $m $batch) -n 1 --warmup 1 --device-io --no-cuda-graphs > "$out/ncu_$m.csv" 2> "$out/ncu_$m.err"
-    python3 tests/gpu/kernel_table.py "$out/ncu_$m.csv" --runs 3 --width 90 | head -30
+    python3 tests/gpu/kernel_table.py "$out/ncu_$m.csv" --runs 3 --width 90 --top 28
     rm -f "$out/$m.kiln" "$out/ncu_$m.csv"
   done
 } 2>&1 | tee "$out/kernel_profile.log"
