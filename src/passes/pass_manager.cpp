@@ -42,6 +42,7 @@ const std::vector<Pass>& pipeline() {
       {"fuse-qdq", 1, fuse_qdq},
       {"fuse-rotary", 2, fuse_rotary},
       {"fuse-attention", 2, fuse_attention},
+      {"attention-op", 2, attention_op_to_kiln},
       {"batch-first-attention", 2, batch_first_attention},
       {"fold-head-transposes", 2, fold_head_transposes},
       {"fuse-layer-norm", 2, fuse_layer_norm},

@@ -191,6 +191,9 @@ Expected<bool> fuse_conv_residual(ir::Graph& g, PassContext& ctx);     // fuse_a
 Expected<bool> fuse_rotary(ir::Graph& g, PassContext& ctx);            // fuse_rotary.cpp
 Expected<bool> fuse_attention(ir::Graph& g, PassContext& ctx);         // fuse_attention.cpp
 Expected<bool> batch_first_attention(ir::Graph& g, PassContext& ctx);  // batch_first_attention.cpp
+// ONNX Attention (23) of 4-D Q, K, V without past, softcap or extra outputs → kiln.Attention (heads-first,
+// masks and is_causal as its bool/additive masks; attention_op.cpp).
+Expected<bool> attention_op_to_kiln(ir::Graph& g, PassContext& ctx);
 // Heads-first kiln.Attention whose Q, K, V are Transposes [0,2,1,3] of [B, S, h, d] (through kiln.Rotary
 // for Q and K) reads the rows in place, batch-first (fold_head_transposes.cpp).
 Expected<bool> fold_head_transposes(ir::Graph& g, PassContext& ctx);

@@ -882,6 +882,47 @@ TEST(CudaOps, HeadsFirstGroupedAttentionEveryTacticMatchesCpu) {
     }
 }
 
+// kiln.Attention as passes/attention_op.cpp makes it from ONNX's Attention op: heads-first Q, K, V with
+// grouped K/V heads, ONNX's top-left causal mask as a bool mask [S, T] whose false entries are -inf
+// (an additive padding mask beside it in one case), every tactic against the CPU kernel.
+TEST(CudaOps, OnnxAttentionFormEveryTacticMatchesCpu) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(71);
+  struct Case {
+    int64_t b, s, t, heads, kv_heads, d;
+    bool padding;
+  };
+  const Case cases[] = {{2, 128, 128, 8, 2, 64, false}, {2, 40, 136, 4, 4, 64, true}, {1, 70, 70, 4, 1, 128, false}};
+  for (DataType dt : {kF32, kF16, kBF16})
+    for (const Case& c : cases) {
+      std::vector<Tensor> in = {random_tensor({c.b, c.heads, c.s, c.d}, rng), random_tensor({c.b, c.kv_heads, c.t, c.d}, rng),
+                                random_tensor({c.b, c.kv_heads, c.t, c.d}, rng)};
+      Tensor keep = Tensor::empty(DataType::kBool, {c.s, c.t});
+      for (int64_t i = 0; i < c.s; ++i)
+        for (int64_t j = 0; j < c.t; ++j) keep.data<bool>()[i * c.t + j] = j <= i;
+      if (c.padding) {
+        Tensor pad = Tensor::empty(kF32, {c.b, 1, 1, c.t});
+        for (int64_t k = 0; k < pad.numel(); ++k) pad.data<float>()[k] = k % c.t >= c.t - 9 ? -1e4f : 0.f;
+        in.push_back(pad);
+      } else {
+        in.push_back(Tensor());
+      }
+      in.push_back(keep);
+      const std::string label = std::string("ONNX Attention form ") + dtype_name(dt) + " " + std::to_string(c.heads) + "/" +
+                                std::to_string(c.kv_heads) + " heads of " + std::to_string(c.d) + ", S " + std::to_string(c.s) +
+                                ", T " + std::to_string(c.t);
+      expect_attention_tactics_match_cpu(in, dt,
+                                         [&](OneNode& n) {
+                                           n.set_int("heads_first", 1);
+                                           n.set_int("num_heads", c.heads);
+                                           if (c.kv_heads != c.heads) n.set_int("kv_num_heads", c.kv_heads);
+                                           n.set_float("scale", 1.f / std::sqrt(static_cast<float>(c.d)));
+                                           n.set_float("mask_fill", -std::numeric_limits<float>::infinity());
+                                         },
+                                         label);
+    }
+}
+
 // Every tactic kiln.Attention offers (the register-resident kernels with 2, 4 and 8 warps per block,
 // plain and pipelined, the WMMA kernel) against the CPU kernel, in float16 and bfloat16: BERT's head
 // size 64 with a padding mask over two query tiles of the 8-warp variant, head size 128 with a causal

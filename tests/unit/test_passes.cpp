@@ -583,6 +583,66 @@ TEST(Passes, HeadTransposesFoldIntoBatchFirstAttention) {
             {{"fuse-rotary", 2}, {"fuse-attention", 1}, {"fold-head-transposes", 1}}});
 }
 
+// ONNX's Attention op (23; torch's dynamo export of scaled_dot_product_attention, and what ORT's
+// MultiHeadAttention/GroupQueryAttention lower to) → kiln.Attention: without a mask, with an additive
+// or a bool mask, causal (ONNX aligns it top-left: query i sees keys j <= i, also where S < T), causal
+// with a bool mask, an explicit scale, grouped K/V heads; against the op's own CPU kernel. With a past
+// it stays. In the dynamo form (heads split by Reshape + Transpose, merged back the same way) the
+// Transposes go too (fold-head-transposes, and the op's own output Transpose cancels the export's).
+TEST(Passes, OnnxAttentionOpBecomesKilnAttention) {
+  struct Case {
+    const char* what;
+    int64_t S, T;
+    bool float_mask, bool_mask, causal, scale;
+  };
+  const Case cases[] = {{"plain", 5, 5, false, false, false, false},       {"additive mask", 5, 7, true, false, false, false},
+                        {"bool mask", 5, 7, false, true, false, true},      {"causal", 6, 6, false, false, true, false},
+                        {"causal, S < T", 3, 6, false, false, true, false}, {"causal and bool mask", 4, 6, false, true, true, false},
+                        {"causal and additive mask", 4, 4, true, false, true, true}};
+  for (const Case& c : cases) {
+    Builder b;
+    b.g->opsets[""] = b.opset = 23;
+    const int64_t B = 2, H = 4, Hkv = 2, D = 8;
+    ir::Value* q = b.input("q", {B, H, c.S, D});
+    ir::Value* k = b.input("k", {B, Hkv, c.T, D});
+    ir::Value* v = b.input("v", {B, Hkv, c.T, D});
+    std::vector<ir::Value*> ins = {q, k, v};
+    if (c.float_mask) ins.push_back(b.input("mask", {B, 1, c.S, c.T}));
+    if (c.bool_mask) ins.push_back(b.input("keep", {c.S, c.T}, DataType::kBool));
+    std::map<std::string, ir::Attribute> attrs;
+    if (c.causal) attrs["is_causal"] = attr_int(1);
+    if (c.scale) attrs["scale"] = attr_float(0.3f);
+    b.output(b.node("Attention", ins, attrs));
+    SCOPED_TRACE(c.what);
+    check(b, {{{"Attention", 0}, {"kiln.Attention", 1}}, {{"attention-op", 1}}});
+  }
+  {  // a past: left to the op
+    Builder b;
+    b.g->opsets[""] = b.opset = 23;
+    ir::Value* q = b.input("q", {1, 2, 3, 8});
+    ir::Value* k = b.input("k", {1, 2, 3, 8});
+    ir::Value* v = b.input("v", {1, 2, 3, 8});
+    ir::Value* pk = b.input("past_k", {1, 2, 4, 8});
+    ir::Value* pv = b.input("past_v", {1, 2, 4, 8});
+    b.output(b.node("Attention", {q, k, v, nullptr, pk, pv}));
+    check(b, {{{"Attention", 1}, {"kiln.Attention", 0}}, {{"attention-op", 0}}});
+  }
+  {  // torch's dynamo export: x [B, S, E] → heads → Attention → heads merged
+    Builder b;
+    b.g->opsets[""] = b.opset = 23;
+    const int64_t B = 2, S = 5, H = 2, D = 4, E = H * D;
+    ir::Value* x = b.input("x", {B, S, E});
+    auto heads = [&]() {
+      ir::Value* p = b.node("MatMul", {x, b.floats({E, E})});
+      return b.node("Transpose", {b.node("Reshape", {p, b.ints({B, S, H, D})})}, {{"perm", attr_ints({0, 2, 1, 3})}});
+    };
+    ir::Value* y = b.node("Attention", {heads(), heads(), heads()}, {{"is_causal", attr_int(1)}});
+    ir::Value* merged = b.node("Reshape", {b.node("Transpose", {y}, {{"perm", attr_ints({0, 2, 1, 3})}}), b.ints({B, S, E})});
+    b.output(b.node("MatMul", {merged, b.floats({E, E})}));
+    check(b, {{{"Attention", 0}, {"kiln.Attention", 1}, {"Transpose", 0}}, {{"attention-op", 1}, {"fold-head-transposes", 1}}});
+  }
+}
+
 // transformers' apply_rotary_pos_emb: x·cos + Concat(-x[..., D/2:], x[..., :D/2])·sin → kiln.Rotary;
 // cut anywhere but at D/2 it is another function, left alone (the outputs match either way).
 TEST(Passes, RotaryEmbedding) {
@@ -2232,7 +2292,9 @@ TEST(Passes, ContribOpRefusalNamesTheNode) {
 
 // MultiHeadAttention and GroupQueryAttention become one ai.onnx Attention (opset 23) at every level, so
 // every device's attention kernels run them (tests/python/test_contrib_attention.py compares their
-// values with onnxruntime); GroupQueryAttention's output keeps its inferred shape through the lowering.
+// values with onnxruntime), and at level 2 (no past) one kiln.Attention (attention-op: grouped K/V
+// heads, GroupQueryAttention's window mask as its bool mask); GroupQueryAttention's output keeps its
+// inferred shape through the lowering.
 TEST(Passes, ContribAttentionOpsLowerToOneAttention) {
   for (const std::string op : {"MultiHeadAttention", "GroupQueryAttention"}) {
     Builder b;
@@ -2264,7 +2326,8 @@ TEST(Passes, ContribAttentionOpsLowerToOneAttention) {
       ASSERT_TRUE(passes::optimize(*g, builder_pass_options(level, nullptr), &st).ok()) << op;
       EXPECT_EQ(st.fired["lower-contrib-ops"], 1) << op;
       auto h = op_counts(*g);
-      EXPECT_EQ(h["Attention"], 1) << op << " level " << level << "\n" << g->to_string();
+      EXPECT_EQ(h[level ? "kiln.Attention" : "Attention"], 1) << op << " level " << level << "\n" << g->to_string();
+      EXPECT_EQ(h[level ? "Attention" : "kiln.Attention"], 0) << op << " level " << level;
       EXPECT_EQ(h["Softmax"] + h["MatMul"], 0) << op << " level " << level;
     }
   }
