@@ -555,32 +555,36 @@ TEST(Passes, HeadsFirstGroupedAttention) {
 // [B, h, S, d], rotated (Q and K), K/V repeated for the query heads, attended, transposed back. After
 // fuse-rotary and fuse-attention, fold-head-transposes lets the attention read the rows in place
 // (batch-first, grouped K/V heads) and the rotary embeddings rotate them in place: the three head
-// Transposes go (the two left lay the rotary tables along the rows). The outputs match the unfused graph.
+// Transposes go (with tables [B, 1, S, D] two Transposes lay them along the rows; tables [S, D] and
+// [1, S, D] are unsqueezed instead). The outputs match the unfused graph.
 TEST(Passes, HeadTransposesFoldIntoBatchFirstAttention) {
-  Builder b;
-  const int64_t B = 2, S = 5, H = 4, Hkv = 2, D = 8;
-  ir::Value* xq = b.input("xq", {B, S, H, D});
-  ir::Value* xk = b.input("xk", {B, S, Hkv, D});
-  ir::Value* xv = b.input("xv", {B, S, Hkv, D});
-  ir::Value* cos = b.input("cos", {B, 1, S, D});
-  ir::Value* sin = b.input("sin", {B, 1, S, D});
-  auto heads = [&](ir::Value* x) { return b.node("Transpose", {x}, {{"perm", attr_ints({0, 2, 1, 3})}}); };
-  auto rotate = [&](ir::Value* x) {
-    auto slice = [&](int64_t s, int64_t e) { return b.node("Slice", {x, b.ints({s}), b.ints({e}), b.ints({-1}), b.ints({1})}); };
-    ir::Value* rot = b.node("Concat", {b.node("Neg", {slice(D / 2, INT64_MAX)}), slice(0, D / 2)}, {{"axis", attr_int(-1)}});
-    return b.node("Add", {b.node("Mul", {x, cos}), b.node("Mul", {rot, sin})});
-  };
-  auto repeat = [&](ir::Value* x) {
-    ir::Value* u = b.node("Unsqueeze", {x, b.ints({2})});
-    return b.node("Reshape", {b.node("Expand", {u, b.ints({B, Hkv, H / Hkv, S, D})}), b.ints({B, H, S, D})});
-  };
-  ir::Value* q = rotate(heads(xq));
-  ir::Value* kt = b.node("Transpose", {repeat(rotate(heads(xk)))}, {{"perm", attr_ints({0, 1, 3, 2})}});
-  ir::Value* p = b.node("Softmax", {b.node("Mul", {b.node("MatMul", {q, kt}), b.scalar(0.35f)})}, {{"axis", attr_int(-1)}});
-  ir::Value* y = b.node("Transpose", {b.node("MatMul", {p, repeat(heads(xv))})}, {{"perm", attr_ints({0, 2, 1, 3})}});
-  b.output(b.node("Reshape", {y, b.ints({B, S, H * D})}));
-  check(b, {{{"kiln.Attention", 1}, {"kiln.Rotary", 2}, {"Transpose", 2}, {"Softmax", 0}},
-            {{"fuse-rotary", 2}, {"fuse-attention", 1}, {"fold-head-transposes", 1}}});
+  for (const Shape& table : {Shape{2, 1, 5, 8}, Shape{5, 8}, Shape{1, 5, 8}}) {
+    SCOPED_TRACE(shape_to_string(table));
+    Builder b;
+    const int64_t B = 2, S = 5, H = 4, Hkv = 2, D = 8;
+    ir::Value* xq = b.input("xq", {B, S, H, D});
+    ir::Value* xk = b.input("xk", {B, S, Hkv, D});
+    ir::Value* xv = b.input("xv", {B, S, Hkv, D});
+    ir::Value* cos = b.input("cos", table);
+    ir::Value* sin = b.input("sin", table);
+    auto heads = [&](ir::Value* x) { return b.node("Transpose", {x}, {{"perm", attr_ints({0, 2, 1, 3})}}); };
+    auto rotate = [&](ir::Value* x) {
+      auto slice = [&](int64_t s, int64_t e) { return b.node("Slice", {x, b.ints({s}), b.ints({e}), b.ints({-1}), b.ints({1})}); };
+      ir::Value* rot = b.node("Concat", {b.node("Neg", {slice(D / 2, INT64_MAX)}), slice(0, D / 2)}, {{"axis", attr_int(-1)}});
+      return b.node("Add", {b.node("Mul", {x, cos}), b.node("Mul", {rot, sin})});
+    };
+    auto repeat = [&](ir::Value* x) {
+      ir::Value* u = b.node("Unsqueeze", {x, b.ints({2})});
+      return b.node("Reshape", {b.node("Expand", {u, b.ints({B, Hkv, H / Hkv, S, D})}), b.ints({B, H, S, D})});
+    };
+    ir::Value* q = rotate(heads(xq));
+    ir::Value* kt = b.node("Transpose", {repeat(rotate(heads(xk)))}, {{"perm", attr_ints({0, 1, 3, 2})}});
+    ir::Value* p = b.node("Softmax", {b.node("Mul", {b.node("MatMul", {q, kt}), b.scalar(0.35f)})}, {{"axis", attr_int(-1)}});
+    ir::Value* y = b.node("Transpose", {b.node("MatMul", {p, repeat(heads(xv))})}, {{"perm", attr_ints({0, 2, 1, 3})}});
+    b.output(b.node("Reshape", {y, b.ints({B, S, H * D})}));
+    check(b, {{{"kiln.Attention", 1}, {"kiln.Rotary", 2}, {"Transpose", table.size() == 4 ? 2 : 0}, {"Softmax", 0}},
+              {{"fuse-rotary", 2}, {"fuse-attention", 1}, {"fold-head-transposes", 1}}});
+  }
 }
 
 // ONNX's Attention op (23; torch's dynamo export of scaled_dot_product_attention, and what ORT's
