@@ -7,7 +7,7 @@
 // Three copies of the projections per layer. kiln.Attention reads the rows [B, S, H·d] of the
 // projections in place (its batch-first layout, grouped K/V heads included), and the rotary embedding
 // works on either layout once its table is laid out along S (cos [b, 1, S, d] → [b, S, 1, d], a
-// reshape of the table: its head dim is 1), so the block becomes
+// Reshape of the table, no copy: its head dim is 1), so the block becomes
 //
 //   Y' = kiln.Attention(Reshape(Rotary(x_q, cos', sin'), [0, 0, H·d]), ..., Reshape(x_v, [0, 0, Hkv·dv]),
 //                       num_heads = H, kv_num_heads = Hkv);  Y = Reshape(Y', [0, 0, H, Dv])
@@ -63,6 +63,12 @@ ir::Value* table_along_rows(Rewriter& rw, ir::Value* t, const std::string& base)
   ir::Value* out = g.new_value(t->name + "_along_rows", ir::Type::tensor(t->type.dtype));
   if (s.rank() == 4) {
     if (!s.dims[1].is_static() || s.dims[1].value != 1) return nullptr;
+    if (s.dims[3].is_static()) {  // moving a dim of 1 keeps the order of the elements: a Reshape (a view)
+      g.add_node("Reshape", "", {t, rw.constant(base + "_rows_shape", int64_tensor({0, -1, 1, s.dims[3].value}))}, {out},
+                 base + "_along_rows")
+          ->opset = 14;
+      return out;
+    }
     ir::Node* n = g.add_node("Transpose", "", {t}, {out}, base + "_along_rows");
     n->opset = 13;
     n->attrs["perm"].kind = ir::Attribute::Kind::kInts;
