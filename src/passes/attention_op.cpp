@@ -90,14 +90,17 @@ Expected<bool> attention_op_to_kiln(ir::Graph& g, PassContext& ctx) {
     const std::string base = a->name.empty() ? std::string("attention") : a->name;
     if (params->is_causal) {
       // keep[i, j] = j <= i over [S, T].
+      ir::Value* seq_axis = rw.constant(base + "_seq_axis", int64_tensor({2}, true));
+      ir::Value* zero = rw.constant(base + "_zero", int64_tensor({0}, true));
+      ir::Value* one = rw.constant(base + "_one", int64_tensor({1}, true));
       auto length = [&](ir::Value* x, const std::string& what) {
         ir::Value* shape = g.new_value(base + "_" + what + "_shape");
         g.add_node("Shape", "", {x}, {shape}, base + "_" + what + "_shape")->opset = 15;
         ir::Value* len = g.new_value(base + "_" + what + "_len");
-        g.add_node("Gather", "", {shape, rw.constant(base + "_seq_axis", int64_tensor({2}, true))}, {len}, base + "_" + what + "_len")
+        g.add_node("Gather", "", {shape, seq_axis}, {len}, base + "_" + what + "_len")
             ->opset = 13;
         ir::Value* r = g.new_value(base + "_" + what + "_positions");
-        g.add_node("Range", "", {rw.constant(base + "_zero", int64_tensor({0}, true)), len, rw.constant(base + "_one", int64_tensor({1}, true))},
+        g.add_node("Range", "", {zero, len, one},
                    {r}, base + "_" + what + "_positions")
             ->opset = 11;
         return r;
@@ -124,28 +127,19 @@ Expected<bool> attention_op_to_kiln(ir::Graph& g, PassContext& ctx) {
     ir::Value* rows_first = g.new_value(y->name + "_heads_last", ir::Type::tensor(y->type.dtype));
     ir::Node* k = g.add_node("Attention", "kiln", ins, {rows_first}, base + "_kiln");
     k->opset = 1;
-    auto set_int = [&](const char* key, int64_t v) {
-      k->attrs[key].kind = ir::Attribute::Kind::kInt;
-      k->attrs[key].i = v;
-    };
-    auto set_float = [&](const char* key, float v) {
-      k->attrs[key].kind = ir::Attribute::Kind::kFloat;
-      k->attrs[key].f = v;
-    };
-    set_int("heads_first", 1);
-    set_int("num_heads", H);
-    if (Hkv != H) set_int("kv_num_heads", Hkv);
-    set_float("scale", scale);
+    set_int(k, "heads_first", 1);
+    set_int(k, "num_heads", H);
+    if (Hkv != H) set_int(k, "kv_num_heads", Hkv);
+    set_float(k, "scale", scale);
     if (keep) {
-      set_float("mask_fill", -std::numeric_limits<float>::infinity());
-      set_int("mask_fill_where_true", 0);
+      set_float(k, "mask_fill", -std::numeric_limits<float>::infinity());
+      set_int(k, "mask_fill_where_true", 0);
     }
     const std::string what = a->describe();
     rw.remove(a);
     ir::Node* t = g.add_node("Transpose", "", {rows_first}, {y}, base + "_heads_first");
     t->opset = 13;
-    t->attrs["perm"].kind = ir::Attribute::Kind::kInts;
-    t->attrs["perm"].ints = {0, 2, 1, 3};
+    t->attrs["perm"] = ints_attribute({0, 2, 1, 3});
     rw.log("kiln.Attention for " + what + " (" + std::to_string(H) + " heads, " + std::to_string(Hkv) + " K/V heads" +
            (params->is_causal ? ", causal" : "") + (mask ? bool_mask ? ", bool mask" : ", additive mask" : "") + ")");
     changed = true;

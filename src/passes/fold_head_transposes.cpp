@@ -53,16 +53,21 @@ std::string operand_of(ir::Value* v, const ir::Node* a, Operand* op) {
   return "";
 }
 
-// A rotary table laid out for [B, S, h, d] (cos [b, 1, S, d] → [b, S, 1, d]; [S, d] → [S, 1, d]), or
-// null when its head dim is not 1.
+// Whether a rotary table (against [B, h, S, d]) has no heads of its own: a scalar, [d], [S, d],
+// [1, S, d] or [b, 1, S, d].
+bool headless_table(const ir::Value* t) {
+  const ir::SymShape& s = t ? t->type.shape : ir::SymShape();
+  auto one = [&](int d) { return s.dims[static_cast<size_t>(d)].is_static() && s.dims[static_cast<size_t>(d)].value == 1; };
+  return s.known && (s.rank() <= 2 || (s.rank() == 3 && one(0)) || (s.rank() == 4 && one(1)));
+}
+
+// A headless rotary table laid out for [B, S, h, d] (cos [b, 1, S, d] → [b, S, 1, d]; [S, d] → [S, 1, d]).
 ir::Value* table_along_rows(Rewriter& rw, ir::Value* t, const std::string& base) {
   ir::Graph& g = rw.graph();
   const ir::SymShape& s = t->type.shape;
-  if (!s.known || s.rank() < 1 || s.rank() > 4) return nullptr;
   if (s.rank() <= 1) return t;  // [d] or a scalar: broadcast along every other dim either way
   ir::Value* out = g.new_value(t->name + "_along_rows", ir::Type::tensor(t->type.dtype));
   if (s.rank() == 4) {
-    if (!s.dims[1].is_static() || s.dims[1].value != 1) return nullptr;
     if (s.dims[3].is_static()) {  // moving a dim of 1 keeps the order of the elements: a Reshape (a view)
       g.add_node("Reshape", "", {t, rw.constant(base + "_rows_shape", int64_tensor({0, -1, 1, s.dims[3].value}))}, {out},
                  base + "_along_rows")
@@ -71,12 +76,10 @@ ir::Value* table_along_rows(Rewriter& rw, ir::Value* t, const std::string& base)
     }
     ir::Node* n = g.add_node("Transpose", "", {t}, {out}, base + "_along_rows");
     n->opset = 13;
-    n->attrs["perm"].kind = ir::Attribute::Kind::kInts;
-    n->attrs["perm"].ints = {0, 2, 1, 3};
+    n->attrs["perm"] = ints_attribute({0, 2, 1, 3});
     return out;
   }
-  // [S, d] or [1, S, d] (against [B, h, S, d]: any leading dim must be 1) → a head dim of 1 before d.
-  if (s.rank() == 3 && (!s.dims[0].is_static() || s.dims[0].value != 1)) return nullptr;
+  // [S, d] or [1, S, d] → a head dim of 1 before d.
   g.add_node("Unsqueeze", "", {t, rw.constant(base + "_head_axis", int64_tensor({-2}))}, {out}, base + "_along_rows")->opset = 13;
   return out;
 }
@@ -108,11 +111,8 @@ Expected<bool> fold_head_transposes(ir::Graph& g, PassContext& ctx) {
     for (int i = 0; i < 2 && why.empty(); ++i)
       if (ops[i].rotary)
         for (int k = 0; k < 2 && why.empty(); ++k) {
-          ir::Value* t = ops[i].rotary->inputs[1 + k];
-          const ir::SymShape& s = t ? t->type.shape : ir::SymShape();
-          const bool fits = s.known && (s.rank() <= 2 || (s.rank() == 3 && s.dims[0].is_static() && s.dims[0].value == 1) ||
-                                        (s.rank() == 4 && s.dims[1].is_static() && s.dims[1].value == 1));
-          if (!fits) why = "a rotary table " + (t ? t->type.shape.to_string() : std::string("(none)")) + " has heads of its own";
+          const ir::Value* t = ops[i].rotary->inputs[1 + k];
+          if (!headless_table(t)) why = "a rotary table " + (t ? t->type.shape.to_string() : std::string("(none)")) + " has heads of its own";
         }
     if (!why.empty()) {
       rw.near_miss(a->describe() + ": " + why);
@@ -140,16 +140,10 @@ Expected<bool> fold_head_transposes(ir::Graph& g, PassContext& ctx) {
       g.set_input(a, i, rows(in, o.heads * o.width, a->name + "_" + "qkv"[i]));
     }
     const int64_t H = ops[0].heads, Hkv = ops[1].heads, Dv = ops[2].width;
-    a->attrs["heads_first"].kind = ir::Attribute::Kind::kInt;
-    a->attrs["heads_first"].i = 0;
-    a->attrs["num_heads"].kind = ir::Attribute::Kind::kInt;
-    a->attrs["num_heads"].i = H;
-    if (Hkv != H) {
-      a->attrs["kv_num_heads"].kind = ir::Attribute::Kind::kInt;
-      a->attrs["kv_num_heads"].i = Hkv;
-    } else {
-      a->attrs.erase("kv_num_heads");
-    }
+    set_int(a, "heads_first", 0);
+    set_int(a, "num_heads", H);
+    if (Hkv != H) set_int(a, "kv_num_heads", Hkv);
+    else a->attrs.erase("kv_num_heads");
     ir::Value* y = a->outputs[0];
     ir::Value* y_rows = g.new_value(y->name + "_rows", ir::Type::tensor(y->type.dtype));
     g.set_output(a, 0, y_rows);

@@ -350,15 +350,6 @@ std::string split_heads(Match& m, HeadSplit split, Heads* out) {
   return "";
 }
 
-void set_int(ir::Node* n, const char* key, int64_t v) {
-  n->attrs[key].kind = ir::Attribute::Kind::kInt;
-  n->attrs[key].i = v;
-}
-void set_float(ir::Node* n, const char* key, double v) {
-  n->attrs[key].kind = ir::Attribute::Kind::kFloat;
-  n->attrs[key].f = static_cast<float>(v);
-}
-
 // Replaces the match by kiln.Attention(ins) with H heads and the scores' scale.
 ir::Node* replace_by_attention(Rewriter& rw, Match& m, const std::vector<ir::Value*>& ins, int64_t H, double scale) {
   ir::Node* n = rw.replace(m, "Attention", "kiln", 1, ins);

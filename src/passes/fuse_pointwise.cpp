@@ -227,9 +227,7 @@ std::vector<Detached> detach_activations(ir::Graph& g, const std::set<std::strin
       case ActKind::kTanh: add("Tanh", {pre}, y, 13); break;
       case ActKind::kHardSwish: add("HardSwish", {pre}, y, 14); break;
       case ActKind::kLeakyRelu: {
-        ir::Node* a = add("LeakyRelu", {pre}, y, 16);
-        a->attrs["alpha"].kind = ir::Attribute::Kind::kFloat;
-        a->attrs["alpha"].f = act.a;
+        set_float(add("LeakyRelu", {pre}, y, 16), "alpha", act.a);
         break;
       }
       default: add("Gelu", {pre}, y, 20); break;  // kGelu (erf)

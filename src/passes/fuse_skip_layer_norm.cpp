@@ -61,12 +61,8 @@ Expected<bool> fuse_skip_layer_norm(ir::Graph& g, PassContext& ctx) {
     const std::string what = add->describe() + " + " + (reshape ? reshape->describe() + " + " : "") + ln->describe();
     if (std::string why = rw.unsupported_on_target("kiln", "SkipLayerNorm"); !why.empty()) return why;
     auto set_epsilon = [eps, rms](ir::Node* fused) {
-      fused->attrs["epsilon"].kind = ir::Attribute::Kind::kFloat;
-      fused->attrs["epsilon"].f = eps;
-      if (rms) {
-        fused->attrs["simplified"].kind = ir::Attribute::Kind::kInt;
-        fused->attrs["simplified"].i = 1;
-      }
+      set_float(fused, "epsilon", eps);
+      if (rms) set_int(fused, "simplified", 1);
     };
     if (reshape) {
       // SkipLayerNorm(a, b) → (rows in the Add's shape, the sum); the Reshape keeps reading the sum

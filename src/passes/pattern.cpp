@@ -459,6 +459,16 @@ bool Rewriter::bypass(ir::Node* n, ir::Value* in) {
   return true;
 }
 
+void set_int(ir::Node* n, const char* key, int64_t v) {
+  n->attrs[key].kind = ir::Attribute::Kind::kInt;
+  n->attrs[key].i = v;
+}
+
+void set_float(ir::Node* n, const char* key, double v) {
+  n->attrs[key].kind = ir::Attribute::Kind::kFloat;
+  n->attrs[key].f = static_cast<float>(v);
+}
+
 ir::Attribute ints_attribute(std::vector<int64_t> v) {
   ir::Attribute a;
   a.kind = ir::Attribute::Kind::kInts;

@@ -78,6 +78,9 @@ Tensor int64_tensor(const std::vector<int64_t>& v, bool scalar = false);
 ir::Value* new_constant(ir::Graph& g, const std::string& hint, Tensor t);
 // An ints attribute holding `v`.
 ir::Attribute ints_attribute(std::vector<int64_t> v);
+// Sets n's int / float attribute `key` (replacing what it held).
+void set_int(ir::Node* n, const char* key, int64_t v);
+void set_float(ir::Node* n, const char* key, double v);
 // d as an int64, saturated to [INT64_MIN, INT64_MAX] (NaN: 0): a cast of a double past int64's range is
 // undefined behaviour, and constant_values of an int64 constant holds such values (2^63 - 1 rounds up).
 inline int64_t saturating_int64(double d) {

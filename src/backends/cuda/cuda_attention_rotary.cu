@@ -93,8 +93,6 @@ __global__ void rotary_half8_kernel(RotaryHalfArgs a) {
   }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 // Whether rotary_half8_kernel applies: 2-byte values, d a multiple of 16, tables contiguous along d
 // with every row offset a multiple of 8, 16-byte aligned pointers, offsets in 32 bits.
 bool rotary_half8_fits(const RotaryHalfArgs& a, int bytes) {

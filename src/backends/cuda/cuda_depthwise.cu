@@ -115,8 +115,6 @@ int launch_vec(const DepthwiseArgs& a, const float* wt, cudaStream_t stream) {
   return go(std::integral_constant<int, 1>{});
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 }  // namespace
 
 size_t depthwise_workspace_bytes(int64_t c, int kh, int kw) { return sizeof(float) * static_cast<size_t>(c * kh * kw); }

@@ -653,7 +653,6 @@ __global__ void bias_act_last8_kernel(T* __restrict__ y, const T* __restrict__ b
   }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 }  // namespace
 
 int launch_bias_act(int elem, void* y, const void* bias, const void* z, int64_t n, int64_t channels, int64_t inner, bool act,

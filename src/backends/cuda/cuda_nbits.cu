@@ -217,8 +217,6 @@ int block_shift_of(int64_t block) {
   return s;
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // 16-byte loads of W where its rows are a multiple of 16 bytes, 8-byte loads of A where its rows allow.
 template <typename T, int MR>
 void rows_launch(const NBitsArgs& w, const T* a, const T* bias, T* y, int M, cudaStream_t stream) {

@@ -320,8 +320,6 @@ void launch_layer_norm_rows(const LayerNormArgs& a, cudaStream_t stream) {
   layer_norm_rows_kernel<T, kLanes, kIters><<<rows_grid((a.rows + kRowsPerBlock - 1) / kRowsPerBlock), 128, 0, stream>>>(a);
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 }  // namespace
 
 int launch_reduce(ReduceOp op, int elem, const void* x, void* y, int64_t n_out, const ReduceIndex& index,

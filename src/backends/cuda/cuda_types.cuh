@@ -21,6 +21,8 @@ inline unsigned grid_for(int64_t n, int threads = kThreads) {
   const int64_t blocks = (n + threads - 1) / threads;
   return static_cast<unsigned>(blocks < 65535 * 8 ? blocks : 65535 * 8);  // grid-stride loops cover the rest
 }
+// Whether p may be read or written 16 bytes at a time (uint4, float4).
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 inline unsigned rows_grid(int64_t rows) { return static_cast<unsigned>(rows < 2147483647 ? rows : 2147483647); }
 
 #define KILN_GRID_LOOP(i, n) \
